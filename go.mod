@@ -1,0 +1,3 @@
+module github.com/zrtdev/zrt
+
+go 1.26

@@ -1,0 +1,171 @@
+package gguf
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// sharedModels lists every GGUF under ../shared/models, if it is there.
+func sharedModels(t testing.TB) []string {
+	root := filepath.Join("..", "..", "..", "shared", "models")
+	var out []string
+	filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".gguf") {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+func TestOpenSharedModels(t *testing.T) {
+	models := sharedModels(t)
+	if len(models) == 0 {
+		t.Skip("../shared/models not present")
+	}
+	for _, p := range models {
+		f, err := Open(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		if _, err := f.String("general.architecture"); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+		for i := range f.Tensors {
+			ti := &f.Tensors[i]
+			if got := len(f.TensorData(ti)); int64(got) != ti.Size {
+				t.Errorf("%s: %s: %d bytes", p, ti.Name, got)
+			}
+		}
+		f.Close()
+	}
+}
+
+func sample() *Writer {
+	w := NewWriter()
+	w.Set("general.architecture", Str("llama"))
+	w.Set("llama.block_count", U32(2))
+	w.Set("x.i32", I32(-5))
+	w.Set("x.f32", F32(1.5))
+	w.Set("x.bool", Bool(true))
+	w.Set("x.strs", Strs([]string{"a", "bé", ""}))
+	w.Set("x.f32s", F32s([]float32{1, 2, 3}))
+	w.Set("x.i32s", I32s([]int32{-1, 7}))
+	w.Set("x.nested", Value{Type: TypeArray, Elem: TypeArray, v: []Value{I32s([]int32{1}), Strs([]string{"q"})}})
+	w.AddTensor("a", ggml.F32, []int64{4, 2}, make([]byte, 32))
+	w.AddTensor("b", ggml.Q8_0, []int64{32}, make([]byte, 34))
+	return w
+}
+
+func TestRoundTrip(t *testing.T) {
+	b := sample().Bytes()
+	f, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := f.String("general.architecture"); s != "llama" {
+		t.Errorf("arch %q", s)
+	}
+	if n, _ := f.Uint("llama.block_count"); n != 2 {
+		t.Errorf("block_count %d", n)
+	}
+	v, _ := f.Lookup("x.i32")
+	if i, _ := v.Int(); i != -5 {
+		t.Errorf("i32 %d", i)
+	}
+	if _, err := v.Uint(); err == nil {
+		t.Error("negative value read as unsigned")
+	}
+	if x, _ := f.Float("x.f32"); x != 1.5 {
+		t.Errorf("f32 %v", x)
+	}
+	v, _ = f.Lookup("x.strs")
+	if s, _ := v.Strings(); len(s) != 3 || s[1] != "bé" {
+		t.Errorf("strs %q", s)
+	}
+	v, _ = f.Lookup("x.nested")
+	if v.Len() != 2 {
+		t.Errorf("nested len %d", v.Len())
+	}
+	ti, ok := f.Tensor("b")
+	if !ok || ti.Type != ggml.Q8_0 || ti.Size != 34 || ti.Offset%32 != 0 {
+		t.Errorf("tensor b %+v", ti)
+	}
+	if !bytes.Equal(sample().Bytes(), b) {
+		t.Error("writer is not deterministic")
+	}
+}
+
+// TestRejectsCorruption truncates the file at every length and flips
+// every header byte: each must parse or fail with ErrFormat, never panic.
+func TestRejectsCorruption(t *testing.T) {
+	b := sample().Bytes()
+	full, _ := Parse(b)
+	last := full.Tensors[len(full.Tensors)-1]
+	end := int(full.DataOffset + last.Offset + last.Size) // trailing padding may go
+	for n := 0; n < end; n++ {
+		if _, err := Parse(b[:n]); err == nil {
+			t.Errorf("truncated to %d bytes: accepted", n)
+		} else if !errors.Is(err, ErrFormat) {
+			t.Errorf("truncated to %d: error %v does not wrap ErrFormat", n, err)
+		}
+	}
+	for i := 0; i < len(b); i++ {
+		for _, x := range []byte{0xff, 0x80, 0x01} {
+			c := append([]byte(nil), b...)
+			c[i] ^= x
+			if _, err := Parse(c); err != nil && !errors.Is(err, ErrFormat) {
+				t.Errorf("flip byte %d: error %v does not wrap ErrFormat", i, err)
+			}
+		}
+	}
+}
+
+func TestSpecificErrors(t *testing.T) {
+	cases := map[string]func(*Writer){
+		"unknown type": func(w *Writer) {
+			w.tensors = append(w.tensors, wtensor{"z", []int64{4}, ggml.Type(99), make([]byte, 4)})
+		},
+		"duplicate tensor":       func(w *Writer) { w.AddTensor("a", ggml.F32, []int64{1}, make([]byte, 4)) },
+		"duplicate metadata key": func(w *Writer) { w.Set("x.f32", F32(2)) },
+	}
+	for want, mod := range cases {
+		w := sample()
+		mod(w)
+		_, err := Parse(w.Bytes())
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	bad := sample().Bytes()
+	copy(bad, "GGUG")
+	if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "magic") {
+		t.Errorf("bad magic: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(sample().Bytes())
+	f.Add(NewWriter().Bytes())
+	for _, p := range sharedModels(f) {
+		if b, err := os.ReadFile(p); err == nil && len(b) < 1<<20 {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := Parse(b)
+		if err != nil {
+			return
+		}
+		for i := range file.Tensors {
+			_ = file.TensorData(&file.Tensors[i])
+		}
+	})
+}

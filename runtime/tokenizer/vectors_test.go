@@ -1,0 +1,136 @@
+package tokenizer
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/gguf"
+)
+
+// vocabDir is the shared test data, relative to this package.
+const vocabDir = "../../../shared/models/vocab"
+
+// vectorCase is one llama.cpp test-tokenizer-0 case.
+type vectorCase struct {
+	text string
+	ids  []int32
+}
+
+// readVectors reads X.gguf.inp / X.gguf.out.
+func readVectors(t testing.TB, base string) []vectorCase {
+	inp, err := os.ReadFile(base + ".inp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outb, err := os.ReadFile(base + ".out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sep = "\n__ggml_vocab_test__\n"
+	texts := strings.Split(string(inp), sep)
+	if len(texts) > 0 && texts[len(texts)-1] == "" {
+		texts = texts[:len(texts)-1]
+	}
+	lines := strings.Split(strings.TrimSuffix(string(outb), "\n"), "\n")
+	if len(lines) != len(texts) {
+		t.Fatalf("%s: %d inputs but %d outputs", base, len(texts), len(lines))
+	}
+	cases := make([]vectorCase, len(texts))
+	for i, txt := range texts {
+		var ids []int32
+		for _, f := range strings.Fields(lines[i]) {
+			x, err := strconv.ParseInt(f, 10, 32)
+			if err != nil {
+				t.Fatalf("%s line %d: %v", base, i+1, err)
+			}
+			ids = append(ids, int32(x))
+		}
+		cases[i] = vectorCase{txt, ids}
+	}
+	return cases
+}
+
+var (
+	tokCacheMu sync.Mutex
+	tokCache   = map[string]*Tokenizer{}
+)
+
+// loadTok builds (once per test binary) the tokenizer of a shared vocab.
+func loadTok(t testing.TB, name string) *Tokenizer {
+	t.Helper()
+	path := filepath.Join(vocabDir, "ggml-vocab-"+name+".gguf")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("shared vocab %s not available: %v", path, err)
+	}
+	tokCacheMu.Lock()
+	defer tokCacheMu.Unlock()
+	if tk, ok := tokCache[name]; ok {
+		return tk
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := VocabFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokCache[name] = tk
+	return tk
+}
+
+// vectorVocabs lists the shared vocabs that have a GGUF and test vectors.
+func vectorVocabs(t testing.TB) []string {
+	matches, _ := filepath.Glob(filepath.Join(vocabDir, "ggml-vocab-*.gguf"))
+	if len(matches) == 0 {
+		t.Skipf("no shared vocabs under %s", vocabDir)
+	}
+	var names []string
+	for _, m := range matches {
+		if _, err := os.Stat(m + ".inp"); err != nil {
+			continue
+		}
+		if _, err := os.Stat(m + ".out"); err != nil {
+			continue
+		}
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m), "ggml-vocab-"), ".gguf"))
+	}
+	return names
+}
+
+func fmtIDs(ids []int32) string {
+	var b strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&b, " %d", id)
+	}
+	return b.String()
+}
+
+func TestVectors(t *testing.T) {
+	for _, name := range vectorVocabs(t) {
+		t.Run(name, func(t *testing.T) {
+			tk := loadTok(t, name)
+			cases := readVectors(t, filepath.Join(vocabDir, "ggml-vocab-"+name+".gguf"))
+			pass := 0
+			for i, c := range cases {
+				got := tk.Encode(c.text, false, false)
+				if fmtIDs(got) != fmtIDs(c.ids) {
+					t.Errorf("case %d %q:\n got %s\nwant %s", i, c.text, fmtIDs(got), fmtIDs(c.ids))
+					continue
+				}
+				pass++
+			}
+			t.Logf("%s: %d/%d cases match", name, pass, len(cases))
+		})
+	}
+}

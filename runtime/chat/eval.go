@@ -14,7 +14,7 @@ import (
 // item iterated; a million-message prompt is still far below them).
 var (
 	maxOutputBytes = 64 << 20
-	maxSteps       = 20_000_000
+	maxSteps       = 10_000_000
 	maxCallDepth   = 64
 )
 
@@ -225,12 +225,18 @@ func (r *renderer) execFor(n *forNode) error {
 	if len(items) == 0 {
 		return r.execBody(n.els)
 	}
+	// One loop dict per loop, updated in place each iteration: building a
+	// fresh one per item dominated the cost of long loops.
+	cur := 0
+	loop := newLoop(items, &cur)
 	for i, it := range items {
 		frame := map[string]any{}
 		if err := bind(frame, it); err != nil {
 			return err
 		}
-		frame["loop"] = loopInfo(items, i)
+		cur = i
+		updateLoop(loop, items, i)
+		frame["loop"] = loop
 		r.push(frame)
 		err := r.execBody(n.body)
 		r.pop()
@@ -244,36 +250,45 @@ func (r *renderer) execFor(n *forNode) error {
 	return nil
 }
 
-// loopInfo builds Jinja's loop variable for iteration i.
-func loopInfo(items []any, i int) *dict {
-	n := len(items)
+// newLoop builds Jinja's loop variable; *cur is the current index, read by
+// loop.cycle.
+func newLoop(items []any, cur *int) *dict {
 	d := newDict()
-	d.set("index0", int64(i))
-	d.set("index", int64(i+1))
-	d.set("revindex0", int64(n-1-i))
-	d.set("revindex", int64(n-i))
-	d.set("first", i == 0)
-	d.set("last", i == n-1)
-	d.set("length", int64(n))
-	d.set("depth", int64(1))
-	d.set("depth0", int64(0))
-	if i > 0 {
-		d.set("previtem", items[i-1])
-	} else {
-		d.set("previtem", undefined{name: "previtem"})
+	for _, k := range []string{"index0", "index", "revindex0", "revindex", "first", "last",
+		"length", "depth", "depth0", "previtem", "nextitem"} {
+		d.set(k, nil)
 	}
-	if i < n-1 {
-		d.set("nextitem", items[i+1])
-	} else {
-		d.set("nextitem", undefined{name: "nextitem"})
-	}
+	d.m["length"] = int64(len(items))
+	d.m["depth"] = int64(1)
+	d.m["depth0"] = int64(0)
 	d.set("cycle", &function{name: "loop.cycle", fn: func(_ *renderer, a *args) (any, error) {
 		if len(a.pos) == 0 {
 			return nil, errors.New("loop.cycle needs at least one argument")
 		}
-		return a.pos[i%len(a.pos)], nil
+		return a.pos[*cur%len(a.pos)], nil
 	}})
 	return d
+}
+
+// updateLoop sets the per-iteration fields of loop for iteration i.
+func updateLoop(d *dict, items []any, i int) {
+	n := len(items)
+	d.m["index0"] = int64(i)
+	d.m["index"] = int64(i + 1)
+	d.m["revindex0"] = int64(n - 1 - i)
+	d.m["revindex"] = int64(n - i)
+	d.m["first"] = i == 0
+	d.m["last"] = i == n-1
+	if i > 0 {
+		d.m["previtem"] = items[i-1]
+	} else {
+		d.m["previtem"] = undefined{name: "previtem"}
+	}
+	if i < n-1 {
+		d.m["nextitem"] = items[i+1]
+	} else {
+		d.m["nextitem"] = undefined{name: "nextitem"}
+	}
 }
 
 // makeMacro turns a macro definition into a callable. Macros see the

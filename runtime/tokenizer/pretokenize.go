@@ -605,9 +605,10 @@ func (r runeRanges) has(c rune) bool {
 	return false
 }
 
-// parseRanges reads a bracket body such as "A-Za-zµÀ-Ö" into ranges. The
-// regexes below keep llama.cpp's literal class text, which is easier to
-// check against the source than hand-converted numbers.
+// parseRanges reads a bracket body such as "A-Za-z\u00b5" into ranges. The
+// classes below are llama.cpp's literal class text with every non-ASCII
+// character escaped: the source holds lookalikes (U+212A KELVIN SIGN,
+// U+2126 OHM SIGN) that tools silently normalize to K and Ω.
 func parseRanges(s string) runeRanges {
 	rs := []rune(s)
 	var out runeRanges
@@ -772,7 +773,7 @@ var (
 	stNumAll       = regexStage{classRun(cNumber, false)}
 	stDigit3       = regexStage{threeDigits}
 	stCRLF         = regexStage{wideRun(parseRanges("\r\n"), true)}
-	stCJK          = regexStage{wideRun(parseRanges("一-龥ࠀ-一가-퟿"), false)}
+	stCJK          = regexStage{wideRun(parseRanges("\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff"), false)}
 	// [\p{P}\$\+<=>\^~\|]+
 	stPunctDefault = regexStage{classRun(func(c byte) bool {
 		return cPunct(c) || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '~' || c == '|'
@@ -786,8 +787,8 @@ var (
 	stBloom  = regexStage{bloomMatch}
 	stDSLLM  = []stage{
 		stCRLF,
-		regexStage{wideOptSpaceRun(parseRanges("A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃"))},
-		regexStage{wideOptSpaceRun(parseRanges("!-/:-~！-／：-～‘-‟　-。"))},
+		regexStage{wideOptSpaceRun(parseRanges("A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943"))},
+		regexStage{wideOptSpaceRun(parseRanges("!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002"))},
 		funcStage(trailingSpace),
 		stCJK,
 		stNumAll,
@@ -814,7 +815,7 @@ func init() {
 	set(preType{stages: stDSLLM}, "deepseek-llm")
 	set(preType{stages: []stage{stCRLF, regexStage{func(t *text, i, hi int) int { return optSpaceCharRun(t, i, hi, cLetter) }},
 		regexStage{func(t *text, i, hi int) int { return optSpaceCharRun(t, i, hi, cPunct) }}, stCJK, stNumOne}}, "deepseek-coder")
-	set(preType{stages: []stage{regexStage{numberUpTo(3)}, regexStage{wideRun(parseRanges("一-龥぀-ゟ゠-ヿ"), false)}, regexStage{deepseek3Match}}}, "deepseek-v3")
+	set(preType{stages: []stage{regexStage{numberUpTo(3)}, regexStage{wideRun(parseRanges("\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff"), false)}, regexStage{deepseek3Match}}}, "deepseek-v3")
 	set(preType{stages: []stage{stPunctFalcon, stGPT2, stDigit3}, cleanSpaces: true}, "falcon")
 	set(gpt2, "mpt", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "olmo", "jais")
 	set(starcoder, "starcoder", "refact", "codeshell", "exaone", "minerva-7b")

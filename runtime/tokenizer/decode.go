@@ -1,0 +1,190 @@
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Piece returns the bytes of a token as llama.cpp's token_to_piece with
+// special=false: byte tokens give their byte, SPM's '▁' becomes ' ',
+// byte-level BPE text is mapped back to bytes, and control and unknown
+// tokens give nothing. Out-of-range ids give nil.
+func (t *Tokenizer) Piece(id int32) []byte { return t.TokenToPiece(id, false) }
+
+// TokenToPiece is Piece with llama.cpp's special flag: when special is set,
+// control and unknown tokens give their text.
+func (t *Tokenizer) TokenToPiece(id int32, special bool) []byte {
+	if id < 0 || int(id) >= len(t.text) {
+		return nil
+	}
+	a := t.attr[id]
+	if !special && a&(attrUnknown|attrControl) != 0 {
+		return nil
+	}
+	s := t.text[id]
+	if a&(attrUnknown|attrControl|attrUserDefined) != 0 {
+		return []byte(s)
+	}
+	switch t.kind {
+	case kindSPM, kindWPM:
+		if a&attrNormal != 0 {
+			return []byte(strings.ReplaceAll(s, "\u2581", " "))
+		}
+		if a&attrByte != 0 {
+			return []byte{byteTokenValue(s)}
+		}
+	case kindBPE:
+		if a&attrNormal != 0 {
+			return decodeByteLevel(s)
+		}
+	}
+	// unused, undefined and (for BPE) byte tokens print nothing, as in
+	// llama.cpp.
+	return nil
+}
+
+// byteTokenValue parses "<0xXX>" as llama.cpp's token_to_byte does
+// (strtol of the two characters after "<0x"; garbage gives 0).
+func byteTokenValue(s string) byte {
+	if len(s) < 5 {
+		return 0
+	}
+	var v byte
+	for _, c := range []byte(s[3:5]) {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | (c - '0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | (c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			v = v<<4 | (c - 'A' + 10)
+		default:
+			return v
+		}
+	}
+	return v
+}
+
+// decodeByteLevel maps GPT-2 byte characters back to bytes
+// (llama_decode_text); a character outside the mapping is written as
+// "[UNK_BYTE_0x..<text>]" like llama.cpp does.
+func decodeByteLevel(s string) []byte {
+	out := make([]byte, 0, len(s))
+	var buf []byte
+	for _, c := range decodeCpts(s, nil) {
+		buf = appendCpt(buf[:0], c)
+		if b, ok := unicodeByte[string(buf)]; ok {
+			out = append(out, b)
+			continue
+		}
+		out = append(out, "[UNK_BYTE_0x"...)
+		for _, x := range buf {
+			out = fmt.Appendf(out, "%02x", x)
+		}
+		out = append(out, s...)
+		out = append(out, ']')
+	}
+	return out
+}
+
+// Decode turns ids into text like llama.cpp's detokenize with
+// remove_special=false and unparse_special=false: control tokens vanish,
+// SPM drops the leading space of the first token (the one its encoder
+// added), and for vocabularies that ask for it the spaces the GPT-2 style
+// tokenizers put before punctuation and contractions are cleaned up.
+func (t *Tokenizer) Decode(ids []int32) string { return t.Detokenize(ids, false, false) }
+
+// Detokenize is llama.cpp's detokenize. removeSpecial drops a leading BOS
+// and trailing EOS that the vocabulary adds itself (and then keeps the
+// space after BOS); unparseSpecial writes control tokens as text.
+func (t *Tokenizer) Detokenize(ids []int32, removeSpecial, unparseSpecial bool) string {
+	removeSpace := t.v.AddSpacePrefix
+	if removeSpecial && t.v.AddBOS && len(ids) > 0 && ids[0] == t.v.BOS {
+		removeSpace = false
+		ids = ids[1:]
+	}
+	if removeSpecial && t.v.AddEOS && len(ids) > 0 && ids[len(ids)-1] == t.v.EOS {
+		ids = ids[:len(ids)-1]
+	}
+	var out []byte
+	for _, id := range ids {
+		p := t.TokenToPiece(id, unparseSpecial)
+		if removeSpace && len(p) > 0 && p[0] == ' ' {
+			p = p[1:]
+		}
+		removeSpace = false
+		out = append(out, p...)
+	}
+	if t.cleanSpaces() {
+		out = cleanSpaces(out)
+	}
+	return string(out)
+}
+
+// cleanSpaces reports whether detokenize runs clean_up_tokenization_spaces.
+func (t *Tokenizer) cleanSpaces() bool {
+	switch t.kind {
+	case kindBPE:
+		return t.pre.cleanSpaces
+	case kindWPM:
+		return true
+	}
+	return false
+}
+
+// cleanSpaces is llama.cpp's three-pass port of HF's
+// clean_up_tokenization: drop the space before ?!., ; drop the spaces
+// around a lone apostrophe; drop the space before 's 'm 're 've.
+func cleanSpaces(b []byte) []byte {
+	if len(b) == 0 {
+		return b
+	}
+	// pass 1: " ?", " !", " .", " ,"
+	n := 1
+	for i := 1; i < len(b); i++ {
+		x := b[i]
+		if b[i-1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',') {
+			n--
+		}
+		b[n] = x
+		n++
+	}
+	b = b[:n]
+	// pass 2: " ' " -> "'"
+	n = 1
+	for i := 1; i < len(b); i++ {
+		x := b[i]
+		if x == '\'' && i+1 < len(b) && b[i-1] == ' ' && b[i+1] == ' ' {
+			n--
+			b[i+1] = 0 // llama.cpp blanks the next space; the loop then skips it
+			i++
+			b[n] = x
+			n++
+			continue
+		}
+		b[n] = x
+		n++
+	}
+	b = b[:n]
+	// pass 3: " 's", " 'm", " 're", " 've"
+	n = 1
+	for i := 1; i < len(b); i++ {
+		x := b[i]
+		if b[i-1] == ' ' && x == '\'' && i+1 < len(b) {
+			x1 := b[i+1]
+			switch {
+			case x1 == 's' || x1 == 'm':
+				n--
+			case x1 == 't' || x1 == 'd':
+			case i+2 < len(b):
+				x2 := b[i+2]
+				if (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e') {
+					n--
+				}
+			}
+		}
+		b[n] = x
+		n++
+	}
+	return b[:n]
+}

@@ -1,0 +1,412 @@
+package quant
+
+// The k-quants pack 256 elements in a super-block with one or two f16 super
+// scales and small per-sub-block scales (and mins). All pair with Q8_K
+// activations. Every dot product below computes, per super-block, exact
+// int32 sums of quant*activation per sub-block, weights them by the integer
+// sub-block scales, and combines them as ggml's ggml_vec_dot_*_q8_K:
+//
+//	sum += d*x.d*sumi - dmin*x.d*summs
+//
+// where summs (the mins term) comes from Q8_K's bsums. Element e of a
+// super-block belongs to sub-block e/16 (Q2_K, Q3_K, Q6_K) or e/32 (Q4_K,
+// Q5_K).
+
+// Byte offsets inside each block type.
+const (
+	q2KScales, q2KQs, q2KD, q2KDmin  = 0, 16, 80, 82
+	q3KHmask, q3KQs, q3KScales, q3KD = 0, 32, 96, 108
+	q4KD, q4KDmin, q4KScales, q4KQs  = 0, 2, 4, 16
+	q5KD, q5KDmin, q5KScales, q5KQh  = 0, 2, 4, 16
+	q5KQs                            = 48
+	q6KQl, q6KQh, q6KScales, q6KD    = 0, 128, 192, 208
+)
+
+// scaleMinK4 unpacks the 12 scale bytes of Q4_K/Q5_K into eight 6-bit
+// scales and eight 6-bit mins (ggml's get_scale_min_k4): sub-blocks 0..3
+// keep theirs in the low six bits of bytes 0..3 (scales) and 4..7 (mins);
+// sub-blocks 4..7 keep the low four bits in the nibbles of bytes 8..11 and
+// the top two bits in the top bits of bytes 0..3 (scales) and 4..7 (mins).
+func scaleMinK4(s *[12]byte) (sc, mn [8]uint8) {
+	for j := 0; j < 4; j++ {
+		sc[j] = s[j] & 63
+		mn[j] = s[j+4] & 63
+		sc[j+4] = s[j+8]&15 | (s[j]>>6)<<4
+		mn[j+4] = s[j+8]>>4 | (s[j+4]>>6)<<4
+	}
+	return sc, mn
+}
+
+// scalesQ3K unpacks the 12 scale bytes of Q3_K into sixteen 6-bit scales
+// and removes their bias of 32. The low four bits of scale j are a nibble of
+// byte j%8 (low nibble for j < 8); the top two bits are bit pair j/4 of byte
+// 8 + j%4.
+func scalesQ3K(s *[12]byte) (sc [16]int32) {
+	for j := 0; j < 4; j++ {
+		h := s[8+j]
+		sc[j] = int32(s[j]&15|(h&3)<<4) - 32
+		sc[j+4] = int32(s[j+4]&15|(h>>2&3)<<4) - 32
+		sc[j+8] = int32(s[j]>>4|(h>>4&3)<<4) - 32
+		sc[j+12] = int32(s[j+4]>>4|(h>>6)<<4) - 32
+	}
+	return sc
+}
+
+// ---- dequantization: unpack each super-block to integer quants, then
+// scale them with ggml's float expressions in ggml's order.
+
+// unpackQ2K writes the 2-bit quants of a Q2_K block in element order: the
+// 64 qs bytes are two chunks of 32, and bit pair j of chunk byte l is element
+// 128*chunk + 32*j + l.
+func unpackQ2K(qs *[64]byte, out *[qkK]int32) {
+	for c := 0; c < 2; c++ {
+		for l := 0; l < 32; l++ {
+			v := qs[32*c+l]
+			for j := 0; j < 4; j++ {
+				out[128*c+32*j+l] = int32(v >> (2 * j) & 3)
+			}
+		}
+	}
+}
+
+func dequantQ2_K(src []byte, dst []float32) {
+	var q [qkK]int32
+	for i := 0; i+qkK <= len(dst); i += qkK {
+		b := (*[q2_KLen]byte)(src[i/qkK*q2_KLen:])
+		y := (*[qkK]float32)(dst[i:])
+		d, dmin := fp16(b[q2KD:]), fp16(b[q2KDmin:])
+		unpackQ2K((*[64]byte)(b[q2KQs:]), &q)
+		for s := 0; s < 16; s++ {
+			sc := b[q2KScales+s]
+			dl, ml := d*float32(sc&15), dmin*float32(sc>>4)
+			for l := 16 * s; l < 16*s+16; l++ {
+				y[l] = dl*float32(q[l]) - ml
+			}
+		}
+	}
+}
+
+func dequantQ3_K(src []byte, dst []float32) {
+	var q [qkK]int32
+	for i := 0; i+qkK <= len(dst); i += qkK {
+		b := (*[q3_KLen]byte)(src[i/qkK*q3_KLen:])
+		y := (*[qkK]float32)(dst[i:])
+		d := fp16(b[q3KD:])
+		// The low two bits are laid out as in Q2_K; element e's third bit is
+		// bit e/32 of hmask[e%32], and a clear bit means "subtract 4".
+		unpackQ2K((*[64]byte)(b[q3KQs:]), &q)
+		hm := (*[32]byte)(b[q3KHmask:])
+		for e := range q {
+			if hm[e%32]>>(e/32)&1 == 0 {
+				q[e] -= 4
+			}
+		}
+		sc := scalesQ3K((*[12]byte)(b[q3KScales:]))
+		for s := 0; s < 16; s++ {
+			dl := d * float32(sc[s])
+			for l := 16 * s; l < 16*s+16; l++ {
+				y[l] = dl * float32(q[l])
+			}
+		}
+	}
+}
+
+// unpackQ4K writes the nibbles of 128 qs bytes in element order: chunk c of
+// 32 bytes holds elements 64c..64c+31 in its low nibbles and 64c+32..64c+63
+// in its high nibbles.
+func unpackQ4K(qs *[128]byte, out *[qkK]int32) {
+	for c := 0; c < 4; c++ {
+		for l := 0; l < 32; l++ {
+			v := qs[32*c+l]
+			out[64*c+l] = int32(v & 15)
+			out[64*c+32+l] = int32(v >> 4)
+		}
+	}
+}
+
+// dequantK4 scales quants by the 6-bit scales and mins of Q4_K/Q5_K.
+func dequantK4(q *[qkK]int32, scales *[12]byte, d, dmin float32, y *[qkK]float32) {
+	sc, mn := scaleMinK4(scales)
+	for s := 0; s < 8; s++ {
+		ds, ms := d*float32(sc[s]), dmin*float32(mn[s])
+		for l := 32 * s; l < 32*s+32; l++ {
+			y[l] = ds*float32(q[l]) - ms
+		}
+	}
+}
+
+func dequantQ4_K(src []byte, dst []float32) {
+	var q [qkK]int32
+	for i := 0; i+qkK <= len(dst); i += qkK {
+		b := (*[q4_KLen]byte)(src[i/qkK*q4_KLen:])
+		unpackQ4K((*[128]byte)(b[q4KQs:]), &q)
+		dequantK4(&q, (*[12]byte)(b[q4KScales:]), fp16(b[q4KD:]), fp16(b[q4KDmin:]), (*[qkK]float32)(dst[i:]))
+	}
+}
+
+func dequantQ5_K(src []byte, dst []float32) {
+	var q [qkK]int32
+	for i := 0; i+qkK <= len(dst); i += qkK {
+		b := (*[q5_KLen]byte)(src[i/qkK*q5_KLen:])
+		unpackQ4K((*[128]byte)(b[q5KQs:]), &q)
+		// Element e's fifth bit is bit e/32 of qh[e%32].
+		qh := (*[32]byte)(b[q5KQh:])
+		for e := range q {
+			q[e] |= int32(qh[e%32]>>(e/32)&1) << 4
+		}
+		dequantK4(&q, (*[12]byte)(b[q5KScales:]), fp16(b[q5KD:]), fp16(b[q5KDmin:]), (*[qkK]float32)(dst[i:]))
+	}
+}
+
+func dequantQ6_K(src []byte, dst []float32) {
+	for i := 0; i+qkK <= len(dst); i += qkK {
+		b := (*[q6_KLen]byte)(src[i/qkK*q6_KLen:])
+		y := (*[qkK]float32)(dst[i:])
+		d := fp16(b[q6KD:])
+		// Each half of 128 elements uses 64 ql bytes and 32 qh bytes: ql
+		// byte l (l < 64) gives elements l (low nibble) and l+64 (high
+		// nibble); qh byte l (l < 32) gives the top two bits of elements l,
+		// l+32, l+64, l+96 in its four bit pairs.
+		for h := 0; h < 2; h++ {
+			for e := 0; e < 128; e++ {
+				l := e % 64
+				v := b[q6KQl+64*h+l]
+				if e >= 64 {
+					v >>= 4
+				}
+				hb := b[q6KQh+32*h+e%32] >> (2 * (e / 32)) & 3
+				q := int32(v&15|hb<<4) - 32
+				s := int8(b[q6KScales+(128*h+e)/16])
+				y[128*h+e] = d * float32(s) * float32(q)
+			}
+		}
+	}
+}
+
+// ---- dot products. The helpers work on fixed-size array views so the
+// compiler drops bounds checks, and keep four independent accumulators.
+
+// q2Half returns, for 16 bytes of 2-bit quants, the four sums
+// a_j = sum_l ((q[l]>>2j)&3) * y[32j+l].
+func q2Half(q *[16]byte, y *[112]byte) (a0, a1, a2, a3 int32) {
+	for l := 0; l < 16; l++ {
+		v := q[l]
+		a0 += int32(v&3) * int32(int8(y[l]))
+		a1 += int32(v>>2&3) * int32(int8(y[l+32]))
+		a2 += int32(v>>4&3) * int32(int8(y[l+64]))
+		a3 += int32(v>>6) * int32(int8(y[l+96]))
+	}
+	return
+}
+
+// dotQ2_K is ggml_vec_dot_q2_K_q8_K.
+func dotQ2_K(n int, w, x []byte) float32 {
+	nb := n / qkK
+	w = w[:nb*q2_KLen]
+	x = x[:nb*q8_KLen]
+	var sum float32
+	for i := 0; i < nb; i++ {
+		a := (*[q2_KLen]byte)(w[i*q2_KLen:])
+		xd, y, bs := q8KHeader((*[q8_KLen]byte)(x[i*q8_KLen:]))
+		sc := (*[16]byte)(a[q2KScales:])
+		var summs, isum int32
+		for j := 0; j < 16; j++ {
+			summs += bsum(bs, j) * int32(sc[j]>>4)
+		}
+		for c := 0; c < 2; c++ {
+			q := a[q2KQs+32*c:]
+			yc := y[128*c:]
+			// Sub-block 8c+2j is bit pair j of q[0:16], 8c+2j+1 of q[16:32].
+			a0, a1, a2, a3 := q2Half((*[16]byte)(q), (*[112]byte)(yc))
+			b0, b1, b2, b3 := q2Half((*[16]byte)(q[16:]), (*[112]byte)(yc[16:]))
+			s := (*[8]byte)(sc[8*c:])
+			isum += int32(s[0]&15)*a0 + int32(s[1]&15)*b0 +
+				int32(s[2]&15)*a1 + int32(s[3]&15)*b1 +
+				int32(s[4]&15)*a2 + int32(s[5]&15)*b2 +
+				int32(s[6]&15)*a3 + int32(s[7]&15)*b3
+		}
+		dall := xd * fp16(a[q2KD:])
+		dmin := xd * fp16(a[q2KDmin:])
+		sum += dall*float32(isum) - dmin*float32(summs)
+	}
+	return sum
+}
+
+// q3Half is q2Half for Q3_K: bit hs+j of hm[l] is the third bit of the
+// quant in bit pair j, and the 3-bit quant is biased by 4.
+func q3Half(q, hm *[16]byte, hs uint, y *[112]byte) (a0, a1, a2, a3 int32) {
+	for l := 0; l < 16; l++ {
+		v := q[l]
+		h := hm[l] >> hs
+		a0 += (int32(v&3|(h&1)<<2) - 4) * int32(int8(y[l]))
+		a1 += (int32(v>>2&3|(h>>1&1)<<2) - 4) * int32(int8(y[l+32]))
+		a2 += (int32(v>>4&3|(h>>2&1)<<2) - 4) * int32(int8(y[l+64]))
+		a3 += (int32(v>>6|(h>>3&1)<<2) - 4) * int32(int8(y[l+96]))
+	}
+	return
+}
+
+// dotQ3_K is ggml_vec_dot_q3_K_q8_K (no mins: the bias is in the quants).
+func dotQ3_K(n int, w, x []byte) float32 {
+	nb := n / qkK
+	w = w[:nb*q3_KLen]
+	x = x[:nb*q8_KLen]
+	var sum float32
+	for i := 0; i < nb; i++ {
+		a := (*[q3_KLen]byte)(w[i*q3_KLen:])
+		xd, y, _ := q8KHeader((*[q8_KLen]byte)(x[i*q8_KLen:]))
+		sc := scalesQ3K((*[12]byte)(a[q3KScales:]))
+		hm := a[q3KHmask:]
+		var isum int32
+		for c := 0; c < 2; c++ {
+			q := a[q3KQs+32*c:]
+			yc := y[128*c:]
+			hs := uint(4 * c)
+			a0, a1, a2, a3 := q3Half((*[16]byte)(q), (*[16]byte)(hm), hs, (*[112]byte)(yc))
+			b0, b1, b2, b3 := q3Half((*[16]byte)(q[16:]), (*[16]byte)(hm[16:]), hs, (*[112]byte)(yc[16:]))
+			s := (*[8]int32)(sc[8*c:])
+			isum += s[0]*a0 + s[1]*b0 + s[2]*a1 + s[3]*b1 +
+				s[4]*a2 + s[5]*b2 + s[6]*a3 + s[7]*b3
+		}
+		sum += (fp16(a[q3KD:]) * xd) * float32(isum)
+	}
+	return sum
+}
+
+// nib32 returns, for 32 bytes of nibbles, lo = sum(q[l]&15 * y[l]) and
+// hi = sum(q[l]>>4 * y[32+l]).
+func nib32(q *[32]byte, y *[64]byte) (lo, hi int32) {
+	var l0, l1, h0, h1 int32
+	for l := 0; l < 16; l++ {
+		a, b := q[l], q[l+16]
+		l0 += int32(a&15) * int32(int8(y[l]))
+		l1 += int32(b&15) * int32(int8(y[l+16]))
+		h0 += int32(a>>4) * int32(int8(y[l+32]))
+		h1 += int32(b>>4) * int32(int8(y[l+48]))
+	}
+	return l0 + l1, h0 + h1
+}
+
+// nib32H is nib32 for Q5_K: bit hs of qh[l] is the fifth bit of the low
+// nibble's quant and bit hs+1 that of the high nibble's.
+func nib32H(q, qh *[32]byte, hs uint, y *[64]byte) (lo, hi int32) {
+	var l0, l1, h0, h1 int32
+	for l := 0; l < 16; l++ {
+		a, b := q[l], q[l+16]
+		ha, hb := qh[l]>>hs, qh[l+16]>>hs
+		l0 += int32(a&15|(ha&1)<<4) * int32(int8(y[l]))
+		l1 += int32(b&15|(hb&1)<<4) * int32(int8(y[l+16]))
+		h0 += int32(a>>4|(ha&2)<<3) * int32(int8(y[l+32]))
+		h1 += int32(b>>4|(hb&2)<<3) * int32(int8(y[l+48]))
+	}
+	return l0 + l1, h0 + h1
+}
+
+// minsK4 is the mins term of Q4_K/Q5_K: sum over the 16 bsums of
+// bsum * min of the 32-element sub-block holding that group.
+func minsK4(bs *[32]byte, mn *[8]uint8) int32 {
+	var s int32
+	for j := 0; j < 8; j++ {
+		s += (bsum(bs, 2*j) + bsum(bs, 2*j+1)) * int32(mn[j])
+	}
+	return s
+}
+
+// dotQ4_K is ggml_vec_dot_q4_K_q8_K.
+func dotQ4_K(n int, w, x []byte) float32 {
+	nb := n / qkK
+	w = w[:nb*q4_KLen]
+	x = x[:nb*q8_KLen]
+	var sum float32
+	for i := 0; i < nb; i++ {
+		a := (*[q4_KLen]byte)(w[i*q4_KLen:])
+		xd, y, bs := q8KHeader((*[q8_KLen]byte)(x[i*q8_KLen:]))
+		sc, mn := scaleMinK4((*[12]byte)(a[q4KScales:]))
+		var sumi int32
+		for c := 0; c < 4; c++ {
+			lo, hi := nib32((*[32]byte)(a[q4KQs+32*c:]), (*[64]byte)(y[64*c:]))
+			sumi += int32(sc[2*c])*lo + int32(sc[2*c+1])*hi
+		}
+		d := fp16(a[q4KD:]) * xd
+		dmin := fp16(a[q4KDmin:]) * xd
+		sum += d*float32(sumi) - dmin*float32(minsK4(bs, &mn))
+	}
+	return sum
+}
+
+// dotQ5_K is ggml_vec_dot_q5_K_q8_K.
+func dotQ5_K(n int, w, x []byte) float32 {
+	nb := n / qkK
+	w = w[:nb*q5_KLen]
+	x = x[:nb*q8_KLen]
+	var sum float32
+	for i := 0; i < nb; i++ {
+		a := (*[q5_KLen]byte)(w[i*q5_KLen:])
+		xd, y, bs := q8KHeader((*[q8_KLen]byte)(x[i*q8_KLen:]))
+		sc, mn := scaleMinK4((*[12]byte)(a[q5KScales:]))
+		qh := (*[32]byte)(a[q5KQh:])
+		var sumi int32
+		for c := 0; c < 4; c++ {
+			lo, hi := nib32H((*[32]byte)(a[q5KQs+32*c:]), qh, uint(2*c), (*[64]byte)(y[64*c:]))
+			sumi += int32(sc[2*c])*lo + int32(sc[2*c+1])*hi
+		}
+		d := fp16(a[q5KD:]) * xd
+		dmin := fp16(a[q5KDmin:]) * xd
+		sum += d*float32(sumi) - dmin*float32(minsK4(bs, &mn))
+	}
+	return sum
+}
+
+// q6Half returns the eight 16-element sub-block sums of one 128-element
+// half of a Q6_K block: s[k+2p] for quarter p (elements 32p..32p+31) and
+// k = 0 for its first 16 elements, 1 for the rest.
+func q6Half(ql *[64]byte, qh *[32]byte, y *[128]byte) (s [8]int32) {
+	var a0, a1, a2, a3 int32
+	for l := 0; l < 16; l++ {
+		lo, hi, h := ql[l], ql[l+32], qh[l]
+		a0 += (int32(lo&15|(h&3)<<4) - 32) * int32(int8(y[l]))
+		a1 += (int32(hi&15|(h>>2&3)<<4) - 32) * int32(int8(y[l+32]))
+		a2 += (int32(lo>>4|(h>>4&3)<<4) - 32) * int32(int8(y[l+64]))
+		a3 += (int32(hi>>4|(h>>6)<<4) - 32) * int32(int8(y[l+96]))
+	}
+	s[0], s[2], s[4], s[6] = a0, a1, a2, a3
+	a0, a1, a2, a3 = 0, 0, 0, 0
+	for l := 16; l < 32; l++ {
+		lo, hi, h := ql[l], ql[l+32], qh[l]
+		a0 += (int32(lo&15|(h&3)<<4) - 32) * int32(int8(y[l]))
+		a1 += (int32(hi&15|(h>>2&3)<<4) - 32) * int32(int8(y[l+32]))
+		a2 += (int32(lo>>4|(h>>4&3)<<4) - 32) * int32(int8(y[l+64]))
+		a3 += (int32(hi>>4|(h>>6)<<4) - 32) * int32(int8(y[l+96]))
+	}
+	s[1], s[3], s[5], s[7] = a0, a1, a2, a3
+	return s
+}
+
+// dotQ6_K is ggml_vec_dot_q6_K_q8_K (signed scales, no mins).
+func dotQ6_K(n int, w, x []byte) float32 {
+	nb := n / qkK
+	w = w[:nb*q6_KLen]
+	x = x[:nb*q8_KLen]
+	var sum float32
+	for i := 0; i < nb; i++ {
+		a := (*[q6_KLen]byte)(w[i*q6_KLen:])
+		xd, y, _ := q8KHeader((*[q8_KLen]byte)(x[i*q8_KLen:]))
+		var isum int32
+		for h := 0; h < 2; h++ {
+			s := q6Half((*[64]byte)(a[q6KQl+64*h:]), (*[32]byte)(a[q6KQh+32*h:]), (*[128]byte)(y[128*h:]))
+			sc := (*[8]byte)(a[q6KScales+8*h:])
+			for j, v := range s {
+				isum += int32(int8(sc[j])) * v
+			}
+		}
+		sum += (fp16(a[q6KD:]) * xd) * float32(isum)
+	}
+	return sum
+}
+
+// Compile-time checks that the offsets above add up to the block sizes.
+var _ = [1]struct{}{}[q2KDmin+2-q2_KLen]
+var _ = [1]struct{}{}[q3KD+2-q3_KLen]
+var _ = [1]struct{}{}[q4KQs+128-q4_KLen]
+var _ = [1]struct{}{}[q5KQs+128-q5_KLen]
+var _ = [1]struct{}{}[q6KD+2-q6_KLen]

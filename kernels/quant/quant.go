@@ -1,0 +1,208 @@
+// Package quant decodes ggml's weight formats, quantizes activations the way
+// ggml's CPU backend does, and computes the row dot products of a
+// matrix-vector product between a weight row and quantized activations.
+//
+// Everything here is pure Go and allocation-free on the hot path. It is the
+// portable fallback and the numerical oracle for any assembly kernels: the
+// integer parts of every dot product are exact and the float combination has
+// the same shape as ggml's reference C (ggml-quants.c and
+// ggml-cpu/ggml-cpu-quants.c), so results agree with llama.cpp's CPU backend
+// up to float32 summation order.
+//
+// Block layouts (all little-endian, f16 scales unless noted), sizes as in
+// format/ggml:
+//
+//	Q4_0 {d; qs[16]}                          18 bytes / 32
+//	Q4_1 {d; m; qs[16]}                       20 bytes / 32
+//	Q5_0 {d; qh[4]; qs[16]}                   22 bytes / 32
+//	Q5_1 {d; m; qh[4]; qs[16]}                24 bytes / 32
+//	Q8_0 {d; int8 qs[32]}                     34 bytes / 32
+//	Q8_1 {d; s; int8 qs[32]}                  36 bytes / 32
+//	Q2_K {scales[16]; qs[64]; d; dmin}        84 bytes / 256
+//	Q3_K {hmask[32]; qs[64]; scales[12]; d}  110 bytes / 256
+//	Q4_K {d; dmin; scales[12]; qs[128]}      144 bytes / 256
+//	Q5_K {d; dmin; scales[12]; qh[32]; qs[128]} 176 bytes / 256
+//	Q6_K {ql[128]; qh[64]; int8 scales[16]; d}  210 bytes / 256
+//	Q8_K {f32 d; int8 qs[256]; int16 bsums[16]} 292 bytes / 256
+package quant
+
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// Block geometry used by the kernels. These restate format/ggml's table as
+// constants so the compiler can prove slice bounds; init checks they agree.
+const (
+	qk      = 32 // elements per block of the legacy quants (Q4_0 … Q8_1)
+	qkK     = ggml.QK_K
+	q4_0Len = 18
+	q4_1Len = 20
+	q5_0Len = 22
+	q5_1Len = 24
+	q8_0Len = 34
+	q8_1Len = 36
+	q2_KLen = 84
+	q3_KLen = 110
+	q4_KLen = 144
+	q5_KLen = 176
+	q6_KLen = 210
+	q8_KLen = 292
+)
+
+// kernel is everything the package knows about one type. A nil field means
+// the operation is not supported for that type.
+type kernel struct {
+	blockSize  int
+	blockBytes int
+	// dequant decodes len(dst) elements; src holds exactly the row's bytes.
+	dequant func(src []byte, dst []float32)
+	// quant encodes activations (only for the vec-dot types).
+	quant func(x []float32, dst []byte)
+	// dot is the row dot product with activations in vecDot's type.
+	dot    func(n int, w, x []byte) float32
+	vecDot ggml.Type
+}
+
+// maxType bounds the kernel table; ggml type ids are small.
+const maxType = 32
+
+// kernels is indexed by ggml.Type: it is the single truth of which type
+// decodes how, which activation type it pairs with, and which dot kernel
+// runs. Dispatch is one array load per row, not a switch per element.
+var kernels [maxType]kernel
+
+func init() {
+	set := func(t ggml.Type, k kernel) {
+		ti, ok := t.Info()
+		if !ok || ti.BlockSize != k.blockSize || ti.BlockBytes != k.blockBytes {
+			panic(fmt.Sprintf("quant: geometry of %v disagrees with format/ggml", t))
+		}
+		kernels[t] = k
+	}
+	set(ggml.F32, kernel{1, 4, dequantF32, quantF32, dotF32, ggml.F32})
+	set(ggml.F16, kernel{1, 2, dequantF16, quantF16, dotF16, ggml.F16})
+	set(ggml.BF16, kernel{1, 2, dequantBF16, quantBF16, dotBF16, ggml.BF16})
+	set(ggml.Q4_0, kernel{qk, q4_0Len, dequantQ4_0, nil, dotQ4_0, ggml.Q8_0})
+	set(ggml.Q4_1, kernel{qk, q4_1Len, dequantQ4_1, nil, dotQ4_1, ggml.Q8_1})
+	set(ggml.Q5_0, kernel{qk, q5_0Len, dequantQ5_0, nil, dotQ5_0, ggml.Q8_0})
+	set(ggml.Q5_1, kernel{qk, q5_1Len, dequantQ5_1, nil, dotQ5_1, ggml.Q8_1})
+	set(ggml.Q8_0, kernel{qk, q8_0Len, dequantQ8_0, quantQ8_0, dotQ8_0, ggml.Q8_0})
+	// Q8_1 and Q8_K only ever hold activations: ggml has no vec_dot with
+	// them as the weight side, so dot stays nil.
+	set(ggml.Q8_1, kernel{qk, q8_1Len, dequantQ8_1, quantQ8_1, nil, ggml.Q8_1})
+	set(ggml.Q2_K, kernel{qkK, q2_KLen, dequantQ2_K, nil, dotQ2_K, ggml.Q8_K})
+	set(ggml.Q3_K, kernel{qkK, q3_KLen, dequantQ3_K, nil, dotQ3_K, ggml.Q8_K})
+	set(ggml.Q4_K, kernel{qkK, q4_KLen, dequantQ4_K, nil, dotQ4_K, ggml.Q8_K})
+	set(ggml.Q5_K, kernel{qkK, q5_KLen, dequantQ5_K, nil, dotQ5_K, ggml.Q8_K})
+	set(ggml.Q6_K, kernel{qkK, q6_KLen, dequantQ6_K, nil, dotQ6_K, ggml.Q8_K})
+	set(ggml.Q8_K, kernel{qkK, q8_KLen, dequantQ8_K, quantQ8_K, nil, ggml.Q8_K})
+}
+
+// lookup returns t's kernel, or nil when t is not a type this package knows.
+func lookup(t ggml.Type) *kernel {
+	if uint32(t) >= maxType || kernels[t].blockSize == 0 {
+		return nil
+	}
+	return &kernels[t]
+}
+
+// rowBytes checks that n elements form whole blocks of k and returns their
+// byte count.
+func (k *kernel) rowBytes(t ggml.Type, n int) (int, error) {
+	if n < 0 || n%k.blockSize != 0 {
+		return 0, fmt.Errorf("quant: %v row of %d elements is not a multiple of the block size %d", t, n, k.blockSize)
+	}
+	return n / k.blockSize * k.blockBytes, nil
+}
+
+// Dequantize decodes n = len(dst) elements of type t from src, which must
+// hold at least the row's bytes (extra bytes are ignored). Supported: F32,
+// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K and Q8_K; the results are bit-identical to ggml's dequantize_row_*.
+// It fails when src is short, n is not a whole number of blocks, or t is not
+// supported.
+func Dequantize(t ggml.Type, src []byte, dst []float32) error {
+	k := lookup(t)
+	if k == nil || k.dequant == nil {
+		return fmt.Errorf("quant: cannot dequantize type %v", t)
+	}
+	nb, err := k.rowBytes(t, len(dst))
+	if err != nil {
+		return err
+	}
+	if len(src) < nb {
+		return fmt.Errorf("quant: %v row of %d elements needs %d bytes, have %d", t, len(dst), nb, len(src))
+	}
+	k.dequant(src[:nb], dst)
+	return nil
+}
+
+// VecDotType returns the type ggml's CPU backend quantizes activations to
+// before a dot product with a weight row of type t (its type_traits_cpu
+// vec_dot_type): F32, F16 and BF16 pair with themselves, Q4_0/Q5_0/Q8_0 with
+// Q8_0, Q4_1/Q5_1 with Q8_1 and the k-quants with Q8_K. For a type with no
+// dot product it returns t itself.
+func VecDotType(t ggml.Type) ggml.Type {
+	if k := lookup(t); k != nil {
+		return k.vecDot
+	}
+	return t
+}
+
+// QuantizeRow quantizes the activations x into dst as type vt, which must be
+// one of F32, F16, BF16, Q8_0, Q8_1 or Q8_K, exactly as ggml's CPU backend
+// does before a matrix-vector product (see quantQ8_0 for the one rounding
+// choice that differs from ggml's scalar reference). len(x) must be a
+// multiple of vt's block size and dst must hold the row's bytes.
+func QuantizeRow(vt ggml.Type, x []float32, dst []byte) error {
+	k := lookup(vt)
+	if k == nil || k.quant == nil {
+		return fmt.Errorf("quant: cannot quantize activations to type %v", vt)
+	}
+	nb, err := k.rowBytes(vt, len(x))
+	if err != nil {
+		return err
+	}
+	if len(dst) < nb {
+		return fmt.Errorf("quant: %v row of %d elements needs %d bytes, have %d", vt, len(x), nb, len(dst))
+	}
+	k.quant(x, dst[:nb])
+	return nil
+}
+
+// CheckVecDot reports whether VecDot(t, n, w, xq) is valid for a weight
+// slice of wLen bytes and activations of xqLen bytes: t must have a dot
+// product, n must be a whole number of blocks, and both slices must hold
+// their rows. Callers check once per matrix and then call VecDot per row.
+func CheckVecDot(t ggml.Type, n, wLen, xqLen int) error {
+	k := lookup(t)
+	if k == nil || k.dot == nil {
+		return fmt.Errorf("quant: no dot product for weight type %v", t)
+	}
+	wb, err := k.rowBytes(t, n)
+	if err != nil {
+		return err
+	}
+	if wLen < wb {
+		return fmt.Errorf("quant: %v weight row of %d elements needs %d bytes, have %d", t, n, wb, wLen)
+	}
+	xk := &kernels[k.vecDot]
+	xb, err := xk.rowBytes(k.vecDot, n)
+	if err != nil {
+		return err
+	}
+	if xqLen < xb {
+		return fmt.Errorf("quant: %v activations of %d elements need %d bytes, have %d", k.vecDot, n, xb, xqLen)
+	}
+	return nil
+}
+
+// VecDot returns the dot product of the n-element weight row w (type t)
+// with activations xq already quantized to VecDotType(t). It assumes the
+// sizes are valid (check them once with CheckVecDot); invalid ones may panic
+// with an index error. It does not allocate.
+func VecDot(t ggml.Type, n int, w []byte, xq []byte) float32 {
+	return kernels[t].dot(n, w, xq)
+}

@@ -772,15 +772,7 @@ func arith(op string, l, r any) (any, error) {
 			return m, nil
 		case "**":
 			if ri >= 0 {
-				p := math.Pow(float64(li), float64(ri))
-				if math.Abs(p) < 1<<62 {
-					res := int64(1)
-					for k := int64(0); k < ri; k++ {
-						res *= li
-					}
-					return res, nil
-				}
-				return nil, errors.New("integer power too large")
+				return intPow(li, ri)
 			}
 		}
 	}
@@ -814,6 +806,39 @@ func arith(op string, l, r any) (any, error) {
 		return math.Pow(lf, rf), nil
 	}
 	return nil, errors.New("unsupported operator " + op)
+}
+
+// intPow is exact integer power by squaring; it refuses results beyond
+// int64 (Python has big ints, templates never need them).
+func intPow(base, exp int64) (any, error) {
+	res := int64(1)
+	for exp > 0 {
+		var ok bool
+		if exp&1 == 1 {
+			if res, ok = mulCheck(res, base); !ok {
+				return nil, errors.New("integer power too large")
+			}
+		}
+		exp >>= 1
+		if exp > 0 {
+			if base, ok = mulCheck(base, base); !ok {
+				return nil, errors.New("integer power too large")
+			}
+		}
+	}
+	return res, nil
+}
+
+// mulCheck multiplies with overflow detection.
+func mulCheck(a, b int64) (int64, bool) {
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	c := a * b
+	if c/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+		return 0, false
+	}
+	return c, true
 }
 
 // contains is Python's "needle in haystack".

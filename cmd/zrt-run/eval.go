@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// evalStep is one scored position: the K largest logits as [id, logit].
+type evalStep struct {
+	Top [][2]float64 `json:"top"`
+}
+
+// evalResult is the output of `zrt-run eval`, shaped like the reference files.
+type evalResult struct {
+	NVocab int        `json:"n_vocab"`
+	Steps  []evalStep `json:"steps"`
+	Logits []float32  `json:"logits,omitempty"`
+}
+
+func evalCmd() *cobra.Command {
+	var ef engineFlags
+	var tokens string
+	var from, top int
+	var withLogits bool
+	c := &cobra.Command{
+		Use:   "eval BUNDLE --tokens IDS --from N",
+		Short: "Teacher-forced scoring: logits after each token from index N-1 on, as JSON",
+		Long: `eval feeds the whole token list: the first N tokens as one prefill, the
+rest one decode step at a time. Step i holds the logits after token index
+N-1+i, so step 0 predicts the token at index N. --logits adds step 0's
+full logit vector.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseTokens(tokens)
+			if err != nil {
+				return err
+			}
+			if from < 1 || from > len(ids) {
+				return fmt.Errorf("--from %d must be in [1, %d] (the number of tokens)", from, len(ids))
+			}
+			e, err := ef.open(args[0])
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			seq, err := e.NewSequence()
+			if err != nil {
+				return err
+			}
+			defer seq.Release()
+			res := evalResult{NVocab: int(e.Hparams.NVocab)}
+			logits, err := seq.Prefill(cmd.Context(), ids[:from])
+			if err != nil {
+				return err
+			}
+			if withLogits {
+				res.Logits = logits
+			}
+			for i := from; ; i++ {
+				res.Steps = append(res.Steps, evalStep{Top: topK(logits, top)})
+				if i == len(ids) {
+					break
+				}
+				if logits, err = seq.Decode(cmd.Context(), ids[i]); err != nil {
+					return err
+				}
+			}
+			return writeJSON(cmd.OutOrStdout(), res)
+		},
+	}
+	ef.add(c)
+	c.Flags().StringVar(&tokens, "tokens", "", "token ids, comma or space separated (required)")
+	c.Flags().IntVar(&from, "from", 1, "number of tokens in the prefill; scoring starts after them")
+	c.Flags().IntVar(&top, "top", 8, "how many of the largest logits to list per step")
+	c.Flags().BoolVar(&withLogits, "logits", false, "include step 0's full logit vector")
+	c.MarkFlagRequired("tokens")
+	return c
+}
+
+func topK(l []float32, k int) [][2]float64 {
+	idx := make([]int, len(l))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return l[idx[a]] > l[idx[b]] })
+	out := make([][2]float64, 0, k)
+	for _, i := range idx[:min(k, len(idx))] {
+		out = append(out, [2]float64{float64(i), float64(l[i])})
+	}
+	return out
+}
+
+// writeJSON writes v compactly; float32 logits print with enough digits to
+// round-trip.
+func writeJSON(w io.Writer, v any) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func tokenizeCmd(reverse bool) *cobra.Command {
+	var ef engineFlags
+	var bos, special bool
+	use, short := "tokenize BUNDLE", "Read text on stdin, print token ids separated by spaces"
+	if reverse {
+		use, short = "detokenize BUNDLE", "Read token ids on stdin, print the text"
+	}
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := ef.open(args[0])
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			in, err := io.ReadAll(cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if reverse {
+				ids, err := parseTokens(string(in))
+				if err != nil {
+					return err
+				}
+				for _, id := range ids {
+					if id < 0 || int(id) >= e.Tok.NVocab() {
+						return fmt.Errorf("token id %d outside the vocabulary of %d", id, e.Tok.NVocab())
+					}
+				}
+				_, err = io.WriteString(cmd.OutOrStdout(), e.Tok.Decode(ids))
+				return err
+			}
+			ids := e.Tok.Encode(string(in), bos, special)
+			parts := make([]string, len(ids))
+			for i, id := range ids {
+				parts[i] = strconv.Itoa(int(id))
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(parts, " "))
+			return err
+		},
+	}
+	ef.add(c)
+	if !reverse {
+		c.Flags().BoolVar(&bos, "bos", false, "add BOS (and EOS) as the model's vocabulary says")
+		c.Flags().BoolVar(&special, "parse-special", false, "turn special-token text such as <|im_start|> into its id")
+	}
+	return c
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/chat"
+	"github.com/zrtdev/zrt/runtime/sample"
+)
+
+// engineFlags are shared by every command that loads a bundle.
+type engineFlags struct {
+	tier    string
+	threads int
+}
+
+func (f *engineFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
+	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
+}
+
+func (f *engineFlags) open(dir string) (*runtime.Engine, error) {
+	return runtime.Open(dir, runtime.Options{Tier: f.tier, Threads: f.threads,
+		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+}
+
+func parseTokens(s string) ([]int32, error) {
+	var out []int32
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		v, err := strconv.ParseInt(f, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("token list: %q is not a token id", f)
+		}
+		out = append(out, int32(v))
+	}
+	return out, nil
+}
+
+func generateCmd() *cobra.Command {
+	var ef engineFlags
+	var prompt, tokens, system string
+	var n int
+	var useChat, asJSON bool
+	var sp sample.Params
+	c := &cobra.Command{
+		Use:   "generate BUNDLE",
+		Short: "Generate text from a prompt, streaming it to stdout",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := ef.open(args[0])
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			var ids []int32
+			switch {
+			case tokens != "":
+				if ids, err = parseTokens(tokens); err != nil {
+					return err
+				}
+			case useChat:
+				msgs := []chat.Message{}
+				if system != "" {
+					msgs = append(msgs, chat.Message{Role: "system", Content: system})
+				}
+				msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
+				v := e.Tok.Vocab()
+				text, fallback, err := chat.Apply(v.ChatTemplate, msgs, chat.Options{AddGenerationPrompt: true,
+					BOSToken: e.Tok.TokenText(v.BOS), EOSToken: e.Tok.TokenText(v.EOS)})
+				if err != nil {
+					return fmt.Errorf("chat template: %w", err)
+				}
+				if fallback {
+					fmt.Fprintln(os.Stderr, "zrt-run: the model has no chat template; using a plain format")
+				}
+				ids = e.Tok.Encode(text, true, true)
+			default:
+				ids = e.Tok.Encode(prompt, true, false)
+			}
+			if len(ids) == 0 {
+				return fmt.Errorf("empty prompt: give --prompt or --tokens")
+			}
+			return generate(cmd, e, ids, n, sp, asJSON)
+		},
+	}
+	ef.add(c)
+	c.Flags().StringVarP(&prompt, "prompt", "p", "", "prompt text")
+	c.Flags().StringVar(&tokens, "tokens", "", "prompt as token ids (comma or space separated), instead of --prompt")
+	c.Flags().BoolVar(&useChat, "chat", false, "format the prompt with the model's chat template")
+	c.Flags().StringVar(&system, "system", "", "system message for --chat")
+	c.Flags().IntVarP(&n, "n", "n", 128, "tokens to generate at most")
+	c.Flags().Float64Var(&sp.Temperature, "temp", 0, "sampling temperature (0: greedy)")
+	c.Flags().IntVar(&sp.TopK, "top-k", 40, "keep the K most likely tokens (0: all)")
+	c.Flags().Float64Var(&sp.TopP, "top-p", 0.95, "nucleus sampling threshold (1: off)")
+	c.Flags().Float64Var(&sp.MinP, "min-p", 0.05, "drop tokens below this fraction of the best one's probability (0: off)")
+	c.Flags().Float64Var(&sp.RepeatPenalty, "repeat-penalty", 1, "repetition penalty (1: off)")
+	c.Flags().IntVar(&sp.RepeatLastN, "repeat-last-n", 64, "tokens the repetition penalty looks back over")
+	c.Flags().Uint64Var(&sp.Seed, "seed", 0, "random seed for sampling")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
+	return c
+}
+
+// Metrics is the one-line JSON summary of a run (seed 004).
+type Metrics struct {
+	PromptTokens    int     `json:"prompt_tokens"`
+	GeneratedTokens int     `json:"generated_tokens"`
+	TTFTms          float64 `json:"ttft_ms"`
+	PrefillTokS     float64 `json:"prefill_tok_s"`
+	DecodeTokS      float64 `json:"decode_tok_s"`
+	P50ms           float64 `json:"p50_token_ms"`
+	P95ms           float64 `json:"p95_token_ms"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	Tier            string  `json:"tier"`
+	Threads         int     `json:"threads,omitempty"`
+	Variant         string  `json:"variant"`
+	StopReason      string  `json:"stop_reason"`
+}
+
+func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp sample.Params, asJSON bool) error {
+	ctx := cmd.Context()
+	seq, err := e.NewSequence()
+	if err != nil {
+		return err
+	}
+	defer seq.Release()
+	out := cmd.OutOrStdout()
+	smp := sample.New(sp)
+	dec := e.Tok.NewStreamDecoder()
+	t0 := time.Now()
+	logits, err := seq.Prefill(ctx, ids)
+	if err != nil {
+		return err
+	}
+	ttft := time.Since(t0)
+	var lat []time.Duration
+	stop := "length"
+	tDecode := time.Now()
+	for i := 0; i < n; i++ {
+		tok := smp.Sample(logits, seq.Tokens)
+		if e.Tok.IsEOG(tok) {
+			stop = "eog"
+			break
+		}
+		fmt.Fprint(out, dec.Add(tok))
+		if i == n-1 {
+			break
+		}
+		if seq.Pos() >= int(e.Hparams.ContextLength) {
+			stop = "context"
+			break
+		}
+		ts := time.Now()
+		if logits, err = seq.Decode(ctx, tok); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(ts))
+	}
+	fmt.Fprintln(out, dec.Flush())
+	decodeDur := time.Since(tDecode)
+	if !asJSON {
+		return nil
+	}
+	m := Metrics{PromptTokens: len(ids), GeneratedTokens: len(lat) + 1, TTFTms: ms(ttft),
+		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: e.TierName(), Variant: "prefill+decode",
+		PeakRSSMiB: peakRSSMiB(), StopReason: stop}
+	if stop != "length" {
+		m.GeneratedTokens = len(lat)
+	}
+	if len(lat) > 0 {
+		m.DecodeTokS = float64(len(lat)) / decodeDur.Seconds()
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		m.P50ms, m.P95ms = ms(lat[len(lat)/2]), ms(lat[min(len(lat)-1, len(lat)*95/100)])
+	}
+	b, _ := json.Marshal(m)
+	fmt.Fprintln(cmd.ErrOrStderr(), string(b))
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// peakRSSMiB reads VmHWM from /proc/self/status (0 where unavailable).
+func peakRSSMiB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

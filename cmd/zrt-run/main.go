@@ -1,0 +1,30 @@
+// Command zrt-run loads a bundle built by zrtc and runs it: one-shot
+// generation, teacher-forced evaluation, tokenization and a tier probe.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	root := &cobra.Command{
+		Use:   "zrt-run",
+		Short: "Run compiled zrt bundles",
+		Long: `zrt-run mmaps a bundle written by 'zrtc build', validates it, picks an
+execution tier (ZRT_TIER=auto|cpu|cuda|t1|t2|metal) and replays it.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(generateCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "zrt-run:", err)
+		os.Exit(1)
+	}
+}

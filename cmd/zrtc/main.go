@@ -1,0 +1,170 @@
+// Command zrtc compiles a GGUF model and an optional TOML config into a
+// zrt bundle, and inspects every stage on the way.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/passes"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	root := &cobra.Command{
+		Use:   "zrtc",
+		Short: "Compile GGUF models into zrt bundles",
+		Long: `zrtc lowers a GGUF model plus an optional TOML model config through named
+IR passes into a bundle: .zrt kernel blobs, a flat graph file and a weights
+pack, for one target (cpu; cuda:sm_90 and amd:gfx1201 are planned).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       compiler.Version,
+	}
+	root.AddCommand(buildCmd(), configCmd(), passesCmd(), dumpCmd(), tokCmd(false), tokCmd(true))
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "zrtc:", err)
+		os.Exit(1)
+	}
+}
+
+func buildCmd() *cobra.Command {
+	var cfg, target, out string
+	var quiet, verifyEach bool
+	c := &cobra.Command{
+		Use:   "build MODEL.gguf -o OUT",
+		Short: "Compile a model into a bundle directory (written atomically)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("build: -o OUT is required")
+			}
+			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach}
+			if !quiet {
+				opt.Progress = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: "+f+"\n", a...) }
+			}
+			if err := compiler.Compile(cmd.Context(), args[0], out, opt); err != nil {
+				return err
+			}
+			if !quiet {
+				fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: wrote %s\n", out)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
+	c.Flags().StringVar(&target, "target", "", "compile target: cpu (default: the config's)")
+	c.Flags().StringVarP(&out, "out", "o", "", "output bundle directory")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
+	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")
+	return c
+}
+
+func configCmd() *cobra.Command {
+	var cfg string
+	c := &cobra.Command{
+		Use:   "config MODEL.gguf",
+		Short: "Print the effective model config as TOML (GGUF defaults, then --config overrides)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := gguf.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			c, err := config.Load(f, cfg)
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), c.TOML())
+			return err
+		},
+	}
+	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
+	return c
+}
+
+func passesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "passes",
+		Short: "Print the pass pipeline and its ordering constraints",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			w := cmd.OutOrStdout()
+			for i, p := range passes.Pipeline {
+				fmt.Fprintf(w, "%2d  %-10s %s\n", i+1, p.Name, p.Doc)
+			}
+			fmt.Fprintln(w, "\nconstraints:")
+			for _, c := range passes.Constraints {
+				fmt.Fprintf(w, "  %s before %s: %s\n", c.Before, c.After, c.Why)
+			}
+		},
+	}
+}
+
+func tokCmd(reverse bool) *cobra.Command {
+	var bos, special bool
+	use, short := "tokenize MODEL.gguf", "Read text on stdin, print token ids separated by spaces"
+	if reverse {
+		use, short = "detokenize MODEL.gguf", "Read token ids on stdin, print the text"
+	}
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := gguf.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			v, err := tokenizer.VocabFromGGUF(f)
+			if err != nil {
+				return err
+			}
+			t, err := tokenizer.New(v)
+			if err != nil {
+				return err
+			}
+			in, err := io.ReadAll(cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if reverse {
+				var ids []int32
+				for _, s := range strings.Fields(strings.ReplaceAll(string(in), ",", " ")) {
+					n, err := strconv.ParseInt(s, 10, 32)
+					if err != nil || n < 0 || int(n) >= t.NVocab() {
+						return fmt.Errorf("%q is not a token id of this %d-token vocabulary", s, t.NVocab())
+					}
+					ids = append(ids, int32(n))
+				}
+				_, err = io.WriteString(cmd.OutOrStdout(), t.Decode(ids))
+				return err
+			}
+			ids := t.Encode(string(in), bos, special)
+			parts := make([]string, len(ids))
+			for i, id := range ids {
+				parts[i] = strconv.Itoa(int(id))
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(parts, " "))
+			return err
+		},
+	}
+	if !reverse {
+		c.Flags().BoolVar(&bos, "bos", false, "add BOS (and EOS) as the model's vocabulary says")
+		c.Flags().BoolVar(&special, "parse-special", false, "turn special-token text such as <|im_start|> into its id")
+	}
+	return c
+}

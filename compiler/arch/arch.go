@@ -1,0 +1,78 @@
+// Package arch holds the graph builders: one per architecture family, each
+// turning a GGUF model and its config into IR for every ShapeKey variant.
+// This is the only place that knows model families; passes and tiers see
+// opcodes.
+package arch
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/gguf"
+)
+
+// Hparams are the model hyperparameters the graph is built from. They are
+// recorded in the bundle so the runtime can size state without the GGUF.
+type Hparams struct {
+	Arch        string
+	NVocab      int
+	NEmbd       int
+	NLayer      int
+	NHead       int
+	NHeadKV     int
+	HeadDim     int
+	NFF         int
+	NRot        int
+	NExpert     int
+	NExpertUsed int
+	NFFExpert   int
+	Eps         float32
+	// MaxPages is the KV pages one slot may hold: ContextLength / 16, rounded up.
+	MaxPages int
+}
+
+// KVDim is the width of one token's K (or V) across the KV heads.
+func (h *Hparams) KVDim() int { return h.NHeadKV * h.HeadDim }
+
+// Model is a built model: its hyperparameters and one graph per variant.
+type Model struct {
+	Hparams Hparams
+	Config  *config.Config
+	Graphs  []*ir.Graph
+}
+
+// Builder builds IR for one architecture.
+type Builder func(f *gguf.File, c *config.Config) (*Model, error)
+
+var builders = map[string]Builder{}
+
+func register(arch string, b Builder) { builders[arch] = b }
+
+// Build dispatches on general.architecture.
+func Build(f *gguf.File, c *config.Config) (*Model, error) {
+	a, err := f.String("general.architecture")
+	if err != nil {
+		return nil, err
+	}
+	b, ok := builders[a]
+	if !ok {
+		return nil, fmt.Errorf("arch: architecture %q is not supported (supported: %v)", a, Supported())
+	}
+	m, err := b(f, c)
+	if err != nil {
+		return nil, fmt.Errorf("arch %s: %w", a, err)
+	}
+	return m, nil
+}
+
+// Supported lists the architectures with a builder.
+func Supported() []string {
+	var out []string
+	for a := range builders {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}

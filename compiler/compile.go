@@ -1,0 +1,273 @@
+// Package compiler is zrtc's driver: GGUF + config → IR → passes →
+// bundle. Compile is the whole pipeline; the stages are importable on
+// their own for dumps and tests.
+package compiler
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/zrtdev/zrt/compiler/arch"
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/passes"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// Version is the compiler version recorded in every bundle.
+const Version = "zrtc 0.1.0"
+
+// Options are the inputs of one compilation besides the GGUF.
+type Options struct {
+	ConfigPath string // optional TOML overrides
+	Target     string // overrides the config's target when set
+	// VerifyEach re-runs verify after every pass.
+	VerifyEach bool
+	// Progress, when set, is told about each stage.
+	Progress func(format string, args ...any)
+}
+
+// Frontend is a parsed model ready for the passes.
+type Frontend struct {
+	GGUF   *gguf.File
+	Config *config.Config
+	Model  *arch.Model
+	Unit   *passes.Unit
+}
+
+// Load opens the GGUF, resolves the config and builds the IR.
+func Load(path string, opt Options) (*Frontend, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(f, opt.ConfigPath)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if opt.Target != "" {
+		cfg.Target = opt.Target
+	}
+	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if cfg.Target != "cpu" {
+		f.Close()
+		return nil, fmt.Errorf("target %s: this zrtc lowers for cpu only so far", cfg.Target)
+	}
+	m, err := arch.Build(f, cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: NewUnit(m)}, nil
+}
+
+// NewUnit wraps a built model for the passes, sizing the state buffers
+// from its hyperparameters.
+func NewUnit(m *arch.Model) *passes.Unit {
+	h, c := &m.Hparams, m.Config
+	rows := max(c.PrefillChunk, c.MaxSlots)
+	return &passes.Unit{
+		Graphs: m.Graphs,
+		State: passes.StateSizes{
+			KV:     int64(c.MaxSlots) * int64(h.MaxPages) * int64(kernels.KVPageBytes(h.NLayer, h.KVDim())),
+			IO:     4 * int64(kernels.IOWords(rows, c.MaxSlots, h.MaxPages)),
+			Logits: 4 * int64(c.MaxSlots) * int64(h.NVocab),
+			Tokens: 4 * int64(c.MaxSlots),
+		},
+	}
+}
+
+// Close releases the GGUF mapping.
+func (fe *Frontend) Close() error { return fe.GGUF.Close() }
+
+// Compile runs the whole pipeline and writes the bundle to out atomically.
+func Compile(ctx context.Context, path, out string, opt Options) error {
+	progress := opt.Progress
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	fe, err := Load(path, opt)
+	if err != nil {
+		return err
+	}
+	defer fe.Close()
+	vocab, err := tokenizer.VocabFromGGUF(fe.GGUF)
+	if err != nil {
+		return err
+	}
+	if fe.Config.ChatTemplate != "" {
+		vocab.ChatTemplate = fe.Config.ChatTemplate
+	}
+	vocabBytes, err := vocab.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	progress("built IR for %d variants of %s", len(fe.Unit.Graphs), fe.Model.Hparams.Arch)
+	times, err := passes.Run(ctx, fe.Unit, "", opt.VerifyEach)
+	if err != nil {
+		return err
+	}
+	for _, t := range times {
+		progress("pass %-9s %v", t.Pass, t.Dur.Round(1000))
+	}
+	srcHash := sha256.Sum256(fe.GGUF.Bytes())
+	g := graphFile(fe, vocabBytes, srcHash, filepath.Base(path))
+	return bundle.WriteDir(out, func(tmp string) error {
+		if err := writeKernels(tmp, fe.Unit, g); err != nil {
+			return err
+		}
+		progress("writing weights pack")
+		h, err := writePack(ctx, filepath.Join(tmp, bundle.WeightsFile), fe)
+		if err != nil {
+			return err
+		}
+		g.Ident.WeightsHash = h
+		return os.WriteFile(filepath.Join(tmp, bundle.GraphFile), g.Encode(), 0o644)
+	})
+}
+
+// graphFile assembles everything but the kernel hashes and weights hash.
+func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bundle.Graph {
+	u, h, c := fe.Unit, &fe.Model.Hparams, fe.Config
+	g := &bundle.Graph{
+		Ident: bundle.Ident{Producer: Version, Flags: "--target " + c.Target, Target: c.Target, SourceName: srcName, SourceHash: srcHash},
+		Hparams: bundle.Hparams{Arch: h.Arch, NVocab: u32(h.NVocab), NEmbd: u32(h.NEmbd), NLayer: u32(h.NLayer),
+			NHead: u32(h.NHead), NHeadKV: u32(h.NHeadKV), HeadDim: u32(h.HeadDim), NFF: u32(h.NFF), NRot: u32(h.NRot),
+			NExpert: u32(h.NExpert), NExpertUsed: u32(h.NExpertUsed), NFFExpert: u32(h.NFFExpert), MaxPages: u32(h.MaxPages),
+			MaxSlots: u32(c.MaxSlots), PrefillChunk: u32(c.PrefillChunk), ContextLength: u32(c.ContextLength), Eps: h.Eps},
+		ConfigTOML: c.TOML(),
+		Vocab:      vocab,
+	}
+	for _, r := range u.Plan.Regions {
+		g.Regions = append(g.Regions, bundle.Region{Name: r.Name, Heap: uint8(r.Heap), Bytes: r.Bytes, Align: r.Align})
+	}
+	for _, p := range u.Plan.Weights {
+		t, _ := fe.GGUF.Tensor(p.Tensor)
+		g.Weights = append(g.Weights, bundle.Weight{Buffer: p.Buffer, Tensor: p.Tensor, Type: uint32(t.Type),
+			Dims: t.Dims, Region: uint32(p.Region), Offset: p.Offset, Bytes: p.Bytes})
+	}
+	for i, gr := range u.Graphs {
+		s, lv, pm := u.Streams[i], u.Liveness[i], u.Physical[i]
+		v := bundle.Variant{Stage: uint8(gr.Key.Stage), Slots: u32(gr.Key.Slots), Rows: u32(gr.Key.Rows), Words: s.Words,
+			Relocs: s.Relocs, Dispatches: u32(s.Dispatches), ScratchBytes: pm.ScratchBytes, PeakBytes: lv.PeakBytes}
+		for r := range gr.Regs {
+			p := pm.RegisterToPhysical[r]
+			off := int64(-1)
+			if p >= 0 {
+				off = pm.PhysicalOffsets[p]
+			}
+			v.Liveness = append(v.Liveness, bundle.RegLive{Name: gr.Regs[r].Name, Bytes: gr.Regs[r].Bytes(),
+				Def: int32(lv.Def[r]), LastRead: int32(lv.RegisterLastRead[r]), Physical: int32(p), Offset: off})
+		}
+		g.Variants = append(g.Variants, v)
+	}
+	return g
+}
+
+func u32(x int) uint32 { return uint32(x) }
+
+// KernelBlob builds the .zrt blob of a CPU kernel instance. Its code is the
+// entry symbol the runtime binds (the kernel is Go code in zrt-run) followed
+// by one placeholder dword per specialization slot, which are then patched.
+func KernelBlob(k passes.KernelInstance) (*zrt.Blob, error) {
+	abi, _, err := kernels.SplitInstance(k.Name)
+	if err != nil {
+		return nil, err
+	}
+	code := append([]byte(k.Name), 0)
+	for len(code)%4 != 0 {
+		code = append(code, 0)
+	}
+	b := &zrt.Blob{Name: k.Name, Header: zrt.Header{ABIVersion: zrt.ABIVersion, Target: zrt.CPU,
+		BufferCount: uint32(len(abi.Bufs)), PushConstBytes: uint32(4 * len(abi.Push)), Workgroup: [3]uint32{1, 1, 1}}}
+	for _, p := range abi.Spec {
+		b.Slots = append(b.Slots, zrt.Slot{Name: p.Name, CodeOffset: uint32(len(code))})
+		code = binary.LittleEndian.AppendUint32(code, zrt.Placeholder)
+	}
+	b.Code = code
+	for i, p := range abi.Spec {
+		if err := b.Patch(p.Name, k.Spec[i]); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func writeKernels(dir string, u *passes.Unit, g *bundle.Graph) error {
+	kdir := filepath.Join(dir, bundle.KernelDir)
+	if err := os.Mkdir(kdir, 0o755); err != nil {
+		return err
+	}
+	for i, k := range u.Kernels {
+		blob, err := KernelBlob(k)
+		if err != nil {
+			return err
+		}
+		data := blob.Encode()
+		file := fmt.Sprintf("%03d_%s.zrt", i, strings.ReplaceAll(k.Name, ".", "_"))
+		if err := os.WriteFile(filepath.Join(kdir, file), data, 0o644); err != nil {
+			return err
+		}
+		g.Kernels = append(g.Kernels, bundle.Kernel{Name: k.Name, File: file, Hash: sha256.Sum256(data)})
+	}
+	return nil
+}
+
+// writePack copies every weight tensor into its region of the pack.
+func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error) {
+	var zero [32]byte
+	plan := fe.Unit.Plan
+	var names []string
+	var sizes []int64
+	index := map[int]int{} // plan region → pack region
+	for _, p := range plan.Weights {
+		if _, ok := index[p.Region]; !ok {
+			index[p.Region] = len(names)
+			names = append(names, plan.Regions[p.Region].Name)
+			sizes = append(sizes, plan.Regions[p.Region].Bytes)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return zero, err
+	}
+	defer f.Close()
+	pw, err := bundle.NewPackWriter(f, names, sizes)
+	if err != nil {
+		return zero, err
+	}
+	ws := append([]passes.Placement(nil), plan.Weights...)
+	sort.SliceStable(ws, func(a, b int) bool {
+		if index[ws[a].Region] != index[ws[b].Region] {
+			return index[ws[a].Region] < index[ws[b].Region]
+		}
+		return ws[a].Offset < ws[b].Offset
+	})
+	for _, p := range ws {
+		if err := ctx.Err(); err != nil {
+			return zero, err
+		}
+		t, _ := fe.GGUF.Tensor(p.Tensor)
+		if err := pw.Put(index[p.Region], p.Offset, fe.GGUF.TensorData(t)); err != nil {
+			return zero, err
+		}
+	}
+	h, err := pw.Close()
+	if err != nil {
+		return zero, err
+	}
+	return h, f.Close()
+}

@@ -1,0 +1,90 @@
+package ir
+
+import "fmt"
+
+// Op is an IR opcode. The names are the design's (seed 000, Appendix B).
+type Op uint16
+
+// The opcodes the llama family needs. Fused forms join as the fuse pass
+// learns them.
+const (
+	OpInvalid Op = iota
+	EMBED
+	RMS_NORM
+	MATMUL
+	ROPE
+	KV_WRITE
+	KV_WRITE_BATCHED
+	FLASH_ATTN
+	FLASH_ATTN_BATCHED
+	RESIDUAL
+	SWIGLU
+	MOE_GATE_TOPK
+	MOE_GATE_UP
+	MOE_SWIGLU
+	MOE_DOWN_ACC
+	LM_HEAD
+	ARGMAX
+)
+
+// OpInfo describes an opcode: its name, the kernel family that implements
+// it and which roles it may update in place.
+type OpInfo struct {
+	Name    string
+	Kernel  string
+	InPlace []string
+	// TypedBy names the weight role whose type selects a typed kernel.
+	TypedBy string
+}
+
+var opTable = map[Op]OpInfo{
+	EMBED:              {Name: "EMBED", Kernel: "embed", TypedBy: "table"},
+	RMS_NORM:           {Name: "RMS_NORM", Kernel: "rms_norm", InPlace: []string{"x"}},
+	MATMUL:             {Name: "MATMUL", Kernel: "matmul", TypedBy: "w"},
+	ROPE:               {Name: "ROPE", Kernel: "rope", InPlace: []string{"x"}},
+	KV_WRITE:           {Name: "KV_WRITE", Kernel: "kv_write", InPlace: []string{"kv"}},
+	KV_WRITE_BATCHED:   {Name: "KV_WRITE_BATCHED", Kernel: "kv_write", InPlace: []string{"kv"}},
+	FLASH_ATTN:         {Name: "FLASH_ATTN", Kernel: "flash_attn"},
+	FLASH_ATTN_BATCHED: {Name: "FLASH_ATTN_BATCHED", Kernel: "flash_attn"},
+	RESIDUAL:           {Name: "RESIDUAL", Kernel: "add", InPlace: []string{"x"}},
+	SWIGLU:             {Name: "SWIGLU", Kernel: "swiglu"},
+	MOE_GATE_TOPK:      {Name: "MOE_GATE_TOPK", Kernel: "moe_gate_topk", TypedBy: "w"},
+	MOE_GATE_UP:        {Name: "MOE_GATE_UP", Kernel: "moe_gate_up", TypedBy: "w_gate"},
+	MOE_SWIGLU:         {Name: "MOE_SWIGLU", Kernel: "swiglu"},
+	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}},
+	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
+	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},
+}
+
+// Info returns the opcode's table entry.
+func (o Op) Info() (OpInfo, bool) {
+	i, ok := opTable[o]
+	return i, ok
+}
+
+func (o Op) String() string {
+	if i, ok := opTable[o]; ok {
+		return i.Name
+	}
+	return fmt.Sprintf("op(%d)", uint16(o))
+}
+
+// ParseOp returns the opcode with the given name.
+func ParseOp(s string) (Op, bool) {
+	for o, i := range opTable {
+		if i.Name == s {
+			return o, true
+		}
+	}
+	return OpInvalid, false
+}
+
+// InPlaceAllowed reports whether role may be both read and written.
+func (o Op) InPlaceAllowed(role string) bool {
+	for _, r := range opTable[o].InPlace {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}

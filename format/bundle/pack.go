@@ -1,0 +1,158 @@
+package bundle
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// The weights pack (weights.zrw): a header, a table of regions, then each
+// region's bytes at a page-aligned offset, so the runtime maps regions
+// straight from the file.
+const (
+	PackMagic    = 0x5752545A // "ZTRW"
+	PackVersion  = 1
+	PackPageSize = 4096
+)
+
+// PackRegion is one region in the pack.
+type PackRegion struct {
+	Name   string
+	Offset int64
+	Bytes  int64
+}
+
+// PackWriter streams regions into a pack. Region sizes must be known up
+// front so the table can precede the data.
+type PackWriter struct {
+	w       *bufio.Writer
+	regions []PackRegion
+	next    int // index of the region being written
+	pos     int64
+	hash    [32]byte
+	h       interface {
+		io.Writer
+		Sum([]byte) []byte
+	}
+}
+
+// NewPackWriter writes the header and table for regions to w.
+func NewPackWriter(w io.Writer, names []string, sizes []int64) (*PackWriter, error) {
+	var table enc
+	table.u32(uint32(len(names)))
+	pw := &PackWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
+	// Table entries have a fixed encoding size given the names.
+	tableLen := 4
+	for _, n := range names {
+		tableLen += 4 + len(n) + 16
+	}
+	off := alignTo(int64(16+tableLen), PackPageSize)
+	for i, n := range names {
+		pw.regions = append(pw.regions, PackRegion{Name: n, Offset: off, Bytes: sizes[i]})
+		table.str(n)
+		table.i64(off)
+		table.i64(sizes[i])
+		off = alignTo(off+sizes[i], PackPageSize)
+	}
+	var hdr enc
+	hdr.u32(PackMagic)
+	hdr.u32(PackVersion)
+	hdr.u32(uint32(len(table.b)))
+	hdr.u32(crc32.Checksum(table.b, castagnoli))
+	if err := pw.write(append(hdr.b, table.b...), false); err != nil {
+		return nil, err
+	}
+	return pw, nil
+}
+
+func alignTo(x, a int64) int64 { return (x + a - 1) / a * a }
+
+func (pw *PackWriter) write(b []byte, hashed bool) error {
+	if hashed {
+		pw.h.Write(b)
+	}
+	_, err := pw.w.Write(b)
+	pw.pos += int64(len(b))
+	return err
+}
+
+// padTo writes zeros up to absolute offset off.
+func (pw *PackWriter) padTo(off int64) error {
+	var zero [PackPageSize]byte
+	for pw.pos < off {
+		n := min(off-pw.pos, PackPageSize)
+		if err := pw.write(zero[:n], true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Put writes b at offset off within the current region (offsets must grow).
+func (pw *PackWriter) Put(region int, off int64, b []byte) error {
+	r := pw.regions[region]
+	if off < 0 || off+int64(len(b)) > r.Bytes {
+		return fmt.Errorf("bundle: pack region %s: write [%d,+%d) outside %d bytes", r.Name, off, len(b), r.Bytes)
+	}
+	if r.Offset+off < pw.pos {
+		return fmt.Errorf("bundle: pack region %s: writes out of order", r.Name)
+	}
+	if err := pw.padTo(r.Offset + off); err != nil {
+		return err
+	}
+	return pw.write(b, true)
+}
+
+// Close pads the last region and returns the SHA-256 of the data.
+func (pw *PackWriter) Close() ([32]byte, error) {
+	if n := len(pw.regions); n > 0 {
+		last := pw.regions[n-1]
+		if err := pw.padTo(alignTo(last.Offset+last.Bytes, PackPageSize)); err != nil {
+			return pw.hash, err
+		}
+	}
+	copy(pw.hash[:], pw.h.Sum(nil))
+	return pw.hash, pw.w.Flush()
+}
+
+// DecodePackTable checks a pack's header and returns its regions.
+func DecodePackTable(b []byte) ([]PackRegion, error) {
+	if len(b) < 16 {
+		return nil, fmt.Errorf("%w: weights pack of %d bytes is shorter than its header", ErrFormat, len(b))
+	}
+	le := binary.LittleEndian
+	if m := le.Uint32(b); m != PackMagic {
+		return nil, fmt.Errorf("%w: weights pack magic %#08x: not a zrt weights pack", ErrFormat, m)
+	}
+	if v := le.Uint32(b[4:]); v != PackVersion {
+		return nil, fmt.Errorf("%w: weights pack version %d, this zrt reads %d: rebuild the bundle", ErrFormat, v, PackVersion)
+	}
+	n := uint64(le.Uint32(b[8:]))
+	if 16+n > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: weights pack table does not fit (truncated?)", ErrFormat)
+	}
+	table := b[16 : 16+n]
+	if crc32.Checksum(table, castagnoli) != le.Uint32(b[12:]) {
+		return nil, fmt.Errorf("%w: weights pack table checksum mismatch (corrupt file)", ErrFormat)
+	}
+	d := &dec{b: table, what: "pack table"}
+	regs := make([]PackRegion, d.count(20))
+	for i := range regs {
+		regs[i] = PackRegion{Name: d.str(), Offset: d.i64(), Bytes: d.i64()}
+		r := regs[i]
+		if d.err == nil && (r.Offset < 0 || r.Bytes < 0 || r.Offset%PackPageSize != 0 || r.Offset > int64(len(b)) || r.Bytes > int64(len(b))-r.Offset) {
+			return nil, fmt.Errorf("%w: weights pack region %q [%d,+%d) lies outside the %d-byte file (truncated?)", ErrFormat, r.Name, r.Offset, r.Bytes, len(b))
+		}
+	}
+	return regs, d.done()
+}
+
+// PackDataHash returns the SHA-256 of a pack's data (everything after the
+// header and table), for full verification.
+func PackDataHash(b []byte) [32]byte {
+	n := binary.LittleEndian.Uint32(b[8:])
+	return sha256.Sum256(b[16+int(n):])
+}

@@ -1,0 +1,134 @@
+// Package kernels is the kernel catalog: for every kernel zrt ships, the ABI
+// the compiler lowers against and every tier implements — its buffer
+// arguments in order, its push constants and its specialization slots.
+// It is shared by zrtc (which lowers IR onto it) and zrt-run (whose tiers
+// bind implementations to it), so neither side can drift from the other.
+package kernels
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// ParamKind says how a scalar parameter is encoded in its dword.
+type ParamKind uint8
+
+// Parameter encodings.
+const (
+	U32 ParamKind = iota
+	F32
+)
+
+// Param is one push constant or specialization slot.
+type Param struct {
+	Name string
+	Kind ParamKind
+}
+
+// ABI is the calling convention of one kernel family. Buffer arguments are
+// passed as 64-bit pointers in user-data dwords, in Bufs order, followed by
+// the push constants; a buffer marked optional may be passed as null.
+type ABI struct {
+	Name     string
+	Bufs     []string
+	Optional map[string]bool
+	Push     []Param
+	// Spec are specialization slots: constants baked into the kernel blob
+	// by zrtc, not passed per dispatch.
+	Spec []Param
+	// Typed kernels exist once per weight type; the instance name is
+	// Name + "." + lowercase type name (matmul.q4_k).
+	Typed bool
+}
+
+// UserDataDwords is the number of dwords a dispatch of this ABI passes.
+func (a *ABI) UserDataDwords() int { return 2*len(a.Bufs) + len(a.Push) }
+
+// MaxUserData is the number of COMPUTE_USER_DATA registers a dispatch can set.
+const MaxUserData = 16
+
+// catalog is the truth about every kernel. Buffer names are the operand
+// roles the IR uses; "io" is the request table (see io.go).
+var catalog = []ABI{
+	{Name: "embed", Typed: true, Bufs: []string{"table", "io", "y"}, Push: []Param{{"cols", U32}}},
+	{Name: "rms_norm", Bufs: []string{"x", "w", "io", "y"}, Push: []Param{{"cols", U32}, {"group", U32}}, Spec: []Param{{"eps", F32}}},
+	{Name: "matmul", Typed: true, Bufs: []string{"x", "w", "bias", "io", "y"}, Optional: map[string]bool{"bias": true},
+		Push: []Param{{"k", U32}, {"n", U32}}},
+	{Name: "rope", Bufs: []string{"x", "io"}, Push: []Param{{"n_head", U32}, {"head_dim", U32}},
+		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}}},
+	{Name: "kv_write", Bufs: []string{"k", "v", "io", "kv"}, Push: []Param{{"layer", U32}, {"kv_dim", U32}},
+		Spec: []Param{{"n_layer", U32}}},
+	{Name: "flash_attn", Bufs: []string{"q", "kv", "io", "y"}, Push: []Param{{"layer", U32}},
+		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"scale", F32}}},
+	{Name: "add", Bufs: []string{"x", "y", "io"}, Push: []Param{{"cols", U32}}},
+	{Name: "swiglu", Bufs: []string{"gate", "up", "io", "y"}, Push: []Param{{"cols", U32}}},
+	{Name: "moe_gate_topk", Typed: true, Bufs: []string{"x", "w", "io", "route"},
+		Push: []Param{{"k", U32}, {"n_expert", U32}, {"n_used", U32}, {"norm", U32}}},
+	// Seven pointers leave room for only two push dwords, so the shape is
+	// specialized instead.
+	{Name: "moe_gate_up", Typed: true, Bufs: []string{"x", "w_gate", "w_up", "route", "io", "gate", "up"},
+		Spec: []Param{{"k", U32}, {"f", U32}, {"n_used", U32}}},
+	{Name: "moe_down_acc", Typed: true, Bufs: []string{"h", "w", "route", "io", "y"},
+		Push: []Param{{"f", U32}, {"n", U32}, {"n_used", U32}}},
+	{Name: "lm_head", Typed: true, Bufs: []string{"x", "w", "io", "logits"}, Push: []Param{{"k", U32}, {"n_vocab", U32}}},
+	{Name: "argmax", Bufs: []string{"logits", "io", "tokens"}, Push: []Param{{"n_vocab", U32}}},
+}
+
+var byName = func() map[string]*ABI {
+	m := map[string]*ABI{}
+	for i := range catalog {
+		a := &catalog[i]
+		if a.UserDataDwords() > MaxUserData {
+			panic(fmt.Sprintf("kernels: %s passes %d user-data dwords, more than %d", a.Name, a.UserDataDwords(), MaxUserData))
+		}
+		m[a.Name] = a
+	}
+	return m
+}()
+
+// Lookup returns the ABI of a kernel family.
+func Lookup(family string) (*ABI, bool) {
+	a, ok := byName[family]
+	return a, ok
+}
+
+// InstanceName is the name of a family's instance for weight type t.
+func InstanceName(a *ABI, t ggml.Type) string {
+	if !a.Typed {
+		return a.Name
+	}
+	return a.Name + "." + strings.ToLower(t.String())
+}
+
+// SplitInstance splits "matmul.q4_k" into its family ABI and weight type.
+func SplitInstance(name string) (*ABI, ggml.Type, error) {
+	fam, typ, typed := strings.Cut(name, ".")
+	a, ok := byName[fam]
+	if !ok {
+		return nil, 0, fmt.Errorf("kernels: unknown kernel %q", name)
+	}
+	if a.Typed != typed {
+		return nil, 0, fmt.Errorf("kernels: kernel %q: family %s typed=%v", name, fam, a.Typed)
+	}
+	if !typed {
+		return a, 0, nil
+	}
+	t, ok := ggml.ParseType(strings.ToUpper(typ))
+	if !ok {
+		return nil, 0, fmt.Errorf("kernels: kernel %q: unknown weight type %q", name, typ)
+	}
+	return a, t, nil
+}
+
+// Families lists the kernel families in name order.
+func Families() []string {
+	var out []string
+	for n := range byName {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

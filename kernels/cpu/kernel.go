@@ -1,0 +1,125 @@
+// Package cpu holds T-CPU's kernels: one Go function per kernel family of
+// the catalog, bound by instance name. They are the oracle the GPU tiers
+// are checked against, so each states its arithmetic order where it
+// matters for agreement with ggml.
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
+)
+
+// Args are one dispatch's arguments, resolved from the packet stream: a
+// byte slice per ABI buffer (from the pointer to the end of its region; nil
+// for a null optional buffer), the push constants and the specialization
+// slot values in ABI order.
+type Args struct {
+	Bufs [][]byte
+	Push []uint32
+	Spec []uint32
+	Grid [3]uint32
+	Pool *Pool
+	// Work is scratch memory the executor owns, reused across dispatches.
+	Work *[]byte
+}
+
+// Func is a kernel implementation.
+type Func func(a *Args) error
+
+// Bind returns the implementation of a kernel instance.
+func Bind(instance string) (Func, error) {
+	abi, t, err := kernels.SplitInstance(instance)
+	if err != nil {
+		return nil, err
+	}
+	mk, ok := families[abi.Name]
+	if !ok {
+		return nil, fmt.Errorf("cpu: no implementation of kernel family %s", abi.Name)
+	}
+	return mk(t)
+}
+
+// families builds a kernel for a weight type (ignored by untyped families).
+var families = map[string]func(ggml.Type) (Func, error){
+	"embed":         typed(embed),
+	"rms_norm":      plain(rmsNorm),
+	"matmul":        typed(matmul),
+	"rope":          plain(rope),
+	"kv_write":      plain(kvWrite),
+	"flash_attn":    plain(flashAttn),
+	"add":           plain(add),
+	"swiglu":        plain(swiglu),
+	"moe_gate_topk": typed(moeGateTopK),
+	"moe_gate_up":   typed(moeGateUp),
+	"moe_down_acc":  typed(moeDownAcc),
+	"lm_head":       typed(lmHead),
+	"argmax":        plain(argmax),
+}
+
+func plain(f Func) func(ggml.Type) (Func, error) {
+	return func(ggml.Type) (Func, error) { return f, nil }
+}
+
+func typed(f func(t ggml.Type, a *Args) error) func(ggml.Type) (Func, error) {
+	return func(t ggml.Type) (Func, error) {
+		if !t.Known() {
+			return nil, fmt.Errorf("cpu: weight type %s unsupported", t)
+		}
+		return func(a *Args) error { return f(t, a) }, nil
+	}
+}
+
+// f32s views b as float32s (regions are at least 4-byte aligned).
+func f32s(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func u32s(b []byte) []uint32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func u16s(b []byte) []uint16 {
+	if len(b) < 2 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}
+
+// request is a read view of the request table.
+type request struct{ w []uint32 }
+
+func (r request) rows() int { return int(r.w[kernels.IOWordRows]) }
+func (r request) row(i, field int) uint32 {
+	return r.w[kernels.IOWordRowBase+i*kernels.IORowWords+field]
+}
+
+// page returns the KV page holding position pos of slot.
+func (r request) page(slot, pos int) int {
+	maxPages := int(r.w[kernels.IOWordMaxPages])
+	if pos/kernels.KVPageTokens >= maxPages {
+		panic(fmt.Sprintf("position %d beyond the slot's %d pages", pos, maxPages))
+	}
+	return int(r.w[int(r.w[kernels.IOWordPageTable])+slot*maxPages+pos/kernels.KVPageTokens])
+}
+
+func req(b []byte) request { return request{u32s(b)} }
+
+// work returns n bytes of executor scratch.
+func (a *Args) work(n int) []byte {
+	if cap(*a.Work) < n {
+		*a.Work = make([]byte, n)
+	}
+	return (*a.Work)[:n]
+}
+
+func getU32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }

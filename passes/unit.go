@@ -1,0 +1,113 @@
+// Package passes is zrtc's pass pipeline: an ordered table of named passes
+// over a compilation Unit, from verified IR to lowered packet streams. Each
+// pass reads what earlier passes left on the Unit and adds its own result.
+package passes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zrtdev/zrt/asm/pm4"
+	"github.com/zrtdev/zrt/compiler/ir"
+)
+
+// Unit is one compilation: the variant graphs and everything the passes
+// derive from them.
+type Unit struct {
+	Graphs []*ir.Graph
+	// State sizes the graph builder computed; memplan turns them into regions.
+	State StateSizes
+
+	Liveness []*Liveness    // per graph, by liveness
+	Physical []*PhysicalMap // per graph, by regalloc
+	Plan     *MemPlan       // by memplan
+	Kernels  []KernelInstance
+	Streams  []Stream // per graph, by lower
+}
+
+// StateSizes are the bytes of the buffers that outlive a step.
+type StateSizes struct {
+	KV     int64
+	IO     int64
+	Logits int64
+	Tokens int64
+}
+
+// KernelInstance is one kernel blob to emit: a kernel and the values of its
+// specialization slots.
+type KernelInstance struct {
+	Name string
+	Spec []uint32
+}
+
+// Stream is one variant's lowered packet stream.
+type Stream struct {
+	Key    ir.ShapeKey
+	Words  []uint32
+	Relocs []pm4.Reloc
+	// Dispatches counts DISPATCH_DIRECT packets; Barriers the barriers.
+	Dispatches, Barriers int
+}
+
+// Pass is one named step of the pipeline.
+type Pass struct {
+	Name string
+	Run  func(ctx context.Context, u *Unit) error
+	// Doc says what the pass does, for `zrtc passes`.
+	Doc string
+}
+
+// Pipeline is the declared order of passes. Names are stable: they appear
+// in flags and dump file names.
+var Pipeline = []Pass{
+	{"verify", verifyUnit, "check operands, roles, shapes and in-place writes against the opcode and kernel tables"},
+	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
+	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
+	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},
+	{"lower", lower, "emit each variant's PM4 stream with relocations, kernels and barriers"},
+}
+
+// Constraint is an ordering rule between two passes, with its reason.
+type Constraint struct {
+	Before, After, Why string
+}
+
+// Constraints are checked by the pipeline test.
+var Constraints = []Constraint{
+	{"verify", "liveness", "liveness assumes every read has a reaching write"},
+	{"liveness", "regalloc", "registers are packed by their live ranges"},
+	{"regalloc", "memplan", "the scratch region is sized from the physical buffers"},
+	{"memplan", "lower", "lowering turns operands into region offsets"},
+}
+
+// Timing is one pass's wall time.
+type Timing struct {
+	Pass string
+	Dur  time.Duration
+}
+
+// Run runs the pipeline up to and including stopAfter ("" runs all),
+// verifying the IR again after every pass when verifyEach is set.
+func Run(ctx context.Context, u *Unit, stopAfter string, verifyEach bool) ([]Timing, error) {
+	var times []Timing
+	for _, p := range Pipeline {
+		if err := ctx.Err(); err != nil {
+			return times, err
+		}
+		t0 := time.Now()
+		if err := p.Run(ctx, u); err != nil {
+			return times, fmt.Errorf("pass %s: %w", p.Name, err)
+		}
+		times = append(times, Timing{p.Name, time.Since(t0)})
+		if verifyEach && p.Name != "verify" {
+			if err := verifyUnit(ctx, u); err != nil {
+				return times, fmt.Errorf("verify after %s: %w", p.Name, err)
+			}
+		}
+		if p.Name == stopAfter {
+			break
+		}
+	}
+	return times, nil
+}

@@ -1,0 +1,277 @@
+// Package runtime is zrt-run's engine: it opens a bundle, picks a tier,
+// and drives the variants — prefill chunks and decode steps — over the
+// request table, slot by slot. It never imports the compiler.
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/cpu"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// Tier is what the engine needs of an execution tier (seed 000 §8.2,
+// reduced to what replay uses): host views of the request table and the
+// outputs, and replay of a variant to its fence.
+type Tier interface {
+	Name() string
+	// Region returns the host-visible bytes of a memory-plan region.
+	Region(i int) []byte
+	// Run replays variant i and waits for its fence.
+	Run(ctx context.Context, i int) error
+	Close() error
+}
+
+// Options configure Open.
+type Options struct {
+	Tier    string // auto, cpu (default: $ZRT_TIER, else auto)
+	Threads int    // T-CPU workers (default: $ZRT_THREADS, else all CPUs)
+	// Verify hashes the weights pack against the graph file.
+	Verify bool
+	// Log receives notes such as a tier fallback.
+	Log func(format string, args ...any)
+}
+
+// Engine is a loaded bundle on a tier.
+type Engine struct {
+	Bundle  *bundle.Bundle
+	Hparams bundle.Hparams
+	Tok     *tokenizer.Tokenizer
+	tier    Tier
+
+	prefill, decode int // variant indices
+	prefillRows     int
+	io, logits, toks int // region indices
+	slots           []bool
+}
+
+// Open loads a bundle and its tier.
+func Open(dir string, opt Options) (*Engine, error) {
+	b, err := bundle.Open(dir, opt.Verify)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{Bundle: b, Hparams: b.Graph.Hparams, prefill: -1, decode: -1}
+	fail := func(err error) (*Engine, error) { e.Close(); return nil, err }
+	if e.Tok, err = loadTokenizer(b.Graph.Vocab); err != nil {
+		return fail(fmt.Errorf("bundle %s: tokenizer: %w", dir, err))
+	}
+	for i, v := range b.Graph.Variants {
+		switch v.Stage {
+		case bundle.StagePrefill:
+			e.prefill, e.prefillRows = i, int(v.Rows)
+		case bundle.StageDecode:
+			e.decode = i
+		}
+	}
+	if e.prefill < 0 || e.decode < 0 {
+		return fail(fmt.Errorf("bundle %s: needs a prefill and a decode variant", dir))
+	}
+	idx := map[string]*int{"io": &e.io, "out.logits": &e.logits, "out.tokens": &e.toks}
+	for name, p := range idx {
+		*p = -1
+		for i, r := range b.Graph.Regions {
+			if r.Name == name {
+				*p = i
+			}
+		}
+		if *p < 0 {
+			return fail(fmt.Errorf("bundle %s: memory plan lacks region %s", dir, name))
+		}
+	}
+	if e.tier, err = openTier(b, opt); err != nil {
+		return fail(err)
+	}
+	e.slots = make([]bool, e.Hparams.MaxSlots)
+	e.initIO()
+	return e, nil
+}
+
+func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
+	v, err := tokenizer.UnmarshalVocab(b)
+	if err != nil {
+		return nil, err
+	}
+	return tokenizer.New(v)
+}
+
+// openTier picks the tier: an explicit choice that cannot run fails with
+// the reason; auto takes the best that can.
+func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
+	choice := opt.Tier
+	if choice == "" {
+		choice = os.Getenv("ZRT_TIER")
+	}
+	if choice == "" {
+		choice = "auto"
+	}
+	threads := opt.Threads
+	if threads == 0 {
+		fmt.Sscan(os.Getenv("ZRT_THREADS"), &threads)
+	}
+	target := b.Graph.Ident.Target
+	switch choice {
+	case "auto", "cpu":
+		if target != "cpu" {
+			return nil, fmt.Errorf("tier %s: bundle was compiled for %s; rebuild with zrtc build --target cpu", choice, target)
+		}
+		return cpu.Load(b, cpu.Options{Threads: threads})
+	case "cuda", "t1", "t2", "metal":
+		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
+	}
+	return nil, fmt.Errorf("unknown tier %q (auto, cpu, cuda, t1, t2, metal)", choice)
+}
+
+// TierName names the tier in use.
+func (e *Engine) TierName() string { return e.tier.Name() }
+
+// Close releases the tier and the bundle.
+func (e *Engine) Close() error {
+	if e.tier != nil {
+		e.tier.Close()
+	}
+	return e.Bundle.Close()
+}
+
+// ioWords views the request table.
+func (e *Engine) ioWords() []uint32 {
+	b := e.tier.Region(e.io)
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+// initIO writes the table's fixed header and a static page table: slot s
+// owns pages s·MaxPages … (s+1)·MaxPages-1.
+func (e *Engine) initIO() {
+	w := e.ioWords()
+	maxPages := int(e.Hparams.MaxPages)
+	rows := max(int(e.Hparams.PrefillChunk), int(e.Hparams.MaxSlots))
+	pt := kernels.PageTableOffset(rows)
+	w[kernels.IOWordMaxPages] = uint32(maxPages)
+	w[kernels.IOWordPageTable] = uint32(pt)
+	for s := 0; s < int(e.Hparams.MaxSlots); s++ {
+		for p := 0; p < maxPages; p++ {
+			w[pt+s*maxPages+p] = uint32(s*maxPages + p)
+		}
+	}
+}
+
+// Sequence is one conversation's state in a slot: the tokens its KV cache holds.
+type Sequence struct {
+	slot   int
+	Tokens []int32
+	e      *Engine
+}
+
+// NewSequence claims a free slot.
+func (e *Engine) NewSequence() (*Sequence, error) {
+	for i, used := range e.slots {
+		if !used {
+			e.slots[i] = true
+			return &Sequence{slot: i, e: e}, nil
+		}
+	}
+	return nil, fmt.Errorf("all %d slots are busy", len(e.slots))
+}
+
+// Release frees the sequence's slot.
+func (s *Sequence) Release() { s.e.slots[s.slot] = false }
+
+// Pos is the number of tokens in the cache.
+func (s *Sequence) Pos() int { return len(s.Tokens) }
+
+func (e *Engine) checkTokens(s *Sequence, toks []int32) error {
+	if len(s.Tokens)+len(toks) > int(e.Hparams.ContextLength) {
+		return fmt.Errorf("sequence of %d tokens exceeds the context length %d", len(s.Tokens)+len(toks), e.Hparams.ContextLength)
+	}
+	for _, t := range toks {
+		if t < 0 || uint32(t) >= e.Hparams.NVocab {
+			return fmt.Errorf("token id %d outside the vocabulary of %d", t, e.Hparams.NVocab)
+		}
+	}
+	return nil
+}
+
+// step runs one variant over rows of s's tokens, the last of which asks
+// for logits when want is set.
+func (e *Engine) step(ctx context.Context, variant int, s *Sequence, toks []int32, want bool) error {
+	w := e.ioWords()
+	w[kernels.IOWordRows] = uint32(len(toks))
+	for i, t := range toks {
+		r := w[kernels.IOWordRowBase+i*kernels.IORowWords:]
+		r[kernels.IORowToken] = uint32(t)
+		r[kernels.IORowPos] = uint32(len(s.Tokens) + i)
+		r[kernels.IORowSlot] = uint32(s.slot)
+		r[kernels.IORowFlags] = 0
+		if want && i == len(toks)-1 {
+			r[kernels.IORowFlags] = kernels.RowWantsLogits
+		}
+	}
+	if err := e.tier.Run(ctx, variant); err != nil {
+		return err
+	}
+	s.Tokens = append(s.Tokens, toks...)
+	return nil
+}
+
+// Prefill evaluates toks in prompt-sized chunks, one batched replay each,
+// and returns the logits after the last one.
+func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error) {
+	e := s.e
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("prefill of no tokens")
+	}
+	if err := e.checkTokens(s, toks); err != nil {
+		return nil, err
+	}
+	for i := 0; i < len(toks); i += e.prefillRows {
+		chunk := toks[i:min(len(toks), i+e.prefillRows)]
+		if err := e.step(ctx, e.prefill, s, chunk, i+len(chunk) == len(toks)); err != nil {
+			return nil, err
+		}
+	}
+	return s.Logits(), nil
+}
+
+// Decode appends one token and returns the logits after it.
+func (s *Sequence) Decode(ctx context.Context, tok int32) ([]float32, error) {
+	if err := s.e.checkTokens(s, []int32{tok}); err != nil {
+		return nil, err
+	}
+	if err := s.e.step(ctx, s.e.decode, s, []int32{tok}, true); err != nil {
+		return nil, err
+	}
+	return s.Logits(), nil
+}
+
+// Logits is a copy of the slot's current logits.
+func (s *Sequence) Logits() []float32 {
+	nv := int(s.e.Hparams.NVocab)
+	b := s.e.tier.Region(s.e.logits)[s.slot*nv*4 : (s.slot+1)*nv*4]
+	out := make([]float32, nv)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+// Greedy is the token the graph's ARGMAX picked for the slot.
+func (s *Sequence) Greedy() int32 {
+	return int32(binary.LittleEndian.Uint32(s.e.tier.Region(s.e.toks)[4*s.slot:]))
+}
+
+// Describe is a one-line summary of the loaded model.
+func (e *Engine) Describe() string {
+	h := e.Hparams
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d layers, embd %d, %d/%d heads of %d, vocab %d, ctx %d, tier %s",
+		h.Arch, h.NLayer, h.NEmbd, h.NHead, h.NHeadKV, h.HeadDim, h.NVocab, h.ContextLength, e.tier.Name())
+	return b.String()
+}

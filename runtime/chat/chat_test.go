@@ -246,6 +246,8 @@ func TestLimits(t *testing.T) {
 		{"{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{{ s }}{% endfor %}", "output exceeded"},
 		{"{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "exceeded"},
 		{"{{ 'x' * 10000000000 }}", "too large"},
+		{"{{ 2 ** 100 }}", "too large"},
+		{"{{ 1 ** 1000000000000 }}", ""}, // found by FuzzParse: once a 10^12-step loop
 		{"{% set l = [1] %}{% for x in l %}{% do l.append(x) %}{% endfor %}", ""},
 	}
 	for _, c := range cases {

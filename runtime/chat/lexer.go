@@ -28,6 +28,7 @@ type Error struct {
 	Raised bool
 }
 
+// Error formats the error as "chat template:LINE:COL: message".
 func (e *Error) Error() string {
 	return fmt.Sprintf("chat template:%d:%d: %s", e.Line, e.Col, e.Msg)
 }

@@ -185,4 +185,3 @@ func encodeParam(p kernels.Param, v float64) uint32 {
 	}
 	return uint32(int64(v))
 }
-

@@ -38,6 +38,8 @@ type Options struct {
 	Verify bool
 	// Log receives notes such as a tier fallback.
 	Log func(format string, args ...any)
+	// Trace is passed to T-CPU (see cpu.Options.Trace).
+	Trace func(i int, kernel string, out []byte)
 }
 
 // Engine is a loaded bundle on a tier.
@@ -47,10 +49,10 @@ type Engine struct {
 	Tok     *tokenizer.Tokenizer
 	tier    Tier
 
-	prefill, decode int // variant indices
-	prefillRows     int
+	prefill, decode  int // variant indices
+	prefillRows      int
 	io, logits, toks int // region indices
-	slots           []bool
+	slots            []bool
 }
 
 // Open loads a bundle and its tier.
@@ -123,7 +125,7 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 		if target != "cpu" {
 			return nil, fmt.Errorf("tier %s: bundle was compiled for %s; rebuild with zrtc build --target cpu", choice, target)
 		}
-		return cpu.Load(b, cpu.Options{Threads: threads})
+		return cpu.Load(b, cpu.Options{Threads: threads, Trace: opt.Trace})
 	case "cuda", "t1", "t2", "metal":
 		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
 	}

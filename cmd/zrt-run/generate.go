@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -27,8 +29,24 @@ func (f *engineFlags) add(c *cobra.Command) {
 }
 
 func (f *engineFlags) open(dir string) (*runtime.Engine, error) {
-	return runtime.Open(dir, runtime.Options{Tier: f.tier, Threads: f.threads,
-		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+	opt := runtime.Options{Tier: f.tier, Threads: f.threads,
+		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
+	if os.Getenv("ZRT_TRACE") != "" {
+		opt.Trace = traceDispatch
+	}
+	return runtime.Open(dir, opt)
+}
+
+// traceDispatch prints the first values of each dispatch's output to
+// stderr (ZRT_TRACE=1), for comparing layer by layer with llama.cpp's
+// llama-eval-callback.
+func traceDispatch(i int, kernel string, out []byte) {
+	n := min(len(out)/4, 8)
+	fmt.Fprintf(os.Stderr, "trace %4d %-18s", i, kernel)
+	for j := 0; j < n; j++ {
+		fmt.Fprintf(os.Stderr, " %11.6f", math.Float32frombits(binary.LittleEndian.Uint32(out[4*j:])))
+	}
+	fmt.Fprintln(os.Stderr)
 }
 
 func parseTokens(s string) ([]int32, error) {

@@ -275,7 +275,7 @@ func (b *llamaBuilder) build() error {
 					return err
 				}
 				cols := g.Regs[p.r].Cols
-				g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", p.r), ir.B("w", w), ir.B("io", io)}, []ir.Operand{ir.R("x", p.r)},
+				g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", p.r), ir.B("w", w), ir.B("io", io)}, []ir.Operand{ir.R("y", p.r)},
 					ir.Attrs{"cols": float64(cols), "group": float64(h.HeadDim), "eps": float64(h.Eps)})
 			}
 		}

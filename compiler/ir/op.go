@@ -39,7 +39,7 @@ type OpInfo struct {
 
 var opTable = map[Op]OpInfo{
 	EMBED:              {Name: "EMBED", Kernel: "embed", TypedBy: "table"},
-	RMS_NORM:           {Name: "RMS_NORM", Kernel: "rms_norm", InPlace: []string{"x"}},
+	RMS_NORM:           {Name: "RMS_NORM", Kernel: "rms_norm", InPlace: []string{"y"}},
 	MATMUL:             {Name: "MATMUL", Kernel: "matmul", TypedBy: "w"},
 	ROPE:               {Name: "ROPE", Kernel: "rope", InPlace: []string{"x"}},
 	KV_WRITE:           {Name: "KV_WRITE", Kernel: "kv_write", InPlace: []string{"kv"}},
@@ -51,7 +51,7 @@ var opTable = map[Op]OpInfo{
 	MOE_GATE_TOPK:      {Name: "MOE_GATE_TOPK", Kernel: "moe_gate_topk", TypedBy: "w"},
 	MOE_GATE_UP:        {Name: "MOE_GATE_UP", Kernel: "moe_gate_up", TypedBy: "w_gate"},
 	MOE_SWIGLU:         {Name: "MOE_SWIGLU", Kernel: "swiglu"},
-	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}},
+	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},
 }

@@ -438,4 +438,3 @@ func DecodeGraph(b []byte) (*Graph, error) {
 	}
 	return g, nil
 }
-

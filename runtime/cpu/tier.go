@@ -29,6 +29,7 @@ type Tier struct {
 	pool     *kcpu.Pool
 	work     []byte
 	fence    int
+	trace    func(i int, kernel string, out []byte)
 }
 
 type variant struct {
@@ -45,12 +46,16 @@ type dispatch struct {
 // Options configure the tier.
 type Options struct {
 	Threads int // ≤ 0: one per CPU
+	// Trace, when set, receives each dispatch's kernel name and its last
+	// buffer argument (the output for every kernel but argmax) after it
+	// runs: the hook for layer-by-layer comparison with another engine.
+	Trace func(i int, kernel string, out []byte)
 }
 
 // Load prepares a bundle for replay.
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	g := b.Graph
-	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1}
+	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1, trace: opt.Trace}
 	for i, r := range g.Regions {
 		if w, ok := b.Weights[r.Name]; ok {
 			t.regions = append(t.regions, w)
@@ -242,6 +247,9 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		d := &v.dispatches[i]
 		if err := d.fn(&d.args); err != nil {
 			return fmt.Errorf("cpu: dispatch %d (%s): %w", i, d.name, err)
+		}
+		if t.trace != nil {
+			t.trace(i, d.name, d.args.Bufs[len(d.args.Bufs)-1])
 		}
 	}
 	fence[0], fence[1], fence[2], fence[3] = byte(v.fenceValue), byte(v.fenceValue>>8), byte(v.fenceValue>>16), byte(v.fenceValue>>24)

@@ -1,0 +1,145 @@
+package cpu_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/runtime"
+)
+
+// shared is ../shared relative to the repository root.
+var shared = filepath.Join("..", "..", "..", "shared")
+
+// reference is one llama.cpp output file (see ../shared/reference/README.md).
+type reference struct {
+	Model        string  `json:"model"`
+	Prompt       string  `json:"prompt"`
+	NVocab       int     `json:"n_vocab"`
+	PromptTokens []int32 `json:"prompt_tokens"`
+	Steps        []struct {
+		Token  int32        `json:"token"`
+		Top    [][2]float64 `json:"top"`
+		Logits []float32    `json:"logits"`
+	} `json:"steps"`
+}
+
+// Tolerance on logits, absolute, in logit units. T-CPU follows ggml's
+// arithmetic (activations quantized to Q8_0/Q8_K blocks before integer dot
+// products, an F16 KV cache and F16 queries in attention), so what remains
+// is float32 summation order: ggml's SIMD kernels add partial sums in a
+// different order than ours. Over these models that moves logits by at most
+// a few 1e-3; 2e-2 bounds it with margin while still catching any real
+// arithmetic error, which shows up as differences of 1e-1 and more.
+const tolerance = 2e-2
+
+func findModel(name string) string {
+	for _, dir := range []string{"models", filepath.Join("models", "synthetic")} {
+		p := filepath.Join(shared, dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestParityWithLlamaCpp teacher-forces every reference file's tokens
+// through a freshly compiled bundle and holds step 0's full logit vector
+// and every step's argmax to llama.cpp's.
+func TestParityWithLlamaCpp(t *testing.T) {
+	refs, _ := filepath.Glob(filepath.Join(shared, "reference", "*.json"))
+	if len(refs) == 0 {
+		t.Skip("no ../shared/reference files")
+	}
+	bundles := map[string]string{}
+	worst := map[string]float64{}
+	for _, rp := range refs {
+		var ref reference
+		b, err := os.ReadFile(rp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &ref); err != nil {
+			t.Fatalf("%s: %v", rp, err)
+		}
+		name := filepath.Base(ref.Model)
+		model := findModel(name)
+		if model == "" {
+			t.Errorf("%s: model %s not found", rp, name)
+			continue
+		}
+		dir, ok := bundles[name]
+		if !ok {
+			dir = filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
+			if err := compiler.Compile(context.Background(), model, dir, compiler.Options{VerifyEach: true}); err != nil {
+				t.Fatalf("compile %s: %v", name, err)
+			}
+			bundles[name] = dir
+		}
+		d := checkReference(t, dir, &ref, filepath.Base(rp))
+		worst[name] = math.Max(worst[name], d)
+	}
+	var names []string
+	for n := range worst {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Logf("%-28s largest step-0 |Δlogit| %.2e", n, worst[n])
+	}
+}
+
+func checkReference(t *testing.T, dir string, ref *reference, label string) float64 {
+	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatalf("%s: %v", label, err)
+	}
+	defer e.Close()
+	seq, err := e.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Release()
+	ctx := context.Background()
+	logits, err := seq.Prefill(ctx, ref.PromptTokens)
+	if err != nil {
+		t.Fatalf("%s: prefill: %v", label, err)
+	}
+	if len(logits) != ref.NVocab {
+		t.Fatalf("%s: %d logits, reference has %d", label, len(logits), ref.NVocab)
+	}
+	maxd := 0.0
+	for i, v := range ref.Steps[0].Logits {
+		maxd = math.Max(maxd, math.Abs(float64(v)-float64(logits[i])))
+	}
+	if maxd > tolerance {
+		t.Errorf("%s: step 0 logits differ by up to %.3g (tolerance %g)", label, maxd, tolerance)
+	}
+	for i, st := range ref.Steps {
+		if i > 0 {
+			if logits, err = seq.Decode(ctx, ref.Steps[i-1].Token); err != nil {
+				t.Fatalf("%s: decode step %d: %v", label, i, err)
+			}
+		}
+		if len(st.Top) < 2 || st.Top[0][1]-st.Top[1][1] <= tolerance {
+			continue // a near tie: either token is right within tolerance
+		}
+		best := 0
+		for j, v := range logits {
+			if v > logits[best] {
+				best = j
+			}
+		}
+		if int32(best) != int32(st.Top[0][0]) {
+			t.Errorf("%s: step %d: argmax %d (%.4f), llama.cpp %d (%.4f, runner-up by %.4f)", label, i, best, logits[best],
+				int(st.Top[0][0]), st.Top[0][1], st.Top[0][1]-st.Top[1][1])
+		}
+	}
+	return maxd
+}

@@ -1,0 +1,45 @@
+# zrt — build, test, demo and bench.
+GO       ?= go
+BIN      ?= bin
+SHARED   ?= ../shared
+MODEL    ?= $(SHARED)/models/stories260K.gguf
+export CGO_ENABLED = 0
+
+.PHONY: all build test race vet fmt demo bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The CI test command: vet, formatting, and every test (the parity and
+# tokenizer suites read ../shared when it is there).
+test: vet fmt
+	$(GO) test -count=1 ./...
+
+race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# demo: build both tools, compile a model, and tell a story. Uses the shared
+# stories260K when present, otherwise a synthetic model zrt writes itself.
+demo: build
+	@model="$(MODEL)"; \
+	if [ ! -f "$$model" ]; then \
+		echo "demo: $$model not found; writing a synthetic model"; \
+		$(GO) run ./cmd/zrtc synth -o $(BIN)/synthetic.gguf && model=$(BIN)/synthetic.gguf; \
+	fi; \
+	$(BIN)/zrtc build "$$model" -o $(BIN)/demo.bundle && \
+	$(BIN)/zrt-run generate $(BIN)/demo.bundle --prompt "Once upon a time" -n 64 --json
+
+bench: build
+	$(BIN)/zrtc build -q "$(MODEL)" -o $(BIN)/bench.bundle
+	$(BIN)/zrt-run bench $(BIN)/bench.bundle -p 512 -n 128 -r 3 --threads 2
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,198 @@
+// Package synth writes synthetic GGUF models: random weights of a chosen
+// llama-family shape and a small byte-fallback SentencePiece vocabulary.
+// The demo falls back to one when no real model is at hand, tests build
+// malformed variants from it, and benchmarks use it for model shapes
+// nobody ships. The same seed gives the same file.
+package synth
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/kernels/quant"
+)
+
+// Shape is a llama-family model shape.
+type Shape struct {
+	Arch    string // llama, qwen2, qwen3
+	Layers  int
+	Embd    int
+	Heads   int
+	HeadsKV int
+	HeadDim int // 0: Embd/Heads
+	FF      int
+	Vocab   int // at least 259 (3 specials + 256 bytes)
+	Context int
+	Type    ggml.Type // F32, F16 or Q8_0 for the matrices
+	Seed    uint64
+}
+
+// Tiny is a shape that compiles and runs in milliseconds.
+var Tiny = Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 320, Context: 256, Type: ggml.F32, Seed: 1}
+
+// Write returns the GGUF bytes of a model of shape s.
+func Write(s Shape) ([]byte, error) {
+	if s.HeadDim == 0 {
+		s.HeadDim = s.Embd / s.Heads
+	}
+	if s.Vocab < 259 {
+		return nil, fmt.Errorf("synth: vocab %d is smaller than the 259 special and byte tokens", s.Vocab)
+	}
+	switch s.Type {
+	case ggml.F32, ggml.F16, ggml.Q8_0:
+	default:
+		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0)", s.Type)
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0x5EED))
+	w := gguf.NewWriter()
+	a := s.Arch
+	w.Set("general.architecture", gguf.Str(a))
+	w.Set("general.name", gguf.Str("zrt synthetic "+a))
+	w.Set(a+".block_count", gguf.U32(uint32(s.Layers)))
+	w.Set(a+".context_length", gguf.U32(uint32(s.Context)))
+	w.Set(a+".embedding_length", gguf.U32(uint32(s.Embd)))
+	w.Set(a+".feed_forward_length", gguf.U32(uint32(s.FF)))
+	w.Set(a+".attention.head_count", gguf.U32(uint32(s.Heads)))
+	w.Set(a+".attention.head_count_kv", gguf.U32(uint32(s.HeadsKV)))
+	w.Set(a+".attention.key_length", gguf.U32(uint32(s.HeadDim)))
+	w.Set(a+".attention.value_length", gguf.U32(uint32(s.HeadDim)))
+	w.Set(a+".attention.layer_norm_rms_epsilon", gguf.F32(1e-5))
+	w.Set(a+".rope.freq_base", gguf.F32(10000))
+	setVocab(w, s.Vocab)
+
+	normal := func(n int, std float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * std)
+		}
+		return x
+	}
+	ones := func(n int) []float32 {
+		x := normal(n, 0.02)
+		for i := range x {
+			x[i] += 1
+		}
+		return x
+	}
+	add := func(name string, t ggml.Type, dims []int64, x []float32) error {
+		b, err := encode(t, x)
+		if err != nil {
+			return err
+		}
+		return w.AddTensor(name, t, dims, b)
+	}
+	E, F, V, Q, KV := int64(s.Embd), int64(s.FF), int64(s.Vocab), int64(s.Heads*s.HeadDim), int64(s.HeadsKV*s.HeadDim)
+	mat := s.Type
+	if err := add("token_embd.weight", mat, []int64{E, V}, normal(int(E*V), 0.5)); err != nil {
+		return nil, err
+	}
+	for l := 0; l < s.Layers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		for _, t := range []struct {
+			name string
+			typ  ggml.Type
+			dims []int64
+			x    []float32
+		}{
+			{"attn_norm.weight", ggml.F32, []int64{E}, ones(int(E))},
+			{"attn_q.weight", mat, []int64{E, Q}, normal(int(E*Q), 0.05)},
+			{"attn_k.weight", mat, []int64{E, KV}, normal(int(E*KV), 0.05)},
+			{"attn_v.weight", mat, []int64{E, KV}, normal(int(E*KV), 0.05)},
+			{"attn_output.weight", mat, []int64{Q, E}, normal(int(Q*E), 0.05)},
+			{"ffn_norm.weight", ggml.F32, []int64{E}, ones(int(E))},
+			{"ffn_gate.weight", mat, []int64{E, F}, normal(int(E*F), 0.05)},
+			{"ffn_up.weight", mat, []int64{E, F}, normal(int(E*F), 0.05)},
+			{"ffn_down.weight", mat, []int64{F, E}, normal(int(F*E), 0.05)},
+		} {
+			if err := add(p+t.name, t.typ, t.dims, t.x); err != nil {
+				return nil, err
+			}
+		}
+		if a == "qwen2" {
+			for _, b := range []struct {
+				n string
+				d int64
+			}{{"attn_q.bias", Q}, {"attn_k.bias", KV}, {"attn_v.bias", KV}} {
+				if err := add(p+b.n, ggml.F32, []int64{b.d}, normal(int(b.d), 0.05)); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if a == "qwen3" {
+			for _, n := range []string{"attn_q_norm.weight", "attn_k_norm.weight"} {
+				if err := add(p+n, ggml.F32, []int64{int64(s.HeadDim)}, ones(s.HeadDim)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := add("output_norm.weight", ggml.F32, []int64{E}, ones(int(E))); err != nil {
+		return nil, err
+	}
+	if err := add("output.weight", mat, []int64{E, V}, normal(int(E*V), 0.05)); err != nil {
+		return nil, err
+	}
+	return w.Bytes(), nil
+}
+
+// setVocab writes an SPM vocabulary: <unk>, <s>, </s>, the 256 byte
+// tokens, then "▁"-prefixed filler pieces so any vocabulary size works.
+func setVocab(w *gguf.Writer, n int) {
+	toks := []string{"<unk>", "<s>", "</s>"}
+	types := []int32{2, 3, 3}
+	for b := 0; b < 256; b++ {
+		toks = append(toks, fmt.Sprintf("<0x%02X>", b))
+		types = append(types, 6)
+	}
+	letters := "etaoinshrdlucmfwypvbgkjqxz"
+	for i := 0; len(toks) < n; i++ {
+		piece := "▁"
+		for j := i; ; j /= len(letters) {
+			piece += string(letters[j%len(letters)])
+			if j < len(letters) {
+				break
+			}
+		}
+		toks = append(toks, piece)
+		types = append(types, 1)
+	}
+	scores := make([]float32, n)
+	for i := range scores {
+		scores[i] = -float32(i)
+	}
+	w.Set("tokenizer.ggml.model", gguf.Str("llama"))
+	w.Set("tokenizer.ggml.tokens", gguf.Strs(toks))
+	w.Set("tokenizer.ggml.scores", gguf.F32s(scores))
+	w.Set("tokenizer.ggml.token_type", gguf.I32s(types))
+	w.Set("tokenizer.ggml.bos_token_id", gguf.U32(1))
+	w.Set("tokenizer.ggml.eos_token_id", gguf.U32(2))
+	w.Set("tokenizer.ggml.unknown_token_id", gguf.U32(0))
+}
+
+func encode(t ggml.Type, x []float32) ([]byte, error) {
+	switch t {
+	case ggml.F32:
+		b := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		return b, nil
+	case ggml.F16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToF16(v))
+		}
+		return b, nil
+	}
+	// Q8_0 weights share the activation block format.
+	n, err := t.RowBytes(int64(len(x)))
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	return b, quant.QuantizeRow(t, x, b)
+}

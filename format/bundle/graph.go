@@ -319,12 +319,45 @@ func sectionTable(b []byte) (major, minor uint16, _ map[string][]byte, _ error) 
 		}
 		secs[tag] = s
 	}
+	if err := checkCoverage(b, headerBytes+int(n)*entryBytes, table, int(n)); err != nil {
+		return major, minor, nil, err
+	}
 	for _, t := range requiredSections {
 		if _, ok := secs[t]; !ok {
 			return major, minor, nil, fmt.Errorf("%w: missing section %s", ErrFormat, t)
 		}
 	}
 	return major, minor, secs, nil
+}
+
+// checkCoverage requires the sections to follow the table in order without
+// overlap, with only zero padding between them and nothing after the last,
+// so that no byte of the file escapes a check.
+func checkCoverage(b []byte, pos int, table []byte, n int) error {
+	type span struct{ off, end uint64 }
+	spans := make([]span, n)
+	for i := range spans {
+		e := table[i*entryBytes:]
+		off := binary.LittleEndian.Uint64(e[8:])
+		spans[i] = span{off, off + binary.LittleEndian.Uint64(e[16:])}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].off < spans[j].off })
+	at := uint64(pos)
+	for _, s := range spans {
+		if s.off < at {
+			return fmt.Errorf("%w: sections overlap at byte %d", ErrFormat, s.off)
+		}
+		for ; at < s.off; at++ {
+			if b[at] != 0 {
+				return fmt.Errorf("%w: non-zero padding at byte %d (corrupt file)", ErrFormat, at)
+			}
+		}
+		at = s.end
+	}
+	if at != uint64(len(b)) {
+		return fmt.Errorf("%w: %d bytes after the last section", ErrFormat, uint64(len(b))-at)
+	}
+	return nil
 }
 
 // DecodeGraph parses and checks a graph file. The stream words are copied

@@ -143,3 +143,70 @@ func checkReference(t *testing.T, dir string, ref *reference, label string) floa
 	}
 	return maxd
 }
+
+// TestGreedyStories260K generates greedily from each stories260K prompt
+// and requires llama.cpp's 32 tokens exactly.
+func TestGreedyStories260K(t *testing.T) {
+	refs, _ := filepath.Glob(filepath.Join(shared, "reference", "stories260K.p*.json"))
+	model := findModel("stories260K.gguf")
+	if len(refs) == 0 || model == "" {
+		t.Skip("stories260K or its references not present")
+	}
+	dir := filepath.Join(t.TempDir(), "s260")
+	if err := compiler.Compile(context.Background(), model, dir, compiler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, rp := range refs {
+		var ref reference
+		b, _ := os.ReadFile(rp)
+		if err := json.Unmarshal(b, &ref); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Tok.Encode(ref.Prompt, true, true); !equal(got, ref.PromptTokens) {
+			t.Errorf("%s: prompt tokens %v, llama.cpp %v", filepath.Base(rp), got, ref.PromptTokens)
+		}
+		seq, err := e.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := seq.Prefill(ctx, ref.PromptTokens); err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		for i := range ref.Steps {
+			tok := seq.Greedy()
+			got = append(got, tok)
+			if i < len(ref.Steps)-1 {
+				if _, err := seq.Decode(ctx, tok); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		seq.Release()
+		var want []int32
+		for _, s := range ref.Steps {
+			want = append(want, s.Token)
+		}
+		if !equal(got, want) {
+			t.Errorf("%s: greedy tokens\n got %v\nwant %v", filepath.Base(rp), got, want)
+		}
+	}
+}
+
+func equal(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

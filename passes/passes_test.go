@@ -1,0 +1,89 @@
+package passes
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+func TestPipelineHonorsConstraints(t *testing.T) {
+	pos := map[string]int{}
+	for i, p := range Pipeline {
+		if _, dup := pos[p.Name]; dup {
+			t.Errorf("pass %s listed twice", p.Name)
+		}
+		pos[p.Name] = i
+	}
+	for _, c := range Constraints {
+		b, okb := pos[c.Before]
+		a, oka := pos[c.After]
+		if !okb || !oka || b >= a {
+			t.Errorf("constraint %s before %s (%s) broken", c.Before, c.After, c.Why)
+		}
+	}
+}
+
+// small builds x → RMS_NORM → MATMUL → RESIDUAL over a tiny graph.
+func small() *ir.Graph {
+	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: 1, Rows: 1})
+	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+	w := g.Buffer(ir.Buffer{Name: "w", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 8}, LayerClass: "w", Bytes: 256})
+	nw := g.Buffer(ir.Buffer{Name: "nw", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8}, LayerClass: "n", Bytes: 32})
+	emb := g.Buffer(ir.Buffer{Name: "emb", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 4}, LayerClass: "e", Bytes: 128})
+	x, y, z := g.NewReg("x", 1, 8, 4), g.NewReg("y", 1, 8, 4), g.NewReg("z", 1, 8, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 8})
+	g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", x), ir.B("w", nw), ir.B("io", io)}, []ir.Operand{ir.R("y", y)}, ir.Attrs{"cols": 8, "group": 8, "eps": 1e-5})
+	g.Emit(ir.MATMUL, []ir.Operand{ir.R("x", y), ir.B("w", w), ir.B("io", io)}, []ir.Operand{ir.R("y", z)}, ir.Attrs{"k": 8, "n": 8})
+	g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", x), ir.R("y", z), ir.B("io", io)}, []ir.Operand{ir.R("x", x)}, ir.Attrs{"cols": 8})
+	return g
+}
+
+func TestVerifyRejects(t *testing.T) {
+	if err := Verify(small()); err != nil {
+		t.Fatalf("valid graph: %v", err)
+	}
+	cases := map[string]func(g *ir.Graph){
+		"before any write":   func(g *ir.Graph) { g.Insts = g.Insts[1:] },
+		"missing operand":    func(g *ir.Graph) { g.Insts[2].Reads = g.Insts[2].Reads[1:] },
+		"missing attribute":  func(g *ir.Graph) { delete(g.Insts[1].Attrs, "eps") },
+		"weight shape":       func(g *ir.Graph) { g.Insts[2].Attrs["n"] = 4 },
+		"in place":           func(g *ir.Graph) { g.Insts[2].Writes[0].ID = 1 },
+		"writes weight":      func(g *ir.Graph) { g.Insts[2].Writes = append(g.Insts[2].Writes, ir.B("w", 1)) },
+		"out of range":       func(g *ir.Graph) { g.Insts[1].Reads[1].ID = 99 },
+		"not an argument of": func(g *ir.Graph) { g.Insts[3].Reads = append(g.Insts[3].Reads, ir.B("bias", 1)) },
+	}
+	for want, mod := range cases {
+		g := small()
+		mod(g)
+		if err := Verify(g); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+}
+
+func TestRegallocReusesAndNeverOverlaps(t *testing.T) {
+	g := small()
+	lv := Analyze(g)
+	pm, err := Allocate(g, lv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x lives throughout; y dies at the matmul that defines z, so z needs
+	// its own buffer: three physical buffers, none reused.
+	if len(pm.PhysicalSizes) != 3 {
+		t.Errorf("%d physical buffers, want 3", len(pm.PhysicalSizes))
+	}
+	pm.PhysicalOffsets = []int64{0, 256, 512}
+	if err := CheckNoOverlap(g, lv, pm); err != nil {
+		t.Fatal(err)
+	}
+	pm.PhysicalOffsets = []int64{0, 0, 512}
+	if err := CheckNoOverlap(g, lv, pm); err == nil {
+		t.Error("overlapping registers passed the check")
+	}
+	if lv.PeakBytes != 96 {
+		t.Errorf("peak %d, want 96 (three 32-byte registers live at the matmul)", lv.PeakBytes)
+	}
+}

@@ -1,0 +1,173 @@
+package runtime_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/runtime"
+)
+
+func buildTiny(t *testing.T) string {
+	t.Helper()
+	b, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	os.WriteFile(model, b, 0o644)
+	out := filepath.Join(dir, "bundle")
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// copyBundle clones a bundle directory so a test can damage the copy.
+func copyBundle(t *testing.T, src string) string {
+	dst := filepath.Join(t.TempDir(), "b")
+	filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		rel, _ := filepath.Rel(src, p)
+		if info.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, _ := os.ReadFile(p)
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	return dst
+}
+
+func TestOpenAndRun(t *testing.T) {
+	dir := buildTiny(t)
+	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	seq, _ := e.NewSequence()
+	ctx := context.Background()
+	l1, err := seq.Prefill(ctx, []int32{1, 300, 301, 302})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Prefill in one batch and token by token must agree.
+	seq2, err := e.NewSequence()
+	if err == nil {
+		t.Fatal("a second sequence got a slot of a one-slot bundle")
+	}
+	seq.Release()
+	seq2, _ = e.NewSequence()
+	var l2 []float32
+	for i, tok := range []int32{1, 300, 301, 302} {
+		if i == 0 {
+			l2, err = seq2.Prefill(ctx, []int32{tok})
+		} else {
+			l2, err = seq2.Decode(ctx, tok)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range l1 {
+		if d := l1[i] - l2[i]; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("logit %d: batched prefill %v, token by token %v", i, l1[i], l2[i])
+		}
+	}
+	if _, err := seq2.Decode(ctx, 1<<20); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Errorf("out-of-vocabulary token: %v", err)
+	}
+}
+
+// TestCorruptBundles damages a bundle in every way a disk or a careless
+// copy might and requires a clear error, never a panic.
+func TestCorruptBundles(t *testing.T) {
+	good := buildTiny(t)
+	graph, _ := os.ReadFile(filepath.Join(good, bundle.GraphFile))
+	pack, _ := os.ReadFile(filepath.Join(good, bundle.WeightsFile))
+	kernels, _ := os.ReadDir(filepath.Join(good, bundle.KernelDir))
+	open := func(dir string) error {
+		e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 1, Verify: true})
+		if err == nil {
+			e.Close()
+		}
+		return err
+	}
+	expectErr := func(what, dir string) {
+		t.Helper()
+		if err := open(dir); err == nil {
+			t.Errorf("%s: bundle accepted", what)
+		}
+	}
+	dir := copyBundle(t, good)
+	gpath := filepath.Join(dir, bundle.GraphFile)
+	// Every byte of the header and section table, and a stride through the
+	// sections, each flipped.
+	table := 16 + 32*int(graph[8])
+	for i := 0; i < len(graph); i++ {
+		if i >= table && i%61 != 0 {
+			continue
+		}
+		c := append([]byte(nil), graph...)
+		c[i] ^= 0x5A
+		os.WriteFile(gpath, c, 0o644)
+		expectErr("graph byte "+itoa(i)+" flipped", dir)
+	}
+	for _, n := range []int{0, 3, 15, 16, table - 1, table, len(graph) / 2, len(graph) - 1} {
+		os.WriteFile(gpath, graph[:n], 0o644)
+		expectErr("graph truncated to "+itoa(n), dir)
+	}
+	os.WriteFile(gpath, graph, 0o644)
+	if err := open(dir); err != nil {
+		t.Fatalf("restored bundle: %v", err)
+	}
+
+	ppath := filepath.Join(dir, bundle.WeightsFile)
+	for _, n := range []int{0, 10, 4096, len(pack) - 1} {
+		os.WriteFile(ppath, pack[:n], 0o644)
+		expectErr("pack truncated to "+itoa(n), dir)
+	}
+	for _, i := range []int{0, 5, 9, 13, 17, 40, len(pack) - 100} {
+		c := append([]byte(nil), pack...)
+		c[i] ^= 1
+		os.WriteFile(ppath, c, 0o644)
+		expectErr("pack byte "+itoa(i)+" flipped", dir)
+	}
+	os.WriteFile(ppath, pack, 0o644)
+
+	kpath := filepath.Join(dir, bundle.KernelDir, kernels[0].Name())
+	kb, _ := os.ReadFile(kpath)
+	os.Remove(kpath)
+	if err := open(dir); err == nil || !strings.Contains(err.Error(), kernels[0].Name()) {
+		t.Errorf("missing kernel: %v", err)
+	}
+	c := append([]byte(nil), kb...)
+	c[6] = 0x20 // retarget to sm_90
+	os.WriteFile(kpath, c, 0o644)
+	expectErr("retargeted kernel", dir)
+	os.WriteFile(kpath, kb, 0o644)
+
+	if err := open(filepath.Join(dir, bundle.GraphFile)); err == nil || !strings.Contains(err.Error(), "not a bundle directory") {
+		t.Errorf("file instead of bundle: %v", err)
+	}
+	if err := open(filepath.Join(dir, "nope")); err == nil {
+		t.Error("missing bundle accepted")
+	}
+}
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i == 0 {
+		return "0"
+	}
+	s := ""
+	for ; i > 0; i /= 10 {
+		s = string(digits[i%10]) + s
+	}
+	return s
+}

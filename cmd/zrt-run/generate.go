@@ -63,7 +63,7 @@ func parseTokens(s string) ([]int32, error) {
 
 func generateCmd() *cobra.Command {
 	var ef engineFlags
-	var prompt, tokens, system string
+	var prompt, tokens, system, messages string
 	var n int
 	var useChat, asJSON bool
 	var sp sample.Params
@@ -83,22 +83,25 @@ func generateCmd() *cobra.Command {
 				if ids, err = parseTokens(tokens); err != nil {
 					return err
 				}
-			case useChat:
-				msgs := []chat.Message{}
-				if system != "" {
-					msgs = append(msgs, chat.Message{Role: "system", Content: system})
+			case useChat || messages != "":
+				var msgs []chat.Message
+				if messages != "" {
+					if msgs, err = readMessages(messages); err != nil {
+						return err
+					}
+				} else {
+					if system != "" {
+						msgs = append(msgs, chat.Message{Role: "system", Content: system})
+					}
+					msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
 				}
-				msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
-				v := e.Tok.Vocab()
-				text, fallback, err := chat.Apply(v.ChatTemplate, msgs, chat.Options{AddGenerationPrompt: true,
-					BOSToken: e.Tok.TokenText(v.BOS), EOSToken: e.Tok.TokenText(v.EOS)})
-				if err != nil {
+				var fallback bool
+				if ids, fallback, err = runtime.ChatPrompt(e.Tok, msgs); err != nil {
 					return fmt.Errorf("chat template: %w", err)
 				}
 				if fallback {
-					fmt.Fprintln(os.Stderr, "zrt-run: the model has no chat template; using a plain format")
+					fmt.Fprintln(os.Stderr, "zrt-run: the model has no chat template; using ChatML")
 				}
-				ids = e.Tok.Encode(text, true, true)
 			default:
 				ids = e.Tok.Encode(prompt, true, false)
 			}
@@ -113,6 +116,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().StringVar(&tokens, "tokens", "", "prompt as token ids (comma or space separated), instead of --prompt")
 	c.Flags().BoolVar(&useChat, "chat", false, "format the prompt with the model's chat template")
 	c.Flags().StringVar(&system, "system", "", "system message for --chat")
+	c.Flags().StringVar(&messages, "messages", "", "JSON file of [{\"role\":…,\"content\":…}] to format with the chat template (implies --chat)")
 	c.Flags().IntVarP(&n, "n", "n", 128, "tokens to generate at most")
 	c.Flags().Float64Var(&sp.Temperature, "temp", 0, "sampling temperature (0: greedy)")
 	c.Flags().IntVar(&sp.TopK, "top-k", 40, "keep the K most likely tokens (0: all)")
@@ -216,4 +220,27 @@ func peakRSSMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// readMessages loads a conversation: a JSON array of {role, content}.
+func readMessages(path string) ([]chat.Message, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var raw []struct{ Role, Content string }
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("%s: no messages", path)
+	}
+	msgs := make([]chat.Message, len(raw))
+	for i, m := range raw {
+		if m.Role == "" {
+			return nil, fmt.Errorf("%s: message %d has no role", path, i)
+		}
+		msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	return msgs, nil
 }

@@ -1,0 +1,102 @@
+package runtime_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/chat"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+func vocabTokenizer(t *testing.T, name string) *tokenizer.Tokenizer {
+	t.Helper()
+	f, err := gguf.Open(filepath.Join("..", "..", "shared", "models", "vocab", name))
+	if err != nil {
+		t.Skipf("vocab %s not present: %v", name, err)
+	}
+	defer f.Close()
+	v, err := tokenizer.VocabFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+var twoTurns = []chat.Message{
+	{Role: "system", Content: "You are a helpful assistant."},
+	{Role: "user", Content: "Hello!"},
+	{Role: "assistant", Content: "Hi there, how can I help?"},
+	{Role: "user", Content: "Tell me a story."},
+}
+
+// TestChatPromptTokens checks the prompt ids of a two-turn conversation:
+// exactly llama.cpp's formatting (the rendered text it produces for these
+// templates, tokenized with special tokens parsed), spelled out here as the
+// sequence of special-token ids and plain-text pieces it must consist of.
+func TestChatPromptTokens(t *testing.T) {
+	type piece struct {
+		special string // a special token's text, or
+		text    string // plain text encoded without specials
+	}
+	cases := []struct {
+		vocab string
+		bos   bool
+		want  []piece
+	}{
+		{"ggml-vocab-qwen2.gguf", false, []piece{
+			{special: "<|im_start|>"}, {text: "system\nYou are a helpful assistant."}, {special: "<|im_end|>"}, {text: "\n"},
+			{special: "<|im_start|>"}, {text: "user\nHello!"}, {special: "<|im_end|>"}, {text: "\n"},
+			{special: "<|im_start|>"}, {text: "assistant\nHi there, how can I help?"}, {special: "<|im_end|>"}, {text: "\n"},
+			{special: "<|im_start|>"}, {text: "user\nTell me a story."}, {special: "<|im_end|>"}, {text: "\n"},
+			{special: "<|im_start|>"}, {text: "assistant\n"},
+		}},
+		{"ggml-vocab-llama-bpe.gguf", true, []piece{
+			{special: "<|start_header_id|>"}, {text: "system"}, {special: "<|end_header_id|>"}, {text: "\n\nYou are a helpful assistant."}, {special: "<|eot_id|>"},
+			{special: "<|start_header_id|>"}, {text: "user"}, {special: "<|end_header_id|>"}, {text: "\n\nHello!"}, {special: "<|eot_id|>"},
+			{special: "<|start_header_id|>"}, {text: "assistant"}, {special: "<|end_header_id|>"}, {text: "\n\nHi there, how can I help?"}, {special: "<|eot_id|>"},
+			{special: "<|start_header_id|>"}, {text: "user"}, {special: "<|end_header_id|>"}, {text: "\n\nTell me a story."}, {special: "<|eot_id|>"},
+			{special: "<|start_header_id|>"}, {text: "assistant"}, {special: "<|end_header_id|>"}, {text: "\n\n"},
+		}},
+	}
+	for _, c := range cases {
+		tok := vocabTokenizer(t, c.vocab)
+		got, fallback, err := runtime.ChatPrompt(tok, twoTurns)
+		if err != nil || fallback {
+			t.Fatalf("%s: fallback=%v err=%v", c.vocab, fallback, err)
+		}
+		var want []int32
+		if c.bos {
+			want = append(want, tok.Vocab().BOS)
+		}
+		for _, p := range c.want {
+			if p.special != "" {
+				id, ok := tok.TokenID(p.special)
+				if !ok {
+					t.Fatalf("%s: no token %q", c.vocab, p.special)
+				}
+				want = append(want, id)
+				continue
+			}
+			want = append(want, tok.Encode(p.text, false, false)...)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d ids, want %d\n got %v\nwant %v", c.vocab, len(got), len(want), got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: id %d is %d, want %d\n got %v\nwant %v", c.vocab, i, got[i], want[i], got, want)
+			}
+		}
+		// The end-of-turn token stops generation.
+		eot, _ := tok.TokenID(map[bool]string{false: "<|im_end|>", true: "<|eot_id|>"}[c.bos])
+		if !tok.IsEOG(eot) {
+			t.Errorf("%s: end-of-turn token %d is not end-of-generation", c.vocab, eot)
+		}
+	}
+}

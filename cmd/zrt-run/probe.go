@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
 func probeCmd() *cobra.Command {
@@ -26,7 +27,11 @@ func probeCmd() *cobra.Command {
 					fmt.Fprintf(w, "%-6s missing    %s exists, but this build has no AMD tier\n", t.name, t.node)
 				}
 			}
-			fmt.Fprintln(w, "cuda   missing    this build has no CUDA tier")
+			if info, err := driver.Probe(); err != nil {
+				fmt.Fprintf(w, "cuda   missing    %v\n", err)
+			} else {
+				fmt.Fprintf(w, "cuda   available  %s, %d device(s)\n", info, info.Devices)
+			}
 			fmt.Fprintln(w, "metal  missing    not macOS")
 			return nil
 		},

@@ -1,0 +1,512 @@
+// Package driver binds the part of the CUDA Driver API that T-CUDA uses.
+// libcuda.so.1 is opened at run time with purego, so zrt-run stays one
+// CGO_ENABLED=0 binary that starts on machines without a GPU or driver and
+// only fails, with a reason, when CUDA is actually asked for.
+//
+// Every call's CUresult is checked; a failure becomes an *Error naming the
+// call and the driver's error name. The driver's current context is per OS
+// thread, so callers lock their goroutine to a thread (runtime.LockOSThread)
+// and make the context current (Context.SetCurrent) before a run of calls.
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// Result is a CUresult.
+type Result int32
+
+// CUresult values the package looks at.
+const (
+	Success  Result = 0
+	NotReady Result = 600
+)
+
+// Handles are the driver's opaque pointers; a device pointer is a
+// CUdeviceptr (64-bit on every platform zrt supports).
+type (
+	Device    int32
+	Context   uintptr
+	Module    uintptr
+	Function  uintptr
+	Stream    uintptr
+	Event     uintptr
+	Graph     uintptr
+	GraphExec uintptr
+	DevPtr    uint64
+)
+
+// Error is a failed driver call.
+type Error struct {
+	Call string
+	Code Result
+	Name string // CUDA_ERROR_…, from cuGetErrorName
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Name, int32(e.Code))
+}
+
+// IsNotReady reports whether err is CUDA_ERROR_NOT_READY (work still pending).
+func IsNotReady(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == NotReady
+}
+
+// The bound entry points. Versioned symbols (_v2) are the ones the
+// headers map the plain names to; binding them directly keeps the 64-bit
+// sizes and pointer semantics of the current API.
+var api struct {
+	cuGetErrorName              func(Result, **byte) Result
+	cuInit                      func(uint32) Result
+	cuDriverGetVersion          func(*int32) Result
+	cuDeviceGetCount            func(*int32) Result
+	cuDeviceGet                 func(*Device, int32) Result
+	cuDeviceGetName             func(*byte, int32, Device) Result
+	cuDeviceGetAttribute        func(*int32, int32, Device) Result
+	cuDeviceTotalMem            func(*uint64, Device) Result
+	cuDevicePrimaryCtxRetain    func(*Context, Device) Result
+	cuDevicePrimaryCtxRelease   func(Device) Result
+	cuCtxSetCurrent             func(Context) Result
+	cuCtxSynchronize            func() Result
+	cuMemAlloc                  func(*DevPtr, uintptr) Result
+	cuMemFree                   func(DevPtr) Result
+	cuMemHostAlloc              func(*unsafe.Pointer, uintptr, uint32) Result
+	cuMemFreeHost               func(unsafe.Pointer) Result
+	cuMemcpyHtoD                func(DevPtr, unsafe.Pointer, uintptr) Result
+	cuMemcpyDtoH                func(unsafe.Pointer, DevPtr, uintptr) Result
+	cuMemcpyHtoDAsync           func(DevPtr, unsafe.Pointer, uintptr, Stream) Result
+	cuMemcpyDtoHAsync           func(unsafe.Pointer, DevPtr, uintptr, Stream) Result
+	cuMemsetD8                  func(DevPtr, uint8, uintptr) Result
+	cuModuleLoadDataEx          func(*Module, unsafe.Pointer, uint32, *int32, *unsafe.Pointer) Result
+	cuModuleUnload              func(Module) Result
+	cuModuleGetFunction         func(*Function, Module, *byte) Result
+	cuFuncSetAttribute          func(Function, int32, int32) Result
+	cuLaunchKernel              func(Function, uint32, uint32, uint32, uint32, uint32, uint32, uint32, Stream, unsafe.Pointer, unsafe.Pointer) Result
+	cuStreamCreate              func(*Stream, uint32) Result
+	cuStreamDestroy             func(Stream) Result
+	cuStreamSynchronize         func(Stream) Result
+	cuEventCreate               func(*Event, uint32) Result
+	cuEventRecord               func(Event, Stream) Result
+	cuEventQuery                func(Event) Result
+	cuEventDestroy              func(Event) Result
+	cuStreamBeginCapture        func(Stream, int32) Result
+	cuStreamEndCapture          func(Stream, *Graph) Result
+	cuGraphInstantiateWithFlags func(*GraphExec, Graph, uint64) Result
+	cuGraphLaunch               func(GraphExec, Stream) Result
+	cuGraphExecDestroy          func(GraphExec) Result
+	cuGraphDestroy              func(Graph) Result
+}
+
+var symbols = []struct {
+	fn   any
+	name string
+}{
+	{&api.cuGetErrorName, "cuGetErrorName"},
+	{&api.cuInit, "cuInit"},
+	{&api.cuDriverGetVersion, "cuDriverGetVersion"},
+	{&api.cuDeviceGetCount, "cuDeviceGetCount"},
+	{&api.cuDeviceGet, "cuDeviceGet"},
+	{&api.cuDeviceGetName, "cuDeviceGetName"},
+	{&api.cuDeviceGetAttribute, "cuDeviceGetAttribute"},
+	{&api.cuDeviceTotalMem, "cuDeviceTotalMem_v2"},
+	{&api.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"},
+	{&api.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"},
+	{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
+	{&api.cuCtxSynchronize, "cuCtxSynchronize"},
+	{&api.cuMemAlloc, "cuMemAlloc_v2"},
+	{&api.cuMemFree, "cuMemFree_v2"},
+	{&api.cuMemHostAlloc, "cuMemHostAlloc"},
+	{&api.cuMemFreeHost, "cuMemFreeHost"},
+	{&api.cuMemcpyHtoD, "cuMemcpyHtoD_v2"},
+	{&api.cuMemcpyDtoH, "cuMemcpyDtoH_v2"},
+	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
+	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
+	{&api.cuMemsetD8, "cuMemsetD8_v2"},
+	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
+	{&api.cuModuleUnload, "cuModuleUnload"},
+	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
+	{&api.cuFuncSetAttribute, "cuFuncSetAttribute"},
+	{&api.cuLaunchKernel, "cuLaunchKernel"},
+	{&api.cuStreamCreate, "cuStreamCreate"},
+	{&api.cuStreamDestroy, "cuStreamDestroy_v2"},
+	{&api.cuStreamSynchronize, "cuStreamSynchronize"},
+	{&api.cuEventCreate, "cuEventCreate"},
+	{&api.cuEventRecord, "cuEventRecord"},
+	{&api.cuEventQuery, "cuEventQuery"},
+	{&api.cuEventDestroy, "cuEventDestroy_v2"},
+	{&api.cuStreamBeginCapture, "cuStreamBeginCapture_v2"},
+	{&api.cuStreamEndCapture, "cuStreamEndCapture"},
+	{&api.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"},
+	{&api.cuGraphLaunch, "cuGraphLaunch"},
+	{&api.cuGraphExecDestroy, "cuGraphExecDestroy"},
+	{&api.cuGraphDestroy, "cuGraphDestroy"},
+}
+
+// Library is the soname opened; ZRT_LIBCUDA is not consulted on purpose:
+// the loader's search path (LD_LIBRARY_PATH, ldconfig) already decides.
+const Library = "libcuda.so.1"
+
+var (
+	loadOnce sync.Once
+	loadErr  error
+)
+
+// Load opens libcuda, binds every entry point and calls cuInit. It runs
+// once; later calls return the first result.
+func Load() error {
+	loadOnce.Do(func() { loadErr = load() })
+	return loadErr
+}
+
+func load() (err error) {
+	// purego panics on unsupported signatures; turn any such surprise into
+	// an error rather than take zrt-run down on a machine without CUDA.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cuda: binding %s: %v", Library, r)
+		}
+	}()
+	h, err := purego.Dlopen(Library, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return fmt.Errorf("cuda: no driver library: %s: %v", Library, err)
+	}
+	for _, s := range symbols {
+		sym, err := purego.Dlsym(h, s.name)
+		if err != nil {
+			return fmt.Errorf("cuda: %s lacks %s (driver too old?): %v", Library, s.name, err)
+		}
+		purego.RegisterFunc(s.fn, sym)
+	}
+	return check("cuInit", api.cuInit(0))
+}
+
+// check turns a CUresult into an error.
+func check(call string, r Result) error {
+	if r == Success {
+		return nil
+	}
+	return &Error{Call: call, Code: r, Name: errorName(r)}
+}
+
+func errorName(r Result) string {
+	var p *byte
+	if api.cuGetErrorName == nil || api.cuGetErrorName(r, &p) != Success || p == nil {
+		return "CUDA_ERROR_UNKNOWN_CODE"
+	}
+	return cString(p)
+}
+
+// cString copies a NUL-terminated C string the driver owns.
+func cString(p *byte) string {
+	var b []byte
+	for i := uintptr(0); i < 4096; i++ {
+		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+// Info describes the device a probe found.
+type Info struct {
+	Name          string
+	Major, Minor  int // compute capability
+	TotalMem      uint64
+	DriverVersion int // e.g. 12040 for CUDA 12.4
+	Devices       int
+}
+
+// SM is the compute capability as a target suffix: 90 for sm_90.
+func (i Info) SM() int { return 10*i.Major + i.Minor }
+
+func (i Info) String() string {
+	return fmt.Sprintf("%s (sm_%d, %.1f GiB, driver CUDA %d.%d)", i.Name, i.SM(), float64(i.TotalMem)/(1<<30),
+		i.DriverVersion/1000, i.DriverVersion%1000/10)
+}
+
+// Probe reports device 0, or why CUDA cannot run here.
+func Probe() (Info, error) {
+	var info Info
+	if err := Load(); err != nil {
+		return info, err
+	}
+	var n, v int32
+	if err := check("cuDeviceGetCount", api.cuDeviceGetCount(&n)); err != nil {
+		return info, err
+	}
+	if n == 0 {
+		return info, fmt.Errorf("cuda: driver loaded but no CUDA device is visible")
+	}
+	if err := check("cuDriverGetVersion", api.cuDriverGetVersion(&v)); err != nil {
+		return info, err
+	}
+	d, err := GetDevice(0)
+	if err != nil {
+		return info, err
+	}
+	info.Devices, info.DriverVersion = int(n), int(v)
+	if info.Name, err = d.Name(); err != nil {
+		return info, err
+	}
+	if info.Major, err = d.Attribute(AttrComputeCapabilityMajor); err != nil {
+		return info, err
+	}
+	if info.Minor, err = d.Attribute(AttrComputeCapabilityMinor); err != nil {
+		return info, err
+	}
+	err = check("cuDeviceTotalMem", api.cuDeviceTotalMem(&info.TotalMem, d))
+	return info, err
+}
+
+// Device attributes (CUdevice_attribute).
+const (
+	AttrMaxSharedMemoryPerBlockOptin = 97
+	AttrComputeCapabilityMajor       = 75
+	AttrComputeCapabilityMinor       = 76
+)
+
+// GetDevice returns device ordinal i.
+func GetDevice(i int) (Device, error) {
+	var d Device
+	return d, check("cuDeviceGet", api.cuDeviceGet(&d, int32(i)))
+}
+
+// Name is the device's marketing name.
+func (d Device) Name() (string, error) {
+	buf := make([]byte, 256)
+	if err := check("cuDeviceGetName", api.cuDeviceGetName(&buf[0], int32(len(buf)), d)); err != nil {
+		return "", err
+	}
+	return cString(&buf[0]), nil
+}
+
+// Attribute reads a device attribute.
+func (d Device) Attribute(a int32) (int, error) {
+	var v int32
+	err := check("cuDeviceGetAttribute", api.cuDeviceGetAttribute(&v, a, d))
+	return int(v), err
+}
+
+// PrimaryContext retains the device's primary context (the one the
+// runtime API would use, so zrt coexists with other CUDA users).
+func (d Device) PrimaryContext() (Context, error) {
+	var c Context
+	return c, check("cuDevicePrimaryCtxRetain", api.cuDevicePrimaryCtxRetain(&c, d))
+}
+
+// ReleasePrimaryContext drops the reference PrimaryContext took.
+func (d Device) ReleasePrimaryContext() error {
+	return check("cuDevicePrimaryCtxRelease", api.cuDevicePrimaryCtxRelease(d))
+}
+
+// SetCurrent binds c to the calling OS thread.
+func (c Context) SetCurrent() error { return check("cuCtxSetCurrent", api.cuCtxSetCurrent(c)) }
+
+// Synchronize waits for all work in the current context.
+func Synchronize() error { return check("cuCtxSynchronize", api.cuCtxSynchronize()) }
+
+// MemAlloc allocates device memory.
+func MemAlloc(n int) (DevPtr, error) {
+	var p DevPtr
+	return p, check(fmt.Sprintf("cuMemAlloc(%d)", n), api.cuMemAlloc(&p, uintptr(n)))
+}
+
+// MemFree frees device memory.
+func MemFree(p DevPtr) error { return check("cuMemFree", api.cuMemFree(p)) }
+
+// MemHostAlloc allocates n bytes of page-locked host memory, which async
+// copies (and so captured graphs) can read and write directly.
+func MemHostAlloc(n int) ([]byte, error) {
+	var p unsafe.Pointer
+	if err := check(fmt.Sprintf("cuMemHostAlloc(%d)", n), api.cuMemHostAlloc(&p, uintptr(n), 0)); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// MemFreeHost frees memory from MemHostAlloc.
+func MemFreeHost(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return check("cuMemFreeHost", api.cuMemFreeHost(unsafe.Pointer(&b[0])))
+}
+
+// MemcpyHtoD copies src to device memory, synchronously.
+func MemcpyHtoD(dst DevPtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return check("cuMemcpyHtoD", api.cuMemcpyHtoD(dst, unsafe.Pointer(&src[0]), uintptr(len(src))))
+}
+
+// MemcpyDtoH copies device memory into dst, synchronously.
+func MemcpyDtoH(dst []byte, src DevPtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoH", api.cuMemcpyDtoH(unsafe.Pointer(&dst[0]), src, uintptr(len(dst))))
+}
+
+// MemcpyHtoDAsync enqueues a copy from pinned host memory.
+func MemcpyHtoDAsync(dst DevPtr, src []byte, s Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return check("cuMemcpyHtoDAsync", api.cuMemcpyHtoDAsync(dst, unsafe.Pointer(&src[0]), uintptr(len(src)), s))
+}
+
+// MemcpyDtoHAsync enqueues a copy into pinned host memory.
+func MemcpyDtoHAsync(dst []byte, src DevPtr, s Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoHAsync", api.cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), src, uintptr(len(dst)), s))
+}
+
+// MemsetD8 fills n bytes of device memory with v.
+func MemsetD8(p DevPtr, v uint8, n int) error {
+	return check("cuMemsetD8", api.cuMemsetD8(p, v, uintptr(n)))
+}
+
+// JIT options of cuModuleLoadDataEx (CUjit_option).
+const (
+	jitErrorLogBuffer          = 5
+	jitErrorLogBufferSizeBytes = 6
+)
+
+// ModuleLoadData loads a module image (PTX text, NUL-terminated, or a
+// cubin). PTX is JIT-compiled for the device; a compile error's log is
+// part of the returned error.
+func ModuleLoadData(image []byte) (Module, error) {
+	if len(image) == 0 || image[len(image)-1] != 0 {
+		image = append(append([]byte(nil), image...), 0)
+	}
+	// The log buffer is handed to the driver as an option value, so it
+	// must be C memory: the option array holds its address.
+	logBuf, err := MemHostAlloc(8192)
+	if err != nil {
+		return 0, err
+	}
+	defer MemFreeHost(logBuf)
+	opts := []int32{jitErrorLogBuffer, jitErrorLogBufferSizeBytes}
+	vals, err := MemHostAlloc(16)
+	if err != nil {
+		return 0, err
+	}
+	defer MemFreeHost(vals)
+	pv := (*[2]unsafe.Pointer)(unsafe.Pointer(&vals[0]))
+	pv[0] = unsafe.Pointer(&logBuf[0])
+	*(*uintptr)(unsafe.Pointer(&pv[1])) = uintptr(len(logBuf))
+	var m Module
+	r := api.cuModuleLoadDataEx(&m, unsafe.Pointer(&image[0]), 2, &opts[0], &pv[0])
+	if err := check("cuModuleLoadDataEx", r); err != nil {
+		if log := cString(&logBuf[0]); log != "" {
+			return 0, fmt.Errorf("%w: %s", err, log)
+		}
+		return 0, err
+	}
+	return m, nil
+}
+
+// Unload releases a module.
+func (m Module) Unload() error { return check("cuModuleUnload", api.cuModuleUnload(m)) }
+
+// Function looks up an entry point by name.
+func (m Module) Function(name string) (Function, error) {
+	var f Function
+	n := append([]byte(name), 0)
+	return f, check("cuModuleGetFunction("+name+")", api.cuModuleGetFunction(&f, m, &n[0]))
+}
+
+// FuncAttrMaxDynamicSharedSize is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const FuncAttrMaxDynamicSharedSize = 8
+
+// SetAttribute sets a function attribute.
+func (f Function) SetAttribute(attr, v int) error {
+	return check("cuFuncSetAttribute", api.cuFuncSetAttribute(f, int32(attr), int32(v)))
+}
+
+// Launch enqueues a kernel. params points at an array of pointers, one per
+// kernel parameter, each to the parameter's value; the driver copies the
+// values during the call, so the memory may be reused right after.
+func (f Function) Launch(grid, block [3]uint32, sharedBytes int, s Stream, params unsafe.Pointer) error {
+	return check("cuLaunchKernel", api.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+		uint32(sharedBytes), s, params, nil))
+}
+
+// StreamNonBlocking is CU_STREAM_NON_BLOCKING: no implicit sync with stream 0.
+const StreamNonBlocking = 1
+
+// NewStream creates a stream.
+func NewStream(flags uint32) (Stream, error) {
+	var s Stream
+	return s, check("cuStreamCreate", api.cuStreamCreate(&s, flags))
+}
+
+// Destroy destroys the stream.
+func (s Stream) Destroy() error { return check("cuStreamDestroy", api.cuStreamDestroy(s)) }
+
+// Synchronize waits for the stream's work.
+func (s Stream) Synchronize() error { return check("cuStreamSynchronize", api.cuStreamSynchronize(s)) }
+
+// Capture modes (CUstreamCaptureMode).
+const (
+	CaptureGlobal      = 0
+	CaptureThreadLocal = 1
+	CaptureRelaxed     = 2
+)
+
+// BeginCapture starts recording the stream's work into a graph.
+func (s Stream) BeginCapture(mode int) error {
+	return check("cuStreamBeginCapture", api.cuStreamBeginCapture(s, int32(mode)))
+}
+
+// EndCapture stops recording and returns the graph.
+func (s Stream) EndCapture() (Graph, error) {
+	var g Graph
+	return g, check("cuStreamEndCapture", api.cuStreamEndCapture(s, &g))
+}
+
+// EventDisableTiming is CU_EVENT_DISABLE_TIMING, the cheapest event to query.
+const EventDisableTiming = 2
+
+// NewEvent creates an event.
+func NewEvent(flags uint32) (Event, error) {
+	var e Event
+	return e, check("cuEventCreate", api.cuEventCreate(&e, flags))
+}
+
+// Record enqueues the event on s.
+func (e Event) Record(s Stream) error { return check("cuEventRecord", api.cuEventRecord(e, s)) }
+
+// Query reports whether the event has completed: nil when done, an error
+// for which IsNotReady holds while pending, another error on failure (a
+// kernel fault surfaces here).
+func (e Event) Query() error { return check("cuEventQuery", api.cuEventQuery(e)) }
+
+// Destroy destroys the event.
+func (e Event) Destroy() error { return check("cuEventDestroy", api.cuEventDestroy(e)) }
+
+// Instantiate makes an executable graph.
+func (g Graph) Instantiate() (GraphExec, error) {
+	var x GraphExec
+	return x, check("cuGraphInstantiateWithFlags", api.cuGraphInstantiateWithFlags(&x, g, 0))
+}
+
+// Destroy destroys the graph.
+func (g Graph) Destroy() error { return check("cuGraphDestroy", api.cuGraphDestroy(g)) }
+
+// Launch enqueues the executable graph on s.
+func (x GraphExec) Launch(s Stream) error { return check("cuGraphLaunch", api.cuGraphLaunch(x, s)) }
+
+// Destroy destroys the executable graph.
+func (x GraphExec) Destroy() error { return check("cuGraphExecDestroy", api.cuGraphExecDestroy(x)) }

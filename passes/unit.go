@@ -5,7 +5,6 @@ package passes
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/zrtdev/zrt/asm/pm4"
@@ -88,26 +87,8 @@ type Timing struct {
 }
 
 // Run runs the pipeline up to and including stopAfter ("" runs all),
-// verifying the IR again after every pass when verifyEach is set.
+// verifying the IR again after every pass when verifyEach is set. RunWith
+// can also resume from text IR and dump after any pass.
 func Run(ctx context.Context, u *Unit, stopAfter string, verifyEach bool) ([]Timing, error) {
-	var times []Timing
-	for _, p := range Pipeline {
-		if err := ctx.Err(); err != nil {
-			return times, err
-		}
-		t0 := time.Now()
-		if err := p.Run(ctx, u); err != nil {
-			return times, fmt.Errorf("pass %s: %w", p.Name, err)
-		}
-		times = append(times, Timing{p.Name, time.Since(t0)})
-		if verifyEach && p.Name != "verify" {
-			if err := verifyUnit(ctx, u); err != nil {
-				return times, fmt.Errorf("verify after %s: %w", p.Name, err)
-			}
-		}
-		if p.Name == stopAfter {
-			break
-		}
-	}
-	return times, nil
+	return RunWith(ctx, u, RunOptions{StopAfter: stopAfter, VerifyEach: verifyEach})
 }

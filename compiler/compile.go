@@ -32,6 +32,8 @@ type Options struct {
 	Target     string // overrides the config's target when set
 	// VerifyEach re-runs verify after every pass.
 	VerifyEach bool
+	// NoFuse turns the fuse pass off.
+	NoFuse bool
 	// Progress, when set, is told about each stage.
 	Progress func(format string, args ...any)
 }
@@ -71,7 +73,9 @@ func Load(path string, opt Options) (*Frontend, error) {
 		f.Close()
 		return nil, err
 	}
-	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: NewUnit(m)}, nil
+	u := NewUnit(m)
+	u.NoFuse = opt.NoFuse
+	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u}, nil
 }
 
 // NewUnit wraps a built model for the passes, sizing the state buffers
@@ -81,6 +85,7 @@ func NewUnit(m *arch.Model) *passes.Unit {
 	rows := max(c.PrefillChunk, c.MaxSlots)
 	return &passes.Unit{
 		Graphs: m.Graphs,
+		Target: c.Target,
 		State: passes.StateSizes{
 			KV:     int64(c.MaxSlots) * int64(h.MaxPages) * int64(kernels.KVPageBytes(h.NLayer, h.KVDim())),
 			IO:     4 * int64(kernels.IOWords(rows, c.MaxSlots, h.MaxPages)),
@@ -155,9 +160,8 @@ func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bu
 		g.Regions = append(g.Regions, bundle.Region{Name: r.Name, Heap: uint8(r.Heap), Bytes: r.Bytes, Align: r.Align})
 	}
 	for _, p := range u.Plan.Weights {
-		t, _ := fe.GGUF.Tensor(p.Tensor)
-		g.Weights = append(g.Weights, bundle.Weight{Buffer: p.Buffer, Tensor: p.Tensor, Type: uint32(t.Type),
-			Dims: t.Dims, Region: uint32(p.Region), Offset: p.Offset, Bytes: p.Bytes})
+		g.Weights = append(g.Weights, bundle.Weight{Buffer: p.Buffer, Tensor: strings.Join(p.Sources, "+"), Type: uint32(p.Type),
+			Dims: p.Dims, Region: uint32(p.Region), Offset: p.Offset, Bytes: p.Bytes})
 	}
 	for i, gr := range u.Graphs {
 		s, lv, pm := u.Streams[i], u.Liveness[i], u.Physical[i]
@@ -260,9 +264,16 @@ func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error)
 		if err := ctx.Err(); err != nil {
 			return zero, err
 		}
-		t, _ := fe.GGUF.Tensor(p.Tensor)
-		if err := pw.Put(index[p.Region], p.Offset, fe.GGUF.TensorData(t)); err != nil {
-			return zero, err
+		off := p.Offset
+		for _, name := range p.Sources {
+			t, ok := fe.GGUF.Tensor(name)
+			if !ok {
+				return zero, fmt.Errorf("weights pack: tensor %s missing", name)
+			}
+			if err := pw.Put(index[p.Region], off, fe.GGUF.TensorData(t)); err != nil {
+				return zero, err
+			}
+			off += t.Size
 		}
 	}
 	h, err := pw.Close()

@@ -75,6 +75,19 @@ var catalog = []ABI{
 		Push: []Param{{"f", U32}, {"n", U32}, {"n_used", U32}}},
 	{Name: "lm_head", Typed: true, Bufs: []string{"x", "w", "io", "logits"}, Push: []Param{{"k", U32}, {"n_vocab", U32}}},
 	{Name: "argmax", Bufs: []string{"logits", "io", "tokens"}, Push: []Param{{"n_vocab", U32}}},
+
+	// Fused kernels (seed 000, Appendix B). Their weights are concatenated
+	// by zrtc so that the pointers fit the user-data registers; shapes are
+	// specialized for the same reason.
+	{Name: "rms_norm_qkv", Typed: true, Bufs: []string{"x", "w_norm", "w_qkv", "b_qkv", "io", "q", "k", "v"},
+		Optional: map[string]bool{"b_qkv": true},
+		Spec:     []Param{{"k", U32}, {"n_q", U32}, {"n_kv", U32}, {"eps", F32}}},
+	{Name: "rms_norm_gate_up", Typed: true, Bufs: []string{"x", "w_norm", "w_gate_up", "io", "gate", "up"},
+		Spec: []Param{{"k", U32}, {"f", U32}, {"eps", F32}}},
+	{Name: "residual_rms_norm", Bufs: []string{"x", "y", "w", "io", "out"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"eps", F32}}},
+	{Name: "rms_norm_rope_kv_write", Bufs: []string{"k", "v", "w_norm", "io", "kv"}, Push: []Param{{"layer", U32}},
+		Spec: []Param{{"n_layer", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32}, {"neox", U32},
+			{"freq_base", F32}, {"freq_scale", F32}, {"eps", F32}}},
 }
 
 var byName = func() map[string]*ABI {

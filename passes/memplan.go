@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
 )
 
 // Heap is where a region lives (seed 000 §10.1).
@@ -33,13 +34,15 @@ type Region struct {
 	Align int64
 }
 
-// Placement puts one weight tensor in a weights region.
+// Placement puts one weight buffer in a weights region.
 type Placement struct {
-	Buffer string // logical name
-	Tensor string // source GGUF tensor
-	Region int
-	Offset int64
-	Bytes  int64
+	Buffer  string   // logical name
+	Sources []string // GGUF tensors whose bytes, concatenated, fill it
+	Type    ggml.Type
+	Dims    []int64
+	Region  int
+	Offset  int64
+	Bytes   int64
 }
 
 // MemPlan is the static memory map of a compiled model.
@@ -83,7 +86,8 @@ func memplan(_ context.Context, u *Unit) error {
 	classRegion := map[string]int{}
 	placed := map[string]bool{}
 	for _, g := range u.Graphs {
-		for _, b := range g.Buffers {
+		for _, bi := range referencedBuffers(g) {
+			b := &g.Buffers[bi]
 			if b.Class != ir.Weight || placed[b.Name] {
 				continue
 			}
@@ -94,7 +98,8 @@ func memplan(_ context.Context, u *Unit) error {
 			}
 			r := &p.Regions[ri]
 			off := alignUp(r.Bytes, WeightAlign)
-			p.Weights = append(p.Weights, Placement{Buffer: b.Name, Tensor: b.Tensor, Region: ri, Offset: off, Bytes: b.Bytes})
+			p.Weights = append(p.Weights, Placement{Buffer: b.Name, Sources: b.SourceTensors(), Type: b.Type, Dims: b.Dims,
+				Region: ri, Offset: off, Bytes: b.Bytes})
 			r.Bytes = off + b.Bytes
 			placed[b.Name] = true
 		}
@@ -124,6 +129,23 @@ func memplan(_ context.Context, u *Unit) error {
 	p.Scratch = add("scratch", DeviceLocal, scratch)
 	u.Plan = p
 	return nil
+}
+
+// referencedBuffers lists, in first-use order, the buffers instructions
+// use: fusion leaves the weights it concatenated unreferenced, and those
+// must not be placed twice.
+func referencedBuffers(g *ir.Graph) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, in := range g.Insts {
+		for _, o := range append(append([]ir.Operand(nil), in.Reads...), in.Writes...) {
+			if o.Kind == ir.BufOperand && !seen[o.ID] {
+				seen[o.ID] = true
+				out = append(out, o.ID)
+			}
+		}
+	}
+	return out
 }
 
 // CheckNoOverlap fails when two registers overlap in both lifetime and

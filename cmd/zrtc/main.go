@@ -41,7 +41,7 @@ pack, for one target (cpu; cuda:sm_90 and amd:gfx1201 are planned).`,
 
 func buildCmd() *cobra.Command {
 	var cfg, target, out string
-	var quiet, verifyEach bool
+	var quiet, verifyEach, noFuse bool
 	c := &cobra.Command{
 		Use:   "build MODEL.gguf -o OUT",
 		Short: "Compile a model into a bundle directory (written atomically)",
@@ -50,7 +50,7 @@ func buildCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("build: -o OUT is required")
 			}
-			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach}
+			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach, NoFuse: noFuse}
 			if !quiet {
 				opt.Progress = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: "+f+"\n", a...) }
 			}
@@ -68,6 +68,7 @@ func buildCmd() *cobra.Command {
 	c.Flags().StringVarP(&out, "out", "o", "", "output bundle directory")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
 	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")
+	c.Flags().BoolVar(&noFuse, "no-fuse", false, "skip the fuse pass (for bisecting a numerical difference)")
 	return c
 }
 

@@ -79,6 +79,18 @@ type Buffer struct {
 	// (all Q projections together, …).
 	LayerClass string
 	Bytes      int64
+	// Sources, when set, makes this a derived weight: the concatenation of
+	// these GGUF tensors' bytes in order (a fused QKV matrix, say). Tensor
+	// is then empty.
+	Sources []string
+}
+
+// SourceTensors returns the GGUF tensors whose bytes make up the buffer.
+func (b *Buffer) SourceTensors() []string {
+	if len(b.Sources) > 0 {
+		return b.Sources
+	}
+	return []string{b.Tensor}
 }
 
 // Reg is an activation register: Rows × Cols elements of Elem bytes each.

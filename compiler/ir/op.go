@@ -25,6 +25,10 @@ const (
 	MOE_DOWN_ACC
 	LM_HEAD
 	ARGMAX
+	RMS_NORM_FUSED_QKV
+	RMS_NORM_FUSED_MLP_GATE_UP
+	RESIDUAL_RMS_NORM
+	RMS_NORM_FUSED_ROPE_KV_WRITE
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -54,6 +58,11 @@ var opTable = map[Op]OpInfo{
 	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},
+
+	RMS_NORM_FUSED_QKV:           {Name: "RMS_NORM_FUSED_QKV", Kernel: "rms_norm_qkv", TypedBy: "w_qkv"},
+	RMS_NORM_FUSED_MLP_GATE_UP:   {Name: "RMS_NORM_FUSED_MLP_GATE_UP", Kernel: "rms_norm_gate_up", TypedBy: "w_gate_up"},
+	RESIDUAL_RMS_NORM:            {Name: "RESIDUAL_RMS_NORM", Kernel: "residual_rms_norm", InPlace: []string{"x"}},
+	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"kv"}},
 }
 
 // Info returns the opcode's table entry.

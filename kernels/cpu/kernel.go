@@ -58,6 +58,11 @@ var families = map[string]func(ggml.Type) (Func, error){
 	"moe_down_acc":  typed(moeDownAcc),
 	"lm_head":       typed(lmHead),
 	"argmax":        plain(argmax),
+
+	"rms_norm_qkv":           typed(rmsNormQKV),
+	"rms_norm_gate_up":       typed(rmsNormGateUp),
+	"residual_rms_norm":      plain(residualRMSNorm),
+	"rms_norm_rope_kv_write": plain(rmsNormRopeKVWrite),
 }
 
 func plain(f Func) func(ggml.Type) (Func, error) {

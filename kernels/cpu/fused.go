@@ -1,0 +1,123 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
+)
+
+// The fused kernels do what their unfused sequences do, in the same
+// arithmetic, minus the intermediate writes and repeated activation
+// quantization: the parity tests hold them to the same tolerance.
+
+// normRows normalizes the active rows of x into dst (one group per row).
+func normRows(a *Args, x, w, dst []float32, rows, cols int, eps float32) error {
+	return a.Pool.For(rows, 1, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			normRow(x[i*cols:(i+1)*cols], dst[i*cols:(i+1)*cols], w, eps)
+		}
+	})
+}
+
+// normScratch returns rows×cols floats of executor scratch that follow the
+// bytes gemm will take for quantized activations, so the two never overlap.
+func normScratch(a *Args, t ggml.Type, rows, cols int) []float32 {
+	q := rows * rowBytes(quant.VecDotType(t), cols)
+	q = (q + 63) &^ 63
+	buf := a.work(q + 4*rows*cols)
+	return f32s(buf[q:])[:rows*cols]
+}
+
+// rmsNormQKV is RMS_NORM then the Q, K and V projections, over one
+// concatenated weight whose rows are Q's, then K's, then V's.
+func rmsNormQKV(t ggml.Type, a *Args) error {
+	x, wn, w, b, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), a.Bufs[2], a.Bufs[3], req(a.Bufs[4])
+	q, k, v := f32s(a.Bufs[5]), f32s(a.Bufs[6]), f32s(a.Bufs[7])
+	K, nq, nkv := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
+	eps := math.Float32frombits(a.Spec[3])
+	rows := r.rows()
+	n := normScratch(a, t, rows, K)
+	if err := normRows(a, x, wn, n, rows, K, eps); err != nil {
+		return err
+	}
+	var bias []float32
+	if b != nil {
+		bias = f32s(b)
+	}
+	return gemm(a, t, n, w, rows, K, nq+2*nkv, func(i, j int, val float32) {
+		if bias != nil {
+			val += bias[j]
+		}
+		switch {
+		case j < nq:
+			q[i*nq+j] = val
+		case j < nq+nkv:
+			k[i*nkv+j-nq] = val
+		default:
+			v[i*nkv+j-nq-nkv] = val
+		}
+	}, nil)
+}
+
+// rmsNormGateUp is RMS_NORM then the gate and up projections, over one
+// concatenated weight: f gate rows, then f up rows.
+func rmsNormGateUp(t ggml.Type, a *Args) error {
+	x, wn, w, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), a.Bufs[2], req(a.Bufs[3])
+	gate, up := f32s(a.Bufs[4]), f32s(a.Bufs[5])
+	K, f := int(a.Spec[0]), int(a.Spec[1])
+	eps := math.Float32frombits(a.Spec[2])
+	rows := r.rows()
+	n := normScratch(a, t, rows, K)
+	if err := normRows(a, x, wn, n, rows, K, eps); err != nil {
+		return err
+	}
+	return gemm(a, t, n, w, rows, K, 2*f, func(i, j int, val float32) {
+		if j < f {
+			gate[i*f+j] = val
+		} else {
+			up[i*f+j-f] = val
+		}
+	}, nil)
+}
+
+// residualRMSNorm adds y into the residual x, then normalizes x into out.
+func residualRMSNorm(a *Args) error {
+	x, y, w, r, out := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), f32s(a.Bufs[4])
+	cols := int(a.Push[0])
+	eps := math.Float32frombits(a.Spec[0])
+	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xs, ys := x[i*cols:(i+1)*cols], y[i*cols:(i+1)*cols]
+			for j := range xs {
+				xs[j] += ys[j]
+			}
+			normRow(xs, out[i*cols:(i+1)*cols], w, eps)
+		}
+	})
+}
+
+// rmsNormRopeKVWrite normalizes each K head, rotates it, and stores K and V
+// in the cache. K is updated in place, as the unfused sequence leaves it.
+func rmsNormRopeKVWrite(a *Args) error {
+	k, v, wn, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), a.Bufs[4]
+	layer := int(a.Push[0])
+	nLayer, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
+	rp := ropeParams(a.Spec[3:7])
+	eps := math.Float32frombits(a.Spec[7])
+	kvDim := nHeadKV * hd
+	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
+		cs := make([]float32, rp.nRot)
+		for i := lo; i < hi; i++ {
+			rp.table(cs, int(r.row(i, kernels.IORowPos)))
+			ki := k[i*kvDim : (i+1)*kvDim]
+			for h := 0; h < nHeadKV; h++ {
+				head := ki[h*hd : (h+1)*hd]
+				normRow(head, head, wn, eps)
+				rp.rotate(head, cs)
+			}
+			storeKV(r, kv, i, layer, nLayer, kvDim, ki, v[i*kvDim:(i+1)*kvDim])
+		}
+	})
+}

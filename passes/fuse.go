@@ -1,0 +1,278 @@
+package passes
+
+import (
+	"context"
+
+	"github.com/zrtdev/zrt/compiler/ir"
+)
+
+// targetFusions lists the fused ops each target has kernels for; fuse
+// only forms those. A target missing here gets no fusion.
+var targetFusions = map[string]map[ir.Op]bool{
+	"cpu": {
+		ir.RMS_NORM_FUSED_QKV:           true,
+		ir.RMS_NORM_FUSED_MLP_GATE_UP:   true,
+		ir.RESIDUAL_RMS_NORM:            true,
+		ir.RMS_NORM_FUSED_ROPE_KV_WRITE: true,
+	},
+}
+
+func fuse(_ context.Context, u *Unit) error {
+	allowed := targetFusions[u.Target]
+	if u.NoFuse || len(allowed) == 0 {
+		return nil
+	}
+	for _, g := range u.Graphs {
+		Fuse(g, allowed)
+	}
+	return nil
+}
+
+// Fuse rewrites instruction sequences into the fused ops in allowed and
+// returns how many it formed. A sequence fuses only when the values
+// between its ops have no other reader, so the rewrite cannot change what
+// any other instruction sees. Norm+projection fusions take precedence
+// over residual+norm, since they save more traffic.
+func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
+	n := 0
+	if allowed[ir.RMS_NORM_FUSED_ROPE_KV_WRITE] {
+		n += fuseRopeKV(g)
+	}
+	readers := countReaders(g)
+	startsProjection := func(i int) bool {
+		_, q := matchQKV(g, i, readers, false)
+		_, gu := matchGateUp(g, i, readers, false)
+		return (q && allowed[ir.RMS_NORM_FUSED_QKV]) || (gu && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP])
+	}
+	var out []ir.Inst
+	for i := 0; i < len(g.Insts); {
+		if _, ok := matchQKV(g, i, readers, false); ok && allowed[ir.RMS_NORM_FUSED_QKV] {
+			in, _ := matchQKV(g, i, readers, true)
+			out, i, n = append(out, in), i+4, n+1
+			continue
+		}
+		if _, ok := matchGateUp(g, i, readers, false); ok && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP] {
+			in, _ := matchGateUp(g, i, readers, true)
+			out, i, n = append(out, in), i+3, n+1
+			continue
+		}
+		if in, ok := matchResidualNorm(g, i); ok && allowed[ir.RESIDUAL_RMS_NORM] && !startsProjection(i+1) {
+			out, i, n = append(out, in), i+2, n+1
+			continue
+		}
+		out = append(out, g.Insts[i])
+		i++
+	}
+	g.Insts = out
+	return n
+}
+
+func countReaders(g *ir.Graph) []int {
+	r := make([]int, len(g.Regs))
+	for _, in := range g.Insts {
+		for _, o := range in.Reads {
+			if o.Kind == ir.RegOperand {
+				r[o.ID]++
+			}
+		}
+	}
+	return r
+}
+
+// reg returns the register in role, or -1.
+func reg(in *ir.Inst, role string) int {
+	if o, ok := in.Operand(role); ok && o.Kind == ir.RegOperand {
+		return o.ID
+	}
+	return -1
+}
+
+func buf(in *ir.Inst, role string) int {
+	if o, ok := in.Operand(role); ok && o.Kind == ir.BufOperand {
+		return o.ID
+	}
+	return -1
+}
+
+// writes returns the register an instruction writes in role, or -1.
+func writes(in *ir.Inst, role string) int {
+	for _, o := range in.Writes {
+		if o.Role == role && o.Kind == ir.RegOperand {
+			return o.ID
+		}
+	}
+	return -1
+}
+
+// plainNorm reports whether in is a whole-row RMS_NORM into a new register.
+func plainNorm(in *ir.Inst) (x, y int, ok bool) {
+	if in.Op != ir.RMS_NORM || in.Attrs["group"] != in.Attrs["cols"] {
+		return 0, 0, false
+	}
+	x, y = reg(in, "x"), writes(in, "y")
+	return x, y, x >= 0 && y >= 0 && x != y
+}
+
+// concat adds a weight buffer that is the row-wise concatenation of parts,
+// all of one type and row length.
+func concat(g *ir.Graph, apply bool, class string, parts ...int) (int, bool) {
+	first := g.Buffers[parts[0]]
+	b := ir.Buffer{Name: class + "(" + first.Name + ")", Class: ir.Weight, Type: first.Type, LayerClass: class}
+	rows := int64(0)
+	for _, p := range parts {
+		w := g.Buffers[p]
+		if w.Class != ir.Weight || w.Type != first.Type || len(w.Dims) != len(first.Dims) || w.Dims[0] != first.Dims[0] || len(w.Dims) > 2 {
+			return 0, false
+		}
+		if len(w.Dims) == 2 {
+			rows += w.Dims[1]
+		} else {
+			rows += w.Dims[0]
+		}
+		b.Sources = append(b.Sources, w.SourceTensors()...)
+		b.Bytes += w.Bytes
+	}
+	if len(first.Dims) == 2 {
+		b.Dims = []int64{first.Dims[0], rows}
+	} else {
+		b.Dims = []int64{rows}
+	}
+	if !apply {
+		return -1, true
+	}
+	return g.Buffer(b), true
+}
+
+// matchQKV: RMS_NORM(x→n) then three MATMULs of n (Q, K, V), n read by
+// nothing else, weights of one type, biases on all three or none.
+func matchQKV(g *ir.Graph, i int, readers []int, apply bool) (ir.Inst, bool) {
+	if i+3 >= len(g.Insts) {
+		return ir.Inst{}, false
+	}
+	norm := &g.Insts[i]
+	x, n, ok := plainNorm(norm)
+	if !ok || readers[n] != 3 {
+		return ir.Inst{}, false
+	}
+	var ws, bs, outs []int
+	for _, mm := range g.Insts[i+1 : i+4] {
+		if mm.Op != ir.MATMUL || reg(&mm, "x") != n {
+			return ir.Inst{}, false
+		}
+		ws, outs = append(ws, buf(&mm, "w")), append(outs, writes(&mm, "y"))
+		if b := buf(&mm, "bias"); b >= 0 {
+			bs = append(bs, b)
+		}
+	}
+	if (len(bs) != 0 && len(bs) != 3) || g.Insts[i+2].Attrs["n"] != g.Insts[i+3].Attrs["n"] {
+		return ir.Inst{}, false
+	}
+	w, ok := concat(g, apply, "qkv", ws...)
+	if !ok {
+		return ir.Inst{}, false
+	}
+	io := ir.B("io", buf(norm, "io"))
+	reads := []ir.Operand{ir.R("x", x), ir.B("w_norm", buf(norm, "w")), ir.B("w_qkv", w), io}
+	if len(bs) == 3 {
+		b, ok := concat(g, apply, "qkv_bias", bs...)
+		if !ok {
+			return ir.Inst{}, false
+		}
+		reads = append(reads, ir.B("b_qkv", b))
+	}
+	return ir.Inst{Op: ir.RMS_NORM_FUSED_QKV, Reads: reads,
+		Writes: []ir.Operand{ir.R("q", outs[0]), ir.R("k", outs[1]), ir.R("v", outs[2])},
+		Attrs:  ir.Attrs{"k": norm.Attrs["cols"], "n_q": g.Insts[i+1].Attrs["n"], "n_kv": g.Insts[i+2].Attrs["n"], "eps": norm.Attrs["eps"]}}, true
+}
+
+// matchGateUp: RMS_NORM(x→n) then the gate and up MATMULs of n, no bias,
+// followed by the SWIGLU that consumes them (which identifies gate and up).
+func matchGateUp(g *ir.Graph, i int, readers []int, apply bool) (ir.Inst, bool) {
+	if i+3 >= len(g.Insts) {
+		return ir.Inst{}, false
+	}
+	norm, mg, mu, act := &g.Insts[i], &g.Insts[i+1], &g.Insts[i+2], &g.Insts[i+3]
+	x, n, ok := plainNorm(norm)
+	if !ok || readers[n] != 2 || mg.Op != ir.MATMUL || mu.Op != ir.MATMUL || act.Op != ir.SWIGLU ||
+		reg(mg, "x") != n || reg(mu, "x") != n || buf(mg, "bias") >= 0 || buf(mu, "bias") >= 0 ||
+		reg(act, "gate") != writes(mg, "y") || reg(act, "up") != writes(mu, "y") {
+		return ir.Inst{}, false
+	}
+	w, ok := concat(g, apply, "gate_up", buf(mg, "w"), buf(mu, "w"))
+	if !ok {
+		return ir.Inst{}, false
+	}
+	return ir.Inst{Op: ir.RMS_NORM_FUSED_MLP_GATE_UP,
+		Reads:  []ir.Operand{ir.R("x", x), ir.B("w_norm", buf(norm, "w")), ir.B("w_gate_up", w), ir.B("io", buf(norm, "io"))},
+		Writes: []ir.Operand{ir.R("gate", writes(mg, "y")), ir.R("up", writes(mu, "y"))},
+		Attrs:  ir.Attrs{"k": norm.Attrs["cols"], "f": mg.Attrs["n"], "eps": norm.Attrs["eps"]}}, true
+}
+
+// matchResidualNorm: RESIDUAL(x += y) then a whole-row RMS_NORM of x.
+func matchResidualNorm(g *ir.Graph, i int) (ir.Inst, bool) {
+	if i+1 >= len(g.Insts) {
+		return ir.Inst{}, false
+	}
+	res, norm := &g.Insts[i], &g.Insts[i+1]
+	x, out, ok := plainNorm(norm)
+	if res.Op != ir.RESIDUAL || !ok || reg(res, "x") != x || writes(res, "x") != x {
+		return ir.Inst{}, false
+	}
+	return ir.Inst{Op: ir.RESIDUAL_RMS_NORM,
+		Reads:  []ir.Operand{ir.R("x", x), ir.R("y", reg(res, "y")), ir.B("w", buf(norm, "w")), ir.B("io", buf(res, "io"))},
+		Writes: []ir.Operand{ir.R("x", x), ir.R("out", out)},
+		Attrs:  ir.Attrs{"cols": res.Attrs["cols"], "eps": norm.Attrs["eps"]}}, true
+}
+
+// fuseRopeKV folds a per-head in-place RMS_NORM of K and its in-place ROPE
+// into the KV write that consumes K, when K has no other reader.
+func fuseRopeKV(g *ir.Graph) int {
+	readers := countReaders(g)
+	drop := map[int]bool{}
+	n := 0
+	for j := range g.Insts {
+		kw := &g.Insts[j]
+		if kw.Op != ir.KV_WRITE && kw.Op != ir.KV_WRITE_BATCHED {
+			continue
+		}
+		k := reg(kw, "k")
+		if k < 0 || readers[k] != 3 {
+			continue
+		}
+		m, r := -1, -1
+		for i := j - 1; i >= 0; i-- {
+			in := &g.Insts[i]
+			switch {
+			case in.Op == ir.ROPE && writes(in, "x") == k && r < 0:
+				r = i
+			case in.Op == ir.RMS_NORM && writes(in, "y") == k && reg(in, "x") == k && r >= 0 && m < 0:
+				m = i
+			}
+			if m >= 0 {
+				break
+			}
+		}
+		if m < 0 || r < 0 || int(g.Insts[m].Attrs["group"]) != int(g.Insts[r].Attrs["head_dim"]) {
+			continue
+		}
+		norm, rope := &g.Insts[m], &g.Insts[r]
+		*kw = ir.Inst{Op: ir.RMS_NORM_FUSED_ROPE_KV_WRITE,
+			Reads:  []ir.Operand{ir.R("k", k), ir.R("v", reg(kw, "v")), ir.B("w_norm", buf(norm, "w")), ir.B("io", buf(kw, "io")), ir.B("kv", buf(kw, "kv"))},
+			Writes: []ir.Operand{ir.B("kv", buf(kw, "kv"))},
+			Attrs: ir.Attrs{"layer": kw.Attrs["layer"], "n_layer": kw.Attrs["n_layer"], "n_head_kv": rope.Attrs["n_head"],
+				"head_dim": rope.Attrs["head_dim"], "n_rot": rope.Attrs["n_rot"], "neox": rope.Attrs["neox"],
+				"freq_base": rope.Attrs["freq_base"], "freq_scale": rope.Attrs["freq_scale"], "eps": norm.Attrs["eps"]}}
+		drop[m], drop[r] = true, true
+		n++
+	}
+	if n > 0 {
+		out := g.Insts[:0]
+		for i, in := range g.Insts {
+			if !drop[i] {
+				out = append(out, in)
+			}
+		}
+		g.Insts = out
+	}
+	return n
+}

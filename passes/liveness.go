@@ -55,8 +55,8 @@ func Analyze(g *ir.Graph) *Liveness {
 		}
 		if lv.Def[r] >= 0 {
 			lv.KillAfterInstruction[lv.RegisterLastRead[r]] = append(lv.KillAfterInstruction[lv.RegisterLastRead[r]], r)
+			lv.NaiveBytes += g.Regs[r].Bytes()
 		}
-		lv.NaiveBytes += g.Regs[r].Bytes()
 	}
 	live := make([]int64, len(g.Insts)+1)
 	for r := range lv.Def {

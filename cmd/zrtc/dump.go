@@ -43,6 +43,9 @@ func dumpCmd() *cobra.Command {
 					fmt.Fprintln(tw, "value\tbytes\tdef\tlast\tphys\toffset\t")
 					for r, reg := range g.Regs {
 						p := pm.RegisterToPhysical[r]
+						if p < 0 {
+							continue // fused away: never written
+						}
 						fmt.Fprintf(tw, "%%%s\t%d\t%d\t%d\t%d\t%d\t\n", reg.Name, reg.Bytes(), lv.Def[r], lv.RegisterLastRead[r], p, pm.PhysicalOffsets[p])
 					}
 					tw.Flush()

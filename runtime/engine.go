@@ -38,6 +38,11 @@ type Options struct {
 	Verify bool
 	// Log receives notes such as a tier fallback.
 	Log func(format string, args ...any)
+	// BatchedPrefill is "on" (default), "off" (evaluate prompts one token
+	// at a time through the decode variant) or "validate" (both, reporting
+	// the largest difference of the last-token logits through Log).
+	// Default: $ZRT_BATCHED_PREFILL.
+	BatchedPrefill string
 	// Trace is passed to T-CPU (see cpu.Options.Trace).
 	Trace func(i int, kernel string, out []byte)
 }
@@ -53,6 +58,8 @@ type Engine struct {
 	prefillRows      int
 	io, logits, toks int // region indices
 	slots            []bool
+	batched          string // on, off, validate
+	log              func(format string, args ...any)
 }
 
 // Open loads a bundle and its tier.
@@ -94,6 +101,21 @@ func Open(dir string, opt Options) (*Engine, error) {
 	}
 	e.slots = make([]bool, e.Hparams.MaxSlots)
 	e.initIO()
+	e.log = opt.Log
+	if e.log == nil {
+		e.log = func(string, ...any) {}
+	}
+	e.batched = opt.BatchedPrefill
+	if e.batched == "" {
+		e.batched = os.Getenv("ZRT_BATCHED_PREFILL")
+	}
+	switch e.batched {
+	case "", "on":
+		e.batched = "on"
+	case "off", "validate":
+	default:
+		return fail(fmt.Errorf("batched prefill mode %q: want on, off or validate", e.batched))
+	}
 	return e, nil
 }
 
@@ -223,8 +245,10 @@ func (e *Engine) step(ctx context.Context, variant int, s *Sequence, toks []int3
 	return nil
 }
 
-// Prefill evaluates toks in prompt-sized chunks, one batched replay each,
-// and returns the logits after the last one.
+// Prefill evaluates toks and returns the logits after the last one. By
+// default it runs the prefill variant over prompt-sized chunks, one batched
+// replay each (seed 001); see Options.BatchedPrefill for the per-token path
+// and the validate mode that runs both.
 func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error) {
 	e := s.e
 	if len(toks) == 0 {
@@ -233,13 +257,34 @@ func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error)
 	if err := e.checkTokens(s, toks); err != nil {
 		return nil, err
 	}
-	for i := 0; i < len(toks); i += e.prefillRows {
-		chunk := toks[i:min(len(toks), i+e.prefillRows)]
-		if err := e.step(ctx, e.prefill, s, chunk, i+len(chunk) == len(toks)); err != nil {
+	start := len(s.Tokens)
+	if e.batched != "off" {
+		for i := 0; i < len(toks); i += e.prefillRows {
+			chunk := toks[i:min(len(toks), i+e.prefillRows)]
+			if err := e.step(ctx, e.prefill, s, chunk, i+len(chunk) == len(toks)); err != nil {
+				return nil, err
+			}
+		}
+		if e.batched == "on" {
+			return s.Logits(), nil
+		}
+	}
+	batched := s.Logits()
+	s.Tokens = s.Tokens[:start] // the per-token pass rewrites the same cache entries
+	for _, t := range toks {
+		if err := e.step(ctx, e.decode, s, []int32{t}, true); err != nil {
 			return nil, err
 		}
 	}
-	return s.Logits(), nil
+	logits := s.Logits()
+	if e.batched == "validate" {
+		d := 0.0
+		for i := range logits {
+			d = math.Max(d, math.Abs(float64(logits[i]-batched[i])))
+		}
+		e.log("batched prefill: %d tokens, max |Δ| of last-token logits vs per-token = %.3g", len(toks), d)
+	}
+	return logits, nil
 }
 
 // Decode appends one token and returns the logits after it.

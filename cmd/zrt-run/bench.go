@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	goruntime "runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/runtime"
+)
+
+// benchResult is one row of the table (and of --json).
+type benchResult struct {
+	Model     string  `json:"model"`
+	SizeBytes int64   `json:"size_bytes"`
+	Params    int64   `json:"params"`
+	Backend   string  `json:"backend"`
+	Threads   int     `json:"threads"`
+	Test      string  `json:"test"`
+	TokS      float64 `json:"avg_ts"`
+	StdDev    float64 `json:"stddev_ts"`
+	// For generation: weight bytes read per token, and what fraction of
+	// the measured memory bandwidth that rate uses.
+	BytesPerToken int64   `json:"bytes_per_token,omitempty"`
+	BandwidthGBs  float64 `json:"mem_bandwidth_gb_s,omitempty"`
+	BandwidthUse  float64 `json:"bandwidth_fraction,omitempty"`
+}
+
+func benchCmd() *cobra.Command {
+	var ef engineFlags
+	var pp, tg, reps int
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "bench BUNDLE",
+		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
+		Long: `bench times a prefill of -p tokens (ppN) and -n decode steps after one
+token (tgN), -r times each, and prints a llama-bench-style table. For tg it
+also reports the weight bytes read per token and the fraction of this
+machine's memory bandwidth (measured here with the same thread count) that
+the rate implies.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := ef.open(args[0])
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			ctx := cmd.Context()
+			nv := int32(e.Hparams.NVocab)
+			threads := ef.threadsOr()
+			size, params, perToken := weightStats(e)
+			run := func(prompt, gen int) (float64, error) {
+				seq, err := e.NewSequence()
+				if err != nil {
+					return 0, err
+				}
+				defer seq.Release()
+				toks := make([]int32, prompt)
+				for i := range toks {
+					toks[i] = int32(1+i*7919) % nv
+				}
+				t0 := time.Now()
+				if _, err := seq.Prefill(ctx, toks); err != nil {
+					return 0, err
+				}
+				if gen == 0 {
+					return float64(prompt) / time.Since(t0).Seconds(), nil
+				}
+				t0 = time.Now()
+				for i := 0; i < gen; i++ {
+					if _, err := seq.Decode(ctx, seq.Greedy()); err != nil {
+						return 0, err
+					}
+				}
+				return float64(gen) / time.Since(t0).Seconds(), nil
+			}
+			var rows []benchResult
+			tests := []struct {
+				name string
+				p, g int
+			}{{fmt.Sprintf("pp%d", pp), pp, 0}, {fmt.Sprintf("tg%d", tg), 1, tg}}
+			for _, test := range tests {
+				if test.p == 0 || (test.g == 0 && test.name[:2] == "tg") {
+					continue
+				}
+				if _, err := run(test.p, min(test.g, 2)); err != nil { // warm up
+					return err
+				}
+				var rs []float64
+				for r := 0; r < reps; r++ {
+					v, err := run(test.p, test.g)
+					if err != nil {
+						return err
+					}
+					rs = append(rs, v)
+				}
+				res := benchResult{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Threads: threads, Test: test.name}
+				res.TokS, res.StdDev = meanSD(rs)
+				if test.g > 0 {
+					res.BytesPerToken = perToken
+					res.BandwidthGBs = memBandwidth(threads)
+					res.BandwidthUse = res.TokS * float64(perToken) / (res.BandwidthGBs * 1e9)
+				}
+				rows = append(rows, res)
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(w).Encode(rows)
+			}
+			fmt.Fprintln(w, "| model | size | params | backend | threads | test | t/s | bytes/token | bandwidth use |")
+			fmt.Fprintln(w, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+			for _, r := range rows {
+				bw := ""
+				if r.BytesPerToken > 0 {
+					bw = fmt.Sprintf("%.0f%% of %.1f GB/s", 100*r.BandwidthUse, r.BandwidthGBs)
+				}
+				per := ""
+				if r.BytesPerToken > 0 {
+					per = fmt.Sprintf("%.2f MiB", float64(r.BytesPerToken)/(1<<20))
+				}
+				fmt.Fprintf(w, "| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r.Model,
+					float64(r.SizeBytes)/(1<<20), float64(r.Params)/1e6, r.Backend, r.Threads, r.Test, r.TokS, r.StdDev, per, bw)
+			}
+			return nil
+		},
+	}
+	ef.add(c)
+	c.Flags().IntVarP(&pp, "p", "p", 512, "prompt tokens for the pp test (0: skip)")
+	c.Flags().IntVarP(&tg, "n", "n", 128, "generated tokens for the tg test (0: skip)")
+	c.Flags().IntVarP(&reps, "r", "r", 3, "repetitions")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return c
+}
+
+// weightStats returns the weights' bytes and element count, and the bytes
+// one decode step reads: every weight except the embedding table, of which
+// it reads one row.
+func weightStats(e *runtime.Engine) (size, params, perToken int64) {
+	for _, w := range e.Bundle.Graph.Weights {
+		n := int64(1)
+		for _, d := range w.Dims {
+			n *= d
+		}
+		size += w.Bytes
+		params += n
+		if isEmbedTable(e.Bundle.Graph, w) {
+			perToken += w.Bytes / w.Dims[len(w.Dims)-1]
+			continue
+		}
+		perToken += w.Bytes
+	}
+	return size, params, perToken
+}
+
+func isEmbedTable(g *bundle.Graph, w bundle.Weight) bool {
+	return w.Buffer == "model.embed_table"
+}
+
+// memBandwidth measures read bandwidth in GB/s: threads goroutines each
+// summing their share of a 256 MiB buffer, best of three.
+func memBandwidth(threads int) float64 {
+	const size = 256 << 20
+	buf := make([]uint64, size/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	best := 0.0
+	for rep := 0; rep < 3; rep++ {
+		var wg sync.WaitGroup
+		per := len(buf) / threads
+		sums := make([]uint64, threads*8)
+		t0 := time.Now()
+		for t := 0; t < threads; t++ {
+			wg.Add(1)
+			go func(t int) {
+				defer wg.Done()
+				part := buf[t*per : (t+1)*per]
+				var a, b, c, d uint64
+				for i := 0; i+4 <= len(part); i += 4 {
+					a += part[i]
+					b += part[i+1]
+					c += part[i+2]
+					d += part[i+3]
+				}
+				sums[t*8] = a + b + c + d
+			}(t)
+		}
+		wg.Wait()
+		gbs := float64(per*threads*int(unsafe.Sizeof(buf[0]))) / time.Since(t0).Seconds() / 1e9
+		best = math.Max(best, gbs)
+	}
+	goruntime.KeepAlive(buf)
+	return best
+}
+
+func meanSD(xs []float64) (float64, float64) {
+	m := 0.0
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	v := 0.0
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	if len(xs) > 1 {
+		v /= float64(len(xs) - 1)
+	}
+	return m, math.Sqrt(v)
+}
+
+// threadsOr is the thread count in effect: the flag, else all CPUs.
+func (f *engineFlags) threadsOr() int {
+	if f.threads > 0 {
+		return f.threads
+	}
+	return goruntime.NumCPU()
+}

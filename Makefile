@@ -37,9 +37,15 @@ demo: build
 	$(BIN)/zrtc build "$$model" -o $(BIN)/demo.bundle && \
 	$(BIN)/zrt-run generate $(BIN)/demo.bundle --prompt "Once upon a time" -n 64 --json
 
+# bench: time MODEL (default stories260K; BENCH_MODEL=… for another GGUF).
+# With LLAMA_BENCH=/path/to/llama-bench, runs it on the same model, same
+# tests and threads, and prints zrt's ratio to llama.cpp's.
+BENCH_MODEL ?= $(MODEL)
+THREADS     ?= 2
 bench: build
-	$(BIN)/zrtc build -q "$(MODEL)" -o $(BIN)/bench.bundle
-	$(BIN)/zrt-run bench $(BIN)/bench.bundle -p 512 -n 128 -r 3 --threads 2
+	$(BIN)/zrtc build -q "$(BENCH_MODEL)" -o $(BIN)/bench.bundle
+	$(BIN)/zrt-run bench $(BIN)/bench.bundle -p 512 -n 128 -r 3 --threads $(THREADS) \
+		$(if $(LLAMA_BENCH),--llama-bench "$(LLAMA_BENCH)" --gguf "$(BENCH_MODEL)")
 
 clean:
 	rm -rf $(BIN)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os/exec"
 	goruntime "runtime"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -35,6 +37,7 @@ func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var pp, tg, reps int
 	var asJSON bool
+	var llamaBench, gguf string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -109,6 +112,11 @@ the rate implies.`,
 				rows = append(rows, res)
 			}
 			w := cmd.OutOrStdout()
+			if llamaBench != "" {
+				if err := compareLlama(cmd, rows, llamaBench, gguf, pp, tg, reps, threads); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				return json.NewEncoder(w).Encode(rows)
 			}
@@ -134,6 +142,8 @@ the rate implies.`,
 	c.Flags().IntVarP(&tg, "n", "n", 128, "generated tokens for the tg test (0: skip)")
 	c.Flags().IntVarP(&reps, "r", "r", 3, "repetitions")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
+	c.Flags().StringVar(&llamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
+	c.Flags().StringVar(&gguf, "gguf", "", "the GGUF the bundle was built from, for --llama-bench")
 	return c
 }
 
@@ -220,4 +230,42 @@ func (f *engineFlags) threadsOr() int {
 		return f.threads
 	}
 	return goruntime.NumCPU()
+}
+
+// compareLlama runs llama-bench with the same tests and threads and prints
+// both rates and zrt's ratio to llama.cpp's.
+func compareLlama(cmd *cobra.Command, rows []benchResult, bin, gguf string, pp, tg, reps, threads int) error {
+	if gguf == "" {
+		return fmt.Errorf("--llama-bench needs --gguf, the model the bundle was built from")
+	}
+	out, err := exec.CommandContext(cmd.Context(), bin, "-m", gguf, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg),
+		"-r", strconv.Itoa(reps), "-t", strconv.Itoa(threads), "-o", "json").Output()
+	if err != nil {
+		return fmt.Errorf("llama-bench: %w", err)
+	}
+	var lb []struct {
+		NPrompt int     `json:"n_prompt"`
+		NGen    int     `json:"n_gen"`
+		AvgTS   float64 `json:"avg_ts"`
+		StdTS   float64 `json:"stddev_ts"`
+	}
+	if err := json.Unmarshal(out, &lb); err != nil {
+		return fmt.Errorf("llama-bench output: %w", err)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintln(w, "| test | zrt t/s | llama.cpp t/s | ratio |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |")
+	for _, r := range rows {
+		for _, l := range lb {
+			name := fmt.Sprintf("pp%d", l.NPrompt)
+			if l.NGen > 0 {
+				name = fmt.Sprintf("tg%d", l.NGen)
+			}
+			if name == r.Test && l.AvgTS > 0 {
+				fmt.Fprintf(w, "| %s | %.2f ± %.2f | %.2f ± %.2f | %.2f× |\n", name, r.TokS, r.StdDev, l.AvgTS, l.StdTS, r.TokS/l.AvgTS)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
 }

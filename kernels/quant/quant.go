@@ -98,6 +98,7 @@ func init() {
 	set(ggml.Q5_K, kernel{qkK, q5_KLen, dequantQ5_K, nil, dotQ5_K, ggml.Q8_K})
 	set(ggml.Q6_K, kernel{qkK, q6_KLen, dequantQ6_K, nil, dotQ6_K, ggml.Q8_K})
 	set(ggml.Q8_K, kernel{qkK, q8_KLen, dequantQ8_K, quantQ8_K, nil, ggml.Q8_K})
+	installSIMD() // simd.go: replace dot products with assembly where the CPU allows
 }
 
 // lookup returns t's kernel, or nil when t is not a type this package knows.

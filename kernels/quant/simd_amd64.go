@@ -1,0 +1,217 @@
+//go:build amd64 && !purego
+
+package quant
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// The amd64 kernels live in simd_amd64.s. Each works on whole blocks of
+// one row and returns the same value as the pure-Go dot product of the same
+// type up to float32 summation order: every per-block (or per-sub-block)
+// integer sum is computed exactly, and only the float combination of those
+// sums with the block scales is reordered (and uses fused multiply-adds).
+//
+// Two instruction-set levels exist:
+//
+//   - simdAVX2 needs AVX2, FMA and F16C (Haswell, Zen 1 and later). The
+//     int8 products use VPMADDUBSW (u8×s8 pairs → int16) and VPMADDWD, in
+//     forms whose operand ranges cannot saturate (see each kernel).
+//   - simdVNNI additionally needs AVX-512 F/BW/VL/VNNI and replaces the
+//     Q4_0/Q8_0 multiply chains with VPDPBUSD (u8×s8 quads → int32, no
+//     saturation). The k-quants stay on the AVX2 sequence at this level:
+//     their per-sub-block scales are applied by the VPMADDWD that follows
+//     VPMADDUBSW for free, whereas VPDPBUSD would need an extra VPMULLD per
+//     sub-block, so VNNI saves nothing there.
+//
+// AMX is never used: it faults on the machines this runs on.
+
+// Levels of SIMD support, in increasing order.
+const (
+	simdNone = iota
+	simdAVX2
+	simdVNNI
+)
+
+// simdBest is the best level this CPU supports.
+var simdBest = func() int {
+	x := &cpu.X86
+	if !x.HasAVX2 || !x.HasFMA || !x.HasF16C {
+		return simdNone
+	}
+	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI {
+		return simdVNNI
+	}
+	return simdAVX2
+}()
+
+// simdKernels returns the dot products for the given level, indexed by
+// type; a nil entry keeps the pure-Go kernel.
+func simdKernels(level int) (dot [maxType]func(n int, w, x []byte) float32, rows [maxType]rowsFunc) {
+	if level < simdAVX2 {
+		return
+	}
+	dot[ggml.F32] = dotF32AVX2
+	dot[ggml.F16] = dotF16AVX2
+	dot[ggml.Q4_K] = dotQ4_KAVX2
+	dot[ggml.Q5_K] = dotQ5_KAVX2
+	dot[ggml.Q6_K] = dotQ6_KAVX2
+	if level >= simdVNNI {
+		dot[ggml.Q8_0] = dotQ8_0VNNI
+		dot[ggml.Q4_0] = dotQ4_0VNNI
+		rows[ggml.Q8_0] = rowsQ8_0VNNI
+	} else {
+		dot[ggml.Q8_0] = dotQ8_0AVX2
+		dot[ggml.Q4_0] = dotQ4_0AVX2
+	}
+	return
+}
+
+// ---- wrappers: bounds-check in Go (so a bad size panics instead of
+// reading out of bounds), then hand whole blocks to the assembly.
+
+func dotF32AVX2(n int, w, x []byte) float32 {
+	w, x = w[:4*n], x[:4*n]
+	m := n &^ 31
+	var s float32
+	if m > 0 {
+		s = dotF32x32(&w[0], &x[0], m)
+	}
+	if m < n {
+		s += dotF32(n-m, w[4*m:], x[4*m:])
+	}
+	return s
+}
+
+func dotF16AVX2(n int, w, x []byte) float32 {
+	w, x = w[:2*n], x[:2*n]
+	m := n &^ 31
+	var s float32
+	if m > 0 {
+		s = dotF16x32(&w[0], &x[0], m)
+	}
+	if m < n {
+		s += dotF16(n-m, w[2*m:], x[2*m:])
+	}
+	return s
+}
+
+func dotQ8_0VNNI(n int, w, x []byte) float32 {
+	nb := n / qk
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q8_0Len-1], x[nb*q8_0Len-1]
+	return dotQ8_0VNNIAsm(&w[0], &x[0], nb)
+}
+
+func dotQ8_0AVX2(n int, w, x []byte) float32 {
+	nb := n / qk
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q8_0Len-1], x[nb*q8_0Len-1]
+	return dotQ8_0AVX2Asm(&w[0], &x[0], nb)
+}
+
+func dotQ4_0VNNI(n int, w, x []byte) float32 {
+	nb := n / qk
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q4_0Len-1], x[nb*q8_0Len-1]
+	return dotQ4_0VNNIAsm(&w[0], &x[0], nb)
+}
+
+func dotQ4_0AVX2(n int, w, x []byte) float32 {
+	nb := n / qk
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q4_0Len-1], x[nb*q8_0Len-1]
+	return dotQ4_0AVX2Asm(&w[0], &x[0], nb)
+}
+
+func dotQ4_KAVX2(n int, w, x []byte) float32 {
+	nb := n / qkK
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q4_KLen-1], x[nb*q8_KLen-1]
+	return dotQ4_KAVX2Asm(&w[0], &x[0], nb)
+}
+
+func dotQ5_KAVX2(n int, w, x []byte) float32 {
+	nb := n / qkK
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q5_KLen-1], x[nb*q8_KLen-1]
+	return dotQ5_KAVX2Asm(&w[0], &x[0], nb)
+}
+
+func dotQ6_KAVX2(n int, w, x []byte) float32 {
+	nb := n / qkK
+	if nb == 0 {
+		return 0
+	}
+	_, _ = w[nb*q6_KLen-1], x[nb*q8_KLen-1]
+	return dotQ6_KAVX2Asm(&w[0], &x[0], nb)
+}
+
+// rowsQ8_0VNNI runs the four-row Q8_0 kernel over groups of four
+// activation rows, loading and preparing each weight block once per group,
+// and the one-row kernel over what is left.
+func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
+	nb := n / qk
+	if nb == 0 || rows <= 0 {
+		clear(out[:rows])
+		return
+	}
+	_ = w[nb*q8_0Len-1]
+	_ = x[(rows-1)*xStride+nb*q8_0Len-1]
+	out = out[:rows]
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		dotQ8_0x4VNNIAsm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
+	for ; r < rows; r++ {
+		out[r] = dotQ8_0VNNIAsm(&w[0], &x[r*xStride], nb)
+	}
+}
+
+// Assembly kernels (ABI0). Pointers address the first block; nb counts
+// blocks (n counts elements for the float kernels and is a multiple of
+// 32). The callers above guarantee the memory is there.
+
+//go:noescape
+func dotF32x32(w, x *byte, n int) float32
+
+//go:noescape
+func dotF16x32(w, x *byte, n int) float32
+
+//go:noescape
+func dotQ8_0VNNIAsm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ8_0x4VNNIAsm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ8_0AVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_0VNNIAsm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_0AVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ6_KAVX2Asm(w, x *byte, nb int) float32

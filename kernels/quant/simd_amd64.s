@@ -1,0 +1,620 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Integer and float dot-product kernels; see simd_amd64.go for the levels
+// and the Go declarations. Conventions: SI walks the weight row, DI the
+// activations, CX counts blocks. Every kernel keeps its float partial sums
+// in vector lanes and reduces them once at the end, so per-block integer
+// sums are never reduced horizontally.
+
+// HSUM leaves in the low lane of X the sum of the eight float lanes of Y
+// (X is Y's low half); T is scratch.
+#define HSUM(Y, X, T) \
+	VEXTRACTF128 $1, Y, T \
+	VADDPS       T, X, X \
+	VPSHUFD      $0x4e, X, T \
+	VADDPS       T, X, X \
+	VPSHUFD      $0xb1, X, T \
+	VADDPS       T, X, X
+
+// F16MUL sets Y (all lanes) to f16(a)*f16(b) as float32, rounded once like
+// the Go kernels' fp16(a)*fp16(b). X is Y's low half, T scratch; AX is
+// clobbered. VCVTPH2PS is exact.
+#define F16MUL(a, b, X, Y, T) \
+	MOVWLZX      a, AX \
+	VMOVD        AX, X \
+	VPINSRW      $1, b, X, X \
+	VCVTPH2PS    X, X \
+	VMOVSHDUP    X, T \
+	VMULSS       T, X, X \
+	VBROADCASTSS X, Y
+
+// ---- float rows
+
+// func dotF32x32(w, x *byte, n int) float32
+TEXT ·dotF32x32(SB), NOSPLIT, $0-28
+	MOVQ   w+0(FP), SI
+	MOVQ   x+8(FP), DI
+	MOVQ   n+16(FP), CX
+	SHRQ   $5, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+f32loop:
+	VMOVUPS     (SI), Y4
+	VMOVUPS     32(SI), Y5
+	VMOVUPS     64(SI), Y6
+	VMOVUPS     96(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $128, SI
+	ADDQ        $128, DI
+	DECQ        CX
+	JNZ         f32loop
+
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotF16x32(w, x *byte, n int) float32
+TEXT ·dotF16x32(SB), NOSPLIT, $0-28
+	MOVQ   w+0(FP), SI
+	MOVQ   x+8(FP), DI
+	MOVQ   n+16(FP), CX
+	SHRQ   $5, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+f16loop:
+	VCVTPH2PS   (SI), Y4
+	VCVTPH2PS   16(SI), Y5
+	VCVTPH2PS   32(SI), Y6
+	VCVTPH2PS   48(SI), Y7
+	VCVTPH2PS   (DI), Y8
+	VCVTPH2PS   16(DI), Y9
+	VCVTPH2PS   32(DI), Y10
+	VCVTPH2PS   48(DI), Y11
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y9, Y5, Y1
+	VFMADD231PS Y10, Y6, Y2
+	VFMADD231PS Y11, Y7, Y3
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	DECQ        CX
+	JNZ         f16loop
+
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// ---- Q8_0 · Q8_0
+
+// Q80VNNI adds to acc the block's 8 int32 partial sums of w*x times the
+// scale in Y5, with w's prepared quants (w+128 as unsigned bytes) in Y1 and
+// the activation block's quants at q. VPDPBUSD multiplies unsigned by
+// signed bytes, so it gets w+128 (w XOR 0x80) in [0,255] and x in
+// [-128,127]; subtracting the same instruction's sum of 128*x leaves
+// exactly sum(w*x), with no saturation anywhere (unlike VPMADDUBSW, or
+// the abs/sign trick, which is wrong for x = -128).
+#define Q80VNNI(q, acc) \
+	VMOVDQU     q, Y2 \
+	VPXOR       Y3, Y3, Y3 \
+	VPDPBUSD    Y2, Y1, Y3 \
+	VPXOR       Y4, Y4, Y4 \
+	VPDPBUSD    Y2, Y15, Y4 \
+	VPSUBD      Y4, Y3, Y3 \
+	VCVTDQ2PS   Y3, Y3 \
+	VFMADD231PS Y5, Y3, acc
+
+// func dotQ8_0VNNIAsm(w, x *byte, nb int) float32
+TEXT ·dotQ8_0VNNIAsm(SB), NOSPLIT, $0-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c80<>(SB), Y15
+	VXORPS  Y0, Y0, Y0
+
+q80vloop:
+	VPXOR 2(SI), Y15, Y1
+	F16MUL((SI), (DI), X5, Y5, X6)
+	Q80VNNI(2(DI), Y0)
+	ADDQ  $34, SI
+	ADDQ  $34, DI
+	DECQ  CX
+	JNZ   q80vloop
+
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0x4VNNIAsm(w, x *byte, stride, nb int, out *float32)
+//
+// Four activation rows (stride bytes apart) against one weight row: each
+// weight block is loaded, offset and its scale converted once for all four.
+TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    stride+16(FP), DX
+	MOVQ    nb+24(FP), CX
+	LEAQ    (DI)(DX*2), R9
+	VMOVDQU c80<>(SB), Y15
+	VXORPS  Y10, Y10, Y10
+	VXORPS  Y11, Y11, Y11
+	VXORPS  Y12, Y12, Y12
+	VXORPS  Y13, Y13, Y13
+
+q80x4loop:
+	VPXOR        2(SI), Y15, Y1
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	MOVWLZX      (DI), AX
+	VMOVD        AX, X5
+	VCVTPH2PS    X5, X5
+	VMULSS       X5, X14, X5
+	VBROADCASTSS X5, Y5
+	Q80VNNI(2(DI), Y10)
+	MOVWLZX      (DI)(DX*1), AX
+	VMOVD        AX, X5
+	VCVTPH2PS    X5, X5
+	VMULSS       X5, X14, X5
+	VBROADCASTSS X5, Y5
+	Q80VNNI(2(DI)(DX*1), Y11)
+	MOVWLZX      (R9), AX
+	VMOVD        AX, X5
+	VCVTPH2PS    X5, X5
+	VMULSS       X5, X14, X5
+	VBROADCASTSS X5, Y5
+	Q80VNNI(2(R9), Y12)
+	MOVWLZX      (R9)(DX*1), AX
+	VMOVD        AX, X5
+	VCVTPH2PS    X5, X5
+	VMULSS       X5, X14, X5
+	VBROADCASTSS X5, Y5
+	Q80VNNI(2(R9)(DX*1), Y13)
+	ADDQ         $34, SI
+	ADDQ         $34, DI
+	ADDQ         $34, R9
+	DECQ         CX
+	JNZ          q80x4loop
+
+	// Lane sums of the four accumulators, transposed into one vector:
+	// three VHADDPS leave, per 128-bit lane, [r0, r1, r2, r3].
+	MOVQ          out+32(FP), R8
+	VHADDPS       Y11, Y10, Y0
+	VHADDPS       Y13, Y12, Y1
+	VHADDPS       Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VMOVUPS       X0, (R8)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0AVX2Asm(w, x *byte, nb int) float32
+//
+// Without VNNI the quants are sign-extended to int16 and multiplied with
+// VPMADDWD: exact for every int8 pair, including -128*-128.
+TEXT ·dotQ8_0AVX2Asm(SB), NOSPLIT, $0-28
+	MOVQ   w+0(FP), SI
+	MOVQ   x+8(FP), DI
+	MOVQ   nb+16(FP), CX
+	VXORPS Y0, Y0, Y0
+
+q80aloop:
+	VPMOVSXBW   2(SI), Y1
+	VPMOVSXBW   18(SI), Y2
+	VPMOVSXBW   2(DI), Y3
+	VPMOVSXBW   18(DI), Y4
+	VPMADDWD    Y3, Y1, Y1
+	VPMADDWD    Y4, Y2, Y2
+	VPADDD      Y2, Y1, Y1
+	VCVTDQ2PS   Y1, Y1
+	F16MUL((SI), (DI), X5, Y5, X6)
+	VFMADD231PS Y5, Y1, Y0
+	ADDQ        $34, SI
+	ADDQ        $34, DI
+	DECQ        CX
+	JNZ         q80aloop
+
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// ---- Q4_0 · Q8_0
+
+// Q40NIB loads a Q4_0 block's 16 quant bytes at q and leaves its 32
+// unsigned nibbles in Y1 in element order (low nibbles, then high).
+#define Q40NIB(q) \
+	VMOVDQU     q, X1 \
+	VPSRLW      $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND       Y15, Y1, Y1
+
+// func dotQ4_0VNNIAsm(w, x *byte, nb int) float32
+//
+// sum((q-8)*x) = sum(q*x) - sum(8*x), both by VPDPBUSD with the unsigned
+// nibbles (or 8s) and signed x: exact.
+TEXT ·dotQ4_0VNNIAsm(SB), NOSPLIT, $0-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VMOVDQU c08<>(SB), Y14
+	VXORPS  Y0, Y0, Y0
+
+q40vloop:
+	Q40NIB(2(SI))
+	VMOVDQU     2(DI), Y2
+	VPXOR       Y3, Y3, Y3
+	VPDPBUSD    Y2, Y1, Y3
+	VPXOR       Y4, Y4, Y4
+	VPDPBUSD    Y2, Y14, Y4
+	VPSUBD      Y4, Y3, Y3
+	VCVTDQ2PS   Y3, Y3
+	F16MUL((SI), (DI), X5, Y5, X6)
+	VFMADD231PS Y5, Y3, Y0
+	ADDQ        $18, SI
+	ADDQ        $34, DI
+	DECQ        CX
+	JNZ         q40vloop
+
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0AVX2Asm(w, x *byte, nb int) float32
+//
+// VPMADDUBSW of nibbles q <= 15 with x >= -128 gives pair sums within
+// ±3840 and of 8s with x within ±2048: neither saturates, and their
+// difference sum((q-8)*x) over a pair fits in int16, so VPSUBW is exact.
+TEXT ·dotQ4_0AVX2Asm(SB), NOSPLIT, $0-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VMOVDQU c08<>(SB), Y14
+	VMOVDQU ones16<>(SB), Y13
+	VXORPS  Y0, Y0, Y0
+
+q40aloop:
+	Q40NIB(2(SI))
+	VPMADDUBSW  2(DI), Y1, Y3
+	VPMADDUBSW  2(DI), Y14, Y4
+	VPSUBW      Y4, Y3, Y3
+	VPMADDWD    Y13, Y3, Y3
+	VCVTDQ2PS   Y3, Y3
+	F16MUL((SI), (DI), X5, Y5, X6)
+	VFMADD231PS Y5, Y3, Y0
+	ADDQ        $18, SI
+	ADDQ        $34, DI
+	DECQ        CX
+	JNZ         q40aloop
+
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// ---- k-quants · Q8_K
+//
+// All three use VPMADDUBSW(unsigned quant, signed activation) followed by
+// VPMADDWD with the sub-block scale as int16, which applies the scale and
+// widens to int32 in one step. Ranges: quants are at most 63 (Q6_K), so a
+// VPMADDUBSW pair is within 2*63*128 = 16128 (no saturation, for any int8
+// activation), and VPMADDWD by a scale of magnitude <= 128 stays far inside
+// int32. The per-super-block int32 lanes (at most a few million) convert
+// to float32 exactly.
+
+// K4SCALES unpacks the 12 scale bytes at 4(SI) of a Q4_K/Q5_K block into
+// 16 words at 0(SP): scales 0..7, then mins 0..7 (ggml's get_scale_min_k4
+// done on four 32-bit words at once, as ggml's SIMD kernels do: every mask
+// keeps whole 6-, 4- or 2-bit fields within their bytes). Y0 keeps the
+// words; AX, BX, DX, R8, R9 are clobbered.
+#define K4SCALES \
+	MOVL       4(SI), AX \
+	MOVL       8(SI), BX \
+	MOVL       12(SI), DX \
+	MOVL       DX, R8 \
+	SHRL       $4, R8 \
+	ANDL       $0x0f0f0f0f, R8 \
+	MOVL       BX, R9 \
+	SHRL       $6, R9 \
+	ANDL       $0x03030303, R9 \
+	SHLL       $4, R9 \
+	ORL        R9, R8 \
+	MOVL       AX, R9 \
+	SHRL       $6, R9 \
+	ANDL       $0x03030303, R9 \
+	SHLL       $4, R9 \
+	ANDL       $0x0f0f0f0f, DX \
+	ORL        R9, DX \
+	ANDL       $0x3f3f3f3f, AX \
+	ANDL       $0x3f3f3f3f, BX \
+	VMOVD      AX, X0 \
+	VPINSRD    $1, DX, X0, X0 \
+	VPINSRD    $2, BX, X0, X0 \
+	VPINSRD    $3, R8, X0, X0 \
+	VPMOVZXBW  X0, Y0 \
+	VMOVDQU    Y0, (SP)
+
+// K4MINS adds to Y13 the float mins term of a Q4_K/Q5_K block,
+// dmin*xd * sum_j min_j*(bsum[2j]+bsum[2j+1]), in four lanes, and sets Y3
+// to d*xd (all lanes). The mins are the high half of Y0 (K4SCALES). Pair
+// sums of bsums are within ±4096 and the VPMADDWD with 6-bit mins is
+// exact; VEX-encoded 128-bit ops zero the upper lanes, so Y1's upper four
+// lanes add 0.
+#define K4MINS \
+	VMOVDQU      260(DI), X1 \
+	VMOVDQU      276(DI), X2 \
+	VPHADDW      X2, X1, X1 \
+	VEXTRACTI128 $1, Y0, X2 \
+	VPMADDWD     X2, X1, X1 \
+	VCVTDQ2PS    Y1, Y1 \
+	MOVWLZX      (SI), AX \
+	VMOVD        AX, X2 \
+	VPINSRW      $1, 2(SI), X2, X2 \
+	VCVTPH2PS    X2, X2 \
+	VBROADCASTSS (DI), X3 \
+	VMULPS       X3, X2, X2 \
+	VBROADCASTSS X2, Y3 \
+	VMOVSHDUP    X2, X2 \
+	VBROADCASTSS X2, Y2 \
+	VFMADD231PS  Y2, Y1, Y13
+
+// K4CHUNK adds to Y12 the scaled sums of one 64-element chunk c of a
+// Q4_K/Q5_K block whose unsigned quants are in Y4 (elements 64c..64c+31)
+// and Y5 (64c+32..64c+63). yoff is 4+64c, soff the byte offset 4c of
+// scale 2c in the words at 0(SP).
+#define K4CHUNK(yoff, soff) \
+	VPMADDUBSW   yoff(DI), Y4, Y4 \
+	VPMADDUBSW   yoff+32(DI), Y5, Y5 \
+	VPBROADCASTW soff(SP), Y6 \
+	VPBROADCASTW soff+2(SP), Y7 \
+	VPMADDWD     Y6, Y4, Y4 \
+	VPMADDWD     Y7, Y5, Y5 \
+	VPADDD       Y4, Y12, Y12 \
+	VPADDD       Y5, Y12, Y12
+
+// Q4KNIB splits the 32 bytes at q into low nibbles (Y4) and high (Y5).
+#define Q4KNIB(q) \
+	VMOVDQU q, Y4 \
+	VPSRLW  $4, Y4, Y5 \
+	VPAND   Y15, Y4, Y4 \
+	VPAND   Y15, Y5, Y5
+
+// func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
+TEXT ·dotQ4_KAVX2Asm(SB), NOSPLIT, $32-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VXORPS  Y14, Y14, Y14
+	VXORPS  Y13, Y13, Y13
+
+q4kloop:
+	K4SCALES
+	K4MINS
+	VPXOR Y12, Y12, Y12
+	Q4KNIB(16(SI))
+	K4CHUNK(4, 0)
+	Q4KNIB(48(SI))
+	K4CHUNK(68, 4)
+	Q4KNIB(80(SI))
+	K4CHUNK(132, 8)
+	Q4KNIB(112(SI))
+	K4CHUNK(196, 12)
+	VCVTDQ2PS   Y12, Y12
+	VFMADD231PS Y3, Y12, Y14
+	ADDQ        $144, SI
+	ADDQ        $292, DI
+	DECQ        CX
+	JNZ         q4kloop
+
+	VSUBPS Y13, Y14, Y0
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Q5KHIGH ORs the fifth bits into Y4/Y5: bit 0 of each byte of Y8 (qh,
+// shifted right once per sub-block so far) is the low nibble's, bit 1 the
+// high nibble's. VPSRLW moves bits across bytes only into the top bits of
+// each byte, which are never read before the four chunks are done.
+#define Q5KHIGH \
+	VPAND  Y9, Y8, Y10 \
+	VPSLLW $4, Y10, Y10 \
+	VPOR   Y10, Y4, Y4 \
+	VPSRLW $1, Y8, Y8 \
+	VPAND  Y9, Y8, Y10 \
+	VPSLLW $4, Y10, Y10 \
+	VPOR   Y10, Y5, Y5 \
+	VPSRLW $1, Y8, Y8
+
+// func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
+TEXT ·dotQ5_KAVX2Asm(SB), NOSPLIT, $32-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VMOVDQU c01<>(SB), Y9
+	VXORPS  Y14, Y14, Y14
+	VXORPS  Y13, Y13, Y13
+
+q5kloop:
+	K4SCALES
+	K4MINS
+	VPXOR   Y12, Y12, Y12
+	VMOVDQU 16(SI), Y8
+	Q4KNIB(48(SI))
+	Q5KHIGH
+	K4CHUNK(4, 0)
+	Q4KNIB(80(SI))
+	Q5KHIGH
+	K4CHUNK(68, 4)
+	Q4KNIB(112(SI))
+	Q5KHIGH
+	K4CHUNK(132, 8)
+	Q4KNIB(144(SI))
+	Q5KHIGH
+	K4CHUNK(196, 12)
+	VCVTDQ2PS   Y12, Y12
+	VFMADD231PS Y3, Y12, Y14
+	ADDQ        $176, SI
+	ADDQ        $292, DI
+	DECQ        CX
+	JNZ         q5kloop
+
+	VSUBPS Y13, Y14, Y0
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Q6KQ adds to Y12 the scaled sums of 32 quants of a Q6_K half: Y0 holds
+// their low nibbles, Y1 their top two bits already at bits 4-5; yoff is
+// the offset of the 32 activations and moff = 16*m selects the scale pair
+// m (sub-blocks 2m, 2m+1). VPSHUFB copies scale 2m to bytes 0-7 and 2m+1 to
+// bytes 8-15 so that, sign-extended to words, the low 128-bit lane (the
+// first 16 quants) is scaled by one and the high lane by the other.
+#define Q6KQ(yoff, moff) \
+	VPOR       Y1, Y0, Y0 \
+	VPMADDUBSW yoff(DI), Y0, Y0 \
+	VPSHUFB    q6shuf<>+moff(SB), X11, X1 \
+	VPMOVSXBW  X1, Y1 \
+	VPMADDWD   Y1, Y0, Y0 \
+	VPADDD     Y0, Y12, Y12
+
+// Q6KHALF handles 128 elements: ql at qoff(SI), qh at hoff(SI),
+// activations from yoff(DI), scale pairs from moff/16 on.
+#define Q6KHALF(qoff, hoff, yoff, moff) \
+	VMOVDQU qoff(SI), Y4 \
+	VMOVDQU qoff+32(SI), Y5 \
+	VMOVDQU hoff(SI), Y6 \
+	VPAND   Y15, Y4, Y0 \
+	VPSLLW  $4, Y6, Y1 \
+	VPAND   Y10, Y1, Y1 \
+	Q6KQ(yoff, moff) \
+	VPAND   Y15, Y5, Y0 \
+	VPSLLW  $2, Y6, Y1 \
+	VPAND   Y10, Y1, Y1 \
+	Q6KQ(yoff+32, moff+16) \
+	VPSRLW  $4, Y4, Y0 \
+	VPAND   Y15, Y0, Y0 \
+	VPAND   Y10, Y6, Y1 \
+	Q6KQ(yoff+64, moff+32) \
+	VPSRLW  $4, Y5, Y0 \
+	VPAND   Y15, Y0, Y0 \
+	VPSRLW  $2, Y6, Y1 \
+	VPAND   Y10, Y1, Y1 \
+	Q6KQ(yoff+96, moff+48)
+
+// func dotQ6_KAVX2Asm(w, x *byte, nb int) float32
+//
+// The quants are stored biased by 32: sum(sc*(q-32)*y) is computed as
+// sum(sc*q*y) - 32*sum_k sc_k*bsum_k, using Q8_K's bsums (the sums of
+// each 16 activations, which is what the format guarantees them to be).
+TEXT ·dotQ6_KAVX2Asm(SB), NOSPLIT, $0-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VMOVDQU c30<>(SB), Y10
+	VXORPS  Y14, Y14, Y14
+
+q6kloop:
+	VPMOVSXBW 192(SI), Y0
+	VPMADDWD  260(DI), Y0, Y0
+	VPSLLD    $5, Y0, Y0
+	VPXOR     Y12, Y12, Y12
+	VPSUBD    Y0, Y12, Y12
+	VMOVDQU   192(SI), X11
+	Q6KHALF(0, 128, 4, 0)
+	Q6KHALF(64, 160, 132, 64)
+	VCVTDQ2PS    Y12, Y12
+	MOVWLZX      208(SI), AX
+	VMOVD        AX, X2
+	VCVTPH2PS    X2, X2
+	VMULSS       (DI), X2, X2
+	VBROADCASTSS X2, Y2
+	VFMADD231PS  Y2, Y12, Y14
+	ADDQ         $210, SI
+	ADDQ         $292, DI
+	DECQ         CX
+	JNZ          q6kloop
+
+	HSUM(Y14, X14, X1)
+	VMOVSS X14, ret+24(FP)
+	VZEROUPPER
+	RET
+
+DATA c0F<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA c0F<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA c0F<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA c0F<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL c0F<>(SB), RODATA|NOPTR, $32
+
+DATA c80<>+0(SB)/8, $0x8080808080808080
+DATA c80<>+8(SB)/8, $0x8080808080808080
+DATA c80<>+16(SB)/8, $0x8080808080808080
+DATA c80<>+24(SB)/8, $0x8080808080808080
+GLOBL c80<>(SB), RODATA|NOPTR, $32
+
+DATA c08<>+0(SB)/8, $0x0808080808080808
+DATA c08<>+8(SB)/8, $0x0808080808080808
+DATA c08<>+16(SB)/8, $0x0808080808080808
+DATA c08<>+24(SB)/8, $0x0808080808080808
+GLOBL c08<>(SB), RODATA|NOPTR, $32
+
+DATA c30<>+0(SB)/8, $0x3030303030303030
+DATA c30<>+8(SB)/8, $0x3030303030303030
+DATA c30<>+16(SB)/8, $0x3030303030303030
+DATA c30<>+24(SB)/8, $0x3030303030303030
+GLOBL c30<>(SB), RODATA|NOPTR, $32
+
+DATA c01<>+0(SB)/8, $0x0101010101010101
+DATA c01<>+8(SB)/8, $0x0101010101010101
+DATA c01<>+16(SB)/8, $0x0101010101010101
+DATA c01<>+24(SB)/8, $0x0101010101010101
+GLOBL c01<>(SB), RODATA|NOPTR, $32
+
+DATA ones16<>+0(SB)/8, $0x0001000100010001
+DATA ones16<>+8(SB)/8, $0x0001000100010001
+DATA ones16<>+16(SB)/8, $0x0001000100010001
+DATA ones16<>+24(SB)/8, $0x0001000100010001
+GLOBL ones16<>(SB), RODATA|NOPTR, $32
+
+DATA q6shuf<>+0(SB)/8, $0x0000000000000000
+DATA q6shuf<>+8(SB)/8, $0x0101010101010101
+DATA q6shuf<>+16(SB)/8, $0x0202020202020202
+DATA q6shuf<>+24(SB)/8, $0x0303030303030303
+DATA q6shuf<>+32(SB)/8, $0x0404040404040404
+DATA q6shuf<>+40(SB)/8, $0x0505050505050505
+DATA q6shuf<>+48(SB)/8, $0x0606060606060606
+DATA q6shuf<>+56(SB)/8, $0x0707070707070707
+DATA q6shuf<>+64(SB)/8, $0x0808080808080808
+DATA q6shuf<>+72(SB)/8, $0x0909090909090909
+DATA q6shuf<>+80(SB)/8, $0x0a0a0a0a0a0a0a0a
+DATA q6shuf<>+88(SB)/8, $0x0b0b0b0b0b0b0b0b
+DATA q6shuf<>+96(SB)/8, $0x0c0c0c0c0c0c0c0c
+DATA q6shuf<>+104(SB)/8, $0x0d0d0d0d0d0d0d0d
+DATA q6shuf<>+112(SB)/8, $0x0e0e0e0e0e0e0e0e
+DATA q6shuf<>+120(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL q6shuf<>(SB), RODATA|NOPTR, $128

@@ -1,0 +1,287 @@
+package quant
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// levelNames names the SIMD levels for subtests and benchmarks.
+var levelNames = []string{simdNone: "generic", simdAVX2: "avx2", simdVNNI: "vnni"}
+
+// levels returns every level this CPU can run, lowest first.
+func levels() []int {
+	var l []int
+	for i := simdNone; i <= simdBest; i++ {
+		l = append(l, i)
+	}
+	return l
+}
+
+// atLevel runs f with the kernels of the given level installed.
+func atLevel(level int, f func()) {
+	prev := setSIMDLevel(level)
+	defer setSIMDLevel(prev)
+	f()
+}
+
+// awkwardRow is randomRow with some block scales set to zero or to a
+// negative value, so kernels see every sign and the empty block.
+func awkwardRow(rng *rand.Rand, t ggml.Type, n int) []byte {
+	b := randomRow(rng, t, n)
+	ti, _ := t.Info()
+	var scales []int
+	switch t {
+	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0:
+		scales = []int{0}
+	case ggml.Q4_1, ggml.Q5_1, ggml.Q4_K, ggml.Q5_K:
+		scales = []int{0, 2}
+	case ggml.Q2_K:
+		scales = []int{80, 82}
+	case ggml.Q3_K:
+		scales = []int{108}
+	case ggml.Q6_K:
+		scales = []int{208}
+	}
+	for o := 0; o < len(b); o += ti.BlockBytes {
+		for _, f := range scales {
+			switch rng.Intn(6) {
+			case 0:
+				put16(b[o+f:], 0)
+			case 1:
+				put16(b[o+f:], F32ToF16(-float32(0.5+rng.Float64())))
+			}
+		}
+	}
+	return b
+}
+
+// quantizedActivations quantizes random activations to vt and, for the
+// integer types, writes the extreme int8 values -128 and 127 over some
+// quants (keeping Q8_K's bsums consistent, as the format requires): the
+// quantizers never produce -128, but the format allows it.
+func quantizedActivations(t *testing.T, rng *rand.Rand, vt ggml.Type, n int) []byte {
+	t.Helper()
+	vti, _ := vt.Info()
+	xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
+	if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
+		t.Fatal(err)
+	}
+	var off, m int // offset of the quants in a block, and their count
+	switch vt {
+	case ggml.Q8_0:
+		off, m = 2, 32
+	case ggml.Q8_1:
+		return xq // s must stay d*sum(q), which an edit would break
+	case ggml.Q8_K:
+		off, m = q8KQs, qkK
+	default:
+		return xq
+	}
+	for o := 0; o < len(xq); o += vti.BlockBytes {
+		for k := 0; k < 4; k++ {
+			v := int8(-128)
+			if rng.Intn(2) == 0 {
+				v = 127
+			}
+			xq[o+off+rng.Intn(m)] = byte(v)
+		}
+		if rng.Intn(4) == 0 { // a whole block of -128
+			for j := 0; j < m; j++ {
+				xq[o+off+j] = 0x80
+			}
+		}
+		if vt == ggml.Q8_K {
+			for g := 0; g < q8KGroup; g++ {
+				var s int
+				for l := 0; l < 16; l++ {
+					s += int(int8(xq[o+off+16*g+l]))
+				}
+				binary.LittleEndian.PutUint16(xq[o+q8KBsums+2*g:], uint16(int16(s)))
+			}
+		}
+	}
+	return xq
+}
+
+// absTerms returns sum |w_i*x_i| over the dequantized rows, plus |m*s| per
+// block for the types that add a weight offset times Q8_1's stored sum:
+// the scale against which summation-order differences are measured.
+func absTerms(t *testing.T, typ ggml.Type, n int, w, xq []byte) float64 {
+	t.Helper()
+	vt := VecDotType(typ)
+	wd := dequant(t, typ, w, n)
+	xd := dequant(t, vt, xq, n)
+	var mag float64
+	for i := range wd {
+		mag += math.Abs(float64(wd[i]) * float64(xd[i]))
+	}
+	if vt == ggml.Q8_1 {
+		ti, _ := typ.Info()
+		for blk := 0; blk < n/32; blk++ {
+			mag += math.Abs(float64(fp16(w[blk*ti.BlockBytes+2:])) * float64(fp16(xq[blk*36+2:])))
+		}
+	}
+	return mag
+}
+
+// elementCounts returns the awkward row lengths tried for typ.
+func elementCounts(typ ggml.Type) []int {
+	ti, _ := typ.Info()
+	if ti.BlockSize == 1 {
+		return []int{1, 2, 3, 7, 8, 9, 17, 31, 32, 33, 64, 95, 257, 1000}
+	}
+	var ns []int
+	for _, nb := range []int{1, 2, 3, 7, 8, 9, 17} {
+		ns = append(ns, nb*ti.BlockSize)
+	}
+	return ns
+}
+
+func TestSIMDMatchesGeneric(t *testing.T) {
+	if simdBest == simdNone {
+		t.Log("no SIMD level on this CPU; only the generic kernels run")
+	}
+	rng := rand.New(rand.NewSource(11))
+	for _, typ := range weightTypes {
+		for _, n := range elementCounts(typ) {
+			for trial := 0; trial < 3; trial++ {
+				w := awkwardRow(rng, typ, n)
+				xq := quantizedActivations(t, rng, VecDotType(typ), n)
+				want := genericDot[typ](n, w, xq)
+				tol := 1e-5*absTerms(t, typ, n, w, xq) + 1e-30
+				for _, l := range levels() {
+					atLevel(l, func() {
+						got := VecDot(typ, n, w, xq)
+						if d := math.Abs(float64(got) - float64(want)); d > tol || math.IsNaN(float64(got)) {
+							t.Fatalf("%v n=%d level %s: %v, generic %v (diff %g > %g)", typ, n, levelNames[l], got, want, d, tol)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestVecDotRowsMatchesVecDot(t *testing.T) {
+	rng := rand.New(rand.NewSource(12))
+	for _, typ := range weightTypes {
+		ns := elementCounts(typ)
+		n := ns[len(ns)/2]
+		vt := VecDotType(typ)
+		vti, _ := vt.Info()
+		xb := n / vti.BlockSize * vti.BlockBytes
+		for _, rows := range []int{0, 1, 2, 3, 4, 5, 7, 8, 9, 13} {
+			stride := xb + rng.Intn(3)*vti.BlockBytes // rows need not be packed
+			w := awkwardRow(rng, typ, n)
+			xq := make([]byte, max(rows*stride, 1))
+			for r := 0; r < rows; r++ {
+				copy(xq[r*stride:], quantizedActivations(t, rng, vt, n))
+			}
+			for _, l := range levels() {
+				atLevel(l, func() {
+					out := make([]float32, rows+1)
+					out[rows] = 42 // must stay untouched
+					VecDotRows(typ, n, w, xq, stride, rows, out)
+					if out[rows] != 42 {
+						t.Fatalf("%v level %s rows=%d: wrote past rows", typ, levelNames[l], rows)
+					}
+					for r := 0; r < rows; r++ {
+						x := xq[r*stride : r*stride+xb]
+						want := VecDot(typ, n, w, x)
+						tol := 1e-5*absTerms(t, typ, n, w, x) + 1e-30
+						if d := math.Abs(float64(out[r]) - float64(want)); d > tol {
+							t.Fatalf("%v level %s rows=%d row %d: VecDotRows %v, VecDot %v", typ, levelNames[l], rows, r, out[r], want)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestGenericLevel runs the dequantization cross-check and the allocation
+// test with the pure-Go kernels forced, so that the fallback stays tested
+// on machines where assembly would otherwise always win.
+func TestGenericLevel(t *testing.T) {
+	atLevel(simdNone, func() {
+		if VecDot(ggml.Q8_0, 32, make([]byte, q8_0Len), make([]byte, q8_0Len)) != 0 {
+			t.Fatal("zero blocks")
+		}
+		t.Run("MatchesDequantized", TestVecDotMatchesDequantized)
+		t.Run("DoesNotAllocate", TestVecDotDoesNotAllocate)
+	})
+	if simdLevel != simdBest {
+		t.Fatalf("level %d not restored to %d", simdLevel, simdBest)
+	}
+}
+
+// TestSIMDLevelsMatchDequantized runs the dequantization cross-check at
+// every SIMD level.
+func TestSIMDLevelsMatchDequantized(t *testing.T) {
+	for _, l := range levels() {
+		atLevel(l, func() { t.Run(levelNames[l], TestVecDotMatchesDequantized) })
+	}
+}
+
+// BenchmarkVecDotLevels compares every SIMD level with the generic
+// kernels on n = 4096 rows.
+func BenchmarkVecDotLevels(b *testing.B) {
+	const n = 4096
+	rng := rand.New(rand.NewSource(5))
+	for _, typ := range weightTypes {
+		w := randomRow(rng, typ, n)
+		vt := VecDotType(typ)
+		vti, _ := vt.Info()
+		xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
+		if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range levels() {
+			b.Run(fmt.Sprintf("%v/%s", typ, levelNames[l]), func(b *testing.B) {
+				prev := setSIMDLevel(l)
+				defer setSIMDLevel(prev)
+				b.SetBytes(int64(len(w)))
+				var s float32
+				for b.Loop() {
+					s += VecDot(typ, n, w, xq)
+				}
+				sink = s
+			})
+		}
+	}
+}
+
+// BenchmarkVecDotRows measures one weight row of 4096 against 16
+// activation rows, per row (ns/op divided by 16 compares with VecDot).
+func BenchmarkVecDotRows(b *testing.B) {
+	const n, rows = 4096, 16
+	rng := rand.New(rand.NewSource(7))
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K} {
+		w := randomRow(rng, typ, n)
+		vt := VecDotType(typ)
+		vti, _ := vt.Info()
+		xb := n / vti.BlockSize * vti.BlockBytes
+		xq := make([]byte, rows*xb)
+		for r := 0; r < rows; r++ {
+			if err := QuantizeRow(vt, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		out := make([]float32, rows)
+		for _, l := range levels() {
+			b.Run(fmt.Sprintf("%v/%s", typ, levelNames[l]), func(b *testing.B) {
+				prev := setSIMDLevel(l)
+				defer setSIMDLevel(prev)
+				b.SetBytes(int64(len(w)) * rows)
+				for b.Loop() {
+					VecDotRows(typ, n, w, xq, xb, rows, out)
+				}
+			})
+		}
+	}
+}

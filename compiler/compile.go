@@ -36,6 +36,17 @@ type Options struct {
 	NoFuse bool
 	// Progress, when set, is told about each stage.
 	Progress func(format string, args ...any)
+
+	// DumpAfter selects passes, by name separated by commas or "all",
+	// after which every variant's text IR and the pass's tables are
+	// written to DumpDir (see phases.go for the file names).
+	DumpAfter, DumpDir string
+	// CompileTo stops after the named pass and writes text IR instead of
+	// a bundle.
+	CompileTo string
+	// CompileFrom resumes after the named pass from the text IR in
+	// IRPath; weights and state sizes still come from the GGUF.
+	CompileFrom, IRPath string
 }
 
 // Frontend is a parsed model ready for the passes.
@@ -100,6 +111,9 @@ func (fe *Frontend) Close() error { return fe.GGUF.Close() }
 
 // Compile runs the whole pipeline and writes the bundle to out atomically.
 func Compile(ctx context.Context, path, out string, opt Options) error {
+	if opt.CompileTo != "" {
+		return compileToFile(ctx, path, out, opt)
+	}
 	progress := opt.Progress
 	if progress == nil {
 		progress = func(string, ...any) {}
@@ -121,13 +135,11 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 		return err
 	}
 	progress("built IR for %d variants of %s", len(fe.Unit.Graphs), fe.Model.Hparams.Arch)
-	times, err := passes.Run(ctx, fe.Unit, "", opt.VerifyEach)
+	times, err := fe.RunPasses(ctx, opt)
 	if err != nil {
 		return err
 	}
-	for _, t := range times {
-		progress("pass %-9s %v", t.Pass, t.Dur.Round(1000))
-	}
+	reportTimes(opt, times)
 	srcHash := sha256.Sum256(fe.GGUF.Bytes())
 	g := graphFile(fe, vocabBytes, srcHash, filepath.Base(path))
 	return bundle.WriteDir(out, func(tmp string) error {

@@ -264,7 +264,7 @@ func (p *parser) parseBuffer() error {
 		if err != nil {
 			return err
 		}
-		if seen[kt.text] {
+		if seen[kt.text] && kt.text != "source" {
 			return p.errAt(kt.col, "field %s given twice", kt.text)
 		}
 		seen[kt.text] = true
@@ -274,6 +274,11 @@ func (p *parser) parseBuffer() error {
 		switch kt.text {
 		case "tensor":
 			b.Tensor, err = p.name("tensor name")
+		case "source":
+			var src string
+			if src, err = p.name("source tensor name"); err == nil {
+				b.Sources = append(b.Sources, src)
+			}
 		case "layerclass":
 			b.LayerClass, err = p.name("layer class")
 		case "type":
@@ -306,7 +311,7 @@ func (p *parser) parseBuffer() error {
 				}
 			}
 		default:
-			return p.errAt(kt.col, "unknown buffer field %q (tensor, type, dims, layerclass, bytes)", kt.text)
+			return p.errAt(kt.col, "unknown buffer field %q (tensor, source, type, dims, layerclass, bytes)", kt.text)
 		}
 		if err != nil {
 			return err

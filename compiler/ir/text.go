@@ -8,6 +8,7 @@ package ir
 //	graph decode.s4.r4
 //	buffer @request.table io
 //	buffer @model.attn.q_weight[0] weight tensor=blk.0.attn_q.weight type=Q8_0 dims=64x64 layerclass=attn.q bytes=4352
+//	buffer @model.attn.qkv_weight[0] weight source=blk.0.attn_q.weight source=blk.0.attn_k.weight … type=Q8_0 …
 //	reg %hidden 4x64x4
 //	reg %l0.q 4x64x4
 //	   3  MATMUL x=%l0.attn_in w=@model.attn.q_weight[0] io=@request.table -> y=%l0.q {k=64 n=64} => matmul.Q8_0
@@ -15,8 +16,9 @@ package ir
 //
 // An instruction lists its reads, then "->", then its writes, each as
 // role=operand in the order the Inst holds them; a role on both sides is an
-// in-place update, and any number of writes is allowed. Registers are %name,
-// buffers @name; a name that is not unique in its table is referenced by
+// in-place update, and any number of writes is allowed. A derived weight
+// lists its GGUF source tensors in order, one source= field each.
+// Registers are %name, buffers @name; a name that is not unique in its table is referenced by
 // index instead (%#3), so duplicates survive the round trip. Names outside
 // [A-Za-z0-9_.[]/:+-] are Go-quoted. Attributes print with strconv 'g' -1,
 // the shortest text that parses back to the same float64. "=> kernel" is
@@ -64,6 +66,9 @@ func printGraph(w *bufio.Writer, g *Graph) {
 		fmt.Fprintf(w, "buffer @%s %s", quoteName(b.Name), b.Class)
 		if b.Tensor != "" {
 			fmt.Fprintf(w, " tensor=%s", quoteName(b.Tensor))
+		}
+		for _, src := range b.Sources {
+			fmt.Fprintf(w, " source=%s", quoteName(src))
 		}
 		// ggml's F32 is type 0, so "no type" and F32 look alike: weights
 		// always say their type, other buffers only when it is not zero.

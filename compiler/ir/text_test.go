@@ -1,6 +1,7 @@
 package ir_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/passes"
 )
 
 // models returns GGUF paths to round-trip: synthetic shapes written to a
@@ -36,6 +38,15 @@ func models(t *testing.T) []string {
 	return append(append(paths, shared...), more...)
 }
 
+// cloneText copies g through its text form.
+func cloneText(t *testing.T, g *ir.Graph) *ir.Graph {
+	gs, err := ir.Parse([]byte(ir.Text(g)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs[0]
+}
+
 func sameGraph(t *testing.T, what string, a, b *ir.Graph) {
 	t.Helper()
 	if a.Key != b.Key || !reflect.DeepEqual(a.Regs, b.Regs) || !reflect.DeepEqual(a.Buffers, b.Buffers) {
@@ -56,13 +67,30 @@ func sameGraph(t *testing.T, what string, a, b *ir.Graph) {
 }
 
 func TestRoundTripModels(t *testing.T) {
+	var seen string
+	defer func() {
+		for _, want := range []string{" source=", " => matmul", "RMS_NORM_FUSED_QKV"} {
+			if !strings.Contains(seen, want) {
+				t.Errorf("no graph had %q: the round trip missed a feature", want)
+			}
+		}
+	}()
 	for _, path := range models(t) {
 		fe, err := compiler.Load(path, compiler.Options{})
 		if err != nil {
 			t.Logf("%s: not loadable here (%v)", filepath.Base(path), err)
 			continue
 		}
+		// As built, and after every pass: fused ops, derived weights and
+		// kernel names must survive too.
+		graphs := append([]*ir.Graph(nil), fe.Unit.Graphs...)
 		for _, g := range fe.Unit.Graphs {
+			graphs = append(graphs, cloneText(t, g))
+		}
+		if _, err := passes.Run(context.Background(), &passes.Unit{Graphs: graphs[len(graphs)/2:], Target: "cpu", State: fe.Unit.State}, "", false); err != nil {
+			t.Fatalf("%s: %v", filepath.Base(path), err)
+		}
+		for _, g := range graphs {
 			what := filepath.Base(path) + " " + g.Key.String()
 			text := ir.Text(g)
 			gs, err := ir.Parse([]byte(text))
@@ -76,6 +104,7 @@ func TestRoundTripModels(t *testing.T) {
 			if again := ir.Text(gs[0]); again != text {
 				t.Fatalf("%s: print→parse→print differs", what)
 			}
+			seen += text
 		}
 		// All variants in one file, as --compile-to writes them.
 		all := ir.Text(fe.Unit.Graphs...)
@@ -94,7 +123,8 @@ func odd() *ir.Graph {
 	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Prefill, Slots: 2, Rows: 8})
 	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
 	w := g.Buffer(ir.Buffer{Name: "w eird=\"x\"", Class: ir.Weight, Tensor: "blk.0;x", Type: ggml.F32, Dims: []int64{8, 8}, LayerClass: "", Bytes: 256})
-	g.Buffers = append(g.Buffers, ir.Buffer{Name: "dup", Class: ir.KV}, ir.Buffer{Name: "dup", Class: ir.Out, Type: ggml.Q4_K})
+	g.Buffers = append(g.Buffers, ir.Buffer{Name: "dup", Class: ir.KV}, ir.Buffer{Name: "dup", Class: ir.Out, Type: ggml.Q4_K},
+		ir.Buffer{Name: "qkv", Class: ir.Weight, Sources: []string{"b.q", "b k", "b.v"}, Type: ggml.Q8_0, Dims: []int64{32, 96}, Bytes: 3264})
 	a := g.NewReg("a", 8, 8, 4)
 	b := g.NewReg("a", 8, 8, 4) // shared name: referenced by index
 	c := g.NewReg("", 8, 3, 8)
@@ -120,7 +150,7 @@ func TestRoundTripSyntax(t *testing.T) {
 	if ir.Text(gs[0]) != text {
 		t.Fatalf("print→parse→print differs:\n%s\n%s", text, ir.Text(gs[0]))
 	}
-	for _, want := range []string{"%#0", "%#1", `%""`, `@"w eird=\"x\""`, "@#2", "neg0=-0", "third=0.3333333333333333", "=> rope", "-> y=%#1 y=%\"\" kv=@#2"} {
+	for _, want := range []string{"%#0", "%#1", `%""`, `@"w eird=\"x\""`, "@#2", "neg0=-0", "third=0.3333333333333333", "=> rope", `source=b.q source="b k" source=b.v type=Q8_0`, "-> y=%#1 y=%\"\" kv=@#2"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/cpu"
+	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -144,14 +145,32 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 	target := b.Graph.Ident.Target
 	switch choice {
 	case "auto", "cpu":
+		if choice == "auto" && strings.HasPrefix(target, "cuda:") {
+			return openCUDA(b)
+		}
 		if target != "cpu" {
 			return nil, fmt.Errorf("tier %s: bundle was compiled for %s; rebuild with zrtc build --target cpu", choice, target)
 		}
 		return cpu.Load(b, cpu.Options{Threads: threads, Trace: opt.Trace})
-	case "cuda", "t1", "t2", "metal":
+	case "cuda":
+		if !strings.HasPrefix(target, "cuda:") {
+			return nil, fmt.Errorf("tier cuda: bundle was compiled for %s; rebuild with zrtc build --target cuda:sm_90", target)
+		}
+		return openCUDA(b)
+	case "t1", "t2", "metal":
 		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
 	}
 	return nil, fmt.Errorf("unknown tier %q (auto, cpu, cuda, t1, t2, metal)", choice)
+}
+
+// openCUDA loads a cuda bundle on T-CUDA; where CUDA cannot run, the
+// error is the driver probe's reason.
+func openCUDA(b *bundle.Bundle) (Tier, error) {
+	t, err := cuda.Load(b, cuda.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("tier cuda: %w", err)
+	}
+	return t, nil
 }
 
 // TierName names the tier in use.
@@ -223,26 +242,78 @@ func (e *Engine) checkTokens(s *Sequence, toks []int32) error {
 	return nil
 }
 
-// step runs one variant over rows of s's tokens, the last of which asks
-// for logits when want is set.
-func (e *Engine) step(ctx context.Context, variant int, s *Sequence, toks []int32, want bool) error {
+// row is one row of a step: a token of a sequence, and whether the step
+// must produce logits for that sequence.
+type row struct {
+	s    *Sequence
+	tok  int32
+	want bool
+}
+
+// run writes rows into the request table, replays a variant, and appends
+// each row's token to its sequence.
+func (e *Engine) run(ctx context.Context, variant int, rows []row) error {
 	w := e.ioWords()
-	w[kernels.IOWordRows] = uint32(len(toks))
-	for i, t := range toks {
-		r := w[kernels.IOWordRowBase+i*kernels.IORowWords:]
-		r[kernels.IORowToken] = uint32(t)
-		r[kernels.IORowPos] = uint32(len(s.Tokens) + i)
-		r[kernels.IORowSlot] = uint32(s.slot)
-		r[kernels.IORowFlags] = 0
-		if want && i == len(toks)-1 {
-			r[kernels.IORowFlags] = kernels.RowWantsLogits
+	w[kernels.IOWordRows] = uint32(len(rows))
+	pos := map[*Sequence]int{}
+	for i, r := range rows {
+		p := len(r.s.Tokens) + pos[r.s]
+		pos[r.s]++
+		rec := w[kernels.IOWordRowBase+i*kernels.IORowWords:]
+		rec[kernels.IORowToken] = uint32(r.tok)
+		rec[kernels.IORowPos] = uint32(p)
+		rec[kernels.IORowSlot] = uint32(r.s.slot)
+		rec[kernels.IORowFlags] = 0
+		if r.want {
+			rec[kernels.IORowFlags] = kernels.RowWantsLogits
 		}
 	}
 	if err := e.tier.Run(ctx, variant); err != nil {
 		return err
 	}
-	s.Tokens = append(s.Tokens, toks...)
+	for _, r := range rows {
+		r.s.Tokens = append(r.s.Tokens, r.tok)
+	}
 	return nil
+}
+
+// step runs one variant over toks of one sequence; the last row asks for
+// logits when want is set.
+func (e *Engine) step(ctx context.Context, variant int, s *Sequence, toks []int32, want bool) error {
+	rows := make([]row, len(toks))
+	for i, t := range toks {
+		rows[i] = row{s, t, want && i == len(toks)-1}
+	}
+	return e.run(ctx, variant, rows)
+}
+
+// DecodeBatch advances several sequences by one token each in a single
+// replay of the decode variant — one row per slot — and returns each
+// sequence's logits. The sequences must be distinct.
+func (e *Engine) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) ([][]float32, error) {
+	if len(seqs) != len(toks) || len(seqs) == 0 || len(seqs) > len(e.slots) {
+		return nil, fmt.Errorf("decode batch of %d sequences and %d tokens (at most %d slots)", len(seqs), len(toks), len(e.slots))
+	}
+	rows := make([]row, len(seqs))
+	seen := map[*Sequence]bool{}
+	for i, s := range seqs {
+		if seen[s] || s.e != e {
+			return nil, fmt.Errorf("decode batch: sequence %d repeated or from another engine", i)
+		}
+		seen[s] = true
+		if err := e.checkTokens(s, toks[i:i+1]); err != nil {
+			return nil, err
+		}
+		rows[i] = row{s, toks[i], true}
+	}
+	if err := e.run(ctx, e.decode, rows); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(seqs))
+	for i, s := range seqs {
+		out[i] = s.Logits()
+	}
+	return out, nil
 }
 
 // Prefill evaluates toks and returns the logits after the last one. By

@@ -171,3 +171,71 @@ func itoa(i int) string {
 	}
 	return s
 }
+
+// TestDecodeBatchMatchesSingle decodes two sequences in one step of a
+// two-slot bundle and checks each against decoding it alone.
+func TestDecodeBatchMatchesSingle(t *testing.T) {
+	b, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, cfg := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml")
+	os.WriteFile(model, b, 0o644)
+	os.WriteFile(cfg, []byte("max_slots = 2\nprefill_chunk = 8\n"), 0o644)
+	out := filepath.Join(dir, "bundle")
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	prompts := [][]int32{{1, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309}, {1, 310, 311}} // the first spans two chunks
+	next := []int32{312, 313}
+	// Alone: each sequence by itself.
+	var alone [][]float32
+	for i, p := range prompts {
+		s, _ := e.NewSequence()
+		if _, err := s.Prefill(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Decode(ctx, next[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone = append(alone, l)
+		s.Release()
+	}
+	// Together: both prefilled, then one batched decode step.
+	var seqs []*runtime.Sequence
+	for _, p := range prompts {
+		s, err := e.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Prefill(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	both, err := e.DecodeBatch(ctx, seqs, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range both {
+		for j := range both[i] {
+			if d := both[i][j] - alone[i][j]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("sequence %d logit %d: batched %v, alone %v", i, j, both[i][j], alone[i][j])
+			}
+		}
+		if seqs[i].Pos() != len(prompts[i])+1 {
+			t.Errorf("sequence %d at position %d", i, seqs[i].Pos())
+		}
+	}
+	if _, err := e.DecodeBatch(ctx, []*runtime.Sequence{seqs[0], seqs[0]}, []int32{1, 2}); err == nil {
+		t.Error("a sequence twice in one batch was accepted")
+	}
+}

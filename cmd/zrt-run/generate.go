@@ -65,7 +65,7 @@ func generateCmd() *cobra.Command {
 	var ef engineFlags
 	var prompt, tokens, system, messages string
 	var n int
-	var useChat, asJSON bool
+	var useChat, asJSON, noEcho bool
 	var sp sample.Params
 	c := &cobra.Command{
 		Use:   "generate BUNDLE",
@@ -104,6 +104,9 @@ func generateCmd() *cobra.Command {
 				}
 			default:
 				ids = e.Tok.Encode(prompt, true, false)
+				if !noEcho {
+					fmt.Fprint(cmd.OutOrStdout(), prompt)
+				}
 			}
 			if len(ids) == 0 {
 				return fmt.Errorf("empty prompt: give --prompt or --tokens")
@@ -126,6 +129,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().IntVar(&sp.RepeatLastN, "repeat-last-n", 64, "tokens the repetition penalty looks back over")
 	c.Flags().Uint64Var(&sp.Seed, "seed", 0, "random seed for sampling")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
+	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	return c
 }
 

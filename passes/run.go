@@ -82,11 +82,17 @@ func RunWith(ctx context.Context, u *Unit, opt RunOptions) ([]Timing, error) {
 			return nil, fmt.Errorf("stopping after %s leaves nothing to run when resuming after %s", Pipeline[stop].Name, opt.ResumeAfter)
 		}
 	}
+	runs := func(i int) bool { return i <= stop && (i > resume || !Transforms[Pipeline[i].Name]) }
 	dump := map[string]bool{}
 	for _, name := range opt.DumpAfter {
 		if name != "all" {
 			if err := CheckPass(name); err != nil {
 				return nil, err
+			}
+			// Asking for a dump that cannot happen is a mistake worth
+			// saying, not an empty directory.
+			if i, _ := PassIndex(name); !runs(i) {
+				return nil, fmt.Errorf("cannot dump after %s: this run does not run it (stop after %s, resume after %q)", name, Pipeline[stop].Name, opt.ResumeAfter)
 			}
 		}
 		dump[name] = true
@@ -99,7 +105,7 @@ func RunWith(ctx context.Context, u *Unit, opt RunOptions) ([]Timing, error) {
 		if err := ctx.Err(); err != nil {
 			return times, err
 		}
-		if i <= resume && Transforms[p.Name] {
+		if !runs(i) {
 			continue
 		}
 		t0 := time.Now()

@@ -75,6 +75,7 @@ func TestRunWithDumpsStopsAndResumes(t *testing.T) {
 		{RunOptions{ResumeAfter: "lower"}, "leaves nothing to run"},
 		{RunOptions{DumpAfter: []string{"verify"}}, "no dump function"},
 		{RunOptions{DumpAfter: []string{"Verify"}, Dump: dump}, `unknown pass "Verify"`},
+		{RunOptions{StopAfter: "verify", DumpAfter: []string{"memplan"}, Dump: dump}, "cannot dump after memplan: this run does not run it"},
 	} {
 		_, err := RunWith(ctx, &Unit{Graphs: []*ir.Graph{small()}}, c.opt)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -11,9 +11,9 @@ import (
 )
 
 func dumpCmd() *cobra.Command {
-	var cfg string
+	var cfg, after string
 	c := &cobra.Command{
-		Use:   "dump liveness|memplan MODEL.gguf",
+		Use:   "dump liveness|memplan|ir MODEL.gguf",
 		Short: "Compile a model in memory and print one stage's result",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -22,6 +22,9 @@ func dumpCmd() *cobra.Command {
 				return err
 			}
 			defer fe.Close()
+			if args[0] == "ir" {
+				return dumpIR(cmd, fe, after)
+			}
 			if _, err := passes.Run(cmd.Context(), fe.Unit, "", false); err != nil {
 				return err
 			}
@@ -55,9 +58,10 @@ func dumpCmd() *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(os.Stderr, "dump: unknown stage %q\n", args[0])
-			return fmt.Errorf("dump: stage must be liveness or memplan")
+			return fmt.Errorf("dump: stage must be liveness, memplan or ir")
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
+	c.Flags().StringVar(&after, "after", "", "dump ir: print the IR after this pass instead of as built")
 	return c
 }

@@ -42,17 +42,21 @@ pack, for one target (cpu; cuda:sm_90 and amd:gfx1201 are planned).`,
 func buildCmd() *cobra.Command {
 	var cfg, target, out string
 	var quiet, verifyEach, noFuse bool
+	var phases phaseFlags
 	c := &cobra.Command{
-		Use:   "build MODEL.gguf -o OUT",
+		Use:   "build MODEL.gguf [IR.zir] -o OUT",
 		Short: "Compile a model into a bundle directory (written atomically)",
-		Args:  cobra.ExactArgs(1),
+		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if out == "" {
-				return fmt.Errorf("build: -o OUT is required")
-			}
 			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach, NoFuse: noFuse}
+			if err := phases.apply(args, out, &opt); err != nil {
+				return err
+			}
 			if !quiet {
 				opt.Progress = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: "+f+"\n", a...) }
+			}
+			if opt.CompileTo != "" && out == "" {
+				return compiler.CompileIR(cmd.Context(), args[0], cmd.OutOrStdout(), opt)
 			}
 			if err := compiler.Compile(cmd.Context(), args[0], out, opt); err != nil {
 				return err
@@ -69,6 +73,7 @@ func buildCmd() *cobra.Command {
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
 	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")
 	c.Flags().BoolVar(&noFuse, "no-fuse", false, "skip the fuse pass (for bisecting a numerical difference)")
+	phases.register(c)
 	return c
 }
 

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
+)
+
+// zrtc runs the command line in-process and returns its stdout.
+func zrtc(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(buildCmd(), dumpCmd())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&bytes.Buffer{})
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func tinyModel(t *testing.T) string {
+	b, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "tiny.gguf")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestBuildPhaseFlags(t *testing.T) {
+	model := tinyModel(t)
+	dir := t.TempDir()
+	straight, resumed, dumps := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "dumps")
+	if _, err := zrtc(t, "build", model, "-q", "-o", straight, "--dump-after=all", "--dump-dir", dumps); err != nil {
+		t.Fatal(err)
+	}
+	zirs, _ := filepath.Glob(filepath.Join(dumps, "*-memplan.*.zir"))
+	tables, _ := filepath.Glob(filepath.Join(dumps, "*-liveness.*.liveness.txt"))
+	plans, _ := filepath.Glob(filepath.Join(dumps, "*-memplan.json"))
+	if len(zirs) != 2 || len(tables) != 2 || len(plans) != 1 {
+		t.Fatalf("dump dir holds %v %v %v", zirs, tables, plans)
+	}
+
+	// compile-to on stdout, then compile-from that text.
+	text, err := zrtc(t, "build", model, "-q", "--compile-to=regalloc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ir.Parse([]byte(text)); err != nil || !strings.HasPrefix(text, "graph ") {
+		t.Fatalf("compile-to wrote %.200q: %v", text, err)
+	}
+	irPath := filepath.Join(dir, "r.zir")
+	os.WriteFile(irPath, []byte(text), 0o644)
+	if _, err := zrtc(t, "build", model, irPath, "-q", "--compile-from=regalloc", "-o", resumed); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(straight, bundle.GraphFile))
+	b, _ := os.ReadFile(filepath.Join(resumed, bundle.GraphFile))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatalf("graph file of the resumed build differs from a straight build (%d vs %d bytes)", len(a), len(b))
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"build", model, "-q", "--compile-from=regalloc", "-o", resumed}, "needs the text IR file after MODEL.gguf"},
+		{[]string{"build", model, irPath, "-q", "-o", resumed}, "needs --compile-from=PHASE"},
+		{[]string{"build", model, "-q"}, "-o OUT is required"},
+		{[]string{"build", model, "-q", "--compile-to=regalloc", "--compile-from=memplan", irPath}, "stops at or before"},
+		{[]string{"build", model, "-q", "-o", resumed, "--dump-after=liveness"}, "--dump-after and --dump-dir go together"},
+	} {
+		if _, err := zrtc(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestDumpIR(t *testing.T) {
+	model := tinyModel(t)
+	built, err := zrtc(t, "dump", "ir", model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowered, err := zrtc(t, "dump", "ir", model, "--after", "lower")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(built, "=> ") || !strings.Contains(lowered, "=> ") {
+		t.Error("dump ir shows kernels before lowering, or none after it")
+	}
+	if _, err := zrtc(t, "dump", "ir", model, "--after", "codegen"); err == nil || !strings.Contains(err.Error(), `unknown pass "codegen"`) {
+		t.Errorf("--after codegen: %v", err)
+	}
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/passes"
+)
+
+// phaseFlags are build's flags for stopping, resuming and dumping the
+// pipeline at named passes.
+type phaseFlags struct {
+	dumpAfter, dumpDir, to, from string
+}
+
+func (p *phaseFlags) register(c *cobra.Command) {
+	names := passes.PassNames()
+	c.Flags().StringVar(&p.dumpAfter, "dump-after", "", "write the text IR (and tables) after these passes, comma-separated, or all ("+names+")")
+	c.Flags().StringVar(&p.dumpDir, "dump-dir", "", "directory for --dump-after files: NN-pass.VARIANT.zir, .liveness.txt, .physical.txt, NN-memplan.json")
+	c.Flags().StringVar(&p.to, "compile-to", "", "stop after this pass and write text IR to -o, or stdout without -o ("+names+")")
+	c.Flags().StringVar(&p.from, "compile-from", "", "resume after this pass from the text IR file given after MODEL.gguf")
+}
+
+// apply checks the positional arguments against the flags and fills opt.
+func (p *phaseFlags) apply(args []string, out string, opt *compiler.Options) error {
+	switch {
+	case p.from != "" && len(args) != 2:
+		return fmt.Errorf("build: --compile-from=%s needs the text IR file after MODEL.gguf", p.from)
+	case p.from == "" && len(args) == 2:
+		return fmt.Errorf("build: a second argument (%s) is text IR to resume from, which needs --compile-from=PHASE", args[1])
+	case out == "" && p.to == "":
+		return fmt.Errorf("build: -o OUT is required")
+	}
+	opt.DumpAfter, opt.DumpDir, opt.CompileTo, opt.CompileFrom = p.dumpAfter, p.dumpDir, p.to, p.from
+	if len(args) == 2 {
+		opt.IRPath = args[1]
+	}
+	return nil
+}
+
+// dumpIR prints the text IR of every variant as built, or after the named
+// pass.
+func dumpIR(cmd *cobra.Command, fe *compiler.Frontend, after string) error {
+	if after != "" {
+		if _, err := passes.RunWith(cmd.Context(), fe.Unit, passes.RunOptions{StopAfter: after}); err != nil {
+			return err
+		}
+	}
+	return ir.Print(cmd.OutOrStdout(), fe.Unit.Graphs...)
+}

@@ -1,0 +1,211 @@
+package compiler_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/asm/pm4"
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/passes"
+)
+
+// update rewrites the golden packet streams instead of comparing them:
+//
+//	go test ./compiler -run TestGolden -update
+//
+// (ZRT_UPDATE_GOLDEN=1 does the same, for `go test ./...`, where packages
+// without this flag would refuse it.)
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.pkt from the current compiler")
+
+// goldenDir is the repository's golden folder, from this package.
+const goldenDir = "../testdata/golden"
+
+// sharedModels lists the shared test models (../shared beside the
+// repository), real ones first.
+func sharedModels() []string {
+	var out []string
+	for _, pat := range []string{"../../shared/models/*.gguf", "../../shared/models/synthetic/*.gguf"} {
+		m, _ := filepath.Glob(pat)
+		out = append(out, m...)
+	}
+	return out
+}
+
+// TestGolden compiles every shared model in memory and holds each
+// variant's packet stream to its golden listing in both directions, so the
+// disassembler and the assembler cannot agree on the same bug:
+//   - bytes → text: the disassembly equals the golden file;
+//   - text → bytes: assembling the golden's mnemonics and fields gives the
+//     compiler's dwords and relocations, and so do the raw dwords recorded
+//     after "//";
+//   - the stream passes pm4.Check against the model's memory plan and ABIs.
+func TestGolden(t *testing.T) {
+	models := sharedModels()
+	if len(models) == 0 {
+		t.Skip("no shared models under ../../shared/models (../shared beside the repository)")
+	}
+	rewrite := *update || os.Getenv("ZRT_UPDATE_GOLDEN") == "1"
+	if rewrite {
+		if err := os.MkdirAll(goldenDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := map[string]bool{}
+	for _, path := range models {
+		model := strings.TrimSuffix(filepath.Base(path), ".gguf")
+		t.Run(model, func(t *testing.T) {
+			fe, err := compiler.Load(path, compiler.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fe.Close()
+			u := fe.Unit
+			if _, err := passes.Run(context.Background(), u, "", false); err != nil {
+				t.Fatal(err)
+			}
+			syms, env := symbols(t, u)
+			for _, s := range u.Streams {
+				name := fmt.Sprintf("%s.%s.pkt", model, s.Key)
+				written[name] = true
+				file := filepath.Join(goldenDir, name)
+				got, err := pm4.Disassemble(s.Words, s.Relocs, syms)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				got = fmt.Sprintf("; %s variant %s: %d dispatches, %d barriers, %d dwords, %d relocations\n; regenerate: go test ./compiler -run TestGolden -update\n",
+					filepath.Base(path), s.Key, s.Dispatches, s.Barriers, len(s.Words), len(s.Relocs)) + got
+				if st, err := pm4.Check(s.Words, s.Relocs, env); err != nil {
+					t.Errorf("%s: stream check: %v", name, err)
+				} else if st.Dispatches != s.Dispatches || st.Barriers != s.Barriers {
+					t.Errorf("%s: checker counted %d dispatches and %d barriers, lower %d and %d", name, st.Dispatches, st.Barriers, s.Dispatches, s.Barriers)
+				}
+				if rewrite {
+					if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				raw, err := os.ReadFile(file)
+				if err != nil {
+					t.Errorf("%s: %v (run go test ./compiler -run TestGolden -update)", name, err)
+					continue
+				}
+				want := string(raw)
+				if got != want {
+					t.Errorf("%s: disassembly differs from the golden (bytes → text); if the change is intended, run go test ./compiler -run TestGolden -update\n%s", name, lineDiff(want, got))
+				}
+				// text → bytes, from the golden alone.
+				words, relocs, err := pm4.Assemble(want, syms)
+				if err != nil {
+					t.Errorf("%s: assemble: %v", name, err)
+					continue
+				}
+				if i := firstDiff(words, s.Words); i >= 0 {
+					t.Errorf("%s: assembled stream differs from the compiler's at dword %#x (text → bytes)", name, i)
+				}
+				if !slices.Equal(relocs, s.Relocs) {
+					t.Errorf("%s: assembled relocations differ from the compiler's", name)
+				}
+				rawWords, err := pm4.RawWords(want)
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				} else if i := firstDiff(words, rawWords); i >= 0 {
+					t.Errorf("%s: assembled stream differs from the golden's raw dwords at dword %#x", name, i)
+				}
+			}
+		})
+	}
+	// A golden of a model that ran but no longer produces it is stale (a
+	// renamed or removed variant). Goldens of models absent here are left
+	// alone.
+	files, _ := filepath.Glob(filepath.Join(goldenDir, "*.pkt"))
+	for _, f := range files {
+		base := filepath.Base(f)
+		ran := slices.ContainsFunc(models, func(m string) bool {
+			return strings.HasPrefix(base, strings.TrimSuffix(filepath.Base(m), ".gguf")+".")
+		})
+		if written[base] || !ran {
+			continue
+		}
+		if rewrite {
+			os.Remove(f)
+		} else {
+			t.Errorf("%s: no shared model produces this stream any more (run go test ./compiler -run TestGolden -update)", f)
+		}
+	}
+}
+
+// symbols names a unit's regions and kernels, and builds the checker's
+// environment from its memory plan and kernel catalog.
+func symbols(t *testing.T, u *passes.Unit) (*pm4.SymbolTable, pm4.Env) {
+	t.Helper()
+	syms := &pm4.SymbolTable{}
+	var sizes []int64
+	for _, r := range u.Plan.Regions {
+		syms.Regions = append(syms.Regions, r.Name)
+		sizes = append(sizes, r.Bytes)
+	}
+	for _, k := range u.Kernels {
+		syms.Kernels = append(syms.Kernels, k.Name)
+	}
+	env, err := kernels.StreamEnv(syms.Regions, sizes, syms.Kernels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return syms, env
+}
+
+// firstDiff returns the first index where a and b differ, or -1.
+func firstDiff(a, b []uint32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
+// lineDiff shows the first differing lines of two texts with a little
+// context, in the manner of a unified diff.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	i := 0
+	for i < len(w) && i < len(g) && w[i] == g[i] {
+		i++
+	}
+	// Align the tails too, so one inserted packet shows as one line.
+	jw, jg := len(w), len(g)
+	for jw > i && jg > i && w[jw-1] == g[jg-1] {
+		jw--
+		jg--
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "@@ golden line %d (-golden +now) @@\n", i+1)
+	for k := max(0, i-2); k < i; k++ {
+		sb.WriteString("  " + w[k] + "\n")
+	}
+	const most = 12
+	for k := i; k < jw && k < i+most; k++ {
+		sb.WriteString("- " + w[k] + "\n")
+	}
+	if jw-i > most {
+		fmt.Fprintf(&sb, "- … %d more\n", jw-i-most)
+	}
+	for k := i; k < jg && k < i+most; k++ {
+		sb.WriteString("+ " + g[k] + "\n")
+	}
+	if jg-i > most {
+		fmt.Fprintf(&sb, "+ … %d more\n", jg-i-most)
+	}
+	return sb.String()
+}

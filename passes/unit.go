@@ -15,6 +15,11 @@ import (
 // derive from them.
 type Unit struct {
 	Graphs []*ir.Graph
+	// Target is the compile target (cpu, cuda:sm_90…): fuse forms only the
+	// fused ops it has kernels for.
+	Target string
+	// NoFuse turns fusion off (zrtc build --no-fuse), for bisecting.
+	NoFuse bool
 	// State sizes the graph builder computed; memplan turns them into regions.
 	State StateSizes
 
@@ -61,6 +66,7 @@ type Pass struct {
 // in flags and dump file names.
 var Pipeline = []Pass{
 	{"verify", verifyUnit, "check operands, roles, shapes and in-place writes against the opcode and kernel tables"},
+	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+gate/up, residual+norm, K norm+RoPE+KV write"},
 	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
 	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
 	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},
@@ -74,6 +80,8 @@ type Constraint struct {
 
 // Constraints are checked by the pipeline test.
 var Constraints = []Constraint{
+	{"verify", "fuse", "fusion pattern-matches well-formed IR only"},
+	{"fuse", "liveness", "fusion removes registers and changes live ranges"},
 	{"verify", "liveness", "liveness assumes every read has a reaching write"},
 	{"liveness", "regalloc", "registers are packed by their live ranges"},
 	{"regalloc", "memplan", "the scratch region is sized from the physical buffers"},

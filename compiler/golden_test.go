@@ -99,7 +99,10 @@ func TestGolden(t *testing.T) {
 				}
 				want := string(raw)
 				if got != want {
+					// The golden describes another compiler: its symbols
+					// need not even resolve, so the diff is the report.
 					t.Errorf("%s: disassembly differs from the golden (bytes → text); if the change is intended, run go test ./compiler -run TestGolden -update\n%s", name, lineDiff(want, got))
+					continue
 				}
 				// text → bytes, from the golden alone.
 				words, relocs, err := pm4.Assemble(want, syms)
@@ -175,37 +178,90 @@ func firstDiff(a, b []uint32) int {
 	return -1
 }
 
-// lineDiff shows the first differing lines of two texts with a little
-// context, in the manner of a unified diff.
+// lineDiff is a unified-style diff of two texts (-golden +now), from a
+// longest-common-subsequence alignment of their lines, showing the first
+// hunks with two lines of context. Only run on failure, so the quadratic
+// table is fine for listings of a few thousand lines.
 func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	i := 0
-	for i < len(w) && i < len(g) && w[i] == g[i] {
-		i++
+	a, b := strings.Split(want, "\n"), strings.Split(got, "\n")
+	if len(a)*len(b) > 1<<25 {
+		return fmt.Sprintf("(listings of %d and %d lines: too long to diff)", len(a), len(b))
 	}
-	// Align the tails too, so one inserted packet shows as one line.
-	jw, jg := len(w), len(g)
-	for jw > i && jg > i && w[jw-1] == g[jg-1] {
-		jw--
-		jg--
+	// lcs[i][j] is the LCS length of a[i:] and b[j:].
+	lcs := make([][]int32, len(a)+1)
+	for i := range lcs {
+		lcs[i] = make([]int32, len(b)+1)
+	}
+	for i := len(a) - 1; i >= 0; i-- {
+		for j := len(b) - 1; j >= 0; j-- {
+			if a[i] == b[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	type op struct {
+		kind byte // ' ', '-', '+'
+		line string
+		at   int // line number in the golden
+	}
+	var ops []op
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case i < len(a) && j < len(b) && a[i] == b[j]:
+			ops = append(ops, op{' ', a[i], i + 1})
+			i++
+			j++
+		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
+			ops = append(ops, op{'-', a[i], i + 1})
+			i++
+		default:
+			ops = append(ops, op{'+', b[j], i + 1})
+			j++
+		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "@@ golden line %d (-golden +now) @@\n", i+1)
-	for k := max(0, i-2); k < i; k++ {
-		sb.WriteString("  " + w[k] + "\n")
-	}
-	const most = 12
-	for k := i; k < jw && k < i+most; k++ {
-		sb.WriteString("- " + w[k] + "\n")
-	}
-	if jw-i > most {
-		fmt.Fprintf(&sb, "- … %d more\n", jw-i-most)
-	}
-	for k := i; k < jg && k < i+most; k++ {
-		sb.WriteString("+ " + g[k] + "\n")
-	}
-	if jg-i > most {
-		fmt.Fprintf(&sb, "+ … %d more\n", jg-i-most)
+	const context, most = 2, 40
+	shown, last := 0, -1
+	for k, o := range ops {
+		if o.kind == ' ' {
+			continue
+		}
+		from := max(k-context, last+1)
+		if from > last+1 || last < 0 {
+			fmt.Fprintf(&sb, "@@ golden line %d @@\n", ops[from].at)
+		}
+		for c := from; c <= k; c++ {
+			sb.WriteString(string(ops[c].kind) + " " + ops[c].line + "\n")
+			shown++
+		}
+		last = k
+		// Trailing context, unless the next change is close.
+		for c := k + 1; c < len(ops) && c <= k+context && ops[c].kind == ' '; c++ {
+			if next := nextChange(ops[c:], func(x op) bool { return x.kind != ' ' }); next >= 0 && next <= context {
+				break
+			}
+			sb.WriteString("  " + ops[c].line + "\n")
+			shown++
+			last = c
+		}
+		if shown >= most {
+			sb.WriteString("… (more differences)\n")
+			break
+		}
 	}
 	return sb.String()
+}
+
+// nextChange returns the index of the first element of s for which changed
+// holds, or -1.
+func nextChange[T any](s []T, changed func(T) bool) int {
+	for i, x := range s {
+		if changed(x) {
+			return i
+		}
+	}
+	return -1
 }

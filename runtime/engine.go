@@ -385,11 +385,3 @@ func (s *Sequence) Greedy() int32 {
 	return int32(binary.LittleEndian.Uint32(s.e.tier.Region(s.e.toks)[4*s.slot:]))
 }
 
-// Describe is a one-line summary of the loaded model.
-func (e *Engine) Describe() string {
-	h := e.Hparams
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d layers, embd %d, %d/%d heads of %d, vocab %d, ctx %d, tier %s",
-		h.Arch, h.NLayer, h.NEmbd, h.NHead, h.NHeadKV, h.HeadDim, h.NVocab, h.ContextLength, e.tier.Name())
-	return b.String()
-}

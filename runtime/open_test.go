@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,11 +117,11 @@ func TestCorruptBundles(t *testing.T) {
 		c := append([]byte(nil), graph...)
 		c[i] ^= 0x5A
 		os.WriteFile(gpath, c, 0o644)
-		expectErr("graph byte "+itoa(i)+" flipped", dir)
+		expectErr("graph byte "+strconv.Itoa(i)+" flipped", dir)
 	}
 	for _, n := range []int{0, 3, 15, 16, table - 1, table, len(graph) / 2, len(graph) - 1} {
 		os.WriteFile(gpath, graph[:n], 0o644)
-		expectErr("graph truncated to "+itoa(n), dir)
+		expectErr("graph truncated to "+strconv.Itoa(n), dir)
 	}
 	os.WriteFile(gpath, graph, 0o644)
 	if err := open(dir); err != nil {
@@ -130,13 +131,13 @@ func TestCorruptBundles(t *testing.T) {
 	ppath := filepath.Join(dir, bundle.WeightsFile)
 	for _, n := range []int{0, 10, 4096, len(pack) - 1} {
 		os.WriteFile(ppath, pack[:n], 0o644)
-		expectErr("pack truncated to "+itoa(n), dir)
+		expectErr("pack truncated to "+strconv.Itoa(n), dir)
 	}
 	for _, i := range []int{0, 5, 9, 13, 17, 40, len(pack) - 100} {
 		c := append([]byte(nil), pack...)
 		c[i] ^= 1
 		os.WriteFile(ppath, c, 0o644)
-		expectErr("pack byte "+itoa(i)+" flipped", dir)
+		expectErr("pack byte "+strconv.Itoa(i)+" flipped", dir)
 	}
 	os.WriteFile(ppath, pack, 0o644)
 
@@ -158,18 +159,6 @@ func TestCorruptBundles(t *testing.T) {
 	if err := open(filepath.Join(dir, "nope")); err == nil {
 		t.Error("missing bundle accepted")
 	}
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i == 0 {
-		return "0"
-	}
-	s := ""
-	for ; i > 0; i /= 10 {
-		s = string(digits[i%10]) + s
-	}
-	return s
 }
 
 // TestDecodeBatchMatchesSingle decodes two sequences in one step of a

@@ -5,7 +5,6 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -126,5 +125,3 @@ func (a *Args) work(n int) []byte {
 	}
 	return (*a.Work)[:n]
 }
-
-func getU32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }

@@ -384,4 +384,3 @@ func (s *Sequence) Logits() []float32 {
 func (s *Sequence) Greedy() int32 {
 	return int32(binary.LittleEndian.Uint32(s.e.tier.Region(s.e.toks)[4*s.slot:]))
 }
-

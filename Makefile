@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt demo bench clean
+.PHONY: all build test race vet fmt demo bench clean ptx
 
 all: build
 
@@ -46,6 +46,11 @@ bench: build
 	$(BIN)/zrtc build -q "$(BENCH_MODEL)" -o $(BIN)/bench.bundle
 	$(BIN)/zrt-run bench $(BIN)/bench.bundle -p 512 -n 128 -r 3 --threads $(THREADS) \
 		$(if $(LLAMA_BENCH),--llama-bench "$(LLAMA_BENCH)" --gguf "$(BENCH_MODEL)")
+
+# ptx: regenerate T-CUDA's committed PTX (kernels/cuda/ptx) from the .cu
+# sources; needs nvcc. A test fails while the committed PTX is stale.
+ptx:
+	kernels/cuda/build_ptx.sh
 
 clean:
 	rm -rf $(BIN)

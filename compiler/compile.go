@@ -75,9 +75,9 @@ func Load(path string, opt Options) (*Frontend, error) {
 		f.Close()
 		return nil, err
 	}
-	if cfg.Target != "cpu" {
+	if !loweredTargets[cfg.Target] {
 		f.Close()
-		return nil, fmt.Errorf("target %s: this zrtc lowers for cpu only so far", cfg.Target)
+		return nil, fmt.Errorf("target %s: this zrtc lowers for cpu and cuda:sm_90 only so far", cfg.Target)
 	}
 	m, err := arch.Build(f, cfg)
 	if err != nil {
@@ -228,7 +228,7 @@ func writeKernels(dir string, u *passes.Unit, g *bundle.Graph) error {
 		return err
 	}
 	for i, k := range u.Kernels {
-		blob, err := KernelBlob(k)
+		blob, err := kernelBlobFor(k, g.Ident.Target)
 		if err != nil {
 			return err
 		}

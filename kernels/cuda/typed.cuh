@@ -1,0 +1,126 @@
+// typed.cuh: the weight-typed kernel families. An instance file defines WT
+// (the ggml type id) and FAMILY (which family to emit) and NAME (the PTX
+// entry: the catalog instance name with '.' replaced by '_').
+#pragma once
+#include "common.cuh"
+
+#define VT (Geom<WT>::VT)
+
+#if FAMILY == 1 // embed: y[row] = table[token(row)]
+extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u32* io, float* y, u32 cols) {
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    const u8* r = table + (size_t)io_row(io, row, ROW_TOKEN) * row_bytes<WT>(cols);
+    for (int c = threadIdx.x; c < (int)cols; c += blockDim.x) y[(size_t)row * cols + c] = deq<WT>(r, c);
+}
+#endif
+
+#if FAMILY == 2 // matmul: y[row] = W·x[row] (+ bias); grid (n/MM_WARPS, rows)
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    extern __shared__ float xs[];
+    int row = blockIdx.y;
+    if (row >= (int)io[IO_ROWS]) return;
+    round_x<VT>(x + (size_t)row * k, xs, k);
+    int j = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    if (j >= (int)n) return;
+    float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
+    if ((threadIdx.x & 31) == 0) y[(size_t)row * n + j] = bias ? v + bias[j] : v;
+}
+#endif
+
+#if FAMILY == 3 // lm_head: logits[slot(row)] = W·x[row] for rows that want logits
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
+    extern __shared__ float xs[];
+    int row = blockIdx.y;
+    if (row >= (int)io[IO_ROWS] || !(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
+    round_x<VT>(x + (size_t)row * k, xs, k);
+    int j = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    if (j >= (int)nv) return;
+    float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
+    if ((threadIdx.x & 31) == 0) logits[(size_t)io_row(io, row, ROW_SLOT) * nv + j] = v;
+}
+#endif
+
+#if FAMILY == 4 // moe_gate_topk: route[row] = top n_used of softmax(W·x[row]); grid (rows)
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* x, const u8* w, const u32* io, u32* route, u32 k, u32 n_expert, u32 n_used, u32 norm) {
+    extern __shared__ float xs[];
+    float* l = xs + k;
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    round_x<VT>(x + (size_t)row * k, xs, k);
+    for (int j = threadIdx.x >> 5; j < (int)n_expert; j += blockDim.x >> 5) {
+        float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
+        if ((threadIdx.x & 31) == 0) l[j] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // Softmax and selection are serial, in the oracle's order: a handful
+    // of experts, and it keeps sums and tie-breaks identical.
+    float mx = l[0];
+    for (int j = 0; j < (int)n_expert; j++) mx = fmaxf(mx, l[j]);
+    double sum = 0;
+    for (int j = 0; j < (int)n_expert; j++) {
+        l[j] = (float)exp((double)(l[j] - mx));
+        sum += (double)l[j];
+    }
+    float inv = (float)(1 / sum);
+    for (int j = 0; j < (int)n_expert; j++) l[j] *= inv;
+    u32* out = route + (size_t)row * n_used * 2;
+    float total = 0.f;
+    for (int u = 0; u < (int)n_used; u++) {
+        int best = -1;
+        for (int j = 0; j < (int)n_expert; j++)
+            if (l[j] >= 0.f && (best < 0 || l[j] > l[best])) best = j;
+        out[2 * u] = best;
+        ((float*)out)[2 * u + 1] = l[best];
+        total += l[best];
+        l[best] = -1.f; // taken
+    }
+    if (norm)
+        for (int u = 0; u < (int)n_used; u++) ((float*)out)[2 * u + 1] /= total;
+}
+#endif
+
+#if FAMILY == 5 // moe_gate_up: gate/up of each row's experts; grid (f/MM_WARPS, rows·n_used)
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8* w_gate, const u8* w_up,
+    const u32* route, const u32* io, float* gate, float* up, u32 k, u32 f, u32 n_used) {
+    extern __shared__ float xs[];
+    int row = blockIdx.y / n_used, u = blockIdx.y % n_used;
+    if (row >= (int)io[IO_ROWS]) return;
+    round_x<VT>(x + (size_t)row * k, xs, k);
+    int j = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    if (j >= (int)f) return;
+    size_t e = route[2 * ((size_t)row * n_used + u)];
+    size_t off = (e * f + j) * row_bytes<WT>(k);
+    float g = dot_row<WT>(w_gate + off, xs, k);
+    float p = dot_row<WT>(w_up + off, xs, k);
+    if ((threadIdx.x & 31) == 0) {
+        size_t item = ((size_t)row * n_used + u) * f + j;
+        gate[item] = g;
+        up[item] = p;
+    }
+}
+#endif
+
+#if FAMILY == 6 // moe_down_acc: y[row] += sum_u weight_u · W_e(u)·h[row,u]; grid (n/MM_WARPS, rows)
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* h, const u8* w, const u32* route, const u32* io, float* y, u32 f, u32 n, u32 n_used) {
+    extern __shared__ float xs[];
+    int row = blockIdx.y;
+    if (row >= (int)io[IO_ROWS]) return;
+    for (int u = 0; u < (int)n_used; u++)
+        round_x<VT>(h + ((size_t)row * n_used + u) * f, xs + (size_t)u * f, f);
+    int j = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    if (j >= (int)n) return;
+    float sum = 0.f;
+    for (int u = 0; u < (int)n_used; u++) {
+        const u32* rr = route + 2 * ((size_t)row * n_used + u);
+        float wt = __uint_as_float(rr[1]);
+        sum += wt * dot_row<WT>(w + ((size_t)rr[0] * n + j) * row_bytes<WT>(f), xs + (size_t)u * f, f);
+    }
+    if ((threadIdx.x & 31) == 0) y[(size_t)row * n + j] += sum;
+}
+#endif

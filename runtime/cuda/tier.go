@@ -1,0 +1,432 @@
+// Package cuda is T-CUDA: it runs a bundle compiled for a cuda target on
+// an NVIDIA GPU through the CUDA Driver API (package driver, loaded at run
+// time). Load uploads the weights once, allocates the memory plan's other
+// regions on the device, loads each kernel blob's PTX, and walks every
+// variant's PM4 stream into launches (Walk). Following seed 002 (capture
+// once, replay forever), a variant is captured as a CUDA graph the first
+// time it runs — request-table upload, launches, and output download
+// together — and later runs replay that graph. Graphs live in a table
+// keyed exactly by variant index with LRU eviction; a variant the bundle
+// lacks is an error, never a silent no-op.
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"time"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+)
+
+// Options configure the tier.
+type Options struct {
+	// MaxGraphs bounds the captured variants kept (default 16).
+	MaxGraphs int
+	// Timeout bounds one replay (default 60s, or $ZRT_CUDA_TIMEOUT as a Go
+	// duration): past it Run fails instead of waiting on a hung GPU.
+	Timeout time.Duration
+}
+
+// hostRegions are the regions the engine reads or writes from the host;
+// each gets a pinned mirror that the captured graph copies to or from.
+var hostRegions = map[string]bool{"io": true, "out.logits": true, "out.tokens": true, "fence": true}
+
+type region struct {
+	name string
+	dev  driver.DevPtr
+	size int
+	host []byte // pinned mirror, for hostRegions
+}
+
+type graph struct {
+	exec     driver.GraphExec
+	lastUsed uint64
+}
+
+// Tier is a bundle loaded on the GPU.
+type Tier struct {
+	dev      driver.Device
+	ctx      driver.Context
+	stream   driver.Stream
+	done     driver.Event
+	regions  []region
+	io       int
+	fence    int
+	copyOut  []int // regions downloaded after every replay
+	modules  []driver.Module
+	funcs    []driver.Function
+	variants [][]Launch
+	graphs   map[int]*graph
+	clock    uint64
+	maxGr    int
+	timeout  time.Duration
+	params   []byte // pinned scratch for kernel parameters
+	info     driver.Info
+}
+
+// Load prepares a bundle for replay on device 0.
+func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
+	info, err := driver.Probe()
+	if err != nil {
+		return nil, err
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	t := &Tier{io: -1, fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info}
+	if t.maxGr <= 0 {
+		t.maxGr = 16
+	}
+	if t.timeout <= 0 {
+		t.timeout = 60 * time.Second
+		if d, err := time.ParseDuration(os.Getenv("ZRT_CUDA_TIMEOUT")); err == nil && d > 0 {
+			t.timeout = d
+		}
+	}
+	if err := t.load(b); err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tier) load(b *bundle.Bundle) error {
+	var err error
+	if t.dev, err = driver.GetDevice(0); err != nil {
+		return err
+	}
+	if t.ctx, err = t.dev.PrimaryContext(); err != nil {
+		return err
+	}
+	if err = t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	if t.stream, err = driver.NewStream(driver.StreamNonBlocking); err != nil {
+		return err
+	}
+	if t.done, err = driver.NewEvent(driver.EventDisableTiming); err != nil {
+		return err
+	}
+	if t.params, err = driver.MemHostAlloc(4096); err != nil {
+		return err
+	}
+	g := b.Graph
+	mem := &Memory{}
+	for i, r := range g.Regions {
+		reg := region{name: r.Name, size: int(r.Bytes)}
+		// cuMemAlloc refuses zero bytes; a minimum keeps every region a
+		// distinct, valid address range.
+		if reg.dev, err = driver.MemAlloc(max(reg.size, 256)); err != nil {
+			return fmt.Errorf("region %s: %w", r.Name, err)
+		}
+		t.regions = append(t.regions, reg)
+		rp := &t.regions[len(t.regions)-1]
+		if w, ok := b.Weights[r.Name]; ok {
+			if len(w) > reg.size {
+				return fmt.Errorf("cuda: weights region %s holds %d bytes, the plan %d", r.Name, len(w), reg.size)
+			}
+			if err := driver.MemcpyHtoD(rp.dev, w); err != nil {
+				return fmt.Errorf("uploading %s: %w", r.Name, err)
+			}
+		} else if err := driver.MemsetD8(rp.dev, 0, max(reg.size, 256)); err != nil {
+			return err
+		}
+		if hostRegions[r.Name] {
+			if rp.host, err = driver.MemHostAlloc(max(reg.size, 4)); err != nil {
+				return err
+			}
+			clear(rp.host)
+			rp.host = rp.host[:reg.size]
+		}
+		switch r.Name {
+		case "io":
+			t.io = i
+		case "fence":
+			t.fence = i
+		case "out.logits", "out.tokens":
+			t.copyOut = append(t.copyOut, i)
+		}
+		mem.Base = append(mem.Base, uint64(rp.dev))
+		mem.Size = append(mem.Size, uint64(reg.size))
+	}
+	if t.io < 0 || t.fence < 0 {
+		return fmt.Errorf("cuda: memory plan lacks the io or fence region")
+	}
+	for _, blob := range b.Blobs {
+		if err := t.loadKernel(blob.Name, blob.Code); err != nil {
+			return err
+		}
+	}
+	smem := make([]int, len(b.Blobs))
+	for vi := range g.Variants {
+		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
+		if err != nil {
+			return fmt.Errorf("cuda: variant %d: %w", vi, err)
+		}
+		for _, l := range ls {
+			smem[l.Kernel] = max(smem[l.Kernel], l.Shape.Shared)
+		}
+		t.variants = append(t.variants, ls)
+	}
+	// Past 48 KiB a kernel must opt in to dynamic shared memory.
+	limit, err := t.dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
+	if err != nil {
+		return err
+	}
+	for k, n := range smem {
+		if n > limit {
+			return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory, the device allows %d", b.Blobs[k].Name, n, limit)
+		}
+		if n > 48<<10 {
+			if err := t.funcs[k].SetAttribute(driver.FuncAttrMaxDynamicSharedSize, n); err != nil {
+				return fmt.Errorf("kernel %s: %w", b.Blobs[k].Name, err)
+			}
+		}
+	}
+	// Capture up front, so the first step of a request does not pay for
+	// it; variants past the bound are captured when first run.
+	for vi := range min(len(t.variants), t.maxGr) {
+		if _, err := t.graph(vi); err != nil {
+			return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
+		}
+	}
+	return nil
+}
+
+// loadKernel JIT-loads a blob's PTX (its code up to the NUL) and finds the
+// instance's entry point.
+func (t *Tier) loadKernel(name string, code []byte) error {
+	n := 0
+	for n < len(code) && code[n] != 0 {
+		n++
+	}
+	if n == len(code) {
+		return fmt.Errorf("cuda: kernel %s: code has no NUL-terminated PTX", name)
+	}
+	m, err := driver.ModuleLoadData(code[:n+1])
+	if err != nil {
+		return fmt.Errorf("kernel %s: %w", name, err)
+	}
+	t.modules = append(t.modules, m)
+	f, err := m.Function(kcuda.Entry(name))
+	if err != nil {
+		return fmt.Errorf("kernel %s: %w", name, err)
+	}
+	t.funcs = append(t.funcs, f)
+	return nil
+}
+
+// Name is the tier's name.
+func (t *Tier) Name() string { return "cuda" }
+
+// Device describes the GPU.
+func (t *Tier) Device() driver.Info { return t.info }
+
+// Region returns the host mirror of a region the host reads or writes (the
+// request table, the outputs, the fence); other regions live only on the
+// device and have none.
+func (t *Tier) Region(i int) []byte { return t.regions[i].host }
+
+// Launches returns variant vi's launch list (for tests and traces).
+func (t *Tier) Launches(vi int) []Launch { return t.variants[vi] }
+
+// Run replays variant vi: the request table goes up, the kernels run, the
+// logits and tokens come back, all in one captured graph; then the fence
+// is signalled.
+func (t *Tier) Run(ctx context.Context, vi int) error {
+	if vi < 0 || vi >= len(t.variants) {
+		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	g, err := t.graph(vi)
+	if err != nil {
+		return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
+	}
+	fence := t.regions[t.fence].host
+	clear(fence)
+	if err := g.exec.Launch(t.stream); err != nil {
+		return err
+	}
+	if err := t.done.Record(t.stream); err != nil {
+		return err
+	}
+	if err := t.wait(ctx, vi); err != nil {
+		return err
+	}
+	if len(fence) >= 4 {
+		fence[0] = 1 // the fence value every stream releases (passes/lower.go)
+	}
+	return nil
+}
+
+// wait polls the completion event: spinning briefly (a decode step takes
+// well under a millisecond), then sleeping, until the timeout or ctx ends.
+func (t *Tier) wait(ctx context.Context, vi int) error {
+	start := time.Now()
+	for i := 0; ; i++ {
+		err := t.done.Query()
+		if err == nil {
+			return nil
+		}
+		if !driver.IsNotReady(err) {
+			return fmt.Errorf("cuda: variant %d: %w", vi, err)
+		}
+		if i%64 == 0 {
+			if err := ctx.Err(); err != nil {
+				// The graph keeps running; let it finish so the next
+				// replay starts from a quiet stream.
+				t.stream.Synchronize()
+				return err
+			}
+			if time.Since(start) > t.timeout {
+				return fmt.Errorf("cuda: variant %d did not finish within %v: the GPU looks hung (set ZRT_CUDA_TIMEOUT to wait longer)", vi, t.timeout)
+			}
+		}
+		if time.Since(start) > 2*time.Millisecond {
+			time.Sleep(20 * time.Microsecond)
+		} else {
+			goruntime.Gosched()
+		}
+	}
+}
+
+// graph returns the captured graph of variant vi, capturing it (and
+// evicting the least recently used graph past the bound) on first use.
+func (t *Tier) graph(vi int) (*graph, error) {
+	t.clock++
+	if g, ok := t.graphs[vi]; ok {
+		g.lastUsed = t.clock
+		return g, nil
+	}
+	if len(t.graphs) >= t.maxGr {
+		oldest, at := -1, ^uint64(0)
+		for k, g := range t.graphs {
+			if g.lastUsed < at {
+				oldest, at = k, g.lastUsed
+			}
+		}
+		t.graphs[oldest].exec.Destroy()
+		delete(t.graphs, oldest)
+	}
+	exec, err := t.capture(vi)
+	if err != nil {
+		return nil, err
+	}
+	g := &graph{exec: exec, lastUsed: t.clock}
+	t.graphs[vi] = g
+	return g, nil
+}
+
+// capture records variant vi on the stream into an executable graph.
+// Relaxed mode: the capturing goroutine is locked to its thread anyway,
+// and other CUDA users in the process must not be disturbed.
+func (t *Tier) capture(vi int) (driver.GraphExec, error) {
+	if err := t.stream.BeginCapture(driver.CaptureRelaxed); err != nil {
+		return 0, err
+	}
+	recErr := t.record(vi)
+	g, err := t.stream.EndCapture()
+	if recErr != nil {
+		if err == nil {
+			g.Destroy()
+		}
+		return 0, recErr
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer g.Destroy()
+	return g.Instantiate()
+}
+
+func (t *Tier) record(vi int) error {
+	io := &t.regions[t.io]
+	if err := driver.MemcpyHtoDAsync(io.dev, io.host, t.stream); err != nil {
+		return err
+	}
+	for i := range t.variants[vi] {
+		if err := t.launch(&t.variants[vi][i]); err != nil {
+			return fmt.Errorf("launch %d (%s): %w", i, t.variants[vi][i].Name, err)
+		}
+	}
+	for _, ri := range t.copyOut {
+		r := &t.regions[ri]
+		if err := driver.MemcpyDtoHAsync(r.host, r.dev, t.stream); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// launch enqueues one kernel. Its parameters are laid out in pinned
+// scratch (C memory, so the pointer array handed to the driver holds no Go
+// pointers): values in 8-byte slots, then the array of pointers to them.
+// The driver copies them during the call, so the scratch is reused.
+func (t *Tier) launch(l *Launch) error {
+	n := len(l.Params)
+	if 16*n > len(t.params) {
+		return fmt.Errorf("%d parameters overflow the parameter scratch", n)
+	}
+	base := unsafe.Pointer(&t.params[0])
+	vals := unsafe.Slice((*uint64)(base), n)
+	ptrs := unsafe.Slice((*unsafe.Pointer)(unsafe.Add(base, 8*n)), n)
+	for i, v := range l.Params {
+		vals[i] = v
+		ptrs[i] = unsafe.Pointer(&vals[i])
+	}
+	return t.funcs[l.Kernel].Launch(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]))
+}
+
+// Close releases the graphs, modules and memory.
+func (t *Tier) Close() error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if t.ctx != 0 {
+		t.ctx.SetCurrent()
+	}
+	t.close()
+	return nil
+}
+
+func (t *Tier) close() {
+	if t.stream != 0 {
+		t.stream.Synchronize()
+	}
+	for k, g := range t.graphs {
+		g.exec.Destroy()
+		delete(t.graphs, k)
+	}
+	for _, m := range t.modules {
+		m.Unload()
+	}
+	t.modules, t.funcs = nil, nil
+	for _, r := range t.regions {
+		driver.MemFree(r.dev)
+		if r.host != nil {
+			driver.MemFreeHost(r.host[:max(len(r.host), 1)])
+		}
+	}
+	t.regions = nil
+	driver.MemFreeHost(t.params)
+	t.params = nil
+	if t.done != 0 {
+		t.done.Destroy()
+		t.done = 0
+	}
+	if t.stream != 0 {
+		t.stream.Destroy()
+		t.stream = 0
+	}
+	if t.ctx != 0 {
+		t.dev.ReleasePrimaryContext()
+		t.ctx = 0
+	}
+}

@@ -1,0 +1,127 @@
+package cuda_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda"
+)
+
+// compileSynth writes a synthetic model and compiles it for target.
+func compileSynth(t *testing.T, s synth.Shape, target string) string {
+	t.Helper()
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "bundle")
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{Target: target}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestWalkFakeMemory compiles a model for cuda:sm_90 and walks every
+// variant's stream against a made-up address map: no GPU needed. Every
+// blob must carry NUL-terminated PTX with the instance's entry, every
+// launch's pointers must land in a region and its parameters must follow
+// the ABI.
+func TestWalkFakeMemory(t *testing.T) {
+	dir := compileSynth(t, synth.Tiny, "cuda:sm_90")
+	b, err := bundle.Open(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, blob := range b.Blobs {
+		if blob.Header.Target != zrt.SM90 {
+			t.Errorf("%s: target %s", blob.Name, blob.Header.Target)
+		}
+	}
+	mem := &cuda.Memory{}
+	fence := -1
+	for i, r := range b.Graph.Regions {
+		mem.Base = append(mem.Base, uint64(i+1)<<36)
+		mem.Size = append(mem.Size, uint64(r.Bytes))
+		if r.Name == "fence" {
+			fence = i
+		}
+	}
+	for vi := range b.Graph.Variants {
+		v := &b.Graph.Variants[vi]
+		ls, err := cuda.Walk(v, b.Blobs, mem, fence)
+		if err != nil {
+			t.Fatalf("variant %d: %v", vi, err)
+		}
+		if len(ls) != int(v.Dispatches) {
+			t.Errorf("variant %d: %d launches for %d dispatches", vi, len(ls), v.Dispatches)
+		}
+		for _, l := range ls {
+			abi, _, err := kernels.SplitInstance(l.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec); len(l.Params) != want || len(l.Sizes) != want {
+				t.Errorf("%s: %d parameters, ABI has %d", l.Name, len(l.Params), want)
+			}
+			for i, role := range abi.Bufs {
+				p := l.Params[i]
+				if p == 0 && abi.Optional[role] {
+					continue
+				}
+				ok := false
+				for r := range mem.Base {
+					ok = ok || (p >= mem.Base[r] && p <= mem.Base[r]+mem.Size[r])
+				}
+				if !ok {
+					t.Errorf("%s: %s = %#x outside every region", l.Name, role, p)
+				}
+			}
+			if l.Shape.Grid[0] == 0 || l.Shape.Block[0] == 0 {
+				t.Errorf("%s: empty launch %+v", l.Name, l.Shape)
+			}
+		}
+	}
+	// A stream walked against a map missing its regions is refused.
+	if _, err := cuda.Walk(&b.Graph.Variants[0], b.Blobs, &cuda.Memory{Base: mem.Base[:1], Size: mem.Size[:1]}, fence); err == nil {
+		t.Error("walk with a truncated memory map succeeded")
+	}
+}
+
+// TestTierSelection: a cuda bundle on the cpu tier, and a cpu bundle on
+// the cuda tier, are refused with the rebuild hint; without a GPU, the
+// cuda tier fails with the probe's reason.
+func TestTierSelection(t *testing.T) {
+	cudaDir := compileSynth(t, synth.Tiny, "cuda:sm_90")
+	if _, err := runtime.Open(cudaDir, runtime.Options{Tier: "cpu"}); err == nil {
+		t.Error("cpu tier opened a cuda bundle")
+	}
+	cpuDir := compileSynth(t, synth.Tiny, "cpu")
+	if _, err := runtime.Open(cpuDir, runtime.Options{Tier: "cuda"}); err == nil {
+		t.Error("cuda tier opened a cpu bundle")
+	} else {
+		t.Log(err)
+	}
+	e, err := runtime.Open(cudaDir, runtime.Options{Tier: "auto"})
+	if err != nil {
+		t.Logf("auto on a cuda bundle without CUDA: %v", err)
+		return
+	}
+	defer e.Close()
+	if e.TierName() != "cuda" {
+		t.Errorf("auto picked %s for a cuda bundle", e.TierName())
+	}
+}

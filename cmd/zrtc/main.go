@@ -32,7 +32,7 @@ pack, for one target (cpu; cuda:sm_90 and amd:gfx1201 are planned).`,
 		SilenceErrors: true,
 		Version:       compiler.Version,
 	}
-	root.AddCommand(buildCmd(), configCmd(), passesCmd(), dumpCmd(), synthCmd(), tokCmd(false), tokCmd(true))
+	root.AddCommand(buildCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "zrtc:", err)
 		os.Exit(1)

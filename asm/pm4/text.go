@@ -12,17 +12,18 @@ import (
 // encodes to after "//", so a reader (and a test) can hold the two against
 // each other:
 //
-//	0000  SET_SH_REG       COMPUTE_PGM_LO=@k0:embed.f32.lo COMPUTE_PGM_HI=@k0:embed.f32.hi   // c0017600 0000020c 00000000 00000000
-//	000e  DISPATCH_DIRECT  grid=128,1,1 init=compute_shader_en|force_start_at_000            // c0031500 00000080 00000001 00000001 00000005
+//	0000  SET_SH_REG       COMPUTE_PGM_LO=@k0:embed.f32.lo COMPUTE_PGM_HI=@k0:embed.f32.hi  // c0027600 0000020c 00000000 00000000
+//	000d  DISPATCH_DIRECT  grid=128,1,1 init=compute_shader_en|force_start_at_000   // c0031500 00000080 00000001 00000001 00000005
 //	; relocs:
 //	0002  lo  @k0:embed.f32
 //
 // The leading offset (hex dwords) is optional when writing by hand; when
 // present it must be right. A packet whose header has bits set below the
-// opcode (predicate, shader type) shows them first, as hdr=0x…. "; relocs:" starts the relocation table: one
-// line per relocation (word, kind, symbol), in stream order. Other lines
-// starting with ";" are comments. Relocated dwords encode as 0: the loader
-// patches them, and Check refuses a stream where they are not 0.
+// opcode (predicate, shader type) shows them first, as hdr=0x….
+// "; relocs:" starts the relocation table: one line per relocation (word,
+// kind, symbol) in the order the stream's relocation list has them. Other
+// lines starting with ";" are comments. Relocated dwords encode as 0: the
+// loader patches them, and Check refuses a stream where they are not 0.
 
 // SymbolTable names the targets of relocations. The disassembler prints a
 // symbol by name; the assembler, given the same table, reads it back.

@@ -32,29 +32,36 @@ func embed(t ggml.Type, a *Args) error {
 	})
 }
 
-// rmsNorm normalizes each group of cols: like ggml, the sum of squares is
-// accumulated in float64, the scale is 1/sqrtf(mean+eps) in float32, and
-// the weight is applied after scaling.
+// rmsNorm normalizes each group of cols.
 func rmsNorm(a *Args) error {
 	x, w, r, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), f32s(a.Bufs[3])
 	cols, group := int(a.Push[0]), int(a.Push[1])
 	eps := math.Float32frombits(a.Spec[0])
-	w = w[:group]
 	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			for g := i * cols; g < (i+1)*cols; g += group {
-				xs, ys := x[g:g+group], y[g:g+group]
-				sum := 0.0
-				for _, v := range xs {
-					sum += float64(v * v)
-				}
-				scale := float32(1 / math.Sqrt(float64(float32(sum/float64(group))+eps)))
-				for j, v := range xs {
-					ys[j] = (v * scale) * w[j]
-				}
+				normRow(x[g:g+group], y[g:g+group], w, eps)
 			}
 		}
 	})
+}
+
+// normRow is ggml's RMS norm of one group: the sum of squares accumulated
+// in float64, the scale 1.0f/sqrtf(mean+eps) in float32 (a float32 square
+// root, then a float32 division: 1/sqrt in float64 rounded once differs by
+// an ulp now and then, which flips the Q8 rounding of the next matmul's
+// activations), and the weight applied after scaling (ggml's separate MUL
+// op). ys may alias xs.
+func normRow(xs, ys, w []float32, eps float32) {
+	w = w[:len(xs)]
+	sum := 0.0
+	for _, v := range xs {
+		sum += float64(v * v)
+	}
+	scale := 1 / sqrtf(float32(sum/float64(len(xs)))+eps)
+	for j, v := range xs {
+		ys[j] = (v * scale) * w[j]
+	}
 }
 
 // matmul computes y[r] = W·x[r] (+ bias) for the active rows. Activations
@@ -157,40 +164,62 @@ func swiglu(a *Args) error {
 	})
 }
 
-// rope rotates the first n_rot dims of each head by position·θ_i, θ_i =
-// freq_scale·base^(-2i/n_rot). As in ggml, θ is built by repeated float32
-// multiplication, so the rounding matches its cache. neox pairs dim i with
-// i+n_rot/2; otherwise pairs are adjacent.
+// rope rotates the first n_rot dims of each head of each row in place.
 func rope(a *Args) error {
 	x, r := f32s(a.Bufs[0]), req(a.Bufs[1])
 	nHead, hd := int(a.Push[0]), int(a.Push[1])
-	nRot, neox := int(a.Spec[0]), a.Spec[1] != 0
-	base, scale := math.Float32frombits(a.Spec[2]), math.Float32frombits(a.Spec[3])
-	thetaScale := float32(math.Pow(float64(base), -2/float64(nRot)))
+	rp := ropeParams(a.Spec[0:4])
 	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
-		cs := make([]float32, nRot) // cos, sin pairs
+		cs := make([]float32, rp.nRot)
 		for i := lo; i < hi; i++ {
-			theta := float32(r.row(i, kernels.IORowPos))
-			for d := 0; d < nRot; d += 2 {
-				t := theta * scale
-				cs[d], cs[d+1] = float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
-				theta *= thetaScale
-			}
+			rp.table(cs, int(r.row(i, kernels.IORowPos)))
 			for h := 0; h < nHead; h++ {
-				v := x[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-				for d := 0; d < nRot; d += 2 {
-					c, s := cs[d], cs[d+1]
-					i0, i1 := d, d+1
-					if neox {
-						i0, i1 = d/2, d/2+nRot/2
-					}
-					x0, x1 := v[i0], v[i1]
-					v[i0] = x0*c - x1*s
-					v[i1] = x0*s + x1*c
-				}
+				rp.rotate(x[(i*nHead+h)*hd:(i*nHead+h+1)*hd], cs)
 			}
 		}
 	})
+}
+
+// ropeSpec is RoPE's configuration from its specialization slots
+// (n_rot, neox, freq_base, freq_scale).
+type ropeSpec struct {
+	nRot              int
+	neox              bool
+	thetaScale, scale float32
+}
+
+func ropeParams(spec []uint32) ropeSpec {
+	nRot := int(spec[0])
+	base := math.Float32frombits(spec[2])
+	return ropeSpec{nRot: nRot, neox: spec[1] != 0, scale: math.Float32frombits(spec[3]),
+		thetaScale: float32(math.Pow(float64(base), -2/float64(nRot)))}
+}
+
+// table fills cs with (cos, sin) pairs for position pos: θ_i =
+// freq_scale·pos·base^(-2i/n_rot), built by repeated float32 multiplication
+// as ggml builds its cache, so the rounding matches.
+func (rp ropeSpec) table(cs []float32, pos int) {
+	theta := float32(pos)
+	for d := 0; d < rp.nRot; d += 2 {
+		t := theta * rp.scale
+		cs[d], cs[d+1] = float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
+		theta *= rp.thetaScale
+	}
+}
+
+// rotate applies the rotation to one head. neox pairs dim i with
+// i+n_rot/2; otherwise pairs are adjacent. Dims past n_rot are untouched.
+func (rp ropeSpec) rotate(v, cs []float32) {
+	for d := 0; d < rp.nRot; d += 2 {
+		c, s := cs[d], cs[d+1]
+		i0, i1 := d, d+1
+		if rp.neox {
+			i0, i1 = d/2, d/2+rp.nRot/2
+		}
+		x0, x1 := v[i0], v[i1]
+		v[i0] = x0*c - x1*s
+		v[i1] = x0*s + x1*c
+	}
 }
 
 // kvOffset is the byte offset of (page, layer, k|v, token) in the KV cache.
@@ -203,69 +232,19 @@ func kvWrite(a *Args) error {
 	k, v, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), a.Bufs[3]
 	layer, kvDim, nLayer := int(a.Push[0]), int(a.Push[1]), int(a.Spec[0])
 	for i := 0; i < r.rows(); i++ {
-		slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
-		page := r.page(slot, pos)
-		for which, src := range [2][]float32{k[i*kvDim : (i+1)*kvDim], v[i*kvDim : (i+1)*kvDim]} {
-			dst := u16s(kv[kvOffset(page, layer, nLayer, kvDim, which, pos%kernels.KVPageTokens):])[:kvDim]
-			for j, x := range src {
-				dst[j] = quant.F32ToF16(x)
-			}
-		}
+		storeKV(r, kv, i, layer, nLayer, kvDim, k[i*kvDim:(i+1)*kvDim], v[i*kvDim:(i+1)*kvDim])
 	}
 	return nil
 }
 
-// flashAttn attends each row's query heads over its slot's keys at
-// positions 0..pos with an online softmax, as ggml's CPU flash attention
-// does: the query is rounded to F16 like the cache, scores and the running
-// sums are float32.
-func flashAttn(a *Args) error {
-	q, kv, r, y := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), f32s(a.Bufs[3])
-	layer := int(a.Push[0])
-	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
-	scale := math.Float32frombits(a.Spec[4])
-	kvDim, group := nHeadKV*hd, nHead/nHeadKV
-	rows := r.rows()
-	return a.Pool.For(rows*nHead, 1, func(_, lo, hi int) {
-		qh := make([]float32, hd)
-		acc := make([]float32, hd)
-		for item := lo; item < hi; item++ {
-			i, h := item/nHead, item%nHead
-			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
-			for d, v := range q[(i*nHead+h)*hd : (i*nHead+h+1)*hd] {
-				qh[d] = quant.F16ToF32(quant.F32ToF16(v))
-			}
-			clear(acc)
-			m, s := float32(math.Inf(-1)), float32(0)
-			kvh := h / group
-			for t := 0; t <= pos; t++ {
-				page, tok := r.page(slot, t), t%kernels.KVPageTokens
-				ks := u16s(kv[kvOffset(page, layer, nLayer, kvDim, 0, tok)+kvh*hd*2:])[:hd]
-				dot := float32(0)
-				for d, kx := range ks {
-					dot += qh[d] * quant.F16ToF32(kx)
-				}
-				dot *= scale
-				ms, vs := float32(1), float32(1)
-				if dot > m {
-					ms = float32(math.Exp(float64(m - dot)))
-					m = dot
-					for d := range acc {
-						acc[d] *= ms
-					}
-				} else {
-					vs = float32(math.Exp(float64(dot - m)))
-				}
-				vx := u16s(kv[kvOffset(page, layer, nLayer, kvDim, 1, tok)+kvh*hd*2:])[:hd]
-				for d, v := range vx {
-					acc[d] += quant.F16ToF32(v) * vs
-				}
-				s = s*ms + vs
-			}
-			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-			for d := range out {
-				out[d] = acc[d] / s
-			}
+// storeKV writes row i's K and V into its slot's page, rounded to F16.
+func storeKV(r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) {
+	slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
+	page := r.page(slot, pos)
+	for which, src := range [2][]float32{k, v} {
+		dst := u16s(kv[kvOffset(page, layer, nLayer, kvDim, which, pos%kernels.KVPageTokens):])[:kvDim]
+		for j, x := range src {
+			dst[j] = quant.F32ToF16(x)
 		}
-	})
+	}
 }

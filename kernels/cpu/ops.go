@@ -100,9 +100,23 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, out func(
 	}); err != nil {
 		return err
 	}
+	// With every row active the activation rows are evenly strided, and
+	// VecDotRows can load (and unpack) each weight row once for all of them.
+	dense := rows > 1 && len(active) == rows
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
+		var dots []float32
+		if dense {
+			dots = make([]float32, rows)
+		}
 		for j := lo; j < hi; j++ {
 			wr := w[j*wb : (j+1)*wb]
+			if dense {
+				quant.VecDotRows(t, k, wr, xq, xb, rows, dots)
+				for i, v := range dots {
+					out(i, j, v)
+				}
+				continue
+			}
 			for _, i := range active {
 				out(i, j, quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb]))
 			}

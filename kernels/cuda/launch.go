@@ -26,16 +26,8 @@ type Launch struct {
 // matrix kernels, one per warp.
 const mmWarps = 8
 
-// faHeadsPerBlock is flash_attn's heads per block (one warp each).
-const faHeadsPerBlock = 4
-
 // BlockSize is the threads per block of a kernel family.
-func BlockSize(family string) uint32 {
-	if family == "flash_attn" {
-		return 32 * faHeadsPerBlock
-	}
-	return 256
-}
+func BlockSize(family string) uint32 { return 256 }
 
 func ceilDiv(a, b uint32) uint32 { return (a + b - 1) / b }
 
@@ -76,11 +68,11 @@ func Shape(family string, push, spec []uint32, rows int) (Launch, error) {
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
 		l.Shared = 4 * int(push[0]*push[2])
-	case "flash_attn": // spec n_layer, n_head, …
+	case "flash_attn": // spec n_layer, n_head, …: one block per (head, row)
 		if err := need(spec, 2, "spec"); err != nil {
 			return l, err
 		}
-		l.Grid = [3]uint32{ceilDiv(spec[1], faHeadsPerBlock), r, 1}
+		l.Grid = [3]uint32{spec[1], r, 1}
 	case "add", "swiglu": // push cols
 		if err := need(push, 1, "push"); err != nil {
 			return l, err

@@ -3,21 +3,32 @@
 #pragma once
 #include "common.cuh"
 
-#if FAMILY == 10 // rms_norm: one warp per group of each row; grid (rows)
+#if FAMILY == 10 // rms_norm: the block reduces each group of a row in turn; grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const float* w, const u32* io, float* y, u32 cols, u32 group, u32 eps_bits) {
-    int row = blockIdx.x, lane = threadIdx.x & 31;
+    __shared__ double part[8];
+    __shared__ float scale_s;
+    int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (row >= (int)io[IO_ROWS]) return;
     float eps = __uint_as_float(eps_bits);
-    for (int g = threadIdx.x >> 5; g < (int)(cols / group); g += blockDim.x >> 5) {
+    for (int g = 0; g < (int)(cols / group); g++) {
         const float* xs = x + (size_t)row * cols + (size_t)g * group;
         float* ys = y + (size_t)row * cols + (size_t)g * group;
         // The oracle sums squares in double (each square rounded to float).
         double sum = 0;
-        for (int j = lane; j < (int)group; j += 32) sum += (double)(xs[j] * xs[j]);
+        for (int j = threadIdx.x; j < (int)group; j += blockDim.x) sum += (double)(xs[j] * xs[j]);
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        float scale = (float)(1.0 / sqrt((double)((float)(sum / (double)group) + eps)));
-        for (int j = lane; j < (int)group; j += 32) ys[j] = (xs[j] * scale) * w[j];
+        if (lane == 0) part[warp] = sum;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double t = 0;
+            for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += part[i];
+            scale_s = (float)(1.0 / sqrt((double)((float)(t / (double)group) + eps)));
+        }
+        __syncthreads();
+        float scale = scale_s;
+        for (int j = threadIdx.x; j < (int)group; j += blockDim.x) ys[j] = (xs[j] * scale) * w[j];
+        __syncthreads(); // part and scale_s are reused by the next group
     }
 }
 #endif
@@ -72,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 13 // flash_attn: one warp per (row, head); grid (heads/4, rows)
+#if FAMILY == 13 // flash_attn: one block per (row, head); grid (heads, rows)
 // The oracle reproduces which of ggml's CPU paths llama.cpp takes and
 // their roundings (kernels/cpu/fattn.go), because in a quantized model an
 // attention output that differs by 1e-3 flips Q8 roundings downstream;
@@ -84,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(256)
 //   - 64 rows or more (head_dim % 16 == 0): tiled — F32 throughout, keys in
 //     tiles of 64, ggml's polynomial expf, tile sums of 16 lanes in double.
 // Summation order inside a score differs (a warp tree vs SIMD lanes).
-#define FA_MAX_D 8 // head_dim ≤ 256
+#define FA_MAX_D 8 // head_dim ≤ 256 (one thread per dimension in a block of 256)
 #define FA_TILE 64
 
 // v_expf is ggml_v_expf (AVX-512), lane by lane, as fattn.go's vExpf.
@@ -112,40 +123,76 @@ struct FaCtx {
     }
 };
 
-// one_chunk runs ggml's one_chunk loop over keys [lo, hi) with an F16
-// accumulator acc (held as floats, every value F16-representable).
-__device__ void fa_one_chunk(const FaCtx& c, const float* qh, float* acc, int lo, int hi, float scale, float* pm, float* ps) {
-    int lane = threadIdx.x & 31;
-    float m = -INFINITY, s = 0.f;
-#pragma unroll
-    for (int i = 0; i < FA_MAX_D; i++) acc[i] = 0.f;
-    for (int t = lo; t < hi; t++) {
-        const __half* ks = c.at(0, t);
-        const __half* vs_ = c.at(1, t);
-        float dot = 0.f;
-#pragma unroll
-        for (int i = 0; i < FA_MAX_D; i++) {
-            int d = lane + 32 * i;
-            if (d < (int)c.head_dim) dot += qh[i] * __half2float(ks[d]);
+// FA_CH keys are scored at a time by fa_one_chunk.
+#define FA_CH 1024
+
+// fa_one_chunk runs ggml's one_chunk loop over keys [lo, hi) for one
+// (row, head) with the whole block, and gives thread d (< head_dim) its
+// output dimension's F16 accumulator. The loop's arithmetic is serial —
+// every step rounds the accumulator to F16 — but only the accumulator
+// needs to be: scores do not depend on it, and the running maximum, hence
+// each step's rescale factor ms and weight vs, follows from the scores by
+// a prefix maximum. So per chunk of keys: one thread per key scores it,
+// warp 0 scans the maximum, every thread computes the factors, and then
+// thread d replays the F16 recurrence of its dimension (and the running
+// sum S, the same in every thread) from shared memory.
+__device__ void fa_one_chunk(const FaCtx& c, const float* q16, int lo, int hi, float scale, float* pm, float* ps,
+    float* pacc, float* sc, float* fms, float* fvs) {
+    int tid = threadIdx.x, lane = tid & 31, d = tid;
+    float m = -INFINITY, s = 0.f, acc = 0.f;
+    for (int base = lo; base < hi; base += FA_CH) {
+        int n = min(FA_CH, hi - base);
+        for (int i = tid; i < n; i += blockDim.x) {
+            const __half* ks = c.at(0, base + i);
+            float dot = 0.f;
+            for (int j = 0; j < (int)c.head_dim; j++) dot += q16[j] * __half2float(ks[j]);
+            sc[i] = dot * scale;
         }
-        float sc = warp_sum(dot) * scale;
-        float ms = 1.f, vs = 1.f;
-        if (sc > m) {
-            ms = expf_d(m - sc);
-            m = sc;
-#pragma unroll
-            for (int i = 0; i < FA_MAX_D; i++) acc[i] = round_f16(acc[i] * ms);
-        } else {
-            vs = expf_d(sc - m);
+        __syncthreads();
+        // Exclusive prefix maximum (the maximum before each key), carried
+        // from the previous chunk in m; warp 0 scans segments per lane.
+        if (tid < 32) {
+            int seg = (n + 31) / 32, s0 = lane * seg, s1 = min(n, s0 + seg);
+            float lm = -INFINITY;
+            for (int i = s0; i < s1; i++) lm = fmaxf(lm, sc[i]);
+            float incl = lm;
+            for (int o = 1; o < 32; o <<= 1) {
+                float v = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl = fmaxf(incl, v);
+            }
+            float run = __shfl_up_sync(0xffffffffu, incl, 1);
+            run = lane == 0 ? m : fmaxf(m, run);
+            for (int i = s0; i < s1; i++) {
+                fms[i] = run; // the maximum before key i, for now
+                run = fmaxf(run, sc[i]);
+            }
         }
-#pragma unroll
-        for (int i = 0; i < FA_MAX_D; i++) {
-            int d = lane + 32 * i;
-            if (d < (int)c.head_dim) acc[i] = round_f16(fmaf(__half2float(vs_[d]), vs, acc[i]));
+        __syncthreads();
+        for (int i = tid; i < n; i += blockDim.x) {
+            float mb = fms[i], x = sc[i];
+            if (x > mb) {
+                fms[i] = expf_d(mb - x);
+                fvs[i] = 1.f;
+            } else {
+                fms[i] = 1.f;
+                fvs[i] = expf_d(x - mb);
+            }
+            if (i == n - 1) sc[FA_CH] = fmaxf(mb, x); // the running maximum after the chunk
         }
-        s = s * ms + vs;
+        __syncthreads();
+        for (int i = 0; i < n; i++) {
+            float ms = fms[i], vs = fvs[i];
+            if (d < (int)c.head_dim) {
+                float v = __half2float(c.at(1, base + i)[d]);
+                acc = round_f16(acc * ms);
+                acc = round_f16(fmaf(v, vs, acc));
+            }
+            s = s * ms + vs;
+        }
+        m = sc[FA_CH];
+        __syncthreads();
     }
-    *pm = m, *ps = s;
+    *pm = m, *ps = s, *pacc = acc;
 }
 
 // reduce_add16 is _mm512_reduce_add_ps's order (fattn.go's reduceAdd16).
@@ -156,14 +203,12 @@ __device__ __forceinline__ float reduce_add16(const float* a) {
     return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-extern "C" __global__ void __launch_bounds__(128) NAME(const float* q, const u8* kv, const u32* io, float* y,
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
-    __shared__ float kq_all[4][FA_TILE];
-    int row = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int h = blockIdx.x * (blockDim.x >> 5) + warp;
+    __shared__ float q16[256], sc[FA_CH + 1], fms[FA_CH], fvs[FA_CH];
+    int row = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
     int rows = io[IO_ROWS];
     if (row >= rows || h >= (int)n_head) return;
-    float* kq = kq_all[warp];
     float scale = __uint_as_float(scale_bits);
     int pos = io_row(io, row, ROW_POS);
     FaCtx c;
@@ -171,9 +216,11 @@ extern "C" __global__ void __launch_bounds__(128) NAME(const float* q, const u8*
     c.layer = layer, c.n_layer = n_layer, c.kv_dim = n_head_kv * head_dim, c.head_dim = head_dim;
     const float* qr = q + ((size_t)row * n_head + h) * head_dim;
     float* out = y + ((size_t)row * n_head + h) * head_dim;
-    float qh[FA_MAX_D], acc[FA_MAX_D];
     int n_kv = max(256, (pos + 1 + 255) / 256 * 256);
-    if (rows >= FA_TILE && head_dim % 16 == 0) { // tiled, F32
+    if (rows >= FA_TILE && head_dim % 16 == 0) { // tiled, F32, by warp 0
+        if (tid >= 32) return;
+        float* kq = sc;
+        float qh[FA_MAX_D], acc[FA_MAX_D];
 #pragma unroll
         for (int i = 0; i < FA_MAX_D; i++) {
             int d = lane + 32 * i;
@@ -231,46 +278,32 @@ extern "C" __global__ void __launch_bounds__(128) NAME(const float* q, const u8*
         }
         return;
     }
-#pragma unroll
-    for (int i = 0; i < FA_MAX_D; i++) {
-        int d = lane + 32 * i;
-        qh[i] = d < (int)head_dim ? round_f16(qr[d]) : 0.f; // the query is rounded like the cache
-    }
+    for (int d = tid; d < (int)head_dim; d += blockDim.x) q16[d] = round_f16(qr[d]); // rounded like the cache
+    __syncthreads();
+    float acc;
     if (rows == 1 && n_kv >= 512) { // split: two one_chunk ranges, merged in F32
-        float fa[FA_MAX_D];
-#pragma unroll
-        for (int i = 0; i < FA_MAX_D; i++) fa[i] = 0.f;
-        float mf = -INFINITY, sf = 0.f;
+        float fa = 0.f, mf = -INFINITY, sf = 0.f;
         int chunk = (n_kv + 1) / 2;
         for (int ci = 0; ci < 2; ci++) {
             int lo = ci * chunk, hi = min(min(lo + chunk, n_kv), pos + 1);
             if (lo >= hi) continue;
-            float mc, sc;
-            fa_one_chunk(c, qh, acc, lo, hi, scale, &mc, &sc);
-            if (sc == 0.f) continue;
+            float mc, sc_;
+            fa_one_chunk(c, q16, lo, hi, scale, &mc, &sc_, &acc, sc, fms, fvs);
+            if (sc_ == 0.f) continue;
             float mn = fmaxf(mf, mc);
             float so = expf_d(mf - mn), sn = expf_d(mc - mn);
-#pragma unroll
-            for (int i = 0; i < FA_MAX_D; i++) fa[i] = fa[i] * so + acc[i] * sn;
-            sf = sf * so + sc * sn;
+            fa = fa * so + acc * sn;
+            sf = sf * so + sc_ * sn;
             mf = mn;
         }
         float inv = sf != 0.f ? 1.f / sf : 1.f;
-#pragma unroll
-        for (int i = 0; i < FA_MAX_D; i++) {
-            int d = lane + 32 * i;
-            if (d < (int)head_dim) out[d] = fa[i] * inv;
-        }
+        if (tid < (int)head_dim) out[tid] = fa * inv;
         return;
     }
     float m, s;
-    fa_one_chunk(c, qh, acc, 0, pos + 1, scale, &m, &s);
+    fa_one_chunk(c, q16, 0, pos + 1, scale, &m, &s, &acc, sc, fms, fvs);
     float inv = s != 0.f ? 1.f / s : 0.f; // V /= S as a multiplication by 1/S
-#pragma unroll
-    for (int i = 0; i < FA_MAX_D; i++) {
-        int d = lane + 32 * i;
-        if (d < (int)head_dim) out[d] = acc[i] * inv;
-    }
+    if (tid < (int)head_dim) out[tid] = acc * inv;
 }
 #endif
 

@@ -30,6 +30,8 @@ type Options struct {
 	// Timeout bounds one replay (default 60s, or $ZRT_CUDA_TIMEOUT as a Go
 	// duration): past it Run fails instead of waiting on a hung GPU.
 	Timeout time.Duration
+	// Profile times every kernel (see profiler); also $ZRT_CUDA_PROFILE=1.
+	Profile bool
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -67,6 +69,7 @@ type Tier struct {
 	timeout  time.Duration
 	params   []byte // pinned scratch for kernel parameters
 	info     driver.Info
+	prof     *profiler
 }
 
 // Load prepares a bundle for replay on device 0.
@@ -86,6 +89,9 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		if d, err := time.ParseDuration(os.Getenv("ZRT_CUDA_TIMEOUT")); err == nil && d > 0 {
 			t.timeout = d
 		}
+	}
+	if opt.Profile || os.Getenv("ZRT_CUDA_PROFILE") == "1" {
+		t.prof = &profiler{ms: map[string]float64{}, calls: map[string]int{}, out: os.Stderr}
 	}
 	if err := t.load(b); err != nil {
 		t.close()
@@ -246,20 +252,26 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 	if err := t.ctx.SetCurrent(); err != nil {
 		return err
 	}
-	g, err := t.graph(vi)
-	if err != nil {
-		return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
-	}
 	fence := t.regions[t.fence].host
 	clear(fence)
-	if err := g.exec.Launch(t.stream); err != nil {
-		return err
-	}
-	if err := t.done.Record(t.stream); err != nil {
-		return err
-	}
-	if err := t.wait(ctx, vi); err != nil {
-		return err
+	if t.prof != nil {
+		if err := t.runProfiled(ctx, vi); err != nil {
+			return err
+		}
+	} else {
+		g, err := t.graph(vi)
+		if err != nil {
+			return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
+		}
+		if err := g.exec.Launch(t.stream); err != nil {
+			return err
+		}
+		if err := t.done.Record(t.stream); err != nil {
+			return err
+		}
+		if err := t.wait(ctx, vi); err != nil {
+			return err
+		}
 	}
 	if len(fence) >= 4 {
 		fence[0] = 1 // the fence value every stream releases (passes/lower.go)
@@ -399,6 +411,10 @@ func (t *Tier) Close() error {
 func (t *Tier) close() {
 	if t.stream != 0 {
 		t.stream.Synchronize()
+	}
+	if t.prof != nil {
+		t.prof.report()
+		t.prof.close()
 	}
 	for k, g := range t.graphs {
 		g.exec.Destroy()

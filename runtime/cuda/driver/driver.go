@@ -95,6 +95,7 @@ var api struct {
 	cuEventRecord               func(Event, Stream) Result
 	cuEventQuery                func(Event) Result
 	cuEventDestroy              func(Event) Result
+	cuEventElapsedTime          func(*float32, Event, Event) Result
 	cuStreamBeginCapture        func(Stream, int32) Result
 	cuStreamEndCapture          func(Stream, *Graph) Result
 	cuGraphInstantiateWithFlags func(*GraphExec, Graph, uint64) Result
@@ -140,6 +141,7 @@ var symbols = []struct {
 	{&api.cuEventRecord, "cuEventRecord"},
 	{&api.cuEventQuery, "cuEventQuery"},
 	{&api.cuEventDestroy, "cuEventDestroy_v2"},
+	{&api.cuEventElapsedTime, "cuEventElapsedTime"},
 	{&api.cuStreamBeginCapture, "cuStreamBeginCapture_v2"},
 	{&api.cuStreamEndCapture, "cuStreamEndCapture"},
 	{&api.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags"},
@@ -492,6 +494,13 @@ func (e Event) Record(s Stream) error { return check("cuEventRecord", api.cuEven
 // for which IsNotReady holds while pending, another error on failure (a
 // kernel fault surfaces here).
 func (e Event) Query() error { return check("cuEventQuery", api.cuEventQuery(e)) }
+
+// Elapsed is the time from start to e, both recorded and complete, in
+// milliseconds (events created without EventDisableTiming).
+func (e Event) Elapsed(start Event) (float32, error) {
+	var ms float32
+	return ms, check("cuEventElapsedTime", api.cuEventElapsedTime(&ms, start, e))
+}
 
 // Destroy destroys the event.
 func (e Event) Destroy() error { return check("cuEventDestroy", api.cuEventDestroy(e)) }

@@ -244,7 +244,7 @@ template <int VT> __device__ void round_x(const float* x, float* xs, int k) {
 template <int T> __device__ __forceinline__ float dot_row(const u8* w, const float* xs, int k) {
     int lane = threadIdx.x & 31;
     float acc = 0.f;
-#pragma unroll 4
+#pragma unroll 8
     for (int i = lane; i < k; i += 32) acc += deq<T>(w, i) * xs[i];
     return warp_sum(acc);
 }

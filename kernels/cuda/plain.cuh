@@ -125,6 +125,7 @@ struct FaCtx {
 
 // FA_CH keys are scored at a time by fa_one_chunk.
 #define FA_CH 1024
+#define FA_UNROLL 16
 
 // fa_one_chunk runs ggml's one_chunk loop over keys [lo, hi) for one
 // (row, head) with the whole block, and gives thread d (< head_dim) its
@@ -145,6 +146,7 @@ __device__ void fa_one_chunk(const FaCtx& c, const float* q16, int lo, int hi, f
         for (int i = tid; i < n; i += blockDim.x) {
             const __half* ks = c.at(0, base + i);
             float dot = 0.f;
+#pragma unroll 16
             for (int j = 0; j < (int)c.head_dim; j++) dot += q16[j] * __half2float(ks[j]);
             sc[i] = dot * scale;
         }
@@ -180,14 +182,22 @@ __device__ void fa_one_chunk(const FaCtx& c, const float* q16, int lo, int hi, f
             if (i == n - 1) sc[FA_CH] = fmaxf(mb, x); // the running maximum after the chunk
         }
         __syncthreads();
-        for (int i = 0; i < n; i++) {
-            float ms = fms[i], vs = fvs[i];
-            if (d < (int)c.head_dim) {
-                float v = __half2float(c.at(1, base + i)[d]);
+        // The recurrence is serial, but its V loads are not: issue a group
+        // of them before consuming any, so one memory latency covers the
+        // group instead of every step paying its own.
+        for (int i0 = 0; i0 < n; i0 += FA_UNROLL) {
+            float v[FA_UNROLL];
+#pragma unroll
+            for (int u = 0; u < FA_UNROLL; u++)
+                v[u] = (d < (int)c.head_dim && i0 + u < n) ? __half2float(c.at(1, base + i0 + u)[d]) : 0.f;
+#pragma unroll
+            for (int u = 0; u < FA_UNROLL; u++) {
+                if (i0 + u >= n) break;
+                float ms = fms[i0 + u], vs = fvs[i0 + u];
                 acc = round_f16(acc * ms);
-                acc = round_f16(fmaf(v, vs, acc));
+                acc = round_f16(fmaf(v[u], vs, acc));
+                s = s * ms + vs;
             }
-            s = s * ms + vs;
         }
         m = sc[FA_CH];
         __syncthreads();

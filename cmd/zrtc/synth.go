@@ -20,11 +20,15 @@ func synthCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("synth: -o MODEL.gguf is required")
 			}
-			t, ok := ggml.ParseType(typ)
-			if !ok {
-				return fmt.Errorf("synth: unknown weight type %q", typ)
+			if typ == "Q4_K_M" {
+				s.Mix = typ
+			} else {
+				t, ok := ggml.ParseType(typ)
+				if !ok {
+					return fmt.Errorf("synth: unknown weight type %q", typ)
+				}
+				s.Type = t
 			}
-			s.Type = t
 			b, err := synth.Write(s)
 			if err != nil {
 				return err
@@ -43,7 +47,7 @@ func synthCmd() *cobra.Command {
 	f.IntVar(&s.FF, "ffn", s.FF, "feed-forward width")
 	f.IntVar(&s.Vocab, "vocab", s.Vocab, "vocabulary size (≥ 259)")
 	f.IntVar(&s.Context, "ctx", s.Context, "context length")
-	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0")
+	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q6_K, or the mix Q4_K_M")
 	f.Uint64Var(&s.Seed, "seed", s.Seed, "random seed")
 	return c
 }

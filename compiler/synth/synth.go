@@ -27,8 +27,12 @@ type Shape struct {
 	FF      int
 	Vocab   int // at least 259 (3 specials + 256 bytes)
 	Context int
-	Type    ggml.Type // F32, F16 or Q8_0 for the matrices
-	Seed    uint64
+	Type    ggml.Type // F32, F16, Q8_0, Q4_K or Q6_K for the matrices
+	// Mix "Q4_K_M" makes attn_v and ffn_down (in llama-quantize's layers)
+	// and the output matrix Q6_K and the rest Q4_K, as llama-quantize's
+	// Q4_K_M does. Empty: every matrix is Type.
+	Mix  string
+	Seed uint64
 }
 
 // Tiny is a shape that compiles and runs in milliseconds.
@@ -43,9 +47,14 @@ func Write(s Shape) ([]byte, error) {
 		return nil, fmt.Errorf("synth: vocab %d is smaller than the 259 special and byte tokens", s.Vocab)
 	}
 	switch s.Type {
-	case ggml.F32, ggml.F16, ggml.Q8_0:
+	case ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_K, ggml.Q6_K:
 	default:
-		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0)", s.Type)
+		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0, Q4_K, Q6_K)", s.Type)
+	}
+	if s.Mix == "Q4_K_M" {
+		s.Type = ggml.Q4_K
+	} else if s.Mix != "" {
+		return nil, fmt.Errorf("synth: mix %q unsupported (Q4_K_M)", s.Mix)
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5EED))
 	w := gguf.NewWriter()
@@ -87,6 +96,16 @@ func Write(s Shape) ([]byte, error) {
 	}
 	E, F, V, Q, KV := int64(s.Embd), int64(s.FF), int64(s.Vocab), int64(s.Heads*s.HeadDim), int64(s.HeadsKV*s.HeadDim)
 	mat := s.Type
+	// moreBits is llama-quantize's rule for which layers' attn_v and
+	// ffn_down get Q6_K in a Q4_K_M mix: the first and last eighth, and
+	// every third layer between.
+	moreBits := func(l int) ggml.Type {
+		n := s.Layers
+		if s.Mix == "Q4_K_M" && (l < n/8 || l >= 7*n/8 || (l-n/8)%3 == 2) {
+			return ggml.Q6_K
+		}
+		return mat
+	}
 	if err := add("token_embd.weight", mat, []int64{E, V}, normal(int(E*V), 0.5)); err != nil {
 		return nil, err
 	}
@@ -101,12 +120,12 @@ func Write(s Shape) ([]byte, error) {
 			{"attn_norm.weight", ggml.F32, []int64{E}, ones(int(E))},
 			{"attn_q.weight", mat, []int64{E, Q}, normal(int(E*Q), 0.05)},
 			{"attn_k.weight", mat, []int64{E, KV}, normal(int(E*KV), 0.05)},
-			{"attn_v.weight", mat, []int64{E, KV}, normal(int(E*KV), 0.05)},
+			{"attn_v.weight", moreBits(l), []int64{E, KV}, normal(int(E*KV), 0.05)},
 			{"attn_output.weight", mat, []int64{Q, E}, normal(int(Q*E), 0.05)},
 			{"ffn_norm.weight", ggml.F32, []int64{E}, ones(int(E))},
 			{"ffn_gate.weight", mat, []int64{E, F}, normal(int(E*F), 0.05)},
 			{"ffn_up.weight", mat, []int64{E, F}, normal(int(E*F), 0.05)},
-			{"ffn_down.weight", mat, []int64{F, E}, normal(int(F*E), 0.05)},
+			{"ffn_down.weight", moreBits(l), []int64{F, E}, normal(int(F*E), 0.05)},
 		} {
 			if err := add(p+t.name, t.typ, t.dims, t.x); err != nil {
 				return nil, err
@@ -133,7 +152,11 @@ func Write(s Shape) ([]byte, error) {
 	if err := add("output_norm.weight", ggml.F32, []int64{E}, ones(int(E))); err != nil {
 		return nil, err
 	}
-	if err := add("output.weight", mat, []int64{E, V}, normal(int(E*V), 0.05)); err != nil {
+	out := mat
+	if s.Mix == "Q4_K_M" {
+		out = ggml.Q6_K
+	}
+	if err := add("output.weight", out, []int64{E, V}, normal(int(E*V), 0.05)); err != nil {
 		return nil, err
 	}
 	return w.Bytes(), nil
@@ -187,6 +210,14 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 			binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToF16(v))
 		}
 		return b, nil
+	case ggml.Q4_K, ggml.Q6_K:
+		if len(x)%qk != 0 {
+			return nil, fmt.Errorf("synth: %s needs rows of a multiple of %d elements", t, qk)
+		}
+		if t == ggml.Q4_K {
+			return encodeQ4K(x), nil
+		}
+		return encodeQ6K(x), nil
 	}
 	// Q8_0 weights share the activation block format.
 	n, err := t.RowBytes(int64(len(x)))

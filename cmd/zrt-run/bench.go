@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	goruntime "runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -37,7 +39,7 @@ func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var pp, tg, reps int
 	var asJSON bool
-	var llamaBench, gguf string
+	var llamaBench, gguf, cpuProfile string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -56,6 +58,17 @@ the rate implies.`,
 			ctx := cmd.Context()
 			nv := int32(e.Hparams.NVocab)
 			threads := ef.threadsOr()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			size, params, perToken := weightStats(e)
 			run := func(prompt, gen int) (float64, error) {
 				seq, err := e.NewSequence()
@@ -144,6 +157,7 @@ the rate implies.`,
 	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
 	c.Flags().StringVar(&llamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
 	c.Flags().StringVar(&gguf, "gguf", "", "the GGUF the bundle was built from, for --llama-bench")
+	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	return c
 }
 

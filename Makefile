@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt demo bench clean ptx
+.PHONY: all build test race vet fmt demo bench clean ptx golden
 
 all: build
 
@@ -16,6 +16,11 @@ build:
 # tokenizer suites read ../shared when it is there).
 test: vet fmt
 	$(GO) test -count=1 ./...
+
+# golden: rewrite the disassembled packet-stream goldens under
+# testdata/golden after an intended change to lowering or fusion.
+golden:
+	ZRT_UPDATE_GOLDEN=1 $(GO) test -count=1 ./compiler -run TestGolden
 
 race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...

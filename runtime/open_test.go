@@ -11,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
 )
 
@@ -226,5 +227,51 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 	}
 	if _, err := e.DecodeBatch(ctx, []*runtime.Sequence{seqs[0], seqs[0]}, []int32{1, 2}); err == nil {
 		t.Error("a sequence twice in one batch was accepted")
+	}
+}
+
+// TestFusionPreservesResults compiles models that exercise every fused op
+// (qwen2's biases, qwen3's per-head norms) with and without the fuse pass
+// and requires the same logits: a fused kernel does the same arithmetic
+// as the sequence it replaces.
+func TestFusionPreservesResults(t *testing.T) {
+	shapes := []synth.Shape{
+		{Arch: "qwen2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5},
+		{Arch: "qwen3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, Seed: 6},
+		synth.Tiny,
+	}
+	ctx := context.Background()
+	for _, s := range shapes {
+		b, err := synth.Write(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		model := filepath.Join(dir, "m.gguf")
+		os.WriteFile(model, b, 0o644)
+		var results [2][]float32
+		for i, noFuse := range []bool{false, true} {
+			out := filepath.Join(dir, "b"+strconv.Itoa(i))
+			if err := compiler.Compile(ctx, model, out, compiler.Options{NoFuse: noFuse, VerifyEach: true}); err != nil {
+				t.Fatal(err)
+			}
+			e, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq, _ := e.NewSequence()
+			if _, err := seq.Prefill(ctx, []int32{1, 270, 280, 290, 299}); err != nil {
+				t.Fatal(err)
+			}
+			if results[i], err = seq.Decode(ctx, 271); err != nil {
+				t.Fatal(err)
+			}
+			e.Close()
+		}
+		for j := range results[0] {
+			if results[0][j] != results[1][j] {
+				t.Fatalf("%s: logit %d fused %v, unfused %v", s.Arch, j, results[0][j], results[1][j])
+			}
+		}
 	}
 }

@@ -133,6 +133,11 @@ func llamaHparams(f *gguf.File, c *config.Config, fam llamaFamily) (Hparams, err
 	case h.NRot > h.HeadDim || h.NRot%2 != 0:
 		return h, fmt.Errorf("rope.dimension_count %d does not fit head dim %d", h.NRot, h.HeadDim)
 	}
+	// Llama 3.1-style RoPE frequency factors change every rotation; refusing
+	// the model beats silently computing something else.
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		return h, fmt.Errorf("tensor rope_freqs.weight (per-dimension RoPE frequency factors) is not supported yet")
+	}
 	emb, ok := f.Tensor(llamaTensors["embed"])
 	if !ok {
 		return h, fmt.Errorf("missing tensor %s", llamaTensors["embed"])

@@ -6,7 +6,6 @@ package compiler
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,9 +74,10 @@ func Load(path string, opt Options) (*Frontend, error) {
 		f.Close()
 		return nil, err
 	}
-	if !loweredTargets[cfg.Target] {
+	templates, err := templatesFor(cfg.Target)
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("target %s: this zrtc lowers for cpu and cuda:sm_90 only so far", cfg.Target)
+		return nil, err
 	}
 	m, err := arch.Build(f, cfg)
 	if err != nil {
@@ -85,7 +85,7 @@ func Load(path string, opt Options) (*Frontend, error) {
 		return nil, err
 	}
 	u := NewUnit(m)
-	u.NoFuse = opt.NoFuse
+	u.NoFuse, u.Templates = opt.NoFuse, templates
 	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u}, nil
 }
 
@@ -195,44 +195,13 @@ func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bu
 
 func u32(x int) uint32 { return uint32(x) }
 
-// KernelBlob builds the .zrt blob of a CPU kernel instance. Its code is the
-// entry symbol the runtime binds (the kernel is Go code in zrt-run) followed
-// by one placeholder dword per specialization slot, which are then patched.
-func KernelBlob(k passes.KernelInstance) (*zrt.Blob, error) {
-	abi, _, err := kernels.SplitInstance(k.Name)
-	if err != nil {
-		return nil, err
-	}
-	code := append([]byte(k.Name), 0)
-	for len(code)%4 != 0 {
-		code = append(code, 0)
-	}
-	b := &zrt.Blob{Name: k.Name, Header: zrt.Header{ABIVersion: zrt.ABIVersion, Target: zrt.CPU,
-		BufferCount: uint32(len(abi.Bufs)), PushConstBytes: uint32(4 * len(abi.Push)), Workgroup: [3]uint32{1, 1, 1}}}
-	for _, p := range abi.Spec {
-		b.Slots = append(b.Slots, zrt.Slot{Name: p.Name, CodeOffset: uint32(len(code))})
-		code = binary.LittleEndian.AppendUint32(code, zrt.Placeholder)
-	}
-	b.Code = code
-	for i, p := range abi.Spec {
-		if err := b.Patch(p.Name, k.Spec[i]); err != nil {
-			return nil, err
-		}
-	}
-	return b, nil
-}
-
 func writeKernels(dir string, u *passes.Unit, g *bundle.Graph) error {
 	kdir := filepath.Join(dir, bundle.KernelDir)
 	if err := os.Mkdir(kdir, 0o755); err != nil {
 		return err
 	}
 	for i, k := range u.Kernels {
-		blob, err := kernelBlobFor(k, g.Ident.Target)
-		if err != nil {
-			return err
-		}
-		data := blob.Encode()
+		data := u.Blobs[i].Encode()
 		file := fmt.Sprintf("%03d_%s.zrt", i, strings.ReplaceAll(k.Name, ".", "_"))
 		if err := os.WriteFile(filepath.Join(kdir, file), data, 0o644); err != nil {
 			return err

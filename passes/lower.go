@@ -21,10 +21,9 @@ var gridAttr = map[string]string{
 }
 
 func lower(_ context.Context, u *Unit) error {
-	instances := map[string]int{}
 	u.Streams = make([]Stream, len(u.Graphs))
 	for gi, g := range u.Graphs {
-		s, err := lowerGraph(u, gi, instances)
+		s, err := lowerGraph(u, gi)
 		if err != nil {
 			return fmt.Errorf("variant %s: %w", g.Key, err)
 		}
@@ -41,7 +40,7 @@ type storage struct {
 
 func (a storage) overlaps(b storage) bool { return a.region == b.region && a.lo < b.hi && b.lo < a.hi }
 
-func lowerGraph(u *Unit, gi int, instances map[string]int) (Stream, error) {
+func lowerGraph(u *Unit, gi int) (Stream, error) {
 	g, pm, plan := u.Graphs[gi], u.Physical[gi], u.Plan
 	weightAt := map[string]Placement{}
 	for _, p := range plan.Weights {
@@ -90,27 +89,10 @@ func lowerGraph(u *Unit, gi int, instances map[string]int) (Stream, error) {
 	var dirty, readSince []storage
 	for ii := range g.Insts {
 		in := &g.Insts[ii]
-		info, _ := in.Op.Info()
-		abi, _ := kernels.Lookup(info.Kernel)
-		name := abi.Name
-		if abi.Typed {
-			o, ok := in.Operand(info.TypedBy)
-			if !ok || o.Kind != ir.BufOperand {
-				return s, fmt.Errorf("inst %d (%s): no weight operand %q to type its kernel", ii, in.Op, info.TypedBy)
-			}
-			name = kernels.InstanceName(abi, g.Buffers[o.ID].Type)
-		}
-		in.Kernel = name
-		spec := make([]uint32, len(abi.Spec))
-		for i, p := range abi.Spec {
-			spec[i] = encodeParam(p, in.Attrs[p.Name])
-		}
-		key := fmt.Sprint(name, spec)
-		ki, ok := instances[key]
-		if !ok {
-			ki = len(u.Kernels)
-			instances[key] = ki
-			u.Kernels = append(u.Kernels, KernelInstance{Name: name, Spec: spec})
+		ki := u.InstKernel[gi][ii]
+		abi, _, err := kernels.SplitInstance(u.Kernels[ki].Name)
+		if err != nil {
+			return s, fmt.Errorf("inst %d (%s): %w", ii, in.Op, err)
 		}
 
 		// Dependences: read-after-write, write-after-write and

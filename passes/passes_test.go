@@ -1,11 +1,15 @@
 package passes
 
 import (
+	"context"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 func TestPipelineHonorsConstraints(t *testing.T) {
@@ -85,5 +89,47 @@ func TestRegallocReusesAndNeverOverlaps(t *testing.T) {
 	}
 	if lv.PeakBytes != 96 {
 		t.Errorf("peak %d, want 96 (three 32-byte registers live at the matmul)", lv.PeakBytes)
+	}
+}
+
+// testUnit wraps graphs with stand-in kernel templates: blobs whose code
+// is just a slot dword per specialization constant.
+func testUnit(graphs ...*ir.Graph) *Unit {
+	return &Unit{Graphs: graphs, Target: "cpu", Templates: func(instance string) (*zrt.Blob, error) {
+		abi, _, err := kernels.SplitInstance(instance)
+		if err != nil {
+			return nil, err
+		}
+		b := &zrt.Blob{Name: instance, Header: zrt.Header{ABIVersion: zrt.ABIVersion, Target: zrt.CPU}, Code: make([]byte, 4*len(abi.Spec)+4)}
+		for i, p := range abi.Spec {
+			b.Slots = append(b.Slots, zrt.Slot{Name: p.Name, CodeOffset: uint32(4 * i)})
+		}
+		return b, nil
+	}}
+}
+
+func TestSpecializeSharesAndPatches(t *testing.T) {
+	u := testUnit(small(), small())
+	if _, err := Run(context.Background(), u, "specialize", true); err != nil {
+		t.Fatal(err)
+	}
+	// Two identical graphs: four instructions, four distinct kernels.
+	if len(u.Kernels) != 4 || len(u.Blobs) != 4 {
+		t.Fatalf("%d kernels, %d blobs", len(u.Kernels), len(u.Blobs))
+	}
+	for i, b := range u.Blobs {
+		if err := b.CheckPatched(); err != nil {
+			t.Errorf("blob %d: %v", i, err)
+		}
+	}
+	if v, _ := u.Blobs[1].SlotValue("eps"); math.Float32frombits(v) != 1e-5 {
+		t.Errorf("rms_norm eps slot %v", math.Float32frombits(v))
+	}
+	if u.InstKernel[0][2] != u.InstKernel[1][2] || u.Graphs[0].Insts[2].Kernel != "matmul.f32" {
+		t.Errorf("matmul instances %v, kernel %q", u.InstKernel, u.Graphs[0].Insts[2].Kernel)
+	}
+	u.Templates = nil
+	if _, err := Run(context.Background(), u, "specialize", false); err == nil {
+		t.Error("specialize ran without templates")
 	}
 }

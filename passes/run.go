@@ -34,7 +34,7 @@ type RunOptions struct {
 // skipping an analysis would leave later passes without their input.
 var Transforms = map[string]bool{
 	"fuse":  true,
-	"lower": true, // sets each instruction's kernel; its streams are not in the text
+	"lower": true, // its streams are not in the text, so resuming after it is refused
 }
 
 // PassIndex returns the position of the named pass in Pipeline.

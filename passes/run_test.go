@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zrtdev/zrt/compiler/ir"
 )
 
 // Pass names appear in flags, dump file names and goldens.
@@ -30,7 +29,7 @@ func TestRunWithDumpsStopsAndResumes(t *testing.T) {
 		got = append(got, name)
 		return nil
 	}
-	u := &Unit{Graphs: []*ir.Graph{small()}}
+	u := testUnit(small())
 	times, err := RunWith(ctx, u, RunOptions{DumpAfter: []string{"all"}, Dump: dump, VerifyEach: true})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +40,7 @@ func TestRunWithDumpsStopsAndResumes(t *testing.T) {
 
 	// Stop after regalloc, dumping only liveness.
 	got = nil
-	u = &Unit{Graphs: []*ir.Graph{small()}}
+	u = testUnit(small())
 	times, err = RunWith(ctx, u, RunOptions{StopAfter: "regalloc", DumpAfter: []string{"liveness"}, Dump: dump})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +51,7 @@ func TestRunWithDumpsStopsAndResumes(t *testing.T) {
 
 	// Resuming after memplan recomputes the analyses and runs lower.
 	got = nil
-	u = &Unit{Graphs: []*ir.Graph{small()}}
+	u = testUnit(small())
 	if _, err := RunWith(ctx, u, RunOptions{ResumeAfter: "memplan", DumpAfter: []string{"all"}, Dump: dump}); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func TestRunWithDumpsStopsAndResumes(t *testing.T) {
 		{RunOptions{DumpAfter: []string{"Verify"}, Dump: dump}, `unknown pass "Verify"`},
 		{RunOptions{StopAfter: "verify", DumpAfter: []string{"memplan"}, Dump: dump}, "cannot dump after memplan: this run does not run it"},
 	} {
-		_, err := RunWith(ctx, &Unit{Graphs: []*ir.Graph{small()}}, c.opt)
+		_, err := RunWith(ctx, testUnit(small()), c.opt)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want %q", c.opt, err, c.want)
 		}
@@ -85,7 +84,7 @@ func TestRunWithDumpsStopsAndResumes(t *testing.T) {
 }
 
 func TestTables(t *testing.T) {
-	u := &Unit{Graphs: []*ir.Graph{small()}}
+	u := testUnit(small())
 	if _, err := Run(context.Background(), u, "", false); err != nil {
 		t.Fatal(err)
 	}

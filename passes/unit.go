@@ -9,6 +9,7 @@ import (
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/zrt"
 )
 
 // Unit is one compilation: the variant graphs and everything the passes
@@ -26,8 +27,14 @@ type Unit struct {
 	Liveness []*Liveness    // per graph, by liveness
 	Physical []*PhysicalMap // per graph, by regalloc
 	Plan     *MemPlan       // by memplan
-	Kernels  []KernelInstance
-	Streams  []Stream // per graph, by lower
+	// Templates supplies the target's unpatched kernel blobs.
+	Templates Templates
+	// Kernels and Blobs are the kernel instances and their patched blobs,
+	// and InstKernel each instruction's instance, by specialize.
+	Kernels    []KernelInstance
+	Blobs      []*zrt.Blob
+	InstKernel [][]int
+	Streams    []Stream // per graph, by lower
 }
 
 // StateSizes are the bytes of the buffers that outlive a step.
@@ -70,6 +77,7 @@ var Pipeline = []Pass{
 	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
 	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
 	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},
+	{"specialize", specialize, "pick each instruction's kernel instance and patch its specialization slots into the target's blob"},
 	{"lower", lower, "emit each variant's PM4 stream with relocations, kernels and barriers"},
 }
 
@@ -86,6 +94,7 @@ var Constraints = []Constraint{
 	{"liveness", "regalloc", "registers are packed by their live ranges"},
 	{"regalloc", "memplan", "the scratch region is sized from the physical buffers"},
 	{"memplan", "lower", "lowering turns operands into region offsets"},
+	{"specialize", "lower", "the stream's program addresses are relocations to specialized blobs"},
 }
 
 // Timing is one pass's wall time.

@@ -87,7 +87,7 @@ func TestRoundTripModels(t *testing.T) {
 		for _, g := range fe.Unit.Graphs {
 			graphs = append(graphs, cloneText(t, g))
 		}
-		if _, err := passes.Run(context.Background(), &passes.Unit{Graphs: graphs[len(graphs)/2:], Target: "cpu", State: fe.Unit.State}, "", false); err != nil {
+		if _, err := passes.Run(context.Background(), &passes.Unit{Graphs: graphs[len(graphs)/2:], Target: "cpu", State: fe.Unit.State, Templates: fe.Unit.Templates}, "", false); err != nil {
 			t.Fatalf("%s: %v", filepath.Base(path), err)
 		}
 		for _, g := range graphs {

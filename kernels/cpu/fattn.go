@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -42,6 +43,12 @@ const (
 	faSplitChunks = 2   // ggml splits by its thread count; the references ran with 2
 )
 
+// faUseSIMD selects the AVX-512 kernels (fattn_amd64.s) where the CPU has
+// them; they give the same bits as the pure-Go code, which stays as the
+// fallback and the tests' oracle. They need the head size to be a
+// multiple of 16.
+var faUseSIMD = faSIMDOK
+
 // flashAttn attends each row's query heads over its slot's keys at
 // positions 0..pos, by whichever of ggml's paths llama.cpp would take for
 // this batch (see above).
@@ -53,11 +60,13 @@ func flashAttn(a *Args) error {
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
 	rows := r.rows()
 	tiled := rows >= faTileQ && hd%faF32Lanes == 0
+	simd := faUseSIMD && hd%16 == 0
+	if tiled && simd {
+		return flashAttnTiled(a, q, kv, r, y, layer, nLayer, nHead, nHeadKV, hd, scale)
+	}
 	return a.Pool.For(rows*nHead, 1, func(_, lo, hi int) {
-		w := faWork{
-			q16: make([]uint16, hd), acc16: make([]uint16, hd),
-			acc: make([]float32, hd), part: make([]float32, hd),
-		}
+		w := getFaWork(hd)
+		defer faWorkPool.Put(w)
 		for item := lo; item < hi; item++ {
 			i, h := item/nHead, item%nHead
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
@@ -66,6 +75,8 @@ func flashAttn(a *Args) error {
 				page, tok := r.page(slot, t), t%kernels.KVPageTokens
 				return u16s(kv[kvOffset(page, layer, nLayer, kvDim, which, tok)+kvh*hd*2:])[:hd]
 			}
+			w.view = kvView{kv: kv, r: r, slot: slot, layer: layer, nLayer: nLayer, kvDim: kvDim, off: kvh * hd * 2, hd: hd}
+			w.simd = simd
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			nKV := max(faKVPad, (pos+1+faKVPad-1)/faKVPad*faKVPad)
@@ -92,6 +103,43 @@ func flashAttn(a *Args) error {
 	})
 }
 
+// kvView locates one slot's cached keys and values of one KV head in one
+// layer.
+type kvView struct {
+	kv                         []byte
+	r                          request
+	slot, layer, nLayer, kvDim int
+	off, hd                    int // the head's byte offset in a row, its size
+}
+
+// run returns the keys (which = 0) or values (1) of positions t..t+n-1,
+// which must lie in one page, as the halves from key t's head on: row j
+// starts at element j*kvDim. Slicing checks that they are all there.
+func (v *kvView) run(which, t, n int) []uint16 {
+	page, tok := v.r.page(v.slot, t), t%kernels.KVPageTokens
+	off := kvOffset(page, v.layer, v.nLayer, v.kvDim, which, tok) + v.off
+	return u16s(v.kv[off : off+((n-1)*v.kvDim+v.hd)*2])
+}
+
+// pageRun is how many positions from t on, up to hi, share t's page.
+func pageRun(t, hi int) int {
+	return min(hi, (t/kernels.KVPageTokens+1)*kernels.KVPageTokens) - t
+}
+
+var faWorkPool sync.Pool
+
+// getFaWork returns a worker's scratch for head size hd.
+func getFaWork(hd int) *faWork {
+	w, _ := faWorkPool.Get().(*faWork)
+	if w == nil || len(w.acc) != hd {
+		w = &faWork{
+			q16: make([]uint16, hd), acc16: make([]uint16, hd),
+			acc: make([]float32, hd), part: make([]float32, hd),
+		}
+	}
+	return w
+}
+
 // faWork is one worker's scratch.
 type faWork struct {
 	q16   []uint16  // the query in F16
@@ -99,6 +147,13 @@ type faWork struct {
 	acc   []float32 // F32 accumulator (tiled, and the split path's reduction)
 	part  []float32 // a split chunk's partial result
 	kq    [faTileKV]float32
+
+	// The SIMD path's state: whether it is on, the keys and values, and
+	// the scores and (ms, vs) coefficients of a oneChunk range.
+	simd bool
+	view kvView
+	sc   []float32
+	coef []float32
 }
 
 // oneChunk is the online-softmax loop of ggml's one_chunk kernel over keys
@@ -106,6 +161,9 @@ type faWork struct {
 // w.acc16 and returns the running maximum M and sum S. A range with no keys
 // returns M = -Inf, S = 0 and a zero accumulator.
 func (w *faWork) oneChunk(lo, hi int, scale float32, cache func(which, t int) []uint16) (m, s float32) {
+	if w.simd {
+		return w.oneChunkSIMD(lo, hi, scale)
+	}
 	clear(w.acc16)
 	m = float32(math.Inf(-1))
 	for t := lo; t < hi; t++ {
@@ -127,6 +185,66 @@ func (w *faWork) oneChunk(lo, hi int, scale float32, cache func(which, t int) []
 			w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(v), vs, quant.F16ToF32(w.acc16[d])))
 		}
 		s = fma32(s, ms, vs)
+	}
+	return m, s
+}
+
+// oneChunkSIMD is oneChunk with the AVX-512 kernels: all the range's
+// scores first (they do not depend on the accumulator), then the running
+// maximum and sum in Go (expf is libm's), then the F16 accumulator
+// updates, page by page.
+func (w *faWork) oneChunkSIMD(lo, hi int, scale float32) (m, s float32) {
+	v := &w.view
+	hd, n := v.hd, hi-lo
+	np := hd &^ (faF16Step - 1)
+	if cap(w.sc) < n {
+		w.sc = make([]float32, n+n/2)
+		w.coef = make([]float32, 2*len(w.sc))
+	}
+	sc, coef := w.sc[:n], w.coef[:2*n]
+	stride := v.kvDim * 2
+	for t := lo; t < hi; {
+		run := pageRun(t, hi)
+		k := v.run(0, t, run)
+		out := sc[t-lo : t-lo+run]
+		if np > 0 {
+			faDotF16Keys(&k[0], stride, &w.q16[0], np, run, &out[0])
+		}
+		if np < hd {
+			// ggml's scalar tail, summed in float64 after the groups.
+			for j := range out {
+				var sum float64
+				if np > 0 {
+					sum = float64(out[j])
+				}
+				kr := k[j*v.kvDim : j*v.kvDim+hd]
+				for d := np; d < hd; d++ {
+					sum += float64(quant.F16ToF32(kr[d]) * quant.F16ToF32(w.q16[d]))
+				}
+				out[j] = float32(sum)
+			}
+		}
+		t += run
+	}
+	m = float32(math.Inf(-1))
+	for j, x := range sc {
+		x *= scale
+		ms, vs := float32(1), float32(1)
+		if x > m {
+			ms = expf(m - x)
+			m = x
+		} else {
+			vs = expf(x - m)
+		}
+		coef[2*j], coef[2*j+1] = ms, vs
+		s = fma32(s, ms, vs)
+	}
+	clear(w.acc16)
+	for t := lo; t < hi; {
+		run := pageRun(t, hi)
+		vr := v.run(1, t, run)
+		faMadF16(&w.acc16[0], &vr[0], stride, &coef[2*(t-lo)], run, hd)
+		t += run
 	}
 	return m, s
 }
@@ -312,4 +430,136 @@ func vExpf(x float32) float32 {
 	j := fma32(fma32(fma32(0x1.0e4020p-7, b, 0x1.573e2ep-5), u, fma32(0x1.555e66p-3, b, 0x1.fffdb6p-2)), u,
 		fma32(0x1.ffffecp-1, b, 1))
 	return float32(float64(j) * math.Ldexp(1, int(n)))
+}
+
+// faTileRows is how many query rows (times the KV head's group of query
+// heads) share one conversion of a key/value tile on the SIMD tiled path.
+const faTileRows = 32
+
+// faTile is a worker's scratch on the SIMD tiled path.
+type faTile struct {
+	hd, group int
+	kr, kt    []float32 // a tile's keys as float32 rows, and transposed (kt[d*64+k])
+	vt        []float32 // a tile's values as float32 rows
+	kq        [faTileKV]float32
+	m, s      []float32 // per query vector of the block: running max and sum
+	acc       []float32 // per query vector: the F32 accumulator
+}
+
+var faTilePool sync.Pool
+
+func getFaTile(hd, group int) *faTile {
+	w, _ := faTilePool.Get().(*faTile)
+	if w == nil || w.hd != hd || w.group != group {
+		nq := faTileRows * group
+		w = &faTile{hd: hd, group: group,
+			kr: make([]float32, faTileKV*hd), kt: make([]float32, faTileKV*hd), vt: make([]float32, faTileKV*hd),
+			m: make([]float32, nq), s: make([]float32, nq), acc: make([]float32, nq*hd)}
+	}
+	return w
+}
+
+// flashAttnTiled is the tiled path with the AVX-512 kernels. Work items
+// are (block of faTileRows rows, KV head): per tile of faTileKV keys the
+// item converts keys (transposed) and values to float32 once, and every
+// query head of the block that maps to the KV head then takes ggml's tile
+// step exactly as faWork.tiled does, row by row. Later blocks see more
+// keys, so workers take items in strides, not contiguous ranges.
+func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, layer, nLayer, nHead, nHeadKV, hd int, scale float32) error {
+	rows := r.rows()
+	group := nHead / nHeadKV
+	nBlocks := (rows + faTileRows - 1) / faTileRows
+	items := nBlocks * nHeadKV
+	threads := min(a.Pool.Threads(), items)
+	return a.Pool.For(threads, 1, func(worker, _, _ int) {
+		w := getFaTile(hd, group)
+		defer faTilePool.Put(w)
+		view := kvView{kv: kv, r: r, layer: layer, nLayer: nLayer, kvDim: nHeadKV * hd, hd: hd}
+		for item := worker; item < items; item += threads {
+			blk, kvh := item/nHeadKV, item%nHeadKV
+			view.off = kvh * hd * 2
+			w.block(q, y, r, &view, blk*faTileRows, min(rows, (blk+1)*faTileRows), kvh, nHead, scale)
+		}
+	})
+}
+
+// block runs rows i0..i1-1's query heads of KV head kvh.
+func (w *faTile) block(q, y []float32, r request, view *kvView, i0, i1, kvh, nHead int, scale float32) {
+	hd, group := w.hd, w.group
+	nq := (i1 - i0) * group
+	m, s, acc := w.m[:nq], w.s[:nq], w.acc[:nq*hd]
+	for j := range m {
+		m[j], s[j] = float32(math.Inf(-1)), 0
+	}
+	clear(acc)
+	pos := func(i int) int { return int(r.row(i, kernels.IORowPos)) }
+	slot := func(i int) int { return int(r.row(i, kernels.IORowSlot)) }
+	maxPos := 0
+	for i := i0; i < i1; i++ {
+		maxPos = max(maxPos, pos(i))
+	}
+	for t0 := 0; t0 <= maxPos; t0 += faTileKV {
+		cur := -1
+		for i := i0; i < i1; i++ {
+			p := pos(i)
+			if t0 > p {
+				continue
+			}
+			if sl := slot(i); sl != cur {
+				// Convert the keys this slot's rows of the block need.
+				hiPos := p
+				for i2 := i0; i2 < i1; i2++ {
+					if slot(i2) == sl {
+						hiPos = max(hiPos, pos(i2))
+					}
+				}
+				view.slot, cur = sl, sl
+				w.load(view, t0, min(faTileKV, hiPos+1-t0))
+			}
+			nvalid := min(faTileKV, p+1-t0)
+			for g := range group {
+				h := kvh*group + g
+				qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+				j := (i-i0)*group + g
+				tileMax := faTileScores(&qh[0], &w.kt[0], hd, scale, nvalid, &w.kq[0])
+				ms := float32(1)
+				if tileMax > m[j] {
+					ms = expf(m[j] - tileMax)
+					s[j] *= ms
+					m[j] = tileMax
+				}
+				sum := faTileAcc(&w.kq[0], m[j], ms, &acc[j*hd], &w.vt[0], hd, nvalid)
+				s[j] = float32(float64(s[j]) + sum)
+			}
+		}
+	}
+	for i := i0; i < i1; i++ {
+		for g := range group {
+			h := kvh*group + g
+			j := (i-i0)*group + g
+			sInv := float32(0)
+			if s[j] != 0 {
+				sInv = 1 / s[j]
+			}
+			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+			for d, v := range acc[j*hd : (j+1)*hd] {
+				out[d] = v * sInv
+			}
+		}
+	}
+}
+
+// load converts keys and values t0..t0+nv-1 of the view into the tile
+// buffers; the transpose covers the whole tile (rows past nv are stale and
+// masked out by the kernels).
+func (w *faTile) load(view *kvView, t0, nv int) {
+	hd, stride := w.hd, view.kvDim*2
+	for t := t0; t < t0+nv; {
+		run := pageRun(t, t0+nv)
+		k, v := view.run(0, t, run), view.run(1, t, run)
+		faCvtRows(&w.kr[(t-t0)*hd], &k[0], stride, hd, run)
+		faCvtRows(&w.vt[(t-t0)*hd], &v[0], stride, hd, run)
+		t += run
+	}
+	faTransposeTile(&w.kt[0], &w.kr[0], hd)
 }

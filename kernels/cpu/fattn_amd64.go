@@ -1,0 +1,32 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// faSIMDOK says whether this CPU runs the AVX-512 flash-attention kernels
+// of fattn_amd64.s (AVX-512 F/VL for the arithmetic, F16C and FMA for the
+// conversions ggml's path uses).
+var faSIMDOK = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW &&
+	cpu.X86.HasF16C && cpu.X86.HasFMA && cpu.X86.HasAVX2
+
+// Assembly kernels (ABI0); fattn_amd64.s describes each. Sizes are the
+// callers' to check: hd and np as documented, n and nvalid at least 1.
+
+//go:noescape
+func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32)
+
+//go:noescape
+func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int)
+
+//go:noescape
+func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
+
+//go:noescape
+func faTransposeTile(dst, src *float32, hd int)
+
+//go:noescape
+func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32
+
+//go:noescape
+func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64

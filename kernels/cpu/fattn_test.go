@@ -1,0 +1,119 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
+)
+
+// faCase is one flash-attention dispatch: rows query rows of slots whose
+// positions run from start (row i of slot s at start[s]+i/len(start)).
+type faCase struct {
+	hd, nHead, nHeadKV, rows int
+	start                []int // per slot: the first row's position
+}
+
+// runFA runs flash_attn on random data for c, with the SIMD kernels on or
+// off, and returns the output.
+func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	const nLayer, layer = 2, 1
+	kvDim := c.nHeadKV * c.hd
+	slots := len(c.start)
+	maxPos := 0
+	for _, s := range c.start {
+		maxPos = max(maxPos, s+(c.rows+slots-1)/slots)
+	}
+	maxPages := maxPos/kernels.KVPageTokens + 1
+	nPages := slots * maxPages
+	kv := make([]byte, nPages*kernels.KVPageBytes(nLayer, kvDim))
+	h := u16s(kv)
+	for i := range h {
+		h[i] = quant.F32ToF16(float32(rng.NormFloat64()))
+	}
+	io := make([]uint32, kernels.IOWords(c.rows, slots, maxPages))
+	io[kernels.IOWordRows] = uint32(c.rows)
+	io[kernels.IOWordMaxPages] = uint32(maxPages)
+	pt := kernels.PageTableOffset(c.rows)
+	io[kernels.IOWordPageTable] = uint32(pt)
+	perm := rng.Perm(nPages) // pages scattered
+	for i := range slots * maxPages {
+		io[pt+i] = uint32(perm[i])
+	}
+	for i := range c.rows {
+		s := i % slots
+		base := kernels.IOWordRowBase + i*kernels.IORowWords
+		io[base+kernels.IORowSlot] = uint32(s)
+		io[base+kernels.IORowPos] = uint32(c.start[s] + i/slots)
+	}
+	q := make([]float32, c.rows*c.nHead*c.hd)
+	for i := range q {
+		q[i] = float32(rng.NormFloat64() * 2)
+	}
+	y := make([]float32, len(q))
+	scale := float32(1 / math.Sqrt(float64(c.hd)))
+	prev := faUseSIMD
+	faUseSIMD = simd
+	defer func() { faUseSIMD = prev }()
+	pool := NewPool(2)
+	defer pool.Close()
+	a := &Args{
+		Bufs: [][]byte{f32bytes(q), kv, u32bytes(io), f32bytes(y)},
+		Push: []uint32{layer},
+		Spec: []uint32{nLayer, uint32(c.nHead), uint32(c.nHeadKV), uint32(c.hd), math.Float32bits(scale)},
+		Pool: pool,
+	}
+	if err := flashAttn(a); err != nil {
+		t.Fatal(err)
+	}
+	return y
+}
+
+func f32bytes(x []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
+func u32bytes(x []uint32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
+// TestFlashAttnSIMD checks that the AVX-512 kernels give the pure-Go
+// code's bits on every path (one_chunk, split, tiled), for head sizes that
+// are and are not multiples of the 64-wide groups, ragged tiles and pages,
+// and batches mixing slots.
+func TestFlashAttnSIMD(t *testing.T) {
+	if !faSIMDOK {
+		t.Skip("no AVX-512")
+	}
+	var cases []faCase
+	for _, hd := range []int{16, 48, 64, 80, 128, 40} {
+		cases = append(cases,
+			faCase{hd, 4, 2, 1, []int{0}},
+			faCase{hd, 4, 2, 1, []int{37}},
+			faCase{hd, 4, 1, 1, []int{255}},
+			faCase{hd, 4, 2, 1, []int{300}},  // split, second chunk short
+			faCase{hd, 2, 2, 1, []int{700}},  // split over 768
+			faCase{hd, 6, 2, 3, []int{5}},    // one_chunk, several rows
+			faCase{hd, 4, 2, 64, []int{0}},   // tiled, one tile per row at most
+			faCase{hd, 6, 3, 70, []int{100}}, // tiled, ragged
+			faCase{hd, 4, 2, 131, []int{0, 9}},
+		)
+	}
+	for i, c := range cases {
+		t.Run(fmt.Sprintf("%d_hd%d_h%d-%d_rows%d_start%v", i, c.hd, c.nHead, c.nHeadKV, c.rows, c.start), func(t *testing.T) {
+			want := runFA(t, c, false, int64(i))
+			got := runFA(t, c, true, int64(i))
+			for j := range want {
+				if math.Float32bits(want[j]) != math.Float32bits(got[j]) {
+					t.Fatalf("y[%d] = %v (SIMD), want %v (Go)", j, got[j], want[j])
+				}
+			}
+		})
+	}
+}

@@ -15,7 +15,7 @@ import (
 // positions run from start (row i of slot s at start[s]+i/len(start)).
 type faCase struct {
 	hd, nHead, nHeadKV, rows int
-	start                []int // per slot: the first row's position
+	start                    []int // per slot: the first row's position
 }
 
 // runFA runs flash_attn on random data for c, with the SIMD kernels on or

@@ -173,6 +173,16 @@ func openCUDA(b *bundle.Bundle) (Tier, error) {
 	return t, nil
 }
 
+// Variants names the variants replayed: the prefill and decode ShapeKeys.
+func (e *Engine) Variants() string {
+	name := func(i int) string {
+		v := e.Bundle.Graph.Variants[i]
+		stage := map[uint8]string{bundle.StagePrefill: "prefill", bundle.StageDecode: "decode"}[v.Stage]
+		return fmt.Sprintf("%s.s%d.r%d", stage, v.Slots, v.Rows)
+	}
+	return name(e.prefill) + "+" + name(e.decode)
+}
+
 // TierName names the tier in use.
 func (e *Engine) TierName() string { return e.tier.Name() }
 

@@ -194,7 +194,7 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 		return nil
 	}
 	m := Metrics{PromptTokens: len(ids), GeneratedTokens: len(lat) + 1, TTFTms: ms(ttft),
-		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: e.TierName(), Variant: "prefill+decode",
+		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: e.TierName(), Variant: e.Variants(),
 		PeakRSSMiB: peakRSSMiB(), StopReason: stop}
 	if stop != "length" {
 		m.GeneratedTokens = len(lat)

@@ -24,7 +24,10 @@ import (
 //     saturation). The k-quants stay on the AVX2 sequence at this level:
 //     their per-sub-block scales are applied by the VPMADDWD that follows
 //     VPMADDUBSW for free, whereas VPDPBUSD would need an extra VPMULLD per
-//     sub-block, so VNNI saves nothing there.
+//     sub-block, so VNNI saves nothing there. The four-row Q4_K kernel of
+//     this level does use AVX-512 (EVEX forms of the same instructions):
+//     Y16-Y31 hold a super-block's unpacked quants and scales for all
+//     four rows.
 //
 // AMX is never used: it faults on the machines this runs on.
 
@@ -62,6 +65,7 @@ func simdKernels(level int) (dot [maxType]func(n int, w, x []byte) float32, rows
 		dot[ggml.Q8_0] = dotQ8_0VNNI
 		dot[ggml.Q4_0] = dotQ4_0VNNI
 		rows[ggml.Q8_0] = rowsQ8_0VNNI
+		rows[ggml.Q4_K] = rowsQ4_KVNNI
 	} else {
 		dot[ggml.Q8_0] = dotQ8_0AVX2
 		dot[ggml.Q4_0] = dotQ4_0AVX2
@@ -182,6 +186,27 @@ func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	}
 }
 
+// rowsQ4_KVNNI runs the four-row Q4_K kernel (scales, mins and nibbles of
+// each weight super-block unpacked once per group of four rows) and the
+// one-row kernel over what is left.
+func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	if nb == 0 || rows <= 0 {
+		clear(out[:rows])
+		return
+	}
+	_ = w[nb*q4_KLen-1]
+	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
+	out = out[:rows]
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		dotQ4_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
+	for ; r < rows; r++ {
+		out[r] = dotQ4_KAVX2Asm(&w[0], &x[r*xStride], nb)
+	}
+}
+
 // Assembly kernels (ABI0). Pointers address the first block; nb counts
 // blocks (n counts elements for the float kernels and is a multiple of
 // 32). The callers above guarantee the memory is there.
@@ -209,6 +234,9 @@ func dotQ4_0AVX2Asm(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ5_KAVX2Asm(w, x *byte, nb int) float32

@@ -143,66 +143,84 @@ q80vloop:
 	VZEROUPPER
 	RET
 
+// Q80X4ROW adds one activation row's block at x to acc (see
+// dotQ8_0x4VNNIAsm): Y1 holds the weight quants, Y2 the negated
+// correction, X0 the four rows' combined scales and idx the VPERMPS index
+// selecting this row's.
+#define Q80X4ROW(x, idx, acc) \
+	VPXOR       2(x), Y15, Y4 \
+	VMOVDQA     Y2, Y5 \
+	VPDPBUSD    Y1, Y4, Y5 \
+	VCVTDQ2PS   Y5, Y5 \
+	VPERMPS     Y0, idx, Y6 \
+	VFMADD231PS Y6, Y5, acc
+
 // func dotQ8_0x4VNNIAsm(w, x *byte, stride, nb int, out *float32)
 //
-// Four activation rows (stride bytes apart) against one weight row: each
-// weight block is loaded, offset and its scale converted once for all four.
+// Four activation rows (stride bytes apart) against one weight row. Here
+// the roles are swapped relative to Q80VNNI so that the per-block work
+// moves to the shared side: the activations go unsigned (x XOR 0x80 =
+// x+128) and the weights stay signed, so sum(w*x) = VPDPBUSD(x+128, w) -
+// 128*sum(w), and the correction 128*sum(w) is one VPDPBUSD per weight
+// block for all four rows (each row's accumulator starts from its
+// negation). The four rows' scales are converted together and picked out
+// with VPERMPS. All integer sums are exact, as in Q80VNNI.
 TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
-	MOVQ    w+0(FP), SI
-	MOVQ    x+8(FP), DI
-	MOVQ    stride+16(FP), DX
-	MOVQ    nb+24(FP), CX
-	LEAQ    (DI)(DX*2), R9
-	VMOVDQU c80<>(SB), Y15
-	VXORPS  Y10, Y10, Y10
-	VXORPS  Y11, Y11, Y11
-	VXORPS  Y12, Y12, Y12
-	VXORPS  Y13, Y13, Y13
+	MOVQ      w+0(FP), SI
+	MOVQ      x+8(FP), DI
+	MOVQ      stride+16(FP), DX
+	MOVQ      nb+24(FP), CX
+	LEAQ      (DI)(DX*1), R8
+	LEAQ      (DI)(DX*2), R9
+	LEAQ      (R9)(DX*1), R13
+	VMOVDQU   c80<>(SB), Y15
+	VMOVDQU32 lane4<>+0(SB), Y16
+	VMOVDQU32 lane4<>+32(SB), Y17
+	VMOVDQU32 lane4<>+64(SB), Y18
+	VMOVDQU32 lane4<>+96(SB), Y19
+	VXORPS    Y10, Y10, Y10
+	VXORPS    Y11, Y11, Y11
+	VXORPS    Y12, Y12, Y12
+	VXORPS    Y13, Y13, Y13
 
 q80x4loop:
-	VPXOR        2(SI), Y15, Y1
-	MOVWLZX      (SI), AX
-	VMOVD        AX, X14
-	VCVTPH2PS    X14, X14
+	VMOVDQU      2(SI), Y1
+	VPXOR        Y2, Y2, Y2
+	VPDPBUSD     Y1, Y15, Y2
+	VPXOR        Y3, Y3, Y3
+	VPSUBD       Y2, Y3, Y2
 	MOVWLZX      (DI), AX
-	VMOVD        AX, X5
-	VCVTPH2PS    X5, X5
-	VMULSS       X5, X14, X5
-	VBROADCASTSS X5, Y5
-	Q80VNNI(2(DI), Y10)
-	MOVWLZX      (DI)(DX*1), AX
-	VMOVD        AX, X5
-	VCVTPH2PS    X5, X5
-	VMULSS       X5, X14, X5
-	VBROADCASTSS X5, Y5
-	Q80VNNI(2(DI)(DX*1), Y11)
-	MOVWLZX      (R9), AX
-	VMOVD        AX, X5
-	VCVTPH2PS    X5, X5
-	VMULSS       X5, X14, X5
-	VBROADCASTSS X5, Y5
-	Q80VNNI(2(R9), Y12)
-	MOVWLZX      (R9)(DX*1), AX
-	VMOVD        AX, X5
-	VCVTPH2PS    X5, X5
-	VMULSS       X5, X14, X5
-	VBROADCASTSS X5, Y5
-	Q80VNNI(2(R9)(DX*1), Y13)
+	VMOVD        AX, X0
+	VPINSRW      $1, (R8), X0, X0
+	VPINSRW      $2, (R9), X0, X0
+	VPINSRW      $3, (R13), X0, X0
+	VCVTPH2PS    X0, X0
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X3
+	VCVTPH2PS    X3, X3
+	VBROADCASTSS X3, X3
+	VMULPS       X3, X0, X0
+	Q80X4ROW(DI, Y16, Y10)
+	Q80X4ROW(R8, Y17, Y11)
+	Q80X4ROW(R9, Y18, Y12)
+	Q80X4ROW(R13, Y19, Y13)
 	ADDQ         $34, SI
 	ADDQ         $34, DI
+	ADDQ         $34, R8
 	ADDQ         $34, R9
+	ADDQ         $34, R13
 	DECQ         CX
 	JNZ          q80x4loop
 
 	// Lane sums of the four accumulators, transposed into one vector:
 	// three VHADDPS leave, per 128-bit lane, [r0, r1, r2, r3].
-	MOVQ          out+32(FP), R8
+	MOVQ          out+32(FP), AX
 	VHADDPS       Y11, Y10, Y0
 	VHADDPS       Y13, Y12, Y1
 	VHADDPS       Y1, Y0, Y0
 	VEXTRACTF128  $1, Y0, X1
 	VADDPS        X1, X0, X0
-	VMOVUPS       X0, (R8)
+	VMOVUPS       X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -434,6 +452,158 @@ q4kloop:
 	VZEROUPPER
 	RET
 
+// ---- Q4_K · Q8_K, four activation rows (AVX-512 level: the EVEX forms
+// reach Y16-Y31, which hold the block's unpacked quants and broadcast
+// scales so that they are prepared once for all four rows).
+
+// K4ROW adds one activation row's block (at x) to the float accumulator F
+// and the mins accumulator M (used in its low four lanes): the integer
+// sums of the four chunks against Y16-Y23 scaled by Y24-Y31, times d*xd;
+// and dmin*xd times the mins dotted with the pair sums of x's bsums.
+// X13 holds [d, dmin], X14 the eight mins as words. Y0-Y3, Y12 scratch.
+#define K4ROW(x, F, M) \
+	VPMADDUBSW   4(x), Y16, Y0 \
+	VPMADDWD     Y24, Y0, Y0 \
+	VPMADDUBSW   36(x), Y17, Y1 \
+	VPMADDWD     Y25, Y1, Y1 \
+	VPADDD       Y1, Y0, Y12 \
+	VPMADDUBSW   68(x), Y18, Y0 \
+	VPMADDWD     Y26, Y0, Y0 \
+	VPMADDUBSW   100(x), Y19, Y1 \
+	VPMADDWD     Y27, Y1, Y1 \
+	VPADDD       Y1, Y0, Y0 \
+	VPADDD       Y0, Y12, Y12 \
+	VPMADDUBSW   132(x), Y20, Y0 \
+	VPMADDWD     Y28, Y0, Y0 \
+	VPMADDUBSW   164(x), Y21, Y1 \
+	VPMADDWD     Y29, Y1, Y1 \
+	VPADDD       Y1, Y0, Y0 \
+	VPADDD       Y0, Y12, Y12 \
+	VPMADDUBSW   196(x), Y22, Y0 \
+	VPMADDWD     Y30, Y0, Y0 \
+	VPMADDUBSW   228(x), Y23, Y1 \
+	VPMADDWD     Y31, Y1, Y1 \
+	VPADDD       Y1, Y0, Y0 \
+	VPADDD       Y0, Y12, Y12 \
+	VCVTDQ2PS    Y12, Y12 \
+	VBROADCASTSS (x), X1 \
+	VMULPS       X1, X13, X1 \
+	VBROADCASTSS X1, Y2 \
+	VFMADD231PS  Y2, Y12, F \
+	VMOVDQU      260(x), X2 \
+	VMOVDQU      276(x), X3 \
+	VPHADDW      X3, X2, X2 \
+	VPMADDWD     X14, X2, X2 \
+	VCVTDQ2PS    X2, X2 \
+	VMOVSHDUP    X1, X1 \
+	VBROADCASTSS X1, X1 \
+	VFMADD231PS  X1, X2, M
+
+// func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+TEXT ·dotQ4_Kx4Asm(SB), NOSPLIT, $32-40
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    stride+16(FP), DX
+	MOVQ    nb+24(FP), CX
+	LEAQ    (DI)(DX*1), R8
+	LEAQ    (DI)(DX*2), R9
+	LEAQ    (R9)(DX*1), R13
+	VMOVDQU c0F<>(SB), Y15
+	VXORPS  X4, X4, X4
+	VXORPS  X5, X5, X5
+	VXORPS  X6, X6, X6
+	VXORPS  X7, X7, X7
+	VXORPS  X8, X8, X8
+	VXORPS  X9, X9, X9
+	VXORPS  X10, X10, X10
+	VXORPS  X11, X11, X11
+
+q4kx4loop:
+	// scales and mins (as K4SCALES, with other scratch registers)
+	MOVL         4(SI), AX
+	MOVL         8(SI), BX
+	MOVL         12(SI), R10
+	MOVL         R10, R11
+	SHRL         $4, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         BX, R12
+	SHRL         $6, R12
+	ANDL         $0x03030303, R12
+	SHLL         $4, R12
+	ORL          R12, R11
+	MOVL         AX, R12
+	SHRL         $6, R12
+	ANDL         $0x03030303, R12
+	SHLL         $4, R12
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R12, R10
+	ANDL         $0x3f3f3f3f, AX
+	ANDL         $0x3f3f3f3f, BX
+	VMOVD        AX, X0
+	VPINSRD      $1, R10, X0, X0
+	VPINSRD      $2, BX, X0, X0
+	VPINSRD      $3, R11, X0, X0
+	VPMOVZXBW    X0, Y0
+	VMOVDQU      Y0, (SP)
+	VEXTRACTI128 $1, Y0, X14
+	VPBROADCASTW 0(SP), Y24
+	VPBROADCASTW 2(SP), Y25
+	VPBROADCASTW 4(SP), Y26
+	VPBROADCASTW 6(SP), Y27
+	VPBROADCASTW 8(SP), Y28
+	VPBROADCASTW 10(SP), Y29
+	VPBROADCASTW 12(SP), Y30
+	VPBROADCASTW 14(SP), Y31
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X13
+	VPINSRW      $1, 2(SI), X13, X13
+	VCVTPH2PS    X13, X13
+
+	// the 256 quants as unsigned bytes, chunk by chunk
+	VMOVDQU 16(SI), Y0
+	VPSRLW  $4, Y0, Y1
+	VPANDD  Y15, Y0, Y16
+	VPANDD  Y15, Y1, Y17
+	VMOVDQU 48(SI), Y0
+	VPSRLW  $4, Y0, Y1
+	VPANDD  Y15, Y0, Y18
+	VPANDD  Y15, Y1, Y19
+	VMOVDQU 80(SI), Y0
+	VPSRLW  $4, Y0, Y1
+	VPANDD  Y15, Y0, Y20
+	VPANDD  Y15, Y1, Y21
+	VMOVDQU 112(SI), Y0
+	VPSRLW  $4, Y0, Y1
+	VPANDD  Y15, Y0, Y22
+	VPANDD  Y15, Y1, Y23
+
+	K4ROW(DI, Y4, X8)
+	K4ROW(R8, Y5, X9)
+	K4ROW(R9, Y6, X10)
+	K4ROW(R13, Y7, X11)
+
+	ADDQ $144, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q4kx4loop
+
+	VSUBPS       Y8, Y4, Y4
+	VSUBPS       Y9, Y5, Y5
+	VSUBPS       Y10, Y6, Y6
+	VSUBPS       Y11, Y7, Y7
+	MOVQ         out+32(FP), AX
+	VHADDPS      Y5, Y4, Y0
+	VHADDPS      Y7, Y6, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
 // Q5KHIGH ORs the fifth bits into Y4/Y5: bit 0 of each byte of Y8 (qh,
 // shifted right once per sub-block so far) is the low nibble's, bit 1 the
 // high nibble's. VPSRLW moves bits across bytes only into the top bits of
@@ -618,3 +788,21 @@ DATA q6shuf<>+104(SB)/8, $0x0d0d0d0d0d0d0d0d
 DATA q6shuf<>+112(SB)/8, $0x0e0e0e0e0e0e0e0e
 DATA q6shuf<>+120(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL q6shuf<>(SB), RODATA|NOPTR, $128
+
+DATA lane4<>+0(SB)/8, $0x0000000000000000
+DATA lane4<>+8(SB)/8, $0x0000000000000000
+DATA lane4<>+16(SB)/8, $0x0000000000000000
+DATA lane4<>+24(SB)/8, $0x0000000000000000
+DATA lane4<>+32(SB)/8, $0x0000000100000001
+DATA lane4<>+40(SB)/8, $0x0000000100000001
+DATA lane4<>+48(SB)/8, $0x0000000100000001
+DATA lane4<>+56(SB)/8, $0x0000000100000001
+DATA lane4<>+64(SB)/8, $0x0000000200000002
+DATA lane4<>+72(SB)/8, $0x0000000200000002
+DATA lane4<>+80(SB)/8, $0x0000000200000002
+DATA lane4<>+88(SB)/8, $0x0000000200000002
+DATA lane4<>+96(SB)/8, $0x0000000300000003
+DATA lane4<>+104(SB)/8, $0x0000000300000003
+DATA lane4<>+112(SB)/8, $0x0000000300000003
+DATA lane4<>+120(SB)/8, $0x0000000300000003
+GLOBL lane4<>(SB), RODATA|NOPTR, $128

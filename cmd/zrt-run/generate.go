@@ -66,6 +66,7 @@ func generateCmd() *cobra.Command {
 	var prompt, tokens, system, messages string
 	var n int
 	var useChat, asJSON, noEcho bool
+	var stops []string
 	var sp sample.Params
 	c := &cobra.Command{
 		Use:   "generate BUNDLE",
@@ -111,7 +112,7 @@ func generateCmd() *cobra.Command {
 			if len(ids) == 0 {
 				return fmt.Errorf("empty prompt: give --prompt or --tokens")
 			}
-			return generate(cmd, e, ids, n, sp, asJSON)
+			return generate(cmd, e, ids, n, sp, stops, asJSON)
 		},
 	}
 	ef.add(c)
@@ -130,6 +131,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().Uint64Var(&sp.Seed, "seed", 0, "random seed for sampling")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
+	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
 	return c
 }
 
@@ -149,7 +151,7 @@ type Metrics struct {
 	StopReason      string  `json:"stop_reason"`
 }
 
-func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp sample.Params, asJSON bool) error {
+func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp sample.Params, stops []string, asJSON bool) error {
 	ctx := cmd.Context()
 	seq, err := e.NewSequence()
 	if err != nil {
@@ -159,6 +161,7 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 	out := cmd.OutOrStdout()
 	smp := sample.New(sp)
 	dec := e.Tok.NewStreamDecoder()
+	filter := runtime.NewStopFilter(stops)
 	t0 := time.Now()
 	logits, err := seq.Prefill(ctx, ids)
 	if err != nil {
@@ -166,7 +169,7 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 	}
 	ttft := time.Since(t0)
 	var lat []time.Duration
-	stop := "length"
+	stop, generated := "length", 0
 	tDecode := time.Now()
 	for i := 0; i < n; i++ {
 		tok := smp.Sample(logits, seq.Tokens)
@@ -174,7 +177,13 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 			stop = "eog"
 			break
 		}
-		fmt.Fprint(out, dec.Add(tok))
+		generated++
+		text, stopped := filter.Add(dec.Add(tok))
+		fmt.Fprint(out, text)
+		if stopped {
+			stop = "stop string"
+			break
+		}
 		if i == n-1 {
 			break
 		}
@@ -188,17 +197,18 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 		}
 		lat = append(lat, time.Since(ts))
 	}
-	fmt.Fprintln(out, dec.Flush())
+	if stop != "stop string" {
+		text, _ := filter.Add(dec.Flush())
+		fmt.Fprint(out, text+filter.Flush())
+	}
+	fmt.Fprintln(out)
 	decodeDur := time.Since(tDecode)
 	if !asJSON {
 		return nil
 	}
-	m := Metrics{PromptTokens: len(ids), GeneratedTokens: len(lat) + 1, TTFTms: ms(ttft),
+	m := Metrics{PromptTokens: len(ids), GeneratedTokens: generated, TTFTms: ms(ttft),
 		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: e.TierName(), Variant: e.Variants(),
 		PeakRSSMiB: peakRSSMiB(), StopReason: stop}
-	if stop != "length" {
-		m.GeneratedTokens = len(lat)
-	}
 	if len(lat) > 0 {
 		m.DecodeTokS = float64(len(lat)) / decodeDur.Seconds()
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })

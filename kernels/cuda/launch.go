@@ -20,7 +20,13 @@ import (
 type Launch struct {
 	Grid, Block [3]uint32
 	Shared      int // dynamic shared memory bytes
+	// Tile: launch the instance's second entry, Entry(instance)+TileSuffix
+	// (the integer matmul path's kernel for variants of several rows).
+	Tile bool
 }
+
+// TileSuffix names an instance's multi-row entry point.
+const TileSuffix = "_tile"
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
 // matrix kernels, one per warp.
@@ -31,10 +37,59 @@ func BlockSize(family string) uint32 { return 256 }
 
 func ceilDiv(a, b uint32) uint32 { return (a + b - 1) / b }
 
-// Shape returns the launch of one dispatch of a kernel family, given its
-// push constants and specialization values in ABI order and the variant's
-// row capacity.
-func Shape(family string, push, spec []uint32, rows int) (Launch, error) {
+// mmqTypes are the weight types whose matmul and lm_head instances take
+// the integer path (mmq.cuh): their block size in elements and the lanes
+// that share a block (Fast<T>::TPB). mmqRows is MM_MR there: activation
+// rows per block of the multi-row (tile) kernel.
+var mmqTypes = map[string]struct{ bs, tpb uint32 }{
+	"q8_0": {32, 4}, "q4_0": {32, 4}, "q4_k": {256, 8}, "q6_k": {256, 8},
+}
+
+const mmqRows = 8
+
+// mmqMaxBlocks bounds the grid width of the integer path: four blocks of
+// eight warps on each of an H100/H200's 132 multiprocessors, so the
+// activation rows are quantized by few blocks and every warp has several
+// output features to stream. Warps stride over the features.
+const mmqMaxBlocks = 4 * 132
+
+// mmqWidth is the grid width for n output features: as few blocks as give
+// every warp the same number of features within the bound.
+func mmqWidth(n uint32) uint32 {
+	perWarp := ceilDiv(ceilDiv(n, mmWarps), mmqMaxBlocks)
+	return ceilDiv(n, mmWarps*perWarp)
+}
+
+// mmvShape is the launch of the matrix-vector kernel (mmv in mmq.cuh) for
+// a single-row variant: blocks of RPB output features × WPR warps each.
+// WPR doubles (up to 8) while the whole matrix still fits one pass of
+// mmqMaxBlocks blocks and every warp keeps at least a full warp's worth of
+// weight blocks, so small matrices spread over more multiprocessors and
+// their rows' loads finish sooner.
+func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
+	g := mmqTypes[typ]
+	lanes := k / g.bs * g.tpb // lanes one pass over a row keeps busy
+	wpr := uint32(1)
+	for wpr < mmWarps && n*wpr*2 <= mmqMaxBlocks*mmWarps && lanes >= 64*wpr {
+		wpr *= 2
+	}
+	rpb := mmWarps / wpr
+	blocks := ceilDiv(n, rpb)
+	if blocks > mmqMaxBlocks {
+		blocks = ceilDiv(n, rpb*ceilDiv(blocks, mmqMaxBlocks))
+	}
+	return [3]uint32{blocks, 1, 1}, [3]uint32{32 * wpr, rpb, 1}
+}
+
+// mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
+// quantized activation row.
+func mmqStride(k uint32) int { return int((k + k/8 + 15) &^ 15) }
+
+// Shape returns the launch of one dispatch of a kernel instance (matmul.q4_k,
+// rms_norm), given its push constants and specialization values in ABI
+// order and the variant's row capacity.
+func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
+	family, typ, _ := strings.Cut(instance, ".")
 	r := uint32(rows)
 	l := Launch{Grid: [3]uint32{r, 1, 1}, Block: [3]uint32{BlockSize(family), 1, 1}}
 	need := func(p []uint32, n int, what string) error {
@@ -48,6 +103,17 @@ func Shape(family string, push, spec []uint32, rows int) (Launch, error) {
 	case "matmul", "lm_head": // push k, n
 		if err := need(push, 2, "push"); err != nil {
 			return l, err
+		}
+		if _, ok := mmqTypes[typ]; ok {
+			if r == 1 {
+				l.Grid, l.Block = mmvShape(typ, push[0], push[1])
+				l.Shared = mmqStride(push[0])
+				break
+			}
+			l.Grid = [3]uint32{mmqWidth(push[1]), ceilDiv(r, mmqRows), 1}
+			l.Shared = int(min(r, mmqRows)) * mmqStride(push[0])
+			l.Tile = true
+			break
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
 		l.Shared = 4 * int(push[0])

@@ -83,237 +83,166 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 13 // flash_attn: one block per (row, head); grid (heads, rows)
-// The oracle reproduces which of ggml's CPU paths llama.cpp takes and
-// their roundings (kernels/cpu/fattn.go), because in a quantized model an
-// attention output that differs by 1e-3 flips Q8 roundings downstream;
-// this kernel follows the same three paths:
-//   - fewer than 64 rows in the step: one_chunk — F16 query, F32 scores,
-//     an F16 accumulator rounded after every rescale and every V·p update;
-//   - one row over a cache view (positions rounded up to 256) of 512 or
-//     more: split — two one_chunk ranges merged in F32;
-//   - 64 rows or more (head_dim % 16 == 0): tiled — F32 throughout, keys in
-//     tiles of 64, ggml's polynomial expf, tile sums of 16 lanes in double.
-// Summation order inside a score differs (a warp tree vs SIMD lanes).
-#define FA_MAX_D 8 // head_dim ≤ 256 (one thread per dimension in a block of 256)
-#define FA_TILE 64
+#if FAMILY == 13 // flash_attn: one block per (head, row); grid (heads, rows)
+// Flash decoding in F32: the block's warps split the row's keys (warp w
+// takes keys 32w+lane, 32w+256+lane, …), each keeps an online softmax
+// (running maximum, sum and V accumulator) over its keys, and the warps'
+// states are merged at the end. A lane scores one key at a time against
+// the whole query (16-byte K loads), then the warp accumulates the chunk's
+// 32 V rows with each lane owning dimension pairs (half2 loads).
+//
+// T-CPU follows ggml's CPU paths (F16 accumulation for small batches); this
+// kernel keeps everything in F32, which agrees with it within the parity
+// test's tolerance (runtime/cuda/parity_test.go). Like the oracle, the
+// query is rounded to F16 when the step has fewer than 64 rows.
+#define FA_WARPS 8
+#define FA_MAX_D 256
+#define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 
-// v_expf is ggml_v_expf (AVX-512), lane by lane, as fattn.go's vExpf.
-__device__ __forceinline__ float v_expf(float x) {
-    const float r = 0x1.8p23f;
-    float z = fmaf(x, 0x1.715476p+0f, r);
-    float n = z - r;
-    float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    if (fabsf(n) > 192.f) return n <= 0.f ? 0.f : INFINITY;
-    float u = b * b;
-    float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
-        fmaf(0x1.ffffecp-1f, b, 1.f));
-    return (float)((double)j * ldexp(1.0, (int)n));
-}
+__device__ __forceinline__ float2 ld_h2(const __half* p) { return __half22float2(*(const __half2*)p); }
 
-__device__ __forceinline__ float expf_d(float x) { return (float)exp((double)x); }
-
-struct FaCtx {
+struct FaArgs {
     const u8* kv;
-    const u32* io;
-    int slot, kvh;
-    u32 layer, n_layer, kv_dim, head_dim;
-    __device__ const __half* at(int which, int t) const {
-        return kv_at((u8*)kv, io_page(io, slot, t), layer, n_layer, kv_dim, which, t % KV_PAGE_TOKENS) + kvh * head_dim;
+    const u32* ptab; // the slot's page table
+    size_t page_bytes, head_ofs, vofs; // offsets in halves, but page_bytes
+    u32 kv_dim;
+    int D, pos;
+    float scale;
+    const float* qs; // the query, in shared memory
+    __device__ __forceinline__ const __half* row(int t) const {
+        return (const __half*)(kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes) + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * kv_dim;
     }
 };
 
-// FA_CH keys are scored at a time by fa_one_chunk.
-#define FA_CH 1024
-#define FA_UNROLL 16
-
-// fa_one_chunk runs ggml's one_chunk loop over keys [lo, hi) for one
-// (row, head) with the whole block, and gives thread d (< head_dim) its
-// output dimension's F16 accumulator. The loop's arithmetic is serial —
-// every step rounds the accumulator to F16 — but only the accumulator
-// needs to be: scores do not depend on it, and the running maximum, hence
-// each step's rescale factor ms and weight vs, follows from the scores by
-// a prefix maximum. So per chunk of keys: one thread per key scores it,
-// warp 0 scans the maximum, every thread computes the factors, and then
-// thread d replays the F16 recurrence of its dimension (and the running
-// sum S, the same in every thread) from shared memory.
-__device__ void fa_one_chunk(const FaCtx& c, const float* q16, int lo, int hi, float scale, float* pm, float* ps,
-    float* pacc, float* sc, float* fms, float* fvs) {
-    int tid = threadIdx.x, lane = tid & 31, d = tid;
-    float m = -INFINITY, s = 0.f, acc = 0.f;
-    for (int base = lo; base < hi; base += FA_CH) {
-        int n = min(FA_CH, hi - base);
-        for (int i = tid; i < n; i += blockDim.x) {
-            const __half* ks = c.at(0, base + i);
+// fa_warp runs one warp's online softmax over its keys; P2 dimension pairs
+// a lane (head_dim ≤ 64·P2). It returns the warp's maximum and sum, and
+// its accumulator in acc. Each lane finds its key's cache row once (the
+// page lookup) and hands the V row's offset to the others by shuffle, so
+// a chunk's V loads are all independent.
+template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2* acc) {
+    constexpr int G = P2 == 1 ? 16 : 8; // V rows loaded at once
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int D = a.D;
+    bool vec8 = D % 8 == 0, even = D % 2 == 0;
+    float m = -INFINITY, l = 0.f;
+    const __half* kv0 = (const __half*)a.kv;
+#pragma unroll
+    for (int i = 0; i < P2; i++) acc[i] = make_float2(0.f, 0.f);
+    for (int base = warp * 32; base <= a.pos; base += FA_WARPS * 32) {
+        int t = base + lane;
+        const __half* kp = a.row(min(t, a.pos));
+        float s = -INFINITY;
+        if (t <= a.pos) {
             float dot = 0.f;
-#pragma unroll 16
-            for (int j = 0; j < (int)c.head_dim; j++) dot += q16[j] * __half2float(ks[j]);
-            sc[i] = dot * scale;
-        }
-        __syncthreads();
-        // Exclusive prefix maximum (the maximum before each key), carried
-        // from the previous chunk in m; warp 0 scans segments per lane.
-        if (tid < 32) {
-            int seg = (n + 31) / 32, s0 = lane * seg, s1 = min(n, s0 + seg);
-            float lm = -INFINITY;
-            for (int i = s0; i < s1; i++) lm = fmaxf(lm, sc[i]);
-            float incl = lm;
-            for (int o = 1; o < 32; o <<= 1) {
-                float v = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl = fmaxf(incl, v);
-            }
-            float run = __shfl_up_sync(0xffffffffu, incl, 1);
-            run = lane == 0 ? m : fmaxf(m, run);
-            for (int i = s0; i < s1; i++) {
-                fms[i] = run; // the maximum before key i, for now
-                run = fmaxf(run, sc[i]);
-            }
-        }
-        __syncthreads();
-        for (int i = tid; i < n; i += blockDim.x) {
-            float mb = fms[i], x = sc[i];
-            if (x > mb) {
-                fms[i] = expf_d(mb - x);
-                fvs[i] = 1.f;
+            if (vec8) {
+#pragma unroll 8
+                for (int i = 0; i < D; i += 8) {
+                    uint4 raw = *(const uint4*)(kp + i);
+                    const __half2* hp = (const __half2*)&raw;
+                    float4 qa = *(const float4*)(a.qs + i), qb = *(const float4*)(a.qs + i + 4);
+                    float2 k0 = __half22float2(hp[0]), k1 = __half22float2(hp[1]), k2 = __half22float2(hp[2]),
+                           k3 = __half22float2(hp[3]);
+                    dot += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
+                        qb.w * k3.y;
+                }
             } else {
-                fms[i] = 1.f;
-                fvs[i] = expf_d(x - mb);
+                for (int i = 0; i < D; i++) dot += a.qs[i] * __half2float(kp[i]);
             }
-            if (i == n - 1) sc[FA_CH] = fmaxf(mb, x); // the running maximum after the chunk
+            s = dot * a.scale;
         }
-        __syncthreads();
-        // The recurrence is serial, but its V loads are not: issue a group
-        // of them before consuming any, so one memory latency covers the
-        // group instead of every step paying its own.
-        for (int i0 = 0; i0 < n; i0 += FA_UNROLL) {
-            float v[FA_UNROLL];
+        size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
+        u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
+        float mn = fmaxf(m, warp_max(s)); // finite: key base ≤ pos is valid
+        float alpha = expf(m - mn);
+        float p = t <= a.pos ? expf(s - mn) : 0.f;
+        l = l * alpha + warp_sum(p);
 #pragma unroll
-            for (int u = 0; u < FA_UNROLL; u++)
-                v[u] = (d < (int)c.head_dim && i0 + u < n) ? __half2float(c.at(1, base + i0 + u)[d]) : 0.f;
+        for (int i = 0; i < P2; i++) acc[i].x *= alpha, acc[i].y *= alpha;
+        m = mn;
+        int nk = min(32, a.pos + 1 - base);
+        for (int j0 = 0; j0 < nk; j0 += G) {
+            float2 v[G][P2];
+            float pj[G];
 #pragma unroll
-            for (int u = 0; u < FA_UNROLL; u++) {
-                if (i0 + u >= n) break;
-                float ms = fms[i0 + u], vs = fvs[i0 + u];
-                acc = round_f16(acc * ms);
-                acc = round_f16(fmaf(v[u], vs, acc));
-                s = s * ms + vs;
+            for (int u = 0; u < G; u++) {
+                int j = (j0 + u) & 31;
+                pj[u] = __shfl_sync(0xffffffffu, p, j);
+                size_t o = (size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32);
+                const __half* vp = kv0 + o;
+#pragma unroll
+                for (int i = 0; i < P2; i++) {
+                    int d = 64 * i + 2 * lane;
+                    if (d + 1 < D && even) v[u][i] = ld_h2(vp + d);
+                    else if (d < D) v[u][i] = make_float2(__half2float(vp[d]), d + 1 < D ? __half2float(vp[d + 1]) : 0.f);
+                    else v[u][i] = make_float2(0.f, 0.f);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < G; u++) {
+                if (j0 + u >= nk) break;
+#pragma unroll
+                for (int i = 0; i < P2; i++) acc[i].x += pj[u] * v[u][i].x, acc[i].y += pj[u] * v[u][i].y;
             }
         }
-        m = sc[FA_CH];
-        __syncthreads();
     }
-    *pm = m, *ps = s, *pacc = acc;
-}
-
-// reduce_add16 is _mm512_reduce_add_ps's order (fattn.go's reduceAdd16).
-__device__ __forceinline__ float reduce_add16(const float* a) {
-    float t3[8], t6[4];
-    for (int i = 0; i < 8; i++) t3[i] = a[i + 8] + a[i];
-    for (int i = 0; i < 4; i++) t6[i] = t3[i + 4] + t3[i];
-    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+    *pm = m, *pl = l;
 }
 
 extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
-    __shared__ float q16[256], sc[FA_CH + 1], fms[FA_CH], fvs[FA_CH];
-    int row = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, lane = tid & 31;
+    __shared__ __align__(16) float qs[FA_MAX_D];
+    __shared__ float wm[FA_WARPS], wl[FA_WARPS];
+    __shared__ float wacc[FA_WARPS][FA_MAX_D];
+    int row = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int rows = io[IO_ROWS];
-    if (row >= rows || h >= (int)n_head) return;
-    float scale = __uint_as_float(scale_bits);
-    int pos = io_row(io, row, ROW_POS);
-    FaCtx c;
-    c.kv = kv, c.io = io, c.slot = io_row(io, row, ROW_SLOT), c.kvh = h / (n_head / n_head_kv);
-    c.layer = layer, c.n_layer = n_layer, c.kv_dim = n_head_kv * head_dim, c.head_dim = head_dim;
+    if (row >= rows || h >= (int)n_head || head_dim > FA_MAX_D) return;
+    FaArgs a;
+    a.D = head_dim;
+    a.scale = __uint_as_float(scale_bits);
+    a.pos = io_row(io, row, ROW_POS);
+    int slot = io_row(io, row, ROW_SLOT), kvh = h / (n_head / n_head_kv);
+    a.kv = kv;
+    a.kv_dim = n_head_kv * head_dim;
+    a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
+    a.ptab = io + io[IO_PAGE_TABLE] + slot * io[IO_MAX_PAGES];
+    a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
+    a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
+    a.qs = qs;
     const float* qr = q + ((size_t)row * n_head + h) * head_dim;
     float* out = y + ((size_t)row * n_head + h) * head_dim;
-    int n_kv = max(256, (pos + 1 + 255) / 256 * 256);
-    if (rows >= FA_TILE && head_dim % 16 == 0) { // tiled, F32, by warp 0
-        if (tid >= 32) return;
-        float* kq = sc;
-        float qh[FA_MAX_D], acc[FA_MAX_D];
-#pragma unroll
-        for (int i = 0; i < FA_MAX_D; i++) {
-            int d = lane + 32 * i;
-            qh[i] = d < (int)head_dim ? qr[d] : 0.f;
-            acc[i] = 0.f;
-        }
-        float m = -INFINITY, s = 0.f;
-        for (int t0 = 0; t0 <= pos; t0 += FA_TILE) {
-            float tile_max = -INFINITY;
-            for (int tk = 0; tk < FA_TILE; tk++) {
-                int t = t0 + tk;
-                float v = -INFINITY;
-                if (t <= pos) {
-                    const __half* ks = c.at(0, t);
-                    float dot = 0.f;
-#pragma unroll
-                    for (int i = 0; i < FA_MAX_D; i++) {
-                        int d = lane + 32 * i;
-                        if (d < (int)head_dim) dot = fmaf(qh[i], __half2float(ks[d]), dot);
-                    }
-                    v = warp_sum(dot) * scale;
-                }
-                if (lane == 0) kq[tk] = v;
-                tile_max = fmaxf(tile_max, v);
-            }
-            __syncwarp();
-            if (tile_max > m) {
-                float ms = expf_d(m - tile_max);
-#pragma unroll
-                for (int i = 0; i < FA_MAX_D; i++) acc[i] *= ms;
-                s *= ms;
-                m = tile_max;
-            }
-            for (int tk = lane; tk < FA_TILE; tk += 32) kq[tk] = v_expf(kq[tk] - m);
-            __syncwarp();
-            double sum = 0;
-            for (int g = 0; g < FA_TILE; g += 16) sum += (double)reduce_add16(kq + g);
-            s = (float)((double)s + sum);
-            for (int tk = 0; tk < FA_TILE && t0 + tk <= pos; tk++) {
-                const __half* vs_ = c.at(1, t0 + tk);
-                float p = kq[tk];
-#pragma unroll
-                for (int i = 0; i < FA_MAX_D; i++) {
-                    int d = lane + 32 * i;
-                    if (d < (int)head_dim) acc[i] = fmaf(__half2float(vs_[d]), p, acc[i]);
-                }
-            }
-            __syncwarp();
-        }
-        float inv = s != 0.f ? 1.f / s : 0.f;
-#pragma unroll
-        for (int i = 0; i < FA_MAX_D; i++) {
-            int d = lane + 32 * i;
-            if (d < (int)head_dim) out[d] = acc[i] * inv;
-        }
-        return;
-    }
-    for (int d = tid; d < (int)head_dim; d += blockDim.x) q16[d] = round_f16(qr[d]); // rounded like the cache
+    bool f16q = rows < 64;
+    for (int d = tid; d < (int)head_dim; d += blockDim.x) qs[d] = f16q ? round_f16(qr[d]) : qr[d];
     __syncthreads();
-    float acc;
-    if (rows == 1 && n_kv >= 512) { // split: two one_chunk ranges, merged in F32
-        float fa = 0.f, mf = -INFINITY, sf = 0.f;
-        int chunk = (n_kv + 1) / 2;
-        for (int ci = 0; ci < 2; ci++) {
-            int lo = ci * chunk, hi = min(min(lo + chunk, n_kv), pos + 1);
-            if (lo >= hi) continue;
-            float mc, sc_;
-            fa_one_chunk(c, q16, lo, hi, scale, &mc, &sc_, &acc, sc, fms, fvs);
-            if (sc_ == 0.f) continue;
-            float mn = fmaxf(mf, mc);
-            float so = expf_d(mf - mn), sn = expf_d(mc - mn);
-            fa = fa * so + acc * sn;
-            sf = sf * so + sc_ * sn;
-            mf = mn;
-        }
-        float inv = sf != 0.f ? 1.f / sf : 1.f;
-        if (tid < (int)head_dim) out[tid] = fa * inv;
-        return;
+    float m, l;
+    float2 acc[FA_P2];
+    int p2 = (head_dim + 63) / 64;
+    if (p2 <= 1) fa_warp<1>(a, &m, &l, acc);
+    else if (p2 == 2) fa_warp<2>(a, &m, &l, acc);
+    else fa_warp<FA_P2>(a, &m, &l, acc);
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+#pragma unroll
+    for (int i = 0; i < FA_P2; i++) {
+        int d = 64 * i + 2 * lane;
+        if (i < p2 && d < (int)head_dim) wacc[warp][d] = acc[i].x;
+        if (i < p2 && d + 1 < (int)head_dim) wacc[warp][d + 1] = acc[i].y;
     }
-    float m, s;
-    fa_one_chunk(c, q16, 0, pos + 1, scale, &m, &s, &acc, sc, fms, fvs);
-    float inv = s != 0.f ? 1.f / s : 0.f; // V /= S as a multiplication by 1/S
-    if (tid < (int)head_dim) out[tid] = acc * inv;
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < FA_WARPS; w++) M = fmaxf(M, wm[w]);
+    float L = 0.f, f[FA_WARPS];
+#pragma unroll
+    for (int w = 0; w < FA_WARPS; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.f : expf(wm[w] - M);
+        L += wl[w] * f[w];
+    }
+    float inv = L != 0.f ? 1.f / L : 0.f;
+    for (int d = tid; d < (int)head_dim; d += blockDim.x) {
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < FA_WARPS; w++)
+            if (f[w] != 0.f) o += wacc[w][d] * f[w];
+        out[d] = o * inv;
+    }
 }
 #endif
 
@@ -343,8 +272,21 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* logits, cons
     int slot = io_row(io, row, ROW_SLOT);
     const float* l = logits + (size_t)slot * n_vocab;
     float best = -INFINITY;
-    int at = -1;
-    for (int j = threadIdx.x; j < (int)n_vocab; j += blockDim.x)
+    int at = -1, tail = 0;
+    if (((size_t)l & 15) == 0) { // float4 loads, several in flight; indices still rise per thread
+        int n4 = n_vocab / 4;
+        tail = 4 * n4;
+        const float4* l4 = (const float4*)l;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+            float4 v = l4[i];
+            if (at < 0 || v.x > best) best = v.x, at = 4 * i;
+            if (v.y > best) best = v.y, at = 4 * i + 1;
+            if (v.z > best) best = v.z, at = 4 * i + 2;
+            if (v.w > best) best = v.w, at = 4 * i + 3;
+        }
+    }
+    for (int j = tail + threadIdx.x; j < (int)n_vocab; j += blockDim.x)
         if (at < 0 || l[j] > best) best = l[j], at = j;
     for (int o = 16; o > 0; o >>= 1) {
         float b2 = __shfl_xor_sync(0xffffffffu, best, o);

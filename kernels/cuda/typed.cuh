@@ -3,8 +3,11 @@
 // entry: the catalog instance name with '.' replaced by '_').
 #pragma once
 #include "common.cuh"
+#include "mmq.cuh"
 
 #define VT (Geom<WT>::VT)
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
 
 #if FAMILY == 1 // embed: y[row] = table[token(row)]
 extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u32* io, float* y, u32 cols) {
@@ -15,9 +18,17 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 }
 #endif
 
-#if FAMILY == 2 // matmul: y[row] = W·x[row] (+ bias); grid (n/MM_WARPS, rows)
-extern "C" __global__ void __launch_bounds__(256)
+#if FAMILY == 2 // matmul: y[row] = W·x[row] (+ bias)
+// The integer types (mmq.cuh) have two entries: NAME, the matrix-vector
+// kernel for single-row variants, and NAME_tile for variants of more rows;
+// launch.go shapes each. The other types run the float path below, grid
+// (n/MM_WARPS, rows), from NAME.
+extern "C" __global__ void __launch_bounds__(256, 4)
     NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    if constexpr (Fast<WT>::OK) {
+        mmv<WT>(x, w, bias, io, y, k, n, false);
+        return;
+    }
     extern __shared__ float xs[];
     int row = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;
@@ -27,11 +38,19 @@ extern "C" __global__ void __launch_bounds__(256)
     float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
     if ((threadIdx.x & 31) == 0) y[(size_t)row * n + j] = bias ? v + bias[j] : v;
 }
+extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, bias, io, y, k, n, false); // grid (mmqWidth, rows/MM_MR)
+}
 #endif
 
-#if FAMILY == 3 // lm_head: logits[slot(row)] = W·x[row] for rows that want logits
-extern "C" __global__ void __launch_bounds__(256)
+#if FAMILY == 3 // lm_head: logits[slot(row)] = W·x[row] for rows that want logits; entries as matmul's
+extern "C" __global__ void __launch_bounds__(256, 4)
     NAME(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
+    if constexpr (Fast<WT>::OK) {
+        mmv<WT>(x, w, nullptr, io, logits, k, nv, true);
+        return;
+    }
     extern __shared__ float xs[];
     int row = blockIdx.y;
     if (row >= (int)io[IO_ROWS] || !(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
@@ -40,6 +59,10 @@ extern "C" __global__ void __launch_bounds__(256)
     if (j >= (int)nv) return;
     float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
     if ((threadIdx.x & 31) == 0) logits[(size_t)io_row(io, row, ROW_SLOT) * nv + j] = v;
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
+    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, nullptr, io, logits, k, nv, true);
 }
 #endif
 

@@ -63,8 +63,12 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 		if err != nil {
 			return err
 		}
-		p.ms[ls[i].Name] += float64(ms)
-		p.calls[ls[i].Name]++
+		name := ls[i].Name
+		if ls[i].Shape.Tile {
+			name += " (tile)"
+		}
+		p.ms[name] += float64(ms)
+		p.calls[name]++
 	}
 	return nil
 }

@@ -62,6 +62,7 @@ type Tier struct {
 	copyOut  []int // regions downloaded after every replay
 	modules  []driver.Module
 	funcs    []driver.Function
+	tiles    []driver.Function // each kernel's multi-row entry (kcuda.TileSuffix), 0 where it has none
 	variants [][]Launch
 	graphs   map[int]*graph
 	clock    uint64
@@ -167,14 +168,21 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			return err
 		}
 	}
-	smem := make([]int, len(b.Blobs))
+	smem := make([]int, 2*len(b.Blobs)) // entry, then tile entry
 	for vi := range g.Variants {
 		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
 		if err != nil {
 			return fmt.Errorf("cuda: variant %d: %w", vi, err)
 		}
 		for _, l := range ls {
-			smem[l.Kernel] = max(smem[l.Kernel], l.Shape.Shared)
+			e := l.Kernel
+			if l.Shape.Tile {
+				if t.tiles[e] == 0 {
+					return fmt.Errorf("cuda: variant %d: kernel %s has no %s entry", vi, l.Name, kcuda.TileSuffix)
+				}
+				e += len(b.Blobs)
+			}
+			smem[e] = max(smem[e], l.Shape.Shared)
 		}
 		t.variants = append(t.variants, ls)
 	}
@@ -183,12 +191,16 @@ func (t *Tier) load(b *bundle.Bundle) error {
 	if err != nil {
 		return err
 	}
-	for k, n := range smem {
+	for e, n := range smem {
+		k, f := e%len(b.Blobs), t.funcs
+		if e >= len(b.Blobs) {
+			f = t.tiles
+		}
 		if n > limit {
 			return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory, the device allows %d", b.Blobs[k].Name, n, limit)
 		}
 		if n > 48<<10 {
-			if err := t.funcs[k].SetAttribute(driver.FuncAttrMaxDynamicSharedSize, n); err != nil {
+			if err := f[k].SetAttribute(driver.FuncAttrMaxDynamicSharedSize, n); err != nil {
 				return fmt.Errorf("kernel %s: %w", b.Blobs[k].Name, err)
 			}
 		}
@@ -223,6 +235,11 @@ func (t *Tier) loadKernel(name string, code []byte) error {
 		return fmt.Errorf("kernel %s: %w", name, err)
 	}
 	t.funcs = append(t.funcs, f)
+	tile, err := m.Function(kcuda.Entry(name) + kcuda.TileSuffix)
+	if err != nil {
+		tile = 0 // most kernels have one entry
+	}
+	t.tiles = append(t.tiles, tile)
 	return nil
 }
 
@@ -394,7 +411,11 @@ func (t *Tier) launch(l *Launch) error {
 		vals[i] = v
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	return t.funcs[l.Kernel].Launch(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]))
+	f := t.funcs[l.Kernel]
+	if l.Shape.Tile {
+		f = t.tiles[l.Kernel]
+	}
+	return f.Launch(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]))
 }
 
 // Close releases the graphs, modules and memory.
@@ -423,7 +444,7 @@ func (t *Tier) close() {
 	for _, m := range t.modules {
 		m.Unload()
 	}
-	t.modules, t.funcs = nil, nil
+	t.modules, t.funcs, t.tiles = nil, nil, nil
 	for _, r := range t.regions {
 		driver.MemFree(r.dev)
 		if r.host != nil {

@@ -171,7 +171,7 @@ func dispatch(sh []uint32, set []bool, blobs []*zrt.Blob, mem *Memory, rows int)
 	for _, x := range append(append([]uint32(nil), push...), spec...) {
 		l.Params, l.Sizes = append(l.Params, uint64(x)), append(l.Sizes, 4)
 	}
-	if l.Shape, err = kcuda.Shape(abi.Name, push, spec, rows); err != nil {
+	if l.Shape, err = kcuda.Shape(blob.Name, push, spec, rows); err != nil {
 		return Launch{}, err
 	}
 	return l, nil

@@ -1,0 +1,35 @@
+package cuda
+
+import "testing"
+
+func TestShapeMatmul(t *testing.T) {
+	for _, c := range []struct {
+		inst        string
+		k, n        uint32
+		rows        int
+		grid, block [3]uint32
+		tile        bool
+	}{
+		// Decode: the matrix-vector kernel, warps per row while the matrix fits one pass.
+		{"matmul.q8_0", 768, 768, 1, [3]uint32{192, 1, 1}, [3]uint32{64, 4, 1}, false},
+		{"matmul.q8_0", 2048, 768, 1, [3]uint32{384, 1, 1}, [3]uint32{128, 2, 1}, false},
+		{"matmul.q4_k", 4096, 1024, 1, [3]uint32{512, 1, 1}, [3]uint32{128, 2, 1}, false},
+		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{448, 1, 1}, [3]uint32{32, 8, 1}, false},
+		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{500, 1, 1}, [3]uint32{32, 8, 1}, false},
+		// Prefill: the tile kernel, MM_MR rows a block.
+		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true},
+		// The float path.
+		{"matmul.f16", 64, 128, 4, [3]uint32{16, 4, 1}, [3]uint32{256, 1, 1}, false},
+	} {
+		l, err := Shape(c.inst, []uint32{c.k, c.n}, nil, c.rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Grid != c.grid || l.Block != c.block || l.Tile != c.tile {
+			t.Errorf("%s k=%d n=%d rows=%d: grid %v block %v tile %v, want %v %v %v", c.inst, c.k, c.n, c.rows, l.Grid, l.Block, l.Tile, c.grid, c.block, c.tile)
+		}
+		if l.Block[0]*l.Block[1]*l.Block[2] != 256 {
+			t.Errorf("%s: %d threads a block", c.inst, l.Block[0]*l.Block[1])
+		}
+	}
+}

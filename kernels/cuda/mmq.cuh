@@ -1,0 +1,376 @@
+// mmq.cuh: the integer matrix-vector path of matmul and lm_head for the
+// weight types decode spends its time on (Q8_0, Q4_0, Q4_K, Q6_K).
+//
+// Each block quantizes up to MM_MR activation rows into shared memory the
+// way the oracle does (Q8_0 blocks of 32 with an F16 scale, or Q8_K blocks
+// of 256 with an F32 scale; see round_x in common.cuh for the rules), as
+// int8 plus per-block scales. Each warp then computes whole output
+// features: its lanes split a weight row into pieces (TPB lanes per weight
+// block), load them with the widest loads the block layout allows, several
+// blocks in flight, take integer dot products with __dp4a against every
+// activation row of the tile, and a warp tree sums the lanes. Warps stride
+// over the output features, so a grid of any width covers n (launch.go
+// sizes it to fill the GPU once).
+//
+// The integer block sums are the oracle's; only the float combination of
+// partial sums differs (as in the float path).
+#pragma once
+#include "common.cuh"
+
+#define MM_MR 8 // activation rows per block (prefill tiles)
+#define MM_U 4  // weight blocks in flight per lane (single-row tiles)
+
+// TPB: lanes per weight block; U: weight blocks in flight per lane in
+// the matrix-vector kernel (mmv).
+template <int T> struct Fast { enum { OK = 0, TPB = 1, U = 1 }; };
+template <> struct Fast<T_Q8_0> { enum { OK = 1, TPB = 4, U = 8 }; };
+template <> struct Fast<T_Q4_0> { enum { OK = 1, TPB = 4, U = 8 }; };
+template <> struct Fast<T_Q4_K> { enum { OK = 1, TPB = 8, U = 4 }; };
+template <> struct Fast<T_Q6_K> { enum { OK = 1, TPB = 8, U = 3 }; };
+
+// mm_xstride is the shared-memory bytes of one quantized activation row:
+// k int8 quants, then k/32 float scales (Q8_0; Q8_K uses k/256 of them),
+// rounded up to 16 bytes. launch.go's xStride is the same.
+__device__ __forceinline__ int mm_xstride(int k) { return (k + k / 8 + 15) & ~15; }
+
+// ld_a2 loads 4 bytes from a 2-byte aligned address.
+__device__ __forceinline__ int ld_a2(const u8* p) {
+    const unsigned short* h = (const unsigned short*)p;
+    return (int)((u32)__ldg(h) | ((u32)__ldg(h + 1) << 16));
+}
+__device__ __forceinline__ float ldg_f16(const u8* p) {
+    return __half2float(__ushort_as_half(__ldg((const unsigned short*)p)));
+}
+__device__ __forceinline__ int pack4(int a, int b, int c, int d) {
+    return (a & 255) | ((b & 255) << 8) | ((c & 255) << 16) | ((u32)(d & 255) << 24);
+}
+
+// quant_x quantizes one activation row of k floats into xq (int8) and xd
+// (scales) with the whole block; the caller synchronizes.
+template <int XT> __device__ void quant_x(const float* x, signed char* xq, float* xd, int k) {
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    int lane = tid & 31, warp = tid >> 5, nw = (blockDim.x * blockDim.y) >> 5;
+    bool vec = ((size_t)x & 15) == 0;
+    if (XT == T_Q8_0) {
+        // 8 lanes per block of 32, 4 elements a lane.
+        for (int base = warp * 128; base < k; base += nw * 128) {
+            int i = base + 4 * lane;
+            bool ok = i < k;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (ok) v = vec ? *(const float4*)(x + i) : make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+            float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 4));
+            if (!ok) continue;
+            float id = a != 0.f ? 127.f / a : 0.f;
+            *(int*)(xq + i) = pack4((int)rintf(v.x * id), (int)rintf(v.y * id), (int)rintf(v.z * id), (int)rintf(v.w * id));
+            if ((lane & 7) == 0) xd[i / 32] = round_f16(a / 127.f);
+        }
+    } else { // Q8_K: a warp per block of 256, 8 consecutive elements a lane
+        for (int b = warp; b < k / 256; b += nw) {
+            const float* xb = x + 256 * b;
+            int e0 = 8 * lane;
+            float v[8];
+            if (vec) {
+                float4 a = *(const float4*)(xb + e0), c = *(const float4*)(xb + e0 + 4);
+                v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+            } else {
+#pragma unroll
+                for (int t = 0; t < 8; t++) v[t] = xb[e0 + t];
+            }
+            float amax = 0.f;
+            int at = 1 << 30;
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+                float a = fabsf(v[t]);
+                if (a > amax) amax = a, at = e0 + t;
+            }
+            // The first element (lowest index) of largest magnitude wins.
+            for (int o = 16; o > 0; o >>= 1) {
+                float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+                int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+                if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
+            }
+            int q[8];
+            float d = 0.f;
+            if (amax == 0.f) {
+#pragma unroll
+                for (int t = 0; t < 8; t++) q[t] = 0;
+            } else {
+                float iscale = -127.f / xb[at];
+                d = 1.f / iscale;
+#pragma unroll
+                for (int t = 0; t < 8; t++) q[t] = (int)fminf(127.f, rintf(iscale * v[t]));
+            }
+            *(int2*)(xq + 256 * b + e0) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+            if (lane == 0) xd[b] = d;
+        }
+    }
+}
+
+// WBlk<T> is one lane's piece of one weight block: load() fetches the raw
+// bytes (issued for MM_U blocks before any is used), prep() unpacks them,
+// dot() is the piece's contribution against one quantized activation row.
+template <int T> struct WBlk { // the float path's types never get here
+    __device__ __forceinline__ void load(const u8*, int, int) {}
+    __device__ __forceinline__ void prep(int) {}
+    __device__ __forceinline__ float dot(const signed char*, const float*, int, int) const { return 0.f; }
+};
+
+template <> struct WBlk<T_Q8_0> { // 4 lanes a block, 8 quants each
+    int q0, q1;
+    float d;
+    __device__ __forceinline__ void load(const u8* wr, int b, int sub) {
+        const u8* p = wr + (size_t)b * 34;
+        d = ldg_f16(p);
+        q0 = ld_a2(p + 2 + 8 * sub);
+        q1 = ld_a2(p + 6 + 8 * sub);
+    }
+    __device__ __forceinline__ void prep(int) {}
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+        int2 x = *(const int2*)(xq + 32 * b + 8 * sub);
+        return (float)__dp4a(q0, x.x, __dp4a(q1, x.y, 0)) * (d * xd[b]);
+    }
+};
+
+template <> struct WBlk<T_Q4_0> { // 4 lanes a block: 4 bytes, 8 nibbles each
+    int lo, hi;
+    float d;
+    __device__ __forceinline__ void load(const u8* wr, int b, int sub) {
+        const u8* p = wr + (size_t)b * 18;
+        d = ldg_f16(p);
+        lo = ld_a2(p + 2 + 4 * sub);
+    }
+    __device__ __forceinline__ void prep(int) {
+        hi = __vsub4((lo >> 4) & 0x0F0F0F0F, 0x08080808);
+        lo = __vsub4(lo & 0x0F0F0F0F, 0x08080808);
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+        int x0 = *(const int*)(xq + 32 * b + 4 * sub), x1 = *(const int*)(xq + 32 * b + 16 + 4 * sub);
+        return (float)__dp4a(lo, x0, __dp4a(hi, x1, 0)) * (d * xd[b]);
+    }
+};
+
+__device__ __forceinline__ int byte_of3(uint4 h, int i) { // byte i of h.y, h.z, h.w
+    u32 w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+    return (w >> (8 * (i & 3))) & 255;
+}
+
+template <> struct WBlk<T_Q4_K> { // 8 lanes a block: 16 bytes of qs (32 quants) each
+    uint4 hd, qs;
+    int sc0, sc1, mn0, mn1;
+    float d, dmin;
+    __device__ __forceinline__ void load(const u8* wr, int b, int sub) {
+        const u8* p = wr + (size_t)b * 144;
+        hd = __ldg((const uint4*)p);
+        qs = __ldg((const uint4*)(p + 16 + 16 * sub));
+    }
+    __device__ __forceinline__ void prep(int sub) {
+        d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
+        dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+        int sb = 2 * (sub >> 1); // sub-blocks sb (low nibbles) and sb+1 (high)
+        // ggml's get_scale_min_k4 for sb and sb+1.
+        if (sb < 4) {
+            sc0 = byte_of3(hd, sb) & 63, mn0 = byte_of3(hd, sb + 4) & 63;
+            sc1 = byte_of3(hd, sb + 1) & 63, mn1 = byte_of3(hd, sb + 5) & 63;
+        } else {
+            sc0 = (byte_of3(hd, sb + 4) & 15) | ((byte_of3(hd, sb - 4) >> 6) << 4);
+            mn0 = (byte_of3(hd, sb + 4) >> 4) | ((byte_of3(hd, sb) >> 6) << 4);
+            sc1 = (byte_of3(hd, sb + 5) & 15) | ((byte_of3(hd, sb - 3) >> 6) << 4);
+            mn1 = (byte_of3(hd, sb + 5) >> 4) | ((byte_of3(hd, sb + 1) >> 6) << 4);
+        }
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+        const signed char* xb = xq + 256 * b + 64 * (sub >> 1) + 16 * (sub & 1);
+        int4 xl = *(const int4*)xb, xh = *(const int4*)(xb + 32);
+        const int M = 0x0F0F0F0F, O = 0x01010101;
+        int sl = __dp4a((int)qs.x & M, xl.x, __dp4a((int)qs.y & M, xl.y, __dp4a((int)qs.z & M, xl.z, __dp4a((int)qs.w & M, xl.w, 0))));
+        int sh = __dp4a((int)(qs.x >> 4) & M, xh.x,
+            __dp4a((int)(qs.y >> 4) & M, xh.y, __dp4a((int)(qs.z >> 4) & M, xh.z, __dp4a((int)(qs.w >> 4) & M, xh.w, 0))));
+        int ml = __dp4a(O, xl.x, __dp4a(O, xl.y, __dp4a(O, xl.z, __dp4a(O, xl.w, 0))));
+        int mh = __dp4a(O, xh.x, __dp4a(O, xh.y, __dp4a(O, xh.z, __dp4a(O, xh.w, 0))));
+        return xd[b] * (d * (float)(sc0 * sl + sc1 * sh) - dmin * (float)(mn0 * ml + mn1 * mh));
+    }
+};
+
+template <> struct WBlk<T_Q6_K> { // 8 lanes a block: 8 positions l of a half (32 quants) each
+    int a0, a1, b0, b1, h0, h1; // raw ql (l, l+32) and qh bytes
+    int q[8];                   // unpacked quants - 32 of y[l], y[l+32], y[l+64], y[l+96], two ints each
+    int s0, s2, s4, s6;
+    float d;
+    __device__ __forceinline__ void load(const u8* wr, int b, int sub) {
+        const u8* p = wr + (size_t)b * 210;
+        int h = sub >> 2, g = sub & 3;
+        const u8* ql = p + 64 * h + 8 * g;
+        const u8* qh = p + 128 + 32 * h + 8 * g;
+        a0 = ld_a2(ql), a1 = ld_a2(ql + 4);
+        b0 = ld_a2(ql + 32), b1 = ld_a2(ql + 36);
+        h0 = ld_a2(qh), h1 = ld_a2(qh + 4);
+        const signed char* sc = (const signed char*)(p + 192 + 8 * h + (g >> 1));
+        s0 = __ldg(sc), s2 = __ldg(sc + 2), s4 = __ldg(sc + 4), s6 = __ldg(sc + 6);
+        d = ldg_f16(p + 208);
+    }
+    __device__ __forceinline__ void prep(int) {
+        const int M = 0x0F0F0F0F, H = 0x30303030, B = 0x20202020;
+        q[0] = __vsub4((a0 & M) | ((h0 << 4) & H), B), q[1] = __vsub4((a1 & M) | ((h1 << 4) & H), B);
+        q[2] = __vsub4((b0 & M) | ((h0 << 2) & H), B), q[3] = __vsub4((b1 & M) | ((h1 << 2) & H), B);
+        q[4] = __vsub4(((a0 >> 4) & M) | (h0 & H), B), q[5] = __vsub4(((a1 >> 4) & M) | (h1 & H), B);
+        q[6] = __vsub4(((b0 >> 4) & M) | ((h0 >> 2) & H), B), q[7] = __vsub4(((b1 >> 4) & M) | ((h1 >> 2) & H), B);
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+        const signed char* xb = xq + 256 * b + 128 * (sub >> 2) + 8 * (sub & 3);
+        int2 x1 = *(const int2*)xb, x2 = *(const int2*)(xb + 32), x3 = *(const int2*)(xb + 64), x4 = *(const int2*)(xb + 96);
+        int sum = s0 * __dp4a(q[0], x1.x, __dp4a(q[1], x1.y, 0)) + s2 * __dp4a(q[2], x2.x, __dp4a(q[3], x2.y, 0)) +
+            s4 * __dp4a(q[4], x3.x, __dp4a(q[5], x3.y, 0)) + s6 * __dp4a(q[6], x4.x, __dp4a(q[7], x4.y, 0));
+        return d * xd[b] * (float)sum;
+    }
+};
+
+// mm_rows computes, for the warp's output features j = j0, j0+jstep, …,
+// the dot products of weight row j with the tile's MR (nr live)
+// activation rows and stores them through out[r] (null: not wanted).
+template <int TW, int MR>
+__device__ __forceinline__ void mm_rows(const u8* __restrict__ w, const u8* xs, int xst, int k, int n, int nr,
+    float* const* out, const float* __restrict__ bias, int j0, int jstep) {
+    constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB;
+    constexpr int U = MR == 1 ? MM_U : 2; // a tile's compute covers latency itself
+    int lane = threadIdx.x & 31, sub = lane % TPB;
+    int nb = k / Geom<TW>::BS;
+    size_t rb = row_bytes<TW>(k);
+    for (int j = j0; j < n; j += jstep) {
+        const u8* wr = w + (size_t)j * rb;
+        float acc[MR];
+#pragma unroll
+        for (int r = 0; r < MR; r++) acc[r] = 0.f;
+        for (int b0 = lane / TPB; b0 < nb; b0 += BPI * U) {
+            WBlk<TW> wb[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (b0 + u * BPI < nb) wb[u].load(wr, b0 + u * BPI, sub);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int b = b0 + u * BPI;
+                if (b >= nb) break;
+                wb[u].prep(sub);
+#pragma unroll
+                for (int r = 0; r < MR; r++)
+                    if (r < nr)
+                        acc[r] += wb[u].dot((const signed char*)(xs + r * xst), (const float*)(xs + r * xst + k), b, sub);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < MR; r++) {
+            float v = warp_sum(acc[r]);
+            if (lane == 0 && r < nr && out[r]) out[r][j] = bias ? v + bias[j] : v;
+        }
+    }
+}
+
+// mmq runs a matmul (lm == false: y[row] = W·x[row] + bias) or lm_head (lm:
+// logits[slot(row)] = W·x[row] for rows that want logits) over the tile
+// of activation rows blockIdx.y·MM_MR….
+template <int TW>
+__device__ __forceinline__ void mmq(const float* x, const u8* w, const float* bias, const u32* io, float* y, int k, int n, bool lm) {
+    extern __shared__ __align__(16) u8 smem[];
+    int rows = io[IO_ROWS];
+    int row0 = blockIdx.y * MM_MR;
+    if (row0 >= rows) return;
+    int nr = min(MM_MR, rows - row0);
+    float* out[MM_MR];
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < MM_MR; r++) {
+        out[r] = nullptr;
+        if (r >= nr) continue;
+        int row = row0 + r;
+        if (!lm) out[r] = y + (size_t)row * n;
+        else if (io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS) out[r] = y + (size_t)io_row(io, row, ROW_SLOT) * n;
+        any |= out[r] != nullptr;
+    }
+    if (!any) return;
+    int xst = mm_xstride(k);
+    for (int r = 0; r < nr; r++)
+        if (out[r]) quant_x<Geom<TW>::VT>(x + (size_t)(row0 + r) * k, (signed char*)(smem + r * xst), (float*)(smem + r * xst + k), k);
+    __syncthreads();
+    int j0 = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), jstep = gridDim.x * MM_WARPS;
+    if (nr == 1)
+        mm_rows<TW, 1>(w, smem, xst, k, n, 1, out, bias, j0, jstep);
+    else
+        mm_rows<TW, MM_MR>(w, smem, xst, k, n, nr, out, bias, j0, jstep);
+}
+
+// mmv is the decode kernel: one activation row per blockIdx.y, blocks of
+// (32·WPR, RPB) threads — RPB output features at a time, each split over
+// WPR warps (launch.go picks WPR so that small matrices still spread over
+// the GPU), partial sums combined through shared memory. The first batch
+// of weight loads is issued before the activation row is quantized, so
+// its memory latency overlaps the quantization.
+template <int TW>
+__device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const float* __restrict__ bias, const u32* io,
+    float* y, int k, int n, bool lm) {
+    extern __shared__ __align__(16) u8 smem[];
+    __shared__ float red[MM_WARPS];
+    constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB, U = Fast<TW>::U;
+    int row = blockIdx.y;
+    if (row >= (int)io[IO_ROWS]) return;
+    float* out = y + (size_t)row * n;
+    if (lm) {
+        if (!(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
+        out = y + (size_t)io_row(io, row, ROW_SLOT) * n;
+    }
+    const int wpr = blockDim.x >> 5, rpb = blockDim.y;
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, sub = lane % TPB;
+    const int nb = k / Geom<TW>::BS;
+    const size_t rb = row_bytes<TW>(k);
+    const int bfirst = part * BPI + lane / TPB, bstep = wpr * BPI;
+    WBlk<TW> wb[U];
+    int j = blockIdx.x * rpb + threadIdx.y;
+    if (j < n) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (bfirst + u * bstep < nb) wb[u].load(w + (size_t)j * rb, bfirst + u * bstep, sub);
+    }
+    quant_x<Geom<TW>::VT>(x + (size_t)row * k, (signed char*)smem, (float*)(smem + k), k);
+    __syncthreads();
+    const signed char* xq = (const signed char*)smem;
+    const float* xd = (const float*)(smem + k);
+    bool loaded = true;
+    for (int base = blockIdx.x * rpb; base < n; base += gridDim.x * rpb) {
+        j = base + threadIdx.y;
+        float acc = 0.f;
+        if (j < n) {
+            const u8* wr = w + (size_t)j * rb;
+            for (int b0 = bfirst; b0 < nb; b0 += bstep * U) {
+                if (!loaded) {
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        if (b0 + u * bstep < nb) wb[u].load(wr, b0 + u * bstep, sub);
+                }
+                loaded = false;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int b = b0 + u * bstep;
+                    if (b >= nb) break;
+                    wb[u].prep(sub);
+                    acc += wb[u].dot(xq, xd, b, sub);
+                }
+            }
+        }
+        loaded = false;
+        acc = warp_sum(acc);
+        if (wpr == 1) {
+            if (lane == 0 && j < n) out[j] = bias ? acc + bias[j] : acc;
+            continue;
+        }
+        int wi = threadIdx.y * wpr + part;
+        if (lane == 0) red[wi] = acc;
+        __syncthreads();
+        if (part == 0 && lane == 0 && j < n) {
+            float v = 0.f;
+            for (int i = 0; i < wpr; i++) v += red[threadIdx.y * wpr + i];
+            out[j] = bias ? v + bias[j] : v;
+        }
+        __syncthreads();
+    }
+}

@@ -15,6 +15,10 @@ var targetFusions = map[string]map[ir.Op]bool{
 		ir.RESIDUAL_RMS_NORM:            true,
 		ir.RMS_NORM_FUSED_ROPE_KV_WRITE: true,
 	},
+	"cuda:sm_90": { // kernels/cuda/typed.cuh families 7 and 8
+		ir.RMS_NORM_FUSED_QKV:         true,
+		ir.RMS_NORM_FUSED_MLP_GATE_UP: true,
+	},
 }
 
 func fuse(_ context.Context, u *Unit) error {

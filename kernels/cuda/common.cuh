@@ -60,6 +60,29 @@ __device__ __forceinline__ float ld_f16(const u8* p) {
 
 __device__ __forceinline__ float round_f16(float x) { return __half2float(__float2half_rn(x)); }
 
+// rms_scale is the RMS norm's 1.0f/sqrtf(mean(x²)+eps) of one group of k
+// floats, the squares summed in double as the oracle does (in another
+// order); the whole block calls it (it synchronizes).
+__device__ float rms_scale(const float* x, int k, float eps) {
+    __shared__ double part[32];
+    int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+    double s = 0;
+    for (int i0 = tid; i0 < k; i0 += 8 * nt) { // 8 loads in flight
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = i0 + u * nt < k ? x[i0 + u * nt] : 0.f;
+#pragma unroll
+        for (int u = 0; u < 8; u++) s += (double)(v[u] * v[u]);
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((tid & 31) == 0) part[tid >> 5] = s;
+    __syncthreads();
+    double t = 0;
+    for (int w = 0; w < nt >> 5; w++) t += part[w];
+    __syncthreads(); // part is reused
+    return 1.f / sqrtf((float)(t / (double)k) + eps);
+}
+
 // ggml type ids.
 #define T_F32 0
 #define T_F16 1

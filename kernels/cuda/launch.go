@@ -117,6 +117,27 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
 		l.Shared = 4 * int(push[0])
+	case "rms_norm_qkv", "rms_norm_gate_up": // spec k, n_q, n_kv, eps | k, f, eps
+		if err := need(spec, 3, "spec"); err != nil {
+			return l, err
+		}
+		k, n := spec[0], 2*spec[1]
+		if family == "rms_norm_qkv" {
+			n = spec[1] + 2*spec[2]
+		}
+		if _, ok := mmqTypes[typ]; ok {
+			if r == 1 {
+				l.Grid, l.Block = mmvShape(typ, k, n)
+				l.Shared = mmqStride(k)
+				break
+			}
+			l.Grid = [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}
+			l.Shared = int(min(r, mmqRows)) * mmqStride(k)
+			l.Tile = true
+			break
+		}
+		l.Grid = [3]uint32{ceilDiv(n, mmWarps), r, 1}
+		l.Shared = 8 * int(k) // the normalized row and its rounding
 	case "moe_gate_topk": // push k, n_expert, n_used, norm
 		if err := need(push, 2, "push"); err != nil {
 			return l, err

@@ -9,19 +9,28 @@ func TestShapeMatmul(t *testing.T) {
 		rows        int
 		grid, block [3]uint32
 		tile        bool
+		fused       bool
 	}{
 		// Decode: the matrix-vector kernel, warps per row while the matrix fits one pass.
-		{"matmul.q8_0", 768, 768, 1, [3]uint32{192, 1, 1}, [3]uint32{64, 4, 1}, false},
-		{"matmul.q8_0", 2048, 768, 1, [3]uint32{384, 1, 1}, [3]uint32{128, 2, 1}, false},
-		{"matmul.q4_k", 4096, 1024, 1, [3]uint32{512, 1, 1}, [3]uint32{128, 2, 1}, false},
-		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{448, 1, 1}, [3]uint32{32, 8, 1}, false},
-		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{500, 1, 1}, [3]uint32{32, 8, 1}, false},
+		{"matmul.q8_0", 768, 768, 1, [3]uint32{192, 1, 1}, [3]uint32{64, 4, 1}, false, false},
+		{"matmul.q8_0", 2048, 768, 1, [3]uint32{384, 1, 1}, [3]uint32{128, 2, 1}, false, false},
+		{"matmul.q4_k", 4096, 1024, 1, [3]uint32{512, 1, 1}, [3]uint32{128, 2, 1}, false, false},
+		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{448, 1, 1}, [3]uint32{32, 8, 1}, false, false},
+		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{500, 1, 1}, [3]uint32{32, 8, 1}, false, false},
 		// Prefill: the tile kernel, MM_MR rows a block.
-		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true},
+		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true, false},
+		// Fused norm + gate/up: n = 2f features.
+		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{32, 8, 1}, false, true},
+		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true, true},
+		{"rms_norm_gate_up.q5_k", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{256, 1, 1}, false, true},
 		// The float path.
-		{"matmul.f16", 64, 128, 4, [3]uint32{16, 4, 1}, [3]uint32{256, 1, 1}, false},
+		{"matmul.f16", 64, 128, 4, [3]uint32{16, 4, 1}, [3]uint32{256, 1, 1}, false, false},
 	} {
-		l, err := Shape(c.inst, []uint32{c.k, c.n}, nil, c.rows)
+		push, spec := []uint32{c.k, c.n}, []uint32(nil)
+		if c.fused {
+			push, spec = nil, []uint32{c.k, c.n / 2, 0} // rms_norm_gate_up: k, f, eps
+		}
+		l, err := Shape(c.inst, push, spec, c.rows)
 		if err != nil {
 			t.Fatal(err)
 		}

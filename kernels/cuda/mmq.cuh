@@ -45,19 +45,62 @@ __device__ __forceinline__ int pack4(int a, int b, int c, int d) {
     return (a & 255) | ((b & 255) << 8) | ((c & 255) << 16) | ((u32)(d & 255) << 24);
 }
 
-// quant_x quantizes one activation row of k floats into xq (int8) and xd
-// (scales) with the whole block; the caller synchronizes.
-template <int XT> __device__ void quant_x(const float* x, signed char* xq, float* xd, int k) {
+// ld4 loads x[i..i+3], through a float4 where x is 16-byte aligned; with a
+// norm weight wn, it returns them RMS-normalized, (x·scale)·wn as the
+// oracle's normRow rounds.
+__device__ __forceinline__ float4 ld4(const float* x, int i, bool vec, float scale, const float* wn) {
+    float4 v = vec ? *(const float4*)(x + i) : make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+    if (wn) {
+        float4 w = vec ? *(const float4*)(wn + i) : make_float4(wn[i], wn[i + 1], wn[i + 2], wn[i + 3]);
+        v = make_float4((v.x * scale) * w.x, (v.y * scale) * w.y, (v.z * scale) * w.z, (v.w * scale) * w.w);
+    }
+    return v;
+}
+
+// rms_scales is rms_scale for the nr (≤ MM_MR) consecutive rows of a
+// tile, in one pass and one barrier.
+__device__ __forceinline__ void rms_scales(const float* x, int k, int nr, float eps, float* scale) {
+    __shared__ double part[MM_MR][32];
+    int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+    double s[MM_MR];
+#pragma unroll
+    for (int r = 0; r < MM_MR; r++) s[r] = 0;
+    for (int i = tid; i < k; i += nt) {
+        float v[MM_MR];
+#pragma unroll
+        for (int r = 0; r < MM_MR; r++) v[r] = r < nr ? x[(size_t)r * k + i] : 0.f;
+#pragma unroll
+        for (int r = 0; r < MM_MR; r++) s[r] += (double)(v[r] * v[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < MM_MR; r++) {
+        for (int o = 16; o > 0; o >>= 1) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
+        if ((tid & 31) == 0) part[r][tid >> 5] = s[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < MM_MR; r++) {
+        double t = 0;
+        for (int w = 0; w < nt >> 5; w++) t += part[r][w];
+        scale[r] = 1.f / sqrtf((float)(t / (double)k) + eps);
+    }
+}
+
+// quant_x quantizes one activation row of k floats (RMS-normalized first
+// when wn is given) into xq (int8) and xd (scales) with the whole block;
+// the caller synchronizes.
+template <int XT>
+__device__ void quant_x(const float* x, signed char* xq, float* xd, int k, float scale = 1.f, const float* wn = nullptr) {
     int tid = threadIdx.y * blockDim.x + threadIdx.x;
     int lane = tid & 31, warp = tid >> 5, nw = (blockDim.x * blockDim.y) >> 5;
-    bool vec = ((size_t)x & 15) == 0;
+    bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
     if (XT == T_Q8_0) {
         // 8 lanes per block of 32, 4 elements a lane.
         for (int base = warp * 128; base < k; base += nw * 128) {
             int i = base + 4 * lane;
             bool ok = i < k;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (ok) v = vec ? *(const float4*)(x + i) : make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+            if (ok) v = ld4(x, i, vec, scale, wn);
             float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
             a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
             a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
@@ -69,15 +112,11 @@ template <int XT> __device__ void quant_x(const float* x, signed char* xq, float
         }
     } else { // Q8_K: a warp per block of 256, 8 consecutive elements a lane
         for (int b = warp; b < k / 256; b += nw) {
-            const float* xb = x + 256 * b;
             int e0 = 8 * lane;
             float v[8];
-            if (vec) {
-                float4 a = *(const float4*)(xb + e0), c = *(const float4*)(xb + e0 + 4);
+            {
+                float4 a = ld4(x, 256 * b + e0, vec, scale, wn), c = ld4(x, 256 * b + e0 + 4, vec, scale, wn);
                 v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-            } else {
-#pragma unroll
-                for (int t = 0; t < 8; t++) v[t] = xb[e0 + t];
             }
             float amax = 0.f;
             int at = 1 << 30;
@@ -98,7 +137,13 @@ template <int XT> __device__ void quant_x(const float* x, signed char* xq, float
 #pragma unroll
                 for (int t = 0; t < 8; t++) q[t] = 0;
             } else {
-                float iscale = -127.f / xb[at];
+                float mx = __shfl_sync(0xffffffffu, v[0], at / 8); // v[at % 8] of lane at/8, by a select
+#pragma unroll
+                for (int t = 1; t < 8; t++) {
+                    float c = __shfl_sync(0xffffffffu, v[t], at / 8);
+                    if (at % 8 == t) mx = c;
+                }
+                float iscale = -127.f / mx;
                 d = 1.f / iscale;
 #pragma unroll
                 for (int t = 0; t < 8; t++) q[t] = (int)fminf(127.f, rintf(iscale * v[t]));
@@ -227,12 +272,30 @@ template <> struct WBlk<T_Q6_K> { // 8 lanes a block: 8 positions l of a half (3
     }
 };
 
+// MmOut stores output feature j of activation row i: features [0, n0) go
+// to p0 (rows of n0), [n0, n0+n1) to p1 and [n0+n1, …) to p2 (rows of n1)
+// — one segment for matmul and lm_head, Q/K/V or gate/up for the fused
+// kernels — plus bias[j] where there is one.
+struct MmOut {
+    float *p0, *p1, *p2;
+    int n0, n1;
+    const float* bias;
+    __device__ __forceinline__ void store(size_t i, int j, float v) const {
+        if (bias) v += bias[j];
+        if (j < n0) p0[i * n0 + j] = v;
+        else if (j < n0 + n1) p1[i * n1 + j - n0] = v;
+        else p2[i * n1 + j - n0 - n1] = v;
+    }
+};
+
+__device__ __forceinline__ MmOut mm_out(float* y, int n, const float* bias) { return MmOut{y, y, y, n, 0, bias}; }
+
 // mm_rows computes, for the warp's output features j = j0, j0+jstep, …,
 // the dot products of weight row j with the tile's MR (nr live)
 // activation rows and stores them through out[r] (null: not wanted).
 template <int TW, int MR>
 __device__ __forceinline__ void mm_rows(const u8* __restrict__ w, const u8* xs, int xst, int k, int n, int nr,
-    float* const* out, const float* __restrict__ bias, int j0, int jstep) {
+    const int* orow, const MmOut& o, int j0, int jstep) {
     constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB;
     constexpr int U = MR == 1 ? MM_U : 2; // a tile's compute covers latency itself
     int lane = threadIdx.x & 31, sub = lane % TPB;
@@ -262,42 +325,49 @@ __device__ __forceinline__ void mm_rows(const u8* __restrict__ w, const u8* xs, 
 #pragma unroll
         for (int r = 0; r < MR; r++) {
             float v = warp_sum(acc[r]);
-            if (lane == 0 && r < nr && out[r]) out[r][j] = bias ? v + bias[j] : v;
+            if (lane == 0 && r < nr && orow[r] >= 0) o.store(orow[r], j, v);
         }
     }
 }
 
-// mmq runs a matmul (lm == false: y[row] = W·x[row] + bias) or lm_head (lm:
-// logits[slot(row)] = W·x[row] for rows that want logits) over the tile
-// of activation rows blockIdx.y·MM_MR….
+// mmq is the multi-row (tile) kernel: the activation rows blockIdx.y·MM_MR…
+// (rows that do not want logits skipped when lm), each RMS-normalized by
+// wn first when given, against every output feature.
 template <int TW>
-__device__ __forceinline__ void mmq(const float* x, const u8* w, const float* bias, const u32* io, float* y, int k, int n, bool lm) {
+__device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, int k, int n, const MmOut& o, bool lm,
+    const float* wn = nullptr, float eps = 0.f) {
     extern __shared__ __align__(16) u8 smem[];
     int rows = io[IO_ROWS];
     int row0 = blockIdx.y * MM_MR;
     if (row0 >= rows) return;
     int nr = min(MM_MR, rows - row0);
-    float* out[MM_MR];
+    int orow[MM_MR]; // where row r's outputs go (its slot for lm_head), -1: nowhere
     bool any = false;
 #pragma unroll
     for (int r = 0; r < MM_MR; r++) {
-        out[r] = nullptr;
+        orow[r] = -1;
         if (r >= nr) continue;
         int row = row0 + r;
-        if (!lm) out[r] = y + (size_t)row * n;
-        else if (io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS) out[r] = y + (size_t)io_row(io, row, ROW_SLOT) * n;
-        any |= out[r] != nullptr;
+        if (!lm) orow[r] = row;
+        else if (io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS) orow[r] = io_row(io, row, ROW_SLOT);
+        any |= orow[r] >= 0;
     }
     if (!any) return;
     int xst = mm_xstride(k);
-    for (int r = 0; r < nr; r++)
-        if (out[r]) quant_x<Geom<TW>::VT>(x + (size_t)(row0 + r) * k, (signed char*)(smem + r * xst), (float*)(smem + r * xst + k), k);
+    const float* x0 = x + (size_t)row0 * k;
+    float scale[MM_MR];
+    if (wn) rms_scales(x0, k, nr, eps, scale);
+#pragma unroll
+    for (int r = 0; r < MM_MR; r++)
+        if (r < nr && orow[r] >= 0)
+            quant_x<Geom<TW>::VT>(x0 + (size_t)r * k, (signed char*)(smem + r * xst), (float*)(smem + r * xst + k), k,
+                wn ? scale[r] : 1.f, wn);
     __syncthreads();
     int j0 = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), jstep = gridDim.x * MM_WARPS;
     if (nr == 1)
-        mm_rows<TW, 1>(w, smem, xst, k, n, 1, out, bias, j0, jstep);
+        mm_rows<TW, 1>(w, smem, xst, k, n, 1, orow, o, j0, jstep);
     else
-        mm_rows<TW, MM_MR>(w, smem, xst, k, n, nr, out, bias, j0, jstep);
+        mm_rows<TW, MM_MR>(w, smem, xst, k, n, nr, orow, o, j0, jstep);
 }
 
 // mmv is the decode kernel: one activation row per blockIdx.y, blocks of
@@ -307,18 +377,13 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const float* bi
 // of weight loads is issued before the activation row is quantized, so
 // its memory latency overlaps the quantization.
 template <int TW>
-__device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const float* __restrict__ bias, const u32* io,
-    float* y, int k, int n, bool lm) {
+__device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
+    const float* wn = nullptr, float eps = 0.f) {
     extern __shared__ __align__(16) u8 smem[];
     __shared__ float red[MM_WARPS];
     constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB, U = Fast<TW>::U;
     int row = blockIdx.y;
-    if (row >= (int)io[IO_ROWS]) return;
-    float* out = y + (size_t)row * n;
-    if (lm) {
-        if (!(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
-        out = y + (size_t)io_row(io, row, ROW_SLOT) * n;
-    }
+    int rows = io[IO_ROWS];
     const int wpr = blockDim.x >> 5, rpb = blockDim.y;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, sub = lane % TPB;
     const int nb = k / Geom<TW>::BS;
@@ -331,7 +396,15 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
         for (int u = 0; u < U; u++)
             if (bfirst + u * bstep < nb) wb[u].load(w + (size_t)j * rb, bfirst + u * bstep, sub);
     }
-    quant_x<Geom<TW>::VT>(x + (size_t)row * k, (signed char*)smem, (float*)(smem + k), k);
+    if (row >= rows) return;
+    size_t orow = row;
+    if (lm) {
+        if (!(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
+        orow = io_row(io, row, ROW_SLOT);
+    }
+    const float* xr = x + (size_t)row * k;
+    float scale = wn ? rms_scale(xr, k, eps) : 1.f;
+    quant_x<Geom<TW>::VT>(xr, (signed char*)smem, (float*)(smem + k), k, scale, wn);
     __syncthreads();
     const signed char* xq = (const signed char*)smem;
     const float* xd = (const float*)(smem + k);
@@ -360,7 +433,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
         loaded = false;
         acc = warp_sum(acc);
         if (wpr == 1) {
-            if (lane == 0 && j < n) out[j] = bias ? acc + bias[j] : acc;
+            if (lane == 0 && j < n) o.store(orow, j, acc);
             continue;
         }
         int wi = threadIdx.y * wpr + part;
@@ -369,7 +442,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
         if (part == 0 && lane == 0 && j < n) {
             float v = 0.f;
             for (int i = 0; i < wpr; i++) v += red[threadIdx.y * wpr + i];
-            out[j] = bias ? v + bias[j] : v;
+            o.store(orow, j, v);
         }
         __syncthreads();
     }

@@ -3,32 +3,30 @@
 #pragma once
 #include "common.cuh"
 
-#if FAMILY == 10 // rms_norm: the block reduces each group of a row in turn; grid (rows)
+#if FAMILY == 10 // rms_norm: the block normalizes each group of a row in turn; grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const float* w, const u32* io, float* y, u32 cols, u32 group, u32 eps_bits) {
-    __shared__ double part[8];
-    __shared__ float scale_s;
-    int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int row = blockIdx.x;
     if (row >= (int)io[IO_ROWS]) return;
     float eps = __uint_as_float(eps_bits);
+    int n = group, nt = blockDim.x;
     for (int g = 0; g < (int)(cols / group); g++) {
         const float* xs = x + (size_t)row * cols + (size_t)g * group;
         float* ys = y + (size_t)row * cols + (size_t)g * group;
-        // The oracle sums squares in double (each square rounded to float).
-        double sum = 0;
-        for (int j = threadIdx.x; j < (int)group; j += blockDim.x) sum += (double)(xs[j] * xs[j]);
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0) part[warp] = sum;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double t = 0;
-            for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += part[i];
-            scale_s = (float)(1.0 / sqrt((double)((float)(t / (double)group) + eps)));
+        float scale = rms_scale(xs, n, eps);
+        for (int i0 = threadIdx.x; i0 < n; i0 += 8 * nt) {
+            float v[8], wv[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int i = i0 + u * nt;
+                v[u] = i < n ? xs[i] : 0.f;
+                wv[u] = i < n ? w[i] : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (i0 + u * nt < n) ys[i0 + u * nt] = (v[u] * scale) * wv[u];
         }
-        __syncthreads();
-        float scale = scale_s;
-        for (int j = threadIdx.x; j < (int)group; j += blockDim.x) ys[j] = (xs[j] * scale) * w[j];
-        __syncthreads(); // part and scale_s are reused by the next group
+        __syncthreads(); // y may alias x
     }
 }
 #endif
@@ -42,14 +40,20 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
     float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
     float pos = (float)io_row(io, row, ROW_POS);
     int pairs = n_rot / 2;
-    for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
-        int h = it / pairs, p = it % pairs;
+    // One thread per pair computes its rotation (n_rot ≤ 512), shared by the heads.
+    __shared__ float cs[256], sn[256];
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
         // θ is built by repeated float multiplication, as the oracle (and
         // ggml's cache) does, so its rounding is the same.
         float theta = pos;
         for (int q = 0; q < p; q++) theta *= theta_scale;
         float t = theta * fscale;
-        float c = (float)cos((double)t), s = (float)sin((double)t);
+        cs[p] = (float)cos((double)t), sn[p] = (float)sin((double)t);
+    }
+    __syncthreads();
+    for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
+        int h = it / pairs, p = it % pairs;
+        float c = cs[p], s = sn[p];
         float* v = x + ((size_t)row * n_head + h) * head_dim;
         int i0 = 2 * p, i1 = 2 * p + 1;
         if (neox) i0 = p, i1 = p + pairs;
@@ -120,7 +124,7 @@ struct FaArgs {
 // page lookup) and hands the V row's offset to the others by shuffle, so
 // a chunk's V loads are all independent.
 template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2* acc) {
-    constexpr int G = P2 == 1 ? 16 : 8; // V rows loaded at once
+    constexpr int G = P2 <= 2 ? 16 : 8; // V rows loaded at once
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D;
     bool vec8 = D % 8 == 0, even = D % 2 == 0;
@@ -194,24 +198,29 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
     __shared__ float wm[FA_WARPS], wl[FA_WARPS];
     __shared__ float wacc[FA_WARPS][FA_MAX_D];
     int row = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Every load the block needs first is issued before any is used (the
+    // request table and q have rows for the variant's whole capacity).
     int rows = io[IO_ROWS];
+    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
+    u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
+    const float* qr = q + ((size_t)row * n_head + h) * head_dim;
+    float qv = tid < (int)head_dim ? qr[tid] : 0.f;
     if (row >= rows || h >= (int)n_head || head_dim > FA_MAX_D) return;
     FaArgs a;
     a.D = head_dim;
     a.scale = __uint_as_float(scale_bits);
-    a.pos = io_row(io, row, ROW_POS);
-    int slot = io_row(io, row, ROW_SLOT), kvh = h / (n_head / n_head_kv);
+    a.pos = pos;
+    int kvh = h / (n_head / n_head_kv);
     a.kv = kv;
     a.kv_dim = n_head_kv * head_dim;
     a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
-    a.ptab = io + io[IO_PAGE_TABLE] + slot * io[IO_MAX_PAGES];
+    a.ptab = io + pt + slot * mp;
     a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
     a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
     a.qs = qs;
-    const float* qr = q + ((size_t)row * n_head + h) * head_dim;
     float* out = y + ((size_t)row * n_head + h) * head_dim;
     bool f16q = rows < 64;
-    for (int d = tid; d < (int)head_dim; d += blockDim.x) qs[d] = f16q ? round_f16(qr[d]) : qr[d];
+    if (tid < (int)head_dim) qs[tid] = f16q ? round_f16(qv) : qv; // head_dim ≤ blockDim.x
     __syncthreads();
     float m, l;
     float2 acc[FA_P2];

@@ -26,7 +26,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 extern "C" __global__ void __launch_bounds__(256, 4)
     NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     if constexpr (Fast<WT>::OK) {
-        mmv<WT>(x, w, bias, io, y, k, n, false);
+        mmv<WT>(x, w, io, k, n, mm_out(y, n, bias), false);
         return;
     }
     extern __shared__ float xs[];
@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
-    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, bias, io, y, k, n, false); // grid (mmqWidth, rows/MM_MR)
+    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias), false); // grid (mmqWidth, rows/MM_MR)
 }
 #endif
 
@@ -48,7 +48,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256, 4)
     NAME(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     if constexpr (Fast<WT>::OK) {
-        mmv<WT>(x, w, nullptr, io, logits, k, nv, true);
+        mmv<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
         return;
     }
     extern __shared__ float xs[];
@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
-    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, nullptr, io, logits, k, nv, true);
+    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
 #endif
 
@@ -146,4 +146,55 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     if ((threadIdx.x & 31) == 0) y[(size_t)row * n + j] += sum;
 }
+#endif
+
+#if FAMILY == 7 || FAMILY == 8 // the fused RMS norm + projections
+// rms_norm_qkv (7): q|k|v[row] = W_qkv·norm(x[row]) (+ b_qkv), W_qkv's rows
+// Q's, then K's, then V's. rms_norm_gate_up (8): gate|up[row] =
+// W_gate_up·norm(x[row]), f gate rows then f up rows. The integer types
+// normalize each activation row while quantizing it (mmv/mmq); the others
+// normalize into shared memory and take the float path, grid (n/MM_WARPS, rows).
+template <int T>
+__device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, const u8* w, const u32* io, int k, int n,
+    const MmOut& o, float eps, bool tile) {
+    if constexpr (Fast<T>::OK) {
+        if (tile) mmq<T>(x, w, io, k, n, o, false, wn, eps);
+        else mmv<T>(x, w, io, k, n, o, false, wn, eps);
+        return;
+    }
+    extern __shared__ float xs[]; // normalized row, then its rounding
+    int row = blockIdx.y;
+    if (row >= (int)io[IO_ROWS]) return;
+    const float* xr = x + (size_t)row * k;
+    float scale = rms_scale(xr, k, eps);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = (xr[i] * scale) * wn[i];
+    __syncthreads();
+    round_x<VT>(xs, xs + k, k); // T is WT
+    int j = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    if (j >= n) return;
+    float v = dot_row<T>(w + (size_t)j * row_bytes<T>(k), xs + k, k);
+    if ((threadIdx.x & 31) == 0) o.store(row, j, v);
+}
+#endif
+
+#if FAMILY == 7
+#define QKV_PARAMS                                                                                                     \
+    (const float* x, const float* w_norm, const u8* w_qkv, const float* b_qkv, const u32* io, float* q, float* kk,     \
+        float* v, u32 k, u32 n_q, u32 n_kv, u32 eps_bits)
+#define QKV_BODY(tile)                                                                                                 \
+    fused_norm_mm<WT>(x, w_norm, w_qkv, io, k, n_q + 2 * n_kv, MmOut{q, kk, v, (int)n_q, (int)n_kv, b_qkv},             \
+        __uint_as_float(eps_bits), tile)
+extern "C" __global__ void __launch_bounds__(256, 4) NAME QKV_PARAMS { QKV_BODY(false); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS { QKV_BODY(true); }
+#endif
+
+#if FAMILY == 8
+#define GU_PARAMS                                                                                                      \
+    (const float* x, const float* w_norm, const u8* w_gate_up, const u32* io, float* gate, float* up, u32 k, u32 f,     \
+        u32 eps_bits)
+#define GU_BODY(tile)                                                                                                  \
+    fused_norm_mm<WT>(x, w_norm, w_gate_up, io, k, 2 * f, MmOut{gate, up, up, (int)f, (int)f, nullptr},                \
+        __uint_as_float(eps_bits), tile)
+extern "C" __global__ void __launch_bounds__(256, 4) NAME GU_PARAMS { GU_BODY(false); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_PARAMS { GU_BODY(true); }
 #endif

@@ -44,21 +44,18 @@ func rmsNormQKV(t ggml.Type, a *Args) error {
 	}
 	var bias []float32
 	if b != nil {
-		bias = f32s(b)
+		bias = f32s(b)[:nq+2*nkv]
 	}
-	return gemm(a, t, n, w, rows, K, nq+2*nkv, func(i, j int, val float32) {
-		if bias != nil {
-			val += bias[j]
-		}
+	return gemm(a, t, n, w, rows, K, nq+2*nkv, func(i, j int) []float32 {
 		switch {
 		case j < nq:
-			q[i*nq+j] = val
+			return q[i*nq+j : (i+1)*nq]
 		case j < nq+nkv:
-			k[i*nkv+j-nq] = val
+			return k[i*nkv+j-nq : (i+1)*nkv]
 		default:
-			v[i*nkv+j-nq-nkv] = val
+			return v[i*nkv+j-nq-nkv : (i+1)*nkv]
 		}
-	}, nil)
+	}, bias, nil)
 }
 
 // rmsNormGateUp is RMS_NORM then the gate and up projections, over one
@@ -73,13 +70,12 @@ func rmsNormGateUp(t ggml.Type, a *Args) error {
 	if err := normRows(a, x, wn, n, rows, K, eps); err != nil {
 		return err
 	}
-	return gemm(a, t, n, w, rows, K, 2*f, func(i, j int, val float32) {
+	return gemm(a, t, n, w, rows, K, 2*f, func(i, j int) []float32 {
 		if j < f {
-			gate[i*f+j] = val
-		} else {
-			up[i*f+j-f] = val
+			return gate[i*f+j : (i+1)*f]
 		}
-	}, nil)
+		return up[i*f+j-f : (i+1)*f]
+	}, nil, nil)
 }
 
 // residualRMSNorm adds y into the residual x, then normalizes x into out.

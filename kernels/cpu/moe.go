@@ -30,7 +30,7 @@ func moeGateTopK(t ggml.Type, a *Args) error {
 	k, nExp, nUsed, norm := int(a.Push[0]), int(a.Push[1]), int(a.Push[2]), a.Push[3] != 0
 	rows := r.rows()
 	logits := make([]float32, rows*nExp)
-	if err := gemm(a, t, x, w, rows, k, nExp, func(i, j int, v float32) { logits[i*nExp+j] = v }, nil); err != nil {
+	if err := gemm(a, t, x, w, rows, k, nExp, func(i, j int) []float32 { return logits[i*nExp+j : (i+1)*nExp] }, nil, nil); err != nil {
 		return err
 	}
 	idx := make([]int, nExp)

@@ -71,28 +71,55 @@ func normRow(xs, ys, w []float32, eps float32) {
 func matmul(t ggml.Type, a *Args) error {
 	x, w, bias, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], req(a.Bufs[3]), f32s(a.Bufs[4])
 	k, n := int(a.Push[0]), int(a.Push[1])
-	return gemm(a, t, x, w, r.rows(), k, n, func(i, j int, v float32) {
-		if bias != nil {
-			v += f32s(bias)[j]
-		}
-		y[i*n+j] = v
-	}, nil)
+	var b []float32
+	if bias != nil {
+		b = f32s(bias)[:n]
+	}
+	return gemm(a, t, x, w, r.rows(), k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b, nil)
 }
 
-// gemm quantizes rows of x (k wide) and calls out(row, j, W_j·x_row) for
-// every active row and output feature j < n. keep, when set, filters rows.
-func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, out func(i, j int, v float32), keep func(i int) bool) error {
+// gemm quantizes rows of x (k wide) and writes W_j·x_row (+ bias[j] when
+// bias is set) for every active row and output feature j < n. dst(i, j)
+// returns the destination of row i's outputs from feature j on, up to the
+// end of the contiguous run that holds j (the caller's output may be
+// split into several arrays); keep, when set, filters rows.
+//
+// A single active row (decode) is a matrix-vector product: each worker
+// streams its share of the weight rows once through quant.MatVec, straight
+// into the destination. Several rows, all active (prefill), go through
+// VecDotRows, which loads each weight row once for all of them.
+func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, keep func(i int) bool) error {
 	vt := quant.VecDotType(t)
 	xb, wb := rowBytes(vt, k), rowBytes(t, k)
 	xq := a.work(rows * xb)
-	active := make([]int, 0, rows)
-	for i := 0; i < rows; i++ {
-		if keep == nil || keep(i) {
-			active = append(active, i)
+	var active []int
+	if keep != nil {
+		active = make([]int, 0, rows)
+		for i := 0; i < rows; i++ {
+			if keep(i) {
+				active = append(active, i)
+			}
 		}
 	}
-	if err := a.Pool.For(len(active), 4, func(_, lo, hi int) {
-		for _, i := range active[lo:hi] {
+	nact := rows
+	if keep != nil {
+		nact = len(active)
+	}
+	row := func(ai int) int {
+		if keep == nil {
+			return ai
+		}
+		return active[ai]
+	}
+	if nact == 1 {
+		// one row: quantize it here, no dispatch
+		i := row(0)
+		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[i*xb:(i+1)*xb]); err != nil {
+			return err
+		}
+	} else if err := a.Pool.For(nact, 4, func(_, lo, hi int) {
+		for ai := lo; ai < hi; ai++ {
+			i := row(ai)
 			if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[i*xb:(i+1)*xb]); err != nil {
 				panic(err)
 			}
@@ -100,25 +127,53 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, out func(
 	}); err != nil {
 		return err
 	}
+	if nact == 0 {
+		return nil
+	}
+	if nact == 1 {
+		i := row(0)
+		xi := xq[i*xb : (i+1)*xb]
+		return a.Pool.For(n, 16, func(_, lo, hi int) {
+			for j := lo; j < hi; {
+				d := dst(i, j)
+				m := min(len(d), hi-j)
+				d = d[:m]
+				quant.MatVec(t, k, w[j*wb:(j+m)*wb], xi, d)
+				if bias != nil {
+					for jj, bv := range bias[j : j+m] {
+						d[jj] += bv
+					}
+				}
+				j += m
+			}
+		})
+	}
 	// With every row active the activation rows are evenly strided, and
 	// VecDotRows can load (and unpack) each weight row once for all of them.
-	dense := rows > 1 && len(active) == rows
+	dense := nact == rows
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		var dots []float32
 		if dense {
 			dots = make([]float32, rows)
+		}
+		put := func(i, j int, v float32) {
+			if bias != nil {
+				v += bias[j]
+			}
+			dst(i, j)[0] = v
 		}
 		for j := lo; j < hi; j++ {
 			wr := w[j*wb : (j+1)*wb]
 			if dense {
 				quant.VecDotRows(t, k, wr, xq, xb, rows, dots)
 				for i, v := range dots {
-					out(i, j, v)
+					put(i, j, v)
 				}
 				continue
 			}
-			for _, i := range active {
-				out(i, j, quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb]))
+			for ai := 0; ai < nact; ai++ {
+				i := row(ai)
+				put(i, j, quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb]))
 			}
 		}
 	})
@@ -129,9 +184,10 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, out func(
 func lmHead(t ggml.Type, a *Args) error {
 	x, w, r, logits := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), f32s(a.Bufs[3])
 	k, nv := int(a.Push[0]), int(a.Push[1])
-	return gemm(a, t, x, w, r.rows(), k, nv, func(i, j int, v float32) {
-		logits[int(r.row(i, kernels.IORowSlot))*nv+j] = v
-	}, func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits != 0 })
+	return gemm(a, t, x, w, r.rows(), k, nv, func(i, j int) []float32 {
+		s := int(r.row(i, kernels.IORowSlot))
+		return logits[s*nv+j : (s+1)*nv]
+	}, nil, func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits != 0 })
 }
 
 // argmax picks each logits row's largest entry (the first on ties).

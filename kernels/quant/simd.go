@@ -6,6 +6,18 @@ import "github.com/zrtdev/zrt/format/ggml"
 // dot product of the weight row w with the activation row at x[r*xStride:].
 type rowsFunc func(n int, w, x []byte, xStride, rows int, out []float32)
 
+// matVecFunc is the many-weight-rows form: out[r] is the dot product of
+// the weight row at w[r*rowBytes:] with the activation row x.
+type matVecFunc func(n int, w, x []byte, out []float32)
+
+// simdTable is one level's kernels, indexed by type; a nil entry keeps the
+// pure-Go kernel (or the loop over it).
+type simdTable struct {
+	dot    [maxType]func(n int, w, x []byte) float32
+	rows   [maxType]rowsFunc
+	matVec [maxType]matVecFunc
+}
+
 var (
 	// genericDot keeps the pure-Go dot products, captured before any SIMD
 	// kernel replaces them in the table, so that the level can be lowered
@@ -14,6 +26,9 @@ var (
 	// rowsKernels holds the multi-row kernels of the current level; a nil
 	// entry means VecDotRows loops over the type's dot product.
 	rowsKernels [maxType]rowsFunc
+	// matVecKernels holds the many-row kernels of the current level; a nil
+	// entry means MatVec loops over the type's dot product.
+	matVecKernels [maxType]matVecFunc
 	// simdLevel is the level installed now.
 	simdLevel = simdNone
 )
@@ -33,14 +48,15 @@ func installSIMD() {
 func setSIMDLevel(level int) int {
 	prev := simdLevel
 	level = min(level, simdBest)
-	dot, rows := simdKernels(level)
+	tab := simdKernels(level)
 	for t := range kernels {
 		kernels[t].dot = genericDot[t]
-		if dot[t] != nil && genericDot[t] != nil {
-			kernels[t].dot = dot[t]
+		if tab.dot[t] != nil && genericDot[t] != nil {
+			kernels[t].dot = tab.dot[t]
 		}
 	}
-	rowsKernels = rows
+	rowsKernels = tab.rows
+	matVecKernels = tab.matVec
 	simdLevel = level
 	return prev
 }
@@ -62,5 +78,29 @@ func VecDotRows(t ggml.Type, n int, w []byte, xq []byte, xStride int, rows int, 
 	out = out[:rows]
 	for r := range out {
 		out[r] = dot(n, w, xq[r*xStride:])
+	}
+}
+
+// MatVec computes out[r] = VecDot(t, n, w[r*rb:], xq) for r < len(out),
+// where rb is the byte size of an n-element row of t: consecutive weight
+// rows against one activation row, the matrix-vector product of decode.
+// The weight rows are read as one sequential stream, and where a kernel
+// exists the whole range runs in one call, without a call per row. The
+// results equal VecDot's up to float32 summation order. Sizes are the
+// caller's to check (CheckVecDot for one row, and len(w) >= len(out)*rb);
+// invalid ones may panic. It does not allocate.
+func MatVec(t ggml.Type, n int, w []byte, xq []byte, out []float32) {
+	if len(out) == 0 {
+		return
+	}
+	if f := matVecKernels[t]; f != nil {
+		f(n, w, xq, out)
+		return
+	}
+	k := &kernels[t]
+	rb := n / k.blockSize * k.blockBytes
+	dot := k.dot
+	for r := range out {
+		out[r] = dot(n, w[r*rb:(r+1)*rb], xq)
 	}
 }

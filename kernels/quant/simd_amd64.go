@@ -50,12 +50,13 @@ var simdBest = func() int {
 	return simdAVX2
 }()
 
-// simdKernels returns the dot products for the given level, indexed by
-// type; a nil entry keeps the pure-Go kernel.
-func simdKernels(level int) (dot [maxType]func(n int, w, x []byte) float32, rows [maxType]rowsFunc) {
+// simdKernels returns the kernels for the given level, indexed by type; a
+// nil entry keeps the pure-Go kernel.
+func simdKernels(level int) (tab simdTable) {
 	if level < simdAVX2 {
 		return
 	}
+	dot, rows, mv := &tab.dot, &tab.rows, &tab.matVec
 	dot[ggml.F32] = dotF32AVX2
 	dot[ggml.F16] = dotF16AVX2
 	dot[ggml.Q4_K] = dotQ4_KAVX2
@@ -66,6 +67,8 @@ func simdKernels(level int) (dot [maxType]func(n int, w, x []byte) float32, rows
 		dot[ggml.Q4_0] = dotQ4_0VNNI
 		rows[ggml.Q8_0] = rowsQ8_0VNNI
 		rows[ggml.Q4_K] = rowsQ4_KVNNI
+		mv[ggml.Q4_K] = matVecQ4_KVNNI
+		mv[ggml.Q6_K] = matVecQ6_KVNNI
 	} else {
 		dot[ggml.Q8_0] = dotQ8_0AVX2
 		dot[ggml.Q4_0] = dotQ4_0AVX2
@@ -243,3 +246,35 @@ func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ6_KAVX2Asm(w, x *byte, nb int) float32
+
+// matVecQ4_KVNNI runs the AVX-512 many-row Q4_K kernel over all the rows
+// in one call.
+func matVecQ4_KVNNI(n int, w, x []byte, out []float32) {
+	nb := n / qkK
+	if nb == 0 {
+		clear(out)
+		return
+	}
+	_ = w[len(out)*nb*q4_KLen-1]
+	_ = x[nb*q8_KLen-1]
+	matVecQ4_KAsm(&w[0], &x[0], nb, len(out), &out[0])
+}
+
+//go:noescape
+func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
+
+// matVecQ6_KVNNI runs the AVX-512 many-row Q6_K kernel over all the rows
+// in one call.
+func matVecQ6_KVNNI(n int, w, x []byte, out []float32) {
+	nb := n / qkK
+	if nb == 0 {
+		clear(out)
+		return
+	}
+	_ = w[len(out)*nb*q6_KLen-1]
+	_ = x[nb*q8_KLen-1]
+	matVecQ6_KAsm(&w[0], &x[0], nb, len(out), &out[0])
+}
+
+//go:noescape
+func matVecQ6_KAsm(w, x *byte, nb, rows int, out *float32)

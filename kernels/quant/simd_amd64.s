@@ -806,3 +806,301 @@ DATA lane4<>+104(SB)/8, $0x0000000300000003
 DATA lane4<>+112(SB)/8, $0x0000000300000003
 DATA lane4<>+120(SB)/8, $0x0000000300000003
 GLOBL lane4<>(SB), RODATA|NOPTR, $128
+
+// ---- many weight rows · one activation row (decode), AVX-512
+//
+// The matVec kernels walk rows consecutive weight rows (one sequential
+// stream) against the same activation row, writing one float per row, so
+// a matrix-vector product is one call. Within a row they work on ZMM
+// registers: 64 quants per instruction.
+
+// PREFETCH3 prefetches 144 bytes at off(SI): three lines 48 bytes apart
+// cover every line of a stream advancing 144 bytes per iteration.
+#define PREFETCH3(off) \
+	PREFETCHT0 off(SI) \
+	PREFETCHT0 off+48(SI) \
+	PREFETCHT0 off+96(SI)
+
+// HSUMZ leaves in X0's low lane the sum of Z0's sixteen float lanes minus
+// the sum of X1's four; X11 is scratch.
+#define HSUMZ \
+	VEXTRACTF64X4 $1, Z0, Y11 \
+	VADDPS        Y11, Y0, Y0 \
+	VEXTRACTF128  $1, Y0, X11 \
+	VADDPS        X11, X0, X0 \
+	VSUBPS        X1, X0, X0 \
+	VPERMILPS     $0x4e, X0, X11 \
+	VADDPS        X11, X0, X0 \
+	VPERMILPS     $0xb1, X0, X11 \
+	VADDPS        X11, X0, X0
+
+// K4Q128 adds to Z15 the scaled sums of 128 quants of a Q4_K block: qs
+// bytes at q(SI) (64 of them: chunk 2h's 32 bytes, then chunk 2h+1's),
+// activations at y(DI) (128), word scales for the four sub-blocks in SA
+// (chunk 2h: sub-block 4h in words 0-15, 4h+1 in 16-31) and SB. The low
+// and high nibbles of each 32-byte chunk are elements 0-31 and 32-63 of
+// it, so VSHUFI64X2 pairs them in element order.
+#define K4Q128(q, y, SA, SB) \
+	VMOVDQU64  q(SI), Z11 \
+	VPSRLW     $4, Z11, Z12 \
+	VPANDD     Z31, Z11, Z11 \
+	VPANDD     Z31, Z12, Z12 \
+	VSHUFI64X2 $0x44, Z12, Z11, Z13 \
+	VSHUFI64X2 $0xee, Z12, Z11, Z14 \
+	VPMADDUBSW y(DI), Z13, Z13 \
+	VPMADDUBSW y+64(DI), Z14, Z14 \
+	VPDPWSSD   SA, Z13, Z15 \
+	VPDPWSSD   SB, Z14, Z15
+
+// func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
+//
+// Per block: the 12 scale bytes are unpacked in one XMM (the same field
+// extraction as K4SCALES, one 32-bit word per lane), widened to words, and
+// VPERMW spreads them into the four chunks' scale vectors; the mins term
+// pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums are exact
+// (same ranges as dotQ4_KAVX2Asm) and the float work is d*xd times the
+// block's int32 lanes, dmin*xd times the mins' four lanes.
+TEXT ·matVecQ4_KAsm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), R8
+	MOVQ         nb+16(FP), R9
+	MOVQ         rows+24(FP), R10
+	MOVQ         out+32(FP), R11
+	VPBROADCASTD c0F<>(SB), Z31
+	VMOVDQU64    k4perm<>+0(SB), Z27
+	VMOVDQU64    k4perm<>+64(SB), Z28
+	VMOVDQU64    k4perm<>+128(SB), Z29
+	VMOVDQU64    k4perm<>+192(SB), Z30
+	VMOVDQU64    k4unpack<>+0(SB), X26
+	VMOVDQU64    k4unpack<>+16(SB), X25
+	VMOVDQU64    k4unpack<>+32(SB), X24
+
+mvq4krow:
+	MOVQ   R8, DI
+	MOVQ   R9, CX
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
+
+mvq4kblock:
+	PREFETCH3(1152)
+	// scales (bytes sc0-7, mins m0-7) → words in Y3
+	VMOVDQU    4(SI), X2
+	VPSHUFD    $0x98, X2, X3
+	VPSRLVD    X26, X3, X3
+	VPANDD     X25, X3, X3
+	VPSHUFD    $0x50, X2, X4
+	VPSRLD     $2, X4, X4
+	VPTERNLOGD $0xf8, X24, X4, X3
+	VPMOVZXBW  X3, Y3
+	VPERMW     Z3, Z27, Z16
+	VPERMW     Z3, Z28, Z17
+	VPERMW     Z3, Z29, Z18
+	VPERMW     Z3, Z30, Z19
+
+	// mins: sum_j m_j*(bsum[2j]+bsum[2j+1]) in four int32 lanes
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
+	VEXTRACTI128 $1, Y3, X6
+	VPMADDWD     X6, X5, X5
+	VCVTDQ2PS    X5, X5
+
+	// [d, dmin]*xd
+	VMOVD        (SI), X7
+	VCVTPH2PS    X7, X7
+	VBROADCASTSS (DI), X8
+	VMULPS       X8, X7, X7
+	VPERMILPS    $0x55, X7, X9
+	VFMADD231PS  X9, X5, X1
+	VBROADCASTSS X7, Z10
+
+	VPXORD      Z15, Z15, Z15
+	K4Q128(16, 4, Z16, Z17)
+	K4Q128(80, 132, Z18, Z19)
+	VCVTDQ2PS   Z15, Z15
+	VFMADD231PS Z10, Z15, Z0
+
+	ADDQ $144, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  mvq4kblock
+
+	HSUMZ
+	VMOVSS X0, (R11)
+	ADDQ   $4, R11
+	DECQ   R10
+	JNZ    mvq4krow
+	VZEROUPPER
+	RET
+
+// k4perm: VPERMW indices making chunk c's scale vector (words 0-15 take
+// scale 2c, words 16-31 scale 2c+1).
+DATA k4perm<>+0(SB)/8, $0x0000000000000000
+DATA k4perm<>+8(SB)/8, $0x0000000000000000
+DATA k4perm<>+16(SB)/8, $0x0000000000000000
+DATA k4perm<>+24(SB)/8, $0x0000000000000000
+DATA k4perm<>+32(SB)/8, $0x0001000100010001
+DATA k4perm<>+40(SB)/8, $0x0001000100010001
+DATA k4perm<>+48(SB)/8, $0x0001000100010001
+DATA k4perm<>+56(SB)/8, $0x0001000100010001
+DATA k4perm<>+64(SB)/8, $0x0002000200020002
+DATA k4perm<>+72(SB)/8, $0x0002000200020002
+DATA k4perm<>+80(SB)/8, $0x0002000200020002
+DATA k4perm<>+88(SB)/8, $0x0002000200020002
+DATA k4perm<>+96(SB)/8, $0x0003000300030003
+DATA k4perm<>+104(SB)/8, $0x0003000300030003
+DATA k4perm<>+112(SB)/8, $0x0003000300030003
+DATA k4perm<>+120(SB)/8, $0x0003000300030003
+DATA k4perm<>+128(SB)/8, $0x0004000400040004
+DATA k4perm<>+136(SB)/8, $0x0004000400040004
+DATA k4perm<>+144(SB)/8, $0x0004000400040004
+DATA k4perm<>+152(SB)/8, $0x0004000400040004
+DATA k4perm<>+160(SB)/8, $0x0005000500050005
+DATA k4perm<>+168(SB)/8, $0x0005000500050005
+DATA k4perm<>+176(SB)/8, $0x0005000500050005
+DATA k4perm<>+184(SB)/8, $0x0005000500050005
+DATA k4perm<>+192(SB)/8, $0x0006000600060006
+DATA k4perm<>+200(SB)/8, $0x0006000600060006
+DATA k4perm<>+208(SB)/8, $0x0006000600060006
+DATA k4perm<>+216(SB)/8, $0x0006000600060006
+DATA k4perm<>+224(SB)/8, $0x0007000700070007
+DATA k4perm<>+232(SB)/8, $0x0007000700070007
+DATA k4perm<>+240(SB)/8, $0x0007000700070007
+DATA k4perm<>+248(SB)/8, $0x0007000700070007
+GLOBL k4perm<>(SB), RODATA|NOPTR, $256
+
+// k4unpack: per-lane shift counts [0, 0, 0, 4], the masks [0x3f, 0x0f,
+// 0x3f, 0x0f] and [0, 0x30, 0, 0x30] (bytewise) of the vector scale
+// unpacking in matVecQ4_KAsm. Lanes (from [a, c, b, c] and [a, a, b, b],
+// a, b, c the three words of the scale bytes): sc0-3 = a&0x3f, sc4-7 =
+// c&0x0f | (a>>2)&0x30, m0-3 = b&0x3f, m4-7 = (c>>4)&0x0f | (b>>2)&0x30.
+DATA k4unpack<>+0(SB)/8, $0x0000000000000000
+DATA k4unpack<>+8(SB)/8, $0x0000000400000000
+DATA k4unpack<>+16(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA k4unpack<>+24(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA k4unpack<>+32(SB)/8, $0x3030303000000000
+DATA k4unpack<>+40(SB)/8, $0x3030303000000000
+GLOBL k4unpack<>(SB), RODATA|NOPTR, $48
+
+// Q6KH128 adds to Z15 the scale-weighted sums of one 128-quant half of a
+// Q6_K block: ql bytes at ql(SI) (64), qh at qh(SI) (32), activations at
+// y(DI). Low nibbles of ql are the half's elements 0-63 in order, high
+// nibbles 64-127; their two top bits come from qh bits 0-1, 2-3 (elements
+// 0-31, 32-63), 4-5 and 6-7 (64-95, 96-127), so [qh, qh>>2] shifted left
+// by 4, or not, and masked with 0x30 supplies them for 64 quants at once.
+// SA and SB are the word scale vectors of the half's sub-blocks 0-3 and
+// 4-7 (eight words per sixteen quants). Z29 holds 0x0f bytes, Z30 0x30.
+#define Q6KH128(ql, qh, y, SA, SB) \
+	VMOVDQU64   ql(SI), Z11 \
+	VMOVDQU     qh(SI), Y12 \
+	VPSRLW      $2, Y12, Y13 \
+	VINSERTI64X4 $1, Y13, Z12, Z12 \
+	VPSLLW      $4, Z12, Z13 \
+	VPANDD      Z30, Z13, Z13 \
+	VPTERNLOGD  $0xf8, Z29, Z11, Z13 \
+	VPSRLW      $4, Z11, Z11 \
+	VPANDD      Z30, Z12, Z12 \
+	VPTERNLOGD  $0xf8, Z29, Z11, Z12 \
+	VPMADDUBSW  y(DI), Z13, Z13 \
+	VPMADDUBSW  y+64(DI), Z12, Z12 \
+	VPDPWSSD    SA, Z13, Z15 \
+	VPDPWSSD    SB, Z12, Z15
+
+// func matVecQ6_KAsm(w, x *byte, nb, rows int, out *float32)
+//
+// The quants are stored biased by 32: as in dotQ6_KAVX2Asm the sum is
+// sum(sc*q*y) - 32*sum_k sc_k*bsum_k, all in exact int32 lanes (a
+// VPMADDUBSW pair is within 2*63*128, times a scale of magnitude <= 128).
+TEXT ·matVecQ6_KAsm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), R8
+	MOVQ         nb+16(FP), R9
+	MOVQ         rows+24(FP), R10
+	MOVQ         out+32(FP), R11
+	VPBROADCASTD c0F<>(SB), Z29
+	VPBROADCASTD c30<>(SB), Z30
+	VMOVDQU64    q6perm<>+0(SB), Z25
+	VMOVDQU64    q6perm<>+64(SB), Z26
+	VMOVDQU64    q6perm<>+128(SB), Z27
+	VMOVDQU64    q6perm<>+192(SB), Z28
+	VXORPS       X1, X1, X1
+
+mvq6krow:
+	MOVQ   R8, DI
+	MOVQ   R9, CX
+	VXORPS X0, X0, X0
+
+mvq6kblock:
+	PREFETCHT0 1680(SI)
+	PREFETCHT0 1740(SI)
+	PREFETCHT0 1800(SI)
+	PREFETCHT0 1860(SI)
+
+	// scales as words, spread per sixteen quants; the bias term
+	VPMOVSXBW  192(SI), Y3
+	VPERMW     Z3, Z25, Z16
+	VPERMW     Z3, Z26, Z17
+	VPERMW     Z3, Z27, Z18
+	VPERMW     Z3, Z28, Z19
+	VPMADDWD   260(DI), Y3, Y4
+	VPSLLD     $5, Y4, Y4
+	VPXORD     Z15, Z15, Z15
+	VPSUBD     Z4, Z15, Z15
+
+	// d*xd
+	VPBROADCASTW 208(SI), Y7
+	VCVTPH2PS    Y7, Z7
+	VMULPS.BCST  (DI), Z7, Z10
+
+	Q6KH128(0, 128, 4, Z16, Z17)
+	Q6KH128(64, 160, 132, Z18, Z19)
+	VCVTDQ2PS   Z15, Z15
+	VFMADD231PS Z10, Z15, Z0
+
+	ADDQ $210, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  mvq6kblock
+
+	HSUMZ
+	VMOVSS X0, (R11)
+	ADDQ   $4, R11
+	DECQ   R10
+	JNZ    mvq6krow
+	VZEROUPPER
+	RET
+
+// q6perm: VPERMW indices spreading the sixteen scale words over 64 quants
+// (32 words) at a time: vector g takes scales 4g..4g+3, eight words each.
+DATA q6perm<>+0(SB)/8, $0x0000000000000000
+DATA q6perm<>+8(SB)/8, $0x0000000000000000
+DATA q6perm<>+16(SB)/8, $0x0001000100010001
+DATA q6perm<>+24(SB)/8, $0x0001000100010001
+DATA q6perm<>+32(SB)/8, $0x0002000200020002
+DATA q6perm<>+40(SB)/8, $0x0002000200020002
+DATA q6perm<>+48(SB)/8, $0x0003000300030003
+DATA q6perm<>+56(SB)/8, $0x0003000300030003
+DATA q6perm<>+64(SB)/8, $0x0004000400040004
+DATA q6perm<>+72(SB)/8, $0x0004000400040004
+DATA q6perm<>+80(SB)/8, $0x0005000500050005
+DATA q6perm<>+88(SB)/8, $0x0005000500050005
+DATA q6perm<>+96(SB)/8, $0x0006000600060006
+DATA q6perm<>+104(SB)/8, $0x0006000600060006
+DATA q6perm<>+112(SB)/8, $0x0007000700070007
+DATA q6perm<>+120(SB)/8, $0x0007000700070007
+DATA q6perm<>+128(SB)/8, $0x0008000800080008
+DATA q6perm<>+136(SB)/8, $0x0008000800080008
+DATA q6perm<>+144(SB)/8, $0x0009000900090009
+DATA q6perm<>+152(SB)/8, $0x0009000900090009
+DATA q6perm<>+160(SB)/8, $0x000a000a000a000a
+DATA q6perm<>+168(SB)/8, $0x000a000a000a000a
+DATA q6perm<>+176(SB)/8, $0x000b000b000b000b
+DATA q6perm<>+184(SB)/8, $0x000b000b000b000b
+DATA q6perm<>+192(SB)/8, $0x000c000c000c000c
+DATA q6perm<>+200(SB)/8, $0x000c000c000c000c
+DATA q6perm<>+208(SB)/8, $0x000d000d000d000d
+DATA q6perm<>+216(SB)/8, $0x000d000d000d000d
+DATA q6perm<>+224(SB)/8, $0x000e000e000e000e
+DATA q6perm<>+232(SB)/8, $0x000e000e000e000e
+DATA q6perm<>+240(SB)/8, $0x000f000f000f000f
+DATA q6perm<>+248(SB)/8, $0x000f000f000f000f
+GLOBL q6perm<>(SB), RODATA|NOPTR, $256

@@ -12,6 +12,6 @@ const (
 
 var simdBest = simdNone
 
-func simdKernels(level int) (dot [maxType]func(n int, w, x []byte) float32, rows [maxType]rowsFunc) {
+func simdKernels(level int) (tab simdTable) {
 	return
 }

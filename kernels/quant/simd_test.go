@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"sync"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/ggml"
@@ -204,6 +205,47 @@ func TestVecDotRowsMatchesVecDot(t *testing.T) {
 	}
 }
 
+// TestMatVecMatchesGeneric checks the many-row kernels against the pure-Go
+// dot product of each row, at every level, for awkward row lengths and
+// counts, and that nothing past len(out) is written.
+func TestMatVecMatchesGeneric(t *testing.T) {
+	rng := rand.New(rand.NewSource(13))
+	for _, typ := range weightTypes {
+		ti, _ := typ.Info()
+		for _, n := range elementCounts(typ) {
+			rb := n / ti.BlockSize * ti.BlockBytes
+			for _, rows := range []int{1, 2, 3, 5, 17} {
+				w := make([]byte, rows*rb)
+				for r := 0; r < rows; r++ {
+					copy(w[r*rb:], awkwardRow(rng, typ, n))
+				}
+				xq := quantizedActivations(t, rng, VecDotType(typ), n)
+				want := make([]float32, rows)
+				tol := make([]float64, rows)
+				for r := range want {
+					want[r] = genericDot[typ](n, w[r*rb:(r+1)*rb], xq)
+					tol[r] = 1e-5*absTerms(t, typ, n, w[r*rb:(r+1)*rb], xq) + 1e-30
+				}
+				for _, l := range levels() {
+					atLevel(l, func() {
+						out := make([]float32, rows+1)
+						out[rows] = 42
+						MatVec(typ, n, w, xq, out[:rows])
+						if out[rows] != 42 {
+							t.Fatalf("%v n=%d level %s rows=%d: wrote past the rows", typ, n, levelNames[l], rows)
+						}
+						for r := range want {
+							if d := math.Abs(float64(out[r]) - float64(want[r])); d > tol[r] || math.IsNaN(float64(out[r])) {
+								t.Fatalf("%v n=%d level %s rows=%d row %d: %v, generic %v (diff %g > %g)", typ, n, levelNames[l], rows, r, out[r], want[r], d, tol[r])
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
 // TestGenericLevel runs the dequantization cross-check and the allocation
 // test with the pure-Go kernels forced, so that the fallback stays tested
 // on machines where assembly would otherwise always win.
@@ -280,6 +322,71 @@ func BenchmarkVecDotRows(b *testing.B) {
 				b.SetBytes(int64(len(w)) * rows)
 				for b.Loop() {
 					VecDotRows(typ, n, w, xq, xb, rows, out)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkMatVecStream measures decode's matrix-vector product: many
+// consecutive weight rows (n = 768 or 2048, as in small models) against one
+// activation row, over 96 MiB of weights so that they stream from memory.
+func BenchmarkMatVecStream(b *testing.B) {
+	const total = 96 << 20
+	rng := rand.New(rand.NewSource(9))
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K} {
+		for _, n := range []int{768, 2048} {
+			ti, _ := typ.Info()
+			wb := n / ti.BlockSize * ti.BlockBytes
+			rows := total / wb
+			w := make([]byte, rows*wb)
+			one := randomRow(rng, typ, n)
+			for r := 0; r < rows; r++ {
+				copy(w[r*wb:], one)
+			}
+			vt := VecDotType(typ)
+			vti, _ := vt.Info()
+			xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
+			if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
+				b.Fatal(err)
+			}
+			out := make([]float32, rows)
+			b.Run(fmt.Sprintf("%v/n=%d/rowwise", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				for b.Loop() {
+					for r := range out {
+						out[r] = VecDot(typ, n, w[r*wb:(r+1)*wb], xq)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%v/n=%d/matvec", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				for b.Loop() {
+					MatVec(typ, n, w, xq, out)
+				}
+			})
+			// two threads on the two halves, as decode runs it
+			b.Run(fmt.Sprintf("%v/n=%d/matvec-2t", typ, n), func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				h := rows / 2
+				for b.Loop() {
+					var wg sync.WaitGroup
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						MatVec(typ, n, w[h*wb:], xq, out[h:])
+					}()
+					MatVec(typ, n, w, xq, out[:h])
+					wg.Wait()
+				}
+			})
+			// the same rows from cache: the kernel's compute bound
+			const cached = 256 << 10
+			b.Run(fmt.Sprintf("%v/n=%d/matvec-L2", typ, n), func(b *testing.B) {
+				m := cached / wb
+				b.SetBytes(int64(m * wb))
+				for b.Loop() {
+					MatVec(typ, n, w[:m*wb], xq, out[:m])
 				}
 			})
 		}

@@ -69,6 +69,8 @@ func simdKernels(level int) (tab simdTable) {
 		rows[ggml.Q4_K] = rowsQ4_KVNNI
 		mv[ggml.Q4_K] = matVecQ4_KVNNI
 		mv[ggml.Q6_K] = matVecQ6_KVNNI
+		mv[ggml.Q8_0] = matVecQ8_0VNNI
+		mv[ggml.Q4_0] = matVecQ4_0VNNI
 	} else {
 		dot[ggml.Q8_0] = dotQ8_0AVX2
 		dot[ggml.Q4_0] = dotQ4_0AVX2
@@ -278,3 +280,33 @@ func matVecQ6_KVNNI(n int, w, x []byte, out []float32) {
 
 //go:noescape
 func matVecQ6_KAsm(w, x *byte, nb, rows int, out *float32)
+
+// matVecQ8_0VNNI and matVecQ4_0VNNI run the AVX-512 many-row kernels for
+// the 32-element formats over all the rows in one call.
+func matVecQ8_0VNNI(n int, w, x []byte, out []float32) {
+	nb := n / qk
+	if nb == 0 {
+		clear(out)
+		return
+	}
+	_ = w[len(out)*nb*q8_0Len-1]
+	_ = x[nb*q8_0Len-1]
+	matVecQ8_0Asm(&w[0], &x[0], nb, len(out), &out[0])
+}
+
+func matVecQ4_0VNNI(n int, w, x []byte, out []float32) {
+	nb := n / qk
+	if nb == 0 {
+		clear(out)
+		return
+	}
+	_ = w[len(out)*nb*q4_0Len-1]
+	_ = x[nb*q8_0Len-1]
+	matVecQ4_0Asm(&w[0], &x[0], nb, len(out), &out[0])
+}
+
+//go:noescape
+func matVecQ8_0Asm(w, x *byte, nb, rows int, out *float32)
+
+//go:noescape
+func matVecQ4_0Asm(w, x *byte, nb, rows int, out *float32)

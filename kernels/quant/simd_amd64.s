@@ -1104,3 +1104,165 @@ DATA q6perm<>+232(SB)/8, $0x000e000e000e000e
 DATA q6perm<>+240(SB)/8, $0x000f000f000f000f
 DATA q6perm<>+248(SB)/8, $0x000f000f000f000f
 GLOBL q6perm<>(SB), RODATA|NOPTR, $256
+
+// PAIRSCALE sets Z5 to the two blocks' combined scales, dw0*dx0 in lanes
+// 0-7 and dw1*dx1 in lanes 8-15, for weight blocks at (SI) and wb(SI) and
+// activation blocks at (DI) and 34(DI); Z14 holds the VPERMPS indices
+// [0 x8, 1 x8]. X6 is scratch, AX clobbered. VCVTPH2PS is exact and each
+// product is rounded once, as in the one-block kernels.
+#define PAIRSCALE(wb) \
+	MOVWLZX     (SI), AX \
+	VMOVD       AX, X5 \
+	VPINSRW     $1, wb(SI), X5, X5 \
+	VPINSRW     $2, (DI), X5, X5 \
+	VPINSRW     $3, 34(DI), X5, X5 \
+	VCVTPH2PS   X5, X5 \
+	VMOVHLPS    X5, X5, X6 \
+	VMULPS      X6, X5, X5 \
+	VPERMPS     Z5, Z14, Z5
+
+// func matVecQ8_0Asm(w, x *byte, nb, rows int, out *float32)
+//
+// Two blocks per step in one ZMM: the Q80VNNI arithmetic (w+128 unsigned
+// against signed x by VPDPBUSD, minus the same instruction's 128*x sums),
+// exact in int32 lanes, then one float multiply-add by the pair's scales.
+// An odd last block goes through the YMM form.
+TEXT ·matVecQ8_0Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), R8
+	MOVQ         nb+16(FP), R9
+	MOVQ         rows+24(FP), R10
+	MOVQ         out+32(FP), R11
+	VPBROADCASTD c80<>(SB), Z15
+	VMOVDQU64    pairidx<>(SB), Z14
+
+mvq80row:
+	MOVQ   R8, DI
+	MOVQ   R9, CX
+	SHRQ   $1, CX
+	VXORPS X0, X0, X0
+	JZ     mvq80tail
+
+mvq80pair:
+	PREFETCHT0   1088(SI)
+	PREFETCHT0   1152(SI)
+	VMOVDQU      2(SI), Y1
+	VINSERTI64X4 $1, 36(SI), Z1, Z1
+	VPXORD       Z15, Z1, Z1
+	VMOVDQU      2(DI), Y2
+	VINSERTI64X4 $1, 36(DI), Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPDPBUSD     Z2, Z1, Z3
+	VPXORD       Z4, Z4, Z4
+	VPDPBUSD     Z2, Z15, Z4
+	VPSUBD       Z4, Z3, Z3
+	VCVTDQ2PS    Z3, Z3
+	PAIRSCALE(34)
+	VFMADD231PS  Z5, Z3, Z0
+	ADDQ         $68, SI
+	ADDQ         $68, DI
+	DECQ         CX
+	JNZ          mvq80pair
+
+mvq80tail:
+	VEXTRACTF64X4 $1, Z0, Y7
+	VADDPS        Y7, Y0, Y0
+	TESTQ         $1, R9
+	JZ            mvq80sum
+	VPXOR         2(SI), Y15, Y1
+	F16MUL((SI), (DI), X5, Y5, X6)
+	Q80VNNI(2(DI), Y0)
+	ADDQ          $34, SI
+
+mvq80sum:
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, (R11)
+	ADDQ   $4, R11
+	DECQ   R10
+	JNZ    mvq80row
+	VZEROUPPER
+	RET
+
+// func matVecQ4_0Asm(w, x *byte, nb, rows int, out *float32)
+//
+// Two blocks per step: their 32 quant bytes make [q0, q1], the nibbles
+// [q0 low, q1 low, q0 high, q1 high] in 16-byte lanes, reordered to
+// element order [q0 low, q0 high, q1 low, q1 high]; then dotQ4_0VNNIAsm's
+// exact sum(q*x) - sum(8*x) by VPDPBUSD. An odd last block goes through
+// the YMM form.
+TEXT ·matVecQ4_0Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), R8
+	MOVQ         nb+16(FP), R9
+	MOVQ         rows+24(FP), R10
+	MOVQ         out+32(FP), R11
+	VPBROADCASTD c0F<>(SB), Z15
+	VPBROADCASTD c08<>(SB), Z13
+	VMOVDQU64    pairidx<>(SB), Z14
+
+mvq40row:
+	MOVQ   R8, DI
+	MOVQ   R9, CX
+	SHRQ   $1, CX
+	VXORPS X0, X0, X0
+	JZ     mvq40tail
+
+mvq40pair:
+	PREFETCHT0   576(SI)
+	VMOVDQU      2(SI), X1
+	VINSERTI128  $1, 20(SI), Y1, Y1
+	VPSRLW       $4, Y1, Y2
+	VINSERTI64X4 $1, Y2, Z1, Z1
+	VPANDD       Z15, Z1, Z1
+	VSHUFI64X2   $0xd8, Z1, Z1, Z1
+	VMOVDQU      2(DI), Y2
+	VINSERTI64X4 $1, 36(DI), Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPDPBUSD     Z2, Z1, Z3
+	VPXORD       Z4, Z4, Z4
+	VPDPBUSD     Z2, Z13, Z4
+	VPSUBD       Z4, Z3, Z3
+	VCVTDQ2PS    Z3, Z3
+	PAIRSCALE(18)
+	VFMADD231PS  Z5, Z3, Z0
+	ADDQ         $36, SI
+	ADDQ         $68, DI
+	DECQ         CX
+	JNZ          mvq40pair
+
+mvq40tail:
+	VEXTRACTF64X4 $1, Z0, Y7
+	VADDPS        Y7, Y0, Y0
+	TESTQ         $1, R9
+	JZ            mvq40sum
+	Q40NIB(2(SI))
+	VMOVDQU       2(DI), Y2
+	VPXOR         Y3, Y3, Y3
+	VPDPBUSD      Y2, Y1, Y3
+	VPXOR         Y4, Y4, Y4
+	VPDPBUSD      Y2, Y13, Y4
+	VPSUBD        Y4, Y3, Y3
+	VCVTDQ2PS     Y3, Y3
+	F16MUL((SI), (DI), X5, Y5, X6)
+	VFMADD231PS   Y5, Y3, Y0
+	ADDQ          $18, SI
+
+mvq40sum:
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, (R11)
+	ADDQ   $4, R11
+	DECQ   R10
+	JNZ    mvq40row
+	VZEROUPPER
+	RET
+
+// pairidx: VPERMPS indices [0 x8, 1 x8].
+DATA pairidx<>+0(SB)/8, $0
+DATA pairidx<>+8(SB)/8, $0
+DATA pairidx<>+16(SB)/8, $0
+DATA pairidx<>+24(SB)/8, $0
+DATA pairidx<>+32(SB)/8, $0x0000000100000001
+DATA pairidx<>+40(SB)/8, $0x0000000100000001
+DATA pairidx<>+48(SB)/8, $0x0000000100000001
+DATA pairidx<>+56(SB)/8, $0x0000000100000001
+GLOBL pairidx<>(SB), RODATA|NOPTR, $64

@@ -16,6 +16,8 @@ type simdTable struct {
 	dot    [maxType]func(n int, w, x []byte) float32
 	rows   [maxType]rowsFunc
 	matVec [maxType]matVecFunc
+	// quant replaces activation quantizers; the bytes must stay identical
+	quant [maxType]func(x []float32, dst []byte)
 }
 
 var (
@@ -23,6 +25,8 @@ var (
 	// kernel replaces them in the table, so that the level can be lowered
 	// again (tests force the fallback with setSIMDLevel(simdNone)).
 	genericDot [maxType]func(n int, w, x []byte) float32
+	// genericQuant keeps the pure-Go activation quantizers the same way.
+	genericQuant [maxType]func(x []float32, dst []byte)
 	// rowsKernels holds the multi-row kernels of the current level; a nil
 	// entry means VecDotRows loops over the type's dot product.
 	rowsKernels [maxType]rowsFunc
@@ -38,6 +42,7 @@ var (
 func installSIMD() {
 	for t := range kernels {
 		genericDot[t] = kernels[t].dot
+		genericQuant[t] = kernels[t].quant
 	}
 	setSIMDLevel(simdBest)
 }
@@ -53,6 +58,10 @@ func setSIMDLevel(level int) int {
 		kernels[t].dot = genericDot[t]
 		if tab.dot[t] != nil && genericDot[t] != nil {
 			kernels[t].dot = tab.dot[t]
+		}
+		kernels[t].quant = genericQuant[t]
+		if tab.quant[t] != nil && genericQuant[t] != nil {
+			kernels[t].quant = tab.quant[t]
 		}
 	}
 	rowsKernels = tab.rows

@@ -71,6 +71,8 @@ func simdKernels(level int) (tab simdTable) {
 		mv[ggml.Q6_K] = matVecQ6_KVNNI
 		mv[ggml.Q8_0] = matVecQ8_0VNNI
 		mv[ggml.Q4_0] = matVecQ4_0VNNI
+		tab.quant[ggml.Q8_K] = quantQ8_KAVX512
+		tab.quant[ggml.Q8_0] = quantQ8_0AVX512
 	} else {
 		dot[ggml.Q8_0] = dotQ8_0AVX2
 		dot[ggml.Q4_0] = dotQ4_0AVX2
@@ -310,3 +312,31 @@ func matVecQ8_0Asm(w, x *byte, nb, rows int, out *float32)
 
 //go:noescape
 func matVecQ4_0Asm(w, x *byte, nb, rows int, out *float32)
+
+// quantQ8_KAVX512 is quantQ8_K in AVX-512, byte for byte.
+func quantQ8_KAVX512(x []float32, dst []byte) {
+	nb := len(x) / qkK
+	if nb == 0 {
+		return
+	}
+	_ = x[nb*qkK-1]
+	_ = dst[nb*q8_KLen-1]
+	quantQ8_KAsm(&x[0], &dst[0], nb)
+}
+
+//go:noescape
+func quantQ8_KAsm(x *float32, dst *byte, nb int)
+
+// quantQ8_0AVX512 is quantQ8_0 in AVX-512, byte for byte.
+func quantQ8_0AVX512(x []float32, dst []byte) {
+	nb := len(x) / qk
+	if nb == 0 {
+		return
+	}
+	_ = x[nb*qk-1]
+	_ = dst[nb*q8_0Len-1]
+	quantQ8_0Asm(&x[0], &dst[0], nb)
+}
+
+//go:noescape
+func quantQ8_0Asm(x *float32, dst *byte, nb int)

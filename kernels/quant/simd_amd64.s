@@ -821,18 +821,17 @@ GLOBL lane4<>(SB), RODATA|NOPTR, $128
 	PREFETCHT0 off+48(SI) \
 	PREFETCHT0 off+96(SI)
 
-// HSUMZ leaves in X0's low lane the sum of Z0's sixteen float lanes minus
-// the sum of X1's four; X11 is scratch.
-#define HSUMZ \
-	VEXTRACTF64X4 $1, Z0, Y11 \
-	VADDPS        Y11, Y0, Y0 \
-	VEXTRACTF128  $1, Y0, X11 \
-	VADDPS        X11, X0, X0 \
-	VSUBPS        X1, X0, X0 \
-	VPERMILPS     $0x4e, X0, X11 \
-	VADDPS        X11, X0, X0 \
-	VPERMILPS     $0xb1, X0, X11 \
-	VADDPS        X11, X0, X0
+// HSUMK leaves in X0's low lane hsum8(Y0) - hsum4(X1), each summed in
+// ggml's order (hsum_float_8, and the movehl/movehdup pair of its k-quant
+// mins): ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) and (m0+m2)+(m1+m3). X11 is
+// scratch.
+#define HSUMK \
+	HSUM(Y0, X0, X11) \
+	VMOVHLPS  X1, X1, X11 \
+	VADDPS    X11, X1, X1 \
+	VMOVSHDUP X1, X11 \
+	VADDSS    X11, X1, X1 \
+	VSUBSS    X1, X0, X0
 
 // K4Q128 adds to Z15 the scaled sums of 128 quants of a Q4_K block: qs
 // bytes at q(SI) (64 of them: chunk 2h's 32 bytes, then chunk 2h+1's),
@@ -859,7 +858,8 @@ GLOBL lane4<>(SB), RODATA|NOPTR, $128
 // VPERMW spreads them into the four chunks' scale vectors; the mins term
 // pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums are exact
 // (same ranges as dotQ4_KAVX2Asm) and the float work is d*xd times the
-// block's int32 lanes, dmin*xd times the mins' four lanes.
+// block's int32 lanes (folded to eight, as ggml's AVX2 loop has them),
+// dmin*xd times the mins' four lanes.
 TEXT ·matVecQ4_KAsm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), R8
@@ -911,20 +911,22 @@ mvq4kblock:
 	VMULPS       X8, X7, X7
 	VPERMILPS    $0x55, X7, X9
 	VFMADD231PS  X9, X5, X1
-	VBROADCASTSS X7, Z10
+	VBROADCASTSS X7, Y10
 
 	VPXORD      Z15, Z15, Z15
 	K4Q128(16, 4, Z16, Z17)
 	K4Q128(80, 132, Z18, Z19)
-	VCVTDQ2PS   Z15, Z15
-	VFMADD231PS Z10, Z15, Z0
+	VEXTRACTI64X4 $1, Z15, Y14
+	VPADDD        Y14, Y15, Y15
+	VCVTDQ2PS     Y15, Y15
+	VFMADD231PS   Y10, Y15, Y0
 
 	ADDQ $144, SI
 	ADDQ $292, DI
 	DECQ CX
 	JNZ  mvq4kblock
 
-	HSUMZ
+	HSUMK
 	VMOVSS X0, (R11)
 	ADDQ   $4, R11
 	DECQ   R10
@@ -1047,21 +1049,23 @@ mvq6kblock:
 	VPSUBD     Z4, Z15, Z15
 
 	// d*xd
-	VPBROADCASTW 208(SI), Y7
-	VCVTPH2PS    Y7, Z7
-	VMULPS.BCST  (DI), Z7, Z10
+	VPBROADCASTW 208(SI), X7
+	VCVTPH2PS    X7, Y7
+	VMULPS.BCST  (DI), Y7, Y10
 
 	Q6KH128(0, 128, 4, Z16, Z17)
 	Q6KH128(64, 160, 132, Z18, Z19)
-	VCVTDQ2PS   Z15, Z15
-	VFMADD231PS Z10, Z15, Z0
+	VEXTRACTI64X4 $1, Z15, Y14
+	VPADDD        Y14, Y15, Y15
+	VCVTDQ2PS     Y15, Y15
+	VFMADD231PS   Y10, Y15, Y0
 
 	ADDQ $210, SI
 	ADDQ $292, DI
 	DECQ CX
 	JNZ  mvq6kblock
 
-	HSUMZ
+	HSUMK
 	VMOVSS X0, (R11)
 	ADDQ   $4, R11
 	DECQ   R10
@@ -1105,28 +1109,40 @@ DATA q6perm<>+240(SB)/8, $0x000f000f000f000f
 DATA q6perm<>+248(SB)/8, $0x000f000f000f000f
 GLOBL q6perm<>(SB), RODATA|NOPTR, $256
 
-// PAIRSCALE sets Z5 to the two blocks' combined scales, dw0*dx0 in lanes
-// 0-7 and dw1*dx1 in lanes 8-15, for weight blocks at (SI) and wb(SI) and
-// activation blocks at (DI) and 34(DI); Z14 holds the VPERMPS indices
-// [0 x8, 1 x8]. X6 is scratch, AX clobbered. VCVTPH2PS is exact and each
-// product is rounded once, as in the one-block kernels.
+// PAIRSCALE sets Y6 to the first block's combined scale dw0*dx0 (all
+// lanes) and Y7 to the second's, for weight blocks at (SI) and wb(SI) and
+// activation blocks at (DI) and 34(DI). X5 is scratch, AX clobbered.
+// VCVTPH2PS is exact and each product is rounded once, as in the one-block
+// kernels.
 #define PAIRSCALE(wb) \
-	MOVWLZX     (SI), AX \
-	VMOVD       AX, X5 \
-	VPINSRW     $1, wb(SI), X5, X5 \
-	VPINSRW     $2, (DI), X5, X5 \
-	VPINSRW     $3, 34(DI), X5, X5 \
-	VCVTPH2PS   X5, X5 \
-	VMOVHLPS    X5, X5, X6 \
-	VMULPS      X6, X5, X5 \
-	VPERMPS     Z5, Z14, Z5
+	MOVWLZX      (SI), AX \
+	VMOVD        AX, X5 \
+	VPINSRW      $1, wb(SI), X5, X5 \
+	VPINSRW      $2, (DI), X5, X5 \
+	VPINSRW      $3, 34(DI), X5, X5 \
+	VCVTPH2PS    X5, X5 \
+	VMOVHLPS     X5, X5, X6 \
+	VMULPS       X6, X5, X5 \
+	VBROADCASTSS X5, Y6 \
+	VMOVSHDUP    X5, X5 \
+	VBROADCASTSS X5, Y7
+
+// PAIRACC adds the two blocks' int32 sums in Z3 (first block in the low
+// eight lanes) to Y0 block by block, scaled by Y6 and Y7: the same eight
+// float lanes and the same order of multiply-adds as the one-block kernels
+// (and ggml's AVX2 loop), so the results are bitwise the same.
+#define PAIRACC \
+	VCVTDQ2PS     Z3, Z3 \
+	VFMADD231PS   Y6, Y3, Y0 \
+	VEXTRACTF64X4 $1, Z3, Y3 \
+	VFMADD231PS   Y7, Y3, Y0
 
 // func matVecQ8_0Asm(w, x *byte, nb, rows int, out *float32)
 //
 // Two blocks per step in one ZMM: the Q80VNNI arithmetic (w+128 unsigned
 // against signed x by VPDPBUSD, minus the same instruction's 128*x sums),
-// exact in int32 lanes, then one float multiply-add by the pair's scales.
-// An odd last block goes through the YMM form.
+// exact in int32 lanes, then PAIRACC. An odd last block goes through the
+// YMM form.
 TEXT ·matVecQ8_0Asm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), R8
@@ -1134,7 +1150,6 @@ TEXT ·matVecQ8_0Asm(SB), NOSPLIT, $0-40
 	MOVQ         rows+24(FP), R10
 	MOVQ         out+32(FP), R11
 	VPBROADCASTD c80<>(SB), Z15
-	VMOVDQU64    pairidx<>(SB), Z14
 
 mvq80row:
 	MOVQ   R8, DI
@@ -1156,17 +1171,14 @@ mvq80pair:
 	VPXORD       Z4, Z4, Z4
 	VPDPBUSD     Z2, Z15, Z4
 	VPSUBD       Z4, Z3, Z3
-	VCVTDQ2PS    Z3, Z3
 	PAIRSCALE(34)
-	VFMADD231PS  Z5, Z3, Z0
+	PAIRACC
 	ADDQ         $68, SI
 	ADDQ         $68, DI
 	DECQ         CX
 	JNZ          mvq80pair
 
 mvq80tail:
-	VEXTRACTF64X4 $1, Z0, Y7
-	VADDPS        Y7, Y0, Y0
 	TESTQ         $1, R9
 	JZ            mvq80sum
 	VPXOR         2(SI), Y15, Y1
@@ -1198,7 +1210,6 @@ TEXT ·matVecQ4_0Asm(SB), NOSPLIT, $0-40
 	MOVQ         out+32(FP), R11
 	VPBROADCASTD c0F<>(SB), Z15
 	VPBROADCASTD c08<>(SB), Z13
-	VMOVDQU64    pairidx<>(SB), Z14
 
 mvq40row:
 	MOVQ   R8, DI
@@ -1222,17 +1233,14 @@ mvq40pair:
 	VPXORD       Z4, Z4, Z4
 	VPDPBUSD     Z2, Z13, Z4
 	VPSUBD       Z4, Z3, Z3
-	VCVTDQ2PS    Z3, Z3
 	PAIRSCALE(18)
-	VFMADD231PS  Z5, Z3, Z0
+	PAIRACC
 	ADDQ         $36, SI
 	ADDQ         $68, DI
 	DECQ         CX
 	JNZ          mvq40pair
 
 mvq40tail:
-	VEXTRACTF64X4 $1, Z0, Y7
-	VADDPS        Y7, Y0, Y0
 	TESTQ         $1, R9
 	JZ            mvq40sum
 	Q40NIB(2(SI))
@@ -1256,13 +1264,235 @@ mvq40sum:
 	VZEROUPPER
 	RET
 
-// pairidx: VPERMPS indices [0 x8, 1 x8].
-DATA pairidx<>+0(SB)/8, $0
-DATA pairidx<>+8(SB)/8, $0
-DATA pairidx<>+16(SB)/8, $0
-DATA pairidx<>+24(SB)/8, $0
-DATA pairidx<>+32(SB)/8, $0x0000000100000001
-DATA pairidx<>+40(SB)/8, $0x0000000100000001
-DATA pairidx<>+48(SB)/8, $0x0000000100000001
-DATA pairidx<>+56(SB)/8, $0x0000000100000001
-GLOBL pairidx<>(SB), RODATA|NOPTR, $64
+
+// ---- activation quantization
+
+// func quantQ8_KAsm(x *float32, dst *byte, nb int)
+//
+// quantQ8_K, block by block, with the same float operations in the same
+// order per element, so the bytes are identical: amax is the largest
+// |x| (a max tree, order-free), mx the first element with |x| == amax,
+// iscale = -127/mx, q = min(127, nearestInt(iscale*x)) with nearestInt's
+// 1.5*2^23 trick, d = 1/iscale. bsums come from the stored quants:
+// VPDPBUSD against 0x01 bytes sums them by four, two rounds of
+// VPACKSSDW/VPMADDWD by sixteen, and VPERMD restores group order.
+TEXT ·quantQ8_KAsm(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), SI
+	MOVQ         dst+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VPBROADCASTD absmask<>(SB), Z16
+	VPBROADCASTD q8kmagic<>(SB), Z17
+	VPBROADCASTD mant23<>(SB), Z18
+	VPBROADCASTD q8kbias<>(SB), Z19
+	VPBROADCASTD c127<>(SB), Z20
+	VPBROADCASTD c01<>(SB), Z21
+	VPBROADCASTD ones16<>(SB), Z22
+	VMOVDQU64    bsumidx<>(SB), Z23
+
+q8kblock:
+	// amax over the 256 values (Z24-Z31 hold |x| of the first half)
+	VANDPS   (SI), Z16, Z24
+	VANDPS   64(SI), Z16, Z25
+	VANDPS   128(SI), Z16, Z26
+	VANDPS   192(SI), Z16, Z27
+	VANDPS   256(SI), Z16, Z28
+	VANDPS   320(SI), Z16, Z29
+	VANDPS   384(SI), Z16, Z30
+	VANDPS   448(SI), Z16, Z31
+	VMAXPS   Z24, Z25, Z0
+	VMAXPS   Z26, Z27, Z1
+	VMAXPS   Z28, Z29, Z2
+	VMAXPS   Z30, Z31, Z3
+	VANDPS   512(SI), Z16, Z4
+	VANDPS   576(SI), Z16, Z5
+	VANDPS   640(SI), Z16, Z6
+	VANDPS   704(SI), Z16, Z7
+	VANDPS   768(SI), Z16, Z8
+	VANDPS   832(SI), Z16, Z9
+	VANDPS   896(SI), Z16, Z10
+	VANDPS   960(SI), Z16, Z11
+	VMAXPS   Z4, Z5, Z12
+	VMAXPS   Z6, Z7, Z13
+	VMAXPS   Z8, Z9, Z14
+	VMAXPS   Z10, Z11, Z15
+	VMAXPS   Z0, Z1, Z0
+	VMAXPS   Z2, Z3, Z2
+	VMAXPS   Z12, Z13, Z12
+	VMAXPS   Z14, Z15, Z14
+	VMAXPS   Z0, Z2, Z0
+	VMAXPS   Z12, Z14, Z12
+	VMAXPS   Z0, Z12, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS   Y0, Y1, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS   X0, X1, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS   X0, X1, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS   X0, X1, X0
+	VXORPS   X1, X1, X1
+	VUCOMISS X1, X0
+	JEQ      q8kzero
+	VBROADCASTSS X0, Z0
+
+	// index of the first |x| == amax
+	XORQ AX, AX
+
+q8kfind:
+	VANDPS   (SI)(AX*4), Z16, Z1
+	VCMPPS   $0, Z0, Z1, K1
+	KMOVW    K1, DX
+	TESTL    DX, DX
+	JNZ      q8kfound
+	ADDQ     $16, AX
+	JMP      q8kfind
+
+q8kfound:
+	BSFL   DX, DX
+	ADDQ   DX, AX
+	VMOVSS (SI)(AX*4), X1
+	VMOVSS negc127<>(SB), X2
+	VDIVSS X1, X2, X2               // iscale = -127/mx
+	VMOVSS onef<>(SB), X3
+	VDIVSS X2, X3, X3               // d = 1/iscale
+	VMOVSS X3, (DI)
+	VBROADCASTSS X2, Z2
+
+#define Q8KQ(off) \
+	VMULPS  off(SI), Z2, Z1 \
+	VADDPS  Z17, Z1, Z1 \
+	VPANDD  Z18, Z1, Z1 \
+	VPSUBD  Z19, Z1, Z1 \
+	VPMINSD Z20, Z1, Z1 \
+	VPMOVDB Z1, 4+off/4(DI)
+
+	Q8KQ(0)
+	Q8KQ(64)
+	Q8KQ(128)
+	Q8KQ(192)
+	Q8KQ(256)
+	Q8KQ(320)
+	Q8KQ(384)
+	Q8KQ(448)
+	Q8KQ(512)
+	Q8KQ(576)
+	Q8KQ(640)
+	Q8KQ(704)
+	Q8KQ(768)
+	Q8KQ(832)
+	Q8KQ(896)
+	Q8KQ(960)
+
+	// bsums: group g is bytes 16g..16g+15 of the quants
+	VPXORD    Z4, Z4, Z4
+	VPDPBUSD  4(DI), Z21, Z4
+	VPXORD    Z5, Z5, Z5
+	VPDPBUSD  68(DI), Z21, Z5
+	VPXORD    Z6, Z6, Z6
+	VPDPBUSD  132(DI), Z21, Z6
+	VPXORD    Z7, Z7, Z7
+	VPDPBUSD  196(DI), Z21, Z7
+	VPACKSSDW Z5, Z4, Z4
+	VPACKSSDW Z7, Z6, Z6
+	VPMADDWD  Z22, Z4, Z4
+	VPMADDWD  Z22, Z6, Z6
+	VPACKSSDW Z6, Z4, Z4
+	VPMADDWD  Z22, Z4, Z4
+	VPERMD    Z4, Z23, Z4
+	VPMOVDW   Z4, 260(DI)
+
+q8knext:
+	ADDQ $1024, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q8kblock
+	VZEROUPPER
+	RET
+
+q8kzero:
+	VPXORD    Z1, Z1, Z1
+	VMOVDQU64 Z1, (DI)
+	VMOVDQU64 Z1, 64(DI)
+	VMOVDQU64 Z1, 128(DI)
+	VMOVDQU64 Z1, 192(DI)
+	VMOVDQU64 Z1, 228(DI)
+	JMP       q8knext
+
+DATA absmask<>+0(SB)/4, $0x7fffffff
+GLOBL absmask<>(SB), RODATA|NOPTR, $4
+DATA q8kmagic<>+0(SB)/4, $0x4b400000 // 12582912 = 1.5*2^23
+GLOBL q8kmagic<>(SB), RODATA|NOPTR, $4
+DATA mant23<>+0(SB)/4, $0x007fffff
+GLOBL mant23<>(SB), RODATA|NOPTR, $4
+DATA q8kbias<>+0(SB)/4, $0x00400000
+GLOBL q8kbias<>(SB), RODATA|NOPTR, $4
+DATA c127<>+0(SB)/4, $127
+GLOBL c127<>(SB), RODATA|NOPTR, $4
+DATA negc127<>+0(SB)/4, $0xc2fe0000 // -127.0
+GLOBL negc127<>(SB), RODATA|NOPTR, $4
+DATA onef<>+0(SB)/4, $0x3f800000 // 1.0
+GLOBL onef<>(SB), RODATA|NOPTR, $4
+
+// bsumidx: after the packing rounds dword 4k+j holds group 4j+k; VPERMD
+// indices putting group g at dword g.
+DATA bsumidx<>+0(SB)/8, $0x0000000400000000
+DATA bsumidx<>+8(SB)/8, $0x0000000c00000008
+DATA bsumidx<>+16(SB)/8, $0x0000000500000001
+DATA bsumidx<>+24(SB)/8, $0x0000000d00000009
+DATA bsumidx<>+32(SB)/8, $0x0000000600000002
+DATA bsumidx<>+40(SB)/8, $0x0000000e0000000a
+DATA bsumidx<>+48(SB)/8, $0x0000000700000003
+DATA bsumidx<>+56(SB)/8, $0x0000000f0000000b
+GLOBL bsumidx<>(SB), RODATA|NOPTR, $64
+
+// func quantQ8_0Asm(x *float32, dst *byte, nb int)
+//
+// quantQ8_0 (q8Block) block by block with the same float operations: amax
+// by a max tree, d = amax/127, id = 127/amax (0 for an all-zero block),
+// q = x*id rounded half to even by VCVTPS2DQ under the default rounding
+// mode, d stored by VCVTPS2PH with round-to-nearest-even, as F32ToF16.
+TEXT ·quantQ8_0Asm(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), SI
+	MOVQ         dst+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VPBROADCASTD absmask<>(SB), Z16
+	VMOVSS       c127f<>(SB), X17
+
+q80qblock:
+	VANDPS       (SI), Z16, Z0
+	VANDPS       64(SI), Z16, Z1
+	VMAXPS       Z0, Z1, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS       Y0, Y1, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X0, X1, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X0, X1, X0         // amax
+	VDIVSS       X17, X0, X2        // d = amax/127
+	VXORPS       X3, X3, X3
+	VUCOMISS     X3, X0
+	JEQ          q80qid
+	VDIVSS       X0, X17, X3        // id = 127/amax
+
+q80qid:
+	VBROADCASTSS X3, Z3
+	VMULPS       (SI), Z3, Z4
+	VMULPS       64(SI), Z3, Z5
+	VCVTPS2DQ    Z4, Z4
+	VCVTPS2DQ    Z5, Z5
+	VPMOVDB      Z4, 2(DI)
+	VPMOVDB      Z5, 18(DI)
+	VCVTPS2PH    $0, X2, X2
+	VMOVD        X2, AX
+	MOVW         AX, (DI)
+	ADDQ         $128, SI
+	ADDQ         $34, DI
+	DECQ         CX
+	JNZ          q80qblock
+	VZEROUPPER
+	RET
+
+DATA c127f<>+0(SB)/4, $0x42fe0000 // 127.0
+GLOBL c127f<>(SB), RODATA|NOPTR, $4

@@ -238,9 +238,76 @@ func TestMatVecMatchesGeneric(t *testing.T) {
 							if d := math.Abs(float64(out[r]) - float64(want[r])); d > tol[r] || math.IsNaN(float64(out[r])) {
 								t.Fatalf("%v n=%d level %s rows=%d row %d: %v, generic %v (diff %g > %g)", typ, n, levelNames[l], rows, r, out[r], want[r], d, tol[r])
 							}
+							// Q8_0 and Q4_0 keep the one-row kernels' float
+							// order (ggml's), so they must agree bitwise.
+							if typ == ggml.Q8_0 || typ == ggml.Q4_0 {
+								if v := VecDot(typ, n, w[r*rb:(r+1)*rb], xq); v != out[r] {
+									t.Fatalf("%v n=%d level %s rows=%d row %d: MatVec %v, VecDot %v", typ, n, levelNames[l], rows, r, out[r], v)
+								}
+							}
 						}
 					})
 				}
+			}
+		}
+	}
+}
+
+// TestQuantizeSIMDBytesIdentical checks that the SIMD activation
+// quantizers write exactly the pure-Go bytes: random rows at several
+// magnitudes, rows whose largest magnitude occurs with both signs and
+// several times (the first one sets the scale), all-zero blocks, signed
+// zeros and values on rounding ties.
+func TestQuantizeSIMDBytesIdentical(t *testing.T) {
+	rng := rand.New(rand.NewSource(14))
+	for _, vt := range []ggml.Type{ggml.Q8_0, ggml.Q8_1, ggml.Q8_K} {
+		vti, _ := vt.Info()
+		for trial := 0; trial < 200; trial++ {
+			nb := 1 + rng.Intn(5)
+			x := make([]float32, nb*vti.BlockSize)
+			scale := float32(math.Pow(10, float64(rng.Intn(12)-6)))
+			for i := range x {
+				x[i] = float32(rng.NormFloat64()) * scale
+			}
+			for blk := 0; blk < nb; blk++ {
+				b := x[blk*vti.BlockSize : (blk+1)*vti.BlockSize]
+				switch rng.Intn(5) {
+				case 0: // the largest magnitude several times, both signs
+					m := 4 * scale
+					for k := 0; k < 3; k++ {
+						v := m
+						if rng.Intn(2) == 0 {
+							v = -m
+						}
+						b[rng.Intn(len(b))] = v
+					}
+				case 1:
+					clear(b)
+					if rng.Intn(2) == 0 {
+						b[rng.Intn(len(b))] = float32(math.Copysign(0, -1))
+					}
+				case 2: // quants on .5 ties: multiples of amax/254
+					m := 127 * scale
+					for i := range b {
+						b[i] = float32(rng.Intn(255)-127) / 2 * scale
+					}
+					b[0] = m
+				}
+			}
+			want := make([]byte, nb*vti.BlockBytes)
+			genericQuant[vt](x, want)
+			for _, l := range levels() {
+				atLevel(l, func() {
+					got := make([]byte, len(want))
+					if err := QuantizeRow(vt, x, got); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%v level %s trial %d: byte %d (block %d) is %#x, generic %#x", vt, levelNames[l], trial, i, i/vti.BlockBytes, got[i], want[i])
+						}
+					}
+				})
 			}
 		}
 	}

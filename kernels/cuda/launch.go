@@ -83,7 +83,7 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
 // quantized activation row.
-func mmqStride(k uint32) int { return int((k + k/8 + 15) &^ 15) }
+func mmqStride(k uint32) int { return int((k + k/4 + 15) &^ 15) }
 
 // Shape returns the launch of one dispatch of a kernel instance (matmul.q4_k,
 // rms_norm), given its push constants and specialization values in ABI

@@ -30,8 +30,11 @@ template <> struct Fast<T_Q6_K> { enum { OK = 1, TPB = 8, U = 3 }; };
 
 // mm_xstride is the shared-memory bytes of one quantized activation row:
 // k int8 quants, then k/32 float scales (Q8_0; Q8_K uses k/256 of them),
-// rounded up to 16 bytes. launch.go's xStride is the same.
-__device__ __forceinline__ int mm_xstride(int k) { return (k + k / 8 + 15) & ~15; }
+// then (Q8_K) k/16 int16 sums of 16 quants, rounded up to 16 bytes.
+// launch.go's mmqStride is the same.
+__device__ __forceinline__ int mm_xstride(int k) { return (k + k / 4 + 15) & ~15; }
+__device__ __forceinline__ float* mm_xd(u8* row, int k) { return (float*)(row + k); }
+__device__ __forceinline__ short* mm_bs(u8* row, int k) { return (short*)(row + k + k / 8); }
 
 // ld_a2 loads 4 bytes from a 2-byte aligned address.
 __device__ __forceinline__ int ld_a2(const u8* p) {
@@ -90,7 +93,7 @@ __device__ __forceinline__ void rms_scales(const float* x, int k, int nr, float 
 // when wn is given) into xq (int8) and xd (scales) with the whole block;
 // the caller synchronizes.
 template <int XT>
-__device__ void quant_x(const float* x, signed char* xq, float* xd, int k, float scale = 1.f, const float* wn = nullptr) {
+__device__ void quant_x(const float* x, signed char* xq, float* xd, short* bs, int k, float scale = 1.f, const float* wn = nullptr) {
     int tid = threadIdx.y * blockDim.x + threadIdx.x;
     int lane = tid & 31, warp = tid >> 5, nw = (blockDim.x * blockDim.y) >> 5;
     bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
@@ -150,6 +153,9 @@ __device__ void quant_x(const float* x, signed char* xq, float* xd, int k, float
             }
             *(int2*)(xq + 256 * b + e0) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
             if (lane == 0) xd[b] = d;
+            int s8 = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
+            int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+            if (!(lane & 1)) bs[16 * b + lane / 2] = (short)s16; // the sums of 16 quants (ggml's bsums)
         }
     }
 }
@@ -160,7 +166,7 @@ __device__ void quant_x(const float* x, signed char* xq, float* xd, int k, float
 template <int T> struct WBlk { // the float path's types never get here
     __device__ __forceinline__ void load(const u8*, int, int) {}
     __device__ __forceinline__ void prep(int) {}
-    __device__ __forceinline__ float dot(const signed char*, const float*, int, int) const { return 0.f; }
+    __device__ __forceinline__ float dot(const signed char*, const float*, const short*, int, int) const { return 0.f; }
 };
 
 template <> struct WBlk<T_Q8_0> { // 4 lanes a block, 8 quants each
@@ -173,7 +179,7 @@ template <> struct WBlk<T_Q8_0> { // 4 lanes a block, 8 quants each
         q1 = ld_a2(p + 6 + 8 * sub);
     }
     __device__ __forceinline__ void prep(int) {}
-    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
         int2 x = *(const int2*)(xq + 32 * b + 8 * sub);
         return (float)__dp4a(q0, x.x, __dp4a(q1, x.y, 0)) * (d * xd[b]);
     }
@@ -191,16 +197,12 @@ template <> struct WBlk<T_Q4_0> { // 4 lanes a block: 4 bytes, 8 nibbles each
         hi = __vsub4((lo >> 4) & 0x0F0F0F0F, 0x08080808);
         lo = __vsub4(lo & 0x0F0F0F0F, 0x08080808);
     }
-    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
         int x0 = *(const int*)(xq + 32 * b + 4 * sub), x1 = *(const int*)(xq + 32 * b + 16 + 4 * sub);
         return (float)__dp4a(lo, x0, __dp4a(hi, x1, 0)) * (d * xd[b]);
     }
 };
 
-__device__ __forceinline__ int byte_of3(uint4 h, int i) { // byte i of h.y, h.z, h.w
-    u32 w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
-    return (w >> (8 * (i & 3))) & 255;
-}
 
 template <> struct WBlk<T_Q4_K> { // 8 lanes a block: 16 bytes of qs (32 quants) each
     uint4 hd, qs;
@@ -214,27 +216,23 @@ template <> struct WBlk<T_Q4_K> { // 8 lanes a block: 16 bytes of qs (32 quants)
     __device__ __forceinline__ void prep(int sub) {
         d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
         dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
-        int sb = 2 * (sub >> 1); // sub-blocks sb (low nibbles) and sb+1 (high)
-        // ggml's get_scale_min_k4 for sb and sb+1.
-        if (sb < 4) {
-            sc0 = byte_of3(hd, sb) & 63, mn0 = byte_of3(hd, sb + 4) & 63;
-            sc1 = byte_of3(hd, sb + 1) & 63, mn1 = byte_of3(hd, sb + 5) & 63;
-        } else {
-            sc0 = (byte_of3(hd, sb + 4) & 15) | ((byte_of3(hd, sb - 4) >> 6) << 4);
-            mn0 = (byte_of3(hd, sb + 4) >> 4) | ((byte_of3(hd, sb) >> 6) << 4);
-            sc1 = (byte_of3(hd, sb + 5) & 15) | ((byte_of3(hd, sb - 3) >> 6) << 4);
-            mn1 = (byte_of3(hd, sb + 5) >> 4) | ((byte_of3(hd, sb + 1) >> 6) << 4);
-        }
+        // ggml's get_scale_min_k4 for sub-blocks 2c (low nibbles) and 2c+1
+        // (high), c = sub/2, two bytes at a time: scales bytes 0-3 are hd.y,
+        // 4-7 hd.z, 8-11 hd.w.
+        int c = sub >> 1, sh = 16 * (c & 1);
+        u32 ys = hd.y >> sh, zs = hd.z >> sh, ws = hd.w >> sh;
+        u32 sc = c < 2 ? ys & 0x3F3F : (ws & 0x0F0F) | ((ys >> 2) & 0x3030);
+        u32 mn = c < 2 ? zs & 0x3F3F : ((ws >> 4) & 0x0F0F) | ((zs >> 2) & 0x3030);
+        sc0 = sc & 255, sc1 = (sc >> 8) & 255, mn0 = mn & 255, mn1 = (mn >> 8) & 255;
     }
-    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
-        const signed char* xb = xq + 256 * b + 64 * (sub >> 1) + 16 * (sub & 1);
-        int4 xl = *(const int4*)xb, xh = *(const int4*)(xb + 32);
-        const int M = 0x0F0F0F0F, O = 0x01010101;
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
+        int e = 256 * b + 64 * (sub >> 1) + 16 * (sub & 1); // the lane's low quants; high ones 32 on
+        int4 xl = *(const int4*)(xq + e), xh = *(const int4*)(xq + e + 32);
+        const int M = 0x0F0F0F0F;
         int sl = __dp4a((int)qs.x & M, xl.x, __dp4a((int)qs.y & M, xl.y, __dp4a((int)qs.z & M, xl.z, __dp4a((int)qs.w & M, xl.w, 0))));
         int sh = __dp4a((int)(qs.x >> 4) & M, xh.x,
             __dp4a((int)(qs.y >> 4) & M, xh.y, __dp4a((int)(qs.z >> 4) & M, xh.z, __dp4a((int)(qs.w >> 4) & M, xh.w, 0))));
-        int ml = __dp4a(O, xl.x, __dp4a(O, xl.y, __dp4a(O, xl.z, __dp4a(O, xl.w, 0))));
-        int mh = __dp4a(O, xh.x, __dp4a(O, xh.y, __dp4a(O, xh.z, __dp4a(O, xh.w, 0))));
+        int ml = bs[e / 16], mh = bs[e / 16 + 2];
         return xd[b] * (d * (float)(sc0 * sl + sc1 * sh) - dmin * (float)(mn0 * ml + mn1 * mh));
     }
 };
@@ -263,7 +261,7 @@ template <> struct WBlk<T_Q6_K> { // 8 lanes a block: 8 positions l of a half (3
         q[4] = __vsub4(((a0 >> 4) & M) | (h0 & H), B), q[5] = __vsub4(((a1 >> 4) & M) | (h1 & H), B);
         q[6] = __vsub4(((b0 >> 4) & M) | ((h0 >> 2) & H), B), q[7] = __vsub4(((b1 >> 4) & M) | ((h1 >> 2) & H), B);
     }
-    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, int b, int sub) const {
+    __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
         const signed char* xb = xq + 256 * b + 128 * (sub >> 2) + 8 * (sub & 3);
         int2 x1 = *(const int2*)xb, x2 = *(const int2*)(xb + 32), x3 = *(const int2*)(xb + 64), x4 = *(const int2*)(xb + 96);
         int sum = s0 * __dp4a(q[0], x1.x, __dp4a(q[1], x1.y, 0)) + s2 * __dp4a(q[2], x2.x, __dp4a(q[3], x2.y, 0)) +
@@ -319,7 +317,8 @@ __device__ __forceinline__ void mm_rows(const u8* __restrict__ w, const u8* xs, 
 #pragma unroll
                 for (int r = 0; r < MR; r++)
                     if (r < nr)
-                        acc[r] += wb[u].dot((const signed char*)(xs + r * xst), (const float*)(xs + r * xst + k), b, sub);
+                        acc[r] += wb[u].dot((const signed char*)(xs + r * xst), (const float*)(xs + r * xst + k),
+                            (const short*)(xs + r * xst + k + k / 8), b, sub);
             }
         }
 #pragma unroll
@@ -360,8 +359,8 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 #pragma unroll
     for (int r = 0; r < MM_MR; r++)
         if (r < nr && orow[r] >= 0)
-            quant_x<Geom<TW>::VT>(x0 + (size_t)r * k, (signed char*)(smem + r * xst), (float*)(smem + r * xst + k), k,
-                wn ? scale[r] : 1.f, wn);
+            quant_x<Geom<TW>::VT>(x0 + (size_t)r * k, (signed char*)(smem + r * xst), mm_xd(smem + r * xst, k),
+                mm_bs(smem + r * xst, k), k, wn ? scale[r] : 1.f, wn);
     __syncthreads();
     int j0 = blockIdx.x * MM_WARPS + (threadIdx.x >> 5), jstep = gridDim.x * MM_WARPS;
     if (nr == 1)
@@ -404,10 +403,11 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     }
     const float* xr = x + (size_t)row * k;
     float scale = wn ? rms_scale(xr, k, eps) : 1.f;
-    quant_x<Geom<TW>::VT>(xr, (signed char*)smem, (float*)(smem + k), k, scale, wn);
+    quant_x<Geom<TW>::VT>(xr, (signed char*)smem, mm_xd(smem, k), mm_bs(smem, k), k, scale, wn);
     __syncthreads();
     const signed char* xq = (const signed char*)smem;
-    const float* xd = (const float*)(smem + k);
+    const float* xd = mm_xd(smem, k);
+    const short* bs = mm_bs(smem, k);
     bool loaded = true;
     for (int base = blockIdx.x * rpb; base < n; base += gridDim.x * rpb) {
         j = base + threadIdx.y;
@@ -426,7 +426,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
                     int b = b0 + u * bstep;
                     if (b >= nb) break;
                     wb[u].prep(sub);
-                    acc += wb[u].dot(xq, xd, b, sub);
+                    acc += wb[u].dot(xq, xd, bs, b, sub);
                 }
             }
         }

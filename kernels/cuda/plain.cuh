@@ -48,7 +48,9 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
         float theta = pos;
         for (int q = 0; q < p; q++) theta *= theta_scale;
         float t = theta * fscale;
-        cs[p] = (float)cos((double)t), sn[p] = (float)sin((double)t);
+        double sd, cd;
+        sincos((double)t, &sd, &cd);
+        cs[p] = (float)cd, sn[p] = (float)sd;
     }
     __syncthreads();
     for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
@@ -132,11 +134,15 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
     const __half* kv0 = (const __half*)a.kv;
 #pragma unroll
     for (int i = 0; i < P2; i++) acc[i] = make_float2(0.f, 0.f);
-    for (int base = warp * 32; base <= a.pos; base += FA_WARPS * 32) {
+    // Chunks of ch ≤ 32 keys, one a lane, so that short contexts still
+    // spread over every warp.
+    const int ch = min(32, (a.pos + FA_WARPS) / FA_WARPS);
+    for (int base = warp * ch; base <= a.pos; base += FA_WARPS * ch) {
         int t = base + lane;
+        bool live = lane < ch && t <= a.pos;
         const __half* kp = a.row(min(t, a.pos));
         float s = -INFINITY;
-        if (t <= a.pos) {
+        if (live) {
             float dot = 0.f;
             if (vec8) {
 #pragma unroll 8
@@ -158,12 +164,12 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
         u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
         float mn = fmaxf(m, warp_max(s)); // finite: key base ≤ pos is valid
         float alpha = expf(m - mn);
-        float p = t <= a.pos ? expf(s - mn) : 0.f;
+        float p = live ? expf(s - mn) : 0.f;
         l = l * alpha + warp_sum(p);
 #pragma unroll
         for (int i = 0; i < P2; i++) acc[i].x *= alpha, acc[i].y *= alpha;
         m = mn;
-        int nk = min(32, a.pos + 1 - base);
+        int nk = min(ch, a.pos + 1 - base);
         for (int j0 = 0; j0 < nk; j0 += G) {
             float2 v[G][P2];
             float pj[G];

@@ -8,19 +8,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/format/bundle"
-	"github.com/zrtdev/zrt/format/zrt"
-	"github.com/zrtdev/zrt/kernels"
 	kcpu "github.com/zrtdev/zrt/kernels/cpu"
+	"github.com/zrtdev/zrt/runtime/replay"
 )
 
-// Region addresses: region i lives at (i+1)<<regionShift, kernel k's program
-// at kernelBase + k<<8, so any address says what it points into.
-const (
-	regionShift = 40
-	kernelBase  = 0xFF << 48
-)
+// regionShift spaces the regions of T-CPU's address map: region i lives
+// at (i+1)<<regionShift, so no region starts at 0 (a null pointer).
+const regionShift = 40
 
 // Tier is a loaded bundle on the CPU.
 type Tier struct {
@@ -52,19 +47,24 @@ type Options struct {
 	Trace func(i int, kernel string, out []byte)
 }
 
-// Load prepares a bundle for replay.
+// Load prepares a bundle for replay: it maps weight regions from the pack,
+// allocates the others, binds every kernel blob to its Go kernel, and
+// walks each variant's stream once into a list of resolved calls.
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	g := b.Graph
 	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1, trace: opt.Trace}
+	mem := &replay.Memory{}
 	for i, r := range g.Regions {
-		if w, ok := b.Weights[r.Name]; ok {
-			t.regions = append(t.regions, w)
-			continue
+		reg, ok := b.Weights[r.Name]
+		if !ok {
+			reg = make([]byte, r.Bytes)
 		}
 		if r.Name == "fence" {
 			t.fence = i
 		}
-		t.regions = append(t.regions, make([]byte, r.Bytes))
+		t.regions = append(t.regions, reg)
+		mem.Base = append(mem.Base, uint64(i+1)<<regionShift)
+		mem.Size = append(mem.Size, uint64(len(reg)))
 	}
 	if t.fence < 0 {
 		t.Close()
@@ -80,151 +80,33 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		fns[i] = f
 	}
 	for vi := range g.Variants {
-		v, err := t.walk(&g.Variants[vi], b.Blobs, fns)
+		s, err := replay.Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
 		if err != nil {
 			t.Close()
 			return nil, fmt.Errorf("cpu: variant %d: %w", vi, err)
+		}
+		v := &variant{fenceValue: s.FenceValue}
+		for _, d := range s.Dispatches {
+			v.dispatches = append(v.dispatches, t.bind(d, mem, fns[d.Kernel]))
 		}
 		t.variants = append(t.variants, v)
 	}
 	return t, nil
 }
 
-// address is the relocation resolver of this tier's address map.
-func (t *Tier) address(nKernels int) func(pm4.Symbol) (uint64, error) {
-	return func(s pm4.Symbol) (uint64, error) {
-		switch s.Space {
-		case pm4.SpaceRegion:
-			if int(s.Index) >= len(t.regions) || s.Addend > uint64(len(t.regions[s.Index])) {
-				return 0, fmt.Errorf("region %d+%d outside the memory plan", s.Index, s.Addend)
-			}
-			return uint64(s.Index+1)<<regionShift + s.Addend, nil
-		case pm4.SpaceKernel:
-			if int(s.Index) >= nKernels || s.Addend != 0 {
-				return 0, fmt.Errorf("kernel %d+%d does not exist", s.Index, s.Addend)
-			}
-			return kernelBase + uint64(s.Index)<<8, nil
-		}
-		return 0, fmt.Errorf("symbol space %d", s.Space)
-	}
-}
-
-// resolve turns an address back into the bytes it points at.
-func (t *Tier) resolve(addr uint64) ([]byte, int, error) {
-	ri := int(addr>>regionShift) - 1
-	off := addr & (1<<regionShift - 1)
-	if addr >= kernelBase || ri < 0 || ri >= len(t.regions) || off > uint64(len(t.regions[ri])) {
-		return nil, 0, fmt.Errorf("address %#x is not inside any region", addr)
-	}
-	return t.regions[ri][off:], ri, nil
-}
-
-// walk patches a copy of the stream, decodes it and checks the invariants
-// every tier relies on: a program is set before each dispatch, the user
-// data covers the kernel's ABI, every pointer lands in a mapped region,
-// and the stream ends with a barrier and a fence.
-func (t *Tier) walk(v *bundle.Variant, blobs []*zrt.Blob, fns []kcpu.Func) (*variant, error) {
-	words := append([]uint32(nil), v.Words...)
-	if err := pm4.Patch(words, v.Relocs, t.address(len(blobs))); err != nil {
-		return nil, err
-	}
-	pkts, err := pm4.Decode(words)
-	if err != nil {
-		return nil, err
-	}
-	out := &variant{}
-	var sh [pm4.COMPUTE_USER_DATA_0 + pm4.NumUserData]uint32
-	var set [len(sh)]bool
-	fenced, barrierSinceDispatch := false, false
-	for _, p := range pkts {
-		switch p.Op {
-		case pm4.SET_SH_REG:
-			reg := int(p.Body[0])
-			if reg < 0 || reg+len(p.Body)-1 > len(sh) {
-				return nil, fmt.Errorf("dword %#x: SET_SH_REG of %d registers at %#x is outside the compute registers", p.Offset, len(p.Body)-1, reg)
-			}
-			for i, x := range p.Body[1:] {
-				sh[reg+i], set[reg+i] = x, true
-			}
-		case pm4.DISPATCH_DIRECT:
-			if fenced {
-				return nil, fmt.Errorf("dword %#x: dispatch after the fence", p.Offset)
-			}
-			d, err := t.dispatch(p, sh[:], set[:], blobs, fns)
-			if err != nil {
-				return nil, fmt.Errorf("dword %#x: %w", p.Offset, err)
-			}
-			out.dispatches = append(out.dispatches, d)
-			set = [len(sh)]bool{}
-			barrierSinceDispatch = false
-		case pm4.EVENT_WRITE, pm4.ACQUIRE_MEM:
-			barrierSinceDispatch = true
-		case pm4.RELEASE_MEM:
-			addr := uint64(p.Body[2]) | uint64(p.Body[3])<<32
-			_, ri, err := t.resolve(addr)
-			if err != nil || ri != t.fence {
-				return nil, fmt.Errorf("dword %#x: RELEASE_MEM does not target the fence", p.Offset)
-			}
-			if !barrierSinceDispatch {
-				return nil, fmt.Errorf("dword %#x: fence without a barrier after the last dispatch", p.Offset)
-			}
-			fenced, out.fenceValue = true, p.Body[4]
-		default:
-			return nil, fmt.Errorf("dword %#x: %s is not valid in a compute stream", p.Offset, p.Op)
+// bind turns a resolved dispatch into a Go call: each buffer address
+// becomes the bytes from it to the end of its region.
+func (t *Tier) bind(d replay.Dispatch, mem *replay.Memory, fn kcpu.Func) dispatch {
+	out := dispatch{name: d.Name, fn: fn}
+	out.args.Bufs = make([][]byte, len(d.Bufs))
+	for i, addr := range d.Bufs {
+		if r := d.Regions[i]; r >= 0 {
+			out.args.Bufs[i] = t.regions[r][addr-mem.Base[r]:]
 		}
 	}
-	if !fenced {
-		return nil, fmt.Errorf("stream ends without a fence")
-	}
-	return out, nil
-}
-
-func (t *Tier) dispatch(p pm4.Packet, sh []uint32, set []bool, blobs []*zrt.Blob, fns []kcpu.Func) (dispatch, error) {
-	if !set[pm4.COMPUTE_PGM_LO] || !set[pm4.COMPUTE_PGM_HI] {
-		return dispatch{}, fmt.Errorf("dispatch without a program address")
-	}
-	pgm := uint64(sh[pm4.COMPUTE_PGM_LO]) | uint64(sh[pm4.COMPUTE_PGM_HI])<<32
-	ki := int((pgm - kernelBase) >> 8)
-	if pgm < kernelBase || pgm&0xFF != 0 || ki >= len(blobs) {
-		return dispatch{}, fmt.Errorf("program address %#x is not a kernel", pgm)
-	}
-	blob := blobs[ki]
-	abi, _, err := kernels.SplitInstance(blob.Name)
-	if err != nil {
-		return dispatch{}, err
-	}
-	ud := sh[pm4.COMPUTE_USER_DATA_0:]
-	for i := 0; i < abi.UserDataDwords(); i++ {
-		if !set[pm4.COMPUTE_USER_DATA_0+i] {
-			return dispatch{}, fmt.Errorf("kernel %s needs %d user-data dwords, only %d set", blob.Name, abi.UserDataDwords(), i)
-		}
-	}
-	d := dispatch{name: blob.Name, fn: fns[ki]}
-	d.args.Bufs = make([][]byte, len(abi.Bufs))
-	for i, role := range abi.Bufs {
-		addr := uint64(ud[2*i]) | uint64(ud[2*i+1])<<32
-		if addr == 0 {
-			if !abi.Optional[role] {
-				return dispatch{}, fmt.Errorf("kernel %s: null pointer for %s", blob.Name, role)
-			}
-			continue
-		}
-		if d.args.Bufs[i], _, err = t.resolve(addr); err != nil {
-			return dispatch{}, fmt.Errorf("kernel %s: %s: %w", blob.Name, role, err)
-		}
-	}
-	d.args.Push = append([]uint32(nil), ud[2*len(abi.Bufs):abi.UserDataDwords()]...)
-	for _, s := range abi.Spec {
-		v, err := blob.SlotValue(s.Name)
-		if err != nil {
-			return dispatch{}, err
-		}
-		d.args.Spec = append(d.args.Spec, v)
-	}
-	d.args.Grid = [3]uint32{p.Body[0], p.Body[1], p.Body[2]}
-	d.args.Pool = t.pool
-	d.args.Work = &t.work
-	return d, nil
+	out.args.Push, out.args.Spec, out.args.Grid = d.Push, d.Spec, d.Grid
+	out.args.Pool, out.args.Work = t.pool, &t.work
+	return out
 }
 
 // Name is the tier's name.

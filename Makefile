@@ -36,7 +36,7 @@ fmt:
 demo: build
 	@model="$(MODEL)"; \
 	if [ ! -f "$$model" ]; then \
-		echo "demo: $$model not found; writing a synthetic model"; \
+		echo "demo: $$model not found; writing a synthetic random-weight model (its text is noise)"; \
 		$(GO) run ./cmd/zrtc synth -o $(BIN)/synthetic.gguf && model=$(BIN)/synthetic.gguf; \
 	fi; \
 	$(BIN)/zrtc build "$$model" -o $(BIN)/demo.bundle && \

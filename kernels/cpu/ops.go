@@ -148,36 +148,65 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 			}
 		})
 	}
-	// With every row active the activation rows are evenly strided, and
-	// VecDotRows can load (and unpack) each weight row once for all of them.
-	dense := nact == rows
-	return a.Pool.For(n, 16, func(_, lo, hi int) {
-		var dots []float32
-		if dense {
-			dots = make([]float32, rows)
-		}
-		put := func(i, j int, v float32) {
-			if bias != nil {
-				v += bias[j]
-			}
-			dst(i, j)[0] = v
-		}
-		for j := lo; j < hi; j++ {
-			wr := w[j*wb : (j+1)*wb]
-			if dense {
-				quant.VecDotRows(t, k, wr, xq, xb, rows, dots)
-				for i, v := range dots {
-					put(i, j, v)
+	if nact < rows {
+		return a.Pool.For(n, 16, func(_, lo, hi int) {
+			for j := lo; j < hi; j++ {
+				wr := w[j*wb : (j+1)*wb]
+				for ai := 0; ai < nact; ai++ {
+					i := row(ai)
+					v := quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb])
+					if bias != nil {
+						v += bias[j]
+					}
+					dst(i, j)[0] = v
 				}
-				continue
 			}
-			for ai := 0; ai < nact; ai++ {
-				i := row(ai)
-				put(i, j, quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb]))
+		})
+	}
+	// With every row active (prefill) the activation rows are evenly
+	// strided and the product is tiled: each worker takes a share of the
+	// output features, and for each block of gemmCols weight rows sweeps
+	// the activations in blocks of ib rows that stay in L1 while the
+	// block's weight rows (in L1/L2) go through VecDotRows, which loads and
+	// unpacks each weight row once per group of rows. Every output is one
+	// VecDotRows result plus the bias: the tiling changes no float order.
+	ib := max(4, min(64, gemmRowBytes/xb)) &^ 3
+	return a.Pool.For(n, 16, func(_, lo, hi int) {
+		tile := make([]float32, ib*gemmCols)
+		for j0 := lo; j0 < hi; j0 += gemmCols {
+			jn := min(gemmCols, hi-j0)
+			for i0 := 0; i0 < rows; i0 += ib {
+				in := min(ib, rows-i0)
+				xs := xq[i0*xb:]
+				for jj := 0; jj < jn; jj++ {
+					j := j0 + jj
+					quant.VecDotRows(t, k, w[j*wb:(j+1)*wb], xs, xb, in, tile[jj*ib:jj*ib+in])
+				}
+				for ii := 0; ii < in; ii++ {
+					for jj := 0; jj < jn; {
+						d := dst(i0+ii, j0+jj)
+						m := min(len(d), jn-jj)
+						for c := range d[:m] {
+							v := tile[(jj+c)*ib+ii]
+							if bias != nil {
+								v += bias[j0+jj+c]
+							}
+							d[c] = v
+						}
+						jj += m
+					}
+				}
 			}
 		}
 	})
 }
+
+// Prefill tile sizes: gemmCols weight rows per block, and activation row
+// blocks of about gemmRowBytes quantized bytes (L1-sized).
+const (
+	gemmCols     = 16
+	gemmRowBytes = 16 << 10
+)
 
 // lmHead writes logits for the rows that ask for them, into their slot's
 // row of the output.

@@ -67,6 +67,7 @@ func simdKernels(level int) (tab simdTable) {
 		dot[ggml.Q4_0] = dotQ4_0VNNI
 		rows[ggml.Q8_0] = rowsQ8_0VNNI
 		rows[ggml.Q4_K] = rowsQ4_KVNNI
+		rows[ggml.Q6_K] = rowsQ6_KVNNI
 		mv[ggml.Q4_K] = matVecQ4_KVNNI
 		mv[ggml.Q6_K] = matVecQ6_KVNNI
 		mv[ggml.Q8_0] = matVecQ8_0VNNI
@@ -214,6 +215,27 @@ func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	}
 }
 
+// rowsQ6_KVNNI runs the four-row Q6_K kernel (quants and scales of each
+// weight super-block unpacked once per group of four rows) and the one-row
+// kernel over what is left.
+func rowsQ6_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	if nb == 0 || rows <= 0 {
+		clear(out[:rows])
+		return
+	}
+	_ = w[nb*q6_KLen-1]
+	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
+	out = out[:rows]
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		dotQ6_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
+	for ; r < rows; r++ {
+		out[r] = dotQ6_KAVX2Asm(&w[0], &x[r*xStride], nb)
+	}
+}
+
 // Assembly kernels (ABI0). Pointers address the first block; nb counts
 // blocks (n counts elements for the float kernels and is a multiple of
 // 32). The callers above guarantee the memory is there.
@@ -244,6 +266,9 @@ func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ5_KAVX2Asm(w, x *byte, nb int) float32

@@ -458,33 +458,29 @@ q4kloop:
 
 // K4ROW adds one activation row's block (at x) to the float accumulator F
 // and the mins accumulator M (used in its low four lanes): the integer
-// sums of the four chunks against Y16-Y23 scaled by Y24-Y31, times d*xd;
+// sums of the four chunks against Y16-Y23 scaled by Y24-Y31 (VPDPWSSD
+// fuses VPMADDWD and the add; two chains, even and odd sub-blocks, joined
+// once: int32 adds, exact in any order), times d*xd;
 // and dmin*xd times the mins dotted with the pair sums of x's bsums.
 // X13 holds [d, dmin], X14 the eight mins as words. Y0-Y3, Y12 scratch.
 #define K4ROW(x, F, M) \
 	VPMADDUBSW   4(x), Y16, Y0 \
-	VPMADDWD     Y24, Y0, Y0 \
+	VPMADDWD     Y24, Y0, Y12 \
 	VPMADDUBSW   36(x), Y17, Y1 \
-	VPMADDWD     Y25, Y1, Y1 \
-	VPADDD       Y1, Y0, Y12 \
+	VPMADDWD     Y25, Y1, Y3 \
 	VPMADDUBSW   68(x), Y18, Y0 \
-	VPMADDWD     Y26, Y0, Y0 \
+	VPDPWSSD     Y26, Y0, Y12 \
 	VPMADDUBSW   100(x), Y19, Y1 \
-	VPMADDWD     Y27, Y1, Y1 \
-	VPADDD       Y1, Y0, Y0 \
-	VPADDD       Y0, Y12, Y12 \
+	VPDPWSSD     Y27, Y1, Y3 \
 	VPMADDUBSW   132(x), Y20, Y0 \
-	VPMADDWD     Y28, Y0, Y0 \
+	VPDPWSSD     Y28, Y0, Y12 \
 	VPMADDUBSW   164(x), Y21, Y1 \
-	VPMADDWD     Y29, Y1, Y1 \
-	VPADDD       Y1, Y0, Y0 \
-	VPADDD       Y0, Y12, Y12 \
+	VPDPWSSD     Y29, Y1, Y3 \
 	VPMADDUBSW   196(x), Y22, Y0 \
-	VPMADDWD     Y30, Y0, Y0 \
+	VPDPWSSD     Y30, Y0, Y12 \
 	VPMADDUBSW   228(x), Y23, Y1 \
-	VPMADDWD     Y31, Y1, Y1 \
-	VPADDD       Y1, Y0, Y0 \
-	VPADDD       Y0, Y12, Y12 \
+	VPDPWSSD     Y31, Y1, Y3 \
+	VPADDD       Y3, Y12, Y12 \
 	VCVTDQ2PS    Y12, Y12 \
 	VBROADCASTSS (x), X1 \
 	VMULPS       X1, X13, X1 \
@@ -732,6 +728,126 @@ q6kloop:
 
 	HSUM(Y14, X14, X1)
 	VMOVSS X14, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// ---- Q6_K · Q8_K, four activation rows (AVX-512 level, like the Q4_K
+// one): each super-block's 256 quants are unpacked once into Y16-Y23 (as
+// the unsigned biased values, chunk c = elements 32c..32c+31) and the
+// scale pairs spread to words once into Y24-Y31 (Q6KQ's VPSHUFB layout);
+// Y13 holds the 16 scales as words for the bias term and X14 d.
+
+// K6ROW adds one activation row's block (at x) to F: the exact int32
+// lanes sum(sc*q*y) - 32*sum_k sc_k*bsum_k (as dotQ6_KAVX2Asm), converted
+// and times d*xd. Y0-Y3, Y12 scratch.
+#define K6ROW(x, F) \
+	VPMADDUBSW   4(x), Y16, Y0 \
+	VPMADDWD     Y24, Y0, Y12 \
+	VPMADDUBSW   36(x), Y17, Y1 \
+	VPMADDWD     Y25, Y1, Y3 \
+	VPMADDUBSW   68(x), Y18, Y0 \
+	VPDPWSSD     Y26, Y0, Y12 \
+	VPMADDUBSW   100(x), Y19, Y1 \
+	VPDPWSSD     Y27, Y1, Y3 \
+	VPMADDUBSW   132(x), Y20, Y0 \
+	VPDPWSSD     Y28, Y0, Y12 \
+	VPMADDUBSW   164(x), Y21, Y1 \
+	VPDPWSSD     Y29, Y1, Y3 \
+	VPMADDUBSW   196(x), Y22, Y0 \
+	VPDPWSSD     Y30, Y0, Y12 \
+	VPMADDUBSW   228(x), Y23, Y1 \
+	VPDPWSSD     Y31, Y1, Y3 \
+	VPADDD       Y3, Y12, Y12 \
+	VPMADDWD     260(x), Y13, Y2 \
+	VPSLLD       $5, Y2, Y2 \
+	VPSUBD       Y2, Y12, Y12 \
+	VCVTDQ2PS    Y12, Y12 \
+	VMULSS       (x), X14, X1 \
+	VBROADCASTSS X1, Y1 \
+	VFMADD231PS  Y1, Y12, F
+
+// K6HALF unpacks half h of a Q6_K block (ql at qoff, qh at hoff) into the
+// four registers A-D, as Q6KHALF does. Y0-Y3, Y12 scratch.
+#define K6HALF(qoff, hoff, A, B, C, D) \
+	VMOVDQU qoff(SI), Y0 \
+	VMOVDQU qoff+32(SI), Y1 \
+	VMOVDQU hoff(SI), Y2 \
+	VPANDD  Y15, Y0, Y3 \
+	VPSLLW  $4, Y2, Y12 \
+	VPANDD  Y10, Y12, Y12 \
+	VPORD   Y12, Y3, A \
+	VPANDD  Y15, Y1, Y3 \
+	VPSLLW  $2, Y2, Y12 \
+	VPANDD  Y10, Y12, Y12 \
+	VPORD   Y12, Y3, B \
+	VPSRLW  $4, Y0, Y3 \
+	VPANDD  Y15, Y3, Y3 \
+	VPANDD  Y10, Y2, Y12 \
+	VPORD   Y12, Y3, C \
+	VPSRLW  $4, Y1, Y3 \
+	VPANDD  Y15, Y3, Y3 \
+	VPSRLW  $2, Y2, Y12 \
+	VPANDD  Y10, Y12, Y12 \
+	VPORD   Y12, Y3, D
+
+// K6SC spreads scale pair m (16*m = moff) of the bytes in X11 to words.
+#define K6SC(moff, R) \
+	VPSHUFB   q6shuf<>+moff(SB), X11, X3 \
+	VPMOVSXBW X3, R
+
+// func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+TEXT ·dotQ6_Kx4Asm(SB), NOSPLIT, $0-40
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    stride+16(FP), DX
+	MOVQ    nb+24(FP), CX
+	LEAQ    (DI)(DX*1), R8
+	LEAQ    (DI)(DX*2), R9
+	LEAQ    (R9)(DX*1), R13
+	VMOVDQU c0F<>(SB), Y15
+	VMOVDQU c30<>(SB), Y10
+	VXORPS  X4, X4, X4
+	VXORPS  X5, X5, X5
+	VXORPS  X6, X6, X6
+	VXORPS  X7, X7, X7
+
+q6kx4loop:
+	VMOVDQU   192(SI), X11
+	VPMOVSXBW X11, Y13
+	K6SC(0, Y24)
+	K6SC(16, Y25)
+	K6SC(32, Y26)
+	K6SC(48, Y27)
+	K6SC(64, Y28)
+	K6SC(80, Y29)
+	K6SC(96, Y30)
+	K6SC(112, Y31)
+	MOVWLZX   208(SI), AX
+	VMOVD     AX, X14
+	VCVTPH2PS X14, X14
+	K6HALF(0, 128, Y16, Y17, Y18, Y19)
+	K6HALF(64, 160, Y20, Y21, Y22, Y23)
+
+	K6ROW(DI, Y4)
+	K6ROW(R8, Y5)
+	K6ROW(R9, Y6)
+	K6ROW(R13, Y7)
+
+	ADDQ $210, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q6kx4loop
+
+	MOVQ         out+32(FP), AX
+	VHADDPS      Y5, Y4, Y0
+	VHADDPS      Y7, Y6, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
 	VZEROUPPER
 	RET
 

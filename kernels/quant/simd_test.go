@@ -171,35 +171,39 @@ func TestSIMDMatchesGeneric(t *testing.T) {
 func TestVecDotRowsMatchesVecDot(t *testing.T) {
 	rng := rand.New(rand.NewSource(12))
 	for _, typ := range weightTypes {
-		ns := elementCounts(typ)
-		n := ns[len(ns)/2]
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		xb := n / vti.BlockSize * vti.BlockBytes
-		for _, rows := range []int{0, 1, 2, 3, 4, 5, 7, 8, 9, 13} {
-			stride := xb + rng.Intn(3)*vti.BlockBytes // rows need not be packed
-			w := awkwardRow(rng, typ, n)
-			xq := make([]byte, max(rows*stride, 1))
-			for r := 0; r < rows; r++ {
-				copy(xq[r*stride:], quantizedActivations(t, rng, vt, n))
-			}
-			for _, l := range levels() {
-				atLevel(l, func() {
-					out := make([]float32, rows+1)
-					out[rows] = 42 // must stay untouched
-					VecDotRows(typ, n, w, xq, stride, rows, out)
-					if out[rows] != 42 {
-						t.Fatalf("%v level %s rows=%d: wrote past rows", typ, levelNames[l], rows)
-					}
-					for r := 0; r < rows; r++ {
-						x := xq[r*stride : r*stride+xb]
-						want := VecDot(typ, n, w, x)
-						tol := 1e-5*absTerms(t, typ, n, w, x) + 1e-30
-						if d := math.Abs(float64(out[r]) - float64(want)); d > tol {
-							t.Fatalf("%v level %s rows=%d row %d: VecDotRows %v, VecDot %v", typ, levelNames[l], rows, r, out[r], want)
+		for _, n := range elementCounts(typ) {
+			vt := VecDotType(typ)
+			vti, _ := vt.Info()
+			xb := n / vti.BlockSize * vti.BlockBytes
+			for _, rows := range []int{0, 1, 2, 3, 4, 5, 7, 8, 9, 13} {
+				stride := xb + rng.Intn(3)*vti.BlockBytes // rows need not be packed
+				w := awkwardRow(rng, typ, n)
+				xq := make([]byte, max(rows*stride, 1))
+				for r := 0; r < rows; r++ {
+					copy(xq[r*stride:], quantizedActivations(t, rng, vt, n))
+				}
+				for _, l := range levels() {
+					atLevel(l, func() {
+						out := make([]float32, rows+1)
+						out[rows] = 42 // must stay untouched
+						VecDotRows(typ, n, w, xq, stride, rows, out)
+						if out[rows] != 42 {
+							t.Fatalf("%v level %s rows=%d: wrote past rows", typ, levelNames[l], rows)
 						}
-					}
-				})
+						for r := 0; r < rows; r++ {
+							x := xq[r*stride : r*stride+xb]
+							want := VecDot(typ, n, w, x)
+							oracle := genericDot[typ](n, w, x)
+							tol := 1e-5*absTerms(t, typ, n, w, x) + 1e-30
+							if d := math.Abs(float64(out[r]) - float64(want)); d > tol {
+								t.Fatalf("%v n=%d level %s rows=%d row %d: VecDotRows %v, VecDot %v", typ, n, levelNames[l], rows, r, out[r], want)
+							}
+							if d := math.Abs(float64(out[r]) - float64(oracle)); d > tol {
+								t.Fatalf("%v n=%d level %s rows=%d row %d: VecDotRows %v, pure Go %v", typ, n, levelNames[l], rows, r, out[r], oracle)
+							}
+						}
+					})
+				}
 			}
 		}
 	}

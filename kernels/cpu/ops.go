@@ -251,14 +251,22 @@ func add(a *Args) error {
 	return nil
 }
 
-// swiglu is silu(gate)·up, with silu(x) = x/(1+e^-x) in float32.
+// swiglu is silu(gate)·up row by row, with SiLU as ggml computes it
+// (swigluRow): rows split over the workers, or, for a single row, blocks
+// of 16 lanes (so the vector/tail split stays the row's).
 func swiglu(a *Args) error {
 	g, u, r, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), f32s(a.Bufs[3])
-	n := r.rows() * int(a.Push[0])
-	return a.Pool.For(n, 1024, func(_, lo, hi int) {
+	n, rows := int(a.Push[0]), r.rows()
+	if rows == 1 {
+		nb := (n + 15) / 16
+		return a.Pool.For(nb, 64, func(_, lo, hi int) {
+			lo, hi = lo*16, min(hi*16, n)
+			swigluRow(y[lo:hi], g[lo:hi], u[lo:hi])
+		})
+	}
+	return a.Pool.For(rows, 1, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
-			v := g[i]
-			y[i] = v / (1 + float32(math.Exp(float64(-v)))) * u[i]
+			swigluRow(y[i*n:(i+1)*n], g[i*n:(i+1)*n], u[i*n:(i+1)*n])
 		}
 	})
 }

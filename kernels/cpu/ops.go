@@ -170,7 +170,10 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// block's weight rows (in L1/L2) go through VecDotRows, which loads and
 	// unpacks each weight row once per group of rows. Every output is one
 	// VecDotRows result plus the bias: the tiling changes no float order.
-	ib := max(4, min(64, gemmRowBytes/xb)) &^ 3
+	// ib is a multiple of 8, the widest multi-row kernel's group (Q8_0);
+	// which kernel computes a row then depends only on rows mod 4, as the
+	// eight-row kernel's results equal the four-row kernel's.
+	ib := max(8, min(64, gemmRowBytes/xb)) &^ 7
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		tile := make([]float32, ib*gemmCols)
 		for j0 := lo; j0 < hi; j0 += gemmCols {

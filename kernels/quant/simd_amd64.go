@@ -173,9 +173,12 @@ func dotQ6_KAVX2(n int, w, x []byte) float32 {
 	return dotQ6_KAVX2Asm(&w[0], &x[0], nb)
 }
 
-// rowsQ8_0VNNI runs the four-row Q8_0 kernel over groups of four
-// activation rows, loading and preparing each weight block once per group,
-// and the one-row kernel over what is left.
+// rowsQ8_0VNNI runs the eight-row Q8_0 kernel over groups of eight
+// activation rows and the four-row one over a group of four, loading and
+// preparing each weight block once per group, and the one-row kernel over
+// what is left. The eight-row kernel's results are bit-identical to the
+// four-row kernel's, so which rows take which kernel still depends only on
+// rows mod 4.
 func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	nb := n / qk
 	if nb == 0 || rows <= 0 {
@@ -186,6 +189,9 @@ func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	_ = x[(rows-1)*xStride+nb*q8_0Len-1]
 	out = out[:rows]
 	r := 0
+	for ; r+8 <= rows; r += 8 {
+		dotQ8_0x8VNNIAsm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
 	for ; r+4 <= rows; r += 4 {
 		dotQ8_0x4VNNIAsm(&w[0], &x[r*xStride], xStride, nb, &out[r])
 	}
@@ -251,6 +257,9 @@ func dotQ8_0VNNIAsm(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ8_0x4VNNIAsm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ8_0x8VNNIAsm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ8_0AVX2Asm(w, x *byte, nb int) float32

@@ -224,6 +224,110 @@ q80x4loop:
 	VZEROUPPER
 	RET
 
+// Q80X8ROW adds one activation row's block at x+BX to acc (see
+// dotQ8_0x8VNNIAsm): Y1 holds the weight quants, Y2 the negated
+// correction, and sc(SP) this row's combined scale, broadcast by the FMA;
+// t and u are scratch.
+#define Q80X8ROW(x, t, u, sc, acc) \
+	VPXOR            2(x)(BX*1), Y15, t \
+	VMOVDQA32        Y2, u \
+	VPDPBUSD         Y1, t, u \
+	VCVTDQ2PS        u, u \
+	VFMADD231PS.BCST sc(SP), u, acc
+
+// func dotQ8_0x8VNNIAsm(w, x *byte, stride, nb int, out *float32)
+//
+// Eight activation rows (stride bytes apart) against one weight row: the
+// four-row kernel's arithmetic (see dotQ8_0x4VNNIAsm) with the weight
+// block's load, its correction 128*sum(w) and its f16 scale shared by
+// eight rows, and the eight rows' f16 scales gathered and converted in one
+// VCVTPH2PS. The eight combined scales dx*dw go through the stack and are
+// broadcast by the FMAs' memory operands. Every output gets exactly the
+// four-row kernel's operations in its order: per lane i of 8,
+// acc[i] = fma(float(sum_i), dx*dw, acc[i]) over the blocks in order, then
+// ((acc[0]+acc[1])+(acc[2]+acc[3])) + ((acc[4]+acc[5])+(acc[6]+acc[7])),
+// so its results are bit-identical to two four-row calls.
+TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
+	MOVQ      w+0(FP), SI
+	MOVQ      x+8(FP), DI
+	MOVQ      stride+16(FP), DX
+	MOVQ      nb+24(FP), CX
+	LEAQ      (DI)(DX*1), R8
+	LEAQ      (DI)(DX*2), R9
+	LEAQ      (R9)(DX*1), R10
+	LEAQ      (R9)(DX*2), R11
+	LEAQ      (R11)(DX*1), R12
+	LEAQ      (R11)(DX*2), R13
+	LEAQ      (R13)(DX*1), DX
+	IMUL3Q    $34, CX, CX
+	XORQ      BX, BX
+	VMOVDQU   c80<>(SB), Y15
+	VPXORD    Y16, Y16, Y16
+	VPXORD    Y17, Y17, Y17
+	VPXORD    Y18, Y18, Y18
+	VPXORD    Y19, Y19, Y19
+	VPXORD    Y20, Y20, Y20
+	VPXORD    Y21, Y21, Y21
+	VPXORD    Y22, Y22, Y22
+	VPXORD    Y23, Y23, Y23
+
+q80x8loop:
+	VMOVDQU      2(SI)(BX*1), Y1
+	VPXOR        Y2, Y2, Y2
+	VPDPBUSD     Y1, Y15, Y2
+	VPXOR        Y3, Y3, Y3
+	VPSUBD       Y2, Y3, Y2
+	MOVWLZX      (DI)(BX*1), AX
+	VMOVD        AX, X0
+	VPINSRW      $1, (R8)(BX*1), X0, X0
+	VPINSRW      $2, (R9)(BX*1), X0, X0
+	VPINSRW      $3, (R10)(BX*1), X0, X0
+	VPINSRW      $4, (R11)(BX*1), X0, X0
+	VPINSRW      $5, (R12)(BX*1), X0, X0
+	VPINSRW      $6, (R13)(BX*1), X0, X0
+	VPINSRW      $7, (DX)(BX*1), X0, X0
+	VCVTPH2PS    X0, Y0
+	VPBROADCASTW (SI)(BX*1), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y3, Y0, Y0
+	VMOVUPS      Y0, (SP)
+	Q80X8ROW(DI, Y4, Y24, 0, Y16)
+	Q80X8ROW(R8, Y5, Y25, 4, Y17)
+	Q80X8ROW(R9, Y6, Y26, 8, Y18)
+	Q80X8ROW(R10, Y7, Y27, 12, Y19)
+	Q80X8ROW(R11, Y8, Y28, 16, Y20)
+	Q80X8ROW(R12, Y9, Y29, 20, Y21)
+	Q80X8ROW(R13, Y10, Y30, 24, Y22)
+	Q80X8ROW(DX, Y11, Y31, 28, Y23)
+	ADDQ         $34, BX
+	CMPQ         BX, CX
+	JNE          q80x8loop
+
+	// As in dotQ8_0x4VNNIAsm, for rows 0..3 and then 4..7.
+	MOVQ         out+32(FP), AX
+	VMOVAPS      Y16, Y10
+	VMOVAPS      Y17, Y11
+	VMOVAPS      Y18, Y12
+	VMOVAPS      Y19, Y13
+	VHADDPS      Y11, Y10, Y0
+	VHADDPS      Y13, Y12, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
+	VMOVAPS      Y20, Y10
+	VMOVAPS      Y21, Y11
+	VMOVAPS      Y22, Y12
+	VMOVAPS      Y23, Y13
+	VHADDPS      Y11, Y10, Y0
+	VHADDPS      Y13, Y12, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, 16(AX)
+	VZEROUPPER
+	RET
+
 // func dotQ8_0AVX2Asm(w, x *byte, nb int) float32
 //
 // Without VNNI the quants are sign-extended to int16 and multiplied with

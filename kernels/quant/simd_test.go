@@ -175,7 +175,7 @@ func TestVecDotRowsMatchesVecDot(t *testing.T) {
 			vt := VecDotType(typ)
 			vti, _ := vt.Info()
 			xb := n / vti.BlockSize * vti.BlockBytes
-			for _, rows := range []int{0, 1, 2, 3, 4, 5, 7, 8, 9, 13} {
+			for _, rows := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17} {
 				stride := xb + rng.Intn(3)*vti.BlockBytes // rows need not be packed
 				w := awkwardRow(rng, typ, n)
 				xq := make([]byte, max(rows*stride, 1))

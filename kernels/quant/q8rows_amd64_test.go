@@ -1,0 +1,95 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// TestQ8_0x8MatchesX4 checks that the eight-row Q8_0 kernel's results are
+// bit-identical to the four-row kernel's on the same rows (the promise
+// that keeps prefill's float order independent of the grouping), and
+// within tolerance of the pure-Go oracle, for 1..17 blocks, with extreme
+// quants (-128 included) and awkward strides.
+func TestQ8_0x8MatchesX4(t *testing.T) {
+	if simdBest < simdVNNI {
+		t.Skip("no VNNI")
+	}
+	rng := rand.New(rand.NewSource(5))
+	for nb := 1; nb <= 17; nb++ {
+		n := nb * qk
+		xb := nb * q8_0Len
+		for trial := 0; trial < 4; trial++ {
+			stride := xb + rng.Intn(3)*q8_0Len
+			w := awkwardRow(rng, ggml.Q8_0, n)
+			xq := make([]byte, 8*stride)
+			for r := 0; r < 8; r++ {
+				copy(xq[r*stride:], quantizedActivations(t, rng, ggml.Q8_0, n))
+			}
+			if trial == 0 {
+				for r := 0; r < 8; r++ { // all -128: the exactness edge
+					for b := 0; b < nb; b++ {
+						for i := 0; i < qk; i++ {
+							xq[r*stride+b*q8_0Len+2+i] = 0x80
+						}
+					}
+				}
+			}
+			var got, want [9]float32
+			got[8], want[8] = 42, 42
+			dotQ8_0x8VNNIAsm(&w[0], &xq[0], stride, nb, &got[0])
+			dotQ8_0x4VNNIAsm(&w[0], &xq[0], stride, nb, &want[0])
+			dotQ8_0x4VNNIAsm(&w[0], &xq[4*stride], stride, nb, &want[4])
+			if got != want {
+				t.Fatalf("nb=%d trial %d: eight-row %v, four-row %v", nb, trial, got, want)
+			}
+			for r := 0; r < 8; r++ {
+				x := xq[r*stride : r*stride+xb]
+				oracle := genericDot[ggml.Q8_0](n, w, x)
+				tol := 1e-5*absTerms(t, ggml.Q8_0, n, w, x) + 1e-30
+				if d := math.Abs(float64(got[r]) - float64(oracle)); d > tol {
+					t.Fatalf("nb=%d row %d: eight-row %v, pure Go %v", nb, r, got[r], oracle)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkQ8_0RowKernels compares the four- and eight-row Q8_0 kernels
+// on one weight row of n against 16 activation rows (ns/op per 16 rows).
+func BenchmarkQ8_0RowKernels(b *testing.B) {
+	if simdBest < simdVNNI {
+		b.Skip("no VNNI")
+	}
+	for _, n := range []int{768, 2048, 4096} {
+		const rows = 16
+		rng := rand.New(rand.NewSource(3))
+		nb := n / qk
+		w := randomRow(rng, ggml.Q8_0, n)
+		xb := nb * q8_0Len
+		xq := make([]byte, rows*xb)
+		for r := 0; r < rows; r++ {
+			if err := QuantizeRow(ggml.Q8_0, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		out := make([]float32, rows)
+		b.Run(fmt.Sprintf("x4/n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				for r := 0; r < rows; r += 4 {
+					dotQ8_0x4VNNIAsm(&w[0], &xq[r*xb], xb, nb, &out[r])
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("x8/n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				for r := 0; r < rows; r += 8 {
+					dotQ8_0x8VNNIAsm(&w[0], &xq[r*xb], xb, nb, &out[r])
+				}
+			}
+		})
+	}
+}

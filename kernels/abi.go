@@ -88,6 +88,15 @@ var catalog = []ABI{
 	{Name: "rms_norm_rope_kv_write", Bufs: []string{"k", "v", "w_norm", "io", "kv"}, Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32}, {"neox", U32},
 			{"freq_base", F32}, {"freq_scale", F32}, {"eps", F32}}},
+	// rope_kv_write rotates Q in place and K on its way into the cache
+	// with V; K itself is left as it was.
+	{Name: "rope_kv_write", Bufs: []string{"q", "k", "v", "io", "kv"}, Push: []Param{{"layer", U32}},
+		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32},
+			{"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}}},
+	// matmul_residual is matmul accumulating into y (the residual): y[r] +=
+	// W·x[r] (+ bias), the product rounded to float32 before the add.
+	{Name: "matmul_residual", Typed: true, Bufs: []string{"x", "w", "bias", "io", "y"}, Optional: map[string]bool{"bias": true},
+		Push: []Param{{"k", U32}, {"n", U32}}},
 }
 
 var byName = func() map[string]*ABI {

@@ -14,10 +14,14 @@ var targetFusions = map[string]map[ir.Op]bool{
 		ir.RMS_NORM_FUSED_MLP_GATE_UP:   true,
 		ir.RESIDUAL_RMS_NORM:            true,
 		ir.RMS_NORM_FUSED_ROPE_KV_WRITE: true,
+		ir.ROPE_KV_WRITE:                true,
+		ir.MATMUL_RESIDUAL:              true,
 	},
-	"cuda:sm_90": { // kernels/cuda/typed.cuh families 7 and 8
+	"cuda:sm_90": { // kernels/cuda/typed.cuh families 7, 8 and 9, plain.cuh 17
 		ir.RMS_NORM_FUSED_QKV:         true,
 		ir.RMS_NORM_FUSED_MLP_GATE_UP: true,
+		ir.ROPE_KV_WRITE:              true,
+		ir.MATMUL_RESIDUAL:            true,
 	},
 }
 
@@ -36,17 +40,28 @@ func fuse(_ context.Context, u *Unit) error {
 // returns how many it formed. A sequence fuses only when the values
 // between its ops have no other reader, so the rewrite cannot change what
 // any other instruction sees. Norm+projection fusions take precedence
-// over residual+norm, since they save more traffic.
+// over residual+norm, since they save more traffic; residual+norm takes
+// precedence over projection+residual (the final residual, whose norm
+// feeds no fused projection: either saves one dispatch). A K with a
+// per-head norm (qwen3) fuses norm, RoPE and KV write; otherwise RoPE of
+// Q and K fuse with the KV write.
 func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 	n := 0
 	if allowed[ir.RMS_NORM_FUSED_ROPE_KV_WRITE] {
 		n += fuseRopeKV(g)
+	}
+	if allowed[ir.ROPE_KV_WRITE] {
+		n += fuseRopeQKV(g)
 	}
 	readers := countReaders(g)
 	startsProjection := func(i int) bool {
 		_, q := matchQKV(g, i, readers, false)
 		_, gu := matchGateUp(g, i, readers, false)
 		return (q && allowed[ir.RMS_NORM_FUSED_QKV]) || (gu && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP])
+	}
+	residualNorm := func(i int) bool {
+		_, ok := matchResidualNorm(g, i)
+		return ok && allowed[ir.RESIDUAL_RMS_NORM] && !startsProjection(i+1)
 	}
 	var out []ir.Inst
 	for i := 0; i < len(g.Insts); {
@@ -60,7 +75,11 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 			out, i, n = append(out, in), i+3, n+1
 			continue
 		}
-		if in, ok := matchResidualNorm(g, i); ok && allowed[ir.RESIDUAL_RMS_NORM] && !startsProjection(i+1) {
+		if in, ok := matchResidualNorm(g, i); ok && residualNorm(i) {
+			out, i, n = append(out, in), i+2, n+1
+			continue
+		}
+		if in, ok := matchMatmulResidual(g, i, readers); ok && allowed[ir.MATMUL_RESIDUAL] && !residualNorm(i+1) {
 			out, i, n = append(out, in), i+2, n+1
 			continue
 		}
@@ -267,6 +286,76 @@ func fuseRopeKV(g *ir.Graph) int {
 				"head_dim": rope.Attrs["head_dim"], "n_rot": rope.Attrs["n_rot"], "neox": rope.Attrs["neox"],
 				"freq_base": rope.Attrs["freq_base"], "freq_scale": rope.Attrs["freq_scale"], "eps": norm.Attrs["eps"]}}
 		drop[m], drop[r] = true, true
+		n++
+	}
+	if n > 0 {
+		out := g.Insts[:0]
+		for i, in := range g.Insts {
+			if !drop[i] {
+				out = append(out, in)
+			}
+		}
+		g.Insts = out
+	}
+	return n
+}
+
+// matchMatmulResidual: MATMUL(x→o) then RESIDUAL(h += o), o read by
+// nothing else and x not the residual (the kernel accumulates into h while
+// it reads x).
+func matchMatmulResidual(g *ir.Graph, i int, readers []int) (ir.Inst, bool) {
+	if i+1 >= len(g.Insts) {
+		return ir.Inst{}, false
+	}
+	mm, res := &g.Insts[i], &g.Insts[i+1]
+	if mm.Op != ir.MATMUL || res.Op != ir.RESIDUAL {
+		return ir.Inst{}, false
+	}
+	x, o, h := reg(mm, "x"), writes(mm, "y"), reg(res, "x")
+	if x < 0 || o < 0 || h < 0 || o == h || x == h || o == x || reg(res, "y") != o || writes(res, "x") != h ||
+		readers[o] != 1 || res.Attrs["cols"] != mm.Attrs["n"] {
+		return ir.Inst{}, false
+	}
+	reads := []ir.Operand{ir.R("x", x), ir.B("w", buf(mm, "w"))}
+	if b := buf(mm, "bias"); b >= 0 {
+		reads = append(reads, ir.B("bias", b))
+	}
+	reads = append(reads, ir.B("io", buf(mm, "io")), ir.R("y", h))
+	return ir.Inst{Op: ir.MATMUL_RESIDUAL, Reads: reads, Writes: []ir.Operand{ir.R("y", h)},
+		Attrs: ir.Attrs{"k": mm.Attrs["k"], "n": mm.Attrs["n"]}}, true
+}
+
+// fuseRopeQKV folds ROPE(q) and ROPE(k), in place, into the KV write that
+// directly follows them and consumes K, when K has no other reader: the
+// fused op rotates Q in place and stores the rotated K with V.
+func fuseRopeQKV(g *ir.Graph) int {
+	readers := countReaders(g)
+	drop := map[int]bool{}
+	n := 0
+	for j := 2; j < len(g.Insts); j++ {
+		kw, rq, rk := &g.Insts[j], &g.Insts[j-2], &g.Insts[j-1]
+		if (kw.Op != ir.KV_WRITE && kw.Op != ir.KV_WRITE_BATCHED) || rq.Op != ir.ROPE || rk.Op != ir.ROPE {
+			continue
+		}
+		q, k, v := writes(rq, "x"), reg(kw, "k"), reg(kw, "v")
+		if k < 0 || q < 0 || v < 0 || q == k || q == v || k == v || readers[k] != 2 ||
+			reg(rq, "x") != q || reg(rk, "x") != k || writes(rk, "x") != k {
+			continue
+		}
+		same := true
+		for _, a := range []string{"head_dim", "n_rot", "neox", "freq_base", "freq_scale"} {
+			same = same && rq.Attrs[a] == rk.Attrs[a]
+		}
+		if !same || int(rk.Attrs["n_head"]*rk.Attrs["head_dim"]) != int(kw.Attrs["kv_dim"]) {
+			continue
+		}
+		*kw = ir.Inst{Op: ir.ROPE_KV_WRITE,
+			Reads:  []ir.Operand{ir.R("q", q), ir.R("k", k), ir.R("v", v), ir.B("io", buf(kw, "io")), ir.B("kv", buf(kw, "kv"))},
+			Writes: []ir.Operand{ir.R("q", q), ir.B("kv", buf(kw, "kv"))},
+			Attrs: ir.Attrs{"layer": kw.Attrs["layer"], "n_layer": kw.Attrs["n_layer"], "n_head": rq.Attrs["n_head"],
+				"n_head_kv": rk.Attrs["n_head"], "head_dim": rk.Attrs["head_dim"], "n_rot": rk.Attrs["n_rot"],
+				"neox": rk.Attrs["neox"], "freq_base": rk.Attrs["freq_base"], "freq_scale": rk.Attrs["freq_scale"]}}
+		drop[j-2], drop[j-1] = true, true
 		n++
 	}
 	if n > 0 {

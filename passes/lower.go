@@ -13,11 +13,12 @@ import (
 // gridAttr names the attribute that sizes a kernel family's grid; families
 // not listed launch one workgroup per row.
 var gridAttr = map[string]string{
-	"matmul":        "n",
-	"lm_head":       "n_vocab",
-	"moe_gate_up":   "f",
-	"moe_down_acc":  "n",
-	"moe_gate_topk": "n_expert",
+	"matmul":          "n",
+	"matmul_residual": "n",
+	"lm_head":         "n_vocab",
+	"moe_gate_up":     "f",
+	"moe_down_acc":    "n",
+	"moe_gate_topk":   "n_expert",
 }
 
 func lower(_ context.Context, u *Unit) error {

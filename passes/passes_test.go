@@ -94,8 +94,10 @@ func TestRegallocReusesAndNeverOverlaps(t *testing.T) {
 
 // testUnit wraps graphs with stand-in kernel templates: blobs whose code
 // is just a slot dword per specialization constant.
+// testUnit does not fuse: the tests that use it count small()'s
+// instructions (fusion has its own tests, fuse_test.go).
 func testUnit(graphs ...*ir.Graph) *Unit {
-	return &Unit{Graphs: graphs, Target: "cpu", Templates: func(instance string) (*zrt.Blob, error) {
+	return &Unit{Graphs: graphs, Target: "cpu", NoFuse: true, Templates: func(instance string) (*zrt.Blob, error) {
 		abi, _, err := kernels.SplitInstance(instance)
 		if err != nil {
 			return nil, err

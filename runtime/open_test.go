@@ -231,7 +231,8 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 }
 
 // TestFusionPreservesResults compiles models that exercise every fused op
-// (qwen2's biases, qwen3's per-head norms) with and without the fuse pass
+// (qwen2's biases, qwen3's per-head norms, llama's RoPE+KV write and
+// projection+residual) with and without the fuse pass
 // and requires the same logits: a fused kernel does the same arithmetic
 // as the sequence it replaces.
 func TestFusionPreservesResults(t *testing.T) {
@@ -239,6 +240,8 @@ func TestFusionPreservesResults(t *testing.T) {
 		{Arch: "qwen2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5},
 		{Arch: "qwen3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, Seed: 6},
 		synth.Tiny,
+		// llama quantized: ROPE_KV_WRITE and MATMUL_RESIDUAL on integer paths
+		{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q4_K, Seed: 7},
 	}
 	ctx := context.Background()
 	for _, s := range shapes {

@@ -29,6 +29,8 @@ const (
 	RMS_NORM_FUSED_MLP_GATE_UP
 	RESIDUAL_RMS_NORM
 	RMS_NORM_FUSED_ROPE_KV_WRITE
+	ROPE_KV_WRITE
+	MATMUL_RESIDUAL
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -63,6 +65,8 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM_FUSED_MLP_GATE_UP:   {Name: "RMS_NORM_FUSED_MLP_GATE_UP", Kernel: "rms_norm_gate_up", TypedBy: "w_gate_up"},
 	RESIDUAL_RMS_NORM:            {Name: "RESIDUAL_RMS_NORM", Kernel: "residual_rms_norm", InPlace: []string{"x"}},
 	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"kv"}},
+	ROPE_KV_WRITE:                {Name: "ROPE_KV_WRITE", Kernel: "rope_kv_write", InPlace: []string{"q", "kv"}},
+	MATMUL_RESIDUAL:              {Name: "MATMUL_RESIDUAL", Kernel: "matmul_residual", InPlace: []string{"y"}, TypedBy: "w"},
 }
 
 // Info returns the opcode's table entry.

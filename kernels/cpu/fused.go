@@ -117,3 +117,59 @@ func rmsNormRopeKVWrite(a *Args) error {
 		}
 	})
 }
+
+// ropeKVWrite rotates each Q head in place and each K head (in a copy: K
+// is left as it was) and stores K and V in the cache, as ROPE(q), ROPE(k)
+// and KV_WRITE do.
+func ropeKVWrite(a *Args) error {
+	q, k, v, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), a.Bufs[4]
+	layer := int(a.Push[0])
+	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
+	rp := ropeParams(a.Spec[4:8])
+	kvDim := nHeadKV * hd
+	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
+		cs := make([]float32, rp.nRot)
+		kr := make([]float32, kvDim)
+		for i := lo; i < hi; i++ {
+			rp.table(cs, int(r.row(i, kernels.IORowPos)))
+			for h := 0; h < nHead; h++ {
+				rp.rotate(q[(i*nHead+h)*hd:(i*nHead+h+1)*hd], cs)
+			}
+			copy(kr, k[i*kvDim:(i+1)*kvDim])
+			for h := 0; h < nHeadKV; h++ {
+				rp.rotate(kr[h*hd:(h+1)*hd], cs)
+			}
+			storeKV(r, kv, i, layer, nLayer, kvDim, kr, v[i*kvDim:(i+1)*kvDim])
+		}
+	})
+}
+
+// matmulResidual is matmul then add: y[r] += W·x[r] (+ bias). The products
+// go to scratch (after gemm's quantized activations) and are added in
+// float32, so the result is the unfused pair's to the bit.
+func matmulResidual(t ggml.Type, a *Args) error {
+	x, w, bias, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], req(a.Bufs[3]), f32s(a.Bufs[4])
+	k, n := int(a.Push[0]), int(a.Push[1])
+	var b []float32
+	if bias != nil {
+		b = f32s(bias)[:n]
+	}
+	rows := r.rows()
+	q := (rows*rowBytes(quant.VecDotType(t), k) + 63) &^ 63
+	p := f32s(a.work(q + 4*rows*n)[q:])[:rows*n]
+	if err := gemm(a, t, x, w, rows, k, n, func(i, j int) []float32 { return p[i*n+j : (i+1)*n] }, b, nil); err != nil {
+		return err
+	}
+	if rows == 1 {
+		for j, v := range p[:n] {
+			y[j] += v
+		}
+		return nil
+	}
+	return a.Pool.For(rows, 1, func(_, lo, hi int) {
+		ys, ps := y[lo*n:hi*n], p[lo*n:hi*n]
+		for j, v := range ps {
+			ys[j] += v
+		}
+	})
+}

@@ -62,6 +62,8 @@ var families = map[string]func(ggml.Type) (Func, error){
 	"rms_norm_gate_up":       typed(rmsNormGateUp),
 	"residual_rms_norm":      plain(residualRMSNorm),
 	"rms_norm_rope_kv_write": plain(rmsNormRopeKVWrite),
+	"rope_kv_write":          plain(ropeKVWrite),
+	"matmul_residual":        typed(matmulResidual),
 }
 
 func plain(f Func) func(ggml.Type) (Func, error) {

@@ -99,8 +99,8 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		return nil
 	}
 	switch family {
-	case "embed", "rms_norm", "rope", "kv_write", "argmax":
-	case "matmul", "lm_head": // push k, n
+	case "embed", "rms_norm", "rope", "kv_write", "rope_kv_write", "argmax":
+	case "matmul", "matmul_residual", "lm_head": // push k, n
 		if err := need(push, 2, "push"); err != nil {
 			return l, err
 		}

@@ -273,20 +273,25 @@ template <> struct WBlk<T_Q6_K> { // 8 lanes a block: 8 positions l of a half (3
 // MmOut stores output feature j of activation row i: features [0, n0) go
 // to p0 (rows of n0), [n0, n0+n1) to p1 and [n0+n1, …) to p2 (rows of n1)
 // — one segment for matmul and lm_head, Q/K/V or gate/up for the fused
-// kernels — plus bias[j] where there is one.
+// kernels — plus bias[j] where there is one. With acc (matmul_residual)
+// the value, bias included, is added to what the output holds.
 struct MmOut {
     float *p0, *p1, *p2;
     int n0, n1;
     const float* bias;
+    bool acc;
+    __device__ __forceinline__ void put(float* p, float v) const { *p = acc ? *p + v : v; }
     __device__ __forceinline__ void store(size_t i, int j, float v) const {
         if (bias) v += bias[j];
-        if (j < n0) p0[i * n0 + j] = v;
-        else if (j < n0 + n1) p1[i * n1 + j - n0] = v;
-        else p2[i * n1 + j - n0 - n1] = v;
+        if (j < n0) put(p0 + i * n0 + j, v);
+        else if (j < n0 + n1) put(p1 + i * n1 + j - n0, v);
+        else put(p2 + i * n1 + j - n0 - n1, v);
     }
 };
 
-__device__ __forceinline__ MmOut mm_out(float* y, int n, const float* bias) { return MmOut{y, y, y, n, 0, bias}; }
+__device__ __forceinline__ MmOut mm_out(float* y, int n, const float* bias, bool acc = false) {
+    return MmOut{y, y, y, n, 0, bias, acc};
+}
 
 // mm_rows computes, for the warp's output features j = j0, j0+jstep, …,
 // the dot products of weight row j with the tile's MR (nr live)

@@ -89,6 +89,60 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
+#if FAMILY == 17 // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows)
+// The arithmetic is rope's (same table, same expressions) and kv_write's
+// rounding; k itself is not written.
+extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k, const float* v, const u32* io, u8* kv,
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits);
+    float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
+    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
+    int pairs = n_rot / 2;
+    __shared__ float cs[256], sn[256];
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        float theta = (float)pos;
+        for (int i = 0; i < p; i++) theta *= theta_scale;
+        float t = theta * fscale;
+        double sd, cd;
+        sincos((double)t, &sd, &cd);
+        cs[p] = (float)cd, sn[p] = (float)sd;
+    }
+    __syncthreads();
+    for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
+        int h = it / pairs, p = it % pairs;
+        float c = cs[p], s = sn[p];
+        float* x = q + ((size_t)row * n_head + h) * head_dim;
+        int i0 = 2 * p, i1 = 2 * p + 1;
+        if (neox) i0 = p, i1 = p + pairs;
+        float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+    u32 kv_dim = n_head_kv * head_dim;
+    u32 page = io_page(io, slot, pos);
+    __half* dk = kv_at(kv, page, layer, n_layer, kv_dim, 0, pos % KV_PAGE_TOKENS);
+    __half* dv = kv_at(kv, page, layer, n_layer, kv_dim, 1, pos % KV_PAGE_TOKENS);
+    const float* kr = k + (size_t)row * kv_dim;
+    const float* vr = v + (size_t)row * kv_dim;
+    for (int j = threadIdx.x; j < (int)kv_dim; j += blockDim.x) {
+        int d = j % head_dim;
+        const float* x = kr + (j - d);
+        float o = x[d];
+        if (d < (int)n_rot) {
+            int p, i0, i1;
+            if (neox) p = d < pairs ? d : d - pairs, i0 = p, i1 = p + pairs;
+            else p = d / 2, i0 = 2 * p, i1 = 2 * p + 1;
+            float c = cs[p], s = sn[p], x0 = x[i0], x1 = x[i1];
+            o = d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
+        }
+        dk[j] = __float2half_rn(o);
+        dv[j] = __float2half_rn(vr[j]);
+    }
+}
+#endif
+
 #if FAMILY == 13 // flash_attn: one block per (head, row); grid (heads, rows)
 // Flash decoding in F32: the block's warps split the row's keys (warp w
 // takes keys 32w+lane, 32w+256+lane, …), each keeps an online softmax

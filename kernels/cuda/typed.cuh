@@ -18,15 +18,19 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 }
 #endif
 
-#if FAMILY == 2 // matmul: y[row] = W·x[row] (+ bias)
+#if FAMILY == 2 || FAMILY == 9
+// matmul (2): y[row] = W·x[row] (+ bias). matmul_residual (9): y[row] +=
+// W·x[row] (+ bias), the product rounded to float before the add, as the
+// unfused matmul and add do; x must not alias y.
 // The integer types (mmq.cuh) have two entries: NAME, the matrix-vector
 // kernel for single-row variants, and NAME_tile for variants of more rows;
 // launch.go shapes each. The other types run the float path below, grid
 // (n/MM_WARPS, rows), from NAME.
+#define MM_ACC (FAMILY == 9)
 extern "C" __global__ void __launch_bounds__(256, 4)
     NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     if constexpr (Fast<WT>::OK) {
-        mmv<WT>(x, w, io, k, n, mm_out(y, n, bias), false);
+        mmv<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
         return;
     }
     extern __shared__ float xs[];
@@ -36,11 +40,11 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     int j = blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     if (j >= (int)n) return;
     float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
-    if ((threadIdx.x & 31) == 0) y[(size_t)row * n + j] = bias ? v + bias[j] : v;
+    if ((threadIdx.x & 31) == 0) mm_out(y, n, bias, MM_ACC).store(row, j, v);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
-    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias), false); // grid (mmqWidth, rows/MM_MR)
+    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #endif
 

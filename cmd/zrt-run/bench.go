@@ -119,8 +119,12 @@ the rate implies.`,
 				res.TokS, res.StdDev = meanSD(rs)
 				if test.g > 0 {
 					res.BytesPerToken = perToken
-					res.BandwidthGBs = memBandwidth(threads)
-					res.BandwidthUse = res.TokS * float64(perToken) / (res.BandwidthGBs * 1e9)
+					// The fraction is of host memory bandwidth, which only
+					// bounds T-CPU; a GPU tier's is its device's.
+					if e.TierName() == "cpu" {
+						res.BandwidthGBs = memBandwidth(threads)
+						res.BandwidthUse = res.TokS * float64(perToken) / (res.BandwidthGBs * 1e9)
+					}
 				}
 				rows = append(rows, res)
 			}
@@ -137,7 +141,7 @@ the rate implies.`,
 			fmt.Fprintln(w, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 			for _, r := range rows {
 				bw := ""
-				if r.BytesPerToken > 0 {
+				if r.BandwidthGBs > 0 {
 					bw = fmt.Sprintf("%.0f%% of %.1f GB/s", 100*r.BandwidthUse, r.BandwidthGBs)
 				}
 				per := ""

@@ -288,15 +288,7 @@ func fuseRopeKV(g *ir.Graph) int {
 		drop[m], drop[r] = true, true
 		n++
 	}
-	if n > 0 {
-		out := g.Insts[:0]
-		for i, in := range g.Insts {
-			if !drop[i] {
-				out = append(out, in)
-			}
-		}
-		g.Insts = out
-	}
+	dropInsts(g, drop)
 	return n
 }
 
@@ -358,14 +350,20 @@ func fuseRopeQKV(g *ir.Graph) int {
 		drop[j-2], drop[j-1] = true, true
 		n++
 	}
-	if n > 0 {
-		out := g.Insts[:0]
-		for i, in := range g.Insts {
-			if !drop[i] {
-				out = append(out, in)
-			}
-		}
-		g.Insts = out
-	}
+	dropInsts(g, drop)
 	return n
+}
+
+// dropInsts removes the instructions whose indices are marked.
+func dropInsts(g *ir.Graph, drop map[int]bool) {
+	if len(drop) == 0 {
+		return
+	}
+	out := g.Insts[:0]
+	for i, in := range g.Insts {
+		if !drop[i] {
+			out = append(out, in)
+		}
+	}
+	g.Insts = out
 }

@@ -4,11 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
 	"io"
 
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -131,24 +130,14 @@ func tokenizeCmd(reverse bool) *cobra.Command {
 				return err
 			}
 			if reverse {
-				ids, err := parseTokens(string(in))
+				ids, err := e.Tok.ParseIDs(string(in))
 				if err != nil {
 					return err
-				}
-				for _, id := range ids {
-					if id < 0 || int(id) >= e.Tok.NVocab() {
-						return fmt.Errorf("token id %d outside the vocabulary of %d", id, e.Tok.NVocab())
-					}
 				}
 				_, err = io.WriteString(cmd.OutOrStdout(), e.Tok.Decode(ids))
 				return err
 			}
-			ids := e.Tok.Encode(string(in), bos, special)
-			parts := make([]string, len(ids))
-			for i, id := range ids {
-				parts[i] = strconv.Itoa(int(id))
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(parts, " "))
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), tokenizer.FormatIDs(e.Tok.Encode(string(in), bos, special)))
 			return err
 		},
 	}

@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler"
@@ -148,23 +146,14 @@ func tokCmd(reverse bool) *cobra.Command {
 				return err
 			}
 			if reverse {
-				var ids []int32
-				for _, s := range strings.Fields(strings.ReplaceAll(string(in), ",", " ")) {
-					n, err := strconv.ParseInt(s, 10, 32)
-					if err != nil || n < 0 || int(n) >= t.NVocab() {
-						return fmt.Errorf("%q is not a token id of this %d-token vocabulary", s, t.NVocab())
-					}
-					ids = append(ids, int32(n))
+				ids, err := t.ParseIDs(string(in))
+				if err != nil {
+					return err
 				}
 				_, err = io.WriteString(cmd.OutOrStdout(), t.Decode(ids))
 				return err
 			}
-			ids := t.Encode(string(in), bos, special)
-			parts := make([]string, len(ids))
-			for i, id := range ids {
-				parts[i] = strconv.Itoa(int(id))
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(parts, " "))
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), tokenizer.FormatIDs(t.Encode(string(in), bos, special)))
 			return err
 		},
 	}

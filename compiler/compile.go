@@ -160,7 +160,7 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bundle.Graph {
 	u, h, c := fe.Unit, &fe.Model.Hparams, fe.Config
 	g := &bundle.Graph{
-		Ident: bundle.Ident{Producer: Version, Flags: "--target " + c.Target, Target: c.Target, SourceName: srcName, SourceHash: srcHash},
+		Ident: bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName, SourceHash: srcHash},
 		Hparams: bundle.Hparams{Arch: h.Arch, NVocab: u32(h.NVocab), NEmbd: u32(h.NEmbd), NLayer: u32(h.NLayer),
 			NHead: u32(h.NHead), NHeadKV: u32(h.NHeadKV), HeadDim: u32(h.HeadDim), NFF: u32(h.NFF), NRot: u32(h.NRot),
 			NExpert: u32(h.NExpert), NExpertUsed: u32(h.NExpertUsed), NFFExpert: u32(h.NFFExpert), MaxPages: u32(h.MaxPages),
@@ -194,6 +194,17 @@ func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bu
 }
 
 func u32(x int) uint32 { return uint32(x) }
+
+// buildFlags records the options that change what a build produces (the
+// effective config is recorded whole in its own section). Paths are left
+// out so the same inputs give the same bytes wherever they live.
+func buildFlags(target string, noFuse bool) string {
+	f := "--target " + target
+	if noFuse {
+		f += " --no-fuse"
+	}
+	return f
+}
 
 func writeKernels(dir string, u *passes.Unit, g *bundle.Graph) error {
 	kdir := filepath.Join(dir, bundle.KernelDir)

@@ -5,7 +5,6 @@ import (
 
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
-	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // The fused kernels do what their unfused sequences do, in the same
@@ -24,8 +23,7 @@ func normRows(a *Args, x, w, dst []float32, rows, cols int, eps float32) error {
 // normScratch returns rows×cols floats of executor scratch that follow the
 // bytes gemm will take for quantized activations, so the two never overlap.
 func normScratch(a *Args, t ggml.Type, rows, cols int) []float32 {
-	q := rows * rowBytes(quant.VecDotType(t), cols)
-	q = (q + 63) &^ 63
+	q := gemmWorkBytes(t, rows, cols)
 	buf := a.work(q + 4*rows*cols)
 	return f32s(buf[q:])[:rows*cols]
 }
@@ -155,7 +153,7 @@ func matmulResidual(t ggml.Type, a *Args) error {
 		b = f32s(bias)[:n]
 	}
 	rows := r.rows()
-	q := (rows*rowBytes(quant.VecDotType(t), k) + 63) &^ 63
+	q := gemmWorkBytes(t, rows, k)
 	p := f32s(a.work(q + 4*rows*n)[q:])[:rows*n]
 	if err := gemm(a, t, x, w, rows, k, n, func(i, j int) []float32 { return p[i*n+j : (i+1)*n] }, b, nil); err != nil {
 		return err

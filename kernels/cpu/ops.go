@@ -91,7 +91,12 @@ func matmul(t ggml.Type, a *Args) error {
 func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, keep func(i int) bool) error {
 	vt := quant.VecDotType(t)
 	xb, wb := rowBytes(vt, k), rowBytes(t, k)
-	xq := a.work(rows * xb)
+	// the work buffer also holds the prepared groups of prefill (below);
+	// gemmWorkBytes is what it takes
+	pg := quant.PrepGroupBytes(t, k)
+	ngroups := rows / quant.PrepRows
+	buf := a.work(rows*xb + ngroups*pg)
+	xq := buf[:rows*xb]
 	var active []int
 	if keep != nil {
 		active = make([]int, 0, rows)
@@ -174,6 +179,22 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// which kernel computes a row then depends only on rows mod 4, as the
 	// eight-row kernel's results equal the four-row kernel's.
 	ib := max(8, min(64, gemmRowBytes/xb)) &^ 7
+	// Where the type has a prepared-group kernel, each full group of
+	// quant.PrepRows activation rows is prepared once here (the work its
+	// multi-row kernel would redo per weight row) and the groups go
+	// through VecDotPrepared, bit-identical to VecDotRows on them; the
+	// rows past the last full group go through VecDotRows as before.
+	var xp []byte
+	if pg > 0 && ngroups > 0 {
+		xp = buf[rows*xb:]
+		if err := a.Pool.For(ngroups, 1, func(_, lo, hi int) {
+			for g := lo; g < hi; g++ {
+				quant.PrepareRows(t, k, xq[g*quant.PrepRows*xb:], xb, xp[g*pg:(g+1)*pg])
+			}
+		}); err != nil {
+			return err
+		}
+	}
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		tile := make([]float32, ib*gemmCols)
 		for j0 := lo; j0 < hi; j0 += gemmCols {
@@ -181,9 +202,20 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 			for i0 := 0; i0 < rows; i0 += ib {
 				in := min(ib, rows-i0)
 				xs := xq[i0*xb:]
+				np := 0 // rows of this block taken from prepared groups
+				if xp != nil {
+					np = min(in, ngroups*quant.PrepRows-i0)
+				}
 				for jj := 0; jj < jn; jj++ {
 					j := j0 + jj
-					quant.VecDotRows(t, k, w[j*wb:(j+1)*wb], xs, xb, in, tile[jj*ib:jj*ib+in])
+					wr := w[j*wb : (j+1)*wb]
+					for r := 0; r < np; r += quant.PrepRows {
+						g := (i0 + r) / quant.PrepRows
+						quant.VecDotPrepared(t, k, wr, xp[g*pg:(g+1)*pg], tile[jj*ib+r:jj*ib+r+quant.PrepRows])
+					}
+					if np < in {
+						quant.VecDotRows(t, k, wr, xs[np*xb:], xb, in-np, tile[jj*ib+np:jj*ib+in])
+					}
 				}
 				for ii := 0; ii < in; ii++ {
 					for jj := 0; jj < jn; {
@@ -202,6 +234,15 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 			}
 		}
 	})
+}
+
+// gemmWorkBytes is how many bytes at the start of the executor scratch
+// gemm uses for rows activation rows of k elements against a weight of
+// type t (quantized activations, then prepared groups), rounded up to 64;
+// the fused kernels keep their own scratch after it.
+func gemmWorkBytes(t ggml.Type, rows, k int) int {
+	q := rows*rowBytes(quant.VecDotType(t), k) + rows/quant.PrepRows*quant.PrepGroupBytes(t, k)
+	return (q + 63) &^ 63
 }
 
 // Prefill tile sizes: gemmCols weight rows per block, and activation row

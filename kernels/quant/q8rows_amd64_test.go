@@ -93,3 +93,86 @@ func BenchmarkQ8_0RowKernels(b *testing.B) {
 		})
 	}
 }
+
+// TestQ8_0PreparedMatchesX8 checks that the prepared-group Q8_0 kernel's
+// results are bit-identical to the eight-row kernel's on the rows the
+// group was prepared from, for 1..17 blocks, extreme quants and awkward
+// strides, and that no level below VNNI offers it.
+func TestQ8_0PreparedMatchesX8(t *testing.T) {
+	for _, l := range levels() {
+		atLevel(l, func() {
+			if got := PrepGroupBytes(ggml.Q8_0, 64); (got > 0) != (l >= simdVNNI) {
+				t.Fatalf("level %s: PrepGroupBytes %d", levelNames[l], got)
+			}
+		})
+	}
+	if simdBest < simdVNNI {
+		t.Skip("no VNNI")
+	}
+	rng := rand.New(rand.NewSource(7))
+	for nb := 1; nb <= 17; nb++ {
+		n := nb * qk
+		xb := nb * q8_0Len
+		for trial := 0; trial < 4; trial++ {
+			stride := xb + rng.Intn(3)*q8_0Len
+			w := awkwardRow(rng, ggml.Q8_0, n)
+			xq := make([]byte, 8*stride)
+			for r := 0; r < 8; r++ {
+				copy(xq[r*stride:], quantizedActivations(t, rng, ggml.Q8_0, n))
+			}
+			if trial == 0 {
+				for r := 0; r < 8; r++ {
+					for b := 0; b < nb; b++ {
+						for i := 0; i < qk; i++ {
+							xq[r*stride+b*q8_0Len+2+i] = 0x80
+						}
+					}
+				}
+			}
+			xp := make([]byte, PrepGroupBytes(ggml.Q8_0, n))
+			PrepareRows(ggml.Q8_0, n, xq, stride, xp)
+			got, want := make([]float32, 9), make([]float32, 9)
+			got[8], want[8] = 42, 42
+			VecDotPrepared(ggml.Q8_0, n, w, xp, got)
+			dotQ8_0x8VNNIAsm(&w[0], &xq[0], stride, nb, &want[0])
+			for r := range got {
+				if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+					t.Fatalf("nb=%d trial %d: prepared %v, eight-row %v", nb, trial, got, want)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkQ8_0Prepared is BenchmarkQ8_0RowKernels' x8 case on prepared
+// groups (the preparation not counted).
+func BenchmarkQ8_0Prepared(b *testing.B) {
+	if simdBest < simdVNNI {
+		b.Skip("no VNNI")
+	}
+	for _, n := range []int{768, 2048, 4096} {
+		const rows = 16
+		rng := rand.New(rand.NewSource(3))
+		w := randomRow(rng, ggml.Q8_0, n)
+		xb := n / qk * q8_0Len
+		xq := make([]byte, rows*xb)
+		for r := 0; r < rows; r++ {
+			if err := QuantizeRow(ggml.Q8_0, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		g := PrepGroupBytes(ggml.Q8_0, n)
+		xp := make([]byte, rows/8*g)
+		for r := 0; r < rows; r += 8 {
+			PrepareRows(ggml.Q8_0, n, xq[r*xb:], xb, xp[r/8*g:])
+		}
+		out := make([]float32, rows)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				for r := 0; r < rows; r += 8 {
+					VecDotPrepared(ggml.Q8_0, n, w, xp[r/8*g:], out[r:])
+				}
+			}
+		})
+	}
+}

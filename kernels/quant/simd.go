@@ -18,6 +18,18 @@ type simdTable struct {
 	matVec [maxType]matVecFunc
 	// quant replaces activation quantizers; the bytes must stay identical
 	quant [maxType]func(x []float32, dst []byte)
+	// prep holds the prepared-group kernels (see PrepGroupBytes)
+	prep [maxType]*prepKernel
+}
+
+// prepKernel is a type's prepared-group form of its multi-row kernel:
+// groupBytes(n) bytes hold PrepRows activation rows of n elements in the
+// layout prepare writes, and dot computes PrepRows outputs from them,
+// bit-identical to the type's rowsFunc on the same rows.
+type prepKernel struct {
+	groupBytes func(n int) int
+	prepare    func(n int, xq []byte, xStride int, dst []byte)
+	dot        func(n int, w, xp []byte, out []float32)
 }
 
 var (
@@ -33,6 +45,8 @@ var (
 	// matVecKernels holds the many-row kernels of the current level; a nil
 	// entry means MatVec loops over the type's dot product.
 	matVecKernels [maxType]matVecFunc
+	// prepKernels holds the prepared-group kernels of the current level.
+	prepKernels [maxType]*prepKernel
 	// simdLevel is the level installed now.
 	simdLevel = simdNone
 )
@@ -66,6 +80,7 @@ func setSIMDLevel(level int) int {
 	}
 	rowsKernels = tab.rows
 	matVecKernels = tab.matVec
+	prepKernels = tab.prep
 	simdLevel = level
 	return prev
 }
@@ -112,4 +127,34 @@ func MatVec(t ggml.Type, n int, w []byte, xq []byte, out []float32) {
 	for r := range out {
 		out[r] = dot(n, w[r*rb:(r+1)*rb], xq)
 	}
+}
+
+// PrepRows is the number of activation rows in a prepared group.
+const PrepRows = 8
+
+// PrepGroupBytes returns the size of one prepared group of PrepRows
+// activation rows of n elements for weight type t, or 0 where the current
+// level has no prepared kernel for t. A prepared group holds the work a
+// multi-row kernel would otherwise redo for every weight row (for Q8_0:
+// the quants' sign flip and the f16 scales' conversion), done once by
+// PrepareRows.
+func PrepGroupBytes(t ggml.Type, n int) int {
+	if k := prepKernels[t]; k != nil {
+		return k.groupBytes(n)
+	}
+	return 0
+}
+
+// PrepareRows writes the prepared group of the PrepRows activation rows
+// at xq[r*xStride:] (quantized to VecDotType(t)) into dst, which holds
+// PrepGroupBytes(t, n) bytes. Only valid where PrepGroupBytes(t, n) > 0.
+func PrepareRows(t ggml.Type, n int, xq []byte, xStride int, dst []byte) {
+	prepKernels[t].prepare(n, xq, xStride, dst)
+}
+
+// VecDotPrepared computes out[r] for r < PrepRows from a prepared group:
+// bit-identical to VecDotRows(t, n, w, xq, xStride, PrepRows, out) on the
+// rows it was prepared from. Only valid where PrepGroupBytes(t, n) > 0.
+func VecDotPrepared(t ggml.Type, n int, w, xp []byte, out []float32) {
+	prepKernels[t].dot(n, w, xp, out)
 }

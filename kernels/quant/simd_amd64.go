@@ -3,6 +3,9 @@
 package quant
 
 import (
+	"encoding/binary"
+	"math"
+
 	"golang.org/x/sys/cpu"
 
 	"github.com/zrtdev/zrt/format/ggml"
@@ -66,6 +69,7 @@ func simdKernels(level int) (tab simdTable) {
 		dot[ggml.Q8_0] = dotQ8_0VNNI
 		dot[ggml.Q4_0] = dotQ4_0VNNI
 		rows[ggml.Q8_0] = rowsQ8_0VNNI
+		tab.prep[ggml.Q8_0] = &prepQ8_0x8
 		rows[ggml.Q4_K] = rowsQ4_KVNNI
 		rows[ggml.Q6_K] = rowsQ6_KVNNI
 		mv[ggml.Q4_K] = matVecQ4_KVNNI
@@ -200,6 +204,46 @@ func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	}
 }
 
+// prepQ8_0x8 is the eight-row Q8_0 VNNI kernel on prepared groups: per
+// block, the eight rows' quants XORed with 0x80 (the unsigned operand of
+// VPDPBUSD; 32 bytes a row, row after row) and then their f16 scales as
+// eight float32 (exact conversions, what VCVTPH2PS gives), q80PrepBlock
+// bytes in all.
+var prepQ8_0x8 = prepKernel{
+	groupBytes: func(n int) int { return n / qk * q80PrepBlock },
+	prepare: func(n int, xq []byte, xStride int, dst []byte) {
+		nb := n / qk
+		_ = dst[nb*q80PrepBlock-1]
+		_ = xq[7*xStride+nb*q8_0Len-1]
+		for r := 0; r < 8; r++ {
+			x := xq[r*xStride:]
+			for b := 0; b < nb; b++ {
+				src := x[b*q8_0Len : (b+1)*q8_0Len]
+				d := dst[b*q80PrepBlock:]
+				q := d[r*qk : (r+1)*qk]
+				for i := 0; i < qk; i += 8 {
+					binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(src[2+i:])^0x8080808080808080)
+				}
+				binary.LittleEndian.PutUint32(d[8*qk+4*r:], math.Float32bits(F16ToF32(binary.LittleEndian.Uint16(src))))
+			}
+		}
+	},
+	dot: func(n int, w, xp []byte, out []float32) {
+		nb := n / qk
+		if nb == 0 {
+			clear(out[:8])
+			return
+		}
+		_ = w[nb*q8_0Len-1]
+		_ = xp[nb*q80PrepBlock-1]
+		_ = out[7]
+		dotQ8_0x8PrepAsm(&w[0], &xp[0], nb, &out[0])
+	},
+}
+
+// q80PrepBlock is the size of one block of a prepared Q8_0 group.
+const q80PrepBlock = 8*qk + 8*4
+
 // rowsQ4_KVNNI runs the four-row Q4_K kernel (scales, mins and nibbles of
 // each weight super-block unpacked once per group of four rows) and the
 // one-row kernel over what is left.
@@ -260,6 +304,9 @@ func dotQ8_0x4VNNIAsm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ8_0x8VNNIAsm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
 
 //go:noescape
 func dotQ8_0AVX2Asm(w, x *byte, nb int) float32

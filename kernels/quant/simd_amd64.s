@@ -328,6 +328,84 @@ q80x8loop:
 	VZEROUPPER
 	RET
 
+// Q80P8ROW adds the prepared activation row at off(DI) to acc (see
+// dotQ8_0x8PrepAsm); as Q80X8ROW, with the flipped quants loaded rather
+// than XORed.
+#define Q80P8ROW(off, t, u, sc, acc) \
+	VMOVDQU          off(DI), t \
+	VMOVDQA32        Y2, u \
+	VPDPBUSD         Y1, t, u \
+	VCVTDQ2PS        u, u \
+	VFMADD231PS.BCST sc(SP), u, acc
+
+// func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
+//
+// dotQ8_0x8VNNIAsm on a prepared group of eight activation rows (see
+// prepQ8_0x8): per block, the eight rows' quants already XORed with 0x80
+// (32 bytes each, row after row) and then their scales as eight float32.
+// The weight side and every output's operations and their order are
+// dotQ8_0x8VNNIAsm's, so the results are bit-identical to it.
+TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $32-32
+	MOVQ    w+0(FP), SI
+	MOVQ    xp+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c80<>(SB), Y15
+	VPXORD  Y16, Y16, Y16
+	VPXORD  Y17, Y17, Y17
+	VPXORD  Y18, Y18, Y18
+	VPXORD  Y19, Y19, Y19
+	VPXORD  Y20, Y20, Y20
+	VPXORD  Y21, Y21, Y21
+	VPXORD  Y22, Y22, Y22
+	VPXORD  Y23, Y23, Y23
+
+q80p8loop:
+	VMOVDQU      2(SI), Y1
+	VPXOR        Y2, Y2, Y2
+	VPDPBUSD     Y1, Y15, Y2
+	VPXOR        Y3, Y3, Y3
+	VPSUBD       Y2, Y3, Y2
+	VPBROADCASTW (SI), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       256(DI), Y3, Y0
+	VMOVUPS      Y0, (SP)
+	Q80P8ROW(0, Y4, Y24, 0, Y16)
+	Q80P8ROW(32, Y5, Y25, 4, Y17)
+	Q80P8ROW(64, Y6, Y26, 8, Y18)
+	Q80P8ROW(96, Y7, Y27, 12, Y19)
+	Q80P8ROW(128, Y8, Y28, 16, Y20)
+	Q80P8ROW(160, Y9, Y29, 20, Y21)
+	Q80P8ROW(192, Y10, Y30, 24, Y22)
+	Q80P8ROW(224, Y11, Y31, 28, Y23)
+	ADDQ         $34, SI
+	ADDQ         $288, DI
+	DECQ         CX
+	JNZ          q80p8loop
+
+	MOVQ         out+24(FP), AX
+	VMOVAPS      Y16, Y10
+	VMOVAPS      Y17, Y11
+	VMOVAPS      Y18, Y12
+	VMOVAPS      Y19, Y13
+	VHADDPS      Y11, Y10, Y0
+	VHADDPS      Y13, Y12, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
+	VMOVAPS      Y20, Y10
+	VMOVAPS      Y21, Y11
+	VMOVAPS      Y22, Y12
+	VMOVAPS      Y23, Y13
+	VHADDPS      Y11, Y10, Y0
+	VHADDPS      Y13, Y12, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, 16(AX)
+	VZEROUPPER
+	RET
+
 // func dotQ8_0AVX2Asm(w, x *byte, nb int) float32
 //
 // Without VNNI the quants are sign-extended to int16 and multiplied with

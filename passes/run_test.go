@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
 )
 
 // Pass names appear in flags, dump file names and goldens.

@@ -2,9 +2,7 @@ package cpu_test
 
 import (
 	"context"
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,23 +11,8 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/internal/reference"
 )
-
-// shared is ../shared relative to the repository root.
-var shared = filepath.Join("..", "..", "..", "shared")
-
-// reference is one llama.cpp output file (see ../shared/reference/README.md).
-type reference struct {
-	Model        string  `json:"model"`
-	Prompt       string  `json:"prompt"`
-	NVocab       int     `json:"n_vocab"`
-	PromptTokens []int32 `json:"prompt_tokens"`
-	Steps        []struct {
-		Token  int32        `json:"token"`
-		Top    [][2]float64 `json:"top"`
-		Logits []float32    `json:"logits"`
-	} `json:"steps"`
-}
 
 // Tolerances on logits, absolute, in logit units, by weight class.
 //
@@ -74,39 +57,25 @@ func toleranceFor(t *testing.T, model string) float64 {
 	return toleranceFloat
 }
 
-func findModel(name string) string {
-	for _, dir := range []string{"models", filepath.Join("models", "synthetic")} {
-		p := filepath.Join(shared, dir, name)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // TestParityWithLlamaCpp teacher-forces every reference file's tokens
 // through a freshly compiled bundle and holds step 0's full logit vector
 // and every step's argmax to llama.cpp's.
 func TestParityWithLlamaCpp(t *testing.T) {
-	refs, _ := filepath.Glob(filepath.Join(shared, "reference", "*.json"))
+	shared := reference.SharedDir()
+	refs, err := reference.Load(shared, "*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(refs) == 0 {
-		t.Skip("no ../shared/reference files")
+		t.Skipf("no reference files under %s", shared)
 	}
 	bundles := map[string]string{}
 	worst := map[string]float64{}
-	for _, rp := range refs {
-		var ref reference
-		b, err := os.ReadFile(rp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &ref); err != nil {
-			t.Fatalf("%s: %v", rp, err)
-		}
+	for _, ref := range refs {
 		name := filepath.Base(ref.Model)
-		model := findModel(name)
+		model := reference.Model(shared, ref)
 		if model == "" {
-			t.Errorf("%s: model %s not found", rp, name)
+			t.Errorf("%s: model %s not found", ref.Name, name)
 			continue
 		}
 		dir, ok := bundles[name]
@@ -117,7 +86,7 @@ func TestParityWithLlamaCpp(t *testing.T) {
 			}
 			bundles[name] = dir
 		}
-		d := checkReference(t, dir, &ref, filepath.Base(rp), toleranceFor(t, model))
+		d := checkReference(t, dir, ref, ref.Name, toleranceFor(t, model))
 		worst[name] = math.Max(worst[name], d)
 	}
 	var names []string
@@ -130,7 +99,7 @@ func TestParityWithLlamaCpp(t *testing.T) {
 	}
 }
 
-func checkReference(t *testing.T, dir string, ref *reference, label string, tolerance float64) float64 {
+func checkReference(t *testing.T, dir string, ref *reference.File, label string, tolerance float64) float64 {
 	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatalf("%s: %v", label, err)
@@ -182,13 +151,16 @@ func checkReference(t *testing.T, dir string, ref *reference, label string, tole
 // TestGreedyStories260K generates greedily from each stories260K prompt
 // and requires llama.cpp's 32 tokens exactly.
 func TestGreedyStories260K(t *testing.T) {
-	refs, _ := filepath.Glob(filepath.Join(shared, "reference", "stories260K.p*.json"))
-	model := findModel("stories260K.gguf")
-	if len(refs) == 0 || model == "" {
+	shared := reference.SharedDir()
+	refs, err := reference.Load(shared, "stories260K.p*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 || reference.Model(shared, refs[0]) == "" {
 		t.Skip("stories260K or its references not present")
 	}
 	dir := filepath.Join(t.TempDir(), "s260")
-	if err := compiler.Compile(context.Background(), model, dir, compiler.Options{}); err != nil {
+	if err := compiler.Compile(context.Background(), reference.Model(shared, refs[0]), dir, compiler.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
@@ -196,14 +168,9 @@ func TestGreedyStories260K(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	for _, rp := range refs {
-		var ref reference
-		b, _ := os.ReadFile(rp)
-		if err := json.Unmarshal(b, &ref); err != nil {
-			t.Fatal(err)
-		}
+	for _, ref := range refs {
 		if got := e.Tok.Encode(ref.Prompt, true, true); !equal(got, ref.PromptTokens) {
-			t.Errorf("%s: prompt tokens %v, llama.cpp %v", filepath.Base(rp), got, ref.PromptTokens)
+			t.Errorf("%s: prompt tokens %v, llama.cpp %v", ref.Name, got, ref.PromptTokens)
 		}
 		seq, err := e.NewSequence()
 		if err != nil {
@@ -229,7 +196,7 @@ func TestGreedyStories260K(t *testing.T) {
 			want = append(want, s.Token)
 		}
 		if !equal(got, want) {
-			t.Errorf("%s: greedy tokens\n got %v\nwant %v", filepath.Base(rp), got, want)
+			t.Errorf("%s: greedy tokens\n got %v\nwant %v", ref.Name, got, want)
 		}
 	}
 }

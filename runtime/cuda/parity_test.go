@@ -2,10 +2,8 @@ package cuda_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,25 +12,8 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/internal/reference"
 )
-
-// sharedDir is $ZRT_SHARED, else ../shared relative to the repository root.
-func sharedDir() string {
-	if d := os.Getenv("ZRT_SHARED"); d != "" {
-		return d
-	}
-	return filepath.Join("..", "..", "..", "shared")
-}
-
-// reference is one llama.cpp output file (../shared/reference/README.md).
-type reference struct {
-	Model        string  `json:"model"`
-	NVocab       int     `json:"n_vocab"`
-	PromptTokens []int32 `json:"prompt_tokens"`
-	Steps        []struct {
-		Token int32 `json:"token"`
-	} `json:"steps"`
-}
 
 // Tolerance of T-CUDA against T-CPU, in logit units, relative to the
 // largest |logit| of the step (at least 1). Both tiers decode weights
@@ -60,32 +41,22 @@ func TestParityWithCPU(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	t.Logf("device: %s", info)
-	shared := sharedDir()
-	refs, _ := filepath.Glob(filepath.Join(shared, "reference", "*.json"))
+	shared := reference.SharedDir()
+	refs, err := reference.Load(shared, "*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(refs) == 0 {
 		t.Skipf("no reference files under %s (set ZRT_SHARED)", shared)
 	}
 	type bundles struct{ cpu, cuda string }
 	built := map[string]bundles{}
 	report := map[string]string{}
-	for _, rp := range refs {
-		var ref reference
-		b, err := os.ReadFile(rp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &ref); err != nil {
-			t.Fatalf("%s: %v", rp, err)
-		}
+	for _, ref := range refs {
 		name := filepath.Base(ref.Model)
-		model := ""
-		for _, d := range []string{"models", filepath.Join("models", "synthetic")} {
-			if p := filepath.Join(shared, d, name); fileExists(p) {
-				model = p
-			}
-		}
+		model := reference.Model(shared, ref)
 		if model == "" {
-			t.Logf("%s: model %s not found, skipped", filepath.Base(rp), name)
+			t.Logf("%s: model %s not found, skipped", ref.Name, name)
 			continue
 		}
 		bs, ok := built[name]
@@ -99,8 +70,8 @@ func TestParityWithCPU(t *testing.T) {
 			}
 			built[name] = bs
 		}
-		d, flips, steps := compare(t, bs.cpu, bs.cuda, &ref, filepath.Base(rp))
-		report[filepath.Base(rp)] = fmt.Sprintf("step-0 max|Δ| %.2e (rel %.2e), argmax disagreements %d/%d", d.abs, d.rel, flips, steps)
+		d, flips, steps := compare(t, bs.cpu, bs.cuda, ref, ref.Name)
+		report[ref.Name] = fmt.Sprintf("step-0 max|Δ| %.2e (rel %.2e), argmax disagreements %d/%d", d.abs, d.rel, flips, steps)
 	}
 	var names []string
 	for n := range report {
@@ -111,8 +82,6 @@ func TestParityWithCPU(t *testing.T) {
 		t.Logf("%-34s %s", n, report[n])
 	}
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 type diff struct{ abs, rel float64 }
 
@@ -137,7 +106,7 @@ func argmax(l []float32) (int, float64) {
 	return best, float64(l[best]) - second
 }
 
-func compare(t *testing.T, cpuDir, cudaDir string, ref *reference, label string) (diff, int, int) {
+func compare(t *testing.T, cpuDir, cudaDir string, ref *reference.File, label string) (diff, int, int) {
 	ctx := context.Background()
 	open := func(dir, tier string) (*runtime.Engine, *runtime.Sequence) {
 		e, err := runtime.Open(dir, runtime.Options{Tier: tier, Threads: 8})

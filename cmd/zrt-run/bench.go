@@ -24,7 +24,7 @@ type benchResult struct {
 	SizeBytes int64   `json:"size_bytes"`
 	Params    int64   `json:"params"`
 	Backend   string  `json:"backend"`
-	Threads   int     `json:"threads"`
+	Threads   int     `json:"threads,omitempty"` // CPU workers; 0 on a GPU tier
 	Test      string  `json:"test"`
 	TokS      float64 `json:"avg_ts"`
 	StdDev    float64 `json:"stddev_ts"`
@@ -115,7 +115,10 @@ the rate implies.`,
 					}
 					rs = append(rs, v)
 				}
-				res := benchResult{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Threads: threads, Test: test.name}
+				res := benchResult{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Test: test.name}
+				if e.TierName() == "cpu" {
+					res.Threads = threads
+				}
 				res.TokS, res.StdDev = meanSD(rs)
 				if test.g > 0 {
 					res.BytesPerToken = perToken
@@ -148,8 +151,12 @@ the rate implies.`,
 				if r.BytesPerToken > 0 {
 					per = fmt.Sprintf("%.2f MiB", float64(r.BytesPerToken)/(1<<20))
 				}
-				fmt.Fprintf(w, "| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f | %s | %s |\n", r.Model,
-					float64(r.SizeBytes)/(1<<20), float64(r.Params)/1e6, r.Backend, r.Threads, r.Test, r.TokS, r.StdDev, per, bw)
+				threads := "-"
+				if r.Threads > 0 {
+					threads = strconv.Itoa(r.Threads)
+				}
+				fmt.Fprintf(w, "| %s | %.2f MiB | %.2f M | %s | %s | %s | %.2f ± %.2f | %s | %s |\n", r.Model,
+					float64(r.SizeBytes)/(1<<20), float64(r.Params)/1e6, r.Backend, threads, r.Test, r.TokS, r.StdDev, per, bw)
 			}
 			return nil
 		},

@@ -85,14 +85,7 @@ func (t *Tokenizer) bpeWord(w string, out []int32) []int32 {
 			return append(out, id)
 		}
 	}
-	syms := make([]symbol, 0, len(w))
-	for off := 0; off < len(w); {
-		n := min(utf8Len(w[off]), len(w)-off)
-		i := len(syms)
-		syms = append(syms, symbol{prev: i - 1, next: i + 1, off: off, n: n})
-		off += n
-	}
-	syms[len(syms)-1].next = -1
+	syms := splitSymbols(w)
 	if len(syms) > 1 {
 		q := make(bpeQueue, 0, len(syms))
 		try := func(l, r int) {
@@ -111,20 +104,11 @@ func (t *Tokenizer) bpeWord(w string, out []int32) []int32 {
 		}
 		for q.Len() > 0 {
 			b := heap.Pop(&q).(bpeBigram)
-			l, r := &syms[b.left], &syms[b.right]
-			// Symbols only grow rightwards and stay adjacent while alive,
-			// so an unchanged total length means an unchanged pair text.
-			if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
+			if !merge(syms, b.left, b.right, b.size) {
 				continue
 			}
-			l.n += r.n
-			r.n = 0
-			l.next = r.next
-			if r.next >= 0 {
-				syms[r.next].prev = b.left
-			}
-			try(l.prev, b.left)
-			try(b.left, l.next)
+			try(syms[b.left].prev, b.left)
+			try(b.left, syms[b.left].next)
 		}
 	}
 	for i := 0; i != -1; i = syms[i].next {

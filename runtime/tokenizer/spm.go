@@ -9,6 +9,38 @@ type symbol struct {
 	off, n     int
 }
 
+// splitSymbols returns one linked symbol per UTF-8 character of a
+// non-empty text (a truncated trailing sequence is one symbol).
+func splitSymbols(text string) []symbol {
+	syms := make([]symbol, 0, len(text))
+	for off := 0; off < len(text); {
+		n := min(utf8Len(text[off]), len(text)-off)
+		i := len(syms)
+		syms = append(syms, symbol{prev: i - 1, next: i + 1, off: off, n: n})
+		off += n
+	}
+	syms[len(syms)-1].next = -1
+	return syms
+}
+
+// merge joins symbol right into its left neighbour left, if the pair is
+// still the one of the given total size. Symbols only grow rightwards and
+// stay adjacent while alive, so an unchanged total length means an
+// unchanged pair; otherwise one side was merged since and it reports false.
+func merge(syms []symbol, left, right, size int) bool {
+	l, r := &syms[left], &syms[right]
+	if l.n == 0 || r.n == 0 || l.n+r.n != size {
+		return false
+	}
+	l.n += r.n
+	r.n = 0
+	l.next = r.next
+	if r.next >= 0 {
+		syms[r.next].prev = left
+	}
+	return true
+}
+
 // spmBigram is a candidate merge of two adjacent symbols.
 type spmBigram struct {
 	left, right int
@@ -44,14 +76,7 @@ func (t *Tokenizer) spm(text string, out []int32) []int32 {
 	if text == "" {
 		return out
 	}
-	syms := make([]symbol, 0, len(text))
-	for off := 0; off < len(text); {
-		n := min(utf8Len(text[off]), len(text)-off)
-		i := len(syms)
-		syms = append(syms, symbol{prev: i - 1, next: i + 1, off: off, n: n})
-		off += n
-	}
-	syms[len(syms)-1].next = -1
+	syms := splitSymbols(text)
 
 	q := make(spmQueue, 0, len(syms))
 	try := func(l, r int) {
@@ -74,18 +99,11 @@ func (t *Tokenizer) spm(text string, out []int32) []int32 {
 	}
 	for q.Len() > 0 {
 		b := heap.Pop(&q).(spmBigram)
-		l, r := &syms[b.left], &syms[b.right]
-		if l.n == 0 || r.n == 0 || l.n+r.n != b.size {
-			continue // stale: one side was merged since
+		if !merge(syms, b.left, b.right, b.size) {
+			continue
 		}
-		l.n += r.n
-		r.n = 0
-		l.next = r.next
-		if r.next >= 0 {
-			syms[r.next].prev = b.left
-		}
-		try(l.prev, b.left)
-		try(b.left, l.next)
+		try(syms[b.left].prev, b.left)
+		try(b.left, syms[b.left].next)
 	}
 
 	for i := 0; i != -1; i = syms[i].next {

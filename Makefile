@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt demo bench clean ptx golden
+.PHONY: all build test race vet fmt demo bench kbench clean ptx golden
 
 all: build
 
@@ -56,6 +56,12 @@ bench: build
 # sources; needs nvcc. A test fails while the committed PTX is stale.
 ptx:
 	kernels/cuda/build_ptx.sh
+
+# kbench: time the CUDA matrix-vector kernels alone at 7B decode shapes
+# against a plain read of the same bytes; needs nvcc and a GPU.
+kbench:
+	nvcc -arch=sm_90 -O3 --fmad=false -std=c++17 -o $(BIN)/mmvbench kernels/cuda/bench/mmvbench.cu
+	$(BIN)/mmvbench
 
 clean:
 	rm -rf $(BIN)

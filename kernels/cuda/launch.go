@@ -47,10 +47,10 @@ var mmqTypes = map[string]struct{ bs, tpb uint32 }{
 
 const mmqRows = 8
 
-// mmqMaxBlocks bounds the grid width of the integer path: four blocks of
-// eight warps on each of an H100/H200's 132 multiprocessors, so the
-// activation rows are quantized by few blocks and every warp has several
-// output features to stream. Warps stride over the features.
+// mmqMaxBlocks bounds the grid width of the multi-row (tile) kernel: four
+// blocks of eight warps on each of an H100/H200's 132 multiprocessors, so
+// the activation rows are quantized by few blocks and every warp has
+// several output features to stream. Warps stride over the features.
 const mmqMaxBlocks = 4 * 132
 
 // mmqWidth is the grid width for n output features: as few blocks as give
@@ -60,23 +60,33 @@ func mmqWidth(n uint32) uint32 {
 	return ceilDiv(n, mmWarps*perWarp)
 }
 
+// mmvWarps is MMV_WARPS in mmq.cuh, the warps of a matrix-vector block,
+// and mmvMaxBlocks bounds its grid: two such blocks on each of the 132
+// multiprocessors, one wave. Fewer, larger blocks than the tile kernel's:
+// every block quantizes the activation row again, so each one done per
+// multiprocessor instead of four saves L2 reads and prologue latency.
+const (
+	mmvWarps     = 16
+	mmvMaxBlocks = 2 * 132
+)
+
 // mmvShape is the launch of the matrix-vector kernel (mmv in mmq.cuh) for
 // a single-row variant: blocks of RPB output features × WPR warps each.
 // WPR doubles (up to 8) while the whole matrix still fits one pass of
-// mmqMaxBlocks blocks and every warp keeps at least a full warp's worth of
+// mmvMaxBlocks blocks and every warp keeps at least a full warp's worth of
 // weight blocks, so small matrices spread over more multiprocessors and
 // their rows' loads finish sooner.
 func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 	g := mmqTypes[typ]
 	lanes := k / g.bs * g.tpb // lanes one pass over a row keeps busy
 	wpr := uint32(1)
-	for wpr < mmWarps && n*wpr*2 <= mmqMaxBlocks*mmWarps && lanes >= 64*wpr {
+	for wpr < 8 && n*wpr*2 <= mmvMaxBlocks*mmvWarps && lanes >= 64*wpr {
 		wpr *= 2
 	}
-	rpb := mmWarps / wpr
+	rpb := mmvWarps / wpr
 	blocks := ceilDiv(n, rpb)
-	if blocks > mmqMaxBlocks {
-		blocks = ceilDiv(n, rpb*ceilDiv(blocks, mmqMaxBlocks))
+	if blocks > mmvMaxBlocks {
+		blocks = ceilDiv(n, rpb*ceilDiv(blocks, mmvMaxBlocks))
 	}
 	return [3]uint32{blocks, 1, 1}, [3]uint32{32 * wpr, rpb, 1}
 }
@@ -99,7 +109,12 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		return nil
 	}
 	switch family {
-	case "embed", "rms_norm", "rope", "kv_write", "rope_kv_write", "argmax":
+	case "embed", "rms_norm", "rope", "kv_write", "argmax":
+	case "rope_kv_write": // spec n_layer, n_head, n_head_kv, …: one block per (row, head)
+		if err := need(spec, 3, "spec"); err != nil {
+			return l, err
+		}
+		l.Grid[1] = spec[1] + spec[2]
 	case "matmul", "matmul_residual", "lm_head": // push k, n
 		if err := need(push, 2, "push"); err != nil {
 			return l, err

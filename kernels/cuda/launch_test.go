@@ -1,6 +1,9 @@
 package cuda
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestShapeMatmul(t *testing.T) {
 	for _, c := range []struct {
@@ -12,15 +15,15 @@ func TestShapeMatmul(t *testing.T) {
 		fused       bool
 	}{
 		// Decode: the matrix-vector kernel, warps per row while the matrix fits one pass.
-		{"matmul.q8_0", 768, 768, 1, [3]uint32{192, 1, 1}, [3]uint32{64, 4, 1}, false, false},
-		{"matmul.q8_0", 2048, 768, 1, [3]uint32{384, 1, 1}, [3]uint32{128, 2, 1}, false, false},
-		{"matmul.q4_k", 4096, 1024, 1, [3]uint32{512, 1, 1}, [3]uint32{128, 2, 1}, false, false},
-		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{448, 1, 1}, [3]uint32{32, 8, 1}, false, false},
-		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{500, 1, 1}, [3]uint32{32, 8, 1}, false, false},
+		{"matmul.q8_0", 768, 768, 1, [3]uint32{96, 1, 1}, [3]uint32{64, 8, 1}, false, false},
+		{"matmul.q8_0", 2048, 768, 1, [3]uint32{192, 1, 1}, [3]uint32{128, 4, 1}, false, false},
+		{"matmul.q4_k", 4096, 1024, 1, [3]uint32{256, 1, 1}, [3]uint32{128, 4, 1}, false, false},
+		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{224, 1, 1}, [3]uint32{32, 16, 1}, false, false},
+		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{250, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		// Prefill: the tile kernel, MM_MR rows a block.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		// Fused norm + gate/up: n = 2f features.
-		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{32, 8, 1}, false, true},
+		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, true},
 		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true, true},
 		{"rms_norm_gate_up.q5_k", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{256, 1, 1}, false, true},
 		// The float path.
@@ -37,8 +40,13 @@ func TestShapeMatmul(t *testing.T) {
 		if l.Grid != c.grid || l.Block != c.block || l.Tile != c.tile {
 			t.Errorf("%s k=%d n=%d rows=%d: grid %v block %v tile %v, want %v %v %v", c.inst, c.k, c.n, c.rows, l.Grid, l.Block, l.Tile, c.grid, c.block, c.tile)
 		}
-		if l.Block[0]*l.Block[1]*l.Block[2] != 256 {
-			t.Errorf("%s: %d threads a block", c.inst, l.Block[0]*l.Block[1])
+		// The matrix-vector kernel runs MMV_WARPS warps a block, the others 256 threads.
+		threads := uint32(256)
+		if _, fast := mmqTypes[c.inst[strings.IndexByte(c.inst, '.')+1:]]; fast && !c.tile {
+			threads = 32 * mmvWarps
+		}
+		if got := l.Block[0] * l.Block[1] * l.Block[2]; got != threads {
+			t.Errorf("%s: %d threads a block, want %d", c.inst, got, threads)
 		}
 	}
 }

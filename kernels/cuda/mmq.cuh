@@ -18,15 +18,15 @@
 #include "common.cuh"
 
 #define MM_MR 8 // activation rows per block (prefill tiles)
-#define MM_U 4  // weight blocks in flight per lane (single-row tiles)
+#define MM_U 4  // weight blocks in flight per lane (single-row tiles of mm_rows)
 
-// TPB: lanes per weight block; U: weight blocks in flight per lane in
-// the matrix-vector kernel (mmv).
+// TPB: lanes per weight block; U: weight blocks per lane in one chunk of
+// the matrix-vector kernel (mmv), which keeps two chunks in flight.
 template <int T> struct Fast { enum { OK = 0, TPB = 1, U = 1 }; };
-template <> struct Fast<T_Q8_0> { enum { OK = 1, TPB = 4, U = 8 }; };
-template <> struct Fast<T_Q4_0> { enum { OK = 1, TPB = 4, U = 8 }; };
-template <> struct Fast<T_Q4_K> { enum { OK = 1, TPB = 8, U = 4 }; };
-template <> struct Fast<T_Q6_K> { enum { OK = 1, TPB = 8, U = 3 }; };
+template <> struct Fast<T_Q8_0> { enum { OK = 1, TPB = 4, U = 4 }; };
+template <> struct Fast<T_Q4_0> { enum { OK = 1, TPB = 4, U = 4 }; };
+template <> struct Fast<T_Q4_K> { enum { OK = 1, TPB = 8, U = 2 }; };
+template <> struct Fast<T_Q6_K> { enum { OK = 1, TPB = 8, U = 1 }; };
 
 // mm_xstride is the shared-memory bytes of one quantized activation row:
 // k int8 quants, then k/32 float scales (Q8_0; Q8_K uses k/256 of them),
@@ -375,31 +375,44 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 }
 
 // mmv is the decode kernel: one activation row per blockIdx.y, blocks of
-// (32·WPR, RPB) threads — RPB output features at a time, each split over
-// WPR warps (launch.go picks WPR so that small matrices still spread over
-// the GPU), partial sums combined through shared memory. The first batch
-// of weight loads is issued before the activation row is quantized, so
-// its memory latency overlaps the quantization.
-template <int TW>
+// (32·WPR, RPB) threads, RPB·WPR = MMV_WARPS — RPB output features at a
+// time, each split over WPR warps (launch.go picks WPR so that small
+// matrices still spread over the GPU), partial sums combined through
+// shared memory. A warp's work is a stream of chunks, U weight blocks per
+// lane each: the batches of one row, then the next row's. The loads of
+// the next chunk are issued before the current one is computed, so the
+// memory system always has a chunk in flight; the first chunk's loads
+// are issued before the activation row is quantized, overlapping that.
+#define MMV_WARPS 16
+#define MMV_THREADS (32 * MMV_WARPS)
+template <int TW, int U = Fast<TW>::U>
 __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
     const float* wn = nullptr, float eps = 0.f) {
     extern __shared__ __align__(16) u8 smem[];
-    __shared__ float red[MM_WARPS];
-    constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB, U = Fast<TW>::U;
+    __shared__ float red[MMV_WARPS];
+    constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB;
     int row = blockIdx.y;
     int rows = io[IO_ROWS];
     const int wpr = blockDim.x >> 5, rpb = blockDim.y;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, sub = lane % TPB;
     const int nb = k / Geom<TW>::BS;
     const size_t rb = row_bytes<TW>(k);
-    const int bfirst = part * BPI + lane / TPB, bstep = wpr * BPI;
-    WBlk<TW> wb[U];
-    int j = blockIdx.x * rpb + threadIdx.y;
-    if (j < n) {
+    const int bfirst = part * BPI + lane / TPB, bstep = wpr * BPI, per = bstep * U;
+    const int nchunk = (nb + per - 1) / per; // chunks per row
+    const int jstep = gridDim.x * rpb;
+    WBlk<TW> cur[U], nxt[U];
+    auto load = [&](WBlk<TW>* wb, int base, int c) {
+        int j = base + threadIdx.y;
+        if (j >= n) return;
+        const u8* wr = w + (size_t)j * rb;
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (bfirst + u * bstep < nb) wb[u].load(w + (size_t)j * rb, bfirst + u * bstep, sub);
-    }
+        for (int u = 0; u < U; u++) {
+            int b = bfirst + c * per + u * bstep;
+            if (b < nb) wb[u].load(wr, b, sub);
+        }
+    };
+    int base = blockIdx.x * rpb;
+    load(cur, base, 0);
     if (row >= rows) return;
     size_t orow = row;
     if (lm) {
@@ -413,29 +426,25 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     const signed char* xq = (const signed char*)smem;
     const float* xd = mm_xd(smem, k);
     const short* bs = mm_bs(smem, k);
-    bool loaded = true;
-    for (int base = blockIdx.x * rpb; base < n; base += gridDim.x * rpb) {
-        j = base + threadIdx.y;
+    for (; base < n; base += jstep) { // uniform over the block: the barriers below
+        int j = base + threadIdx.y;
         float acc = 0.f;
-        if (j < n) {
-            const u8* wr = w + (size_t)j * rb;
-            for (int b0 = bfirst; b0 < nb; b0 += bstep * U) {
-                if (!loaded) {
-#pragma unroll
-                    for (int u = 0; u < U; u++)
-                        if (b0 + u * bstep < nb) wb[u].load(wr, b0 + u * bstep, sub);
-                }
-                loaded = false;
+        for (int c = 0; c < nchunk; c++) {
+            if (c + 1 < nchunk) load(nxt, base, c + 1);
+            else if (base + jstep < n) load(nxt, base + jstep, 0);
+            if (j < n) {
 #pragma unroll
                 for (int u = 0; u < U; u++) {
-                    int b = b0 + u * bstep;
-                    if (b >= nb) break;
-                    wb[u].prep(sub);
-                    acc += wb[u].dot(xq, xd, bs, b, sub);
+                    int b = bfirst + c * per + u * bstep;
+                    if (b < nb) {
+                        cur[u].prep(sub);
+                        acc += cur[u].dot(xq, xd, bs, b, sub);
+                    }
                 }
             }
+#pragma unroll
+            for (int u = 0; u < U; u++) cur[u] = nxt[u];
         }
-        loaded = false;
         acc = warp_sum(acc);
         if (wpr == 1) {
             if (lane == 0 && j < n) o.store(orow, j, acc);

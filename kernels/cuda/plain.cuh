@@ -89,12 +89,13 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 17 // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows)
-// The arithmetic is rope's (same table, same expressions) and kv_write's
-// rounding; k itself is not written.
+#if FAMILY == 17 // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows, n_head+n_head_kv)
+// Block (row, h) handles one head: Q head h for h < n_head, else KV head
+// h-n_head (its K roped, its V as is). The arithmetic is rope's (same
+// table, same expressions) and kv_write's rounding; k itself is not written.
 extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k, const float* v, const u32* io, u8* kv,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
-    int row = blockIdx.x;
+    int row = blockIdx.x, h = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;
     float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits);
     float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
@@ -110,25 +111,26 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
         cs[p] = (float)cd, sn[p] = (float)sd;
     }
     __syncthreads();
-    for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
-        int h = it / pairs, p = it % pairs;
-        float c = cs[p], s = sn[p];
+    if (h < (int)n_head) {
         float* x = q + ((size_t)row * n_head + h) * head_dim;
-        int i0 = 2 * p, i1 = 2 * p + 1;
-        if (neox) i0 = p, i1 = p + pairs;
-        float x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
+        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+            float c = cs[p], s = sn[p];
+            int i0 = 2 * p, i1 = 2 * p + 1;
+            if (neox) i0 = p, i1 = p + pairs;
+            float x0 = x[i0], x1 = x[i1];
+            x[i0] = x0 * c - x1 * s;
+            x[i1] = x0 * s + x1 * c;
+        }
+        return;
     }
+    h -= n_head;
     u32 kv_dim = n_head_kv * head_dim;
     u32 page = io_page(io, slot, pos);
-    __half* dk = kv_at(kv, page, layer, n_layer, kv_dim, 0, pos % KV_PAGE_TOKENS);
-    __half* dv = kv_at(kv, page, layer, n_layer, kv_dim, 1, pos % KV_PAGE_TOKENS);
-    const float* kr = k + (size_t)row * kv_dim;
-    const float* vr = v + (size_t)row * kv_dim;
-    for (int j = threadIdx.x; j < (int)kv_dim; j += blockDim.x) {
-        int d = j % head_dim;
-        const float* x = kr + (j - d);
+    __half* dk = kv_at(kv, page, layer, n_layer, kv_dim, 0, pos % KV_PAGE_TOKENS) + h * head_dim;
+    __half* dv = kv_at(kv, page, layer, n_layer, kv_dim, 1, pos % KV_PAGE_TOKENS) + h * head_dim;
+    const float* x = k + (size_t)row * kv_dim + h * head_dim;
+    const float* vr = v + (size_t)row * kv_dim + h * head_dim;
+    for (int d = threadIdx.x; d < (int)head_dim; d += blockDim.x) {
         float o = x[d];
         if (d < (int)n_rot) {
             int p, i0, i1;
@@ -137,8 +139,8 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
             float c = cs[p], s = sn[p], x0 = x[i0], x1 = x[i1];
             o = d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
         }
-        dk[j] = __float2half_rn(o);
-        dv[j] = __float2half_rn(vr[j]);
+        dk[d] = __float2half_rn(o);
+        dv[d] = __float2half_rn(vr[d]);
     }
 }
 #endif

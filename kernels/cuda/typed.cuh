@@ -27,7 +27,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 // launch.go shapes each. The other types run the float path below, grid
 // (n/MM_WARPS, rows), from NAME.
 #define MM_ACC (FAMILY == 9)
-extern "C" __global__ void __launch_bounds__(256, 4)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
     NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     if constexpr (Fast<WT>::OK) {
         mmv<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 #endif
 
 #if FAMILY == 3 // lm_head: logits[slot(row)] = W·x[row] for rows that want logits; entries as matmul's
-extern "C" __global__ void __launch_bounds__(256, 4)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
     NAME(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     if constexpr (Fast<WT>::OK) {
         mmv<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
@@ -188,7 +188,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
 #define QKV_BODY(tile)                                                                                                 \
     fused_norm_mm<WT>(x, w_norm, w_qkv, io, k, n_q + 2 * n_kv, MmOut{q, kk, v, (int)n_q, (int)n_kv, b_qkv},             \
         __uint_as_float(eps_bits), tile)
-extern "C" __global__ void __launch_bounds__(256, 4) NAME QKV_PARAMS { QKV_BODY(false); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { QKV_BODY(false); }
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS { QKV_BODY(true); }
 #endif
 
@@ -199,6 +199,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS
 #define GU_BODY(tile)                                                                                                  \
     fused_norm_mm<WT>(x, w_norm, w_gate_up, io, k, 2 * f, MmOut{gate, up, up, (int)f, (int)f, nullptr},                \
         __uint_as_float(eps_bits), tile)
-extern "C" __global__ void __launch_bounds__(256, 4) NAME GU_PARAMS { GU_BODY(false); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME GU_PARAMS { GU_BODY(false); }
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_PARAMS { GU_BODY(true); }
 #endif

@@ -1,0 +1,182 @@
+// mmvbench times T-CUDA's matrix-vector kernels (mmq.cuh) at the shapes of
+// a llama-7B decode step, against a plain streaming read of the same bytes,
+// and prints a table: microseconds per launch and weight bytes per second.
+// Each launch reads a different copy of the weights, rotating through a
+// pool several times the L2, so the numbers are HBM numbers. The first
+// line of each shape is the kernel as launch.go ships it; the others vary
+// its chunk size U and block shape, and Δrel checks they agree.
+//
+//   make kbench   (needs nvcc and a GPU)
+#include "../mmq.cuh"
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e = (x);                                                                                           \
+        if (e != cudaSuccess) {                                                                                        \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));                           \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+template <int T, bool NORM, int U, int THREADS, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB)
+    k_mmv(const float* x, const float* wn, const u8* w, const u32* io, float* y, int k, int n) {
+    mmv<T, U>(x, w, io, k, n, mm_out(y, n, nullptr), false, NORM ? wn : nullptr, 1e-5f);
+}
+
+// k_read streams n16 16-byte words, four in flight per thread.
+__global__ void k_read(const uint4* p, size_t n16, u32* out) {
+    u32 acc = 0;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = i + u * stride < n16 ? __ldg(p + i + u * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x12345678u) out[0] = acc;
+}
+
+__global__ void k_fill(u32* p, size_t n, u32 seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        u32 h = (u32)i * 2654435761u ^ seed;
+        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+        // keep f16 fields finite: clear bit 14 of every half (exponent < 31)
+        p[i] = h & 0xbfffbfffu;
+    }
+}
+
+static int bytes_per_row(int t, int k) {
+    switch (t) {
+    case T_Q4_K: return k / 256 * 144;
+    case T_Q6_K: return k / 256 * 210;
+    case T_Q8_0: return k / 32 * 34;
+    case T_Q4_0: return k / 32 * 18;
+    }
+    return 0;
+}
+
+// shape mirrors launch.go's mmvShape.
+static void shape(int tpb, int bs, int k, int n, int threads, int perSM, dim3* grid, dim3* block) {
+    const int maxBlocks = perSM * 132, warps = threads / 32;
+    int lanes = k / bs * tpb, wpr = 1;
+    while (wpr < 8 && threads == 512 && n * wpr * 2 <= maxBlocks * warps && lanes >= 64 * wpr) wpr *= 2;
+    int rpb = warps / wpr;
+    int blocks = (n + rpb - 1) / rpb;
+    if (blocks > maxBlocks) {
+        int per = (blocks + maxBlocks - 1) / maxBlocks;
+        blocks = (n + rpb * per - 1) / (rpb * per);
+    }
+    *grid = dim3(blocks), *block = dim3(32 * wpr, rpb);
+}
+
+static std::vector<float> ref; // the base kernel's output of the current case
+
+struct Pool {
+    u8* p;
+    size_t size;
+};
+
+template <typename F> static float timeit(F launch, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 5; i++) launch(i);
+    CK(cudaEventRecord(a));
+    for (int i = 0; i < reps; i++) launch(i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    CK(cudaGetLastError());
+    return ms * 1000.f / reps;
+}
+
+struct Case {
+    const char* name;
+    int t, k, n;
+    bool norm;
+};
+
+template <int T, bool NORM, int U, int THREADS, int MINB>
+static void run1(bool first, const Case& c, Pool pool, const float* x, const float* wn, const u32* io, float* y, u32* sink) {
+    int tpb = Fast<T>::TPB, bs = 256;
+    if (T == T_Q8_0 || T == T_Q4_0) bs = 32;
+    size_t mb = (size_t)bytes_per_row(T, c.k) * c.n;
+    size_t span = (mb + 4095) & ~(size_t)4095;
+    int copies = (int)(pool.size / span);
+    dim3 g, b;
+    shape(tpb, bs, c.k, c.n, THREADS, MINB, &g, &b);
+    int smem = (c.k + c.k / 4 + 15) & ~15;
+    const int reps = 200;
+    float us = timeit([&](int i) {
+        k_mmv<T, NORM, U, THREADS, MINB><<<g, b, smem>>>(x, wn, pool.p + (size_t)(i % copies) * span, io, y, c.k, c.n);
+    }, reps);
+    float rd = timeit([&](int i) {
+        k_read<<<132 * 8, 256>>>((const uint4*)(pool.p + (size_t)(i % copies) * span), mb / 16, sink);
+    }, reps);
+    std::vector<float> got(c.n);
+    CK(cudaMemcpy(got.data(), y, c.n * 4, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    if (first) ref = got;
+    else
+        for (int j = 0; j < c.n; j++) worst = fmax(worst, fabs(got[j] - ref[j]) / (fabs(ref[j]) + 1e-3));
+    char var[32];
+    snprintf(var, sizeof var, "U%d %dx%d", U, b.x / 32, b.y);
+    printf("| %-20s | %-16s | %5d | %6d | %7.2f | %5d | %8.2f | %8.1f | %8.2f | %5.2f | %.1e |\n", c.name, var, c.k, c.n,
+        mb / 1e6, g.x, us, mb / us / 1e3, rd, rd / us, worst);
+}
+
+template <int T, bool NORM>
+static void run(const Case& c, Pool pool, const float* x, const float* wn, const u32* io, float* y, u32* sink) {
+    // the shipped choice first (launch.go: 16 warps, two blocks a multiprocessor), then alternatives
+    run1<T, NORM, Fast<T>::U, 512, 2>(true, c, pool, x, wn, io, y, sink);
+    run1<T, NORM, 1, 512, 2>(false, c, pool, x, wn, io, y, sink);
+    run1<T, NORM, 2, 512, 2>(false, c, pool, x, wn, io, y, sink);
+    run1<T, NORM, 4, 512, 2>(false, c, pool, x, wn, io, y, sink);
+    run1<T, NORM, 1, 1024, 1>(false, c, pool, x, wn, io, y, sink);
+    run1<T, NORM, 2, 1024, 1>(false, c, pool, x, wn, io, y, sink);
+}
+
+int main() {
+    Pool pool;
+    pool.size = (size_t)1 << 30;
+    CK(cudaMalloc(&pool.p, pool.size));
+    k_fill<<<1024, 256>>>((u32*)pool.p, pool.size / 4, 1);
+    float *x, *wn, *y;
+    u32 *io, *sink;
+    const int K = 14336;
+    CK(cudaMalloc(&x, K * 4));
+    CK(cudaMalloc(&wn, K * 4));
+    CK(cudaMalloc(&y, 65536 * 4));
+    CK(cudaMalloc(&sink, 4));
+    std::vector<float> hx(K);
+    for (int i = 0; i < K; i++) hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.f;
+    CK(cudaMemcpy(x, hx.data(), K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(wn, hx.data(), K * 4, cudaMemcpyHostToDevice));
+    u32 hio[16] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    CK(cudaMalloc(&io, sizeof hio));
+    CK(cudaMemcpy(io, hio, sizeof hio, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("%s, %d SMs, L2 %d MiB\n\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    printf("| %-20s | %-16s | %5s | %6s | %7s | %5s | %8s | %8s | %8s | %5s | %s |\n", "kernel", "variant", "k", "n", "MB", "grid",
+        "us", "GB/s", "read us", "eff", "Δrel");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    run<T_Q4_K, true>({"qkv q4_k (norm)", T_Q4_K, 4096, 6144, true}, pool, x, wn, io, y, sink);
+    run<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, pool, x, wn, io, y, sink);
+    run<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 28672, true}, pool, x, wn, io, y, sink);
+    run<T_Q4_K, false>({"down q4_k", T_Q4_K, 14336, 4096, false}, pool, x, wn, io, y, sink);
+    run<T_Q6_K, false>({"down q6_k", T_Q6_K, 14336, 4096, false}, pool, x, wn, io, y, sink);
+    run<T_Q6_K, false>({"lm_head q6_k", T_Q6_K, 4096, 32000, false}, pool, x, wn, io, y, sink);
+    run<T_Q8_0, false>({"wo q8_0", T_Q8_0, 4096, 4096, false}, pool, x, wn, io, y, sink);
+    run<T_Q8_0, false>({"110M ffn q8_0", T_Q8_0, 768, 4096, false}, pool, x, wn, io, y, sink);
+    run<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 4096, false}, pool, x, wn, io, y, sink);
+    return 0;
+}

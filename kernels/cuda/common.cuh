@@ -33,6 +33,18 @@ typedef unsigned char u8;
 // Warps per block of the matrix kernels: one output feature per warp.
 #define MM_WARPS 8
 
+// Programmatic dependent launch: the tier lets each kernel start while the
+// previous one is still running (runtime/cuda, when the PTX holds
+// griddepcontrol.wait). A kernel may read weights and the request table
+// before dep_sync — neither is written during a replay — but it must call
+// dep_sync before it reads any activation or writes anything. dep_sync
+// waits until the previous kernel has finished and its writes are
+// visible, then allows the next kernel to launch (so at most two overlap).
+__device__ __forceinline__ void dep_sync() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 __device__ __forceinline__ u32 io_row(const u32* io, int i, int f) {
     return io[IO_ROW_BASE + i * IO_ROW_WORDS + f];
 }

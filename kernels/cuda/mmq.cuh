@@ -341,6 +341,7 @@ template <int TW>
 __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, int k, int n, const MmOut& o, bool lm,
     const float* wn = nullptr, float eps = 0.f) {
     extern __shared__ __align__(16) u8 smem[];
+    dep_sync();
     int rows = io[IO_ROWS];
     int row0 = blockIdx.y * MM_MR;
     if (row0 >= rows) return;
@@ -413,6 +414,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     };
     int base = blockIdx.x * rpb;
     load(cur, base, 0);
+    dep_sync(); // the weights are not the previous kernel's
     if (row >= rows) return;
     size_t orow = row;
     if (lm) {

@@ -6,6 +6,7 @@
 #if FAMILY == 10 // rms_norm: the block normalizes each group of a row in turn; grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const float* w, const u32* io, float* y, u32 cols, u32 group, u32 eps_bits) {
+    dep_sync();
     int row = blockIdx.x;
     if (row >= (int)io[IO_ROWS]) return;
     float eps = __uint_as_float(eps_bits);
@@ -34,6 +35,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #if FAMILY == 11 // rope: rotate pairs by pos·θ_i; grid (rows)
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, u32 n_head, u32 head_dim,
     u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
+    dep_sync();
     int row = blockIdx.x;
     if (row >= (int)io[IO_ROWS]) return;
     float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits);
@@ -76,6 +78,7 @@ __device__ __forceinline__ __half* kv_at(u8* kv, u32 page, u32 layer, u32 n_laye
 #if FAMILY == 12 // kv_write: store each row's K and V as F16; grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* k, const float* v, const u32* io, u8* kv, u32 layer, u32 kv_dim, u32 n_layer) {
+    dep_sync();
     int row = blockIdx.x;
     if (row >= (int)io[IO_ROWS]) return;
     int slot = io_row(io, row, ROW_SLOT), pos = io_row(io, row, ROW_POS);
@@ -95,6 +98,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // table, same expressions) and kv_write's rounding; k itself is not written.
 extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k, const float* v, const u32* io, u8* kv,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
+    dep_sync();
     int row = blockIdx.x, h = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;
     float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits);
@@ -256,6 +260,7 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
 
 extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
+    dep_sync();
     __shared__ __align__(16) float qs[FA_MAX_D];
     __shared__ float wm[FA_WARPS], wl[FA_WARPS];
     __shared__ float wacc[FA_WARPS][FA_MAX_D];
@@ -319,6 +324,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
 
 #if FAMILY == 14 // add: x += y over the active rows; grid (rows·cols/256)
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* y, const u32* io, u32 cols) {
+    dep_sync();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)io[IO_ROWS] * cols) x[i] += y[i];
 }
@@ -327,6 +333,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* y,
 #if FAMILY == 15 // swiglu: y = silu(gate)·up; grid (rows·cols/256)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* gate, const float* up, const u32* io, float* y, u32 cols) {
+    dep_sync();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)io[IO_ROWS] * cols) return;
     float v = gate[i];
@@ -336,6 +343,7 @@ extern "C" __global__ void __launch_bounds__(256)
 
 #if FAMILY == 16 // argmax: tokens[slot] = first largest logit, rows that want logits; grid (rows)
 extern "C" __global__ void __launch_bounds__(256) NAME(const float* logits, const u32* io, u32* tokens, u32 n_vocab) {
+    dep_sync();
     __shared__ float bv[8];
     __shared__ int bi[8];
     int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -11,6 +11,7 @@
 
 #if FAMILY == 1 // embed: y[row] = table[token(row)]
 extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u32* io, float* y, u32 cols) {
+    dep_sync();
     int row = blockIdx.x;
     if (row >= (int)io[IO_ROWS]) return;
     const u8* r = table + (size_t)io_row(io, row, ROW_TOKEN) * row_bytes<WT>(cols);
@@ -33,6 +34,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
         mmv<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
         return;
     }
+    dep_sync();
     extern __shared__ float xs[];
     int row = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;
@@ -55,6 +57,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
         mmv<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
         return;
     }
+    dep_sync();
     extern __shared__ float xs[];
     int row = blockIdx.y;
     if (row >= (int)io[IO_ROWS] || !(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
@@ -73,6 +76,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 #if FAMILY == 4 // moe_gate_topk: route[row] = top n_used of softmax(W·x[row]); grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const u8* w, const u32* io, u32* route, u32 k, u32 n_expert, u32 n_used, u32 norm) {
+    dep_sync();
     extern __shared__ float xs[];
     float* l = xs + k;
     int row = blockIdx.x;
@@ -114,6 +118,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #if FAMILY == 5 // moe_gate_up: gate/up of each row's experts; grid (f/MM_WARPS, rows·n_used)
 extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8* w_gate, const u8* w_up,
     const u32* route, const u32* io, float* gate, float* up, u32 k, u32 f, u32 n_used) {
+    dep_sync();
     extern __shared__ float xs[];
     int row = blockIdx.y / n_used, u = blockIdx.y % n_used;
     if (row >= (int)io[IO_ROWS]) return;
@@ -135,6 +140,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8*
 #if FAMILY == 6 // moe_down_acc: y[row] += sum_u weight_u · W_e(u)·h[row,u]; grid (n/MM_WARPS, rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* h, const u8* w, const u32* route, const u32* io, float* y, u32 f, u32 n, u32 n_used) {
+    dep_sync();
     extern __shared__ float xs[];
     int row = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;
@@ -166,6 +172,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
         else mmv<T>(x, w, io, k, n, o, false, wn, eps);
         return;
     }
+    dep_sync();
     extern __shared__ float xs[]; // normalized row, then its rounding
     int row = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;

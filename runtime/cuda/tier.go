@@ -11,6 +11,7 @@
 package cuda
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -52,17 +53,23 @@ type graph struct {
 
 // Tier is a bundle loaded on the GPU.
 type Tier struct {
-	dev      driver.Device
-	ctx      driver.Context
-	stream   driver.Stream
-	done     driver.Event
-	regions  []region
-	io       int
-	fence    int
-	copyOut  []int // regions downloaded after every replay
-	modules  []driver.Module
-	funcs    []driver.Function
-	tiles    []driver.Function // each kernel's multi-row entry (kcuda.TileSuffix), 0 where it has none
+	dev     driver.Device
+	ctx     driver.Context
+	stream  driver.Stream
+	done    driver.Event
+	regions []region
+	io      int
+	fence   int
+	copyOut []int // regions downloaded after every replay
+	modules []driver.Module
+	funcs   []driver.Function
+	tiles   []driver.Function // each kernel's multi-row entry (kcuda.TileSuffix), 0 where it has none
+	// overlap[k]: kernel k may start before the previous kernel ends (its
+	// PTX waits for it with griddepcontrol.wait, see dep_sync in
+	// kernels/cuda/common.cuh); kernels from older bundles are launched
+	// the plain way.
+	overlap  []bool
+	pdl      bool // programmatic dependent launch available and not switched off (ZRT_CUDA_PDL=0)
 	variants [][]Launch
 	graphs   map[int]*graph
 	clock    uint64
@@ -91,6 +98,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 			t.timeout = d
 		}
 	}
+	t.pdl = info.Major >= 9 && driver.CanOverlapLaunches() && os.Getenv("ZRT_CUDA_PDL") != "0"
 	if opt.Profile || os.Getenv("ZRT_CUDA_PROFILE") == "1" {
 		t.prof = &profiler{ms: map[string]float64{}, calls: map[string]int{}, out: os.Stderr}
 	}
@@ -240,6 +248,7 @@ func (t *Tier) loadKernel(name string, code []byte) error {
 		tile = 0 // most kernels have one entry
 	}
 	t.tiles = append(t.tiles, tile)
+	t.overlap = append(t.overlap, t.pdl && bytes.Contains(code[:n], []byte("griddepcontrol.wait")))
 	return nil
 }
 
@@ -401,7 +410,7 @@ func (t *Tier) record(vi int) error {
 // The driver copies them during the call, so the scratch is reused.
 func (t *Tier) launch(l *Launch) error {
 	n := len(l.Params)
-	if 16*n > len(t.params) {
+	if 16*n > len(t.params)-driver.LaunchScratchBytes {
 		return fmt.Errorf("%d parameters overflow the parameter scratch", n)
 	}
 	base := unsafe.Pointer(&t.params[0])
@@ -414,6 +423,10 @@ func (t *Tier) launch(l *Launch) error {
 	f := t.funcs[l.Kernel]
 	if l.Shape.Tile {
 		f = t.tiles[l.Kernel]
+	}
+	if t.overlap[l.Kernel] {
+		cfg := unsafe.Pointer(&t.params[len(t.params)-driver.LaunchScratchBytes])
+		return f.LaunchOverlapped(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]), cfg)
 	}
 	return f.Launch(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]))
 }
@@ -444,7 +457,7 @@ func (t *Tier) close() {
 	for _, m := range t.modules {
 		m.Unload()
 	}
-	t.modules, t.funcs, t.tiles = nil, nil, nil
+	t.modules, t.funcs, t.tiles, t.overlap = nil, nil, nil, nil
 	for _, r := range t.regions {
 		driver.MemFree(r.dev)
 		if r.host != nil {

@@ -88,6 +88,7 @@ var api struct {
 	cuModuleGetFunction         func(*Function, Module, *byte) Result
 	cuFuncSetAttribute          func(Function, int32, int32) Result
 	cuLaunchKernel              func(Function, uint32, uint32, uint32, uint32, uint32, uint32, uint32, Stream, unsafe.Pointer, unsafe.Pointer) Result
+	cuLaunchKernelEx            func(unsafe.Pointer, Function, unsafe.Pointer, unsafe.Pointer) Result // optional (CUDA 12)
 	cuStreamCreate              func(*Stream, uint32) Result
 	cuStreamDestroy             func(Stream) Result
 	cuStreamSynchronize         func(Stream) Result
@@ -184,6 +185,9 @@ func load() (err error) {
 			return fmt.Errorf("cuda: %s lacks %s (driver too old?): %v", Library, s.name, err)
 		}
 		purego.RegisterFunc(s.fn, sym)
+	}
+	if sym, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil {
+		purego.RegisterFunc(&api.cuLaunchKernelEx, sym)
 	}
 	return check("cuInit", api.cuInit(0))
 }
@@ -443,6 +447,47 @@ func (f Function) SetAttribute(attr, v int) error {
 func (f Function) Launch(grid, block [3]uint32, sharedBytes int, s Stream, params unsafe.Pointer) error {
 	return check("cuLaunchKernel", api.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
 		uint32(sharedBytes), s, params, nil))
+}
+
+// LaunchScratchBytes is the memory LaunchOverlapped needs for the
+// CUlaunchConfig (56 bytes) and its one CUlaunchAttribute (72) it hands
+// the driver.
+const LaunchScratchBytes = 56 + 72
+
+// attrProgrammaticStreamSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const attrProgrammaticStreamSerialization = 6
+
+// CanOverlapLaunches reports whether the driver has cuLaunchKernelEx, which
+// LaunchOverlapped needs.
+func CanOverlapLaunches() bool { return api.cuLaunchKernelEx != nil }
+
+// LaunchOverlapped enqueues a kernel like Launch, but allows it to start
+// before the previous kernel on the stream has finished (programmatic
+// dependent launch, compute capability 9.0 and up): the kernel must
+// execute griddepcontrol.wait before it reads that kernel's results or
+// writes what that kernel may still read. scratch is LaunchScratchBytes of
+// memory outside the Go heap (the driver follows a pointer inside it).
+func (f Function) LaunchOverlapped(grid, block [3]uint32, sharedBytes int, s Stream, params, scratch unsafe.Pointer) error {
+	if api.cuLaunchKernelEx == nil {
+		return fmt.Errorf("cuda: cuLaunchKernelEx: not in this driver")
+	}
+	// CUlaunchConfig: grid and block dimensions and the shared bytes (7
+	// u32), padding, hStream at 32, attrs at 40, numAttrs at 48.
+	cfg := unsafe.Slice((*uint32)(scratch), 14)
+	copy(cfg[0:3], grid[:])
+	copy(cfg[3:6], block[:])
+	cfg[6], cfg[7] = uint32(sharedBytes), 0
+	attr := unsafe.Add(scratch, 56)
+	*(*uintptr)(unsafe.Add(scratch, 32)) = uintptr(s)
+	*(*unsafe.Pointer)(unsafe.Add(scratch, 40)) = attr
+	cfg[12], cfg[13] = 1, 0
+	// CUlaunchAttribute: id, padding to 8, then the value union (64
+	// bytes), here programmaticStreamSerializationAllowed = 1.
+	a := unsafe.Slice((*uint32)(attr), 18)
+	clear(a)
+	a[0], a[2] = attrProgrammaticStreamSerialization, 1
+	return check("cuLaunchKernelEx", api.cuLaunchKernelEx(scratch, f, params, nil))
 }
 
 // StreamNonBlocking is CU_STREAM_NON_BLOCKING: no implicit sync with stream 0.

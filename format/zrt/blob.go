@@ -13,8 +13,12 @@ import (
 // Magic is "ZRT\0" as a little-endian uint32.
 const Magic = 0x0054525A
 
-// ABIVersion is the kernel ABI this build reads and writes.
-const ABIVersion = 1
+// ABIVersion is the kernel ABI this build reads and writes: the buffers
+// and parameters of each kernel, and for T-CUDA the launch shapes its code
+// is written for. 2: T-CUDA's matrix-vector kernels run 16-warp blocks,
+// its multi-row matrix kernels use tensor cores, and every kernel waits
+// for its predecessor itself (griddepcontrol.wait).
+const ABIVersion = 2
 
 // Target is a gpu_target code.
 type Target uint16

@@ -91,6 +91,19 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 	return [3]uint32{blocks, 1, 1}, [3]uint32{32 * wpr, rpb, 1}
 }
 
+// mmtTypes are the weight types of the tensor-core multi-row kernel (mmt
+// in mmt.cuh), with its dynamic shared memory (mt_smem there); mmtRows and
+// mmtFeatures are its tile, MT_M × MT_N.
+var mmtTypes = map[string]int{
+	"q4_k": 64*272 + 64*4 + 64*16*2 + 64*4 + 128*144 + 128*16 + 128*8,
+	"q6_k": 64*272 + 64*4 + 64*16*2 + 64*4 + 128*212 + 128*16 + 128*8,
+}
+
+const (
+	mmtRows     = 64
+	mmtFeatures = 128
+)
+
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
 // quantized activation row.
 func mmqStride(k uint32) int { return int((k + k/4 + 15) &^ 15) }
@@ -125,6 +138,11 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 				l.Shared = mmqStride(push[0])
 				break
 			}
+			if smem, ok := mmtTypes[typ]; ok && family != "lm_head" { // lm_head's one row a request stays on mmq
+				l.Grid = [3]uint32{ceilDiv(push[1], mmtFeatures), ceilDiv(r, mmtRows), 1}
+				l.Shared, l.Tile = smem, true
+				break
+			}
 			l.Grid = [3]uint32{mmqWidth(push[1]), ceilDiv(r, mmqRows), 1}
 			l.Shared = int(min(r, mmqRows)) * mmqStride(push[0])
 			l.Tile = true
@@ -144,6 +162,11 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			if r == 1 {
 				l.Grid, l.Block = mmvShape(typ, k, n)
 				l.Shared = mmqStride(k)
+				break
+			}
+			if smem, ok := mmtTypes[typ]; ok {
+				l.Grid = [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}
+				l.Shared, l.Tile = smem, true
 				break
 			}
 			l.Grid = [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}

@@ -89,6 +89,50 @@ __device__ __forceinline__ void rms_scales(const float* x, int k, int nr, float 
     }
 }
 
+// q8k_warp quantizes one Q8_K block of 256 activations held by a warp,
+// lane l holding elements 8l…8l+7 in v, as the oracle does: scale
+// -127/max of the first largest-magnitude element. It writes the quants
+// to xq and the 16 sums of 16 quants (ggml's bsums) to bs, and returns the
+// block's scale.
+__device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, short* bs) {
+    int lane = threadIdx.x & 31, e0 = 8 * lane;
+    float amax = 0.f;
+    int at = 1 << 30;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        float a = fabsf(v[t]);
+        if (a > amax) amax = a, at = e0 + t;
+    }
+    // The first element (lowest index) of largest magnitude wins.
+    for (int o = 16; o > 0; o >>= 1) {
+        float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+        int at2 = __shfl_xor_sync(0xffffffffu, at, o);
+        if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
+    }
+    int q[8];
+    float d = 0.f;
+    if (amax == 0.f) {
+#pragma unroll
+        for (int t = 0; t < 8; t++) q[t] = 0;
+    } else {
+        float mx = __shfl_sync(0xffffffffu, v[0], at / 8); // v[at % 8] of lane at/8, by a select
+#pragma unroll
+        for (int t = 1; t < 8; t++) {
+            float c = __shfl_sync(0xffffffffu, v[t], at / 8);
+            if (at % 8 == t) mx = c;
+        }
+        float iscale = -127.f / mx;
+        d = 1.f / iscale;
+#pragma unroll
+        for (int t = 0; t < 8; t++) q[t] = (int)fminf(127.f, rintf(iscale * v[t]));
+    }
+    *(int2*)(xq + e0) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+    int s8 = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
+    int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+    if (!(lane & 1)) bs[lane / 2] = (short)s16;
+    return d;
+}
+
 // quant_x quantizes one activation row of k floats (RMS-normalized first
 // when wn is given) into xq (int8) and xd (scales) with the whole block;
 // the caller synchronizes.
@@ -115,47 +159,11 @@ __device__ void quant_x(const float* x, signed char* xq, float* xd, short* bs, i
         }
     } else { // Q8_K: a warp per block of 256, 8 consecutive elements a lane
         for (int b = warp; b < k / 256; b += nw) {
-            int e0 = 8 * lane;
             float v[8];
-            {
-                float4 a = ld4(x, 256 * b + e0, vec, scale, wn), c = ld4(x, 256 * b + e0 + 4, vec, scale, wn);
-                v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-            }
-            float amax = 0.f;
-            int at = 1 << 30;
-#pragma unroll
-            for (int t = 0; t < 8; t++) {
-                float a = fabsf(v[t]);
-                if (a > amax) amax = a, at = e0 + t;
-            }
-            // The first element (lowest index) of largest magnitude wins.
-            for (int o = 16; o > 0; o >>= 1) {
-                float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
-                int at2 = __shfl_xor_sync(0xffffffffu, at, o);
-                if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
-            }
-            int q[8];
-            float d = 0.f;
-            if (amax == 0.f) {
-#pragma unroll
-                for (int t = 0; t < 8; t++) q[t] = 0;
-            } else {
-                float mx = __shfl_sync(0xffffffffu, v[0], at / 8); // v[at % 8] of lane at/8, by a select
-#pragma unroll
-                for (int t = 1; t < 8; t++) {
-                    float c = __shfl_sync(0xffffffffu, v[t], at / 8);
-                    if (at % 8 == t) mx = c;
-                }
-                float iscale = -127.f / mx;
-                d = 1.f / iscale;
-#pragma unroll
-                for (int t = 0; t < 8; t++) q[t] = (int)fminf(127.f, rintf(iscale * v[t]));
-            }
-            *(int2*)(xq + 256 * b + e0) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+            float4 a = ld4(x, 256 * b + 8 * lane, vec, scale, wn), c = ld4(x, 256 * b + 8 * lane + 4, vec, scale, wn);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+            float d = q8k_warp(v, xq + 256 * b, bs + 16 * b);
             if (lane == 0) xd[b] = d;
-            int s8 = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
-            int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
-            if (!(lane & 1)) bs[16 * b + lane / 2] = (short)s16; // the sums of 16 quants (ggml's bsums)
         }
     }
 }

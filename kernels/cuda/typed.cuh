@@ -4,6 +4,7 @@
 #pragma once
 #include "common.cuh"
 #include "mmq.cuh"
+#include "mmt.cuh"
 
 #define VT (Geom<WT>::VT)
 #define CAT2(a, b) a##b
@@ -46,7 +47,8 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
-    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
+    if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC)); // grid (n/MT_N, rows/MT_M)
+    else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #endif
 
@@ -168,7 +170,10 @@ template <int T>
 __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, const u8* w, const u32* io, int k, int n,
     const MmOut& o, float eps, bool tile) {
     if constexpr (Fast<T>::OK) {
-        if (tile) mmq<T>(x, w, io, k, n, o, false, wn, eps);
+        if (tile) {
+            if constexpr (Tc<T>::OK) mmt<T>(x, w, io, k, n, o, wn, eps);
+            else mmq<T>(x, w, io, k, n, o, false, wn, eps);
+        }
         else mmv<T>(x, w, io, k, n, o, false, wn, eps);
         return;
     }

@@ -7,7 +7,7 @@
 // its chunk size U and block shape, and Δrel checks they agree.
 //
 //   make kbench   (needs nvcc and a GPU)
-#include "../mmq.cuh"
+#include "../mmt.cuh"
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +51,18 @@ __global__ void k_fill(u32* p, size_t n, u32 seed) {
     }
 }
 
+template <int T, bool NORM>
+__global__ void __launch_bounds__(256, 2)
+    k_mmq(const float* x, const float* wn, const u8* w, const u32* io, float* y, int k, int n) {
+    mmq<T>(x, w, io, k, n, mm_out(y, n, nullptr), false, NORM ? wn : nullptr, 1e-5f);
+}
+
+template <int T, bool NORM>
+__global__ void __launch_bounds__(256, 2)
+    k_mmt(const float* x, const float* wn, const u8* w, const u32* io, float* y, int k, int n) {
+    mmt<T>(x, w, io, k, n, mm_out(y, n, nullptr), NORM ? wn : nullptr, 1e-5f);
+}
+
 static int bytes_per_row(int t, int k) {
     switch (t) {
     case T_Q4_K: return k / 256 * 144;
@@ -58,6 +70,7 @@ static int bytes_per_row(int t, int k) {
     case T_Q8_0: return k / 32 * 34;
     case T_Q4_0: return k / 32 * 18;
     }
+
     return 0;
 }
 
@@ -143,6 +156,32 @@ static void run(const Case& c, Pool pool, const float* x, const float* wn, const
     run1<T, NORM, 2, 1024, 1>(false, c, pool, x, wn, io, y, sink);
 }
 
+// tile times the prefill kernels on `rows` activation rows: the dp4a tile
+// kernel (mmq) against the tensor-core one (mmt), which must agree.
+template <int T, bool NORM>
+static void tile(const Case& c, int rows, Pool pool, const float* x, const float* wn, const u32* io, float* y, float* y2) {
+    size_t mb = (size_t)bytes_per_row(T, c.k) * c.n;
+    size_t span = (mb + 4095) & ~(size_t)4095;
+    int copies = (int)(pool.size / span);
+    int perWarp = ((c.n + 7) / 8 + 527) / 528, width = (c.n + 8 * perWarp - 1) / (8 * perWarp);
+    dim3 gq(width, (rows + 7) / 8), gt((c.n + MT_N - 1) / MT_N, (rows + MT_M - 1) / MT_M);
+    int sq = 8 * ((c.k + c.k / 4 + 15) & ~15), st = mt_smem<T>();
+    CK(cudaFuncSetAttribute(k_mmq<T, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, sq));
+    CK(cudaFuncSetAttribute(k_mmt<T, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, st));
+    const int reps = 10;
+    float uq = timeit([&](int i) { k_mmq<T, NORM><<<gq, 256, sq>>>(x, wn, pool.p + (size_t)(i % copies) * span, io, y, c.k, c.n); }, reps);
+    float ut = timeit([&](int i) { k_mmt<T, NORM><<<gt, 256, st>>>(x, wn, pool.p + (size_t)(i % copies) * span, io, y2, c.k, c.n); }, reps);
+    std::vector<float> a((size_t)rows * c.n), b((size_t)rows * c.n);
+    CK(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), y2, b.size() * 4, cudaMemcpyDeviceToHost));
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); i++) scale = fmax(scale, fabs(a[i]));
+    for (size_t i = 0; i < a.size(); i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    double ops = 2.0 * rows * c.k * c.n;
+    printf("| %-20s | %4d | %5d | %6d | %9.1f | %9.1f | %6.1f | %6.1f | %.1e (of %.1e) |\n", c.name, rows, c.k, c.n, uq, ut,
+        ops / uq / 1e6, ops / ut / 1e6, worst, scale);
+}
+
 int main() {
     Pool pool;
     pool.size = (size_t)1 << 30;
@@ -150,14 +189,16 @@ int main() {
     k_fill<<<1024, 256>>>((u32*)pool.p, pool.size / 4, 1);
     float *x, *wn, *y;
     u32 *io, *sink;
-    const int K = 14336;
-    CK(cudaMalloc(&x, K * 4));
+    const int K = 14336, R = 512;
+    CK(cudaMalloc(&x, (size_t)R * K * 4));
     CK(cudaMalloc(&wn, K * 4));
-    CK(cudaMalloc(&y, 65536 * 4));
+    CK(cudaMalloc(&y, (size_t)R * 32768 * 4));
+    float* y2;
+    CK(cudaMalloc(&y2, (size_t)R * 32768 * 4));
     CK(cudaMalloc(&sink, 4));
-    std::vector<float> hx(K);
-    for (int i = 0; i < K; i++) hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.f;
-    CK(cudaMemcpy(x, hx.data(), K * 4, cudaMemcpyHostToDevice));
+    std::vector<float> hx((size_t)R * K);
+    for (size_t i = 0; i < hx.size(); i++) hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.f;
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(wn, hx.data(), K * 4, cudaMemcpyHostToDevice));
     u32 hio[16] = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
     CK(cudaMalloc(&io, sizeof hio));
@@ -178,5 +219,18 @@ int main() {
     run<T_Q8_0, false>({"wo q8_0", T_Q8_0, 4096, 4096, false}, pool, x, wn, io, y, sink);
     run<T_Q8_0, false>({"110M ffn q8_0", T_Q8_0, 768, 4096, false}, pool, x, wn, io, y, sink);
     run<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 4096, false}, pool, x, wn, io, y, sink);
+
+    printf("\nprefill tiles: dp4a (mmq) vs tensor cores (mmt)\n\n");
+    printf("| %-20s | %4s | %5s | %6s | %9s | %9s | %6s | %6s | %s |\n", "kernel", "rows", "k", "n", "mmq us", "mmt us",
+        "mmq TOPS", "mmt TOPS", "max |Δ|");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int rows : {512, 100}) {
+        u32 tio[16] = {(u32)rows};
+        CK(cudaMemcpy(io, tio, sizeof tio, cudaMemcpyHostToDevice));
+        tile<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, rows, pool, x, wn, io, y, y2);
+        tile<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 28672, true}, rows, pool, x, wn, io, y, y2);
+        tile<T_Q6_K, false>({"down q6_k", T_Q6_K, 14336, 4096, false}, rows, pool, x, wn, io, y, y2);
+        tile<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 2048, false}, rows, pool, x, wn, io, y, y2);
+    }
     return 0;
 }

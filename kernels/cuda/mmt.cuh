@@ -1,0 +1,271 @@
+// mmt.cuh: the multi-row matrix kernel on tensor cores, for the K-quant
+// weight types prefill spends its time on (Q4_K, Q6_K).
+//
+// A block computes a tile of MT_M activation rows × MT_N output features,
+// walking k one 256-element super-block at a time. Each step it copies the
+// tile's weight blocks into shared memory as they are, quantizes the
+// activation rows' slice to Q8_K there (RMS-normalizing first for the fused
+// norm kernels), and its eight warps — each a 32×32 piece of the tile —
+// multiply int8 by int8 into int32 with mma.sync, one weight sub-block (32
+// for Q4_K, 16 for Q6_K) per instruction, so every sub-block's integer dot
+// product comes out on its own, exactly the integer the oracle computes.
+// Weight quants are unpacked to int8 on the way from shared memory into
+// the B fragments. Sub-block sums are scaled by the integer sub-block
+// scales and summed as integers; only the per-super-block float
+// combination (d, dmin, the activation scale) is rounded, as in mmq.
+#pragma once
+#include "mmq.cuh"
+
+#define MT_M 64       // activation rows a block
+#define MT_N 128      // output features a block
+#define MT_XS 272     // bytes of a quantized activation row in shared memory (256 + 16: no bank conflicts)
+#define MT_THREADS 256
+
+// Tc<T>: whether the tensor-core kernel handles T, and its weight block
+// bytes padded to a word in shared memory.
+template <int T> struct Tc { enum { OK = 0, WS = 4 }; };
+template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144 }; };
+template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212 }; };
+
+// mt_smem is the dynamic shared memory of mmt<T>; launch.go's mmtShared is
+// the same.
+template <int T> constexpr int mt_smem() {
+    return MT_M * MT_XS + MT_M * 4 + MT_M * 16 * 2 + MT_M * 4 + MT_N * Tc<T>::WS + MT_N * 16 + MT_N * 8;
+}
+
+__device__ __forceinline__ void mma_k32(int* c, const int* a, const int* b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
+// mmt computes the tile (blockIdx.y·MT_M rows, blockIdx.x·MT_N features)
+// of y = W·x (RMS-normalized by wn first when given) and stores it
+// through o. Rows past the request's n_rows and features past n are
+// computed on zeros and not stored.
+template <int TW>
+__device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o,
+    const float* wn = nullptr, float eps = 0.f) {
+    constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB;
+    extern __shared__ __align__(16) u8 smem[];
+    signed char* xq = (signed char*)smem;                  // [MT_M][MT_XS]
+    float* xd = (float*)(smem + MT_M * MT_XS);             // [MT_M] Q8_K scales
+    short* xbs = (short*)(xd + MT_M);                      // [MT_M][16] sums of 16 quants
+    float* rs = (float*)(xbs + MT_M * 16);                 // [MT_M] RMS scales
+    u8* wr = (u8*)(rs + MT_M);                             // [MT_N][WS] raw weight blocks
+    u8* wsm = wr + MT_N * WS;                              // [MT_N][16] Q4_K scales 0-7, mins 8-15
+    float* wdd = (float*)(wsm + MT_N * 16);                // [MT_N][2] d, dmin
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.y * MT_M, f0 = blockIdx.x * MT_N;
+    const size_t rb = row_bytes<TW>(k);
+    dep_sync();
+    const int rows = io[IO_ROWS];
+    if (row0 >= rows) return;
+    const int nr = min(MT_M, rows - row0);
+    if (wn) { // a warp per row
+        for (int r = warp; r < MT_M; r += MT_THREADS / 32) {
+            double s = 0;
+            if (r < nr)
+                for (int i = lane; i < k; i += 32) {
+                    float v = x[(size_t)(row0 + r) * k + i];
+                    s += (double)(v * v);
+                }
+            for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+            if (lane == 0) rs[r] = 1.f / sqrtf((float)(s / (double)k) + eps);
+        }
+    }
+    const int wm = warp >> 2, wn4 = warp & 3; // the warp's 32×32 piece
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
+    const bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
+    for (int kb = 0; kb < k / 256; kb++) {
+        __syncthreads(); // the previous step's readers are done
+        // The weight blocks, copied as they are (Q4_K: 9 aligned 16-byte
+        // pieces; Q6_K: 105 2-byte pieces, its blocks are 2-byte aligned).
+        if (TW == T_Q4_K) {
+            for (int i = tid; i < MT_N * 9; i += MT_THREADS) {
+                int f = i / 9, p = i % 9;
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (f0 + f < n) v = __ldg((const uint4*)(w + (size_t)(f0 + f) * rb + (size_t)kb * BB) + p);
+                *(uint4*)(wr + f * WS + 16 * p) = v;
+            }
+        } else {
+            for (int i = tid; i < MT_N * (BB / 2); i += MT_THREADS) {
+                int f = i / (BB / 2), p = i % (BB / 2);
+                unsigned short v = 0;
+                if (f0 + f < n) v = __ldg((const unsigned short*)(w + (size_t)(f0 + f) * rb + (size_t)kb * BB) + p);
+                *(unsigned short*)(wr + f * WS + 2 * p) = v;
+            }
+        }
+        // The activation slice, quantized: a warp per row, four rows at a
+        // time so that their loads and shuffle chains overlap.
+        constexpr int RPW = MT_M / (MT_THREADS / 32); // rows a warp
+#pragma unroll
+        for (int r4 = 0; r4 < RPW; r4 += 4) {
+            float v[4][8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int r = warp * RPW + r4 + u;
+                if (r < nr) {
+                    const float* xr = x + (size_t)(row0 + r) * k + (size_t)kb * 256;
+                    float sc = wn ? rs[r] : 1.f;
+                    const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
+                    float4 a = ld4(xr, 8 * lane, vec, sc, wk), c = ld4(xr, 8 * lane + 4, vec, sc, wk);
+                    v[u][0] = a.x, v[u][1] = a.y, v[u][2] = a.z, v[u][3] = a.w;
+                    v[u][4] = c.x, v[u][5] = c.y, v[u][6] = c.z, v[u][7] = c.w;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) v[u][i] = 0.f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int r = warp * RPW + r4 + u;
+                float d = q8k_warp(v[u], xq + r * MT_XS, xbs + r * 16);
+                if (lane == 0) xd[r] = d;
+            }
+        }
+        __syncthreads();
+        if (TW == T_Q4_K && tid < MT_N) { // each feature's scales and mins, ggml's get_scale_min_k4
+            const u8* b = wr + tid * WS;
+#pragma unroll
+            for (int sb = 0; sb < 8; sb++) {
+                int sc, mn;
+                scale_min_k4(b + 4, sb, &sc, &mn);
+                wsm[tid * 16 + sb] = sc, wsm[tid * 16 + 8 + sb] = mn;
+            }
+            wdd[2 * tid] = __half2float(*(const __half*)b);
+            wdd[2 * tid + 1] = __half2float(*(const __half*)(b + 2));
+        } else if (TW == T_Q6_K && tid < MT_N) {
+            wdd[2 * tid] = __half2float(*(const __half*)(wr + tid * WS + 208));
+        }
+        __syncthreads();
+        int isc[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) isc[mi][ni][e] = 0;
+        const signed char* xa = xq + (wm * 32 + g) * MT_XS + 4 * t;
+        if (TW == T_Q4_K) {
+#pragma unroll 1
+            for (int s = 0; s < 8; s++) {
+                int a[2][4], b[4][2];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
+                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                    a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const u8* q = wr + (wn4 * 32 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
+                    int sh = 4 * (s & 1);
+                    b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
+                    b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    int fc = wn4 * 32 + ni * 8 + 2 * t;
+                    int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k32(c, a[mi], b[ni]);
+                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                    }
+                }
+            }
+        } else {
+#pragma unroll 4
+            for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
+                int a[2][2], b[4];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++) {
+                    const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
+                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                }
+                // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
+                int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    const u8* q = wr + (wn4 * 32 + ni * 8 + g) * WS;
+                    int ql = (*(const int*)(q + 64 * h + l + 32 * (qu & 1)) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
+                    int qh = (*(const int*)(q + 128 + 32 * h + l) >> (2 * qu)) & 0x03030303;
+                    b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    int fc = wn4 * 32 + ni * 8 + 2 * t;
+                    int s0 = (signed char)wr[fc * WS + 192 + s], s1 = (signed char)wr[(fc + 1) * WS + 192 + s];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k16(c, a[mi], b[ni]);
+                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                    }
+                }
+            }
+        }
+        // The super-block's float combination, per (row, feature). Q4_K's
+        // min term is Σ mins·(sums of the activation quants), per
+        // sub-block of 32, from the sums of 16 the quantizer left.
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                int r = wm * 32 + mi * 16 + g + 8 * hh;
+                float dx = xd[r];
+                int xb[8];
+                if (TW == T_Q4_K) {
+                    const int4* bp = (const int4*)(xbs + r * 16);
+                    int4 lo = bp[0], hi = bp[1];
+                    int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // pairs of shorts
+#pragma unroll
+                    for (int sb = 0; sb < 8; sb++) xb[sb] = (short)(v[sb] & 0xffff) + (v[sb] >> 16);
+                }
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                    for (int cc = 0; cc < 2; cc++) {
+                        int fc = wn4 * 32 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
+                        if (TW == T_Q4_K) {
+                            uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
+                            int imn = 0;
+#pragma unroll
+                            for (int sb = 0; sb < 8; sb++) imn += (int)(((sb < 4 ? m.x : m.y) >> (8 * (sb & 3))) & 255) * xb[sb];
+                            acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
+                        } else {
+                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
+                        }
+                    }
+            }
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int r = wm * 32 + mi * 16 + g + 8 * (e >> 1);
+            if (r >= nr) continue;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int j = f0 + wn4 * 32 + ni * 8 + 2 * t + (e & 1);
+                if (j < n) o.store(row0 + r, j, acc[mi][ni][e]);
+            }
+        }
+}

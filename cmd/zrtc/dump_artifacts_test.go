@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/zrt"
 )
 
 // zrtcArtifacts runs the command line in-process with the artifact dumps
@@ -90,7 +92,7 @@ func TestDumpArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"abi_version       1", "target            cpu (0xff)", "eps", "(f32)", "patched"} {
+	for _, want := range []string{fmt.Sprintf("abi_version       %d", zrt.ABIVersion), "target            cpu (0xff)", "eps", "(f32)", "patched"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dump zrt lacks %q:\n%s", want, out)
 		}

@@ -133,7 +133,7 @@ the rate implies.`,
 			}
 			w := cmd.OutOrStdout()
 			if llamaBench != "" {
-				if err := compareLlama(cmd, rows, llamaBench, gguf, pp, tg, reps, threads); err != nil {
+				if err := compareLlama(cmd, rows, llamaBench, gguf, pp, tg, reps, threads, e.TierName() != "cpu"); err != nil {
 					return err
 				}
 			}
@@ -258,13 +258,18 @@ func (f *engineFlags) threadsOr() int {
 }
 
 // compareLlama runs llama-bench with the same tests and threads and prints
-// both rates and zrt's ratio to llama.cpp's.
-func compareLlama(cmd *cobra.Command, rows []benchResult, bin, gguf string, pp, tg, reps, threads int) error {
+// both rates and zrt's ratio to llama.cpp's. With gpu (zrt ran on a GPU
+// tier) llama.cpp offloads every layer (-ngl 99), else none.
+func compareLlama(cmd *cobra.Command, rows []benchResult, bin, gguf string, pp, tg, reps, threads int, gpu bool) error {
 	if gguf == "" {
 		return fmt.Errorf("--llama-bench needs --gguf, the model the bundle was built from")
 	}
+	ngl := "0"
+	if gpu {
+		ngl = "99"
+	}
 	out, err := exec.CommandContext(cmd.Context(), bin, "-m", gguf, "-p", strconv.Itoa(pp), "-n", strconv.Itoa(tg),
-		"-r", strconv.Itoa(reps), "-t", strconv.Itoa(threads), "-o", "json").Output()
+		"-r", strconv.Itoa(reps), "-t", strconv.Itoa(threads), "-ngl", ngl, "-o", "json").Output()
 	if err != nil {
 		return fmt.Errorf("llama-bench: %w", err)
 	}

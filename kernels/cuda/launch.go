@@ -91,18 +91,37 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 	return [3]uint32{blocks, 1, 1}, [3]uint32{32 * wpr, rpb, 1}
 }
 
-// mmtTypes are the weight types of the tensor-core multi-row kernel (mmt
-// in mmt.cuh), with its dynamic shared memory (mt_smem there); mmtRows and
-// mmtFeatures are its tile, MT_M × MT_N.
-var mmtTypes = map[string]int{
-	"q4_k": 64*272 + 64*4 + 64*16*2 + 64*4 + 128*144 + 128*16 + 128*8,
-	"q6_k": 64*272 + 64*4 + 64*16*2 + 64*4 + 128*212 + 128*16 + 128*8,
-}
-
+// mmtRows and mmtFeatures are the tile of the tensor-core multi-row
+// kernel (MT_M × MT_N of mmt in mmt.cuh), and mmtTypes its weight types
+// with its dynamic shared memory (mt_smem there): per activation row the
+// quantized slice (272 bytes), its scale, sums of 16 and RMS scale; per
+// feature the weight block (padded to a word), its scales and mins, d and
+// dmin.
 const (
 	mmtRows     = 64
 	mmtFeatures = 128
 )
+
+func mmtShared(blockBytes int) int { return mmtRows*(272+4+32+4) + mmtFeatures*(blockBytes+16+8) }
+
+var mmtTypes = map[string]int{"q4_k": mmtShared(144), "q6_k": mmtShared(212)}
+
+// integerMatrix is the launch of an integer-path matrix kernel (matmul,
+// lm_head or a fused norm + projections) for n features of k inputs on a
+// variant of r rows: the matrix-vector kernel for one row; for more, the
+// tensor-core tile kernel where the type has one, except for lm_head,
+// whose requests want one row each; the dp4a tile kernel otherwise.
+func integerMatrix(family, typ string, k, n, r uint32) Launch {
+	if r == 1 {
+		grid, block := mmvShape(typ, k, n)
+		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
+	}
+	block := [3]uint32{256, 1, 1}
+	if smem, ok := mmtTypes[typ]; ok && family != "lm_head" {
+		return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: smem, Tile: true}
+	}
+	return Launch{Grid: [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Tile: true}
+}
 
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
 // quantized activation row.
@@ -133,19 +152,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, err
 		}
 		if _, ok := mmqTypes[typ]; ok {
-			if r == 1 {
-				l.Grid, l.Block = mmvShape(typ, push[0], push[1])
-				l.Shared = mmqStride(push[0])
-				break
-			}
-			if smem, ok := mmtTypes[typ]; ok && family != "lm_head" { // lm_head's one row a request stays on mmq
-				l.Grid = [3]uint32{ceilDiv(push[1], mmtFeatures), ceilDiv(r, mmtRows), 1}
-				l.Shared, l.Tile = smem, true
-				break
-			}
-			l.Grid = [3]uint32{mmqWidth(push[1]), ceilDiv(r, mmqRows), 1}
-			l.Shared = int(min(r, mmqRows)) * mmqStride(push[0])
-			l.Tile = true
+			l = integerMatrix(family, typ, push[0], push[1], r)
 			break
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
@@ -159,19 +166,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			n = spec[1] + 2*spec[2]
 		}
 		if _, ok := mmqTypes[typ]; ok {
-			if r == 1 {
-				l.Grid, l.Block = mmvShape(typ, k, n)
-				l.Shared = mmqStride(k)
-				break
-			}
-			if smem, ok := mmtTypes[typ]; ok {
-				l.Grid = [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}
-				l.Shared, l.Tile = smem, true
-				break
-			}
-			l.Grid = [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}
-			l.Shared = int(min(r, mmqRows)) * mmqStride(k)
-			l.Tile = true
+			l = integerMatrix(family, typ, k, n, r)
 			break
 		}
 		l.Grid = [3]uint32{ceilDiv(n, mmWarps), r, 1}

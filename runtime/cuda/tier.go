@@ -64,10 +64,10 @@ type Tier struct {
 	modules []driver.Module
 	funcs   []driver.Function
 	tiles   []driver.Function // each kernel's multi-row entry (kcuda.TileSuffix), 0 where it has none
-	// overlap[k]: kernel k may start before the previous kernel ends (its
-	// PTX waits for it with griddepcontrol.wait, see dep_sync in
-	// kernels/cuda/common.cuh); kernels from older bundles are launched
-	// the plain way.
+	// overlap[k]: kernel k may start before the previous kernel ends, as
+	// its PTX waits for it (griddepcontrol.wait, see dep_sync in
+	// kernels/cuda/common.cuh); a kernel without the wait is launched the
+	// plain way.
 	overlap  []bool
 	pdl      bool // programmatic dependent launch available and not switched off (ZRT_CUDA_PDL=0)
 	variants [][]Launch

@@ -449,9 +449,9 @@ func (f Function) Launch(grid, block [3]uint32, sharedBytes int, s Stream, param
 		uint32(sharedBytes), s, params, nil))
 }
 
-// LaunchScratchBytes is the memory LaunchOverlapped needs for the
-// CUlaunchConfig (56 bytes) and its one CUlaunchAttribute (72) it hands
-// the driver.
+// LaunchScratchBytes is the memory LaunchOverlapped builds its
+// CUlaunchConfig (56 bytes) and that config's one CUlaunchAttribute (72)
+// in.
 const LaunchScratchBytes = 56 + 72
 
 // attrProgrammaticStreamSerialization is

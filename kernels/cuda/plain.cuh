@@ -32,22 +32,17 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 11 // rope: rotate pairs by pos·θ_i; grid (rows)
-extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, u32 n_head, u32 head_dim,
-    u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
-    dep_sync();
-    int row = blockIdx.x;
-    if (row >= (int)io[IO_ROWS]) return;
+#if FAMILY == 11 || FAMILY == 17
+// rope_table fills cs and sn with cos and sin of pos·θ_p·freq_scale for the
+// n_rot/2 pairs (n_rot ≤ 512), one thread a pair; the block shares them
+// across heads. θ is built by repeated float multiplication, as the oracle
+// (and ggml's cache) does, so its rounding is the same; sin and cos are
+// taken in double and rounded.
+__device__ void rope_table(u32 pos, u32 n_rot, u32 base_bits, u32 scale_bits, float* cs, float* sn) {
     float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits);
     float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
-    float pos = (float)io_row(io, row, ROW_POS);
-    int pairs = n_rot / 2;
-    // One thread per pair computes its rotation (n_rot ≤ 512), shared by the heads.
-    __shared__ float cs[256], sn[256];
-    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-        // θ is built by repeated float multiplication, as the oracle (and
-        // ggml's cache) does, so its rounding is the same.
-        float theta = pos;
+    for (int p = threadIdx.x; p < (int)n_rot / 2; p += blockDim.x) {
+        float theta = (float)pos;
         for (int q = 0; q < p; q++) theta *= theta_scale;
         float t = theta * fscale;
         double sd, cd;
@@ -55,6 +50,18 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
         cs[p] = (float)cd, sn[p] = (float)sd;
     }
     __syncthreads();
+}
+#endif
+
+#if FAMILY == 11 // rope: rotate pairs by pos·θ_i; grid (rows)
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, u32 n_head, u32 head_dim,
+    u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
+    dep_sync();
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    int pairs = n_rot / 2;
+    __shared__ float cs[256], sn[256];
+    rope_table(io_row(io, row, ROW_POS), n_rot, base_bits, scale_bits, cs, sn);
     for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
         int h = it / pairs, p = it % pairs;
         float c = cs[p], s = sn[p];
@@ -101,20 +108,10 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
     dep_sync();
     int row = blockIdx.x, h = blockIdx.y;
     if (row >= (int)io[IO_ROWS]) return;
-    float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits);
-    float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
     int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256];
-    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-        float theta = (float)pos;
-        for (int i = 0; i < p; i++) theta *= theta_scale;
-        float t = theta * fscale;
-        double sd, cd;
-        sincos((double)t, &sd, &cd);
-        cs[p] = (float)cd, sn[p] = (float)sd;
-    }
-    __syncthreads();
+    rope_table(pos, n_rot, base_bits, scale_bits, cs, sn);
     if (h < (int)n_head) {
         float* x = q + ((size_t)row * n_head + h) * head_dim;
         for (int p = threadIdx.x; p < pairs; p += blockDim.x) {

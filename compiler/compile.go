@@ -56,32 +56,45 @@ type Frontend struct {
 	Unit   *passes.Unit
 }
 
-// Load opens the GGUF, resolves the config and builds the IR.
+// Load opens the GGUF, resolves the config and builds the IR. Valid input
+// that zrtc cannot build (architecture, config feature, tensor type for
+// the target) fails with a *support.Error.
 func Load(path string, opt Options) (*Frontend, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.Load(f, opt.ConfigPath)
+	fe, err := frontend(f, opt)
 	if err != nil {
 		f.Close()
+		return nil, err
+	}
+	return fe, nil
+}
+
+func frontend(f *gguf.File, opt Options) (*Frontend, error) {
+	if err := arch.CheckSupported(f); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(f, opt.ConfigPath)
+	if err != nil {
 		return nil, err
 	}
 	if opt.Target != "" {
 		cfg.Target = opt.Target
 	}
 	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
-		f.Close()
 		return nil, err
 	}
 	templates, err := templatesFor(cfg.Target)
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	m, err := arch.Build(f, cfg)
 	if err != nil {
-		f.Close()
+		return nil, err
+	}
+	if err := checkWeightTypes(m, cfg.Target); err != nil {
 		return nil, err
 	}
 	u := NewUnit(m)

@@ -12,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
 )
 
 func writeModel(t *testing.T, s synth.Shape) string {
@@ -99,8 +100,10 @@ func TestRebuildReplacesAtomically(t *testing.T) {
 	}
 }
 
-// TestHostileModels checks that malformed models are refused with an error
-// that names the problem.
+// TestHostileModels checks that a model zrtc cannot build is refused with
+// an error that names the problem, and that the error says which kind of
+// problem it is: valid input zrtc does not support yet (support.Is), or a
+// malformed file (anything else).
 func TestHostileModels(t *testing.T) {
 	good, err := synth.Write(synth.Tiny)
 	if err != nil {
@@ -110,61 +113,106 @@ func TestHostileModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// rewrite copies the model, letting edit change metadata and tensors.
-	rewrite := func(edit func(key string, v gguf.Value) (gguf.Value, bool), dropTensor string, reshape map[string][]int64) []byte {
+	// edit describes a copy of the model: metadata to change or drop
+	// (a nil value drops the key), a tensor to drop, tensors to reshape or
+	// retype (their data becomes zeros of the new size).
+	type edit struct {
+		meta    map[string]*gguf.Value
+		drop    string
+		reshape map[string][]int64
+		retype  map[string]ggml.Type
+	}
+	rewrite := func(e edit) []byte {
 		w := gguf.NewWriter()
 		for _, kv := range f.KV {
-			v, keep := edit(kv.Key, kv.Value)
-			if keep {
-				w.Set(kv.Key, v)
+			v, changed := e.meta[kv.Key]
+			if !changed {
+				w.Set(kv.Key, kv.Value)
+			} else if v != nil {
+				w.Set(kv.Key, *v)
+			}
+		}
+		for k, v := range e.meta {
+			if _, ok := f.Lookup(k); !ok && v != nil {
+				w.Set(k, *v)
 			}
 		}
 		for i := range f.Tensors {
 			ti := &f.Tensors[i]
-			if ti.Name == dropTensor {
+			if ti.Name == e.drop {
 				continue
 			}
-			dims, data := ti.Dims, f.TensorData(ti)
-			if d, ok := reshape[ti.Name]; ok {
+			typ, dims, data := ti.Type, ti.Dims, f.TensorData(ti)
+			if d, ok := e.reshape[ti.Name]; ok {
 				dims = d
-				data = make([]byte, 4*d[0]*d[1])
 			}
-			if err := w.AddTensor(ti.Name, ti.Type, dims, data); err != nil {
+			if nt, ok := e.retype[ti.Name]; ok {
+				typ = nt
+			}
+			if typ != ti.Type || len(e.reshape[ti.Name]) > 0 {
+				rb, err := typ.RowBytes(dims[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				data = make([]byte, rb*(elements(dims)/dims[0]))
+			}
+			if err := w.AddTensor(ti.Name, typ, dims, data); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return w.Bytes()
 	}
-	same := func(k string, v gguf.Value) (gguf.Value, bool) { return v, true }
+	str := func(s string) *gguf.Value { v := gguf.Str(s); return &v }
 	cases := []struct {
-		name, want string
-		data       []byte
+		name, target, want string
+		unsupported        bool
+		data               []byte
 	}{
-		{"missing tensor", "missing tensor blk.1.ffn_up.weight", rewrite(same, "blk.1.ffn_up.weight", nil)},
-		{"wrong shape", "blk.0.attn_q.weight has shape", rewrite(same, "", map[string][]int64{"blk.0.attn_q.weight": {64, 32}})},
-		{"unknown arch", `architecture "mamba9" is not supported`, rewrite(func(k string, v gguf.Value) (gguf.Value, bool) {
-			if k == "general.architecture" {
-				return gguf.Str("mamba9"), true
-			}
-			return v, true
-		}, "", nil)},
-		{"missing hparam", "llama.embedding_length", rewrite(func(k string, v gguf.Value) (gguf.Value, bool) {
-			return v, k != "llama.embedding_length"
-		}, "", nil)},
-		{"bad head count", "head_count", rewrite(func(k string, v gguf.Value) (gguf.Value, bool) {
-			if k == "llama.attention.head_count_kv" {
-				return gguf.U32(3), true
-			}
-			return v, true
-		}, "", nil)},
-		{"truncated", "truncated", good[:len(good)/2]},
+		{"missing tensor", "", "missing tensor blk.1.ffn_up.weight", false, rewrite(edit{drop: "blk.1.ffn_up.weight"})},
+		{"wrong shape", "", "blk.0.attn_q.weight has shape", false, rewrite(edit{reshape: map[string][]int64{"blk.0.attn_q.weight": {64, 32}}})},
+		{"missing hparam", "", "llama.embedding_length", false, rewrite(edit{meta: map[string]*gguf.Value{"llama.embedding_length": nil}})},
+		{"bad head count", "", "head_count", false, rewrite(edit{meta: map[string]*gguf.Value{"llama.attention.head_count_kv": func() *gguf.Value { v := gguf.U32(3); return &v }()}})},
+		{"truncated", "", "truncated", false, good[:len(good)/2]},
+		{"unknown rope scaling", "", `unknown rope scaling "wavy"`, false, rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.scaling.type": str("wavy")}})},
+
+		{"architecture", "", `unsupported architecture "mamba9" (general.architecture): zrtc builds llama,`, true,
+			rewrite(edit{meta: map[string]*gguf.Value{"general.architecture": str("mamba9")}})},
+		{"rope scaling", "", `unsupported rope scaling "yarn" (llama.rope.scaling.type)`, true,
+			rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.scaling.type": str("yarn")}})},
+		{"i-quant", "", "unsupported tensor type IQ4_NL (id 20) in blk.0.ffn_down.weight: target cpu computes F32, F16,", true,
+			rewrite(edit{retype: map[string]ggml.Type{"blk.0.ffn_down.weight": ggml.IQ4_NL}})},
+		{"removed layout", "", "unsupported tensor type Q4_0_4_4 (id 31) in blk.1.ffn_gate.weight: ggml has removed this layout; re-quantize as Q4_0", true,
+			rewrite(edit{retype: map[string]ggml.Type{"blk.1.ffn_gate.weight": ggml.Q4_0_4_4}})},
+		{"type per target", "cuda:sm_90", "unsupported tensor type BF16 (id 30) in blk.0.attn_q.weight: target cuda:sm_90 computes", true,
+			rewrite(edit{retype: map[string]ggml.Type{"blk.0.attn_q.weight": ggml.BF16}})},
 	}
 	for _, c := range cases {
 		p := filepath.Join(t.TempDir(), "m.gguf")
-		os.WriteFile(p, c.data, 0o644)
-		err := compiler.Compile(context.Background(), p, filepath.Join(t.TempDir(), "out"), compiler.Options{})
+		if err := os.WriteFile(p, c.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := compiler.Compile(context.Background(), p, filepath.Join(t.TempDir(), "out"), compiler.Options{Target: c.target})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
 		}
+		if support.Is(err) != c.unsupported {
+			t.Errorf("%s: support.Is(%v) = %v, want %v", c.name, err, support.Is(err), c.unsupported)
+		}
 	}
+	// The same BF16 model builds for cpu: unsupported is per target.
+	p := filepath.Join(t.TempDir(), "bf16.gguf")
+	if err := os.WriteFile(p, rewrite(edit{retype: map[string]ggml.Type{"blk.0.attn_q.weight": ggml.BF16}}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := compiler.Compile(context.Background(), p, filepath.Join(t.TempDir(), "out"), compiler.Options{}); err != nil {
+		t.Errorf("BF16 weight for cpu: %v", err)
+	}
+}
+
+func elements(dims []int64) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	return n
 }

@@ -3,19 +3,31 @@ package compiler
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
+	"github.com/zrtdev/zrt/compiler/arch"
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/cuda/ptx"
+	"github.com/zrtdev/zrt/kernels/quant"
 	"github.com/zrtdev/zrt/passes"
 )
 
-// targetTemplates says, per target zrtc lowers for, where kernel code
-// comes from. A target missing here cannot be compiled for.
-var targetTemplates = map[string]passes.Templates{
-	"cpu":        cpuTemplate,
-	"cuda:sm_90": cudaTemplate(zrt.SM90),
+// targetKernels says, per target zrtc lowers for, where kernel code comes
+// from and which weight types those kernels compute with. A target missing
+// here cannot be compiled for.
+var targetKernels = map[string]struct {
+	templates   passes.Templates
+	weightTypes func() []ggml.Type
+}{
+	"cpu":        {cpuTemplate, quant.WeightTypes},
+	"cuda:sm_90": {cudaTemplate(zrt.SM90), ptx.WeightTypes},
 }
 
 // template wraps code in a blob for target with one placeholder dword per
@@ -66,11 +78,52 @@ func cudaTemplate(target zrt.Target) passes.Templates {
 	}
 }
 
+// Targets lists, sorted, the targets this zrtc compiles for.
+func Targets() []string {
+	return slices.Sorted(maps.Keys(targetKernels))
+}
+
 // templatesFor returns a target's templates.
 func templatesFor(target string) (passes.Templates, error) {
-	t, ok := targetTemplates[target]
+	t, ok := targetKernels[target]
 	if !ok {
-		return nil, fmt.Errorf("target %s: this zrtc has no kernels for it (it lowers for cpu and cuda:sm_90)", target)
+		return nil, fmt.Errorf("target %s: this zrtc has no kernels for it (it lowers for %s)", target, strings.Join(Targets(), ", "))
 	}
-	return t, nil
+	return t.templates, nil
+}
+
+// checkWeightTypes refuses, as unsupported, the first weight whose tensor
+// type the target's kernels cannot compute with. The GGUF reader walks
+// every ggml type; this is where a build learns it cannot use one.
+func checkWeightTypes(m *arch.Model, target string) error {
+	types := targetKernels[target].weightTypes()
+	for _, g := range m.Graphs {
+		for _, b := range g.Buffers {
+			if b.Class != ir.Weight || slices.Contains(types, b.Type) {
+				continue
+			}
+			detail := fmt.Sprintf("target %s computes %s", target, typeList(types))
+			if ti, _ := b.Type.Info(); ti.Removed != "" {
+				detail = "ggml has removed this layout; " + ti.Removed
+			}
+			return &support.Error{What: "tensor type", Value: b.Type.Describe(), Where: support.In(b.Tensor), Detail: detail}
+		}
+	}
+	return nil
+}
+
+// RefusesWeightType reports whether a build for target refuses weights of
+// type t (for listings such as zrtc inspect). Unknown targets refuse
+// nothing here; Load reports them.
+func RefusesWeightType(target string, t ggml.Type) bool {
+	k, ok := targetKernels[target]
+	return ok && !slices.Contains(k.weightTypes(), t)
+}
+
+func typeList(types []ggml.Type) string {
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ", ")
 }

@@ -17,7 +17,7 @@ import (
 func zrtc(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), dumpCmd())
+	root.AddCommand(buildCmd(), inspectCmd(), dumpCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&bytes.Buffer{})

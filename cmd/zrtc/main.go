@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler"
@@ -25,12 +26,16 @@ func main() {
 		Short: "Compile GGUF models into zrt bundles",
 		Long: `zrtc lowers a GGUF model plus an optional TOML model config through named
 IR passes into a bundle: .zrt kernel blobs, a flat graph file and a weights
-pack, for one target (cpu; cuda:sm_90 and amd:gfx1201 are planned).`,
+pack, for one target (` + strings.Join(compiler.Targets(), ", ") + `).
+
+A model zrtc cannot build yet (its architecture, a tensor type on the
+target, a config feature) is refused with "unsupported ...", distinct from
+a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       compiler.Version,
 	}
-	root.AddCommand(buildCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
+	root.AddCommand(buildCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "zrtc:", err)
 		os.Exit(1)
@@ -66,7 +71,7 @@ func buildCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
-	c.Flags().StringVar(&target, "target", "", "compile target: cpu (default: the config's)")
+	c.Flags().StringVar(&target, "target", "", "compile target: "+strings.Join(compiler.Targets(), ", ")+" (default: the config's)")
 	c.Flags().StringVarP(&out, "out", "o", "", "output bundle directory")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
 	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")

@@ -7,10 +7,13 @@ package arch
 import (
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
 )
 
 // Hparams are the model hyperparameters the graph is built from. They are
@@ -52,19 +55,37 @@ func register(arch string, b Builder) { builders[arch] = b }
 
 // Build dispatches on general.architecture.
 func Build(f *gguf.File, c *config.Config) (*Model, error) {
+	b, err := builder(f)
+	if err != nil {
+		return nil, err
+	}
+	m, err := b(f, c)
+	if err != nil {
+		a, _ := f.String("general.architecture")
+		return nil, fmt.Errorf("arch %s: %w", a, err)
+	}
+	return m, nil
+}
+
+// CheckSupported fails, with a *support.Error, when f's architecture has
+// no graph builder: the first thing to tell a user, before any detail of
+// a model zrt cannot build anyway.
+func CheckSupported(f *gguf.File) error {
+	_, err := builder(f)
+	return err
+}
+
+func builder(f *gguf.File) (Builder, error) {
 	a, err := f.String("general.architecture")
 	if err != nil {
 		return nil, err
 	}
 	b, ok := builders[a]
 	if !ok {
-		return nil, fmt.Errorf("arch: architecture %q is not supported (supported: %v)", a, Supported())
+		return nil, &support.Error{What: "architecture", Value: strconv.Quote(a), Where: support.Key("general.architecture"),
+			Detail: "zrtc builds " + strings.Join(Supported(), ", ")}
 	}
-	m, err := b(f, c)
-	if err != nil {
-		return nil, fmt.Errorf("arch %s: %w", a, err)
-	}
-	return m, nil
+	return b, nil
 }
 
 // Supported lists the architectures with a builder.

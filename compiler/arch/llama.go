@@ -6,8 +6,8 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/compiler/ir"
-	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/kernels"
 )
 
@@ -101,7 +101,8 @@ func llamaHparams(f *gguf.File, c *config.Config, fam llamaFamily) (Hparams, err
 		return h, err
 	}
 	if vdim != h.HeadDim {
-		return h, fmt.Errorf("value_length %d differs from key_length %d, which is not supported", vdim, h.HeadDim)
+		return h, &support.Error{What: "attention shape", Value: fmt.Sprintf("value_length %d != key_length %d", vdim, h.HeadDim),
+			Where: support.Key(a + ".attention.value_length"), Detail: "zrt's attention kernels need equal K and V head widths"}
 	}
 	if err := get("rope.dimension_count", &h.NRot, h.HeadDim); err != nil {
 		return h, err
@@ -136,7 +137,8 @@ func llamaHparams(f *gguf.File, c *config.Config, fam llamaFamily) (Hparams, err
 	// Llama 3.1-style RoPE frequency factors change every rotation; refusing
 	// the model beats silently computing something else.
 	if _, ok := f.Tensor("rope_freqs.weight"); ok {
-		return h, fmt.Errorf("tensor rope_freqs.weight (per-dimension RoPE frequency factors) is not supported yet")
+		return h, &support.Error{What: "RoPE frequency factors", Value: "(tensor rope_freqs.weight)",
+			Detail: "per-dimension RoPE frequency factors (Llama 3.1-style) are not implemented"}
 	}
 	emb, ok := f.Tensor(llamaTensors["embed"])
 	if !ok {
@@ -383,12 +385,8 @@ func (b *llamaBuilder) moe(l, fn, x, io int) error {
 		return err
 	}
 	if tg, tu := g.Buffers[wg].Type, g.Buffers[wu].Type; tg != tu {
-		return fmt.Errorf("layer %d: expert gate (%s) and up (%s) weights differ in type, which MOE_GATE_UP does not support", l, tg, tu)
-	}
-	for _, w := range []int{wr, wg, wu, wd} {
-		if g.Buffers[w].Type == ggml.Q8_K {
-			return fmt.Errorf("tensor %s: Q8_K weights are not supported", g.Buffers[w].Tensor)
-		}
+		return &support.Error{What: "expert weight mix", Value: fmt.Sprintf("gate %s, up %s", tg, tu),
+			Where: support.In(g.Buffers[wu].Tensor), Detail: "MOE_GATE_UP needs one type for the gate and up experts"}
 	}
 	U := h.NExpertUsed
 	route := g.NewReg(fmt.Sprintf("l%d.route", l), T, U, kernels.RouteEntryBytes)

@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
 )
 
 // Config is the effective model config.
@@ -25,12 +27,18 @@ type Config struct {
 	PrefillChunk int    `toml:"prefill_chunk"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
+
+	// scalingFrom names where Rope.Scaling came from (a GGUF key or the
+	// TOML file), so an unsupported value is reported where the user can
+	// find it.
+	scalingFrom string
 }
 
 // Rope holds the rotary-embedding settings.
 type Rope struct {
 	FreqBase float64 `toml:"freq_base"`
-	// Scaling is "none" or "linear"; FreqScale applies to linear.
+	// Scaling is one of llama.cpp's RoPE scaling types; zrt computes
+	// "none" and "linear" (FreqScale applies to linear).
 	Scaling   string  `toml:"scaling"`
 	FreqScale float64 `toml:"freq_scale"`
 }
@@ -61,7 +69,7 @@ func FromGGUF(f *gguf.File) (*Config, error) {
 	}
 	c.Rope.Scaling, c.Rope.FreqScale = "none", 1
 	if s, err := f.String(arch + ".rope.scaling.type"); err == nil && s != "none" {
-		c.Rope.Scaling = s
+		c.Rope.Scaling, c.scalingFrom = s, arch+".rope.scaling.type"
 		if x, err := f.Float(arch + ".rope.scaling.factor"); err == nil && x > 0 {
 			c.Rope.FreqScale = 1 / x
 		}
@@ -96,11 +104,19 @@ func Load(f *gguf.File, path string) (*Config, error) {
 			}
 			return nil, fmt.Errorf("config: %s: unknown keys: %s", path, strings.Join(keys, ", "))
 		}
+		if md.IsDefined("rope", "scaling") {
+			c.scalingFrom = "rope.scaling in " + path
+		}
 	}
 	return c, c.Validate()
 }
 
-// Validate checks ranges.
+// ropeScalings are llama.cpp's RoPE scaling types, true where zrt
+// computes them.
+var ropeScalings = map[string]bool{"none": true, "linear": true, "yarn": false, "longrope": false}
+
+// Validate checks ranges. A valid setting zrt cannot compute yet is a
+// *support.Error.
 func (c *Config) Validate() error {
 	switch {
 	case c.ContextLength < 1 || c.ContextLength > 1<<20:
@@ -111,8 +127,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: prefill_chunk %d out of range [1, 8192]", c.PrefillChunk)
 	case c.Rope.FreqBase <= 0:
 		return fmt.Errorf("config: rope.freq_base %v must be positive", c.Rope.FreqBase)
-	case c.Rope.Scaling != "none" && c.Rope.Scaling != "linear":
-		return fmt.Errorf("config: rope.scaling %q is not supported (none, linear)", c.Rope.Scaling)
+	case !ropeScalings[c.Rope.Scaling]:
+		from := c.scalingFrom
+		if from == "" {
+			from = "rope.scaling"
+		}
+		if _, known := ropeScalings[c.Rope.Scaling]; known {
+			return &support.Error{What: "rope scaling", Value: strconv.Quote(c.Rope.Scaling), Where: support.Key(from),
+				Detail: "zrt computes none and linear"}
+		}
+		return fmt.Errorf("config: %s: unknown rope scaling %q (llama.cpp's types: none, linear, yarn, longrope)", from, c.Rope.Scaling)
 	case c.Rope.FreqScale <= 0:
 		return fmt.Errorf("config: rope.freq_scale %v must be positive", c.Rope.FreqScale)
 	}

@@ -130,8 +130,11 @@ func TestRejectsCorruption(t *testing.T) {
 
 func TestSpecificErrors(t *testing.T) {
 	cases := map[string]func(*Writer){
-		"unknown type": func(w *Writer) {
+		"type id 99, which no ggml version defines": func(w *Writer) {
 			w.tensors = append(w.tensors, wtensor{"z", []int64{4}, ggml.Type(99), make([]byte, 4)})
+		},
+		"type id 4, which no ggml version defines": func(w *Writer) { // Q4_2, retired before GGUF
+			w.tensors = append(w.tensors, wtensor{"z", []int64{32}, ggml.Type(4), make([]byte, 32)})
 		},
 		"duplicate tensor":       func(w *Writer) { w.AddTensor("a", ggml.F32, []int64{1}, make([]byte, 4)) },
 		"duplicate metadata key": func(w *Writer) { w.Set("x.f32", F32(2)) },
@@ -148,6 +151,46 @@ func TestSpecificErrors(t *testing.T) {
 	copy(bad, "GGUG")
 	if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "magic") {
 		t.Errorf("bad magic: %v", err)
+	}
+}
+
+// TestWalksEveryType: a file may hold any type ggml defines, whether or not
+// zrt computes with it; the reader sizes and maps each, and only a build
+// decides what it supports.
+func TestWalksEveryType(t *testing.T) {
+	w := NewWriter()
+	w.Set("general.architecture", Str("llama"))
+	types := ggml.Types()
+	for _, typ := range types {
+		ti, _ := typ.Info()
+		n := int64(2 * ti.BlockSize)
+		if err := w.AddTensor("t."+typ.String(), typ, []int64{n, 3}, bytes.Repeat([]byte{byte(typ)}, 6*ti.BlockBytes)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := Parse(w.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Tensors) != len(types) {
+		t.Fatalf("%d tensors, want %d", len(f.Tensors), len(types))
+	}
+	for i, typ := range types {
+		ti, _ := typ.Info()
+		got := &f.Tensors[i]
+		if got.Type != typ || got.Size != int64(6*ti.BlockBytes) {
+			t.Errorf("%s: type %v, %d bytes", typ, got.Type, got.Size)
+		}
+		if d := f.TensorData(got); !bytes.Equal(d, bytes.Repeat([]byte{byte(typ)}, 6*ti.BlockBytes)) {
+			t.Errorf("%s: data not where the table puts it", typ)
+		}
+	}
+	// Geometry spot checks against ggml-common.h's static_asserts.
+	for typ, want := range map[ggml.Type][2]int{ggml.IQ4_XS: {256, 136}, ggml.IQ4_NL: {32, 18}, ggml.IQ3_S: {256, 110},
+		ggml.IQ2_XXS: {256, 66}, ggml.IQ1_M: {256, 56}, ggml.TQ1_0: {256, 54}, ggml.MXFP4: {32, 17}, ggml.NVFP4: {64, 36}, ggml.Q1_0: {128, 18}} {
+		if ti, _ := typ.Info(); ti.BlockSize != want[0] || ti.BlockBytes != want[1] {
+			t.Errorf("%s: %d elements in %d bytes, want %v", typ, ti.BlockSize, ti.BlockBytes, want)
+		}
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package gguf reads and writes GGUF model files (versions 2 and 3).
 //
 // The reader is strict: every length is checked against the bytes that
-// remain, unknown value or tensor types are errors, tensor data must lie
+// remain, unknown value types and tensor type ids that ggml never defined
+// are errors (every defined id is walkable, whether or not zrt computes
+// with it: see format/ggml), tensor data must lie
 // inside the file and be aligned, and names must be unique. A file that
 // passes Parse can be indexed without further bounds checks. Open maps the
 // file read-only so tensor data is never copied.
@@ -292,7 +294,7 @@ func Parse(b []byte) (*File, error) {
 			break
 		}
 		if !t.Type.Known() {
-			return nil, fmt.Errorf("%w: tensor %q has unknown type %d", ErrFormat, t.Name, uint32(t.Type))
+			return nil, fmt.Errorf("%w: tensor %q has type id %d, which no ggml version defines", ErrFormat, t.Name, uint32(t.Type))
 		}
 		rowBytes, err := t.Type.RowBytes(t.Dims[0])
 		if err != nil {

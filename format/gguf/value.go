@@ -3,6 +3,7 @@ package gguf
 import (
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // ValueType is the type tag of a metadata value, numbered as in the GGUF spec.
@@ -260,6 +261,10 @@ func (v Value) String() string {
 			x = x[:60] + "…"
 		}
 		return fmt.Sprintf("%q", x)
+	case float64:
+		if v.Type == TypeFloat32 {
+			return strconv.FormatFloat(x, 'g', -1, 32) // the shortest text that reads back as the stored float32
+		}
 	}
 	return fmt.Sprint(v.v)
 }

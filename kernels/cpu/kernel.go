@@ -10,6 +10,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // Args are one dispatch's arguments, resolved from the packet stream: a
@@ -72,7 +73,7 @@ func plain(f Func) func(ggml.Type) (Func, error) {
 
 func typed(f func(t ggml.Type, a *Args) error) func(ggml.Type) (Func, error) {
 	return func(t ggml.Type) (Func, error) {
-		if !t.Known() {
+		if !quant.IsWeightType(t) {
 			return nil, fmt.Errorf("cpu: weight type %s unsupported", t)
 		}
 		return func(a *Args) error { return f(t, a) }, nil

@@ -65,8 +65,8 @@ type kernel struct {
 	vecDot ggml.Type
 }
 
-// maxType bounds the kernel table; ggml type ids are small.
-const maxType = 32
+// maxType bounds the kernel table: every ggml type id is below it.
+const maxType = ggml.TypeCount
 
 // kernels is indexed by ggml.Type: it is the single truth of which type
 // decodes how, which activation type it pairs with, and which dot kernel
@@ -138,6 +138,26 @@ func Dequantize(t ggml.Type, src []byte, dst []float32) error {
 	}
 	k.dequant(src[:nb], dst)
 	return nil
+}
+
+// WeightTypes lists, in id order, the types T-CPU computes with as
+// weights: those that both dequantize (embedding rows) and have a dot
+// product (matrix products). A model with a weight of any other type is
+// refused at build time for the cpu target.
+func WeightTypes() []ggml.Type {
+	var out []ggml.Type
+	for _, t := range ggml.Types() {
+		if IsWeightType(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// IsWeightType reports whether t is one of WeightTypes.
+func IsWeightType(t ggml.Type) bool {
+	k := lookup(t)
+	return k != nil && k.dequant != nil && k.dot != nil
 }
 
 // VecDotType returns the type ggml's CPU backend quantizes activations to

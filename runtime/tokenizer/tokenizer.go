@@ -64,13 +64,13 @@ func New(v *Vocab) (*Tokenizer, error) {
 		t.kind = kindBPE
 		p, ok := preTypes[v.Pre]
 		if !ok {
-			return nil, fmt.Errorf("tokenizer: unsupported pre-tokenizer %q for model gpt2", v.Pre)
+			return nil, unsupportedPre(v.Pre)
 		}
 		t.pre = p
 	case "bert":
 		t.kind = kindWPM
 	default:
-		return nil, fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: llama, gpt2, bert)", v.Model)
+		return nil, unsupportedModel(v.Model)
 	}
 
 	n := len(v.Tokens)

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
 )
 
 // Token types as stored in tokenizer.ggml.token_type (llama_token_type).
@@ -226,14 +228,14 @@ func (v *Vocab) applyDefaults() error {
 		v.BOS, v.EOS = 11, 11
 		p, ok := preTypes[v.Pre]
 		if !ok {
-			return fmt.Errorf("tokenizer: key %q: unsupported pre-tokenizer %q", KeyPre, v.Pre)
+			return unsupportedPre(v.Pre)
 		}
 		v.AddBOS = p.addBOS
 		if p.noBOS {
 			v.BOS = -1
 		}
 	default:
-		return fmt.Errorf("tokenizer: key %q: unsupported tokenizer model %q", KeyModel, v.Model)
+		return unsupportedModel(v.Model)
 	}
 	// A default that does not fit a (tiny) vocabulary is treated as absent;
 	// llama.cpp would keep it and fail when it is used.
@@ -392,4 +394,15 @@ func (v *Vocab) validate() error {
 		return fmt.Errorf("tokenizer: key %q is set but there is no EOS token", KeyAddEOS)
 	}
 	return nil
+}
+
+// unsupportedModel and unsupportedPre are the errors for a vocabulary whose
+// tokenizer llama.cpp knows and zrt does not implement.
+func unsupportedModel(model string) error {
+	return &support.Error{What: "tokenizer model", Value: strconv.Quote(model), Where: support.Key(KeyModel),
+		Detail: "zrt tokenizes llama (SentencePiece), gpt2 (byte-level BPE) and bert (WordPiece)"}
+}
+
+func unsupportedPre(pre string) error {
+	return &support.Error{What: "pre-tokenizer", Value: strconv.Quote(pre), Where: support.Key(KeyPre)}
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/cuda"
 )
 
@@ -30,6 +32,30 @@ func Source(instance string) ([]byte, error) {
 		return nil, fmt.Errorf("cuda: no PTX for kernel %s in this zrtc (regenerate with gen_instances.sh and make ptx)", instance)
 	}
 	return b, nil
+}
+
+// WeightTypes lists, in id order, the weight types for which this zrtc
+// embeds every typed kernel family's PTX: the types a model may use to be
+// built for T-CUDA.
+func WeightTypes() []ggml.Type {
+	var out []ggml.Type
+	for _, t := range ggml.Types() {
+		complete := true
+		for _, fam := range kernels.Families() {
+			abi, _ := kernels.Lookup(fam)
+			if !abi.Typed {
+				continue
+			}
+			if _, err := files.Open(cuda.Entry(kernels.InstanceName(abi, t)) + ".ptx"); err != nil {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Sources is the SOURCES manifest: the source hash each PTX was built from.

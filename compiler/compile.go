@@ -33,6 +33,9 @@ type Options struct {
 	VerifyEach bool
 	// NoFuse turns the fuse pass off.
 	NoFuse bool
+	// PTXDir, when set, supplies T-CUDA's PTX instead of the copies
+	// embedded in zrtc (kernel development; see kernels/cuda/ptx.Source).
+	PTXDir string
 	// Progress, when set, is told about each stage.
 	Progress func(format string, args ...any)
 
@@ -86,7 +89,7 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
 		return nil, err
 	}
-	templates, err := templatesFor(cfg.Target)
+	templates, err := templatesFor(cfg.Target, opt)
 	if err != nil {
 		return nil, err
 	}

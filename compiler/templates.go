@@ -23,11 +23,11 @@ import (
 // from and which weight types those kernels compute with. A target missing
 // here cannot be compiled for.
 var targetKernels = map[string]struct {
-	templates   passes.Templates
+	templates   func(opt Options) passes.Templates
 	weightTypes func() []ggml.Type
 }{
-	"cpu":        {cpuTemplate, quant.WeightTypes},
-	"cuda:sm_90": {cudaTemplate(zrt.SM90), ptx.WeightTypes},
+	"cpu":        {func(Options) passes.Templates { return cpuTemplate }, quant.WeightTypes},
+	"cuda:sm_90": {func(opt Options) passes.Templates { return cudaTemplate(zrt.SM90, opt.PTXDir) }, ptx.WeightTypes},
 }
 
 // template wraps code in a blob for target with one placeholder dword per
@@ -64,13 +64,13 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 // the slot values as the kernel's trailing parameters, so one PTX serves
 // every shape and the blob is specialized, like every target's, by
 // patching slots.
-func cudaTemplate(target zrt.Target) passes.Templates {
+func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 	return func(instance string) (*zrt.Blob, error) {
 		abi, _, err := kernels.SplitInstance(instance)
 		if err != nil {
 			return nil, err
 		}
-		src, err := ptx.Source(instance)
+		src, err := ptx.Source(instance, ptxDir)
 		if err != nil {
 			return nil, err
 		}
@@ -84,12 +84,12 @@ func Targets() []string {
 }
 
 // templatesFor returns a target's templates.
-func templatesFor(target string) (passes.Templates, error) {
+func templatesFor(target string, opt Options) (passes.Templates, error) {
 	t, ok := targetKernels[target]
 	if !ok {
 		return nil, fmt.Errorf("target %s: this zrtc has no kernels for it (it lowers for %s)", target, strings.Join(Targets(), ", "))
 	}
-	return t.templates, nil
+	return t.templates(opt), nil
 }
 
 // checkWeightTypes refuses, as unsupported, the first weight whose tensor

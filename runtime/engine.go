@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"unsafe"
 
@@ -31,10 +30,12 @@ type Tier interface {
 	Close() error
 }
 
-// Options configure Open.
+// Options configure Open. Every setting is here: the runtime reads no
+// environment variables (the commands map ZRT_* onto these fields), so
+// one process can hold engines with different settings.
 type Options struct {
-	Tier    string // auto, cpu (default: $ZRT_TIER, else auto)
-	Threads int    // T-CPU workers (default: $ZRT_THREADS, else all CPUs)
+	Tier    string // auto (default), cpu, cuda, t1, t2, metal
+	Threads int    // T-CPU workers (default: all CPUs)
 	// Verify hashes the weights pack against the graph file.
 	Verify bool
 	// Log receives notes such as a tier fallback.
@@ -42,10 +43,11 @@ type Options struct {
 	// BatchedPrefill is "on" (default), "off" (evaluate prompts one token
 	// at a time through the decode variant) or "validate" (both, reporting
 	// the largest difference of the last-token logits through Log).
-	// Default: $ZRT_BATCHED_PREFILL.
 	BatchedPrefill string
 	// Trace is passed to T-CPU (see cpu.Options.Trace).
 	Trace func(i int, kernel string, out []byte)
+	// CUDA configures T-CUDA when it is the tier.
+	CUDA cuda.Options
 }
 
 // Engine is a loaded bundle on a tier.
@@ -107,9 +109,6 @@ func Open(dir string, opt Options) (*Engine, error) {
 		e.log = func(string, ...any) {}
 	}
 	e.batched = opt.BatchedPrefill
-	if e.batched == "" {
-		e.batched = os.Getenv("ZRT_BATCHED_PREFILL")
-	}
 	switch e.batched {
 	case "", "on":
 		e.batched = "on"
@@ -133,30 +132,23 @@ func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
 func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 	choice := opt.Tier
 	if choice == "" {
-		choice = os.Getenv("ZRT_TIER")
-	}
-	if choice == "" {
 		choice = "auto"
-	}
-	threads := opt.Threads
-	if threads == 0 {
-		fmt.Sscan(os.Getenv("ZRT_THREADS"), &threads)
 	}
 	target := b.Graph.Ident.Target
 	switch choice {
 	case "auto", "cpu":
 		if choice == "auto" && strings.HasPrefix(target, "cuda:") {
-			return openCUDA(b)
+			return openCUDA(b, opt.CUDA)
 		}
 		if target != "cpu" {
 			return nil, fmt.Errorf("tier %s: bundle was compiled for %s; rebuild with zrtc build --target cpu", choice, target)
 		}
-		return cpu.Load(b, cpu.Options{Threads: threads, Trace: opt.Trace})
+		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace})
 	case "cuda":
 		if !strings.HasPrefix(target, "cuda:") {
 			return nil, fmt.Errorf("tier cuda: bundle was compiled for %s; rebuild with zrtc build --target cuda:sm_90", target)
 		}
-		return openCUDA(b)
+		return openCUDA(b, opt.CUDA)
 	case "t1", "t2", "metal":
 		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
 	}
@@ -165,8 +157,8 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 
 // openCUDA loads a cuda bundle on T-CUDA; where CUDA cannot run, the
 // error is the driver probe's reason.
-func openCUDA(b *bundle.Bundle) (Tier, error) {
-	t, err := cuda.Load(b, cuda.Options{})
+func openCUDA(b *bundle.Bundle, opt cuda.Options) (Tier, error) {
+	t, err := cuda.Load(b, opt)
 	if err != nil {
 		return nil, fmt.Errorf("tier cuda: %w", err)
 	}

@@ -249,10 +249,11 @@ func meanSD(xs []float64) (float64, float64) {
 	return m, math.Sqrt(v)
 }
 
-// threadsOr is the thread count in effect: the flag, else all CPUs.
+// threadsOr is the thread count in effect: the flag, else $ZRT_THREADS,
+// else all CPUs.
 func (f *engineFlags) threadsOr() int {
-	if f.threads > 0 {
-		return f.threads
+	if opt, err := f.options(); err == nil && opt.Threads > 0 {
+		return opt.Threads
 	}
 	return goruntime.NumCPU()
 }

@@ -17,26 +17,6 @@ import (
 	"github.com/zrtdev/zrt/runtime/sample"
 )
 
-// engineFlags are shared by every command that loads a bundle.
-type engineFlags struct {
-	tier    string
-	threads int
-}
-
-func (f *engineFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
-	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
-}
-
-func (f *engineFlags) open(dir string) (*runtime.Engine, error) {
-	opt := runtime.Options{Tier: f.tier, Threads: f.threads,
-		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
-	if os.Getenv("ZRT_TRACE") != "" {
-		opt.Trace = traceDispatch
-	}
-	return runtime.Open(dir, opt)
-}
-
 // traceDispatch prints the first values of each dispatch's output to
 // stderr (ZRT_TRACE=1), for comparing layer by layer with llama.cpp's
 // llama-eval-callback.

@@ -18,7 +18,9 @@ func main() {
 		Use:   "zrt-run",
 		Short: "Run compiled zrt bundles",
 		Long: `zrt-run mmaps a bundle written by 'zrtc build', validates it, picks an
-execution tier (ZRT_TIER=auto|cpu|cuda|t1|t2|metal) and replays it.`,
+execution tier and replays it.
+
+` + envHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

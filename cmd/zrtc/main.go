@@ -49,9 +49,15 @@ func buildCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "build MODEL.gguf [IR.zir] -o OUT",
 		Short: "Compile a model into a bundle directory (written atomically)",
-		Args:  cobra.RangeArgs(1, 2),
+		Long: `build compiles a model into a bundle directory, written atomically.
+
+Environment: ZRT_PTX_DIR, when set, supplies T-CUDA's PTX from a directory
+(kernels/cuda/build_ptx.sh DIR writes one) instead of the PTX built into
+zrtc, for trying new kernels without rebuilding zrtc.`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach, NoFuse: noFuse}
+			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach, NoFuse: noFuse,
+				PTXDir: os.Getenv("ZRT_PTX_DIR")}
 			if err := phases.apply(args, out, &opt); err != nil {
 				return err
 			}

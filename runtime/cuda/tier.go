@@ -28,11 +28,14 @@ import (
 type Options struct {
 	// MaxGraphs bounds the captured variants kept (default 16).
 	MaxGraphs int
-	// Timeout bounds one replay (default 60s, or $ZRT_CUDA_TIMEOUT as a Go
-	// duration): past it Run fails instead of waiting on a hung GPU.
+	// Timeout bounds one replay (default 60s): past it Run fails instead
+	// of waiting on a hung GPU.
 	Timeout time.Duration
-	// Profile times every kernel (see profiler); also $ZRT_CUDA_PROFILE=1.
+	// Profile times every kernel (see profiler).
 	Profile bool
+	// NoPDL turns programmatic dependent launch off: each kernel then
+	// starts only after the previous one ends.
+	NoPDL bool
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -69,7 +72,7 @@ type Tier struct {
 	// kernels/cuda/common.cuh); a kernel without the wait is launched the
 	// plain way.
 	overlap  []bool
-	pdl      bool // programmatic dependent launch available and not switched off (ZRT_CUDA_PDL=0)
+	pdl      bool // programmatic dependent launch available and not switched off (Options.NoPDL)
 	variants [][]Launch
 	graphs   map[int]*graph
 	clock    uint64
@@ -94,12 +97,9 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	}
 	if t.timeout <= 0 {
 		t.timeout = 60 * time.Second
-		if d, err := time.ParseDuration(os.Getenv("ZRT_CUDA_TIMEOUT")); err == nil && d > 0 {
-			t.timeout = d
-		}
 	}
-	t.pdl = info.Major >= 9 && driver.CanOverlapLaunches() && os.Getenv("ZRT_CUDA_PDL") != "0"
-	if opt.Profile || os.Getenv("ZRT_CUDA_PROFILE") == "1" {
+	t.pdl = info.Major >= 9 && driver.CanOverlapLaunches() && !opt.NoPDL
+	if opt.Profile {
 		t.prof = &profiler{ms: map[string]float64{}, calls: map[string]int{}, out: os.Stderr}
 	}
 	if err := t.load(b); err != nil {

@@ -18,13 +18,14 @@ import (
 //go:embed *.ptx SOURCES
 var files embed.FS
 
-// Source returns the PTX of a catalog instance (matmul.q4_k). Where
-// $ZRT_PTX_DIR is set, the PTX comes from that directory instead: a
-// kernel developer on a machine with nvcc tries new kernels with the same
-// zrtc binary, without re-embedding (build_ptx.sh DIR writes one).
-func Source(instance string) ([]byte, error) {
+// Source returns the PTX of a catalog instance (matmul.q4_k). Where dir
+// is not empty, the PTX comes from that directory instead: a kernel
+// developer on a machine with nvcc tries new kernels with the same zrtc
+// binary, without re-embedding (build_ptx.sh DIR writes one; zrtc takes
+// it from $ZRT_PTX_DIR).
+func Source(instance, dir string) ([]byte, error) {
 	name := cuda.Entry(instance) + ".ptx"
-	if dir := os.Getenv("ZRT_PTX_DIR"); dir != "" {
+	if dir != "" {
 		return os.ReadFile(filepath.Join(dir, name))
 	}
 	b, err := files.ReadFile(name)

@@ -82,11 +82,11 @@ func TestPTXFresh(t *testing.T) {
 
 func TestSource(t *testing.T) {
 	for _, inst := range []string{"matmul.q4_k", "flash_attn", "lm_head.q8_0", "rms_norm"} {
-		if _, err := Source(inst); err != nil {
+		if _, err := Source(inst, ""); err != nil {
 			t.Error(err)
 		}
 	}
-	if _, err := Source("matmul.bogus"); err == nil {
+	if _, err := Source("matmul.bogus", ""); err == nil {
 		t.Error("Source of a missing instance succeeded")
 	}
 }

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/runtime"
+)
+
+// envHelp documents the environment the commands map onto runtime.Options;
+// the runtime itself reads none.
+const envHelp = `Environment (a flag wins over its variable):
+  ZRT_TIER=auto|cpu|cuda|t1|t2|metal   execution tier (default auto)
+  ZRT_THREADS=N                        T-CPU workers (default all CPUs)
+  ZRT_BATCHED_PREFILL=on|off|validate  prompt evaluation (validate runs both and reports the difference)
+  ZRT_TRACE=1                          print every dispatch's output (compare with llama-eval-callback)
+  ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
+  ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
+  ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel (replays launches one by one)`
+
+// engineFlags are shared by every command that loads a bundle.
+type engineFlags struct {
+	tier    string
+	threads int
+}
+
+func (f *engineFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
+	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
+}
+
+// options fills runtime.Options from the flags and the environment.
+func (f *engineFlags) options() (runtime.Options, error) {
+	opt := runtime.Options{Tier: f.tier, Threads: f.threads,
+		BatchedPrefill: os.Getenv("ZRT_BATCHED_PREFILL"),
+		Log:            func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
+	if opt.Tier == "" {
+		opt.Tier = os.Getenv("ZRT_TIER")
+	}
+	if s := os.Getenv("ZRT_THREADS"); opt.Threads == 0 && s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return opt, fmt.Errorf("ZRT_THREADS=%q: want a positive number of threads", s)
+		}
+		opt.Threads = n
+	}
+	if os.Getenv("ZRT_TRACE") != "" {
+		opt.Trace = traceDispatch
+	}
+	if s := os.Getenv("ZRT_CUDA_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return opt, fmt.Errorf("ZRT_CUDA_TIMEOUT=%q: want a positive duration such as 90s", s)
+		}
+		opt.CUDA.Timeout = d
+	}
+	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
+	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
+	return opt, nil
+}
+
+func (f *engineFlags) open(dir string) (*runtime.Engine, error) {
+	opt, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	return runtime.Open(dir, opt)
+}

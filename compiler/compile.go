@@ -16,10 +16,10 @@ import (
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/passes"
-	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
 // Version is the compiler version recorded in every bundle.
@@ -139,14 +139,14 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 		return err
 	}
 	defer fe.Close()
-	vocab, err := tokenizer.VocabFromGGUF(fe.GGUF)
+	voc, err := vocab.FromGGUF(fe.GGUF)
 	if err != nil {
 		return err
 	}
 	if fe.Config.ChatTemplate != "" {
-		vocab.ChatTemplate = fe.Config.ChatTemplate
+		voc.ChatTemplate = fe.Config.ChatTemplate
 	}
-	vocabBytes, err := vocab.MarshalBinary()
+	vocabBytes, err := voc.MarshalBinary()
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 }
 
 // graphFile assembles everything but the kernel hashes and weights hash.
-func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bundle.Graph {
+func graphFile(fe *Frontend, vocabBytes []byte, srcHash [32]byte, srcName string) *bundle.Graph {
 	u, h, c := fe.Unit, &fe.Model.Hparams, fe.Config
 	g := &bundle.Graph{
 		Ident: bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName, SourceHash: srcHash},
@@ -182,7 +182,7 @@ func graphFile(fe *Frontend, vocab []byte, srcHash [32]byte, srcName string) *bu
 			NExpert: u32(h.NExpert), NExpertUsed: u32(h.NExpertUsed), NFFExpert: u32(h.NFFExpert), MaxPages: u32(h.MaxPages),
 			MaxSlots: u32(c.MaxSlots), PrefillChunk: u32(c.PrefillChunk), ContextLength: u32(c.ContextLength), Eps: h.Eps},
 		ConfigTOML: c.TOML(),
-		Vocab:      vocab,
+		Vocab:      vocabBytes,
 	}
 	for _, r := range u.Plan.Regions {
 		g.Regions = append(g.Regions, bundle.Region{Name: r.Name, Heap: uint8(r.Heap), Bytes: r.Bytes, Align: r.Align})

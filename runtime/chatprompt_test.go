@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
@@ -17,7 +18,7 @@ func vocabTokenizer(t *testing.T, name string) *tokenizer.Tokenizer {
 		t.Skipf("vocab %s not present: %v", name, err)
 	}
 	defer f.Close()
-	v, err := tokenizer.VocabFromGGUF(f)
+	v, err := vocab.FromGGUF(f)
 	if err != nil {
 		t.Fatal(err)
 	}

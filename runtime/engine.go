@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/cpu"
 	"github.com/zrtdev/zrt/runtime/cuda"
@@ -120,7 +121,7 @@ func Open(dir string, opt Options) (*Engine, error) {
 }
 
 func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
-	v, err := tokenizer.UnmarshalVocab(b)
+	v, err := vocab.Unmarshal(b)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/passes"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -144,7 +145,7 @@ func tokCmd(reverse bool) *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			v, err := tokenizer.VocabFromGGUF(f)
+			v, err := vocab.FromGGUF(f)
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,13 @@
 package tokenizer
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/zrtdev/zrt/format/vocab"
+)
 
 func TestParseFormatIDs(t *testing.T) {
-	tok, err := New(&Vocab{Model: "llama", Tokens: []string{"<unk>", "<s>", "</s>", "▁a"}, Scores: []float32{0, 0, 0, -1},
+	tok, err := New(&vocab.Vocab{Model: "llama", Tokens: []string{"<unk>", "<s>", "</s>", "▁a"}, Scores: []float32{0, 0, 0, -1},
 		Types: []int32{2, 3, 3, 1}, BOS: 1, EOS: 2, EOT: -1, UNK: 0, PAD: -1, SEP: -1, NL: -1,
 		EOM: -1, MASK: -1, FIMPre: -1, FIMSuf: -1, FIMMid: -1, FIMPad: -1, FIMRep: -1, FIMSep: -1})
 	if err != nil {

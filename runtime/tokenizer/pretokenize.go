@@ -760,8 +760,6 @@ func chameleonSpaces(t *text, i, hi int) int { // ([\t\n]|    |  )
 // preType is one value of tokenizer.ggml.pre for byte-level BPE.
 type preType struct {
 	stages       []stage
-	addBOS       bool // llama.cpp's default add_bos for it
-	noBOS        bool // the model has no BOS (chatglm)
 	ignoreMerges bool // a word that is a whole token skips the merges
 	cleanSpaces  bool // detokenize removes spaces before punctuation
 }
@@ -797,11 +795,13 @@ var (
 
 // preTypes maps tokenizer.ggml.pre to llama.cpp's pre-tokenizer
 // (llm_tokenizer_bpe and the pre_type switch of llama_vocab::impl::load).
+// Its names are format/vocab's PreTokenizers, which also holds each one's
+// BOS default; a test keeps the two lists equal.
 var preTypes = map[string]preType{}
 
 func init() {
 	def := preType{stages: []stage{stPunctDefault, stGPT2, stNumAll, stDigit3}, cleanSpaces: true}
-	llama3 := preType{stages: []stage{stLlama3}, addBOS: true, ignoreMerges: true, cleanSpaces: true}
+	llama3 := preType{stages: []stage{stLlama3}, ignoreMerges: true, cleanSpaces: true}
 	gpt2 := preType{stages: []stage{stGPT2}, cleanSpaces: true}
 	starcoder := preType{stages: []stage{stNumOne, stGPT2}, cleanSpaces: true}
 	qwen2 := preType{stages: []stage{stQwen2}}
@@ -827,9 +827,9 @@ func init() {
 	set(preType{stages: []stage{stLlama3}, cleanSpaces: true}, "dbrx", "smaug-bpe")
 	set(preType{stages: []stage{stBloom}}, "poro-chat")
 	set(preType{stages: []stage{stBloom}, cleanSpaces: true}, "bloom", "gpt3-finnish")
-	set(preType{stages: []stage{stLlama3}, noBOS: true, cleanSpaces: true}, "chatglm-bpe")
+	set(preType{stages: []stage{stLlama3}, cleanSpaces: true}, "chatglm-bpe")
 	set(preType{stages: []stage{stBloom, stNumOne}}, "viking")
-	set(preType{stages: []stage{regexStage{tekkenMatch}}, addBOS: true, ignoreMerges: true}, "tekken")
+	set(preType{stages: []stage{regexStage{tekkenMatch}}, ignoreMerges: true}, "tekken")
 	set(preType{stages: []stage{
 		regexStage{chameleonSentinel}, regexStage{chameleonImage}, regexStage{chameleonSpaces}, stNumOne,
 		// [\p{P}!-/:-@\[-`{-~]
@@ -837,5 +837,5 @@ func init() {
 			return cPunct(c) || (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') || (c >= '{' && c <= '~')
 		}, true)},
 		stGPT2,
-	}, addBOS: true}, "chameleon")
+	}}, "chameleon")
 }

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"sort"
 	"testing"
+
+	"github.com/zrtdev/zrt/format/vocab"
 )
 
 // TestPretokenizeGolden checks every pre-tokenizer against splits made by
@@ -68,4 +71,17 @@ func TestPretokenizeGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d splits checked", n)
+}
+
+// TestPreTokenizerNames: format/vocab accepts exactly the pre-tokenizers
+// this package splits with, so a vocabulary that builds always tokenizes.
+func TestPreTokenizerNames(t *testing.T) {
+	var ours []string
+	for name := range preTypes {
+		ours = append(ours, name)
+	}
+	sort.Strings(ours)
+	if want := vocab.PreTokenizers(); !reflect.DeepEqual(ours, want) {
+		t.Errorf("split table has %v\nformat/vocab has %v", ours, want)
+	}
 }

@@ -1,3 +1,7 @@
+// Package tokenizer turns text into token ids and back exactly as llama.cpp
+// does (src/llama-vocab.cpp, src/unicode.cpp), from a vocabulary read by
+// format/vocab. It supports SentencePiece-style BPE ("llama"), byte-level
+// BPE ("gpt2") with llama.cpp's pre-tokenizers, and WordPiece ("bert").
 package tokenizer
 
 import (
@@ -5,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/zrtdev/zrt/format/vocab"
 )
 
 // Token attributes as llama.cpp derives them from the token types, plus the
@@ -32,7 +38,7 @@ const (
 // Tokenizer encodes and decodes text for one vocabulary. It is safe for
 // concurrent use.
 type Tokenizer struct {
-	v      *Vocab
+	v      *vocab.Vocab
 	kind   modelKind
 	pre    preType
 	text   []string // token texts as llama.cpp holds them (empty ones renamed)
@@ -49,11 +55,11 @@ type Tokenizer struct {
 
 // New builds the lookup tables for v. It rejects models and pre-tokenizers
 // it does not implement.
-func New(v *Vocab) (*Tokenizer, error) {
+func New(v *vocab.Vocab) (*Tokenizer, error) {
 	if v == nil {
 		return nil, fmt.Errorf("tokenizer: nil vocabulary")
 	}
-	if err := v.validate(); err != nil {
+	if err := v.Validate(); err != nil {
 		return nil, err
 	}
 	t := &Tokenizer{v: v}
@@ -64,13 +70,13 @@ func New(v *Vocab) (*Tokenizer, error) {
 		t.kind = kindBPE
 		p, ok := preTypes[v.Pre]
 		if !ok {
-			return nil, unsupportedPre(v.Pre)
+			return nil, vocab.UnsupportedPre(v.Pre)
 		}
 		t.pre = p
 	case "bert":
 		t.kind = kindWPM
 	default:
-		return nil, unsupportedModel(v.Model)
+		return nil, vocab.UnsupportedModel(v.Model)
 	}
 
 	n := len(v.Tokens)
@@ -124,15 +130,8 @@ func New(v *Vocab) (*Tokenizer, error) {
 	t.setStripAttrs()
 
 	t.eog = map[int32]bool{}
-	for _, id := range []int32{v.FIMPad, v.FIMRep, v.FIMSep, v.EOS, v.EOT, v.EOM} {
-		if id >= 0 {
-			t.eog[id] = true
-		}
-	}
-	for _, s := range eogTexts {
-		if id, ok := t.ids[s]; ok {
-			t.eog[id] = true
-		}
+	for _, id := range v.EOGTokens() {
+		t.eog[id] = true
 	}
 	return t, nil
 }
@@ -140,17 +139,17 @@ func New(v *Vocab) (*Tokenizer, error) {
 // typeAttr maps a token type to llama.cpp's attribute.
 func typeAttr(tt int32) uint16 {
 	switch tt {
-	case TypeNormal:
+	case vocab.TypeNormal:
 		return attrNormal
-	case TypeUnknown:
+	case vocab.TypeUnknown:
 		return attrUnknown
-	case TypeControl:
+	case vocab.TypeControl:
 		return attrControl
-	case TypeUserDefined:
+	case vocab.TypeUserDefined:
 		return attrUserDefined
-	case TypeUnused:
+	case vocab.TypeUnused:
 		return attrUnused
-	case TypeByte:
+	case vocab.TypeByte:
 		return attrByte
 	}
 	return attrUndefined
@@ -191,7 +190,7 @@ func (t *Tokenizer) NVocab() int { return len(t.text) }
 
 // Vocab returns the vocabulary the tokenizer was built from; callers must
 // not modify it.
-func (t *Tokenizer) Vocab() *Vocab { return t.v }
+func (t *Tokenizer) Vocab() *vocab.Vocab { return t.v }
 
 // IsEOG reports whether id ends generation: EOS, EOT, EOM, the FIM
 // pad/repo/separator tokens and the tokens llama.cpp recognizes by text

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"github.com/zrtdev/zrt/format/vocab"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -85,7 +86,7 @@ func TestStreamDecoderSplitChar(t *testing.T) {
 	ids := tk.Encode("a🧙b", false, false)
 	var bytesTok int
 	for _, id := range ids {
-		if tk.Vocab().Types[id] == TypeByte {
+		if tk.Vocab().Types[id] == vocab.TypeByte {
 			bytesTok++
 		}
 	}
@@ -107,7 +108,7 @@ func TestStreamDecoderSplitChar(t *testing.T) {
 	}
 	// The three leading byte tokens must produce nothing on their own.
 	for i, id := range ids {
-		if tk.Vocab().Types[id] == TypeByte && parts[i] != "" && !strings.Contains(parts[i], "🧙") {
+		if tk.Vocab().Types[id] == vocab.TypeByte && parts[i] != "" && !strings.Contains(parts[i], "🧙") {
 			t.Errorf("part %d = %q before the character was complete", i, parts[i])
 		}
 	}
@@ -227,7 +228,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 		if string(b) != string(b2) {
 			t.Fatal("MarshalBinary not deterministic")
 		}
-		v, err := UnmarshalVocab(b)
+		v, err := vocab.Unmarshal(b)
 		if err != nil {
 			t.Fatal(name, err)
 		}
@@ -237,7 +238,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 		// Truncation at a sample of lengths (every length is checked on
 		// the small vocabulary below).
 		for n := 0; n < len(b); n += 1 + n/7 {
-			if _, err := UnmarshalVocab(b[:n]); err == nil {
+			if _, err := vocab.Unmarshal(b[:n]); err == nil {
 				t.Fatalf("%s: truncated to %d accepted", name, n)
 			}
 		}
@@ -245,8 +246,8 @@ func TestMarshalRoundTrip(t *testing.T) {
 }
 
 // smallVocab is a hand-made SPM vocabulary for format tests.
-func smallVocab() *Vocab {
-	return &Vocab{
+func smallVocab() *vocab.Vocab {
+	return &vocab.Vocab{
 		Model: "llama", Pre: "default",
 		Tokens: []string{"<unk>", "<s>", "</s>", "<0x0A>", "▁", "a", "b", "▁a", "ab"},
 		Scores: []float32{0, 0, 0, 0, -1, -2, -2, -1.5, -0.5},
@@ -263,20 +264,20 @@ func TestUnmarshalTruncatedEveryLength(t *testing.T) {
 		t.Fatal(err)
 	}
 	for n := 0; n < len(b); n++ {
-		if _, err := UnmarshalVocab(b[:n]); err == nil {
+		if _, err := vocab.Unmarshal(b[:n]); err == nil {
 			t.Fatalf("truncated to %d accepted", n)
 		}
 	}
-	if _, err := UnmarshalVocab(append(b, 0)); err == nil {
+	if _, err := vocab.Unmarshal(append(b, 0)); err == nil {
 		t.Fatal("trailing byte accepted")
 	}
 	// Corrupting any single byte must not panic.
 	for i := range b {
 		c := append([]byte(nil), b...)
 		c[i] ^= 0xff
-		_, _ = UnmarshalVocab(c)
+		_, _ = vocab.Unmarshal(c)
 	}
-	v, err := UnmarshalVocab(b)
+	v, err := vocab.Unmarshal(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestUnmarshalTruncatedEveryLength(t *testing.T) {
 }
 
 // ggufVocab builds a GGUF file with the given tokenizer keys.
-func ggufVocab(t *testing.T, set func(w *gguf.Writer)) (*Vocab, error) {
+func ggufVocab(t *testing.T, set func(w *gguf.Writer)) (*vocab.Vocab, error) {
 	t.Helper()
 	w := gguf.NewWriter()
 	set(w)
@@ -298,7 +299,7 @@ func ggufVocab(t *testing.T, set func(w *gguf.Writer)) (*Vocab, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return VocabFromGGUF(f)
+	return vocab.FromGGUF(f)
 }
 
 func TestMalformedMetadata(t *testing.T) {
@@ -310,11 +311,11 @@ func TestMalformedMetadata(t *testing.T) {
 				k string
 				v gguf.Value
 			}{
-				{KeyModel, gguf.Str("gpt2")},
-				{KeyPre, gguf.Str("gpt-2")},
-				{KeyTokens, gguf.Strs([]string{"a", "b", "ab", "Ġ"})},
-				{KeyTokenType, gguf.I32s([]int32{1, 1, 1, 1})},
-				{KeyMerges, gguf.Strs([]string{"a b"})},
+				{vocab.KeyModel, gguf.Str("gpt2")},
+				{vocab.KeyPre, gguf.Str("gpt-2")},
+				{vocab.KeyTokens, gguf.Strs([]string{"a", "b", "ab", "Ġ"})},
+				{vocab.KeyTokenType, gguf.I32s([]int32{1, 1, 1, 1})},
+				{vocab.KeyMerges, gguf.Strs([]string{"a b"})},
 			}
 			done := map[string]bool{}
 			for _, e := range kv {
@@ -348,16 +349,16 @@ func TestMalformedMetadata(t *testing.T) {
 		name, key string
 		set       func(w *gguf.Writer)
 	}{
-		{"gpt2 without merges", KeyMerges, meta(map[string]*gguf.Value{KeyMerges: nil})},
-		{"token type 99", KeyTokenType, meta(map[string]*gguf.Value{KeyTokenType: val(gguf.I32s([]int32{1, 99, 1, 1}))})},
-		{"BOS out of range", KeyBOS, meta(map[string]*gguf.Value{KeyBOS: val(gguf.U32(4))})},
-		{"scores length", KeyScores, meta(map[string]*gguf.Value{KeyScores: val(gguf.F32s([]float32{0, 0}))})},
-		{"types length", KeyTokenType, meta(map[string]*gguf.Value{KeyTokenType: val(gguf.I32s([]int32{1}))})},
-		{"unknown pre", KeyPre, meta(map[string]*gguf.Value{KeyPre: val(gguf.Str("no-such-pre"))})},
-		{"unknown model", KeyModel, meta(map[string]*gguf.Value{KeyModel: val(gguf.Str("rwkv"))})},
-		{"no tokens", KeyTokens, meta(map[string]*gguf.Value{KeyTokens: nil})},
-		{"tokens not strings", KeyTokens, meta(map[string]*gguf.Value{KeyTokens: val(gguf.F32s([]float32{1}))})},
-		{"add_bos not bool", KeyAddBOS, meta(map[string]*gguf.Value{KeyAddBOS: val(gguf.U32(1))})},
+		{"gpt2 without merges", vocab.KeyMerges, meta(map[string]*gguf.Value{vocab.KeyMerges: nil})},
+		{"token type 99", vocab.KeyTokenType, meta(map[string]*gguf.Value{vocab.KeyTokenType: val(gguf.I32s([]int32{1, 99, 1, 1}))})},
+		{"BOS out of range", vocab.KeyBOS, meta(map[string]*gguf.Value{vocab.KeyBOS: val(gguf.U32(4))})},
+		{"scores length", vocab.KeyScores, meta(map[string]*gguf.Value{vocab.KeyScores: val(gguf.F32s([]float32{0, 0}))})},
+		{"types length", vocab.KeyTokenType, meta(map[string]*gguf.Value{vocab.KeyTokenType: val(gguf.I32s([]int32{1}))})},
+		{"unknown pre", vocab.KeyPre, meta(map[string]*gguf.Value{vocab.KeyPre: val(gguf.Str("no-such-pre"))})},
+		{"unknown model", vocab.KeyModel, meta(map[string]*gguf.Value{vocab.KeyModel: val(gguf.Str("rwkv"))})},
+		{"no tokens", vocab.KeyTokens, meta(map[string]*gguf.Value{vocab.KeyTokens: nil})},
+		{"tokens not strings", vocab.KeyTokens, meta(map[string]*gguf.Value{vocab.KeyTokens: val(gguf.F32s([]float32{1}))})},
+		{"add_bos not bool", vocab.KeyAddBOS, meta(map[string]*gguf.Value{vocab.KeyAddBOS: val(gguf.U32(1))})},
 	} {
 		_, err := ggufVocab(t, tc.set)
 		if err == nil {
@@ -369,12 +370,12 @@ func TestMalformedMetadata(t *testing.T) {
 		}
 	}
 	// 0xFFFFFFFF means "none" (stories260K writes it for sep/pad).
-	v, err := ggufVocab(t, meta(map[string]*gguf.Value{KeyPAD: val(gguf.U32(0xFFFFFFFF))}))
+	v, err := ggufVocab(t, meta(map[string]*gguf.Value{vocab.KeyPAD: val(gguf.U32(0xFFFFFFFF))}))
 	if err != nil || v.PAD != -1 {
 		t.Errorf("0xFFFFFFFF pad: %v %v", v, err)
 	}
 	// New rejects what it cannot run.
-	if _, err := New(&Vocab{Model: "t5", Tokens: []string{"a"}}); err == nil {
+	if _, err := New(&vocab.Vocab{Model: "t5", Tokens: []string{"a"}}); err == nil {
 		t.Error("New accepted t5")
 	}
 	bad := smallVocab()
@@ -395,7 +396,7 @@ func TestTrainedModelVocabs(t *testing.T) {
 		if err != nil {
 			t.Skip(err)
 		}
-		v, err := VocabFromGGUF(f)
+		v, err := vocab.FromGGUF(f)
 		f.Close()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"github.com/zrtdev/zrt/format/vocab"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,7 +78,7 @@ func loadTok(t testing.TB, name string) *Tokenizer {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	v, err := VocabFromGGUF(f)
+	v, err := vocab.FromGGUF(f)
 	if err != nil {
 		t.Fatal(err)
 	}

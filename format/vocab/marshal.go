@@ -1,4 +1,4 @@
-package tokenizer
+package vocab
 
 import (
 	"encoding/binary"
@@ -31,7 +31,7 @@ func (v *Vocab) specialIDs() []*int32 {
 
 // MarshalBinary encodes v deterministically for embedding in a bundle.
 func (v *Vocab) MarshalBinary() ([]byte, error) {
-	if err := v.validate(); err != nil {
+	if err := v.Validate(); err != nil {
 		return nil, err
 	}
 	b := []byte(marshalMagic)
@@ -136,9 +136,9 @@ func (d *decoder) count(minSize int) int {
 	return int(n)
 }
 
-// UnmarshalVocab decodes data written by MarshalBinary. Truncated or corrupt
+// Unmarshal decodes data written by MarshalBinary. Truncated or corrupt
 // data is an error.
-func UnmarshalVocab(data []byte) (*Vocab, error) {
+func Unmarshal(data []byte) (*Vocab, error) {
 	d := &decoder{b: data}
 	if string(d.take(4)) != marshalMagic {
 		if d.err != nil {
@@ -210,7 +210,7 @@ func UnmarshalVocab(data []byte) (*Vocab, error) {
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("tokenizer: %d trailing bytes after vocab data", len(d.b))
 	}
-	if err := v.validate(); err != nil {
+	if err := v.Validate(); err != nil {
 		return nil, err
 	}
 	return v, nil

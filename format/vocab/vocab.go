@@ -1,13 +1,16 @@
-// Package tokenizer turns text into token ids and back exactly as llama.cpp
-// does (src/llama-vocab.cpp, src/unicode.cpp), from the tokenizer metadata of
-// a GGUF file. It supports SentencePiece-style BPE ("llama"), byte-level BPE
-// ("gpt2") with llama.cpp's pre-tokenizers, and WordPiece ("bert").
-package tokenizer
+// Package vocab reads a model's vocabulary from the tokenizer metadata of a
+// GGUF file with llama.cpp's effective values (src/llama-vocab.cpp's load),
+// and encodes it for a bundle's graph file. The compiler writes it; the
+// runtime's tokenizer (runtime/tokenizer) is built from it. It computes
+// nothing on text.
+package vocab
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/zrtdev/zrt/format/gguf"
@@ -25,7 +28,7 @@ const (
 	TypeByte        = 6
 )
 
-// GGUF metadata keys read by VocabFromGGUF.
+// GGUF metadata keys read by FromGGUF.
 const (
 	KeyModel        = "tokenizer.ggml.model"
 	KeyPre          = "tokenizer.ggml.pre"
@@ -55,7 +58,7 @@ const (
 )
 
 // Vocab is everything needed to tokenize, independent of GGUF, so a compiled
-// bundle can carry it. VocabFromGGUF fills it with llama.cpp's effective
+// bundle can carry it. FromGGUF fills it with llama.cpp's effective
 // values: defaults per model/pre-tokenizer, overrides from the file, and the
 // special tokens llama.cpp infers from token text.
 type Vocab struct {
@@ -80,11 +83,11 @@ type Vocab struct {
 	ChatTemplate                   string // tokenizer.chat_template, "" if absent
 }
 
-// VocabFromGGUF reads the tokenizer metadata of f. Malformed metadata (a gpt2
+// FromGGUF reads the tokenizer metadata of f. Malformed metadata (a gpt2
 // vocabulary without merges, token types outside 0..6, special ids outside
 // the vocabulary, scores or types whose length differs from the token list)
 // is an error naming the key.
-func VocabFromGGUF(f *gguf.File) (*Vocab, error) {
+func FromGGUF(f *gguf.File) (*Vocab, error) {
 	v := &Vocab{}
 	var err error
 	if v.Model, err = f.String(KeyModel); err != nil {
@@ -204,7 +207,7 @@ func VocabFromGGUF(f *gguf.File) (*Vocab, error) {
 
 	v.inferSpecial()
 	v.NL = v.newlineToken()
-	if err := v.validate(); err != nil {
+	if err := v.Validate(); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -226,16 +229,16 @@ func (v *Vocab) applyDefaults() error {
 		v.AddBOS = true
 	case "gpt2":
 		v.BOS, v.EOS = 11, 11
-		p, ok := preTypes[v.Pre]
+		p, ok := preTokenizers[v.Pre]
 		if !ok {
-			return unsupportedPre(v.Pre)
+			return UnsupportedPre(v.Pre)
 		}
-		v.AddBOS = p.addBOS
-		if p.noBOS {
+		v.AddBOS = p == preAddBOS
+		if p == preNoBOS {
 			v.BOS = -1
 		}
 	default:
-		return unsupportedModel(v.Model)
+		return UnsupportedModel(v.Model)
 	}
 	// A default that does not fit a (tiny) vocabulary is treated as absent;
 	// llama.cpp would keep it and fail when it is used.
@@ -342,15 +345,16 @@ func (v *Vocab) newlineToken() int32 {
 		if id := find("\n"); id >= 0 && v.Types != nil && v.Types[id] == TypeUserDefined {
 			return id
 		}
-		if id := find(byteUnicode['\n']); id >= 0 {
+		if id := find(bpeNewline); id >= 0 {
 			return id
 		}
 	}
 	return v.PAD
 }
 
-// validate checks the invariants New relies on.
-func (v *Vocab) validate() error {
+// Validate checks the invariants a tokenizer relies on: lengths agree,
+// types and special ids are in range.
+func (v *Vocab) Validate() error {
 	n := len(v.Tokens)
 	if n == 0 {
 		return errors.New("tokenizer: empty vocabulary")
@@ -396,13 +400,74 @@ func (v *Vocab) validate() error {
 	return nil
 }
 
-// unsupportedModel and unsupportedPre are the errors for a vocabulary whose
+// UnsupportedModel and UnsupportedPre are the errors for a vocabulary whose
 // tokenizer llama.cpp knows and zrt does not implement.
-func unsupportedModel(model string) error {
+func UnsupportedModel(model string) error {
 	return &support.Error{What: "tokenizer model", Value: strconv.Quote(model), Where: support.Key(KeyModel),
 		Detail: "zrt tokenizes llama (SentencePiece), gpt2 (byte-level BPE) and bert (WordPiece)"}
 }
 
-func unsupportedPre(pre string) error {
+// UnsupportedPre: see UnsupportedModel.
+func UnsupportedPre(pre string) error {
 	return &support.Error{What: "pre-tokenizer", Value: strconv.Quote(pre), Where: support.Key(KeyPre)}
+}
+
+// bpeNewline is '\n' under GPT-2's byte-to-character mapping, which moves
+// the bytes 0..32 to U+0100.. so that every byte has a printable token text.
+const bpeNewline = "\u010a"
+
+// A preBOS is llama.cpp's add_bos default for a byte-level BPE
+// pre-tokenizer.
+type preBOS int
+
+const (
+	preDefaultBOS preBOS = iota // BOS exists, not added by default
+	preAddBOS                   // BOS added by default (Llama 3 and kin)
+	preNoBOS                    // the model has no BOS token (chatglm)
+)
+
+// preTokenizers lists every tokenizer.ggml.pre that runtime/tokenizer
+// implements (a test there holds its split table to the same names), with
+// llama.cpp's BOS default for it (the pre_type switch of
+// llama_vocab::impl::load).
+var preTokenizers = map[string]preBOS{
+	"default": preDefaultBOS,
+	"llama3":  preAddBOS, "llama-v3": preAddBOS, "llama-bpe": preAddBOS, "falcon3": preAddBOS,
+	"tekken": preAddBOS, "chameleon": preAddBOS,
+	"chatglm-bpe":  preNoBOS,
+	"deepseek-llm": preDefaultBOS, "deepseek-coder": preDefaultBOS, "deepseek-v3": preDefaultBOS,
+	"falcon": preDefaultBOS,
+	"mpt":    preDefaultBOS, "gpt-2": preDefaultBOS, "phi-2": preDefaultBOS, "jina-es": preDefaultBOS,
+	"jina-de": preDefaultBOS, "gigachat": preDefaultBOS, "jina-v1-en": preDefaultBOS, "jina-v2-es": preDefaultBOS,
+	"jina-v2-de": preDefaultBOS, "jina-v2-code": preDefaultBOS, "roberta-bpe": preDefaultBOS, "olmo": preDefaultBOS,
+	"jais":      preDefaultBOS,
+	"starcoder": preDefaultBOS, "refact": preDefaultBOS, "codeshell": preDefaultBOS, "exaone": preDefaultBOS,
+	"minerva-7b": preDefaultBOS, "command-r": preDefaultBOS, "smollm": preDefaultBOS,
+	"qwen2": preDefaultBOS, "deepseek-r1-qwen": preDefaultBOS, "megrez": preDefaultBOS, "stablelm2": preDefaultBOS,
+	"qwen35": preDefaultBOS, "dbrx": preDefaultBOS, "smaug-bpe": preDefaultBOS, "poro-chat": preDefaultBOS,
+	"bloom": preDefaultBOS, "gpt3-finnish": preDefaultBOS, "viking": preDefaultBOS,
+}
+
+// PreTokenizers lists, sorted, the tokenizer.ggml.pre values a gpt2
+// vocabulary may name.
+func PreTokenizers() []string {
+	return slices.Sorted(maps.Keys(preTokenizers))
+}
+
+// EOGTokens lists the end-of-generation ids as llama.cpp collects them:
+// EOS, EOT, EOM, the FIM pad/repo/separator tokens, and every token whose
+// text is one of the end-of-turn markers, whatever the declared ids.
+func (v *Vocab) EOGTokens() []int32 {
+	var out []int32
+	for _, id := range []int32{v.FIMPad, v.FIMRep, v.FIMSep, v.EOS, v.EOT, v.EOM} {
+		if id >= 0 {
+			out = append(out, id)
+		}
+	}
+	for i, t := range v.Tokens {
+		if slices.Contains(eogTexts, t) {
+			out = append(out, int32(i))
+		}
+	}
+	return out
 }

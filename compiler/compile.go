@@ -109,13 +109,12 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 // from its hyperparameters.
 func NewUnit(m *arch.Model) *passes.Unit {
 	h, c := &m.Hparams, m.Config
-	rows := max(c.PrefillChunk, c.MaxSlots)
 	return &passes.Unit{
 		Graphs: m.Graphs,
 		Target: c.Target,
 		State: passes.StateSizes{
 			KV:     int64(c.MaxSlots) * int64(h.MaxPages) * int64(kernels.KVPageBytes(h.NLayer, h.KVDim())),
-			IO:     4 * int64(kernels.IOWords(rows, c.MaxSlots, h.MaxPages)),
+			IO:     4 * int64(kernels.NewRequestTable(c.PrefillChunk, c.MaxSlots, h.MaxPages).Words()),
 			Logits: 4 * int64(c.MaxSlots) * int64(h.NVocab),
 			Tokens: 4 * int64(c.MaxSlots),
 		},

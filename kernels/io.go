@@ -1,5 +1,18 @@
 package kernels
 
+// The memory plan's regions that the compiler, the stream checker and the
+// tiers refer to by name. Weight regions are RegionWeights followed by the
+// layer class ("weights.attn_q").
+const (
+	RegionKV      = "kv"
+	RegionIO      = "io" // the request table
+	RegionLogits  = "out.logits"
+	RegionTokens  = "out.tokens"
+	RegionFence   = "fence" // written by every stream's last RELEASE_MEM
+	RegionScratch = "scratch"
+	RegionWeights = "weights."
+)
+
 // The request table ("io" buffer) is how data-dependent shape reaches
 // kernels without changing the packet stream: the number of active rows,
 // each row's token, position, slot and flags, and each slot's KV page table.
@@ -21,15 +34,26 @@ const (
 	OutFenceWordSize = 4
 )
 
-// IOWords returns the size in words of a request table for rows row records
-// and slots×maxPages page-table entries.
-func IOWords(rows, slots, maxPages int) int {
-	return IOWordRowBase + rows*IORowWords + slots*maxPages
+// RequestTable is the layout of a program's request table: room for Rows
+// row records (the most any variant replays) and a page table of
+// Slots × MaxPages entries. The compiler sizes the "io" region with it and
+// the runtime fills the table through it, so the two cannot disagree.
+type RequestTable struct {
+	Rows, Slots, MaxPages int
 }
 
-// PageTableOffset returns the word offset of the page table for a table
-// sized for rows row records.
-func PageTableOffset(rows int) int { return IOWordRowBase + rows*IORowWords }
+// NewRequestTable is the table of a program whose largest prefill variant
+// evaluates prefillRows rows and whose decode variant serves slots slots
+// of at most maxPages KV pages each.
+func NewRequestTable(prefillRows, slots, maxPages int) RequestTable {
+	return RequestTable{Rows: max(prefillRows, slots), Slots: slots, MaxPages: maxPages}
+}
+
+// Words returns the table's size in 32-bit words.
+func (t RequestTable) Words() int { return t.PageTable() + t.Slots*t.MaxPages }
+
+// PageTable returns the word offset of the page table.
+func (t RequestTable) PageTable() int { return IOWordRowBase + t.Rows*IORowWords }
 
 // KVPageBytes returns the bytes of one KV page: KVPageTokens tokens of K and V
 // (F16) for every layer, laid out [layer][k|v][token][kvDim].

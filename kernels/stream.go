@@ -19,12 +19,12 @@ func StreamABI(instance string) (pm4.KernelABI, error) {
 
 // StreamEnv builds pm4.Check's environment for a compiled program: the
 // memory plan's region names and sizes and its kernel instances, by index.
-// The fence is the region named "fence", the one every stream's last
+// The fence is the region named RegionFence, the one every stream's last
 // RELEASE_MEM writes.
 func StreamEnv(regionNames []string, regionBytes []int64, instances []string) (pm4.Env, error) {
 	env := pm4.Env{Regions: regionBytes, Fence: -1}
 	for i, n := range regionNames {
-		if n == "fence" {
+		if n == RegionFence {
 			env.Fence = i
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // Heap is where a region lives (seed 000 §10.1).
@@ -93,7 +94,7 @@ func memplan(_ context.Context, u *Unit) error {
 			}
 			ri, ok := classRegion[b.LayerClass]
 			if !ok {
-				ri = add("weights."+b.LayerClass, DeviceLocal, 0)
+				ri = add(kernels.RegionWeights+b.LayerClass, DeviceLocal, 0)
 				classRegion[b.LayerClass] = ri
 			}
 			r := &p.Regions[ri]
@@ -104,11 +105,11 @@ func memplan(_ context.Context, u *Unit) error {
 			placed[b.Name] = true
 		}
 	}
-	p.KV = add("kv", DeviceLocal, u.State.KV)
-	p.IO = add("io", HostVisible, u.State.IO)
-	p.Logits = add("out.logits", BAR, u.State.Logits)
-	p.Tokens = add("out.tokens", BAR, u.State.Tokens)
-	p.Fence = add("fence", BAR, 8)
+	p.KV = add(kernels.RegionKV, DeviceLocal, u.State.KV)
+	p.IO = add(kernels.RegionIO, HostVisible, u.State.IO)
+	p.Logits = add(kernels.RegionLogits, BAR, u.State.Logits)
+	p.Tokens = add(kernels.RegionTokens, BAR, u.State.Tokens)
+	p.Fence = add(kernels.RegionFence, BAR, 8)
 	// Scratch is shared by the variants: only one replays at a time.
 	scratch := int64(0)
 	for i, pm := range u.Physical {
@@ -126,7 +127,7 @@ func memplan(_ context.Context, u *Unit) error {
 			return fmt.Errorf("variant %s: %w", u.Graphs[i].Key, err)
 		}
 	}
-	p.Scratch = add("scratch", DeviceLocal, scratch)
+	p.Scratch = add(kernels.RegionScratch, DeviceLocal, scratch)
 	u.Plan = p
 	return nil
 }

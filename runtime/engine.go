@@ -88,7 +88,7 @@ func Open(dir string, opt Options) (*Engine, error) {
 	if e.prefill < 0 || e.decode < 0 {
 		return fail(fmt.Errorf("bundle %s: needs a prefill and a decode variant", dir))
 	}
-	idx := map[string]*int{"io": &e.io, "out.logits": &e.logits, "out.tokens": &e.toks}
+	idx := map[string]*int{kernels.RegionIO: &e.io, kernels.RegionLogits: &e.logits, kernels.RegionTokens: &e.toks}
 	for name, p := range idx {
 		*p = -1
 		for i, r := range b.Graph.Regions {
@@ -198,8 +198,7 @@ func (e *Engine) ioWords() []uint32 {
 func (e *Engine) initIO() {
 	w := e.ioWords()
 	maxPages := int(e.Hparams.MaxPages)
-	rows := max(int(e.Hparams.PrefillChunk), int(e.Hparams.MaxSlots))
-	pt := kernels.PageTableOffset(rows)
+	pt := kernels.NewRequestTable(int(e.Hparams.PrefillChunk), int(e.Hparams.MaxSlots), maxPages).PageTable()
 	w[kernels.IOWordMaxPages] = uint32(maxPages)
 	w[kernels.IOWordPageTable] = uint32(pt)
 	for s := 0; s < int(e.Hparams.MaxSlots); s++ {

@@ -37,10 +37,11 @@ func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
 	for i := range h {
 		h[i] = quant.F32ToF16(float32(rng.NormFloat64()))
 	}
-	io := make([]uint32, kernels.IOWords(c.rows, slots, maxPages))
+	table := kernels.RequestTable{Rows: c.rows, Slots: slots, MaxPages: maxPages}
+	io := make([]uint32, table.Words())
 	io[kernels.IOWordRows] = uint32(c.rows)
 	io[kernels.IOWordMaxPages] = uint32(maxPages)
-	pt := kernels.PageTableOffset(c.rows)
+	pt := table.PageTable()
 	io[kernels.IOWordPageTable] = uint32(pt)
 	perm := rng.Perm(nPages) // pages scattered
 	for i := range slots * maxPages {

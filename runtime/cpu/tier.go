@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
 	kcpu "github.com/zrtdev/zrt/kernels/cpu"
 	"github.com/zrtdev/zrt/runtime/replay"
 )
@@ -59,7 +60,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		if !ok {
 			reg = make([]byte, r.Bytes)
 		}
-		if r.Name == "fence" {
+		if r.Name == kernels.RegionFence {
 			t.fence = i
 		}
 		t.regions = append(t.regions, reg)

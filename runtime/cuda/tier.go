@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
@@ -40,7 +41,7 @@ type Options struct {
 
 // hostRegions are the regions the engine reads or writes from the host;
 // each gets a pinned mirror that the captured graph copies to or from.
-var hostRegions = map[string]bool{"io": true, "out.logits": true, "out.tokens": true, "fence": true}
+var hostRegions = map[string]bool{kernels.RegionIO: true, kernels.RegionLogits: true, kernels.RegionTokens: true, kernels.RegionFence: true}
 
 type region struct {
 	name string
@@ -158,11 +159,11 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			rp.host = rp.host[:reg.size]
 		}
 		switch r.Name {
-		case "io":
+		case kernels.RegionIO:
 			t.io = i
-		case "fence":
+		case kernels.RegionFence:
 			t.fence = i
-		case "out.logits", "out.tokens":
+		case kernels.RegionLogits, kernels.RegionTokens:
 			t.copyOut = append(t.copyOut, i)
 		}
 		mem.Base = append(mem.Base, uint64(rp.dev))

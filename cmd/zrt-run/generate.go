@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/chat"
+	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
 )
 
@@ -139,9 +140,7 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 	}
 	defer seq.Release()
 	out := cmd.OutOrStdout()
-	smp := sample.New(sp)
-	dec := e.Tok.NewStreamDecoder()
-	filter := runtime.NewStopFilter(stops)
+	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: int(e.Hparams.ContextLength)})
 	t0 := time.Now()
 	logits, err := seq.Prefill(ctx, ids)
 	if err != nil {
@@ -149,46 +148,27 @@ func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp samp
 	}
 	ttft := time.Since(t0)
 	var lat []time.Duration
-	stop, generated := "length", 0
 	tDecode := time.Now()
-	for i := 0; i < n; i++ {
-		tok := smp.Sample(logits, seq.Tokens)
-		if e.Tok.IsEOG(tok) {
-			stop = "eog"
-			break
-		}
-		generated++
-		text, stopped := filter.Add(dec.Add(tok))
-		fmt.Fprint(out, text)
-		if stopped {
-			stop = "stop string"
-			break
-		}
-		if i == n-1 {
-			break
-		}
-		if seq.Pos() >= int(e.Hparams.ContextLength) {
-			stop = "context"
+	for {
+		st := d.Next(logits, seq.Tokens, seq.Pos())
+		fmt.Fprint(out, st.Text)
+		if st.Finish != decode.Running {
 			break
 		}
 		ts := time.Now()
-		if logits, err = seq.Decode(ctx, tok); err != nil {
+		if logits, err = seq.Decode(ctx, st.Token); err != nil {
 			return err
 		}
 		lat = append(lat, time.Since(ts))
-	}
-	if stop != "stop string" {
-		text, _ := filter.Add(dec.Flush())
-		fmt.Fprint(out, text+filter.Flush())
 	}
 	fmt.Fprintln(out)
 	decodeDur := time.Since(tDecode)
 	if !asJSON {
 		return nil
 	}
-	m := Metrics{PromptTokens: len(ids), GeneratedTokens: generated, TTFTms: ms(ttft),
+	m := Metrics{PromptTokens: len(ids), GeneratedTokens: d.Generated(), TTFTms: ms(ttft),
 		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: e.TierName(), Variant: e.Variants(),
-		PeakRSSMiB: peakRSSMiB(), StopReason: stop}
+		PeakRSSMiB: peakRSSMiB(), StopReason: string(d.Finish())}
 	if len(lat) > 0 {
 		m.DecodeTokS = float64(len(lat)) / decodeDur.Seconds()
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })

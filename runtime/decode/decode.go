@@ -1,0 +1,109 @@
+// Package decode is per-request decoding: it turns each step's logits into
+// the request's next token and the text that may be shown for it, and says
+// when and why the request is finished. It holds the sampler, the stop
+// filter and the stream detokenizer of one request, and nothing of how the
+// logits were computed, so one-shot generation and the serving engine share
+// it.
+package decode
+
+import (
+	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// Finish says why a request ended; "" while it runs.
+type Finish string
+
+// The finish reasons.
+const (
+	Running    Finish = ""
+	EOG        Finish = "eog"         // the model produced an end-of-generation token
+	StopString Finish = "stop string" // the text reached one of the stop strings
+	Length     Finish = "length"      // MaxTokens were generated
+	Context    Finish = "context"     // the sequence filled its context
+)
+
+// Params configure one request's decoding.
+type Params struct {
+	// MaxTokens bounds the generated tokens (≤ 0: none are generated).
+	MaxTokens int
+	Sampling  sample.Params
+	// Stops end generation when the text contains one; it is not shown.
+	Stops []string
+	// ContextLength is the positions a sequence may hold; a request whose
+	// sequence is full finishes instead of being fed another token.
+	ContextLength int
+}
+
+// Decoder decodes one request.
+type Decoder struct {
+	p         Params
+	tok       *tokenizer.Tokenizer
+	sampler   *sample.Sampler
+	text      *tokenizer.StreamDecoder
+	filter    *StopFilter
+	generated int
+	finish    Finish
+}
+
+// New returns a decoder for one request of a model with tokenizer tok.
+func New(tok *tokenizer.Tokenizer, p Params) *Decoder {
+	return &Decoder{p: p, tok: tok, sampler: sample.New(p.Sampling), text: tok.NewStreamDecoder(), filter: NewStopFilter(p.Stops)}
+}
+
+// Step is what one call of Next decided.
+type Step struct {
+	// Token is the sampled token, to be fed to the model next unless the
+	// request finished; -1 when none was taken (an end-of-generation token
+	// or no tokens to generate).
+	Token int32
+	// Text is the output that may be shown now: complete UTF-8, with any
+	// possible start of a stop string held back until it is decided.
+	Text string
+	// Finish is set when the request is done; Token must then not be fed.
+	Finish Finish
+}
+
+// Next samples the token that follows history (every token of the
+// sequence so far, for the repetition penalty) from its logits; pos is the
+// positions the sequence already holds.
+func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
+	if d.finish != Running {
+		return Step{Token: -1, Finish: d.finish}
+	}
+	if d.generated >= d.p.MaxTokens {
+		return d.end(Step{Token: -1}, Length)
+	}
+	tok := d.sampler.Sample(logits, history)
+	if d.tok.IsEOG(tok) {
+		return d.end(Step{Token: -1}, EOG)
+	}
+	d.generated++
+	text, stopped := d.filter.Add(d.text.Add(tok))
+	st := Step{Token: tok, Text: text}
+	switch {
+	case stopped:
+		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown
+		return st
+	case d.generated >= d.p.MaxTokens:
+		return d.end(st, Length)
+	case pos >= d.p.ContextLength:
+		return d.end(st, Context)
+	}
+	return st
+}
+
+// end finishes the request with reason f, appending the text held back.
+func (d *Decoder) end(st Step, f Finish) Step {
+	rest, _ := d.filter.Add(d.text.Flush())
+	st.Text += rest + d.filter.Flush()
+	d.finish, st.Finish = f, f
+	return st
+}
+
+// Generated returns the tokens generated so far (an end-of-generation
+// token is not counted).
+func (d *Decoder) Generated() int { return d.generated }
+
+// Finish returns why the request ended, or Running.
+func (d *Decoder) Finish() Finish { return d.finish }

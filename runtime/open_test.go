@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 func buildTiny(t *testing.T) string {
@@ -47,7 +48,7 @@ func copyBundle(t *testing.T, src string) string {
 
 func TestOpenAndRun(t *testing.T) {
 	dir := buildTiny(t)
-	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, Verify: true})
+	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, Verify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestCorruptBundles(t *testing.T) {
 	pack, _ := os.ReadFile(filepath.Join(good, bundle.WeightsFile))
 	kernels, _ := os.ReadDir(filepath.Join(good, bundle.KernelDir))
 	open := func(dir string) error {
-		e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 1, Verify: true})
+		e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 1, Verify: true})
 		if err == nil {
 			e.Close()
 		}
@@ -177,7 +178,7 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	e, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 		s.Release()
 	}
 	// Together: both prefilled, then one batched decode step.
-	var seqs []*runtime.Sequence
+	var seqs []*sequence.Sequence
 	for _, p := range prompts {
 		s, err := e.NewSequence()
 		if err != nil {
@@ -225,7 +226,7 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 			t.Errorf("sequence %d at position %d", i, seqs[i].Pos())
 		}
 	}
-	if _, err := e.DecodeBatch(ctx, []*runtime.Sequence{seqs[0], seqs[0]}, []int32{1, 2}); err == nil {
+	if _, err := e.DecodeBatch(ctx, []*sequence.Sequence{seqs[0], seqs[0]}, []int32{1, 2}); err == nil {
 		t.Error("a sequence twice in one batch was accepted")
 	}
 }
@@ -258,7 +259,7 @@ func TestFusionPreservesResults(t *testing.T) {
 			if err := compiler.Compile(ctx, model, out, compiler.Options{NoFuse: noFuse, VerifyEach: true}); err != nil {
 				t.Fatal(err)
 			}
-			e, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+			e, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/format/bundle"
-	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // benchResult is one row of the table (and of --json).
@@ -175,7 +175,7 @@ the rate implies.`,
 // weightStats returns the weights' bytes and element count, and the bytes
 // one decode step reads: every weight except the embedding table, of which
 // it reads one row.
-func weightStats(e *runtime.Engine) (size, params, perToken int64) {
+func weightStats(e *sequence.Pool) (size, params, perToken int64) {
 	for _, w := range e.Bundle.Graph.Weights {
 		n := int64(1)
 		for _, d := range w.Dims {

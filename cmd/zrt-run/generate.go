@@ -16,6 +16,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // traceDispatch prints the first values of each dispatch's output to
@@ -132,7 +133,7 @@ type Metrics struct {
 	StopReason      string  `json:"stop_reason"`
 }
 
-func generate(cmd *cobra.Command, e *runtime.Engine, ids []int32, n int, sp sample.Params, stops []string, asJSON bool) error {
+func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sample.Params, stops []string, asJSON bool) error {
 	ctx := cmd.Context()
 	seq, err := e.NewSequence()
 	if err != nil {

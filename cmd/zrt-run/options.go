@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // envHelp documents the environment the commands map onto runtime.Options;
@@ -35,8 +36,7 @@ func (f *engineFlags) add(c *cobra.Command) {
 // options fills runtime.Options from the flags and the environment.
 func (f *engineFlags) options() (runtime.Options, error) {
 	opt := runtime.Options{Tier: f.tier, Threads: f.threads,
-		BatchedPrefill: os.Getenv("ZRT_BATCHED_PREFILL"),
-		Log:            func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
+		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
 	if opt.Tier == "" {
 		opt.Tier = os.Getenv("ZRT_TIER")
 	}
@@ -62,10 +62,21 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	return opt, nil
 }
 
-func (f *engineFlags) open(dir string) (*runtime.Engine, error) {
+// open loads the bundle at dir as a pool of sequences, with the prefill
+// mode of $ZRT_BATCHED_PREFILL.
+func (f *engineFlags) open(dir string) (*sequence.Pool, error) {
 	opt, err := f.options()
 	if err != nil {
 		return nil, err
 	}
-	return runtime.Open(dir, opt)
+	p, err := runtime.Open(dir, opt)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := sequence.New(p, os.Getenv("ZRT_BATCHED_PREFILL"), opt.Log)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("ZRT_BATCHED_PREFILL: %w", err)
+	}
+	return pool, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/internal/reference"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // Tolerances on logits, absolute, in logit units, by weight class.
@@ -108,7 +109,7 @@ func TestParityWithLlamaCpp(t *testing.T) {
 }
 
 func checkReference(t *testing.T, dir string, ref *reference.File, label string, tolerance float64) float64 {
-	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
+	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatalf("%s: %v", label, err)
 	}
@@ -171,7 +172,7 @@ func TestGreedyStories260K(t *testing.T) {
 	if err := compiler.Compile(context.Background(), reference.Model(shared, refs[0]), dir, compiler.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
+	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/internal/reference"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // Tolerance of T-CUDA against T-CPU, in logit units, relative to the
@@ -118,8 +119,8 @@ func argmax(l []float32) (int, float64) {
 
 func compare(t *testing.T, cpuDir, cudaDir string, ref *reference.File, label string) (diff, int, int) {
 	ctx := context.Background()
-	open := func(dir, tier string) (*runtime.Engine, *runtime.Sequence) {
-		e, err := runtime.Open(dir, runtime.Options{Tier: tier, Threads: 8})
+	open := func(dir, tier string) (*sequence.Pool, *sequence.Sequence) {
+		e, err := sequence.Open(dir, runtime.Options{Tier: tier, Threads: 8})
 		if err != nil {
 			t.Fatalf("%s: open %s: %v", label, tier, err)
 		}

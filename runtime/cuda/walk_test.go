@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // compileSynth writes a synthetic model and compiles it for target.
@@ -106,16 +107,16 @@ func TestWalkFakeMemory(t *testing.T) {
 // cuda tier fails with the probe's reason.
 func TestTierSelection(t *testing.T) {
 	cudaDir := compileSynth(t, synth.Tiny, "cuda:sm_90")
-	if _, err := runtime.Open(cudaDir, runtime.Options{Tier: "cpu"}); err == nil {
+	if _, err := sequence.Open(cudaDir, runtime.Options{Tier: "cpu"}); err == nil {
 		t.Error("cpu tier opened a cuda bundle")
 	}
 	cpuDir := compileSynth(t, synth.Tiny, "cpu")
-	if _, err := runtime.Open(cpuDir, runtime.Options{Tier: "cuda"}); err == nil {
+	if _, err := sequence.Open(cpuDir, runtime.Options{Tier: "cuda"}); err == nil {
 		t.Error("cuda tier opened a cpu bundle")
 	} else {
 		t.Log(err)
 	}
-	e, err := runtime.Open(cudaDir, runtime.Options{Tier: "auto"})
+	e, err := sequence.Open(cudaDir, runtime.Options{Tier: "auto"})
 	if err != nil {
 		t.Logf("auto on a cuda bundle without CUDA: %v", err)
 		return

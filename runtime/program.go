@@ -1,0 +1,330 @@
+// Package runtime is zrt-run's mechanism layer: Open maps a bundle, picks
+// a tier and returns a Program — the compiled variants by ShapeKey and the
+// memory plan's regions — whose Step replays one variant over a batch
+// given as a plain value. Slots, sequences, scheduling and sampling are
+// policy and live above it (runtime/sequence for one-shot use,
+// runtime/decode for one request's tokens). It never imports the compiler.
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/vocab"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/cpu"
+	"github.com/zrtdev/zrt/runtime/cuda"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// Tier is what a program needs of an execution tier (seed 000 §8.2,
+// reduced to what replay uses): host views of the request table and the
+// outputs, and replay of a variant to its fence.
+type Tier interface {
+	Name() string
+	// Region returns the host-visible bytes of a memory-plan region.
+	Region(i int) []byte
+	// Run replays variant i and waits for its fence.
+	Run(ctx context.Context, i int) error
+	Close() error
+}
+
+// Options configure Open. Every setting is here: the runtime reads no
+// environment variables (the commands map ZRT_* onto these fields), so
+// one process can hold programs with different settings.
+type Options struct {
+	Tier    string // auto (default), cpu, cuda, t1, t2, metal
+	Threads int    // T-CPU workers (default: all CPUs)
+	// Verify hashes the weights pack against the graph file.
+	Verify bool
+	// Log receives notes such as a tier fallback.
+	Log func(format string, args ...any)
+	// Trace is passed to T-CPU (see cpu.Options.Trace).
+	Trace func(i int, kernel string, out []byte)
+	// CUDA configures T-CUDA when it is the tier.
+	CUDA cuda.Options
+}
+
+// Stage is the kind of step a variant was compiled for.
+type Stage uint8
+
+// The stages, numbered as in the graph file.
+const (
+	Prefill Stage = bundle.StagePrefill // batched prompt rows (GEMM, batched attention)
+	Decode  Stage = bundle.StageDecode  // one row per slot
+)
+
+func (s Stage) String() string {
+	switch s {
+	case Prefill:
+		return "prefill"
+	case Decode:
+		return "decode"
+	}
+	return fmt.Sprintf("stage(%d)", uint8(s))
+}
+
+// ShapeKey names a compiled variant: its stage, the slots its page table
+// covers and the query rows one replay evaluates at most.
+type ShapeKey struct {
+	Stage       Stage
+	Slots, Rows int
+}
+
+func (k ShapeKey) String() string { return fmt.Sprintf("%s.s%d.r%d", k.Stage, k.Slots, k.Rows) }
+
+// Row is one query row of a step: the token at position Pos of the
+// sequence in slot Slot. Logits asks for that slot's logits after the step
+// (rows that are not a sequence's last in the step rarely need them).
+type Row struct {
+	Slot   int
+	Pos    int
+	Token  int32
+	Logits bool
+}
+
+// SlotPages is a slot's page table: Pages[i] is the KV page holding its
+// positions [16i, 16i+16).
+type SlotPages struct {
+	Slot  int
+	Pages []uint32
+}
+
+// Batch is one step's input: the variant to replay, its query rows, and
+// the page tables of the slots those rows belong to. It is a plain value
+// so a scheduler can build, print and log it.
+type Batch struct {
+	Key   ShapeKey
+	Rows  []Row
+	Pages []SlotPages
+}
+
+// Program is a loaded bundle on a tier.
+type Program struct {
+	Bundle  *bundle.Bundle
+	Hparams bundle.Hparams
+	Tok     *tokenizer.Tokenizer
+	tier    Tier
+
+	keys             []ShapeKey // by variant index
+	table            kernels.RequestTable
+	kvPages          int
+	io, logits, toks int // region indices
+}
+
+// Open loads a bundle and its tier.
+func Open(dir string, opt Options) (*Program, error) {
+	b, err := bundle.Open(dir, opt.Verify)
+	if err != nil {
+		return nil, err
+	}
+	p := &Program{Bundle: b, Hparams: b.Graph.Hparams}
+	fail := func(err error) (*Program, error) { p.Close(); return nil, err }
+	if p.Tok, err = loadTokenizer(b.Graph.Vocab); err != nil {
+		return fail(fmt.Errorf("bundle %s: tokenizer: %w", dir, err))
+	}
+	for _, v := range b.Graph.Variants {
+		p.keys = append(p.keys, ShapeKey{Stage: Stage(v.Stage), Slots: int(v.Slots), Rows: int(v.Rows)})
+	}
+	h := &p.Hparams
+	p.table = kernels.NewRequestTable(int(h.PrefillChunk), int(h.MaxSlots), int(h.MaxPages))
+	idx := map[string]*int{kernels.RegionIO: &p.io, kernels.RegionLogits: &p.logits, kernels.RegionTokens: &p.toks}
+	kv := -1
+	for i, r := range b.Graph.Regions {
+		if q, ok := idx[r.Name]; ok {
+			*q = i + 1 // 0 marks a region not found
+		}
+		if r.Name == kernels.RegionKV {
+			kv = i
+		}
+	}
+	for name, q := range idx {
+		if *q == 0 {
+			return fail(fmt.Errorf("bundle %s: memory plan lacks region %s", dir, name))
+		}
+		*q--
+	}
+	if kv < 0 {
+		return fail(fmt.Errorf("bundle %s: memory plan lacks region %s", dir, kernels.RegionKV))
+	}
+	if pb := int64(kernels.KVPageBytes(int(h.NLayer), int(h.NHeadKV*h.HeadDim))); pb > 0 {
+		p.kvPages = int(b.Graph.Regions[kv].Bytes / pb)
+	}
+	if p.tier, err = openTier(b, opt); err != nil {
+		return fail(err)
+	}
+	w := p.ioWords()
+	if len(w) < p.table.Words() {
+		return fail(fmt.Errorf("bundle %s: request table region of %d words, the plan needs %d", dir, len(w), p.table.Words()))
+	}
+	w[kernels.IOWordMaxPages] = uint32(p.table.MaxPages)
+	w[kernels.IOWordPageTable] = uint32(p.table.PageTable())
+	return p, nil
+}
+
+func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
+	v, err := vocab.Unmarshal(b)
+	if err != nil {
+		return nil, err
+	}
+	return tokenizer.New(v)
+}
+
+// openTier picks the tier: an explicit choice that cannot run fails with
+// the reason; auto takes the best that can.
+func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
+	choice := opt.Tier
+	if choice == "" {
+		choice = "auto"
+	}
+	target := b.Graph.Ident.Target
+	switch choice {
+	case "auto", "cpu":
+		if choice == "auto" && strings.HasPrefix(target, "cuda:") {
+			return openCUDA(b, opt.CUDA)
+		}
+		if target != "cpu" {
+			return nil, fmt.Errorf("tier %s: bundle was compiled for %s; rebuild with zrtc build --target cpu", choice, target)
+		}
+		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace})
+	case "cuda":
+		if !strings.HasPrefix(target, "cuda:") {
+			return nil, fmt.Errorf("tier cuda: bundle was compiled for %s; rebuild with zrtc build --target cuda:sm_90", target)
+		}
+		return openCUDA(b, opt.CUDA)
+	case "t1", "t2", "metal":
+		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
+	}
+	return nil, fmt.Errorf("unknown tier %q (auto, cpu, cuda, t1, t2, metal)", choice)
+}
+
+// openCUDA loads a cuda bundle on T-CUDA; where CUDA cannot run, the
+// error is the driver probe's reason.
+func openCUDA(b *bundle.Bundle, opt cuda.Options) (Tier, error) {
+	t, err := cuda.Load(b, opt)
+	if err != nil {
+		return nil, fmt.Errorf("tier cuda: %w", err)
+	}
+	return t, nil
+}
+
+// Keys lists the compiled variants.
+func (p *Program) Keys() []ShapeKey { return append([]ShapeKey(nil), p.keys...) }
+
+// Key returns the variant of a stage that fits rows query rows with the
+// least waste, or false when none does.
+func (p *Program) Key(stage Stage, rows int) (ShapeKey, bool) {
+	best, ok := ShapeKey{}, false
+	for _, k := range p.keys {
+		if k.Stage == stage && k.Rows >= rows && (!ok || k.Rows < best.Rows) {
+			best, ok = k, true
+		}
+	}
+	return best, ok
+}
+
+// Slots is how many slots the page table covers: slot ids run 0..Slots-1.
+func (p *Program) Slots() int { return p.table.Slots }
+
+// MaxPages is the page-table entries a slot has: its longest sequence is
+// MaxPages × kernels.KVPageTokens positions.
+func (p *Program) MaxPages() int { return p.table.MaxPages }
+
+// KVPages is the number of pages in the KV region; page ids run
+// 0..KVPages-1.
+func (p *Program) KVPages() int { return p.kvPages }
+
+// TierName names the tier in use.
+func (p *Program) TierName() string { return p.tier.Name() }
+
+// Close releases the tier and the bundle.
+func (p *Program) Close() error {
+	if p.tier != nil {
+		p.tier.Close()
+	}
+	return p.Bundle.Close()
+}
+
+// ioWords views the request table.
+func (p *Program) ioWords() []uint32 {
+	b := p.tier.Region(p.io)
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+// Step writes b's rows and page tables into the request table and replays
+// b.Key's variant once. It checks everything a kernel would otherwise
+// index with: the variant exists, the rows fit it, slots, positions and
+// tokens are in range, and each row's position lies on a page its slot's
+// table (given in b.Pages) maps to a page of the KV region.
+func (p *Program) Step(ctx context.Context, b Batch) error {
+	vi := -1
+	for i, k := range p.keys {
+		if k == b.Key {
+			vi = i
+			break
+		}
+	}
+	if vi < 0 {
+		return fmt.Errorf("step: no variant %s in this bundle (it has %v)", b.Key, p.keys)
+	}
+	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
+		return fmt.Errorf("step: %d rows for variant %s", len(b.Rows), b.Key)
+	}
+	mapped := make(map[int]int, len(b.Pages)) // slot → pages given
+	w := p.ioWords()
+	for _, sp := range b.Pages {
+		if sp.Slot < 0 || sp.Slot >= p.table.Slots || len(sp.Pages) > p.table.MaxPages {
+			return fmt.Errorf("step: page table of %d pages for slot %d (slots 0..%d, at most %d pages)", len(sp.Pages), sp.Slot, p.table.Slots-1, p.table.MaxPages)
+		}
+		base := p.table.PageTable() + sp.Slot*p.table.MaxPages
+		for i, pg := range sp.Pages {
+			if int(pg) >= p.kvPages {
+				return fmt.Errorf("step: slot %d maps page %d, the KV region has %d", sp.Slot, pg, p.kvPages)
+			}
+			w[base+i] = pg
+		}
+		mapped[sp.Slot] = len(sp.Pages)
+	}
+	nv := int32(p.Hparams.NVocab)
+	for i, r := range b.Rows {
+		switch {
+		case r.Token < 0 || r.Token >= nv:
+			return fmt.Errorf("step: row %d: token id %d outside the vocabulary of %d", i, r.Token, nv)
+		case r.Pos < 0 || r.Pos >= mapped[r.Slot]*kernels.KVPageTokens:
+			return fmt.Errorf("step: row %d: position %d of slot %d is not on a page the batch maps", i, r.Pos, r.Slot)
+		}
+		rec := w[kernels.IOWordRowBase+i*kernels.IORowWords:]
+		rec[kernels.IORowToken] = uint32(r.Token)
+		rec[kernels.IORowPos] = uint32(r.Pos)
+		rec[kernels.IORowSlot] = uint32(r.Slot)
+		rec[kernels.IORowFlags] = 0
+		if r.Logits {
+			rec[kernels.IORowFlags] = kernels.RowWantsLogits
+		}
+	}
+	w[kernels.IOWordRows] = uint32(len(b.Rows))
+	return p.tier.Run(ctx, vi)
+}
+
+// Logits copies slot's logits from the last step that asked for them into
+// dst (grown as needed) and returns it.
+func (p *Program) Logits(slot int, dst []float32) []float32 {
+	nv := int(p.Hparams.NVocab)
+	b := p.tier.Region(p.logits)[slot*nv*4 : (slot+1)*nv*4]
+	dst = append(dst[:0], make([]float32, nv)...)
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return dst
+}
+
+// Greedy is the token the graph's ARGMAX picked for slot in the last step
+// that asked for its logits.
+func (p *Program) Greedy(slot int) int32 {
+	return int32(binary.LittleEndian.Uint32(p.tier.Region(p.toks)[4*slot:]))
+}

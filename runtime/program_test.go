@@ -1,0 +1,71 @@
+package runtime_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/runtime"
+)
+
+// TestStepChecksBatch: Step refuses, before any kernel runs, every batch
+// field a kernel would index with unchecked, and runs a well-formed batch
+// with pages given in any order of ids.
+func TestStepChecksBatch(t *testing.T) {
+	p, err := runtime.Open(buildTiny(t), runtime.Options{Tier: "cpu", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	decode, ok := p.Key(runtime.Decode, 1)
+	if !ok {
+		t.Fatalf("no decode variant in %v", p.Keys())
+	}
+	prefill, ok := p.Key(runtime.Prefill, 4)
+	if !ok || prefill.Rows < 4 {
+		t.Fatalf("no prefill variant for 4 rows in %v", p.Keys())
+	}
+	if _, ok := p.Key(runtime.Prefill, prefill.Rows+1); ok {
+		t.Errorf("Key found a prefill variant for more rows than any has")
+	}
+	last := uint32(p.KVPages() - 1) // any page of the pool, not the slot's "own"
+	pages := []runtime.SlotPages{{Slot: 0, Pages: []uint32{last}}}
+	row := runtime.Row{Slot: 0, Pos: 0, Token: 1, Logits: true}
+	ctx := context.Background()
+	bad := []struct {
+		name string
+		b    runtime.Batch
+		want string
+	}{
+		{"unknown variant", runtime.Batch{Key: runtime.ShapeKey{Stage: runtime.Decode, Slots: 9, Rows: 9}, Rows: []runtime.Row{row}, Pages: pages}, "no variant decode.s9.r9"},
+		{"no rows", runtime.Batch{Key: decode, Pages: pages}, "0 rows"},
+		{"too many rows", runtime.Batch{Key: decode, Rows: []runtime.Row{row, row}, Pages: pages}, "2 rows"},
+		{"token", runtime.Batch{Key: decode, Rows: []runtime.Row{{Token: 1 << 20}}, Pages: pages}, "outside the vocabulary"},
+		{"unmapped position", runtime.Batch{Key: decode, Rows: []runtime.Row{{Pos: 16, Token: 1}}, Pages: pages}, "not on a page"},
+		{"no page table", runtime.Batch{Key: decode, Rows: []runtime.Row{row}}, "not on a page"},
+		{"page id", runtime.Batch{Key: decode, Rows: []runtime.Row{row}, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{last + 1}}}}, "KV region has"},
+		{"slot", runtime.Batch{Key: decode, Rows: []runtime.Row{row}, Pages: []runtime.SlotPages{{Slot: p.Slots(), Pages: []uint32{0}}}}, "for slot"},
+	}
+	for _, c := range bad {
+		if err := p.Step(ctx, c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+
+	// The same prompt on pages [last] and on page [0] gives the same
+	// logits: page ids are the caller's, not tied to slots.
+	run := func(pg uint32) []float32 {
+		b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{pg}}}}
+		for i, tok := range []int32{1, 300, 301, 302} {
+			b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
+		}
+		if err := p.Step(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		return p.Logits(0, nil)
+	}
+	if a, b := run(last), run(0); !slices.Equal(a, b) {
+		t.Error("logits depend on which KV page holds the sequence")
+	}
+}

@@ -1,0 +1,237 @@
+// Package sequence runs whole sequences on a runtime.Program, one call at
+// a time: it owns the slots and gives slot s the static KV pages
+// s·MaxPages … (s+1)·MaxPages-1, splits a prompt into prefill chunks, and
+// keeps each sequence's tokens. It is the simple policy zrt-run's generate,
+// eval and bench need; the serving engine replaces it with a scheduler and
+// a page pool over the same Program.
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/zrtdev/zrt/runtime"
+)
+
+// Prefill modes (see Pool.Prefill).
+const (
+	PrefillBatched  = "on"       // prompt chunks through the prefill variant (default)
+	PrefillPerToken = "off"      // one token at a time through the decode variant
+	PrefillValidate = "validate" // both, logging the last-token logits' largest difference
+)
+
+// Pool is a program's slots.
+type Pool struct {
+	*runtime.Program
+	slots           []bool
+	prefill, decode runtime.ShapeKey
+	mode            string
+	log             func(format string, args ...any)
+}
+
+// Open opens the bundle at dir and wraps it in a pool with batched
+// prefill.
+func Open(dir string, opt runtime.Options) (*Pool, error) {
+	p, err := runtime.Open(dir, opt)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := New(p, PrefillBatched, opt.Log)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// New wraps p. mode is one of the Prefill constants ("" is batched); log
+// receives validate mode's report (nil: discarded).
+func New(p *runtime.Program, mode string, log func(format string, args ...any)) (*Pool, error) {
+	pool := &Pool{Program: p, slots: make([]bool, p.Slots()), mode: mode, log: log}
+	switch pool.mode {
+	case "":
+		pool.mode = PrefillBatched
+	case PrefillBatched, PrefillPerToken, PrefillValidate:
+	default:
+		return nil, fmt.Errorf("batched prefill mode %q: want on, off or validate", mode)
+	}
+	if pool.log == nil {
+		pool.log = func(string, ...any) {}
+	}
+	var ok bool
+	if pool.decode, ok = p.Key(runtime.Decode, p.Slots()); !ok {
+		return nil, fmt.Errorf("bundle has no decode variant for %d slots (it has %v)", p.Slots(), p.Keys())
+	}
+	if pool.prefill, ok = largest(p, runtime.Prefill); !ok {
+		return nil, fmt.Errorf("bundle has no prefill variant (it has %v)", p.Keys())
+	}
+	return pool, nil
+}
+
+// largest is the stage's variant with the most rows.
+func largest(p *runtime.Program, stage runtime.Stage) (runtime.ShapeKey, bool) {
+	best, ok := runtime.ShapeKey{}, false
+	for _, k := range p.Keys() {
+		if k.Stage == stage && (!ok || k.Rows > best.Rows) {
+			best, ok = k, true
+		}
+	}
+	return best, ok
+}
+
+// Variants names the variants the pool replays: its prefill and decode
+// ShapeKeys.
+func (p *Pool) Variants() string { return p.prefill.String() + "+" + p.decode.String() }
+
+// Sequence is one conversation in a slot: the tokens its KV cache holds.
+type Sequence struct {
+	slot   int
+	Tokens []int32
+	pool   *Pool
+}
+
+// NewSequence claims a free slot.
+func (p *Pool) NewSequence() (*Sequence, error) {
+	for i, used := range p.slots {
+		if !used {
+			p.slots[i] = true
+			return &Sequence{slot: i, pool: p}, nil
+		}
+	}
+	return nil, fmt.Errorf("all %d slots are busy", len(p.slots))
+}
+
+// Release frees the sequence's slot.
+func (s *Sequence) Release() { s.pool.slots[s.slot] = false }
+
+// Pos is the number of tokens in the cache.
+func (s *Sequence) Pos() int { return len(s.Tokens) }
+
+// pages is the slot's static page table, as far as n positions need.
+func (s *Sequence) pages(n int) runtime.SlotPages {
+	mp := s.pool.MaxPages()
+	np := min(mp, (n+15)/16)
+	sp := runtime.SlotPages{Slot: s.slot, Pages: make([]uint32, np)}
+	for i := range sp.Pages {
+		sp.Pages[i] = uint32(s.slot*mp + i)
+	}
+	return sp
+}
+
+func (s *Sequence) checkTokens(toks []int32) error {
+	if n, ctx := len(s.Tokens)+len(toks), int(s.pool.Hparams.ContextLength); n > ctx {
+		return fmt.Errorf("sequence of %d tokens exceeds the context length %d", n, ctx)
+	}
+	for _, t := range toks {
+		if t < 0 || uint32(t) >= s.pool.Hparams.NVocab {
+			return fmt.Errorf("token id %d outside the vocabulary of %d", t, s.pool.Hparams.NVocab)
+		}
+	}
+	return nil
+}
+
+// step runs key's variant over toks of s, the last row asking for logits
+// when want is set, and appends toks to s.
+func (s *Sequence) step(ctx context.Context, key runtime.ShapeKey, toks []int32, want bool) error {
+	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: []runtime.SlotPages{s.pages(len(s.Tokens) + len(toks))}}
+	for i, t := range toks {
+		b.Rows[i] = runtime.Row{Slot: s.slot, Pos: len(s.Tokens) + i, Token: t, Logits: want && i == len(toks)-1}
+	}
+	if err := s.pool.Step(ctx, b); err != nil {
+		return err
+	}
+	s.Tokens = append(s.Tokens, toks...)
+	return nil
+}
+
+// DecodeBatch advances several sequences by one token each in a single
+// replay of the decode variant — one row per slot — and returns each
+// sequence's logits. The sequences must be distinct.
+func (p *Pool) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) ([][]float32, error) {
+	if len(seqs) != len(toks) || len(seqs) == 0 || len(seqs) > len(p.slots) {
+		return nil, fmt.Errorf("decode batch of %d sequences and %d tokens (at most %d slots)", len(seqs), len(toks), len(p.slots))
+	}
+	b := runtime.Batch{Key: p.decode}
+	seen := map[*Sequence]bool{}
+	for i, s := range seqs {
+		if seen[s] || s.pool != p {
+			return nil, fmt.Errorf("decode batch: sequence %d repeated or from another pool", i)
+		}
+		seen[s] = true
+		if err := s.checkTokens(toks[i : i+1]); err != nil {
+			return nil, err
+		}
+		b.Rows = append(b.Rows, runtime.Row{Slot: s.slot, Pos: len(s.Tokens), Token: toks[i], Logits: true})
+		b.Pages = append(b.Pages, s.pages(len(s.Tokens)+1))
+	}
+	if err := p.Step(ctx, b); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(seqs))
+	for i, s := range seqs {
+		s.Tokens = append(s.Tokens, toks[i])
+		out[i] = s.Logits()
+	}
+	return out, nil
+}
+
+// Prefill evaluates toks and returns the logits after the last one. By
+// default it runs the prefill variant over prompt-sized chunks, one batched
+// replay each (seed 001); the pool's mode selects the per-token path or
+// the validate mode that runs both.
+func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error) {
+	p := s.pool
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("prefill of no tokens")
+	}
+	if err := s.checkTokens(toks); err != nil {
+		return nil, err
+	}
+	start := len(s.Tokens)
+	var batched []float32
+	if p.mode != PrefillPerToken {
+		for i := 0; i < len(toks); i += p.prefill.Rows {
+			chunk := toks[i:min(len(toks), i+p.prefill.Rows)]
+			if err := s.step(ctx, p.prefill, chunk, i+len(chunk) == len(toks)); err != nil {
+				return nil, err
+			}
+		}
+		batched = s.Logits()
+		if p.mode == PrefillBatched {
+			return batched, nil
+		}
+		s.Tokens = s.Tokens[:start] // the per-token pass rewrites the same cache entries
+	}
+	for _, t := range toks {
+		if err := s.step(ctx, p.decode, []int32{t}, true); err != nil {
+			return nil, err
+		}
+	}
+	logits := s.Logits()
+	if p.mode == PrefillValidate {
+		d := 0.0
+		for i := range logits {
+			d = math.Max(d, math.Abs(float64(logits[i]-batched[i])))
+		}
+		p.log("batched prefill: %d tokens, max |Δ| of last-token logits vs per-token = %.3g", len(toks), d)
+	}
+	return logits, nil
+}
+
+// Decode appends one token and returns the logits after it.
+func (s *Sequence) Decode(ctx context.Context, tok int32) ([]float32, error) {
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return nil, err
+	}
+	if err := s.step(ctx, s.pool.decode, []int32{tok}, true); err != nil {
+		return nil, err
+	}
+	return s.Logits(), nil
+}
+
+// Logits is a copy of the slot's current logits.
+func (s *Sequence) Logits() []float32 { return s.pool.Logits(s.slot, nil) }
+
+// Greedy is the token the graph's ARGMAX picked for the slot.
+func (s *Sequence) Greedy() int32 { return s.pool.Greedy(s.slot) }

@@ -198,11 +198,7 @@ func buildLlama(f *gguf.File, c *config.Config, fam llamaFamily) (*Model, error)
 		return nil, err
 	}
 	m := &Model{Hparams: h, Config: c}
-	keys := []ir.ShapeKey{
-		{Stage: ir.Prefill, Slots: c.MaxSlots, Rows: c.PrefillChunk},
-		{Stage: ir.Decode, Slots: c.MaxSlots, Rows: c.MaxSlots},
-	}
-	for _, k := range keys {
+	for _, k := range c.ShapeKeys() {
 		b := &llamaBuilder{f: f, c: c, h: h, fam: fam, g: ir.NewGraph(k)}
 		if err := b.build(); err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)

@@ -7,12 +7,15 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // Config is the effective model config.
@@ -21,10 +24,22 @@ type Config struct {
 	Target string `toml:"target"`
 	// ContextLength is the longest sequence one slot holds, in tokens.
 	ContextLength int `toml:"context_length"`
-	// MaxSlots is how many sequences one decode step serves.
+	// MaxSlots is how many sequences the page table covers: the most one
+	// decode step can serve (default: the largest of DecodeSlots, else 1).
 	MaxSlots int `toml:"max_slots"`
-	// PrefillChunk is how many prompt tokens one prefill step evaluates.
-	PrefillChunk int    `toml:"prefill_chunk"`
+	// PrefillChunk is the most prompt tokens one prefill step evaluates:
+	// the largest of PrefillRows.
+	PrefillChunk int `toml:"prefill_chunk"`
+	// DecodeSlots lists the decode variants to compile by the sequences
+	// one step serves, each a ShapeKey decode.sS.rN with S = max_slots
+	// (default: [max_slots]).
+	DecodeSlots []int `toml:"decode_slots"`
+	// PrefillRows lists the prefill variants by the prompt rows one step
+	// evaluates, each a ShapeKey prefill.sS.rN (default: [prefill_chunk]).
+	PrefillRows []int `toml:"prefill_rows"`
+	// KVPages sizes the KV cache: a pool of 16-token pages shared by all
+	// slots, not slots × context (default: max_slots full contexts).
+	KVPages      int    `toml:"kv_pages"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 
@@ -52,8 +67,9 @@ const (
 	DefaultTarget       = "cpu"
 )
 
-// FromGGUF returns the defaults for a model.
-func FromGGUF(f *gguf.File) (*Config, error) {
+// fromGGUF returns the defaults the GGUF gives; the variant lists and the
+// page pool are resolved after any TOML overrides (see resolve).
+func fromGGUF(f *gguf.File) (*Config, error) {
 	arch, err := f.String("general.architecture")
 	if err != nil {
 		return nil, err
@@ -84,10 +100,11 @@ func FromGGUF(f *gguf.File) (*Config, error) {
 // (none when path is empty). Unknown keys are an error, so a typo cannot
 // silently do nothing.
 func Load(f *gguf.File, path string) (*Config, error) {
-	c, err := FromGGUF(f)
+	c, err := fromGGUF(f)
 	if err != nil {
 		return nil, err
 	}
+	explicit := func(string) bool { return false }
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -107,8 +124,60 @@ func Load(f *gguf.File, path string) (*Config, error) {
 		if md.IsDefined("rope", "scaling") {
 			c.scalingFrom = "rope.scaling in " + path
 		}
+		explicit = func(key string) bool { return md.IsDefined(key) }
+	}
+	if err := c.resolve(explicit); err != nil {
+		return nil, err
 	}
 	return c, c.Validate()
+}
+
+// resolve fills the variant lists and the page pool from the settings they
+// default to, and the settings from the lists where only those were given
+// (explicit says which keys the TOML file set).
+func (c *Config) resolve(explicit func(key string) bool) error {
+	if len(c.DecodeSlots) == 0 {
+		c.DecodeSlots = []int{c.MaxSlots}
+	} else {
+		slices.Sort(c.DecodeSlots)
+		c.DecodeSlots = slices.Compact(c.DecodeSlots)
+		if !explicit("max_slots") {
+			c.MaxSlots = c.DecodeSlots[len(c.DecodeSlots)-1]
+		}
+	}
+	if len(c.PrefillRows) == 0 {
+		c.PrefillRows = []int{c.PrefillChunk}
+	} else {
+		slices.Sort(c.PrefillRows)
+		c.PrefillRows = slices.Compact(c.PrefillRows)
+		largest := c.PrefillRows[len(c.PrefillRows)-1]
+		if explicit("prefill_chunk") && c.PrefillChunk != largest {
+			return fmt.Errorf("config: prefill_chunk %d differs from the largest of prefill_rows %v; set one of them", c.PrefillChunk, c.PrefillRows)
+		}
+		c.PrefillChunk = largest
+	}
+	if c.KVPages == 0 && c.ContextLength > 0 && c.MaxSlots > 0 {
+		c.KVPages = c.MaxSlots * c.MaxPages()
+	}
+	return nil
+}
+
+// MaxPages is the KV pages one full-length sequence occupies.
+func (c *Config) MaxPages() int {
+	return (c.ContextLength + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+}
+
+// ShapeKeys lists the variants to compile: every prefill row count, then
+// every decode slot count, in increasing order.
+func (c *Config) ShapeKeys() []ir.ShapeKey {
+	var keys []ir.ShapeKey
+	for _, r := range c.PrefillRows {
+		keys = append(keys, ir.ShapeKey{Stage: ir.Prefill, Slots: c.MaxSlots, Rows: r})
+	}
+	for _, s := range c.DecodeSlots {
+		keys = append(keys, ir.ShapeKey{Stage: ir.Decode, Slots: c.MaxSlots, Rows: s})
+	}
+	return keys
 }
 
 // ropeScalings are llama.cpp's RoPE scaling types, true where zrt
@@ -125,6 +194,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: max_slots %d out of range [1, 1024]", c.MaxSlots)
 	case c.PrefillChunk < 1 || c.PrefillChunk > 8192:
 		return fmt.Errorf("config: prefill_chunk %d out of range [1, 8192]", c.PrefillChunk)
+	case len(c.DecodeSlots) == 0 || c.DecodeSlots[0] < 1 || c.DecodeSlots[len(c.DecodeSlots)-1] > c.MaxSlots:
+		return fmt.Errorf("config: decode_slots %v: each must be in [1, max_slots = %d]", c.DecodeSlots, c.MaxSlots)
+	case len(c.PrefillRows) == 0 || c.PrefillRows[0] < 1:
+		return fmt.Errorf("config: prefill_rows %v: each must be in [1, prefill_chunk = %d]", c.PrefillRows, c.PrefillChunk)
+	case c.KVPages < 1 || c.KVPages > 1<<24:
+		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
 	case c.Rope.FreqBase <= 0:
 		return fmt.Errorf("config: rope.freq_base %v must be positive", c.Rope.FreqBase)
 	case !ropeScalings[c.Rope.Scaling]:

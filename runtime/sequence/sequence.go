@@ -1,9 +1,9 @@
 // Package sequence runs whole sequences on a runtime.Program, one call at
-// a time: it owns the slots and gives slot s the static KV pages
-// s·MaxPages … (s+1)·MaxPages-1, splits a prompt into prefill chunks, and
-// keeps each sequence's tokens. It is the simple policy zrt-run's generate,
-// eval and bench need; the serving engine replaces it with a scheduler and
-// a page pool over the same Program.
+// a time: it owns the slots, hands each sequence KV pages from the
+// program's pool as it grows (first free page first), splits a prompt into
+// prefill chunks, and keeps each sequence's tokens. It is the simple policy
+// zrt-run's generate, eval and bench need; the serving engine replaces it
+// with a scheduler and a shared page pool over the same Program.
 package sequence
 
 import (
@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
 )
 
@@ -21,13 +22,14 @@ const (
 	PrefillValidate = "validate" // both, logging the last-token logits' largest difference
 )
 
-// Pool is a program's slots.
+// Pool is a program's slots and KV pages.
 type Pool struct {
 	*runtime.Program
-	slots           []bool
-	prefill, decode runtime.ShapeKey
-	mode            string
-	log             func(format string, args ...any)
+	slots   []bool
+	free    []uint32 // free KV pages, the next to hand out last
+	prefill runtime.ShapeKey
+	mode    string
+	log     func(format string, args ...any)
 }
 
 // Open opens the bundle at dir and wraps it in a pool with batched
@@ -49,6 +51,9 @@ func Open(dir string, opt runtime.Options) (*Pool, error) {
 // receives validate mode's report (nil: discarded).
 func New(p *runtime.Program, mode string, log func(format string, args ...any)) (*Pool, error) {
 	pool := &Pool{Program: p, slots: make([]bool, p.Slots()), mode: mode, log: log}
+	for pg := p.KVPages() - 1; pg >= 0; pg-- {
+		pool.free = append(pool.free, uint32(pg))
+	}
 	switch pool.mode {
 	case "":
 		pool.mode = PrefillBatched
@@ -59,10 +64,10 @@ func New(p *runtime.Program, mode string, log func(format string, args ...any)) 
 	if pool.log == nil {
 		pool.log = func(string, ...any) {}
 	}
-	var ok bool
-	if pool.decode, ok = p.Key(runtime.Decode, p.Slots()); !ok {
-		return nil, fmt.Errorf("bundle has no decode variant for %d slots (it has %v)", p.Slots(), p.Keys())
+	if _, ok := p.Key(runtime.Decode, 1); !ok {
+		return nil, fmt.Errorf("bundle has no decode variant (it has %v)", p.Keys())
 	}
+	var ok bool
 	if pool.prefill, ok = largest(p, runtime.Prefill); !ok {
 		return nil, fmt.Errorf("bundle has no prefill variant (it has %v)", p.Keys())
 	}
@@ -80,14 +85,19 @@ func largest(p *runtime.Program, stage runtime.Stage) (runtime.ShapeKey, bool) {
 	return best, ok
 }
 
-// Variants names the variants the pool replays: its prefill and decode
-// ShapeKeys.
-func (p *Pool) Variants() string { return p.prefill.String() + "+" + p.decode.String() }
+// Variants names the variants one sequence replays: its largest prefill
+// and its single-row decode ShapeKeys.
+func (p *Pool) Variants() string {
+	d, _ := p.Key(runtime.Decode, 1)
+	return p.prefill.String() + "+" + d.String()
+}
 
-// Sequence is one conversation in a slot: the tokens its KV cache holds.
+// Sequence is one conversation in a slot: the tokens its KV cache holds
+// and the pages that hold them.
 type Sequence struct {
 	slot   int
 	Tokens []int32
+	pages  []uint32
 	pool   *Pool
 }
 
@@ -102,21 +112,30 @@ func (p *Pool) NewSequence() (*Sequence, error) {
 	return nil, fmt.Errorf("all %d slots are busy", len(p.slots))
 }
 
-// Release frees the sequence's slot.
-func (s *Sequence) Release() { s.pool.slots[s.slot] = false }
+// Release frees the sequence's slot and pages.
+func (s *Sequence) Release() {
+	for i := len(s.pages) - 1; i >= 0; i-- {
+		s.pool.free = append(s.pool.free, s.pages[i])
+	}
+	s.pages = nil
+	s.pool.slots[s.slot] = false
+}
 
 // Pos is the number of tokens in the cache.
 func (s *Sequence) Pos() int { return len(s.Tokens) }
 
-// pages is the slot's static page table, as far as n positions need.
-func (s *Sequence) pages(n int) runtime.SlotPages {
-	mp := s.pool.MaxPages()
-	np := min(mp, (n+15)/16)
-	sp := runtime.SlotPages{Slot: s.slot, Pages: make([]uint32, np)}
-	for i := range sp.Pages {
-		sp.Pages[i] = uint32(s.slot*mp + i)
+// table returns the sequence's page table grown to hold n positions,
+// taking pages from the pool.
+func (s *Sequence) table(n int) (runtime.SlotPages, error) {
+	for len(s.pages)*kernels.KVPageTokens < n {
+		p := s.pool
+		if len(p.free) == 0 {
+			return runtime.SlotPages{}, fmt.Errorf("KV cache full: all %d pages are in use (the bundle's kv_pages)", p.KVPages())
+		}
+		s.pages = append(s.pages, p.free[len(p.free)-1])
+		p.free = p.free[:len(p.free)-1]
 	}
-	return sp
+	return runtime.SlotPages{Slot: s.slot, Pages: s.pages}, nil
 }
 
 func (s *Sequence) checkTokens(toks []int32) error {
@@ -131,10 +150,18 @@ func (s *Sequence) checkTokens(toks []int32) error {
 	return nil
 }
 
-// step runs key's variant over toks of s, the last row asking for logits
-// when want is set, and appends toks to s.
-func (s *Sequence) step(ctx context.Context, key runtime.ShapeKey, toks []int32, want bool) error {
-	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: []runtime.SlotPages{s.pages(len(s.Tokens) + len(toks))}}
+// step runs the smallest variant of stage that fits toks over them, the
+// last row asking for logits when want is set, and appends toks to s.
+func (s *Sequence) step(ctx context.Context, stage runtime.Stage, toks []int32, want bool) error {
+	key, ok := s.pool.Key(stage, len(toks))
+	if !ok {
+		return fmt.Errorf("no %s variant for %d rows (the bundle has %v)", stage, len(toks), s.pool.Keys())
+	}
+	pages, err := s.table(len(s.Tokens) + len(toks))
+	if err != nil {
+		return err
+	}
+	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: []runtime.SlotPages{pages}}
 	for i, t := range toks {
 		b.Rows[i] = runtime.Row{Slot: s.slot, Pos: len(s.Tokens) + i, Token: t, Logits: want && i == len(toks)-1}
 	}
@@ -152,7 +179,11 @@ func (p *Pool) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) 
 	if len(seqs) != len(toks) || len(seqs) == 0 || len(seqs) > len(p.slots) {
 		return nil, fmt.Errorf("decode batch of %d sequences and %d tokens (at most %d slots)", len(seqs), len(toks), len(p.slots))
 	}
-	b := runtime.Batch{Key: p.decode}
+	key, ok := p.Key(runtime.Decode, len(seqs))
+	if !ok {
+		return nil, fmt.Errorf("decode batch of %d sequences: no decode variant serves that many (the bundle has %v)", len(seqs), p.Keys())
+	}
+	b := runtime.Batch{Key: key}
 	seen := map[*Sequence]bool{}
 	for i, s := range seqs {
 		if seen[s] || s.pool != p {
@@ -162,8 +193,12 @@ func (p *Pool) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) 
 		if err := s.checkTokens(toks[i : i+1]); err != nil {
 			return nil, err
 		}
+		pages, err := s.table(len(s.Tokens) + 1)
+		if err != nil {
+			return nil, err
+		}
 		b.Rows = append(b.Rows, runtime.Row{Slot: s.slot, Pos: len(s.Tokens), Token: toks[i], Logits: true})
-		b.Pages = append(b.Pages, s.pages(len(s.Tokens)+1))
+		b.Pages = append(b.Pages, pages)
 	}
 	if err := p.Step(ctx, b); err != nil {
 		return nil, err
@@ -193,7 +228,7 @@ func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error)
 	if p.mode != PrefillPerToken {
 		for i := 0; i < len(toks); i += p.prefill.Rows {
 			chunk := toks[i:min(len(toks), i+p.prefill.Rows)]
-			if err := s.step(ctx, p.prefill, chunk, i+len(chunk) == len(toks)); err != nil {
+			if err := s.step(ctx, runtime.Prefill, chunk, i+len(chunk) == len(toks)); err != nil {
 				return nil, err
 			}
 		}
@@ -204,7 +239,7 @@ func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error)
 		s.Tokens = s.Tokens[:start] // the per-token pass rewrites the same cache entries
 	}
 	for _, t := range toks {
-		if err := s.step(ctx, p.decode, []int32{t}, true); err != nil {
+		if err := s.step(ctx, runtime.Decode, []int32{t}, true); err != nil {
 			return nil, err
 		}
 	}
@@ -224,7 +259,7 @@ func (s *Sequence) Decode(ctx context.Context, tok int32) ([]float32, error) {
 	if err := s.checkTokens([]int32{tok}); err != nil {
 		return nil, err
 	}
-	if err := s.step(ctx, s.pool.decode, []int32{tok}, true); err != nil {
+	if err := s.step(ctx, runtime.Decode, []int32{tok}, true); err != nil {
 		return nil, err
 	}
 	return s.Logits(), nil

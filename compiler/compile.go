@@ -173,13 +173,12 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 
 // graphFile assembles everything but the kernel hashes and weights hash.
 func graphFile(fe *Frontend, vocabBytes []byte, srcHash [32]byte, srcName string) *bundle.Graph {
-	u, h, c := fe.Unit, &fe.Model.Hparams, fe.Config
+	u, c := fe.Unit, fe.Config
+	h := fe.Model.Hparams
+	h.MaxSlots, h.PrefillChunk, h.ContextLength = c.MaxSlots, c.PrefillChunk, c.ContextLength
 	g := &bundle.Graph{
-		Ident: bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName, SourceHash: srcHash},
-		Hparams: bundle.Hparams{Arch: h.Arch, NVocab: u32(h.NVocab), NEmbd: u32(h.NEmbd), NLayer: u32(h.NLayer),
-			NHead: u32(h.NHead), NHeadKV: u32(h.NHeadKV), HeadDim: u32(h.HeadDim), NFF: u32(h.NFF), NRot: u32(h.NRot),
-			NExpert: u32(h.NExpert), NExpertUsed: u32(h.NExpertUsed), NFFExpert: u32(h.NFFExpert), MaxPages: u32(h.MaxPages),
-			MaxSlots: u32(c.MaxSlots), PrefillChunk: u32(c.PrefillChunk), ContextLength: u32(c.ContextLength), Eps: h.Eps},
+		Ident:      bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName, SourceHash: srcHash},
+		Hparams:    h,
 		ConfigTOML: c.TOML(),
 		Vocab:      vocabBytes,
 	}

@@ -55,7 +55,7 @@ full logit vector.`,
 				return err
 			}
 			defer seq.Release()
-			res := evalResult{NVocab: int(e.Hparams.NVocab)}
+			res := evalResult{NVocab: e.Hparams.NVocab}
 			logits, err := seq.Prefill(cmd.Context(), ids[:from])
 			if err != nil {
 				return err

@@ -141,7 +141,7 @@ func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sampl
 	}
 	defer seq.Release()
 	out := cmd.OutOrStdout()
-	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: int(e.Hparams.ContextLength)})
+	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: e.Hparams.ContextLength})
 	t0 := time.Now()
 	logits, err := seq.Prefill(ctx, ids)
 	if err != nil {

@@ -12,32 +12,15 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 )
 
-// Hparams are the model hyperparameters the graph is built from. They are
-// recorded in the bundle so the runtime can size state without the GGUF.
-type Hparams struct {
-	Arch        string
-	NVocab      int
-	NEmbd       int
-	NLayer      int
-	NHead       int
-	NHeadKV     int
-	HeadDim     int
-	NFF         int
-	NRot        int
-	NExpert     int
-	NExpertUsed int
-	NFFExpert   int
-	Eps         float32
-	// MaxPages is the KV pages one slot may hold: ContextLength / 16, rounded up.
-	MaxPages int
-}
-
-// KVDim is the width of one token's K (or V) across the KV heads.
-func (h *Hparams) KVDim() int { return h.NHeadKV * h.HeadDim }
+// Hparams are the model hyperparameters the graph is built from: the
+// bundle's own definition, so the builder, the graph file and the runtime
+// share one list of fields.
+type Hparams = bundle.Hparams
 
 // Model is a built model: its hyperparameters and one graph per variant.
 type Model struct {

@@ -80,6 +80,13 @@ func (d *dec) count(minSize int) int {
 	return int(n)
 }
 
+// fail records a malformed-content error (the first one wins).
+func (d *dec) fail(msg string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: section %s: %s", ErrFormat, d.what, msg)
+	}
+}
+
 func (d *dec) done() error {
 	if d.err == nil && d.off != len(d.b) {
 		return fmt.Errorf("%w: section %s: %d trailing bytes", ErrFormat, d.what, len(d.b)-d.off)

@@ -23,7 +23,7 @@ import (
 // the same major ignore. Anything else is refused with both versions named.
 const (
 	GraphMagic   = 0x4752545A // "ZTRG"
-	VersionMajor = 1
+	VersionMajor = 2          // 2: hyperparameters as key/value entries
 	VersionMinor = 0
 )
 
@@ -64,16 +64,6 @@ type Ident struct {
 	SourceName  string   // base name of the GGUF
 	SourceHash  [32]byte // SHA-256 of the GGUF
 	WeightsHash [32]byte // SHA-256 of the weights pack's data
-}
-
-// Hparams are the model's hyperparameters as recorded in the bundle.
-type Hparams struct {
-	Arch                                        string
-	NVocab, NEmbd, NLayer, NHead, NHeadKV       uint32
-	HeadDim, NFF, NRot, NExpert, NExpertUsed    uint32
-	NFFExpert, MaxPages, MaxSlots, PrefillChunk uint32
-	ContextLength                               uint32
-	Eps                                         float32
 }
 
 // Region is a memory-plan region.
@@ -154,13 +144,7 @@ func (g *Graph) Encode() []byte {
 	e.b = append(e.b, g.Ident.WeightsHash[:]...)
 	sections[tagIdent], e = e.b, enc{}
 
-	h := &g.Hparams
-	e.str(h.Arch)
-	for _, v := range []uint32{h.NVocab, h.NEmbd, h.NLayer, h.NHead, h.NHeadKV, h.HeadDim, h.NFF, h.NRot,
-		h.NExpert, h.NExpertUsed, h.NFFExpert, h.MaxPages, h.MaxSlots, h.PrefillChunk, h.ContextLength} {
-		e.u32(v)
-	}
-	e.f32(h.Eps)
+	encodeHparams(&e, &g.Hparams)
 	sections[tagHparams], e = e.b, enc{}
 
 	sections[tagConfig] = []byte(g.ConfigTOML)
@@ -377,13 +361,7 @@ func DecodeGraph(b []byte) (*Graph, error) {
 	}
 
 	d = &dec{b: secs[tagHparams], what: tagHparams}
-	h := &g.Hparams
-	h.Arch = d.str()
-	for _, p := range []*uint32{&h.NVocab, &h.NEmbd, &h.NLayer, &h.NHead, &h.NHeadKV, &h.HeadDim, &h.NFF, &h.NRot,
-		&h.NExpert, &h.NExpertUsed, &h.NFFExpert, &h.MaxPages, &h.MaxSlots, &h.PrefillChunk, &h.ContextLength} {
-		*p = d.u32()
-	}
-	h.Eps = d.f32()
+	decodeHparams(d, &g.Hparams)
 	if err := d.done(); err != nil {
 		return nil, err
 	}

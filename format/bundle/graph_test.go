@@ -57,9 +57,9 @@ func TestGraphRejectsEveryFlip(t *testing.T) {
 
 func TestGraphVersionMessage(t *testing.T) {
 	enc := sampleGraph().Encode()
-	enc[4] = 2 // major 2
+	enc[4] = 3 // major 3
 	_, err := DecodeGraph(enc)
-	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("version 2.0, this zrt reads 1.0")) {
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("version 3.0, this zrt reads 2.0")) {
 		t.Errorf("version error: %v", err)
 	}
 }

@@ -29,9 +29,10 @@ var layerRules = []struct {
 	{"runtime", []string{"@net/http"}, "the engine knows nothing of HTTP; a server sits on top of it"},
 }
 
-// envReaders may read the environment besides the commands: test support
-// that locates ../shared.
-var envReaders = []string{"runtime/internal/reference"}
+// testSupport are packages that only tests import (the test checks that):
+// they may build bundles with the compiler and read the environment to
+// find ../shared, as tests do.
+var testSupport = []string{"runtime/internal/conformance", "runtime/internal/reference"}
 
 const module = "github.com/zrtdev/zrt/"
 
@@ -47,6 +48,14 @@ func TestLayering(t *testing.T) {
 		}
 		pkg, dir := strings.TrimPrefix(f[0], module), f[1]
 		imports := strings.Split(f[2], ",")
+		for _, imp := range imports {
+			if slices.Contains(testSupport, strings.TrimPrefix(imp, module)) && !slices.Contains(testSupport, pkg) {
+				t.Errorf("%s imports %s, which is test support", pkg, imp)
+			}
+		}
+		if slices.Contains(testSupport, pkg) {
+			continue
+		}
 		for _, r := range layerRules {
 			if !strings.HasPrefix(pkg, r.pkgs) {
 				continue
@@ -60,7 +69,7 @@ func TestLayering(t *testing.T) {
 				}
 			}
 		}
-		if strings.HasPrefix(pkg, "cmd/") || slices.Contains(envReaders, pkg) {
+		if strings.HasPrefix(pkg, "cmd/") {
 			continue
 		}
 		for _, name := range strings.Split(f[3], ",") {

@@ -1,0 +1,188 @@
+// Package conformance is the one suite every tier passes against T-CPU, the
+// oracle (as wazero runs every engine through one run(t, …)): each shared
+// reference prompt of ../shared is teacher-forced through a bundle built
+// for the tier and through a T-CPU bundle of the same model, and the tier's
+// logits are held to T-CPU's within the tier's stated tolerance. T-CPU
+// itself is held to llama.cpp by its own parity test.
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/internal/reference"
+	"github.com/zrtdev/zrt/runtime/sequence"
+)
+
+// Tier is the tier under test and what it promises.
+type Tier struct {
+	// Target is the compile target of its bundles.
+	Target string
+	// Options open them (Options.Tier names the tier).
+	Options runtime.Options
+	// Config, when set, is a model config (TOML) for the tier's bundles,
+	// for instance to compile several variants.
+	Config string
+	// RelTolerance bounds step 0's largest logit difference, relative to
+	// the step's largest |logit| (at least 1), and is the argmax margin
+	// below which the two may pick different tokens. 0 demands identical
+	// logits.
+	RelTolerance float64
+}
+
+// Run runs the suite: it skips when ../shared has no references, skips a
+// model only when zrtc reports it unsupported (naming it and why), and
+// logs each reference's worst difference.
+func Run(t *testing.T, tier Tier) {
+	shared := reference.SharedDir()
+	refs, err := reference.Load(shared, "*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 {
+		t.Skipf("no reference files under %s (set ZRT_SHARED)", shared)
+	}
+	cfg := ""
+	if tier.Config != "" {
+		cfg = filepath.Join(t.TempDir(), "tier.toml")
+		if err := os.WriteFile(cfg, []byte(tier.Config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type bundles struct{ oracle, tier string }
+	built := map[string]*bundles{}
+	report := map[string]string{}
+	for _, ref := range refs {
+		name := filepath.Base(ref.Model)
+		model := reference.Model(shared, ref)
+		if model == "" {
+			t.Logf("%s: model %s not found, skipped", ref.Name, name)
+			continue
+		}
+		bs, ok := built[name]
+		if !ok {
+			base := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
+			bs = &bundles{base + ".oracle", base + ".tier"}
+			for _, b := range []struct{ dir, target, config string }{{bs.oracle, "cpu", ""}, {bs.tier, tier.Target, cfg}} {
+				err := compiler.Compile(context.Background(), model, b.dir, compiler.Options{Target: b.target, ConfigPath: b.config})
+				if support.Is(err) {
+					t.Logf("%s: skipped: %v", name, err)
+					bs = nil
+					break
+				}
+				if err != nil {
+					t.Fatalf("compile %s for %s: %v", name, b.target, err)
+				}
+			}
+			built[name] = bs
+		}
+		if bs == nil {
+			continue
+		}
+		d, flips, steps := compare(t, tier, bs.oracle, bs.tier, ref)
+		report[ref.Name] = fmt.Sprintf("step-0 max|Δ| %.2e (rel %.2e), argmax disagreements %d/%d", d.abs, d.rel, flips, steps)
+	}
+	var names []string
+	for n := range report {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Logf("%-34s %s", n, report[n])
+	}
+}
+
+type diff struct{ abs, rel float64 }
+
+func logitDiff(a, b []float32) diff {
+	var d, scale float64 = 0, 1
+	for i := range a {
+		d = math.Max(d, math.Abs(float64(a[i])-float64(b[i])))
+		scale = math.Max(scale, math.Abs(float64(a[i])))
+	}
+	return diff{d, d / scale}
+}
+
+func argmax(l []float32) (int, float64) {
+	best, second := 0, math.Inf(-1)
+	for j, v := range l {
+		if v > l[best] {
+			second, best = float64(l[best]), j
+		} else if j != best && float64(v) > second {
+			second = float64(v)
+		}
+	}
+	return best, float64(l[best]) - second
+}
+
+// compare teacher-forces ref through both bundles and returns step 0's
+// difference and how many steps picked different tokens.
+func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.File) (diff, int, int) {
+	label := ref.Name
+	ctx := context.Background()
+	open := func(dir string, opt runtime.Options) (*sequence.Pool, *sequence.Sequence) {
+		p, err := sequence.Open(dir, opt)
+		if err != nil {
+			t.Fatalf("%s: open %s on %s: %v", label, dir, opt.Tier, err)
+		}
+		s, err := p.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, s
+	}
+	op, oseq := open(oracleDir, runtime.Options{Tier: "cpu", Threads: 2})
+	defer op.Close()
+	tp, tseq := open(tierDir, tier.Options)
+	defer tp.Close()
+	ol, err := oseq.Prefill(ctx, ref.PromptTokens)
+	if err != nil {
+		t.Fatalf("%s: oracle prefill: %v", label, err)
+	}
+	tl, err := tseq.Prefill(ctx, ref.PromptTokens)
+	if err != nil {
+		t.Fatalf("%s: %s prefill: %v", label, tier.Options.Tier, err)
+	}
+	d0 := logitDiff(ol, tl)
+	if d0.rel > tier.RelTolerance {
+		t.Errorf("%s: step 0 logits differ by %.3g (relative %.3g, tolerance %g)", label, d0.abs, d0.rel, tier.RelTolerance)
+	}
+	flips := 0
+	for i := range ref.Steps {
+		if i > 0 {
+			tok := ref.Steps[i-1].Token
+			if ol, err = oseq.Decode(ctx, tok); err != nil {
+				t.Fatalf("%s: oracle decode %d: %v", label, i, err)
+			}
+			if tl, err = tseq.Decode(ctx, tok); err != nil {
+				t.Fatalf("%s: %s decode %d: %v", label, tier.Options.Tier, i, err)
+			}
+		}
+		ob, margin := argmax(ol)
+		tb, _ := argmax(tl)
+		if g := int(tseq.Greedy()); g != tb {
+			t.Errorf("%s: step %d: the graph's ARGMAX picked %d, the logits' argmax is %d", label, i, g, tb)
+		}
+		if ob != tb {
+			flips++
+			if margin > tier.RelTolerance*math.Max(1, math.Abs(float64(ol[ob]))) {
+				t.Errorf("%s: step %d: argmax %d, oracle %d (margin %.4f)", label, i, tb, ob, margin)
+			}
+		}
+		if tier.RelTolerance == 0 {
+			if d := logitDiff(ol, tl); d.abs != 0 {
+				t.Errorf("%s: step %d: logits differ by %.3g, want identical", label, i, d.abs)
+			}
+		}
+	}
+	return d0, flips, len(ref.Steps)
+}

@@ -132,7 +132,7 @@ func Open(dir string, opt Options) (*Program, error) {
 		p.keys = append(p.keys, ShapeKey{Stage: Stage(v.Stage), Slots: int(v.Slots), Rows: int(v.Rows)})
 	}
 	h := &p.Hparams
-	p.table = kernels.NewRequestTable(int(h.PrefillChunk), int(h.MaxSlots), int(h.MaxPages))
+	p.table = kernels.NewRequestTable(h.PrefillChunk, h.MaxSlots, h.MaxPages)
 	idx := map[string]*int{kernels.RegionIO: &p.io, kernels.RegionLogits: &p.logits, kernels.RegionTokens: &p.toks}
 	kv := -1
 	for i, r := range b.Graph.Regions {
@@ -152,7 +152,7 @@ func Open(dir string, opt Options) (*Program, error) {
 	if kv < 0 {
 		return fail(fmt.Errorf("bundle %s: memory plan lacks region %s", dir, kernels.RegionKV))
 	}
-	if pb := int64(kernels.KVPageBytes(int(h.NLayer), int(h.NHeadKV*h.HeadDim))); pb > 0 {
+	if pb := int64(kernels.KVPageBytes(h.NLayer, h.KVDim())); pb > 0 {
 		p.kvPages = int(b.Graph.Regions[kv].Bytes / pb)
 	}
 	if p.tier, err = openTier(b, opt); err != nil {
@@ -314,7 +314,7 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 // Logits copies slot's logits from the last step that asked for them into
 // dst (grown as needed) and returns it.
 func (p *Program) Logits(slot int, dst []float32) []float32 {
-	nv := int(p.Hparams.NVocab)
+	nv := p.Hparams.NVocab
 	b := p.tier.Region(p.logits)[slot*nv*4 : (slot+1)*nv*4]
 	dst = append(dst[:0], make([]float32, nv)...)
 	for i := range dst {

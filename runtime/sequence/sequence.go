@@ -139,11 +139,11 @@ func (s *Sequence) table(n int) (runtime.SlotPages, error) {
 }
 
 func (s *Sequence) checkTokens(toks []int32) error {
-	if n, ctx := len(s.Tokens)+len(toks), int(s.pool.Hparams.ContextLength); n > ctx {
+	if n, ctx := len(s.Tokens)+len(toks), s.pool.Hparams.ContextLength; n > ctx {
 		return fmt.Errorf("sequence of %d tokens exceeds the context length %d", n, ctx)
 	}
 	for _, t := range toks {
-		if t < 0 || uint32(t) >= s.pool.Hparams.NVocab {
+		if t < 0 || int(t) >= s.pool.Hparams.NVocab {
 			return fmt.Errorf("token id %d outside the vocabulary of %d", t, s.pool.Hparams.NVocab)
 		}
 	}

@@ -3,7 +3,6 @@ package compiler
 import (
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -19,15 +18,26 @@ import (
 	"github.com/zrtdev/zrt/passes"
 )
 
-// targetKernels says, per target zrtc lowers for, where kernel code comes
-// from and which weight types those kernels compute with. A target missing
-// here cannot be compiled for.
-var targetKernels = map[string]struct {
-	templates   func(opt Options) passes.Templates
+// tierKernels says, per tier kind, where a target's kernel code comes from
+// and which weight types those kernels compute with. The targets
+// themselves are kernels.Targets; a target whose tier kind is missing here
+// cannot be compiled for.
+var tierKernels = map[kernels.TierKind]struct {
+	templates   func(t kernels.Target, opt Options) passes.Templates
 	weightTypes func() []ggml.Type
 }{
-	"cpu":        {func(Options) passes.Templates { return cpuTemplate }, quant.WeightTypes},
-	"cuda:sm_90": {func(opt Options) passes.Templates { return cudaTemplate(zrt.SM90, opt.PTXDir) }, ptx.WeightTypes},
+	kernels.TierCPU:  {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes},
+	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes},
+}
+
+// weightTypes returns the weight types a target computes with (none for a
+// target zrtc cannot compile for).
+func weightTypes(target string) []ggml.Type {
+	t, ok := kernels.LookupTarget(target)
+	if k, has := tierKernels[t.Tier]; ok && has {
+		return k.weightTypes()
+	}
+	return nil
 }
 
 // template wraps code in a blob for target with one placeholder dword per
@@ -78,25 +88,32 @@ func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 	}
 }
 
-// Targets lists, sorted, the targets this zrtc compiles for.
+// Targets lists the targets this zrtc compiles for.
 func Targets() []string {
-	return slices.Sorted(maps.Keys(targetKernels))
+	var out []string
+	for _, t := range kernels.Targets() {
+		if _, ok := tierKernels[t.Tier]; ok {
+			out = append(out, t.Name)
+		}
+	}
+	return out
 }
 
 // templatesFor returns a target's templates.
 func templatesFor(target string, opt Options) (passes.Templates, error) {
-	t, ok := targetKernels[target]
-	if !ok {
+	t, ok := kernels.LookupTarget(target)
+	k, has := tierKernels[t.Tier]
+	if !ok || !has {
 		return nil, fmt.Errorf("target %s: this zrtc has no kernels for it (it lowers for %s)", target, strings.Join(Targets(), ", "))
 	}
-	return t.templates(opt), nil
+	return k.templates(t, opt), nil
 }
 
 // checkWeightTypes refuses, as unsupported, the first weight whose tensor
 // type the target's kernels cannot compute with. The GGUF reader walks
 // every ggml type; this is where a build learns it cannot use one.
 func checkWeightTypes(m *arch.Model, target string) error {
-	types := targetKernels[target].weightTypes()
+	types := weightTypes(target)
 	for _, g := range m.Graphs {
 		for _, b := range g.Buffers {
 			if b.Class != ir.Weight || slices.Contains(types, b.Type) {
@@ -116,8 +133,8 @@ func checkWeightTypes(m *arch.Model, target string) error {
 // type t (for listings such as zrtc inspect). Unknown targets refuse
 // nothing here; Load reports them.
 func RefusesWeightType(target string, t ggml.Type) bool {
-	k, ok := targetKernels[target]
-	return ok && !slices.Contains(k.weightTypes(), t)
+	types := weightTypes(target)
+	return types != nil && !slices.Contains(types, t)
 }
 
 func typeList(types []ggml.Type) string {

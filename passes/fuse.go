@@ -4,29 +4,28 @@ import (
 	"context"
 
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/kernels"
 )
 
-// targetFusions lists the fused ops each target has kernels for; fuse
-// only forms those. A target missing here gets no fusion.
-var targetFusions = map[string]map[ir.Op]bool{
-	"cpu": {
-		ir.RMS_NORM_FUSED_QKV:           true,
-		ir.RMS_NORM_FUSED_MLP_GATE_UP:   true,
-		ir.RESIDUAL_RMS_NORM:            true,
-		ir.RMS_NORM_FUSED_ROPE_KV_WRITE: true,
-		ir.ROPE_KV_WRITE:                true,
-		ir.MATMUL_RESIDUAL:              true,
-	},
-	"cuda:sm_90": { // kernels/cuda/typed.cuh families 7, 8 and 9, plain.cuh 17
-		ir.RMS_NORM_FUSED_QKV:         true,
-		ir.RMS_NORM_FUSED_MLP_GATE_UP: true,
-		ir.ROPE_KV_WRITE:              true,
-		ir.MATMUL_RESIDUAL:            true,
-	},
+// TargetFusions returns the fused ops a target has kernels for: those
+// whose kernel family the target registry (kernels.Targets) lists as
+// fused. fuse forms only these; an unknown target gets none.
+func TargetFusions(target string) map[ir.Op]bool {
+	t, ok := kernels.LookupTarget(target)
+	if !ok {
+		return nil
+	}
+	allowed := map[ir.Op]bool{}
+	for _, op := range ir.Ops() {
+		if info, _ := op.Info(); t.Fuses(info.Kernel) {
+			allowed[op] = true
+		}
+	}
+	return allowed
 }
 
 func fuse(_ context.Context, u *Unit) error {
-	allowed := targetFusions[u.Target]
+	allowed := TargetFusions(u.Target)
 	if u.NoFuse || len(allowed) == 0 {
 		return nil
 	}

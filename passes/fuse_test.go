@@ -45,7 +45,7 @@ func ops(g *ir.Graph) map[ir.Op]int {
 }
 
 func TestFuseRopeKVWriteAndMatmulResidual(t *testing.T) {
-	allowed := targetFusions["cpu"]
+	allowed := TargetFusions("cpu")
 	g := attnTail("")
 	if n := Fuse(g, allowed); n != 2 {
 		t.Fatalf("formed %d fused ops, want 2", n)

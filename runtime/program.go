@@ -175,42 +175,50 @@ func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
 	return tokenizer.New(v)
 }
 
-// openTier picks the tier: an explicit choice that cannot run fails with
-// the reason; auto takes the best that can.
-func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
-	choice := opt.Tier
-	if choice == "" {
-		choice = "auto"
-	}
-	target := b.Graph.Ident.Target
-	switch choice {
-	case "auto", "cpu":
-		if choice == "auto" && strings.HasPrefix(target, "cuda:") {
-			return openCUDA(b, opt.CUDA)
-		}
-		if target != "cpu" {
-			return nil, fmt.Errorf("tier %s: bundle was compiled for %s; rebuild with zrtc build --target cpu", choice, target)
-		}
+// tierLoaders load a bundle on each tier kind this zrt-run has; the
+// target registry (kernels.Targets) says which kind runs which target.
+var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier, error){
+	kernels.TierCPU: func(b *bundle.Bundle, opt Options) (Tier, error) {
 		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace})
-	case "cuda":
-		if !strings.HasPrefix(target, "cuda:") {
-			return nil, fmt.Errorf("tier cuda: bundle was compiled for %s; rebuild with zrtc build --target cuda:sm_90", target)
+	},
+	kernels.TierCUDA: func(b *bundle.Bundle, opt Options) (Tier, error) {
+		t, err := cuda.Load(b, opt.CUDA)
+		if err != nil {
+			return nil, fmt.Errorf("tier cuda: %w", err) // where CUDA cannot run, the driver probe's reason
 		}
-		return openCUDA(b, opt.CUDA)
+		return t, nil
+	},
+}
+
+// openTier picks the tier: the one that runs the bundle's target, which an
+// explicit choice must name; a choice that cannot run fails with the
+// reason.
+func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
+	target, ok := kernels.LookupTarget(b.Graph.Ident.Target)
+	if !ok {
+		return nil, fmt.Errorf("bundle target %s: this zrt-run knows %v; rebuild the bundle for one of them", b.Graph.Ident.Target, kernels.TargetNames())
+	}
+	choice := opt.Tier
+	switch choice {
+	case "", "auto":
+		choice = string(target.Tier)
 	case "t1", "t2", "metal":
 		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
 	}
-	return nil, fmt.Errorf("unknown tier %q (auto, cpu, cuda, t1, t2, metal)", choice)
-}
-
-// openCUDA loads a cuda bundle on T-CUDA; where CUDA cannot run, the
-// error is the driver probe's reason.
-func openCUDA(b *bundle.Bundle, opt cuda.Options) (Tier, error) {
-	t, err := cuda.Load(b, opt)
-	if err != nil {
-		return nil, fmt.Errorf("tier cuda: %w", err)
+	load, ok := tierLoaders[kernels.TierKind(choice)]
+	if !ok {
+		return nil, fmt.Errorf("unknown tier %q (auto, cpu, cuda, t1, t2, metal)", choice)
 	}
-	return t, nil
+	if kernels.TierKind(choice) != target.Tier {
+		var fits []string
+		for _, t := range kernels.Targets() {
+			if t.Tier == kernels.TierKind(choice) {
+				fits = append(fits, t.Name)
+			}
+		}
+		return nil, fmt.Errorf("tier %s: bundle was compiled for %s, which runs on tier %s; rebuild with zrtc build --target %s", choice, target.Name, target.Tier, strings.Join(fits, "|"))
+	}
+	return load(b, opt)
 }
 
 // Keys lists the compiled variants.

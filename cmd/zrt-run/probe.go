@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -29,7 +30,15 @@ func probeCmd() *cobra.Command {
 			} else {
 				fmt.Fprintf(w, "cuda   available  %s, %d device(s)\n", info, info.Devices)
 			}
-			fmt.Fprintln(w, "metal  missing    not macOS")
+			if goruntime.GOOS == "darwin" {
+				fmt.Fprintln(w, "metal  missing    this build has no Metal tier")
+			} else {
+				fmt.Fprintf(w, "metal  missing    not macOS (%s)\n", goruntime.GOOS)
+			}
+			fmt.Fprintln(w, "\nbundle targets and the tier that runs them:")
+			for _, t := range kernels.Targets() {
+				fmt.Fprintf(w, "  %-12s %s\n", t.Name, t.Tier)
+			}
 			return nil
 		},
 	}

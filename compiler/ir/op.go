@@ -1,6 +1,9 @@
 package ir
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Op is an IR opcode. The names are the design's (seed 000, Appendix B).
 type Op uint16
@@ -67,6 +70,16 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"kv"}},
 	ROPE_KV_WRITE:                {Name: "ROPE_KV_WRITE", Kernel: "rope_kv_write", InPlace: []string{"q", "kv"}},
 	MATMUL_RESIDUAL:              {Name: "MATMUL_RESIDUAL", Kernel: "matmul_residual", InPlace: []string{"y"}, TypedBy: "w"},
+}
+
+// Ops lists every opcode in numeric order.
+func Ops() []Op {
+	var out []Op
+	for o := range opTable {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Info returns the opcode's table entry.

@@ -1,0 +1,65 @@
+package kernels
+
+import (
+	"slices"
+
+	"github.com/zrtdev/zrt/format/zrt"
+)
+
+// TierKind is the runtime tier family that runs a target's bundles. The
+// compiler keys its kernel templates by it and the runtime its loaders, so
+// a new target of an existing kind is one row of targets below.
+type TierKind string
+
+// The tier kinds.
+const (
+	TierCPU  TierKind = "cpu"  // T-CPU: Go kernels compiled into zrt-run
+	TierCUDA TierKind = "cuda" // T-CUDA: PTX through the CUDA Driver API
+)
+
+// Target is everything zrt knows about one compile target.
+type Target struct {
+	// Name is how users spell it (--target, target = … in the config).
+	Name string
+	// Code is the .zrt header's gpu_target.
+	Code zrt.Target
+	// Tier is the tier that runs its bundles.
+	Tier TierKind
+	// Fused lists the fused kernel families its kernels implement; the
+	// fuse pass forms exactly the fused ops whose family is here.
+	Fused []string
+}
+
+// targets is the registry of compile targets, in the order zrtc lists
+// them.
+var targets = []Target{
+	{Name: "cpu", Code: zrt.CPU, Tier: TierCPU,
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
+	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rope_kv_write", "matmul_residual"}},
+}
+
+// Targets lists the compile targets.
+func Targets() []Target { return slices.Clone(targets) }
+
+// TargetNames lists the targets' names, for help texts and errors.
+func TargetNames() []string {
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// LookupTarget returns the target named name.
+func LookupTarget(name string) (Target, bool) {
+	for _, t := range targets {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Target{}, false
+}
+
+// Fuses reports whether the target implements the fused kernel family.
+func (t Target) Fuses(family string) bool { return slices.Contains(t.Fused, family) }

@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt demo bench kbench clean ptx golden
+.PHONY: all build test race vet fmt demo bench kbench clean ptx golden generate
 
 all: build
 
@@ -52,8 +52,18 @@ bench: build
 	$(BIN)/zrt-run bench $(BIN)/bench.bundle -p 512 -n 128 -r 3 --threads $(THREADS) \
 		$(if $(LLAMA_BENCH),--llama-bench "$(LLAMA_BENCH)" --gguf "$(BENCH_MODEL)")
 
+# generate: rewrite every generated source from its Go table (go generate):
+# T-CUDA's families.cuh and instance .cu files from the kernel catalog and
+# kernels/cuda/families.go. Offline and deterministic; CI fails when it
+# changes a committed file. runtime/tokenizer/unicode_tables.go is not
+# regenerated here: gen_unicode.go reads llama.cpp's unicode-data.cpp,
+# which the tree does not hold.
+generate:
+	$(GO) generate ./...
+
 # ptx: regenerate T-CUDA's committed PTX (kernels/cuda/ptx) from the .cu
-# sources; needs nvcc. A test fails while the committed PTX is stale.
+# sources; needs nvcc. Run make generate first after changing the catalog
+# or kernels/cuda/families.go. A test fails while the committed PTX is stale.
 ptx:
 	kernels/cuda/build_ptx.sh
 

@@ -1,9 +1,11 @@
-// plain.cuh: the untyped kernel families. An instance file defines FAMILY
+// plain.cuh: the untyped kernel families. An instance file (written by
+// kernels/cuda/gen) defines FAMILY (one of families.cuh's FAMILY_* names)
 // and NAME.
 #pragma once
 #include "common.cuh"
+#include "families.cuh"
 
-#if FAMILY == 10 // rms_norm: the block normalizes each group of a row in turn; grid (rows)
+#if FAMILY == FAMILY_RMS_NORM // rms_norm: the block normalizes each group of a row in turn; grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const float* w, const u32* io, float* y, u32 cols, u32 group, u32 eps_bits) {
     dep_sync();
@@ -32,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 11 || FAMILY == 17
+#if FAMILY == FAMILY_ROPE || FAMILY == FAMILY_ROPE_KV_WRITE
 // rope_table fills cs and sn with cos and sin of pos·θ_p·freq_scale for the
 // n_rot/2 pairs (n_rot ≤ 512), one thread a pair; the block shares them
 // across heads. θ is built by repeated float multiplication, as the oracle
@@ -53,7 +55,7 @@ __device__ void rope_table(u32 pos, u32 n_rot, u32 base_bits, u32 scale_bits, fl
 }
 #endif
 
-#if FAMILY == 11 // rope: rotate pairs by pos·θ_i; grid (rows)
+#if FAMILY == FAMILY_ROPE // rope: rotate pairs by pos·θ_i; grid (rows)
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, u32 n_head, u32 head_dim,
     u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
     dep_sync();
@@ -82,7 +84,7 @@ __device__ __forceinline__ __half* kv_at(u8* kv, u32 page, u32 layer, u32 n_laye
     return (__half*)(kv + page * page_bytes + ((size_t)(layer * 2 + which) * KV_PAGE_TOKENS + tok) * kv_dim * 2);
 }
 
-#if FAMILY == 12 // kv_write: store each row's K and V as F16; grid (rows)
+#if FAMILY == FAMILY_KV_WRITE // kv_write: store each row's K and V as F16; grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* k, const float* v, const u32* io, u8* kv, u32 layer, u32 kv_dim, u32 n_layer) {
     dep_sync();
@@ -99,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 17 // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows, n_head+n_head_kv)
+#if FAMILY == FAMILY_ROPE_KV_WRITE // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows, n_head+n_head_kv)
 // Block (row, h) handles one head: Q head h for h < n_head, else KV head
 // h-n_head (its K roped, its V as is). The arithmetic is rope's (same
 // table, same expressions) and kv_write's rounding; k itself is not written.
@@ -146,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
 }
 #endif
 
-#if FAMILY == 13 // flash_attn: one block per (head, row); grid (heads, rows)
+#if FAMILY == FAMILY_FLASH_ATTN // flash_attn: one block per (head, row); grid (heads, rows)
 // Flash decoding in F32: the block's warps split the row's keys (warp w
 // takes keys 32w+lane, 32w+256+lane, …), each keeps an online softmax
 // (running maximum, sum and V accumulator) over its keys, and the warps'
@@ -319,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
 }
 #endif
 
-#if FAMILY == 14 // add: x += y over the active rows; grid (rows·cols/256)
+#if FAMILY == FAMILY_ADD // add: x += y over the active rows; grid (rows·cols/256)
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* y, const u32* io, u32 cols) {
     dep_sync();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -327,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* y,
 }
 #endif
 
-#if FAMILY == 15 // swiglu: y = silu(gate)·up; grid (rows·cols/256)
+#if FAMILY == FAMILY_SWIGLU // swiglu: y = silu(gate)·up; grid (rows·cols/256)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* gate, const float* up, const u32* io, float* y, u32 cols) {
     dep_sync();
@@ -338,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 16 // argmax: tokens[slot] = first largest logit, rows that want logits; grid (rows)
+#if FAMILY == FAMILY_ARGMAX // argmax: tokens[slot] = first largest logit, rows that want logits; grid (rows)
 extern "C" __global__ void __launch_bounds__(256) NAME(const float* logits, const u32* io, u32* tokens, u32 n_vocab) {
     dep_sync();
     __shared__ float bv[8];

@@ -1,8 +1,10 @@
-// typed.cuh: the weight-typed kernel families. An instance file defines WT
-// (the ggml type id) and FAMILY (which family to emit) and NAME (the PTX
-// entry: the catalog instance name with '.' replaced by '_').
+// typed.cuh: the weight-typed kernel families. An instance file (written
+// by kernels/cuda/gen) defines WT (the ggml type id), FAMILY (which family
+// to emit: one of families.cuh's FAMILY_* names) and NAME (the PTX entry:
+// the catalog instance name with '.' replaced by '_').
 #pragma once
 #include "common.cuh"
+#include "families.cuh"
 #include "mmq.cuh"
 #include "mmt.cuh"
 
@@ -10,7 +12,7 @@
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 
-#if FAMILY == 1 // embed: y[row] = table[token(row)]
+#if FAMILY == FAMILY_EMBED // embed: y[row] = table[token(row)]
 extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u32* io, float* y, u32 cols) {
     dep_sync();
     int row = blockIdx.x;
@@ -20,7 +22,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 }
 #endif
 
-#if FAMILY == 2 || FAMILY == 9
+#if FAMILY == FAMILY_MATMUL || FAMILY == FAMILY_MATMUL_RESIDUAL
 // matmul (2): y[row] = W·x[row] (+ bias). matmul_residual (9): y[row] +=
 // W·x[row] (+ bias), the product rounded to float before the add, as the
 // unfused matmul and add do; x must not alias y.
@@ -28,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 // kernel for single-row variants, and NAME_tile for variants of more rows;
 // launch.go shapes each. The other types run the float path below, grid
 // (n/MM_WARPS, rows), from NAME.
-#define MM_ACC (FAMILY == 9)
+#define MM_ACC (FAMILY == FAMILY_MATMUL_RESIDUAL)
 extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
     NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     if constexpr (Fast<WT>::OK) {
@@ -52,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 }
 #endif
 
-#if FAMILY == 3 // lm_head: logits[slot(row)] = W·x[row] for rows that want logits; entries as matmul's
+#if FAMILY == FAMILY_LM_HEAD // lm_head: logits[slot(row)] = W·x[row] for rows that want logits; entries as matmul's
 extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
     NAME(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     if constexpr (Fast<WT>::OK) {
@@ -75,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 }
 #endif
 
-#if FAMILY == 4 // moe_gate_topk: route[row] = top n_used of softmax(W·x[row]); grid (rows)
+#if FAMILY == FAMILY_MOE_GATE_TOPK // moe_gate_topk: route[row] = top n_used of softmax(W·x[row]); grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const u8* w, const u32* io, u32* route, u32 k, u32 n_expert, u32 n_used, u32 norm) {
     dep_sync();
@@ -117,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 5 // moe_gate_up: gate/up of each row's experts; grid (f/MM_WARPS, rows·n_used)
+#if FAMILY == FAMILY_MOE_GATE_UP // moe_gate_up: gate/up of each row's experts; grid (f/MM_WARPS, rows·n_used)
 extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8* w_gate, const u8* w_up,
     const u32* route, const u32* io, float* gate, float* up, u32 k, u32 f, u32 n_used) {
     dep_sync();
@@ -139,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8*
 }
 #endif
 
-#if FAMILY == 6 // moe_down_acc: y[row] += sum_u weight_u · W_e(u)·h[row,u]; grid (n/MM_WARPS, rows)
+#if FAMILY == FAMILY_MOE_DOWN_ACC // moe_down_acc: y[row] += sum_u weight_u · W_e(u)·h[row,u]; grid (n/MM_WARPS, rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* h, const u8* w, const u32* route, const u32* io, float* y, u32 f, u32 n, u32 n_used) {
     dep_sync();
@@ -160,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == 7 || FAMILY == 8 // the fused RMS norm + projections
+#if FAMILY == FAMILY_RMS_NORM_QKV || FAMILY == FAMILY_RMS_NORM_GATE_UP // the fused RMS norm + projections
 // rms_norm_qkv (7): q|k|v[row] = W_qkv·norm(x[row]) (+ b_qkv), W_qkv's rows
 // Q's, then K's, then V's. rms_norm_gate_up (8): gate|up[row] =
 // W_gate_up·norm(x[row]), f gate rows then f up rows. The integer types
@@ -193,7 +195,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
 }
 #endif
 
-#if FAMILY == 7
+#if FAMILY == FAMILY_RMS_NORM_QKV
 #define QKV_PARAMS                                                                                                     \
     (const float* x, const float* w_norm, const u8* w_qkv, const float* b_qkv, const u32* io, float* q, float* kk,     \
         float* v, u32 k, u32 n_q, u32 n_kv, u32 eps_bits)
@@ -204,7 +206,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { Q
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS { QKV_BODY(true); }
 #endif
 
-#if FAMILY == 8
+#if FAMILY == FAMILY_RMS_NORM_GATE_UP
 #define GU_PARAMS                                                                                                      \
     (const float* x, const float* w_norm, const u8* w_gate_up, const u32* io, float* gate, float* up, u32 k, u32 f,     \
         u32 eps_bits)

@@ -30,7 +30,7 @@ func Source(instance, dir string) ([]byte, error) {
 	}
 	b, err := files.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("cuda: no PTX for kernel %s in this zrtc (regenerate with gen_instances.sh and make ptx)", instance)
+		return nil, fmt.Errorf("cuda: no PTX for kernel %s in this zrtc (regenerate with make generate and make ptx)", instance)
 	}
 	return b, nil
 }

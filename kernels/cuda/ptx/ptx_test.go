@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/zrtdev/zrt/kernels/cuda"
 )
 
 // sourceHash is build_ptx.sh's hash: the .cu followed by every .cuh in
@@ -88,5 +90,35 @@ func TestSource(t *testing.T) {
 	}
 	if _, err := Source("matmul.bogus", ""); err == nil {
 		t.Error("Source of a missing instance succeeded")
+	}
+}
+
+// TestEveryInstanceEmbedded holds the embedded PTX to T-CUDA's family
+// table: every instance it lists (every typed family for every T-CUDA
+// weight type) has a PTX here with its entry point, so a model of any of
+// those types can be built for T-CUDA.
+func TestEveryInstanceEmbedded(t *testing.T) {
+	insts, err := cuda.Instances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range insts {
+		p, err := Source(in.Name, "")
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if !bytes.Contains(p, []byte(".entry "+in.Entry()+"(")) {
+			t.Errorf("%s.ptx lacks the entry %s", in.Entry(), in.Entry())
+		}
+	}
+	got, want := WeightTypes(), cuda.InstanceTypes()
+	if len(got) != len(want) {
+		t.Fatalf("WeightTypes() = %v, want cuda.InstanceTypes() %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("WeightTypes() = %v, want cuda.InstanceTypes() %v", got, want)
+		}
 	}
 }

@@ -1,0 +1,440 @@
+// Package engine serves many requests at once on one runtime.Program: it
+// queues submitted requests, and every step asks the scheduler (package
+// sched) whom to admit and which query rows to compute — every decoding
+// request's next token and prefill chunks up to a budget, in one replay —
+// runs that step, and streams each request's tokens back as events. KV
+// pages come from one pool (package kvpool). It knows nothing of HTTP: a
+// server sits on its small API (Submit, the event channel, cancellation
+// through the request's context, Stats, Drain).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine/kvpool"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// Model is what the engine needs of a runtime.Program (an interface so a
+// scripted model can drive the simulation tests).
+type Model interface {
+	Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool)
+	Slots() int
+	MaxPages() int
+	KVPages() int
+	Step(ctx context.Context, b runtime.Batch) error
+	Logits(slot int, dst []float32) []float32
+}
+
+// Config is the engine's policy.
+type Config struct {
+	// Slots is how many requests run at once (≤ the program's slots).
+	Slots int
+	// ChunkCap is the query rows one step computes at most (≥ Slots, and
+	// ≤ the rows of the largest prefill variant).
+	ChunkCap int
+	// ContextLength bounds a request's prompt plus generated tokens.
+	ContextLength int
+	// EventBuffer bounds the events a request's consumer may leave unread;
+	// past it the request is cancelled as too slow (backpressure).
+	EventBuffer int
+	// Tenants gives each tenant's scheduling limits (nil: none).
+	Tenants func(tenant string) sched.Limits
+}
+
+// Request is one generation request.
+type Request struct {
+	Tenant string
+	QoS    sched.QoS
+	Prompt []int32
+	Decode decode.Params // MaxTokens bounds the generated tokens
+}
+
+// Event is one thing that happened to a request: a token (with the text it
+// completes), or its end.
+type Event struct {
+	Token  int32  // -1 when the event carries no token
+	Text   string // output that may be shown now
+	Finish Finish // set on the last event
+	Err    error  // why the request failed (Finish == Failed)
+	// Usage, on the last event.
+	PromptTokens, CompletionTokens int
+}
+
+// Finish says why a request ended: decode's reasons, or the engine's.
+type Finish string
+
+// The engine's own finish reasons.
+const (
+	Cancelled     Finish = "cancelled"       // its context was cancelled
+	ClientTooSlow Finish = "client_too_slow" // its consumer left EventBuffer events unread
+	Failed        Finish = "error"           // a step failed
+)
+
+// Admission errors: a request that can never run is refused at Submit.
+var (
+	ErrTooLong  = errors.New("engine: prompt and max tokens exceed the context")
+	ErrDraining = errors.New("engine: draining, not admitting")
+	ErrEmpty    = errors.New("engine: empty prompt")
+)
+
+// Engine is the serving engine.
+type Engine struct {
+	m   Model
+	tok *tokenizer.Tokenizer
+	cfg Config
+
+	mu       sync.Mutex // guards arrivals, draining and stats
+	arrivals []*request
+	draining bool
+	stats    Stats
+
+	// Owned by the step loop.
+	pool     *kvpool.Pool
+	reqs     []*request // admitted and waiting, in arrival order
+	slots    []*request // by slot; nil = free
+	nextID   uint64
+	logits   []float32
+	stepping sync.Mutex // one Step at a time
+}
+
+// request is the engine's state for one Request.
+type request struct {
+	Request
+	id     uint64
+	ctx    context.Context
+	events chan Event
+	dec    *decode.Decoder
+	slot   int // -1 until admitted
+	pages  []uint32
+	tokens []int32 // prompt, then generated tokens
+	done   int     // tokens in the KV cache
+	need   int     // pages for its longest possible sequence
+}
+
+// Stats is a snapshot for metrics, health and the status page.
+type Stats struct {
+	Steps                   uint64
+	LastStep                time.Time
+	Waiting, Running        int
+	PagesFree, PagesTotal   int
+	PromptTokens, Generated uint64
+	Finished                map[Finish]uint64
+}
+
+// New returns an engine over m with the vocabulary tok.
+func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+	if cfg.Slots <= 0 || cfg.Slots > m.Slots() {
+		return nil, fmt.Errorf("engine: %d slots, the bundle has %d", cfg.Slots, m.Slots())
+	}
+	if cfg.ChunkCap < cfg.Slots {
+		return nil, fmt.Errorf("engine: chunk_cap %d is below the %d slots: every decoding slot needs its row each step", cfg.ChunkCap, cfg.Slots)
+	}
+	if _, ok := m.Key(runtime.Prefill, cfg.ChunkCap); !ok {
+		return nil, fmt.Errorf("engine: chunk_cap %d exceeds the bundle's largest prefill variant", cfg.ChunkCap)
+	}
+	if cfg.ContextLength <= 0 || cfg.ContextLength > m.MaxPages()*kernels.KVPageTokens {
+		cfg.ContextLength = m.MaxPages() * kernels.KVPageTokens
+	}
+	if cfg.EventBuffer <= 0 {
+		cfg.EventBuffer = 1024
+	}
+	if cfg.Tenants == nil {
+		cfg.Tenants = func(string) sched.Limits { return sched.Limits{} }
+	}
+	e := &Engine{m: m, tok: tok, cfg: cfg, pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
+	e.stats.Finished = map[Finish]uint64{}
+	return e, nil
+}
+
+// Submit queues a request. Its events arrive on the returned channel,
+// which is closed after the last one; cancelling ctx cancels the request
+// at the next step.
+func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
+	if len(r.Prompt) == 0 {
+		return nil, ErrEmpty
+	}
+	n := len(r.Prompt) + max(r.Decode.MaxTokens, 0)
+	if n > e.cfg.ContextLength {
+		return nil, fmt.Errorf("%w: %d prompt + %d tokens > %d", ErrTooLong, len(r.Prompt), r.Decode.MaxTokens, e.cfg.ContextLength)
+	}
+	need := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+	if need > e.m.KVPages() {
+		return nil, fmt.Errorf("%w: needs %d KV pages, the pool has %d", ErrTooLong, need, e.m.KVPages())
+	}
+	if lim := e.cfg.Tenants(r.Tenant); lim.MaxPages > 0 && need > lim.MaxPages {
+		return nil, fmt.Errorf("%w: needs %d KV pages, tenant %s may hold %d", ErrTooLong, need, r.Tenant, lim.MaxPages)
+	}
+	r.Decode.ContextLength = e.cfg.ContextLength
+	req := &request{Request: r, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: need,
+		tokens: append([]int32(nil), r.Prompt...), dec: decode.New(e.tok, r.Decode)}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.draining {
+		return nil, ErrDraining
+	}
+	e.arrivals = append(e.arrivals, req)
+	return req.events, nil
+}
+
+// Step runs one engine step and reports whether it computed anything.
+func (e *Engine) Step(ctx context.Context) (bool, error) {
+	e.stepping.Lock()
+	defer e.stepping.Unlock()
+	e.mu.Lock()
+	for _, r := range e.arrivals {
+		e.nextID++
+		r.id = e.nextID
+		e.reqs = append(e.reqs, r)
+	}
+	e.arrivals = e.arrivals[:0]
+	e.mu.Unlock()
+
+	for _, r := range e.reqs {
+		if r.ctx.Err() != nil {
+			e.finish(r, Event{Token: -1, Finish: Cancelled})
+		}
+	}
+	e.compact()
+
+	plan := sched.Schedule(e.input())
+	byID := map[uint64]*request{}
+	for _, r := range e.reqs {
+		byID[r.id] = r
+	}
+	for _, id := range plan.Admit {
+		e.admit(byID[id])
+	}
+	if plan.NRows == 0 {
+		e.publish(false)
+		return false, nil
+	}
+	batch, err := e.batch(plan, byID)
+	if err == nil {
+		err = e.m.Step(ctx, batch)
+	}
+	if err != nil {
+		for _, c := range plan.Rows {
+			e.finish(byID[c.ID], Event{Token: -1, Finish: Failed, Err: err})
+		}
+		e.compact()
+		e.publish(true)
+		return true, err
+	}
+	for _, c := range plan.Rows {
+		r := byID[c.ID]
+		r.done += c.N
+		if c.Logits {
+			e.route(r)
+		}
+	}
+	e.compact()
+	e.publish(true)
+	return true, nil
+}
+
+// input is the scheduler's view of the engine.
+func (e *Engine) input() sched.Input {
+	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(), Limits: e.cfg.Tenants}
+	for _, s := range e.slots {
+		if s == nil {
+			in.FreeSlots++
+		}
+	}
+	for _, r := range e.reqs {
+		in.Seqs = append(in.Seqs, sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
+			Prompt: len(r.Prompt), Done: r.done, Pages: r.need, Running: r.slot >= 0})
+	}
+	return in
+}
+
+// admit gives r a slot and every page it can need.
+func (e *Engine) admit(r *request) {
+	for i, s := range e.slots {
+		if s == nil {
+			e.slots[i], r.slot = r, i
+			break
+		}
+	}
+	for range r.need {
+		pg, ok := e.pool.Alloc(r.Tenant)
+		if !ok {
+			panic("engine: the scheduler admitted a request whose pages are not available")
+		}
+		r.pages = append(r.pages, pg)
+	}
+}
+
+// batch turns the plan into the program's batch, on the smallest variant
+// that holds its rows: a decode variant when every row decodes.
+func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch, error) {
+	var b runtime.Batch
+	decodeOnly := true
+	for _, c := range plan.Rows {
+		r := byID[c.ID]
+		if c.From < len(r.Prompt) {
+			decodeOnly = false
+		}
+		for i := range c.N {
+			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: c.Logits && i == c.N-1})
+		}
+		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})
+	}
+	var ok bool
+	if decodeOnly {
+		b.Key, ok = e.m.Key(runtime.Decode, len(b.Rows))
+	}
+	if !ok {
+		if b.Key, ok = e.m.Key(runtime.Prefill, len(b.Rows)); !ok {
+			return b, fmt.Errorf("engine: no variant for a step of %d rows", len(b.Rows))
+		}
+	}
+	return b, nil
+}
+
+// route samples r's next token from its slot's logits and sends it.
+func (e *Engine) route(r *request) {
+	e.logits = e.m.Logits(r.slot, e.logits)
+	st := r.dec.Next(e.logits, r.tokens, r.done)
+	if st.Finish != decode.Running {
+		e.finish(r, Event{Token: st.Token, Text: st.Text, Finish: Finish(st.Finish)})
+		return
+	}
+	r.tokens = append(r.tokens, st.Token)
+	e.send(r, Event{Token: st.Token, Text: st.Text})
+}
+
+// send delivers an event without blocking the step loop; a consumer that
+// has left EventBuffer events unread is cut off.
+func (e *Engine) send(r *request, ev Event) {
+	select {
+	case r.events <- ev:
+	default:
+		e.finish(r, Event{Token: -1, Finish: ClientTooSlow})
+	}
+}
+
+// finish ends r with its last event and frees its slot and pages; compact
+// removes it from the list.
+func (e *Engine) finish(r *request, last Event) {
+	if r.events == nil {
+		return // already finished
+	}
+	last.PromptTokens, last.CompletionTokens = len(r.Prompt), r.dec.Generated()
+	select {
+	case r.events <- last:
+	default:
+		// The consumer has left the buffer full: drop its oldest event to
+		// make room for the one that says it was too slow. (It may have
+		// read meanwhile; either way there is room after this, and only
+		// this goroutine sends.)
+		select {
+		case <-r.events:
+		default:
+		}
+		last = Event{Token: -1, Finish: ClientTooSlow, PromptTokens: last.PromptTokens, CompletionTokens: last.CompletionTokens}
+		r.events <- last
+	}
+	close(r.events)
+	r.events = nil
+	for _, pg := range r.pages {
+		e.pool.Release(pg)
+	}
+	r.pages = nil
+	if r.slot >= 0 {
+		e.slots[r.slot] = nil
+	}
+	e.mu.Lock()
+	e.stats.Finished[last.Finish]++
+	e.stats.PromptTokens += uint64(len(r.Prompt))
+	e.stats.Generated += uint64(last.CompletionTokens)
+	e.mu.Unlock()
+}
+
+// compact drops finished requests.
+func (e *Engine) compact() {
+	live := e.reqs[:0]
+	for _, r := range e.reqs {
+		if r.events != nil {
+			live = append(live, r)
+		}
+	}
+	clear(e.reqs[len(live):])
+	e.reqs = live
+}
+
+// publish updates the stats snapshot after a step.
+func (e *Engine) publish(computed bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if computed {
+		e.stats.Steps++
+		e.stats.LastStep = time.Now()
+	}
+	e.stats.Waiting, e.stats.Running = len(e.arrivals), 0
+	for _, r := range e.reqs {
+		if r.slot >= 0 {
+			e.stats.Running++
+		} else {
+			e.stats.Waiting++
+		}
+	}
+	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
+}
+
+// Stats returns a snapshot.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.Finished = make(map[Finish]uint64, len(e.stats.Finished))
+	for k, v := range e.stats.Finished {
+		s.Finished[k] = v
+	}
+	return s
+}
+
+// Run steps until ctx is done, idling briefly when there is nothing to do.
+func (e *Engine) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		did, err := e.Step(ctx)
+		if err != nil && ctx.Err() == nil {
+			continue // the step's requests have failed with it; serve the rest
+		}
+		if !did {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// Drain stops admitting new requests and returns when every queued and
+// running request has finished (the step loop must be running), or when
+// ctx is done.
+func (e *Engine) Drain(ctx context.Context) error {
+	e.mu.Lock()
+	e.draining = true
+	e.mu.Unlock()
+	for {
+		s := e.Stats()
+		if s.Waiting == 0 && s.Running == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

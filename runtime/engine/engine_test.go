@@ -1,0 +1,133 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/internal/reference"
+	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/sequence"
+)
+
+// TestServesLikeAlone runs requests of mixed prompt lengths through the
+// engine on T-CPU — all submitted at once, so decodes and prefill chunks
+// share steps — and requires each one's tokens to equal its solo run's,
+// greedy and seeded, on the trained stories260K model.
+func TestServesLikeAlone(t *testing.T) {
+	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "m.toml")
+	if err := os.WriteFile(cfg, []byte("context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "b")
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"Once upon a time", "The little dog", "Lily and Ben went to the park to play with a big red ball. They",
+		"One day", "Tom had a toy car that he loved very much. He played with it every day, and", "A bird", "She was happy", "The sun"}
+	type job struct {
+		prompt []int32
+		params decode.Params
+		want   []int32
+	}
+	var jobs []job
+	for i, text := range texts {
+		for _, sp := range []sample.Params{{}, {Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: uint64(i + 1)}} {
+			jobs = append(jobs, job{prompt: p.Tok.Encode(text, true, false), params: decode.Params{MaxTokens: 24 + 3*i, Sampling: sp}})
+		}
+	}
+	ctx := context.Background()
+	for i := range jobs {
+		j := &jobs[i]
+		s, err := solo.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := decode.New(p.Tok, decode.Params{MaxTokens: j.params.MaxTokens, Sampling: j.params.Sampling, ContextLength: 256})
+		logits, err := s.Prefill(ctx, j.prompt)
+		for err == nil {
+			st := d.Next(logits, s.Tokens, s.Pos())
+			if st.Token >= 0 {
+				j.want = append(j.want, st.Token)
+			}
+			if st.Finish != decode.Running {
+				break
+			}
+			logits, err = s.Decode(ctx, st.Token)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+	}
+
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []<-chan engine.Event
+	for _, j := range jobs {
+		ev, err := e.Submit(ctx, engine.Request{Tenant: "t", Prompt: j.prompt, Decode: j.params})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, ev)
+	}
+	got := make([][]int32, len(jobs))
+	open := len(jobs)
+	for steps := 0; open > 0; steps++ {
+		if steps > 10000 {
+			t.Fatal("the engine did not finish")
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, ev := range streams {
+			for drained := false; !drained && ev != nil; {
+				select {
+				case x, ok := <-ev:
+					if !ok {
+						streams[i], open = nil, open-1
+						drained = true
+						continue
+					}
+					if x.Token >= 0 {
+						got[i] = append(got[i], x.Token)
+					}
+				default:
+					drained = true
+				}
+			}
+		}
+	}
+	for i, j := range jobs {
+		if !slices.Equal(got[i], j.want) {
+			t.Errorf("request %d (%q, %+v): engine %v, alone %v", i, texts[i/2], j.params.Sampling, got[i], j.want)
+		}
+	}
+	s := e.Stats()
+	t.Logf("%d requests in %d steps; pages free %d/%d; endings %v", len(jobs), s.Steps, s.PagesFree, s.PagesTotal, s.Finished)
+	if s.PagesFree != s.PagesTotal {
+		t.Errorf("%d pages still in use", s.PagesTotal-s.PagesFree)
+	}
+}

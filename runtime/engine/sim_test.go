@@ -1,0 +1,281 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/vocab"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+const simVocab = 64
+
+// scripted is a Model whose "logits" follow from the batch alone, so a
+// simulation can run thousands of steps in milliseconds. It checks every
+// batch as a tier's kernels would rely on it, and remembers the last one.
+type scripted struct {
+	t        testing.TB
+	slots    int
+	maxPages int
+	kvPages  int
+	last     map[int]int32 // slot → token of its newest logits row
+	batch    runtime.Batch
+	fail     bool // the next Step fails
+}
+
+func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
+	caps := map[runtime.Stage][]int{runtime.Decode: {1, 2, 4, 8}, runtime.Prefill: {16, 64}}[stage]
+	for _, c := range caps {
+		if rows <= c {
+			return runtime.ShapeKey{Stage: stage, Slots: m.slots, Rows: c}, true
+		}
+	}
+	return runtime.ShapeKey{}, false
+}
+func (m *scripted) Slots() int    { return m.slots }
+func (m *scripted) MaxPages() int { return m.maxPages }
+func (m *scripted) KVPages() int  { return m.kvPages }
+
+func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
+	if m.fail {
+		m.fail = false
+		return fmt.Errorf("scripted failure")
+	}
+	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
+		m.t.Fatalf("step of %d rows on %s", len(b.Rows), b.Key)
+	}
+	owner := map[uint32]int{}
+	mapped := map[int]int{}
+	for _, sp := range b.Pages {
+		for _, pg := range sp.Pages {
+			if o, ok := owner[pg]; ok && o != sp.Slot {
+				m.t.Fatalf("page %d mapped by slots %d and %d in one step", pg, o, sp.Slot)
+			}
+			owner[pg] = sp.Slot
+			if int(pg) >= m.kvPages {
+				m.t.Fatalf("page %d outside the pool of %d", pg, m.kvPages)
+			}
+		}
+		mapped[sp.Slot] = len(sp.Pages)
+	}
+	for _, r := range b.Rows {
+		if r.Pos >= mapped[r.Slot]*kernels.KVPageTokens {
+			m.t.Fatalf("row at position %d of slot %d beyond its %d pages", r.Pos, r.Slot, mapped[r.Slot])
+		}
+		if r.Logits {
+			m.last[r.Slot] = r.Token*7 + int32(r.Pos)
+		}
+	}
+	m.batch = b
+	return nil
+}
+
+func (m *scripted) Logits(slot int, dst []float32) []float32 {
+	dst = append(dst[:0], make([]float32, simVocab)...)
+	dst[3+int(m.last[slot]%(simVocab-3))] = 1 // ids 3.. ; 2 is EOS, picked when the sum hits it below
+	if m.last[slot]%29 == 0 {
+		dst[2] = 2
+	}
+	return dst
+}
+
+// simTokenizer is a vocabulary of simVocab single-letter tokens.
+func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	v := &vocab.Vocab{Model: "llama", BOS: 1, EOS: 2, EOT: -1, UNK: 0, PAD: -1, SEP: -1, NL: -1, EOM: -1, MASK: -1,
+		FIMPre: -1, FIMSuf: -1, FIMMid: -1, FIMPad: -1, FIMRep: -1, FIMSep: -1}
+	for i := range simVocab {
+		v.Tokens = append(v.Tokens, map[int]string{0: "<unk>", 1: "<s>", 2: "</s>"}[i])
+		if i > 2 {
+			v.Tokens[i] = string(rune('A' + i))
+		}
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestSimulation drives the engine through many randomized steps of
+// arrivals, cancellations, slow consumers, tenant limits and failed steps,
+// and checks the invariants after every step: no page leaked or held
+// twice, every running decode served each step, no tenant above its caps,
+// every request ending exactly once with its usage adding up.
+func TestSimulation(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500) })
+	}
+}
+
+func simulate(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 40, last: map[int]int32{}}
+	limits := map[string]sched.Limits{"a": {MaxSlots: 3}, "b": {MaxPages: 12}, "c": {}}
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
+		Tenants: func(tn string) sched.Limits { return limits[tn] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.Reserve("c", 6); err != nil {
+		t.Fatal(err)
+	}
+	type client struct {
+		events <-chan Event
+		cancel context.CancelFunc
+		slow   bool // never reads until the end
+		got    int  // token events read
+		ended  bool
+	}
+	var clients []*client
+	read := func(c *client, all bool) {
+		for !c.ended {
+			select {
+			case ev, ok := <-c.events:
+				if !ok {
+					t.Fatalf("seed %d: channel closed without a last event", seed)
+				}
+				if ev.Finish != "" {
+					c.ended = true
+					if ev.Finish != ClientTooSlow && ev.Finish != Cancelled && ev.Finish != Failed && ev.CompletionTokens != c.got+btoi(ev.Token >= 0) {
+						t.Fatalf("seed %d: %d token events, usage says %d (%s)", seed, c.got, ev.CompletionTokens, ev.Finish)
+					}
+					if _, open := <-c.events; open {
+						t.Fatalf("seed %d: event after the last one", seed)
+					}
+					continue
+				}
+				c.got++
+			default:
+				if !all {
+					return
+				}
+			}
+			if !all {
+				return
+			}
+		}
+	}
+	ctx := context.Background()
+	for step := 0; step < steps; step++ {
+		if rng.IntN(3) == 0 {
+			cctx, cancel := context.WithCancel(ctx)
+			tenant := []string{"a", "b", "c"}[rng.IntN(3)]
+			prompt := make([]int32, 1+rng.IntN(100))
+			for i := range prompt {
+				prompt[i] = int32(3 + rng.IntN(simVocab-3))
+			}
+			ev, err := e.Submit(cctx, Request{Tenant: tenant, QoS: sched.QoS(rng.IntN(3)), Prompt: prompt,
+				Decode: decode.Params{MaxTokens: 1 + rng.IntN(60)}})
+			if err != nil {
+				cancel()
+				if len(prompt)+60 <= 16*16 {
+					t.Fatalf("seed %d: a request that fits was refused: %v", seed, err)
+				}
+				continue
+			}
+			clients = append(clients, &client{events: ev, cancel: cancel, slow: rng.IntN(10) == 0})
+		}
+		if rng.IntN(20) == 0 && len(clients) > 0 {
+			clients[rng.IntN(len(clients))].cancel()
+		}
+		if rng.IntN(200) == 0 {
+			m.fail = true
+		}
+		m.batch = runtime.Batch{}
+		running := map[*request]bool{}
+		for _, r := range e.reqs {
+			if r.slot >= 0 && r.done >= len(r.Prompt) {
+				running[r] = true // decoding before this step: must get a row
+			}
+		}
+		did, err := e.Step(ctx)
+		if err != nil && err.Error() != "scripted failure" {
+			t.Fatalf("seed %d step %d: %v", seed, step, err)
+		}
+		if did && err == nil {
+			served := map[int]bool{}
+			for _, r := range m.batch.Rows {
+				served[r.Slot] = true
+			}
+			for r := range running {
+				if r.events != nil && !served[r.slot] && r.ctx.Err() == nil {
+					t.Fatalf("seed %d step %d: decoding request %d in slot %d got no row", seed, step, r.id, r.slot)
+				}
+			}
+		}
+		check(t, e, limits, seed, step)
+		for _, c := range clients {
+			if !c.slow {
+				read(c, false)
+			}
+		}
+	}
+	for _, c := range clients {
+		c.cancel()
+	}
+	for i := 0; i < 5; i++ {
+		e.Step(ctx)
+	}
+	for _, c := range clients {
+		read(c, true)
+	}
+	check(t, e, limits, seed, steps)
+	if e.pool.Free() != e.pool.Pages() || len(e.reqs) != 0 {
+		t.Fatalf("seed %d: after every request ended %d of %d pages are free and %d requests remain", seed, e.pool.Free(), e.pool.Pages(), len(e.reqs))
+	}
+	s := e.Stats()
+	var ended uint64
+	for _, n := range s.Finished {
+		ended += n
+	}
+	if ended != uint64(len(clients)) {
+		t.Fatalf("seed %d: %d requests, %d ended (%v)", seed, len(clients), ended, s.Finished)
+	}
+	t.Logf("seed %d: %d requests, %d steps computed, endings %v", seed, len(clients), s.Steps, s.Finished)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// check verifies the engine's invariants between steps.
+func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64, step int) {
+	t.Helper()
+	holders := map[uint32]int{}
+	slots, pages := map[string]int{}, map[string]int{}
+	for _, r := range e.reqs {
+		for _, pg := range r.pages {
+			holders[pg]++
+		}
+		if r.slot >= 0 {
+			if e.slots[r.slot] != r {
+				t.Fatalf("seed %d step %d: request %d thinks it holds slot %d", seed, step, r.id, r.slot)
+			}
+			slots[r.Tenant]++
+			pages[r.Tenant] += len(r.pages)
+		} else if len(r.pages) > 0 {
+			t.Fatalf("seed %d step %d: waiting request %d holds pages", seed, step, r.id)
+		}
+	}
+	if err := e.pool.Check(holders); err != nil {
+		t.Fatalf("seed %d step %d: %v", seed, step, err)
+	}
+	for tn, lim := range limits {
+		if (lim.MaxSlots > 0 && slots[tn] > lim.MaxSlots) || (lim.MaxPages > 0 && pages[tn] > lim.MaxPages) {
+			t.Fatalf("seed %d step %d: tenant %s holds %d slots and %d pages, limits %+v", seed, step, tn, slots[tn], pages[tn], lim)
+		}
+	}
+	// The reservation: other tenants never take c's last unused pages.
+	if free, res := e.pool.Free(), 6-e.pool.Used("c"); res > 0 && free < res {
+		t.Fatalf("seed %d step %d: %d free pages, tenant c's unused reservation is %d", seed, step, free, res)
+	}
+}

@@ -39,7 +39,7 @@ func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var pp, tg, reps int
 	var asJSON bool
-	var llamaBench, gguf, cpuProfile string
+	var llamaBench, gguf, cpuProfile, slotList, format, llamaBatched string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -47,7 +47,15 @@ func benchCmd() *cobra.Command {
 token (tgN), -r times each, and prints a llama-bench-style table. For tg it
 also reports the weight bytes read per token and the fraction of this
 machine's memory bandwidth (measured here with the same thread count) that
-the rate implies.`,
+the rate implies.
+
+With --slots 1,4,16 it measures aggregate throughput instead, as llama.cpp's
+llama-batched-bench does: for each B, B sequences of -p prompt tokens, then
+-n steps that each decode one token of all B in one replay (the bundle needs
+max_slots ≥ B and a decode variant for B: decode_slots in the model
+config). --output-format jsonl prints one JSON object per row with
+llama-batched-bench's keys; --llama-batched-bench PATH --gguf FILE runs that
+tool on the same model, threads and test and prints its table below.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := ef.open(args[0])
@@ -68,6 +76,47 @@ the rate implies.`,
 					return err
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if slotList != "" {
+				slots, err := parseSlots(slotList)
+				if err != nil {
+					return err
+				}
+				if format != "md" && format != "jsonl" {
+					return fmt.Errorf("--output-format %q: want md or jsonl", format)
+				}
+				rows, err := batchedBench(ctx, e, slots, pp, tg)
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				if format == "md" {
+					fmt.Fprintf(w, "zrt %s, tier %s, %d threads, %s\n", e.Hparams.Arch, e.TierName(), threads, e.Variants())
+				}
+				if err := printBatched(w, rows, format == "jsonl"); err != nil {
+					return err
+				}
+				if llamaBatched == "" {
+					return nil
+				}
+				ref, err := runLlamaBatched(ctx, llamaBatched, gguf, slots, pp, tg, threads, e.TierName() != "cpu")
+				if err != nil {
+					return err
+				}
+				if format == "md" {
+					fmt.Fprintf(w, "\nllama-batched-bench (%s), same model, test and threads\n", llamaBatched)
+				}
+				if err := printBatched(w, ref, format == "jsonl"); err != nil {
+					return err
+				}
+				if format == "md" {
+					fmt.Fprintln(w, "\n|    B | S_TG zrt / llama.cpp | S_PP zrt / llama.cpp |")
+					fmt.Fprintln(w, "|------|----------------------|----------------------|")
+					for i := range min(len(rows), len(ref)) {
+						fmt.Fprintf(w, "| %4d | %20.2f | %20.2f |\n", rows[i].PL, rows[i].SpeedTG/ref[i].SpeedTG, rows[i].SpeedPP/ref[i].SpeedPP)
+					}
+				}
+				return nil
 			}
 			size, params, perToken := weightStats(e)
 			run := func(prompt, gen int) (float64, error) {
@@ -169,6 +218,9 @@ the rate implies.`,
 	c.Flags().StringVar(&llamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
 	c.Flags().StringVar(&gguf, "gguf", "", "the GGUF the bundle was built from, for --llama-bench")
 	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
+	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
+	c.Flags().StringVar(&llamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
 	return c
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
@@ -79,7 +78,7 @@ func generateCmd() *cobra.Command {
 					msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
 				}
 				var fallback bool
-				if ids, fallback, err = runtime.ChatPrompt(e.Tok, msgs); err != nil {
+				if ids, fallback, err = chat.Prompt(e.Tok, msgs); err != nil {
 					return fmt.Errorf("chat template: %w", err)
 				}
 				if fallback {

@@ -1,4 +1,4 @@
-package runtime_test
+package chat_test
 
 import (
 	"path/filepath"
@@ -6,14 +6,13 @@ import (
 
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/vocab"
-	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
 func vocabTokenizer(t *testing.T, name string) *tokenizer.Tokenizer {
 	t.Helper()
-	f, err := gguf.Open(filepath.Join("..", "..", "shared", "models", "vocab", name))
+	f, err := gguf.Open(filepath.Join("..", "..", "..", "shared", "models", "vocab", name))
 	if err != nil {
 		t.Skipf("vocab %s not present: %v", name, err)
 	}
@@ -67,7 +66,7 @@ func TestChatPromptTokens(t *testing.T) {
 	}
 	for _, c := range cases {
 		tok := vocabTokenizer(t, c.vocab)
-		got, fallback, err := runtime.ChatPrompt(tok, twoTurns)
+		got, fallback, err := chat.Prompt(tok, twoTurns)
 		if err != nil || fallback {
 			t.Fatalf("%s: fallback=%v err=%v", c.vocab, fallback, err)
 		}

@@ -7,6 +7,8 @@
 package decode
 
 import (
+	"math"
+
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -33,6 +35,9 @@ type Params struct {
 	// ContextLength is the positions a sequence may hold; a request whose
 	// sequence is full finishes instead of being fed another token.
 	ContextLength int
+	// IgnoreEOS never samples an end-of-generation token (llama-server's
+	// ignore_eos, which benchmarks use to generate exactly MaxTokens).
+	IgnoreEOS bool
 }
 
 // Decoder decodes one request.
@@ -44,11 +49,16 @@ type Decoder struct {
 	filter    *StopFilter
 	generated int
 	finish    Finish
+	banned    []int32 // end-of-generation ids masked out (IgnoreEOS)
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
 func New(tok *tokenizer.Tokenizer, p Params) *Decoder {
-	return &Decoder{p: p, tok: tok, sampler: sample.New(p.Sampling), text: tok.NewStreamDecoder(), filter: NewStopFilter(p.Stops)}
+	d := &Decoder{p: p, tok: tok, sampler: sample.New(p.Sampling), text: tok.NewStreamDecoder(), filter: NewStopFilter(p.Stops)}
+	if p.IgnoreEOS {
+		d.banned = tok.Vocab().EOGTokens()
+	}
+	return d
 }
 
 // Step is what one call of Next decided.
@@ -65,14 +75,19 @@ type Step struct {
 }
 
 // Next samples the token that follows history (every token of the
-// sequence so far, for the repetition penalty) from its logits; pos is the
-// positions the sequence already holds.
+// sequence so far, for the repetition penalty) from its logits, which it
+// may modify; pos is the positions the sequence already holds.
 func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
+	}
+	for _, id := range d.banned {
+		if int(id) < len(logits) {
+			logits[id] = float32(math.Inf(-1))
+		}
 	}
 	tok := d.sampler.Sample(logits, history)
 	if d.tok.IsEOG(tok) {

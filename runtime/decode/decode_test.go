@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/vocab"
@@ -101,5 +102,14 @@ func TestGeneratedCount(t *testing.T) {
 	}
 	if d.Generated() != 2 {
 		t.Errorf("Generated() = %d, want 2", d.Generated())
+	}
+}
+
+// TestIgnoreEOS: with IgnoreEOS the end-of-generation token is never taken,
+// even when it is the most likely, and generation runs to MaxTokens.
+func TestIgnoreEOS(t *testing.T) {
+	_, fed, why := run(t, Params{MaxTokens: 3, ContextLength: 100, IgnoreEOS: true}, []int32{2, 2, 2}, 0)
+	if why != Length || len(fed) != 2 || slices.Contains(fed, 2) {
+		t.Errorf("fed %v, finish %q", fed, why)
 	}
 }

@@ -48,6 +48,9 @@ type Config struct {
 	EventBuffer int
 	// Tenants gives each tenant's scheduling limits (nil: none).
 	Tenants func(tenant string) sched.Limits
+	// Reserved sets aside KV pages per tenant that no other tenant may
+	// take.
+	Reserved map[string]int
 }
 
 // Request is one generation request.
@@ -152,6 +155,11 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
 	e.stats.Finished = map[Finish]uint64{}
+	for t, n := range cfg.Reserved {
+		if err := e.pool.Reserve(t, n); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	return e, nil
 }
 

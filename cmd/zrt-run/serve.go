@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/server"
+)
+
+func serveCmd() *cobra.Command {
+	var ef engineFlags
+	var listen, configPath, certFile, keyFile string
+	var aliases []string
+	var drainTimeout time.Duration
+	c := &cobra.Command{
+		Use:   "serve BUNDLE [BUNDLE...]",
+		Short: "Serve bundles over an OpenAI-compatible HTTP API, many requests at once",
+		Long: `serve loads each bundle as a model, runs a serving engine for it and answers
+OpenAI-compatible requests: POST /v1/completions and /v1/chat/completions
+(streaming with server-sent events or not), GET /v1/models, POST /tokenize
+and /detokenize, GET /health. A request's "model" field picks the bundle
+(named after its GGUF, or by --model-alias).
+
+Without --config there is one local tenant and no API key, so the default
+--listen is loopback only. A config (TOML) names tenants, their API keys,
+QoS classes and limits, and the engine's slots and chunk_cap.
+
+SIGINT or SIGTERM stops admitting (503), lets running requests finish for
+up to --drain-timeout, and exits 0.
+
+` + envHelp,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := server.LoadConfig(configPath)
+			if err != nil {
+				return err
+			}
+			if len(aliases) > 0 && len(aliases) != len(args) {
+				return fmt.Errorf("--model-alias given %d times for %d bundles", len(aliases), len(args))
+			}
+			opt, err := ef.options()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			loops, cancelLoops := context.WithCancel(context.Background())
+			defer cancelLoops()
+			var models []*server.Model
+			for i, dir := range args {
+				p, err := runtime.Open(dir, opt)
+				if err != nil {
+					return err
+				}
+				defer p.Close()
+				e, err := newEngine(p, cfg)
+				if err != nil {
+					return fmt.Errorf("%s: %w", dir, err)
+				}
+				go e.Run(loops)
+				name := strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
+				if len(aliases) > 0 {
+					name = aliases[i]
+				} else if name == "" {
+					name = filepath.Base(dir)
+				}
+				models = append(models, &server.Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
+				fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: model %s: %s on tier %s, %d slots\n", name, dir, p.TierName(), p.Slots())
+			}
+			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			srv := server.New(cfg, models, log)
+			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			scheme := "http"
+			if certFile != "" {
+				scheme = "https"
+			}
+			who := "tenants from " + configPath
+			if configPath == "" {
+				who = "one local tenant, no API key"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: serving on %s://%s (%s)\n", scheme, ln.Addr(), who)
+			errc := make(chan error, 1)
+			go func() {
+				if certFile != "" {
+					errc <- hs.ServeTLS(ln, certFile, keyFile)
+				} else {
+					errc <- hs.Serve(ln)
+				}
+			}()
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: draining (up to %s)\n", drainTimeout)
+			srv.Drain()
+			dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			defer cancel()
+			for _, m := range models {
+				if err := m.Engine.Drain(dctx); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: model %s: %v; cancelling what remains\n", m.Name, err)
+				}
+			}
+			if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		},
+	}
+	ef.add(c)
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on")
+	c.Flags().StringVar(&configPath, "config", "", "server config (TOML): tenants, keys, limits, slots, chunk_cap")
+	c.Flags().StringArrayVar(&aliases, "model-alias", nil, "name of each bundle's model, in order (default: its GGUF's name)")
+	c.Flags().DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long running requests may finish after SIGTERM")
+	c.Flags().StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
+	c.Flags().StringVar(&keyFile, "tls-key", "", "the certificate's key")
+	return c
+}
+
+// newEngine makes a model's engine from the server config and the
+// program's limits.
+func newEngine(p *runtime.Program, cfg *server.Config) (*engine.Engine, error) {
+	ec := engine.Config{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: p.Hparams.ContextLength, Reserved: map[string]int{}}
+	if ec.Slots == 0 {
+		ec.Slots = p.Slots()
+	}
+	if ec.ChunkCap == 0 {
+		for _, k := range p.Keys() {
+			if k.Stage == runtime.Prefill {
+				ec.ChunkCap = max(ec.ChunkCap, k.Rows)
+			}
+		}
+	}
+	limits := map[string]sched.Limits{}
+	for _, t := range cfg.Tenants {
+		limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
+		if t.ReservedKVPages > 0 {
+			ec.Reserved[t.ID] = t.ReservedKVPages
+		}
+	}
+	ec.Tenants = func(id string) sched.Limits { return limits[id] }
+	return engine.New(p, p.Tok, ec)
+}

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
+)
+
+// Config is the server's TOML configuration. Every key is optional; with
+// no file there is one local tenant with no API key.
+type Config struct {
+	// Slots is the requests the engine runs at once (default: the
+	// bundle's max_slots).
+	Slots int `toml:"slots"`
+	// ChunkCap is the query rows per step (default: the bundle's largest
+	// prefill variant).
+	ChunkCap int `toml:"chunk_cap"`
+	// QueueDepth bounds waiting requests; beyond it: 503 (default 1024).
+	QueueDepth int      `toml:"queue_depth"`
+	Tenants    []Tenant `toml:"tenant"`
+}
+
+// Tenant is one [[tenant]] table.
+type Tenant struct {
+	ID string `toml:"id"`
+	// APIKeys are accepted keys; APIKeyHashes the same as "sha256:HEX" so
+	// the file need not hold secrets.
+	APIKeys      []string `toml:"api_keys"`
+	APIKeyHashes []string `toml:"api_key_hashes"`
+	QoS          string   `toml:"qos"`
+	// Scheduling limits: over them a request waits.
+	MaxConcurrent   int `toml:"max_concurrent"`
+	MaxKVPages      int `toml:"max_kv_pages"`
+	ReservedKVPages int `toml:"reserved_kv_pages"`
+	// MaxContextTokens refuses longer prompts with 400.
+	MaxContextTokens int `toml:"max_context_tokens"`
+	// Admin may read every tenant's usage.
+	Admin bool `toml:"admin"`
+
+	qos    sched.QoS
+	hashes [][32]byte
+}
+
+// LocalTenant is the tenant of a server started without a config.
+const LocalTenant = "local"
+
+// LoadConfig reads a server config; path "" gives the default. Unknown
+// keys are errors naming the key and its table.
+func LoadConfig(path string) (*Config, error) {
+	c := &Config{}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("server config: %w", err)
+		}
+		md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(c)
+		if err != nil {
+			return nil, fmt.Errorf("server config %s: %w", path, err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			keys := make([]string, len(und))
+			for i, k := range und {
+				keys[i] = k.String()
+			}
+			return nil, fmt.Errorf("server config %s: unknown keys: %s", path, strings.Join(keys, ", "))
+		}
+	}
+	if len(c.Tenants) == 0 {
+		c.Tenants = []Tenant{{ID: LocalTenant, QoS: "interactive", Admin: true}}
+	}
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	if c.QueueDepth == 0 {
+		c.QueueDepth = 1024
+	}
+	if c.Slots < 0 || c.ChunkCap < 0 || c.QueueDepth < 0 {
+		return fmt.Errorf("server config: slots, chunk_cap and queue_depth must not be negative")
+	}
+	seen := map[string]bool{}
+	keyless := 0
+	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		if t.ID == "" || seen[t.ID] {
+			return fmt.Errorf("server config: tenant %d: id %q is empty or repeated", i, t.ID)
+		}
+		seen[t.ID] = true
+		if t.QoS == "" {
+			t.QoS = "standard"
+		}
+		q, err := sched.ParseQoS(t.QoS)
+		if err != nil {
+			return fmt.Errorf("server config: tenant %s: %w", t.ID, err)
+		}
+		t.qos = q
+		for _, k := range t.APIKeys {
+			t.hashes = append(t.hashes, sha256.Sum256([]byte(k)))
+		}
+		for _, h := range t.APIKeyHashes {
+			raw, err := hex.DecodeString(strings.TrimPrefix(h, "sha256:"))
+			if err != nil || len(raw) != 32 || !strings.HasPrefix(h, "sha256:") {
+				return fmt.Errorf("server config: tenant %s: api_key_hashes entry is not sha256:<64 hex digits>", t.ID)
+			}
+			t.hashes = append(t.hashes, [32]byte(raw))
+		}
+		if len(t.hashes) == 0 {
+			keyless++
+		}
+		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.MaxContextTokens < 0 {
+			return fmt.Errorf("server config: tenant %s: limits must not be negative", t.ID)
+		}
+	}
+	if keyless > 0 && len(c.Tenants) > 1 {
+		return fmt.Errorf("server config: with several tenants every tenant needs an API key (a request must say whose it is)")
+	}
+	return nil
+}

@@ -1,0 +1,688 @@
+// Package server is zrt-run serve: an OpenAI-compatible HTTP front end for
+// serving engines (package engine), one per model. It authenticates a
+// request to a tenant, turns it into an engine request and streams the
+// engine's events back as JSON or server-sent events. It reaches no tier:
+// everything below the engine's API is the engine's.
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime/chat"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// Model is one served model.
+type Model struct {
+	Name          string
+	Engine        *engine.Engine
+	Tok           *tokenizer.Tokenizer
+	ContextLength int
+}
+
+// Server serves the models.
+type Server struct {
+	cfg      *Config
+	models   map[string]*Model
+	order    []string
+	log      *slog.Logger
+	started  time.Time
+	draining atomic.Bool
+	requests atomic.Uint64
+}
+
+// maxBody bounds a request body.
+const maxBody = 8 << 20
+
+// New returns a server for models (the first is the default when a
+// request names none).
+func New(cfg *Config, models []*Model, log *slog.Logger) *Server {
+	s := &Server{cfg: cfg, models: map[string]*Model{}, log: log, started: time.Now()}
+	for _, m := range models {
+		s.models[m.Name] = m
+		s.order = append(s.order, m.Name)
+	}
+	return s
+}
+
+// Drain makes the server refuse new generation requests with 503.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Handler routes the endpoints.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
+	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chatCompletions))
+	mux.HandleFunc("GET /v1/models", s.auth(s.listModels))
+	mux.HandleFunc("POST /tokenize", s.auth(s.tokenize))
+	mux.HandleFunc("POST /detokenize", s.auth(s.detokenize))
+	mux.HandleFunc("GET /health", s.health)
+	return s.accessLog(mux)
+}
+
+// apiError is the OpenAI error object.
+type apiError struct {
+	status  int
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(param, format string, args ...any) *apiError {
+	e := &apiError{status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Type: "invalid_request_error"}
+	if param != "" {
+		e.Param = &param
+	}
+	return e
+}
+
+func writeError(w http.ResponseWriter, err *apiError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(err.status)
+	json.NewEncoder(w).Encode(map[string]any{"error": err})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+type ctxKey int
+
+const tenantKey ctxKey = 0
+
+// auth resolves the request's tenant from its bearer key, compared in
+// constant time against every configured key's hash.
+func (s *Server) auth(h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(key))
+		var who *Tenant
+		for i := range s.cfg.Tenants {
+			t := &s.cfg.Tenants[i]
+			if len(t.hashes) == 0 && who == nil {
+				who = t // the keyless local tenant
+			}
+			for _, h := range t.hashes {
+				if subtle.ConstantTimeCompare(h[:], sum[:]) == 1 {
+					who = t
+				}
+			}
+		}
+		if who == nil {
+			writeError(w, &apiError{status: http.StatusUnauthorized, Message: "invalid or missing API key", Type: "authentication_error"})
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey, who)))
+	}
+}
+
+// accessLog logs one structured line per request: never keys or prompts.
+func (s *Server) accessLog(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if id == "" {
+			id = fmt.Sprintf("req-%d-%d", s.started.UnixNano()%1e6, s.requests.Add(1))
+		}
+		w.Header().Set("X-Request-Id", id)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		t0 := time.Now()
+		h.ServeHTTP(rec, r)
+		if s.log != nil {
+			s.log.Info("request", "id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "ms", time.Since(t0).Milliseconds())
+		}
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// model picks the named model, or the first when the request names none.
+func (s *Server) model(name string) (*Model, *apiError) {
+	if name == "" {
+		return s.models[s.order[0]], nil
+	}
+	if m, ok := s.models[name]; ok {
+		return m, nil
+	}
+	code := "model_not_found"
+	return nil, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("model %q does not exist (serving %s)", name, strings.Join(s.order, ", ")), Type: "invalid_request_error", Code: &code}
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	var data []map[string]any
+	for _, n := range s.order {
+		data = append(data, map[string]any{"id": n, "object": "model", "created": s.started.Unix(), "owned_by": "zrt"})
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
+}
+
+// health is 200 while the engines make progress or have nothing to do,
+// 503 while draining or when work waits and no step has run lately.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	type modelHealth struct {
+		Model       string  `json:"model"`
+		Steps       uint64  `json:"steps"`
+		LastStepAge float64 `json:"last_step_age_s"`
+		Running     int     `json:"running"`
+		Waiting     int     `json:"waiting"`
+	}
+	status, reason := http.StatusOK, "ok"
+	if s.draining.Load() {
+		status, reason = http.StatusServiceUnavailable, "draining"
+	}
+	var ms []modelHealth
+	for _, n := range s.order {
+		st := s.models[n].Engine.Stats()
+		age := 0.0
+		if !st.LastStep.IsZero() {
+			age = time.Since(st.LastStep).Seconds()
+		}
+		if st.Running+st.Waiting > 0 && (st.LastStep.IsZero() && time.Since(s.started) > 30*time.Second || age > 30) {
+			status, reason = http.StatusServiceUnavailable, "the step loop of "+n+" has not advanced in 30 s with work waiting"
+		}
+		ms = append(ms, modelHealth{n, st.Steps, age, st.Running, st.Waiting})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"status": reason, "models": ms})
+}
+
+// genParams are the sampling fields both completion endpoints share.
+type genParams struct {
+	Model         string          `json:"model"`
+	MaxTokens     *int            `json:"max_tokens"`
+	MaxCompletion *int            `json:"max_completion_tokens"`
+	Temperature   *float64        `json:"temperature"`
+	TopP          *float64        `json:"top_p"`
+	TopK          *int            `json:"top_k"`
+	MinP          *float64        `json:"min_p"`
+	Seed          *int64          `json:"seed"`
+	Stop          json.RawMessage `json:"stop"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	IgnoreEOS        bool            `json:"ignore_eos"`
+	N                *int            `json:"n"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	RepeatPenalty    *float64        `json:"repeat_penalty"`
+	LogitBias        map[string]any  `json:"logit_bias"`
+	Logprobs         json.RawMessage `json:"logprobs"`
+	Tools            json.RawMessage `json:"tools"`
+	ResponseFormat   json.RawMessage `json:"response_format"`
+}
+
+// decodeParams validates the shared fields into the engine's terms.
+func (g *genParams) decodeParams(m *Model) (decode.Params, *apiError) {
+	p := decode.Params{MaxTokens: 16, IgnoreEOS: g.IgnoreEOS, Sampling: sample.Params{Temperature: 1, TopP: 1}}
+	switch {
+	case g.MaxCompletion != nil:
+		p.MaxTokens = *g.MaxCompletion
+	case g.MaxTokens != nil:
+		p.MaxTokens = *g.MaxTokens
+	}
+	if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
+		return p, badRequest("max_tokens", "max_tokens %d must be in [1, %d]", p.MaxTokens, m.ContextLength)
+	}
+	if g.Temperature != nil {
+		if *g.Temperature < 0 || *g.Temperature > 2 {
+			return p, badRequest("temperature", "temperature %v must be in [0, 2]", *g.Temperature)
+		}
+		p.Sampling.Temperature = *g.Temperature
+	}
+	if g.TopP != nil {
+		if *g.TopP <= 0 || *g.TopP > 1 {
+			return p, badRequest("top_p", "top_p %v must be in (0, 1]", *g.TopP)
+		}
+		p.Sampling.TopP = *g.TopP
+	}
+	if g.TopK != nil {
+		if *g.TopK < 0 {
+			return p, badRequest("top_k", "top_k %d must not be negative", *g.TopK)
+		}
+		p.Sampling.TopK = *g.TopK
+	}
+	if g.MinP != nil {
+		if *g.MinP < 0 || *g.MinP > 1 {
+			return p, badRequest("min_p", "min_p %v must be in [0, 1]", *g.MinP)
+		}
+		p.Sampling.MinP = *g.MinP
+	}
+	if g.RepeatPenalty != nil {
+		if *g.RepeatPenalty <= 0 {
+			return p, badRequest("repeat_penalty", "repeat_penalty %v must be positive", *g.RepeatPenalty)
+		}
+		p.Sampling.RepeatPenalty, p.Sampling.RepeatLastN = *g.RepeatPenalty, 64
+	}
+	if g.Seed != nil {
+		p.Sampling.Seed = uint64(*g.Seed)
+	} else {
+		p.Sampling.Seed = uint64(time.Now().UnixNano())
+	}
+	stops, err := stringOrList(g.Stop)
+	if err != nil || len(stops) > 4 {
+		return p, badRequest("stop", "stop must be a string or a list of at most 4 strings")
+	}
+	p.Stops = stops
+	switch {
+	case g.N != nil && *g.N != 1:
+		return p, badRequest("n", "n = %d is not supported: zrt returns one choice", *g.N)
+	case len(g.Tools) > 0 && string(g.Tools) != "null":
+		return p, badRequest("tools", "tools are not supported")
+	case len(g.ResponseFormat) > 0 && string(g.ResponseFormat) != "null" && !strings.Contains(string(g.ResponseFormat), `"text"`):
+		return p, badRequest("response_format", "response_format other than text is not supported")
+	case g.PresencePenalty != nil && *g.PresencePenalty != 0:
+		return p, badRequest("presence_penalty", "presence_penalty is not supported yet")
+	case g.FrequencyPenalty != nil && *g.FrequencyPenalty != 0:
+		return p, badRequest("frequency_penalty", "frequency_penalty is not supported yet")
+	case len(g.LogitBias) > 0:
+		return p, badRequest("logit_bias", "logit_bias is not supported yet")
+	case len(g.Logprobs) > 0 && string(g.Logprobs) != "null" && string(g.Logprobs) != "false" && string(g.Logprobs) != "0":
+		return p, badRequest("logprobs", "logprobs are not supported yet")
+	}
+	return p, nil
+}
+
+func stringOrList(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	err := json.Unmarshal(raw, &many)
+	return many, err
+}
+
+// decodeBody reads a JSON body into v, naming what is wrong.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &apiError{status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body exceeds %d bytes", maxBody), Type: "invalid_request_error"}
+		}
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return badRequest(typeErr.Field, "field %s: %v", typeErr.Field, err)
+		}
+		return badRequest("", "malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// finishReason maps the engine's reasons onto OpenAI's.
+func finishReason(f engine.Finish) string {
+	switch decode.Finish(f) {
+	case decode.EOG, decode.StopString:
+		return "stop"
+	case decode.Length, decode.Context:
+		return "length"
+	}
+	return string(f)
+}
+
+// submit hands a request to the model's engine, mapping refusals to HTTP.
+func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, *apiError) {
+	t := ctx.Value(tenantKey).(*Tenant)
+	if s.draining.Load() {
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error"}
+	}
+	if len(prompt) == 0 {
+		return nil, badRequest("prompt", "the prompt is empty")
+	}
+	if t.MaxContextTokens > 0 && len(prompt)+p.MaxTokens > t.MaxContextTokens {
+		return nil, badRequest("prompt", "prompt of %d tokens plus max_tokens %d exceeds this tenant's %d-token context", len(prompt), p.MaxTokens, t.MaxContextTokens)
+	}
+	for _, id := range prompt {
+		if id < 0 || int(id) >= m.Tok.NVocab() {
+			return nil, badRequest("prompt", "token id %d outside the vocabulary of %d", id, m.Tok.NVocab())
+		}
+	}
+	if st := m.Engine.Stats(); st.Waiting >= s.cfg.QueueDepth {
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error"}
+	}
+	ev, err := m.Engine.Submit(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt, Decode: p})
+	switch {
+	case errors.Is(err, engine.ErrTooLong):
+		return nil, badRequest("prompt", "%v", err)
+	case errors.Is(err, engine.ErrDraining):
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: err.Error(), Type: "server_error"}
+	case err != nil:
+		return nil, badRequest("prompt", "%v", err)
+	}
+	return ev, nil
+}
+
+// usage is OpenAI's usage object.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	Details          struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func usageOf(ev engine.Event) usage {
+	return usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens}
+}
+
+// stream writes the engine's events as server-sent events: chunk(text)
+// builds each delta's object, final(reason) the last one; with
+// includeUsage a usage chunk follows, then [DONE]. A client that goes away
+// cancels the request through its context.
+func stream(w http.ResponseWriter, events <-chan engine.Event, chunk func(string) any, final func(string, *usage) any, includeUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	flusher, _ := w.(http.Flusher)
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if ev.Text != "" {
+				send(chunk(ev.Text))
+			}
+			if ev.Finish == "" {
+				continue
+			}
+			if ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled {
+				send(map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}})
+			} else {
+				u := usageOf(ev)
+				send(final(finishReason(ev.Finish), nil))
+				if includeUsage {
+					send(final("", &u))
+				}
+			}
+			fmt.Fprint(w, "data: [DONE]\n\n")
+			if flusher != nil {
+				flusher.Flush()
+			}
+			return
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+	}
+}
+
+// collect waits for a non-streamed request's events.
+func collect(events <-chan engine.Event) (string, engine.Event) {
+	var text strings.Builder
+	var last engine.Event
+	for ev := range events {
+		text.WriteString(ev.Text)
+		last = ev
+	}
+	return text.String(), last
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		genParams
+		Prompt json.RawMessage `json:"prompt"`
+		Echo   bool            `json:"echo"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	m, aerr := s.model(req.Model)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	p, aerr := req.decodeParams(m)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var prompt []int32
+	var text string
+	if json.Unmarshal(req.Prompt, &text) == nil {
+		prompt = m.Tok.Encode(text, true, true)
+	} else if err := json.Unmarshal(req.Prompt, &prompt); err != nil {
+		writeError(w, badRequest("prompt", "prompt must be a string or an array of token ids"))
+		return
+	} else {
+		text = m.Tok.Decode(prompt)
+	}
+	events, aerr := s.submit(r.Context(), m, prompt, p)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	id, created := fmt.Sprintf("cmpl-%d", s.requests.Add(1)), time.Now().Unix()
+	obj := func(text string, finish *string, u *usage) map[string]any {
+		choices := []map[string]any{{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}
+		if u != nil {
+			choices = []map[string]any{}
+		}
+		o := map[string]any{"id": id, "object": "text_completion", "created": created, "model": m.Name, "choices": choices}
+		if u != nil {
+			o["usage"] = u
+		}
+		return o
+	}
+	if req.Stream {
+		if req.Echo {
+			events = prepend(events, text)
+		}
+		stream(w, events, func(t string) any { return obj(t, nil, nil) },
+			func(reason string, u *usage) any { return obj("", &reason, u) },
+			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	out, last := collect(events)
+	if last.Err != nil || last.Finish == engine.ClientTooSlow || last.Finish == engine.Cancelled {
+		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
+		return
+	}
+	if req.Echo {
+		out = text + out
+	}
+	reason, u := finishReason(last.Finish), usageOf(last)
+	o := obj(out, &reason, nil)
+	o["usage"] = u
+	writeJSON(w, o)
+}
+
+// prepend emits text as the first event, then the engine's.
+func prepend(events <-chan engine.Event, text string) <-chan engine.Event {
+	out := make(chan engine.Event, 1)
+	go func() {
+		defer close(out)
+		out <- engine.Event{Token: -1, Text: text}
+		for ev := range events {
+			out <- ev
+		}
+	}()
+	return out
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		genParams
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	m, aerr := s.model(req.Model)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	p, aerr := req.decodeParams(m)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, badRequest("messages", "messages must not be empty"))
+		return
+	}
+	var msgs []chat.Message
+	for i, msg := range req.Messages {
+		text, err := contentText(msg.Content)
+		if err != nil || msg.Role == "" {
+			writeError(w, badRequest(fmt.Sprintf("messages[%d]", i), "each message needs a role and text content"))
+			return
+		}
+		msgs = append(msgs, chat.Message{Role: msg.Role, Content: text})
+	}
+	prompt, _, err := chat.Prompt(m.Tok, msgs)
+	if err != nil {
+		writeError(w, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
+		return
+	}
+	events, aerr := s.submit(r.Context(), m, prompt, p)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	id, created := fmt.Sprintf("chatcmpl-%d", s.requests.Add(1)), time.Now().Unix()
+	if req.Stream {
+		first := true
+		chunk := func(delta map[string]any, finish *string, u *usage) map[string]any {
+			choices := []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}}
+			if u != nil {
+				choices = []map[string]any{}
+			}
+			o := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": m.Name, "choices": choices}
+			if u != nil {
+				o["usage"] = u
+			}
+			return o
+		}
+		stream(w, events, func(t string) any {
+			d := map[string]any{"content": t}
+			if first {
+				d["role"], first = "assistant", false
+			}
+			return chunk(d, nil, nil)
+		}, func(reason string, u *usage) any { return chunk(map[string]any{}, &reason, u) },
+			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	out, last := collect(events)
+	if last.Err != nil || last.Finish == engine.ClientTooSlow || last.Finish == engine.Cancelled {
+		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
+		return
+	}
+	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name,
+		"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": out}, "finish_reason": finishReason(last.Finish), "logprobs": nil}},
+		"usage":   usageOf(last)})
+}
+
+// contentText accepts a message's content as a string or as a list of
+// text parts.
+func contentText(raw json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part of type %q", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model      string `json:"model"`
+		Content    string `json:"content"`
+		AddSpecial bool   `json:"add_special"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	m, aerr := s.model(req.Model)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	writeJSON(w, map[string]any{"tokens": m.Tok.Encode(req.Content, req.AddSpecial, true)})
+}
+
+func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model  string  `json:"model"`
+		Tokens []int32 `json:"tokens"`
+	}
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	m, aerr := s.model(req.Model)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	for _, id := range req.Tokens {
+		if id < 0 || int(id) >= m.Tok.NVocab() {
+			writeError(w, badRequest("tokens", "token id %d outside the vocabulary of %d", id, m.Tok.NVocab()))
+			return
+		}
+	}
+	writeJSON(w, map[string]any{"content": m.Tok.Decode(req.Tokens)})
+}

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
@@ -42,6 +43,7 @@ type Server struct {
 	started  time.Time
 	draining atomic.Bool
 	requests atomic.Uint64
+	metrics  *metrics
 }
 
 // maxBody bounds a request body.
@@ -55,6 +57,7 @@ func New(cfg *Config, models []*Model, log *slog.Logger) *Server {
 		s.models[m.Name] = m
 		s.order = append(s.order, m.Name)
 	}
+	s.metrics = newMetrics(s)
 	return s
 }
 
@@ -70,6 +73,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /tokenize", s.auth(s.tokenize))
 	mux.HandleFunc("POST /detokenize", s.auth(s.detokenize))
 	mux.HandleFunc("GET /health", s.health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return s.accessLog(mux)
 }
 
@@ -351,9 +355,26 @@ func finishReason(f engine.Finish) string {
 	return string(f)
 }
 
-// submit hands a request to the model's engine, mapping refusals to HTTP.
-func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, *apiError) {
+// reject answers a generation request with an error, counting it against
+// its tenant.
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, err *apiError) {
+	t := r.Context().Value(tenantKey).(*Tenant)
+	s.metrics.rejected.WithLabelValues(t.ID, fmt.Sprint(err.status)).Inc()
+	writeError(w, err)
+}
+
+// submit hands a request to the model's engine, mapping refusals to HTTP;
+// its events reach the caller through the request's metrics.
+func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, func(engine.Event), *apiError) {
 	t := ctx.Value(tenantKey).(*Tenant)
+	ev, aerr := s.admit(ctx, t, m, prompt, p)
+	if aerr != nil {
+		return nil, nil, aerr
+	}
+	return ev, s.metrics.track(m.Name, t.ID).event, nil
+}
+
+func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, *apiError) {
 	if s.draining.Load() {
 		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error"}
 	}
@@ -401,7 +422,7 @@ func usageOf(ev engine.Event) usage {
 // builds each delta's object, final(reason) the last one; with
 // includeUsage a usage chunk follows, then [DONE]. A client that goes away
 // cancels the request through its context.
-func stream(w http.ResponseWriter, events <-chan engine.Event, chunk func(string) any, final func(string, *usage) any, includeUsage bool) {
+func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engine.Event), chunk func(string) any, final func(string, *usage) any, includeUsage bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
@@ -420,6 +441,7 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, chunk func(string
 			if !ok {
 				return
 			}
+			observe(ev)
 			if ev.Text != "" {
 				send(chunk(ev.Text))
 			}
@@ -450,10 +472,11 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, chunk func(string
 }
 
 // collect waits for a non-streamed request's events.
-func collect(events <-chan engine.Event) (string, engine.Event) {
+func collect(events <-chan engine.Event, observe func(engine.Event)) (string, engine.Event) {
 	var text strings.Builder
 	var last engine.Event
 	for ev := range events {
+		observe(ev)
 		text.WriteString(ev.Text)
 		last = ev
 	}
@@ -467,17 +490,17 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		Echo   bool            `json:"echo"`
 	}
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
+		s.reject(w, r, err)
 		return
 	}
 	m, aerr := s.model(req.Model)
 	if aerr != nil {
-		writeError(w, aerr)
+		s.reject(w, r, aerr)
 		return
 	}
 	p, aerr := req.decodeParams(m)
 	if aerr != nil {
-		writeError(w, aerr)
+		s.reject(w, r, aerr)
 		return
 	}
 	var prompt []int32
@@ -485,14 +508,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if json.Unmarshal(req.Prompt, &text) == nil {
 		prompt = m.Tok.Encode(text, true, true)
 	} else if err := json.Unmarshal(req.Prompt, &prompt); err != nil {
-		writeError(w, badRequest("prompt", "prompt must be a string or an array of token ids"))
+		s.reject(w, r, badRequest("prompt", "prompt must be a string or an array of token ids"))
 		return
 	} else {
 		text = m.Tok.Decode(prompt)
 	}
-	events, aerr := s.submit(r.Context(), m, prompt, p)
+	events, observe, aerr := s.submit(r.Context(), m, prompt, p)
 	if aerr != nil {
-		writeError(w, aerr)
+		s.reject(w, r, aerr)
 		return
 	}
 	id, created := fmt.Sprintf("cmpl-%d", s.requests.Add(1)), time.Now().Unix()
@@ -511,14 +534,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		if req.Echo {
 			events = prepend(events, text)
 		}
-		stream(w, events, func(t string) any { return obj(t, nil, nil) },
+		stream(w, events, observe, func(t string) any { return obj(t, nil, nil) },
 			func(reason string, u *usage) any { return obj("", &reason, u) },
 			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	out, last := collect(events)
+	out, last := collect(events, observe)
 	if last.Err != nil || last.Finish == engine.ClientTooSlow || last.Finish == engine.Cancelled {
-		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
 		return
 	}
 	if req.Echo {
@@ -552,40 +575,40 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		} `json:"messages"`
 	}
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
+		s.reject(w, r, err)
 		return
 	}
 	m, aerr := s.model(req.Model)
 	if aerr != nil {
-		writeError(w, aerr)
+		s.reject(w, r, aerr)
 		return
 	}
 	p, aerr := req.decodeParams(m)
 	if aerr != nil {
-		writeError(w, aerr)
+		s.reject(w, r, aerr)
 		return
 	}
 	if len(req.Messages) == 0 {
-		writeError(w, badRequest("messages", "messages must not be empty"))
+		s.reject(w, r, badRequest("messages", "messages must not be empty"))
 		return
 	}
 	var msgs []chat.Message
 	for i, msg := range req.Messages {
 		text, err := contentText(msg.Content)
 		if err != nil || msg.Role == "" {
-			writeError(w, badRequest(fmt.Sprintf("messages[%d]", i), "each message needs a role and text content"))
+			s.reject(w, r, badRequest(fmt.Sprintf("messages[%d]", i), "each message needs a role and text content"))
 			return
 		}
 		msgs = append(msgs, chat.Message{Role: msg.Role, Content: text})
 	}
 	prompt, _, err := chat.Prompt(m.Tok, msgs)
 	if err != nil {
-		writeError(w, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
+		s.reject(w, r, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
 		return
 	}
-	events, aerr := s.submit(r.Context(), m, prompt, p)
+	events, observe, aerr := s.submit(r.Context(), m, prompt, p)
 	if aerr != nil {
-		writeError(w, aerr)
+		s.reject(w, r, aerr)
 		return
 	}
 	id, created := fmt.Sprintf("chatcmpl-%d", s.requests.Add(1)), time.Now().Unix()
@@ -602,7 +625,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			}
 			return o
 		}
-		stream(w, events, func(t string) any {
+		stream(w, events, observe, func(t string) any {
 			d := map[string]any{"content": t}
 			if first {
 				d["role"], first = "assistant", false
@@ -612,9 +635,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	out, last := collect(events)
+	out, last := collect(events, observe)
 	if last.Err != nil || last.Finish == engine.ClientTooSlow || last.Finish == engine.Cancelled {
-		writeError(w, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
 		return
 	}
 	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name,

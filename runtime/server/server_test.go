@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -223,4 +224,45 @@ func TestOpenAIClient(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("health: %v %v", resp, err)
 	}
+
+	// 24 tokens from each of the plain, streamed and token-prompt
+	// completions, the stopped one's count, 16 from each chat, and 1 from
+	// the request with an unknown field.
+	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1
+
+	// Metrics: the vLLM names with their model_name label, and per-tenant
+	// tokens adding up to what the requests above reported.
+	resp, err = http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`vllm:num_requests_running{model_name="stories260K"} 0`,
+		`vllm:num_requests_waiting{model_name="stories260K"} 0`,
+		`vllm:kv_cache_usage_perc{model_name="stories260K"} 0`,
+		fmt.Sprintf(`vllm:generation_tokens_total{model_name="stories260K"} %d`, generated),
+		`vllm:time_to_first_token_seconds_count{model_name="stories260K"} 7`,
+		fmt.Sprintf(`zrt_tenant_tokens_total{kind="generated",tenant="alpha"} %d`, generated),
+		`zrt_tenant_rejected_total{status="400",tenant="alpha"}`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, grepLines(string(b), "generation_tokens|tenant_|first_token_seconds_count"))
+		}
+	}
+}
+
+// grepLines returns the lines of text containing any of the |-separated words.
+func grepLines(text, words string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		for _, w := range strings.Split(words, "|") {
+			if strings.Contains(l, w) && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

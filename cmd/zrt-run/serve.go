@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
-	"github.com/zrtdev/zrt/runtime/engine/sched"
 	"github.com/zrtdev/zrt/runtime/server"
 )
 
@@ -135,10 +134,11 @@ up to --drain-timeout, and exits 0.
 	return c
 }
 
-// newEngine makes a model's engine from the server config and the
-// program's limits.
+// newEngine makes a model's engine from the server config, with the
+// program's slots and largest prefill variant where the config is silent.
 func newEngine(p *runtime.Program, cfg *server.Config) (*engine.Engine, error) {
-	ec := engine.Config{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: p.Hparams.ContextLength, Reserved: map[string]int{}}
+	ec := cfg.EngineConfig()
+	ec.ContextLength = p.Hparams.ContextLength
 	if ec.Slots == 0 {
 		ec.Slots = p.Slots()
 	}
@@ -149,13 +149,5 @@ func newEngine(p *runtime.Program, cfg *server.Config) (*engine.Engine, error) {
 			}
 		}
 	}
-	limits := map[string]sched.Limits{}
-	for _, t := range cfg.Tenants {
-		limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
-		if t.ReservedKVPages > 0 {
-			ec.Reserved[t.ID] = t.ReservedKVPages
-		}
-	}
-	ec.Tenants = func(id string) sched.Limits { return limits[id] }
 	return engine.New(p, p.Tok, ec)
 }

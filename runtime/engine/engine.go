@@ -19,6 +19,7 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine/kvpool"
+	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -51,6 +52,10 @@ type Config struct {
 	// Reserved sets aside KV pages per tenant that no other tenant may
 	// take.
 	Reserved map[string]int
+	// Rates gives each tenant's rate limits (nil: none).
+	Rates func(tenant string) quota.Rates
+	// Now is the clock rate limits use (nil: time.Now).
+	Now func() time.Time
 }
 
 // Request is one generation request.
@@ -82,6 +87,21 @@ const (
 	Failed        Finish = "error"           // a step failed
 )
 
+// RateLimitError refuses a request whose tenant is over a rate limit; it
+// would be admitted after RetryAfter (never, when RetryAfter < 0: the
+// request alone exceeds a minute's tokens).
+type RateLimitError struct {
+	Tenant     string
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	if e.RetryAfter < 0 {
+		return fmt.Sprintf("engine: the request exceeds tenant %s's tokens per minute", e.Tenant)
+	}
+	return fmt.Sprintf("engine: tenant %s is over its rate limit; retry after %.1f s", e.Tenant, e.RetryAfter.Seconds())
+}
+
 // Admission errors: a request that can never run is refused at Submit.
 var (
 	ErrTooLong  = errors.New("engine: prompt and max tokens exceed the context")
@@ -91,9 +111,10 @@ var (
 
 // Engine is the serving engine.
 type Engine struct {
-	m   Model
-	tok *tokenizer.Tokenizer
-	cfg Config
+	m     Model
+	tok   *tokenizer.Tokenizer
+	cfg   Config
+	rates *quota.Limiter
 
 	mu       sync.Mutex // guards arrivals, draining and stats
 	arrivals []*request
@@ -153,7 +174,13 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.Tenants == nil {
 		cfg.Tenants = func(string) sched.Limits { return sched.Limits{} }
 	}
-	e := &Engine{m: m, tok: tok, cfg: cfg, pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
+	if cfg.Rates == nil {
+		cfg.Rates = func(string) quota.Rates { return quota.Rates{} }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	e := &Engine{m: m, tok: tok, cfg: cfg, rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
 	e.stats.Finished = map[Finish]uint64{}
 	for t, n := range cfg.Reserved {
 		if err := e.pool.Reserve(t, n); err != nil {
@@ -180,6 +207,9 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 	}
 	if lim := e.cfg.Tenants(r.Tenant); lim.MaxPages > 0 && need > lim.MaxPages {
 		return nil, fmt.Errorf("%w: needs %d KV pages, tenant %s may hold %d", ErrTooLong, need, r.Tenant, lim.MaxPages)
+	}
+	if ok, wait := e.rates.Admit(r.Tenant, n, e.cfg.Now()); !ok {
+		return nil, &RateLimitError{Tenant: r.Tenant, RetryAfter: wait}
 	}
 	r.Decode.ContextLength = e.cfg.ContextLength
 	req := &request{Request: r, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: need,

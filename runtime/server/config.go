@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
 )
 
@@ -40,6 +42,10 @@ type Tenant struct {
 	ReservedKVPages int `toml:"reserved_kv_pages"`
 	// MaxContextTokens refuses longer prompts with 400.
 	MaxContextTokens int `toml:"max_context_tokens"`
+	// Rate limits: over them a request is refused with 429 and
+	// Retry-After. Tokens count the prompt plus max_tokens.
+	TokensPerMinute   int `toml:"tokens_per_minute"`
+	RequestsPerMinute int `toml:"requests_per_minute"`
 	// Admin may read every tenant's usage.
 	Admin bool `toml:"admin"`
 
@@ -113,7 +119,7 @@ func (c *Config) validate() error {
 		if len(t.hashes) == 0 {
 			keyless++
 		}
-		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.MaxContextTokens < 0 {
+		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.MaxContextTokens < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
 			return fmt.Errorf("server config: tenant %s: limits must not be negative", t.ID)
 		}
 	}
@@ -121,4 +127,23 @@ func (c *Config) validate() error {
 		return fmt.Errorf("server config: with several tenants every tenant needs an API key (a request must say whose it is)")
 	}
 	return nil
+}
+
+// EngineConfig is the engine policy the config describes: slots and
+// chunk_cap (0 where the file leaves them to the bundle), each tenant's
+// scheduling limits, reserved pages and rate limits.
+func (c *Config) EngineConfig() engine.Config {
+	limits := map[string]sched.Limits{}
+	rates := map[string]quota.Rates{}
+	ec := engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, Reserved: map[string]int{}}
+	for _, t := range c.Tenants {
+		limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
+		rates[t.ID] = quota.Rates{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
+		if t.ReservedKVPages > 0 {
+			ec.Reserved[t.ID] = t.ReservedKVPages
+		}
+	}
+	ec.Tenants = func(id string) sched.Limits { return limits[id] }
+	ec.Rates = func(id string) quota.Rates { return rates[id] }
+	return ec
 }

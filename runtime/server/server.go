@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -79,11 +81,12 @@ func (s *Server) Handler() http.Handler {
 
 // apiError is the OpenAI error object.
 type apiError struct {
-	status  int
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
+	status     int
+	retryAfter int     // seconds, for 429 and 503
+	Message    string  `json:"message"`
+	Type       string  `json:"type"`
+	Param      *string `json:"param"`
+	Code       *string `json:"code"`
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -97,6 +100,9 @@ func badRequest(param, format string, args ...any) *apiError {
 }
 
 func writeError(w http.ResponseWriter, err *apiError) {
+	if err.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(err.retryAfter))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(err.status)
 	json.NewEncoder(w).Encode(map[string]any{"error": err})
@@ -376,7 +382,7 @@ func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, p decode.
 
 func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, *apiError) {
 	if s.draining.Load() {
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error"}
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error", retryAfter: 5}
 	}
 	if len(prompt) == 0 {
 		return nil, badRequest("prompt", "the prompt is empty")
@@ -390,10 +396,17 @@ func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32,
 		}
 	}
 	if st := m.Engine.Stats(); st.Waiting >= s.cfg.QueueDepth {
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error"}
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error", retryAfter: 1}
 	}
 	ev, err := m.Engine.Submit(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt, Decode: p})
+	var rate *engine.RateLimitError
 	switch {
+	case errors.As(err, &rate) && rate.RetryAfter < 0:
+		return nil, badRequest("max_tokens", "%v", err)
+	case errors.As(err, &rate):
+		code := "rate_limit_exceeded"
+		return nil, &apiError{status: http.StatusTooManyRequests, Message: err.Error(), Type: "rate_limit_error", Code: &code,
+			retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
 	case errors.Is(err, engine.ErrTooLong):
 		return nil, badRequest("prompt", "%v", err)
 	case errors.Is(err, engine.ErrDraining):

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,6 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
-	"github.com/zrtdev/zrt/runtime/engine/sched"
 	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/server"
 )
@@ -49,14 +49,17 @@ api_keys = ["sk-alpha"]
 qos = "interactive"
 [[tenant]]
 id = "beta"
-api_key_hashes = ["sha256:`+"9a1b8c2f2c7b0e2f6e4a0e2b5b7a4b3c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a"+`"]
+api_key_hashes = ["sha256:`+fmt.Sprintf("%x", sha256.Sum256([]byte("sk-beta")))+`"]
 max_context_tokens = 64
+requests_per_minute = 2
 `), 0o644)
 	cfg, err := server.LoadConfig(srvCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(p, p.Tok, engine.Config{Slots: 4, ChunkCap: 64, Tenants: func(string) sched.Limits { return sched.Limits{} }})
+	ec := cfg.EngineConfig()
+	ec.Slots, ec.ChunkCap = 4, 64
+	e, err := engine.New(p, p.Tok, ec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +228,30 @@ func TestOpenAIClient(t *testing.T) {
 		t.Errorf("health: %v %v", resp, err)
 	}
 
+	// Tenant beta, by its hashed key: its context limit, then its two
+	// requests a minute, the third refused with 429 and Retry-After.
+	beta := client(url, "sk-beta")
+	short := openai.CompletionNewParams{Model: "stories260K", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once")}, MaxTokens: openai.Int(2)}
+	long := short
+	long.MaxTokens = openai.Int(100)
+	if _, err := beta.Completions.New(ctx, long); status(err) != http.StatusBadRequest {
+		t.Errorf("beyond beta's context: %v", err)
+	}
+	for i := range 2 {
+		if _, err := beta.Completions.New(ctx, short); err != nil {
+			t.Fatalf("beta request %d: %v", i, err)
+		}
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(`{"prompt": "Once", "max_tokens": 2}`))
+	req.Header.Set("Authorization", "Bearer sk-beta")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("beta over its rate: %v %v", resp, err)
+	}
+
 	// 24 tokens from each of the plain, streamed and token-prompt
 	// completions, the stopped one's count, 16 from each chat, and 1 from
 	// the request with an unknown field.
-	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1
+	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1 // alpha's
 
 	// Metrics: the vLLM names with their model_name label, and per-tenant
 	// tokens adding up to what the requests above reported.
@@ -242,8 +265,9 @@ func TestOpenAIClient(t *testing.T) {
 		`vllm:num_requests_running{model_name="stories260K"} 0`,
 		`vllm:num_requests_waiting{model_name="stories260K"} 0`,
 		`vllm:kv_cache_usage_perc{model_name="stories260K"} 0`,
-		fmt.Sprintf(`vllm:generation_tokens_total{model_name="stories260K"} %d`, generated),
-		`vllm:time_to_first_token_seconds_count{model_name="stories260K"} 7`,
+		fmt.Sprintf(`vllm:generation_tokens_total{model_name="stories260K"} %d`, generated+2*2),
+		`vllm:time_to_first_token_seconds_count{model_name="stories260K"} 9`,
+		`zrt_tenant_rejected_total{status="429",tenant="beta"} 1`,
 		fmt.Sprintf(`zrt_tenant_tokens_total{kind="generated",tenant="alpha"} %d`, generated),
 		`zrt_tenant_rejected_total{status="400",tenant="alpha"}`,
 	} {

@@ -67,9 +67,12 @@ type Request struct {
 }
 
 // Event is one thing that happened to a request: a token (with the text it
-// completes), or its end.
+// completes), a preemption, or its end.
 type Event struct {
 	Token  int32  // -1 when the event carries no token
+	// Preempted says the request lost its slot to a more urgent one; it
+	// keeps its KV pages and resumes where it stopped.
+	Preempted bool
 	Text   string // output that may be shown now
 	Finish Finish // set on the last event
 	Err    error  // why the request failed (Finish == Failed)
@@ -151,6 +154,7 @@ type Stats struct {
 	Waiting, Running        int
 	PagesFree, PagesTotal   int
 	PromptTokens, Generated uint64
+	Preemptions             uint64
 	Finished                map[Finish]uint64
 }
 
@@ -248,6 +252,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, r := range e.reqs {
 		byID[r.id] = r
 	}
+	for _, id := range plan.Preempt {
+		e.preempt(byID[id])
+	}
 	for _, id := range plan.Admit {
 		e.admit(byID[id])
 	}
@@ -289,18 +296,35 @@ func (e *Engine) input() sched.Input {
 	}
 	for _, r := range e.reqs {
 		in.Seqs = append(in.Seqs, sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
-			Prompt: len(r.Prompt), Done: r.done, Pages: r.need, Running: r.slot >= 0})
+			Prompt: len(r.Prompt), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0})
 	}
 	return in
 }
 
-// admit gives r a slot and every page it can need.
+// preempt takes r's slot at a step boundary; r keeps its pages, tokens
+// and decoder, and resumes when the scheduler admits it again.
+func (e *Engine) preempt(r *request) {
+	if r.QoS == sched.Interactive {
+		panic("engine: the scheduler preempted an interactive request")
+	}
+	e.slots[r.slot], r.slot = nil, -1
+	e.mu.Lock()
+	e.stats.Preemptions++
+	e.mu.Unlock()
+	e.send(r, Event{Token: -1, Preempted: true})
+}
+
+// admit gives r a slot and, unless it resumes with them, every page it can
+// need.
 func (e *Engine) admit(r *request) {
 	for i, s := range e.slots {
 		if s == nil {
 			e.slots[i], r.slot = r, i
 			break
 		}
+	}
+	if len(r.pages) > 0 {
+		return // resumed after a preemption
 	}
 	for range r.need {
 		pg, ok := e.pool.Alloc(r.Tenant)

@@ -11,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
 	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
@@ -85,19 +86,31 @@ func TestServesLikeAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var streams []<-chan engine.Event
-	for _, j := range jobs {
-		ev, err := e.Submit(ctx, engine.Request{Tenant: "t", Prompt: j.prompt, Decode: j.params})
+	// The first half as batch requests fill every slot; a few steps later
+	// the second half arrives as interactive and preempts them, which
+	// resume afterwards where they stopped.
+	streams := make([]<-chan engine.Event, len(jobs))
+	submit := func(i int, q sched.QoS) {
+		ev, err := e.Submit(ctx, engine.Request{Tenant: "t", QoS: q, Prompt: jobs[i].prompt, Decode: jobs[i].params})
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams = append(streams, ev)
+		streams[i] = ev
+	}
+	for i := range len(jobs) / 2 {
+		submit(i, sched.Batch)
 	}
 	got := make([][]int32, len(jobs))
+	preempted := 0
 	open := len(jobs)
 	for steps := 0; open > 0; steps++ {
 		if steps > 10000 {
 			t.Fatal("the engine did not finish")
+		}
+		if steps == 3 {
+			for i := len(jobs) / 2; i < len(jobs); i++ {
+				submit(i, sched.Interactive)
+			}
 		}
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
@@ -114,6 +127,12 @@ func TestServesLikeAlone(t *testing.T) {
 					if x.Token >= 0 {
 						got[i] = append(got[i], x.Token)
 					}
+					if x.Preempted {
+						if i >= len(jobs)/2 {
+							t.Errorf("interactive request %d was preempted", i)
+						}
+						preempted++
+					}
 				default:
 					drained = true
 				}
@@ -126,7 +145,10 @@ func TestServesLikeAlone(t *testing.T) {
 		}
 	}
 	s := e.Stats()
-	t.Logf("%d requests in %d steps; pages free %d/%d; endings %v", len(jobs), s.Steps, s.PagesFree, s.PagesTotal, s.Finished)
+	t.Logf("%d requests in %d steps, %d preemptions; pages free %d/%d; endings %v", len(jobs), s.Steps, preempted, s.PagesFree, s.PagesTotal, s.Finished)
+	if preempted == 0 {
+		t.Error("no batch request was preempted: the test does not exercise resuming")
+	}
 	if s.PagesFree != s.PagesTotal {
 		t.Errorf("%d pages still in use", s.PagesTotal-s.PagesFree)
 	}

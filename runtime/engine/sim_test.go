@@ -115,7 +115,7 @@ func TestSimulation(t *testing.T) {
 
 func simulate(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 40, last: map[int]int32{}}
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}}
 	limits := map[string]sched.Limits{"a": {MaxSlots: 3}, "b": {MaxPages: 12}, "c": {}}
 	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
 		Tenants: func(tn string) sched.Limits { return limits[tn] }})
@@ -150,7 +150,9 @@ func simulate(t *testing.T, seed uint64, steps int) {
 					}
 					continue
 				}
-				c.got++
+				if ev.Token >= 0 {
+					c.got++
+				}
 			default:
 				if !all {
 					return
@@ -204,7 +206,8 @@ func simulate(t *testing.T, seed uint64, steps int) {
 				served[r.Slot] = true
 			}
 			for r := range running {
-				if r.events != nil && !served[r.slot] && r.ctx.Err() == nil {
+				preempted := r.slot < 0
+				if r.events != nil && !preempted && !served[r.slot] && r.ctx.Err() == nil {
 					t.Fatalf("seed %d step %d: decoding request %d in slot %d got no row", seed, step, r.id, r.slot)
 				}
 			}
@@ -237,7 +240,10 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	if ended != uint64(len(clients)) {
 		t.Fatalf("seed %d: %d requests, %d ended (%v)", seed, len(clients), ended, s.Finished)
 	}
-	t.Logf("seed %d: %d requests, %d steps computed, endings %v", seed, len(clients), s.Steps, s.Finished)
+	if s.Preemptions == 0 {
+		t.Errorf("seed %d: no preemption happened: the simulation does not exercise it", seed)
+	}
+	t.Logf("seed %d: %d requests, %d steps computed, %d preemptions, endings %v", seed, len(clients), s.Steps, s.Preemptions, s.Finished)
 }
 
 func btoi(b bool) int {
@@ -262,8 +268,8 @@ func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64,
 			}
 			slots[r.Tenant]++
 			pages[r.Tenant] += len(r.pages)
-		} else if len(r.pages) > 0 {
-			t.Fatalf("seed %d step %d: waiting request %d holds pages", seed, step, r.id)
+		} else if len(r.pages) > 0 && r.QoS == sched.Interactive {
+			t.Fatalf("seed %d step %d: interactive request %d waits holding pages: it was preempted", seed, step, r.id)
 		}
 	}
 	if err := e.pool.Check(holders); err != nil {

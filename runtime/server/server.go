@@ -455,6 +455,15 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 				return
 			}
 			observe(ev)
+			if ev.Preempted {
+				// A comment line, which OpenAI clients skip; a named event
+				// would break them.
+				fmt.Fprint(w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
+				if flusher != nil {
+					flusher.Flush()
+				}
+				continue
+			}
 			if ev.Text != "" {
 				send(chunk(ev.Text))
 			}

@@ -63,6 +63,9 @@ type Seq struct {
 	// request never waits for a page.
 	Pages   int
 	Running bool // admitted: holds a slot and its pages
+	// Paged is set for a request that holds its pages without a slot:
+	// preempted, it resumes where it stopped without asking for pages.
+	Paged bool
 }
 
 // Prefilling reports whether the request still has prompt rows to compute.
@@ -94,14 +97,17 @@ type Chunk struct {
 
 // Plan is one step's decision.
 type Plan struct {
-	Admit []uint64 // newly admitted, in admission order
+	// Preempt lose their slots before the step (keeping their pages), to
+	// admit requests of a more urgent class; never an interactive one.
+	Preempt []uint64
+	Admit   []uint64 // newly admitted or resumed, in admission order
 	Rows  []Chunk  // decode rows first, then prefill chunks
 	NRows int      // sum of Rows' N
 }
 
 func (p Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "admit %v rows %d:", p.Admit, p.NRows)
+	fmt.Fprintf(&b, "preempt %v admit %v rows %d:", p.Preempt, p.Admit, p.NRows)
 	for _, c := range p.Rows {
 		fmt.Fprintf(&b, " %d@%d+%d", c.ID, c.From, c.N)
 		if c.Logits {
@@ -111,12 +117,15 @@ func (p Plan) String() string {
 	return b.String()
 }
 
-// Schedule decides one step. Every running request that is decoding gets
-// its row (decode first, so a long prompt delays no running decode by more
-// than one chunk); waiting requests are admitted by class, then arrival,
-// while a slot is free, their tenant is under its limits and the pages
-// they need are available; prefill chunks then fill the rest of the
-// budget, running requests before newly admitted ones.
+// Schedule decides one step. Waiting requests are admitted by class, then
+// arrival, while a slot is free, their tenant is under its limits and the
+// pages they need are available (a preempted request already holds its
+// own); when only a slot is missing, a running request of a less urgent
+// class — batch before standard, the latest arrival first, never an
+// interactive one — is preempted for it. Every running request that is
+// decoding then gets its row (decode first, so a long prompt delays no
+// running decode by more than one chunk), and prefill chunks fill the rest
+// of the budget, running requests before newly admitted ones.
 func Schedule(in Input) Plan {
 	var p Plan
 	seqs := make([]*Seq, len(in.Seqs))
@@ -150,25 +159,63 @@ func Schedule(in Input) Plan {
 	freePages := in.FreePages
 	free := in.FreeSlots
 	for _, s := range seqs {
-		if s.Running || free == 0 {
+		if s.Paged {
+			pages[s.Tenant] += s.Pages // held while it waits to resume
+		}
+	}
+	// victims are the running requests that may be preempted, the first
+	// to go last.
+	var victims []*Seq
+	for _, s := range seqs {
+		if s.Running && s.QoS != Interactive {
+			victims = append(victims, s)
+		}
+	}
+	sort.SliceStable(victims, func(a, b int) bool {
+		x, y := victims[a], victims[b]
+		if x.QoS != y.QoS {
+			return x.QoS < y.QoS
+		}
+		return x.Arrival < y.Arrival
+	})
+	for _, s := range seqs {
+		if s.Running {
 			continue
+		}
+		need := s.Pages
+		if s.Paged {
+			need = 0
 		}
 		lim := in.Limits(s.Tenant)
 		switch {
 		case lim.MaxSlots > 0 && slots[s.Tenant] >= lim.MaxSlots:
 			continue
-		case lim.MaxPages > 0 && pages[s.Tenant]+s.Pages > lim.MaxPages:
+		case !s.Paged && lim.MaxPages > 0 && pages[s.Tenant]+s.Pages > lim.MaxPages:
 			continue
-		case freePages-(heldBack-reserved[s.Tenant]) < s.Pages:
+		case freePages-(heldBack-reserved[s.Tenant]) < need:
 			continue // the floating pool and its own reservation cannot cover it
 		}
-		fromReserve := min(s.Pages, reserved[s.Tenant])
+		if free == 0 {
+			n := len(victims)
+			if n == 0 || victims[n-1].QoS <= s.QoS {
+				continue
+			}
+			v := victims[n-1]
+			victims = victims[:n-1]
+			v.Running, v.Paged = false, true
+			slots[v.Tenant]--
+			free++
+			p.Preempt = append(p.Preempt, v.ID)
+		}
+		fromReserve := min(need, reserved[s.Tenant])
 		reserved[s.Tenant] -= fromReserve
 		heldBack -= fromReserve
-		freePages -= s.Pages
+		freePages -= need
 		free--
 		slots[s.Tenant]++
-		pages[s.Tenant] += s.Pages
+		if !s.Paged {
+			pages[s.Tenant] += s.Pages
+		}
 		s.Running = true
 		p.Admit = append(p.Admit, s.ID)
 	}

@@ -69,13 +69,13 @@ type Request struct {
 // Event is one thing that happened to a request: a token (with the text it
 // completes), a preemption, or its end.
 type Event struct {
-	Token  int32  // -1 when the event carries no token
+	Token int32 // -1 when the event carries no token
 	// Preempted says the request lost its slot to a more urgent one; it
 	// keeps its KV pages and resumes where it stopped.
 	Preempted bool
-	Text   string // output that may be shown now
-	Finish Finish // set on the last event
-	Err    error  // why the request failed (Finish == Failed)
+	Text      string // output that may be shown now
+	Finish    Finish // set on the last event
+	Err       error  // why the request failed (Finish == Failed)
 	// Usage, on the last event.
 	PromptTokens, CompletionTokens int
 }

@@ -101,8 +101,8 @@ type Plan struct {
 	// admit requests of a more urgent class; never an interactive one.
 	Preempt []uint64
 	Admit   []uint64 // newly admitted or resumed, in admission order
-	Rows  []Chunk  // decode rows first, then prefill chunks
-	NRows int      // sum of Rows' N
+	Rows    []Chunk  // decode rows first, then prefill chunks
+	NRows   int      // sum of Rows' N
 }
 
 func (p Plan) String() string {

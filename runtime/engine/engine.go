@@ -19,6 +19,7 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine/kvpool"
+	"github.com/zrtdev/zrt/runtime/engine/prefix"
 	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
@@ -56,6 +57,11 @@ type Config struct {
 	Rates func(tenant string) quota.Rates
 	// Now is the clock rate limits use (nil: time.Now).
 	Now func() time.Time
+	// NoPrefixCache turns the prefix cache off.
+	NoPrefixCache bool
+	// Scope names the prefix-cache scope of a tenant: tenants of one scope
+	// may share cached prompt pages (nil: each tenant its own).
+	Scope func(tenant string) string
 }
 
 // Request is one generation request.
@@ -76,8 +82,9 @@ type Event struct {
 	Text      string // output that may be shown now
 	Finish    Finish // set on the last event
 	Err       error  // why the request failed (Finish == Failed)
-	// Usage, on the last event.
-	PromptTokens, CompletionTokens int
+	// Usage, on the last event: CachedTokens of the prompt came from the
+	// prefix cache instead of being computed.
+	PromptTokens, CompletionTokens, CachedTokens int
 }
 
 // Finish says why a request ended: decode's reasons, or the engine's.
@@ -126,8 +133,9 @@ type Engine struct {
 
 	// Owned by the step loop.
 	pool     *kvpool.Pool
-	reqs     []*request // admitted and waiting, in arrival order
-	slots    []*request // by slot; nil = free
+	prefix   *prefix.Cache // nil when off
+	reqs     []*request    // admitted and waiting, in arrival order
+	slots    []*request    // by slot; nil = free
 	nextID   uint64
 	logits   []float32
 	stepping sync.Mutex // one Step at a time
@@ -142,9 +150,11 @@ type request struct {
 	dec    *decode.Decoder
 	slot   int // -1 until admitted
 	pages  []uint32
-	tokens []int32 // prompt, then generated tokens
-	done   int     // tokens in the KV cache
-	need   int     // pages for its longest possible sequence
+	tokens []int32  // prompt, then generated tokens
+	done   int      // tokens in the KV cache
+	need   int      // pages for its longest possible sequence
+	keys   []uint64 // prefix-cache keys of its prompt's full chunks
+	cached int      // prompt tokens mapped from the prefix cache
 }
 
 // Stats is a snapshot for metrics, health and the status page.
@@ -155,7 +165,11 @@ type Stats struct {
 	PagesFree, PagesTotal   int
 	PromptTokens, Generated uint64
 	Preemptions             uint64
-	Finished                map[Finish]uint64
+	// PrefixQueried and PrefixHit count prompt tokens looked up in the
+	// prefix cache and found there (vLLM counts its cache in tokens too).
+	PrefixQueried, PrefixHit uint64
+	PrefixPages              int
+	Finished                 map[Finish]uint64
 }
 
 // New returns an engine over m with the vocabulary tok.
@@ -184,8 +198,14 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Scope == nil {
+		cfg.Scope = func(tenant string) string { return tenant }
+	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
 	e.stats.Finished = map[Finish]uint64{}
+	if !cfg.NoPrefixCache {
+		e.prefix = prefix.New()
+	}
 	for t, n := range cfg.Reserved {
 		if err := e.pool.Reserve(t, n); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
@@ -235,6 +255,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, r := range e.arrivals {
 		e.nextID++
 		r.id = e.nextID
+		if e.prefix != nil {
+			r.keys = e.prefix.Keys(e.cfg.Scope(r.Tenant), r.Prompt)
+		}
 		e.reqs = append(e.reqs, r)
 	}
 	e.arrivals = e.arrivals[:0]
@@ -246,6 +269,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		}
 	}
 	e.compact()
+	e.evict()
 
 	plan := sched.Schedule(e.input())
 	byID := map[uint64]*request{}
@@ -295,8 +319,14 @@ func (e *Engine) input() sched.Input {
 		}
 	}
 	for _, r := range e.reqs {
-		in.Seqs = append(in.Seqs, sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
-			Prompt: len(r.Prompt), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0})
+		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
+			Prompt: len(r.Prompt), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
+		if hits := e.hits(r); hits > 0 {
+			// It would start after its cached chunks, needing that many
+			// fewer pages of its own.
+			s.Done, s.Pages = hits*kernels.KVPageTokens, r.need-hits
+		}
+		in.Seqs = append(in.Seqs, s)
 	}
 	return in
 }
@@ -326,7 +356,20 @@ func (e *Engine) admit(r *request) {
 	if len(r.pages) > 0 {
 		return // resumed after a preemption
 	}
-	for range r.need {
+	if e.prefix != nil {
+		hits := e.prefix.Lookup(r.keys)
+		for _, pg := range hits {
+			e.pool.Ref(pg)
+		}
+		r.pages = append(r.pages, hits...)
+		r.done = len(hits) * kernels.KVPageTokens
+		r.cached = r.done
+		e.mu.Lock()
+		e.stats.PrefixQueried += uint64(len(r.Prompt))
+		e.stats.PrefixHit += uint64(r.cached)
+		e.mu.Unlock()
+	}
+	for len(r.pages) < r.need {
 		pg, ok := e.pool.Alloc(r.Tenant)
 		if !ok {
 			panic("engine: the scheduler admitted a request whose pages are not available")
@@ -390,7 +433,7 @@ func (e *Engine) finish(r *request, last Event) {
 	if r.events == nil {
 		return // already finished
 	}
-	last.PromptTokens, last.CompletionTokens = len(r.Prompt), r.dec.Generated()
+	last.PromptTokens, last.CompletionTokens, last.CachedTokens = len(r.Prompt), r.dec.Generated(), r.cached
 	select {
 	case r.events <- last:
 	default:
@@ -407,6 +450,9 @@ func (e *Engine) finish(r *request, last Event) {
 	}
 	close(r.events)
 	r.events = nil
+	if last.Finish != Failed {
+		e.remember(r)
+	}
 	for _, pg := range r.pages {
 		e.pool.Release(pg)
 	}
@@ -419,6 +465,58 @@ func (e *Engine) finish(r *request, last Event) {
 	e.stats.PromptTokens += uint64(len(r.Prompt))
 	e.stats.Generated += uint64(last.CompletionTokens)
 	e.mu.Unlock()
+}
+
+// hits is how many of a waiting request's leading chunks are cached now.
+func (e *Engine) hits(r *request) int {
+	if e.prefix == nil || r.slot >= 0 || len(r.pages) > 0 {
+		return 0
+	}
+	n := 0
+	for n < len(r.keys) && e.prefix.Has(r.keys[n]) {
+		n++
+	}
+	return n
+}
+
+// remember indexes the pages of r's prompt chunks that are complete in the
+// KV cache, so a later request with the same prefix can map them; the
+// cache holds its own reference to each.
+func (e *Engine) remember(r *request) {
+	if e.prefix == nil {
+		return
+	}
+	for i, k := range r.keys {
+		if (i+1)*kernels.KVPageTokens > r.done || i >= len(r.pages) {
+			break
+		}
+		if !e.prefix.Has(k) {
+			e.pool.Ref(r.pages[i])
+			e.prefix.Insert(k, r.pages[i], r.Tenant)
+		}
+	}
+}
+
+// evict frees cached pages no request maps, least recently used first,
+// until the largest waiting request's pages fit in the free pool.
+func (e *Engine) evict() {
+	if e.prefix == nil {
+		return
+	}
+	want := 0
+	for _, r := range e.reqs {
+		if r.slot < 0 && len(r.pages) == 0 {
+			want = max(want, r.need)
+		}
+	}
+	inUse := func(pg uint32) bool { return e.pool.Refs(pg) > 1 }
+	for e.pool.Free() < want {
+		pg, ok := e.prefix.Evict(inUse)
+		if !ok {
+			return
+		}
+		e.pool.Release(pg)
+	}
 }
 
 // compact drops finished requests.
@@ -450,6 +548,9 @@ func (e *Engine) publish(computed bool) {
 		}
 	}
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
+	if e.prefix != nil {
+		e.stats.PrefixPages = e.prefix.Len()
+	}
 }
 
 // Stats returns a snapshot.

@@ -149,7 +149,77 @@ func TestServesLikeAlone(t *testing.T) {
 	if preempted == 0 {
 		t.Error("no batch request was preempted: the test does not exercise resuming")
 	}
-	if s.PagesFree != s.PagesTotal {
-		t.Errorf("%d pages still in use", s.PagesTotal-s.PagesFree)
+	if s.PagesFree+s.PrefixPages != s.PagesTotal {
+		t.Errorf("%d pages still in use besides the %d the prefix cache keeps", s.PagesTotal-s.PagesFree-s.PrefixPages, s.PrefixPages)
+	}
+}
+
+// TestPrefixCache: a second request with the same long prompt maps the
+// first one's prompt pages and skips their prefill (counted), with the
+// same tokens; a tenant in another scope gets no hit.
+func TestPrefixCache(t *testing.T) {
+	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "m.toml")
+	os.WriteFile(cfg, []byte("context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [64]\nkv_pages = 40\n"), 0o644)
+	out := filepath.Join(dir, "b")
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := p.Tok.Encode("Lily and Ben went to the park to play with a big red ball. They ran and laughed all day, and when the sun went down they went home", true, false)
+	if len(prompt) < 33 {
+		t.Fatalf("prompt of %d tokens is too short for two cached pages", len(prompt))
+	}
+	ctx := context.Background()
+	run := func(tenant string) ([]int32, engine.Event) {
+		ev, err := e.Submit(ctx, engine.Request{Tenant: tenant, Prompt: prompt, Decode: decode.Params{MaxTokens: 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var toks []int32
+		for {
+			if _, err := e.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				select {
+				case x := <-ev:
+					if x.Token >= 0 {
+						toks = append(toks, x.Token)
+					}
+					if x.Finish != "" {
+						return toks, x
+					}
+					continue
+				default:
+				}
+				break
+			}
+		}
+	}
+	first, a := run("t1")
+	again, b := run("t1")
+	other, c := run("t2")
+	full := (len(prompt) - 1) / 16 * 16
+	if a.CachedTokens != 0 || b.CachedTokens != full || c.CachedTokens != 0 {
+		t.Errorf("cached tokens %d, %d, %d; want 0, %d, 0", a.CachedTokens, b.CachedTokens, c.CachedTokens, full)
+	}
+	if !slices.Equal(first, again) || !slices.Equal(first, other) {
+		t.Errorf("tokens differ with the cache: %v / %v / %v", first, again, other)
+	}
+	if s := e.Stats(); s.PrefixHit != uint64(full) || s.PrefixQueried != uint64(3*len(prompt)) {
+		t.Errorf("prefix stats %d/%d", s.PrefixHit, s.PrefixQueried)
 	}
 }

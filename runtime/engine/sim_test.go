@@ -50,23 +50,23 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
 		m.t.Fatalf("step of %d rows on %s", len(b.Rows), b.Key)
 	}
-	owner := map[uint32]int{}
-	mapped := map[int]int{}
+	mappers := map[uint32]int{} // page → slots mapping it (prefix pages are shared)
+	tables := map[int][]uint32{}
 	for _, sp := range b.Pages {
 		for _, pg := range sp.Pages {
-			if o, ok := owner[pg]; ok && o != sp.Slot {
-				m.t.Fatalf("page %d mapped by slots %d and %d in one step", pg, o, sp.Slot)
-			}
-			owner[pg] = sp.Slot
+			mappers[pg]++
 			if int(pg) >= m.kvPages {
 				m.t.Fatalf("page %d outside the pool of %d", pg, m.kvPages)
 			}
 		}
-		mapped[sp.Slot] = len(sp.Pages)
+		tables[sp.Slot] = sp.Pages
 	}
 	for _, r := range b.Rows {
-		if r.Pos >= mapped[r.Slot]*kernels.KVPageTokens {
-			m.t.Fatalf("row at position %d of slot %d beyond its %d pages", r.Pos, r.Slot, mapped[r.Slot])
+		if r.Pos >= len(tables[r.Slot])*kernels.KVPageTokens {
+			m.t.Fatalf("row at position %d of slot %d beyond its %d pages", r.Pos, r.Slot, len(tables[r.Slot]))
+		}
+		if pg := tables[r.Slot][r.Pos/kernels.KVPageTokens]; mappers[pg] > 1 {
+			m.t.Fatalf("slot %d writes position %d into page %d, which another slot maps", r.Slot, r.Pos, pg)
 		}
 		if r.Logits {
 			m.last[r.Slot] = r.Token*7 + int32(r.Pos)
@@ -168,9 +168,15 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		if rng.IntN(3) == 0 {
 			cctx, cancel := context.WithCancel(ctx)
 			tenant := []string{"a", "b", "c"}[rng.IntN(3)]
+			// Prompts start with one of a few shared prefixes, so the
+			// prefix cache hits, evicts and is shared.
 			prompt := make([]int32, 1+rng.IntN(100))
+			base := rng.IntN(4)
 			for i := range prompt {
-				prompt[i] = int32(3 + rng.IntN(simVocab-3))
+				prompt[i] = int32(3 + (base*31+i*7)%(simVocab-3))
+				if i > 40+base*10 {
+					prompt[i] = int32(3 + rng.IntN(simVocab-3))
+				}
 			}
 			ev, err := e.Submit(cctx, Request{Tenant: tenant, QoS: sched.QoS(rng.IntN(3)), Prompt: prompt,
 				Decode: decode.Params{MaxTokens: 1 + rng.IntN(60)}})
@@ -229,7 +235,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		read(c, true)
 	}
 	check(t, e, limits, seed, steps)
-	if e.pool.Free() != e.pool.Pages() || len(e.reqs) != 0 {
+	if e.pool.Free()+e.prefix.Len() != e.pool.Pages() || len(e.reqs) != 0 {
 		t.Fatalf("seed %d: after every request ended %d of %d pages are free and %d requests remain", seed, e.pool.Free(), e.pool.Pages(), len(e.reqs))
 	}
 	s := e.Stats()
@@ -243,7 +249,11 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	if s.Preemptions == 0 {
 		t.Errorf("seed %d: no preemption happened: the simulation does not exercise it", seed)
 	}
-	t.Logf("seed %d: %d requests, %d steps computed, %d preemptions, endings %v", seed, len(clients), s.Steps, s.Preemptions, s.Finished)
+	if s.PrefixHit == 0 {
+		t.Errorf("seed %d: no prefix-cache hit: the simulation does not exercise it", seed)
+	}
+	t.Logf("seed %d: %d requests, %d steps computed, %d preemptions, prefix cache %d/%d tokens, endings %v",
+		seed, len(clients), s.Steps, s.Preemptions, s.PrefixHit, s.PrefixQueried, s.Finished)
 }
 
 func btoi(b bool) int {
@@ -267,10 +277,13 @@ func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64,
 				t.Fatalf("seed %d step %d: request %d thinks it holds slot %d", seed, step, r.id, r.slot)
 			}
 			slots[r.Tenant]++
-			pages[r.Tenant] += len(r.pages)
+			pages[r.Tenant] += len(r.pages) - r.cached/kernels.KVPageTokens // mapped cache pages are not its own
 		} else if len(r.pages) > 0 && r.QoS == sched.Interactive {
 			t.Fatalf("seed %d step %d: interactive request %d waits holding pages: it was preempted", seed, step, r.id)
 		}
+	}
+	if e.prefix != nil {
+		e.prefix.Pages(func(pg uint32) { holders[pg]++ })
 	}
 	if err := e.pool.Check(holders); err != nil {
 		t.Fatalf("seed %d step %d: %v", seed, step, err)

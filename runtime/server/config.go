@@ -46,6 +46,9 @@ type Tenant struct {
 	// Retry-After. Tokens count the prompt plus max_tokens.
 	TokensPerMinute   int `toml:"tokens_per_minute"`
 	RequestsPerMinute int `toml:"requests_per_minute"`
+	// IsolationGroup names the tenants that may share prefix-cache pages
+	// (default: the tenant alone).
+	IsolationGroup string `toml:"isolation_group"`
 	// Admin may read every tenant's usage.
 	Admin bool `toml:"admin"`
 
@@ -135,8 +138,13 @@ func (c *Config) validate() error {
 func (c *Config) EngineConfig() engine.Config {
 	limits := map[string]sched.Limits{}
 	rates := map[string]quota.Rates{}
+	scopes := map[string]string{}
 	ec := engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, Reserved: map[string]int{}}
 	for _, t := range c.Tenants {
+		scopes[t.ID] = "tenant:" + t.ID
+		if t.IsolationGroup != "" {
+			scopes[t.ID] = "group:" + t.IsolationGroup
+		}
 		limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
 		rates[t.ID] = quota.Rates{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
 		if t.ReservedKVPages > 0 {
@@ -145,5 +153,6 @@ func (c *Config) EngineConfig() engine.Config {
 	}
 	ec.Tenants = func(id string) sched.Limits { return limits[id] }
 	ec.Rates = func(id string) quota.Rates { return rates[id] }
+	ec.Scope = func(id string) string { return scopes[id] }
 	return ec
 }

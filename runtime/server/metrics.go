@@ -81,10 +81,12 @@ var (
 	descSteps     = prometheus.NewDesc("zrt_steps_total", "Engine steps that computed rows.", []string{"model_name"}, nil)
 	descPages     = prometheus.NewDesc("zrt_kv_pages", "KV-cache pages by state.", []string{"model_name", "state"}, nil)
 	descFinished  = prometheus.NewDesc("zrt_requests_finished_total", "Finished requests by reason.", []string{"model_name", "reason"}, nil)
+	descPrefixQ   = prometheus.NewDesc("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", []string{"model_name"}, nil)
+	descPrefixHit = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", []string{"model_name"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit} {
 		ch <- d
 	}
 }
@@ -100,7 +102,10 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGenerated, prometheus.CounterValue, float64(st.Generated), name)
 		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), name)
 		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(st.PagesFree), name, "free")
-		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(used), name, "used")
+		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(used-st.PrefixPages), name, "requests")
+		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(st.PrefixPages), name, "prefix")
+		ch <- prometheus.MustNewConstMetric(descPrefixQ, prometheus.CounterValue, float64(st.PrefixQueried), name)
+		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.PrefixHit), name)
 		for reason, n := range st.Finished {
 			ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(n), name, string(reason))
 		}

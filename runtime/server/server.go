@@ -428,7 +428,9 @@ type usage struct {
 }
 
 func usageOf(ev engine.Event) usage {
-	return usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens}
+	u := usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens}
+	u.Details.CachedTokens = ev.CachedTokens
+	return u
 }
 
 // stream writes the engine's events as server-sent events: chunk(text)

@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt demo bench kbench clean ptx golden generate
+.PHONY: all build test race vet fmt demo serve bench kbench clean ptx golden generate
 
 all: build
 
@@ -41,6 +41,20 @@ demo: build
 	fi; \
 	$(BIN)/zrtc build "$$model" -o $(BIN)/demo.bundle && \
 	$(BIN)/zrt-run generate $(BIN)/demo.bundle --prompt "Once upon a time" -n 64 --json
+
+# serve: build the demo model with decode variants for 1–8 requests at once
+# and serve it on loopback; open the printed URL for the chat playground.
+SERVE_ADDR ?= 127.0.0.1:8080
+serve: build
+	@model="$(MODEL)"; \
+	if [ ! -f "$$model" ]; then \
+		echo "serve: $$model not found; writing a synthetic random-weight model (its text is noise)"; \
+		$(GO) run ./cmd/zrtc synth -o $(BIN)/synthetic.gguf && model=$(BIN)/synthetic.gguf; \
+	fi; \
+	printf 'decode_slots = [1, 2, 4, 8]\nprefill_rows = [64]\n' > $(BIN)/serve.toml && \
+	$(BIN)/zrtc build -q "$$model" --config $(BIN)/serve.toml -o $(BIN)/serve.bundle && \
+	echo "serve: open http://$(SERVE_ADDR)/ (Ctrl-C stops)" && \
+	$(BIN)/zrt-run serve $(BIN)/serve.bundle --listen $(SERVE_ADDR)
 
 # bench: time MODEL (default stories260K; BENCH_MODEL=… for another GGUF).
 # With LLAMA_BENCH=/path/to/llama-bench, runs it on the same model, same

@@ -161,7 +161,7 @@ type request struct {
 type Stats struct {
 	Steps                   uint64
 	LastStep                time.Time
-	Waiting, Running        int
+	Slots, Waiting, Running int
 	PagesFree, PagesTotal   int
 	PromptTokens, Generated uint64
 	Preemptions             uint64
@@ -203,6 +203,8 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
 	e.stats.Finished = map[Finish]uint64{}
+	e.stats.Slots = cfg.Slots
+	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
 	if !cfg.NoPrefixCache {
 		e.prefix = prefix.New()
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,12 @@ type Server struct {
 	metrics  *metrics
 }
 
+// page is GET /: a chat playground that streams, and a live view of the
+// engines' slots, queue and KV pages. Embedded: no external assets.
+//
+//go:embed page.html
+var page []byte
+
 // maxBody bounds a request body.
 const maxBody = 8 << 20
 
@@ -75,6 +82,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /tokenize", s.auth(s.tokenize))
 	mux.HandleFunc("POST /detokenize", s.auth(s.detokenize))
 	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(page)
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return s.accessLog(mux)
 }
@@ -201,6 +212,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		LastStepAge float64 `json:"last_step_age_s"`
 		Running     int     `json:"running"`
 		Waiting     int     `json:"waiting"`
+		Slots       int     `json:"slots"`
+		PagesFree   int     `json:"pages_free"`
+		PagesTotal  int     `json:"pages_total"`
+		PrefixPages int     `json:"prefix_pages"`
 	}
 	status, reason := http.StatusOK, "ok"
 	if s.draining.Load() {
@@ -216,7 +231,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		if st.Running+st.Waiting > 0 && (st.LastStep.IsZero() && time.Since(s.started) > 30*time.Second || age > 30) {
 			status, reason = http.StatusServiceUnavailable, "the step loop of "+n+" has not advanced in 30 s with work waiting"
 		}
-		ms = append(ms, modelHealth{n, st.Steps, age, st.Running, st.Waiting})
+		ms = append(ms, modelHealth{n, st.Steps, age, st.Running, st.Waiting, st.Slots, st.PagesFree, st.PagesTotal, st.PrefixPages})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

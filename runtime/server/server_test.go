@@ -218,12 +218,23 @@ func TestOpenAIClient(t *testing.T) {
 		}
 	}
 
+	// The page: the playground, self-contained.
+	resp, err := http.Get(url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageHTML, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(pageHTML), "/v1/chat/completions") || strings.Contains(string(pageHTML), "http://") {
+		t.Errorf("page: %d, %d bytes (no external assets allowed)", resp.StatusCode, len(pageHTML))
+	}
+
 	// Health, models, tokenize.
 	models, err := c.Models.List(ctx)
 	if err != nil || len(models.Data) != 1 || models.Data[0].ID != "stories260K" {
 		t.Errorf("models: %+v %v", models, err)
 	}
-	resp, err := http.Get(url + "/health")
+	resp, err = http.Get(url + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("health: %v %v", resp, err)
 	}

@@ -65,6 +65,12 @@ type loadtest struct {
 	stream          bool
 }
 
+// loadClient opens a connection per request: servers differ in when they
+// close idle keep-alive connections (llama-server closes them under load),
+// and a POST on a connection the server just closed fails with EOF, which
+// would count against the server for the client's reuse.
+var loadClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func (lt *loadtest) post(ctx context.Context, path string, body any) (*http.Response, error) {
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, "POST", lt.url+path, bytes.NewReader(b))
@@ -75,7 +81,7 @@ func (lt *loadtest) post(ctx context.Context, path string, body any) (*http.Resp
 	if lt.key != "" {
 		req.Header.Set("Authorization", "Bearer "+lt.key)
 	}
-	return http.DefaultClient.Do(req)
+	return loadClient.Do(req)
 }
 
 // vocabIDs asks the server to tokenize some text, for prompt ids that are
@@ -98,7 +104,8 @@ func (lt *loadtest) vocabIDs(ctx context.Context) ([]int, error) {
 
 // outcome is one request's measurements.
 type outcome struct {
-	status   int // 0: transport error
+	status   int    // 0: transport error
+	err      string // the transport error
 	tokens   int
 	ttft     time.Duration
 	gaps     []time.Duration
@@ -116,7 +123,7 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 	t0 := time.Now()
 	resp, err := lt.post(ctx, "/v1/completions", body)
 	if err != nil {
-		return outcome{}
+		return outcome{err: err.Error()}
 	}
 	defer resp.Body.Close()
 	o := outcome{status: resp.StatusCode}
@@ -136,7 +143,7 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	last, chunks := t0, 0
+	last, chunks, finish := t0, 0, ""
 	for sc.Scan() {
 		line, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok || line == "[DONE]" {
@@ -144,7 +151,8 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 		}
 		var ev struct {
 			Choices []struct {
-				Text string `json:"text"`
+				Text         string `json:"text"`
+				FinishReason string `json:"finish_reason"`
 			} `json:"choices"`
 			Usage *struct {
 				CompletionTokens int `json:"completion_tokens"`
@@ -155,6 +163,9 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 		}
 		if ev.Usage != nil && ev.Usage.CompletionTokens > 0 {
 			o.tokens = ev.Usage.CompletionTokens
+		}
+		if len(ev.Choices) > 0 && ev.Choices[0].FinishReason != "" {
+			finish = ev.Choices[0].FinishReason
 		}
 		if len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
 			continue
@@ -168,7 +179,14 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 		last = now
 		chunks++
 	}
-	if o.tokens == 0 {
+	switch {
+	case o.tokens > 0:
+	case finish == "length":
+		// No usage in the stream (llama-server sends none for some
+		// requests), and a chunk may carry several tokens: with
+		// ignore_eos, ending on length means all of max_tokens.
+		o.tokens = lt.maxTokens
+	default:
 		o.tokens = chunks
 	}
 	o.duration = time.Since(t0)
@@ -224,10 +242,14 @@ func percentiles(ds []time.Duration) string {
 func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxTokens int, stream bool) {
 	var ttft, gaps, e2e []time.Duration
 	byStatus := map[int]int{}
+	firstErr := ""
 	tokens := 0
 	for _, o := range r.outcomes {
 		byStatus[o.status]++
 		if o.status != 200 {
+			if firstErr == "" {
+				firstErr = o.err
+			}
 			continue
 		}
 		tokens += o.tokens
@@ -254,7 +276,7 @@ func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxT
 	for _, s := range statuses {
 		name := fmt.Sprint(s)
 		if s == 0 {
-			name = "transport error"
+			name = "transport error (" + firstErr + ")"
 		}
 		fmt.Fprintf(w, "| status %s | %d |\n", name, byStatus[s])
 	}

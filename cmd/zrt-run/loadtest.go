@@ -235,7 +235,9 @@ func percentiles(ds []time.Duration) string {
 		return "-"
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	p := func(q float64) float64 { return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000 }
+	p := func(q float64) float64 {
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
+	}
 	return fmt.Sprintf("%.1f / %.1f / %.1f", p(0.5), p(0.95), p(0.99))
 }
 

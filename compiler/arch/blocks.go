@@ -1,0 +1,356 @@
+package arch
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
+)
+
+// specBuilder turns a Family into a Builder: the metadata is read once,
+// then every variant is assembled from the same Spec.
+func specBuilder(fam Family) Builder {
+	return func(f *gguf.File, c *config.Config) (*Model, error) {
+		s, err := fam(f, c)
+		if err != nil {
+			return nil, err
+		}
+		return buildModel(f, c, s)
+	}
+}
+
+// buildModel builds one graph per variant of s.
+func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	// The variants to build, in the order the bundle lists them.
+	keys := c.ShapeKeys()
+	m := &Model{Hparams: s.Hparams, Config: c}
+	for _, k := range keys {
+		g, err := buildGraph(f, s, k)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		m.Graphs = append(m.Graphs, g)
+	}
+	return m, nil
+}
+
+// buildGraph assembles the variant k of s: embedding, each layer's mixer
+// and FFN, output head.
+func buildGraph(f *gguf.File, s *Spec, k ir.ShapeKey) (*ir.Graph, error) {
+	b := newGraphBuilder(f, s, k)
+	x, err := b.embedding()
+	if err != nil {
+		return nil, err
+	}
+	for l := range s.Layers {
+		if err := b.layer(l, &s.Layers[l], x); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.head(x); err != nil {
+		return nil, err
+	}
+	return b.g, nil
+}
+
+// graphBuilder holds what every block of one variant's graph shares.
+type graphBuilder struct {
+	f *gguf.File
+	h *Hparams
+	g *ir.Graph
+	// The graph's I/O and state buffers, which most instructions name.
+	io, kv, logits, tokens int
+	// The attention instructions differ between prefill (many rows of one
+	// sequence) and decode (one row of many sequences).
+	flash, kvWrite ir.Op
+}
+
+func newGraphBuilder(f *gguf.File, s *Spec, k ir.ShapeKey) *graphBuilder {
+	g := ir.NewGraph(k)
+	b := &graphBuilder{f: f, h: &s.Hparams, g: g, flash: ir.FLASH_ATTN, kvWrite: ir.KV_WRITE}
+	if k.Stage == ir.Prefill {
+		b.flash, b.kvWrite = ir.FLASH_ATTN_BATCHED, ir.KV_WRITE_BATCHED
+	}
+	b.io = g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+	b.kv = g.Buffer(ir.Buffer{Name: "state.kv", Class: ir.KV})
+	b.logits = g.Buffer(ir.Buffer{Name: "out.logits", Class: ir.Out})
+	b.tokens = g.Buffer(ir.Buffer{Name: "out.tokens", Class: ir.Out})
+	return b
+}
+
+// weight adds the named weight buffer, checking it exists with the shape
+// the graph needs (dims in ggml order; -1 matches anything). role is a key
+// of llamaTensors; layer is -1 for model-level weights.
+func (b *graphBuilder) weight(role string, layer int, logical string, dims ...int64) (int, error) {
+	name := llamaTensors[role]
+	if layer >= 0 {
+		name = fmt.Sprintf(name, layer)
+	}
+	t, ok := b.f.Tensor(name)
+	if !ok {
+		return 0, fmt.Errorf("missing tensor %s", name)
+	}
+	if len(t.Dims) != len(dims) {
+		return 0, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Dims, dims)
+	}
+	for i, d := range dims {
+		if d >= 0 && t.Dims[i] != d {
+			return 0, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Dims, dims)
+		}
+	}
+	if layer >= 0 {
+		logical = fmt.Sprintf("%s[%d]", logical, layer)
+	}
+	return b.g.Buffer(ir.Buffer{Name: logical, Class: ir.Weight, Tensor: name, Type: t.Type,
+		Dims: append([]int64(nil), t.Dims...), LayerClass: role, Bytes: t.Size}), nil
+}
+
+// reg adds layer l's f32 register name, one row per token.
+func (b *graphBuilder) reg(l int, name string, cols int) int {
+	return b.g.NewReg(fmt.Sprintf("l%d.%s", l, name), b.g.Key.Rows, cols, 4)
+}
+
+// rmsNorm normalizes each group of columns of src into dst (dst may be
+// src) and scales it by w.
+func (b *graphBuilder) rmsNorm(dst, src, w, cols, group int) {
+	b.g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", src), ir.B("w", w), ir.B("io", b.io)}, []ir.Operand{ir.R("y", dst)},
+		ir.Attrs{"cols": float64(cols), "group": float64(group), "eps": float64(b.h.Eps)})
+}
+
+// matmul computes dst = src·w (+ bias when bias >= 0).
+func (b *graphBuilder) matmul(dst, src, w, bias, k, n int) {
+	reads := []ir.Operand{ir.R("x", src), ir.B("w", w), ir.B("io", b.io)}
+	if bias >= 0 {
+		reads = append(reads, ir.B("bias", bias))
+	}
+	b.g.Emit(ir.MATMUL, reads, []ir.Operand{ir.R("y", dst)}, ir.Attrs{"k": float64(k), "n": float64(n)})
+}
+
+// residual adds y into the hidden state x.
+func (b *graphBuilder) residual(x, y int) {
+	b.g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", x), ir.R("y", y), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)},
+		ir.Attrs{"cols": float64(b.h.NEmbd)})
+}
+
+// preNorm adds layer l's norm weight role and returns a new register
+// (named name) holding the RMS-normed hidden state x.
+func (b *graphBuilder) preNorm(l int, role, logical, name string, x int) (int, error) {
+	w, err := b.weight(role, l, logical, int64(b.h.NEmbd))
+	if err != nil {
+		return 0, err
+	}
+	xn := b.reg(l, name, b.h.NEmbd)
+	b.rmsNorm(xn, x, w, b.h.NEmbd, b.h.NEmbd)
+	return xn, nil
+}
+
+// embedding looks up each row's token and returns the hidden-state
+// register the layers update in place.
+func (b *graphBuilder) embedding() (int, error) {
+	h, g := b.h, b.g
+	embed, err := b.weight("embed", -1, "model.embed_table", int64(h.NEmbd), int64(h.NVocab))
+	if err != nil {
+		return 0, err
+	}
+	x := g.NewReg("hidden", g.Key.Rows, h.NEmbd, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", embed), ir.B("io", b.io)}, []ir.Operand{ir.R("y", x)},
+		ir.Attrs{"cols": float64(h.NEmbd)})
+	return x, nil
+}
+
+// layer adds layer l: its mixer, then its FFN, each a residual update of x.
+func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
+	switch m := ls.Mixer.(type) {
+	case FullAttention:
+		if err := b.attention(l, ls, x); err != nil {
+			return err
+		}
+	default:
+		// Spec.check refuses these before any graph is started.
+		return fmt.Errorf("layer %d: no block builds %v", l, m)
+	}
+	fn, err := b.preNorm(l, "ffn_norm", "model.ffn.norm", "ffn_in", x)
+	if err != nil {
+		return err
+	}
+	switch ffn := ls.FFN.(type) {
+	case DenseFFN:
+		return b.denseFFN(l, ffn, fn, x)
+	case MoEFFN:
+		return b.moe(l, ffn, fn, x)
+	default:
+		return fmt.Errorf("layer %d: no block builds %v", l, ffn)
+	}
+}
+
+// attention adds layer l's attention block: norm, Q/K/V projections (with
+// biases when ls.QKVBias), per-head Q/K norms (ls.QKNorm), RoPE by
+// ls.Rope, the KV-cache write, flash attention over the cache, the output
+// projection and the residual add into x.
+func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
+	g, h := b.g, b.h
+	E := int64(h.NEmbd)
+	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
+	xn, err := b.preNorm(l, "attn_norm", "model.attn.norm", "attn_in", x)
+	if err != nil {
+		return err
+	}
+
+	q, k, v := b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim)
+	for _, p := range []struct {
+		role, bias, logical string
+		dst, n              int
+	}{{"attn_q", "attn_q_bias", "model.attn.q_weight", q, qDim}, {"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim}, {"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim}} {
+		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
+		if err != nil {
+			return err
+		}
+		bias := -1
+		if ls.QKVBias {
+			if bias, err = b.weight(p.bias, l, p.logical+"_bias", int64(p.n)); err != nil {
+				return err
+			}
+		}
+		b.matmul(p.dst, xn, w, bias, h.NEmbd, p.n)
+	}
+	if ls.QKNorm {
+		for _, p := range []struct {
+			role, logical string
+			r             int
+		}{{"attn_q_norm", "model.attn.q_norm", q}, {"attn_k_norm", "model.attn.k_norm", k}} {
+			w, err := b.weight(p.role, l, p.logical, int64(h.HeadDim))
+			if err != nil {
+				return err
+			}
+			b.rmsNorm(p.r, p.r, w, g.Regs[p.r].Cols, h.HeadDim)
+		}
+	}
+	neox := 0.0
+	if ls.Rope.NeoX {
+		neox = 1
+	}
+	for _, p := range []struct{ r, heads int }{{q, h.NHead}, {k, h.NHeadKV}} {
+		g.Emit(ir.ROPE, []ir.Operand{ir.R("x", p.r), ir.B("io", b.io)}, []ir.Operand{ir.R("x", p.r)}, ir.Attrs{
+			"n_head": float64(p.heads), "head_dim": float64(h.HeadDim), "n_rot": float64(ls.Rope.NRot), "neox": neox,
+			"freq_base": ls.Rope.Base, "freq_scale": ls.Rope.Scale})
+	}
+	g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", b.io), ir.B("kv", b.kv)}, []ir.Operand{ir.B("kv", b.kv)},
+		ir.Attrs{"layer": float64(l), "kv_dim": float64(kvDim), "n_layer": float64(h.NLayer)})
+	att := b.reg(l, "attn", qDim)
+	g.Emit(b.flash, []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}, []ir.Operand{ir.R("y", att)}, ir.Attrs{
+		"layer": float64(l), "n_layer": float64(h.NLayer), "n_head": float64(h.NHead), "n_head_kv": float64(h.NHeadKV),
+		"head_dim": float64(h.HeadDim), "scale": 1 / math.Sqrt(float64(h.HeadDim))})
+	wo, err := b.weight("attn_out", l, "model.attn.o_weight", int64(qDim), E)
+	if err != nil {
+		return err
+	}
+	o := b.reg(l, "attn_out", h.NEmbd)
+	b.matmul(o, att, wo, -1, qDim, h.NEmbd)
+	b.residual(x, o)
+	return nil
+}
+
+// denseFFN adds layer l's SwiGLU FFN on the normed input fn and its
+// residual add into x.
+func (b *graphBuilder) denseFFN(l int, ffn DenseFFN, fn, x int) error {
+	g, h := b.g, b.h
+	E, F := int64(h.NEmbd), int64(ffn.NFF)
+	wg, err := b.weight("ffn_gate", l, "model.ffn.gate_weight", E, F)
+	if err != nil {
+		return err
+	}
+	wu, err := b.weight("ffn_up", l, "model.ffn.up_weight", E, F)
+	if err != nil {
+		return err
+	}
+	wd, err := b.weight("ffn_down", l, "model.ffn.down_weight", F, E)
+	if err != nil {
+		return err
+	}
+	gate, up, act, down := b.reg(l, "gate", ffn.NFF), b.reg(l, "up", ffn.NFF), b.reg(l, "act", ffn.NFF), b.reg(l, "down", h.NEmbd)
+	b.matmul(gate, fn, wg, -1, h.NEmbd, ffn.NFF)
+	b.matmul(up, fn, wu, -1, h.NEmbd, ffn.NFF)
+	g.Emit(ir.SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)}, ir.Attrs{"cols": float64(F)})
+	b.matmul(down, act, wd, -1, ffn.NFF, h.NEmbd)
+	b.residual(x, down)
+	return nil
+}
+
+// moe adds layer l's routed-experts FFN on the normed input fn: route,
+// per-expert gate/up, SwiGLU, and the weighted down projection accumulated
+// into the residual x.
+func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
+	g, h := b.g, b.h
+	T, E, F, X := g.Key.Rows, int64(h.NEmbd), int64(ffn.NFFExpert), int64(ffn.NExpert)
+	wr, err := b.weight("moe_router", l, "model.moe.gate_w", E, X)
+	if err != nil {
+		return err
+	}
+	wg, err := b.weight("moe_gate", l, "model.moe.gate_exps", E, F, X)
+	if err != nil {
+		return err
+	}
+	wu, err := b.weight("moe_up", l, "model.moe.up_exps", E, F, X)
+	if err != nil {
+		return err
+	}
+	wd, err := b.weight("moe_down", l, "model.moe.down_exps", F, E, X)
+	if err != nil {
+		return err
+	}
+	if tg, tu := g.Buffers[wg].Type, g.Buffers[wu].Type; tg != tu {
+		return &support.Error{What: "expert weight mix", Value: fmt.Sprintf("gate %s, up %s", tg, tu),
+			Where: support.In(g.Buffers[wu].Tensor), Detail: "MOE_GATE_UP needs one type for the gate and up experts"}
+	}
+	U := ffn.NExpertUsed
+	norm := 0.0
+	if ffn.NormWeights {
+		norm = 1
+	}
+	route := g.NewReg(fmt.Sprintf("l%d.route", l), T, U, kernels.RouteEntryBytes)
+	gate := b.reg(l, "moe_gate", U*ffn.NFFExpert)
+	up := b.reg(l, "moe_up", U*ffn.NFFExpert)
+	act := b.reg(l, "moe_act", U*ffn.NFFExpert)
+	g.Emit(ir.MOE_GATE_TOPK, []ir.Operand{ir.R("x", fn), ir.B("w", wr), ir.B("io", b.io)}, []ir.Operand{ir.R("route", route)},
+		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": norm})
+	g.Emit(ir.MOE_GATE_UP, []ir.Operand{ir.R("x", fn), ir.B("w_gate", wg), ir.B("w_up", wu), ir.R("route", route), ir.B("io", b.io)},
+		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(E), "f": float64(F), "n_used": float64(U)})
+	g.Emit(ir.MOE_SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
+		ir.Attrs{"cols": float64(U) * float64(F)})
+	g.Emit(ir.MOE_DOWN_ACC, []ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", x)},
+		[]ir.Operand{ir.R("y", x)}, ir.Attrs{"f": float64(F), "n": float64(E), "n_used": float64(U)})
+	return nil
+}
+
+// head adds the output norm, the LM head (the embedding table when the
+// model ties them) and greedy sampling.
+func (b *graphBuilder) head(x int) error {
+	g, h := b.g, b.h
+	E, V := int64(h.NEmbd), int64(h.NVocab)
+	won, err := b.weight("out_norm", -1, "model.out_norm", E)
+	if err != nil {
+		return err
+	}
+	xo := g.NewReg("out_in", g.Key.Rows, h.NEmbd, 4)
+	b.rmsNorm(xo, x, won, h.NEmbd, h.NEmbd)
+	headRole := "lm_head"
+	if _, ok := b.f.Tensor(llamaTensors["lm_head"]); !ok {
+		headRole = "embed" // tied output embedding
+	}
+	wh, err := b.weight(headRole, -1, "model.lm_head", E, V)
+	if err != nil {
+		return err
+	}
+	g.Emit(ir.LM_HEAD, []ir.Operand{ir.R("x", xo), ir.B("w", wh), ir.B("io", b.io)}, []ir.Operand{ir.B("logits", b.logits)},
+		ir.Attrs{"k": float64(E), "n_vocab": float64(V)})
+	g.Emit(ir.ARGMAX, []ir.Operand{ir.B("logits", b.logits), ir.B("io", b.io)}, []ir.Operand{ir.B("tokens", b.tokens)},
+		ir.Attrs{"n_vocab": float64(V)})
+	return nil
+}

@@ -1,0 +1,153 @@
+package arch
+
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
+)
+
+// Spec is a model as the graph builder sees it: the model-level
+// hyperparameters and what each layer is. A family's only job is to read
+// its metadata into a Spec; the blocks that turn a Spec into IR are shared,
+// so a new family is a new Spec (and, for a new kind of layer, a new block)
+// rather than a new builder.
+type Spec struct {
+	Hparams Hparams
+	// Layers has one entry per layer, Hparams.NLayer in all. Layers may
+	// differ from each other (sliding-window and full attention
+	// interleaved, recurrent layers between attention ones, dense layers
+	// before routed ones), which is why the spec is per layer.
+	Layers []LayerSpec
+}
+
+// Family reads one architecture's GGUF metadata and the model config into
+// its Spec. It reads sizes and checks them; it emits no IR.
+type Family func(f *gguf.File, c *config.Config) (*Spec, error)
+
+// LayerSpec is what one transformer layer is: its token mixer, the
+// attention details (Rope, QKVBias, QKNorm: they apply when the mixer is
+// an attention one) and its feed-forward network.
+type LayerSpec struct {
+	Mixer Mixer
+	Rope  Rope
+	// QKVBias: the Q, K and V projections add a bias (qwen2).
+	QKVBias bool
+	// QKNorm: Q and K get a per-head RMS norm before RoPE (qwen3).
+	QKNorm bool
+	FFN    FFN
+}
+
+// Rope is a layer's rotary position embedding. It is per layer because
+// families that interleave sliding-window and full layers rotate them
+// with different bases.
+type Rope struct {
+	// Base is the frequency base θ; Scale multiplies positions (linear
+	// scaling, 1 for none).
+	Base, Scale float64
+	// NeoX rotates the pairs (i, i+n_rot/2) instead of adjacent ones.
+	NeoX bool
+	// NRot is how many leading dimensions of each head rotate; the rest
+	// pass through.
+	NRot int
+}
+
+// Mixer is a layer's token mixer: FullAttention, SlidingWindowAttention
+// or Recurrent. The set is closed (the builder must know each kind to
+// build it), hence the unexported method.
+type Mixer interface {
+	fmt.Stringer
+	mixer()
+}
+
+// FullAttention attends to every earlier position of the sequence.
+type FullAttention struct{}
+
+// SlidingWindowAttention attends to the last Window positions only
+// (gemma2/3/4's local layers).
+type SlidingWindowAttention struct{ Window int }
+
+// Recurrent is a linear-recurrence mixer with a fixed-size state instead
+// of a KV cache (the gated DeltaNet layers of hybrid models). Kind names
+// the recurrence as the family reads it; its shape parameters join when
+// there is a block that builds one.
+type Recurrent struct{ Kind string }
+
+func (FullAttention) mixer()          {}
+func (SlidingWindowAttention) mixer() {}
+func (Recurrent) mixer()              {}
+
+func (FullAttention) String() string { return "full attention" }
+func (m SlidingWindowAttention) String() string {
+	return fmt.Sprintf("sliding-window attention (window %d)", m.Window)
+}
+func (m Recurrent) String() string { return fmt.Sprintf("recurrent mixer %q", m.Kind) }
+
+// FFN is a layer's feed-forward network: DenseFFN or MoEFFN.
+type FFN interface {
+	fmt.Stringer
+	ffn()
+}
+
+// DenseFFN is the SwiGLU feed-forward network down(silu(gate·x) ⊙ up·x)
+// with NFF hidden columns.
+type DenseFFN struct{ NFF int }
+
+// MoEFFN routes each token to NExpertUsed of NExpert SwiGLU experts of
+// NFFExpert hidden columns each and sums their outputs weighted by the
+// router. NormWeights rescales the chosen experts' weights to sum to one
+// (qwen3moe does; qwen2moe does not).
+type MoEFFN struct {
+	NExpert, NExpertUsed, NFFExpert int
+	NormWeights                     bool
+}
+
+func (DenseFFN) ffn() {}
+func (MoEFFN) ffn()   {}
+
+func (f DenseFFN) String() string { return fmt.Sprintf("dense SwiGLU FFN (n_ff %d)", f.NFF) }
+func (f MoEFFN) String() string {
+	return fmt.Sprintf("routed MoE FFN (%d of %d experts, n_ff %d)", f.NExpertUsed, f.NExpert, f.NFFExpert)
+}
+
+// check fails when the builder cannot build s: a layer kind with no block
+// yet is a *support.Error (the model is valid, zrt is behind); a spec that
+// contradicts itself is a plain error (the family is wrong). It runs before
+// any variant is built, so an unbuildable model fails once, not per
+// variant, and never with a half-built graph.
+func (s *Spec) check() error {
+	h := &s.Hparams
+	if len(s.Layers) != h.NLayer {
+		return fmt.Errorf("spec has %d layers, block_count is %d", len(s.Layers), h.NLayer)
+	}
+	for l := range s.Layers {
+		ls := &s.Layers[l]
+		where := support.In(fmt.Sprintf("layer %d", l))
+		switch m := ls.Mixer.(type) {
+		case FullAttention:
+		case nil:
+			return fmt.Errorf("layer %d has no mixer", l)
+		default:
+			return &support.Error{What: "layer mixer", Value: m.String(), Where: where, Detail: "zrt builds full-attention layers only"}
+		}
+		switch ffn := ls.FFN.(type) {
+		case DenseFFN:
+			if ffn.NFF < 1 {
+				return fmt.Errorf("layer %d: %v", l, ffn)
+			}
+		case MoEFFN:
+			if ffn.NExpert < 1 || ffn.NExpertUsed < 1 || ffn.NExpertUsed > ffn.NExpert || ffn.NFFExpert < 1 {
+				return fmt.Errorf("layer %d: %v", l, ffn)
+			}
+		case nil:
+			return fmt.Errorf("layer %d has no FFN", l)
+		default:
+			return &support.Error{What: "layer FFN", Value: ffn.String(), Where: where}
+		}
+		if r := ls.Rope; r.NRot < 0 || r.NRot > h.HeadDim || r.NRot%2 != 0 {
+			return fmt.Errorf("layer %d: rope n_rot %d does not fit head dim %d", l, r.NRot, h.HeadDim)
+		}
+	}
+	return nil
+}

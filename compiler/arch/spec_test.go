@@ -1,0 +1,114 @@
+package arch
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
+)
+
+// uniformSpec is a small valid spec: n full-attention layers with dense
+// FFNs.
+func uniformSpec(n int) *Spec {
+	s := &Spec{Hparams: Hparams{NLayer: n, NEmbd: 64, NHead: 4, NHeadKV: 4, HeadDim: 16, NRot: 16, NFF: 128}}
+	for range n {
+		s.Layers = append(s.Layers, LayerSpec{Mixer: FullAttention{}, Rope: Rope{Base: 10000, Scale: 1, NRot: 16}, FFN: DenseFFN{NFF: 128}})
+	}
+	return s
+}
+
+// A layer kind with no block is valid input zrt cannot build yet: it must
+// be refused up front, as *support.Error, naming the layer and the kind.
+func TestSpecRefusesUnbuiltMixers(t *testing.T) {
+	if err := uniformSpec(3).check(); err != nil {
+		t.Fatalf("valid spec: %v", err)
+	}
+	for _, c := range []struct {
+		mixer Mixer
+		want  string
+	}{
+		{SlidingWindowAttention{Window: 512}, "unsupported layer mixer sliding-window attention (window 512) in layer 1"},
+		{Recurrent{Kind: "gated_deltanet"}, `unsupported layer mixer recurrent mixer "gated_deltanet" in layer 1`},
+	} {
+		s := uniformSpec(3)
+		s.Layers[1].Mixer = c.mixer
+		err := s.check()
+		if !support.Is(err) || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%v: got %v (support %v), want %q", c.mixer, err, support.Is(err), c.want)
+		}
+		if m, err := buildModel(nil, &config.Config{}, s); m != nil || !support.Is(err) {
+			t.Errorf("%v: buildModel gave %v, %v", c.mixer, m, err)
+		}
+	}
+}
+
+// A spec that contradicts itself is the family's bug, not an unsupported
+// model: a plain error.
+func TestSpecRefusesInconsistentSpecs(t *testing.T) {
+	for name, edit := range map[string]func(s *Spec){
+		"layer count": func(s *Spec) { s.Layers = s.Layers[:1] },
+		"no mixer":    func(s *Spec) { s.Layers[1].Mixer = nil },
+		"no ffn":      func(s *Spec) { s.Layers[1].FFN = nil },
+		"experts":     func(s *Spec) { s.Layers[1].FFN = MoEFFN{NExpert: 2, NExpertUsed: 4, NFFExpert: 8} },
+		"n_rot":       func(s *Spec) { s.Layers[1].Rope.NRot = 18 },
+	} {
+		s := uniformSpec(2)
+		edit(s)
+		if err := s.check(); err == nil || support.Is(err) {
+			t.Errorf("%s: got %v, want a plain error", name, err)
+		}
+	}
+}
+
+// Each family reads its models into uniform layers of its own kind, with
+// the sizes the model-level hyperparameters record.
+func TestFamilySpecs(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		fam   Family
+		want  LayerSpec // sizes filled in from Hparams below
+	}{
+		{"stories260K.gguf", llama, LayerSpec{Mixer: FullAttention{}, FFN: DenseFFN{}}},
+		{"synthetic/syn-qwen2-q8_0.gguf", qwen2, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKVBias: true, FFN: DenseFFN{}}},
+		{"synthetic/syn-qwen3-q5km.gguf", qwen3, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKNorm: true, FFN: DenseFFN{}}},
+		{"synthetic/syn-qwen3moe-q8_0.gguf", qwen3moe, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKNorm: true, FFN: MoEFFN{NormWeights: true}}},
+	} {
+		path := filepath.Join("../../../shared/models", c.model)
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Logf("skip %s: %v", c.model, err)
+			continue
+		}
+		defer f.Close()
+		cfg, err := config.Load(f, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.fam(f, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.model, err)
+		}
+		h := &s.Hparams
+		want := c.want
+		want.Rope.Base, want.Rope.Scale, want.Rope.NRot = cfg.Rope.FreqBase, cfg.Rope.FreqScale, h.NRot
+		switch ffn := want.FFN.(type) {
+		case DenseFFN:
+			ffn.NFF = h.NFF
+			want.FFN = ffn
+		case MoEFFN:
+			ffn.NExpert, ffn.NExpertUsed, ffn.NFFExpert = h.NExpert, h.NExpertUsed, h.NFFExpert
+			want.FFN = ffn
+		}
+		if len(s.Layers) != h.NLayer || h.NLayer == 0 {
+			t.Fatalf("%s: %d layers, n_layer %d", c.model, len(s.Layers), h.NLayer)
+		}
+		for l, got := range s.Layers {
+			if got != want {
+				t.Errorf("%s layer %d: got %+v, want %+v", c.model, l, got, want)
+			}
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server"
+	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
 
 func serveCmd() *cobra.Command {
@@ -81,7 +82,17 @@ up to --drain-timeout, and exits 0.
 				fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: model %s: %s on tier %s, %d slots\n", name, dir, p.TierName(), p.Slots())
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-			srv := server.New(cfg, models, log)
+			var led *ledger.Ledger
+			if cfg.Ledger != "" {
+				if led, err = ledger.Open(cfg.Ledger); err != nil {
+					return err
+				}
+				if led.Dropped > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: ledger %s: dropped a torn tail of %d bytes (a crash mid-write)\n", cfg.Ledger, led.Dropped)
+				}
+				defer led.Close()
+			}
+			srv := server.New(cfg, models, led, log)
 			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {

@@ -24,8 +24,11 @@ type Config struct {
 	// prefill variant).
 	ChunkCap int `toml:"chunk_cap"`
 	// QueueDepth bounds waiting requests; beyond it: 503 (default 1024).
-	QueueDepth int      `toml:"queue_depth"`
-	Tenants    []Tenant `toml:"tenant"`
+	QueueDepth int `toml:"queue_depth"`
+	// Ledger is the usage ledger's path ("": none), one record per
+	// finished request, read back at start.
+	Ledger  string   `toml:"ledger"`
+	Tenants []Tenant `toml:"tenant"`
 }
 
 // Tenant is one [[tenant]] table.

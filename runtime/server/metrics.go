@@ -43,8 +43,17 @@ type track struct {
 	model   string
 	tenant  string
 	start   time.Time
+	first   time.Time
 	last    time.Time
 	started bool
+}
+
+// ttftMs is the time to the first token, 0 when none came.
+func (t *track) ttftMs() float64 {
+	if !t.started {
+		return 0
+	}
+	return float64(t.first.Sub(t.start).Microseconds()) / 1000
 }
 
 func (m *metrics) track(model, tenant string) *track {
@@ -56,7 +65,7 @@ func (t *track) event(ev engine.Event) {
 	if ev.Token >= 0 {
 		if !t.started {
 			t.m.ttft.WithLabelValues(t.model).Observe(now.Sub(t.start).Seconds())
-			t.started = true
+			t.started, t.first = true, now
 		} else {
 			t.m.itl.WithLabelValues(t.model).Observe(now.Sub(t.last).Seconds())
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/server/ledger"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -47,6 +48,7 @@ type Server struct {
 	draining atomic.Bool
 	requests atomic.Uint64
 	metrics  *metrics
+	ledger   *ledger.Ledger // nil: no usage ledger
 }
 
 // page is GET /: a chat playground that streams, and a live view of the
@@ -59,9 +61,10 @@ var page []byte
 const maxBody = 8 << 20
 
 // New returns a server for models (the first is the default when a
-// request names none).
-func New(cfg *Config, models []*Model, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, models: map[string]*Model{}, log: log, started: time.Now()}
+// request names none); finished requests are recorded in led when it is
+// not nil.
+func New(cfg *Config, models []*Model, led *ledger.Ledger, log *slog.Logger) *Server {
+	s := &Server{cfg: cfg, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led}
 	for _, m := range models {
 		s.models[m.Name] = m
 		s.order = append(s.order, m.Name)
@@ -81,6 +84,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.auth(s.listModels))
 	mux.HandleFunc("POST /tokenize", s.auth(s.tokenize))
 	mux.HandleFunc("POST /detokenize", s.auth(s.detokenize))
+	mux.HandleFunc("GET /v1/tenants/{id}/usage", s.auth(s.usage))
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -126,7 +130,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 type ctxKey int
 
-const tenantKey ctxKey = 0
+const (
+	tenantKey ctxKey = iota
+	requestIDKey
+)
+
+// requestID is the X-Request-Id of the request ctx belongs to.
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
 
 // auth resolves the request's tenant from its bearer key, compared in
 // constant time against every configured key's hash.
@@ -164,7 +177,7 @@ func (s *Server) accessLog(h http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		t0 := time.Now()
-		h.ServeHTTP(rec, r)
+		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
 		if s.log != nil {
 			s.log.Info("request", "id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status, "ms", time.Since(t0).Milliseconds())
 		}
@@ -392,7 +405,32 @@ func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, p decode.
 	if aerr != nil {
 		return nil, nil, aerr
 	}
-	return ev, s.metrics.track(m.Name, t.ID).event, nil
+	tr := s.metrics.track(m.Name, t.ID)
+	id := requestID(ctx)
+	return ev, func(e engine.Event) {
+		tr.event(e)
+		if e.Finish != "" && s.ledger != nil {
+			s.ledger.Append(ledger.Record{Time: time.Now().UTC(), Tenant: t.ID, RequestID: id, Model: m.Name,
+				Prompt: e.PromptTokens, Cached: e.CachedTokens, Completion: e.CompletionTokens,
+				TTFTms: tr.ttftMs(), DurationMs: float64(time.Since(tr.start).Microseconds()) / 1000, Finish: string(e.Finish)})
+		}
+	}, nil
+}
+
+// usage is GET /v1/tenants/{id}/usage: the ledger's totals for a tenant,
+// readable by that tenant or an admin.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	t := r.Context().Value(tenantKey).(*Tenant)
+	id := r.PathValue("id")
+	if id != t.ID && !t.Admin {
+		writeError(w, &apiError{status: http.StatusForbidden, Message: "a tenant may read only its own usage", Type: "permission_error"})
+		return
+	}
+	if s.ledger == nil {
+		writeError(w, &apiError{status: http.StatusNotFound, Message: "no usage ledger: set ledger in the server config", Type: "invalid_request_error"})
+		return
+	}
+	writeJSON(w, map[string]any{"tenant": id, "usage": s.ledger.Totals(id)})
 }
 
 func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, *apiError) {

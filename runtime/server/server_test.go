@@ -20,6 +20,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/server"
+	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
 
 // start serves stories260K (from ../shared) with two tenants on a
@@ -66,7 +67,12 @@ requests_per_minute = 2
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go e.Run(ctx)
-	srv := server.New(cfg, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: 256}}, nil)
+	led, err := ledger.Open(filepath.Join(dir, "usage.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	srv := server.New(cfg, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: 256}}, led, nil)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	return ts.URL
@@ -218,6 +224,30 @@ func TestOpenAIClient(t *testing.T) {
 		}
 	}
 
+	// 24 tokens from each of the plain, streamed and token-prompt
+	// completions, the stopped one's count, 16 from each chat, and 1 from
+	// the request with an unknown field.
+	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1 // alpha's
+
+	// Usage: the ledger agrees with the requests; a tenant reads only its own.
+	getUsage := func(key, tenant string) (int, string) {
+		req, _ := http.NewRequest("GET", url+"/v1/tenants/"+tenant+"/usage", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := getUsage("sk-alpha", "alpha"); code != 200 || !strings.Contains(body, fmt.Sprintf(`"completion_tokens":%d`, generated)) {
+		t.Errorf("alpha's usage: %d %s (want %d completion tokens)", code, body, generated)
+	}
+	if code, _ := getUsage("sk-beta", "alpha"); code != http.StatusForbidden {
+		t.Errorf("beta read alpha's usage: %d", code)
+	}
+
 	// The page: the playground, self-contained.
 	resp, err := http.Get(url + "/")
 	if err != nil {
@@ -259,10 +289,6 @@ func TestOpenAIClient(t *testing.T) {
 		t.Errorf("beta over its rate: %v %v", resp, err)
 	}
 
-	// 24 tokens from each of the plain, streamed and token-prompt
-	// completions, the stopped one's count, 16 from each chat, and 1 from
-	// the request with an unknown field.
-	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1 // alpha's
 
 	// Metrics: the vLLM names with their model_name label, and per-tenant
 	// tokens adding up to what the requests above reported.

@@ -289,7 +289,6 @@ func TestOpenAIClient(t *testing.T) {
 		t.Errorf("beta over its rate: %v %v", resp, err)
 	}
 
-
 	// Metrics: the vLLM names with their model_name label, and per-tenant
 	// tokens adding up to what the requests above reported.
 	resp, err = http.Get(url + "/metrics")

@@ -58,6 +58,14 @@ llama-batched-bench's keys; --llama-batched-bench PATH --gguf FILE runs that
 tool on the same model, threads and test and prints its table below.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case pp < 0 || pp > 1<<20:
+				return fmt.Errorf("-p %d out of range [0, 1048576]", pp)
+			case tg < 0 || tg > 1<<20:
+				return fmt.Errorf("-n %d out of range [0, 1048576]", tg)
+			case reps < 1 || reps > 1000:
+				return fmt.Errorf("-r %d out of range [1, 1000]", reps)
+			}
 			e, err := ef.open(args[0])
 			if err != nil {
 				return err

@@ -45,6 +45,9 @@ full logit vector.`,
 			if from < 1 || from > len(ids) {
 				return fmt.Errorf("--from %d must be in [1, %d] (the number of tokens)", from, len(ids))
 			}
+			if top < 0 || top > 1<<20 {
+				return fmt.Errorf("--top %d out of range [0, 1048576]", top)
+			}
 			e, err := ef.open(args[0])
 			if err != nil {
 				return err

@@ -54,6 +54,9 @@ func generateCmd() *cobra.Command {
 		Short: "Generate text from a prompt, streaming it to stdout",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := flagError(decode.Params{MaxTokens: n, Sampling: sp}.Validate()); err != nil {
+				return err
+			}
 			e, err := ef.open(args[0])
 			if err != nil {
 				return err
@@ -86,12 +89,15 @@ func generateCmd() *cobra.Command {
 				}
 			default:
 				ids = e.Tok.Encode(prompt, true, false)
-				if !noEcho {
-					fmt.Fprint(cmd.OutOrStdout(), prompt)
-				}
 			}
 			if len(ids) == 0 {
 				return fmt.Errorf("empty prompt: give --prompt or --tokens")
+			}
+			if ctx := e.Hparams.ContextLength; len(ids) >= ctx {
+				return fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length)", len(ids), ctx)
+			}
+			if tokens == "" && !useChat && messages == "" && !noEcho {
+				fmt.Fprint(cmd.OutOrStdout(), prompt)
 			}
 			return generate(cmd, e, ids, n, sp, stops, asJSON)
 		},

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	goruntime "runtime"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
@@ -35,6 +38,9 @@ func (f *engineFlags) add(c *cobra.Command) {
 
 // options fills runtime.Options from the flags and the environment.
 func (f *engineFlags) options() (runtime.Options, error) {
+	if err := checkThreads(f.threads); err != nil {
+		return runtime.Options{}, err
+	}
 	opt := runtime.Options{Tier: f.tier, Threads: f.threads,
 		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
 	if opt.Tier == "" {
@@ -42,8 +48,8 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	}
 	if s := os.Getenv("ZRT_THREADS"); opt.Threads == 0 && s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return opt, fmt.Errorf("ZRT_THREADS=%q: want a positive number of threads", s)
+		if err != nil || n < 1 || checkThreads(n) != nil {
+			return opt, fmt.Errorf("ZRT_THREADS=%q: want a number of threads in [1, %d]", s, maxThreadsPerCPU*goruntime.NumCPU())
 		}
 		opt.Threads = n
 	}
@@ -79,4 +85,28 @@ func (f *engineFlags) open(dir string) (*sequence.Pool, error) {
 		return nil, fmt.Errorf("ZRT_BATCHED_PREFILL: %w", err)
 	}
 	return pool, nil
+}
+
+// flagError names the flag of a request setting outside its range.
+func flagError(err error) error {
+	var re *decode.RangeError
+	if errors.As(err, &re) {
+		dash := "--"
+		if len(re.Flag) == 1 {
+			dash = "-"
+		}
+		return fmt.Errorf("%s%s: %w", dash, re.Flag, err)
+	}
+	return err
+}
+
+// maxThreads bounds --threads: more workers than this many per CPU only
+// add scheduling overhead.
+const maxThreadsPerCPU = 4
+
+func checkThreads(n int) error {
+	if limit := maxThreadsPerCPU * goruntime.NumCPU(); n < 0 || n > limit {
+		return fmt.Errorf("--threads %d out of range [1, %d] (0: one per CPU)", n, limit)
+	}
+	return nil
 }

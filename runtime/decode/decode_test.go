@@ -1,10 +1,12 @@
 package decode
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/vocab"
+	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -111,5 +113,29 @@ func TestIgnoreEOS(t *testing.T) {
 	_, fed, why := run(t, Params{MaxTokens: 3, ContextLength: 100, IgnoreEOS: true}, []int32{2, 2, 2}, 0)
 	if why != Length || len(fed) != 2 || slices.Contains(fed, 2) {
 		t.Errorf("fed %v, finish %q", fed, why)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	ok := Params{MaxTokens: 16, Sampling: sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, MinP: 0.05, RepeatPenalty: 1, RepeatLastN: 64}}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		edit func(*Params)
+		want string
+	}{
+		{func(p *Params) { p.MaxTokens = -5 }, "max_tokens -5 out of range [0, 1048576]"},
+		{func(p *Params) { p.Sampling.Temperature = -1 }, "temperature -1 out of range [0, 2]"},
+		{func(p *Params) { p.Sampling.TopP = 7 }, "top_p 7 out of range (0, 1]"},
+		{func(p *Params) { p.Sampling.TopP = 0 }, "top_p 0 out of range (0, 1]"},
+		{func(p *Params) { p.Sampling.RepeatPenalty = -2 }, "repeat_penalty -2 out of range [0, 10]"},
+	} {
+		p := ok
+		c.edit(&p)
+		var re *RangeError
+		if err := p.Validate(); !errors.As(err, &re) || err.Error() != c.want {
+			t.Errorf("got %v, want %q", err, c.want)
+		}
 	}
 }

@@ -286,38 +286,27 @@ func (g *genParams) decodeParams(m *Model) (decode.Params, *apiError) {
 	case g.MaxTokens != nil:
 		p.MaxTokens = *g.MaxTokens
 	}
-	if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
-		return p, badRequest("max_tokens", "max_tokens %d must be in [1, %d]", p.MaxTokens, m.ContextLength)
-	}
 	if g.Temperature != nil {
-		if *g.Temperature < 0 || *g.Temperature > 2 {
-			return p, badRequest("temperature", "temperature %v must be in [0, 2]", *g.Temperature)
-		}
 		p.Sampling.Temperature = *g.Temperature
 	}
 	if g.TopP != nil {
-		if *g.TopP <= 0 || *g.TopP > 1 {
-			return p, badRequest("top_p", "top_p %v must be in (0, 1]", *g.TopP)
-		}
 		p.Sampling.TopP = *g.TopP
 	}
 	if g.TopK != nil {
-		if *g.TopK < 0 {
-			return p, badRequest("top_k", "top_k %d must not be negative", *g.TopK)
-		}
 		p.Sampling.TopK = *g.TopK
 	}
 	if g.MinP != nil {
-		if *g.MinP < 0 || *g.MinP > 1 {
-			return p, badRequest("min_p", "min_p %v must be in [0, 1]", *g.MinP)
-		}
 		p.Sampling.MinP = *g.MinP
 	}
 	if g.RepeatPenalty != nil {
-		if *g.RepeatPenalty <= 0 {
-			return p, badRequest("repeat_penalty", "repeat_penalty %v must be positive", *g.RepeatPenalty)
-		}
 		p.Sampling.RepeatPenalty, p.Sampling.RepeatLastN = *g.RepeatPenalty, 64
+	}
+	var re *decode.RangeError
+	if err := p.Validate(); errors.As(err, &re) {
+		return p, badRequest(re.Field, "%v", err)
+	}
+	if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
+		return p, badRequest("max_tokens", "max_tokens %d must be in [1, %d]", p.MaxTokens, m.ContextLength)
 	}
 	if g.Seed != nil {
 		p.Sampling.Seed = uint64(*g.Seed)

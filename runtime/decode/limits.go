@@ -1,0 +1,74 @@
+package decode
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Limit is the valid range of one request setting. The commands' flags
+// and the server's request fields check against the same table, so the
+// two cannot accept different values.
+type Limit struct {
+	// Field is the setting's name in requests (OpenAI's where it has one);
+	// Flag is the command-line flag that sets it.
+	Field, Flag string
+	Min, Max    float64
+	// MinOpen excludes Min itself (top_p must be above 0).
+	MinOpen bool
+}
+
+// Limits are the request settings' ranges.
+var Limits = []Limit{
+	{Field: "max_tokens", Flag: "n", Min: 0, Max: 1 << 20},
+	{Field: "temperature", Flag: "temp", Min: 0, Max: 2},
+	{Field: "top_p", Flag: "top-p", Min: 0, Max: 1, MinOpen: true},
+	{Field: "top_k", Flag: "top-k", Min: 0, Max: 1 << 20},
+	{Field: "min_p", Flag: "min-p", Min: 0, Max: 1},
+	{Field: "repeat_penalty", Flag: "repeat-penalty", Min: 0, Max: 10}, // 0 and 1 are off
+	{Field: "repeat_last_n", Flag: "repeat-last-n", Min: 0, Max: 1 << 20},
+}
+
+// RangeError is a setting outside its Limit.
+type RangeError struct {
+	Limit
+	Value float64
+}
+
+func (e *RangeError) Error() string {
+	open := "["
+	if e.MinOpen {
+		open = "("
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+	return fmt.Sprintf("%s %s out of range %s%s, %s]", e.Field, f(e.Value), open, f(e.Min), f(e.Max))
+}
+
+// Check returns a *RangeError when v is outside the range of the setting
+// named field.
+func Check(field string, v float64) error {
+	for _, l := range Limits {
+		if l.Field != field {
+			continue
+		}
+		if v < l.Min || v > l.Max || (l.MinOpen && v == l.Min) {
+			return &RangeError{Limit: l, Value: v}
+		}
+		return nil
+	}
+	panic("decode: no limit for " + field)
+}
+
+// Validate checks every setting of p against Limits.
+func (p Params) Validate() error {
+	s := p.Sampling
+	for _, c := range []struct {
+		field string
+		v     float64
+	}{{"max_tokens", float64(p.MaxTokens)}, {"temperature", s.Temperature}, {"top_p", s.TopP}, {"top_k", float64(s.TopK)},
+		{"min_p", s.MinP}, {"repeat_penalty", s.RepeatPenalty}, {"repeat_last_n", float64(s.RepeatLastN)}} {
+		if err := Check(c.field, c.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"os"
+	goruntime "runtime"
 	"strconv"
 	"time"
 

@@ -32,5 +32,5 @@ func TestParityWithCPU(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	t.Logf("device: %s", info)
-	conformance.Run(t, conformance.Tier{Target: "cuda:sm_90", Options: runtime.Options{Tier: "cuda"}, RelTolerance: relTolerance})
+	conformance.Run(t, conformance.Tier{Target: "cuda:sm_90", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8, RelTolerance: relTolerance})
 }

@@ -32,6 +32,11 @@ type Tier struct {
 	// Config, when set, is a model config (TOML) for the tier's bundles,
 	// for instance to compile several variants.
 	Config string
+	// OracleThreads are T-CPU's workers for the oracle (default 2). T-CPU
+	// splits some reductions by worker count, so the oracle's last bits
+	// depend on it: a tier's runner keeps the count its tolerance was
+	// measured with.
+	OracleThreads int
 	// RelTolerance bounds step 0's largest logit difference, relative to
 	// the step's largest |logit| (at least 1), and is the argmax margin
 	// below which the two may pick different tokens. 0 demands identical
@@ -140,7 +145,11 @@ func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.
 		}
 		return p, s
 	}
-	op, oseq := open(oracleDir, runtime.Options{Tier: "cpu", Threads: 2})
+	threads := tier.OracleThreads
+	if threads == 0 {
+		threads = 2
+	}
+	op, oseq := open(oracleDir, runtime.Options{Tier: "cpu", Threads: threads})
 	defer op.Close()
 	tp, tseq := open(tierDir, tier.Options)
 	defer tp.Close()

@@ -17,21 +17,19 @@ import (
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
-// TestServesLikeAlone runs requests of mixed prompt lengths through the
-// engine on T-CPU — all submitted at once, so decodes and prefill chunks
-// share steps — and requires each one's tokens to equal its solo run's,
-// greedy and seeded, on the trained stories260K model.
-func TestServesLikeAlone(t *testing.T) {
+// stories compiles the trained stories260K model of ../shared with the
+// model config text and opens it on T-CPU (skipping without ../shared).
+func stories(t *testing.T, config string) *runtime.Program {
+	t.Helper()
 	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("%s not present", model)
 	}
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "m.toml")
-	if err := os.WriteFile(cfg, []byte("context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n"), 0o644); err != nil {
+	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "b")
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +37,16 @@ func TestServesLikeAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// TestServesLikeAlone runs requests of mixed prompt lengths through the
+// engine on T-CPU — all submitted at once, so decodes and prefill chunks
+// share steps — and requires each one's tokens to equal its solo run's,
+// greedy and seeded, on the trained stories260K model.
+func TestServesLikeAlone(t *testing.T) {
+	p := stories(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n")
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -158,22 +165,7 @@ func TestServesLikeAlone(t *testing.T) {
 // first one's prompt pages and skips their prefill (counted), with the
 // same tokens; a tenant in another scope gets no hit.
 func TestPrefixCache(t *testing.T) {
-	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "m.toml")
-	os.WriteFile(cfg, []byte("context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [64]\nkv_pages = 40\n"), 0o644)
-	out := filepath.Join(dir, "b")
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := stories(t, "context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [64]\nkv_pages = 40\n")
 	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 64})
 	if err != nil {
 		t.Fatal(err)

@@ -549,24 +549,35 @@ func collect(events <-chan engine.Event, observe func(engine.Event)) (string, en
 	return text.String(), last
 }
 
+// parse decodes a generation request's body (which embeds g) and resolves
+// its model and decoding parameters; on a bad request it answers and
+// reports false.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genParams) (*Model, decode.Params, bool) {
+	if err := decodeBody(w, r, body); err != nil {
+		s.reject(w, r, err)
+		return nil, decode.Params{}, false
+	}
+	m, err := s.model(g.Model)
+	if err != nil {
+		s.reject(w, r, err)
+		return nil, decode.Params{}, false
+	}
+	p, err := g.decodeParams(m)
+	if err != nil {
+		s.reject(w, r, err)
+		return nil, decode.Params{}, false
+	}
+	return m, p, true
+}
+
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		genParams
 		Prompt json.RawMessage `json:"prompt"`
 		Echo   bool            `json:"echo"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		s.reject(w, r, err)
-		return
-	}
-	m, aerr := s.model(req.Model)
-	if aerr != nil {
-		s.reject(w, r, aerr)
-		return
-	}
-	p, aerr := req.decodeParams(m)
-	if aerr != nil {
-		s.reject(w, r, aerr)
+	m, p, ok := s.parse(w, r, &req, &req.genParams)
+	if !ok {
 		return
 	}
 	var prompt []int32
@@ -640,18 +651,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		s.reject(w, r, err)
-		return
-	}
-	m, aerr := s.model(req.Model)
-	if aerr != nil {
-		s.reject(w, r, aerr)
-		return
-	}
-	p, aerr := req.decodeParams(m)
-	if aerr != nil {
-		s.reject(w, r, aerr)
+	m, p, ok := s.parse(w, r, &req, &req.genParams)
+	if !ok {
 		return
 	}
 	if len(req.Messages) == 0 {

@@ -32,6 +32,10 @@ import (
 //     Y16-Y31 hold a super-block's unpacked quants and scales for all
 //     four rows.
 //
+// IQ4_NL and IQ4_XS (iq4_amd64.s) have AVX2 kernels only, used at both
+// levels; unlike the others they keep ggml's float order exactly and so
+// are bit-identical to their pure-Go kernels.
+//
 // AMX is never used: it faults on the machines this runs on.
 
 // Levels of SIMD support, in increasing order.
@@ -65,6 +69,8 @@ func simdKernels(level int) (tab simdTable) {
 	dot[ggml.Q4_K] = dotQ4_KAVX2
 	dot[ggml.Q5_K] = dotQ5_KAVX2
 	dot[ggml.Q6_K] = dotQ6_KAVX2
+	dot[ggml.IQ4_NL] = dotIQ4_NLAVX2 // iq4_amd64.go; AVX2 at every level
+	dot[ggml.IQ4_XS] = dotIQ4_XSAVX2
 	if level >= simdVNNI {
 		dot[ggml.Q8_0] = dotQ8_0VNNI
 		dot[ggml.Q4_0] = dotQ4_0VNNI

@@ -39,6 +39,8 @@ Without --config there is one local tenant and no API key, so the default
 --listen is loopback only. A config (TOML) names tenants, their API keys,
 QoS classes and limits, and the engine's slots and chunk_cap.
 
+SIGHUP reloads the tenants, their keys and limits from --config without
+dropping running requests (slots, chunk_cap and reserved pages stay).
 SIGINT or SIGTERM stops admitting (503), lets running requests finish for
 up to --drain-timeout, and exits 0.
 
@@ -60,6 +62,7 @@ up to --drain-timeout, and exits 0.
 			defer stop()
 			loops, cancelLoops := context.WithCancel(context.Background())
 			defer cancelLoops()
+			policy := server.NewPolicy(cfg)
 			var models []*server.Model
 			for i, dir := range args {
 				p, err := runtime.Open(dir, opt)
@@ -67,7 +70,7 @@ up to --drain-timeout, and exits 0.
 					return err
 				}
 				defer p.Close()
-				e, err := newEngine(p, cfg)
+				e, err := newEngine(p, cfg, policy)
 				if err != nil {
 					return fmt.Errorf("%s: %w", dir, err)
 				}
@@ -92,7 +95,7 @@ up to --drain-timeout, and exits 0.
 				}
 				defer led.Close()
 			}
-			srv := server.New(cfg, models, led, log)
+			srv := server.New(cfg, policy, models, led, log)
 			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -115,10 +118,28 @@ up to --drain-timeout, and exits 0.
 					errc <- hs.Serve(ln)
 				}
 			}()
-			select {
-			case err := <-errc:
-				return err
-			case <-ctx.Done():
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+		wait:
+			for {
+				select {
+				case err := <-errc:
+					return err
+				case <-hup:
+					if configPath == "" {
+						continue
+					}
+					next, err := server.LoadConfig(configPath)
+					if err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: SIGHUP: %v; keeping the running config\n", err)
+						continue
+					}
+					srv.Reload(next)
+					fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: SIGHUP: reloaded %d tenants from %s\n", len(next.Tenants), configPath)
+				case <-ctx.Done():
+					break wait
+				}
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: draining (up to %s)\n", drainTimeout)
 			srv.Drain()
@@ -145,10 +166,11 @@ up to --drain-timeout, and exits 0.
 	return c
 }
 
-// newEngine makes a model's engine from the server config, with the
-// program's slots and largest prefill variant where the config is silent.
-func newEngine(p *runtime.Program, cfg *server.Config) (*engine.Engine, error) {
-	ec := cfg.EngineConfig()
+// newEngine makes a model's engine from the server config and policy,
+// with the program's slots and largest prefill variant where the config is
+// silent.
+func newEngine(p *runtime.Program, cfg *server.Config, policy *server.Policy) (*engine.Engine, error) {
+	ec := policy.EngineConfig(cfg)
 	ec.ContextLength = p.Hparams.ContextLength
 	if ec.Slots == 0 {
 		ec.Slots = p.Slots()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/BurntSushi/toml"
 	"github.com/zrtdev/zrt/runtime/engine"
@@ -135,27 +136,53 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// EngineConfig is the engine policy the config describes: slots and
-// chunk_cap (0 where the file leaves them to the bundle), each tenant's
-// scheduling limits, reserved pages and rate limits.
-func (c *Config) EngineConfig() engine.Config {
-	limits := map[string]sched.Limits{}
-	rates := map[string]quota.Rates{}
-	scopes := map[string]string{}
+// Policy is the tenants' engine policy (scheduling limits, rate limits,
+// prefix-cache scopes) as the current config gives it. Engines read it on
+// every decision, so Update — a config reloaded on SIGHUP — takes effect at
+// the next step without dropping running requests.
+type Policy struct {
+	cur atomic.Pointer[policyView]
+}
+
+type policyView struct {
+	limits map[string]sched.Limits
+	rates  map[string]quota.Rates
+	scopes map[string]string
+}
+
+// NewPolicy returns the policy of c.
+func NewPolicy(c *Config) *Policy {
+	p := &Policy{}
+	p.Update(c)
+	return p
+}
+
+// Update replaces the policy with c's.
+func (p *Policy) Update(c *Config) {
+	v := &policyView{limits: map[string]sched.Limits{}, rates: map[string]quota.Rates{}, scopes: map[string]string{}}
+	for _, t := range c.Tenants {
+		v.limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
+		v.rates[t.ID] = quota.Rates{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
+		v.scopes[t.ID] = "tenant:" + t.ID
+		if t.IsolationGroup != "" {
+			v.scopes[t.ID] = "group:" + t.IsolationGroup
+		}
+	}
+	p.cur.Store(v)
+}
+
+// EngineConfig is an engine's policy under c: slots and chunk_cap (0 where
+// the file leaves them to the bundle), reserved pages (fixed at start), and
+// limits, rates and scopes read from p as it is updated.
+func (p *Policy) EngineConfig(c *Config) engine.Config {
 	ec := engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, Reserved: map[string]int{}}
 	for _, t := range c.Tenants {
-		scopes[t.ID] = "tenant:" + t.ID
-		if t.IsolationGroup != "" {
-			scopes[t.ID] = "group:" + t.IsolationGroup
-		}
-		limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
-		rates[t.ID] = quota.Rates{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
 		if t.ReservedKVPages > 0 {
 			ec.Reserved[t.ID] = t.ReservedKVPages
 		}
 	}
-	ec.Tenants = func(id string) sched.Limits { return limits[id] }
-	ec.Rates = func(id string) quota.Rates { return rates[id] }
-	ec.Scope = func(id string) string { return scopes[id] }
+	ec.Tenants = func(id string) sched.Limits { return p.cur.Load().limits[id] }
+	ec.Rates = func(id string) quota.Rates { return p.cur.Load().rates[id] }
+	ec.Scope = func(id string) string { return p.cur.Load().scopes[id] }
 	return ec
 }

@@ -40,7 +40,8 @@ type Model struct {
 
 // Server serves the models.
 type Server struct {
-	cfg      *Config
+	cfg      atomic.Pointer[Config]
+	policy   *Policy
 	models   map[string]*Model
 	order    []string
 	log      *slog.Logger
@@ -61,16 +62,25 @@ var page []byte
 const maxBody = 8 << 20
 
 // New returns a server for models (the first is the default when a
-// request names none); finished requests are recorded in led when it is
-// not nil.
-func New(cfg *Config, models []*Model, led *ledger.Ledger, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led}
+// request names none) whose engines follow policy; finished requests are
+// recorded in led when it is not nil.
+func New(cfg *Config, policy *Policy, models []*Model, led *ledger.Ledger, log *slog.Logger) *Server {
+	s := &Server{policy: policy, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led}
+	s.cfg.Store(cfg)
 	for _, m := range models {
 		s.models[m.Name] = m
 		s.order = append(s.order, m.Name)
 	}
 	s.metrics = newMetrics(s)
 	return s
+}
+
+// Reload replaces the tenants, their keys and their limits with cfg's (on
+// SIGHUP): requests already running keep going; slots, chunk_cap and
+// reserved pages stay as the engines were started with.
+func (s *Server) Reload(cfg *Config) {
+	s.cfg.Store(cfg)
+	s.policy.Update(cfg)
 }
 
 // Drain makes the server refuse new generation requests with 503.
@@ -148,8 +158,9 @@ func (s *Server) auth(h func(http.ResponseWriter, *http.Request)) http.HandlerFu
 		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		sum := sha256.Sum256([]byte(key))
 		var who *Tenant
-		for i := range s.cfg.Tenants {
-			t := &s.cfg.Tenants[i]
+		cfg := s.cfg.Load()
+		for i := range cfg.Tenants {
+			t := &cfg.Tenants[i]
 			if len(t.hashes) == 0 && who == nil {
 				who = t // the keyless local tenant
 			}
@@ -437,7 +448,7 @@ func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32,
 			return nil, badRequest("prompt", "token id %d outside the vocabulary of %d", id, m.Tok.NVocab())
 		}
 	}
-	if st := m.Engine.Stats(); st.Waiting >= s.cfg.QueueDepth {
+	if st := m.Engine.Stats(); st.Waiting >= s.cfg.Load().QueueDepth {
 		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error", retryAfter: 1}
 	}
 	ev, err := m.Engine.Submit(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt, Decode: p})

@@ -24,8 +24,9 @@ import (
 )
 
 // start serves stories260K (from ../shared) with two tenants on a
-// loopback port and returns its base URL.
-func start(t *testing.T) string {
+// loopback port and returns its base URL and a function that reloads the
+// tenants from a config text, as SIGHUP does.
+func start(t *testing.T) (string, func(config string)) {
 	t.Helper()
 	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
 	if _, err := os.Stat(model); err != nil {
@@ -58,7 +59,8 @@ requests_per_minute = 2
 	if err != nil {
 		t.Fatal(err)
 	}
-	ec := cfg.EngineConfig()
+	policy := server.NewPolicy(cfg)
+	ec := policy.EngineConfig(cfg)
 	ec.Slots, ec.ChunkCap = 4, 64
 	e, err := engine.New(p, p.Tok, ec)
 	if err != nil {
@@ -72,10 +74,19 @@ requests_per_minute = 2
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { led.Close() })
-	srv := server.New(cfg, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: 256}}, led, nil)
+	srv := server.New(cfg, policy, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: 256}}, led, nil)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	return ts.URL
+	reload := func(text string) {
+		path := filepath.Join(t.TempDir(), "reload.toml")
+		os.WriteFile(path, []byte(text), 0o644)
+		next, err := server.LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Reload(next)
+	}
+	return ts.URL, reload
 }
 
 func client(url, key string) openai.Client {
@@ -84,7 +95,7 @@ func client(url, key string) openai.Client {
 
 // TestOpenAIClient drives the server with the official Go client.
 func TestOpenAIClient(t *testing.T) {
-	url := start(t)
+	url, reload := start(t)
 	c := client(url, "sk-alpha")
 	ctx := context.Background()
 	params := openai.CompletionNewParams{Model: "stories260K", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
@@ -310,6 +321,20 @@ func TestOpenAIClient(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q:\n%s", want, grepLines(string(b), "generation_tokens|tenant_|first_token_seconds_count"))
 		}
+	}
+
+	// SIGHUP's reload: alpha's new key works at once and its old one does
+	// not; beta, no longer listed, is refused.
+	reload("[[tenant]]\nid = \"alpha\"\napi_keys = [\"sk-alpha-2\"]\nqos = \"interactive\"\n")
+	renewed := client(url, "sk-alpha-2")
+	if _, err := renewed.Completions.New(ctx, short); err != nil {
+		t.Errorf("new key after reload: %v", err)
+	}
+	if _, err := c.Completions.New(ctx, short); status(err) != http.StatusUnauthorized {
+		t.Errorf("old key after reload: %v", err)
+	}
+	if _, err := beta.Completions.New(ctx, short); status(err) != http.StatusUnauthorized {
+		t.Errorf("removed tenant after reload: %v", err)
 	}
 }
 

@@ -324,7 +324,10 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 func (p *Program) Logits(slot int, dst []float32) []float32 {
 	nv := p.Hparams.NVocab
 	b := p.tier.Region(p.logits)[slot*nv*4 : (slot+1)*nv*4]
-	dst = append(dst[:0], make([]float32, nv)...)
+	if cap(dst) < nv {
+		dst = make([]float32, nv)
+	}
+	dst = dst[:nv]
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}

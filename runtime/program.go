@@ -236,6 +236,18 @@ func (p *Program) Key(stage Stage, rows int) (ShapeKey, bool) {
 	return best, ok
 }
 
+// Largest returns the variant of a stage with the most rows, or false when
+// the bundle has none of that stage.
+func (p *Program) Largest(stage Stage) (ShapeKey, bool) {
+	best, ok := ShapeKey{}, false
+	for _, k := range p.keys {
+		if k.Stage == stage && (!ok || k.Rows > best.Rows) {
+			best, ok = k, true
+		}
+	}
+	return best, ok
+}
+
 // Slots is how many slots the page table covers: slot ids run 0..Slots-1.
 func (p *Program) Slots() int { return p.table.Slots }
 

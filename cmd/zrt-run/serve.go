@@ -175,12 +175,8 @@ func newEngine(p *runtime.Program, cfg *server.Config, policy *server.Policy) (*
 	if ec.Slots == 0 {
 		ec.Slots = p.Slots()
 	}
-	if ec.ChunkCap == 0 {
-		for _, k := range p.Keys() {
-			if k.Stage == runtime.Prefill {
-				ec.ChunkCap = max(ec.ChunkCap, k.Rows)
-			}
-		}
+	if k, ok := p.Largest(runtime.Prefill); ec.ChunkCap == 0 && ok {
+		ec.ChunkCap = k.Rows
 	}
 	return engine.New(p, p.Tok, ec)
 }

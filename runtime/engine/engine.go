@@ -254,16 +254,17 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.stepping.Lock()
 	defer e.stepping.Unlock()
 	e.mu.Lock()
-	for _, r := range e.arrivals {
+	arrived := e.arrivals
+	e.arrivals = nil
+	e.mu.Unlock()
+	for _, r := range arrived {
 		e.nextID++
 		r.id = e.nextID
 		if e.prefix != nil {
-			r.keys = e.prefix.Keys(e.cfg.Scope(r.Tenant), r.Prompt)
+			r.keys = e.prefix.Keys(e.cfg.Scope(r.Tenant), r.Prompt) // hashed here, not under the lock Submit takes
 		}
 		e.reqs = append(e.reqs, r)
 	}
-	e.arrivals = e.arrivals[:0]
-	e.mu.Unlock()
 
 	for _, r := range e.reqs {
 		if r.ctx.Err() != nil {

@@ -68,21 +68,10 @@ func New(p *runtime.Program, mode string, log func(format string, args ...any)) 
 		return nil, fmt.Errorf("bundle has no decode variant (it has %v)", p.Keys())
 	}
 	var ok bool
-	if pool.prefill, ok = largest(p, runtime.Prefill); !ok {
+	if pool.prefill, ok = p.Largest(runtime.Prefill); !ok {
 		return nil, fmt.Errorf("bundle has no prefill variant (it has %v)", p.Keys())
 	}
 	return pool, nil
-}
-
-// largest is the stage's variant with the most rows.
-func largest(p *runtime.Program, stage runtime.Stage) (runtime.ShapeKey, bool) {
-	best, ok := runtime.ShapeKey{}, false
-	for _, k := range p.Keys() {
-		if k.Stage == stage && (!ok || k.Rows > best.Rows) {
-			best, ok = k, true
-		}
-	}
-	return best, ok
 }
 
 // Variants names the variants one sequence replays: its largest prefill

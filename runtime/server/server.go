@@ -378,6 +378,23 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	return nil
 }
 
+// failed reports whether a request's last event ends it without a
+// completion OpenAI can express (an error, a cancellation, a consumer cut
+// off).
+func failed(ev engine.Event) bool {
+	return ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled
+}
+
+// envelope is one response or stream chunk: choice is its only choice, or
+// none in the usage chunk that u marks.
+func envelope(id, object string, created int64, model string, choice map[string]any, u *usage) map[string]any {
+	o := map[string]any{"id": id, "object": object, "created": created, "model": model, "choices": []map[string]any{choice}}
+	if u != nil {
+		o["choices"], o["usage"] = []map[string]any{}, u
+	}
+	return o
+}
+
 // finishReason maps the engine's reasons onto OpenAI's.
 func finishReason(f engine.Finish) string {
 	switch decode.Finish(f) {
@@ -525,7 +542,7 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 			if ev.Finish == "" {
 				continue
 			}
-			if ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled {
+			if failed(ev) {
 				send(map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}})
 			} else {
 				u := usageOf(ev)
@@ -608,15 +625,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	id, created := fmt.Sprintf("cmpl-%d", s.requests.Add(1)), time.Now().Unix()
 	obj := func(text string, finish *string, u *usage) map[string]any {
-		choices := []map[string]any{{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}
-		if u != nil {
-			choices = []map[string]any{}
-		}
-		o := map[string]any{"id": id, "object": "text_completion", "created": created, "model": m.Name, "choices": choices}
-		if u != nil {
-			o["usage"] = u
-		}
-		return o
+		return envelope(id, "text_completion", created, m.Name, map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}, u)
 	}
 	if req.Stream {
 		if req.Echo {
@@ -628,7 +637,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, last := collect(events, observe)
-	if last.Err != nil || last.Finish == engine.ClientTooSlow || last.Finish == engine.Cancelled {
+	if failed(last) {
 		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
 		return
 	}
@@ -693,15 +702,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if req.Stream {
 		first := true
 		chunk := func(delta map[string]any, finish *string, u *usage) map[string]any {
-			choices := []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}}
-			if u != nil {
-				choices = []map[string]any{}
-			}
-			o := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": m.Name, "choices": choices}
-			if u != nil {
-				o["usage"] = u
-			}
-			return o
+			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": 0, "delta": delta, "finish_reason": finish}, u)
 		}
 		stream(w, events, observe, func(t string) any {
 			d := map[string]any{"content": t}
@@ -714,7 +715,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, last := collect(events, observe)
-	if last.Err != nil || last.Finish == engine.ClientTooSlow || last.Finish == engine.Cancelled {
+	if failed(last) {
 		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
 		return
 	}

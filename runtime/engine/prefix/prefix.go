@@ -106,17 +106,6 @@ func (c *Cache) Evict(inUse func(page uint32) bool) (page uint32, ok bool) {
 	return 0, false
 }
 
-// Evictable counts the cached pages no request maps.
-func (c *Cache) Evictable(inUse func(page uint32) bool) int {
-	n := 0
-	for el := c.lru.Front(); el != nil; el = el.Next() {
-		if !inUse(el.Value.(*entry).page) {
-			n++
-		}
-	}
-	return n
-}
-
 // Pages calls f for every cached page (for invariant checks).
 func (c *Cache) Pages(f func(page uint32)) {
 	for el := c.lru.Front(); el != nil; el = el.Next() {

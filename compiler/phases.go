@@ -10,12 +10,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/publish"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -210,7 +212,22 @@ func compileToFile(ctx context.Context, path, out string, opt Options) error {
 	if err := CompileIR(ctx, path, &b, opt); err != nil {
 		return err
 	}
-	return os.WriteFile(out, b.Bytes(), 0o644)
+	return publish.File(publish.OS{}, out, isTextIR, b.Bytes())
+}
+
+// isTextIR accepts a file that starts like text IR, the only kind
+// compileToFile may replace.
+func isTextIR(path string, fi fs.FileInfo) error {
+	b := make([]byte, len("graph "))
+	f, err := os.Open(path)
+	if err == nil {
+		_, err = io.ReadFull(f, b)
+		f.Close()
+	}
+	if !fi.Mode().IsRegular() || err != nil || string(b) != "graph " {
+		return fmt.Errorf("it is not a text IR file")
+	}
+	return nil
 }
 
 func reportTimes(opt Options, times []passes.Timing) {

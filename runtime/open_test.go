@@ -141,6 +141,10 @@ func TestCorruptBundles(t *testing.T) {
 		os.WriteFile(ppath, c, 0o644)
 		expectErr("pack byte "+strconv.Itoa(i)+" flipped", dir)
 	}
+	os.WriteFile(ppath, append(append([]byte(nil), pack...), 0), 0o644)
+	if err := open(dir); err == nil || !strings.Contains(err.Error(), "trailing bytes") {
+		t.Errorf("pack with a trailing byte: %v", err)
+	}
 	os.WriteFile(ppath, pack, 0o644)
 
 	kpath := filepath.Join(dir, bundle.KernelDir, kernels[0].Name())
@@ -160,6 +164,32 @@ func TestCorruptBundles(t *testing.T) {
 	}
 	if err := open(filepath.Join(dir, "nope")); err == nil {
 		t.Error("missing bundle accepted")
+	}
+}
+
+// TestMixedBuildsRefused: the graph file of one build beside the weights
+// of another (as a reader racing a replacement could see them) is refused
+// by the cheap check every open makes, not only by full verification.
+func TestMixedBuildsRefused(t *testing.T) {
+	a := buildTiny(t)
+	s := synth.Tiny
+	s.Seed++
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "other.gguf")
+	os.WriteFile(model, b, 0o644)
+	other := filepath.Join(t.TempDir(), "other")
+	if err := compiler.Compile(context.Background(), model, other, compiler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	mixed := copyBundle(t, a)
+	w, _ := os.ReadFile(filepath.Join(other, bundle.WeightsFile))
+	os.WriteFile(filepath.Join(mixed, bundle.WeightsFile), w, 0o644)
+	_, err = runtime.Open(mixed, runtime.Options{Tier: "cpu", Threads: 1})
+	if err == nil || !strings.Contains(err.Error(), "not from the build of") {
+		t.Fatalf("mixed bundle: %v", err)
 	}
 }
 

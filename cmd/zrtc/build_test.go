@@ -17,7 +17,7 @@ import (
 func zrtc(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), inspectCmd(), dumpCmd())
+	root.AddCommand(buildCmd(), inspectCmd(), dumpCmd(), synthCmd())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&bytes.Buffer{})
@@ -102,5 +102,49 @@ func TestDumpIR(t *testing.T) {
 	}
 	if _, err := zrtc(t, "dump", "ir", model, "--after", "codegen"); err == nil || !strings.Contains(err.Error(), `unknown pass "codegen"`) {
 		t.Errorf("--after codegen: %v", err)
+	}
+}
+
+// TestWritersKeepWhatTheyDidNotWrite: -o naming a directory that is not a
+// bundle, or a file that is not of the kind written, is refused and left
+// as it was.
+func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
+	model := tinyModel(t)
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes")
+	os.Mkdir(notes, 0o755)
+	os.WriteFile(filepath.Join(notes, "todo.txt"), []byte("keep"), 0o644)
+	text := filepath.Join(dir, "text.txt")
+	os.WriteFile(text, []byte("keep"), 0o644)
+	for _, args := range [][]string{
+		{"build", model, "-o", notes},
+		{"build", model, "-o", text},
+		{"build", model, "--compile-to=fuse", "-o", text},
+		{"synth", "-o", text},
+		{"synth", "-o", notes},
+	} {
+		_, err := zrtc(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "refusing to replace it") {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(notes, "todo.txt")); string(b) != "keep" {
+		t.Error("the notes directory changed")
+	}
+	if b, _ := os.ReadFile(text); string(b) != "keep" {
+		t.Error("the text file changed")
+	}
+	// What zrtc wrote, it replaces.
+	out := filepath.Join(dir, "b")
+	for range 2 {
+		if _, err := zrtc(t, "build", model, "-o", out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := zrtc(t, "build", model, "--compile-to=fuse", "-o", filepath.Join(dir, "m.zir")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zrtc(t, "build", model, "--compile-to=fuse", "-o", filepath.Join(dir, "m.zir")); err != nil {
+		t.Fatal(err)
 	}
 }

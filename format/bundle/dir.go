@@ -2,9 +2,16 @@ package bundle
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+
+	"github.com/zrtdev/zrt/format/publish"
 
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/zrt"
@@ -17,46 +24,28 @@ const (
 	KernelDir   = "kernels"
 )
 
-// WriteDir builds a bundle directory atomically: fill populates a fresh
-// temporary directory beside dst, which then replaces dst in one rename.
-// On any error nothing at dst changes.
+// WriteDir builds a bundle directory crash-safely (format/publish): fill
+// populates a fresh temporary directory beside dst, which then replaces
+// dst in one atomic exchange. dst must be missing or a bundle: anything
+// else is refused, never deleted. On any error nothing at dst changes.
 func WriteDir(dst string, fill func(tmp string) error) error {
-	dst = filepath.Clean(dst)
-	tmp, err := os.MkdirTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp*")
+	return publish.Dir(publish.OS{}, dst, IsBundle, fill)
+}
+
+// IsBundle accepts a directory that holds a zrt graph file (of any
+// version), the only kind of directory zrtc may replace.
+func IsBundle(path string, fi fs.FileInfo) error {
+	if !fi.IsDir() {
+		return fmt.Errorf("it is not a directory")
+	}
+	f, err := os.Open(filepath.Join(path, GraphFile))
 	if err != nil {
-		return err
+		return fmt.Errorf("it is not a zrt bundle (no %s)", GraphFile)
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	if err := fill(tmp); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	// A directory cannot be renamed over a non-empty one: move the old
-	// bundle aside first, and put it back if the swap fails.
-	var old string
-	if st, err := os.Stat(dst); err == nil {
-		if !st.IsDir() {
-			os.RemoveAll(tmp)
-			return fmt.Errorf("bundle: %s exists and is not a directory", dst)
-		}
-		old = tmp + ".old"
-		if err := os.Rename(dst, old); err != nil {
-			os.RemoveAll(tmp)
-			return err
-		}
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		if old != "" {
-			os.Rename(old, dst)
-		}
-		os.RemoveAll(tmp)
-		return err
-	}
-	if old != "" {
-		os.RemoveAll(old)
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || binary.LittleEndian.Uint32(magic[:]) != GraphMagic {
+		return fmt.Errorf("it is not a zrt bundle (%s is not a zrt graph file)", GraphFile)
 	}
 	return nil
 }
@@ -76,8 +65,14 @@ type Bundle struct {
 // Open maps and validates a bundle. The minimal check, always done: graph
 // file header, section checksums and tables; every kernel blob present,
 // matching its recorded hash, for the bundle's target, fully patched; the
-// weights pack's table consistent with the memory plan. With full set it
-// also hashes the weights data against the recorded hash.
+// weights pack's table consistent with the memory plan and its recorded
+// data hash the graph file's. With full set it also hashes the weights
+// data against that hash.
+//
+// The directory is opened once and every file read through that handle,
+// and every file is tied to the graph file by a hash, so a bundle replaced
+// while it is opened yields the whole old build, the whole new one, or an
+// error, never a mix.
 func Open(dir string, full bool) (*Bundle, error) {
 	b := &Bundle{Dir: dir, Weights: map[string][]byte{}}
 	fail := func(err error) (*Bundle, error) {
@@ -91,7 +86,12 @@ func Open(dir string, full bool) (*Bundle, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("bundle: %s is not a bundle directory (zrtc build writes one)", dir)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, GraphFile))
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	defer root.Close()
+	raw, err := readFile(root, GraphFile)
 	if err != nil {
 		return fail(err)
 	}
@@ -106,7 +106,7 @@ func Open(dir string, full bool) (*Bundle, error) {
 		if filepath.Base(k.File) != k.File {
 			return fail(fmt.Errorf("%w: kernel file name %q", ErrFormat, k.File))
 		}
-		kb, err := os.ReadFile(filepath.Join(dir, KernelDir, k.File))
+		kb, err := readFile(root, filepath.Join(KernelDir, k.File))
 		if err != nil {
 			return fail(err)
 		}
@@ -128,15 +128,23 @@ func Open(dir string, full bool) (*Bundle, error) {
 		}
 		b.Blobs = append(b.Blobs, blob)
 	}
-	pack, unmap, err := gguf.MapFile(filepath.Join(dir, WeightsFile))
+	pf, err := root.Open(WeightsFile)
+	if err != nil {
+		return fail(err)
+	}
+	pack, unmap, err := gguf.MapOpen(pf)
+	pf.Close()
 	if err != nil {
 		return fail(err)
 	}
 	b.Pack = pack
 	b.unmap = append(b.unmap, unmap)
-	regions, err := DecodePackTable(pack)
+	regions, hash, err := DecodePackTable(pack)
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", WeightsFile, err))
+	}
+	if hash != b.Graph.Ident.WeightsHash {
+		return fail(fmt.Errorf("%s is not from the build of %s (its data hash differs; replaced during the open, or files copied from two builds)", WeightsFile, GraphFile))
 	}
 	byName := map[string]PackRegion{}
 	for _, r := range regions {
@@ -152,10 +160,37 @@ func Open(dir string, full bool) (*Bundle, error) {
 		}
 		b.Weights[r.Name] = pack[pr.Offset : pr.Offset+pr.Bytes : pr.Offset+pr.Bytes]
 	}
-	if full && PackDataHash(pack) != b.Graph.Ident.WeightsHash {
-		return fail(fmt.Errorf("%s: weights data does not match the hash recorded in the graph file (corrupt)", WeightsFile))
+	if full {
+		if err := VerifyWeights(pack, b.Graph.Ident.WeightsHash); err != nil {
+			return fail(fmt.Errorf("%s: %w", WeightsFile, err))
+		}
 	}
 	return b, nil
+}
+
+// readFile reads name under root, saying that the bundle is incomplete
+// when it is missing.
+func readFile(root *os.Root, name string) ([]byte, error) {
+	b, err := root.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s is missing (an incomplete copy, or the bundle was replaced while it was opened: retry)", name)
+	}
+	return b, err
+}
+
+// VerifyWeights hashes a pack's data against want. A fault while reading
+// the mapping (the file truncated under it) is an error, not a crash.
+func VerifyWeights(pack []byte, want [32]byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("reading the weights failed (%v): was the file truncated or changed while mapped?", r)
+		}
+	}()
+	if PackDataHash(pack) != want {
+		return fmt.Errorf("weights data does not match the hash recorded in the graph file (corrupt)")
+	}
+	return nil
 }
 
 // isWeightRegion reports whether region i holds weights.

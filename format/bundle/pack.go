@@ -11,11 +11,18 @@ import (
 
 // The weights pack (weights.zrw): a header, a table of regions, then each
 // region's bytes at a page-aligned offset, so the runtime maps regions
-// straight from the file.
+// straight from the file, and nothing after the last region.
+//
+// The header is magic, version, table length, a CRC-32C of the data hash
+// and the table, then the SHA-256 of the data. The graph file records the
+// same hash, so a loader matches the two files of one build by comparing
+// 32 bytes, without hashing the data.
 const (
 	PackMagic    = 0x5752545A // "ZTRW"
-	PackVersion  = 1
+	PackVersion  = 2          // 2: the data hash in the header
 	PackPageSize = 4096
+
+	packHeaderBytes = 48
 )
 
 // PackRegion is one region in the pack.
@@ -26,9 +33,12 @@ type PackRegion struct {
 }
 
 // PackWriter streams regions into a pack. Region sizes must be known up
-// front so the table can precede the data.
+// front so the table can precede the data; the data hash is written into
+// the header at Close.
 type PackWriter struct {
+	f       io.WriterAt
 	w       *bufio.Writer
+	table   []byte
 	regions []PackRegion
 	next    int // index of the region being written
 	pos     int64
@@ -39,17 +49,23 @@ type PackWriter struct {
 	}
 }
 
-// NewPackWriter writes the header and table for regions to w.
-func NewPackWriter(w io.Writer, names []string, sizes []int64) (*PackWriter, error) {
+// PackFile is where a pack is written: streamed, then its header patched.
+type PackFile interface {
+	io.Writer
+	io.WriterAt
+}
+
+// NewPackWriter writes the header and table for regions to f.
+func NewPackWriter(f PackFile, names []string, sizes []int64) (*PackWriter, error) {
 	var table enc
 	table.u32(uint32(len(names)))
-	pw := &PackWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
+	pw := &PackWriter{f: f, w: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
 	// Table entries have a fixed encoding size given the names.
 	tableLen := 4
 	for _, n := range names {
 		tableLen += 4 + len(n) + 16
 	}
-	off := alignTo(int64(16+tableLen), PackPageSize)
+	off := alignTo(int64(packHeaderBytes+tableLen), PackPageSize)
 	for i, n := range names {
 		pw.regions = append(pw.regions, PackRegion{Name: n, Offset: off, Bytes: sizes[i]})
 		table.str(n)
@@ -57,11 +73,15 @@ func NewPackWriter(w io.Writer, names []string, sizes []int64) (*PackWriter, err
 		table.i64(sizes[i])
 		off = alignTo(off+sizes[i], PackPageSize)
 	}
+	pw.table = table.b
+	// The hash and checksum are zero until Close: a pack cut short never
+	// matches its graph file.
 	var hdr enc
 	hdr.u32(PackMagic)
 	hdr.u32(PackVersion)
 	hdr.u32(uint32(len(table.b)))
-	hdr.u32(crc32.Checksum(table.b, castagnoli))
+	hdr.u32(0)
+	hdr.b = append(hdr.b, make([]byte, 32)...)
 	if err := pw.write(append(hdr.b, table.b...), false); err != nil {
 		return nil, err
 	}
@@ -115,12 +135,33 @@ func (pw *PackWriter) Close() ([32]byte, error) {
 		}
 	}
 	copy(pw.hash[:], pw.h.Sum(nil))
-	return pw.hash, pw.w.Flush()
+	if err := pw.w.Flush(); err != nil {
+		return pw.hash, err
+	}
+	var crc enc
+	crc.u32(packChecksum(pw.hash, pw.table))
+	if _, err := pw.f.WriteAt(crc.b, 12); err != nil {
+		return pw.hash, err
+	}
+	_, err := pw.f.WriteAt(pw.hash[:], 16)
+	return pw.hash, err
 }
 
-// DecodePackTable checks a pack's header and returns its regions.
-func DecodePackTable(b []byte) ([]PackRegion, error) {
-	if len(b) < 16 {
+func packChecksum(hash [32]byte, table []byte) uint32 {
+	return crc32.Update(crc32.Checksum(hash[:], castagnoli), castagnoli, table)
+}
+
+// DecodePackTable checks a pack's header and returns its regions and the
+// data hash its header records. Regions must lie inside the file, in
+// order without overlap, and the file must end with the last one.
+func DecodePackTable(b []byte) ([]PackRegion, [32]byte, error) {
+	var hash [32]byte
+	regs, err := decodePackTable(b, &hash)
+	return regs, hash, err
+}
+
+func decodePackTable(b []byte, hash *[32]byte) ([]PackRegion, error) {
+	if len(b) < packHeaderBytes {
 		return nil, fmt.Errorf("%w: weights pack of %d bytes is shorter than its header", ErrFormat, len(b))
 	}
 	le := binary.LittleEndian
@@ -131,28 +172,39 @@ func DecodePackTable(b []byte) ([]PackRegion, error) {
 		return nil, fmt.Errorf("%w: weights pack version %d, this zrt reads %d: rebuild the bundle", ErrFormat, v, PackVersion)
 	}
 	n := uint64(le.Uint32(b[8:]))
-	if 16+n > uint64(len(b)) {
+	if packHeaderBytes+n > uint64(len(b)) {
 		return nil, fmt.Errorf("%w: weights pack table does not fit (truncated?)", ErrFormat)
 	}
-	table := b[16 : 16+n]
-	if crc32.Checksum(table, castagnoli) != le.Uint32(b[12:]) {
-		return nil, fmt.Errorf("%w: weights pack table checksum mismatch (corrupt file)", ErrFormat)
+	copy(hash[:], b[16:48])
+	table := b[packHeaderBytes : packHeaderBytes+n]
+	if packChecksum(*hash, table) != le.Uint32(b[12:]) {
+		return nil, fmt.Errorf("%w: weights pack header checksum mismatch (corrupt, or a build that did not finish)", ErrFormat)
 	}
 	d := &dec{b: table, what: "pack table"}
 	regs := make([]PackRegion, d.count(20))
+	end := int64(packHeaderBytes) + int64(n) // the first byte a region may use
+	size := int64(len(b))
 	for i := range regs {
 		regs[i] = PackRegion{Name: d.str(), Offset: d.i64(), Bytes: d.i64()}
 		r := regs[i]
-		if d.err == nil && (r.Offset < 0 || r.Bytes < 0 || r.Offset%PackPageSize != 0 || r.Offset > int64(len(b)) || r.Bytes > int64(len(b))-r.Offset) {
-			return nil, fmt.Errorf("%w: weights pack region %q [%d,+%d) lies outside the %d-byte file (truncated?)", ErrFormat, r.Name, r.Offset, r.Bytes, len(b))
+		if d.err != nil {
+			break
 		}
+		if r.Offset < end || r.Bytes < 0 || r.Offset%PackPageSize != 0 || r.Offset > size || r.Bytes > size-r.Offset {
+			return nil, fmt.Errorf("%w: weights pack region %q [%d,+%d) lies outside the %d-byte file or overlaps what precedes it (truncated?)", ErrFormat, r.Name, r.Offset, r.Bytes, size)
+		}
+		end = alignTo(r.Offset+r.Bytes, PackPageSize)
+	}
+	if d.err == nil && end != size {
+		return nil, fmt.Errorf("%w: weights pack of %d bytes, its regions end at %d (trailing bytes or truncated)", ErrFormat, size, end)
 	}
 	return regs, d.done()
 }
 
 // PackDataHash returns the SHA-256 of a pack's data (everything after the
-// header and table), for full verification.
+// header and table), for full verification. b must have passed
+// DecodePackTable.
 func PackDataHash(b []byte) [32]byte {
 	n := binary.LittleEndian.Uint32(b[8:])
-	return sha256.Sum256(b[16+int(n):])
+	return sha256.Sum256(b[packHeaderBytes+int(n):])
 }

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zrtdev/zrt/format/ggml"
+	"golang.org/x/sys/unix"
 )
 
 // sharedModels lists every GGUF under ../shared/models, if it is there.
@@ -211,4 +213,36 @@ func FuzzParse(f *testing.F) {
 			_ = file.TensorData(&file.Tensors[i])
 		}
 	})
+}
+
+// TestSizeOverflow: dims whose byte size overflows int64 are refused, not
+// wrapped to a small size that fits the file.
+func TestSizeOverflow(t *testing.T) {
+	w := NewWriter()
+	w.tensors = append(w.tensors, wtensor{"big", []int64{1 << 31, 1 << 31}, ggml.F32, nil})
+	_, err := Parse(w.Bytes())
+	if err == nil || !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "larger than any file") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestMapRefusesSpecialFiles: a FIFO, a directory or a device is refused at
+// once; opening a FIFO does not wait for a writer.
+func TestMapRefusesSpecialFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	for path, want := range map[string]string{fifo: "FIFO", t.TempDir(): "directory", "/dev/zero": "character device"} {
+		done := make(chan error, 1)
+		go func() { _, err := Open(path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file (a "+want+")") {
+				t.Errorf("%s: %v", path, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Open blocked", path)
+		}
+	}
 }

@@ -300,7 +300,11 @@ func Parse(b []byte) (*File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: tensor %q: %v", ErrFormat, t.Name, err)
 		}
-		t.Size = rowBytes * (elems / t.Dims[0])
+		rows := elems / t.Dims[0]
+		if rowBytes > math.MaxInt64/rows {
+			return nil, fmt.Errorf("%w: tensor %q of dims %v is larger than any file", ErrFormat, t.Name, t.Dims)
+		}
+		t.Size = rowBytes * rows
 		if off > math.MaxInt64/2 || int64(off)%f.Alignment != 0 {
 			return nil, fmt.Errorf("%w: tensor %q offset %d is not aligned to %d", ErrFormat, t.Name, off, f.Alignment)
 		}

@@ -5,11 +5,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
 
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/publish"
 )
 
 // Writer assembles a GGUF v3 file in memory, in the order entries are added.
@@ -108,27 +109,30 @@ func (w *Writer) WriteFile(path string) error {
 	return WriteFileAtomic(path, w.Bytes())
 }
 
-// WriteFileAtomic writes data to path through a temporary file in the same
-// directory, so a reader never sees a partial file.
+// WriteFileAtomic writes data to path crash-safely (format/publish):
+// through a temporary file in the same directory, fsynced and renamed over
+// path. An existing path must be a GGUF file; anything else is refused,
+// never overwritten.
 func WriteFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	return publish.File(publish.OS{}, path, IsGGUF, data)
+}
+
+// IsGGUF accepts a regular file that starts with the GGUF magic, the only
+// kind of file a GGUF writer may replace.
+func IsGGUF(path string, fi fs.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("it is not a regular file")
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || string(magic[:]) != "GGUF" {
+		return fmt.Errorf("it is not a GGUF file")
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp makes it private
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nil
 }
 
 func alignUp(x, a int64) int64 { return (x + a - 1) / a * a }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
@@ -308,4 +310,80 @@ func TestFusionPreservesResults(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReadDuringReplace: while one goroutine replaces a bundle path again
+// and again with builds of two different models, readers open and run it;
+// every run gives one model's exact logits or a clear error, never a mix.
+func TestReadDuringReplace(t *testing.T) {
+	dir := t.TempDir()
+	var models [2]string
+	var want [2][]float32
+	prompt := []int32{1, 300, 301, 302}
+	out := filepath.Join(dir, "bundle")
+	run := func() ([]float32, error) {
+		e, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
+		if err != nil {
+			return nil, err
+		}
+		defer e.Close()
+		seq, err := e.NewSequence()
+		if err != nil {
+			return nil, err
+		}
+		return seq.Prefill(context.Background(), prompt)
+	}
+	for i := range models {
+		s := synth.Tiny
+		s.Seed += uint64(i)
+		b, err := synth.Write(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[i] = filepath.Join(dir, "m"+strconv.Itoa(i)+".gguf")
+		os.WriteFile(models[i], b, 0o644)
+		if err := compiler.Compile(context.Background(), models[i], out, compiler.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if want[i], err = run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	var builds atomic.Int64
+	go func() {
+		var err error
+		for i := 0; ctx.Err() == nil && err == nil; i++ {
+			err = compiler.Compile(ctx, models[i%2], out, compiler.Options{})
+			builds.Add(1)
+		}
+		if ctx.Err() != nil {
+			err = nil
+		}
+		done <- err
+	}()
+	var ok, refused int
+	for builds.Load() < 30 {
+		got, err := run()
+		if err != nil {
+			refused++
+			if refused < 5 {
+				t.Logf("refused: %v", err)
+			}
+			continue
+		}
+		if !slices.Equal(got, want[0]) && !slices.Equal(got, want[1]) {
+			t.Fatal("a run's logits are neither model's: it read a mix of two builds")
+		}
+		ok++
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ok == 0 {
+		t.Fatalf("no run succeeded (%d refused)", refused)
+	}
+	t.Logf("during %d replacements, %d runs gave one model's logits, %d were refused", builds.Load(), ok, refused)
 }

@@ -142,6 +142,11 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 	if err != nil {
 		return err
 	}
+	if n := len(voc.Tokens); n != fe.Model.Hparams.NVocab {
+		// llama.cpp sizes token_embd by the token list and refuses a
+		// mismatch; an id past either end would index out of the other.
+		return fmt.Errorf("%s has %d tokens but the embedding has %d rows: the vocabulary and the model disagree", vocab.KeyTokens, n, fe.Model.Hparams.NVocab)
+	}
 	if fe.Config.ChatTemplate != "" {
 		voc.ChatTemplate = fe.Config.ChatTemplate
 	}

@@ -3,6 +3,8 @@ package compiler_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,6 +165,15 @@ func TestHostileModels(t *testing.T) {
 		return w.Bytes()
 	}
 	str := func(s string) *gguf.Value { v := gguf.Str(s); return &v }
+	f32 := func(x float32) *gguf.Value { v := gguf.F32(x); return &v }
+	u32 := func(x uint32) *gguf.Value { v := gguf.U32(x); return &v }
+	strs := func(x []string) *gguf.Value { v := gguf.Strs(x); return &v }
+	tv, _ := f.Lookup("tokenizer.ggml.tokens")
+	tokens, err := tv.Strings()
+	if err != nil || len(tokens) != synth.Tiny.Vocab {
+		t.Fatalf("tiny model tokens: %d, %v", len(tokens), err)
+	}
+	n := len(tokens)
 	cases := []struct {
 		name, target, want string
 		unsupported        bool
@@ -174,6 +185,20 @@ func TestHostileModels(t *testing.T) {
 		{"bad head count", "", "head_count", false, rewrite(edit{meta: map[string]*gguf.Value{"llama.attention.head_count_kv": func() *gguf.Value { v := gguf.U32(3); return &v }()}})},
 		{"truncated", "", "truncated", false, good[:len(good)/2]},
 		{"unknown rope scaling", "", `unknown rope scaling "wavy"`, false, rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.scaling.type": str("wavy")}})},
+
+		{"NaN epsilon", "", "llama.attention.layer_norm_rms_epsilon NaN must be positive and finite", false,
+			rewrite(edit{meta: map[string]*gguf.Value{"llama.attention.layer_norm_rms_epsilon": f32(float32(math.NaN()))}})},
+		{"zero epsilon", "", "layer_norm_rms_epsilon 0 must be positive", false,
+			rewrite(edit{meta: map[string]*gguf.Value{"llama.attention.layer_norm_rms_epsilon": f32(0)}})},
+		{"NaN rope base", "", "rope.freq_base NaN must be positive and finite", false,
+			rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.freq_base": f32(float32(math.NaN()))}})},
+		{"infinite rope base", "", "rope.freq_base +Inf must be positive and finite", false,
+			rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.freq_base": f32(float32(math.Inf(1)))}})},
+		{"zero heads", "", "head_count", false, rewrite(edit{meta: map[string]*gguf.Value{"llama.attention.head_count": u32(0)}})},
+		{"vocabulary smaller than the embedding", "", fmt.Sprintf("has %d tokens but the embedding has %d rows", n-1, n), false,
+			rewrite(edit{meta: map[string]*gguf.Value{"tokenizer.ggml.tokens": strs(tokens[:n-1]), "tokenizer.ggml.scores": nil, "tokenizer.ggml.token_type": nil}})},
+		{"duplicate token text", "", fmt.Sprintf("token %d has the same text", n-1), false,
+			rewrite(edit{meta: map[string]*gguf.Value{"tokenizer.ggml.tokens": strs(append(tokens[:n-1:n-1], tokens[n-2]))}})},
 
 		{"architecture", "", `unsupported architecture "mamba9" (general.architecture): zrtc builds llama,`, true,
 			rewrite(edit{meta: map[string]*gguf.Value{"general.architecture": str("mamba9")}})},

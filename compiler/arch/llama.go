@@ -2,6 +2,7 @@ package arch
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
@@ -159,6 +160,9 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 		return nil, err
 	}
 	h.Eps = float32(eps)
+	if !(h.Eps > 0) || math.IsInf(float64(h.Eps), 1) {
+		return nil, fmt.Errorf("%s.attention.layer_norm_rms_epsilon %v must be positive and finite", a, eps)
+	}
 	switch {
 	case h.NHead%h.NHeadKV != 0:
 		return nil, fmt.Errorf("head_count %d is not a multiple of head_count_kv %d", h.NHead, h.NHeadKV)

@@ -118,6 +118,15 @@ func (f MoEFFN) String() string {
 // variant, and never with a half-built graph.
 func (s *Spec) check() error {
 	h := &s.Hparams
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"embedding_length", h.NEmbd}, {"block_count", h.NLayer}, {"head_count", h.NHead}, {"head_count_kv", h.NHeadKV},
+		{"key_length", h.HeadDim}, {"n_vocab", h.NVocab}} {
+		if f.v < 1 {
+			return fmt.Errorf("%s %d must be positive", f.name, f.v)
+		}
+	}
 	if len(s.Layers) != h.NLayer {
 		return fmt.Errorf("spec has %d layers, block_count is %d", len(s.Layers), h.NLayer)
 	}

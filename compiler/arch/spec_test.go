@@ -13,7 +13,7 @@ import (
 // uniformSpec is a small valid spec: n full-attention layers with dense
 // FFNs.
 func uniformSpec(n int) *Spec {
-	s := &Spec{Hparams: Hparams{NLayer: n, NEmbd: 64, NHead: 4, NHeadKV: 4, HeadDim: 16, NRot: 16, NFF: 128}}
+	s := &Spec{Hparams: Hparams{NLayer: n, NEmbd: 64, NHead: 4, NHeadKV: 4, HeadDim: 16, NRot: 16, NFF: 128, NVocab: 300}}
 	for range n {
 		s.Layers = append(s.Layers, LayerSpec{Mixer: FullAttention{}, Rope: Rope{Base: 10000, Scale: 1, NRot: 16}, FFN: DenseFFN{NFF: 128}})
 	}

@@ -6,6 +6,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -200,8 +201,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: prefill_rows %v: each must be in [1, prefill_chunk = %d]", c.PrefillRows, c.PrefillChunk)
 	case c.KVPages < 1 || c.KVPages > 1<<24:
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
-	case c.Rope.FreqBase <= 0:
-		return fmt.Errorf("config: rope.freq_base %v must be positive", c.Rope.FreqBase)
+	case !positiveFinite(c.Rope.FreqBase):
+		return fmt.Errorf("config: rope.freq_base %v must be positive and finite", c.Rope.FreqBase)
 	case !ropeScalings[c.Rope.Scaling]:
 		from := c.scalingFrom
 		if from == "" {
@@ -212,11 +213,15 @@ func (c *Config) Validate() error {
 				Detail: "zrt computes none and linear"}
 		}
 		return fmt.Errorf("config: %s: unknown rope scaling %q (llama.cpp's types: none, linear, yarn, longrope)", from, c.Rope.Scaling)
-	case c.Rope.FreqScale <= 0:
-		return fmt.Errorf("config: rope.freq_scale %v must be positive", c.Rope.FreqScale)
+	case !positiveFinite(c.Rope.FreqScale):
+		return fmt.Errorf("config: rope.freq_scale %v must be positive and finite", c.Rope.FreqScale)
 	}
 	return nil
 }
+
+// positiveFinite reports x > 0 and finite; NaN fails it, as every
+// comparison with NaN does, so write checks with it rather than x <= 0.
+func positiveFinite(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
 
 // TOML renders the config as a TOML document.
 func (c *Config) TOML() string {

@@ -375,6 +375,17 @@ func (v *Vocab) Validate() error {
 			}
 		}
 	}
+	seen := make(map[string]int, n)
+	for i, s := range v.Tokens {
+		if s == "" {
+			continue // llama.cpp renames empty tokens apart ("[EMPTY_id]")
+		}
+		if j, dup := seen[s]; dup {
+			// llama.cpp asserts that token texts are unique.
+			return fmt.Errorf("tokenizer: key %q: token %d has the same text %q as token %d", KeyTokens, i, s, j)
+		}
+		seen[s] = i
+	}
 	if v.Model == "gpt2" && len(v.Merges) == 0 {
 		return fmt.Errorf("tokenizer: model gpt2 needs key %q", KeyMerges)
 	}

@@ -38,6 +38,11 @@ type Options struct {
 	PTXDir string
 	// Progress, when set, is told about each stage.
 	Progress func(format string, args ...any)
+	// MemoryBudget, when positive, is the memory a bundle's plan should
+	// fit; Warn is told when it does not (the bundle is still written: it
+	// may be meant for a larger machine).
+	MemoryBudget int64
+	Warn         func(format string, args ...any)
 
 	// DumpAfter selects passes, by name separated by commas or "all",
 	// after which every variant's text IR and the pass's tables are
@@ -160,6 +165,7 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 		return err
 	}
 	reportTimes(opt, times)
+	reportPlan(opt, fe.Unit.Plan)
 	srcHash := sha256.Sum256(fe.GGUF.Bytes())
 	g := graphFile(fe, vocabBytes, srcHash, filepath.Base(path))
 	return bundle.WriteDir(out, func(tmp string) error {
@@ -174,6 +180,35 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 		g.Ident.WeightsHash = h
 		return os.WriteFile(filepath.Join(tmp, bundle.GraphFile), g.Encode(), 0o644)
 	})
+}
+
+// reportPlan says what the plan keeps resident, and warns past the budget.
+func reportPlan(opt Options, plan *passes.MemPlan) {
+	var weights, kv, other int64
+	mib := func(n int64) string {
+		if n >= 1<<30 {
+			return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+		}
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	for i, r := range plan.Regions {
+		switch {
+		case strings.HasPrefix(r.Name, kernels.RegionWeights):
+			weights += r.Bytes
+		case i == plan.KV:
+			kv += r.Bytes
+		default:
+			other += r.Bytes
+		}
+	}
+	total := weights + kv + other
+	if opt.Progress != nil {
+		opt.Progress("plan: weights %s, KV %s, scratch and I/O %s: %s resident", mib(weights), mib(kv), mib(other), mib(total))
+	}
+	if opt.MemoryBudget > 0 && total > opt.MemoryBudget && opt.Warn != nil {
+		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config)",
+			mib(total), mib(kv), mib(opt.MemoryBudget))
+	}
 }
 
 // graphFile assembles everything but the kernel hashes and weights hash.

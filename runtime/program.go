@@ -19,6 +19,7 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/cpu"
 	"github.com/zrtdev/zrt/runtime/cuda"
+	"github.com/zrtdev/zrt/runtime/sysmem"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -179,6 +180,18 @@ func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
 // target registry (kernels.Targets) says which kind runs which target.
 var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier, error){
 	kernels.TierCPU: func(b *bundle.Bundle, opt Options) (Tier, error) {
+		// T-CPU allocates every state region and maps the weights: all of
+		// it must be resident, so refuse up front what cannot be.
+		var need, kv int64
+		for _, r := range b.Graph.Regions {
+			need += r.Bytes
+			if r.Name == kernels.RegionKV {
+				kv = r.Bytes
+			}
+		}
+		if err := sysmem.Check("the bundle's memory plan", need); err != nil {
+			return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots)", err, sysmem.Bytes(kv))
+		}
 		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace})
 	},
 	kernels.TierCUDA: func(b *bundle.Bundle, opt Options) (Tier, error) {

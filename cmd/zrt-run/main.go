@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/stdout"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := &cobra.Command{
 		Use:   "zrt-run",
@@ -25,7 +27,13 @@ execution tier and replays it.
 		SilenceErrors: true,
 	}
 	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd())
-	if err := root.ExecuteContext(ctx); err != nil {
+	out := stdout.New(os.Stdout)
+	root.SetOut(out)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "zrt-run:", err)
 		os.Exit(1)
 	}

@@ -12,11 +12,13 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/passes"
+	"github.com/zrtdev/zrt/runtime/sysmem"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -38,7 +40,13 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 		Version:       compiler.Version,
 	}
 	root.AddCommand(buildCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
-	if err := root.ExecuteContext(ctx); err != nil {
+	out := stdout.New(os.Stdout)
+	root.SetOut(out)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "zrtc:", err)
 		os.Exit(1)
 	}
@@ -47,6 +55,7 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 func buildCmd() *cobra.Command {
 	var cfg, target, out string
 	var quiet, verifyEach, noFuse bool
+	var budget byteSize
 	var phases phaseFlags
 	c := &cobra.Command{
 		Use:   "build MODEL.gguf [IR.zir] -o OUT",
@@ -66,6 +75,10 @@ zrtc, for trying new kernels without rebuilding zrtc.`,
 			if !quiet {
 				opt.Progress = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: "+f+"\n", a...) }
 			}
+			opt.Warn = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: warning: "+f+"\n", a...) }
+			if opt.MemoryBudget = int64(budget); budget == 0 {
+				opt.MemoryBudget, _ = sysmem.Available()
+			}
 			if opt.CompileTo != "" && out == "" {
 				return compiler.CompileIR(cmd.Context(), args[0], cmd.OutOrStdout(), opt)
 			}
@@ -81,7 +94,8 @@ zrtc, for trying new kernels without rebuilding zrtc.`,
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
 	c.Flags().StringVar(&target, "target", "", "compile target: "+strings.Join(compiler.Targets(), ", ")+" (default: the config's)")
 	c.Flags().StringVarP(&out, "out", "o", "", "output bundle directory")
-	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success but warnings")
+	c.Flags().Var(&budget, "memory-budget", "warn when the plan keeps more than this resident, e.g. 16GiB (default: this machine's available memory)")
 	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")
 	c.Flags().BoolVar(&noFuse, "no-fuse", false, "skip the fuse pass (for bisecting a numerical difference)")
 	phases.register(c)

@@ -7,6 +7,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
 func synthCmd() *cobra.Command {
@@ -28,6 +29,12 @@ func synthCmd() *cobra.Command {
 					return fmt.Errorf("synth: unknown weight type %q", typ)
 				}
 				s.Type = t
+			}
+			if err := s.Check(); err != nil {
+				return err
+			}
+			if err := sysmem.Check("synth of this shape", s.PeakBytes()); err != nil {
+				return fmt.Errorf("synth: %w", err)
 			}
 			b, err := synth.Write(s)
 			if err != nil {

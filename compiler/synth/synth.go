@@ -40,12 +40,10 @@ var Tiny = Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 1
 
 // Write returns the GGUF bytes of a model of shape s.
 func Write(s Shape) ([]byte, error) {
-	if s.HeadDim == 0 {
-		s.HeadDim = s.Embd / s.Heads
+	if err := s.Check(); err != nil {
+		return nil, err
 	}
-	if s.Vocab < 259 {
-		return nil, fmt.Errorf("synth: vocab %d is smaller than the 259 special and byte tokens", s.Vocab)
-	}
+	s.HeadDim = s.headDim()
 	switch s.Type {
 	case ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_K, ggml.Q6_K:
 	default:

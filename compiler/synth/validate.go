@@ -1,0 +1,98 @@
+package synth
+
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// Limits of a shape Write accepts: wide enough for every released model
+// shape, narrow enough that no size overflows the GGUF's 32-bit metadata
+// or an int on the way.
+const (
+	maxLayers = 1024
+	maxWidth  = 1 << 20 // embd, ffn, heads × head dim
+	maxVocab  = 1 << 22
+	maxCtx    = 1 << 24
+)
+
+// Check reports the first field of s outside what Write can produce, by
+// its command-line name.
+func (s Shape) Check() error {
+	in := func(name string, v, lo, hi int) error {
+		if v < lo || v > hi {
+			return fmt.Errorf("synth: --%s %d out of range [%d, %d]", name, v, lo, hi)
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name      string
+		v, lo, hi int
+	}{
+		{"layers", s.Layers, 1, maxLayers},
+		{"embd", s.Embd, 1, maxWidth},
+		{"heads", s.Heads, 1, maxWidth},
+		{"heads-kv", s.HeadsKV, 1, max(s.Heads, 1)},
+		{"head-dim", s.HeadDim, 0, maxWidth},
+		{"ffn", s.FF, 1, maxWidth},
+		{"vocab", s.Vocab, 259, maxVocab}, // 3 specials + 256 byte tokens
+		{"ctx", s.Context, 1, maxCtx},
+	} {
+		if err := in(c.name, c.v, c.lo, c.hi); err != nil {
+			return err
+		}
+	}
+	hd := s.headDim()
+	switch {
+	case s.HeadDim == 0 && s.Embd%s.Heads != 0:
+		return fmt.Errorf("synth: --embd %d is not a multiple of --heads %d (or give --head-dim)", s.Embd, s.Heads)
+	case hd%2 != 0:
+		return fmt.Errorf("synth: head width %d must be even (RoPE rotates pairs)", hd)
+	case s.Heads%s.HeadsKV != 0:
+		return fmt.Errorf("synth: --heads %d is not a multiple of --heads-kv %d", s.Heads, s.HeadsKV)
+	case s.Heads*hd > maxWidth:
+		return fmt.Errorf("synth: --heads × head width = %d exceeds %d", s.Heads*hd, maxWidth)
+	}
+	block := 1
+	if ti, ok := s.matrixType().Info(); ok {
+		block = ti.BlockSize
+	}
+	for _, w := range []struct {
+		name string
+		v    int
+	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}} {
+		if w.v%block != 0 {
+			return fmt.Errorf("synth: %s %d is not a multiple of %s's block of %d", w.name, w.v, s.matrixType(), block)
+		}
+	}
+	return nil
+}
+
+func (s Shape) headDim() int {
+	if s.HeadDim != 0 {
+		return s.HeadDim
+	}
+	return s.Embd / max(s.Heads, 1)
+}
+
+func (s Shape) matrixType() ggml.Type {
+	if s.Mix == "Q4_K_M" {
+		return ggml.Q4_K
+	}
+	return s.Type
+}
+
+// PeakBytes estimates the memory Write needs for s: every tensor's float32
+// values of the largest tensor, and the encoded file twice (tensors, then
+// the assembled bytes). A shape must Check first.
+func (s Shape) PeakBytes() int64 {
+	E, F, V, L := int64(s.Embd), int64(s.FF), int64(s.Vocab), int64(s.Layers)
+	Q, KV := int64(s.Heads*s.headDim()), int64(s.HeadsKV*s.headDim())
+	perElem := 4.0
+	if ti, ok := s.matrixType().Info(); ok {
+		perElem = float64(ti.BlockBytes) / float64(ti.BlockSize)
+	}
+	elems := 2*E*V + L*(2*E*Q+2*E*KV+3*E*F)
+	file := int64(float64(elems)*perElem) + 64*V // + tokens
+	return 2*file + 4*max(E*V, E*F)
+}

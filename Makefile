@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt demo serve bench kbench clean ptx golden generate
+.PHONY: all build test race vet fmt fuzz demo serve bench kbench clean ptx golden generate
 
 all: build
 
@@ -21,6 +21,19 @@ test: vet fmt
 # testdata/golden after an intended change to lowering or fusion.
 golden:
 	ZRT_UPDATE_GOLDEN=1 $(GO) test -count=1 ./compiler -run TestGolden
+
+# fuzz: run every fuzz target for FUZZTIME each (CI: 10s). New crashers
+# land in the package's testdata/fuzz and fail the run; commit them, as
+# named regression inputs, with the fix.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+		for fn in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | cut -d' ' -f2); do \
+			echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg > /tmp/zrt-fuzz.log 2>&1 || { cat /tmp/zrt-fuzz.log; exit 1; }; \
+		done; \
+	done
 
 race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...

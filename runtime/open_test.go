@@ -18,7 +18,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
-func buildTiny(t *testing.T) string {
+func buildTiny(t testing.TB) string {
 	t.Helper()
 	b, err := synth.Write(synth.Tiny)
 	if err != nil {
@@ -35,7 +35,7 @@ func buildTiny(t *testing.T) string {
 }
 
 // copyBundle clones a bundle directory so a test can damage the copy.
-func copyBundle(t *testing.T, src string) string {
+func copyBundle(t testing.TB, src string) string {
 	dst := filepath.Join(t.TempDir(), "b")
 	filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
 		rel, _ := filepath.Rel(src, p)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
@@ -41,7 +42,10 @@ type Tier interface {
 type Options struct {
 	Tier    string // auto (default), cpu, cuda, t1, t2, metal
 	Threads int    // T-CPU workers (default: all CPUs)
-	// Verify hashes the weights pack against the graph file.
+	// Verify hashes the weights pack against the graph file before
+	// anything runs (it reads every byte; Log hears its progress). Without
+	// it a load checks every table, hash link and kernel blob, but trusts
+	// the weight bytes, which a multi-GB model would take seconds to hash.
 	Verify bool
 	// Log receives notes such as a tier fallback.
 	Log func(format string, args ...any)
@@ -120,12 +124,24 @@ type Program struct {
 
 // Open loads a bundle and its tier.
 func Open(dir string, opt Options) (*Program, error) {
-	b, err := bundle.Open(dir, opt.Verify)
+	b, err := bundle.Open(dir, false)
 	if err != nil {
 		return nil, err
 	}
+	if opt.Verify {
+		start := time.Now()
+		logf(opt, "verifying the weights pack of %s (%s)", dir, sysmem.Bytes(int64(len(b.Pack))))
+		if err := bundle.VerifyWeights(b.Pack, b.Graph.Ident.WeightsHash); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("bundle %s: %s: %w", dir, bundle.WeightsFile, err)
+		}
+		logf(opt, "weights verified in %v", time.Since(start).Round(time.Millisecond))
+	}
 	p := &Program{Bundle: b, Hparams: b.Graph.Hparams}
 	fail := func(err error) (*Program, error) { p.Close(); return nil, err }
+	if _, err := kernels.CheckBundle(b.Graph); err != nil {
+		return fail(fmt.Errorf("bundle %s: %w", dir, err))
+	}
 	if p.Tok, err = loadTokenizer(b.Graph.Vocab); err != nil {
 		return fail(fmt.Errorf("bundle %s: tokenizer: %w", dir, err))
 	}
@@ -156,9 +172,11 @@ func Open(dir string, opt Options) (*Program, error) {
 	if pb := int64(kernels.KVPageBytes(h.NLayer, h.KVDim())); pb > 0 {
 		p.kvPages = int(b.Graph.Regions[kv].Bytes / pb)
 	}
-	if p.tier, err = openTier(b, opt); err != nil {
-		return fail(err)
+	tier, err := openTier(b, opt)
+	if err != nil {
+		return fail(err) // tier may be a typed nil: never keep it
 	}
+	p.tier = tier
 	w := p.ioWords()
 	if len(w) < p.table.Words() {
 		return fail(fmt.Errorf("bundle %s: request table region of %d words, the plan needs %d", dir, len(w), p.table.Words()))
@@ -166,6 +184,13 @@ func Open(dir string, opt Options) (*Program, error) {
 	w[kernels.IOWordMaxPages] = uint32(p.table.MaxPages)
 	w[kernels.IOWordPageTable] = uint32(p.table.PageTable())
 	return p, nil
+}
+
+// logf reports through opt.Log when it is set.
+func logf(opt Options, format string, args ...any) {
+	if opt.Log != nil {
+		opt.Log(format, args...)
+	}
 }
 
 func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {

@@ -27,13 +27,15 @@ const envHelp = `Environment (a flag wins over its variable):
 
 // engineFlags are shared by every command that loads a bundle.
 type engineFlags struct {
-	tier    string
-	threads int
+	tier          string
+	threads       int
+	verifyWeights bool
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
 	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
+	c.Flags().BoolVar(&f.verifyWeights, "verify-weights", false, "hash the weights pack against the graph file before running (every load checks the rest)")
 }
 
 // options fills runtime.Options from the flags and the environment.
@@ -41,7 +43,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	if err := checkThreads(f.threads); err != nil {
 		return runtime.Options{}, err
 	}
-	opt := runtime.Options{Tier: f.tier, Threads: f.threads,
+	opt := runtime.Options{Tier: f.tier, Threads: f.threads, Verify: f.verifyWeights,
 		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
 	if opt.Tier == "" {
 		opt.Tier = os.Getenv("ZRT_TIER")

@@ -49,7 +49,7 @@ func dumpPktCmd() *cobra.Command {
 				if variant >= 0 && i != variant {
 					continue
 				}
-				fmt.Fprintf(w, "; variant %d %s: %d dispatches, %d dwords, %d relocations\n", i, variantKey(v), v.Dispatches, len(v.Words), len(v.Relocs))
+				fmt.Fprintf(w, "; variant %d %s: %d dispatches, %d dwords, %d relocations\n", i, v.Key(), v.Dispatches, len(v.Words), len(v.Relocs))
 				text, err := pm4.Disassemble(v.Words, v.Relocs, syms)
 				io.WriteString(w, text)
 				if err != nil {
@@ -234,23 +234,11 @@ func printGraph(w io.Writer, size int, secs []bundle.Section, g *bundle.Graph) {
 	table(fmt.Sprintf("\nvariants (%d):", len(g.Variants)), func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "  #\tkey\tdispatches\tdwords\trelocs\tscratch_bytes\tpeak_bytes\tregisters")
 		for i, v := range g.Variants {
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", i, variantKey(v), v.Dispatches, len(v.Words), len(v.Relocs), v.ScratchBytes, v.PeakBytes, len(v.Liveness))
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", i, v.Key(), v.Dispatches, len(v.Words), len(v.Relocs), v.ScratchBytes, v.PeakBytes, len(v.Liveness))
 		}
 	})
 }
 
-// variantKey spells a variant as the IR's ShapeKey does (decode.s1.r1),
-// the name golden files and dumps use.
-func variantKey(v bundle.Variant) string {
-	stage := fmt.Sprintf("stage%d", v.Stage)
-	switch v.Stage {
-	case bundle.StagePrefill:
-		stage = "prefill"
-	case bundle.StageDecode:
-		stage = "decode"
-	}
-	return fmt.Sprintf("%s.s%d.r%d", stage, v.Slots, v.Rows)
-}
 
 // graphSymbols names a bundle's regions and kernels for the disassembler.
 func graphSymbols(g *bundle.Graph) *pm4.SymbolTable {
@@ -284,31 +272,9 @@ It prints "ok", or the first problem and exits 1.`,
 			}
 			defer b.Close()
 			g := b.Graph
-			var names, kernelNames []string
-			var sizes []int64
-			for _, r := range g.Regions {
-				names, sizes = append(names, r.Name), append(sizes, r.Bytes)
-			}
-			for _, k := range g.Kernels {
-				kernelNames = append(kernelNames, k.Name)
-			}
-			env, err := kernels.StreamEnv(names, sizes, kernelNames)
+			dispatches, err := kernels.CheckBundle(g)
 			if err != nil {
 				return fmt.Errorf("bundle %s: %w", args[0], err)
-			}
-			if env.Fence < 0 {
-				return fmt.Errorf("bundle %s: no fence region in the memory plan", args[0])
-			}
-			dispatches := 0
-			for i, v := range g.Variants {
-				st, err := pm4.Check(v.Words, v.Relocs, env)
-				if err != nil {
-					return fmt.Errorf("bundle %s: variant %d (%s): %w", args[0], i, variantKey(v), err)
-				}
-				if st.Dispatches != int(v.Dispatches) {
-					return fmt.Errorf("bundle %s: variant %d (%s): the stream has %d dispatches, the graph file says %d", args[0], i, variantKey(v), st.Dispatches, v.Dispatches)
-				}
-				dispatches += st.Dispatches
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "ok")
 			if !quiet {

@@ -98,6 +98,9 @@ func Open(dir string, full bool) (*Bundle, error) {
 	if b.Graph, err = DecodeGraph(raw); err != nil {
 		return fail(fmt.Errorf("%s: %w", GraphFile, err))
 	}
+	if err := b.Graph.Check(); err != nil {
+		return fail(fmt.Errorf("%s: %w", GraphFile, err))
+	}
 	target, err := zrt.ParseTarget(b.Graph.Ident.Target)
 	if err != nil {
 		return fail(err)

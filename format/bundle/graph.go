@@ -119,6 +119,16 @@ type Variant struct {
 	PeakBytes    int64
 }
 
+// Key names the variant as the runtime's ShapeKey prints it:
+// "decode.s4.r4".
+func (v *Variant) Key() string {
+	stage := map[uint8]string{StagePrefill: "prefill", StageDecode: "decode"}[v.Stage]
+	if stage == "" {
+		stage = fmt.Sprintf("stage%d", v.Stage)
+	}
+	return fmt.Sprintf("%s.s%d.r%d", stage, v.Slots, v.Rows)
+}
+
 // Graph is a decoded graph file.
 type Graph struct {
 	Major, Minor uint16

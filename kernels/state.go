@@ -1,0 +1,86 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/asm/pm4"
+	"github.com/zrtdev/zrt/format/bundle"
+)
+
+// CheckBundle is the check of meaning that the loader and zrtc verify
+// share, after bundle.Graph.Check: the state regions (CheckState), and
+// every variant's packet stream against the kernel ABIs with pm4.Check —
+// program and user data set for every dispatch as its kernel requires,
+// each address a relocation inside its region, the dispatch count the
+// graph file records, a barrier and the fence at the end. It reports the
+// total dispatches.
+func CheckBundle(g *bundle.Graph) (dispatches int, err error) {
+	if err := CheckState(g); err != nil {
+		return 0, err
+	}
+	var names, kernelNames []string
+	var sizes []int64
+	for _, r := range g.Regions {
+		names, sizes = append(names, r.Name), append(sizes, r.Bytes)
+	}
+	for _, k := range g.Kernels {
+		kernelNames = append(kernelNames, k.Name)
+	}
+	env, err := StreamEnv(names, sizes, kernelNames)
+	if err != nil {
+		return 0, err
+	}
+	for i := range g.Variants {
+		v := &g.Variants[i]
+		st, err := pm4.Check(v.Words, v.Relocs, env)
+		if err != nil {
+			return 0, fmt.Errorf("variant %d (%s): %w", i, v.Key(), err)
+		}
+		if st.Dispatches != int(v.Dispatches) {
+			return 0, fmt.Errorf("variant %d (%s): the stream has %d dispatches, the graph file says %d", i, v.Key(), st.Dispatches, v.Dispatches)
+		}
+		dispatches += st.Dispatches
+	}
+	return dispatches, nil
+}
+
+// CheckState checks that a bundle's memory plan has every region the
+// kernel ABI and the runtime address by name, each as large as the
+// hyperparameters make them need: the request table, the outputs, the
+// fence, at least one KV page, and scratch for every variant. The loader
+// and zrtc verify run it after bundle.Graph.Check, so a graph file whose
+// checksums are valid but whose numbers were edited is refused, naming
+// the region, instead of indexing past a buffer.
+func CheckState(g *bundle.Graph) error {
+	h := &g.Hparams
+	size := map[string]int64{}
+	for _, r := range g.Regions {
+		size[r.Name] = r.Bytes
+	}
+	var maxScratch int64
+	for _, v := range g.Variants {
+		maxScratch = max(maxScratch, v.ScratchBytes)
+	}
+	need := []struct {
+		region string
+		bytes  int64
+		what   string
+	}{
+		{RegionIO, 4 * int64(NewRequestTable(h.PrefillChunk, h.MaxSlots, h.MaxPages).Words()), "the request table"},
+		{RegionLogits, 4 * int64(h.MaxSlots) * int64(h.NVocab), "max_slots × n_vocab logits"},
+		{RegionTokens, 4 * int64(h.MaxSlots), "a token per slot"},
+		{RegionFence, OutFenceWordSize, "the fence word"},
+		{RegionKV, int64(KVPageBytes(h.NLayer, h.KVDim())), "one KV page"},
+		{RegionScratch, maxScratch, "the largest variant's scratch"},
+	}
+	for _, n := range need {
+		have, ok := size[n.region]
+		switch {
+		case !ok:
+			return fmt.Errorf("memory plan lacks region %s", n.region)
+		case have < n.bytes:
+			return fmt.Errorf("region %s has %d bytes, %s needs %d", n.region, have, n.what, n.bytes)
+		}
+	}
+	return nil
+}

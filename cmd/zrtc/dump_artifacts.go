@@ -239,7 +239,6 @@ func printGraph(w io.Writer, size int, secs []bundle.Section, g *bundle.Graph) {
 	})
 }
 
-
 // graphSymbols names a bundle's regions and kernels for the disassembler.
 func graphSymbols(g *bundle.Graph) *pm4.SymbolTable {
 	syms := &pm4.SymbolTable{}

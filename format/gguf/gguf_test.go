@@ -199,6 +199,10 @@ func TestWalksEveryType(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(sample().Bytes())
 	f.Add(NewWriter().Bytes())
+	// Dims whose byte size overflows int64 (and wrapped to 0 once).
+	big := NewWriter()
+	big.tensors = append(big.tensors, wtensor{"big", []int64{1 << 31, 1 << 31}, ggml.F32, nil}, wtensor{"q", []int64{1 << 32, 1 << 30}, ggml.Q4_K, nil})
+	f.Add(big.Bytes())
 	for _, p := range sharedModels(f) {
 		if b, err := os.ReadFile(p); err == nil && len(b) < 1<<20 {
 			f.Add(b)

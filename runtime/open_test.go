@@ -16,6 +16,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
 func buildTiny(t testing.TB) string {
@@ -386,4 +387,27 @@ func TestReadDuringReplace(t *testing.T) {
 		t.Fatalf("no run succeeded (%d refused)", refused)
 	}
 	t.Logf("during %d replacements, %d runs gave one model's logits, %d were refused", builds.Load(), ok, refused)
+}
+
+// TestPlanLargerThanMemoryRefused: a plan whose KV cache cannot be resident
+// is refused at load with both figures, before anything is allocated.
+func TestPlanLargerThanMemoryRefused(t *testing.T) {
+	b, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "big.toml"), filepath.Join(dir, "b")
+	os.WriteFile(model, b, 0o644)
+	os.WriteFile(cfg, []byte("kv_pages = 16777216\n"), 0o644) // 64 GiB of KV for the tiny model
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if avail, ok := sysmem.Available(); !ok || avail > 64<<30 {
+		t.Skip("this machine could hold the plan")
+	}
+	_, err = runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
+	if err == nil || !strings.Contains(err.Error(), "the bundle's memory plan needs 64.0 GiB of memory") || !strings.Contains(err.Error(), "is available") {
+		t.Fatalf("got %v", err)
+	}
 }

@@ -148,3 +148,51 @@ func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBuildWarnsPastMemoryBudget: the plan's resident bytes are printed,
+// and a plan past --memory-budget gets a warning (the bundle is still
+// written: it may be meant for a larger machine).
+func TestBuildWarnsPastMemoryBudget(t *testing.T) {
+	model := tinyModel(t)
+	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(buildCmd())
+	var stderr bytes.Buffer
+	root.SetOut(&bytes.Buffer{})
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"build", model, "--memory-budget", "64KiB", "-o", filepath.Join(t.TempDir(), "b")})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"zrtc: plan: weights", "resident", "zrtc: warning: the plan keeps", "more than the 0.1 MiB budget"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if _, err := zrtc(t, "build", model, "--memory-budget", "lots", "-o", filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "is not a size") {
+		t.Errorf("bad budget: %v", err)
+	}
+}
+
+// TestSynthRefusesBadShapes: every shape flag is checked with its range
+// before anything is allocated, and a shape larger than memory is refused.
+func TestSynthRefusesBadShapes(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	for _, c := range []struct{ flags, want string }{
+		{"--embd 0", "--embd 0 out of range"},
+		{"--embd -64", "--embd -64 out of range"},
+		{"--heads 0", "--heads 0 out of range"},
+		{"--ffn 0", "--ffn 0 out of range"},
+		{"--heads-kv 3", "not a multiple of --heads-kv 3"},
+		{"--embd 98", "--embd 98 is not a multiple of --heads 4"},
+		{"--vocab 10", "--vocab 10 out of range"},
+		{"--embd 65536 --heads 64 --layers 1000 --ffn 200000", "of memory"},
+	} {
+		_, err := zrtc(t, append([]string{"synth", "-o", out}, strings.Fields(c.flags)...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.flags, err, c.want)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a refused synth wrote its output")
+	}
+}

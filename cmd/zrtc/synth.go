@@ -33,7 +33,7 @@ func synthCmd() *cobra.Command {
 			if err := s.Check(); err != nil {
 				return err
 			}
-			if err := sysmem.Check("synth of this shape", s.PeakBytes()); err != nil {
+			if err := sysmem.Check("this shape", s.PeakBytes()); err != nil {
 				return fmt.Errorf("synth: %w", err)
 			}
 			b, err := synth.Write(s)

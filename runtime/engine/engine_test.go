@@ -9,6 +9,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
@@ -21,6 +22,24 @@ import (
 // model config text and opens it on T-CPU (skipping without ../shared).
 func stories(t *testing.T, config string) *runtime.Program {
 	t.Helper()
+	return storiesOn(t, config, tiers[0])
+}
+
+// tier is where an engine test runs: a compile target and the tier that
+// runs it.
+type tier struct{ target, name string }
+
+// tiers are T-CPU, the oracle, and T-CUDA where a GPU is present.
+var tiers = []tier{{"cpu", "cpu"}, {"cuda:sm_90", "cuda"}}
+
+// storiesOn is stories on tier tr, skipping T-CUDA without a GPU.
+func storiesOn(t *testing.T, config string, tr tier) *runtime.Program {
+	t.Helper()
+	if tr.name == "cuda" {
+		if _, err := driver.Probe(); err != nil {
+			t.Skipf("no GPU: %v", err)
+		}
+	}
 	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("%s not present", model)
@@ -30,10 +49,10 @@ func stories(t *testing.T, config string) *runtime.Program {
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: tr.target}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	p, err := runtime.Open(out, runtime.Options{Tier: tr.name, Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +61,19 @@ func stories(t *testing.T, config string) *runtime.Program {
 }
 
 // TestServesLikeAlone runs requests of mixed prompt lengths through the
-// engine on T-CPU — all submitted at once, so decodes and prefill chunks
-// share steps — and requires each one's tokens to equal its solo run's,
-// greedy and seeded, on the trained stories260K model.
+// engine — all submitted at once, so decodes and prefill chunks share
+// steps — and requires each one's tokens to equal its solo run's, greedy
+// and seeded, on the trained stories260K model. On T-CPU a row's
+// arithmetic does not depend on its batch, so this holds exactly; T-CUDA
+// is held to the same test, with the tokens of its own solo runs.
 func TestServesLikeAlone(t *testing.T) {
-	p := stories(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n")
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) { servesLikeAlone(t, tr) })
+	}
+}
+
+func servesLikeAlone(t *testing.T, tr tier) {
+	p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n", tr)
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -85,8 +85,11 @@ var catalog = []ABI{
 	{Name: "rms_norm_gate_up", Typed: true, Bufs: []string{"x", "w_norm", "w_gate_up", "io", "gate", "up"},
 		Spec: []Param{{"k", U32}, {"f", U32}, {"eps", F32}}},
 	{Name: "residual_rms_norm", Bufs: []string{"x", "y", "w", "io", "out"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"eps", F32}}},
-	{Name: "rms_norm_rope_kv_write", Bufs: []string{"k", "v", "w_norm", "io", "kv"}, Push: []Param{{"layer", U32}},
-		Spec: []Param{{"n_layer", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32}, {"neox", U32},
+	// rms_norm_rope_kv_write is a per-head norm (qwen3's q_norm, k_norm)
+	// with rope_kv_write: each Q head normalized and rotated in place, each
+	// K head normalized and rotated on its way into the cache with V.
+	{Name: "rms_norm_rope_kv_write", Bufs: []string{"q", "k", "v", "w_qnorm", "w_knorm", "io", "kv"}, Push: []Param{{"layer", U32}},
+		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32}, {"neox", U32},
 			{"freq_base", F32}, {"freq_scale", F32}, {"eps", F32}}},
 	// rope_kv_write rotates Q in place and K on its way into the cache
 	// with V; K itself is left as it was.

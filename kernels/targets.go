@@ -36,7 +36,7 @@ var targets = []Target{
 	{Name: "cpu", Code: zrt.CPU, Tier: TierCPU,
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
 	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
-		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rope_kv_write", "matmul_residual"}},
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
 }
 
 // Targets lists the compile targets.

@@ -246,8 +246,11 @@ func matchResidualNorm(g *ir.Graph, i int) (ir.Inst, bool) {
 		Attrs:  ir.Attrs{"cols": res.Attrs["cols"], "eps": norm.Attrs["eps"]}}, true
 }
 
-// fuseRopeKV folds a per-head in-place RMS_NORM of K and its in-place ROPE
-// into the KV write that consumes K, when K has no other reader.
+// fuseRopeKV folds the per-head in-place RMS_NORM and ROPE of Q and of K
+// (qwen3's q_norm and k_norm) into the KV write that consumes K, when K has
+// no other reader and Q's only other reader comes after the write (the
+// attention). The fused op leaves Q normalized and rotated in place, as the
+// unfused sequence does, and stores K, normalized and rotated, with V.
 func fuseRopeKV(g *ir.Graph) int {
 	readers := countReaders(g)
 	drop := map[int]bool{}
@@ -261,34 +264,88 @@ func fuseRopeKV(g *ir.Graph) int {
 		if k < 0 || readers[k] != 3 {
 			continue
 		}
-		m, r := -1, -1
-		for i := j - 1; i >= 0; i-- {
-			in := &g.Insts[i]
-			switch {
-			case in.Op == ir.ROPE && writes(in, "x") == k && r < 0:
-				r = i
-			case in.Op == ir.RMS_NORM && writes(in, "y") == k && reg(in, "x") == k && r >= 0 && m < 0:
-				m = i
-			}
-			if m >= 0 {
-				break
-			}
-		}
-		if m < 0 || r < 0 || int(g.Insts[m].Attrs["group"]) != int(g.Insts[r].Attrs["head_dim"]) {
+		mk, rk := headNormRope(g, j, k)
+		if mk < 0 {
 			continue
 		}
-		norm, rope := &g.Insts[m], &g.Insts[r]
+		rope := &g.Insts[rk]
+		// Q is the other register roped like K just before the write.
+		q, mq, rq := -1, -1, -1
+		for i := j - 1; i >= 0 && q < 0; i-- {
+			in := &g.Insts[i]
+			if in.Op == ir.ROPE && i != rk && sameRope(in, rope) && reg(in, "x") == writes(in, "x") {
+				q = reg(in, "x")
+			}
+		}
+		if q < 0 || q == k || readers[q] != 3 || readsBetween(g, q, j) {
+			continue
+		}
+		if mq, rq = headNormRope(g, j, q); mq < 0 || g.Insts[mq].Attrs["eps"] != g.Insts[mk].Attrs["eps"] {
+			continue
+		}
+		qn, kn := &g.Insts[mq], &g.Insts[mk]
 		*kw = ir.Inst{Op: ir.RMS_NORM_FUSED_ROPE_KV_WRITE,
-			Reads:  []ir.Operand{ir.R("k", k), ir.R("v", reg(kw, "v")), ir.B("w_norm", buf(norm, "w")), ir.B("io", buf(kw, "io")), ir.B("kv", buf(kw, "kv"))},
-			Writes: []ir.Operand{ir.B("kv", buf(kw, "kv"))},
-			Attrs: ir.Attrs{"layer": kw.Attrs["layer"], "n_layer": kw.Attrs["n_layer"], "n_head_kv": rope.Attrs["n_head"],
-				"head_dim": rope.Attrs["head_dim"], "n_rot": rope.Attrs["n_rot"], "neox": rope.Attrs["neox"],
-				"freq_base": rope.Attrs["freq_base"], "freq_scale": rope.Attrs["freq_scale"], "eps": norm.Attrs["eps"]}}
-		drop[m], drop[r] = true, true
+			Reads: []ir.Operand{ir.R("q", q), ir.R("k", k), ir.R("v", reg(kw, "v")), ir.B("w_qnorm", buf(qn, "w")),
+				ir.B("w_knorm", buf(kn, "w")), ir.B("io", buf(kw, "io")), ir.B("kv", buf(kw, "kv"))},
+			Writes: []ir.Operand{ir.R("q", q), ir.B("kv", buf(kw, "kv"))},
+			Attrs: ir.Attrs{"layer": kw.Attrs["layer"], "n_layer": kw.Attrs["n_layer"], "n_head": g.Insts[rq].Attrs["n_head"],
+				"n_head_kv": rope.Attrs["n_head"], "head_dim": rope.Attrs["head_dim"], "n_rot": rope.Attrs["n_rot"],
+				"neox": rope.Attrs["neox"], "freq_base": rope.Attrs["freq_base"], "freq_scale": rope.Attrs["freq_scale"],
+				"eps": kn.Attrs["eps"]}}
+		drop[mq], drop[rq], drop[mk], drop[rk] = true, true, true, true
 		n++
 	}
 	dropInsts(g, drop)
 	return n
+}
+
+// headNormRope finds, before instruction j, the in-place ROPE of register
+// x and before it the in-place per-head RMS_NORM of x (group = head_dim);
+// -1s when either is missing.
+func headNormRope(g *ir.Graph, j, x int) (norm, rope int) {
+	norm, rope = -1, -1
+	for i := j - 1; i >= 0 && norm < 0; i-- {
+		in := &g.Insts[i]
+		switch {
+		case in.Op == ir.ROPE && writes(in, "x") == x && rope < 0:
+			rope = i
+		case in.Op == ir.RMS_NORM && writes(in, "y") == x && reg(in, "x") == x && rope >= 0:
+			norm = i
+		}
+	}
+	if norm < 0 || int(g.Insts[norm].Attrs["group"]) != int(g.Insts[rope].Attrs["head_dim"]) {
+		return -1, -1
+	}
+	return norm, rope
+}
+
+// sameRope reports whether two ROPEs rotate with the same table.
+func sameRope(a, b *ir.Inst) bool {
+	for _, k := range []string{"head_dim", "n_rot", "neox", "freq_base", "freq_scale"} {
+		if a.Attrs[k] != b.Attrs[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// readsBetween reports whether an instruction other than a ROPE or
+// RMS_NORM of r in place reads r before instruction j: moving r's norm and
+// rotation to j would change what that reader sees.
+func readsBetween(g *ir.Graph, r, j int) bool {
+	for i := range j {
+		in := &g.Insts[i]
+		inPlace := (in.Op == ir.ROPE && writes(in, "x") == r) || (in.Op == ir.RMS_NORM && writes(in, "y") == r)
+		if inPlace {
+			continue
+		}
+		for _, o := range in.Reads {
+			if o.Kind == ir.RegOperand && o.ID == r {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // matchMatmulResidual: MATMUL(x→o) then RESIDUAL(h += o), o read by
@@ -333,11 +390,7 @@ func fuseRopeQKV(g *ir.Graph) int {
 			reg(rq, "x") != q || reg(rk, "x") != k || writes(rk, "x") != k {
 			continue
 		}
-		same := true
-		for _, a := range []string{"head_dim", "n_rot", "neox", "freq_base", "freq_scale"} {
-			same = same && rq.Attrs[a] == rk.Attrs[a]
-		}
-		if !same || int(rk.Attrs["n_head"]*rk.Attrs["head_dim"]) != int(kw.Attrs["kv_dim"]) {
+		if !sameRope(rq, rk) || int(rk.Attrs["n_head"]*rk.Attrs["head_dim"]) != int(kw.Attrs["kv_dim"]) {
 			continue
 		}
 		*kw = ir.Inst{Op: ir.ROPE_KV_WRITE,

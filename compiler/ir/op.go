@@ -67,7 +67,7 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM_FUSED_QKV:           {Name: "RMS_NORM_FUSED_QKV", Kernel: "rms_norm_qkv", TypedBy: "w_qkv"},
 	RMS_NORM_FUSED_MLP_GATE_UP:   {Name: "RMS_NORM_FUSED_MLP_GATE_UP", Kernel: "rms_norm_gate_up", TypedBy: "w_gate_up"},
 	RESIDUAL_RMS_NORM:            {Name: "RESIDUAL_RMS_NORM", Kernel: "residual_rms_norm", InPlace: []string{"x"}},
-	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"kv"}},
+	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"q", "kv"}},
 	ROPE_KV_WRITE:                {Name: "ROPE_KV_WRITE", Kernel: "rope_kv_write", InPlace: []string{"q", "kv"}},
 	MATMUL_RESIDUAL:              {Name: "MATMUL_RESIDUAL", Kernel: "matmul_residual", InPlace: []string{"y"}, TypedBy: "w"},
 }

@@ -92,23 +92,29 @@ func residualRMSNorm(a *Args) error {
 	})
 }
 
-// rmsNormRopeKVWrite normalizes each K head, rotates it, and stores K and V
-// in the cache. K is updated in place, as the unfused sequence leaves it.
+// rmsNormRopeKVWrite normalizes and rotates each Q head in place and each
+// K head, then stores K and V in the cache. K is updated in place too, as
+// the unfused sequence leaves it (nothing reads it after).
 func rmsNormRopeKVWrite(a *Args) error {
-	k, v, wn, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), a.Bufs[4]
+	q, k, v, wq, wk, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), f32s(a.Bufs[3]), f32s(a.Bufs[4]), req(a.Bufs[5]), a.Bufs[6]
 	layer := int(a.Push[0])
-	nLayer, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
-	rp := ropeParams(a.Spec[3:7])
-	eps := math.Float32frombits(a.Spec[7])
+	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
+	rp := ropeParams(a.Spec[4:8])
+	eps := math.Float32frombits(a.Spec[8])
 	kvDim := nHeadKV * hd
 	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
 		cs := make([]float32, rp.nRot)
 		for i := lo; i < hi; i++ {
 			rp.table(cs, int(r.row(i, kernels.IORowPos)))
-			ki := k[i*kvDim : (i+1)*kvDim]
+			qi, ki := q[i*nHead*hd:(i+1)*nHead*hd], k[i*kvDim:(i+1)*kvDim]
+			for h := 0; h < nHead; h++ {
+				head := qi[h*hd : (h+1)*hd]
+				normRow(head, head, wq, eps)
+				rp.rotate(head, cs)
+			}
 			for h := 0; h < nHeadKV; h++ {
 				head := ki[h*hd : (h+1)*hd]
-				normRow(head, head, wn, eps)
+				normRow(head, head, wk, eps)
 				rp.rotate(head, cs)
 			}
 			storeKV(r, kv, i, layer, nLayer, kvDim, ki, v[i*kvDim:(i+1)*kvDim])

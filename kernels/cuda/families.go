@@ -33,9 +33,8 @@ func (f Family) Macro() string { return "FAMILY_" + strings.ToUpper(f.Name) }
 //
 // T-CUDA implements every catalog family that no target lists as fused
 // and the fused families its targets list (kernels.Targets); a test holds
-// this table to that. The other fused families (residual_rms_norm,
-// rms_norm_rope_kv_write) have no CUDA kernel, and the fuse pass never
-// forms them for a CUDA target.
+// this table to that. The other fused family (residual_rms_norm) has
+// no CUDA kernel, and the fuse pass never forms it for a CUDA target.
 var families = []Family{
 	{"embed", 1},
 	{"matmul", 2},
@@ -54,6 +53,7 @@ var families = []Family{
 	{"swiglu", 15},
 	{"argmax", 16},
 	{"rope_kv_write", 17},
+	{"rms_norm_rope_kv_write", 18},
 }
 
 // instanceTypes are the weight types for which every typed family is

@@ -21,13 +21,24 @@ import (
 type Launch struct {
 	Grid, Block [3]uint32
 	Shared      int // dynamic shared memory bytes
-	// Tile: launch the instance's second entry, Entry(instance)+TileSuffix
-	// (the integer matmul path's kernel for variants of several rows).
-	Tile bool
+	// Entry is which of the instance's entry points runs.
+	Entry EntryPoint
 }
 
-// TileSuffix names an instance's multi-row entry point.
-const TileSuffix = "_tile"
+// EntryPoint names one of an instance's entry points: Entry(instance) plus
+// its suffix. The integer matmul path has three (typed.cuh).
+type EntryPoint uint8
+
+// The entry points.
+const (
+	EntryMain EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
+	EntryTile                   // _tile: the multi-row kernel, on tensor cores where the type has them
+	EntryDP4A                   // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles
+	NumEntries
+)
+
+// Suffix is the entry point's suffix to the instance's name.
+func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a"}[e] }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
 // matrix kernels, one per warp.
@@ -107,21 +118,37 @@ func mmtShared(blockBytes int) int { return mmtRows*(272+4+32+4) + mmtFeatures*(
 
 var mmtTypes = map[string]int{"q4_k": mmtShared(144), "q6_k": mmtShared(212)}
 
+// dp4aMaxRows is the most rows for which a type with tensor-core tiles
+// still takes the dp4a tile kernel. Measured on an H200 (qwen3 0.6B shape,
+// Q4_K/Q6_K), aggregate decode at 4 and 16 slots was 2.3× and 1.6× faster
+// with dp4a, whose warps stream features over the whole GPU, than with
+// tensor-core tiles of 64 rows × 128 features, of which such a step makes
+// only 8 to 48 (the Q/K-norm fusion, under a tenth of a step, landed with
+// it); at 64 slots and in prefill the tensor cores were faster.
+const dp4aMaxRows = 16
+
 // integerMatrix is the launch of an integer-path matrix kernel (matmul,
 // lm_head or a fused norm + projections) for n features of k inputs on a
 // variant of r rows: the matrix-vector kernel for one row; for more, the
-// tensor-core tile kernel where the type has one, except for lm_head,
-// whose requests want one row each; the dp4a tile kernel otherwise.
+// tensor-core tile kernel where the type has one (except for lm_head,
+// whose requests want one row each) past dp4aMaxRows rows; the dp4a tile
+// kernel otherwise.
 func integerMatrix(family, typ string, k, n, r uint32) Launch {
 	if r == 1 {
 		grid, block := mmvShape(typ, k, n)
 		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
 	}
 	block := [3]uint32{256, 1, 1}
-	if smem, ok := mmtTypes[typ]; ok && family != "lm_head" {
-		return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: smem, Tile: true}
+	dp4a := Launch{Grid: [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
+	smem, tc := mmtTypes[typ]
+	switch {
+	case !tc || family == "lm_head":
+		return dp4a
+	case r <= dp4aMaxRows:
+		dp4a.Entry = EntryDP4A
+		return dp4a
 	}
-	return Launch{Grid: [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Tile: true}
+	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: smem, Entry: EntryTile}
 }
 
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
@@ -143,9 +170,12 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 	}
 	switch family {
 	case "embed", "rms_norm", "rope", "kv_write", "argmax":
-	case "rope_kv_write": // spec n_layer, n_head, n_head_kv, …: one block per (row, head)
-		if err := need(spec, 3, "spec"); err != nil {
+	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (row, head)
+		if err := need(spec, 4, "spec"); err != nil {
 			return l, err
+		}
+		if spec[3] > 512 { // the kernels' shared tables
+			return l, fmt.Errorf("cuda: %s: head_dim %d over the kernel's 512", family, spec[3])
 		}
 		l.Grid[1] = spec[1] + spec[2]
 	case "matmul", "matmul_residual", "lm_head": // push k, n

@@ -21,8 +21,11 @@ func TestShapeMatmul(t *testing.T) {
 		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{224, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{250, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		// Prefill: the tensor-core tile kernel for K-quants, MT_M rows × MT_N
-		// features a block; the dp4a tile kernel, MM_MR rows a block, otherwise.
+		// features a block; the dp4a tile kernel, MM_MR rows a block,
+		// otherwise and for K-quants at up to 16 rows (decode of few slots).
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{8, 1, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{128, 2, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},
 		{"lm_head.q6_k", 4096, 32000, 128, [3]uint32{500, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{512, 16, 1}, [3]uint32{256, 1, 1}, true, false},
@@ -41,8 +44,8 @@ func TestShapeMatmul(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Grid != c.grid || l.Block != c.block || l.Tile != c.tile {
-			t.Errorf("%s k=%d n=%d rows=%d: grid %v block %v tile %v, want %v %v %v", c.inst, c.k, c.n, c.rows, l.Grid, l.Block, l.Tile, c.grid, c.block, c.tile)
+		if l.Grid != c.grid || l.Block != c.block || (l.Entry != EntryMain) != c.tile {
+			t.Errorf("%s k=%d n=%d rows=%d: grid %v block %v entry %v, want %v %v tile=%v", c.inst, c.k, c.n, c.rows, l.Grid, l.Block, l.Entry, c.grid, c.block, c.tile)
 		}
 		// The matrix-vector kernel runs MMV_WARPS warps a block, the others 256 threads.
 		threads := uint32(256)

@@ -26,6 +26,9 @@
 template <int T> struct Tc { enum { OK = 0, WS = 4 }; };
 template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144 }; };
 template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212 }; };
+// MMT_TYPE(t) is Tc<t>::OK for the preprocessor, which decides the
+// instances that get a _dp4a entry (typed.cuh).
+#define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K)
 
 // mt_smem is the dynamic shared memory of mmt<T>; launch.go's mmtShared is
 // the same.

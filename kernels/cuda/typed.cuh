@@ -9,6 +9,13 @@
 #include "mmt.cuh"
 
 #define VT (Geom<WT>::VT)
+
+// The entry points of the integer matrix families (kcuda.EntryPoint):
+// NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt
+// for MMT_TYPE types, else mmq); NAME_dp4a, mmq for MMT_TYPE types.
+#define ENTRY_MAIN 0
+#define ENTRY_TILE 1
+#define ENTRY_DP4A 2
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 
@@ -52,6 +59,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC)); // grid (n/MT_N, rows/MT_M)
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
+#if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for matrices too small to fill the GPU with tensor-core tiles
+extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
+}
+#endif
 #endif
 
 #if FAMILY == FAMILY_LM_HEAD // lm_head: logits[slot(row)] = W·x[row] for rows that want logits; entries as matmul's
@@ -170,13 +183,13 @@ extern "C" __global__ void __launch_bounds__(256)
 // normalize into shared memory and take the float path, grid (n/MM_WARPS, rows).
 template <int T>
 __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, const u8* w, const u32* io, int k, int n,
-    const MmOut& o, float eps, bool tile) {
+    const MmOut& o, float eps, int entry) {
     if constexpr (Fast<T>::OK) {
-        if (tile) {
-            if constexpr (Tc<T>::OK) mmt<T>(x, w, io, k, n, o, wn, eps);
+        if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
+        else if constexpr (Tc<T>::OK) {
+            if (entry == ENTRY_TILE) mmt<T>(x, w, io, k, n, o, wn, eps);
             else mmq<T>(x, w, io, k, n, o, false, wn, eps);
-        }
-        else mmv<T>(x, w, io, k, n, o, false, wn, eps);
+        } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;
     }
     dep_sync();
@@ -202,8 +215,11 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
 #define QKV_BODY(tile)                                                                                                 \
     fused_norm_mm<WT>(x, w_norm, w_qkv, io, k, n_q + 2 * n_kv, MmOut{q, kk, v, (int)n_q, (int)n_kv, b_qkv},             \
         __uint_as_float(eps_bits), tile)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { QKV_BODY(false); }
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS { QKV_BODY(true); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { QKV_BODY(ENTRY_MAIN); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS { QKV_BODY(ENTRY_TILE); }
+#if MMT_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A); }
+#endif
 #endif
 
 #if FAMILY == FAMILY_RMS_NORM_GATE_UP
@@ -213,6 +229,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS
 #define GU_BODY(tile)                                                                                                  \
     fused_norm_mm<WT>(x, w_norm, w_gate_up, io, k, 2 * f, MmOut{gate, up, up, (int)f, (int)f, nullptr},                \
         __uint_as_float(eps_bits), tile)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME GU_PARAMS { GU_BODY(false); }
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_PARAMS { GU_BODY(true); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME GU_PARAMS { GU_BODY(ENTRY_MAIN); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_PARAMS { GU_BODY(ENTRY_TILE); }
+#if MMT_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A); }
+#endif
 #endif

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -64,8 +66,8 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 			return err
 		}
 		name := ls[i].Name
-		if ls[i].Shape.Tile {
-			name += " (tile)"
+		if e := ls[i].Shape.Entry; e != kcuda.EntryMain {
+			name += " (" + strings.TrimPrefix(e.Suffix(), "_") + ")"
 		}
 		p.ms[name] += float64(ms)
 		p.calls[name]++

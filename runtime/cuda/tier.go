@@ -66,8 +66,9 @@ type Tier struct {
 	fence   int
 	copyOut []int // regions downloaded after every replay
 	modules []driver.Module
-	funcs   []driver.Function
-	tiles   []driver.Function // each kernel's multi-row entry (kcuda.TileSuffix), 0 where it has none
+	// entries[e][k] is kernel k's entry point e (kcuda.Entry), 0 where it
+	// has none (most kernels have only the main one).
+	entries [kcuda.NumEntries][]driver.Function
 	// overlap[k]: kernel k may start before the previous kernel ends, as
 	// its PTX waits for it (griddepcontrol.wait, see dep_sync in
 	// kernels/cuda/common.cuh); a kernel without the wait is launched the
@@ -177,21 +178,21 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			return err
 		}
 	}
-	smem := make([]int, 2*len(b.Blobs)) // entry, then tile entry
+	var smem [kcuda.NumEntries][]int // the most any launch of each entry point needs
+	for e := range smem {
+		smem[e] = make([]int, len(b.Blobs))
+	}
 	for vi := range g.Variants {
 		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
 		if err != nil {
 			return fmt.Errorf("cuda: variant %d: %w", vi, err)
 		}
 		for _, l := range ls {
-			e := l.Kernel
-			if l.Shape.Tile {
-				if t.tiles[e] == 0 {
-					return fmt.Errorf("cuda: variant %d: kernel %s has no %s entry", vi, l.Name, kcuda.TileSuffix)
-				}
-				e += len(b.Blobs)
+			e := l.Shape.Entry
+			if t.entries[e][l.Kernel] == 0 {
+				return fmt.Errorf("cuda: variant %d: kernel %s has no %q entry: the bundle's PTX is older than this zrt-run, rebuild it with the zrtc of the same version", vi, l.Name, e.Suffix())
 			}
-			smem[e] = max(smem[e], l.Shape.Shared)
+			smem[e][l.Kernel] = max(smem[e][l.Kernel], l.Shape.Shared)
 		}
 		t.variants = append(t.variants, ls)
 	}
@@ -200,17 +201,15 @@ func (t *Tier) load(b *bundle.Bundle) error {
 	if err != nil {
 		return err
 	}
-	for e, n := range smem {
-		k, f := e%len(b.Blobs), t.funcs
-		if e >= len(b.Blobs) {
-			f = t.tiles
-		}
-		if n > limit {
-			return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory, the device allows %d", b.Blobs[k].Name, n, limit)
-		}
-		if n > 48<<10 {
-			if err := f[k].SetAttribute(driver.FuncAttrMaxDynamicSharedSize, n); err != nil {
-				return fmt.Errorf("kernel %s: %w", b.Blobs[k].Name, err)
+	for e, ns := range smem {
+		for k, n := range ns {
+			if n > limit {
+				return fmt.Errorf("cuda: kernel %s needs %d bytes of shared memory, the device allows %d", b.Blobs[k].Name, n, limit)
+			}
+			if n > 48<<10 {
+				if err := t.entries[e][k].SetAttribute(driver.FuncAttrMaxDynamicSharedSize, n); err != nil {
+					return fmt.Errorf("kernel %s: %w", b.Blobs[k].Name, err)
+				}
 			}
 		}
 	}
@@ -239,16 +238,16 @@ func (t *Tier) loadKernel(name string, code []byte) error {
 		return fmt.Errorf("kernel %s: %w", name, err)
 	}
 	t.modules = append(t.modules, m)
-	f, err := m.Function(kcuda.Entry(name))
-	if err != nil {
-		return fmt.Errorf("kernel %s: %w", name, err)
+	for e := range kcuda.NumEntries {
+		f, err := m.Function(kcuda.Entry(name) + e.Suffix())
+		if err != nil && e == kcuda.EntryMain {
+			return fmt.Errorf("kernel %s: %w", name, err)
+		}
+		if err != nil {
+			f = 0 // most kernels have only the main entry
+		}
+		t.entries[e] = append(t.entries[e], f)
 	}
-	t.funcs = append(t.funcs, f)
-	tile, err := m.Function(kcuda.Entry(name) + kcuda.TileSuffix)
-	if err != nil {
-		tile = 0 // most kernels have one entry
-	}
-	t.tiles = append(t.tiles, tile)
 	t.overlap = append(t.overlap, t.pdl && bytes.Contains(code[:n], []byte("griddepcontrol.wait")))
 	return nil
 }
@@ -421,10 +420,7 @@ func (t *Tier) launch(l *Launch) error {
 		vals[i] = v
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	f := t.funcs[l.Kernel]
-	if l.Shape.Tile {
-		f = t.tiles[l.Kernel]
-	}
+	f := t.entries[l.Shape.Entry][l.Kernel]
 	if t.overlap[l.Kernel] {
 		cfg := unsafe.Pointer(&t.params[len(t.params)-driver.LaunchScratchBytes])
 		return f.LaunchOverlapped(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]), cfg)
@@ -458,7 +454,7 @@ func (t *Tier) close() {
 	for _, m := range t.modules {
 		m.Unload()
 	}
-	t.modules, t.funcs, t.tiles, t.overlap = nil, nil, nil, nil
+	t.modules, t.entries, t.overlap = nil, [kcuda.NumEntries][]driver.Function{}, nil
 	for _, r := range t.regions {
 		driver.MemFree(r.dev)
 		if r.host != nil {

@@ -78,7 +78,7 @@ func Run(t *testing.T, tier Tier) {
 			base := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
 			bs = &bundles{base + ".oracle", base + ".tier"}
 			for _, b := range []struct{ dir, target, config string }{{bs.oracle, "cpu", ""}, {bs.tier, tier.Target, cfg}} {
-				err := compiler.Compile(context.Background(), model, b.dir, compiler.Options{Target: b.target, ConfigPath: b.config})
+				err := compiler.Compile(context.Background(), model, b.dir, compiler.Options{Target: b.target, ConfigPath: b.config, PTXDir: os.Getenv("ZRT_PTX_DIR")})
 				if support.Is(err) {
 					t.Logf("%s: skipped: %v", name, err)
 					bs = nil

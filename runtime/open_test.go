@@ -245,21 +245,21 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 		}
 		seqs = append(seqs, s)
 	}
-	both, err := e.DecodeBatch(ctx, seqs, next)
-	if err != nil {
+	if err := e.DecodeBatch(ctx, seqs, next); err != nil {
 		t.Fatal(err)
 	}
-	for i := range both {
-		for j := range both[i] {
-			if d := both[i][j] - alone[i][j]; d > 1e-5 || d < -1e-5 {
-				t.Fatalf("sequence %d logit %d: batched %v, alone %v", i, j, both[i][j], alone[i][j])
+	for i := range seqs {
+		both := seqs[i].Logits()
+		for j := range both {
+			if d := both[j] - alone[i][j]; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("sequence %d logit %d: batched %v, alone %v", i, j, both[j], alone[i][j])
 			}
 		}
 		if seqs[i].Pos() != len(prompts[i])+1 {
 			t.Errorf("sequence %d at position %d", i, seqs[i].Pos())
 		}
 	}
-	if _, err := e.DecodeBatch(ctx, []*sequence.Sequence{seqs[0], seqs[0]}, []int32{1, 2}); err == nil {
+	if err := e.DecodeBatch(ctx, []*sequence.Sequence{seqs[0], seqs[0]}, []int32{1, 2}); err == nil {
 		t.Error("a sequence twice in one batch was accepted")
 	}
 }

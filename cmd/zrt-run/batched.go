@@ -100,7 +100,7 @@ func batchedRun(ctx context.Context, pool *sequence.Pool, b, pp, tg int) (batche
 		for i, s := range seqs {
 			next[i] = s.Greedy()
 		}
-		if _, err := pool.DecodeBatch(ctx, seqs, next); err != nil {
+		if err := pool.DecodeBatch(ctx, seqs, next); err != nil {
 			return batchedResult{}, fmt.Errorf("--slots %d: %w", b, err)
 		}
 	}

@@ -59,16 +59,19 @@ var mmqTypes = map[string]struct{ bs, tpb uint32 }{
 
 const mmqRows = 8
 
-// mmqMaxBlocks bounds the grid width of the multi-row (tile) kernel: four
+// mmqMaxBlocks bounds the grid of the multi-row (tile) kernel: four
 // blocks of eight warps on each of an H100/H200's 132 multiprocessors, so
-// the activation rows are quantized by few blocks and every warp has
-// several output features to stream. Warps stride over the features.
+// the activation rows are quantized by few blocks (each block quantizes
+// its MM_MR rows again, a prologue of sequential block reductions) and
+// every warp has several output features to stream. Warps stride over the
+// features.
 const mmqMaxBlocks = 4 * 132
 
-// mmqWidth is the grid width for n output features: as few blocks as give
-// every warp the same number of features within the bound.
-func mmqWidth(n uint32) uint32 {
-	perWarp := ceilDiv(ceilDiv(n, mmWarps), mmqMaxBlocks)
+// mmqWidth is the grid width for n output features when the grid has
+// groups rows of blocks: as few blocks as give every warp the same number
+// of features within the bound, shared by the groups.
+func mmqWidth(n, groups uint32) uint32 {
+	perWarp := ceilDiv(ceilDiv(n, mmWarps), max(mmqMaxBlocks/groups, 1))
 	return ceilDiv(n, mmWarps*perWarp)
 }
 
@@ -119,13 +122,13 @@ func mmtShared(blockBytes int) int { return mmtRows*(272+4+32+4) + mmtFeatures*(
 var mmtTypes = map[string]int{"q4_k": mmtShared(144), "q6_k": mmtShared(212)}
 
 // dp4aMaxRows is the most rows for which a type with tensor-core tiles
-// still takes the dp4a tile kernel. Measured on an H200 (qwen3 0.6B shape,
-// Q4_K/Q6_K), aggregate decode at 4 and 16 slots was 2.3× and 1.6× faster
-// with dp4a, whose warps stream features over the whole GPU, than with
-// tensor-core tiles of 64 rows × 128 features, of which such a step makes
-// only 8 to 48 (the Q/K-norm fusion, under a tenth of a step, landed with
-// it); at 64 slots and in prefill the tensor cores were faster.
-const dp4aMaxRows = 16
+// still takes the dp4a tile kernel: decode of up to 64 slots. Measured on
+// an H200 (zrt-run bench --slots 4,16,32,64, qwen3 0.6B and llama 110M
+// shapes, Q4_K/Q6_K), dp4a with its grid bounded as mmqWidth does gave
+// 1.0-1.3× the aggregate decode rate of tensor-core tiles of 64 rows × 128
+// features, of which such a step makes only 8 to 48 (and 2.3× at 4 slots
+// before that bound); prefill's hundreds of rows keep the tensor cores.
+const dp4aMaxRows = 64
 
 // integerMatrix is the launch of an integer-path matrix kernel (matmul,
 // lm_head or a fused norm + projections) for n features of k inputs on a
@@ -139,7 +142,14 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
 	}
 	block := [3]uint32{256, 1, 1}
-	dp4a := Launch{Grid: [3]uint32{mmqWidth(n), ceilDiv(r, mmqRows), 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
+	// lm_head's bound is per group: a prefill step's logits are wanted by
+	// one row, so one group of blocks does all the work.
+	groups := ceilDiv(r, mmqRows)
+	width := mmqWidth(n, groups)
+	if family == "lm_head" {
+		width = mmqWidth(n, 1)
+	}
+	dp4a := Launch{Grid: [3]uint32{width, groups, 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
 	smem, tc := mmtTypes[typ]
 	switch {
 	case !tc || family == "lm_head":

@@ -8,6 +8,7 @@ package decode
 
 import (
 	"math"
+	"slices"
 
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
@@ -74,22 +75,57 @@ type Step struct {
 	Finish Finish
 }
 
+// Source is where a step's outcome for one sequence is read: the model's
+// own greedy choice (the graph's ARGMAX), and the logits, which a
+// decoder fetches only when it needs more than that choice (Logits may
+// return a buffer it then modifies).
+type Source interface {
+	Greedy() int32
+	Logits() []float32
+}
+
+// Logits is a Source of logits alone.
+type Logits []float32
+
+// Greedy is -1: no choice is known apart from the logits.
+func (l Logits) Greedy() int32 { return -1 }
+
+// Logits returns l.
+func (l Logits) Logits() []float32 { return l }
+
 // Next samples the token that follows history (every token of the
 // sequence so far, for the repetition penalty) from its logits, which it
 // may modify; pos is the positions the sequence already holds.
 func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
+	return d.NextFrom(Logits(logits), history, pos)
+}
+
+// NextFrom is Next reading src. A greedy request without a repetition
+// penalty takes src's greedy choice when it is not a banned token — the
+// same token the logits would give (the first largest) — so the logits,
+// a vocabulary of floats per sequence, are never copied out for it.
+func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
 	}
-	for _, id := range d.banned {
-		if int(id) < len(logits) {
-			logits[id] = float32(math.Inf(-1))
+	tok := int32(-1)
+	if d.sampler.Greedy() {
+		if g := src.Greedy(); g >= 0 && !slices.Contains(d.banned, g) {
+			tok = g
 		}
 	}
-	tok := d.sampler.Sample(logits, history)
+	if tok < 0 {
+		logits := src.Logits()
+		for _, id := range d.banned {
+			if int(id) < len(logits) {
+				logits[id] = float32(math.Inf(-1))
+			}
+		}
+		tok = d.sampler.Sample(logits, history)
+	}
 	if d.tok.IsEOG(tok) {
 		return d.end(Step{Token: -1}, EOG)
 	}

@@ -34,6 +34,9 @@ type Model interface {
 	KVPages() int
 	Step(ctx context.Context, b runtime.Batch) error
 	Logits(slot int, dst []float32) []float32
+	// Greedy is the token the step's ARGMAX picked for slot: the first
+	// largest of its logits.
+	Greedy(slot int) int32
 }
 
 // Config is the engine's policy.
@@ -408,16 +411,30 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	return b, nil
 }
 
-// route samples r's next token from its slot's logits and sends it.
+// route samples r's next token from its slot's outcome and sends it.
 func (e *Engine) route(r *request) {
-	e.logits = e.m.Logits(r.slot, e.logits)
-	st := r.dec.Next(e.logits, r.tokens, r.done)
+	st := r.dec.NextFrom(slotSource{e, r.slot}, r.tokens, r.done)
 	if st.Finish != decode.Running {
 		e.finish(r, Event{Token: st.Token, Text: st.Text, Finish: Finish(st.Finish)})
 		return
 	}
 	r.tokens = append(r.tokens, st.Token)
 	e.send(r, Event{Token: st.Token, Text: st.Text})
+}
+
+// slotSource is a slot's outcome of the last step: its greedy token, and
+// its logits, copied into the engine's buffer only when a decoder needs
+// them (a vocabulary of floats per request per step otherwise).
+type slotSource struct {
+	e    *Engine
+	slot int
+}
+
+func (s slotSource) Greedy() int32 { return s.e.m.Greedy(s.slot) }
+
+func (s slotSource) Logits() []float32 {
+	s.e.logits = s.e.m.Logits(s.slot, s.e.logits)
+	return s.e.logits
 }
 
 // send delivers an event without blocking the step loop; a consumer that

@@ -85,6 +85,17 @@ func (m *scripted) Logits(slot int, dst []float32) []float32 {
 	return dst
 }
 
+func (m *scripted) Greedy(slot int) int32 {
+	l := m.Logits(slot, nil)
+	best := 0
+	for i, v := range l {
+		if v > l[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
 // simTokenizer is a vocabulary of simVocab single-letter tokens.
 func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 	v := &vocab.Vocab{Model: "llama", BOS: 1, EOS: 2, EOT: -1, UNK: 0, PAD: -1, SEP: -1, NL: -1, EOM: -1, MASK: -1,

@@ -39,8 +39,18 @@ func New(p Params) *Sampler {
 	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9E3779B97F4A7C15))}
 }
 
+// Greedy reports whether the sampler takes the largest logit as it is:
+// greedy, with no repetition penalty. The graph's ARGMAX then gives the
+// same token without the logits leaving the device.
+func (s *Sampler) Greedy() bool {
+	return s.p.Temperature <= 0 && (s.p.RepeatPenalty <= 0 || s.p.RepeatPenalty == 1)
+}
+
 // Sample picks a token; history holds the tokens so far (for the penalty).
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	if s.Greedy() {
+		return argmax(logits)
+	}
 	p := s.p
 	s.buf = s.buf[:0]
 	for i, v := range logits {
@@ -118,4 +128,16 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		}
 	}
 	return c[len(c)-1].id
+}
+
+// argmax is the index of the first largest logit, as the graph's ARGMAX
+// picks it.
+func argmax(logits []float32) int32 {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	return int32(best)
 }

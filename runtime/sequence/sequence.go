@@ -162,42 +162,41 @@ func (s *Sequence) step(ctx context.Context, stage runtime.Stage, toks []int32, 
 }
 
 // DecodeBatch advances several sequences by one token each in a single
-// replay of the decode variant — one row per slot — and returns each
-// sequence's logits. The sequences must be distinct.
-func (p *Pool) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) ([][]float32, error) {
+// replay of the decode variant — one row per slot. The sequences must be
+// distinct. Each one's logits (Logits) and greedy token (Greedy) are then
+// ready; nothing is copied out for a caller that wants neither.
+func (p *Pool) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) error {
 	if len(seqs) != len(toks) || len(seqs) == 0 || len(seqs) > len(p.slots) {
-		return nil, fmt.Errorf("decode batch of %d sequences and %d tokens (at most %d slots)", len(seqs), len(toks), len(p.slots))
+		return fmt.Errorf("decode batch of %d sequences and %d tokens (at most %d slots)", len(seqs), len(toks), len(p.slots))
 	}
 	key, ok := p.Key(runtime.Decode, len(seqs))
 	if !ok {
-		return nil, fmt.Errorf("decode batch of %d sequences: no decode variant serves that many (the bundle has %v)", len(seqs), p.Keys())
+		return fmt.Errorf("decode batch of %d sequences: no decode variant serves that many (the bundle has %v)", len(seqs), p.Keys())
 	}
 	b := runtime.Batch{Key: key}
 	seen := map[*Sequence]bool{}
 	for i, s := range seqs {
 		if seen[s] || s.pool != p {
-			return nil, fmt.Errorf("decode batch: sequence %d repeated or from another pool", i)
+			return fmt.Errorf("decode batch: sequence %d repeated or from another pool", i)
 		}
 		seen[s] = true
 		if err := s.checkTokens(toks[i : i+1]); err != nil {
-			return nil, err
+			return err
 		}
 		pages, err := s.table(len(s.Tokens) + 1)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		b.Rows = append(b.Rows, runtime.Row{Slot: s.slot, Pos: len(s.Tokens), Token: toks[i], Logits: true})
 		b.Pages = append(b.Pages, pages)
 	}
 	if err := p.Step(ctx, b); err != nil {
-		return nil, err
+		return err
 	}
-	out := make([][]float32, len(seqs))
 	for i, s := range seqs {
 		s.Tokens = append(s.Tokens, toks[i])
-		out[i] = s.Logits()
 	}
-	return out, nil
+	return nil
 }
 
 // Prefill evaluates toks and returns the logits after the last one. By

@@ -261,41 +261,49 @@ func TestIQ4DotFollowsAVX2Order(t *testing.T) {
 func TestIQ4PathsAgreeBitwise(t *testing.T) {
 	rng := rand.New(rand.NewSource(23))
 	for _, typ := range []ggml.Type{ggml.IQ4_NL, ggml.IQ4_XS} {
-		ti, _ := typ.Info()
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		for _, nb := range []int{1, 2, 3, 7} {
-			n := nb * ti.BlockSize
-			rb := n / ti.BlockSize * ti.BlockBytes
-			xb := n / vti.BlockSize * vti.BlockBytes
-			const rows = 5
-			w := make([]byte, rows*rb)
-			xq := make([]byte, rows*xb)
-			for r := 0; r < rows; r++ {
-				copy(w[r*rb:], awkwardRow(rng, typ, n))
-				copy(xq[r*xb:], quantizedActivations(t, rng, vt, n))
-			}
-			for _, l := range levels() {
-				atLevel(l, func() {
-					if g := PrepGroupBytes(typ, n); g != 0 {
-						t.Fatalf("%v level %s: PrepGroupBytes = %d, want 0", typ, levelNames[l], g)
+		checkPathsBitwise(t, rng, typ)
+	}
+}
+
+// checkPathsBitwise holds VecDot, VecDotRows and MatVec of a type that has
+// only one-row kernels to its pure-Go dot product, bit for bit, at every
+// SIMD level, and checks that no prepared kernel claims the type.
+func checkPathsBitwise(t *testing.T, rng *rand.Rand, typ ggml.Type) {
+	t.Helper()
+	ti, _ := typ.Info()
+	vt := VecDotType(typ)
+	vti, _ := vt.Info()
+	for _, nb := range []int{1, 2, 3, 7} {
+		n := nb * ti.BlockSize
+		rb := n / ti.BlockSize * ti.BlockBytes
+		xb := n / vti.BlockSize * vti.BlockBytes
+		const rows = 5
+		w := make([]byte, rows*rb)
+		xq := make([]byte, rows*xb)
+		for r := 0; r < rows; r++ {
+			copy(w[r*rb:], awkwardRow(rng, typ, n))
+			copy(xq[r*xb:], quantizedActivations(t, rng, vt, n))
+		}
+		for _, l := range levels() {
+			atLevel(l, func() {
+				if g := PrepGroupBytes(typ, n); g != 0 {
+					t.Fatalf("%v level %s: PrepGroupBytes = %d, want 0", typ, levelNames[l], g)
+				}
+				out := make([]float32, rows)
+				VecDotRows(typ, n, w, xq, xb, rows, out)
+				for r := range out {
+					want := genericDot[typ](n, w, xq[r*xb:(r+1)*xb])
+					if got := VecDot(typ, n, w, xq[r*xb:(r+1)*xb]); got != want || out[r] != want {
+						t.Fatalf("%v n=%d level %s row %d: VecDot %v, VecDotRows %v, pure Go %v", typ, n, levelNames[l], r, got, out[r], want)
 					}
-					out := make([]float32, rows)
-					VecDotRows(typ, n, w, xq, xb, rows, out)
-					for r := range out {
-						want := genericDot[typ](n, w, xq[r*xb:(r+1)*xb])
-						if got := VecDot(typ, n, w, xq[r*xb:(r+1)*xb]); got != want || out[r] != want {
-							t.Fatalf("%v n=%d level %s row %d: VecDot %v, VecDotRows %v, pure Go %v", typ, n, levelNames[l], r, got, out[r], want)
-						}
+				}
+				MatVec(typ, n, w, xq[:xb], out)
+				for r := range out {
+					if want := genericDot[typ](n, w[r*rb:(r+1)*rb], xq[:xb]); out[r] != want {
+						t.Fatalf("%v n=%d level %s row %d: MatVec %v, pure Go %v", typ, n, levelNames[l], r, out[r], want)
 					}
-					MatVec(typ, n, w, xq[:xb], out)
-					for r := range out {
-						if want := genericDot[typ](n, w[r*rb:(r+1)*rb], xq[:xb]); out[r] != want {
-							t.Fatalf("%v n=%d level %s row %d: MatVec %v, pure Go %v", typ, n, levelNames[l], r, out[r], want)
-						}
-					}
-				})
-			}
+				}
+			})
 		}
 	}
 }
@@ -305,9 +313,5 @@ func TestIQ4IsWeightType(t *testing.T) {
 		if !IsWeightType(typ) {
 			t.Errorf("IsWeightType(%v) = false", typ)
 		}
-	}
-	// IQ3_S stays unsupported: no kernels for it here.
-	if IsWeightType(ggml.IQ3_S) {
-		t.Errorf("IsWeightType(IQ3_S) = true")
 	}
 }

@@ -9,7 +9,8 @@
 // ggml-cpu/ggml-cpu-quants.c), so results agree with llama.cpp's CPU backend
 // up to float32 summation order. The IQ4 types go further: their pure-Go
 // and assembly kernels both follow ggml's x86 AVX2 kernels lane for lane,
-// bit for bit (see iq4.go).
+// bit for bit (see iq4.go). IQ3_S follows ggml's generic C vec_dot bit for
+// bit (see iq3.go).
 //
 // Block layouts (all little-endian, f16 scales unless noted), sizes as in
 // format/ggml:
@@ -26,11 +27,15 @@
 //	Q5_K {d; dmin; scales[12]; qh[32]; qs[128]} 176 bytes / 256
 //	Q6_K {ql[128]; qh[64]; int8 scales[16]; d}  210 bytes / 256
 //	Q8_K {f32 d; int8 qs[256]; int16 bsums[16]} 292 bytes / 256
+//	IQ3_S {d; qs[64]; qh[8]; signs[32]; scales[4]} 110 bytes / 256
 //	IQ4_NL {d; qs[16]}                        18 bytes / 32
 //	IQ4_XS {d; u16 scales_h; scales_l[4]; qs[128]} 136 bytes / 256
 //
 // The IQ4 quants are 4-bit indices into a fixed table of 16 non-linear
 // int8 levels (see iq4.go); IQ4_XS adds a 6-bit scale per 32 elements.
+// IQ3_S's are 9-bit indices into a fixed codebook of 512 points of four
+// magnitudes each, with a sign bit per element and a 4-bit scale per 32
+// elements (see iq3.go).
 package quant
 
 import (
@@ -57,6 +62,7 @@ const (
 	q6_KLen = 210
 	q8_KLen = 292
 
+	iq3_SLen  = 110
 	iq4_NLLen = 18
 	iq4_XSLen = 136
 )
@@ -108,6 +114,7 @@ func init() {
 	set(ggml.Q5_K, kernel{qkK, q5_KLen, dequantQ5_K, nil, dotQ5_K, ggml.Q8_K})
 	set(ggml.Q6_K, kernel{qkK, q6_KLen, dequantQ6_K, nil, dotQ6_K, ggml.Q8_K})
 	set(ggml.Q8_K, kernel{qkK, q8_KLen, dequantQ8_K, quantQ8_K, nil, ggml.Q8_K})
+	set(ggml.IQ3_S, kernel{qkK, iq3_SLen, dequantIQ3_S, nil, dotIQ3_S, ggml.Q8_K})
 	set(ggml.IQ4_NL, kernel{qk, iq4_NLLen, dequantIQ4_NL, nil, dotIQ4_NL, ggml.Q8_0})
 	set(ggml.IQ4_XS, kernel{qkK, iq4_XSLen, dequantIQ4_XS, nil, dotIQ4_XS, ggml.Q8_K})
 	installSIMD() // simd.go: replace dot products with assembly where the CPU allows
@@ -133,8 +140,8 @@ func (k *kernel) rowBytes(t ggml.Type, n int) (int, error) {
 // Dequantize decodes n = len(dst) elements of type t from src, which must
 // hold at least the row's bytes (extra bytes are ignored). Supported: F32,
 // F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, Q8_K, IQ4_NL and IQ4_XS; the results are bit-identical to ggml's
-// dequantize_row_*.
+// Q6_K, Q8_K, IQ3_S, IQ4_NL and IQ4_XS; the results are bit-identical to
+// ggml's dequantize_row_*.
 // It fails when src is short, n is not a whole number of blocks, or t is not
 // supported.
 func Dequantize(t ggml.Type, src []byte, dst []float32) error {
@@ -176,8 +183,8 @@ func IsWeightType(t ggml.Type) bool {
 // VecDotType returns the type ggml's CPU backend quantizes activations to
 // before a dot product with a weight row of type t (its type_traits_cpu
 // vec_dot_type): F32, F16 and BF16 pair with themselves, Q4_0/Q5_0/Q8_0 and
-// IQ4_NL with Q8_0, Q4_1/Q5_1 with Q8_1, and the k-quants and IQ4_XS with
-// Q8_K. For a type with no dot product it returns t itself.
+// IQ4_NL with Q8_0, Q4_1/Q5_1 with Q8_1, and the k-quants, IQ3_S and
+// IQ4_XS with Q8_K. For a type with no dot product it returns t itself.
 func VecDotType(t ggml.Type) ggml.Type {
 	if k := lookup(t); k != nil {
 		return k.vecDot

@@ -22,7 +22,7 @@ var weightTypes = []ggml.Type{
 	ggml.F32, ggml.F16, ggml.BF16,
 	ggml.Q4_0, ggml.Q4_1, ggml.Q5_0, ggml.Q5_1, ggml.Q8_0,
 	ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K,
-	ggml.IQ4_NL, ggml.IQ4_XS,
+	ggml.IQ4_NL, ggml.IQ4_XS, ggml.IQ3_S,
 }
 
 func put16(b []byte, v uint16) { binary.LittleEndian.PutUint16(b, v) }
@@ -360,7 +360,7 @@ func randomRow(rng *rand.Rand, t ggml.Type, n int) []byte {
 		for i := 0; i < n; i++ {
 			put16(b[2*i:], F32ToBF16(float32(rng.NormFloat64())))
 		}
-	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ4_NL, ggml.IQ4_XS:
+	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ3_S, ggml.IQ4_NL, ggml.IQ4_XS:
 		fields = []int{0}
 	case ggml.Q4_1, ggml.Q5_1, ggml.Q4_K, ggml.Q5_K:
 		fields = []int{0, 2}
@@ -467,7 +467,7 @@ func TestVecDotType(t *testing.T) {
 		ggml.Q4_1: ggml.Q8_1, ggml.Q5_1: ggml.Q8_1,
 		ggml.Q2_K: ggml.Q8_K, ggml.Q3_K: ggml.Q8_K, ggml.Q4_K: ggml.Q8_K,
 		ggml.Q5_K: ggml.Q8_K, ggml.Q6_K: ggml.Q8_K,
-		ggml.IQ4_NL: ggml.Q8_0, ggml.IQ4_XS: ggml.Q8_K,
+		ggml.IQ3_S: ggml.Q8_K, ggml.IQ4_NL: ggml.Q8_0, ggml.IQ4_XS: ggml.Q8_K,
 	}
 	for w, v := range want {
 		if got := VecDotType(w); got != v {

@@ -34,7 +34,8 @@ import (
 //
 // IQ4_NL and IQ4_XS (iq4_amd64.s) have AVX2 kernels only, used at both
 // levels; unlike the others they keep ggml's float order exactly and so
-// are bit-identical to their pure-Go kernels.
+// are bit-identical to their pure-Go kernels. IQ3_S has no assembly: its
+// pure-Go kernel (iq3.go) runs at every level.
 //
 // AMX is never used: it faults on the machines this runs on.
 

@@ -37,7 +37,7 @@ func awkwardRow(rng *rand.Rand, t ggml.Type, n int) []byte {
 	ti, _ := t.Info()
 	var scales []int
 	switch t {
-	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ4_NL, ggml.IQ4_XS:
+	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ3_S, ggml.IQ4_NL, ggml.IQ4_XS:
 		scales = []int{0}
 	case ggml.Q4_1, ggml.Q5_1, ggml.Q4_K, ggml.Q5_K:
 		scales = []int{0, 2}
@@ -244,8 +244,8 @@ func TestMatVecMatchesGeneric(t *testing.T) {
 							}
 							// Q8_0 and Q4_0 keep the one-row kernels' float
 							// order (ggml's), so they must agree bitwise; the
-							// IQ4 types run their one-row kernel per row.
-							if typ == ggml.Q8_0 || typ == ggml.Q4_0 || typ == ggml.IQ4_NL || typ == ggml.IQ4_XS {
+							// IQ types run their one-row kernel per row.
+							if typ == ggml.Q8_0 || typ == ggml.Q4_0 || typ == ggml.IQ3_S || typ == ggml.IQ4_NL || typ == ggml.IQ4_XS {
 								if v := VecDot(typ, n, w[r*rb:(r+1)*rb], xq); v != out[r] {
 									t.Fatalf("%v n=%d level %s rows=%d row %d: MatVec %v, VecDot %v", typ, n, levelNames[l], rows, r, out[r], v)
 								}

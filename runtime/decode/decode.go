@@ -39,6 +39,21 @@ type Params struct {
 	// IgnoreEOS never samples an end-of-generation token (llama-server's
 	// ignore_eos, which benchmarks use to generate exactly MaxTokens).
 	IgnoreEOS bool
+	// Logprobs asks for each generated token's log-probability and those
+	// of the TopLogprobs most likely tokens at its position (of the
+	// distribution sample.Sampler.SampleLogprobs describes); every Step
+	// that takes a token carries them. They need the logits, so a greedy
+	// request with Logprobs never takes the model's own choice.
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// Logprobs are a generated token's log-probability and the most likely
+// tokens at its position, most likely first.
+type Logprobs struct {
+	Token   int32
+	Logprob float64
+	Top     []sample.Logprob
 }
 
 // Decoder decodes one request.
@@ -73,6 +88,9 @@ type Step struct {
 	Text string
 	// Finish is set when the request is done; Token must then not be fed.
 	Finish Finish
+	// Logprobs are Token's, when Params.Logprobs asks for them and a
+	// token was taken.
+	Logprobs *Logprobs
 }
 
 // Source is where a step's outcome for one sequence is read: the model's
@@ -94,16 +112,17 @@ func (l Logits) Greedy() int32 { return -1 }
 func (l Logits) Logits() []float32 { return l }
 
 // Next samples the token that follows history (every token of the
-// sequence so far, for the repetition penalty) from its logits, which it
+// sequence so far, for the penalties) from its logits, which it
 // may modify; pos is the positions the sequence already holds.
 func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
 	return d.NextFrom(Logits(logits), history, pos)
 }
 
-// NextFrom is Next reading src. A greedy request without a repetition
-// penalty takes src's greedy choice when it is not a banned token — the
-// same token the logits would give (the first largest) — so the logits,
-// a vocabulary of floats per sequence, are never copied out for it.
+// NextFrom is Next reading src. A greedy request that changes no logit
+// (no penalty, no logit bias) and reads none (no logprobs) takes src's
+// greedy choice when it is not a banned token — the same token the logits
+// would give (the first largest) — so the logits, a vocabulary of floats
+// per sequence, are never copied out for it.
 func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
@@ -112,11 +131,12 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		return d.end(Step{Token: -1}, Length)
 	}
 	tok := int32(-1)
-	if d.sampler.Greedy() {
+	if d.sampler.Greedy() && !d.p.Logprobs {
 		if g := src.Greedy(); g >= 0 && !slices.Contains(d.banned, g) {
 			tok = g
 		}
 	}
+	var lp *Logprobs
 	if tok < 0 {
 		logits := src.Logits()
 		for _, id := range d.banned {
@@ -124,14 +144,19 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 				logits[id] = float32(math.Inf(-1))
 			}
 		}
-		tok = d.sampler.Sample(logits, history)
+		if d.p.Logprobs {
+			id, l, top := d.sampler.SampleLogprobs(logits, history, d.p.TopLogprobs)
+			tok, lp = id, &Logprobs{Token: id, Logprob: l, Top: top}
+		} else {
+			tok = d.sampler.Sample(logits, history)
+		}
 	}
 	if d.tok.IsEOG(tok) {
 		return d.end(Step{Token: -1}, EOG)
 	}
 	d.generated++
 	text, stopped := d.filter.Add(d.text.Add(tok))
-	st := Step{Token: tok, Text: text}
+	st := Step{Token: tok, Text: text, Logprobs: lp}
 	switch {
 	case stopped:
 		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 
@@ -117,7 +118,8 @@ func TestIgnoreEOS(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	ok := Params{MaxTokens: 16, Sampling: sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, MinP: 0.05, RepeatPenalty: 1, RepeatLastN: 64}}
+	ok := Params{MaxTokens: 16, TopLogprobs: 20, Sampling: sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, MinP: 0.05, RepeatPenalty: 1, RepeatLastN: 64,
+		PresencePenalty: -2, FrequencyPenalty: 2, LogitBias: map[int32]float64{1: -100, 2: 100}}}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +132,11 @@ func TestLimits(t *testing.T) {
 		{func(p *Params) { p.Sampling.TopP = 7 }, "top_p 7 out of range (0, 1]"},
 		{func(p *Params) { p.Sampling.TopP = 0 }, "top_p 0 out of range (0, 1]"},
 		{func(p *Params) { p.Sampling.RepeatPenalty = -2 }, "repeat_penalty -2 out of range [0, 10]"},
+		{func(p *Params) { p.Sampling.Temperature = math.NaN() }, "temperature NaN out of range [0, 2]"},
+		{func(p *Params) { p.Sampling.PresencePenalty = 2.5 }, "presence_penalty 2.5 out of range [-2, 2]"},
+		{func(p *Params) { p.Sampling.FrequencyPenalty = -3 }, "frequency_penalty -3 out of range [-2, 2]"},
+		{func(p *Params) { p.Sampling.LogitBias = map[int32]float64{7: 5, 9: -101, 8: 100.5} }, "logit_bias 100.5 out of range [-100, 100]"},
+		{func(p *Params) { p.TopLogprobs = 21 }, "top_logprobs 21 out of range [0, 20]"},
 	} {
 		p := ok
 		c.edit(&p)
@@ -137,5 +144,88 @@ func TestLimits(t *testing.T) {
 		if err := p.Validate(); !errors.As(err, &re) || err.Error() != c.want {
 			t.Errorf("got %v, want %q", err, c.want)
 		}
+	}
+}
+
+// source is a Source whose greedy choice may disagree with its logits, so
+// a test can tell which one the decoder read, and which counts the
+// logits fetched.
+type source struct {
+	greedy  int32
+	logits  []float32
+	fetched int
+}
+
+func (s *source) Greedy() int32 { return s.greedy }
+
+func (s *source) Logits() []float32 {
+	s.fetched++
+	return slices.Clone(s.logits)
+}
+
+// TestGreedyNeedsLogits: a plain greedy request takes the model's own
+// choice without fetching the logits; a greedy request with a logit bias,
+// a penalty or logprobs must read the logits, and gets the token they
+// give after the bias and penalties, never the model's raw argmax.
+func TestGreedyNeedsLogits(t *testing.T) {
+	logits := onehot(3)
+	logits[4] = 9.5
+	history := []int32{1, 3}
+	for _, c := range []struct {
+		name string
+		p    Params
+		want int32 // 3 is the raw argmax
+	}{
+		{"plain", Params{}, 3},
+		{"logit bias forces a token", Params{Sampling: sample.Params{LogitBias: map[int32]float64{8: 100}}}, 8},
+		{"logit bias bans the argmax", Params{Sampling: sample.Params{LogitBias: map[int32]float64{3: -100}}}, 4},
+		{"presence penalty", Params{Sampling: sample.Params{PresencePenalty: 1}}, 4},
+		{"frequency penalty", Params{Sampling: sample.Params{FrequencyPenalty: 0.6}}, 4},
+		{"logprobs", Params{Logprobs: true}, 3},
+	} {
+		c.p.MaxTokens, c.p.ContextLength = 4, 100
+		src := &source{greedy: 3, logits: logits}
+		st := New(tiny(t), c.p).NextFrom(src, history, len(history))
+		wantFetched := 1
+		if c.name == "plain" {
+			wantFetched = 0
+		}
+		if st.Token != c.want || src.fetched != wantFetched {
+			t.Errorf("%s: token %d, logits fetched %d times; want %d, %d", c.name, st.Token, src.fetched, c.want, wantFetched)
+		}
+	}
+	// The fast path really is the source's choice: a source whose
+	// greedy token disagrees with its logits is believed when nothing
+	// needs the logits.
+	src := &source{greedy: 5, logits: logits}
+	if st := New(tiny(t), Params{MaxTokens: 4, ContextLength: 100}).NextFrom(src, nil, 0); st.Token != 5 || src.fetched != 0 {
+		t.Errorf("plain greedy took %d, fetched %d", st.Token, src.fetched)
+	}
+}
+
+// TestLogprobSteps: with Logprobs each taken token's step carries its
+// log-probability and alternatives, and an end-of-generation token, never
+// shown, has none.
+func TestLogprobSteps(t *testing.T) {
+	p := Params{MaxTokens: 5, ContextLength: 100, Logprobs: true, TopLogprobs: 2}
+	d := New(tiny(t), p)
+	var steps []Step
+	for i, id := range []int32{3, 4, 2} {
+		steps = append(steps, d.Next(onehot(id), nil, i))
+	}
+	// onehot: the chosen token at 10, eight others at 0.
+	want := 10 - math.Log(math.Exp(10)+8)
+	for i, st := range steps[:2] {
+		l := st.Logprobs
+		if l == nil || l.Token != st.Token || math.Abs(l.Logprob-want) > 1e-9 || len(l.Top) != 2 || l.Top[0].Token != st.Token || l.Top[1].Token != 0 {
+			t.Fatalf("step %d: %+v", i, l)
+		}
+	}
+	if steps[2].Finish != EOG || steps[2].Logprobs != nil {
+		t.Errorf("end of generation: %+v", steps[2])
+	}
+	// Without Logprobs, none.
+	if st := New(tiny(t), Params{MaxTokens: 5, ContextLength: 100}).Next(onehot(3), nil, 0); st.Logprobs != nil {
+		t.Errorf("logprobs nobody asked for: %+v", st.Logprobs)
 	}
 }

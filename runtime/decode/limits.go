@@ -2,6 +2,8 @@ package decode
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 )
 
@@ -10,7 +12,7 @@ import (
 // two cannot accept different values.
 type Limit struct {
 	// Field is the setting's name in requests (OpenAI's where it has one);
-	// Flag is the command-line flag that sets it.
+	// Flag is the command-line flag that sets it ("" where none does).
 	Field, Flag string
 	Min, Max    float64
 	// MinOpen excludes Min itself (top_p must be above 0).
@@ -26,6 +28,11 @@ var Limits = []Limit{
 	{Field: "min_p", Flag: "min-p", Min: 0, Max: 1},
 	{Field: "repeat_penalty", Flag: "repeat-penalty", Min: 0, Max: 10}, // 0 and 1 are off
 	{Field: "repeat_last_n", Flag: "repeat-last-n", Min: 0, Max: 1 << 20},
+	// OpenAI's ranges for the settings only the server takes.
+	{Field: "presence_penalty", Min: -2, Max: 2},
+	{Field: "frequency_penalty", Min: -2, Max: 2},
+	{Field: "logit_bias", Min: -100, Max: 100}, // each token's bias
+	{Field: "top_logprobs", Min: 0, Max: 20},   // the legacy completions' logprobs
 }
 
 // RangeError is a setting outside its Limit.
@@ -50,7 +57,9 @@ func Check(field string, v float64) error {
 		if l.Field != field {
 			continue
 		}
-		if v < l.Min || v > l.Max || (l.MinOpen && v == l.Min) {
+		// NaN compares false with both bounds, so it is named: a flag
+		// parses "NaN" as a number.
+		if math.IsNaN(v) || v < l.Min || v > l.Max || (l.MinOpen && v == l.Min) {
 			return &RangeError{Limit: l, Value: v}
 		}
 		return nil
@@ -58,14 +67,27 @@ func Check(field string, v float64) error {
 	panic("decode: no limit for " + field)
 }
 
-// Validate checks every setting of p against Limits.
+// Validate checks every setting of p against Limits: each logit bias
+// (in token order, so the one named is always the same), but not its
+// token, whose range is the model's vocabulary.
 func (p Params) Validate() error {
 	s := p.Sampling
-	for _, c := range []struct {
+	type setting struct {
 		field string
 		v     float64
-	}{{"max_tokens", float64(p.MaxTokens)}, {"temperature", s.Temperature}, {"top_p", s.TopP}, {"top_k", float64(s.TopK)},
-		{"min_p", s.MinP}, {"repeat_penalty", s.RepeatPenalty}, {"repeat_last_n", float64(s.RepeatLastN)}} {
+	}
+	all := []setting{{"max_tokens", float64(p.MaxTokens)}, {"temperature", s.Temperature}, {"top_p", s.TopP}, {"top_k", float64(s.TopK)},
+		{"min_p", s.MinP}, {"repeat_penalty", s.RepeatPenalty}, {"repeat_last_n", float64(s.RepeatLastN)},
+		{"presence_penalty", s.PresencePenalty}, {"frequency_penalty", s.FrequencyPenalty}, {"top_logprobs", float64(p.TopLogprobs)}}
+	ids := make([]int32, 0, len(s.LogitBias))
+	for id := range s.LogitBias {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		all = append(all, setting{"logit_bias", s.LogitBias[id]})
+	}
+	for _, c := range all {
 		if err := Check(c.field, c.v); err != nil {
 			return err
 		}

@@ -83,8 +83,10 @@ type Event struct {
 	// keeps its KV pages and resumes where it stopped.
 	Preempted bool
 	Text      string // output that may be shown now
-	Finish    Finish // set on the last event
-	Err       error  // why the request failed (Finish == Failed)
+	// Logprobs are Token's, when the request's decode.Params ask for them.
+	Logprobs *decode.Logprobs
+	Finish   Finish // set on the last event
+	Err      error  // why the request failed (Finish == Failed)
 	// Usage, on the last event: CachedTokens of the prompt came from the
 	// prefix cache instead of being computed.
 	PromptTokens, CompletionTokens, CachedTokens int
@@ -415,11 +417,11 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 func (e *Engine) route(r *request) {
 	st := r.dec.NextFrom(slotSource{e, r.slot}, r.tokens, r.done)
 	if st.Finish != decode.Running {
-		e.finish(r, Event{Token: st.Token, Text: st.Text, Finish: Finish(st.Finish)})
+		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: Finish(st.Finish)})
 		return
 	}
 	r.tokens = append(r.tokens, st.Token)
-	e.send(r, Event{Token: st.Token, Text: st.Text})
+	e.send(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs})
 }
 
 // slotSource is a slot's outcome of the last step: its greedy token, and

@@ -1,6 +1,7 @@
 // Package sample picks the next token from logits: greedy, or sampled with
-// temperature, top-k, top-p, min-p and a repetition penalty, from a seeded
-// generator so a run can be repeated exactly.
+// temperature, top-k, top-p, min-p, a logit bias and repetition,
+// frequency and presence penalties, from a seeded generator so a run can
+// be repeated exactly.
 package sample
 
 import (
@@ -16,17 +17,41 @@ type Params struct {
 	TopP        float64 // ≥ 1 or ≤ 0: off
 	MinP        float64 // ≤ 0: off
 	// RepeatPenalty divides positive (multiplies negative) logits of the
-	// last RepeatLastN tokens, as llama.cpp does; 1 is off.
+	// tokens among the last RepeatLastN of the sequence (≤ 0: all of it),
+	// as llama.cpp does; 1 is off.
 	RepeatPenalty float64
 	RepeatLastN   int
-	Seed          uint64
+	// FrequencyPenalty and PresencePenalty are OpenAI's: a token that
+	// occurs n > 0 times among the same last RepeatLastN tokens has
+	// n·FrequencyPenalty + PresencePenalty subtracted from its logit,
+	// after the repetition penalty. Which tokens count is llama.cpp's
+	// choice (llama_sampler_penalties fed the prompt too), not OpenAI's
+	// (generated tokens only): a server that feeds this the whole sequence
+	// penalizes what the prompt repeats as well. 0 is off.
+	FrequencyPenalty float64
+	PresencePenalty  float64
+	// LogitBias is added to the logits of its tokens before the penalties
+	// (llama.cpp's order; it matters for the repetition penalty's
+	// scaling). Ids outside the logits are ignored.
+	LogitBias map[int32]float64
+	Seed      uint64
 }
 
-// Sampler is stateful only through its random generator.
+// Logprob is a token and its log-probability.
+type Logprob struct {
+	Token   int32
+	Logprob float64
+}
+
+// Sampler is stateful only through its random generator (and the buffers
+// it reuses between calls).
 type Sampler struct {
-	p   Params
-	rng *rand.Rand
-	buf []cand
+	p      Params
+	rng    *rand.Rand
+	buf    []cand
+	w      []float64     // the temperature path's weights, by buf's order
+	counts map[int32]int // occurrences in the penalty window
+	top    []cand        // SampleLogprobs' most likely tokens
 }
 
 type cand struct {
@@ -39,41 +64,100 @@ func New(p Params) *Sampler {
 	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9E3779B97F4A7C15))}
 }
 
-// Greedy reports whether the sampler takes the largest logit as it is:
-// greedy, with no repetition penalty. The graph's ARGMAX then gives the
-// same token without the logits leaving the device.
-func (s *Sampler) Greedy() bool {
-	return s.p.Temperature <= 0 && (s.p.RepeatPenalty <= 0 || s.p.RepeatPenalty == 1)
+// adjusts reports whether the sampler changes any logit before choosing.
+func (s *Sampler) adjusts() bool {
+	p := s.p
+	return (p.RepeatPenalty > 0 && p.RepeatPenalty != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0 || len(p.LogitBias) > 0
 }
 
-// Sample picks a token; history holds the tokens so far (for the penalty).
+// Greedy reports whether the sampler takes the largest logit as it is:
+// greedy, with no penalty and no logit bias. The graph's ARGMAX then gives
+// the same token without the logits leaving the device; any setting that
+// changes a logit first makes this false, or that token would be wrong.
+func (s *Sampler) Greedy() bool {
+	return s.p.Temperature <= 0 && !s.adjusts()
+}
+
+// Sample picks a token; history holds the tokens so far (for the
+// penalties).
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.Greedy() {
 		return argmax(logits)
 	}
-	p := s.p
+	s.adjust(logits, history)
+	return s.pick().id
+}
+
+// SampleLogprobs is Sample that also returns the picked token's
+// log-probability and those of the top most likely tokens (most likely
+// first, ties by lower id; tokens of probability 0 are left out). The
+// log-probabilities are of the logits after the bias and the penalties
+// and before the temperature and the top-k, top-p and min-p cuts: the
+// model's distribution as this request shaped it, the same whatever the
+// temperature (llama-server's default reports the raw logits'; OpenAI
+// does not say). It draws from the generator exactly as Sample does, so
+// asking for them never changes the tokens of a seeded run.
+func (s *Sampler) SampleLogprobs(logits []float32, history []int32, top int) (int32, float64, []Logprob) {
+	s.adjust(logits, history)
+	lse := logSumExp(s.buf)
+	var alts []Logprob
+	if top > 0 {
+		for _, c := range s.mostLikely(top) {
+			alts = append(alts, Logprob{Token: c.id, Logprob: c.v - lse})
+		}
+	}
+	c := s.pick()
+	return c.id, c.v - lse, alts
+}
+
+// adjust loads logits into buf and applies the bias and the penalties.
+func (s *Sampler) adjust(logits []float32, history []int32) {
 	s.buf = s.buf[:0]
 	for i, v := range logits {
 		s.buf = append(s.buf, cand{int32(i), float64(v)})
 	}
-	if p.RepeatPenalty > 0 && p.RepeatPenalty != 1 {
-		seen := map[int32]bool{}
-		from := max(0, len(history)-max(p.RepeatLastN, 0))
-		if p.RepeatLastN <= 0 {
-			from = 0
+	p := s.p
+	for id, b := range p.LogitBias {
+		if id >= 0 && int(id) < len(s.buf) {
+			s.buf[id].v += b
 		}
-		for _, t := range history[from:] {
-			if t < 0 || int(t) >= len(s.buf) || seen[t] {
-				continue
-			}
-			seen[t] = true
-			if c := &s.buf[t]; c.v > 0 {
+	}
+	repeat := p.RepeatPenalty > 0 && p.RepeatPenalty != 1
+	if !repeat && p.FrequencyPenalty == 0 && p.PresencePenalty == 0 {
+		return
+	}
+	window := history
+	if p.RepeatLastN > 0 && len(window) > p.RepeatLastN {
+		window = window[len(window)-p.RepeatLastN:]
+	}
+	if s.counts == nil {
+		s.counts = map[int32]int{}
+	}
+	clear(s.counts)
+	for _, t := range window {
+		if t >= 0 && int(t) < len(s.buf) {
+			s.counts[t]++
+		}
+	}
+	// Each token's change depends only on its own logit and count, so the
+	// map's order does not matter.
+	for t, n := range s.counts {
+		c := &s.buf[t]
+		if repeat {
+			if c.v > 0 {
 				c.v /= p.RepeatPenalty
 			} else {
 				c.v *= p.RepeatPenalty
 			}
 		}
+		c.v -= float64(n)*p.FrequencyPenalty + p.PresencePenalty
 	}
+}
+
+// pick chooses from the adjusted buf, returning the token with its
+// adjusted logit.
+func (s *Sampler) pick() cand {
+	p := s.p
 	if p.Temperature <= 0 {
 		best := 0
 		for i, c := range s.buf {
@@ -81,53 +165,98 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 				best = i
 			}
 		}
-		return s.buf[best].id
+		return s.buf[best]
 	}
 	c := s.buf
 	sort.SliceStable(c, func(i, j int) bool { return c[i].v > c[j].v })
 	if p.TopK > 0 && p.TopK < len(c) {
 		c = c[:p.TopK]
 	}
-	// Softmax at temperature.
+	// Softmax at temperature, into w so that c keeps the logits.
+	w := s.w[:0]
 	mx := c[0].v
 	sum := 0.0
 	for i := range c {
-		c[i].v = math.Exp((c[i].v - mx) / p.Temperature)
-		sum += c[i].v
+		w = append(w, math.Exp((c[i].v-mx)/p.Temperature))
+		sum += w[i]
 	}
-	for i := range c {
-		c[i].v /= sum
+	s.w = w
+	for i := range w {
+		w[i] /= sum
 	}
 	if p.MinP > 0 {
 		n := 1
-		for n < len(c) && c[n].v >= p.MinP*c[0].v {
+		for n < len(w) && w[n] >= p.MinP*w[0] {
 			n++
 		}
-		c = c[:n]
+		w = w[:n]
 	}
 	if p.TopP > 0 && p.TopP < 1 {
 		cum, n := 0.0, 0
-		for n < len(c) {
-			cum += c[n].v
+		for n < len(w) {
+			cum += w[n]
 			n++
 			if cum >= p.TopP {
 				break
 			}
 		}
-		c = c[:n]
+		w = w[:n]
 	}
 	total := 0.0
-	for _, x := range c {
-		total += x.v
+	for _, x := range w {
+		total += x
 	}
 	r := s.rng.Float64() * total
-	for _, x := range c {
-		r -= x.v
+	for i, x := range w {
+		r -= x
 		if r < 0 {
-			return x.id
+			return c[i]
 		}
 	}
-	return c[len(c)-1].id
+	return c[len(w)-1]
+}
+
+// mostLikely returns the n largest of the adjusted buf, largest first and
+// ties by lower id, leaving out -Inf (a banned token is no alternative).
+// buf must still be in id order.
+func (s *Sampler) mostLikely(n int) []cand {
+	top := s.top[:0]
+	for _, c := range s.buf {
+		if math.IsInf(c.v, -1) || math.IsNaN(c.v) || (len(top) == n && c.v <= top[n-1].v) {
+			continue
+		}
+		// Insert after every entry at least as large: earlier ids win ties.
+		i := sort.Search(len(top), func(i int) bool { return top[i].v < c.v })
+		if len(top) < n {
+			top = append(top, cand{})
+		}
+		copy(top[i+1:], top[i:len(top)-1])
+		top[i] = c
+	}
+	s.top = top
+	return top
+}
+
+// logSumExp is log Σ exp(v) over buf, computed from its largest value so
+// it neither overflows nor underflows; NaNs are skipped, and it is 0 when
+// no value is finite (then no log-probability is either).
+func logSumExp(buf []cand) float64 {
+	mx := math.Inf(-1)
+	for _, c := range buf {
+		if c.v > mx { // NaN never is
+			mx = c.v
+		}
+	}
+	if math.IsInf(mx, 0) {
+		return 0
+	}
+	sum := 0.0
+	for _, c := range buf {
+		if !math.IsNaN(c.v) {
+			sum += math.Exp(c.v - mx)
+		}
+	}
+	return mx + math.Log(sum)
 }
 
 // argmax is the index of the first largest logit, as the graph's ARGMAX

@@ -14,12 +14,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/zrtdev/zrt/runtime/chat"
@@ -277,20 +280,27 @@ type genParams struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	IgnoreEOS        bool            `json:"ignore_eos"`
-	N                *int            `json:"n"`
-	PresencePenalty  *float64        `json:"presence_penalty"`
-	FrequencyPenalty *float64        `json:"frequency_penalty"`
-	RepeatPenalty    *float64        `json:"repeat_penalty"`
-	LogitBias        map[string]any  `json:"logit_bias"`
-	Logprobs         json.RawMessage `json:"logprobs"`
-	Tools            json.RawMessage `json:"tools"`
-	ResponseFormat   json.RawMessage `json:"response_format"`
+	IgnoreEOS        bool     `json:"ignore_eos"`
+	N                *int     `json:"n"`
+	PresencePenalty  *float64 `json:"presence_penalty"`
+	FrequencyPenalty *float64 `json:"frequency_penalty"`
+	RepeatPenalty    *float64 `json:"repeat_penalty"`
+	// LogitBias is keyed by token id as a string, as JSON objects are.
+	LogitBias map[string]float64 `json:"logit_bias"`
+	// Logprobs is an integer for completions (the alternatives per token)
+	// and a boolean for chat, whose alternatives are TopLogprobs.
+	Logprobs       json.RawMessage `json:"logprobs"`
+	TopLogprobs    *int            `json:"top_logprobs"`
+	Tools          json.RawMessage `json:"tools"`
+	ResponseFormat json.RawMessage `json:"response_format"`
 }
 
-// decodeParams validates the shared fields into the engine's terms.
-func (g *genParams) decodeParams(m *Model) (decode.Params, *apiError) {
-	p := decode.Params{MaxTokens: 16, IgnoreEOS: g.IgnoreEOS, Sampling: sample.Params{Temperature: 1, TopP: 1}}
+// decodeParams validates the shared fields into the engine's terms; chat
+// says which endpoint's logprobs fields to read.
+func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError) {
+	// Every penalty counts the sequence's last 64 tokens: llama-server's
+	// default repeat_last_n.
+	p := decode.Params{MaxTokens: 16, IgnoreEOS: g.IgnoreEOS, Sampling: sample.Params{Temperature: 1, TopP: 1, RepeatLastN: 64}}
 	switch {
 	case g.MaxCompletion != nil:
 		p.MaxTokens = *g.MaxCompletion
@@ -310,7 +320,21 @@ func (g *genParams) decodeParams(m *Model) (decode.Params, *apiError) {
 		p.Sampling.MinP = *g.MinP
 	}
 	if g.RepeatPenalty != nil {
-		p.Sampling.RepeatPenalty, p.Sampling.RepeatLastN = *g.RepeatPenalty, 64
+		p.Sampling.RepeatPenalty = *g.RepeatPenalty
+	}
+	if g.PresencePenalty != nil {
+		p.Sampling.PresencePenalty = *g.PresencePenalty
+	}
+	if g.FrequencyPenalty != nil {
+		p.Sampling.FrequencyPenalty = *g.FrequencyPenalty
+	}
+	bias, aerr := logitBias(g.LogitBias, m.Tok.NVocab())
+	if aerr != nil {
+		return p, aerr
+	}
+	p.Sampling.LogitBias = bias
+	if aerr := g.logprobs(&p, chat); aerr != nil {
+		return p, aerr
 	}
 	var re *decode.RangeError
 	if err := p.Validate(); errors.As(err, &re) {
@@ -336,16 +360,185 @@ func (g *genParams) decodeParams(m *Model) (decode.Params, *apiError) {
 		return p, badRequest("tools", "tools are not supported")
 	case len(g.ResponseFormat) > 0 && string(g.ResponseFormat) != "null" && !strings.Contains(string(g.ResponseFormat), `"text"`):
 		return p, badRequest("response_format", "response_format other than text is not supported")
-	case g.PresencePenalty != nil && *g.PresencePenalty != 0:
-		return p, badRequest("presence_penalty", "presence_penalty is not supported yet")
-	case g.FrequencyPenalty != nil && *g.FrequencyPenalty != 0:
-		return p, badRequest("frequency_penalty", "frequency_penalty is not supported yet")
-	case len(g.LogitBias) > 0:
-		return p, badRequest("logit_bias", "logit_bias is not supported yet")
-	case len(g.Logprobs) > 0 && string(g.Logprobs) != "null" && string(g.Logprobs) != "false" && string(g.Logprobs) != "0":
-		return p, badRequest("logprobs", "logprobs are not supported yet")
 	}
 	return p, nil
+}
+
+// logitBias reads OpenAI's logit_bias: token ids, as decimal strings,
+// mapped to a bias in the range the decode limits give.
+func logitBias(in map[string]float64, nVocab int) (map[int32]float64, *apiError) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(map[int32]float64, len(in))
+	// In key order, so a request with several bad entries always names
+	// the same one.
+	for _, k := range slices.Sorted(maps.Keys(in)) {
+		id, err := strconv.Atoi(k)
+		// Only the canonical spelling: "05" and "5" would be one token
+		// biased twice.
+		if err != nil || id < 0 || id >= nVocab || strconv.Itoa(id) != k {
+			return nil, badRequest("logit_bias", "logit_bias key %q is not a token id of this model (0 to %d)", k, nVocab-1)
+		}
+		if err := decode.Check("logit_bias", in[k]); err != nil {
+			return nil, badRequest("logit_bias", "logit_bias of token %d: %v", id, err)
+		}
+		out[int32(id)] = in[k]
+	}
+	return out, nil
+}
+
+// logprobs reads the endpoint's logprobs fields into p: for completions
+// the legacy integer logprobs, the alternatives to report per token; for
+// chat the boolean logprobs and top_logprobs.
+func (g *genParams) logprobs(p *decode.Params, chat bool) *apiError {
+	set := len(g.Logprobs) > 0 && string(g.Logprobs) != "null"
+	if !chat {
+		if !set || string(g.Logprobs) == "false" { // false: as before logprobs were supported
+			return nil
+		}
+		var n int
+		if err := json.Unmarshal(g.Logprobs, &n); err != nil {
+			return badRequest("logprobs", "logprobs must be an integer, the alternatives to report per token: %v", err)
+		}
+		var re *decode.RangeError
+		if err := decode.Check("top_logprobs", float64(n)); errors.As(err, &re) {
+			re.Field = "logprobs" // the same setting, under this endpoint's name
+			return badRequest("logprobs", "%v", re)
+		}
+		p.Logprobs, p.TopLogprobs = true, n
+		return nil
+	}
+	on := false
+	if set {
+		if err := json.Unmarshal(g.Logprobs, &on); err != nil {
+			return badRequest("logprobs", "logprobs must be true or false (the alternatives are top_logprobs): %v", err)
+		}
+	}
+	if g.TopLogprobs != nil {
+		if err := decode.Check("top_logprobs", float64(*g.TopLogprobs)); err != nil {
+			return badRequest("top_logprobs", "%v", err)
+		}
+		if *g.TopLogprobs > 0 && !on {
+			return badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+		p.TopLogprobs = *g.TopLogprobs
+	}
+	p.Logprobs = on
+	return nil
+}
+
+// reportable is a log-probability as JSON can carry it: -Inf (a token the
+// request banned) and NaN become -9999, the floor OpenAI reports for a
+// token it considers impossible.
+func reportable(lp float64) float64 {
+	if math.IsNaN(lp) || lp < -9999 {
+		return -9999
+	}
+	return lp
+}
+
+// tokenText is a token's piece as text: itself when it is valid UTF-8, or
+// OpenAI's "bytes:\xNN…" for a piece that is part of a character.
+func tokenText(piece []byte) string {
+	if utf8.Valid(piece) {
+		return string(piece)
+	}
+	var b strings.Builder
+	b.WriteString("bytes:")
+	for _, c := range piece {
+		fmt.Fprintf(&b, "\\x%02x", c)
+	}
+	return b.String()
+}
+
+// completionLogprobs is the legacy completions' logprobs object.
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// legacyLogprobs builds a completion's logprobs objects, one for the
+// response or for each chunk of a stream, whose text offsets count on
+// from the chunks before.
+type legacyLogprobs struct {
+	tok *tokenizer.Tokenizer
+	// The generated pieces so far, and how many characters their first
+	// cut bytes hold: a character split across byte tokens is counted once
+	// all of it has arrived.
+	text  []byte
+	cut   int
+	chars int
+}
+
+// object returns the logprobs object of the tokens lps. A token's
+// text_offset is in characters (Unicode code points), as OpenAI's Python
+// clients index text, from the start of the generated text: the tokens'
+// pieces are exactly what the text is made of, up to a stop string.
+func (b *legacyLogprobs) object(lps []decode.Logprobs) *completionLogprobs {
+	o := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	for _, l := range lps {
+		piece := b.tok.Piece(l.Token)
+		o.Tokens = append(o.Tokens, tokenText(piece))
+		o.TokenLogprobs = append(o.TokenLogprobs, reportable(l.Logprob))
+		top := make(map[string]float64, len(l.Top))
+		for _, t := range l.Top {
+			// Two tokens can share a text; the map keeps the likelier.
+			k := tokenText(b.tok.Piece(t.Token))
+			if _, dup := top[k]; !dup {
+				top[k] = reportable(t.Logprob)
+			}
+		}
+		o.TopLogprobs = append(o.TopLogprobs, top)
+		o.TextOffset = append(o.TextOffset, b.chars+utf8.RuneCount(b.text[b.cut:]))
+		b.text = append(b.text, piece...)
+		for b.cut < len(b.text) && utf8.FullRune(b.text[b.cut:]) {
+			_, n := utf8.DecodeRune(b.text[b.cut:])
+			b.cut += n
+			b.chars++
+		}
+	}
+	return o
+}
+
+// chatLogprob is one entry of a chat choice's logprobs content.
+type chatLogprob struct {
+	Token       string         `json:"token"`
+	Logprob     float64        `json:"logprob"`
+	Bytes       []int          `json:"bytes"`
+	TopLogprobs []chatTopEntry `json:"top_logprobs"`
+}
+
+// chatTopEntry is one of a chat token's most likely alternatives.
+type chatTopEntry struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// chatLogprobs is a chat choice's logprobs object for the tokens lps.
+func chatLogprobs(tok *tokenizer.Tokenizer, lps []decode.Logprobs) map[string]any {
+	// bytes is a list of integers: []byte would marshal as base64.
+	byteList := func(piece []byte) []int {
+		out := make([]int, len(piece))
+		for i, c := range piece {
+			out[i] = int(c)
+		}
+		return out
+	}
+	content := make([]chatLogprob, 0, len(lps))
+	for _, l := range lps {
+		piece := tok.Piece(l.Token)
+		e := chatLogprob{Token: tokenText(piece), Logprob: reportable(l.Logprob), Bytes: byteList(piece), TopLogprobs: make([]chatTopEntry, 0, len(l.Top))}
+		for _, t := range l.Top {
+			tp := tok.Piece(t.Token)
+			e.TopLogprobs = append(e.TopLogprobs, chatTopEntry{Token: tokenText(tp), Logprob: reportable(t.Logprob), Bytes: byteList(tp)})
+		}
+		content = append(content, e)
+	}
+	return map[string]any{"content": content, "refusal": nil}
 }
 
 func stringOrList(raw json.RawMessage) ([]string, error) {
@@ -371,7 +564,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 		}
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return badRequest(typeErr.Field, "field %s: %v", typeErr.Field, err)
+			// The shared fields are those of the embedded genParams: name
+			// them as the request does.
+			field := strings.TrimPrefix(typeErr.Field, "genParams.")
+			return badRequest(field, "field %s: %v", field, err)
 		}
 		return badRequest("", "malformed JSON body: %v", err)
 	}
@@ -503,11 +699,15 @@ func usageOf(ev engine.Event) usage {
 	return u
 }
 
-// stream writes the engine's events as server-sent events: chunk(text)
-// builds each delta's object, final(reason) the last one; with
-// includeUsage a usage chunk follows, then [DONE]. A client that goes away
-// cancels the request through its context.
-func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engine.Event), chunk func(string) any, final func(string, *usage) any, includeUsage bool) {
+// stream writes the engine's events as server-sent events: chunk(text,
+// lps) builds each delta's object, final(reason, nil, lps) the last one;
+// with includeUsage a usage chunk follows, then [DONE]. lps are the
+// logprobs (nil unless asked for) of the tokens since the last chunk: a
+// token whose text is held back (part of a character, or of what may be a
+// stop string) has its logprobs sent with the chunk that shows it, or the
+// last. A client that goes away cancels the request through its context.
+func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engine.Event),
+	chunk func(string, []decode.Logprobs) any, final func(string, *usage, []decode.Logprobs) any, includeUsage bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
@@ -520,6 +720,7 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 	}
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
+	var pending []decode.Logprobs
 	for {
 		select {
 		case ev, ok := <-events:
@@ -527,6 +728,9 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 				return
 			}
 			observe(ev)
+			if ev.Logprobs != nil {
+				pending = append(pending, *ev.Logprobs)
+			}
 			if ev.Preempted {
 				// A comment line, which OpenAI clients skip; a named event
 				// would break them.
@@ -537,7 +741,8 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 				continue
 			}
 			if ev.Text != "" {
-				send(chunk(ev.Text))
+				send(chunk(ev.Text, pending))
+				pending = nil
 			}
 			if ev.Finish == "" {
 				continue
@@ -546,9 +751,9 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 				send(map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}})
 			} else {
 				u := usageOf(ev)
-				send(final(finishReason(ev.Finish), nil))
+				send(final(finishReason(ev.Finish), nil, pending))
 				if includeUsage {
-					send(final("", &u))
+					send(final("", &u, nil))
 				}
 			}
 			fmt.Fprint(w, "data: [DONE]\n\n")
@@ -565,22 +770,27 @@ func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engi
 	}
 }
 
-// collect waits for a non-streamed request's events.
-func collect(events <-chan engine.Event, observe func(engine.Event)) (string, engine.Event) {
+// collect waits for a non-streamed request's events, returning its text,
+// its last event and its tokens' logprobs (nil unless asked for).
+func collect(events <-chan engine.Event, observe func(engine.Event)) (string, engine.Event, []decode.Logprobs) {
 	var text strings.Builder
 	var last engine.Event
+	var lps []decode.Logprobs
 	for ev := range events {
 		observe(ev)
+		if ev.Logprobs != nil {
+			lps = append(lps, *ev.Logprobs)
+		}
 		text.WriteString(ev.Text)
 		last = ev
 	}
-	return text.String(), last
+	return text.String(), last, lps
 }
 
 // parse decodes a generation request's body (which embeds g) and resolves
-// its model and decoding parameters; on a bad request it answers and
-// reports false.
-func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genParams) (*Model, decode.Params, bool) {
+// its model and decoding parameters (chat: of the chat endpoint); on a bad
+// request it answers and reports false.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genParams, chat bool) (*Model, decode.Params, bool) {
 	if err := decodeBody(w, r, body); err != nil {
 		s.reject(w, r, err)
 		return nil, decode.Params{}, false
@@ -590,7 +800,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genP
 		s.reject(w, r, err)
 		return nil, decode.Params{}, false
 	}
-	p, err := g.decodeParams(m)
+	p, err := g.decodeParams(m, chat)
 	if err != nil {
 		s.reject(w, r, err)
 		return nil, decode.Params{}, false
@@ -604,8 +814,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		Prompt json.RawMessage `json:"prompt"`
 		Echo   bool            `json:"echo"`
 	}
-	m, p, ok := s.parse(w, r, &req, &req.genParams)
+	m, p, ok := s.parse(w, r, &req, &req.genParams, false)
 	if !ok {
+		return
+	}
+	if req.Echo && p.Logprobs {
+		s.reject(w, r, badRequest("echo", "echo with logprobs is not supported: the prompt's tokens are not scored"))
 		return
 	}
 	var prompt []int32
@@ -624,19 +838,27 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, created := fmt.Sprintf("cmpl-%d", s.requests.Add(1)), time.Now().Unix()
-	obj := func(text string, finish *string, u *usage) map[string]any {
-		return envelope(id, "text_completion", created, m.Name, map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}, u)
+	var legacy *legacyLogprobs
+	if p.Logprobs {
+		legacy = &legacyLogprobs{tok: m.Tok}
+	}
+	obj := func(text string, finish *string, u *usage, lps []decode.Logprobs) map[string]any {
+		var lo any // null without logprobs
+		if legacy != nil {
+			lo = legacy.object(lps)
+		}
+		return envelope(id, "text_completion", created, m.Name, map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": lo}, u)
 	}
 	if req.Stream {
 		if req.Echo {
 			events = prepend(events, text)
 		}
-		stream(w, events, observe, func(t string) any { return obj(t, nil, nil) },
-			func(reason string, u *usage) any { return obj("", &reason, u) },
+		stream(w, events, observe, func(t string, lps []decode.Logprobs) any { return obj(t, nil, nil, lps) },
+			func(reason string, u *usage, lps []decode.Logprobs) any { return obj("", &reason, u, lps) },
 			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	out, last := collect(events, observe)
+	out, last, lps := collect(events, observe)
 	if failed(last) {
 		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
 		return
@@ -645,7 +867,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		out = text + out
 	}
 	reason, u := finishReason(last.Finish), usageOf(last)
-	o := obj(out, &reason, nil)
+	o := obj(out, &reason, nil, lps)
 	o["usage"] = u
 	writeJSON(w, o)
 }
@@ -671,7 +893,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
 	}
-	m, p, ok := s.parse(w, r, &req, &req.genParams)
+	m, p, ok := s.parse(w, r, &req, &req.genParams, true)
 	if !ok {
 		return
 	}
@@ -699,28 +921,37 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, created := fmt.Sprintf("chatcmpl-%d", s.requests.Add(1)), time.Now().Unix()
+	// logprobs is the choice's logprobs object: null without logprobs.
+	logprobs := func(lps []decode.Logprobs) any {
+		if !p.Logprobs {
+			return nil
+		}
+		return chatLogprobs(m.Tok, lps)
+	}
 	if req.Stream {
 		first := true
-		chunk := func(delta map[string]any, finish *string, u *usage) map[string]any {
-			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": 0, "delta": delta, "finish_reason": finish}, u)
+		chunk := func(delta map[string]any, finish *string, u *usage, lps []decode.Logprobs) map[string]any {
+			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs(lps)}, u)
 		}
-		stream(w, events, observe, func(t string) any {
+		stream(w, events, observe, func(t string, lps []decode.Logprobs) any {
 			d := map[string]any{"content": t}
 			if first {
 				d["role"], first = "assistant", false
 			}
-			return chunk(d, nil, nil)
-		}, func(reason string, u *usage) any { return chunk(map[string]any{}, &reason, u) },
+			return chunk(d, nil, nil, lps)
+		}, func(reason string, u *usage, lps []decode.Logprobs) any {
+			return chunk(map[string]any{}, &reason, u, lps)
+		},
 			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	out, last := collect(events, observe)
+	out, last, lps := collect(events, observe)
 	if failed(last) {
 		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
 		return
 	}
 	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name,
-		"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": out}, "finish_reason": finishReason(last.Finish), "logprobs": nil}},
+		"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": out}, "finish_reason": finishReason(last.Finish), "logprobs": logprobs(lps)}},
 		"usage":   usageOf(last)})
 }
 

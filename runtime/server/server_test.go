@@ -3,15 +3,19 @@ package server_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -206,9 +210,9 @@ func TestOpenAIClient(t *testing.T) {
 		t.Errorf("max_tokens beyond the context: %v", err)
 	}
 	bad = params
-	bad.FrequencyPenalty = openai.Float(0.5)
+	bad.FrequencyPenalty = openai.Float(2.5)
 	if _, err := c.Completions.New(ctx, bad); status(err) != http.StatusBadRequest || param(err) != "frequency_penalty" {
-		t.Errorf("unsupported field: %v", err)
+		t.Errorf("frequency_penalty out of range: %v", err)
 	}
 	for body, want := range map[string]string{
 		`{"prompt": "x", "max_tokens": "many"}`:                "max_tokens",
@@ -350,4 +354,264 @@ func grepLines(text, words string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestLogprobs: logprobs for completions and chat, streamed and not,
+// through the official client: one entry per generated token, whose
+// texts make up the text, with offsets and alternatives that agree; the
+// streamed chunks carry the same entries between them; and asking for
+// them does not change the tokens.
+func TestLogprobs(t *testing.T) {
+	url, _ := start(t)
+	c := client(url, "sk-alpha")
+	ctx := context.Background()
+	const n = 16
+	params := openai.CompletionNewParams{Model: "stories260K", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+		MaxTokens: openai.Int(n), Temperature: openai.Float(0)}
+	plain, err := c.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(plain.Choices[0].JSON.Logprobs.Raw()) != "null" {
+		t.Errorf("logprobs nobody asked for: %s", plain.Choices[0].JSON.Logprobs.Raw())
+	}
+	params.Logprobs = openai.Int(3)
+	comp, err := c.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	choice, lp := comp.Choices[0], comp.Choices[0].Logprobs
+	if choice.Text != plain.Choices[0].Text {
+		t.Errorf("logprobs changed the text: %q, without them %q", choice.Text, plain.Choices[0].Text)
+	}
+	if len(lp.Tokens) != n || len(lp.TokenLogprobs) != n || len(lp.TopLogprobs) != n || len(lp.TextOffset) != n {
+		t.Fatalf("want %d entries in each list: %+v", n, lp)
+	}
+	joined := ""
+	for i, tok := range lp.Tokens {
+		if lp.TextOffset[i] != int64(utf8.RuneCountInString(joined)) {
+			t.Errorf("token %d %q: text_offset %d, want %d", i, tok, lp.TextOffset[i], utf8.RuneCountInString(joined))
+		}
+		joined += tok
+		top, best := lp.TopLogprobs[i], math.Inf(-1)
+		for _, v := range top {
+			best = max(best, v)
+		}
+		// Greedy: the token taken is the likeliest, and among the top.
+		if len(top) == 0 || len(top) > 3 || top[tok] != lp.TokenLogprobs[i] || lp.TokenLogprobs[i] != best || best > 0 {
+			t.Errorf("token %d %q (logprob %v): top %v", i, tok, lp.TokenLogprobs[i], top)
+		}
+	}
+	if joined != choice.Text {
+		t.Errorf("tokens make %q, the text is %q", joined, choice.Text)
+	}
+
+	// Streamed, every chunk that shows text carries logprobs, and between
+	// them the chunks carry the same entries.
+	s := c.Completions.NewStreaming(ctx, params)
+	var streamed openai.CompletionChoiceLogprobs
+	for s.Next() {
+		for _, ch := range s.Current().Choices {
+			if ch.Text != "" && len(ch.Logprobs.Tokens) == 0 {
+				t.Errorf("chunk %q without its tokens' logprobs", ch.Text)
+			}
+			streamed.Tokens = append(streamed.Tokens, ch.Logprobs.Tokens...)
+			streamed.TokenLogprobs = append(streamed.TokenLogprobs, ch.Logprobs.TokenLogprobs...)
+			streamed.TextOffset = append(streamed.TextOffset, ch.Logprobs.TextOffset...)
+			streamed.TopLogprobs = append(streamed.TopLogprobs, ch.Logprobs.TopLogprobs...)
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(streamed.Tokens, lp.Tokens) || !slices.Equal(streamed.TextOffset, lp.TextOffset) || len(streamed.TopLogprobs) != n ||
+		!slices.EqualFunc(streamed.TokenLogprobs, lp.TokenLogprobs, func(a, b float64) bool { return math.Abs(a-b) < 1e-4 }) {
+		t.Errorf("streamed logprobs %+v, want %+v", streamed, lp)
+	}
+
+	// logprobs 0: the tokens' own, and no alternatives.
+	params.Logprobs = openai.Int(0)
+	zero, err := c.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z := zero.Choices[0].Logprobs; !slices.Equal(z.Tokens, lp.Tokens) || len(z.TopLogprobs) != n || len(z.TopLogprobs[0]) != 0 {
+		t.Errorf("logprobs 0: %+v", z)
+	}
+
+	// Chat: content entries with bytes and top_logprobs.
+	chatParams := openai.ChatCompletionNewParams{Model: "stories260K", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")},
+		MaxTokens: openai.Int(12), Temperature: openai.Float(0), Logprobs: openai.Bool(true), TopLogprobs: openai.Int(2)}
+	cc, err := c.Chat.Completions.New(ctx, chatParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := cc.Choices[0].Logprobs.Content
+	if len(content) == 0 || int64(len(content)) != cc.Usage.CompletionTokens {
+		t.Fatalf("%d content entries for %d tokens", len(content), cc.Usage.CompletionTokens)
+	}
+	joined = ""
+	for i, e := range content {
+		joined += e.Token
+		b := make([]byte, len(e.Bytes))
+		for j, x := range e.Bytes {
+			b[j] = byte(x)
+		}
+		if string(b) != e.Token || len(e.TopLogprobs) != 2 || e.TopLogprobs[0].Logprob < e.TopLogprobs[1].Logprob ||
+			e.Logprob != e.TopLogprobs[0].Logprob || e.Logprob > 0 {
+			t.Errorf("entry %d: %+v", i, e)
+		}
+	}
+	if joined != cc.Choices[0].Message.Content {
+		t.Errorf("chat tokens make %q, the content is %q", joined, cc.Choices[0].Message.Content)
+	}
+	cs := c.Chat.Completions.NewStreaming(ctx, chatParams)
+	var chatStreamed []openai.ChatCompletionTokenLogprob
+	for cs.Next() {
+		for _, ch := range cs.Current().Choices {
+			chatStreamed = append(chatStreamed, ch.Logprobs.Content...)
+		}
+	}
+	if err := cs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(chatStreamed, content, func(a, b openai.ChatCompletionTokenLogprob) bool {
+		return a.Token == b.Token && math.Abs(a.Logprob-b.Logprob) < 1e-4 && len(a.TopLogprobs) == len(b.TopLogprobs)
+	}) {
+		t.Errorf("streamed chat logprobs differ: %d entries, want %d", len(chatStreamed), len(content))
+	}
+}
+
+// TestBiasAndPenalties: a logit bias and the penalties reach the tokens,
+// through the official client.
+func TestBiasAndPenalties(t *testing.T) {
+	url, _ := start(t)
+	c := client(url, "sk-alpha")
+	ctx := context.Background()
+
+	// A greedy request whose logit bias forces a token gets that token at
+	// every step. Without logprobs nothing else needs the logits, so this
+	// is what proves the bias turns off the model's own argmax.
+	forced := openai.CompletionNewParams{Model: "stories260K", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+		MaxTokens: openai.Int(6), Temperature: openai.Float(0), LogitBias: map[string]int64{"300": 100}}
+	comp, err := c.Completions.New(ctx, forced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forced.Logprobs = openai.Int(0)
+	seen, err := c.Completions.New(ctx, forced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := seen.Choices[0].Logprobs.Tokens
+	if len(toks) != 6 || toks[0] == "" || strings.HasPrefix(toks[0], ",") || comp.Choices[0].Text != strings.Repeat(toks[0], 6) {
+		t.Fatalf("forced token 300: %q, with logprobs %q", comp.Choices[0].Text, toks)
+	}
+	chatForced := openai.ChatCompletionNewParams{Model: "stories260K", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")},
+		MaxTokens: openai.Int(5), Temperature: openai.Float(0), LogitBias: map[string]int64{"300": 100}}
+	if cc, err := c.Chat.Completions.New(ctx, chatForced); err != nil || cc.Choices[0].Message.Content != strings.Repeat(toks[0], 5) {
+		t.Errorf("chat with token 300 forced: %v %v", cc, err)
+	}
+
+	// The penalties, seen in the first token's logprobs with and without
+	// them: every token in both top lists moves by one constant (the
+	// distribution's new normalization) except that a token the window
+	// holds k times moves k·frequency + presence further down. The prompt
+	// counts (llama.cpp's choice), so the first token shows it.
+	prompt := openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time, there was a little girl named Lily. Lily")}
+	first := openai.CompletionNewParams{Model: "stories260K", Prompt: prompt, MaxTokens: openai.Int(1), Temperature: openai.Float(0), Logprobs: openai.Int(20)}
+	before, err := c.Completions.New(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const presence, frequency = 1, 0.5
+	first.PresencePenalty, first.FrequencyPenalty = openai.Float(presence), openai.Float(frequency)
+	after, err := c.Completions.New(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shift := map[string]float64{}
+	norm := math.Inf(-1)
+	for tok, b := range before.Choices[0].Logprobs.TopLogprobs[0] {
+		if a, ok := after.Choices[0].Logprobs.TopLogprobs[0][tok]; ok {
+			shift[tok] = a - b
+			norm = max(norm, a-b)
+		}
+	}
+	penalized := 0
+	for tok, d := range shift {
+		drop := norm - d
+		if drop < 1e-4 {
+			continue
+		}
+		k := (drop - presence) / frequency
+		if math.Abs(k-math.Round(k)) > 1e-3 || math.Round(k) < 1 {
+			t.Errorf("token %q dropped by %v: not k·%v + %v", tok, drop, frequency, presence)
+		}
+		penalized++
+	}
+	if penalized == 0 {
+		t.Errorf("no token of the prompt among the shared alternatives %v", shift)
+	}
+
+	// Chat and streaming take them too.
+	chatForced.LogitBias, chatForced.PresencePenalty, chatForced.FrequencyPenalty = nil, openai.Float(-1.5), openai.Float(1.5)
+	if cc, err := c.Chat.Completions.New(ctx, chatForced); err != nil || cc.Choices[0].Message.Content == "" {
+		t.Errorf("chat with penalties: %v %v", cc, err)
+	}
+	forced.PresencePenalty = openai.Float(2)
+	s := c.Completions.NewStreaming(ctx, forced)
+	var text strings.Builder
+	for s.Next() {
+		for _, ch := range s.Current().Choices {
+			text.WriteString(ch.Text)
+		}
+	}
+	if err := s.Err(); err != nil || text.String() != strings.Repeat(toks[0], 6) {
+		t.Errorf("streamed with bias and penalty: %q %v", text.String(), err)
+	}
+}
+
+// TestSamplingFieldErrors: out-of-range penalties, logit biases and
+// logprobs are a 400 that names the field.
+func TestSamplingFieldErrors(t *testing.T) {
+	url, _ := start(t)
+	const msgs = `"messages": [{"role": "user", "content": "x"}]`
+	for _, c := range []struct{ path, body, param string }{
+		{"completions", `{"prompt": "x", "presence_penalty": 2.5}`, "presence_penalty"},
+		{"completions", `{"prompt": "x", "frequency_penalty": -2.01}`, "frequency_penalty"},
+		{"completions", `{"prompt": "x", "logit_bias": {"100000": 1}}`, "logit_bias"},
+		{"completions", `{"prompt": "x", "logit_bias": {"-1": 1}}`, "logit_bias"},
+		{"completions", `{"prompt": "x", "logit_bias": {"07": 1}}`, "logit_bias"},
+		{"completions", `{"prompt": "x", "logit_bias": {"cat": 1}}`, "logit_bias"},
+		{"completions", `{"prompt": "x", "logit_bias": {"5": 100.5}}`, "logit_bias"},
+		{"completions", `{"prompt": "x", "logit_bias": {"5": "up"}}`, "logit_bias"},
+		{"completions", `{"prompt": "x", "logprobs": 21}`, "logprobs"},
+		{"completions", `{"prompt": "x", "logprobs": -1}`, "logprobs"},
+		{"completions", `{"prompt": "x", "logprobs": true}`, "logprobs"},
+		{"completions", `{"prompt": "x", "logprobs": 2, "echo": true}`, "echo"},
+		{"chat/completions", `{` + msgs + `, "presence_penalty": -3}`, "presence_penalty"},
+		{"chat/completions", `{` + msgs + `, "logit_bias": {"7": -101}}`, "logit_bias"},
+		{"chat/completions", `{` + msgs + `, "logprobs": true, "top_logprobs": 21}`, "top_logprobs"},
+		{"chat/completions", `{` + msgs + `, "top_logprobs": 2}`, "top_logprobs"},
+		{"chat/completions", `{` + msgs + `, "logprobs": 3}`, "logprobs"},
+	} {
+		req, _ := http.NewRequest("POST", url+"/v1/"+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer sk-alpha")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct {
+				Message string `json:"message"`
+				Param   string `json:"param"`
+			} `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusBadRequest || body.Error.Param != c.param || !strings.Contains(body.Error.Message, c.param) {
+			t.Errorf("%s %s: %d %+v %v", c.path, c.body, resp.StatusCode, body.Error, err)
+		}
+	}
 }

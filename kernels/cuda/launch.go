@@ -119,23 +119,32 @@ const (
 
 func mmtShared(blockBytes int) int { return mmtRows*(272+4+32+4) + mmtFeatures*(blockBytes+16+8) }
 
-var mmtTypes = map[string]int{"q4_k": mmtShared(144), "q6_k": mmtShared(212)}
+var mmtTypes = map[string]struct{ blockBytes, smem int }{"q4_k": {144, mmtShared(144)}, "q6_k": {210, mmtShared(212)}}
 
-// dp4aMaxRows is the most rows for which a type with tensor-core tiles
-// still takes the dp4a tile kernel: decode of up to 64 slots. Measured on
-// an H200 (zrt-run bench --slots 4,16,32,64, qwen3 0.6B and llama 110M
-// shapes, Q4_K/Q6_K), dp4a with its grid bounded as mmqWidth does gave
-// 1.0-1.3× the aggregate decode rate of tensor-core tiles of 64 rows × 128
-// features, of which such a step makes only 8 to 48 (and 2.3× at 4 slots
-// before that bound); prefill's hundreds of rows keep the tensor cores.
-const dp4aMaxRows = 64
+// When a type with tensor-core tiles takes the dp4a tile kernel instead:
+// always up to dp4aAlwaysRows rows, and up to dp4aMaxRows (decode of 64
+// slots) for a matrix of at most dp4aMaxBytes. A decode step makes only 8
+// to 48 tiles of 64 rows × 128 features from a small matrix, leaving most
+// of the GPU idle, while the dp4a kernel's warps stream features over all
+// of it; but that kernel reads the matrix once per eight rows, which L2
+// absorbs only for a matrix well inside it (50 MiB on an H100/H200).
+// Measured on an H200 (zrt-run bench --slots 4,16,32,64): the qwen3 0.6B
+// and llama 110M shapes (matrices up to 3.5 MiB) ran 1.0-1.3× faster on
+// dp4a at 32 and 64 slots, and 1.6-2.3× at 4 and 16; the llama 7B shape
+// (matrices of 9-66 MiB) at 64 slots made 881 tok/s with all of them on
+// dp4a, 1195 with those past dp4aMaxBytes on tensor cores.
+const (
+	dp4aAlwaysRows = 16
+	dp4aMaxRows    = 64
+	dp4aMaxBytes   = 16 << 20
+)
 
 // integerMatrix is the launch of an integer-path matrix kernel (matmul,
 // lm_head or a fused norm + projections) for n features of k inputs on a
 // variant of r rows: the matrix-vector kernel for one row; for more, the
 // tensor-core tile kernel where the type has one (except for lm_head,
-// whose requests want one row each) past dp4aMaxRows rows; the dp4a tile
-// kernel otherwise.
+// whose requests want one row each) for prefill and large decode batches
+// (see dp4aMaxRows); the dp4a tile kernel otherwise.
 func integerMatrix(family, typ string, k, n, r uint32) Launch {
 	if r == 1 {
 		grid, block := mmvShape(typ, k, n)
@@ -150,15 +159,16 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 		width = mmqWidth(n, 1)
 	}
 	dp4a := Launch{Grid: [3]uint32{width, groups, 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
-	smem, tc := mmtTypes[typ]
+	mt, tc := mmtTypes[typ]
+	small := uint64(n)*uint64(k/256)*uint64(mt.blockBytes) <= dp4aMaxBytes
 	switch {
 	case !tc || family == "lm_head":
 		return dp4a
-	case r <= dp4aMaxRows:
+	case r <= dp4aAlwaysRows || (r <= dp4aMaxRows && small):
 		dp4a.Entry = EntryDP4A
 		return dp4a
 	}
-	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: smem, Entry: EntryTile}
+	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile}
 }
 
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -251,7 +252,7 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 	for i := range seqs {
 		both := seqs[i].Logits()
 		for j := range both {
-			if d := both[j] - alone[i][j]; d > 1e-5 || d < -1e-5 {
+			if math.Float32bits(both[j]) != math.Float32bits(alone[i][j]) { // batch invariance: bit for bit
 				t.Fatalf("sequence %d logit %d: batched %v, alone %v", i, j, both[j], alone[i][j])
 			}
 		}
@@ -409,5 +410,68 @@ func TestPlanLargerThanMemoryRefused(t *testing.T) {
 	_, err = runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
 	if err == nil || !strings.Contains(err.Error(), "the bundle's memory plan needs 64.0 GiB of memory") || !strings.Contains(err.Error(), "is available") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestBatchInvariance: on T-CPU a request's logits are bit-identical
+// whether its rows ran alone or beside another request's in one step. Here
+// a decode row shares a step with a 70-row prefill chunk; had attention
+// chosen its path by the step's rows (as ggml does) rather than by the
+// request's, the decode row would have been tiled in F32 instead of run
+// through one_chunk's F16 accumulator, and its bits would differ.
+func TestBatchInvariance(t *testing.T) {
+	b, err := synth.Write(synth.Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "bundle")
+	os.WriteFile(model, b, 0o644)
+	os.WriteFile(cfg, []byte("context_length = 256\nmax_slots = 2\ndecode_slots = [1, 2]\nprefill_rows = [32, 80]\nkv_pages = 16\n"), 0o644)
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	tables := []runtime.SlotPages{{Slot: 0, Pages: []uint32{0, 1, 2, 3, 4}}, {Slot: 1, Pages: []uint32{8, 9}}}
+	rowsOf := func(slot, from, n int, wantLast bool) []runtime.Row {
+		var rs []runtime.Row
+		for i := range n {
+			rs = append(rs, runtime.Row{Slot: slot, Pos: from + i, Token: int32(3 + (slot*31+from+i)%290), Logits: wantLast && i == n-1})
+		}
+		return rs
+	}
+	step := func(rows []runtime.Row) {
+		t.Helper()
+		key, ok := p.Key(runtime.Prefill, len(rows))
+		if !ok {
+			t.Fatalf("no prefill variant for %d rows", len(rows))
+		}
+		if err := p.Step(ctx, runtime.Batch{Key: key, Rows: rows, Pages: tables}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logits := func(slot int) []float32 { return p.Logits(slot, nil) }
+	// Alone: B's 20-token prompt, then its decode row; then A's 70-row
+	// chunk.
+	step(rowsOf(1, 0, 20, false))
+	step(rowsOf(1, 20, 1, true))
+	bAlone := logits(1)
+	step(rowsOf(0, 0, 70, true))
+	aAlone := logits(0)
+	// Together: B's prompt again, then its decode row in the same step as
+	// A's chunk (the KV pages are rewritten with the same values).
+	step(rowsOf(1, 0, 20, false))
+	step(append(rowsOf(0, 0, 70, true), rowsOf(1, 20, 1, true)...))
+	for name, c := range map[string]struct{ alone, mixed []float32 }{"decode row": {bAlone, logits(1)}, "prefill chunk": {aAlone, logits(0)}} {
+		for j := range c.alone {
+			if math.Float32bits(c.alone[j]) != math.Float32bits(c.mixed[j]) {
+				t.Fatalf("%s: logit %d is %v alone, %v beside the other request", name, j, c.alone[j], c.mixed[j])
+			}
+		}
 	}
 }

@@ -33,6 +33,13 @@ import (
 // a multiple of 256 (llama_kv_cache::get_n_kv); keys past a row's position
 // are masked and contribute nothing, but n_kv decides the split and its
 // chunk boundaries.
+//
+// ggml decides by the rows of the whole batch; zrt decides by the rows its
+// request (slot) has in the step, so that a request's bits do not depend on
+// what it was batched with (batch invariance, seed 000 §18.3). A request
+// alone in a step, as llama.cpp runs one sequence, takes ggml's path; in a
+// mixed step a decode row beside a 64-row prefill chunk stays on one_chunk
+// (or split) where ggml would tile it.
 const (
 	faTileQ       = 64  // GGML_FA_TILE_Q
 	faTileKV      = 64  // GGML_FA_TILE_KV
@@ -51,24 +58,43 @@ var faUseSIMD = faSIMDOK
 
 // flashAttn attends each row's query heads over its slot's keys at
 // positions 0..pos, by whichever of ggml's paths llama.cpp would take for
-// this batch (see above).
+// the rows of the row's request (see above).
 func flashAttn(a *Args) error {
 	q, kv, r, y := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), f32s(a.Bufs[3])
 	layer := int(a.Push[0])
 	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
 	scale := math.Float32frombits(a.Spec[4])
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
-	rows := r.rows()
-	tiled := rows >= faTileQ && hd%faF32Lanes == 0
+	slotRows := rowsPerSlot(r)
+	tiled := func(i int) bool { return slotRows[r.row(i, kernels.IORowSlot)] >= faTileQ && hd%faF32Lanes == 0 }
 	simd := faUseSIMD && hd%16 == 0
-	if tiled && simd {
-		return flashAttnTiled(a, q, kv, r, y, layer, nLayer, nHead, nHeadKV, hd, scale)
+	// The SIMD tiled rows go through flashAttnTiled, the others below.
+	var rest []int
+	if simd {
+		var tiledRows []int
+		for i := range r.rows() {
+			if tiled(i) {
+				tiledRows = append(tiledRows, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		if len(tiledRows) > 0 {
+			if err := flashAttnTiled(a, q, kv, r, y, tiledRows, layer, nLayer, nHead, nHeadKV, hd, scale); err != nil {
+				return err
+			}
+		}
+	} else {
+		rest = make([]int, r.rows())
+		for i := range rest {
+			rest[i] = i
+		}
 	}
-	return a.Pool.For(rows*nHead, 1, func(_, lo, hi int) {
+	return a.Pool.For(len(rest)*nHead, 1, func(_, lo, hi int) {
 		w := getFaWork(hd)
 		defer faWorkPool.Put(w)
 		for item := lo; item < hi; item++ {
-			i, h := item/nHead, item%nHead
+			i, h := rest[item/nHead], item%nHead
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
 			kvh := h / group
 			cache := func(which, t int) []uint16 {
@@ -81,9 +107,9 @@ func flashAttn(a *Args) error {
 			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			nKV := max(faKVPad, (pos+1+faKVPad-1)/faKVPad*faKVPad)
 			switch {
-			case tiled:
+			case tiled(i):
 				w.tiled(qh, out, pos, scale, cache)
-			case rows == 1 && nKV >= faSplitMinKV:
+			case slotRows[uint32(slot)] == 1 && nKV >= faSplitMinKV:
 				w.split(qh, out, pos, nKV, scale, cache)
 			default:
 				for d, v := range qh {
@@ -101,6 +127,16 @@ func flashAttn(a *Args) error {
 			}
 		}
 	})
+}
+
+// rowsPerSlot counts the step's rows of each slot: the rows of one
+// request, which decide its attention path.
+func rowsPerSlot(r request) map[uint32]int {
+	n := map[uint32]int{}
+	for i := range r.rows() {
+		n[r.row(i, kernels.IORowSlot)]++
+	}
+	return n
 }
 
 // kvView locates one slot's cached keys and values of one KV head in one
@@ -465,8 +501,8 @@ func getFaTile(hd, group int) *faTile {
 // query head of the block that maps to the KV head then takes ggml's tile
 // step exactly as faWork.tiled does, row by row. Later blocks see more
 // keys, so workers take items in strides, not contiguous ranges.
-func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, layer, nLayer, nHead, nHeadKV, hd int, scale float32) error {
-	rows := r.rows()
+func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, rowIdx []int, layer, nLayer, nHead, nHeadKV, hd int, scale float32) error {
+	rows := len(rowIdx)
 	group := nHead / nHeadKV
 	nBlocks := (rows + faTileRows - 1) / faTileRows
 	items := nBlocks * nHeadKV
@@ -478,15 +514,16 @@ func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, lay
 		for item := worker; item < items; item += threads {
 			blk, kvh := item/nHeadKV, item%nHeadKV
 			view.off = kvh * hd * 2
-			w.block(q, y, r, &view, blk*faTileRows, min(rows, (blk+1)*faTileRows), kvh, nHead, scale)
+			w.block(q, y, r, &view, rowIdx[blk*faTileRows:min(rows, (blk+1)*faTileRows)], kvh, nHead, scale)
 		}
 	})
 }
 
-// block runs rows i0..i1-1's query heads of KV head kvh.
-func (w *faTile) block(q, y []float32, r request, view *kvView, i0, i1, kvh, nHead int, scale float32) {
+// block runs the query heads of KV head kvh of rows idx (at most
+// faTileRows of them, each row's arithmetic its own).
+func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, nHead int, scale float32) {
 	hd, group := w.hd, w.group
-	nq := (i1 - i0) * group
+	nq := len(idx) * group
 	m, s, acc := w.m[:nq], w.s[:nq], w.acc[:nq*hd]
 	for j := range m {
 		m[j], s[j] = float32(math.Inf(-1)), 0
@@ -495,12 +532,12 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, i0, i1, kvh, nHe
 	pos := func(i int) int { return int(r.row(i, kernels.IORowPos)) }
 	slot := func(i int) int { return int(r.row(i, kernels.IORowSlot)) }
 	maxPos := 0
-	for i := i0; i < i1; i++ {
+	for _, i := range idx {
 		maxPos = max(maxPos, pos(i))
 	}
 	for t0 := 0; t0 <= maxPos; t0 += faTileKV {
 		cur := -1
-		for i := i0; i < i1; i++ {
+		for b, i := range idx {
 			p := pos(i)
 			if t0 > p {
 				continue
@@ -508,7 +545,7 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, i0, i1, kvh, nHe
 			if sl := slot(i); sl != cur {
 				// Convert the keys this slot's rows of the block need.
 				hiPos := p
-				for i2 := i0; i2 < i1; i2++ {
+				for _, i2 := range idx {
 					if slot(i2) == sl {
 						hiPos = max(hiPos, pos(i2))
 					}
@@ -520,7 +557,7 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, i0, i1, kvh, nHe
 			for g := range group {
 				h := kvh*group + g
 				qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-				j := (i-i0)*group + g
+				j := b*group + g
 				tileMax := faTileScores(&qh[0], &w.kt[0], hd, scale, nvalid, &w.kq[0])
 				ms := float32(1)
 				if tileMax > m[j] {
@@ -533,10 +570,10 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, i0, i1, kvh, nHe
 			}
 		}
 	}
-	for i := i0; i < i1; i++ {
+	for b, i := range idx {
 		for g := range group {
 			h := kvh*group + g
-			j := (i-i0)*group + g
+			j := b*group + g
 			sInv := float32(0)
 			if s[j] != 0 {
 				sInv = 1 / s[j]

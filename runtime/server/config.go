@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -28,8 +30,13 @@ type Config struct {
 	QueueDepth int `toml:"queue_depth"`
 	// Ledger is the usage ledger's path ("": none), one record per
 	// finished request, read back at start.
-	Ledger  string   `toml:"ledger"`
-	Tenants []Tenant `toml:"tenant"`
+	Ledger string `toml:"ledger"`
+	// CORSOrigins are the browser origins ("https://app.example", or "*"
+	// for any) whose pages may call the API from another origin. Empty:
+	// CORS is off, so a browser lets only the server's own page (GET /)
+	// call it.
+	CORSOrigins []string `toml:"cors_origins"`
+	Tenants     []Tenant `toml:"tenant"`
 }
 
 // Tenant is one [[tenant]] table.
@@ -97,6 +104,11 @@ func (c *Config) validate() error {
 	if c.Slots < 0 || c.ChunkCap < 0 || c.QueueDepth < 0 {
 		return fmt.Errorf("server config: slots, chunk_cap and queue_depth must not be negative")
 	}
+	for _, o := range c.CORSOrigins {
+		if err := checkOrigin(o); err != nil {
+			return fmt.Errorf("server config: cors_origins entry %q: %w", o, err)
+		}
+	}
 	seen := map[string]bool{}
 	keyless := 0
 	for i := range c.Tenants {
@@ -132,6 +144,21 @@ func (c *Config) validate() error {
 	}
 	if keyless > 0 && len(c.Tenants) > 1 {
 		return fmt.Errorf("server config: with several tenants every tenant needs an API key (a request must say whose it is)")
+	}
+	return nil
+}
+
+// checkOrigin accepts "*" or an origin as a browser sends it in its
+// Origin header (scheme://host[:port], nothing after): anything else could
+// never equal an Origin header, so a typo would silently turn CORS off.
+func checkOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(o, "?") || strings.HasSuffix(o, "#") {
+		return errors.New(`want "*" or scheme://host[:port] with no path, such as https://app.example`)
 	}
 	return nil
 }

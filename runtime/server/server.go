@@ -104,7 +104,63 @@ func (s *Server) Handler() http.Handler {
 		w.Write(page)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	return s.accessLog(mux)
+	return s.accessLog(s.cors(mux))
+}
+
+// What a CORS preflight allows: the API's methods, and the request
+// headers its clients send (the key, the JSON body's type, a request id);
+// what a cross-origin page may read of a response beyond the basic
+// headers: the request id, and when to retry after a 429 or 503.
+const (
+	corsMethods = "GET, POST, OPTIONS"
+	corsHeaders = "Authorization, Content-Type, X-Request-Id"
+	corsExpose  = "X-Request-Id, Retry-After"
+)
+
+// cors answers cross-origin requests from the config's cors_origins (read
+// per request, so SIGHUP's reload applies at once). With none configured it
+// adds nothing: a browser then lets no other origin's page read a response.
+// A preflight (OPTIONS with Access-Control-Request-Method) is answered here,
+// before authentication, since browsers send it without the key.
+func (s *Server) cors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origins := s.cfg.Load().CORSOrigins
+		if len(origins) == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// Caches must not hand one origin's answer to another.
+		w.Header().Add("Vary", "Origin")
+		// allow is the Access-Control-Allow-Origin to send: "*" when any
+		// origin may call (safe: no cookies are involved, keys travel in
+		// Authorization), the request's origin when it is listed, or none
+		// (also for a request without Origin, which is not cross-origin).
+		origin, allow := r.Header.Get("Origin"), ""
+		for _, o := range origins {
+			if origin != "" && (o == "*" || strings.EqualFold(o, origin)) && allow != "*" {
+				allow = origin
+				if o == "*" {
+					allow = "*"
+				}
+			}
+		}
+		if allow != "" {
+			w.Header().Set("Access-Control-Allow-Origin", allow)
+			w.Header().Set("Access-Control-Expose-Headers", corsExpose)
+		}
+		if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if allow == "" {
+			writeError(w, &apiError{status: http.StatusForbidden, Message: fmt.Sprintf("origin %q is not in cors_origins", origin), Type: "permission_error"})
+			return
+		}
+		w.Header().Set("Access-Control-Allow-Methods", corsMethods)
+		w.Header().Set("Access-Control-Allow-Headers", corsHeaders)
+		w.Header().Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 // apiError is the OpenAI error object.

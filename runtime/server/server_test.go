@@ -32,65 +32,109 @@ import (
 // tenants from a config text, as SIGHUP does.
 func start(t *testing.T) (string, func(config string)) {
 	t.Helper()
-	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
-	dir := t.TempDir()
-	cfgPath, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	os.WriteFile(cfgPath, []byte("context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_rows = [16, 64]\n"), 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfgPath}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	srvCfg := filepath.Join(dir, "server.toml")
-	os.WriteFile(srvCfg, []byte(`
+	ts := serveStories(t, serveOptions{config: `
 [[tenant]]
 id = "alpha"
 api_keys = ["sk-alpha"]
 qos = "interactive"
 [[tenant]]
 id = "beta"
-api_key_hashes = ["sha256:`+fmt.Sprintf("%x", sha256.Sum256([]byte("sk-beta")))+`"]
+api_key_hashes = ["sha256:` + fmt.Sprintf("%x", sha256.Sum256([]byte("sk-beta"))) + `"]
 max_context_tokens = 64
 requests_per_minute = 2
-`), 0o644)
-	cfg, err := server.LoadConfig(srvCfg)
+`, slots: 4, chunkCap: 64})
+	reload := func(text string) {
+		next, err := loadConfig(t, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.srv.Reload(next)
+	}
+	return ts.URL, reload
+}
+
+// testServer is a server over stories260K on T-CPU, on a loopback port.
+type testServer struct {
+	URL        string
+	srv        *server.Server
+	engine     *engine.Engine
+	ledger     *ledger.Ledger
+	ledgerPath string
+}
+
+// serveOptions shape a test server.
+type serveOptions struct {
+	model           string // the zrtc model config ("": defaultModel)
+	config          string // the server config
+	slots, chunkCap int    // the engine's
+	// wrap stands between the engine and the program (nil: none), for a
+	// test that needs to hold the step loop.
+	wrap func(*runtime.Program) engine.Model
+}
+
+// defaultModel is the model config of most tests: a small context, and
+// decode variants for up to four requests at once.
+const defaultModel = "context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_rows = [16, 64]\n"
+
+// compileStories compiles stories260K (from ../shared, skipping without
+// it) with the model config text and returns the bundle's path.
+func compileStories(t *testing.T, modelConfig string) string {
+	t.Helper()
+	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	dir := t.TempDir()
+	cfgPath, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
+	if err := os.WriteFile(cfgPath, []byte(modelConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfgPath}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// serveStories serves stories260K on T-CPU with two threads, with a usage
+// ledger, until the test ends.
+func serveStories(t *testing.T, o serveOptions) *testServer {
+	t.Helper()
+	if o.model == "" {
+		o.model = defaultModel
+	}
+	p, err := runtime.Open(compileStories(t, o.model), runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cfg, err := loadConfig(t, o.config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	policy := server.NewPolicy(cfg)
 	ec := policy.EngineConfig(cfg)
-	ec.Slots, ec.ChunkCap = 4, 64
-	e, err := engine.New(p, p.Tok, ec)
+	ec.Slots, ec.ChunkCap, ec.ContextLength = o.slots, o.chunkCap, p.Hparams.ContextLength
+	var m engine.Model = p
+	if o.wrap != nil {
+		m = o.wrap(p)
+	}
+	e, err := engine.New(m, p.Tok, ec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go e.Run(ctx)
-	led, err := ledger.Open(filepath.Join(dir, "usage.log"))
-	if err != nil {
+	ts := &testServer{engine: e, ledgerPath: filepath.Join(t.TempDir(), "usage.log")}
+	if ts.ledger, err = ledger.Open(ts.ledgerPath); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { led.Close() })
-	srv := server.New(cfg, policy, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: 256}}, led, nil)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	reload := func(text string) {
-		path := filepath.Join(t.TempDir(), "reload.toml")
-		os.WriteFile(path, []byte(text), 0o644)
-		next, err := server.LoadConfig(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Reload(next)
-	}
-	return ts.URL, reload
+	t.Cleanup(func() { ts.ledger.Close() })
+	ts.srv = server.New(cfg, policy, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength}}, ts.ledger, nil)
+	hs := httptest.NewServer(ts.srv.Handler())
+	t.Cleanup(hs.Close)
+	ts.URL = hs.URL
+	return ts
 }
 
 func client(url, key string) openai.Client {

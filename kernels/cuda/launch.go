@@ -151,8 +151,8 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
 	}
 	block := [3]uint32{256, 1, 1}
-	// lm_head's bound is per group: a prefill step's logits are wanted by
-	// one row, so one group of blocks does all the work.
+	// lm_head's width is one group's: in a prefill step only the last row
+	// wants logits, so one group of blocks does all the work.
 	groups := ceilDiv(r, mmqRows)
 	width := mmqWidth(n, groups)
 	if family == "lm_head" {

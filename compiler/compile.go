@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/zrtdev/zrt/compiler/arch"
 	"github.com/zrtdev/zrt/compiler/config"
@@ -134,15 +135,57 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 	if opt.CompileTo != "" {
 		return compileToFile(ctx, path, out, opt)
 	}
+	c, err := Prepare(ctx, path, opt)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return bundle.WriteDir(out, func(tmp string) error { return c.Write(ctx, tmp) })
+}
+
+// Phase is one timed step of a build.
+type Phase struct {
+	Name string // load, a pass name, hash, write
+	Dur  time.Duration
+}
+
+// Compiled is a model taken through every pass, held in memory until
+// Write puts the bundle in a directory. Splitting the two lets a caller
+// decide where the bundle goes after it knows what was built (the build
+// cache stores it under a key that needs SourceHash).
+type Compiled struct {
+	fe         *Frontend
+	opt        Options
+	graph      *bundle.Graph
+	progress   func(string, ...any)
+	SourceHash [32]byte // SHA-256 of the GGUF's bytes, as the graph file records it
+	// Phases are the steps so far: load, each pass, hash (of the
+	// GGUF), then, after Write, write.
+	Phases []Phase
+}
+
+// Prepare loads the model and runs every pass; nothing is written but
+// what opt.DumpAfter asks for. Close releases the model.
+func Prepare(ctx context.Context, path string, opt Options) (*Compiled, error) {
 	progress := opt.Progress
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
+	start := time.Now()
 	fe, err := Load(path, opt)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer fe.Close()
+	c := &Compiled{fe: fe, opt: opt, progress: progress}
+	if err := c.prepare(ctx, path, start); err != nil {
+		fe.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Compiled) prepare(ctx context.Context, path string, start time.Time) error {
+	fe, opt := c.fe, c.opt
 	voc, err := vocab.FromGGUF(fe.GGUF)
 	if err != nil {
 		return err
@@ -159,28 +202,51 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 	if err != nil {
 		return err
 	}
-	progress("built IR for %d variants of %s", len(fe.Unit.Graphs), fe.Model.Hparams.Arch)
+	c.Phases = append(c.Phases, Phase{"load", time.Since(start)})
+	c.progress("built IR for %d variants of %s", len(fe.Unit.Graphs), fe.Model.Hparams.Arch)
 	times, err := fe.RunPasses(ctx, opt)
 	if err != nil {
 		return err
 	}
+	for _, t := range times {
+		c.Phases = append(c.Phases, Phase{t.Pass, t.Dur})
+	}
 	reportTimes(opt, times)
 	reportPlan(opt, fe.Unit.Plan)
-	srcHash := sha256.Sum256(fe.GGUF.Bytes())
-	g := graphFile(fe, vocabBytes, srcHash, filepath.Base(path))
-	return bundle.WriteDir(out, func(tmp string) error {
-		if err := writeKernels(tmp, fe.Unit, g); err != nil {
-			return err
-		}
-		progress("writing weights pack")
-		h, err := writePack(ctx, filepath.Join(tmp, bundle.WeightsFile), fe)
-		if err != nil {
-			return err
-		}
-		g.Ident.WeightsHash = h
-		return os.WriteFile(filepath.Join(tmp, bundle.GraphFile), g.Encode(), 0o644)
-	})
+	start = time.Now()
+	c.SourceHash = sha256.Sum256(fe.GGUF.Bytes())
+	c.Phases = append(c.Phases, Phase{"hash", time.Since(start)})
+	c.graph = graphFile(fe, vocabBytes, c.SourceHash, filepath.Base(path))
+	return nil
 }
+
+// Write writes the bundle's files into dir, an existing empty directory
+// (the temporary of an atomic publish). Call it once.
+func (c *Compiled) Write(ctx context.Context, dir string) error {
+	if c.graph == nil {
+		return fmt.Errorf("compiler: the bundle was already written")
+	}
+	start := time.Now()
+	g := c.graph
+	c.graph = nil
+	if err := writeKernels(dir, c.fe.Unit, g); err != nil {
+		return err
+	}
+	c.progress("writing weights pack")
+	h, err := writePack(ctx, filepath.Join(dir, bundle.WeightsFile), c.fe)
+	if err != nil {
+		return err
+	}
+	g.Ident.WeightsHash = h
+	if err := os.WriteFile(filepath.Join(dir, bundle.GraphFile), g.Encode(), 0o644); err != nil {
+		return err
+	}
+	c.Phases = append(c.Phases, Phase{"write", time.Since(start)})
+	return nil
+}
+
+// Close releases the model's mapping.
+func (c *Compiled) Close() error { return c.fe.Close() }
 
 // reportPlan says what the plan keeps resident, and warns past the budget.
 func reportPlan(opt Options, plan *passes.MemPlan) {
@@ -248,6 +314,22 @@ func graphFile(fe *Frontend, vocabBytes []byte, srcHash [32]byte, srcName string
 }
 
 func u32(x int) uint32 { return uint32(x) }
+
+// Toolchain identifies what in this zrtc decides a bundle's bytes besides
+// its inputs: the version and the kernel ABI and artifact format versions.
+// The build cache's key includes it (and zrtc adds its executable's
+// digest), so a toolchain upgrade never hits an entry an older one wrote.
+func Toolchain() string {
+	return fmt.Sprintf("%s; kernel ABI %d; graph format %d.%d; weights pack %d",
+		Version, zrt.ABIVersion, bundle.VersionMajor, bundle.VersionMinor, bundle.PackVersion)
+}
+
+// RecordedFlags is what a build for target with opt records as its flags
+// in the graph file: the options that change the output besides the
+// model, the config and the kernels' source. The rest of Options
+// (progress, dumps, the memory budget, VerifyEach) leaves the bundle as
+// it is.
+func RecordedFlags(target string, opt Options) string { return buildFlags(target, opt.NoFuse) }
 
 // buildFlags records the options that change what a build produces (the
 // effective config is recorded whole in its own section). Paths are left

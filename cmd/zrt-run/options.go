@@ -6,11 +6,14 @@ import (
 	"os"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/pick"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
@@ -30,12 +33,36 @@ type engineFlags struct {
 	tier          string
 	threads       int
 	verifyWeights bool
+	explain       bool
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
 	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
 	c.Flags().BoolVar(&f.verifyWeights, "verify-weights", false, "hash the weights pack against the graph file before running (every load checks the rest)")
+	c.Flags().BoolVar(&f.explain, "explain", false, "given a bundle set (zrtc build --target a,b), say on stderr which bundle fits this machine and why")
+}
+
+// bundleDir returns the bundle to open for path: path itself for a
+// bundle; for a bundle set, the member that fits this machine best under
+// the tier choice (runtime/pick), said on stderr with --explain.
+func (f *engineFlags) bundleDir(path string, opt runtime.Options) (string, error) {
+	dir, choice, err := pick.Resolve(path, probeCUDA, opt.Tier)
+	if choice != nil && f.explain && err == nil {
+		lines := strings.Split(strings.TrimSuffix(choice.Explain(), "\n"), "\n")
+		fmt.Fprintf(os.Stderr, "zrt-run: bundle set %s on this machine: %s\nzrt-run: %s\n", path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
+	}
+	return dir, err
+}
+
+// probeCUDA is the CUDA probe a set's choice uses: the driver's, which
+// loads libcuda when there is one and says why not otherwise.
+func probeCUDA() (pick.GPU, error) {
+	info, err := driver.Probe()
+	if err != nil {
+		return pick.GPU{}, err
+	}
+	return pick.GPU{Name: info.Name, Major: info.Major, Minor: info.Minor}, nil
 }
 
 // options fills runtime.Options from the flags and the environment.
@@ -75,6 +102,9 @@ func (f *engineFlags) options() (runtime.Options, error) {
 func (f *engineFlags) open(dir string) (*sequence.Pool, error) {
 	opt, err := f.options()
 	if err != nil {
+		return nil, err
+	}
+	if dir, err = f.bundleDir(dir, opt); err != nil {
 		return nil, err
 	}
 	p, err := runtime.Open(dir, opt)

@@ -65,7 +65,11 @@ up to --drain-timeout, and exits 0.
 			policy := server.NewPolicy(cfg)
 			var models []*server.Model
 			for i, dir := range args {
-				p, err := runtime.Open(dir, opt)
+				bdir, err := ef.bundleDir(dir, opt)
+				if err != nil {
+					return err
+				}
+				p, err := runtime.Open(bdir, opt)
 				if err != nil {
 					return err
 				}

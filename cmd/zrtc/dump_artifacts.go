@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
@@ -25,7 +26,7 @@ import (
 // They read only the file they print, so a bundle whose other files are
 // missing or corrupt can still be inspected.
 func withArtifactDumps(dump *cobra.Command) *cobra.Command {
-	dump.AddCommand(dumpPktCmd(), dumpZrtCmd(), dumpGraphCmd())
+	dump.AddCommand(dumpPktCmd(), dumpZrtCmd(), dumpGraphCmd(), dumpSetCmd())
 	return dump
 }
 
@@ -262,27 +263,56 @@ the weights pack against the memory plan and its data hash), then walks
 every variant's packet stream with the PM4 checker: program and user data
 set for every dispatch as its kernel's ABI requires, every address a
 relocation inside its region, a barrier and the fence at the end.
+Given a bundle set, it checks the index, that every member is the build
+the index names, and every member as above.
 It prints "ok", or the first problem and exits 1.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := bundle.Open(args[0], true)
-			if err != nil {
-				return err
+			dirs := []string{args[0]}
+			if bundleset.IsSet(args[0]) {
+				// A set: the index, each member against it, and each
+				// member in full.
+				x, err := bundleset.Read(args[0])
+				if err != nil {
+					return err
+				}
+				dirs = nil
+				for _, m := range x.Bundles {
+					if err := bundleset.VerifyMember(args[0], m); err != nil {
+						return err
+					}
+					dirs = append(dirs, m.Path(args[0]))
+				}
 			}
-			defer b.Close()
-			g := b.Graph
-			dispatches, err := kernels.CheckBundle(g)
-			if err != nil {
-				return fmt.Errorf("bundle %s: %w", args[0], err)
+			for _, dir := range dirs {
+				if err := verifyBundle(cmd, dir, quiet); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "ok")
-			if !quiet {
-				fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: %s: %d variants (%d dispatches), %d kernels, %d regions, weights hash verified\n",
-					args[0], len(g.Variants), dispatches, len(g.Kernels), len(g.Regions))
-			}
 			return nil
 		},
 	}
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only ok")
 	return c
+}
+
+// verifyBundle checks one bundle fully, saying what it checked on stderr
+// unless quiet.
+func verifyBundle(cmd *cobra.Command, dir string, quiet bool) error {
+	b, err := bundle.Open(dir, true)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	g := b.Graph
+	dispatches, err := kernels.CheckBundle(g)
+	if err != nil {
+		return fmt.Errorf("bundle %s: %w", dir, err)
+	}
+	if !quiet {
+		fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: %s: %d variants (%d dispatches), %d kernels, %d regions, weights hash verified\n",
+			dir, len(g.Variants), dispatches, len(g.Kernels), len(g.Regions))
+	}
+	return nil
 }

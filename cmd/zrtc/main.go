@@ -18,7 +18,6 @@ import (
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/passes"
-	"github.com/zrtdev/zrt/runtime/sysmem"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -39,7 +38,7 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 		SilenceErrors: true,
 		Version:       compiler.Version,
 	}
-	root.AddCommand(buildCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
+	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
 	out := stdout.New(os.Stdout)
 	root.SetOut(out)
 	err := root.ExecuteContext(ctx)
@@ -50,56 +49,6 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 		fmt.Fprintln(os.Stderr, "zrtc:", err)
 		os.Exit(1)
 	}
-}
-
-func buildCmd() *cobra.Command {
-	var cfg, target, out string
-	var quiet, verifyEach, noFuse bool
-	var budget byteSize
-	var phases phaseFlags
-	c := &cobra.Command{
-		Use:   "build MODEL.gguf [IR.zir] -o OUT",
-		Short: "Compile a model into a bundle directory (written atomically)",
-		Long: `build compiles a model into a bundle directory, written atomically.
-
-Environment: ZRT_PTX_DIR, when set, supplies T-CUDA's PTX from a directory
-(kernels/cuda/build_ptx.sh DIR writes one) instead of the PTX built into
-zrtc, for trying new kernels without rebuilding zrtc.`,
-		Args: cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opt := compiler.Options{ConfigPath: cfg, Target: target, VerifyEach: verifyEach, NoFuse: noFuse,
-				PTXDir: os.Getenv("ZRT_PTX_DIR")}
-			if err := phases.apply(args, out, &opt); err != nil {
-				return err
-			}
-			if !quiet {
-				opt.Progress = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: "+f+"\n", a...) }
-			}
-			opt.Warn = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: warning: "+f+"\n", a...) }
-			if opt.MemoryBudget = int64(budget); budget == 0 {
-				opt.MemoryBudget, _ = sysmem.Available()
-			}
-			if opt.CompileTo != "" && out == "" {
-				return compiler.CompileIR(cmd.Context(), args[0], cmd.OutOrStdout(), opt)
-			}
-			if err := compiler.Compile(cmd.Context(), args[0], out, opt); err != nil {
-				return err
-			}
-			if !quiet {
-				fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: wrote %s\n", out)
-			}
-			return nil
-		},
-	}
-	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
-	c.Flags().StringVar(&target, "target", "", "compile target: "+strings.Join(compiler.Targets(), ", ")+" (default: the config's)")
-	c.Flags().StringVarP(&out, "out", "o", "", "output bundle directory")
-	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on success but warnings")
-	c.Flags().Var(&budget, "memory-budget", "warn when the plan keeps more than this resident, e.g. 16GiB (default: this machine's available memory)")
-	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")
-	c.Flags().BoolVar(&noFuse, "no-fuse", false, "skip the fuse pass (for bisecting a numerical difference)")
-	phases.register(c)
-	return c
 }
 
 func configCmd() *cobra.Command {

@@ -148,13 +148,39 @@ func claimTemp(fsys FS, dst string, isDir bool) (tmp string, unlock func(), err 
 
 // removeStale removes the temporaries of dst whose writers are gone.
 func removeStale(fsys FS, dst string) error {
-	parent, prefix := filepath.Dir(dst), TempPrefix(dst)
+	prefix := TempPrefix(dst)
+	return removeDead(fsys, filepath.Dir(dst), func(name string) bool { return strings.HasPrefix(name, prefix) })
+}
+
+// Sweep removes every temporary in dir whose writer is gone, whatever
+// path it was for. The next write of a path cleans up after its own dead
+// writers; Sweep is for directories whose names are not written again
+// (a cache whose entries are pruned), where nothing else would.
+func Sweep(fsys FS, dir string) error {
+	release, err := fsys.Lock(dir, true)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", dir, err)
+	}
+	defer release()
+	return removeDead(fsys, dir, IsTemp)
+}
+
+// IsTemp reports whether a directory entry's name is one of this
+// package's temporaries (".NAME.tmp…").
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp")
+}
+
+// removeDead removes the entries of dir that match and that no live
+// writer holds locked.
+func removeDead(fsys FS, dir string, match func(name string) bool) error {
+	parent := dir
 	entries, err := fsys.ReadDir(parent)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), prefix) {
+		if !match(e.Name()) {
 			continue
 		}
 		p := filepath.Join(parent, e.Name())

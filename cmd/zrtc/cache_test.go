@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/bundleset"
+)
+
+// run runs zrtc in-process with every command and returns stdout and
+// stderr.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errb.String(), err
+}
+
+// buildJSON runs zrtc build --json and decodes its summary.
+func buildJSON(t *testing.T, args ...string) summary {
+	t.Helper()
+	out, stderr, err := run(t, append([]string{"build", "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("build %v: %v\n%s", args, err, stderr)
+	}
+	var s summary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("--json printed %q: %v", out, err)
+	}
+	return s
+}
+
+// oldModel is the tiny synthetic model with an mtime an hour ago, as a
+// downloaded model has (a file modified just now is never memoised).
+func oldModel(t *testing.T) string {
+	t.Helper()
+	m := tinyModel(t)
+	past := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(m, past, past); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// files reads every file under dir by relative path.
+func files(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[rel], err = os.ReadFile(p)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sameBytes fails unless the two trees hold the same files, byte for byte.
+func sameBytes(t *testing.T, a, b string) {
+	t.Helper()
+	fa, fb := files(t, a), files(t, b)
+	if len(fa) == 0 || len(fa) != len(fb) {
+		t.Fatalf("%s holds %d files, %s %d", a, len(fa), b, len(fb))
+	}
+	for name, data := range fa {
+		if !bytes.Equal(data, fb[name]) {
+			t.Fatalf("%s differs between %s and %s", name, a, b)
+		}
+	}
+}
+
+func TestCacheHitEqualsFreshBuild(t *testing.T) {
+	t.Setenv(cacheEnv, "")
+	model := oldModel(t)
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	at := func(n string) string { return filepath.Join(dir, n) }
+
+	first := buildJSON(t, model, "--cache", cache, "-o", at("first"))
+	o := first.Outputs[0]
+	if o.Cache != "miss" || len(o.Key) != 64 || o.Target != "cpu" || o.Plan.WeightsBytes == 0 || o.Bytes == 0 {
+		t.Fatalf("first build: %+v", o)
+	}
+	hit := buildJSON(t, model, "--cache", cache, "-o", at("hit"))
+	if h := hit.Outputs[0]; h.Cache != "hit" || h.Key != o.Key || h.Placed == nil || h.Plan != o.Plan {
+		t.Fatalf("second build: %+v", h)
+	}
+	for _, p := range hit.Outputs[0].Phases {
+		if p.Name == "load" || p.Name == "write" {
+			t.Fatalf("a hit ran phase %s", p.Name)
+		}
+	}
+	if _, stderr, err := run(t, "build", model, "-q", "--no-cache", "-o", at("fresh")); err != nil {
+		t.Fatal(err, stderr)
+	}
+	sameBytes(t, at("fresh"), at("hit"))
+	sameBytes(t, at("fresh"), at("first"))
+
+	// The same content under another name, touched: a hit, equal to a
+	// fresh build of the renamed file (which records its new name).
+	renamed := filepath.Join(filepath.Dir(model), "renamed.gguf")
+	if err := os.Rename(model, renamed); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	os.Chtimes(renamed, now, now)
+	if h := buildJSON(t, renamed, "--cache", cache, "-o", at("renamed-hit")).Outputs[0]; h.Cache != "hit" || h.Key != o.Key {
+		t.Fatalf("renamed and touched GGUF: %+v", h)
+	}
+	if _, stderr, err := run(t, "build", renamed, "-q", "-o", at("renamed-fresh")); err != nil {
+		t.Fatal(err, stderr)
+	}
+	sameBytes(t, at("renamed-fresh"), at("renamed-hit"))
+	if g, _, _ := bundle.ReadGraph(at("renamed-hit")); g == nil || g.Ident.SourceName != "renamed.gguf" {
+		t.Fatal("the hit does not record the renamed GGUF's name")
+	}
+
+	// zrtc key prints the key a build uses, whatever the file's name.
+	key, _, err := run(t, "key", renamed)
+	if err != nil || strings.TrimSpace(key) != o.Key {
+		t.Fatalf("zrtc key printed %q (%v), the build used %s", key, err, o.Key)
+	}
+
+	// An option that changes the output misses, and makes its own entry.
+	if h := buildJSON(t, renamed, "--cache", cache, "--no-fuse", "-o", at("nofuse")).Outputs[0]; h.Cache != "miss" || h.Key == o.Key {
+		t.Fatalf("--no-fuse: %+v", h)
+	}
+	ls, _, err := run(t, "cache", "ls", cache)
+	if err != nil || !strings.Contains(ls, "2 entries") || !strings.Contains(ls, o.Key) {
+		t.Fatalf("cache ls: %v\n%s", err, ls)
+	}
+	pruned, _, err := run(t, "cache", "prune", cache, "--max-size", "0")
+	if err != nil || !strings.Contains(pruned, "removed 2 entries; 0 left") {
+		t.Fatalf("cache prune: %v\n%s", err, pruned)
+	}
+	// Outputs put in place by hard links outlive their entries.
+	if _, err := bundle.Open(at("hit"), true); err != nil {
+		t.Fatalf("a materialised bundle after its entry was pruned: %v", err)
+	}
+	if _, _, err := run(t, "cache", "prune", cache); err == nil || !strings.Contains(err.Error(), "--max-size is required") {
+		t.Fatalf("prune without --max-size: %v", err)
+	}
+}
+
+// TestCacheFromEnvironment: ZRTC_CACHE names the cache when --cache does
+// not, and --no-cache turns it off.
+func TestCacheFromEnvironment(t *testing.T) {
+	model := oldModel(t)
+	dir := t.TempDir()
+	t.Setenv(cacheEnv, filepath.Join(dir, "cache"))
+	if o := buildJSON(t, model, "-o", filepath.Join(dir, "a")).Outputs[0]; o.Cache != "miss" {
+		t.Fatalf("with $%s: %+v", cacheEnv, o)
+	}
+	if o := buildJSON(t, model, "-o", filepath.Join(dir, "b")).Outputs[0]; o.Cache != "hit" {
+		t.Fatalf("with $%s again: %+v", cacheEnv, o)
+	}
+	if o := buildJSON(t, model, "--no-cache", "-o", filepath.Join(dir, "c")).Outputs[0]; o.Cache != "off" || o.Key != "" && len(o.Key) != 64 {
+		t.Fatalf("--no-cache: %+v", o)
+	}
+}
+
+// TestConcurrentBuildsOfOneKey: builds of one key racing on one cache all
+// succeed and leave one valid entry.
+func TestConcurrentBuildsOfOneKey(t *testing.T) {
+	t.Setenv(cacheEnv, "")
+	model := oldModel(t)
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	const n = 4
+	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = run(t, "build", model, "-q", "--cache", cache, "-o", filepath.Join(dir, "out", string(rune('a'+i))))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("build %d: %v", i, err)
+		}
+	}
+	entries, err := filepath.Glob(filepath.Join(cache, "*", "entries", "*"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("cache holds %v, want one entry", entries)
+	}
+	b, err := bundle.Open(entries[0], true)
+	if err != nil {
+		t.Fatalf("the entry: %v", err)
+	}
+	b.Close()
+	for i := 1; i < n; i++ {
+		sameBytes(t, filepath.Join(dir, "out", "a"), filepath.Join(dir, "out", string(rune('a'+i))))
+	}
+}
+
+func TestBuildSet(t *testing.T) {
+	t.Setenv(cacheEnv, "")
+	model := oldModel(t)
+	dir := t.TempDir()
+	at := func(n string) string { return filepath.Join(dir, n) }
+	cache := at("cache")
+	// Given in any order, the targets come out in the registry's.
+	s := buildJSON(t, model, "--target", "cuda:sm_90,cpu", "--cache", cache, "-o", at("set"))
+	if !s.Set || len(s.Outputs) != 2 || s.Outputs[0].Target != "cpu" || s.Outputs[1].Target != "cuda:sm_90" {
+		t.Fatalf("set summary: %+v", s)
+	}
+	x, err := bundleset.Read(at("set"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Model.Source != "tiny.gguf" || x.Model.Architecture == "" || len(x.Model.SHA256) != 64 || len(x.Model.ConfigSHA256) != 64 {
+		t.Fatalf("set model: %+v", x.Model)
+	}
+	cuda, ok := x.Member("cuda:sm_90")
+	if !ok || cuda.Dir != "cuda_sm_90" || cuda.Requires != (bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "9.0"}) || cuda.Key != s.Outputs[1].Key {
+		t.Fatalf("cuda member: %+v", cuda)
+	}
+	if s.Outputs[1].Path != filepath.Join(at("set"), "cuda_sm_90") {
+		t.Fatalf("member path %s", s.Outputs[1].Path)
+	}
+
+	// Each member equals a single-target build, and the key zrtc key
+	// prints.
+	if _, stderr, err := run(t, "build", model, "-q", "--target", "cuda:sm_90", "-o", at("cuda")); err != nil {
+		t.Fatal(err, stderr)
+	}
+	sameBytes(t, at("cuda"), cuda.Path(at("set")))
+	keys, _, err := run(t, "key", model, "--target", "cpu,cuda:sm_90")
+	if err != nil || !strings.Contains(keys, s.Outputs[0].Key+" cpu\n") || !strings.Contains(keys, cuda.Key+" cuda:sm_90\n") {
+		t.Fatalf("zrtc key for two targets: %v\n%s", err, keys)
+	}
+
+	// Built again (from the cache) and without it: byte-identical sets.
+	again := buildJSON(t, model, "--target", "cpu,cuda:sm_90", "--cache", cache, "-o", at("again"))
+	if again.Outputs[0].Cache != "hit" || again.Outputs[1].Cache != "hit" {
+		t.Fatalf("second set build: %+v", again.Outputs)
+	}
+	if _, stderr, err := run(t, "build", model, "-q", "--target", "cpu,cuda:sm_90", "-o", at("nocache")); err != nil {
+		t.Fatal(err, stderr)
+	}
+	sameBytes(t, at("set"), at("again"))
+	sameBytes(t, at("set"), at("nocache"))
+
+	dump, _, err := run(t, "dump", "set", at("set"))
+	if err != nil || !strings.Contains(dump, "cuda_sm_90") || !strings.Contains(dump, "CUDA compute capability >= 9.0") || strings.Count(dump, "  ok") != 2 {
+		t.Fatalf("dump set: %v\n%s", err, dump)
+	}
+	if ok, _, err := run(t, "verify", "-q", at("set")); err != nil || ok != "ok\n" {
+		t.Fatalf("verify set: %q %v", ok, err)
+	}
+	// (Replaced, not written in place: the file is a hard link into the
+	// cache.)
+	replaced := filepath.Join(at("again"), "cpu", bundle.GraphFile)
+	os.Remove(replaced)
+	os.WriteFile(replaced, []byte("ZTRG?"), 0o644)
+	if _, _, err := run(t, "verify", "-q", at("again")); err == nil || !strings.Contains(err.Error(), "does not match the index") {
+		t.Fatalf("verify of a set with a replaced member: %v", err)
+	}
+	// A set replaces a bundle and a bundle a set (both are zrtc's), and
+	// a single build writes over the set it replaced.
+	if _, stderr, err := run(t, "build", model, "-q", "-o", at("set")); err != nil || bundleset.IsSet(at("set")) {
+		t.Fatalf("bundle over a set: %v %s", err, stderr)
+	}
+	if _, _, err := run(t, "build", model, "--target", "cpu,nope", "-o", at("x")); err == nil || !strings.Contains(err.Error(), `"nope" is not a target`) {
+		t.Fatalf("unknown target in a set: %v", err)
+	}
+}
+
+// TestMissVerifiesTheRememberedDigest: a GGUF rewritten in place with its
+// size and mtime kept fools the digest memo; the build that misses reads
+// every byte anyway, notices, keys the entry by what it read and forgets
+// the memo.
+func TestMissVerifiesTheRememberedDigest(t *testing.T) {
+	t.Setenv(cacheEnv, "")
+	model := oldModel(t)
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	before := buildJSON(t, model, "--cache", cache, "-o", filepath.Join(dir, "a")).Outputs[0]
+	if _, _, err := run(t, "cache", "prune", cache, "--max-size", "0"); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(model)
+	f, err := os.OpenFile(model, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := make([]byte, 1)
+	f.ReadAt(last, fi.Size()-1) // tensor data: the file stays a valid GGUF
+	last[0] ^= 0x55
+	f.WriteAt(last, fi.Size()-1)
+	f.Close()
+	os.Chtimes(model, fi.ModTime(), fi.ModTime())
+
+	out, stderr, err := run(t, "build", model, "--json", "--cache", cache, "-o", filepath.Join(dir, "b"))
+	if err != nil {
+		t.Fatal(err, stderr)
+	}
+	if !strings.Contains(stderr, "remembered digest is stale") {
+		t.Errorf("no warning about the stale digest:\n%s", stderr)
+	}
+	var s summary
+	json.Unmarshal([]byte(out), &s)
+	truth, _, err := run(t, "key", model) // no cache: hashes the bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := s.Outputs[0].Key; k == before.Key || k != strings.TrimSpace(truth) {
+		t.Fatalf("key after the in-place change %s; before %s, of the bytes %s", k, before.Key, truth)
+	}
+	// The memo was forgotten: the next build reads the file and hits.
+	if o := buildJSON(t, model, "--cache", cache, "-o", filepath.Join(dir, "c")).Outputs[0]; o.Cache != "hit" || o.Key != s.Outputs[0].Key {
+		t.Fatalf("after the fix: %+v", o)
+	}
+}

@@ -1,0 +1,255 @@
+// Package bundleset reads and writes a bundle set: one directory holding
+// a bundle per compile target, all built from one model and config, and
+// an index, set.json, that says what each bundle needs of a machine. A
+// build pipeline writes one set for every target it ships; a deployment
+// box reads the index and opens the bundle its hardware runs best
+// (runtime/pick chooses).
+//
+//	OUT/set.json        the index
+//	OUT/cpu/            a bundle (graph.zrg, weights.zrw, kernels/)
+//	OUT/cuda_sm_90/     another, named after its target (SanitizeTarget)
+//
+// The set is written as one directory through format/publish, so a
+// reader sees the whole old set or the whole new one. Each member's entry
+// records the SHA-256 of its graph file, which ties the graph file by
+// hash to its kernels and weights, so the index and the bundles it names
+// cannot come from two builds unnoticed.
+package bundleset
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/publish"
+)
+
+// IndexFile is the index's name inside a set directory.
+const IndexFile = "set.json"
+
+// The index's format name and version. A reader refuses another format
+// and a newer version; a version adds fields only where older readers can
+// ignore them.
+const (
+	FormatName = "zrt-bundle-set"
+	Version    = 1
+)
+
+// Index is the contents of set.json.
+type Index struct {
+	Format   string `json:"format"`
+	Version  int    `json:"version"`
+	Producer string `json:"producer"` // the zrtc that wrote it
+	Model    Model  `json:"model"`
+	// Bundles are the members in the target registry's order.
+	Bundles []Member `json:"bundles"`
+}
+
+// Model is what every member was built from.
+type Model struct {
+	Source       string `json:"source"`        // the GGUF's base name
+	SHA256       string `json:"sha256"`        // of the GGUF's bytes
+	Architecture string `json:"architecture"`  // general.architecture
+	ConfigSHA256 string `json:"config_sha256"` // of the effective config, target left out
+}
+
+// Member is one bundle of the set.
+type Member struct {
+	Target string `json:"target"`
+	// Dir is the member's directory, a single name inside the set.
+	Dir      string   `json:"dir"`
+	Requires Requires `json:"requires"`
+	// Key is the build cache key of the member (zrtc key).
+	Key string `json:"key"`
+	// GraphSHA256 is the SHA-256 of the member's graph file.
+	GraphSHA256 string `json:"graph_sha256"`
+}
+
+// Requires is what a machine must have to run a member.
+type Requires struct {
+	// Tier is the runtime tier kind that runs it: cpu, cuda.
+	Tier string `json:"tier"`
+	// CUDAComputeCapability, for the cuda tier, is the lowest compute
+	// capability ("9.0") whose devices run its kernels: the PTX targets
+	// that architecture and the driver compiles it for the same or a
+	// later one.
+	CUDAComputeCapability string `json:"cuda_compute_capability,omitempty"`
+}
+
+// SanitizeTarget names a target's directory: every byte outside
+// [A-Za-z0-9._-] becomes '_' (cuda:sm_90 → cuda_sm_90), which any file
+// system and archive tool takes.
+func SanitizeTarget(target string) string {
+	b := []byte(target)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	if s := string(b); s != "" && s != "." && s != ".." {
+		return s
+	}
+	return "_" + string(b)
+}
+
+// Path is the member's bundle directory inside the set at dir.
+func (m Member) Path(dir string) string { return filepath.Join(dir, m.Dir) }
+
+// Member returns the member built for target.
+func (x *Index) Member(target string) (Member, bool) {
+	for _, m := range x.Bundles {
+		if m.Target == target {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// Targets lists the members' targets in order.
+func (x *Index) Targets() []string {
+	out := make([]string, len(x.Bundles))
+	for i, m := range x.Bundles {
+		out[i] = m.Target
+	}
+	return out
+}
+
+// Check validates an index as Read does: its format and version, and
+// members with distinct targets and plain, distinct directory names.
+func (x *Index) Check() error {
+	if x.Format != FormatName {
+		return fmt.Errorf("%s: format %q, not a %s index", IndexFile, x.Format, FormatName)
+	}
+	if x.Version < 1 || x.Version > Version {
+		return fmt.Errorf("%s: version %d, this zrt reads 1–%d: use a newer zrt-run or rebuild the set with this zrtc", IndexFile, x.Version, Version)
+	}
+	if len(x.Bundles) == 0 {
+		return fmt.Errorf("%s: the set has no bundles", IndexFile)
+	}
+	targets, dirs := map[string]bool{}, map[string]bool{}
+	for _, m := range x.Bundles {
+		if m.Target == "" || targets[m.Target] {
+			return fmt.Errorf("%s: target %q empty or listed twice", IndexFile, m.Target)
+		}
+		// A member's directory is one name inside the set: never a path
+		// that climbs out of it.
+		if m.Dir == "" || m.Dir == "." || m.Dir == ".." || strings.ContainsAny(m.Dir, `/\`) || dirs[m.Dir] {
+			return fmt.Errorf("%s: member %s: directory %q is not a plain name unique in the set", IndexFile, m.Target, m.Dir)
+		}
+		targets[m.Target], dirs[m.Dir] = true, true
+	}
+	return nil
+}
+
+// Encode renders the index as indented JSON with a final newline; the
+// same index always gives the same bytes, so a set built twice is
+// byte-identical.
+func (x *Index) Encode() ([]byte, error) {
+	b, err := json.MarshalIndent(x, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Read reads and checks the index of the set at dir.
+func Read(dir string) (*Index, error) {
+	b, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	if err != nil {
+		return nil, fmt.Errorf("bundle set %s: %w", dir, err)
+	}
+	var x Index
+	d := json.NewDecoder(bytes.NewReader(b))
+	if err := d.Decode(&x); err != nil {
+		return nil, fmt.Errorf("bundle set %s: %s: %w", dir, IndexFile, err)
+	}
+	if err := x.Check(); err != nil {
+		return nil, fmt.Errorf("bundle set %s: %w", dir, err)
+	}
+	return &x, nil
+}
+
+// IsSet reports whether dir is a bundle set directory (it holds an
+// index). It does not check the index; Read does.
+func IsSet(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, IndexFile))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// IsOutput accepts, for replacement by a build, what zrtc build writes: a
+// bundle set or a bundle. Anything else is refused (format/publish).
+func IsOutput(path string, fi fs.FileInfo) error {
+	if fi.IsDir() && IsSet(path) {
+		return nil
+	}
+	if err := bundle.IsBundle(path, fi); err != nil {
+		return fmt.Errorf("it is neither a zrt bundle nor a bundle set (no %s or %s)", bundle.GraphFile, IndexFile)
+	}
+	return nil
+}
+
+// Write builds the set at dst atomically: fill writes each member of x
+// into its directory under a fresh temporary (creating it), then Write
+// records every member's graph-file digest and writes the index. dst must
+// be missing or accepted by IsOutput; on any error it is unchanged.
+func Write(dst string, x *Index, fill func(tmp string) error) error {
+	x.Format, x.Version = FormatName, Version
+	if err := x.Check(); err != nil {
+		return err
+	}
+	return publish.Dir(publish.OS{}, dst, IsOutput, func(tmp string) error {
+		if err := fill(tmp); err != nil {
+			return err
+		}
+		for i := range x.Bundles {
+			m := &x.Bundles[i]
+			sum, err := graphDigest(m.Path(tmp))
+			if err != nil {
+				return fmt.Errorf("member %s: %w", m.Target, err)
+			}
+			m.GraphSHA256 = sum
+		}
+		b, err := x.Encode()
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(tmp, IndexFile), b, 0o644)
+	})
+}
+
+// VerifyMember checks that the member's graph file is the one the index
+// recorded: a set whose index and bundles come from different builds (a
+// hand-copied member, or a set replaced while it was being opened) is
+// refused rather than run.
+func VerifyMember(dir string, m Member) error {
+	sum, err := graphDigest(m.Path(dir))
+	if err != nil {
+		return fmt.Errorf("bundle set %s: member %s: %w", dir, m.Target, err)
+	}
+	if sum != m.GraphSHA256 {
+		return fmt.Errorf("bundle set %s: member %s: %s does not match the index (the set was changed or replaced while it was opened: retry, or rebuild the set)", dir, m.Target, bundle.GraphFile)
+	}
+	return nil
+}
+
+// graphDigest is the hex SHA-256 of a bundle directory's graph file.
+func graphDigest(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, bundle.GraphFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s is missing", filepath.Join(dir, bundle.GraphFile))
+	}
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}

@@ -1,0 +1,137 @@
+package pick
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/bundleset"
+)
+
+// cpuAndCUDA is the index of a set with a cpu and a cuda:sm_90 bundle.
+func cpuAndCUDA() *bundleset.Index {
+	return &bundleset.Index{Format: bundleset.FormatName, Version: bundleset.Version, Bundles: []bundleset.Member{
+		{Target: "cpu", Dir: "cpu", Requires: bundleset.Requires{Tier: "cpu"}},
+		{Target: "cuda:sm_90", Dir: "cuda_sm_90", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "9.0"}},
+	}}
+}
+
+var (
+	noGPU = func() (GPU, error) {
+		return GPU{}, errors.New("cuda: no driver library: libcuda.so.1: cannot open shared object file")
+	}
+	h100 = func() (GPU, error) { return GPU{Name: "NVIDIA H100 80GB HBM3", Major: 9, Minor: 0}, nil }
+	a100 = func() (GPU, error) { return GPU{Name: "NVIDIA A100", Major: 8, Minor: 0}, nil }
+)
+
+func choose(t *testing.T, x *bundleset.Index, probe CUDAProbe, tier string) (Choice, error) {
+	t.Helper()
+	return Choose("SET", x, Detect(probe), tier)
+}
+
+func TestNoGPUPicksCPUAndSaysWhy(t *testing.T) {
+	c, err := choose(t, cpuAndCUDA(), noGPU, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Member.Target != "cpu" || c.Path != filepath.Join("SET", "cpu") {
+		t.Fatalf("chose %s at %s, want cpu", c.Member.Target, c.Path)
+	}
+	why := c.Explain()
+	for _, want := range []string{"cuda:sm_90", "needs a CUDA device of compute capability 9.0", "none here", "T-CPU runs on any machine", "chose cpu"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("explanation lacks %q:\n%s", want, why)
+		}
+	}
+	if !strings.Contains(c.Machine.String(), "libcuda.so.1") {
+		t.Errorf("the machine's description drops the probe's reason: %s", c.Machine)
+	}
+}
+
+func TestGPUThatFitsPicksCUDA(t *testing.T) {
+	c, err := choose(t, cpuAndCUDA(), h100, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Member.Target != "cuda:sm_90" || !strings.Contains(c.Explain(), "H100") {
+		t.Fatalf("chose %s:\n%s", c.Member.Target, c.Explain())
+	}
+	// The user's tier choice wins over the preference.
+	if c, err = choose(t, cpuAndCUDA(), h100, "cpu"); err != nil || c.Member.Target != "cpu" {
+		t.Fatalf("--tier cpu on a GPU machine: %s %v", c.Member.Target, err)
+	}
+}
+
+func TestOlderGPUFallsBackToCPU(t *testing.T) {
+	c, err := choose(t, cpuAndCUDA(), a100, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Member.Target != "cpu" || !strings.Contains(c.Explain(), "needs compute capability 9.0 or later; NVIDIA A100 has 8.0") {
+		t.Fatalf("chose %s:\n%s", c.Member.Target, c.Explain())
+	}
+}
+
+func TestNothingFitsNamesMachineAndOffers(t *testing.T) {
+	x := cpuAndCUDA()
+	x.Bundles = x.Bundles[1:] // cuda only
+	_, err := choose(t, x, noGPU, "")
+	if err == nil {
+		t.Fatal("a cuda-only set was chosen on a machine without a GPU")
+	}
+	for _, want := range []string{"no bundle runs", "no CUDA device", "libcuda.so.1", "the set offers cuda:sm_90", "compute capability 9.0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if _, err := choose(t, cpuAndCUDA(), noGPU, "cuda"); err == nil || !strings.Contains(err.Error(), "on tier cuda") {
+		t.Errorf("--tier cuda without a GPU: %v", err)
+	}
+	x = cpuAndCUDA()
+	x.Bundles[0].Target = "amd:gfx1201" // a target this zrt-run does not know
+	x.Bundles[0].Requires.Tier = "amd"
+	c, err := choose(t, x, noGPU, "")
+	if err == nil || !strings.Contains(c.Explain(), "no tier for target amd:gfx1201") {
+		t.Errorf("unknown target: %v\n%s", err, c.Explain())
+	}
+}
+
+// TestResolve runs the whole path zrt-run takes: a plain bundle is
+// itself; a set is read, chosen from and checked against its index.
+func TestResolve(t *testing.T) {
+	dir := t.TempDir()
+	set := filepath.Join(dir, "set")
+	x := cpuAndCUDA()
+	err := bundleset.Write(set, x, func(tmp string) error {
+		for i, m := range x.Bundles {
+			d := m.Path(tmp)
+			os.Mkdir(d, 0o755)
+			g := &bundle.Graph{Ident: bundle.Ident{Target: m.Target, SourceName: "m.gguf"}, ConfigTOML: string(rune('a' + i))}
+			if err := os.WriteFile(filepath.Join(d, bundle.GraphFile), g.Encode(), 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, c, err := Resolve(set, noGPU, "")
+	if err != nil || got != filepath.Join(set, "cpu") || c == nil {
+		t.Fatalf("Resolve(set) = %q, %v", got, err)
+	}
+	plain := filepath.Join(set, "cpu")
+	if got, c, err := Resolve(plain, nil, ""); got != plain || c != nil || err != nil {
+		t.Fatalf("Resolve(bundle) = %q, %v, %v", got, c, err)
+	}
+	// A member swapped for another build's is refused.
+	cudaGraph := filepath.Join(set, "cuda_sm_90", bundle.GraphFile)
+	b, _ := os.ReadFile(cudaGraph)
+	os.WriteFile(filepath.Join(set, "cpu", bundle.GraphFile), b, 0o644)
+	if _, _, err := Resolve(set, noGPU, ""); err == nil || !strings.Contains(err.Error(), "does not match the index") {
+		t.Fatalf("mismatched member: %v", err)
+	}
+}

@@ -59,11 +59,23 @@ var catalog = []ABI{
 		Push: []Param{{"k", U32}, {"n", U32}}},
 	{Name: "rope", Bufs: []string{"x", "io"}, Push: []Param{{"n_head", U32}, {"head_dim", U32}},
 		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}}},
+	// rope_ext is rope with two of ggml_rope_ext's extensions: per-pair
+	// frequency factors (pair i turns by θ_i / freq[i]: LongRoPE's short or
+	// long factors, an F32 vector of n_rot/2; null for none) and an
+	// attention factor that scales cos and sin (LongRoPE's magnitude
+	// correction).
+	{Name: "rope_ext", Bufs: []string{"x", "freq", "io"}, Optional: map[string]bool{"freq": true},
+		Push: []Param{{"n_head", U32}, {"head_dim", U32}},
+		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}, {"attn_factor", F32}}},
 	{Name: "kv_write", Bufs: []string{"k", "v", "io", "kv"}, Push: []Param{{"layer", U32}, {"kv_dim", U32}},
 		Spec: []Param{{"n_layer", U32}}},
 	{Name: "flash_attn", Bufs: []string{"q", "kv", "io", "y"}, Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"scale", F32}}},
 	{Name: "add", Bufs: []string{"x", "y", "io"}, Push: []Param{{"cols", U32}}},
+	// add_gated adds a branch into the residual scaled per row by a
+	// sigmoid gate: x[r] += sigmoid(g[r]·w)·y[r], w an F32 vector of k
+	// (the sigmoid-gated shared expert of MoE models).
+	{Name: "add_gated", Bufs: []string{"x", "y", "g", "w", "io"}, Push: []Param{{"cols", U32}, {"k", U32}}},
 	{Name: "swiglu", Bufs: []string{"gate", "up", "io", "y"}, Push: []Param{{"cols", U32}}},
 	{Name: "moe_gate_topk", Typed: true, Bufs: []string{"x", "w", "io", "route"},
 		Push: []Param{{"k", U32}, {"n_expert", U32}, {"n_used", U32}, {"norm", U32}}},

@@ -67,6 +67,58 @@ func TestVerifyRejects(t *testing.T) {
 	}
 }
 
+// extended builds x → RMS_NORM_FUSED_QKV (q 8, k and v 4) → ROPE_EXT of
+// q with frequency factors → RESIDUAL_GATED of q into x, gated by x.
+func extended() *ir.Graph {
+	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: 1, Rows: 1})
+	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+	emb := g.Buffer(ir.Buffer{Name: "emb", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 4}, LayerClass: "e", Bytes: 128})
+	nw := g.Buffer(ir.Buffer{Name: "nw", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8}, LayerClass: "n", Bytes: 32})
+	qkv := g.Buffer(ir.Buffer{Name: "qkv", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 16}, LayerClass: "qkv", Bytes: 512})
+	ff := g.Buffer(ir.Buffer{Name: "ff", Class: ir.Weight, Type: ggml.F32, Dims: []int64{2}, LayerClass: "ff", Bytes: 8})
+	gw := g.Buffer(ir.Buffer{Name: "gw", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8}, LayerClass: "gw", Bytes: 32})
+	x, q, k, v := g.NewReg("x", 1, 8, 4), g.NewReg("q", 1, 8, 4), g.NewReg("k", 1, 4, 4), g.NewReg("v", 1, 4, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 8})
+	g.Emit(ir.RMS_NORM_FUSED_QKV, []ir.Operand{ir.R("x", x), ir.B("w_norm", nw), ir.B("w_qkv", qkv), ir.B("io", io)},
+		[]ir.Operand{ir.R("q", q), ir.R("k", k), ir.R("v", v)}, ir.Attrs{"k": 8, "n_q": 8, "n_kv": 4, "eps": 1e-5})
+	g.Emit(ir.ROPE_EXT, []ir.Operand{ir.R("x", q), ir.B("freq", ff), ir.B("io", io)}, []ir.Operand{ir.R("x", q)},
+		ir.Attrs{"n_head": 2, "head_dim": 4, "n_rot": 4, "neox": 1, "freq_base": 1e4, "freq_scale": 1, "attn_factor": 1.2})
+	g.Emit(ir.RESIDUAL_GATED, []ir.Operand{ir.R("x", x), ir.R("y", q), ir.R("g", x), ir.B("w", gw), ir.B("io", io)},
+		[]ir.Operand{ir.R("x", x)}, ir.Attrs{"cols": 8, "k": 8})
+	return g
+}
+
+// The ops graph builders emit beyond the llama set are held to their
+// shapes: fused projections over a file's concatenated weight, RoPE's
+// frequency factors, the gated residual's F32 gate vector.
+func TestVerifyExtendedOps(t *testing.T) {
+	if err := Verify(extended()); err != nil {
+		t.Fatalf("valid graph: %v", err)
+	}
+	cases := map[string]func(g *ir.Graph){
+		"weight shape":       func(g *ir.Graph) { g.Buffers[3].Dims = []int64{8, 12} },
+		"operand k has":      func(g *ir.Graph) { g.Regs[2].Cols = 8 },
+		"frequency factors":  func(g *ir.Graph) { g.Buffers[4].Dims = []int64{4} },
+		"gate weight F16":    func(g *ir.Graph) { g.Buffers[5].Type = ggml.F16 },
+		"operand g has":      func(g *ir.Graph) { g.Insts[3].Attrs["k"] = 4 },
+		"missing attribute":  func(g *ir.Graph) { delete(g.Insts[2].Attrs, "attn_factor") },
+		"not an argument of": func(g *ir.Graph) { g.Insts[2].Reads = append(g.Insts[2].Reads, ir.B("bias", 4)) },
+	}
+	for want, mod := range cases {
+		g := extended()
+		mod(g)
+		if err := Verify(g); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	// Without factors (a null optional buffer) ROPE_EXT is valid.
+	g := extended()
+	g.Insts[2].Reads = append(g.Insts[2].Reads[:1], g.Insts[2].Reads[2])
+	if err := Verify(g); err != nil {
+		t.Errorf("ROPE_EXT without factors: %v", err)
+	}
+}
+
 func TestRegallocReusesAndNeverOverlaps(t *testing.T) {
 	g := small()
 	lv := Analyze(g)

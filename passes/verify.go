@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 )
 
@@ -123,6 +124,33 @@ func verifyShapes(g *ir.Graph, in *ir.Inst) error {
 		return nil
 	}
 	a := func(k string) int { return int(in.Attrs[k]) }
+	// normProjection checks a fused norm and projection whose weight w
+	// (and bias, when named and present) concatenate the outputs' rows.
+	// Graph builders emit these ops directly where the model file holds
+	// the concatenated weight, so they are held to the shapes of the ops
+	// they replace.
+	normProjection := func(w, bias string, outs []string, widths []int) error {
+		n := 0
+		for i, o := range outs {
+			if err := want(o, widths[i]); err != nil {
+				return err
+			}
+			n += widths[i]
+		}
+		if err := want("x", a("k")); err != nil {
+			return err
+		}
+		if d := dims("w_norm"); len(d) != 1 || d[0] != int64(a("k")) {
+			return fmt.Errorf("norm weight shape %v, want [%d]", d, a("k"))
+		}
+		if d := dims(w); len(d) != 2 || d[0] != int64(a("k")) || d[1] != int64(n) {
+			return fmt.Errorf("weight shape %v, want [%d %d]", d, a("k"), n)
+		}
+		if d := dims(bias); bias != "" && d != nil && (len(d) != 1 || d[0] != int64(n)) {
+			return fmt.Errorf("bias shape %v, want [%d]", d, n)
+		}
+		return nil
+	}
 	switch in.Op {
 	case ir.MATMUL, ir.LM_HEAD:
 		n := a("n")
@@ -154,19 +182,42 @@ func verifyShapes(g *ir.Graph, in *ir.Inst) error {
 			return err
 		}
 		return want("y", a("cols"))
+	case ir.RESIDUAL_GATED:
+		for _, c := range []struct {
+			role string
+			n    int
+		}{{"x", a("cols")}, {"y", a("cols")}, {"g", a("k")}} {
+			if err := want(c.role, c.n); err != nil {
+				return err
+			}
+		}
+		if o, ok := in.Operand("w"); ok && o.Kind == ir.BufOperand {
+			if b := &g.Buffers[o.ID]; b.Type != ggml.F32 || len(b.Dims) != 1 || b.Dims[0] != int64(a("k")) {
+				return fmt.Errorf("gate weight %s %v, want F32 [%d]", b.Type, b.Dims, a("k"))
+			}
+		}
 	case ir.SWIGLU, ir.MOE_SWIGLU:
 		for _, r := range []string{"gate", "up", "y"} {
 			if err := want(r, a("cols")); err != nil {
 				return err
 			}
 		}
-	case ir.ROPE:
+	case ir.ROPE, ir.ROPE_EXT:
 		if err := want("x", a("n_head")*a("head_dim")); err != nil {
 			return err
 		}
 		if a("n_rot") > a("head_dim") {
 			return fmt.Errorf("n_rot %d exceeds head_dim %d", a("n_rot"), a("head_dim"))
 		}
+		if o, ok := in.Operand("freq"); ok && o.Kind == ir.BufOperand {
+			if b := &g.Buffers[o.ID]; b.Type != ggml.F32 || len(b.Dims) != 1 || b.Dims[0] != int64(a("n_rot")/2) {
+				return fmt.Errorf("frequency factors %s %v, want F32 [%d]", b.Type, b.Dims, a("n_rot")/2)
+			}
+		}
+	case ir.RMS_NORM_FUSED_QKV:
+		return normProjection("w_qkv", "b_qkv", []string{"q", "k", "v"}, []int{a("n_q"), a("n_kv"), a("n_kv")})
+	case ir.RMS_NORM_FUSED_MLP_GATE_UP:
+		return normProjection("w_gate_up", "", []string{"gate", "up"}, []int{a("f"), a("f")})
 	}
 	return nil
 }

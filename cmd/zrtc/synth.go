@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler/synth"
@@ -45,7 +46,7 @@ func synthCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVarP(&out, "out", "o", "", "output GGUF path")
-	f.StringVar(&s.Arch, "arch", s.Arch, "architecture: llama, qwen2, qwen3")
+	f.StringVar(&s.Arch, "arch", s.Arch, "architecture: "+strings.Join(synth.Archs, ", "))
 	f.IntVar(&s.Layers, "layers", s.Layers, "layers")
 	f.IntVar(&s.Embd, "embd", s.Embd, "embedding width")
 	f.IntVar(&s.Heads, "heads", s.Heads, "attention heads")

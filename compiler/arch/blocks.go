@@ -6,6 +6,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/kernels"
@@ -176,6 +177,9 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 		// Spec.check refuses these before any graph is started.
 		return fmt.Errorf("layer %d: no block builds %v", l, m)
 	}
+	if ffn, ok := ls.FFN.(DenseFFN); ok && ffn.FusedGateUp {
+		return b.fusedDenseFFN(l, ffn, x)
+	}
 	fn, err := b.preNorm(l, "ffn_norm", "model.ffn.norm", "ffn_in", x)
 	if err != nil {
 		return err
@@ -191,34 +195,21 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 }
 
 // attention adds layer l's attention block: norm, Q/K/V projections (with
-// biases when ls.QKVBias), per-head Q/K norms (ls.QKNorm), RoPE by
-// ls.Rope, the KV-cache write, flash attention over the cache, the output
-// projection and the residual add into x.
+// biases when ls.QKVBias; one fused projection when ls.FusedQKV), per-head
+// Q/K norms (ls.QKNorm), RoPE by ls.Rope, the KV-cache write, flash
+// attention over the cache, the output projection and the residual add
+// into x.
 func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	g, h := b.g, b.h
 	E := int64(h.NEmbd)
 	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
-	xn, err := b.preNorm(l, "attn_norm", "model.attn.norm", "attn_in", x)
+	project := b.qkv
+	if ls.FusedQKV {
+		project = b.fusedQKV
+	}
+	q, k, v, err := project(l, ls, x)
 	if err != nil {
 		return err
-	}
-
-	q, k, v := b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim)
-	for _, p := range []struct {
-		role, bias, logical string
-		dst, n              int
-	}{{"attn_q", "attn_q_bias", "model.attn.q_weight", q, qDim}, {"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim}, {"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim}} {
-		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
-		if err != nil {
-			return err
-		}
-		bias := -1
-		if ls.QKVBias {
-			if bias, err = b.weight(p.bias, l, p.logical+"_bias", int64(p.n)); err != nil {
-				return err
-			}
-		}
-		b.matmul(p.dst, xn, w, bias, h.NEmbd, p.n)
 	}
 	if ls.QKNorm {
 		for _, p := range []struct {
@@ -232,14 +223,10 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 			b.rmsNorm(p.r, p.r, w, g.Regs[p.r].Cols, h.HeadDim)
 		}
 	}
-	neox := 0.0
-	if ls.Rope.NeoX {
-		neox = 1
-	}
 	for _, p := range []struct{ r, heads int }{{q, h.NHead}, {k, h.NHeadKV}} {
-		g.Emit(ir.ROPE, []ir.Operand{ir.R("x", p.r), ir.B("io", b.io)}, []ir.Operand{ir.R("x", p.r)}, ir.Attrs{
-			"n_head": float64(p.heads), "head_dim": float64(h.HeadDim), "n_rot": float64(ls.Rope.NRot), "neox": neox,
-			"freq_base": ls.Rope.Base, "freq_scale": ls.Rope.Scale})
+		if err := b.rope(ls.Rope, p.r, p.heads); err != nil {
+			return err
+		}
 	}
 	g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", b.io), ir.B("kv", b.kv)}, []ir.Operand{ir.B("kv", b.kv)},
 		ir.Attrs{"layer": float64(l), "kv_dim": float64(kvDim), "n_layer": float64(h.NLayer)})
@@ -257,10 +244,97 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	return nil
 }
 
+// qkv adds layer l's attention norm and its separate Q, K and V
+// projections of x (with biases when ls.QKVBias), and returns the
+// registers they write.
+func (b *graphBuilder) qkv(l int, ls *LayerSpec, x int) (q, k, v int, err error) {
+	h := b.h
+	E := int64(h.NEmbd)
+	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
+	xn, err := b.preNorm(l, "attn_norm", "model.attn.norm", "attn_in", x)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	q, k, v = b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim)
+	for _, p := range []struct {
+		role, bias, logical string
+		dst, n              int
+	}{{"attn_q", "attn_q_bias", "model.attn.q_weight", q, qDim}, {"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim}, {"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim}} {
+		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		bias := -1
+		if ls.QKVBias {
+			if bias, err = b.weight(p.bias, l, p.logical+"_bias", int64(p.n)); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		b.matmul(p.dst, xn, w, bias, h.NEmbd, p.n)
+	}
+	return q, k, v, nil
+}
+
+// fusedQKV adds layer l's attention norm and its one Q|K|V projection of
+// x (attn_qkv, with its bias when ls.QKVBias) as RMS_NORM_FUSED_QKV: the
+// op the fuse pass forms from separate projections, whose weight is the
+// file's tensor as it stands. It returns the registers it writes.
+func (b *graphBuilder) fusedQKV(l int, ls *LayerSpec, x int) (q, k, v int, err error) {
+	h := b.h
+	E := int64(h.NEmbd)
+	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
+	wn, err := b.weight("attn_norm", l, "model.attn.norm", E)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	w, err := b.weight("attn_qkv", l, "model.attn.qkv_weight", E, int64(qDim+2*kvDim))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	reads := []ir.Operand{ir.R("x", x), ir.B("w_norm", wn), ir.B("w_qkv", w), ir.B("io", b.io)}
+	if ls.QKVBias {
+		bias, err := b.weight("attn_qkv_bias", l, "model.attn.qkv_bias", int64(qDim+2*kvDim))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		reads = append(reads, ir.B("b_qkv", bias))
+	}
+	q, k, v = b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim)
+	b.g.Emit(ir.RMS_NORM_FUSED_QKV, reads, []ir.Operand{ir.R("q", q), ir.R("k", k), ir.R("v", v)},
+		ir.Attrs{"k": float64(h.NEmbd), "n_q": float64(qDim), "n_kv": float64(kvDim), "eps": float64(h.Eps)})
+	return q, k, v, nil
+}
+
+// rope rotates the heads of register x in place by r: ROPE, or ROPE_EXT
+// when r has frequency factors or an attention factor.
+func (b *graphBuilder) rope(r Rope, x, heads int) error {
+	neox := 0.0
+	if r.NeoX {
+		neox = 1
+	}
+	attrs := ir.Attrs{"n_head": float64(heads), "head_dim": float64(b.h.HeadDim), "n_rot": float64(r.NRot), "neox": neox,
+		"freq_base": r.Base, "freq_scale": r.Scale}
+	if !r.extended() {
+		b.g.Emit(ir.ROPE, []ir.Operand{ir.R("x", x), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)}, attrs)
+		return nil
+	}
+	reads := []ir.Operand{ir.R("x", x)}
+	if r.Factors != "" {
+		w, err := b.weight(r.Factors, -1, "model.rope_factors", int64(r.NRot/2))
+		if err != nil {
+			return err
+		}
+		reads = append(reads, ir.B("freq", w))
+	}
+	attrs["attn_factor"] = r.attnFactor()
+	b.g.Emit(ir.ROPE_EXT, append(reads, ir.B("io", b.io)), []ir.Operand{ir.R("x", x)}, attrs)
+	return nil
+}
+
 // denseFFN adds layer l's SwiGLU FFN on the normed input fn and its
 // residual add into x.
 func (b *graphBuilder) denseFFN(l int, ffn DenseFFN, fn, x int) error {
-	g, h := b.g, b.h
+	h := b.h
 	E, F := int64(h.NEmbd), int64(ffn.NFF)
 	wg, err := b.weight("ffn_gate", l, "model.ffn.gate_weight", E, F)
 	if err != nil {
@@ -277,10 +351,45 @@ func (b *graphBuilder) denseFFN(l int, ffn DenseFFN, fn, x int) error {
 	gate, up, act, down := b.reg(l, "gate", ffn.NFF), b.reg(l, "up", ffn.NFF), b.reg(l, "act", ffn.NFF), b.reg(l, "down", h.NEmbd)
 	b.matmul(gate, fn, wg, -1, h.NEmbd, ffn.NFF)
 	b.matmul(up, fn, wu, -1, h.NEmbd, ffn.NFF)
-	g.Emit(ir.SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)}, ir.Attrs{"cols": float64(F)})
-	b.matmul(down, act, wd, -1, ffn.NFF, h.NEmbd)
+	b.swigluDown(gate, up, act, down, wd, ffn.NFF)
 	b.residual(x, down)
 	return nil
+}
+
+// fusedDenseFFN adds layer l's SwiGLU FFN whose gate and up are one
+// tensor (ffn_up, the gate's columns first): its norm and gate/up
+// projection of x as RMS_NORM_FUSED_MLP_GATE_UP, the op the fuse pass
+// forms from separate ones, over the file's tensor as it stands; then
+// the activation, down projection and residual add into x.
+func (b *graphBuilder) fusedDenseFFN(l int, ffn DenseFFN, x int) error {
+	h := b.h
+	E, F := int64(h.NEmbd), int64(ffn.NFF)
+	wn, err := b.weight("ffn_norm", l, "model.ffn.norm", E)
+	if err != nil {
+		return err
+	}
+	wgu, err := b.weight("ffn_gate_up", l, "model.ffn.gate_up_weight", E, 2*F)
+	if err != nil {
+		return err
+	}
+	wd, err := b.weight("ffn_down", l, "model.ffn.down_weight", F, E)
+	if err != nil {
+		return err
+	}
+	gate, up, act, down := b.reg(l, "gate", ffn.NFF), b.reg(l, "up", ffn.NFF), b.reg(l, "act", ffn.NFF), b.reg(l, "down", h.NEmbd)
+	b.g.Emit(ir.RMS_NORM_FUSED_MLP_GATE_UP, []ir.Operand{ir.R("x", x), ir.B("w_norm", wn), ir.B("w_gate_up", wgu), ir.B("io", b.io)},
+		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(h.NEmbd), "f": float64(F), "eps": float64(h.Eps)})
+	b.swigluDown(gate, up, act, down, wd, ffn.NFF)
+	b.residual(x, down)
+	return nil
+}
+
+// swigluDown adds act = silu(gate) ⊙ up and down = act·wd, f hidden
+// columns.
+func (b *graphBuilder) swigluDown(gate, up, act, down, wd, f int) {
+	b.g.Emit(ir.SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
+		ir.Attrs{"cols": float64(f)})
+	b.matmul(down, act, wd, -1, f, b.h.NEmbd)
 }
 
 // moe adds layer l's routed-experts FFN on the normed input fn: route,
@@ -326,6 +435,50 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 		ir.Attrs{"cols": float64(U) * float64(F)})
 	g.Emit(ir.MOE_DOWN_ACC, []ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", x)},
 		[]ir.Operand{ir.R("y", x)}, ir.Attrs{"f": float64(F), "n": float64(E), "n_used": float64(U)})
+	if ffn.SharedNFF > 0 {
+		return b.sharedExpert(l, ffn, fn, x)
+	}
+	return nil
+}
+
+// sharedExpert adds layer l's always-active expert on the normed input
+// fn: a SwiGLU FFN of ffn.SharedNFF columns whose output is added into x,
+// scaled per row by sigmoid(fn·ffn_gate_inp_shexp) when ffn.SharedGated
+// (RESIDUAL_GATED).
+func (b *graphBuilder) sharedExpert(l int, ffn MoEFFN, fn, x int) error {
+	g, h := b.g, b.h
+	E, F := int64(h.NEmbd), int64(ffn.SharedNFF)
+	wg, err := b.weight("shexp_gate", l, "model.moe.shared_gate_weight", E, F)
+	if err != nil {
+		return err
+	}
+	wu, err := b.weight("shexp_up", l, "model.moe.shared_up_weight", E, F)
+	if err != nil {
+		return err
+	}
+	wd, err := b.weight("shexp_down", l, "model.moe.shared_down_weight", F, E)
+	if err != nil {
+		return err
+	}
+	gate, up, act, down := b.reg(l, "shexp_gate", ffn.SharedNFF), b.reg(l, "shexp_up", ffn.SharedNFF), b.reg(l, "shexp_act", ffn.SharedNFF),
+		b.reg(l, "shexp_down", h.NEmbd)
+	b.matmul(gate, fn, wg, -1, h.NEmbd, ffn.SharedNFF)
+	b.matmul(up, fn, wu, -1, h.NEmbd, ffn.SharedNFF)
+	b.swigluDown(gate, up, act, down, wd, ffn.SharedNFF)
+	if !ffn.SharedGated {
+		b.residual(x, down)
+		return nil
+	}
+	wi, err := b.weight("shexp_gate_inp", l, "model.moe.shared_gate_inp", E)
+	if err != nil {
+		return err
+	}
+	if t := g.Buffers[wi].Type; t != ggml.F32 {
+		return &support.Error{What: "shared-expert gate type", Value: t.String(), Where: support.In(g.Buffers[wi].Tensor),
+			Detail: "RESIDUAL_GATED takes an F32 gate vector"}
+	}
+	g.Emit(ir.RESIDUAL_GATED, []ir.Operand{ir.R("x", x), ir.R("y", down), ir.R("g", fn), ir.B("w", wi), ir.B("io", b.io)},
+		[]ir.Operand{ir.R("x", x)}, ir.Attrs{"cols": float64(h.NEmbd), "k": float64(h.NEmbd)})
 	return nil
 }
 

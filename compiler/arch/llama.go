@@ -15,33 +15,48 @@ func init() {
 	register("qwen2", specBuilder(qwen2))
 	register("qwen3", specBuilder(qwen3))
 	register("qwen3moe", specBuilder(qwen3moe))
+	register("phi3", specBuilder(phi3))
+	register("qwen2moe", specBuilder(qwen2moe))
 }
 
 // Tensor names in GGUF, by the logical weight they hold. %d is the layer.
 // One table serves every family: llama.cpp names a weight the same way in
 // every architecture that has it.
 var llamaTensors = map[string]string{
-	"embed":       "token_embd.weight",
-	"out_norm":    "output_norm.weight",
-	"lm_head":     "output.weight",
-	"attn_norm":   "blk.%d.attn_norm.weight",
-	"attn_q":      "blk.%d.attn_q.weight",
-	"attn_k":      "blk.%d.attn_k.weight",
-	"attn_v":      "blk.%d.attn_v.weight",
-	"attn_q_bias": "blk.%d.attn_q.bias",
-	"attn_k_bias": "blk.%d.attn_k.bias",
-	"attn_v_bias": "blk.%d.attn_v.bias",
-	"attn_q_norm": "blk.%d.attn_q_norm.weight",
-	"attn_k_norm": "blk.%d.attn_k_norm.weight",
-	"attn_out":    "blk.%d.attn_output.weight",
-	"ffn_norm":    "blk.%d.ffn_norm.weight",
-	"ffn_gate":    "blk.%d.ffn_gate.weight",
-	"ffn_up":      "blk.%d.ffn_up.weight",
-	"ffn_down":    "blk.%d.ffn_down.weight",
+	"embed":         "token_embd.weight",
+	"out_norm":      "output_norm.weight",
+	"lm_head":       "output.weight",
+	"attn_norm":     "blk.%d.attn_norm.weight",
+	"attn_q":        "blk.%d.attn_q.weight",
+	"attn_k":        "blk.%d.attn_k.weight",
+	"attn_v":        "blk.%d.attn_v.weight",
+	"attn_q_bias":   "blk.%d.attn_q.bias",
+	"attn_k_bias":   "blk.%d.attn_k.bias",
+	"attn_v_bias":   "blk.%d.attn_v.bias",
+	"attn_q_norm":   "blk.%d.attn_q_norm.weight",
+	"attn_k_norm":   "blk.%d.attn_k_norm.weight",
+	"attn_qkv":      "blk.%d.attn_qkv.weight",
+	"attn_qkv_bias": "blk.%d.attn_qkv.bias",
+	"attn_out":      "blk.%d.attn_output.weight",
+	"ffn_norm":      "blk.%d.ffn_norm.weight",
+	"ffn_gate":      "blk.%d.ffn_gate.weight",
+	"ffn_up":        "blk.%d.ffn_up.weight",
+	"ffn_down":      "blk.%d.ffn_down.weight",
+	// ffn_gate_up is ffn_up where it holds the gate's and the up
+	// projection's columns, gate first (phi3).
+	"ffn_gate_up": "blk.%d.ffn_up.weight",
 	"moe_router":  "blk.%d.ffn_gate_inp.weight",
 	"moe_gate":    "blk.%d.ffn_gate_exps.weight",
 	"moe_up":      "blk.%d.ffn_up_exps.weight",
 	"moe_down":    "blk.%d.ffn_down_exps.weight",
+	// The shared expert of MoE layers and its sigmoid gate's vector.
+	"shexp_gate":     "blk.%d.ffn_gate_shexp.weight",
+	"shexp_up":       "blk.%d.ffn_up_shexp.weight",
+	"shexp_down":     "blk.%d.ffn_down_shexp.weight",
+	"shexp_gate_inp": "blk.%d.ffn_gate_inp_shexp.weight",
+	// LongRoPE's per-pair frequency factors, one vector for every layer.
+	"rope_factors_long":  "rope_factors_long.weight",
+	"rope_factors_short": "rope_factors_short.weight",
 }
 
 // llama: adjacent-pair RoPE, no biases, dense FFN.
@@ -63,6 +78,84 @@ func qwen3(f *gguf.File, c *config.Config) (*Spec, error) {
 // chosen weights are renormalized.
 func qwen3moe(f *gguf.File, c *config.Config) (*Spec, error) {
 	return llamaLineage(f, c, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKNorm: true, FFN: MoEFFN{NormWeights: true}})
+}
+
+// qwen2moe (Qwen1.5-MoE, Qwen2-57B-A14B) is qwen2 with every FFN routed
+// experts whose chosen weights are not renormalized, plus a shared expert
+// of expert_shared_feed_forward_length columns (default
+// feed_forward_length, as llama.cpp has it) gated by
+// sigmoid(x·ffn_gate_inp_shexp). The Q/K/V biases are used where the file
+// has them (llama.cpp treats them as optional).
+func qwen2moe(f *gguf.File, c *config.Config) (*Spec, error) {
+	s, err := llamaLineage(f, c, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, FFN: MoEFFN{SharedGated: true}})
+	if err != nil {
+		return nil, err
+	}
+	m := archMeta{f: f, arch: s.Hparams.Arch}
+	if err := m.get("expert_shared_feed_forward_length", &s.Hparams.NFF, s.Hparams.NFF); err != nil {
+		return nil, err
+	}
+	if s.Hparams.NFF == 0 {
+		return nil, fmt.Errorf("%s: neither expert_shared_feed_forward_length nor feed_forward_length is set", s.Hparams.Arch)
+	}
+	for l := range s.Layers {
+		ls := &s.Layers[l]
+		ffn := ls.FFN.(MoEFFN)
+		ffn.SharedNFF = s.Hparams.NFF
+		ls.FFN = ffn
+		_, ls.QKVBias = f.Tensor(fmt.Sprintf(llamaTensors["attn_q_bias"], l))
+	}
+	return s, nil
+}
+
+// phi3 (Phi-3, Phi-3.5, Phi-4-mini) projects Q, K and V with one tensor
+// (attn_qkv; separate ones where the file has them, as llama.cpp accepts)
+// and gate and up with another (ffn_up, gate half first), rotates
+// NeoX-style over rope.dimension_count of each head's dimensions (Phi-4-
+// mini's partial rotary) and, in its long-context checkpoints, uses
+// LongRoPE: per-pair frequency factors, short or long by the context
+// length as llama.cpp picks them, and an attention factor on the rotation
+// (read for every family by llamaLineage).
+//
+// The sliding window its metadata records is not applied: llama.cpp
+// disables it for phi3 (all layers attend fully), and zrt computes what
+// llama.cpp computes.
+func phi3(f *gguf.File, c *config.Config) (*Spec, error) {
+	s, err := llamaLineage(f, c, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, FFN: DenseFFN{FusedGateUp: true}})
+	if err != nil {
+		return nil, err
+	}
+	a := s.Hparams.Arch
+	m := archMeta{f: f, arch: a}
+	// llama.cpp takes the long factors when a sequence may outgrow the
+	// context the model was pre-trained at (original_context_length,
+	// default the training context), and the short ones otherwise.
+	train := 0
+	if err := m.get("context_length", &train, c.ContextLength); err != nil {
+		return nil, err
+	}
+	orig := train
+	if err := m.get("rope.scaling.original_context_length", &orig, train); err != nil {
+		return nil, err
+	}
+	factors := "rope_factors_short"
+	if c.ContextLength > orig {
+		factors = "rope_factors_long"
+	}
+	if _, ok := f.Tensor(llamaTensors[factors]); !ok {
+		factors = ""
+	}
+	for l := range s.Layers {
+		ls := &s.Layers[l]
+		ls.Rope.Factors = factors
+		_, ls.FusedQKV = f.Tensor(fmt.Sprintf(llamaTensors["attn_qkv"], l))
+		bias := "attn_q_bias"
+		if ls.FusedQKV {
+			bias = "attn_qkv_bias"
+		}
+		_, ls.QKVBias = f.Tensor(fmt.Sprintf(llamaTensors[bias], l))
+	}
+	return s, nil
 }
 
 // archMeta reads the integer metadata keys of one architecture (ARCH.KEY).
@@ -138,7 +231,17 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 		if err := m.get("expert_used_count", &h.NExpertUsed, -1); err != nil {
 			return nil, err
 		}
-		if err := m.get("expert_feed_forward_length", &h.NFFExpert, -1); err != nil {
+		// feed_forward_length is optional here; llama.cpp sizes experts
+		// from it, divided among the used ones, when the expert width
+		// is missing.
+		if err := m.get("feed_forward_length", &h.NFF, 0); err != nil {
+			return nil, err
+		}
+		def := -1
+		if h.NFF > 0 && h.NFF/h.NExpertUsed > 0 {
+			def = h.NFF / h.NExpertUsed
+		}
+		if err := m.get("expert_feed_forward_length", &h.NFFExpert, def); err != nil {
 			return nil, err
 		}
 		if h.NExpertUsed > h.NExpert {
@@ -185,6 +288,18 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 	h.NVocab = int(emb.Dims[1])
 	h.MaxPages = (c.ContextLength + kernels.KVPageTokens - 1) / kernels.KVPageTokens
 
+	// llama.cpp scales every family's rotation by rope.scaling.attn_factor
+	// when the file has it (LongRoPE writes it).
+	if _, ok := f.Lookup(a + ".rope.scaling.attn_factor"); ok {
+		x, err := f.Float(a + ".rope.scaling.attn_factor")
+		if err != nil {
+			return nil, err
+		}
+		if !(x > 0) || math.IsInf(x, 1) {
+			return nil, fmt.Errorf("%s.rope.scaling.attn_factor %v must be positive and finite", a, x)
+		}
+		kind.Rope.AttnFactor = x
+	}
 	kind.Rope.Base, kind.Rope.Scale, kind.Rope.NRot = c.Rope.FreqBase, c.Rope.FreqScale, h.NRot
 	layers := make([]LayerSpec, h.NLayer)
 	for l := range layers {

@@ -2,6 +2,7 @@ package arch
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
@@ -36,7 +37,11 @@ type LayerSpec struct {
 	QKVBias bool
 	// QKNorm: Q and K get a per-head RMS norm before RoPE (qwen3).
 	QKNorm bool
-	FFN    FFN
+	// FusedQKV: Q, K and V are one projection, attn_qkv, whose output
+	// columns are Q's, then K's, then V's (phi3); QKVBias then means its
+	// one concatenated bias.
+	FusedQKV bool
+	FFN      FFN
 }
 
 // Rope is a layer's rotary position embedding. It is per layer because
@@ -51,7 +56,27 @@ type Rope struct {
 	// NRot is how many leading dimensions of each head rotate; the rest
 	// pass through.
 	NRot int
+	// Factors, when set, is the role (a key of llamaTensors) of an F32
+	// vector of NRot/2 frequency factors: pair i turns by θ_i/factor_i
+	// (LongRoPE's short or long factors).
+	Factors string
+	// AttnFactor, when not 0, multiplies cos and sin, and so the rotated
+	// dimensions of Q and K (LongRoPE's magnitude correction); 0 and 1
+	// mean none.
+	AttnFactor float64
 }
+
+// attnFactor is the factor on cos and sin, 1 for none.
+func (r Rope) attnFactor() float64 {
+	if r.AttnFactor == 0 {
+		return 1
+	}
+	return r.AttnFactor
+}
+
+// extended reports whether the rotation needs ROPE_EXT: frequency
+// factors or an attention factor other than 1.
+func (r Rope) extended() bool { return r.Factors != "" || r.attnFactor() != 1 }
 
 // Mixer is a layer's token mixer: FullAttention, SlidingWindowAttention
 // or Recurrent. The set is closed (the builder must know each kind to
@@ -92,7 +117,12 @@ type FFN interface {
 
 // DenseFFN is the SwiGLU feed-forward network down(silu(gate·x) ⊙ up·x)
 // with NFF hidden columns.
-type DenseFFN struct{ NFF int }
+type DenseFFN struct {
+	NFF int
+	// FusedGateUp: gate and up are one [n_embd, 2·NFF] tensor, ffn_up,
+	// the gate's columns first (phi3).
+	FusedGateUp bool
+}
 
 // MoEFFN routes each token to NExpertUsed of NExpert SwiGLU experts of
 // NFFExpert hidden columns each and sums their outputs weighted by the
@@ -101,6 +131,12 @@ type DenseFFN struct{ NFF int }
 type MoEFFN struct {
 	NExpert, NExpertUsed, NFFExpert int
 	NormWeights                     bool
+	// SharedNFF, when positive, adds an always-active shared expert: a
+	// SwiGLU FFN of that many hidden columns (ffn_{gate,up,down}_shexp)
+	// on the same normed input, whose output SharedGated scales by
+	// sigmoid(x·ffn_gate_inp_shexp) (qwen2moe).
+	SharedNFF   int
+	SharedGated bool
 }
 
 func (DenseFFN) ffn() {}
@@ -108,7 +144,14 @@ func (MoEFFN) ffn()   {}
 
 func (f DenseFFN) String() string { return fmt.Sprintf("dense SwiGLU FFN (n_ff %d)", f.NFF) }
 func (f MoEFFN) String() string {
-	return fmt.Sprintf("routed MoE FFN (%d of %d experts, n_ff %d)", f.NExpertUsed, f.NExpert, f.NFFExpert)
+	shared := ""
+	if f.SharedNFF > 0 {
+		shared = fmt.Sprintf(", shared expert n_ff %d", f.SharedNFF)
+		if f.SharedGated {
+			shared += " sigmoid-gated"
+		}
+	}
+	return fmt.Sprintf("routed MoE FFN (%d of %d experts, n_ff %d%s)", f.NExpertUsed, f.NExpert, f.NFFExpert, shared)
 }
 
 // check fails when the builder cannot build s: a layer kind with no block
@@ -146,7 +189,8 @@ func (s *Spec) check() error {
 				return fmt.Errorf("layer %d: %v", l, ffn)
 			}
 		case MoEFFN:
-			if ffn.NExpert < 1 || ffn.NExpertUsed < 1 || ffn.NExpertUsed > ffn.NExpert || ffn.NFFExpert < 1 {
+			if ffn.NExpert < 1 || ffn.NExpertUsed < 1 || ffn.NExpertUsed > ffn.NExpert || ffn.NFFExpert < 1 || ffn.SharedNFF < 0 ||
+				(ffn.SharedGated && ffn.SharedNFF == 0) {
 				return fmt.Errorf("layer %d: %v", l, ffn)
 			}
 		case nil:
@@ -156,6 +200,9 @@ func (s *Spec) check() error {
 		}
 		if r := ls.Rope; r.NRot < 0 || r.NRot > h.HeadDim || r.NRot%2 != 0 {
 			return fmt.Errorf("layer %d: rope n_rot %d does not fit head dim %d", l, r.NRot, h.HeadDim)
+		}
+		if a := ls.Rope.attnFactor(); !(a > 0) || math.IsInf(a, 1) {
+			return fmt.Errorf("layer %d: rope attention factor %v must be positive and finite", l, a)
 		}
 	}
 	return nil

@@ -75,6 +75,13 @@ func TestFamilySpecs(t *testing.T) {
 		{"synthetic/syn-qwen2-q8_0.gguf", qwen2, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKVBias: true, FFN: DenseFFN{}}},
 		{"synthetic/syn-qwen3-q5km.gguf", qwen3, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKNorm: true, FFN: DenseFFN{}}},
 		{"synthetic/syn-qwen3moe-q8_0.gguf", qwen3moe, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKNorm: true, FFN: MoEFFN{NormWeights: true}}},
+		// LongRoPE: the default context (4096) is within the original
+		// one, so the short factors.
+		{"synthetic/syn-phi3-q6k.gguf", phi3, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true, Factors: "rope_factors_short"},
+			FusedQKV: true, FFN: DenseFFN{FusedGateUp: true}}},
+		// The shared expert's width is n_ff (expert_shared_feed_forward_length).
+		{"synthetic/syn-qwen2moe-q5km.gguf", qwen2moe, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKVBias: true,
+			FFN: MoEFFN{SharedGated: true}}},
 	} {
 		path := filepath.Join("../../../shared/models", c.model)
 		f, err := gguf.Open(path)
@@ -94,12 +101,18 @@ func TestFamilySpecs(t *testing.T) {
 		h := &s.Hparams
 		want := c.want
 		want.Rope.Base, want.Rope.Scale, want.Rope.NRot = cfg.Rope.FreqBase, cfg.Rope.FreqScale, h.NRot
+		if x, err := f.Float(h.Arch + ".rope.scaling.attn_factor"); err == nil {
+			want.Rope.AttnFactor = x
+		}
 		switch ffn := want.FFN.(type) {
 		case DenseFFN:
 			ffn.NFF = h.NFF
 			want.FFN = ffn
 		case MoEFFN:
 			ffn.NExpert, ffn.NExpertUsed, ffn.NFFExpert = h.NExpert, h.NExpertUsed, h.NFFExpert
+			if ffn.SharedGated {
+				ffn.SharedNFF = h.NFF
+			}
 			want.FFN = ffn
 		}
 		if len(s.Layers) != h.NLayer || h.NLayer == 0 {
@@ -109,6 +122,30 @@ func TestFamilySpecs(t *testing.T) {
 			if got != want {
 				t.Errorf("%s layer %d: got %+v, want %+v", c.model, l, got, want)
 			}
+		}
+	}
+}
+
+// phi3 picks LongRoPE's long factors, as llama.cpp does, once a sequence
+// may outgrow the original pre-training context.
+func TestPhi3LongFactors(t *testing.T) {
+	f, err := gguf.Open("../../../shared/models/synthetic/syn-phi3-q6k.gguf")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	cfg, err := config.Load(f, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ctx, want := range map[int]string{4096: "rope_factors_short", 4097: "rope_factors_long"} {
+		cfg.ContextLength = ctx
+		s, err := phi3(f, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Layers[0].Rope.Factors; got != want {
+			t.Errorf("context %d: factors %q, want %q", ctx, got, want)
 		}
 	}
 }

@@ -34,6 +34,8 @@ const (
 	RMS_NORM_FUSED_ROPE_KV_WRITE
 	ROPE_KV_WRITE
 	MATMUL_RESIDUAL
+	ROPE_EXT
+	RESIDUAL_GATED
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -51,11 +53,13 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM:           {Name: "RMS_NORM", Kernel: "rms_norm", InPlace: []string{"y"}},
 	MATMUL:             {Name: "MATMUL", Kernel: "matmul", TypedBy: "w"},
 	ROPE:               {Name: "ROPE", Kernel: "rope", InPlace: []string{"x"}},
+	ROPE_EXT:           {Name: "ROPE_EXT", Kernel: "rope_ext", InPlace: []string{"x"}},
 	KV_WRITE:           {Name: "KV_WRITE", Kernel: "kv_write", InPlace: []string{"kv"}},
 	KV_WRITE_BATCHED:   {Name: "KV_WRITE_BATCHED", Kernel: "kv_write", InPlace: []string{"kv"}},
 	FLASH_ATTN:         {Name: "FLASH_ATTN", Kernel: "flash_attn"},
 	FLASH_ATTN_BATCHED: {Name: "FLASH_ATTN_BATCHED", Kernel: "flash_attn"},
 	RESIDUAL:           {Name: "RESIDUAL", Kernel: "add", InPlace: []string{"x"}},
+	RESIDUAL_GATED:     {Name: "RESIDUAL_GATED", Kernel: "add_gated", InPlace: []string{"x"}},
 	SWIGLU:             {Name: "SWIGLU", Kernel: "swiglu"},
 	MOE_GATE_TOPK:      {Name: "MOE_GATE_TOPK", Kernel: "moe_gate_topk", TypedBy: "w"},
 	MOE_GATE_UP:        {Name: "MOE_GATE_UP", Kernel: "moe_gate_up", TypedBy: "w_gate"},

@@ -18,7 +18,10 @@ import (
 
 // Shape is a llama-family model shape.
 type Shape struct {
-	Arch    string // llama, qwen2, qwen3
+	// Arch is llama, qwen2, qwen3, phi3 (fused attn_qkv and gate/up
+	// ffn_up; Heads × head width must be Embd) or qwen2moe (routed
+	// experts and a sigmoid-gated shared expert of width FF).
+	Arch    string
 	Layers  int
 	Embd    int
 	Heads   int
@@ -33,6 +36,33 @@ type Shape struct {
 	// Q4_K_M does. Empty: every matrix is Type.
 	Mix  string
 	Seed uint64
+	// Experts, ExpertsUsed and ExpertFF shape a qwen2moe model's routed
+	// experts (defaults 4, 2 and FF/2).
+	Experts, ExpertsUsed, ExpertFF int
+	// LongRoPE gives a phi3 model what the 128k checkpoints have: short
+	// and long RoPE frequency factors and an attention factor, for a
+	// training context 32 times the original Context.
+	LongRoPE bool
+}
+
+// moe reports whether s has routed experts.
+func (s Shape) moe() bool { return s.Arch == "qwen2moe" }
+
+// withDefaults fills the expert fields a MoE shape leaves zero.
+func (s Shape) withDefaults() Shape {
+	if !s.moe() {
+		return s
+	}
+	if s.Experts == 0 {
+		s.Experts = 4
+	}
+	if s.ExpertsUsed == 0 {
+		s.ExpertsUsed = min(2, s.Experts)
+	}
+	if s.ExpertFF == 0 {
+		s.ExpertFF = s.FF / 2
+	}
+	return s
 }
 
 // Tiny is a shape that compiles and runs in milliseconds.
@@ -40,6 +70,7 @@ var Tiny = Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 1
 
 // Write returns the GGUF bytes of a model of shape s.
 func Write(s Shape) ([]byte, error) {
+	s = s.withDefaults()
 	if err := s.Check(); err != nil {
 		return nil, err
 	}
@@ -60,7 +91,11 @@ func Write(s Shape) ([]byte, error) {
 	w.Set("general.architecture", gguf.Str(a))
 	w.Set("general.name", gguf.Str("zrt synthetic "+a))
 	w.Set(a+".block_count", gguf.U32(uint32(s.Layers)))
-	w.Set(a+".context_length", gguf.U32(uint32(s.Context)))
+	ctx := s.Context
+	if s.LongRoPE {
+		ctx *= 32
+	}
+	w.Set(a+".context_length", gguf.U32(uint32(ctx)))
 	w.Set(a+".embedding_length", gguf.U32(uint32(s.Embd)))
 	w.Set(a+".feed_forward_length", gguf.U32(uint32(s.FF)))
 	w.Set(a+".attention.head_count", gguf.U32(uint32(s.Heads)))
@@ -69,6 +104,16 @@ func Write(s Shape) ([]byte, error) {
 	w.Set(a+".attention.value_length", gguf.U32(uint32(s.HeadDim)))
 	w.Set(a+".attention.layer_norm_rms_epsilon", gguf.F32(1e-5))
 	w.Set(a+".rope.freq_base", gguf.F32(10000))
+	if s.LongRoPE {
+		w.Set(a+".rope.scaling.original_context_length", gguf.U32(uint32(s.Context)))
+		w.Set(a+".rope.scaling.attn_factor", gguf.F32(float32(math.Sqrt(1+math.Log(32)/math.Log(float64(s.Context))))))
+	}
+	if s.moe() {
+		w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
+		w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
+		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
+		w.Set(a+".expert_shared_feed_forward_length", gguf.U32(uint32(s.FF)))
+	}
 	setVocab(w, s.Vocab)
 
 	normal := func(n int, std float64) []float32 {
@@ -107,29 +152,76 @@ func Write(s Shape) ([]byte, error) {
 	if err := add("token_embd.weight", mat, []int64{E, V}, normal(int(E*V), 0.5)); err != nil {
 		return nil, err
 	}
+	if s.LongRoPE {
+		// Factors shaped like Phi-3.5's: the short ones near 1, the long
+		// ones growing to 32 over the slowest pairs.
+		short, long := make([]float32, s.HeadDim/2), make([]float32, s.HeadDim/2)
+		for i := range short {
+			f := float64(i) / float64(len(short))
+			short[i], long[i] = float32(1+0.1*f), float32(math.Pow(32, f))
+		}
+		if err := add("rope_factors_short.weight", ggml.F32, []int64{int64(len(short))}, short); err != nil {
+			return nil, err
+		}
+		if err := add("rope_factors_long.weight", ggml.F32, []int64{int64(len(long))}, long); err != nil {
+			return nil, err
+		}
+	}
+	// A tensor's values are drawn when it is added, in file order, so
+	// that a seed gives the files it always gave.
+	type tensor struct {
+		name string
+		typ  ggml.Type
+		dims []int64
+		std  float64 // 0: RMS-norm weights around 1
+	}
+	X, FX := int64(s.Experts), int64(s.ExpertFF)
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
-		for _, t := range []struct {
-			name string
-			typ  ggml.Type
-			dims []int64
-			x    []float32
-		}{
-			{"attn_norm.weight", ggml.F32, []int64{E}, ones(int(E))},
-			{"attn_q.weight", mat, []int64{E, Q}, normal(int(E*Q), 0.05)},
-			{"attn_k.weight", mat, []int64{E, KV}, normal(int(E*KV), 0.05)},
-			{"attn_v.weight", moreBits(l), []int64{E, KV}, normal(int(E*KV), 0.05)},
-			{"attn_output.weight", mat, []int64{Q, E}, normal(int(Q*E), 0.05)},
-			{"ffn_norm.weight", ggml.F32, []int64{E}, ones(int(E))},
-			{"ffn_gate.weight", mat, []int64{E, F}, normal(int(E*F), 0.05)},
-			{"ffn_up.weight", mat, []int64{E, F}, normal(int(E*F), 0.05)},
-			{"ffn_down.weight", moreBits(l), []int64{F, E}, normal(int(F*E), 0.05)},
-		} {
-			if err := add(p+t.name, t.typ, t.dims, t.x); err != nil {
+		attn := []tensor{
+			{"attn_q.weight", mat, []int64{E, Q}, 0.05},
+			{"attn_k.weight", mat, []int64{E, KV}, 0.05},
+			{"attn_v.weight", moreBits(l), []int64{E, KV}, 0.05},
+		}
+		ffn := []tensor{
+			{"ffn_gate.weight", mat, []int64{E, F}, 0.05},
+			{"ffn_up.weight", mat, []int64{E, F}, 0.05},
+			{"ffn_down.weight", moreBits(l), []int64{F, E}, 0.05},
+		}
+		switch a {
+		case "phi3": // Q|K|V and gate|up in one tensor each
+			attn = []tensor{{"attn_qkv.weight", mat, []int64{E, Q + 2*KV}, 0.05}}
+			ffn = []tensor{{"ffn_up.weight", mat, []int64{E, 2 * F}, 0.05}, ffn[2]}
+		case "qwen2moe": // routed experts beside a gated shared one
+			ffn = []tensor{
+				{"ffn_gate_inp.weight", ggml.F32, []int64{E, X}, 0.5},
+				{"ffn_gate_exps.weight", mat, []int64{E, FX, X}, 0.05},
+				{"ffn_up_exps.weight", mat, []int64{E, FX, X}, 0.05},
+				{"ffn_down_exps.weight", moreBits(l), []int64{FX, E, X}, 0.05},
+				{"ffn_gate_inp_shexp.weight", ggml.F32, []int64{E}, 0.5},
+				{"ffn_gate_shexp.weight", mat, []int64{E, F}, 0.05},
+				{"ffn_up_shexp.weight", mat, []int64{E, F}, 0.05},
+				{"ffn_down_shexp.weight", moreBits(l), []int64{F, E}, 0.05},
+			}
+		}
+		layer := append([]tensor{{"attn_norm.weight", ggml.F32, []int64{E}, 0}}, attn...)
+		layer = append(layer, tensor{"attn_output.weight", mat, []int64{Q, E}, 0.05}, tensor{"ffn_norm.weight", ggml.F32, []int64{E}, 0})
+		for _, t := range append(layer, ffn...) {
+			n := 1
+			for _, d := range t.dims {
+				n *= int(d)
+			}
+			var x []float32
+			if t.std > 0 {
+				x = normal(n, t.std)
+			} else {
+				x = ones(n)
+			}
+			if err := add(p+t.name, t.typ, t.dims, x); err != nil {
 				return nil, err
 			}
 		}
-		if a == "qwen2" {
+		if a == "qwen2" || a == "qwen2moe" {
 			for _, b := range []struct {
 				n string
 				d int64

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/zrtdev/zrt/compiler/arch"
+	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -66,5 +68,37 @@ func TestMixAndShapes(t *testing.T) {
 	s.Embd = 96 // not a multiple of 256
 	if _, err := Write(s); err == nil {
 		t.Error("Q4_K with rows of 96 accepted")
+	}
+}
+
+// TestFamilies writes a model of each family and has its graph builder
+// build it: the tensors and metadata Write gives each are those the
+// family reads.
+func TestFamilies(t *testing.T) {
+	for _, s := range []Shape{
+		{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3},
+		{Arch: "phi3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, LongRoPE: true},
+		{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Mix: "Q4_K_M", Seed: 4},
+		{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 5},
+	} {
+		b, err := Write(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s.Arch, err)
+		}
+		f, err := gguf.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := config.Load(f, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := arch.Build(f, c); err != nil {
+			t.Errorf("%s: %v", s.Arch, err)
+		}
+	}
+	bad := Shape{Arch: "phi3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, HeadDim: 16, FF: 64, Vocab: 300, Context: 64, Type: ggml.F32}
+	if err := bad.Check(); err == nil {
+		t.Error("phi3 with heads × head width != embd accepted")
 	}
 }

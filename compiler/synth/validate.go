@@ -2,6 +2,8 @@ package synth
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/zrtdev/zrt/format/ggml"
 )
@@ -16,9 +18,16 @@ const (
 	maxCtx    = 1 << 24
 )
 
+// Archs are the architectures Write produces.
+var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe"}
+
 // Check reports the first field of s outside what Write can produce, by
 // its command-line name.
 func (s Shape) Check() error {
+	s = s.withDefaults()
+	if !slices.Contains(Archs, s.Arch) {
+		return fmt.Errorf("synth: --arch %q: synth writes %s", s.Arch, strings.Join(Archs, ", "))
+	}
 	in := func(name string, v, lo, hi int) error {
 		if v < lo || v > hi {
 			return fmt.Errorf("synth: --%s %d out of range [%d, %d]", name, v, lo, hi)
@@ -42,8 +51,26 @@ func (s Shape) Check() error {
 			return err
 		}
 	}
+	if s.moe() {
+		for _, c := range []struct {
+			name      string
+			v, lo, hi int
+		}{
+			{"experts", s.Experts, 1, 1024},
+			{"experts-used", s.ExpertsUsed, 1, s.Experts},
+			{"expert-ffn", s.ExpertFF, 1, maxWidth},
+		} {
+			if err := in(c.name, c.v, c.lo, c.hi); err != nil {
+				return err
+			}
+		}
+	}
 	hd := s.headDim()
 	switch {
+	case s.LongRoPE && (s.Arch != "phi3" || s.Context < 2 || 32*s.Context > maxCtx):
+		return fmt.Errorf("synth: LongRoPE is for phi3, with a context in [2, %d]", maxCtx/32)
+	case s.Arch == "phi3" && s.Heads*hd != s.Embd:
+		return fmt.Errorf("synth: phi3 needs --heads × head width = --embd (%d × %d != %d)", s.Heads, hd, s.Embd)
 	case s.HeadDim == 0 && s.Embd%s.Heads != 0:
 		return fmt.Errorf("synth: --embd %d is not a multiple of --heads %d (or give --head-dim)", s.Embd, s.Heads)
 	case hd%2 != 0:
@@ -60,7 +87,7 @@ func (s Shape) Check() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}} {
+	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}} {
 		if w.v%block != 0 {
 			return fmt.Errorf("synth: %s %d is not a multiple of %s's block of %d", w.name, w.v, s.matrixType(), block)
 		}
@@ -93,6 +120,9 @@ func (s Shape) PeakBytes() int64 {
 		perElem = float64(ti.BlockBytes) / float64(ti.BlockSize)
 	}
 	elems := 2*E*V + L*(2*E*Q+2*E*KV+3*E*F)
+	if s = s.withDefaults(); s.moe() {
+		elems += L * 3 * E * int64(s.ExpertFF) * int64(s.Experts)
+	}
 	file := int64(float64(elems)*perElem) + 64*V // + tokens
-	return 2*file + 4*max(E*V, E*F)
+	return 2*file + 4*max(E*V, 2*E*F, E*int64(s.ExpertFF)*int64(s.Experts))
 }

@@ -295,6 +295,28 @@ func add(a *Args) error {
 	return nil
 }
 
+// addGated adds each row's y into its residual x scaled by sigmoid(g·w):
+// the dot's float32 products summed in float64 (ggml sums them in float32,
+// in another order), the sigmoid in float64, each rounded to float32.
+func addGated(a *Args) error {
+	x, y, g, w, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), f32s(a.Bufs[3]), req(a.Bufs[4])
+	n, k := int(a.Push[0]), int(a.Push[1])
+	w = w[:k]
+	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			s := 0.0
+			for j, v := range g[i*k : (i+1)*k] {
+				s += float64(v * w[j])
+			}
+			gate := float32(1 / (1 + math.Exp(-float64(float32(s)))))
+			xs, ys := x[i*n:(i+1)*n], y[i*n:(i+1)*n]
+			for j := range xs {
+				xs[j] += gate * ys[j]
+			}
+		}
+	})
+}
+
 // swiglu is silu(gate)·up row by row, with SiLU as ggml computes it
 // (swigluRow): rows split over the workers, or, for a single row, blocks
 // of 16 lanes (so the vector/tail split stays the row's).
@@ -331,29 +353,64 @@ func rope(a *Args) error {
 	})
 }
 
+// ropeExt is rope with per-pair frequency factors (when freq is bound)
+// and an attention factor on cos and sin.
+func ropeExt(a *Args) error {
+	x, freq, r := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2])
+	nHead, hd := int(a.Push[0]), int(a.Push[1])
+	rp := ropeParams(a.Spec[0:4])
+	rp.mscale = math.Float32frombits(a.Spec[4])
+	if freq != nil {
+		rp.freq = f32s(freq)[:rp.nRot/2]
+	}
+	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
+		cs := make([]float32, rp.nRot)
+		for i := lo; i < hi; i++ {
+			rp.table(cs, int(r.row(i, kernels.IORowPos)))
+			for h := 0; h < nHead; h++ {
+				rp.rotate(x[(i*nHead+h)*hd:(i*nHead+h+1)*hd], cs)
+			}
+		}
+	})
+}
+
 // ropeSpec is RoPE's configuration from its specialization slots
-// (n_rot, neox, freq_base, freq_scale).
+// (n_rot, neox, freq_base, freq_scale), with rope_ext's frequency factors
+// (nil for none) and attention factor (1 for none).
 type ropeSpec struct {
 	nRot              int
 	neox              bool
 	thetaScale, scale float32
+	freq              []float32
+	mscale            float32
 }
 
 func ropeParams(spec []uint32) ropeSpec {
 	nRot := int(spec[0])
 	base := math.Float32frombits(spec[2])
 	return ropeSpec{nRot: nRot, neox: spec[1] != 0, scale: math.Float32frombits(spec[3]),
-		thetaScale: float32(math.Pow(float64(base), -2/float64(nRot)))}
+		thetaScale: float32(math.Pow(float64(base), -2/float64(nRot))), mscale: 1}
 }
 
 // table fills cs with (cos, sin) pairs for position pos: θ_i =
 // freq_scale·pos·base^(-2i/n_rot), built by repeated float32 multiplication
-// as ggml builds its cache, so the rounding matches.
+// as ggml builds its cache, so the rounding matches. With frequency
+// factors θ_i is divided by freq[i] before the scale, and with an
+// attention factor cos and sin are multiplied by it, both as ggml's
+// rope_yarn does (without YaRN's ramp).
 func (rp ropeSpec) table(cs []float32, pos int) {
 	theta := float32(pos)
 	for d := 0; d < rp.nRot; d += 2 {
-		t := theta * rp.scale
-		cs[d], cs[d+1] = float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
+		t := theta
+		if rp.freq != nil {
+			t /= rp.freq[d/2]
+		}
+		t *= rp.scale
+		c, s := float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
+		if rp.mscale != 1 {
+			c, s = c*rp.mscale, s*rp.mscale
+		}
+		cs[d], cs[d+1] = c, s
 		theta *= rp.thetaScale
 	}
 }

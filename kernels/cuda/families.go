@@ -54,6 +54,8 @@ var families = []Family{
 	{"argmax", 16},
 	{"rope_kv_write", 17},
 	{"rms_norm_rope_kv_write", 18},
+	{"rope_ext", 19},
+	{"add_gated", 20},
 }
 
 // instanceTypes are the weight types for which every typed family is

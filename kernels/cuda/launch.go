@@ -189,7 +189,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		return nil
 	}
 	switch family {
-	case "embed", "rms_norm", "rope", "kv_write", "argmax":
+	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "argmax", "add_gated":
 	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (row, head)
 		if err := need(spec, 4, "spec"); err != nil {
 			return l, err

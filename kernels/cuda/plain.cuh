@@ -77,6 +77,44 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
 }
 #endif
 
+#if FAMILY == FAMILY_ROPE_EXT // rope_ext: rope with frequency factors and an attention factor; grid (rows)
+// The table is rope_table's with pair p's angle divided by freq[p] (when
+// freq is not null) before the scale and cos and sin multiplied by the
+// attention factor after, as the oracle and ggml's rope_yarn do; the
+// rotation is rope's.
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* freq, const u32* io, u32 n_head,
+    u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits, u32 attn_bits) {
+    dep_sync();
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    int pairs = n_rot / 2;
+    __shared__ float cs[256], sn[256];
+    float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits), mscale = __uint_as_float(attn_bits);
+    float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
+    u32 pos = io_row(io, row, ROW_POS);
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        float theta = (float)pos;
+        for (int q = 0; q < p; q++) theta *= theta_scale;
+        if (freq) theta = theta / freq[p];
+        float t = theta * fscale;
+        double sd, cd;
+        sincos((double)t, &sd, &cd);
+        cs[p] = (float)cd * mscale, sn[p] = (float)sd * mscale;
+    }
+    __syncthreads();
+    for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
+        int h = it / pairs, p = it % pairs;
+        float c = cs[p], s = sn[p];
+        float* v = x + ((size_t)row * n_head + h) * head_dim;
+        int i0 = 2 * p, i1 = 2 * p + 1;
+        if (neox) i0 = p, i1 = p + pairs;
+        float x0 = v[i0], x1 = v[i1];
+        v[i0] = x0 * c - x1 * s;
+        v[i1] = x0 * s + x1 * c;
+    }
+}
+#endif
+
 // kv_at is the address of (page, layer, k|v, token) in the KV cache:
 // pages of [layer][k|v][token][kv_dim] F16 (kernels/io.go).
 __device__ __forceinline__ __half* kv_at(u8* kv, u32 page, u32 layer, u32 n_layer, u32 kv_dim, int which, int tok) {
@@ -376,6 +414,35 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* y,
     dep_sync();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)io[IO_ROWS] * cols) x[i] += y[i];
+}
+#endif
+
+#if FAMILY == FAMILY_ADD_GATED // add_gated: x += sigmoid(g·w)·y per row; grid (rows)
+// The gate's dot takes float products summed in double, and the sigmoid
+// is taken in double, each rounded to float, as the oracle does (it sums
+// in another order).
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(float* x, const float* y, const float* g, const float* w, const u32* io, u32 cols, u32 k) {
+    dep_sync();
+    __shared__ double part[32];
+    __shared__ float gate;
+    int row = blockIdx.x, tid = threadIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    const float* gr = g + (size_t)row * k;
+    double s = 0;
+    for (int i = tid; i < (int)k; i += blockDim.x) s += (double)(gr[i] * w[i]);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((tid & 31) == 0) part[tid >> 5] = s;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0;
+        for (int i = 0; i < (int)blockDim.x >> 5; i++) t += part[i];
+        gate = (float)(1.0 / (1.0 + exp(-(double)(float)t)));
+    }
+    __syncthreads();
+    float* xr = x + (size_t)row * cols;
+    const float* yr = y + (size_t)row * cols;
+    for (int i = tid; i < (int)cols; i += blockDim.x) xr[i] += gate * yr[i];
 }
 #endif
 

@@ -9,6 +9,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
@@ -35,13 +36,25 @@ func compileSynth(t *testing.T, s synth.Shape, target string) string {
 	return out
 }
 
-// TestWalkFakeMemory compiles a model for cuda:sm_90 and walks every
+// TestWalkFakeMemory compiles models for cuda:sm_90 and walks every
 // variant's stream against a made-up address map: no GPU needed. Every
 // blob must carry NUL-terminated PTX with the instance's entry, every
 // launch's pointers must land in a region and its parameters must follow
-// the ABI.
+// the ABI. Besides the tiny llama, a phi3 (fused projections from the
+// file, ROPE_EXT with LongRoPE's factors) and a qwen2moe (experts and
+// RESIDUAL_GATED) take the other families.
 func TestWalkFakeMemory(t *testing.T) {
-	dir := compileSynth(t, synth.Tiny, "cuda:sm_90")
+	for _, s := range []synth.Shape{
+		synth.Tiny,
+		{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3, LongRoPE: true},
+		{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 4},
+	} {
+		t.Run(s.Arch, func(t *testing.T) { walkFakeMemory(t, s) })
+	}
+}
+
+func walkFakeMemory(t *testing.T, s synth.Shape) {
+	dir := compileSynth(t, s, "cuda:sm_90")
 	b, err := bundle.Open(dir, true)
 	if err != nil {
 		t.Fatal(err)

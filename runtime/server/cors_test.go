@@ -12,7 +12,7 @@ import (
 )
 
 // loadConfig writes text as a server config and loads it.
-func loadConfig(t *testing.T, text string) (*server.Config, error) {
+func loadConfig(t testing.TB, text string) (*server.Config, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "server.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {

@@ -78,7 +78,7 @@ const defaultModel = "context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_ro
 
 // compileStories compiles stories260K (from ../shared, skipping without
 // it) with the model config text and returns the bundle's path.
-func compileStories(t *testing.T, modelConfig string) string {
+func compileStories(t testing.TB, modelConfig string) string {
 	t.Helper()
 	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
 	if _, err := os.Stat(model); err != nil {
@@ -97,7 +97,7 @@ func compileStories(t *testing.T, modelConfig string) string {
 
 // serveStories serves stories260K on T-CPU with two threads, with a usage
 // ledger, until the test ends.
-func serveStories(t *testing.T, o serveOptions) *testServer {
+func serveStories(t testing.TB, o serveOptions) *testServer {
 	t.Helper()
 	if o.model == "" {
 		o.model = defaultModel

@@ -1,0 +1,86 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime/server"
+)
+
+// FuzzRequest sends arbitrary bodies to both completion endpoints through
+// the server's handler itself, so that a panic fails the run instead of
+// being recovered by net/http: every answer is a status whose error body,
+// for a 4xx or 5xx, is an OpenAI error object with a message.
+func FuzzRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt":"Once upon a time","max_tokens":4}`,
+		`{"prompt":[1,300,301],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_completion_tokens":2,"logprobs":true,"top_logprobs":2}`,
+		`{"prompt":"x","logit_bias":{"5":100},"logprobs":3,"max_tokens":2,"echo":true}`,
+		`{"prompt":"x","temperature":0.8,"top_p":0.9,"top_k":5,"seed":3,"presence_penalty":1,"frequency_penalty":-1,"stop":["a","b"]}`,
+		`{"prompt":"x","temperature":-1}`, `{"prompt":"x","n":2}`, `{"prompt":{}}`, `{`, `null`, `[]`, ``,
+		`{"prompt":"x","max_tokens":1e300}`, `{"prompt":[-1,99999999]}`, `{"model":"nope","prompt":"x"}`,
+	} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	ts := serveStories(f, serveOptions{slots: 2, chunkCap: 64})
+	h := ts.srv.Handler()
+	f.Fuzz(func(t *testing.T, body string, chat bool) {
+		path := "/v1/completions"
+		if chat {
+			path = "/v1/chat/completions"
+		}
+		// A bound against a request that never ends; the tiny model's
+		// context bounds every generation long before it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, "POST", path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code < 400 {
+			return
+		}
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
+			t.Fatalf("status %d with body %q: not an OpenAI error object", rec.Code, rec.Body.String())
+		}
+	})
+}
+
+// FuzzLoadConfig: any file given as the server config is loaded or
+// refused with an error, and a loaded one yields a policy and an engine
+// configuration without panicking.
+func FuzzLoadConfig(f *testing.F) {
+	for _, s := range []string{
+		"slots = 8\nchunk_cap = 64\nqueue_depth = 16\nledger = \"usage.log\"\ncors_origins = [\"https://a.example\"]\n",
+		"[[tenant]]\nid = \"alpha\"\napi_keys = [\"sk-a\"]\nqos = \"interactive\"\nmax_concurrent = 2\nmax_kv_pages = 10\nreserved_kv_pages = 2\nmax_context_tokens = 64\ntokens_per_minute = 100\nrequests_per_minute = 5\nisolation_group = \"g\"\nadmin = true\n",
+		"[[tenant]]\nid = \"b\"\napi_key_hashes = [\"sha256:00\"]\nqos = \"batch\"\n",
+		"slots = -1\n", "[[tenant]]\n", "cors_origins = [\"ftp://x/y\"]\n", "= =", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		path := filepath.Join(t.TempDir(), "server.toml")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := server.LoadConfig(path)
+		if err != nil {
+			return
+		}
+		server.NewPolicy(cfg).EngineConfig(cfg)
+	})
+}

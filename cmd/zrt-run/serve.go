@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,7 +24,7 @@ import (
 
 func serveCmd() *cobra.Command {
 	var ef engineFlags
-	var listen, configPath, certFile, keyFile string
+	var listen, configPath, certFile, keyFile, tracePath, stepLogPath string
 	var aliases []string
 	var drainTimeout time.Duration
 	c := &cobra.Command{
@@ -43,6 +44,18 @@ SIGHUP reloads the tenants, their keys and limits from --config without
 dropping running requests (slots, chunk_cap and reserved pages stay).
 SIGINT or SIGTERM stops admitting (503), lets running requests finish for
 up to --drain-timeout, and exits 0.
+
+--trace FILE writes a Chrome trace-event file of each engine's steps, slot
+and page counters, admissions, preemptions and finishes (open it in
+chrome://tracing or ui.perfetto.dev); with several bundles, bundle i's goes
+to FILE with .i before its extension. It is complete JSON once serve exits;
+if serve dies first, the file lacks only its closing "]}".
+
+--step-log FILE writes a JSON line per engine step of everything it
+depended on (arrivals with their prompt tokens and sampling parameters,
+the plan, the slot table, the query rows) and the tokens it sampled;
+zrt-run rerun BUNDLE FILE runs it again. It holds the prompts, so treat it
+as the requests themselves. With several bundles, numbered as --trace.
 
 ` + envHelp,
 		Args: cobra.MinimumNArgs(1),
@@ -74,10 +87,35 @@ up to --drain-timeout, and exits 0.
 					return err
 				}
 				defer p.Close()
-				e, err := newEngine(p, cfg, policy)
+				var trace io.Writer
+				if tracePath != "" {
+					f, err := os.Create(tracePathFor(tracePath, i, len(args)))
+					if err != nil {
+						return fmt.Errorf("--trace: %w", err)
+					}
+					defer f.Close()
+					trace = f
+				}
+				var stepLog io.Writer
+				if stepLogPath != "" {
+					f, err := os.Create(tracePathFor(stepLogPath, i, len(args)))
+					if err != nil {
+						return fmt.Errorf("--step-log: %w", err)
+					}
+					defer f.Close()
+					stepLog = f
+				}
+				e, err := newEngine(p, cfg, policy, trace, stepLog)
 				if err != nil {
 					return fmt.Errorf("%s: %w", dir, err)
 				}
+				// Deferred after the file's Close, so it runs before it:
+				// the trace's end is written, then the file closed.
+				defer func() {
+					if err := e.Close(); err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: %s: %v\n", dir, err)
+					}
+				}()
 				go e.Run(loops)
 				name := strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
 				if len(aliases) > 0 {
@@ -167,14 +205,17 @@ up to --drain-timeout, and exits 0.
 	c.Flags().DurationVar(&drainTimeout, "drain-timeout", 30*time.Second, "how long running requests may finish after SIGTERM")
 	c.Flags().StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
 	c.Flags().StringVar(&keyFile, "tls-key", "", "the certificate's key")
+	c.Flags().StringVar(&tracePath, "trace", "", "write a Chrome trace-event file of the engine's steps to this path")
+	c.Flags().StringVar(&stepLogPath, "step-log", "", "write every engine step's inputs and sampled tokens to this path, for zrt-run rerun")
 	return c
 }
 
 // newEngine makes a model's engine from the server config and policy,
 // with the program's slots and largest prefill variant where the config is
 // silent.
-func newEngine(p *runtime.Program, cfg *server.Config, policy *server.Policy) (*engine.Engine, error) {
+func newEngine(p *runtime.Program, cfg *server.Config, policy *server.Policy, trace, stepLog io.Writer) (*engine.Engine, error) {
 	ec := policy.EngineConfig(cfg)
+	ec.Trace, ec.StepLog = trace, stepLog
 	ec.ContextLength = p.Hparams.ContextLength
 	if ec.Slots == 0 {
 		ec.Slots = p.Slots()
@@ -183,4 +224,15 @@ func newEngine(p *runtime.Program, cfg *server.Config, policy *server.Policy) (*
 		ec.ChunkCap = k.Rows
 	}
 	return engine.New(p, p.Tok, ec)
+}
+
+// tracePathFor is the trace (or step log) file of bundle i of n: path itself for one
+// bundle, else path with ".i" before its extension, so engines never share
+// a file.
+func tracePathFor(path string, i, n int) string {
+	if n == 1 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s.%d%s", strings.TrimSuffix(path, ext), i, ext)
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -65,6 +66,15 @@ type Config struct {
 	// Scope names the prefix-cache scope of a tenant: tenants of one scope
 	// may share cached prompt pages (nil: each tenant its own).
 	Scope func(tenant string) string
+	// Trace, when set, receives a Chrome trace-event file of the engine's
+	// steps, slot and page counters, admissions, preemptions and finishes
+	// (chrome://tracing, Perfetto); Close writes its end. Timestamps come
+	// from Now.
+	Trace io.Writer
+	// StepLog, when set, receives a JSON line per step of everything the
+	// step depended on and sampled (StepRecord), for Rerun. It holds the
+	// prompts' tokens.
+	StepLog io.Writer
 }
 
 // Request is one generation request.
@@ -143,7 +153,12 @@ type Engine struct {
 	slots    []*request    // by slot; nil = free
 	nextID   uint64
 	logits   []float32
-	stepping sync.Mutex // one Step at a time
+	tr       *tracer // nil: no trace
+	slog     *stepLog
+	onStep   func(*StepRecord) // Rerun's view of each step
+	rec      *StepRecord       // the step's record while logging
+	logged   int               // steps logged
+	stepping sync.Mutex        // one Step at a time
 }
 
 // request is the engine's state for one Request.
@@ -213,6 +228,14 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if !cfg.NoPrefixCache {
 		e.prefix = prefix.New()
 	}
+	if cfg.Trace != nil {
+		e.tr = newTracer(cfg.Trace, cfg.Now)
+	}
+	if cfg.StepLog != nil {
+		e.slog = &stepLog{w: cfg.StepLog}
+		e.slog.write(&StepRecord{Config: &StepLogConfig{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: cfg.ContextLength,
+			NoPrefixCache: cfg.NoPrefixCache, Reserved: cfg.Reserved}})
+	}
 	for t, n := range cfg.Reserved {
 		if err := e.pool.Reserve(t, n); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
@@ -258,6 +281,15 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.stepping.Lock()
 	defer e.stepping.Unlock()
+	defer e.tr.flush()
+	var start time.Time
+	if e.tr != nil {
+		start = e.cfg.Now()
+	}
+	if e.logging() {
+		e.rec = &StepRecord{}
+		defer e.endRecord()
+	}
 	e.mu.Lock()
 	arrived := e.arrivals
 	e.arrivals = nil
@@ -269,10 +301,17 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			r.keys = e.prefix.Keys(e.cfg.Scope(r.Tenant), r.Prompt) // hashed here, not under the lock Submit takes
 		}
 		e.reqs = append(e.reqs, r)
+		if e.rec != nil {
+			e.rec.Arrivals = append(e.rec.Arrivals, LoggedRequest{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Scope: e.cfg.Scope(r.Tenant),
+				Limits: e.cfg.Tenants(r.Tenant), Prompt: r.Prompt, Decode: r.Decode})
+		}
 	}
 
 	for _, r := range e.reqs {
 		if r.ctx.Err() != nil {
+			if e.rec != nil {
+				e.rec.Cancelled = append(e.rec.Cancelled, r.id)
+			}
 			e.finish(r, Event{Token: -1, Finish: Cancelled})
 		}
 	}
@@ -290,20 +329,32 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, id := range plan.Admit {
 		e.admit(byID[id])
 	}
+	if e.rec != nil {
+		e.rec.Plan = &plan
+		e.recordSlots()
+	}
 	if plan.NRows == 0 {
 		e.publish(false)
 		return false, nil
 	}
 	batch, err := e.batch(plan, byID)
 	if err == nil {
+		if e.rec != nil {
+			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
+		}
 		err = e.m.Step(ctx, batch)
 	}
+	if err != nil && e.rec != nil {
+		e.rec.Err = err.Error()
+	}
 	if err != nil {
+		e.traceStep(start, plan, byID, batch, err)
 		for _, c := range plan.Rows {
 			e.finish(byID[c.ID], Event{Token: -1, Finish: Failed, Err: err})
 		}
 		e.compact()
 		e.publish(true)
+		e.traceCounters()
 		return true, err
 	}
 	for _, c := range plan.Rows {
@@ -313,9 +364,31 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			e.route(r)
 		}
 	}
+	e.traceStep(start, plan, byID, batch, nil) // after sampling, which the step's time includes
 	e.compact()
 	e.publish(true)
+	e.traceCounters()
 	return true, nil
+}
+
+// traceStep records the step that started at start with its plan, split
+// into decode rows (generated tokens) and prefill rows (prompt tokens).
+func (e *Engine) traceStep(start time.Time, plan sched.Plan, byID map[uint64]*request, b runtime.Batch, err error) {
+	if e.tr == nil {
+		return
+	}
+	prefill := 0
+	for _, c := range plan.Rows {
+		prefill += min(max(len(byID[c.ID].Prompt)-c.From, 0), c.N)
+	}
+	variant := ""
+	if b.Key.Rows > 0 {
+		variant = b.Key.String()
+	}
+	e.mu.Lock()
+	n := e.stats.Steps + 1 // publish counts this step after the trace records it
+	e.mu.Unlock()
+	e.tr.step(n, start, plan, plan.NRows-prefill, prefill, variant, err)
 }
 
 // input is the scheduler's view of the engine.
@@ -346,6 +419,7 @@ func (e *Engine) preempt(r *request) {
 		panic("engine: the scheduler preempted an interactive request")
 	}
 	e.slots[r.slot], r.slot = nil, -1
+	e.tr.instant("preempt", r, map[string]any{"done": r.done})
 	e.mu.Lock()
 	e.stats.Preemptions++
 	e.mu.Unlock()
@@ -362,6 +436,7 @@ func (e *Engine) admit(r *request) {
 		}
 	}
 	if len(r.pages) > 0 {
+		e.tr.instant("resume", r, map[string]any{"slot": r.slot, "done": r.done})
 		return // resumed after a preemption
 	}
 	if e.prefix != nil {
@@ -384,6 +459,7 @@ func (e *Engine) admit(r *request) {
 		}
 		r.pages = append(r.pages, pg)
 	}
+	e.tr.instant("admit", r, map[string]any{"slot": r.slot, "prompt": len(r.Prompt), "cached": r.cached, "pages": len(r.pages)})
 }
 
 // batch turns the plan into the program's batch, on the smallest variant
@@ -416,6 +492,9 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 // route samples r's next token from its slot's outcome and sends it.
 func (e *Engine) route(r *request) {
 	st := r.dec.NextFrom(slotSource{e, r.slot}, r.tokens, r.done)
+	if e.rec != nil {
+		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: Finish(st.Finish)})
+	}
 	if st.Finish != decode.Running {
 		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: Finish(st.Finish)})
 		return
@@ -482,6 +561,11 @@ func (e *Engine) finish(r *request, last Event) {
 	if r.slot >= 0 {
 		e.slots[r.slot] = nil
 	}
+	args := map[string]any{"reason": string(last.Finish), "prompt": last.PromptTokens, "generated": last.CompletionTokens}
+	if last.Err != nil {
+		args["error"] = last.Err.Error()
+	}
+	e.tr.instant("finish", r, args)
 	e.mu.Lock()
 	e.stats.Finished[last.Finish]++
 	e.stats.PromptTokens += uint64(len(r.Prompt))

@@ -1,7 +1,11 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -241,4 +245,221 @@ func TestPrefixCache(t *testing.T) {
 	if s := e.Stats(); s.PrefixHit != uint64(full) || s.PrefixQueried != uint64(3*len(prompt)) {
 		t.Errorf("prefix stats %d/%d", s.PrefixHit, s.PrefixQueried)
 	}
+}
+
+// TestTrace runs a few requests — batch ones that interactive ones preempt
+// — with a trace, and checks the Chrome trace-event file it leaves: valid
+// JSON after Close, one complete event per step with its plan, three
+// counters per step, and one admission and one finish per request.
+func TestTrace(t *testing.T) {
+	p := stories(t, "context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [16, 64]\nkv_pages = 80\n")
+	var buf bytes.Buffer
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 16, Trace: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prompts := []string{"Once upon a time", "Lily and Ben went to the park to play with a big red ball. They", "The little dog", "One day"}
+	var streams []<-chan engine.Event
+	submit := func(i int, q sched.QoS) {
+		ev, err := e.Submit(ctx, engine.Request{Tenant: fmt.Sprintf("t%d", i%2), QoS: q, Prompt: p.Tok.Encode(prompts[i], true, false), Decode: decode.Params{MaxTokens: 12}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, ev)
+	}
+	submit(0, sched.Batch)
+	submit(1, sched.Batch)
+	for steps := 0; ; steps++ {
+		if steps > 1000 {
+			t.Fatal("the engine did not finish")
+		}
+		if steps == 3 {
+			submit(2, sched.Interactive)
+			submit(3, sched.Interactive)
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := e.Stats(); steps > 3 && s.Waiting == 0 && s.Running == 0 {
+			break
+		}
+	}
+	for _, ev := range streams {
+		for range ev {
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			TS   *float64       `json:"ts"`
+			Dur  *float64       `json:"dur"`
+			PID  int            `json:"pid"`
+			TID  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("the trace is not valid JSON: %v\n%s", err, buf.Bytes())
+	}
+	s := e.Stats()
+	count := map[string]int{}
+	admitted := map[float64]bool{}
+	for _, ev := range doc.TraceEvents {
+		count[ev.Ph+" "+ev.Name]++
+		if ev.TS == nil || *ev.TS < 0 || ev.PID == 0 {
+			t.Errorf("event %s %s without a timestamp or pid", ev.Ph, ev.Name)
+		}
+		switch ev.Ph {
+		case "X":
+			rows, dec, pre := ev.Args["rows"].(float64), ev.Args["decode_rows"].(float64), ev.Args["prefill_rows"].(float64)
+			if ev.Dur == nil || *ev.Dur < 0 || rows == 0 || rows != dec+pre || ev.Args["variant"] == "" {
+				t.Errorf("step event %v: want a duration, rows = decode + prefill rows, and a variant", ev.Args)
+			}
+		case "i":
+			if ev.Args["tenant"] == nil || ev.Args["id"] == nil {
+				t.Errorf("%s event without a request id or tenant: %v", ev.Name, ev.Args)
+			}
+			if ev.Name == "admit" {
+				id := ev.Args["id"].(float64)
+				if admitted[id] {
+					t.Errorf("request %v admitted twice", id)
+				}
+				admitted[id] = true
+			}
+		}
+	}
+	t.Logf("%d steps, %d preemptions; events %v", s.Steps, s.Preemptions, count)
+	want := map[string]int{
+		"X step": int(s.Steps), "C slots": int(s.Steps), "C kv_pages": int(s.Steps), "C queue": int(s.Steps),
+		"i admit": len(prompts), "i finish": len(prompts),
+		"i preempt": int(s.Preemptions), "i resume": int(s.Preemptions),
+	}
+	for k, n := range want {
+		if count[k] != n {
+			t.Errorf("%d %q events, want %d", count[k], k, n)
+		}
+	}
+	if s.Preemptions == 0 {
+		t.Error("no preemption: the test does not exercise the preempt and resume events")
+	}
+	// Steps after Close are not traced, and the file stays valid.
+	if _, err := e.Submit(ctx, engine.Request{Tenant: "t0", Prompt: p.Tok.Encode("A bird", true, false), Decode: decode.Params{MaxTokens: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	n := buf.Len()
+	if _, err := e.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != n {
+		t.Errorf("a step after Close wrote %d bytes of trace", buf.Len()-n)
+	}
+}
+
+// TestRerun records a step log of requests greedy and seeded, one of them
+// cancelled midway and some preempted, reruns it on a fresh engine (every
+// step's tokens match), then changes one sampled token in the log and
+// requires the rerun to fail at that step, naming the request.
+func TestRerun(t *testing.T) {
+	p := stories(t, "context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [16, 64]\nkv_pages = 80\n")
+	var log bytes.Buffer
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 16, StepLog: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prompts := []string{"Once upon a time", "Lily and Ben went to the park to play with a big red ball. They", "The little dog", "One day", "A bird"}
+	var streams []<-chan engine.Event
+	var cancelLast context.CancelFunc
+	submit := func(i int, q sched.QoS) {
+		rctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		cancelLast = cancel
+		sp := sample.Params{Temperature: 0.8, TopK: 40, Seed: uint64(i + 1)}
+		if i%2 == 0 {
+			sp = sample.Params{}
+		}
+		ev, err := e.Submit(rctx, engine.Request{Tenant: fmt.Sprintf("t%d", i%2), QoS: q, Prompt: p.Tok.Encode(prompts[i], true, false), Decode: decode.Params{MaxTokens: 16, Sampling: sp}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, ev)
+	}
+	submit(0, sched.Batch)
+	submit(1, sched.Batch)
+	for steps := 0; ; steps++ {
+		if steps > 1000 {
+			t.Fatal("the engine did not finish")
+		}
+		switch steps {
+		case 3:
+			submit(2, sched.Interactive)
+			submit(3, sched.Interactive)
+		case 5:
+			submit(4, sched.Standard)
+		case 8:
+			cancelLast()
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range streams {
+			for drained := false; !drained; {
+				select {
+				case _, ok := <-ev:
+					drained = !ok
+				default:
+					drained = true
+				}
+			}
+		}
+		if s := e.Stats(); steps > 8 && s.Waiting == 0 && s.Running == 0 {
+			break
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := e.Stats()
+	if s.Preemptions == 0 || s.Finished[engine.Cancelled] != 1 {
+		t.Fatalf("%d preemptions, endings %v: the test wants a preemption and a cancellation", s.Preemptions, s.Finished)
+	}
+
+	n, err := engine.Rerun(ctx, p, p.Tok, bytes.NewReader(log.Bytes()))
+	if err != nil {
+		t.Fatalf("rerun of an unchanged log: %v", err)
+	}
+	t.Logf("reran %d steps (the engine ran %d)", n, s.Steps)
+
+	// Change one token, halfway through the log.
+	lines := bytes.Split(bytes.TrimSuffix(log.Bytes(), []byte("\n")), []byte("\n"))
+	var wantStep int
+	var wantID uint64
+	for i := len(lines) / 2; i < len(lines) && wantStep == 0; i++ {
+		var rec engine.StepRecord
+		if err := json.Unmarshal(lines[i], &rec); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.Sampled) == 0 {
+			continue
+		}
+		rec.Sampled[0].Token++
+		wantStep, wantID = rec.Step, rec.Sampled[0].ID
+		if lines[i], err = json.Marshal(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if wantStep == 0 {
+		t.Fatal("no step with sampled tokens in the second half of the log")
+	}
+	_, err = engine.Rerun(ctx, p, p.Tok, bytes.NewReader(bytes.Join(lines, []byte("\n"))))
+	var re *engine.RerunError
+	if !errors.As(err, &re) || re.Step != wantStep || re.Request != wantID {
+		t.Fatalf("rerun of a log with a changed token at step %d, request %d: %v", wantStep, wantID, err)
+	}
+	t.Logf("changed log: %v", err)
 }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/engine"
+)
+
+func rerunCmd() *cobra.Command {
+	var ef engineFlags
+	c := &cobra.Command{
+		Use:   "rerun BUNDLE LOG",
+		Short: "Re-run a serving engine's step log on a fresh engine, failing on the first step whose tokens differ",
+		Long: `rerun reads a step log that zrt-run serve --step-log wrote (a JSON line per
+engine step: its arrivals with their prompt tokens and sampling parameters,
+cancellations, the scheduler's plan and slot table, the query rows and the
+sampled tokens), runs the same steps on a fresh engine over BUNDLE, and
+compares each step's sampled tokens, then its plan, with the log's. It
+exits non-zero at the first difference, naming the step and the request.
+
+T-CPU computes a request's tokens bit for bit the same whatever its batch,
+so a log from T-CPU reruns exactly; rerun runs on T-CPU unless --tier says
+otherwise. BUNDLE must be the one (or built from the same GGUF and config
+as the one) that served the log.
+
+` + envHelp,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt, err := ef.options()
+			if err != nil {
+				return err
+			}
+			if opt.Tier == "" || opt.Tier == "auto" {
+				opt.Tier = "cpu"
+			}
+			dir, err := ef.bundleDir(args[0], opt)
+			if err != nil {
+				return err
+			}
+			p, err := runtime.Open(dir, opt)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			f, err := os.Open(args[1])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			n, err := engine.Rerun(cmd.Context(), p, p.Tok, f)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[1], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rerun: %d steps of %s on tier %s: every sampled token and plan matches\n", n, args[1], p.TierName())
+			return nil
+		},
+	}
+	ef.add(c)
+	return c
+}

@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// StepRecord is one line of a step log (Config.StepLog): the first line
+// carries only Config; every later one is a step that received arrivals,
+// saw cancellations or computed rows, with everything it depended on, so
+// Rerun can run the same steps on a fresh engine and compare what they
+// sampled.
+type StepRecord struct {
+	Config *StepLogConfig `json:"config,omitempty"`
+	// Step numbers the log's steps from 1 (steps that did nothing are
+	// not logged, so it may be less than Stats().Steps counts).
+	Step int `json:"step,omitempty"`
+	// Arrivals are the requests this step took from the queue, in
+	// submission order (which fixes their ids).
+	Arrivals []LoggedRequest `json:"arrivals,omitempty"`
+	// Cancelled are the requests whose context was done at the step's
+	// start.
+	Cancelled []uint64      `json:"cancelled,omitempty"`
+	Plan      *sched.Plan   `json:"plan,omitempty"`
+	Slots     []uint64      `json:"slots,omitempty"` // the request in each slot during the step; 0: free
+	Variant   string        `json:"variant,omitempty"`
+	Rows      []runtime.Row `json:"rows,omitempty"` // the query rows the step computed
+	Sampled   []Sampled     `json:"sampled,omitempty"`
+	Err       string        `json:"error,omitempty"` // the step failed
+}
+
+// StepLogConfig is the engine's configuration as far as a rerun needs it.
+type StepLogConfig struct {
+	Slots         int            `json:"slots"`
+	ChunkCap      int            `json:"chunk_cap"`
+	ContextLength int            `json:"context_length"`
+	NoPrefixCache bool           `json:"no_prefix_cache,omitempty"`
+	Reserved      map[string]int `json:"reserved,omitempty"`
+}
+
+// LoggedRequest is an arrival with its id and the policy it met: its
+// tenant's scheduling limits and prefix-cache scope at arrival.
+type LoggedRequest struct {
+	ID     uint64        `json:"id"`
+	Tenant string        `json:"tenant"`
+	QoS    sched.QoS     `json:"qos"`
+	Scope  string        `json:"scope"`
+	Limits sched.Limits  `json:"limits"`
+	Prompt []int32       `json:"prompt"`
+	Decode decode.Params `json:"decode"`
+}
+
+// Sampled is a token a step sampled for a request, and whether it ended it.
+type Sampled struct {
+	ID     uint64 `json:"id"`
+	Token  int32  `json:"token"`
+	Finish Finish `json:"finish,omitempty"`
+}
+
+// stepLog writes the step log as JSON lines, one Write per line so the
+// file ends on a whole record if the process dies.
+type stepLog struct {
+	w   io.Writer
+	n   int
+	err error
+}
+
+func (l *stepLog) write(rec *StepRecord) {
+	if l.err != nil {
+		return
+	}
+	b, err := json.Marshal(rec)
+	if err == nil {
+		_, err = l.w.Write(append(b, '\n'))
+	}
+	if err != nil {
+		l.err = fmt.Errorf("engine: writing the step log: %w", err)
+	}
+}
+
+// logging reports whether steps are recorded (to a step log or a rerun).
+func (e *Engine) logging() bool { return e.slog != nil || e.onStep != nil }
+
+// endRecord emits the step's record if the step did anything.
+func (e *Engine) endRecord() {
+	rec := e.rec
+	e.rec = nil
+	if rec == nil || (len(rec.Arrivals) == 0 && len(rec.Cancelled) == 0 && (rec.Plan == nil || rec.Plan.NRows == 0 && len(rec.Plan.Admit) == 0)) {
+		return
+	}
+	e.logged++
+	rec.Step = e.logged
+	if e.slog != nil {
+		e.slog.write(rec)
+	}
+	if e.onStep != nil {
+		e.onStep(rec)
+	}
+}
+
+// recordSlots notes which request holds each slot.
+func (e *Engine) recordSlots() {
+	if e.rec == nil {
+		return
+	}
+	e.rec.Slots = make([]uint64, len(e.slots))
+	for i, r := range e.slots {
+		if r != nil {
+			e.rec.Slots[i] = r.id
+		}
+	}
+}
+
+// RerunError is the first step at which a rerun diverged from its log.
+type RerunError struct {
+	Step    int
+	Request uint64 // 0 when the step's plan, not a token, differs
+	Msg     string
+}
+
+func (e *RerunError) Error() string {
+	if e.Request != 0 {
+		return fmt.Sprintf("rerun: step %d, request %d: %s", e.Step, e.Request, e.Msg)
+	}
+	return fmt.Sprintf("rerun: step %d: %s", e.Step, e.Msg)
+}
+
+// Rerun replays a step log on a fresh engine over m: it submits each
+// step's arrivals, cancels what the log cancelled, runs the step, and
+// returns a *RerunError at the first step whose sampled tokens (or,
+// failing that, plan) differ from the log's. It returns the steps replayed.
+// Requests the original engine cut off as too slow are not reproduced.
+func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader) (int, error) {
+	sc := bufio.NewScanner(log)
+	sc.Buffer(nil, 1<<28) // a record carries whole prompts
+	var recs []StepRecord
+	for line := 1; sc.Scan(); line++ {
+		var rec StepRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return 0, fmt.Errorf("rerun: step log line %d: %w", line, err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("rerun: reading the step log: %w", err)
+	}
+	if len(recs) == 0 || recs[0].Config == nil {
+		return 0, errors.New("rerun: the step log does not start with the engine's config")
+	}
+	lc := recs[0].Config
+	limits, scopes := map[string]sched.Limits{}, map[string]string{}
+	cfg := Config{Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
+		Reserved: lc.Reserved, EventBuffer: 1 << 20,
+		Tenants: func(t string) sched.Limits { return limits[t] },
+		Scope: func(t string) string {
+			if s, ok := scopes[t]; ok {
+				return s
+			}
+			return t
+		}}
+	e, err := New(m, tok, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("rerun: %w", err)
+	}
+	var got *StepRecord
+	e.onStep = func(r *StepRecord) { got = r }
+	cancels := map[uint64]context.CancelFunc{}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	var streams []<-chan Event
+	for i := range recs[1:] {
+		want := &recs[i+1]
+		for _, a := range want.Arrivals {
+			limits[a.Tenant], scopes[a.Tenant] = a.Limits, a.Scope
+			rctx, cancel := context.WithCancel(ctx)
+			// The engine numbers arrivals in submission order from 1, as
+			// the original did, so the log's id names this request.
+			cancels[a.ID] = cancel
+			ev, err := e.Submit(rctx, Request{Tenant: a.Tenant, QoS: a.QoS, Prompt: a.Prompt, Decode: a.Decode})
+			if err != nil {
+				return i, &RerunError{Step: want.Step, Request: a.ID, Msg: fmt.Sprintf("refused: %v", err)}
+			}
+			streams = append(streams, ev)
+		}
+		for _, id := range want.Cancelled {
+			if c := cancels[id]; c != nil {
+				c()
+			}
+		}
+		got = nil
+		if _, err := e.Step(ctx); err != nil && want.Err == "" {
+			return i, &RerunError{Step: want.Step, Msg: fmt.Sprintf("the step failed: %v", err)}
+		}
+		// Read every stream so no request is cut off as too slow.
+		for j, ch := range streams {
+			for drained := false; ch != nil && !drained; {
+				select {
+				case _, ok := <-ch:
+					if !ok {
+						streams[j], ch = nil, nil
+					}
+				default:
+					drained = true
+				}
+			}
+		}
+		if got == nil {
+			got = &StepRecord{}
+		}
+		if err := compareStep(want, got); err != nil {
+			return i, err
+		}
+	}
+	return len(recs) - 1, nil
+}
+
+// compareStep compares a rerun's step with the log's: tokens first, as
+// they are what a client saw, then the plan.
+func compareStep(want, got *StepRecord) error {
+	gotTok := map[uint64]Sampled{}
+	for _, s := range got.Sampled {
+		gotTok[s.ID] = s
+	}
+	for _, w := range want.Sampled {
+		g, ok := gotTok[w.ID]
+		if !ok {
+			return &RerunError{Step: want.Step, Request: w.ID, Msg: fmt.Sprintf("the log has token %d, the rerun sampled none", w.Token)}
+		}
+		if g != w {
+			return &RerunError{Step: want.Step, Request: w.ID, Msg: fmt.Sprintf("sampled token %d (finish %q), the log has %d (finish %q)", g.Token, g.Finish, w.Token, w.Finish)}
+		}
+		delete(gotTok, w.ID)
+	}
+	for id, g := range gotTok {
+		return &RerunError{Step: want.Step, Request: id, Msg: fmt.Sprintf("sampled token %d, the log has none", g.Token)}
+	}
+	wp, gp := "none", "none"
+	if want.Plan != nil {
+		wp = want.Plan.String()
+	}
+	if got.Plan != nil {
+		gp = got.Plan.String()
+	}
+	if wp != gp || !slices.Equal(want.Slots, got.Slots) {
+		return &RerunError{Step: want.Step, Msg: fmt.Sprintf("plan %s, slots %v; the log has %s, slots %v", gp, got.Slots, wp, want.Slots)}
+	}
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/cmd/internal/stdout"
 )
 
@@ -20,21 +21,24 @@ func main() {
 		Use:   "zrt-run",
 		Short: "Run compiled zrt bundles",
 		Long: `zrt-run mmaps a bundle written by 'zrtc build', validates it, picks an
-execution tier and replays it.
+execution tier and replays it. Wherever it takes a bundle it also takes a
+bundle set (it runs the member that fits this machine) and a pack
+(zrtc pack): it unpacks that member once under --unpack-dir and reuses it.
 
 ` + envHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd(), rerunCmd())
+	exitcode.Wire(root)
 	out := stdout.New(os.Stdout)
 	root.SetOut(out)
-	err := root.ExecuteContext(ctx)
+	err := exitcode.Classify(root.ExecuteContext(ctx))
 	if err == nil {
 		err = out.Err()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "zrt-run:", err)
-		os.Exit(1)
+		os.Exit(exitcode.Code(err))
 	}
 }

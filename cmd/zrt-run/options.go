@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -34,19 +36,25 @@ type engineFlags struct {
 	threads       int
 	verifyWeights bool
 	explain       bool
+	unpackDir     string
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
 	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
 	c.Flags().BoolVar(&f.verifyWeights, "verify-weights", false, "hash the weights pack against the graph file before running (every load checks the rest)")
-	c.Flags().BoolVar(&f.explain, "explain", false, "given a bundle set (zrtc build --target a,b), say on stderr which bundle fits this machine and why")
+	c.Flags().BoolVar(&f.explain, "explain", false, "given a bundle set (zrtc build --target a,b) or a pack of one, say on stderr which bundle fits this machine and why")
+	c.Flags().StringVar(&f.unpackDir, "unpack-dir", "", "given a pack (.zrtp), unpack its member for this machine under this directory (default: the user cache directory's zrt/unpacked)")
 }
 
 // bundleDir returns the bundle to open for path: path itself for a
 // bundle; for a bundle set, the member that fits this machine best under
-// the tier choice (runtime/pick), said on stderr with --explain.
+// the tier choice (runtime/pick), said on stderr with --explain; for a
+// pack (.zrtp), that member unpacked once into the unpack directory.
 func (f *engineFlags) bundleDir(path string, opt runtime.Options) (string, error) {
+	if zrtp.Is(path) {
+		return f.packBundle(path, opt.Tier)
+	}
 	dir, choice, err := pick.Resolve(path, probeCUDA, opt.Tier)
 	if choice != nil && f.explain && err == nil {
 		lines := strings.Split(strings.TrimSuffix(choice.Explain(), "\n"), "\n")
@@ -127,7 +135,8 @@ func flagError(err error) error {
 		if len(re.Flag) == 1 {
 			dash = "-"
 		}
-		return fmt.Errorf("%s%s: %w", dash, re.Flag, err)
+		// A value out of range is a usage error: exit status 2.
+		return &exitcode.UsageError{Err: fmt.Errorf("%s%s: %w", dash, re.Flag, err)}
 	}
 	return err
 }
@@ -138,7 +147,7 @@ const maxThreadsPerCPU = 4
 
 func checkThreads(n int) error {
 	if limit := maxThreadsPerCPU * goruntime.NumCPU(); n < 0 || n > limit {
-		return fmt.Errorf("--threads %d out of range [1, %d] (0: one per CPU)", n, limit)
+		return exitcode.Usagef("--threads %d out of range [1, %d] (0: one per CPU)", n, limit)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/format/zrtp"
 )
 
 func inspectCmd() *cobra.Command {
@@ -22,9 +23,13 @@ func inspectCmd() *cobra.Command {
 architecture and tensor types, then says whether zrtc can build it for the
 target: tensors whose type the target's kernels cannot compute with are
 marked "unsupported", and the last line is the build's verdict. A file that
-breaks the GGUF format is refused as malformed instead.`,
+breaks the GGUF format is refused as malformed instead. Given a pack
+(.zrtp), inspect lists its index without decompressing anything.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if zrtp.Is(args[0]) {
+				return listPack(cmd.OutOrStdout(), args[0])
+			}
 			f, err := gguf.Open(args[0])
 			if err != nil {
 				return err

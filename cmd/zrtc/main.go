@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
@@ -38,16 +39,17 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 		SilenceErrors: true,
 		Version:       compiler.Version,
 	}
-	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
+	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), packCmd(), unpackCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
+	exitcode.Wire(root)
 	out := stdout.New(os.Stdout)
 	root.SetOut(out)
-	err := root.ExecuteContext(ctx)
+	err := exitcode.Classify(root.ExecuteContext(ctx))
 	if err == nil {
 		err = out.Err()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "zrtc:", err)
-		os.Exit(1)
+		os.Exit(exitcode.Code(err))
 	}
 }
 

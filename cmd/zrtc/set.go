@@ -14,6 +14,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/kernels"
 )
 
@@ -98,10 +99,13 @@ func sharedConfig(model, configPath string) (string, error) {
 
 func dumpSetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "set SET",
-		Short: "Print a bundle set's index: the model, and each bundle's target, directory, requirements and key",
+		Use:   "set SET|MODEL.zrtp",
+		Short: "Print a bundle set's index: the model, and each bundle's target, directory, requirements and key (of a pack: its index)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if zrtp.Is(args[0]) {
+				return listPack(cmd.OutOrStdout(), args[0])
+			}
 			x, err := bundleset.Read(args[0])
 			if err != nil {
 				return err

@@ -43,6 +43,10 @@ const (
 	Version    = 1
 )
 
+// ErrFormat is wrapped by the error for an index that is not valid JSON
+// or breaks the index's rules.
+var ErrFormat = errors.New("bundle set: malformed index")
+
 // Index is the contents of set.json.
 type Index struct {
 	Format   string `json:"format"`
@@ -127,23 +131,23 @@ func (x *Index) Targets() []string {
 // members with distinct targets and plain, distinct directory names.
 func (x *Index) Check() error {
 	if x.Format != FormatName {
-		return fmt.Errorf("%s: format %q, not a %s index", IndexFile, x.Format, FormatName)
+		return fmt.Errorf("%s: %w: format %q, not a %s index", IndexFile, ErrFormat, x.Format, FormatName)
 	}
 	if x.Version < 1 || x.Version > Version {
 		return fmt.Errorf("%s: version %d, this zrt reads 1–%d: use a newer zrt-run or rebuild the set with this zrtc", IndexFile, x.Version, Version)
 	}
 	if len(x.Bundles) == 0 {
-		return fmt.Errorf("%s: the set has no bundles", IndexFile)
+		return fmt.Errorf("%s: %w: the set has no bundles", IndexFile, ErrFormat)
 	}
 	targets, dirs := map[string]bool{}, map[string]bool{}
 	for _, m := range x.Bundles {
 		if m.Target == "" || targets[m.Target] {
-			return fmt.Errorf("%s: target %q empty or listed twice", IndexFile, m.Target)
+			return fmt.Errorf("%s: %w: target %q empty or listed twice", IndexFile, ErrFormat, m.Target)
 		}
 		// A member's directory is one name inside the set: never a path
 		// that climbs out of it.
 		if m.Dir == "" || m.Dir == "." || m.Dir == ".." || strings.ContainsAny(m.Dir, `/\`) || dirs[m.Dir] {
-			return fmt.Errorf("%s: member %s: directory %q is not a plain name unique in the set", IndexFile, m.Target, m.Dir)
+			return fmt.Errorf("%s: %w: member %s: directory %q is not a plain name unique in the set", IndexFile, ErrFormat, m.Target, m.Dir)
 		}
 		targets[m.Target], dirs[m.Dir] = true, true
 	}
@@ -170,7 +174,7 @@ func Read(dir string) (*Index, error) {
 	var x Index
 	d := json.NewDecoder(bytes.NewReader(b))
 	if err := d.Decode(&x); err != nil {
-		return nil, fmt.Errorf("bundle set %s: %s: %w", dir, IndexFile, err)
+		return nil, fmt.Errorf("bundle set %s: %s: %w: %v", dir, IndexFile, ErrFormat, err)
 	}
 	if err := x.Check(); err != nil {
 		return nil, fmt.Errorf("bundle set %s: %w", dir, err)

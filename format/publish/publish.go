@@ -55,6 +55,13 @@ func File(fsys FS, path string, owned Owned, data []byte) error {
 	return publish(fsys, path, owned, false, func(tmp string) error { return fsys.WriteFile(tmp, data) })
 }
 
+// FileFunc writes a file at path atomically as File does, with fill
+// writing the temporary file (already created, empty) at tmp: for output
+// too large to hold in memory.
+func FileFunc(fsys FS, path string, owned Owned, fill func(tmp string) error) error {
+	return publish(fsys, path, owned, false, fill)
+}
+
 // TempPrefix returns the name prefix of dst's temporaries, which only
 // this package creates and removes.
 func TempPrefix(dst string) string { return "." + filepath.Base(dst) + ".tmp" }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/format/zrtp"
+)
+
+func packCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "pack OUT -o MODEL.zrtp",
+		Short: "Pack a bundle or a bundle set into one file (.zrtp), zstd-compressed, index first",
+		Long: `pack turns a bundle or a bundle set (zrtc build -o OUT) into one file for
+artifact stores and scp: the index first, then every file compressed with
+zstd and checked by its SHA-256. The same input always gives the same
+bytes. zrt-run runs a pack as it runs a bundle, unpacking only the member
+for its machine; zrtc unpack unpacks it explicitly.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usagef("pack: -o MODEL.zrtp is required")
+			}
+			start := time.Now()
+			if err := zrtp.Write(out, args[0]); err != nil {
+				return err
+			}
+			r, err := zrtp.Open(out)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			packed, raw := r.Index().Sizes()
+			fmt.Fprintf(os.Stderr, "zrtc: packed %s into %s: %d members, %d B → %d B (%.3f), %s\n",
+				args[0], out, len(r.Index().Members), raw, packed, ratio(packed, raw), time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&out, "out", "o", "", "the pack to write (atomically)")
+	return c
+}
+
+func unpackCmd() *cobra.Command {
+	var out, target string
+	c := &cobra.Command{
+		Use:   "unpack MODEL.zrtp -o DIR",
+		Short: "Unpack a pack: the whole set or bundle, or one member with --target",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usagef("unpack: -o DIR is required")
+			}
+			r, err := zrtp.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			if target == "" {
+				return r.Unpack(out)
+			}
+			m, ok := r.Index().Member(target)
+			if !ok {
+				return usagef("unpack: --target %s: the pack holds %s", target, targetsOf(r.Index()))
+			}
+			return r.UnpackMember(m, out)
+		},
+	}
+	c.Flags().StringVarP(&out, "out", "o", "", "the directory to write (atomically)")
+	c.Flags().StringVar(&target, "target", "", "unpack only this member, as a bundle")
+	return c
+}
+
+func targetsOf(x *zrtp.Index) []string {
+	var t []string
+	for _, m := range x.Members {
+		t = append(t, m.Target)
+	}
+	return t
+}
+
+func ratio(packed, raw int64) float64 {
+	if raw == 0 {
+		return 0
+	}
+	return float64(packed) / float64(raw)
+}
+
+// listPack prints a pack's index: its kind, the set's model, and every
+// member's files with their sizes. It reads the index only.
+func listPack(w io.Writer, path string) error {
+	r, err := zrtp.Open(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	x := r.Index()
+	packed, raw := x.Sizes()
+	fmt.Fprintf(w, "pack %s: %s version %d, a %s of %d members, index sha256 %s\n", path, x.Format, x.Version, x.Kind, len(x.Members), r.Digest())
+	fmt.Fprintf(w, "data: %d B packed, %d B unpacked (ratio %.3f)\n", packed, raw, ratio(packed, raw))
+	if s := x.Set; s != nil {
+		fmt.Fprintf(w, "set written by %s\nmodel: %s (%s), sha256 %s\nconfig (target aside): sha256 %s\n", s.Producer, s.Model.Source, s.Model.Architecture, s.Model.SHA256, s.Model.ConfigSHA256)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\ntarget\tfile\tpacked\tunpacked\tsha256")
+	for _, f := range x.Files {
+		fmt.Fprintf(tw, "(set)\t%s\t%d\t%d\t%s\n", f.Path, f.Size, f.RawSize, short(f.SHA256))
+	}
+	for _, m := range x.Members {
+		for _, f := range m.Files {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", m.Target, filepath.ToSlash(filepath.Join(m.Dir, f.Path)), f.Size, f.RawSize, short(f.SHA256))
+		}
+	}
+	return tw.Flush()
+}
+
+// usagef is an error in how zrtc was called: exit status 2.
+func usagef(format string, a ...any) error { return exitcode.Usagef(format, a...) }

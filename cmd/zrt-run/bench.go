@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -60,11 +61,11 @@ tool on the same model, threads and test and prints its table below.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case pp < 0 || pp > 1<<20:
-				return fmt.Errorf("-p %d out of range [0, 1048576]", pp)
+				return exitcode.Usagef("-p %d out of range [0, 1048576]", pp)
 			case tg < 0 || tg > 1<<20:
-				return fmt.Errorf("-n %d out of range [0, 1048576]", tg)
+				return exitcode.Usagef("-n %d out of range [0, 1048576]", tg)
 			case reps < 1 || reps > 1000:
-				return fmt.Errorf("-r %d out of range [1, 1000]", reps)
+				return exitcode.Usagef("-r %d out of range [1, 1000]", reps)
 			}
 			e, err := ef.open(args[0])
 			if err != nil {

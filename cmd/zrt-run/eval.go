@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 )
 
 // evalStep is one scored position: the K largest logits as [id, logit].
@@ -46,7 +47,7 @@ full logit vector.`,
 				return fmt.Errorf("--from %d must be in [1, %d] (the number of tokens)", from, len(ids))
 			}
 			if top < 0 || top > 1<<20 {
-				return fmt.Errorf("--top %d out of range [0, 1048576]", top)
+				return exitcode.Usagef("--top %d out of range [0, 1048576]", top)
 			}
 			e, err := ef.open(args[0])
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
@@ -27,12 +28,12 @@ func synthCmd() *cobra.Command {
 			} else {
 				t, ok := ggml.ParseType(typ)
 				if !ok {
-					return fmt.Errorf("synth: unknown weight type %q", typ)
+					return exitcode.Usagef("synth: unknown weight type %q", typ)
 				}
 				s.Type = t
 			}
 			if err := s.Check(); err != nil {
-				return err
+				return &exitcode.UsageError{Err: err} // a flag out of its range
 			}
 			if err := sysmem.Check("this shape", s.PeakBytes()); err != nil {
 				return fmt.Errorf("synth: %w", err)

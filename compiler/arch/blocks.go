@@ -334,26 +334,42 @@ func (b *graphBuilder) rope(r Rope, x, heads int) error {
 // denseFFN adds layer l's SwiGLU FFN on the normed input fn and its
 // residual add into x.
 func (b *graphBuilder) denseFFN(l int, ffn DenseFFN, fn, x int) error {
-	h := b.h
-	E, F := int64(h.NEmbd), int64(ffn.NFF)
-	wg, err := b.weight("ffn_gate", l, "model.ffn.gate_weight", E, F)
+	down, err := b.swigluFFN(l, fn, ffn.NFF, swiglu{role: "ffn_", buf: "model.ffn.", reg: ""})
 	if err != nil {
 		return err
 	}
-	wu, err := b.weight("ffn_up", l, "model.ffn.up_weight", E, F)
-	if err != nil {
-		return err
-	}
-	wd, err := b.weight("ffn_down", l, "model.ffn.down_weight", F, E)
-	if err != nil {
-		return err
-	}
-	gate, up, act, down := b.reg(l, "gate", ffn.NFF), b.reg(l, "up", ffn.NFF), b.reg(l, "act", ffn.NFF), b.reg(l, "down", h.NEmbd)
-	b.matmul(gate, fn, wg, -1, h.NEmbd, ffn.NFF)
-	b.matmul(up, fn, wu, -1, h.NEmbd, ffn.NFF)
-	b.swigluDown(gate, up, act, down, wd, ffn.NFF)
 	b.residual(x, down)
 	return nil
+}
+
+// swiglu names one SwiGLU FFN's tensors (role+"gate", …), weight buffers
+// (buf+"gate_weight", …) and registers (reg+"gate", …): the dense FFN's
+// and the MoE shared expert's differ only in these.
+type swiglu struct{ role, buf, reg string }
+
+// swigluFFN adds the gate and up projections of the normed input fn to
+// nff columns, the activation and the down projection, and returns the
+// down projection's register.
+func (b *graphBuilder) swigluFFN(l, fn, nff int, n swiglu) (int, error) {
+	h := b.h
+	E, F := int64(h.NEmbd), int64(nff)
+	wg, err := b.weight(n.role+"gate", l, n.buf+"gate_weight", E, F)
+	if err != nil {
+		return -1, err
+	}
+	wu, err := b.weight(n.role+"up", l, n.buf+"up_weight", E, F)
+	if err != nil {
+		return -1, err
+	}
+	wd, err := b.weight(n.role+"down", l, n.buf+"down_weight", F, E)
+	if err != nil {
+		return -1, err
+	}
+	gate, up, act, down := b.reg(l, n.reg+"gate", nff), b.reg(l, n.reg+"up", nff), b.reg(l, n.reg+"act", nff), b.reg(l, n.reg+"down", h.NEmbd)
+	b.matmul(gate, fn, wg, -1, h.NEmbd, nff)
+	b.matmul(up, fn, wu, -1, h.NEmbd, nff)
+	b.swigluDown(gate, up, act, down, wd, nff)
+	return down, nil
 }
 
 // fusedDenseFFN adds layer l's SwiGLU FFN whose gate and up are one
@@ -447,24 +463,11 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 // (RESIDUAL_GATED).
 func (b *graphBuilder) sharedExpert(l int, ffn MoEFFN, fn, x int) error {
 	g, h := b.g, b.h
-	E, F := int64(h.NEmbd), int64(ffn.SharedNFF)
-	wg, err := b.weight("shexp_gate", l, "model.moe.shared_gate_weight", E, F)
+	E := int64(h.NEmbd)
+	down, err := b.swigluFFN(l, fn, ffn.SharedNFF, swiglu{role: "shexp_", buf: "model.moe.shared_", reg: "shexp_"})
 	if err != nil {
 		return err
 	}
-	wu, err := b.weight("shexp_up", l, "model.moe.shared_up_weight", E, F)
-	if err != nil {
-		return err
-	}
-	wd, err := b.weight("shexp_down", l, "model.moe.shared_down_weight", F, E)
-	if err != nil {
-		return err
-	}
-	gate, up, act, down := b.reg(l, "shexp_gate", ffn.SharedNFF), b.reg(l, "shexp_up", ffn.SharedNFF), b.reg(l, "shexp_act", ffn.SharedNFF),
-		b.reg(l, "shexp_down", h.NEmbd)
-	b.matmul(gate, fn, wg, -1, h.NEmbd, ffn.SharedNFF)
-	b.matmul(up, fn, wu, -1, h.NEmbd, ffn.SharedNFF)
-	b.swigluDown(gate, up, act, down, wd, ffn.SharedNFF)
 	if !ffn.SharedGated {
 		b.residual(x, down)
 		return nil

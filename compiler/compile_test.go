@@ -202,8 +202,8 @@ func TestHostileModels(t *testing.T) {
 
 		{"architecture", "", `unsupported architecture "mamba9" (general.architecture): zrtc builds llama,`, true,
 			rewrite(edit{meta: map[string]*gguf.Value{"general.architecture": str("mamba9")}})},
-		{"rope scaling", "", `unsupported rope scaling "yarn" (llama.rope.scaling.type)`, true,
-			rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.scaling.type": str("yarn")}})},
+		{"rope scaling", "", `unsupported rope scaling "longrope" (llama.rope.scaling.type)`, true,
+			rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.scaling.type": str("longrope")}})},
 		{"tensor type", "", "unsupported tensor type MXFP4 (id 39) in blk.0.ffn_down.weight: target cpu computes F32, F16,", true,
 			rewrite(edit{retype: map[string]ggml.Type{"blk.0.ffn_down.weight": ggml.MXFP4}})},
 		{"removed layout", "", "unsupported tensor type Q4_0_4_4 (id 31) in blk.1.ffn_gate.weight: ggml has removed this layout; re-quantize as Q4_0", true,

@@ -59,24 +59,49 @@ var catalog = []ABI{
 		Push: []Param{{"k", U32}, {"n", U32}}},
 	{Name: "rope", Bufs: []string{"x", "io"}, Push: []Param{{"n_head", U32}, {"head_dim", U32}},
 		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}}},
-	// rope_ext is rope with two of ggml_rope_ext's extensions: per-pair
+	// rope_ext is rope with ggml_rope_ext's extensions: per-pair
 	// frequency factors (pair i turns by θ_i / freq[i]: LongRoPE's short or
-	// long factors, an F32 vector of n_rot/2; null for none) and an
-	// attention factor that scales cos and sin (LongRoPE's magnitude
-	// correction).
+	// long factors, an F32 vector of n_rot/2; null for none), an attention
+	// factor that scales cos and sin (LongRoPE's magnitude correction), and
+	// YaRN: with ext_factor ≠ 0, pair i's angle mixes the interpolated and
+	// the extrapolated one by a ramp that falls from 1 to 0 between the
+	// correction dims corr_lo and corr_hi, and cos and sin are scaled by
+	// 1 + 0.1·ln(1/freq_scale) as well.
 	{Name: "rope_ext", Bufs: []string{"x", "freq", "io"}, Optional: map[string]bool{"freq": true},
 		Push: []Param{{"n_head", U32}, {"head_dim", U32}},
-		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}, {"attn_factor", F32}}},
+		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}, {"attn_factor", F32},
+			{"ext_factor", F32}, {"corr_lo", F32}, {"corr_hi", F32}}},
 	{Name: "kv_write", Bufs: []string{"k", "v", "io", "kv"}, Push: []Param{{"layer", U32}, {"kv_dim", U32}},
 		Spec: []Param{{"n_layer", U32}}},
 	{Name: "flash_attn", Bufs: []string{"q", "kv", "io", "y"}, Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"scale", F32}}},
+	// flash_attn_ext is flash_attn with ggml_flash_attn_ext's extensions:
+	// scores become softcap·tanh(score/softcap) (0: none), a query at
+	// position p sees keys p-window+1..p only (0: every earlier key), and
+	// sinks (an F32 logit per query head; null for none) join each
+	// head's softmax as a key with no value.
+	{Name: "flash_attn_ext", Bufs: []string{"q", "kv", "sinks", "io", "y"}, Optional: map[string]bool{"sinks": true},
+		Push: []Param{{"layer", U32}},
+		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"scale", F32},
+			{"softcap", F32}, {"window", U32}}},
 	{Name: "add", Bufs: []string{"x", "y", "io"}, Push: []Param{{"cols", U32}}},
 	// add_gated adds a branch into the residual scaled per row by a
 	// sigmoid gate: x[r] += sigmoid(g[r]·w)·y[r], w an F32 vector of k
 	// (the sigmoid-gated shared expert of MoE models).
 	{Name: "add_gated", Bufs: []string{"x", "y", "g", "w", "io"}, Push: []Param{{"cols", U32}, {"k", U32}}},
 	{Name: "swiglu", Bufs: []string{"gate", "up", "io", "y"}, Push: []Param{{"cols", U32}}},
+	// geglu is swiglu with GELU (tanh form) for SiLU: y = gelu(gate)·up.
+	{Name: "geglu", Bufs: []string{"gate", "up", "io", "y"}, Push: []Param{{"cols", U32}}},
+	// scale multiplies each row in place by a constant (gemma's embedding
+	// scale √n_embd).
+	{Name: "scale", Bufs: []string{"x", "io"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"factor", F32}}},
+	// logit_softcap soft-caps the logits of each row that asks for them,
+	// in its slot's row: x = cap·tanh(x/cap) (gemma2's final logits).
+	{Name: "logit_softcap", Bufs: []string{"logits", "io"}, Push: []Param{{"n_vocab", U32}}, Spec: []Param{{"cap", F32}}},
+	// attn_temp is Llama 4's attention temperature tuning: each row (a
+	// query at position p) is scaled in place by
+	// 1 + temp_scale·ln(⌊p/floor⌋ + 1).
+	{Name: "attn_temp", Bufs: []string{"x", "io"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"temp_scale", F32}, {"floor", U32}}},
 	{Name: "moe_gate_topk", Typed: true, Bufs: []string{"x", "w", "io", "route"},
 		Push: []Param{{"k", U32}, {"n_expert", U32}, {"n_used", U32}, {"norm", U32}}},
 	// Seven pointers leave room for only two push dwords, so the shape is

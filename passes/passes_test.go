@@ -82,7 +82,8 @@ func extended() *ir.Graph {
 	g.Emit(ir.RMS_NORM_FUSED_QKV, []ir.Operand{ir.R("x", x), ir.B("w_norm", nw), ir.B("w_qkv", qkv), ir.B("io", io)},
 		[]ir.Operand{ir.R("q", q), ir.R("k", k), ir.R("v", v)}, ir.Attrs{"k": 8, "n_q": 8, "n_kv": 4, "eps": 1e-5})
 	g.Emit(ir.ROPE_EXT, []ir.Operand{ir.R("x", q), ir.B("freq", ff), ir.B("io", io)}, []ir.Operand{ir.R("x", q)},
-		ir.Attrs{"n_head": 2, "head_dim": 4, "n_rot": 4, "neox": 1, "freq_base": 1e4, "freq_scale": 1, "attn_factor": 1.2})
+		ir.Attrs{"n_head": 2, "head_dim": 4, "n_rot": 4, "neox": 1, "freq_base": 1e4, "freq_scale": 1, "attn_factor": 1.2,
+			"ext_factor": 0, "corr_lo": 0, "corr_hi": 0})
 	g.Emit(ir.RESIDUAL_GATED, []ir.Operand{ir.R("x", x), ir.R("y", q), ir.R("g", x), ir.B("w", gw), ir.B("io", io)},
 		[]ir.Operand{ir.R("x", x)}, ir.Attrs{"cols": 8, "k": 8})
 	return g

@@ -64,6 +64,7 @@ func buildGraph(f *gguf.File, s *Spec, k ir.ShapeKey) (*ir.Graph, error) {
 // graphBuilder holds what every block of one variant's graph shares.
 type graphBuilder struct {
 	f *gguf.File
+	s *Spec
 	h *Hparams
 	g *ir.Graph
 	// The graph's I/O and state buffers, which most instructions name.
@@ -75,7 +76,7 @@ type graphBuilder struct {
 
 func newGraphBuilder(f *gguf.File, s *Spec, k ir.ShapeKey) *graphBuilder {
 	g := ir.NewGraph(k)
-	b := &graphBuilder{f: f, h: &s.Hparams, g: g, flash: ir.FLASH_ATTN, kvWrite: ir.KV_WRITE}
+	b := &graphBuilder{f: f, s: s, h: &s.Hparams, g: g, flash: ir.FLASH_ATTN, kvWrite: ir.KV_WRITE}
 	if k.Stage == ir.Prefill {
 		b.flash, b.kvWrite = ir.FLASH_ATTN_BATCHED, ir.KV_WRITE_BATCHED
 	}
@@ -163,13 +164,22 @@ func (b *graphBuilder) embedding() (int, error) {
 	x := g.NewReg("hidden", g.Key.Rows, h.NEmbd, 4)
 	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", embed), ir.B("io", b.io)}, []ir.Operand{ir.R("y", x)},
 		ir.Attrs{"cols": float64(h.NEmbd)})
+	if b.s.EmbedScale != 0 {
+		b.scale(x, h.NEmbd, b.s.EmbedScale)
+	}
 	return x, nil
+}
+
+// scale multiplies register x (cols wide) in place by f.
+func (b *graphBuilder) scale(x, cols int, f float64) {
+	b.g.Emit(ir.SCALE, []ir.Operand{ir.R("x", x), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)},
+		ir.Attrs{"cols": float64(cols), "factor": f})
 }
 
 // layer adds layer l: its mixer, then its FFN, each a residual update of x.
 func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 	switch m := ls.Mixer.(type) {
-	case FullAttention:
+	case FullAttention, SlidingWindowAttention:
 		if err := b.attention(l, ls, x); err != nil {
 			return err
 		}
@@ -178,7 +188,7 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 		return fmt.Errorf("layer %d: no block builds %v", l, m)
 	}
 	if ffn, ok := ls.FFN.(DenseFFN); ok && ffn.FusedGateUp {
-		return b.fusedDenseFFN(l, ffn, x)
+		return b.fusedDenseFFN(l, ls, ffn, x)
 	}
 	fn, err := b.preNorm(l, "ffn_norm", "model.ffn.norm", "ffn_in", x)
 	if err != nil {
@@ -186,7 +196,7 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 	}
 	switch ffn := ls.FFN.(type) {
 	case DenseFFN:
-		return b.denseFFN(l, ffn, fn, x)
+		return b.denseFFN(l, ls, ffn, fn, x)
 	case MoEFFN:
 		return b.moe(l, ffn, fn, x)
 	default:
@@ -228,19 +238,45 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 			return err
 		}
 	}
+	if ls.Temp.Scale != 0 {
+		g.Emit(ir.ATTN_TEMP, []ir.Operand{ir.R("x", q), ir.B("io", b.io)}, []ir.Operand{ir.R("x", q)},
+			ir.Attrs{"cols": float64(qDim), "temp_scale": ls.Temp.Scale, "floor": float64(ls.Temp.Floor)})
+	}
+	scale := 1 / math.Sqrt(float64(h.HeadDim))
+	if ls.QScale != 0 {
+		b.scale(q, qDim, ls.QScale)
+		scale = 1
+	}
 	g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", b.io), ir.B("kv", b.kv)}, []ir.Operand{ir.B("kv", b.kv)},
 		ir.Attrs{"layer": float64(l), "kv_dim": float64(kvDim), "n_layer": float64(h.NLayer)})
 	att := b.reg(l, "attn", qDim)
-	g.Emit(b.flash, []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}, []ir.Operand{ir.R("y", att)}, ir.Attrs{
+	flash, attrs := b.flash, ir.Attrs{
 		"layer": float64(l), "n_layer": float64(h.NLayer), "n_head": float64(h.NHead), "n_head_kv": float64(h.NHeadKV),
-		"head_dim": float64(h.HeadDim), "scale": 1 / math.Sqrt(float64(h.HeadDim))})
+		"head_dim": float64(h.HeadDim), "scale": scale}
+	if w, ok := ls.Mixer.(SlidingWindowAttention); ok || ls.Softcap != 0 {
+		flash, attrs["window"], attrs["softcap"] = ir.FLASH_ATTN_EXT, float64(w.Window), ls.Softcap
+	}
+	g.Emit(flash, []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}, []ir.Operand{ir.R("y", att)}, attrs)
 	wo, err := b.weight("attn_out", l, "model.attn.o_weight", int64(qDim), E)
 	if err != nil {
 		return err
 	}
 	o := b.reg(l, "attn_out", h.NEmbd)
 	b.matmul(o, att, wo, -1, qDim, h.NEmbd)
-	b.residual(x, o)
+	return b.postNormResidual(l, ls, "attn_post_norm", "model.attn.post_norm", x, o)
+}
+
+// postNormResidual adds the branch output y into the hidden state x,
+// RMS-normed first by layer l's weight role when ls.PostNorms.
+func (b *graphBuilder) postNormResidual(l int, ls *LayerSpec, role, logical string, x, y int) error {
+	if ls.PostNorms {
+		w, err := b.weight(role, l, logical, int64(b.h.NEmbd))
+		if err != nil {
+			return err
+		}
+		b.rmsNorm(y, y, w, b.h.NEmbd, b.h.NEmbd)
+	}
+	b.residual(x, y)
 	return nil
 }
 
@@ -327,25 +363,29 @@ func (b *graphBuilder) rope(r Rope, x, heads int) error {
 		reads = append(reads, ir.B("freq", w))
 	}
 	attrs["attn_factor"] = r.attnFactor()
+	attrs["ext_factor"], attrs["corr_lo"], attrs["corr_hi"] = r.ExtFactor, r.CorrLo, r.CorrHi
 	b.g.Emit(ir.ROPE_EXT, append(reads, ir.B("io", b.io)), []ir.Operand{ir.R("x", x)}, attrs)
 	return nil
 }
 
 // denseFFN adds layer l's SwiGLU FFN on the normed input fn and its
 // residual add into x.
-func (b *graphBuilder) denseFFN(l int, ffn DenseFFN, fn, x int) error {
-	down, err := b.swigluFFN(l, fn, ffn.NFF, swiglu{role: "ffn_", buf: "model.ffn.", reg: ""})
+func (b *graphBuilder) denseFFN(l int, ls *LayerSpec, ffn DenseFFN, fn, x int) error {
+	down, err := b.swigluFFN(l, fn, ffn.NFF, swiglu{role: "ffn_", buf: "model.ffn.", reg: "", gelu: ffn.GELU})
 	if err != nil {
 		return err
 	}
-	b.residual(x, down)
-	return nil
+	return b.postNormResidual(l, ls, "ffn_post_norm", "model.ffn.post_norm", x, down)
 }
 
-// swiglu names one SwiGLU FFN's tensors (role+"gate", …), weight buffers
+// swiglu names one gated FFN's tensors (role+"gate", …), weight buffers
 // (buf+"gate_weight", …) and registers (reg+"gate", …): the dense FFN's
-// and the MoE shared expert's differ only in these.
-type swiglu struct{ role, buf, reg string }
+// and the MoE shared expert's differ only in these. gelu gates with GELU
+// instead of SiLU.
+type swiglu struct {
+	role, buf, reg string
+	gelu           bool
+}
 
 // swigluFFN adds the gate and up projections of the normed input fn to
 // nff columns, the activation and the down projection, and returns the
@@ -368,7 +408,7 @@ func (b *graphBuilder) swigluFFN(l, fn, nff int, n swiglu) (int, error) {
 	gate, up, act, down := b.reg(l, n.reg+"gate", nff), b.reg(l, n.reg+"up", nff), b.reg(l, n.reg+"act", nff), b.reg(l, n.reg+"down", h.NEmbd)
 	b.matmul(gate, fn, wg, -1, h.NEmbd, nff)
 	b.matmul(up, fn, wu, -1, h.NEmbd, nff)
-	b.swigluDown(gate, up, act, down, wd, nff)
+	b.gatedDown(gate, up, act, down, wd, nff, n.gelu)
 	return down, nil
 }
 
@@ -377,7 +417,7 @@ func (b *graphBuilder) swigluFFN(l, fn, nff int, n swiglu) (int, error) {
 // projection of x as RMS_NORM_FUSED_MLP_GATE_UP, the op the fuse pass
 // forms from separate ones, over the file's tensor as it stands; then
 // the activation, down projection and residual add into x.
-func (b *graphBuilder) fusedDenseFFN(l int, ffn DenseFFN, x int) error {
+func (b *graphBuilder) fusedDenseFFN(l int, ls *LayerSpec, ffn DenseFFN, x int) error {
 	h := b.h
 	E, F := int64(h.NEmbd), int64(ffn.NFF)
 	wn, err := b.weight("ffn_norm", l, "model.ffn.norm", E)
@@ -395,15 +435,18 @@ func (b *graphBuilder) fusedDenseFFN(l int, ffn DenseFFN, x int) error {
 	gate, up, act, down := b.reg(l, "gate", ffn.NFF), b.reg(l, "up", ffn.NFF), b.reg(l, "act", ffn.NFF), b.reg(l, "down", h.NEmbd)
 	b.g.Emit(ir.RMS_NORM_FUSED_MLP_GATE_UP, []ir.Operand{ir.R("x", x), ir.B("w_norm", wn), ir.B("w_gate_up", wgu), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(h.NEmbd), "f": float64(F), "eps": float64(h.Eps)})
-	b.swigluDown(gate, up, act, down, wd, ffn.NFF)
-	b.residual(x, down)
-	return nil
+	b.gatedDown(gate, up, act, down, wd, ffn.NFF, ffn.GELU)
+	return b.postNormResidual(l, ls, "ffn_post_norm", "model.ffn.post_norm", x, down)
 }
 
-// swigluDown adds act = silu(gate) ⊙ up and down = act·wd, f hidden
-// columns.
-func (b *graphBuilder) swigluDown(gate, up, act, down, wd, f int) {
-	b.g.Emit(ir.SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
+// gatedDown adds act = silu(gate) ⊙ up (gelu(gate) ⊙ up when gelu) and
+// down = act·wd, f hidden columns.
+func (b *graphBuilder) gatedDown(gate, up, act, down, wd, f int, gelu bool) {
+	op := ir.SWIGLU
+	if gelu {
+		op = ir.GEGLU
+	}
+	b.g.Emit(op, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
 		ir.Attrs{"cols": float64(f)})
 	b.matmul(down, act, wd, -1, f, b.h.NEmbd)
 }
@@ -506,6 +549,10 @@ func (b *graphBuilder) head(x int) error {
 	}
 	g.Emit(ir.LM_HEAD, []ir.Operand{ir.R("x", xo), ir.B("w", wh), ir.B("io", b.io)}, []ir.Operand{ir.B("logits", b.logits)},
 		ir.Attrs{"k": float64(E), "n_vocab": float64(V)})
+	if c := b.s.LogitSoftcap; c != 0 {
+		g.Emit(ir.LOGIT_SOFTCAP, []ir.Operand{ir.B("logits", b.logits), ir.B("io", b.io)}, []ir.Operand{ir.B("logits", b.logits)},
+			ir.Attrs{"n_vocab": float64(V), "cap": c})
+	}
 	g.Emit(ir.ARGMAX, []ir.Operand{ir.B("logits", b.logits), ir.B("io", b.io)}, []ir.Operand{ir.B("tokens", b.tokens)},
 		ir.Attrs{"n_vocab": float64(V)})
 	return nil

@@ -17,6 +17,7 @@ func init() {
 	register("qwen3moe", specBuilder(qwen3moe))
 	register("phi3", specBuilder(phi3))
 	register("qwen2moe", specBuilder(qwen2moe))
+	register("mistral3", specBuilder(mistral3))
 }
 
 // Tensor names in GGUF, by the logical weight they hold. %d is the layer.
@@ -38,10 +39,13 @@ var llamaTensors = map[string]string{
 	"attn_qkv":      "blk.%d.attn_qkv.weight",
 	"attn_qkv_bias": "blk.%d.attn_qkv.bias",
 	"attn_out":      "blk.%d.attn_output.weight",
-	"ffn_norm":      "blk.%d.ffn_norm.weight",
-	"ffn_gate":      "blk.%d.ffn_gate.weight",
-	"ffn_up":        "blk.%d.ffn_up.weight",
-	"ffn_down":      "blk.%d.ffn_down.weight",
+	// gemma2/3's norms of the attention and FFN outputs.
+	"attn_post_norm": "blk.%d.post_attention_norm.weight",
+	"ffn_post_norm":  "blk.%d.post_ffw_norm.weight",
+	"ffn_norm":       "blk.%d.ffn_norm.weight",
+	"ffn_gate":       "blk.%d.ffn_gate.weight",
+	"ffn_up":         "blk.%d.ffn_up.weight",
+	"ffn_down":       "blk.%d.ffn_down.weight",
 	// ffn_gate_up is ffn_up where it holds the gate's and the up
 	// projection's columns, gate first (phi3).
 	"ffn_gate_up": "blk.%d.ffn_up.weight",
@@ -158,6 +162,90 @@ func phi3(f *gguf.File, c *config.Config) (*Spec, error) {
 	return s, nil
 }
 
+// mistral3 (Ministral 3, Mistral Small 3.x text) is llama with YaRN
+// (read for every family by llamaLineage) and, when
+// attention.temperature_scale is set, Llama 4's attention temperature
+// tuning with YaRN's original context as its floor, as llama.cpp has it.
+func mistral3(f *gguf.File, c *config.Config) (*Spec, error) {
+	s, err := llamaLineage(f, c, LayerSpec{Mixer: FullAttention{}, FFN: DenseFFN{}})
+	if err != nil {
+		return nil, err
+	}
+	a := s.Hparams.Arch
+	m := archMeta{f: f, arch: a}
+	temp, err := m.float("attention.temperature_scale", 0)
+	if err != nil || temp == 0 {
+		return s, err
+	}
+	floor := 0
+	if err := m.get("context_length", &floor, c.ContextLength); err != nil {
+		return nil, err
+	}
+	if err := m.get("rope.scaling.original_context_length", &floor, floor); err != nil {
+		return nil, err
+	}
+	for l := range s.Layers {
+		s.Layers[l].Temp = AttnTemp{Scale: temp, Floor: floor}
+	}
+	return s, nil
+}
+
+// yarn sets r's YaRN parameters from ARCH's rope.scaling keys as llama.cpp
+// derives them (llama_context's constructor and
+// ggml_rope_yarn_corr_dims), in float32 as it computes them: ext_factor
+// 1; the correction dims from beta_fast and beta_slow (default 32 and 1)
+// over the original context (default the training context); and the
+// attention factor, whose YaRN magnitude the kernel's 1 + 0.1·ln(1/scale)
+// cancels, times rope.scaling.attn_factor.
+func yarn(f *gguf.File, a string, c *config.Config, r *Rope) error {
+	m := archMeta{f: f, arch: a}
+	train := 0
+	if err := m.get("context_length", &train, c.ContextLength); err != nil {
+		return err
+	}
+	orig := train
+	if err := m.get("rope.scaling.original_context_length", &orig, train); err != nil {
+		return err
+	}
+	var beta [2]float64
+	for i, k := range []struct {
+		key string
+		def float64
+	}{{"rope.scaling.yarn_beta_fast", 32}, {"rope.scaling.yarn_beta_slow", 1}} {
+		x, err := m.float(k.key, k.def)
+		if err != nil {
+			return err
+		}
+		beta[i] = x
+	}
+	logMul, err := m.float("rope.scaling.yarn_log_multiplier", 0)
+	if err != nil {
+		return err
+	}
+	logf := func(x float32) float32 { return float32(math.Log(float64(x))) }
+	mscale := func(scale, m float32) float32 {
+		if scale <= 1 {
+			return 1
+		}
+		return 0.1*m*logf(scale) + 1
+	}
+	factor := 1 / float32(r.Scale)
+	attn := mscale(factor, 1)
+	if logMul != 0 {
+		attn /= mscale(factor, float32(logMul))
+	}
+	attn *= 1 / (1 + 0.1*logf(factor))
+	r.AttnFactor = float64(attn * float32(r.attnFactor()))
+	nDims := float32(r.NRot)
+	corr := func(beta float64) float32 {
+		return nDims * logf(float32(orig)/(float32(beta)*2*math.Pi)) / (2 * logf(float32(r.Base)))
+	}
+	r.ExtFactor = 1
+	r.CorrLo = float64(max(0, float32(math.Floor(float64(corr(beta[0]))))))
+	r.CorrHi = float64(min(nDims-1, float32(math.Ceil(float64(corr(beta[1]))))))
+	return nil
+}
+
 // archMeta reads the integer metadata keys of one architecture (ARCH.KEY).
 type archMeta struct {
 	f    *gguf.File
@@ -184,6 +272,21 @@ func (m archMeta) get(key string, dst *int, def int) error {
 	}
 	*dst = int(v)
 	return nil
+}
+
+// float returns ARCH.key, or def when it is absent; it must be finite.
+func (m archMeta) float(key string, def float64) (float64, error) {
+	if _, ok := m.f.Lookup(m.arch + "." + key); !ok {
+		return def, nil
+	}
+	x, err := m.f.Float(m.arch + "." + key)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0, fmt.Errorf("%s.%s %v must be finite", m.arch, key, x)
+	}
+	return x, nil
 }
 
 // llamaLineage reads the metadata the llama lineage shares and gives every
@@ -301,6 +404,11 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 		kind.Rope.AttnFactor = x
 	}
 	kind.Rope.Base, kind.Rope.Scale, kind.Rope.NRot = c.Rope.FreqBase, c.Rope.FreqScale, h.NRot
+	if c.Rope.Scaling == "yarn" {
+		if err := yarn(f, a, c, &kind.Rope); err != nil {
+			return nil, err
+		}
+	}
 	layers := make([]LayerSpec, h.NLayer)
 	for l := range layers {
 		layers[l] = kind

@@ -21,6 +21,12 @@ type Spec struct {
 	// interleaved, recurrent layers between attention ones, dense layers
 	// before routed ones), which is why the spec is per layer.
 	Layers []LayerSpec
+	// EmbedScale, when not 0, multiplies the token embeddings (gemma's
+	// √n_embd).
+	EmbedScale float64
+	// LogitSoftcap, when not 0, soft-caps the logits:
+	// cap·tanh(logit/cap) (gemma2).
+	LogitSoftcap float64
 }
 
 // Family reads one architecture's GGUF metadata and the model config into
@@ -41,7 +47,27 @@ type LayerSpec struct {
 	// columns are Q's, then K's, then V's (phi3); QKVBias then means its
 	// one concatenated bias.
 	FusedQKV bool
-	FFN      FFN
+	// QScale, when not 0, multiplies Q before attention, which then
+	// scales scores by 1 instead of 1/√head_dim (gemma's
+	// query_pre_attn_scalar, as llama.cpp applies it).
+	QScale float64
+	// Softcap, when not 0, soft-caps attention scores:
+	// softcap·tanh(score/softcap) (gemma2).
+	Softcap float64
+	// Temp is the attention temperature tuning of Q (Llama 4, mistral3).
+	Temp AttnTemp
+	// PostNorms: the attention and FFN outputs are RMS-normed
+	// (post_attention_norm, post_ffw_norm) before their residual adds
+	// (gemma2/3).
+	PostNorms bool
+	FFN       FFN
+}
+
+// AttnTemp is Llama 4's attention temperature tuning: Q at position p is
+// scaled by 1 + Scale·ln(⌊p/Floor⌋ + 1). Scale 0 means none.
+type AttnTemp struct {
+	Scale float64
+	Floor int
 }
 
 // Rope is a layer's rotary position embedding. It is per layer because
@@ -64,6 +90,11 @@ type Rope struct {
 	// dimensions of Q and K (LongRoPE's magnitude correction); 0 and 1
 	// mean none.
 	AttnFactor float64
+	// YaRN, when ExtFactor is not 0: pair i turns by a mix of the
+	// scaled (interpolated) and unscaled angle, weighted by a ramp from 1
+	// below dim CorrLo to 0 above CorrHi, and cos and sin carry
+	// 1 + 0.1·ln(1/Scale) on top of AttnFactor (ggml's rope_yarn).
+	ExtFactor, CorrLo, CorrHi float64
 }
 
 // attnFactor is the factor on cos and sin, 1 for none.
@@ -76,7 +107,7 @@ func (r Rope) attnFactor() float64 {
 
 // extended reports whether the rotation needs ROPE_EXT: frequency
 // factors or an attention factor other than 1.
-func (r Rope) extended() bool { return r.Factors != "" || r.attnFactor() != 1 }
+func (r Rope) extended() bool { return r.Factors != "" || r.attnFactor() != 1 || r.ExtFactor != 0 }
 
 // Mixer is a layer's token mixer: FullAttention, SlidingWindowAttention
 // or Recurrent. The set is closed (the builder must know each kind to
@@ -119,6 +150,8 @@ type FFN interface {
 // with NFF hidden columns.
 type DenseFFN struct {
 	NFF int
+	// GELU gates with GELU (tanh form) instead of SiLU: GeGLU (gemma).
+	GELU bool
 	// FusedGateUp: gate and up are one [n_embd, 2·NFF] tensor, ffn_up,
 	// the gate's columns first (phi3).
 	FusedGateUp bool
@@ -142,7 +175,12 @@ type MoEFFN struct {
 func (DenseFFN) ffn() {}
 func (MoEFFN) ffn()   {}
 
-func (f DenseFFN) String() string { return fmt.Sprintf("dense SwiGLU FFN (n_ff %d)", f.NFF) }
+func (f DenseFFN) String() string {
+	if f.GELU {
+		return fmt.Sprintf("dense GeGLU FFN (n_ff %d)", f.NFF)
+	}
+	return fmt.Sprintf("dense SwiGLU FFN (n_ff %d)", f.NFF)
+}
 func (f MoEFFN) String() string {
 	shared := ""
 	if f.SharedNFF > 0 {
@@ -170,6 +208,14 @@ func (s *Spec) check() error {
 			return fmt.Errorf("%s %d must be positive", f.name, f.v)
 		}
 	}
+	for _, v := range []struct {
+		name string
+		x    float64
+	}{{"embedding scale", s.EmbedScale}, {"logit softcap", s.LogitSoftcap}} {
+		if v.x < 0 || math.IsInf(v.x, 0) || math.IsNaN(v.x) {
+			return fmt.Errorf("%s %v must be 0 (none) or positive and finite", v.name, v.x)
+		}
+	}
 	if len(s.Layers) != h.NLayer {
 		return fmt.Errorf("spec has %d layers, block_count is %d", len(s.Layers), h.NLayer)
 	}
@@ -178,10 +224,14 @@ func (s *Spec) check() error {
 		where := support.In(fmt.Sprintf("layer %d", l))
 		switch m := ls.Mixer.(type) {
 		case FullAttention:
+		case SlidingWindowAttention:
+			if m.Window < 1 {
+				return fmt.Errorf("layer %d: %v", l, m)
+			}
 		case nil:
 			return fmt.Errorf("layer %d has no mixer", l)
 		default:
-			return &support.Error{What: "layer mixer", Value: m.String(), Where: where, Detail: "zrt builds full-attention layers only"}
+			return &support.Error{What: "layer mixer", Value: m.String(), Where: where, Detail: "zrt builds attention layers only"}
 		}
 		switch ffn := ls.FFN.(type) {
 		case DenseFFN:
@@ -203,6 +253,17 @@ func (s *Spec) check() error {
 		}
 		if a := ls.Rope.attnFactor(); !(a > 0) || math.IsInf(a, 1) {
 			return fmt.Errorf("layer %d: rope attention factor %v must be positive and finite", l, a)
+		}
+		for _, v := range []struct {
+			name string
+			x    float64
+		}{{"query scale", ls.QScale}, {"attention softcap", ls.Softcap}, {"attention temperature scale", ls.Temp.Scale}} {
+			if v.x < 0 || math.IsInf(v.x, 0) || math.IsNaN(v.x) {
+				return fmt.Errorf("layer %d: %s %v must be 0 (none) or positive and finite", l, v.name, v.x)
+			}
+		}
+		if ls.Temp.Scale != 0 && ls.Temp.Floor < 1 {
+			return fmt.Errorf("layer %d: attention temperature floor %d must be positive", l, ls.Temp.Floor)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,7 +31,6 @@ func TestSpecRefusesUnbuiltMixers(t *testing.T) {
 		mixer Mixer
 		want  string
 	}{
-		{SlidingWindowAttention{Window: 512}, "unsupported layer mixer sliding-window attention (window 512) in layer 1"},
 		{Recurrent{Kind: "gated_deltanet"}, `unsupported layer mixer recurrent mixer "gated_deltanet" in layer 1`},
 	} {
 		s := uniformSpec(3)
@@ -54,6 +54,10 @@ func TestSpecRefusesInconsistentSpecs(t *testing.T) {
 		"no ffn":      func(s *Spec) { s.Layers[1].FFN = nil },
 		"experts":     func(s *Spec) { s.Layers[1].FFN = MoEFFN{NExpert: 2, NExpertUsed: 4, NFFExpert: 8} },
 		"n_rot":       func(s *Spec) { s.Layers[1].Rope.NRot = 18 },
+		"window":      func(s *Spec) { s.Layers[1].Mixer = SlidingWindowAttention{} },
+		"softcap":     func(s *Spec) { s.Layers[1].Softcap = -1 },
+		"temperature": func(s *Spec) { s.Layers[1].Temp = AttnTemp{Scale: 0.1} },
+		"embed scale": func(s *Spec) { s.EmbedScale = math.NaN() },
 	} {
 		s := uniformSpec(2)
 		edit(s)

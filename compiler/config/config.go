@@ -183,7 +183,7 @@ func (c *Config) ShapeKeys() []ir.ShapeKey {
 
 // ropeScalings are llama.cpp's RoPE scaling types, true where zrt
 // computes them.
-var ropeScalings = map[string]bool{"none": true, "linear": true, "yarn": false, "longrope": false}
+var ropeScalings = map[string]bool{"none": true, "linear": true, "yarn": true, "longrope": false}
 
 // Validate checks ranges. A valid setting zrt cannot compute yet is a
 // *support.Error.
@@ -210,7 +210,7 @@ func (c *Config) Validate() error {
 		}
 		if _, known := ropeScalings[c.Rope.Scaling]; known {
 			return &support.Error{What: "rope scaling", Value: strconv.Quote(c.Rope.Scaling), Where: support.Key(from),
-				Detail: "zrt computes none and linear"}
+				Detail: "zrt computes none, linear and yarn"}
 		}
 		return fmt.Errorf("config: %s: unknown rope scaling %q (llama.cpp's types: none, linear, yarn, longrope)", from, c.Rope.Scaling)
 	case !positiveFinite(c.Rope.FreqScale):

@@ -36,6 +36,11 @@ const (
 	MATMUL_RESIDUAL
 	ROPE_EXT
 	RESIDUAL_GATED
+	FLASH_ATTN_EXT
+	GEGLU
+	SCALE
+	LOGIT_SOFTCAP
+	ATTN_TEMP
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -58,9 +63,14 @@ var opTable = map[Op]OpInfo{
 	KV_WRITE_BATCHED:   {Name: "KV_WRITE_BATCHED", Kernel: "kv_write", InPlace: []string{"kv"}},
 	FLASH_ATTN:         {Name: "FLASH_ATTN", Kernel: "flash_attn"},
 	FLASH_ATTN_BATCHED: {Name: "FLASH_ATTN_BATCHED", Kernel: "flash_attn"},
+	FLASH_ATTN_EXT:     {Name: "FLASH_ATTN_EXT", Kernel: "flash_attn_ext"},
 	RESIDUAL:           {Name: "RESIDUAL", Kernel: "add", InPlace: []string{"x"}},
 	RESIDUAL_GATED:     {Name: "RESIDUAL_GATED", Kernel: "add_gated", InPlace: []string{"x"}},
 	SWIGLU:             {Name: "SWIGLU", Kernel: "swiglu"},
+	GEGLU:              {Name: "GEGLU", Kernel: "geglu"},
+	SCALE:              {Name: "SCALE", Kernel: "scale", InPlace: []string{"x"}},
+	LOGIT_SOFTCAP:      {Name: "LOGIT_SOFTCAP", Kernel: "logit_softcap", InPlace: []string{"logits"}},
+	ATTN_TEMP:          {Name: "ATTN_TEMP", Kernel: "attn_temp", InPlace: []string{"x"}},
 	MOE_GATE_TOPK:      {Name: "MOE_GATE_TOPK", Kernel: "moe_gate_topk", TypedBy: "w"},
 	MOE_GATE_UP:        {Name: "MOE_GATE_UP", Kernel: "moe_gate_up", TypedBy: "w_gate"},
 	MOE_SWIGLU:         {Name: "MOE_SWIGLU", Kernel: "swiglu"},

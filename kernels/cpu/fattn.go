@@ -56,21 +56,90 @@ const (
 // multiple of 16.
 var faUseSIMD = faSIMDOK
 
+// faOpts are the extensions of ggml_flash_attn_ext beyond the plain
+// scaled softmax: soft-capping (0: none), a sliding window (0: none) and
+// per-head sink logits (nil: none). flash_attn runs with none of them.
+type faOpts struct {
+	// scale multiplies each dot product; with softcap it is already
+	// divided by softcap, as ggml_flash_attn_ext divides it.
+	scale, softcap float32
+	window         int
+	sinks          []float32
+}
+
+// score is ggml's score of a raw dot product: scaled, then soft-capped.
+func (o *faOpts) score(dot float32) float32 {
+	s := dot * o.scale
+	if o.softcap != 0 {
+		s = o.softcap * tanhf(s)
+	}
+	return s
+}
+
+// first is the first key a query at pos sees: ggml's mask hides key p0
+// from query p1 when p1 - p0 >= window (LLAMA_SWA_TYPE_STANDARD).
+func (o *faOpts) first(pos int) int {
+	if o.window > 0 {
+		return max(0, pos-o.window+1)
+	}
+	return 0
+}
+
+// sink adds head h's sink, when there is one, to a softmax state (M, S)
+// whose F32 accumulator is acc, as ggml does after the keys: a key with
+// logit sinks[h] and no value.
+func (o *faOpts) sink(h int, m, s float32, acc []float32) (float32, float32) {
+	if o.sinks == nil {
+		return m, s
+	}
+	x := o.sinks[h]
+	ms, vs := float32(1), float32(1)
+	if x > m {
+		ms = expf(m - x)
+		m = x
+		for d := range acc {
+			acc[d] *= ms
+		}
+	} else {
+		vs = expf(x - m)
+	}
+	return m, s*ms + vs
+}
+
 // flashAttn attends each row's query heads over its slot's keys at
 // positions 0..pos, by whichever of ggml's paths llama.cpp would take for
 // the rows of the row's request (see above).
 func flashAttn(a *Args) error {
-	q, kv, r, y := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), f32s(a.Bufs[3])
+	return attend(a, a.Bufs[0], a.Bufs[1], a.Bufs[2], a.Bufs[3], faOpts{scale: math.Float32frombits(a.Spec[4])})
+}
+
+// flashAttnExt is flashAttn with soft-capping, a sliding window and
+// sinks, as ggml_flash_attn_ext applies them on each of its paths.
+func flashAttnExt(a *Args) error {
+	o := faOpts{scale: math.Float32frombits(a.Spec[4]), softcap: math.Float32frombits(a.Spec[5]), window: int(a.Spec[6])}
+	if o.softcap != 0 {
+		o.scale /= o.softcap
+	}
+	if a.Bufs[2] != nil {
+		o.sinks = f32s(a.Bufs[2])[:a.Spec[1]]
+	}
+	return attend(a, a.Bufs[0], a.Bufs[1], a.Bufs[3], a.Bufs[4], o)
+}
+
+// attend is flash attention over the buffers q, kv, io and y.
+func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
+	q, r, y := f32s(qb), req(io), f32s(yb)
 	layer := int(a.Push[0])
 	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
-	scale := math.Float32frombits(a.Spec[4])
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
 	slotRows := rowsPerSlot(r)
 	tiled := func(i int) bool { return slotRows[r.row(i, kernels.IORowSlot)] >= faTileQ && hd%faF32Lanes == 0 }
 	simd := faUseSIMD && hd%16 == 0
-	// The SIMD tiled rows go through flashAttnTiled, the others below.
+	// The SIMD tiled rows go through flashAttnTiled, the others below. Its
+	// kernels score whole tiles from key 0 with no cap, so capped or
+	// windowed attention tiles in Go.
 	var rest []int
-	if simd {
+	if simd && o.softcap == 0 && o.window == 0 {
 		var tiledRows []int
 		for i := range r.rows() {
 			if tiled(i) {
@@ -80,7 +149,7 @@ func flashAttn(a *Args) error {
 			}
 		}
 		if len(tiledRows) > 0 {
-			if err := flashAttnTiled(a, q, kv, r, y, tiledRows, layer, nLayer, nHead, nHeadKV, hd, scale); err != nil {
+			if err := flashAttnTiled(a, q, kv, r, y, tiledRows, layer, nLayer, nHead, nHeadKV, hd, &o); err != nil {
 				return err
 			}
 		}
@@ -108,21 +177,25 @@ func flashAttn(a *Args) error {
 			nKV := max(faKVPad, (pos+1+faKVPad-1)/faKVPad*faKVPad)
 			switch {
 			case tiled(i):
-				w.tiled(qh, out, pos, scale, cache)
+				w.tiled(qh, out, h, pos, &o, cache)
 			case slotRows[uint32(slot)] == 1 && nKV >= faSplitMinKV:
-				w.split(qh, out, pos, nKV, scale, cache)
+				w.split(qh, out, h, pos, nKV, &o, cache)
 			default:
 				for d, v := range qh {
 					w.q16[d] = quant.F32ToF16(v)
 				}
-				_, s := w.oneChunk(0, pos+1, scale, cache)
+				m, s := w.oneChunk(o.first(pos), pos+1, &o, cache)
+				for d, v := range w.acc16 {
+					w.acc[d] = quant.F16ToF32(v)
+				}
+				_, s = o.sink(h, m, s, w.acc)
 				// V /= S, as a multiplication by 1/S.
 				sInv := float32(0)
 				if s != 0 {
 					sInv = 1 / s
 				}
 				for d := range out {
-					out[d] = quant.F16ToF32(w.acc16[d]) * sInv
+					out[d] = w.acc[d] * sInv
 				}
 			}
 		}
@@ -196,14 +269,14 @@ type faWork struct {
 // [lo, hi), with w.q16 as the query. It leaves the unnormalized output in
 // w.acc16 and returns the running maximum M and sum S. A range with no keys
 // returns M = -Inf, S = 0 and a zero accumulator.
-func (w *faWork) oneChunk(lo, hi int, scale float32, cache func(which, t int) []uint16) (m, s float32) {
+func (w *faWork) oneChunk(lo, hi int, o *faOpts, cache func(which, t int) []uint16) (m, s float32) {
 	if w.simd {
-		return w.oneChunkSIMD(lo, hi, scale)
+		return w.oneChunkSIMD(lo, hi, o)
 	}
 	clear(w.acc16)
 	m = float32(math.Inf(-1))
 	for t := lo; t < hi; t++ {
-		sc := dotF16(cache(0, t), w.q16) * scale
+		sc := o.score(dotF16(cache(0, t), w.q16))
 		ms, vs := float32(1), float32(1)
 		if sc > m {
 			// new maximum: rescale the accumulator by expf(Mold - M), vs = 1
@@ -229,7 +302,7 @@ func (w *faWork) oneChunk(lo, hi int, scale float32, cache func(which, t int) []
 // scores first (they do not depend on the accumulator), then the running
 // maximum and sum in Go (expf is libm's), then the F16 accumulator
 // updates, page by page.
-func (w *faWork) oneChunkSIMD(lo, hi int, scale float32) (m, s float32) {
+func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 	v := &w.view
 	hd, n := v.hd, hi-lo
 	np := hd &^ (faF16Step - 1)
@@ -264,7 +337,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, scale float32) (m, s float32) {
 	}
 	m = float32(math.Inf(-1))
 	for j, x := range sc {
-		x *= scale
+		x = o.score(x)
 		ms, vs := float32(1), float32(1)
 		if x > m {
 			ms = expf(m - x)
@@ -286,27 +359,34 @@ func (w *faWork) oneChunkSIMD(lo, hi int, scale float32) (m, s float32) {
 }
 
 // split is ggml's split-KV path for one query row over nKV cached keys:
-// faSplitChunks key ranges each run through oneChunk, then are merged as
-// ggml_flash_attn_ext_reduce_partials does, in F32.
-func (w *faWork) split(q, out []float32, pos, nKV int, scale float32, cache func(which, t int) []uint16) {
+// faSplitChunks key ranges each run through oneChunk (the first with
+// head h's sink), then are merged as ggml_flash_attn_ext_reduce_partials
+// does, in F32.
+func (w *faWork) split(q, out []float32, h, pos, nKV int, o *faOpts, cache func(which, t int) []uint16) {
 	for d, v := range q {
 		w.q16[d] = quant.F32ToF16(v)
 	}
 	chunk := (nKV + faSplitChunks - 1) / faSplitChunks
 	mf, sf := float32(math.Inf(-1)), float32(0)
 	clear(w.acc)
+	first := o.first(pos)
 	for c := 0; c < faSplitChunks; c++ {
 		lo := c * chunk
 		hi := min(lo+chunk, nKV, pos+1) // keys past pos are masked out
-		if lo >= hi {
-			continue // an all-masked chunk has S = 0 and is skipped
-		}
-		mc, sc := w.oneChunk(lo, hi, scale, cache)
-		if sc == 0 {
-			continue
+		mc, sc := float32(math.Inf(-1)), float32(0)
+		if max(lo, first) < hi {
+			mc, sc = w.oneChunk(max(lo, first), hi, o, cache)
+		} else {
+			clear(w.acc16) // an all-masked chunk: S = 0
 		}
 		for d, v := range w.acc16 {
 			w.part[d] = quant.F16ToF32(v)
+		}
+		if c == 0 {
+			mc, sc = o.sink(h, mc, sc, w.part)
+		}
+		if sc == 0 {
+			continue
 		}
 		mNew := max(mf, mc)
 		scaleOld, scaleNew := expf(mf-mNew), expf(mc-mNew)
@@ -332,15 +412,16 @@ func (w *faWork) split(q, out []float32, pos, nKV int, scale float32, cache func
 // ggml_v_expf(score - M) summed in float64 in groups of 16; and the
 // accumulator takes p·V as an FMA chain over the tile's keys. Masked keys
 // (past pos) score -Inf and weigh 0; tiles wholly past pos are skipped.
-func (w *faWork) tiled(q, out []float32, pos int, scale float32, cache func(which, t int) []uint16) {
+func (w *faWork) tiled(q, out []float32, h, pos int, o *faOpts, cache func(which, t int) []uint16) {
 	m, s := float32(math.Inf(-1)), float32(0)
 	clear(w.acc)
-	for t0 := 0; t0 <= pos; t0 += faTileKV {
+	first := o.first(pos)
+	for t0 := first / faTileKV * faTileKV; t0 <= pos; t0 += faTileKV {
 		kq := &w.kq
 		tileMax := float32(math.Inf(-1))
 		for tk := range kq {
 			t := t0 + tk
-			if t > pos {
+			if t > pos || t < first {
 				kq[tk] = float32(math.Inf(-1))
 				continue
 			}
@@ -348,7 +429,7 @@ func (w *faWork) tiled(q, out []float32, pos int, scale float32, cache func(whic
 			for d, kx := range cache(0, t) {
 				dot = fma32(q[d], quant.F16ToF32(kx), dot)
 			}
-			kq[tk] = dot * scale
+			kq[tk] = o.score(dot)
 			tileMax = max(tileMax, kq[tk])
 		}
 		if tileMax > m {
@@ -375,11 +456,15 @@ func (w *faWork) tiled(q, out []float32, pos int, scale float32, cache func(whic
 			if t0+tk > pos {
 				break // p = 0: the FMA leaves the accumulator unchanged
 			}
+			if t0+tk < first {
+				continue
+			}
 			for d, v := range cache(1, t0+tk) {
 				w.acc[d] = fma32(quant.F16ToF32(v), p, w.acc[d])
 			}
 		}
 	}
+	_, s = o.sink(h, m, s, w.acc)
 	sInv := float32(0)
 	if s != 0 {
 		sInv = 1 / s
@@ -435,6 +520,9 @@ func reduceAdd16(a *[16]float32) float32 {
 	}
 	return (t6[0] + t6[2]) + (t6[1] + t6[3])
 }
+
+// tanhf is libm's tanhf, correctly rounded in practice.
+func tanhf(x float32) float32 { return float32(math.Tanh(float64(x))) }
 
 // sqrtf is a float32 square root (exact rounding: the float64 square root
 // of a float32 rounds to the same float32).
@@ -501,7 +589,7 @@ func getFaTile(hd, group int) *faTile {
 // query head of the block that maps to the KV head then takes ggml's tile
 // step exactly as faWork.tiled does, row by row. Later blocks see more
 // keys, so workers take items in strides, not contiguous ranges.
-func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, rowIdx []int, layer, nLayer, nHead, nHeadKV, hd int, scale float32) error {
+func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, rowIdx []int, layer, nLayer, nHead, nHeadKV, hd int, o *faOpts) error {
 	rows := len(rowIdx)
 	group := nHead / nHeadKV
 	nBlocks := (rows + faTileRows - 1) / faTileRows
@@ -514,14 +602,14 @@ func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, row
 		for item := worker; item < items; item += threads {
 			blk, kvh := item/nHeadKV, item%nHeadKV
 			view.off = kvh * hd * 2
-			w.block(q, y, r, &view, rowIdx[blk*faTileRows:min(rows, (blk+1)*faTileRows)], kvh, nHead, scale)
+			w.block(q, y, r, &view, rowIdx[blk*faTileRows:min(rows, (blk+1)*faTileRows)], kvh, nHead, o)
 		}
 	})
 }
 
 // block runs the query heads of KV head kvh of rows idx (at most
 // faTileRows of them, each row's arithmetic its own).
-func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, nHead int, scale float32) {
+func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, nHead int, o *faOpts) {
 	hd, group := w.hd, w.group
 	nq := len(idx) * group
 	m, s, acc := w.m[:nq], w.s[:nq], w.acc[:nq*hd]
@@ -558,7 +646,7 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 				h := kvh*group + g
 				qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 				j := b*group + g
-				tileMax := faTileScores(&qh[0], &w.kt[0], hd, scale, nvalid, &w.kq[0])
+				tileMax := faTileScores(&qh[0], &w.kt[0], hd, o.scale, nvalid, &w.kq[0])
 				ms := float32(1)
 				if tileMax > m[j] {
 					ms = expf(m[j] - tileMax)
@@ -574,6 +662,7 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 		for g := range group {
 			h := kvh*group + g
 			j := b*group + g
+			_, s[j] = o.sink(h, m[j], s[j], acc[j*hd:(j+1)*hd])
 			sInv := float32(0)
 			if s[j] != 0 {
 				sInv = 1 / s[j]

@@ -353,13 +353,19 @@ func rope(a *Args) error {
 	})
 }
 
-// ropeExt is rope with per-pair frequency factors (when freq is bound)
-// and an attention factor on cos and sin.
+// ropeExt is rope with per-pair frequency factors (when freq is bound),
+// an attention factor on cos and sin, and YaRN's ramp between
+// interpolated and extrapolated angles (when ext_factor is not 0).
 func ropeExt(a *Args) error {
 	x, freq, r := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2])
 	nHead, hd := int(a.Push[0]), int(a.Push[1])
 	rp := ropeParams(a.Spec[0:4])
 	rp.mscale = math.Float32frombits(a.Spec[4])
+	rp.ext = math.Float32frombits(a.Spec[5])
+	rp.corr = [2]float32{math.Float32frombits(a.Spec[6]), math.Float32frombits(a.Spec[7])}
+	if rp.ext != 0 {
+		rp.mscale *= 1 + 0.1*float32(math.Log(float64(1/rp.scale)))
+	}
 	if freq != nil {
 		rp.freq = f32s(freq)[:rp.nRot/2]
 	}
@@ -383,6 +389,10 @@ type ropeSpec struct {
 	thetaScale, scale float32
 	freq              []float32
 	mscale            float32
+	// YaRN: the extrapolation factor (0 for none) and the correction
+	// dims between which its ramp falls from 1 to 0.
+	ext  float32
+	corr [2]float32
 }
 
 func ropeParams(spec []uint32) ropeSpec {
@@ -397,15 +407,20 @@ func ropeParams(spec []uint32) ropeSpec {
 // as ggml builds its cache, so the rounding matches. With frequency
 // factors θ_i is divided by freq[i] before the scale, and with an
 // attention factor cos and sin are multiplied by it, both as ggml's
-// rope_yarn does (without YaRN's ramp).
+// rope_yarn does, and so is YaRN's mix of the interpolated angle
+// (scaled) and the extrapolated one (not).
 func (rp ropeSpec) table(cs []float32, pos int) {
 	theta := float32(pos)
 	for d := 0; d < rp.nRot; d += 2 {
-		t := theta
+		extrap := theta
 		if rp.freq != nil {
-			t /= rp.freq[d/2]
+			extrap /= rp.freq[d/2]
 		}
-		t *= rp.scale
+		t := rp.scale * extrap
+		if rp.ext != 0 {
+			mix := yarnRamp(rp.corr[0], rp.corr[1], d) * rp.ext
+			t = t*(1-mix) + extrap*mix
+		}
 		c, s := float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
 		if rp.mscale != 1 {
 			c, s = c*rp.mscale, s*rp.mscale
@@ -413,6 +428,13 @@ func (rp ropeSpec) table(cs []float32, pos int) {
 		cs[d], cs[d+1] = c, s
 		theta *= rp.thetaScale
 	}
+}
+
+// yarnRamp is ggml's rope_yarn_ramp: 1 below the correction dim lo, 0
+// above hi, linear between, for the pair starting at dim d.
+func yarnRamp(lo, hi float32, d int) float32 {
+	y := (float32(d/2) - lo) / max(0.001, hi-lo)
+	return 1 - min(1, max(0, y))
 }
 
 // rotate applies the rotation to one head. neox pairs dim i with

@@ -9,9 +9,10 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 )
 
-// ropeCase runs rope (freq nil and attn 0) or rope_ext on random heads at
+// ropeCase runs rope (freq nil and attn 0) or rope_ext (with YaRN's
+// ext_factor, corr_lo and corr_hi when given) on random heads at
 // positions 0, 7, 300, … and returns the input and the rotated rows.
-func ropeCase(t *testing.T, ext bool, freq []float32, attn float32, nHead, hd, nRot int, neox bool) (in, out []float32, pos []int) {
+func ropeCase(t *testing.T, ext bool, freq []float32, attn float32, nHead, hd, nRot int, neox bool, yarn ...float32) (in, out []float32, pos []int) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(3))
 	pos = []int{0, 7, 300, 4095}
@@ -41,7 +42,11 @@ func ropeCase(t *testing.T, ext bool, freq []float32, attn float32, nHead, hd, n
 		if freq != nil {
 			fb = f32bytes(freq)
 		}
-		a.Bufs, a.Spec = [][]byte{f32bytes(out), fb, u32bytes(io)}, append(spec, math.Float32bits(attn))
+		a.Spec = append(spec, math.Float32bits(attn), 0, 0, 0)
+		for i, v := range yarn { // ext_factor, corr_lo, corr_hi
+			a.Spec[5+i] = math.Float32bits(v)
+		}
+		a.Bufs = [][]byte{f32bytes(out), fb, u32bytes(io)}
 		err = ropeExt(a)
 	} else {
 		a.Bufs, a.Spec = [][]byte{f32bytes(out), u32bytes(io)}, spec
@@ -85,6 +90,33 @@ func TestRopeExt(t *testing.T) {
 				}
 				if !slices.Equal(x[nRot:], y[nRot:]) {
 					t.Errorf("neox %v pos %d head %d: dimensions past n_rot changed", neox, p, h)
+				}
+			}
+		}
+	}
+}
+
+// With YaRN, pair i turns by a mix of the interpolated angle (scaled by
+// freq_scale 0.5) and the extrapolated one, weighted by a ramp that is 1
+// below corr_lo and 0 above corr_hi, and cos and sin carry the extra
+// magnitude 1 + 0.1·ln 2 on top of the attention factor.
+func TestRopeYaRN(t *testing.T) {
+	const nHead, hd, nRot = 2, 32, 32
+	const attn, lo, hi = 0.9, 3, 10
+	in, out, pos := ropeCase(t, true, nil, attn, nHead, hd, nRot, false, 1, lo, hi)
+	for r, p := range pos {
+		for h := range nHead {
+			x, y := in[(r*nHead+h)*hd:][:hd], out[(r*nHead+h)*hd:][:hd]
+			for i := range nRot / 2 {
+				extrap := float64(p) * math.Pow(10000, -2*float64(i)/nRot)
+				ramp := 1 - math.Min(1, math.Max(0, (float64(i)-lo)/(hi-lo)))
+				th := 0.5*extrap*(1-ramp) + extrap*ramp
+				m := attn * (1 + 0.1*math.Log(2))
+				c, s := m*math.Cos(th), m*math.Sin(th)
+				w0 := float64(x[2*i])*c - float64(x[2*i+1])*s
+				w1 := float64(x[2*i])*s + float64(x[2*i+1])*c
+				if math.Abs(w0-float64(y[2*i])) > 2e-3 || math.Abs(w1-float64(y[2*i+1])) > 2e-3 {
+					t.Fatalf("pos %d head %d pair %d: got (%v, %v), want (%v, %v)", p, h, i, y[2*i], y[2*i+1], w0, w1)
 				}
 			}
 		}

@@ -1,0 +1,100 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
+)
+
+// geglu is gelu(gate)·up row by row, as ggml_vec_geglu_f32 computes it
+// on a GGML_GELU_FP16 build (every x86 one): GELU looked up in a table of
+// F16 values indexed by the F16 rounding of the gate, outside ±10 taken
+// as 0 and x.
+func geglu(a *Args) error {
+	g, u, r, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), f32s(a.Bufs[3])
+	n := int(a.Push[0])
+	return a.Pool.For(r.rows()*n, 1024, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			y[i] = geluF16(g[i]) * u[i]
+		}
+	})
+}
+
+// geluF16 is one entry of ggml's GELU table: gelu of x rounded to F16,
+// the result rounded to F16.
+func geluF16(x float32) float32 {
+	switch {
+	case x <= -10:
+		return 0
+	case x >= 10:
+		return x
+	}
+	return quant.F16ToF32(quant.F32ToF16(geluTanh(quant.F16ToF32(quant.F32ToF16(x)))))
+}
+
+// geluTanh is ggml_gelu_f32, GELU's tanh approximation in float32.
+func geluTanh(x float32) float32 {
+	const (
+		coefA       = float32(0.044715)
+		sqrt2OverPi = float32(0.79788456080286535587989211986876)
+	)
+	return 0.5 * x * (1 + tanhf(sqrt2OverPi*x*(1+coefA*x*x)))
+}
+
+// scale multiplies the active rows by a constant, as ggml_scale does.
+func scale(a *Args) error {
+	x, r := f32s(a.Bufs[0]), req(a.Bufs[1])
+	f := math.Float32frombits(a.Spec[0])
+	x = x[:r.rows()*int(a.Push[0])]
+	for i := range x {
+		x[i] *= f
+	}
+	return nil
+}
+
+// logitSoftcap is cap·tanh(x/cap) in place over the logits of each row
+// that asks for them, as the three ggml ops gemma's graph builds it from
+// compute it: a scale by 1/cap (rounded to float32), tanhf, a scale by
+// cap.
+func logitSoftcap(a *Args) error {
+	logits, r := f32s(a.Bufs[0]), req(a.Bufs[1])
+	nv := int(a.Push[0])
+	c := math.Float32frombits(a.Spec[0])
+	inv := 1 / c
+	for i := range r.rows() {
+		if r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits == 0 {
+			continue
+		}
+		s := int(r.row(i, kernels.IORowSlot))
+		l := logits[s*nv : (s+1)*nv]
+		if err := a.Pool.For(nv, 4096, func(_, lo, hi int) {
+			for j := lo; j < hi; j++ {
+				l[j] = tanhf(l[j]*inv) * c
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attnTemp scales each row in place by its position's attention
+// temperature, 1 + temp_scale·ln(⌊pos/floor⌋ + 1), computed as
+// llama.cpp's llm_graph_input_attn_temp does: the quotient and floor in
+// float32, the logarithm and the rest in float64, rounded to float32.
+func attnTemp(a *Args) error {
+	x, r := f32s(a.Bufs[0]), req(a.Bufs[1])
+	n := int(a.Push[0])
+	t, floor := math.Float32frombits(a.Spec[0]), float32(a.Spec[1])
+	for i := range r.rows() {
+		pos := float32(r.row(i, kernels.IORowPos))
+		q := float32(math.Floor(float64(pos / floor)))
+		f := float32(math.Log(float64(q)+1)*float64(t) + 1)
+		row := x[i*n : (i+1)*n]
+		for j := range row {
+			row[j] *= f
+		}
+	}
+	return nil
+}

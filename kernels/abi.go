@@ -102,14 +102,29 @@ var catalog = []ABI{
 	// query at position p) is scaled in place by
 	// 1 + temp_scale·ln(⌊p/floor⌋ + 1).
 	{Name: "attn_temp", Bufs: []string{"x", "io"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"temp_scale", F32}, {"floor", U32}}},
-	{Name: "moe_gate_topk", Typed: true, Bufs: []string{"x", "w", "io", "route"},
-		Push: []Param{{"k", U32}, {"n_expert", U32}, {"n_used", U32}, {"norm", U32}}},
+	// moe_gate_topk routes each row: router logits x·w (+ bias, an F32
+	// vector of n_expert; null for none), then, with gating 0, the n_used
+	// largest of their softmax, renormalized to sum to one when norm is
+	// set; with gating 1 (ggml's SOFTMAX_WEIGHT, gpt-oss), the n_used
+	// largest logits, weighted by the softmax over those alone.
+	{Name: "moe_gate_topk", Typed: true, Bufs: []string{"x", "w", "bias", "io", "route"}, Optional: map[string]bool{"bias": true},
+		Push: []Param{{"k", U32}, {"n_expert", U32}, {"n_used", U32}, {"norm", U32}, {"gating", U32}}},
 	// Seven pointers leave room for only two push dwords, so the shape is
 	// specialized instead.
 	{Name: "moe_gate_up", Typed: true, Bufs: []string{"x", "w_gate", "w_up", "route", "io", "gate", "up"},
 		Spec: []Param{{"k", U32}, {"f", U32}, {"n_used", U32}}},
-	{Name: "moe_down_acc", Typed: true, Bufs: []string{"h", "w", "route", "io", "y"},
+	// moe_down_acc adds Σ_u weight_u·(W_e(u)·h_u + bias_e(u)) to y, the
+	// bias an F32 [n, n_expert] tensor (null for none).
+	{Name: "moe_down_acc", Typed: true, Bufs: []string{"h", "w", "bias", "route", "io", "y"}, Optional: map[string]bool{"bias": true},
 		Push: []Param{{"f", U32}, {"n", U32}, {"n_used", U32}}},
+	// moe_add_bias adds each routed expert's bias to its f columns of x in
+	// place: x[r, u, :] += b[e(r, u), :], b an F32 [f, n_expert] tensor
+	// (gpt-oss's expert biases, ggml_add_id).
+	{Name: "moe_add_bias", Bufs: []string{"x", "b", "route", "io"}, Push: []Param{{"f", U32}, {"n_used", U32}}},
+	// swiglu_oai is gpt-oss's clamped SwiGLU: with g = min(gate, limit) and
+	// u = clamp(up, -limit, limit), y = g·sigmoid(alpha·g)·(u + 1).
+	{Name: "swiglu_oai", Bufs: []string{"gate", "up", "io", "y"}, Push: []Param{{"cols", U32}},
+		Spec: []Param{{"alpha", F32}, {"limit", F32}}},
 	{Name: "lm_head", Typed: true, Bufs: []string{"x", "w", "io", "logits"}, Push: []Param{{"k", U32}, {"n_vocab", U32}}},
 	{Name: "argmax", Bufs: []string{"logits", "io", "tokens"}, Push: []Param{{"n_vocab", U32}}},
 

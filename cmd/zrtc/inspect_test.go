@@ -39,13 +39,13 @@ func TestInspectMarksUnsupported(t *testing.T) {
 		ti := &f.Tensors[i]
 		typ, data := ti.Type, f.TensorData(ti)
 		if ti.Name == "blk.1.ffn_down.weight" {
-			typ, data = ggml.MXFP4, make([]byte, ti.Elements()/32*17)
+			typ, data = ggml.NVFP4, make([]byte, ti.Elements()/64*36)
 		}
 		if err := w.AddTensor(ti.Name, typ, ti.Dims, data); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p := filepath.Join(t.TempDir(), "mxfp4.gguf")
+	p := filepath.Join(t.TempDir(), "nvfp4.gguf")
 	if err := os.WriteFile(p, w.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +54,8 @@ func TestInspectMarksUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"blk.1.ffn_down.weight", "MXFP4", "unsupported\n", "MXFP4 (id 39)", "unsupported on cpu",
-		"build for cpu: refused: unsupported tensor type MXFP4 (id 39) in blk.1.ffn_down.weight",
+		"blk.1.ffn_down.weight", "NVFP4", "unsupported\n", "NVFP4 (id 40)", "unsupported on cpu",
+		"build for cpu: refused: unsupported tensor type NVFP4 (id 40) in blk.1.ffn_down.weight",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("listing lacks %q:\n%s", want, out)

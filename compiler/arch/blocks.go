@@ -190,7 +190,11 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 	if ffn, ok := ls.FFN.(DenseFFN); ok && ffn.FusedGateUp {
 		return b.fusedDenseFFN(l, ls, ffn, x)
 	}
-	fn, err := b.preNorm(l, "ffn_norm", "model.ffn.norm", "ffn_in", x)
+	normRole := "ffn_norm"
+	if ls.FFNNorm != "" {
+		normRole = ls.FFNNorm
+	}
+	fn, err := b.preNorm(l, normRole, "model.ffn.norm", "ffn_in", x)
 	if err != nil {
 		return err
 	}
@@ -253,16 +257,34 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	flash, attrs := b.flash, ir.Attrs{
 		"layer": float64(l), "n_layer": float64(h.NLayer), "n_head": float64(h.NHead), "n_head_kv": float64(h.NHeadKV),
 		"head_dim": float64(h.HeadDim), "scale": scale}
-	if w, ok := ls.Mixer.(SlidingWindowAttention); ok || ls.Softcap != 0 {
+	reads := []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}
+	if w, ok := ls.Mixer.(SlidingWindowAttention); ok || ls.Softcap != 0 || ls.Sinks {
 		flash, attrs["window"], attrs["softcap"] = ir.FLASH_ATTN_EXT, float64(w.Window), ls.Softcap
+		if ls.Sinks {
+			sinks, err := b.weight("attn_sinks", l, "model.attn.sinks", int64(h.NHead))
+			if err != nil {
+				return err
+			}
+			if t := g.Buffers[sinks].Type; t != ggml.F32 {
+				return &support.Error{What: "attention sinks type", Value: t.String(), Where: support.In(g.Buffers[sinks].Tensor),
+					Detail: "FLASH_ATTN_EXT takes F32 sinks"}
+			}
+			reads = append(reads, ir.B("sinks", sinks))
+		}
 	}
-	g.Emit(flash, []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}, []ir.Operand{ir.R("y", att)}, attrs)
+	g.Emit(flash, reads, []ir.Operand{ir.R("y", att)}, attrs)
 	wo, err := b.weight("attn_out", l, "model.attn.o_weight", int64(qDim), E)
 	if err != nil {
 		return err
 	}
+	bias := -1
+	if ls.OutBias {
+		if bias, err = b.weight("attn_out_bias", l, "model.attn.o_bias", E); err != nil {
+			return err
+		}
+	}
 	o := b.reg(l, "attn_out", h.NEmbd)
-	b.matmul(o, att, wo, -1, qDim, h.NEmbd)
+	b.matmul(o, att, wo, bias, qDim, h.NEmbd)
 	return b.postNormResidual(l, ls, "attn_post_norm", "model.attn.post_norm", x, o)
 }
 
@@ -363,7 +385,12 @@ func (b *graphBuilder) rope(r Rope, x, heads int) error {
 		reads = append(reads, ir.B("freq", w))
 	}
 	attrs["attn_factor"] = r.attnFactor()
-	attrs["ext_factor"], attrs["corr_lo"], attrs["corr_hi"] = r.ExtFactor, r.CorrLo, r.CorrHi
+	attrs["ext_factor"] = r.ExtFactor
+	if r.ExtFactor != 0 {
+		attrs["corr_lo"], attrs["corr_hi"] = r.corrDims()
+	} else {
+		attrs["corr_lo"], attrs["corr_hi"] = 0, 0
+	}
 	b.g.Emit(ir.ROPE_EXT, append(reads, ir.B("io", b.io)), []ir.Operand{ir.R("x", x)}, attrs)
 	return nil
 }
@@ -478,21 +505,63 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 			Where: support.In(g.Buffers[wu].Tensor), Detail: "MOE_GATE_UP needs one type for the gate and up experts"}
 	}
 	U := ffn.NExpertUsed
-	norm := 0.0
-	if ffn.NormWeights {
-		norm = 1
+	flag := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	// biases fetches layer l's bias of role, shape dims, when on.
+	biases := func(on bool, role, logical string, dims ...int64) ([]ir.Operand, error) {
+		if !on {
+			return nil, nil
+		}
+		w, err := b.weight(role, l, logical, dims...)
+		if err != nil {
+			return nil, err
+		}
+		if t := g.Buffers[w].Type; t != ggml.F32 {
+			return nil, &support.Error{What: "MoE bias type", Value: t.String(), Where: support.In(g.Buffers[w].Tensor), Detail: "zrt takes F32 biases"}
+		}
+		return []ir.Operand{ir.B("bias", w)}, nil
+	}
+	routerBias, err := biases(ffn.RouterBias, "moe_router_bias", "model.moe.gate_b", X)
+	if err != nil {
+		return err
 	}
 	route := g.NewReg(fmt.Sprintf("l%d.route", l), T, U, kernels.RouteEntryBytes)
 	gate := b.reg(l, "moe_gate", U*ffn.NFFExpert)
 	up := b.reg(l, "moe_up", U*ffn.NFFExpert)
 	act := b.reg(l, "moe_act", U*ffn.NFFExpert)
-	g.Emit(ir.MOE_GATE_TOPK, []ir.Operand{ir.R("x", fn), ir.B("w", wr), ir.B("io", b.io)}, []ir.Operand{ir.R("route", route)},
-		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": norm})
+	g.Emit(ir.MOE_GATE_TOPK, append([]ir.Operand{ir.R("x", fn), ir.B("w", wr), ir.B("io", b.io)}, routerBias...), []ir.Operand{ir.R("route", route)},
+		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": flag(ffn.NormWeights), "gating": flag(ffn.SoftmaxWeights)})
 	g.Emit(ir.MOE_GATE_UP, []ir.Operand{ir.R("x", fn), ir.B("w_gate", wg), ir.B("w_up", wu), ir.R("route", route), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(E), "f": float64(F), "n_used": float64(U)})
-	g.Emit(ir.MOE_SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
-		ir.Attrs{"cols": float64(U) * float64(F)})
-	g.Emit(ir.MOE_DOWN_ACC, []ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", x)},
+	for _, p := range []struct {
+		role, logical string
+		r             int
+	}{{"moe_gate_bias", "model.moe.gate_exps_b", gate}, {"moe_up_bias", "model.moe.up_exps_b", up}} {
+		bias, err := biases(ffn.ExpertBias, p.role, p.logical, F, X)
+		if err != nil {
+			return err
+		}
+		if bias != nil {
+			g.Emit(ir.MOE_ADD_BIAS, []ir.Operand{ir.R("x", p.r), ir.B("b", bias[0].ID), ir.R("route", route), ir.B("io", b.io)},
+				[]ir.Operand{ir.R("x", p.r)}, ir.Attrs{"f": float64(F), "n_used": float64(U)})
+		}
+	}
+	if ffn.OAI {
+		g.Emit(ir.MOE_SWIGLU_OAI, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
+			ir.Attrs{"cols": float64(U) * float64(F), "alpha": 1.702, "limit": 7})
+	} else {
+		g.Emit(ir.MOE_SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
+			ir.Attrs{"cols": float64(U) * float64(F)})
+	}
+	downBias, err := biases(ffn.ExpertBias, "moe_down_bias", "model.moe.down_exps_b", E, X)
+	if err != nil {
+		return err
+	}
+	g.Emit(ir.MOE_DOWN_ACC, append([]ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", x)}, downBias...),
 		[]ir.Operand{ir.R("y", x)}, ir.Attrs{"f": float64(F), "n": float64(E), "n_used": float64(U)})
 	if ffn.SharedNFF > 0 {
 		return b.sharedExpert(l, ffn, fn, x)

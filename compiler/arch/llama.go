@@ -53,6 +53,13 @@ var llamaTensors = map[string]string{
 	"moe_gate":    "blk.%d.ffn_gate_exps.weight",
 	"moe_up":      "blk.%d.ffn_up_exps.weight",
 	"moe_down":    "blk.%d.ffn_down_exps.weight",
+	// gpt-oss's router and expert biases, output bias and sinks.
+	"moe_router_bias": "blk.%d.ffn_gate_inp.bias",
+	"moe_gate_bias":   "blk.%d.ffn_gate_exps.bias",
+	"moe_up_bias":     "blk.%d.ffn_up_exps.bias",
+	"moe_down_bias":   "blk.%d.ffn_down_exps.bias",
+	"attn_out_bias":   "blk.%d.attn_output.bias",
+	"attn_sinks":      "blk.%d.attn_sinks.weight",
 	// The shared expert of MoE layers and its sigmoid gate's vector.
 	"shexp_gate":     "blk.%d.ffn_gate_shexp.weight",
 	"shexp_up":       "blk.%d.ffn_up_shexp.weight",
@@ -193,10 +200,11 @@ func mistral3(f *gguf.File, c *config.Config) (*Spec, error) {
 // yarn sets r's YaRN parameters from ARCH's rope.scaling keys as llama.cpp
 // derives them (llama_context's constructor and
 // ggml_rope_yarn_corr_dims), in float32 as it computes them: ext_factor
-// 1; the correction dims from beta_fast and beta_slow (default 32 and 1)
-// over the original context (default the training context); and the
-// attention factor, whose YaRN magnitude the kernel's 1 + 0.1·ln(1/scale)
-// cancels, times rope.scaling.attn_factor.
+// 1; beta_fast and beta_slow (default 32 and 1) and the original context
+// (default the training context), from which the block derives the
+// correction dims with each layer's base; and the attention factor, whose
+// YaRN magnitude the kernel's 1 + 0.1·ln(1/scale) cancels, times
+// rope.scaling.attn_factor.
 func yarn(f *gguf.File, a string, c *config.Config, r *Rope) error {
 	m := archMeta{f: f, arch: a}
 	train := 0
@@ -236,13 +244,7 @@ func yarn(f *gguf.File, a string, c *config.Config, r *Rope) error {
 	}
 	attn *= 1 / (1 + 0.1*logf(factor))
 	r.AttnFactor = float64(attn * float32(r.attnFactor()))
-	nDims := float32(r.NRot)
-	corr := func(beta float64) float32 {
-		return nDims * logf(float32(orig)/(float32(beta)*2*math.Pi)) / (2 * logf(float32(r.Base)))
-	}
-	r.ExtFactor = 1
-	r.CorrLo = float64(max(0, float32(math.Floor(float64(corr(beta[0]))))))
-	r.CorrHi = float64(min(nDims-1, float32(math.Ceil(float64(corr(beta[1]))))))
+	r.ExtFactor, r.OrigCtx, r.BetaFast, r.BetaSlow = 1, orig, beta[0], beta[1]
 	return nil
 }
 

@@ -56,6 +56,14 @@ type LayerSpec struct {
 	Softcap float64
 	// Temp is the attention temperature tuning of Q (Llama 4, mistral3).
 	Temp AttnTemp
+	// OutBias: the attention output projection adds a bias (gpt-oss).
+	OutBias bool
+	// Sinks: each query head has a learned sink logit (attn_sinks) that
+	// joins its softmax as a key with no value (gpt-oss).
+	Sinks bool
+	// FFNNorm is the role of the FFN's input norm weight; "" means
+	// ffn_norm (gpt-oss names it post_attention_norm).
+	FFNNorm string
 	// PostNorms: the attention and FFN outputs are RMS-normed
 	// (post_attention_norm, post_ffw_norm) before their residual adds
 	// (gemma2/3).
@@ -92,9 +100,26 @@ type Rope struct {
 	AttnFactor float64
 	// YaRN, when ExtFactor is not 0: pair i turns by a mix of the
 	// scaled (interpolated) and unscaled angle, weighted by a ramp from 1
-	// below dim CorrLo to 0 above CorrHi, and cos and sin carry
-	// 1 + 0.1·ln(1/Scale) on top of AttnFactor (ggml's rope_yarn).
-	ExtFactor, CorrLo, CorrHi float64
+	// below one correction dim to 0 above another, and cos and sin carry
+	// 1 + 0.1·ln(1/Scale) on top of AttnFactor (ggml's rope_yarn). The
+	// correction dims follow from the original context OrigCtx, BetaFast,
+	// BetaSlow and the layer's Base (corrDims).
+	ExtFactor          float64
+	OrigCtx            int
+	BetaFast, BetaSlow float64
+}
+
+// corrDims are YaRN's correction dims as ggml_rope_yarn_corr_dims
+// computes them, in float32: the dims whose wavelength over the original
+// context is BetaFast and BetaSlow turns, floored and ceiled into
+// [0, NRot-1].
+func (r Rope) corrDims() (lo, hi float64) {
+	logf := func(x float32) float32 { return float32(math.Log(float64(x))) }
+	n := float32(r.NRot)
+	corr := func(beta float64) float64 {
+		return float64(n * logf(float32(r.OrigCtx)/(float32(beta)*2*math.Pi)) / (2 * logf(float32(r.Base))))
+	}
+	return float64(max(0, float32(math.Floor(corr(r.BetaFast))))), float64(min(n-1, float32(math.Ceil(corr(r.BetaSlow)))))
 }
 
 // attnFactor is the factor on cos and sin, 1 for none.
@@ -170,6 +195,17 @@ type MoEFFN struct {
 	// sigmoid(x·ffn_gate_inp_shexp) (qwen2moe).
 	SharedNFF   int
 	SharedGated bool
+	// RouterBias: the router adds a bias (ffn_gate_inp.bias); ExpertBias:
+	// every expert's gate, up and down projections add one
+	// (ffn_{gate,up,down}_exps.bias). Both gpt-oss.
+	RouterBias, ExpertBias bool
+	// SoftmaxWeights picks the NExpertUsed largest router logits and
+	// weights them by their own softmax (ggml's SOFTMAX_WEIGHT gating)
+	// instead of taking the largest of the softmax over all experts.
+	SoftmaxWeights bool
+	// OAI activates with gpt-oss's clamped SwiGLU (alpha 1.702, limit 7)
+	// instead of SiLU.
+	OAI bool
 }
 
 func (DenseFFN) ffn() {}

@@ -41,6 +41,8 @@ const (
 	SCALE
 	LOGIT_SOFTCAP
 	ATTN_TEMP
+	MOE_ADD_BIAS
+	MOE_SWIGLU_OAI
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -74,6 +76,8 @@ var opTable = map[Op]OpInfo{
 	MOE_GATE_TOPK:      {Name: "MOE_GATE_TOPK", Kernel: "moe_gate_topk", TypedBy: "w"},
 	MOE_GATE_UP:        {Name: "MOE_GATE_UP", Kernel: "moe_gate_up", TypedBy: "w_gate"},
 	MOE_SWIGLU:         {Name: "MOE_SWIGLU", Kernel: "swiglu"},
+	MOE_SWIGLU_OAI:     {Name: "MOE_SWIGLU_OAI", Kernel: "swiglu_oai"},
+	MOE_ADD_BIAS:       {Name: "MOE_ADD_BIAS", Kernel: "moe_add_bias", InPlace: []string{"x"}},
 	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},

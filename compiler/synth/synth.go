@@ -308,6 +308,14 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 			return encodeQ4K(x), nil
 		}
 		return encodeQ6K(x), nil
+	case ggml.MXFP4:
+		// ggml's quantize_row_mxfp4_ref, as llama-quantize writes MXFP4.
+		n, err := t.RowBytes(int64(len(x)))
+		if err != nil {
+			return nil, err
+		}
+		b := make([]byte, n)
+		return b, quant.QuantizeMXFP4(x, b)
 	}
 	// Q8_0 weights share the activation block format.
 	n, err := t.RowBytes(int64(len(x)))

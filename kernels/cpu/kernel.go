@@ -63,6 +63,8 @@ var families = map[string]func(ggml.Type) (Func, error){
 	"moe_gate_topk":  typed(moeGateTopK),
 	"moe_gate_up":    typed(moeGateUp),
 	"moe_down_acc":   typed(moeDownAcc),
+	"moe_add_bias":   plain(moeAddBias),
+	"swiglu_oai":     plain(swigluOAI),
 	"lm_head":        typed(lmHead),
 	"argmax":         plain(argmax),
 

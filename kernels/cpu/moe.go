@@ -22,48 +22,106 @@ func routes(b []byte) []route {
 	return unsafe.Slice((*route)(unsafe.Pointer(&b[0])), len(b)/8)
 }
 
-// moeGateTopK scores every expert, softmaxes the scores, keeps the n_used
-// best (ties to the lower id) and, with norm, rescales their weights to sum
-// to one.
+// moeGateTopK scores every expert (adding the router bias, when bound)
+// and routes each row by its gating: 0 softmaxes the scores, keeps the
+// n_used best (ties to the lower id) and, with norm, rescales their
+// weights to sum to one; 1 keeps the n_used best scores and weights them
+// by their own softmax.
 func moeGateTopK(t ggml.Type, a *Args) error {
-	x, w, r, out := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), routes(a.Bufs[3])
-	k, nExp, nUsed, norm := int(a.Push[0]), int(a.Push[1]), int(a.Push[2]), a.Push[3] != 0
+	x, w, bias, r, out := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], req(a.Bufs[3]), routes(a.Bufs[4])
+	k, nExp, nUsed, norm, gating := int(a.Push[0]), int(a.Push[1]), int(a.Push[2]), a.Push[3] != 0, a.Push[4]
 	rows := r.rows()
 	logits := make([]float32, rows*nExp)
 	if err := gemm(a, t, x, w, rows, k, nExp, func(i, j int) []float32 { return logits[i*nExp+j : (i+1)*nExp] }, nil, nil); err != nil {
 		return err
 	}
 	idx := make([]int, nExp)
+	ws := make([]float32, nUsed)
 	for i := 0; i < rows; i++ {
 		l := logits[i*nExp : (i+1)*nExp]
-		mx := l[0]
-		for _, v := range l {
-			mx = max(mx, v)
+		if bias != nil {
+			// ggml_add after the router's product
+			for j, b := range f32s(bias)[:nExp] {
+				l[j] += b
+			}
 		}
-		sum := 0.0
-		for j, v := range l {
-			l[j] = float32(math.Exp(float64(v - mx)))
-			sum += float64(l[j])
+		if gating == 0 {
+			softmax(l)
 		}
-		inv := float32(1 / sum)
-		for j := range l {
-			l[j] *= inv
+		for j := range idx {
 			idx[j] = j
 		}
 		sort.SliceStable(idx, func(p, q int) bool { return l[idx[p]] > l[idx[q]] })
 		sel := out[i*nUsed : (i+1)*nUsed]
-		total := float32(0)
 		for u := range sel {
-			sel[u] = route{uint32(idx[u]), l[idx[u]]}
-			total += sel[u].Weight
+			ws[u] = l[idx[u]]
 		}
-		if norm {
-			for u := range sel {
-				sel[u].Weight /= total
+		switch {
+		case gating != 0:
+			softmax(ws)
+		case norm:
+			total := float32(0)
+			for _, v := range ws {
+				total += v
 			}
+			for u := range ws {
+				ws[u] /= total
+			}
+		}
+		for u := range sel {
+			sel[u] = route{uint32(idx[u]), ws[u]}
 		}
 	}
 	return nil
+}
+
+// softmax replaces l by its softmax: exponentials of l - max(l) summed in
+// float64, then scaled by the sum's reciprocal.
+func softmax(l []float32) {
+	mx := l[0]
+	for _, v := range l {
+		mx = max(mx, v)
+	}
+	sum := 0.0
+	for j, v := range l {
+		l[j] = float32(math.Exp(float64(v - mx)))
+		sum += float64(l[j])
+	}
+	inv := float32(1 / sum)
+	for j := range l {
+		l[j] *= inv
+	}
+}
+
+// moeAddBias adds each routed expert's bias row to its columns of x
+// (ggml_add_id).
+func moeAddBias(a *Args) error {
+	x, b, rt, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), routes(a.Bufs[2]), req(a.Bufs[3])
+	f, nUsed := int(a.Push[0]), int(a.Push[1])
+	for i := range r.rows() * nUsed {
+		e := int(rt[i].Expert)
+		row, bias := x[i*f:(i+1)*f], b[e*f:(e+1)*f]
+		for j := range row {
+			row[j] += bias[j]
+		}
+	}
+	return nil
+}
+
+// swigluOAI is gpt-oss's clamped SwiGLU as ggml computes it:
+// x = min(gate, limit), y = clamp(up, ±limit),
+// out = x/(1 + expf(alpha·(-x)))·(y + 1).
+func swigluOAI(a *Args) error {
+	g, u, r, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), f32s(a.Bufs[3])
+	n := r.rows() * int(a.Push[0])
+	alpha, limit := math.Float32frombits(a.Spec[0]), math.Float32frombits(a.Spec[1])
+	return a.Pool.For(n, 1024, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := min(g[i], limit)
+			v := min(max(u[i], -limit), limit)
+			y[i] = x / (1 + expf(alpha*(0-x))) * (v + 1)
+		}
+	})
 }
 
 // moeGateUp computes the gate and up projections of each row's selected
@@ -94,10 +152,15 @@ func moeGateUp(t ggml.Type, a *Args) error {
 }
 
 // moeDownAcc projects each selected expert's activation back to the model
-// width, weights it, sums over experts in routing order, and adds the sum
-// to the residual, matching ggml's mul-then-add chain.
+// width (adding the expert's bias, when bound), weights it, sums over
+// experts in routing order, and adds the sum to the residual, matching
+// ggml's mul-then-add chain.
 func moeDownAcc(t ggml.Type, a *Args) error {
-	h, w, rt, r, y := f32s(a.Bufs[0]), a.Bufs[1], routes(a.Bufs[2]), req(a.Bufs[3]), f32s(a.Bufs[4])
+	h, w, bb, rt, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], routes(a.Bufs[3]), req(a.Bufs[4]), f32s(a.Bufs[5])
+	var bias []float32
+	if bb != nil {
+		bias = f32s(bb)
+	}
 	f, n, nUsed := int(a.Push[0]), int(a.Push[1]), int(a.Push[2])
 	vt := quant.VecDotType(t)
 	hb, wb := rowBytes(vt, f), rowBytes(t, f)
@@ -115,7 +178,11 @@ func moeDownAcc(t ggml.Type, a *Args) error {
 			for u := 0; u < nUsed; u++ {
 				rr := rt[i*nUsed+u]
 				row := (int(rr.Expert)*n + j) * wb
-				sum += rr.Weight * quant.VecDot(t, f, w[row:row+wb], hq[(i*nUsed+u)*hb:(i*nUsed+u+1)*hb])
+				d := quant.VecDot(t, f, w[row:row+wb], hq[(i*nUsed+u)*hb:(i*nUsed+u+1)*hb])
+				if bias != nil {
+					d += bias[int(rr.Expert)*n+j] // ggml_add_id, before the weight
+				}
+				sum += rr.Weight * d
 			}
 			y[item] += sum
 		}

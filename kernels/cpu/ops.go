@@ -364,7 +364,7 @@ func ropeExt(a *Args) error {
 	rp.ext = math.Float32frombits(a.Spec[5])
 	rp.corr = [2]float32{math.Float32frombits(a.Spec[6]), math.Float32frombits(a.Spec[7])}
 	if rp.ext != 0 {
-		rp.mscale *= 1 + 0.1*float32(math.Log(float64(1/rp.scale)))
+		rp.mscale *= fma32(0.1, float32(math.Log(float64(1/rp.scale))), 1)
 	}
 	if freq != nil {
 		rp.freq = f32s(freq)[:rp.nRot/2]
@@ -419,7 +419,7 @@ func (rp ropeSpec) table(cs []float32, pos int) {
 		t := rp.scale * extrap
 		if rp.ext != 0 {
 			mix := yarnRamp(rp.corr[0], rp.corr[1], d) * rp.ext
-			t = t*(1-mix) + extrap*mix
+			t = fma32(extrap, mix, t*(1-mix))
 		}
 		c, s := float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
 		if rp.mscale != 1 {

@@ -9,8 +9,9 @@
 // ggml-cpu/ggml-cpu-quants.c), so results agree with llama.cpp's CPU backend
 // up to float32 summation order. The IQ4 types go further: their pure-Go
 // and assembly kernels both follow ggml's x86 AVX2 kernels lane for lane,
-// bit for bit (see iq4.go). IQ3_S follows ggml's generic C vec_dot bit for
-// bit (see iq3.go).
+// bit for bit (see iq4.go), and MXFP4's follows ggml's x86 AVX2 kernel
+// the same way (see mxfp4.go). IQ3_S follows ggml's generic C vec_dot bit
+// for bit (see iq3.go).
 //
 // Block layouts (all little-endian, f16 scales unless noted), sizes as in
 // format/ggml:
@@ -30,12 +31,14 @@
 //	IQ3_S {d; qs[64]; qh[8]; signs[32]; scales[4]} 110 bytes / 256
 //	IQ4_NL {d; qs[16]}                        18 bytes / 32
 //	IQ4_XS {d; u16 scales_h; scales_l[4]; qs[128]} 136 bytes / 256
+//	MXFP4 {u8 e (E8M0); qs[16]}              17 bytes / 32
 //
 // The IQ4 quants are 4-bit indices into a fixed table of 16 non-linear
 // int8 levels (see iq4.go); IQ4_XS adds a 6-bit scale per 32 elements.
 // IQ3_S's are 9-bit indices into a fixed codebook of 512 points of four
 // magnitudes each, with a sign bit per element and a 4-bit scale per 32
-// elements (see iq3.go).
+// elements (see iq3.go). MXFP4's are 4-bit E2M1 floats (a 16-entry table
+// again) under a power-of-two scale per 32 elements (see mxfp4.go).
 package quant
 
 import (
@@ -65,6 +68,7 @@ const (
 	iq3_SLen  = 110
 	iq4_NLLen = 18
 	iq4_XSLen = 136
+	mxfp4Len  = 17
 )
 
 // kernel is everything the package knows about one type. A nil field means
@@ -117,6 +121,7 @@ func init() {
 	set(ggml.IQ3_S, kernel{qkK, iq3_SLen, dequantIQ3_S, nil, dotIQ3_S, ggml.Q8_K})
 	set(ggml.IQ4_NL, kernel{qk, iq4_NLLen, dequantIQ4_NL, nil, dotIQ4_NL, ggml.Q8_0})
 	set(ggml.IQ4_XS, kernel{qkK, iq4_XSLen, dequantIQ4_XS, nil, dotIQ4_XS, ggml.Q8_K})
+	set(ggml.MXFP4, kernel{qk, mxfp4Len, dequantMXFP4, nil, dotMXFP4, ggml.Q8_0})
 	installSIMD() // simd.go: replace dot products with assembly where the CPU allows
 }
 
@@ -140,8 +145,8 @@ func (k *kernel) rowBytes(t ggml.Type, n int) (int, error) {
 // Dequantize decodes n = len(dst) elements of type t from src, which must
 // hold at least the row's bytes (extra bytes are ignored). Supported: F32,
 // F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, Q8_K, IQ3_S, IQ4_NL and IQ4_XS; the results are bit-identical to
-// ggml's dequantize_row_*.
+// Q6_K, Q8_K, IQ3_S, IQ4_NL, IQ4_XS and MXFP4; the results are
+// bit-identical to ggml's dequantize_row_*.
 // It fails when src is short, n is not a whole number of blocks, or t is not
 // supported.
 func Dequantize(t ggml.Type, src []byte, dst []float32) error {
@@ -182,9 +187,9 @@ func IsWeightType(t ggml.Type) bool {
 
 // VecDotType returns the type ggml's CPU backend quantizes activations to
 // before a dot product with a weight row of type t (its type_traits_cpu
-// vec_dot_type): F32, F16 and BF16 pair with themselves, Q4_0/Q5_0/Q8_0 and
-// IQ4_NL with Q8_0, Q4_1/Q5_1 with Q8_1, and the k-quants, IQ3_S and
-// IQ4_XS with Q8_K. For a type with no dot product it returns t itself.
+// vec_dot_type): F32, F16 and BF16 pair with themselves, Q4_0/Q5_0/Q8_0,
+// IQ4_NL and MXFP4 with Q8_0, Q4_1/Q5_1 with Q8_1, and the k-quants, IQ3_S
+// and IQ4_XS with Q8_K. For a type with no dot product it returns t itself.
 func VecDotType(t ggml.Type) ggml.Type {
 	if k := lookup(t); k != nil {
 		return k.vecDot

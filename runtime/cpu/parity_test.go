@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/runtime"
@@ -40,9 +41,19 @@ import (
 // arithmetic error is larger: keeping activations in F32, for instance,
 // moves TinyStories-656K Q8_0 by 0.28, and the trained models' greedy text
 // is checked token for token.
+//
+// MXFP4 (gpt-oss's experts) gets 0.25. T-CPU's MXFP4 dot product is
+// ggml's x86 vec_dot bit for bit, and a 5-token prompt matches llama.cpp
+// exactly, but the gap grows with the prompt: 0.05 at 30 tokens, 0.16
+// at 290 (measured, syn-gpt-oss-mxfp4; every step's argmax agrees). We
+// have not pinned the cause down; llama.cpp repacks MXFP4 matrices
+// (mxfp4_8x8) and runs them through other kernels, and YaRN and sinks
+// are position-dependent float code compiled with FMA contraction. The
+// issue's bound is 0.5.
 const (
 	toleranceFloat     = 2e-2
 	toleranceQuantized = 0.15
+	toleranceMXFP4     = 0.25
 )
 
 // toleranceFor picks the tolerance for a model by its weight types.
@@ -52,12 +63,16 @@ func toleranceFor(t *testing.T, model string) float64 {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	tol := toleranceFloat
 	for _, ti := range f.Tensors {
+		if ti.Type == ggml.MXFP4 {
+			return toleranceMXFP4
+		}
 		if info, _ := ti.Type.Info(); info.BlockSize > 1 {
-			return toleranceQuantized
+			tol = toleranceQuantized
 		}
 	}
-	return toleranceFloat
+	return tol
 }
 
 // TestParityWithLlamaCpp teacher-forces every reference file's tokens

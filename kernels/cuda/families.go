@@ -56,6 +56,11 @@ var families = []Family{
 	{"rms_norm_rope_kv_write", 18},
 	{"rope_ext", 19},
 	{"add_gated", 20},
+	{"flash_attn_ext", 21},
+	{"geglu", 22},
+	{"scale", 23},
+	{"logit_softcap", 24},
+	{"attn_temp", 25},
 }
 
 // instanceTypes are the weight types for which every typed family is

@@ -171,6 +171,10 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile}
 }
 
+// softcapChunk is SOFTCAP_CHUNK in plain.cuh: the logits one block of
+// logit_softcap caps.
+const softcapChunk = 4096
+
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
 // quantized activation row.
 func mmqStride(k uint32) int { return int((k + k/4 + 15) &^ 15) }
@@ -189,7 +193,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		return nil
 	}
 	switch family {
-	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "argmax", "add_gated":
+	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "argmax", "add_gated", "attn_temp":
 	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (row, head)
 		if err := need(spec, 4, "spec"); err != nil {
 			return l, err
@@ -239,12 +243,17 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
 		l.Shared = 4 * int(push[0]*push[2])
-	case "flash_attn": // spec n_layer, n_head, …: one block per (head, row)
+	case "flash_attn", "flash_attn_ext": // spec n_layer, n_head, …: one block per (head, row)
 		if err := need(spec, 2, "spec"); err != nil {
 			return l, err
 		}
 		l.Grid = [3]uint32{spec[1], r, 1}
-	case "add", "swiglu": // push cols
+	case "logit_softcap": // push n_vocab: blocks of softcapChunk logits per row
+		if err := need(push, 1, "push"); err != nil {
+			return l, err
+		}
+		l.Grid[1] = ceilDiv(push[0], softcapChunk)
+	case "add", "swiglu", "geglu", "scale": // push cols
 		if err := need(push, 1, "push"); err != nil {
 			return l, err
 		}

@@ -77,26 +77,39 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
 }
 #endif
 
-#if FAMILY == FAMILY_ROPE_EXT // rope_ext: rope with frequency factors and an attention factor; grid (rows)
+#if FAMILY == FAMILY_ROPE_EXT // rope_ext: rope with frequency factors, an attention factor and YaRN; grid (rows)
 // The table is rope_table's with pair p's angle divided by freq[p] (when
 // freq is not null) before the scale and cos and sin multiplied by the
-// attention factor after, as the oracle and ggml's rope_yarn do; the
+// attention factor after, as the oracle and ggml's rope_yarn do; with
+// ext_factor ≠ 0 (YaRN) the angle mixes the scaled (interpolated) and the
+// unscaled (extrapolated) one by ext_factor times the ramp of rope_yarn_ramp
+// between the correction dims, and the attention factor is multiplied by
+// 1 + 0.1·ln(1/freq_scale), the mix and that factor each one fused
+// multiply-add as ggml's compiled rope_yarn has them (and the oracle). The
 // rotation is rope's.
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* freq, const u32* io, u32 n_head,
-    u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits, u32 attn_bits) {
+    u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits, u32 attn_bits, u32 ext_bits, u32 lo_bits,
+    u32 hi_bits) {
     dep_sync();
     int row = blockIdx.x;
     if (row >= (int)io[IO_ROWS]) return;
     int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256];
     float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits), mscale = __uint_as_float(attn_bits);
+    float ext = __uint_as_float(ext_bits), lo = __uint_as_float(lo_bits), hi = __uint_as_float(hi_bits);
+    if (ext != 0.f) mscale *= __fmaf_rn(0.1f, (float)log((double)(1.f / fscale)), 1.f);
     float theta_scale = (float)pow((double)base, -2.0 / (double)n_rot);
     u32 pos = io_row(io, row, ROW_POS);
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
         float theta = (float)pos;
         for (int q = 0; q < p; q++) theta *= theta_scale;
         if (freq) theta = theta / freq[p];
-        float t = theta * fscale;
+        float t = fscale * theta;
+        if (ext != 0.f) {
+            float y = ((float)p - lo) / fmaxf(0.001f, hi - lo);
+            float mix = (1.f - fminf(1.f, fmaxf(0.f, y))) * ext;
+            t = __fmaf_rn(theta, mix, t * (1.f - mix));
+        }
         double sd, cd;
         sincos((double)t, &sd, &cd);
         cs[p] = (float)cd * mscale, sn[p] = (float)sd * mscale;
@@ -236,7 +249,8 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 }
 #endif
 
-#if FAMILY == FAMILY_FLASH_ATTN // flash_attn: one block per (head, row); grid (heads, rows)
+#if FAMILY == FAMILY_FLASH_ATTN || FAMILY == FAMILY_FLASH_ATTN_EXT
+// flash_attn and flash_attn_ext: one block per (head, row); grid (heads, rows)
 // Flash decoding in F32: the block's warps split the row's keys (warp w
 // takes keys 32w+lane, 32w+256+lane, …), each keeps an online softmax
 // (running maximum, sum and V accumulator) over its keys, and the warps'
@@ -248,6 +262,13 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 // kernel keeps everything in F32, which agrees with it within the parity
 // test's tolerance (runtime/cuda/parity_test.go). Like the oracle, the
 // query is rounded to F16 when the step has fewer than 64 rows.
+//
+// flash_attn_ext's extensions are parameters of the shared body (fa_run),
+// which flash_attn passes as none: a soft cap (scores become
+// softcap·tanh(dot·scale), scale already divided by softcap as ggml does;
+// tanh in double, rounded), a sliding window (the keys are
+// max(0, pos-window+1)..pos) and sinks (head h's logit sinks[h] joins the
+// merge of the warps' softmax states as a key with no value).
 #define FA_WARPS 8
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
@@ -260,7 +281,8 @@ struct FaArgs {
     size_t page_bytes, head_ofs, vofs; // offsets in halves, but page_bytes
     u32 kv_dim;
     int D, pos;
-    float scale;
+    int first; // the first key the query sees
+    float scale, softcap;
     const float* qs; // the query, in shared memory
     __device__ __forceinline__ const __half* row(int t) const {
         return (const __half*)(kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes) + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * kv_dim;
@@ -283,8 +305,8 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
     for (int i = 0; i < P2; i++) acc[i] = make_float2(0.f, 0.f);
     // Chunks of ch ≤ 32 keys, one a lane, so that short contexts still
     // spread over every warp.
-    const int ch = min(32, (a.pos + FA_WARPS) / FA_WARPS);
-    for (int base = warp * ch; base <= a.pos; base += FA_WARPS * ch) {
+    const int ch = min(32, (a.pos - a.first + FA_WARPS) / FA_WARPS);
+    for (int base = a.first + warp * ch; base <= a.pos; base += FA_WARPS * ch) {
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
         const __half* kp = a.row(min(t, a.pos));
@@ -306,6 +328,7 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
                 for (int i = 0; i < D; i++) dot += a.qs[i] * __half2float(kp[i]);
             }
             s = dot * a.scale;
+            if (a.softcap != 0.f) s = a.softcap * (float)tanh((double)s);
         }
         size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
         u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
@@ -345,8 +368,10 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
     *pm = m, *pl = l;
 }
 
-extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const u32* io, float* y,
-    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
+// fa_run is the kernels' body; flash_attn passes softcap 0, window 0 and
+// no sinks, which inlining folds away.
+__device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
     dep_sync();
     __shared__ __align__(16) float qs[FA_MAX_D];
     __shared__ float wm[FA_WARPS], wl[FA_WARPS];
@@ -362,8 +387,10 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
     if (row >= rows || h >= (int)n_head || head_dim > FA_MAX_D) return;
     FaArgs a;
     a.D = head_dim;
-    a.scale = __uint_as_float(scale_bits);
+    a.scale = scale;
+    a.softcap = softcap;
     a.pos = pos;
+    a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
     int kvh = h / (n_head / n_head_kv);
     a.kv = kv;
     a.kv_dim = n_head_kv * head_dim;
@@ -392,7 +419,9 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
     __syncthreads();
     float M = -INFINITY;
     for (int w = 0; w < FA_WARPS; w++) M = fmaxf(M, wm[w]);
-    float L = 0.f, f[FA_WARPS];
+    float sink = sinks ? sinks[h] : -INFINITY;
+    M = fmaxf(M, sink); // finite: key pos is always seen
+    float L = sinks ? expf(sink - M) : 0.f, f[FA_WARPS];
 #pragma unroll
     for (int w = 0; w < FA_WARPS; w++) {
         f[w] = wm[w] == -INFINITY ? 0.f : expf(wm[w] - M);
@@ -406,6 +435,25 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
             if (f[w] != 0.f) o += wacc[w][d] * f[w];
         out[d] = o * inv;
     }
+}
+#endif
+
+#if FAMILY == FAMILY_FLASH_ATTN
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const u32* io, float* y,
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
+    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+}
+#endif
+
+#if FAMILY == FAMILY_FLASH_ATTN_EXT
+// The oracle's scale is the spec's divided by softcap when there is one
+// (ggml_flash_attn_ext's), rounded to float.
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const float* sinks, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits, u32 softcap_bits,
+    u32 window) {
+    float scale = __uint_as_float(scale_bits), softcap = __uint_as_float(softcap_bits);
+    if (softcap != 0.f) scale /= softcap;
+    fa_run(q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window);
 }
 #endif
 
@@ -454,6 +502,68 @@ extern "C" __global__ void __launch_bounds__(256)
     if (i >= (size_t)io[IO_ROWS] * cols) return;
     float v = gate[i];
     y[i] = v / (1.f + (float)exp(-(double)v)) * up[i];
+}
+#endif
+
+#if FAMILY == FAMILY_GEGLU // geglu: y = gelu(gate)·up; grid (rows·cols/256)
+// GELU as ggml's F16 table gives it (GGML_GELU_FP16, the oracle's
+// geluF16): 0 at or below -10, x at or above 10, else ggml_gelu_f32's tanh
+// form in float of the gate rounded to F16, the result rounded to F16;
+// tanh in double, rounded.
+__device__ __forceinline__ float gelu_f16(float x) {
+    if (x <= -10.f) return 0.f;
+    if (x >= 10.f) return x;
+    const float a = 0.044715f, c = 0.79788456080286535587989211986876f;
+    float h = round_f16(x);
+    float t = (float)tanh((double)(c * h * (1.f + a * h * h)));
+    return round_f16(0.5f * h * (1.f + t));
+}
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* gate, const float* up, const u32* io, float* y, u32 cols) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * cols) return;
+    y[i] = gelu_f16(gate[i]) * up[i];
+}
+#endif
+
+#if FAMILY == FAMILY_SCALE // scale: x *= factor over the active rows; grid (rows·cols/256)
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, u32 cols, u32 factor_bits) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)io[IO_ROWS] * cols) x[i] *= __uint_as_float(factor_bits);
+}
+#endif
+
+#if FAMILY == FAMILY_LOGIT_SOFTCAP // logit_softcap: cap·tanh(l/cap) in each wanting row's slot; grid (rows, n_vocab/SOFTCAP_CHUNK)
+// As the oracle (ggml's scale, tanh, scale): l·(1/cap) with 1/cap rounded
+// to float, tanh in double rounded, times cap.
+#define SOFTCAP_CHUNK 4096 // softcapChunk in launch.go
+extern "C" __global__ void __launch_bounds__(256) NAME(float* logits, const u32* io, u32 n_vocab, u32 cap_bits) {
+    dep_sync();
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS] || !(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
+    float c = __uint_as_float(cap_bits), inv = 1.f / c;
+    float* l = logits + (size_t)io_row(io, row, ROW_SLOT) * n_vocab;
+    int end = min((int)n_vocab, (int)(blockIdx.y + 1) * SOFTCAP_CHUNK);
+    for (int j = blockIdx.y * SOFTCAP_CHUNK + threadIdx.x; j < end; j += blockDim.x)
+        l[j] = (float)tanh((double)(l[j] * inv)) * c;
+}
+#endif
+
+#if FAMILY == FAMILY_ATTN_TEMP // attn_temp: each row scaled by its position's temperature; grid (rows)
+// f = 1 + temp_scale·ln(⌊pos/floor⌋ + 1): the quotient and floor in
+// float, the rest in double, rounded to float, as the oracle does.
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(float* x, const u32* io, u32 cols, u32 temp_bits, u32 floor_) {
+    dep_sync();
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    float pos = (float)io_row(io, row, ROW_POS);
+    float q = floorf(pos / (float)floor_);
+    float f = (float)(log((double)q + 1.0) * (double)__uint_as_float(temp_bits) + 1.0);
+    float* xr = x + (size_t)row * cols;
+    for (int i = threadIdx.x; i < (int)cols; i += blockDim.x) xr[i] *= f;
 }
 #endif
 

@@ -114,6 +114,19 @@ func (b *graphBuilder) weight(role string, layer int, logical string, dims ...in
 		Dims: append([]int64(nil), t.Dims...), LayerClass: role, Bytes: t.Size}), nil
 }
 
+// f32Weight is weight for the vectors and biases the kernels take in
+// F32 only: another type is a *support.Error naming the tensor.
+func (b *graphBuilder) f32Weight(role string, layer int, logical string, dims ...int64) (int, error) {
+	w, err := b.weight(role, layer, logical, dims...)
+	if err != nil {
+		return 0, err
+	}
+	if buf := &b.g.Buffers[w]; buf.Type != ggml.F32 {
+		return 0, &support.Error{What: "tensor type", Value: buf.Type.String(), Where: support.In(buf.Tensor), Detail: "zrt's kernels take this tensor in F32 only"}
+	}
+	return w, nil
+}
+
 // reg adds layer l's f32 register name, one row per token.
 func (b *graphBuilder) reg(l int, name string, cols int) int {
 	return b.g.NewReg(fmt.Sprintf("l%d.%s", l, name), b.g.Key.Rows, cols, 4)
@@ -261,13 +274,9 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	if w, ok := ls.Mixer.(SlidingWindowAttention); ok || ls.Softcap != 0 || ls.Sinks {
 		flash, attrs["window"], attrs["softcap"] = ir.FLASH_ATTN_EXT, float64(w.Window), ls.Softcap
 		if ls.Sinks {
-			sinks, err := b.weight("attn_sinks", l, "model.attn.sinks", int64(h.NHead))
+			sinks, err := b.f32Weight("attn_sinks", l, "model.attn.sinks", int64(h.NHead))
 			if err != nil {
 				return err
-			}
-			if t := g.Buffers[sinks].Type; t != ggml.F32 {
-				return &support.Error{What: "attention sinks type", Value: t.String(), Where: support.In(g.Buffers[sinks].Tensor),
-					Detail: "FLASH_ATTN_EXT takes F32 sinks"}
 			}
 			reads = append(reads, ir.B("sinks", sinks))
 		}
@@ -511,21 +520,16 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 		}
 		return 0
 	}
-	// biases fetches layer l's bias of role, shape dims, when on.
-	biases := func(on bool, role, logical string, dims ...int64) ([]ir.Operand, error) {
+	// bias adds layer l's bias of role, of shape dims, as the optional
+	// operand "bias", to reads when on.
+	bias := func(on bool, role, logical string, reads []ir.Operand, dims ...int64) ([]ir.Operand, error) {
 		if !on {
-			return nil, nil
+			return reads, nil
 		}
-		w, err := b.weight(role, l, logical, dims...)
-		if err != nil {
-			return nil, err
-		}
-		if t := g.Buffers[w].Type; t != ggml.F32 {
-			return nil, &support.Error{What: "MoE bias type", Value: t.String(), Where: support.In(g.Buffers[w].Tensor), Detail: "zrt takes F32 biases"}
-		}
-		return []ir.Operand{ir.B("bias", w)}, nil
+		w, err := b.f32Weight(role, l, logical, dims...)
+		return append(reads, ir.B("bias", w)), err
 	}
-	routerBias, err := biases(ffn.RouterBias, "moe_router_bias", "model.moe.gate_b", X)
+	routerReads, err := bias(ffn.RouterBias, "moe_router_bias", "model.moe.gate_b", []ir.Operand{ir.R("x", fn), ir.B("w", wr), ir.B("io", b.io)}, X)
 	if err != nil {
 		return err
 	}
@@ -533,7 +537,7 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 	gate := b.reg(l, "moe_gate", U*ffn.NFFExpert)
 	up := b.reg(l, "moe_up", U*ffn.NFFExpert)
 	act := b.reg(l, "moe_act", U*ffn.NFFExpert)
-	g.Emit(ir.MOE_GATE_TOPK, append([]ir.Operand{ir.R("x", fn), ir.B("w", wr), ir.B("io", b.io)}, routerBias...), []ir.Operand{ir.R("route", route)},
+	g.Emit(ir.MOE_GATE_TOPK, routerReads, []ir.Operand{ir.R("route", route)},
 		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": flag(ffn.NormWeights), "gating": flag(ffn.SoftmaxWeights)})
 	g.Emit(ir.MOE_GATE_UP, []ir.Operand{ir.R("x", fn), ir.B("w_gate", wg), ir.B("w_up", wu), ir.R("route", route), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(E), "f": float64(F), "n_used": float64(U)})
@@ -541,14 +545,15 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 		role, logical string
 		r             int
 	}{{"moe_gate_bias", "model.moe.gate_exps_b", gate}, {"moe_up_bias", "model.moe.up_exps_b", up}} {
-		bias, err := biases(ffn.ExpertBias, p.role, p.logical, F, X)
+		if !ffn.ExpertBias {
+			break
+		}
+		w, err := b.f32Weight(p.role, l, p.logical, F, X)
 		if err != nil {
 			return err
 		}
-		if bias != nil {
-			g.Emit(ir.MOE_ADD_BIAS, []ir.Operand{ir.R("x", p.r), ir.B("b", bias[0].ID), ir.R("route", route), ir.B("io", b.io)},
-				[]ir.Operand{ir.R("x", p.r)}, ir.Attrs{"f": float64(F), "n_used": float64(U)})
-		}
+		g.Emit(ir.MOE_ADD_BIAS, []ir.Operand{ir.R("x", p.r), ir.B("b", w), ir.R("route", route), ir.B("io", b.io)},
+			[]ir.Operand{ir.R("x", p.r)}, ir.Attrs{"f": float64(F), "n_used": float64(U)})
 	}
 	if ffn.OAI {
 		g.Emit(ir.MOE_SWIGLU_OAI, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
@@ -557,11 +562,12 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 		g.Emit(ir.MOE_SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
 			ir.Attrs{"cols": float64(U) * float64(F)})
 	}
-	downBias, err := biases(ffn.ExpertBias, "moe_down_bias", "model.moe.down_exps_b", E, X)
+	downReads, err := bias(ffn.ExpertBias, "moe_down_bias", "model.moe.down_exps_b",
+		[]ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", x)}, E, X)
 	if err != nil {
 		return err
 	}
-	g.Emit(ir.MOE_DOWN_ACC, append([]ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", x)}, downBias...),
+	g.Emit(ir.MOE_DOWN_ACC, downReads,
 		[]ir.Operand{ir.R("y", x)}, ir.Attrs{"f": float64(F), "n": float64(E), "n_used": float64(U)})
 	if ffn.SharedNFF > 0 {
 		return b.sharedExpert(l, ffn, fn, x)
@@ -584,13 +590,9 @@ func (b *graphBuilder) sharedExpert(l int, ffn MoEFFN, fn, x int) error {
 		b.residual(x, down)
 		return nil
 	}
-	wi, err := b.weight("shexp_gate_inp", l, "model.moe.shared_gate_inp", E)
+	wi, err := b.f32Weight("shexp_gate_inp", l, "model.moe.shared_gate_inp", E)
 	if err != nil {
 		return err
-	}
-	if t := g.Buffers[wi].Type; t != ggml.F32 {
-		return &support.Error{What: "shared-expert gate type", Value: t.String(), Where: support.In(g.Buffers[wi].Tensor),
-			Detail: "RESIDUAL_GATED takes an F32 gate vector"}
 	}
 	g.Emit(ir.RESIDUAL_GATED, []ir.Operand{ir.R("x", x), ir.R("y", down), ir.R("g", fn), ir.B("w", wi), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("x", x)}, ir.Attrs{"cols": float64(h.NEmbd), "k": float64(h.NEmbd)})

@@ -110,6 +110,7 @@ __device__ float rms_scale(const float* x, int k, float eps) {
 #define T_Q5_K 13
 #define T_Q6_K 14
 #define T_Q8_K 15
+#define T_MXFP4 39
 
 template <int T> struct Geom;
 template <> struct Geom<T_F32> { enum { BS = 1, BB = 4, VT = T_F32 }; };
@@ -124,6 +125,7 @@ template <> struct Geom<T_Q3_K> { enum { BS = 256, BB = 110, VT = T_Q8_K }; };
 template <> struct Geom<T_Q4_K> { enum { BS = 256, BB = 144, VT = T_Q8_K }; };
 template <> struct Geom<T_Q5_K> { enum { BS = 256, BB = 176, VT = T_Q8_K }; };
 template <> struct Geom<T_Q6_K> { enum { BS = 256, BB = 210, VT = T_Q8_K }; };
+template <> struct Geom<T_MXFP4> { enum { BS = 32, BB = 17, VT = T_Q8_0 }; };
 
 template <int T> __device__ __forceinline__ size_t row_bytes(u32 n) {
     return (size_t)(n / Geom<T>::BS) * Geom<T>::BB;
@@ -228,6 +230,21 @@ template <> __device__ __forceinline__ float deq<T_Q6_K>(const u8* r, int i) {
     int q = ((v & 15) | (hb << 4)) - 32;
     float s = (float)(signed char)b[192 + e / 16];
     return ld_f16(b + 208) * s * (float)q;
+}
+// MXFP4 (kernels/quant/mxfp4.go): blocks of 32, {u8 e; u8 qs[16]}, Q4_0's
+// nibble layout. A nibble's level is ggml's kvalues_mxfp4 (twice its E2M1
+// value: magnitudes 0 1 2 3 4 6 8 12, bit 3 the sign), computed here rather
+// than read from a table; e8m0_half is ggml_e8m0_to_fp32_half, 2^(e-128)
+// (e = 0 and 1 the subnormals 2^-128 and 2^-127). The product is exact.
+__device__ __forceinline__ float e8m0_half(u32 e) { return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23); }
+__device__ __forceinline__ int kvalue_mxfp4(int q) {
+    int m = q & 7;
+    int v = m < 4 ? m : (2 | (m & 1)) << ((m >> 1) - 1);
+    return q & 8 ? -v : v;
+}
+template <> __device__ __forceinline__ float deq<T_MXFP4>(const u8* r, int i) {
+    const u8* b = r + (i / 32) * 17;
+    return (float)kvalue_mxfp4(nib32(b + 1, i % 32)) * e8m0_half(b[0]);
 }
 
 // round_x writes the k activations x into xs as the oracle sees them after

@@ -226,7 +226,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		}
 		l.Grid = [3]uint32{ceilDiv(n, mmWarps), r, 1}
 		l.Shared = 8 * int(k) // the normalized row and its rounding
-	case "moe_gate_topk": // push k, n_expert, n_used, norm
+	case "moe_gate_topk": // push k, n_expert, n_used, norm, gating
 		if err := need(push, 2, "push"); err != nil {
 			return l, err
 		}
@@ -253,7 +253,12 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, err
 		}
 		l.Grid[1] = ceilDiv(push[0], softcapChunk)
-	case "add", "swiglu", "geglu", "scale": // push cols
+	case "moe_add_bias": // push f, n_used
+		if err := need(push, 2, "push"); err != nil {
+			return l, err
+		}
+		l.Grid = [3]uint32{ceilDiv(r*push[0]*push[1], 256), 1, 1}
+	case "add", "swiglu", "swiglu_oai", "geglu", "scale": // push cols
 		if err := need(push, 1, "push"); err != nil {
 			return l, err
 		}

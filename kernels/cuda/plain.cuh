@@ -606,3 +606,30 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* logits, cons
     tokens[slot] = at;
 }
 #endif
+
+#if FAMILY == FAMILY_MOE_ADD_BIAS // moe_add_bias: x[row, u, :] += b[e(row, u), :]; grid (rows·n_used·f/256)
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(float* x, const float* b, const u32* route, const u32* io, u32 f, u32 n_used) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * n_used * f) return;
+    size_t item = i / f, j = i % f;
+    x[i] += b[(size_t)route[2 * item] * f + j];
+}
+#endif
+
+#if FAMILY == FAMILY_SWIGLU_OAI // swiglu_oai: gpt-oss's clamped SwiGLU; grid (rows·cols/256)
+// As the oracle (ggml's swiglu_oai): x = min(gate, limit), v =
+// clamp(up, ±limit), y = x/(1 + expf(alpha·(0 - x)))·(v + 1), the
+// exponential taken in double and rounded.
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* gate, const float* up, const u32* io, float* y, u32 cols, u32 alpha_bits, u32 limit_bits) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * cols) return;
+    float alpha = __uint_as_float(alpha_bits), limit = __uint_as_float(limit_bits);
+    float x = fminf(gate[i], limit);
+    float v = fminf(fmaxf(up[i], -limit), limit);
+    y[i] = x / (1.f + (float)exp((double)(alpha * (0.f - x)))) * (v + 1.f);
+}
+#endif

@@ -90,9 +90,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 }
 #endif
 
-#if FAMILY == FAMILY_MOE_GATE_TOPK // moe_gate_topk: route[row] = top n_used of softmax(W·x[row]); grid (rows)
-extern "C" __global__ void __launch_bounds__(256)
-    NAME(const float* x, const u8* w, const u32* io, u32* route, u32 k, u32 n_expert, u32 n_used, u32 norm) {
+#if FAMILY == FAMILY_MOE_GATE_TOPK // moe_gate_topk: route[row] = the row's n_used experts and weights; grid (rows)
+// Logits W·x[row] (+ bias). gating 0: softmax over all experts, the
+// n_used largest (ties to the lower id), renormalized when norm is set;
+// gating 1: the n_used largest logits, weighted by their own softmax.
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8* w, const float* bias, const u32* io,
+    u32* route, u32 k, u32 n_expert, u32 n_used, u32 norm, u32 gating) {
     dep_sync();
     extern __shared__ float xs[];
     float* l = xs + k;
@@ -101,34 +104,51 @@ extern "C" __global__ void __launch_bounds__(256)
     round_x<VT>(x + (size_t)row * k, xs, k);
     for (int j = threadIdx.x >> 5; j < (int)n_expert; j += blockDim.x >> 5) {
         float v = dot_row<WT>(w + (size_t)j * row_bytes<WT>(k), xs, k);
+        if (bias) v += bias[j];
         if ((threadIdx.x & 31) == 0) l[j] = v;
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
     // Softmax and selection are serial, in the oracle's order: a handful
     // of experts, and it keeps sums and tie-breaks identical.
-    float mx = l[0];
-    for (int j = 0; j < (int)n_expert; j++) mx = fmaxf(mx, l[j]);
-    double sum = 0;
-    for (int j = 0; j < (int)n_expert; j++) {
-        l[j] = (float)exp((double)(l[j] - mx));
-        sum += (double)l[j];
+    if (gating == 0) {
+        float mx = l[0];
+        for (int j = 0; j < (int)n_expert; j++) mx = fmaxf(mx, l[j]);
+        double sum = 0;
+        for (int j = 0; j < (int)n_expert; j++) {
+            l[j] = (float)exp((double)(l[j] - mx));
+            sum += (double)l[j];
+        }
+        float inv = (float)(1 / sum);
+        for (int j = 0; j < (int)n_expert; j++) l[j] *= inv;
     }
-    float inv = (float)(1 / sum);
-    for (int j = 0; j < (int)n_expert; j++) l[j] *= inv;
     u32* out = route + (size_t)row * n_used * 2;
-    float total = 0.f;
+    float* ws = (float*)out;
     for (int u = 0; u < (int)n_used; u++) {
         int best = -1;
-        for (int j = 0; j < (int)n_expert; j++)
-            if (l[j] >= 0.f && (best < 0 || l[j] > l[best])) best = j;
+        for (int j = 0; j < (int)n_expert; j++) {
+            bool taken = false;
+            for (int p = 0; p < u; p++) taken |= out[2 * p] == (u32)j;
+            if (!taken && (best < 0 || l[j] > l[best])) best = j;
+        }
         out[2 * u] = best;
-        ((float*)out)[2 * u + 1] = l[best];
-        total += l[best];
-        l[best] = -1.f; // taken
+        ws[2 * u + 1] = l[best];
     }
-    if (norm)
-        for (int u = 0; u < (int)n_used; u++) ((float*)out)[2 * u + 1] /= total;
+    if (gating != 0) { // softmax of the selected logits
+        float mx = ws[1];
+        for (int u = 0; u < (int)n_used; u++) mx = fmaxf(mx, ws[2 * u + 1]);
+        double sum = 0;
+        for (int u = 0; u < (int)n_used; u++) {
+            ws[2 * u + 1] = (float)exp((double)(ws[2 * u + 1] - mx));
+            sum += (double)ws[2 * u + 1];
+        }
+        float inv = (float)(1 / sum);
+        for (int u = 0; u < (int)n_used; u++) ws[2 * u + 1] *= inv;
+    } else if (norm) {
+        float total = 0.f;
+        for (int u = 0; u < (int)n_used; u++) total += ws[2 * u + 1];
+        for (int u = 0; u < (int)n_used; u++) ws[2 * u + 1] /= total;
+    }
 }
 #endif
 
@@ -154,9 +174,9 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u8*
 }
 #endif
 
-#if FAMILY == FAMILY_MOE_DOWN_ACC // moe_down_acc: y[row] += sum_u weight_u · W_e(u)·h[row,u]; grid (n/MM_WARPS, rows)
-extern "C" __global__ void __launch_bounds__(256)
-    NAME(const float* h, const u8* w, const u32* route, const u32* io, float* y, u32 f, u32 n, u32 n_used) {
+#if FAMILY == FAMILY_MOE_DOWN_ACC // moe_down_acc: y[row] += sum_u weight_u · (W_e(u)·h[row,u] + bias_e(u)); grid (n/MM_WARPS, rows)
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* h, const u8* w, const float* bias, const u32* route,
+    const u32* io, float* y, u32 f, u32 n, u32 n_used) {
     dep_sync();
     extern __shared__ float xs[];
     int row = blockIdx.y;
@@ -169,7 +189,9 @@ extern "C" __global__ void __launch_bounds__(256)
     for (int u = 0; u < (int)n_used; u++) {
         const u32* rr = route + 2 * ((size_t)row * n_used + u);
         float wt = __uint_as_float(rr[1]);
-        sum += wt * dot_row<WT>(w + ((size_t)rr[0] * n + j) * row_bytes<WT>(f), xs + (size_t)u * f, f);
+        float d = dot_row<WT>(w + ((size_t)rr[0] * n + j) * row_bytes<WT>(f), xs + (size_t)u * f, f);
+        if (bias) d += bias[(size_t)rr[0] * n + j]; // before the weight, as ggml_add_id
+        sum += wt * d;
     }
     if ((threadIdx.x & 31) == 0) y[(size_t)row * n + j] += sum;
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/cpu"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
@@ -405,4 +406,199 @@ func TestKernelFlashAttnExt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kweights returns rows random weight rows of k elements as type t: F32,
+// or quantized as ggml does (Q8_0, MXFP4).
+func kweights(t *testing.T, rng *rand.Rand, typ ggml.Type, rows, k int) []byte {
+	t.Helper()
+	x := randF32(rng, rows*k, -1, 1)
+	switch typ {
+	case ggml.F32:
+		return f32bytes(x)
+	case ggml.Q8_0:
+		rb := k / 32 * 34
+		b := make([]byte, rows*rb)
+		for r := 0; r < rows; r++ {
+			if err := quant.QuantizeRow(ggml.Q8_0, x[r*k:(r+1)*k], b[r*rb:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b
+	case ggml.MXFP4:
+		b := make([]byte, rows*k/32*17)
+		if err := quant.QuantizeMXFP4(x, b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Fatalf("kweights: type %v", typ)
+	return nil
+}
+
+// kroutes builds a routing buffer: n_used distinct experts of n_expert per
+// row, with random weights.
+func kroutes(rng *rand.Rand, rows, nUsed, nExpert int) []byte {
+	b := make([]byte, 8*rows*nUsed)
+	for r := 0; r < rows; r++ {
+		for u, e := range rng.Perm(nExpert)[:nUsed] {
+			o := 8 * (r*nUsed + u)
+			binary.LittleEndian.PutUint32(b[o:], uint32(e))
+			binary.LittleEndian.PutUint32(b[o+4:], math.Float32bits(rng.Float32()))
+		}
+	}
+	return b
+}
+
+func TestKernelMoeAddBias(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(7))
+	rows, nUsed, f, nExp := 3, 4, 300, 8
+	x := randF32(rng, (rows+1)*nUsed*f, -3, 3) // one row past the active ones stays
+	b := randF32(rng, nExp*f, -1, 1)
+	bufs := [][]byte{f32bytes(x), f32bytes(b), kroutes(rng, rows+1, nUsed, nExp), ioTable(make([]krow, rows), rows, 1, nil)}
+	push := []uint32{uint32(f), uint32(nUsed)}
+	got := g.run("moe_add_bias", bufs, push, nil, rows)
+	want := cpuRun(t, "moe_add_bias", bufs, push, nil)
+	compareF32(t, "moe_add_bias", got[0], want[0], 0)
+}
+
+func TestKernelSwigluOAI(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(8))
+	rows, cols := 5, 1000
+	gate := randF32(rng, rows*cols, -12, 12)
+	up := randF32(rng, rows*cols, -10, 10)
+	gate[0], gate[1], gate[2], up[0], up[1] = 0, 7, -7, 7, -7
+	y := make([]float32, rows*cols)
+	bufs := [][]byte{f32bytes(gate), f32bytes(up), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	push, spec := []uint32{uint32(cols)}, []uint32{fbits(1.702), fbits(7)}
+	got := g.run("swiglu_oai", bufs, push, spec, rows)
+	want := cpuRun(t, "swiglu_oai", bufs, push, spec)
+	compareF32(t, "swiglu_oai", got[3], want[3], 1e-6)
+}
+
+// TestKernelMoeGateTopK holds the router to T-CPU for both gatings, with
+// and without the router bias: the same experts in the same order, and
+// their weights.
+func TestKernelMoeGateTopK(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(9))
+	rows, k, nExp, nUsed := 4, 256, 32, 4
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.MXFP4, ggml.F32} {
+		w := kweights(t, rng, typ, nExp, k)
+		x := randF32(rng, rows*k, -2, 2)
+		bias := f32bytes(randF32(rng, nExp, -0.5, 0.5))
+		for _, c := range []struct {
+			name         string
+			bias         []byte
+			norm, gating uint32
+		}{{"softmax-norm", nil, 1, 0}, {"softmax-bias", bias, 0, 0}, {"oai-bias", bias, 0, 1}, {"oai", nil, 1, 1}} {
+			inst := kernels.InstanceName(mustLookup(t, "moe_gate_topk"), typ)
+			bufs := [][]byte{f32bytes(x), w, c.bias, ioTable(make([]krow, rows), rows, 1, nil), make([]byte, 8*rows*nUsed)}
+			push := []uint32{uint32(k), uint32(nExp), uint32(nUsed), c.norm, c.gating}
+			got := g.run(inst, bufs, push, nil, rows)[4]
+			want := cpuRun(t, inst, bufs, push, nil)[4]
+			what := inst + " " + c.name
+			for i := 0; i < rows*nUsed; i++ {
+				ge, we := binary.LittleEndian.Uint32(got[8*i:]), binary.LittleEndian.Uint32(want[8*i:])
+				if ge != we {
+					t.Errorf("%s: route %d: expert %d, want %d", what, i, ge, we)
+				}
+			}
+			gw, ww := make([]byte, 4*rows*nUsed), make([]byte, 4*rows*nUsed)
+			for i := 0; i < rows*nUsed; i++ {
+				copy(gw[4*i:], got[8*i+4:8*i+8])
+				copy(ww[4*i:], want[8*i+4:8*i+8])
+			}
+			compareF32(t, what+" weights", gw, ww, 1e-4)
+		}
+	}
+}
+
+func mustLookup(t *testing.T, family string) *kernels.ABI {
+	t.Helper()
+	abi, ok := kernels.Lookup(family)
+	if !ok {
+		t.Fatalf("no kernel family %s", family)
+	}
+	return abi
+}
+
+// TestKernelMoeDownAcc holds the expert down projection, with and without
+// the experts' bias, to T-CPU.
+func TestKernelMoeDownAcc(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(10))
+	rows, nUsed, f, n, nExp := 3, 4, 256, 96, 8
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.MXFP4} {
+		w := kweights(t, rng, typ, nExp*n, f)
+		h := randF32(rng, rows*nUsed*f, -2, 2)
+		y := randF32(rng, (rows+1)*n, -5, 5)
+		rt := kroutes(rng, rows, nUsed, nExp)
+		for _, bias := range [][]byte{nil, f32bytes(randF32(rng, nExp*n, -1, 1))} {
+			inst := kernels.InstanceName(mustLookup(t, "moe_down_acc"), typ)
+			bufs := [][]byte{f32bytes(h), w, bias, rt, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+			push := []uint32{uint32(f), uint32(n), uint32(nUsed)}
+			got := g.run(inst, bufs, push, nil, rows)
+			want := cpuRun(t, inst, bufs, push, nil)
+			what := inst
+			if bias != nil {
+				what += " bias"
+			}
+			compareF32(t, what, got[5], want[5], 1e-4)
+		}
+	}
+}
+
+// TestKernelMXFP4 holds MXFP4's decode (embed) and products (matmul with
+// bias, lm_head, moe_gate_up) to T-CPU; k = 480 is an odd number of
+// blocks, the oracle's scalar tail.
+func TestKernelMXFP4(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(11))
+	const typ = ggml.MXFP4
+	inst := func(fam string) string { return kernels.InstanceName(mustLookup(t, fam), typ) }
+	rows, k, n := 3, 480, 100
+	w := kweights(t, rng, typ, n, k)
+	// Extreme block exponents: the subnormal scales and large ones.
+	w[0], w[17], w[34] = 0, 1, 200
+
+	cols := k
+	y := make([]float32, rows*cols)
+	bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	got := g.run(inst("embed"), bufs, []uint32{uint32(cols)}, nil, rows)
+	want := cpuRun(t, inst("embed"), bufs, []uint32{uint32(cols)}, nil)
+	compareF32(t, "embed.mxfp4", got[2], want[2], 0)
+
+	w[0], w[17], w[34] = 127, 126, 128
+	for _, r := range []int{1, rows} {
+		x := randF32(rng, r*k, -2, 2)
+		bias := f32bytes(randF32(rng, n, -1, 1))
+		out := make([]float32, r*n)
+		bufs := [][]byte{f32bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), f32bytes(out)}
+		push := []uint32{uint32(k), uint32(n)}
+		got := g.run(inst("matmul"), bufs, push, nil, r)
+		want := cpuRun(t, inst("matmul"), bufs, push, nil)
+		compareF32(t, "matmul.mxfp4", got[4], want[4], 1e-4)
+	}
+	lrows := []krow{{0, 1, kernels.RowWantsLogits}, {1, 0, 0}, {2, 2, kernels.RowWantsLogits}}
+	x := randF32(rng, len(lrows)*k, -2, 2)
+	logits := make([]float32, 3*n)
+	lbufs := [][]byte{f32bytes(x), w, ioTable(lrows, 3, 1, nil), f32bytes(logits)}
+	push := []uint32{uint32(k), uint32(n)}
+	got = g.run(inst("lm_head"), lbufs, push, nil, len(lrows))
+	want = cpuRun(t, inst("lm_head"), lbufs, push, nil)
+	compareF32(t, "lm_head.mxfp4", got[3], want[3], 1e-4)
+
+	nUsed, ff, nExp := 2, 64, 4
+	wg, wu := kweights(t, rng, typ, nExp*ff, k), kweights(t, rng, typ, nExp*ff, k)
+	gate, up := make([]float32, rows*nUsed*ff), make([]float32, rows*nUsed*ff)
+	gbufs := [][]byte{f32bytes(randF32(rng, rows*k, -2, 2)), wg, wu, kroutes(rng, rows, nUsed, nExp),
+		ioTable(make([]krow, rows), rows, 1, nil), f32bytes(gate), f32bytes(up)}
+	spec := []uint32{uint32(k), uint32(ff), uint32(nUsed)}
+	got = g.run(inst("moe_gate_up"), gbufs, nil, spec, rows)
+	want = cpuRun(t, inst("moe_gate_up"), gbufs, nil, spec)
+	compareF32(t, "moe_gate_up.mxfp4 gate", got[5], want[5], 1e-4)
+	compareF32(t, "moe_gate_up.mxfp4 up", got[6], want[6], 1e-4)
 }

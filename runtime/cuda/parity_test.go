@@ -20,7 +20,9 @@ import (
 // relative, and in the random-weight synthetic models, whose top logits
 // are close, step-0 logits move by up to ~4e-2 relative (measured on an
 // H200: 3.98e-2 worst, syn-llama-q6k). Real arithmetic errors show up as
-// differences of order one.
+// differences of order one. Models with routed experts may also route a
+// near-tied token to another expert (conformance.Tier.RoutedSpikes): at
+// most 2 of a prompt's 32 steps (measured: 2 on syn-gpt-oss-mxfp4 p1).
 const relTolerance = 5e-2
 
 // TestParityWithCPU runs the conformance suite on T-CUDA: every shared
@@ -32,5 +34,6 @@ func TestParityWithCPU(t *testing.T) {
 		t.Skipf("no GPU: %v", err)
 	}
 	t.Logf("device: %s", info)
-	conformance.Run(t, conformance.Tier{Target: "cuda:sm_90", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8, RelTolerance: relTolerance})
+	conformance.Run(t, conformance.Tier{Target: "cuda:sm_90", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8, RelTolerance: relTolerance,
+		RoutedSpikes: 2})
 }

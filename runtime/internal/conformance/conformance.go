@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/internal/reference"
@@ -42,6 +43,16 @@ type Tier struct {
 	// below which the two may pick different tokens. 0 demands identical
 	// logits.
 	RelTolerance float64
+	// RoutedSpikes is how many decode steps of one prompt of a model with
+	// routed experts may pick another token than the oracle beyond the
+	// margin. Such a model routes each token to its top experts by the
+	// router's logits; where two of them nearly tie, the tiers' last-bit
+	// differences can send the token to another expert, which moves that
+	// step's logits by far more than rounding does (measured on T-CUDA:
+	// single-step spikes of 0.2–0.66 relative on syn-gpt-oss-mxfp4 and
+	// syn-qwen3moe-q8_0 between steps within 2–6e-2). Step 0 is held to
+	// RelTolerance regardless.
+	RoutedSpikes int
 }
 
 // Run runs the suite: it skips when ../shared has no references, skips a
@@ -93,8 +104,8 @@ func Run(t *testing.T, tier Tier) {
 		if bs == nil {
 			continue
 		}
-		d, flips, steps := compare(t, tier, bs.oracle, bs.tier, ref)
-		report[ref.Name] = fmt.Sprintf("step-0 max|Δ| %.2e (rel %.2e), argmax disagreements %d/%d", d.abs, d.rel, flips, steps)
+		d, flips, spikes, steps := compare(t, tier, bs.oracle, bs.tier, ref, routed(t, model))
+		report[ref.Name] = fmt.Sprintf("step-0 max|Δ| %.2e (rel %.2e), argmax disagreements %d/%d (%d beyond the margin)", d.abs, d.rel, flips, steps, spikes)
 	}
 	var names []string
 	for n := range report {
@@ -104,6 +115,18 @@ func Run(t *testing.T, tier Tier) {
 	for _, n := range names {
 		t.Logf("%-34s %s", n, report[n])
 	}
+}
+
+// routed reports whether the model routes tokens to experts.
+func routed(t *testing.T, model string) bool {
+	f, err := gguf.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, _ := f.String("general.architecture")
+	_, ok := f.Lookup(a + ".expert_count")
+	return ok
 }
 
 type diff struct{ abs, rel float64 }
@@ -130,8 +153,10 @@ func argmax(l []float32) (int, float64) {
 }
 
 // compare teacher-forces ref through both bundles and returns step 0's
-// difference and how many steps picked different tokens.
-func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.File) (diff, int, int) {
+// difference, how many steps picked different tokens, and how many of
+// those beyond the margin (allowed, up to tier.RoutedSpikes, when
+// routed).
+func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.File, routed bool) (d0 diff, flips, spikes, steps int) {
 	label := ref.Name
 	ctx := context.Background()
 	open := func(dir string, opt runtime.Options) (*sequence.Pool, *sequence.Sequence) {
@@ -161,11 +186,10 @@ func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.
 	if err != nil {
 		t.Fatalf("%s: %s prefill: %v", label, tier.Options.Tier, err)
 	}
-	d0 := logitDiff(ol, tl)
+	d0 = logitDiff(ol, tl)
 	if d0.rel > tier.RelTolerance {
 		t.Errorf("%s: step 0 logits differ by %.3g (relative %.3g, tolerance %g)", label, d0.abs, d0.rel, tier.RelTolerance)
 	}
-	flips := 0
 	for i := range ref.Steps {
 		if i > 0 {
 			tok := ref.Steps[i-1].Token
@@ -184,7 +208,10 @@ func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.
 		if ob != tb {
 			flips++
 			if margin > tier.RelTolerance*math.Max(1, math.Abs(float64(ol[ob]))) {
-				t.Errorf("%s: step %d: argmax %d, oracle %d (margin %.4f)", label, i, tb, ob, margin)
+				spikes++
+				if !routed || spikes > tier.RoutedSpikes {
+					t.Errorf("%s: step %d: argmax %d, oracle %d (margin %.4f)", label, i, tb, ob, margin)
+				}
 			}
 		}
 		if tier.RelTolerance == 0 {
@@ -193,5 +220,5 @@ func compare(t *testing.T, tier Tier, oracleDir, tierDir string, ref *reference.
 			}
 		}
 	}
-	return d0, flips, len(ref.Steps)
+	return d0, flips, spikes, len(ref.Steps)
 }

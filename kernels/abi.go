@@ -121,6 +121,36 @@ var catalog = []ABI{
 	// place: x[r, u, :] += b[e(r, u), :], b an F32 [f, n_expert] tensor
 	// (gpt-oss's expert biases, ggml_add_id).
 	{Name: "moe_add_bias", Bufs: []string{"x", "b", "route", "io"}, Push: []Param{{"f", U32}, {"n_used", U32}}},
+	// ssm_conv is the short causal convolution of a recurrent layer,
+	// followed by SiLU: for each row (a token of slot s at position p),
+	// y[c] = silu(Σ_k win[k][c]·w[c][k]) over the window of the slot's
+	// last k-1 inputs (its state, zero at p = 0) and this row's x, w an
+	// F32 [k, cols] tensor; the state then drops its oldest input and
+	// keeps x. A slot's state is at state + slot·slot_bytes + off.
+	{Name: "ssm_conv", Bufs: []string{"x", "w", "state", "io", "y"}, Push: []Param{{"cols", U32}, {"off", U32}},
+		Spec: []Param{{"k", U32}, {"slot_bytes", U32}}},
+	// gdn_gates turns a gated DeltaNet's per-head projections into its
+	// gates in place: alpha = softplus(alpha + dt)·a (the decay's log),
+	// beta = sigmoid(beta); dt and a are F32 [heads].
+	{Name: "gdn_gates", Bufs: []string{"alpha", "beta", "dt", "a", "io"}, Push: []Param{{"heads", U32}}},
+	// gated_delta_net is the gated delta rule over each slot's state, row
+	// by row in order: qkv holds the convolved q (h_k heads), k (h_k) and
+	// v (h_v heads), all of width s; q and k are L2-normalized (eps); v
+	// head h pairs with q and k head h mod h_k; per head S ← S·e^alpha,
+	// S ← S + k ⊗ beta·(v − Sᵀk), y = Sᵀq/√s. The state (h_v × s × s
+	// F32 per slot, at state + slot·slot_bytes + off) is zero at p = 0.
+	{Name: "gated_delta_net", Bufs: []string{"qkv", "alpha", "beta", "state", "io", "y"}, Push: []Param{{"off", U32}},
+		Spec: []Param{{"h_k", U32}, {"h_v", U32}, {"s", U32}, {"eps", F32}, {"slot_bytes", U32}}},
+	// rms_norm_gated is y = rms_norm(x per group)·w·silu(z) (the gated
+	// DeltaNet's output norm), w an F32 vector of group.
+	{Name: "rms_norm_gated", Bufs: []string{"x", "w", "z", "io", "y"}, Push: []Param{{"cols", U32}, {"group", U32}},
+		Spec: []Param{{"eps", F32}}},
+	// split_halves splits each of a row's heads of 2·width columns into
+	// its first half (to a) and its second (to b): a gated attention's
+	// joint query and gate projection.
+	{Name: "split_halves", Bufs: []string{"x", "io", "a", "b"}, Push: []Param{{"heads", U32}, {"width", U32}}},
+	// mul_sigmoid gates x in place: x ·= sigmoid(g).
+	{Name: "mul_sigmoid", Bufs: []string{"x", "g", "io"}, Push: []Param{{"cols", U32}}},
 	// swiglu_oai is gpt-oss's clamped SwiGLU: with g = min(gate, limit) and
 	// u = clamp(up, -limit, limit), y = g·sigmoid(alpha·g)·(u + 1).
 	{Name: "swiglu_oai", Bufs: []string{"gate", "up", "io", "y"}, Push: []Param{{"cols", U32}},

@@ -11,6 +11,10 @@ const (
 	RegionFence   = "fence" // written by every stream's last RELEASE_MEM
 	RegionScratch = "scratch"
 	RegionWeights = "weights."
+	// RegionRecurrent holds every slot's recurrent-layer state, slot after
+	// slot (Hparams.RecurrentBytes each); only models with recurrent
+	// layers have it.
+	RegionRecurrent = "recurrent"
 )
 
 // The request table ("io" buffer) is how data-dependent shape reaches

@@ -73,6 +73,13 @@ func CheckState(g *bundle.Graph) error {
 		{RegionKV, int64(KVPageBytes(h.NLayer, h.KVDim())), "one KV page"},
 		{RegionScratch, maxScratch, "the largest variant's scratch"},
 	}
+	if h.RecurrentBytes > 0 {
+		need = append(need, struct {
+			region string
+			bytes  int64
+			what   string
+		}{RegionRecurrent, int64(h.MaxSlots) * int64(h.RecurrentBytes), "max_slots × the recurrent state of a slot"})
+	}
 	for _, n := range need {
 		have, ok := size[n.region]
 		switch {

@@ -67,6 +67,11 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 			region, off = p.Region, p.Offset
 		case ir.KV:
 			region = plan.KV
+		case ir.Recurrent:
+			if plan.Recurrent < 0 {
+				return pm4.Symbol{}, storage{}, fmt.Errorf("buffer %s: the plan has no recurrent region", b.Name)
+			}
+			region = plan.Recurrent
 		case ir.IO:
 			region = plan.IO
 		case ir.Out:

@@ -52,6 +52,8 @@ type MemPlan struct {
 	Weights []Placement
 	// Well-known regions.
 	KV, IO, Logits, Tokens, Fence, Scratch int
+	// Recurrent is the recurrent-state region, -1 when the model has none.
+	Recurrent int
 	// PeakBytes and NaiveBytes summarize scratch over variants: the lower
 	// bound and one buffer per register.
 	PeakBytes, NaiveBytes int64
@@ -128,6 +130,10 @@ func memplan(_ context.Context, u *Unit) error {
 		}
 	}
 	p.Scratch = add(kernels.RegionScratch, DeviceLocal, scratch)
+	p.Recurrent = -1
+	if u.State.Recurrent > 0 {
+		p.Recurrent = add(kernels.RegionRecurrent, DeviceLocal, u.State.Recurrent)
+	}
 	u.Plan = p
 	return nil
 }

@@ -43,6 +43,8 @@ type StateSizes struct {
 	IO     int64
 	Logits int64
 	Tokens int64
+	// Recurrent is every slot's recurrent-layer state; 0: no region.
+	Recurrent int64
 }
 
 // KernelInstance is one kernel blob to emit: a kernel and the values of its

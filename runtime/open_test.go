@@ -16,6 +16,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
@@ -198,15 +199,31 @@ func TestMixedBuildsRefused(t *testing.T) {
 }
 
 // TestDecodeBatchMatchesSingle decodes two sequences in one step of a
-// two-slot bundle and checks each against decoding it alone.
+// two-slot bundle and checks each against decoding it alone: for a llama
+// model, and for a hybrid one whose recurrent layers keep a state per
+// slot (which must carry across prefill chunks, start over for a new
+// sequence in a used slot, and not leak between slots).
 func TestDecodeBatchMatchesSingle(t *testing.T) {
 	b, err := synth.Write(synth.Tiny)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	model, cfg := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml")
+	model := filepath.Join(dir, "m.gguf")
 	os.WriteFile(model, b, 0o644)
+	t.Run("llama", func(t *testing.T) { decodeBatchMatchesSingle(t, model) })
+	t.Run("qwen35", func(t *testing.T) {
+		hybrid := filepath.Join(reference.SharedDir(), "models", "synthetic", "syn-qwen35-q8_0.gguf")
+		if _, err := os.Stat(hybrid); err != nil {
+			t.Skipf("no hybrid model: %v", err)
+		}
+		decodeBatchMatchesSingle(t, hybrid)
+	})
+}
+
+func decodeBatchMatchesSingle(t *testing.T, model string) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "m.toml")
 	os.WriteFile(cfg, []byte("max_slots = 2\nprefill_chunk = 8\n"), 0o644)
 	out := filepath.Join(dir, "bundle")
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {

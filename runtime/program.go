@@ -297,6 +297,10 @@ func (p *Program) MaxPages() int { return p.table.MaxPages }
 // 0..KVPages-1.
 func (p *Program) KVPages() int { return p.kvPages }
 
+// Recurrent reports whether the model has recurrent layers: their state
+// lives per slot, starts over at position 0 and cannot be shared.
+func (p *Program) Recurrent() bool { return p.Hparams.RecurrentBytes > 0 }
+
 // TierName names the tier in use.
 func (p *Program) TierName() string { return p.tier.Name() }
 

@@ -18,10 +18,35 @@ func synthCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "synth -o MODEL.gguf",
 		Short: "Write a synthetic random-weight GGUF model of a given shape",
-		Args:  cobra.NoArgs,
+		Long: `synth writes a random-weight GGUF model of the shape the flags give, with
+the metadata keys and tensors llama.cpp's converter writes for the
+architecture's released checkpoints, and a small byte-fallback vocabulary.
+The same flags and seed give the same file.
+
+Per architecture:
+  llama, qwen2, qwen3, phi3   dense; phi3 needs --heads × head width = --embd
+  qwen2moe                    --experts, --experts-used, --expert-ffn routed
+                              experts beside a shared expert of width --ffn
+  gemma2, gemma3              output tied to the embeddings; --window is the
+                              local layers' sliding window (default 4096, 1024)
+  mistral3                    YaRN ×16 over --ctx (the original context)
+  gpt-oss                     MXFP4 experts (--experts, --experts-used,
+                              --expert-ffn, default --ffn), YaRN ×32 over --ctx
+                              (default 4096), --window (default 128); --type
+                              (default Q8_0) is the other matrices'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return fmt.Errorf("synth: -o MODEL.gguf is required")
+			}
+			flags := cmd.Flags()
+			if s.Arch == "gpt-oss" { // the released checkpoints' defaults
+				if !flags.Changed("type") {
+					typ = "Q8_0"
+				}
+				if !flags.Changed("ctx") {
+					s.Context = 4096
+				}
 			}
 			if typ == "Q4_K_M" {
 				s.Mix = typ
@@ -55,8 +80,17 @@ func synthCmd() *cobra.Command {
 	f.IntVar(&s.HeadDim, "head-dim", 0, "head width (default embd/heads)")
 	f.IntVar(&s.FF, "ffn", s.FF, "feed-forward width")
 	f.IntVar(&s.Vocab, "vocab", s.Vocab, "vocabulary size (≥ 259)")
-	f.IntVar(&s.Context, "ctx", s.Context, "context length")
-	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q6_K, or the mix Q4_K_M")
+	f.IntVar(&s.Context, "ctx", s.Context, "context length (for mistral3 and gpt-oss, the original context YaRN extends)")
+	f.IntVar(&s.Experts, "experts", 0, "routed experts, qwen2moe and gpt-oss (default 4)")
+	f.IntVar(&s.ExpertsUsed, "experts-used", 0, "experts used per token (default min(2, --experts))")
+	f.IntVar(&s.ExpertFF, "expert-ffn", 0, "expert feed-forward width (default ffn/2; gpt-oss: ffn)")
+	f.IntVar(&s.Window, "window", 0, "sliding window of gemma2, gemma3, gpt-oss (default 4096, 1024, 128)")
+	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q6_K, or the mix Q4_K_M; gpt-oss: default Q8_0, and MXFP4 means Q8_0 beside the MXFP4 experts")
 	f.Uint64Var(&s.Seed, "seed", s.Seed, "random seed")
+	// Hidden spellings: --expert-ff for --expert-ffn, --sliding-window for --window.
+	f.IntVar(&s.ExpertFF, "expert-ff", 0, "")
+	f.IntVar(&s.Window, "sliding-window", 0, "")
+	f.MarkHidden("expert-ff")
+	f.MarkHidden("sliding-window")
 	return c
 }

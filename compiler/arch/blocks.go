@@ -29,6 +29,7 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	s.Hparams.RecurrentBytes = s.recurrentBytes()
 	// The variants to build, in the order the bundle lists them.
 	keys := c.ShapeKeys()
 	m := &Model{Hparams: s.Hparams, Config: c}
@@ -67,8 +68,9 @@ type graphBuilder struct {
 	s *Spec
 	h *Hparams
 	g *ir.Graph
-	// The graph's I/O and state buffers, which most instructions name.
-	io, kv, logits, tokens int
+	// The graph's I/O and state buffers, which most instructions name;
+	// rec, the recurrent state, is -1 until a recurrent layer needs it.
+	io, kv, logits, tokens, rec int
 	// The attention instructions differ between prefill (many rows of one
 	// sequence) and decode (one row of many sequences).
 	flash, kvWrite ir.Op
@@ -84,6 +86,7 @@ func newGraphBuilder(f *gguf.File, s *Spec, k ir.ShapeKey) *graphBuilder {
 	b.kv = g.Buffer(ir.Buffer{Name: "state.kv", Class: ir.KV})
 	b.logits = g.Buffer(ir.Buffer{Name: "out.logits", Class: ir.Out})
 	b.tokens = g.Buffer(ir.Buffer{Name: "out.tokens", Class: ir.Out})
+	b.rec = -1
 	return b
 }
 
@@ -196,6 +199,10 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 		if err := b.attention(l, ls, x); err != nil {
 			return err
 		}
+	case Recurrent:
+		if err := b.gatedDeltaNet(l, m, x); err != nil {
+			return err
+		}
 	default:
 		// Spec.check refuses these before any graph is started.
 		return fmt.Errorf("layer %d: no block builds %v", l, m)
@@ -234,7 +241,7 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	if ls.FusedQKV {
 		project = b.fusedQKV
 	}
-	q, k, v, err := project(l, ls, x)
+	q, k, v, gate, err := project(l, ls, x)
 	if err != nil {
 		return err
 	}
@@ -293,6 +300,10 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 		}
 	}
 	o := b.reg(l, "attn_out", h.NEmbd)
+	if gate >= 0 {
+		g.Emit(ir.MUL_SIGMOID, []ir.Operand{ir.R("x", att), ir.R("g", gate), ir.B("io", b.io)}, []ir.Operand{ir.R("x", att)},
+			ir.Attrs{"cols": float64(qDim)})
+	}
 	b.matmul(o, att, wo, bias, qDim, h.NEmbd)
 	return b.postNormResidual(l, ls, "attn_post_norm", "model.attn.post_norm", x, o)
 }
@@ -313,63 +324,141 @@ func (b *graphBuilder) postNormResidual(l int, ls *LayerSpec, role, logical stri
 
 // qkv adds layer l's attention norm and its separate Q, K and V
 // projections of x (with biases when ls.QKVBias), and returns the
-// registers they write.
-func (b *graphBuilder) qkv(l int, ls *LayerSpec, x int) (q, k, v int, err error) {
+// registers they write. With ls.GatedAttn the Q projection is twice as
+// wide, each head followed by its gate, and SPLIT_HALVES separates them;
+// gate is -1 otherwise.
+func (b *graphBuilder) qkv(l int, ls *LayerSpec, x int) (q, k, v, gate int, err error) {
 	h := b.h
 	E := int64(h.NEmbd)
 	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
 	xn, err := b.preNorm(l, "attn_norm", "model.attn.norm", "attn_in", x)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
-	q, k, v = b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim)
+	q, k, v, gate = b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim), -1
+	qOut, qCols := q, qDim
+	if ls.GatedAttn {
+		qOut, qCols = b.reg(l, "q_gate", 2*qDim), 2*qDim
+	}
 	for _, p := range []struct {
 		role, bias, logical string
 		dst, n              int
-	}{{"attn_q", "attn_q_bias", "model.attn.q_weight", q, qDim}, {"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim}, {"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim}} {
+	}{{"attn_q", "attn_q_bias", "model.attn.q_weight", qOut, qCols}, {"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim}, {"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim}} {
 		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		bias := -1
 		if ls.QKVBias {
 			if bias, err = b.weight(p.bias, l, p.logical+"_bias", int64(p.n)); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 		}
 		b.matmul(p.dst, xn, w, bias, h.NEmbd, p.n)
 	}
-	return q, k, v, nil
+	if ls.GatedAttn {
+		gate = b.reg(l, "attn_gate", qDim)
+		b.g.Emit(ir.SPLIT_HALVES, []ir.Operand{ir.R("x", qOut), ir.B("io", b.io)}, []ir.Operand{ir.R("a", q), ir.R("b", gate)},
+			ir.Attrs{"heads": float64(h.NHead), "width": float64(h.HeadDim)})
+	}
+	return q, k, v, gate, nil
+}
+
+// gatedDeltaNet adds recurrent layer l (kind GatedDeltaNet, shape m): its
+// norm; the q|k|v, output-gate, beta and alpha projections; the gates;
+// the causal convolution with SiLU; the gated delta rule over the slot's
+// state; the gated output norm, the output projection and the residual
+// add into x.
+func (b *graphBuilder) gatedDeltaNet(l int, m Recurrent, x int) error {
+	g, h := b.g, b.h
+	E, C, V := int64(h.NEmbd), m.channels(), m.HV*m.S
+	if b.rec < 0 {
+		b.rec = g.Buffer(ir.Buffer{Name: "state.recurrent", Class: ir.Recurrent})
+	}
+	xn, err := b.preNorm(l, "attn_norm", "model.attn.norm", "attn_in", x)
+	if err != nil {
+		return err
+	}
+	regs := map[string]int{}
+	for _, p := range []struct {
+		role, logical, reg string
+		n                  int
+	}{{"attn_qkv", "model.ssm.qkv_weight", "ssm_qkv", C}, {"ssm_z", "model.ssm.z_weight", "ssm_z", V},
+		{"ssm_beta", "model.ssm.beta_weight", "ssm_beta", m.HV}, {"ssm_alpha", "model.ssm.alpha_weight", "ssm_alpha", m.HV}} {
+		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
+		if err != nil {
+			return err
+		}
+		regs[p.reg] = b.reg(l, p.reg, p.n)
+		b.matmul(regs[p.reg], xn, w, -1, h.NEmbd, p.n)
+	}
+	vecs := map[string]int{}
+	for _, p := range []struct {
+		role, logical string
+		dims          []int64
+	}{{"ssm_dt", "model.ssm.dt_bias", []int64{int64(m.HV)}}, {"ssm_a", "model.ssm.a", []int64{int64(m.HV)}},
+		{"ssm_conv", "model.ssm.conv_weight", []int64{int64(m.ConvK), int64(C)}}, {"ssm_norm", "model.ssm.norm", []int64{int64(m.S)}}} {
+		w, err := b.f32Weight(p.role, l, p.logical, p.dims...)
+		if err != nil {
+			return err
+		}
+		vecs[p.role] = w
+	}
+	alpha, beta := regs["ssm_alpha"], regs["ssm_beta"]
+	g.Emit(ir.GDN_GATES, []ir.Operand{ir.R("alpha", alpha), ir.R("beta", beta), ir.B("dt", vecs["ssm_dt"]), ir.B("a", vecs["ssm_a"]), ir.B("io", b.io)},
+		[]ir.Operand{ir.R("alpha", alpha), ir.R("beta", beta)}, ir.Attrs{"heads": float64(m.HV)})
+	slot := float64(h.RecurrentBytes)
+	conv := b.reg(l, "ssm_conv", C)
+	g.Emit(ir.SSM_CONV, []ir.Operand{ir.R("x", regs["ssm_qkv"]), ir.B("w", vecs["ssm_conv"]), ir.B("state", b.rec), ir.B("io", b.io)},
+		[]ir.Operand{ir.B("state", b.rec), ir.R("y", conv)},
+		ir.Attrs{"cols": float64(C), "off": float64(m.Off), "k": float64(m.ConvK), "slot_bytes": slot})
+	o := b.reg(l, "ssm_o", V)
+	g.Emit(ir.GATED_DELTA_NET, []ir.Operand{ir.R("qkv", conv), ir.R("alpha", alpha), ir.R("beta", beta), ir.B("state", b.rec), ir.B("io", b.io)},
+		[]ir.Operand{ir.B("state", b.rec), ir.R("y", o)},
+		ir.Attrs{"off": float64(m.Off + m.convBytes()), "h_k": float64(m.HK), "h_v": float64(m.HV), "s": float64(m.S),
+			"eps": float64(h.Eps), "slot_bytes": slot})
+	on := b.reg(l, "ssm_onorm", V)
+	g.Emit(ir.RMS_NORM_GATED, []ir.Operand{ir.R("x", o), ir.B("w", vecs["ssm_norm"]), ir.R("z", regs["ssm_z"]), ir.B("io", b.io)},
+		[]ir.Operand{ir.R("y", on)}, ir.Attrs{"cols": float64(V), "group": float64(m.S), "eps": float64(h.Eps)})
+	wo, err := b.weight("ssm_out", l, "model.ssm.out_weight", int64(V), E)
+	if err != nil {
+		return err
+	}
+	out := b.reg(l, "ssm_out", h.NEmbd)
+	b.matmul(out, on, wo, -1, V, h.NEmbd)
+	b.residual(x, out)
+	return nil
 }
 
 // fusedQKV adds layer l's attention norm and its one Q|K|V projection of
 // x (attn_qkv, with its bias when ls.QKVBias) as RMS_NORM_FUSED_QKV: the
 // op the fuse pass forms from separate projections, whose weight is the
-// file's tensor as it stands. It returns the registers it writes.
-func (b *graphBuilder) fusedQKV(l int, ls *LayerSpec, x int) (q, k, v int, err error) {
+// file's tensor as it stands. It returns the registers it writes (gate
+// -1: a fused projection has none).
+func (b *graphBuilder) fusedQKV(l int, ls *LayerSpec, x int) (q, k, v, gate int, err error) {
 	h := b.h
 	E := int64(h.NEmbd)
 	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
 	wn, err := b.weight("attn_norm", l, "model.attn.norm", E)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	w, err := b.weight("attn_qkv", l, "model.attn.qkv_weight", E, int64(qDim+2*kvDim))
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	reads := []ir.Operand{ir.R("x", x), ir.B("w_norm", wn), ir.B("w_qkv", w), ir.B("io", b.io)}
 	if ls.QKVBias {
 		bias, err := b.weight("attn_qkv_bias", l, "model.attn.qkv_bias", int64(qDim+2*kvDim))
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		reads = append(reads, ir.B("b_qkv", bias))
 	}
 	q, k, v = b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim)
 	b.g.Emit(ir.RMS_NORM_FUSED_QKV, reads, []ir.Operand{ir.R("q", q), ir.R("k", k), ir.R("v", v)},
 		ir.Attrs{"k": float64(h.NEmbd), "n_q": float64(qDim), "n_kv": float64(kvDim), "eps": float64(h.Eps)})
-	return q, k, v, nil
+	return q, k, v, -1, nil
 }
 
 // rope rotates the heads of register x in place by r: ROPE, or ROPE_EXT

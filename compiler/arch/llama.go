@@ -60,6 +60,16 @@ var llamaTensors = map[string]string{
 	"moe_down_bias":   "blk.%d.ffn_down_exps.bias",
 	"attn_out_bias":   "blk.%d.attn_output.bias",
 	"attn_sinks":      "blk.%d.attn_sinks.weight",
+	// The gated DeltaNet layers of Qwen3.5 and Qwen3-Next: the joint
+	// q|k|v projection is attn_qkv, the output gate z attn_gate.
+	"ssm_z":     "blk.%d.attn_gate.weight",
+	"ssm_beta":  "blk.%d.ssm_beta.weight",
+	"ssm_alpha": "blk.%d.ssm_alpha.weight",
+	"ssm_dt":    "blk.%d.ssm_dt.bias",
+	"ssm_a":     "blk.%d.ssm_a",
+	"ssm_conv":  "blk.%d.ssm_conv1d.weight",
+	"ssm_norm":  "blk.%d.ssm_norm.weight",
+	"ssm_out":   "blk.%d.ssm_out.weight",
 	// The shared expert of MoE layers and its sigmoid gate's vector.
 	"shexp_gate":     "blk.%d.ffn_gate_shexp.weight",
 	"shexp_up":       "blk.%d.ffn_up_shexp.weight",

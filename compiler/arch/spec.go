@@ -56,6 +56,11 @@ type LayerSpec struct {
 	Softcap float64
 	// Temp is the attention temperature tuning of Q (Llama 4, mistral3).
 	Temp AttnTemp
+	// GatedAttn: one projection gives each query head and a gate of the
+	// same width (the head's second half), and the attention output is
+	// multiplied by the gate's sigmoid before the output projection
+	// (Qwen3.5, Qwen3-Next).
+	GatedAttn bool
 	// OutBias: the attention output projection adds a bias (gpt-oss).
 	OutBias bool
 	// Sinks: each query head has a learned sink logit (attn_sinks) that
@@ -150,10 +155,29 @@ type FullAttention struct{}
 type SlidingWindowAttention struct{ Window int }
 
 // Recurrent is a linear-recurrence mixer with a fixed-size state instead
-// of a KV cache (the gated DeltaNet layers of hybrid models). Kind names
-// the recurrence as the family reads it; its shape parameters join when
-// there is a block that builds one.
-type Recurrent struct{ Kind string }
+// of a KV cache. Kind names the recurrence as the family reads it; zrt
+// builds "gated_deltanet" (Qwen3.5, Qwen3-Next): a short causal
+// convolution of ConvK taps over the joint q|k|v projection, then the
+// gated delta rule with HK key heads and HV value heads of width S.
+type Recurrent struct {
+	Kind             string
+	ConvK, HK, HV, S int
+	// Off is the byte offset of the layer's state in a slot's recurrent
+	// state (Hparams.RecurrentBytes): the convolution window, then the
+	// HV state matrices.
+	Off int
+}
+
+// GatedDeltaNet is Recurrent's Kind for the gated DeltaNet.
+const GatedDeltaNet = "gated_deltanet"
+
+// channels is the convolution's width: q and k (HK heads each) and v.
+func (m Recurrent) channels() int { return (2*m.HK + m.HV) * m.S }
+
+// convBytes and stateBytes are the layer's convolution window and delta
+// rule state in a slot.
+func (m Recurrent) convBytes() int  { return 4 * (m.ConvK - 1) * m.channels() }
+func (m Recurrent) stateBytes() int { return m.convBytes() + 4*m.HV*m.S*m.S }
 
 func (FullAttention) mixer()          {}
 func (SlidingWindowAttention) mixer() {}
@@ -164,6 +188,20 @@ func (m SlidingWindowAttention) String() string {
 	return fmt.Sprintf("sliding-window attention (window %d)", m.Window)
 }
 func (m Recurrent) String() string { return fmt.Sprintf("recurrent mixer %q", m.Kind) }
+
+// recurrentBytes lays out the recurrent layers' states in a slot, one
+// after another, setting each layer's Off, and returns a slot's bytes.
+func (s *Spec) recurrentBytes() int {
+	n := 0
+	for l := range s.Layers {
+		if m, ok := s.Layers[l].Mixer.(Recurrent); ok {
+			m.Off = n
+			s.Layers[l].Mixer = m
+			n += m.stateBytes()
+		}
+	}
+	return n
+}
 
 // FFN is a layer's feed-forward network: DenseFFN or MoEFFN.
 type FFN interface {
@@ -264,10 +302,17 @@ func (s *Spec) check() error {
 			if m.Window < 1 {
 				return fmt.Errorf("layer %d: %v", l, m)
 			}
+		case Recurrent:
+			if m.Kind != GatedDeltaNet {
+				return &support.Error{What: "layer mixer", Value: m.String(), Where: where, Detail: "zrt builds attention and gated DeltaNet layers"}
+			}
+			if m.ConvK < 2 || m.HK < 1 || m.HV < 1 || m.S < 1 || m.HV%m.HK != 0 {
+				return fmt.Errorf("layer %d: gated DeltaNet conv %d, heads %d/%d, width %d", l, m.ConvK, m.HK, m.HV, m.S)
+			}
 		case nil:
 			return fmt.Errorf("layer %d has no mixer", l)
 		default:
-			return &support.Error{What: "layer mixer", Value: m.String(), Where: where, Detail: "zrt builds attention layers only"}
+			return &support.Error{What: "layer mixer", Value: m.String(), Where: where, Detail: "zrt builds attention and gated DeltaNet layers"}
 		}
 		switch ffn := ls.FFN.(type) {
 		case DenseFFN:

@@ -31,7 +31,7 @@ func TestSpecRefusesUnbuiltMixers(t *testing.T) {
 		mixer Mixer
 		want  string
 	}{
-		{Recurrent{Kind: "gated_deltanet"}, `unsupported layer mixer recurrent mixer "gated_deltanet" in layer 1`},
+		{Recurrent{Kind: "rwkv7"}, `unsupported layer mixer recurrent mixer "rwkv7" in layer 1`},
 	} {
 		s := uniformSpec(3)
 		s.Layers[1].Mixer = c.mixer

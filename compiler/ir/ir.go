@@ -55,9 +55,13 @@ const (
 	KV                         // the paged KV cache
 	IO                         // the request table written by the host
 	Out                        // the output ring read by the host
+	// Recurrent is the fixed-size per-slot state of recurrent layers
+	// (convolution windows, linear-attention matrices): not paged, and
+	// reset by the kernels at a sequence's position 0.
+	Recurrent
 )
 
-var bufClassNames = map[BufClass]string{Weight: "weight", KV: "kv", IO: "io", Out: "out"}
+var bufClassNames = map[BufClass]string{Weight: "weight", KV: "kv", IO: "io", Out: "out", Recurrent: "recurrent"}
 
 func (c BufClass) String() string {
 	if s, ok := bufClassNames[c]; ok {

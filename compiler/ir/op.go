@@ -43,6 +43,12 @@ const (
 	ATTN_TEMP
 	MOE_ADD_BIAS
 	MOE_SWIGLU_OAI
+	SSM_CONV
+	GDN_GATES
+	GATED_DELTA_NET
+	RMS_NORM_GATED
+	SPLIT_HALVES
+	MUL_SIGMOID
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -78,6 +84,12 @@ var opTable = map[Op]OpInfo{
 	MOE_SWIGLU:         {Name: "MOE_SWIGLU", Kernel: "swiglu"},
 	MOE_SWIGLU_OAI:     {Name: "MOE_SWIGLU_OAI", Kernel: "swiglu_oai"},
 	MOE_ADD_BIAS:       {Name: "MOE_ADD_BIAS", Kernel: "moe_add_bias", InPlace: []string{"x"}},
+	SSM_CONV:           {Name: "SSM_CONV", Kernel: "ssm_conv", InPlace: []string{"state"}},
+	GDN_GATES:          {Name: "GDN_GATES", Kernel: "gdn_gates", InPlace: []string{"alpha", "beta"}},
+	GATED_DELTA_NET:    {Name: "GATED_DELTA_NET", Kernel: "gated_delta_net", InPlace: []string{"state"}},
+	RMS_NORM_GATED:     {Name: "RMS_NORM_GATED", Kernel: "rms_norm_gated"},
+	SPLIT_HALVES:       {Name: "SPLIT_HALVES", Kernel: "split_halves"},
+	MUL_SIGMOID:        {Name: "MUL_SIGMOID", Kernel: "mul_sigmoid", InPlace: []string{"x"}},
 	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},

@@ -256,7 +256,7 @@ func (p *parser) parseBuffer() error {
 		}
 	}
 	if b.Class == 0 {
-		return p.errAt(ct.col, "unknown buffer class %q (weight, kv, io, out)", ct.text)
+		return p.errAt(ct.col, "unknown buffer class %q (weight, kv, io, out, recurrent)", ct.text)
 	}
 	seen := map[string]bool{}
 	for p.peek().kind != 0 {

@@ -1,5 +1,8 @@
 // Package synth writes synthetic GGUF models: random weights of a chosen
-// llama-family shape and a small byte-fallback SentencePiece vocabulary.
+// llama-lineage shape (llama, qwen2/3, phi3, qwen2moe, gemma2/3, mistral3,
+// gpt-oss), with the metadata keys and tensors llama.cpp's converter
+// writes for the family's real checkpoints, and a small byte-fallback
+// SentencePiece vocabulary.
 // The demo falls back to one when no real model is at hand, tests build
 // malformed variants from it, and benchmarks use it for model shapes
 // nobody ships. The same seed gives the same file.
@@ -10,6 +13,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
 
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
@@ -19,8 +24,15 @@ import (
 // Shape is a llama-family model shape.
 type Shape struct {
 	// Arch is llama, qwen2, qwen3, phi3 (fused attn_qkv and gate/up
-	// ffn_up; Heads × head width must be Embd) or qwen2moe (routed
-	// experts and a sigmoid-gated shared expert of width FF).
+	// ffn_up; Heads × head width must be Embd), qwen2moe (routed
+	// experts and a sigmoid-gated shared expert of width FF), gemma2
+	// (output tied to the embeddings, post-attention and post-FFN norms,
+	// attention and final logit soft-capping, sliding-window layers),
+	// gemma3 (gemma2 without soft-capping, with per-head Q/K norms, a
+	// local RoPE base and linear RoPE scaling), mistral3 (llama with YaRN
+	// and attention temperature scaling) or gpt-oss (biased attention
+	// with sinks, sliding-window layers, YaRN, and biased routed experts
+	// in MXFP4).
 	Arch    string
 	Layers  int
 	Embd    int
@@ -29,16 +41,27 @@ type Shape struct {
 	HeadDim int // 0: Embd/Heads
 	FF      int
 	Vocab   int // at least 259 (3 specials + 256 bytes)
+	// Context is the training context; for the YaRN families (mistral3,
+	// gpt-oss) and LongRoPE, the original one, which the file's
+	// context_length extends by the scaling factor (16, 32 and 32).
 	Context int
-	Type    ggml.Type // F32, F16, Q8_0, Q4_K or Q6_K for the matrices
+	// Type is F32, F16, Q8_0, Q4_K or Q6_K for the matrices; for gpt-oss
+	// also MXFP4, which (as in the released files) only the experts are,
+	// the other matrices then being Q8_0. gpt-oss experts are MXFP4
+	// whatever Type is.
+	Type ggml.Type
 	// Mix "Q4_K_M" makes attn_v and ffn_down (in llama-quantize's layers)
 	// and the output matrix Q6_K and the rest Q4_K, as llama-quantize's
 	// Q4_K_M does. Empty: every matrix is Type.
 	Mix  string
 	Seed uint64
-	// Experts, ExpertsUsed and ExpertFF shape a qwen2moe model's routed
-	// experts (defaults 4, 2 and FF/2).
+	// Experts, ExpertsUsed and ExpertFF shape a qwen2moe or gpt-oss
+	// model's routed experts (defaults 4, 2 and FF/2; for gpt-oss FF,
+	// and its feed_forward_length is ExpertFF, as in the released files).
 	Experts, ExpertsUsed, ExpertFF int
+	// Window is the sliding window of gemma2, gemma3 and gpt-oss's local
+	// layers (0: the released models', 4096, 1024 and 128).
+	Window int
 	// LongRoPE gives a phi3 model what the 128k checkpoints have: short
 	// and long RoPE frequency factors and an attention factor, for a
 	// training context 32 times the original Context.
@@ -46,10 +69,30 @@ type Shape struct {
 }
 
 // moe reports whether s has routed experts.
-func (s Shape) moe() bool { return s.Arch == "qwen2moe" }
+func (s Shape) moe() bool { return s.Arch == "qwen2moe" || s.Arch == "gpt-oss" }
 
-// withDefaults fills the expert fields a MoE shape leaves zero.
+// windows are the sliding windows of the released models of the families
+// with sliding-window layers.
+var windows = map[string]int{"gemma2": 4096, "gemma3": 1024, "gpt-oss": 128}
+
+// yarnFactor is the YaRN context extension of a family that has it, 0
+// for the others: the released checkpoints' (Ministral 3, gpt-oss).
+func (s Shape) yarnFactor() int {
+	switch s.Arch {
+	case "mistral3":
+		return 16
+	case "gpt-oss":
+		return 32
+	}
+	return 0
+}
+
+// withDefaults fills the expert fields a MoE shape leaves zero, and the
+// sliding window a windowed family's leaves zero.
 func (s Shape) withDefaults() Shape {
+	if w, ok := windows[s.Arch]; ok && s.Window == 0 {
+		s.Window = w
+	}
 	if !s.moe() {
 		return s
 	}
@@ -61,6 +104,9 @@ func (s Shape) withDefaults() Shape {
 	}
 	if s.ExpertFF == 0 {
 		s.ExpertFF = s.FF / 2
+		if s.Arch == "gpt-oss" {
+			s.ExpertFF = s.FF
+		}
 	}
 	return s
 }
@@ -77,8 +123,13 @@ func Write(s Shape) ([]byte, error) {
 	s.HeadDim = s.headDim()
 	switch s.Type {
 	case ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_K, ggml.Q6_K:
+	case ggml.MXFP4:
+		if s.Arch != "gpt-oss" {
+			return nil, fmt.Errorf("synth: weight type MXFP4 is for gpt-oss's experts")
+		}
+		s.Type = ggml.Q8_0 // the matrices beside the experts
 	default:
-		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0, Q4_K, Q6_K)", s.Type)
+		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0, Q4_K, Q6_K; MXFP4 for gpt-oss)", s.Type)
 	}
 	if s.Mix == "Q4_K_M" {
 		s.Type = ggml.Q4_K
@@ -95,26 +146,82 @@ func Write(s Shape) ([]byte, error) {
 	if s.LongRoPE {
 		ctx *= 32
 	}
+	yarn := s.yarnFactor()
+	if yarn > 0 {
+		ctx *= yarn
+	}
+	ff := s.FF
+	if a == "gpt-oss" {
+		ff = s.ExpertFF
+	}
+	eps, base := float32(1e-5), float32(10000)
+	switch a {
+	case "gemma2", "gemma3":
+		eps = 1e-6
+		if a == "gemma3" {
+			base = 1e6
+		}
+	case "mistral3":
+		base = 1e6
+	case "gpt-oss":
+		base = 150000
+	}
 	w.Set(a+".context_length", gguf.U32(uint32(ctx)))
 	w.Set(a+".embedding_length", gguf.U32(uint32(s.Embd)))
-	w.Set(a+".feed_forward_length", gguf.U32(uint32(s.FF)))
+	w.Set(a+".feed_forward_length", gguf.U32(uint32(ff)))
 	w.Set(a+".attention.head_count", gguf.U32(uint32(s.Heads)))
 	w.Set(a+".attention.head_count_kv", gguf.U32(uint32(s.HeadsKV)))
 	w.Set(a+".attention.key_length", gguf.U32(uint32(s.HeadDim)))
 	w.Set(a+".attention.value_length", gguf.U32(uint32(s.HeadDim)))
-	w.Set(a+".attention.layer_norm_rms_epsilon", gguf.F32(1e-5))
-	w.Set(a+".rope.freq_base", gguf.F32(10000))
+	w.Set(a+".attention.layer_norm_rms_epsilon", gguf.F32(eps))
+	if a != "gemma2" { // its converter leaves the base at llama.cpp's default
+		w.Set(a+".rope.freq_base", gguf.F32(base))
+	}
 	if s.LongRoPE {
 		w.Set(a+".rope.scaling.original_context_length", gguf.U32(uint32(s.Context)))
 		w.Set(a+".rope.scaling.attn_factor", gguf.F32(float32(math.Sqrt(1+math.Log(32)/math.Log(float64(s.Context))))))
 	}
-	if s.moe() {
+	if yarn > 0 {
+		w.Set(a+".rope.scaling.type", gguf.Str("yarn"))
+		w.Set(a+".rope.scaling.factor", gguf.F32(float32(yarn)))
+		w.Set(a+".rope.scaling.original_context_length", gguf.U32(uint32(s.Context)))
+		w.Set(a+".rope.scaling.yarn_beta_fast", gguf.F32(32))
+		w.Set(a+".rope.scaling.yarn_beta_slow", gguf.F32(1))
+	}
+	switch a {
+	case "gemma2": // Gemma 2's caps
+		w.Set(a+".attn_logit_softcapping", gguf.F32(50))
+		w.Set(a+".final_logit_softcapping", gguf.F32(30))
+		w.Set(a+".attention.sliding_window", gguf.U32(uint32(s.Window)))
+	case "gemma3": // Gemma 3 4B and up: global layers' RoPE scaled 8×
+		w.Set(a+".rope.freq_base_swa", gguf.F32(10000))
+		w.Set(a+".rope.scaling.type", gguf.Str("linear"))
+		w.Set(a+".rope.scaling.factor", gguf.F32(8))
+		w.Set(a+".attention.sliding_window", gguf.U32(uint32(s.Window)))
+	case "mistral3": // Ministral 3's YaRN attention scaling and Llama 4 temperature
+		w.Set(a+".vocab_size", gguf.U32(uint32(s.Vocab)))
+		w.Set(a+".rope.dimension_count", gguf.U32(uint32(s.HeadDim)))
+		w.Set(a+".rope.scaling.yarn_log_multiplier", gguf.F32(1))
+		w.Set(a+".attention.temperature_scale", gguf.F32(0.1))
+	case "gpt-oss":
+		w.Set(a+".attention.sliding_window", gguf.U32(uint32(s.Window)))
+		w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
+		w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
+		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
+	}
+	if a == "qwen2moe" {
 		w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
 		w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
 		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
 		w.Set(a+".expert_shared_feed_forward_length", gguf.U32(uint32(s.FF)))
 	}
 	setVocab(w, s.Vocab)
+	if a == "gemma2" || a == "gemma3" {
+		w.Set("tokenizer.ggml.add_space_prefix", gguf.Bool(false))
+	}
+	// gemma ties the output to the embeddings; llama-quantize then
+	// quantizes the embeddings as it would the output.
+	tied := a == "gemma2" || a == "gemma3"
 
 	normal := func(n int, std float64) []float32 {
 		x := make([]float32, n)
@@ -149,7 +256,11 @@ func Write(s Shape) ([]byte, error) {
 		}
 		return mat
 	}
-	if err := add("token_embd.weight", mat, []int64{E, V}, normal(int(E*V), 0.5)); err != nil {
+	emb := mat
+	if tied && s.Mix == "Q4_K_M" {
+		emb = ggml.Q6_K
+	}
+	if err := add("token_embd.weight", emb, []int64{E, V}, normal(int(E*V), 0.5)); err != nil {
 		return nil, err
 	}
 	if s.LongRoPE {
@@ -206,7 +317,44 @@ func Write(s Shape) ([]byte, error) {
 		}
 		layer := append([]tensor{{"attn_norm.weight", ggml.F32, []int64{E}, 0}}, attn...)
 		layer = append(layer, tensor{"attn_output.weight", mat, []int64{Q, E}, 0.05}, tensor{"ffn_norm.weight", ggml.F32, []int64{E}, 0})
-		for _, t := range append(layer, ffn...) {
+		layer = append(layer, ffn...)
+		switch a {
+		case "gemma2", "gemma3": // norms of the attention's and the FFN's outputs too
+			layer = append([]tensor{{"attn_norm.weight", ggml.F32, []int64{E}, 0}}, attn...)
+			if a == "gemma3" {
+				hd := int64(s.HeadDim)
+				layer = append(layer, tensor{"attn_q_norm.weight", ggml.F32, []int64{hd}, 0}, tensor{"attn_k_norm.weight", ggml.F32, []int64{hd}, 0})
+			}
+			layer = append(layer, tensor{"attn_output.weight", mat, []int64{Q, E}, 0.05},
+				tensor{"post_attention_norm.weight", ggml.F32, []int64{E}, 0},
+				tensor{"ffn_norm.weight", ggml.F32, []int64{E}, 0})
+			layer = append(layer, ffn...)
+			layer = append(layer, tensor{"post_ffw_norm.weight", ggml.F32, []int64{E}, 0})
+		case "gpt-oss": // biased attention with sinks; biased MXFP4 experts
+			layer = []tensor{
+				{"attn_norm.weight", ggml.F32, []int64{E}, 0},
+				{"attn_q.weight", mat, []int64{E, Q}, 0.05},
+				{"attn_q.bias", ggml.F32, []int64{Q}, 0.05},
+				{"attn_k.weight", mat, []int64{E, KV}, 0.05},
+				{"attn_k.bias", ggml.F32, []int64{KV}, 0.05},
+				{"attn_v.weight", moreBits(l), []int64{E, KV}, 0.05},
+				{"attn_v.bias", ggml.F32, []int64{KV}, 0.05},
+				{"attn_output.weight", mat, []int64{Q, E}, 0.05},
+				{"attn_output.bias", ggml.F32, []int64{E}, 0.05},
+				{"attn_sinks.weight", ggml.F32, []int64{int64(s.Heads)}, 0.5},
+				// The FFN's input norm, under this name in gpt-oss.
+				{"post_attention_norm.weight", ggml.F32, []int64{E}, 0},
+				{"ffn_gate_inp.weight", ggml.F32, []int64{E, X}, 0.5},
+				{"ffn_gate_inp.bias", ggml.F32, []int64{X}, 0.5},
+				{"ffn_gate_exps.weight", ggml.MXFP4, []int64{E, FX, X}, 0.05},
+				{"ffn_gate_exps.bias", ggml.F32, []int64{FX, X}, 0.05},
+				{"ffn_up_exps.weight", ggml.MXFP4, []int64{E, FX, X}, 0.05},
+				{"ffn_up_exps.bias", ggml.F32, []int64{FX, X}, 0.05},
+				{"ffn_down_exps.weight", ggml.MXFP4, []int64{FX, E, X}, 0.05},
+				{"ffn_down_exps.bias", ggml.F32, []int64{E, X}, 0.05},
+			}
+		}
+		for _, t := range layer {
 			n := 1
 			for _, d := range t.dims {
 				n *= int(d)
@@ -241,6 +389,9 @@ func Write(s Shape) ([]byte, error) {
 	}
 	if err := add("output_norm.weight", ggml.F32, []int64{E}, ones(int(E))); err != nil {
 		return nil, err
+	}
+	if tied {
+		return w.Bytes(), nil
 	}
 	out := mat
 	if s.Mix == "Q4_K_M" {
@@ -315,7 +466,7 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 			return nil, err
 		}
 		b := make([]byte, n)
-		return b, quant.QuantizeMXFP4(x, b)
+		return b, inParallel(x, b, 32, 17, quant.QuantizeMXFP4)
 	}
 	// Q8_0 weights share the activation block format.
 	n, err := t.RowBytes(int64(len(x)))
@@ -324,4 +475,33 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 	}
 	b := make([]byte, n)
 	return b, quant.QuantizeRow(t, x, b)
+}
+
+// inParallel encodes x into b with enc, split among the CPUs at block
+// boundaries (block values to blockBytes bytes). Blocks are encoded
+// independently, so the bytes are those one call would give: a gpt-oss-
+// 20b's experts are billions of values, slow to encode on one core.
+func inParallel(x []float32, b []byte, block, blockBytes int, enc func([]float32, []byte) error) error {
+	nb := len(x) / block
+	p := min(runtime.GOMAXPROCS(0), nb/4096)
+	if p <= 1 || len(x)%block != 0 {
+		return enc(x, b)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, p)
+	for i := range p {
+		lo, hi := nb*i/p, nb*(i+1)/p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = enc(x[lo*block:hi*block], b[lo*blockBytes:hi*blockBytes])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

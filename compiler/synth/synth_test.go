@@ -1,10 +1,18 @@
 package synth
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/arch"
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/ggml"
@@ -100,5 +108,176 @@ func TestFamilies(t *testing.T) {
 	bad := Shape{Arch: "phi3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, HeadDim: 16, FF: 64, Vocab: 300, Context: 64, Type: ggml.F32}
 	if err := bad.Check(); err == nil {
 		t.Error("phi3 with heads × head width != embd accepted")
+	}
+}
+
+// TestSameSeedSameFile pins the bytes of the families Write produced
+// before gemma2, gemma3, mistral3 and gpt-oss were added: adding a family
+// adds keys and tensors to its own files only.
+func TestSameSeedSameFile(t *testing.T) {
+	for _, c := range []struct {
+		s    Shape
+		sum  string
+		size int
+	}{
+		{Tiny, "3e6432078326fa7a8bdd0bb0620cc67c5f1b9a5b1f3b4f4bf368812308798058", 469056},
+		{Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 512, Context: 256, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 1},
+			"4f99edfd8dbfee9f8c5d62d546fcd720bb8e513eb8176a496987af3222ab1ba8", 905216},
+		{Shape{Arch: "qwen2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 2},
+			"779de1a82486262ed20c502628e2ef6e092be21db10e7a5aa59b6777bd63961e", 133472},
+		{Shape{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 5},
+			"cd1a316b93b35e5390cd6c138446f1dbe786c175c7b8e0e6038e8663ddc907d0", 261120},
+		{Shape{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3},
+			"fe452359ff72ef9937f3e964100bcb09ab01edeef909c4ebb26425dece094df1", 784512},
+		{Shape{Arch: "phi3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, LongRoPE: true},
+			"c7d867f539887c296999e26395fd08caf2f63f13bb776b603c16cf490601ad5e", 134944},
+		{Shape{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Mix: "Q4_K_M", Seed: 4},
+			"9a0660df18fafa84ecbe5d0b849edf5e3e598bbae84ff27f13c70002f8a9414f", 1877856},
+		{Shape{Arch: "qwen2moe", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 300, Context: 64, Type: ggml.F16, Experts: 3, ExpertsUsed: 1, ExpertFF: 32, Seed: 6},
+			"6b8ec9fc29b90a474687a1a6dbc88af2b1c415c29ed52c6ce038e41cdfdc0512", 198528},
+	} {
+		b, err := Write(c.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := fmt.Sprintf("%x", sha256.Sum256(b)); sum != c.sum || len(b) != c.size {
+			t.Errorf("%s (seed %d): %d bytes, sha256 %s; want %d bytes, %s", c.s.Arch, c.s.Seed, len(b), sum, c.size, c.sum)
+		}
+	}
+}
+
+// TestNewFamilies writes a tiny gemma2, gemma3, mistral3 and gpt-oss
+// model, checks the keys and tensors llama.cpp's converter writes for the
+// released checkpoints are there, and compiles each into a bundle.
+func TestNewFamilies(t *testing.T) {
+	for _, c := range []struct {
+		s       Shape
+		keys    map[string]string // key: value as Value.String prints it
+		tensors map[string]ggml.Type
+		absent  []string
+	}{
+		{
+			s: Shape{Arch: "gemma2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0, Window: 8, Seed: 7},
+			keys: map[string]string{"gemma2.attn_logit_softcapping": "50", "gemma2.final_logit_softcapping": "30",
+				"gemma2.attention.sliding_window": "8", "gemma2.attention.key_length": "32", "gemma2.attention.value_length": "32"},
+			tensors: map[string]ggml.Type{"blk.1.post_attention_norm.weight": ggml.F32, "blk.1.post_ffw_norm.weight": ggml.F32, "token_embd.weight": ggml.Q8_0},
+			absent:  []string{"output.weight", "blk.0.attn_q_norm.weight"},
+		},
+		{
+			s: Shape{Arch: "gemma3", Layers: 7, Embd: 256, Heads: 4, HeadsKV: 1, HeadDim: 64, FF: 256, Vocab: 300, Context: 64, Mix: "Q4_K_M", Window: 8, Seed: 8},
+			keys: map[string]string{"gemma3.rope.freq_base_swa": "10000", "gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": "8",
+				"gemma3.attention.sliding_window": "8", "gemma3.attention.key_length": "64"},
+			tensors: map[string]ggml.Type{"blk.0.attn_q_norm.weight": ggml.F32, "blk.6.attn_k_norm.weight": ggml.F32,
+				"blk.3.post_ffw_norm.weight": ggml.F32, "token_embd.weight": ggml.Q6_K, "blk.0.attn_q.weight": ggml.Q4_K},
+			absent: []string{"output.weight", "gemma3.attn_logit_softcapping", "gemma3.final_logit_softcapping"},
+		},
+		{
+			s: Shape{Arch: "mistral3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 300, Context: 16, Type: ggml.F16, Seed: 9},
+			keys: map[string]string{"mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": "16", "mistral3.context_length": "256",
+				"mistral3.rope.scaling.original_context_length": "16", "mistral3.rope.scaling.yarn_beta_fast": "32",
+				"mistral3.rope.scaling.yarn_beta_slow": "1", "mistral3.rope.dimension_count": "16", "mistral3.attention.temperature_scale": "0.1"},
+			tensors: map[string]ggml.Type{"output.weight": ggml.F16, "blk.1.ffn_gate.weight": ggml.F16},
+		},
+		{
+			s: Shape{Arch: "gpt-oss", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 16, FF: 64, Vocab: 300, Context: 64, Type: ggml.MXFP4,
+				Experts: 4, ExpertsUsed: 2, Window: 8, Seed: 10},
+			keys: map[string]string{"gpt-oss.rope.scaling.type": "yarn", "gpt-oss.rope.scaling.factor": "32", "gpt-oss.rope.freq_base": "150000",
+				"gpt-oss.rope.scaling.original_context_length": "64", "gpt-oss.attention.sliding_window": "8", "gpt-oss.expert_count": "4",
+				"gpt-oss.expert_used_count": "2", "gpt-oss.expert_feed_forward_length": "64", "gpt-oss.attention.key_length": "16"},
+			tensors: map[string]ggml.Type{"token_embd.weight": ggml.Q8_0, "output.weight": ggml.Q8_0, "blk.0.attn_q.weight": ggml.Q8_0,
+				"blk.0.attn_q.bias": ggml.F32, "blk.0.attn_output.bias": ggml.F32, "blk.1.attn_sinks.weight": ggml.F32,
+				"blk.1.post_attention_norm.weight": ggml.F32, "blk.1.ffn_gate_inp.weight": ggml.F32, "blk.1.ffn_gate_inp.bias": ggml.F32,
+				"blk.1.ffn_gate_exps.weight": ggml.MXFP4, "blk.1.ffn_up_exps.weight": ggml.MXFP4, "blk.1.ffn_down_exps.weight": ggml.MXFP4,
+				"blk.1.ffn_gate_exps.bias": ggml.F32, "blk.1.ffn_down_exps.bias": ggml.F32},
+			absent: []string{"blk.0.ffn_norm.weight", "gpt-oss.expert_shared_feed_forward_length"},
+		},
+	} {
+		s := c.s
+		b, err := Write(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s.Arch, err)
+		}
+		f, err := gguf.Parse(b)
+		if err != nil {
+			t.Fatalf("%s: %v", s.Arch, err)
+		}
+		for k, want := range c.keys {
+			v, ok := f.Lookup(k)
+			if !ok {
+				t.Errorf("%s: no %s", s.Arch, k)
+			} else if got := v.String(); got != want && got != `"`+want+`"` {
+				t.Errorf("%s: %s = %s, want %s", s.Arch, k, got, want)
+			}
+		}
+		for name, typ := range c.tensors {
+			if ti, ok := f.Tensor(name); !ok || ti.Type != typ {
+				t.Errorf("%s: %s: %v, want %s", s.Arch, name, ti, typ)
+			}
+		}
+		for _, name := range c.absent {
+			_, tok := f.Tensor(name)
+			_, kok := f.Lookup(name)
+			if tok || kok {
+				t.Errorf("%s: has %s", s.Arch, name)
+			}
+		}
+		if s.Arch == "gpt-oss" {
+			for name, dims := range map[string][]int64{"blk.0.attn_sinks.weight": {4}, "blk.0.ffn_gate_inp.weight": {64, 4},
+				"blk.0.ffn_gate_inp.bias": {4}, "blk.0.ffn_up_exps.bias": {64, 4}, "blk.0.ffn_down_exps.bias": {64, 4},
+				"blk.0.ffn_down_exps.weight": {64, 64, 4}, "blk.0.attn_output.weight": {64, 64}} {
+				if ti, _ := f.Tensor(name); fmt.Sprint(ti.Dims) != fmt.Sprint(dims) {
+					t.Errorf("gpt-oss: %s has shape %v, want %v", name, ti.Dims, dims)
+				}
+			}
+		}
+		cfg, err := config.Load(f, "")
+		if err != nil {
+			t.Fatalf("%s: %v", s.Arch, err)
+		}
+		if _, err := arch.Build(f, cfg); err != nil {
+			t.Errorf("%s: %v", s.Arch, err)
+			continue
+		}
+		p := filepath.Join(t.TempDir(), "m.gguf")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := compiler.Compile(context.Background(), p, filepath.Join(t.TempDir(), "b"), compiler.Options{}); err != nil {
+			t.Errorf("%s: compile: %v", s.Arch, err)
+		}
+	}
+	for _, c := range []struct {
+		s    Shape
+		want string
+	}{
+		{Shape{Arch: "llama", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.MXFP4}, "MXFP4 is for gpt-oss"},
+		{Shape{Arch: "gpt-oss", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, ExpertFF: 48, Vocab: 300, Context: 64, Type: ggml.F32}, "MXFP4's block"},
+		{Shape{Arch: "gemma2", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Window: -1}, "--window -1"},
+		{Shape{Arch: "mistral3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: maxCtx, Type: ggml.F32}, "YaRN"},
+	} {
+		if err := c.s.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.s.Arch, err, c.want)
+		}
+	}
+}
+
+// TestMXFP4InParallel: the MXFP4 encoder split among the CPUs writes the
+// bytes one call writes.
+func TestMXFP4InParallel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	x := make([]float32, 32*4096*8+32*3)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * 0.05)
+	}
+	got, err := encode(ggml.MXFP4, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, len(got))
+	if err := quant.QuantizeMXFP4(x, want); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("MXFP4 encoded in parallel differs from one call's")
 	}
 }

@@ -19,7 +19,7 @@ const (
 )
 
 // Archs are the architectures Write produces.
-var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe"}
+var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "mistral3", "gpt-oss"}
 
 // Check reports the first field of s outside what Write can produce, by
 // its command-line name.
@@ -50,6 +50,17 @@ func (s Shape) Check() error {
 		if err := in(c.name, c.v, c.lo, c.hi); err != nil {
 			return err
 		}
+	}
+	if _, ok := windows[s.Arch]; ok {
+		if err := in("window", s.Window, 1, maxCtx); err != nil {
+			return err
+		}
+	}
+	if f := s.yarnFactor(); f > 0 && s.Context > maxCtx/f {
+		return fmt.Errorf("synth: %s extends --ctx %d by YaRN's %d past %d", s.Arch, s.Context, f, maxCtx)
+	}
+	if s.Type == ggml.MXFP4 && s.Arch != "gpt-oss" {
+		return fmt.Errorf("synth: --type MXFP4 is for gpt-oss's experts")
 	}
 	if s.moe() {
 		for _, c := range []struct {
@@ -92,6 +103,16 @@ func (s Shape) Check() error {
 			return fmt.Errorf("synth: %s %d is not a multiple of %s's block of %d", w.name, w.v, s.matrixType(), block)
 		}
 	}
+	if s.Arch == "gpt-oss" { // MXFP4 experts: rows of embd and expert ffn
+		for _, w := range []struct {
+			name string
+			v    int
+		}{{"embd", s.Embd}, {"expert ffn", s.ExpertFF}} {
+			if w.v%32 != 0 {
+				return fmt.Errorf("synth: %s %d is not a multiple of MXFP4's block of 32", w.name, w.v)
+			}
+		}
+	}
 	return nil
 }
 
@@ -105,6 +126,9 @@ func (s Shape) headDim() int {
 func (s Shape) matrixType() ggml.Type {
 	if s.Mix == "Q4_K_M" {
 		return ggml.Q4_K
+	}
+	if s.Type == ggml.MXFP4 { // gpt-oss's experts; Q8_0 beside them
+		return ggml.Q8_0
 	}
 	return s.Type
 }
@@ -120,9 +144,14 @@ func (s Shape) PeakBytes() int64 {
 		perElem = float64(ti.BlockBytes) / float64(ti.BlockSize)
 	}
 	elems := 2*E*V + L*(2*E*Q+2*E*KV+3*E*F)
+	experts := int64(0)
 	if s = s.withDefaults(); s.moe() {
-		elems += L * 3 * E * int64(s.ExpertFF) * int64(s.Experts)
+		experts = L * 3 * E * int64(s.ExpertFF) * int64(s.Experts)
 	}
-	file := int64(float64(elems)*perElem) + 64*V // + tokens
+	expertElem := perElem
+	if s.Arch == "gpt-oss" {
+		expertElem = 17.0 / 32 // MXFP4
+	}
+	file := int64(float64(elems)*perElem+float64(experts)*expertElem) + 64*V // + tokens
 	return 2*file + 4*max(E*V, 2*E*F, E*int64(s.ExpertFF)*int64(s.Experts))
 }

@@ -77,6 +77,8 @@ func (h *Hparams) check() error {
 		return fmt.Errorf("n_rot = %d does not fit head_dim = %d", h.NRot, h.HeadDim)
 	case h.NExpertUsed > h.NExpert:
 		return fmt.Errorf("n_expert_used = %d exceeds n_expert = %d", h.NExpertUsed, h.NExpert)
+	case h.RecurrentBytes < 0 || h.RecurrentBytes%4 != 0:
+		return fmt.Errorf("recurrent_slot_bytes = %d, must be a non-negative multiple of 4", h.RecurrentBytes)
 	case h.MaxPages != (h.ContextLength+15)/16:
 		return fmt.Errorf("max_pages = %d, context_length = %d needs %d", h.MaxPages, h.ContextLength, (h.ContextLength+15)/16)
 	}

@@ -35,6 +35,9 @@ type Hparams struct {
 	MaxSlots      int `kv:"max_slots"`
 	PrefillChunk  int `kv:"prefill_chunk"`
 	ContextLength int `kv:"context_length"`
+	// RecurrentBytes is one slot's state of the recurrent layers (0 for
+	// models without any); the recurrent region holds MaxSlots of them.
+	RecurrentBytes int `kv:"recurrent_slot_bytes"`
 }
 
 // KVDim is the width of one token's K (or V) across the KV heads.

@@ -33,6 +33,10 @@ type Model interface {
 	Slots() int
 	MaxPages() int
 	KVPages() int
+	// Recurrent reports recurrent layers, whose per-slot state holds the
+	// whole sequence so far: a prompt must run from its first token, so
+	// such a model gets no prefix cache.
+	Recurrent() bool
 	Step(ctx context.Context, b runtime.Batch) error
 	Logits(slot int, dst []float32) []float32
 	// Greedy is the token the step's ARGMAX picked for slot: the first
@@ -225,6 +229,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	e.stats.Finished = map[Finish]uint64{}
 	e.stats.Slots = cfg.Slots
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
+	if m.Recurrent() {
+		cfg.NoPrefixCache = true
+	}
 	if !cfg.NoPrefixCache {
 		e.prefix = prefix.New()
 	}

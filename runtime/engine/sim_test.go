@@ -38,9 +38,10 @@ func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 	}
 	return runtime.ShapeKey{}, false
 }
-func (m *scripted) Slots() int    { return m.slots }
-func (m *scripted) MaxPages() int { return m.maxPages }
-func (m *scripted) KVPages() int  { return m.kvPages }
+func (m *scripted) Slots() int      { return m.slots }
+func (m *scripted) MaxPages() int   { return m.maxPages }
+func (m *scripted) KVPages() int    { return m.kvPages }
+func (m *scripted) Recurrent() bool { return false }
 
 func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 	if m.fail {

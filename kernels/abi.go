@@ -136,11 +136,12 @@ var catalog = []ABI{
 	// gated_delta_net is the gated delta rule over each slot's state, row
 	// by row in order: qkv holds the convolved q (h_k heads), k (h_k) and
 	// v (h_v heads), all of width s; q and k are L2-normalized (eps); v
-	// head h pairs with q and k head h mod h_k; per head S ← S·e^alpha,
+	// head h pairs with q and k head h mod h_k (with grouped, head
+	// h/(h_v/h_k), as Qwen3-Next repeats them); per head S ← S·e^alpha,
 	// S ← S + k ⊗ beta·(v − Sᵀk), y = Sᵀq/√s. The state (h_v × s × s
 	// F32 per slot, at state + slot·slot_bytes + off) is zero at p = 0.
 	{Name: "gated_delta_net", Bufs: []string{"qkv", "alpha", "beta", "state", "io", "y"}, Push: []Param{{"off", U32}},
-		Spec: []Param{{"h_k", U32}, {"h_v", U32}, {"s", U32}, {"eps", F32}, {"slot_bytes", U32}}},
+		Spec: []Param{{"h_k", U32}, {"h_v", U32}, {"s", U32}, {"eps", F32}, {"slot_bytes", U32}, {"grouped", U32}}},
 	// rms_norm_gated is y = rms_norm(x per group)·w·silu(z) (the gated
 	// DeltaNet's output norm), w an F32 vector of group.
 	{Name: "rms_norm_gated", Bufs: []string{"x", "w", "z", "io", "y"}, Push: []Param{{"cols", U32}, {"group", U32}},

@@ -117,6 +117,14 @@ func (b *graphBuilder) weight(role string, layer int, logical string, dims ...in
 		Dims: append([]int64(nil), t.Dims...), LayerClass: role, Bytes: t.Size}), nil
 }
 
+// b2f is a flag attribute's value.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // f32Weight is weight for the vectors and biases the kernels take in
 // F32 only: another type is a *support.Error naming the tensor.
 func (b *graphBuilder) f32Weight(role string, layer int, logical string, dims ...int64) (int, error) {
@@ -379,12 +387,19 @@ func (b *graphBuilder) gatedDeltaNet(l int, m Recurrent, x int) error {
 	if err != nil {
 		return err
 	}
-	regs := map[string]int{}
-	for _, p := range []struct {
+	type projection struct {
 		role, logical, reg string
 		n                  int
-	}{{"attn_qkv", "model.ssm.qkv_weight", "ssm_qkv", C}, {"ssm_z", "model.ssm.z_weight", "ssm_z", V},
-		{"ssm_beta", "model.ssm.beta_weight", "ssm_beta", m.HV}, {"ssm_alpha", "model.ssm.alpha_weight", "ssm_alpha", m.HV}} {
+	}
+	projections := []projection{{"attn_qkv", "model.ssm.qkv_weight", "ssm_qkv", C}, {"ssm_z", "model.ssm.z_weight", "ssm_z", V}}
+	if m.JointBA {
+		projections = append(projections, projection{"ssm_ba", "model.ssm.ba_weight", "ssm_ba", 2 * m.HV})
+	} else {
+		projections = append(projections, projection{"ssm_beta", "model.ssm.beta_weight", "ssm_beta", m.HV},
+			projection{"ssm_alpha", "model.ssm.alpha_weight", "ssm_alpha", m.HV})
+	}
+	regs := map[string]int{}
+	for _, p := range projections {
 		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
 		if err != nil {
 			return err
@@ -404,6 +419,11 @@ func (b *graphBuilder) gatedDeltaNet(l int, m Recurrent, x int) error {
 		}
 		vecs[p.role] = w
 	}
+	if m.JointBA {
+		regs["ssm_beta"], regs["ssm_alpha"] = b.reg(l, "ssm_beta", m.HV), b.reg(l, "ssm_alpha", m.HV)
+		g.Emit(ir.SPLIT_HALVES, []ir.Operand{ir.R("x", regs["ssm_ba"]), ir.B("io", b.io)},
+			[]ir.Operand{ir.R("a", regs["ssm_beta"]), ir.R("b", regs["ssm_alpha"])}, ir.Attrs{"heads": float64(m.HK), "width": float64(m.HV / m.HK)})
+	}
 	alpha, beta := regs["ssm_alpha"], regs["ssm_beta"]
 	g.Emit(ir.GDN_GATES, []ir.Operand{ir.R("alpha", alpha), ir.R("beta", beta), ir.B("dt", vecs["ssm_dt"]), ir.B("a", vecs["ssm_a"]), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("alpha", alpha), ir.R("beta", beta)}, ir.Attrs{"heads": float64(m.HV)})
@@ -416,7 +436,7 @@ func (b *graphBuilder) gatedDeltaNet(l int, m Recurrent, x int) error {
 	g.Emit(ir.GATED_DELTA_NET, []ir.Operand{ir.R("qkv", conv), ir.R("alpha", alpha), ir.R("beta", beta), ir.B("state", b.rec), ir.B("io", b.io)},
 		[]ir.Operand{ir.B("state", b.rec), ir.R("y", o)},
 		ir.Attrs{"off": float64(m.Off + m.convBytes()), "h_k": float64(m.HK), "h_v": float64(m.HV), "s": float64(m.S),
-			"eps": float64(h.Eps), "slot_bytes": slot})
+			"eps": float64(h.Eps), "slot_bytes": slot, "grouped": b2f(m.Grouped)})
 	on := b.reg(l, "ssm_onorm", V)
 	g.Emit(ir.RMS_NORM_GATED, []ir.Operand{ir.R("x", o), ir.B("w", vecs["ssm_norm"]), ir.R("z", regs["ssm_z"]), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("y", on)}, ir.Attrs{"cols": float64(V), "group": float64(m.S), "eps": float64(h.Eps)})

@@ -65,6 +65,7 @@ var llamaTensors = map[string]string{
 	"ssm_z":     "blk.%d.attn_gate.weight",
 	"ssm_beta":  "blk.%d.ssm_beta.weight",
 	"ssm_alpha": "blk.%d.ssm_alpha.weight",
+	"ssm_ba":    "blk.%d.ssm_ba.weight",
 	"ssm_dt":    "blk.%d.ssm_dt.bias",
 	"ssm_a":     "blk.%d.ssm_a",
 	"ssm_conv":  "blk.%d.ssm_conv1d.weight",

@@ -9,6 +9,8 @@ import (
 
 func init() {
 	register("qwen35", specBuilder(qwen35))
+	register("qwen35moe", specBuilder(qwen35moe))
+	register("qwen3next", specBuilder(qwen3next))
 }
 
 // qwen35 (Qwen3.5) is a hybrid: of every full_attention_interval layers
@@ -19,22 +21,59 @@ func init() {
 // multi-section RoPE of the vision-language checkpoints reduces, for
 // text, where every section sees the same position, to NeoX RoPE.
 func qwen35(f *gguf.File, c *config.Config) (*Spec, error) {
+	return qwenHybrid(f, c, DenseFFN{}, false)
+}
+
+// qwen35moe is qwen35 with every FFN routed experts (renormalized
+// weights) plus, where the file has one, a sigmoid-gated shared expert
+// of expert_shared_feed_forward_length columns.
+func qwen35moe(f *gguf.File, c *config.Config) (*Spec, error) {
+	return qwenHybrid(f, c, MoEFFN{NormWeights: true}, false)
+}
+
+// qwen3next (Qwen3-Next) is qwen35moe whose DeltaNet layers project beta
+// and alpha with one tensor, ssm_ba, and give each key head to a group of
+// consecutive value heads. (Files from before llama.cpp split its joint
+// q|k|v|z projection, ssm_in, are not read.)
+func qwen3next(f *gguf.File, c *config.Config) (*Spec, error) {
+	return qwenHybrid(f, c, MoEFFN{NormWeights: true}, true)
+}
+
+// qwenHybrid reads the Qwen3.5/Qwen3-Next family with the given FFN and
+// DeltaNet beta/alpha projection.
+func qwenHybrid(f *gguf.File, c *config.Config, ffn FFN, jointBA bool) (*Spec, error) {
 	s, err := llamaLineage(f, c, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, QKNorm: true, GatedAttn: true,
-		FFNNorm: "attn_post_norm", FFN: DenseFFN{}})
+		FFNNorm: "attn_post_norm", FFN: ffn})
 	if err != nil {
 		return nil, err
 	}
-	m, err := deltaNetShape(f, s.Hparams.Arch)
+	a := s.Hparams.Arch
+	meta := archMeta{f: f, arch: a}
+	m, err := deltaNetShape(f, a)
 	if err != nil {
 		return nil, err
 	}
+	m.JointBA, m.Grouped = jointBA, jointBA
 	interval := 4
-	if err := (archMeta{f: f, arch: s.Hparams.Arch}).get("full_attention_interval", &interval, interval); err != nil {
+	if err := meta.get("full_attention_interval", &interval, interval); err != nil {
 		return nil, err
+	}
+	shared := 0
+	if _, ok := ffn.(MoEFFN); ok {
+		if _, ok := f.Tensor(fmt.Sprintf(llamaTensors["shexp_up"], 0)); ok {
+			if err := meta.get("expert_shared_feed_forward_length", &shared, -1); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for l := range s.Layers {
+		ls := &s.Layers[l]
 		if (l+1)%interval != 0 {
-			s.Layers[l].Mixer = m
+			ls.Mixer = m
+		}
+		if moe, ok := ls.FFN.(MoEFFN); ok && shared > 0 {
+			moe.SharedNFF, moe.SharedGated = shared, true
+			ls.FFN = moe
 		}
 	}
 	return s, nil

@@ -162,6 +162,13 @@ type SlidingWindowAttention struct{ Window int }
 type Recurrent struct {
 	Kind             string
 	ConvK, HK, HV, S int
+	// JointBA: beta and alpha come from one projection (ssm_ba), each
+	// key head's group of value heads' betas then their alphas
+	// (Qwen3-Next); otherwise from ssm_beta and ssm_alpha.
+	JointBA bool
+	// Grouped: value head h reads key head h/(HV/HK) (Qwen3-Next repeats
+	// each key head for its group); otherwise key head h mod HK.
+	Grouped bool
 	// Off is the byte offset of the layer's state in a slot's recurrent
 	// state (Hparams.RecurrentBytes): the convolution window, then the
 	// HV state matrices.

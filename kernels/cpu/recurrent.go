@@ -119,6 +119,11 @@ func gatedDeltaNet(a *Args) error {
 	off := int(a.Push[0])
 	hk, hv, s := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
 	eps, slotBytes := math.Float32frombits(a.Spec[3]), int(a.Spec[4])
+	// kh is the key head of value head h
+	kh := func(h int) int { return h % hk }
+	if a.Spec[5] != 0 {
+		kh = func(h int) int { return h / (hv / hk) }
+	}
 	c := (2*hk + hv) * s
 	scale := 1 / sqrtf(float32(s))
 	groups := rowsBySlot(r)
@@ -132,8 +137,8 @@ func gatedDeltaNet(a *Args) error {
 					clear(m)
 				}
 				row := qkv[i*c : (i+1)*c]
-				l2Norm(q, row[h%hk*s:][:s], eps)
-				l2Norm(k, row[(hk+h%hk)*s:][:s], eps)
+				l2Norm(q, row[kh(h)*s:][:s], eps)
+				l2Norm(k, row[(hk+kh(h))*s:][:s], eps)
 				v := row[(2*hk+h)*s:][:s]
 				decay, b := expf(alpha[i*hv+h]), beta[i*hv+h]
 				for j := range m {

@@ -16,7 +16,6 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
@@ -213,10 +212,13 @@ func TestDecodeBatchMatchesSingle(t *testing.T) {
 	os.WriteFile(model, b, 0o644)
 	t.Run("llama", func(t *testing.T) { decodeBatchMatchesSingle(t, model) })
 	t.Run("qwen35", func(t *testing.T) {
-		hybrid := filepath.Join(reference.SharedDir(), "models", "synthetic", "syn-qwen35-q8_0.gguf")
-		if _, err := os.Stat(hybrid); err != nil {
-			t.Skipf("no hybrid model: %v", err)
+		b, err := synth.Write(synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 320,
+			Context: 64, Type: ggml.Q8_0, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
 		}
+		hybrid := filepath.Join(dir, "hybrid.gguf")
+		os.WriteFile(hybrid, b, 0o644)
 		decodeBatchMatchesSingle(t, hybrid)
 	})
 }

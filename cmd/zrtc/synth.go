@@ -33,7 +33,10 @@ Per architecture:
   gpt-oss                     MXFP4 experts (--experts, --experts-used,
                               --expert-ffn, default --ffn), YaRN ×32 over --ctx
                               (default 4096), --window (default 128); --type
-                              (default Q8_0) is the other matrices'`,
+                              (default Q8_0) is the other matrices'
+  qwen35                      3 gated DeltaNet layers (--ssm-state,
+                              --ssm-groups, --ssm-heads) to 1 gated attention
+                              layer`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -85,6 +88,9 @@ Per architecture:
 	f.IntVar(&s.ExpertsUsed, "experts-used", 0, "experts used per token (default min(2, --experts))")
 	f.IntVar(&s.ExpertFF, "expert-ffn", 0, "expert feed-forward width (default ffn/2; gpt-oss: ffn)")
 	f.IntVar(&s.Window, "window", 0, "sliding window of gemma2, gemma3, gpt-oss (default 4096, 1024, 128)")
+	f.IntVar(&s.SSMState, "ssm-state", 0, "qwen35: DeltaNet head width (default the head width)")
+	f.IntVar(&s.SSMGroups, "ssm-groups", 0, "qwen35: DeltaNet key heads (default 2)")
+	f.IntVar(&s.SSMHeads, "ssm-heads", 0, "qwen35: DeltaNet value heads (default 2 × ssm-groups)")
 	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q6_K, or the mix Q4_K_M; gpt-oss: default Q8_0, and MXFP4 means Q8_0 beside the MXFP4 experts")
 	f.Uint64Var(&s.Seed, "seed", s.Seed, "random seed")
 	// Hidden spellings: --expert-ff for --expert-ffn, --sliding-window for --window.

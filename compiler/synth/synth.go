@@ -1,6 +1,6 @@
 // Package synth writes synthetic GGUF models: random weights of a chosen
 // llama-lineage shape (llama, qwen2/3, phi3, qwen2moe, gemma2/3, mistral3,
-// gpt-oss), with the metadata keys and tensors llama.cpp's converter
+// gpt-oss, qwen35), with the metadata keys and tensors llama.cpp's converter
 // writes for the family's real checkpoints, and a small byte-fallback
 // SentencePiece vocabulary.
 // The demo falls back to one when no real model is at hand, tests build
@@ -32,7 +32,9 @@ type Shape struct {
 	// local RoPE base and linear RoPE scaling), mistral3 (llama with YaRN
 	// and attention temperature scaling) or gpt-oss (biased attention
 	// with sinks, sliding-window layers, YaRN, and biased routed experts
-	// in MXFP4).
+	// in MXFP4) or qwen35 (every fourth layer gated attention with
+	// per-head Q/K norms and partial RoPE, the others gated DeltaNet
+	// layers shaped by the SSM fields).
 	Arch    string
 	Layers  int
 	Embd    int
@@ -62,6 +64,10 @@ type Shape struct {
 	// Window is the sliding window of gemma2, gemma3 and gpt-oss's local
 	// layers (0: the released models', 4096, 1024 and 128).
 	Window int
+	// SSMState, SSMGroups and SSMHeads shape a qwen35 model's gated
+	// DeltaNet layers: the key heads' width, the key heads and the value
+	// heads (defaults the head width, 2 and 2 × SSMGroups).
+	SSMState, SSMGroups, SSMHeads int
 	// LongRoPE gives a phi3 model what the 128k checkpoints have: short
 	// and long RoPE frequency factors and an attention factor, for a
 	// training context 32 times the original Context.
@@ -92,6 +98,17 @@ func (s Shape) yarnFactor() int {
 func (s Shape) withDefaults() Shape {
 	if w, ok := windows[s.Arch]; ok && s.Window == 0 {
 		s.Window = w
+	}
+	if s.Arch == "qwen35" {
+		if s.SSMState == 0 {
+			s.SSMState = s.headDim()
+		}
+		if s.SSMGroups == 0 {
+			s.SSMGroups = 2
+		}
+		if s.SSMHeads == 0 {
+			s.SSMHeads = 2 * s.SSMGroups
+		}
 	}
 	if !s.moe() {
 		return s
@@ -165,6 +182,8 @@ func Write(s Shape) ([]byte, error) {
 		base = 1e6
 	case "gpt-oss":
 		base = 150000
+	case "qwen35":
+		eps, base = 1e-6, 1e7
 	}
 	w.Set(a+".context_length", gguf.U32(uint32(ctx)))
 	w.Set(a+".embedding_length", gguf.U32(uint32(s.Embd)))
@@ -208,6 +227,18 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
 		w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
 		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
+	}
+	if a == "qwen35" { // Qwen3.5: partial RoPE in sections, 3 DeltaNet layers to 1 attention
+		nRot := s.HeadDim / 4
+		w.Set(a+".rope.dimension_count", gguf.U32(uint32(nRot)))
+		sections := []int32{int32(nRot * 3 / 16), int32(nRot * 3 / 16), int32(nRot/2 - 2*(nRot*3/16)), 0}
+		w.Set(a+".rope.dimension_sections", gguf.I32s(sections))
+		w.Set(a+".ssm.conv_kernel", gguf.U32(4))
+		w.Set(a+".ssm.state_size", gguf.U32(uint32(s.SSMState)))
+		w.Set(a+".ssm.group_count", gguf.U32(uint32(s.SSMGroups)))
+		w.Set(a+".ssm.time_step_rank", gguf.U32(uint32(s.SSMHeads)))
+		w.Set(a+".ssm.inner_size", gguf.U32(uint32(s.SSMHeads*s.SSMState)))
+		w.Set(a+".full_attention_interval", gguf.U32(qwen35Interval))
 	}
 	if a == "qwen2moe" {
 		w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
@@ -280,12 +311,6 @@ func Write(s Shape) ([]byte, error) {
 	}
 	// A tensor's values are drawn when it is added, in file order, so
 	// that a seed gives the files it always gave.
-	type tensor struct {
-		name string
-		typ  ggml.Type
-		dims []int64
-		std  float64 // 0: RMS-norm weights around 1
-	}
 	X, FX := int64(s.Experts), int64(s.ExpertFF)
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
@@ -330,6 +355,8 @@ func Write(s Shape) ([]byte, error) {
 				tensor{"ffn_norm.weight", ggml.F32, []int64{E}, 0})
 			layer = append(layer, ffn...)
 			layer = append(layer, tensor{"post_ffw_norm.weight", ggml.F32, []int64{E}, 0})
+		case "qwen35":
+			layer = qwen35Layer(s, l, mat, ffn)
 		case "gpt-oss": // biased attention with sinks; biased MXFP4 experts
 			layer = []tensor{
 				{"attn_norm.weight", ggml.F32, []int64{E}, 0},
@@ -360,9 +387,15 @@ func Write(s Shape) ([]byte, error) {
 				n *= int(d)
 			}
 			var x []float32
-			if t.std > 0 {
+			switch {
+			case t.std < 0: // ssm_a: -exp(A_log), A_log uniform in [0, ln 16)
+				x = make([]float32, n)
+				for i := range x {
+					x[i] = -float32(math.Exp(rng.Float64() * math.Log(16)))
+				}
+			case t.std > 0:
 				x = normal(n, t.std)
-			} else {
+			default:
 				x = ones(n)
 			}
 			if err := add(p+t.name, t.typ, t.dims, x); err != nil {
@@ -401,6 +434,52 @@ func Write(s Shape) ([]byte, error) {
 		return nil, err
 	}
 	return w.Bytes(), nil
+}
+
+// tensor is one tensor of a layer as Write draws it.
+type tensor struct {
+	name string
+	typ  ggml.Type
+	dims []int64
+	std  float64 // 0: RMS-norm weights around 1; negative: ssm_a's decay rates
+}
+
+// qwen35Interval is full_attention_interval: Qwen3.5's three DeltaNet
+// layers to one attention layer.
+const qwen35Interval = 4
+
+// qwen35Layer is layer l of a qwen35 model: a gated DeltaNet layer or,
+// every qwen35Interval-th, a gated attention one (Q projection twice as
+// wide for the gate, per-head Q/K norms); then the FFN behind the norm
+// named post_attention_norm.
+func qwen35Layer(s Shape, l int, mat ggml.Type, ffn []tensor) []tensor {
+	E, Q, KV := int64(s.Embd), int64(s.Heads*s.HeadDim), int64(s.HeadsKV*s.HeadDim)
+	hk, hv, st := int64(s.SSMGroups), int64(s.SSMHeads), int64(s.SSMState)
+	layer := []tensor{{"attn_norm.weight", ggml.F32, []int64{E}, 0}}
+	if (l+1)%qwen35Interval == 0 {
+		hd := int64(s.HeadDim)
+		layer = append(layer,
+			tensor{"attn_q.weight", mat, []int64{E, 2 * Q}, 0.05},
+			tensor{"attn_k.weight", mat, []int64{E, KV}, 0.05},
+			tensor{"attn_v.weight", mat, []int64{E, KV}, 0.05},
+			tensor{"attn_q_norm.weight", ggml.F32, []int64{hd}, 0},
+			tensor{"attn_k_norm.weight", ggml.F32, []int64{hd}, 0},
+			tensor{"attn_output.weight", mat, []int64{Q, E}, 0.05})
+	} else {
+		c := (2*hk + hv) * st
+		layer = append(layer,
+			tensor{"attn_qkv.weight", mat, []int64{E, c}, 0.05},
+			tensor{"attn_gate.weight", mat, []int64{E, hv * st}, 0.05},
+			tensor{"ssm_beta.weight", mat, []int64{E, hv}, 0.05},
+			tensor{"ssm_alpha.weight", mat, []int64{E, hv}, 0.05},
+			tensor{"ssm_dt.bias", ggml.F32, []int64{hv}, 0.5},
+			tensor{"ssm_a", ggml.F32, []int64{hv}, -1},
+			tensor{"ssm_conv1d.weight", ggml.F32, []int64{4, c}, 0.3},
+			tensor{"ssm_norm.weight", ggml.F32, []int64{st}, 0},
+			tensor{"ssm_out.weight", mat, []int64{hv * st, E}, 0.05})
+	}
+	layer = append(layer, tensor{"post_attention_norm.weight", ggml.F32, []int64{E}, 0})
+	return append(layer, ffn...)
 }
 
 // setVocab writes an SPM vocabulary: <unk>, <s>, </s>, the 256 byte

@@ -191,6 +191,16 @@ func TestNewFamilies(t *testing.T) {
 				"blk.1.ffn_gate_exps.bias": ggml.F32, "blk.1.ffn_down_exps.bias": ggml.F32},
 			absent: []string{"blk.0.ffn_norm.weight", "gpt-oss.expert_shared_feed_forward_length"},
 		},
+		{
+			s: Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
+				SSMState: 32, SSMGroups: 2, SSMHeads: 4, Seed: 11},
+			keys: map[string]string{"qwen35.ssm.state_size": "32", "qwen35.ssm.group_count": "2", "qwen35.ssm.time_step_rank": "4",
+				"qwen35.ssm.inner_size": "128", "qwen35.full_attention_interval": "4", "qwen35.rope.dimension_count": "8"},
+			tensors: map[string]ggml.Type{"blk.0.attn_qkv.weight": ggml.Q8_0, "blk.0.ssm_a": ggml.F32, "blk.0.ssm_conv1d.weight": ggml.F32,
+				"blk.2.ssm_out.weight": ggml.Q8_0, "blk.3.attn_q.weight": ggml.Q8_0, "blk.3.attn_q_norm.weight": ggml.F32,
+				"blk.3.post_attention_norm.weight": ggml.F32},
+			absent: []string{"blk.3.attn_qkv.weight", "blk.0.attn_q.weight", "blk.0.ffn_norm.weight"},
+		},
 	} {
 		s := c.s
 		b, err := Write(s)

@@ -19,7 +19,7 @@ const (
 )
 
 // Archs are the architectures Write produces.
-var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "mistral3", "gpt-oss"}
+var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "mistral3", "gpt-oss", "qwen35"}
 
 // Check reports the first field of s outside what Write can produce, by
 // its command-line name.
@@ -74,6 +74,23 @@ func (s Shape) Check() error {
 			if err := in(c.name, c.v, c.lo, c.hi); err != nil {
 				return err
 			}
+		}
+	}
+	if s.Arch == "qwen35" {
+		for _, c := range []struct {
+			name      string
+			v, lo, hi int
+		}{
+			{"ssm-state", s.SSMState, 1, maxWidth},
+			{"ssm-groups", s.SSMGroups, 1, maxWidth},
+			{"ssm-heads", s.SSMHeads, s.SSMGroups, maxWidth},
+		} {
+			if err := in(c.name, c.v, c.lo, c.hi); err != nil {
+				return err
+			}
+		}
+		if s.SSMHeads%s.SSMGroups != 0 || s.headDim()%4 != 0 {
+			return fmt.Errorf("synth: qwen35 needs --ssm-heads a multiple of --ssm-groups and a head width divisible by 4")
 		}
 	}
 	hd := s.headDim()

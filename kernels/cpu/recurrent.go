@@ -141,17 +141,12 @@ func gatedDeltaNet(a *Args) error {
 				l2Norm(k, row[(hk+kh(h))*s:][:s], eps)
 				v := row[(2*hk+h)*s:][:s]
 				decay, b := expf(alpha[i*hv+h]), beta[i*hv+h]
-				for j := range m {
-					m[j] *= decay
-				}
+				scaleF32(m, decay)
 				for j := range s {
 					delta[j] = (v[j] - dotF32(m[j*s:(j+1)*s], k)) * b
 				}
 				for j := range s {
-					mj, d := m[j*s:(j+1)*s], delta[j]
-					for t, kv := range k {
-						mj[t] = fma32(kv, d, mj[t])
-					}
+					madF32(m[j*s:(j+1)*s], k, delta[j])
 				}
 				out := y[(i*hv+h)*s:][:s]
 				for j := range s {
@@ -183,7 +178,11 @@ func dotF32(x, y []float32) float32 {
 	y = y[:n]
 	np := n &^ 63
 	var sum float32
-	if np > 0 {
+	if np > 0 && vecUseSIMD {
+		var acc [16]float32
+		dotF32AVX512(&x[0], &y[0], np, &acc)
+		sum = reduceAdd16(&acc)
+	} else if np > 0 {
 		var acc [4][16]float32
 		for i := 0; i < np; i += 64 {
 			for j := range acc {
@@ -205,6 +204,37 @@ func dotF32(x, y []float32) float32 {
 		sum = fma32(x[i], y[i], sum)
 	}
 	return sum
+}
+
+// vecUseSIMD selects the AVX-512 forms of dotF32, madF32 and scaleF32
+// where the CPU has them; the tests compare them with the Go code.
+var vecUseSIMD = vecSIMDOK
+
+// madF32 is ggml_vec_mad_f32: y[i] = fma(x[i], v, y[i]).
+func madF32(y, x []float32, v float32) {
+	x = x[:len(y)]
+	n16 := len(y) &^ 15
+	if n16 > 0 && vecUseSIMD {
+		madF32AVX512(&y[0], &x[0], v, n16)
+	} else {
+		n16 = 0
+	}
+	for i := n16; i < len(y); i++ {
+		y[i] = fma32(x[i], v, y[i])
+	}
+}
+
+// scaleF32 is ggml_vec_scale_f32: y[i] *= v.
+func scaleF32(y []float32, v float32) {
+	n16 := len(y) &^ 15
+	if n16 > 0 && vecUseSIMD {
+		scaleF32AVX512(&y[0], v, n16)
+	} else {
+		n16 = 0
+	}
+	for i := n16; i < len(y); i++ {
+		y[i] *= v
+	}
 }
 
 // rmsNormGated is rms_norm(x)·w·silu(z) per group of columns, as the

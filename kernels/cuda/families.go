@@ -63,6 +63,12 @@ var families = []Family{
 	{"attn_temp", 25},
 	{"moe_add_bias", 26},
 	{"swiglu_oai", 27},
+	{"ssm_conv", 28},
+	{"gdn_gates", 29},
+	{"gated_delta_net", 30},
+	{"rms_norm_gated", 31},
+	{"split_halves", 32},
+	{"mul_sigmoid", 33},
 }
 
 // instanceTypes are the weight types for which every typed family is

@@ -175,6 +175,10 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 // logit_softcap caps.
 const softcapChunk = 4096
 
+// gdnMaxS is 2·GDN_REG_S in plain.cuh: the widest head gated_delta_net
+// takes (its shared q, k and v).
+const gdnMaxS = 256
+
 // mmqStride is mm_xstride in mmq.cuh: shared-memory bytes of one
 // quantized activation row.
 func mmqStride(k uint32) int { return int((k + k/4 + 15) &^ 15) }
@@ -258,7 +262,47 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, err
 		}
 		l.Grid = [3]uint32{ceilDiv(r*push[0]*push[1], 256), 1, 1}
-	case "add", "swiglu", "swiglu_oai", "geglu", "scale": // push cols
+	case "ssm_conv": // push cols, off; spec k, slot_bytes: a block per (row, 256 channels), a slot's first row's runs it
+		if err := need(push, 1, "push"); err != nil {
+			return l, err
+		}
+		if err := need(spec, 1, "spec"); err != nil {
+			return l, err
+		}
+		if spec[0] < 2 {
+			return l, fmt.Errorf("cuda: ssm_conv: window %d, want at least 2", spec[0])
+		}
+		l.Grid[1] = ceilDiv(push[0], 256)
+	case "gated_delta_net": // spec h_k, h_v, s, eps, slot_bytes, grouped: a block per (row, v head), a slot's first row's runs it
+		if err := need(spec, 3, "spec"); err != nil {
+			return l, err
+		}
+		if spec[2] > gdnMaxS {
+			return l, fmt.Errorf("cuda: gated_delta_net: head width %d over the kernel's %d", spec[2], gdnMaxS)
+		}
+		if spec[0] == 0 || spec[1]%spec[0] != 0 {
+			return l, fmt.Errorf("cuda: gated_delta_net: %d v heads over %d k heads", spec[1], spec[0])
+		}
+		l.Grid[1] = spec[1]
+	case "rms_norm_gated": // push cols, group: a block per (row, group)
+		if err := need(push, 2, "push"); err != nil {
+			return l, err
+		}
+		if push[1] == 0 || push[0]%push[1] != 0 {
+			return l, fmt.Errorf("cuda: rms_norm_gated: %d columns in groups of %d", push[0], push[1])
+		}
+		l.Grid[1] = push[0] / push[1]
+	case "split_halves": // push heads, width
+		if err := need(push, 2, "push"); err != nil {
+			return l, err
+		}
+		l.Grid = [3]uint32{ceilDiv(r*push[0]*push[1], 256), 1, 1}
+	case "gdn_gates": // push heads
+		if err := need(push, 1, "push"); err != nil {
+			return l, err
+		}
+		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
+	case "add", "swiglu", "swiglu_oai", "geglu", "scale", "mul_sigmoid": // push cols
 		if err := need(push, 1, "push"); err != nil {
 			return l, err
 		}

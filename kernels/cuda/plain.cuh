@@ -633,3 +633,252 @@ extern "C" __global__ void __launch_bounds__(256)
     y[i] = x / (1.f + (float)exp((double)(alpha * (0.f - x)))) * (v + 1.f);
 }
 #endif
+
+#if FAMILY == FAMILY_SSM_CONV || FAMILY == FAMILY_GATED_DELTA_NET
+// slot_leader tells whether row is its slot's first row of the step (no
+// earlier active row has its slot): the block of that row then runs every
+// row of the slot, in order, since a recurrent state advances row by row.
+// The whole block calls it (it synchronizes).
+__device__ __forceinline__ bool slot_leader(const u32* io, int row, u32 slot) {
+    int hit = 0;
+    for (int j = threadIdx.x; j < row; j += blockDim.x) hit |= io_row(io, j, ROW_SLOT) == slot;
+    return !__syncthreads_or(hit);
+}
+
+// silu_f is ggml's SiLU as T-CUDA's swiglu takes it: x/(1 + expf(-x)), the
+// exponential in double, rounded (T-CPU takes ggml's 16-lane polynomial
+// over whole groups of 16 channels, a few ulp away).
+__device__ __forceinline__ float silu_f(float x) { return x / (1.f + (float)exp(-(double)x)); }
+#endif
+
+#if FAMILY == FAMILY_SSM_CONV // ssm_conv: causal convolution + SiLU over each slot's rows; grid (rows, cols/256)
+// The block of a slot's first row of the step runs the slot: a thread per
+// channel slides its window (k-1 floats of state, oldest first) over the
+// slot's rows in order. The sum is the oracle's: fmaf over the window,
+// then the row's input.
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const float* w, u8* state, const u32* io,
+    float* y, u32 cols, u32 off, u32 k, u32 slot_bytes) {
+    int row = blockIdx.x, rows = io[IO_ROWS];
+    if (row >= rows) return;
+    u32 slot = io_row(io, row, ROW_SLOT);
+    if (!slot_leader(io, row, slot)) return;
+    dep_sync();
+    int ch = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ch >= (int)cols) return;
+    int kw = k - 1;
+    float* win = (float*)(state + (size_t)slot * slot_bytes + off) + (size_t)ch * kw;
+    const float* wc = w + (size_t)ch * k;
+    for (int i = row; i < rows; i++) {
+        if (io_row(io, i, ROW_SLOT) != slot) continue;
+        if (io_row(io, i, ROW_POS) == 0)
+            for (int j = 0; j < kw; j++) win[j] = 0.f;
+        float sum = 0.f;
+        for (int j = 0; j < kw; j++) sum = fmaf(win[j], wc[j], sum);
+        float xv = x[(size_t)i * cols + ch];
+        y[(size_t)i * cols + ch] = silu_f(fmaf(xv, wc[kw], sum));
+        for (int j = 0; j + 1 < kw; j++) win[j] = win[j + 1];
+        if (kw > 0) win[kw - 1] = xv;
+    }
+}
+#endif
+
+#if FAMILY == FAMILY_GDN_GATES // gdn_gates: alpha = softplus(alpha + dt)·a, beta = sigmoid(beta) in place; grid (rows·heads/256)
+// As the oracle (ggml's unary ops): softplus x above 20, else
+// logf(1 + expf(x)); sigmoid 1/(1 + expf(-x)); exp and log in double,
+// rounded.
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(float* alpha, float* beta, const float* dt, const float* a, const u32* io, u32 heads) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * heads) return;
+    int h = i % heads;
+    float x = alpha[i] + dt[h];
+    if (x <= 20.f) x = (float)log((double)(1.f + (float)exp((double)x)));
+    alpha[i] = x * a[h];
+    beta[i] = 1.f / (1.f + (float)exp(-(double)beta[i]));
+}
+#endif
+
+#if FAMILY == FAMILY_GATED_DELTA_NET // gated_delta_net: the gated delta rule over each slot's rows; grid (rows, h_v)
+// The block of a slot's first row of the step runs the slot's v head h
+// over the slot's rows in order. Row j of the (transposed) state is
+// independent of the others within a step: warp w owns rows w, w+8, …,
+// lane l their columns l, l+32, …, so the state stays in registers for
+// heads of up to GDN_REG_S columns (GDN_REG_S² floats over 256 threads);
+// wider heads update it in memory. The dot products are warp sums (the
+// oracle sums in ggml's AVX-512 order).
+#define GDN_REG_S 128
+#define GDN_WARPS 8
+
+// gdn_row updates state rows j = warp + GDN_WARPS·r (r < RW) for one
+// token: decay, delta against k, rank-one update, output against q. S is
+// the lane's registers (REG) or the state in memory.
+template <bool REG, int RW, int EL>
+__device__ __forceinline__ void gdn_row(float (&S)[RW][EL], float* m, int s, const float* qs, const float* ks,
+    const float* vs, float decay, float b, float scale, float* out) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int rw = REG ? RW : (s + GDN_WARPS - 1) / GDN_WARPS;
+#pragma unroll
+    for (int r = 0; r < (REG ? RW : 1); r++) {
+        for (int rr = REG ? r : 0; rr < (REG ? r + 1 : rw); rr++) {
+            int j = warp + GDN_WARPS * rr;
+            if (j >= s) break;
+            float* mj = m + (size_t)j * s;
+            float d = 0.f;
+            if (REG) {
+#pragma unroll
+                for (int u = 0; u < EL; u++) {
+                    int t = lane + 32 * u;
+                    if (t < s) S[r][u] *= decay, d = fmaf(S[r][u], ks[t], d);
+                }
+            } else {
+                for (int t = lane; t < s; t += 32) {
+                    float v = mj[t] * decay;
+                    mj[t] = v;
+                    d = fmaf(v, ks[t], d);
+                }
+            }
+            float delta = (vs[j] - warp_sum(d)) * b;
+            float o = 0.f;
+            if (REG) {
+#pragma unroll
+                for (int u = 0; u < EL; u++) {
+                    int t = lane + 32 * u;
+                    if (t < s) S[r][u] = fmaf(ks[t], delta, S[r][u]), o = fmaf(S[r][u], qs[t], o);
+                }
+            } else {
+                for (int t = lane; t < s; t += 32) {
+                    float v = fmaf(ks[t], delta, mj[t]);
+                    mj[t] = v;
+                    o = fmaf(v, qs[t], o);
+                }
+            }
+            o = warp_sum(o);
+            if (lane == 0) out[j] = o * scale;
+        }
+    }
+}
+
+// gdn_norm_scale is ggml_l2_norm's 1/max(‖x‖, eps) of s floats, for one
+// warp: the squares summed in double, the root in float.
+__device__ __forceinline__ float gdn_norm_scale(const float* x, int s, float eps) {
+    double sum = 0;
+    for (int t = threadIdx.x & 31; t < s; t += 32) sum += (double)(x[t] * x[t]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return 1.f / fmaxf(sqrtf((float)sum), eps);
+}
+
+template <bool REG>
+__device__ void gdn_run(const float* qkv, const float* alpha, const float* beta, u8* state, const u32* io, float* y,
+    u32 off, int hk, int hv, int s, float eps, u32 slot_bytes, u32 grouped, int row, u32 slot) {
+    constexpr int RW = REG ? GDN_REG_S / GDN_WARPS : 1, EL = REG ? GDN_REG_S / 32 : 1;
+    __shared__ float qs[2 * GDN_REG_S], ks[2 * GDN_REG_S], vs[2 * GDN_REG_S];
+    __shared__ float sc[2];
+    int h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, rows = io[IO_ROWS];
+    int c = (2 * hk + hv) * s;
+    int kh = grouped ? h / (hv / hk) : h % hk; // the q and k head of v head h
+    float* m = (float*)(state + (size_t)slot * slot_bytes + off) + (size_t)h * s * s;
+    float scale = 1.f / sqrtf((float)s);
+    float S[RW][EL];
+    if (REG) {
+#pragma unroll
+        for (int r = 0; r < RW; r++)
+#pragma unroll
+            for (int u = 0; u < EL; u++) {
+                int j = warp + GDN_WARPS * r, t = lane + 32 * u;
+                S[r][u] = j < s && t < s ? m[(size_t)j * s + t] : 0.f;
+            }
+    }
+    for (int i = row; i < rows; i++) {
+        if (io_row(io, i, ROW_SLOT) != slot) continue;
+        if (io_row(io, i, ROW_POS) == 0) {
+            if (REG) {
+#pragma unroll
+                for (int r = 0; r < RW; r++)
+#pragma unroll
+                    for (int u = 0; u < EL; u++) S[r][u] = 0.f;
+            } else {
+                __syncthreads();
+                for (int t = tid; t < s * s; t += blockDim.x) m[t] = 0.f;
+            }
+        }
+        const float* rw = qkv + (size_t)i * c;
+        for (int t = tid; t < s; t += blockDim.x) {
+            qs[t] = rw[kh * s + t];
+            ks[t] = rw[(hk + kh) * s + t];
+            vs[t] = rw[(2 * hk + h) * s + t];
+        }
+        __syncthreads();
+        if (warp < 2) {
+            float f = gdn_norm_scale(warp ? ks : qs, s, eps);
+            if (lane == 0) sc[warp] = f;
+        }
+        __syncthreads();
+        for (int t = tid; t < s; t += blockDim.x) qs[t] *= sc[0], ks[t] *= sc[1];
+        __syncthreads();
+        float decay = (float)exp((double)alpha[(size_t)i * hv + h]), b = beta[(size_t)i * hv + h];
+        gdn_row<REG, RW, EL>(S, m, s, qs, ks, vs, decay, b, scale, y + ((size_t)i * hv + h) * s);
+        __syncthreads(); // qs, ks, vs are reused
+    }
+    if (REG) {
+#pragma unroll
+        for (int r = 0; r < RW; r++)
+#pragma unroll
+            for (int u = 0; u < EL; u++) {
+                int j = warp + GDN_WARPS * r, t = lane + 32 * u;
+                if (j < s && t < s) m[(size_t)j * s + t] = S[r][u];
+            }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* qkv, const float* alpha, const float* beta,
+    u8* state, const u32* io, float* y, u32 off, u32 h_k, u32 h_v, u32 s, u32 eps_bits, u32 slot_bytes, u32 grouped) {
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS] || s > 2 * GDN_REG_S) return;
+    u32 slot = io_row(io, row, ROW_SLOT);
+    if (!slot_leader(io, row, slot)) return;
+    dep_sync();
+    float eps = __uint_as_float(eps_bits);
+    if (s <= GDN_REG_S)
+        gdn_run<true>(qkv, alpha, beta, state, io, y, off, h_k, h_v, s, eps, slot_bytes, grouped, row, slot);
+    else gdn_run<false>(qkv, alpha, beta, state, io, y, off, h_k, h_v, s, eps, slot_bytes, grouped, row, slot);
+}
+#endif
+
+#if FAMILY == FAMILY_RMS_NORM_GATED // rms_norm_gated: y = rms_norm(x per group)·w·silu(z); grid (rows, cols/group)
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* x, const float* w, const float* z, const u32* io, float* y, u32 cols, u32 group, u32 eps_bits) {
+    dep_sync();
+    int row = blockIdx.x;
+    if (row >= (int)io[IO_ROWS]) return;
+    size_t o = (size_t)row * cols + (size_t)blockIdx.y * group;
+    float scale = rms_scale(x + o, group, __uint_as_float(eps_bits));
+    for (int j = threadIdx.x; j < (int)group; j += blockDim.x) {
+        float g = z[o + j];
+        float v = (x[o + j] * scale) * w[j];
+        y[o + j] = v * (g / (1.f + (float)exp(-(double)g)));
+    }
+}
+#endif
+
+#if FAMILY == FAMILY_SPLIT_HALVES // split_halves: each head's halves to a and b; grid (rows·heads·width/256)
+extern "C" __global__ void __launch_bounds__(256)
+    NAME(const float* x, const u32* io, float* a, float* b, u32 heads, u32 width) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * heads * width) return;
+    size_t hd = i / width, t = i % width;
+    a[i] = x[2 * hd * width + t];
+    b[i] = x[(2 * hd + 1) * width + t];
+}
+#endif
+
+#if FAMILY == FAMILY_MUL_SIGMOID // mul_sigmoid: x ·= sigmoid(g); grid (rows·cols/256)
+// sigmoid as ggml's: 1/(1 + expf(-g)), the exponential in double, rounded.
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* g, const u32* io, u32 cols) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)io[IO_ROWS] * cols) x[i] *= 1.f / (1.f + (float)exp(-(double)g[i]));
+}
+#endif

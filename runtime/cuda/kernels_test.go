@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
@@ -601,4 +602,142 @@ func TestKernelMXFP4(t *testing.T) {
 	want = cpuRun(t, inst("moe_gate_up"), gbufs, nil, spec)
 	compareF32(t, "moe_gate_up.mxfp4 gate", got[5], want[5], 1e-4)
 	compareF32(t, "moe_gate_up.mxfp4 up", got[6], want[6], 1e-4)
+}
+
+// recurrentSteps are the steps of the recurrent kernels' tests, run one
+// after the other on the state the previous one left: several slots a
+// step, rows at position 0 (whose slot's state must start from zero
+// although the region holds another request's), slots whose rows are not
+// adjacent, and slots 0 and 2 whose rows go on in the second step.
+var recurrentSteps = [][]krow{
+	{{0, 2, 0}, {1, 2, 0}, {5, 0, 0}, {2, 2, 0}, {0, 3, 0}, {6, 0, 0}, {9, 1, 0}},
+	{{3, 2, 0}, {7, 0, 0}, {4, 2, 0}, {0, 1, 0}},
+}
+
+// runRecurrent runs instance on both tiers over recurrentSteps: inputs(rows)
+// gives each step's buffers (the state, at index stateAt, is replaced by
+// each tier's own from the step before); every buffer in outs is compared
+// after each step, then the state.
+func runRecurrent(t *testing.T, g *kgpu, instance string, state []byte, stateAt int, outs []int,
+	inputs func(rows []krow) [][]byte, push, spec []uint32, tol float64) {
+	t.Helper()
+	gs, cs := state, state
+	for si, rows := range recurrentSteps {
+		bufs := inputs(rows)
+		bufs[stateAt] = gs
+		got := g.run(instance, bufs, push, spec, len(rows))
+		bufs[stateAt] = cs
+		want := cpuRun(t, instance, bufs, push, spec)
+		for _, o := range outs {
+			compareF32(t, fmt.Sprintf("%s step %d buffer %d", instance, si, o), got[o], want[o], tol)
+		}
+		compareF32(t, fmt.Sprintf("%s step %d state", instance, si), got[stateAt], want[stateAt], tol)
+		gs, cs = got[stateAt], want[stateAt]
+	}
+}
+
+func TestKernelSSMConv(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(12))
+	const slots = 4
+	for _, c := range []struct{ cols, k, off int }{{300, 4, 64}, {1040, 4, 0}, {70, 3, 12}} {
+		slotBytes := c.off + (c.k-1)*c.cols*4 + 36
+		state := f32bytes(randF32(rng, slots*slotBytes/4, -2, 2))
+		w := f32bytes(randF32(rng, c.k*c.cols, -1, 1))
+		inputs := func(rows []krow) [][]byte {
+			x := randF32(rng, len(rows)*c.cols, -3, 3)
+			y := make([]float32, len(rows)*c.cols)
+			return [][]byte{f32bytes(x), w, nil, ioTable(rows, slots, 1, nil), f32bytes(y)}
+		}
+		push, spec := []uint32{uint32(c.cols), uint32(c.off)}, []uint32{uint32(c.k), uint32(slotBytes)}
+		runRecurrent(t, g, "ssm_conv", state, 2, []int{4}, inputs, push, spec, 1e-5)
+	}
+}
+
+func TestKernelGDNGates(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(13))
+	rows, heads := 5, 48
+	alpha := randF32(rng, rows*heads, -25, 25)
+	beta := randF32(rng, rows*heads, -8, 8)
+	alpha[0], alpha[1] = 20, 19.5
+	bufs := [][]byte{f32bytes(alpha), f32bytes(beta), f32bytes(randF32(rng, heads, -2, 2)), f32bytes(randF32(rng, heads, -1, 0)),
+		ioTable(make([]krow, rows), rows, 1, nil)}
+	push := []uint32{uint32(heads)}
+	got := g.run("gdn_gates", bufs, push, nil, rows)
+	want := cpuRun(t, "gdn_gates", bufs, push, nil)
+	compareF32(t, "gdn_gates alpha", got[0], want[0], 1e-6)
+	compareF32(t, "gdn_gates beta", got[1], want[1], 1e-6)
+}
+
+// TestKernelGatedDeltaNet holds the delta rule to T-CPU with the state in
+// registers (heads of up to 128, a partial lane group at 48) and in memory
+// (192), with more v heads than q/k heads, tiled (Qwen3.5) and grouped
+// (Qwen3-Next).
+func TestKernelGatedDeltaNet(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(14))
+	const slots = 4
+	for _, c := range []struct{ hk, hv, s, off, grouped int }{{2, 4, 128, 256, 0}, {2, 6, 128, 0, 1}, {1, 3, 48, 0, 0}, {2, 4, 48, 16, 1}, {1, 2, 192, 64, 0}} {
+		t.Run(fmt.Sprintf("s%d-hv%d-grouped%d", c.s, c.hv, c.grouped), func(t *testing.T) {
+			g := &kgpu{t: t, ctx: g.ctx, params: g.params}
+			slotBytes := c.off + c.hv*c.s*c.s*4 + 128
+			state := f32bytes(randF32(rng, slots*slotBytes/4, -0.5, 0.5))
+			cols := (2*c.hk + c.hv) * c.s
+			inputs := func(rows []krow) [][]byte {
+				qkv := randF32(rng, len(rows)*cols, -1, 1)
+				alpha := randF32(rng, len(rows)*c.hv, -1.5, 0)
+				beta := randF32(rng, len(rows)*c.hv, 0, 1)
+				y := make([]float32, len(rows)*c.hv*c.s)
+				return [][]byte{f32bytes(qkv), f32bytes(alpha), f32bytes(beta), nil, ioTable(rows, slots, 1, nil), f32bytes(y)}
+			}
+			push := []uint32{uint32(c.off)}
+			spec := []uint32{uint32(c.hk), uint32(c.hv), uint32(c.s), fbits(1e-6), uint32(slotBytes), uint32(c.grouped)}
+			runRecurrent(t, g, "gated_delta_net", state, 3, []int{5}, inputs, push, spec, 1e-4)
+		})
+	}
+}
+
+func TestKernelRMSNormGated(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(15))
+	rows := 3
+	for _, c := range []struct{ cols, group int }{{4 * 128, 128}, {3 * 40, 40}} {
+		x := randF32(rng, rows*c.cols, -3, 3)
+		z := randF32(rng, rows*c.cols, -6, 6)
+		w := randF32(rng, c.group, 0.5, 1.5)
+		y := make([]float32, rows*c.cols)
+		bufs := [][]byte{f32bytes(x), f32bytes(w), f32bytes(z), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+		push, spec := []uint32{uint32(c.cols), uint32(c.group)}, []uint32{fbits(1e-6)}
+		got := g.run("rms_norm_gated", bufs, push, spec, rows)
+		want := cpuRun(t, "rms_norm_gated", bufs, push, spec)
+		compareF32(t, fmt.Sprintf("rms_norm_gated group %d", c.group), got[4], want[4], 1e-5)
+	}
+}
+
+func TestKernelSplitHalves(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(16))
+	rows, heads, width := 3, 5, 96
+	x := randF32(rng, rows*heads*2*width, -3, 3)
+	a, b := randF32(rng, (rows+1)*heads*width, -1, 1), randF32(rng, (rows+1)*heads*width, -1, 1) // a row past the active ones stays
+	bufs := [][]byte{f32bytes(x), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(a), f32bytes(b)}
+	push := []uint32{uint32(heads), uint32(width)}
+	got := g.run("split_halves", bufs, push, nil, rows)
+	want := cpuRun(t, "split_halves", bufs, push, nil)
+	compareF32(t, "split_halves a", got[2], want[2], 0)
+	compareF32(t, "split_halves b", got[3], want[3], 0)
+}
+
+func TestKernelMulSigmoid(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(17))
+	rows, cols := 3, 1000
+	x := randF32(rng, (rows+1)*cols, -3, 3)
+	gt := randF32(rng, (rows+1)*cols, -20, 20)
+	bufs := [][]byte{f32bytes(x), f32bytes(gt), ioTable(make([]krow, rows), rows, 1, nil)}
+	push := []uint32{uint32(cols)}
+	got := g.run("mul_sigmoid", bufs, push, nil, rows)
+	want := cpuRun(t, "mul_sigmoid", bufs, push, nil)
+	compareF32(t, "mul_sigmoid", got[0], want[0], 1e-6)
 }

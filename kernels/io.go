@@ -23,16 +23,27 @@ const (
 // The host writes it before each replay; kernels only read it. Offsets are
 // in 32-bit words.
 const (
-	IOWordRows       = 0 // active rows in this step (≤ the variant's row capacity)
-	IOWordMaxPages   = 1 // page-table entries per slot
-	IOWordPageTable  = 2 // word offset of the page table
-	IOWordRowBase    = 8 // first row record
-	IORowWords       = 4 // words per row record
-	IORowToken       = 0
-	IORowPos         = 1
-	IORowSlot        = 2
-	IORowFlags       = 3
-	RowWantsLogits   = 1 // flag: LM_HEAD writes logits for this row's slot
+	IOWordRows      = 0 // active rows in this step (≤ the variant's row capacity)
+	IOWordMaxPages  = 1 // page-table entries per slot
+	IOWordPageTable = 2 // word offset of the page table
+	IOWordRowBase   = 8 // first row record
+	IORowWords      = 4 // words per row record
+	IORowToken      = 0
+	IORowPos        = 1
+	IORowSlot       = 2
+	IORowFlags      = 3
+	RowWantsLogits  = 1 // flag: LM_HEAD writes logits for this row's slot
+	// RowPrompt marks a row that evaluates a prompt token (not a decode
+	// step), and RowLongPrompt one whose prompt has at least
+	// LongPromptRows tokens. They describe the row's request, not the
+	// step, so a tier that picks a computation path by them (T-CPU's
+	// attention, which follows ggml's choice by batch size) gives a
+	// request the same bits however the scheduler chunked or batched it.
+	RowPrompt     = 2
+	RowLongPrompt = 4
+	// LongPromptRows is the batch size from which llama.cpp's CPU
+	// backend attends on its tiled path (GGML_FA_TILE_Q).
+	LongPromptRows   = 64
 	KVPageTokens     = 16
 	RouteEntryBytes  = 8 // one (expert id u32, weight f32) pair of a MoE route
 	OutFenceWordSize = 4

@@ -91,6 +91,10 @@ type Row struct {
 	Pos    int
 	Token  int32
 	Logits bool
+	// Prompt is the number of prompt tokens the row's request evaluates
+	// in its prefill (0 for a decode row): a property of the request,
+	// which tiers may use to pick a path (kernels.RowLongPrompt).
+	Prompt int `json:",omitempty"`
 }
 
 // SlotPages is a slot's page table: Pages[i] is the KV page holding its
@@ -364,10 +368,17 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 		rec[kernels.IORowToken] = uint32(r.Token)
 		rec[kernels.IORowPos] = uint32(r.Pos)
 		rec[kernels.IORowSlot] = uint32(r.Slot)
-		rec[kernels.IORowFlags] = 0
+		flags := uint32(0)
 		if r.Logits {
-			rec[kernels.IORowFlags] = kernels.RowWantsLogits
+			flags |= kernels.RowWantsLogits
 		}
+		if r.Prompt > 0 {
+			flags |= kernels.RowPrompt
+		}
+		if r.Prompt >= kernels.LongPromptRows {
+			flags |= kernels.RowLongPrompt
+		}
+		rec[kernels.IORowFlags] = flags
 	}
 	w[kernels.IOWordRows] = uint32(len(b.Rows))
 	return p.tier.Run(ctx, vi)

@@ -34,20 +34,22 @@ import (
 // are masked and contribute nothing, but n_kv decides the split and its
 // chunk boundaries.
 //
-// ggml decides by the rows of the whole batch; zrt decides by the rows its
-// request (slot) has in the step, so that a request's bits do not depend on
-// what it was batched with (batch invariance, seed 000 §18.3). A request
-// alone in a step, as llama.cpp runs one sequence, takes ggml's path; in a
-// mixed step a decode row beside a 64-row prefill chunk stays on one_chunk
-// (or split) where ggml would tile it.
+// ggml decides by the rows of the whole batch; zrt decides by the row's
+// request, as the runtime marks it (kernels.RowPrompt, RowLongPrompt): a
+// prompt of faTileQ tokens or more is tiled whichever chunks the
+// scheduler cut it into, a shorter one runs one_chunk, and a decode row
+// runs split or one_chunk by its cache view. So a request's bits depend
+// neither on what it was batched with nor on how its prompt was chunked
+// (batch invariance, seed 000 §18.3), and a prompt evaluated in one batch,
+// as llama.cpp evaluates it, takes ggml's path.
 const (
-	faTileQ       = 64  // GGML_FA_TILE_Q
-	faTileKV      = 64  // GGML_FA_TILE_KV
-	faF32Lanes    = 16  // GGML_F32_EPR with AVX-512: the tiled path needs DV % 16 == 0
-	faF16Step     = 64  // GGML_F16_STEP with AVX-512 (F16 via F32 lanes)
-	faKVPad       = 256 // n_kv padding of llama_kv_cache::get_n_kv
-	faSplitMinKV  = 512 // the split-KV path needs n_kv >= 512
-	faSplitChunks = 2   // ggml splits by its thread count; the references ran with 2
+	faTileQ       = kernels.LongPromptRows // GGML_FA_TILE_Q
+	faTileKV      = 64                     // GGML_FA_TILE_KV
+	faF32Lanes    = 16                     // GGML_F32_EPR with AVX-512: the tiled path needs DV % 16 == 0
+	faF16Step     = 64                     // GGML_F16_STEP with AVX-512 (F16 via F32 lanes)
+	faKVPad       = 256                    // n_kv padding of llama_kv_cache::get_n_kv
+	faSplitMinKV  = 512                    // the split-KV path needs n_kv >= 512
+	faSplitChunks = 2                      // ggml splits by its thread count; the references ran with 2
 )
 
 // faUseSIMD selects the AVX-512 kernels (fattn_amd64.s) where the CPU has
@@ -132,8 +134,10 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	layer := int(a.Push[0])
 	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
-	slotRows := rowsPerSlot(r)
-	tiled := func(i int) bool { return slotRows[r.row(i, kernels.IORowSlot)] >= faTileQ && hd%faF32Lanes == 0 }
+	// The path is the row's request's (its flags), never the step's: see
+	// above.
+	flag := func(i int, f uint32) bool { return r.row(i, kernels.IORowFlags)&f != 0 }
+	tiled := func(i int) bool { return flag(i, kernels.RowLongPrompt) && hd%faF32Lanes == 0 }
 	simd := faUseSIMD && hd%16 == 0
 	// The SIMD tiled rows go through flashAttnTiled, the others below. Its
 	// kernels score whole tiles from key 0 with no cap, so capped or
@@ -178,7 +182,7 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			switch {
 			case tiled(i):
 				w.tiled(qh, out, h, pos, &o, cache)
-			case slotRows[uint32(slot)] == 1 && nKV >= faSplitMinKV:
+			case !flag(i, kernels.RowPrompt) && nKV >= faSplitMinKV:
 				w.split(qh, out, h, pos, nKV, &o, cache)
 			default:
 				for d, v := range qh {
@@ -200,16 +204,6 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			}
 		}
 	})
-}
-
-// rowsPerSlot counts the step's rows of each slot: the rows of one
-// request, which decide its attention path.
-func rowsPerSlot(r request) map[uint32]int {
-	n := map[uint32]int{}
-	for i := range r.rows() {
-		n[r.row(i, kernels.IORowSlot)]++
-	}
-	return n
 }
 
 // kvView locates one slot's cached keys and values of one KV head in one

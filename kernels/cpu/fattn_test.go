@@ -47,11 +47,23 @@ func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
 	for i := range slots * maxPages {
 		io[pt+i] = uint32(perm[i])
 	}
+	// A slot's rows are its request's whole prompt when there are several
+	// (long from kernels.LongPromptRows on), a decode row when one.
+	perSlot := make([]int, slots)
+	for i := range c.rows {
+		perSlot[i%slots]++
+	}
 	for i := range c.rows {
 		s := i % slots
 		base := kernels.IOWordRowBase + i*kernels.IORowWords
 		io[base+kernels.IORowSlot] = uint32(s)
 		io[base+kernels.IORowPos] = uint32(c.start[s] + i/slots)
+		if n := perSlot[s]; n > 1 {
+			io[base+kernels.IORowFlags] = kernels.RowPrompt
+			if n >= kernels.LongPromptRows {
+				io[base+kernels.IORowFlags] |= kernels.RowLongPrompt
+			}
+		}
 	}
 	q := make([]float32, c.rows*c.nHead*c.hd)
 	for i := range q {

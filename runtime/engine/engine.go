@@ -479,8 +479,13 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 		if c.From < len(r.Prompt) {
 			decodeOnly = false
 		}
+		prompt := 0
+		if c.From < len(r.Prompt) {
+			prompt = len(r.Prompt) - r.cached // the rows this request's prefill evaluates
+		}
 		for i := range c.N {
-			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: c.Logits && i == c.N-1})
+			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: c.Logits && i == c.N-1,
+				Prompt: prompt})
 		}
 		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})
 	}

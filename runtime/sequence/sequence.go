@@ -141,7 +141,8 @@ func (s *Sequence) checkTokens(toks []int32) error {
 
 // step runs the smallest variant of stage that fits toks over them, the
 // last row asking for logits when want is set, and appends toks to s.
-func (s *Sequence) step(ctx context.Context, stage runtime.Stage, toks []int32, want bool) error {
+// prompt is the length of the prompt toks are part of (0: decode rows).
+func (s *Sequence) step(ctx context.Context, stage runtime.Stage, toks []int32, prompt int, want bool) error {
 	key, ok := s.pool.Key(stage, len(toks))
 	if !ok {
 		return fmt.Errorf("no %s variant for %d rows (the bundle has %v)", stage, len(toks), s.pool.Keys())
@@ -152,7 +153,7 @@ func (s *Sequence) step(ctx context.Context, stage runtime.Stage, toks []int32, 
 	}
 	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: []runtime.SlotPages{pages}}
 	for i, t := range toks {
-		b.Rows[i] = runtime.Row{Slot: s.slot, Pos: len(s.Tokens) + i, Token: t, Logits: want && i == len(toks)-1}
+		b.Rows[i] = runtime.Row{Slot: s.slot, Pos: len(s.Tokens) + i, Token: t, Logits: want && i == len(toks)-1, Prompt: prompt}
 	}
 	if err := s.pool.Step(ctx, b); err != nil {
 		return err
@@ -216,7 +217,7 @@ func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error)
 	if p.mode != PrefillPerToken {
 		for i := 0; i < len(toks); i += p.prefill.Rows {
 			chunk := toks[i:min(len(toks), i+p.prefill.Rows)]
-			if err := s.step(ctx, runtime.Prefill, chunk, i+len(chunk) == len(toks)); err != nil {
+			if err := s.step(ctx, runtime.Prefill, chunk, len(toks), i+len(chunk) == len(toks)); err != nil {
 				return nil, err
 			}
 		}
@@ -227,7 +228,7 @@ func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error)
 		s.Tokens = s.Tokens[:start] // the per-token pass rewrites the same cache entries
 	}
 	for _, t := range toks {
-		if err := s.step(ctx, runtime.Decode, []int32{t}, true); err != nil {
+		if err := s.step(ctx, runtime.Decode, []int32{t}, 0, true); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +248,7 @@ func (s *Sequence) Decode(ctx context.Context, tok int32) ([]float32, error) {
 	if err := s.checkTokens([]int32{tok}); err != nil {
 		return nil, err
 	}
-	if err := s.step(ctx, runtime.Decode, []int32{tok}, true); err != nil {
+	if err := s.step(ctx, runtime.Decode, []int32{tok}, 0, true); err != nil {
 		return nil, err
 	}
 	return s.Logits(), nil

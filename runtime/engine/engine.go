@@ -305,7 +305,16 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.nextID++
 		r.id = e.nextID
 		if e.prefix != nil {
-			r.keys = e.prefix.Keys(e.cfg.Scope(r.Tenant), r.Prompt) // hashed here, not under the lock Submit takes
+			// Hashed here, not under the lock Submit takes. The scope
+			// includes the prompt's length class (kernels.RowLongPrompt):
+			// a tier may compute a long prompt's rows another way than a
+			// short one's, so their pages are not interchangeable bit for
+			// bit.
+			scope := e.cfg.Scope(r.Tenant)
+			if len(r.Prompt) >= kernels.LongPromptRows {
+				scope += "\x00long"
+			}
+			r.keys = e.prefix.Keys(scope, r.Prompt)
 		}
 		e.reqs = append(e.reqs, r)
 		if e.rec != nil {
@@ -481,7 +490,9 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 		}
 		prompt := 0
 		if c.From < len(r.Prompt) {
-			prompt = len(r.Prompt) - r.cached // the rows this request's prefill evaluates
+			// The whole prompt's length, cached part included: a property of
+			// the request, so its rows take the path they take alone.
+			prompt = len(r.Prompt)
 		}
 		for i := range c.N {
 			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: c.Logits && i == c.N-1,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,12 +40,20 @@ var tiers = []tier{{"cpu", "cpu"}, {"cuda:sm_90", "cuda"}}
 // storiesOn is stories on tier tr, skipping T-CUDA without a GPU.
 func storiesOn(t *testing.T, config string, tr tier) *runtime.Program {
 	t.Helper()
+	return sharedOn(t, "stories260K.gguf", config, tr)
+}
+
+// sharedOn compiles the model file of ../shared/models with the config
+// text for tier tr and opens it (skipping without the file, or T-CUDA
+// without a GPU).
+func sharedOn(t *testing.T, file, config string, tr tier) *runtime.Program {
+	t.Helper()
 	if tr.name == "cuda" {
 		if _, err := driver.Probe(); err != nil {
 			t.Skipf("no GPU: %v", err)
 		}
 	}
-	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	model := filepath.Join(reference.SharedDir(), "models", file)
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("%s not present", model)
 	}
@@ -462,4 +471,169 @@ func TestRerun(t *testing.T) {
 		t.Fatalf("rerun of a log with a changed token at step %d, request %d: %v", wantStep, wantID, err)
 	}
 	t.Logf("changed log: %v", err)
+}
+
+// TestSixtyFourLikeAlone is batch invariance at the scale of a serving
+// engine (#13): 64 requests of prompts from 4 to about 200 tokens, greedy
+// and seeded, all submitted at once to 16 slots with a step budget of 64
+// rows (so long prompts are cut into chunks whose sizes depend on what
+// else runs) and some cancelled midway. Each survivor's tokens and the
+// log-probabilities of its tokens and its top 3 alternatives — functions
+// of the full logit vector — equal its solo run's, bit for bit. The model
+// is TinyStories-656K, whose 16-wide heads can take T-CPU's tiled
+// attention path (stories260K's 8-wide ones cannot): a path chosen by the
+// step's rows instead of the request's fails this test.
+func TestSixtyFourLikeAlone(t *testing.T) {
+	p := sharedOn(t, "TinyStories-656K.F16.gguf", "context_length = 512\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 512\n", tiers[0])
+	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"Once upon a time", "The little dog", "Lily and Ben went to the park to play with a big red ball.", "One day",
+		"Tom had a toy car that he loved very much. He played with it every day, and", "A bird sang", "She was happy", "The sun was hot."}
+	type job struct {
+		prompt []int32
+		params decode.Params
+		want   []decode.Step
+	}
+	var jobs []job
+	for i := range 64 {
+		text := base[i%len(base)]
+		for range 2 * (i % 9) { // up to ~200 tokens
+			text += " " + base[(i+3)%len(base)]
+		}
+		sp := sample.Params{}
+		if i%2 == 1 {
+			sp = sample.Params{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: uint64(i + 1)}
+		}
+		jobs = append(jobs, job{prompt: p.Tok.Encode(text, true, false),
+			params: decode.Params{MaxTokens: 8 + i%13, Sampling: sp, Logprobs: true, TopLogprobs: 3}})
+	}
+	ctx := context.Background()
+	long := 0
+	for i := range jobs {
+		j := &jobs[i]
+		if len(j.prompt) >= 64 {
+			long++
+		}
+		s, err := solo.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		params := j.params
+		params.ContextLength = 512
+		d := decode.New(p.Tok, params)
+		logits, err := s.Prefill(ctx, j.prompt)
+		for err == nil {
+			st := d.Next(logits, s.Tokens, s.Pos())
+			if st.Token >= 0 {
+				j.want = append(j.want, st)
+			}
+			if st.Finish != decode.Running {
+				break
+			}
+			logits, err = s.Decode(ctx, st.Token)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+	}
+	if long < 8 {
+		t.Fatalf("only %d prompts of 64 tokens or more: the test would not chunk long prompts", long)
+	}
+
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 16, ChunkCap: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := make([]<-chan engine.Event, len(jobs))
+	cancels := make([]context.CancelFunc, len(jobs))
+	for i := range jobs {
+		rctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		ev, err := e.Submit(rctx, engine.Request{Tenant: "t", QoS: sched.Standard, Prompt: jobs[i].prompt, Decode: jobs[i].params})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = ev
+	}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	got := make([][]engine.Event, len(jobs))
+	cancelled := map[int]bool{}
+	open := len(jobs)
+	for steps := 0; open > 0; steps++ {
+		if steps > 20000 {
+			t.Fatal("the engine did not finish")
+		}
+		if steps == 5 || steps == 40 {
+			for i := steps % 7; i < len(jobs); i += 11 { // a few, running or waiting
+				if !cancelled[i] {
+					cancels[i]()
+					cancelled[i] = true
+				}
+			}
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, ev := range streams {
+			for drained := false; !drained && ev != nil; {
+				select {
+				case x, ok := <-ev:
+					if !ok {
+						streams[i], open = nil, open-1
+						drained = true
+						continue
+					}
+					if x.Token >= 0 {
+						got[i] = append(got[i], x)
+					}
+				default:
+					drained = true
+				}
+			}
+		}
+	}
+	same := func(a *decode.Logprobs, b *decode.Logprobs) bool {
+		if a == nil || b == nil || math.Float64bits(a.Logprob) != math.Float64bits(b.Logprob) || len(a.Top) != len(b.Top) {
+			return false
+		}
+		for k := range a.Top {
+			if a.Top[k].Token != b.Top[k].Token || math.Float64bits(a.Top[k].Logprob) != math.Float64bits(b.Top[k].Logprob) {
+				return false
+			}
+		}
+		return true
+	}
+	survivors := 0
+	for i, j := range jobs {
+		if cancelled[i] {
+			if len(got[i]) > len(j.want) {
+				t.Errorf("cancelled request %d produced more tokens than it would alone", i)
+			}
+			continue
+		}
+		survivors++
+		if len(got[i]) != len(j.want) {
+			t.Errorf("request %d: %d tokens, alone %d", i, len(got[i]), len(j.want))
+			continue
+		}
+		for k, x := range got[i] {
+			if x.Token != j.want[k].Token || !same(x.Logprobs, j.want[k].Logprobs) {
+				t.Errorf("request %d token %d: engine %d %+v, alone %d %+v", i, k, x.Token, x.Logprobs, j.want[k].Token, j.want[k].Logprobs)
+				break
+			}
+		}
+	}
+	s := e.Stats()
+	t.Logf("%d requests (%d prompts of 64+ tokens), %d cancelled, %d compared; %d steps; pages free %d/%d",
+		len(jobs), long, len(cancelled), survivors, s.Steps, s.PagesFree, s.PagesTotal)
+	if s.PagesFree+s.PrefixPages != s.PagesTotal {
+		t.Errorf("%d pages still in use besides the %d the prefix cache keeps", s.PagesTotal-s.PagesFree-s.PrefixPages, s.PrefixPages)
+	}
 }

@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt fuzz demo serve bench kbench clean ptx golden generate
+.PHONY: all build test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate
 
 all: build
 
@@ -97,6 +97,13 @@ generate:
 # or kernels/cuda/families.go. A test fails while the committed PTX is stale.
 ptx:
 	kernels/cuda/build_ptx.sh
+
+# amd: rebuild the AMD targets' committed code objects (kernels/amd/obj)
+# from kernels/amd/kernels.cl; needs Debian's clang-19 and lld-19. Run make
+# generate first after changing the catalog or kernels/amd/amd.go. A test
+# fails while the committed objects are stale.
+amd:
+	kernels/amd/build_amd.sh
 
 # kbench: time the CUDA matrix-vector kernels alone at 7B decode shapes
 # against a plain read of the same bytes; needs nvcc and a GPU.

@@ -12,6 +12,8 @@ import (
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/amd"
+	amdobj "github.com/zrtdev/zrt/kernels/amd/obj"
 	"github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -28,6 +30,8 @@ var tierKernels = map[kernels.TierKind]struct {
 }{
 	kernels.TierCPU:  {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes},
 	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes},
+	kernels.TierAMD: {func(t kernels.Target, _ Options) passes.Templates { return amdTemplate(t.Code) },
+		func() []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }},
 }
 
 // weightTypes returns the weight types a target computes with (none for a
@@ -86,6 +90,56 @@ func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 		}
 		return template(instance, target, append([]byte(nil), src...), 32, cuda.BlockSize(abi.Name))
 	}
+}
+
+// amdTemplate: the code is the instance's HSA code object v5 for the
+// target's processor (embedded in zrtc from kernels/amd/obj), followed by
+// the slot placeholders. The header's workgroup size, wavefront size, LDS
+// bytes and VGPR and SGPR counts are the code object's own (its kernel
+// descriptor and metadata note, which ParseCodeObject holds to each
+// other), never typed here. The kernel's arguments are the dispatch's
+// user-data dwords followed by the slot values (kernels/amd): the tier
+// copies the patched slots after the user data in the kernarg segment.
+func amdTemplate(target zrt.Target) passes.Templates {
+	gfx := strings.TrimPrefix(target.String(), "amd:")
+	return func(instance string) (*zrt.Blob, error) {
+		code, err := amdobj.Source(gfx, instance)
+		if err != nil {
+			return nil, err
+		}
+		k, err := amdKernel(code, gfx, instance)
+		if err != nil {
+			return nil, err
+		}
+		b, err := template(instance, target, append([]byte(nil), code...), k.WavefrontSize, k.ReqdWorkgroupSize[0])
+		if err != nil {
+			return nil, err
+		}
+		b.Header.Workgroup = k.ReqdWorkgroupSize
+		b.Header.LDSBytes = k.GroupSegmentFixedSize
+		b.Header.VGPRCount, b.Header.SGPRCount = k.VGPRCount, k.SGPRCount
+		return b, nil
+	}
+}
+
+// amdKernel parses an instance's code object and returns its kernel,
+// checking that the object is for processor gfx.
+func amdKernel(code []byte, gfx, instance string) (*amd.Kernel, error) {
+	co, err := amd.ParseCodeObject(code)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: %w", instance, err)
+	}
+	if co.Processor() != gfx {
+		return nil, fmt.Errorf("kernel %s: code object for %s (%s), want %s", instance, co.Processor(), co.Target, gfx)
+	}
+	k, ok := co.Kernel(amd.Entry(instance))
+	if !ok || len(co.Kernels) != 1 {
+		return nil, fmt.Errorf("kernel %s: code object lacks the kernel %s", instance, amd.Entry(instance))
+	}
+	if k.ReqdWorkgroupSize[0] == 0 || k.ReqdWorkgroupSize[1] != 1 || k.ReqdWorkgroupSize[2] != 1 {
+		return nil, fmt.Errorf("kernel %s: required workgroup size %v", instance, k.ReqdWorkgroupSize)
+	}
+	return k, nil
 }
 
 // Targets lists the targets this zrtc compiles for.

@@ -15,6 +15,7 @@ type TierKind string
 const (
 	TierCPU  TierKind = "cpu"  // T-CPU: Go kernels compiled into zrt-run
 	TierCUDA TierKind = "cuda" // T-CUDA: PTX through the CUDA Driver API
+	TierAMD  TierKind = "amd"  // T1: PM4 over /dev/kfd (ZRT_TIER=t1)
 )
 
 // Target is everything zrt knows about one compile target.
@@ -37,6 +38,9 @@ var targets = []Target{
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
 	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
+	// The AMD targets' kernels (kernels/amd) implement one fused family.
+	{Name: "amd:gfx1201", Code: zrt.GFX1201, Tier: TierAMD, Fused: []string{"matmul_residual"}},
+	{Name: "amd:gfx1100", Code: zrt.GFX1100, Tier: TierAMD, Fused: []string{"matmul_residual"}},
 }
 
 // Targets lists the compile targets.

@@ -91,10 +91,10 @@ func TestNothingFitsNamesMachineAndOffers(t *testing.T) {
 		t.Errorf("--tier cuda without a GPU: %v", err)
 	}
 	x = cpuAndCUDA()
-	x.Bundles[0].Target = "amd:gfx1201" // a target this zrt-run does not know
-	x.Bundles[0].Requires.Tier = "amd"
+	x.Bundles[0].Target = "intel:xe2hpg" // a target this zrt-run does not know
+	x.Bundles[0].Requires.Tier = "intel"
 	c, err := choose(t, x, noGPU, "")
-	if err == nil || !strings.Contains(c.Explain(), "no tier for target amd:gfx1201") {
+	if err == nil || !strings.Contains(c.Explain(), "no tier for target intel:xe2hpg") {
 		t.Errorf("unknown target: %v\n%s", err, c.Explain())
 	}
 }

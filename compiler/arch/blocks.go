@@ -484,11 +484,7 @@ func (b *graphBuilder) fusedQKV(l int, ls *LayerSpec, x int) (q, k, v, gate int,
 // rope rotates the heads of register x in place by r: ROPE, or ROPE_EXT
 // when r has frequency factors or an attention factor.
 func (b *graphBuilder) rope(r Rope, x, heads int) error {
-	neox := 0.0
-	if r.NeoX {
-		neox = 1
-	}
-	attrs := ir.Attrs{"n_head": float64(heads), "head_dim": float64(b.h.HeadDim), "n_rot": float64(r.NRot), "neox": neox,
+	attrs := ir.Attrs{"n_head": float64(heads), "head_dim": float64(b.h.HeadDim), "n_rot": float64(r.NRot), "neox": b2f(r.NeoX),
 		"freq_base": r.Base, "freq_scale": r.Scale}
 	if !r.extended() {
 		b.g.Emit(ir.ROPE, []ir.Operand{ir.R("x", x), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)}, attrs)
@@ -623,12 +619,6 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 			Where: support.In(g.Buffers[wu].Tensor), Detail: "MOE_GATE_UP needs one type for the gate and up experts"}
 	}
 	U := ffn.NExpertUsed
-	flag := func(b bool) float64 {
-		if b {
-			return 1
-		}
-		return 0
-	}
 	// bias adds layer l's bias of role, of shape dims, as the optional
 	// operand "bias", to reads when on.
 	bias := func(on bool, role, logical string, reads []ir.Operand, dims ...int64) ([]ir.Operand, error) {
@@ -647,7 +637,7 @@ func (b *graphBuilder) moe(l int, ffn MoEFFN, fn, x int) error {
 	up := b.reg(l, "moe_up", U*ffn.NFFExpert)
 	act := b.reg(l, "moe_act", U*ffn.NFFExpert)
 	g.Emit(ir.MOE_GATE_TOPK, routerReads, []ir.Operand{ir.R("route", route)},
-		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": flag(ffn.NormWeights), "gating": flag(ffn.SoftmaxWeights)})
+		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": b2f(ffn.NormWeights), "gating": b2f(ffn.SoftmaxWeights)})
 	g.Emit(ir.MOE_GATE_UP, []ir.Operand{ir.R("x", fn), ir.B("w_gate", wg), ir.B("w_up", wu), ir.R("route", route), ir.B("io", b.io)},
 		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(E), "f": float64(F), "n_used": float64(U)})
 	for _, p := range []struct {

@@ -18,6 +18,9 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/amd/kfd"
+	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
+	"github.com/zrtdev/zrt/runtime/amd/t1"
 	"github.com/zrtdev/zrt/runtime/cpu"
 	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/sysmem"
@@ -53,6 +56,10 @@ type Options struct {
 	Trace func(i int, kernel string, out []byte)
 	// CUDA configures T-CUDA when it is the tier.
 	CUDA cuda.Options
+	// KFD picks T1's device: "" or "kfd" the real /dev/kfd, "sim" the
+	// simulated device of runtime/amd/kfdsim (T-CPU kernels behind the
+	// whole T1 path: ring, doorbell, packets, relocations, fences).
+	KFD string
 }
 
 // Stage is the kind of step a variant was compiled for.
@@ -223,6 +230,38 @@ var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier
 		}
 		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace})
 	},
+	kernels.TierAMD: func(b *bundle.Bundle, opt Options) (Tier, error) {
+		var dev kfd.Device
+		switch opt.KFD {
+		case "", "kfd":
+			target, _ := kernels.LookupTarget(b.Graph.Ident.Target)
+			gfx := strings.TrimPrefix(target.Name, "amd:")
+			d, err := kfd.Open(kfd.OpenOptions{Gfx: []string{gfx}})
+			if err != nil {
+				return nil, fmt.Errorf("tier t1: %w", err)
+			}
+			dev = d
+		case "sim":
+			// The simulated device keeps every allocation in this process,
+			// the weights copied in.
+			var need int64
+			for _, r := range b.Graph.Regions {
+				need += r.Bytes
+			}
+			if err := sysmem.Check("the bundle's memory plan on the simulated KFD", need); err != nil {
+				return nil, fmt.Errorf("tier t1: %w", err)
+			}
+			dev = kfdsim.New(opt.Threads)
+		default:
+			return nil, fmt.Errorf("tier t1: KFD device %q: want kfd or sim", opt.KFD)
+		}
+		t, err := t1.Load(b, dev, t1.Options{CloseDevice: true})
+		if err != nil {
+			dev.Close()
+			return nil, err
+		}
+		return t, nil
+	},
 	kernels.TierCUDA: func(b *bundle.Bundle, opt Options) (Tier, error) {
 		t, err := cuda.Load(b, opt.CUDA)
 		if err != nil {
@@ -244,7 +283,9 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 	switch choice {
 	case "", "auto":
 		choice = string(target.Tier)
-	case "t1", "t2", "metal":
+	case "t1":
+		choice = string(kernels.TierAMD)
+	case "t2", "metal":
 		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
 	}
 	load, ok := tierLoaders[kernels.TierKind(choice)]
@@ -258,7 +299,7 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 				fits = append(fits, t.Name)
 			}
 		}
-		return nil, fmt.Errorf("tier %s: bundle was compiled for %s, which runs on tier %s; rebuild with zrtc build --target %s", choice, target.Name, target.Tier, strings.Join(fits, "|"))
+		return nil, fmt.Errorf("tier %s: bundle was compiled for %s, which runs on tier %s; rebuild with zrtc build --target %s", opt.Tier, target.Name, target.Tier, strings.Join(fits, "|"))
 	}
 	return load(b, opt)
 }

@@ -28,7 +28,8 @@ const envHelp = `Environment (a flag wins over its variable):
   ZRT_TRACE=1                          print every dispatch's output (compare with llama-eval-callback)
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
-  ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel (replays launches one by one)`
+  ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel (replays launches one by one)
+  ZRT_KFD=kfd|sim                      T1's device: /dev/kfd (default), or the simulated KFD that runs T-CPU kernels`
 
 // engineFlags are shared by every command that loads a bundle.
 type engineFlags struct {
@@ -102,6 +103,12 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	}
 	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
 	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
+	switch s := os.Getenv("ZRT_KFD"); s {
+	case "", "kfd", "sim":
+		opt.KFD = s
+	default:
+		return opt, fmt.Errorf("ZRT_KFD=%q: want kfd (the /dev/kfd device) or sim (the simulated device)", s)
+	}
 	return opt, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/amd/t1"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -18,12 +19,16 @@ func probeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "cpu    available  %d CPUs, %s/%s\n", goruntime.NumCPU(), goruntime.GOOS, goruntime.GOARCH)
-			for _, t := range []struct{ name, node string }{{"t1", "/dev/kfd"}, {"t2", "/dev/dri/renderD128"}} {
-				if _, err := os.Stat(t.node); err != nil {
-					fmt.Fprintf(w, "%-6s missing    no device node %s\n", t.name, t.node)
-				} else {
-					fmt.Fprintf(w, "%-6s missing    %s exists, but this build has no AMD tier\n", t.name, t.node)
-				}
+			if info, err := t1.Probe(); err != nil {
+				fmt.Fprintf(w, "t1     missing    %v\n", err)
+			} else {
+				fmt.Fprintf(w, "t1     available  %s, KFD interface %d.%d (a bundle runs when built for its gfx target)\n", info.Name, info.Major, info.Minor)
+			}
+			fmt.Fprintln(w, "t1sim  available  ZRT_TIER=t1 ZRT_KFD=sim: the T1 path on a simulated KFD that runs T-CPU kernels")
+			if _, err := os.Stat("/dev/dri/renderD128"); err != nil {
+				fmt.Fprintln(w, "t2     missing    no device node /dev/dri/renderD128")
+			} else {
+				fmt.Fprintln(w, "t2     missing    /dev/dri/renderD128 exists, but this build has no amdgpu user-queue tier")
 			}
 			if info, err := driver.Probe(); err != nil {
 				fmt.Fprintf(w, "cuda   missing    %v\n", err)

@@ -299,9 +299,9 @@ func TestMXFP4VecDotMatchesDequantized(t *testing.T) {
 }
 
 // TestMXFP4PathsAgreeBitwise checks, at every SIMD level, that VecDotRows
-// and MatVec (which have no multi-row MXFP4 kernels and loop over VecDot)
-// give the pure-Go dot product's exact bits, and that no prepared kernel
-// claims MXFP4.
+// (which has no multi-row MXFP4 kernel and loops over VecDot) and MatVec
+// (mxfp4_amd64.go's loop over the assembly from AVX2 up) give the pure-Go
+// dot product's exact bits, and that no prepared kernel claims MXFP4.
 func TestMXFP4PathsAgreeBitwise(t *testing.T) {
 	rng := rand.New(rand.NewSource(41))
 	for _, nb := range []int{1, 2, 3, 7, 90} {

@@ -89,8 +89,9 @@ func setSIMDLevel(level int) int {
 // rows: one weight row against several activation rows, each quantized to
 // VecDotType(t) and starting xStride bytes after the previous one. Where a
 // multi-row kernel exists the weight row is loaded and unpacked once per
-// group of rows instead of once per row, which is what prefill wants. The
-// results equal VecDot's up to float32 summation order. As with VecDot,
+// group of rows instead of once per row, which is what prefill wants. Each
+// result is bit-identical to VecDot's on that row, however many rows are
+// computed together (batch invariance). As with VecDot,
 // sizes are the caller's to check (CheckVecDot on the last row, and
 // len(out) >= rows); invalid ones may panic. It does not allocate.
 func VecDotRows(t ggml.Type, n int, w []byte, xq []byte, xStride int, rows int, out []float32) {
@@ -109,8 +110,8 @@ func VecDotRows(t ggml.Type, n int, w []byte, xq []byte, xStride int, rows int, 
 // where rb is the byte size of an n-element row of t: consecutive weight
 // rows against one activation row, the matrix-vector product of decode.
 // The weight rows are read as one sequential stream, and where a kernel
-// exists the whole range runs in one call, without a call per row. The
-// results equal VecDot's up to float32 summation order. Sizes are the
+// exists the whole range runs in one call, without a call per row. Each
+// result is bit-identical to VecDot's on that row. Sizes are the
 // caller's to check (CheckVecDot for one row, and len(w) >= len(out)*rb);
 // invalid ones may panic. It does not allocate.
 func MatVec(t ggml.Type, n int, w []byte, xq []byte, out []float32) {

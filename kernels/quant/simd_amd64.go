@@ -17,6 +17,14 @@ import (
 // integer sum is computed exactly, and only the float combination of those
 // sums with the block scales is reordered (and uses fused multiply-adds).
 //
+// The one-row kernel of a type and level defines its bits: the multi-row
+// kernels (VecDotRows' groups of four or eight activation rows, the
+// prepared groups) and the many-row MatVec kernels give every row exactly
+// the one-row kernel's operations in its order (the same exact int32
+// lanes, the same fused multiply-adds, the same final HSUM reduction,
+// only done for several rows at once), so each result is bit-identical
+// to VecDot's on that row, however many rows are computed together.
+//
 // Two instruction-set levels exist:
 //
 //   - simdAVX2 needs AVX2, FMA and F16C (Haswell, Zen 1 and later). The
@@ -32,10 +40,10 @@ import (
 //     Y16-Y31 hold a super-block's unpacked quants and scales for all
 //     four rows.
 //
-// IQ4_NL and IQ4_XS (iq4_amd64.s) have AVX2 kernels only, used at both
-// levels; unlike the others they keep ggml's float order exactly and so
-// are bit-identical to their pure-Go kernels. IQ3_S has no assembly: its
-// pure-Go kernel (iq3.go) runs at every level.
+// IQ4_NL and IQ4_XS (iq4_amd64.s) and MXFP4 (mxfp4_amd64.s) have AVX2
+// kernels only, used at both levels; unlike the others they keep ggml's
+// float order exactly and so are bit-identical to their pure-Go kernels.
+// IQ3_S has no assembly: its pure-Go kernel (iq3.go) runs at every level.
 //
 // AMX is never used: it faults on the machines this runs on.
 
@@ -72,6 +80,8 @@ func simdKernels(level int) (tab simdTable) {
 	dot[ggml.Q6_K] = dotQ6_KAVX2
 	dot[ggml.IQ4_NL] = dotIQ4_NLAVX2 // iq4_amd64.go; AVX2 at every level
 	dot[ggml.IQ4_XS] = dotIQ4_XSAVX2
+	dot[ggml.MXFP4] = dotMXFP4AVX2 // mxfp4_amd64.go; AVX2 at every level
+	mv[ggml.MXFP4] = matVecMXFP4AVX2
 	if level >= simdVNNI {
 		dot[ggml.Q8_0] = dotQ8_0VNNI
 		dot[ggml.Q4_0] = dotQ4_0VNNI
@@ -187,9 +197,8 @@ func dotQ6_KAVX2(n int, w, x []byte) float32 {
 // rowsQ8_0VNNI runs the eight-row Q8_0 kernel over groups of eight
 // activation rows and the four-row one over a group of four, loading and
 // preparing each weight block once per group, and the one-row kernel over
-// what is left. The eight-row kernel's results are bit-identical to the
-// four-row kernel's, so which rows take which kernel still depends only on
-// rows mod 4.
+// what is left. All three give every row the one-row kernel's bits, so
+// which rows take which kernel does not matter.
 func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	nb := n / qk
 	if nb == 0 || rows <= 0 {
@@ -253,7 +262,7 @@ const q80PrepBlock = 8*qk + 8*4
 
 // rowsQ4_KVNNI runs the four-row Q4_K kernel (scales, mins and nibbles of
 // each weight super-block unpacked once per group of four rows) and the
-// one-row kernel over what is left.
+// one-row kernel over what is left; both give the one-row kernel's bits.
 func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
 	if nb == 0 || rows <= 0 {
@@ -274,7 +283,7 @@ func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 
 // rowsQ6_KVNNI runs the four-row Q6_K kernel (quants and scales of each
 // weight super-block unpacked once per group of four rows) and the one-row
-// kernel over what is left.
+// kernel over what is left; both give the one-row kernel's bits.
 func rowsQ6_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
 	if nb == 0 || rows <= 0 {
@@ -340,7 +349,7 @@ func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
 func dotQ6_KAVX2Asm(w, x *byte, nb int) float32
 
 // matVecQ4_KVNNI runs the AVX-512 many-row Q4_K kernel over all the rows
-// in one call.
+// in one call; each row's result is dotQ4_KAVX2Asm's, bit for bit.
 func matVecQ4_KVNNI(n int, w, x []byte, out []float32) {
 	nb := n / qkK
 	if nb == 0 {
@@ -356,7 +365,7 @@ func matVecQ4_KVNNI(n int, w, x []byte, out []float32) {
 func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
 
 // matVecQ6_KVNNI runs the AVX-512 many-row Q6_K kernel over all the rows
-// in one call.
+// in one call; each row's result is dotQ6_KAVX2Asm's, bit for bit.
 func matVecQ6_KVNNI(n int, w, x []byte, out []float32) {
 	nb := n / qkK
 	if nb == 0 {
@@ -372,7 +381,8 @@ func matVecQ6_KVNNI(n int, w, x []byte, out []float32) {
 func matVecQ6_KAsm(w, x *byte, nb, rows int, out *float32)
 
 // matVecQ8_0VNNI and matVecQ4_0VNNI run the AVX-512 many-row kernels for
-// the 32-element formats over all the rows in one call.
+// the 32-element formats over all the rows in one call; each row's result
+// is the one-row VNNI kernel's, bit for bit.
 func matVecQ8_0VNNI(n int, w, x []byte, out []float32) {
 	nb := n / qk
 	if nb == 0 {

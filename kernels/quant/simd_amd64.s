@@ -18,6 +18,56 @@
 	VPSHUFD      $0xb1, X, T \
 	VADDPS       T, X, X
 
+// HSUM4 leaves in X0 [hsum(A), hsum(B), hsum(C), hsum(D)] for four
+// accumulators, each summed with exactly HSUM's operations: per row
+// s = lo128 + hi128, then (s0+s2) + (s1+s3). VPERM2F128 pairs the rows'
+// halves (A with C, B with D) so that one VADDPS forms two rows' s; the
+// VUNPCKLPS/VUNPCKHPS pair and a VADDPS give every row's s0+s2 and s1+s3,
+// and VUNPCKLPD/VUNPCKHPD gather them for the last VADDPS. A-D must be
+// among Y4-Y15; Y0-Y3 are scratch.
+#define HSUM4(A, B, C, D) \
+	VPERM2F128   $0x20, C, A, Y0 \
+	VPERM2F128   $0x31, C, A, Y1 \
+	VADDPS       Y1, Y0, Y0 \
+	VPERM2F128   $0x20, D, B, Y1 \
+	VPERM2F128   $0x31, D, B, Y2 \
+	VADDPS       Y2, Y1, Y1 \
+	VUNPCKLPS    Y1, Y0, Y2 \
+	VUNPCKHPS    Y1, Y0, Y3 \
+	VADDPS       Y3, Y2, Y2 \
+	VEXTRACTF128 $1, Y2, X3 \
+	VUNPCKLPD    X3, X2, X0 \
+	VUNPCKHPD    X3, X2, X1 \
+	VADDPS       X1, X0, X0
+
+// HSUM8 leaves in Y0 the hsums of eight accumulators R0-R7 (lane r is
+// hsum(Rr)), each with exactly HSUM's operations as in HSUM4: VSHUFF32X4
+// (which reaches Y16-Y31) pairs row r with row r+4 in one vector, and the
+// in-lane steps of HSUM4 then serve both 128-bit halves at once. Y1-Y6
+// are scratch.
+#define HSUM8(R0, R1, R2, R3, R4, R5, R6, R7) \
+	VSHUFF32X4 $0, R4, R0, Y0 \
+	VSHUFF32X4 $3, R4, R0, Y1 \
+	VADDPS     Y1, Y0, Y0 \
+	VSHUFF32X4 $0, R5, R1, Y1 \
+	VSHUFF32X4 $3, R5, R1, Y2 \
+	VADDPS     Y2, Y1, Y1 \
+	VSHUFF32X4 $0, R6, R2, Y2 \
+	VSHUFF32X4 $3, R6, R2, Y3 \
+	VADDPS     Y3, Y2, Y2 \
+	VSHUFF32X4 $0, R7, R3, Y3 \
+	VSHUFF32X4 $3, R7, R3, Y4 \
+	VADDPS     Y4, Y3, Y3 \
+	VUNPCKLPS  Y1, Y0, Y4 \
+	VUNPCKHPS  Y1, Y0, Y5 \
+	VADDPS     Y5, Y4, Y4 \
+	VUNPCKLPS  Y3, Y2, Y5 \
+	VUNPCKHPS  Y3, Y2, Y6 \
+	VADDPS     Y6, Y5, Y5 \
+	VUNPCKLPD  Y5, Y4, Y0 \
+	VUNPCKHPD  Y5, Y4, Y1 \
+	VADDPS     Y1, Y0, Y0
+
 // F16MUL sets Y (all lanes) to f16(a)*f16(b) as float32, rounded once like
 // the Go kernels' fp16(a)*fp16(b). X is Y's low half, T scratch; AX is
 // clobbered. VCVTPH2PS is exact.
@@ -164,7 +214,9 @@ q80vloop:
 // 128*sum(w), and the correction 128*sum(w) is one VPDPBUSD per weight
 // block for all four rows (each row's accumulator starts from its
 // negation). The four rows' scales are converted together and picked out
-// with VPERMPS. All integer sums are exact, as in Q80VNNI.
+// with VPERMPS. All integer sums are exact, as in Q80VNNI, and land in the
+// same lanes, the FMAs are the same, and HSUM4 reduces each row in HSUM's
+// order: every result is bit-identical to dotQ8_0VNNIAsm's on that row.
 TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	MOVQ      w+0(FP), SI
 	MOVQ      x+8(FP), DI
@@ -212,15 +264,10 @@ q80x4loop:
 	DECQ         CX
 	JNZ          q80x4loop
 
-	// Lane sums of the four accumulators, transposed into one vector:
-	// three VHADDPS leave, per 128-bit lane, [r0, r1, r2, r3].
-	MOVQ          out+32(FP), AX
-	VHADDPS       Y11, Y10, Y0
-	VHADDPS       Y13, Y12, Y1
-	VHADDPS       Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VMOVUPS       X0, (AX)
+	// Each row's lane sum in dotQ8_0VNNIAsm's order (HSUM).
+	MOVQ    out+32(FP), AX
+	HSUM4(Y10, Y11, Y12, Y13)
+	VMOVUPS X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -243,10 +290,11 @@ q80x4loop:
 // eight rows, and the eight rows' f16 scales gathered and converted in one
 // VCVTPH2PS. The eight combined scales dx*dw go through the stack and are
 // broadcast by the FMAs' memory operands. Every output gets exactly the
-// four-row kernel's operations in its order: per lane i of 8,
-// acc[i] = fma(float(sum_i), dx*dw, acc[i]) over the blocks in order, then
-// ((acc[0]+acc[1])+(acc[2]+acc[3])) + ((acc[4]+acc[5])+(acc[6]+acc[7])),
-// so its results are bit-identical to two four-row calls.
+// one-row kernel's (dotQ8_0VNNIAsm's) operations in its order: per lane i
+// of 8, acc[i] = fma(float(sum_i), dx*dw, acc[i]) over the blocks in
+// order, then HSUM's ((acc[0]+acc[4])+(acc[2]+acc[6])) +
+// ((acc[1]+acc[5])+(acc[3]+acc[7])), so its results are bit-identical to
+// the one-row and four-row kernels'.
 TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
 	MOVQ      w+0(FP), SI
 	MOVQ      x+8(FP), DI
@@ -303,28 +351,10 @@ q80x8loop:
 	CMPQ         BX, CX
 	JNE          q80x8loop
 
-	// As in dotQ8_0x4VNNIAsm, for rows 0..3 and then 4..7.
-	MOVQ         out+32(FP), AX
-	VMOVAPS      Y16, Y10
-	VMOVAPS      Y17, Y11
-	VMOVAPS      Y18, Y12
-	VMOVAPS      Y19, Y13
-	VHADDPS      Y11, Y10, Y0
-	VHADDPS      Y13, Y12, Y1
-	VHADDPS      Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, (AX)
-	VMOVAPS      Y20, Y10
-	VMOVAPS      Y21, Y11
-	VMOVAPS      Y22, Y12
-	VMOVAPS      Y23, Y13
-	VHADDPS      Y11, Y10, Y0
-	VHADDPS      Y13, Y12, Y1
-	VHADDPS      Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, 16(AX)
+	// Each row's lane sum in dotQ8_0VNNIAsm's order (HSUM).
+	MOVQ    out+32(FP), AX
+	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
+	VMOVUPS Y0, (AX)
 	VZEROUPPER
 	RET
 
@@ -382,27 +412,9 @@ q80p8loop:
 	DECQ         CX
 	JNZ          q80p8loop
 
-	MOVQ         out+24(FP), AX
-	VMOVAPS      Y16, Y10
-	VMOVAPS      Y17, Y11
-	VMOVAPS      Y18, Y12
-	VMOVAPS      Y19, Y13
-	VHADDPS      Y11, Y10, Y0
-	VHADDPS      Y13, Y12, Y1
-	VHADDPS      Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, (AX)
-	VMOVAPS      Y20, Y10
-	VMOVAPS      Y21, Y11
-	VMOVAPS      Y22, Y12
-	VMOVAPS      Y23, Y13
-	VHADDPS      Y11, Y10, Y0
-	VHADDPS      Y13, Y12, Y1
-	VHADDPS      Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, 16(AX)
+	MOVQ    out+24(FP), AX
+	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
+	VMOVUPS Y0, (AX)
 	VZEROUPPER
 	RET
 
@@ -636,7 +648,9 @@ q4kloop:
 
 // ---- Q4_K · Q8_K, four activation rows (AVX-512 level: the EVEX forms
 // reach Y16-Y31, which hold the block's unpacked quants and broadcast
-// scales so that they are prepared once for all four rows).
+// scales so that they are prepared once for all four rows). Each row's
+// int32 lanes, FMAs and final reduction are dotQ4_KAVX2Asm's, so every
+// result is bit-identical to the one-row kernel's on that row.
 
 // K4ROW adds one activation row's block (at x) to the float accumulator F
 // and the mins accumulator M (used in its low four lanes): the integer
@@ -768,17 +782,15 @@ q4kx4loop:
 	DECQ CX
 	JNZ  q4kx4loop
 
-	VSUBPS       Y8, Y4, Y4
-	VSUBPS       Y9, Y5, Y5
-	VSUBPS       Y10, Y6, Y6
-	VSUBPS       Y11, Y7, Y7
-	MOVQ         out+32(FP), AX
-	VHADDPS      Y5, Y4, Y0
-	VHADDPS      Y7, Y6, Y1
-	VHADDPS      Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, (AX)
+	// As dotQ4_KAVX2Asm ends: the mins subtracted lane by lane (their
+	// upper four lanes are zero), then each row's HSUM.
+	VSUBPS  Y8, Y4, Y4
+	VSUBPS  Y9, Y5, Y5
+	VSUBPS  Y10, Y6, Y6
+	VSUBPS  Y11, Y7, Y7
+	MOVQ    out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -917,7 +929,9 @@ q6kloop:
 // one): each super-block's 256 quants are unpacked once into Y16-Y23 (as
 // the unsigned biased values, chunk c = elements 32c..32c+31) and the
 // scale pairs spread to words once into Y24-Y31 (Q6KQ's VPSHUFB layout);
-// Y13 holds the 16 scales as words for the bias term and X14 d.
+// Y13 holds the 16 scales as words for the bias term and X14 d. Each
+// row's int32 lanes, FMAs and final HSUM are dotQ6_KAVX2Asm's, so every
+// result is bit-identical to the one-row kernel's on that row.
 
 // K6ROW adds one activation row's block (at x) to F: the exact int32
 // lanes sum(sc*q*y) - 32*sum_k sc_k*bsum_k (as dotQ6_KAVX2Asm), converted
@@ -1023,13 +1037,10 @@ q6kx4loop:
 	DECQ CX
 	JNZ  q6kx4loop
 
-	MOVQ         out+32(FP), AX
-	VHADDPS      Y5, Y4, Y0
-	VHADDPS      Y7, Y6, Y1
-	VHADDPS      Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VMOVUPS      X0, (AX)
+	// Each row's lane sum in dotQ6_KAVX2Asm's order (HSUM).
+	MOVQ    out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -1119,18 +1130,6 @@ GLOBL lane4<>(SB), RODATA|NOPTR, $128
 	PREFETCHT0 off+48(SI) \
 	PREFETCHT0 off+96(SI)
 
-// HSUMK leaves in X0's low lane hsum8(Y0) - hsum4(X1), each summed in
-// ggml's order (hsum_float_8, and the movehl/movehdup pair of its k-quant
-// mins): ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) and (m0+m2)+(m1+m3). X11 is
-// scratch.
-#define HSUMK \
-	HSUM(Y0, X0, X11) \
-	VMOVHLPS  X1, X1, X11 \
-	VADDPS    X11, X1, X1 \
-	VMOVSHDUP X1, X11 \
-	VADDSS    X11, X1, X1 \
-	VSUBSS    X1, X0, X0
-
 // K4Q128 adds to Z15 the scaled sums of 128 quants of a Q4_K block: qs
 // bytes at q(SI) (64 of them: chunk 2h's 32 bytes, then chunk 2h+1's),
 // activations at y(DI) (128), word scales for the four sub-blocks in SA
@@ -1156,8 +1155,10 @@ GLOBL lane4<>(SB), RODATA|NOPTR, $128
 // VPERMW spreads them into the four chunks' scale vectors; the mins term
 // pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums are exact
 // (same ranges as dotQ4_KAVX2Asm) and the float work is d*xd times the
-// block's int32 lanes (folded to eight, as ggml's AVX2 loop has them),
-// dmin*xd times the mins' four lanes.
+// block's int32 lanes (folded to eight: the same eight sums as
+// dotQ4_KAVX2Asm's lanes), dmin*xd times the mins' four lanes, and the
+// end is dotQ4_KAVX2Asm's (lanes minus mins, then HSUM): every row's
+// result is bit-identical to the one-row kernel's.
 TEXT ·matVecQ4_KAsm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), R8
@@ -1224,7 +1225,10 @@ mvq4kblock:
 	DECQ CX
 	JNZ  mvq4kblock
 
-	HSUMK
+	// As dotQ4_KAVX2Asm ends: the mins (upper four lanes zero, as the
+	// VEX-encoded FMA left them) subtracted lane by lane, then HSUM.
+	VSUBPS Y1, Y0, Y0
+	HSUM(Y0, X0, X11)
 	VMOVSS X0, (R11)
 	ADDQ   $4, R11
 	DECQ   R10
@@ -1309,7 +1313,9 @@ GLOBL k4unpack<>(SB), RODATA|NOPTR, $48
 //
 // The quants are stored biased by 32: as in dotQ6_KAVX2Asm the sum is
 // sum(sc*q*y) - 32*sum_k sc_k*bsum_k, all in exact int32 lanes (a
-// VPMADDUBSW pair is within 2*63*128, times a scale of magnitude <= 128).
+// VPMADDUBSW pair is within 2*63*128, times a scale of magnitude <= 128),
+// folded to dotQ6_KAVX2Asm's eight lanes; its FMAs and HSUM follow, so
+// every row's result is bit-identical to the one-row kernel's.
 TEXT ·matVecQ6_KAsm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), R8
@@ -1322,7 +1328,6 @@ TEXT ·matVecQ6_KAsm(SB), NOSPLIT, $0-40
 	VMOVDQU64    q6perm<>+64(SB), Z26
 	VMOVDQU64    q6perm<>+128(SB), Z27
 	VMOVDQU64    q6perm<>+192(SB), Z28
-	VXORPS       X1, X1, X1
 
 mvq6krow:
 	MOVQ   R8, DI
@@ -1363,7 +1368,7 @@ mvq6kblock:
 	DECQ CX
 	JNZ  mvq6kblock
 
-	HSUMK
+	HSUM(Y0, X0, X11)
 	VMOVSS X0, (R11)
 	ADDQ   $4, R11
 	DECQ   R10

@@ -480,11 +480,13 @@ func TestRerun(t *testing.T) {
 // else runs) and some cancelled midway. Each survivor's tokens and the
 // log-probabilities of its tokens and its top 3 alternatives — functions
 // of the full logit vector — equal its solo run's, bit for bit. The model
-// is TinyStories-656K, whose 16-wide heads can take T-CPU's tiled
-// attention path (stories260K's 8-wide ones cannot): a path chosen by the
-// step's rows instead of the request's fails this test.
+// is TinyStories-656K Q8_0: its 16-wide heads can take T-CPU's tiled
+// attention path (stories260K's 8-wide ones cannot), so a path chosen by
+// the step's rows instead of the request's fails this test, and its
+// quantized matrices go through the one-, four- and eight-row kernels,
+// whose results per row must agree bit for bit.
 func TestSixtyFourLikeAlone(t *testing.T) {
-	p := sharedOn(t, "TinyStories-656K.F16.gguf", "context_length = 512\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 512\n", tiers[0])
+	p := sharedOn(t, "TinyStories-656K.Q8_0.gguf", "context_length = 512\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 512\n", tiers[0])
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels/amd"
 )
@@ -121,5 +122,23 @@ func TestAMDBuilds(t *testing.T) {
 				checkAMDBundle(t, a, gfx, tg.code)
 			})
 		}
+	}
+}
+
+// A family whose operations the AMD targets have no kernels for yet is
+// unsupported there, not malformed: the build says which operation,
+// before any pass runs.
+func TestAMDRefusesMissingKernels(t *testing.T) {
+	b, err := synth.Write(synth.Shape{Arch: "gemma2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300,
+		Context: 64, Type: ggml.Q8_0, Window: 8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "g.gguf")
+	os.WriteFile(model, b, 0o644)
+	err = compiler.Compile(context.Background(), model, filepath.Join(dir, "b"), compiler.Options{Target: "amd:gfx1201"})
+	if !support.Is(err) || !strings.Contains(err.Error(), "unsupported operation SCALE in architecture gemma2: target amd:gfx1201 has no scale kernel") {
+		t.Fatalf("gemma2 for amd:gfx1201: %v", err)
 	}
 }

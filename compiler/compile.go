@@ -106,6 +106,9 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := checkWeightTypes(m, cfg.Target); err != nil {
 		return nil, err
 	}
+	if err := checkKernelFamilies(m, cfg.Target); err != nil {
+		return nil, err
+	}
 	u := NewUnit(m)
 	u.NoFuse, u.Templates = opt.NoFuse, templates
 	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u}, nil

@@ -20,18 +20,43 @@ import (
 	"github.com/zrtdev/zrt/passes"
 )
 
-// tierKernels says, per tier kind, where a target's kernel code comes from
-// and which weight types those kernels compute with. The targets
+// tierKernels says, per tier kind, where a target's kernel code comes from,
+// which weight types those kernels compute with and, where not every
+// catalog family has one, which families they implement. The targets
 // themselves are kernels.Targets; a target whose tier kind is missing here
 // cannot be compiled for.
 var tierKernels = map[kernels.TierKind]struct {
 	templates   func(t kernels.Target, opt Options) passes.Templates
 	weightTypes func() []ggml.Type
+	families    func() []string // nil: every catalog family
 }{
-	kernels.TierCPU:  {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes},
-	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes},
+	kernels.TierCPU:  {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes, nil},
+	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes, nil},
 	kernels.TierAMD: {func(t kernels.Target, _ Options) passes.Templates { return amdTemplate(t.Code) },
-		func() []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }},
+		func() []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families},
+}
+
+// checkKernelFamilies refuses, as unsupported, the first operation of the
+// model whose kernel family the target has no kernels for (the AMD
+// targets cover the llama lineage's families so far): a valid model this
+// target cannot run yet, said before any pass runs.
+func checkKernelFamilies(m *arch.Model, target string) error {
+	t, ok := kernels.LookupTarget(target)
+	k, has := tierKernels[t.Tier]
+	if !ok || !has || k.families == nil {
+		return nil
+	}
+	fams := k.families()
+	for _, g := range m.Graphs {
+		for _, in := range g.Insts {
+			info, _ := in.Op.Info()
+			if !slices.Contains(fams, info.Kernel) {
+				return &support.Error{What: "operation", Value: in.Op.String(), Where: support.In("architecture " + m.Hparams.Arch),
+					Detail: fmt.Sprintf("target %s has no %s kernel yet", target, info.Kernel)}
+			}
+		}
+	}
+	return nil
 }
 
 // weightTypes returns the weight types a target computes with (none for a

@@ -353,7 +353,8 @@ func TestKernelFlashAttnExt(t *testing.T) {
 	mixed := []krow{{5, 0, 1}, {130, 1, 1}, {300, 2, 1}}
 	var prefill []krow
 	for i := 0; i < 70; i++ {
-		prefill = append(prefill, krow{uint32(200 + i), 1, 0})
+		// a 70-token prompt: T-CPU takes ggml's tiled path (F32)
+		prefill = append(prefill, krow{uint32(200 + i), 1, kernels.RowPrompt | kernels.RowLongPrompt})
 	}
 	cases := []fcase{
 		{"none-mixed", 8, 2, 128, 0, 0, false, mixed, 1, 1},

@@ -18,12 +18,14 @@ import (
 // activation that lands within an ulp of a Q8 rounding boundary can round
 // the other way; on the TinyStories models the tiers agree to ~1e-2
 // relative, and in the random-weight synthetic models, whose top logits
-// are close, step-0 logits move by up to ~4e-2 relative (measured on an
-// H200: 3.98e-2 worst, syn-llama-q6k). Real arithmetic errors show up as
-// differences of order one. Models with routed experts may also route a
-// near-tied token to another expert (conformance.Tier.RoutedSpikes): at
-// most 2 of a prompt's 32 steps (measured: 2 on syn-gpt-oss-mxfp4 p1).
-const relTolerance = 5e-2
+// are close, step-0 logits move by up to ~5e-2 relative (measured on an
+// H200: 5.12e-2 worst, syn-gemma2-q8_0 p0, whose soft-capped attention
+// and logits amplify the F16/F32 accumulator difference; 4.7e-2 on
+// syn-gpt-oss-mxfp4). Real arithmetic errors show up as differences of
+// order one. Models with routed experts may also route a near-tied token
+// to another expert (conformance.Tier.RoutedSpikes): at most 2 of a
+// prompt's 32 steps (measured: 2 on syn-gpt-oss-mxfp4 p1).
+const relTolerance = 6e-2
 
 // TestParityWithCPU runs the conformance suite on T-CUDA: every shared
 // model compiled for cuda:sm_90, teacher-forced against T-CPU within

@@ -235,8 +235,10 @@ tool on the same model, threads and test and prints its table below.`,
 
 // weightStats returns the weights' bytes and element count, and the bytes
 // one decode step reads: every weight except the embedding table, of which
-// it reads one row.
+// it reads one row, and the routed experts' tensors, of which it reads
+// the n_expert_used experts a token is routed to.
 func weightStats(e *sequence.Pool) (size, params, perToken int64) {
+	h := &e.Bundle.Graph.Hparams
 	for _, w := range e.Bundle.Graph.Weights {
 		n := int64(1)
 		for _, d := range w.Dims {
@@ -246,6 +248,10 @@ func weightStats(e *sequence.Pool) (size, params, perToken int64) {
 		params += n
 		if isEmbedTable(e.Bundle.Graph, w) {
 			perToken += w.Bytes / w.Dims[len(w.Dims)-1]
+			continue
+		}
+		if len(w.Dims) == 3 && h.NExpert > 0 && w.Dims[2] == int64(h.NExpert) {
+			perToken += w.Bytes / int64(h.NExpert) * int64(h.NExpertUsed)
 			continue
 		}
 		perToken += w.Bytes

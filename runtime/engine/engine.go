@@ -179,6 +179,10 @@ type request struct {
 	need   int      // pages for its longest possible sequence
 	keys   []uint64 // prefix-cache keys of its prompt's full chunks
 	cached int      // prompt tokens mapped from the prefix cache
+	// replay, after a preemption on a model with recurrent layers, is
+	// how many of its tokens it recomputes from position 0 (their state
+	// went with the slot); the scheduler sees them as its prompt.
+	replay int
 }
 
 // Stats is a snapshot for metrics, health and the status page.
@@ -417,7 +421,7 @@ func (e *Engine) input() sched.Input {
 	}
 	for _, r := range e.reqs {
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
-			Prompt: len(r.Prompt), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
+			Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
 		if hits := e.hits(r); hits > 0 {
 			// It would start after its cached chunks, needing that many
 			// fewer pages of its own.
@@ -435,6 +439,14 @@ func (e *Engine) preempt(r *request) {
 		panic("engine: the scheduler preempted an interactive request")
 	}
 	e.slots[r.slot], r.slot = nil, -1
+	if e.m.Recurrent() {
+		// The slot held its recurrent state, which the next occupant
+		// overwrites: on resume it recomputes its tokens from position 0,
+		// the pending one last, which yields the next token as its decode
+		// step would have. Its pages are rewritten with the same bits
+		// (the kernels are batch-invariant).
+		r.done, r.replay = 0, len(r.tokens)
+	}
 	e.tr.instant("preempt", r, map[string]any{"done": r.done})
 	e.mu.Lock()
 	e.stats.Preemptions++
@@ -485,7 +497,7 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	decodeOnly := true
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
-		if c.From < len(r.Prompt) {
+		if c.From < len(r.Prompt) || c.N > 1 {
 			decodeOnly = false
 		}
 		prompt := 0

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -81,12 +83,42 @@ func sharedOn(t *testing.T, file, config string, tr tier) *runtime.Program {
 // is held to the same test, with the tokens of its own solo runs.
 func TestServesLikeAlone(t *testing.T) {
 	for _, tr := range tiers {
-		t.Run(tr.name, func(t *testing.T) { servesLikeAlone(t, tr) })
+		t.Run(tr.name, func(t *testing.T) { servesLikeAlone(t, storiesOn(t, servesConfig, tr)) })
 	}
 }
 
-func servesLikeAlone(t *testing.T, tr tier) {
-	p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n", tr)
+// servesConfig is the model config of the servesLikeAlone tests.
+const servesConfig = "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n"
+
+// TestServesLikeAloneHybrid is TestServesLikeAlone on a Qwen3.5-shaped
+// hybrid (synthetic weights): its DeltaNet layers keep per-slot state,
+// which a preempted request loses with its slot and the engine rebuilds
+// by recomputing the request's tokens on resume.
+func TestServesLikeAloneHybrid(t *testing.T) {
+	b, err := synth.Write(synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 512,
+		Context: 256, Type: ggml.Q8_0, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
+	os.WriteFile(model, b, 0o644)
+	os.WriteFile(cfg, []byte(servesConfig), 0o644)
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Recurrent() {
+		t.Fatal("the hybrid has no recurrent state")
+	}
+	servesLikeAlone(t, p)
+}
+
+func servesLikeAlone(t *testing.T, p *runtime.Program) {
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)

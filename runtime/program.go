@@ -21,6 +21,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/amd/kfd"
 	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
 	"github.com/zrtdev/zrt/runtime/amd/t1"
+	"github.com/zrtdev/zrt/runtime/amd/t2"
 	"github.com/zrtdev/zrt/runtime/cpu"
 	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/sysmem"
@@ -262,6 +263,14 @@ var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier
 		}
 		return t, nil
 	},
+	tierT2: func(b *bundle.Bundle, opt Options) (Tier, error) {
+		target, _ := kernels.LookupTarget(b.Graph.Ident.Target)
+		t, err := t2.Load(b, strings.TrimPrefix(target.Name, "amd:"))
+		if err != nil {
+			return nil, err // "tier t2: " and the probe's reason
+		}
+		return t, nil
+	},
 	kernels.TierCUDA: func(b *bundle.Bundle, opt Options) (Tier, error) {
 		t, err := cuda.Load(b, opt.CUDA)
 		if err != nil {
@@ -270,6 +279,10 @@ var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier
 		return t, nil
 	},
 }
+
+// tierT2 is T2, amdgpu user-mode queues: it runs the bundles of the AMD
+// targets (kernels.TierAMD) as T1 does.
+const tierT2 kernels.TierKind = "t2"
 
 // openTier picks the tier: the one that runs the bundle's target, which an
 // explicit choice must name; a choice that cannot run fails with the
@@ -285,7 +298,12 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 		choice = string(target.Tier)
 	case "t1":
 		choice = string(kernels.TierAMD)
-	case "t2", "metal":
+	case "t2":
+		if target.Tier == kernels.TierAMD {
+			return tierLoaders[tierT2](b, opt)
+		}
+		choice = string(kernels.TierAMD) // fails below with the targets T2 runs
+	case "metal":
 		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
 	}
 	load, ok := tierLoaders[kernels.TierKind(choice)]

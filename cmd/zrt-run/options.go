@@ -29,7 +29,8 @@ const envHelp = `Environment (a flag wins over its variable):
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel (replays launches one by one)
-  ZRT_KFD=kfd|sim                      T1's device: /dev/kfd (default), or the simulated KFD that runs T-CPU kernels`
+  ZRT_KFD=kfd|sim                      T1's device: /dev/kfd (default), or the simulated KFD that runs T-CPU kernels
+                                       (ZRT_TIER=t2: T1's path over an amdgpu render node's user-mode queues)`
 
 // engineFlags are shared by every command that loads a bundle.
 type engineFlags struct {

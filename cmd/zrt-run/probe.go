@@ -2,12 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
 	goruntime "runtime"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/amd/t1"
+	"github.com/zrtdev/zrt/runtime/amd/t2"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -25,10 +25,10 @@ func probeCmd() *cobra.Command {
 				fmt.Fprintf(w, "t1     available  %s, KFD interface %d.%d (a bundle runs when built for its gfx target)\n", info.Name, info.Major, info.Minor)
 			}
 			fmt.Fprintln(w, "t1sim  available  ZRT_TIER=t1 ZRT_KFD=sim: the T1 path on a simulated KFD that runs T-CPU kernels")
-			if _, err := os.Stat("/dev/dri/renderD128"); err != nil {
-				fmt.Fprintln(w, "t2     missing    no device node /dev/dri/renderD128")
+			if info, err := t2.Probe(); err != nil {
+				fmt.Fprintf(w, "t2     missing    %v\n", err)
 			} else {
-				fmt.Fprintln(w, "t2     missing    /dev/dri/renderD128 exists, but this build has no amdgpu user-queue tier")
+				fmt.Fprintf(w, "t2     available  %s, amdgpu DRM %d.%d (a bundle runs when built for its gfx target)\n", info.Name, info.Major, info.Minor)
 			}
 			if info, err := driver.Probe(); err != nil {
 				fmt.Fprintf(w, "cuda   missing    %v\n", err)

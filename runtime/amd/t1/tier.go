@@ -41,6 +41,9 @@ type Options struct {
 	RingBytes uint64
 	// CloseDevice makes Close close the device too.
 	CloseDevice bool
+	// Name is the tier's name (default "t1"; T2 drives the same code over
+	// amdgpu user queues and says "t2").
+	Name string
 }
 
 // Tier is a bundle loaded on a KFD device.
@@ -74,23 +77,41 @@ type variant struct {
 // (the AMD compile targets), acquires the VM through its render node, and
 // creates and destroys a PM4 compute queue (no compute queue slots).
 func Probe() (kfd.Info, error) {
+	gfx := GfxTargets()
+	d, err := kfd.Open(kfd.OpenOptions{Gfx: gfx})
+	if err != nil {
+		return kfd.Info{}, err
+	}
+	defer d.Close()
+	if err := CheckQueue(d); err != nil {
+		return kfd.Info{}, err
+	}
+	return d.Info(), nil
+}
+
+// GfxTargets are the gfx names the AMD compile targets have kernels for
+// ("gfx1201", "gfx1100").
+func GfxTargets() []string {
 	var gfx []string
 	for _, t := range kernels.Targets() {
 		if t.Tier == kernels.TierAMD {
 			gfx = append(gfx, strings.TrimPrefix(t.Name, "amd:"))
 		}
 	}
-	d, err := kfd.Open(kfd.OpenOptions{Gfx: gfx})
-	if err != nil {
-		return kfd.Info{}, err
-	}
-	defer d.Close()
-	t := &Tier{dev: d}
+	return gfx
+}
+
+// CheckQueue creates on dev what a loaded tier runs on — ring, pointers,
+// EOP buffer, compute queue, signal event — and frees it again: the
+// probe's last step, which finds a device without queue slots or (T2) a
+// kernel without user queues.
+func CheckQueue(dev kfd.Device) error {
+	t := &Tier{dev: dev}
 	defer t.Close()
 	if err := t.startQueue(0); err != nil {
-		return kfd.Info{}, fmt.Errorf("%s: %w", d.Info().Name, err)
+		return fmt.Errorf("%s: %w", dev.Info().Name, err)
 	}
-	return d.Info(), nil
+	return nil
 }
 
 // Load prepares b on dev.
@@ -390,7 +411,12 @@ func (t *Tier) startQueue(maxWords int) error {
 }
 
 // Name is the tier's name.
-func (t *Tier) Name() string { return "t1" }
+func (t *Tier) Name() string {
+	if t.opt.Name != "" {
+		return t.opt.Name
+	}
+	return "t1"
+}
 
 // Device describes the device.
 func (t *Tier) Device() kfd.Info { return t.dev.Info() }

@@ -13,6 +13,9 @@ import (
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/amd/kfd"
+	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
+	"github.com/zrtdev/zrt/runtime/amd/t1"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/pick"
@@ -55,14 +58,34 @@ func (f *engineFlags) add(c *cobra.Command) {
 // pack (.zrtp), that member unpacked once into the unpack directory.
 func (f *engineFlags) bundleDir(path string, opt runtime.Options) (string, error) {
 	if zrtp.Is(path) {
-		return f.packBundle(path, opt.Tier)
+		return f.packBundle(path, opt)
 	}
-	dir, choice, err := pick.Resolve(path, probeCUDA, opt.Tier)
+	dir, choice, err := pick.Resolve(path, machineProbes(opt), opt.Tier)
 	if choice != nil && f.explain && err == nil {
 		lines := strings.Split(strings.TrimSuffix(choice.Explain(), "\n"), "\n")
 		fmt.Fprintf(os.Stderr, "zrt-run: bundle set %s on this machine: %s\nzrt-run: %s\n", path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
 	}
 	return dir, err
+}
+
+// machineProbes are the GPU probes a set's choice uses; with the
+// simulated KFD (ZRT_KFD=sim) the AMD GPU is the simulator's.
+func machineProbes(opt runtime.Options) pick.Probes {
+	p := pick.Probes{CUDA: probeCUDA, AMD: probeAMD}
+	if opt.KFD == "sim" {
+		p.AMD = func() (string, error) { return kfd.Gfx(kfdsim.GfxVersion), nil }
+	}
+	return p
+}
+
+// probeAMD is T1's probe: the first AMD GPU with kernels here whose KFD
+// gives a compute queue, or why there is none.
+func probeAMD() (string, error) {
+	info, err := t1.Probe()
+	if err != nil {
+		return "", err
+	}
+	return kfd.Gfx(info.GfxVersion), nil
 }
 
 // probeCUDA is the CUDA probe a set's choice uses: the driver's, which

@@ -9,6 +9,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/zrtp"
+	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/pick"
 )
 
@@ -27,7 +28,8 @@ func defaultUnpackDir() (string, error) {
 // member this machine runs (runtime/pick, as for a set), unpacked once
 // under base/<SHA-256 of the pack's index>/ and reused from there on
 // later runs. Only that member is read and decompressed.
-func (f *engineFlags) packBundle(path, tier string) (string, error) {
+func (f *engineFlags) packBundle(path string, opt runtime.Options) (string, error) {
+	tier := opt.Tier
 	base := f.unpackDir
 	if base == "" {
 		var err error
@@ -44,7 +46,7 @@ func (f *engineFlags) packBundle(path, tier string) (string, error) {
 	m := x.Members[0]
 	var want string // the graph digest the set's index records
 	if x.Kind == zrtp.KindSet {
-		c, err := pick.Choose(path, x.Set, pick.Detect(probeCUDA), tier)
+		c, err := pick.Choose(path, x.Set, pick.Detect(machineProbes(opt)), tier)
 		if err != nil {
 			return "", err
 		}

@@ -60,9 +60,10 @@ func (b *builder) buildSet(ctx context.Context, targets []string, out string, su
 }
 
 // requirementsFor says what a machine needs to run a target's bundles,
-// for the set's index: the tier, and for CUDA the compute capability its
-// PTX targets (cuda:sm_90 → 9.0; the driver JIT-compiles PTX for that
-// architecture or a later one).
+// for the set's index: the tier, for CUDA the compute capability its PTX
+// targets (cuda:sm_90 → 9.0; the driver JIT-compiles PTX for that
+// architecture or a later one), for AMD the gfx processor its code
+// objects are for.
 func requirementsFor(target string) (bundleset.Requires, error) {
 	t, ok := kernels.LookupTarget(target)
 	if !ok {
@@ -76,6 +77,9 @@ func requirementsFor(target string) (bundleset.Requires, error) {
 			return req, fmt.Errorf("target %s: cannot read its compute capability (want cuda:sm_NN)", target)
 		}
 		req.CUDAComputeCapability = fmt.Sprintf("%d.%d", n/10, n%10)
+	}
+	if t.Tier == kernels.TierAMD {
+		req.AMDGfx = strings.TrimPrefix(target, "amd:")
 	}
 	return req, nil
 }

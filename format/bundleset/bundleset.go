@@ -79,13 +79,16 @@ type Member struct {
 
 // Requires is what a machine must have to run a member.
 type Requires struct {
-	// Tier is the runtime tier kind that runs it: cpu, cuda.
+	// Tier is the runtime tier kind that runs it: cpu, cuda, amd.
 	Tier string `json:"tier"`
 	// CUDAComputeCapability, for the cuda tier, is the lowest compute
 	// capability ("9.0") whose devices run its kernels: the PTX targets
 	// that architecture and the driver compiles it for the same or a
 	// later one.
 	CUDAComputeCapability string `json:"cuda_compute_capability,omitempty"`
+	// AMDGfx, for the amd tier, is the GPU's gfx target ("gfx1201"): the
+	// code objects run on that processor only.
+	AMDGfx string `json:"amd_gfx,omitempty"`
 }
 
 // SanitizeTarget names a target's directory: every byte outside

@@ -34,32 +34,57 @@ type Machine struct {
 	// NoCUDA then says why (no driver library, no device, ...).
 	CUDA   *GPU
 	NoCUDA string
+	// AMD is the gfx target of the first AMD GPU T1 can use ("gfx1201"),
+	// "" when there is none; NoAMD then says why.
+	AMD   string
+	NoAMD string
 }
 
 // String says what the machine has, for the explanation and errors.
 func (m Machine) String() string {
 	s := fmt.Sprintf("%d CPUs (%s/%s)", m.CPUs, m.OS, m.Arch)
 	if m.CUDA != nil {
-		return s + ", CUDA device " + m.CUDA.String()
+		s += ", CUDA device " + m.CUDA.String()
+	} else {
+		s += ", no CUDA device (" + m.NoCUDA + ")"
 	}
-	return s + ", no CUDA device (" + m.NoCUDA + ")"
+	if m.AMD != "" {
+		return s + ", AMD GPU " + m.AMD
+	}
+	return s + ", no AMD GPU (" + m.NoAMD + ")"
 }
 
 // CUDAProbe reports the first CUDA device, or why CUDA cannot run here.
 // zrt-run passes one over the CUDA driver; tests pass a fake.
 type CUDAProbe func() (GPU, error)
 
-// Detect describes this machine, asking probe about CUDA.
-func Detect(probe CUDAProbe) Machine {
-	m := Machine{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH}
-	if probe == nil {
-		m.NoCUDA = "not probed"
-		return m
+// AMDProbe reports the gfx target of the first AMD GPU the AMD tier can
+// use, or why there is none. zrt-run passes T1's probe.
+type AMDProbe func() (string, error)
+
+// Probes ask about the machine's GPUs; a nil probe counts as "not
+// probed".
+type Probes struct {
+	CUDA CUDAProbe
+	AMD  AMDProbe
+}
+
+// Detect describes this machine, asking the probes about its GPUs.
+func Detect(p Probes) Machine {
+	m := Machine{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH, NoCUDA: "not probed", NoAMD: "not probed"}
+	if p.CUDA != nil {
+		if g, err := p.CUDA(); err != nil {
+			m.NoCUDA = err.Error()
+		} else {
+			m.CUDA, m.NoCUDA = &g, ""
+		}
 	}
-	if g, err := probe(); err != nil {
-		m.NoCUDA = err.Error()
-	} else {
-		m.CUDA = &g
+	if p.AMD != nil {
+		if gfx, err := p.AMD(); err != nil {
+			m.NoAMD = err.Error()
+		} else {
+			m.AMD, m.NoAMD = gfx, ""
+		}
 	}
 	return m
 }
@@ -138,6 +163,8 @@ func rank(mem bundleset.Member) int {
 	case string(kernels.TierCUDA):
 		major, minor, _ := parseCC(mem.Requires.CUDAComputeCapability)
 		return 1000 + 10*major + minor
+	case string(kernels.TierAMD):
+		return 500
 	case string(kernels.TierCPU):
 		return 1
 	}
@@ -148,6 +175,9 @@ func rank(mem bundleset.Member) int {
 func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
 	target, known := kernels.LookupTarget(mem.Target)
 	req := mem.Requires
+	if tier == "t1" || tier == "t2" { // the AMD tiers run the amd tier kind's bundles
+		tier = string(kernels.TierAMD)
+	}
 	switch {
 	case !known:
 		return false, fmt.Sprintf("this zrt-run has no tier for target %s (it knows %s)", mem.Target, strings.Join(kernels.TargetNames(), ", "))
@@ -172,6 +202,16 @@ func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
 			return false, fmt.Sprintf("needs compute capability %d.%d or later; %s has %d.%d", major, minor, g.Name, g.Major, g.Minor)
 		}
 		return true, fmt.Sprintf("%s has compute capability %d.%d, at least the %d.%d it needs", g.Name, g.Major, g.Minor, major, minor)
+	case kernels.TierAMD:
+		switch {
+		case req.AMDGfx == "":
+			return false, "the index names no gfx processor for it"
+		case m.AMD == "":
+			return false, fmt.Sprintf("needs an AMD GPU %s; there is none T1 can use here (%s)", req.AMDGfx, m.NoAMD)
+		case m.AMD != req.AMDGfx:
+			return false, fmt.Sprintf("its code objects are for %s; the GPU here is %s", req.AMDGfx, m.AMD)
+		}
+		return true, fmt.Sprintf("the AMD GPU here is %s, the processor its code objects are for", m.AMD)
 	}
 	return false, fmt.Sprintf("this zrt-run cannot run tier %s", target.Tier)
 }
@@ -184,6 +224,8 @@ func needs(mem bundleset.Member) string {
 		return fmt.Sprintf("tier cuda, a CUDA device of compute capability %s or later", r.CUDAComputeCapability)
 	case r.Tier == string(kernels.TierCPU):
 		return "tier cpu, any machine"
+	case r.Tier == string(kernels.TierAMD):
+		return "tier amd (T1), an AMD GPU " + r.AMDGfx
 	}
 	return "tier " + r.Tier
 }
@@ -205,9 +247,9 @@ func parseCC(s string) (major, minor int, err error) {
 
 // Resolve returns the bundle directory to open for path: path itself when
 // it is a bundle; for a bundle set, the member Choose picks for the
-// machine probe describes, checked against the index, and the choice (nil
-// for a plain bundle). The probe runs only for a set.
-func Resolve(path string, probe CUDAProbe, tier string) (string, *Choice, error) {
+// machine the probes describe, checked against the index, and the choice (nil
+// for a plain bundle). The probes run only for a set.
+func Resolve(path string, probes Probes, tier string) (string, *Choice, error) {
 	if !bundleset.IsSet(path) {
 		return path, nil, nil
 	}
@@ -215,7 +257,7 @@ func Resolve(path string, probe CUDAProbe, tier string) (string, *Choice, error)
 	if err != nil {
 		return "", nil, err
 	}
-	c, err := Choose(path, x, Detect(probe), tier)
+	c, err := Choose(path, x, Detect(probes), tier)
 	if err != nil {
 		return "", &c, err
 	}

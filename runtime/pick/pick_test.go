@@ -29,7 +29,7 @@ var (
 
 func choose(t *testing.T, x *bundleset.Index, probe CUDAProbe, tier string) (Choice, error) {
 	t.Helper()
-	return Choose("SET", x, Detect(probe), tier)
+	return Choose("SET", x, Detect(Probes{CUDA: probe}), tier)
 }
 
 func TestNoGPUPicksCPUAndSaysWhy(t *testing.T) {
@@ -119,19 +119,53 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, c, err := Resolve(set, noGPU, "")
+	got, c, err := Resolve(set, Probes{CUDA: noGPU}, "")
 	if err != nil || got != filepath.Join(set, "cpu") || c == nil {
 		t.Fatalf("Resolve(set) = %q, %v", got, err)
 	}
 	plain := filepath.Join(set, "cpu")
-	if got, c, err := Resolve(plain, nil, ""); got != plain || c != nil || err != nil {
+	if got, c, err := Resolve(plain, Probes{}, ""); got != plain || c != nil || err != nil {
 		t.Fatalf("Resolve(bundle) = %q, %v, %v", got, c, err)
 	}
 	// A member swapped for another build's is refused.
 	cudaGraph := filepath.Join(set, "cuda_sm_90", bundle.GraphFile)
 	b, _ := os.ReadFile(cudaGraph)
 	os.WriteFile(filepath.Join(set, "cpu", bundle.GraphFile), b, 0o644)
-	if _, _, err := Resolve(set, noGPU, ""); err == nil || !strings.Contains(err.Error(), "does not match the index") {
+	if _, _, err := Resolve(set, Probes{CUDA: noGPU}, ""); err == nil || !strings.Contains(err.Error(), "does not match the index") {
 		t.Fatalf("mismatched member: %v", err)
+	}
+}
+
+// A set with an AMD member: T1's probe decides, by gfx processor; the
+// user's tier t1 (or t2) asks for it.
+func TestAMDMember(t *testing.T) {
+	x := cpuAndCUDA()
+	x.Bundles = append(x.Bundles, bundleset.Member{Target: "amd:gfx1201", Dir: "amd_gfx1201",
+		Requires: bundleset.Requires{Tier: "amd", AMDGfx: "gfx1201"}})
+	noKFD := func() (string, error) { return "", errors.New("no /dev/kfd: the amdgpu driver with KFD (HSA) support is not loaded") }
+	gfx := func(name string) AMDProbe { return func() (string, error) { return name, nil } }
+	for _, c := range []struct {
+		amd        AMDProbe
+		tier, want string
+		why        []string
+	}{
+		{noKFD, "", "cpu", []string{"needs an AMD GPU gfx1201; there is none T1 can use here (no /dev/kfd", "chose cpu"}},
+		{gfx("gfx1201"), "", "amd:gfx1201", []string{"the AMD GPU here is gfx1201", "chose amd:gfx1201"}},
+		{gfx("gfx1100"), "", "cpu", []string{"its code objects are for gfx1201; the GPU here is gfx1100"}},
+		{gfx("gfx1201"), "t1", "amd:gfx1201", nil},
+	} {
+		ch, err := Choose("SET", x, Detect(Probes{CUDA: noGPU, AMD: c.amd}), c.tier)
+		if err != nil || ch.Member.Target != c.want {
+			t.Errorf("tier %q: chose %s, %v; want %s\n%s", c.tier, ch.Member.Target, err, c.want, ch.Explain())
+			continue
+		}
+		for _, w := range c.why {
+			if !strings.Contains(ch.Explain(), w) {
+				t.Errorf("explanation lacks %q:\n%s", w, ch.Explain())
+			}
+		}
+	}
+	if _, err := Choose("SET", x, Detect(Probes{CUDA: noGPU, AMD: noKFD}), "t1"); err == nil {
+		t.Error("tier t1 without an AMD GPU chose a member")
 	}
 }

@@ -187,65 +187,75 @@ func TestLLVMTools(t *testing.T) {
 	dir := t.TempDir()
 	for _, o := range objects(t) {
 		name := o.gfx + "/" + o.entry
-		code, err := Source(o.gfx, o.inst.Name)
-		if err != nil {
-			t.Fatal(err)
+		// Each object in a parallel subtest: three tool runs apiece, 224
+		// objects, which take minutes one after another.
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			checkWithLLVM(t, objdump, readelf, dir, o, name)
+		})
+	}
+}
+
+// checkWithLLVM is TestLLVMTools for one object.
+func checkWithLLVM(t *testing.T, objdump, readelf, dir string, o object, name string) {
+	code, err := Source(o.gfx, o.inst.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, o.gfx+"-"+o.entry+".co")
+	if err := os.WriteFile(p, code, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	co, err := amd.ParseCodeObject(code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := co.Kernel(o.entry)
+	if k == nil {
+		t.Fatalf("%s: no kernel", name)
+	}
+	dis := run(t, objdump, "-d", "--mcpu="+o.gfx, p)
+	if !strings.Contains(dis, "<"+o.entry+">:") || !strings.Contains(dis, "s_endpgm") {
+		t.Errorf("%s: llvm-objdump -d shows no kernel %s ending in s_endpgm", name, o.entry)
+	}
+	syms := run(t, readelf, "-s", "--notes", p)
+	for _, s := range []string{" " + o.entry + "\n", " " + o.entry + ".kd\n"} {
+		if !strings.Contains(syms, s) {
+			t.Errorf("%s: llvm-readelf -s lists no symbol%s", name, strings.TrimSuffix(s, "\n"))
 		}
-		p := filepath.Join(dir, o.gfx+"-"+o.entry+".co")
-		if err := os.WriteFile(p, code, 0o644); err != nil {
-			t.Fatal(err)
+	}
+	for _, f := range []struct {
+		key string
+		got uint32
+	}{
+		{".vgpr_count", k.VGPRCount}, {".sgpr_count", k.SGPRCount}, {".group_segment_fixed_size", k.GroupSegmentFixedSize},
+		{".kernarg_segment_size", k.KernargSegmentSize}, {".wavefront_size", k.WavefrontSize},
+		{".max_flat_workgroup_size", k.MaxFlatWorkgroupSize},
+	} {
+		if want := field(t, syms, name, f.key); want != f.got {
+			t.Errorf("%s: metadata %s = %d, package amd read %d", name, f.key, want, f.got)
 		}
-		co, err := amd.ParseCodeObject(code)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, _ := co.Kernel(o.entry)
-		if k == nil {
-			t.Fatalf("%s: no kernel", name)
-		}
-		dis := run(t, objdump, "-d", "--mcpu="+o.gfx, p)
-		if !strings.Contains(dis, "<"+o.entry+">:") || !strings.Contains(dis, "s_endpgm") {
-			t.Errorf("%s: llvm-objdump -d shows no kernel %s ending in s_endpgm", name, o.entry)
-		}
-		syms := run(t, readelf, "-s", "--notes", p)
-		for _, s := range []string{" " + o.entry + "\n", " " + o.entry + ".kd\n"} {
-			if !strings.Contains(syms, s) {
-				t.Errorf("%s: llvm-readelf -s lists no symbol%s", name, strings.TrimSuffix(s, "\n"))
-			}
-		}
-		for _, f := range []struct {
-			key string
-			got uint32
-		}{
-			{".vgpr_count", k.VGPRCount}, {".sgpr_count", k.SGPRCount}, {".group_segment_fixed_size", k.GroupSegmentFixedSize},
-			{".kernarg_segment_size", k.KernargSegmentSize}, {".wavefront_size", k.WavefrontSize},
-			{".max_flat_workgroup_size", k.MaxFlatWorkgroupSize},
-		} {
-			if want := field(t, syms, name, f.key); want != f.got {
-				t.Errorf("%s: metadata %s = %d, package amd read %d", name, f.key, want, f.got)
-			}
-		}
-		// The descriptor as llvm-objdump reads the .kd symbol. LLVM 19's
-		// objdump cannot decode GFX10+ descriptors into directives (it
-		// refuses the GRANULATED_WAVEFRONT_SGPR_COUNT bits LLVM itself
-		// writes) and prints the 64 bytes instead: compare those with
-		// what package amd decoded.
-		kd := run(t, objdump, "-D", "--mcpu="+o.gfx, "--disassemble-symbols="+o.entry+".kd", p)
-		var raw []byte
-		for _, m := range regexp.MustCompile(`\.byte\s+0x([0-9A-Fa-f]+)`).FindAllStringSubmatch(kd, -1) {
-			v, _ := strconv.ParseUint(m[1], 16, 8)
-			raw = append(raw, byte(v))
-		}
-		if len(raw) != 64 {
-			t.Errorf("%s: llvm-objdump shows %d bytes of %s.kd, want 64", name, len(raw), o.entry)
-			continue
-		}
-		d := k.Descriptor
-		le := binary.LittleEndian
-		if le.Uint32(raw[0:]) != d.GroupSegmentFixedSize || le.Uint32(raw[4:]) != d.PrivateSegmentFixedSize ||
-			le.Uint32(raw[8:]) != d.KernargSize || le.Uint32(raw[48:]) != d.PgmRsrc1 || le.Uint32(raw[52:]) != d.PgmRsrc2 ||
-			le.Uint16(raw[56:]) != d.CodeProperties {
-			t.Errorf("%s: llvm-objdump's %s.kd % x disagrees with package amd's %+v", name, o.entry, raw, d)
-		}
+	}
+	// The descriptor as llvm-objdump reads the .kd symbol. LLVM 19's
+	// objdump cannot decode GFX10+ descriptors into directives (it
+	// refuses the GRANULATED_WAVEFRONT_SGPR_COUNT bits LLVM itself
+	// writes) and prints the 64 bytes instead: compare those with
+	// what package amd decoded.
+	kd := run(t, objdump, "-D", "--mcpu="+o.gfx, "--disassemble-symbols="+o.entry+".kd", p)
+	var raw []byte
+	for _, m := range regexp.MustCompile(`\.byte\s+0x([0-9A-Fa-f]+)`).FindAllStringSubmatch(kd, -1) {
+		v, _ := strconv.ParseUint(m[1], 16, 8)
+		raw = append(raw, byte(v))
+	}
+	if len(raw) != 64 {
+		t.Errorf("%s: llvm-objdump shows %d bytes of %s.kd, want 64", name, len(raw), o.entry)
+		return
+	}
+	d := k.Descriptor
+	le := binary.LittleEndian
+	if le.Uint32(raw[0:]) != d.GroupSegmentFixedSize || le.Uint32(raw[4:]) != d.PrivateSegmentFixedSize ||
+		le.Uint32(raw[8:]) != d.KernargSize || le.Uint32(raw[48:]) != d.PgmRsrc1 || le.Uint32(raw[52:]) != d.PgmRsrc2 ||
+		le.Uint16(raw[56:]) != d.CodeProperties {
+		t.Errorf("%s: llvm-objdump's %s.kd % x disagrees with package amd's %+v", name, o.entry, raw, d)
 	}
 }

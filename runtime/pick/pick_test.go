@@ -142,7 +142,9 @@ func TestAMDMember(t *testing.T) {
 	x := cpuAndCUDA()
 	x.Bundles = append(x.Bundles, bundleset.Member{Target: "amd:gfx1201", Dir: "amd_gfx1201",
 		Requires: bundleset.Requires{Tier: "amd", AMDGfx: "gfx1201"}})
-	noKFD := func() (string, error) { return "", errors.New("no /dev/kfd: the amdgpu driver with KFD (HSA) support is not loaded") }
+	noKFD := func() (string, error) {
+		return "", errors.New("no /dev/kfd: the amdgpu driver with KFD (HSA) support is not loaded")
+	}
 	gfx := func(name string) AMDProbe { return func() (string, error) { return name, nil } }
 	for _, c := range []struct {
 		amd        AMDProbe

@@ -237,7 +237,11 @@ func TestHostileModels(t *testing.T) {
 // TestIQ3SWeightsPerTarget: a model with an IQ3_S weight builds for cpu,
 // whose kernels compute IQ3_S, and is refused as unsupported, naming the
 // type and tensor, for cuda, whose kernels do not.
-func TestIQ3SWeightsPerTarget(t *testing.T) {
+// TestWeightTypesPerTarget: the weight types a target computes with are
+// its kernels', so one file builds for one target and is refused, as
+// unsupported, for another. IQ3_S now builds for cpu and cuda:sm_90; BF16
+// builds for cpu only.
+func TestWeightTypesPerTarget(t *testing.T) {
 	// IQ3_S blocks hold 256 elements, so the rows must be that long.
 	good, err := synth.Write(synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 4})
 	if err != nil {
@@ -247,33 +251,48 @@ func TestIQ3SWeightsPerTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := gguf.NewWriter()
-	for _, kv := range f.KV {
-		w.Set(kv.Key, kv.Value)
-	}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		typ, data := ti.Type, f.TensorData(ti)
-		if ti.Name == "blk.0.attn_q.weight" {
-			// All-zero blocks: d = 0, a valid block of zeros.
-			typ, data = ggml.IQ3_S, make([]byte, ti.Elements()/256*110)
+	// with writes the model with blk.0.attn_q.weight as all-zero blocks
+	// of typ (a valid block of zeros in every type).
+	with := func(typ ggml.Type) string {
+		w := gguf.NewWriter()
+		for _, kv := range f.KV {
+			w.Set(kv.Key, kv.Value)
 		}
-		if err := w.AddTensor(ti.Name, typ, ti.Dims, data); err != nil {
+		for i := range f.Tensors {
+			ti := &f.Tensors[i]
+			tt, data := ti.Type, f.TensorData(ti)
+			if ti.Name == "blk.0.attn_q.weight" {
+				n, err := typ.RowBytes(ti.Elements())
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt, data = typ, make([]byte, n)
+			}
+			if err := w.AddTensor(ti.Name, tt, ti.Dims, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := filepath.Join(t.TempDir(), typ.String()+".gguf")
+		if err := os.WriteFile(p, w.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	p := filepath.Join(t.TempDir(), "iq3s.gguf")
-	if err := os.WriteFile(p, w.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
+		return p
 	}
 	ctx := context.Background()
-	if err := compiler.Compile(ctx, p, filepath.Join(t.TempDir(), "cpu"), compiler.Options{VerifyEach: true}); err != nil {
-		t.Errorf("IQ3_S weight for cpu: %v", err)
+	iq3s := with(ggml.IQ3_S)
+	for _, target := range []string{"cpu", "cuda:sm_90"} {
+		if err := compiler.Compile(ctx, iq3s, filepath.Join(t.TempDir(), "b"), compiler.Options{Target: target, VerifyEach: true}); err != nil {
+			t.Errorf("IQ3_S weight for %s: %v", target, err)
+		}
 	}
-	err = compiler.Compile(ctx, p, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90"})
-	const want = "unsupported tensor type IQ3_S (id 21) in blk.0.attn_q.weight: target cuda:sm_90 computes"
+	bf16 := with(ggml.BF16)
+	if err := compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cpu"), compiler.Options{VerifyEach: true}); err != nil {
+		t.Errorf("BF16 weight for cpu: %v", err)
+	}
+	err = compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90"})
+	const want = "unsupported tensor type BF16 (id 30) in blk.0.attn_q.weight: target cuda:sm_90 computes"
 	if err == nil || !strings.Contains(err.Error(), want) || !support.Is(err) {
-		t.Errorf("IQ3_S weight for cuda:sm_90: got %v (support.Is %v), want an unsupported error containing %q", err, support.Is(err), want)
+		t.Errorf("BF16 weight for cuda:sm_90: got %v (support.Is %v), want an unsupported error containing %q", err, support.Is(err), want)
 	}
 }
 

@@ -110,6 +110,9 @@ __device__ float rms_scale(const float* x, int k, float eps) {
 #define T_Q5_K 13
 #define T_Q6_K 14
 #define T_Q8_K 15
+#define T_IQ4_NL 20
+#define T_IQ3_S 21
+#define T_IQ4_XS 23
 #define T_MXFP4 39
 
 template <int T> struct Geom;
@@ -125,6 +128,9 @@ template <> struct Geom<T_Q3_K> { enum { BS = 256, BB = 110, VT = T_Q8_K }; };
 template <> struct Geom<T_Q4_K> { enum { BS = 256, BB = 144, VT = T_Q8_K }; };
 template <> struct Geom<T_Q5_K> { enum { BS = 256, BB = 176, VT = T_Q8_K }; };
 template <> struct Geom<T_Q6_K> { enum { BS = 256, BB = 210, VT = T_Q8_K }; };
+template <> struct Geom<T_IQ4_NL> { enum { BS = 32, BB = 18, VT = T_Q8_0 }; };
+template <> struct Geom<T_IQ3_S> { enum { BS = 256, BB = 110, VT = T_Q8_K }; };
+template <> struct Geom<T_IQ4_XS> { enum { BS = 256, BB = 136, VT = T_Q8_K }; };
 template <> struct Geom<T_MXFP4> { enum { BS = 32, BB = 17, VT = T_Q8_0 }; };
 
 template <int T> __device__ __forceinline__ size_t row_bytes(u32 n) {
@@ -246,6 +252,53 @@ template <> __device__ __forceinline__ float deq<T_MXFP4>(const u8* r, int i) {
     const u8* b = r + (i / 32) * 17;
     return (float)kvalue_mxfp4(nib32(b + 1, i % 32)) * e8m0_half(b[0]);
 }
+// The i-quants (kernels/quant/iq4.go, iq3.go) take the plain warp-dot path
+// (no dp4a or tensor-core variant), like MXFP4: deq decodes one element
+// with ggml's float expressions and dot_row pairs it with the activations
+// rounded as the oracle's Q8_0 (IQ4_NL) or Q8_K (IQ4_XS, IQ3_S) blocks.
+//
+// kvalue_iq4nl is ggml's kvalues_iq4nl[q], the 16 int8 levels packed into
+// two 64-bit immediates (levels 0-7, 8-15) rather than read from memory.
+__device__ __forceinline__ int kvalue_iq4nl(int q) {
+    unsigned long long t = q & 8 ? 0x7159453526190d01ull : 0xf6eaddcfbfad9881ull;
+    return (int)(signed char)(t >> (8 * (q & 7)));
+}
+// IQ4_NL {f16 d; qs[16]}, blocks of 32 in Q4_0's nibble layout:
+// d*kvalues[q].
+template <> __device__ __forceinline__ float deq<T_IQ4_NL>(const u8* r, int i) {
+    const u8* b = r + (i / 32) * 18;
+    return ld_f16(b) * (float)kvalue_iq4nl(nib32(b + 2, i % 32));
+}
+// IQ4_XS {f16 d; u16 scales_h; scales_l[4]; qs[128]}, super-blocks of 256:
+// sub-block s (32 elements, an IQ4_NL block's nibbles at qs[16s:]) has the
+// 6-bit scale ls = nibble s%2 of scales_l[s/2] | bits 2s..2s+1 of scales_h
+// << 4; ggml rounds dl = d*(ls-32) once, then dl*kvalues[q].
+template <> __device__ __forceinline__ float deq<T_IQ4_XS>(const u8* r, int i) {
+    const u8* b = r + (i / 256) * 136;
+    int e = i % 256, s = e / 32;
+    u32 sh = b[2] | (b[3] << 8);
+    int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4);
+    float dl = ld_f16(b) * (float)(ls - 32);
+    return dl * (float)kvalue_iq4nl(nib32(b + 8 + 16 * s, e % 32));
+}
+#if defined(WT) && WT == T_IQ3_S
+#include "iq3s_grid.cuh"
+// IQ3_S {f16 d; qs[64]; qh[8]; signs[32]; scales[4]}, super-blocks of 256
+// in sub-blocks of 32, each eight groups of four: group g of sub-block s is
+// the grid point iq3s_grid[qs[8s+g] | (bit g of qh[s]) << 8], element j of
+// the group its byte j; the element is negative when bit e%8 of
+// signs[4s+e/8] is set (e within the sub-block). ggml rounds db =
+// d*(1+2*sc) once (sc nibble s%2 of scales[s/2]), then db*magnitude, and
+// negates.
+template <> __device__ __forceinline__ float deq<T_IQ3_S>(const u8* r, int i) {
+    const u8* b = r + (i / 256) * 110;
+    int e = i % 256, s = e / 32, w = e % 32, g = w / 4;
+    float db = ld_f16(b) * (float)(1 + 2 * ((b[106 + s / 2] >> (4 * (s % 2))) & 15));
+    u32 idx = b[2 + 8 * s + g] | (((b[66 + s] >> g) & 1) << 8);
+    float v = db * (float)((iq3s_grid[idx] >> (8 * (w % 4))) & 255);
+    return (b[74 + 4 * s + w / 8] >> (w % 8)) & 1 ? -v : v;
+}
+#endif
 
 // round_x writes the k activations x into xs as the oracle sees them after
 // quantizing to type VT and decoding: Q8_0/Q8_1 blocks of 32 with an F16

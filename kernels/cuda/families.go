@@ -76,7 +76,8 @@ var families = []Family{
 // PTX a given zrtc embeds, which is all of them once `make ptx` has run.
 var instanceTypes = []ggml.Type{
 	ggml.F32, ggml.F16, ggml.Q4_0, ggml.Q4_1, ggml.Q5_0, ggml.Q5_1, ggml.Q8_0,
-	ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.MXFP4,
+	ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_NL, ggml.IQ3_S,
+	ggml.IQ4_XS, ggml.MXFP4,
 }
 
 // Families returns the kernel families T-CUDA implements, in number order.

@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	goruntime "runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -433,6 +434,17 @@ func kweights(t *testing.T, rng *rand.Rand, typ ggml.Type, rows, k int) []byte {
 			t.Fatal(err)
 		}
 		return b
+	case ggml.IQ4_NL, ggml.IQ4_XS, ggml.IQ3_S:
+		// Every bit pattern past a block's leading f16 scale is a valid
+		// block (indices, scales, signs), so random bytes with a sane d
+		// cover the decode.
+		info, _ := typ.Info()
+		b := make([]byte, rows*k/info.BlockSize*info.BlockBytes)
+		rng.Read(b)
+		for o := 0; o < len(b); o += info.BlockBytes {
+			binary.LittleEndian.PutUint16(b[o:], quant.F32ToF16(0.001+0.02*rng.Float32()))
+		}
+		return b
 	}
 	t.Fatalf("kweights: type %v", typ)
 	return nil
@@ -603,6 +615,48 @@ func TestKernelMXFP4(t *testing.T) {
 	want = cpuRun(t, inst("moe_gate_up"), gbufs, nil, spec)
 	compareF32(t, "moe_gate_up.mxfp4 gate", got[5], want[5], 1e-4)
 	compareF32(t, "moe_gate_up.mxfp4 up", got[6], want[6], 1e-4)
+}
+
+// TestKernelIQuants holds the i-quants' decode (embed) and products
+// (matmul with bias, one and several rows, lm_head) to T-CPU; IQ4_NL's k =
+// 480 is an odd number of blocks, the oracle's scalar tail.
+func TestKernelIQuants(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(12))
+	for _, typ := range []ggml.Type{ggml.IQ4_NL, ggml.IQ4_XS, ggml.IQ3_S} {
+		name := strings.ToLower(typ.String())
+		inst := func(fam string) string { return kernels.InstanceName(mustLookup(t, fam), typ) }
+		rows, k, n := 3, 768, 100
+		if typ == ggml.IQ4_NL {
+			k = 480
+		}
+		w := kweights(t, rng, typ, n, k)
+
+		y := make([]float32, rows*k)
+		bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+		got := g.run(inst("embed"), bufs, []uint32{uint32(k)}, nil, rows)
+		want := cpuRun(t, inst("embed"), bufs, []uint32{uint32(k)}, nil)
+		compareF32(t, "embed."+name, got[2], want[2], 0)
+
+		for _, r := range []int{1, rows} {
+			x := randF32(rng, r*k, -2, 2)
+			bias := f32bytes(randF32(rng, n, -1, 1))
+			out := make([]float32, r*n)
+			bufs := [][]byte{f32bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), f32bytes(out)}
+			push := []uint32{uint32(k), uint32(n)}
+			got := g.run(inst("matmul"), bufs, push, nil, r)
+			want := cpuRun(t, inst("matmul"), bufs, push, nil)
+			compareF32(t, "matmul."+name, got[4], want[4], 1e-4)
+		}
+		lrows := []krow{{0, 1, kernels.RowWantsLogits}, {1, 0, 0}, {2, 2, kernels.RowWantsLogits}}
+		x := randF32(rng, len(lrows)*k, -2, 2)
+		logits := make([]float32, 3*n)
+		lbufs := [][]byte{f32bytes(x), w, ioTable(lrows, 3, 1, nil), f32bytes(logits)}
+		push := []uint32{uint32(k), uint32(n)}
+		got = g.run(inst("lm_head"), lbufs, push, nil, len(lrows))
+		want = cpuRun(t, inst("lm_head"), lbufs, push, nil)
+		compareF32(t, "lm_head."+name, got[3], want[3], 1e-4)
+	}
 }
 
 // recurrentSteps are the steps of the recurrent kernels' tests, run one

@@ -35,16 +35,24 @@ func sharedModel(t *testing.T, name string) string {
 // runGenerate runs zrt-run generate with args and returns its stdout.
 func runGenerate(t *testing.T, args ...string) string {
 	t.Helper()
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(generateCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&bytes.Buffer{})
-	root.SetArgs(append([]string{"generate"}, args...))
-	if err := root.Execute(); err != nil {
+	out, _, err := execGenerate(args...)
+	if err != nil {
 		t.Fatalf("generate %s: %v", strings.Join(args, " "), err)
 	}
-	return out.String()
+	return out
+}
+
+// execGenerate runs `zrt-run generate args...` and returns both output
+// streams and its error.
+func execGenerate(args ...string) (stdout, stderr string, err error) {
+	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(generateCmd())
+	var o, e bytes.Buffer
+	root.SetOut(&o)
+	root.SetErr(&e)
+	root.SetArgs(append([]string{"generate"}, args...))
+	err = root.Execute()
+	return o.String(), e.String(), err
 }
 
 func inode(t *testing.T, p string) uint64 {

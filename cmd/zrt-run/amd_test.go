@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/amd/kfd"
+	"github.com/zrtdev/zrt/runtime/amd/t1"
+	"github.com/zrtdev/zrt/runtime/amd/t2"
+)
+
+// TestProbeSaysWhyAMD: the probe's T1 and T2 lines are the tiers' own
+// probes.
+func TestProbeSaysWhyAMD(t *testing.T) {
+	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(probeCmd())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"probe"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tier := range []struct {
+		name  string
+		probe func() (kfd.Info, error)
+	}{{"t1", t1.Probe}, {"t2", t2.Probe}} {
+		want := tier.name + "     available"
+		if _, err := tier.probe(); err != nil {
+			want = tier.name + "     missing    " + err.Error()
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("probe output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// gfx1201Bundle compiles the tiny synthetic model for amd:gfx1201 and
+// returns the bundle directory; it skips where this zrtc lacks the target.
+func gfx1201Bundle(t *testing.T) string {
+	t.Helper()
+	if _, ok := kernels.LookupTarget("amd:gfx1201"); !ok {
+		t.Skip("this zrtc has no target amd:gfx1201")
+	}
+	m, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, b := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
+	if err := os.WriteFile(model, m, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := compiler.Compile(context.Background(), model, b, compiler.Options{Target: "amd:gfx1201"}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestGenerateT1Sim: ZRT_TIER=t1 ZRT_KFD=sim runs a bundle built for
+// amd:gfx1201 through T1 on the simulated device.
+func TestGenerateT1Sim(t *testing.T) {
+	b := gfx1201Bundle(t)
+	t.Setenv("ZRT_TIER", "t1")
+	t.Setenv("ZRT_KFD", "sim")
+	stdout, stderr, err := execGenerate(b, "-p", "Once upon a time", "-n", "8", "--json")
+	if err != nil {
+		t.Fatalf("generate: %v\n%s", err, stderr)
+	}
+	out := strings.TrimSpace(stdout + "\n" + stderr)
+	var r struct {
+		Tier      string `json:"tier"`
+		Generated int    `json:"generated_tokens"`
+	}
+	line := out[strings.LastIndex(out, "\n")+1:]
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if r.Tier != "t1" || r.Generated != 8 {
+		t.Fatalf("tier %q, %d tokens: %s", r.Tier, r.Generated, out)
+	}
+}
+
+// TestGenerateT2Reason: ZRT_TIER=t2 on a gfx1201 bundle fails with the
+// probe's reason where T2 cannot run.
+func TestGenerateT2Reason(t *testing.T) {
+	_, perr := t2.Probe()
+	if perr == nil {
+		t.Skip("T2 is usable here; the reason path cannot be seen")
+	}
+	b := gfx1201Bundle(t)
+	t.Setenv("ZRT_TIER", "t2")
+	_, _, err := execGenerate(b, "-p", "Once", "-n", "2")
+	first := strings.SplitN(perr.Error(), ":", 2)[0] // "no render node" here
+	if err == nil || !strings.Contains(err.Error(), "tier t2: ") || !strings.Contains(err.Error(), first) {
+		t.Fatalf("ZRT_TIER=t2: %v (probe: %v)", err, perr)
+	}
+}

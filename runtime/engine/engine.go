@@ -157,7 +157,8 @@ type Engine struct {
 	slots    []*request    // by slot; nil = free
 	nextID   uint64
 	logits   []float32
-	tr       *tracer // nil: no trace
+	meters   map[string]*meters // tenants' recent token rates
+	tr       *tracer            // nil: no trace
 	slog     *stepLog
 	onStep   func(*StepRecord) // Rerun's view of each step
 	rec      *StepRecord       // the step's record while logging
@@ -184,6 +185,10 @@ type request struct {
 	// went with the slot); the scheduler sees them as its prompt.
 	replay int
 }
+
+// meters are a tenant's smoothed token rates, which its soft limits
+// (sched.Limits) weigh.
+type meters struct{ decode, prefill quota.Meter }
 
 // Stats is a snapshot for metrics, health and the status page.
 type Stats struct {
@@ -229,7 +234,8 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.Scope == nil {
 		cfg.Scope = func(tenant string) string { return tenant }
 	}
-	e := &Engine{m: m, tok: tok, cfg: cfg, rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots)}
+	e := &Engine{m: m, tok: tok, cfg: cfg, rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
+		meters: map[string]*meters{}}
 	e.stats.Finished = map[Finish]uint64{}
 	e.stats.Slots = cfg.Slots
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
@@ -293,12 +299,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.stepping.Lock()
 	defer e.stepping.Unlock()
 	defer e.tr.flush()
-	var start time.Time
-	if e.tr != nil {
-		start = e.cfg.Now()
-	}
+	start := e.cfg.Now()
 	if e.logging() {
-		e.rec = &StepRecord{}
+		e.rec = &StepRecord{Time: start.UnixNano()}
 		defer e.endRecord()
 	}
 	e.mu.Lock()
@@ -338,7 +341,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.compact()
 	e.evict()
 
-	plan := sched.Schedule(e.input())
+	plan := sched.Schedule(e.input(start))
 	byID := map[uint64]*request{}
 	for _, r := range e.reqs {
 		byID[r.id] = r
@@ -379,6 +382,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	}
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
+		e.count(r.Tenant, r.prefillRows(c), c.N, start)
 		r.done += c.N
 		if c.Logits {
 			e.route(r)
@@ -399,7 +403,7 @@ func (e *Engine) traceStep(start time.Time, plan sched.Plan, byID map[uint64]*re
 	}
 	prefill := 0
 	for _, c := range plan.Rows {
-		prefill += min(max(len(byID[c.ID].Prompt)-c.From, 0), c.N)
+		prefill += byID[c.ID].prefillRows(c)
 	}
 	variant := ""
 	if b.Key.Rows > 0 {
@@ -411,9 +415,48 @@ func (e *Engine) traceStep(start time.Time, plan sched.Plan, byID map[uint64]*re
 	e.tr.step(n, start, plan, plan.NRows-prefill, prefill, variant, err)
 }
 
-// input is the scheduler's view of the engine.
-func (e *Engine) input() sched.Input {
-	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(), Limits: e.cfg.Tenants}
+// prefillRows is how many of chunk c's rows are r's prompt; the rest
+// decode.
+func (r *request) prefillRows(c sched.Chunk) int {
+	return min(max(len(r.Prompt)-c.From, 0), c.N)
+}
+
+// count adds a chunk of n rows, prefill of them prompt rows, to tenant's
+// meters.
+func (e *Engine) count(tenant string, prefill, n int, now time.Time) {
+	m := e.meters[tenant]
+	if m == nil {
+		m = &meters{}
+		e.meters[tenant] = m
+	}
+	if prefill > 0 {
+		m.prefill.Add(prefill, now)
+	}
+	if n > prefill {
+		m.decode.Add(n-prefill, now)
+	}
+}
+
+// input is the scheduler's view of the engine at now.
+func (e *Engine) input(now time.Time) sched.Input {
+	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(), Limits: e.cfg.Tenants,
+		Slots: e.cfg.Slots, Pages: e.pool.Pages(), Rates: map[string]sched.Rates{}}
+	active := map[string]bool{}
+	for _, r := range e.reqs {
+		active[r.Tenant] = true
+	}
+	for t, m := range e.meters {
+		// A rate under a thousandth of a token a second reads as none,
+		// so dropping a long-idle tenant's meters changes no reading.
+		r := sched.Rates{Decode: m.decode.Rate(now), Prefill: m.prefill.Rate(now)}
+		if r.Decode < 1e-3 && r.Prefill < 1e-3 {
+			if !active[t] {
+				delete(e.meters, t)
+			}
+			continue
+		}
+		in.Rates[t] = r
+	}
 	for _, s := range e.slots {
 		if s == nil {
 			in.FreeSlots++

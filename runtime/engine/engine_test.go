@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
@@ -408,7 +409,18 @@ func TestTrace(t *testing.T) {
 func TestRerun(t *testing.T) {
 	p := stories(t, "context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [16, 64]\nkv_pages = 80\n")
 	var log bytes.Buffer
-	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 16, StepLog: &log})
+	// A clock that moves on each reading, and a soft decode rate for t0
+	// that it exceeds: the scheduler reads the tenants' rates at each
+	// step's time, which the log records for the rerun's clock.
+	clock := time.Unix(1_700_000_000, 0)
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 16, StepLog: &log,
+		Now: func() time.Time { clock = clock.Add(7 * time.Millisecond); return clock },
+		Tenants: func(tenant string) sched.Limits {
+			if tenant == "t0" {
+				return sched.Limits{DecodeTokensPerSecond: 20}
+			}
+			return sched.Limits{}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/kernels"
@@ -128,9 +129,10 @@ func TestSimulation(t *testing.T) {
 func simulate(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}}
-	limits := map[string]sched.Limits{"a": {MaxSlots: 3}, "b": {MaxPages: 12}, "c": {}}
+	limits := map[string]sched.Limits{"a": {MaxSlots: 3, DecodeTokensPerSecond: 200}, "b": {MaxPages: 12}, "c": {PrefillTokensPerSecond: 1000}}
+	clock := time.Unix(1_700_000_000, 0) // moved forward by each step
 	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
-		Tenants: func(tn string) sched.Limits { return limits[tn] }})
+		Tenants: func(tn string) sched.Limits { return limits[tn] }, Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,6 +179,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	}
 	ctx := context.Background()
 	for step := 0; step < steps; step++ {
+		clock = clock.Add(time.Duration(1+rng.IntN(30)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
 			cctx, cancel := context.WithCancel(ctx)
 			tenant := []string{"a", "b", "c"}[rng.IntN(3)]
@@ -308,5 +311,60 @@ func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64,
 	// The reservation: other tenants never take c's last unused pages.
 	if free, res := e.pool.Free(), 6-e.pool.Used("c"); res > 0 && free < res {
 		t.Fatalf("seed %d step %d: %d free pages, tenant c's unused reservation is %d", seed, step, free, res)
+	}
+}
+
+// TestSoftRateLimit runs three requests through one slot: a1 and a2 of
+// tenant a, then b1 of tenant b. Without limits they run in arrival order;
+// with a soft decode rate that a1 pushes tenant a over, b1 goes before a2,
+// which still runs once nothing else waits.
+func TestSoftRateLimit(t *testing.T) {
+	for _, tc := range []struct {
+		limit int
+		order string
+	}{{0, "a1 a2 b1"}, {1, "a1 b1 a2"}} {
+		m := &scripted{t: t, slots: 1, maxPages: 16, kvPages: 100, last: map[int]int32{}}
+		clock := time.Unix(1_700_000_000, 0)
+		e, err := New(m, simTokenizer(t), Config{Slots: 1, ChunkCap: 16,
+			Tenants: func(tn string) sched.Limits {
+				if tn == "a" {
+					return sched.Limits{DecodeTokensPerSecond: tc.limit}
+				}
+				return sched.Limits{}
+			},
+			Now: func() time.Time { return clock }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{"a1", "a2", "b1"}
+		var streams []<-chan Event
+		for _, n := range names {
+			ev, err := e.Submit(context.Background(), Request{Tenant: n[:1], Prompt: []int32{1, 5, 6},
+				Decode: decode.Params{MaxTokens: 10, IgnoreEOS: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams = append(streams, ev)
+		}
+		var order []string
+		for step := 0; len(order) < len(names); step++ {
+			if step > 100 {
+				t.Fatalf("limit %d: finished only %v", tc.limit, order)
+			}
+			clock = clock.Add(10 * time.Millisecond)
+			if _, err := e.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for i, ch := range streams {
+				for range len(ch) {
+					if ev := <-ch; ev.Finish != "" {
+						order = append(order, names[i])
+					}
+				}
+			}
+		}
+		if got := fmt.Sprint(order); got != "["+tc.order+"]" {
+			t.Errorf("decode limit %d: finished %s, want [%s]", tc.limit, got, tc.order)
+		}
 	}
 }

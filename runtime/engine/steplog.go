@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -25,6 +26,9 @@ type StepRecord struct {
 	// Step numbers the log's steps from 1 (steps that did nothing are
 	// not logged, so it may be less than Stats().Steps counts).
 	Step int `json:"step,omitempty"`
+	// Time is the engine's clock at the step's start (Unix ns), which
+	// the tenants' token rates are read at.
+	Time int64 `json:"time,omitempty"`
 	// Arrivals are the requests this step took from the queue, in
 	// submission order (which fixes their ids).
 	Arrivals []LoggedRequest `json:"arrivals,omitempty"`
@@ -159,7 +163,8 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 	}
 	lc := recs[0].Config
 	limits, scopes := map[string]sched.Limits{}, map[string]string{}
-	cfg := Config{Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
+	var clock time.Time
+	cfg := Config{Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
 		Reserved: lc.Reserved, EventBuffer: 1 << 20,
 		Tenants: func(t string) sched.Limits { return limits[t] },
 		Scope: func(t string) string {
@@ -201,6 +206,7 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 			}
 		}
 		got = nil
+		clock = time.Unix(0, want.Time)
 		if _, err := e.Step(ctx); err != nil && want.Err == "" {
 			return i, &RerunError{Step: want.Step, Msg: fmt.Sprintf("the step failed: %v", err)}
 		}

@@ -51,6 +51,11 @@ type Tenant struct {
 	MaxConcurrent   int `toml:"max_concurrent"`
 	MaxKVPages      int `toml:"max_kv_pages"`
 	ReservedKVPages int `toml:"reserved_kv_pages"`
+	// Soft rate limits, smoothed over 5 s: over them the tenant's
+	// requests wait while other tenants' of the same class do, and run
+	// when the engine has room (sched.Limits).
+	DecodeTokensPerSecond  int `toml:"decode_tokens_per_second"`
+	PrefillTokensPerSecond int `toml:"prefill_tokens_per_second"`
 	// MaxContextTokens refuses longer prompts with 400.
 	MaxContextTokens int `toml:"max_context_tokens"`
 	// Rate limits: over them a request is refused with 429 and
@@ -138,7 +143,8 @@ func (c *Config) validate() error {
 		if len(t.hashes) == 0 {
 			keyless++
 		}
-		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.MaxContextTokens < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
+		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.DecodeTokensPerSecond < 0 || t.PrefillTokensPerSecond < 0 ||
+			t.MaxContextTokens < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
 			return fmt.Errorf("server config: tenant %s: limits must not be negative", t.ID)
 		}
 	}
@@ -188,7 +194,8 @@ func NewPolicy(c *Config) *Policy {
 func (p *Policy) Update(c *Config) {
 	v := &policyView{limits: map[string]sched.Limits{}, rates: map[string]quota.Rates{}, scopes: map[string]string{}}
 	for _, t := range c.Tenants {
-		v.limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages}
+		v.limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages,
+			DecodeTokensPerSecond: t.DecodeTokensPerSecond, PrefillTokensPerSecond: t.PrefillTokensPerSecond}
 		v.rates[t.ID] = quota.Rates{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
 		v.scopes[t.ID] = "tenant:" + t.ID
 		if t.IsolationGroup != "" {

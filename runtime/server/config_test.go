@@ -19,11 +19,21 @@ func TestLoadConfig(t *testing.T) {
 		"[[tenant]]\nid = \"a\"\napi_key_hashes = [\"md5:00\"]\n":              "sha256:<64 hex digits>",
 		"[[tenant]]\nid = \"a\"\n[[tenant]]\nid = \"a\"\n":                     `id "a" is empty or repeated`,
 		"[[tenant]]\nid = \"a\"\n[[tenant]]\nid = \"b\"\napi_keys = [\"k\"]\n": "every tenant needs an API key",
+		"[[tenant]]\nid = \"a\"\ndecode_tokens_per_second = -1\n":              "limits must not be negative",
 	} {
 		path := filepath.Join(t.TempDir(), "s.toml")
 		os.WriteFile(path, []byte(text), 0o644)
 		if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want an error containing %q", text, err, want)
 		}
+	}
+	path := filepath.Join(t.TempDir(), "s.toml")
+	os.WriteFile(path, []byte("[[tenant]]\nid = \"a\"\ndecode_tokens_per_second = 50\nprefill_tokens_per_second = 900\n"), 0o644)
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim := NewPolicy(c).EngineConfig(c).Tenants("a"); lim.DecodeTokensPerSecond != 50 || lim.PrefillTokensPerSecond != 900 {
+		t.Fatalf("soft rate limits not passed to the engine: %+v", lim)
 	}
 }

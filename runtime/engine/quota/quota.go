@@ -3,6 +3,8 @@
 // most it may generate), each a token bucket that refills continuously. A
 // request over either limit is refused at arrival with the time after which
 // it would be accepted, unlike the scheduling limits, under which it waits.
+// It also meters each tenant's token rates (Meter) for the soft limits the
+// scheduler weighs.
 package quota
 
 import (

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -41,5 +42,30 @@ func TestBuckets(t *testing.T) {
 		if ok, _ := l.Admit("c", 1e6, t0); !ok {
 			t.Fatal("an unlimited tenant was limited")
 		}
+	}
+}
+
+func TestMeter(t *testing.T) {
+	var m Meter
+	t0 := time.Unix(1000, 0)
+	if r := m.Rate(t0); r != 0 {
+		t.Fatalf("idle meter reads %v", r)
+	}
+	// 100 tokens a second in 10 ms steps for a minute reads as 100/s.
+	now := t0
+	for range 6000 {
+		now = now.Add(10 * time.Millisecond)
+		m.Add(1, now)
+	}
+	if r := m.Rate(now); math.Abs(r-100) > 1 {
+		t.Fatalf("steady 100 tokens/s reads %.2f", r)
+	}
+	// Idle for one time constant, it has faded to 1/e.
+	if r := m.Rate(now.Add(Smoothing)); math.Abs(r-100/math.E) > 1 {
+		t.Fatalf("after %v idle: %.2f, want %.2f", Smoothing, r, 100/math.E)
+	}
+	// Reading does not change it.
+	if a, b := m.Rate(now.Add(time.Second)), m.Rate(now.Add(time.Second)); a != b {
+		t.Fatalf("two reads differ: %v, %v", a, b)
 	}
 }

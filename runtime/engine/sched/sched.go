@@ -43,11 +43,24 @@ func ParseQoS(s string) (QoS, error) {
 	return 0, fmt.Errorf("unknown QoS class %q (interactive, standard, batch)", s)
 }
 
-// Limits are a tenant's scheduling limits: over them a request waits in
-// the queue (0: no limit).
+// Limits are a tenant's scheduling limits (0: no limit). Over a hard limit
+// (slots, pages) a request waits in the queue. The token rates are soft:
+// a tenant's smoothed rate over its limit raises its dominant share past
+// 1, so its requests wait while any tenant within its limits has one of
+// the same class waiting, and run when the engine would otherwise have
+// room to spare.
 type Limits struct {
 	MaxSlots int // concurrent sequences
 	MaxPages int // KV pages held at once
+	// DecodeTokensPerSecond and PrefillTokensPerSecond are soft limits
+	// on the tenant's generated and prompt tokens a second.
+	DecodeTokensPerSecond  int `json:",omitempty"`
+	PrefillTokensPerSecond int `json:",omitempty"`
+}
+
+// Rates are a tenant's recent token rates, smoothed (tokens a second).
+type Rates struct {
+	Decode, Prefill float64
 }
 
 // Seq is the scheduler's view of one request.
@@ -82,6 +95,11 @@ type Input struct {
 	FreePages int
 	Reserved  map[string]int
 	Limits    func(tenant string) Limits
+	// Slots and Pages are the engine's totals: the quota of a tenant
+	// without a limit of its own, in its dominant share.
+	Slots, Pages int
+	// Rates are each tenant's recent token rates, for its dominant share.
+	Rates map[string]Rates
 	// Budget is the query rows one step may compute (chunk_cap).
 	Budget int
 }
@@ -117,15 +135,20 @@ func (p Plan) String() string {
 	return b.String()
 }
 
-// Schedule decides one step. Waiting requests are admitted by class, then
-// arrival, while a slot is free, their tenant is under its limits and the
-// pages they need are available (a preempted request already holds its
-// own); when only a slot is missing, a running request of a less urgent
-// class — batch before standard, the latest arrival first, never an
-// interactive one — is preempted for it. Every running request that is
-// decoding then gets its row (decode first, so a long prompt delays no
-// running decode by more than one chunk), and prefill chunks fill the rest
-// of the budget, running requests before newly admitted ones.
+// Schedule decides one step (seed 000 §18.5). Waiting requests are
+// admitted by class, then their tenant's dominant share (DRF: the largest
+// of the tenant's slots, KV pages and smoothed decode and prefill rates,
+// each over its quota), then arrival, while a slot is free, their tenant
+// is under its hard limits and the pages they need are available (a
+// preempted request already holds its own). Each admission raises its
+// tenant's share before the next choice. When only a slot is missing, a
+// running request of a less urgent class is preempted for it: batch
+// before standard, then the tenant with the highest dominant share, then
+// the latest arrival; never an interactive one. Every running request
+// that is decoding then gets its row (decode first, so a long prompt
+// delays no running decode by more than one chunk), and prefill chunks
+// fill the rest of the budget, running requests before newly admitted
+// ones.
 func Schedule(in Input) Plan {
 	var p Plan
 	seqs := make([]*Seq, len(in.Seqs))
@@ -142,14 +165,7 @@ func Schedule(in Input) Plan {
 		}
 		return x.Arrival < y.Arrival
 	})
-	slots := map[string]int{}
-	pages := map[string]int{}
-	for _, s := range seqs {
-		if s.Running {
-			slots[s.Tenant]++
-			pages[s.Tenant] += s.Pages
-		}
-	}
+	u := newUsage(in, seqs)
 	reserved := map[string]int{}
 	heldBack := 0
 	for t, n := range in.Reserved {
@@ -158,63 +174,57 @@ func Schedule(in Input) Plan {
 	}
 	freePages := in.FreePages
 	free := in.FreeSlots
-	for _, s := range seqs {
-		if s.Paged {
-			pages[s.Tenant] += s.Pages // held while it waits to resume
-		}
-	}
-	// victims are the running requests that may be preempted, the first
-	// to go last.
+	// victims are the running requests that may be preempted.
 	var victims []*Seq
+	var waiting []*Seq
 	for _, s := range seqs {
-		if s.Running && s.QoS != Interactive {
+		switch {
+		case !s.Running:
+			waiting = append(waiting, s)
+		case s.QoS != Interactive:
 			victims = append(victims, s)
 		}
 	}
-	sort.SliceStable(victims, func(a, b int) bool {
-		x, y := victims[a], victims[b]
-		if x.QoS != y.QoS {
-			return x.QoS < y.QoS
-		}
-		return x.Arrival < y.Arrival
-	})
-	for _, s := range seqs {
-		if s.Running {
-			continue
-		}
+	// Each waiting request is considered once: admitting others only
+	// takes slots and pages, so one that cannot run now cannot later in
+	// the same step.
+	for len(waiting) > 0 {
+		i := u.first(waiting)
+		s := waiting[i]
+		waiting = append(waiting[:i], waiting[i+1:]...)
 		need := s.Pages
 		if s.Paged {
 			need = 0
 		}
 		lim := in.Limits(s.Tenant)
 		switch {
-		case lim.MaxSlots > 0 && slots[s.Tenant] >= lim.MaxSlots:
+		case lim.MaxSlots > 0 && u.slots[s.Tenant] >= lim.MaxSlots:
 			continue
-		case !s.Paged && lim.MaxPages > 0 && pages[s.Tenant]+s.Pages > lim.MaxPages:
+		case !s.Paged && lim.MaxPages > 0 && u.pages[s.Tenant]+s.Pages > lim.MaxPages:
 			continue
 		case freePages-(heldBack-reserved[s.Tenant]) < need:
 			continue // the floating pool and its own reservation cannot cover it
 		}
 		if free == 0 {
-			n := len(victims)
-			if n == 0 || victims[n-1].QoS <= s.QoS {
+			v := u.victim(victims, s.QoS)
+			if v < 0 {
 				continue
 			}
-			v := victims[n-1]
-			victims = victims[:n-1]
-			v.Running, v.Paged = false, true
-			slots[v.Tenant]--
+			vs := victims[v]
+			victims = append(victims[:v], victims[v+1:]...)
+			vs.Running, vs.Paged = false, true
+			u.slots[vs.Tenant]--
 			free++
-			p.Preempt = append(p.Preempt, v.ID)
+			p.Preempt = append(p.Preempt, vs.ID)
 		}
 		fromReserve := min(need, reserved[s.Tenant])
 		reserved[s.Tenant] -= fromReserve
 		heldBack -= fromReserve
 		freePages -= need
 		free--
-		slots[s.Tenant]++
+		u.slots[s.Tenant]++
 		if !s.Paged {
-			pages[s.Tenant] += s.Pages
+			u.pages[s.Tenant] += s.Pages
 		}
 		s.Running = true
 		p.Admit = append(p.Admit, s.ID)
@@ -235,4 +245,86 @@ func Schedule(in Input) Plan {
 	}
 	p.NRows = in.Budget - budget
 	return p
+}
+
+// usage is what each tenant holds while a step is planned, and its
+// dominant share.
+type usage struct {
+	in           *Input
+	slots, pages map[string]int
+}
+
+func newUsage(in Input, seqs []*Seq) *usage {
+	u := &usage{in: &in, slots: map[string]int{}, pages: map[string]int{}}
+	for _, s := range seqs {
+		if s.Running {
+			u.slots[s.Tenant]++
+		}
+		if s.Running || s.Paged {
+			u.pages[s.Tenant] += s.Pages // a preempted request holds its pages while it waits
+		}
+	}
+	return u
+}
+
+// share is tenant's dominant share: the largest fraction of a quota it
+// uses. A tenant without a limit has the engine's totals as its quota,
+// and no rate quota.
+func (u *usage) share(tenant string) float64 {
+	lim := u.in.Limits(tenant)
+	quota := func(limit, total int) float64 {
+		if limit > 0 {
+			return float64(limit)
+		}
+		return float64(max(total, 1))
+	}
+	sh := max(float64(u.slots[tenant])/quota(lim.MaxSlots, u.in.Slots),
+		float64(u.pages[tenant])/quota(lim.MaxPages, u.in.Pages))
+	r := u.in.Rates[tenant]
+	if lim.DecodeTokensPerSecond > 0 {
+		sh = max(sh, r.Decode/float64(lim.DecodeTokensPerSecond))
+	}
+	if lim.PrefillTokensPerSecond > 0 {
+		sh = max(sh, r.Prefill/float64(lim.PrefillTokensPerSecond))
+	}
+	return sh
+}
+
+// first is the index of the waiting request to consider next: the most
+// urgent class, then the lowest dominant share, then the earliest arrival.
+func (u *usage) first(waiting []*Seq) int {
+	best, bestShare := 0, u.share(waiting[0].Tenant)
+	for i, s := range waiting[1:] {
+		b := waiting[best]
+		if s.QoS > b.QoS {
+			continue
+		}
+		sh := u.share(s.Tenant)
+		if s.QoS < b.QoS || sh < bestShare || sh == bestShare && s.Arrival < b.Arrival {
+			best, bestShare = i+1, sh
+		}
+	}
+	return best
+}
+
+// victim is the index of the running request to preempt for one of class
+// q, or -1: the least urgent class (less urgent than q), then the highest
+// dominant share, then the latest arrival.
+func (u *usage) victim(victims []*Seq, q QoS) int {
+	best, bestShare := -1, 0.0
+	for i, s := range victims {
+		if s.QoS <= q {
+			continue
+		}
+		sh := u.share(s.Tenant)
+		if best < 0 {
+			best, bestShare = i, sh
+			continue
+		}
+		b := victims[best]
+		if s.QoS > b.QoS || s.QoS == b.QoS && (sh > bestShare || sh == bestShare && s.Arrival > b.Arrival) {
+			best, bestShare = i, sh
+		}
+	}
+	return best
 }

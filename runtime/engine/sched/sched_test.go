@@ -1,0 +1,100 @@
+package sched
+
+import (
+	"slices"
+	"testing"
+)
+
+// running and waiting make the scheduler's view of one request.
+func running(id uint64, tenant string, q QoS) Seq {
+	return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Done: 5, Pages: 1, Running: true}
+}
+
+func waiting(id uint64, tenant string, q QoS) Seq {
+	return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Pages: 1}
+}
+
+func input(free int, limits map[string]Limits, seqs ...Seq) Input {
+	return Input{Seqs: seqs, FreeSlots: free, FreePages: 100, Slots: 8, Pages: 100, Budget: 64,
+		Limits: func(t string) Limits { return limits[t] }}
+}
+
+// TestDominantShare checks DRF admission (seed 000 §18.5): the lowest
+// dominant share first, ties by arrival, classes before shares, and the
+// soft rate limits weighing in without blocking.
+func TestDominantShare(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		in    Input
+		admit []uint64
+	}{
+		{"lowest share first", input(1, nil,
+			running(1, "a", Standard), running(2, "a", Standard), running(3, "b", Standard),
+			waiting(4, "a", Standard), waiting(5, "b", Standard)), []uint64{5}},
+		{"ties by arrival", input(1, nil,
+			running(1, "a", Standard), running(2, "b", Standard),
+			waiting(4, "b", Standard), waiting(3, "a", Standard)), []uint64{3}},
+		{"shares against the tenant's own quota", input(1, map[string]Limits{"b": {MaxSlots: 2}},
+			running(1, "a", Standard), running(2, "a", Standard), running(3, "b", Standard),
+			waiting(4, "b", Standard), waiting(5, "a", Standard)), []uint64{5}},
+		{"class before share", input(1, nil,
+			running(1, "a", Standard), running(2, "a", Standard),
+			waiting(3, "b", Batch), waiting(4, "a", Interactive)), []uint64{4}},
+		{"each admission raises the share", input(4, nil,
+			waiting(1, "a", Standard), waiting(2, "a", Standard), waiting(3, "a", Standard),
+			waiting(4, "b", Standard), waiting(5, "b", Standard), waiting(6, "b", Standard)), []uint64{1, 4, 2, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if p := Schedule(tc.in); !slices.Equal(p.Admit, tc.admit) || len(p.Preempt) > 0 {
+				t.Fatalf("%v, want admit %v", p, tc.admit)
+			}
+		})
+	}
+
+	// A tenant over its soft decode rate yields to one within its limits,
+	// but still runs when nobody else waits.
+	limits := map[string]Limits{"a": {DecodeTokensPerSecond: 100}}
+	in := input(1, limits, running(1, "b", Standard), running(2, "b", Standard), waiting(3, "a", Standard), waiting(4, "b", Standard))
+	in.Rates = map[string]Rates{"a": {Decode: 150}}
+	if p := Schedule(in); !slices.Equal(p.Admit, []uint64{4}) {
+		t.Fatalf("over its rate: %v, want admit [4]", p)
+	}
+	in = input(1, limits, running(1, "b", Standard), waiting(3, "a", Standard))
+	in.Rates = map[string]Rates{"a": {Decode: 150}}
+	if p := Schedule(in); !slices.Equal(p.Admit, []uint64{3}) {
+		t.Fatalf("alone over its rate: %v, want admit [3]", p)
+	}
+}
+
+// TestPreemptVictim checks whom an urgent request preempts when every
+// slot is taken: batch before standard, then the tenant with the highest
+// dominant share, then the latest arrival; never an interactive request,
+// and never one as urgent as the newcomer.
+func TestPreemptVictim(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      Input
+		preempt []uint64
+	}{
+		{"batch before standard", input(0, nil,
+			running(1, "a", Standard), running(2, "b", Batch), waiting(9, "c", Interactive)), []uint64{2}},
+		{"highest share", input(0, nil,
+			running(1, "a", Batch), running(2, "b", Batch), running(3, "b", Batch), waiting(9, "c", Interactive)), []uint64{3}},
+		{"latest arrival on a tie", input(0, nil,
+			running(1, "a", Batch), running(2, "b", Batch), waiting(9, "c", Standard)), []uint64{2}},
+		{"never interactive", input(0, nil,
+			running(1, "a", Interactive), waiting(9, "c", Interactive)), nil},
+		{"never the same class", input(0, nil,
+			running(1, "a", Standard), waiting(9, "c", Standard)), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Schedule(tc.in)
+			if !slices.Equal(p.Preempt, tc.preempt) {
+				t.Fatalf("%v, want preempt %v", p, tc.preempt)
+			}
+			if len(tc.preempt) > 0 && !slices.Equal(p.Admit, []uint64{9}) {
+				t.Fatalf("%v: the newcomer was not admitted", p)
+			}
+		})
+	}
+}

@@ -387,29 +387,70 @@ func (p *Program) ioWords() []uint32 {
 // tokens are in range, and each row's position lies on a page its slot's
 // table (given in b.Pages) maps to a page of the KV region.
 func (p *Program) Step(ctx context.Context, b Batch) error {
-	vi := -1
+	vi, err := p.write(b)
+	if err != nil {
+		return err
+	}
+	return p.tier.Run(ctx, vi)
+}
+
+// Inspector is a tier that can stop after each dispatch of a replay and
+// show any region then: slow (no captured graph, a wait per kernel), for
+// comparing tiers value by value (zrt-run validate).
+type Inspector interface {
+	// RunEach replays variant vi like Run, calling after once each
+	// dispatch has finished; an error from it ends the replay.
+	RunEach(ctx context.Context, vi int, after func(dispatch int) error) error
+	// ReadRegion copies n bytes at off of region i.
+	ReadRegion(i int, off, n int64) ([]byte, error)
+}
+
+// Inspect is Step on a tier that is an Inspector: after each dispatch it
+// calls after with the dispatch's index and a reader of the regions. The
+// variant replayed is b.Key's; Bundle.Graph.Variants at VariantIndex
+// says which IR value each dispatch defines and where it lives.
+func (p *Program) Inspect(ctx context.Context, b Batch, after func(dispatch int, read func(region int, off, n int64) ([]byte, error)) error) error {
+	in, ok := p.tier.(Inspector)
+	if !ok {
+		return fmt.Errorf("tier %s cannot stop between dispatches", p.tier.Name())
+	}
+	vi, err := p.write(b)
+	if err != nil {
+		return err
+	}
+	return in.RunEach(ctx, vi, func(d int) error { return after(d, in.ReadRegion) })
+}
+
+// VariantIndex is the index of key's variant in the bundle's graph, or -1.
+func (p *Program) VariantIndex(key ShapeKey) int {
 	for i, k := range p.keys {
-		if k == b.Key {
-			vi = i
-			break
+		if k == key {
+			return i
 		}
 	}
+	return -1
+}
+
+// write checks b and writes it into the request table, returning its
+// variant's index.
+func (p *Program) write(b Batch) (int, error) {
+	vi := p.VariantIndex(b.Key)
 	if vi < 0 {
-		return fmt.Errorf("step: no variant %s in this bundle (it has %v)", b.Key, p.keys)
+		return -1, fmt.Errorf("step: no variant %s in this bundle (it has %v)", b.Key, p.keys)
 	}
 	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
-		return fmt.Errorf("step: %d rows for variant %s", len(b.Rows), b.Key)
+		return -1, fmt.Errorf("step: %d rows for variant %s", len(b.Rows), b.Key)
 	}
 	mapped := make(map[int]int, len(b.Pages)) // slot → pages given
 	w := p.ioWords()
 	for _, sp := range b.Pages {
 		if sp.Slot < 0 || sp.Slot >= p.table.Slots || len(sp.Pages) > p.table.MaxPages {
-			return fmt.Errorf("step: page table of %d pages for slot %d (slots 0..%d, at most %d pages)", len(sp.Pages), sp.Slot, p.table.Slots-1, p.table.MaxPages)
+			return -1, fmt.Errorf("step: page table of %d pages for slot %d (slots 0..%d, at most %d pages)", len(sp.Pages), sp.Slot, p.table.Slots-1, p.table.MaxPages)
 		}
 		base := p.table.PageTable() + sp.Slot*p.table.MaxPages
 		for i, pg := range sp.Pages {
 			if int(pg) >= p.kvPages {
-				return fmt.Errorf("step: slot %d maps page %d, the KV region has %d", sp.Slot, pg, p.kvPages)
+				return -1, fmt.Errorf("step: slot %d maps page %d, the KV region has %d", sp.Slot, pg, p.kvPages)
 			}
 			w[base+i] = pg
 		}
@@ -419,9 +460,9 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 	for i, r := range b.Rows {
 		switch {
 		case r.Token < 0 || r.Token >= nv:
-			return fmt.Errorf("step: row %d: token id %d outside the vocabulary of %d", i, r.Token, nv)
+			return -1, fmt.Errorf("step: row %d: token id %d outside the vocabulary of %d", i, r.Token, nv)
 		case r.Pos < 0 || r.Pos >= mapped[r.Slot]*kernels.KVPageTokens:
-			return fmt.Errorf("step: row %d: position %d of slot %d is not on a page the batch maps", i, r.Pos, r.Slot)
+			return -1, fmt.Errorf("step: row %d: position %d of slot %d is not on a page the batch maps", i, r.Pos, r.Slot)
 		}
 		rec := w[kernels.IOWordRowBase+i*kernels.IORowWords:]
 		rec[kernels.IORowToken] = uint32(r.Token)
@@ -440,7 +481,7 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 		rec[kernels.IORowFlags] = flags
 	}
 	w[kernels.IOWordRows] = uint32(len(b.Rows))
-	return p.tier.Run(ctx, vi)
+	return vi, nil
 }
 
 // Logits copies slot's logits from the last step that asked for them into

@@ -29,7 +29,7 @@ bundle set (it runs the member that fits this machine) and a pack
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd(), rerunCmd())
+	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd(), rerunCmd(), validateCmd())
 	exitcode.Wire(root)
 	out := stdout.New(os.Stdout)
 	root.SetOut(out)

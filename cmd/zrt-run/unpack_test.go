@@ -45,12 +45,18 @@ func runGenerate(t *testing.T, args ...string) string {
 // execGenerate runs `zrt-run generate args...` and returns both output
 // streams and its error.
 func execGenerate(args ...string) (stdout, stderr string, err error) {
+	return execCommand(generateCmd(), args...)
+}
+
+// execCommand runs the subcommand c under a root command with args and
+// returns both output streams and its error.
+func execCommand(c *cobra.Command, args ...string) (stdout, stderr string, err error) {
 	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(generateCmd())
+	root.AddCommand(c)
 	var o, e bytes.Buffer
 	root.SetOut(&o)
 	root.SetErr(&e)
-	root.SetArgs(append([]string{"generate"}, args...))
+	root.SetArgs(append([]string{c.Name()}, args...))
 	err = root.Execute()
 	return o.String(), e.String(), err
 }

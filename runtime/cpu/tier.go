@@ -117,7 +117,10 @@ func (t *Tier) Name() string { return "cpu" }
 func (t *Tier) Region(i int) []byte { return t.regions[i] }
 
 // Run replays variant vi and signals its fence.
-func (t *Tier) Run(ctx context.Context, vi int) error {
+func (t *Tier) Run(ctx context.Context, vi int) error { return t.RunEach(ctx, vi, nil) }
+
+// RunEach is Run calling after (when not nil) once each dispatch is done.
+func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
 	v := t.variants[vi]
 	fence := t.regions[t.fence]
 	fence[0], fence[1], fence[2], fence[3] = 0, 0, 0, 0
@@ -134,9 +137,22 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		if t.trace != nil {
 			t.trace(i, d.name, d.args.Bufs[len(d.args.Bufs)-1])
 		}
+		if after != nil {
+			if err := after(i); err != nil {
+				return err
+			}
+		}
 	}
 	fence[0], fence[1], fence[2], fence[3] = byte(v.fenceValue), byte(v.fenceValue>>8), byte(v.fenceValue>>16), byte(v.fenceValue>>24)
 	return nil
+}
+
+// ReadRegion copies n bytes at off of region i.
+func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
+	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(len(t.regions[i])) {
+		return nil, fmt.Errorf("cpu: no bytes [%d, %d) in region %d", off, off+n, i)
+	}
+	return append([]byte(nil), t.regions[i][off:off+n]...), nil
 }
 
 // Threads is the worker count.

@@ -305,6 +305,73 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 	return nil
 }
 
+// RunEach replays variant vi kernel by kernel, without its graph, waiting
+// for each kernel and then calling after (when not nil): for inspecting
+// values between kernels, not for speed.
+func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
+	if vi < 0 || vi >= len(t.variants) {
+		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	fence := t.regions[t.fence].host
+	clear(fence)
+	io := &t.regions[t.io]
+	if err := driver.MemcpyHtoD(io.dev, io.host); err != nil {
+		return err
+	}
+	ls := t.variants[vi]
+	for i := range ls {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := t.launch(&ls[i]); err != nil {
+			return fmt.Errorf("cuda: launch %d (%s): %w", i, ls[i].Name, err)
+		}
+		if err := t.stream.Synchronize(); err != nil {
+			return fmt.Errorf("cuda: dispatch %d (%s): %w", i, ls[i].Name, err)
+		}
+		if after != nil {
+			if err := after(i); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ri := range t.copyOut {
+		r := &t.regions[ri]
+		if err := driver.MemcpyDtoH(r.host, r.dev); err != nil {
+			return err
+		}
+	}
+	if len(fence) >= 4 {
+		fence[0] = 1
+	}
+	return nil
+}
+
+// ReadRegion copies n bytes at off of region i from the device.
+func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
+	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) {
+		return nil, fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+n, i)
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	if n == 0 {
+		return b, nil
+	}
+	if err := driver.MemcpyDtoH(b, t.regions[i].dev+driver.DevPtr(off)); err != nil {
+		return nil, fmt.Errorf("cuda: reading region %d: %w", i, err)
+	}
+	return b, nil
+}
+
 // wait polls the completion event: spinning briefly (a decode step takes
 // well under a millisecond), then sleeping, until the timeout or ctx ends.
 func (t *Tier) wait(ctx context.Context, vi int) error {

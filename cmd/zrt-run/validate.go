@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/validate"
+)
+
+func validateCmd() *cobra.Command {
+	var ef engineFlags
+	var oracle, prompt, layers string
+	var steps int
+	var tol float64
+	c := &cobra.Command{
+		Use:   "validate BUNDLE --oracle ORACLE_BUNDLE",
+		Short: "Compare a bundle layer by layer with an oracle bundle of the same GGUF (T-CPU's)",
+		Long: `validate runs one prompt on BUNDLE and on ORACLE_BUNDLE, two bundles
+zrtc built from the same GGUF for different targets (the oracle is
+normally the cpu one, run on T-CPU), then --steps decode steps of the
+oracle's greedy tokens. Both replays stop after every kernel, so the
+residual stream after each layer, the output norm and the logits can be
+read and compared. It prints, per step, each point's largest absolute
+difference and that difference over the oracle's largest magnitude, and
+names the first layer whose relative difference exceeds --tolerance.
+
+It exits 0 when every point is within the tolerance and 1 otherwise. The
+default tolerance, 0.06, is what zrt's T-CUDA conformance suite holds
+T-CUDA's logits to against T-CPU's (F16 attention and reordered sums).
+Points compared: embd (the scaled embedding), layer 0…N-1 (the residual
+stream after each layer), output norm, logits (the last row's).
+BUNDLE runs on --tier (default: its own); the oracle on its own target's
+tier. Stopping between kernels makes this slow: it is a diagnostic.
+
+` + envHelp,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case oracle == "":
+				return exitcode.Usagef("--oracle is required: a bundle of the same GGUF to compare with (e.g. its cpu build)")
+			case steps < 0 || steps > 1<<16:
+				return exitcode.Usagef("--steps %d out of range [0, 65536]", steps)
+			case !(tol >= 0) || math.IsInf(tol, 0):
+				return exitcode.Usagef("--tolerance %v: want a finite number ≥ 0", tol)
+			}
+			pick, err := parseLayers(layers)
+			if err != nil {
+				return exitcode.Usagef("--layers %q: %v", layers, err)
+			}
+			opt, err := ef.options()
+			if err != nil {
+				return err
+			}
+			open := func(path string, opt runtime.Options) (*runtime.Program, error) {
+				dir, err := ef.bundleDir(path, opt)
+				if err != nil {
+					return nil, err
+				}
+				return runtime.Open(dir, opt)
+			}
+			got, err := open(args[0], opt)
+			if err != nil {
+				return err
+			}
+			defer got.Close()
+			oopt := opt
+			oopt.Tier = "auto"
+			ref, err := open(oracle, oopt)
+			if err != nil {
+				return fmt.Errorf("oracle: %w", err)
+			}
+			defer ref.Close()
+			toks := got.Tok.Encode(prompt, true, false)
+			rep, err := validate.Run(cmd.Context(), got, ref, toks, steps)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "validate: %s (%s, tier %s) against %s (%s, tier %s): %d prompt tokens, %d decode steps\n",
+				args[0], got.Bundle.Graph.Ident.Target, got.TierName(), oracle, ref.Bundle.Graph.Ident.Target, ref.TierName(), rep.Prompt, steps)
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprint(tw, "point\t")
+			for _, s := range rep.Steps {
+				fmt.Fprintf(tw, "%s max|Δ|\trel\t", s.Name)
+			}
+			fmt.Fprintln(tw)
+			for i, p := range rep.Steps[0].Points {
+				if p.Layer >= 0 && !pick(p.Layer) {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t", p.Name)
+				for _, s := range rep.Steps {
+					q := s.Points[i]
+					fmt.Fprintf(tw, "%.3g\t%.3g\t", q.MaxAbs, q.Rel())
+				}
+				fmt.Fprintln(tw)
+			}
+			tw.Flush()
+			for _, s := range rep.Steps {
+				for _, p := range s.Points {
+					if (p.Layer < 0 || pick(p.Layer)) && !(p.Rel() <= tol) {
+						return fmt.Errorf("validate: first past tolerance %g: %s at %s (rel %.3g, max|Δ| %.3g)", tol, p.Name, s.Name, p.Rel(), p.MaxAbs)
+					}
+				}
+			}
+			fmt.Fprintf(out, "every point within tolerance %g\n", tol)
+			return nil
+		},
+	}
+	ef.add(c)
+	c.Flags().StringVar(&oracle, "oracle", "", "the bundle to compare with: the same GGUF built for another target (normally cpu)")
+	c.Flags().StringVar(&prompt, "prompt", "Once upon a time", "prompt text")
+	c.Flags().StringVar(&layers, "layers", "all", "layers to show and check: all, or a list such as 0,3,8-11")
+	c.Flags().IntVar(&steps, "steps", 1, "decode steps after the prompt, feeding both the oracle's greedy token")
+	c.Flags().Float64Var(&tol, "tolerance", 0.06, "largest relative difference (max|Δ| / max|oracle|) allowed at any point")
+	return c
+}
+
+// parseLayers reads "all" or a comma list of layers and ranges.
+func parseLayers(s string) (func(int) bool, error) {
+	if s == "all" || s == "" {
+		return func(int) bool { return true }, nil
+	}
+	set := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a || b-a > 1<<16 {
+			return nil, errors.New("want all, or layer numbers and ranges such as 0,3,8-11")
+		}
+		for l := a; l <= b; l++ {
+			set[l] = true
+		}
+	}
+	return func(l int) bool { return set[l] }, nil
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+)
+
+// TestValidateCommand compares two cpu builds of one synthetic model with
+// different variants (equal bit for bit), and checks the flags' errors.
+func TestValidateCommand(t *testing.T) {
+	g, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	os.WriteFile(model, g, 0o644)
+	var bundles []string
+	for i, config := range []string{"", "decode_slots = [1, 2]\nprefill_rows = [16]\n"} {
+		cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, string(rune('a'+i)))
+		os.WriteFile(cfg, []byte(config), 0o644)
+		if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+			t.Fatal(err)
+		}
+		bundles = append(bundles, out)
+	}
+	out, _, err := execCommand(validateCmd(), bundles[0], "--oracle", bundles[1], "--steps", "2", "--threads", "1")
+	if err != nil {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	for _, want := range []string{"2 decode steps", "layer 0", "decode 2 max|Δ|", "logits", "every point within tolerance 0.06"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = execCommand(validateCmd(), bundles[0], "--oracle", bundles[1], "--layers", "1", "--steps", "0", "--threads", "1")
+	if err != nil || strings.Contains(out, "layer 0") || !strings.Contains(out, "layer 1") {
+		t.Errorf("--layers 1: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{bundles[0]},
+		{bundles[0], "--oracle", bundles[1], "--layers", "3-1"},
+		{bundles[0], "--oracle", bundles[1], "--tolerance", "-1"},
+		{bundles[0], "--oracle", bundles[1], "--steps", "-2"},
+	} {
+		if _, _, err := execCommand(validateCmd(), args...); exitcode.Code(err) != 2 {
+			t.Errorf("validate %v: %v (exit %d), want a usage error", args, err, exitcode.Code(err))
+		}
+	}
+}

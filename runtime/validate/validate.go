@@ -1,0 +1,310 @@
+// Package validate compares a bundle with an oracle bundle built from the
+// same GGUF for another target (zrt-run validate): it runs one prompt on
+// both, stopping after every dispatch, and measures how far the residual
+// stream after each layer, the final norm's output and the logits are
+// from the oracle's. Fusion differs between targets, so values are found
+// by their IR names (the variant's liveness table), not by dispatch.
+package validate
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime"
+)
+
+// Point is one compared value of one step.
+type Point struct {
+	Name  string // "embd", "layer 3", "output norm", "logits"
+	Layer int    // the layer of a "layer N" point, else -1
+	// MaxAbs is the largest |got − oracle| (+Inf when got has a NaN or
+	// infinity the oracle does not); MaxRef the largest |oracle|.
+	MaxAbs, MaxRef float64
+}
+
+// Rel is MaxAbs relative to the oracle's scale.
+func (p Point) Rel() float64 {
+	if p.MaxAbs == 0 {
+		return 0
+	}
+	return p.MaxAbs / max(p.MaxRef, 1e-30)
+}
+
+// Step is the points of one replay: the prompt's prefill, then each
+// decode step.
+type Step struct {
+	Name   string // "prefill", "decode 1", …
+	Rows   int
+	Points []Point
+}
+
+// Report is a whole comparison.
+type Report struct {
+	Prompt int // tokens
+	Steps  []Step
+	// Tokens are the oracle's greedy tokens, fed to both after the prompt.
+	Tokens []int32
+}
+
+// First returns the first step and point (in step order, then layer
+// order) whose Rel exceeds tol, or false when none does.
+func (r *Report) First(tol float64) (Step, Point, bool) {
+	for _, s := range r.Steps {
+		for _, p := range s.Points {
+			if !(p.Rel() <= tol) {
+				return s, p, true
+			}
+		}
+	}
+	return Step{}, Point{}, false
+}
+
+// Run compares got with oracle over prompt and then decode steps of the
+// oracle's greedy tokens, both in slot 0. The two bundles must come from
+// the same GGUF; got's tier must be able to stop between dispatches
+// (T-CPU and T-CUDA can).
+func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, decode int) (*Report, error) {
+	if err := sameModel(got, oracle); err != nil {
+		return nil, err
+	}
+	n := len(prompt)
+	if n == 0 {
+		return nil, fmt.Errorf("validate: empty prompt")
+	}
+	pages := (n + decode + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+	for _, p := range []*runtime.Program{got, oracle} {
+		if pages > p.MaxPages() || pages > p.KVPages() {
+			return nil, fmt.Errorf("validate: %d prompt + %d decode tokens need %d KV pages, %s has %d per slot and %d in all", n, decode, pages, p.Bundle.Graph.Ident.Target, p.MaxPages(), p.KVPages())
+		}
+	}
+	var err error
+	table := []runtime.SlotPages{{Slot: 0, Pages: make([]uint32, pages)}}
+	for i := range table[0].Pages {
+		table[0].Pages[i] = uint32(i)
+	}
+	// The prompt goes in chunks of the rows both bundles' largest
+	// prefill variants hold.
+	chunk := n
+	for _, p := range []*runtime.Program{got, oracle} {
+		k, ok := p.Largest(runtime.Prefill)
+		if !ok {
+			return nil, fmt.Errorf("validate: %s has no prefill variant", p.Bundle.Graph.Ident.Target)
+		}
+		chunk = min(chunk, k.Rows)
+	}
+	rep := &Report{Prompt: n}
+	var next int32
+	for from := 0; from < n; from += chunk {
+		to := min(from+chunk, n)
+		var rows []runtime.Row
+		for i := from; i < to; i++ {
+			rows = append(rows, runtime.Row{Slot: 0, Pos: i, Token: prompt[i], Logits: i == to-1, Prompt: n})
+		}
+		name := "prefill"
+		if chunk < n {
+			name = fmt.Sprintf("prefill %d-%d", from, to-1)
+		}
+		if next, err = rep.step(ctx, got, oracle, runtime.Prefill, name, runtime.Batch{Rows: rows, Pages: table}); err != nil {
+			return nil, err
+		}
+	}
+	for step := 1; step <= decode; step++ {
+		rep.Tokens = append(rep.Tokens, next)
+		rows := []runtime.Row{{Slot: 0, Pos: n + step - 1, Token: next, Logits: true}}
+		var err error
+		if next, err = rep.step(ctx, got, oracle, runtime.Decode, fmt.Sprintf("decode %d", step), runtime.Batch{Rows: rows, Pages: table}); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// step compares one batch and adds it to the report, returning the
+// oracle's greedy token after it.
+func (r *Report) step(ctx context.Context, got, oracle *runtime.Program, stage runtime.Stage, name string, b runtime.Batch) (int32, error) {
+	s, next, err := compare(ctx, got, oracle, stage, b)
+	if err != nil {
+		return 0, fmt.Errorf("validate: %s: %w", name, err)
+	}
+	s.Name = name
+	r.Steps = append(r.Steps, s)
+	return next, nil
+}
+
+// sameModel refuses bundles of different models.
+func sameModel(got, oracle *runtime.Program) error {
+	g, o := got.Bundle.Graph.Ident, oracle.Bundle.Graph.Ident
+	if g.SourceHash != o.SourceHash {
+		return fmt.Errorf("validate: the bundles come from different GGUF files (%s, SHA-256 %x…; %s, %x…)", g.SourceName, g.SourceHash[:6], o.SourceName, o.SourceHash[:6])
+	}
+	if got.Hparams.NLayer != oracle.Hparams.NLayer || got.Hparams.NEmbd != oracle.Hparams.NEmbd || got.Hparams.NVocab != oracle.Hparams.NVocab {
+		return fmt.Errorf("validate: the bundles' shapes differ (their model configs do)")
+	}
+	return nil
+}
+
+// compare runs one batch on both programs and measures each point; next
+// is the oracle's greedy token after the batch's last row.
+func compare(ctx context.Context, got, oracle *runtime.Program, stage runtime.Stage, b runtime.Batch) (Step, int32, error) {
+	var vals [2]map[string][]float32
+	for i, p := range []*runtime.Program{got, oracle} {
+		key, ok := p.Key(stage, len(b.Rows))
+		if !ok {
+			return Step{}, 0, fmt.Errorf("%s has no %s variant of %d rows", p.Bundle.Graph.Ident.Target, stage, len(b.Rows))
+		}
+		b.Key = key
+		v, err := capture(ctx, p, b)
+		if err != nil {
+			return Step{}, 0, fmt.Errorf("%s on tier %s: %w", p.Bundle.Graph.Ident.Target, p.TierName(), err)
+		}
+		v["logits"] = p.Logits(0, nil)
+		vals[i] = v
+	}
+	s := Step{Rows: len(b.Rows)}
+	for _, pt := range points(got.Hparams.NLayer) {
+		pt.MaxAbs, pt.MaxRef = diff(vals[0][pt.Name], vals[1][pt.Name])
+		s.Points = append(s.Points, pt)
+	}
+	return s, argmax(vals[1]["logits"]), nil
+}
+
+// points lists what is compared, in model order.
+func points(layers int) []Point {
+	ps := []Point{{Name: "embd", Layer: -1}}
+	for l := range layers {
+		ps = append(ps, Point{Name: "layer " + strconv.Itoa(l), Layer: l})
+	}
+	return append(ps, Point{Name: "output norm", Layer: -1}, Point{Name: "logits", Layer: -1})
+}
+
+var layerValue = regexp.MustCompile(`^%?l(\d+)\.`)
+
+// capture runs b on p, stopping after each dispatch, and returns the
+// points' values over b's rows. The residual stream (register "hidden")
+// is updated in place, so it is read at layer boundaries: after the first
+// dispatch that defines a value of layer L+1 (the next layer's input
+// norm, fused on some targets with layer L's last residual add), layer L
+// is complete; the last layer is complete once the output norm ("out_in")
+// is defined.
+func capture(ctx context.Context, p *runtime.Program, b runtime.Batch) (map[string][]float32, error) {
+	g := p.Bundle.Graph
+	v := &g.Variants[p.VariantIndex(b.Key)]
+	scratch := -1
+	for i, r := range g.Regions {
+		if r.Name == kernels.RegionScratch {
+			scratch = i
+		}
+	}
+	regs := map[string]bundle.RegLive{}
+	first := map[int]int{} // layer → first defining dispatch
+	for _, r := range v.Liveness {
+		if r.Def < 0 {
+			continue // fused away: never stored
+		}
+		name := strings.TrimPrefix(r.Name, "%")
+		regs[name] = r
+		if m := layerValue.FindStringSubmatch(r.Name); m != nil {
+			l, _ := strconv.Atoi(m[1])
+			if d, ok := first[l]; !ok || int(r.Def) < d {
+				first[l] = int(r.Def)
+			}
+		}
+	}
+	hidden, okH := regs["hidden"]
+	out, okO := regs["out_in"]
+	if scratch < 0 || !okH || !okO {
+		return nil, fmt.Errorf("variant %s lacks the scratch region, or register hidden or out_in", b.Key)
+	}
+	reads := map[int][]string{} // dispatch → points read after it
+	reads[int(out.Def)] = append(reads[int(out.Def)], "output norm")
+	layers := p.Hparams.NLayer
+	for l := 0; l <= layers; l++ {
+		at, ok := first[l]
+		if l == layers {
+			at, ok = int(out.Def), true
+		}
+		if !ok {
+			return nil, fmt.Errorf("variant %s defines no value of layer %d", b.Key, l)
+		}
+		name := "embd"
+		if l > 0 {
+			name = "layer " + strconv.Itoa(l-1)
+		}
+		reads[at] = append(reads[at], name)
+	}
+	rows := len(b.Rows)
+	vals := map[string][]float32{}
+	err := p.Inspect(ctx, b, func(d int, read func(region int, off, n int64) ([]byte, error)) error {
+		for _, name := range reads[d] {
+			r := hidden
+			if name == "output norm" {
+				r = out
+			}
+			rowBytes := r.Bytes / int64(b.Key.Rows)
+			raw, err := read(scratch, r.Offset, int64(rows)*rowBytes)
+			if err != nil {
+				return fmt.Errorf("reading %s after dispatch %d: %w", name, d, err)
+			}
+			vals[name] = floats(raw)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, names := range reads {
+		for _, name := range names {
+			if vals[name] == nil {
+				return nil, fmt.Errorf("variant %s: %s was never read", b.Key, name)
+			}
+		}
+	}
+	return vals, nil
+}
+
+func floats(b []byte) []float32 {
+	f := make([]float32, len(b)/4)
+	for i := range f {
+		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return f
+}
+
+// diff is the largest |a−b| and the largest |b|; a value that is not
+// finite in a where b's is makes the difference infinite.
+func diff(a, b []float32) (maxAbs, maxRef float64) {
+	if len(a) != len(b) {
+		return math.Inf(1), 0
+	}
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			if x != y {
+				maxAbs = math.Inf(1)
+			}
+			continue
+		}
+		maxAbs = max(maxAbs, math.Abs(x-y))
+		if !math.IsInf(y, 0) && !math.IsNaN(y) {
+			maxRef = max(maxRef, math.Abs(y))
+		}
+	}
+	return maxAbs, maxRef
+}
+
+func argmax(l []float32) int32 {
+	best := 0
+	for i, v := range l {
+		if v > l[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}

@@ -75,6 +75,12 @@ type Config struct {
 	// (chrome://tracing, Perfetto); Close writes its end. Timestamps come
 	// from Now.
 	Trace io.Writer
+	// InteractiveSlack is how much longer than a step without prefill a
+	// step may take while an interactive request decodes, as a fraction
+	// (seed 000 §18.4's latency budget): the engine times its steps and
+	// cuts standard and batch prefill to fit (sched.Input.LatencyRows).
+	// 0 means the default, 0.2; a negative value turns the limit off.
+	InteractiveSlack float64
 	// StepLog, when set, receives a JSON line per step of everything the
 	// step depended on and sampled (StepRecord), for Rerun. It holds the
 	// prompts' tokens.
@@ -151,19 +157,23 @@ type Engine struct {
 	stats    Stats
 
 	// Owned by the step loop.
-	pool     *kvpool.Pool
-	prefix   *prefix.Cache // nil when off
-	reqs     []*request    // admitted and waiting, in arrival order
-	slots    []*request    // by slot; nil = free
-	nextID   uint64
-	logits   []float32
-	meters   map[string]*meters // tenants' recent token rates
-	tr       *tracer            // nil: no trace
-	slog     *stepLog
-	onStep   func(*StepRecord) // Rerun's view of each step
-	rec      *StepRecord       // the step's record while logging
-	logged   int               // steps logged
-	stepping sync.Mutex        // one Step at a time
+	pool   *kvpool.Pool
+	prefix *prefix.Cache // nil when off
+	reqs   []*request    // admitted and waiting, in arrival order
+	slots  []*request    // by slot; nil = free
+	nextID uint64
+	logits []float32
+	meters map[string]*meters // tenants' recent token rates
+	cost   stepCost
+	// pinLatency, set by Rerun, replaces the latency budget the engine
+	// would compute with the logged one.
+	pinLatency func() int
+	tr         *tracer // nil: no trace
+	slog       *stepLog
+	onStep     func(*StepRecord) // Rerun's view of each step
+	rec        *StepRecord       // the step's record while logging
+	logged     int               // steps logged
+	stepping   sync.Mutex        // one Step at a time
 }
 
 // request is the engine's state for one Request.
@@ -184,6 +194,42 @@ type request struct {
 	// how many of its tokens it recomputes from position 0 (their state
 	// went with the slot); the scheduler sees them as its prompt.
 	replay int
+}
+
+// stepCost estimates a replay's time from its rows, for the interactive
+// latency budget: the time of a step without prefill, and what each
+// prefill row adds, as exponential moving averages of measured replays.
+// It reads the wall clock, not Config.Now: it measures the machine.
+type stepCost struct {
+	decode, row float64 // seconds
+}
+
+func (c *stepCost) observe(d time.Duration, prefill int) {
+	const a = 0.1
+	t := d.Seconds()
+	switch {
+	case prefill == 0 && c.decode == 0:
+		c.decode = t
+	case prefill == 0:
+		c.decode += a * (t - c.decode)
+	case c.decode > 0:
+		r := max(t-c.decode, 0) / float64(prefill)
+		if c.row == 0 {
+			c.row = r
+		} else {
+			c.row += a * (r - c.row)
+		}
+	}
+}
+
+// rows is how many prefill rows keep a step within (1+slack) times one
+// without prefill: at least 1, so prompts still advance; 0 (no limit)
+// until both costs have been measured.
+func (c *stepCost) rows(slack float64) int {
+	if c.decode <= 0 || c.row <= 0 {
+		return 0
+	}
+	return max(1, int(slack*c.decode/c.row))
 }
 
 // meters are a tenant's smoothed token rates, which its soft limits
@@ -230,6 +276,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.InteractiveSlack == 0 {
+		cfg.InteractiveSlack = 0.2
 	}
 	if cfg.Scope == nil {
 		cfg.Scope = func(tenant string) string { return tenant }
@@ -341,7 +390,14 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.compact()
 	e.evict()
 
-	plan := sched.Schedule(e.input(start))
+	in := e.input(start)
+	if e.pinLatency != nil {
+		in.LatencyRows = e.pinLatency()
+	}
+	if e.rec != nil {
+		e.rec.LatencyRows = in.LatencyRows
+	}
+	plan := sched.Schedule(in)
 	byID := map[uint64]*request{}
 	for _, r := range e.reqs {
 		byID[r.id] = r
@@ -360,18 +416,24 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.publish(false)
 		return false, nil
 	}
+	prefill := 0 // prompt rows; the rest decode
+	for _, c := range plan.Rows {
+		prefill += byID[c.ID].prefillRows(c)
+	}
 	batch, err := e.batch(plan, byID)
 	if err == nil {
 		if e.rec != nil {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
 		}
+		replay := time.Now()
 		err = e.m.Step(ctx, batch)
+		e.cost.observe(time.Since(replay), prefill)
 	}
 	if err != nil && e.rec != nil {
 		e.rec.Err = err.Error()
 	}
 	if err != nil {
-		e.traceStep(start, plan, byID, batch, err)
+		e.traceStep(start, plan, prefill, batch, err)
 		for _, c := range plan.Rows {
 			e.finish(byID[c.ID], Event{Token: -1, Finish: Failed, Err: err})
 		}
@@ -388,7 +450,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			e.route(r)
 		}
 	}
-	e.traceStep(start, plan, byID, batch, nil) // after sampling, which the step's time includes
+	e.traceStep(start, plan, prefill, batch, nil) // after sampling, which the step's time includes
 	e.compact()
 	e.publish(true)
 	e.traceCounters()
@@ -397,13 +459,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 
 // traceStep records the step that started at start with its plan, split
 // into decode rows (generated tokens) and prefill rows (prompt tokens).
-func (e *Engine) traceStep(start time.Time, plan sched.Plan, byID map[uint64]*request, b runtime.Batch, err error) {
+func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runtime.Batch, err error) {
 	if e.tr == nil {
 		return
-	}
-	prefill := 0
-	for _, c := range plan.Rows {
-		prefill += byID[c.ID].prefillRows(c)
 	}
 	variant := ""
 	if b.Key.Rows > 0 {
@@ -441,6 +499,9 @@ func (e *Engine) count(tenant string, prefill, n int, now time.Time) {
 func (e *Engine) input(now time.Time) sched.Input {
 	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(), Limits: e.cfg.Tenants,
 		Slots: e.cfg.Slots, Pages: e.pool.Pages(), Rates: map[string]sched.Rates{}}
+	if e.cfg.InteractiveSlack > 0 {
+		in.LatencyRows = e.cost.rows(e.cfg.InteractiveSlack)
+	}
 	active := map[string]bool{}
 	for _, r := range e.reqs {
 		active[r.Tenant] = true

@@ -368,3 +368,30 @@ func TestSoftRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestStepCost checks the latency budget's estimate: decode-only steps
+// of 10 ms and steps of 20 ms carrying 50 prefill rows give 0.2 ms a row,
+// so a 20% slack allows 10 rows; nothing is limited before both costs are
+// known, and at least one row always passes.
+func TestStepCost(t *testing.T) {
+	var c stepCost
+	if n := c.rows(0.2); n != 0 {
+		t.Fatalf("no measurements: %d rows", n)
+	}
+	c.observe(20*time.Millisecond, 50) // no decode-only time yet: ignored
+	for range 5 {
+		c.observe(10*time.Millisecond, 0)
+	}
+	if n := c.rows(0.2); n != 0 {
+		t.Fatalf("no prefill measured: %d rows", n)
+	}
+	for range 5 {
+		c.observe(20*time.Millisecond, 50)
+	}
+	if n := c.rows(0.2); n != 10 {
+		t.Fatalf("%d rows, want 10", n)
+	}
+	if n := c.rows(0.0001); n != 1 {
+		t.Fatalf("tiny slack: %d rows, want 1", n)
+	}
+}

@@ -34,13 +34,17 @@ type StepRecord struct {
 	Arrivals []LoggedRequest `json:"arrivals,omitempty"`
 	// Cancelled are the requests whose context was done at the step's
 	// start.
-	Cancelled []uint64      `json:"cancelled,omitempty"`
-	Plan      *sched.Plan   `json:"plan,omitempty"`
-	Slots     []uint64      `json:"slots,omitempty"` // the request in each slot during the step; 0: free
-	Variant   string        `json:"variant,omitempty"`
-	Rows      []runtime.Row `json:"rows,omitempty"` // the query rows the step computed
-	Sampled   []Sampled     `json:"sampled,omitempty"`
-	Err       string        `json:"error,omitempty"` // the step failed
+	Cancelled []uint64 `json:"cancelled,omitempty"`
+	// LatencyRows is the latency budget the step was planned with
+	// (sched.Input): it comes from timing earlier steps, so a rerun uses
+	// the logged value.
+	LatencyRows int           `json:"latency_rows,omitempty"`
+	Plan        *sched.Plan   `json:"plan,omitempty"`
+	Slots       []uint64      `json:"slots,omitempty"` // the request in each slot during the step; 0: free
+	Variant     string        `json:"variant,omitempty"`
+	Rows        []runtime.Row `json:"rows,omitempty"` // the query rows the step computed
+	Sampled     []Sampled     `json:"sampled,omitempty"`
+	Err         string        `json:"error,omitempty"` // the step failed
 }
 
 // StepLogConfig is the engine's configuration as far as a rerun needs it.
@@ -179,6 +183,8 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 	}
 	var got *StepRecord
 	e.onStep = func(r *StepRecord) { got = r }
+	var latency int
+	e.pinLatency = func() int { return latency }
 	cancels := map[uint64]context.CancelFunc{}
 	defer func() {
 		for _, c := range cancels {
@@ -206,7 +212,7 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 			}
 		}
 		got = nil
-		clock = time.Unix(0, want.Time)
+		clock, latency = time.Unix(0, want.Time), want.LatencyRows
 		if _, err := e.Step(ctx); err != nil && want.Err == "" {
 			return i, &RerunError{Step: want.Step, Msg: fmt.Sprintf("the step failed: %v", err)}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -26,6 +27,10 @@ type Config struct {
 	// ChunkCap is the query rows per step (default: the bundle's largest
 	// prefill variant).
 	ChunkCap int `toml:"chunk_cap"`
+	// InteractiveSlack is how much longer than a step without prefill a
+	// step may take while an interactive request decodes, as a fraction
+	// (engine.Config.InteractiveSlack; default 0.2, negative: no limit).
+	InteractiveSlack float64 `toml:"interactive_slack"`
 	// QueueDepth bounds waiting requests; beyond it: 503 (default 1024).
 	QueueDepth int `toml:"queue_depth"`
 	// Ledger is the usage ledger's path ("": none), one record per
@@ -108,6 +113,9 @@ func (c *Config) validate() error {
 	}
 	if c.Slots < 0 || c.ChunkCap < 0 || c.QueueDepth < 0 {
 		return fmt.Errorf("server config: slots, chunk_cap and queue_depth must not be negative")
+	}
+	if math.IsNaN(c.InteractiveSlack) || math.IsInf(c.InteractiveSlack, 0) {
+		return fmt.Errorf("server config: interactive_slack must be a finite number")
 	}
 	for _, o := range c.CORSOrigins {
 		if err := checkOrigin(o); err != nil {
@@ -209,7 +217,7 @@ func (p *Policy) Update(c *Config) {
 // the file leaves them to the bundle), reserved pages (fixed at start), and
 // limits, rates and scopes read from p as it is updated.
 func (p *Policy) EngineConfig(c *Config) engine.Config {
-	ec := engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, Reserved: map[string]int{}}
+	ec := engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Reserved: map[string]int{}}
 	for _, t := range c.Tenants {
 		if t.ReservedKVPages > 0 {
 			ec.Reserved[t.ID] = t.ReservedKVPages

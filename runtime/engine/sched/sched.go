@@ -102,6 +102,12 @@ type Input struct {
 	Rates map[string]Rates
 	// Budget is the query rows one step may compute (chunk_cap).
 	Budget int
+	// LatencyRows, when > 0, is the most prefill rows of standard and
+	// batch requests a step may carry while an interactive request
+	// decodes (seed 000 §18.4's latency budget: the engine sizes it so
+	// such a step takes little longer than one without prefill).
+	// Interactive prefill is not limited.
+	LatencyRows int
 }
 
 // Chunk is one request's rows of a step: positions From … From+N-1.
@@ -148,7 +154,8 @@ func (p Plan) String() string {
 // that is decoding then gets its row (decode first, so a long prompt
 // delays no running decode by more than one chunk), and prefill chunks
 // fill the rest of the budget, running requests before newly admitted
-// ones.
+// ones; while an interactive request decodes, other classes' prefill
+// takes at most LatencyRows of it.
 func Schedule(in Input) Plan {
 	var p Plan
 	seqs := make([]*Seq, len(in.Seqs))
@@ -230,15 +237,25 @@ func Schedule(in Input) Plan {
 		p.Admit = append(p.Admit, s.ID)
 	}
 	budget := in.Budget
+	latency := -1 // prefill rows of other classes left under the latency budget; -1: no limit
 	for _, s := range seqs {
 		if s.Running && !s.Prefilling() && budget > 0 {
 			p.Rows = append(p.Rows, Chunk{ID: s.ID, From: s.Done, N: 1, Logits: true})
 			budget--
+			if s.QoS == Interactive && in.LatencyRows > 0 {
+				latency = in.LatencyRows
+			}
 		}
 	}
 	for _, s := range seqs {
 		if s.Running && s.Prefilling() && budget > 0 {
 			n := min(s.Prompt-s.Done, budget)
+			if latency >= 0 && s.QoS != Interactive {
+				if n = min(n, latency); n == 0 {
+					continue
+				}
+				latency -= n
+			}
 			p.Rows = append(p.Rows, Chunk{ID: s.ID, From: s.Done, N: n, Logits: s.Done+n == s.Prompt})
 			budget -= n
 		}

@@ -98,3 +98,33 @@ func TestPreemptVictim(t *testing.T) {
 		})
 	}
 }
+
+// TestLatencyRows checks the interactive latency budget: while an
+// interactive request decodes, standard and batch prefill together take
+// at most LatencyRows, interactive prefill is not limited, and without an
+// interactive decode the whole budget is used.
+func TestLatencyRows(t *testing.T) {
+	prefilling := func(id uint64, tenant string, q QoS) Seq {
+		return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 100, Done: 0, Pages: 7, Running: true}
+	}
+	for _, tc := range []struct {
+		name string
+		seqs []Seq
+		want string
+	}{
+		{"interactive decoding", []Seq{running(1, "a", Interactive), prefilling(2, "b", Batch), prefilling(3, "b", Standard)},
+			"preempt [] admit [] rows 11: 1@5+1* 3@0+10"},
+		{"interactive prefill is not limited", []Seq{running(1, "a", Interactive), prefilling(2, "a", Interactive), prefilling(3, "b", Batch)},
+			"preempt [] admit [] rows 64: 1@5+1* 2@0+63"},
+		{"no interactive decode", []Seq{running(1, "a", Standard), prefilling(2, "b", Batch)},
+			"preempt [] admit [] rows 64: 1@5+1* 2@0+63"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := input(0, nil, tc.seqs...)
+			in.LatencyRows = 10
+			if got := Schedule(in).String(); got != tc.want {
+				t.Fatalf("%s, want %s", got, tc.want)
+			}
+		})
+	}
+}

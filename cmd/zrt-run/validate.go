@@ -32,8 +32,11 @@ difference and that difference over the oracle's largest magnitude, and
 names the first layer whose relative difference exceeds --tolerance.
 
 It exits 0 when every point is within the tolerance and 1 otherwise. The
-default tolerance, 0.06, is what zrt's T-CUDA conformance suite holds
-T-CUDA's logits to against T-CPU's (F16 attention and reordered sums).
+default tolerance, 0.1, is above what a correct T-CUDA build measures
+against T-CPU (F16 attention and reordered sums: the difference grows
+layer by layer, to about 0.03 at the logits of the shared models and 0.065
+at gemma2's output norm, whose soft-capping amplifies it), and far below
+what a wrong kernel or weight gives.
 Points compared: embd (the scaled embedding), layer 0…N-1 (the residual
 stream after each layer), output norm, logits (the last row's).
 BUNDLE runs on --tier (default: its own); the oracle on its own target's
@@ -119,7 +122,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 	c.Flags().StringVar(&prompt, "prompt", "Once upon a time", "prompt text")
 	c.Flags().StringVar(&layers, "layers", "all", "layers to show and check: all, or a list such as 0,3,8-11")
 	c.Flags().IntVar(&steps, "steps", 1, "decode steps after the prompt, feeding both the oracle's greedy token")
-	c.Flags().Float64Var(&tol, "tolerance", 0.06, "largest relative difference (max|Δ| / max|oracle|) allowed at any point")
+	c.Flags().Float64Var(&tol, "tolerance", 0.1, "largest relative difference (max|Δ| / max|oracle|) allowed at any point")
 	return c
 }
 

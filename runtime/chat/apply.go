@@ -2,6 +2,7 @@ package chat
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"time"
 )
@@ -21,10 +22,18 @@ type Options struct {
 	// BOSToken and EOSToken are the text of the vocabulary's BOS and EOS
 	// tokens, seen by templates as bos_token and eos_token.
 	BOSToken, EOSToken string
+	// KeepBOS and KeepEOS keep a leading BOSToken and a trailing EOSToken
+	// in Apply's prompt. llama.cpp strips each only when the vocabulary's
+	// tokenizer adds that token itself (tokenizer.ggml.add_bos_token,
+	// add_eos_token), so a caller that knows the vocabulary passes
+	// KeepBOS: !AddBOS and KeepEOS: !AddEOS, as Prompt does. The zero value
+	// strips both, as llama.cpp did before it asked the vocabulary.
+	KeepBOS, KeepEOS bool
 	// Vars are extra template variables, such as "enable_thinking": false
-	// for Qwen3. Values may be nil, bool, int, int64, float64, string,
-	// []string, []any, map[string]any or map[string]string; they override
-	// the built-in variables of the same name.
+	// for Qwen3 (llama.cpp's chat_template_kwargs). Values may be nil,
+	// bool, int, int64, float64, string, []string, []any, map[string]any or
+	// map[string]string; they override the built-in variables of the same
+	// name, and the ones Apply adds (see llamaCppVars).
 	Vars map[string]any
 }
 
@@ -116,11 +125,13 @@ func mustParse(src string) *Template {
 // Like llama.cpp, and unlike a plain Render:
 //
 //   - if the template drops or rejects system messages (probed by rendering
-//     a system message and looking for it in the output), system contents
-//     are merged into the next user message, joined by "\n";
+//     a system message and looking for it in the output), a leading system
+//     message is merged into the next message (mergeSystem);
+//   - enable_thinking (true), datetime and date_string are defined unless
+//     opt.Vars sets them (llamaCppVars);
 //   - a leading BOSToken and a trailing EOSToken are removed from the
-//     result, because the tokenizer adds BOS itself and a trailing EOS would
-//     end the turn before the model speaks.
+//     result unless opt.KeepBOS or opt.KeepEOS says the tokenizer does not
+//     add that token itself: a BOS the tokenizer also adds would be doubled.
 func Apply(src string, msgs []Message, opt Options) (text string, fallback bool, err error) {
 	t := chatML
 	if src == "" {
@@ -128,34 +139,48 @@ func Apply(src string, msgs []Message, opt Options) (text string, fallback bool,
 	} else if t, err = Parse(src); err != nil {
 		return "", false, err
 	}
-	if hasSystem(msgs) && !t.supportsSystemRole(opt) {
+	if len(msgs) > 0 && msgs[0].Role == "system" && !t.supportsSystemRole(opt) {
 		msgs = mergeSystem(msgs)
 	}
-	out, err := t.Render(msgs, opt)
+	ro := opt
+	ro.Vars = llamaCppVars(opt.Vars)
+	out, err := t.Render(msgs, ro)
 	if err != nil {
 		return "", fallback, err
 	}
-	if opt.BOSToken != "" {
+	if opt.BOSToken != "" && !opt.KeepBOS {
 		out = strings.TrimPrefix(out, opt.BOSToken)
 	}
-	if opt.EOSToken != "" {
+	if opt.EOSToken != "" && !opt.KeepEOS {
 		out = strings.TrimSuffix(out, opt.EOSToken)
 	}
 	return out, fallback, nil
 }
 
-func hasSystem(msgs []Message) bool {
-	for _, m := range msgs {
-		if m.Role == "system" {
-			return true
-		}
+// llamaCppVars returns vars with the variables llama.cpp gives every
+// render (common_chat_template_direct_apply_impl and
+// common_chat_extra_context in common/chat.cpp) added underneath:
+// enable_thinking, true unless the caller says otherwise (Gemma 4 then
+// opens its system turn with <|think|>), and today's date as datetime
+// ("Jul 04 2025") and date_string ("04 Jul 2025"; Llama 3.1 prints it
+// instead of its built-in "26 Jul 2024"). The caller's vars win, as
+// chat_template_kwargs do in llama.cpp.
+func llamaCppVars(vars map[string]any) map[string]any {
+	t := now()
+	out := map[string]any{
+		"enable_thinking": true,
+		"datetime":        strftime(t, "%b %d %Y"),
+		"date_string":     strftime(t, "%d %b %Y"),
 	}
-	return false
+	maps.Copy(out, vars)
+	return out
 }
 
 // supportsSystemRole renders a system and a user message with marker
-// contents and reports whether the system marker reaches the output, as
-// llama.cpp's minja probes its capability (an error counts as "no").
+// contents and reports whether the system marker reaches the output (an
+// error counts as "no"). That is how minja probed the capability; llama.cpp
+// now asks whether rendering read the system content at all
+// (jinja::caps_get), which agrees for templates that render what they read.
 func (t *Template) supportsSystemRole(opt Options) bool {
 	const sysNeedle = "<System Needle>"
 	probe := []Message{{Role: "system", Content: sysNeedle}, {Role: "user", Content: "<User Needle>"}}
@@ -165,38 +190,18 @@ func (t *Template) supportsSystemRole(opt Options) bool {
 	return err == nil && strings.Contains(out, sysNeedle)
 }
 
-// mergeSystem folds system messages into the following user message (or a
-// user message of their own before a non-user turn or at the end), which is
-// llama.cpp's polyfill for templates without a system role.
+// mergeSystem is llama.cpp's polyfill for templates without a system
+// role (system_message_not_supported in common/chat.cpp): a leading system
+// message is folded into the message after it, whatever that one's role,
+// joined by "\n", or dropped when it is the only message. A system message
+// further on is left to the template, which may render, skip or reject it.
 func mergeSystem(msgs []Message) []Message {
-	var out []Message
-	pending := ""
-	flush := func() {
-		if pending != "" {
-			out = append(out, Message{Role: "user", Content: pending})
-			pending = ""
-		}
+	if len(msgs) == 0 || msgs[0].Role != "system" {
+		return msgs
 	}
-	for _, m := range msgs {
-		switch {
-		case m.Role == "system":
-			if pending != "" {
-				pending += "\n"
-			}
-			pending += m.Content
-			continue
-		case m.Role == "user" && pending != "":
-			if m.Content != "" {
-				m.Content = pending + "\n" + m.Content
-			} else {
-				m.Content = pending
-			}
-			pending = ""
-		case m.Role != "user":
-			flush()
-		}
-		out = append(out, m)
+	out := append([]Message(nil), msgs[1:]...)
+	if len(out) > 0 {
+		out[0].Content = msgs[0].Content + "\n" + out[0].Content
 	}
-	flush()
 	return out
 }

@@ -8,7 +8,9 @@ import "github.com/zrtdev/zrt/runtime/tokenizer"
 // rule rather than by the template.
 func Prompt(tok *tokenizer.Tokenizer, msgs []Message) (ids []int32, fallback bool, err error) {
 	v := tok.Vocab()
-	opt := Options{AddGenerationPrompt: true}
+	// Like llama.cpp, strip the template's BOS or EOS only where Encode
+	// adds that token itself.
+	opt := Options{AddGenerationPrompt: true, KeepBOS: !v.AddBOS, KeepEOS: !v.AddEOS}
 	if v.BOS >= 0 {
 		opt.BOSToken = tok.TokenText(v.BOS)
 	}

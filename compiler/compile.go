@@ -149,7 +149,10 @@ func Compile(ctx context.Context, path, out string, opt Options) error {
 
 // Phase is one timed step of a build.
 type Phase struct {
-	Name string // load, a pass name, hash, write
+	// Name is load, a pass name, write, or hash: the GGUF's SHA-256,
+	// which runs beside the passes and the write (its time overlaps
+	// theirs).
+	Name string
 	Dur  time.Duration
 }
 
@@ -162,10 +165,24 @@ type Compiled struct {
 	opt        Options
 	graph      *bundle.Graph
 	progress   func(string, ...any)
-	SourceHash [32]byte // SHA-256 of the GGUF's bytes, as the graph file records it
-	// Phases are the steps so far: load, each pass, hash (of the
-	// GGUF), then, after Write, write.
+	// digest delivers the GGUF's SHA-256 from its goroutine, once; then
+	// it is nil and source holds it.
+	digest chan Phase
+	source [32]byte
+	// Phases are the steps so far: load, each pass, then, after Write,
+	// write; hash once the GGUF's digest is known.
 	Phases []Phase
+}
+
+// SourceHash is the SHA-256 of the GGUF's bytes, as the graph file records
+// it. It is computed beside the passes and the write (a multi-GB file
+// takes seconds), so the first call may wait for it.
+func (c *Compiled) SourceHash() [32]byte {
+	if c.digest != nil {
+		c.Phases = append(c.Phases, <-c.digest)
+		c.digest = nil
+	}
+	return c.source
 }
 
 // Prepare loads the model and runs every pass; nothing is written but
@@ -180,9 +197,14 @@ func Prepare(ctx context.Context, path string, opt Options) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Compiled{fe: fe, opt: opt, progress: progress}
+	c := &Compiled{fe: fe, opt: opt, progress: progress, digest: make(chan Phase, 1)}
+	go func() {
+		t := time.Now()
+		c.source = sha256.Sum256(fe.GGUF.Bytes())
+		c.digest <- Phase{"hash", time.Since(t)}
+	}()
 	if err := c.prepare(ctx, path, start); err != nil {
-		fe.Close()
+		c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -217,10 +239,7 @@ func (c *Compiled) prepare(ctx context.Context, path string, start time.Time) er
 	}
 	reportTimes(opt, times)
 	reportPlan(opt, fe.Unit.Plan)
-	start = time.Now()
-	c.SourceHash = sha256.Sum256(fe.GGUF.Bytes())
-	c.Phases = append(c.Phases, Phase{"hash", time.Since(start)})
-	c.graph = graphFile(fe, vocabBytes, c.SourceHash, filepath.Base(path))
+	c.graph = graphFile(fe, vocabBytes, filepath.Base(path))
 	return nil
 }
 
@@ -242,6 +261,7 @@ func (c *Compiled) Write(ctx context.Context, dir string) error {
 		return err
 	}
 	g.Ident.WeightsHash = h
+	g.Ident.SourceHash = c.SourceHash()
 	if err := os.WriteFile(filepath.Join(dir, bundle.GraphFile), g.Encode(), 0o644); err != nil {
 		return err
 	}
@@ -249,8 +269,11 @@ func (c *Compiled) Write(ctx context.Context, dir string) error {
 	return nil
 }
 
-// Close releases the model's mapping.
-func (c *Compiled) Close() error { return c.fe.Close() }
+// Close releases the model's mapping, once the digest no longer reads it.
+func (c *Compiled) Close() error {
+	c.SourceHash()
+	return c.fe.Close()
+}
 
 // reportPlan says what the plan keeps resident, and warns past the budget.
 func reportPlan(opt Options, plan *passes.MemPlan) {
@@ -281,13 +304,14 @@ func reportPlan(opt Options, plan *passes.MemPlan) {
 	}
 }
 
-// graphFile assembles everything but the kernel hashes and weights hash.
-func graphFile(fe *Frontend, vocabBytes []byte, srcHash [32]byte, srcName string) *bundle.Graph {
+// graphFile assembles everything but the kernel hashes and the source and
+// weights hashes.
+func graphFile(fe *Frontend, vocabBytes []byte, srcName string) *bundle.Graph {
 	u, c := fe.Unit, fe.Config
 	h := fe.Model.Hparams
 	h.MaxSlots, h.PrefillChunk, h.ContextLength = c.MaxSlots, c.PrefillChunk, c.ContextLength
 	g := &bundle.Graph{
-		Ident:      bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName, SourceHash: srcHash},
+		Ident:      bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName},
 		Hparams:    h,
 		ConfigTOML: c.TOML(),
 		Vocab:      vocabBytes,
@@ -385,6 +409,7 @@ func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error)
 	if err != nil {
 		return zero, err
 	}
+	defer pw.Abort() // on an early return
 	ws := append([]passes.Placement(nil), plan.Weights...)
 	sort.SliceStable(ws, func(a, b int) bool {
 		if index[ws[a].Region] != index[ws[b].Region] {

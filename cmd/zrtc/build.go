@@ -364,14 +364,14 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 		}
 		o.Phases = append(o.Phases, compiled(c)...)
 		if b.wantKey {
-			if in, err = b.inputs(target, c.SourceHash); err != nil {
+			if in, err = b.inputs(target, c.SourceHash()); err != nil {
 				return nil, err
 			}
 			o.Key = in.Key().String()
 		}
 		return o, o.describe(d.dir())
 	}
-	if c.SourceHash != in.Model {
+	if c.SourceHash() != in.Model {
 		// The file changed without changing its identity (rewritten in
 		// place within a timestamp tick, or its mtime set back): key the
 		// entry by the bytes this build read, and forget the memo.
@@ -379,7 +379,7 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 		if err := b.cache.Digests().Forget(b.model); err != nil {
 			b.warn("%v", err)
 		}
-		in.Model = c.SourceHash
+		in.Model = c.SourceHash()
 		o.Key = in.Key().String()
 	}
 	release, err := b.cache.Hold()

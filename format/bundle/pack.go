@@ -43,11 +43,15 @@ type PackWriter struct {
 	next    int // index of the region being written
 	pos     int64
 	hash    [32]byte
-	h       interface {
-		io.Writer
-		Sum([]byte) []byte
-	}
+	// The data's SHA-256 is computed on a goroutine fed the written
+	// slices in order, so hashing (slower than copying into the page
+	// cache) overlaps with writing instead of adding to it.
+	hashIn  chan []byte
+	hashOut chan [32]byte
 }
+
+// zeroPage pads regions; the hasher reads it, so it is never written.
+var zeroPage [PackPageSize]byte
 
 // PackFile is where a pack is written: streamed, then its header patched.
 type PackFile interface {
@@ -59,7 +63,16 @@ type PackFile interface {
 func NewPackWriter(f PackFile, names []string, sizes []int64) (*PackWriter, error) {
 	var table enc
 	table.u32(uint32(len(names)))
-	pw := &PackWriter{f: f, w: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
+	pw := &PackWriter{f: f, w: bufio.NewWriterSize(f, 1<<20), hashIn: make(chan []byte, 256), hashOut: make(chan [32]byte, 1)}
+	go func(in <-chan []byte, out chan<- [32]byte) {
+		h := sha256.New()
+		for b := range in {
+			h.Write(b)
+		}
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		out <- sum
+	}(pw.hashIn, pw.hashOut)
 	// Table entries have a fixed encoding size given the names.
 	tableLen := 4
 	for _, n := range names {
@@ -83,6 +96,7 @@ func NewPackWriter(f PackFile, names []string, sizes []int64) (*PackWriter, erro
 	hdr.u32(0)
 	hdr.b = append(hdr.b, make([]byte, 32)...)
 	if err := pw.write(append(hdr.b, table.b...), false); err != nil {
+		pw.Abort()
 		return nil, err
 	}
 	return pw, nil
@@ -92,7 +106,10 @@ func alignTo(x, a int64) int64 { return (x + a - 1) / a * a }
 
 func (pw *PackWriter) write(b []byte, hashed bool) error {
 	if hashed {
-		pw.h.Write(b)
+		if pw.hashIn == nil {
+			return fmt.Errorf("bundle: pack writer used after Close or Abort")
+		}
+		pw.hashIn <- b
 	}
 	_, err := pw.w.Write(b)
 	pw.pos += int64(len(b))
@@ -101,17 +118,17 @@ func (pw *PackWriter) write(b []byte, hashed bool) error {
 
 // padTo writes zeros up to absolute offset off.
 func (pw *PackWriter) padTo(off int64) error {
-	var zero [PackPageSize]byte
 	for pw.pos < off {
 		n := min(off-pw.pos, PackPageSize)
-		if err := pw.write(zero[:n], true); err != nil {
+		if err := pw.write(zeroPage[:n], true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Put writes b at offset off within the current region (offsets must grow).
+// Put writes b at offset off within the current region (offsets must
+// grow). b is hashed after Put returns: it must not change until Close.
 func (pw *PackWriter) Put(region int, off int64, b []byte) error {
 	r := pw.regions[region]
 	if off < 0 || off+int64(len(b)) > r.Bytes {
@@ -128,13 +145,14 @@ func (pw *PackWriter) Put(region int, off int64, b []byte) error {
 
 // Close pads the last region and returns the SHA-256 of the data.
 func (pw *PackWriter) Close() ([32]byte, error) {
+	defer pw.Abort() // on an early return
 	if n := len(pw.regions); n > 0 {
 		last := pw.regions[n-1]
 		if err := pw.padTo(alignTo(last.Offset+last.Bytes, PackPageSize)); err != nil {
 			return pw.hash, err
 		}
 	}
-	copy(pw.hash[:], pw.h.Sum(nil))
+	pw.hash = pw.finishHash()
 	if err := pw.w.Flush(); err != nil {
 		return pw.hash, err
 	}
@@ -146,6 +164,20 @@ func (pw *PackWriter) Close() ([32]byte, error) {
 	_, err := pw.f.WriteAt(pw.hash[:], 16)
 	return pw.hash, err
 }
+
+// finishHash ends the hashing goroutine and returns the data's hash.
+func (pw *PackWriter) finishHash() [32]byte {
+	if pw.hashIn == nil {
+		return pw.hash
+	}
+	close(pw.hashIn)
+	pw.hashIn = nil
+	return <-pw.hashOut
+}
+
+// Abort stops a writer that will not be closed (its file is being
+// discarded). After Close it does nothing.
+func (pw *PackWriter) Abort() { pw.finishHash() }
 
 func packChecksum(hash [32]byte, table []byte) uint32 {
 	return crc32.Update(crc32.Checksum(hash[:], castagnoli), castagnoli, table)

@@ -161,10 +161,10 @@ type Phase struct {
 // decide where the bundle goes after it knows what was built (the build
 // cache stores it under a key that needs SourceHash).
 type Compiled struct {
-	fe         *Frontend
-	opt        Options
-	graph      *bundle.Graph
-	progress   func(string, ...any)
+	fe       *Frontend
+	opt      Options
+	graph    *bundle.Graph
+	progress func(string, ...any)
 	// digest delivers the GGUF's SHA-256 from its goroutine, once; then
 	// it is nil and source holds it.
 	digest chan Phase

@@ -534,10 +534,12 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 		if len(x)%qk != 0 {
 			return nil, fmt.Errorf("synth: %s needs rows of a multiple of %d elements", t, qk)
 		}
-		if t == ggml.Q4_K {
-			return encodeQ4K(x), nil
+		enc, bb := encodeQ4K, 144
+		if t == ggml.Q6_K {
+			enc, bb = encodeQ6K, 210
 		}
-		return encodeQ6K(x), nil
+		b := make([]byte, len(x)/qk*bb)
+		return b, inParallel(x, b, qk, bb, func(x []float32, b []byte) error { copy(b, enc(x)); return nil })
 	case ggml.MXFP4:
 		// ggml's quantize_row_mxfp4_ref, as llama-quantize writes MXFP4.
 		n, err := t.RowBytes(int64(len(x)))
@@ -553,13 +555,15 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 		return nil, err
 	}
 	b := make([]byte, n)
-	return b, quant.QuantizeRow(t, x, b)
+	info, _ := t.Info() // known: RowBytes succeeded
+	return b, inParallel(x, b, int(info.BlockSize), int(info.BlockBytes), func(x []float32, b []byte) error { return quant.QuantizeRow(t, x, b) })
 }
 
 // inParallel encodes x into b with enc, split among the CPUs at block
 // boundaries (block values to blockBytes bytes). Blocks are encoded
-// independently, so the bytes are those one call would give: a gpt-oss-
-// 20b's experts are billions of values, slow to encode on one core.
+// independently, so the bytes are those one call would give: a 7B's or a
+// gpt-oss-20b's weights are billions of values, slow to encode on one
+// core.
 func inParallel(x []float32, b []byte, block, blockBytes int, enc func([]float32, []byte) error) error {
 	nb := len(x) / block
 	p := min(runtime.GOMAXPROCS(0), nb/4096)

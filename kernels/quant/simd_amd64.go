@@ -260,9 +260,10 @@ var prepQ8_0x8 = prepKernel{
 // q80PrepBlock is the size of one block of a prepared Q8_0 group.
 const q80PrepBlock = 8*qk + 8*4
 
-// rowsQ4_KVNNI runs the four-row Q4_K kernel (scales, mins and nibbles of
-// each weight super-block unpacked once per group of four rows) and the
-// one-row kernel over what is left; both give the one-row kernel's bits.
+// rowsQ4_KVNNI runs the eight- and four-row Q4_K kernels (scales, mins and
+// nibbles of each weight super-block unpacked once per group of rows) and
+// the one-row kernel over what is left; all give the one-row kernel's
+// bits.
 func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
 	if nb == 0 || rows <= 0 {
@@ -273,6 +274,9 @@ func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
 	out = out[:rows]
 	r := 0
+	for ; r+8 <= rows; r += 8 {
+		dotQ4_Kx8Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
 	for ; r+4 <= rows; r += 4 {
 		dotQ4_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
 	}
@@ -338,6 +342,9 @@ func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)

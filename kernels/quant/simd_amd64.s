@@ -654,42 +654,100 @@ q4kloop:
 
 // K4ROW adds one activation row's block (at x) to the float accumulator F
 // and the mins accumulator M (used in its low four lanes): the integer
-// sums of the four chunks against Y16-Y23 scaled by Y24-Y31 (VPDPWSSD
-// fuses VPMADDWD and the add; two chains, even and odd sub-blocks, joined
-// once: int32 adds, exact in any order), times d*xd;
-// and dmin*xd times the mins dotted with the pair sums of x's bsums.
-// X13 holds [d, dmin], X14 the eight mins as words. Y0-Y3, Y12 scratch.
+// sums of the four 64-element chunks against Z16/Z18/Z20/Z22 (each the
+// unsigned quants of two sub-blocks, the even one in the low half) scaled
+// by Z24/Z26/Z28/Z30 (the two sub-blocks' scales, broadcast to their
+// halves): VPDPWSSD fuses VPMADDWD and the add, the low half gathering the
+// even sub-blocks and the high half the odd ones, which are joined once
+// (int32 adds, exact in any order, so the lanes are the one-row kernel's);
+// times d*xd; and dmin*xd times the mins dotted with the pair sums of x's
+// bsums. X13 holds [d, dmin], X14 the eight mins as words. Z0, Z1, Y2,
+// Y3, Z12 scratch.
 #define K4ROW(x, F, M) \
-	VPMADDUBSW   4(x), Y16, Y0 \
-	VPMADDWD     Y24, Y0, Y12 \
-	VPMADDUBSW   36(x), Y17, Y1 \
-	VPMADDWD     Y25, Y1, Y3 \
-	VPMADDUBSW   68(x), Y18, Y0 \
-	VPDPWSSD     Y26, Y0, Y12 \
-	VPMADDUBSW   100(x), Y19, Y1 \
-	VPDPWSSD     Y27, Y1, Y3 \
-	VPMADDUBSW   132(x), Y20, Y0 \
-	VPDPWSSD     Y28, Y0, Y12 \
-	VPMADDUBSW   164(x), Y21, Y1 \
-	VPDPWSSD     Y29, Y1, Y3 \
-	VPMADDUBSW   196(x), Y22, Y0 \
-	VPDPWSSD     Y30, Y0, Y12 \
-	VPMADDUBSW   228(x), Y23, Y1 \
-	VPDPWSSD     Y31, Y1, Y3 \
-	VPADDD       Y3, Y12, Y12 \
-	VCVTDQ2PS    Y12, Y12 \
-	VBROADCASTSS (x), X1 \
-	VMULPS       X1, X13, X1 \
-	VBROADCASTSS X1, Y2 \
-	VFMADD231PS  Y2, Y12, F \
-	VMOVDQU      260(x), X2 \
-	VMOVDQU      276(x), X3 \
-	VPHADDW      X3, X2, X2 \
-	VPMADDWD     X14, X2, X2 \
-	VCVTDQ2PS    X2, X2 \
-	VMOVSHDUP    X1, X1 \
-	VBROADCASTSS X1, X1 \
-	VFMADD231PS  X1, X2, M
+	VPMADDUBSW    4(x), Z16, Z0 \
+	VPMADDWD      Z24, Z0, Z12 \
+	VPMADDUBSW    68(x), Z18, Z1 \
+	VPDPWSSD      Z26, Z1, Z12 \
+	VPMADDUBSW    132(x), Z20, Z0 \
+	VPDPWSSD      Z28, Z0, Z12 \
+	VPMADDUBSW    196(x), Z22, Z1 \
+	VPDPWSSD      Z30, Z1, Z12 \
+	VEXTRACTI64X4 $1, Z12, Y3 \
+	VPADDD        Y3, Y12, Y12 \
+	VCVTDQ2PS     Y12, Y12 \
+	VBROADCASTSS  (x), X1 \
+	VMULPS        X1, X13, X1 \
+	VBROADCASTSS  X1, Y2 \
+	VFMADD231PS   Y2, Y12, F \
+	VMOVDQU       260(x), X2 \
+	VMOVDQU       276(x), X3 \
+	VPHADDW       X3, X2, X2 \
+	VPMADDWD      X14, X2, X2 \
+	VCVTDQ2PS     X2, X2 \
+	VMOVSHDUP     X1, X1 \
+	VBROADCASTSS  X1, X1 \
+	VFMADD231PS   X1, X2, M
+
+// Q4KPAIR unpacks the 32 bytes at q into the 64 quants of two sub-blocks:
+// low nibbles into the low half of Z (whose low half Ylo names), high
+// nibbles into the high half.
+#define Q4KPAIR(q, Ylo, Z, Yhi) \
+	VMOVDQU      q, Y0 \
+	VPSRLW       $4, Y0, Y1 \
+	VPANDD       Y15, Y0, Ylo \
+	VPANDD       Y15, Y1, Yhi \
+	VINSERTI64X4 $1, Yhi, Z, Z
+
+// K4SCALEPAIR broadcasts the scale words at soff(SP) and soff+2(SP) to the
+// low and high halves of Z.
+#define K4SCALEPAIR(soff, Z, Yhi) \
+	VPBROADCASTW soff(SP), Z \
+	VPBROADCASTW soff+2(SP), Yhi \
+	VINSERTI64X4 $1, Yhi, Z, Z
+
+// Q4KPREP prepares the Q4_K block at SI for the multi-row kernels: its
+// scales as words at 0(SP) and broadcast in pairs to Z24/Z26/Z28/Z30, its
+// mins as words in X14, [d, dmin] in X13 and its quants in
+// Z16/Z18/Z20/Z22 (K4ROW's layout). It uses AX, BX, R10-R12, Y0-Y3.
+#define Q4KPREP \
+	MOVL         4(SI), AX \
+	MOVL         8(SI), BX \
+	MOVL         12(SI), R10 \
+	MOVL         R10, R11 \
+	SHRL         $4, R11 \
+	ANDL         $0x0f0f0f0f, R11 \
+	MOVL         BX, R12 \
+	SHRL         $6, R12 \
+	ANDL         $0x03030303, R12 \
+	SHLL         $4, R12 \
+	ORL          R12, R11 \
+	MOVL         AX, R12 \
+	SHRL         $6, R12 \
+	ANDL         $0x03030303, R12 \
+	SHLL         $4, R12 \
+	ANDL         $0x0f0f0f0f, R10 \
+	ORL          R12, R10 \
+	ANDL         $0x3f3f3f3f, AX \
+	ANDL         $0x3f3f3f3f, BX \
+	VMOVD        AX, X0 \
+	VPINSRD      $1, R10, X0, X0 \
+	VPINSRD      $2, BX, X0, X0 \
+	VPINSRD      $3, R11, X0, X0 \
+	VPMOVZXBW    X0, Y0 \
+	VMOVDQU      Y0, (SP) \
+	VEXTRACTI128 $1, Y0, X14 \
+	K4SCALEPAIR(0, Z24, Y3) \
+	K4SCALEPAIR(4, Z26, Y3) \
+	K4SCALEPAIR(8, Z28, Y3) \
+	K4SCALEPAIR(12, Z30, Y3) \
+	MOVWLZX      (SI), AX \
+	VMOVD        AX, X13 \
+	VPINSRW      $1, 2(SI), X13, X13 \
+	VCVTPH2PS    X13, X13 \
+	Q4KPAIR(16(SI), Y16, Z16, Y2) \
+	Q4KPAIR(48(SI), Y18, Z18, Y2) \
+	Q4KPAIR(80(SI), Y20, Z20, Y2) \
+	Q4KPAIR(112(SI), Y22, Z22, Y2)
 
 // func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ4_Kx4Asm(SB), NOSPLIT, $32-40
@@ -711,63 +769,7 @@ TEXT ·dotQ4_Kx4Asm(SB), NOSPLIT, $32-40
 	VXORPS  X11, X11, X11
 
 q4kx4loop:
-	// scales and mins (as K4SCALES, with other scratch registers)
-	MOVL         4(SI), AX
-	MOVL         8(SI), BX
-	MOVL         12(SI), R10
-	MOVL         R10, R11
-	SHRL         $4, R11
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         BX, R12
-	SHRL         $6, R12
-	ANDL         $0x03030303, R12
-	SHLL         $4, R12
-	ORL          R12, R11
-	MOVL         AX, R12
-	SHRL         $6, R12
-	ANDL         $0x03030303, R12
-	SHLL         $4, R12
-	ANDL         $0x0f0f0f0f, R10
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, AX
-	ANDL         $0x3f3f3f3f, BX
-	VMOVD        AX, X0
-	VPINSRD      $1, R10, X0, X0
-	VPINSRD      $2, BX, X0, X0
-	VPINSRD      $3, R11, X0, X0
-	VPMOVZXBW    X0, Y0
-	VMOVDQU      Y0, (SP)
-	VEXTRACTI128 $1, Y0, X14
-	VPBROADCASTW 0(SP), Y24
-	VPBROADCASTW 2(SP), Y25
-	VPBROADCASTW 4(SP), Y26
-	VPBROADCASTW 6(SP), Y27
-	VPBROADCASTW 8(SP), Y28
-	VPBROADCASTW 10(SP), Y29
-	VPBROADCASTW 12(SP), Y30
-	VPBROADCASTW 14(SP), Y31
-	MOVWLZX      (SI), AX
-	VMOVD        AX, X13
-	VPINSRW      $1, 2(SI), X13, X13
-	VCVTPH2PS    X13, X13
-
-	// the 256 quants as unsigned bytes, chunk by chunk
-	VMOVDQU 16(SI), Y0
-	VPSRLW  $4, Y0, Y1
-	VPANDD  Y15, Y0, Y16
-	VPANDD  Y15, Y1, Y17
-	VMOVDQU 48(SI), Y0
-	VPSRLW  $4, Y0, Y1
-	VPANDD  Y15, Y0, Y18
-	VPANDD  Y15, Y1, Y19
-	VMOVDQU 80(SI), Y0
-	VPSRLW  $4, Y0, Y1
-	VPANDD  Y15, Y0, Y20
-	VPANDD  Y15, Y1, Y21
-	VMOVDQU 112(SI), Y0
-	VPSRLW  $4, Y0, Y1
-	VPANDD  Y15, Y0, Y22
-	VPANDD  Y15, Y1, Y23
+	Q4KPREP
 
 	K4ROW(DI, Y4, X8)
 	K4ROW(R8, Y5, X9)
@@ -791,6 +793,77 @@ q4kx4loop:
 	MOVQ    out+32(FP), AX
 	HSUM4(Y4, Y5, Y6, Y7)
 	VMOVUPS X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
+//
+// Eight activation rows: rows 0-3 as dotQ4_Kx4Asm, rows 4-7 at four
+// strides further (their pointers rebuilt after each block's preparation,
+// which uses those registers), accumulating into Y17-Y23 and X25-X31.
+TEXT ·dotQ4_Kx8Asm(SB), NOSPLIT, $32-40
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    stride+16(FP), DX
+	MOVQ    nb+24(FP), CX
+	LEAQ    (DI)(DX*1), R8
+	LEAQ    (DI)(DX*2), R9
+	LEAQ    (R9)(DX*1), R13
+	VMOVDQU c0F<>(SB), Y15
+	VXORPS  X4, X4, X4
+	VXORPS  X5, X5, X5
+	VXORPS  X6, X6, X6
+	VXORPS  X7, X7, X7
+	VXORPS  X8, X8, X8
+	VXORPS  X9, X9, X9
+	VXORPS  X10, X10, X10
+	VXORPS  X11, X11, X11
+	VPXORD  Y17, Y17, Y17
+	VPXORD  Y19, Y19, Y19
+	VPXORD  Y21, Y21, Y21
+	VPXORD  Y23, Y23, Y23
+	VPXORD  X25, X25, X25
+	VPXORD  X27, X27, X27
+	VPXORD  X29, X29, X29
+	VPXORD  X31, X31, X31
+
+q4kx8loop:
+	Q4KPREP
+
+	K4ROW(DI, Y4, X8)
+	K4ROW(R8, Y5, X9)
+	K4ROW(R9, Y6, X10)
+	K4ROW(R13, Y7, X11)
+	LEAQ (DI)(DX*4), AX
+	LEAQ (R8)(DX*4), BX
+	LEAQ (R9)(DX*4), R10
+	LEAQ (R13)(DX*4), R11
+	K4ROW(AX, Y17, X25)
+	K4ROW(BX, Y19, X27)
+	K4ROW(R10, Y21, X29)
+	K4ROW(R11, Y23, X31)
+
+	ADDQ $144, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q4kx8loop
+
+	VSUBPS  Y8, Y4, Y4
+	VSUBPS  Y9, Y5, Y5
+	VSUBPS  Y10, Y6, Y6
+	VSUBPS  Y11, Y7, Y7
+	MOVQ    out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, (AX)
+	VSUBPS  Y25, Y17, Y4
+	VSUBPS  Y27, Y19, Y5
+	VSUBPS  Y29, Y21, Y6
+	VSUBPS  Y31, Y23, Y7
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, 16(AX)
 	VZEROUPPER
 	RET
 

@@ -1008,32 +1008,41 @@ q6kloop:
 
 // K6ROW adds one activation row's block (at x) to F: the exact int32
 // lanes sum(sc*q*y) - 32*sum_k sc_k*bsum_k (as dotQ6_KAVX2Asm), converted
-// and times d*xd. Y0-Y3, Y12 scratch.
+// and times d*xd. The quants and scale words come in chunk pairs,
+// Z16/Z18/Z20/Z22 and Z24/Z26/Z28/Z30 (K6PAIRS): the low half gathers the
+// even chunks and the high half the odd ones, joined once by int32 adds,
+// so the lanes are the one-row kernel's. Z0, Z1, Y2, Y3, Z12 scratch.
 #define K6ROW(x, F) \
-	VPMADDUBSW   4(x), Y16, Y0 \
-	VPMADDWD     Y24, Y0, Y12 \
-	VPMADDUBSW   36(x), Y17, Y1 \
-	VPMADDWD     Y25, Y1, Y3 \
-	VPMADDUBSW   68(x), Y18, Y0 \
-	VPDPWSSD     Y26, Y0, Y12 \
-	VPMADDUBSW   100(x), Y19, Y1 \
-	VPDPWSSD     Y27, Y1, Y3 \
-	VPMADDUBSW   132(x), Y20, Y0 \
-	VPDPWSSD     Y28, Y0, Y12 \
-	VPMADDUBSW   164(x), Y21, Y1 \
-	VPDPWSSD     Y29, Y1, Y3 \
-	VPMADDUBSW   196(x), Y22, Y0 \
-	VPDPWSSD     Y30, Y0, Y12 \
-	VPMADDUBSW   228(x), Y23, Y1 \
-	VPDPWSSD     Y31, Y1, Y3 \
-	VPADDD       Y3, Y12, Y12 \
-	VPMADDWD     260(x), Y13, Y2 \
-	VPSLLD       $5, Y2, Y2 \
-	VPSUBD       Y2, Y12, Y12 \
-	VCVTDQ2PS    Y12, Y12 \
-	VMULSS       (x), X14, X1 \
-	VBROADCASTSS X1, Y1 \
-	VFMADD231PS  Y1, Y12, F
+	VPMADDUBSW    4(x), Z16, Z0 \
+	VPMADDWD      Z24, Z0, Z12 \
+	VPMADDUBSW    68(x), Z18, Z1 \
+	VPDPWSSD      Z26, Z1, Z12 \
+	VPMADDUBSW    132(x), Z20, Z0 \
+	VPDPWSSD      Z28, Z0, Z12 \
+	VPMADDUBSW    196(x), Z22, Z1 \
+	VPDPWSSD      Z30, Z1, Z12 \
+	VEXTRACTI64X4 $1, Z12, Y3 \
+	VPADDD        Y3, Y12, Y12 \
+	VPMADDWD      260(x), Y13, Y2 \
+	VPSLLD        $5, Y2, Y2 \
+	VPSUBD        Y2, Y12, Y12 \
+	VCVTDQ2PS     Y12, Y12 \
+	VMULSS        (x), X14, X1 \
+	VBROADCASTSS  X1, Y1 \
+	VFMADD231PS   Y1, Y12, F
+
+// K6PAIRS joins the unpacked chunks and scale words in pairs: chunk 2i+1
+// (Y17, Y19, …) into the high half of chunk 2i's register, and likewise
+// the scale words (Y25 into Z24, …).
+#define K6PAIRS \
+	VINSERTI64X4 $1, Y17, Z16, Z16 \
+	VINSERTI64X4 $1, Y19, Z18, Z18 \
+	VINSERTI64X4 $1, Y21, Z20, Z20 \
+	VINSERTI64X4 $1, Y23, Z22, Z22 \
+	VINSERTI64X4 $1, Y25, Z24, Z24 \
+	VINSERTI64X4 $1, Y27, Z26, Z26 \
+	VINSERTI64X4 $1, Y29, Z28, Z28 \
+	VINSERTI64X4 $1, Y31, Z30, Z30
 
 // K6HALF unpacks half h of a Q6_K block (ql at qoff, qh at hoff) into the
 // four registers A-D, as Q6KHALF does. Y0-Y3, Y12 scratch.
@@ -1096,6 +1105,7 @@ q6kx4loop:
 	VCVTPH2PS X14, X14
 	K6HALF(0, 128, Y16, Y17, Y18, Y19)
 	K6HALF(64, 160, Y20, Y21, Y22, Y23)
+	K6PAIRS
 
 	K6ROW(DI, Y4)
 	K6ROW(R8, Y5)

@@ -147,7 +147,7 @@ tool on the same model, threads and test and prints its table below.`,
 				}
 				t0 = time.Now()
 				for i := 0; i < gen; i++ {
-					if _, err := seq.Decode(ctx, seq.Greedy()); err != nil {
+					if err := seq.Advance(ctx, seq.Greedy()); err != nil {
 						return 0, err
 					}
 				}

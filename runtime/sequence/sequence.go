@@ -245,13 +245,20 @@ func (s *Sequence) Prefill(ctx context.Context, toks []int32) ([]float32, error)
 
 // Decode appends one token and returns the logits after it.
 func (s *Sequence) Decode(ctx context.Context, tok int32) ([]float32, error) {
-	if err := s.checkTokens([]int32{tok}); err != nil {
-		return nil, err
-	}
-	if err := s.step(ctx, runtime.Decode, []int32{tok}, 0, true); err != nil {
+	if err := s.Advance(ctx, tok); err != nil {
 		return nil, err
 	}
 	return s.Logits(), nil
+}
+
+// Advance appends one token without copying the logits out, for a caller
+// that takes the graph's choice (Greedy) or only times the step: a
+// vocabulary of logits is a large copy per token for a small model.
+func (s *Sequence) Advance(ctx context.Context, tok int32) error {
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return err
+	}
+	return s.step(ctx, runtime.Decode, []int32{tok}, 0, true)
 }
 
 // Logits is a copy of the slot's current logits.

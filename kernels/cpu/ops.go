@@ -472,9 +472,11 @@ func storeKV(r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) 
 	slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
 	page := r.page(slot, pos)
 	for which, src := range [2][]float32{k, v} {
-		dst := u16s(kv[kvOffset(page, layer, nLayer, kvDim, which, pos%kernels.KVPageTokens):])[:kvDim]
-		for j, x := range src {
-			dst[j] = quant.F32ToF16(x)
+		off := kvOffset(page, layer, nLayer, kvDim, which, pos%kernels.KVPageTokens)
+		// F16 conversion through the quantizer table: SIMD where the CPU
+		// has it, the same IEEE rounding as quant.F32ToF16 everywhere.
+		if err := quant.QuantizeRow(ggml.F16, src[:kvDim], kv[off:off+2*kvDim]); err != nil {
+			panic(err) // sizes come from the kernel's own arguments
 		}
 	}
 }

@@ -82,6 +82,7 @@ func simdKernels(level int) (tab simdTable) {
 	dot[ggml.IQ4_XS] = dotIQ4_XSAVX2
 	dot[ggml.MXFP4] = dotMXFP4AVX2 // mxfp4_amd64.go; AVX2 at every level
 	mv[ggml.MXFP4] = matVecMXFP4AVX2
+	tab.quant[ggml.F16] = quantF16AVX2 // F16C, which every AVX2 CPU has
 	if level >= simdVNNI {
 		dot[ggml.Q8_0] = dotQ8_0VNNI
 		dot[ggml.Q4_0] = dotQ4_0VNNI
@@ -339,6 +340,20 @@ func dotQ4_0AVX2Asm(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
+
+// quantF16AVX2 is quantF16 eight values at a time (VCVTPS2PH), the tail
+// in Go: the same IEEE rounding, so the same bytes.
+func quantF16AVX2(x []float32, dst []byte) {
+	n := len(x) &^ 7
+	if n > 0 {
+		_ = dst[2*n-1]
+		quantF16AVX2Asm(&x[0], &dst[0], n)
+	}
+	quantF16(x[n:], dst[2*n:])
+}
+
+//go:noescape
+func quantF16AVX2Asm(x *float32, dst *byte, n int)
 
 //go:noescape
 func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)

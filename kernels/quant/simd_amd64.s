@@ -1882,3 +1882,27 @@ q80qid:
 
 DATA c127f<>+0(SB)/4, $0x42fe0000 // 127.0
 GLOBL c127f<>(SB), RODATA|NOPTR, $4
+
+// func quantF16AVX2Asm(x *float32, dst *byte, n int)
+//
+// Converts n float32 values (a multiple of 8) to F16 with VCVTPS2PH's
+// immediate round-to-nearest-even: IEEE conversion, as F32ToF16 computes
+// it (subnormal results, infinities and NaN payloads included).
+TEXT ·quantF16AVX2Asm(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ dst+8(FP), DI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   f16done
+
+f16loop:
+	VMOVUPS   (SI), Y0
+	VCVTPS2PH $0, Y0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	DECQ      CX
+	JNZ       f16loop
+
+f16done:
+	VZEROUPPER
+	RET

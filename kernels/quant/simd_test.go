@@ -464,3 +464,41 @@ func BenchmarkMatVecStream(b *testing.B) {
 		}
 	}
 }
+
+// TestQuantizeF16Levels checks the SIMD F16 conversion against F32ToF16
+// on every exponent (subnormal, overflowing and special results), random
+// mantissas, the rounding ties of each exponent, and row lengths that
+// leave a tail.
+func TestQuantizeF16Levels(t *testing.T) {
+	rng := rand.New(rand.NewSource(15))
+	var x []float32
+	for e := uint32(0); e < 256; e++ {
+		for s := uint32(0); s < 2; s++ {
+			for _, m := range []uint32{0, 1, 0x7fffff, 0x1000, 0x0fff, 0x1fff, 0x2000, 0x3000, 0x400000, uint32(rng.Int31n(1 << 23))} {
+				x = append(x, math.Float32frombits(s<<31|e<<23|m))
+			}
+		}
+	}
+	for range 20000 {
+		x = append(x, math.Float32frombits(rng.Uint32()))
+	}
+	for _, n := range []int{len(x), len(x) - 3, 7, 1} {
+		want := make([]byte, 2*n)
+		for i, v := range x[:n] {
+			binary.LittleEndian.PutUint16(want[2*i:], F32ToF16(v))
+		}
+		for _, l := range levels() {
+			atLevel(l, func() {
+				got := make([]byte, 2*n)
+				if err := QuantizeRow(ggml.F16, x[:n], got); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < n; i++ {
+					if g, w := binary.LittleEndian.Uint16(got[2*i:]), binary.LittleEndian.Uint16(want[2*i:]); g != w {
+						t.Fatalf("level %s: %#08x → %#04x, F32ToF16 gives %#04x", levelNames[l], math.Float32bits(x[i]), g, w)
+					}
+				}
+			})
+		}
+	}
+}

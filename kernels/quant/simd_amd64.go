@@ -286,9 +286,10 @@ func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	}
 }
 
-// rowsQ6_KVNNI runs the four-row Q6_K kernel (quants and scales of each
-// weight super-block unpacked once per group of four rows) and the one-row
-// kernel over what is left; both give the one-row kernel's bits.
+// rowsQ6_KVNNI runs the eight- and four-row Q6_K kernels (quants and
+// scales of each weight super-block unpacked once per group of rows) and
+// the one-row kernel over what is left; all give the one-row kernel's
+// bits.
 func rowsQ6_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
 	if nb == 0 || rows <= 0 {
@@ -299,6 +300,9 @@ func rowsQ6_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
 	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
 	out = out[:rows]
 	r := 0
+	for ; r+8 <= rows; r += 8 {
+		dotQ6_Kx8Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
 	for ; r+4 <= rows; r += 4 {
 		dotQ6_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
 	}
@@ -363,6 +367,9 @@ func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ6_Kx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ5_KAVX2Asm(w, x *byte, nb int) float32

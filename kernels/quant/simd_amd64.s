@@ -1127,6 +1127,90 @@ q6kx4loop:
 	VZEROUPPER
 	RET
 
+// func dotQ6_Kx8Asm(w, x *byte, stride, nb int, out *float32)
+//
+// Eight activation rows: the block is prepared as for dotQ6_Kx4Asm, but
+// each odd chunk (and scale pair) goes through Y8/Y9 straight into its
+// pair's high half, so Y17-Y23 can hold rows 4-7's accumulators; those
+// rows sit four strides further, their pointers rebuilt after each
+// block's preparation.
+TEXT ·dotQ6_Kx8Asm(SB), NOSPLIT, $0-40
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    stride+16(FP), DX
+	MOVQ    nb+24(FP), CX
+	LEAQ    (DI)(DX*1), R8
+	LEAQ    (DI)(DX*2), R9
+	LEAQ    (R9)(DX*1), R13
+	VMOVDQU c0F<>(SB), Y15
+	VMOVDQU c30<>(SB), Y10
+	VXORPS  X4, X4, X4
+	VXORPS  X5, X5, X5
+	VXORPS  X6, X6, X6
+	VXORPS  X7, X7, X7
+	VPXORD  Y17, Y17, Y17
+	VPXORD  Y19, Y19, Y19
+	VPXORD  Y21, Y21, Y21
+	VPXORD  Y23, Y23, Y23
+
+q6kx8loop:
+	VMOVDQU      192(SI), X11
+	VPMOVSXBW    X11, Y13
+	K6SC(0, Y24)
+	K6SC(16, Y8)
+	VINSERTI64X4 $1, Y8, Z24, Z24
+	K6SC(32, Y26)
+	K6SC(48, Y8)
+	VINSERTI64X4 $1, Y8, Z26, Z26
+	K6SC(64, Y28)
+	K6SC(80, Y8)
+	VINSERTI64X4 $1, Y8, Z28, Z28
+	K6SC(96, Y30)
+	K6SC(112, Y8)
+	VINSERTI64X4 $1, Y8, Z30, Z30
+	MOVWLZX      208(SI), AX
+	VMOVD        AX, X14
+	VCVTPH2PS    X14, X14
+	K6HALF(0, 128, Y16, Y8, Y18, Y9)
+	VINSERTI64X4 $1, Y8, Z16, Z16
+	VINSERTI64X4 $1, Y9, Z18, Z18
+	K6HALF(64, 160, Y20, Y8, Y22, Y9)
+	VINSERTI64X4 $1, Y8, Z20, Z20
+	VINSERTI64X4 $1, Y9, Z22, Z22
+
+	K6ROW(DI, Y4)
+	K6ROW(R8, Y5)
+	K6ROW(R9, Y6)
+	K6ROW(R13, Y7)
+	LEAQ (DI)(DX*4), AX
+	LEAQ (R8)(DX*4), BX
+	LEAQ (R9)(DX*4), R10
+	LEAQ (R13)(DX*4), R11
+	K6ROW(AX, Y17)
+	K6ROW(BX, Y19)
+	K6ROW(R10, Y21)
+	K6ROW(R11, Y23)
+
+	ADDQ $210, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q6kx8loop
+
+	MOVQ    out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, (AX)
+	VMOVDQA64 Y17, Y4
+	VMOVDQA64 Y19, Y5
+	VMOVDQA64 Y21, Y6
+	VMOVDQA64 Y23, Y7
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, 16(AX)
+	VZEROUPPER
+	RET
+
 DATA c0F<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA c0F<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA c0F<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f

@@ -198,8 +198,9 @@ type request struct {
 
 // stepCost estimates a replay's time from its rows, for the interactive
 // latency budget: the time of a step without prefill, and what each
-// prefill row adds, as exponential moving averages of measured replays.
-// It reads the wall clock, not Config.Now: it measures the machine.
+// prefill row adds, as exponential moving averages of replays timed by
+// Config.Now (so a simulation's fake clock, which stands still within a
+// step, measures nothing and limits nothing, and its seeds reproduce).
 type stepCost struct {
 	decode, row float64 // seconds
 }
@@ -425,9 +426,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		if e.rec != nil {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
 		}
-		replay := time.Now()
+		replay := e.cfg.Now()
 		err = e.m.Step(ctx, batch)
-		e.cost.observe(time.Since(replay), prefill)
+		e.cost.observe(e.cfg.Now().Sub(replay), prefill)
 	}
 	if err != nil && e.rec != nil {
 		e.rec.Err = err.Error()

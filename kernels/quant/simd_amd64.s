@@ -82,6 +82,17 @@
 
 // ---- float rows
 
+// ROWSARGS loads a multi-row kernel's arguments (w, x, stride, nb) into
+// SI, DI, DX and CX, and points R8, R9 and R13 at activation rows 1-3.
+#define ROWSARGS \
+	MOVQ w+0(FP), SI \
+	MOVQ x+8(FP), DI \
+	MOVQ stride+16(FP), DX \
+	MOVQ nb+24(FP), CX \
+	LEAQ (DI)(DX*1), R8 \
+	LEAQ (DI)(DX*2), R9 \
+	LEAQ (R9)(DX*1), R13
+
 // func dotF32x32(w, x *byte, n int) float32
 TEXT ·dotF32x32(SB), NOSPLIT, $0-28
 	MOVQ   w+0(FP), SI
@@ -751,13 +762,7 @@ q4kloop:
 
 // func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ4_Kx4Asm(SB), NOSPLIT, $32-40
-	MOVQ    w+0(FP), SI
-	MOVQ    x+8(FP), DI
-	MOVQ    stride+16(FP), DX
-	MOVQ    nb+24(FP), CX
-	LEAQ    (DI)(DX*1), R8
-	LEAQ    (DI)(DX*2), R9
-	LEAQ    (R9)(DX*1), R13
+	ROWSARGS
 	VMOVDQU c0F<>(SB), Y15
 	VXORPS  X4, X4, X4
 	VXORPS  X5, X5, X5
@@ -802,13 +807,7 @@ q4kx4loop:
 // strides further (their pointers rebuilt after each block's preparation,
 // which uses those registers), accumulating into Y17-Y23 and X25-X31.
 TEXT ·dotQ4_Kx8Asm(SB), NOSPLIT, $32-40
-	MOVQ    w+0(FP), SI
-	MOVQ    x+8(FP), DI
-	MOVQ    stride+16(FP), DX
-	MOVQ    nb+24(FP), CX
-	LEAQ    (DI)(DX*1), R8
-	LEAQ    (DI)(DX*2), R9
-	LEAQ    (R9)(DX*1), R13
+	ROWSARGS
 	VMOVDQU c0F<>(SB), Y15
 	VXORPS  X4, X4, X4
 	VXORPS  X5, X5, X5
@@ -1075,13 +1074,7 @@ q6kloop:
 
 // func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ6_Kx4Asm(SB), NOSPLIT, $0-40
-	MOVQ    w+0(FP), SI
-	MOVQ    x+8(FP), DI
-	MOVQ    stride+16(FP), DX
-	MOVQ    nb+24(FP), CX
-	LEAQ    (DI)(DX*1), R8
-	LEAQ    (DI)(DX*2), R9
-	LEAQ    (R9)(DX*1), R13
+	ROWSARGS
 	VMOVDQU c0F<>(SB), Y15
 	VMOVDQU c30<>(SB), Y10
 	VXORPS  X4, X4, X4
@@ -1135,13 +1128,7 @@ q6kx4loop:
 // rows sit four strides further, their pointers rebuilt after each
 // block's preparation.
 TEXT ·dotQ6_Kx8Asm(SB), NOSPLIT, $0-40
-	MOVQ    w+0(FP), SI
-	MOVQ    x+8(FP), DI
-	MOVQ    stride+16(FP), DX
-	MOVQ    nb+24(FP), CX
-	LEAQ    (DI)(DX*1), R8
-	LEAQ    (DI)(DX*2), R9
-	LEAQ    (R9)(DX*1), R13
+	ROWSARGS
 	VMOVDQU c0F<>(SB), Y15
 	VMOVDQU c30<>(SB), Y10
 	VXORPS  X4, X4, X4

@@ -82,7 +82,7 @@ func (s *Sampler) Greedy() bool {
 // penalties).
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if s.Greedy() {
-		return argmax(logits)
+		return Argmax(logits)
 	}
 	s.adjust(logits, history)
 	return s.pick().id
@@ -259,9 +259,9 @@ func logSumExp(buf []cand) float64 {
 	return mx + math.Log(sum)
 }
 
-// argmax is the index of the first largest logit, as the graph's ARGMAX
-// picks it.
-func argmax(logits []float32) int32 {
+// Argmax is the index of the first largest logit, as the graph's ARGMAX
+// picks it: greedy decoding.
+func Argmax(logits []float32) int32 {
 	best := 0
 	for i, v := range logits {
 		if v > logits[best] {

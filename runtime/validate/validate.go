@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/sample"
 )
 
 // Point is one compared value of one step.
@@ -172,7 +173,7 @@ func compare(ctx context.Context, got, oracle *runtime.Program, stage runtime.St
 		pt.MaxAbs, pt.MaxRef = diff(vals[0][pt.Name], vals[1][pt.Name])
 		s.Points = append(s.Points, pt)
 	}
-	return s, argmax(vals[1]["logits"]), nil
+	return s, sample.Argmax(vals[1]["logits"]), nil
 }
 
 // points lists what is compared, in model order.
@@ -297,14 +298,4 @@ func diff(a, b []float32) (maxAbs, maxRef float64) {
 		}
 	}
 	return maxAbs, maxRef
-}
-
-func argmax(l []float32) int32 {
-	best := 0
-	for i, v := range l {
-		if v > l[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }

@@ -80,8 +80,6 @@
 	VMULSS       T, X, X \
 	VBROADCASTSS X, Y
 
-// ---- float rows
-
 // ROWSARGS loads a multi-row kernel's arguments (w, x, stride, nb) into
 // SI, DI, DX and CX, and points R8, R9 and R13 at activation rows 1-3.
 #define ROWSARGS \
@@ -92,6 +90,8 @@
 	LEAQ (DI)(DX*1), R8 \
 	LEAQ (DI)(DX*2), R9 \
 	LEAQ (R9)(DX*1), R13
+
+// ---- float rows
 
 // func dotF32x32(w, x *byte, n int) float32
 TEXT ·dotF32x32(SB), NOSPLIT, $0-28

@@ -270,21 +270,10 @@ func (t *Tier) Launches(vi int) []Launch { return t.variants[vi] }
 // logits and tokens come back, all in one captured graph; then the fence
 // is signalled.
 func (t *Tier) Run(ctx context.Context, vi int) error {
-	if vi < 0 || vi >= len(t.variants) {
-		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	fence := t.regions[t.fence].host
-	clear(fence)
-	if t.prof != nil {
-		if err := t.runProfiled(ctx, vi); err != nil {
-			return err
+	return t.replay(vi, func() error {
+		if t.prof != nil {
+			return t.runProfiled(ctx, vi)
 		}
-	} else {
 		g, err := t.graph(vi)
 		if err != nil {
 			return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
@@ -295,9 +284,26 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		if err := t.done.Record(t.stream); err != nil {
 			return err
 		}
-		if err := t.wait(ctx, vi); err != nil {
-			return err
-		}
+		return t.wait(ctx, vi)
+	})
+}
+
+// replay runs one replay of variant vi by run on a locked thread with the
+// tier's context current: the fence is cleared before and signalled after
+// it succeeds.
+func (t *Tier) replay(vi int, run func() error) error {
+	if vi < 0 || vi >= len(t.variants) {
+		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	fence := t.regions[t.fence].host
+	clear(fence)
+	if err := run(); err != nil {
+		return err
 	}
 	if len(fence) >= 4 {
 		fence[0] = 1 // the fence value every stream releases (passes/lower.go)
@@ -309,47 +315,36 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 // for each kernel and then calling after (when not nil): for inspecting
 // values between kernels, not for speed.
 func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
-	if vi < 0 || vi >= len(t.variants) {
-		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	fence := t.regions[t.fence].host
-	clear(fence)
-	io := &t.regions[t.io]
-	if err := driver.MemcpyHtoD(io.dev, io.host); err != nil {
-		return err
-	}
-	ls := t.variants[vi]
-	for i := range ls {
-		if err := ctx.Err(); err != nil {
+	return t.replay(vi, func() error {
+		io := &t.regions[t.io]
+		if err := driver.MemcpyHtoD(io.dev, io.host); err != nil {
 			return err
 		}
-		if err := t.launch(&ls[i]); err != nil {
-			return fmt.Errorf("cuda: launch %d (%s): %w", i, ls[i].Name, err)
+		ls := t.variants[vi]
+		for i := range ls {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := t.launch(&ls[i]); err != nil {
+				return fmt.Errorf("cuda: launch %d (%s): %w", i, ls[i].Name, err)
+			}
+			if err := t.stream.Synchronize(); err != nil {
+				return fmt.Errorf("cuda: dispatch %d (%s): %w", i, ls[i].Name, err)
+			}
+			if after != nil {
+				if err := after(i); err != nil {
+					return err
+				}
+			}
 		}
-		if err := t.stream.Synchronize(); err != nil {
-			return fmt.Errorf("cuda: dispatch %d (%s): %w", i, ls[i].Name, err)
-		}
-		if after != nil {
-			if err := after(i); err != nil {
+		for _, ri := range t.copyOut {
+			r := &t.regions[ri]
+			if err := driver.MemcpyDtoH(r.host, r.dev); err != nil {
 				return err
 			}
 		}
-	}
-	for _, ri := range t.copyOut {
-		r := &t.regions[ri]
-		if err := driver.MemcpyDtoH(r.host, r.dev); err != nil {
-			return err
-		}
-	}
-	if len(fence) >= 4 {
-		fence[0] = 1
-	}
-	return nil
+		return nil
+	})
 }
 
 // ReadRegion copies n bytes at off of region i from the device.

@@ -88,6 +88,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "validate: %s (%s, tier %s) against %s (%s, tier %s): %d prompt tokens, %d decode steps\n",
 				args[0], got.Bundle.Graph.Ident.Target, got.TierName(), oracle, ref.Bundle.Graph.Ident.Target, ref.TierName(), rep.Prompt, steps)
+			shown := func(p validate.Point) bool { return p.Layer < 0 || pick(p.Layer) }
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprint(tw, "point\t")
 			for _, s := range rep.Steps {
@@ -95,7 +96,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			}
 			fmt.Fprintln(tw)
 			for i, p := range rep.Steps[0].Points {
-				if p.Layer >= 0 && !pick(p.Layer) {
+				if !shown(p) {
 					continue
 				}
 				fmt.Fprintf(tw, "%s\t", p.Name)
@@ -106,12 +107,8 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 				fmt.Fprintln(tw)
 			}
 			tw.Flush()
-			for _, s := range rep.Steps {
-				for _, p := range s.Points {
-					if (p.Layer < 0 || pick(p.Layer)) && !(p.Rel() <= tol) {
-						return fmt.Errorf("validate: first past tolerance %g: %s at %s (rel %.3g, max|Δ| %.3g)", tol, p.Name, s.Name, p.Rel(), p.MaxAbs)
-					}
-				}
+			if s, p, bad := rep.First(tol, shown); bad {
+				return fmt.Errorf("validate: first past tolerance %g: %s at %s (rel %.3g, max|Δ| %.3g)", tol, p.Name, s.Name, p.Rel(), p.MaxAbs)
 			}
 			fmt.Fprintf(out, "every point within tolerance %g\n", tol)
 			return nil

@@ -55,11 +55,12 @@ type Report struct {
 }
 
 // First returns the first step and point (in step order, then layer
-// order) whose Rel exceeds tol, or false when none does.
-func (r *Report) First(tol float64) (Step, Point, bool) {
+// order) that keep accepts (nil: every point) whose Rel exceeds tol, or
+// false when none does.
+func (r *Report) First(tol float64, keep func(Point) bool) (Step, Point, bool) {
 	for _, s := range r.Steps {
 		for _, p := range s.Points {
-			if !(p.Rel() <= tol) {
+			if (keep == nil || keep(p)) && !(p.Rel() <= tol) {
 				return s, p, true
 			}
 		}

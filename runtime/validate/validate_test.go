@@ -61,7 +61,7 @@ func TestSameTierIsExact(t *testing.T) {
 	if len(rep.Steps) != 4 || len(rep.Steps[0].Points) != 5+3 || len(rep.Tokens) != 3 {
 		t.Fatalf("report of %d steps, %d points, %d tokens", len(rep.Steps), len(rep.Steps[0].Points), len(rep.Tokens))
 	}
-	if s, p, bad := rep.First(0); bad {
+	if s, p, bad := rep.First(0, nil); bad {
 		t.Fatalf("%s: %s differs by %g", s.Name, p.Name, p.MaxAbs)
 	}
 	for _, p := range rep.Steps[0].Points {
@@ -82,7 +82,7 @@ func TestNamesTheBrokenLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, p, bad := rep.First(0.06)
+	s, p, bad := rep.First(0.06, nil)
 	if !bad || p.Name != "layer 2" || s.Name != "prefill" {
 		t.Fatalf("first past tolerance: %v %q at %q, want layer 2 at prefill", bad, p.Name, s.Name)
 	}
@@ -143,7 +143,7 @@ func TestCUDAWithinTolerance(t *testing.T) {
 			t.Logf("%s %s: max|Δ| %.3g rel %.3g", s.Name, p.Name, p.MaxAbs, p.Rel())
 		}
 	}
-	if s, p, bad := rep.First(0.06); bad {
+	if s, p, bad := rep.First(0.06, nil); bad {
 		t.Fatalf("%s: %s rel %g", s.Name, p.Name, p.Rel())
 	}
 }

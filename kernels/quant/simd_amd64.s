@@ -657,9 +657,9 @@ q4kloop:
 	VZEROUPPER
 	RET
 
-// ---- Q4_K · Q8_K, four activation rows (AVX-512 level: the EVEX forms
-// reach Y16-Y31, which hold the block's unpacked quants and broadcast
-// scales so that they are prepared once for all four rows). Each row's
+// ---- Q4_K · Q8_K, four and eight activation rows (AVX-512 level: the
+// EVEX forms reach Z16-Z31, which hold the block's unpacked quants and
+// broadcast scales so that they are prepared once for all the rows). Each row's
 // int32 lanes, FMAs and final reduction are dotQ4_KAVX2Asm's, so every
 // result is bit-identical to the one-row kernel's on that row.
 
@@ -997,18 +997,19 @@ q6kloop:
 	VZEROUPPER
 	RET
 
-// ---- Q6_K · Q8_K, four activation rows (AVX-512 level, like the Q4_K
-// one): each super-block's 256 quants are unpacked once into Y16-Y23 (as
-// the unsigned biased values, chunk c = elements 32c..32c+31) and the
-// scale pairs spread to words once into Y24-Y31 (Q6KQ's VPSHUFB layout);
-// Y13 holds the 16 scales as words for the bias term and X14 d. Each
-// row's int32 lanes, FMAs and final HSUM are dotQ6_KAVX2Asm's, so every
-// result is bit-identical to the one-row kernel's on that row.
+// ---- Q6_K · Q8_K, four and eight activation rows (AVX-512 level, like
+// the Q4_K ones): each super-block's 256 quants are unpacked once (as the
+// unsigned biased values, chunk c = elements 32c..32c+31) into chunk
+// pairs in Z16-Z22 and the scale pairs spread to words (Q6KQ's VPSHUFB
+// layout) in Z24-Z30; Y13 holds the 16 scales as words for the bias term
+// and X14 d. Each row's int32 lanes, FMAs and final HSUM are
+// dotQ6_KAVX2Asm's, so every result is bit-identical to the one-row
+// kernel's on that row.
 
 // K6ROW adds one activation row's block (at x) to F: the exact int32
 // lanes sum(sc*q*y) - 32*sum_k sc_k*bsum_k (as dotQ6_KAVX2Asm), converted
 // and times d*xd. The quants and scale words come in chunk pairs,
-// Z16/Z18/Z20/Z22 and Z24/Z26/Z28/Z30 (K6PAIRS): the low half gathers the
+// Z16/Z18/Z20/Z22 and Z24/Z26/Z28/Z30 (Q6KPREP): the low half gathers the
 // even chunks and the high half the odd ones, joined once by int32 adds,
 // so the lanes are the one-row kernel's. Z0, Z1, Y2, Y3, Z12 scratch.
 #define K6ROW(x, F) \
@@ -1029,19 +1030,6 @@ q6kloop:
 	VMULSS        (x), X14, X1 \
 	VBROADCASTSS  X1, Y1 \
 	VFMADD231PS   Y1, Y12, F
-
-// K6PAIRS joins the unpacked chunks and scale words in pairs: chunk 2i+1
-// (Y17, Y19, …) into the high half of chunk 2i's register, and likewise
-// the scale words (Y25 into Z24, …).
-#define K6PAIRS \
-	VINSERTI64X4 $1, Y17, Z16, Z16 \
-	VINSERTI64X4 $1, Y19, Z18, Z18 \
-	VINSERTI64X4 $1, Y21, Z20, Z20 \
-	VINSERTI64X4 $1, Y23, Z22, Z22 \
-	VINSERTI64X4 $1, Y25, Z24, Z24 \
-	VINSERTI64X4 $1, Y27, Z26, Z26 \
-	VINSERTI64X4 $1, Y29, Z28, Z28 \
-	VINSERTI64X4 $1, Y31, Z30, Z30
 
 // K6HALF unpacks half h of a Q6_K block (ql at qoff, qh at hoff) into the
 // four registers A-D, as Q6KHALF does. Y0-Y3, Y12 scratch.
@@ -1072,6 +1060,36 @@ q6kloop:
 	VPSHUFB   q6shuf<>+moff(SB), X11, X3 \
 	VPMOVSXBW X3, R
 
+// K6SCPAIR spreads scale pairs m and m+1 (moff = 16*m) to words in the low
+// and high halves of Z (whose low half Ylo names), through Y8.
+#define K6SCPAIR(moff, Ylo, Z) \
+	K6SC(moff, Ylo) \
+	K6SC(moff+16, Y8) \
+	VINSERTI64X4 $1, Y8, Z, Z
+
+// Q6KPREP prepares the Q6_K block at SI for the multi-row kernels: its 16
+// scales as words in Y13, d in X14, the scale words of chunk pairs in
+// Z24/Z26/Z28/Z30 and the unsigned quants of chunk pairs in
+// Z16/Z18/Z20/Z22 (K6ROW's layout), each odd chunk going through Y8/Y9
+// into its pair's high half so that the odd upper registers stay free.
+// It uses AX, X11, Y0-Y3, Y8, Y9 and Y12.
+#define Q6KPREP \
+	VMOVDQU      192(SI), X11 \
+	VPMOVSXBW    X11, Y13 \
+	K6SCPAIR(0, Y24, Z24) \
+	K6SCPAIR(32, Y26, Z26) \
+	K6SCPAIR(64, Y28, Z28) \
+	K6SCPAIR(96, Y30, Z30) \
+	MOVWLZX      208(SI), AX \
+	VMOVD        AX, X14 \
+	VCVTPH2PS    X14, X14 \
+	K6HALF(0, 128, Y16, Y8, Y18, Y9) \
+	VINSERTI64X4 $1, Y8, Z16, Z16 \
+	VINSERTI64X4 $1, Y9, Z18, Z18 \
+	K6HALF(64, 160, Y20, Y8, Y22, Y9) \
+	VINSERTI64X4 $1, Y8, Z20, Z20 \
+	VINSERTI64X4 $1, Y9, Z22, Z22
+
 // func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ6_Kx4Asm(SB), NOSPLIT, $0-40
 	ROWSARGS
@@ -1083,22 +1101,7 @@ TEXT ·dotQ6_Kx4Asm(SB), NOSPLIT, $0-40
 	VXORPS  X7, X7, X7
 
 q6kx4loop:
-	VMOVDQU   192(SI), X11
-	VPMOVSXBW X11, Y13
-	K6SC(0, Y24)
-	K6SC(16, Y25)
-	K6SC(32, Y26)
-	K6SC(48, Y27)
-	K6SC(64, Y28)
-	K6SC(80, Y29)
-	K6SC(96, Y30)
-	K6SC(112, Y31)
-	MOVWLZX   208(SI), AX
-	VMOVD     AX, X14
-	VCVTPH2PS X14, X14
-	K6HALF(0, 128, Y16, Y17, Y18, Y19)
-	K6HALF(64, 160, Y20, Y21, Y22, Y23)
-	K6PAIRS
+	Q6KPREP
 
 	K6ROW(DI, Y4)
 	K6ROW(R8, Y5)
@@ -1122,11 +1125,9 @@ q6kx4loop:
 
 // func dotQ6_Kx8Asm(w, x *byte, stride, nb int, out *float32)
 //
-// Eight activation rows: the block is prepared as for dotQ6_Kx4Asm, but
-// each odd chunk (and scale pair) goes through Y8/Y9 straight into its
-// pair's high half, so Y17-Y23 can hold rows 4-7's accumulators; those
-// rows sit four strides further, their pointers rebuilt after each
-// block's preparation.
+// Eight activation rows: Q6KPREP leaves Y17-Y23 free for rows 4-7's
+// accumulators; those rows sit four strides further, their pointers
+// rebuilt after each block's preparation (which uses AX).
 TEXT ·dotQ6_Kx8Asm(SB), NOSPLIT, $0-40
 	ROWSARGS
 	VMOVDQU c0F<>(SB), Y15
@@ -1141,29 +1142,7 @@ TEXT ·dotQ6_Kx8Asm(SB), NOSPLIT, $0-40
 	VPXORD  Y23, Y23, Y23
 
 q6kx8loop:
-	VMOVDQU      192(SI), X11
-	VPMOVSXBW    X11, Y13
-	K6SC(0, Y24)
-	K6SC(16, Y8)
-	VINSERTI64X4 $1, Y8, Z24, Z24
-	K6SC(32, Y26)
-	K6SC(48, Y8)
-	VINSERTI64X4 $1, Y8, Z26, Z26
-	K6SC(64, Y28)
-	K6SC(80, Y8)
-	VINSERTI64X4 $1, Y8, Z28, Z28
-	K6SC(96, Y30)
-	K6SC(112, Y8)
-	VINSERTI64X4 $1, Y8, Z30, Z30
-	MOVWLZX      208(SI), AX
-	VMOVD        AX, X14
-	VCVTPH2PS    X14, X14
-	K6HALF(0, 128, Y16, Y8, Y18, Y9)
-	VINSERTI64X4 $1, Y8, Z16, Z16
-	VINSERTI64X4 $1, Y9, Z18, Z18
-	K6HALF(64, 160, Y20, Y8, Y22, Y9)
-	VINSERTI64X4 $1, Y8, Z20, Z20
-	VINSERTI64X4 $1, Y9, Z22, Z22
+	Q6KPREP
 
 	K6ROW(DI, Y4)
 	K6ROW(R8, Y5)

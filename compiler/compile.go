@@ -122,7 +122,7 @@ func NewUnit(m *arch.Model) *passes.Unit {
 		Graphs: m.Graphs,
 		Target: c.Target,
 		State: passes.StateSizes{
-			KV:        int64(c.KVPages) * int64(kernels.KVPageBytes(h.NLayer, h.KVDim())),
+			KV:        int64(c.KVPages) * int64(kernels.PageBytes(h)),
 			IO:        4 * int64(kernels.NewRequestTable(c.PrefillChunk, c.MaxSlots, h.MaxPages).Words()),
 			Logits:    4 * int64(c.MaxSlots) * int64(h.NVocab),
 			Tokens:    4 * int64(c.MaxSlots),

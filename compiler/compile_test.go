@@ -200,7 +200,7 @@ func TestHostileModels(t *testing.T) {
 		{"duplicate token text", "", fmt.Sprintf("token %d has the same text", n-1), false,
 			rewrite(edit{meta: map[string]*gguf.Value{"tokenizer.ggml.tokens": strs(append(tokens[:n-1:n-1], tokens[n-2]))}})},
 
-		{"architecture", "", `unsupported architecture "mamba9" (general.architecture): zrtc builds gemma2, gemma3, gpt-oss, llama,`, true,
+		{"architecture", "", `unsupported architecture "mamba9" (general.architecture): zrtc builds gemma2, gemma3, gemma4, gpt-oss, llama,`, true,
 			rewrite(edit{meta: map[string]*gguf.Value{"general.architecture": str("mamba9")}})},
 		{"rope scaling", "", `unsupported rope scaling "longrope" (llama.rope.scaling.type)`, true,
 			rewrite(edit{meta: map[string]*gguf.Value{"llama.rope.scaling.type": str("longrope")}})},

@@ -54,7 +54,10 @@ const MaxUserData = 16
 // roles the IR uses; "io" is the request table (see io.go).
 var catalog = []ABI{
 	{Name: "embed", Typed: true, Bufs: []string{"table", "io", "y"}, Push: []Param{{"cols", U32}}},
-	{Name: "rms_norm", Bufs: []string{"x", "w", "io", "y"}, Push: []Param{{"cols", U32}, {"group", U32}}, Spec: []Param{{"eps", F32}}},
+	// rms_norm normalizes each group of a row and multiplies it by w (an
+	// F32 vector of group; null for none: Gemma 4's V norm).
+	{Name: "rms_norm", Bufs: []string{"x", "w", "io", "y"}, Optional: map[string]bool{"w": true},
+		Push: []Param{{"cols", U32}, {"group", U32}}, Spec: []Param{{"eps", F32}}},
 	{Name: "matmul", Typed: true, Bufs: []string{"x", "w", "bias", "io", "y"}, Optional: map[string]bool{"bias": true},
 		Push: []Param{{"k", U32}, {"n", U32}}},
 	{Name: "rope", Bufs: []string{"x", "io"}, Push: []Param{{"n_head", U32}, {"head_dim", U32}},
@@ -150,6 +153,10 @@ var catalog = []ABI{
 	// its first half (to a) and its second (to b): a gated attention's
 	// joint query and gate projection.
 	{Name: "split_halves", Bufs: []string{"x", "io", "a", "b"}, Push: []Param{{"heads", U32}, {"width", U32}}},
+	// copy_cols copies columns off..off+cols of each row of x (rows of
+	// stride columns) into y (rows of cols): one layer's slice of Gemma 4's
+	// per-layer inputs.
+	{Name: "copy_cols", Bufs: []string{"x", "io", "y"}, Push: []Param{{"cols", U32}, {"off", U32}}, Spec: []Param{{"stride", U32}}},
 	// mul_sigmoid gates x in place: x ·= sigmoid(g).
 	{Name: "mul_sigmoid", Bufs: []string{"x", "g", "io"}, Push: []Param{{"cols", U32}}},
 	// swiglu_oai is gpt-oss's clamped SwiGLU: with g = min(gate, limit) and

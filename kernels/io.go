@@ -1,5 +1,7 @@
 package kernels
 
+import "github.com/zrtdev/zrt/format/bundle"
+
 // The memory plan's regions that the compiler, the stream checker and the
 // tiers refer to by name. Weight regions are RegionWeights followed by the
 // layer class ("weights.attn_q").
@@ -70,6 +72,17 @@ func (t RequestTable) Words() int { return t.PageTable() + t.Slots*t.MaxPages }
 // PageTable returns the word offset of the page table.
 func (t RequestTable) PageTable() int { return IOWordRowBase + t.Rows*IORowWords }
 
-// KVPageBytes returns the bytes of one KV page: KVPageTokens tokens of K and V
-// (F16) for every layer, laid out [layer][k|v][token][kvDim].
+// KVPageBytes returns the bytes of a KV page of nLayer regions, each
+// KVPageTokens tokens of K and V (F16), laid out [layer][k|v][token][kvDim].
+// The kernels address a layer's region by its index among regions of its
+// own width, which is how the compiler places layers of several widths.
 func KVPageBytes(nLayer, kvDim int) int { return nLayer * 2 * KVPageTokens * kvDim * 2 }
+
+// PageBytes is one KV page of the model h: as the compiler placed the
+// layers, or, in bundles that do not say, n_layer regions of one width.
+func PageBytes(h *bundle.Hparams) int {
+	if h.KVPageBytes > 0 {
+		return h.KVPageBytes
+	}
+	return KVPageBytes(h.NLayer, h.KVDim())
+}

@@ -70,7 +70,7 @@ func CheckState(g *bundle.Graph) error {
 		{RegionLogits, 4 * int64(h.MaxSlots) * int64(h.NVocab), "max_slots × n_vocab logits"},
 		{RegionTokens, 4 * int64(h.MaxSlots), "a token per slot"},
 		{RegionFence, OutFenceWordSize, "the fence word"},
-		{RegionKV, int64(KVPageBytes(h.NLayer, h.KVDim())), "one KV page"},
+		{RegionKV, int64(PageBytes(h)), "one KV page"},
 		{RegionScratch, maxScratch, "the largest variant's scratch"},
 	}
 	if h.RecurrentBytes > 0 {

@@ -128,7 +128,7 @@ func writes(in *ir.Inst, role string) int {
 
 // plainNorm reports whether in is a whole-row RMS_NORM into a new register.
 func plainNorm(in *ir.Inst) (x, y int, ok bool) {
-	if in.Op != ir.RMS_NORM || in.Attrs["group"] != in.Attrs["cols"] {
+	if in.Op != ir.RMS_NORM || in.Attrs["group"] != in.Attrs["cols"] || buf(in, "w") < 0 {
 		return 0, 0, false
 	}
 	x, y = reg(in, "x"), writes(in, "y")
@@ -313,7 +313,7 @@ func headNormRope(g *ir.Graph, j, x int) (norm, rope int) {
 			norm = i
 		}
 	}
-	if norm < 0 || int(g.Insts[norm].Attrs["group"]) != int(g.Insts[rope].Attrs["head_dim"]) {
+	if norm < 0 || int(g.Insts[norm].Attrs["group"]) != int(g.Insts[rope].Attrs["head_dim"]) || buf(&g.Insts[norm], "w") < 0 {
 		return -1, -1
 	}
 	return norm, rope

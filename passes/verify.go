@@ -170,10 +170,20 @@ func verifyShapes(g *ir.Graph, in *ir.Inst) error {
 		if a("group") < 1 || a("cols")%a("group") != 0 {
 			return fmt.Errorf("group %d does not divide cols %d", a("group"), a("cols"))
 		}
-		if d := dims("w"); len(d) != 1 || d[0] != int64(a("group")) {
-			return fmt.Errorf("norm weight shape %v, want [%d]", d, a("group"))
+		if _, weighted := in.Operand("w"); weighted {
+			if d := dims("w"); len(d) != 1 || d[0] != int64(a("group")) {
+				return fmt.Errorf("norm weight shape %v, want [%d]", d, a("group"))
+			}
 		}
 		if err := want("x", a("cols")); err != nil {
+			return err
+		}
+		return want("y", a("cols"))
+	case ir.COPY_COLS:
+		if a("off")+a("cols") > a("stride") {
+			return fmt.Errorf("columns %d..%d past a row of %d", a("off"), a("off")+a("cols"), a("stride"))
+		}
+		if err := want("x", a("stride")); err != nil {
 			return err
 		}
 		return want("y", a("cols"))

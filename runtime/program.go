@@ -181,7 +181,7 @@ func Open(dir string, opt Options) (*Program, error) {
 	if kv < 0 {
 		return fail(fmt.Errorf("bundle %s: memory plan lacks region %s", dir, kernels.RegionKV))
 	}
-	if pb := int64(kernels.KVPageBytes(h.NLayer, h.KVDim())); pb > 0 {
+	if pb := int64(kernels.PageBytes(h)); pb > 0 {
 		p.kvPages = int(b.Graph.Regions[kv].Bytes / pb)
 	}
 	tier, err := openTier(b, opt)

@@ -186,6 +186,8 @@ func TestSynthRefusesBadShapes(t *testing.T) {
 		{"--embd 98", "--embd 98 is not a multiple of --heads 4"},
 		{"--vocab 10", "--vocab 10 out of range"},
 		{"--embd 65536 --heads 64 --layers 1000 --ffn 200000", "of memory"},
+		{"--arch gemma4 --layers 10 --shared-kv 4", "layer 5 must be global"},
+		{"--arch gemma4 --per-layer 48 --type Q8_0", "per-layer 48 is not a multiple of Q8_0's block of 32"},
 	} {
 		_, err := zrtc(t, append([]string{"synth", "-o", out}, strings.Fields(c.flags)...)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -29,6 +29,11 @@ Per architecture:
                               experts beside a shared expert of width --ffn
   gemma2, gemma3              output tied to the embeddings; --window is the
                               local layers' sliding window (default 4096, 1024)
+  gemma4                      Gemma 4 E2B's layout: every fifth layer global
+                              (heads twice as wide, half the KV heads, V = K),
+                              --window (default 512), --per-layer input width
+                              (default 256), --shared-kv last layers reading
+                              an earlier layer's cache, their FFNs twice as wide
   mistral3                    YaRN ×16 over --ctx (the original context)
   gpt-oss                     MXFP4 experts (--experts, --experts-used,
                               --expert-ffn, default --ffn), YaRN ×32 over --ctx
@@ -87,7 +92,9 @@ Per architecture:
 	f.IntVar(&s.Experts, "experts", 0, "routed experts, qwen2moe and gpt-oss (default 4)")
 	f.IntVar(&s.ExpertsUsed, "experts-used", 0, "experts used per token (default min(2, --experts))")
 	f.IntVar(&s.ExpertFF, "expert-ffn", 0, "expert feed-forward width (default ffn/2; gpt-oss: ffn)")
-	f.IntVar(&s.Window, "window", 0, "sliding window of gemma2, gemma3, gpt-oss (default 4096, 1024, 128)")
+	f.IntVar(&s.Window, "window", 0, "sliding window of gemma2, gemma3, gemma4, gpt-oss (default 4096, 1024, 512, 128)")
+	f.IntVar(&s.PerLayer, "per-layer", 0, "gemma4: per-layer input width (default 256)")
+	f.IntVar(&s.SharedKV, "shared-kv", 0, "gemma4: last layers that share an earlier layer's KV cache")
 	f.IntVar(&s.SSMState, "ssm-state", 0, "qwen35: DeltaNet head width (default the head width)")
 	f.IntVar(&s.SSMGroups, "ssm-groups", 0, "qwen35: DeltaNet key heads (default 2)")
 	f.IntVar(&s.SSMHeads, "ssm-heads", 0, "qwen35: DeltaNet value heads (default 2 × ssm-groups)")

@@ -29,7 +29,15 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if err := s.checkRopeFactors(f); err != nil {
+		return nil, err
+	}
 	s.Hparams.RecurrentBytes = s.recurrentBytes()
+	pageBytes, err := s.placeKV()
+	if err != nil {
+		return nil, err
+	}
+	s.Hparams.KVPageBytes = pageBytes
 	// The variants to build, in the order the bundle lists them.
 	keys := c.ShapeKeys()
 	m := &Model{Hparams: s.Hparams, Config: c}
@@ -51,6 +59,11 @@ func buildGraph(f *gguf.File, s *Spec, k ir.ShapeKey) (*ir.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.PerLayerInput > 0 {
+		if b.perLayer, err = b.perLayerInputs(x); err != nil {
+			return nil, err
+		}
+	}
 	for l := range s.Layers {
 		if err := b.layer(l, &s.Layers[l], x); err != nil {
 			return nil, err
@@ -71,6 +84,9 @@ type graphBuilder struct {
 	// The graph's I/O and state buffers, which most instructions name;
 	// rec, the recurrent state, is -1 until a recurrent layer needs it.
 	io, kv, logits, tokens, rec int
+	// perLayer is the register of every layer's per-layer input
+	// (Spec.PerLayerInput), -1 for models without.
+	perLayer int
 	// The attention instructions differ between prefill (many rows of one
 	// sequence) and decode (one row of many sequences).
 	flash, kvWrite ir.Op
@@ -86,7 +102,7 @@ func newGraphBuilder(f *gguf.File, s *Spec, k ir.ShapeKey) *graphBuilder {
 	b.kv = g.Buffer(ir.Buffer{Name: "state.kv", Class: ir.KV})
 	b.logits = g.Buffer(ir.Buffer{Name: "out.logits", Class: ir.Out})
 	b.tokens = g.Buffer(ir.Buffer{Name: "out.tokens", Class: ir.Out})
-	b.rec = -1
+	b.rec, b.perLayer = -1, -1
 	return b
 }
 
@@ -160,10 +176,7 @@ func (b *graphBuilder) matmul(dst, src, w, bias, k, n int) {
 }
 
 // residual adds y into the hidden state x.
-func (b *graphBuilder) residual(x, y int) {
-	b.g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", x), ir.R("y", y), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)},
-		ir.Attrs{"cols": float64(b.h.NEmbd)})
-}
+func (b *graphBuilder) residual(x, y int) { b.add(x, y, b.h.NEmbd) }
 
 // preNorm adds layer l's norm weight role and returns a new register
 // (named name) holding the RMS-normed hidden state x.
@@ -194,14 +207,99 @@ func (b *graphBuilder) embedding() (int, error) {
 	return x, nil
 }
 
+// perLayerInputs adds Gemma 4's per-layer inputs, computed once from the
+// tokens and the scaled embedding x: for each row, every layer's
+// PerLayerInput columns of per_layer_token_embd·√P, plus the RMS-normed
+// (per layer, by per_layer_proj_norm) x·per_layer_model_proj/√n_embd, the
+// sum over √2, in float32 as llama.cpp computes each factor. It returns
+// the register, n_layer·P columns, layer l's at l·P.
+func (b *graphBuilder) perLayerInputs(x int) (int, error) {
+	g, h, P := b.g, b.h, b.s.PerLayerInput
+	W := P * h.NLayer
+	table, err := b.weight("ple_embed", -1, "model.ple.embed_table", int64(W), int64(h.NVocab))
+	if err != nil {
+		return 0, err
+	}
+	proj, err := b.weight("ple_model_proj", -1, "model.ple.model_proj", int64(h.NEmbd), int64(W))
+	if err != nil {
+		return 0, err
+	}
+	norm, err := b.weight("ple_proj_norm", -1, "model.ple.proj_norm", int64(P))
+	if err != nil {
+		return 0, err
+	}
+	tok, pl := g.NewReg("ple.tokens", g.Key.Rows, W, 4), g.NewReg("ple.inputs", g.Key.Rows, W, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", table), ir.B("io", b.io)}, []ir.Operand{ir.R("y", tok)}, ir.Attrs{"cols": float64(W)})
+	b.scale(tok, W, float64(sqrtf(P)))
+	b.matmul(pl, x, proj, -1, h.NEmbd, W)
+	b.scale(pl, W, float64(1/sqrtf(h.NEmbd)))
+	b.rmsNorm(pl, pl, norm, W, P)
+	b.add(pl, tok, W)
+	b.scale(pl, W, float64(1/sqrtf(2)))
+	return pl, nil
+}
+
+// perLayerInput adds layer l's use of its per-layer input to x:
+// x += post_norm(proj·(gelu(x·inp_gate) ⊙ input_l)).
+func (b *graphBuilder) perLayerInput(l, x int) error {
+	g, h, P := b.g, b.h, b.s.PerLayerInput
+	E := int64(h.NEmbd)
+	wg, err := b.weight("ple_gate", l, "model.ple.gate", E, int64(P))
+	if err != nil {
+		return err
+	}
+	wp, err := b.weight("ple_proj", l, "model.ple.proj", int64(P), E)
+	if err != nil {
+		return err
+	}
+	wn, err := b.weight("ple_post_norm", l, "model.ple.post_norm", E)
+	if err != nil {
+		return err
+	}
+	gate, in, act, out := b.reg(l, "ple_gate", P), b.reg(l, "ple_in", P), b.reg(l, "ple_act", P), b.reg(l, "ple_out", h.NEmbd)
+	b.matmul(gate, x, wg, -1, h.NEmbd, P)
+	g.Emit(ir.COPY_COLS, []ir.Operand{ir.R("x", b.perLayer), ir.B("io", b.io)}, []ir.Operand{ir.R("y", in)},
+		ir.Attrs{"cols": float64(P), "off": float64(l * P), "stride": float64(P * h.NLayer)})
+	b.gatedDown(gate, in, act, out, wp, P, true)
+	b.rmsNorm(out, out, wn, h.NEmbd, h.NEmbd)
+	b.residual(x, out)
+	return nil
+}
+
+// sqrtf is C's sqrtf of an integer: the float32 square root.
+func sqrtf(n int) float32 { return float32(math.Sqrt(float64(n))) }
+
+// add adds register y into x (cols wide) in place.
+func (b *graphBuilder) add(x, y, cols int) {
+	b.g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", x), ir.R("y", y), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)},
+		ir.Attrs{"cols": float64(cols)})
+}
+
 // scale multiplies register x (cols wide) in place by f.
 func (b *graphBuilder) scale(x, cols int, f float64) {
 	b.g.Emit(ir.SCALE, []ir.Operand{ir.R("x", x), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)},
 		ir.Attrs{"cols": float64(cols), "factor": f})
 }
 
-// layer adds layer l: its mixer, then its FFN, each a residual update of x.
+// layer adds layer l: its mixer, then its FFN, each a residual update of
+// x; then its per-layer input and output scale where the model has them.
 func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
+	if err := b.mixerFFN(l, ls, x); err != nil {
+		return err
+	}
+	if b.perLayer >= 0 {
+		if err := b.perLayerInput(l, x); err != nil {
+			return err
+		}
+	}
+	if ls.OutScale != 0 {
+		b.scale(x, b.h.NEmbd, ls.OutScale)
+	}
+	return nil
+}
+
+// mixerFFN adds layer l's mixer and FFN.
+func (b *graphBuilder) mixerFFN(l int, ls *LayerSpec, x int) error {
 	switch m := ls.Mixer.(type) {
 	case FullAttention, SlidingWindowAttention:
 		if err := b.attention(l, ls, x); err != nil {
@@ -242,9 +340,9 @@ func (b *graphBuilder) layer(l int, ls *LayerSpec, x int) error {
 // attention over the cache, the output projection and the residual add
 // into x.
 func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
-	g, h := b.g, b.h
+	g, h, a := b.g, b.h, ls.Attn
 	E := int64(h.NEmbd)
-	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
+	qDim, kvDim := a.QDim(), a.KVDim()
 	project := b.qkv
 	if ls.FusedQKV {
 		project = b.fusedQKV
@@ -253,20 +351,41 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	if err != nil {
 		return err
 	}
+	// V is taken before K is normed and rotated in place; V's own norm
+	// has no weight.
+	vn := v
+	if v >= 0 && v == k {
+		vn = b.reg(l, "v", kvDim)
+		if !ls.VNorm {
+			g.Emit(ir.COPY_COLS, []ir.Operand{ir.R("x", k), ir.B("io", b.io)}, []ir.Operand{ir.R("y", vn)},
+				ir.Attrs{"cols": float64(kvDim), "off": 0, "stride": float64(kvDim)})
+		}
+	}
+	if ls.VNorm && v >= 0 {
+		g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", v), ir.B("io", b.io)}, []ir.Operand{ir.R("y", vn)},
+			ir.Attrs{"cols": float64(kvDim), "group": float64(a.HeadDim), "eps": float64(h.Eps)})
+	}
+	v = vn
 	if ls.QKNorm {
 		for _, p := range []struct {
 			role, logical string
 			r             int
 		}{{"attn_q_norm", "model.attn.q_norm", q}, {"attn_k_norm", "model.attn.k_norm", k}} {
-			w, err := b.weight(p.role, l, p.logical, int64(h.HeadDim))
+			if p.r < 0 {
+				continue
+			}
+			w, err := b.weight(p.role, l, p.logical, int64(a.HeadDim))
 			if err != nil {
 				return err
 			}
-			b.rmsNorm(p.r, p.r, w, g.Regs[p.r].Cols, h.HeadDim)
+			b.rmsNorm(p.r, p.r, w, g.Regs[p.r].Cols, a.HeadDim)
 		}
 	}
-	for _, p := range []struct{ r, heads int }{{q, h.NHead}, {k, h.NHeadKV}} {
-		if err := b.rope(ls.Rope, p.r, p.heads); err != nil {
+	for _, p := range []struct{ r, heads int }{{q, a.NHead}, {k, a.NHeadKV}} {
+		if p.r < 0 {
+			continue
+		}
+		if err := b.rope(ls.Rope, p.r, p.heads, a.HeadDim); err != nil {
 			return err
 		}
 	}
@@ -274,22 +393,29 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 		g.Emit(ir.ATTN_TEMP, []ir.Operand{ir.R("x", q), ir.B("io", b.io)}, []ir.Operand{ir.R("x", q)},
 			ir.Attrs{"cols": float64(qDim), "temp_scale": ls.Temp.Scale, "floor": float64(ls.Temp.Floor)})
 	}
-	scale := 1 / math.Sqrt(float64(h.HeadDim))
+	scale := 1 / math.Sqrt(float64(a.HeadDim))
 	if ls.QScale != 0 {
-		b.scale(q, qDim, ls.QScale)
+		if ls.QScale != 1 {
+			b.scale(q, qDim, ls.QScale)
+		}
 		scale = 1
 	}
-	g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", b.io), ir.B("kv", b.kv)}, []ir.Operand{ir.B("kv", b.kv)},
-		ir.Attrs{"layer": float64(l), "kv_dim": float64(kvDim), "n_layer": float64(h.NLayer)})
+	// The attention kernels address a page by the layer's width, so a
+	// layer's place is given in those terms (placeKV).
+	place := b.s.kv[l]
+	if k >= 0 {
+		g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", b.io), ir.B("kv", b.kv)}, []ir.Operand{ir.B("kv", b.kv)},
+			ir.Attrs{"layer": float64(place.slot), "kv_dim": float64(kvDim), "n_layer": float64(place.nSlots)})
+	}
 	att := b.reg(l, "attn", qDim)
 	flash, attrs := b.flash, ir.Attrs{
-		"layer": float64(l), "n_layer": float64(h.NLayer), "n_head": float64(h.NHead), "n_head_kv": float64(h.NHeadKV),
-		"head_dim": float64(h.HeadDim), "scale": scale}
+		"layer": float64(place.slot), "n_layer": float64(place.nSlots), "n_head": float64(a.NHead), "n_head_kv": float64(a.NHeadKV),
+		"head_dim": float64(a.HeadDim), "scale": scale}
 	reads := []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}
 	if w, ok := ls.Mixer.(SlidingWindowAttention); ok || ls.Softcap != 0 || ls.Sinks {
 		flash, attrs["window"], attrs["softcap"] = ir.FLASH_ATTN_EXT, float64(w.Window), ls.Softcap
 		if ls.Sinks {
-			sinks, err := b.f32Weight("attn_sinks", l, "model.attn.sinks", int64(h.NHead))
+			sinks, err := b.f32Weight("attn_sinks", l, "model.attn.sinks", int64(a.NHead))
 			if err != nil {
 				return err
 			}
@@ -335,23 +461,36 @@ func (b *graphBuilder) postNormResidual(l int, ls *LayerSpec, role, logical stri
 // registers they write. With ls.GatedAttn the Q projection is twice as
 // wide, each head followed by its gate, and SPLIT_HALVES separates them;
 // gate is -1 otherwise.
+//
+// A layer that shares another's KV cache projects only Q (k and v are
+// -1); with ls.VIsK, v is k.
 func (b *graphBuilder) qkv(l int, ls *LayerSpec, x int) (q, k, v, gate int, err error) {
-	h := b.h
+	h, a := b.h, ls.Attn
 	E := int64(h.NEmbd)
-	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
+	qDim, kvDim := a.QDim(), a.KVDim()
 	xn, err := b.preNorm(l, "attn_norm", "model.attn.norm", "attn_in", x)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
-	q, k, v, gate = b.reg(l, "q", qDim), b.reg(l, "k", kvDim), b.reg(l, "v", kvDim), -1
+	q, k, v, gate = b.reg(l, "q", qDim), -1, -1, -1
 	qOut, qCols := q, qDim
 	if ls.GatedAttn {
 		qOut, qCols = b.reg(l, "q_gate", 2*qDim), 2*qDim
 	}
-	for _, p := range []struct {
+	type projection struct {
 		role, bias, logical string
 		dst, n              int
-	}{{"attn_q", "attn_q_bias", "model.attn.q_weight", qOut, qCols}, {"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim}, {"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim}} {
+	}
+	projections := []projection{{"attn_q", "attn_q_bias", "model.attn.q_weight", qOut, qCols}}
+	if ls.KVFrom == l {
+		k = b.reg(l, "k", kvDim)
+		projections = append(projections, projection{"attn_k", "attn_k_bias", "model.attn.k_weight", k, kvDim})
+		if !ls.VIsK {
+			v = b.reg(l, "v", kvDim)
+			projections = append(projections, projection{"attn_v", "attn_v_bias", "model.attn.v_weight", v, kvDim})
+		}
+	}
+	for _, p := range projections {
 		w, err := b.weight(p.role, l, p.logical, E, int64(p.n))
 		if err != nil {
 			return 0, 0, 0, 0, err
@@ -367,7 +506,10 @@ func (b *graphBuilder) qkv(l int, ls *LayerSpec, x int) (q, k, v, gate int, err 
 	if ls.GatedAttn {
 		gate = b.reg(l, "attn_gate", qDim)
 		b.g.Emit(ir.SPLIT_HALVES, []ir.Operand{ir.R("x", qOut), ir.B("io", b.io)}, []ir.Operand{ir.R("a", q), ir.R("b", gate)},
-			ir.Attrs{"heads": float64(h.NHead), "width": float64(h.HeadDim)})
+			ir.Attrs{"heads": float64(a.NHead), "width": float64(a.HeadDim)})
+	}
+	if ls.VIsK {
+		v = k
 	}
 	return q, k, v, gate, nil
 }
@@ -458,7 +600,7 @@ func (b *graphBuilder) gatedDeltaNet(l int, m Recurrent, x int) error {
 func (b *graphBuilder) fusedQKV(l int, ls *LayerSpec, x int) (q, k, v, gate int, err error) {
 	h := b.h
 	E := int64(h.NEmbd)
-	qDim, kvDim := h.NHead*h.HeadDim, h.KVDim()
+	qDim, kvDim := ls.Attn.QDim(), ls.Attn.KVDim()
 	wn, err := b.weight("attn_norm", l, "model.attn.norm", E)
 	if err != nil {
 		return 0, 0, 0, 0, err
@@ -483,8 +625,8 @@ func (b *graphBuilder) fusedQKV(l int, ls *LayerSpec, x int) (q, k, v, gate int,
 
 // rope rotates the heads of register x in place by r: ROPE, or ROPE_EXT
 // when r has frequency factors or an attention factor.
-func (b *graphBuilder) rope(r Rope, x, heads int) error {
-	attrs := ir.Attrs{"n_head": float64(heads), "head_dim": float64(b.h.HeadDim), "n_rot": float64(r.NRot), "neox": b2f(r.NeoX),
+func (b *graphBuilder) rope(r Rope, x, heads, headDim int) error {
+	attrs := ir.Attrs{"n_head": float64(heads), "head_dim": float64(headDim), "n_rot": float64(r.NRot), "neox": b2f(r.NeoX),
 		"freq_base": r.Base, "freq_scale": r.Scale}
 	if !r.extended() {
 		b.g.Emit(ir.ROPE, []ir.Operand{ir.R("x", x), ir.B("io", b.io)}, []ir.Operand{ir.R("x", x)}, attrs)

@@ -1,16 +1,20 @@
 package arch
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
 	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/support"
 )
 
 func init() {
 	register("gemma2", specBuilder(gemma2))
 	register("gemma3", specBuilder(gemma3))
+	register("gemma4", specBuilder(gemma4))
 }
 
 // gemma2 is the llama lineage with Gemma's changes: token embeddings
@@ -63,6 +67,135 @@ func gemma3(f *gguf.File, c *config.Config) (*Spec, error) {
 	return s, nil
 }
 
+// gemma4 is gemma3 with local and global layers of their own shapes
+// (key_length_swa and rope.dimension_count_swa for the local ones), global
+// layers rotated with frequency factors (rope_freqs) and, where they have
+// no attn_v, V taken from K's projection; V RMS-normed without a weight;
+// attention scores unscaled (Q and K are normed); the last
+// attention.shared_kv_layers layers attending over the cache of the last
+// earlier layer of their kind (llama.cpp's n_layer_kv_from_start − 2 for
+// local, − 1 for global); per-layer inputs
+// (embedding_length_per_layer_input) and a per-layer output scale; FFN
+// widths per layer; final logits soft-capped (default 30). Its MoE layers
+// (ffn_gate_inp) are not built yet.
+func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
+	s, err := gemmaLineage(f, c, -1, 2, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	h := &s.Hparams
+	m := archMeta{f: f, arch: h.Arch}
+	if s.LogitSoftcap, err = m.float("final_logit_softcapping", 30); err != nil {
+		return nil, err
+	}
+	if err := m.get("embedding_length_per_layer_input", &s.PerLayerInput, 0); err != nil {
+		return nil, err
+	}
+	shared := 0
+	if err := m.get("attention.shared_kv_layers", &shared, 0); err != nil {
+		return nil, err
+	}
+	if shared >= h.NLayer {
+		return nil, fmt.Errorf("%s.attention.shared_kv_layers %d leaves no layer its own KV cache", h.Arch, shared)
+	}
+	local := AttnShape{NHead: h.NHead, HeadDim: h.HeadDim}
+	if err := m.get("attention.key_length_swa", &local.HeadDim, h.HeadDim); err != nil {
+		return nil, err
+	}
+	vdim := local.HeadDim
+	if err := m.get("attention.value_length_swa", &vdim, local.HeadDim); err != nil {
+		return nil, err
+	}
+	if vdim != local.HeadDim {
+		return nil, &support.Error{What: "attention shape", Value: fmt.Sprintf("value_length_swa %d != key_length_swa %d", vdim, local.HeadDim),
+			Where: support.Key(h.Arch + ".attention.value_length_swa"), Detail: "zrt's attention kernels need equal K and V head widths"}
+	}
+	localRot := h.NRot
+	if err := m.get("rope.dimension_count_swa", &localRot, h.NRot); err != nil {
+		return nil, err
+	}
+	_, factors := f.Tensor(llamaTensors["rope_freqs"])
+	from := h.NLayer - shared
+	for l := range s.Layers {
+		ls := &s.Layers[l]
+		_, isLocal := ls.Mixer.(SlidingWindowAttention)
+		if _, moe := f.Tensor(fmt.Sprintf(llamaTensors["moe_router"], l)); moe {
+			return nil, &support.Error{What: "layer FFN", Value: "Gemma 4 mixture of experts", Where: support.In(fmt.Sprintf("layer %d", l)),
+				Detail: "zrt builds Gemma 4's dense layers"}
+		}
+		ls.QScale, ls.QKNorm, ls.VNorm = 1, true, true
+		if isLocal {
+			local.NHeadKV = ls.Attn.NHeadKV
+			ls.Attn, ls.Rope.NRot = local, localRot
+		} else if factors {
+			ls.Rope.Factors = "rope_freqs"
+		}
+		if l >= from {
+			ls.KVFrom = from - 1
+			if isLocal {
+				ls.KVFrom = from - 2
+			}
+		}
+		_, hasV := f.Tensor(fmt.Sprintf(llamaTensors["attn_v"], l))
+		ls.VIsK = ls.KVFrom == l && !hasV
+		if ls.OutScale, err = scalarTensor(f, fmt.Sprintf(llamaTensors["out_scale"], l)); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// scalarTensor reads a one-element F32 tensor, 0 when the file has none.
+func scalarTensor(f *gguf.File, name string) (float64, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return 0, nil
+	}
+	if t.Type != ggml.F32 || t.Elements() != 1 {
+		return 0, &support.Error{What: "tensor type", Value: fmt.Sprintf("%s %v", t.Type, t.Dims), Where: support.In(name),
+			Detail: "zrt reads this tensor as one F32 value"}
+	}
+	b := f.TensorData(t)
+	if len(b) < 4 {
+		return 0, fmt.Errorf("tensor %s: %d bytes of data", name, len(b))
+	}
+	x := float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
+	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 {
+		return 0, fmt.Errorf("tensor %s = %v, want a finite, non-zero scale", name, x)
+	}
+	return x, nil
+}
+
+// slidingLayers says which of n layers attend over a sliding window
+// (none when window is 0): attention.sliding_window_pattern as an array
+// of per-layer flags (Gemma 4), or as a period, default pattern, whose
+// last layer is global and the others slide (llama.cpp's
+// set_swa_pattern).
+func (m archMeta) slidingLayers(n, window, pattern int) ([]bool, error) {
+	out := make([]bool, n)
+	if window == 0 {
+		return out, nil
+	}
+	key := m.arch + ".attention.sliding_window_pattern"
+	if v, ok := m.f.Lookup(key); ok && v.Type == gguf.TypeArray {
+		flags, err := v.Bools()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		if len(flags) != n {
+			return nil, fmt.Errorf("%s has %d flags for %d layers", key, len(flags), n)
+		}
+		return flags, nil
+	}
+	if err := m.get("attention.sliding_window_pattern", &pattern, pattern); err != nil {
+		return nil, err
+	}
+	for l := range out {
+		out[l] = l%pattern < pattern-1
+	}
+	return out, nil
+}
+
 // gemmaLineage reads what gemma2 and gemma3 share. big is the layer count
 // by which llama.cpp recognises the 27B, whose query scale differs;
 // pattern and window are the family's default sliding-window period and
@@ -86,10 +219,9 @@ func gemmaLineage(f *gguf.File, c *config.Config, big, pattern, window int, swaB
 	if err := m.get("attention.sliding_window", &window, window); err != nil {
 		return nil, err
 	}
-	if window > 0 {
-		if err := m.get("attention.sliding_window_pattern", &pattern, pattern); err != nil {
-			return nil, fmt.Errorf("%w (an array of per-layer flags is not read yet)", err)
-		}
+	local, err := m.slidingLayers(h.NLayer, window, pattern)
+	if err != nil {
+		return nil, err
 	}
 	swa := Rope{NeoX: true, NRot: h.NRot, Base: 10000, Scale: 1}
 	if swaBaseTrain {
@@ -104,9 +236,7 @@ func gemmaLineage(f *gguf.File, c *config.Config, big, pattern, window int, swaB
 	for l := range s.Layers {
 		ls := &s.Layers[l]
 		ls.QScale = float64(qscale)
-		// llama.cpp's set_swa_pattern: the last layer of each period is
-		// global, the others slide.
-		if window > 0 && l%pattern < pattern-1 {
+		if local[l] {
 			ls.Mixer = SlidingWindowAttention{Window: window}
 			ls.Rope = swa
 		}

@@ -3,6 +3,7 @@ package arch
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
@@ -79,6 +80,20 @@ var llamaTensors = map[string]string{
 	// LongRoPE's per-pair frequency factors, one vector for every layer.
 	"rope_factors_long":  "rope_factors_long.weight",
 	"rope_factors_short": "rope_factors_short.weight",
+	// Gemma 4's frequency factors of its global layers' proportional
+	// RoPE.
+	"rope_freqs": "rope_freqs.weight",
+	// Gemma 4's per-layer inputs: the token table and the projection of
+	// the embedding to every layer's input, its norm, and each layer's
+	// gate, projection back to n_embd, its norm and the layer's output
+	// scale.
+	"ple_embed":      "per_layer_token_embd.weight",
+	"ple_model_proj": "per_layer_model_proj.weight",
+	"ple_proj_norm":  "per_layer_proj_norm.weight",
+	"ple_gate":       "blk.%d.inp_gate.weight",
+	"ple_proj":       "blk.%d.proj.weight",
+	"ple_post_norm":  "blk.%d.post_norm.weight",
+	"out_scale":      "blk.%d.layer_output_scale.weight",
 }
 
 // llama: adjacent-pair RoPE, no biases, dense FFN.
@@ -287,6 +302,39 @@ func (m archMeta) get(key string, dst *int, def int) error {
 	return nil
 }
 
+// perLayer reads ARCH.key as one value per layer: an array of n, or a
+// scalar that every layer shares (llama.cpp's get_key_or_arr). Absent, it
+// is def for every layer when def >= 0, an error otherwise. Each value
+// must be in [1, 2^24], as get requires.
+func (m archMeta) perLayer(key string, n, def int) ([]int, error) {
+	out := make([]int, n)
+	v, ok := m.f.Lookup(m.arch + "." + key)
+	if !ok || v.Type != gguf.TypeArray {
+		x := 0
+		if err := m.get(key, &x, def); err != nil {
+			return nil, err
+		}
+		for i := range out {
+			out[i] = x
+		}
+		return out, nil
+	}
+	xs, err := v.Ints()
+	if err != nil {
+		return nil, fmt.Errorf("%s.%s: %w", m.arch, key, err)
+	}
+	if len(xs) != n {
+		return nil, fmt.Errorf("%s.%s has %d values for %d layers", m.arch, key, len(xs), n)
+	}
+	for i, x := range xs {
+		if x < 1 || x > 1<<24 {
+			return nil, fmt.Errorf("%s.%s[%d] = %d out of range", m.arch, key, i, x)
+		}
+		out[i] = int(x)
+	}
+	return out, nil
+}
+
 // float returns ARCH.key, or def when it is absent; it must be finite.
 func (m archMeta) float(key string, def float64) (float64, error) {
 	if _, ok := m.f.Lookup(m.arch + "." + key); !ok {
@@ -322,9 +370,14 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 			return nil, err
 		}
 	}
-	if err := m.get("attention.head_count_kv", &h.NHeadKV, h.NHead); err != nil {
+	// head_count_kv and feed_forward_length may be per-layer arrays
+	// (llama.cpp reads every family's with get_key_or_arr); the model's
+	// value is then the largest.
+	headsKV, err := m.perLayer("attention.head_count_kv", h.NLayer, h.NHead)
+	if err != nil {
 		return nil, err
 	}
+	h.NHeadKV = slices.Max(headsKV)
 	if err := m.get("attention.key_length", &h.HeadDim, h.NEmbd/h.NHead); err != nil {
 		return nil, err
 	}
@@ -339,6 +392,7 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 	if err := m.get("rope.dimension_count", &h.NRot, h.HeadDim); err != nil {
 		return nil, err
 	}
+	var nff []int
 	switch ffn := kind.FFN.(type) {
 	case MoEFFN:
 		if err := m.get("expert_count", &h.NExpert, -1); err != nil {
@@ -366,11 +420,10 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 		ffn.NExpert, ffn.NExpertUsed, ffn.NFFExpert = h.NExpert, h.NExpertUsed, h.NFFExpert
 		kind.FFN = ffn
 	case DenseFFN:
-		if err := m.get("feed_forward_length", &h.NFF, -1); err != nil {
+		if nff, err = m.perLayer("feed_forward_length", h.NLayer, -1); err != nil {
 			return nil, err
 		}
-		ffn.NFF = h.NFF
-		kind.FFN = ffn
+		h.NFF = slices.Max(nff)
 	default:
 		return nil, fmt.Errorf("llama lineage has no metadata for %T", kind.FFN)
 	}
@@ -382,17 +435,8 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 	if !(h.Eps > 0) || math.IsInf(float64(h.Eps), 1) {
 		return nil, fmt.Errorf("%s.attention.layer_norm_rms_epsilon %v must be positive and finite", a, eps)
 	}
-	switch {
-	case h.NHead%h.NHeadKV != 0:
-		return nil, fmt.Errorf("head_count %d is not a multiple of head_count_kv %d", h.NHead, h.NHeadKV)
-	case h.NRot > h.HeadDim || h.NRot%2 != 0:
+	if h.NRot > h.HeadDim || h.NRot%2 != 0 {
 		return nil, fmt.Errorf("rope.dimension_count %d does not fit head dim %d", h.NRot, h.HeadDim)
-	}
-	// Llama 3.1-style RoPE frequency factors change every rotation; refusing
-	// the model beats silently computing something else.
-	if _, ok := f.Tensor("rope_freqs.weight"); ok {
-		return nil, &support.Error{What: "RoPE frequency factors", Value: "(tensor rope_freqs.weight)",
-			Detail: "per-dimension RoPE frequency factors (Llama 3.1-style) are not implemented"}
 	}
 	emb, ok := f.Tensor(llamaTensors["embed"])
 	if !ok {
@@ -425,6 +469,12 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 	layers := make([]LayerSpec, h.NLayer)
 	for l := range layers {
 		layers[l] = kind
+		layers[l].Attn = AttnShape{NHead: h.NHead, NHeadKV: headsKV[l], HeadDim: h.HeadDim}
+		layers[l].KVFrom = l
+		if ffn, ok := kind.FFN.(DenseFFN); ok {
+			ffn.NFF = nff[l]
+			layers[l].FFN = ffn
+		}
 	}
 	return &Spec{Hparams: h, Layers: layers}, nil
 }

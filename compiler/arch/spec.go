@@ -3,10 +3,12 @@ package arch
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // Spec is a model as the graph builder sees it: the model-level
@@ -27,7 +29,27 @@ type Spec struct {
 	// LogitSoftcap, when not 0, soft-caps the logits:
 	// cap·tanh(logit/cap) (gemma2).
 	LogitSoftcap float64
+	// PerLayerInput, when not 0, is the width of Gemma 4's per-layer
+	// inputs: every layer ends by adding a projection of
+	// gelu(x·inp_gate) ⊙ its own PerLayerInput columns of a table computed
+	// once from the token (per_layer_token_embd) and the scaled embedding
+	// (per_layer_model_proj).
+	PerLayerInput int
+	// kv is where each layer's K and V sit in a KV page (placeKV).
+	kv []kvPlace
 }
+
+// AttnShape is the shape of one layer's attention: query heads, KV heads
+// and the width of each. Families whose layers all share the model's
+// shape (Hparams) give every layer that; Gemma 4's local and global
+// layers differ.
+type AttnShape struct {
+	NHead, NHeadKV, HeadDim int
+}
+
+// QDim and KVDim are the widths of a row's Q and of its K (or V).
+func (a AttnShape) QDim() int  { return a.NHead * a.HeadDim }
+func (a AttnShape) KVDim() int { return a.NHeadKV * a.HeadDim }
 
 // Family reads one architecture's GGUF metadata and the model config into
 // its Spec. It reads sizes and checks them; it emits no IR.
@@ -38,6 +60,17 @@ type Family func(f *gguf.File, c *config.Config) (*Spec, error)
 // an attention one) and its feed-forward network.
 type LayerSpec struct {
 	Mixer Mixer
+	// Attn is the attention shape, for attention mixers.
+	Attn AttnShape
+	// KVFrom is the layer whose KV cache this layer attends over: itself,
+	// or an earlier layer of the same shape and mixer whose cache it
+	// shares, projecting no K and V of its own (Gemma 4's last layers).
+	KVFrom int
+	// VIsK: the layer has no V projection; V is K's projection, taken
+	// before K's norm (Gemma 4's global layers).
+	VIsK bool
+	// VNorm: V gets a per-head RMS norm without a weight (Gemma 4).
+	VNorm bool
 	Rope  Rope
 	// QKVBias: the Q, K and V projections add a bias (qwen2).
 	QKVBias bool
@@ -74,6 +107,9 @@ type LayerSpec struct {
 	// (gemma2/3).
 	PostNorms bool
 	FFN       FFN
+	// OutScale, when not 0, multiplies the layer's output (Gemma 4's
+	// layer_output_scale, a one-element tensor read at build time).
+	OutScale float64
 }
 
 // AttnTemp is Llama 4's attention temperature tuning: Q at position p is
@@ -336,8 +372,8 @@ func (s *Spec) check() error {
 		default:
 			return &support.Error{What: "layer FFN", Value: ffn.String(), Where: where}
 		}
-		if r := ls.Rope; r.NRot < 0 || r.NRot > h.HeadDim || r.NRot%2 != 0 {
-			return fmt.Errorf("layer %d: rope n_rot %d does not fit head dim %d", l, r.NRot, h.HeadDim)
+		if err := s.checkAttention(l); err != nil {
+			return err
 		}
 		if a := ls.Rope.attnFactor(); !(a > 0) || math.IsInf(a, 1) {
 			return fmt.Errorf("layer %d: rope attention factor %v must be positive and finite", l, a)
@@ -355,4 +391,105 @@ func (s *Spec) check() error {
 		}
 	}
 	return nil
+}
+
+// checkAttention checks layer l's attention shape, rotation and KV
+// source; a layer whose mixer is not attention has none to check.
+func (s *Spec) checkAttention(l int) error {
+	ls := &s.Layers[l]
+	if !ls.attends() {
+		return nil
+	}
+	a := ls.Attn
+	switch {
+	case a.NHead < 1 || a.NHeadKV < 1 || a.HeadDim < 1:
+		return fmt.Errorf("layer %d: attention shape %+v", l, a)
+	case a.NHead%a.NHeadKV != 0:
+		return fmt.Errorf("layer %d: head_count %d is not a multiple of head_count_kv %d", l, a.NHead, a.NHeadKV)
+	case ls.Rope.NRot < 0 || ls.Rope.NRot > a.HeadDim || ls.Rope.NRot%2 != 0:
+		return fmt.Errorf("layer %d: rope n_rot %d does not fit head dim %d", l, ls.Rope.NRot, a.HeadDim)
+	case ls.KVFrom < 0 || ls.KVFrom > l:
+		return fmt.Errorf("layer %d: KV cache of layer %d", l, ls.KVFrom)
+	}
+	if src := &s.Layers[ls.KVFrom]; ls.KVFrom != l {
+		if src.KVFrom != ls.KVFrom || src.Attn != a || src.Mixer != ls.Mixer {
+			return fmt.Errorf("layer %d shares the KV cache of layer %d, which differs in shape (%+v, %v) or owns none",
+				l, ls.KVFrom, src.Attn, src.Mixer)
+		}
+	}
+	return nil
+}
+
+// attends reports whether the layer's mixer is attention.
+func (ls *LayerSpec) attends() bool {
+	switch ls.Mixer.(type) {
+	case FullAttention, SlidingWindowAttention:
+		return true
+	}
+	return false
+}
+
+// kvPlace is where one layer's K and V sit in a KV page, in the terms the
+// attention kernels address a page by: the page holds nSlots regions of
+// this layer's width (2 × KVPageTokens rows of K then V) and the layer's
+// is region slot. A layer without a cache of its own (recurrent, or
+// sharing another's) reads its source's place.
+type kvPlace struct{ slot, nSlots int }
+
+// placeKV lays the layers that own a KV cache out in a page, widest
+// first, each at a multiple of its own width (so that the kernels'
+// addressing, which knows one width, finds it), and returns the page's
+// bytes. Widths must each divide every larger one (Gemma 4's local and
+// global widths do); any other mix is refused rather than padded
+// silently. In a model of one width the owners simply follow each other
+// (layer l at slot l of n_layer when every layer attends).
+func (s *Spec) placeKV() (int, error) {
+	type owner struct{ layer, width int }
+	var owners []owner
+	for l := range s.Layers {
+		if ls := &s.Layers[l]; ls.attends() && ls.KVFrom == l {
+			owners = append(owners, owner{l, ls.Attn.KVDim()})
+		}
+	}
+	s.kv = make([]kvPlace, len(s.Layers))
+	if len(owners) == 0 {
+		return 0, nil
+	}
+	sort.SliceStable(owners, func(i, j int) bool { return owners[i].width > owners[j].width })
+	// off is in columns of one token row; a page is 2·KVPageTokens rows.
+	off, widest := 0, owners[0].width
+	offs := make([]int, len(owners))
+	for i, o := range owners {
+		if i > 0 && owners[i-1].width%o.width != 0 {
+			return 0, &support.Error{What: "attention shape", Value: fmt.Sprintf("KV widths %d and %d", owners[i-1].width, o.width),
+				Where: support.In(fmt.Sprintf("layer %d", o.layer)), Detail: "zrt's KV pages need each layer's K width to divide every wider one's"}
+		}
+		offs[i], off = off, off+o.width
+	}
+	total := (off + widest - 1) / widest * widest
+	for i, o := range owners {
+		s.kv[o.layer] = kvPlace{slot: offs[i] / o.width, nSlots: total / o.width}
+	}
+	for l := range s.Layers {
+		if ls := &s.Layers[l]; ls.attends() {
+			s.kv[l] = s.kv[ls.KVFrom]
+		}
+	}
+	return kernels.KVPageBytes(total, 1), nil
+}
+
+// checkRopeFactors refuses a model whose file has RoPE frequency factors
+// (rope_freqs.weight, Llama 3.1's) that no layer rotates by: computing
+// without them would be silently wrong.
+func (s *Spec) checkRopeFactors(f *gguf.File) error {
+	if _, ok := f.Tensor(llamaTensors["rope_freqs"]); !ok {
+		return nil
+	}
+	for l := range s.Layers {
+		if s.Layers[l].Rope.Factors == "rope_freqs" {
+			return nil
+		}
+	}
+	return &support.Error{What: "RoPE frequency factors", Value: "(tensor rope_freqs.weight)",
+		Detail: "per-dimension RoPE frequency factors (Llama 3.1-style) are not implemented for " + s.Hparams.Arch}
 }

@@ -15,8 +15,9 @@ import (
 // FFNs.
 func uniformSpec(n int) *Spec {
 	s := &Spec{Hparams: Hparams{NLayer: n, NEmbd: 64, NHead: 4, NHeadKV: 4, HeadDim: 16, NRot: 16, NFF: 128, NVocab: 300}}
-	for range n {
-		s.Layers = append(s.Layers, LayerSpec{Mixer: FullAttention{}, Rope: Rope{Base: 10000, Scale: 1, NRot: 16}, FFN: DenseFFN{NFF: 128}})
+	for l := range n {
+		s.Layers = append(s.Layers, LayerSpec{Mixer: FullAttention{}, Attn: AttnShape{NHead: 4, NHeadKV: 4, HeadDim: 16}, KVFrom: l,
+			Rope: Rope{Base: 10000, Scale: 1, NRot: 16}, FFN: DenseFFN{NFF: 128}})
 	}
 	return s
 }
@@ -58,6 +59,9 @@ func TestSpecRefusesInconsistentSpecs(t *testing.T) {
 		"softcap":     func(s *Spec) { s.Layers[1].Softcap = -1 },
 		"temperature": func(s *Spec) { s.Layers[1].Temp = AttnTemp{Scale: 0.1} },
 		"embed scale": func(s *Spec) { s.EmbedScale = math.NaN() },
+		"kv heads":    func(s *Spec) { s.Layers[1].Attn.NHeadKV = 3 },
+		"kv source":   func(s *Spec) { s.Layers[0].KVFrom = 1 },
+		"kv shape":    func(s *Spec) { s.Layers[1].KVFrom, s.Layers[1].Attn.HeadDim = 0, 8 },
 	} {
 		s := uniformSpec(2)
 		edit(s)
@@ -123,6 +127,7 @@ func TestFamilySpecs(t *testing.T) {
 			t.Fatalf("%s: %d layers, n_layer %d", c.model, len(s.Layers), h.NLayer)
 		}
 		for l, got := range s.Layers {
+			want.Attn, want.KVFrom = AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, HeadDim: h.HeadDim}, l
 			if got != want {
 				t.Errorf("%s layer %d: got %+v, want %+v", c.model, l, got, want)
 			}
@@ -151,5 +156,80 @@ func TestPhi3LongFactors(t *testing.T) {
 		if got := s.Layers[0].Rope.Factors; got != want {
 			t.Errorf("context %d: factors %q, want %q", ctx, got, want)
 		}
+	}
+}
+
+// placeKV packs the layers that own a cache into a page, widest first,
+// each at a multiple of its width; sharing layers read their source's
+// place, and widths that do not divide each other are refused.
+func TestPlaceKV(t *testing.T) {
+	s := uniformSpec(5) // KV width 64
+	for _, l := range []int{1, 3} {
+		s.Layers[l].Attn = AttnShape{NHead: 4, NHeadKV: 1, HeadDim: 32} // width 32
+	}
+	s.Layers[4].Attn, s.Layers[4].KVFrom = s.Layers[3].Attn, 3
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	bytes, err := s.placeKV()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layers 0 and 2 (64 wide) sit at columns 0 and 64, layers 1 and 3 (32
+	// wide) at 128 and 160: 192 columns, three regions of 64 or six of 32.
+	want := []kvPlace{{0, 3}, {4, 6}, {1, 3}, {5, 6}, {5, 6}}
+	for l, p := range s.kv {
+		if p != want[l] {
+			t.Errorf("layer %d: place %+v, want %+v", l, p, want[l])
+		}
+	}
+	if bytes != 192*2*16*2 {
+		t.Errorf("page of %d bytes, want %d", bytes, 192*2*16*2)
+	}
+	s.Layers[1].Attn = AttnShape{NHead: 4, NHeadKV: 1, HeadDim: 24}
+	if _, err := s.placeKV(); !support.Is(err) {
+		t.Errorf("widths 64 and 24: got %v, want an unsupported-shape error", err)
+	}
+}
+
+// gemma4's file says which layers slide (an array), their own head width
+// and rotation, the layers that share a cache and the global layers whose
+// V is K.
+func TestGemma4Spec(t *testing.T) {
+	f, err := gguf.Open("../../../shared/models/synthetic/syn-gemma4-q8_0.gguf")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	cfg, err := config.Load(f, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gemma4(f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	local, global := AttnShape{NHead: 4, NHeadKV: 2, HeadDim: 64}, AttnShape{NHead: 4, NHeadKV: 1, HeadDim: 128}
+	for l, want := range []struct {
+		attn        AttnShape
+		from, nRot  int
+		vIsK, slide bool
+	}{{local, 0, 64, false, true}, {local, 1, 64, false, true}, {global, 2, 128, true, false},
+		{local, 1, 64, false, true}, {local, 1, 64, false, true}, {global, 2, 128, false, false}} {
+		ls := &s.Layers[l]
+		_, slide := ls.Mixer.(SlidingWindowAttention)
+		if ls.Attn != want.attn || ls.KVFrom != want.from || ls.Rope.NRot != want.nRot || ls.VIsK != want.vIsK || slide != want.slide ||
+			!ls.QKNorm || !ls.VNorm || ls.QScale != 1 || ls.OutScale == 0 {
+			t.Errorf("layer %d: %+v, want %+v", l, *ls, want)
+		}
+		if factors := ls.Rope.Factors == "rope_freqs"; factors == slide {
+			t.Errorf("layer %d: factors %q (sliding %v)", l, ls.Rope.Factors, slide)
+		}
+	}
+	if s.PerLayerInput != 32 || s.LogitSoftcap != 4 || s.EmbedScale != 16 {
+		t.Errorf("per-layer input %d, softcap %v, embed scale %v", s.PerLayerInput, s.LogitSoftcap, s.EmbedScale)
 	}
 }

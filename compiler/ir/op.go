@@ -49,6 +49,7 @@ const (
 	RMS_NORM_GATED
 	SPLIT_HALVES
 	MUL_SIGMOID
+	COPY_COLS
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -90,6 +91,7 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM_GATED:     {Name: "RMS_NORM_GATED", Kernel: "rms_norm_gated"},
 	SPLIT_HALVES:       {Name: "SPLIT_HALVES", Kernel: "split_halves"},
 	MUL_SIGMOID:        {Name: "MUL_SIGMOID", Kernel: "mul_sigmoid", InPlace: []string{"x"}},
+	COPY_COLS:          {Name: "COPY_COLS", Kernel: "copy_cols"},
 	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},

@@ -72,6 +72,10 @@ type Shape struct {
 	// and long RoPE frequency factors and an attention factor, for a
 	// training context 32 times the original Context.
 	LongRoPE bool
+	// PerLayer is a gemma4 model's per-layer input width (default 256, as
+	// in the released E2B and E4B) and SharedKV how many of its last
+	// layers share an earlier layer's KV cache (default 0).
+	PerLayer, SharedKV int
 }
 
 // moe reports whether s has routed experts.
@@ -79,7 +83,7 @@ func (s Shape) moe() bool { return s.Arch == "qwen2moe" || s.Arch == "gpt-oss" }
 
 // windows are the sliding windows of the released models of the families
 // with sliding-window layers.
-var windows = map[string]int{"gemma2": 4096, "gemma3": 1024, "gpt-oss": 128}
+var windows = map[string]int{"gemma2": 4096, "gemma3": 1024, "gemma4": 512, "gpt-oss": 128}
 
 // yarnFactor is the YaRN context extension of a family that has it, 0
 // for the others: the released checkpoints' (Ministral 3, gpt-oss).
@@ -98,6 +102,9 @@ func (s Shape) yarnFactor() int {
 func (s Shape) withDefaults() Shape {
 	if w, ok := windows[s.Arch]; ok && s.Window == 0 {
 		s.Window = w
+	}
+	if s.Arch == "gemma4" && s.PerLayer == 0 {
+		s.PerLayer = 256
 	}
 	if s.Arch == "qwen35" {
 		if s.SSMState == 0 {
@@ -172,10 +179,11 @@ func Write(s Shape) ([]byte, error) {
 		ff = s.ExpertFF
 	}
 	eps, base := float32(1e-5), float32(10000)
+	g4 := s.gemma4()
 	switch a {
-	case "gemma2", "gemma3":
+	case "gemma2", "gemma3", "gemma4":
 		eps = 1e-6
-		if a == "gemma3" {
+		if a != "gemma2" {
 			base = 1e6
 		}
 	case "mistral3":
@@ -185,13 +193,17 @@ func Write(s Shape) ([]byte, error) {
 	case "qwen35":
 		eps, base = 1e-6, 1e7
 	}
+	ffv, kvv, keyLen := gguf.U32(uint32(ff)), gguf.U32(uint32(s.HeadsKV)), s.HeadDim
+	if a == "gemma4" { // per-layer widths and KV heads; the global layers' head width
+		ffv, kvv, keyLen = gguf.I32s(g4.ff), gguf.I32s(g4.headsKV), g4.globalDim
+	}
 	w.Set(a+".context_length", gguf.U32(uint32(ctx)))
 	w.Set(a+".embedding_length", gguf.U32(uint32(s.Embd)))
-	w.Set(a+".feed_forward_length", gguf.U32(uint32(ff)))
+	w.Set(a+".feed_forward_length", ffv)
 	w.Set(a+".attention.head_count", gguf.U32(uint32(s.Heads)))
-	w.Set(a+".attention.head_count_kv", gguf.U32(uint32(s.HeadsKV)))
-	w.Set(a+".attention.key_length", gguf.U32(uint32(s.HeadDim)))
-	w.Set(a+".attention.value_length", gguf.U32(uint32(s.HeadDim)))
+	w.Set(a+".attention.head_count_kv", kvv)
+	w.Set(a+".attention.key_length", gguf.U32(uint32(keyLen)))
+	w.Set(a+".attention.value_length", gguf.U32(uint32(keyLen)))
 	w.Set(a+".attention.layer_norm_rms_epsilon", gguf.F32(eps))
 	if a != "gemma2" { // its converter leaves the base at llama.cpp's default
 		w.Set(a+".rope.freq_base", gguf.F32(base))
@@ -217,6 +229,17 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".rope.scaling.type", gguf.Str("linear"))
 		w.Set(a+".rope.scaling.factor", gguf.F32(8))
 		w.Set(a+".attention.sliding_window", gguf.U32(uint32(s.Window)))
+	case "gemma4": // Gemma 4 E2B's layout: local and global layer shapes, shared KV, per-layer inputs
+		w.Set(a+".rope.freq_base_swa", gguf.F32(10000))
+		w.Set(a+".final_logit_softcapping", gguf.F32(30))
+		w.Set(a+".attention.sliding_window", gguf.U32(uint32(s.Window)))
+		w.Set(a+".attention.shared_kv_layers", gguf.U32(uint32(s.SharedKV)))
+		w.Set(a+".embedding_length_per_layer_input", gguf.U32(uint32(s.PerLayer)))
+		w.Set(a+".attention.sliding_window_pattern", gguf.Bools(g4.local))
+		w.Set(a+".attention.key_length_swa", gguf.U32(uint32(s.HeadDim)))
+		w.Set(a+".attention.value_length_swa", gguf.U32(uint32(s.HeadDim)))
+		w.Set(a+".rope.dimension_count", gguf.U32(uint32(g4.globalDim)))
+		w.Set(a+".rope.dimension_count_swa", gguf.U32(uint32(s.HeadDim)))
 	case "mistral3": // Ministral 3's YaRN attention scaling and Llama 4 temperature
 		w.Set(a+".vocab_size", gguf.U32(uint32(s.Vocab)))
 		w.Set(a+".rope.dimension_count", gguf.U32(uint32(s.HeadDim)))
@@ -247,12 +270,12 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".expert_shared_feed_forward_length", gguf.U32(uint32(s.FF)))
 	}
 	setVocab(w, s.Vocab)
-	if a == "gemma2" || a == "gemma3" {
-		w.Set("tokenizer.ggml.add_space_prefix", gguf.Bool(false))
-	}
 	// gemma ties the output to the embeddings; llama-quantize then
 	// quantizes the embeddings as it would the output.
-	tied := a == "gemma2" || a == "gemma3"
+	tied := a == "gemma2" || a == "gemma3" || a == "gemma4"
+	if tied {
+		w.Set("tokenizer.ggml.add_space_prefix", gguf.Bool(false))
+	}
 
 	normal := func(n int, std float64) []float32 {
 		x := make([]float32, n)
@@ -309,6 +332,11 @@ func Write(s Shape) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if a == "gemma4" {
+		if err := g4.modelTensors(s, mat, add, normal, ones); err != nil {
+			return nil, err
+		}
+	}
 	// A tensor's values are drawn when it is added, in file order, so
 	// that a seed gives the files it always gave.
 	X, FX := int64(s.Experts), int64(s.ExpertFF)
@@ -357,6 +385,8 @@ func Write(s Shape) ([]byte, error) {
 			layer = append(layer, tensor{"post_ffw_norm.weight", ggml.F32, []int64{E}, 0})
 		case "qwen35":
 			layer = qwen35Layer(s, l, mat, ffn)
+		case "gemma4":
+			layer = g4.layer(s, l, mat)
 		case "gpt-oss": // biased attention with sinks; biased MXFP4 experts
 			layer = []tensor{
 				{"attn_norm.weight", ggml.F32, []int64{E}, 0},
@@ -587,4 +617,94 @@ func inParallel(x []float32, b []byte, block, blockBytes int, enc func([]float32
 		}
 	}
 	return nil
+}
+
+// gemma4Layout is a gemma4 shape's per-layer layout, as Gemma 4 E2B has
+// it: four local layers to one global (every fifth), global layers with
+// heads twice as wide and half the KV heads (at least one) and no V
+// projection, and the SharedKV last layers, which read an earlier
+// layer's cache, with FFNs twice as wide.
+type gemma4Layout struct {
+	local       []bool
+	ff, headsKV []int32
+	globalDim   int
+}
+
+func (s Shape) gemma4() gemma4Layout {
+	if s.Arch != "gemma4" {
+		return gemma4Layout{}
+	}
+	g := gemma4Layout{globalDim: 2 * s.HeadDim}
+	for l := range s.Layers {
+		local := l%5 != 4
+		ff, kv := s.FF, s.HeadsKV
+		if !local {
+			kv = max(1, kv/2)
+		}
+		if l >= s.Layers-s.SharedKV {
+			ff *= 2
+		}
+		g.local = append(g.local, local)
+		g.ff, g.headsKV = append(g.ff, int32(ff)), append(g.headsKV, int32(kv))
+	}
+	return g
+}
+
+// modelTensors adds the model-level tensors Gemma 4 has beyond the
+// embeddings: the per-layer inputs' token table, projection and norm, and
+// the global layers' proportional RoPE factors (a quarter of the pairs
+// rotate, the others are held still by a factor of 1e30, as the
+// converter writes them).
+func (g gemma4Layout) modelTensors(s Shape, mat ggml.Type, add func(string, ggml.Type, []int64, []float32) error,
+	normal func(int, float64) []float32, ones func(int) []float32) error {
+	E, V, PL := int64(s.Embd), int64(s.Vocab), int64(s.PerLayer*s.Layers)
+	if err := add("per_layer_token_embd.weight", mat, []int64{PL, V}, normal(int(PL*V), 0.5)); err != nil {
+		return err
+	}
+	if err := add("per_layer_model_proj.weight", ggml.F16, []int64{E, PL}, normal(int(E*PL), 0.05)); err != nil {
+		return err
+	}
+	if err := add("per_layer_proj_norm.weight", ggml.F32, []int64{int64(s.PerLayer)}, ones(s.PerLayer)); err != nil {
+		return err
+	}
+	freqs := make([]float32, g.globalDim/2)
+	for i := range freqs {
+		freqs[i] = 1
+		if i >= len(freqs)/4 {
+			freqs[i] = 1e30
+		}
+	}
+	return add("rope_freqs.weight", ggml.F32, []int64{int64(len(freqs))}, freqs)
+}
+
+// layer is layer l of a gemma4 model.
+func (g gemma4Layout) layer(s Shape, l int, mat ggml.Type) []tensor {
+	E, P, F := int64(s.Embd), int64(s.PerLayer), int64(g.ff[l])
+	hd := int64(s.HeadDim)
+	if !g.local[l] {
+		hd = int64(g.globalDim)
+	}
+	Q, KV := int64(s.Heads)*hd, int64(g.headsKV[l])*hd
+	layer := []tensor{
+		{"attn_norm.weight", ggml.F32, []int64{E}, 0},
+		{"attn_q.weight", mat, []int64{E, Q}, 0.05},
+		{"attn_k.weight", mat, []int64{E, KV}, 0.05},
+	}
+	if g.local[l] {
+		layer = append(layer, tensor{"attn_v.weight", mat, []int64{E, KV}, 0.05})
+	}
+	return append(layer,
+		tensor{"attn_q_norm.weight", ggml.F32, []int64{hd}, 0},
+		tensor{"attn_k_norm.weight", ggml.F32, []int64{hd}, 0},
+		tensor{"attn_output.weight", mat, []int64{Q, E}, 0.05},
+		tensor{"post_attention_norm.weight", ggml.F32, []int64{E}, 0},
+		tensor{"ffn_norm.weight", ggml.F32, []int64{E}, 0},
+		tensor{"ffn_gate.weight", mat, []int64{E, F}, 0.05},
+		tensor{"ffn_up.weight", mat, []int64{E, F}, 0.05},
+		tensor{"ffn_down.weight", mat, []int64{F, E}, 0.05},
+		tensor{"post_ffw_norm.weight", ggml.F32, []int64{E}, 0},
+		tensor{"inp_gate.weight", mat, []int64{E, P}, 0.05},
+		tensor{"proj.weight", mat, []int64{P, E}, 0.05},
+		tensor{"post_norm.weight", ggml.F32, []int64{E}, 0},
+		tensor{"layer_output_scale.weight", ggml.F32, []int64{1}, 0})
 }

@@ -146,8 +146,7 @@ func TestSameSeedSameFile(t *testing.T) {
 	}
 }
 
-// TestNewFamilies writes a tiny gemma2, gemma3, mistral3 and gpt-oss
-// model, checks the keys and tensors llama.cpp's converter writes for the
+// TestNewFamilies writes a tiny model of each newer family, checks the keys and tensors llama.cpp's converter writes for the
 // released checkpoints are there, and compiles each into a bundle.
 func TestNewFamilies(t *testing.T) {
 	for _, c := range []struct {
@@ -190,6 +189,18 @@ func TestNewFamilies(t *testing.T) {
 				"blk.1.ffn_gate_exps.weight": ggml.MXFP4, "blk.1.ffn_up_exps.weight": ggml.MXFP4, "blk.1.ffn_down_exps.weight": ggml.MXFP4,
 				"blk.1.ffn_gate_exps.bias": ggml.F32, "blk.1.ffn_down_exps.bias": ggml.F32},
 			absent: []string{"blk.0.ffn_norm.weight", "gpt-oss.expert_shared_feed_forward_length"},
+		},
+		{
+			// Layers 4 and 9 are global; the last five share layers 3's
+			// and 4's caches and have FFNs twice as wide.
+			s: Shape{Arch: "gemma4", Layers: 10, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 16, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
+				Window: 8, PerLayer: 32, SharedKV: 5, Seed: 12},
+			keys: map[string]string{"gemma4.attention.key_length": "32", "gemma4.attention.key_length_swa": "16", "gemma4.rope.dimension_count": "32",
+				"gemma4.rope.dimension_count_swa": "16", "gemma4.attention.shared_kv_layers": "5", "gemma4.embedding_length_per_layer_input": "32",
+				"gemma4.attention.sliding_window": "8", "gemma4.final_logit_softcapping": "30", "gemma4.rope.freq_base_swa": "10000"},
+			tensors: map[string]ggml.Type{"per_layer_token_embd.weight": ggml.Q8_0, "per_layer_model_proj.weight": ggml.F16, "rope_freqs.weight": ggml.F32,
+				"blk.3.attn_v.weight": ggml.Q8_0, "blk.9.inp_gate.weight": ggml.Q8_0, "blk.9.layer_output_scale.weight": ggml.F32},
+			absent: []string{"output.weight", "blk.4.attn_v.weight", "blk.9.attn_v.weight"},
 		},
 		{
 			s: Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
@@ -237,6 +248,22 @@ func TestNewFamilies(t *testing.T) {
 				"blk.0.ffn_down_exps.weight": {64, 64, 4}, "blk.0.attn_output.weight": {64, 64}} {
 				if ti, _ := f.Tensor(name); fmt.Sprint(ti.Dims) != fmt.Sprint(dims) {
 					t.Errorf("gpt-oss: %s has shape %v, want %v", name, ti.Dims, dims)
+				}
+			}
+		}
+		if s.Arch == "gemma4" {
+			for k, want := range map[string]string{"gemma4.feed_forward_length": "[128 128 128 128 128 256 256 256 256 256]",
+				"gemma4.attention.head_count_kv":          "[1 1 1 1 1 1 1 1 1 1]",
+				"gemma4.attention.sliding_window_pattern": "[true true true true false true true true true false]"} {
+				if v, _ := f.Lookup(k); fmt.Sprint(v.Raw()) != want {
+					t.Errorf("gemma4: %s = %v, want %s", k, v.Raw(), want)
+				}
+			}
+			for name, dims := range map[string][]int64{"blk.0.attn_q.weight": {64, 64}, "blk.4.attn_q.weight": {64, 128},
+				"blk.4.attn_k.weight": {64, 32}, "blk.9.ffn_down.weight": {256, 64}, "per_layer_token_embd.weight": {320, 300},
+				"per_layer_model_proj.weight": {64, 320}, "blk.0.proj.weight": {32, 64}, "rope_freqs.weight": {16}} {
+				if ti, _ := f.Tensor(name); fmt.Sprint(ti.Dims) != fmt.Sprint(dims) {
+					t.Errorf("gemma4: %s has shape %v, want %v", name, ti.Dims, dims)
 				}
 			}
 		}

@@ -19,7 +19,7 @@ const (
 )
 
 // Archs are the architectures Write produces.
-var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "mistral3", "gpt-oss", "qwen35"}
+var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "gemma4", "mistral3", "gpt-oss", "qwen35"}
 
 // Check reports the first field of s outside what Write can produce, by
 // its command-line name.
@@ -76,6 +76,11 @@ func (s Shape) Check() error {
 			}
 		}
 	}
+	if s.Arch == "gemma4" {
+		if err := s.checkGemma4(in); err != nil {
+			return err
+		}
+	}
 	if s.Arch == "qwen35" {
 		for _, c := range []struct {
 			name      string
@@ -115,7 +120,7 @@ func (s Shape) Check() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}} {
+	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}, {"per-layer", s.PerLayer}} {
 		if w.v%block != 0 {
 			return fmt.Errorf("synth: %s %d is not a multiple of %s's block of %d", w.name, w.v, s.matrixType(), block)
 		}
@@ -171,4 +176,25 @@ func (s Shape) PeakBytes() int64 {
 	}
 	file := int64(float64(elems)*perElem+float64(experts)*expertElem) + 64*V // + tokens
 	return 2*file + 4*max(E*V, 2*E*F, E*int64(s.ExpertFF)*int64(s.Experts))
+}
+
+// checkGemma4 checks a gemma4 shape's per-layer input width and its
+// shared-KV layers: llama.cpp points a sharing local layer at the layer
+// two before the first sharing one and a global layer at the one just
+// before it, so those must be local and global.
+func (s Shape) checkGemma4(in func(string, int, int, int) error) error {
+	if err := in("per-layer", s.PerLayer, 1, maxWidth); err != nil {
+		return err
+	}
+	if err := in("shared-kv", s.SharedKV, 0, s.Layers-2); err != nil {
+		return err
+	}
+	if s.SharedKV == 0 {
+		return nil
+	}
+	from := s.Layers - s.SharedKV
+	if local := s.gemma4().local; local[from-1] || !local[from-2] {
+		return fmt.Errorf("synth: gemma4 --shared-kv %d: layer %d must be global (every fifth is) and layer %d local", s.SharedKV, from-1, from-2)
+	}
+	return nil
 }

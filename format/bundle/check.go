@@ -79,6 +79,8 @@ func (h *Hparams) check() error {
 		return fmt.Errorf("n_expert_used = %d exceeds n_expert = %d", h.NExpertUsed, h.NExpert)
 	case h.RecurrentBytes < 0 || h.RecurrentBytes%4 != 0:
 		return fmt.Errorf("recurrent_slot_bytes = %d, must be a non-negative multiple of 4", h.RecurrentBytes)
+	case h.KVPageBytes < 0 || h.KVPageBytes%64 != 0:
+		return fmt.Errorf("kv_page_bytes = %d, must be a non-negative multiple of 64", h.KVPageBytes)
 	case h.MaxPages != (h.ContextLength+15)/16:
 		return fmt.Errorf("max_pages = %d, context_length = %d needs %d", h.MaxPages, h.ContextLength, (h.ContextLength+15)/16)
 	}

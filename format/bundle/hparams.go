@@ -38,6 +38,10 @@ type Hparams struct {
 	// RecurrentBytes is one slot's state of the recurrent layers (0 for
 	// models without any); the recurrent region holds MaxSlots of them.
 	RecurrentBytes int `kv:"recurrent_slot_bytes"`
+	// KVPageBytes is one KV page: 16 tokens of K and V of every layer
+	// that owns a cache, where the compiler placed them (0 in bundles
+	// older than the field: n_layer regions of n_head_kv × head_dim).
+	KVPageBytes int `kv:"kv_page_bytes"`
 }
 
 // KVDim is the width of one token's K (or V) across the KV heads.

@@ -84,6 +84,9 @@ func Strs(x []string) Value { return Value{Type: TypeArray, Elem: TypeString, v:
 // F32s returns an array of float32.
 func F32s(x []float32) Value { return Value{Type: TypeArray, Elem: TypeFloat32, v: x} }
 
+// Bools returns an array of bools.
+func Bools(x []bool) Value { return Value{Type: TypeArray, Elem: TypeBool, v: x} }
+
 // I32s returns an array of int32.
 func I32s(x []int32) Value { return Value{Type: TypeArray, Elem: TypeInt32, v: x} }
 
@@ -197,6 +200,14 @@ func (v Value) Float32s() ([]float32, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("want arr[f32], have %s", v.describe())
+}
+
+// Bools returns an array of bools.
+func (v Value) Bools() ([]bool, error) {
+	if s, ok := v.v.([]bool); ok {
+		return s, nil
+	}
+	return nil, fmt.Errorf("want arr[bool], have %s", v.describe())
 }
 
 // Ints returns an array of any integer element type as int64s. Unsigned

@@ -69,6 +69,7 @@ var families = map[string]func(ggml.Type) (Func, error){
 	"gated_delta_net": plain(gatedDeltaNet),
 	"rms_norm_gated":  plain(rmsNormGated),
 	"split_halves":    plain(splitHalves),
+	"copy_cols":       plain(copyCols),
 	"mul_sigmoid":     plain(mulSigmoid),
 	"swiglu_oai":      plain(swigluOAI),
 	"lm_head":         typed(lmHead),

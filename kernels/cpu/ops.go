@@ -51,14 +51,20 @@ func rmsNorm(a *Args) error {
 // root, then a float32 division: 1/sqrt in float64 rounded once differs by
 // an ulp now and then, which flips the Q8 rounding of the next matmul's
 // activations), and the weight applied after scaling (ggml's separate MUL
-// op). ys may alias xs.
+// op; none when w is nil). ys may alias xs.
 func normRow(xs, ys, w []float32, eps float32) {
-	w = w[:len(xs)]
 	sum := 0.0
 	for _, v := range xs {
 		sum += float64(v * v)
 	}
 	scale := 1 / sqrtf(float32(sum/float64(len(xs)))+eps)
+	if w == nil {
+		for j, v := range xs {
+			ys[j] = v * scale
+		}
+		return
+	}
+	w = w[:len(xs)]
 	for j, v := range xs {
 		ys[j] = (v * scale) * w[j]
 	}

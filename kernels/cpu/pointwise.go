@@ -98,3 +98,14 @@ func attnTemp(a *Args) error {
 	}
 	return nil
 }
+
+// copyCols copies columns off..off+cols of each row of x (stride columns
+// a row) into y.
+func copyCols(a *Args) error {
+	x, r, y := f32s(a.Bufs[0]), req(a.Bufs[1]), f32s(a.Bufs[2])
+	cols, off, stride := int(a.Push[0]), int(a.Push[1]), int(a.Spec[0])
+	for i := range r.rows() {
+		copy(y[i*cols:(i+1)*cols], x[i*stride+off:i*stride+off+cols])
+	}
+	return nil
+}

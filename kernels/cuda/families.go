@@ -69,6 +69,7 @@ var families = []Family{
 	{"rms_norm_gated", 31},
 	{"split_halves", 32},
 	{"mul_sigmoid", 33},
+	{"copy_cols", 34},
 }
 
 // instanceTypes are the weight types for which every typed family is

@@ -302,7 +302,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, err
 		}
 		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
-	case "add", "swiglu", "swiglu_oai", "geglu", "scale", "mul_sigmoid": // push cols
+	case "add", "swiglu", "swiglu_oai", "geglu", "scale", "mul_sigmoid", "copy_cols": // push cols
 		if err := need(push, 1, "push"); err != nil {
 			return l, err
 		}

@@ -5,7 +5,7 @@
 #include "common.cuh"
 #include "families.cuh"
 
-#if FAMILY == FAMILY_RMS_NORM // rms_norm: the block normalizes each group of a row in turn; grid (rows)
+#if FAMILY == FAMILY_RMS_NORM // rms_norm: the block normalizes each group of a row in turn (w may be null); grid (rows)
 extern "C" __global__ void __launch_bounds__(256)
     NAME(const float* x, const float* w, const u32* io, float* y, u32 cols, u32 group, u32 eps_bits) {
     dep_sync();
@@ -23,7 +23,7 @@ extern "C" __global__ void __launch_bounds__(256)
             for (int u = 0; u < 8; u++) {
                 int i = i0 + u * nt;
                 v[u] = i < n ? xs[i] : 0.f;
-                wv[u] = i < n ? w[i] : 0.f;
+                wv[u] = i < n ? (w ? w[i] : 1.f) : 0.f; // no weight: ×1, exact
             }
 #pragma unroll
             for (int u = 0; u < 8; u++)
@@ -880,5 +880,15 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* g,
     dep_sync();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)io[IO_ROWS] * cols) x[i] *= 1.f / (1.f + (float)exp(-(double)g[i]));
+}
+#endif
+
+#if FAMILY == FAMILY_COPY_COLS // copy_cols: y[r] = x[r][off..off+cols) of rows of stride; grid (rows·cols/256)
+extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u32* io, float* y, u32 cols, u32 off, u32 stride) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * cols) return;
+    size_t r = i / cols, c = i % cols;
+    y[i] = x[r * stride + off + c];
 }
 #endif

@@ -796,3 +796,31 @@ func TestKernelMulSigmoid(t *testing.T) {
 	want := cpuRun(t, "mul_sigmoid", bufs, push, nil)
 	compareF32(t, "mul_sigmoid", got[0], want[0], 1e-6)
 }
+
+func TestKernelCopyCols(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(18))
+	rows, stride, cols, off := 3, 192, 32, 96
+	x := randF32(rng, rows*stride, -3, 3)
+	y := randF32(rng, (rows+1)*cols, -1, 1) // a row past the active ones stays
+	bufs := [][]byte{f32bytes(x), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	push, spec := []uint32{uint32(cols), uint32(off)}, []uint32{uint32(stride)}
+	got := g.run("copy_cols", bufs, push, spec, rows)
+	want := cpuRun(t, "copy_cols", bufs, push, spec)
+	compareF32(t, "copy_cols", got[2], want[2], 0)
+}
+
+// rms_norm without a weight (Gemma 4's V norm) is the weighted kernel
+// with a weight of ones, bit for bit.
+func TestKernelRMSNormUnweighted(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(19))
+	rows, cols, group := 3, 4*64, 64
+	x := randF32(rng, rows*cols, -3, 3)
+	y := make([]float32, rows*cols)
+	bufs := [][]byte{f32bytes(x), nil, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	push, spec := []uint32{uint32(cols), uint32(group)}, []uint32{fbits(1e-6)}
+	got := g.run("rms_norm", bufs, push, spec, rows)
+	want := cpuRun(t, "rms_norm", bufs, push, spec)
+	compareF32(t, "rms_norm unweighted", got[3], want[3], 1e-5)
+}

@@ -127,6 +127,7 @@ func NewUnit(m *arch.Model) *passes.Unit {
 			Logits:    4 * int64(c.MaxSlots) * int64(h.NVocab),
 			Tokens:    4 * int64(c.MaxSlots),
 			Recurrent: int64(c.MaxSlots) * int64(h.RecurrentBytes),
+			KVWindow:  int64(c.MaxSlots) * int64(h.KVWindowRing) * int64(h.KVWindowPageBytes),
 		},
 	}
 }
@@ -288,7 +289,7 @@ func reportPlan(opt Options, plan *passes.MemPlan) {
 		switch {
 		case strings.HasPrefix(r.Name, kernels.RegionWeights):
 			weights += r.Bytes
-		case i == plan.KV:
+		case i == plan.KV || i == plan.KVWindow:
 			kv += r.Bytes
 		default:
 			other += r.Bytes

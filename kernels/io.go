@@ -17,6 +17,12 @@ const (
 	// slot (Hparams.RecurrentBytes each); only models with recurrent
 	// layers have it.
 	RegionRecurrent = "recurrent"
+	// RegionKVWindow holds the sliding-window layers' KV pages as a ring
+	// per slot (Hparams.KVWindowRing pages each), and RegionIOWindow a
+	// copy of the request table whose page tables map positions onto
+	// those rings; only bundles that ring their window layers have them.
+	RegionKVWindow = "kv.window"
+	RegionIOWindow = "io.window"
 )
 
 // The request table ("io" buffer) is how data-dependent shape reaches

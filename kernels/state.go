@@ -61,11 +61,12 @@ func CheckState(g *bundle.Graph) error {
 	for _, v := range g.Variants {
 		maxScratch = max(maxScratch, v.ScratchBytes)
 	}
-	need := []struct {
+	type region = struct {
 		region string
 		bytes  int64
 		what   string
-	}{
+	}
+	need := []region{
 		{RegionIO, 4 * int64(NewRequestTable(h.PrefillChunk, h.MaxSlots, h.MaxPages).Words()), "the request table"},
 		{RegionLogits, 4 * int64(h.MaxSlots) * int64(h.NVocab), "max_slots × n_vocab logits"},
 		{RegionTokens, 4 * int64(h.MaxSlots), "a token per slot"},
@@ -74,11 +75,11 @@ func CheckState(g *bundle.Graph) error {
 		{RegionScratch, maxScratch, "the largest variant's scratch"},
 	}
 	if h.RecurrentBytes > 0 {
-		need = append(need, struct {
-			region string
-			bytes  int64
-			what   string
-		}{RegionRecurrent, int64(h.MaxSlots) * int64(h.RecurrentBytes), "max_slots × the recurrent state of a slot"})
+		need = append(need, region{RegionRecurrent, int64(h.MaxSlots) * int64(h.RecurrentBytes), "max_slots × the recurrent state of a slot"})
+	}
+	if h.KVWindowRing > 0 {
+		need = append(need, region{RegionKVWindow, int64(h.MaxSlots) * int64(h.KVWindowRing) * int64(h.KVWindowPageBytes),
+			"max_slots × a window ring"}, region{RegionIOWindow, need[0].bytes, "the window ring's request table"})
 	}
 	for _, n := range need {
 		have, ok := size[n.region]

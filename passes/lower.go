@@ -74,6 +74,14 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 			region = plan.Recurrent
 		case ir.IO:
 			region = plan.IO
+		case ir.KVWindow, ir.IOWindow:
+			region = plan.KVWindow
+			if b.Class == ir.IOWindow {
+				region = plan.IOWindow
+			}
+			if region < 0 {
+				return pm4.Symbol{}, storage{}, fmt.Errorf("buffer %s: the plan has no window ring", b.Name)
+			}
 		case ir.Out:
 			switch b.Name {
 			case "out.logits":

@@ -52,8 +52,10 @@ type MemPlan struct {
 	Weights []Placement
 	// Well-known regions.
 	KV, IO, Logits, Tokens, Fence, Scratch int
-	// Recurrent is the recurrent-state region, -1 when the model has none.
-	Recurrent int
+	// Recurrent is the recurrent-state region, -1 when the model has none;
+	// KVWindow and IOWindow the window layers' ring and its request
+	// table, -1 when the model keeps every layer in KV.
+	Recurrent, KVWindow, IOWindow int
 	// PeakBytes and NaiveBytes summarize scratch over variants: the lower
 	// bound and one buffer per register.
 	PeakBytes, NaiveBytes int64
@@ -130,9 +132,13 @@ func memplan(_ context.Context, u *Unit) error {
 		}
 	}
 	p.Scratch = add(kernels.RegionScratch, DeviceLocal, scratch)
-	p.Recurrent = -1
+	p.Recurrent, p.KVWindow, p.IOWindow = -1, -1, -1
 	if u.State.Recurrent > 0 {
 		p.Recurrent = add(kernels.RegionRecurrent, DeviceLocal, u.State.Recurrent)
+	}
+	if u.State.KVWindow > 0 {
+		p.KVWindow = add(kernels.RegionKVWindow, DeviceLocal, u.State.KVWindow)
+		p.IOWindow = add(kernels.RegionIOWindow, HostVisible, u.State.IO)
 	}
 	u.Plan = p
 	return nil

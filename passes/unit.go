@@ -45,6 +45,9 @@ type StateSizes struct {
 	Tokens int64
 	// Recurrent is every slot's recurrent-layer state; 0: no region.
 	Recurrent int64
+	// KVWindow is every slot's ring of window-layer KV pages; 0: no
+	// region (nor a second request table).
+	KVWindow int64
 }
 
 // KernelInstance is one kernel blob to emit: a kernel and the values of its

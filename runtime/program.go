@@ -132,6 +132,10 @@ type Program struct {
 	table            kernels.RequestTable
 	kvPages          int
 	io, logits, toks int // region indices
+	// ioRing is the window ring's request table region, -1 without one:
+	// a copy of io's header and rows whose page tables put a slot's
+	// positions on its own ring of pages.
+	ioRing int
 }
 
 // Open loads a bundle and its tier.
@@ -149,7 +153,7 @@ func Open(dir string, opt Options) (*Program, error) {
 		}
 		logf(opt, "weights verified in %v", time.Since(start).Round(time.Millisecond))
 	}
-	p := &Program{Bundle: b, Hparams: b.Graph.Hparams}
+	p := &Program{Bundle: b, Hparams: b.Graph.Hparams, ioRing: -1}
 	fail := func(err error) (*Program, error) { p.Close(); return nil, err }
 	if _, err := kernels.CheckBundle(b.Graph); err != nil {
 		return fail(fmt.Errorf("bundle %s: %w", dir, err))
@@ -168,9 +172,15 @@ func Open(dir string, opt Options) (*Program, error) {
 		if q, ok := idx[r.Name]; ok {
 			*q = i + 1 // 0 marks a region not found
 		}
-		if r.Name == kernels.RegionKV {
+		switch r.Name {
+		case kernels.RegionKV:
 			kv = i
+		case kernels.RegionIOWindow:
+			p.ioRing = i
 		}
+	}
+	if (p.ioRing >= 0) != (h.KVWindowRing > 0) {
+		return fail(fmt.Errorf("bundle %s: kv_window_ring %d, but the memory plan has region %s: %v", dir, h.KVWindowRing, kernels.RegionIOWindow, p.ioRing >= 0))
 	}
 	for name, q := range idx {
 		if *q == 0 {
@@ -189,12 +199,17 @@ func Open(dir string, opt Options) (*Program, error) {
 		return fail(err) // tier may be a typed nil: never keep it
 	}
 	p.tier = tier
-	w := p.ioWords()
-	if len(w) < p.table.Words() {
-		return fail(fmt.Errorf("bundle %s: request table region of %d words, the plan needs %d", dir, len(w), p.table.Words()))
+	for _, region := range []int{p.io, p.ioRing} {
+		if region < 0 {
+			continue
+		}
+		w := p.words(region)
+		if len(w) < p.table.Words() {
+			return fail(fmt.Errorf("bundle %s: request table region of %d words, the plan needs %d", dir, len(w), p.table.Words()))
+		}
+		w[kernels.IOWordMaxPages] = uint32(p.table.MaxPages)
+		w[kernels.IOWordPageTable] = uint32(p.table.PageTable())
 	}
-	w[kernels.IOWordMaxPages] = uint32(p.table.MaxPages)
-	w[kernels.IOWordPageTable] = uint32(p.table.PageTable())
 	return p, nil
 }
 
@@ -360,9 +375,11 @@ func (p *Program) MaxPages() int { return p.table.MaxPages }
 // 0..KVPages-1.
 func (p *Program) KVPages() int { return p.kvPages }
 
-// Recurrent reports whether the model has recurrent layers: their state
-// lives per slot, starts over at position 0 and cannot be shared.
-func (p *Program) Recurrent() bool { return p.Hparams.RecurrentBytes > 0 }
+// SlotState reports whether the model keeps state in its slots beside
+// the shared KV pages: recurrent layers, whose state starts over at
+// position 0, or a ring of window-layer pages. Such state cannot be
+// shared between sequences, and a slot's next occupant overwrites it.
+func (p *Program) SlotState() bool { return p.Hparams.RecurrentBytes > 0 || p.Hparams.KVWindowRing > 0 }
 
 // TierName names the tier in use.
 func (p *Program) TierName() string { return p.tier.Name() }
@@ -376,8 +393,11 @@ func (p *Program) Close() error {
 }
 
 // ioWords views the request table.
-func (p *Program) ioWords() []uint32 {
-	b := p.tier.Region(p.io)
+func (p *Program) ioWords() []uint32 { return p.words(p.io) }
+
+// words views a region as 32-bit words.
+func (p *Program) words(region int) []uint32 {
+	b := p.tier.Region(region)
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
 
@@ -481,7 +501,28 @@ func (p *Program) write(b Batch) (int, error) {
 		rec[kernels.IORowFlags] = flags
 	}
 	w[kernels.IOWordRows] = uint32(len(b.Rows))
+	if p.ioRing >= 0 {
+		p.writeRing(w, b)
+	}
 	return vi, nil
+}
+
+// writeRing fills the window ring's request table: the step's header and
+// rows as written to the request table w, and for each slot in b a page
+// table that puts its position p on ring page p/16 mod KVWindowRing of
+// the slot's own ring. The ring holds a window and a chunk (the compiler
+// sized it), so no page a row reads is one another row of the step
+// writes.
+func (p *Program) writeRing(w []uint32, b Batch) {
+	r, n := p.words(p.ioRing), kernels.IOWordRowBase+len(b.Rows)*kernels.IORowWords
+	copy(r[:n], w[:n])
+	ring := p.Hparams.KVWindowRing
+	for _, sp := range b.Pages {
+		base := p.table.PageTable() + sp.Slot*p.table.MaxPages
+		for i := range sp.Pages {
+			r[base+i] = uint32(sp.Slot*ring + i%ring)
+		}
+	}
 }
 
 // Logits copies slot's logits from the last step that asked for them into

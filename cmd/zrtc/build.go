@@ -438,7 +438,7 @@ func (o *outcome) describe(dir string) error {
 		switch {
 		case strings.HasPrefix(r.Name, kernels.RegionWeights):
 			p.WeightsBytes += r.Bytes
-		case r.Name == kernels.RegionKV:
+		case r.Name == kernels.RegionKV || r.Name == kernels.RegionKVWindow:
 			p.KVBytes += r.Bytes
 		default:
 			p.OtherBytes += r.Bytes

@@ -29,15 +29,16 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkRopeFactors(f); err != nil {
-		return nil, err
-	}
-	s.Hparams.RecurrentBytes = s.recurrentBytes()
-	pageBytes, err := s.placeKV()
+	err := s.checkRopeFactors(f)
 	if err != nil {
 		return nil, err
 	}
-	s.Hparams.KVPageBytes = pageBytes
+	s.Hparams.RecurrentBytes = s.recurrentBytes()
+	h := &s.Hparams
+	h.KVWindowRing = s.windowRing(c)
+	if h.KVPageBytes, h.KVWindowPageBytes, err = s.placeKV(h.KVWindowRing > 0); err != nil {
+		return nil, err
+	}
 	// The variants to build, in the order the bundle lists them.
 	keys := c.ShapeKeys()
 	m := &Model{Hparams: s.Hparams, Config: c}
@@ -87,6 +88,9 @@ type graphBuilder struct {
 	// perLayer is the register of every layer's per-layer input
 	// (Spec.PerLayerInput), -1 for models without.
 	perLayer int
+	// kvRing and ioRing are the window ring and its request table, -1
+	// until a ringed layer needs them.
+	kvRing, ioRing int
 	// The attention instructions differ between prefill (many rows of one
 	// sequence) and decode (one row of many sequences).
 	flash, kvWrite ir.Op
@@ -102,7 +106,7 @@ func newGraphBuilder(f *gguf.File, s *Spec, k ir.ShapeKey) *graphBuilder {
 	b.kv = g.Buffer(ir.Buffer{Name: "state.kv", Class: ir.KV})
 	b.logits = g.Buffer(ir.Buffer{Name: "out.logits", Class: ir.Out})
 	b.tokens = g.Buffer(ir.Buffer{Name: "out.tokens", Class: ir.Out})
-	b.rec, b.perLayer = -1, -1
+	b.rec, b.perLayer, b.kvRing, b.ioRing = -1, -1, -1, -1
 	return b
 }
 
@@ -401,17 +405,22 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 		scale = 1
 	}
 	// The attention kernels address a page by the layer's width, so a
-	// layer's place is given in those terms (placeKV).
-	place := b.s.kv[l]
+	// layer's place is given in those terms (placeKV). A ringed layer
+	// reads its slot's ring through the ring's request table, whose rows
+	// are the step's rows.
+	place, kv, io := b.s.kv[l], b.kv, b.io
+	if place.ring {
+		kv, io = b.ring()
+	}
 	if k >= 0 {
-		g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", b.io), ir.B("kv", b.kv)}, []ir.Operand{ir.B("kv", b.kv)},
+		g.Emit(b.kvWrite, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", io), ir.B("kv", kv)}, []ir.Operand{ir.B("kv", kv)},
 			ir.Attrs{"layer": float64(place.slot), "kv_dim": float64(kvDim), "n_layer": float64(place.nSlots)})
 	}
 	att := b.reg(l, "attn", qDim)
 	flash, attrs := b.flash, ir.Attrs{
 		"layer": float64(place.slot), "n_layer": float64(place.nSlots), "n_head": float64(a.NHead), "n_head_kv": float64(a.NHeadKV),
 		"head_dim": float64(a.HeadDim), "scale": scale}
-	reads := []ir.Operand{ir.R("q", q), ir.B("kv", b.kv), ir.B("io", b.io)}
+	reads := []ir.Operand{ir.R("q", q), ir.B("kv", kv), ir.B("io", io)}
 	if w, ok := ls.Mixer.(SlidingWindowAttention); ok || ls.Softcap != 0 || ls.Sinks {
 		flash, attrs["window"], attrs["softcap"] = ir.FLASH_ATTN_EXT, float64(w.Window), ls.Softcap
 		if ls.Sinks {
@@ -440,6 +449,16 @@ func (b *graphBuilder) attention(l int, ls *LayerSpec, x int) error {
 	}
 	b.matmul(o, att, wo, bias, qDim, h.NEmbd)
 	return b.postNormResidual(l, ls, "attn_post_norm", "model.attn.post_norm", x, o)
+}
+
+// ring returns the window ring's KV and request-table buffers, adding
+// them to the graph the first time.
+func (b *graphBuilder) ring() (kv, io int) {
+	if b.kvRing < 0 {
+		b.kvRing = b.g.Buffer(ir.Buffer{Name: "state.kv_window", Class: ir.KVWindow})
+		b.ioRing = b.g.Buffer(ir.Buffer{Name: "request.table_window", Class: ir.IOWindow})
+	}
+	return b.kvRing, b.ioRing
 }
 
 // postNormResidual adds the branch output y into the hidden state x,

@@ -432,50 +432,91 @@ func (ls *LayerSpec) attends() bool {
 // kvPlace is where one layer's K and V sit in a KV page, in the terms the
 // attention kernels address a page by: the page holds nSlots regions of
 // this layer's width (2 × KVPageTokens rows of K then V) and the layer's
-// is region slot. A layer without a cache of its own (recurrent, or
-// sharing another's) reads its source's place.
-type kvPlace struct{ slot, nSlots int }
+// is region slot. ring says the page is one of a slot's window ring
+// (Hparams.KVWindowRing) rather than of the shared pool. A layer without
+// a cache of its own (recurrent, or sharing another's) reads its
+// source's place.
+type kvPlace struct {
+	slot, nSlots int
+	ring         bool
+}
 
-// placeKV lays the layers that own a KV cache out in a page, widest
-// first, each at a multiple of its own width (so that the kernels'
-// addressing, which knows one width, finds it), and returns the page's
-// bytes. Widths must each divide every larger one (Gemma 4's local and
-// global widths do); any other mix is refused rather than padded
-// silently. In a model of one width the owners simply follow each other
-// (layer l at slot l of n_layer when every layer attends).
-func (s *Spec) placeKV() (int, error) {
-	type owner struct{ layer, width int }
-	var owners []owner
+// windowRing is the pages of each slot's ring for the sliding-window
+// layers (seed 000 §19's window state kind): enough for the widest window
+// and one prefill chunk, since a step writes a chunk's K and V before any
+// of its rows attends. It is 0, keeping every layer in the shared pages,
+// when the config asks for full windows (swa_full), the model has no
+// window layer or no full-attention one (whose pages the request pool
+// still counts), or the ring would be no shorter than a full sequence.
+func (s *Spec) windowRing(c *config.Config) int {
+	window, full := 0, false
 	for l := range s.Layers {
-		if ls := &s.Layers[l]; ls.attends() && ls.KVFrom == l {
-			owners = append(owners, owner{l, ls.Attn.KVDim()})
+		switch m := s.Layers[l].Mixer.(type) {
+		case SlidingWindowAttention:
+			window = max(window, m.Window)
+		case FullAttention:
+			full = true
 		}
 	}
+	if c.SWAFull || window == 0 || !full {
+		return 0
+	}
+	if r := (window-1+c.PrefillChunk+kernels.KVPageTokens-1)/kernels.KVPageTokens + 1; r < s.Hparams.MaxPages {
+		return r
+	}
+	return 0
+}
+
+// placeKV lays out the layers that own a KV cache, each kind in its own
+// page: the window layers in ring pages when ring, the others (all of
+// them when not ring) in the shared pages. In a page the layers go
+// widest first, each at a multiple of its own width (so that the
+// kernels' addressing, which knows one width, finds it). Widths must each
+// divide every larger one (Gemma 4's local and global widths do); any
+// other mix is refused rather than padded silently. It returns the bytes
+// of a shared page and of a ring page (0 without a ring).
+func (s *Spec) placeKV(ring bool) (pageBytes, ringPageBytes int, err error) {
 	s.kv = make([]kvPlace, len(s.Layers))
-	if len(owners) == 0 {
-		return 0, nil
-	}
-	sort.SliceStable(owners, func(i, j int) bool { return owners[i].width > owners[j].width })
-	// off is in columns of one token row; a page is 2·KVPageTokens rows.
-	off, widest := 0, owners[0].width
-	offs := make([]int, len(owners))
-	for i, o := range owners {
-		if i > 0 && owners[i-1].width%o.width != 0 {
-			return 0, &support.Error{What: "attention shape", Value: fmt.Sprintf("KV widths %d and %d", owners[i-1].width, o.width),
-				Where: support.In(fmt.Sprintf("layer %d", o.layer)), Detail: "zrt's KV pages need each layer's K width to divide every wider one's"}
+	for _, kind := range []bool{false, true} {
+		type owner struct{ layer, width int }
+		var owners []owner
+		for l := range s.Layers {
+			ls := &s.Layers[l]
+			_, window := ls.Mixer.(SlidingWindowAttention)
+			if ls.attends() && ls.KVFrom == l && (ring && window) == kind {
+				owners = append(owners, owner{l, ls.Attn.KVDim()})
+			}
 		}
-		offs[i], off = off, off+o.width
-	}
-	total := (off + widest - 1) / widest * widest
-	for i, o := range owners {
-		s.kv[o.layer] = kvPlace{slot: offs[i] / o.width, nSlots: total / o.width}
+		if len(owners) == 0 {
+			continue
+		}
+		sort.SliceStable(owners, func(i, j int) bool { return owners[i].width > owners[j].width })
+		// off is in columns of one token row; a page is 2·KVPageTokens rows.
+		off, widest := 0, owners[0].width
+		offs := make([]int, len(owners))
+		for i, o := range owners {
+			if i > 0 && owners[i-1].width%o.width != 0 {
+				return 0, 0, &support.Error{What: "attention shape", Value: fmt.Sprintf("KV widths %d and %d", owners[i-1].width, o.width),
+					Where: support.In(fmt.Sprintf("layer %d", o.layer)), Detail: "zrt's KV pages need each layer's K width to divide every wider one's"}
+			}
+			offs[i], off = off, off+o.width
+		}
+		total := (off + widest - 1) / widest * widest
+		for i, o := range owners {
+			s.kv[o.layer] = kvPlace{slot: offs[i] / o.width, nSlots: total / o.width, ring: kind}
+		}
+		if kind {
+			ringPageBytes = kernels.KVPageBytes(total, 1)
+		} else {
+			pageBytes = kernels.KVPageBytes(total, 1)
+		}
 	}
 	for l := range s.Layers {
 		if ls := &s.Layers[l]; ls.attends() {
 			s.kv[l] = s.kv[ls.KVFrom]
 		}
 	}
-	return kernels.KVPageBytes(total, 1), nil
+	return pageBytes, ringPageBytes, nil
 }
 
 // checkRopeFactors refuses a model whose file has RoPE frequency factors

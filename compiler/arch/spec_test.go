@@ -171,23 +171,23 @@ func TestPlaceKV(t *testing.T) {
 	if err := s.check(); err != nil {
 		t.Fatal(err)
 	}
-	bytes, err := s.placeKV()
+	bytes, ring, err := s.placeKV(false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Layers 0 and 2 (64 wide) sit at columns 0 and 64, layers 1 and 3 (32
 	// wide) at 128 and 160: 192 columns, three regions of 64 or six of 32.
-	want := []kvPlace{{0, 3}, {4, 6}, {1, 3}, {5, 6}, {5, 6}}
+	want := []kvPlace{{0, 3, false}, {4, 6, false}, {1, 3, false}, {5, 6, false}, {5, 6, false}}
 	for l, p := range s.kv {
 		if p != want[l] {
 			t.Errorf("layer %d: place %+v, want %+v", l, p, want[l])
 		}
 	}
-	if bytes != 192*2*16*2 {
-		t.Errorf("page of %d bytes, want %d", bytes, 192*2*16*2)
+	if bytes != 192*2*16*2 || ring != 0 {
+		t.Errorf("page of %d bytes (ring %d), want %d", bytes, ring, 192*2*16*2)
 	}
 	s.Layers[1].Attn = AttnShape{NHead: 4, NHeadKV: 1, HeadDim: 24}
-	if _, err := s.placeKV(); !support.Is(err) {
+	if _, _, err := s.placeKV(false); !support.Is(err) {
 		t.Errorf("widths 64 and 24: got %v, want an unsupported-shape error", err)
 	}
 }

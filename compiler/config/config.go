@@ -40,7 +40,15 @@ type Config struct {
 	PrefillRows []int `toml:"prefill_rows"`
 	// KVPages sizes the KV cache: a pool of 16-token pages shared by all
 	// slots, not slots × context (default: max_slots full contexts).
-	KVPages      int    `toml:"kv_pages"`
+	KVPages int `toml:"kv_pages"`
+	// SWAFull keeps sliding-window layers' K and V in the shared pages
+	// for a sequence's whole length, as llama.cpp's --swa-full does.
+	// Off (the default), each slot keeps them in a ring of pages just
+	// long enough for the window and one prefill chunk, so a long
+	// sequence holds much less KV, at the price of the prefix cache and
+	// of recomputing a preempted request (the ring is the slot's, as a
+	// recurrent state is).
+	SWAFull      bool   `toml:"swa_full"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 

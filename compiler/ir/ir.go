@@ -59,9 +59,15 @@ const (
 	// (convolution windows, linear-attention matrices): not paged, and
 	// reset by the kernels at a sequence's position 0.
 	Recurrent
+	// KVWindow is the KV cache of sliding-window layers kept in per-slot
+	// rings of pages, and IOWindow the request table whose page tables
+	// map a slot's positions onto its ring (rows and header as IO's).
+	KVWindow
+	IOWindow
 )
 
-var bufClassNames = map[BufClass]string{Weight: "weight", KV: "kv", IO: "io", Out: "out", Recurrent: "recurrent"}
+var bufClassNames = map[BufClass]string{Weight: "weight", KV: "kv", IO: "io", Out: "out", Recurrent: "recurrent",
+	KVWindow: "kv.window", IOWindow: "io.window"}
 
 func (c BufClass) String() string {
 	if s, ok := bufClassNames[c]; ok {

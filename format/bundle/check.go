@@ -81,6 +81,10 @@ func (h *Hparams) check() error {
 		return fmt.Errorf("recurrent_slot_bytes = %d, must be a non-negative multiple of 4", h.RecurrentBytes)
 	case h.KVPageBytes < 0 || h.KVPageBytes%64 != 0:
 		return fmt.Errorf("kv_page_bytes = %d, must be a non-negative multiple of 64", h.KVPageBytes)
+	case h.KVWindowRing < 0 || h.KVWindowRing > h.MaxPages || h.KVWindowPageBytes < 0 || h.KVWindowPageBytes%64 != 0 ||
+		(h.KVWindowRing == 0) != (h.KVWindowPageBytes == 0):
+		return fmt.Errorf("kv_window_ring = %d, kv_window_page_bytes = %d: want both 0, or a ring of at most max_pages = %d pages of a multiple of 64 bytes",
+			h.KVWindowRing, h.KVWindowPageBytes, h.MaxPages)
 	case h.MaxPages != (h.ContextLength+15)/16:
 		return fmt.Errorf("max_pages = %d, context_length = %d needs %d", h.MaxPages, h.ContextLength, (h.ContextLength+15)/16)
 	}

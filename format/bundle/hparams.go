@@ -42,6 +42,11 @@ type Hparams struct {
 	// that owns a cache, where the compiler placed them (0 in bundles
 	// older than the field: n_layer regions of n_head_kv × head_dim).
 	KVPageBytes int `kv:"kv_page_bytes"`
+	// KVWindowRing, when not 0, is the pages of each slot's ring that
+	// holds the ringed sliding-window layers' K and V (position p on ring
+	// page p/16 mod KVWindowRing), and KVWindowPageBytes one such page.
+	KVWindowRing      int `kv:"kv_window_ring"`
+	KVWindowPageBytes int `kv:"kv_window_page_bytes"`
 }
 
 // KVDim is the width of one token's K (or V) across the KV heads.

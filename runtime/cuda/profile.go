@@ -33,8 +33,7 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 		}
 		p.events = append(p.events, e)
 	}
-	io := &t.regions[t.io]
-	if err := driver.MemcpyHtoDAsync(io.dev, io.host, t.stream); err != nil {
+	if err := t.upload(); err != nil {
 		return err
 	}
 	if err := p.events[0].Record(t.stream); err != nil {

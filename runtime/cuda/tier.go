@@ -41,7 +41,8 @@ type Options struct {
 
 // hostRegions are the regions the engine reads or writes from the host;
 // each gets a pinned mirror that the captured graph copies to or from.
-var hostRegions = map[string]bool{kernels.RegionIO: true, kernels.RegionLogits: true, kernels.RegionTokens: true, kernels.RegionFence: true}
+var hostRegions = map[string]bool{kernels.RegionIO: true, kernels.RegionIOWindow: true, kernels.RegionLogits: true, kernels.RegionTokens: true,
+	kernels.RegionFence: true}
 
 type region struct {
 	name string
@@ -62,7 +63,7 @@ type Tier struct {
 	stream  driver.Stream
 	done    driver.Event
 	regions []region
-	io      int
+	uploads []int // request tables, uploaded before every replay
 	fence   int
 	copyOut []int // regions downloaded after every replay
 	modules []driver.Module
@@ -93,7 +94,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
-	t := &Tier{io: -1, fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info}
+	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info}
 	if t.maxGr <= 0 {
 		t.maxGr = 16
 	}
@@ -160,8 +161,8 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			rp.host = rp.host[:reg.size]
 		}
 		switch r.Name {
-		case kernels.RegionIO:
-			t.io = i
+		case kernels.RegionIO, kernels.RegionIOWindow:
+			t.uploads = append(t.uploads, i)
 		case kernels.RegionFence:
 			t.fence = i
 		case kernels.RegionLogits, kernels.RegionTokens:
@@ -170,7 +171,7 @@ func (t *Tier) load(b *bundle.Bundle) error {
 		mem.Base = append(mem.Base, uint64(rp.dev))
 		mem.Size = append(mem.Size, uint64(reg.size))
 	}
-	if t.io < 0 || t.fence < 0 {
+	if len(t.uploads) == 0 || t.fence < 0 {
 		return fmt.Errorf("cuda: memory plan lacks the io or fence region")
 	}
 	for _, blob := range b.Blobs {
@@ -316,9 +317,10 @@ func (t *Tier) replay(vi int, run func() error) error {
 // values between kernels, not for speed.
 func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
 	return t.replay(vi, func() error {
-		io := &t.regions[t.io]
-		if err := driver.MemcpyHtoD(io.dev, io.host); err != nil {
-			return err
+		for _, ri := range t.uploads {
+			if err := driver.MemcpyHtoD(t.regions[ri].dev, t.regions[ri].host); err != nil {
+				return err
+			}
 		}
 		ls := t.variants[vi]
 		for i := range ls {
@@ -448,8 +450,7 @@ func (t *Tier) capture(vi int) (driver.GraphExec, error) {
 }
 
 func (t *Tier) record(vi int) error {
-	io := &t.regions[t.io]
-	if err := driver.MemcpyHtoDAsync(io.dev, io.host, t.stream); err != nil {
+	if err := t.upload(); err != nil {
 		return err
 	}
 	for i := range t.variants[vi] {
@@ -538,4 +539,14 @@ func (t *Tier) close() {
 		t.dev.ReleasePrimaryContext()
 		t.ctx = 0
 	}
+}
+
+// upload queues the request tables' copy to the device on the stream.
+func (t *Tier) upload() error {
+	for _, ri := range t.uploads {
+		if err := driver.MemcpyHtoDAsync(t.regions[ri].dev, t.regions[ri].host, t.stream); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -33,10 +33,12 @@ type Model interface {
 	Slots() int
 	MaxPages() int
 	KVPages() int
-	// Recurrent reports recurrent layers, whose per-slot state holds the
-	// whole sequence so far: a prompt must run from its first token, so
-	// such a model gets no prefix cache.
-	Recurrent() bool
+	// SlotState reports state a slot holds beside its KV pages (recurrent
+	// layers' state, a ring of window-layer pages), which a prompt must
+	// build from its first token and the slot's next occupant
+	// overwrites: such a model gets no prefix cache, and a preempted
+	// request recomputes its tokens.
+	SlotState() bool
 	Step(ctx context.Context, b runtime.Batch) error
 	Logits(slot int, dst []float32) []float32
 	// Greedy is the token the step's ARGMAX picked for slot: the first
@@ -289,7 +291,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	e.stats.Finished = map[Finish]uint64{}
 	e.stats.Slots = cfg.Slots
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
-	if m.Recurrent() {
+	if m.SlotState() {
 		cfg.NoPrefixCache = true
 	}
 	if !cfg.NoPrefixCache {
@@ -544,9 +546,10 @@ func (e *Engine) preempt(r *request) {
 		panic("engine: the scheduler preempted an interactive request")
 	}
 	e.slots[r.slot], r.slot = nil, -1
-	if e.m.Recurrent() {
-		// The slot held its recurrent state, which the next occupant
-		// overwrites: on resume it recomputes its tokens from position 0,
+	if e.m.SlotState() {
+		// The slot held state of r's (recurrent, or a window ring), which
+		// the next occupant overwrites: on resume it recomputes its
+		// tokens from position 0,
 		// the pending one last, which yields the next token as its decode
 		// step would have. Its pages are rewritten with the same bits
 		// (the kernels are batch-invariant).

@@ -113,10 +113,94 @@ func TestServesLikeAloneHybrid(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if !p.Recurrent() {
+	if !p.SlotState() {
 		t.Fatal("the hybrid has no recurrent state")
 	}
 	servesLikeAlone(t, p)
+}
+
+// TestWindowRing builds a Gemma 4-shaped model (synthetic weights, an
+// 8-token window, every fifth layer global) twice: with its window layers
+// in per-slot rings of pages and with swa_full. Sequences far longer
+// than the window and the ring, prompted in chunks, must give the same
+// logits bit for bit on both (the ring changes where K and V live, not
+// what the kernels compute); then the ringed one serves like alone,
+// preemption included. On every tier.
+func TestWindowRing(t *testing.T) {
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) { windowRing(t, tr) })
+	}
+}
+
+func windowRing(t *testing.T, tr tier) {
+	if tr.name == "cuda" {
+		if _, err := driver.Probe(); err != nil {
+			t.Skipf("no GPU: %v", err)
+		}
+	}
+	b, err := synth.Write(synth.Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 512,
+		Context: 256, Type: ggml.Q8_0, Window: 8, PerLayer: 32, Seed: 13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	os.WriteFile(model, b, 0o644)
+	open := func(name, config string) *runtime.Program {
+		cfg, out := filepath.Join(dir, name+".toml"), filepath.Join(dir, name)
+		os.WriteFile(cfg, []byte(config), 0o644)
+		if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: tr.target}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := runtime.Open(out, runtime.Options{Tier: tr.name, Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	ringed, full := open("ring", servesConfig), open("full", servesConfig+"swa_full = true\n")
+	// A ring of a window and a 64-row chunk: ceil((8-1+64)/16) + 1 pages.
+	if r := ringed.Hparams.KVWindowRing; r != 6 || !ringed.SlotState() || full.Hparams.KVWindowRing != 0 || full.SlotState() {
+		t.Fatalf("ring of %d pages (slot state %v); swa_full: ring %d", r, ringed.SlotState(), full.Hparams.KVWindowRing)
+	}
+	if ringed.KVPages() != full.KVPages() || ringed.Hparams.KVPageBytes >= full.Hparams.KVPageBytes {
+		t.Errorf("shared pages: %d of %d bytes with the ring, %d of %d without", ringed.KVPages(), ringed.Hparams.KVPageBytes,
+			full.KVPages(), full.Hparams.KVPageBytes)
+	}
+	ctx := context.Background()
+	for _, n := range []int{5, 70, 150} {
+		prompt := make([]int32, n)
+		for i := range prompt {
+			prompt[i] = int32(3 + (i*37)%500)
+		}
+		var logits [2][][]float32
+		for k, p := range []*runtime.Program{ringed, full} {
+			pool, err := sequence.New(p, sequence.PrefillBatched, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := pool.NewSequence()
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.Prefill(ctx, prompt)
+			for step := 0; err == nil && step < 40; step++ {
+				logits[k] = append(logits[k], slices.Clone(l))
+				l, err = s.Decode(ctx, int32(3+step*11))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Release()
+		}
+		for step := range logits[0] {
+			if !slices.Equal(logits[0][step], logits[1][step]) {
+				t.Fatalf("prompt of %d: step %d: the ringed model's logits differ from swa_full's", n, step)
+			}
+		}
+	}
+	servesLikeAlone(t, ringed)
 }
 
 func servesLikeAlone(t *testing.T, p *runtime.Program) {

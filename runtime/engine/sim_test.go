@@ -42,7 +42,7 @@ func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 func (m *scripted) Slots() int      { return m.slots }
 func (m *scripted) MaxPages() int   { return m.maxPages }
 func (m *scripted) KVPages() int    { return m.kvPages }
-func (m *scripted) Recurrent() bool { return false }
+func (m *scripted) SlotState() bool { return false }
 
 func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 	if m.fail {

@@ -41,7 +41,11 @@ Per architecture:
                               (default Q8_0) is the other matrices'
   qwen35                      3 gated DeltaNet layers (--ssm-state,
                               --ssm-groups, --ssm-heads) to 1 gated attention
-                              layer`,
+                              layer
+  qwen35moe, qwen3next        qwen35 with routed experts (--experts,
+                              --experts-used, --expert-ffn) beside a gated
+                              shared expert of width --ffn; qwen3next's
+                              DeltaNet projects beta and alpha as one ssm_ba`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -89,15 +93,15 @@ Per architecture:
 	f.IntVar(&s.FF, "ffn", s.FF, "feed-forward width")
 	f.IntVar(&s.Vocab, "vocab", s.Vocab, "vocabulary size (≥ 259)")
 	f.IntVar(&s.Context, "ctx", s.Context, "context length (for mistral3 and gpt-oss, the original context YaRN extends)")
-	f.IntVar(&s.Experts, "experts", 0, "routed experts, qwen2moe and gpt-oss (default 4)")
+	f.IntVar(&s.Experts, "experts", 0, "routed experts, for qwen2moe, gpt-oss, qwen35moe and qwen3next (default 4)")
 	f.IntVar(&s.ExpertsUsed, "experts-used", 0, "experts used per token (default min(2, --experts))")
 	f.IntVar(&s.ExpertFF, "expert-ffn", 0, "expert feed-forward width (default ffn/2; gpt-oss: ffn)")
 	f.IntVar(&s.Window, "window", 0, "sliding window of gemma2, gemma3, gemma4, gpt-oss (default 4096, 1024, 512, 128)")
 	f.IntVar(&s.PerLayer, "per-layer", 0, "gemma4: per-layer input width (default 256)")
 	f.IntVar(&s.SharedKV, "shared-kv", 0, "gemma4: last layers that share an earlier layer's KV cache")
-	f.IntVar(&s.SSMState, "ssm-state", 0, "qwen35: DeltaNet head width (default the head width)")
-	f.IntVar(&s.SSMGroups, "ssm-groups", 0, "qwen35: DeltaNet key heads (default 2)")
-	f.IntVar(&s.SSMHeads, "ssm-heads", 0, "qwen35: DeltaNet value heads (default 2 × ssm-groups)")
+	f.IntVar(&s.SSMState, "ssm-state", 0, "qwen35, qwen35moe, qwen3next: DeltaNet head width (default the head width)")
+	f.IntVar(&s.SSMGroups, "ssm-groups", 0, "qwen35, qwen35moe, qwen3next: DeltaNet key heads (default 2)")
+	f.IntVar(&s.SSMHeads, "ssm-heads", 0, "qwen35, qwen35moe, qwen3next: DeltaNet value heads (default 2 × ssm-groups)")
 	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q6_K, or the mix Q4_K_M; gpt-oss: default Q8_0, and MXFP4 means Q8_0 beside the MXFP4 experts")
 	f.Uint64Var(&s.Seed, "seed", s.Seed, "random seed")
 	// Hidden spellings: --expert-ff for --expert-ffn, --sliding-window for --window.

@@ -32,9 +32,12 @@ type Shape struct {
 	// local RoPE base and linear RoPE scaling), mistral3 (llama with YaRN
 	// and attention temperature scaling) or gpt-oss (biased attention
 	// with sinks, sliding-window layers, YaRN, and biased routed experts
-	// in MXFP4) or qwen35 (every fourth layer gated attention with
+	// in MXFP4), qwen35 (every fourth layer gated attention with
 	// per-head Q/K norms and partial RoPE, the others gated DeltaNet
-	// layers shaped by the SSM fields).
+	// layers shaped by the SSM fields), qwen35moe and qwen3next (qwen35
+	// with routed experts beside a gated shared expert of width FF;
+	// qwen3next's DeltaNet projects beta and alpha jointly) or gemma4
+	// (see PerLayer).
 	Arch    string
 	Layers  int
 	Embd    int
@@ -57,8 +60,8 @@ type Shape struct {
 	// Q4_K_M does. Empty: every matrix is Type.
 	Mix  string
 	Seed uint64
-	// Experts, ExpertsUsed and ExpertFF shape a qwen2moe or gpt-oss
-	// model's routed experts (defaults 4, 2 and FF/2; for gpt-oss FF,
+	// Experts, ExpertsUsed and ExpertFF shape a MoE model's routed
+	// experts (defaults 4, 2 and FF/2; for gpt-oss FF,
 	// and its feed_forward_length is ExpertFF, as in the released files).
 	Experts, ExpertsUsed, ExpertFF int
 	// Window is the sliding window of gemma2, gemma3 and gpt-oss's local
@@ -79,7 +82,17 @@ type Shape struct {
 }
 
 // moe reports whether s has routed experts.
-func (s Shape) moe() bool { return s.Arch == "qwen2moe" || s.Arch == "gpt-oss" }
+func (s Shape) moe() bool {
+	return s.Arch == "qwen2moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35moe" || s.Arch == "qwen3next"
+}
+
+// hybrid reports whether s is of the Qwen3.5/Qwen3-Next family: gated
+// DeltaNet layers between gated attention ones.
+func (s Shape) hybrid() bool { return s.Arch == "qwen35" || s.Arch == "qwen35moe" || s.Arch == "qwen3next" }
+
+// sharedExpert reports whether s's routed experts sit beside a
+// sigmoid-gated shared expert of width FF.
+func (s Shape) sharedExpert() bool { return s.moe() && s.Arch != "gpt-oss" }
 
 // windows are the sliding windows of the released models of the families
 // with sliding-window layers.
@@ -106,7 +119,7 @@ func (s Shape) withDefaults() Shape {
 	if s.Arch == "gemma4" && s.PerLayer == 0 {
 		s.PerLayer = 256
 	}
-	if s.Arch == "qwen35" {
+	if s.hybrid() {
 		if s.SSMState == 0 {
 			s.SSMState = s.headDim()
 		}
@@ -190,7 +203,7 @@ func Write(s Shape) ([]byte, error) {
 		base = 1e6
 	case "gpt-oss":
 		base = 150000
-	case "qwen35":
+	case "qwen35", "qwen35moe", "qwen3next":
 		eps, base = 1e-6, 1e7
 	}
 	ffv, kvv, keyLen := gguf.U32(uint32(ff)), gguf.U32(uint32(s.HeadsKV)), s.HeadDim
@@ -199,7 +212,9 @@ func Write(s Shape) ([]byte, error) {
 	}
 	w.Set(a+".context_length", gguf.U32(uint32(ctx)))
 	w.Set(a+".embedding_length", gguf.U32(uint32(s.Embd)))
-	w.Set(a+".feed_forward_length", ffv)
+	if a != "qwen35moe" { // its converter writes only the experts' widths
+		w.Set(a+".feed_forward_length", ffv)
+	}
 	w.Set(a+".attention.head_count", gguf.U32(uint32(s.Heads)))
 	w.Set(a+".attention.head_count_kv", kvv)
 	w.Set(a+".attention.key_length", gguf.U32(uint32(keyLen)))
@@ -251,11 +266,13 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
 		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
 	}
-	if a == "qwen35" { // Qwen3.5: partial RoPE in sections, 3 DeltaNet layers to 1 attention
+	if s.hybrid() { // Qwen3.5/Qwen3-Next: partial RoPE (in sections for 3.5), 3 DeltaNet layers to 1 attention
 		nRot := s.HeadDim / 4
 		w.Set(a+".rope.dimension_count", gguf.U32(uint32(nRot)))
-		sections := []int32{int32(nRot * 3 / 16), int32(nRot * 3 / 16), int32(nRot/2 - 2*(nRot*3/16)), 0}
-		w.Set(a+".rope.dimension_sections", gguf.I32s(sections))
+		if a != "qwen3next" {
+			sections := []int32{int32(nRot * 3 / 16), int32(nRot * 3 / 16), int32(nRot/2 - 2*(nRot*3/16)), 0}
+			w.Set(a+".rope.dimension_sections", gguf.I32s(sections))
+		}
 		w.Set(a+".ssm.conv_kernel", gguf.U32(4))
 		w.Set(a+".ssm.state_size", gguf.U32(uint32(s.SSMState)))
 		w.Set(a+".ssm.group_count", gguf.U32(uint32(s.SSMGroups)))
@@ -263,7 +280,7 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".ssm.inner_size", gguf.U32(uint32(s.SSMHeads*s.SSMState)))
 		w.Set(a+".full_attention_interval", gguf.U32(qwen35Interval))
 	}
-	if a == "qwen2moe" {
+	if s.sharedExpert() {
 		w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
 		w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
 		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
@@ -356,7 +373,7 @@ func Write(s Shape) ([]byte, error) {
 		case "phi3": // Q|K|V and gate|up in one tensor each
 			attn = []tensor{{"attn_qkv.weight", mat, []int64{E, Q + 2*KV}, 0.05}}
 			ffn = []tensor{{"ffn_up.weight", mat, []int64{E, 2 * F}, 0.05}, ffn[2]}
-		case "qwen2moe": // routed experts beside a gated shared one
+		case "qwen2moe", "qwen35moe", "qwen3next": // routed experts beside a gated shared one
 			ffn = []tensor{
 				{"ffn_gate_inp.weight", ggml.F32, []int64{E, X}, 0.5},
 				{"ffn_gate_exps.weight", mat, []int64{E, FX, X}, 0.05},
@@ -383,7 +400,7 @@ func Write(s Shape) ([]byte, error) {
 				tensor{"ffn_norm.weight", ggml.F32, []int64{E}, 0})
 			layer = append(layer, ffn...)
 			layer = append(layer, tensor{"post_ffw_norm.weight", ggml.F32, []int64{E}, 0})
-		case "qwen35":
+		case "qwen35", "qwen35moe", "qwen3next":
 			layer = qwen35Layer(s, l, mat, ffn)
 		case "gemma4":
 			layer = g4.layer(s, l, mat)
@@ -478,10 +495,11 @@ type tensor struct {
 // layers to one attention layer.
 const qwen35Interval = 4
 
-// qwen35Layer is layer l of a qwen35 model: a gated DeltaNet layer or,
-// every qwen35Interval-th, a gated attention one (Q projection twice as
-// wide for the gate, per-head Q/K norms); then the FFN behind the norm
-// named post_attention_norm.
+// qwen35Layer is layer l of a qwen35, qwen35moe or qwen3next model: a
+// gated DeltaNet layer (Qwen3-Next projects beta and alpha with one
+// tensor, ssm_ba) or, every qwen35Interval-th, a gated attention one (Q
+// projection twice as wide for the gate, per-head Q/K norms); then the
+// FFN behind the norm named post_attention_norm.
 func qwen35Layer(s Shape, l int, mat ggml.Type, ffn []tensor) []tensor {
 	E, Q, KV := int64(s.Embd), int64(s.Heads*s.HeadDim), int64(s.HeadsKV*s.HeadDim)
 	hk, hv, st := int64(s.SSMGroups), int64(s.SSMHeads), int64(s.SSMState)
@@ -499,9 +517,13 @@ func qwen35Layer(s Shape, l int, mat ggml.Type, ffn []tensor) []tensor {
 		c := (2*hk + hv) * st
 		layer = append(layer,
 			tensor{"attn_qkv.weight", mat, []int64{E, c}, 0.05},
-			tensor{"attn_gate.weight", mat, []int64{E, hv * st}, 0.05},
-			tensor{"ssm_beta.weight", mat, []int64{E, hv}, 0.05},
-			tensor{"ssm_alpha.weight", mat, []int64{E, hv}, 0.05},
+			tensor{"attn_gate.weight", mat, []int64{E, hv * st}, 0.05})
+		if s.Arch == "qwen3next" {
+			layer = append(layer, tensor{"ssm_ba.weight", mat, []int64{E, 2 * hv}, 0.05})
+		} else {
+			layer = append(layer, tensor{"ssm_beta.weight", mat, []int64{E, hv}, 0.05}, tensor{"ssm_alpha.weight", mat, []int64{E, hv}, 0.05})
+		}
+		layer = append(layer,
 			tensor{"ssm_dt.bias", ggml.F32, []int64{hv}, 0.5},
 			tensor{"ssm_a", ggml.F32, []int64{hv}, -1},
 			tensor{"ssm_conv1d.weight", ggml.F32, []int64{4, c}, 0.3},

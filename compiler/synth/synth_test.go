@@ -191,6 +191,22 @@ func TestNewFamilies(t *testing.T) {
 			absent: []string{"blk.0.ffn_norm.weight", "gpt-oss.expert_shared_feed_forward_length"},
 		},
 		{
+			s: Shape{Arch: "qwen35moe", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
+				Experts: 8, ExpertsUsed: 2, ExpertFF: 64, SSMState: 32, SSMGroups: 2, SSMHeads: 4, Seed: 14},
+			keys: map[string]string{"qwen35moe.expert_count": "8", "qwen35moe.expert_used_count": "2", "qwen35moe.expert_feed_forward_length": "64",
+				"qwen35moe.expert_shared_feed_forward_length": "128", "qwen35moe.full_attention_interval": "4", "qwen35moe.ssm.inner_size": "128"},
+			tensors: map[string]ggml.Type{"blk.0.ssm_beta.weight": ggml.Q8_0, "blk.0.ffn_gate_exps.weight": ggml.Q8_0, "blk.0.ffn_gate_inp.weight": ggml.F32,
+				"blk.3.ffn_up_shexp.weight": ggml.Q8_0, "blk.3.ffn_gate_inp_shexp.weight": ggml.F32, "blk.3.attn_q_norm.weight": ggml.F32},
+			absent: []string{"qwen35moe.feed_forward_length", "blk.0.ssm_ba.weight", "blk.0.ffn_gate.weight"},
+		},
+		{
+			s: Shape{Arch: "qwen3next", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
+				Experts: 6, ExpertsUsed: 2, ExpertFF: 64, SSMState: 32, SSMGroups: 2, SSMHeads: 4, Seed: 15},
+			keys: map[string]string{"qwen3next.expert_count": "6", "qwen3next.feed_forward_length": "128", "qwen3next.rope.dimension_count": "8"},
+			tensors: map[string]ggml.Type{"blk.0.ssm_ba.weight": ggml.Q8_0, "blk.1.ffn_down_exps.weight": ggml.Q8_0, "blk.3.attn_v.weight": ggml.Q8_0},
+			absent: []string{"qwen3next.rope.dimension_sections", "blk.0.ssm_beta.weight", "blk.0.ssm_alpha.weight"},
+		},
+		{
 			// Layers 4 and 9 are global; the last five share layers 3's
 			// and 4's caches and have FFNs twice as wide.
 			s: Shape{Arch: "gemma4", Layers: 10, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 16, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,

@@ -19,7 +19,7 @@ const (
 )
 
 // Archs are the architectures Write produces.
-var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "gemma4", "mistral3", "gpt-oss", "qwen35"}
+var Archs = []string{"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "gemma2", "gemma3", "gemma4", "mistral3", "gpt-oss", "qwen35", "qwen35moe", "qwen3next"}
 
 // Check reports the first field of s outside what Write can produce, by
 // its command-line name.
@@ -81,7 +81,7 @@ func (s Shape) Check() error {
 			return err
 		}
 	}
-	if s.Arch == "qwen35" {
+	if s.hybrid() {
 		for _, c := range []struct {
 			name      string
 			v, lo, hi int
@@ -95,7 +95,7 @@ func (s Shape) Check() error {
 			}
 		}
 		if s.SSMHeads%s.SSMGroups != 0 || s.headDim()%4 != 0 {
-			return fmt.Errorf("synth: qwen35 needs --ssm-heads a multiple of --ssm-groups and a head width divisible by 4")
+			return fmt.Errorf("synth: %s needs --ssm-heads a multiple of --ssm-groups and a head width divisible by 4", s.Arch)
 		}
 	}
 	hd := s.headDim()

@@ -88,7 +88,9 @@ func (s Shape) moe() bool {
 
 // hybrid reports whether s is of the Qwen3.5/Qwen3-Next family: gated
 // DeltaNet layers between gated attention ones.
-func (s Shape) hybrid() bool { return s.Arch == "qwen35" || s.Arch == "qwen35moe" || s.Arch == "qwen3next" }
+func (s Shape) hybrid() bool {
+	return s.Arch == "qwen35" || s.Arch == "qwen35moe" || s.Arch == "qwen3next"
+}
 
 // sharedExpert reports whether s's routed experts sit beside a
 // sigmoid-gated shared expert of width FF.

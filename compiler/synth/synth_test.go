@@ -202,9 +202,9 @@ func TestNewFamilies(t *testing.T) {
 		{
 			s: Shape{Arch: "qwen3next", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
 				Experts: 6, ExpertsUsed: 2, ExpertFF: 64, SSMState: 32, SSMGroups: 2, SSMHeads: 4, Seed: 15},
-			keys: map[string]string{"qwen3next.expert_count": "6", "qwen3next.feed_forward_length": "128", "qwen3next.rope.dimension_count": "8"},
+			keys:    map[string]string{"qwen3next.expert_count": "6", "qwen3next.feed_forward_length": "128", "qwen3next.rope.dimension_count": "8"},
 			tensors: map[string]ggml.Type{"blk.0.ssm_ba.weight": ggml.Q8_0, "blk.1.ffn_down_exps.weight": ggml.Q8_0, "blk.3.attn_v.weight": ggml.Q8_0},
-			absent: []string{"qwen3next.rope.dimension_sections", "blk.0.ssm_beta.weight", "blk.0.ssm_alpha.weight"},
+			absent:  []string{"qwen3next.rope.dimension_sections", "blk.0.ssm_beta.weight", "blk.0.ssm_alpha.weight"},
 		},
 		{
 			// Layers 4 and 9 are global; the last five share layers 3's

@@ -29,13 +29,13 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	err := s.checkRopeFactors(f)
-	if err != nil {
+	if err := s.checkRopeFactors(f); err != nil {
 		return nil, err
 	}
-	s.Hparams.RecurrentBytes = s.recurrentBytes()
 	h := &s.Hparams
+	h.RecurrentBytes = s.recurrentBytes()
 	h.KVWindowRing = s.windowRing(c)
+	var err error
 	if h.KVPageBytes, h.KVWindowPageBytes, err = s.placeKV(h.KVWindowRing > 0); err != nil {
 		return nil, err
 	}

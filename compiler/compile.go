@@ -15,6 +15,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/arch"
 	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/vocab"
@@ -424,14 +425,16 @@ func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error)
 		}
 		off := p.Offset
 		for _, name := range p.Sources {
-			t, ok := fe.GGUF.Tensor(name)
-			if !ok {
-				return zero, fmt.Errorf("weights pack: tensor %s missing", name)
+			parts, err := sourceData(fe.GGUF, name)
+			if err != nil {
+				return zero, fmt.Errorf("weights pack: %w", err)
 			}
-			if err := pw.Put(index[p.Region], off, fe.GGUF.TensorData(t)); err != nil {
-				return zero, err
+			for _, b := range parts {
+				if err := pw.Put(index[p.Region], off, b); err != nil {
+					return zero, err
+				}
+				off += int64(len(b))
 			}
-			off += t.Size
 		}
 	}
 	h, err := pw.Close()
@@ -439,4 +442,31 @@ func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error)
 		return zero, err
 	}
 	return h, f.Close()
+}
+
+// sourceData returns the bytes a weight source (ir.Source) takes from f,
+// in order: its tensor's data, or the rows of it the source slices.
+func sourceData(f *gguf.File, text string) ([][]byte, error) {
+	src, err := ir.ParseSource(text)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := f.Tensor(src.Tensor)
+	if !ok {
+		return nil, fmt.Errorf("tensor %s missing", src.Tensor)
+	}
+	rows := int64(1)
+	for _, d := range t.Dims[1:] {
+		rows *= d
+	}
+	ranges, err := src.Ranges(rows, t.Size)
+	if err != nil {
+		return nil, err
+	}
+	data := f.TensorData(t)
+	out := make([][]byte, len(ranges))
+	for i, r := range ranges {
+		out[i] = data[r[0]:r[1]]
+	}
+	return out, nil
 }

@@ -117,11 +117,13 @@ func (fe *Frontend) resume(path string) error {
 				// A derived weight: its bytes are its sources', in order.
 				total := int64(0)
 				for _, src := range b.Sources {
-					t, ok := fe.GGUF.Tensor(src)
-					if !ok {
-						return fmt.Errorf("%s: %s: weight @%s has source %s, which the GGUF lacks", path, g.Key, b.Name, src)
+					parts, err := sourceData(fe.GGUF, src)
+					if err != nil {
+						return fmt.Errorf("%s: %s: weight @%s: %w", path, g.Key, b.Name, err)
 					}
-					total += t.Size
+					for _, p := range parts {
+						total += int64(len(p))
+					}
 				}
 				if total != b.Bytes {
 					return fmt.Errorf("%s: %s: weight @%s says %d B; its sources hold %d B", path, g.Key, b.Name, b.Bytes, total)

@@ -157,6 +157,15 @@ var catalog = []ABI{
 	// stride columns) into y (rows of cols): one layer's slice of Gemma 4's
 	// per-layer inputs.
 	{Name: "copy_cols", Bufs: []string{"x", "io", "y"}, Push: []Param{{"cols", U32}, {"off", U32}}, Spec: []Param{{"stride", U32}}},
+	// zero clears cols columns of each active row of y (a sum's start).
+	{Name: "zero", Bufs: []string{"y", "io"}, Push: []Param{{"cols", U32}}},
+	// mul_vec multiplies each row of x in place by w, an F32 vector of
+	// cols, column by column (ggml_mul by a row: Gemma 4's router scale).
+	{Name: "mul_vec", Bufs: []string{"x", "w", "io"}, Push: []Param{{"cols", U32}}},
+	// moe_route_scale multiplies each routed expert's weight in place by
+	// s[expert], s an F32 vector of n_expert (Gemma 4's per-expert scale
+	// of the down projection, which a weight carries into moe_down_acc).
+	{Name: "moe_route_scale", Bufs: []string{"route", "s", "io"}, Push: []Param{{"n_used", U32}}},
 	// mul_sigmoid gates x in place: x ·= sigmoid(g).
 	{Name: "mul_sigmoid", Bufs: []string{"x", "g", "io"}, Push: []Param{{"cols", U32}}},
 	// swiglu_oai is gpt-oss's clamped SwiGLU: with g = min(gate, limit) and

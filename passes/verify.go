@@ -179,6 +179,18 @@ func verifyShapes(g *ir.Graph, in *ir.Inst) error {
 			return err
 		}
 		return want("y", a("cols"))
+	case ir.ZERO:
+		return want("y", a("cols"))
+	case ir.MUL_VEC:
+		if d := dims("w"); len(d) != 1 || d[0] != int64(a("cols")) {
+			return fmt.Errorf("vector shape %v, want [%d]", d, a("cols"))
+		}
+		return want("x", a("cols"))
+	case ir.MOE_ROUTE_SCALE:
+		if d := dims("s"); len(d) != 1 {
+			return fmt.Errorf("expert scales of shape %v, want one per expert", d)
+		}
+		return want("route", a("n_used"))
 	case ir.COPY_COLS:
 		if a("off")+a("cols") > a("stride") {
 			return fmt.Errorf("columns %d..%d past a row of %d", a("off"), a("off")+a("cols"), a("stride"))

@@ -331,6 +331,8 @@ func (b *graphBuilder) mixerFFN(l int, ls *LayerSpec, x int) error {
 	switch ffn := ls.FFN.(type) {
 	case DenseFFN:
 		return b.denseFFN(l, ls, ffn, fn, x)
+	case GemmaMoEFFN:
+		return b.gemmaMoE(l, ls, ffn, fn, x)
 	case MoEFFN:
 		return b.moe(l, ffn, fn, x)
 	default:
@@ -887,4 +889,106 @@ func (b *graphBuilder) head(x int) error {
 	g.Emit(ir.ARGMAX, []ir.Operand{ir.B("logits", b.logits), ir.B("io", b.io)}, []ir.Operand{ir.B("tokens", b.tokens)},
 		ir.Attrs{"n_vocab": float64(V)})
 	return nil
+}
+
+// gemmaMoE adds layer l's Gemma 4 MoE FFN (see GemmaMoEFFN) on the normed
+// input fn of the residual x, and its residual add into x: the dense
+// branch normed by post_ffw_norm_1, the experts' (on pre_ffw_norm_2's
+// input) by post_ffw_norm_2, their sum by post_ffw_norm.
+func (b *graphBuilder) gemmaMoE(l int, ls *LayerSpec, ffn GemmaMoEFFN, fn, x int) error {
+	g, h := b.g, b.h
+	T, E, F, X, U := g.Key.Rows, int64(h.NEmbd), int64(ffn.NFFExpert), int64(ffn.NExpert), ffn.NExpertUsed
+	dense, err := b.swigluFFN(l, fn, ffn.NFF, swiglu{role: "ffn_", buf: "model.ffn.", reg: "", gelu: true})
+	if err != nil {
+		return err
+	}
+	w1, err := b.weight("ffn_post_norm_1", l, "model.ffn.post_norm_1", E)
+	if err != nil {
+		return err
+	}
+	b.rmsNorm(dense, dense, w1, h.NEmbd, h.NEmbd)
+	xe, err := b.preNorm(l, "ffn_pre_norm_2", "model.moe.pre_norm", "moe_in", x)
+	if err != nil {
+		return err
+	}
+	// The router's input, in llama.cpp's order of roundings.
+	rs, err := b.f32Weight("moe_router_scale", l, "model.moe.router_scale", E)
+	if err != nil {
+		return err
+	}
+	rin := b.reg(l, "router_in", h.NEmbd)
+	g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", x), ir.B("io", b.io)}, []ir.Operand{ir.R("y", rin)},
+		ir.Attrs{"cols": float64(E), "group": float64(E), "eps": float64(h.Eps)})
+	b.scale(rin, h.NEmbd, float64(1/sqrtf(h.NEmbd)))
+	g.Emit(ir.MUL_VEC, []ir.Operand{ir.R("x", rin), ir.B("w", rs), ir.B("io", b.io)}, []ir.Operand{ir.R("x", rin)},
+		ir.Attrs{"cols": float64(E)})
+	wr, err := b.weight("moe_router", l, "model.moe.gate_w", E, X)
+	if err != nil {
+		return err
+	}
+	route := g.NewReg(fmt.Sprintf("l%d.route", l), T, U, kernels.RouteEntryBytes)
+	g.Emit(ir.MOE_GATE_TOPK, []ir.Operand{ir.R("x", rin), ir.B("w", wr), ir.B("io", b.io)}, []ir.Operand{ir.R("route", route)},
+		ir.Attrs{"k": float64(E), "n_expert": float64(X), "n_used": float64(U), "norm": 1, "gating": 0})
+	if ffn.DownScale {
+		s, err := b.f32Weight("moe_down_scale", l, "model.moe.down_scale", X)
+		if err != nil {
+			return err
+		}
+		g.Emit(ir.MOE_ROUTE_SCALE, []ir.Operand{ir.R("route", route), ir.B("s", s), ir.B("io", b.io)}, []ir.Operand{ir.R("route", route)},
+			ir.Attrs{"n_used": float64(U)})
+	}
+	// Each expert's gate rows are the first half of its rows of the fused
+	// tensor, its up rows the second: two derived weights, sliced when
+	// the pack is written.
+	var halves [2]int
+	for i, half := range []string{"gate", "up"} {
+		if halves[i], err = b.rowSlice("moe_gate_up", l, "model.moe."+half+"_exps", int64(i)*F, int64(i+1)*F, 2*F, E, F, X); err != nil {
+			return err
+		}
+	}
+	wd, err := b.weight("moe_down", l, "model.moe.down_exps", F, E, X)
+	if err != nil {
+		return err
+	}
+	gate, up, act := b.reg(l, "moe_gate", U*ffn.NFFExpert), b.reg(l, "moe_up", U*ffn.NFFExpert), b.reg(l, "moe_act", U*ffn.NFFExpert)
+	g.Emit(ir.MOE_GATE_UP, []ir.Operand{ir.R("x", xe), ir.B("w_gate", halves[0]), ir.B("w_up", halves[1]), ir.R("route", route), ir.B("io", b.io)},
+		[]ir.Operand{ir.R("gate", gate), ir.R("up", up)}, ir.Attrs{"k": float64(E), "f": float64(F), "n_used": float64(U)})
+	g.Emit(ir.GEGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", b.io)}, []ir.Operand{ir.R("y", act)},
+		ir.Attrs{"cols": float64(U) * float64(F)})
+	moe := b.reg(l, "moe_out", h.NEmbd)
+	g.Emit(ir.ZERO, []ir.Operand{ir.B("io", b.io)}, []ir.Operand{ir.R("y", moe)}, ir.Attrs{"cols": float64(E)})
+	g.Emit(ir.MOE_DOWN_ACC, []ir.Operand{ir.R("h", act), ir.B("w", wd), ir.R("route", route), ir.B("io", b.io), ir.R("y", moe)},
+		[]ir.Operand{ir.R("y", moe)}, ir.Attrs{"f": float64(F), "n": float64(E), "n_used": float64(U)})
+	w2, err := b.weight("ffn_post_norm_2", l, "model.moe.post_norm", E)
+	if err != nil {
+		return err
+	}
+	b.rmsNorm(moe, moe, w2, h.NEmbd, h.NEmbd)
+	b.add(dense, moe, h.NEmbd)
+	return b.postNormResidual(l, ls, "ffn_post_norm", "model.ffn.post_norm", x, dense)
+}
+
+// rowSlice adds a derived weight: rows lo..hi-1 of every block of period
+// rows of layer l's tensor role (ir.Source), of the given dims in ggml
+// order, of the tensor's type.
+func (b *graphBuilder) rowSlice(role string, layer int, logical string, lo, hi, period int64, dims ...int64) (int, error) {
+	name := fmt.Sprintf(llamaTensors[role], layer)
+	t, ok := b.f.Tensor(name)
+	if !ok {
+		return 0, fmt.Errorf("missing tensor %s", name)
+	}
+	rows := int64(1)
+	for _, d := range t.Dims[1:] {
+		rows *= d
+	}
+	want := int64(1)
+	for _, d := range dims[1:] {
+		want *= d
+	}
+	if len(t.Dims) == 0 || t.Dims[0] != dims[0] || rows%period != 0 || want != rows/period*(hi-lo) {
+		return 0, fmt.Errorf("tensor %s has shape %v: rows %d:%d of blocks of %d do not make %v", name, t.Dims, lo, hi, period, dims)
+	}
+	src := ir.Source{Tensor: name, Lo: lo, Hi: hi, Period: period}
+	return b.g.Buffer(ir.Buffer{Name: fmt.Sprintf("%s[%d]", logical, layer), Class: ir.Weight, Sources: []string{src.String()}, Type: t.Type,
+		Dims: dims, LayerClass: role, Bytes: t.Size / period * (hi - lo)}), nil
 }

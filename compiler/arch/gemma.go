@@ -76,8 +76,9 @@ func gemma3(f *gguf.File, c *config.Config) (*Spec, error) {
 // earlier layer of their kind (llama.cpp's n_layer_kv_from_start − 2 for
 // local, − 1 for global); per-layer inputs
 // (embedding_length_per_layer_input) and a per-layer output scale; FFN
-// widths per layer; final logits soft-capped (default 30). Its MoE layers
-// (ffn_gate_inp) are not built yet.
+// widths per layer; final logits soft-capped (default 30); and, in the
+// layers with a router (ffn_gate_inp), routed experts beside the dense FFN
+// (GemmaMoEFFN).
 func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
 	s, err := gemmaLineage(f, c, -1, 2, 0, false)
 	if err != nil {
@@ -125,8 +126,9 @@ func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
 		ls := &s.Layers[l]
 		_, isLocal := ls.Mixer.(SlidingWindowAttention)
 		if _, moe := f.Tensor(fmt.Sprintf(llamaTensors["moe_router"], l)); moe {
-			return nil, &support.Error{What: "layer FFN", Value: "Gemma 4 mixture of experts", Where: support.In(fmt.Sprintf("layer %d", l)),
-				Detail: "zrt builds Gemma 4's dense layers"}
+			if ls.FFN, err = gemma4MoE(f, m, l, ls.FFN.(DenseFFN).NFF); err != nil {
+				return nil, err
+			}
 		}
 		ls.QScale, ls.QKNorm, ls.VNorm = 1, true, true
 		if isLocal {
@@ -148,6 +150,23 @@ func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
 		}
 	}
 	return s, nil
+}
+
+// gemma4MoE is layer l's FFN where it has a router: the dense FFN of nff
+// columns beside the routed experts that expert_count, expert_used_count
+// and expert_feed_forward_length shape.
+func gemma4MoE(f *gguf.File, m archMeta, l, nff int) (GemmaMoEFFN, error) {
+	ffn := GemmaMoEFFN{NFF: nff}
+	for _, p := range []struct {
+		key string
+		dst *int
+	}{{"expert_count", &ffn.NExpert}, {"expert_used_count", &ffn.NExpertUsed}, {"expert_feed_forward_length", &ffn.NFFExpert}} {
+		if err := m.get(p.key, p.dst, -1); err != nil {
+			return ffn, err
+		}
+	}
+	_, ffn.DownScale = f.Tensor(fmt.Sprintf(llamaTensors["moe_down_scale"], l))
+	return ffn, nil
 }
 
 // scalarTensor reads a one-element F32 tensor, 0 when the file has none.

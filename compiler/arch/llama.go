@@ -94,6 +94,15 @@ var llamaTensors = map[string]string{
 	"ple_proj":       "blk.%d.proj.weight",
 	"ple_post_norm":  "blk.%d.post_norm.weight",
 	"out_scale":      "blk.%d.layer_output_scale.weight",
+	// Gemma 4's MoE layers: the router's input scale, the experts'
+	// fused gate|up and down tensors and per-expert output scale, and the
+	// norms of the dense and the expert branches.
+	"moe_router_scale": "blk.%d.ffn_gate_inp.scale",
+	"moe_gate_up":      "blk.%d.ffn_gate_up_exps.weight",
+	"moe_down_scale":   "blk.%d.ffn_down_exps.scale",
+	"ffn_post_norm_1":  "blk.%d.post_ffw_norm_1.weight",
+	"ffn_pre_norm_2":   "blk.%d.pre_ffw_norm_2.weight",
+	"ffn_post_norm_2":  "blk.%d.post_ffw_norm_2.weight",
 }
 
 // llama: adjacent-pair RoPE, no biases, dense FFN.

@@ -289,8 +289,26 @@ type MoEFFN struct {
 	OAI bool
 }
 
-func (DenseFFN) ffn() {}
-func (MoEFFN) ffn()   {}
+// GemmaMoEFFN is Gemma 4's FFN in its MoE layers: a dense GeGLU FFN of
+// NFF columns and NExpertUsed of NExpert routed GeGLU experts of NFFExpert
+// columns side by side, each with norms of its own, their outputs summed.
+// The router reads the un-normed residual (RMS-normed, over √n_embd,
+// times ffn_gate_inp.scale) and weights by the renormalized softmax;
+// each expert's gate and up rows are the halves of its rows of one
+// tensor (ffn_gate_up_exps), and DownScale multiplies each expert's
+// output by its ffn_down_exps.scale.
+type GemmaMoEFFN struct {
+	NFF, NExpert, NExpertUsed, NFFExpert int
+	DownScale                            bool
+}
+
+func (DenseFFN) ffn()    {}
+func (MoEFFN) ffn()      {}
+func (GemmaMoEFFN) ffn() {}
+
+func (f GemmaMoEFFN) String() string {
+	return fmt.Sprintf("dense GeGLU FFN (n_ff %d) beside routed GeGLU experts (%d of %d, n_ff %d)", f.NFF, f.NExpertUsed, f.NExpert, f.NFFExpert)
+}
 
 func (f DenseFFN) String() string {
 	if f.GELU {
@@ -365,6 +383,10 @@ func (s *Spec) check() error {
 		case MoEFFN:
 			if ffn.NExpert < 1 || ffn.NExpertUsed < 1 || ffn.NExpertUsed > ffn.NExpert || ffn.NFFExpert < 1 || ffn.SharedNFF < 0 ||
 				(ffn.SharedGated && ffn.SharedNFF == 0) {
+				return fmt.Errorf("layer %d: %v", l, ffn)
+			}
+		case GemmaMoEFFN:
+			if ffn.NFF < 1 || ffn.NExpert < 1 || ffn.NExpertUsed < 1 || ffn.NExpertUsed > ffn.NExpert || ffn.NFFExpert < 1 {
 				return fmt.Errorf("layer %d: %v", l, ffn)
 			}
 		case nil:

@@ -50,6 +50,9 @@ const (
 	SPLIT_HALVES
 	MUL_SIGMOID
 	COPY_COLS
+	ZERO
+	MUL_VEC
+	MOE_ROUTE_SCALE
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -92,6 +95,9 @@ var opTable = map[Op]OpInfo{
 	SPLIT_HALVES:       {Name: "SPLIT_HALVES", Kernel: "split_halves"},
 	MUL_SIGMOID:        {Name: "MUL_SIGMOID", Kernel: "mul_sigmoid", InPlace: []string{"x"}},
 	COPY_COLS:          {Name: "COPY_COLS", Kernel: "copy_cols"},
+	ZERO:               {Name: "ZERO", Kernel: "zero"},
+	MUL_VEC:            {Name: "MUL_VEC", Kernel: "mul_vec", InPlace: []string{"x"}},
+	MOE_ROUTE_SCALE:    {Name: "MOE_ROUTE_SCALE", Kernel: "moe_route_scale", InPlace: []string{"route"}},
 	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},

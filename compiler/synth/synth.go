@@ -83,7 +83,8 @@ type Shape struct {
 
 // moe reports whether s has routed experts.
 func (s Shape) moe() bool {
-	return s.Arch == "qwen2moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35moe" || s.Arch == "qwen3next"
+	return s.Arch == "qwen2moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35moe" || s.Arch == "qwen3next" ||
+		(s.Arch == "gemma4" && s.Experts > 0)
 }
 
 // hybrid reports whether s is of the Qwen3.5/Qwen3-Next family: gated
@@ -94,7 +95,9 @@ func (s Shape) hybrid() bool {
 
 // sharedExpert reports whether s's routed experts sit beside a
 // sigmoid-gated shared expert of width FF.
-func (s Shape) sharedExpert() bool { return s.moe() && s.Arch != "gpt-oss" }
+func (s Shape) sharedExpert() bool {
+	return s.Arch == "qwen2moe" || s.Arch == "qwen35moe" || s.Arch == "qwen3next"
+}
 
 // windows are the sliding windows of the released models of the families
 // with sliding-window layers.
@@ -257,6 +260,11 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".attention.value_length_swa", gguf.U32(uint32(s.HeadDim)))
 		w.Set(a+".rope.dimension_count", gguf.U32(uint32(g4.globalDim)))
 		w.Set(a+".rope.dimension_count_swa", gguf.U32(uint32(s.HeadDim)))
+		if s.moe() { // Gemma 4 26B-A4B: experts beside every layer's dense FFN
+			w.Set(a+".expert_count", gguf.U32(uint32(s.Experts)))
+			w.Set(a+".expert_used_count", gguf.U32(uint32(s.ExpertsUsed)))
+			w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
+		}
 	case "mistral3": // Ministral 3's YaRN attention scaling and Llama 4 temperature
 		w.Set(a+".vocab_size", gguf.U32(uint32(s.Vocab)))
 		w.Set(a+".rope.dimension_count", gguf.U32(uint32(s.HeadDim)))
@@ -701,7 +709,8 @@ func (g gemma4Layout) modelTensors(s Shape, mat ggml.Type, add func(string, ggml
 	return add("rope_freqs.weight", ggml.F32, []int64{int64(len(freqs))}, freqs)
 }
 
-// layer is layer l of a gemma4 model.
+// layer is layer l of a gemma4 model; with experts, each layer also
+// routes to them (Gemma 4 26B-A4B's layout).
 func (g gemma4Layout) layer(s Shape, l int, mat ggml.Type) []tensor {
 	E, P, F := int64(s.Embd), int64(s.PerLayer), int64(g.ff[l])
 	hd := int64(s.HeadDim)
@@ -717,7 +726,7 @@ func (g gemma4Layout) layer(s Shape, l int, mat ggml.Type) []tensor {
 	if g.local[l] {
 		layer = append(layer, tensor{"attn_v.weight", mat, []int64{E, KV}, 0.05})
 	}
-	return append(layer,
+	layer = append(layer,
 		tensor{"attn_q_norm.weight", ggml.F32, []int64{hd}, 0},
 		tensor{"attn_k_norm.weight", ggml.F32, []int64{hd}, 0},
 		tensor{"attn_output.weight", mat, []int64{Q, E}, 0.05},
@@ -731,4 +740,17 @@ func (g gemma4Layout) layer(s Shape, l int, mat ggml.Type) []tensor {
 		tensor{"proj.weight", mat, []int64{P, E}, 0.05},
 		tensor{"post_norm.weight", ggml.F32, []int64{E}, 0},
 		tensor{"layer_output_scale.weight", ggml.F32, []int64{1}, 0})
+	if !s.moe() {
+		return layer
+	}
+	X, FX := int64(s.Experts), int64(s.ExpertFF)
+	return append(layer,
+		tensor{"ffn_gate_inp.weight", ggml.F32, []int64{E, X}, 0.5},
+		tensor{"ffn_gate_inp.scale", ggml.F32, []int64{E}, 0},
+		tensor{"pre_ffw_norm_2.weight", ggml.F32, []int64{E}, 0},
+		tensor{"post_ffw_norm_1.weight", ggml.F32, []int64{E}, 0},
+		tensor{"post_ffw_norm_2.weight", ggml.F32, []int64{E}, 0},
+		tensor{"ffn_gate_up_exps.weight", mat, []int64{E, 2 * FX, X}, 0.05},
+		tensor{"ffn_down_exps.weight", mat, []int64{FX, E, X}, 0.05},
+		tensor{"ffn_down_exps.scale", ggml.F32, []int64{X}, 0})
 }

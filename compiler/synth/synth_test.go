@@ -191,6 +191,17 @@ func TestNewFamilies(t *testing.T) {
 			absent: []string{"blk.0.ffn_norm.weight", "gpt-oss.expert_shared_feed_forward_length"},
 		},
 		{
+			// Gemma 4 26B-A4B's layout: experts beside every dense FFN.
+			s: Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 16, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
+				Window: 8, PerLayer: 32, Experts: 8, ExpertsUsed: 2, ExpertFF: 64, Seed: 16},
+			keys: map[string]string{"gemma4.expert_count": "8", "gemma4.expert_used_count": "2", "gemma4.expert_feed_forward_length": "64"},
+			tensors: map[string]ggml.Type{"blk.0.ffn_gate_up_exps.weight": ggml.Q8_0, "blk.0.ffn_down_exps.weight": ggml.Q8_0,
+				"blk.0.ffn_gate_inp.weight": ggml.F32, "blk.0.ffn_gate_inp.scale": ggml.F32, "blk.4.ffn_down_exps.scale": ggml.F32,
+				"blk.4.pre_ffw_norm_2.weight": ggml.F32, "blk.4.post_ffw_norm_1.weight": ggml.F32, "blk.4.post_ffw_norm_2.weight": ggml.F32,
+				"blk.4.ffn_gate.weight": ggml.Q8_0},
+			absent: []string{"gemma4.expert_shared_feed_forward_length", "blk.0.ffn_gate_exps.weight"},
+		},
+		{
 			s: Shape{Arch: "qwen35moe", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300, Context: 64, Type: ggml.Q8_0,
 				Experts: 8, ExpertsUsed: 2, ExpertFF: 64, SSMState: 32, SSMGroups: 2, SSMHeads: 4, Seed: 14},
 			keys: map[string]string{"qwen35moe.expert_count": "8", "qwen35moe.expert_used_count": "2", "qwen35moe.expert_feed_forward_length": "64",
@@ -267,7 +278,7 @@ func TestNewFamilies(t *testing.T) {
 				}
 			}
 		}
-		if s.Arch == "gemma4" {
+		if s.Arch == "gemma4" && s.SharedKV > 0 { // the dense case's layout
 			for k, want := range map[string]string{"gemma4.feed_forward_length": "[128 128 128 128 128 256 256 256 256 256]",
 				"gemma4.attention.head_count_kv":          "[1 1 1 1 1 1 1 1 1 1]",
 				"gemma4.attention.sliding_window_pattern": "[true true true true false true true true true false]"} {

@@ -188,3 +188,12 @@ func moeDownAcc(t ggml.Type, a *Args) error {
 		}
 	})
 }
+
+// moeRouteScale multiplies each routed expert's weight by its scale.
+func moeRouteScale(a *Args) error {
+	rt, s, r := routes(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2])
+	for i := range r.rows() * int(a.Push[0]) {
+		rt[i].Weight *= s[rt[i].Expert]
+	}
+	return nil
+}

@@ -109,3 +109,23 @@ func copyCols(a *Args) error {
 	}
 	return nil
 }
+
+// zero clears cols columns of each active row of y.
+func zero(a *Args) error {
+	y, r := f32s(a.Bufs[0]), req(a.Bufs[1])
+	clear(y[:r.rows()*int(a.Push[0])])
+	return nil
+}
+
+// mulVec multiplies each active row of x by w, column by column.
+func mulVec(a *Args) error {
+	x, w, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2])
+	cols := int(a.Push[0])
+	w = w[:cols]
+	for i := range r.rows() {
+		for j, v := range w {
+			x[i*cols+j] *= v
+		}
+	}
+	return nil
+}

@@ -70,6 +70,9 @@ var families = []Family{
 	{"split_halves", 32},
 	{"mul_sigmoid", 33},
 	{"copy_cols", 34},
+	{"zero", 35},
+	{"mul_vec", 36},
+	{"moe_route_scale", 37},
 }
 
 // instanceTypes are the weight types for which every typed family is

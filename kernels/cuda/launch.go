@@ -302,7 +302,12 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, err
 		}
 		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
-	case "add", "swiglu", "swiglu_oai", "geglu", "scale", "mul_sigmoid", "copy_cols": // push cols
+	case "moe_route_scale": // push n_used
+		if err := need(push, 1, "push"); err != nil {
+			return l, err
+		}
+		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
+	case "add", "swiglu", "swiglu_oai", "geglu", "scale", "mul_sigmoid", "copy_cols", "zero", "mul_vec": // push cols
 		if err := need(push, 1, "push"); err != nil {
 			return l, err
 		}

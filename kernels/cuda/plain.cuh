@@ -892,3 +892,28 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* x, const u32
     y[i] = x[r * stride + off + c];
 }
 #endif
+
+#if FAMILY == FAMILY_ZERO // zero: y = 0 over the active rows; grid (rows·cols/256)
+extern "C" __global__ void __launch_bounds__(256) NAME(float* y, const u32* io, u32 cols) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)io[IO_ROWS] * cols) y[i] = 0.f;
+}
+#endif
+
+#if FAMILY == FAMILY_MUL_VEC // mul_vec: x[r][c] *= w[c] over the active rows; grid (rows·cols/256)
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* w, const u32* io, u32 cols) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)io[IO_ROWS] * cols) x[i] *= w[i % cols];
+}
+#endif
+
+#if FAMILY == FAMILY_MOE_ROUTE_SCALE // moe_route_scale: each route's weight *= s[expert]; grid (rows·n_used/256)
+extern "C" __global__ void __launch_bounds__(256) NAME(u32* route, const float* s, const u32* io, u32 n_used) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)io[IO_ROWS] * n_used) return;
+    route[2 * i + 1] = __float_as_uint(__uint_as_float(route[2 * i + 1]) * s[route[2 * i]]);
+}
+#endif

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -823,4 +824,39 @@ func TestKernelRMSNormUnweighted(t *testing.T) {
 	got := g.run("rms_norm", bufs, push, spec, rows)
 	want := cpuRun(t, "rms_norm", bufs, push, spec)
 	compareF32(t, "rms_norm unweighted", got[3], want[3], 1e-5)
+}
+
+func TestKernelZeroMulVec(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(20))
+	rows, cols := 3, 300
+	x := randF32(rng, (rows+1)*cols, -3, 3) // a row past the active ones stays
+	w := randF32(rng, cols, -2, 2)
+	io := ioTable(make([]krow, rows), rows, 1, nil)
+	push := []uint32{uint32(cols)}
+	got := g.run("mul_vec", [][]byte{f32bytes(x), f32bytes(w), io}, push, nil, rows)
+	want := cpuRun(t, "mul_vec", [][]byte{f32bytes(x), f32bytes(w), io}, push, nil)
+	compareF32(t, "mul_vec", got[0], want[0], 0)
+	got = g.run("zero", [][]byte{f32bytes(x), io}, push, nil, rows)
+	want = cpuRun(t, "zero", [][]byte{f32bytes(x), io}, push, nil)
+	compareF32(t, "zero", got[0], want[0], 0)
+}
+
+func TestKernelMoeRouteScale(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(21))
+	rows, nUsed, nExpert := 3, 4, 16
+	route := make([]byte, 8*(rows+1)*nUsed)
+	for i := range (rows + 1) * nUsed {
+		binary.LittleEndian.PutUint32(route[8*i:], uint32(rng.Intn(nExpert)))
+		binary.LittleEndian.PutUint32(route[8*i+4:], math.Float32bits(rng.Float32()))
+	}
+	s := randF32(rng, nExpert, 0.5, 2)
+	bufs := [][]byte{route, f32bytes(s), ioTable(make([]krow, rows), rows, 1, nil)}
+	push := []uint32{uint32(nUsed)}
+	got := g.run("moe_route_scale", bufs, push, nil, rows)
+	want := cpuRun(t, "moe_route_scale", bufs, push, nil)
+	if !bytes.Equal(got[0], want[0]) {
+		t.Errorf("moe_route_scale: routes differ")
+	}
 }

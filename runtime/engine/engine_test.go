@@ -120,7 +120,8 @@ func TestServesLikeAloneHybrid(t *testing.T) {
 }
 
 // TestWindowRing builds a Gemma 4-shaped model (synthetic weights, an
-// 8-token window, every fifth layer global) twice: with its window layers
+// 8-token window, every fifth layer global, experts beside each dense
+// FFN as in 26B-A4B) twice: with its window layers
 // in per-slot rings of pages and with swa_full. Sequences far longer
 // than the window and the ring, prompted in chunks, must give the same
 // logits bit for bit on both (the ring changes where K and V live, not
@@ -139,7 +140,7 @@ func windowRing(t *testing.T, tr tier) {
 		}
 	}
 	b, err := synth.Write(synth.Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 512,
-		Context: 256, Type: ggml.Q8_0, Window: 8, PerLayer: 32, Seed: 13})
+		Context: 256, Type: ggml.Q8_0, Window: 8, PerLayer: 32, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Seed: 13})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,24 @@ type faOpts struct {
 	sinks          []float32
 }
 
+// capMask finishes a tile's scaled scores as score does (soft-capping
+// them) and masks its keys before the window's first, the first masked
+// ones: they score -Inf and, weighing 0 in the accumulation, leave it as
+// the Go path's skipping does. It returns the tile's maximum.
+func (o *faOpts) capMask(kq []float32, masked int) float32 {
+	tileMax := float32(math.Inf(-1))
+	for tk := range kq {
+		switch {
+		case tk < masked:
+			kq[tk] = float32(math.Inf(-1))
+		case o.softcap != 0:
+			kq[tk] = o.softcap * tanhf(kq[tk])
+		}
+		tileMax = max(tileMax, kq[tk])
+	}
+	return tileMax
+}
+
 // score is ggml's score of a raw dot product: scaled, then soft-capped.
 func (o *faOpts) score(dot float32) float32 {
 	s := dot * o.scale
@@ -139,11 +157,9 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	flag := func(i int, f uint32) bool { return r.row(i, kernels.IORowFlags)&f != 0 }
 	tiled := func(i int) bool { return flag(i, kernels.RowLongPrompt) && hd%faF32Lanes == 0 }
 	simd := faUseSIMD && hd%16 == 0
-	// The SIMD tiled rows go through flashAttnTiled, the others below. Its
-	// kernels score whole tiles from key 0 with no cap, so capped or
-	// windowed attention tiles in Go.
+	// The SIMD tiled rows go through flashAttnTiled, the others below.
 	var rest []int
-	if simd && o.softcap == 0 && o.window == 0 {
+	if simd {
 		var tiledRows []int
 		for i := range r.rows() {
 			if tiled(i) {
@@ -613,15 +629,18 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 	clear(acc)
 	pos := func(i int) int { return int(r.row(i, kernels.IORowPos)) }
 	slot := func(i int) int { return int(r.row(i, kernels.IORowSlot)) }
-	maxPos := 0
+	maxPos, minFirst := 0, math.MaxInt
 	for _, i := range idx {
-		maxPos = max(maxPos, pos(i))
+		maxPos, minFirst = max(maxPos, pos(i)), min(minFirst, o.first(pos(i)))
 	}
-	for t0 := 0; t0 <= maxPos; t0 += faTileKV {
+	// A row's tiles run from the one holding its first key (the Go path's
+	// order): the tiles before its window it never visits.
+	for t0 := minFirst / faTileKV * faTileKV; t0 <= maxPos; t0 += faTileKV {
 		cur := -1
 		for b, i := range idx {
 			p := pos(i)
-			if t0 > p {
+			first := o.first(p)
+			if t0 > p || t0+faTileKV <= first {
 				continue
 			}
 			if sl := slot(i); sl != cur {
@@ -641,6 +660,9 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 				qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 				j := b*group + g
 				tileMax := faTileScores(&qh[0], &w.kt[0], hd, o.scale, nvalid, &w.kq[0])
+				if o.softcap != 0 || first > t0 {
+					tileMax = o.capMask(w.kq[:nvalid], first-t0)
+				}
 				ms := float32(1)
 				if tileMax > m[j] {
 					ms = expf(m[j] - tileMax)

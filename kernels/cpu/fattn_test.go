@@ -16,6 +16,10 @@ import (
 type faCase struct {
 	hd, nHead, nHeadKV, rows int
 	start                    []int // per slot: the first row's position
+	// flash_attn_ext's extensions, none by default.
+	window  int
+	softcap float32
+	sinks   bool
 }
 
 // runFA runs flash_attn on random data for c, with the SIMD kernels on or
@@ -82,7 +86,23 @@ func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
 		Spec: []uint32{nLayer, uint32(c.nHead), uint32(c.nHeadKV), uint32(c.hd), math.Float32bits(scale)},
 		Pool: pool,
 	}
-	if err := flashAttn(a); err != nil {
+	if c.window == 0 && c.softcap == 0 && !c.sinks {
+		if err := flashAttn(a); err != nil {
+			t.Fatal(err)
+		}
+		return y
+	}
+	var sinks []byte
+	if c.sinks {
+		s := make([]float32, c.nHead)
+		for i := range s {
+			s[i] = float32(rng.NormFloat64() * 2)
+		}
+		sinks = f32bytes(s)
+	}
+	a.Bufs = [][]byte{a.Bufs[0], kv, sinks, a.Bufs[2], a.Bufs[3]}
+	a.Spec = append(a.Spec, math.Float32bits(c.softcap), uint32(c.window))
+	if err := flashAttnExt(a); err != nil {
 		t.Fatal(err)
 	}
 	return y
@@ -107,19 +127,30 @@ func TestFlashAttnSIMD(t *testing.T) {
 	var cases []faCase
 	for _, hd := range []int{16, 48, 64, 80, 128, 40} {
 		cases = append(cases,
-			faCase{hd, 4, 2, 1, []int{0}},
-			faCase{hd, 4, 2, 1, []int{37}},
-			faCase{hd, 4, 1, 1, []int{255}},
-			faCase{hd, 4, 2, 1, []int{300}},  // split, second chunk short
-			faCase{hd, 2, 2, 1, []int{700}},  // split over 768
-			faCase{hd, 6, 2, 3, []int{5}},    // one_chunk, several rows
-			faCase{hd, 4, 2, 64, []int{0}},   // tiled, one tile per row at most
-			faCase{hd, 6, 3, 70, []int{100}}, // tiled, ragged
-			faCase{hd, 4, 2, 131, []int{0, 9}},
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 1, start: []int{0}},
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 1, start: []int{37}},
+			faCase{hd: hd, nHead: 4, nHeadKV: 1, rows: 1, start: []int{255}},
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 1, start: []int{300}},  // split, second chunk short
+			faCase{hd: hd, nHead: 2, nHeadKV: 2, rows: 1, start: []int{700}},  // split over 768
+			faCase{hd: hd, nHead: 6, nHeadKV: 2, rows: 3, start: []int{5}},    // one_chunk, several rows
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 64, start: []int{0}},   // tiled, one tile per row at most
+			faCase{hd: hd, nHead: 6, nHeadKV: 3, rows: 70, start: []int{100}}, // tiled, ragged
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 131, start: []int{0, 9}},
+		)
+	}
+	// flash_attn_ext's tiled rows: windows that start inside a tile, on a
+	// tile's edge and before the first key; soft-capping; sinks.
+	for _, hd := range []int{64, 128} {
+		cases = append(cases,
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 140, start: []int{100}, window: 37},
+			faCase{hd: hd, nHead: 4, nHeadKV: 1, rows: 70, start: []int{0}, window: 64},
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 131, start: []int{0, 300}, window: 200, softcap: 50},
+			faCase{hd: hd, nHead: 4, nHeadKV: 2, rows: 64, start: []int{40}, softcap: 30, sinks: true},
+			faCase{hd: hd, nHead: 8, nHeadKV: 2, rows: 96, start: []int{250}, window: 128, sinks: true},
 		)
 	}
 	for i, c := range cases {
-		t.Run(fmt.Sprintf("%d_hd%d_h%d-%d_rows%d_start%v", i, c.hd, c.nHead, c.nHeadKV, c.rows, c.start), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_hd%d_h%d-%d_rows%d_start%v_w%d_cap%v_sinks%v", i, c.hd, c.nHead, c.nHeadKV, c.rows, c.start, c.window, c.softcap, c.sinks), func(t *testing.T) {
 			want := runFA(t, c, false, int64(i))
 			got := runFA(t, c, true, int64(i))
 			for j := range want {

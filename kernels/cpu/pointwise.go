@@ -2,7 +2,10 @@ package cpu
 
 import (
 	"math"
+	"sync"
+	"unsafe"
 
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
@@ -11,27 +14,46 @@ import (
 // on a GGML_GELU_FP16 build (every x86 one): GELU looked up in a table of
 // F16 values indexed by the F16 rounding of the gate, outside ±10 taken
 // as 0 and x.
+//
+// The gates are rounded to F16 a chunk at a time by the F16 quantizer
+// (SIMD where the CPU has it, the same rounding as quant.F32ToF16), and
+// the table holds the F16 results already widened to float32.
 func geglu(a *Args) error {
 	g, u, r, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), f32s(a.Bufs[3])
 	n := int(a.Push[0])
+	tab := geluTable()
 	return a.Pool.For(r.rows()*n, 1024, func(_, lo, hi int) {
-		for i := lo; i < hi; i++ {
-			y[i] = geluF16(g[i]) * u[i]
+		var h [256]uint16
+		hb := unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*len(h))
+		for c := lo; c < hi; c += len(h) {
+			e := min(hi, c+len(h))
+			if err := quant.QuantizeRow(ggml.F16, g[c:e], hb[:2*(e-c)]); err != nil {
+				panic(err) // sizes are the chunk's own
+			}
+			for i := c; i < e; i++ {
+				switch x := g[i]; {
+				case x <= -10:
+					y[i] = 0 * u[i]
+				case x >= 10:
+					y[i] = x * u[i]
+				default:
+					y[i] = tab[h[i-c]] * u[i]
+				}
+			}
 		}
 	})
 }
 
-// geluF16 is one entry of ggml's GELU table: gelu of x rounded to F16,
-// the result rounded to F16.
-func geluF16(x float32) float32 {
-	switch {
-	case x <= -10:
-		return 0
-	case x >= 10:
-		return x
+// geluTable is ggml_table_gelu_f16 widened to float32: for each F16 bit
+// pattern h, the F16 rounding of gelu(h). Built once, on first use
+// (65 536 tanh), then only read.
+var geluTable = sync.OnceValue(func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for h := range t {
+		t[h] = quant.F16ToF32(quant.F32ToF16(geluTanh(quant.F16ToF32(uint16(h)))))
 	}
-	return quant.F16ToF32(quant.F32ToF16(geluTanh(quant.F16ToF32(quant.F32ToF16(x)))))
-}
+	return &t
+})
 
 // geluTanh is ggml_gelu_f32, GELU's tanh approximation in float32.
 func geluTanh(x float32) float32 {

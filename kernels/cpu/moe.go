@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"unsafe"
 
@@ -124,6 +125,85 @@ func swigluOAI(a *Args) error {
 	})
 }
 
+// moeGroups orders a step's (row, slot) pairs p = i·nUsed+u by expert,
+// each expert's pairs in their own order: order[start[e]:start[e+1]] are
+// expert e's. The MoE kernels then take each expert's weight rows once
+// for all the pairs routed to it, as the dense kernels take a weight row
+// once for all rows.
+func moeGroups(rt []route, pairs, nExpert int) (order, start []int32) {
+	start = make([]int32, nExpert+1)
+	for _, r := range rt[:pairs] {
+		start[r.Expert+1]++
+	}
+	for e := range nExpert {
+		start[e+1] += start[e]
+	}
+	order = make([]int32, pairs)
+	next := slices.Clone(start[:nExpert])
+	for p, r := range rt[:pairs] {
+		order[next[r.Expert]] = int32(p)
+		next[r.Expert]++
+	}
+	return order, start
+}
+
+// moeTileRows bounds the pairs one multi-row dot takes at once.
+const moeTileRows = 64
+
+// moeGather copies the quantized activation row of each pair, in order's
+// order, into dst: row src(p) of xq, rows of xb bytes.
+func moeGather(dst, xq []byte, xb int, order []int32, src func(p int) int) {
+	for c, p := range order {
+		copy(dst[c*xb:(c+1)*xb], xq[src(int(p))*xb:])
+	}
+}
+
+// moeProjection is one expert matrix of a MoE kernel and where its
+// results go: put(p, j, v) for pair p and feature j.
+type moeProjection struct {
+	w   []byte
+	put func(p, j int, v float32)
+}
+
+// moeExpertDots computes, for every expert e with pairs routed to it,
+// every feature j of its f and each projection, VecDot(W_e row j, x_p)
+// for each of e's pairs p, whose quantized activations (xb bytes each)
+// gathered holds in order's order. Each result is VecDot's bits
+// (VecDotRows is batch-invariant), whatever the grouping.
+func moeExpertDots(a *Args, t ggml.Type, k, f int, gathered []byte, xb int, order, start []int32, projs ...moeProjection) error {
+	wb := rowBytes(t, k)
+	// Work items are (expert, block of moeFeatures features) pairs.
+	const moeFeatures = 16
+	var items [][2]int
+	for e := range len(start) - 1 {
+		if start[e+1] > start[e] {
+			for j0 := 0; j0 < f; j0 += moeFeatures {
+				items = append(items, [2]int{e, j0})
+			}
+		}
+	}
+	return a.Pool.For(len(items), 1, func(_, lo, hi int) {
+		var tile [moeTileRows]float32
+		for _, it := range items[lo:hi] {
+			e, j0 := it[0], it[1]
+			ps := order[start[e]:start[e+1]]
+			xs := gathered[int(start[e])*xb:]
+			for j := j0; j < min(f, j0+moeFeatures); j++ {
+				for _, pr := range projs {
+					wr := pr.w[(e*f+j)*wb : (e*f+j+1)*wb]
+					for c0 := 0; c0 < len(ps); c0 += moeTileRows {
+						n := min(moeTileRows, len(ps)-c0)
+						quant.VecDotRows(t, k, wr, xs[c0*xb:], xb, n, tile[:n])
+						for c, v := range tile[:n] {
+							pr.put(int(ps[c0+c]), j, v)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 // moeGateUp computes the gate and up projections of each row's selected
 // experts. Expert e of a [k, f, n_expert] tensor is rows e·f … (e+1)·f.
 func moeGateUp(t ggml.Type, a *Args) error {
@@ -132,29 +212,26 @@ func moeGateUp(t ggml.Type, a *Args) error {
 	k, f, nUsed := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
 	vt := quant.VecDotType(t)
 	xb, wb := rowBytes(vt, k), rowBytes(t, k)
-	rows := r.rows()
-	xq := a.work(rows * xb)
+	rows, pairs := r.rows(), r.rows()*nUsed
+	buf := a.work((rows + pairs) * xb)
+	xq, gathered := buf[:rows*xb], buf[rows*xb:]
 	for i := 0; i < rows; i++ {
 		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[i*xb:(i+1)*xb]); err != nil {
 			return err
 		}
 	}
-	return a.Pool.For(rows*nUsed*f, 64, func(_, lo, hi int) {
-		for item := lo; item < hi; item++ {
-			i, u, j := item/(nUsed*f), item/f%nUsed, item%f
-			e := int(rt[i*nUsed+u].Expert)
-			row := (e*f + j) * wb
-			xr := xq[i*xb : (i+1)*xb]
-			gate[item] = quant.VecDot(t, k, wg[row:row+wb], xr)
-			up[item] = quant.VecDot(t, k, wu[row:row+wb], xr)
-		}
-	})
+	order, start := moeGroups(rt, pairs, len(wg)/(f*wb))
+	moeGather(gathered, xq, xb, order, func(p int) int { return p / nUsed })
+	return moeExpertDots(a, t, k, f, gathered, xb, order, start,
+		moeProjection{wg, func(p, j int, v float32) { gate[p*f+j] = v }},
+		moeProjection{wu, func(p, j int, v float32) { up[p*f+j] = v }})
 }
 
 // moeDownAcc projects each selected expert's activation back to the model
 // width (adding the expert's bias, when bound), weights it, sums over
 // experts in routing order, and adds the sum to the residual, matching
-// ggml's mul-then-add chain.
+// ggml's mul-then-add chain. The projections are computed expert by
+// expert into scratch, then summed in each row's routing order.
 func moeDownAcc(t ggml.Type, a *Args) error {
 	h, w, bb, rt, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], routes(a.Bufs[3]), req(a.Bufs[4]), f32s(a.Bufs[5])
 	var bias []float32
@@ -164,25 +241,31 @@ func moeDownAcc(t ggml.Type, a *Args) error {
 	f, n, nUsed := int(a.Push[0]), int(a.Push[1]), int(a.Push[2])
 	vt := quant.VecDotType(t)
 	hb, wb := rowBytes(vt, f), rowBytes(t, f)
-	rows := r.rows()
-	hq := a.work(rows * nUsed * hb)
-	for i := 0; i < rows*nUsed; i++ {
+	rows, pairs := r.rows(), r.rows()*nUsed
+	buf := a.work(2*pairs*hb + 4*pairs*n)
+	hq, gathered := buf[:pairs*hb], buf[pairs*hb:2*pairs*hb]
+	d := f32s(buf[2*pairs*hb:])[:pairs*n]
+	for i := 0; i < pairs; i++ {
 		if err := quant.QuantizeRow(vt, h[i*f:(i+1)*f], hq[i*hb:(i+1)*hb]); err != nil {
 			return err
 		}
 	}
-	return a.Pool.For(rows*n, 64, func(_, lo, hi int) {
+	order, start := moeGroups(rt, pairs, len(w)/(n*wb))
+	moeGather(gathered, hq, hb, order, func(p int) int { return p })
+	if err := moeExpertDots(a, t, f, n, gathered, hb, order, start, moeProjection{w, func(p, j int, v float32) { d[p*n+j] = v }}); err != nil {
+		return err
+	}
+	return a.Pool.For(rows*n, 256, func(_, lo, hi int) {
 		for item := lo; item < hi; item++ {
 			i, j := item/n, item%n
 			sum := float32(0)
 			for u := 0; u < nUsed; u++ {
 				rr := rt[i*nUsed+u]
-				row := (int(rr.Expert)*n + j) * wb
-				d := quant.VecDot(t, f, w[row:row+wb], hq[(i*nUsed+u)*hb:(i*nUsed+u+1)*hb])
+				v := d[(i*nUsed+u)*n+j]
 				if bias != nil {
-					d += bias[int(rr.Expert)*n+j] // ggml_add_id, before the weight
+					v += bias[int(rr.Expert)*n+j] // ggml_add_id, before the weight
 				}
-				sum += rr.Weight * d
+				sum += rr.Weight * v
 			}
 			y[item] += sum
 		}

@@ -53,6 +53,40 @@ func matVecMXFP4AVX2(n int, w, x []byte, out []float32) {
 	}
 }
 
+// rowsMXFP4AVX2 is VecDotRows for MXFP4: four activation rows at a time
+// through the four-row kernel (each weight block unpacked once), the rest
+// one by one; every result is dotMXFP4AVX2's bits.
+func rowsMXFP4AVX2(n int, w, x []byte, xStride, rows int, out []float32) {
+	nb := n / qk
+	out = out[:rows]
+	if nb == 0 || rows <= 0 {
+		clear(out)
+		return
+	}
+	_, _ = w[nb*mxfp4Len-1], x[(rows-1)*xStride+nb*q8_0Len-1]
+	np := nb / 2
+	r := 0
+	if np > 0 {
+		for ; r+4 <= rows; r += 4 {
+			dotMXFP4x4AVX2Asm(&w[0], &x[r*xStride], xStride, np, &e8m0HalfTable, &out[r])
+			if nb%2 != 0 {
+				for i := r; i < r+4; i++ {
+					out[i] = mxfp4Tail((*[mxfp4Len]byte)(w[(nb-1)*mxfp4Len:]), (*[q8_0Len]byte)(x[i*xStride+(nb-1)*q8_0Len:]), out[i])
+				}
+			}
+		}
+	}
+	for ; r < rows; r++ {
+		out[r] = dotMXFP4AVX2(n, w, x[r*xStride:])
+	}
+}
+
+// dotMXFP4x4AVX2Asm writes to out[0..3] dotMXFP4AVX2Asm's result for each
+// of the four activation rows at x, stride bytes apart.
+//
+//go:noescape
+func dotMXFP4x4AVX2Asm(w, x *byte, stride, npairs int, scales *[256]float32, out *float32)
+
 // dotMXFP4AVX2Asm returns hsum8(acc1+acc2) over npairs pairs of MXFP4
 // blocks at w against Q8_0 blocks at x; scales is e8m0HalfTable.
 //

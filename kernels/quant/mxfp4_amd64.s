@@ -75,6 +75,102 @@ mxfp4loop:
 	VZEROUPPER
 	RET
 
+// MXFP4ROW is MXFP4BLK's per-row half for one of several rows sharing a
+// weight block already unpacked (Y1 the levels, Y4 their magnitudes, BX
+// its exponent): the row's activation block at xoff(x) into acc.
+#define MXFP4ROW(x, xoff, acc) \
+	VMOVDQU      xoff+2(x), Y3 \
+	VPSIGNB      Y1, Y3, Y3 \
+	VPMADDUBSW   Y3, Y4, Y3 \
+	VPMADDWD     Y13, Y3, Y3 \
+	VCVTDQ2PS    Y3, Y3 \
+	MOVWLZX      xoff(x), AX \
+	VMOVD        AX, X5 \
+	VCVTPH2PS    X5, X5 \
+	VMULSS       (R8)(BX*4), X5, X5 \
+	VBROADCASTSS X5, Y5 \
+	VFMADD231PS  Y5, Y3, acc
+
+// MXFP4UNPACK unpacks the weight block at woff(SI) into Y1 (levels) and Y4
+// (their magnitudes), and its exponent into BX.
+#define MXFP4UNPACK(woff) \
+	VMOVDQU     woff+1(SI), X1 \
+	VPSRLW      $4, X1, X2 \
+	VPAND       X15, X1, X1 \
+	VPAND       X15, X2, X2 \
+	VPSHUFB     X1, X14, X1 \
+	VPSHUFB     X2, X14, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPSIGNB     Y1, Y1, Y4 \
+	MOVBLZX     woff(SI), BX
+
+// MXFP4HSUM stores hsum8(a+b) at off(R12).
+#define MXFP4HSUM(a, b, off) \
+	VADDPS       b, a, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS       X1, X0, X0 \
+	VPSHUFD      $0x4e, X0, X1 \
+	VADDPS       X1, X0, X0 \
+	VPSHUFD      $0xb1, X0, X1 \
+	VADDPS       X1, X0, X0 \
+	VMOVSS       X0, off(R12)
+
+// func dotMXFP4x4AVX2Asm(w, x *byte, stride, npairs int, scales *[256]float32, out *float32)
+//
+// dotMXFP4AVX2Asm for four activation rows (stride bytes apart) at once:
+// each weight block is unpacked once, and each row's instructions and
+// accumulators (even blocks, odd blocks) are the one-row kernel's, so each
+// out[r] is its result bit for bit.
+TEXT ·dotMXFP4x4AVX2Asm(SB), NOSPLIT, $0-48
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    stride+16(FP), DX
+	MOVQ    npairs+24(FP), CX
+	MOVQ    scales+32(FP), R8
+	MOVQ    out+40(FP), R12
+	LEAQ    (DI)(DX*1), R9
+	LEAQ    (R9)(DX*1), R10
+	LEAQ    (R10)(DX*1), R11
+	VMOVDQU mxfp4mask<>(SB), X15
+	VMOVDQU mxfp4levels<>(SB), X14
+	VMOVDQU mxfp4ones<>(SB), Y13
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	VXORPS  Y8, Y8, Y8
+	VXORPS  Y9, Y9, Y9
+	VXORPS  Y10, Y10, Y10
+	VXORPS  Y11, Y11, Y11
+	VXORPS  Y12, Y12, Y12
+
+	// Row r's even and odd accumulators: Y6/Y7, Y8/Y9, Y10/Y11, Y12/Y0.
+mxfp4x4loop:
+	MXFP4UNPACK(0)
+	MXFP4ROW(DI, 0, Y6)
+	MXFP4ROW(R9, 0, Y8)
+	MXFP4ROW(R10, 0, Y10)
+	MXFP4ROW(R11, 0, Y12)
+	MXFP4UNPACK(17)
+	MXFP4ROW(DI, 34, Y7)
+	MXFP4ROW(R9, 34, Y9)
+	MXFP4ROW(R10, 34, Y11)
+	MXFP4ROW(R11, 34, Y0)
+	ADDQ    $34, SI
+	ADDQ    $68, DI
+	ADDQ    $68, R9
+	ADDQ    $68, R10
+	ADDQ    $68, R11
+	DECQ    CX
+	JNZ     mxfp4x4loop
+
+	// Row 3 first: the sums go through Y0.
+	MXFP4HSUM(Y12, Y0, 12)
+	MXFP4HSUM(Y6, Y7, 0)
+	MXFP4HSUM(Y8, Y9, 4)
+	MXFP4HSUM(Y10, Y11, 8)
+	VZEROUPPER
+	RET
+
 DATA mxfp4mask<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA mxfp4mask<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL mxfp4mask<>(SB), RODATA|NOPTR, $16

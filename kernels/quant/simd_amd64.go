@@ -82,6 +82,7 @@ func simdKernels(level int) (tab simdTable) {
 	dot[ggml.IQ4_XS] = dotIQ4_XSAVX2
 	dot[ggml.MXFP4] = dotMXFP4AVX2 // mxfp4_amd64.go; AVX2 at every level
 	mv[ggml.MXFP4] = matVecMXFP4AVX2
+	rows[ggml.MXFP4] = rowsMXFP4AVX2
 	tab.quant[ggml.F16] = quantF16AVX2 // F16C, which every AVX2 CPU has
 	if level >= simdVNNI {
 		dot[ggml.Q8_0] = dotQ8_0VNNI

@@ -43,15 +43,6 @@ func slotState(region []byte, s, slotBytes, off, n int) []float32 {
 	return f32s(region[s*slotBytes+off:])[:n]
 }
 
-// siluAt is ggml_vec_silu_f32 at index j of a row of n: 16-lane
-// ggml_v_silu over the whole groups, libm's expf over the tail.
-func siluAt(x float32, j, n int) float32 {
-	if j < n&^15 {
-		return siluV(x)
-	}
-	return siluTail(x)
-}
-
 // ssmConv is the short causal convolution with SiLU (kernels.ABI
 // ssm_conv): per channel the sum over the window (state, oldest first,
 // then the row's input) of input·weight, accumulated as ggml's
@@ -79,10 +70,13 @@ func ssmConv(a *Args) error {
 						sum = fma32(v, wc[j], sum)
 					}
 					xv := x[i*c+ch]
-					y[i*c+ch] = siluAt(fma32(xv, wc[k-1], sum), ch, c)
+					y[i*c+ch] = fma32(xv, wc[k-1], sum)
 					copy(win, win[1:])
 					win[k-2] = xv
 				}
+				// The chunk starts on a 16-lane group of the row, so its
+				// groups and tail are the row's.
+				siluInPlace(y[i*c+c0 : i*c+c1])
 			}
 		}
 	})
@@ -248,9 +242,8 @@ func rmsNormGated(a *Args) error {
 		for gi := lo; gi < hi; gi++ {
 			o := gi * group
 			normRow(x[o:o+group], y[o:o+group], w, eps)
-			for j := range group {
-				y[o+j] *= siluAt(z[o+j], j, group)
-			}
+			// y·silu(z) is silu(z)·y: commuted, the same bits.
+			swigluRow(y[o:o+group], z[o:o+group], y[o:o+group])
 		}
 	})
 }

@@ -21,6 +21,19 @@ func siluTail(x float32) float32 {
 	return x / (1 + float32(math.Exp(float64(-x))))
 }
 
+// siluOnes is the up operand of swigluRow for a plain SiLU: x·1 is x.
+var siluOnes = func() (o [64]float32) {
+	for i := range o {
+		o[i] = 1
+	}
+	return
+}()
+
+// siluInPlace is ggml_vec_silu_f32 over y (at most 64 elements), as
+// swigluRow with an up of ones: 16-lane groups from y's start, the tail
+// scalar. Where y is part of a row, it must start on a group of the row.
+func siluInPlace(y []float32) { swigluRow(y, y, siluOnes[:len(y)]) }
+
 // swigluRow sets y[i] = silu(g[i]) * u[i] over one row, as
 // ggml_vec_swiglu_f32 does.
 func swigluRow(y, g, u []float32) {

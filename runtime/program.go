@@ -40,6 +40,13 @@ type Tier interface {
 	Close() error
 }
 
+// A Fetcher is a tier whose host view of some regions is brought up to
+// date only on request (T-CUDA's logits): Fetch copies bytes [off, off+n)
+// of region i from the device.
+type Fetcher interface {
+	Fetch(i int, off, n int64) error
+}
+
 // Options configure Open. Every setting is here: the runtime reads no
 // environment variables (the commands map ZRT_* onto these fields), so
 // one process can hold programs with different settings.
@@ -136,6 +143,9 @@ type Program struct {
 	// a copy of io's header and rows whose page tables put a slot's
 	// positions on its own ring of pages.
 	ioRing int
+	// err is a failure to fetch logits, which Logits cannot return: the
+	// next Step returns it, and every one after.
+	err error
 }
 
 // Open loads a bundle and its tier.
@@ -407,6 +417,9 @@ func (p *Program) words(region int) []uint32 {
 // tokens are in range, and each row's position lies on a page its slot's
 // table (given in b.Pages) maps to a page of the KV region.
 func (p *Program) Step(ctx context.Context, b Batch) error {
+	if p.err != nil {
+		return p.err
+	}
 	vi, err := p.write(b)
 	if err != nil {
 		return err
@@ -526,14 +539,28 @@ func (p *Program) writeRing(w []uint32, b Batch) {
 }
 
 // Logits copies slot's logits from the last step that asked for them into
-// dst (grown as needed) and returns it.
+// dst (grown as needed) and returns it. On a tier that keeps them on the
+// device it fetches them first; should that fail, they are NaN and the
+// next Step returns the failure.
 func (p *Program) Logits(slot int, dst []float32) []float32 {
 	nv := p.Hparams.NVocab
-	b := p.tier.Region(p.logits)[slot*nv*4 : (slot+1)*nv*4]
 	if cap(dst) < nv {
 		dst = make([]float32, nv)
 	}
 	dst = dst[:nv]
+	if f, ok := p.tier.(Fetcher); ok && p.err == nil {
+		if err := f.Fetch(p.logits, int64(slot*nv*4), int64(nv*4)); err != nil {
+			p.err = fmt.Errorf("logits of slot %d: %w", slot, err)
+		}
+	}
+	if p.err != nil {
+		nan := float32(math.NaN())
+		for i := range dst {
+			dst[i] = nan
+		}
+		return dst
+	}
+	b := p.tier.Region(p.logits)[slot*nv*4 : (slot+1)*nv*4]
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}

@@ -65,7 +65,7 @@ type Tier struct {
 	regions []region
 	uploads []int // request tables, uploaded before every replay
 	fence   int
-	copyOut []int // regions downloaded after every replay
+	copyOut []int // regions downloaded after every replay (the tokens)
 	modules []driver.Module
 	// entries[e][k] is kernel k's entry point e (kcuda.Entry), 0 where it
 	// has none (most kernels have only the main one).
@@ -165,7 +165,10 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			t.uploads = append(t.uploads, i)
 		case kernels.RegionFence:
 			t.fence = i
-		case kernels.RegionLogits, kernels.RegionTokens:
+		case kernels.RegionTokens:
+			// The logits stay on the device until read (Fetch): a step of
+			// 64 slots of a 152k vocabulary has 39 MB of them, and greedy
+			// requests read only the tokens.
 			t.copyOut = append(t.copyOut, i)
 		}
 		mem.Base = append(mem.Base, uint64(rp.dev))
@@ -268,8 +271,8 @@ func (t *Tier) Region(i int) []byte { return t.regions[i].host }
 func (t *Tier) Launches(vi int) []Launch { return t.variants[vi] }
 
 // Run replays variant vi: the request table goes up, the kernels run, the
-// logits and tokens come back, all in one captured graph; then the fence
-// is signalled.
+// tokens come back, all in one captured graph; then the fence is
+// signalled. The logits come back when read (Fetch).
 func (t *Tier) Run(ctx context.Context, vi int) error {
 	return t.replay(vi, func() error {
 		if t.prof != nil {
@@ -367,6 +370,26 @@ func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
 		return nil, fmt.Errorf("cuda: reading region %d: %w", i, err)
 	}
 	return b, nil
+}
+
+// Fetch brings bytes [off, off+n) of region i's host view up to date
+// with the device (the logits, which Run leaves on the device).
+func (t *Tier) Fetch(i int, off, n int64) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) || t.regions[i].host == nil {
+		return fmt.Errorf("cuda: no host bytes [%d, %d) in region %d", off, off+n, i)
+	}
+	if n == 0 {
+		return nil
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], t.regions[i].dev+driver.DevPtr(off)); err != nil {
+		return fmt.Errorf("cuda: reading region %d: %w", i, err)
+	}
+	return nil
 }
 
 // wait polls the completion event: spinning briefly (a decode step takes

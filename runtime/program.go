@@ -190,7 +190,8 @@ func Open(dir string, opt Options) (*Program, error) {
 		}
 	}
 	if (p.ioRing >= 0) != (h.KVWindowRing > 0) {
-		return fail(fmt.Errorf("bundle %s: kv_window_ring %d, but the memory plan has region %s: %v", dir, h.KVWindowRing, kernels.RegionIOWindow, p.ioRing >= 0))
+		has := map[bool]string{true: "has", false: "lacks"}[p.ioRing >= 0]
+		return fail(fmt.Errorf("bundle %s: kv_window_ring is %d but the memory plan %s region %s", dir, h.KVWindowRing, has, kernels.RegionIOWindow))
 	}
 	for name, q := range idx {
 		if *q == 0 {

@@ -233,3 +233,49 @@ func TestGemma4Spec(t *testing.T) {
 		t.Errorf("per-layer input %d, softcap %v, embed scale %v", s.PerLayerInput, s.LogitSoftcap, s.EmbedScale)
 	}
 }
+
+// windowRing rings the window layers only where that saves pages: not
+// with swa_full, not without a window layer or a full one, not when the
+// ring would be as long as a sequence. placeKV then puts the window
+// layers in ring pages and the others in shared ones.
+func TestWindowRing(t *testing.T) {
+	spec := func(mixers ...Mixer) *Spec {
+		s := uniformSpec(len(mixers))
+		s.Hparams.MaxPages = 64 // 1024 tokens
+		for l, m := range mixers {
+			s.Layers[l].Mixer = m
+		}
+		return s
+	}
+	w := SlidingWindowAttention{Window: 100}
+	for _, c := range []struct {
+		name string
+		s    *Spec
+		cfg  config.Config
+		want int
+	}{
+		{"mixed", spec(w, w, FullAttention{}), config.Config{PrefillChunk: 128}, (99+128+15)/16 + 1},
+		{"swa_full", spec(w, FullAttention{}), config.Config{PrefillChunk: 128, SWAFull: true}, 0},
+		{"no window", spec(FullAttention{}, FullAttention{}), config.Config{PrefillChunk: 128}, 0},
+		{"all windows", spec(w, w), config.Config{PrefillChunk: 128}, 0},
+		{"ring as long as a sequence", spec(w, FullAttention{}), config.Config{PrefillChunk: 1024}, 0},
+	} {
+		if got := c.s.windowRing(&c.cfg); got != c.want {
+			t.Errorf("%s: ring of %d pages, want %d", c.name, got, c.want)
+		}
+	}
+	s := spec(w, FullAttention{}, w)
+	page, ring, err := s.placeKV(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []kvPlace{{0, 2, true}, {0, 1, false}, {1, 2, true}}
+	for l, p := range s.kv {
+		if p != want[l] {
+			t.Errorf("layer %d: %+v, want %+v", l, p, want[l])
+		}
+	}
+	if width := 64; page != width*2*16*2 || ring != 2*width*2*16*2 {
+		t.Errorf("pages of %d and %d bytes, want one and two regions of width %d", page, ring, width)
+	}
+}

@@ -89,17 +89,14 @@ func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
 	if s.LogitSoftcap, err = m.float("final_logit_softcapping", 30); err != nil {
 		return nil, err
 	}
-	if err := m.get("embedding_length_per_layer_input", &s.PerLayerInput, 0); err != nil {
+	// The checkpoints without per-layer inputs or shared KV layers (the
+	// large ones) may say 0.
+	if s.PerLayerInput, err = m.count("embedding_length_per_layer_input"); err != nil {
 		return nil, err
 	}
-	// 0 is a valid count here (no layer shares), unlike for get's sizes.
-	shared := 0
-	if _, ok := f.Lookup(h.Arch + ".attention.shared_kv_layers"); ok {
-		n, err := f.Uint(h.Arch + ".attention.shared_kv_layers")
-		if err != nil {
-			return nil, err
-		}
-		shared = int(min(n, uint64(h.NLayer)))
+	shared, err := m.count("attention.shared_kv_layers")
+	if err != nil {
+		return nil, err
 	}
 	if shared >= h.NLayer {
 		return nil, fmt.Errorf("%s.attention.shared_kv_layers %d leaves no layer its own KV cache", h.Arch, shared)

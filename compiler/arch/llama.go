@@ -311,6 +311,22 @@ func (m archMeta) get(key string, dst *int, def int) error {
 	return nil
 }
 
+// count reads ARCH.key as a count that may be 0 (get refuses 0, a size):
+// 0 when absent, at most 2^24.
+func (m archMeta) count(key string) (int, error) {
+	if _, ok := m.f.Lookup(m.arch + "." + key); !ok {
+		return 0, nil
+	}
+	v, err := m.f.Uint(m.arch + "." + key)
+	if err != nil {
+		return 0, err
+	}
+	if v > 1<<24 {
+		return 0, fmt.Errorf("%s.%s = %d out of range", m.arch, key, v)
+	}
+	return int(v), nil
+}
+
 // perLayer reads ARCH.key as one value per layer: an array of n, or a
 // scalar that every layer shares (llama.cpp's get_key_or_arr). Absent, it
 // is def for every layer when def >= 0, an error otherwise. Each value

@@ -455,9 +455,9 @@ func (ls *LayerSpec) attends() bool {
 // attention kernels address a page by: the page holds nSlots regions of
 // this layer's width (2 × KVPageTokens rows of K then V) and the layer's
 // is region slot. ring says the page is one of a slot's window ring
-// (Hparams.KVWindowRing) rather than of the shared pool. A layer without
-// a cache of its own (recurrent, or sharing another's) reads its
-// source's place.
+// (Hparams.KVWindowRing) rather than of the shared pool. A layer that
+// shares another's cache reads its source's place; recurrent layers have
+// none.
 type kvPlace struct {
 	slot, nSlots int
 	ring         bool

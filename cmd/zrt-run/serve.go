@@ -125,6 +125,12 @@ as the requests themselves. With several bundles, numbered as --trace.
 				}
 				models = append(models, &server.Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
 				fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: model %s: %s on tier %s, %d slots\n", name, dir, p.TierName(), p.Slots())
+				if h := p.Hparams; h.KVWindowRing > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)\n",
+						name, h.KVWindowRing)
+				} else if h.RecurrentBytes > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: model %s has recurrent layers: no prefix cache\n", name)
+				}
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			var led *ledger.Ledger

@@ -59,13 +59,18 @@ var mmqTypes = map[string]struct{ bs, tpb uint32 }{
 
 const mmqRows = 8
 
-// mmqMaxBlocks bounds the grid of the multi-row (tile) kernel: four
+// mmqMaxBlocks bounds the grid of the multi-row (tile) kernel: two
 // blocks of eight warps on each of an H100/H200's 132 multiprocessors, so
 // the activation rows are quantized by few blocks (each block quantizes
 // its MM_MR rows again, a prologue of sequential block reductions) and
 // every warp has several output features to stream. Warps stride over the
-// features.
-const mmqMaxBlocks = 4 * 132
+// features. Measured on an H100 (zrt-run bench --tier cuda --slots 16,64
+// -p 128 -n 128), S_TG at B = 16 / 64 with 1, 2, 3, 4 and 8 blocks per
+// multiprocessor: qwen3 0.6B 2 511 / 3 720, 3 015 / 5 038, 2 924 / 4 023,
+// 2 950 / 4 556, 2 467 / 3 811; llama 110M 10 301 / 14 960, 12 185 /
+// 20 185, 10 073 / 14 999, 10 488 / 16 008, 8 942 / 14 838. Prefill and
+// single-row decode do not change.
+const mmqMaxBlocks = 2 * 132
 
 // mmqWidth is the grid width for n output features when the grid has
 // groups rows of blocks: as few blocks as give every warp the same number

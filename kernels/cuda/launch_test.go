@@ -26,15 +26,15 @@ func TestShapeMatmul(t *testing.T) {
 		// 64 rows (decode) of a matrix L2 holds; lm_head's bound is per row
 		// of blocks.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 1}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{64, 8, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{32, 8, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{128, 2, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 1}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},
-		{"lm_head.q6_k", 4096, 32000, 128, [3]uint32{500, 16, 1}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{32, 16, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"lm_head.q6_k", 4096, 32000, 128, [3]uint32{250, 16, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		// Fused norm + gate/up: n = 2f features.
 		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, true},
-		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{32, 16, 1}, [3]uint32{256, 1, 1}, true, true},
+		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, true},
 		{"rms_norm_gate_up.q5_k", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{256, 1, 1}, false, true},
 		// The float path.
 		{"matmul.f16", 64, 128, 4, [3]uint32{16, 4, 1}, [3]uint32{256, 1, 1}, false, false},

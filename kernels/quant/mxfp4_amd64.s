@@ -14,68 +14,7 @@
 // against ones gives the eight int32 lanes, lane k holding elements
 // 4k..4k+3. The block scale is f16(y.d) * e8m0_half(e), rounded once.
 
-// MXFP4BLK adds one MXFP4 block (at woff(SI)) times its Q8_0 activation
-// block (at xoff(DI)) to the float accumulator acc: lanes converted to
-// float, fused with the block scale into acc. X15 holds the 0x0f mask, X14
-// the level table, Y13 sixteen int16 ones, R8 the scale table.
-#define MXFP4BLK(woff, xoff, acc) \
-	VMOVDQU      woff+1(SI), X1 \
-	VPSRLW       $4, X1, X2 \
-	VPAND        X15, X1, X1 \
-	VPAND        X15, X2, X2 \
-	VPSHUFB      X1, X14, X1 \
-	VPSHUFB      X2, X14, X2 \
-	VINSERTI128  $1, X2, Y1, Y1 \
-	VMOVDQU      xoff+2(DI), Y3 \
-	VPSIGNB      Y1, Y1, Y4 \
-	VPSIGNB      Y1, Y3, Y3 \
-	VPMADDUBSW   Y3, Y4, Y3 \
-	VPMADDWD     Y13, Y3, Y3 \
-	VCVTDQ2PS    Y3, Y3 \
-	MOVWLZX      xoff(DI), AX \
-	VMOVD        AX, X5 \
-	VCVTPH2PS    X5, X5 \
-	MOVBLZX      woff(SI), BX \
-	VMULSS       (R8)(BX*4), X5, X5 \
-	VBROADCASTSS X5, Y5 \
-	VFMADD231PS  Y5, Y3, acc
-
-// func dotMXFP4AVX2Asm(w, x *byte, npairs int, scales *[256]float32) float32
-//
-// ggml's loop over pairs of blocks: the even block of each pair goes to
-// one accumulator (Y10), the odd one to another (Y11); they are added
-// lane-wise and reduced as hsum_float_8. An odd last block is the caller's.
-TEXT ·dotMXFP4AVX2Asm(SB), NOSPLIT, $0-36
-	MOVQ    w+0(FP), SI
-	MOVQ    x+8(FP), DI
-	MOVQ    npairs+16(FP), CX
-	MOVQ    scales+24(FP), R8
-	VMOVDQU mxfp4mask<>(SB), X15
-	VMOVDQU mxfp4levels<>(SB), X14
-	VMOVDQU mxfp4ones<>(SB), Y13
-	VXORPS  Y10, Y10, Y10
-	VXORPS  Y11, Y11, Y11
-
-mxfp4loop:
-	MXFP4BLK(0, 0, Y10)
-	MXFP4BLK(17, 34, Y11)
-	ADDQ $34, SI
-	ADDQ $68, DI
-	DECQ CX
-	JNZ  mxfp4loop
-
-	VADDPS       Y11, Y10, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VPSHUFD      $0x4e, X0, X1
-	VADDPS       X1, X0, X0
-	VPSHUFD      $0xb1, X0, X1
-	VADDPS       X1, X0, X0
-	VMOVSS       X0, ret+32(FP)
-	VZEROUPPER
-	RET
-
-// MXFP4ROW is MXFP4BLK's per-row half for one of several rows sharing a
+// MXFP4ROW is the per-row half of a block product, for one of the rows sharing a
 // weight block already unpacked (Y1 the levels, Y4 their magnitudes, BX
 // its exponent): the row's activation block at xoff(x) into acc.
 #define MXFP4ROW(x, xoff, acc) \
@@ -104,8 +43,17 @@ mxfp4loop:
 	VPSIGNB     Y1, Y1, Y4 \
 	MOVBLZX     woff(SI), BX
 
-// MXFP4HSUM stores hsum8(a+b) at off(R12).
-#define MXFP4HSUM(a, b, off) \
+// MXFP4BLK adds one MXFP4 block (at woff(SI)) times its Q8_0 activation
+// block (at xoff(DI)) to the float accumulator acc: lanes converted to
+// float, fused with the block scale into acc. X15 holds the 0x0f mask, X14
+// the level table, Y13 sixteen int16 ones, R8 the scale table.
+#define MXFP4BLK(woff, xoff, acc) \
+	MXFP4UNPACK(woff) \
+	MXFP4ROW(DI, xoff, acc)
+
+// MXFP4HSUM stores hsum8(a+b) (ggml's hsum_float_8 of the two
+// accumulators) at dst, through Y0 and X1.
+#define MXFP4HSUM(a, b, dst) \
 	VADDPS       b, a, Y0 \
 	VEXTRACTF128 $1, Y0, X1 \
 	VADDPS       X1, X0, X0 \
@@ -113,7 +61,35 @@ mxfp4loop:
 	VADDPS       X1, X0, X0 \
 	VPSHUFD      $0xb1, X0, X1 \
 	VADDPS       X1, X0, X0 \
-	VMOVSS       X0, off(R12)
+	VMOVSS       X0, dst
+
+// func dotMXFP4AVX2Asm(w, x *byte, npairs int, scales *[256]float32) float32
+//
+// ggml's loop over pairs of blocks: the even block of each pair goes to
+// one accumulator (Y10), the odd one to another (Y11); they are added
+// lane-wise and reduced as hsum_float_8. An odd last block is the caller's.
+TEXT ·dotMXFP4AVX2Asm(SB), NOSPLIT, $0-36
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    npairs+16(FP), CX
+	MOVQ    scales+24(FP), R8
+	VMOVDQU mxfp4mask<>(SB), X15
+	VMOVDQU mxfp4levels<>(SB), X14
+	VMOVDQU mxfp4ones<>(SB), Y13
+	VXORPS  Y10, Y10, Y10
+	VXORPS  Y11, Y11, Y11
+
+mxfp4loop:
+	MXFP4BLK(0, 0, Y10)
+	MXFP4BLK(17, 34, Y11)
+	ADDQ $34, SI
+	ADDQ $68, DI
+	DECQ CX
+	JNZ  mxfp4loop
+
+	MXFP4HSUM(Y10, Y11, ret+32(FP))
+	VZEROUPPER
+	RET
 
 // func dotMXFP4x4AVX2Asm(w, x *byte, stride, npairs int, scales *[256]float32, out *float32)
 //
@@ -164,10 +140,10 @@ mxfp4x4loop:
 	JNZ     mxfp4x4loop
 
 	// Row 3 first: the sums go through Y0.
-	MXFP4HSUM(Y12, Y0, 12)
-	MXFP4HSUM(Y6, Y7, 0)
-	MXFP4HSUM(Y8, Y9, 4)
-	MXFP4HSUM(Y10, Y11, 8)
+	MXFP4HSUM(Y12, Y0, 12(R12))
+	MXFP4HSUM(Y6, Y7, 0(R12))
+	MXFP4HSUM(Y8, Y9, 4(R12))
+	MXFP4HSUM(Y10, Y11, 8(R12))
 	VZEROUPPER
 	RET
 

@@ -60,6 +60,13 @@ func sharedOn(t *testing.T, file, config string, tr tier) *runtime.Program {
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("%s not present", model)
 	}
+	return compileOn(t, model, config, tr)
+}
+
+// compileOn compiles model with the model config text for tier tr and
+// opens it there, closing it when the test ends.
+func compileOn(t *testing.T, model, config string, tr tier) *runtime.Program {
+	t.Helper()
 	dir := t.TempDir()
 	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
@@ -144,23 +151,9 @@ func windowRing(t *testing.T, tr tier) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
+	model := filepath.Join(t.TempDir(), "m.gguf")
 	os.WriteFile(model, b, 0o644)
-	open := func(name, config string) *runtime.Program {
-		cfg, out := filepath.Join(dir, name+".toml"), filepath.Join(dir, name)
-		os.WriteFile(cfg, []byte(config), 0o644)
-		if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: tr.target}); err != nil {
-			t.Fatal(err)
-		}
-		p, err := runtime.Open(out, runtime.Options{Tier: tr.name, Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		return p
-	}
-	ringed, full := open("ring", servesConfig), open("full", servesConfig+"swa_full = true\n")
+	ringed, full := compileOn(t, model, servesConfig, tr), compileOn(t, model, servesConfig+"swa_full = true\n", tr)
 	// A ring of a window and a 64-row chunk: ceil((8-1+64)/16) + 1 pages.
 	if r := ringed.Hparams.KVWindowRing; r != 6 || !ringed.SlotState() || full.Hparams.KVWindowRing != 0 || full.SlotState() {
 		t.Fatalf("ring of %d pages (slot state %v); swa_full: ring %d", r, ringed.SlotState(), full.Hparams.KVWindowRing)

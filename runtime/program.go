@@ -62,6 +62,9 @@ type Options struct {
 	Log func(format string, args ...any)
 	// Trace is passed to T-CPU (see cpu.Options.Trace).
 	Trace func(i int, kernel string, out []byte)
+	// MapWeights keeps T-CPU's weights in the mapped pack rather than
+	// copying them into huge-page memory (see cpu.Options.MapWeights).
+	MapWeights bool
 	// CUDA configures T-CUDA when it is the tier.
 	CUDA cuda.Options
 	// KFD picks T1's device: "" or "kfd" the real /dev/kfd, "sim" the
@@ -255,7 +258,7 @@ var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier
 		if err := sysmem.Check("the bundle's memory plan", need); err != nil {
 			return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots)", err, sysmem.Bytes(kv))
 		}
-		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace})
+		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log})
 	},
 	kernels.TierAMD: func(b *bundle.Bundle, opt Options) (Tier, error) {
 		var dev kfd.Device

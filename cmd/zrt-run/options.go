@@ -39,6 +39,7 @@ const envHelp = `Environment (a flag wins over its variable):
 type engineFlags struct {
 	tier          string
 	threads       int
+	mmap          bool
 	verifyWeights bool
 	explain       bool
 	unpackDir     string
@@ -47,6 +48,7 @@ type engineFlags struct {
 func (f *engineFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
 	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
+	c.Flags().BoolVar(&f.mmap, "mmap", false, "T-CPU: keep the weights in the mapped pack (shared page cache, no copy) instead of copying them into huge-page memory, which decodes faster")
 	c.Flags().BoolVar(&f.verifyWeights, "verify-weights", false, "hash the weights pack against the graph file before running (every load checks the rest)")
 	c.Flags().BoolVar(&f.explain, "explain", false, "given a bundle set (zrtc build --target a,b) or a pack of one, say on stderr which bundle fits this machine and why")
 	c.Flags().StringVar(&f.unpackDir, "unpack-dir", "", "given a pack (.zrtp), unpack its member for this machine under this directory (default: the user cache directory's zrt/unpacked)")
@@ -103,7 +105,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	if err := checkThreads(f.threads); err != nil {
 		return runtime.Options{}, err
 	}
-	opt := runtime.Options{Tier: f.tier, Threads: f.threads, Verify: f.verifyWeights,
+	opt := runtime.Options{Tier: f.tier, Threads: f.threads, Verify: f.verifyWeights, MapWeights: f.mmap,
 		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
 	if opt.Tier == "" {
 		opt.Tier = os.Getenv("ZRT_TIER")

@@ -598,21 +598,23 @@ func getFaTile(hd, group int) *faTile {
 // item converts keys (transposed) and values to float32 once, and every
 // query head of the block that maps to the KV head then takes ggml's tile
 // step exactly as faWork.tiled does, row by row. Later blocks see more
-// keys, so workers take items in strides, not contiguous ranges.
+// keys, so the loop's chunks are strides of items, not contiguous ranges.
 func flashAttnTiled(a *Args, q []float32, kv []byte, r request, y []float32, rowIdx []int, layer, nLayer, nHead, nHeadKV, hd int, o *faOpts) error {
 	rows := len(rowIdx)
 	group := nHead / nHeadKV
 	nBlocks := (rows + faTileRows - 1) / faTileRows
 	items := nBlocks * nHeadKV
 	threads := min(a.Pool.Threads(), items)
-	return a.Pool.For(threads, 1, func(worker, _, _ int) {
+	return a.Pool.For(threads, 1, func(_, lo, hi int) {
 		w := getFaTile(hd, group)
 		defer faTilePool.Put(w)
 		view := kvView{kv: kv, r: r, layer: layer, nLayer: nLayer, kvDim: nHeadKV * hd, hd: hd}
-		for item := worker; item < items; item += threads {
-			blk, kvh := item/nHeadKV, item%nHeadKV
-			view.off = kvh * hd * 2
-			w.block(q, y, r, &view, rowIdx[blk*faTileRows:min(rows, (blk+1)*faTileRows)], kvh, nHead, o)
+		for stride := lo; stride < hi; stride++ {
+			for item := stride; item < items; item += threads {
+				blk, kvh := item/nHeadKV, item%nHeadKV
+				view.off = kvh * hd * 2
+				w.block(q, y, r, &view, rowIdx[blk*faTileRows:min(rows, (blk+1)*faTileRows)], kvh, nHead, o)
+			}
 		}
 	})
 }

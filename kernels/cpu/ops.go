@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
@@ -184,7 +185,7 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// ib is a multiple of 8, the widest multi-row kernel's group (Q8_0);
 	// which kernel computes a row then depends only on rows mod 4, as the
 	// eight-row kernel's results equal the four-row kernel's.
-	ib := max(8, min(64, gemmRowBytes/xb)) &^ 7
+	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
 	// Where the type has a prepared-group kernel, each full group of
 	// quant.PrepRows activation rows is prepared once here (the work its
 	// multi-row kernel would redo per weight row) and the groups go
@@ -202,7 +203,12 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 		}
 	}
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
-		tile := make([]float32, ib*gemmCols)
+		tp, _ := gemmTiles.Get().(*[gemmTileRows * gemmCols]float32)
+		if tp == nil {
+			tp = new([gemmTileRows * gemmCols]float32)
+		}
+		defer gemmTiles.Put(tp)
+		tile := tp[:ib*gemmCols]
 		for j0 := lo; j0 < hi; j0 += gemmCols {
 			jn := min(gemmCols, hi-j0)
 			for i0 := 0; i0 < rows; i0 += ib {
@@ -255,6 +261,7 @@ func gemmWorkBytes(t ggml.Type, rows, k int) int {
 // blocks of about gemmRowBytes quantized bytes (L1-sized).
 const (
 	gemmCols     = 16
+	gemmTileRows = 64 // the most activation rows a tile holds
 	gemmRowBytes = 16 << 10
 )
 
@@ -486,3 +493,7 @@ func storeKV(r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) 
 		}
 	}
 }
+
+// gemmTiles recycles the tiles of gemm's chunks (a loop has several per
+// thread), so that a step allocates none.
+var gemmTiles sync.Pool

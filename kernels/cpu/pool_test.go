@@ -69,15 +69,15 @@ func TestPoolFault(t *testing.T) {
 	}
 }
 
-// TestPoolSlowWorker makes the caller's chunk finish long before the
-// worker's, so that the caller parks while it waits.
+// TestPoolSlowWorker makes one chunk finish long after the other, so that
+// the caller parks while it waits (when a worker took the slow one).
 func TestPoolSlowWorker(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	for i := 0; i < 5; i++ {
 		var done atomic.Int32
-		if err := p.For(2, 1, func(w, _, _ int) {
-			if w == 1 {
+		if err := p.For(2, 1, func(_, lo, _ int) {
+			if lo == 1 {
 				time.Sleep(3 * spinFor)
 			}
 			done.Add(1)
@@ -96,5 +96,26 @@ func BenchmarkPoolFor(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = p.For(2, 1, fn)
+	}
+}
+
+// TestPoolLateWorker has every chunk a worker runs take far longer than the
+// caller's: the caller, claiming as it goes, runs all the others instead of
+// waiting for the late thread's share.
+func TestPoolLateWorker(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	var mine atomic.Int32
+	if err := p.For(8, 1, func(w, _, _ int) {
+		if w == 0 {
+			mine.Add(1)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if mine.Load() < 7 {
+		t.Fatalf("the caller ran %d of 8 chunks beside a late worker, want at least 7", mine.Load())
 	}
 }

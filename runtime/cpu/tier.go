@@ -1,5 +1,6 @@
 // Package cpu is T-CPU: it allocates the memory plan's regions in host
-// memory (weights stay in the mapped pack), walks each variant's PM4 stream
+// memory (weights copied from the mapped pack into huge pages, or left
+// there), walks each variant's PM4 stream
 // once at load — checking every packet — into a list of resolved
 // dispatches, and replays that list with Go kernels on a worker pool.
 package cpu
@@ -26,6 +27,7 @@ type Tier struct {
 	work     []byte
 	fence    int
 	trace    func(i int, kernel string, out []byte)
+	release  []func() error // the huge-page arenas' unmaps
 }
 
 type variant struct {
@@ -46,6 +48,12 @@ type Options struct {
 	// buffer argument (the output for every kernel but argmax) after it
 	// runs: the hook for layer-by-layer comparison with another engine.
 	Trace func(i int, kernel string, out []byte)
+	// MapWeights keeps the weights in the mapped pack, shared with other
+	// processes through the page cache, instead of copying them into
+	// memory of their own backed by huge pages (see placeWeights).
+	MapWeights bool
+	// Log, when set, hears about the copy of the weights.
+	Log func(format string, args ...any)
 }
 
 // Load prepares a bundle for replay: it maps weight regions from the pack,
@@ -55,17 +63,17 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	g := b.Graph
 	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1, trace: opt.Trace}
 	mem := &replay.Memory{}
+	var err error
+	if t.regions, err = t.place(b, opt); err != nil {
+		t.Close()
+		return nil, err
+	}
 	for i, r := range g.Regions {
-		reg, ok := b.Weights[r.Name]
-		if !ok {
-			reg = make([]byte, r.Bytes)
-		}
 		if r.Name == kernels.RegionFence {
 			t.fence = i
 		}
-		t.regions = append(t.regions, reg)
 		mem.Base = append(mem.Base, uint64(i+1)<<regionShift)
-		mem.Size = append(mem.Size, uint64(len(reg)))
+		mem.Size = append(mem.Size, uint64(len(t.regions[i])))
 	}
 	if t.fence < 0 {
 		t.Close()
@@ -161,5 +169,12 @@ func (t *Tier) Threads() int { return t.pool.Threads() }
 // Close stops the workers.
 func (t *Tier) Close() error {
 	t.pool.Close()
-	return nil
+	var first error
+	for _, f := range t.release {
+		if err := f(); err != nil && first == nil {
+			first = err
+		}
+	}
+	t.release, t.regions = nil, nil
+	return first
 }

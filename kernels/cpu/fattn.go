@@ -3,7 +3,9 @@ package cpu
 import (
 	"math"
 	"sync"
+	"unsafe"
 
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
@@ -201,9 +203,7 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			case !flag(i, kernels.RowPrompt) && nKV >= faSplitMinKV:
 				w.split(qh, out, h, pos, nKV, &o, cache)
 			default:
-				for d, v := range qh {
-					w.q16[d] = quant.F32ToF16(v)
-				}
+				toF16(w.q16, qh)
 				m, s := w.oneChunk(o.first(pos), pos+1, &o, cache)
 				for d, v := range w.acc16 {
 					w.acc[d] = quant.F16ToF32(v)
@@ -373,9 +373,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 // head h's sink), then are merged as ggml_flash_attn_ext_reduce_partials
 // does, in F32.
 func (w *faWork) split(q, out []float32, h, pos, nKV int, o *faOpts, cache func(which, t int) []uint16) {
-	for d, v := range q {
-		w.q16[d] = quant.F32ToF16(v)
-	}
+	toF16(w.q16, q)
 	chunk := (nKV + faSplitChunks - 1) / faSplitChunks
 	mf, sf := float32(math.Inf(-1)), float32(0)
 	clear(w.acc)
@@ -706,4 +704,16 @@ func (w *faTile) load(view *kvView, t0, nv int) {
 		t += run
 	}
 	faTransposeTile(&w.kt[0], &w.kr[0], hd)
+}
+
+// toF16 rounds src to F16 into dst through the quantizer table: SIMD where
+// the CPU has it, the same rounding as quant.F32ToF16 everywhere.
+func toF16(dst []uint16, src []float32) {
+	if len(src) == 0 {
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 2*len(dst))
+	if err := quant.QuantizeRow(ggml.F16, src, b[:2*len(src)]); err != nil {
+		panic(err) // sizes are the caller's own
+	}
 }

@@ -89,6 +89,7 @@ func simdKernels(level int) (tab simdTable) {
 		dot[ggml.Q4_0] = dotQ4_0VNNI
 		rows[ggml.Q8_0] = rowsQ8_0VNNI
 		tab.prep[ggml.Q8_0] = &prepQ8_0x8
+		tab.prep[ggml.Q4_K] = &prepQ4_Kx8
 		rows[ggml.Q4_K] = rowsQ4_KVNNI
 		rows[ggml.Q6_K] = rowsQ6_KVNNI
 		mv[ggml.Q4_K] = matVecQ4_KVNNI
@@ -262,6 +263,49 @@ var prepQ8_0x8 = prepKernel{
 // q80PrepBlock is the size of one block of a prepared Q8_0 group.
 const q80PrepBlock = 8*qk + 8*4
 
+// prepQ4_Kx8 is the eight-row Q4_K kernel on prepared groups: per
+// super-block, the eight rows' quants (256 bytes each, row after row),
+// then the pair sums of each row's bsums (eight int16, the sums of 32
+// that the mins multiply; within ±4064, exactly what the one-row
+// kernel's VPHADDW forms), then the rows' scales as float32: what every
+// weight row would otherwise gather again from the Q8_K rows.
+var prepQ4_Kx8 = prepKernel{
+	groupBytes: func(n int) int { return n / qkK * q4kPrepBlock },
+	prepare: func(n int, xq []byte, xStride int, dst []byte) {
+		nb := n / qkK
+		_ = dst[nb*q4kPrepBlock-1]
+		_ = xq[7*xStride+nb*q8_KLen-1]
+		for r := 0; r < 8; r++ {
+			x := xq[r*xStride:]
+			for b := 0; b < nb; b++ {
+				src := x[b*q8_KLen : (b+1)*q8_KLen]
+				d := dst[b*q4kPrepBlock:]
+				copy(d[r*qkK:(r+1)*qkK], src[4:4+qkK])
+				bs := src[4+qkK:]
+				for j := 0; j < 8; j++ {
+					s := int16(binary.LittleEndian.Uint16(bs[4*j:])) + int16(binary.LittleEndian.Uint16(bs[4*j+2:]))
+					binary.LittleEndian.PutUint16(d[8*qkK+16*r+2*j:], uint16(s))
+				}
+				copy(d[8*qkK+8*16+4*r:8*qkK+8*16+4*r+4], src[:4])
+			}
+		}
+	},
+	dot: func(n int, w, xp []byte, out []float32) {
+		nb := n / qkK
+		if nb == 0 {
+			clear(out[:8])
+			return
+		}
+		_ = w[nb*q4_KLen-1]
+		_ = xp[nb*q4kPrepBlock-1]
+		_ = out[7]
+		dotQ4_Kx8PrepAsm(&w[0], &xp[0], nb, &out[0])
+	},
+}
+
+// q4kPrepBlock is the size of one super-block of a prepared Q4_K group.
+const q4kPrepBlock = 8*qkK + 8*16 + 8*4
+
 // rowsQ4_KVNNI runs the eight- and four-row Q4_K kernels (scales, mins and
 // nibbles of each weight super-block unpacked once per group of rows) and
 // the one-row kernel over what is left; all give the one-row kernel's
@@ -365,6 +409,9 @@ func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_Kx8PrepAsm(w, xp *byte, nb int, out *float32)
 
 //go:noescape
 func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)

@@ -672,31 +672,48 @@ q4kloop:
 // even sub-blocks and the high half the odd ones, which are joined once
 // (int32 adds, exact in any order, so the lanes are the one-row kernel's);
 // times d*xd; and dmin*xd times the mins dotted with the pair sums of x's
-// bsums. X13 holds [d, dmin], X14 the eight mins as words. Z0, Z1, Y2,
-// Y3, Z12 scratch.
+// bsums. Y13 holds d and X15 dmin in every lane (each product with xd is
+// the one-row kernel's, a single rounding of the same two floats), X14 the
+// eight mins as words. Z0, Z1, Y2, Y3, Z12 scratch.
 #define K4ROW(x, F, M) \
-	VPMADDUBSW    4(x), Z16, Z0 \
-	VPMADDWD      Z24, Z0, Z12 \
-	VPMADDUBSW    68(x), Z18, Z1 \
-	VPDPWSSD      Z26, Z1, Z12 \
-	VPMADDUBSW    132(x), Z20, Z0 \
-	VPDPWSSD      Z28, Z0, Z12 \
-	VPMADDUBSW    196(x), Z22, Z1 \
-	VPDPWSSD      Z30, Z1, Z12 \
-	VEXTRACTI64X4 $1, Z12, Y3 \
-	VPADDD        Y3, Y12, Y12 \
-	VCVTDQ2PS     Y12, Y12 \
-	VBROADCASTSS  (x), X1 \
-	VMULPS        X1, X13, X1 \
-	VBROADCASTSS  X1, Y2 \
+	K4INT(4(x), 68(x), 132(x), 196(x)) \
+	VMULPS.BCST   (x), Y13, Y2 \
 	VFMADD231PS   Y2, Y12, F \
 	VMOVDQU       260(x), X2 \
 	VMOVDQU       276(x), X3 \
 	VPHADDW       X3, X2, X2 \
 	VPMADDWD      X14, X2, X2 \
 	VCVTDQ2PS     X2, X2 \
-	VMOVSHDUP     X1, X1 \
-	VBROADCASTSS  X1, X1 \
+	VMULPS.BCST   (x), X15, X1 \
+	VFMADD231PS   X1, X2, M
+
+// K4INT leaves in Y12, as floats, the scaled integer sums of one
+// activation row's super-block whose quants are the 64-byte chunks q0-q3
+// (see K4ROW).
+#define K4INT(q0, q1, q2, q3) \
+	VPMADDUBSW    q0, Z16, Z0 \
+	VPMADDWD      Z24, Z0, Z12 \
+	VPMADDUBSW    q1, Z18, Z1 \
+	VPDPWSSD      Z26, Z1, Z12 \
+	VPMADDUBSW    q2, Z20, Z0 \
+	VPDPWSSD      Z28, Z0, Z12 \
+	VPMADDUBSW    q3, Z22, Z1 \
+	VPDPWSSD      Z30, Z1, Z12 \
+	VEXTRACTI64X4 $1, Z12, Y3 \
+	VPADDD        Y3, Y12, Y12 \
+	VCVTDQ2PS     Y12, Y12
+
+// K4ROWP is K4ROW on row r of a prepared group (see prepQ4_Kx8) whose
+// super-block is at DI: the quants at 256r, the pair sums of the bsums
+// already formed at 2048+16r (VPMADDWD takes them from memory), xd at
+// 2176+4r. The same integers and float operations as K4ROW.
+#define K4ROWP(r, F, M) \
+	K4INT(256*r(DI), 256*r+64(DI), 256*r+128(DI), 256*r+192(DI)) \
+	VMULPS.BCST   2176+4*r(DI), Y13, Y2 \
+	VFMADD231PS   Y2, Y12, F \
+	VPMADDWD      2048+16*r(DI), X14, X2 \
+	VCVTDQ2PS     X2, X2 \
+	VMULPS.BCST   2176+4*r(DI), X15, X1 \
 	VFMADD231PS   X1, X2, M
 
 // Q4KPAIR unpacks the 32 bytes at q into the 64 quants of two sub-blocks:
@@ -705,8 +722,8 @@ q4kloop:
 #define Q4KPAIR(q, Ylo, Z, Yhi) \
 	VMOVDQU      q, Y0 \
 	VPSRLW       $4, Y0, Y1 \
-	VPANDD       Y15, Y0, Ylo \
-	VPANDD       Y15, Y1, Yhi \
+	VPANDD       c0F<>(SB), Y0, Ylo \
+	VPANDD       c0F<>(SB), Y1, Yhi \
 	VINSERTI64X4 $1, Yhi, Z, Z
 
 // K4SCALEPAIR broadcasts the scale words at soff(SP) and soff+2(SP) to the
@@ -718,8 +735,9 @@ q4kloop:
 
 // Q4KPREP prepares the Q4_K block at SI for the multi-row kernels: its
 // scales as words at 0(SP) and broadcast in pairs to Z24/Z26/Z28/Z30, its
-// mins as words in X14, [d, dmin] in X13 and its quants in
-// Z16/Z18/Z20/Z22 (K4ROW's layout). It uses AX, BX, R10-R12, Y0-Y3.
+// mins as words in X14, d in every lane of Y13 and dmin in every lane of
+// X15, and its quants in Z16/Z18/Z20/Z22 (K4ROW's layout). It uses AX,
+// BX, R10-R12, Y0-Y3.
 #define Q4KPREP \
 	MOVL         4(SI), AX \
 	MOVL         8(SI), BX \
@@ -755,6 +773,9 @@ q4kloop:
 	VMOVD        AX, X13 \
 	VPINSRW      $1, 2(SI), X13, X13 \
 	VCVTPH2PS    X13, X13 \
+	VMOVSHDUP    X13, X15 \
+	VBROADCASTSS X15, X15 \
+	VBROADCASTSS X13, Y13 \
 	Q4KPAIR(16(SI), Y16, Z16, Y2) \
 	Q4KPAIR(48(SI), Y18, Z18, Y2) \
 	Q4KPAIR(80(SI), Y20, Z20, Y2) \
@@ -763,7 +784,6 @@ q4kloop:
 // func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ4_Kx4Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VMOVDQU c0F<>(SB), Y15
 	VXORPS  X4, X4, X4
 	VXORPS  X5, X5, X5
 	VXORPS  X6, X6, X6
@@ -808,7 +828,6 @@ q4kx4loop:
 // which uses those registers), accumulating into Y17-Y23 and X25-X31.
 TEXT ·dotQ4_Kx8Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VMOVDQU c0F<>(SB), Y15
 	VXORPS  X4, X4, X4
 	VXORPS  X5, X5, X5
 	VXORPS  X6, X6, X6
@@ -855,6 +874,66 @@ q4kx8loop:
 	VSUBPS  Y10, Y6, Y6
 	VSUBPS  Y11, Y7, Y7
 	MOVQ    out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, (AX)
+	VSUBPS  Y25, Y17, Y4
+	VSUBPS  Y27, Y19, Y5
+	VSUBPS  Y29, Y21, Y6
+	VSUBPS  Y31, Y23, Y7
+	HSUM4(Y4, Y5, Y6, Y7)
+	VMOVUPS X0, 16(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_Kx8PrepAsm(w, xp *byte, nb int, out *float32)
+//
+// dotQ4_Kx8Asm on a prepared group of eight activation rows (see
+// prepQ4_Kx8): the same weight preparation, and each row's K4ROWP gives it
+// K4ROW's integers and float operations in their order, so the results are
+// bit-identical to dotQ4_Kx8Asm's.
+TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $32-32
+	MOVQ    w+0(FP), SI
+	MOVQ    xp+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VXORPS  X4, X4, X4
+	VXORPS  X5, X5, X5
+	VXORPS  X6, X6, X6
+	VXORPS  X7, X7, X7
+	VXORPS  X8, X8, X8
+	VXORPS  X9, X9, X9
+	VXORPS  X10, X10, X10
+	VXORPS  X11, X11, X11
+	VPXORD  Y17, Y17, Y17
+	VPXORD  Y19, Y19, Y19
+	VPXORD  Y21, Y21, Y21
+	VPXORD  Y23, Y23, Y23
+	VPXORD  X25, X25, X25
+	VPXORD  X27, X27, X27
+	VPXORD  X29, X29, X29
+	VPXORD  X31, X31, X31
+
+q4kx8ploop:
+	Q4KPREP
+
+	K4ROWP(0, Y4, X8)
+	K4ROWP(1, Y5, X9)
+	K4ROWP(2, Y6, X10)
+	K4ROWP(3, Y7, X11)
+	K4ROWP(4, Y17, X25)
+	K4ROWP(5, Y19, X27)
+	K4ROWP(6, Y21, X29)
+	K4ROWP(7, Y23, X31)
+
+	ADDQ $144, SI
+	ADDQ $2208, DI
+	DECQ CX
+	JNZ  q4kx8ploop
+
+	VSUBPS  Y8, Y4, Y4
+	VSUBPS  Y9, Y5, Y5
+	VSUBPS  Y10, Y6, Y6
+	VSUBPS  Y11, Y7, Y7
+	MOVQ    out+24(FP), AX
 	HSUM4(Y4, Y5, Y6, Y7)
 	VMOVUPS X0, (AX)
 	VSUBPS  Y25, Y17, Y4

@@ -232,15 +232,17 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 				for ii := 0; ii < in; ii++ {
 					for jj := 0; jj < jn; {
 						d := dst(i0+ii, j0+jj)
-						m := min(len(d), jn-jj)
-						for c := range d[:m] {
-							v := tile[(jj+c)*ib+ii]
-							if bias != nil {
-								v += bias[j0+jj+c]
-							}
-							d[c] = v
+						d = d[:min(len(d), jn-jj)]
+						col := tile[jj*ib+ii:]
+						for c := range d {
+							d[c] = col[c*ib]
 						}
-						jj += m
+						if bias != nil {
+							for c, b := range bias[j0+jj : j0+jj+len(d)] {
+								d[c] += b
+							}
+						}
+						jj += len(d)
 					}
 				}
 			}

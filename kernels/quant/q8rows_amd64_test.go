@@ -146,35 +146,43 @@ func TestQ8_0PreparedMatchesX8(t *testing.T) {
 	}
 }
 
-// BenchmarkQ8_0Prepared is BenchmarkQ8_0RowKernels' x8 case on prepared
-// groups (the preparation not counted).
-func BenchmarkQ8_0Prepared(b *testing.B) {
+// BenchmarkPrepared is the eight-row kernel of each type that has
+// prepared groups, on them (the preparation not counted): sixteen
+// activation rows against one weight row.
+func BenchmarkPrepared(b *testing.B) {
 	if simdBest < simdVNNI {
 		b.Skip("no VNNI")
 	}
-	for _, n := range []int{768, 2048, 4096} {
-		const rows = 16
-		rng := rand.New(rand.NewSource(3))
-		w := randomRow(rng, ggml.Q8_0, n)
-		xb := n / qk * q8_0Len
-		xq := make([]byte, rows*xb)
-		for r := 0; r < rows; r++ {
-			if err := QuantizeRow(ggml.Q8_0, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_K} {
+		vt := VecDotType(typ)
+		for _, n := range []int{1024, 4096} {
+			const rows = 16
+			rng := rand.New(rand.NewSource(3))
+			w := randomRow(rng, typ, n)
+			rb, err := vt.RowBytes(int64(n))
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-		g := PrepGroupBytes(ggml.Q8_0, n)
-		xp := make([]byte, rows/8*g)
-		for r := 0; r < rows; r += 8 {
-			PrepareRows(ggml.Q8_0, n, xq[r*xb:], xb, xp[r/8*g:])
-		}
-		out := make([]float32, rows)
-		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			for b.Loop() {
-				for r := 0; r < rows; r += 8 {
-					VecDotPrepared(ggml.Q8_0, n, w, xp[r/8*g:], out[r:])
+			xb := int(rb)
+			xq := make([]byte, rows*xb)
+			for r := 0; r < rows; r++ {
+				if err := QuantizeRow(vt, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
+					b.Fatal(err)
 				}
 			}
-		})
+			g := PrepGroupBytes(typ, n)
+			xp := make([]byte, rows/8*g)
+			for r := 0; r < rows; r += 8 {
+				PrepareRows(typ, n, xq[r*xb:], xb, xp[r/8*g:])
+			}
+			out := make([]float32, rows)
+			b.Run(fmt.Sprintf("%v/n=%d", typ, n), func(b *testing.B) {
+				for b.Loop() {
+					for r := 0; r < rows; r += 8 {
+						VecDotPrepared(typ, n, w, xp[r/8*g:], out[r:])
+					}
+				}
+			})
+		}
 	}
 }

@@ -32,7 +32,7 @@ type EntryPoint uint8
 // The entry points.
 const (
 	EntryMain EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
-	EntryTile                   // _tile: the multi-row kernel, on tensor cores where the type has them
+	EntryTile                   // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
 	EntryDP4A                   // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles
 	NumEntries
 )
@@ -187,6 +187,12 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile}
 }
 
+// fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's
+// tensor-core entry takes (a warp per 16), and the fewest a variant needs
+// to take it; decode variants keep the flash-decoding kernel, which
+// spreads a row's keys over a block.
+const fatRows = 64
+
 // softcapChunk is SOFTCAP_CHUNK in plain.cuh: the logits one block of
 // logit_softcap caps.
 const softcapChunk = 4096
@@ -263,11 +269,15 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
 		l.Shared = 4 * int(push[0]*push[2])
-	case "flash_attn", "flash_attn_ext": // spec n_layer, n_head, …: one block per (head, row)
-		if err := need(spec, 2, "spec"); err != nil {
+	case "flash_attn", "flash_attn_ext": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (head, row)
+		if err := need(spec, 4, "spec"); err != nil {
 			return l, err
 		}
 		l.Grid = [3]uint32{spec[1], r, 1}
+		if d := spec[3]; family == "flash_attn" && r >= fatRows && (d == 64 || d == 128) {
+			// Prefill on tensor cores: a warp per 16 rows of a head.
+			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile}
+		}
 	case "logit_softcap": // push n_vocab: blocks of softcapChunk logits per row
 		if err := need(push, 1, "push"); err != nil {
 			return l, err

@@ -84,11 +84,11 @@ func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int
 		t.Fatalf("%s: %v", instance, err)
 	}
 	defer m.Unload()
-	f, err := m.Function(kcuda.Entry(instance))
+	shape, err := kcuda.Shape(instance, push, spec, rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shape, err := kcuda.Shape(instance, push, spec, rows)
+	f, err := m.Function(kcuda.Entry(instance) + shape.Entry.Suffix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,6 +408,82 @@ func TestKernelFlashAttnExt(t *testing.T) {
 				plain := g.run("flash_attn", [][]byte{bufs[0], kv, io, bufs[4]}, push, spec[:5], len(c.rows))
 				compareF32(t, "flash_attn vs flash_attn_ext", got[4], plain[3], 0)
 			}
+		})
+	}
+}
+
+// TestKernelFlashAttnTile runs flash_attn's tensor-core prefill entry
+// (variants of at least 64 rows, head widths 64 and 128) against T-CPU:
+// one long prompt; prompts of three slots meeting inside a warp's 16 rows
+// beside a decode row; grouped and ungrouped heads; row counts that leave
+// a warp partly empty. Stale cache bytes past every slot's last position
+// are NaN, which must not reach any output.
+func TestKernelFlashAttnTile(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(7))
+	const nLayer, layer = 2, 1
+	prompt := func(slot, from, n int) []krow {
+		var rows []krow
+		for i := 0; i < n; i++ {
+			rows = append(rows, krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt})
+		}
+		return rows
+	}
+	long := prompt(1, 200, 70)
+	mixed := append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...)
+	cases := []struct {
+		name       string
+		nHead, nKV int
+		hd         int
+		rows       []krow
+	}{
+		{"long-128", 8, 2, 128, long},
+		{"long-64", 12, 4, 64, long},
+		{"mixed-128", 16, 8, 128, mixed},
+		{"mixed-64", 4, 4, 64, mixed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := &kgpu{t: t, ctx: g.ctx, params: g.params}
+			if l, err := kcuda.Shape("flash_attn", []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd)}, len(c.rows)); err != nil || l.Entry != kcuda.EntryTile {
+				t.Fatalf("launch %+v, %v: want the tile entry", l, err)
+			}
+			kvDim := c.nKV * c.hd
+			slots, maxPages := 3, 48
+			kv := make([]byte, slots*maxPages*kernels.KVPageBytes(nLayer, kvDim))
+			for i := 0; i < len(kv); i += 2 {
+				binary.LittleEndian.PutUint16(kv[i:], 0x7e00) // NaN: stale bytes
+			}
+			// Every slot's positions up to its last row hold values.
+			last := map[uint32]uint32{}
+			for _, r := range c.rows {
+				last[r.slot] = max(last[r.slot], r.pos)
+			}
+			pageBytes := kernels.KVPageBytes(nLayer, kvDim)
+			perm := rng.Perm(slots * maxPages)
+			for s, hi := range last {
+				for p := uint32(0); p <= hi; p++ {
+					page := perm[int(s)*maxPages+int(p)/kernels.KVPageTokens]
+					for which := 0; which < 2; which++ {
+						off := page*pageBytes + ((layer*2+which)*kernels.KVPageTokens+int(p)%kernels.KVPageTokens)*kvDim*2
+						for e := 0; e < kvDim; e++ {
+							binary.LittleEndian.PutUint16(kv[off+2*e:], quant.F32ToF16(2*rng.Float32()-1))
+						}
+					}
+				}
+			}
+			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -1, 1)
+			y := make([]float32, len(c.rows)*c.nHead*c.hd)
+			io := ioTable(c.rows, slots, maxPages, perm)
+			scale := float32(1 / math.Sqrt(float64(c.hd)))
+			bufs := [][]byte{f32bytes(q), kv, io, f32bytes(y)}
+			push := []uint32{layer}
+			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale)}
+			got := g.run("flash_attn", bufs, push, spec, len(c.rows))
+			want := cpuRun(t, "flash_attn", bufs, push, spec)
+			// Q and P rounded to F16 for the tensor cores: outputs
+			// (averages of values in ±1) agree to a few 1e-3.
+			compareF32(t, "flash_attn tile "+c.name, got[3], want[3], 1e-2)
 		})
 	}
 }

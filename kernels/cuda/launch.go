@@ -220,7 +220,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 	}
 	switch family {
 	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "argmax", "add_gated", "attn_temp":
-	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (row, head)
+	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (row, head), or per (row, 8 heads)
 		if err := need(spec, 4, "spec"); err != nil {
 			return l, err
 		}
@@ -228,6 +228,9 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, fmt.Errorf("cuda: %s: head_dim %d over the kernel's 512", family, spec[3])
 		}
 		l.Grid[1] = spec[1] + spec[2]
+		if family == "rms_norm_rope_kv_write" { // a warp per head
+			l.Grid[1] = ceilDiv(l.Grid[1], BlockSize(family)/32)
+		}
 	case "matmul", "matmul_residual", "lm_head": // push k, n
 		if err := need(push, 2, "push"); err != nil {
 			return l, err

@@ -79,7 +79,7 @@ func TestInstances(t *testing.T) {
 		for i := range vals {
 			vals[i] = 256
 		}
-		if _, err := Shape(in.Name, vals, vals, 4); err != nil {
+		if _, err := Shape(in.Name, vals, vals, 4, false); err != nil {
 			t.Errorf("instance %s has no launch shape: %v", in.Name, err)
 		}
 	}

@@ -188,9 +188,10 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 }
 
 // fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's
-// tensor-core entry takes (a warp per 16), and the fewest a variant needs
-// to take it; decode variants keep the flash-decoding kernel, which
-// spreads a row's keys over a block.
+// tensor-core entry takes (a warp per 16), and the fewest a prefill
+// variant needs to take it. Decode variants keep the flash-decoding
+// kernel, which spreads each row's keys over a block: the tile kernel
+// would take a pass over the keys per slot in a warp's 16 rows.
 const fatRows = 64
 
 // softcapChunk is SOFTCAP_CHUNK in plain.cuh: the logits one block of
@@ -207,8 +208,10 @@ func mmqStride(k uint32) int { return int((k + k/4 + 15) &^ 15) }
 
 // Shape returns the launch of one dispatch of a kernel instance (matmul.q4_k,
 // rms_norm), given its push constants and specialization values in ABI
-// order and the variant's row capacity.
-func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
+// order, the variant's row capacity and whether it is a prefill variant
+// (whose rows are mostly prompt runs of few slots; a decode variant's are
+// one a slot).
+func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch, error) {
 	family, typ, _ := strings.Cut(instance, ".")
 	r := uint32(rows)
 	l := Launch{Grid: [3]uint32{r, 1, 1}, Block: [3]uint32{BlockSize(family), 1, 1}}
@@ -277,7 +280,7 @@ func Shape(instance string, push, spec []uint32, rows int) (Launch, error) {
 			return l, err
 		}
 		l.Grid = [3]uint32{spec[1], r, 1}
-		if d := spec[3]; family == "flash_attn" && r >= fatRows && (d == 64 || d == 128) {
+		if d := spec[3]; family == "flash_attn" && prefill && r >= fatRows && (d == 64 || d == 128) {
 			// Prefill on tensor cores: a warp per 16 rows of a head.
 			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile}
 		}

@@ -43,7 +43,7 @@ func TestShapeMatmul(t *testing.T) {
 		if c.fused {
 			push, spec = nil, []uint32{c.k, c.n / 2, 0} // rms_norm_gate_up: k, f, eps
 		}
-		l, err := Shape(c.inst, push, spec, c.rows)
+		l, err := Shape(c.inst, push, spec, c.rows, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,6 +57,33 @@ func TestShapeMatmul(t *testing.T) {
 		}
 		if got := l.Block[0] * l.Block[1] * l.Block[2]; got != threads {
 			t.Errorf("%s: %d threads a block, want %d", c.inst, got, threads)
+		}
+	}
+}
+
+// TestFlashAttnEntry checks which flash_attn entry a variant gets: the
+// tensor-core tiles for prefill variants of at least fatRows rows and head
+// widths 64 or 128, the flash-decoding kernel otherwise (decode variants,
+// whose rows are one a slot, above all).
+func TestFlashAttnEntry(t *testing.T) {
+	for _, c := range []struct {
+		rows    int
+		prefill bool
+		hd      uint32
+		tile    bool
+	}{
+		{512, true, 128, true}, {64, true, 64, true}, {32, true, 128, false},
+		{64, false, 128, false}, {512, true, 80, false}, {512, true, 256, false},
+	} {
+		l, err := Shape("flash_attn", []uint32{0}, []uint32{2, 16, 8, c.hd, 0}, c.rows, c.prefill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tile := l.Entry == EntryTile; tile != c.tile {
+			t.Errorf("rows %d prefill %v head_dim %d: entry %q, want tile %v", c.rows, c.prefill, c.hd, l.Entry.Suffix(), c.tile)
+		}
+		if want := ceilDiv(uint32(c.rows), fatRows); c.tile && (l.Grid != [3]uint32{16, want, 1} || l.Block != [3]uint32{128, 1, 1}) {
+			t.Errorf("rows %d: grid %v block %v", c.rows, l.Grid, l.Block)
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int
 		t.Fatalf("%s: %v", instance, err)
 	}
 	defer m.Unload()
-	shape, err := kcuda.Shape(instance, push, spec, rows)
+	shape, err := kcuda.Shape(instance, push, spec, rows, rows >= 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g := &kgpu{t: t, ctx: g.ctx, params: g.params}
-			if l, err := kcuda.Shape("flash_attn", []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd)}, len(c.rows)); err != nil || l.Entry != kcuda.EntryTile {
+			if l, err := kcuda.Shape("flash_attn", []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd)}, len(c.rows), true); err != nil || l.Entry != kcuda.EntryTile {
 				t.Fatalf("launch %+v, %v: want the tile entry", l, err)
 			}
 			kvDim := c.nKV * c.hd

@@ -45,7 +45,7 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 		for _, x := range append(append([]uint32(nil), d.Push...), d.Spec...) {
 			l.Params, l.Sizes = append(l.Params, uint64(x)), append(l.Sizes, 4)
 		}
-		if l.Shape, err = kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows)); err != nil {
+		if l.Shape, err = kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows), v.Stage == bundle.StagePrefill); err != nil {
 			return nil, fmt.Errorf("dispatch %d: %w", i, err)
 		}
 		out = append(out, l)

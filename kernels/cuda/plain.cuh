@@ -485,12 +485,24 @@ __device__ __forceinline__ u32 h2_bits(__half2 h) { return *(u32*)&h; }
 
 __device__ __forceinline__ u32 pack_f16(float lo, float hi) { return h2_bits(__floats2half2_rn(lo, hi)); }
 
-__device__ __forceinline__ u32 pack_h(__half lo, __half hi) { return h2_bits(__halves2half2(lo, hi)); }
+// ldsm4 loads four 8×8 matrices of halves from shared memory, lane L
+// giving the address of row L%8 of matrix L/8 (trans: transposed), as
+// mma's B fragments.
+__device__ __forceinline__ void ldsm4(u32* r, const __half* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(u32* r, const __half* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
 
 template <int D>
 __device__ __forceinline__ void fat_warp(const float* q, const u8* kv, const u32* io, float* y, int row0, u32 layer,
-    u32 n_layer, u32 n_head, u32 n_head_kv, float scale, int h) {
-    constexpr int KS = D / 16, NB = D / 8;
+    u32 n_layer, u32 n_head, u32 n_head_kv, float scale, int h, __half* kt, __half* vt) {
+    constexpr int KS = D / 16, NB = D / 8, RS = D + 8; // RS: a tile row's stride in halves, padded against bank conflicts
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int rows = io[IO_ROWS];
     // This lane's two rows (A and C fragments): row0+g and row0+g+8.
@@ -538,14 +550,30 @@ __device__ __forceinline__ void fat_warp(const float* q, const u8* kv, const u32
         const u32* ptab = io + pt + (size_t)s * mp;
         for (int t0 = 0; t0 <= hi; t0 += KV_PAGE_TOKENS) {
             const __half* kp = (const __half*)(kv + (size_t)ptab[t0 / KV_PAGE_TOKENS] * page_bytes) + head_ofs;
+            // The page's K and V rows into the warp's tiles, 16 bytes a
+            // lane at a time. V rows past the pass's last position may be
+            // stale cache bytes, NaN included, which a zero P would not
+            // cancel: they are stored as 0. (Stale K only makes scores
+            // that the mask replaces.)
+            __syncwarp(); // the previous tile's readers are done
+#pragma unroll
+            for (int c = lane; c < KV_PAGE_TOKENS * (D / 8); c += 32) {
+                int kr = c / (D / 8), col = (c % (D / 8)) * 8;
+                const __half* src = kp + (size_t)kr * kv_dim + col;
+                *(uint4*)(kt + kr * RS + col) = *(const uint4*)src;
+                *(uint4*)(vt + kr * RS + col) = t0 + kr <= hi ? *(const uint4*)(src + vofs) : make_uint4(0, 0, 0, 0);
+            }
+            __syncwarp();
             float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int nb = 0; nb < 2; nb++) {
-                const __half* kr = kp + (size_t)(8 * nb + g) * kv_dim + 2 * t;
+            for (int nb = 0; nb < 2; nb++)
 #pragma unroll
-                for (int ks = 0; ks < KS; ks++)
-                    mma_f16(sc[nb], qf[ks], *(const u32*)(kr + 16 * ks), *(const u32*)(kr + 16 * ks + 8));
-            }
+                for (int ks = 0; ks < KS; ks += 2) {
+                    u32 b[4]; // keys 8nb.., dimensions 16ks.. in four 8-wide pieces
+                    ldsm4(b, kt + (8 * nb + (lane & 7)) * RS + 16 * ks + 8 * (lane >> 3));
+                    mma_f16(sc[nb], qf[ks], b[0], b[1]);
+                    mma_f16(sc[nb], qf[ks + 1], b[2], b[3]);
+                }
             // Scale and mask: element e of block nb is row r[e>>1], key t0+8nb+2t+(e&1).
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -585,19 +613,14 @@ __device__ __forceinline__ void fat_warp(const float* q, const u8* kv, const u32
             // P as the A fragment of P·V: keys 2t.. of block 0, then of block 1.
             u32 pa[4] = {pack_f16(sc[0][0], sc[0][1]), pack_f16(sc[0][2], sc[0][3]), pack_f16(sc[1][0], sc[1][1]),
                 pack_f16(sc[1][2], sc[1][3])};
-            // V's B fragment: keys 2t, 2t+1 (and +8) of column d. Keys past
-            // the pass's last position may be stale cache bytes, NaN
-            // included, which a zero P would not cancel: they load as 0.
-            const __half* vp = kp + vofs;
-            const __half z = __float2half(0.f);
-            int k0 = 2 * t, k1 = 2 * t + 8;
-            bool l0 = t0 + k0 <= hi, l1 = t0 + k0 + 1 <= hi, l2 = t0 + k1 <= hi, l3 = t0 + k1 + 1 <= hi;
+            // V's B fragments, two 8-wide column blocks at a time: keys 0-7
+            // and 8-15 of each, transposed.
 #pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-                int d = 8 * nb + g;
-                __half v0 = l0 ? vp[(size_t)k0 * kv_dim + d] : z, v1 = l1 ? vp[(size_t)(k0 + 1) * kv_dim + d] : z;
-                __half v2 = l2 ? vp[(size_t)k1 * kv_dim + d] : z, v3 = l3 ? vp[(size_t)(k1 + 1) * kv_dim + d] : z;
-                mma_f16(o[nb], pa, pack_h(v0, v1), pack_h(v2, v3));
+            for (int nb = 0; nb < NB; nb += 2) {
+                u32 b[4];
+                ldsm4t(b, vt + (8 * ((lane >> 3) & 1) + (lane & 7)) * RS + 8 * (nb + (lane >> 4)));
+                mma_f16(o[nb], pa, b[0], b[1]);
+                mma_f16(o[nb + 1], pa, b[2], b[3]);
             }
         }
         done = s;
@@ -617,9 +640,11 @@ extern "C" __global__ void __launch_bounds__(32 * FAT_WARPS) CAT(NAME, _tile)(co
     dep_sync();
     int h = blockIdx.x, row0 = (blockIdx.y * FAT_WARPS + (threadIdx.x >> 5)) * 16;
     if (row0 >= (int)io[IO_ROWS] || h >= (int)n_head) return;
+    __shared__ __align__(16) __half kt[FAT_WARPS][KV_PAGE_TOKENS * (128 + 8)], vt[FAT_WARPS][KV_PAGE_TOKENS * (128 + 8)];
+    int w = threadIdx.x >> 5;
     float scale = __uint_as_float(scale_bits);
-    if (head_dim == 64) fat_warp<64>(q, kv, io, y, row0, layer, n_layer, n_head, n_head_kv, scale, h);
-    else if (head_dim == 128) fat_warp<128>(q, kv, io, y, row0, layer, n_layer, n_head, n_head_kv, scale, h);
+    if (head_dim == 64) fat_warp<64>(q, kv, io, y, row0, layer, n_layer, n_head, n_head_kv, scale, h, kt[w], vt[w]);
+    else if (head_dim == 128) fat_warp<128>(q, kv, io, y, row0, layer, n_layer, n_head, n_head_kv, scale, h, kt[w], vt[w]);
 }
 #endif
 

@@ -712,8 +712,9 @@ func toF16(dst []uint16, src []float32) {
 	if len(src) == 0 {
 		return
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 2*len(dst))
-	if err := quant.QuantizeRow(ggml.F16, src, b[:2*len(src)]); err != nil {
+	_ = dst[len(src)-1]
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 2*len(src))
+	if err := quant.QuantizeRow(ggml.F16, src, b); err != nil {
 		panic(err) // sizes are the caller's own
 	}
 }

@@ -3,9 +3,7 @@ package cpu
 import (
 	"math"
 	"sync"
-	"unsafe"
 
-	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
@@ -24,12 +22,9 @@ func geglu(a *Args) error {
 	tab := geluTable()
 	return a.Pool.For(r.rows()*n, 1024, func(_, lo, hi int) {
 		var h [256]uint16
-		hb := unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*len(h))
 		for c := lo; c < hi; c += len(h) {
 			e := min(hi, c+len(h))
-			if err := quant.QuantizeRow(ggml.F16, g[c:e], hb[:2*(e-c)]); err != nil {
-				panic(err) // sizes are the chunk's own
-			}
+			toF16(h[:e-c], g[c:e])
 			for i := c; i < e; i++ {
 				switch x := g[i]; {
 				case x <= -10:

@@ -16,7 +16,8 @@ import (
 // far more than the TLB holds. Copied into memory backed by 2 MiB pages,
 // the qwen3 0.6B shape (Q4_K_M, 2 threads, zrt-run bench --slots 1,16 on
 // a 2-core EPYC VM) decoded 10-25% faster at one slot and 6-10% faster at
-// sixteen. The copy costs one read of the pack at load and memory of the
+// sixteen; with the KV pages in such memory too, 11-17% and 15-20%. The
+// copy costs one read of the pack at load and memory of the
 // process's own (the kernel may drop the page cache's copy), so it is made
 // only where the kernel gives huge pages and the weights take at most half
 // the memory available; Options.MapWeights turns it off. The other

@@ -457,10 +457,11 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8*
 }
 
 // flash_attn_tile: prefill on tensor cores, for head widths 64 and 128
-// (launch.go picks it for variants of at least 64 rows). A warp takes 16
-// consecutive rows of one head; grid (heads, rows/64), FAT_WARPS warps a
-// block. Per 16-key tile (one KV page) it forms S = Q·Kᵀ with
-// mma.m16n8k16 (Q and K in F16, S in F32), keeps the online softmax in
+// (launch.go picks it for prefill variants of at least 64 rows). A warp
+// takes 16 consecutive rows of one head; grid (heads, rows/64), FAT_WARPS
+// warps a block. Per 16-key tile (one KV page, staged in the warp's shared
+// memory) it forms S = Q·Kᵀ with mma.m16n8k16 (Q and K in F16, S in F32),
+// keeps the online softmax in
 // F32, and adds P·V with P rounded to F16 — flash attention as ggml's
 // CUDA kernels do it, which differs from the F32 oracle by those two
 // roundings (within the parity test's tolerance). Rows in a warp's 16

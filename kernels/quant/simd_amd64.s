@@ -821,6 +821,43 @@ q4kx4loop:
 	VZEROUPPER
 	RET
 
+// K4X8ZERO clears the eight-row Q4_K kernels' accumulators: rows 0-3 in
+// Y4-Y7 (mins X8-X11), rows 4-7 in Y17-Y23 (mins X25-X31), odd registers.
+#define K4X8ZERO \
+	VXORPS X4, X4, X4 \
+	VXORPS X5, X5, X5 \
+	VXORPS X6, X6, X6 \
+	VXORPS X7, X7, X7 \
+	VXORPS X8, X8, X8 \
+	VXORPS X9, X9, X9 \
+	VXORPS X10, X10, X10 \
+	VXORPS X11, X11, X11 \
+	VPXORD Y17, Y17, Y17 \
+	VPXORD Y19, Y19, Y19 \
+	VPXORD Y21, Y21, Y21 \
+	VPXORD Y23, Y23, Y23 \
+	VPXORD X25, X25, X25 \
+	VPXORD X27, X27, X27 \
+	VPXORD X29, X29, X29 \
+	VPXORD X31, X31, X31
+
+// K4X8END ends the eight-row Q4_K kernels as dotQ4_KAVX2Asm ends, row by
+// row: the mins subtracted lane by lane, then HSUM, the eight results
+// stored at AX.
+#define K4X8END \
+	VSUBPS  Y8, Y4, Y4 \
+	VSUBPS  Y9, Y5, Y5 \
+	VSUBPS  Y10, Y6, Y6 \
+	VSUBPS  Y11, Y7, Y7 \
+	HSUM4(Y4, Y5, Y6, Y7) \
+	VMOVUPS X0, (AX) \
+	VSUBPS  Y25, Y17, Y4 \
+	VSUBPS  Y27, Y19, Y5 \
+	VSUBPS  Y29, Y21, Y6 \
+	VSUBPS  Y31, Y23, Y7 \
+	HSUM4(Y4, Y5, Y6, Y7) \
+	VMOVUPS X0, 16(AX)
+
 // func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
 //
 // Eight activation rows: rows 0-3 as dotQ4_Kx4Asm, rows 4-7 at four
@@ -828,22 +865,7 @@ q4kx4loop:
 // which uses those registers), accumulating into Y17-Y23 and X25-X31.
 TEXT ·dotQ4_Kx8Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VXORPS  X4, X4, X4
-	VXORPS  X5, X5, X5
-	VXORPS  X6, X6, X6
-	VXORPS  X7, X7, X7
-	VXORPS  X8, X8, X8
-	VXORPS  X9, X9, X9
-	VXORPS  X10, X10, X10
-	VXORPS  X11, X11, X11
-	VPXORD  Y17, Y17, Y17
-	VPXORD  Y19, Y19, Y19
-	VPXORD  Y21, Y21, Y21
-	VPXORD  Y23, Y23, Y23
-	VPXORD  X25, X25, X25
-	VPXORD  X27, X27, X27
-	VPXORD  X29, X29, X29
-	VPXORD  X31, X31, X31
+	K4X8ZERO
 
 q4kx8loop:
 	Q4KPREP
@@ -869,19 +891,8 @@ q4kx8loop:
 	DECQ CX
 	JNZ  q4kx8loop
 
-	VSUBPS  Y8, Y4, Y4
-	VSUBPS  Y9, Y5, Y5
-	VSUBPS  Y10, Y6, Y6
-	VSUBPS  Y11, Y7, Y7
-	MOVQ    out+32(FP), AX
-	HSUM4(Y4, Y5, Y6, Y7)
-	VMOVUPS X0, (AX)
-	VSUBPS  Y25, Y17, Y4
-	VSUBPS  Y27, Y19, Y5
-	VSUBPS  Y29, Y21, Y6
-	VSUBPS  Y31, Y23, Y7
-	HSUM4(Y4, Y5, Y6, Y7)
-	VMOVUPS X0, 16(AX)
+	MOVQ out+32(FP), AX
+	K4X8END
 	VZEROUPPER
 	RET
 
@@ -895,22 +906,7 @@ TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $32-32
 	MOVQ    w+0(FP), SI
 	MOVQ    xp+8(FP), DI
 	MOVQ    nb+16(FP), CX
-	VXORPS  X4, X4, X4
-	VXORPS  X5, X5, X5
-	VXORPS  X6, X6, X6
-	VXORPS  X7, X7, X7
-	VXORPS  X8, X8, X8
-	VXORPS  X9, X9, X9
-	VXORPS  X10, X10, X10
-	VXORPS  X11, X11, X11
-	VPXORD  Y17, Y17, Y17
-	VPXORD  Y19, Y19, Y19
-	VPXORD  Y21, Y21, Y21
-	VPXORD  Y23, Y23, Y23
-	VPXORD  X25, X25, X25
-	VPXORD  X27, X27, X27
-	VPXORD  X29, X29, X29
-	VPXORD  X31, X31, X31
+	K4X8ZERO
 
 q4kx8ploop:
 	Q4KPREP
@@ -929,19 +925,8 @@ q4kx8ploop:
 	DECQ CX
 	JNZ  q4kx8ploop
 
-	VSUBPS  Y8, Y4, Y4
-	VSUBPS  Y9, Y5, Y5
-	VSUBPS  Y10, Y6, Y6
-	VSUBPS  Y11, Y7, Y7
-	MOVQ    out+24(FP), AX
-	HSUM4(Y4, Y5, Y6, Y7)
-	VMOVUPS X0, (AX)
-	VSUBPS  Y25, Y17, Y4
-	VSUBPS  Y27, Y19, Y5
-	VSUBPS  Y29, Y21, Y6
-	VSUBPS  Y31, Y23, Y7
-	HSUM4(Y4, Y5, Y6, Y7)
-	VMOVUPS X0, 16(AX)
+	MOVQ out+24(FP), AX
+	K4X8END
 	VZEROUPPER
 	RET
 

@@ -164,18 +164,7 @@ func checkReference(t *testing.T, dir string, ref *reference.File, label string,
 // TestGreedyStories260K generates greedily from each stories260K prompt
 // and requires llama.cpp's 32 tokens exactly.
 func TestGreedyStories260K(t *testing.T) {
-	shared := reference.SharedDir()
-	refs, err := reference.Load(shared, "stories260K.p*.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(refs) == 0 || reference.Model(shared, refs[0]) == "" {
-		t.Skip("stories260K or its references not present")
-	}
-	dir := filepath.Join(t.TempDir(), "s260")
-	if err := compiler.Compile(context.Background(), reference.Model(shared, refs[0]), dir, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	dir, refs := compileStories260K(t)
 	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -224,4 +213,24 @@ func equal(a, b []int32) bool {
 		}
 	}
 	return true
+}
+
+// compileStories260K builds stories260K for T-CPU into a temporary
+// directory and returns it with llama.cpp's references for the model,
+// skipping the test where the shared files are absent.
+func compileStories260K(t *testing.T) (string, []*reference.File) {
+	t.Helper()
+	shared := reference.SharedDir()
+	refs, err := reference.Load(shared, "stories260K.p*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 || reference.Model(shared, refs[0]) == "" {
+		t.Skip("stories260K or its references not present")
+	}
+	dir := filepath.Join(t.TempDir(), "s260")
+	if err := compiler.Compile(context.Background(), reference.Model(shared, refs[0]), dir, compiler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return dir, refs
 }

@@ -3,12 +3,9 @@ package cpu_test
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"testing"
 
-	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
@@ -16,18 +13,7 @@ import (
 // weights copied into huge-page memory and with them left in the mapped
 // pack: the logits are the same bits.
 func TestWeightsPlacement(t *testing.T) {
-	shared := reference.SharedDir()
-	refs, err := reference.Load(shared, "stories260K.p*.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(refs) == 0 || reference.Model(shared, refs[0]) == "" {
-		t.Skip("stories260K or its references not present")
-	}
-	dir := filepath.Join(t.TempDir(), "s260")
-	if err := compiler.Compile(context.Background(), reference.Model(shared, refs[0]), dir, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	dir, refs := compileStories260K(t)
 	run := func(mapped bool) [][]float32 {
 		e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, MapWeights: mapped})
 		if err != nil {

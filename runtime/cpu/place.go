@@ -42,7 +42,7 @@ func (t *Tier) place(b *bundle.Bundle, opt Options) ([][]byte, error) {
 	var weights, other []byte
 	var err error
 	if copyWeights {
-		if opt.Log != nil {
+		if opt.Log != nil && wBytes >= copyNoteBytes {
 			opt.Log("cpu: copying %s of weights into huge-page memory (--mmap keeps them in the mapped pack)", sysmem.Bytes(int64(wBytes)))
 		}
 		if weights, err = t.arena(wBytes); err != nil {
@@ -73,6 +73,10 @@ func (t *Tier) place(b *bundle.Bundle, opt Options) ([][]byte, error) {
 	}
 	return regions, nil
 }
+
+// copyNoteBytes is the size of weights from which the copy, a second or
+// more on a slow disk or VM, is worth a line on the log.
+const copyNoteBytes = 256 << 20
 
 // arena allocates n bytes of huge-page memory that Close releases.
 func (t *Tier) arena(n int) ([]byte, error) {

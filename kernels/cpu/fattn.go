@@ -268,11 +268,13 @@ type faWork struct {
 	kq    [faTileKV]float32
 
 	// The SIMD path's state: whether it is on, the keys and values, and
-	// the scores and (ms, vs) coefficients of a oneChunk range.
-	simd bool
-	view kvView
-	sc   []float32
-	coef []float32
+	// the scores and (ms, vs) coefficients of a oneChunk range, and which
+	// keys raised the running maximum.
+	simd   bool
+	view   kvView
+	sc     []float32
+	coef   []float32
+	newMax []bool
 }
 
 // oneChunk is the online-softmax loop of ggml's one_chunk kernel over keys
@@ -319,6 +321,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 	if cap(w.sc) < n {
 		w.sc = make([]float32, n+n/2)
 		w.coef = make([]float32, 2*len(w.sc))
+		w.newMax = make([]bool, len(w.sc))
 	}
 	sc, coef := w.sc[:n], w.coef[:2*n]
 	stride := v.kvDim * 2
@@ -345,15 +348,31 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 		}
 		t += run
 	}
+	// oneChunk's softmax loop, with its exponentials taken out: the
+	// running maximum is sequential but they are not, so the first pass
+	// leaves each key's argument in sc, expfs evaluates them all, and the
+	// second pass forms (ms, vs) and S in ggml's order.
+	newMax := w.newMax[:n]
 	m = float32(math.Inf(-1))
 	for j, x := range sc {
 		x = o.score(x)
-		ms, vs := float32(1), float32(1)
-		if x > m {
-			ms = expf(m - x)
-			m = x
+		if newMax[j] = x > m; newMax[j] {
+			sc[j], m = m-x, x
 		} else {
-			vs = expf(x - m)
+			sc[j] = x - m
+		}
+	}
+	n8 := n &^ 7
+	if n8 > 0 {
+		expfs(&sc[0], n8)
+	}
+	for j := n8; j < n; j++ {
+		sc[j] = expf(sc[j])
+	}
+	for j, e := range sc {
+		ms, vs := float32(1), e
+		if newMax[j] {
+			ms, vs = e, 1
 		}
 		coef[2*j], coef[2*j+1] = ms, vs
 		s = fma32(s, ms, vs)
@@ -535,9 +554,6 @@ func tanhf(x float32) float32 { return float32(math.Tanh(float64(x))) }
 // sqrtf is a float32 square root (exact rounding: the float64 square root
 // of a float32 rounds to the same float32).
 func sqrtf(x float32) float32 { return float32(math.Sqrt(float64(x))) }
-
-// expf is libm's expf, correctly rounded in practice.
-func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
 
 // fma32 is a float32 fused multiply-add, a*b+c with one rounding.
 func fma32(a, b, c float32) float32 {

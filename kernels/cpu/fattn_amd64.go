@@ -30,3 +30,6 @@ func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float3
 
 //go:noescape
 func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64
+
+//go:noescape
+func expfs(x *float32, n int)

@@ -512,3 +512,73 @@ DATA faIota<>+232(SB)/8, $0x0000003b0000003a
 DATA faIota<>+240(SB)/8, $0x0000003d0000003c
 DATA faIota<>+248(SB)/8, $0x0000003f0000003e
 GLOBL faIota<>(SB), RODATA|NOPTR, $256
+
+// expf's constants (expf.go): the clamp bounds, log2 e, the rounding
+// constant, ln 2 in two parts, and the exponent bias.
+DATA expk<>+0(SB)/8, $0xc05b800000000000  // -110
+DATA expk<>+8(SB)/8, $0x4059000000000000  // 100
+DATA expk<>+16(SB)/8, $0x3ff71547652b82fe // expLog2E
+DATA expk<>+24(SB)/8, $0x4338000000000000 // expRound
+DATA expk<>+32(SB)/8, $0x3fe62e42fefa39ef // expLn2Hi
+DATA expk<>+40(SB)/8, $0x3c7abc9e3b39803f // expLn2Lo
+DATA expk<>+48(SB)/8, $1023
+GLOBL expk<>(SB), RODATA|NOPTR, $56
+
+// EXPTAYLOR is one Horner step of expf's series: P = P*R + expTaylor[k].
+#define EXPTAYLOR(k) VFMADD213PD.BCST ·expTaylor+8*k(SB), Z4, Z5
+
+// func expfs(x *float32, n int)
+//
+// expf in place on n floats, n a multiple of 8, eight float64 lanes at a
+// time with expf's operations in its order (min and max pick x when it is
+// NaN, as Go's min and max do).
+TEXT ·expfs(SB), NOSPLIT, $0-16
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHRQ         $3, CX
+	JZ           expdone
+	VBROADCASTSD expk<>+0(SB), Z20
+	VBROADCASTSD expk<>+8(SB), Z21
+	VBROADCASTSD expk<>+16(SB), Z22
+	VBROADCASTSD expk<>+24(SB), Z23
+	VBROADCASTSD expk<>+32(SB), Z24
+	VBROADCASTSD expk<>+40(SB), Z25
+	VBROADCASTSD expk<>+48(SB), Z26
+	VBROADCASTSD ·expTaylor+0(SB), Z27
+
+exploop:
+	VCVTPS2PD   (DI), Z0
+	VMINPD      Z0, Z21, Z1
+	VMAXPD      Z1, Z20, Z1
+	VMULPD      Z22, Z1, Z2
+	VADDPD      Z23, Z2, Z2
+	VSUBPD      Z23, Z2, Z3
+	VMOVAPD     Z1, Z4
+	VFNMADD231PD Z24, Z3, Z4
+	VFNMADD231PD Z25, Z3, Z4
+	VMOVAPD     Z27, Z5
+	EXPTAYLOR(1)
+	EXPTAYLOR(2)
+	EXPTAYLOR(3)
+	EXPTAYLOR(4)
+	EXPTAYLOR(5)
+	EXPTAYLOR(6)
+	EXPTAYLOR(7)
+	EXPTAYLOR(8)
+	EXPTAYLOR(9)
+	EXPTAYLOR(10)
+	EXPTAYLOR(11)
+	EXPTAYLOR(12)
+	EXPTAYLOR(13)
+	VPADDQ      Z26, Z2, Z6
+	VPSLLQ      $52, Z6, Z6
+	VMULPD      Z6, Z5, Z5
+	VCVTPD2PS   Z5, Y5
+	VMOVUPS     Y5, (DI)
+	ADDQ        $32, DI
+	DECQ        CX
+	JNZ         exploop
+
+expdone:
+	VZEROUPPER
+	RET

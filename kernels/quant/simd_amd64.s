@@ -706,15 +706,15 @@ q4kloop:
 // K4ROWP is K4ROW on row r of a prepared group (see prepQ4_Kx8) whose
 // super-block is at DI: the quants at 256r, the pair sums of the bsums
 // already formed at 2048+16r (VPMADDWD takes them from memory), xd at
-// 2176+4r. The same integers and float operations as K4ROW.
+// 2176+4r. The same integers and float operations as K4ROW, except that
+// the products of the weight's d and dmin with the row's xd come from
+// 32+4r(SP) and 64+4r(SP), formed for all eight rows at once.
 #define K4ROWP(r, F, M) \
 	K4INT(256*r(DI), 256*r+64(DI), 256*r+128(DI), 256*r+192(DI)) \
-	VMULPS.BCST   2176+4*r(DI), Y13, Y2 \
-	VFMADD231PS   Y2, Y12, F \
+	VFMADD231PS.BCST 32+4*r(SP), Y12, F \
 	VPMADDWD      2048+16*r(DI), X14, X2 \
 	VCVTDQ2PS     X2, X2 \
-	VMULPS.BCST   2176+4*r(DI), X15, X1 \
-	VFMADD231PS   X1, X2, M
+	VFMADD231PS.BCST 64+4*r(SP), X2, M
 
 // Q4KPAIR unpacks the 32 bytes at q into the 64 quants of two sub-blocks:
 // low nibbles into the low half of Z (whose low half Ylo names), high
@@ -902,7 +902,7 @@ q4kx8loop:
 // prepQ4_Kx8): the same weight preparation, and each row's K4ROWP gives it
 // K4ROW's integers and float operations in their order, so the results are
 // bit-identical to dotQ4_Kx8Asm's.
-TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $32-32
+TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $96-32
 	MOVQ    w+0(FP), SI
 	MOVQ    xp+8(FP), DI
 	MOVQ    nb+16(FP), CX
@@ -910,6 +910,11 @@ TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $32-32
 
 q4kx8ploop:
 	Q4KPREP
+	VMULPS       2176(DI), Y13, Y0
+	VMOVUPS      Y0, 32(SP)
+	VBROADCASTSS X15, Y1
+	VMULPS       2176(DI), Y1, Y0
+	VMOVUPS      Y0, 64(SP)
 
 	K4ROWP(0, Y4, X8)
 	K4ROWP(1, Y5, X9)

@@ -330,7 +330,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 		k := v.run(0, t, run)
 		out := sc[t-lo : t-lo+run]
 		if np > 0 {
-			faDotF16Keys(&k[0], stride, &w.q16[0], np, run, &out[0])
+			faDotF16Keys(&k[0], stride, &w.q16[0], np, run, &out[0], kernels.KVPageTokens*stride)
 		}
 		if np < hd {
 			// ggml's scalar tail, summed in float64 after the groups.

@@ -26,18 +26,21 @@
 	VCVTPS2PH $0, Z, Y \
 	VCVTPH2PS Y, Z
 
-// func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32)
+// func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32, pf int)
 //
 // ggml_vec_dot_f16's groups of 64 for n keys kstride bytes apart: four
 // 16-lane accumulators (F16 products are exact in float32, so the FMA is
 // the add), folded as GGML_F32Cx16_REDUCE, then _mm512_reduce_add_ps.
-TEXT ·faDotF16Keys(SB), NOSPLIT, $0-48
+// The lines pf bytes past each group of each key are prefetched: the
+// values the next pass reads.
+TEXT ·faDotF16Keys(SB), NOSPLIT, $0-56
 	MOVQ k+0(FP), SI
 	MOVQ kstride+8(FP), R8
 	MOVQ q+16(FP), DI
 	MOVQ np+24(FP), R9
 	MOVQ n+32(FP), CX
 	MOVQ out+40(FP), DX
+	MOVQ pf+48(FP), R11
 	SHRQ $6, R9
 
 dkkey:
@@ -50,6 +53,8 @@ dkkey:
 	MOVQ   R9, R10
 
 dkgrp:
+	PREFETCHT0  (AX)(R11*1)
+	PREFETCHT0  64(AX)(R11*1)
 	VCVTPH2PS   (AX), Z4
 	VCVTPH2PS   32(AX), Z5
 	VCVTPH2PS   64(AX), Z6

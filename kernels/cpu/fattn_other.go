@@ -5,11 +5,13 @@ package cpu
 // Without the amd64 kernels flash attention runs the pure-Go code only.
 const faSIMDOK = false
 
-func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32) { panic("no SIMD") }
-func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int)  { panic("no SIMD") }
-func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)                 { panic("no SIMD") }
-func expfs(x *float32, n int)                                                 { panic("no SIMD") }
-func faTransposeTile(dst, src *float32, hd int)                               { panic("no SIMD") }
+func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32, pf int) {
+	panic("no SIMD")
+}
+func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int) { panic("no SIMD") }
+func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)                { panic("no SIMD") }
+func expfs(x *float32, n int)                                                { panic("no SIMD") }
+func faTransposeTile(dst, src *float32, hd int)                              { panic("no SIMD") }
 func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32 {
 	panic("no SIMD")
 }

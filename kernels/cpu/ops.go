@@ -229,25 +229,60 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 						quant.VecDotRows(t, k, wr, xs[np*xb:], xb, in-np, tile[jj*ib+np:jj*ib+in])
 					}
 				}
-				for ii := 0; ii < in; ii++ {
-					for jj := 0; jj < jn; {
-						d := dst(i0+ii, j0+jj)
-						d = d[:min(len(d), jn-jj)]
-						col := tile[jj*ib+ii:]
-						for c := range d {
-							d[c] = col[c*ib]
-						}
-						if bias != nil {
-							for c, b := range bias[j0+jj : j0+jj+len(d)] {
-								d[c] += b
-							}
-						}
-						jj += len(d)
-					}
+				var b []float32
+				if bias != nil {
+					b = bias[j0 : j0+jn]
 				}
+				writeTile(tile, ib, in, jn, func(ii, jj int) []float32 { return dst(i0+ii, j0+jj) }, b)
 			}
 		}
 	})
+}
+
+// writeTile stores a tile of products, tile[jj*ib+ii] for in activation
+// rows and jn weight rows, at dst(ii, jj), plus bias[jj] when bias is set.
+// Blocks of 16 by 16 go through transposeF32x16 where the CPU has it and
+// each of the block's rows is one run of 16 outputs; the rest is copied
+// element by element.
+func writeTile(tile []float32, ib, in, jn int, dst func(ii, jj int) []float32, bias []float32) {
+	ii := 0
+	if vecSIMDOK && jn == 16 {
+		var rows [16]*float32
+	blocks:
+		for ; ii+16 <= in; ii += 16 {
+			for r := range rows {
+				d := dst(ii+r, 0)
+				if len(d) < 16 {
+					break blocks
+				}
+				rows[r] = &d[0]
+			}
+			_ = tile[15*ib+ii+15]
+			transposeF32x16(&rows, &tile[ii], ib)
+			for r := 0; bias != nil && r < 16; r++ {
+				d := dst(ii+r, 0)[:16]
+				for c, b := range bias {
+					d[c] += b
+				}
+			}
+		}
+	}
+	for ; ii < in; ii++ {
+		for jj := 0; jj < jn; {
+			d := dst(ii, jj)
+			d = d[:min(len(d), jn-jj)]
+			col := tile[jj*ib+ii:]
+			for c := range d {
+				d[c] = col[c*ib]
+			}
+			if bias != nil {
+				for c, b := range bias[jj : jj+len(d)] {
+					d[c] += b
+				}
+			}
+			jj += len(d)
+		}
+	}
 }
 
 // gemmWorkBytes is how many bytes at the start of the executor scratch

@@ -40,3 +40,38 @@ func TestVecF32SIMDMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTile checks writeTile (16x16 blocks by transposeF32x16 where
+// the CPU has it) against the element-by-element copy, with and without a
+// bias, and with outputs split into runs shorter than a block.
+func TestWriteTile(t *testing.T) {
+	const ib, n = 40, 16
+	tile := make([]float32, n*ib)
+	for i := range tile {
+		tile[i] = float32(i) * 0.5
+	}
+	bias := make([]float32, n)
+	for i := range bias {
+		bias[i] = float32(i) * 100
+	}
+	for _, in := range []int{40, 33, 16, 5} {
+		for _, split := range []int{16, 6} {
+			for _, b := range [][]float32{nil, bias} {
+				got := make([]float32, in*n)
+				dst := func(ii, jj int) []float32 { return got[ii*n+jj : ii*n+min(n, (jj/split+1)*split)] }
+				writeTile(tile, ib, in, n, dst, b)
+				for ii := range in {
+					for jj := range n {
+						want := tile[jj*ib+ii]
+						if b != nil {
+							want += b[jj]
+						}
+						if g := got[ii*n+jj]; g != want {
+							t.Fatalf("in %d split %d bias %v: [%d][%d] = %v, want %v", in, split, b != nil, ii, jj, g, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

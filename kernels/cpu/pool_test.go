@@ -119,3 +119,21 @@ func TestPoolLateWorker(t *testing.T) {
 		t.Fatalf("the caller ran %d of 8 chunks beside a late worker, want at least 7", mine.Load())
 	}
 }
+
+// TestPoolBackToBack runs loops of changing sizes back to back, where a
+// worker still leaving one loop meets the next one's chunks.
+func TestPoolBackToBack(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	sizes := []int{16, 768, 3, 32000, 1, 17, 192}
+	for iter := range 20000 {
+		n := sizes[iter%len(sizes)]
+		var total atomic.Int64
+		if err := p.For(n, 1+iter%5, func(_, lo, hi int) { total.Add(int64(hi - lo)) }); err != nil {
+			t.Fatal(err)
+		}
+		if total.Load() != int64(n) {
+			t.Fatalf("loop %d: %d items ran, want %d", iter, total.Load(), n)
+		}
+	}
+}

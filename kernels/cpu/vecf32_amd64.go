@@ -16,6 +16,5 @@ func madF32AVX512(y, x *float32, v float32, n int)
 //go:noescape
 func scaleF32AVX512(y *float32, v float32, n int)
 
-
 //go:noescape
 func transposeF32x16(dst *[16]*float32, src *float32, stride int)

@@ -203,12 +203,12 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 		}
 	}
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
-		tp, _ := gemmTiles.Get().(*[gemmTileRows * gemmCols]float32)
+		tp, _ := gemmTiles.Get().(*[gemmTileRows*gemmCols + 16]float32)
 		if tp == nil {
-			tp = new([gemmTileRows * gemmCols]float32)
+			tp = new([gemmTileRows*gemmCols + 16]float32)
 		}
 		defer gemmTiles.Put(tp)
-		tile := tp[:ib*gemmCols]
+		tile := tp[: ib*gemmCols : ib*gemmCols+16] // writeTile reads past a partial block
 		for j0 := lo; j0 < hi; j0 += gemmCols {
 			jn := min(gemmCols, hi-j0)
 			for i0 := 0; i0 < rows; i0 += ib {
@@ -241,46 +241,52 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 
 // writeTile stores a tile of products, tile[jj*ib+ii] for in activation
 // rows and jn weight rows, at dst(ii, jj), plus bias[jj] when bias is set.
-// Blocks of 16 by 16 go through transposeF32x16 where the CPU has it and
-// each of the block's rows is one run of 16 outputs; the rest is copied
+// Where the CPU has transposeF32x16, each block of up to 16 rows whose
+// outputs are runs of 16 goes through it (a partial block's other rows
+// land in scratch: the transpose reads 16 floats a weight row, up to 16
+// past the tile, which its capacity must cover); the rest is copied
 // element by element.
 func writeTile(tile []float32, ib, in, jn int, dst func(ii, jj int) []float32, bias []float32) {
-	ii := 0
-	if vecSIMDOK && jn == 16 {
-		var rows [16]*float32
-	blocks:
-		for ; ii+16 <= in; ii += 16 {
-			for r := range rows {
-				d := dst(ii+r, 0)
-				if len(d) < 16 {
-					break blocks
+	var rows [16]*float32
+	var scratch [16]float32
+	for i0 := 0; i0 < in; i0 += 16 {
+		h := min(16, in-i0)
+		whole := vecSIMDOK && jn == 16
+		for r := 0; r < 16 && whole; r++ {
+			rows[r] = &scratch[0]
+			if r < h {
+				d := dst(i0+r, 0)
+				if whole = len(d) >= 16; whole {
+					rows[r] = &d[0]
 				}
-				rows[r] = &d[0]
 			}
-			_ = tile[15*ib+ii+15]
-			transposeF32x16(&rows, &tile[ii], ib)
-			for r := 0; bias != nil && r < 16; r++ {
-				d := dst(ii+r, 0)[:16]
+		}
+		if whole {
+			_ = tile[:cap(tile)][15*ib+i0+15]
+			transposeF32x16(&rows, &tile[i0], ib)
+			for r := 0; bias != nil && r < h; r++ {
+				d := dst(i0+r, 0)[:16]
 				for c, b := range bias {
 					d[c] += b
 				}
 			}
+			continue
 		}
-	}
-	for ; ii < in; ii++ {
-		for jj := 0; jj < jn; {
-			d := dst(ii, jj)
-			d = d[:min(len(d), jn-jj)]
-			col := tile[jj*ib+ii:]
-			for c := range d {
-				d[c] = col[c*ib]
-			}
-			if bias != nil {
-				for c, b := range bias[jj : jj+len(d)] {
-					d[c] += b
+		for ii := i0; ii < i0+h; ii++ {
+			for jj := 0; jj < jn; {
+				d := dst(ii, jj)
+				d = d[:min(len(d), jn-jj)]
+				col := tile[jj*ib+ii:]
+				for c := range d {
+					d[c] = col[c*ib]
 				}
+				if bias != nil {
+					for c, b := range bias[jj : jj+len(d)] {
+						d[c] += b
+					}
+				}
+				jj += len(d)
 			}
-			jj += len(d)
 		}
 	}
 }

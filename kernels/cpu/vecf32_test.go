@@ -46,7 +46,7 @@ func TestVecF32SIMDMatchesGo(t *testing.T) {
 // bias, and with outputs split into runs shorter than a block.
 func TestWriteTile(t *testing.T) {
 	const ib, n = 40, 16
-	tile := make([]float32, n*ib)
+	tile := make([]float32, n*ib, n*ib+16) // gemm's tiles have room past the end
 	for i := range tile {
 		tile[i] = float32(i) * 0.5
 	}
@@ -54,7 +54,7 @@ func TestWriteTile(t *testing.T) {
 	for i := range bias {
 		bias[i] = float32(i) * 100
 	}
-	for _, in := range []int{40, 33, 16, 5} {
+	for _, in := range []int{40, 33, 16, 5, 1} {
 		for _, split := range []int{16, 6} {
 			for _, b := range [][]float32{nil, bias} {
 				got := make([]float32, in*n)

@@ -1070,14 +1070,15 @@ q6kloop:
 // the Q4_K ones): each super-block's 256 quants are unpacked once (as the
 // unsigned biased values, chunk c = elements 32c..32c+31) into chunk
 // pairs in Z16-Z22 and the scale pairs spread to words (Q6KQ's VPSHUFB
-// layout) in Z24-Z30; Y13 holds the 16 scales as words for the bias term
-// and X14 d. Each row's int32 lanes, FMAs and final HSUM are
+// layout) in Z24-Z30; Y13 holds the 16 scales times -32 as words for the
+// bias term and Y14 d. Each row's int32 lanes, FMAs and final HSUM are
 // dotQ6_KAVX2Asm's, so every result is bit-identical to the one-row
 // kernel's on that row.
 
 // K6ROW adds one activation row's block (at x) to F: the exact int32
-// lanes sum(sc*q*y) - 32*sum_k sc_k*bsum_k (as dotQ6_KAVX2Asm), converted
-// and times d*xd. The quants and scale words come in chunk pairs,
+// lanes sum(sc*q*y) - 32*sum_k sc_k*bsum_k (as dotQ6_KAVX2Asm; the second
+// term by one VPDPWSSD with the scales times -32), converted and times
+// d*xd. The quants and scale words come in chunk pairs,
 // Z16/Z18/Z20/Z22 and Z24/Z26/Z28/Z30 (Q6KPREP): the low half gathers the
 // even chunks and the high half the odd ones, joined once by int32 adds,
 // so the lanes are the one-row kernel's. Z0, Z1, Y2, Y3, Z12 scratch.
@@ -1092,12 +1093,9 @@ q6kloop:
 	VPDPWSSD      Z30, Z1, Z12 \
 	VEXTRACTI64X4 $1, Z12, Y3 \
 	VPADDD        Y3, Y12, Y12 \
-	VPMADDWD      260(x), Y13, Y2 \
-	VPSLLD        $5, Y2, Y2 \
-	VPSUBD        Y2, Y12, Y12 \
+	VPDPWSSD      260(x), Y13, Y12 \
 	VCVTDQ2PS     Y12, Y12 \
-	VMULSS        (x), X14, X1 \
-	VBROADCASTSS  X1, Y1 \
+	VMULPS.BCST   (x), Y14, Y1 \
 	VFMADD231PS   Y1, Y12, F
 
 // K6HALF unpacks half h of a Q6_K block (ql at qoff, qh at hoff) into the
@@ -1137,7 +1135,7 @@ q6kloop:
 	VINSERTI64X4 $1, Y8, Z, Z
 
 // Q6KPREP prepares the Q6_K block at SI for the multi-row kernels: its 16
-// scales as words in Y13, d in X14, the scale words of chunk pairs in
+// scales times -32 as words in Y13, d in every lane of Y14, the scale words of chunk pairs in
 // Z24/Z26/Z28/Z30 and the unsigned quants of chunk pairs in
 // Z16/Z18/Z20/Z22 (K6ROW's layout), each odd chunk going through Y8/Y9
 // into its pair's high half so that the odd upper registers stay free.
@@ -1145,6 +1143,9 @@ q6kloop:
 #define Q6KPREP \
 	VMOVDQU      192(SI), X11 \
 	VPMOVSXBW    X11, Y13 \
+	VPSLLW       $5, Y13, Y13 \
+	VPXOR        Y12, Y12, Y12 \
+	VPSUBW       Y13, Y12, Y13 \
 	K6SCPAIR(0, Y24, Z24) \
 	K6SCPAIR(32, Y26, Z26) \
 	K6SCPAIR(64, Y28, Z28) \
@@ -1152,6 +1153,7 @@ q6kloop:
 	MOVWLZX      208(SI), AX \
 	VMOVD        AX, X14 \
 	VCVTPH2PS    X14, X14 \
+	VBROADCASTSS X14, Y14 \
 	K6HALF(0, 128, Y16, Y8, Y18, Y9) \
 	VINSERTI64X4 $1, Y8, Z16, Z16 \
 	VINSERTI64X4 $1, Y9, Z18, Z18 \

@@ -252,7 +252,7 @@ func getFaWork(hd int) *faWork {
 	w, _ := faWorkPool.Get().(*faWork)
 	if w == nil || len(w.acc) != hd {
 		w = &faWork{
-			q16: make([]uint16, hd), acc16: make([]uint16, hd),
+			q16: make([]uint16, hd), qf: make([]float32, hd), acc16: make([]uint16, hd),
 			acc: make([]float32, hd), part: make([]float32, hd),
 		}
 	}
@@ -262,6 +262,7 @@ func getFaWork(hd int) *faWork {
 // faWork is one worker's scratch.
 type faWork struct {
 	q16   []uint16  // the query in F16
+	qf    []float32 // q16 widened (the SIMD path)
 	acc16 []uint16  // one_chunk's F16 accumulator (VKQ16)
 	acc   []float32 // F32 accumulator (tiled, and the split path's reduction)
 	part  []float32 // a split chunk's partial result
@@ -325,12 +326,17 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 	}
 	sc, coef := w.sc[:n], w.coef[:2*n]
 	stride := v.kvDim * 2
+	faCvtRows(&w.qf[0], &w.q16[0], 0, hd, 1) // the F16 query, widened once
+	k := v.run(0, lo, pageRun(lo, hi))
 	for t := lo; t < hi; {
 		run := pageRun(t, hi)
-		k := v.run(0, t, run)
+		next := k // where the next page's keys are, to prefetch
+		if t+run < hi {
+			next = v.run(0, t+run, pageRun(t+run, hi))
+		}
 		out := sc[t-lo : t-lo+run]
 		if np > 0 {
-			faDotF16Keys(&k[0], stride, &w.q16[0], np, run, &out[0], kernels.KVPageTokens*stride)
+			faDotF16Keys(&k[0], stride, &w.qf[0], np, run, &out[0], kernels.KVPageTokens*stride, &next[0])
 		}
 		if np < hd {
 			// ggml's scalar tail, summed in float64 after the groups.
@@ -346,7 +352,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 				out[j] = float32(sum)
 			}
 		}
-		t += run
+		t, k = t+run, next
 	}
 	// oneChunk's softmax loop, with its exponentials taken out: the
 	// running maximum is sequential but they are not, so the first pass

@@ -14,7 +14,7 @@ var faSIMDOK = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW 
 // callers' to check: hd and np as documented, n and nvalid at least 1.
 
 //go:noescape
-func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32, pf int)
+func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, pf int, next *uint16)
 
 //go:noescape
 func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int)

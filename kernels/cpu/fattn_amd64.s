@@ -26,14 +26,15 @@
 	VCVTPS2PH $0, Z, Y \
 	VCVTPH2PS Y, Z
 
-// func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32, pf int)
+// func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, pf int, next *uint16)
 //
 // ggml_vec_dot_f16's groups of 64 for n keys kstride bytes apart: four
 // 16-lane accumulators (F16 products are exact in float32, so the FMA is
-// the add), folded as GGML_F32Cx16_REDUCE, then _mm512_reduce_add_ps.
-// The lines pf bytes past each group of each key are prefetched: the
-// values the next pass reads.
-TEXT ·faDotF16Keys(SB), NOSPLIT, $0-56
+// the add), folded as GGML_F32Cx16_REDUCE, then _mm512_reduce_add_ps. q
+// is the F16 query already widened to float32. Each group's lines pf
+// bytes on (the values the next pass reads) and at the same place from
+// next on (the next page's keys) are prefetched.
+TEXT ·faDotF16Keys(SB), NOSPLIT, $0-64
 	MOVQ k+0(FP), SI
 	MOVQ kstride+8(FP), R8
 	MOVQ q+16(FP), DI
@@ -41,6 +42,8 @@ TEXT ·faDotF16Keys(SB), NOSPLIT, $0-56
 	MOVQ n+32(FP), CX
 	MOVQ out+40(FP), DX
 	MOVQ pf+48(FP), R11
+	MOVQ next+56(FP), R12
+	SUBQ SI, R12
 	SHRQ $6, R9
 
 dkkey:
@@ -55,20 +58,18 @@ dkkey:
 dkgrp:
 	PREFETCHT0  (AX)(R11*1)
 	PREFETCHT0  64(AX)(R11*1)
+	PREFETCHT0  (AX)(R12*1)
+	PREFETCHT0  64(AX)(R12*1)
 	VCVTPH2PS   (AX), Z4
 	VCVTPH2PS   32(AX), Z5
 	VCVTPH2PS   64(AX), Z6
 	VCVTPH2PS   96(AX), Z7
-	VCVTPH2PS   (BX), Z8
-	VCVTPH2PS   32(BX), Z9
-	VCVTPH2PS   64(BX), Z10
-	VCVTPH2PS   96(BX), Z11
-	VFMADD231PS Z8, Z4, Z0
-	VFMADD231PS Z9, Z5, Z1
-	VFMADD231PS Z10, Z6, Z2
-	VFMADD231PS Z11, Z7, Z3
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS 64(BX), Z5, Z1
+	VFMADD231PS 128(BX), Z6, Z2
+	VFMADD231PS 192(BX), Z7, Z3
 	ADDQ        $128, AX
-	ADDQ        $128, BX
+	ADDQ        $256, BX
 	DECQ        R10
 	JNZ         dkgrp
 

@@ -5,7 +5,7 @@ package cpu
 // Without the amd64 kernels flash attention runs the pure-Go code only.
 const faSIMDOK = false
 
-func faDotF16Keys(k *uint16, kstride int, q *uint16, np, n int, out *float32, pf int) {
+func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, pf int, next *uint16) {
 	panic("no SIMD")
 }
 func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int) { panic("no SIMD") }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
@@ -19,6 +20,7 @@ import (
 func loadtestCmd() *cobra.Command {
 	var url, key, model string
 	var concurrency, requests, promptTokens, maxTokens int
+	var seed uint64
 	var stream bool
 	c := &cobra.Command{
 		Use:   "loadtest --url URL",
@@ -26,7 +28,10 @@ func loadtestCmd() *cobra.Command {
 		Long: `loadtest sends --requests completions from --concurrency clients at once to
 URL/v1/completions, each a prompt of --prompt-tokens token ids (real ids of
 the server's vocabulary, from its /tokenize) asking for --max-tokens with
-ignore_eos, so every request generates exactly that many. It prints time to
+ignore_eos, so every request generates exactly that many. The prompts are
+drawn at random from --seed: requests share no prefix, while two runs with
+the same seed send the same prompts (give runs different seeds when a
+server's prefix cache must not serve one run from another). It prints time to
 first token and inter-token latency percentiles (streamed requests),
 end-to-end latency, aggregate generated tokens per second, and errors by
 status.`,
@@ -43,7 +48,7 @@ status.`,
 			if err != nil {
 				return err
 			}
-			res := lt.run(cmd.Context(), ids, concurrency, requests, promptTokens)
+			res := lt.run(cmd.Context(), ids, concurrency, requests, promptTokens, seed)
 			res.print(cmd.OutOrStdout(), concurrency, requests, promptTokens, maxTokens, stream)
 			return nil
 		},
@@ -55,6 +60,7 @@ status.`,
 	c.Flags().IntVar(&requests, "requests", 32, "requests in all")
 	c.Flags().IntVar(&promptTokens, "prompt-tokens", 128, "prompt length in tokens")
 	c.Flags().IntVar(&maxTokens, "max-tokens", 128, "tokens each request generates")
+	c.Flags().Uint64Var(&seed, "seed", 1, "seed of the prompts' token ids")
 	c.Flags().BoolVar(&stream, "stream", false, "stream (server-sent events), measuring TTFT and inter-token latency")
 	return c
 }
@@ -199,7 +205,7 @@ type loadResult struct {
 	outcomes []outcome
 }
 
-func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, promptTokens int) loadResult {
+func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, promptTokens int, seed uint64) loadResult {
 	jobs := make(chan int)
 	var mu sync.Mutex
 	var res loadResult
@@ -210,9 +216,12 @@ func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, p
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
+				// each request its own prompt, with no prefix shared with
+				// another request
+				rng := rand.New(rand.NewPCG(seed, uint64(j)))
 				prompt := make([]int, promptTokens)
 				for i := range prompt {
-					prompt[i] = ids[(i+j*7)%len(ids)] // each request its own prompt: no shared prefix
+					prompt[i] = ids[rng.IntN(len(ids))]
 				}
 				o := lt.one(ctx, prompt)
 				mu.Lock()

@@ -318,6 +318,10 @@ func (w *faWork) oneChunk(lo, hi int, o *faOpts, cache func(which, t int) []uint
 func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 	v := &w.view
 	hd, n := v.hd, hi-lo
+	if n <= 0 {
+		clear(w.acc16)
+		return float32(math.Inf(-1)), 0
+	}
 	np := hd &^ (faF16Step - 1)
 	if cap(w.sc) < n {
 		w.sc = make([]float32, n+n/2)

@@ -208,7 +208,8 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 			tp = new([gemmTileRows*gemmCols + 16]float32)
 		}
 		defer gemmTiles.Put(tp)
-		tile := tp[: ib*gemmCols : ib*gemmCols+16] // writeTile reads past a partial block
+		size := ib * gemmCols
+		tile := tp[: size : size+16] // writeTile reads up to 16 floats past the end
 		for j0 := lo; j0 < hi; j0 += gemmCols {
 			jn := min(gemmCols, hi-j0)
 			for i0 := 0; i0 < rows; i0 += ib {

@@ -123,21 +123,44 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 		}
 		return active[ai]
 	}
-	if nact == 1 {
-		// one row: quantize it here, no dispatch
-		i := row(0)
+	quantize := func(ai int) {
+		i := row(ai)
 		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[i*xb:(i+1)*xb]); err != nil {
+			panic(err) // sizes come from the kernel's own arguments
+		}
+	}
+	// With every row active and a prepared-group kernel for the type, each
+	// full group of quant.PrepRows activation rows is prepared once (the
+	// work its multi-row kernel would redo per weight row), by the chunk
+	// that quantizes it: one loop and one wait, not two.
+	var xp []byte
+	if keep == nil && pg > 0 && ngroups > 0 {
+		xp = buf[rows*xb:]
+	}
+	switch {
+	case nact == 1:
+		quantize(0) // one row: no dispatch
+	case xp != nil:
+		if err := a.Pool.For((rows+quant.PrepRows-1)/quant.PrepRows, 1, func(_, lo, hi int) {
+			for g := lo; g < hi; g++ {
+				for i := g * quant.PrepRows; i < min(rows, (g+1)*quant.PrepRows); i++ {
+					quantize(i)
+				}
+				if g < ngroups {
+					quant.PrepareRows(t, k, xq[g*quant.PrepRows*xb:], xb, xp[g*pg:(g+1)*pg])
+				}
+			}
+		}); err != nil {
 			return err
 		}
-	} else if err := a.Pool.For(nact, 4, func(_, lo, hi int) {
-		for ai := lo; ai < hi; ai++ {
-			i := row(ai)
-			if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[i*xb:(i+1)*xb]); err != nil {
-				panic(err)
+	default:
+		if err := a.Pool.For(nact, 4, func(_, lo, hi int) {
+			for ai := lo; ai < hi; ai++ {
+				quantize(ai)
 			}
+		}); err != nil {
+			return err
 		}
-	}); err != nil {
-		return err
 	}
 	if nact == 0 {
 		return nil
@@ -186,22 +209,9 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// which kernel computes a row then depends only on rows mod 4, as the
 	// eight-row kernel's results equal the four-row kernel's.
 	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
-	// Where the type has a prepared-group kernel, each full group of
-	// quant.PrepRows activation rows is prepared once here (the work its
-	// multi-row kernel would redo per weight row) and the groups go
-	// through VecDotPrepared, bit-identical to VecDotRows on them; the
-	// rows past the last full group go through VecDotRows as before.
-	var xp []byte
-	if pg > 0 && ngroups > 0 {
-		xp = buf[rows*xb:]
-		if err := a.Pool.For(ngroups, 1, func(_, lo, hi int) {
-			for g := lo; g < hi; g++ {
-				quant.PrepareRows(t, k, xq[g*quant.PrepRows*xb:], xb, xp[g*pg:(g+1)*pg])
-			}
-		}); err != nil {
-			return err
-		}
-	}
+	// The prepared groups (above) go through VecDotPrepared, bit-identical
+	// to VecDotRows on them; the rows past the last full group go through
+	// VecDotRows.
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		tp, _ := gemmTiles.Get().(*[gemmTileRows*gemmCols + 16]float32)
 		if tp == nil {

@@ -157,10 +157,13 @@ const mmvMaxRows = 8
 // lm_head or a fused norm + projections) for n features of k inputs on a
 // variant of r rows: the matrix-vector kernel, a row per blockIdx.y, for
 // up to mmvMaxRows rows; for more, the tensor-core tile kernel where the
-// type has one (except for lm_head, whose requests want one row each) for
-// prefill and large decode batches (see dp4aMaxRows); the dp4a tile
-// kernel otherwise.
-func integerMatrix(family, typ string, k, n, r uint32) Launch {
+// type has one for prefill and large decode batches (see dp4aMaxRows); the
+// dp4a tile kernel otherwise. lm_head stays on the dp4a kernel in prefill
+// variants, where a request's last row alone wants logits and the dp4a
+// kernel skips the others; in decode every row wants them, and beyond
+// dp4aAlwaysRows the tensor cores read the vocabulary-sized matrix once
+// where the dp4a kernel would read it once per eight rows.
+func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	if r <= mmvMaxRows {
 		grid, block := mmvShape(typ, k, n)
 		grid[1] = r
@@ -176,12 +179,13 @@ func integerMatrix(family, typ string, k, n, r uint32) Launch {
 	}
 	dp4a := Launch{Grid: [3]uint32{width, groups, 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
 	mt, tc := mmtTypes[typ]
-	small := uint64(n)*uint64(k/256)*uint64(mt.blockBytes) <= dp4aMaxBytes
-	switch {
-	case !tc || family == "lm_head":
+	if !tc {
 		return dp4a
-	case r <= dp4aAlwaysRows || (r <= dp4aMaxRows && small):
-		dp4a.Entry = EntryDP4A
+	}
+	dp4a.Entry = EntryDP4A // a tensor-core type's dp4a kernel is its _dp4a entry
+	lm := family == "lm_head"
+	small := uint64(n)*uint64(k/256)*uint64(mt.blockBytes) <= dp4aMaxBytes
+	if (lm && prefill) || r <= dp4aAlwaysRows || (r <= dp4aMaxRows && small && !lm) {
 		return dp4a
 	}
 	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile}
@@ -239,7 +243,7 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 			return l, err
 		}
 		if _, ok := mmqTypes[typ]; ok {
-			l = integerMatrix(family, typ, push[0], push[1], r)
+			l = integerMatrix(family, typ, push[0], push[1], r, prefill)
 			break
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
@@ -253,7 +257,7 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 			n = spec[1] + 2*spec[2]
 		}
 		if _, ok := mmqTypes[typ]; ok {
-			l = integerMatrix(family, typ, k, n, r)
+			l = integerMatrix(family, typ, k, n, r, prefill)
 			break
 		}
 		l.Grid = [3]uint32{ceilDiv(n, mmWarps), r, 1}

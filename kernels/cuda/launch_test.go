@@ -23,14 +23,12 @@ func TestShapeMatmul(t *testing.T) {
 		// Prefill: the tensor-core tile kernel for K-quants, MT_M rows × MT_N
 		// features a block; the dp4a tile kernel, MM_MR rows a block, its
 		// grid bounded to mmqMaxBlocks, otherwise and for K-quants at up to
-		// 64 rows (decode) of a matrix L2 holds; lm_head's bound is per row
-		// of blocks.
+		// 64 rows (decode) of a matrix L2 holds.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{32, 8, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{128, 2, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 1}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},
-		{"lm_head.q6_k", 4096, 32000, 128, [3]uint32{250, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		// Fused norm + gate/up: n = 2f features.
 		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, true},
@@ -58,6 +56,36 @@ func TestShapeMatmul(t *testing.T) {
 		if got := l.Block[0] * l.Block[1] * l.Block[2]; got != threads {
 			t.Errorf("%s: %d threads a block, want %d", c.inst, got, threads)
 		}
+	}
+}
+
+// TestShapeLMHead checks lm_head's multi-row launches: in prefill
+// variants the dp4a tile kernel, its grid bound per row of blocks (a
+// request's last row alone wants logits); in decode variants that kernel
+// up to dp4aAlwaysRows rows and the tensor-core tiles beyond.
+func TestShapeLMHead(t *testing.T) {
+	for _, c := range []struct {
+		rows    int
+		prefill bool
+		grid    [3]uint32
+		entry   EntryPoint
+	}{
+		{128, true, [3]uint32{250, 16, 1}, EntryDP4A},
+		{16, false, [3]uint32{250, 2, 1}, EntryDP4A},
+		{64, false, [3]uint32{250, 1, 1}, EntryTile},
+		{32, false, [3]uint32{250, 1, 1}, EntryTile},
+	} {
+		l, err := Shape("lm_head.q6_k", []uint32{4096, 32000}, nil, c.rows, c.prefill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Grid != c.grid || l.Entry != c.entry {
+			t.Errorf("rows %d prefill %v: grid %v entry %v, want %v %v", c.rows, c.prefill, l.Grid, l.Entry, c.grid, c.entry)
+		}
+	}
+	// A type without tensor-core tiles keeps the dp4a kernel, its _tile entry.
+	if l, err := Shape("lm_head.q8_0", []uint32{4096, 32000}, nil, 64, false); err != nil || l.Entry != EntryTile || l.Grid[1] != 8 {
+		t.Errorf("lm_head.q8_0 at 64 rows: %+v %v", l, err)
 	}
 }
 

@@ -50,11 +50,12 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
 
 // mmt computes the tile (blockIdx.y·MT_M rows, blockIdx.x·MT_N features)
 // of y = W·x (RMS-normalized by wn first when given) and stores it
-// through o. Rows past the request's n_rows and features past n are
-// computed on zeros and not stored.
+// through o: row r's outputs as row r, or with lm (lm_head) as its slot's,
+// and only if it wants logits. Rows past the request's n_rows and
+// features past n are computed on zeros and not stored.
 template <int TW>
 __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o,
-    const float* wn = nullptr, float eps = 0.f) {
+    const float* wn = nullptr, float eps = 0.f, bool lm = false) {
     constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB;
     extern __shared__ __align__(16) u8 smem[];
     signed char* xq = (signed char*)smem;                  // [MT_M][MT_XS]
@@ -273,10 +274,13 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
         for (int e = 0; e < 4; e++) {
             int r = wm * 32 + mi * 16 + g + 8 * (e >> 1);
             if (r >= nr) continue;
+            int orow = row0 + r;
+            if (lm) orow = io_row(io, orow, ROW_FLAGS) & ROW_WANTS_LOGITS ? (int)io_row(io, orow, ROW_SLOT) : -1;
+            if (orow < 0) continue;
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 int j = f0 + wn4 * 32 + ni * 8 + 2 * t + (e & 1);
-                if (j < n) o.store(row0 + r, j, acc[mi][ni][e]);
+                if (j < n) o.store(orow, j, acc[mi][ni][e]);
             }
         }
 }

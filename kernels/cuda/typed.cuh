@@ -86,8 +86,15 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
-    if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
+    if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), nullptr, 0.f, true);
+    else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
+#if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill (few rows want logits) and small batches
+extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _dp4a)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
+    mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
+}
+#endif
 #endif
 
 #if FAMILY == FAMILY_MOE_GATE_TOPK // moe_gate_topk: route[row] = the row's n_used experts and weights; grid (rows)

@@ -92,6 +92,11 @@ func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int
 	if err != nil {
 		t.Fatal(err)
 	}
+	if shape.Shared > 48<<10 { // past the default, as the tier allows it
+		if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSize, shape.Shared); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var vals []uint64
 	var devs []driver.DevPtr
 	for _, b := range bufs {
@@ -522,6 +527,21 @@ func kweights(t *testing.T, rng *rand.Rand, typ ggml.Type, rows, k int) []byte {
 			binary.LittleEndian.PutUint16(b[o:], quant.F32ToF16(0.001+0.02*rng.Float32()))
 		}
 		return b
+	case ggml.Q4_K, ggml.Q6_K:
+		// Likewise past the F16 scales: d and dmin at the front of a Q4_K
+		// block, d at the end of a Q6_K one.
+		info, _ := typ.Info()
+		b := make([]byte, rows*k/info.BlockSize*info.BlockBytes)
+		rng.Read(b)
+		for o := 0; o < len(b); o += info.BlockBytes {
+			if typ == ggml.Q4_K {
+				binary.LittleEndian.PutUint16(b[o:], quant.F32ToF16(0.001+0.02*rng.Float32()))
+				binary.LittleEndian.PutUint16(b[o+2:], quant.F32ToF16(0.001+0.02*rng.Float32()))
+			} else {
+				binary.LittleEndian.PutUint16(b[o+info.BlockBytes-2:], quant.F32ToF16(0.001+0.02*rng.Float32()))
+			}
+		}
+		return b
 	}
 	t.Fatalf("kweights: type %v", typ)
 	return nil
@@ -733,6 +753,39 @@ func TestKernelIQuants(t *testing.T) {
 		got = g.run(inst("lm_head"), lbufs, push, nil, len(lrows))
 		want = cpuRun(t, inst("lm_head"), lbufs, push, nil)
 		compareF32(t, "lm_head."+name, got[3], want[3], 1e-4)
+	}
+}
+
+// TestKernelLMHeadRows holds lm_head's multi-row kernels for the types
+// with tensor-core tiles to T-CPU, in decode variants (every row its own
+// slot, written in reverse, and some rows not wanting logits): the
+// matrix-vector kernel at 4 rows, the dp4a tiles at 16, the tensor-core
+// tiles at 32. n = 300 leaves a partial tile of features. The tolerance
+// is 1e-3: random Q6_K scales reach ±128, and the float combination of a
+// logit's large partial sums, in another order than T-CPU's, loses about
+// 1e-4 of the small ones.
+func TestKernelLMHeadRows(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(21))
+	for _, typ := range []ggml.Type{ggml.Q4_K, ggml.Q6_K} {
+		inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
+		k, n := 512, 300
+		w := kweights(t, rng, typ, n, k)
+		for _, nr := range []int{4, 16, 32} {
+			rows := make([]krow, nr)
+			for i := range rows {
+				rows[i] = krow{pos: uint32(i), slot: uint32(nr - 1 - i), flags: kernels.RowWantsLogits}
+				if i%3 == 1 {
+					rows[i].flags = 0
+				}
+			}
+			x := randF32(rng, nr*k, -2, 2)
+			bufs := [][]byte{f32bytes(x), w, ioTable(rows, nr, 1, nil), f32bytes(make([]float32, nr*n))}
+			push := []uint32{uint32(k), uint32(n)}
+			got := g.run(inst, bufs, push, nil, nr)
+			want := cpuRun(t, inst, bufs, push, nil)
+			compareF32(t, fmt.Sprintf("%s, %d rows", inst, nr), got[3], want[3], 1e-3)
+		}
 	}
 }
 

@@ -61,8 +61,8 @@ func TestShapeMatmul(t *testing.T) {
 
 // TestShapeLMHead checks lm_head's multi-row launches: in prefill
 // variants the dp4a tile kernel, its grid bound per row of blocks (a
-// request's last row alone wants logits); in decode variants that kernel
-// up to dp4aAlwaysRows rows and the tensor-core tiles beyond.
+// request's last row alone wants logits); in decode variants the
+// tensor-core tiles.
 func TestShapeLMHead(t *testing.T) {
 	for _, c := range []struct {
 		rows    int
@@ -71,7 +71,7 @@ func TestShapeLMHead(t *testing.T) {
 		entry   EntryPoint
 	}{
 		{128, true, [3]uint32{250, 16, 1}, EntryDP4A},
-		{16, false, [3]uint32{250, 2, 1}, EntryDP4A},
+		{16, false, [3]uint32{250, 1, 1}, EntryTile},
 		{64, false, [3]uint32{250, 1, 1}, EntryTile},
 		{32, false, [3]uint32{250, 1, 1}, EntryTile},
 	} {

@@ -756,11 +756,12 @@ func TestKernelIQuants(t *testing.T) {
 	}
 }
 
-// TestKernelLMHeadRows holds lm_head's multi-row kernels for the types
-// with tensor-core tiles to T-CPU, in decode variants (every row its own
-// slot, written in reverse, and some rows not wanting logits): the
-// matrix-vector kernel at 4 rows, the dp4a tiles at 16, the tensor-core
-// tiles at 32. n = 300 leaves a partial tile of features. The tolerance
+// TestKernelLMHeadRows holds lm_head's kernels for the types with
+// tensor-core tiles to T-CPU (every row its own slot, written in reverse,
+// and some rows not wanting logits): the matrix-vector kernel at 4 rows,
+// the tensor-core tiles at 16 and 32 (decode variants), the dp4a tiles at
+// 64 (a prefill variant in the harness). n = 300 leaves a partial tile of
+// features. The tolerance
 // is 1e-3: random Q6_K scales reach ±128, and the float combination of a
 // logit's large partial sums, in another order than T-CPU's, loses about
 // 1e-4 of the small ones.
@@ -771,7 +772,7 @@ func TestKernelLMHeadRows(t *testing.T) {
 		inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
 		k, n := 512, 300
 		w := kweights(t, rng, typ, n, k)
-		for _, nr := range []int{4, 16, 32} {
+		for _, nr := range []int{4, 16, 32, 64} {
 			rows := make([]krow, nr)
 			for i := range rows {
 				rows[i] = krow{pos: uint32(i), slot: uint32(nr - 1 - i), flags: kernels.RowWantsLogits}

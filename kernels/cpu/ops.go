@@ -134,7 +134,7 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// work its multi-row kernel would redo per weight row), by the chunk
 	// that quantizes it: one loop and one wait, not two.
 	var xp []byte
-	if keep == nil && pg > 0 && ngroups > 0 {
+	if nact == rows && pg > 0 && ngroups > 0 {
 		xp = buf[rows*xb:]
 	}
 	switch {

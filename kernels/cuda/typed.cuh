@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), nullptr, 0.f, true);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
-#if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill (few rows want logits) and small batches
+#if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill variants (few of whose rows want logits)
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);

@@ -247,17 +247,24 @@ var prepQ8_0x8 = prepKernel{
 			}
 		}
 	},
-	dot: func(n int, w, xp []byte, out []float32) {
-		nb := n / qk
+	dot: prepDot(qk, q8_0Len, q80PrepBlock, dotQ8_0x8PrepAsm),
+}
+
+// prepDot is the dot of a prepKernel: kernel on nb whole blocks of bs
+// elements (wLen bytes a weight block, pLen a prepared one), its bounds
+// checked once here.
+func prepDot(bs, wLen, pLen int, kernel func(w, xp *byte, nb int, out *float32)) func(n int, w, xp []byte, out []float32) {
+	return func(n int, w, xp []byte, out []float32) {
+		nb := n / bs
 		if nb == 0 {
 			clear(out[:8])
 			return
 		}
-		_ = w[nb*q8_0Len-1]
-		_ = xp[nb*q80PrepBlock-1]
+		_ = w[nb*wLen-1]
+		_ = xp[nb*pLen-1]
 		_ = out[7]
-		dotQ8_0x8PrepAsm(&w[0], &xp[0], nb, &out[0])
-	},
+		kernel(&w[0], &xp[0], nb, &out[0])
+	}
 }
 
 // q80PrepBlock is the size of one block of a prepared Q8_0 group.
@@ -290,17 +297,7 @@ var prepQ4_Kx8 = prepKernel{
 			}
 		}
 	},
-	dot: func(n int, w, xp []byte, out []float32) {
-		nb := n / qkK
-		if nb == 0 {
-			clear(out[:8])
-			return
-		}
-		_ = w[nb*q4_KLen-1]
-		_ = xp[nb*q4kPrepBlock-1]
-		_ = out[7]
-		dotQ4_Kx8PrepAsm(&w[0], &xp[0], nb, &out[0])
-	},
+	dot: prepDot(qkK, q4_KLen, q4kPrepBlock, dotQ4_Kx8PrepAsm),
 }
 
 // q4kPrepBlock is the size of one super-block of a prepared Q4_K group.

@@ -112,17 +112,25 @@ func TestParityWithLlamaCpp(t *testing.T) {
 	}
 }
 
-func checkReference(t *testing.T, dir string, ref *reference.File, label string, tolerance float64) float64 {
-	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2})
+// openSequence opens the bundle at dir on T-CPU with two threads (the
+// weights left in the mapped pack when mapWeights is set) and starts a
+// sequence; done releases both.
+func openSequence(t *testing.T, dir string, mapWeights bool) (seq *sequence.Sequence, done func()) {
+	t.Helper()
+	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, MapWeights: mapWeights})
 	if err != nil {
-		t.Fatalf("%s: %v", label, err)
+		t.Fatalf("%s: %v", dir, err)
 	}
-	defer e.Close()
-	seq, err := e.NewSequence()
-	if err != nil {
+	if seq, err = e.NewSequence(); err != nil {
+		e.Close()
 		t.Fatal(err)
 	}
-	defer seq.Release()
+	return seq, func() { seq.Release(); e.Close() }
+}
+
+func checkReference(t *testing.T, dir string, ref *reference.File, label string, tolerance float64) float64 {
+	seq, done := openSequence(t, dir, false)
+	defer done()
 	ctx := context.Background()
 	logits, err := seq.Prefill(ctx, ref.PromptTokens)
 	if err != nil {

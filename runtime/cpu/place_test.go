@@ -4,9 +4,6 @@ import (
 	"context"
 	"math"
 	"testing"
-
-	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // TestWeightsPlacement runs one prompt and a few decode steps with the
@@ -15,16 +12,8 @@ import (
 func TestWeightsPlacement(t *testing.T) {
 	dir, refs := compileStories260K(t)
 	run := func(mapped bool) [][]float32 {
-		e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, MapWeights: mapped})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		seq, err := e.NewSequence()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer seq.Release()
+		seq, done := openSequence(t, dir, mapped)
+		defer done()
 		ctx := context.Background()
 		l, err := seq.Prefill(ctx, refs[0].PromptTokens)
 		if err != nil {

@@ -53,6 +53,18 @@ __device__ void rope_table(u32 pos, u32 n_rot, u32 base_bits, u32 scale_bits, fl
     }
     __syncthreads();
 }
+
+// rope_elem is element d of head x rotated by rope's expressions (rope
+// above): its pair's cos and sin from the table, normal or NeoX pairing;
+// elements past n_rot pass through.
+__device__ __forceinline__ float rope_elem(const float* x, int d, int n_rot, bool neox, const float* cs, const float* sn) {
+    if (d >= n_rot) return x[d];
+    int pairs = n_rot / 2, p, i0, i1;
+    if (neox) p = d < pairs ? d : d - pairs, i0 = p, i1 = p + pairs;
+    else p = d / 2, i0 = 2 * p, i1 = 2 * p + 1;
+    float c = cs[p], s = sn[p], x0 = x[i0], x1 = x[i1];
+    return d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
+}
 #endif
 
 #if FAMILY == FAMILY_ROPE // rope: rotate pairs by pos·θ_i; grid (rows)
@@ -185,15 +197,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
     const float* x = k + (size_t)row * kv_dim + h * head_dim;
     const float* vr = v + (size_t)row * kv_dim + h * head_dim;
     for (int d = threadIdx.x; d < (int)head_dim; d += blockDim.x) {
-        float o = x[d];
-        if (d < (int)n_rot) {
-            int p, i0, i1;
-            if (neox) p = d < pairs ? d : d - pairs, i0 = p, i1 = p + pairs;
-            else p = d / 2, i0 = 2 * p, i1 = 2 * p + 1;
-            float c = cs[p], s = sn[p], x0 = x[i0], x1 = x[i1];
-            o = d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
-        }
-        dk[d] = __float2half_rn(o);
+        dk[d] = __float2half_rn(rope_elem(x, d, n_rot, neox, cs, sn));
         dv[d] = __float2half_rn(vr[d]);
     }
 }
@@ -216,7 +220,6 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
     int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (row >= (int)io[IO_ROWS] || head_dim > 512) return;
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
-    int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256], xs[8][512];
     rope_table(pos, n_rot, base_bits, scale_bits, cs, sn);
     u32 kv_dim = n_head_kv * head_dim;
@@ -243,14 +246,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
             vr = v + (size_t)row * kv_dim + hk * head_dim;
         }
         for (int d = lane; d < (int)head_dim; d += 32) {
-            float o = xn[d];
-            if (d < (int)n_rot) {
-                int p, i0, i1;
-                if (neox) p = d < pairs ? d : d - pairs, i0 = p, i1 = p + pairs;
-                else p = d / 2, i0 = 2 * p, i1 = 2 * p + 1;
-                float c = cs[p], s = sn[p], x0 = xn[i0], x1 = xn[i1];
-                o = d == i0 ? x0 * c - x1 * s : x0 * s + x1 * c;
-            }
+            float o = rope_elem(xn, d, n_rot, neox, cs, sn);
             x[d] = o;
             if (!isq) {
                 dk[d] = __float2half_rn(o);

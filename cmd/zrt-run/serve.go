@@ -73,8 +73,6 @@ as the requests themselves. With several bundles, numbered as --trace.
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			loops, cancelLoops := context.WithCancel(context.Background())
-			defer cancelLoops()
 			policy := server.NewPolicy(cfg)
 			var models []*server.Model
 			for i, dir := range args {
@@ -109,14 +107,20 @@ as the requests themselves. With several bundles, numbered as --trace.
 				if err != nil {
 					return fmt.Errorf("%s: %w", dir, err)
 				}
-				// Deferred after the file's Close, so it runs before it:
-				// the trace's end is written, then the file closed.
+				// Deferred after the program's and the file's Close, so it
+				// runs before them: the step loop ends (a tier must not be
+				// closed under a running step), the trace's end is
+				// written, then the file closed.
+				loop, stopLoop := context.WithCancel(context.Background())
+				stepped := make(chan struct{})
+				go func() { e.Run(loop); close(stepped) }()
 				defer func() {
+					stopLoop()
+					<-stepped
 					if err := e.Close(); err != nil {
 						fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: %s: %v\n", dir, err)
 					}
 				}()
-				go e.Run(loops)
 				name := strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
 				if len(aliases) > 0 {
 					name = aliases[i]

@@ -790,6 +790,45 @@ func TestKernelLMHeadRows(t *testing.T) {
 	}
 }
 
+// TestKernelMatrixTiles holds the K-quant matrix kernels' multi-row
+// entries to T-CPU: the dp4a tiles (decode variants of 16 and 40 rows,
+// the latter with 33 active, and a 64-row prefill variant: the matrix is
+// small) and the tensor-core tiles (a 100-row prefill variant, its last
+// tile partial), for a plain product added to a residual and the fused
+// norm + gate/up. k = 768 is three super-blocks; n = 300 leaves a partial
+// tile of features. Tolerance 1e-3, as for lm_head.
+func TestKernelMatrixTiles(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(22))
+	const k, n = 768, 300
+	for _, typ := range []ggml.Type{ggml.Q4_K, ggml.Q6_K} {
+		w := kweights(t, rng, typ, n, k)
+		wn := f32bytes(randF32(rng, k, 0.5, 1.5))
+		for _, c := range []struct{ active, capacity int }{{16, 16}, {33, 40}, {64, 64}, {100, 100}} {
+			rows := make([]krow, c.active)
+			for i := range rows {
+				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
+			}
+			io := ioTable(rows, c.capacity, 1, nil)
+			x := f32bytes(randF32(rng, c.capacity*k, -2, 2))
+			res := f32bytes(randF32(rng, c.capacity*n, -1, 1))
+			inst := kernels.InstanceName(mustLookup(t, "matmul_residual"), typ)
+			bufs := [][]byte{x, w, nil, io, res}
+			push := []uint32{k, n}
+			got, want := g.run(inst, bufs, push, nil, c.capacity), cpuRun(t, inst, bufs, push, nil)
+			compareF32(t, fmt.Sprintf("%s, %d of %d rows", inst, c.active, c.capacity), got[4][:c.active*n*4], want[4][:c.active*n*4], 1e-3)
+			inst = kernels.InstanceName(mustLookup(t, "rms_norm_gate_up"), typ)
+			half := make([]byte, c.capacity*n/2*4)
+			bufs = [][]byte{x, wn, w, io, half, append([]byte(nil), half...)}
+			spec := []uint32{k, n / 2, math.Float32bits(1e-5)}
+			got, want = g.run(inst, bufs, nil, spec, c.capacity), cpuRun(t, inst, bufs, nil, spec)
+			for o := 4; o < 6; o++ {
+				compareF32(t, fmt.Sprintf("%s, %d of %d rows, buffer %d", inst, c.active, c.capacity, o), got[o][:c.active*n/2*4], want[o][:c.active*n/2*4], 1e-3)
+			}
+		}
+	}
+}
+
 // recurrentSteps are the steps of the recurrent kernels' tests, run one
 // after the other on the state the previous one left: several slots a
 // step, rows at position 0 (whose slot's state must start from zero

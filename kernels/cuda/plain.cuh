@@ -388,7 +388,7 @@ __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float
     // Every load the block needs first is issued before any is used (the
     // request table and q have rows for the variant's whole capacity).
     int rows = io[IO_ROWS];
-    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
+    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
     u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
     const float* qr = q + ((size_t)row * n_head + h) * head_dim;
     float qv = tid < (int)head_dim ? qr[tid] : 0.f;
@@ -408,7 +408,10 @@ __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float
     a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
     a.qs = qs;
     float* out = y + ((size_t)row * n_head + h) * head_dim;
-    bool f16q = rows < 64;
+    // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
+    // long prompt's rows: decided by the row's request, never by how many
+    // rows share the step, so a request's bits do not depend on its batch.
+    bool f16q = !(flags & ROW_LONG_PROMPT);
     if (tid < (int)head_dim) qs[tid] = f16q ? round_f16(qv) : qv; // head_dim ≤ blockDim.x
     __syncthreads();
     float m, l;

@@ -63,11 +63,18 @@ func newKGPU(t *testing.T) *kgpu {
 	return g
 }
 
-// run launches instance once (main entry) over bufs (nil: a null pointer)
-// for a variant of rows rows and returns every buffer's contents after.
+// run launches instance once (the entry Shape picks) over bufs (nil: a
+// null pointer) for a variant of rows rows, a prefill variant from 64
+// rows, and returns every buffer's contents after.
 // It runs on the calling goroutine's thread, made current to the context
 // (subtests run on goroutines of their own).
 func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int) [][]byte {
+	g.t.Helper()
+	return g.runAs(instance, bufs, push, spec, rows, rows >= 64)
+}
+
+// runAs is run for a prefill or a decode variant of rows rows.
+func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows int, prefill bool) [][]byte {
 	t := g.t
 	t.Helper()
 	goruntime.LockOSThread()
@@ -84,7 +91,7 @@ func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int
 		t.Fatalf("%s: %v", instance, err)
 	}
 	defer m.Unload()
-	shape, err := kcuda.Shape(instance, push, spec, rows, rows >= 64)
+	shape, err := kcuda.Shape(instance, push, spec, rows, prefill)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -772,7 +779,11 @@ func TestKernelLMHeadRows(t *testing.T) {
 		inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
 		k, n := 512, 300
 		w := kweights(t, rng, typ, n, k)
-		for _, nr := range []int{4, 16, 32, 64} {
+		for _, c := range []struct {
+			nr      int
+			prefill bool
+		}{{4, false}, {16, false}, {32, false}, {64, false}, {64, true}} {
+			nr := c.nr
 			rows := make([]krow, nr)
 			for i := range rows {
 				rows[i] = krow{pos: uint32(i), slot: uint32(nr - 1 - i), flags: kernels.RowWantsLogits}
@@ -783,9 +794,9 @@ func TestKernelLMHeadRows(t *testing.T) {
 			x := randF32(rng, nr*k, -2, 2)
 			bufs := [][]byte{f32bytes(x), w, ioTable(rows, nr, 1, nil), f32bytes(make([]float32, nr*n))}
 			push := []uint32{uint32(k), uint32(n)}
-			got := g.run(inst, bufs, push, nil, nr)
+			got := g.runAs(inst, bufs, push, nil, nr, c.prefill)
 			want := cpuRun(t, inst, bufs, push, nil)
-			compareF32(t, fmt.Sprintf("%s, %d rows", inst, nr), got[3], want[3], 1e-3)
+			compareF32(t, fmt.Sprintf("%s, %d rows, prefill %v", inst, nr, c.prefill), got[3], want[3], 1e-3)
 		}
 	}
 }
@@ -804,7 +815,10 @@ func TestKernelMatrixTiles(t *testing.T) {
 	for _, typ := range []ggml.Type{ggml.Q4_K, ggml.Q6_K} {
 		w := kweights(t, rng, typ, n, k)
 		wn := f32bytes(randF32(rng, k, 0.5, 1.5))
-		for _, c := range []struct{ active, capacity int }{{16, 16}, {33, 40}, {64, 64}, {100, 100}} {
+		for _, c := range []struct {
+			active, capacity int
+			prefill          bool
+		}{{16, 16, false}, {33, 40, false}, {64, 64, false}, {64, 64, true}, {100, 100, true}} {
 			rows := make([]krow, c.active)
 			for i := range rows {
 				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
@@ -815,15 +829,27 @@ func TestKernelMatrixTiles(t *testing.T) {
 			inst := kernels.InstanceName(mustLookup(t, "matmul_residual"), typ)
 			bufs := [][]byte{x, w, nil, io, res}
 			push := []uint32{k, n}
-			got, want := g.run(inst, bufs, push, nil, c.capacity), cpuRun(t, inst, bufs, push, nil)
-			compareF32(t, fmt.Sprintf("%s, %d of %d rows", inst, c.active, c.capacity), got[4][:c.active*n*4], want[4][:c.active*n*4], 1e-3)
+			what := fmt.Sprintf("%s, %d of %d rows, prefill %v", inst, c.active, c.capacity, c.prefill)
+			got, want := g.runAs(inst, bufs, push, nil, c.capacity, c.prefill), cpuRun(t, inst, bufs, push, nil)
+			compareF32(t, what, got[4][:c.active*n*4], want[4][:c.active*n*4], 1e-3)
 			inst = kernels.InstanceName(mustLookup(t, "rms_norm_gate_up"), typ)
 			half := make([]byte, c.capacity*n/2*4)
 			bufs = [][]byte{x, wn, w, io, half, append([]byte(nil), half...)}
 			spec := []uint32{k, n / 2, math.Float32bits(1e-5)}
-			got, want = g.run(inst, bufs, nil, spec, c.capacity), cpuRun(t, inst, bufs, nil, spec)
+			what = fmt.Sprintf("%s, %d of %d rows, prefill %v", inst, c.active, c.capacity, c.prefill)
+			got, want = g.runAs(inst, bufs, nil, spec, c.capacity, c.prefill), cpuRun(t, inst, bufs, nil, spec)
 			for o := 4; o < 6; o++ {
-				compareF32(t, fmt.Sprintf("%s, %d of %d rows, buffer %d", inst, c.active, c.capacity, o), got[o][:c.active*n/2*4], want[o][:c.active*n/2*4], 1e-3)
+				compareF32(t, fmt.Sprintf("%s, buffer %d", what, o), got[o][:c.active*n/2*4], want[o][:c.active*n/2*4], 1e-3)
+			}
+			// rms_norm_qkv: n = n_q + 2·n_kv.
+			inst = kernels.InstanceName(mustLookup(t, "rms_norm_qkv"), typ)
+			third := make([]byte, c.capacity*n/3*4)
+			bufs = [][]byte{x, wn, w, nil, io, third, append([]byte(nil), third...), append([]byte(nil), third...)}
+			spec = []uint32{k, n / 3, n / 3, math.Float32bits(1e-5)}
+			what = fmt.Sprintf("%s, %d of %d rows, prefill %v", inst, c.active, c.capacity, c.prefill)
+			got, want = g.runAs(inst, bufs, nil, spec, c.capacity, c.prefill), cpuRun(t, inst, bufs, nil, spec)
+			for o := 5; o < 8; o++ {
+				compareF32(t, fmt.Sprintf("%s, buffer %d", what, o), got[o][:c.active*n/3*4], want[o][:c.active*n/3*4], 1e-3)
 			}
 		}
 	}

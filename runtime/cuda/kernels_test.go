@@ -766,10 +766,9 @@ func TestKernelIQuants(t *testing.T) {
 // TestKernelLMHeadRows holds lm_head's kernels for the types with
 // tensor-core tiles to T-CPU (every row its own slot, written in reverse,
 // and some rows not wanting logits): the matrix-vector kernel at 4 rows,
-// the tensor-core tiles at 16 and 32 (decode variants), the dp4a tiles at
-// 64 (a prefill variant in the harness). n = 300 leaves a partial tile of
-// features. The tolerance
-// is 1e-3: random Q6_K scales reach ±128, and the float combination of a
+// the tensor-core tiles at 16, 32 and 64 (decode variants; 64 rows make a
+// full tile), the dp4a tiles at 64 (a prefill variant). n = 300 leaves a
+// partial tile of features. The tolerance is 1e-3: random Q6_K scales reach ±128, and the float combination of a
 // logit's large partial sums, in another order than T-CPU's, loses about
 // 1e-4 of the small ones.
 func TestKernelLMHeadRows(t *testing.T) {
@@ -802,12 +801,12 @@ func TestKernelLMHeadRows(t *testing.T) {
 }
 
 // TestKernelMatrixTiles holds the K-quant matrix kernels' multi-row
-// entries to T-CPU: the dp4a tiles (decode variants of 16 and 40 rows,
-// the latter with 33 active, and a 64-row prefill variant: the matrix is
-// small) and the tensor-core tiles (a 100-row prefill variant, its last
-// tile partial), for a plain product added to a residual and the fused
-// norm + gate/up. k = 768 is three super-blocks; n = 300 leaves a partial
-// tile of features. Tolerance 1e-3, as for lm_head.
+// entries to T-CPU: the dp4a tiles (decode variants of 16, 40 with 33
+// active, and 64 rows, and a 64-row prefill variant: the matrix is small)
+// and the tensor-core tiles (a 100-row prefill variant, its last tile
+// partial), for a plain product added to a residual, the fused norm +
+// gate/up and the fused norm + QKV. k = 768 is three super-blocks; n =
+// 300 leaves a partial tile of features. Tolerance 1e-3, as for lm_head.
 func TestKernelMatrixTiles(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(22))

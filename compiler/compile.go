@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/publish"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
@@ -407,7 +408,7 @@ func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error)
 		return zero, err
 	}
 	defer f.Close()
-	pw, err := bundle.NewPackWriter(f, names, sizes)
+	pw, err := bundle.NewPackWriter(&publish.Writeback{File: f}, names, sizes)
 	if err != nil {
 		return zero, err
 	}

@@ -3,11 +3,8 @@ package cuda_test
 import (
 	"context"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
@@ -41,18 +38,8 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	b, err := synth.Write(synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320,
-		Context: 128, Type: ggml.Q4_K, Seed: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "bundle")
-	os.WriteFile(model, b, 0o644)
-	os.WriteFile(cfg, []byte("max_slots = 64\ndecode_slots = [1, 2, 16, 64]\nkv_pages = 600\n"), 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: "cuda:sm_90"}); err != nil {
-		t.Fatal(err)
-	}
+	out := compileSynth(t, synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320,
+		Context: 128, Type: ggml.Q4_K, Seed: 9}, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 16, 64]\nkv_pages = 600\n")
 	e, err := sequence.Open(out, runtime.Options{Tier: "cuda"})
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +54,7 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 		return p
 	}
 	next := func(i int) int32 { return int32(3 + (i*13)%300) }
-	alone := make([][]float32, 63)
-	for i := range alone {
+	prefilled := func(i int) *sequence.Sequence { // sequence i, its prompt evaluated
 		s, err := e.NewSequence()
 		if err != nil {
 			t.Fatal(err)
@@ -76,6 +62,11 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 		if _, err := s.Prefill(ctx, prompt(i)); err != nil {
 			t.Fatal(err)
 		}
+		return s
+	}
+	alone := make([][]float32, 63)
+	for i := range alone {
+		s := prefilled(i)
 		l, err := s.Decode(ctx, next(i))
 		if err != nil {
 			t.Fatal(err)
@@ -87,14 +78,7 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 		var seqs []*sequence.Sequence
 		var toks []int32
 		for i := range n {
-			s, err := e.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Prefill(ctx, prompt(i)); err != nil {
-				t.Fatal(err)
-			}
-			seqs, toks = append(seqs, s), append(toks, next(i))
+			seqs, toks = append(seqs, prefilled(i)), append(toks, next(i))
 		}
 		if err := e.DecodeBatch(ctx, seqs, toks); err != nil {
 			t.Fatal(err)

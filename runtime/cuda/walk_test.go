@@ -17,8 +17,9 @@ import (
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
-// compileSynth writes a synthetic model and compiles it for target.
-func compileSynth(t *testing.T, s synth.Shape, target string) string {
+// compileSynth writes a synthetic model and compiles it for target, with
+// config (a model config's TOML) when it is not empty.
+func compileSynth(t *testing.T, s synth.Shape, target, config string) string {
 	t.Helper()
 	b, err := synth.Write(s)
 	if err != nil {
@@ -29,8 +30,15 @@ func compileSynth(t *testing.T, s synth.Shape, target string) string {
 	if err := os.WriteFile(model, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	opt := compiler.Options{Target: target}
+	if config != "" {
+		opt.ConfigPath = filepath.Join(dir, "m.toml")
+		if err := os.WriteFile(opt.ConfigPath, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := filepath.Join(dir, "bundle")
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{Target: target}); err != nil {
+	if err := compiler.Compile(context.Background(), model, out, opt); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -54,7 +62,7 @@ func TestWalkFakeMemory(t *testing.T) {
 }
 
 func walkFakeMemory(t *testing.T, s synth.Shape) {
-	dir := compileSynth(t, s, "cuda:sm_90")
+	dir := compileSynth(t, s, "cuda:sm_90", "")
 	b, err := bundle.Open(dir, true)
 	if err != nil {
 		t.Fatal(err)
@@ -119,11 +127,11 @@ func walkFakeMemory(t *testing.T, s synth.Shape) {
 // the cuda tier, are refused with the rebuild hint; without a GPU, the
 // cuda tier fails with the probe's reason.
 func TestTierSelection(t *testing.T) {
-	cudaDir := compileSynth(t, synth.Tiny, "cuda:sm_90")
+	cudaDir := compileSynth(t, synth.Tiny, "cuda:sm_90", "")
 	if _, err := sequence.Open(cudaDir, runtime.Options{Tier: "cpu"}); err == nil {
 		t.Error("cpu tier opened a cuda bundle")
 	}
-	cpuDir := compileSynth(t, synth.Tiny, "cpu")
+	cpuDir := compileSynth(t, synth.Tiny, "cpu", "")
 	if _, err := sequence.Open(cpuDir, runtime.Options{Tier: "cuda"}); err == nil {
 		t.Error("cuda tier opened a cpu bundle")
 	} else {

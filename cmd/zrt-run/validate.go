@@ -17,7 +17,7 @@ import (
 func validateCmd() *cobra.Command {
 	var ef engineFlags
 	var oracle, prompt, layers string
-	var steps int
+	var steps, slots int
 	var tol float64
 	c := &cobra.Command{
 		Use:   "validate BUNDLE --oracle ORACLE_BUNDLE",
@@ -25,7 +25,9 @@ func validateCmd() *cobra.Command {
 		Long: `validate runs one prompt on BUNDLE and on ORACLE_BUNDLE, two bundles
 zrtc built from the same GGUF for different targets (the oracle is
 normally the cpu one, run on T-CPU), then --steps decode steps of the
-oracle's greedy tokens. Both replays stop after every kernel, so the
+oracle's greedy tokens. With --slots N each decode step is one batch of
+N rows, a row per slot (slot s evaluated the prompt's first n − s mod n
+tokens), which checks the batched decode variants. Both replays stop after every kernel, so the
 residual stream after each layer, the output norm and the logits can be
 read and compared. It prints, per step, each point's largest absolute
 difference and that difference over the oracle's largest magnitude, and
@@ -50,6 +52,8 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 				return exitcode.Usagef("--oracle is required: a bundle of the same GGUF to compare with (e.g. its cpu build)")
 			case steps < 0 || steps > 1<<16:
 				return exitcode.Usagef("--steps %d out of range [0, 65536]", steps)
+			case slots < 1 || slots > 1024:
+				return exitcode.Usagef("--slots %d out of range [1, 1024]", slots)
 			case !(tol >= 0) || math.IsInf(tol, 0):
 				return exitcode.Usagef("--tolerance %v: want a finite number ≥ 0", tol)
 			}
@@ -81,13 +85,13 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			}
 			defer ref.Close()
 			toks := got.Tok.Encode(prompt, true, false)
-			rep, err := validate.Run(cmd.Context(), got, ref, toks, steps)
+			rep, err := validate.Run(cmd.Context(), got, ref, toks, steps, slots)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "validate: %s (%s, tier %s) against %s (%s, tier %s): %d prompt tokens, %d decode steps\n",
-				args[0], got.Bundle.Graph.Ident.Target, got.TierName(), oracle, ref.Bundle.Graph.Ident.Target, ref.TierName(), rep.Prompt, steps)
+			fmt.Fprintf(out, "validate: %s (%s, tier %s) against %s (%s, tier %s): %d prompt tokens, %d decode steps of %d slots\n",
+				args[0], got.Bundle.Graph.Ident.Target, got.TierName(), oracle, ref.Bundle.Graph.Ident.Target, ref.TierName(), rep.Prompt, steps, rep.Slots)
 			shown := func(p validate.Point) bool { return p.Layer < 0 || pick(p.Layer) }
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprint(tw, "point\t")
@@ -108,7 +112,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			}
 			tw.Flush()
 			if s, p, bad := rep.First(tol, shown); bad {
-				return fmt.Errorf("validate: first past tolerance %g: %s at %s (rel %.3g, max|Δ| %.3g)", tol, p.Name, s.Name, p.Rel(), p.MaxAbs)
+				return fmt.Errorf("validate: first past tolerance %g: %s at %s, row %d (rel %.3g, max|Δ| %.3g)", tol, p.Name, s.Name, p.Row, p.Rel(), p.MaxAbs)
 			}
 			fmt.Fprintf(out, "every point within tolerance %g\n", tol)
 			return nil
@@ -119,6 +123,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 	c.Flags().StringVar(&prompt, "prompt", "Once upon a time", "prompt text")
 	c.Flags().StringVar(&layers, "layers", "all", "layers to show and check: all, or a list such as 0,3,8-11")
 	c.Flags().IntVar(&steps, "steps", 1, "decode steps after the prompt, feeding both the oracle's greedy token")
+	c.Flags().IntVar(&slots, "slots", 1, "slots each decode step batches (the decode variant that fits them)")
 	c.Flags().Float64Var(&tol, "tolerance", 0.1, "largest relative difference (max|Δ| / max|oracle|) allowed at any point")
 	return c
 }

@@ -17,23 +17,18 @@ import (
 // largest |logit| of the step (at least 1). T-CUDA is not batch
 // invariant bit for bit: one row runs the matrix-vector kernels, more the
 // dp4a or tensor-core tiles, which sum the same integer block products in
-// another float order (measured on an H100: 0 at 2 rows, 2.7e-7 at 16 and
-// 63); a float difference of an ulp could also round an activation to
+// another float order (measured on an H100: 0 at 2 rows, 2.7e-7 at 16,
+// 63 and 64); a float difference of an ulp could also round an activation to
 // another Q8 quant. A real error shows as a difference of order 1e-2 or
 // more.
 const batchTolerance = 1e-3
 
 // TestDecodeBatchNearSingle decodes sequences of a Q4_K qwen3 (per-head
 // Q/K norms, GQA; its matrices take the integer kernels) alone and then
-// 2, 16 and 63 at a time in one step (the matrix-vector kernels, then the
-// dp4a tiles with lm_head on tensor cores), and holds each batched
+// 2, 16, 63 and 64 at a time in one step (the matrix-vector kernels, then
+// the dp4a tiles with lm_head on tensor cores; 63 rows leave one of the
+// 64-row variant's rows padding, 64 fill it), and holds each batched
 // sequence's logits to its own alone within batchTolerance.
-//
-// Not yet 64: a step that fills the 64-row decode variant moves every
-// sequence's logits by up to 2.3e-2 (H100), although 63 rows in the same
-// variant match, the kernels pass their own tests at 64 decode rows, and
-// T-CPU is bit-identical there. Under investigation (issue "T-CUDA for
-// serving").
 func TestDecodeBatchNearSingle(t *testing.T) {
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -64,7 +59,7 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 		}
 		return s
 	}
-	alone := make([][]float32, 63)
+	alone := make([][]float32, 64)
 	for i := range alone {
 		s := prefilled(i)
 		l, err := s.Decode(ctx, next(i))
@@ -74,7 +69,7 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 		alone[i] = append([]float32(nil), l...)
 		s.Release()
 	}
-	for _, n := range []int{2, 16, 63} {
+	for _, n := range []int{2, 16, 63, 64} {
 		var seqs []*sequence.Sequence
 		var toks []int32
 		for i := range n {

@@ -767,16 +767,20 @@ func TestKernelIQuants(t *testing.T) {
 // tensor-core tiles to T-CPU (every row its own slot, written in reverse,
 // and some rows not wanting logits): the matrix-vector kernel at 4 rows,
 // the tensor-core tiles at 16, 32 and 64 (decode variants; 64 rows make a
-// full tile), the dp4a tiles at 64 (a prefill variant). n = 300 leaves a
-// partial tile of features. The tolerance is 1e-3: random Q6_K scales reach ±128, and the float combination of a
-// logit's large partial sums, in another order than T-CPU's, loses about
-// 1e-4 of the small ones.
+// full tile), the dp4a tiles at 64 (a prefill variant), for k of two
+// super-blocks and of one. n = 300 leaves a partial tile of features.
+// The tolerance is 1e-3: random Q6_K scales reach ±128, and the float
+// combination of a logit's large partial sums, in another order than
+// T-CPU's, loses about 1e-4 of the small ones.
 func TestKernelLMHeadRows(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(21))
-	for _, typ := range []ggml.Type{ggml.Q4_K, ggml.Q6_K} {
+	for _, tk := range []struct {
+		typ ggml.Type
+		k   int
+	}{{ggml.Q4_K, 512}, {ggml.Q6_K, 512}, {ggml.Q4_K, 256}, {ggml.Q6_K, 256}} {
+		typ, k, n := tk.typ, tk.k, 300
 		inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
-		k, n := 512, 300
 		w := kweights(t, rng, typ, n, k)
 		for _, c := range []struct {
 			nr      int
@@ -795,7 +799,7 @@ func TestKernelLMHeadRows(t *testing.T) {
 			push := []uint32{uint32(k), uint32(n)}
 			got := g.runAs(inst, bufs, push, nil, nr, c.prefill)
 			want := cpuRun(t, inst, bufs, push, nil)
-			compareF32(t, fmt.Sprintf("%s, %d rows, prefill %v", inst, nr, c.prefill), got[3], want[3], 1e-3)
+			compareF32(t, fmt.Sprintf("%s k=%d, %d rows, prefill %v", inst, k, nr, c.prefill), got[3], want[3], 1e-3)
 		}
 	}
 }
@@ -805,13 +809,17 @@ func TestKernelLMHeadRows(t *testing.T) {
 // active, and 64 rows, and a 64-row prefill variant: the matrix is small)
 // and the tensor-core tiles (a 100-row prefill variant, its last tile
 // partial), for a plain product added to a residual, the fused norm +
-// gate/up and the fused norm + QKV. k = 768 is three super-blocks; n =
-// 300 leaves a partial tile of features. Tolerance 1e-3, as for lm_head.
+// gate/up and the fused norm + QKV, for k of one, two and three
+// super-blocks. n = 300 leaves a partial tile of features. Tolerance 1e-3, as for lm_head.
 func TestKernelMatrixTiles(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(22))
-	const k, n = 768, 300
-	for _, typ := range []ggml.Type{ggml.Q4_K, ggml.Q6_K} {
+	const n = 300
+	for _, tk := range []struct {
+		typ ggml.Type
+		k   int
+	}{{ggml.Q4_K, 768}, {ggml.Q6_K, 768}, {ggml.Q4_K, 256}, {ggml.Q6_K, 512}} { // 256, 512: one and two super-blocks
+		typ, k := tk.typ, tk.k
 		w := kweights(t, rng, typ, n, k)
 		wn := f32bytes(randF32(rng, k, 0.5, 1.5))
 		for _, c := range []struct {
@@ -827,15 +835,15 @@ func TestKernelMatrixTiles(t *testing.T) {
 			res := f32bytes(randF32(rng, c.capacity*n, -1, 1))
 			inst := kernels.InstanceName(mustLookup(t, "matmul_residual"), typ)
 			bufs := [][]byte{x, w, nil, io, res}
-			push := []uint32{k, n}
-			what := fmt.Sprintf("%s, %d of %d rows, prefill %v", inst, c.active, c.capacity, c.prefill)
+			push := []uint32{uint32(k), n}
+			what := fmt.Sprintf("%s k=%d, %d of %d rows, prefill %v", inst, k, c.active, c.capacity, c.prefill)
 			got, want := g.runAs(inst, bufs, push, nil, c.capacity, c.prefill), cpuRun(t, inst, bufs, push, nil)
 			compareF32(t, what, got[4][:c.active*n*4], want[4][:c.active*n*4], 1e-3)
 			inst = kernels.InstanceName(mustLookup(t, "rms_norm_gate_up"), typ)
 			half := make([]byte, c.capacity*n/2*4)
 			bufs = [][]byte{x, wn, w, io, half, append([]byte(nil), half...)}
-			spec := []uint32{k, n / 2, math.Float32bits(1e-5)}
-			what = fmt.Sprintf("%s, %d of %d rows, prefill %v", inst, c.active, c.capacity, c.prefill)
+			spec := []uint32{uint32(k), n / 2, math.Float32bits(1e-5)}
+			what = fmt.Sprintf("%s k=%d, %d of %d rows, prefill %v", inst, k, c.active, c.capacity, c.prefill)
 			got, want = g.runAs(inst, bufs, nil, spec, c.capacity, c.prefill), cpuRun(t, inst, bufs, nil, spec)
 			for o := 4; o < 6; o++ {
 				compareF32(t, fmt.Sprintf("%s, buffer %d", what, o), got[o][:c.active*n/2*4], want[o][:c.active*n/2*4], 1e-3)
@@ -844,8 +852,8 @@ func TestKernelMatrixTiles(t *testing.T) {
 			inst = kernels.InstanceName(mustLookup(t, "rms_norm_qkv"), typ)
 			third := make([]byte, c.capacity*n/3*4)
 			bufs = [][]byte{x, wn, w, nil, io, third, append([]byte(nil), third...), append([]byte(nil), third...)}
-			spec = []uint32{k, n / 3, n / 3, math.Float32bits(1e-5)}
-			what = fmt.Sprintf("%s, %d of %d rows, prefill %v", inst, c.active, c.capacity, c.prefill)
+			spec = []uint32{uint32(k), n / 3, n / 3, math.Float32bits(1e-5)}
+			what = fmt.Sprintf("%s k=%d, %d of %d rows, prefill %v", inst, k, c.active, c.capacity, c.prefill)
 			got, want = g.runAs(inst, bufs, nil, spec, c.capacity, c.prefill), cpuRun(t, inst, bufs, nil, spec)
 			for o := 5; o < 8; o++ {
 				compareF32(t, fmt.Sprintf("%s, buffer %d", what, o), got[o][:c.active*n/3*4], want[o][:c.active*n/3*4], 1e-3)

@@ -25,6 +25,9 @@ import (
 type Point struct {
 	Name  string // "embd", "layer 3", "output norm", "logits"
 	Layer int    // the layer of a "layer N" point, else -1
+	// Row is the batch row holding the largest difference (for logits:
+	// the row among those that asked for logits).
+	Row int
 	// MaxAbs is the largest |got − oracle| (+Inf when got has a NaN or
 	// infinity the oracle does not); MaxRef the largest |oracle|.
 	MaxAbs, MaxRef float64
@@ -50,7 +53,10 @@ type Step struct {
 type Report struct {
 	Prompt int // tokens
 	Steps  []Step
-	// Tokens are the oracle's greedy tokens, fed to both after the prompt.
+	// Slots is how many slots each decode step batched.
+	Slots int
+	// Tokens are the oracle's greedy tokens slot 0 was fed after its
+	// prompt.
 	Tokens []int32
 }
 
@@ -69,10 +75,14 @@ func (r *Report) First(tol float64, keep func(Point) bool) (Step, Point, bool) {
 }
 
 // Run compares got with oracle over prompt and then decode steps of the
-// oracle's greedy tokens, both in slot 0. The two bundles must come from
-// the same GGUF; got's tier must be able to stop between dispatches
-// (T-CPU and T-CUDA can).
-func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, decode int) (*Report, error) {
+// oracle's greedy tokens. With slots ≤ 1 all of it runs in slot 0. With
+// more, slot s evaluates the prompt's first n − s mod n tokens (so the
+// slots sit at different positions), only slot 0's prefill is compared,
+// and each decode step is one batch of a row per slot, each fed its own
+// slot's greedy token: the batched decode variants against the oracle.
+// The two bundles must come from the same GGUF; got's tier must be able
+// to stop between dispatches (T-CPU and T-CUDA can).
+func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, decode, slots int) (*Report, error) {
 	if err := sameModel(got, oracle); err != nil {
 		return nil, err
 	}
@@ -80,19 +90,29 @@ func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, deco
 	if n == 0 {
 		return nil, fmt.Errorf("validate: empty prompt")
 	}
+	slots = max(slots, 1)
 	pages := (n + decode + kernels.KVPageTokens - 1) / kernels.KVPageTokens
 	for _, p := range []*runtime.Program{got, oracle} {
-		if pages > p.MaxPages() || pages > p.KVPages() {
-			return nil, fmt.Errorf("validate: %d prompt + %d decode tokens need %d KV pages, %s has %d per slot and %d in all", n, decode, pages, p.Bundle.Graph.Ident.Target, p.MaxPages(), p.KVPages())
+		target := p.Bundle.Graph.Ident.Target
+		if pages > p.MaxPages() || slots*pages > p.KVPages() {
+			return nil, fmt.Errorf("validate: %d slots of %d prompt + %d decode tokens need %d KV pages each, %s has %d per slot and %d in all", slots, n, decode, pages, target, p.MaxPages(), p.KVPages())
+		}
+		if slots > p.Slots() {
+			return nil, fmt.Errorf("validate: %d slots, %s has %d", slots, target, p.Slots())
+		}
+		if _, ok := p.Key(runtime.Decode, slots); !ok && decode > 0 {
+			return nil, fmt.Errorf("validate: %s has no decode variant of %d rows", target, slots)
 		}
 	}
-	var err error
-	table := []runtime.SlotPages{{Slot: 0, Pages: make([]uint32, pages)}}
-	for i := range table[0].Pages {
-		table[0].Pages[i] = uint32(i)
+	table := make([]runtime.SlotPages, slots)
+	for s := range table {
+		table[s] = runtime.SlotPages{Slot: s, Pages: make([]uint32, pages)}
+		for i := range table[s].Pages {
+			table[s].Pages[i] = uint32(s*pages + i)
+		}
 	}
-	// The prompt goes in chunks of the rows both bundles' largest
-	// prefill variants hold.
+	// Prompts go in chunks of the rows both bundles' largest prefill
+	// variants hold.
 	chunk := n
 	for _, p := range []*runtime.Program{got, oracle} {
 		k, ok := p.Largest(runtime.Prefill)
@@ -102,30 +122,65 @@ func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, deco
 		chunk = min(chunk, k.Rows)
 	}
 	rep := &Report{Prompt: n}
-	var next int32
-	for from := 0; from < n; from += chunk {
-		to := min(from+chunk, n)
-		var rows []runtime.Row
-		for i := from; i < to; i++ {
-			rows = append(rows, runtime.Row{Slot: 0, Pos: i, Token: prompt[i], Logits: i == to-1, Prompt: n})
-		}
-		name := "prefill"
-		if chunk < n {
-			name = fmt.Sprintf("prefill %d-%d", from, to-1)
-		}
-		if next, err = rep.step(ctx, got, oracle, runtime.Prefill, name, runtime.Batch{Rows: rows, Pages: table}); err != nil {
-			return nil, err
+	lens, next := make([]int, slots), make([]int32, slots)
+	for s := range slots {
+		lens[s] = n - s%n
+		for from := 0; from < lens[s]; from += chunk {
+			to := min(from+chunk, lens[s])
+			var rows []runtime.Row
+			for i := from; i < to; i++ {
+				rows = append(rows, runtime.Row{Slot: s, Pos: i, Token: prompt[i], Logits: i == to-1, Prompt: lens[s]})
+			}
+			b := runtime.Batch{Rows: rows, Pages: table[s : s+1]}
+			var err error
+			if s > 0 {
+				next[s], err = stepBoth(ctx, got, oracle, runtime.Prefill, b)
+				if err != nil {
+					return nil, fmt.Errorf("validate: prefill of slot %d: %w", s, err)
+				}
+				continue
+			}
+			name := "prefill"
+			if chunk < n {
+				name = fmt.Sprintf("prefill %d-%d", from, to-1)
+			}
+			if next[s], err = rep.step(ctx, got, oracle, runtime.Prefill, name, b); err != nil {
+				return nil, err
+			}
 		}
 	}
+	rep.Slots = slots
 	for step := 1; step <= decode; step++ {
-		rep.Tokens = append(rep.Tokens, next)
-		rows := []runtime.Row{{Slot: 0, Pos: n + step - 1, Token: next, Logits: true}}
-		var err error
-		if next, err = rep.step(ctx, got, oracle, runtime.Decode, fmt.Sprintf("decode %d", step), runtime.Batch{Rows: rows, Pages: table}); err != nil {
-			return nil, err
+		rep.Tokens = append(rep.Tokens, next[0])
+		rows := make([]runtime.Row, slots)
+		for s := range rows {
+			rows[s] = runtime.Row{Slot: s, Pos: lens[s] + step - 1, Token: next[s], Logits: true}
 		}
+		st, greedy, err := compare(ctx, got, oracle, runtime.Decode, runtime.Batch{Rows: rows, Pages: table})
+		if err != nil {
+			return nil, fmt.Errorf("validate: decode %d: %w", step, err)
+		}
+		st.Name = fmt.Sprintf("decode %d", step)
+		rep.Steps = append(rep.Steps, st)
+		next = greedy
 	}
 	return rep, nil
+}
+
+// stepBoth runs b on both programs without comparing them and returns the
+// oracle's greedy token after b's last row.
+func stepBoth(ctx context.Context, got, oracle *runtime.Program, stage runtime.Stage, b runtime.Batch) (int32, error) {
+	for _, p := range []*runtime.Program{got, oracle} {
+		key, ok := p.Key(stage, len(b.Rows))
+		if !ok {
+			return 0, fmt.Errorf("%s has no %s variant of %d rows", p.Bundle.Graph.Ident.Target, stage, len(b.Rows))
+		}
+		b.Key = key
+		if err := p.Step(ctx, b); err != nil {
+			return 0, fmt.Errorf("%s on tier %s: %w", p.Bundle.Graph.Ident.Target, p.TierName(), err)
+		}
+	}
+	return sample.Argmax(oracle.Logits(b.Rows[len(b.Rows)-1].Slot, nil)), nil
 }
 
 // step compares one batch and adds it to the report, returning the
@@ -137,7 +192,7 @@ func (r *Report) step(ctx context.Context, got, oracle *runtime.Program, stage r
 	}
 	s.Name = name
 	r.Steps = append(r.Steps, s)
-	return next, nil
+	return next[len(next)-1], nil
 }
 
 // sameModel refuses bundles of different models.
@@ -153,28 +208,45 @@ func sameModel(got, oracle *runtime.Program) error {
 }
 
 // compare runs one batch on both programs and measures each point; next
-// is the oracle's greedy token after the batch's last row.
-func compare(ctx context.Context, got, oracle *runtime.Program, stage runtime.Stage, b runtime.Batch) (Step, int32, error) {
+// holds the oracle's greedy token after each row that asks for logits.
+func compare(ctx context.Context, got, oracle *runtime.Program, stage runtime.Stage, b runtime.Batch) (Step, []int32, error) {
 	var vals [2]map[string][]float32
 	for i, p := range []*runtime.Program{got, oracle} {
 		key, ok := p.Key(stage, len(b.Rows))
 		if !ok {
-			return Step{}, 0, fmt.Errorf("%s has no %s variant of %d rows", p.Bundle.Graph.Ident.Target, stage, len(b.Rows))
+			return Step{}, nil, fmt.Errorf("%s has no %s variant of %d rows", p.Bundle.Graph.Ident.Target, stage, len(b.Rows))
 		}
 		b.Key = key
 		v, err := capture(ctx, p, b)
 		if err != nil {
-			return Step{}, 0, fmt.Errorf("%s on tier %s: %w", p.Bundle.Graph.Ident.Target, p.TierName(), err)
+			return Step{}, nil, fmt.Errorf("%s on tier %s: %w", p.Bundle.Graph.Ident.Target, p.TierName(), err)
 		}
-		v["logits"] = p.Logits(0, nil)
+		for _, r := range b.Rows {
+			if r.Logits {
+				v["logits"] = append(v["logits"], p.Logits(r.Slot, nil)...)
+			}
+		}
 		vals[i] = v
 	}
 	s := Step{Rows: len(b.Rows)}
 	for _, pt := range points(got.Hparams.NLayer) {
-		pt.MaxAbs, pt.MaxRef = diff(vals[0][pt.Name], vals[1][pt.Name])
+		var at int
+		pt.MaxAbs, pt.MaxRef, at = diff(vals[0][pt.Name], vals[1][pt.Name])
+		if n := len(vals[1][pt.Name]); n > 0 {
+			rows := len(b.Rows)
+			if pt.Name == "logits" {
+				rows = n / got.Hparams.NVocab
+			}
+			pt.Row = at / (n / rows)
+		}
 		s.Points = append(s.Points, pt)
 	}
-	return s, sample.Argmax(vals[1]["logits"]), nil
+	var next []int32
+	nv := got.Hparams.NVocab
+	for l := vals[1]["logits"]; len(l) >= nv; l = l[nv:] {
+		next = append(next, sample.Argmax(l[:nv]))
+	}
+	return s, next, nil
 }
 
 // points lists what is compared, in model order.
@@ -279,24 +351,27 @@ func floats(b []byte) []float32 {
 	return f
 }
 
-// diff is the largest |a−b| and the largest |b|; a value that is not
-// finite in a where b's is makes the difference infinite.
-func diff(a, b []float32) (maxAbs, maxRef float64) {
+// diff is the largest |a−b|, the largest |b| and the index of that
+// difference; a value that is not finite in a where b's is makes the
+// difference infinite.
+func diff(a, b []float32) (maxAbs, maxRef float64, at int) {
 	if len(a) != len(b) {
-		return math.Inf(1), 0
+		return math.Inf(1), 0, 0
 	}
 	for i := range a {
 		x, y := float64(a[i]), float64(b[i])
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			if x != y {
-				maxAbs = math.Inf(1)
+			if x != y && !math.IsInf(maxAbs, 1) {
+				maxAbs, at = math.Inf(1), i
 			}
 			continue
 		}
-		maxAbs = max(maxAbs, math.Abs(x-y))
+		if d := math.Abs(x - y); d > maxAbs {
+			maxAbs, at = d, i
+		}
 		if !math.IsInf(y, 0) && !math.IsNaN(y) {
 			maxRef = max(maxRef, math.Abs(y))
 		}
 	}
-	return maxAbs, maxRef
+	return maxAbs, maxRef, at
 }

@@ -54,7 +54,7 @@ var prompt = []int32{1, 403, 407, 261, 378, 68, 28, 314} // stories260K has 512 
 func TestSameTierIsExact(t *testing.T) {
 	a := open(t, build(t, "cpu", ""), "cpu")
 	b := open(t, build(t, "cpu", "prefill_rows = [16, 64]\ndecode_slots = [1, 2]\n"), "cpu")
-	rep, err := validate.Run(context.Background(), a, b, prompt, 3)
+	rep, err := validate.Run(context.Background(), a, b, prompt, 3, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +71,27 @@ func TestSameTierIsExact(t *testing.T) {
 	}
 }
 
+// TestBatchedDecodeIsExactOnCPU batches 5 slots a decode step (the
+// 8-row variant, 3 rows of padding) against an oracle that has only
+// that variant too: T-CPU gives each row the bits it gives it alone, so
+// every point of every slot matches, and each slot followed its own
+// greedy tokens (the rows differ).
+func TestBatchedDecodeIsExactOnCPU(t *testing.T) {
+	cfg := "max_slots = 8\ndecode_slots = [1, 8]\n"
+	a := open(t, build(t, "cpu", cfg), "cpu")
+	b := open(t, build(t, "cpu", cfg+"prefill_rows = [4]\n"), "cpu")
+	rep, err := validate.Run(context.Background(), a, b, prompt, 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Steps) != 2+2 || rep.Slots != 5 || rep.Steps[2].Rows != 5 { // the prompt in two chunks of 4, then 2 decode steps
+		t.Fatalf("report of %d steps, %d slots, %d rows a decode step", len(rep.Steps), rep.Slots, rep.Steps[2].Rows)
+	}
+	if s, p, bad := rep.First(0, nil); bad {
+		t.Fatalf("%s: %s differs by %g at row %d", s.Name, p.Name, p.MaxAbs, p.Row)
+	}
+}
+
 // TestNamesTheBrokenLayer corrupts one row of layer 2's FFN down weights
 // in a copy of the bundle: layers 0 and 1 still match exactly, and layer
 // 2 is the first point past the tolerance, at the prefill.
@@ -78,7 +99,7 @@ func TestNamesTheBrokenLayer(t *testing.T) {
 	oracle := build(t, "cpu", "")
 	broken := build(t, "cpu", "")
 	corrupt(t, broken, "blk.2.ffn_down.weight")
-	rep, err := validate.Run(context.Background(), open(t, broken, "cpu"), open(t, oracle, "cpu"), prompt, 1)
+	rep, err := validate.Run(context.Background(), open(t, broken, "cpu"), open(t, oracle, "cpu"), prompt, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,23 +149,27 @@ func corrupt(t *testing.T, dir, tensor string) {
 }
 
 // TestCUDAWithinTolerance compares T-CUDA's build with T-CPU's (skipped
-// without a GPU).
+// without a GPU): one slot, then decode steps batching 63 and 64 slots
+// in the 64-row variant.
 func TestCUDAWithinTolerance(t *testing.T) {
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	got := open(t, build(t, "cuda:sm_90", ""), "cuda")
-	rep, err := validate.Run(context.Background(), got, open(t, build(t, "cpu", ""), "cpu"), prompt, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range rep.Steps {
-		for _, p := range s.Points {
-			t.Logf("%s %s: max|Δ| %.3g rel %.3g", s.Name, p.Name, p.MaxAbs, p.Rel())
+	cfg := "max_slots = 64\ndecode_slots = [1, 64]\n"
+	got, oracle := open(t, build(t, "cuda:sm_90", cfg), "cuda"), open(t, build(t, "cpu", cfg), "cpu")
+	for _, slots := range []int{1, 63, 64} {
+		rep, err := validate.Run(context.Background(), got, oracle, prompt, 4, slots)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if s, p, bad := rep.First(0.06, nil); bad {
-		t.Fatalf("%s: %s rel %g", s.Name, p.Name, p.Rel())
+		for _, s := range rep.Steps {
+			for _, p := range s.Points {
+				t.Logf("%d slots: %s %s: max|Δ| %.3g rel %.3g (row %d)", slots, s.Name, p.Name, p.MaxAbs, p.Rel(), p.Row)
+			}
+		}
+		if s, p, bad := rep.First(0.06, nil); bad {
+			t.Errorf("%d slots: %s: %s rel %g at row %d", slots, s.Name, p.Name, p.Rel(), p.Row)
+		}
 	}
 }
 
@@ -158,7 +183,7 @@ func TestRefusesOtherModels(t *testing.T) {
 	if err := compiler.Compile(context.Background(), other, dir, compiler.Options{Target: "cpu"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := validate.Run(context.Background(), open(t, build(t, "cpu", ""), "cpu"), open(t, dir, "cpu"), prompt, 1)
+	_, err := validate.Run(context.Background(), open(t, build(t, "cpu", ""), "cpu"), open(t, dir, "cpu"), prompt, 1, 1)
 	if err == nil || !strings.Contains(err.Error(), "different GGUF files") {
 		t.Fatalf("got %v, want a refusal naming different GGUF files", err)
 	}

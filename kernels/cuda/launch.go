@@ -23,6 +23,12 @@ type Launch struct {
 	Shared      int // dynamic shared memory bytes
 	// Entry is which of the instance's entry points runs.
 	Entry EntryPoint
+	// Staged is the bytes of device memory the launch reads its activation
+	// rows from, quantized once for the whole matrix by a launch of the
+	// instance's EntryStage (Stage) just before it; 0 when it quantizes
+	// its own. Both take that buffer's address as one more parameter,
+	// after the others.
+	Staged int
 }
 
 // EntryPoint names one of an instance's entry points: Entry(instance) plus
@@ -34,11 +40,12 @@ const (
 	EntryMain EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
 	EntryTile                   // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
 	EntryDP4A                   // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles
+	EntryStage                  // _q8k: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
-func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a"}[e] }
+func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a", "_q8k"}[e] }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
 // matrix kernels, one per warp.
@@ -124,6 +131,16 @@ const (
 
 func mmtShared(blockBytes int) int { return mmtRows*(272+4+32+4) + mmtFeatures*(blockBytes+16+8) }
 
+// mmtRecord is MT_REC in mmt.cuh: the staged bytes of one activation row's
+// super-block of 256 (quants, sums of 16, scale, padding).
+const mmtRecord = 304
+
+// Stage is the launch that quantizes the activation rows of a variant of
+// r rows for a launch with Staged bytes: a warp per row (mt_stage).
+func Stage(r uint32) Launch {
+	return Launch{Grid: [3]uint32{ceilDiv(r, 8), 1, 1}, Block: [3]uint32{256, 1, 1}, Entry: EntryStage}
+}
+
 var mmtTypes = map[string]struct{ blockBytes, smem int }{"q4_k": {144, mmtShared(144)}, "q6_k": {210, mmtShared(212)}}
 
 // When a type with tensor-core tiles takes the dp4a tile kernel instead:
@@ -191,7 +208,11 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	if lm && prefill || !lm && (r <= dp4aAlwaysRows || r <= dp4aMaxRows && small) {
 		return dp4a
 	}
-	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile}
+	// The activation rows are staged: each of the n/128 blocks of features
+	// would otherwise quantize its 64 rows again, reading 4 bytes an
+	// element where the staged record has about 1.2.
+	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile,
+		Staged: int(r) * int(k/256) * mmtRecord}
 }
 
 // fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's

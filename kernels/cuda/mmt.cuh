@@ -10,7 +10,9 @@
 // for Q4_K, 16 for Q6_K) per instruction, so every sub-block's integer dot
 // product comes out on its own, exactly the integer the oracle computes.
 // Weight quants are unpacked to int8 on the way from shared memory into
-// the B fragments. Sub-block sums are scaled by the integer sub-block
+// the B fragments. With staged activations (q8, written by mt_stage just
+// before) the blocks copy their rows' Q8_K records instead of each
+// quantizing them again. Sub-block sums are scaled by the integer sub-block
 // scales and summed as integers; only the per-super-block float
 // combination (d, dmin, the activation scale) is rounded, as in mmq.
 #pragma once
@@ -29,6 +31,44 @@ template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212 }; };
 // MMT_TYPE(t) is Tc<t>::OK for the preprocessor, which decides the
 // instances that get a _dp4a entry (typed.cuh).
 #define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K)
+
+// A staged activation row is k/256 Q8_K records of MT_REC bytes, one per
+// super-block: 256 quants, the 16 sums of 16 quants (ggml's bsums), the
+// scale, padding to 16 bytes. launch.go's mmtRecord is the same.
+#define MT_REC 304
+
+// mt_stage quantizes the request's activation rows (RMS-normalized by wn
+// first when given) into q8, row r's super-block kb at record
+// r·k/256 + kb: a warp per row, rows blockIdx.x·8 … +7, with the
+// arithmetic mmt uses when it quantizes them itself, so staging changes no
+// bit of the result. One launch does for the whole matrix what every block
+// of features would otherwise repeat.
+__device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const float* wn, float eps) {
+    const int lane = threadIdx.x & 31, row = blockIdx.x * (MT_THREADS / 32) + (threadIdx.x >> 5);
+    dep_sync();
+    if (row >= (int)io[IO_ROWS]) return;
+    const float* xr = x + (size_t)row * k;
+    float sc = 1.f;
+    if (wn) {
+        double s = 0;
+        for (int i = lane; i < k; i += 32) {
+            float v = xr[i];
+            s += (double)(v * v);
+        }
+        for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+        sc = 1.f / sqrtf((float)(s / (double)k) + eps);
+    }
+    const bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
+#pragma unroll 2
+    for (int kb = 0; kb < k / 256; kb++) {
+        u8* rec = q8 + ((size_t)row * (k / 256) + kb) * MT_REC;
+        const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
+        float4 a = ld4(xr + (size_t)kb * 256, 8 * lane, vec, sc, wk), c = ld4(xr + (size_t)kb * 256, 8 * lane + 4, vec, sc, wk);
+        float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        float d = q8k_warp(v, (signed char*)rec, (short*)(rec + 256));
+        if (lane == 0) *(float*)(rec + 288) = d;
+    }
+}
 
 // mt_smem is the dynamic shared memory of mmt<T>; launch.go's mmtShared is
 // the same.
@@ -52,10 +92,11 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
 // of y = W·x (RMS-normalized by wn first when given) and stores it
 // through o: row r's outputs as row r, or with lm (lm_head) as its slot's,
 // and only if it wants logits. Rows past the request's n_rows and
-// features past n are computed on zeros and not stored.
+// features past n are computed on zeros and not stored. With q8 the rows
+// come staged (mt_stage), already normalized: x, wn and eps go unused.
 template <int TW>
 __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o,
-    const float* wn = nullptr, float eps = 0.f, bool lm = false) {
+    const float* wn = nullptr, float eps = 0.f, bool lm = false, const u8* q8 = nullptr) {
     constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB;
     extern __shared__ __align__(16) u8 smem[];
     signed char* xq = (signed char*)smem;                  // [MT_M][MT_XS]
@@ -73,7 +114,7 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
     const int rows = io[IO_ROWS];
     if (row0 >= rows) return;
     const int nr = min(MT_M, rows - row0);
-    if (wn) { // a warp per row
+    if (wn && !q8) { // a warp per row
         for (int r = warp; r < MT_M; r += MT_THREADS / 32) {
             double s = 0;
             if (r < nr)
@@ -113,32 +154,42 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
                 *(unsigned short*)(wr + f * WS + 2 * p) = v;
             }
         }
-        // The activation slice, quantized: a warp per row, four rows at a
-        // time so that their loads and shuffle chains overlap.
-        constexpr int RPW = MT_M / (MT_THREADS / 32); // rows a warp
-#pragma unroll
-        for (int r4 = 0; r4 < RPW; r4 += 4) {
-            float v[4][8];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int r = warp * RPW + r4 + u;
-                if (r < nr) {
-                    const float* xr = x + (size_t)(row0 + r) * k + (size_t)kb * 256;
-                    float sc = wn ? rs[r] : 1.f;
-                    const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
-                    float4 a = ld4(xr, 8 * lane, vec, sc, wk), c = ld4(xr, 8 * lane + 4, vec, sc, wk);
-                    v[u][0] = a.x, v[u][1] = a.y, v[u][2] = a.z, v[u][3] = a.w;
-                    v[u][4] = c.x, v[u][5] = c.y, v[u][6] = c.z, v[u][7] = c.w;
-                } else {
-#pragma unroll
-                    for (int i = 0; i < 8; i++) v[u][i] = 0.f;
-                }
+        if (q8) { // the rows' staged records: 19 pieces of 16 bytes each
+            for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
+                int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (r < nr) v = __ldg((const uint4*)(q8 + ((size_t)(row0 + r) * (k / 256) + kb) * MT_REC) + p);
+                if (p < 16) *(uint4*)(xq + r * MT_XS + 16 * p) = v;
+                else if (p < 18) *(uint4*)(xbs + r * 16 + 8 * (p - 16)) = v;
+                else xd[r] = __uint_as_float(v.x);
             }
+        } else { // the activation slice, quantized: a warp per row, four rows
+            // at a time so that their loads and shuffle chains overlap.
+            constexpr int RPW = MT_M / (MT_THREADS / 32); // rows a warp
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int r = warp * RPW + r4 + u;
-                float d = q8k_warp(v[u], xq + r * MT_XS, xbs + r * 16);
-                if (lane == 0) xd[r] = d;
+            for (int r4 = 0; r4 < RPW; r4 += 4) {
+                float v[4][8];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int r = warp * RPW + r4 + u;
+                    if (r < nr) {
+                        const float* xr = x + (size_t)(row0 + r) * k + (size_t)kb * 256;
+                        float sc = wn ? rs[r] : 1.f;
+                        const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
+                        float4 a = ld4(xr, 8 * lane, vec, sc, wk), c = ld4(xr, 8 * lane + 4, vec, sc, wk);
+                        v[u][0] = a.x, v[u][1] = a.y, v[u][2] = a.z, v[u][3] = a.w;
+                        v[u][4] = c.x, v[u][5] = c.y, v[u][6] = c.z, v[u][7] = c.w;
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < 8; i++) v[u][i] = 0.f;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int r = warp * RPW + r4 + u;
+                    float d = q8k_warp(v[u], xq + r * MT_XS, xbs + r * 16);
+                    if (lane == 0) xd[r] = d;
+                }
             }
         }
         __syncthreads();

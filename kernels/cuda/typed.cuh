@@ -12,12 +12,22 @@
 
 // The entry points of the integer matrix families (kcuda.EntryPoint):
 // NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt
-// for MMT_TYPE types, else mmq); NAME_dp4a, mmq for MMT_TYPE types.
+// for MMT_TYPE types, else mmq); NAME_dp4a, mmq for MMT_TYPE types; and
+// for MMT_TYPE types NAME_q8k, which stages the activation rows for mmt
+// (mt_stage): it and NAME_tile take the staging buffer as one more
+// parameter (STAGE_PARAM), which the tier appends.
 #define ENTRY_MAIN 0
 #define ENTRY_TILE 1
 #define ENTRY_DP4A 2
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
+#if MMT_TYPE(WT)
+#define STAGE_PARAM , const u8* q8
+#define STAGE_ARG q8
+#else
+#define STAGE_PARAM
+#define STAGE_ARG nullptr
+#endif
 
 #if FAMILY == FAMILY_EMBED // embed: y[row] = table[token(row)]
 extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u32* io, float* y, u32 cols) {
@@ -55,14 +65,19 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
     if ((threadIdx.x & 31) == 0) mm_out(y, n, bias, MM_ACC).store(row, j, v);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
-    if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC)); // grid (n/MT_N, rows/MT_M)
+    CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n STAGE_PARAM) {
+    if constexpr (Tc<WT>::OK) // grid (n/MT_N, rows/MT_M)
+        mmt<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), nullptr, 0.f, false, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for matrices too small to fill the GPU with tensor-core tiles
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    CAT(NAME, _q8k)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, u8* q8) {
+    mt_stage(x, io, k, q8, nullptr, 0.f); // grid (rows/8)
 }
 #endif
 #endif
@@ -85,14 +100,18 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
     if ((threadIdx.x & 31) == 0) logits[(size_t)io_row(io, row, ROW_SLOT) * nv + j] = v;
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-    CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
-    if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), nullptr, 0.f, true);
+    CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv STAGE_PARAM) {
+    if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), nullptr, 0.f, true, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill variants (few of whose rows want logits)
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    CAT(NAME, _q8k)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, u8* q8) {
+    mt_stage(x, io, k, q8, nullptr, 0.f);
 }
 #endif
 #endif
@@ -212,11 +231,11 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* h, const u8*
 // normalize into shared memory and take the float path, grid (n/MM_WARPS, rows).
 template <int T>
 __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, const u8* w, const u32* io, int k, int n,
-    const MmOut& o, float eps, int entry) {
+    const MmOut& o, float eps, int entry, const u8* q8 = nullptr) {
     if constexpr (Fast<T>::OK) {
         if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
         else if constexpr (Tc<T>::OK) {
-            if (entry == ENTRY_TILE) mmt<T>(x, w, io, k, n, o, wn, eps);
+            if (entry == ENTRY_TILE) mmt<T>(x, w, io, k, n, o, wn, eps, false, q8);
             else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;
@@ -241,26 +260,41 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
 #define QKV_PARAMS                                                                                                     \
     (const float* x, const float* w_norm, const u8* w_qkv, const float* b_qkv, const u32* io, float* q, float* kk,     \
         float* v, u32 k, u32 n_q, u32 n_kv, u32 eps_bits)
-#define QKV_BODY(tile)                                                                                                 \
+#define QKV_ARGS(stage)                                                                                                \
+    (const float* x, const float* w_norm, const u8* w_qkv, const float* b_qkv, const u32* io, float* q, float* kk,     \
+        float* v, u32 k, u32 n_q, u32 n_kv, u32 eps_bits stage)
+#define QKV_PARAMS QKV_ARGS()
+#define QKV_BODY(tile, q8)                                                                                             \
     fused_norm_mm<WT>(x, w_norm, w_qkv, io, k, n_q + 2 * n_kv, MmOut{q, kk, v, (int)n_q, (int)n_kv, b_qkv},             \
-        __uint_as_float(eps_bits), tile)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { QKV_BODY(ENTRY_MAIN); }
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_PARAMS { QKV_BODY(ENTRY_TILE); }
+        __uint_as_float(eps_bits), tile, q8)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { QKV_BODY(ENTRY_MAIN, nullptr); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_ARGS(STAGE_PARAM) {
+    QKV_BODY(ENTRY_TILE, STAGE_ARG);
+}
 #if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A, nullptr); }
+extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _q8k) QKV_ARGS(STAGE_PARAM) {
+    mt_stage(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
+}
 #endif
 #endif
 
 #if FAMILY == FAMILY_RMS_NORM_GATE_UP
-#define GU_PARAMS                                                                                                      \
+#define GU_ARGS(stage)                                                                                                 \
     (const float* x, const float* w_norm, const u8* w_gate_up, const u32* io, float* gate, float* up, u32 k, u32 f,     \
-        u32 eps_bits)
-#define GU_BODY(tile)                                                                                                  \
+        u32 eps_bits stage)
+#define GU_PARAMS GU_ARGS()
+#define GU_BODY(tile, q8)                                                                                              \
     fused_norm_mm<WT>(x, w_norm, w_gate_up, io, k, 2 * f, MmOut{gate, up, up, (int)f, (int)f, nullptr},                \
-        __uint_as_float(eps_bits), tile)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME GU_PARAMS { GU_BODY(ENTRY_MAIN); }
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_PARAMS { GU_BODY(ENTRY_TILE); }
+        __uint_as_float(eps_bits), tile, q8)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME GU_PARAMS { GU_BODY(ENTRY_MAIN, nullptr); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(STAGE_PARAM) {
+    GU_BODY(ENTRY_TILE, STAGE_ARG);
+}
 #if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A); }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A, nullptr); }
+extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _q8k) GU_ARGS(STAGE_PARAM) {
+    mt_stage(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
+}
 #endif
 #endif

@@ -95,15 +95,6 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := m.Function(kcuda.Entry(instance) + shape.Entry.Suffix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if shape.Shared > 48<<10 { // past the default, as the tier allows it
-		if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSize, shape.Shared); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var vals []uint64
 	var devs []driver.DevPtr
 	for _, b := range bufs {
@@ -125,17 +116,16 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	for _, x := range append(append([]uint32(nil), push...), spec...) {
 		vals = append(vals, uint64(x))
 	}
-	n := len(vals)
-	base := unsafe.Pointer(&g.params[0])
-	vs := unsafe.Slice((*uint64)(base), n)
-	ptrs := unsafe.Slice((*unsafe.Pointer)(unsafe.Add(base, 8*n)), n)
-	for i, v := range vals {
-		vs[i] = v
-		ptrs[i] = unsafe.Pointer(&vs[i])
+	if shape.Staged > 0 { // the stage launch first, as Walk makes it
+		p, err := driver.MemAlloc(shape.Staged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer driver.MemFree(p)
+		vals = append(vals, uint64(p))
+		g.launch(m, instance, kcuda.Stage(uint32(rows)), vals)
 	}
-	if err := f.Launch(shape.Grid, shape.Block, shape.Shared, 0, unsafe.Pointer(&ptrs[0])); err != nil {
-		t.Fatal(err)
-	}
+	g.launch(m, instance, shape, vals)
 	if err := driver.Synchronize(); err != nil {
 		t.Fatalf("%s: %v", instance, err)
 	}
@@ -151,6 +141,33 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 		driver.MemFree(devs[i])
 	}
 	return out
+}
+
+// launch launches instance's entry of shape in m with the parameter
+// values vals (8-byte slots: the kernels read pointers and u32s from them).
+func (g *kgpu) launch(m driver.Module, instance string, shape kcuda.Launch, vals []uint64) {
+	t := g.t
+	t.Helper()
+	f, err := m.Function(kcuda.Entry(instance) + shape.Entry.Suffix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shape.Shared > 48<<10 { // past the default, as the tier allows it
+		if err := f.SetAttribute(driver.FuncAttrMaxDynamicSharedSize, shape.Shared); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := len(vals)
+	base := unsafe.Pointer(&g.params[0])
+	vs := unsafe.Slice((*uint64)(base), n)
+	ptrs := unsafe.Slice((*unsafe.Pointer)(unsafe.Add(base, 8*n)), n)
+	for i, v := range vals {
+		vs[i] = v
+		ptrs[i] = unsafe.Pointer(&vs[i])
+	}
+	if err := f.Launch(shape.Grid, shape.Block, shape.Shared, 0, unsafe.Pointer(&ptrs[0])); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // cpuRun runs T-CPU's kernel on copies of bufs and returns them.

@@ -82,8 +82,11 @@ type Tier struct {
 	maxGr    int
 	timeout  time.Duration
 	params   []byte // pinned scratch for kernel parameters
-	info     driver.Info
-	prof     *profiler
+	// staging holds the activation rows staged for the tensor-core tiles
+	// (Launch.Staging), sized for the largest; 0 when no launch stages.
+	staging driver.DevPtr
+	info    driver.Info
+	prof    *profiler
 }
 
 // Load prepares a bundle for replay on device 0.
@@ -200,6 +203,9 @@ func (t *Tier) load(b *bundle.Bundle) error {
 		}
 		t.variants = append(t.variants, ls)
 	}
+	if err := t.allocStaging(); err != nil {
+		return err
+	}
 	// Past 48 KiB a kernel must opt in to dynamic shared memory.
 	limit, err := t.dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
 	if err != nil {
@@ -222,6 +228,32 @@ func (t *Tier) load(b *bundle.Bundle) error {
 	for vi := range min(len(t.variants), t.maxGr) {
 		if _, err := t.graph(vi); err != nil {
 			return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
+		}
+	}
+	return nil
+}
+
+// allocStaging allocates the staging buffer for the largest launch that
+// needs it and gives every such launch its address.
+func (t *Tier) allocStaging() error {
+	n := 0
+	for _, ls := range t.variants {
+		for _, l := range ls {
+			n = max(n, l.Staging)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	var err error
+	if t.staging, err = driver.MemAlloc(n); err != nil {
+		return fmt.Errorf("cuda: staging buffer of %d bytes: %w", n, err)
+	}
+	for _, ls := range t.variants {
+		for i := range ls {
+			if ls[i].Staging > 0 {
+				ls[i].Params[len(ls[i].Params)-1] = uint64(t.staging)
+			}
 		}
 	}
 	return nil
@@ -548,6 +580,10 @@ func (t *Tier) close() {
 		}
 	}
 	t.regions = nil
+	if t.staging != 0 {
+		driver.MemFree(t.staging)
+		t.staging = 0
+	}
 	driver.MemFreeHost(t.params)
 	t.params = nil
 	if t.done != 0 {

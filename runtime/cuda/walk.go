@@ -22,6 +22,11 @@ type Launch struct {
 	// Sizes are the byte sizes of the parameters (8 for pointers, 4 for
 	// dwords), which is how the kernel reads them.
 	Sizes []int
+	// Staging is the bytes of the staging buffer (Shape.Staged) a launch
+	// and the stage launch before it use; their last parameter is its
+	// address, which Walk leaves 0 for Load to fill in (one buffer serves
+	// every variant: launches on one stream run one after another).
+	Staging int
 }
 
 // Memory is where the walker finds regions: device addresses.
@@ -30,7 +35,8 @@ type Memory = replay.Memory
 // Walk resolves a variant's stream against device memory (replay.Walk
 // checks it as every tier does) and turns each dispatch into a launch.
 // Barriers need no translation: launches on one stream (and the graph
-// captured from it) already run in order.
+// captured from it) already run in order. A dispatch whose shape stages
+// its activation rows becomes two launches: the stage, then the kernel.
 func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
 	s, err := replay.Walk(v, blobs, mem, fence)
 	if err != nil {
@@ -47,6 +53,12 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 		}
 		if l.Shape, err = kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows), v.Stage == bundle.StagePrefill); err != nil {
 			return nil, fmt.Errorf("dispatch %d: %w", i, err)
+		}
+		if n := l.Shape.Staged; n > 0 {
+			l.Params, l.Sizes, l.Staging = append(l.Params, 0), append(l.Sizes, 8), n
+			stage := l
+			stage.Params, stage.Shape = append([]uint64(nil), l.Params...), kcuda.Stage(v.Rows)
+			out = append(out, stage)
 		}
 		out = append(out, l)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/sequence"
@@ -30,7 +31,7 @@ func compileSynth(t *testing.T, s synth.Shape, target, config string) string {
 	if err := os.WriteFile(model, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opt := compiler.Options{Target: target}
+	opt := compiler.Options{Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")}
 	if config != "" {
 		opt.ConfigPath = filepath.Join(dir, "m.toml")
 		if err := os.WriteFile(opt.ConfigPath, []byte(config), 0o644); err != nil {
@@ -88,15 +89,23 @@ func walkFakeMemory(t *testing.T, s synth.Shape) {
 		if err != nil {
 			t.Fatalf("variant %d: %v", vi, err)
 		}
-		if len(ls) != int(v.Dispatches) {
-			t.Errorf("variant %d: %d launches for %d dispatches", vi, len(ls), v.Dispatches)
-		}
-		for _, l := range ls {
+		staged := 0
+		for i, l := range ls {
 			abi, _, err := kernels.SplitInstance(l.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec); len(l.Params) != want || len(l.Sizes) != want {
+			want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec)
+			if l.Staging > 0 { // and the staging buffer, after a stage launch of the same kernel
+				want++
+				if l.Shape.Entry != kcuda.EntryStage {
+					staged++
+					if i == 0 || ls[i-1].Shape.Entry != kcuda.EntryStage || ls[i-1].Kernel != l.Kernel {
+						t.Errorf("variant %d: launch %d (%s) stages its rows, but no stage launch precedes it", vi, i, l.Name)
+					}
+				}
+			}
+			if len(l.Params) != want || len(l.Sizes) != want {
 				t.Errorf("%s: %d parameters, ABI has %d", l.Name, len(l.Params), want)
 			}
 			for i, role := range abi.Bufs {
@@ -115,6 +124,9 @@ func walkFakeMemory(t *testing.T, s synth.Shape) {
 			if l.Shape.Grid[0] == 0 || l.Shape.Block[0] == 0 {
 				t.Errorf("%s: empty launch %+v", l.Name, l.Shape)
 			}
+		}
+		if len(ls) != int(v.Dispatches)+staged {
+			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged", vi, len(ls), v.Dispatches, staged)
 		}
 	}
 	// A stream walked against a map missing its regions is refused.

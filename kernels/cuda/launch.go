@@ -24,11 +24,12 @@ type Launch struct {
 	// Entry is which of the instance's entry points runs.
 	Entry EntryPoint
 	// Staged is the bytes of device memory the launch reads its activation
-	// rows from, quantized once for the whole matrix by a launch of the
-	// instance's EntryStage (Stage) just before it; 0 when it quantizes
-	// its own. Both take that buffer's address as one more parameter,
-	// after the others.
+	// rows from, quantized once for the whole matrix by the Stage launch
+	// (the instance's EntryStage) just before it; 0 and nil when it
+	// quantizes its own. Both take that buffer's address as one more
+	// parameter, after the others.
 	Staged int
+	Stage  *Launch
 }
 
 // EntryPoint names one of an instance's entry points: Entry(instance) plus
@@ -121,24 +122,46 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 // mmtRows and mmtFeatures are the tile of the tensor-core multi-row
 // kernel (MT_M × MT_N of mmt in mmt.cuh), and mmtTypes its weight types
 // with its dynamic shared memory (mt_smem there): per activation row the
-// quantized slice (272 bytes), its scale, sums of 16 and RMS scale; per
-// feature the weight block (padded to a word), its scales and mins, d and
-// dmin.
+// quantized slice (272 bytes), its scale and sums of 16; per feature the
+// weight block (padded to a word), its scales and mins, d and dmin.
 const (
 	mmtRows     = 64
 	mmtFeatures = 128
 )
 
-func mmtShared(blockBytes int) int { return mmtRows*(272+4+32+4) + mmtFeatures*(blockBytes+16+8) }
+func mmtShared(blockBytes int) int { return mmtRows*(272+4+32) + mmtFeatures*(blockBytes+16+8) }
 
 // mmtRecord is MT_REC in mmt.cuh: the staged bytes of one activation row's
 // super-block of 256 (quants, sums of 16, scale, padding).
 const mmtRecord = 304
 
-// Stage is the launch that quantizes the activation rows of a variant of
-// r rows for a launch with Staged bytes: a warp per row (mt_stage).
-func Stage(r uint32) Launch {
-	return Launch{Grid: [3]uint32{ceilDiv(r, 8), 1, 1}, Block: [3]uint32{256, 1, 1}, Entry: EntryStage}
+// mmtMaxBlocks is the blocks of mmt that fill an H100/H200: two on each
+// of 132 multiprocessors. A matrix of fewer tiles splits k into as many
+// parts as keep it within that (split-k): the 1024-feature projections
+// back into the residual stream of a 512-row prefill of the qwen3 0.6B
+// shape make only 64 tiles.
+const mmtMaxBlocks = 2 * 132
+
+// mmtSplits is the parts k is split into for tiles tiles of k/256
+// super-blocks.
+func mmtSplits(tiles, kbs uint32) uint32 { return max(1, min(kbs, mmtMaxBlocks/tiles)) }
+
+// mmtStaged is the staging buffer of mmt (see mmt in mmt.cuh): the
+// records of every row of the grid's tiles, then with split-k a partial
+// tile (a float per row and feature) per block and a counter per tile.
+func mmtStaged(r, k, tiles, splits uint32) int {
+	n := int(ceilDiv(r, mmtRows)*mmtRows) * int(k/256) * mmtRecord
+	if splits > 1 {
+		n += int(tiles*splits)*mmtRows*mmtFeatures*4 + int(tiles)*4
+	}
+	return n
+}
+
+// stage is the launch that quantizes the activation rows (k wide) of a
+// variant of r rows: a block per row, a warp per super-block of 256 up
+// to eight (mt_stage).
+func stage(r, k uint32) *Launch {
+	return &Launch{Grid: [3]uint32{r, 1, 1}, Block: [3]uint32{32 * min(max(k/256, 1), 8), 1, 1}, Entry: EntryStage}
 }
 
 var mmtTypes = map[string]struct{ blockBytes, smem int }{"q4_k": {144, mmtShared(144)}, "q6_k": {210, mmtShared(212)}}
@@ -211,8 +234,10 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	// The activation rows are staged: each of the n/128 blocks of features
 	// would otherwise quantize its 64 rows again, reading 4 bytes an
 	// element where the staged record has about 1.2.
-	return Launch{Grid: [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}, Block: block, Shared: mt.smem, Entry: EntryTile,
-		Staged: int(r) * int(k/256) * mmtRecord}
+	grid := [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}
+	tiles := grid[0] * grid[1]
+	grid[2] = mmtSplits(tiles, k/256)
+	return Launch{Grid: grid, Block: block, Shared: mt.smem, Entry: EntryTile, Staged: mmtStaged(r, k, tiles, grid[2]), Stage: stage(r, k)}
 }
 
 // fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's

@@ -23,11 +23,13 @@ func TestShapeMatmul(t *testing.T) {
 		// Prefill: the tensor-core tile kernel for K-quants, MT_M rows × MT_N
 		// features a block; the dp4a tile kernel, MM_MR rows a block, its
 		// grid bounded to mmqMaxBlocks, otherwise and for K-quants at up to
-		// 64 rows (decode) of a matrix L2 holds.
-		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 1}, [3]uint32{256, 1, 1}, true, false},
+		// 64 rows (decode) of a matrix L2 holds. Tensor-core grids of few
+		// tiles split k (grid z) to fill mmtMaxBlocks.
+		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{32, 8, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{128, 2, 1}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 1}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
+		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 2}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
+		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false},    // no more parts than super-blocks
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},
 		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		// Fused norm + gate/up: n = 2f features.

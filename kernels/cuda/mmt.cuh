@@ -1,20 +1,26 @@
 // mmt.cuh: the multi-row matrix kernel on tensor cores, for the K-quant
 // weight types prefill spends its time on (Q4_K, Q6_K).
 //
-// A block computes a tile of MT_M activation rows × MT_N output features,
-// walking k one 256-element super-block at a time. Each step it copies the
-// tile's weight blocks into shared memory as they are, quantizes the
-// activation rows' slice to Q8_K there (RMS-normalizing first for the fused
-// norm kernels), and its eight warps — each a 32×32 piece of the tile —
-// multiply int8 by int8 into int32 with mma.sync, one weight sub-block (32
-// for Q4_K, 16 for Q6_K) per instruction, so every sub-block's integer dot
-// product comes out on its own, exactly the integer the oracle computes.
-// Weight quants are unpacked to int8 on the way from shared memory into
-// the B fragments. With staged activations (q8, written by mt_stage just
-// before) the blocks copy their rows' Q8_K records instead of each
-// quantizing them again. Sub-block sums are scaled by the integer sub-block
-// scales and summed as integers; only the per-super-block float
-// combination (d, dmin, the activation scale) is rounded, as in mmq.
+// The activation rows are quantized to Q8_K once per matrix, by mt_stage
+// (RMS-normalizing first for the fused norm kernels), into a staging
+// buffer the tier owns. A block of mmt computes a tile of MT_M activation
+// rows × MT_N output features, walking its range of k one 256-element
+// super-block at a time. Each step it copies the tile's weight blocks and
+// the rows' staged records into shared memory as they are, and its eight
+// warps — each a 32×32 piece of the tile — multiply int8 by int8 into
+// int32 with mma.sync, one weight sub-block (32 for Q4_K, 16 for Q6_K) per
+// instruction, so every sub-block's integer dot product comes out on its
+// own, exactly the integer the oracle computes. Weight quants are unpacked
+// to int8 on the way from shared memory into the B fragments. Sub-block
+// sums are scaled by the integer sub-block scales and summed as integers;
+// only the per-super-block float combination (d, dmin, the activation
+// scale) is rounded, as in mmq.
+//
+// A matrix of few tiles splits k over gridDim.z blocks a tile (split-k),
+// so that it fills the GPU: each writes its partial tile to the staging
+// buffer, and the last of them to finish adds the partials in split order
+// and stores the sum, so the result does not depend on which finished
+// first.
 #pragma once
 #include "mmq.cuh"
 
@@ -39,12 +45,13 @@ template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212 }; };
 
 // mt_stage quantizes the request's activation rows (RMS-normalized by wn
 // first when given) into q8, row r's super-block kb at record
-// r·k/256 + kb: a warp per row, rows blockIdx.x·8 … +7, with the
-// arithmetic mmt uses when it quantizes them itself, so staging changes no
-// bit of the result. One launch does for the whole matrix what every block
-// of features would otherwise repeat.
+// r·k/256 + kb: a block per row, warp w taking super-blocks w, w +
+// blockDim.x/32, …. Each warp computes the row's RMS scale itself, in the
+// order mmt does, so staging changes no bit of the result. One launch does
+// for the whole matrix what every block of features would otherwise
+// repeat.
 __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const float* wn, float eps) {
-    const int lane = threadIdx.x & 31, row = blockIdx.x * (MT_THREADS / 32) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, row = blockIdx.x;
     dep_sync();
     if (row >= (int)io[IO_ROWS]) return;
     const float* xr = x + (size_t)row * k;
@@ -59,8 +66,7 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
         sc = 1.f / sqrtf((float)(s / (double)k) + eps);
     }
     const bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
-#pragma unroll 2
-    for (int kb = 0; kb < k / 256; kb++) {
+    for (int kb = threadIdx.x >> 5; kb < k / 256; kb += blockDim.x >> 5) {
         u8* rec = q8 + ((size_t)row * (k / 256) + kb) * MT_REC;
         const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
         float4 a = ld4(xr + (size_t)kb * 256, 8 * lane, vec, sc, wk), c = ld4(xr + (size_t)kb * 256, 8 * lane + 4, vec, sc, wk);
@@ -73,7 +79,7 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
 // mt_smem is the dynamic shared memory of mmt<T>; launch.go's mmtShared is
 // the same.
 template <int T> constexpr int mt_smem() {
-    return MT_M * MT_XS + MT_M * 4 + MT_M * 16 * 2 + MT_M * 4 + MT_N * Tc<T>::WS + MT_N * 16 + MT_N * 8;
+    return MT_M * MT_XS + MT_M * 4 + MT_M * 16 * 2 + MT_N * Tc<T>::WS + MT_N * 16 + MT_N * 8;
 }
 
 __device__ __forceinline__ void mma_k32(int* c, const int* a, const int* b) {
@@ -89,21 +95,21 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
 }
 
 // mmt computes the tile (blockIdx.y·MT_M rows, blockIdx.x·MT_N features)
-// of y = W·x (RMS-normalized by wn first when given) and stores it
-// through o: row r's outputs as row r, or with lm (lm_head) as its slot's,
-// and only if it wants logits. Rows past the request's n_rows and
-// features past n are computed on zeros and not stored. With q8 the rows
-// come staged (mt_stage), already normalized: x, wn and eps go unused.
+// of y = W·x, x staged in q8 by mt_stage, over blockIdx.z's share of the
+// k/256 super-blocks, and stores it through o: row r's outputs as row r,
+// or with lm (lm_head) as its slot's, and only if it wants logits. Rows
+// past the request's n_rows and features past n are computed on zeros and
+// not stored. The staging buffer holds the records of gridDim.y·MT_M rows,
+// then with split-k a partial tile per block, then a counter per tile
+// (zero between launches); launch.go's mmtStaged sizes it.
 template <int TW>
-__device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o,
-    const float* wn = nullptr, float eps = 0.f, bool lm = false, const u8* q8 = nullptr) {
+__device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm, const u8* q8) {
     constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB;
     extern __shared__ __align__(16) u8 smem[];
     signed char* xq = (signed char*)smem;                  // [MT_M][MT_XS]
     float* xd = (float*)(smem + MT_M * MT_XS);             // [MT_M] Q8_K scales
     short* xbs = (short*)(xd + MT_M);                      // [MT_M][16] sums of 16 quants
-    float* rs = (float*)(xbs + MT_M * 16);                 // [MT_M] RMS scales
-    u8* wr = (u8*)(rs + MT_M);                             // [MT_N][WS] raw weight blocks
+    u8* wr = (u8*)(xbs + MT_M * 16);                       // [MT_N][WS] raw weight blocks
     u8* wsm = wr + MT_N * WS;                              // [MT_N][16] Q4_K scales 0-7, mins 8-15
     float* wdd = (float*)(wsm + MT_N * 16);                // [MT_N][2] d, dmin
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -114,18 +120,7 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
     const int rows = io[IO_ROWS];
     if (row0 >= rows) return;
     const int nr = min(MT_M, rows - row0);
-    if (wn && !q8) { // a warp per row
-        for (int r = warp; r < MT_M; r += MT_THREADS / 32) {
-            double s = 0;
-            if (r < nr)
-                for (int i = lane; i < k; i += 32) {
-                    float v = x[(size_t)(row0 + r) * k + i];
-                    s += (double)(v * v);
-                }
-            for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-            if (lane == 0) rs[r] = 1.f / sqrtf((float)(s / (double)k) + eps);
-        }
-    }
+    const int kbs = k / 256, splits = gridDim.z, kb0 = blockIdx.z * kbs / splits, kb1 = (blockIdx.z + 1) * kbs / splits;
     const int wm = warp >> 2, wn4 = warp & 3; // the warp's 32×32 piece
     float acc[2][4][4];
 #pragma unroll
@@ -134,8 +129,7 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
-    const bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
-    for (int kb = 0; kb < k / 256; kb++) {
+    for (int kb = kb0; kb < kb1; kb++) {
         __syncthreads(); // the previous step's readers are done
         // The weight blocks, copied as they are (Q4_K: 9 aligned 16-byte
         // pieces; Q6_K: 105 2-byte pieces, its blocks are 2-byte aligned).
@@ -154,43 +148,14 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
                 *(unsigned short*)(wr + f * WS + 2 * p) = v;
             }
         }
-        if (q8) { // the rows' staged records: 19 pieces of 16 bytes each
-            for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
-                int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
-                uint4 v = make_uint4(0, 0, 0, 0);
-                if (r < nr) v = __ldg((const uint4*)(q8 + ((size_t)(row0 + r) * (k / 256) + kb) * MT_REC) + p);
-                if (p < 16) *(uint4*)(xq + r * MT_XS + 16 * p) = v;
-                else if (p < 18) *(uint4*)(xbs + r * 16 + 8 * (p - 16)) = v;
-                else xd[r] = __uint_as_float(v.x);
-            }
-        } else { // the activation slice, quantized: a warp per row, four rows
-            // at a time so that their loads and shuffle chains overlap.
-            constexpr int RPW = MT_M / (MT_THREADS / 32); // rows a warp
-#pragma unroll
-            for (int r4 = 0; r4 < RPW; r4 += 4) {
-                float v[4][8];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    int r = warp * RPW + r4 + u;
-                    if (r < nr) {
-                        const float* xr = x + (size_t)(row0 + r) * k + (size_t)kb * 256;
-                        float sc = wn ? rs[r] : 1.f;
-                        const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
-                        float4 a = ld4(xr, 8 * lane, vec, sc, wk), c = ld4(xr, 8 * lane + 4, vec, sc, wk);
-                        v[u][0] = a.x, v[u][1] = a.y, v[u][2] = a.z, v[u][3] = a.w;
-                        v[u][4] = c.x, v[u][5] = c.y, v[u][6] = c.z, v[u][7] = c.w;
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < 8; i++) v[u][i] = 0.f;
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    int r = warp * RPW + r4 + u;
-                    float d = q8k_warp(v[u], xq + r * MT_XS, xbs + r * 16);
-                    if (lane == 0) xd[r] = d;
-                }
-            }
+        // The rows' staged records: 19 pieces of 16 bytes each.
+        for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
+            int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r < nr) v = __ldg((const uint4*)(q8 + ((size_t)(row0 + r) * kbs + kb) * MT_REC) + p);
+            if (p < 16) *(uint4*)(xq + r * MT_XS + 16 * p) = v;
+            else if (p < 18) *(uint4*)(xbs + r * 16 + 8 * (p - 16)) = v;
+            else xd[r] = __uint_as_float(v.x);
         }
         __syncthreads();
         if (TW == T_Q4_K && tid < MT_N) { // each feature's scales and mins, ggml's get_scale_min_k4
@@ -318,6 +283,38 @@ __device__ void mmt(const float* x, const u8* __restrict__ w, const u32* io, int
                         }
                     }
             }
+    }
+    if (splits > 1) {
+        // This block's partial tile, each thread's 32 values together; the
+        // last block of the tile to count itself in sums them in order.
+        const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+        float* part = (float*)(q8 + (size_t)gridDim.y * MT_M * kbs * MT_REC);
+        u32* count = (u32*)(part + (size_t)gridDim.x * gridDim.y * splits * MT_THREADS * 32);
+        float4* mine = (float4*)(part + (((size_t)tile * splits + blockIdx.z) * MT_THREADS + tid) * 32);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++)
+                mine[mi * 4 + ni] = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
+        __threadfence();
+        __syncthreads();
+        __shared__ int last;
+        if (tid == 0) last = atomicAdd(count + tile, 1u) == (u32)splits - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        for (int z = 0; z < splits; z++) {
+            const float4* pz = (const float4*)(part + (((size_t)tile * splits + z) * MT_THREADS + tid) * 32);
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    float4 v = __ldcg(pz + mi * 4 + ni);
+                    if (z == 0) acc[mi][ni][0] = v.x, acc[mi][ni][1] = v.y, acc[mi][ni][2] = v.z, acc[mi][ni][3] = v.w;
+                    else acc[mi][ni][0] += v.x, acc[mi][ni][1] += v.y, acc[mi][ni][2] += v.z, acc[mi][ni][3] += v.w;
+                }
+        }
+        if (tid == 0) count[tile] = 0; // for the next launch
     }
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)

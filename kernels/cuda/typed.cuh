@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n STAGE_PARAM) {
     if constexpr (Tc<WT>::OK) // grid (n/MT_N, rows/MT_M)
-        mmt<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), nullptr, 0.f, false, STAGE_ARG);
+        mmt<WT>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for matrices too small to fill the GPU with tensor-core tiles
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv STAGE_PARAM) {
-    if constexpr (Tc<WT>::OK) mmt<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), nullptr, 0.f, true, STAGE_ARG);
+    if constexpr (Tc<WT>::OK) mmt<WT>(w, io, k, nv, mm_out(logits, nv, nullptr), true, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill variants (few of whose rows want logits)
@@ -235,7 +235,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
     if constexpr (Fast<T>::OK) {
         if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
         else if constexpr (Tc<T>::OK) {
-            if (entry == ENTRY_TILE) mmt<T>(x, w, io, k, n, o, wn, eps, false, q8);
+            if (entry == ENTRY_TILE) mmt<T>(w, io, k, n, o, false, q8);
             else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;

@@ -122,8 +122,11 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 			t.Fatal(err)
 		}
 		defer driver.MemFree(p)
+		if err := driver.MemsetD8(p, 0, shape.Staged); err != nil {
+			t.Fatal(err)
+		}
 		vals = append(vals, uint64(p))
-		g.launch(m, instance, kcuda.Stage(uint32(rows)), vals)
+		g.launch(m, instance, *shape.Stage, vals)
 	}
 	g.launch(m, instance, shape, vals)
 	if err := driver.Synchronize(); err != nil {

@@ -234,7 +234,7 @@ func (t *Tier) load(b *bundle.Bundle) error {
 }
 
 // allocStaging allocates the staging buffer for the largest launch that
-// needs it and gives every such launch its address.
+// needs it, zeroed, and gives every such launch its address.
 func (t *Tier) allocStaging() error {
 	n := 0
 	for _, ls := range t.variants {
@@ -248,6 +248,9 @@ func (t *Tier) allocStaging() error {
 	var err error
 	if t.staging, err = driver.MemAlloc(n); err != nil {
 		return fmt.Errorf("cuda: staging buffer of %d bytes: %w", n, err)
+	}
+	if err := driver.MemsetD8(t.staging, 0, n); err != nil { // split-k's counters start at zero
+		return err
 	}
 	for _, ls := range t.variants {
 		for i := range ls {

@@ -57,7 +57,7 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 		if n := l.Shape.Staged; n > 0 {
 			l.Params, l.Sizes, l.Staging = append(l.Params, 0), append(l.Sizes, 8), n
 			stage := l
-			stage.Params, stage.Shape = append([]uint64(nil), l.Params...), kcuda.Stage(v.Rows)
+			stage.Params, stage.Shape = append([]uint64(nil), l.Params...), *l.Shape.Stage
 			out = append(out, stage)
 		}
 		out = append(out, l)

@@ -40,7 +40,7 @@ type EntryPoint uint8
 const (
 	EntryMain EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
 	EntryTile                   // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
-	EntryDP4A                   // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles
+	EntryDP4A                   // _dp4a: lm_head's dp4a multi-row kernel for a type that has tensor-core tiles (prefill)
 	EntryStage                  // _q8k: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
 	NumEntries
 )
@@ -121,15 +121,16 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 
 // mmtRows and mmtFeatures are the tile of the tensor-core multi-row
 // kernel (MT_M × MT_N of mmt in mmt.cuh), and mmtTypes its weight types
-// with its dynamic shared memory (mt_smem there): per activation row the
-// quantized slice (272 bytes), its scale and sums of 16; per feature the
-// weight block (padded to a word), its scales and mins, d and dmin.
+// with its dynamic shared memory (mt_smem there): two copy buffers, each
+// per activation row the quantized slice (272 bytes), its scale and sums of
+// 16, and per feature the weight block (Q6_K's in a window of 53 words);
+// then per feature the scales and mins, d and dmin.
 const (
 	mmtRows     = 64
 	mmtFeatures = 128
 )
 
-func mmtShared(blockBytes int) int { return mmtRows*(272+4+32) + mmtFeatures*(blockBytes+16+8) }
+func mmtShared(blockBytes int) int { return 2*(mmtRows*(272+4+32)+mmtFeatures*blockBytes) + mmtFeatures*(16+8) }
 
 // mmtRecord is MT_REC in mmt.cuh: the staged bytes of one activation row's
 // super-block of 256 (quants, sums of 16, scale, padding).
@@ -166,24 +167,6 @@ func stage(r, k uint32) *Launch {
 
 var mmtTypes = map[string]struct{ blockBytes, smem int }{"q4_k": {144, mmtShared(144)}, "q6_k": {210, mmtShared(212)}}
 
-// When a type with tensor-core tiles takes the dp4a tile kernel instead:
-// always up to dp4aAlwaysRows rows, and up to dp4aMaxRows (decode of 64
-// slots) for a matrix of at most dp4aMaxBytes. A decode step makes only 8
-// to 48 tiles of 64 rows × 128 features from a small matrix, leaving most
-// of the GPU idle, while the dp4a kernel's warps stream features over all
-// of it; but that kernel reads the matrix once per eight rows, which L2
-// absorbs only for a matrix well inside it (50 MiB on an H100/H200).
-// Measured on an H200 (zrt-run bench --slots 4,16,32,64): the qwen3 0.6B
-// and llama 110M shapes (matrices up to 3.5 MiB) ran 1.0-1.3× faster on
-// dp4a at 32 and 64 slots, and 1.6-2.3× at 4 and 16; the llama 7B shape
-// (matrices of 9-66 MiB) at 64 slots made 881 tok/s with all of them on
-// dp4a, 1195 with those past dp4aMaxBytes on tensor cores.
-const (
-	dp4aAlwaysRows = 16
-	dp4aMaxRows    = 64
-	dp4aMaxBytes   = 16 << 20
-)
-
 // mmvMaxRows is the most rows the matrix-vector kernel takes: each row's
 // blocks stream the whole matrix, which for a few rows mostly comes from
 // L2, while the tile kernels pay for quantizing and tiling eight rows
@@ -197,15 +180,17 @@ const mmvMaxRows = 8
 // lm_head or a fused norm + projections) for n features of k inputs on a
 // variant of r rows: the matrix-vector kernel, a row per blockIdx.y, for
 // up to mmvMaxRows rows; for more, the tensor-core tile kernel where the
-// type has one for prefill and large decode batches (see dp4aMaxRows); the
-// dp4a tile kernel otherwise. lm_head stays on the dp4a kernel in prefill
-// variants, where a request's last row alone wants logits and the dp4a
-// kernel skips the others; in decode every row wants them, and the tensor
-// cores read the vocabulary-sized matrix once where the dp4a kernel reads
-// it once per eight rows. Measured on an H100 (zrt-run bench --tier cuda
-// --slots 16,32,64): qwen3 0.6B S_TG 3 002 / 4 234 / 5 053 with lm_head on
-// dp4a, 3 275 / 4 694 / 5 950 on tensor cores; llama 110M 12 248 / 17 083
-// / 20 306 and 12 806 / 18 900 / 20 269.
+// type has one, and the dp4a tile kernel otherwise. lm_head stays on the
+// dp4a kernel in prefill variants, where a request's last row alone wants
+// logits and the dp4a kernel skips the others; in decode every row wants
+// them. The dp4a kernel reads the matrix once per eight rows, the
+// tensor-core tiles once per 64 (staged and split over k, they also fill
+// the GPU for small matrices). Measured on an H100, zrt-run bench --tier
+// cuda --slots 16,32,64 -p 128 -n 128, S_TG with decode matrices on dp4a
+// up to 64 rows (16 for those past 16 MiB) against tensor cores past 8
+// rows: qwen3 0.6B 3 326 / 4 699 / 5 878 against 3 549 / 5 895 / 9 613;
+// llama 110M 12 849 / 18 830 / 19 963 against 12 827 / 22 015 / 40 425;
+// llama 7B 854 / 1 664 / 2 232 against 1 191 / 1 997 / 3 287.
 func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	if r <= mmvMaxRows {
 		grid, block := mmvShape(typ, k, n)
@@ -226,9 +211,7 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 		return dp4a
 	}
 	dp4a.Entry = EntryDP4A // a tensor-core type's dp4a kernel is its _dp4a entry
-	lm := family == "lm_head"
-	small := uint64(n)*uint64(k/256)*uint64(mt.blockBytes) <= dp4aMaxBytes
-	if lm && prefill || !lm && (r <= dp4aAlwaysRows || r <= dp4aMaxRows && small) {
+	if family == "lm_head" && prefill {
 		return dp4a
 	}
 	// The activation rows are staged: each of the n/128 blocks of features

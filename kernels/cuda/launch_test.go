@@ -20,14 +20,13 @@ func TestShapeMatmul(t *testing.T) {
 		{"matmul.q4_k", 4096, 1024, 1, [3]uint32{256, 1, 1}, [3]uint32{128, 4, 1}, false, false},
 		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{224, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{250, 1, 1}, [3]uint32{32, 16, 1}, false, false},
-		// Prefill: the tensor-core tile kernel for K-quants, MT_M rows × MT_N
-		// features a block; the dp4a tile kernel, MM_MR rows a block, its
-		// grid bounded to mmqMaxBlocks, otherwise and for K-quants at up to
-		// 64 rows (decode) of a matrix L2 holds. Tensor-core grids of few
-		// tiles split k (grid z) to fill mmtMaxBlocks.
+		// Past 8 rows: the tensor-core tile kernel for K-quants, MT_M rows ×
+		// MT_N features a block, its grids of few tiles splitting k (grid
+		// z) to fill mmtMaxBlocks; the dp4a tile kernel, MM_MR rows a
+		// block, its grid bounded to mmqMaxBlocks, otherwise.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 4}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{32, 8, 1}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{128, 2, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{8, 1, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{8, 1, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 2}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
 		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false},    // no more parts than super-blocks
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},

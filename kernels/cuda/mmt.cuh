@@ -5,16 +5,16 @@
 // (RMS-normalizing first for the fused norm kernels), into a staging
 // buffer the tier owns. A block of mmt computes a tile of MT_M activation
 // rows × MT_N output features, walking its range of k one 256-element
-// super-block at a time. Each step it copies the tile's weight blocks and
-// the rows' staged records into shared memory as they are, and its eight
-// warps — each a 32×32 piece of the tile — multiply int8 by int8 into
-// int32 with mma.sync, one weight sub-block (32 for Q4_K, 16 for Q6_K) per
-// instruction, so every sub-block's integer dot product comes out on its
-// own, exactly the integer the oracle computes. Weight quants are unpacked
-// to int8 on the way from shared memory into the B fragments. Sub-block
-// sums are scaled by the integer sub-block scales and summed as integers;
-// only the per-super-block float combination (d, dmin, the activation
-// scale) is rounded, as in mmq.
+// super-block at a time. While it computes one, it copies the next one's
+// weight blocks and the rows' staged records into its other shared buffer
+// as they are (cp.async). Its eight warps — each a 32×32 piece of the tile
+// — multiply int8 by int8 into int32 with mma.sync, one weight sub-block
+// (32 for Q4_K, 16 for Q6_K) per instruction, so every sub-block's integer
+// dot product comes out on its own, exactly the integer the oracle
+// computes. Weight quants are unpacked to int8 on the way from shared
+// memory into the B fragments. Sub-block sums are scaled by the integer
+// sub-block scales and summed as integers; only the per-super-block float
+// combination (d, dmin, the activation scale) is rounded, as in mmq.
 //
 // A matrix of few tiles splits k over gridDim.z blocks a tile (split-k),
 // so that it fills the GPU: each writes its partial tile to the staging
@@ -29,8 +29,10 @@
 #define MT_XS 272     // bytes of a quantized activation row in shared memory (256 + 16: no bank conflicts)
 #define MT_THREADS 256
 
-// Tc<T>: whether the tensor-core kernel handles T, and its weight block
-// bytes padded to a word in shared memory.
+// Tc<T>: whether the tensor-core kernel handles T, and the bytes of a
+// feature's weight block in shared memory: Q4_K's 144 as they are; Q6_K's
+// 210, which sit on 2-byte boundaries, in the 53-word aligned window that
+// holds them (see mmt).
 template <int T> struct Tc { enum { OK = 0, WS = 4 }; };
 template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144 }; };
 template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212 }; };
@@ -76,10 +78,31 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
     }
 }
 
-// mt_smem is the dynamic shared memory of mmt<T>; launch.go's mmtShared is
-// the same.
-template <int T> constexpr int mt_smem() {
-    return MT_M * MT_XS + MT_M * 4 + MT_M * 16 * 2 + MT_N * Tc<T>::WS + MT_N * 16 + MT_N * 8;
+// mt_stage_bytes is one of mmt's two copy buffers: per activation row the
+// quants (MT_XS), scale and sums of 16; per feature its weight block.
+// mt_smem is mmt<T>'s dynamic shared memory: the two buffers, then per
+// feature the sub-block scales (and Q4_K's mins) and d (and dmin).
+// launch.go's mmtShared is the same.
+template <int T> __host__ __device__ constexpr int mt_stage_bytes() {
+    return MT_M * (MT_XS + 4 + 32) + MT_N * Tc<T>::WS;
+}
+template <int T> __host__ __device__ constexpr int mt_smem() { return 2 * mt_stage_bytes<T>() + MT_N * (16 + 8); }
+
+// Asynchronous copies into shared memory (cp.async): n bytes, or zeros
+// where ok is false (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src),
+                 "r"(ok ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void mma_k32(int* c, const int* a, const int* b) {
@@ -104,14 +127,10 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
 // (zero between launches); launch.go's mmtStaged sizes it.
 template <int TW>
 __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm, const u8* q8) {
-    constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB;
+    constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB, SB = mt_stage_bytes<TW>();
     extern __shared__ __align__(16) u8 smem[];
-    signed char* xq = (signed char*)smem;                  // [MT_M][MT_XS]
-    float* xd = (float*)(smem + MT_M * MT_XS);             // [MT_M] Q8_K scales
-    short* xbs = (short*)(xd + MT_M);                      // [MT_M][16] sums of 16 quants
-    u8* wr = (u8*)(xbs + MT_M * 16);                       // [MT_N][WS] raw weight blocks
-    u8* wsm = wr + MT_N * WS;                              // [MT_N][16] Q4_K scales 0-7, mins 8-15
-    float* wdd = (float*)(wsm + MT_N * 16);                // [MT_N][2] d, dmin
+    u8* wsm = smem + 2 * SB;                // [MT_N][16] sub-block scales (Q4_K: 0-7, its mins 8-15)
+    float* wdd = (float*)(wsm + MT_N * 16); // [MT_N][2] d, dmin
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.y * MT_M, f0 = blockIdx.x * MT_N;
@@ -121,6 +140,37 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     if (row0 >= rows) return;
     const int nr = min(MT_M, rows - row0);
     const int kbs = k / 256, splits = gridDim.z, kb0 = blockIdx.z * kbs / splits, kb1 = (blockIdx.z + 1) * kbs / splits;
+    // copy starts copying super-block kb's records and weight blocks into
+    // buffer buf: the records in 16-byte pieces (the scale in 4), Q4_K's
+    // blocks in 16-byte pieces, and each Q6_K block as the 53 aligned words
+    // from the one holding its first byte (its offset in them, sh, is 0 or
+    // 2 bytes). Rows and features past the ends are zeros.
+    auto copy = [&](int kb, int buf) {
+        u8* base = smem + buf * SB;
+        for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
+            int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
+            const u8* src = r < nr ? q8 + ((size_t)(row0 + r) * kbs + kb) * MT_REC + 16 * p : q8;
+            if (p < 16) cp_async16(base + r * MT_XS + 16 * p, src, r < nr);
+            else if (p < 18) cp_async16(base + MT_M * (MT_XS + 4) + r * 32 + 16 * (p - 16), src, r < nr);
+            else cp_async4(base + MT_M * MT_XS + 4 * r, src, r < nr);
+        }
+        u8* wb = base + MT_M * (MT_XS + 4 + 32);
+        if (TW == T_Q4_K) {
+            for (int i = tid; i < MT_N * 9; i += MT_THREADS) {
+                int f = i / 9, p = i % 9;
+                bool ok = f0 + f < n;
+                cp_async16(wb + f * WS + 16 * p, ok ? w + (size_t)(f0 + f) * rb + (size_t)kb * BB + 16 * p : w, ok);
+            }
+        } else {
+            for (int i = tid; i < MT_N * (WS / 4); i += MT_THREADS) {
+                int f = i / (WS / 4), p = i % (WS / 4);
+                bool ok = f0 + f < n;
+                size_t at = ((size_t)(f0 + f) * rb + (size_t)kb * BB) & ~(size_t)3;
+                cp_async4(wb + f * WS + 4 * p, ok ? w + at + 4 * p : w, ok);
+            }
+        }
+        cp_async_commit();
+    };
     const int wm = warp >> 2, wn4 = warp & 3; // the warp's 32×32 piece
     float acc[2][4][4];
 #pragma unroll
@@ -129,35 +179,24 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
+    copy(kb0, 0);
     for (int kb = kb0; kb < kb1; kb++) {
-        __syncthreads(); // the previous step's readers are done
-        // The weight blocks, copied as they are (Q4_K: 9 aligned 16-byte
-        // pieces; Q6_K: 105 2-byte pieces, its blocks are 2-byte aligned).
-        if (TW == T_Q4_K) {
-            for (int i = tid; i < MT_N * 9; i += MT_THREADS) {
-                int f = i / 9, p = i % 9;
-                uint4 v = make_uint4(0, 0, 0, 0);
-                if (f0 + f < n) v = __ldg((const uint4*)(w + (size_t)(f0 + f) * rb + (size_t)kb * BB) + p);
-                *(uint4*)(wr + f * WS + 16 * p) = v;
-            }
-        } else {
-            for (int i = tid; i < MT_N * (BB / 2); i += MT_THREADS) {
-                int f = i / (BB / 2), p = i % (BB / 2);
-                unsigned short v = 0;
-                if (f0 + f < n) v = __ldg((const unsigned short*)(w + (size_t)(f0 + f) * rb + (size_t)kb * BB) + p);
-                *(unsigned short*)(wr + f * WS + 2 * p) = v;
-            }
-        }
-        // The rows' staged records: 19 pieces of 16 bytes each.
-        for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
-            int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < nr) v = __ldg((const uint4*)(q8 + ((size_t)(row0 + r) * kbs + kb) * MT_REC) + p);
-            if (p < 16) *(uint4*)(xq + r * MT_XS + 16 * p) = v;
-            else if (p < 18) *(uint4*)(xbs + r * 16 + 8 * (p - 16)) = v;
-            else xd[r] = __uint_as_float(v.x);
-        }
+        // Buffer cur holds kb once its copy is done; the other one takes
+        // kb + 1 meanwhile, once the previous step's readers are done.
+        const int cur = (kb - kb0) & 1;
         __syncthreads();
+        if (kb + 1 < kb1) {
+            copy(kb + 1, cur ^ 1);
+            cp_async_wait<1>();
+        } else cp_async_wait<0>();
+        __syncthreads();
+        const u8* base = smem + cur * SB;
+        const signed char* xq = (const signed char*)base;           // [MT_M][MT_XS]
+        const float* xd = (const float*)(base + MT_M * MT_XS);      // [MT_M] Q8_K scales
+        const short* xbs = (const short*)(xd + MT_M);               // [MT_M][16] sums of 16 quants
+        const u8* wr = base + MT_M * (MT_XS + 4 + 32);              // [MT_N][WS] weight blocks
+        // Q6_K: byte offset of feature f's block in its window.
+        auto q6sh = [&](int f) { return (int)((((size_t)(f0 + f) * rb + (size_t)kb * BB)) & 3); };
         if (TW == T_Q4_K && tid < MT_N) { // each feature's scales and mins, ggml's get_scale_min_k4
             const u8* b = wr + tid * WS;
 #pragma unroll
@@ -169,7 +208,10 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             wdd[2 * tid] = __half2float(*(const __half*)b);
             wdd[2 * tid + 1] = __half2float(*(const __half*)(b + 2));
         } else if (TW == T_Q6_K && tid < MT_N) {
-            wdd[2 * tid] = __half2float(*(const __half*)(wr + tid * WS + 208));
+            const u8* b = wr + tid * WS + q6sh(tid);
+#pragma unroll
+            for (int sb = 0; sb < 16; sb++) wsm[tid * 16 + sb] = b[192 + sb];
+            wdd[2 * tid] = __half2float(*(const __half*)(b + 208));
         }
         __syncthreads();
         int isc[2][4][4];
@@ -211,6 +253,16 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                 }
             }
         } else {
+            // Each B-fragment feature's window and the byte_perm selector
+            // that takes a word from its offset (0x3210: none, 0x5432: 2).
+            const u32* wq[4];
+            u32 sel[4];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int f = wn4 * 32 + ni * 8 + g;
+                wq[ni] = (const u32*)(wr + f * WS);
+                sel[ni] = 0x3210 + 0x1111 * q6sh(f);
+            }
 #pragma unroll 4
             for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
                 int a[2][2], b[4];
@@ -223,15 +275,15 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                 int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
-                    const u8* q = wr + (wn4 * 32 + ni * 8 + g) * WS;
-                    int ql = (*(const int*)(q + 64 * h + l + 32 * (qu & 1)) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
-                    int qh = (*(const int*)(q + 128 + 32 * h + l) >> (2 * qu)) & 0x03030303;
+                    int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
+                    int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
+                    int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
                     b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
                 }
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
                     int fc = wn4 * 32 + ni * 8 + 2 * t;
-                    int s0 = (signed char)wr[fc * WS + 192 + s], s1 = (signed char)wr[(fc + 1) * WS + 192 + s];
+                    int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
 #pragma unroll
                     for (int mi = 0; mi < 2; mi++) {
                         int c[4] = {0, 0, 0, 0};

@@ -12,13 +12,12 @@
 
 // The entry points of the integer matrix families (kcuda.EntryPoint):
 // NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt
-// for MMT_TYPE types, else mmq); NAME_dp4a, mmq for MMT_TYPE types; and
-// for MMT_TYPE types NAME_q8k, which stages the activation rows for mmt
-// (mt_stage): it and NAME_tile take the staging buffer as one more
-// parameter (STAGE_PARAM), which the tier appends.
+// for MMT_TYPE types, else mmq); for MMT_TYPE types NAME_q8k, which stages
+// the activation rows for mmt (mt_stage): it and NAME_tile take the
+// staging buffer as one more parameter (STAGE_PARAM), which the tier
+// appends; and lm_head's NAME_dp4a, mmq for MMT_TYPE types (prefill).
 #define ENTRY_MAIN 0
 #define ENTRY_TILE 1
-#define ENTRY_DP4A 2
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 #if MMT_TYPE(WT)
@@ -70,11 +69,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
         mmt<WT>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
-#if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for matrices too small to fill the GPU with tensor-core tiles
-extern "C" __global__ void __launch_bounds__(256, 2)
-    CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
-    mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
-}
+#if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256)
     CAT(NAME, _q8k)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, u8* q8) {
     mt_stage(x, io, k, q8, nullptr, 0.f); // grid (rows/8)
@@ -227,17 +222,16 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const float* h, const u8*
 // rms_norm_qkv (7): q|k|v[row] = W_qkv·norm(x[row]) (+ b_qkv), W_qkv's rows
 // Q's, then K's, then V's. rms_norm_gate_up (8): gate|up[row] =
 // W_gate_up·norm(x[row]), f gate rows then f up rows. The integer types
-// normalize each activation row while quantizing it (mmv/mmq); the others
-// normalize into shared memory and take the float path, grid (n/MM_WARPS, rows).
+// normalize each activation row while quantizing it (mmv, mmq, mt_stage);
+// the others normalize into shared memory and take the float path, grid
+// (n/MM_WARPS, rows).
 template <int T>
 __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, const u8* w, const u32* io, int k, int n,
     const MmOut& o, float eps, int entry, const u8* q8 = nullptr) {
     if constexpr (Fast<T>::OK) {
         if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
-        else if constexpr (Tc<T>::OK) {
-            if (entry == ENTRY_TILE) mmt<T>(w, io, k, n, o, false, q8);
-            else mmq<T>(x, w, io, k, n, o, false, wn, eps);
-        } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
+        else if constexpr (Tc<T>::OK) mmt<T>(w, io, k, n, o, false, q8);
+        else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;
     }
     dep_sync();
@@ -257,9 +251,6 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
 #endif
 
 #if FAMILY == FAMILY_RMS_NORM_QKV
-#define QKV_PARAMS                                                                                                     \
-    (const float* x, const float* w_norm, const u8* w_qkv, const float* b_qkv, const u32* io, float* q, float* kk,     \
-        float* v, u32 k, u32 n_q, u32 n_kv, u32 eps_bits)
 #define QKV_ARGS(stage)                                                                                                \
     (const float* x, const float* w_norm, const u8* w_qkv, const float* b_qkv, const u32* io, float* q, float* kk,     \
         float* v, u32 k, u32 n_q, u32 n_kv, u32 eps_bits stage)
@@ -272,7 +263,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_ARGS(S
     QKV_BODY(ENTRY_TILE, STAGE_ARG);
 }
 #if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A, nullptr); }
 extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _q8k) QKV_ARGS(STAGE_PARAM) {
     mt_stage(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
 }
@@ -292,7 +282,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(ST
     GU_BODY(ENTRY_TILE, STAGE_ARG);
 }
 #if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A, nullptr); }
 extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _q8k) GU_ARGS(STAGE_PARAM) {
     mt_stage(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
 }

@@ -12,23 +12,28 @@ import (
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
-// batchTolerance is how far T-CUDA's logits of a sequence decoded beside
-// others may move from the same sequence decoded alone, relative to the
-// largest |logit| of the step (at least 1). T-CUDA is not batch
-// invariant bit for bit: one row runs the matrix-vector kernels, more the
-// dp4a or tensor-core tiles, which sum the same integer block products in
-// another float order (measured on an H100: 0 at 2 rows, 2.7e-7 at 16,
-// 63 and 64); a float difference of an ulp could also round an activation to
-// another Q8 quant. A real error shows as a difference of order 1e-2 or
-// more.
-const batchTolerance = 1e-3
+// T-CUDA is not batch invariant bit for bit: one row runs the
+// matrix-vector kernels, more rows the tensor-core tiles, which sum the
+// same integer block products in another float order. Measured on an H100
+// (logit differences relative to the step's largest |logit|, at least 1):
+// 0 at 2 rows, 2.7e-7 at 16. Such a difference of an ulp in an activation
+// can also round it to the next Q8 quant before the next product, which
+// moves that sequence's logits by far more: 3 of the 63 sequences at 63
+// and 64 rows moved by 2.1e-6, 2.1e-3 and 9.5e-3. So each sequence's
+// logits must stay within flipTolerance of its own alone, and at most one
+// in eight may move by more than noiseTolerance: an error in a kernel
+// moves most rows, by more.
+const (
+	noiseTolerance = 1e-5
+	flipTolerance  = 3e-2
+)
 
 // TestDecodeBatchNearSingle decodes sequences of a Q4_K qwen3 (per-head
 // Q/K norms, GQA; its matrices take the integer kernels) alone and then
 // 2, 16, 63 and 64 at a time in one step (the matrix-vector kernels, then
-// the dp4a tiles with lm_head on tensor cores; 63 rows leave one of the
-// 64-row variant's rows padding, 64 fill it), and holds each batched
-// sequence's logits to its own alone within batchTolerance.
+// the tensor-core tiles; 63 rows leave one of the 64-row variant's rows
+// padding, 64 fill it), and holds each batched sequence's logits to its
+// own alone (see noiseTolerance).
 func TestDecodeBatchNearSingle(t *testing.T) {
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -78,22 +83,31 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 		if err := e.DecodeBatch(ctx, seqs, toks); err != nil {
 			t.Fatal(err)
 		}
-		worst := 0.0
+		worst, moved := 0.0, 0
 		for i, s := range seqs {
 			got, want := s.Logits(), alone[i]
 			scale := 1.0
 			for _, v := range want {
 				scale = math.Max(scale, math.Abs(float64(v)))
 			}
+			d := 0.0
 			for j := range want {
-				d := math.Abs(float64(got[j])-float64(want[j])) / scale
-				if !(d <= batchTolerance) { // NaN fails too
+				dj := math.Abs(float64(got[j])-float64(want[j])) / scale
+				if !(dj <= flipTolerance) { // NaN fails too
 					t.Fatalf("%d at once: sequence %d logit %d: %v batched, %v alone", n, i, j, got[j], want[j])
 				}
-				worst = math.Max(worst, d)
+				d = math.Max(d, dj)
 			}
+			if d > noiseTolerance {
+				moved++
+				t.Logf("%d at once: sequence %d moved by %.2e", n, i, d)
+			}
+			worst = math.Max(worst, d)
 			s.Release()
 		}
 		t.Logf("%d at once: worst difference %.2e of the largest logit", n, worst)
+		if moved > n/8 {
+			t.Errorf("%d at once: %d sequences moved by more than %g", n, moved, noiseTolerance)
+		}
 	}
 }

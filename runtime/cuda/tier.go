@@ -89,6 +89,9 @@ type Tier struct {
 	prof    *profiler
 }
 
+// regionSlack is the bytes allocated past each region's end.
+const regionSlack = 16
+
 // Load prepares a bundle for replay on device 0.
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	info, err := driver.Probe()
@@ -140,8 +143,10 @@ func (t *Tier) load(b *bundle.Bundle) error {
 	for i, r := range g.Regions {
 		reg := region{name: r.Name, size: int(r.Bytes)}
 		// cuMemAlloc refuses zero bytes; a minimum keeps every region a
-		// distinct, valid address range.
-		if reg.dev, err = driver.MemAlloc(max(reg.size, 256)); err != nil {
+		// distinct, valid address range. The slack past the end is for
+		// kernels that copy whole aligned words around a block that ends
+		// unaligned (mmt's Q6_K windows read up to 2 bytes past it).
+		if reg.dev, err = driver.MemAlloc(max(reg.size, 256) + regionSlack); err != nil {
 			return fmt.Errorf("region %s: %w", r.Name, err)
 		}
 		t.regions = append(t.regions, reg)

@@ -38,10 +38,10 @@ type EntryPoint uint8
 
 // The entry points.
 const (
-	EntryMain EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
-	EntryTile                   // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
-	EntryDP4A                   // _dp4a: lm_head's dp4a multi-row kernel for a type that has tensor-core tiles (prefill)
-	EntryStage                  // _q8k: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
+	EntryMain  EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
+	EntryTile                    // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
+	EntryDP4A                    // _dp4a: lm_head's dp4a multi-row kernel for a type that has tensor-core tiles (prefill)
+	EntryStage                   // _q8k: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
 	NumEntries
 )
 
@@ -130,7 +130,9 @@ const (
 	mmtFeatures = 128
 )
 
-func mmtShared(blockBytes int) int { return 2*(mmtRows*(272+4+32)+mmtFeatures*blockBytes) + mmtFeatures*(16+8) }
+func mmtShared(blockBytes int) int {
+	return 2*(mmtRows*(272+4+32)+mmtFeatures*blockBytes) + mmtFeatures*(16+8)
+}
 
 // mmtRecord is MT_REC in mmt.cuh: the staged bytes of one activation row's
 // super-block of 256 (quants, sums of 16, scale, padding).

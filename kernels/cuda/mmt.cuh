@@ -214,127 +214,138 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             wdd[2 * tid] = __half2float(*(const __half*)(b + 208));
         }
         __syncthreads();
-        int isc[2][4][4];
+        // Warps whose 32 rows (or whose second 16) are all past the
+        // request's rows skip their products: a decode step of 16 rows
+        // computes a quarter of the tile.
+        const int nmi = wm * 32 + 16 < nr ? 2 : 1;
+        if (wm * 32 < nr) {
+            int isc[2][4][4];
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) isc[mi][ni][e] = 0;
-        const signed char* xa = xq + (wm * 32 + g) * MT_XS + 4 * t;
-        if (TW == T_Q4_K) {
-#pragma unroll 1
-            for (int s = 0; s < 8; s++) {
-                int a[2][4], b[4][2];
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                    a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
-                }
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    const u8* q = wr + (wn4 * 32 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
-                    int sh = 4 * (s & 1);
-                    b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
-                    b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
-                }
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int fc = wn4 * 32 + ni * 8 + 2 * t;
-                    int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
-#pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k32(c, a[mi], b[ni]);
-                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
-                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
-                    }
-                }
-            }
-        } else {
-            // Each B-fragment feature's window and the byte_perm selector
-            // that takes a word from its offset (0x3210: none, 0x5432: 2).
-            const u32* wq[4];
-            u32 sel[4];
-#pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                int f = wn4 * 32 + ni * 8 + g;
-                wq[ni] = (const u32*)(wr + f * WS);
-                sel[ni] = 0x3210 + 0x1111 * q6sh(f);
-            }
-#pragma unroll 4
-            for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
-                int a[2][2], b[4];
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
-                    const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
-                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                }
-                // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
-                int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
-                    int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
-                    int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
-                    b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
-                }
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int fc = wn4 * 32 + ni * 8 + 2 * t;
-                    int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
-#pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k16(c, a[mi], b[ni]);
-                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
-                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
-                    }
-                }
-            }
-        }
-        // The super-block's float combination, per (row, feature). Q4_K's
-        // min term is Σ mins·(sums of the activation quants), per
-        // sub-block of 32, from the sums of 16 the quantizer left. A sum
-        // of 32 quants, within [-4096, 4064], is 128·hi + lo with hi in
-        // [-32, 31] and lo in [0, 127]: both fit a signed byte, as do the
-        // 6-bit mins, so four dp4a give the same integer the eight
-        // multiply-adds per (row, feature) did, with the packing done
-        // once per row.
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                int r = wm * 32 + mi * 16 + g + 8 * hh;
-                float dx = xd[r];
-                int xlo[2] = {0, 0}, xhi[2] = {0, 0}; // sub-blocks 0-3, 4-7 as bytes
-                if (TW == T_Q4_K) {
-                    const int4* bp = (const int4*)(xbs + r * 16);
-                    int4 lo = bp[0], hi = bp[1];
-                    int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // pairs of shorts
-#pragma unroll
-                    for (int sb = 0; sb < 8; sb++) {
-                        int xb = (short)(v[sb] & 0xffff) + (v[sb] >> 16);
-                        xlo[sb >> 2] |= (xb & 127) << (8 * (sb & 3));
-                        xhi[sb >> 2] |= ((xb >> 7) & 255) << (8 * (sb & 3));
-                    }
-                }
+            for (int mi = 0; mi < 2; mi++)
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-                    for (int cc = 0; cc < 2; cc++) {
-                        int fc = wn4 * 32 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
-                        if (TW == T_Q4_K) {
-                            uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
-                            int imn = __dp4a((int)m.x, xhi[0], __dp4a((int)m.y, xhi[1], 0)) * 128 +
-                                      __dp4a((int)m.x, xlo[0], __dp4a((int)m.y, xlo[1], 0));
-                            acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
-                        } else {
-                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
+                    for (int e = 0; e < 4; e++) isc[mi][ni][e] = 0;
+            const signed char* xa = xq + (wm * 32 + g) * MT_XS + 4 * t;
+            if (TW == T_Q4_K) {
+#pragma unroll 2
+                for (int s = 0; s < 8; s++) {
+                    int a[2][4], b[4][2];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        if (mi >= nmi) break;
+                        const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
+                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                        a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        const u8* q = wr + (wn4 * 32 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
+                        int sh = 4 * (s & 1);
+                        b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
+                        b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        int fc = wn4 * 32 + ni * 8 + 2 * t;
+                        int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+                            if (mi >= nmi) break;
+                            int c[4] = {0, 0, 0, 0};
+                            mma_k32(c, a[mi], b[ni]);
+                            isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                            isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
                         }
                     }
+                }
+            } else {
+                // Each B-fragment feature's window and the byte_perm selector
+                // that takes a word from its offset (0x3210: none, 0x5432: 2).
+                const u32* wq[4];
+                u32 sel[4];
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    int f = wn4 * 32 + ni * 8 + g;
+                    wq[ni] = (const u32*)(wr + f * WS);
+                    sel[ni] = 0x3210 + 0x1111 * q6sh(f);
+                }
+#pragma unroll 4
+                for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
+                    int a[2][2], b[4];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        if (mi >= nmi) break;
+                        const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
+                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                    }
+                    // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
+                    int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
+                        int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
+                        int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
+                        b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        int fc = wn4 * 32 + ni * 8 + 2 * t;
+                        int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+                            if (mi >= nmi) break;
+                            int c[4] = {0, 0, 0, 0};
+                            mma_k16(c, a[mi], b[ni]);
+                            isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                            isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                        }
+                    }
+                }
             }
+            // The super-block's float combination, per (row, feature). Q4_K's
+            // min term is Σ mins·(sums of the activation quants), per
+            // sub-block of 32, from the sums of 16 the quantizer left. A sum
+            // of 32 quants, within [-4096, 4064], is 128·hi + lo with hi in
+            // [-32, 31] and lo in [0, 127]: both fit a signed byte, as do the
+            // 6-bit mins, so four dp4a give the same integer the eight
+            // multiply-adds per (row, feature) did, with the packing done
+            // once per row.
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    if (mi >= nmi) break;
+                    int r = wm * 32 + mi * 16 + g + 8 * hh;
+                    float dx = xd[r];
+                    int xlo[2] = {0, 0}, xhi[2] = {0, 0}; // sub-blocks 0-3, 4-7 as bytes
+                    if (TW == T_Q4_K) {
+                        const int4* bp = (const int4*)(xbs + r * 16);
+                        int4 lo = bp[0], hi = bp[1];
+                        int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // pairs of shorts
+#pragma unroll
+                        for (int sb = 0; sb < 8; sb++) {
+                            int xb = (short)(v[sb] & 0xffff) + (v[sb] >> 16);
+                            xlo[sb >> 2] |= (xb & 127) << (8 * (sb & 3));
+                            xhi[sb >> 2] |= ((xb >> 7) & 255) << (8 * (sb & 3));
+                        }
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                        for (int cc = 0; cc < 2; cc++) {
+                            int fc = wn4 * 32 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
+                            if (TW == T_Q4_K) {
+                                uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
+                                int imn = __dp4a((int)m.x, xhi[0], __dp4a((int)m.y, xhi[1], 0)) * 128 +
+                                          __dp4a((int)m.x, xlo[0], __dp4a((int)m.y, xlo[1], 0));
+                                acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
+                            } else {
+                                acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
+                            }
+                        }
+                }
+        }
     }
     if (splits > 1) {
         // This block's partial tile, each thread's 32 values together; the

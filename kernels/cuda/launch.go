@@ -225,6 +225,19 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	return Launch{Grid: grid, Block: block, Shared: mt.smem, Entry: EntryTile, Staged: mmtStaged(r, k, tiles, grid[2]), Stage: stage(r, k)}
 }
 
+// faGroup is fa_group in plain.cuh: the query heads one block of the
+// decode attention kernels serves, which share a KV head and so load its
+// rows once: the largest of 4, 3 and 2 that divides the heads a KV head
+// serves, else 1.
+func faGroup(nHead, nHeadKV uint32) uint32 {
+	for _, g := range []uint32{4, 3, 2} {
+		if nHead/nHeadKV%g == 0 {
+			return g
+		}
+	}
+	return 1
+}
+
 // fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's
 // tensor-core entry takes (a warp per 16), and the fewest a prefill
 // variant needs to take it. Decode variants keep the flash-decoding
@@ -313,11 +326,14 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 		}
 		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
 		l.Shared = 4 * int(push[0]*push[2])
-	case "flash_attn", "flash_attn_ext": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (head, row)
+	case "flash_attn", "flash_attn_ext": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (head group, row)
 		if err := need(spec, 4, "spec"); err != nil {
 			return l, err
 		}
-		l.Grid = [3]uint32{spec[1], r, 1}
+		if spec[2] == 0 || spec[1]%spec[2] != 0 {
+			return l, fmt.Errorf("cuda: %s: %d heads do not share %d KV heads evenly", family, spec[1], spec[2])
+		}
+		l.Grid = [3]uint32{spec[1] / faGroup(spec[1], spec[2]), r, 1}
 		if d := spec[3]; family == "flash_attn" && prefill && r >= fatRows && (d == 64 || d == 128) {
 			// Prefill on tensor cores: a warp per 16 rows of a head.
 			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile}

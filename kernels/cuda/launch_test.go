@@ -114,5 +114,23 @@ func TestFlashAttnEntry(t *testing.T) {
 		if want := ceilDiv(uint32(c.rows), fatRows); c.tile && (l.Grid != [3]uint32{16, want, 1} || l.Block != [3]uint32{128, 1, 1}) {
 			t.Errorf("rows %d: grid %v block %v", c.rows, l.Grid, l.Block)
 		}
+		if !c.tile && l.Grid != [3]uint32{8, uint32(c.rows), 1} { // 16 heads on 8 KV heads: blocks of 2
+			t.Errorf("rows %d: decode grid %v, want a block per pair of heads and row", c.rows, l.Grid)
+		}
+	}
+}
+
+// TestFaGroup: the query heads a decode attention block serves share one
+// KV head, as many as divide the group, at most 4.
+func TestFaGroup(t *testing.T) {
+	for _, c := range []struct{ heads, kv, want uint32 }{
+		{32, 32, 1}, {16, 8, 2}, {12, 4, 3}, {32, 8, 4}, {32, 4, 4}, {14, 2, 1}, {24, 2, 4}, {10, 1, 2},
+	} {
+		if g := faGroup(c.heads, c.kv); g != c.want {
+			t.Errorf("%d heads on %d KV heads: groups of %d, want %d", c.heads, c.kv, g, c.want)
+		}
+	}
+	if _, err := Shape("flash_attn", []uint32{0}, []uint32{2, 12, 5, 64, 0}, 4, false); err == nil {
+		t.Error("12 heads on 5 KV heads: no error")
 	}
 }

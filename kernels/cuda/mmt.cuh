@@ -28,6 +28,7 @@
 #define MT_N 128      // output features a block
 #define MT_XS 272     // bytes of a quantized activation row in shared memory (256 + 16: no bank conflicts)
 #define MT_THREADS 256
+static_assert(MT_THREADS == 2 * MT_N, "mmt unpacks each feature's scales with two threads");
 
 // Tc<T>: whether the tensor-core kernel handles T, and the bytes of a
 // feature's weight block in shared memory: Q4_K's 144 as they are; Q6_K's
@@ -197,21 +198,23 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         const u8* wr = base + MT_M * (MT_XS + 4 + 32);              // [MT_N][WS] weight blocks
         // Q6_K: byte offset of feature f's block in its window.
         auto q6sh = [&](int f) { return (int)((((size_t)(f0 + f) * rb + (size_t)kb * BB)) & 3); };
-        if (TW == T_Q4_K && tid < MT_N) { // each feature's scales and mins, ggml's get_scale_min_k4
-            const u8* b = wr + tid * WS;
+        { // each feature's sub-block scales (Q4_K: and mins, ggml's get_scale_min_k4) and d: two threads a feature
+            const int f = tid >> 1, half = tid & 1;
+            if (TW == T_Q4_K) {
+                const u8* b = wr + f * WS;
 #pragma unroll
-            for (int sb = 0; sb < 8; sb++) {
-                int sc, mn;
-                scale_min_k4(b + 4, sb, &sc, &mn);
-                wsm[tid * 16 + sb] = sc, wsm[tid * 16 + 8 + sb] = mn;
+                for (int j = 0; j < 4; j++) {
+                    int sc, mn;
+                    scale_min_k4(b + 4, 4 * half + j, &sc, &mn);
+                    wsm[f * 16 + 4 * half + j] = sc, wsm[f * 16 + 8 + 4 * half + j] = mn;
+                }
+                wdd[2 * f + half] = __half2float(*(const __half*)(b + 2 * half));
+            } else {
+                const u8* b = wr + f * WS + q6sh(f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) wsm[f * 16 + 8 * half + j] = b[192 + 8 * half + j];
+                if (!half) wdd[2 * f] = __half2float(*(const __half*)(b + 208));
             }
-            wdd[2 * tid] = __half2float(*(const __half*)b);
-            wdd[2 * tid + 1] = __half2float(*(const __half*)(b + 2));
-        } else if (TW == T_Q6_K && tid < MT_N) {
-            const u8* b = wr + tid * WS + q6sh(tid);
-#pragma unroll
-            for (int sb = 0; sb < 16; sb++) wsm[tid * 16 + sb] = b[192 + sb];
-            wdd[2 * tid] = __half2float(*(const __half*)(b + 208));
         }
         __syncthreads();
         // Warps whose 32 rows (or whose second 16) are all past the

@@ -258,7 +258,8 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 #endif
 
 #if FAMILY == FAMILY_FLASH_ATTN || FAMILY == FAMILY_FLASH_ATTN_EXT
-// flash_attn and flash_attn_ext: one block per (head, row); grid (heads, rows)
+// flash_attn and flash_attn_ext: one block per (group of query heads
+// sharing a KV head, row); grid (heads / fa_group, rows).
 // Flash decoding in F32: the block's warps split the row's keys (warp w
 // takes keys 32w+lane, 32w+256+lane, …), each keeps an online softmax
 // (running maximum, sum and V accumulator) over its keys, and the warps'
@@ -269,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 // T-CPU follows ggml's CPU paths (F16 accumulation for small batches); this
 // kernel keeps everything in F32, which agrees with it within the parity
 // test's tolerance (runtime/cuda/parity_test.go). Like the oracle, the
-// query is rounded to F16 when the step has fewer than 64 rows.
+// query is rounded to F16 except in a long prompt's rows.
 //
 // flash_attn_ext's extensions are parameters of the shared body (fa_run),
 // which flash_attn passes as none: a soft cap (scores become
@@ -297,20 +298,27 @@ struct FaArgs {
     }
 };
 
-// fa_warp runs one warp's online softmax over its keys; P2 dimension pairs
-// a lane (head_dim ≤ 64·P2). It returns the warp's maximum and sum, and
-// its accumulator in acc. Each lane finds its key's cache row once (the
-// page lookup) and hands the V row's offset to the others by shuffle, so
-// a chunk's V loads are all independent.
-template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2* acc) {
-    constexpr int G = P2 <= 2 ? 16 : 8; // V rows loaded at once
+// fa_warp runs one warp's online softmax over its keys for the G query
+// heads of one KV head the block serves (each key's K and V rows are loaded
+// once for all of them); P2 dimension pairs a lane (head_dim ≤ 64·P2). It
+// returns each head's maximum and sum, and its accumulator in acc. Each
+// lane finds its key's cache row once (the page lookup) and hands the V
+// row's offset to the others by shuffle, so a chunk's V loads are all
+// independent.
+template <int P2, int G>
+__device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    constexpr int NV = (P2 <= 2 ? 16 : 8) / G < 4 ? 4 : (P2 <= 2 ? 16 : 8) / G; // V rows loaded at once
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D;
     bool vec8 = D % 8 == 0, even = D % 2 == 0;
-    float m = -INFINITY, l = 0.f;
+    float m[G], l[G];
     const __half* kv0 = (const __half*)a.kv;
 #pragma unroll
-    for (int i = 0; i < P2; i++) acc[i] = make_float2(0.f, 0.f);
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0.f;
+#pragma unroll
+        for (int i = 0; i < P2; i++) acc[g][i] = make_float2(0.f, 0.f);
+    }
     // Chunks of ch ≤ 32 keys, one a lane, so that short contexts still
     // spread over every warp.
     const int ch = min(32, (a.pos - a.first + FA_WARPS) / FA_WARPS);
@@ -318,43 +326,63 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
         const __half* kp = a.row(min(t, a.pos));
-        float s = -INFINITY;
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) s[g] = -INFINITY;
         if (live) {
-            float dot = 0.f;
+            float dot[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) dot[g] = 0.f;
             if (vec8) {
-#pragma unroll 8
+#pragma unroll 4
                 for (int i = 0; i < D; i += 8) {
                     uint4 raw = *(const uint4*)(kp + i);
                     const __half2* hp = (const __half2*)&raw;
-                    float4 qa = *(const float4*)(a.qs + i), qb = *(const float4*)(a.qs + i + 4);
                     float2 k0 = __half22float2(hp[0]), k1 = __half22float2(hp[1]), k2 = __half22float2(hp[2]),
                            k3 = __half22float2(hp[3]);
-                    dot += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
-                        qb.w * k3.y;
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float* qg = a.qs + g * FA_MAX_D;
+                        float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
+                        dot[g] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y +
+                            qb.z * k3.x + qb.w * k3.y;
+                    }
                 }
             } else {
-                for (int i = 0; i < D; i++) dot += a.qs[i] * __half2float(kp[i]);
+                for (int i = 0; i < D; i++) {
+                    float k = __half2float(kp[i]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) dot[g] += a.qs[g * FA_MAX_D + i] * k;
+                }
             }
-            s = dot * a.scale;
-            if (a.softcap != 0.f) s = a.softcap * (float)tanh((double)s);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                s[g] = dot[g] * a.scale;
+                if (a.softcap != 0.f) s[g] = a.softcap * (float)tanh((double)s[g]);
+            }
         }
         size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
         u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
-        float mn = fmaxf(m, warp_max(s)); // finite: key base ≤ pos is valid
-        float alpha = expf(m - mn);
-        float p = live ? expf(s - mn) : 0.f;
-        l = l * alpha + warp_sum(p);
+        float p[G];
 #pragma unroll
-        for (int i = 0; i < P2; i++) acc[i].x *= alpha, acc[i].y *= alpha;
-        m = mn;
+        for (int g = 0; g < G; g++) {
+            float mn = fmaxf(m[g], warp_max(s[g])); // finite: key base ≤ pos is valid
+            float alpha = expf(m[g] - mn);
+            p[g] = live ? expf(s[g] - mn) : 0.f;
+            l[g] = l[g] * alpha + warp_sum(p[g]);
+#pragma unroll
+            for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
+            m[g] = mn;
+        }
         int nk = min(ch, a.pos + 1 - base);
-        for (int j0 = 0; j0 < nk; j0 += G) {
-            float2 v[G][P2];
-            float pj[G];
+        for (int j0 = 0; j0 < nk; j0 += NV) {
+            float2 v[NV][P2];
+            float pj[NV][G];
 #pragma unroll
-            for (int u = 0; u < G; u++) {
+            for (int u = 0; u < NV; u++) {
                 int j = (j0 + u) & 31;
-                pj[u] = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+                for (int g = 0; g < G; g++) pj[u][g] = __shfl_sync(0xffffffffu, p[g], j);
                 size_t o = (size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32);
                 const __half* vp = kv0 + o;
 #pragma unroll
@@ -366,85 +394,140 @@ template <int P2> __device__ __forceinline__ void fa_warp(const FaArgs& a, float
                 }
             }
 #pragma unroll
-            for (int u = 0; u < G; u++) {
+            for (int u = 0; u < NV; u++) {
                 if (j0 + u >= nk) break;
 #pragma unroll
-                for (int i = 0; i < P2; i++) acc[i].x += pj[u] * v[u][i].x, acc[i].y += pj[u] * v[u][i].y;
+                for (int g = 0; g < G; g++)
+#pragma unroll
+                    for (int i = 0; i < P2; i++) acc[g][i].x += pj[u][g] * v[u][i].x, acc[g][i].y += pj[u][g] * v[u][i].y;
             }
         }
     }
-    *pm = m, *pl = l;
+#pragma unroll
+    for (int g = 0; g < G; g++) pm[g] = m[g], pl[g] = l[g];
 }
 
-// fa_run is the kernels' body; flash_attn passes softcap 0, window 0 and
-// no sinks, which inlining folds away.
-__device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
-    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
-    dep_sync();
-    __shared__ __align__(16) float qs[FA_MAX_D];
-    __shared__ float wm[FA_WARPS], wl[FA_WARPS];
-    __shared__ float wacc[FA_WARPS][FA_MAX_D];
-    int row = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+// fa_group is how many query heads one block of the decode kernels
+// serves: all of them share their KV head, whose rows it loads once. The
+// largest of 4, 3, 2 that divides the heads a KV head serves, else 1;
+// launch.go's faGroup is the same.
+__host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv) {
+    return (n_head / n_head_kv) % 4 == 0 ? 4 : (n_head / n_head_kv) % 3 == 0 ? 3 : (n_head / n_head_kv) % 2 == 0 ? 2 : 1;
+}
+
+// fa_keep stores a warp's accumulators into its rows of wacc ([G][FA_WARPS][FA_MAX_D]).
+template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P2], float* wacc, int head_dim) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int i = 0; i < P2; i++) {
+            int d = 64 * i + 2 * lane;
+            float* wr = wacc + ((size_t)g * FA_WARPS + warp) * FA_MAX_D;
+            if (d < head_dim) wr[d] = acc[g][i].x;
+            if (d + 1 < head_dim) wr[d + 1] = acc[g][i].y;
+        }
+}
+
+// fa_block is the kernels' body for G query heads a block (blockIdx.x is
+// the group, blockIdx.y the row); flash_attn passes softcap 0, window 0
+// and no sinks, which inlining folds away.
+template <int G>
+__device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
+    float(*qs)[FA_MAX_D] = (float(*)[FA_MAX_D])sm;                                  // [G][FA_MAX_D]
+    float(*wm)[FA_WARPS] = (float(*)[FA_WARPS])(sm + G * FA_MAX_D);                 // [G][FA_WARPS]
+    float(*wl)[FA_WARPS] = (float(*)[FA_WARPS])(sm + G * (FA_MAX_D + FA_WARPS));    // [G][FA_WARPS]
+    float(*wacc)[FA_WARPS][FA_MAX_D] = (float(*)[FA_WARPS][FA_MAX_D])(sm + G * (FA_MAX_D + 2 * FA_WARPS));
+    int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // Every load the block needs first is issued before any is used (the
     // request table and q have rows for the variant's whole capacity).
     int rows = io[IO_ROWS];
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
     u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
-    const float* qr = q + ((size_t)row * n_head + h) * head_dim;
-    float qv = tid < (int)head_dim ? qr[tid] : 0.f;
-    if (row >= rows || h >= (int)n_head || head_dim > FA_MAX_D) return;
+    const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
+    float qv[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) qv[g] = tid < (int)head_dim ? qr[g * head_dim + tid] : 0.f;
+    if (row >= rows || h0 >= (int)n_head || head_dim > FA_MAX_D) return;
     FaArgs a;
     a.D = head_dim;
     a.scale = scale;
     a.softcap = softcap;
     a.pos = pos;
     a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
-    int kvh = h / (n_head / n_head_kv);
+    int kvh = h0 / (n_head / n_head_kv);
     a.kv = kv;
     a.kv_dim = n_head_kv * head_dim;
     a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
     a.ptab = io + pt + slot * mp;
     a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
     a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
-    a.qs = qs;
-    float* out = y + ((size_t)row * n_head + h) * head_dim;
+    a.qs = &qs[0][0];
     // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
     // long prompt's rows: decided by the row's request, never by how many
     // rows share the step, so a request's bits do not depend on its batch.
     bool f16q = !(flags & ROW_LONG_PROMPT);
-    if (tid < (int)head_dim) qs[tid] = f16q ? round_f16(qv) : qv; // head_dim ≤ blockDim.x
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        if (tid < (int)head_dim) qs[g][tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ blockDim.x
     __syncthreads();
-    float m, l;
-    float2 acc[FA_P2];
+    float m[G], l[G];
     int p2 = (head_dim + 63) / 64;
-    if (p2 <= 1) fa_warp<1>(a, &m, &l, acc);
-    else if (p2 == 2) fa_warp<2>(a, &m, &l, acc);
-    else fa_warp<FA_P2>(a, &m, &l, acc);
-    if (lane == 0) wm[warp] = m, wl[warp] = l;
-#pragma unroll
-    for (int i = 0; i < FA_P2; i++) {
-        int d = 64 * i + 2 * lane;
-        if (i < p2 && d < (int)head_dim) wacc[warp][d] = acc[i].x;
-        if (i < p2 && d + 1 < (int)head_dim) wacc[warp][d + 1] = acc[i].y;
+    if (p2 <= 1) {
+        float2 acc[G][1];
+        fa_warp<1, G>(a, m, l, acc);
+        fa_keep<1, G>(acc, &wacc[0][0][0], head_dim);
+    } else if (p2 == 2) {
+        float2 acc[G][2];
+        fa_warp<2, G>(a, m, l, acc);
+        fa_keep<2, G>(acc, &wacc[0][0][0], head_dim);
+    } else {
+        float2 acc[G][FA_P2];
+        fa_warp<FA_P2, G>(a, m, l, acc);
+        fa_keep<FA_P2, G>(acc, &wacc[0][0][0], head_dim);
     }
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        if (lane == 0) wm[g][warp] = m[g], wl[g][warp] = l[g];
     __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < FA_WARPS; w++) M = fmaxf(M, wm[w]);
-    float sink = sinks ? sinks[h] : -INFINITY;
-    M = fmaxf(M, sink); // finite: key pos is always seen
-    float L = sinks ? expf(sink - M) : 0.f, f[FA_WARPS];
 #pragma unroll
-    for (int w = 0; w < FA_WARPS; w++) {
-        f[w] = wm[w] == -INFINITY ? 0.f : expf(wm[w] - M);
-        L += wl[w] * f[w];
+    for (int g = 0; g < G; g++) {
+        int h = h0 + g;
+        float M = -INFINITY;
+        for (int w = 0; w < FA_WARPS; w++) M = fmaxf(M, wm[g][w]);
+        float sink = sinks ? sinks[h] : -INFINITY;
+        M = fmaxf(M, sink); // finite: key pos is always seen
+        float L = sinks ? expf(sink - M) : 0.f, f[FA_WARPS];
+#pragma unroll
+        for (int w = 0; w < FA_WARPS; w++) {
+            f[w] = wm[g][w] == -INFINITY ? 0.f : expf(wm[g][w] - M);
+            L += wl[g][w] * f[w];
+        }
+        float inv = L != 0.f ? 1.f / L : 0.f;
+        float* out = y + ((size_t)row * n_head + h) * head_dim;
+        for (int d = tid; d < (int)head_dim; d += blockDim.x) {
+            float o = 0.f;
+#pragma unroll
+            for (int w = 0; w < FA_WARPS; w++)
+                if (f[w] != 0.f) o += wacc[g][w][d] * f[w];
+            out[d] = o * inv;
+        }
     }
-    float inv = L != 0.f ? 1.f / L : 0.f;
-    for (int d = tid; d < (int)head_dim; d += blockDim.x) {
-        float o = 0.f;
-#pragma unroll
-        for (int w = 0; w < FA_WARPS; w++)
-            if (f[w] != 0.f) o += wacc[w][d] * f[w];
-        out[d] = o * inv;
+}
+
+// fa_run is the kernels' body: blocks of fa_group query heads, whose
+// shared memory (the queries, each warp's softmax state and accumulators)
+// is sized for the largest group.
+__device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
+    __shared__ __align__(16) float sm[4 * (FA_MAX_D + 2 * FA_WARPS + FA_WARPS * FA_MAX_D)];
+    dep_sync();
+    switch (fa_group(n_head, n_head_kv)) {
+    case 4: fa_block<4>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
+    case 3: fa_block<3>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
+    case 2: fa_block<2>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
+    default: fa_block<1>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window);
     }
 }
 #endif

@@ -72,7 +72,7 @@ func compileOn(t *testing.T, model, config string, tr tier) *runtime.Program {
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: tr.target}); err != nil {
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: tr.target, PTXDir: os.Getenv("ZRT_PTX_DIR")}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := runtime.Open(out, runtime.Options{Tier: tr.name, Threads: 2})

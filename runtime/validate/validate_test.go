@@ -30,7 +30,7 @@ func build(t *testing.T, target, config string) string {
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: target}); err != nil {
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")}); err != nil {
 		t.Fatal(err)
 	}
 	return out

@@ -40,13 +40,13 @@ type EntryPoint uint8
 const (
 	EntryMain  EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
 	EntryTile                    // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
-	EntryDP4A                    // _dp4a: lm_head's dp4a multi-row kernel for a type that has tensor-core tiles (prefill)
-	EntryStage                   // _q8k: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
+	EntryDP4A                    // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
+	EntryStage                   // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
-func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a", "_q8k"}[e] }
+func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a", "_stage"}[e] }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
 // matrix kernels, one per warp.
@@ -121,18 +121,19 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 
 // mmtRows and mmtFeatures are the tile of the tensor-core multi-row
 // kernel (MT_M × MT_N of mmt in mmt.cuh), and mmtTypes its weight types
-// with its dynamic shared memory (mt_smem there): two copy buffers, each
-// per activation row the quantized slice (272 bytes), its scale and sums of
-// 16, and per feature the weight block (Q6_K's in a window of 53 words);
-// then per feature the scales and mins, d and dmin.
+// with its dynamic shared memory (mt_smem there).
 const (
 	mmtRows     = 64
 	mmtFeatures = 128
 )
 
-func mmtShared(blockBytes int) int {
-	return 2*(mmtRows*(272+4+32)+mmtFeatures*blockBytes) + mmtFeatures*(16+8)
-}
+// mmtShared is mt_smem: two copy buffers, each per activation row the
+// quantized slice (272 bytes), its scale and 32 bytes of sums of 16 or
+// block scales, and per feature ws bytes of weights for 256 of k (Q6_K's
+// in a window of 53 words); then per feature wd bytes of scales.
+func mmtShared(ws, wd int) int { return 2*(mmtRows*(272+4+32)+mmtFeatures*ws) + mmtFeatures*wd }
+
+var mmtTypes = map[string]int{"q4_k": mmtShared(144, 24), "q6_k": mmtShared(212, 24), "q8_0": mmtShared(272, 32)}
 
 // mmtRecord is MT_REC in mmt.cuh: the staged bytes of one activation row's
 // super-block of 256 (quants, sums of 16, scale, padding).
@@ -161,13 +162,11 @@ func mmtStaged(r, k, tiles, splits uint32) int {
 }
 
 // stage is the launch that quantizes the activation rows (k wide) of a
-// variant of r rows: a block per row, a warp per super-block of 256 up
-// to eight (mt_stage).
+// variant of r rows: a block per row, a warp per 256 of k up to eight
+// (mt_stage).
 func stage(r, k uint32) *Launch {
 	return &Launch{Grid: [3]uint32{r, 1, 1}, Block: [3]uint32{32 * min(max(k/256, 1), 8), 1, 1}, Entry: EntryStage}
 }
-
-var mmtTypes = map[string]struct{ blockBytes, smem int }{"q4_k": {144, mmtShared(144)}, "q6_k": {210, mmtShared(212)}}
 
 // mmvMaxRows is the most rows the matrix-vector kernel takes: each row's
 // blocks stream the whole matrix, which for a few rows mostly comes from
@@ -208,12 +207,14 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 		width = mmqWidth(n, 1)
 	}
 	dp4a := Launch{Grid: [3]uint32{width, groups, 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
-	mt, tc := mmtTypes[typ]
+	smem, tc := mmtTypes[typ]
 	if !tc {
 		return dp4a
 	}
 	dp4a.Entry = EntryDP4A // a tensor-core type's dp4a kernel is its _dp4a entry
-	if family == "lm_head" && prefill {
+	// mmt walks k by 256: a Q8_0 matrix of another width keeps the dp4a
+	// tiles.
+	if family == "lm_head" && prefill || k%256 != 0 {
 		return dp4a
 	}
 	// The activation rows are staged: each of the n/128 blocks of features
@@ -222,7 +223,7 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	grid := [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}
 	tiles := grid[0] * grid[1]
 	grid[2] = mmtSplits(tiles, k/256)
-	return Launch{Grid: grid, Block: block, Shared: mt.smem, Entry: EntryTile, Staged: mmtStaged(r, k, tiles, grid[2]), Stage: stage(r, k)}
+	return Launch{Grid: grid, Block: block, Shared: smem, Entry: EntryTile, Staged: mmtStaged(r, k, tiles, grid[2]), Stage: stage(r, k)}
 }
 
 // faGroup is fa_group in plain.cuh: the query heads one block of the

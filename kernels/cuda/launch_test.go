@@ -30,10 +30,12 @@ func TestShapeMatmul(t *testing.T) {
 		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 2}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
 		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false},    // no more parts than super-blocks
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},
-		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{32, 2, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q8_0", 4096 + 128, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false}, // k not a multiple of 256: dp4a
 		// Fused norm + gate/up: n = 2f features.
 		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, true},
-		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, true},
+		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{32, 2, 3}, [3]uint32{256, 1, 1}, true, true},
 		{"rms_norm_gate_up.q5_k", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{256, 1, 1}, false, true},
 		// The float path.
 		{"matmul.f16", 64, 128, 4, [3]uint32{16, 4, 1}, [3]uint32{256, 1, 1}, false, false},
@@ -85,8 +87,8 @@ func TestShapeLMHead(t *testing.T) {
 		}
 	}
 	// A type without tensor-core tiles keeps the dp4a kernel, its _tile entry.
-	if l, err := Shape("lm_head.q8_0", []uint32{4096, 32000}, nil, 64, false); err != nil || l.Entry != EntryTile || l.Grid[1] != 8 {
-		t.Errorf("lm_head.q8_0 at 64 rows: %+v %v", l, err)
+	if l, err := Shape("lm_head.q4_0", []uint32{4096, 32000}, nil, 64, false); err != nil || l.Entry != EntryTile || l.Grid[1] != 8 {
+		t.Errorf("lm_head.q4_0 at 64 rows: %+v %v", l, err)
 	}
 }
 

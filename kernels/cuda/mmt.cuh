@@ -30,29 +30,35 @@
 #define MT_THREADS 256
 static_assert(MT_THREADS == 2 * MT_N, "mmt unpacks each feature's scales with two threads");
 
-// Tc<T>: whether the tensor-core kernel handles T, and the bytes of a
-// feature's weight block in shared memory: Q4_K's 144 as they are; Q6_K's
-// 210, which sit on 2-byte boundaries, in the 53-word aligned window that
-// holds them (see mmt).
-template <int T> struct Tc { enum { OK = 0, WS = 4 }; };
-template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144 }; };
-template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212 }; };
+// Tc<T>: whether the tensor-core kernel handles T; the bytes of a
+// feature's weights for 256 of k in shared memory (WS): Q4_K's super-block
+// of 144 and Q8_0's 8 blocks of 34 as they are, Q6_K's super-block of 210,
+// which sits on a 2-byte boundary, in the 53-word aligned window that
+// holds it (see mmt); and the bytes a feature's scales take there (WD).
+template <int T> struct Tc { enum { OK = 0, WS = 4, WD = 0 }; };
+template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144, WD = 16 + 8 }; }; // 8 scales, 8 mins; d, dmin
+template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212, WD = 16 + 8 }; }; // 16 scales; d
+template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 32 }; };     // 8 blocks' d
 // MMT_TYPE(t) is Tc<t>::OK for the preprocessor, which decides the
-// instances that get a _dp4a entry (typed.cuh).
-#define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K)
+// instances that get the _stage and lm_head's _dp4a entries (typed.cuh).
+#define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K || (t) == T_Q8_0)
 
-// A staged activation row is k/256 Q8_K records of MT_REC bytes, one per
-// super-block: 256 quants, the 16 sums of 16 quants (ggml's bsums), the
-// scale, padding to 16 bytes. launch.go's mmtRecord is the same.
+// A staged activation row is k/256 records of MT_REC bytes, one per 256 of
+// k, quantized as the oracle quantizes activations for the weight type
+// (Geom<T>::VT): Q8_K's 256 quants, the 16 sums of 16 quants (ggml's
+// bsums) and the scale; or Q8_0's 256 quants and the 8 blocks' scales
+// (rounded through F16) where Q8_K has its sums. Padded to 16 bytes;
+// launch.go's mmtRecord is the same.
 #define MT_REC 304
 
 // mt_stage quantizes the request's activation rows (RMS-normalized by wn
-// first when given) into q8, row r's super-block kb at record
-// r·k/256 + kb: a block per row, warp w taking super-blocks w, w +
+// first when given) to XT (Q8_K or Q8_0) into q8, row r's kb-th 256 at
+// record r·k/256 + kb: a block per row, warp w taking records w, w +
 // blockDim.x/32, …. Each warp computes the row's RMS scale itself, in the
-// order mmt does, so staging changes no bit of the result. One launch does
-// for the whole matrix what every block of features would otherwise
-// repeat.
+// order the in-kernel quantizers do (a warp's lanes striding over the row,
+// in double). One launch does for the whole matrix what every block of
+// features would otherwise repeat.
+template <int XT>
 __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const float* wn, float eps) {
     const int lane = threadIdx.x & 31, row = blockIdx.x;
     dep_sync();
@@ -74,20 +80,34 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
         const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
         float4 a = ld4(xr + (size_t)kb * 256, 8 * lane, vec, sc, wk), c = ld4(xr + (size_t)kb * 256, 8 * lane + 4, vec, sc, wk);
         float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-        float d = q8k_warp(v, (signed char*)rec, (short*)(rec + 256));
-        if (lane == 0) *(float*)(rec + 288) = d;
+        if (XT == T_Q8_K) {
+            float d = q8k_warp(v, (signed char*)rec, (short*)(rec + 256));
+            if (lane == 0) *(float*)(rec + 288) = d;
+        } else { // Q8_0: four lanes a block of 32, as quant_x (mmq.cuh)
+            float am = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+            float id = am != 0.f ? 127.f / am : 0.f;
+            int q[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[i] = (int)rintf(v[i] * id);
+            *(int2*)(rec + 8 * lane) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+            if ((lane & 3) == 0) *(float*)(rec + 256 + lane) = round_f16(am / 127.f);
+        }
     }
 }
 
 // mt_stage_bytes is one of mmt's two copy buffers: per activation row the
-// quants (MT_XS), scale and sums of 16; per feature its weight block.
-// mt_smem is mmt<T>'s dynamic shared memory: the two buffers, then per
-// feature the sub-block scales (and Q4_K's mins) and d (and dmin).
+// quants (MT_XS), the Q8_K scale and the 32 bytes of sums of 16 (Q8_0:
+// scales); per feature its weights. mt_smem is mmt<T>'s dynamic shared
+// memory: the two buffers, then per feature its scales (Tc<T>::WD).
 // launch.go's mmtShared is the same.
 template <int T> __host__ __device__ constexpr int mt_stage_bytes() {
     return MT_M * (MT_XS + 4 + 32) + MT_N * Tc<T>::WS;
 }
-template <int T> __host__ __device__ constexpr int mt_smem() { return 2 * mt_stage_bytes<T>() + MT_N * (16 + 8); }
+template <int T> __host__ __device__ constexpr int mt_smem() { return 2 * mt_stage_bytes<T>() + MT_N * Tc<T>::WD; }
 
 // Asynchronous copies into shared memory (cp.async): n bytes, or zeros
 // where ok is false (src must still be a valid address).
@@ -128,10 +148,14 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
 // (zero between launches); launch.go's mmtStaged sizes it.
 template <int TW>
 __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm, const u8* q8) {
-    constexpr int WS = Tc<TW>::WS, BB = Geom<TW>::BB, SB = mt_stage_bytes<TW>();
+    // CB: a feature's bytes for 256 of k (Q8_0: eight blocks).
+    constexpr int WS = Tc<TW>::WS, CB = TW == T_Q8_0 ? 8 * Geom<TW>::BB : Geom<TW>::BB, SB = mt_stage_bytes<TW>();
     extern __shared__ __align__(16) u8 smem[];
-    u8* wsm = smem + 2 * SB;                // [MT_N][16] sub-block scales (Q4_K: 0-7, its mins 8-15)
-    float* wdd = (float*)(wsm + MT_N * 16); // [MT_N][2] d, dmin
+    // Per feature: K-quants' 16 sub-block scales (Q4_K: 8, then 8 mins) and
+    // 2 floats, d and dmin; Q8_0's 8 floats, its blocks' d.
+    constexpr int ND = TW == T_Q8_0 ? 8 : 2;
+    u8* wsm = smem + 2 * SB;                                  // [MT_N][16]
+    float* wdd = (float*)(wsm + (TW == T_Q8_0 ? 0 : MT_N * 16)); // [MT_N][ND]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.y * MT_M, f0 = blockIdx.x * MT_N;
@@ -141,11 +165,12 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     if (row0 >= rows) return;
     const int nr = min(MT_M, rows - row0);
     const int kbs = k / 256, splits = gridDim.z, kb0 = blockIdx.z * kbs / splits, kb1 = (blockIdx.z + 1) * kbs / splits;
-    // copy starts copying super-block kb's records and weight blocks into
+    // copy starts copying the kb-th 256 of k's records and weights into
     // buffer buf: the records in 16-byte pieces (the scale in 4), Q4_K's
-    // blocks in 16-byte pieces, and each Q6_K block as the 53 aligned words
-    // from the one holding its first byte (its offset in them, sh, is 0 or
-    // 2 bytes). Rows and features past the ends are zeros.
+    // and Q8_0's weights in 16-byte pieces (rows of k a multiple of 256
+    // keep them aligned), and each Q6_K block as the 53 aligned words from
+    // the one holding its first byte (its offset in them, sh, is 0 or 2
+    // bytes). Rows and features past the ends are zeros.
     auto copy = [&](int kb, int buf) {
         u8* base = smem + buf * SB;
         for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
@@ -156,17 +181,17 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             else cp_async4(base + MT_M * MT_XS + 4 * r, src, r < nr);
         }
         u8* wb = base + MT_M * (MT_XS + 4 + 32);
-        if (TW == T_Q4_K) {
-            for (int i = tid; i < MT_N * 9; i += MT_THREADS) {
-                int f = i / 9, p = i % 9;
+        if (TW != T_Q6_K) {
+            for (int i = tid; i < MT_N * (CB / 16); i += MT_THREADS) {
+                int f = i / (CB / 16), p = i % (CB / 16);
                 bool ok = f0 + f < n;
-                cp_async16(wb + f * WS + 16 * p, ok ? w + (size_t)(f0 + f) * rb + (size_t)kb * BB + 16 * p : w, ok);
+                cp_async16(wb + f * WS + 16 * p, ok ? w + (size_t)(f0 + f) * rb + (size_t)kb * CB + 16 * p : w, ok);
             }
         } else {
             for (int i = tid; i < MT_N * (WS / 4); i += MT_THREADS) {
                 int f = i / (WS / 4), p = i % (WS / 4);
                 bool ok = f0 + f < n;
-                size_t at = ((size_t)(f0 + f) * rb + (size_t)kb * BB) & ~(size_t)3;
+                size_t at = ((size_t)(f0 + f) * rb + (size_t)kb * CB) & ~(size_t)3;
                 cp_async4(wb + f * WS + 4 * p, ok ? w + at + 4 * p : w, ok);
             }
         }
@@ -194,10 +219,10 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         const u8* base = smem + cur * SB;
         const signed char* xq = (const signed char*)base;           // [MT_M][MT_XS]
         const float* xd = (const float*)(base + MT_M * MT_XS);      // [MT_M] Q8_K scales
-        const short* xbs = (const short*)(xd + MT_M);               // [MT_M][16] sums of 16 quants
+        const short* xbs = (const short*)(xd + MT_M);               // [MT_M][16] sums of 16 quants (Q8_0: 8 scales)
         const u8* wr = base + MT_M * (MT_XS + 4 + 32);              // [MT_N][WS] weight blocks
         // Q6_K: byte offset of feature f's block in its window.
-        auto q6sh = [&](int f) { return (int)((((size_t)(f0 + f) * rb + (size_t)kb * BB)) & 3); };
+        auto q6sh = [&](int f) { return (int)((((size_t)(f0 + f) * rb + (size_t)kb * CB)) & 3); };
         { // each feature's sub-block scales (Q4_K: and mins, ggml's get_scale_min_k4) and d: two threads a feature
             const int f = tid >> 1, half = tid & 1;
             if (TW == T_Q4_K) {
@@ -208,12 +233,15 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                     scale_min_k4(b + 4, 4 * half + j, &sc, &mn);
                     wsm[f * 16 + 4 * half + j] = sc, wsm[f * 16 + 8 + 4 * half + j] = mn;
                 }
-                wdd[2 * f + half] = __half2float(*(const __half*)(b + 2 * half));
-            } else {
+                wdd[ND * f + half] = __half2float(*(const __half*)(b + 2 * half));
+            } else if (TW == T_Q6_K) {
                 const u8* b = wr + f * WS + q6sh(f);
 #pragma unroll
                 for (int j = 0; j < 8; j++) wsm[f * 16 + 8 * half + j] = b[192 + 8 * half + j];
-                if (!half) wdd[2 * f] = __half2float(*(const __half*)(b + 208));
+                if (!half) wdd[ND * f] = __half2float(*(const __half*)(b + 208));
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) wdd[ND * f + 4 * half + j] = __half2float(*(const __half*)(wr + f * WS + 34 * (4 * half + j)));
             }
         }
         __syncthreads();
@@ -259,6 +287,49 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                             mma_k32(c, a[mi], b[ni]);
                             isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
                             isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                        }
+                    }
+                }
+            } else if (TW == T_Q8_0) {
+                // Block s's quants start at byte 34s + 2 of the feature's
+                // 272, on a 4-byte boundary for odd s and 2 past one for
+                // even s: its words come through byte_perm. The float
+                // combination is per block of 32, (dx·dw)·sum, as the
+                // oracle's.
+                const u32* wq[4];
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) wq[ni] = (const u32*)(wr + (wn4 * 32 + ni * 8 + g) * WS);
+                const float* xs = (const float*)xbs; // [MT_M][8] the rows' block scales
+#pragma unroll 2
+                for (int s = 0; s < 8; s++) {
+                    int a[2][4], b[4][2];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        if (mi >= nmi) break;
+                        const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
+                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                        a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                    }
+                    const int o = (34 * s + 2 + 4 * t) >> 2;
+                    const u32 sel = s & 1 ? 0x3210 : 0x5432;
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        b[ni][0] = __byte_perm(wq[ni][o], wq[ni][o + 1], sel);
+                        b[ni][1] = __byte_perm(wq[ni][o + 4], wq[ni][o + 5], sel);
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        int fc = wn4 * 32 + ni * 8 + 2 * t;
+                        float w0 = wdd[ND * fc + s], w1 = wdd[ND * (fc + 1) + s];
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+                            if (mi >= nmi) break;
+                            int c[4] = {0, 0, 0, 0};
+                            mma_k32(c, a[mi], b[ni]);
+                            int r = wm * 32 + mi * 16 + g;
+                            float x0 = xs[r * 8 + s], x1 = xs[(r + 8) * 8 + s];
+                            acc[mi][ni][0] += (x0 * w0) * (float)c[0], acc[mi][ni][1] += (x0 * w1) * (float)c[1];
+                            acc[mi][ni][2] += (x1 * w0) * (float)c[2], acc[mi][ni][3] += (x1 * w1) * (float)c[3];
                         }
                     }
                 }
@@ -313,12 +384,12 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             // [-32, 31] and lo in [0, 127]: both fit a signed byte, as do the
             // 6-bit mins, so four dp4a give the same integer the eight
             // multiply-adds per (row, feature) did, with the packing done
-            // once per row.
+            // once per row. (Q8_0 combined per block above.)
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    if (mi >= nmi) break;
+                    if (TW == T_Q8_0 || mi >= nmi) break;
                     int r = wm * 32 + mi * 16 + g + 8 * hh;
                     float dx = xd[r];
                     int xlo[2] = {0, 0}, xhi[2] = {0, 0}; // sub-blocks 0-3, 4-7 as bytes
@@ -342,9 +413,9 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                                 uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
                                 int imn = __dp4a((int)m.x, xhi[0], __dp4a((int)m.y, xhi[1], 0)) * 128 +
                                           __dp4a((int)m.x, xlo[0], __dp4a((int)m.y, xlo[1], 0));
-                                acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
+                                acc[mi][ni][e] += dx * (wdd[ND * fc] * (float)isc[mi][ni][e] - wdd[ND * fc + 1] * (float)imn);
                             } else {
-                                acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
+                                acc[mi][ni][e] += (wdd[ND * fc] * dx) * (float)isc[mi][ni][e];
                             }
                         }
                 }

@@ -12,12 +12,15 @@
 
 // The entry points of the integer matrix families (kcuda.EntryPoint):
 // NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt
-// for MMT_TYPE types, else mmq); for MMT_TYPE types NAME_q8k, which stages
+// for MMT_TYPE types, else mmq); for MMT_TYPE types NAME_stage, which stages
 // the activation rows for mmt (mt_stage): it and NAME_tile take the
 // staging buffer as one more parameter (STAGE_PARAM), which the tier
-// appends; and lm_head's NAME_dp4a, mmq for MMT_TYPE types (prefill).
+// appends; and NAME_dp4a, mmq for MMT_TYPE types: lm_head's in prefill,
+// and every family's for Q8_0 rows whose k is not a multiple of 256 (mmt
+// walks k by 256).
 #define ENTRY_MAIN 0
 #define ENTRY_TILE 1
+#define ENTRY_DP4A 2
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 #if MMT_TYPE(WT)
@@ -70,9 +73,13 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #if MMT_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
+}
 extern "C" __global__ void __launch_bounds__(256)
-    CAT(NAME, _q8k)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, u8* q8) {
-    mt_stage(x, io, k, q8, nullptr, 0.f); // grid (rows/8)
+    CAT(NAME, _stage)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, u8* q8) {
+    mt_stage<VT>(x, io, k, q8, nullptr, 0.f); // grid (rows)
 }
 #endif
 #endif
@@ -105,8 +112,8 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
 extern "C" __global__ void __launch_bounds__(256)
-    CAT(NAME, _q8k)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, u8* q8) {
-    mt_stage(x, io, k, q8, nullptr, 0.f);
+    CAT(NAME, _stage)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, u8* q8) {
+    mt_stage<VT>(x, io, k, q8, nullptr, 0.f);
 }
 #endif
 #endif
@@ -230,8 +237,10 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
     const MmOut& o, float eps, int entry, const u8* q8 = nullptr) {
     if constexpr (Fast<T>::OK) {
         if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
-        else if constexpr (Tc<T>::OK) mmt<T>(w, io, k, n, o, false, q8);
-        else mmq<T>(x, w, io, k, n, o, false, wn, eps);
+        else if constexpr (Tc<T>::OK) {
+            if (entry == ENTRY_TILE) mmt<T>(w, io, k, n, o, false, q8);
+            else mmq<T>(x, w, io, k, n, o, false, wn, eps);
+        } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;
     }
     dep_sync();
@@ -263,8 +272,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_ARGS(S
     QKV_BODY(ENTRY_TILE, STAGE_ARG);
 }
 #if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _q8k) QKV_ARGS(STAGE_PARAM) {
-    mt_stage(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A, nullptr); }
+extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) QKV_ARGS(STAGE_PARAM) {
+    mt_stage<VT>(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
 }
 #endif
 #endif
@@ -282,8 +292,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(ST
     GU_BODY(ENTRY_TILE, STAGE_ARG);
 }
 #if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _q8k) GU_ARGS(STAGE_PARAM) {
-    mt_stage(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A, nullptr); }
+extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) GU_ARGS(STAGE_PARAM) {
+    mt_stage<VT>(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
 }
 #endif
 #endif

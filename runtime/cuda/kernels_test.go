@@ -798,7 +798,7 @@ func TestKernelLMHeadRows(t *testing.T) {
 	for _, tk := range []struct {
 		typ ggml.Type
 		k   int
-	}{{ggml.Q4_K, 512}, {ggml.Q6_K, 512}, {ggml.Q4_K, 256}, {ggml.Q6_K, 256}} {
+	}{{ggml.Q4_K, 512}, {ggml.Q6_K, 512}, {ggml.Q4_K, 256}, {ggml.Q6_K, 256}, {ggml.Q8_0, 512}} {
 		typ, k, n := tk.typ, tk.k, 300
 		inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
 		w := kweights(t, rng, typ, n, k)
@@ -824,8 +824,8 @@ func TestKernelLMHeadRows(t *testing.T) {
 	}
 }
 
-// TestKernelMatrixTiles holds the K-quant matrix kernels' tensor-core
-// tiles, with their staged rows, to T-CPU: decode variants of 16, 40 with
+// TestKernelMatrixTiles holds the Q4_K, Q6_K and Q8_0 matrix kernels'
+// tensor-core tiles, with their staged rows, to T-CPU: decode variants of 16, 40 with
 // 33 active, and 64 rows, prefill variants of 64 and 100 rows (the last
 // tile partial), for a plain product added to a residual, the fused norm +
 // gate/up and the fused norm + QKV, for k of one, two and three
@@ -839,7 +839,7 @@ func TestKernelMatrixTiles(t *testing.T) {
 	for _, tk := range []struct {
 		typ ggml.Type
 		k   int
-	}{{ggml.Q4_K, 768}, {ggml.Q6_K, 768}, {ggml.Q4_K, 256}, {ggml.Q6_K, 512}} { // 256, 512: one and two super-blocks
+	}{{ggml.Q4_K, 768}, {ggml.Q6_K, 768}, {ggml.Q4_K, 256}, {ggml.Q6_K, 512}, {ggml.Q8_0, 768}, {ggml.Q8_0, 256}} { // 256, 512: one and two super-blocks
 		typ, k := tk.typ, tk.k
 		w := kweights(t, rng, typ, n, k)
 		wn := f32bytes(randF32(rng, k, 0.5, 1.5))

@@ -135,8 +135,9 @@ func mmtShared(ws, wd int) int { return 2*(mmtRows*(272+4+32)+mmtFeatures*ws) + 
 
 var mmtTypes = map[string]int{"q4_k": mmtShared(144, 24), "q6_k": mmtShared(212, 24), "q8_0": mmtShared(272, 32)}
 
-// mmtRecord is MT_REC in mmt.cuh: the staged bytes of one activation row's
-// super-block of 256 (quants, sums of 16, scale, padding).
+// mmtRecord is MT_REC in mmt.cuh: the staged bytes of 256 of one
+// activation row (quants, then Q8_K's sums of 16 and scale or Q8_0's
+// block scales, padding).
 const mmtRecord = 304
 
 // mmtMaxBlocks is the blocks of mmt that fill an H100/H200: two on each

@@ -17,8 +17,11 @@ const Magic = 0x0054525A
 // and parameters of each kernel, and for T-CUDA the launch shapes its code
 // is written for. 2: T-CUDA's matrix-vector kernels run 16-warp blocks,
 // its multi-row matrix kernels use tensor cores, and every kernel waits
-// for its predecessor itself (griddepcontrol.wait).
-const ABIVersion = 2
+// for its predecessor itself (griddepcontrol.wait). 3: T-CUDA's
+// tensor-core tiles read rows staged by a _stage launch from a buffer
+// passed as an extra parameter and split k over grid z, and its decode
+// attention runs a block per group of query heads sharing a KV head.
+const ABIVersion = 3
 
 // Target is a gpu_target code.
 type Target uint16

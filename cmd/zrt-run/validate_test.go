@@ -13,7 +13,8 @@ import (
 )
 
 // TestValidateCommand compares two cpu builds of one synthetic model with
-// different variants (equal bit for bit), and checks the flags' errors.
+// different variants (equal bit for bit), one slot and then two a decode
+// step, and checks the flags' errors.
 func TestValidateCommand(t *testing.T) {
 	g, err := synth.Write(synth.Tiny)
 	if err != nil {
@@ -23,7 +24,7 @@ func TestValidateCommand(t *testing.T) {
 	model := filepath.Join(dir, "m.gguf")
 	os.WriteFile(model, g, 0o644)
 	var bundles []string
-	for i, config := range []string{"", "decode_slots = [1, 2]\nprefill_rows = [16]\n"} {
+	for i, config := range []string{"max_slots = 4\n", "max_slots = 4\ndecode_slots = [1, 2]\nprefill_rows = [16]\n"} {
 		cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, string(rune('a'+i)))
 		os.WriteFile(cfg, []byte(config), 0o644)
 		if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
@@ -44,7 +45,17 @@ func TestValidateCommand(t *testing.T) {
 	if err != nil || strings.Contains(out, "layer 0") || !strings.Contains(out, "layer 1") {
 		t.Errorf("--layers 1: %v\n%s", err, out)
 	}
+	// Batched: a decode step of a row per slot, each slot at its own position.
+	out, _, err = execCommand(validateCmd(), bundles[0], "--oracle", bundles[1], "--slots", "2", "--steps", "2", "--threads", "1")
+	if err != nil || !strings.Contains(out, "2 decode steps of 2 slots") || !strings.Contains(out, "every point within tolerance") {
+		t.Errorf("--slots 2: %v\n%s", err, out)
+	}
+	if _, _, err := execCommand(validateCmd(), bundles[0], "--oracle", bundles[1], "--slots", "3", "--threads", "1"); err == nil ||
+		!strings.Contains(err.Error(), "no decode variant of 3 rows") {
+		t.Errorf("--slots 3 against a bundle whose decode variants stop at 2: %v", err)
+	}
 	for _, args := range [][]string{
+		{bundles[0], "--oracle", bundles[1], "--slots", "0"},
 		{bundles[0]},
 		{bundles[0], "--oracle", bundles[1], "--layers", "3-1"},
 		{bundles[0], "--oracle", bundles[1], "--tolerance", "-1"},

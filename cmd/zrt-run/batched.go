@@ -44,9 +44,10 @@ func parseSlots(s string) ([]int, error) {
 }
 
 // batchedBench measures, for each B in slots, B sequences of pp prompt
-// tokens prefilled one after another, then tg steps that each decode one
-// token of all B in one replay — llama-batched-bench's test, on the
-// bundle's decode variant for B slots.
+// tokens prefilled together (their rows packed into the largest prefill
+// variant's steps, as llama-batched-bench packs them into its batch), then
+// tg steps that each decode one token of all B in one replay —
+// llama-batched-bench's test, on the bundle's decode variant for B slots.
 func batchedBench(ctx context.Context, pool *sequence.Pool, slots []int, pp, tg int) ([]batchedResult, error) {
 	// Warm up (first-touch of weights and scratch, thread start) as
 	// llama-batched-bench does, untimed.
@@ -78,20 +79,21 @@ func batchedRun(ctx context.Context, pool *sequence.Pool, b, pp, tg int) (batche
 			}
 		}
 	}()
-	t0 := time.Now()
+	prompts := make([][]int32, b)
 	for i := range seqs {
 		s, err := pool.NewSequence()
 		if err != nil {
 			return batchedResult{}, err
 		}
 		seqs[i] = s
-		toks := make([]int32, pp)
-		for j := range toks {
-			toks[j] = int32(1+(i+1)*j*7919) % nv
+		prompts[i] = make([]int32, pp)
+		for j := range prompts[i] {
+			prompts[i][j] = int32(1+(i+1)*j*7919) % nv
 		}
-		if _, err := s.Prefill(ctx, toks); err != nil {
-			return batchedResult{}, err
-		}
+	}
+	t0 := time.Now()
+	if err := pool.PrefillBatch(ctx, seqs, prompts); err != nil {
+		return batchedResult{}, err
 	}
 	tPP := time.Since(t0).Seconds()
 	t0 = time.Now()

@@ -51,7 +51,9 @@ machine's memory bandwidth (measured here with the same thread count) that
 the rate implies.
 
 With --slots 1,4,16 it measures aggregate throughput instead, as llama.cpp's
-llama-batched-bench does: for each B, B sequences of -p prompt tokens, then
+llama-batched-bench does: for each B, B sequences of -p prompt tokens
+prefilled together (their rows packed into the largest prefill variant's
+steps, as llama-batched-bench packs them into its batch), then
 -n steps that each decode one token of all B in one replay (the bundle needs
 max_slots ≥ B and a decode variant for B: decode_slots in the model
 config). --output-format jsonl prints one JSON object per row with

@@ -200,6 +200,84 @@ func (p *Pool) DecodeBatch(ctx context.Context, seqs []*Sequence, toks []int32) 
 	return nil
 }
 
+// PrefillBatch evaluates each sequence's prompt as a server's batch
+// would: the rows of all of them packed, sequence after sequence, into as
+// few replays of the largest prefill variant as hold them (a prompt that
+// does not fit a step's remaining rows goes on in the next). Each
+// sequence's logits after its last prompt token are then ready (Logits).
+// A row's computation depends on its own request, not on the step's other
+// rows, on a batch-invariant tier (T-CPU), so the logits are those each
+// prompt gets alone. Outside the batched prefill mode it prefills the
+// sequences one by one.
+func (p *Pool) PrefillBatch(ctx context.Context, seqs []*Sequence, prompts [][]int32) error {
+	if len(seqs) != len(prompts) {
+		return fmt.Errorf("prefill batch of %d sequences and %d prompts", len(seqs), len(prompts))
+	}
+	seen := map[*Sequence]bool{}
+	for i, s := range seqs {
+		if seen[s] || s.pool != p {
+			return fmt.Errorf("prefill batch: sequence %d repeated or from another pool", i)
+		}
+		seen[s] = true
+		if len(prompts[i]) == 0 {
+			return fmt.Errorf("prefill batch: sequence %d has no prompt tokens", i)
+		}
+		if err := s.checkTokens(prompts[i]); err != nil {
+			return fmt.Errorf("prefill batch: sequence %d: %w", i, err)
+		}
+	}
+	if p.mode != PrefillBatched {
+		for i, s := range seqs {
+			if _, err := s.Prefill(ctx, prompts[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	type span struct {
+		s    *Sequence
+		toks []int32
+	}
+	var b runtime.Batch
+	var spans []span
+	flush := func() error {
+		if len(b.Rows) == 0 {
+			return nil
+		}
+		b.Key, _ = p.Key(runtime.Prefill, len(b.Rows)) // the largest variant holds them
+		if err := p.Step(ctx, b); err != nil {
+			return err
+		}
+		for _, sp := range spans {
+			sp.s.Tokens = append(sp.s.Tokens, sp.toks...)
+		}
+		b, spans = runtime.Batch{}, nil
+		return nil
+	}
+	for i, s := range seqs {
+		toks := prompts[i]
+		for from := 0; from < len(toks); {
+			if len(b.Rows) == p.prefill.Rows {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			to := min(len(toks), from+p.prefill.Rows-len(b.Rows))
+			pages, err := s.table(len(s.Tokens) + to - from)
+			if err != nil {
+				return err
+			}
+			for j := from; j < to; j++ {
+				b.Rows = append(b.Rows, runtime.Row{Slot: s.slot, Pos: len(s.Tokens) + j - from, Token: toks[j], Logits: j == len(toks)-1, Prompt: len(toks)})
+			}
+			b.Pages = append(b.Pages, pages)
+			spans = append(spans, span{s, toks[from:to]})
+			from = to
+		}
+	}
+	return flush()
+}
+
 // Prefill evaluates toks and returns the logits after the last one. By
 // default it runs the prefill variant over prompt-sized chunks, one batched
 // replay each (seed 001); the pool's mode selects the per-token path or

@@ -95,3 +95,58 @@ func TestVariantsAndPages(t *testing.T) {
 	}
 	b.Release()
 }
+
+// TestPrefillBatch packs three prompts (5, 40 and 17 tokens) into steps of
+// the largest prefill variant, one of them split across steps, and gets
+// each sequence the logits, tokens and positions it gets prefilled alone
+// (T-CPU is batch invariant); the batch is refused for a repeated
+// sequence or an empty prompt.
+func TestPrefillBatch(t *testing.T) {
+	p := open(t, build(t, "max_slots = 4\nprefill_rows = [8, 16]\n"))
+	ctx := context.Background()
+	prompts := make([][]int32, 3)
+	for i, n := range []int{5, 40, 17} {
+		for j := range n {
+			prompts[i] = append(prompts[i], int32(1+(i*31+j*7)%200))
+		}
+	}
+	var alone [][]float32
+	for _, pr := range prompts {
+		s, err := p.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Prefill(ctx, pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone = append(alone, slices.Clone(l))
+		s.Release()
+	}
+	var seqs []*sequence.Sequence
+	for range prompts {
+		s, err := p.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Release()
+		seqs = append(seqs, s)
+	}
+	if err := p.PrefillBatch(ctx, seqs, prompts); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		if !slices.Equal(s.Tokens, prompts[i]) || s.Pos() != len(prompts[i]) {
+			t.Errorf("sequence %d holds %d tokens, want its prompt of %d", i, s.Pos(), len(prompts[i]))
+		}
+		if got := s.Logits(); !slices.Equal(got, alone[i]) {
+			t.Errorf("sequence %d: batched prefill's logits differ from its own prefill's", i)
+		}
+	}
+	if err := p.PrefillBatch(ctx, []*sequence.Sequence{seqs[0], seqs[0]}, prompts[:2]); err == nil || !strings.Contains(err.Error(), "repeated") {
+		t.Errorf("repeated sequence: %v", err)
+	}
+	if err := p.PrefillBatch(ctx, seqs[:1], [][]int32{nil}); err == nil || !strings.Contains(err.Error(), "no prompt tokens") {
+		t.Errorf("empty prompt: %v", err)
+	}
+}

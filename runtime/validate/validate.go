@@ -121,7 +121,7 @@ func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, deco
 		}
 		chunk = min(chunk, k.Rows)
 	}
-	rep := &Report{Prompt: n}
+	rep := &Report{Prompt: n, Slots: slots}
 	lens, next := make([]int, slots), make([]int32, slots)
 	for s := range slots {
 		lens[s] = n - s%n
@@ -149,7 +149,6 @@ func Run(ctx context.Context, got, oracle *runtime.Program, prompt []int32, deco
 			}
 		}
 	}
-	rep.Slots = slots
 	for step := 1; step <= decode; step++ {
 		rep.Tokens = append(rep.Tokens, next[0])
 		rows := make([]runtime.Row, slots)

@@ -20,8 +20,10 @@ const Magic = 0x0054525A
 // for its predecessor itself (griddepcontrol.wait). 3: T-CUDA's
 // tensor-core tiles read rows staged by a _stage launch from a buffer
 // passed as an extra parameter and split k over grid z, and its decode
-// attention runs a block per group of query heads sharing a KV head.
-const ABIVersion = 3
+// attention runs a block per group of query heads sharing a KV head. 4:
+// the staging buffer starts with split-k's counters, and decode steps of
+// up to 16 rows take a _tile16 entry.
+const ABIVersion = 4
 
 // Target is a gpu_target code.
 type Target uint16

@@ -38,15 +38,16 @@ type EntryPoint uint8
 
 // The entry points.
 const (
-	EntryMain  EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
-	EntryTile                    // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
-	EntryDP4A                    // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
-	EntryStage                   // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
+	EntryMain   EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
+	EntryTile                     // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
+	EntryDP4A                     // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
+	EntryStage                    // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
+	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for decode steps of up to 16 rows
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
-func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a", "_stage"}[e] }
+func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16"}[e] }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
 // matrix kernels, one per warp.
@@ -119,45 +120,80 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 	return [3]uint32{blocks, 1, 1}, [3]uint32{32 * wpr, rpb, 1}
 }
 
-// mmtRows and mmtFeatures are the tile of the tensor-core multi-row
-// kernel (MT_M × MT_N of mmt in mmt.cuh), and mmtTypes its weight types
-// with its dynamic shared memory (mt_smem there).
+// mmtFeatures is MT_N in mmt.cuh: the output features of a block of the
+// tensor-core multi-row kernel. Its tiles are mmtWide or mmtNarrow rows
+// (mmt's MR, the _tile and _tile16 entries). mmtTypes are its weight
+// types, with the bytes of a feature's weights for 256 of k in shared
+// memory and of its scales (Tc<T>::WS and WD there).
 const (
-	mmtRows     = 64
 	mmtFeatures = 128
+	mmtWide     = 64
+	mmtNarrow   = 16
 )
 
-// mmtShared is mt_smem: two copy buffers, each per activation row the
+var mmtTypes = map[string]struct{ ws, wd int }{"q4_k": {144, 24}, "q6_k": {212, 24}, "q8_0": {272, 0}}
+
+// mmtStages is mt_stages: the copy buffers of a tile of rows rows.
+func mmtStages(typ string, rows uint32) int {
+	if rows == mmtNarrow && typ != "q8_0" {
+		return 3
+	}
+	return 2
+}
+
+// mmtShared is mt_smem: the copy buffers, each per activation row the
 // quantized slice (272 bytes), its scale and 32 bytes of sums of 16 or
 // block scales, and per feature ws bytes of weights for 256 of k (Q6_K's
 // in a window of 53 words); then per feature wd bytes of scales.
-func mmtShared(ws, wd int) int { return 2*(mmtRows*(272+4+32)+mmtFeatures*ws) + mmtFeatures*wd }
-
-var mmtTypes = map[string]int{"q4_k": mmtShared(144, 24), "q6_k": mmtShared(212, 24), "q8_0": mmtShared(272, 32)}
+func mmtShared(typ string, rows uint32) int {
+	t := mmtTypes[typ]
+	return mmtStages(typ, rows)*(int(rows)*(272+4+32)+mmtFeatures*t.ws) + mmtFeatures*t.wd
+}
 
 // mmtRecord is MT_REC in mmt.cuh: the staged bytes of 256 of one
 // activation row (quants, then Q8_K's sums of 16 and scale or Q8_0's
-// block scales, padding).
-const mmtRecord = 304
+// block scales, padding). mmtCounters is MT_COUNTERS: split-k's tile
+// counters at the start of the staging buffer.
+const (
+	mmtRecord   = 304
+	mmtCounters = 256
+)
 
-// mmtMaxBlocks is the blocks of mmt that fill an H100/H200: two on each
-// of 132 multiprocessors. A matrix of fewer tiles splits k into as many
-// parts as keep it within that (split-k): the 1024-feature projections
-// back into the residual stream of a 512-row prefill of the qwen3 0.6B
-// shape make only 64 tiles.
-const mmtMaxBlocks = 2 * 132
+// mmtPerSM is how many blocks of mmt's tile of rows rows an H100/H200
+// multiprocessor holds: its __launch_bounds__ (2 for the wide tile, 3 for
+// the narrow one) or what its shared memory allows (228 KiB, 1 KiB of it
+// reserved per block), whichever is fewer. mmtSMs is the multiprocessors.
+// A matrix of fewer tiles than fill them splits k into as many parts as
+// keep it within that (split-k): the 1024-feature projections back into
+// the residual stream of a 512-row prefill of the qwen3 0.6B shape make
+// only 64 tiles.
+func mmtPerSM(typ string, rows uint32) uint32 {
+	bound := uint32(2)
+	if rows == mmtNarrow {
+		bound = 3
+	}
+	return min(bound, uint32(228<<10/(mmtShared(typ, rows)+1<<10)))
+}
+
+const mmtSMs = 132
 
 // mmtSplits is the parts k is split into for tiles tiles of k/256
-// super-blocks.
-func mmtSplits(tiles, kbs uint32) uint32 { return max(1, min(kbs, mmtMaxBlocks/tiles)) }
+// super-blocks, when perSM blocks fit a multiprocessor. Split launches
+// count their tiles in the mmtCounters counters, which bounds their tiles.
+func mmtSplits(tiles, kbs, perSM uint32) uint32 {
+	if tiles > mmtCounters {
+		return 1
+	}
+	return max(1, min(kbs, perSM*mmtSMs/tiles))
+}
 
 // mmtStaged is the staging buffer of mmt (see mmt in mmt.cuh): the
-// records of every row of the grid's tiles, then with split-k a partial
-// tile (a float per row and feature) per block and a counter per tile.
-func mmtStaged(r, k, tiles, splits uint32) int {
-	n := int(ceilDiv(r, mmtRows)*mmtRows) * int(k/256) * mmtRecord
+// counters, the records of every row of the grid's tiles, then with
+// split-k a partial tile (a float per row and feature) per block.
+func mmtStaged(r, k, rows, tiles, splits uint32) int {
+	n := 4*mmtCounters + int(ceilDiv(r, rows)*rows)*int(k/256)*mmtRecord
 	if splits > 1 {
-		n += int(tiles*splits)*mmtRows*mmtFeatures*4 + int(tiles)*4
+		n += int(tiles*splits*rows) * mmtFeatures * 4
 	}
 	return n
 }
@@ -208,8 +244,7 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 		width = mmqWidth(n, 1)
 	}
 	dp4a := Launch{Grid: [3]uint32{width, groups, 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
-	smem, tc := mmtTypes[typ]
-	if !tc {
+	if _, tc := mmtTypes[typ]; !tc {
 		return dp4a
 	}
 	dp4a.Entry = EntryDP4A // a tensor-core type's dp4a kernel is its _dp4a entry
@@ -219,12 +254,20 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 		return dp4a
 	}
 	// The activation rows are staged: each of the n/128 blocks of features
-	// would otherwise quantize its 64 rows again, reading 4 bytes an
-	// element where the staged record has about 1.2.
-	grid := [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, mmtRows), 1}
+	// would otherwise quantize its rows again, reading 4 bytes an element
+	// where the staged record has about 1.2. Steps of up to 16 rows take
+	// the narrow tile: on an H100 (zrt-run bench --tier cuda --slots 16
+	// -p 128 -n 128, same machine) S_TG at 16 slots went from 3 760 to
+	// 5 042 tok/s on the qwen3 0.6B shape and from 1 389 to 1 867 on the
+	// llama 7B shape, against the wide tile.
+	rows, entry := uint32(mmtWide), EntryTile
+	if r <= mmtNarrow {
+		rows, entry = mmtNarrow, EntryTile16
+	}
+	grid := [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, rows), 1}
 	tiles := grid[0] * grid[1]
-	grid[2] = mmtSplits(tiles, k/256)
-	return Launch{Grid: grid, Block: block, Shared: smem, Entry: EntryTile, Staged: mmtStaged(r, k, tiles, grid[2]), Stage: stage(r, k)}
+	grid[2] = mmtSplits(tiles, k/256, mmtPerSM(typ, rows))
+	return Launch{Grid: grid, Block: block, Shared: mmtShared(typ, rows), Entry: entry, Staged: mmtStaged(r, k, rows, tiles, grid[2]), Stage: stage(r, k)}
 }
 
 // faGroup is fa_group in plain.cuh: the query heads one block of the

@@ -1,20 +1,26 @@
-// mmt.cuh: the multi-row matrix kernel on tensor cores, for the K-quant
-// weight types prefill spends its time on (Q4_K, Q6_K).
+// mmt.cuh: the multi-row matrix kernel on tensor cores, for the weight
+// types prefill and batched decode spend their time on (Q4_K, Q6_K, Q8_0).
 //
-// The activation rows are quantized to Q8_K once per matrix, by mt_stage
+// The activation rows are quantized once per matrix, by mt_stage
 // (RMS-normalizing first for the fused norm kernels), into a staging
-// buffer the tier owns. A block of mmt computes a tile of MT_M activation
+// buffer the tier owns. A block of mmt computes a tile of MR activation
 // rows × MT_N output features, walking its range of k one 256-element
-// super-block at a time. While it computes one, it copies the next one's
-// weight blocks and the rows' staged records into its other shared buffer
-// as they are (cp.async). Its eight warps — each a 32×32 piece of the tile
-// — multiply int8 by int8 into int32 with mma.sync, one weight sub-block
-// (32 for Q4_K, 16 for Q6_K) per instruction, so every sub-block's integer
-// dot product comes out on its own, exactly the integer the oracle
-// computes. Weight quants are unpacked to int8 on the way from shared
-// memory into the B fragments. Sub-block sums are scaled by the integer
-// sub-block scales and summed as integers; only the per-super-block float
-// combination (d, dmin, the activation scale) is rounded, as in mmq.
+// super-block at a time. While it computes one, it copies the next ones'
+// weight blocks and the rows' staged records into its other shared
+// buffers as they are (cp.async). Its eight warps multiply int8 by int8
+// into int32 with mma.sync, one weight sub-block (32 for Q4_K and Q8_0,
+// 16 for Q6_K) per instruction, so every sub-block's integer dot product
+// comes out on its own, exactly the integer the oracle computes. Weight
+// quants are unpacked to int8 on the way from shared memory into the B
+// fragments. Sub-block sums are scaled by the integer sub-block scales and
+// summed as integers; only the per-super-block float combination (d, dmin,
+// the activation scale) is rounded, as in mmq.
+//
+// Two tiles: 64 rows (prefill, decode past 16 slots), whose warps are 2 ×
+// 4 pieces of 32 × 32, and 16 rows (decode up to 16 slots), whose warps
+// each take 16 rows × 16 features, so that all eight work where a 64-row
+// tile of a 16-row step left six idle; its smaller buffers leave room for
+// three copy stages and more blocks on a multiprocessor.
 //
 // A matrix of few tiles splits k over gridDim.z blocks a tile (split-k),
 // so that it fills the GPU: each writes its partial tile to the staging
@@ -24,11 +30,18 @@
 #pragma once
 #include "mmq.cuh"
 
-#define MT_M 64       // activation rows a block
 #define MT_N 128      // output features a block
 #define MT_XS 272     // bytes of a quantized activation row in shared memory (256 + 16: no bank conflicts)
 #define MT_THREADS 256
 static_assert(MT_THREADS == 2 * MT_N, "mmt unpacks each feature's scales with two threads");
+
+// Mt<MR>: the warp layout of the MR-row tile. Each warp computes MI
+// fragments of 16 rows × NI fragments of 8 features; WR warps along the
+// rows, WN along the features.
+template <int MR> struct Mt {
+    static constexpr int MI = MR >= 32 ? 2 : 1, WR = MR / (16 * MI), WN = 8 / WR, NI = MT_N / (8 * WN);
+    static_assert(WR * WN == MT_THREADS / 32 && MR == 16 * MI * WR, "mmt's warps must cover the tile");
+};
 
 // Tc<T>: whether the tensor-core kernel handles T; the bytes of a
 // feature's weights for 256 of k in shared memory (WS): Q4_K's super-block
@@ -38,7 +51,7 @@ static_assert(MT_THREADS == 2 * MT_N, "mmt unpacks each feature's scales with tw
 template <int T> struct Tc { enum { OK = 0, WS = 4, WD = 0 }; };
 template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144, WD = 16 + 8 }; }; // 8 scales, 8 mins; d, dmin
 template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212, WD = 16 + 8 }; }; // 16 scales; d
-template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 32 }; };     // 8 blocks' d
+template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // (its blocks' d are read where they are)
 // MMT_TYPE(t) is Tc<t>::OK for the preprocessor, which decides the
 // instances that get the _stage and lm_head's _dp4a entries (typed.cuh).
 #define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K || (t) == T_Q8_0)
@@ -51,9 +64,17 @@ template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 32 }; };     // 8 
 // launch.go's mmtRecord is the same.
 #define MT_REC 304
 
+// The staging buffer starts with split-k's tile counters, at the same
+// place for every launch: each launch's records and partial tiles
+// overwrite what the launch before left, and a counter elsewhere would lie
+// in another launch's partials. launch.go's mmtCounters is the same; a
+// launch that splits k has at most that many tiles.
+#define MT_COUNTERS 256
+#define MT_RECS(q8) ((q8) + 4 * MT_COUNTERS)
+
 // mt_stage quantizes the request's activation rows (RMS-normalized by wn
 // first when given) to XT (Q8_K or Q8_0) into q8, row r's kb-th 256 at
-// record r·k/256 + kb: a block per row, warp w taking records w, w +
+// record r·k/256 + kb past the counters: a block per row, warp w taking records w, w +
 // blockDim.x/32, …. Each warp computes the row's RMS scale itself, in the
 // order the in-kernel quantizers do (a warp's lanes striding over the row,
 // in double). One launch does for the whole matrix what every block of
@@ -76,7 +97,7 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
     }
     const bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
     for (int kb = threadIdx.x >> 5; kb < k / 256; kb += blockDim.x >> 5) {
-        u8* rec = q8 + ((size_t)row * (k / 256) + kb) * MT_REC;
+        u8* rec = MT_RECS(q8) + ((size_t)row * (k / 256) + kb) * MT_REC;
         const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
         float4 a = ld4(xr + (size_t)kb * 256, 8 * lane, vec, sc, wk), c = ld4(xr + (size_t)kb * 256, 8 * lane + 4, vec, sc, wk);
         float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
@@ -99,15 +120,19 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
     }
 }
 
-// mt_stage_bytes is one of mmt's two copy buffers: per activation row the
+// mt_stage_bytes is one of mmt's copy buffers: per activation row the
 // quants (MT_XS), the Q8_K scale and the 32 bytes of sums of 16 (Q8_0:
-// scales); per feature its weights. mt_smem is mmt<T>'s dynamic shared
-// memory: the two buffers, then per feature its scales (Tc<T>::WD).
-// launch.go's mmtShared is the same.
-template <int T> __host__ __device__ constexpr int mt_stage_bytes() {
-    return MT_M * (MT_XS + 4 + 32) + MT_N * Tc<T>::WS;
+// scales); per feature its weights. mt_stages is the buffers: three for
+// the 16-row tile, where they are small, except Q8_0's. mt_smem is
+// mmt<T, MR>'s dynamic shared memory: the buffers, then per feature its
+// scales (Tc<T>::WD). launch.go's mmtShared is the same.
+template <int T, int MR> __host__ __device__ constexpr int mt_stage_bytes() {
+    return MR * (MT_XS + 4 + 32) + MT_N * Tc<T>::WS;
 }
-template <int T> __host__ __device__ constexpr int mt_smem() { return 2 * mt_stage_bytes<T>() + MT_N * Tc<T>::WD; }
+template <int T, int MR> __host__ __device__ constexpr int mt_stages() { return MR == 16 && T != T_Q8_0 ? 3 : 2; }
+template <int T, int MR> __host__ __device__ constexpr int mt_smem() {
+    return mt_stages<T, MR>() * mt_stage_bytes<T, MR>() + MT_N * Tc<T>::WD;
+}
 
 // Asynchronous copies into shared memory (cp.async): n bytes, or zeros
 // where ok is false (src must still be a valid address).
@@ -138,49 +163,56 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
                  : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-// mmt computes the tile (blockIdx.y·MT_M rows, blockIdx.x·MT_N features)
-// of y = W·x, x staged in q8 by mt_stage, over blockIdx.z's share of the
+
+// mmt computes the tile (blockIdx.y·MR rows, blockIdx.x·MT_N features) of
+// y = W·x, x staged in q8 by mt_stage, over blockIdx.z's share of the
 // k/256 super-blocks, and stores it through o: row r's outputs as row r,
 // or with lm (lm_head) as its slot's, and only if it wants logits. Rows
 // past the request's n_rows and features past n are computed on zeros and
-// not stored. The staging buffer holds the records of gridDim.y·MT_M rows,
-// then with split-k a partial tile per block, then a counter per tile
-// (zero between launches); launch.go's mmtStaged sizes it.
-template <int TW>
+// not stored. The staging buffer holds the counters, the records of
+// gridDim.y·MR rows, then with split-k a partial tile per block; launch.go's
+// mmtStaged sizes it.
+template <int TW, int MR>
 __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm, const u8* q8) {
+    using L = Mt<MR>;
+    constexpr int MI = L::MI, NI = L::NI, NS = mt_stages<TW, MR>();
     // CB: a feature's bytes for 256 of k (Q8_0: eight blocks).
-    constexpr int WS = Tc<TW>::WS, CB = TW == T_Q8_0 ? 8 * Geom<TW>::BB : Geom<TW>::BB, SB = mt_stage_bytes<TW>();
+    constexpr int WS = Tc<TW>::WS, CB = TW == T_Q8_0 ? 8 * Geom<TW>::BB : Geom<TW>::BB, SB = mt_stage_bytes<TW, MR>();
     extern __shared__ __align__(16) u8 smem[];
-    // Per feature: K-quants' 16 sub-block scales (Q4_K: 8, then 8 mins) and
-    // 2 floats, d and dmin; Q8_0's 8 floats, its blocks' d.
-    constexpr int ND = TW == T_Q8_0 ? 8 : 2;
-    u8* wsm = smem + 2 * SB;                                  // [MT_N][16]
-    float* wdd = (float*)(wsm + (TW == T_Q8_0 ? 0 : MT_N * 16)); // [MT_N][ND]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Per feature: K-quants' 16 sub-block scales (Q4_K: 8, then 8 mins),
+    // then d and dmin.
+    u8* wsm = smem + NS * SB;               // [MT_N][16]
+    float* wdd = (float*)(wsm + MT_N * 16); // [MT_N][2]
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.y * MT_M, f0 = blockIdx.x * MT_N;
+    const int row0 = blockIdx.y * MR, f0 = blockIdx.x * MT_N;
     const size_t rb = row_bytes<TW>(k);
+    const u8* recs = MT_RECS(q8);
     dep_sync();
     const int rows = io[IO_ROWS];
     if (row0 >= rows) return;
-    const int nr = min(MT_M, rows - row0);
+    const int nr = min(MR, rows - row0);
+    // Rows copied: those of the 16-row fragments that have a row of the
+    // request (the warps skip the others).
+    const int nc = min(MR, (nr + 15) & ~15);
     const int kbs = k / 256, splits = gridDim.z, kb0 = blockIdx.z * kbs / splits, kb1 = (blockIdx.z + 1) * kbs / splits;
     // copy starts copying the kb-th 256 of k's records and weights into
-    // buffer buf: the records in 16-byte pieces (the scale in 4), Q4_K's
-    // and Q8_0's weights in 16-byte pieces (rows of k a multiple of 256
-    // keep them aligned), and each Q6_K block as the 53 aligned words from
-    // the one holding its first byte (its offset in them, sh, is 0 or 2
-    // bytes). Rows and features past the ends are zeros.
+    // buffer buf, as one group of copies: the records in 16-byte pieces
+    // (the scale in 4), Q4_K's and Q8_0's weights in 16-byte pieces (rows
+    // of k a multiple of 256 keep them aligned), and each Q6_K block as
+    // the 53 aligned words from the one holding its first byte (its offset
+    // in them, sh, is 0 or 2 bytes). Rows and features past the ends are
+    // zeros.
     auto copy = [&](int kb, int buf) {
         u8* base = smem + buf * SB;
-        for (int i = tid; i < MT_M * (MT_REC / 16); i += MT_THREADS) {
+        for (int i = tid; i < nc * (MT_REC / 16); i += MT_THREADS) {
             int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
-            const u8* src = r < nr ? q8 + ((size_t)(row0 + r) * kbs + kb) * MT_REC + 16 * p : q8;
+            const u8* src = r < nr ? recs + ((size_t)(row0 + r) * kbs + kb) * MT_REC + 16 * p : recs;
             if (p < 16) cp_async16(base + r * MT_XS + 16 * p, src, r < nr);
-            else if (p < 18) cp_async16(base + MT_M * (MT_XS + 4) + r * 32 + 16 * (p - 16), src, r < nr);
-            else cp_async4(base + MT_M * MT_XS + 4 * r, src, r < nr);
+            else if (p < 18) cp_async16(base + MR * (MT_XS + 4) + r * 32 + 16 * (p - 16), src, r < nr);
+            else cp_async4(base + MR * MT_XS + 4 * r, src, r < nr);
         }
-        u8* wb = base + MT_M * (MT_XS + 4 + 32);
+        u8* wb = base + MR * (MT_XS + 4 + 32);
         if (TW != T_Q6_K) {
             for (int i = tid; i < MT_N * (CB / 16); i += MT_THREADS) {
                 int f = i / (CB / 16), p = i % (CB / 16);
@@ -197,242 +229,256 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         }
         cp_async_commit();
     };
-    const int wm = warp >> 2, wn4 = warp & 3; // the warp's 32×32 piece
-    float acc[2][4][4];
+    // The warp's piece: rows wr0 … + 16·MI, features wf0 … + 8·NI.
+    const int wr0 = (warp / L::WN) * 16 * MI, wf0 = (warp % L::WN) * 8 * NI;
+    float acc[MI][NI][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++)
+        for (int ni = 0; ni < NI; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.f;
-    copy(kb0, 0);
+    // The pipeline: step kb copies super-block kb + D into its buffer,
+    // waits for kb's copy (all but the newest D groups done: a group is
+    // committed every step, empty past the end) and, once every thread is
+    // past one barrier, reads it. With three buffers or more, kb + D's
+    // buffer is the one of kb + D − NS ≤ kb − 2, which every thread was
+    // done with at the barrier of kb − 1; with two it is kb − 1's, so a
+    // barrier comes first.
+    constexpr int D = NS == 2 ? 1 : NS - 2;
+#pragma unroll
+    for (int s = 0; s < D; s++) {
+        if (kb0 + s < kb1) copy(kb0 + s, s);
+        else cp_async_commit();
+    }
     for (int kb = kb0; kb < kb1; kb++) {
-        // Buffer cur holds kb once its copy is done; the other one takes
-        // kb + 1 meanwhile, once the previous step's readers are done.
-        const int cur = (kb - kb0) & 1;
+        if (NS == 2) __syncthreads();
+        if (kb + D < kb1) copy(kb + D, (kb - kb0 + D) % NS);
+        else cp_async_commit();
+        cp_async_wait<D>();
         __syncthreads();
-        if (kb + 1 < kb1) {
-            copy(kb + 1, cur ^ 1);
-            cp_async_wait<1>();
-        } else cp_async_wait<0>();
-        __syncthreads();
-        const u8* base = smem + cur * SB;
-        const signed char* xq = (const signed char*)base;           // [MT_M][MT_XS]
-        const float* xd = (const float*)(base + MT_M * MT_XS);      // [MT_M] Q8_K scales
-        const short* xbs = (const short*)(xd + MT_M);               // [MT_M][16] sums of 16 quants (Q8_0: 8 scales)
-        const u8* wr = base + MT_M * (MT_XS + 4 + 32);              // [MT_N][WS] weight blocks
+        const u8* base = smem + (kb - kb0) % NS * SB;
+        const signed char* xq = (const signed char*)base;      // [MR][MT_XS]
+        const float* xd = (const float*)(base + MR * MT_XS);   // [MR] Q8_K scales
+        const short* xbs = (const short*)(xd + MR);            // [MR][16] sums of 16 quants (Q8_0: 8 scales)
+        const u8* wr = base + MR * (MT_XS + 4 + 32);           // [MT_N][WS] weight blocks
         // Q6_K: byte offset of feature f's block in its window.
         auto q6sh = [&](int f) { return (int)((((size_t)(f0 + f) * rb + (size_t)kb * CB)) & 3); };
-        { // each feature's sub-block scales (Q4_K: and mins, ggml's get_scale_min_k4) and d: two threads a feature
-            const int f = tid >> 1, half = tid & 1;
-            if (TW == T_Q4_K) {
-                const u8* b = wr + f * WS;
+        { // each feature's sub-block scales (Q4_K: and mins, ggml's get_scale_min_k4) and d
+            // A warp that alone takes its features (one warp along the
+            // rows) unpacks them itself, LPF lanes a feature, and only its
+            // own lanes wait; otherwise all threads do, two a feature, and
+            // all wait.
+            constexpr bool OWN = L::WR == 1;
+            constexpr int LPF = OWN ? 32 / (8 * NI) : 2;
+            const int f = OWN ? wf0 + lane / LPF : tid / 2;
+            for (int h = (OWN ? lane : tid) % LPF; h < 2; h += LPF) {
+                if (TW == T_Q4_K) {
+                    const u8* b = wr + f * WS;
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    int sc, mn;
-                    scale_min_k4(b + 4, 4 * half + j, &sc, &mn);
-                    wsm[f * 16 + 4 * half + j] = sc, wsm[f * 16 + 8 + 4 * half + j] = mn;
+                    for (int j = 0; j < 4; j++) {
+                        int sc, mn;
+                        scale_min_k4(b + 4, 4 * h + j, &sc, &mn);
+                        wsm[f * 16 + 4 * h + j] = sc, wsm[f * 16 + 8 + 4 * h + j] = mn;
+                    }
+                    wdd[2 * f + h] = __half2float(*(const __half*)(b + 2 * h));
+                } else if (TW == T_Q6_K) {
+                    const u8* b = wr + f * WS + q6sh(f);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) wsm[f * 16 + 8 * h + j] = b[192 + 8 * h + j];
+                    if (!h) wdd[2 * f] = __half2float(*(const __half*)(b + 208));
                 }
-                wdd[ND * f + half] = __half2float(*(const __half*)(b + 2 * half));
-            } else if (TW == T_Q6_K) {
-                const u8* b = wr + f * WS + q6sh(f);
-#pragma unroll
-                for (int j = 0; j < 8; j++) wsm[f * 16 + 8 * half + j] = b[192 + 8 * half + j];
-                if (!half) wdd[ND * f] = __half2float(*(const __half*)(b + 208));
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; j++) wdd[ND * f + 4 * half + j] = __half2float(*(const __half*)(wr + f * WS + 34 * (4 * half + j)));
             }
+            if (OWN) __syncwarp();
+            else __syncthreads();
         }
-        __syncthreads();
-        // Warps whose 32 rows (or whose second 16) are all past the
-        // request's rows skip their products: a decode step of 16 rows
-        // computes a quarter of the tile.
-        const int nmi = wm * 32 + 16 < nr ? 2 : 1;
-        if (wm * 32 < nr) {
-            int isc[2][4][4];
+        // Fragments whose 16 rows are all past the request's rows are
+        // skipped: a decode step of 9 rows computes 16.
+        const int nmi = min(MI, max(0, (nr - wr0 + 15) / 16));
+        if (nmi == 0) continue;
+        int isc[MI][NI][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++)
+            for (int ni = 0; ni < NI; ni++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) isc[mi][ni][e] = 0;
-            const signed char* xa = xq + (wm * 32 + g) * MT_XS + 4 * t;
-            if (TW == T_Q4_K) {
+                for (int e = 0; e < 4; e++) isc[mi][ni][e] = 0;
+        const signed char* xa = xq + (wr0 + g) * MT_XS + 4 * t;
+        if (TW == T_Q4_K) {
 #pragma unroll 2
-                for (int s = 0; s < 8; s++) {
-                    int a[2][4], b[4][2];
+            for (int s = 0; s < 8; s++) {
+                int a[MI][4], b[NI][2];
 #pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < MI; mi++) {
+                    if (mi >= nmi) break;
+                    const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
+                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                    a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                }
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    const u8* q = wr + (wf0 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
+                    int sh = 4 * (s & 1);
+                    b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
+                    b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
+                }
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    int fc = wf0 + ni * 8 + 2 * t;
+                    int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++) {
                         if (mi >= nmi) break;
-                        const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                        a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
-                    }
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        const u8* q = wr + (wn4 * 32 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
-                        int sh = 4 * (s & 1);
-                        b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
-                        b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
-                    }
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        int fc = wn4 * 32 + ni * 8 + 2 * t;
-                        int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
-#pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
-                            if (mi >= nmi) break;
-                            int c[4] = {0, 0, 0, 0};
-                            mma_k32(c, a[mi], b[ni]);
-                            isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
-                            isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
-                        }
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k32(c, a[mi], b[ni]);
+                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
                     }
                 }
-            } else if (TW == T_Q8_0) {
-                // Block s's quants start at byte 34s + 2 of the feature's
-                // 272, on a 4-byte boundary for odd s and 2 past one for
-                // even s: its words come through byte_perm. The float
-                // combination is per block of 32, (dx·dw)·sum, as the
-                // oracle's.
-                const u32* wq[4];
+            }
+        } else if (TW == T_Q8_0) {
+            // Block s's quants start at byte 34s + 2 of the feature's 272,
+            // on a 4-byte boundary for odd s and 2 past one for even s:
+            // its words come through byte_perm. The float combination is
+            // per block of 32, (dx·dw)·sum, as the oracle's.
+            const u32* wq[NI];
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) wq[ni] = (const u32*)(wr + (wn4 * 32 + ni * 8 + g) * WS);
-                const float* xs = (const float*)xbs; // [MT_M][8] the rows' block scales
+            for (int ni = 0; ni < NI; ni++) wq[ni] = (const u32*)(wr + (wf0 + ni * 8 + g) * WS);
+            const float* xs = (const float*)xbs; // [MR][8] the rows' block scales
 #pragma unroll 2
-                for (int s = 0; s < 8; s++) {
-                    int a[2][4], b[4][2];
+            for (int s = 0; s < 8; s++) {
+                int a[MI][4], b[NI][2];
 #pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < MI; mi++) {
+                    if (mi >= nmi) break;
+                    const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
+                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                    a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                }
+                const int o = (34 * s + 2 + 4 * t) >> 2;
+                const u32 sel = s & 1 ? 0x3210 : 0x5432;
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    b[ni][0] = __byte_perm(wq[ni][o], wq[ni][o + 1], sel);
+                    b[ni][1] = __byte_perm(wq[ni][o + 4], wq[ni][o + 5], sel);
+                }
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    int fc = wf0 + ni * 8 + 2 * t;
+                    float w0 = __half2float(*(const __half*)(wr + fc * WS + 34 * s));
+                    float w1 = __half2float(*(const __half*)(wr + (fc + 1) * WS + 34 * s));
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++) {
                         if (mi >= nmi) break;
-                        const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                        a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
-                    }
-                    const int o = (34 * s + 2 + 4 * t) >> 2;
-                    const u32 sel = s & 1 ? 0x3210 : 0x5432;
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        b[ni][0] = __byte_perm(wq[ni][o], wq[ni][o + 1], sel);
-                        b[ni][1] = __byte_perm(wq[ni][o + 4], wq[ni][o + 5], sel);
-                    }
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        int fc = wn4 * 32 + ni * 8 + 2 * t;
-                        float w0 = wdd[ND * fc + s], w1 = wdd[ND * (fc + 1) + s];
-#pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
-                            if (mi >= nmi) break;
-                            int c[4] = {0, 0, 0, 0};
-                            mma_k32(c, a[mi], b[ni]);
-                            int r = wm * 32 + mi * 16 + g;
-                            float x0 = xs[r * 8 + s], x1 = xs[(r + 8) * 8 + s];
-                            acc[mi][ni][0] += (x0 * w0) * (float)c[0], acc[mi][ni][1] += (x0 * w1) * (float)c[1];
-                            acc[mi][ni][2] += (x1 * w0) * (float)c[2], acc[mi][ni][3] += (x1 * w1) * (float)c[3];
-                        }
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k32(c, a[mi], b[ni]);
+                        int r = wr0 + mi * 16 + g;
+                        float x0 = xs[r * 8 + s], x1 = xs[(r + 8) * 8 + s];
+                        acc[mi][ni][0] += (x0 * w0) * (float)c[0], acc[mi][ni][1] += (x0 * w1) * (float)c[1];
+                        acc[mi][ni][2] += (x1 * w0) * (float)c[2], acc[mi][ni][3] += (x1 * w1) * (float)c[3];
                     }
                 }
-            } else {
-                // Each B-fragment feature's window and the byte_perm selector
-                // that takes a word from its offset (0x3210: none, 0x5432: 2).
-                const u32* wq[4];
-                u32 sel[4];
+            }
+        } else {
+            // Each B-fragment feature's window and the byte_perm selector
+            // that takes a word from its offset (0x3210: none, 0x5432: 2).
+            const u32* wq[NI];
+            u32 sel[NI];
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    int f = wn4 * 32 + ni * 8 + g;
-                    wq[ni] = (const u32*)(wr + f * WS);
-                    sel[ni] = 0x3210 + 0x1111 * q6sh(f);
-                }
+            for (int ni = 0; ni < NI; ni++) {
+                int f = wf0 + ni * 8 + g;
+                wq[ni] = (const u32*)(wr + f * WS);
+                sel[ni] = 0x3210 + 0x1111 * q6sh(f);
+            }
 #pragma unroll 4
-                for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
-                    int a[2][2], b[4];
+            for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
+                int a[MI][2], b[NI];
 #pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < MI; mi++) {
+                    if (mi >= nmi) break;
+                    const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
+                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                }
+                // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
+                int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
+                    int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
+                    int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
+                    b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
+                }
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    int fc = wf0 + ni * 8 + 2 * t;
+                    int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++) {
                         if (mi >= nmi) break;
-                        const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
-                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                    }
-                    // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
-                    int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
-                        int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
-                        int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
-                        b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
-                    }
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        int fc = wn4 * 32 + ni * 8 + 2 * t;
-                        int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
-#pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
-                            if (mi >= nmi) break;
-                            int c[4] = {0, 0, 0, 0};
-                            mma_k16(c, a[mi], b[ni]);
-                            isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
-                            isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
-                        }
+                        int c[4] = {0, 0, 0, 0};
+                        mma_k16(c, a[mi], b[ni]);
+                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
                     }
                 }
             }
-            // The super-block's float combination, per (row, feature). Q4_K's
-            // min term is Σ mins·(sums of the activation quants), per
-            // sub-block of 32, from the sums of 16 the quantizer left. A sum
-            // of 32 quants, within [-4096, 4064], is 128·hi + lo with hi in
-            // [-32, 31] and lo in [0, 127]: both fit a signed byte, as do the
-            // 6-bit mins, so four dp4a give the same integer the eight
-            // multiply-adds per (row, feature) did, with the packing done
-            // once per row. (Q8_0 combined per block above.)
+        }
+        // The super-block's float combination, per (row, feature). Q4_K's
+        // min term is Σ mins·(sums of the activation quants), per sub-block
+        // of 32, from the sums of 16 the quantizer left. A sum of 32 quants,
+        // within [-4096, 4064], is 128·hi + lo with hi in [-32, 31] and lo
+        // in [0, 127]: both fit a signed byte, as do the 6-bit mins, so four
+        // dp4a give the same integer the eight multiply-adds per (row,
+        // feature) did, with the packing done once per row. (Q8_0 combined
+        // per block above.)
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    if (TW == T_Q8_0 || mi >= nmi) break;
-                    int r = wm * 32 + mi * 16 + g + 8 * hh;
-                    float dx = xd[r];
-                    int xlo[2] = {0, 0}, xhi[2] = {0, 0}; // sub-blocks 0-3, 4-7 as bytes
-                    if (TW == T_Q4_K) {
-                        const int4* bp = (const int4*)(xbs + r * 16);
-                        int4 lo = bp[0], hi = bp[1];
-                        int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // pairs of shorts
+            for (int hh = 0; hh < 2; hh++) {
+                if (TW == T_Q8_0 || mi >= nmi) break;
+                int r = wr0 + mi * 16 + g + 8 * hh;
+                float dx = xd[r];
+                int xlo[2] = {0, 0}, xhi[2] = {0, 0}; // sub-blocks 0-3, 4-7 as bytes
+                if (TW == T_Q4_K) {
+                    const int4* bp = (const int4*)(xbs + r * 16);
+                    int4 lo = bp[0], hi = bp[1];
+                    int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // pairs of shorts
 #pragma unroll
-                        for (int sb = 0; sb < 8; sb++) {
-                            int xb = (short)(v[sb] & 0xffff) + (v[sb] >> 16);
-                            xlo[sb >> 2] |= (xb & 127) << (8 * (sb & 3));
-                            xhi[sb >> 2] |= ((xb >> 7) & 255) << (8 * (sb & 3));
+                    for (int sb = 0; sb < 8; sb++) {
+                        int xb = (short)(v[sb] & 0xffff) + (v[sb] >> 16);
+                        xlo[sb >> 2] |= (xb & 127) << (8 * (sb & 3));
+                        xhi[sb >> 2] |= ((xb >> 7) & 255) << (8 * (sb & 3));
+                    }
+                }
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                    for (int cc = 0; cc < 2; cc++) {
+                        int fc = wf0 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
+                        if (TW == T_Q4_K) {
+                            uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
+                            int imn = __dp4a((int)m.x, xhi[0], __dp4a((int)m.y, xhi[1], 0)) * 128 +
+                                      __dp4a((int)m.x, xlo[0], __dp4a((int)m.y, xlo[1], 0));
+                            acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
+                        } else {
+                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
                         }
                     }
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                        for (int cc = 0; cc < 2; cc++) {
-                            int fc = wn4 * 32 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
-                            if (TW == T_Q4_K) {
-                                uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
-                                int imn = __dp4a((int)m.x, xhi[0], __dp4a((int)m.y, xhi[1], 0)) * 128 +
-                                          __dp4a((int)m.x, xlo[0], __dp4a((int)m.y, xlo[1], 0));
-                                acc[mi][ni][e] += dx * (wdd[ND * fc] * (float)isc[mi][ni][e] - wdd[ND * fc + 1] * (float)imn);
-                            } else {
-                                acc[mi][ni][e] += (wdd[ND * fc] * dx) * (float)isc[mi][ni][e];
-                            }
-                        }
-                }
-        }
+            }
     }
     if (splits > 1) {
-        // This block's partial tile, each thread's 32 values together; the
+        // This block's partial tile, each thread's values together; the
         // last block of the tile to count itself in sums them in order.
+        constexpr int NV = MI * NI * 4;
         const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-        float* part = (float*)(q8 + (size_t)gridDim.y * MT_M * kbs * MT_REC);
-        u32* count = (u32*)(part + (size_t)gridDim.x * gridDim.y * splits * MT_THREADS * 32);
-        float4* mine = (float4*)(part + (((size_t)tile * splits + blockIdx.z) * MT_THREADS + tid) * 32);
+        u32* count = (u32*)q8;
+        float* part = (float*)(recs + (size_t)gridDim.y * MR * kbs * MT_REC);
+        float4* mine = (float4*)(part + (((size_t)tile * splits + blockIdx.z) * MT_THREADS + tid) * NV);
 #pragma unroll
-        for (int mi = 0; mi < 2; mi++)
+        for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++)
-                mine[mi * 4 + ni] = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
+            for (int ni = 0; ni < NI; ni++)
+                mine[mi * NI + ni] = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
         __threadfence();
         __syncthreads();
         __shared__ int last;
@@ -441,12 +487,12 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         if (!last) return;
         __threadfence();
         for (int z = 0; z < splits; z++) {
-            const float4* pz = (const float4*)(part + (((size_t)tile * splits + z) * MT_THREADS + tid) * 32);
+            const float4* pz = (const float4*)(part + (((size_t)tile * splits + z) * MT_THREADS + tid) * NV);
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
+            for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-                for (int ni = 0; ni < 4; ni++) {
-                    float4 v = __ldcg(pz + mi * 4 + ni);
+                for (int ni = 0; ni < NI; ni++) {
+                    float4 v = __ldcg(pz + mi * NI + ni);
                     if (z == 0) acc[mi][ni][0] = v.x, acc[mi][ni][1] = v.y, acc[mi][ni][2] = v.z, acc[mi][ni][3] = v.w;
                     else acc[mi][ni][0] += v.x, acc[mi][ni][1] += v.y, acc[mi][ni][2] += v.z, acc[mi][ni][3] += v.w;
                 }
@@ -454,17 +500,17 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         if (tid == 0) count[tile] = 0; // for the next launch
     }
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            int r = wm * 32 + mi * 16 + g + 8 * (e >> 1);
+            int r = wr0 + mi * 16 + g + 8 * (e >> 1);
             if (r >= nr) continue;
             int orow = row0 + r;
             if (lm) orow = io_row(io, orow, ROW_FLAGS) & ROW_WANTS_LOGITS ? (int)io_row(io, orow, ROW_SLOT) : -1;
             if (orow < 0) continue;
 #pragma unroll
-            for (int ni = 0; ni < 4; ni++) {
-                int j = f0 + wn4 * 32 + ni * 8 + 2 * t + (e & 1);
+            for (int ni = 0; ni < NI; ni++) {
+                int j = f0 + wf0 + ni * 8 + 2 * t + (e & 1);
                 if (j < n) o.store(orow, j, acc[mi][ni][e]);
             }
         }

@@ -11,16 +11,18 @@
 #define VT (Geom<WT>::VT)
 
 // The entry points of the integer matrix families (kcuda.EntryPoint):
-// NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt
-// for MMT_TYPE types, else mmq); for MMT_TYPE types NAME_stage, which stages
-// the activation rows for mmt (mt_stage): it and NAME_tile take the
-// staging buffer as one more parameter (STAGE_PARAM), which the tier
-// appends; and NAME_dp4a, mmq for MMT_TYPE types: lm_head's in prefill,
-// and every family's for Q8_0 rows whose k is not a multiple of 256 (mmt
-// walks k by 256).
+// NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt's
+// 64-row tile for MMT_TYPE types, else mmq); for MMT_TYPE types
+// NAME_tile16, mmt's 16-row tile for decode steps of up to 16 rows;
+// NAME_stage, which stages the activation rows for mmt (mt_stage): it and
+// both mmt entries take the staging buffer as one more parameter
+// (STAGE_PARAM), which the tier appends; and NAME_dp4a, mmq for MMT_TYPE
+// types: lm_head's in prefill, and every family's for Q8_0 rows whose k
+// is not a multiple of 256 (mmt walks k by 256).
 #define ENTRY_MAIN 0
 #define ENTRY_TILE 1
 #define ENTRY_DP4A 2
+#define ENTRY_TILE16 4
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 #if MMT_TYPE(WT)
@@ -68,11 +70,15 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n STAGE_PARAM) {
-    if constexpr (Tc<WT>::OK) // grid (n/MT_N, rows/MT_M)
-        mmt<WT>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, STAGE_ARG);
+    if constexpr (Tc<WT>::OK) // grid (n/MT_N, rows/64, splits)
+        mmt<WT, 64>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #if MMT_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(256, 3)
+    CAT(NAME, _tile16)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, const u8* q8) {
+    mmt<WT, 16>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, q8); // grid (n/MT_N, rows/16, splits)
+}
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
@@ -103,10 +109,14 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv STAGE_PARAM) {
-    if constexpr (Tc<WT>::OK) mmt<WT>(w, io, k, nv, mm_out(logits, nv, nullptr), true, STAGE_ARG);
+    if constexpr (Tc<WT>::OK) mmt<WT, 64>(w, io, k, nv, mm_out(logits, nv, nullptr), true, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill variants (few of whose rows want logits)
+extern "C" __global__ void __launch_bounds__(256, 3)
+    CAT(NAME, _tile16)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, const u8* q8) {
+    mmt<WT, 16>(w, io, k, nv, mm_out(logits, nv, nullptr), true, q8);
+}
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
@@ -238,7 +248,8 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
     if constexpr (Fast<T>::OK) {
         if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
         else if constexpr (Tc<T>::OK) {
-            if (entry == ENTRY_TILE) mmt<T>(w, io, k, n, o, false, q8);
+            if (entry == ENTRY_TILE) mmt<T, 64>(w, io, k, n, o, false, q8);
+            else if (entry == ENTRY_TILE16) mmt<T, 16>(w, io, k, n, o, false, q8);
             else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;
@@ -272,6 +283,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_ARGS(S
     QKV_BODY(ENTRY_TILE, STAGE_ARG);
 }
 #if MMT_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) QKV_ARGS(STAGE_PARAM) {
+    QKV_BODY(ENTRY_TILE16, q8);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A, nullptr); }
 extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) QKV_ARGS(STAGE_PARAM) {
     mt_stage<VT>(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
@@ -292,6 +306,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(ST
     GU_BODY(ENTRY_TILE, STAGE_ARG);
 }
 #if MMT_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) GU_ARGS(STAGE_PARAM) {
+    GU_BODY(ENTRY_TILE16, q8);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A, nullptr); }
 extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) GU_ARGS(STAGE_PARAM) {
     mt_stage<VT>(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));

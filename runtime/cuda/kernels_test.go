@@ -30,6 +30,16 @@ type kgpu struct {
 	t      *testing.T
 	ctx    driver.Context
 	params []byte // pinned parameter scratch
+	// staging is the tensor-core tiles' staging buffer, kept from launch
+	// to launch as the tier keeps it: what one launch leaves there (its
+	// records, split-k's partials) must not upset the next.
+	staging *staging
+}
+
+// staging is a device buffer of n bytes, zeroed when allocated.
+type staging struct {
+	p driver.DevPtr
+	n int
 }
 
 func newKGPU(t *testing.T) *kgpu {
@@ -50,7 +60,7 @@ func newKGPU(t *testing.T) *kgpu {
 	if err := ctx.SetCurrent(); err != nil {
 		t.Fatal(err)
 	}
-	g := &kgpu{t: t, ctx: ctx}
+	g := &kgpu{t: t, ctx: ctx, staging: &staging{}}
 	if g.params, err = driver.MemHostAlloc(4096); err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +68,16 @@ func newKGPU(t *testing.T) *kgpu {
 		goruntime.LockOSThread()
 		defer goruntime.UnlockOSThread()
 		ctx.SetCurrent()
+		if g.staging.p != 0 {
+			driver.MemFree(g.staging.p)
+		}
 		driver.MemFreeHost(g.params)
 	})
 	return g
 }
+
+// with is g for a subtest's t.
+func (g *kgpu) with(t *testing.T) *kgpu { c := *g; c.t = t; return &c }
 
 // run launches instance once (the entry Shape picks) over bufs (nil: a
 // null pointer) for a variant of rows rows, a prefill variant from 64
@@ -117,15 +133,21 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 		vals = append(vals, uint64(x))
 	}
 	if shape.Staged > 0 { // the stage launch first, as Walk makes it
-		p, err := driver.MemAlloc(shape.Staged)
-		if err != nil {
-			t.Fatal(err)
+		st := g.staging
+		if st.n < shape.Staged { // grown as the tier sizes it: for the largest launch, zeroed
+			if st.p != 0 {
+				driver.MemFree(st.p)
+			}
+			p, err := driver.MemAlloc(shape.Staged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*st = staging{p, shape.Staged}
+			if err := driver.MemsetD8(p, 0, shape.Staged); err != nil {
+				t.Fatal(err)
+			}
 		}
-		defer driver.MemFree(p)
-		if err := driver.MemsetD8(p, 0, shape.Staged); err != nil {
-			t.Fatal(err)
-		}
-		vals = append(vals, uint64(p))
+		vals = append(vals, uint64(st.p))
 		g.launch(m, instance, *shape.Stage, vals)
 	}
 	g.launch(m, instance, shape, vals)
@@ -404,7 +426,7 @@ func TestKernelFlashAttnExt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			g := &kgpu{t: t, ctx: g.ctx, params: g.params}
+			g := g.with(t)
 			kvDim := c.nKV * c.hd
 			slots, maxPages := 3, 48 // 768 positions a slot
 			nPages := slots * maxPages
@@ -476,7 +498,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			g := &kgpu{t: t, ctx: g.ctx, params: g.params}
+			g := g.with(t)
 			if l, err := kcuda.Shape("flash_attn", []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd)}, len(c.rows), true); err != nil || l.Entry != kcuda.EntryTile {
 				t.Fatalf("launch %+v, %v: want the tile entry", l, err)
 			}
@@ -959,7 +981,7 @@ func TestKernelGatedDeltaNet(t *testing.T) {
 	const slots = 4
 	for _, c := range []struct{ hk, hv, s, off, grouped int }{{2, 4, 128, 256, 0}, {2, 6, 128, 0, 1}, {1, 3, 48, 0, 0}, {2, 4, 48, 16, 1}, {1, 2, 192, 64, 0}} {
 		t.Run(fmt.Sprintf("s%d-hv%d-grouped%d", c.s, c.hv, c.grouped), func(t *testing.T) {
-			g := &kgpu{t: t, ctx: g.ctx, params: g.params}
+			g := g.with(t)
 			slotBytes := c.off + c.hv*c.s*c.s*4 + 128
 			state := f32bytes(randF32(rng, slots*slotBytes/4, -0.5, 0.5))
 			cols := (2*c.hk + c.hv) * c.s

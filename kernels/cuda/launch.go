@@ -42,7 +42,7 @@ const (
 	EntryTile                     // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
 	EntryDP4A                     // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
 	EntryStage                    // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
-	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for decode steps of up to 16 rows
+	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for steps of up to 64 rows (decode)
 	NumEntries
 )
 
@@ -255,16 +255,21 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	}
 	// The activation rows are staged: each of the n/128 blocks of features
 	// would otherwise quantize its rows again, reading 4 bytes an element
-	// where the staged record has about 1.2. Steps of up to 16 rows take
-	// the narrow tile: on an H100 (zrt-run bench --tier cuda --slots 16
-	// -p 128 -n 128, same machine) S_TG at 16 slots went from 3 760 to
-	// 5 042 tok/s on the qwen3 0.6B shape and from 1 389 to 1 867 on the
-	// llama 7B shape, against the wide tile.
+	// where the staged record has about 1.2. Steps of up to 64 rows (decode)
+	// take the narrow tile, whose warps all work on a few rows. S_TG
+	// (zrt-run bench --tier cuda --slots 16,32,64 -p 128 -n 128) against
+	// the wide tile, same machine: on an H100 at 16 slots, qwen3 0.6B
+	// shape 3 760 → 5 042 tok/s, llama 7B 1 389 → 1 867; on an H200 at 32
+	// and 64 slots, qwen3 5 965 → 8 285 and 9 185 → 11 325, llama 7B
+	// 2 079 → 2 399 and 3 015 → 2 759 (the 7B's large matrices at 64 rows
+	// are bound by unpacking weights, which the wide tile does once for 64
+	// rows). The grid's x is the row tiles, so that those of a block of
+	// features run side by side and share its weights through L2.
 	rows, entry := uint32(mmtWide), EntryTile
-	if r <= mmtNarrow {
+	if r <= mmtWide {
 		rows, entry = mmtNarrow, EntryTile16
 	}
-	grid := [3]uint32{ceilDiv(n, mmtFeatures), ceilDiv(r, rows), 1}
+	grid := [3]uint32{ceilDiv(r, rows), ceilDiv(n, mmtFeatures), 1}
 	tiles := grid[0] * grid[1]
 	grid[2] = mmtSplits(tiles, k/256, mmtPerSM(typ, rows))
 	return Launch{Grid: grid, Block: block, Shared: mmtShared(typ, rows), Entry: entry, Staged: mmtStaged(r, k, rows, tiles, grid[2]), Stage: stage(r, k)}

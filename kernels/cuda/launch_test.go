@@ -21,25 +21,26 @@ func TestShapeMatmul(t *testing.T) {
 		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{224, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{250, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		// Past 8 rows: the tensor-core tile kernel for K-quants and Q8_0,
-		// 16 rows (up to 16) or 64 × MT_N features a block, its grids of
+		// 16 rows (up to 64) or 64 × MT_N features a block (grid x: the
+		// row tiles), its grids of
 		// few tiles splitting k (grid z) to fill the multiprocessors
 		// (mmtPerSM); the dp4a tile kernel, MM_MR rows a block, its grid
 		// bounded to mmqMaxBlocks, otherwise.
-		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{32, 2, 4}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{8, 1, 4}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{8, 1, 4}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{112, 1, 2}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores
-		{"matmul.q4_k", 4096, 14336, 16, [3]uint32{112, 1, 3}, [3]uint32{256, 1, 1}, true, false}, // three narrow blocks a multiprocessor
-		{"matmul.q6_k", 4096, 14336, 16, [3]uint32{112, 1, 2}, [3]uint32{256, 1, 1}, true, false}, // two: shared memory
-		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{32, 1, 12}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{4, 8, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{1, 8, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{4, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores, 16-row tiles
+		{"matmul.q4_k", 4096, 14336, 16, [3]uint32{1, 112, 3}, [3]uint32{256, 1, 1}, true, false}, // three narrow blocks a multiprocessor
+		{"matmul.q6_k", 4096, 14336, 16, [3]uint32{1, 112, 2}, [3]uint32{256, 1, 1}, true, false}, // two: shared memory
+		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{1, 32, 12}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false}, // no more parts than super-blocks
-		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{224, 2, 1}, [3]uint32{256, 1, 1}, true, true},
-		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{32, 2, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{2, 224, 1}, [3]uint32{256, 1, 1}, true, true},
+		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q8_0", 4096 + 128, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false}, // k not a multiple of 256: dp4a
 		// Fused norm + gate/up: n = 2f features.
 		{"rms_norm_gate_up.q8_0", 768, 4096, 1, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, true},
-		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{32, 2, 3}, [3]uint32{256, 1, 1}, true, true},
+		{"rms_norm_gate_up.q8_0", 768, 4096, 128, [3]uint32{2, 32, 3}, [3]uint32{256, 1, 1}, true, true},
 		{"rms_norm_gate_up.q5_k", 768, 4096, 1, [3]uint32{512, 1, 1}, [3]uint32{256, 1, 1}, false, true},
 		// The float path.
 		{"matmul.f16", 64, 128, 4, [3]uint32{16, 4, 1}, [3]uint32{256, 1, 1}, false, false},
@@ -78,10 +79,11 @@ func TestShapeLMHead(t *testing.T) {
 		entry   EntryPoint
 	}{
 		{128, true, [3]uint32{250, 16, 1}, EntryDP4A},
-		{16, false, [3]uint32{250, 1, 1}, EntryTile16},
-		{9, false, [3]uint32{250, 1, 1}, EntryTile16},
-		{64, false, [3]uint32{250, 1, 1}, EntryTile},
-		{32, false, [3]uint32{250, 1, 1}, EntryTile},
+		{16, false, [3]uint32{1, 250, 1}, EntryTile16},
+		{9, false, [3]uint32{1, 250, 1}, EntryTile16},
+		{64, false, [3]uint32{4, 250, 1}, EntryTile16},
+		{32, false, [3]uint32{2, 250, 1}, EntryTile16},
+		{128, false, [3]uint32{2, 250, 1}, EntryTile},
 	} {
 		l, err := Shape("lm_head.q6_k", []uint32{4096, 32000}, nil, c.rows, c.prefill)
 		if err != nil {

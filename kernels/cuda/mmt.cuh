@@ -16,11 +16,11 @@
 // summed as integers; only the per-super-block float combination (d, dmin,
 // the activation scale) is rounded, as in mmq.
 //
-// Two tiles: 64 rows (prefill, decode past 16 slots), whose warps are 2 ×
-// 4 pieces of 32 × 32, and 16 rows (decode up to 16 slots), whose warps
-// each take 16 rows × 16 features, so that all eight work where a 64-row
-// tile of a 16-row step left six idle; its smaller buffers leave room for
-// three copy stages and more blocks on a multiprocessor.
+// Two tiles: 64 rows (prefill), whose warps are 2 × 4 pieces of 32 × 32,
+// and 16 rows (steps of up to 64 rows: decode), whose warps each take 16
+// rows × 16 features, so that all eight work where a 64-row tile of a
+// 16-row step left six idle; its smaller buffers leave room for three
+// copy stages and more blocks on a multiprocessor.
 //
 // A matrix of few tiles splits k over gridDim.z blocks a tile (split-k),
 // so that it fills the GPU: each writes its partial tile to the staging
@@ -51,7 +51,7 @@ template <int MR> struct Mt {
 template <int T> struct Tc { enum { OK = 0, WS = 4, WD = 0 }; };
 template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144, WD = 16 + 8 }; }; // 8 scales, 8 mins; d, dmin
 template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212, WD = 16 + 8 }; }; // 16 scales; d
-template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // (its blocks' d are read where they are)
+template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // its blocks' d are read in place
 // MMT_TYPE(t) is Tc<t>::OK for the preprocessor, which decides the
 // instances that get the _stage and lm_head's _dp4a entries (typed.cuh).
 #define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K || (t) == T_Q8_0)
@@ -74,11 +74,11 @@ template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // (i
 
 // mt_stage quantizes the request's activation rows (RMS-normalized by wn
 // first when given) to XT (Q8_K or Q8_0) into q8, row r's kb-th 256 at
-// record r·k/256 + kb past the counters: a block per row, warp w taking records w, w +
-// blockDim.x/32, …. Each warp computes the row's RMS scale itself, in the
-// order the in-kernel quantizers do (a warp's lanes striding over the row,
-// in double). One launch does for the whole matrix what every block of
-// features would otherwise repeat.
+// record r·k/256 + kb past the counters: a block per row, warp w taking
+// records w, w + blockDim.x/32, …. Each warp computes the row's RMS scale
+// itself, in the order the in-kernel quantizers do (a warp's lanes
+// striding over the row, in double). One launch does for the whole matrix
+// what every block of features would otherwise repeat.
 template <int XT>
 __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const float* wn, float eps) {
     const int lane = threadIdx.x & 31, row = blockIdx.x;
@@ -163,15 +163,16 @@ __device__ __forceinline__ void mma_k16(int* c, const int* a, int b) {
                  : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
-
-// mmt computes the tile (blockIdx.y·MR rows, blockIdx.x·MT_N features) of
+// mmt computes the tile (blockIdx.x·MR rows, blockIdx.y·MT_N features) of
 // y = W·x, x staged in q8 by mt_stage, over blockIdx.z's share of the
 // k/256 super-blocks, and stores it through o: row r's outputs as row r,
 // or with lm (lm_head) as its slot's, and only if it wants logits. Rows
 // past the request's n_rows and features past n are computed on zeros and
 // not stored. The staging buffer holds the counters, the records of
-// gridDim.y·MR rows, then with split-k a partial tile per block; launch.go's
-// mmtStaged sizes it.
+// gridDim.x·MR rows, then with split-k a partial tile per block; launch.go's
+// mmtStaged sizes it. The row tiles of a block of features are launched
+// side by side (x before y), so that its weights come from memory once and
+// from L2 for the others.
 template <int TW, int MR>
 __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm, const u8* q8) {
     using L = Mt<MR>;
@@ -185,7 +186,7 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     u8* wsm = smem + NS * SB;               // [MT_N][16]
     float* wdd = (float*)(wsm + MT_N * 16); // [MT_N][2]
     const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.y * MR, f0 = blockIdx.x * MT_N;
+    const int row0 = blockIdx.x * MR, f0 = blockIdx.y * MT_N;
     const size_t rb = row_bytes<TW>(k);
     const u8* recs = MT_RECS(q8);
     dep_sync();
@@ -472,7 +473,7 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         constexpr int NV = MI * NI * 4;
         const int tile = blockIdx.y * gridDim.x + blockIdx.x;
         u32* count = (u32*)q8;
-        float* part = (float*)(recs + (size_t)gridDim.y * MR * kbs * MT_REC);
+        float* part = (float*)(recs + (size_t)gridDim.x * MR * kbs * MT_REC);
         float4* mine = (float4*)(part + (((size_t)tile * splits + blockIdx.z) * MT_THREADS + tid) * NV);
 #pragma unroll
         for (int mi = 0; mi < MI; mi++)

@@ -13,7 +13,7 @@
 // The entry points of the integer matrix families (kcuda.EntryPoint):
 // NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt's
 // 64-row tile for MMT_TYPE types, else mmq); for MMT_TYPE types
-// NAME_tile16, mmt's 16-row tile for decode steps of up to 16 rows;
+// NAME_tile16, mmt's 16-row tile for steps of up to 64 rows;
 // NAME_stage, which stages the activation rows for mmt (mt_stage): it and
 // both mmt entries take the staging buffer as one more parameter
 // (STAGE_PARAM), which the tier appends; and NAME_dp4a, mmq for MMT_TYPE
@@ -70,14 +70,14 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _tile)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n STAGE_PARAM) {
-    if constexpr (Tc<WT>::OK) // grid (n/MT_N, rows/64, splits)
+    if constexpr (Tc<WT>::OK) // grid (rows/64, n/MT_N, splits)
         mmt<WT, 64>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3)
     CAT(NAME, _tile16)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, const u8* q8) {
-    mmt<WT, 16>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, q8); // grid (n/MT_N, rows/16, splits)
+    mmt<WT, 16>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, q8); // grid (rows/16, n/MT_N, splits)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {

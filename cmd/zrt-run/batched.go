@@ -136,6 +136,28 @@ func printBatched(w io.Writer, rows []batchedResult, jsonl bool) error {
 	return nil
 }
 
+// printComparison writes, for each B both benches ran, zrt's and
+// llama.cpp's S_TG and S_PP and their ratios, so that the summary reads on
+// its own. Rows are paired by B, not by position: llama-batched-bench
+// leaves out a B whose batch does not fit its context.
+func printComparison(w io.Writer, zrt, ref []batchedResult) error {
+	fmt.Fprintln(w, "|    B | S_TG zrt | S_TG llama.cpp | zrt / llama.cpp | S_PP zrt | S_PP llama.cpp | zrt / llama.cpp |")
+	fmt.Fprintln(w, "|------|----------|----------------|-----------------|----------|----------------|-----------------|")
+	for _, z := range zrt {
+		for _, r := range ref {
+			if r.PL != z.PL {
+				continue
+			}
+			if _, err := fmt.Fprintf(w, "| %4d | %8.2f | %14.2f | %15.2f | %8.2f | %14.2f | %15.2f |\n", z.PL,
+				z.SpeedTG, r.SpeedTG, z.SpeedTG/r.SpeedTG, z.SpeedPP, r.SpeedPP, z.SpeedPP/r.SpeedPP); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	return nil
+}
+
 // runLlamaBatched runs llama-batched-bench on the same model with the same
 // test, threads and offload, its context large enough for the largest B
 // so that it skips no row, and returns its JSONL rows.

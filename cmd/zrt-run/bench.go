@@ -120,14 +120,11 @@ tool on the same model, threads and test and prints its table below.`,
 				if err := printBatched(w, ref, format == "jsonl"); err != nil {
 					return err
 				}
-				if format == "md" {
-					fmt.Fprintln(w, "\n|    B | S_TG zrt / llama.cpp | S_PP zrt / llama.cpp |")
-					fmt.Fprintln(w, "|------|----------------------|----------------------|")
-					for i := range min(len(rows), len(ref)) {
-						fmt.Fprintf(w, "| %4d | %20.2f | %20.2f |\n", rows[i].PL, rows[i].SpeedTG/ref[i].SpeedTG, rows[i].SpeedPP/ref[i].SpeedPP)
-					}
+				if format != "md" {
+					return nil
 				}
-				return nil
+				fmt.Fprintln(w)
+				return printComparison(w, rows, ref)
 			}
 			size, params, perToken := weightStats(e)
 			run := func(prompt, gen int) (float64, error) {

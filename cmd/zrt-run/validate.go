@@ -31,7 +31,10 @@ tokens), which checks the batched decode variants. Both replays stop after every
 residual stream after each layer, the output norm and the logits can be
 read and compared. It prints, per step, each point's largest absolute
 difference and that difference over the oracle's largest magnitude, and
-names the first layer whose relative difference exceeds --tolerance.
+names the first layer whose relative difference exceeds --tolerance, with
+how many of the step's rows do: a wrong weight or kernel moves every row,
+while a rounding difference moves only the rows where a near tie (an
+activation on a Q8 rounding boundary, two attention scores) amplifies it.
 
 It exits 0 when every point is within the tolerance and 1 otherwise. The
 default tolerance, 0.1, is above what a correct T-CUDA build measures
@@ -112,7 +115,8 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			}
 			tw.Flush()
 			if s, p, bad := rep.First(tol, shown); bad {
-				return fmt.Errorf("validate: first past tolerance %g: %s at %s, row %d (rel %.3g, max|Δ| %.3g)", tol, p.Name, s.Name, p.Row, p.Rel(), p.MaxAbs)
+				return fmt.Errorf("validate: first past tolerance %g: %s at %s, row %d (rel %.3g, max|Δ| %.3g; %d of %d rows past it)",
+					tol, p.Name, s.Name, p.Row, p.Rel(), p.MaxAbs, p.RowsPast(tol), len(p.RowAbs))
 			}
 			fmt.Fprintf(out, "every point within tolerance %g\n", tol)
 			return nil

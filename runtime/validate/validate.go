@@ -31,6 +31,21 @@ type Point struct {
 	// MaxAbs is the largest |got − oracle| (+Inf when got has a NaN or
 	// infinity the oracle does not); MaxRef the largest |oracle|.
 	MaxAbs, MaxRef float64
+	// RowAbs is each row's largest |got − oracle|: a wrong kernel moves
+	// every row, a rounding flip amplified by a near tie one or a few.
+	RowAbs []float64
+}
+
+// RowsPast counts the rows whose largest difference, relative to the
+// oracle's scale (MaxRef), exceeds tol.
+func (p Point) RowsPast(tol float64) int {
+	n := 0
+	for _, d := range p.RowAbs {
+		if !(d/max(p.MaxRef, 1e-30) <= tol) {
+			n++
+		}
+	}
+	return n
 }
 
 // Rel is MaxAbs relative to the oracle's scale.
@@ -236,7 +251,14 @@ func compare(ctx context.Context, got, oracle *runtime.Program, stage runtime.St
 			if pt.Name == "logits" {
 				rows = n / got.Hparams.NVocab
 			}
-			pt.Row = at / (n / rows)
+			w := n / rows
+			pt.Row = at / w
+			if len(vals[0][pt.Name]) == n {
+				for r := range rows {
+					d, _, _ := diff(vals[0][pt.Name][r*w:(r+1)*w], vals[1][pt.Name][r*w:(r+1)*w])
+					pt.RowAbs = append(pt.RowAbs, d)
+				}
+			}
 		}
 		s.Points = append(s.Points, pt)
 	}

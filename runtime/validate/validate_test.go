@@ -94,7 +94,7 @@ func TestBatchedDecodeIsExactOnCPU(t *testing.T) {
 
 // TestNamesTheBrokenLayer corrupts one row of layer 2's FFN down weights
 // in a copy of the bundle: layers 0 and 1 still match exactly, and layer
-// 2 is the first point past the tolerance, at the prefill.
+// 2 is the first point past the tolerance, at the prefill, in every row.
 func TestNamesTheBrokenLayer(t *testing.T) {
 	oracle := build(t, "cpu", "")
 	broken := build(t, "cpu", "")
@@ -106,6 +106,10 @@ func TestNamesTheBrokenLayer(t *testing.T) {
 	s, p, bad := rep.First(0.06, nil)
 	if !bad || p.Name != "layer 2" || s.Name != "prefill" {
 		t.Fatalf("first past tolerance: %v %q at %q, want layer 2 at prefill", bad, p.Name, s.Name)
+	}
+	// A wrong weight moves every row.
+	if len(p.RowAbs) != s.Rows || p.RowsPast(0.06) != s.Rows || p.RowsPast(math.Inf(1)) != 0 {
+		t.Errorf("rows past: %d of %d (%d rows in the step)", p.RowsPast(0.06), len(p.RowAbs), s.Rows)
 	}
 	for _, p := range rep.Steps[0].Points[:3] {
 		if p.MaxAbs != 0 {

@@ -244,20 +244,23 @@ func compare(ctx context.Context, got, oracle *runtime.Program, stage runtime.St
 	}
 	s := Step{Rows: len(b.Rows)}
 	for _, pt := range points(got.Hparams.NLayer) {
-		var at int
-		pt.MaxAbs, pt.MaxRef, at = diff(vals[0][pt.Name], vals[1][pt.Name])
-		if n := len(vals[1][pt.Name]); n > 0 {
-			rows := len(b.Rows)
-			if pt.Name == "logits" {
-				rows = n / got.Hparams.NVocab
-			}
-			w := n / rows
-			pt.Row = at / w
-			if len(vals[0][pt.Name]) == n {
-				for r := range rows {
-					d, _, _ := diff(vals[0][pt.Name][r*w:(r+1)*w], vals[1][pt.Name][r*w:(r+1)*w])
-					pt.RowAbs = append(pt.RowAbs, d)
-				}
+		g, o := vals[0][pt.Name], vals[1][pt.Name]
+		if len(o) == 0 || len(g) != len(o) {
+			pt.MaxAbs, pt.MaxRef = diff(g, o)
+			s.Points = append(s.Points, pt)
+			continue
+		}
+		rows := len(b.Rows)
+		if pt.Name == "logits" {
+			rows = len(o) / got.Hparams.NVocab
+		}
+		w := len(o) / rows
+		for r := range rows {
+			d, ref := diff(g[r*w:(r+1)*w], o[r*w:(r+1)*w])
+			pt.RowAbs = append(pt.RowAbs, d)
+			pt.MaxRef = max(pt.MaxRef, ref)
+			if d > pt.MaxAbs {
+				pt.MaxAbs, pt.Row = d, r
 			}
 		}
 		s.Points = append(s.Points, pt)
@@ -372,27 +375,26 @@ func floats(b []byte) []float32 {
 	return f
 }
 
-// diff is the largest |a−b|, the largest |b| and the index of that
-// difference; a value that is not finite in a where b's is makes the
-// difference infinite.
-func diff(a, b []float32) (maxAbs, maxRef float64, at int) {
+// diff is the largest |a−b| and the largest |b|; a value that is not
+// finite in a where b's is makes the difference infinite.
+func diff(a, b []float32) (maxAbs, maxRef float64) {
 	if len(a) != len(b) {
-		return math.Inf(1), 0, 0
+		return math.Inf(1), 0
 	}
 	for i := range a {
 		x, y := float64(a[i]), float64(b[i])
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			if x != y && !math.IsInf(maxAbs, 1) {
-				maxAbs, at = math.Inf(1), i
+			if x != y {
+				maxAbs = math.Inf(1)
 			}
 			continue
 		}
-		if d := math.Abs(x - y); d > maxAbs {
-			maxAbs, at = d, i
+		if d := math.Abs(x - y); d > maxAbs { // a NaN in b alone is not counted
+			maxAbs = d
 		}
 		if !math.IsInf(y, 0) && !math.IsNaN(y) {
 			maxRef = max(maxRef, math.Abs(y))
 		}
 	}
-	return maxAbs, maxRef, at
+	return maxAbs, maxRef
 }

@@ -130,16 +130,38 @@ func TestFlashAttnEntry(t *testing.T) {
 }
 
 // TestFaGroup: the query heads a decode attention block serves share one
-// KV head, as many as divide the group, at most 4.
+// KV head, as many as divide the group, at most 4, and at most 2 of heads
+// wider than 128.
 func TestFaGroup(t *testing.T) {
-	for _, c := range []struct{ heads, kv, want uint32 }{
-		{32, 32, 1}, {16, 8, 2}, {12, 4, 3}, {32, 8, 4}, {32, 4, 4}, {14, 2, 1}, {24, 2, 4}, {10, 1, 2},
+	for _, c := range []struct{ heads, kv, hd, want uint32 }{
+		{32, 32, 128, 1}, {16, 8, 128, 2}, {12, 4, 64, 3}, {32, 8, 128, 4}, {32, 4, 128, 4}, {14, 2, 64, 1},
+		{24, 2, 128, 4}, {10, 1, 64, 2}, {4, 1, 256, 2}, {12, 4, 256, 1}, {8, 8, 256, 1},
 	} {
-		if g := faGroup(c.heads, c.kv); g != c.want {
-			t.Errorf("%d heads on %d KV heads: groups of %d, want %d", c.heads, c.kv, g, c.want)
+		if g := faGroup(c.heads, c.kv, c.hd); g != c.want {
+			t.Errorf("%d heads of %d on %d KV heads: groups of %d, want %d", c.heads, c.hd, c.kv, g, c.want)
 		}
 	}
 	if _, err := Shape("flash_attn", []uint32{0}, []uint32{2, 12, 5, 64, 0}, 4, false); err == nil {
 		t.Error("12 heads on 5 KV heads: no error")
+	}
+}
+
+// TestFaWarps: a decode attention launch of few blocks gets more warps a
+// block, up to 32, within 48 KiB of shared memory; one of many keeps 8.
+func TestFaWarps(t *testing.T) {
+	for _, c := range []struct{ heads, kv, hd, rows, want uint32 }{
+		{16, 8, 128, 16, 32}, {16, 8, 128, 32, 16}, {16, 8, 128, 64, 8}, // qwen3 0.6B: 128 blocks at 16 rows
+		{32, 32, 128, 1, 32}, {32, 32, 128, 16, 8}, {32, 32, 128, 64, 8}, // llama 7B
+		{4, 1, 256, 1, 16}, {8, 1, 256, 1, 16}, // heads of 256: 32 warps would pass 48 KiB
+	} {
+		l, err := Shape("flash_attn", []uint32{0}, []uint32{2, c.heads, c.kv, c.hd, 0}, int(c.rows), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := faGroup(c.heads, c.kv, c.hd)
+		if l.Block[0] != 32*c.want || l.Shared != faShared(g, c.want, c.hd) || l.Shared > 48<<10 {
+			t.Errorf("%d heads of %d on %d KV heads, %d rows: block %d, %d bytes shared; want %d warps, %d bytes",
+				c.heads, c.hd, c.kv, c.rows, l.Block[0], l.Shared, c.want, faShared(g, c.want, c.hd))
+		}
 	}
 }

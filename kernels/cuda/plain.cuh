@@ -259,13 +259,15 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 
 #if FAMILY == FAMILY_FLASH_ATTN || FAMILY == FAMILY_FLASH_ATTN_EXT
 // flash_attn and flash_attn_ext: one block per (group of query heads
-// sharing a KV head, row); grid (heads / fa_group, rows).
+// sharing a KV head, row); grid (heads / fa_group, rows), W = blockDim/32
+// warps a block (launch.go's faWarps: more for launches of few blocks, so
+// that a decode step of a few rows still keeps the GPU's warps busy).
 // Flash decoding in F32: the block's warps split the row's keys (warp w
-// takes keys 32w+lane, 32w+256+lane, …), each keeps an online softmax
+// takes the w-th chunk of each W), each keeps an online softmax
 // (running maximum, sum and V accumulator) over its keys, and the warps'
 // states are merged at the end. A lane scores one key at a time against
 // the whole query (16-byte K loads), then the warp accumulates the chunk's
-// 32 V rows with each lane owning dimension pairs (half2 loads).
+// V rows with each lane owning dimension pairs (half2 loads).
 //
 // T-CPU follows ggml's CPU paths (F16 accumulation for small batches); this
 // kernel keeps everything in F32, which agrees with it within the parity
@@ -278,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 // tanh in double, rounded), a sliding window (the keys are
 // max(0, pos-window+1)..pos) and sinks (head h's logit sinks[h] joins the
 // merge of the warps' softmax states as a key with no value).
-#define FA_WARPS 8
+#define FA_MAX_WARPS 32
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 
@@ -289,14 +291,18 @@ struct FaArgs {
     const u32* ptab; // the slot's page table
     size_t page_bytes, head_ofs, vofs; // offsets in halves, but page_bytes
     u32 kv_dim;
-    int D, pos;
+    int D, pos, W;
     int first; // the first key the query sees
     float scale, softcap;
-    const float* qs; // the query, in shared memory
+    const float* qs; // the queries, in shared memory ([G][fa_qs(D)])
     __device__ __forceinline__ const __half* row(int t) const {
         return (const __half*)(kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes) + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * kv_dim;
     }
 };
+
+// fa_qs is a query's floats in shared memory: head_dim rounded up to 8,
+// so that each starts 32-byte aligned for the float4 loads.
+__host__ __device__ constexpr int fa_qs(int head_dim) { return (head_dim + 7) & ~7; }
 
 // fa_warp runs one warp's online softmax over its keys for the G query
 // heads of one KV head the block serves (each key's K and V rows are loaded
@@ -304,12 +310,14 @@ struct FaArgs {
 // returns each head's maximum and sum, and its accumulator in acc. Each
 // lane finds its key's cache row once (the page lookup) and hands the V
 // row's offset to the others by shuffle, so a chunk's V loads are all
-// independent.
+// independent. NV V rows are loaded at once: few enough that the kernel
+// stays within the 64 registers a 1024-thread block allows.
 template <int P2, int G>
 __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
-    constexpr int NV = (P2 <= 2 ? 16 : 8) / G < 4 ? 4 : (P2 <= 2 ? 16 : 8) / G; // V rows loaded at once
+    constexpr int NV = 8 / P2 < 8 / G ? 8 / P2 : 8 / G;
+    static_assert(NV >= 2 && G * P2 <= 8, "fa_group keeps a block's accumulators small");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int D = a.D;
+    const int D = a.D, QS = fa_qs(D);
     bool vec8 = D % 8 == 0, even = D % 2 == 0;
     float m[G], l[G];
     const __half* kv0 = (const __half*)a.kv;
@@ -321,8 +329,8 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
     }
     // Chunks of ch ≤ 32 keys, one a lane, so that short contexts still
     // spread over every warp.
-    const int ch = min(32, (a.pos - a.first + FA_WARPS) / FA_WARPS);
-    for (int base = a.first + warp * ch; base <= a.pos; base += FA_WARPS * ch) {
+    const int ch = min(32, (a.pos - a.first + a.W) / a.W);
+    for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
         const __half* kp = a.row(min(t, a.pos));
@@ -342,7 +350,7 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
                            k3 = __half22float2(hp[3]);
 #pragma unroll
                     for (int g = 0; g < G; g++) {
-                        const float* qg = a.qs + g * FA_MAX_D;
+                        const float* qg = a.qs + g * QS;
                         float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
                         dot[g] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y +
                             qb.z * k3.x + qb.w * k3.y;
@@ -352,7 +360,7 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
                 for (int i = 0; i < D; i++) {
                     float k = __half2float(kp[i]);
 #pragma unroll
-                    for (int g = 0; g < G; g++) dot[g] += a.qs[g * FA_MAX_D + i] * k;
+                    for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
                 }
             }
 #pragma unroll
@@ -409,23 +417,34 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
 
 // fa_group is how many query heads one block of the decode kernels
 // serves: all of them share their KV head, whose rows it loads once. The
-// largest of 4, 3, 2 that divides the heads a KV head serves, else 1;
-// launch.go's faGroup is the same.
-__host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv) {
-    return (n_head / n_head_kv) % 4 == 0 ? 4 : (n_head / n_head_kv) % 3 == 0 ? 3 : (n_head / n_head_kv) % 2 == 0 ? 2 : 1;
+// largest of 4, 3, 2 that divides the heads a KV head serves and keeps
+// the group's accumulators within 8 dimension pairs a lane (a head of
+// 256 takes 4: groups of at most 2), else 1; launch.go's faGroup is the
+// same.
+__host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv, u32 head_dim) {
+    return (n_head / n_head_kv) % 4 == 0 && head_dim <= 128 ? 4
+        : (n_head / n_head_kv) % 3 == 0 && head_dim <= 128  ? 3
+        : (n_head / n_head_kv) % 2 == 0                     ? 2
+                                                            : 1;
 }
 
-// fa_keep stores a warp's accumulators into its rows of wacc ([G][FA_WARPS][FA_MAX_D]).
-template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P2], float* wacc, int head_dim) {
+// fa_smem is the decode kernels' dynamic shared memory for G heads a
+// block, W warps and head width D: the queries, each warp's maximum, sum
+// and merge weight per head, and each warp's accumulators per head.
+// launch.go's faShared is the same.
+__host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * (fa_qs(D) + 3 * W + W * D); }
+
+// fa_keep stores a warp's accumulators into its rows of wacc ([G][W][D]).
+template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P2], float* wacc, int W, int D) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int g = 0; g < G; g++)
 #pragma unroll
         for (int i = 0; i < P2; i++) {
             int d = 64 * i + 2 * lane;
-            float* wr = wacc + ((size_t)g * FA_WARPS + warp) * FA_MAX_D;
-            if (d < head_dim) wr[d] = acc[g][i].x;
-            if (d + 1 < head_dim) wr[d + 1] = acc[g][i].y;
+            float* wr = wacc + ((size_t)g * W + warp) * D;
+            if (d < D) wr[d] = acc[g][i].x;
+            if (d + 1 < D) wr[d + 1] = acc[g][i].y;
         }
 }
 
@@ -435,10 +454,12 @@ template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P
 template <int G>
 __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
     float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
-    float(*qs)[FA_MAX_D] = (float(*)[FA_MAX_D])sm;                                  // [G][FA_MAX_D]
-    float(*wm)[FA_WARPS] = (float(*)[FA_WARPS])(sm + G * FA_MAX_D);                 // [G][FA_WARPS]
-    float(*wl)[FA_WARPS] = (float(*)[FA_WARPS])(sm + G * (FA_MAX_D + FA_WARPS));    // [G][FA_WARPS]
-    float(*wacc)[FA_WARPS][FA_MAX_D] = (float(*)[FA_WARPS][FA_MAX_D])(sm + G * (FA_MAX_D + 2 * FA_WARPS));
+    const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
+    float* qs = sm;                  // [G][QS]
+    float* wm = qs + G * QS;         // [G][W] each warp's maximum,
+    float* wl = wm + G * W;          // its sum,
+    float* wf = wl + G * W;          // and its weight in the merge
+    float* wacc = wf + G * W;        // [G][W][D]
     int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // Every load the block needs first is issued before any is used (the
     // request table and q have rows for the variant's whole capacity).
@@ -448,10 +469,11 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
     float qv[G];
 #pragma unroll
-    for (int g = 0; g < G; g++) qv[g] = tid < (int)head_dim ? qr[g * head_dim + tid] : 0.f;
-    if (row >= rows || h0 >= (int)n_head || head_dim > FA_MAX_D) return;
+    for (int g = 0; g < G; g++) qv[g] = tid < D ? qr[g * D + tid] : 0.f;
+    if (row >= rows || h0 >= (int)n_head || D > FA_MAX_D || W > FA_MAX_WARPS) return;
     FaArgs a;
-    a.D = head_dim;
+    a.D = D;
+    a.W = W;
     a.scale = scale;
     a.softcap = softcap;
     a.pos = pos;
@@ -463,77 +485,77 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     a.ptab = io + pt + slot * mp;
     a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
     a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
-    a.qs = &qs[0][0];
+    a.qs = qs;
     // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
     // long prompt's rows: decided by the row's request, never by how many
     // rows share the step, so a request's bits do not depend on its batch.
     bool f16q = !(flags & ROW_LONG_PROMPT);
 #pragma unroll
     for (int g = 0; g < G; g++)
-        if (tid < (int)head_dim) qs[g][tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ blockDim.x
+        if (tid < D) qs[g * QS + tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ 256 ≤ blockDim.x
     __syncthreads();
     float m[G], l[G];
-    int p2 = (head_dim + 63) / 64;
+    int p2 = (D + 63) / 64;
     if (p2 <= 1) {
         float2 acc[G][1];
         fa_warp<1, G>(a, m, l, acc);
-        fa_keep<1, G>(acc, &wacc[0][0][0], head_dim);
+        fa_keep<1, G>(acc, wacc, W, D);
     } else if (p2 == 2) {
         float2 acc[G][2];
         fa_warp<2, G>(a, m, l, acc);
-        fa_keep<2, G>(acc, &wacc[0][0][0], head_dim);
-    } else {
+        fa_keep<2, G>(acc, wacc, W, D);
+    } else if constexpr (G <= 2) { // fa_group: wider heads come in groups of at most 2
         float2 acc[G][FA_P2];
         fa_warp<FA_P2, G>(a, m, l, acc);
-        fa_keep<FA_P2, G>(acc, &wacc[0][0][0], head_dim);
+        fa_keep<FA_P2, G>(acc, wacc, W, D);
     }
 #pragma unroll
     for (int g = 0; g < G; g++)
-        if (lane == 0) wm[g][warp] = m[g], wl[g][warp] = l[g];
+        if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
+    __syncthreads();
+    // The merge: each warp's state weighs exp(its maximum − the overall
+    // one), the sink's too; the warps are summed in order.
+    auto top = [&](int g) {
+        float M = sinks ? sinks[h0 + g] : -INFINITY;
+        for (int w = 0; w < W; w++) M = fmaxf(M, wm[g * W + w]);
+        return M; // finite: key pos is always seen
+    };
+    for (int i = tid; i < G * W; i += blockDim.x) wf[i] = wm[i] == -INFINITY ? 0.f : expf(wm[i] - top(i / W));
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        int h = h0 + g;
-        float M = -INFINITY;
-        for (int w = 0; w < FA_WARPS; w++) M = fmaxf(M, wm[g][w]);
-        float sink = sinks ? sinks[h] : -INFINITY;
-        M = fmaxf(M, sink); // finite: key pos is always seen
-        float L = sinks ? expf(sink - M) : 0.f, f[FA_WARPS];
-#pragma unroll
-        for (int w = 0; w < FA_WARPS; w++) {
-            f[w] = wm[g][w] == -INFINITY ? 0.f : expf(wm[g][w] - M);
-            L += wl[g][w] * f[w];
-        }
+        float L = sinks ? expf(sinks[h0 + g] - top(g)) : 0.f;
+        for (int w = 0; w < W; w++) L += wl[g * W + w] * wf[g * W + w];
         float inv = L != 0.f ? 1.f / L : 0.f;
-        float* out = y + ((size_t)row * n_head + h) * head_dim;
-        for (int d = tid; d < (int)head_dim; d += blockDim.x) {
+        float* out = y + ((size_t)row * n_head + h0 + g) * D;
+        for (int d = tid; d < D; d += blockDim.x) {
             float o = 0.f;
-#pragma unroll
-            for (int w = 0; w < FA_WARPS; w++)
-                if (f[w] != 0.f) o += wacc[g][w][d] * f[w];
+            for (int w = 0; w < W; w++) {
+                float f = wf[g * W + w];
+                if (f != 0.f) o += wacc[((size_t)g * W + w) * D + d] * f;
+            }
             out[d] = o * inv;
         }
     }
 }
 
-// fa_run is the kernels' body: blocks of fa_group query heads, whose
-// shared memory (the queries, each warp's softmax state and accumulators)
-// is sized for the largest group.
+// fa_run is the kernels' body: blocks of fa_group query heads, W warps
+// each, in fa_smem's dynamic shared memory.
 __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
-    __shared__ __align__(16) float sm[4 * (FA_MAX_D + 2 * FA_WARPS + FA_WARPS * FA_MAX_D)];
+    extern __shared__ __align__(16) float fa_sm[];
     dep_sync();
-    switch (fa_group(n_head, n_head_kv)) {
-    case 4: fa_block<4>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    case 3: fa_block<3>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    case 2: fa_block<2>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    default: fa_block<1>(sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window);
+    switch (fa_group(n_head, n_head_kv, head_dim)) {
+    case 4: fa_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
+    case 3: fa_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
+    case 2: fa_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
+    default: fa_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window);
     }
 }
 #endif
 
 #if FAMILY == FAMILY_FLASH_ATTN
-extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const u32* io, float* y,
+extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
     fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
 }
@@ -734,7 +756,7 @@ extern "C" __global__ void __launch_bounds__(32 * FAT_WARPS) CAT(NAME, _tile)(co
 #if FAMILY == FAMILY_FLASH_ATTN_EXT
 // The oracle's scale is the spec's divided by softcap when there is one
 // (ggml_flash_attn_ext's), rounded to float.
-extern "C" __global__ void __launch_bounds__(256) NAME(const float* q, const u8* kv, const float* sinks, const u32* io,
+extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const float* sinks, const u32* io,
     float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits, u32 softcap_bits,
     u32 window) {
     float scale = __uint_as_float(scale_bits), softcap = __uint_as_float(softcap_bits);

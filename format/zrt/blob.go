@@ -22,8 +22,10 @@ const Magic = 0x0054525A
 // passed as an extra parameter and split k over grid z, and its decode
 // attention runs a block per group of query heads sharing a KV head. 4:
 // the staging buffer starts with split-k's counters, and decode steps of
-// up to 16 rows take a _tile16 entry.
-const ABIVersion = 4
+// up to 16 rows take a _tile16 entry. 5: decode attention blocks run 8 to
+// 32 warps in dynamic shared memory, rope_kv_write takes a warp a head, and
+// steps of 33 to 64 rows may take a _tile32 entry.
+const ABIVersion = 5
 
 // Target is a gpu_target code.
 type Target uint16

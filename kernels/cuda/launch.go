@@ -33,7 +33,7 @@ type Launch struct {
 }
 
 // EntryPoint names one of an instance's entry points: Entry(instance) plus
-// its suffix. The integer matmul path has three (typed.cuh).
+// its suffix (typed.cuh has the integer matrix families').
 type EntryPoint uint8
 
 // The entry points.
@@ -43,11 +43,14 @@ const (
 	EntryDP4A                     // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
 	EntryStage                    // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
 	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for steps of up to 64 rows (decode)
+	EntryTile32                   // _tile32: its 32-row tile, for steps of 33 to 64 rows
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
-func (e EntryPoint) Suffix() string { return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16"}[e] }
+func (e EntryPoint) Suffix() string {
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32"}[e]
+}
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
 // matrix kernels, one per warp.
@@ -121,14 +124,16 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 }
 
 // mmtFeatures is MT_N in mmt.cuh: the output features of a block of the
-// tensor-core multi-row kernel. Its tiles are mmtWide or mmtNarrow rows
-// (mmt's MR, the _tile and _tile16 entries). mmtTypes are its weight
+// tensor-core multi-row kernel. Its tiles are mmtWide, mmtMid or
+// mmtNarrow rows (mmt's MR, the _tile, _tile32 and _tile16 entries). mmtTypes are its weight
 // types, with the bytes of a feature's weights for 256 of k in shared
 // memory and of its scales (Tc<T>::WS and WD there).
 const (
 	mmtFeatures = 128
 	mmtWide     = 64
+	mmtMid      = 32
 	mmtNarrow   = 16
+	mmtMidK     = 4096 // the least k that takes the mid tile (see integerMatrix)
 )
 
 var mmtTypes = map[string]struct{ ws, wd int }{"q4_k": {144, 24}, "q6_k": {212, 24}, "q8_0": {272, 0}}
@@ -160,8 +165,8 @@ const (
 )
 
 // mmtPerSM is how many blocks of mmt's tile of rows rows an H100/H200
-// multiprocessor holds: its __launch_bounds__ (2 for the wide tile, 3 for
-// the narrow one) or what its shared memory allows (228 KiB, 1 KiB of it
+// multiprocessor holds: its __launch_bounds__ (3 for the narrow tile, 2
+// for the others) or what its shared memory allows (228 KiB, 1 KiB of it
 // reserved per block), whichever is fewer. mmtSMs is the multiprocessors.
 // A matrix of fewer tiles than fill them splits k into as many parts as
 // keep it within that (split-k): the 1024-feature projections back into
@@ -263,11 +268,19 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	// and 64 slots, qwen3 5 965 → 8 285 and 9 185 → 11 325, llama 7B
 	// 2 079 → 2 399 and 3 015 → 2 759 (the 7B's large matrices at 64 rows
 	// are bound by unpacking weights, which the wide tile does once for 64
-	// rows). The grid's x is the row tiles, so that those of a block of
-	// features run side by side and share its weights through L2.
+	// rows). Past 32 rows, a matrix of k ≥ mmtMidK takes the 32-row tile,
+	// which unpacks its weights half as often as the narrow one: llama 7B
+	// S_TG at 64 slots 3 150 → 3 466 (H100, same run); the qwen3 0.6B
+	// shape, whose matrices are small, lost with it (12 098 → 11 883) and
+	// keeps the narrow tile. The grid's x is the row tiles, so that those
+	// of a block of features run side by side and share its weights
+	// through L2.
 	rows, entry := uint32(mmtWide), EntryTile
-	if r <= mmtWide {
+	switch {
+	case r <= mmtMid || r <= mmtWide && k < mmtMidK:
 		rows, entry = mmtNarrow, EntryTile16
+	case r <= mmtWide:
+		rows, entry = mmtMid, EntryTile32
 	}
 	grid := [3]uint32{ceilDiv(r, rows), ceilDiv(n, mmtFeatures), 1}
 	tiles := grid[0] * grid[1]
@@ -354,17 +367,14 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 	}
 	switch family {
 	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "argmax", "add_gated", "attn_temp":
-	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (row, head), or per (row, 8 heads)
+	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: a block per (row, 8 heads), a warp a head
 		if err := need(spec, 4, "spec"); err != nil {
 			return l, err
 		}
 		if spec[3] > 512 { // the kernels' shared tables
 			return l, fmt.Errorf("cuda: %s: head_dim %d over the kernel's 512", family, spec[3])
 		}
-		l.Grid[1] = spec[1] + spec[2]
-		if family == "rms_norm_rope_kv_write" { // a warp per head
-			l.Grid[1] = ceilDiv(l.Grid[1], BlockSize(family)/32)
-		}
+		l.Grid[1] = ceilDiv(spec[1]+spec[2], BlockSize(family)/32)
 	case "matmul", "matmul_residual", "lm_head": // push k, n
 		if err := need(push, 2, "push"); err != nil {
 			return l, err

@@ -21,15 +21,16 @@ func TestShapeMatmul(t *testing.T) {
 		{"matmul.q4_k", 4096, 14336, 1, [3]uint32{224, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		{"lm_head.q6_k", 4096, 32000, 1, [3]uint32{250, 1, 1}, [3]uint32{32, 16, 1}, false, false},
 		// Past 8 rows: the tensor-core tile kernel for K-quants and Q8_0,
-		// 16 rows (up to 64) or 64 × MT_N features a block (grid x: the
-		// row tiles), its grids of
-		// few tiles splitting k (grid z) to fill the multiprocessors
+		// 16 rows (up to 32, or 64 for k < 4096), 32 (up to 64) or 64 ×
+		// MT_N features a block (grid x: the row tiles), its grids of few
+		// tiles splitting k (grid z) to fill the multiprocessors
 		// (mmtPerSM); the dp4a tile kernel, MM_MR rows a block, its grid
 		// bounded to mmqMaxBlocks, otherwise.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{4, 8, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{1, 8, 4}, [3]uint32{256, 1, 1}, true, false},
-		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{4, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // 32 MiB: tensor cores, 16-row tiles
+		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{2, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // k = 4096: 32-row tiles
+		{"matmul.q4_k", 4096, 14336, 32, [3]uint32{2, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // 16-row tiles up to 32 rows
 		{"matmul.q4_k", 4096, 14336, 16, [3]uint32{1, 112, 3}, [3]uint32{256, 1, 1}, true, false}, // three narrow blocks a multiprocessor
 		{"matmul.q6_k", 4096, 14336, 16, [3]uint32{1, 112, 2}, [3]uint32{256, 1, 1}, true, false}, // two: shared memory
 		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{1, 32, 12}, [3]uint32{256, 1, 1}, true, false},
@@ -81,7 +82,8 @@ func TestShapeLMHead(t *testing.T) {
 		{128, true, [3]uint32{250, 16, 1}, EntryDP4A},
 		{16, false, [3]uint32{1, 250, 1}, EntryTile16},
 		{9, false, [3]uint32{1, 250, 1}, EntryTile16},
-		{64, false, [3]uint32{4, 250, 1}, EntryTile16},
+		{64, false, [3]uint32{2, 250, 1}, EntryTile32},
+		{40, false, [3]uint32{2, 250, 1}, EntryTile32},
 		{32, false, [3]uint32{2, 250, 1}, EntryTile16},
 		{128, false, [3]uint32{2, 250, 1}, EntryTile},
 	} {

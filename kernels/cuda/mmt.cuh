@@ -16,11 +16,13 @@
 // summed as integers; only the per-super-block float combination (d, dmin,
 // the activation scale) is rounded, as in mmq.
 //
-// Two tiles: 64 rows (prefill), whose warps are 2 × 4 pieces of 32 × 32,
-// and 16 rows (steps of up to 64 rows: decode), whose warps each take 16
-// rows × 16 features, so that all eight work where a 64-row tile of a
-// 16-row step left six idle; its smaller buffers leave room for three
-// copy stages and more blocks on a multiprocessor.
+// Three tiles: 64 rows (prefill), whose warps are 2 × 4 pieces of 32 ×
+// 32, and 16 and 32 rows (steps of up to 64 rows: decode), whose warps
+// each take all the tile's rows × 16 features, so that all eight work
+// where a 64-row tile of a 16-row step left six idle. The 16-row tile's
+// smaller buffers leave room for three copy stages and more blocks on a
+// multiprocessor; the 32-row tile unpacks each weight fragment once for
+// two row fragments.
 //
 // A matrix of few tiles splits k over gridDim.z blocks a tile (split-k),
 // so that it fills the GPU: each writes its partial tile to the staging

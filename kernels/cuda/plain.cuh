@@ -164,22 +164,27 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == FAMILY_ROPE_KV_WRITE // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows, n_head+n_head_kv)
-// Block (row, h) handles one head: Q head h for h < n_head, else KV head
-// h-n_head (its K roped, its V as is). The arithmetic is rope's (same
-// table, same expressions) and kv_write's rounding; k itself is not written.
+#if FAMILY == FAMILY_ROPE_KV_WRITE // rope_kv_write: rope of q in place, rope of k into the cache with v; grid (rows, heads/8)
+// Block (row, y) handles heads 8y..8y+7 of its row, a warp a head, after
+// one rope table for them (a block per (row, head) built the table again
+// for every head: at 64 rows of the llama 7B shape, 46 µs a call). Head h
+// is Q head h for h < n_head, else KV head h-n_head (its K roped, its V as
+// is). The arithmetic is rope's (same table, same expressions) and
+// kv_write's rounding; k itself is not written.
 extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k, const float* v, const u32* io, u8* kv,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
     dep_sync();
-    int row = blockIdx.x, h = blockIdx.y;
+    int row = blockIdx.x, lane = threadIdx.x & 31;
     if (row >= (int)io[IO_ROWS]) return;
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
     int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256];
     rope_table(pos, n_rot, base_bits, scale_bits, cs, sn);
+    int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (h >= (int)(n_head + n_head_kv)) return;
     if (h < (int)n_head) {
         float* x = q + ((size_t)row * n_head + h) * head_dim;
-        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        for (int p = lane; p < pairs; p += 32) {
             float c = cs[p], s = sn[p];
             int i0 = 2 * p, i1 = 2 * p + 1;
             if (neox) i0 = p, i1 = p + pairs;
@@ -196,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
     __half* dv = kv_at(kv, page, layer, n_layer, kv_dim, 1, pos % KV_PAGE_TOKENS) + h * head_dim;
     const float* x = k + (size_t)row * kv_dim + h * head_dim;
     const float* vr = v + (size_t)row * kv_dim + h * head_dim;
-    for (int d = threadIdx.x; d < (int)head_dim; d += blockDim.x) {
+    for (int d = lane; d < (int)head_dim; d += 32) {
         dk[d] = __float2half_rn(rope_elem(x, d, n_rot, neox, cs, sn));
         dv[d] = __float2half_rn(vr[d]);
     }

@@ -13,7 +13,8 @@
 // The entry points of the integer matrix families (kcuda.EntryPoint):
 // NAME, the matrix-vector kernel; NAME_tile, the multi-row kernel (mmt's
 // 64-row tile for MMT_TYPE types, else mmq); for MMT_TYPE types
-// NAME_tile16, mmt's 16-row tile for steps of up to 64 rows;
+// NAME_tile16 and NAME_tile32, mmt's 16- and 32-row tiles for steps of up
+// to 64 rows;
 // NAME_stage, which stages the activation rows for mmt (mt_stage): it and
 // both mmt entries take the staging buffer as one more parameter
 // (STAGE_PARAM), which the tier appends; and NAME_dp4a, mmq for MMT_TYPE
@@ -23,6 +24,7 @@
 #define ENTRY_TILE 1
 #define ENTRY_DP4A 2
 #define ENTRY_TILE16 4
+#define ENTRY_TILE32 5
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 #if MMT_TYPE(WT)
@@ -80,6 +82,10 @@ extern "C" __global__ void __launch_bounds__(256, 3)
     mmt<WT, 16>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, q8); // grid (rows/16, n/MT_N, splits)
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _tile32)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, const u8* q8) {
+    mmt<WT, 32>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, q8); // grid (rows/32, n/MT_N, splits)
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
 }
@@ -116,6 +122,10 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256, 3)
     CAT(NAME, _tile16)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, const u8* q8) {
     mmt<WT, 16>(w, io, k, nv, mm_out(logits, nv, nullptr), true, q8);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+    CAT(NAME, _tile32)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, const u8* q8) {
+    mmt<WT, 32>(w, io, k, nv, mm_out(logits, nv, nullptr), true, q8);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
     CAT(NAME, _dp4a)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
@@ -250,6 +260,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
         else if constexpr (Tc<T>::OK) {
             if (entry == ENTRY_TILE) mmt<T, 64>(w, io, k, n, o, false, q8);
             else if (entry == ENTRY_TILE16) mmt<T, 16>(w, io, k, n, o, false, q8);
+            else if (entry == ENTRY_TILE32) mmt<T, 32>(w, io, k, n, o, false, q8);
             else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         } else mmq<T>(x, w, io, k, n, o, false, wn, eps);
         return;
@@ -286,6 +297,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_ARGS(S
 extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) QKV_ARGS(STAGE_PARAM) {
     QKV_BODY(ENTRY_TILE16, q8);
 }
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile32) QKV_ARGS(STAGE_PARAM) {
+    QKV_BODY(ENTRY_TILE32, q8);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) QKV_PARAMS { QKV_BODY(ENTRY_DP4A, nullptr); }
 extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) QKV_ARGS(STAGE_PARAM) {
     mt_stage<VT>(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
@@ -308,6 +322,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(ST
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) GU_ARGS(STAGE_PARAM) {
     GU_BODY(ENTRY_TILE16, q8);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile32) GU_ARGS(STAGE_PARAM) {
+    GU_BODY(ENTRY_TILE32, q8);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) GU_PARAMS { GU_BODY(ENTRY_DP4A, nullptr); }
 extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) GU_ARGS(STAGE_PARAM) {

@@ -810,8 +810,8 @@ func TestKernelIQuants(t *testing.T) {
 // and some rows not wanting logits): the matrix-vector kernel at 4 rows,
 // the tensor-core tiles at 16, 32 and 64 (decode variants; 64 rows make a
 // full tile), the dp4a tiles at 64 (a prefill variant), for k of two
-// super-blocks and of one. n = 300 leaves a partial tile of features.
-// The tolerance is 1e-3: random Q6_K scales reach ±128, and the float
+// super-blocks and of one, and of 16 (the 32-row tile at 64 rows). n =
+// 300 leaves a partial tile of features. The tolerance is 1e-3: random Q6_K scales reach ±128, and the float
 // combination of a logit's large partial sums, in another order than
 // T-CPU's, loses about 1e-4 of the small ones.
 func TestKernelLMHeadRows(t *testing.T) {
@@ -820,7 +820,7 @@ func TestKernelLMHeadRows(t *testing.T) {
 	for _, tk := range []struct {
 		typ ggml.Type
 		k   int
-	}{{ggml.Q4_K, 512}, {ggml.Q6_K, 512}, {ggml.Q4_K, 256}, {ggml.Q6_K, 256}, {ggml.Q8_0, 512}} {
+	}{{ggml.Q4_K, 512}, {ggml.Q6_K, 512}, {ggml.Q4_K, 256}, {ggml.Q6_K, 256}, {ggml.Q8_0, 512}, {ggml.Q6_K, 4096}} {
 		typ, k, n := tk.typ, tk.k, 300
 		inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
 		w := kweights(t, rng, typ, n, k)
@@ -847,13 +847,14 @@ func TestKernelLMHeadRows(t *testing.T) {
 }
 
 // TestKernelMatrixTiles holds the Q4_K, Q6_K and Q8_0 matrix kernels'
-// tensor-core tiles, with their staged rows, to T-CPU: decode variants of 16, 40 with
-// 33 active, and 64 rows, prefill variants of 64 and 100 rows (the last
-// tile partial), for a plain product added to a residual, the fused norm +
-// gate/up and the fused norm + QKV, for k of one, two and three
-// super-blocks (the small grid splits k into as many parts: the partial
-// tiles' sum is checked too). n = 300 leaves a partial tile of features.
-// Tolerance 1e-3, as for lm_head.
+// tensor-core tiles, with their staged rows, to T-CPU: decode variants of
+// 16, 40 with 33 active, and 64 rows, prefill variants of 64 and 100 rows
+// (the last tile partial), for a plain product added to a residual, the
+// fused norm + gate/up and the fused norm + QKV, for k of one, two and
+// three super-blocks (the small grid splits k into as many parts: the
+// partial tiles' sum is checked too) and of 16, where the decode variants
+// past 32 rows take the 32-row tile. n = 300 leaves a partial tile of
+// features. Tolerance 1e-3, as for lm_head.
 func TestKernelMatrixTiles(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(22))
@@ -861,7 +862,8 @@ func TestKernelMatrixTiles(t *testing.T) {
 	for _, tk := range []struct {
 		typ ggml.Type
 		k   int
-	}{{ggml.Q4_K, 768}, {ggml.Q6_K, 768}, {ggml.Q4_K, 256}, {ggml.Q6_K, 512}, {ggml.Q8_0, 768}, {ggml.Q8_0, 256}} { // 256, 512: one and two super-blocks
+	}{{ggml.Q4_K, 768}, {ggml.Q6_K, 768}, {ggml.Q4_K, 256}, {ggml.Q6_K, 512}, {ggml.Q8_0, 768}, {ggml.Q8_0, 256}, // 256, 512: one and two super-blocks
+		{ggml.Q4_K, 4096}, {ggml.Q6_K, 4096}, {ggml.Q8_0, 4096}} { // 4096: 33 to 64 rows take the 32-row tile
 		typ, k := tk.typ, tk.k
 		w := kweights(t, rng, typ, n, k)
 		wn := f32bytes(randF32(rng, k, 0.5, 1.5))

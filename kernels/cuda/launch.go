@@ -125,9 +125,10 @@ func mmvShape(typ string, k, n uint32) (grid, block [3]uint32) {
 
 // mmtFeatures is MT_N in mmt.cuh: the output features of a block of the
 // tensor-core multi-row kernel. Its tiles are mmtWide, mmtMid or
-// mmtNarrow rows (mmt's MR, the _tile, _tile32 and _tile16 entries). mmtTypes are its weight
-// types, with the bytes of a feature's weights for 256 of k in shared
-// memory and of its scales (Tc<T>::WS and WD there).
+// mmtNarrow rows (mmt's MR, the _tile, _tile32 and _tile16 entries).
+// mmtTypes are its weight types, with the bytes of a feature's weights
+// for 256 of k in shared memory and of its scales (Tc<T>::WS and WD
+// there).
 const (
 	mmtFeatures = 128
 	mmtWide     = 64

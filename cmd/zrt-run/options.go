@@ -31,7 +31,7 @@ const envHelp = `Environment (a flag wins over its variable):
   ZRT_TRACE=1                          print every dispatch's output (compare with llama-eval-callback)
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
-  ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel (replays launches one by one)
+  ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
   ZRT_KFD=kfd|sim                      T1's device: /dev/kfd (default), or the simulated KFD that runs T-CPU kernels
                                        (ZRT_TIER=t2: T1's path over an amdgpu render node's user-mode queues)`
 

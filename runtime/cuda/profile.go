@@ -13,14 +13,37 @@ import (
 
 // profiler times kernels: with it on (ZRT_CUDA_PROFILE=1), Run replays the
 // launch list directly instead of the captured graph, with a timing event
-// after every launch, and Close prints each kernel's share of GPU time. It
-// is for finding the slow kernel, not for measuring end-to-end speed:
-// un-captured launches add their own gaps.
+// after every launch, and Close prints, for each variant run, its steps,
+// its GPU time a step and each kernel's share of it. It is for finding the
+// slow kernel, not for measuring end-to-end speed: un-captured launches
+// add their own gaps.
 type profiler struct {
 	events []driver.Event
-	ms     map[string]float64
-	calls  map[string]int
+	runs   map[string]*variantProfile // by variant key ("decode.s16.r16")
 	out    io.Writer
+}
+
+// variantProfile is one variant's timings: its steps, and each kernel's
+// (entry-qualified name's) milliseconds and calls over them.
+type variantProfile struct {
+	steps int
+	ms    map[string]float64
+	calls map[string]int
+}
+
+func newProfiler(out io.Writer) *profiler {
+	return &profiler{runs: map[string]*variantProfile{}, out: out}
+}
+
+// add records one launch of kernel name in variant key.
+func (p *profiler) add(key, name string, ms float64) {
+	v := p.runs[key]
+	if v == nil {
+		v = &variantProfile{ms: map[string]float64{}, calls: map[string]int{}}
+		p.runs[key] = v
+	}
+	v.ms[name] += ms
+	v.calls[name]++
 }
 
 func (t *Tier) runProfiled(ctx context.Context, vi int) error {
@@ -59,6 +82,7 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 	if err := t.wait(ctx, vi); err != nil {
 		return err
 	}
+	key := t.keys[vi]
 	for i := range ls {
 		ms, err := p.events[i+1].Elapsed(p.events[i])
 		if err != nil {
@@ -68,27 +92,52 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 		if e := ls[i].Shape.Entry; e != kcuda.EntryMain {
 			name += " (" + strings.TrimPrefix(e.Suffix(), "_") + ")"
 		}
-		p.ms[name] += float64(ms)
-		p.calls[name]++
+		p.add(key, name, float64(ms))
+	}
+	if v := p.runs[key]; v != nil {
+		v.steps++
 	}
 	return nil
 }
 
-// report prints the kernels by total time.
+// report prints each variant that ran, the most GPU time first: its
+// steps and time a step, then its kernels by total time, with their share
+// of the variant's.
 func (p *profiler) report() {
-	var names []string
-	total := 0.0
-	for n, ms := range p.ms {
-		names = append(names, n)
-		total += ms
+	total := func(v *variantProfile) (ms float64) {
+		for _, m := range v.ms {
+			ms += m
+		}
+		return ms
 	}
-	if total == 0 {
-		return
+	keys := make([]string, 0, len(p.runs))
+	for k := range p.runs {
+		keys = append(keys, k)
 	}
-	sort.Slice(names, func(a, b int) bool { return p.ms[names[a]] > p.ms[names[b]] })
-	fmt.Fprintf(p.out, "%-22s %8s %10s %10s %6s\n", "kernel", "calls", "total ms", "avg µs", "share")
-	for _, n := range names {
-		fmt.Fprintf(p.out, "%-22s %8d %10.3f %10.2f %5.1f%%\n", n, p.calls[n], p.ms[n], 1000*p.ms[n]/float64(p.calls[n]), 100*p.ms[n]/total)
+	sort.Slice(keys, func(a, b int) bool {
+		ta, tb := total(p.runs[keys[a]]), total(p.runs[keys[b]])
+		return ta > tb || ta == tb && keys[a] < keys[b]
+	})
+	for i, k := range keys {
+		v, sum := p.runs[k], total(p.runs[k])
+		if sum == 0 || v.steps == 0 {
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(p.out)
+		}
+		fmt.Fprintf(p.out, "variant %s: %d steps, %.3f ms a step\n", k, v.steps, sum/float64(v.steps))
+		names := make([]string, 0, len(v.ms))
+		for n := range v.ms {
+			names = append(names, n)
+		}
+		sort.Slice(names, func(a, b int) bool {
+			return v.ms[names[a]] > v.ms[names[b]] || v.ms[names[a]] == v.ms[names[b]] && names[a] < names[b]
+		})
+		fmt.Fprintf(p.out, "%-34s %8s %10s %10s %6s\n", "kernel", "calls", "total ms", "avg µs", "share")
+		for _, n := range names {
+			fmt.Fprintf(p.out, "%-34s %8d %10.3f %10.2f %5.1f%%\n", n, v.calls[n], v.ms[n], 1000*v.ms[n]/float64(v.calls[n]), 100*v.ms[n]/sum)
+		}
 	}
 }
 

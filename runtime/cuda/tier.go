@@ -77,6 +77,7 @@ type Tier struct {
 	overlap  []bool
 	pdl      bool // programmatic dependent launch available and not switched off (Options.NoPDL)
 	variants [][]Launch
+	keys     []string // each variant's ShapeKey, for the profiler
 	graphs   map[int]*graph
 	clock    uint64
 	maxGr    int
@@ -110,7 +111,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	}
 	t.pdl = info.Major >= 9 && driver.CanOverlapLaunches() && !opt.NoPDL
 	if opt.Profile {
-		t.prof = &profiler{ms: map[string]float64{}, calls: map[string]int{}, out: os.Stderr}
+		t.prof = newProfiler(os.Stderr)
 	}
 	if err := t.load(b); err != nil {
 		t.close()
@@ -208,6 +209,7 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			smem[e][l.Kernel] = max(smem[e][l.Kernel], l.Shape.Shared)
 		}
 		t.variants = append(t.variants, ls)
+		t.keys = append(t.keys, g.Variants[vi].Key())
 	}
 	if err := t.allocStaging(); err != nil {
 		return err

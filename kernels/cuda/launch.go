@@ -305,7 +305,7 @@ func faGroup(nHead, nHeadKV, headDim uint32) uint32 {
 
 // faShared is fa_smem in plain.cuh: the decode attention kernels' shared
 // memory for g heads a block, w warps and heads of d.
-func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d)) }
+func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1)) }
 
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // plain.cuh at most) for a launch of blocks blocks: 8, doubled while the
@@ -367,7 +367,9 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 		return nil
 	}
 	switch family {
-	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "argmax", "add_gated", "attn_temp":
+	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "add_gated", "attn_temp":
+	case "argmax": // a block of 1024 a row (plain.cuh)
+		l.Block[0] = 1024
 	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: a block per (row, 8 heads), a warp a head
 		if err := need(spec, 4, "spec"); err != nil {
 			return l, err

@@ -246,23 +246,43 @@ template <> struct WBlk<T_Q4_K> { // 8 lanes a block: 16 bytes of qs (32 quants)
 };
 
 template <> struct WBlk<T_Q6_K> { // 8 lanes a block: 8 positions l of a half (32 quants) each
-    int a0, a1, b0, b1, h0, h1; // raw ql (l, l+32) and qh bytes
-    int q[8];                   // unpacked quants - 32 of y[l], y[l+32], y[l+64], y[l+96], two ints each
+    // A block of 210 bytes starts on a 2-byte boundary (0 or 2 past a
+    // word), and each piece a lane needs is 8 bytes at a multiple of 8 in
+    // it: load keeps the three aligned words that hold each piece (ql at
+    // l, at l+32, qh, the scales) and prep shifts them into place with
+    // byte_perm. Twelve word loads instead of the 24 halfword ones that
+    // assembling each word from two took: the load/store unit, not DRAM,
+    // was the bound.
+    u32 raw[4][3];
+    u32 sel;
+    int q[8]; // unpacked quants - 32 of y[l], y[l+32], y[l+64], y[l+96], two ints each
     int s0, s2, s4, s6;
     float d;
     __device__ __forceinline__ void load(const u8* wr, int b, int sub) {
         const u8* p = wr + (size_t)b * 210;
         int h = sub >> 2, g = sub & 3;
-        const u8* ql = p + 64 * h + 8 * g;
-        const u8* qh = p + 128 + 32 * h + 8 * g;
-        a0 = ld_a2(ql), a1 = ld_a2(ql + 4);
-        b0 = ld_a2(ql + 32), b1 = ld_a2(ql + 36);
-        h0 = ld_a2(qh), h1 = ld_a2(qh + 4);
-        const signed char* sc = (const signed char*)(p + 192 + 8 * h + (g >> 1));
-        s0 = __ldg(sc), s2 = __ldg(sc + 2), s4 = __ldg(sc + 4), s6 = __ldg(sc + 6);
+        const int at[4] = {64 * h + 8 * g, 64 * h + 8 * g + 32, 128 + 32 * h + 8 * g, 192 + 8 * h};
+        bool odd = (size_t)p & 2;
+        sel = odd ? 0x5432 : 0x3210;
+        // An aligned block needs two words a piece: its third is the second
+        // again, so the last block of a matrix reads nothing past its end.
+        const u32* w0 = (const u32*)((size_t)p & ~(size_t)3);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            raw[i][0] = __ldg(w0 + at[i] / 4), raw[i][1] = __ldg(w0 + at[i] / 4 + 1);
+            raw[i][2] = __ldg(w0 + at[i] / 4 + (odd ? 2 : 1));
+        }
         d = ldg_f16(p + 208);
     }
-    __device__ __forceinline__ void prep(int) {
+    __device__ __forceinline__ void prep(int sub) {
+        u32 x[4][2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) x[i][0] = __byte_perm(raw[i][0], raw[i][1], sel), x[i][1] = __byte_perm(raw[i][1], raw[i][2], sel);
+        const int a0 = x[0][0], a1 = x[0][1], b0 = x[1][0], b1 = x[1][1], h0 = x[2][0], h1 = x[2][1];
+        // The sub-block scales at bytes (g>>1) + 0, 2, 4, 6 of the eight.
+        int sh = 8 * ((sub & 3) >> 1);
+        s0 = (signed char)(x[3][0] >> sh), s2 = (signed char)(x[3][0] >> (16 + sh));
+        s4 = (signed char)(x[3][1] >> sh), s6 = (signed char)(x[3][1] >> (16 + sh));
         const int M = 0x0F0F0F0F, H = 0x30303030, B = 0x20202020;
         q[0] = __vsub4((a0 & M) | ((h0 << 4) & H), B), q[1] = __vsub4((a1 & M) | ((h1 << 4) & H), B);
         q[2] = __vsub4((b0 & M) | ((h0 << 2) & H), B), q[3] = __vsub4((b1 & M) | ((h1 << 2) & H), B);

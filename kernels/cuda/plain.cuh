@@ -70,12 +70,12 @@ __device__ __forceinline__ float rope_elem(const float* x, int d, int n_rot, boo
 #if FAMILY == FAMILY_ROPE // rope: rotate pairs by pos·θ_i; grid (rows)
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, u32 n_head, u32 head_dim,
     u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
-    dep_sync();
     int row = blockIdx.x;
-    if (row >= (int)io[IO_ROWS]) return;
     int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256];
-    rope_table(io_row(io, row, ROW_POS), n_rot, base_bits, scale_bits, cs, sn);
+    rope_table(io_row(io, row, ROW_POS), n_rot, base_bits, scale_bits, cs, sn); // the request table's: before dep_sync
+    dep_sync();
+    if (row >= (int)io[IO_ROWS]) return;
     for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
         int h = it / pairs, p = it % pairs;
         float c = cs[p], s = sn[p];
@@ -102,9 +102,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* freq, const u32* io, u32 n_head,
     u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits, u32 attn_bits, u32 ext_bits, u32 lo_bits,
     u32 hi_bits) {
-    dep_sync();
     int row = blockIdx.x;
-    if (row >= (int)io[IO_ROWS]) return;
     int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256];
     float base = __uint_as_float(base_bits), fscale = __uint_as_float(scale_bits), mscale = __uint_as_float(attn_bits);
@@ -127,6 +125,8 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* fr
         cs[p] = (float)cd * mscale, sn[p] = (float)sd * mscale;
     }
     __syncthreads();
+    dep_sync(); // the table comes from the request table and freq (a weight): built before
+    if (row >= (int)io[IO_ROWS]) return;
     for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
         int h = it / pairs, p = it % pairs;
         float c = cs[p], s = sn[p];
@@ -173,13 +173,13 @@ extern "C" __global__ void __launch_bounds__(256)
 // kv_write's rounding; k itself is not written.
 extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k, const float* v, const u32* io, u8* kv,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits) {
-    dep_sync();
     int row = blockIdx.x, lane = threadIdx.x & 31;
-    if (row >= (int)io[IO_ROWS]) return;
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
     int pairs = n_rot / 2;
     __shared__ float cs[256], sn[256];
-    rope_table(pos, n_rot, base_bits, scale_bits, cs, sn);
+    rope_table(pos, n_rot, base_bits, scale_bits, cs, sn); // the request table's: before dep_sync
+    dep_sync();
+    if (row >= (int)io[IO_ROWS]) return;
     int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (h >= (int)(n_head + n_head_kv)) return;
     if (h < (int)n_head) {
@@ -221,12 +221,12 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
 extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const float* v, const float* wq, const float* wk,
     const u32* io, u8* kv, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 n_rot, u32 neox,
     u32 base_bits, u32 scale_bits, u32 eps_bits) {
-    dep_sync();
     int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (row >= (int)io[IO_ROWS] || head_dim > 512) return;
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
     __shared__ float cs[256], sn[256], xs[8][512];
-    rope_table(pos, n_rot, base_bits, scale_bits, cs, sn);
+    rope_table(pos, n_rot, base_bits, scale_bits, cs, sn); // the request table's: before dep_sync
+    dep_sync();
+    if (row >= (int)io[IO_ROWS] || head_dim > 512) return;
     u32 kv_dim = n_head_kv * head_dim;
     float eps = __uint_as_float(eps_bits);
     float* xn = xs[warp];
@@ -435,9 +435,9 @@ __host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv, u32 head_d
 
 // fa_smem is the decode kernels' dynamic shared memory for G heads a
 // block, W warps and head width D: the queries, each warp's maximum, sum
-// and merge weight per head, and each warp's accumulators per head.
-// launch.go's faShared is the same.
-__host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * (fa_qs(D) + 3 * W + W * D); }
+// and merge weight per head, each warp's accumulators per head, and each
+// head's 1/sum. launch.go's faShared is the same.
+__host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * (fa_qs(D) + 3 * W + W * D + 1); }
 
 // fa_keep stores a warp's accumulators into its rows of wacc ([G][W][D]).
 template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P2], float* wacc, int W, int D) {
@@ -465,12 +465,15 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     float* wl = wm + G * W;          // its sum,
     float* wf = wl + G * W;          // and its weight in the merge
     float* wacc = wf + G * W;        // [G][W][D]
+    float* winv = wacc + G * W * D;  // [G] 1 / the merged sum
     int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // Every load the block needs first is issued before any is used (the
-    // request table and q have rows for the variant's whole capacity).
+    // request table and q have rows for the variant's whole capacity); the
+    // request table's before dep_sync.
     int rows = io[IO_ROWS];
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
     u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
+    dep_sync();
     const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
     float qv[G];
 #pragma unroll
@@ -519,28 +522,32 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
         if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
     __syncthreads();
     // The merge: each warp's state weighs exp(its maximum − the overall
-    // one), the sink's too; the warps are summed in order.
-    auto top = [&](int g) {
-        float M = sinks ? sinks[h0 + g] : -INFINITY;
-        for (int w = 0; w < W; w++) M = fmaxf(M, wm[g * W + w]);
-        return M; // finite: key pos is always seen
-    };
-    for (int i = tid; i < G * W; i += blockDim.x) wf[i] = wm[i] == -INFINITY ? 0.f : expf(wm[i] - top(i / W));
+    // one), the sink's too. Warp g merges head g's maxima and sums, a lane
+    // a warp (W ≤ 32, G ≤ 4 ≤ W); then every thread sums its outputs' W
+    // accumulators in warp order. (A thread looping over all W states, as
+    // this did, made a chain of dependent shared loads as long as the
+    // keys' phase at one row of the llama 7B shape.)
+    if (warp < G) {
+        const int g = warp;
+        float mw = lane < W ? wm[g * W + lane] : -INFINITY;
+        float M = warp_max(mw);
+        if (sinks) M = fmaxf(M, sinks[h0 + g]); // finite: key pos is always seen
+        float f = mw == -INFINITY ? 0.f : expf(mw - M);
+        if (lane < W) wf[g * W + lane] = f;
+        float L = warp_sum(lane < W ? wl[g * W + lane] * f : 0.f);
+        if (sinks) L += expf(sinks[h0 + g] - M);
+        if (lane == 0) winv[g] = L != 0.f ? 1.f / L : 0.f;
+    }
     __syncthreads();
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        float L = sinks ? expf(sinks[h0 + g] - top(g)) : 0.f;
-        for (int w = 0; w < W; w++) L += wl[g * W + w] * wf[g * W + w];
-        float inv = L != 0.f ? 1.f / L : 0.f;
-        float* out = y + ((size_t)row * n_head + h0 + g) * D;
-        for (int d = tid; d < D; d += blockDim.x) {
-            float o = 0.f;
-            for (int w = 0; w < W; w++) {
-                float f = wf[g * W + w];
-                if (f != 0.f) o += wacc[((size_t)g * W + w) * D + d] * f;
-            }
-            out[d] = o * inv;
-        }
+    for (int i = tid; i < G * D; i += blockDim.x) {
+        const int g = i / D, d = i % D;
+        const float* f = wf + g * W;
+        const float* a = wacc + (size_t)g * W * D + d;
+        float o = 0.f;
+#pragma unroll 8
+        for (int w = 0; w < W; w++)
+            if (f[w] != 0.f) o += a[(size_t)w * D] * f[w];
+        y[((size_t)row * n_head + h0 + g) * D + d] = o * winv[g];
     }
 }
 
@@ -549,7 +556,6 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
 __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
     extern __shared__ __align__(16) float fa_sm[];
-    dep_sync();
     switch (fa_group(n_head, n_head_kv, head_dim)) {
     case 4: fa_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
     case 3: fa_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
@@ -880,11 +886,13 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 #endif
 
-#if FAMILY == FAMILY_ARGMAX // argmax: tokens[slot] = first largest logit, rows that want logits; grid (rows)
-extern "C" __global__ void __launch_bounds__(256) NAME(const float* logits, const u32* io, u32* tokens, u32 n_vocab) {
+#if FAMILY == FAMILY_ARGMAX // argmax: tokens[slot] = first largest logit, rows that want logits; grid (rows), 1024 threads
+// A block of 1024 threads a row: a single-row step's argmax is one block,
+// whose loads in flight bound it (a vocabulary of 152k is 600 KB).
+extern "C" __global__ void __launch_bounds__(1024) NAME(const float* logits, const u32* io, u32* tokens, u32 n_vocab) {
     dep_sync();
-    __shared__ float bv[8];
-    __shared__ int bi[8];
+    __shared__ float bv[32];
+    __shared__ int bi[32];
     int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (row >= (int)io[IO_ROWS] || !(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
     int slot = io_row(io, row, ROW_SLOT);

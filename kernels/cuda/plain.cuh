@@ -339,37 +339,65 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
         const __half* kp = a.row(min(t, a.pos));
-        float s[G];
+        float dot[G];
 #pragma unroll
-        for (int g = 0; g < G; g++) s[g] = -INFINITY;
-        if (live) {
-            float dot[G];
+        for (int g = 0; g < G; g++) dot[g] = 0.f;
+        if (vec8) {
+            // Four lanes a key: lane 4q + part takes the 16-byte pieces
+            // part, part + 4, … of key k0 + q's row (at most 2·P2 of them,
+            // all loads in flight at once), eight keys a pass; the parts'
+            // sums meet by shuffle and lane j takes key j's. (A lane a
+            // key walked its row's 16 pieces four at a time: four memory
+            // round trips where a step of one row gives each warp a few
+            // keys.)
+            const int part = lane & 3;
+            for (int k0 = 0; k0 < ch; k0 += 8) {
+                const int tk = base + k0 + (lane >> 2);
+                float pd[G];
 #pragma unroll
-            for (int g = 0; g < G; g++) dot[g] = 0.f;
-            if (vec8) {
-#pragma unroll 4
-                for (int i = 0; i < D; i += 8) {
-                    uint4 raw = *(const uint4*)(kp + i);
-                    const __half2* hp = (const __half2*)&raw;
-                    float2 k0 = __half22float2(hp[0]), k1 = __half22float2(hp[1]), k2 = __half22float2(hp[2]),
-                           k3 = __half22float2(hp[3]);
+                for (int g = 0; g < G; g++) pd[g] = 0.f;
+                if (k0 + (lane >> 2) < ch && tk <= a.pos) {
+                    const __half* kq = a.row(tk);
+                    uint4 raw[2 * P2];
 #pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        const float* qg = a.qs + g * QS;
-                        float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
-                        dot[g] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y +
-                            qb.z * k3.x + qb.w * k3.y;
+                    for (int c = 0; c < 2 * P2; c++)
+                        if (8 * (part + 4 * c) < D) raw[c] = *(const uint4*)(kq + 8 * (part + 4 * c));
+#pragma unroll
+                    for (int c = 0; c < 2 * P2; c++) {
+                        const int i = 8 * (part + 4 * c);
+                        if (i >= D) break;
+                        const __half2* hp = (const __half2*)&raw[c];
+                        float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]),
+                               k3v = __half22float2(hp[3]);
+#pragma unroll
+                        for (int g = 0; g < G; g++) {
+                            const float* qg = a.qs + g * QS;
+                            float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
+                            pd[g] += qa.x * k0v.x + qa.y * k0v.y + qa.z * k1v.x + qa.w * k1v.y + qb.x * k2v.x +
+                                qb.y * k2v.y + qb.z * k3v.x + qb.w * k3v.y;
+                        }
                     }
                 }
-            } else {
-                for (int i = 0; i < D; i++) {
-                    float k = __half2float(kp[i]);
 #pragma unroll
-                    for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
+                for (int g = 0; g < G; g++) {
+                    pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], 1);
+                    pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], 2);
+                    float v = __shfl_sync(0xffffffffu, pd[g], 4 * (lane & 7));
+                    if ((lane >> 3) == (k0 >> 3)) dot[g] = v;
                 }
             }
+        } else if (live) {
+            for (int i = 0; i < D; i++) {
+                float k = __half2float(kp[i]);
 #pragma unroll
-            for (int g = 0; g < G; g++) {
+                for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
+            }
+        }
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            s[g] = -INFINITY;
+            if (live) {
                 s[g] = dot[g] * a.scale;
                 if (a.softcap != 0.f) s[g] = a.softcap * (float)tanh((double)s[g]);
             }

@@ -289,8 +289,6 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 
-__device__ __forceinline__ float2 ld_h2(const __half* p) { return __half22float2(*(const __half2*)p); }
-
 struct FaArgs {
     const u8* kv;
     const u32* ptab; // the slot's page table
@@ -315,12 +313,13 @@ __host__ __device__ constexpr int fa_qs(int head_dim) { return (head_dim + 7) & 
 // returns each head's maximum and sum, and its accumulator in acc. Each
 // lane finds its key's cache row once (the page lookup) and hands the V
 // row's offset to the others by shuffle, so a chunk's V loads are all
-// independent. NV V rows are loaded at once: few enough that the kernel
-// stays within the 64 registers a 1024-thread block allows.
+// independent. NV V rows are loaded at once, kept as raw half2s (half the
+// registers of floats) so that a 1024-thread block's 64 registers hold
+// 16/P2 of them, and the chunk's first NV are issued with its keys.
 template <int P2, int G>
 __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
-    constexpr int NV = 8 / P2 < 8 / G ? 8 / P2 : 8 / G;
-    static_assert(NV >= 2 && G * P2 <= 8, "fa_group keeps a block's accumulators small");
+    constexpr int NV = 16 / P2;
+    static_assert(G * P2 <= 8, "fa_group keeps a block's accumulators small");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D, QS = fa_qs(D);
     bool vec8 = D % 8 == 0, even = D % 2 == 0;
@@ -339,6 +338,31 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
         const __half* kp = a.row(min(t, a.pos));
+        size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
+        const u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
+        const int nk = min(ch, a.pos + 1 - base);
+        // vload loads V rows j0 … j0+NV−1 of the chunk (those before nk),
+        // each lane its dimension pairs as raw half2s. The first NV go out
+        // before the scores are taken, so that their round trip overlaps
+        // the keys'.
+        u32 vr[NV][P2];
+        auto vload = [&](int j0) {
+#pragma unroll
+            for (int u = 0; u < NV; u++) {
+                int j = (j0 + u) & 31;
+                size_t o = (size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32);
+                const __half* vp = kv0 + o;
+#pragma unroll
+                for (int i = 0; i < P2; i++) {
+                    int d = 64 * i + 2 * lane;
+                    vr[u][i] = 0;
+                    if (j0 + u >= nk || d >= D) continue;
+                    if (d + 1 < D && even) vr[u][i] = *(const u32*)(vp + d);
+                    else vr[u][i] = (u32)__half_as_ushort(vp[d]) | (d + 1 < D ? (u32)__half_as_ushort(vp[d + 1]) << 16 : 0u);
+                }
+            }
+        };
+        vload(0);
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; g++) dot[g] = 0.f;
@@ -402,8 +426,6 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
                 if (a.softcap != 0.f) s[g] = a.softcap * (float)tanh((double)s[g]);
             }
         }
-        size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
-        u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
         float p[G];
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -415,32 +437,20 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
             for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
             m[g] = mn;
         }
-        int nk = min(ch, a.pos + 1 - base);
         for (int j0 = 0; j0 < nk; j0 += NV) {
-            float2 v[NV][P2];
-            float pj[NV][G];
-#pragma unroll
-            for (int u = 0; u < NV; u++) {
-                int j = (j0 + u) & 31;
-#pragma unroll
-                for (int g = 0; g < G; g++) pj[u][g] = __shfl_sync(0xffffffffu, p[g], j);
-                size_t o = (size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32);
-                const __half* vp = kv0 + o;
-#pragma unroll
-                for (int i = 0; i < P2; i++) {
-                    int d = 64 * i + 2 * lane;
-                    if (d + 1 < D && even) v[u][i] = ld_h2(vp + d);
-                    else if (d < D) v[u][i] = make_float2(__half2float(vp[d]), d + 1 < D ? __half2float(vp[d + 1]) : 0.f);
-                    else v[u][i] = make_float2(0.f, 0.f);
-                }
-            }
+            if (j0 > 0) vload(j0);
 #pragma unroll
             for (int u = 0; u < NV; u++) {
                 if (j0 + u >= nk) break;
+                float2 v[P2];
 #pragma unroll
-                for (int g = 0; g < G; g++)
+                for (int i = 0; i < P2; i++) v[i] = __half22float2(*(const __half2*)&vr[u][i]);
 #pragma unroll
-                    for (int i = 0; i < P2; i++) acc[g][i].x += pj[u][g] * v[u][i].x, acc[g][i].y += pj[u][g] * v[u][i].y;
+                for (int g = 0; g < G; g++) {
+                    float pj = __shfl_sync(0xffffffffu, p[g], (j0 + u) & 31);
+#pragma unroll
+                    for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
+                }
             }
         }
     }

@@ -205,10 +205,12 @@ func mmtStaged(r, k, rows, tiles, splits uint32) int {
 }
 
 // stage is the launch that quantizes the activation rows (k wide) of a
-// variant of r rows: a block per row, a warp per 256 of k up to eight
-// (mt_stage).
+// variant of r rows (mt_stage): a warp per 256 of k, blocks of up to
+// eight along each row. A block per row left each warp of a 16-row step
+// of the llama 7B shape's down projection six records to walk in turn.
 func stage(r, k uint32) *Launch {
-	return &Launch{Grid: [3]uint32{r, 1, 1}, Block: [3]uint32{32 * min(max(k/256, 1), 8), 1, 1}, Entry: EntryStage}
+	warps := min(max(k/256, 1), 8)
+	return &Launch{Grid: [3]uint32{r, ceilDiv(max(k/256, 1), warps), 1}, Block: [3]uint32{32 * warps, 1, 1}, Entry: EntryStage}
 }
 
 // mmvMaxRows is the most rows the matrix-vector kernel takes: each row's
@@ -324,13 +326,16 @@ func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1
 // 136 µs, at 16 rows 64 → 41 µs; qwen3 at 16 rows 29 → 23 µs.
 func faWarps(blocks, g, d uint32) uint32 {
 	w := uint32(8)
-	for w < 32 && blocks*w < faBusyWarps && faShared(g, 2*w, d) <= 48<<10 {
+	for w < faMaxWarps && blocks*w < faBusyWarps && faShared(g, 2*w, d) <= 48<<10 {
 		w *= 2
 	}
 	return w
 }
 
 const faBusyWarps = 4096
+
+// faMaxWarps is FA_MAX_WARPS in plain.cuh.
+const faMaxWarps = 32
 
 // fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's
 // tensor-core entry takes (a warp per 16), and the fewest a prefill

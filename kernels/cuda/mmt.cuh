@@ -76,16 +76,20 @@ template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // it
 
 // mt_stage quantizes the request's activation rows (RMS-normalized by wn
 // first when given) to XT (Q8_K or Q8_0) into q8, row r's kb-th 256 at
-// record r·k/256 + kb past the counters: a block per row, warp w taking
-// records w, w + blockDim.x/32, …. Each warp computes the row's RMS scale
-// itself, in the order the in-kernel quantizers do (a warp's lanes
+// record r·k/256 + kb past the counters: grid (rows, records / warps a
+// block), warp w of block (r, y) taking records y·W + w, y·W + w +
+// gridDim.y·W, … (W the block's warps). Each warp computes the row's RMS
+// scale itself, in the order the in-kernel quantizers do (a warp's lanes
 // striding over the row, in double). One launch does for the whole matrix
-// what every block of features would otherwise repeat.
+// what every block of features would otherwise repeat; blocks along y
+// keep a step of few rows from walking each row's records a few warps at
+// a time.
 template <int XT>
 __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const float* wn, float eps) {
-    const int lane = threadIdx.x & 31, row = blockIdx.x;
+    const int lane = threadIdx.x & 31, row = blockIdx.x, nw = blockDim.x >> 5;
+    const int kb0 = blockIdx.y * nw + (threadIdx.x >> 5);
     dep_sync();
-    if (row >= (int)io[IO_ROWS]) return;
+    if (row >= (int)io[IO_ROWS] || kb0 >= k / 256) return;
     const float* xr = x + (size_t)row * k;
     float sc = 1.f;
     if (wn) {
@@ -98,7 +102,7 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
         sc = 1.f / sqrtf((float)(s / (double)k) + eps);
     }
     const bool vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
-    for (int kb = threadIdx.x >> 5; kb < k / 256; kb += blockDim.x >> 5) {
+    for (int kb = kb0; kb < k / 256; kb += gridDim.y * nw) {
         u8* rec = MT_RECS(q8) + ((size_t)row * (k / 256) + kb) * MT_REC;
         const float* wk = wn ? wn + (size_t)kb * 256 : nullptr;
         float4 a = ld4(xr + (size_t)kb * 256, 8 * lane, vec, sc, wk), c = ld4(xr + (size_t)kb * 256, 8 * lane + 4, vec, sc, wk);

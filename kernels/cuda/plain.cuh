@@ -285,6 +285,8 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 // tanh in double, rounded), a sliding window (the keys are
 // max(0, pos-window+1)..pos) and sinks (head h's logit sinks[h] joins the
 // merge of the warps' softmax states as a key with no value).
+// FA_MAX_WARPS bounds a decode block's warps (launch.go's faMaxWarps),
+// and so its registers: 65536 / (32·FA_MAX_WARPS) a thread.
 #define FA_MAX_WARPS 32
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
@@ -313,9 +315,9 @@ __host__ __device__ constexpr int fa_qs(int head_dim) { return (head_dim + 7) & 
 // returns each head's maximum and sum, and its accumulator in acc. Each
 // lane finds its key's cache row once (the page lookup) and hands the V
 // row's offset to the others by shuffle, so a chunk's V loads are all
-// independent. NV V rows are loaded at once, kept as raw half2s (half the
-// registers of floats) so that a 1024-thread block's 64 registers hold
-// 16/P2 of them, and the chunk's first NV are issued with its keys.
+// independent. NV = 16/P2 V rows are loaded at once, kept as raw half2s
+// (half the registers of floats), and the chunk's first NV are issued with
+// its keys.
 template <int P2, int G>
 __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
     constexpr int NV = 16 / P2;

@@ -32,6 +32,8 @@ const envHelp = `Environment (a flag wins over its variable):
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
+  ZRT_CUDA_OMIT=flash_attn,stage       leave kernel families, instances or entry points out of the captured
+                                       graphs: wrong outputs, for measuring what they cost inside the graph
   ZRT_KFD=kfd|sim                      T1's device: /dev/kfd (default), or the simulated KFD that runs T-CPU kernels
                                        (ZRT_TIER=t2: T1's path over an amdgpu render node's user-mode queues)`
 
@@ -129,6 +131,10 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	}
 	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
 	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
+	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {
+		opt.CUDA.Omit = strings.Split(s, ",")
+		opt.Log("zrt-run: ZRT_CUDA_OMIT=%s: those kernels are left out, so outputs are wrong (for timing only)", s)
+	}
 	switch s := os.Getenv("ZRT_KFD"); s {
 	case "", "kfd", "sim":
 		opt.KFD = s

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
+	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -37,6 +39,14 @@ type Options struct {
 	// NoPDL turns programmatic dependent launch off: each kernel then
 	// starts only after the previous one ends.
 	NoPDL bool
+	// Omit leaves launches out of the captured graphs, each item naming a
+	// kernel family (flash_attn), an instance (matmul.q4_k) or an entry
+	// point (stage, tile16, …); an item that names no launch of the bundle
+	// fails Load. The outputs are then wrong: it is for measuring what the
+	// omitted kernels cost inside the graph, where programmatic dependent
+	// launch overlaps them with their neighbours, which the profiler's
+	// launch-by-launch replay cannot show.
+	Omit []string
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -89,6 +99,7 @@ type Tier struct {
 	staging driver.DevPtr
 	info    driver.Info
 	prof    *profiler
+	omit    []string // Options.Omit
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -102,7 +113,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
-	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info}
+	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info, omit: opt.Omit}
 	if t.maxGr <= 0 {
 		t.maxGr = 16
 	}
@@ -210,6 +221,13 @@ func (t *Tier) load(b *bundle.Bundle) error {
 		}
 		t.variants = append(t.variants, ls)
 		t.keys = append(t.keys, g.Variants[vi].Key())
+	}
+	for _, item := range t.omit {
+		if !slices.ContainsFunc(t.variants, func(ls []Launch) bool {
+			return slices.ContainsFunc(ls, func(l Launch) bool { return omits(item, &l) })
+		}) {
+			return fmt.Errorf("cuda: omit %q: no launch of the bundle is that kernel family, instance or entry point", item)
+		}
 	}
 	if err := t.allocStaging(); err != nil {
 		return err
@@ -520,8 +538,12 @@ func (t *Tier) record(vi int) error {
 		return err
 	}
 	for i := range t.variants[vi] {
-		if err := t.launch(&t.variants[vi][i]); err != nil {
-			return fmt.Errorf("launch %d (%s): %w", i, t.variants[vi][i].Name, err)
+		l := &t.variants[vi][i]
+		if slices.ContainsFunc(t.omit, func(item string) bool { return omits(item, l) }) {
+			continue
+		}
+		if err := t.launch(l); err != nil {
+			return fmt.Errorf("launch %d (%s): %w", i, l.Name, err)
 		}
 	}
 	for _, ri := range t.copyOut {
@@ -531,6 +553,13 @@ func (t *Tier) record(vi int) error {
 		}
 	}
 	return nil
+}
+
+// omits reports whether item (Options.Omit) names launch l: its kernel
+// family, its instance or its entry point.
+func omits(item string, l *Launch) bool {
+	family, _, _ := strings.Cut(l.Name, ".")
+	return item != "" && (item == family || item == l.Name || item == strings.TrimPrefix(l.Shape.Entry.Suffix(), "_"))
 }
 
 // launch enqueues one kernel. Its parameters are laid out in pinned

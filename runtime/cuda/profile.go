@@ -16,7 +16,9 @@ import (
 // after every launch, and Close prints, for each variant run, its steps,
 // its GPU time a step and each kernel's share of it. It is for finding the
 // slow kernel, not for measuring end-to-end speed: un-captured launches
-// add their own gaps.
+// add their own gaps, and a small kernel that the graph overlaps with its
+// neighbours looks as costly as one it does not. What a kernel costs
+// inside the graph is the step time without it (Options.Omit).
 type profiler struct {
 	events []driver.Event
 	runs   map[string]*variantProfile // by variant key ("decode.s16.r16")

@@ -314,16 +314,18 @@ func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1
 // launch has fewer than faBusyWarps warps and the shared memory stays
 // within the default 48 KiB. A step of few rows then splits each row's
 // keys over more warps instead of leaving most of the GPU idle; a block's
-// warps take fewer keys each, so its latency falls too. Up to 32 warps a
-// block, the kernel is held to 64 registers a thread, which also lets
-// four blocks of 8 warps share a multiprocessor where two did.
+// warps take fewer keys each, so its latency falls too.
 //
 // On an H100 (zrt-run bench --tier cuda --slots 1,16,32,64 -p 128 -n 128,
 // same run), against 8 warps and 128 registers: S_TG of the qwen3 0.6B
 // shape 616 / 5 043 / 7 869 / 11 388 → 728 / 5 033 / 8 794 / 12 064, of
 // the llama 7B shape 250 / 1 840 / 2 409 / 2 731 → 315 / 2 052 / 2 679 /
-// 3 089. flash_attn per call (ZRT_CUDA_PROFILE): 7B at 64 rows 224 →
-// 136 µs, at 16 rows 64 → 41 µs; qwen3 at 16 rows 29 → 23 µs.
+// 3 089, with up to 32 warps. That held the kernel to 64 registers a
+// thread, and its loads of keys and values since then spilled 4.5 KB;
+// up to 16 warps (128 registers, 8 bytes of spills), S_TG at 1 / 4 / 16 /
+// 64 slots of qwen3 went 925 / 1 979 / 5 039 / 13 481 → 985 / 2 070 /
+// 5 024 / 14 654, and of the 7B 316 / 513 / 2 105 / 3 900 → 317 / 503 /
+// 2 123 / 3 853 (H100, same run).
 func faWarps(blocks, g, d uint32) uint32 {
 	w := uint32(8)
 	for w < faMaxWarps && blocks*w < faBusyWarps && faShared(g, 2*w, d) <= 48<<10 {
@@ -335,7 +337,7 @@ func faWarps(blocks, g, d uint32) uint32 {
 const faBusyWarps = 4096
 
 // faMaxWarps is FA_MAX_WARPS in plain.cuh.
-const faMaxWarps = 32
+const faMaxWarps = 16
 
 // fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's
 // tensor-core entry takes (a warp per 16), and the fewest a prefill

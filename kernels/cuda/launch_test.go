@@ -149,12 +149,13 @@ func TestFaGroup(t *testing.T) {
 }
 
 // TestFaWarps: a decode attention launch of few blocks gets more warps a
-// block, up to 32, within 48 KiB of shared memory; one of many keeps 8.
+// block, up to faMaxWarps, within 48 KiB of shared memory; one of many
+// keeps 8.
 func TestFaWarps(t *testing.T) {
 	for _, c := range []struct{ heads, kv, hd, rows, want uint32 }{
-		{16, 8, 128, 16, 32}, {16, 8, 128, 32, 16}, {16, 8, 128, 64, 8}, // qwen3 0.6B: 128 blocks at 16 rows
-		{32, 32, 128, 1, 32}, {32, 32, 128, 16, 8}, {32, 32, 128, 64, 8}, // llama 7B
-		{4, 1, 256, 1, 16}, {8, 1, 256, 1, 16}, // heads of 256: 32 warps would pass 48 KiB
+		{16, 8, 128, 16, 16}, {16, 8, 128, 32, 16}, {16, 8, 128, 64, 8}, // qwen3 0.6B: 128 blocks at 16 rows
+		{32, 32, 128, 1, 16}, {32, 32, 128, 16, 8}, {32, 32, 128, 64, 8}, // llama 7B
+		{4, 1, 256, 1, 16}, {8, 1, 256, 1, 16}, // heads of 256
 	} {
 		l, err := Shape("flash_attn", []uint32{0}, []uint32{2, c.heads, c.kv, c.hd, 0}, int(c.rows), false)
 		if err != nil {

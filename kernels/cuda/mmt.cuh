@@ -195,22 +195,21 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     const int row0 = blockIdx.x * MR, f0 = blockIdx.y * MT_N;
     const size_t rb = row_bytes<TW>(k);
     const u8* recs = MT_RECS(q8);
-    dep_sync();
-    const int rows = io[IO_ROWS];
+    const int rows = io[IO_ROWS]; // the request table: before dep_sync
     if (row0 >= rows) return;
     const int nr = min(MR, rows - row0);
     // Rows copied: those of the 16-row fragments that have a row of the
     // request (the warps skip the others).
     const int nc = min(MR, (nr + 15) & ~15);
     const int kbs = k / 256, splits = gridDim.z, kb0 = blockIdx.z * kbs / splits, kb1 = (blockIdx.z + 1) * kbs / splits;
-    // copy starts copying the kb-th 256 of k's records and weights into
-    // buffer buf, as one group of copies: the records in 16-byte pieces
-    // (the scale in 4), Q4_K's and Q8_0's weights in 16-byte pieces (rows
-    // of k a multiple of 256 keep them aligned), and each Q6_K block as
-    // the 53 aligned words from the one holding its first byte (its offset
-    // in them, sh, is 0 or 2 bytes). Rows and features past the ends are
-    // zeros.
-    auto copy = [&](int kb, int buf) {
+    // copy_x and copy_w start copying the kb-th 256 of k's records and
+    // weights into buffer buf (copy commits both as one group): the records
+    // in 16-byte pieces (the scale in 4), Q4_K's and Q8_0's weights in
+    // 16-byte pieces (rows of k a multiple of 256 keep them aligned), and
+    // each Q6_K block as the 53 aligned words from the one holding its
+    // first byte (its offset in them, sh, is 0 or 2 bytes). Rows and
+    // features past the ends are zeros.
+    auto copy_x = [&](int kb, int buf) {
         u8* base = smem + buf * SB;
         for (int i = tid; i < nc * (MT_REC / 16); i += MT_THREADS) {
             int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
@@ -219,7 +218,9 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             else if (p < 18) cp_async16(base + MR * (MT_XS + 4) + r * 32 + 16 * (p - 16), src, r < nr);
             else cp_async4(base + MR * MT_XS + 4 * r, src, r < nr);
         }
-        u8* wb = base + MR * (MT_XS + 4 + 32);
+    };
+    auto copy_w = [&](int kb, int buf) {
+        u8* wb = smem + buf * SB + MR * (MT_XS + 4 + 32);
         if (TW != T_Q6_K) {
             for (int i = tid; i < MT_N * (CB / 16); i += MT_THREADS) {
                 int f = i / (CB / 16), p = i % (CB / 16);
@@ -234,6 +235,10 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                 cp_async4(wb + f * WS + 4 * p, ok ? w + at + 4 * p : w, ok);
             }
         }
+    };
+    auto copy = [&](int kb, int buf) {
+        copy_w(kb, buf);
+        copy_x(kb, buf);
         cp_async_commit();
     };
     // The warp's piece: rows wr0 … + 16·MI, features wf0 … + 8·NI.
@@ -252,11 +257,18 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     // buffer is the one of kb + D − NS ≤ kb − 2, which every thread was
     // done with at the barrier of kb − 1; with two it is kb − 1's, so a
     // barrier comes first.
+    // The first D weight copies go out before dep_sync: the weights are
+    // not the previous kernels' (the staged records are), so their round
+    // trip overlaps the kernel before (programmatic dependent launch).
     constexpr int D = NS == 2 ? 1 : NS - 2;
 #pragma unroll
+    for (int s = 0; s < D; s++)
+        if (kb0 + s < kb1) copy_w(kb0 + s, s);
+    dep_sync();
+#pragma unroll
     for (int s = 0; s < D; s++) {
-        if (kb0 + s < kb1) copy(kb0 + s, s);
-        else cp_async_commit();
+        if (kb0 + s < kb1) copy_x(kb0 + s, s);
+        cp_async_commit();
     }
     for (int kb = kb0; kb < kb1; kb++) {
         if (NS == 2) __syncthreads();

@@ -287,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
 // merge of the warps' softmax states as a key with no value).
 // FA_MAX_WARPS bounds a decode block's warps (launch.go's faMaxWarps),
 // and so its registers: 65536 / (32·FA_MAX_WARPS) a thread.
-#define FA_MAX_WARPS 32
+#define FA_MAX_WARPS 16
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 

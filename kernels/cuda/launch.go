@@ -148,7 +148,7 @@ func mmtStages(typ string, rows uint32) int {
 }
 
 // mmtShared is mt_smem: the copy buffers, each per activation row the
-// quantized slice (272 bytes), its scale and 32 bytes of sums of 16 or
+// quantized slice (272 bytes), its scale and 32 bytes of sums or
 // block scales, and per feature ws bytes of weights for 256 of k (Q6_K's
 // in a window of 53 words); then per feature wd bytes of scales.
 func mmtShared(typ string, rows uint32) int {
@@ -157,7 +157,7 @@ func mmtShared(typ string, rows uint32) int {
 }
 
 // mmtRecord is MT_REC in mmt.cuh: the staged bytes of 256 of one
-// activation row (quants, then Q8_K's sums of 16 and scale or Q8_0's
+// activation row (quants, then Q8_K's sums and scale or Q8_0's
 // block scales, padding). mmtCounters is MT_COUNTERS: split-k's tile
 // counters at the start of the staging buffer.
 const (

@@ -92,9 +92,10 @@ __device__ __forceinline__ void rms_scales(const float* x, int k, int nr, float 
 // q8k_warp quantizes one Q8_K block of 256 activations held by a warp,
 // lane l holding elements 8l…8l+7 in v, as the oracle does: scale
 // -127/max of the first largest-magnitude element. It writes the quants
-// to xq and the 16 sums of 16 quants (ggml's bsums) to bs, and returns the
-// block's scale.
-__device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, short* bs) {
+// to xq and, where bs is given, the 16 sums of 16 quants (ggml's bsums)
+// to bs; it returns the block's scale, and the sum of the lane's 8 quants
+// in s8.
+__device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, short* bs, int* s8 = nullptr) {
     int lane = threadIdx.x & 31, e0 = 8 * lane;
     float amax = 0.f;
     int at = 1 << 30;
@@ -127,9 +128,12 @@ __device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, sho
         for (int t = 0; t < 8; t++) q[t] = (int)fminf(127.f, rintf(iscale * v[t]));
     }
     *(int2*)(xq + e0) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
-    int s8 = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
-    int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
-    if (!(lane & 1)) bs[lane / 2] = (short)s16;
+    int s = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
+    if (s8) *s8 = s;
+    if (bs) {
+        int s16 = s + __shfl_xor_sync(0xffffffffu, s, 1);
+        if (!(lane & 1)) bs[lane / 2] = (short)s16;
+    }
     return d;
 }
 

@@ -60,10 +60,13 @@ template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // it
 
 // A staged activation row is k/256 records of MT_REC bytes, one per 256 of
 // k, quantized as the oracle quantizes activations for the weight type
-// (Geom<T>::VT): Q8_K's 256 quants, the 16 sums of 16 quants (ggml's
-// bsums) and the scale; or Q8_0's 256 quants and the 8 blocks' scales
-// (rounded through F16) where Q8_K has its sums. Padded to 16 bytes;
-// launch.go's mmtRecord is the same.
+// (Geom<T>::VT): Q8_K's 256 quants, its sub-blocks' sums of 32 quants
+// (for Q4_K's mins) as bytes, 32 bytes in all, and the scale; or Q8_0's
+// 256 quants and the 8 blocks' scales (rounded through F16) where Q8_K
+// has its sums. A sum of 32 quants, within [-4096, 4064], is 128·hi + lo
+// with hi in [-32, 31] and lo in [0, 127]: the record holds the eight
+// lo, then the eight hi, each a signed byte as dp4a takes them. Padded to
+// 16 bytes; launch.go's mmtRecord is the same.
 #define MT_REC 304
 
 // The staging buffer starts with split-k's tile counters, at the same
@@ -108,7 +111,11 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
         float4 a = ld4(xr + (size_t)kb * 256, 8 * lane, vec, sc, wk), c = ld4(xr + (size_t)kb * 256, 8 * lane + 4, vec, sc, wk);
         float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
         if (XT == T_Q8_K) {
-            float d = q8k_warp(v, (signed char*)rec, (short*)(rec + 256));
+            int s;
+            float d = q8k_warp(v, (signed char*)rec, nullptr, &s);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if ((lane & 3) == 0) rec[256 + lane / 4] = (u8)(s & 127), rec[264 + lane / 4] = (u8)((s >> 7) & 255);
             if (lane == 0) *(float*)(rec + 288) = d;
         } else { // Q8_0: four lanes a block of 32, as quant_x (mmq.cuh)
             float am = 0.f;
@@ -127,7 +134,7 @@ __device__ void mt_stage(const float* x, const u32* io, int k, u8* q8, const flo
 }
 
 // mt_stage_bytes is one of mmt's copy buffers: per activation row the
-// quants (MT_XS), the Q8_K scale and the 32 bytes of sums of 16 (Q8_0:
+// quants (MT_XS), the Q8_K scale and the 32 bytes of sums (Q8_0:
 // scales); per feature its weights. mt_stages is the buffers: three for
 // the 16-row tile, where they are small, except Q8_0's. mt_smem is
 // mmt<T, MR>'s dynamic shared memory: the buffers, then per feature its
@@ -203,37 +210,49 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     const int nc = min(MR, (nr + 15) & ~15);
     const int kbs = k / 256, splits = gridDim.z, kb0 = blockIdx.z * kbs / splits, kb1 = (blockIdx.z + 1) * kbs / splits;
     // copy_x and copy_w start copying the kb-th 256 of k's records and
-    // weights into buffer buf (copy commits both as one group): the records
-    // in 16-byte pieces (the scale in 4), Q4_K's and Q8_0's weights in
-    // 16-byte pieces (rows of k a multiple of 256 keep them aligned), and
-    // each Q6_K block as the 53 aligned words from the one holding its
-    // first byte (its offset in them, sh, is 0 or 2 bytes). Rows and
-    // features past the ends are zeros.
+    // weights into buffer buf (copy commits both as one group). Each
+    // thread's share is the same every step, so that a step costs it a few
+    // additions. The records: their quants in 16-byte pieces, 16 threads a
+    // row; their sums in two more by the first 2·nc threads, their scale
+    // in 4 bytes by the next nc. The weights: PPF consecutive threads a
+    // feature, FPP features at once, Q4_K's and Q8_0's in 16-byte pieces
+    // (rows of k a multiple of 256 keep them aligned) and each Q6_K block
+    // as the 53 aligned words from the one holding its first byte (its
+    // offset in them, sh, is 0 or 2 bytes; FPP·rb is a multiple of 4, so a
+    // thread's offset is the same for all its features). Rows and features
+    // past the ends are zeros (0 bytes copied from a valid address).
+    static_assert(MT_THREADS >= 3 * 64, "mmt's record copies");
     auto copy_x = [&](int kb, int buf) {
         u8* base = smem + buf * SB;
-        for (int i = tid; i < nc * (MT_REC / 16); i += MT_THREADS) {
-            int r = i / (MT_REC / 16), p = i % (MT_REC / 16);
-            const u8* src = r < nr ? recs + ((size_t)(row0 + r) * kbs + kb) * MT_REC + 16 * p : recs;
-            if (p < 16) cp_async16(base + r * MT_XS + 16 * p, src, r < nr);
-            else if (p < 18) cp_async16(base + MR * (MT_XS + 4) + r * 32 + 16 * (p - 16), src, r < nr);
-            else cp_async4(base + MR * MT_XS + 4 * r, src, r < nr);
+        const u8* at = recs + (size_t)kb * MT_REC;
+#pragma unroll
+        for (int j = 0; j < MR / 16; j++) {
+            const int r = (tid >> 4) + 16 * j, p = tid & 15;
+            if (r < nc) cp_async16(base + r * MT_XS + 16 * p, at + (size_t)(row0 + min(r, nr - 1)) * kbs * MT_REC + 16 * p, r < nr);
+        }
+        if (tid < 2 * nc) {
+            const int r = tid >> 1, h = tid & 1;
+            cp_async16(base + MR * (MT_XS + 4) + r * 32 + 16 * h, at + (size_t)(row0 + min(r, nr - 1)) * kbs * MT_REC + 256 + 16 * h, r < nr);
+        } else if (tid < 3 * nc) {
+            const int r = tid - 2 * nc;
+            cp_async4(base + MR * MT_XS + 4 * r, at + (size_t)(row0 + min(r, nr - 1)) * kbs * MT_REC + 288, r < nr);
         }
     };
+    constexpr int PB = TW == T_Q6_K ? 4 : 16, PPF = (TW == T_Q6_K ? WS : CB) / PB, FPP = MT_THREADS / PPF;
+    const int cf = tid / PPF, cpo = PB * (tid % PPF); // this thread's first feature, and its piece's offset
     auto copy_w = [&](int kb, int buf) {
-        u8* wb = smem + buf * SB + MR * (MT_XS + 4 + 32);
-        if (TW != T_Q6_K) {
-            for (int i = tid; i < MT_N * (CB / 16); i += MT_THREADS) {
-                int f = i / (CB / 16), p = i % (CB / 16);
-                bool ok = f0 + f < n;
-                cp_async16(wb + f * WS + 16 * p, ok ? w + (size_t)(f0 + f) * rb + (size_t)kb * CB + 16 * p : w, ok);
-            }
-        } else {
-            for (int i = tid; i < MT_N * (WS / 4); i += MT_THREADS) {
-                int f = i / (WS / 4), p = i % (WS / 4);
-                bool ok = f0 + f < n;
-                size_t at = ((size_t)(f0 + f) * rb + (size_t)kb * CB) & ~(size_t)3;
-                cp_async4(wb + f * WS + 4 * p, ok ? w + at + 4 * p : w, ok);
-            }
+        if (tid >= FPP * PPF) return;
+        u8* wb = smem + buf * SB + MR * (MT_XS + 4 + 32) + cf * WS + cpo;
+        size_t at = (size_t)(f0 + cf) * rb + (size_t)kb * CB;
+        if (TW == T_Q6_K) at &= ~(size_t)3;
+        const u8* src = w + at + cpo;
+#pragma unroll
+        for (int j = 0; j < (MT_N + FPP - 1) / FPP; j++, src += (size_t)FPP * rb) {
+            const int f = cf + FPP * j;
+            if (f >= MT_N) break;
+            const bool ok = f0 + f < n;
+            if (TW == T_Q6_K) cp_async4(wb + FPP * j * WS, ok ? src : w, ok);
+            else cp_async16(wb + FPP * j * WS, ok ? src : w, ok);
         }
     };
     auto copy = [&](int kb, int buf) {
@@ -256,10 +275,10 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     // past one barrier, reads it. With three buffers or more, kb + D's
     // buffer is the one of kb + D − NS ≤ kb − 2, which every thread was
     // done with at the barrier of kb − 1; with two it is kb − 1's, so a
-    // barrier comes first.
-    // The first D weight copies go out before dep_sync: the weights are
-    // not the previous kernels' (the staged records are), so their round
-    // trip overlaps the kernel before (programmatic dependent launch).
+    // barrier comes first. The first D steps' weight copies go out before
+    // dep_sync: the weights are not the previous kernels' (the staged
+    // records are), so their round trip overlaps the kernel before
+    // (programmatic dependent launch).
     constexpr int D = NS == 2 ? 1 : NS - 2;
 #pragma unroll
     for (int s = 0; s < D; s++)
@@ -279,7 +298,7 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         const u8* base = smem + (kb - kb0) % NS * SB;
         const signed char* xq = (const signed char*)base;      // [MR][MT_XS]
         const float* xd = (const float*)(base + MR * MT_XS);   // [MR] Q8_K scales
-        const short* xbs = (const short*)(xd + MR);            // [MR][16] sums of 16 quants (Q8_0: 8 scales)
+        const u8* xbs = (const u8*)(xd + MR);                  // [MR][32] Q8_K's sums as bytes (see MT_REC; Q8_0: 8 scales)
         const u8* wr = base + MR * (MT_XS + 4 + 32);           // [MT_N][WS] weight blocks
         // Q6_K: byte offset of feature f's block in its window.
         auto q6sh = [&](int f) { return (int)((((size_t)(f0 + f) * rb + (size_t)kb * CB)) & 3); };
@@ -444,12 +463,9 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         }
         // The super-block's float combination, per (row, feature). Q4_K's
         // min term is Σ mins·(sums of the activation quants), per sub-block
-        // of 32, from the sums of 16 the quantizer left. A sum of 32 quants,
-        // within [-4096, 4064], is 128·hi + lo with hi in [-32, 31] and lo
-        // in [0, 127]: both fit a signed byte, as do the 6-bit mins, so four
-        // dp4a give the same integer the eight multiply-adds per (row,
-        // feature) did, with the packing done once per row. (Q8_0 combined
-        // per block above.)
+        // of 32: four dp4a of the 6-bit mins with the record's bytes of the
+        // sums (see MT_REC) give the same integer as eight multiply-adds.
+        // (Q8_0 combined per block above.)
 #pragma unroll
         for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -457,18 +473,8 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                 if (TW == T_Q8_0 || mi >= nmi) break;
                 int r = wr0 + mi * 16 + g + 8 * hh;
                 float dx = xd[r];
-                int xlo[2] = {0, 0}, xhi[2] = {0, 0}; // sub-blocks 0-3, 4-7 as bytes
-                if (TW == T_Q4_K) {
-                    const int4* bp = (const int4*)(xbs + r * 16);
-                    int4 lo = bp[0], hi = bp[1];
-                    int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w}; // pairs of shorts
-#pragma unroll
-                    for (int sb = 0; sb < 8; sb++) {
-                        int xb = (short)(v[sb] & 0xffff) + (v[sb] >> 16);
-                        xlo[sb >> 2] |= (xb & 127) << (8 * (sb & 3));
-                        xhi[sb >> 2] |= ((xb >> 7) & 255) << (8 * (sb & 3));
-                    }
-                }
+                int4 xsum = make_int4(0, 0, 0, 0); // the sums' lo bytes of sub-blocks 0-3, 4-7, then their hi
+                if (TW == T_Q4_K) xsum = *(const int4*)(xbs + r * 32);
 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
 #pragma unroll
@@ -476,8 +482,8 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                         int fc = wf0 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
                         if (TW == T_Q4_K) {
                             uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
-                            int imn = __dp4a((int)m.x, xhi[0], __dp4a((int)m.y, xhi[1], 0)) * 128 +
-                                      __dp4a((int)m.x, xlo[0], __dp4a((int)m.y, xlo[1], 0));
+                            int imn = __dp4a((int)m.x, xsum.z, __dp4a((int)m.y, xsum.w, 0)) * 128 +
+                                      __dp4a((int)m.x, xsum.x, __dp4a((int)m.y, xsum.y, 0));
                             acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
                         } else {
                             acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];

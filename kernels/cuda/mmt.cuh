@@ -312,19 +312,23 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             const int f = OWN ? wf0 + lane / LPF : tid / 2;
             for (int h = (OWN ? lane : tid) % LPF; h < 2; h += LPF) {
                 if (TW == T_Q4_K) {
+                    // ggml's get_scale_min_k4 four bytes at a time, h = 0
+                    // the scales, 1 the mins: those of sub-blocks 0-3 are
+                    // the low 6 bits of bytes 4h…4h+3 of the 12, those of
+                    // 4-7 a nibble of bytes 8-11 (the low for scales) under
+                    // the top 2 bits of bytes 4h….
                     const u8* b = wr + f * WS;
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        int sc, mn;
-                        scale_min_k4(b + 4, 4 * h + j, &sc, &mn);
-                        wsm[f * 16 + 4 * h + j] = sc, wsm[f * 16 + 8 + 4 * h + j] = mn;
-                    }
+                    const u32* q = (const u32*)(b + 4);
+                    const u32 lo = q[h], hi = q[2];
+                    *(uint2*)(wsm + f * 16 + 8 * h) =
+                        make_uint2(lo & 0x3f3f3f3fu, ((hi >> (4 * h)) & 0x0f0f0f0fu) | ((lo >> 2) & 0x30303030u));
                     wdd[2 * f + h] = __half2float(*(const __half*)(b + 2 * h));
                 } else if (TW == T_Q6_K) {
-                    const u8* b = wr + f * WS + q6sh(f);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) wsm[f * 16 + 8 * h + j] = b[192 + 8 * h + j];
-                    if (!h) wdd[2 * f] = __half2float(*(const __half*)(b + 208));
+                    // The 16 scales at byte 192 of the block, sh into its window.
+                    const u32* q = (const u32*)(wr + f * WS) + 48 + 2 * h;
+                    const u32 sel = 0x3210 + 0x1111 * q6sh(f);
+                    *(uint2*)(wsm + f * 16 + 8 * h) = make_uint2(__byte_perm(q[0], q[1], sel), __byte_perm(q[1], q[2], sel));
+                    if (!h) wdd[2 * f] = __half2float(*(const __half*)(wr + f * WS + q6sh(f) + 208));
                 }
             }
             if (OWN) __syncwarp();

@@ -467,33 +467,42 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         }
         // The super-block's float combination, per (row, feature). Q4_K's
         // min term is Σ mins·(sums of the activation quants), per sub-block
-        // of 32: four dp4a of the 6-bit mins with the record's bytes of the
-        // sums (see MT_REC) give the same integer as eight multiply-adds.
-        // (Q8_0 combined per block above.)
+        // of 32: with the record's bytes of the sums (see MT_REC) as an A
+        // fragment (k: the eight lo, then the eight hi) and the mins as B,
+        // [mins; 0] gives Σ mins·lo and [0; mins] Σ mins·hi, the same
+        // integer as eight multiply-adds. (Q8_0 combined per block above.)
 #pragma unroll
-        for (int mi = 0; mi < MI; mi++)
+        for (int mi = 0; mi < MI; mi++) {
+            if (TW == T_Q8_0 || mi >= nmi) break;
+            int imn[NI][4];
+            if (TW == T_Q4_K) {
+                const int r0 = wr0 + mi * 16 + g;
+                const int a[2] = {*(const int*)(xbs + r0 * 32 + 4 * t), *(const int*)(xbs + (r0 + 8) * 32 + 4 * t)};
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    const int mw = *(const int*)(wsm + (wf0 + ni * 8 + g) * 16 + 8 + 4 * (t & 1));
+                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                    mma_k16(lo, a, t < 2 ? mw : 0);
+                    mma_k16(hi, a, t < 2 ? 0 : mw);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) imn[ni][e] = hi[e] * 128 + lo[e];
+                }
+            }
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
-                if (TW == T_Q8_0 || mi >= nmi) break;
-                int r = wr0 + mi * 16 + g + 8 * hh;
-                float dx = xd[r];
-                int4 xsum = make_int4(0, 0, 0, 0); // the sums' lo bytes of sub-blocks 0-3, 4-7, then their hi
-                if (TW == T_Q4_K) xsum = *(const int4*)(xbs + r * 32);
+                const float dx = xd[wr0 + mi * 16 + g + 8 * hh];
 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                     for (int cc = 0; cc < 2; cc++) {
-                        int fc = wf0 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
-                        if (TW == T_Q4_K) {
-                            uint2 m = *(const uint2*)(wsm + fc * 16 + 8);
-                            int imn = __dp4a((int)m.x, xsum.z, __dp4a((int)m.y, xsum.w, 0)) * 128 +
-                                      __dp4a((int)m.x, xsum.x, __dp4a((int)m.y, xsum.y, 0));
-                            acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn);
-                        } else {
+                        const int fc = wf0 + ni * 8 + 2 * t + cc, e = 2 * hh + cc;
+                        if (TW == T_Q4_K)
+                            acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn[ni][e]);
+                        else
                             acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
-                        }
                     }
             }
+        }
     }
     if (splits > 1) {
         // This block's partial tile, each thread's values together; the

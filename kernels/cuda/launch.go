@@ -213,6 +213,26 @@ func stage(r, k uint32) *Launch {
 	return &Launch{Grid: [3]uint32{r, ceilDiv(max(k/256, 1), warps), 1}, Block: [3]uint32{32 * warps, 1, 1}, Entry: EntryStage}
 }
 
+// stageRecords is the record type mt_stage writes for a tensor-core
+// weight type (Geom<T>::VT in mmq.cuh).
+var stageRecords = map[string]string{"q4_k": "q8_k", "q6_k": "q8_k", "q8_0": "q8_0"}
+
+// SameStage reports whether the stage launches of instances a and b do
+// the same work when given the same input rows: both are plain products
+// (matmul, matmul_residual: their stage only quantizes, where the fused
+// norms' also normalizes by their own weights), with weight types whose
+// staged records have one type.
+func SameStage(a, b string) bool {
+	plain := func(instance string) (string, bool) {
+		family, typ, _ := strings.Cut(instance, ".")
+		r, ok := stageRecords[typ]
+		return r, ok && (family == "matmul" || family == "matmul_residual")
+	}
+	ra, oka := plain(a)
+	rb, okb := plain(b)
+	return oka && okb && ra == rb
+}
+
 // mmvMaxRows is the most rows the matrix-vector kernel takes: each row's
 // blocks stream the whole matrix, which for a few rows mostly comes from
 // L2, while the tile kernels pay for quantizing and tiling eight rows

@@ -33,13 +33,22 @@ const (
 // 2, 16, 63 and 64 at a time in one step (the matrix-vector kernels, then
 // the tensor-core tiles; 63 rows leave one of the 64-row variant's rows
 // padding, 64 fill it), and holds each batched sequence's logits to its
-// own alone (see noiseTolerance).
+// own alone (see noiseTolerance). So too a llama of Q4_K_M's mix, whose
+// Q6_K V layers' Q, K and V products share one stage launch.
 func TestDecodeBatchNearSingle(t *testing.T) {
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	out := compileSynth(t, synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320,
-		Context: 128, Type: ggml.Q4_K, Seed: 9}, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 16, 64]\nkv_pages = 600\n")
+	for _, s := range []synth.Shape{
+		{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320, Context: 128, Type: ggml.Q4_K, Seed: 9},
+		{Arch: "llama", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 320, Context: 128, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 10},
+	} {
+		t.Run(s.Arch+s.Mix, func(t *testing.T) { decodeBatchNearSingle(t, s) })
+	}
+}
+
+func decodeBatchNearSingle(t *testing.T, shape synth.Shape) {
+	out := compileSynth(t, shape, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 16, 64]\nkv_pages = 600\n")
 	e, err := sequence.Open(out, runtime.Options{Tier: "cuda"})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,8 @@ type Memory = replay.Memory
 // checks it as every tier does) and turns each dispatch into a launch.
 // Barriers need no translation: launches on one stream (and the graph
 // captured from it) already run in order. A dispatch whose shape stages
-// its activation rows becomes two launches: the stage, then the kernel.
+// its activation rows becomes two launches, the stage then the kernel,
+// unless it reuses the records of the launch before it (reusesStage).
 func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
 	s, err := replay.Walk(v, blobs, mem, fence)
 	if err != nil {
@@ -56,11 +57,35 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 		}
 		if n := l.Shape.Staged; n > 0 {
 			l.Params, l.Sizes, l.Staging = append(l.Params, 0), append(l.Sizes, 8), n
-			stage := l
-			stage.Params, stage.Shape = append([]uint64(nil), l.Params...), *l.Shape.Stage
-			out = append(out, stage)
+			if len(out) == 0 || !reusesStage(out[len(out)-1], l) {
+				stage := l
+				stage.Params, stage.Shape = append([]uint64(nil), l.Params...), *l.Shape.Stage
+				out = append(out, stage)
+			}
 		}
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// The parameters of the plain products (matmul, matmul_residual) that
+// reusesStage compares: x, y, k.
+const (
+	paramX = 0
+	paramY = 4
+	paramK = 5
+)
+
+// reusesStage reports whether staged launch l may read the activation
+// records that prev, the launch just before it, left in the staging
+// buffer, instead of staging them again: both are plain products with one
+// record type (kcuda.SameStage) of the same input x, k and rows (one stage
+// shape), and prev did not write x. A layer whose Q, K and V weights
+// differ in type (Q4_K_M's Q6_K V layers) so stages its input once, not
+// three times. The records outlive prev: its split-k partial tiles lie
+// past them in the buffer.
+func reusesStage(prev, l Launch) bool {
+	return prev.Staging > 0 && prev.Shape.Entry != kcuda.EntryStage && kcuda.SameStage(prev.Name, l.Name) &&
+		*prev.Shape.Stage == *l.Shape.Stage && prev.Params[paramX] == l.Params[paramX] &&
+		prev.Params[paramK] == l.Params[paramK] && prev.Params[paramY] != prev.Params[paramX]
 }

@@ -51,19 +51,28 @@ func compileSynth(t *testing.T, s synth.Shape, target, config string) string {
 // launch's pointers must land in a region and its parameters must follow
 // the ABI. Besides the tiny llama, a phi3 (fused projections from the
 // file, ROPE_EXT with LongRoPE's factors) and a qwen2moe (experts and
-// RESIDUAL_GATED) take the other families.
+// RESIDUAL_GATED) take the other families. A llama of Q4_K_M's mix,
+// whose Q6_K V layers make separate Q, K and V products, has 16-row decode
+// variants on the tensor-core tiles: those products stage their common
+// input once.
 func TestWalkFakeMemory(t *testing.T) {
-	for _, s := range []synth.Shape{
-		synth.Tiny,
-		{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3, LongRoPE: true},
-		{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 4},
+	for _, c := range []struct {
+		s           synth.Shape
+		config      string
+		reuseStages bool
+	}{
+		{s: synth.Tiny},
+		{s: synth.Shape{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3, LongRoPE: true}},
+		{s: synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 4}},
+		{s: synth.Shape{Arch: "llama", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 5},
+			config: "max_slots = 16\ndecode_slots = [1, 16]\n", reuseStages: true},
 	} {
-		t.Run(s.Arch, func(t *testing.T) { walkFakeMemory(t, s) })
+		t.Run(c.s.Arch+c.s.Mix, func(t *testing.T) { walkFakeMemory(t, c.s, c.config, c.reuseStages) })
 	}
 }
 
-func walkFakeMemory(t *testing.T, s synth.Shape) {
-	dir := compileSynth(t, s, "cuda:sm_90", "")
+func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool) {
+	dir := compileSynth(t, s, "cuda:sm_90", config)
 	b, err := bundle.Open(dir, true)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +85,7 @@ func walkFakeMemory(t *testing.T, s synth.Shape) {
 	}
 	mem := &cuda.Memory{}
 	fence := -1
+	totalReused := 0
 	for i, r := range b.Graph.Regions {
 		mem.Base = append(mem.Base, uint64(i+1)<<36)
 		mem.Size = append(mem.Size, uint64(r.Bytes))
@@ -89,18 +99,22 @@ func walkFakeMemory(t *testing.T, s synth.Shape) {
 		if err != nil {
 			t.Fatalf("variant %d: %v", vi, err)
 		}
-		staged := 0
+		staged, reused := 0, 0
 		for i, l := range ls {
 			abi, _, err := kernels.SplitInstance(l.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec)
-			if l.Staging > 0 { // and the staging buffer, after a stage launch of the same kernel
+			if l.Staging > 0 { // and the staging buffer, after a stage launch of the same kernel or a product of the same input
 				want++
 				if l.Shape.Entry != kcuda.EntryStage {
 					staged++
-					if i == 0 || ls[i-1].Shape.Entry != kcuda.EntryStage || ls[i-1].Kernel != l.Kernel {
+					switch {
+					case i > 0 && ls[i-1].Shape.Entry == kcuda.EntryStage && ls[i-1].Kernel == l.Kernel:
+					case i > 0 && ls[i-1].Staging > 0 && kcuda.SameStage(ls[i-1].Name, l.Name) && ls[i-1].Params[0] == l.Params[0]:
+						reused++
+					default:
 						t.Errorf("variant %d: launch %d (%s) stages its rows, but no stage launch precedes it", vi, i, l.Name)
 					}
 				}
@@ -125,9 +139,13 @@ func walkFakeMemory(t *testing.T, s synth.Shape) {
 				t.Errorf("%s: empty launch %+v", l.Name, l.Shape)
 			}
 		}
-		if len(ls) != int(v.Dispatches)+staged {
-			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged", vi, len(ls), v.Dispatches, staged)
+		if len(ls) != int(v.Dispatches)+staged-reused {
+			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged, %d of those on the records before", vi, len(ls), v.Dispatches, staged, reused)
 		}
+		totalReused += reused
+	}
+	if reuseStages && totalReused == 0 {
+		t.Error("no staged launch reuses the records of the one before it")
 	}
 	// A stream walked against a map missing its regions is refused.
 	if _, err := cuda.Walk(&b.Graph.Variants[0], b.Blobs, &cuda.Memory{Base: mem.Base[:1], Size: mem.Size[:1]}, fence); err == nil {

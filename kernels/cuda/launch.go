@@ -184,13 +184,24 @@ func mmtPerSM(typ string, rows uint32) uint32 {
 const mmtSMs = 132
 
 // mmtSplits is the parts k is split into for tiles tiles of k/256
-// super-blocks, when perSM blocks fit a multiprocessor. Split launches
-// count their tiles in the mmtCounters counters, which bounds their tiles.
+// super-blocks, when perSM blocks fit a multiprocessor: as many as fill
+// them, then as few as keep the longest part as short, since a tile is
+// done when its longest part is and every part adds a partial tile to sum.
+// The llama 7B shape's 4096-wide products at 16 rows split 16
+// super-blocks into 8 parts of 2 where 12 parts made some of 2 and some
+// of 1. On an H100 (zrt-run bench --tier cuda --slots 16,64 -p 128 -n
+// 128, each line one run), capping every split at 8 parts took the 7B's
+// S_TG at 16 rows from 2 427 / 2 439 to 2 565 / 2 548 (qwen3 0.6B, whose
+// 3072-wide down projection it also cut from 12 parts of 1, lost 1.5%);
+// this rule, from 2 471 / 2 459 to 2 552, 64 rows and qwen3 unchanged.
+// Split launches count their tiles in the mmtCounters counters, which
+// bounds their tiles.
 func mmtSplits(tiles, kbs, perSM uint32) uint32 {
 	if tiles > mmtCounters {
 		return 1
 	}
-	return max(1, min(kbs, perSM*mmtSMs/tiles))
+	fill := max(1, min(kbs, perSM*mmtSMs/tiles))
+	return ceilDiv(kbs, ceilDiv(kbs, fill))
 }
 
 // mmtStaged is the staging buffer of mmt (see mmt in mmt.cuh): the

@@ -33,7 +33,7 @@ func TestShapeMatmul(t *testing.T) {
 		{"matmul.q4_k", 4096, 14336, 32, [3]uint32{2, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // 16-row tiles up to 32 rows
 		{"matmul.q4_k", 4096, 14336, 16, [3]uint32{1, 112, 3}, [3]uint32{256, 1, 1}, true, false}, // three narrow blocks a multiprocessor
 		{"matmul.q6_k", 4096, 14336, 16, [3]uint32{1, 112, 2}, [3]uint32{256, 1, 1}, true, false}, // two: shared memory
-		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{1, 32, 12}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{1, 32, 8}, [3]uint32{256, 1, 1}, true, false}, // 8 parts of 2 super-blocks, as long as 12
 		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false}, // no more parts than super-blocks
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{2, 224, 1}, [3]uint32{256, 1, 1}, true, true},
 		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
@@ -145,6 +145,26 @@ func TestFaGroup(t *testing.T) {
 	}
 	if _, err := Shape("flash_attn", []uint32{0}, []uint32{2, 12, 5, 64, 0}, 4, false); err == nil {
 		t.Error("12 heads on 5 KV heads: no error")
+	}
+}
+
+// TestMmtSplits: split-k fills the multiprocessors, then takes as few
+// parts as keep the longest one as short, and never splits past the
+// super-blocks or the counters.
+func TestMmtSplits(t *testing.T) {
+	for _, c := range []struct{ tiles, kbs, perSM, want uint32 }{
+		{32, 16, 3, 8},  // 4096 wide at 16 rows: 12 would fill, 8 parts of 2 do as well
+		{32, 43, 3, 11}, // 11008 wide: parts of 4
+		{8, 12, 3, 12},  // parts of 1
+		{96, 16, 3, 4},  // 396 / 96 = 4 parts of 4
+		{172, 16, 3, 2}, // two parts of 8
+		{300, 16, 3, 1}, // more tiles than fill the GPU
+		{8, 1, 3, 1},    // one super-block
+		{257, 64, 3, 1}, // past the counters
+	} {
+		if got := mmtSplits(c.tiles, c.kbs, c.perSM); got != c.want {
+			t.Errorf("%d tiles of %d super-blocks, %d a multiprocessor: %d parts, want %d", c.tiles, c.kbs, c.perSM, got, c.want)
+		}
 	}
 }
 

@@ -251,12 +251,24 @@ func SameStage(a, b string) bool {
 // 0.6B shape, the dp4a tile kernel's decode step took 4.1 ms against
 // 1.55 ms for one row through this kernel; at 16 rows the tile kernel is
 // the faster (qwen3 S_TG 2 896 against 2 347 tok/s).
-const mmvMaxRows = 8
+//
+// mmvMaxRowsTC is the same for decode variants of the tensor-core types,
+// whose 16-row tile reads each weight once for all the rows: on an H100
+// (zrt-run bench --tier cuda --slots 1,2,4,16,64 -p 128 -n 128, same run),
+// S_TG at 4 rows with the tile against this kernel: llama 7B shape 841 /
+// 806 against 476 / 492, qwen3 0.6B 2 473 / 2 458 against 2 043 / 2 043.
+// At 2 rows this kernel stays (qwen3: 1 533 / 1 520 tok/s at 2 rows, a
+// 1.3 ms step where the tile's at 4 rows took 1.6 ms).
+const (
+	mmvMaxRows   = 8
+	mmvMaxRowsTC = 2
+)
 
 // integerMatrix is the launch of an integer-path matrix kernel (matmul,
 // lm_head or a fused norm + projections) for n features of k inputs on a
 // variant of r rows: the matrix-vector kernel, a row per blockIdx.y, for
-// up to mmvMaxRows rows; for more, the tensor-core tile kernel where the
+// up to mmvMaxRows rows (mmvMaxRowsTC in decode variants that the
+// tensor-core tiles take); for more, the tensor-core tile kernel where the
 // type has one, and the dp4a tile kernel otherwise. lm_head stays on the
 // dp4a kernel in prefill variants, where a request's last row alone wants
 // logits and the dp4a kernel skips the others; in decode every row wants
@@ -269,7 +281,8 @@ const mmvMaxRows = 8
 // llama 110M 12 849 / 18 830 / 19 963 against 12 827 / 22 015 / 40 425;
 // llama 7B 854 / 1 664 / 2 232 against 1 191 / 1 997 / 3 287.
 func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
-	if r <= mmvMaxRows {
+	_, tc := mmtTypes[typ]
+	if r <= mmvMaxRows && (prefill || !tc || k%256 != 0 || r <= mmvMaxRowsTC) {
 		grid, block := mmvShape(typ, k, n)
 		grid[1] = r
 		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
@@ -283,7 +296,7 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 		width = mmqWidth(n, 1)
 	}
 	dp4a := Launch{Grid: [3]uint32{width, groups, 1}, Block: block, Shared: int(min(r, mmqRows)) * mmqStride(k), Entry: EntryTile}
-	if _, tc := mmtTypes[typ]; !tc {
+	if !tc {
 		return dp4a
 	}
 	dp4a.Entry = EntryDP4A // a tensor-core type's dp4a kernel is its _dp4a entry

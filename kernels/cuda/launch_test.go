@@ -27,14 +27,17 @@ func TestShapeMatmul(t *testing.T) {
 		// (mmtPerSM); the dp4a tile kernel, MM_MR rows a block, its grid
 		// bounded to mmqMaxBlocks, otherwise.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
+		{"matmul.q4_k", 4096, 4096, 4, [3]uint32{1, 32, 8}, [3]uint32{256, 1, 1}, true, false},   // decode past 2 rows: the tile
+		{"matmul.q4_k", 4096, 4096, 2, [3]uint32{256, 2, 1}, [3]uint32{32, 16, 1}, false, false}, // 2 rows: matrix-vector
+		{"matmul.q4_0", 4096, 4096, 4, [3]uint32{256, 4, 1}, [3]uint32{32, 16, 1}, false, false}, // no tensor-core tile: up to 8
 		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{4, 8, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{1, 8, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 4096, 14336, 64, [3]uint32{2, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // k = 4096: 32-row tiles
 		{"matmul.q4_k", 4096, 14336, 32, [3]uint32{2, 112, 1}, [3]uint32{256, 1, 1}, true, false}, // 16-row tiles up to 32 rows
 		{"matmul.q4_k", 4096, 14336, 16, [3]uint32{1, 112, 3}, [3]uint32{256, 1, 1}, true, false}, // three narrow blocks a multiprocessor
 		{"matmul.q6_k", 4096, 14336, 16, [3]uint32{1, 112, 2}, [3]uint32{256, 1, 1}, true, false}, // two: shared memory
-		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{1, 32, 8}, [3]uint32{256, 1, 1}, true, false}, // 8 parts of 2 super-blocks, as long as 12
-		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false}, // no more parts than super-blocks
+		{"matmul.q4_k", 4096, 4096, 12, [3]uint32{1, 32, 8}, [3]uint32{256, 1, 1}, true, false},   // 8 parts of 2 super-blocks, as long as 12
+		{"matmul.q4_k", 512, 1024, 512, [3]uint32{8, 8, 2}, [3]uint32{256, 1, 1}, true, false},    // no more parts than super-blocks
 		{"rms_norm_gate_up.q6_k", 4096, 28672, 100, [3]uint32{2, 224, 1}, [3]uint32{256, 1, 1}, true, true},
 		{"matmul.q8_0", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_0", 4096, 4096, 128, [3]uint32{16, 16, 1}, [3]uint32{256, 1, 1}, true, false},

@@ -30,9 +30,10 @@ const (
 
 // TestDecodeBatchNearSingle decodes sequences of a Q4_K qwen3 (per-head
 // Q/K norms, GQA; its matrices take the integer kernels) alone and then
-// 2, 16, 63 and 64 at a time in one step (the matrix-vector kernels, then
-// the tensor-core tiles; 63 rows leave one of the 64-row variant's rows
-// padding, 64 fill it), and holds each batched sequence's logits to its
+// 2, 4, 16, 63 and 64 at a time in one step (the matrix-vector kernels,
+// then the tensor-core tiles, whose 16-row tile takes 4 rows with 12 of
+// padding; 63 rows leave one of the 64-row variant's rows padding, 64
+// fill it), and holds each batched sequence's logits to its
 // own alone (see noiseTolerance). So too a llama of Q4_K_M's mix, whose
 // Q6_K V layers' Q, K and V products share one stage launch.
 func TestDecodeBatchNearSingle(t *testing.T) {
@@ -48,7 +49,7 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 }
 
 func decodeBatchNearSingle(t *testing.T, shape synth.Shape) {
-	out := compileSynth(t, shape, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 16, 64]\nkv_pages = 600\n")
+	out := compileSynth(t, shape, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 4, 16, 64]\nkv_pages = 600\n")
 	e, err := sequence.Open(out, runtime.Options{Tier: "cuda"})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func decodeBatchNearSingle(t *testing.T, shape synth.Shape) {
 		alone[i] = append([]float32(nil), l...)
 		s.Release()
 	}
-	for _, n := range []int{2, 16, 63, 64} {
+	for _, n := range []int{2, 4, 16, 63, 64} {
 		var seqs []*sequence.Sequence
 		var toks []int32
 		for i := range n {

@@ -97,31 +97,23 @@ __device__ __forceinline__ void rms_scales(const float* x, int k, int nr, float 
 // in s8.
 __device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, short* bs, int* s8 = nullptr) {
     int lane = threadIdx.x & 31, e0 = 8 * lane;
-    float amax = 0.f;
-    int at = 1 << 30;
+    float amax = 0.f, mine = 0.f; // the lane's largest magnitude, and its first element of it
 #pragma unroll
     for (int t = 0; t < 8; t++) {
         float a = fabsf(v[t]);
-        if (a > amax) amax = a, at = e0 + t;
+        if (a > amax) amax = a, mine = v[t];
     }
-    // The first element (lowest index) of largest magnitude wins.
-    for (int o = 16; o > 0; o >>= 1) {
-        float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
-        int at2 = __shfl_xor_sync(0xffffffffu, at, o);
-        if (a2 > amax || (a2 == amax && at2 < at)) amax = a2, at = at2;
-    }
+    // The first element (lowest index) of largest magnitude wins: the
+    // largest magnitude (non-negative floats order as their bits), then
+    // the lowest lane that holds it, then that lane's first.
+    float gmax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(amax)));
     int q[8];
     float d = 0.f;
-    if (amax == 0.f) {
+    if (gmax == 0.f) {
 #pragma unroll
         for (int t = 0; t < 8; t++) q[t] = 0;
     } else {
-        float mx = __shfl_sync(0xffffffffu, v[0], at / 8); // v[at % 8] of lane at/8, by a select
-#pragma unroll
-        for (int t = 1; t < 8; t++) {
-            float c = __shfl_sync(0xffffffffu, v[t], at / 8);
-            if (at % 8 == t) mx = c;
-        }
+        float mx = __shfl_sync(0xffffffffu, mine, __ffs(__ballot_sync(0xffffffffu, amax == gmax)) - 1);
         float iscale = -127.f / mx;
         d = 1.f / iscale;
 #pragma unroll
@@ -416,8 +408,11 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 // the next chunk are issued before the current one is computed, so the
 // memory system always has a chunk in flight; the first chunk's loads
 // are issued before the activation row is quantized, overlapping that.
+#ifndef MMV_WARPS
 #define MMV_WARPS 16
+#endif
 #define MMV_THREADS (32 * MMV_WARPS)
+#define MMV_BLOCKS (32 / MMV_WARPS) // a multiprocessor's
 template <int TW, int U = Fast<TW>::U>
 __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
     const float* wn = nullptr, float eps = 0.f) {

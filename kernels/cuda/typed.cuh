@@ -54,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(const u8* table, const u3
 // launch.go shapes each. The other types run the float path below, grid
 // (n/MM_WARPS, rows), from NAME.
 #define MM_ACC (FAMILY == FAMILY_MATMUL_RESIDUAL)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     NAME(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     if constexpr (Fast<WT>::OK) {
         mmv<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
@@ -97,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(256)
 #endif
 
 #if FAMILY == FAMILY_LM_HEAD // lm_head: logits[slot(row)] = W·x[row] for rows that want logits; entries as matmul's
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     NAME(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     if constexpr (Fast<WT>::OK) {
         mmv<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
@@ -289,7 +289,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
 #define QKV_BODY(tile, q8)                                                                                             \
     fused_norm_mm<WT>(x, w_norm, w_qkv, io, k, n_q + 2 * n_kv, MmOut{q, kk, v, (int)n_q, (int)n_kv, b_qkv},             \
         __uint_as_float(eps_bits), tile, q8)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME QKV_PARAMS { QKV_BODY(ENTRY_MAIN, nullptr); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) NAME QKV_PARAMS { QKV_BODY(ENTRY_MAIN, nullptr); }
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) QKV_ARGS(STAGE_PARAM) {
     QKV_BODY(ENTRY_TILE, STAGE_ARG);
 }
@@ -315,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) QKV_ARGS(STA
 #define GU_BODY(tile, q8)                                                                                              \
     fused_norm_mm<WT>(x, w_norm, w_gate_up, io, k, 2 * f, MmOut{gate, up, up, (int)f, (int)f, nullptr},                \
         __uint_as_float(eps_bits), tile, q8)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, 2) NAME GU_PARAMS { GU_BODY(ENTRY_MAIN, nullptr); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) NAME GU_PARAMS { GU_BODY(ENTRY_MAIN, nullptr); }
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(STAGE_PARAM) {
     GU_BODY(ENTRY_TILE, STAGE_ARG);
 }

@@ -164,6 +164,38 @@ __device__ void quant_x(const float* x, signed char* xq, float* xd, short* bs, i
     }
 }
 
+// rms_quant_q8k is rms_scale then quant_x for a row of at most one Q8_K
+// block a warp (k ≤ 256·warps), from one read of it: each warp holds its
+// block in registers while the block sums the squares. The caller
+// synchronizes.
+__device__ void rms_quant_q8k(const float* x, signed char* xq, float* xd, short* bs, int k, float eps, const float* wn) {
+    __shared__ double part[32];
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    int lane = tid & 31, warp = tid >> 5, nw = (blockDim.x * blockDim.y) >> 5;
+    bool live = warp < k / 256, vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (live) {
+        float4 a = ld4(x, 256 * warp + 8 * lane, vec, 1.f, nullptr), c = ld4(x, 256 * warp + 8 * lane + 4, vec, 1.f, nullptr);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+    }
+    double s = 0;
+#pragma unroll
+    for (int t = 0; t < 8; t++) s += (double)(v[t] * v[t]);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    if (!live) return;
+    double t = 0;
+    for (int w = 0; w < nw; w++) t += part[w];
+    float scale = 1.f / sqrtf((float)(t / (double)k) + eps);
+    float4 wa = ld4(wn, 256 * warp + 8 * lane, vec, 1.f, nullptr), wc = ld4(wn, 256 * warp + 8 * lane + 4, vec, 1.f, nullptr);
+    const float w8[8] = {wa.x, wa.y, wa.z, wa.w, wc.x, wc.y, wc.z, wc.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = (v[i] * scale) * w8[i];
+    float d = q8k_warp(v, xq + 256 * warp, bs + 16 * warp);
+    if (lane == 0) xd[warp] = d;
+}
+
 // WBlk<T> is one lane's piece of one weight block: load() fetches the raw
 // bytes (issued for MM_U blocks before any is used), prep() unpacks them,
 // dot() is the piece's contribution against one quantized activation row.
@@ -408,9 +440,7 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 // the next chunk are issued before the current one is computed, so the
 // memory system always has a chunk in flight; the first chunk's loads
 // are issued before the activation row is quantized, overlapping that.
-#ifndef MMV_WARPS
 #define MMV_WARPS 16
-#endif
 #define MMV_THREADS (32 * MMV_WARPS)
 #define MMV_BLOCKS (32 / MMV_WARPS) // a multiprocessor's
 template <int TW, int U = Fast<TW>::U>
@@ -449,8 +479,12 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
         orow = io_row(io, row, ROW_SLOT);
     }
     const float* xr = x + (size_t)row * k;
-    float scale = wn ? rms_scale(xr, k, eps) : 1.f;
-    quant_x<Geom<TW>::VT>(xr, (signed char*)smem, mm_xd(smem, k), mm_bs(smem, k), k, scale, wn);
+    if (Geom<TW>::VT == T_Q8_K && wn && k <= 256 * MMV_WARPS) {
+        rms_quant_q8k(xr, (signed char*)smem, mm_xd(smem, k), mm_bs(smem, k), k, eps, wn);
+    } else {
+        float scale = wn ? rms_scale(xr, k, eps) : 1.f;
+        quant_x<Geom<TW>::VT>(xr, (signed char*)smem, mm_xd(smem, k), mm_bs(smem, k), k, scale, wn);
+    }
     __syncthreads();
     const signed char* xq = (const signed char*)smem;
     const float* xd = mm_xd(smem, k);

@@ -16,7 +16,7 @@
 // NAME_tile16 and NAME_tile32, mmt's 16- and 32-row tiles for steps of up
 // to 64 rows;
 // NAME_stage, which stages the activation rows for mmt (mt_stage): it and
-// both mmt entries take the staging buffer as one more parameter
+// the three mmt entries take the staging buffer as one more parameter
 // (STAGE_PARAM), which the tier appends; and NAME_dp4a, mmq for MMT_TYPE
 // types: lm_head's in prefill, and every family's for Q8_0 rows whose k
 // is not a multiple of 256 (mmt walks k by 256).

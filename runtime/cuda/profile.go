@@ -81,7 +81,7 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 	if err := t.done.Record(t.stream); err != nil {
 		return err
 	}
-	if err := t.wait(ctx, vi); err != nil {
+	if _, err := t.wait(ctx, vi, waitSpin); err != nil {
 		return err
 	}
 	key := t.keys[vi]

@@ -64,6 +64,7 @@ type region struct {
 type graph struct {
 	exec     driver.GraphExec
 	lastUsed uint64
+	took     time.Duration // the last replay's, as wait saw it
 }
 
 // Tier is a bundle loaded on the GPU.
@@ -349,7 +350,9 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		if err := t.done.Record(t.stream); err != nil {
 			return err
 		}
-		return t.wait(ctx, vi)
+		took, err := t.wait(ctx, vi, min(max(waitSpin, 2*g.took), waitSpinMax))
+		g.took = took
+		return err
 	})
 }
 
@@ -453,30 +456,40 @@ func (t *Tier) Fetch(i int, off, n int64) error {
 	return nil
 }
 
-// wait polls the completion event: spinning briefly (a decode step takes
-// well under a millisecond), then sleeping, until the timeout or ctx ends.
-func (t *Tier) wait(ctx context.Context, vi int) error {
+// waitSpin and waitSpinMax bound how long wait polls without sleeping.
+const (
+	waitSpin    = 2 * time.Millisecond
+	waitSpinMax = 20 * time.Millisecond
+)
+
+// wait polls until the replay of variant vi ends and returns how long it
+// waited. For spin it polls yielding the thread; after that it sleeps
+// between polls, which saves a core during a long prefill but oversleeps
+// by tens of microseconds, a few percent of a 3 ms decode step. Run spins
+// for twice the variant's last replay (within the bounds), so a steady
+// decode step never sleeps.
+func (t *Tier) wait(ctx context.Context, vi int, spin time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for i := 0; ; i++ {
 		err := t.done.Query()
 		if err == nil {
-			return nil
+			return time.Since(start), nil
 		}
 		if !driver.IsNotReady(err) {
-			return fmt.Errorf("cuda: variant %d: %w", vi, err)
+			return 0, fmt.Errorf("cuda: variant %d: %w", vi, err)
 		}
 		if i%64 == 0 {
 			if err := ctx.Err(); err != nil {
 				// The graph keeps running; let it finish so the next
 				// replay starts from a quiet stream.
 				t.stream.Synchronize()
-				return err
+				return 0, err
 			}
 			if time.Since(start) > t.timeout {
-				return fmt.Errorf("cuda: variant %d did not finish within %v: the GPU looks hung (set ZRT_CUDA_TIMEOUT to wait longer)", vi, t.timeout)
+				return 0, fmt.Errorf("cuda: variant %d did not finish within %v: the GPU looks hung (set ZRT_CUDA_TIMEOUT to wait longer)", vi, t.timeout)
 			}
 		}
-		if time.Since(start) > 2*time.Millisecond {
+		if time.Since(start) > spin {
 			time.Sleep(20 * time.Microsecond)
 		} else {
 			goruntime.Gosched()

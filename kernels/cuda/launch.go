@@ -44,12 +44,13 @@ const (
 	EntryStage                    // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
 	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for steps of up to 64 rows (decode)
 	EntryTile32                   // _tile32: its 32-row tile, for steps of 33 to 64 rows
+	EntryLean                     // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
@@ -380,6 +381,16 @@ func faWarps(blocks, g, d uint32) uint32 {
 
 const faBusyWarps = 4096
 
+// faLeanWarps is FA_LEAN_WARPS in plain.cuh: flash_attn's _lean entry,
+// compiled for four blocks of at most that many warps a multiprocessor,
+// takes launches of one head a block (faGroup 1), heads of at most 128
+// and blocks that many warps (faWarps gives them to launches of many
+// blocks), where the main entry, compiled for every group and width in
+// 128 registers, holds two. On an H100 (zrt-run bench --tier cuda
+// --slots 16,64 -p 128 -n 128, same run), S_TG of the llama 7B shape
+// went 2 910 / 4 927 and 2 900 / 4 904 → 2 944 / 5 143 and 2 952 / 5 139.
+const faLeanWarps = 8
+
 // faMaxWarps is FA_MAX_WARPS in plain.cuh.
 const faMaxWarps = 16
 
@@ -481,6 +492,9 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 		l.Grid = [3]uint32{spec[1] / g, r, 1}
 		w := faWarps(l.Grid[0]*r, g, spec[3])
 		l.Block[0], l.Shared = 32*w, faShared(g, w, spec[3])
+		if family == "flash_attn" && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
+			l.Entry = EntryLean
+		}
 		if d := spec[3]; family == "flash_attn" && prefill && r >= fatRows && (d == 64 || d == 128) {
 			// Prefill on tensor cores: a warp per 16 rows of a head.
 			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile}

@@ -134,6 +134,33 @@ func TestFlashAttnEntry(t *testing.T) {
 	}
 }
 
+// TestFlashAttnLean: decode launches of one head a block, heads of at
+// most 128 and blocks of faLeanWarps warps (many blocks) take the _lean
+// entry; grouped or wider heads, and few blocks (more warps each), the
+// main one.
+func TestFlashAttnLean(t *testing.T) {
+	for _, c := range []struct {
+		heads, kv, hd uint32
+		rows          int
+		want          EntryPoint
+	}{
+		{32, 32, 128, 16, EntryLean}, {32, 32, 128, 64, EntryLean}, {16, 16, 64, 40, EntryLean},
+		{32, 32, 128, 1, EntryMain}, {32, 32, 128, 4, EntryMain}, // few blocks: 16 warps each
+		{16, 8, 128, 64, EntryMain}, {32, 32, 256, 64, EntryMain}, // grouped; wide
+	} {
+		l, err := Shape("flash_attn", []uint32{0}, []uint32{2, c.heads, c.kv, c.hd, 0}, c.rows, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Entry != c.want {
+			t.Errorf("%d heads of %d on %d KV heads, %d rows: entry %q, want %q", c.heads, c.hd, c.kv, c.rows, l.Entry.Suffix(), c.want.Suffix())
+		}
+		if l.Entry == EntryLean && l.Block[0] > 32*faLeanWarps {
+			t.Errorf("%d rows: lean block of %d threads", c.rows, l.Block[0])
+		}
+	}
+}
+
 // TestFaGroup: the query heads a decode attention block serves share one
 // KV head, as many as divide the group, at most 4, and at most 2 of heads
 // wider than 128.

@@ -495,8 +495,9 @@ template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P
 
 // fa_block is the kernels' body for G query heads a block (blockIdx.x is
 // the group, blockIdx.y the row); flash_attn passes softcap 0, window 0
-// and no sinks, which inlining folds away.
-template <int G>
+// and no sinks, which inlining folds away. Heads wider than 64·MAXP2 are
+// left out of the instance (flash_attn_lean's).
+template <int G, int MAXP2 = FA_P2>
 __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
     float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
     const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
@@ -518,7 +519,7 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     float qv[G];
 #pragma unroll
     for (int g = 0; g < G; g++) qv[g] = tid < D ? qr[g * D + tid] : 0.f;
-    if (row >= rows || h0 >= (int)n_head || D > FA_MAX_D || W > FA_MAX_WARPS) return;
+    if (row >= rows || h0 >= (int)n_head || D > 64 * MAXP2 || W > FA_MAX_WARPS) return;
     FaArgs a;
     a.D = D;
     a.W = W;
@@ -552,7 +553,7 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
         float2 acc[G][2];
         fa_warp<2, G>(a, m, l, acc);
         fa_keep<2, G>(acc, wacc, W, D);
-    } else if constexpr (G <= 2) { // fa_group: wider heads come in groups of at most 2
+    } else if constexpr (G <= 2 && MAXP2 > 2) { // fa_group: wider heads come in groups of at most 2
         float2 acc[G][FA_P2];
         fa_warp<FA_P2, G>(a, m, l, acc);
         fa_keep<FA_P2, G>(acc, wacc, W, D);
@@ -606,9 +607,26 @@ __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float
 #endif
 
 #if FAMILY == FAMILY_FLASH_ATTN
+#ifndef CAT
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+#endif
 extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
     fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+}
+
+// flash_attn_lean is the same for one query head a block, heads of at
+// most 128 and blocks of at most FA_LEAN_WARPS warps, compiled for four
+// such blocks a multiprocessor (64 registers a thread, where the main
+// entry's every group and width take 128): launch.go picks it for decode
+// steps of many blocks, which then keep twice the keys and values in
+// flight.
+#define FA_LEAN_WARPS 8
+extern "C" __global__ void __launch_bounds__(32 * FA_LEAN_WARPS, 4) CAT(NAME, _lean)(const float* q, const u8* kv, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
+    extern __shared__ __align__(16) float fa_sm[];
+    fa_block<1, 2>(fa_sm, q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
 }
 
 // flash_attn_tile: prefill on tensor cores, for head widths 64 and 128
@@ -626,10 +644,6 @@ extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float
 #define FAT_WARPS 4
 #define FAT_NONE 0x7fffffff // no slot
 #define FAT_ROWS (16 * FAT_WARPS) // rows a block; fatRows in launch.go
-#ifndef CAT
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-#endif
 
 __device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"

@@ -34,6 +34,8 @@ type kgpu struct {
 	// to launch as the tier keeps it: what one launch leaves there (its
 	// records, split-k's partials) must not upset the next.
 	staging *staging
+	// entry, when set, replaces the entry point Shape picks.
+	entry *kcuda.EntryPoint
 }
 
 // staging is a device buffer of n bytes, zeroed when allocated.
@@ -110,6 +112,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	shape, err := kcuda.Shape(instance, push, spec, rows, prefill)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if g.entry != nil {
+		shape.Entry = *g.entry
 	}
 	var vals []uint64
 	var devs []driver.DevPtr
@@ -502,37 +507,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 			if l, err := kcuda.Shape("flash_attn", []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd)}, len(c.rows), true); err != nil || l.Entry != kcuda.EntryTile {
 				t.Fatalf("launch %+v, %v: want the tile entry", l, err)
 			}
-			kvDim := c.nKV * c.hd
-			slots, maxPages := 3, 48
-			kv := make([]byte, slots*maxPages*kernels.KVPageBytes(nLayer, kvDim))
-			for i := 0; i < len(kv); i += 2 {
-				binary.LittleEndian.PutUint16(kv[i:], 0x7e00) // NaN: stale bytes
-			}
-			// Every slot's positions up to its last row hold values.
-			last := map[uint32]uint32{}
-			for _, r := range c.rows {
-				last[r.slot] = max(last[r.slot], r.pos)
-			}
-			pageBytes := kernels.KVPageBytes(nLayer, kvDim)
-			perm := rng.Perm(slots * maxPages)
-			for s, hi := range last {
-				for p := uint32(0); p <= hi; p++ {
-					page := perm[int(s)*maxPages+int(p)/kernels.KVPageTokens]
-					for which := 0; which < 2; which++ {
-						off := page*pageBytes + ((layer*2+which)*kernels.KVPageTokens+int(p)%kernels.KVPageTokens)*kvDim*2
-						for e := 0; e < kvDim; e++ {
-							binary.LittleEndian.PutUint16(kv[off+2*e:], quant.F32ToF16(2*rng.Float32()-1))
-						}
-					}
-				}
-			}
-			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -1, 1)
-			y := make([]float32, len(c.rows)*c.nHead*c.hd)
-			io := ioTable(c.rows, slots, maxPages, perm)
-			scale := float32(1 / math.Sqrt(float64(c.hd)))
-			bufs := [][]byte{f32bytes(q), kv, io, f32bytes(y)}
-			push := []uint32{layer}
-			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale)}
+			bufs, push, spec := faInputs(t, rng, nLayer, layer, c.nHead, c.nKV, c.hd, c.rows)
 			got := g.run("flash_attn", bufs, push, spec, len(c.rows))
 			want := cpuRun(t, "flash_attn", bufs, push, spec)
 			// Q and P rounded to F16 for the tensor cores: outputs
@@ -540,6 +515,86 @@ func TestKernelFlashAttnTile(t *testing.T) {
 			compareF32(t, "flash_attn tile "+c.name, got[3], want[3], 1e-2)
 		})
 	}
+}
+
+// TestKernelFlashAttnLean runs flash_attn's _lean entry (decode steps of
+// many blocks of one head) against the main entry, which must agree to
+// the bit (the same arithmetic in fewer registers), and against T-CPU.
+func TestKernelFlashAttnLean(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(11))
+	const nLayer, layer = 2, 1
+	for _, c := range []struct {
+		name       string
+		nHead, hd  int
+		rows, step int
+	}{
+		{"32x128", 32, 128, 16, 37},
+		{"16x64", 16, 64, 40, 13},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rows []krow
+			for i := 0; i < c.rows; i++ { // a slot a row, each at its own length
+				rows = append(rows, krow{uint32(5 + c.step*i%700), uint32(i), 0})
+			}
+			if l, err := kcuda.Shape("flash_attn", []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nHead), uint32(c.hd)}, len(rows), false); err != nil || l.Entry != kcuda.EntryLean {
+				t.Fatalf("launch %+v, %v: want the lean entry", l, err)
+			}
+			bufs, push, spec := faInputs(t, rng, nLayer, layer, c.nHead, c.nHead, c.hd, rows)
+			got := g.with(t).run("flash_attn", bufs, push, spec, len(rows))
+			main := g.with(t)
+			main.entry = new(kcuda.EntryPoint) // EntryMain, same blocks
+			wantMain := main.run("flash_attn", bufs, push, spec, len(rows))
+			compareF32(t, "flash_attn lean vs main "+c.name, got[3], wantMain[3], 0)
+			// T-CPU accumulates decode attention in F16 (see
+			// TestKernelFlashAttnExt): a few 1e-3.
+			compareF32(t, "flash_attn lean vs T-CPU "+c.name, got[3], cpuRun(t, "flash_attn", bufs, push, spec)[3], 1e-2)
+		})
+	}
+}
+
+// faInputs returns flash_attn's buffers (q, the KV cache, the request
+// table, y), push and spec for rows of up to 3 slots, each slot's pages
+// scattered: every slot's positions up to its last row hold random
+// values, the cache's other bytes NaN (stale), which must not reach any
+// output.
+func faInputs(t *testing.T, rng *rand.Rand, nLayer, layer, nHead, nKV, hd int, rows []krow) (bufs [][]byte, push, spec []uint32) {
+	t.Helper()
+	kvDim := nKV * hd
+	slots, maxPages := 3, 48
+	for _, r := range rows {
+		slots = max(slots, int(r.slot)+1)
+	}
+	kv := make([]byte, slots*maxPages*kernels.KVPageBytes(nLayer, kvDim))
+	for i := 0; i < len(kv); i += 2 {
+		binary.LittleEndian.PutUint16(kv[i:], 0x7e00) // NaN: stale bytes
+	}
+	// Every slot's positions up to its last row hold values.
+	last := map[uint32]uint32{}
+	for _, r := range rows {
+		last[r.slot] = max(last[r.slot], r.pos)
+	}
+	pageBytes := kernels.KVPageBytes(nLayer, kvDim)
+	perm := rng.Perm(slots * maxPages)
+	for s, hi := range last {
+		for p := uint32(0); p <= hi; p++ {
+			page := perm[int(s)*maxPages+int(p)/kernels.KVPageTokens]
+			for which := 0; which < 2; which++ {
+				off := page*pageBytes + ((layer*2+which)*kernels.KVPageTokens+int(p)%kernels.KVPageTokens)*kvDim*2
+				for e := 0; e < kvDim; e++ {
+					binary.LittleEndian.PutUint16(kv[off+2*e:], quant.F32ToF16(2*rng.Float32()-1))
+				}
+			}
+		}
+	}
+	q := randF32(rng, len(rows)*nHead*hd, -1, 1)
+	y := make([]float32, len(rows)*nHead*hd)
+	io := ioTable(rows, slots, maxPages, perm)
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	bufs = [][]byte{f32bytes(q), kv, io, f32bytes(y)}
+	push = []uint32{uint32(layer)}
+	spec = []uint32{uint32(nLayer), uint32(nHead), uint32(nKV), uint32(hd), fbits(scale)}
+	return bufs, push, spec
 }
 
 // kweights returns rows random weight rows of k elements as type t: F32,

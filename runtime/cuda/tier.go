@@ -464,10 +464,10 @@ const (
 
 // wait polls until the replay of variant vi ends and returns how long it
 // waited. For spin it polls yielding the thread; after that it sleeps
-// between polls, which saves a core during a long prefill but oversleeps
-// by tens of microseconds, a few percent of a 3 ms decode step. Run spins
-// for twice the variant's last replay (within the bounds), so a steady
-// decode step never sleeps.
+// between polls, which saves a core during a long prefill but can wake up
+// to a millisecond late (a Go sleep of microseconds does), a third of a
+// 3 ms decode step. Run spins for twice the variant's last replay (within
+// the bounds), so a steady decode step never sleeps.
 func (t *Tier) wait(ctx context.Context, vi int, spin time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for i := 0; ; i++ {

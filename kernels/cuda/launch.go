@@ -141,6 +141,10 @@ const (
 var mmtTypes = map[string]struct{ ws, wd int }{"q4_k": {144, 24}, "q6_k": {212, 24}, "q8_0": {272, 0}}
 
 // mmtStages is mt_stages: the copy buffers of a tile of rows rows.
+// Three buffers for Q4_K's 32-row tile too (they fit its two blocks a
+// multiprocessor), with every tile copying as many super-blocks ahead as
+// it has other buffers, lost on an H100 (same run, the llama 7B shape's
+// S_TG at 4 / 16 / 64 slots): 919 / 2 961 / 5 166 → 890 / 2 841 / 5 106.
 func mmtStages(typ string, rows uint32) int {
 	if rows == mmtNarrow && typ != "q8_0" {
 		return 3
@@ -195,6 +199,12 @@ const mmtSMs = 132
 // S_TG at 16 rows from 2 427 / 2 439 to 2 565 / 2 548 (qwen3 0.6B, whose
 // 3072-wide down projection it also cut from 12 parts of 1, lost 1.5%);
 // this rule, from 2 471 / 2 459 to 2 552, 64 rows and qwen3 unchanged.
+// Splitting a launch of a wave and a bit where that shortens the last
+// wave (the 7B's gate and up products at 64 rows: 344 tiles of 32 rows,
+// 264 at once, in two parts) lost: S_TG at 64 slots 5 179 / 5 179 →
+// 5 121 / 5 126, pp128 8 224 → 7 963 (H100, same run); so did fitting
+// three such blocks a multiprocessor instead (launch bounds 3, no split:
+// 5 102 / 5 097).
 // Split launches count their tiles in the mmtCounters counters, which
 // bounds their tiles.
 func mmtSplits(tiles, kbs, perSM uint32) uint32 {
@@ -389,6 +399,10 @@ const faBusyWarps = 4096
 // 128 registers, holds two. On an H100 (zrt-run bench --tier cuda
 // --slots 16,64 -p 128 -n 128, same run), S_TG of the llama 7B shape
 // went 2 910 / 4 927 and 2 900 / 4 904 → 2 944 / 5 143 and 2 952 / 5 139.
+// Blocks of 4 warps, a key chunk or two each, lost (H100, same run, the
+// 7B's S_TG at 16 / 64 slots, two rounds): 2 967 / 5 128 and 2 947 /
+// 5 140 with 8; 2 943 / 5 111 and 2 951 / 5 114 with 4 from 2 048 blocks
+// up; 2 931 / 5 096 and 2 890 / 5 117 with 4 from 512 up.
 const faLeanWarps = 8
 
 // faMaxWarps is FA_MAX_WARPS in plain.cuh.

@@ -442,7 +442,7 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 // are issued before the activation row is quantized, overlapping that.
 #define MMV_WARPS 16
 #define MMV_THREADS (32 * MMV_WARPS)
-#define MMV_BLOCKS (32 / MMV_WARPS) // a multiprocessor's
+#define MMV_BLOCKS (32 / MMV_WARPS) // blocks a multiprocessor keeps (launch bounds): 32 warps, 64 registers a thread
 template <int TW, int U = Fast<TW>::U>
 __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
     const float* wn = nullptr, float eps = 0.f) {

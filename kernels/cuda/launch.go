@@ -330,9 +330,11 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	// which unpacks its weights half as often as the narrow one: llama 7B
 	// S_TG at 64 slots 3 150 → 3 466 (H100, same run); the qwen3 0.6B
 	// shape, whose matrices are small, lost with it (12 098 → 11 883) and
-	// keeps the narrow tile. The grid's x is the row tiles, so that those
-	// of a block of features run side by side and share its weights
-	// through L2.
+	// keeps the narrow tile. The wide tile at 64 rows still loses on the
+	// 7B (S_TG at 64 slots, averages of three, H100, same run): 5 156 →
+	// 5 017 for Q6_K alone, 4 565 for the matrices of n ≤ 4096. The grid's
+	// x is the row tiles, so that those of a block of features run side by
+	// side and share its weights through L2.
 	rows, entry := uint32(mmtWide), EntryTile
 	switch {
 	case r <= mmtMid || r <= mmtWide && k < mmtMidK:

@@ -100,7 +100,8 @@ amd:
 	kernels/amd/build_amd.sh
 
 # kbench: time the CUDA matrix-vector kernels alone at 7B decode shapes
-# against a plain read of the same bytes; needs nvcc and a GPU.
+# against a plain read of the same bytes, and the multi-row tile kernels at
+# 16 to 512 rows; needs nvcc and a GPU.
 kbench:
 	nvcc -arch=sm_90 -O3 --fmad=false -std=c++17 -o $(BIN)/mmvbench kernels/cuda/bench/mmvbench.cu
 	$(BIN)/mmvbench

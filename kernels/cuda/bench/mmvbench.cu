@@ -4,10 +4,15 @@
 // Each launch reads a different copy of the weights, rotating through a
 // pool several times the L2, so the numbers are HBM numbers. The first
 // line of each shape is the kernel as launch.go ships it; the others vary
-// its chunk size U and block shape, and Δrel checks they agree.
+// its chunk size U and block shape, and Δrel checks they agree. A second
+// table times the multi-row kernels at the llama 7B shape's products, for
+// 16 and 64 rows (batched decode) and 100 and 512 (prefill): the dp4a
+// tile kernel against the tensor-core tiles launch.go picks, so a tile
+// change can be timed without building a model.
 //
 //   make kbench   (needs nvcc and a GPU)
 #include "../mmt.cuh"
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,10 +62,18 @@ __global__ void __launch_bounds__(256, 2)
     mmq<T>(x, w, io, k, n, mm_out(y, n, nullptr), false, NORM ? wn : nullptr, 1e-5f);
 }
 
+// k_stage and k_mmt are the tensor-core tile kernel's two launches as
+// the tier makes them (typed.cuh's NAME_stage, NAME_tile16, NAME_tile32
+// and NAME_tile): the activation rows quantized once into the staging
+// buffer, then the MR-row tiles.
 template <int T, bool NORM>
-__global__ void __launch_bounds__(256, 2)
-    k_mmt(const float* x, const float* wn, const u8* w, const u32* io, float* y, int k, int n) {
-    mmt<T>(x, w, io, k, n, mm_out(y, n, nullptr), NORM ? wn : nullptr, 1e-5f);
+__global__ void __launch_bounds__(256) k_stage(const float* x, const float* wn, const u32* io, int k, u8* q8) {
+    mt_stage<Geom<T>::VT>(x, io, k, q8, NORM ? wn : nullptr, 1e-5f);
+}
+
+template <int T, int MR>
+__global__ void __launch_bounds__(256, MR == 16 ? 3 : 2) k_mmt(const u8* w, const u32* io, float* y, int k, int n, const u8* q8) {
+    mmt<T, MR>(w, io, k, n, mm_out(y, n, nullptr), false, q8);
 }
 
 static int bytes_per_row(int t, int k) {
@@ -156,30 +169,67 @@ static void run(const Case& c, Pool pool, const float* x, const float* wn, const
     run1<T, NORM, 2, 1024, 1>(false, c, pool, x, wn, io, y, sink);
 }
 
-// tile times the prefill kernels on `rows` activation rows: the dp4a tile
-// kernel (mmq) against the tensor-core one (mmt), which must agree.
-template <int T, bool NORM>
-static void tile(const Case& c, int rows, Pool pool, const float* x, const float* wn, const u32* io, float* y, float* y2) {
+// mmt_splits mirrors launch.go's mmtSplits, for per_sm blocks a
+// multiprocessor (mmtPerSM).
+static int mmt_splits(int tiles, int kbs, int per_sm) {
+    if (tiles > MT_COUNTERS) return 1;
+    int fill = std::max(1, std::min(kbs, per_sm * 132 / tiles));
+    int part = (kbs + fill - 1) / fill;
+    return (kbs + part - 1) / part;
+}
+
+// tile_mr times the multi-row kernels on `rows` activation rows: the dp4a
+// tile kernel (mmq) against the tensor-core one (mmt) with MR-row tiles,
+// its staging launch included, both shaped as launch.go shapes them. The
+// two must agree to rounding.
+template <int T, bool NORM, int MR>
+static void tile_mr(const Case& c, int rows, Pool pool, const float* x, const float* wn, const u32* io, float* y, float* y2, u8* q8) {
     size_t mb = (size_t)bytes_per_row(T, c.k) * c.n;
     size_t span = (mb + 4095) & ~(size_t)4095;
     int copies = (int)(pool.size / span);
-    int perWarp = ((c.n + 7) / 8 + 527) / 528, width = (c.n + 8 * perWarp - 1) / (8 * perWarp);
-    dim3 gq(width, (rows + 7) / 8), gt((c.n + MT_N - 1) / MT_N, (rows + MT_M - 1) / MT_M);
-    int sq = 8 * ((c.k + c.k / 4 + 15) & ~15), st = mt_smem<T>();
+    // mmqWidth: as few blocks as give every warp the same number of features, 264 at most a group of rows
+    int groups = (rows + MM_MR - 1) / MM_MR, cap = std::max(264 / groups, 1);
+    int per_warp = ((c.n + MM_WARPS - 1) / MM_WARPS + cap - 1) / cap;
+    dim3 gq((c.n + MM_WARPS * per_warp - 1) / (MM_WARPS * per_warp), groups);
+    int sq = std::min(rows, MM_MR) * ((c.k + c.k / 4 + 15) & ~15), st = mt_smem<T, MR>();
+    int per_sm = std::min(MR == 16 ? 3 : 2, (228 << 10) / (st + (1 << 10))), kbs = c.k / 256;
+    int tiles = (rows + MR - 1) / MR * ((c.n + MT_N - 1) / MT_N), splits = mmt_splits(tiles, kbs, per_sm);
+    dim3 gt((rows + MR - 1) / MR, (c.n + MT_N - 1) / MT_N, splits);
+    int warps = std::min(std::max(kbs, 1), 8);
+    dim3 gs(rows, (kbs + warps - 1) / warps);
     CK(cudaFuncSetAttribute(k_mmq<T, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, sq));
-    CK(cudaFuncSetAttribute(k_mmt<T, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize, st));
-    const int reps = 10;
+    CK(cudaFuncSetAttribute(k_mmt<T, MR>, cudaFuncAttributeMaxDynamicSharedMemorySize, st));
+    const int reps = 20;
     float uq = timeit([&](int i) { k_mmq<T, NORM><<<gq, 256, sq>>>(x, wn, pool.p + (size_t)(i % copies) * span, io, y, c.k, c.n); }, reps);
-    float ut = timeit([&](int i) { k_mmt<T, NORM><<<gt, 256, st>>>(x, wn, pool.p + (size_t)(i % copies) * span, io, y2, c.k, c.n); }, reps);
+    float ut = timeit([&](int i) {
+        k_stage<T, NORM><<<gs, 32 * warps>>>(x, wn, io, c.k, q8);
+        k_mmt<T, MR><<<gt, MT_THREADS, st>>>(pool.p + (size_t)(i % copies) * span, io, y2, c.k, c.n, q8);
+    }, reps);
     std::vector<float> a((size_t)rows * c.n), b((size_t)rows * c.n);
     CK(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(b.data(), y2, b.size() * 4, cudaMemcpyDeviceToHost));
+    // fmax drops NaN: count the outputs that are not finite instead.
     double worst = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); i++) scale = fmax(scale, fabs(a[i]));
-    for (size_t i = 0; i < a.size(); i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        bad += !std::isfinite(a[i]) || !std::isfinite(b[i]);
+        scale = fmax(scale, fabs(a[i]));
+        worst = fmax(worst, fabs(a[i] - b[i]));
+    }
     double ops = 2.0 * rows * c.k * c.n;
-    printf("| %-20s | %4d | %5d | %6d | %9.1f | %9.1f | %6.1f | %6.1f | %.1e (of %.1e) |\n", c.name, rows, c.k, c.n, uq, ut,
-        ops / uq / 1e6, ops / ut / 1e6, worst, scale);
+    printf("| %-20s | %4d | %5d | %6d | %2d×%-2d | %8.1f | %8.1f | %6.1f | %6.1f | %7.1f | %.1e (of %.1e)", c.name, rows, c.k, c.n,
+        MR, splits, uq, ut, ops / uq / 1e6, ops / ut / 1e6, mb / ut / 1e3, worst, scale);
+    if (bad) printf(", %zu not finite", bad);
+    printf(" |\n");
+}
+
+// tile picks the tile launch.go picks for `rows` rows: 16 up to 32 rows
+// (or 64 where k < 4096), 32 up to 64, else 64.
+template <int T, bool NORM>
+static void tile(const Case& c, int rows, Pool pool, const float* x, const float* wn, const u32* io, float* y, float* y2, u8* q8) {
+    if (rows <= 32 || (rows <= 64 && c.k < 4096)) tile_mr<T, NORM, 16>(c, rows, pool, x, wn, io, y, y2, q8);
+    else if (rows <= 64) tile_mr<T, NORM, 32>(c, rows, pool, x, wn, io, y, y2, q8);
+    else tile_mr<T, NORM, 64>(c, rows, pool, x, wn, io, y, y2, q8);
 }
 
 int main() {
@@ -220,17 +270,32 @@ int main() {
     run<T_Q8_0, false>({"110M ffn q8_0", T_Q8_0, 768, 4096, false}, pool, x, wn, io, y, sink);
     run<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 4096, false}, pool, x, wn, io, y, sink);
 
-    printf("\nprefill tiles: dp4a (mmq) vs tensor cores (mmt)\n\n");
-    printf("| %-20s | %4s | %5s | %6s | %9s | %9s | %6s | %6s | %s |\n", "kernel", "rows", "k", "n", "mmq us", "mmt us",
-        "mmq TOPS", "mmt TOPS", "max |Δ|");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    for (int rows : {512, 100}) {
+    // The staging buffer: split-k's counters, the records of R rows, and
+    // the partial tiles of a split launch (one a block: at most three
+    // blocks a multiprocessor, of at most 64 × MT_N floats).
+    u8* q8;
+    size_t q8n = 4 * MT_COUNTERS + (size_t)R * (K / 256) * MT_REC + (size_t)3 * 132 * 64 * MT_N * 4;
+    CK(cudaMalloc(&q8, q8n));
+    CK(cudaMemset(q8, 0, q8n)); // split-k's counters start at zero
+    printf("\nmulti-row tiles: dp4a (mmq) vs tensor cores (mmt, staging included; tile: its rows × k parts)\n\n");
+    printf("| %-20s | %4s | %5s | %6s | %5s | %8s | %8s | %6s | %6s | %7s | %s |\n", "kernel", "rows", "k", "n", "tile", "mmq us",
+        "mmt us", "mmq TOPS", "mmt TOPS", "mmt GB/s", "max |Δ|");
+    printf("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|\n");
+    for (int rows : {16, 64, 100, 512}) {
         u32 tio[16] = {(u32)rows};
         CK(cudaMemcpy(io, tio, sizeof tio, cudaMemcpyHostToDevice));
-        tile<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, rows, pool, x, wn, io, y, y2);
-        tile<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 28672, true}, rows, pool, x, wn, io, y, y2);
-        tile<T_Q6_K, false>({"down q6_k", T_Q6_K, 14336, 4096, false}, rows, pool, x, wn, io, y, y2);
-        tile<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 2048, false}, rows, pool, x, wn, io, y, y2);
+        // the llama 7B shape's products (Q4_K_M: V and half the down projections are Q6_K)
+        tile<T_Q4_K, true>({"qkv q4_k (norm)", T_Q4_K, 4096, 12288, true}, rows, pool, x, wn, io, y, y2, q8);
+        tile<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, rows, pool, x, wn, io, y, y2, q8);
+        tile<T_Q6_K, false>({"wv q6_k", T_Q6_K, 4096, 4096, false}, rows, pool, x, wn, io, y, y2, q8);
+        tile<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 22016, true}, rows, pool, x, wn, io, y, y2, q8);
+        tile<T_Q4_K, false>({"down q4_k", T_Q4_K, 11008, 4096, false}, rows, pool, x, wn, io, y, y2, q8);
+        tile<T_Q6_K, false>({"down q6_k", T_Q6_K, 11008, 4096, false}, rows, pool, x, wn, io, y, y2, q8);
+        // Q8_0's rows come out not finite here, from both kernels, even
+        // with every block's d set to 1 and its quants within ±127, where
+        // TestKernelMatrixTiles holds the same kernels to T-CPU at this
+        // shape through the tier: something of this harness, not found yet.
+        tile<T_Q8_0, false>({"wo q8_0", T_Q8_0, 4096, 4096, false}, rows, pool, x, wn, io, y, y2, q8);
     }
     return 0;
 }

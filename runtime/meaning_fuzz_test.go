@@ -185,7 +185,7 @@ func TestEditedGraphRefused(t *testing.T) {
 		edit func(g *bundle.Graph)
 		want string
 	}{
-		{func(g *bundle.Graph) { g.Hparams.NVocab *= 4 }, "region out.logits has"},
+		{func(g *bundle.Graph) { g.Hparams.NVocab *= 4 }, "has shape [64 320], n_vocab = 1280"},
 		{func(g *bundle.Graph) { g.Hparams.MaxSlots = 64 }, "region io has"},
 		{func(g *bundle.Graph) { g.Hparams.NHead = 0 }, "n_head = 0, must be at least 1"},
 		{func(g *bundle.Graph) { g.Hparams.Eps = float32(math.NaN()) }, "rms_norm_eps = NaN is not finite"},
@@ -193,6 +193,14 @@ func TestEditedGraphRefused(t *testing.T) {
 		{func(g *bundle.Graph) { g.Regions[len(g.Regions)-1].Bytes = -1 }, `region "scratch" has size -1`},
 		{func(g *bundle.Graph) { g.Weights[0].Dims[0] *= 2 }, "shape"},
 		{func(g *bundle.Graph) { g.Variants[0].Relocs[0].Sym.Index = 1 << 30 }, "relocation 0 names"},
+		// Hyperparameters the execution does not read, but every tool
+		// that reports the model does: held to the weights' shapes.
+		{func(g *bundle.Graph) { g.Hparams.NEmbd *= 2 }, `weight "model.embed_table" has shape`},
+		{func(g *bundle.Graph) { g.Hparams.NHead *= 2 }, "the widest layer's attention output takes"},
+		{func(g *bundle.Graph) { g.Hparams.NLayer *= 2 }, "but layer 2 has no weights"},
+		{func(g *bundle.Graph) { g.Hparams.NLayer-- }, "is of layer 1, n_layer = 1"},
+		{func(g *bundle.Graph) { g.Hparams.HeadDim *= 2; g.Hparams.NRot = g.Hparams.HeadDim }, "the widest layer's attention output takes"},
+		{func(g *bundle.Graph) { g.Hparams.NFF *= 2 }, "n_ff = "},
 	} {
 		g, err := bundle.DecodeGraph(graph)
 		if err != nil {

@@ -21,7 +21,8 @@ const (
 // model, regions whose sizes add up, weights inside their regions with
 // the bytes their type and shape take, variants within the hyperparameters,
 // relocations inside their streams and symbol tables, liveness rows
-// inside the scratch region. Every error names the field. The loader
+// inside the scratch region, hyperparameters that the weights' shapes
+// agree with (checkShapes). Every error names the field. The loader
 // runs it on every open, so nothing after it indexes with an unchecked
 // value from the file.
 func (g *Graph) Check() error {
@@ -35,6 +36,9 @@ func (g *Graph) Check() error {
 		if err := g.checkWeight(&g.Weights[i]); err != nil {
 			return fmt.Errorf("%w: weight %q: %v", ErrFormat, g.Weights[i].Buffer, err)
 		}
+	}
+	if err := g.checkShapes(); err != nil {
+		return fmt.Errorf("%w: hyperparameters against the weights: %v", ErrFormat, err)
 	}
 	for i := range g.Variants {
 		if err := g.checkVariant(&g.Variants[i]); err != nil {

@@ -64,7 +64,8 @@ type Bundle struct {
 
 // Open maps and validates a bundle. The minimal check, always done: graph
 // file header, section checksums and tables; every kernel blob present,
-// matching its recorded hash, for the bundle's target, fully patched; the
+// matching its recorded hash, for the bundle's target, fully patched, and
+// specialized for the graph file's hyperparameters (checkSlots); the
 // weights pack's table consistent with the memory plan and its recorded
 // data hash the graph file's. With full set it also hashes the weights
 // data against that hash.
@@ -130,6 +131,9 @@ func Open(dir string, full bool) (*Bundle, error) {
 			return fail(err)
 		}
 		b.Blobs = append(b.Blobs, blob)
+	}
+	if err := b.Graph.checkSlots(b.Blobs); err != nil {
+		return fail(fmt.Errorf("%w: hyperparameters against the kernels: %v", ErrFormat, err))
 	}
 	pf, err := root.Open(WeightsFile)
 	if err != nil {

@@ -110,8 +110,9 @@ func (g *Graph) checkShapes() error {
 
 // checkSlots holds the hyperparameters to the values the kernels were
 // specialized with: n_head is every attention kernel's, and head_dim and
-// n_head_kv are the widest kernel's (layers may differ); a kernel's
-// n_layer counts the layers of its class, at most n_layer.
+// n_head_kv are the widest kernel's (layers may differ). (A kernel's
+// n_layer counts the cache placements of its region, which is not the
+// model's n_layer: that one the weights' layers tell.)
 func (g *Graph) checkSlots(blobs []*zrt.Blob) error {
 	h := &g.Hparams
 	widest := map[string]uint32{}
@@ -125,10 +126,6 @@ func (g *Graph) checkSlots(blobs []*zrt.Blob) error {
 			case "n_head":
 				if int(v) != h.NHead {
 					return fmt.Errorf("kernel %s was specialized for n_head = %d, the graph file says %d", b.Name, v, h.NHead)
-				}
-			case "n_layer":
-				if int(v) > h.NLayer {
-					return fmt.Errorf("kernel %s was specialized for %d layers, the graph file says n_layer = %d", b.Name, v, h.NLayer)
 				}
 			case "head_dim", "n_head_kv":
 				widest[s.Name] = max(widest[s.Name], v)

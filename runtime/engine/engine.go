@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -157,6 +158,9 @@ type Engine struct {
 	arrivals []*request
 	draining bool
 	stats    Stats
+	// wake tells an idle Run that a request arrived; one pending signal
+	// is enough, so Submit never blocks on it.
+	wake chan struct{}
 
 	// Owned by the step loop.
 	pool   *kvpool.Pool
@@ -286,7 +290,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.Scope == nil {
 		cfg.Scope = func(tenant string) string { return tenant }
 	}
-	e := &Engine{m: m, tok: tok, cfg: cfg, rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
+	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
 		meters: map[string]*meters{}}
 	e.stats.Finished = map[Finish]uint64{}
 	e.stats.Slots = cfg.Slots
@@ -343,6 +347,10 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 		return nil, ErrDraining
 	}
 	e.arrivals = append(e.arrivals, req)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
 	return req.events, nil
 }
 
@@ -814,7 +822,10 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Run steps until ctx is done, idling briefly when there is nothing to do.
+// Run steps until ctx is done. With nothing to do it blocks until a
+// request arrives; while requests wait on limits that time lifts (rates,
+// smoothed token budgets, a cancelled client) it looks again every
+// millisecond.
 func (e *Engine) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		did, err := e.Step(ctx)
@@ -822,13 +833,25 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue // the step's requests have failed with it; serve the rest
 		}
 		if !did {
+			var poll <-chan time.Time
+			if e.holding() {
+				poll = time.After(time.Millisecond)
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Millisecond):
+			case <-e.wake:
+			case <-poll:
 			}
 		}
 	}
 	return ctx.Err()
+}
+
+// holding reports whether any admitted request waits or runs.
+func (e *Engine) holding() bool {
+	e.stepping.Lock()
+	defer e.stepping.Unlock()
+	return len(e.reqs) > 0 || slices.ContainsFunc(e.slots, func(r *request) bool { return r != nil })
 }
 
 // Drain stops admitting new requests and returns when every queued and

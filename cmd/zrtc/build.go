@@ -31,6 +31,7 @@ func buildCmd() *cobra.Command {
 	var quiet, verifyEach, noFuse, noCache, asJSON bool
 	var budget byteSize
 	var phases phaseFlags
+	var sizes sizeFlags
 	c := &cobra.Command{
 		Use:   "build MODEL.gguf [IR.zir] -o OUT",
 		Short: "Compile a model into a bundle directory, or a bundle set for several targets (written atomically)",
@@ -69,7 +70,14 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			start := time.Now()
 			opt := compiler.Options{ConfigPath: cfg, VerifyEach: verifyEach, NoFuse: noFuse,
 				PTXDir: os.Getenv("ZRT_PTX_DIR")}
-			if err := phases.apply(args, out, &opt); err != nil {
+			if err := sizes.apply(&opt); err != nil {
+				return err
+			}
+			if !noCache && !cmd.Flags().Changed("cache") {
+				cacheDir = os.Getenv(cacheEnv)
+			}
+			cacheOnly := out == "" && cacheDir != "" && !noCache && phases.to == ""
+			if err := phases.apply(args, out, cacheOnly, &opt); err != nil {
 				return err
 			}
 			stderr := cmd.ErrOrStderr()
@@ -99,6 +107,9 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 				}
 				return compiler.Compile(cmd.Context(), args[0], out, opt)
 			}
+			if cacheOnly && len(targets) > 1 {
+				return fmt.Errorf("build: a bundle set is written to -o OUT; only one target may go to the cache alone")
+			}
 			if len(targets) > 1 && opt.CompileFrom != "" {
 				return fmt.Errorf("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")
 			}
@@ -107,9 +118,6 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			}
 			b := &builder{model: args[0], opt: opt, say: say, warn: opt.Warn, forceBuild: opt.DumpAfter != "",
 				wantKey: asJSON || len(targets) > 1}
-			if !noCache && !cmd.Flags().Changed("cache") {
-				cacheDir = os.Getenv(cacheEnv)
-			}
 			if cacheDir != "" && !noCache {
 				if why := buildkey.Uncacheable(opt); why != nil {
 					say("not using the cache: %v", why)
@@ -133,7 +141,11 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			if err != nil {
 				return err
 			}
-			say("wrote %s", out)
+			if cacheOnly {
+				say("cached at %s", sum.Outputs[0].Path)
+			} else {
+				say("wrote %s", out)
+			}
 			if !asJSON {
 				return nil
 			}
@@ -154,6 +166,7 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 	c.Flags().BoolVar(&noCache, "no-cache", false, "use no build cache, even if $"+cacheEnv+" is set")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary on stdout: outputs, keys, cache hit or miss, phase timings, plan sizes")
 	phases.register(c)
+	sizes.register(c)
 	return c
 }
 
@@ -247,8 +260,12 @@ type builder struct {
 
 // dest is where a bundle goes: published at path, or, for a member of a
 // set, written into the directory into under the set's temporary (path is
-// then where it will end up).
+// then where it will end up); with neither, only into the cache.
 type dest struct{ path, into string }
+
+// cacheOnly reports a build for the cache alone (zrtc build --cache DIR
+// without -o): its output is the cache entry.
+func (d dest) cacheOnly() bool { return d.path == "" && d.into == "" }
 
 // write puts a freshly built bundle at d.
 func (d dest) write(fill func(dir string) error) error {
@@ -331,6 +348,18 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 				return nil, err
 			}
 		}
+		if hit && d.cacheOnly() {
+			entry, err := b.cache.Use(in.Key())
+			if err == nil {
+				o.Cache, o.Path = "hit", entry
+				b.say("cache hit %s: %s", o.Key, entry)
+				return o, o.describe(entry)
+			}
+			if !errors.Is(err, buildcache.ErrMiss) {
+				return nil, err
+			}
+			hit = false // pruned between the lookup and now: build it
+		}
 		if hit {
 			t = time.Now()
 			placed, err := b.materialise(in.Key(), d)
@@ -391,6 +420,12 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 		return nil, err
 	}
 	o.Phases = append(o.Phases, compiled(c)...)
+	if d.cacheOnly() {
+		if o.Path, err = b.cache.Use(in.Key()); err != nil {
+			return nil, err
+		}
+		return o, o.describe(o.Path)
+	}
 	t := time.Now()
 	if _, err := b.materialise(in.Key(), d); err != nil {
 		return nil, err

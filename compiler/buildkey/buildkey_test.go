@@ -36,7 +36,7 @@ func TestKeyCoversWhatMattersAndNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	def, err := config.Load(f, "")
+	def, err := config.Load(f, "", config.Overrides{})
 	f.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	goruntime "runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -42,7 +43,7 @@ func benchCmd() *cobra.Command {
 	var asJSON bool
 	var llamaBench, gguf, cpuProfile, slotList, format, llamaBatched string
 	c := &cobra.Command{
-		Use:   "bench BUNDLE",
+		Use:   "bench BUNDLE|MODEL.gguf",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
 		Long: `bench times a prefill of -p tokens (ppN) and -n decode steps after one
 token (tgN), -r times each, and prints a llama-bench-style table. For tg it
@@ -69,7 +70,13 @@ tool on the same model, threads and test and prints its table below.`,
 			case reps < 1 || reps > 1000:
 				return exitcode.Usagef("-r %d out of range [1, 1000]", reps)
 			}
-			e, err := ef.open(args[0])
+			if slotList != "" {
+				// Given a GGUF, build it for the largest batch asked for.
+				if s, err := parseSlots(slotList); err == nil {
+					ef.build.slots = slices.Max(s)
+				}
+			}
+			e, err := ef.open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

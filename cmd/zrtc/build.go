@@ -37,6 +37,13 @@ func buildCmd() *cobra.Command {
 		Short: "Compile a model into a bundle directory, or a bundle set for several targets (written atomically)",
 		Long: `build compiles a model into a bundle directory, written atomically.
 
+Without a config it builds to serve: the GGUF's trained context, decode
+variants for 16 requests at once on cpu and 64 on cuda, and a KV pool of
+max_slots × min(context, 2048) tokens (at least one whole context). It
+prints each default it took ("zrtc: default …"; -q keeps them quiet).
+--ctx-size and --slots set the context and the requests at once without
+a config file; they win over one.
+
 Several targets (--target cpu,cuda:sm_90) make a bundle set: OUT holds one
 bundle per target, in a directory named after it (cuda:sm_90 → cuda_sm_90),
 and set.json, the index that says what each needs of a machine; zrt-run
@@ -55,6 +62,9 @@ bundle. A GGUF's digest is remembered by (device, inode, size, mtime), so
 a large model is hashed once; a miss, which reads the whole file anyway,
 checks the remembered digest. --dump-after runs the passes (and refreshes
 the entry) even on a hit; --compile-to/--compile-from do not use the cache.
+With a cache and no -o, the bundle goes into the cache alone, and the
+entry's path is printed (--json: outputs[0].path); zrt-run given a GGUF
+builds it so and runs the entry in place.
 zrtc cache ls|prune keep it bounded.
 
 --json prints one JSON object on stdout when done: every output with its

@@ -94,7 +94,7 @@ func generateCmd() *cobra.Command {
 				return fmt.Errorf("empty prompt: give --prompt or --tokens")
 			}
 			if ctx := e.Hparams.ContextLength; len(ids) >= ctx {
-				return fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length)", len(ids), ctx)
+				return fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length, or --ctx-size given a GGUF)", len(ids), ctx)
 			}
 			if tokens == "" && !useChat && messages == "" && !noEcho {
 				fmt.Fprint(cmd.OutOrStdout(), prompt)

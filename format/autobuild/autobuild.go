@@ -92,8 +92,11 @@ func Exec(path string) Runner {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		cmd.WaitDelay = 5 * time.Second
 		err := cmd.Run()
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("zrtc %s: %w", args[0], ctx.Err())
+		}
 		var ee *exec.ExitError
-		if errors.As(err, &ee) && ctx.Err() == nil {
+		if errors.As(err, &ee) {
 			return &ToolError{Args: args, Status: ee.ExitCode()}
 		}
 		if err != nil {

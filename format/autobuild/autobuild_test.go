@@ -274,3 +274,14 @@ func TestFindZrtc(t *testing.T) {
 		t.Errorf("one beside: got %q, %v; want %s", got, err, beside)
 	}
 }
+
+// TestCancel stops a build through its context: the error says so.
+func TestCancel(t *testing.T) {
+	model := synthModel(t, "tiny.gguf")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := autobuild.Build(ctx, autobuild.Request{GGUF: model, CacheDir: t.TempDir(), Run: autobuild.Exec(zrtcPath)})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled build: %v, want context.Canceled", err)
+	}
+}

@@ -32,6 +32,10 @@ const Version = "zrtc 0.1.0"
 type Options struct {
 	ConfigPath string // optional TOML overrides
 	Target     string // overrides the config's target when set
+	// ContextLength and Slots, when positive, override the config's
+	// context_length and max_slots (with the decode variants up to it):
+	// zrtc build --ctx-size and --slots.
+	ContextLength, Slots int
 	// VerifyEach re-runs verify after every pass.
 	VerifyEach bool
 	// NoFuse turns the fuse pass off.
@@ -57,6 +61,11 @@ type Options struct {
 	// CompileFrom resumes after the named pass from the text IR in
 	// IRPath; weights and state sizes still come from the GGUF.
 	CompileFrom, IRPath string
+}
+
+// Overrides are the options that override the model config's settings.
+func (opt Options) Overrides() config.Overrides {
+	return config.Overrides{Target: opt.Target, ContextLength: opt.ContextLength, Slots: opt.Slots}
 }
 
 // Frontend is a parsed model ready for the passes.
@@ -87,12 +96,9 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := arch.CheckSupported(f); err != nil {
 		return nil, err
 	}
-	cfg, err := config.Load(f, opt.ConfigPath)
+	cfg, err := config.Load(f, opt.ConfigPath, opt.Overrides())
 	if err != nil {
 		return nil, err
-	}
-	if opt.Target != "" {
-		cfg.Target = opt.Target
 	}
 	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
 		return nil, err
@@ -232,6 +238,9 @@ func (c *Compiled) prepare(ctx context.Context, path string, start time.Time) er
 		return err
 	}
 	c.Phases = append(c.Phases, Phase{"load", time.Since(start)})
+	for _, d := range fe.Config.Defaults() {
+		c.progress("default %s", d)
+	}
 	c.progress("built IR for %d variants of %s", len(fe.Unit.Graphs), fe.Model.Hparams.Arch)
 	times, err := fe.RunPasses(ctx, opt)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/passes"
@@ -39,6 +40,29 @@ func sharedModels() []string {
 	return out
 }
 
+// goldenOptions pins the settings the goldens were written with, so a
+// change of zrtc's serving defaults leaves them alone: one slot, and the
+// GGUF's trained context capped at 4096 tokens (the defaults before
+// zrtc chose by target). The rest (prefill_rows [128], the KV pool of
+// one whole context) is what those give.
+func goldenOptions(t *testing.T, path string) compiler.Options {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	arch, err := f.String("general.architecture")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := uint64(4096)
+	if n, err := f.Uint(arch + ".context_length"); err == nil && n > 0 {
+		ctx = min(n, ctx)
+	}
+	return compiler.Options{ContextLength: int(ctx), Slots: 1}
+}
+
 // TestGolden compiles every shared model in memory and holds each
 // variant's packet stream to its golden listing in both directions, so the
 // disassembler and the assembler cannot agree on the same bug:
@@ -62,7 +86,7 @@ func TestGolden(t *testing.T) {
 	for _, path := range models {
 		model := strings.TrimSuffix(filepath.Base(path), ".gguf")
 		t.Run(model, func(t *testing.T) {
-			fe, err := compiler.Load(path, compiler.Options{})
+			fe, err := compiler.Load(path, goldenOptions(t, path))
 			if support.Is(err) {
 				t.Skipf("%s: %v", filepath.Base(path), err)
 			}

@@ -127,7 +127,7 @@ func TestPhaseErrors(t *testing.T) {
 		{compiler.Options{IRPath: ir}, "needs --compile-from"},
 		{compiler.Options{CompileFrom: last, IRPath: ir}, "it is the last pass"},
 		{compiler.Options{CompileFrom: "memplan", CompileTo: "regalloc", IRPath: ir}, "stops at or before --compile-from=memplan"},
-		{compiler.Options{CompileFrom: "verify", IRPath: edit("graph decode.s1.r1", "graph decode.s2.r2")}, "variant 1 is decode.s2.r2; the model's config builds decode.s1.r1"},
+		{compiler.Options{CompileFrom: "verify", IRPath: edit("graph decode.s16.r1", "graph decode.s2.r2")}, "variant 1 is decode.s2.r2; the model's config builds decode.s16.r1"},
 		{compiler.Options{CompileFrom: "verify", IRPath: edit("tensor=token_embd.weight", "tensor=nope")}, "names tensor nope, which the GGUF lacks"},
 		{compiler.Options{CompileFrom: "verify", IRPath: edit("dims=64x320", "dims=320x64")}, "the GGUF's token_embd.weight is F32 [64 320]"},
 		{compiler.Options{CompileFrom: "verify", IRPath: edit(" -> ", " => ")}, "e.zir:"},

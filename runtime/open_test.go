@@ -30,7 +30,8 @@ func buildTiny(t testing.TB) string {
 	model := filepath.Join(dir, "m.gguf")
 	os.WriteFile(model, b, 0o644)
 	out := filepath.Join(dir, "bundle")
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{}); err != nil {
+	// One slot: the tests run out of slots on purpose.
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{Slots: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return out

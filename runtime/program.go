@@ -256,7 +256,7 @@ var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier
 			}
 		}
 		if err := sysmem.Check("the bundle's memory plan", need); err != nil {
-			return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots)", err, sysmem.Bytes(kv))
+			return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots; given a GGUF, zrt-run takes --slots and --ctx-size)", err, sysmem.Bytes(kv))
 		}
 		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log})
 	},

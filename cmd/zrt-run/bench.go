@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	goruntime "runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -42,7 +43,7 @@ func benchCmd() *cobra.Command {
 	var asJSON bool
 	var llamaBench, gguf, cpuProfile, slotList, format, llamaBatched string
 	c := &cobra.Command{
-		Use:   "bench BUNDLE",
+		Use:   "bench BUNDLE|MODEL.gguf",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
 		Long: `bench times a prefill of -p tokens (ppN) and -n decode steps after one
 token (tgN), -r times each, and prints a llama-bench-style table. For tg it
@@ -69,7 +70,16 @@ tool on the same model, threads and test and prints its table below.`,
 			case reps < 1 || reps > 1000:
 				return exitcode.Usagef("-r %d out of range [1, 1000]", reps)
 			}
-			e, err := ef.open(args[0])
+			if gguf == "" && isGGUF(args[0]) {
+				gguf = args[0] // the model llama-bench runs, given one
+			}
+			if slotList != "" {
+				// Given a GGUF, build it for the largest batch asked for.
+				if s, err := parseSlots(slotList); err == nil {
+					ef.build.slots = slices.Max(s)
+				}
+			}
+			e, err := ef.open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -224,7 +234,7 @@ tool on the same model, threads and test and prints its table below.`,
 	c.Flags().IntVarP(&reps, "r", "r", 3, "repetitions")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
 	c.Flags().StringVar(&llamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
-	c.Flags().StringVar(&gguf, "gguf", "", "the GGUF the bundle was built from, for --llama-bench")
+	c.Flags().StringVar(&gguf, "gguf", "", "the GGUF the bundle was built from, for --llama-bench (default: BUNDLE itself when it is a GGUF)")
 	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")

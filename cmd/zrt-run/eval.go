@@ -49,7 +49,7 @@ full logit vector.`,
 			if top < 0 || top > 1<<20 {
 				return exitcode.Usagef("--top %d out of range [0, 1048576]", top)
 			}
-			e, err := ef.open(args[0])
+			e, err := ef.open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -124,7 +124,7 @@ func tokenizeCmd(reverse bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := ef.open(args[0])
+			e, err := ef.open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

@@ -50,14 +50,14 @@ func generateCmd() *cobra.Command {
 	var stops []string
 	var sp sample.Params
 	c := &cobra.Command{
-		Use:   "generate BUNDLE",
+		Use:   "generate BUNDLE|MODEL.gguf",
 		Short: "Generate text from a prompt, streaming it to stdout",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := flagError(decode.Params{MaxTokens: n, Sampling: sp}.Validate()); err != nil {
 				return err
 			}
-			e, err := ef.open(args[0])
+			e, err := ef.open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -94,7 +94,7 @@ func generateCmd() *cobra.Command {
 				return fmt.Errorf("empty prompt: give --prompt or --tokens")
 			}
 			if ctx := e.Hparams.ContextLength; len(ids) >= ctx {
-				return fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length)", len(ids), ctx)
+				return fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length, or --ctx-size given a GGUF)", len(ids), ctx)
 			}
 			if tokens == "" && !useChat && messages == "" && !noEcho {
 				fmt.Fprint(cmd.OutOrStdout(), prompt)
@@ -103,6 +103,7 @@ func generateCmd() *cobra.Command {
 		},
 	}
 	ef.add(c)
+	ef.build.addSlots(c)
 	c.Flags().StringVarP(&prompt, "prompt", "p", "", "prompt text")
 	c.Flags().StringVar(&tokens, "tokens", "", "prompt as token ids (comma or space separated), instead of --prompt")
 	c.Flags().BoolVar(&useChat, "chat", false, "format the prompt with the model's chat template")

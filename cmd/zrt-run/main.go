@@ -25,6 +25,13 @@ execution tier and replays it. Wherever it takes a bundle it also takes a
 bundle set (it runs the member that fits this machine) and a pack
 (zrtc pack): it unpacks that member once under --unpack-dir and reuses it.
 
+It also takes a GGUF model: the first time, it builds it with zrtc (found
+beside zrt-run, else on $PATH) into the build cache (--cache, else
+$ZRTC_CACHE, else the user cache directory's zrt), printing zrtc's
+progress and the defaults it chose; later runs with the same model, zrtc
+and flags reuse that build and say so. --ctx-size, --slots and --target
+stand in for a model config.
+
 ` + envHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,7 @@ type engineFlags struct {
 	verifyWeights bool
 	explain       bool
 	unpackDir     string
+	build         buildFlags
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
@@ -54,13 +56,18 @@ func (f *engineFlags) add(c *cobra.Command) {
 	c.Flags().BoolVar(&f.verifyWeights, "verify-weights", false, "hash the weights pack against the graph file before running (every load checks the rest)")
 	c.Flags().BoolVar(&f.explain, "explain", false, "given a bundle set (zrtc build --target a,b) or a pack of one, say on stderr which bundle fits this machine and why")
 	c.Flags().StringVar(&f.unpackDir, "unpack-dir", "", "given a pack (.zrtp), unpack its member for this machine under this directory (default: the user cache directory's zrt/unpacked)")
+	f.build.add(c)
 }
 
 // bundleDir returns the bundle to open for path: path itself for a
 // bundle; for a bundle set, the member that fits this machine best under
 // the tier choice (runtime/pick), said on stderr with --explain; for a
-// pack (.zrtp), that member unpacked once into the unpack directory.
-func (f *engineFlags) bundleDir(path string, opt runtime.Options) (string, error) {
+// pack (.zrtp), that member unpacked once into the unpack directory; for
+// a GGUF, its build in the build cache, made by zrtc the first time.
+func (f *engineFlags) bundleDir(ctx context.Context, path string, opt runtime.Options) (string, error) {
+	if isGGUF(path) {
+		return f.build.bundle(ctx, path, opt)
+	}
 	if zrtp.Is(path) {
 		return f.packBundle(path, opt)
 	}
@@ -144,14 +151,15 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	return opt, nil
 }
 
-// open loads the bundle at dir as a pool of sequences, with the prefill
-// mode of $ZRT_BATCHED_PREFILL.
-func (f *engineFlags) open(dir string) (*sequence.Pool, error) {
+// open loads the bundle at dir (or a set, pack or GGUF, as bundleDir
+// takes) as a pool of sequences, with the prefill mode of
+// $ZRT_BATCHED_PREFILL.
+func (f *engineFlags) open(ctx context.Context, dir string) (*sequence.Pool, error) {
 	opt, err := f.options()
 	if err != nil {
 		return nil, err
 	}
-	if dir, err = f.bundleDir(dir, opt); err != nil {
+	if dir, err = f.bundleDir(ctx, dir, opt); err != nil {
 		return nil, err
 	}
 	p, err := runtime.Open(dir, opt)

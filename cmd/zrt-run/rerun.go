@@ -36,7 +36,7 @@ as the one) that served the log.
 			if opt.Tier == "" || opt.Tier == "auto" {
 				opt.Tier = "cpu"
 			}
-			dir, err := ef.bundleDir(args[0], opt)
+			dir, err := ef.bundleDir(cmd.Context(), args[0], opt)
 			if err != nil {
 				return err
 			}

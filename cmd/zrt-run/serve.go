@@ -28,7 +28,7 @@ func serveCmd() *cobra.Command {
 	var aliases []string
 	var drainTimeout time.Duration
 	c := &cobra.Command{
-		Use:   "serve BUNDLE [BUNDLE...]",
+		Use:   "serve BUNDLE|MODEL.gguf [...]",
 		Short: "Serve bundles over an OpenAI-compatible HTTP API, many requests at once",
 		Long: `serve loads each bundle as a model, runs a serving engine for it and answers
 OpenAI-compatible requests: POST /v1/completions and /v1/chat/completions
@@ -76,7 +76,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 			policy := server.NewPolicy(cfg)
 			var models []*server.Model
 			for i, dir := range args {
-				bdir, err := ef.bundleDir(dir, opt)
+				bdir, err := ef.bundleDir(ctx, dir, opt)
 				if err != nil {
 					return err
 				}
@@ -122,6 +122,11 @@ as the requests themselves. With several bundles, numbered as --trace.
 					}
 				}()
 				name := strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
+				if isGGUF(dir) {
+					// A cache entry keeps the name of the GGUF first built
+					// into it, which may have been a copy of this one.
+					name = strings.TrimSuffix(filepath.Base(dir), filepath.Ext(dir))
+				}
 				if len(aliases) > 0 {
 					name = aliases[i]
 				} else if name == "" {
@@ -209,6 +214,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 		},
 	}
 	ef.add(c)
+	ef.build.addSlots(c)
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to listen on")
 	c.Flags().StringVar(&configPath, "config", "", "server config (TOML): tenants, keys, limits, slots, chunk_cap")
 	c.Flags().StringArrayVar(&aliases, "model-alias", nil, "name of each bundle's model, in order (default: its GGUF's name)")

@@ -69,7 +69,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 				return err
 			}
 			open := func(path string, opt runtime.Options) (*runtime.Program, error) {
-				dir, err := ef.bundleDir(path, opt)
+				dir, err := ef.bundleDir(cmd.Context(), path, opt)
 				if err != nil {
 					return nil, err
 				}

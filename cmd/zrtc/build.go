@@ -31,10 +31,18 @@ func buildCmd() *cobra.Command {
 	var quiet, verifyEach, noFuse, noCache, asJSON bool
 	var budget byteSize
 	var phases phaseFlags
+	var sizes sizeFlags
 	c := &cobra.Command{
 		Use:   "build MODEL.gguf [IR.zir] -o OUT",
 		Short: "Compile a model into a bundle directory, or a bundle set for several targets (written atomically)",
 		Long: `build compiles a model into a bundle directory, written atomically.
+
+Without a config it builds to serve: the GGUF's trained context, decode
+variants for 16 requests at once on cpu and 64 on cuda, and a KV pool of
+max_slots × min(context, 2048) tokens (at least one whole context). It
+prints each default it took ("zrtc: default …"; -q keeps them quiet).
+--ctx-size and --slots set the context and the requests at once without
+a config file; they win over one.
 
 Several targets (--target cpu,cuda:sm_90) make a bundle set: OUT holds one
 bundle per target, in a directory named after it (cuda:sm_90 → cuda_sm_90),
@@ -54,6 +62,9 @@ bundle. A GGUF's digest is remembered by (device, inode, size, mtime), so
 a large model is hashed once; a miss, which reads the whole file anyway,
 checks the remembered digest. --dump-after runs the passes (and refreshes
 the entry) even on a hit; --compile-to/--compile-from do not use the cache.
+With a cache and no -o, the bundle goes into the cache alone, and the
+entry's path is printed (--json: outputs[0].path); zrt-run given a GGUF
+builds it so and runs the entry in place.
 zrtc cache ls|prune keep it bounded.
 
 --json prints one JSON object on stdout when done: every output with its
@@ -69,7 +80,14 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			start := time.Now()
 			opt := compiler.Options{ConfigPath: cfg, VerifyEach: verifyEach, NoFuse: noFuse,
 				PTXDir: os.Getenv("ZRT_PTX_DIR")}
-			if err := phases.apply(args, out, &opt); err != nil {
+			if err := sizes.apply(&opt); err != nil {
+				return err
+			}
+			if !noCache && !cmd.Flags().Changed("cache") {
+				cacheDir = os.Getenv(cacheEnv)
+			}
+			cacheOnly := out == "" && cacheDir != "" && !noCache && phases.to == ""
+			if err := phases.apply(args, out, cacheOnly, &opt); err != nil {
 				return err
 			}
 			stderr := cmd.ErrOrStderr()
@@ -99,6 +117,9 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 				}
 				return compiler.Compile(cmd.Context(), args[0], out, opt)
 			}
+			if cacheOnly && len(targets) > 1 {
+				return fmt.Errorf("build: a bundle set is written to -o OUT; only one target may go to the cache alone")
+			}
 			if len(targets) > 1 && opt.CompileFrom != "" {
 				return fmt.Errorf("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")
 			}
@@ -107,9 +128,6 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			}
 			b := &builder{model: args[0], opt: opt, say: say, warn: opt.Warn, forceBuild: opt.DumpAfter != "",
 				wantKey: asJSON || len(targets) > 1}
-			if !noCache && !cmd.Flags().Changed("cache") {
-				cacheDir = os.Getenv(cacheEnv)
-			}
 			if cacheDir != "" && !noCache {
 				if why := buildkey.Uncacheable(opt); why != nil {
 					say("not using the cache: %v", why)
@@ -133,7 +151,11 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			if err != nil {
 				return err
 			}
-			say("wrote %s", out)
+			if cacheOnly {
+				say("cached at %s", sum.Outputs[0].Path)
+			} else {
+				say("wrote %s", out)
+			}
 			if !asJSON {
 				return nil
 			}
@@ -154,6 +176,7 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 	c.Flags().BoolVar(&noCache, "no-cache", false, "use no build cache, even if $"+cacheEnv+" is set")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary on stdout: outputs, keys, cache hit or miss, phase timings, plan sizes")
 	phases.register(c)
+	sizes.register(c)
 	return c
 }
 
@@ -247,8 +270,12 @@ type builder struct {
 
 // dest is where a bundle goes: published at path, or, for a member of a
 // set, written into the directory into under the set's temporary (path is
-// then where it will end up).
+// then where it will end up); with neither, only into the cache.
 type dest struct{ path, into string }
+
+// cacheOnly reports a build for the cache alone (zrtc build --cache DIR
+// without -o): its output is the cache entry.
+func (d dest) cacheOnly() bool { return d.path == "" && d.into == "" }
 
 // write puts a freshly built bundle at d.
 func (d dest) write(fill func(dir string) error) error {
@@ -331,6 +358,18 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 				return nil, err
 			}
 		}
+		if hit && d.cacheOnly() {
+			entry, err := b.cache.Use(in.Key())
+			if err == nil {
+				o.Cache, o.Path = "hit", entry
+				b.say("cache hit %s: %s", o.Key, entry)
+				return o, o.describe(entry)
+			}
+			if !errors.Is(err, buildcache.ErrMiss) {
+				return nil, err
+			}
+			hit = false // pruned between the lookup and now: build it
+		}
 		if hit {
 			t = time.Now()
 			placed, err := b.materialise(in.Key(), d)
@@ -391,6 +430,12 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 		return nil, err
 	}
 	o.Phases = append(o.Phases, compiled(c)...)
+	if d.cacheOnly() {
+		if o.Path, err = b.cache.Use(in.Key()); err != nil {
+			return nil, err
+		}
+		return o, o.describe(o.Path)
+	}
 	t := time.Now()
 	if _, err := b.materialise(in.Key(), d); err != nil {
 		return nil, err

@@ -48,7 +48,8 @@ func TestBuildPhaseFlags(t *testing.T) {
 	zirs, _ := filepath.Glob(filepath.Join(dumps, "*-memplan.*.zir"))
 	tables, _ := filepath.Glob(filepath.Join(dumps, "*-liveness.*.liveness.txt"))
 	plans, _ := filepath.Glob(filepath.Join(dumps, "*-memplan.json"))
-	if len(zirs) != 2 || len(tables) != 2 || len(plans) != 1 {
+	// T-CPU's defaults: prefill r128 and decode r1, r2, r4, r8, r16.
+	if len(zirs) != 6 || len(tables) != 6 || len(plans) != 1 {
 		t.Fatalf("dump dir holds %v %v %v", zirs, tables, plans)
 	}
 

@@ -16,6 +16,7 @@ import (
 func keyCmd() *cobra.Command {
 	var cfg, target, cacheDir string
 	var noFuse, verbose bool
+	var sizes sizeFlags
 	c := &cobra.Command{
 		Use:   "key MODEL.gguf [--target T] [--config F]",
 		Short: "Print the build cache key of a build, for a CI cache step",
@@ -36,6 +37,9 @@ share a key.`,
 				return err
 			}
 			b := &builder{model: args[0], opt: compiler.Options{ConfigPath: cfg, NoFuse: noFuse, PTXDir: os.Getenv("ZRT_PTX_DIR")}}
+			if err := sizes.apply(&b.opt); err != nil {
+				return err
+			}
 			if !cmd.Flags().Changed("cache") {
 				cacheDir = os.Getenv(cacheEnv)
 			}
@@ -72,6 +76,7 @@ share a key.`,
 	c.Flags().BoolVar(&noFuse, "no-fuse", false, "the key of a build with --no-fuse")
 	c.Flags().StringVar(&cacheDir, "cache", "", "take the GGUF's digest from this cache's memo (default $"+cacheEnv+")")
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the key's inputs on stderr")
+	sizes.register(c)
 	return c
 }
 

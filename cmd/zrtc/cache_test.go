@@ -334,3 +334,74 @@ func TestMissVerifiesTheRememberedDigest(t *testing.T) {
 		t.Fatalf("after the fix: %+v", o)
 	}
 }
+
+// TestBuildIntoCacheAlone builds with --cache and no -o: the bundle goes
+// into the cache only, the summary names the entry, and a second build
+// hits it there. Both keep the key zrtc key prints for the same flags.
+func TestBuildIntoCacheAlone(t *testing.T) {
+	model := tinyModel(t)
+	cache := t.TempDir()
+	first := buildJSON(t, model, "--cache", cache, "--slots", "2")
+	if len(first.Outputs) != 1 || first.Outputs[0].Cache != "miss" {
+		t.Fatalf("first build: %+v", first.Outputs)
+	}
+	o := first.Outputs[0]
+	if want := filepath.Join(cache, "zrtc-cache-1", "entries", o.Key); o.Path != want {
+		t.Errorf("the output is %s, want the entry %s", o.Path, want)
+	}
+	if _, _, err := bundle.ReadGraph(filepath.Join(o.Path, bundle.GraphFile)); err != nil {
+		t.Errorf("the entry: %v", err)
+	}
+	again := buildJSON(t, model, "--cache", cache, "--slots", "2")
+	if again.Outputs[0].Cache != "hit" || again.Outputs[0].Path != o.Path {
+		t.Errorf("second build: %+v, want a hit on %s", again.Outputs[0], o.Path)
+	}
+	key, _, err := run(t, "key", model, "--cache", cache, "--slots", "2")
+	if err != nil || strings.TrimSpace(key) != o.Key {
+		t.Errorf("zrtc key --slots 2 says %q (%v), the build %s", key, err, o.Key)
+	}
+	if other, _, _ := run(t, "key", model, "--cache", cache); strings.TrimSpace(other) == o.Key {
+		t.Errorf("zrtc key without --slots gives the --slots 2 build's key")
+	}
+	// Without a cache, -o stays required.
+	if _, _, err := run(t, "build", model, "--no-cache"); err == nil || !strings.Contains(err.Error(), "-o OUT is required") {
+		t.Errorf("no -o, no cache: %v", err)
+	}
+	if _, _, err := run(t, "build", model, "--cache", cache, "--target", "cpu,cuda:sm_90"); err == nil || !strings.Contains(err.Error(), "only one target") {
+		t.Errorf("a set into the cache alone: %v", err)
+	}
+}
+
+// TestBuildSaysDefaults checks that a build without a config prints the
+// defaults it chose, one line each, and -q keeps them quiet.
+func TestBuildSaysDefaults(t *testing.T) {
+	model := tinyModel(t)
+	_, stderr, err := run(t, "build", model, "-o", filepath.Join(t.TempDir(), "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"zrtc: default context_length = 256 (the GGUF's llama.context_length)\n",
+		"zrtc: default max_slots = 16, decode_slots = [1 2 4 8 16] (16 requests at once, cpu's default)\n",
+		"zrtc: default prefill_rows = [128] (cpu's default)\n",
+		"zrtc: default kv_pages = 256 (4096 tokens: 16 slots × min(context 256, 2048), at least one whole context)\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("build does not say %q:\n%s", want, stderr)
+		}
+	}
+	_, stderr, err = run(t, "build", model, "--ctx-size", "128", "--slots", "3", "-o", filepath.Join(t.TempDir(), "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stderr, "default context_length") || strings.Contains(stderr, "default max_slots") || !strings.Contains(stderr, "default kv_pages = 24 ") {
+		t.Errorf("--ctx-size 128 --slots 3: the build says\n%s", stderr)
+	}
+	_, stderr, err = run(t, "build", "-q", model, "-o", filepath.Join(t.TempDir(), "b"))
+	if err != nil || stderr != "" {
+		t.Errorf("-q: %v, stderr %q", err, stderr)
+	}
+	if _, _, err := run(t, "build", model, "--slots", "-1", "-o", filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "--slots -1 out of range") {
+		t.Errorf("--slots -1: %v", err)
+	}
+}

@@ -33,7 +33,7 @@ func zrtcArtifacts(t *testing.T, args ...string) (string, string, error) {
 func builtBundle(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "b")
-	if _, _, err := zrtcArtifacts(t, "build", tinyModel(t), "-q", "-o", dir); err != nil {
+	if _, _, err := zrtcArtifacts(t, "build", tinyModel(t), "-q", "--slots", "1", "-o", dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -37,7 +37,7 @@ breaks the GGUF format is refused as malformed instead. Given a pack
 			defer f.Close()
 			if target == "" {
 				target = config.DefaultTarget
-				if c, err := config.Load(f, cfg); err == nil {
+				if c, err := config.Load(f, cfg, config.Overrides{}); err == nil {
 					target = c.Target
 				}
 			}

@@ -54,7 +54,8 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 }
 
 func configCmd() *cobra.Command {
-	var cfg string
+	var cfg, target string
+	var sizes sizeFlags
 	c := &cobra.Command{
 		Use:   "config MODEL.gguf",
 		Short: "Print the effective model config as TOML (GGUF defaults, then --config overrides)",
@@ -65,7 +66,11 @@ func configCmd() *cobra.Command {
 				return err
 			}
 			defer f.Close()
-			c, err := config.Load(f, cfg)
+			opt := compiler.Options{Target: target}
+			if err := sizes.apply(&opt); err != nil {
+				return err
+			}
+			c, err := config.Load(f, cfg, opt.Overrides())
 			if err != nil {
 				return err
 			}
@@ -74,6 +79,8 @@ func configCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")
+	c.Flags().StringVar(&target, "target", "", "the target whose defaults to resolve (default: the config's)")
+	sizes.register(c)
 	return c
 }
 
@@ -140,4 +147,24 @@ func tokCmd(reverse bool) *cobra.Command {
 		c.Flags().BoolVar(&special, "parse-special", false, "turn special-token text such as <|im_start|> into its id")
 	}
 	return c
+}
+
+// sizeFlags are the config settings build, key and config take as flags,
+// so the common ones need no config file.
+type sizeFlags struct{ ctx, slots int }
+
+func (s *sizeFlags) register(c *cobra.Command) {
+	c.Flags().IntVar(&s.ctx, "ctx-size", 0, "context length, overriding the config's context_length (default: the GGUF's trained context)")
+	c.Flags().IntVar(&s.slots, "slots", 0, "requests served at once: max_slots, and decode variants up to it (default: 16 on cpu, 64 on cuda)")
+}
+
+func (s *sizeFlags) apply(opt *compiler.Options) error {
+	switch {
+	case s.ctx < 0 || s.ctx > config.MaxContext:
+		return exitcode.Usagef("--ctx-size %d out of range [1, %d]", s.ctx, config.MaxContext)
+	case s.slots < 0 || s.slots > 1024:
+		return exitcode.Usagef("--slots %d out of range [1, 1024]", s.slots)
+	}
+	opt.ContextLength, opt.Slots = s.ctx, s.slots
+	return nil
 }

@@ -24,14 +24,15 @@ func (p *phaseFlags) register(c *cobra.Command) {
 }
 
 // apply checks the positional arguments against the flags and fills opt.
-func (p *phaseFlags) apply(args []string, out string, opt *compiler.Options) error {
+// cacheOnly says a build cache is in use, so -o may be left out.
+func (p *phaseFlags) apply(args []string, out string, cacheOnly bool, opt *compiler.Options) error {
 	switch {
 	case p.from != "" && len(args) != 2:
 		return fmt.Errorf("build: --compile-from=%s needs the text IR file after MODEL.gguf", p.from)
 	case p.from == "" && len(args) == 2:
 		return fmt.Errorf("build: a second argument (%s) is text IR to resume from, which needs --compile-from=PHASE", args[1])
-	case out == "" && p.to == "":
-		return fmt.Errorf("build: -o OUT is required")
+	case out == "" && p.to == "" && (!cacheOnly || p.from != ""):
+		return fmt.Errorf("build: -o OUT is required (or only --cache DIR, to add the bundle to the cache)")
 	}
 	opt.DumpAfter, opt.DumpDir, opt.CompileTo, opt.CompileFrom = p.dumpAfter, p.dumpDir, p.to, p.from
 	if len(args) == 2 {

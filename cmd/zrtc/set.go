@@ -30,7 +30,7 @@ func (b *builder) buildSet(ctx context.Context, targets []string, out string, su
 		}
 		x.Bundles = append(x.Bundles, bundleset.Member{Target: t, Dir: bundleset.SanitizeTarget(t), Requires: req})
 	}
-	cfgSum, err := sharedConfig(b.model, b.opt.ConfigPath)
+	cfgSum, err := sharedConfig(b.model, b.opt)
 	if err != nil {
 		return err
 	}
@@ -85,14 +85,19 @@ func requirementsFor(target string) (bundleset.Requires, error) {
 }
 
 // sharedConfig is the digest of the effective model config with the
-// target left out: what every member of a set shares.
-func sharedConfig(model, configPath string) (string, error) {
+// target left out: what every member of a set shares. It is resolved for
+// the config's own target (no --target), so it is one value for the set;
+// the defaults that depend on the target (slots, variants) are in each
+// member's graph file.
+func sharedConfig(model string, opt compiler.Options) (string, error) {
 	f, err := gguf.Open(model)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	c, err := config.Load(f, configPath)
+	o := opt.Overrides()
+	o.Target = ""
+	c, err := config.Load(f, opt.ConfigPath, o)
 	if err != nil {
 		return "", err
 	}

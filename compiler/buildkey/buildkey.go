@@ -125,12 +125,9 @@ func Resolve(path string, model [32]byte, opt compiler.Options, toolchain string
 		return Inputs{}, err
 	}
 	defer f.Close()
-	cfg, err := config.Load(f, opt.ConfigPath)
+	cfg, err := config.Load(f, opt.ConfigPath, opt.Overrides()) // as the compiler's frontend does
 	if err != nil {
 		return Inputs{}, err
-	}
-	if opt.Target != "" {
-		cfg.Target = opt.Target // as the compiler's frontend does
 	}
 	if !slices.Contains(compiler.Targets(), cfg.Target) {
 		return Inputs{}, fmt.Errorf("target %s: this zrtc compiles for %s", cfg.Target, strings.Join(compiler.Targets(), ", "))

@@ -36,7 +36,7 @@ func TestKeyCoversWhatMattersAndNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	def, err := config.Load(f, "")
+	def, err := config.Load(f, "", config.Overrides{})
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +77,9 @@ func TestKeyCoversWhatMattersAndNothingElse(t *testing.T) {
 		{"--verify-each", model, compiler.Options{VerifyEach: true}, digest},
 		{"--dump-after/--dump-dir", model, compiler.Options{DumpAfter: "all", DumpDir: filepath.Join(dir, "dumps")}, digest},
 		{"--memory-budget and progress", model, compiler.Options{MemoryBudget: 1, Progress: func(string, ...any) {}}, digest},
+		// The defaults are in the effective config: flags restating them
+		// build the same bundle.
+		{"--slots and --ctx-size equal to the defaults", model, compiler.Options{Slots: def.MaxSlots, ContextLength: def.ContextLength}, digest},
 	}
 	for _, c := range same {
 		if k := key(t, c.path, c.model, c.opt, tc); k != base {
@@ -94,6 +97,8 @@ func TestKeyCoversWhatMattersAndNothingElse(t *testing.T) {
 		"config value":   key(t, model, digest, compiler.Options{ConfigPath: cfg("ctx.toml", fmt.Sprintf("context_length = %d\n", def.ContextLength/2))}, tc),
 		"target":         viaFlag,
 		"--no-fuse":      key(t, model, digest, compiler.Options{NoFuse: true}, tc),
+		"--slots":        key(t, model, digest, compiler.Options{Slots: def.MaxSlots / 2}, tc),
+		"--ctx-size":     key(t, model, digest, compiler.Options{ContextLength: def.ContextLength * 2}, tc),
 		"PTX directory":  key(t, model, digest, compiler.Options{PTXDir: ptxA}, tc),
 		"PTX contents":   key(t, model, digest, compiler.Options{PTXDir: ptxB}, tc),
 		"toolchain":      key(t, model, digest, compiler.Options{}, tc+"1"),

@@ -26,20 +26,25 @@ type Config struct {
 	// ContextLength is the longest sequence one slot holds, in tokens.
 	ContextLength int `toml:"context_length"`
 	// MaxSlots is how many sequences the page table covers: the most one
-	// decode step can serve (default: the largest of DecodeSlots, else 1).
+	// decode step can serve (default: the largest of DecodeSlots, else
+	// DefaultSlots for the target).
 	MaxSlots int `toml:"max_slots"`
 	// PrefillChunk is the most prompt tokens one prefill step evaluates:
 	// the largest of PrefillRows.
 	PrefillChunk int `toml:"prefill_chunk"`
 	// DecodeSlots lists the decode variants to compile by the sequences
 	// one step serves, each a ShapeKey decode.sS.rN with S = max_slots
-	// (default: [max_slots]).
+	// (default: [max_slots] when max_slots is given, else the target's
+	// DecodeLadder).
 	DecodeSlots []int `toml:"decode_slots"`
 	// PrefillRows lists the prefill variants by the prompt rows one step
-	// evaluates, each a ShapeKey prefill.sS.rN (default: [prefill_chunk]).
+	// evaluates, each a ShapeKey prefill.sS.rN (default: [prefill_chunk]
+	// when that is given, else the target's: [128], or [128, 512] on
+	// T-CUDA).
 	PrefillRows []int `toml:"prefill_rows"`
 	// KVPages sizes the KV cache: a pool of 16-token pages shared by all
-	// slots, not slots × context (default: max_slots full contexts).
+	// slots, not slots × context (default: max_slots sequences of
+	// DefaultKVTokensPerSlot tokens, at least one whole context).
 	KVPages int `toml:"kv_pages"`
 	// SWAFull keeps sliding-window layers' K and V in the shared pages
 	// for a sequence's whole length, as llama.cpp's --swa-full does.
@@ -56,6 +61,10 @@ type Config struct {
 	// TOML file), so an unsupported value is reported where the user can
 	// find it.
 	scalingFrom string
+	// contextFrom says where the default context came from.
+	contextFrom string
+	// defaults are the lines Defaults returns.
+	defaults []string
 }
 
 // Rope holds the rotary-embedding settings.
@@ -69,12 +78,75 @@ type Rope struct {
 
 // Defaults for settings GGUF does not carry.
 const (
-	DefaultMaxSlots     = 1
 	DefaultPrefillChunk = 128
-	DefaultMaxContext   = 4096 // cap on the GGUF's training context, to bound KV memory
+	// DefaultContext is the context when the GGUF states none.
+	DefaultContext      = 4096
 	DefaultRopeFreqBase = 10000
 	DefaultTarget       = "cpu"
+	// DefaultKVTokensPerSlot sizes the default KV pool: max_slots
+	// sequences of this many tokens each (or of the context, if
+	// shorter), and never less than one sequence of the whole context.
+	// A pool of max_slots full contexts would be most of a GPU's memory
+	// for a long-context model; pages are handed out as sequences grow,
+	// so the pool bounds the tokens in flight, not any one sequence.
+	DefaultKVTokensPerSlot = 2048
+	// MaxContext is the longest context_length a config may have.
+	MaxContext = 1 << 20
 )
+
+// DefaultSlots is the number of concurrent sequences a build serves by
+// default on a target's tier: the decode variants and max_slots follow
+// from it (see DecodeLadder). T-CPU serves 16, T-CUDA 64; AMD targets
+// keep one slot until their tiers are measured batched.
+func DefaultSlots(target string) int {
+	switch {
+	case target == "cpu":
+		return 16
+	case strings.HasPrefix(target, "cuda:"):
+		return 64
+	}
+	return 1
+}
+
+// DecodeLadder is the default decode variants for up to slots
+// concurrent sequences on target: a step runs the smallest variant that
+// holds its sequences, so the ladder bounds the rows wasted. T-CPU's
+// cost grows with the rows, so it doubles; a GPU decode step costs
+// about the same for 4 rows as for 1 (it reads the weights once), so
+// T-CUDA quadruples and compiles (and captures) fewer variants.
+func DecodeLadder(target string, slots int) []int {
+	step := 2
+	if strings.HasPrefix(target, "cuda:") {
+		step = 4
+	}
+	var out []int
+	for n := 1; n < slots; n *= step {
+		out = append(out, n)
+	}
+	return append(out, slots)
+}
+
+// defaultPrefillRows is the default prefill variants on target: T-CUDA
+// adds a 512-row variant, so a long prompt takes a quarter of the steps.
+func defaultPrefillRows(target string) []int {
+	if strings.HasPrefix(target, "cuda:") {
+		return []int{DefaultPrefillChunk, 4 * DefaultPrefillChunk}
+	}
+	return []int{DefaultPrefillChunk}
+}
+
+// Overrides are settings given on the command line (zrtc build
+// --target, --ctx-size, --slots; zrt-run's one-command path). They win
+// over the TOML file and the defaults; zero leaves a setting alone.
+type Overrides struct {
+	// Target is the compile target.
+	Target string
+	// ContextLength is the longest sequence one slot holds.
+	ContextLength int
+	// Slots is the most sequences served at once: max_slots, and the
+	// decode variants up to it (DecodeLadder), replacing any decode_slots.
+	Slots int
+}
 
 // fromGGUF returns the defaults the GGUF gives; the variant lists and the
 // page pool are resolved after any TOML overrides (see resolve).
@@ -83,10 +155,15 @@ func fromGGUF(f *gguf.File) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Target: DefaultTarget, MaxSlots: DefaultMaxSlots, PrefillChunk: DefaultPrefillChunk}
-	c.ContextLength = DefaultMaxContext
-	if n, err := f.Uint(arch + ".context_length"); err == nil && n > 0 && n < DefaultMaxContext {
-		c.ContextLength = int(n)
+	c := &Config{Target: DefaultTarget}
+	c.ContextLength = DefaultContext
+	c.contextFrom = fmt.Sprintf("no %s.context_length in the GGUF", arch)
+	if n, err := f.Uint(arch + ".context_length"); err == nil && n > 0 {
+		c.contextFrom = fmt.Sprintf("the GGUF's %s.context_length", arch)
+		c.ContextLength = int(min(n, MaxContext))
+		if n > MaxContext {
+			c.contextFrom = fmt.Sprintf("the GGUF's %s.context_length %d, capped at the most zrt compiles", arch, n)
+		}
 	}
 	c.Rope.FreqBase = DefaultRopeFreqBase
 	if x, err := f.Float(arch + ".rope.freq_base"); err == nil {
@@ -106,9 +183,11 @@ func fromGGUF(f *gguf.File) (*Config, error) {
 }
 
 // Load returns the defaults for f overridden by the TOML file at path
-// (none when path is empty). Unknown keys are an error, so a typo cannot
-// silently do nothing.
-func Load(f *gguf.File, path string) (*Config, error) {
+// (none when path is empty), then by o. Unknown keys are an error, so a
+// typo cannot silently do nothing. The defaults depend only on the GGUF
+// and the target, so a build stays reproducible; Defaults lists the
+// ones this config took.
+func Load(f *gguf.File, path string, o Overrides) (*Config, error) {
 	c, err := fromGGUF(f)
 	if err != nil {
 		return nil, err
@@ -135,28 +214,61 @@ func Load(f *gguf.File, path string) (*Config, error) {
 		}
 		explicit = func(key string) bool { return md.IsDefined(key) }
 	}
-	if err := c.resolve(explicit); err != nil {
+	if err := c.resolve(explicit, o); err != nil {
 		return nil, err
 	}
 	return c, c.Validate()
 }
 
-// resolve fills the variant lists and the page pool from the settings they
-// default to, and the settings from the lists where only those were given
-// (explicit says which keys the TOML file set).
-func (c *Config) resolve(explicit func(key string) bool) error {
-	if len(c.DecodeSlots) == 0 {
+// Defaults lists the settings that came from the defaults rather than
+// the TOML file or the overrides, one line each with why: what zrtc
+// build prints, so a build without a config says what it chose.
+func (c *Config) Defaults() []string { return slices.Clone(c.defaults) }
+
+func (c *Config) chose(format string, a ...any) {
+	c.defaults = append(c.defaults, fmt.Sprintf(format, a...))
+}
+
+// resolve applies the overrides, then fills the variant lists and the
+// page pool from the settings they default to, and the settings from the
+// lists where only those were given (explicit says which keys the TOML
+// file set).
+func (c *Config) resolve(explicit func(key string) bool, o Overrides) error {
+	if o.Target != "" {
+		c.Target = o.Target
+	}
+	switch {
+	case o.ContextLength < 0 || o.Slots < 0:
+		return fmt.Errorf("config: context length %d and slots %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots)
+	case o.ContextLength > 0:
+		c.ContextLength = o.ContextLength
+	case !explicit("context_length"):
+		c.chose("context_length = %d (%s)", c.ContextLength, c.contextFrom)
+	}
+	switch {
+	case o.Slots > 0:
+		c.MaxSlots, c.DecodeSlots = o.Slots, DecodeLadder(c.Target, o.Slots)
+	case len(c.DecodeSlots) == 0 && !explicit("max_slots"):
+		n := DefaultSlots(c.Target)
+		c.MaxSlots, c.DecodeSlots = n, DecodeLadder(c.Target, n)
+		c.chose("max_slots = %d, decode_slots = %v (%d requests at once, %s's default)", n, c.DecodeSlots, n, c.Target)
+	case len(c.DecodeSlots) == 0:
 		c.DecodeSlots = []int{c.MaxSlots}
-	} else {
+	default:
 		slices.Sort(c.DecodeSlots)
 		c.DecodeSlots = slices.Compact(c.DecodeSlots)
 		if !explicit("max_slots") {
 			c.MaxSlots = c.DecodeSlots[len(c.DecodeSlots)-1]
 		}
 	}
-	if len(c.PrefillRows) == 0 {
+	switch {
+	case len(c.PrefillRows) == 0 && explicit("prefill_chunk"):
 		c.PrefillRows = []int{c.PrefillChunk}
-	} else {
+	case len(c.PrefillRows) == 0:
+		c.PrefillRows = defaultPrefillRows(c.Target)
+		c.PrefillChunk = c.PrefillRows[len(c.PrefillRows)-1]
+		c.chose("prefill_rows = %v (%s's default)", c.PrefillRows, c.Target)
+	default:
 		slices.Sort(c.PrefillRows)
 		c.PrefillRows = slices.Compact(c.PrefillRows)
 		largest := c.PrefillRows[len(c.PrefillRows)-1]
@@ -165,8 +277,11 @@ func (c *Config) resolve(explicit func(key string) bool) error {
 		}
 		c.PrefillChunk = largest
 	}
-	if c.KVPages == 0 && c.ContextLength > 0 && c.MaxSlots > 0 {
-		c.KVPages = c.MaxSlots * c.MaxPages()
+	if c.KVPages == 0 && !explicit("kv_pages") && c.ContextLength > 0 && c.MaxSlots > 0 {
+		perSlot := (DefaultKVTokensPerSlot + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+		c.KVPages = max(c.MaxPages(), c.MaxSlots*min(c.MaxPages(), perSlot))
+		c.chose("kv_pages = %d (%d tokens: %d slots × min(context %d, %d), at least one whole context)",
+			c.KVPages, c.KVPages*kernels.KVPageTokens, c.MaxSlots, c.ContextLength, DefaultKVTokensPerSlot)
 	}
 	return nil
 }
@@ -197,7 +312,7 @@ var ropeScalings = map[string]bool{"none": true, "linear": true, "yarn": true, "
 // *support.Error.
 func (c *Config) Validate() error {
 	switch {
-	case c.ContextLength < 1 || c.ContextLength > 1<<20:
+	case c.ContextLength < 1 || c.ContextLength > MaxContext:
 		return fmt.Errorf("config: context_length %d out of range [1, 1048576]", c.ContextLength)
 	case c.MaxSlots < 1 || c.MaxSlots > 1024:
 		return fmt.Errorf("config: max_slots %d out of range [1, 1024]", c.MaxSlots)

@@ -17,7 +17,14 @@ import (
 // load resolves the tiny synthetic model's config with the TOML text.
 func load(t *testing.T, text string) (*Config, error) {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
+	return loadWith(t, synth.Tiny, text, Overrides{})
+}
+
+// loadWith resolves the config of a synthetic model of shape s with the
+// TOML text and overrides.
+func loadWith(t *testing.T, s synth.Shape, text string, o Overrides) (*Config, error) {
+	t.Helper()
+	b, err := synth.Write(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +39,7 @@ func load(t *testing.T, text string) (*Config, error) {
 			t.Fatal(err)
 		}
 	}
-	return Load(f, path)
+	return Load(f, path, o)
 }
 
 func TestVariantList(t *testing.T) {
@@ -42,8 +49,12 @@ func TestVariantList(t *testing.T) {
 		keys []ir.ShapeKey
 		kv   int
 	}{
-		// Tiny's context is 256 tokens: 16 pages a slot.
-		{"", []ir.ShapeKey{key(ir.Prefill, 1, 128), key(ir.Decode, 1, 1)}, 16},
+		// Tiny's context is 256 tokens: 16 pages a slot. T-CPU's default:
+		// 16 slots, decode variants doubling up to them, 16 short contexts.
+		{"", []ir.ShapeKey{key(ir.Prefill, 16, 128), key(ir.Decode, 16, 1), key(ir.Decode, 16, 2), key(ir.Decode, 16, 4),
+			key(ir.Decode, 16, 8), key(ir.Decode, 16, 16)}, 256},
+		// max_slots alone keeps its one variant, as before.
+		{"max_slots = 1\n", []ir.ShapeKey{key(ir.Prefill, 1, 128), key(ir.Decode, 1, 1)}, 16},
 		{"max_slots = 2\nprefill_chunk = 8\n", []ir.ShapeKey{key(ir.Prefill, 2, 8), key(ir.Decode, 2, 2)}, 32},
 		// Lists set the largest; they are sorted and deduplicated.
 		{"decode_slots = [4, 1, 4, 2]\nprefill_rows = [64, 16]\n",
@@ -76,6 +87,81 @@ func TestVariantList(t *testing.T) {
 		}
 		if unsupported := errors.Is(err, support.ErrUnsupported); unsupported != strings.HasPrefix(want, "unsupported") {
 			t.Errorf("%q: support.Is = %v", toml, unsupported)
+		}
+	}
+}
+
+// TestDefaults checks the serving defaults: they depend on the target,
+// take the GGUF's whole context, size the KV pool by tokens in flight
+// rather than slots × context, give way to the config file and the
+// overrides, and are listed by Defaults.
+func TestDefaults(t *testing.T) {
+	long := synth.Tiny
+	long.Context = 131072
+	cases := []struct {
+		name      string
+		shape     synth.Shape
+		toml      string
+		o         Overrides
+		ctx       int
+		slots     int
+		decode    []int
+		prefill   []int
+		kvPages   int
+		defaulted int // lines in Defaults
+	}{
+		{"cpu", synth.Tiny, "", Overrides{}, 256, 16, []int{1, 2, 4, 8, 16}, []int{128}, 16 * 16, 4},
+		{"cuda", synth.Tiny, "", Overrides{Target: "cuda:sm_90"}, 256, 64, []int{1, 4, 16, 64}, []int{128, 512}, 64 * 16, 4},
+		{"cuda from the config file", synth.Tiny, "target = \"cuda:sm_90\"\n", Overrides{}, 256, 64, []int{1, 4, 16, 64}, []int{128, 512}, 64 * 16, 4},
+		{"amd", synth.Tiny, "", Overrides{Target: "amd:gfx1201"}, 256, 1, []int{1}, []int{128}, 16, 4},
+		// 131072 tokens, no cap: the pool holds one whole context, more
+		// than 16 slots × 2048 tokens.
+		{"long context", long, "", Overrides{}, 131072, 16, []int{1, 2, 4, 8, 16}, []int{128}, 131072 / 16, 4},
+		{"--slots 12 --ctx-size 4096", long, "", Overrides{Slots: 12, ContextLength: 4096}, 4096, 12, []int{1, 2, 4, 8, 12}, []int{128}, 12 * 128, 2},
+		{"--slots over the file's lists", synth.Tiny, "decode_slots = [1, 3]\ncontext_length = 64\n", Overrides{Slots: 5}, 64, 5, []int{1, 2, 4, 5}, []int{128}, 5 * 4, 2},
+		{"the file's settings", synth.Tiny, "max_slots = 2\ncontext_length = 128\nprefill_chunk = 32\nkv_pages = 9\n", Overrides{}, 128, 2, []int{2}, []int{32}, 9, 0},
+	}
+	for _, c := range cases {
+		cfg, err := loadWith(t, c.shape, c.toml, c.o)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if cfg.ContextLength != c.ctx || cfg.MaxSlots != c.slots || !reflect.DeepEqual(cfg.DecodeSlots, c.decode) ||
+			!reflect.DeepEqual(cfg.PrefillRows, c.prefill) || cfg.KVPages != c.kvPages {
+			t.Errorf("%s: context %d, max_slots %d, decode %v, prefill %v, kv_pages %d; want %d, %d, %v, %v, %d",
+				c.name, cfg.ContextLength, cfg.MaxSlots, cfg.DecodeSlots, cfg.PrefillRows, cfg.KVPages, c.ctx, c.slots, c.decode, c.prefill, c.kvPages)
+		}
+		if d := cfg.Defaults(); len(d) != c.defaulted {
+			t.Errorf("%s: Defaults lists %d settings, want %d:\n%s", c.name, len(d), c.defaulted, strings.Join(d, "\n"))
+		}
+	}
+	cfg, err := loadWith(t, long, "", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Defaults(); len(d) == 0 || !strings.Contains(d[0], "context_length = 131072 (the GGUF's llama.context_length)") {
+		t.Errorf("Defaults does not say where the context came from: %q", d)
+	}
+	if _, err := loadWith(t, synth.Tiny, "", Overrides{Slots: -1}); err == nil {
+		t.Errorf("negative slots accepted")
+	}
+	if _, err := loadWith(t, synth.Tiny, "", Overrides{Slots: 2000}); err == nil || !strings.Contains(err.Error(), "max_slots 2000 out of range") {
+		t.Errorf("2000 slots: %v", err)
+	}
+}
+
+func TestDecodeLadder(t *testing.T) {
+	for _, c := range []struct {
+		target string
+		slots  int
+		want   []int
+	}{
+		{"cpu", 1, []int{1}}, {"cpu", 16, []int{1, 2, 4, 8, 16}}, {"cpu", 20, []int{1, 2, 4, 8, 16, 20}},
+		{"cuda:sm_90", 64, []int{1, 4, 16, 64}}, {"cuda:sm_90", 100, []int{1, 4, 16, 64, 100}}, {"cuda:sm_90", 2, []int{1, 2}},
+	} {
+		if got := DecodeLadder(c.target, c.slots); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("DecodeLadder(%s, %d) = %v, want %v", c.target, c.slots, got, c.want)
 		}
 	}
 }

@@ -97,7 +97,7 @@ func TestFamilies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := config.Load(f, "")
+		c, err := config.Load(f, "", config.Overrides{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +294,7 @@ func TestNewFamilies(t *testing.T) {
 				}
 			}
 		}
-		cfg, err := config.Load(f, "")
+		cfg, err := config.Load(f, "", config.Overrides{})
 		if err != nil {
 			t.Fatalf("%s: %v", s.Arch, err)
 		}

@@ -11,6 +11,7 @@
 //	zrtc-cache-1/lock         flock: shared while entries are read or added, exclusive to prune
 //	zrtc-cache-1/entries/KEY  one bundle directory per key (64 hex digits)
 //	zrtc-cache-1/digests/     remembered file digests (format/filedigest)
+//	zrtc-cache-1/building/    flock files: one build of a key at a time (Building)
 //
 // Entries are immutable once in place. They are added through
 // format/publish, so a crash leaves a whole entry or none, and two builds
@@ -22,6 +23,7 @@
 package buildcache
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -321,4 +323,62 @@ func treeBytes(dir string) (int64, error) {
 		return nil
 	})
 	return n, err
+}
+
+// Use returns the directory of key's entry and marks the entry used now,
+// for a reader that runs the bundle where it is instead of materialising
+// a copy (zrt-run given a GGUF). Entries are immutable, so it can; a
+// prune that removes the entry meanwhile removes only its names, and the
+// reader's open files and mappings stay valid. It returns ErrMiss
+// (wrapped) when the cache does not hold key.
+func (c *Cache) Use(k Key) (string, error) {
+	release, err := c.lock(false)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	p := c.entryPath(k)
+	if _, err := os.Lstat(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("cache %s: %s: %w", c.dir, k, ErrMiss)
+		}
+		return "", fmt.Errorf("cache %s: %w", c.dir, err)
+	}
+	now := time.Now()
+	_ = os.Chtimes(p, now, now) // last use, for prune; failing only ages it
+	return p, nil
+}
+
+// Building holds key's build lock until release is called, waiting while
+// another process holds it: two processes that would build the same key
+// take turns, and the second finds the first's entry (Lookup) instead of
+// compiling again. The cache stays whole without it (Insert is atomic);
+// it only saves the duplicate work. The wait ends with ctx.
+func (c *Cache) Building(ctx context.Context, k Key) (release func(), err error) {
+	dir := filepath.Join(c.root, "building")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cache %s: %w", c.dir, err)
+	}
+	// The lock files stay: removing one another process has open would
+	// let a third lock a new file of the same name beside it.
+	f, err := os.OpenFile(filepath.Join(dir, k.String()+".lock"), os.O_CREATE|os.O_RDONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("cache %s: build lock: %w", c.dir, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if err != unix.EWOULDBLOCK && err != unix.EINTR {
+			f.Close()
+			return nil, fmt.Errorf("cache %s: build lock: %w", c.dir, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("cache %s: waiting for another build of %s: %w", c.dir, k, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

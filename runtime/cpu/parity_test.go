@@ -63,6 +63,9 @@ func toleranceFor(t *testing.T, model string) float64 {
 	return toleranceFloat
 }
 
+// referenceContext is the context llama.cpp ran the references with.
+const referenceContext = 2048
+
 // TestParityWithLlamaCpp teacher-forces every reference file's tokens
 // through a freshly compiled bundle and holds step 0's full logit vector
 // and every step's argmax to llama.cpp's.
@@ -87,7 +90,9 @@ func TestParityWithLlamaCpp(t *testing.T) {
 		dir, ok := bundles[name]
 		if !ok {
 			dir = filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
-			err := compiler.Compile(context.Background(), model, dir, compiler.Options{VerifyEach: true})
+			// The references ran at n_ctx 2048 (../shared/reference's
+			// README); phi3 takes its long RoPE factors past 4096.
+			err := compiler.Compile(context.Background(), model, dir, compiler.Options{VerifyEach: true, ContextLength: referenceContext})
 			if support.Is(err) {
 				t.Logf("%s: skipped: %v", name, err)
 				dir = ""

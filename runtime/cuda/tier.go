@@ -25,6 +25,7 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
 // Options configure the tier.
@@ -153,6 +154,9 @@ func (t *Tier) load(b *bundle.Bundle) error {
 		return err
 	}
 	g := b.Graph
+	if err := fits(g); err != nil {
+		return err
+	}
 	mem := &Memory{}
 	for i, r := range g.Regions {
 		reg := region{name: r.Name, size: int(r.Bytes)}
@@ -661,4 +665,26 @@ func (t *Tier) upload() error {
 		}
 	}
 	return nil
+}
+
+// fits refuses up front a plan the GPU has no room for, saying what
+// takes the room, rather than failing in the middle of the uploads with
+// cuMemAlloc's bare out-of-memory.
+func fits(g *bundle.Graph) error {
+	free, total, err := driver.MemGetInfo()
+	if err != nil {
+		return err
+	}
+	var need, kv int64
+	for _, r := range g.Regions {
+		need += max(r.Bytes, 256) + regionSlack
+		if r.Name == kernels.RegionKV {
+			kv = r.Bytes
+		}
+	}
+	if need <= free {
+		return nil
+	}
+	return fmt.Errorf("cuda: the bundle's memory plan needs %s of GPU memory, %s of %s is free (KV cache %s: rebuild with fewer kv_pages or max_slots; given a GGUF, zrt-run takes --slots and --ctx-size)",
+		sysmem.Bytes(need), sysmem.Bytes(free), sysmem.Bytes(total), sysmem.Bytes(kv))
 }

@@ -55,9 +55,12 @@ func Usagef(format string, a ...any) error {
 // malformed are the errors of files that break their format.
 var malformed = []error{gguf.ErrFormat, bundle.ErrFormat, zrt.ErrFormat, zrtp.ErrFormat, bundleset.ErrFormat}
 
-// Code is the exit status for err.
+// Code is the exit status for err. An error from another zrt tool run
+// as a subprocess (zrt-run running zrtc) that carries one of the
+// documented statuses through ExitStatus() keeps it.
 func Code(err error) int {
 	var ue *UsageError
+	var tool interface{ ExitStatus() int }
 	switch {
 	case err == nil:
 		return OK
@@ -65,6 +68,8 @@ func Code(err error) int {
 		return Usage
 	case support.Is(err):
 		return Unsupported
+	case errors.As(err, &tool) && tool.ExitStatus() >= Usage && tool.ExitStatus() <= Malformed:
+		return tool.ExitStatus()
 	}
 	for _, m := range malformed {
 		if errors.Is(err, m) {

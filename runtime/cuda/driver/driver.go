@@ -75,6 +75,7 @@ var api struct {
 	cuCtxSetCurrent             func(Context) Result
 	cuCtxSynchronize            func() Result
 	cuMemAlloc                  func(*DevPtr, uintptr) Result
+	cuMemGetInfo                func(*uintptr, *uintptr) Result
 	cuMemFree                   func(DevPtr) Result
 	cuMemHostAlloc              func(*unsafe.Pointer, uintptr, uint32) Result
 	cuMemFreeHost               func(unsafe.Pointer) Result
@@ -122,6 +123,7 @@ var symbols = []struct {
 	{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
 	{&api.cuCtxSynchronize, "cuCtxSynchronize"},
 	{&api.cuMemAlloc, "cuMemAlloc_v2"},
+	{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 	{&api.cuMemFree, "cuMemFree_v2"},
 	{&api.cuMemHostAlloc, "cuMemHostAlloc"},
 	{&api.cuMemFreeHost, "cuMemFreeHost"},
@@ -323,6 +325,14 @@ func Synchronize() error { return check("cuCtxSynchronize", api.cuCtxSynchronize
 func MemAlloc(n int) (DevPtr, error) {
 	var p DevPtr
 	return p, check(fmt.Sprintf("cuMemAlloc(%d)", n), api.cuMemAlloc(&p, uintptr(n)))
+}
+
+// MemGetInfo returns the current context's device's free and total
+// memory in bytes.
+func MemGetInfo() (free, total int64, err error) {
+	var f, t uintptr
+	err = check("cuMemGetInfo", api.cuMemGetInfo(&f, &t))
+	return int64(f), int64(t), err
 }
 
 // MemFree frees device memory.

@@ -1,0 +1,108 @@
+// Command gen writes the amd64 assembly of package quant — simd_amd64.s,
+// iq4_amd64.s and mxfp4_amd64.s — from the kernel tables in this
+// directory. The kernels are hand-scheduled; what the generator removes is
+// their hand unrolling: the per-row, per-chunk and per-block repetitions,
+// the variants of one kernel that differ in rows, block size or registers,
+// and the DATA tables, all come from loops over tables here.
+//
+// Run it through `make generate` (go generate) after changing a table; its
+// output depends on nothing else, so CI can check that the committed files
+// are what it writes. The bit-exactness tests of package quant compare
+// every kernel with its pure-Go counterpart.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/zrtdev/zrt/kernels/internal/asmgen"
+)
+
+// generator is this command's path, named in every file's header.
+const generator = "kernels/quant/gen"
+
+func main() {
+	dir := flag.String("dir", ".", "the kernels/quant directory to write")
+	flag.Parse()
+	for name, data := range render() {
+		if err := os.WriteFile(filepath.Join(*dir, name), data, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// render returns the generated files by base name.
+func render() map[string][]byte {
+	return map[string][]byte{
+		"simd_amd64.s":  simdFile(),
+		"iq4_amd64.s":   iq4File(),
+		"mxfp4_amd64.s": mxfp4File(),
+	}
+}
+
+// mem is the memory operand off(base), written (base) at offset 0.
+func mem(off int, base string) string {
+	if off == 0 {
+		return "(" + base + ")"
+	}
+	return fmt.Sprintf("%d(%s)", off, base)
+}
+
+// reg is the vector register of kind k ("X", "Y", "Z") and number n.
+func reg(k string, n int) string { return fmt.Sprintf("%s%d", k, n) }
+
+// zero clears each register r with op r, r, r (VXORPS, VPXORD, ...).
+func zero(f *asmgen.File, op string, regs ...string) {
+	for _, r := range regs {
+		f.Ins(op, r, r, r)
+	}
+}
+
+// regs returns the registers of kind k numbered from, from+step, ...
+// (n of them).
+func regs(k string, from, step, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = reg(k, from+i*step)
+	}
+	return out
+}
+
+// hsumBody writes the reduction of the eight float lanes of y to the low
+// lane of x (y's low half), through t: HSUM's instructions.
+func hsumBody(f *asmgen.File, y, x, t string) {
+	f.Ins("VEXTRACTF128", "$1", y, t)
+	f.Ins("VADDPS", t, x, x)
+	f.Ins("VPSHUFD", "$0x4e", x, t)
+	f.Ins("VADDPS", t, x, x)
+	f.Ins("VPSHUFD", "$0xb1", x, t)
+	f.Ins("VADDPS", t, x, x)
+}
+
+// loopTail steps each pointer register by its block size and closes the
+// block loop at label: ptrs alternates register and byte count.
+func loopTail(f *asmgen.File, label string, steps ...step) {
+	for _, s := range steps {
+		f.Ins("ADDQ", fmt.Sprintf("$%d", s.n), s.reg)
+	}
+	f.Ins("DECQ", "CX")
+	f.Ins("JNZ", label)
+}
+
+// step is one pointer advance of a block loop.
+type step struct {
+	reg string
+	n   int
+}
+
+// steps pairs each register with the same advance n.
+func steps(n int, regs ...string) []step {
+	out := make([]step, len(regs))
+	for i, r := range regs {
+		out[i] = step{r, n}
+	}
+	return out
+}

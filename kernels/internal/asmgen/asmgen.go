@@ -59,6 +59,20 @@ func (f *File) Ins(op string, operands ...string) {
 	f.P("\t%s %s", op, strings.Join(operands, ", "))
 }
 
+// Fold reduces the four lanes of the XMM register x, after first folding
+// in the high half of y (x is y's low half, t scratch), to its low lane
+// with op (VADDPS, VMAXPS): high 128 bits onto low, then quadwords, then
+// dwords (VPSHUFD $0x4e, $0xb1). This is ggml's hsum_float_8 order, and
+// the kernels' final reductions all take it.
+func (f *File) Fold(op, y, x, t string) {
+	f.Ins("VEXTRACTF128", "$1", y, t)
+	f.Ins(op, t, x, x)
+	for _, imm := range []string{"$0x4e", "$0xb1"} {
+		f.Ins("VPSHUFD", imm, x, t)
+		f.Ins(op, t, x, x)
+	}
+}
+
 // Define writes a #define of name (with its parameter list, if any: "HSUM(Y,
 // X, T)") whose body is what body writes: each of its lines is continued
 // with a backslash.

@@ -10,7 +10,7 @@ import (
 // hsumRet ends a kernel the ggml way (hsum_float_8): the eight lanes of
 // Y0 reduced to X0 through X1, stored as the result at ret+off(FP).
 func hsumRet(f *asmgen.File, off int) {
-	hsumBody(f, "Y0", "X0", "X1")
+	f.Fold("VADDPS", "Y0", "X0", "X1")
 	f.Ins("VMOVSS", "X0", fmt.Sprintf("ret+%d(FP)", off))
 }
 
@@ -230,7 +230,7 @@ func mxfp4File() []byte {
 // accumulators) at dst, through Y0 and X1.`)
 	f.Define("MXFP4HSUM(a, b, dst)", func(f *asmgen.File) {
 		f.Ins("VADDPS", "b", "a", "Y0")
-		hsumBody(f, "Y0", "X0", "X1")
+		f.Fold("VADDPS", "Y0", "X0", "X1")
 		f.Ins("VMOVSS", "X0", "dst")
 	})
 	f.P("")

@@ -71,17 +71,6 @@ func regs(k string, from, step, n int) []string {
 	return out
 }
 
-// hsumBody writes the reduction of the eight float lanes of y to the low
-// lane of x (y's low half), through t: HSUM's instructions.
-func hsumBody(f *asmgen.File, y, x, t string) {
-	f.Ins("VEXTRACTF128", "$1", y, t)
-	f.Ins("VADDPS", t, x, x)
-	f.Ins("VPSHUFD", "$0x4e", x, t)
-	f.Ins("VADDPS", t, x, x)
-	f.Ins("VPSHUFD", "$0xb1", x, t)
-	f.Ins("VADDPS", t, x, x)
-}
-
 // loopTail steps each pointer register by its block size and closes the
 // block loop at label: ptrs alternates register and byte count.
 func loopTail(f *asmgen.File, label string, steps ...step) {

@@ -67,7 +67,7 @@ func reductions(f *asmgen.File) {
 	f.Raw(`
 // HSUM leaves in the low lane of X the sum of the eight float lanes of Y
 // (X is Y's low half); T is scratch.`)
-	f.Define("HSUM(Y, X, T)", func(f *asmgen.File) { hsumBody(f, "Y", "X", "T") })
+	f.Define("HSUM(Y, X, T)", func(f *asmgen.File) { f.Fold("VADDPS", "Y", "X", "T") })
 	f.Raw(`
 // HSUM4 leaves in X0 [hsum(A), hsum(B), hsum(C), hsum(D)] for four
 // accumulators, each summed with exactly HSUM's operations: per row

@@ -44,7 +44,7 @@ TEXT ·faDotF16Keys(SB), NOSPLIT, $0-64`)
 	SHRQ $6, R9
 
 dkkey:`)
-	zero(f, "VXORPS", zs(0, 4)...)
+	f.Zero("VXORPS", zs(0, 4)...)
 	f.Raw(`
 	MOVQ   SI, AX
 	MOVQ   DI, BX
@@ -53,11 +53,11 @@ dkkey:`)
 dkgrp:`)
 	for _, r := range []string{"R11", "R12"} {
 		for _, off := range []int{0, 64} {
-			f.Ins("PREFETCHT0", mem(off, "AX")+"("+r+"*1)")
+			f.Ins("PREFETCHT0", asmgen.Mem(off, "AX")+"("+r+"*1)")
 		}
 	}
 	loads4(f, "VCVTPH2PS", "AX", 32, 4)
-	group4(f, "VFMADD231PS", func(i int) []string { return []string{mem(64*i, "BX"), z(4 + i), z(i)} })
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "BX"), z(4 + i), z(i)} })
 	f.Raw(`
 	ADDQ        $128, AX
 	ADDQ        $256, BX
@@ -166,11 +166,11 @@ TEXT ·faTileScores(SB), NOSPLIT, $0-52
 	MOVQ   q+0(FP), SI
 	MOVQ   kt+8(FP), DI
 	MOVQ   hd+16(FP), CX`)
-	zero(f, "VXORPS", zs(0, 4)...)
+	f.Zero("VXORPS", zs(0, 4)...)
 	f.Raw(`
 tsd:
 	VBROADCASTSS (SI), Z4`)
-	group4(f, "VFMADD231PS", func(i int) []string { return []string{mem(64*i, "DI"), "Z4", z(i)} })
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "DI"), "Z4", z(i)} })
 	f.Raw(`
 	ADDQ         $4, SI
 	ADDQ         $256, DI
@@ -324,7 +324,7 @@ func madCols(f *asmgen.File, n int, next string) {
 	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
 	f.Ins("JLT", next)
 	for i := 0; i < n; i++ {
-		f.Ins("VCVTPH2PS", mem(32*i, "DI"), z(i))
+		f.Ins("VCVTPH2PS", asmgen.Mem(32*i, "DI"), z(i))
 	}
 	f.Raw(`
 	MOVQ      SI, AX
@@ -337,7 +337,7 @@ func madCols(f *asmgen.File, n int, next string) {
 	f.P("\n%smad:", l)
 	f.Ins("VBROADCASTSS", "4(BX)", "Z5")
 	for i := 0; i < n; i++ {
-		f.Ins("VCVTPH2PS", mem(32*i, "AX"), z(6+i))
+		f.Ins("VCVTPH2PS", asmgen.Mem(32*i, "AX"), z(6+i))
 	}
 	for i := 0; i < n; i++ {
 		f.Ins("VFMADD231PS", "Z5", z(6+i), z(i))
@@ -350,7 +350,7 @@ func madCols(f *asmgen.File, n int, next string) {
 	f.Ins("JNZ", l+"key")
 	f.P("")
 	for i := 0; i < n; i++ {
-		f.Ins("VCVTPS2PH", "$0", z(i), mem(32*i, "DI"))
+		f.Ins("VCVTPS2PH", "$0", z(i), asmgen.Mem(32*i, "DI"))
 	}
 	f.Ins("ADDQ", fmt.Sprintf("$%d", 32*n), "DI")
 	f.Ins("ADDQ", fmt.Sprintf("$%d", 32*n), "SI")
@@ -381,7 +381,7 @@ func accCols(f *asmgen.File, n int, next string) {
 	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
 	f.Ins("JLT", next)
 	for i := 0; i < n; i++ {
-		f.Ins("VMULPS", mem(64*i, "DI"), "Z15", z(i))
+		f.Ins("VMULPS", asmgen.Mem(64*i, "DI"), "Z15", z(i))
 	}
 	f.Raw(`
 	MOVQ    SI, BX
@@ -390,7 +390,7 @@ func accCols(f *asmgen.File, n int, next string) {
 	f.P("\n%skey:", l)
 	f.Ins("VBROADCASTSS", "(BX)", "Z4")
 	for i := 0; i < n; i++ {
-		f.Ins("VFMADD231PS", mem(64*i, "AX"), "Z4", z(i))
+		f.Ins("VFMADD231PS", asmgen.Mem(64*i, "AX"), "Z4", z(i))
 	}
 	f.Raw(`
 	ADDQ         $4, BX
@@ -399,7 +399,7 @@ func accCols(f *asmgen.File, n int, next string) {
 	f.Ins("JNZ", l+"key")
 	f.P("")
 	for i := 0; i < n; i++ {
-		f.Ins("VMOVUPS", z(i), mem(64*i, "DI"))
+		f.Ins("VMOVUPS", z(i), asmgen.Mem(64*i, "DI"))
 	}
 	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "DI")
 	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "R8")

@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
@@ -26,11 +25,9 @@ const generator = "kernels/cpu/gen"
 func main() {
 	dir := flag.String("dir", ".", "the kernels/cpu directory to write")
 	flag.Parse()
-	for name, data := range render() {
-		if err := os.WriteFile(filepath.Join(*dir, name), data, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "gen:", err)
-			os.Exit(1)
-		}
+	if err := asmgen.Write(*dir, render()); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
 	}
 }
 
@@ -43,23 +40,8 @@ func render() map[string][]byte {
 	}
 }
 
-// mem is the memory operand off(base), written (base) at offset 0.
-func mem(off int, base string) string {
-	if off == 0 {
-		return "(" + base + ")"
-	}
-	return fmt.Sprintf("%d(%s)", off, base)
-}
-
 // z is the ZMM register n.
 func z(n int) string { return fmt.Sprintf("Z%d", n) }
-
-// zero clears each register with op r, r, r.
-func zero(f *asmgen.File, op string, regs ...string) {
-	for _, r := range regs {
-		f.Ins(op, r, r, r)
-	}
-}
 
 // zs returns Z(from)..Z(from+n-1).
 func zs(from, n int) []string {
@@ -110,13 +92,13 @@ func group4(f *asmgen.File, op string, args func(i int) []string) {
 // loads4 loads the four 64-column vectors at base+off, stride apart, into
 // Z(dst)..Z(dst+3) with op (VCVTPH2PS from halves, VMOVUPS).
 func loads4(f *asmgen.File, op, base string, stride, dst int) {
-	group4(f, op, func(i int) []string { return []string{mem(stride*i, base), z(dst + i)} })
+	group4(f, op, func(i int) []string { return []string{asmgen.Mem(stride*i, base), z(dst + i)} })
 }
 
 // stores4 stores Z(src)..Z(src+3) to the four vectors at base, stride
 // apart, with op and any leading operands (VCVTPS2PH's $0).
 func stores4(f *asmgen.File, op, base string, stride, src int, lead ...string) {
 	group4(f, op, func(i int) []string {
-		return append(append([]string{}, lead...), z(src+i), mem(stride*i, base))
+		return append(append([]string{}, lead...), z(src+i), asmgen.Mem(stride*i, base))
 	})
 }

@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
 
 // TestGeneratedFresh fails when a committed .s file is not what the
@@ -12,15 +12,12 @@ import (
 // checks this by running make generate on a clean clone; this test says
 // so sooner, in go test.
 func TestGeneratedFresh(t *testing.T) {
-	for name, want := range render() {
-		got, err := os.ReadFile(filepath.Join("..", name))
-		if err != nil {
-			t.Errorf("%v: run make generate", err)
-			continue
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("kernels/cpu/%s differs from the generator's output: run make generate", name)
-		}
+	stale, err := asmgen.Stale("..", render())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range stale {
+		t.Errorf("kernels/cpu/%s differs from the generator's output: run make generate", name)
 	}
 }
 

@@ -89,10 +89,10 @@ TEXT ·dotF32AVX512(SB), NOSPLIT, $0-32
 	MOVQ y+8(FP), DX
 	MOVQ np+16(FP), CX
 	MOVQ out+24(FP), DI`)
-	zero(f, "VPXORD", zs(0, 4)...)
+	f.Zero("VPXORD", zs(0, 4)...)
 	f.P("\ndotloop:")
 	loads4(f, "VMOVUPS", "SI", 64, 4)
-	group4(f, "VFMADD231PS", func(i int) []string { return []string{mem(64*i, "DX"), z(4 + i), z(i)} })
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "DX"), z(4 + i), z(i)} })
 	f.Raw(`
 	ADDQ        $256, SI
 	ADDQ        $256, DX

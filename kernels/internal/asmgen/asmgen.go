@@ -14,6 +14,9 @@ package asmgen
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -71,6 +74,21 @@ func (f *File) Fold(op, y, x, t string) {
 		f.Ins("VPSHUFD", imm, x, t)
 		f.Ins(op, t, x, x)
 	}
+}
+
+// Zero clears each register r with op r, r, r (VXORPS, VPXORD, ...).
+func (f *File) Zero(op string, regs ...string) {
+	for _, r := range regs {
+		f.Ins(op, r, r, r)
+	}
+}
+
+// Mem is the memory operand off(base), written (base) at offset 0.
+func Mem(off int, base string) string {
+	if off == 0 {
+		return "(" + base + ")"
+	}
+	return fmt.Sprintf("%d(%s)", off, base)
 }
 
 // Define writes a #define of name (with its parameter list, if any: "HSUM(Y,
@@ -282,4 +300,42 @@ func parseIns(line string) (in ins, ok bool) {
 		in.op, in.operands = s, ""
 	}
 	return in, true
+}
+
+// Write writes the generated files (by base name) into dir.
+func Write(dir string, files map[string][]byte) error {
+	for _, name := range sortedNames(files) {
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stale returns the names of the files that differ from, or are missing
+// in, dir: what make generate would change. The generators' tests report
+// them, so that go test says so before CI's clean-clone check does.
+func Stale(dir string, files map[string][]byte) ([]string, error) {
+	var stale []string
+	for _, name := range sortedNames(files) {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		if !bytes.Equal(got, files[name]) {
+			stale = append(stale, name)
+		}
+	}
+	return stale, nil
+}
+
+// sortedNames returns the keys of files in order, so that writes and
+// reports do not depend on map order.
+func sortedNames(files map[string][]byte) []string {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }

@@ -57,7 +57,7 @@ func (k *dotKernel) write(f *asmgen.File) {
 	for _, c := range k.consts {
 		f.Ins("VMOVDQU", c.sym+"(SB)", c.reg)
 	}
-	zero(f, "VXORPS", k.zero...)
+	f.Zero("VXORPS", k.zero...)
 	f.P("")
 	f.P("%s:", k.label)
 	k.body(f)
@@ -95,17 +95,17 @@ func floatDot(name string, half bool) *dotKernel {
 	}
 	k.body = func(f *asmgen.File) {
 		for i := 0; i < 4; i++ {
-			f.Ins("VMOVUPS", mem(32*i, "SI"), reg("Y", 4+i))
+			f.Ins("VMOVUPS", asmgen.Mem(32*i, "SI"), reg("Y", 4+i))
 		}
 		for i := 0; i < 4; i++ {
-			f.Ins("VFMADD231PS", mem(32*i, "DI"), reg("Y", 4+i), reg("Y", i))
+			f.Ins("VFMADD231PS", asmgen.Mem(32*i, "DI"), reg("Y", 4+i), reg("Y", i))
 		}
 	}
 	if half {
 		k.label, k.wLen, k.xLen = "f16loop", 64, 64
 		k.body = func(f *asmgen.File) {
 			for i := 0; i < 8; i++ {
-				f.Ins("VCVTPH2PS", mem(16*(i%4), []string{"SI", "DI"}[i/4]), reg("Y", 4+i))
+				f.Ins("VCVTPH2PS", asmgen.Mem(16*(i%4), []string{"SI", "DI"}[i/4]), reg("Y", 4+i))
 			}
 			for i := 0; i < 4; i++ {
 				f.Ins("VFMADD231PS", reg("Y", 8+i), reg("Y", 4+i), reg("Y", i))

@@ -358,9 +358,9 @@ func q4kRows(f *asmgen.File) {
 // K4X8ZERO clears the eight-row Q4_K kernels' accumulators: rows 0-3 in
 // Y4-Y7 (mins X8-X11), rows 4-7 in Y17-Y23 (mins X25-X31), odd registers.`)
 	f.Define("K4X8ZERO", func(f *asmgen.File) {
-		zero(f, "VXORPS", regs("X", 4, 1, 8)...)
-		zero(f, "VPXORD", regs("Y", 17, 2, 4)...)
-		zero(f, "VPXORD", regs("X", 25, 2, 4)...)
+		f.Zero("VXORPS", regs("X", 4, 1, 8)...)
+		f.Zero("VPXORD", regs("Y", 17, 2, 4)...)
+		f.Zero("VPXORD", regs("X", 25, 2, 4)...)
 	})
 	f.Raw(`
 // K4X8END ends the eight-row Q4_K kernels as dotQ4_KAVX2Asm ends, row by
@@ -372,7 +372,7 @@ func q4kRows(f *asmgen.File) {
 				f.Ins("VSUBPS", "Y"+minsAcc(r)[1:], rowAcc(r), reg("Y", 4+r%4))
 			}
 			f.P("\tHSUM4(Y4, Y5, Y6, Y7)")
-			f.Ins("VMOVUPS", "X0", mem(16*h, "AX"))
+			f.Ins("VMOVUPS", "X0", asmgen.Mem(16*h, "AX"))
 		}
 	})
 	f.P("")

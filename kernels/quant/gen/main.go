@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
@@ -26,11 +25,9 @@ const generator = "kernels/quant/gen"
 func main() {
 	dir := flag.String("dir", ".", "the kernels/quant directory to write")
 	flag.Parse()
-	for name, data := range render() {
-		if err := os.WriteFile(filepath.Join(*dir, name), data, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "gen:", err)
-			os.Exit(1)
-		}
+	if err := asmgen.Write(*dir, render()); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
 	}
 }
 
@@ -43,23 +40,8 @@ func render() map[string][]byte {
 	}
 }
 
-// mem is the memory operand off(base), written (base) at offset 0.
-func mem(off int, base string) string {
-	if off == 0 {
-		return "(" + base + ")"
-	}
-	return fmt.Sprintf("%d(%s)", off, base)
-}
-
 // reg is the vector register of kind k ("X", "Y", "Z") and number n.
 func reg(k string, n int) string { return fmt.Sprintf("%s%d", k, n) }
-
-// zero clears each register r with op r, r, r (VXORPS, VPXORD, ...).
-func zero(f *asmgen.File, op string, regs ...string) {
-	for _, r := range regs {
-		f.Ins(op, r, r, r)
-	}
-}
 
 // regs returns the registers of kind k numbered from, from+step, ...
 // (n of them).

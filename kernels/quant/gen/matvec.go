@@ -78,7 +78,7 @@ func (k *mvKernel) write(f *asmgen.File) {
 	if k.pairs {
 		f.Ins("SHRQ", "$1", "CX")
 	}
-	zero(f, "VXORPS", k.zero...)
+	f.Zero("VXORPS", k.zero...)
 	if k.pairs {
 		f.Ins("JZ", k.label+"tail")
 	}
@@ -394,6 +394,6 @@ func foldFMA(f *asmgen.File) {
 // pairLoad loads the quants of two consecutive blocks (block bytes apart,
 // quants at 2) at base into the two halves of z.
 func pairLoad(f *asmgen.File, base, z string, block int) {
-	f.Ins("VMOVDQU", mem(2, base), "Y"+z[1:])
-	f.Ins("VINSERTI64X4", "$1", mem(2+block, base), z, z)
+	f.Ins("VMOVDQU", asmgen.Mem(2, base), "Y"+z[1:])
+	f.Ins("VINSERTI64X4", "$1", asmgen.Mem(2+block, base), z, z)
 }

@@ -47,7 +47,7 @@ TEXT ·quantQ8_KAsm(SB), NOSPLIT, $0-24
 	// into four, for each half; then the eight partial maxima to one.
 	for h, r := range []struct{ abs, max int }{{24, 0}, {4, 12}} {
 		for i := 0; i < 8; i++ {
-			f.Ins("VANDPS", mem(512*h+64*i, "SI"), "Z16", reg("Z", r.abs+i))
+			f.Ins("VANDPS", asmgen.Mem(512*h+64*i, "SI"), "Z16", reg("Z", r.abs+i))
 		}
 		for i := 0; i < 4; i++ {
 			f.Ins("VMAXPS", reg("Z", r.abs+2*i), reg("Z", r.abs+2*i+1), reg("Z", r.max+i))
@@ -100,7 +100,7 @@ q8kfound:
 	f.P("\n\t// bsums: group g is bytes 16g..16g+15 of the quants")
 	for i := 0; i < 4; i++ {
 		f.Ins("VPXORD", reg("Z", 4+i), reg("Z", 4+i), reg("Z", 4+i))
-		f.Ins("VPDPBUSD", mem(4+64*i, "DI"), "Z21", reg("Z", 4+i))
+		f.Ins("VPDPBUSD", asmgen.Mem(4+64*i, "DI"), "Z21", reg("Z", 4+i))
 	}
 	f.Raw(`
 	VPACKSSDW Z5, Z4, Z4
@@ -124,7 +124,7 @@ q8kzero:
 	VPXORD    Z1, Z1, Z1`)
 	// The block's 292 bytes: four 64-byte stores, the last one overlapping.
 	for _, off := range []int{0, 64, 128, 192, 228} {
-		f.Ins("VMOVDQU64", "Z1", mem(off, "DI"))
+		f.Ins("VMOVDQU64", "Z1", asmgen.Mem(off, "DI"))
 	}
 	f.Ins("JMP", "q8knext")
 	f.P("")

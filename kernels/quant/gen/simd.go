@@ -187,13 +187,13 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	for r := 0; r < 4; r++ {
 		f.Ins("VMOVDQU32", fmt.Sprintf("lane4<>+%d(SB)", 32*r), reg("Y", 16+r))
 	}
-	zero(f, "VXORPS", regs("Y", 10, 1, 4)...)
+	f.Zero("VXORPS", regs("Y", 10, 1, 4)...)
 	f.P("\nq80x4loop:")
 	q80Correction(f, "")
 	f.Ins("MOVWLZX", "(DI)", "AX")
 	f.Ins("VMOVD", "AX", "X0")
 	for r := 1; r < 4; r++ {
-		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), mem(0, rows4[r]), "X0", "X0")
+		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), asmgen.Mem(0, rows4[r]), "X0", "X0")
 	}
 	f.Raw(`
 	VCVTPH2PS    X0, X0
@@ -249,13 +249,13 @@ TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
 	IMUL3Q    $34, CX, CX
 	XORQ      BX, BX
 	VMOVDQU   c80<>(SB), Y15`)
-	zero(f, "VPXORD", regs("Y", 16, 1, 8)...)
+	f.Zero("VPXORD", regs("Y", 16, 1, 8)...)
 	f.P("\nq80x8loop:")
 	q80Correction(f, "(BX*1)")
 	f.Ins("MOVWLZX", "(DI)(BX*1)", "AX")
 	f.Ins("VMOVD", "AX", "X0")
 	for r := 1; r < 8; r++ {
-		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), mem(0, rowPtrs[r])+"(BX*1)", "X0", "X0")
+		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), asmgen.Mem(0, rowPtrs[r])+"(BX*1)", "X0", "X0")
 	}
 	f.Raw(`
 	VCVTPH2PS    X0, Y0
@@ -295,7 +295,7 @@ TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $32-32
 	MOVQ    xp+8(FP), DI
 	MOVQ    nb+16(FP), CX
 	VMOVDQU c80<>(SB), Y15`)
-	zero(f, "VPXORD", regs("Y", 16, 1, 8)...)
+	f.Zero("VPXORD", regs("Y", 16, 1, 8)...)
 	f.P("\nq80p8loop:")
 	q80Correction(f, "")
 	f.Raw(`

@@ -83,8 +83,8 @@ bench: build
 # SIMD assembly (kernels/quant/*_amd64.s, kernels/cpu/*_amd64.s) from the
 # kernel tables of kernels/quant/gen and kernels/cpu/gen. Offline and
 # deterministic; CI fails when it changes a committed file.
-# runtime/tokenizer/unicode_tables.go is not regenerated here: gen_unicode.go reads llama.cpp's unicode-data.cpp,
-# which the tree does not hold.
+# runtime/tokenizer/unicode_tables.go is not regenerated here: gen_unicode.go
+# reads llama.cpp's unicode-data.cpp, which the tree does not hold.
 generate:
 	$(GO) generate ./...
 

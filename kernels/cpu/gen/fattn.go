@@ -44,7 +44,7 @@ TEXT ·faDotF16Keys(SB), NOSPLIT, $0-64`)
 	SHRQ $6, R9
 
 dkkey:`)
-	f.Zero("VXORPS", zs(0, 4)...)
+	f.Zero("VXORPS", asmgen.Regs("Z", 0, 1, 4)...)
 	f.Raw(`
 	MOVQ   SI, AX
 	MOVQ   DI, BX
@@ -166,7 +166,7 @@ TEXT ·faTileScores(SB), NOSPLIT, $0-52
 	MOVQ   q+0(FP), SI
 	MOVQ   kt+8(FP), DI
 	MOVQ   hd+16(FP), CX`)
-	f.Zero("VXORPS", zs(0, 4)...)
+	f.Zero("VXORPS", asmgen.Regs("Z", 0, 1, 4)...)
 	f.Raw(`
 tsd:
 	VBROADCASTSS (SI), Z4`)

@@ -41,16 +41,7 @@ func render() map[string][]byte {
 }
 
 // z is the ZMM register n.
-func z(n int) string { return fmt.Sprintf("Z%d", n) }
-
-// zs returns Z(from)..Z(from+n-1).
-func zs(from, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = z(from + i)
-	}
-	return out
-}
+func z(n int) string { return asmgen.Reg("Z", n) }
 
 // expfConst is one of ggml_v_expf's constants (AVX-512 form), as float32
 // bits.

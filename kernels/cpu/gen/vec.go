@@ -89,7 +89,7 @@ TEXT ·dotF32AVX512(SB), NOSPLIT, $0-32
 	MOVQ y+8(FP), DX
 	MOVQ np+16(FP), CX
 	MOVQ out+24(FP), DI`)
-	f.Zero("VPXORD", zs(0, 4)...)
+	f.Zero("VPXORD", asmgen.Regs("Z", 0, 1, 4)...)
 	f.P("\ndotloop:")
 	loads4(f, "VMOVUPS", "SI", 64, 4)
 	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "DX"), z(4 + i), z(i)} })

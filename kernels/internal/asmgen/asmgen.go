@@ -83,6 +83,18 @@ func (f *File) Zero(op string, regs ...string) {
 	}
 }
 
+// Reg is the register of kind k ("X", "Y", "Z", "K", "R") and number n.
+func Reg(k string, n int) string { return fmt.Sprintf("%s%d", k, n) }
+
+// Regs returns n registers of kind k, numbered from, from+step, ...
+func Regs(k string, from, step, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = Reg(k, from+i*step)
+	}
+	return out
+}
+
 // Mem is the memory operand off(base), written (base) at offset 0.
 func Mem(off int, base string) string {
 	if off == 0 {

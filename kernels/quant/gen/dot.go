@@ -81,7 +81,7 @@ func floatDot(name string, half bool) *dotKernel {
 		sig:   name + "(w, x *byte, n int) float32",
 		args:  []string{"w", "x", "n"},
 		pre:   "\tSHRQ $5, CX",
-		zero:  regs("Y", 0, 1, 4),
+		zero:  asmgen.Regs("Y", 0, 1, 4),
 		label: "f32loop",
 		wLen:  128,
 		xLen:  128,
@@ -95,20 +95,20 @@ func floatDot(name string, half bool) *dotKernel {
 	}
 	k.body = func(f *asmgen.File) {
 		for i := 0; i < 4; i++ {
-			f.Ins("VMOVUPS", asmgen.Mem(32*i, "SI"), reg("Y", 4+i))
+			f.Ins("VMOVUPS", asmgen.Mem(32*i, "SI"), asmgen.Reg("Y", 4+i))
 		}
 		for i := 0; i < 4; i++ {
-			f.Ins("VFMADD231PS", asmgen.Mem(32*i, "DI"), reg("Y", 4+i), reg("Y", i))
+			f.Ins("VFMADD231PS", asmgen.Mem(32*i, "DI"), asmgen.Reg("Y", 4+i), asmgen.Reg("Y", i))
 		}
 	}
 	if half {
 		k.label, k.wLen, k.xLen = "f16loop", 64, 64
 		k.body = func(f *asmgen.File) {
 			for i := 0; i < 8; i++ {
-				f.Ins("VCVTPH2PS", asmgen.Mem(16*(i%4), []string{"SI", "DI"}[i/4]), reg("Y", 4+i))
+				f.Ins("VCVTPH2PS", asmgen.Mem(16*(i%4), []string{"SI", "DI"}[i/4]), asmgen.Reg("Y", 4+i))
 			}
 			for i := 0; i < 4; i++ {
-				f.Ins("VFMADD231PS", reg("Y", 8+i), reg("Y", 4+i), reg("Y", i))
+				f.Ins("VFMADD231PS", asmgen.Reg("Y", 8+i), asmgen.Reg("Y", 4+i), asmgen.Reg("Y", i))
 			}
 		}
 	}

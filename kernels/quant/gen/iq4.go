@@ -269,8 +269,8 @@ TEXT ·dotMXFP4x4AVX2Asm(SB), NOSPLIT, $0-48`)
 		f.Ins("VMOVDQU", c.sym+"(SB)", c.reg)
 	}
 	// Row r's even and odd accumulators: Y6/Y7, Y8/Y9, Y10/Y11, Y12/Y0.
-	acc := func(r, odd int) string { return reg("Y", (6+2*r+odd)%13) }
-	f.Zero("VXORPS", append([]string{"Y0"}, regs("Y", 6, 1, 7)...)...)
+	acc := func(r, odd int) string { return asmgen.Reg("Y", (6+2*r+odd)%13) }
+	f.Zero("VXORPS", append([]string{"Y0"}, asmgen.Regs("Y", 6, 1, 7)...)...)
 	f.P("\n\t// Row r's even and odd accumulators: Y6/Y7, Y8/Y9, Y10/Y11, Y12/Y0.\nmxfp4x4loop:")
 	for b := 0; b < 2; b++ {
 		f.P("\tMXFP4UNPACK(%d)", 17*b)

@@ -149,12 +149,12 @@ func k4Unpack(f *asmgen.File, c, m, t string) {
 // exact in any order, so the lanes are the one-row kernel's).
 func pairedInt(f *asmgen.File, q [4]string) {
 	for c := 0; c < 4; c++ {
-		t := reg("Z", c%2)
-		f.Ins("VPMADDUBSW", q[c], reg("Z", 16+2*c), t)
+		t := asmgen.Reg("Z", c%2)
+		f.Ins("VPMADDUBSW", q[c], asmgen.Reg("Z", 16+2*c), t)
 		if c == 0 {
 			f.Ins("VPMADDWD", "Z24", t, "Z12")
 		} else {
-			f.Ins("VPDPWSSD", reg("Z", 24+2*c), t, "Z12")
+			f.Ins("VPDPWSSD", asmgen.Reg("Z", 24+2*c), t, "Z12")
 		}
 	}
 	f.Ins("VEXTRACTI64X4", "$1", "Z12", "Y3")
@@ -227,17 +227,17 @@ func (k *rowsKernel) write(f *asmgen.File) {
 // the prepared block).
 func rowAcc(r int) string {
 	if r < 4 {
-		return reg("Y", 4+r)
+		return asmgen.Reg("Y", 4+r)
 	}
-	return reg("Y", 17+2*(r-4))
+	return asmgen.Reg("Y", 17+2*(r-4))
 }
 
 // minsAcc is row r's mins accumulator in the multi-row Q4_K kernels.
 func minsAcc(r int) string {
 	if r < 4 {
-		return reg("X", 8+r)
+		return asmgen.Reg("X", 8+r)
 	}
-	return reg("X", 25+2*(r-4))
+	return asmgen.Reg("X", 25+2*(r-4))
 }
 
 // q4kRows writes the four- and eight-row Q4_K kernels and the eight-row
@@ -358,9 +358,9 @@ func q4kRows(f *asmgen.File) {
 // K4X8ZERO clears the eight-row Q4_K kernels' accumulators: rows 0-3 in
 // Y4-Y7 (mins X8-X11), rows 4-7 in Y17-Y23 (mins X25-X31), odd registers.`)
 	f.Define("K4X8ZERO", func(f *asmgen.File) {
-		f.Zero("VXORPS", regs("X", 4, 1, 8)...)
-		f.Zero("VPXORD", regs("Y", 17, 2, 4)...)
-		f.Zero("VPXORD", regs("X", 25, 2, 4)...)
+		f.Zero("VXORPS", asmgen.Regs("X", 4, 1, 8)...)
+		f.Zero("VPXORD", asmgen.Regs("Y", 17, 2, 4)...)
+		f.Zero("VPXORD", asmgen.Regs("X", 25, 2, 4)...)
 	})
 	f.Raw(`
 // K4X8END ends the eight-row Q4_K kernels as dotQ4_KAVX2Asm ends, row by
@@ -369,7 +369,7 @@ func q4kRows(f *asmgen.File) {
 	f.Define("K4X8END", func(f *asmgen.File) {
 		for h := 0; h < 2; h++ {
 			for r := 4 * h; r < 4*h+4; r++ {
-				f.Ins("VSUBPS", "Y"+minsAcc(r)[1:], rowAcc(r), reg("Y", 4+r%4))
+				f.Ins("VSUBPS", "Y"+minsAcc(r)[1:], rowAcc(r), asmgen.Reg("Y", 4+r%4))
 			}
 			f.P("\tHSUM4(Y4, Y5, Y6, Y7)")
 			f.Ins("VMOVUPS", "X0", asmgen.Mem(16*h, "AX"))
@@ -447,23 +447,25 @@ func q5k(f *asmgen.File) {
 	})
 }
 
-// q6Half is the unpacking of 32-quant chunk c (0-3) of a Q6_K half from
-// its ql registers lo/hi (the half's 64 ql bytes) and its qh register:
-// the nibble (low nibbles of lo for chunk 0, of hi for 1, high nibbles of
-// lo for 2, of hi for 3) and the qh shift bringing its top two bits to
-// bits 4-5 (left 4, left 2, none, right 2).
-type q6Half struct {
-	src   int    // 0: lo, 1: hi
-	high  bool   // the high nibbles
-	shift string // qh shift op and count, "" for none
+// q6Chunk says how chunk c (0-3, 32 quants each) of a Q6_K half is
+// unpacked from the half's two 32-byte ql registers and its qh register:
+// which ql register holds its nibbles (lo for chunks 0 and 2, hi for 1
+// and 3), whether they are the high nibbles (chunks 2 and 3), and the qh
+// shift that brings its top two bits to bits 4-5 (left 4, left 2, none,
+// right 2).
+type q6Chunk struct {
+	src     int    // 0: lo, 1: hi
+	high    bool   // the high nibbles
+	shiftOp string // VPSLLW, VPSRLW, or "" for none
+	shift   string // its count
 }
 
-var q6Chunks = [4]q6Half{{0, false, "VPSLLW $4"}, {1, false, "VPSLLW $2"}, {0, true, ""}, {1, true, "VPSRLW $2"}}
+var q6Chunks = [4]q6Chunk{{0, false, "VPSLLW", "$4"}, {1, false, "VPSLLW", "$2"}, {0, true, "", ""}, {1, true, "VPSRLW", "$2"}}
 
-// q6Unpack writes the instructions leaving chunk c's low nibbles in nib
-// (through scratch, when the nibbles are high ones) and its top bits in
-// top, from ql registers src[0], src[1] and qh register qh; and (the
-// AVX-512 form, when andOp is VPANDD) the OR of the two.
+// q6Unpack writes the instructions leaving chunk c's nibbles in nib and
+// its top bits in top, from the ql registers src and the qh register qh,
+// masked with andOp (VPAND; VPANDD in the AVX-512 kernels) against the
+// 0x0f bytes in Y15 and the 0x30 bytes in Y10.
 func q6Unpack(f *asmgen.File, c int, src [2]string, qh, nib, top, andOp string) {
 	h := q6Chunks[c]
 	if h.high {
@@ -472,12 +474,11 @@ func q6Unpack(f *asmgen.File, c int, src [2]string, qh, nib, top, andOp string) 
 	} else {
 		f.Ins(andOp, "Y15", src[h.src], nib)
 	}
-	if h.shift == "" {
+	if h.shiftOp == "" {
 		f.Ins(andOp, "Y10", qh, top)
 		return
 	}
-	op, n := h.shift[:6], h.shift[7:]
-	f.Ins(op, n, qh, top)
+	f.Ins(h.shiftOp, h.shift, qh, top)
 	f.Ins(andOp, "Y10", top, top)
 }
 
@@ -624,8 +625,8 @@ func q6kRows(f *asmgen.File) {
 		for h := 0; h < 2; h++ {
 			a, c := 16+4*h, 18+4*h
 			f.P("\tK6HALF(%d, %d, Y%d, Y8, Y%d, Y9)", 64*h, 128+32*h, a, c)
-			f.Ins("VINSERTI64X4", "$1", "Y8", reg("Z", a), reg("Z", a))
-			f.Ins("VINSERTI64X4", "$1", "Y9", reg("Z", c), reg("Z", c))
+			f.Ins("VINSERTI64X4", "$1", "Y8", asmgen.Reg("Z", a), asmgen.Reg("Z", a))
+			f.Ins("VINSERTI64X4", "$1", "Y9", asmgen.Reg("Z", c), asmgen.Reg("Z", c))
 		}
 	})
 	f.P("")

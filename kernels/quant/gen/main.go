@@ -40,21 +40,8 @@ func render() map[string][]byte {
 	}
 }
 
-// reg is the vector register of kind k ("X", "Y", "Z") and number n.
-func reg(k string, n int) string { return fmt.Sprintf("%s%d", k, n) }
-
-// regs returns the registers of kind k numbered from, from+step, ...
-// (n of them).
-func regs(k string, from, step, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = reg(k, from+i*step)
-	}
-	return out
-}
-
-// loopTail steps each pointer register by its block size and closes the
-// block loop at label: ptrs alternates register and byte count.
+// loopTail advances each pointer register by its step and closes the
+// block loop at label (CX counts the iterations).
 func loopTail(f *asmgen.File, label string, steps ...step) {
 	for _, s := range steps {
 		f.Ins("ADDQ", fmt.Sprintf("$%d", s.n), s.reg)

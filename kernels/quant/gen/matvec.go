@@ -377,7 +377,7 @@ func matVec(f *asmgen.File) {
 // VPERMW index vectors in Z(idx)..Z(idx+3).
 func permScales(f *asmgen.File, idx, dst int) {
 	for i := 0; i < 4; i++ {
-		f.Ins("VPERMW", "Z3", reg("Z", idx+i), reg("Z", dst+i))
+		f.Ins("VPERMW", "Z3", asmgen.Reg("Z", idx+i), asmgen.Reg("Z", dst+i))
 	}
 }
 

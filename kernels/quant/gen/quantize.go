@@ -39,7 +39,7 @@ TEXT ·quantQ8_KAsm(SB), NOSPLIT, $0-24
 	MOVQ         dst+8(FP), DI
 	MOVQ         nb+16(FP), CX`)
 	for i, c := range []string{"absmask", "q8kmagic", "mant23", "q8kbias", "c127", "c01", "ones16"} {
-		f.Ins("VPBROADCASTD", c+"<>(SB)", reg("Z", 16+i))
+		f.Ins("VPBROADCASTD", c+"<>(SB)", asmgen.Reg("Z", 16+i))
 	}
 	f.Ins("VMOVDQU64", "bsumidx<>(SB)", "Z23")
 	f.P("\nq8kblock:\n\t// amax over the 256 values (Z24-Z31 hold |x| of the first half)")
@@ -47,14 +47,14 @@ TEXT ·quantQ8_KAsm(SB), NOSPLIT, $0-24
 	// into four, for each half; then the eight partial maxima to one.
 	for h, r := range []struct{ abs, max int }{{24, 0}, {4, 12}} {
 		for i := 0; i < 8; i++ {
-			f.Ins("VANDPS", asmgen.Mem(512*h+64*i, "SI"), "Z16", reg("Z", r.abs+i))
+			f.Ins("VANDPS", asmgen.Mem(512*h+64*i, "SI"), "Z16", asmgen.Reg("Z", r.abs+i))
 		}
 		for i := 0; i < 4; i++ {
-			f.Ins("VMAXPS", reg("Z", r.abs+2*i), reg("Z", r.abs+2*i+1), reg("Z", r.max+i))
+			f.Ins("VMAXPS", asmgen.Reg("Z", r.abs+2*i), asmgen.Reg("Z", r.abs+2*i+1), asmgen.Reg("Z", r.max+i))
 		}
 	}
 	for _, p := range [][3]int{{0, 1, 0}, {2, 3, 2}, {12, 13, 12}, {14, 15, 14}, {0, 2, 0}, {12, 14, 12}, {0, 12, 0}} {
-		f.Ins("VMAXPS", reg("Z", p[0]), reg("Z", p[1]), reg("Z", p[2]))
+		f.Ins("VMAXPS", asmgen.Reg("Z", p[0]), asmgen.Reg("Z", p[1]), asmgen.Reg("Z", p[2]))
 	}
 	maxLanes(f)
 	f.Raw(`
@@ -99,8 +99,8 @@ q8kfound:
 	}
 	f.P("\n\t// bsums: group g is bytes 16g..16g+15 of the quants")
 	for i := 0; i < 4; i++ {
-		f.Ins("VPXORD", reg("Z", 4+i), reg("Z", 4+i), reg("Z", 4+i))
-		f.Ins("VPDPBUSD", asmgen.Mem(4+64*i, "DI"), "Z21", reg("Z", 4+i))
+		f.Ins("VPXORD", asmgen.Reg("Z", 4+i), asmgen.Reg("Z", 4+i), asmgen.Reg("Z", 4+i))
+		f.Ins("VPDPBUSD", asmgen.Mem(4+64*i, "DI"), "Z21", asmgen.Reg("Z", 4+i))
 	}
 	f.Raw(`
 	VPACKSSDW Z5, Z4, Z4

@@ -78,9 +78,9 @@ func reductions(f *asmgen.File) {
 // among Y4-Y15; Y0-Y3 are scratch.`)
 	f.Define("HSUM4(A, B, C, D)", func(f *asmgen.File) {
 		for i, p := range [][2]string{{"A", "C"}, {"B", "D"}} {
-			f.Ins("VPERM2F128", "$0x20", p[1], p[0], reg("Y", i))
-			f.Ins("VPERM2F128", "$0x31", p[1], p[0], reg("Y", i+1))
-			f.Ins("VADDPS", reg("Y", i+1), reg("Y", i), reg("Y", i))
+			f.Ins("VPERM2F128", "$0x20", p[1], p[0], asmgen.Reg("Y", i))
+			f.Ins("VPERM2F128", "$0x31", p[1], p[0], asmgen.Reg("Y", i+1))
+			f.Ins("VADDPS", asmgen.Reg("Y", i+1), asmgen.Reg("Y", i), asmgen.Reg("Y", i))
 		}
 		f.Raw(`
 	VUNPCKLPS    Y1, Y0, Y2
@@ -99,14 +99,14 @@ func reductions(f *asmgen.File) {
 // are scratch.`)
 	f.Define("HSUM8(R0, R1, R2, R3, R4, R5, R6, R7)", func(f *asmgen.File) {
 		for r := 0; r < 4; r++ {
-			f.Ins("VSHUFF32X4", "$0", reg("R", r+4), reg("R", r), reg("Y", r))
-			f.Ins("VSHUFF32X4", "$3", reg("R", r+4), reg("R", r), reg("Y", r+1))
-			f.Ins("VADDPS", reg("Y", r+1), reg("Y", r), reg("Y", r))
+			f.Ins("VSHUFF32X4", "$0", asmgen.Reg("R", r+4), asmgen.Reg("R", r), asmgen.Reg("Y", r))
+			f.Ins("VSHUFF32X4", "$3", asmgen.Reg("R", r+4), asmgen.Reg("R", r), asmgen.Reg("Y", r+1))
+			f.Ins("VADDPS", asmgen.Reg("Y", r+1), asmgen.Reg("Y", r), asmgen.Reg("Y", r))
 		}
 		for i := 0; i < 2; i++ {
-			f.Ins("VUNPCKLPS", reg("Y", 2*i+1), reg("Y", 2*i), reg("Y", 4+i))
-			f.Ins("VUNPCKHPS", reg("Y", 2*i+1), reg("Y", 2*i), reg("Y", 5+i))
-			f.Ins("VADDPS", reg("Y", 5+i), reg("Y", 4+i), reg("Y", 4+i))
+			f.Ins("VUNPCKLPS", asmgen.Reg("Y", 2*i+1), asmgen.Reg("Y", 2*i), asmgen.Reg("Y", 4+i))
+			f.Ins("VUNPCKHPS", asmgen.Reg("Y", 2*i+1), asmgen.Reg("Y", 2*i), asmgen.Reg("Y", 5+i))
+			f.Ins("VADDPS", asmgen.Reg("Y", 5+i), asmgen.Reg("Y", 4+i), asmgen.Reg("Y", 4+i))
 		}
 		f.Ins("VUNPCKLPD", "Y5", "Y4", "Y0")
 		f.Ins("VUNPCKHPD", "Y5", "Y4", "Y1")
@@ -185,9 +185,9 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	ROWSARGS
 	VMOVDQU   c80<>(SB), Y15`)
 	for r := 0; r < 4; r++ {
-		f.Ins("VMOVDQU32", fmt.Sprintf("lane4<>+%d(SB)", 32*r), reg("Y", 16+r))
+		f.Ins("VMOVDQU32", fmt.Sprintf("lane4<>+%d(SB)", 32*r), asmgen.Reg("Y", 16+r))
 	}
-	f.Zero("VXORPS", regs("Y", 10, 1, 4)...)
+	f.Zero("VXORPS", asmgen.Regs("Y", 10, 1, 4)...)
 	f.P("\nq80x4loop:")
 	q80Correction(f, "")
 	f.Ins("MOVWLZX", "(DI)", "AX")
@@ -249,7 +249,7 @@ TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
 	IMUL3Q    $34, CX, CX
 	XORQ      BX, BX
 	VMOVDQU   c80<>(SB), Y15`)
-	f.Zero("VPXORD", regs("Y", 16, 1, 8)...)
+	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
 	f.P("\nq80x8loop:")
 	q80Correction(f, "(BX*1)")
 	f.Ins("MOVWLZX", "(DI)(BX*1)", "AX")
@@ -295,7 +295,7 @@ TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $32-32
 	MOVQ    xp+8(FP), DI
 	MOVQ    nb+16(FP), CX
 	VMOVDQU c80<>(SB), Y15`)
-	f.Zero("VPXORD", regs("Y", 16, 1, 8)...)
+	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
 	f.P("\nq80p8loop:")
 	q80Correction(f, "")
 	f.Raw(`
@@ -325,7 +325,7 @@ TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $32-32
 		label: "q80aloop",
 		body: func(f *asmgen.File) {
 			for i, q := range []string{"2(SI)", "18(SI)", "2(DI)", "18(DI)"} {
-				f.Ins("VPMOVSXBW", q, reg("Y", 1+i))
+				f.Ins("VPMOVSXBW", q, asmgen.Reg("Y", 1+i))
 			}
 			f.Raw(`
 	VPMADDWD    Y3, Y1, Y1

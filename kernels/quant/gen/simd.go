@@ -190,11 +190,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	f.Zero("VXORPS", asmgen.Regs("Y", 10, 1, 4)...)
 	f.P("\nq80x4loop:")
 	q80Correction(f, "")
-	f.Ins("MOVWLZX", "(DI)", "AX")
-	f.Ins("VMOVD", "AX", "X0")
-	for r := 1; r < 4; r++ {
-		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), asmgen.Mem(0, rows4[r]), "X0", "X0")
-	}
+	gatherScales(f, rows4, "")
 	f.Raw(`
 	VCVTPH2PS    X0, X0
 	MOVWLZX      (SI), AX
@@ -238,25 +234,20 @@ TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
 	MOVQ      w+0(FP), SI
 	MOVQ      x+8(FP), DI
 	MOVQ      stride+16(FP), DX
-	MOVQ      nb+24(FP), CX
-	LEAQ      (DI)(DX*1), R8
-	LEAQ      (DI)(DX*2), R9
-	LEAQ      (R9)(DX*1), R10
-	LEAQ      (R9)(DX*2), R11
-	LEAQ      (R11)(DX*1), R12
-	LEAQ      (R11)(DX*2), R13
-	LEAQ      (R13)(DX*1), DX
+	MOVQ      nb+24(FP), CX`)
+	// Row r's pointer from row r-1's or r-2's: one LEAQ each, DX (the
+	// stride) last, as row 7's register.
+	for r := 1; r < 8; r++ {
+		f.Ins("LEAQ", fmt.Sprintf("(%s)(DX*%d)", rowPtrs[2*((r-1)/2)], 1+(r-1)%2), rowPtrs[r])
+	}
+	f.Raw(`
 	IMUL3Q    $34, CX, CX
 	XORQ      BX, BX
 	VMOVDQU   c80<>(SB), Y15`)
 	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
 	f.P("\nq80x8loop:")
 	q80Correction(f, "(BX*1)")
-	f.Ins("MOVWLZX", "(DI)(BX*1)", "AX")
-	f.Ins("VMOVD", "AX", "X0")
-	for r := 1; r < 8; r++ {
-		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), asmgen.Mem(0, rowPtrs[r])+"(BX*1)", "X0", "X0")
-	}
+	gatherScales(f, rowPtrs, "(BX*1)")
 	f.Raw(`
 	VCVTPH2PS    X0, Y0
 	VPBROADCASTW (SI)(BX*1), X3
@@ -365,6 +356,16 @@ func q80Correction(f *asmgen.File, idx string) {
 	VPDPBUSD     Y1, Y15, Y2
 	VPXOR        Y3, Y3, Y3
 	VPSUBD       Y2, Y3, Y2`)
+}
+
+// gatherScales gathers the f16 scales of the activation blocks at ptrs
+// (each indexed by idx) into the words of X0, through AX.
+func gatherScales(f *asmgen.File, ptrs []string, idx string) {
+	f.Ins("MOVWLZX", asmgen.Mem(0, ptrs[0])+idx, "AX")
+	f.Ins("VMOVD", "AX", "X0")
+	for r := 1; r < len(ptrs); r++ {
+		f.Ins("VPINSRW", fmt.Sprintf("$%d", r), asmgen.Mem(0, ptrs[r])+idx, "X0", "X0")
+	}
 }
 
 // q80x8Row defines the per-row macro of an eight-row Q8_0 kernel, whose

@@ -79,10 +79,12 @@ bench: build
 
 # generate: rewrite every generated source from its Go table (go generate):
 # T-CUDA's families.cuh and instance .cu files from the kernel catalog and
-# kernels/cuda/families.go. Offline and deterministic; CI fails when it
-# changes a committed file. runtime/tokenizer/unicode_tables.go is not
-# regenerated here: gen_unicode.go reads llama.cpp's unicode-data.cpp,
-# which the tree does not hold.
+# kernels/cuda/families.go, the AMD targets' instance table, and the amd64
+# SIMD assembly (kernels/quant/*_amd64.s, kernels/cpu/*_amd64.s) from the
+# kernel tables of kernels/quant/gen and kernels/cpu/gen. Offline and
+# deterministic; CI fails when it changes a committed file.
+# runtime/tokenizer/unicode_tables.go is not regenerated here: gen_unicode.go
+# reads llama.cpp's unicode-data.cpp, which the tree does not hold.
 generate:
 	$(GO) generate ./...
 

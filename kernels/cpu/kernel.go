@@ -4,6 +4,10 @@
 // matters for agreement with ggml.
 package cpu
 
+// The amd64 assembly (fattn_amd64.s, silu_amd64.s, vecf32_amd64.s) is
+// written by ./gen.
+//go:generate go run ./gen -dir .
+
 import (
 	"fmt"
 	"unsafe"

@@ -1,5 +1,9 @@
 package quant
 
+// The amd64 assembly (simd_amd64.s, iq4_amd64.s, mxfp4_amd64.s) is written
+// by ./gen from its kernel tables.
+//go:generate go run ./gen -dir .
+
 import "github.com/zrtdev/zrt/format/ggml"
 
 // rowsFunc is the multi-row form of a kernel's dot product: out[r] is the

@@ -1,0 +1,477 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/kernels/internal/asmgen"
+)
+
+// fattnFile is fattn_amd64.s: the AVX-512 kernels of flash attention and
+// expfs.
+func fattnFile() []byte {
+	f := asmgen.NewFile(generator)
+	f.Raw(`
+// AVX-512 kernels of flash attention; see fattn_amd64.go for the Go side
+// and fattn.go for the arithmetic each one reproduces. Every kernel keeps
+// ggml's operation order per output value, so the results are bitwise
+// those of the pure-Go code.
+
+// REDUCE16 leaves in the low lane of X0 GCC's _mm512_reduce_add_ps of Z0
+// (halves added pairwise: 256, 128, 64 bits, then the last two lanes).
+// Z0 and X1 are clobbered.`)
+	f.Define("REDUCE16", func(f *asmgen.File) { reduce16(f, "VADDPS") })
+	f.Raw(`
+// F16RT rounds the float32 lanes of Z to F16 and back (exact values of
+// the F16 accumulator kept in float32 registers); Y is scratch.
+#define F16RT(Z, Y) \
+	VCVTPS2PH $0, Z, Y \
+	VCVTPH2PS Y, Z
+
+// func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, pf int, next *uint16)
+//
+// ggml_vec_dot_f16's groups of 64 for n keys kstride bytes apart: four
+// 16-lane accumulators (F16 products are exact in float32, so the FMA is
+// the add), folded as GGML_F32Cx16_REDUCE, then _mm512_reduce_add_ps. q
+// is the F16 query already widened to float32. Each group's lines pf
+// bytes on (the values the next pass reads) and at the same place from
+// next on (the next page's keys) are prefetched.
+TEXT ·faDotF16Keys(SB), NOSPLIT, $0-64`)
+	f.Args(asmgen.Arg{Name: "k", Reg: "SI"}, asmgen.Arg{Name: "kstride", Reg: "R8"}, asmgen.Arg{Name: "q", Reg: "DI"},
+		asmgen.Arg{Name: "np", Reg: "R9"}, asmgen.Arg{Name: "n", Reg: "CX"}, asmgen.Arg{Name: "out", Reg: "DX"},
+		asmgen.Arg{Name: "pf", Reg: "R11"}, asmgen.Arg{Name: "next", Reg: "R12"})
+	f.Raw(`
+	SUBQ SI, R12
+	SHRQ $6, R9
+
+dkkey:`)
+	f.Zero("VXORPS", asmgen.Regs("Z", 0, 1, 4)...)
+	f.Raw(`
+	MOVQ   SI, AX
+	MOVQ   DI, BX
+	MOVQ   R9, R10
+
+dkgrp:`)
+	for _, r := range []string{"R11", "R12"} {
+		for _, off := range []int{0, 64} {
+			f.Ins("PREFETCHT0", asmgen.Mem(off, "AX")+"("+r+"*1)")
+		}
+	}
+	loads4(f, "VCVTPH2PS", "AX", 32, 4)
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "BX"), z(4 + i), z(i)} })
+	f.Raw(`
+	ADDQ        $128, AX
+	ADDQ        $256, BX
+	DECQ        R10
+	JNZ         dkgrp
+`)
+	reduce4(f, "VADDPS")
+	f.Raw(`
+	REDUCE16
+	VMOVSS X0, (DX)
+	ADDQ   $4, DX
+	ADDQ   R8, SI
+	DECQ   CX
+	JNZ    dkkey
+	VZEROUPPER
+	RET
+
+// func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int)
+//
+// For each of n keys (V rows vstride bytes apart) with coefficients
+// (ms, vs) at coef: if ms != 1, acc = F16(acc*ms) (ggml_vec_scale_f16);
+// then acc = F16(fma(v, vs, acc)) (ggml_vec_mad_f16). The accumulator is
+// kept in float32 lanes between keys, rounded to F16 after every step.
+// hd is a multiple of 16: groups of 64 columns, then of 16.
+TEXT ·faMadF16(SB), NOSPLIT, $0-48`)
+	f.Args(asmgen.Arg{Name: "acc", Reg: "DI"}, asmgen.Arg{Name: "v", Reg: "SI"}, asmgen.Arg{Name: "vstride", Reg: "R8"},
+		asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"}, asmgen.Arg{Name: "hd", Reg: "R9"})
+	f.Ins("MOVL", "$0x3f800000", "AX")
+	f.Ins("VMOVD", "AX", "X15")
+	madCols(f, 4, "mad1")
+	madCols(f, 1, "maddone")
+	f.Raw(`
+maddone:
+	VZEROUPPER
+	RET
+
+// func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
+//
+// Converts n rows of hd halves (sstride bytes apart) to float32 rows
+// packed hd apart. hd is a multiple of 16.
+TEXT ·faCvtRows(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ sstride+16(FP), R8
+	MOVQ hd+24(FP), R9
+	MOVQ n+32(FP), CX
+	SHRQ $4, R9
+
+cvtrow:
+	MOVQ SI, AX
+	MOVQ R9, R10
+
+cvtcol:
+	VCVTPH2PS (AX), Z0
+	VMOVUPS   Z0, (DI)
+	ADDQ      $32, AX
+	ADDQ      $64, DI
+	DECQ      R10
+	JNZ       cvtcol
+	ADDQ      R8, SI
+	DECQ      CX
+	JNZ       cvtrow
+	VZEROUPPER
+	RET
+
+// func faTransposeTile(dst, src *float32, hd int)
+//
+// dst[d*64+k] = src[k*hd+d] for 64 keys k and d < hd, by gathers of 16
+// keys at a time.
+TEXT ·faTransposeTile(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         hd+16(FP), R9
+	VMOVDQU32    faIota<>(SB), Z31
+	VPBROADCASTD R9, Z30
+	VPMULLD      Z30, Z31, Z31 // lane l: l*hd
+	MOVQ         R9, R10
+	SHLQ         $6, R10       // 16 keys of hd floats, in bytes
+	MOVQ         R9, CX
+
+trd:
+	MOVQ       SI, AX`)
+	for i := 0; i < 4; i++ {
+		if i > 0 {
+			f.Ins("ADDQ", "R10", "AX")
+		}
+		k := fmt.Sprintf("K%d", i+1)
+		f.Ins("KXNORW", k, k, k)
+		f.Ins("VGATHERDPS", "(AX)(Z31*4)", k, z(i))
+	}
+	stores4(f, "VMOVUPS", "DI", 64, 0)
+	f.Raw(`
+	ADDQ       $4, SI
+	ADDQ       $256, DI
+	DECQ       CX
+	JNZ        trd
+	VZEROUPPER
+	RET
+
+// func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32
+//
+// The tiled path's scores of one query row against a tile of 64 keys
+// stored transposed (kt[d*64+k]): per key an FMA chain over d from 0, then
+// times scale; keys from nvalid on are set to -Inf. Returns the maximum.
+TEXT ·faTileScores(SB), NOSPLIT, $0-52
+	MOVQ   q+0(FP), SI
+	MOVQ   kt+8(FP), DI
+	MOVQ   hd+16(FP), CX`)
+	f.Zero("VXORPS", asmgen.Regs("Z", 0, 1, 4)...)
+	f.Raw(`
+tsd:
+	VBROADCASTSS (SI), Z4`)
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "DI"), "Z4", z(i)} })
+	f.Raw(`
+	ADDQ         $4, SI
+	ADDQ         $256, DI
+	DECQ         CX
+	JNZ          tsd
+
+	VBROADCASTSS scale+24(FP), Z5`)
+	group4(f, "VMULPS", func(i int) []string { return []string{"Z5", z(i), z(i)} })
+	f.Raw(`
+	MOVQ         nvalid+32(FP), AX
+	VPBROADCASTD AX, Z6
+	VBROADCASTSS faNegInf<>(SB), Z7`)
+	group4(f, "VMOVDQU32", func(i int) []string { return []string{fmt.Sprintf("faIota<>+%d(SB)", 64*i), z(8 + i)} })
+	f.P("\t// Lanes at or past nvalid (VPCMPD's $5, not less than) take -Inf.")
+	group4(f, "VPCMPD", func(i int) []string { return []string{"$5", "Z6", z(8 + i), fmt.Sprintf("K%d", i+1)} })
+	group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(i)} })
+	f.Ins("MOVQ", "out+40(FP)", "DX")
+	stores4(f, "VMOVUPS", "DX", 64, 0)
+	// The maximum: max is order-free, any tree gives it.
+	f.Ins("VMAXPS", "Z1", "Z0", "Z0")
+	f.Ins("VMAXPS", "Z3", "Z2", "Z2")
+	f.Ins("VMAXPS", "Z2", "Z0", "Z0")
+	reduce16(f, "VMAXPS")
+	f.Raw(`
+	VMOVSS       X0, ret+48(FP)
+	VZEROUPPER
+	RET
+
+// VEXPF is ggml_v_expf for AVX-512 on Z0 (result in Z0), with its
+// constants in Z14 (+Inf) and Z16-Z27 (see faTileAcc): z = x*log2e + r,
+// n = z - r, b = (x - n*c1) - n*c2, u = b*b, j = ((c5*b + c4)*u +
+// (c3*b + c2))*u + (c1*b + 1), scalef(j, n); where |n| > 192 the result is
+// 0 (n <= 0) or +Inf. Z1-Z6 and K5-K7 are clobbered.
+#define VEXPF \
+	VMOVAPS      Z16, Z1 \
+	VFMADD231PS  Z17, Z0, Z1 \
+	VSUBPS       Z16, Z1, Z1 \
+	VMOVAPS      Z0, Z2 \
+	VFNMADD231PS Z18, Z1, Z2 \
+	VFNMADD231PS Z19, Z1, Z2 \
+	VMULPS       Z2, Z2, Z3 \
+	VMOVAPS      Z21, Z4 \
+	VFMADD231PS  Z20, Z2, Z4 \
+	VMOVAPS      Z23, Z5 \
+	VFMADD231PS  Z22, Z2, Z5 \
+	VMOVAPS      Z25, Z6 \
+	VFMADD231PS  Z24, Z2, Z6 \
+	VFMADD231PS  Z3, Z4, Z5 \
+	VFMADD231PS  Z3, Z5, Z6 \
+	VANDPS       Z26, Z1, Z2 \
+	VCMPPS       $0x1e, Z27, Z2, K5 \
+	VSCALEFPS    Z1, Z6, Z0 \
+	VXORPS       Z3, Z3, Z3 \
+	VCMPPS       $0x12, Z3, Z1, K5, K6 \
+	VCMPPS       $0x1e, Z3, Z1, K5, K7 \
+	VMOVAPS      Z3, K6, Z0 \
+	VMOVAPS      Z14, K7, Z0
+
+// func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64
+//
+// The tiled path's update for one query row and tile: kq[k] =
+// ggml_v_expf(kq[k] - m) for the 64 keys, summed per 16 lanes
+// (_mm512_reduce_add_ps) into a float64 total, which is returned; then
+// acc = acc*ms and acc += p_k * V_k as FMA chains over the first nvalid
+// keys (vt holds the tile's values as float32 rows of hd).
+TEXT ·faTileAcc(SB), NOSPLIT, $0-56
+	MOVQ         kq+0(FP), SI`)
+	// faExpC's first twelve constants go to Z16-Z27, +Inf to Z14.
+	consts := expfOrder()
+	for i := range consts {
+		dst := z(16 + i)
+		if i == len(consts)-1 {
+			dst = "Z14"
+		}
+		f.Ins("VBROADCASTSS", fmt.Sprintf("faExpC<>+%d(SB)", 4*i), dst)
+	}
+	f.Raw(`
+	VBROADCASTSS m+8(FP), Z28
+	VXORPD       X29, X29, X29 // the float64 sum
+	MOVQ         $4, CX
+
+tagrp:
+	VMOVUPS   (SI), Z0
+	VSUBPS    Z28, Z0, Z0
+	VEXPF
+	VMOVUPS   Z0, (SI)
+	REDUCE16
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X29, X29
+	ADDQ      $64, SI
+	DECQ      CX
+	JNZ       tagrp
+	VMOVSD    X29, ret+48(FP)
+
+	MOVQ         kq+0(FP), SI
+	MOVQ         acc+16(FP), DI
+	MOVQ         vt+24(FP), R8
+	MOVQ         hd+32(FP), R9
+	MOVQ         nvalid+40(FP), R11
+	VBROADCASTSS ms+12(FP), Z15
+	MOVQ         R9, R12
+	SHLQ         $2, R12 // V row stride in bytes`)
+	accCols(f, 4, "ta1")
+	accCols(f, 1, "tadone")
+	f.Raw(`
+tadone:
+	VZEROUPPER
+	RET
+
+// ggml_v_expf's constants: r, log2e, the two ln 2 parts, the polynomial
+// (c5, c4, c3, c2, c1, 1), the abs mask, the saturation bound 192 and +Inf.`)
+	for i, c := range consts {
+		f.P("DATA faExpC<>+%d(SB)/4, $0x%08x", 4*i, c.bits)
+	}
+	f.P("GLOBL faExpC<>(SB), RODATA|NOPTR, $%d\n", 4*len(consts))
+	f.P("DATA faNegInf<>+0(SB)/4, $0xff800000\nGLOBL faNegInf<>(SB), RODATA|NOPTR, $4\n")
+	iota := make([]uint32, 64)
+	for i := range iota {
+		iota[i] = uint32(i)
+	}
+	f.P("// faIota: the dwords 0..63, lane numbers.")
+	f.Quads("faIota", asmgen.Dwords(iota...)...)
+	expfs(f)
+	return f.Bytes()
+}
+
+// reduce4 folds four 16-lane accumulators Z0-Z3 into Z0 with op, as
+// GGML_F32x16_REDUCE does: (Z0 op Z2) op (Z1 op Z3).
+func reduce4(f *asmgen.File, op string) {
+	f.P("")
+	f.Ins(op, "Z2", "Z0", "Z0")
+	f.Ins(op, "Z3", "Z1", "Z1")
+	f.Ins(op, "Z1", "Z0", "Z0")
+}
+
+// reduce16 folds the sixteen lanes of Z0 to its low lane with op, the
+// halves combined pairwise (_mm512_reduce_add_ps's order), through Y1/X1.
+func reduce16(f *asmgen.File, op string) {
+	f.Ins("VEXTRACTF64X4", "$1", "Z0", "Y1")
+	f.Ins(op, "Y1", "Y0", "Y0")
+	f.Fold(op, "Y0", "X0", "X1")
+}
+
+// madCols writes faMadF16's loop over column groups of 16n halves (n = 4
+// or 1), jumping to next once fewer than 16n columns are left: per group,
+// the accumulator in Z0.. across all the keys, scaled by ms when it is
+// not 1, rounded to F16 after every step.
+func madCols(f *asmgen.File, n int, next string) {
+	l := fmt.Sprintf("mad%d", n)
+	f.P("\n%s:", l)
+	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
+	f.Ins("JLT", next)
+	for i := 0; i < n; i++ {
+		f.Ins("VCVTPH2PS", asmgen.Mem(32*i, "DI"), z(i))
+	}
+	f.Raw(`
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX`)
+	f.P("\n%skey:", l)
+	f.Ins("VMOVSS", "(BX)", "X4")
+	f.Ins("VUCOMISS", "X15", "X4")
+	f.Ins("JNE", l+"scale")
+	f.P("\n%smad:", l)
+	f.Ins("VBROADCASTSS", "4(BX)", "Z5")
+	for i := 0; i < n; i++ {
+		f.Ins("VCVTPH2PS", asmgen.Mem(32*i, "AX"), z(6+i))
+	}
+	for i := 0; i < n; i++ {
+		f.Ins("VFMADD231PS", "Z5", z(6+i), z(i))
+	}
+	f16rt(f, n)
+	f.Raw(`
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX`)
+	f.Ins("JNZ", l+"key")
+	f.P("")
+	for i := 0; i < n; i++ {
+		f.Ins("VCVTPS2PH", "$0", z(i), asmgen.Mem(32*i, "DI"))
+	}
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 32*n), "DI")
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 32*n), "SI")
+	f.Ins("SUBQ", fmt.Sprintf("$%d", 16*n), "R9")
+	f.Ins("JMP", l)
+	f.P("\n%sscale:", l)
+	f.Ins("VBROADCASTSS", "X4", "Z4")
+	for i := 0; i < n; i++ {
+		f.Ins("VMULPS", "Z4", z(i), z(i))
+	}
+	f16rt(f, n)
+	f.Ins("JMP", l+"mad")
+}
+
+// f16rt rounds the accumulators Z0..Z(n-1) to F16 and back.
+func f16rt(f *asmgen.File, n int) {
+	for i := 0; i < n; i++ {
+		f.P("\tF16RT(Z%d, Y%d)", i, 16+i)
+	}
+}
+
+// accCols writes faTileAcc's loop over column groups of 16n floats (n = 4
+// or 1), jumping to next once fewer than 16n columns are left: per group,
+// acc*ms, then an FMA chain over the valid keys.
+func accCols(f *asmgen.File, n int, next string) {
+	l := fmt.Sprintf("ta%d", n)
+	f.P("\n%s:", l)
+	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
+	f.Ins("JLT", next)
+	for i := 0; i < n; i++ {
+		f.Ins("VMULPS", asmgen.Mem(64*i, "DI"), "Z15", z(i))
+	}
+	f.Raw(`
+	MOVQ    SI, BX
+	MOVQ    R8, AX
+	MOVQ    R11, CX`)
+	f.P("\n%skey:", l)
+	f.Ins("VBROADCASTSS", "(BX)", "Z4")
+	for i := 0; i < n; i++ {
+		f.Ins("VFMADD231PS", asmgen.Mem(64*i, "AX"), "Z4", z(i))
+	}
+	f.Raw(`
+	ADDQ         $4, BX
+	ADDQ         R12, AX
+	DECQ         CX`)
+	f.Ins("JNZ", l+"key")
+	f.P("")
+	for i := 0; i < n; i++ {
+		f.Ins("VMOVUPS", z(i), asmgen.Mem(64*i, "DI"))
+	}
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "DI")
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "R8")
+	f.Ins("SUBQ", fmt.Sprintf("$%d", 16*n), "R9")
+	f.Ins("JMP", l)
+}
+
+// expfs writes the expfs kernel and its constants.
+func expfs(f *asmgen.File) {
+	f.Raw(`
+// expf's constants (expf.go): the clamp bounds, log2 e, the rounding
+// constant, ln 2 in two parts, and the exponent bias.`)
+	for i, c := range []struct {
+		v       uint64
+		comment string
+	}{
+		{0xc05b800000000000, "-110"},
+		{0x4059000000000000, "100"},
+		{0x3ff71547652b82fe, "expLog2E"},
+		{0x4338000000000000, "expRound"},
+		{0x3fe62e42fefa39ef, "expLn2Hi"},
+		{0x3c7abc9e3b39803f, "expLn2Lo"},
+		{1023, "the exponent bias"},
+	} {
+		f.P("DATA expk<>+%d(SB)/8, $0x%016x // %s", 8*i, c.v, c.comment)
+	}
+	f.Raw(`GLOBL expk<>(SB), RODATA|NOPTR, $56
+
+// EXPTAYLOR is one Horner step of expf's series: P = P*R + expTaylor[k].
+#define EXPTAYLOR(k) VFMADD213PD.BCST ·expTaylor+8*k(SB), Z4, Z5
+
+// func expfs(x *float32, n int)
+//
+// expf in place on n floats, n a multiple of 8, eight float64 lanes at a
+// time with expf's operations in its order (min and max pick x when it is
+// NaN, as Go's min and max do).
+TEXT ·expfs(SB), NOSPLIT, $0-16
+	MOVQ         x+0(FP), DI
+	MOVQ         n+8(FP), CX
+	SHRQ         $3, CX
+	JZ           expdone`)
+	for i := 0; i < 7; i++ {
+		f.Ins("VBROADCASTSD", fmt.Sprintf("expk<>+%d(SB)", 8*i), z(20+i))
+	}
+	f.Raw(`
+	VBROADCASTSD ·expTaylor+0(SB), Z27
+
+exploop:
+	VCVTPS2PD   (DI), Z0
+	VMINPD      Z0, Z21, Z1
+	VMAXPD      Z1, Z20, Z1
+	VMULPD      Z22, Z1, Z2
+	VADDPD      Z23, Z2, Z2
+	VSUBPD      Z23, Z2, Z3
+	VMOVAPD     Z1, Z4
+	VFNMADD231PD Z24, Z3, Z4
+	VFNMADD231PD Z25, Z3, Z4
+	VMOVAPD     Z27, Z5`)
+	for k := 1; k <= 13; k++ {
+		f.P("\tEXPTAYLOR(%d)", k)
+	}
+	f.Raw(`
+	VPADDQ      Z26, Z2, Z6
+	VPSLLQ      $52, Z6, Z6
+	VMULPD      Z6, Z5, Z5
+	VCVTPD2PS   Z5, Y5
+	VMOVUPS     Y5, (DI)
+	ADDQ        $32, DI
+	DECQ        CX
+	JNZ         exploop
+
+expdone:
+	VZEROUPPER
+	RET`)
+}

@@ -9,12 +9,15 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 )
 
 func loadtestCmd() *cobra.Command {
@@ -22,6 +25,7 @@ func loadtestCmd() *cobra.Command {
 	var concurrency, requests, promptTokens, maxTokens int
 	var seed uint64
 	var stream bool
+	var format string
 	c := &cobra.Command{
 		Use:   "loadtest --url URL",
 		Short: "Load an OpenAI-compatible server (zrt's or llama-server) and report latency and throughput",
@@ -34,7 +38,10 @@ the same seed send the same prompts (give runs different seeds when a
 server's prefix cache must not serve one run from another). It prints time to
 first token and inter-token latency percentiles (streamed requests),
 end-to-end latency, aggregate generated tokens per second, and errors by
-status.`,
+status. With --response-format FILE every request carries that JSON object
+as its response_format (a json_schema, say), so a constrained load can be
+set beside an unconstrained one; a request whose output completes its
+schema stops before --max-tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
@@ -44,6 +51,15 @@ status.`,
 				return fmt.Errorf("--concurrency, --requests, --prompt-tokens and --max-tokens must be at least 1")
 			}
 			lt := &loadtest{url: strings.TrimRight(url, "/"), key: key, model: model, maxTokens: maxTokens, stream: stream}
+			if format != "" {
+				b, err := os.ReadFile(format)
+				if err != nil {
+					return exitcode.Usagef("--response-format: %v", err)
+				}
+				if err := json.Unmarshal(b, &lt.format); err != nil {
+					return exitcode.Usagef("--response-format %s: not a JSON object: %v", format, err)
+				}
+			}
 			ids, err := lt.vocabIDs(cmd.Context())
 			if err != nil {
 				return err
@@ -62,6 +78,7 @@ status.`,
 	c.Flags().IntVar(&maxTokens, "max-tokens", 128, "tokens each request generates")
 	c.Flags().Uint64Var(&seed, "seed", 1, "seed of the prompts' token ids")
 	c.Flags().BoolVar(&stream, "stream", false, "stream (server-sent events), measuring TTFT and inter-token latency")
+	c.Flags().StringVar(&format, "response-format", "", "JSON file holding the response_format object every request carries")
 	return c
 }
 
@@ -69,6 +86,7 @@ type loadtest struct {
 	url, key, model string
 	maxTokens       int
 	stream          bool
+	format          map[string]any // response_format; nil: none
 }
 
 // loadClient opens a connection per request: servers differ in when they
@@ -125,6 +143,9 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 	}
 	if lt.model != "" {
 		body["model"] = lt.model
+	}
+	if lt.format != nil {
+		body["response_format"] = lt.format
 	}
 	t0 := time.Now()
 	resp, err := lt.post(ctx, "/v1/completions", body)

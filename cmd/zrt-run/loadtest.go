@@ -25,7 +25,7 @@ func loadtestCmd() *cobra.Command {
 	var concurrency, requests, promptTokens, maxTokens int
 	var seed uint64
 	var stream bool
-	var format string
+	var formats []string
 	c := &cobra.Command{
 		Use:   "loadtest --url URL",
 		Short: "Load an OpenAI-compatible server (zrt's or llama-server) and report latency and throughput",
@@ -40,8 +40,9 @@ first token and inter-token latency percentiles (streamed requests),
 end-to-end latency, aggregate generated tokens per second, and errors by
 status. With --response-format FILE every request carries that JSON object
 as its response_format (a json_schema, say), so a constrained load can be
-set beside an unconstrained one; a request whose output completes its
-schema stops before --max-tokens.`,
+set beside an unconstrained one; given several files, request j takes file
+j mod their number. A request whose output completes its schema stops
+before --max-tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
@@ -51,14 +52,16 @@ schema stops before --max-tokens.`,
 				return fmt.Errorf("--concurrency, --requests, --prompt-tokens and --max-tokens must be at least 1")
 			}
 			lt := &loadtest{url: strings.TrimRight(url, "/"), key: key, model: model, maxTokens: maxTokens, stream: stream}
-			if format != "" {
-				b, err := os.ReadFile(format)
+			for _, f := range formats {
+				b, err := os.ReadFile(f)
 				if err != nil {
 					return exitcode.Usagef("--response-format: %v", err)
 				}
-				if err := json.Unmarshal(b, &lt.format); err != nil {
-					return exitcode.Usagef("--response-format %s: not a JSON object: %v", format, err)
+				var rf map[string]any
+				if err := json.Unmarshal(b, &rf); err != nil {
+					return exitcode.Usagef("--response-format %s: not a JSON object: %v", f, err)
 				}
+				lt.formats = append(lt.formats, rf)
 			}
 			ids, err := lt.vocabIDs(cmd.Context())
 			if err != nil {
@@ -78,7 +81,7 @@ schema stops before --max-tokens.`,
 	c.Flags().IntVar(&maxTokens, "max-tokens", 128, "tokens each request generates")
 	c.Flags().Uint64Var(&seed, "seed", 1, "seed of the prompts' token ids")
 	c.Flags().BoolVar(&stream, "stream", false, "stream (server-sent events), measuring TTFT and inter-token latency")
-	c.Flags().StringVar(&format, "response-format", "", "JSON file holding the response_format object every request carries")
+	c.Flags().StringSliceVar(&formats, "response-format", nil, "JSON files holding response_format objects, taken by the requests in turn")
 	return c
 }
 
@@ -86,7 +89,7 @@ type loadtest struct {
 	url, key, model string
 	maxTokens       int
 	stream          bool
-	format          map[string]any // response_format; nil: none
+	formats         []map[string]any // response_format of request j: formats[j % len]; none if empty
 }
 
 // loadClient opens a connection per request: servers differ in when they
@@ -136,7 +139,7 @@ type outcome struct {
 	duration time.Duration
 }
 
-func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
+func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 	body := map[string]any{"prompt": prompt, "max_tokens": lt.maxTokens, "ignore_eos": true, "temperature": 0, "stream": lt.stream}
 	if lt.stream {
 		body["stream_options"] = map[string]any{"include_usage": true}
@@ -144,8 +147,8 @@ func (lt *loadtest) one(ctx context.Context, prompt []int) outcome {
 	if lt.model != "" {
 		body["model"] = lt.model
 	}
-	if lt.format != nil {
-		body["response_format"] = lt.format
+	if len(lt.formats) > 0 {
+		body["response_format"] = lt.formats[j%len(lt.formats)]
 	}
 	t0 := time.Now()
 	resp, err := lt.post(ctx, "/v1/completions", body)
@@ -244,7 +247,7 @@ func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, p
 				for i := range prompt {
 					prompt[i] = ids[rng.IntN(len(ids))]
 				}
-				o := lt.one(ctx, prompt)
+				o := lt.one(ctx, j, prompt)
 				mu.Lock()
 				res.outcomes = append(res.outcomes, o)
 				mu.Unlock()

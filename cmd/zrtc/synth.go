@@ -14,14 +14,16 @@ import (
 
 func synthCmd() *cobra.Command {
 	s := synth.Tiny
-	var out, typ string
+	var out, typ, vocabFrom string
 	c := &cobra.Command{
 		Use:   "synth -o MODEL.gguf",
 		Short: "Write a synthetic random-weight GGUF model of a given shape",
 		Long: `synth writes a random-weight GGUF model of the shape the flags give, with
 the metadata keys and tensors llama.cpp's converter writes for the
-architecture's released checkpoints, and a small byte-fallback vocabulary.
-The same flags and seed give the same file.
+architecture's released checkpoints, and a small byte-fallback vocabulary
+(or, with --vocab-from, the tokenizer and chat template of another GGUF,
+such as llama.cpp's vocab files). The same flags and seed give the same
+file.
 
 Per architecture:
   llama, qwen2, qwen3, phi3   dense; phi3 needs --heads × head width = --embd
@@ -69,6 +71,17 @@ Per architecture:
 				}
 				s.Type = t
 			}
+			if vocabFrom != "" {
+				vf, err := gguf.Open(vocabFrom)
+				if err != nil {
+					return fmt.Errorf("synth: --vocab-from: %w", err)
+				}
+				err = s.TokenizerFrom(vf)
+				vf.Close()
+				if err != nil {
+					return fmt.Errorf("synth: --vocab-from %s: %w", vocabFrom, err)
+				}
+			}
 			if err := s.Check(); err != nil {
 				return &exitcode.UsageError{Err: err} // a flag out of its range
 			}
@@ -92,6 +105,7 @@ Per architecture:
 	f.IntVar(&s.HeadDim, "head-dim", 0, "head width (default embd/heads)")
 	f.IntVar(&s.FF, "ffn", s.FF, "feed-forward width")
 	f.IntVar(&s.Vocab, "vocab", s.Vocab, "vocabulary size (≥ 259)")
+	f.StringVar(&vocabFrom, "vocab-from", "", "GGUF whose tokenizer (tokenizer.* keys, chat template included) the model takes; sets the vocabulary size")
 	f.IntVar(&s.Context, "ctx", s.Context, "context length (for mistral3 and gpt-oss, the original context YaRN extends)")
 	f.IntVar(&s.Experts, "experts", 0, "routed experts, for qwen2moe, gpt-oss, qwen35moe and qwen3next (default 4)")
 	f.IntVar(&s.ExpertsUsed, "experts-used", 0, "experts used per token (default min(2, --experts))")

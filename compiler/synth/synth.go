@@ -14,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/zrtdev/zrt/format/ggml"
@@ -46,6 +47,12 @@ type Shape struct {
 	HeadDim int // 0: Embd/Heads
 	FF      int
 	Vocab   int // at least 259 (3 specials + 256 bytes)
+	// Tokenizer, when set, is the tokenizer.* metadata of another GGUF
+	// (a vocab file such as llama.cpp's ggml-vocab-qwen2.gguf), written
+	// instead of the synthetic vocabulary, so a model of any shape can
+	// carry a real tokenizer and chat template; Vocab must then be its
+	// token count (TokenizerFrom sets both).
+	Tokenizer []gguf.KV
 	// Context is the training context; for the YaRN families (mistral3,
 	// gpt-oss) and LongRoPE, the original one, which the file's
 	// context_length extends by the scaling factor (16, 32 and 32).
@@ -296,7 +303,13 @@ func Write(s Shape) ([]byte, error) {
 		w.Set(a+".expert_feed_forward_length", gguf.U32(uint32(s.ExpertFF)))
 		w.Set(a+".expert_shared_feed_forward_length", gguf.U32(uint32(s.FF)))
 	}
-	setVocab(w, s.Vocab)
+	if len(s.Tokenizer) > 0 {
+		for _, kv := range s.Tokenizer {
+			w.Set(kv.Key, kv.Value)
+		}
+	} else {
+		setVocab(w, s.Vocab)
+	}
 	// gemma ties the output to the embeddings; llama-quantize then
 	// quantizes the embeddings as it would the output.
 	tied := a == "gemma2" || a == "gemma3" || a == "gemma4"
@@ -542,6 +555,23 @@ func qwen35Layer(s Shape, l int, mat ggml.Type, ffn []tensor) []tensor {
 	}
 	layer = append(layer, tensor{"post_attention_norm.weight", ggml.F32, []int64{E}, 0})
 	return append(layer, ffn...)
+}
+
+// TokenizerFrom sets s's Tokenizer to f's tokenizer.* metadata and Vocab
+// to its token count.
+func (s *Shape) TokenizerFrom(f *gguf.File) error {
+	toks, ok := f.Lookup("tokenizer.ggml.tokens")
+	if !ok {
+		return fmt.Errorf("no tokenizer.ggml.tokens: not a GGUF with a vocabulary")
+	}
+	s.Tokenizer = nil
+	for _, kv := range f.KV {
+		if strings.HasPrefix(kv.Key, "tokenizer.") {
+			s.Tokenizer = append(s.Tokenizer, kv)
+		}
+	}
+	s.Vocab = toks.Len()
+	return nil
 }
 
 // setVocab writes an SPM vocabulary: <unk>, <s>, </s>, the 256 byte

@@ -41,8 +41,8 @@ end-to-end latency, aggregate generated tokens per second, and errors by
 status. With --response-format FILE every request carries that JSON object
 as its response_format (a json_schema, say), so a constrained load can be
 set beside an unconstrained one; given several files, request j takes file
-j mod their number. A request whose output completes its schema stops
-before --max-tokens.`,
+j mod their number. Such requests go without ignore_eos: one whose output
+completes its format stops before --max-tokens.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
@@ -140,15 +140,19 @@ type outcome struct {
 }
 
 func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
-	body := map[string]any{"prompt": prompt, "max_tokens": lt.maxTokens, "ignore_eos": true, "temperature": 0, "stream": lt.stream}
+	body := map[string]any{"prompt": prompt, "max_tokens": lt.maxTokens, "temperature": 0, "stream": lt.stream}
+	if len(lt.formats) == 0 {
+		body["ignore_eos"] = true
+	} else {
+		// A constrained reply ends when its format is complete: the end
+		// of generation is what its grammar allows last.
+		body["response_format"] = lt.formats[j%len(lt.formats)]
+	}
 	if lt.stream {
 		body["stream_options"] = map[string]any{"include_usage": true}
 	}
 	if lt.model != "" {
 		body["model"] = lt.model
-	}
-	if len(lt.formats) > 0 {
-		body["response_format"] = lt.formats[j%len(lt.formats)]
 	}
 	t0 := time.Now()
 	resp, err := lt.post(ctx, "/v1/completions", body)

@@ -23,3 +23,8 @@ func BenchmarkPosCache(b *testing.B) {
 		g.computePosCache(q)
 	}
 }
+
+func TestTrieSize(t *testing.T) {
+	_, comp := qwen(t)
+	t.Logf("tokens %d, trie nodes %d, longest %d", len(comp.vt.toks), len(comp.vt.nbyte), comp.vt.maxDepth)
+}

@@ -5,8 +5,8 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"sort"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 

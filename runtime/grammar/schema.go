@@ -612,6 +612,18 @@ func (g *schemaGen) object(o *jobj, path string, depth int) (string, error) {
 			schemas = append(schemas, props.vals[k])
 		}
 	}
+	// additionalProperties: absent means none when properties are listed
+	// (as llama.cpp does: the output is valid either way), and any when
+	// the schema lists none.
+	var extra any
+	addl, hasAddl := o.get("additionalProperties")
+	if hasAddl {
+		if addl != false {
+			extra = addl
+		}
+	} else if len(names) == 0 {
+		extra = true
+	}
 	required := map[string]bool{}
 	if r, ok := o.get("required"); ok {
 		list, ok := r.([]any)
@@ -624,28 +636,22 @@ func (g *schemaGen) object(o *jobj, path string, depth int) (string, error) {
 				return "", g.errf(path+"/required", "required entries must be strings")
 			}
 			if !required[s] && !contains(names, s) {
-				// Required but not described: any value.
+				// Required but not described: an additional property.
+				switch {
+				case hasAddl && addl == false:
+					return "", g.errf(path+"/required", "%q is required but additionalProperties is false and properties lack it", s)
+				case extra != nil:
+					schemas = append(schemas, extra)
+				default:
+					schemas = append(schemas, true)
+				}
 				names = append(names, s)
-				schemas = append(schemas, true)
 			}
 			required[s] = true
 		}
 	}
-	// additionalProperties: absent means none when properties are listed
-	// (as llama.cpp does: the output is valid either way), and any when
-	// the schema lists none.
-	var extra any
-	if a, ok := o.get("additionalProperties"); ok {
-		if a != false {
-			extra = a
-		}
-	} else if len(names) == 0 {
-		extra = true
-	}
-	if len(names) == 0 && extra != nil {
-		if extra == true {
-			return g.prim("object")
-		}
+	if len(names) == 0 && extra == true {
+		return g.prim("object")
 	}
 	kvs := make([]string, len(names))
 	for i, n := range names {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func compileErr(t *testing.T, s Spec, lim Limits) error {
@@ -41,6 +42,8 @@ func TestLimits(t *testing.T) {
 		{"spec bytes", Spec{GBNF: `root ::= "` + strings.Repeat("x", 5000) + `"`}, Limits{SpecBytes: 100}, "SpecBytes"},
 	}
 	for _, c := range cases {
+		// A loaded machine must not turn a size limit into a time limit.
+		c.lim.CompileTime = time.Minute
 		err := compileErr(t, c.spec, c.lim)
 		var le *LimitError
 		if !errors.As(err, &le) || le.Limit != c.limit {
@@ -194,5 +197,22 @@ func TestMatcherAccept(t *testing.T) {
 	}
 	if err := m.Accept(eog); err != nil {
 		t.Errorf("EOG after a complete match: %v", err)
+	}
+}
+
+// TestRightRecursion: a right-recursive rule (llama.cpp's usual way to
+// write repetition) matches text far longer than the stack bound.
+func TestRightRecursion(t *testing.T) {
+	g, err := NewCompiler(fuzzVocab, Limits{StackDepth: 64}).Compile(context.Background(), Spec{GBNF: `root ::= "[" chars "]"
+chars ::= [a-z] chars | ""`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := g.NewMatcher()
+	if err := m.AcceptBytes([]byte("[" + strings.Repeat("abc", 1000))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AcceptBytes([]byte("]")); err != nil || !m.Done() {
+		t.Fatalf("closing: %v, done %v", err, m.Done())
 	}
 }

@@ -53,6 +53,11 @@ func TestLimits(t *testing.T) {
 }
 
 func TestCompileTimeLimit(t *testing.T) {
+	err := compileErr(t, Spec{GBNF: `root ::= (("ab"{100}){100}){10}`}, Limits{CompileTime: time.Microsecond})
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != "CompileTime" {
+		t.Errorf("got %v, want a LimitError on CompileTime", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := NewCompiler(fuzzVocab, Limits{}).Compile(ctx, Spec{JSONSchema: []byte(`{"type":"object","properties":{"a":{"type":"string"}}}`)}); err == nil {
@@ -214,5 +219,25 @@ chars ::= [a-z] chars | ""`})
 	}
 	if err := m.AcceptBytes([]byte("]")); err != nil || !m.Done() {
 		t.Fatalf("closing: %v, done %v", err, m.Done())
+	}
+}
+
+// TestPositionCacheBound: past its memory bound a grammar stops caching
+// positions but still masks correctly.
+func TestPositionCacheBound(t *testing.T) {
+	g, err := NewCompiler(fuzzVocab, Limits{PositionCacheBytes: 1}).Compile(context.Background(), Spec{JSONObject: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := g.NewMatcher()
+	mask := make([]uint64, (fuzzVocab.NVocab()+63)/64)
+	for _, s := range []string{`{"`, "abc", `":`, "true", "}"} {
+		m.Mask(mask)
+		if err := m.AcceptBytes([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.cacheBytes != 0 || !m.Done() {
+		t.Errorf("cached %d bytes past a 1-byte bound; done %v", g.cacheBytes, m.Done())
 	}
 }

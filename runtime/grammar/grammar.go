@@ -171,8 +171,9 @@ type Grammar struct {
 	lim    Limits
 	vt     *vocabTrie
 
-	cacheMu sync.Mutex
-	cache   []*posCache // by position, filled as matching reaches them
+	cacheMu    sync.Mutex
+	cache      []*posCache // by position, filled as matching reaches them
+	cacheBytes int
 }
 
 // Positions returns the size of the compiled grammar.

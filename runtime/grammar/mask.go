@@ -29,11 +29,14 @@ func (g *Grammar) posCache(q int32) *posCache {
 		return pc
 	}
 	pc = g.computePosCache(q)
+	size := 8*len(pc.accBits) + 4*len(pc.accIDs) + 4*len(pc.uncertain) + 64
 	g.cacheMu.Lock()
-	if g.cache[q] == nil {
-		g.cache[q] = pc
-	} else {
+	switch {
+	case g.cache[q] != nil:
 		pc = g.cache[q]
+	case g.cacheBytes+size <= g.lim.PositionCacheBytes:
+		g.cache[q] = pc
+		g.cacheBytes += size
 	}
 	g.cacheMu.Unlock()
 	return pc

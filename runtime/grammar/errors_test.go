@@ -95,7 +95,11 @@ root ::= "b"`,
 		`{"type":"integer","minimum":5,"maximum":4}`:                  "",
 		`{"$ref":"http://example.com/s.json"}`:                        "/$ref",
 		`{"type":"object","properties":{"a":false},"required":["a"]}`: "/properties/a",
-		`[1,2]`:      "",
+		`[1,2]`: "",
+		`{"type":"string","pattern":"a","format":"date"}`:                  "",
+		`{"$ref":"#/$defs/a","type":"string","$defs":{"a":{}}}`:            "",
+		`{"anyOf":[{"type":"string"}],"properties":{"a":{}}}`:              "",
+		`{"$ref":"#/$defs/a","description":"ok","$defs":{"a":{"type":1}}}`: "/$defs/a/type",
 		`{"type":1}`: "/type",
 	}
 	for s, path := range schemas {

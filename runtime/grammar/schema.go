@@ -286,6 +286,18 @@ func (g *schemaGen) gen(s any, path string, depth int) (string, error) {
 			return "", g.errf(path, "keyword %q is not supported", k)
 		}
 	}
+	// $ref, anyOf and oneOf are followed alone: a schema that adds other
+	// assertions beside them is refused rather than loosened.
+	for _, kw := range []string{"$ref", "anyOf", "oneOf", "allOf"} {
+		if _, ok := o.get(kw); !ok {
+			continue
+		}
+		for _, k := range o.keys {
+			if k != kw && validatingKeywords[k] {
+				return "", g.errf(path, "%q beside %q is not supported", k, kw)
+			}
+		}
+	}
 	if r, ok := o.get("$ref"); ok {
 		rs, ok := r.(string)
 		if !ok {
@@ -366,6 +378,14 @@ func (g *schemaGen) gen(s any, path string, depth int) (string, error) {
 		return alts[0], nil
 	}
 	return "( " + strings.Join(alts, " | ") + " )", nil
+}
+
+// validatingKeywords are the keywords the generator enforces.
+var validatingKeywords = map[string]bool{
+	"$ref": true, "anyOf": true, "oneOf": true, "allOf": true, "type": true, "enum": true, "const": true,
+	"properties": true, "required": true, "additionalProperties": true, "items": true, "minItems": true,
+	"maxItems": true, "minLength": true, "maxLength": true, "pattern": true, "format": true, "minimum": true,
+	"maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true, "nullable": true,
 }
 
 func hintOf(path, what string) string {
@@ -902,6 +922,11 @@ func (g *schemaGen) str(o *jobj, path string) (string, error) {
 		}
 		if hasLen {
 			return "", g.errf(path, "pattern together with minLength/maxLength is not supported")
+		}
+		if f, ok := o.get("format"); ok {
+			if fs, _ := f.(string); formatBodies[fs] != "" || fs == "date-time" {
+				return "", g.errf(path, "pattern together with format %q is not supported", f)
+			}
 		}
 		re, err := regexGBNF(ps, true, g.lim)
 		if err != nil {

@@ -105,7 +105,6 @@ type Matcher struct {
 	unc     []int32
 	merged  []int32
 	walkSt  []int32
-	accepts int
 }
 
 // complete says whether the text so far is a whole match.
@@ -272,7 +271,6 @@ func (mt *Matcher) AcceptBytes(b []byte) error {
 		return fmt.Errorf("grammar: %q does not continue the match", b)
 	}
 	mt.st = mt.m.rebase(ns)
-	mt.accepts++
 	return nil
 }
 

@@ -101,10 +101,10 @@ type Matcher struct {
 	finished bool  // an end-of-generation token was accepted
 	eog      []bool
 
-	tops    []int32
-	unc     []int32
-	merged  []int32
-	walkSt  []int32
+	tops   []int32
+	unc    []int32
+	merged []int32
+	walkSt []int32
 }
 
 // complete says whether the text so far is a whole match.

@@ -46,6 +46,26 @@ type Params struct {
 	// request with Logprobs never takes the model's own choice.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, restricts every token to those it allows (a
+	// grammar's matcher, one per request): the logits of the others are
+	// -Inf before sampling, greedy or not, logprobs included, so the
+	// model's own greedy choice is never taken. The request finishes
+	// with EOG once the constraint is Done, or when the model picks an
+	// end-of-generation token, which the constraint allows only when the
+	// output is complete.
+	Constraint Constraint
+}
+
+// Constraint is what decoding needs of a constrained-output matcher
+// (*grammar.Matcher satisfies it).
+type Constraint interface {
+	// Mask sets bit i of allowed[i/64] for each token i that may come
+	// next and clears the others.
+	Mask(allowed []uint64)
+	// Accept advances past a token; it fails for one not allowed.
+	Accept(tok int32) error
+	// Done says that the output is complete and nothing may follow.
+	Done() bool
 }
 
 // Logprobs are a generated token's log-probability and the most likely
@@ -65,7 +85,8 @@ type Decoder struct {
 	filter    *StopFilter
 	generated int
 	finish    Finish
-	banned    []int32 // end-of-generation ids masked out (IgnoreEOS)
+	banned    []int32  // end-of-generation ids masked out (IgnoreEOS)
+	allowed   []uint64 // the constraint's mask, reused across steps
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -130,8 +151,11 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
 	}
+	if d.p.Constraint != nil && d.p.Constraint.Done() {
+		return d.end(Step{Token: -1}, EOG)
+	}
 	tok := int32(-1)
-	if d.sampler.Greedy() && !d.p.Logprobs {
+	if d.sampler.Greedy() && !d.p.Logprobs && d.p.Constraint == nil {
 		if g := src.Greedy(); g >= 0 && !slices.Contains(d.banned, g) {
 			tok = g
 		}
@@ -144,11 +168,22 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 				logits[id] = float32(math.Inf(-1))
 			}
 		}
+		if d.p.Constraint != nil {
+			d.maskLogits(logits)
+		}
 		if d.p.Logprobs {
 			id, l, top := d.sampler.SampleLogprobs(logits, history, d.p.TopLogprobs)
 			tok, lp = id, &Logprobs{Token: id, Logprob: l, Top: top}
 		} else {
 			tok = d.sampler.Sample(logits, history)
+		}
+	}
+	if d.p.Constraint != nil {
+		// A token the constraint refuses can only be sampled when it
+		// allows none (a dead end of the grammar): the output cannot go
+		// on, so the request ends.
+		if err := d.p.Constraint.Accept(tok); err != nil {
+			return d.end(Step{Token: -1}, EOG)
 		}
 	}
 	if d.tok.IsEOG(tok) {
@@ -161,12 +196,39 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	case stopped:
 		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown
 		return st
+	case d.p.Constraint != nil && d.p.Constraint.Done():
+		return d.end(st, EOG)
 	case d.generated >= d.p.MaxTokens:
 		return d.end(st, Length)
 	case pos >= d.p.ContextLength:
 		return d.end(st, Context)
 	}
 	return st
+}
+
+// maskLogits sets the logits of the tokens the constraint does not
+// allow to -Inf.
+func (d *Decoder) maskLogits(logits []float32) {
+	n := max(len(logits), d.tok.NVocab())
+	if w := (n + 63) / 64; len(d.allowed) < w {
+		d.allowed = make([]uint64, w)
+	}
+	d.p.Constraint.Mask(d.allowed)
+	inf := float32(math.Inf(-1))
+	for w, bits := range d.allowed {
+		base := w * 64
+		if base >= len(logits) {
+			break
+		}
+		if bits == ^uint64(0) {
+			continue
+		}
+		for i := base; i < min(base+64, len(logits)); i++ {
+			if bits&(1<<(i-base)) == 0 {
+				logits[i] = inf
+			}
+		}
+	}
 }
 
 // end finishes the request with reason f, appending the text held back.

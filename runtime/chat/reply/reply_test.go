@@ -191,6 +191,8 @@ func parseCases(t testing.TB) []parseCase {
 		{"hermes/cut-off", qwen25, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", "", "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", nil},
 		{"hermes/not-a-call", qwen25, "Use <tool_call>like this</tool_call> then.", "", "Use <tool_call>like this</tool_call> then.", nil},
 		{"hermes/arguments-string", qwen25, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", "", "", []call{{"f", `{"a": 1}`, ""}}},
+		{"hermes/closer-in-string", qwen25, "<tool_call>\n{\"name\": \"set_text\", \"arguments\": {\"text\": \"a </tool_call> b\"}}\n</tool_call>", "", "", []call{{"set_text", `{"text": "a </tool_call> b"}`, ""}}},
+		{"hermes/junk-before-closer", qwen25, "<tool_call>{\"name\": \"f\"} x</tool_call>", "", "<tool_call>{\"name\": \"f\"} x</tool_call>", nil},
 		{"qwen3/unclosed-think", qwen3, "<think>still thinking", "still thinking", "", nil},
 		{"nemo/bad-json", nemo, "[TOOL_CALLS][{\"name\": 3}]", "", "[TOOL_CALLS][{\"name\": 3}]", nil},
 		{"gpt-oss/not-harmony", oss, "just text", "", "just text", nil},

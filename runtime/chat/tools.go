@@ -164,6 +164,48 @@ func harmonyMessage(d *dict) *dict {
 	return out
 }
 
+// isMinistral3 is llama.cpp's test for Ministral 3 / Magistral templates
+// (common_chat_try_specialized_template): Mistral Small 3.2 has [CALL_ID],
+// they do not.
+func isMinistral3(src string) bool {
+	return strings.Contains(src, "[SYSTEM_PROMPT]") && strings.Contains(src, "[TOOL_CALLS]") &&
+		strings.Contains(src, "[ARGS]") && !strings.Contains(src, "[CALL_ID]")
+}
+
+// ministralMessage is what llama.cpp does to system and assistant
+// messages for Ministral 3's template (common_chat_params_init_ministral_3):
+// the content becomes blocks, a {"type": "thinking"} block with the
+// reasoning first where there is any, then a {"type": "text"} block, as
+// that template renders reasoning only from blocks.
+func ministralMessage(d *dict) *dict {
+	role, _ := d.m["role"].(string)
+	if role != "system" && role != "assistant" {
+		return d
+	}
+	blocks := &list{}
+	if r, ok := d.m["reasoning_content"]; ok {
+		b := newDict()
+		b.set("type", "thinking")
+		b.set("thinking", r)
+		blocks.items = append(blocks.items, b)
+	}
+	b := newDict()
+	b.set("type", "text")
+	b.set("text", d.m["content"])
+	blocks.items = append(blocks.items, b)
+	out := newDict()
+	for _, k := range d.keys {
+		switch k {
+		case "reasoning_content":
+		case "content":
+			out.set(k, blocks)
+		default:
+			out.set(k, d.m[k])
+		}
+	}
+	return out
+}
+
 // jsonValue parses JSON text into template values, keeping object key
 // order (nlohmann's ordered_json, which llama.cpp renders with, does).
 // Integers stay integers; other numbers are floats.

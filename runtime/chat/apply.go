@@ -109,6 +109,9 @@ func (t *Template) render(msgs []Message, opt Options, objectArgs bool) (string,
 		}
 		ml.items[i] = d
 	}
+	if strings.Contains(t.src, "'<|tool_call>call:'") && !strings.Contains(t.src, "{#- OpenAI Chat Completions:") {
+		ml = gemma4ToolResponses(ml)
+	}
 	root["messages"] = ml
 	if len(opt.Tools) > 0 {
 		tl, err := toolsValue(opt.Tools)

@@ -381,3 +381,20 @@ func TestXMLStringParams(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 }
+
+// TestMarkers checks that every marker a format's sample reply uses is
+// among Markers, by removing them: what is left has no angle-bracket or
+// square-bracket token of the format.
+func TestMarkers(t *testing.T) {
+	for _, c := range parseCases(t) {
+		rest := c.in
+		for _, m := range c.f.Markers() {
+			rest = strings.ReplaceAll(rest, m, "")
+		}
+		for _, tok := range []string{"<|", "|>", "<tool_call", "</tool_call", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "<think>", "</think>", "channel|>", "<|channel>"} {
+			if strings.Contains(rest, tok) && !strings.Contains(c.content+c.reasoning, tok) {
+				t.Errorf("%s: %q left after removing %q: %q", c.name, tok, c.f.Markers(), rest)
+			}
+		}
+	}
+}

@@ -49,6 +49,7 @@ const (
 
 var kindNames = [...]string{"plain", "hermes", "llama3", "mistral-nemo", "mistral-args", "harmony", "gemma4"}
 
+// String is the kind's name, as tests and logs print it.
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]

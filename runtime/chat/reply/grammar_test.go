@@ -394,7 +394,6 @@ func TestCallGrammarErrors(t *testing.T) {
 		{Format{Kind: Hermes}, nil, "required"},
 		{Format{Kind: Hermes}, []ArgGrammar{{Tool: "f"}}, "required"},
 		{Format{Kind: Plain}, tools, "required"},
-		{Detect(tm["google-gemma-4-31B-it.jinja"]), tools, "required"},
 		{Detect(tm["Qwen3.5-4B.jinja"]), tools, "required"},
 	}
 	for i, c := range cases {

@@ -104,7 +104,7 @@ func (f Format) CallGrammar(tools []ArgGrammar, choice string, parallel bool) (s
 		b.WriteString(`call-gemma-kv ::= [a-zA-Z0-9_]+ ":" call-gemma-value` + "\n")
 		b.WriteString(`call-gemma-array ::= "[" (call-gemma-value ("," call-gemma-value)*)? "]"` + "\n")
 		b.WriteString(`call-gemma-value ::= call-gemma-string | call-gemma-dict | call-gemma-array | call-gemma-number | "true" | "false" | "null"` + "\n")
-		b.WriteString(`call-gemma-number ::= "-"? [0-9]+ ("." [0-9]+)?` + "\n")
+		b.WriteString(`call-gemma-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)?` + "\n")
 	}
 	if f.Kind == MistralNemo || f.Kind == MistralArgs {
 		b.WriteString("call-id ::= " + strings.Repeat("[a-zA-Z0-9] ", 8) + "[a-zA-Z0-9]\n")

@@ -332,6 +332,7 @@ func grammarFormats(t *testing.T) map[string]Format {
 		"small3.2":   Detect(tm["Mistral-Small-3.2-24B-Instruct-2506.jinja"]),
 		"ministral3": Detect(tm["mistralai-Ministral-3-14B-Reasoning-2512.jinja"]),
 		"gpt-oss":    Detect(tm["openai-gpt-oss-120b.jinja"]),
+		"gemma4":     Detect(tm["google-gemma-4-31B-it.jinja"]),
 	}
 }
 

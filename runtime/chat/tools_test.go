@@ -254,3 +254,22 @@ func TestParseMessagesErrors(t *testing.T) {
 		t.Fatalf("%+v %v", msgs, err)
 	}
 }
+
+// TestDeveloperRole: the wants are what llama.cpp (2369b110, through the
+// program that made tools.json) renders for these two templates.
+func TestDeveloperRole(t *testing.T) {
+	msgs := []Message{{Role: "developer", Content: "be brief"}, {Role: "user", Content: "hi"}}
+	roles := `{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}`
+	for src, want := range map[string]string{
+		roles:                       "system:be brief;user:hi;",
+		"{# <|channel|> #}" + roles: "developer:be brief;user:hi;",
+	} {
+		got, _, err := Apply(src, msgs, Options{})
+		if err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", src, got, err, want)
+		}
+	}
+	if msgs[0].Role != "developer" {
+		t.Error("Apply changed the caller's messages")
+	}
+}

@@ -1,0 +1,564 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// ToolCall is one function call an assistant message made, as OpenAI's
+// tool_calls carry it. Arguments is JSON text (an object, as the model
+// wrote it or the client sent it).
+type ToolCall struct {
+	ID, Name, Arguments string
+}
+
+// Tool is one function a request offers the model (an OpenAI tools entry
+// of type "function"). Parameters is its JSON Schema; nil means {}.
+type Tool struct {
+	Name, Description string
+	Parameters        json.RawMessage
+}
+
+// ParseTools reads an OpenAI tools array the way llama.cpp does
+// (common_chat_tools_parse_oaicompat): every entry must be of type
+// "function" with a function object that has a name; description defaults
+// to "" and parameters to {}. JSON null or an empty input is no tools.
+func ParseTools(raw []byte) ([]Tool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, fmt.Errorf("tools: expected an array: %w", err)
+	}
+	out := make([]Tool, 0, len(entries))
+	for i, e := range entries {
+		var t struct {
+			Type     *string `json:"type"`
+			Function *struct {
+				Name        *string         `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(e, &t); err != nil {
+			return nil, fmt.Errorf("tools[%d]: %w", i, err)
+		}
+		switch {
+		case t.Type == nil:
+			return nil, fmt.Errorf("tools[%d]: missing tool type", i)
+		case *t.Type != "function":
+			return nil, fmt.Errorf("tools[%d]: unsupported tool type %q", i, *t.Type)
+		case t.Function == nil:
+			return nil, fmt.Errorf("tools[%d]: missing tool function", i)
+		case t.Function.Name == nil:
+			return nil, fmt.Errorf("tools[%d]: missing function name", i)
+		}
+		p := bytes.TrimSpace(t.Function.Parameters)
+		if len(p) == 0 || string(p) == "null" {
+			p = nil
+		}
+		out = append(out, Tool{Name: *t.Function.Name, Description: t.Function.Description, Parameters: p})
+	}
+	return out, nil
+}
+
+// toolsValue is llama.cpp's common_chat_tools_to_json_oaicompat: each tool
+// rebuilt as {"type": "function", "function": {"name", "description",
+// "parameters"}} in that key order, the schema's own key order kept (the
+// templates print it with tojson).
+func toolsValue(tools []Tool) (*list, error) {
+	l := &list{items: make([]any, 0, len(tools))}
+	for i, t := range tools {
+		var params any = newDict()
+		if len(t.Parameters) > 0 {
+			v, err := jsonValue(t.Parameters)
+			if err != nil {
+				return nil, fmt.Errorf("tool %d (%s): parameters: %w", i, t.Name, err)
+			}
+			params = v
+		}
+		fn := newDict()
+		fn.set("name", t.Name)
+		fn.set("description", t.Description)
+		fn.set("parameters", params)
+		d := newDict()
+		d.set("type", "function")
+		d.set("function", fn)
+		l.items = append(l.items, d)
+	}
+	return l, nil
+}
+
+// messageValue is llama.cpp's common_chat_msg::to_json_oaicompat for a
+// string-content message: role and content (always present, "" for none),
+// then reasoning_content, name and tool_call_id where set, then
+// tool_calls as {"type", "function": {"name", "arguments"}, "id"}.
+// With objectArgs the arguments are given as the parsed object, as
+// llama.cpp does for templates that read them as one
+// (workaround::func_args_not_string).
+func messageValue(m Message, objectArgs bool) (*dict, error) {
+	d := newDict()
+	d.set("role", m.Role)
+	d.set("content", m.Content)
+	if m.ReasoningContent != "" {
+		d.set("reasoning_content", m.ReasoningContent)
+	}
+	if m.Name != "" {
+		d.set("name", m.Name)
+	}
+	if m.ToolCallID != "" {
+		d.set("tool_call_id", m.ToolCallID)
+	}
+	if len(m.ToolCalls) > 0 {
+		l := &list{}
+		for i, tc := range m.ToolCalls {
+			var args any = tc.Arguments
+			if objectArgs {
+				v, err := jsonValue([]byte(tc.Arguments))
+				if err != nil {
+					return nil, fmt.Errorf("tool call %d (%s): arguments are not JSON: %w", i, tc.Name, err)
+				}
+				args = v
+			}
+			fn := newDict()
+			fn.set("name", tc.Name)
+			fn.set("arguments", args)
+			c := newDict()
+			c.set("type", "function")
+			c.set("function", fn)
+			if tc.ID != "" {
+				c.set("id", tc.ID)
+			}
+			l.items = append(l.items, c)
+		}
+		d.set("tool_calls", l)
+	}
+	return d, nil
+}
+
+// harmonyMessages is what llama.cpp does to messages for gpt-oss's
+// template (common_chat_params_init_gpt_oss): reasoning_content is also
+// given as "thinking", which that template reads, and an assistant turn
+// that has both reasoning and tool calls loses its content.
+func harmonyMessage(d *dict) *dict {
+	r, ok := d.m["reasoning_content"]
+	if !ok {
+		return d
+	}
+	out := newDict()
+	_, calls := d.m["tool_calls"]
+	for _, k := range d.keys {
+		if k == "content" && calls {
+			continue
+		}
+		out.set(k, d.m[k])
+	}
+	out.set("thinking", r)
+	return out
+}
+
+// isMinistral3 is llama.cpp's test for Ministral 3 / Magistral templates
+// (common_chat_try_specialized_template): Mistral Small 3.2 has [CALL_ID],
+// they do not.
+func isMinistral3(src string) bool {
+	return strings.Contains(src, "[SYSTEM_PROMPT]") && strings.Contains(src, "[TOOL_CALLS]") &&
+		strings.Contains(src, "[ARGS]") && !strings.Contains(src, "[CALL_ID]")
+}
+
+// ministralMessage is what llama.cpp does to system and assistant
+// messages for Ministral 3's template (common_chat_params_init_ministral_3):
+// the content becomes blocks, a {"type": "thinking"} block with the
+// reasoning first where there is any, then a {"type": "text"} block, as
+// that template renders reasoning only from blocks.
+func ministralMessage(d *dict) *dict {
+	role, _ := d.m["role"].(string)
+	if role != "system" && role != "assistant" {
+		return d
+	}
+	blocks := &list{}
+	if r, ok := d.m["reasoning_content"]; ok {
+		b := newDict()
+		b.set("type", "thinking")
+		b.set("thinking", r)
+		blocks.items = append(blocks.items, b)
+	}
+	b := newDict()
+	b.set("type", "text")
+	b.set("text", d.m["content"])
+	blocks.items = append(blocks.items, b)
+	out := newDict()
+	for _, k := range d.keys {
+		switch k {
+		case "reasoning_content":
+		case "content":
+			out.set(k, blocks)
+		default:
+			out.set(k, d.m[k])
+		}
+	}
+	return out
+}
+
+// gemma4ToolResponses is llama.cpp's rewrite of messages for the first
+// Gemma 4 templates, which read tool results from the assistant turn
+// instead of from tool messages (workaround::convert_tool_responses_gemma4
+// in common/chat.cpp): an assistant turn with tool calls absorbs the tool
+// messages after it as "tool_responses" ({"name", "response"}, the
+// response parsed as JSON where it is JSON, named after the call in the
+// same position, else the tool_call_id) and the assistant turn after
+// those when it has content and no calls.
+func gemma4ToolResponses(msgs *list) *list {
+	str := func(d *dict, k string) string { s, _ := d.m[k].(string); return s }
+	hasCalls := func(d *dict) bool {
+		l, ok := d.m["tool_calls"].(*list)
+		return ok && len(l.items) > 0
+	}
+	out := &list{}
+	for i := 0; i < len(msgs.items); {
+		d, ok := msgs.items[i].(*dict)
+		if !ok || str(d, "role") != "assistant" || !hasCalls(d) {
+			out.items = append(out.items, msgs.items[i])
+			i++
+			continue
+		}
+		calls := d.m["tool_calls"].(*list)
+		reasoning, hasReasoning := d.m["reasoning_content"]
+		responses := &list{}
+		for i++; i < len(msgs.items); i++ {
+			r, ok := msgs.items[i].(*dict)
+			if !ok || str(r, "role") != "tool" {
+				break
+			}
+			var resp any = r.m["content"]
+			if s, ok := resp.(string); ok {
+				if v, err := jsonValue([]byte(s)); err == nil {
+					resp = v
+				}
+			}
+			name := ""
+			if n := len(responses.items); n < len(calls.items) {
+				if c, ok := calls.items[n].(*dict); ok {
+					if fn, ok := c.m["function"].(*dict); ok {
+						name = str(fn, "name")
+					}
+				}
+			}
+			if name == "" {
+				name = str(r, "tool_call_id")
+			}
+			e := newDict()
+			e.set("name", name)
+			e.set("response", resp)
+			responses.items = append(responses.items, e)
+		}
+		var content any
+		if i < len(msgs.items) {
+			if next, ok := msgs.items[i].(*dict); ok && str(next, "role") == "assistant" && !hasCalls(next) {
+				if c, ok := next.m["content"]; ok && truthy(c) {
+					content = c
+					i++
+				}
+			}
+		}
+		m := newDict()
+		m.set("role", "assistant")
+		m.set("tool_calls", calls)
+		if len(responses.items) > 0 {
+			m.set("tool_responses", responses)
+		}
+		if content != nil {
+			m.set("content", content)
+		}
+		if hasReasoning {
+			m.set("reasoning_content", reasoning)
+		}
+		out.items = append(out.items, m)
+	}
+	return out
+}
+
+// jsonValue parses JSON text into template values, keeping object key
+// order (nlohmann's ordered_json, which llama.cpp renders with, does).
+// Integers stay integers; other numbers are floats.
+func jsonValue(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+// maxJSONDepth bounds nesting so hostile input cannot exhaust the stack.
+const maxJSONDepth = 512
+
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("JSON nested deeper than %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := newDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, fmt.Errorf("object key %v is not a string", kt)
+				}
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				d.set(k, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return d, nil
+		case '[':
+			l := &list{}
+			for dec.More() {
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				l.items = append(l.items, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		s := t.String()
+		if !strings.ContainsAny(s, ".eE") {
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return i, nil
+			}
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("number %s: %w", s, err)
+		}
+		return f, nil
+	case string, bool, nil:
+		return t, nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// objectArguments is llama.cpp's supports_object_arguments capability
+// (jinja::caps_get): render a conversation whose tool call has arguments
+// as the object {"arg": "value"} and report whether the template read
+// that object's content (by key, by iterating it, or through tojson). An
+// error counts as "no".
+func (t *Template) objectArguments() bool {
+	args := newDict()
+	args.set("arg", "value")
+	fn := newDict()
+	fn.set("name", "tool1")
+	fn.set("arguments", args)
+	call := newDict()
+	call.set("id", "call00001")
+	call.set("type", "function")
+	call.set("function", fn)
+	msg := func(role, content string) *dict {
+		d := newDict()
+		d.set("role", role)
+		d.set("content", content)
+		return d
+	}
+	asst := msg("assistant", "")
+	asst.set("tool_calls", &list{items: []any{call}})
+	tool := msg("tool", "Tool response")
+	tool.set("tool_call_id", "call00001")
+	msgs := &list{items: []any{
+		msg("user", "User message"), asst, tool,
+		msg("assistant", "The tool response was 'tool response'"),
+		msg("user", "User message"),
+	}}
+	params, err := jsonValue([]byte(`{"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}}, "required": ["arg"]}`))
+	if err != nil {
+		panic(err) // a constant
+	}
+	tfn := newDict()
+	tfn.set("name", "tool1")
+	tfn.set("description", "Tool description")
+	tfn.set("parameters", params)
+	td := newDict()
+	td.set("name", "tool")
+	td.set("type", "function")
+	td.set("function", tfn)
+	root := globals(now)
+	root["messages"] = msgs
+	root["tools"] = &list{items: []any{td}}
+	root["bos_token"] = ""
+	root["eos_token"] = ""
+	root["add_generation_prompt"] = true
+	r := &renderer{src: t.src, out: &strings.Builder{}, watch: args}
+	r.push(root)
+	if err := r.execBody(t.nodes); err != nil {
+		return false
+	}
+	return r.touched
+}
+
+// touch notes a read of v for objectArguments' probe: deep says the whole
+// value was read (tojson, string), not only v itself.
+func (r *renderer) touch(v any, deep bool) {
+	if r.watch == nil || r.touched {
+		return
+	}
+	if deep {
+		r.touched = reaches(v, r.watch, 0)
+		return
+	}
+	if d, ok := v.(*dict); ok && d == r.watch {
+		r.touched = true
+	}
+}
+
+func reaches(v any, target *dict, depth int) bool {
+	if depth > maxJSONDepth {
+		return false
+	}
+	switch x := v.(type) {
+	case *dict:
+		if x == target {
+			return true
+		}
+		for _, k := range x.keys {
+			if reaches(x.m[k], target, depth+1) {
+				return true
+			}
+		}
+	case *list:
+		for _, e := range x.items {
+			if reaches(e, target, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ParseMessages reads an OpenAI messages array the way llama.cpp does
+// (common_chat_msgs_parse_oaicompat): every message needs a role and a
+// content or tool_calls; content is a string, null, or an array of
+// {"type": "text", "text": ...} parts, joined with "\n" as llama.cpp
+// joins them for templates that take string content; tool call
+// arguments may be a JSON string or a JSON value (kept as its JSON text).
+func ParseMessages(raw []byte) ([]Message, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("messages: expected an array: %w", err)
+	}
+	out := make([]Message, 0, len(items))
+	for i, it := range items {
+		var m struct {
+			Role      *string         `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function *struct {
+					Name      *string         `json:"name"`
+					Arguments json.RawMessage `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			ReasoningContent string `json:"reasoning_content"`
+			Name             string `json:"name"`
+			ToolCallID       string `json:"tool_call_id"`
+		}
+		if err := json.Unmarshal(it, &m); err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		if m.Role == nil {
+			return nil, fmt.Errorf("messages[%d]: missing role", i)
+		}
+		if m.Content == nil && m.ToolCalls == nil {
+			return nil, fmt.Errorf("messages[%d]: expected content or tool_calls", i)
+		}
+		msg := Message{Role: *m.Role, ReasoningContent: m.ReasoningContent, Name: m.Name, ToolCallID: m.ToolCallID}
+		text, err := contentText(m.Content)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		msg.Content = text
+		for j, tc := range m.ToolCalls {
+			switch {
+			case tc.Type != "function":
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: unsupported type %q", i, j, tc.Type)
+			case tc.Function == nil:
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: missing function", i, j)
+			case tc.Function.Name == nil:
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: missing function name", i, j)
+			}
+			args := string(bytes.TrimSpace(tc.Function.Arguments))
+			var s string
+			if json.Unmarshal(tc.Function.Arguments, &s) == nil {
+				args = s
+			}
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: *tc.Function.Name, Arguments: args})
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+func contentText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	if raw[0] != '[' {
+		return "", fmt.Errorf("content: expected a string, null or an array of parts")
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("content: %w", err)
+	}
+	var b strings.Builder
+	for k, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", fmt.Errorf("content[%d]: unsupported part type %q", k, p.Type)
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/filedigest"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/publish"
 	"github.com/zrtdev/zrt/format/vocab"
@@ -80,7 +81,7 @@ type Frontend struct {
 // that zrtc cannot build (architecture, config feature, tensor type for
 // the target) fails with a *support.Error.
 func Load(path string, opt Options) (*Frontend, error) {
-	f, err := gguf.Open(path)
+	f, err := gguf.OpenModel(path)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +184,8 @@ type Compiled struct {
 	Phases []Phase
 }
 
-// SourceHash is the SHA-256 of the GGUF's bytes, as the graph file records
-// it. It is computed beside the passes and the write (a multi-GB file
+// SourceHash is the SHA-256 of the GGUF's bytes (of a split GGUF, the
+// filedigest.Combine of its parts'), as the graph file records it. It is computed beside the passes and the write (a multi-GB file
 // takes seconds), so the first call may wait for it.
 func (c *Compiled) SourceHash() [32]byte {
 	if c.digest != nil {
@@ -209,7 +210,11 @@ func Prepare(ctx context.Context, path string, opt Options) (*Compiled, error) {
 	c := &Compiled{fe: fe, opt: opt, progress: progress, digest: make(chan Phase, 1)}
 	go func() {
 		t := time.Now()
-		c.source = sha256.Sum256(fe.GGUF.Bytes())
+		var sums [][32]byte
+		for _, b := range fe.GGUF.Sources() {
+			sums = append(sums, sha256.Sum256(b))
+		}
+		c.source = filedigest.Combine(sums)
 		c.digest <- Phase{"hash", time.Since(t)}
 	}()
 	if err := c.prepare(ctx, path, start); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/filedigest"
+	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/publish"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/sysmem"
@@ -341,7 +342,11 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 	var in buildkey.Inputs
 	if b.cache != nil {
 		t := time.Now()
-		sum, remembered, err := b.cache.Digests().Sum(b.model)
+		parts, err := gguf.Parts(b.model)
+		if err != nil {
+			return nil, err
+		}
+		sum, remembered, err := b.cache.Digests().SumAll(parts)
 		if err != nil {
 			return nil, err
 		}
@@ -415,7 +420,8 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 		// place within a timestamp tick, or its mtime set back): key the
 		// entry by the bytes this build read, and forget the memo.
 		b.warn("%s: its remembered digest is stale (the file changed in place?); keying by the bytes read", b.model)
-		if err := b.cache.Digests().Forget(b.model); err != nil {
+		parts, _ := gguf.Parts(b.model) // read above
+		if err := b.cache.Digests().ForgetAll(parts); err != nil {
 			b.warn("%v", err)
 		}
 		in.Model = c.SourceHash()

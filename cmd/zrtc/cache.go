@@ -10,6 +10,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/buildcache"
 	"github.com/zrtdev/zrt/format/filedigest"
+	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
@@ -50,7 +51,11 @@ share a key.`,
 				}
 				memo = b.cache.Digests()
 			}
-			sum, _, err := memo.Sum(args[0])
+			parts, err := gguf.Parts(args[0])
+			if err != nil {
+				return err
+			}
+			sum, _, err := memo.SumAll(parts)
 			if err != nil {
 				return err
 			}

@@ -120,7 +120,7 @@ func Resolve(path string, model [32]byte, opt compiler.Options, toolchain string
 	if err := Uncacheable(opt); err != nil {
 		return Inputs{}, err
 	}
-	f, err := gguf.Open(path)
+	f, err := gguf.OpenModel(path)
 	if err != nil {
 		return Inputs{}, err
 	}

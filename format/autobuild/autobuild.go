@@ -19,13 +19,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/zrtdev/zrt/format/buildcache"
-	"github.com/zrtdev/zrt/format/support"
 )
 
 // Request is one model to build, or to find already built.
@@ -129,10 +127,6 @@ func FindZrtc(self string, lookPath func(string) (string, error)) (string, error
 	return "", fmt.Errorf("building a GGUF needs zrtc, and there is none at %s or on $PATH: install zrtc beside zrt-run (make build puts both in bin/), or build a bundle with zrtc build and pass that", where)
 }
 
-// splitName matches the first file of a split GGUF (llama-gguf-split):
-// NAME-00001-of-00003.gguf.
-var splitName = regexp.MustCompile(`-(\d{5})-of-(\d{5})\.gguf$`)
-
 // Build returns the bundle for req: the cache's entry for its key, built
 // first when missing. It says on req.Log which it did and where.
 func Build(ctx context.Context, req Request) (Result, error) {
@@ -152,10 +146,6 @@ func Build(ctx context.Context, req Request) (Result, error) {
 	}
 	if fi.IsDir() {
 		return Result{}, fmt.Errorf("model %s is a directory, not a GGUF file", req.GGUF)
-	}
-	if m := splitName.FindStringSubmatch(filepath.Base(req.GGUF)); m != nil && m[2] != "00001" {
-		return Result{}, &support.Error{What: "split GGUF", Value: filepath.Base(req.GGUF), Where: "(" + m[2] + " files)",
-			Detail: "zrt reads one file; merge them first with llama-gguf-split --merge " + req.GGUF + " OUT.gguf"}
 	}
 	cache, err := buildcache.Open(req.CacheDir)
 	if err != nil {

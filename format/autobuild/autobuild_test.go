@@ -16,7 +16,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/format/bundle"
-	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/format/gguf"
 )
 
 // zrtcPath is a zrtc built from this tree for the tests, once.
@@ -211,7 +211,7 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(notGGUF, []byte("this is not a model\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	split := filepath.Join(dir, "big-00001-of-00003.gguf")
+	split := filepath.Join(dir, "big-00001-of-00003.gguf") // its other parts missing
 	if err := os.WriteFile(split, []byte("GGUF"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestBadInput(t *testing.T) {
 		{filepath.Join(dir, "missing.gguf"), "missing.gguf: no such file", 0},
 		{dir, "is a directory, not a GGUF file", 0},
 		{notGGUF, "exited with status 4", 4},
-		{split, "unsupported split GGUF big-00001-of-00003.gguf (00003 files): zrt reads one file; merge them first with llama-gguf-split --merge", 0},
+		{split, "split GGUF " + split + ": part 2 of 3", 1},
 	}
 	for _, c := range cases {
 		_, err := autobuild.Build(context.Background(), autobuild.Request{GGUF: c.path, CacheDir: filepath.Join(dir, "cache"), Run: run})
@@ -241,13 +241,9 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: %v is not zrtc's error", filepath.Base(c.path), err)
 		}
 	}
-	_, err := autobuild.Build(context.Background(), autobuild.Request{GGUF: split, CacheDir: filepath.Join(dir, "cache"), Run: run})
-	if !support.Is(err) {
-		t.Errorf("a split GGUF is not reported as unsupported input: %v", err)
-	}
 	// A usage error of zrtc (here: too many slots) keeps its status.
 	model := synthModel(t, "tiny.gguf")
-	_, err = autobuild.Build(context.Background(), autobuild.Request{GGUF: model, CacheDir: filepath.Join(dir, "cache"), Slots: 5000, Run: run})
+	_, err := autobuild.Build(context.Background(), autobuild.Request{GGUF: model, CacheDir: filepath.Join(dir, "cache"), Slots: 5000, Run: run})
 	var te *autobuild.ToolError
 	if !errors.As(err, &te) || te.ExitStatus() != 2 || !strings.Contains(err.Error(), "--slots 5000 out of range") {
 		t.Errorf("--slots 5000: %v", err)
@@ -283,5 +279,58 @@ func TestCancel(t *testing.T) {
 	_, err := autobuild.Build(ctx, autobuild.Request{GGUF: model, CacheDir: t.TempDir(), Run: autobuild.Exec(zrtcPath)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled build: %v, want context.Canceled", err)
+	}
+}
+
+// TestSplitGGUF: the first part of a split GGUF builds like the whole
+// file: another key (the source digest covers every part), the same
+// weights.
+func TestSplitGGUF(t *testing.T) {
+	model := synthModel(t, "whole.gguf")
+	b, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := gguf.Split(f, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i, p := range parts {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("m-%05d-of-00002.gguf", i+1)), p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := filepath.Join(dir, "cache")
+	run := autobuild.Exec(zrtcPath)
+	a, err := autobuild.Build(context.Background(), autobuild.Request{GGUF: model, CacheDir: cache, Run: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := autobuild.Build(context.Background(), autobuild.Request{GGUF: filepath.Join(dir, "m-00001-of-00002.gguf"), CacheDir: cache, Run: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Key == s.Key {
+		t.Error("the split model has the whole file's key")
+	}
+	ga, _, err := bundle.ReadGraph(a.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, _, err := bundle.ReadGraph(s.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ga.Ident.WeightsHash != gs.Ident.WeightsHash {
+		t.Error("the split model's weights differ from the whole file's")
+	}
+	again, err := autobuild.Build(context.Background(), autobuild.Request{GGUF: filepath.Join(dir, "m-00001-of-00002.gguf"), CacheDir: cache, Run: run})
+	if err != nil || again.Built || again.Key != s.Key {
+		t.Errorf("the split model is not reused: %+v %v", again, err)
 	}
 }

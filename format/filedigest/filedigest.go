@@ -98,6 +98,47 @@ func (m Memo) Sum(path string) (sum [32]byte, memoised bool, err error) {
 	return sum, false, nil
 }
 
+// Combine is the digest of a model read from several files (the parts of
+// a split GGUF), given each file's SHA-256 in order: the SHA-256 of their
+// concatenation, so each part's digest can be remembered on its own. Of
+// one file it is that file's digest.
+func Combine(sums [][32]byte) [32]byte {
+	if len(sums) == 1 {
+		return sums[0]
+	}
+	h := sha256.New()
+	for _, s := range sums {
+		h.Write(s[:])
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// SumAll is Sum of a model read from the files at paths, in order: the
+// Combine of their digests, memoised when every one of them was.
+func (m Memo) SumAll(paths []string) (sum [32]byte, memoised bool, err error) {
+	sums := make([][32]byte, len(paths))
+	memoised = true
+	for i, p := range paths {
+		s, mem, err := m.Sum(p)
+		if err != nil {
+			return sum, false, err
+		}
+		sums[i], memoised = s, memoised && mem
+	}
+	return Combine(sums), memoised, nil
+}
+
+// ForgetAll is Forget of every file at paths.
+func (m Memo) ForgetAll(paths []string) error {
+	var err error
+	for _, p := range paths {
+		err = errors.Join(err, m.Forget(p))
+	}
+	return err
+}
+
 // Forget drops what the memo holds for the file at path, so the next Sum
 // reads it. A build calls it when the digest it computed from the bytes
 // differs from the memo's: the file was changed without a visible trace.

@@ -129,3 +129,25 @@ func TestZeroMemoHashesEveryTime(t *testing.T) {
 		t.Fatal("a directory was hashed")
 	}
 }
+
+// TestSumAll: one file's digest is its SHA-256, several files' the
+// SHA-256 of their digests in order, memoised only when each part was.
+func TestSumAll(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	os.WriteFile(a, []byte("first part"), 0o644)
+	os.WriteFile(b, []byte("second part"), 0o644)
+	m := Memo{}
+	sa, _, err := m.SumAll([]string{a})
+	if err != nil || sa != sha256.Sum256([]byte("first part")) {
+		t.Fatalf("one file: %x %v", sa, err)
+	}
+	sb, _, _ := m.Sum(b)
+	ab, _, err := m.SumAll([]string{a, b})
+	if err != nil || ab != sha256.Sum256(append(sa[:], sb[:]...)) {
+		t.Fatalf("two files: %x %v", ab, err)
+	}
+	if ba, _, _ := m.SumAll([]string{b, a}); ba == ab {
+		t.Error("the order of the parts does not count")
+	}
+}

@@ -49,6 +49,9 @@ type TensorInfo struct {
 	Type   ggml.Type
 	Offset int64 // relative to the start of the data section
 	Size   int64 // bytes
+	// part is the file of a split GGUF that holds the data (0: the first,
+	// or the only one).
+	part int
 }
 
 // Elements returns the element count.
@@ -73,6 +76,8 @@ type File struct {
 	kvIndex map[string]int
 	tIndex  map[string]int
 	closer  func() error
+	// parts are the files of a split GGUF (OpenModel), nil for one file.
+	parts []*File
 }
 
 // Lookup returns the metadata value for key.
@@ -93,24 +98,35 @@ func (f *File) Tensor(name string) (*TensorInfo, bool) {
 	return &f.Tensors[i], true
 }
 
-// TensorData returns the bytes of t; they alias the mapped file.
+// TensorData returns the bytes of t; they alias the mapped file (the
+// part of a split GGUF that holds them).
 func (f *File) TensorData(t *TensorInfo) []byte {
-	start := f.DataOffset + t.Offset
-	return f.data[start : start+t.Size : start+t.Size]
+	src := f
+	if f.parts != nil {
+		src = f.parts[t.part]
+	}
+	start := src.DataOffset + t.Offset
+	return src.data[start : start+t.Size : start+t.Size]
 }
 
-// Bytes returns the whole file.
+// Bytes returns the whole file (of a split GGUF, its first part; Sources
+// has them all).
 func (f *File) Bytes() []byte { return f.data }
 
 // Close releases the mapping of a file returned by Open. Tensor data must
 // not be used afterwards.
 func (f *File) Close() error {
+	var err error
+	for _, p := range f.parts {
+		err = errors.Join(err, p.Close())
+	}
+	f.parts = nil
 	if f.closer == nil {
-		return nil
+		return err
 	}
 	c := f.closer
 	f.closer = nil
-	return c()
+	return errors.Join(err, c())
 }
 
 // Typed lookups used throughout the compiler. Each names the key in its error.

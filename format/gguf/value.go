@@ -63,6 +63,9 @@ type Value struct {
 // U32 returns a uint32 value.
 func U32(x uint32) Value { return Value{Type: TypeUint32, v: uint64(x)} }
 
+// U16 returns a uint16 value.
+func U16(x uint16) Value { return Value{Type: TypeUint16, v: uint64(x)} }
+
 // I32 returns an int32 value.
 func I32(x int32) Value { return Value{Type: TypeInt32, v: int64(x)} }
 

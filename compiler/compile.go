@@ -94,9 +94,6 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if opt.Target != "" {
 		cfg.Target = opt.Target
 	}
-	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
-		return nil, err
-	}
 	templates, err := templatesFor(cfg.Target, opt)
 	if err != nil {
 		return nil, err

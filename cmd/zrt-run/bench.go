@@ -68,6 +68,17 @@ tool on the same model, threads and test and prints its table below.`,
 				return exitcode.Usagef("-n %d out of range [0, 1048576]", tg)
 			case reps < 1 || reps > 1000:
 				return exitcode.Usagef("-r %d out of range [1, 1000]", reps)
+			case slotList != "" && format != "md" && format != "jsonl":
+				return exitcode.Usagef("--output-format %q: want md or jsonl", format)
+			case (llamaBench != "" || llamaBatched != "") && gguf == "":
+				return exitcode.Usagef("--llama-bench and --llama-batched-bench need --gguf, the model the bundle was built from")
+			}
+			var slots []int
+			if slotList != "" {
+				var err error
+				if slots, err = parseSlots(slotList); err != nil {
+					return err
+				}
 			}
 			e, err := ef.open(args[0])
 			if err != nil {
@@ -89,13 +100,6 @@ tool on the same model, threads and test and prints its table below.`,
 				defer pprof.StopCPUProfile()
 			}
 			if slotList != "" {
-				slots, err := parseSlots(slotList)
-				if err != nil {
-					return err
-				}
-				if format != "md" && format != "jsonl" {
-					return fmt.Errorf("--output-format %q: want md or jsonl", format)
-				}
 				rows, err := batchedBench(ctx, e, slots, pp, tg)
 				if err != nil {
 					return err

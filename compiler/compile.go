@@ -23,10 +23,11 @@ import (
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/passes"
+	"github.com/zrtdev/zrt/version"
 )
 
 // Version is the compiler version recorded in every bundle.
-const Version = "zrtc 0.1.0"
+const Version = "zrtc " + version.Release
 
 // Options are the inputs of one compilation besides the GGUF.
 type Options struct {

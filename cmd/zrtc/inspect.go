@@ -30,7 +30,7 @@ breaks the GGUF format is refused as malformed instead. Given a pack
 			if zrtp.Is(args[0]) {
 				return listPack(cmd.OutOrStdout(), args[0])
 			}
-			f, err := gguf.Open(args[0])
+			f, err := gguf.OpenModel(args[0])
 			if err != nil {
 				return err
 			}

@@ -61,7 +61,7 @@ func configCmd() *cobra.Command {
 		Short: "Print the effective model config as TOML (GGUF defaults, then --config overrides)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := gguf.Open(args[0])
+			f, err := gguf.OpenModel(args[0])
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func tokCmd(reverse bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := gguf.Open(args[0])
+			f, err := gguf.OpenModel(args[0])
 			if err != nil {
 				return err
 			}

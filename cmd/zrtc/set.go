@@ -90,7 +90,7 @@ func requirementsFor(target string) (bundleset.Requires, error) {
 // the defaults that depend on the target (slots, variants) are in each
 // member's graph file.
 func sharedConfig(model string, opt compiler.Options) (string, error) {
-	f, err := gguf.Open(model)
+	f, err := gguf.OpenModel(model)
 	if err != nil {
 		return "", err
 	}

@@ -103,7 +103,7 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 		return nil, err
 	}
 	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
-		return nil, err
+		return nil, UnsupportedTarget(cfg.Target)
 	}
 	templates, err := templatesFor(cfg.Target, opt)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,7 +105,54 @@ func (s *Server) Handler() http.Handler {
 		w.Write(page)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	return s.accessLog(s.cors(mux))
+	return s.accessLog(s.cors(routeErrors(mux)))
+}
+
+// routeErrors answers the requests mux has no route for (404: no such
+// path; 405: the path takes other methods, which mux lists in Allow) with
+// OpenAI's error object, as every other error is answered, instead of
+// mux's plain text.
+func routeErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&routeErrorWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// routeErrorWriter replaces a 404 or 405 answer's plain-text body with
+// the error object; anything else (a redirect to a path's canonical form)
+// passes through.
+type routeErrorWriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	replaced bool
+}
+
+func (w *routeErrorWriter) WriteHeader(code int) {
+	var msg string
+	switch code {
+	case http.StatusNotFound:
+		msg = fmt.Sprintf("invalid URL (%s %s): zrt serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "+
+			"POST /tokenize, POST /detokenize, GET /v1/tenants/{id}/usage, GET /health and GET /metrics", w.r.Method, w.r.URL.Path)
+	case http.StatusMethodNotAllowed:
+		msg = fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow"))
+	default:
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.replaced = true
+	w.Header().Del("X-Content-Type-Options")
+	writeError(w.ResponseWriter, &apiError{status: code, Message: msg, Type: "invalid_request_error"})
+}
+
+func (w *routeErrorWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil // mux's plain text, already replaced
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // What a CORS preflight allows: the API's methods, and the request
@@ -360,8 +408,14 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 	switch {
 	case g.MaxCompletion != nil:
 		p.MaxTokens = *g.MaxCompletion
+		if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
+			return p, maxTokensError("max_completion_tokens", m)
+		}
 	case g.MaxTokens != nil:
 		p.MaxTokens = *g.MaxTokens
+		if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
+			return p, maxTokensError("max_tokens", m)
+		}
 	}
 	if g.Temperature != nil {
 		p.Sampling.Temperature = *g.Temperature
@@ -396,9 +450,6 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 	if err := p.Validate(); errors.As(err, &re) {
 		return p, badRequest(re.Field, "%v", err)
 	}
-	if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
-		return p, badRequest("max_tokens", "max_tokens %d must be in [1, %d]", p.MaxTokens, m.ContextLength)
-	}
 	if g.Seed != nil {
 		p.Sampling.Seed = uint64(*g.Seed)
 	} else {
@@ -418,6 +469,13 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 		return p, badRequest("response_format", "response_format other than text is not supported")
 	}
 	return p, nil
+}
+
+// maxTokensError is the answer to a max_tokens (or max_completion_tokens,
+// field) that is no integer in its range for model m.
+func maxTokensError(field string, m *Model) *apiError {
+	return badRequest(field, "%s must be an integer in [1, %d]: at least one token, and at most the model's context of %d tokens, which the prompt shares",
+		field, m.ContextLength, m.ContextLength)
 }
 
 // logitBias reads OpenAI's logit_bias: token ids, as decimal strings,
@@ -623,11 +681,33 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 			// The shared fields are those of the embedded genParams: name
 			// them as the request does.
 			field := strings.TrimPrefix(typeErr.Field, "genParams.")
-			return badRequest(field, "field %s: %v", field, err)
+			return badRequest(field, "%s must be %s, not %s", field, jsonKind(typeErr.Type), typeErr.Value)
 		}
 		return badRequest("", "malformed JSON body: %v", err)
 	}
 	return nil
+}
+
+// jsonKind names the JSON value a Go type reads, for errors that speak
+// the request's language rather than Go's.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
 }
 
 // failed reports whether a request's last event ends it without a
@@ -722,21 +802,48 @@ func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32,
 	}
 	ev, err := m.Engine.Submit(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt, Decode: p})
 	var rate *engine.RateLimitError
+	var long *engine.TooLongError
 	switch {
 	case errors.As(err, &rate) && rate.RetryAfter < 0:
-		return nil, badRequest("max_tokens", "%v", err)
+		return nil, badRequest("max_tokens", "the prompt's %d tokens plus max_tokens %d exceed this tenant's tokens_per_minute (%d)",
+			len(prompt), p.MaxTokens, t.TokensPerMinute)
 	case errors.As(err, &rate):
 		code := "rate_limit_exceeded"
-		return nil, &apiError{status: http.StatusTooManyRequests, Message: err.Error(), Type: "rate_limit_error", Code: &code,
-			retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
-	case errors.Is(err, engine.ErrTooLong):
-		return nil, badRequest("prompt", "%v", err)
+		return nil, &apiError{status: http.StatusTooManyRequests, Message: fmt.Sprintf("tenant %s is over its rate limit; retry after %.1f s", t.ID, rate.RetryAfter.Seconds()),
+			Type: "rate_limit_error", Code: &code, retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
+	case errors.As(err, &long):
+		return nil, tooLong(long)
 	case errors.Is(err, engine.ErrDraining):
 		return nil, &apiError{status: http.StatusServiceUnavailable, Message: err.Error(), Type: "server_error"}
 	case err != nil:
 		return nil, badRequest("prompt", "%v", err)
 	}
 	return ev, nil
+}
+
+// tooLong says in plain words why a request cannot fit, naming the field
+// to change: max_tokens while the prompt alone would fit, else the prompt.
+func tooLong(e *engine.TooLongError) *apiError {
+	param := "max_tokens"
+	if e.Prompt >= e.Context {
+		param = "prompt"
+	}
+	if e.Pages == 0 {
+		msg := fmt.Sprintf("the prompt's %d tokens plus max_tokens %d make %d, beyond the model's context of %d tokens",
+			e.Prompt, e.MaxTokens, e.Prompt+e.MaxTokens, e.Context)
+		if param == "max_tokens" {
+			msg += fmt.Sprintf(": max_tokens may be at most %d for this prompt", e.Context-e.Prompt)
+		} else {
+			msg += ": shorten the prompt"
+		}
+		return badRequest(param, "%s", msg)
+	}
+	who := fmt.Sprintf("the server's KV cache holds %d pages", e.Limit)
+	if e.Tenant != "" {
+		who = fmt.Sprintf("tenant %s may hold %d pages (max_kv_pages)", e.Tenant, e.Limit)
+	}
+	return badRequest(param, "the prompt's %d tokens plus max_tokens %d need %d KV-cache pages; %s: lower max_tokens or shorten the prompt",
+		e.Prompt, e.MaxTokens, e.Pages, who)
 }
 
 // usage is OpenAI's usage object.
@@ -848,6 +955,11 @@ func collect(events <-chan engine.Event, observe func(engine.Event)) (string, en
 // request it answers and reports false.
 func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genParams, chat bool) (*Model, decode.Params, bool) {
 	if err := decodeBody(w, r, body); err != nil {
+		// A max_tokens that is no integer gets the same answer as one out
+		// of range: the JSON decoder read the rest, the model included.
+		if m, merr := s.model(g.Model); merr == nil && err.Param != nil && (*err.Param == "max_tokens" || *err.Param == "max_completion_tokens") {
+			err = maxTokensError(*err.Param, m)
+		}
 		s.reject(w, r, err)
 		return nil, decode.Params{}, false
 	}
@@ -944,27 +1056,16 @@ func prepend(events <-chan engine.Event, text string) <-chan engine.Event {
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		genParams
-		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
+		Messages []chatMessage `json:"messages"`
 	}
 	m, p, ok := s.parse(w, r, &req, &req.genParams, true)
 	if !ok {
 		return
 	}
-	if len(req.Messages) == 0 {
-		s.reject(w, r, badRequest("messages", "messages must not be empty"))
+	msgs, aerr := chatMessages(req.Messages)
+	if aerr != nil {
+		s.reject(w, r, aerr)
 		return
-	}
-	var msgs []chat.Message
-	for i, msg := range req.Messages {
-		text, err := contentText(msg.Content)
-		if err != nil || msg.Role == "" {
-			s.reject(w, r, badRequest(fmt.Sprintf("messages[%d]", i), "each message needs a role and text content"))
-			return
-		}
-		msgs = append(msgs, chat.Message{Role: msg.Role, Content: text})
 	}
 	prompt, _, err := chat.Prompt(m.Tok, msgs)
 	if err != nil {
@@ -1011,6 +1112,44 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		"usage":   usageOf(last)})
 }
 
+// chatMessage is one message of a chat request.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// roles are the message roles OpenAI defines.
+var roles = []string{"system", "developer", "user", "assistant", "tool"}
+
+// chatMessages checks a request's messages and turns them into the chat
+// template's: developer is OpenAI's newer name for system, which is what
+// chat templates know.
+func chatMessages(in []chatMessage) ([]chat.Message, *apiError) {
+	if len(in) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	var msgs []chat.Message
+	for i, msg := range in {
+		if !slices.Contains(roles, msg.Role) {
+			what := fmt.Sprintf("role %q is not a message role", msg.Role)
+			if msg.Role == "" {
+				what = "a message needs a role"
+			}
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d]: %s (roles: %s)", i, what, strings.Join(roles, ", "))
+		}
+		text, err := contentText(msg.Content)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d]: content must be a string or a list of text parts", i)
+		}
+		role := msg.Role
+		if role == "developer" {
+			role = "system"
+		}
+		msgs = append(msgs, chat.Message{Role: role, Content: text})
+	}
+	return msgs, nil
+}
+
 // contentText accepts a message's content as a string or as a list of
 // text parts.
 func contentText(raw json.RawMessage) (string, error) {
@@ -1035,11 +1174,19 @@ func contentText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
+// tokenize takes llama-server's body (content, with add_special off
+// unless asked) and vLLM's (prompt, with add_special_tokens on unless
+// turned off; or messages, rendered by the chat template with the
+// generation prompt), and answers with both servers' fields: tokens, and
+// vLLM's count and max_model_len.
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Model      string `json:"model"`
-		Content    string `json:"content"`
-		AddSpecial bool   `json:"add_special"`
+		Model            string        `json:"model"`
+		Content          *string       `json:"content"`
+		AddSpecial       bool          `json:"add_special"`
+		Prompt           *string       `json:"prompt"`
+		AddSpecialTokens *bool         `json:"add_special_tokens"`
+		Messages         []chatMessage `json:"messages"`
 	}
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
@@ -1050,7 +1197,38 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	writeJSON(w, map[string]any{"tokens": m.Tok.Encode(req.Content, req.AddSpecial, true)})
+	var toks []int32
+	switch n := btoi(req.Content != nil) + btoi(req.Prompt != nil) + btoi(req.Messages != nil); {
+	case n != 1:
+		writeError(w, badRequest("", "give exactly one of content (llama-server's field), prompt or messages (vLLM's) to tokenize"))
+		return
+	case req.Content != nil:
+		toks = m.Tok.Encode(*req.Content, req.AddSpecial, true)
+	case req.Prompt != nil:
+		toks = m.Tok.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, true)
+	default:
+		msgs, aerr := chatMessages(req.Messages)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		var err error
+		if toks, _, err = chat.Prompt(m.Tok, msgs); err != nil {
+			writeError(w, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
+			return
+		}
+	}
+	if toks == nil {
+		toks = []int32{} // [], not null, for empty text
+	}
+	writeJSON(w, map[string]any{"tokens": toks, "count": len(toks), "max_model_len": m.ContextLength})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
@@ -1073,5 +1251,7 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, map[string]any{"content": m.Tok.Decode(req.Tokens)})
+	// content is llama-server's field, prompt vLLM's.
+	text := m.Tok.Decode(req.Tokens)
+	writeJSON(w, map[string]any{"content": text, "prompt": text})
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/bundleset"
@@ -38,16 +37,6 @@ type Absent struct {
 	Why  string
 }
 
-// First returns the first device of kind k, or false.
-func (m Machine) First(k kernels.TierKind) (tiers.Device, bool) {
-	for _, d := range m.Devices {
-		if d.Kind == k {
-			return d, true
-		}
-	}
-	return tiers.Device{}, false
-}
-
 // why says why the machine has no device of kind k.
 func (m Machine) why(k kernels.TierKind) string {
 	for _, a := range m.Absent {
@@ -58,13 +47,11 @@ func (m Machine) why(k kernels.TierKind) string {
 	return "not probed"
 }
 
-// noun is how the machine's description names a device of kind k.
+// noun is how the machine's description names a device of kind k: the
+// tier table's word for it.
 func noun(k kernels.TierKind) string {
-	switch k {
-	case kernels.TierCUDA:
-		return "CUDA device"
-	case kernels.TierAMD:
-		return "AMD GPU"
+	if r, ok := tiers.First(tiers.Table(), k); ok && r.Noun != "" {
+		return r.Noun
 	}
 	return string(k) + " device"
 }
@@ -186,26 +173,23 @@ func Choose(dir string, x *bundleset.Index, m Machine, tier string) (Choice, err
 	return c, nil
 }
 
-// rank orders members by preference: a GPU tier before the CPU, and among
-// CUDA bundles the later architecture first.
+// rank orders members by preference, as the tier table ranks their
+// kinds: a GPU tier before the CPU, and among CUDA bundles the later
+// architecture first.
 func rank(mem bundleset.Member) int {
-	switch mem.Requires.Tier {
-	case string(kernels.TierCUDA):
-		major, minor, _ := parseCC(mem.Requires.CUDAComputeCapability)
-		return 1000 + 10*major + minor
-	case string(kernels.TierAMD):
-		return 500
-	case string(kernels.TierCPU):
-		return 1
+	if r, ok := tiers.First(tiers.Table(), kernels.TierKind(mem.Requires.Tier)); ok && r.Rank != nil {
+		return r.Rank(mem.Requires)
 	}
 	return 0
 }
 
-// fit says whether the machine runs mem, and why or why not.
+// fit says whether the machine runs mem, and why or why not: the
+// target's tier kind decides, through its row of the tier table.
 func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
+	rows := tiers.Table()
 	target, known := kernels.LookupTarget(mem.Target)
 	req := mem.Requires
-	if row, ok := tiers.Lookup(tiers.Table(), tier); ok && row.Kind != "" { // t1 and t2 run the amd kind's bundles
+	if row, ok := tiers.Lookup(rows, tier); ok && row.Kind != "" { // t1 and t2 run the amd kind's bundles
 		tier = string(row.Kind)
 	}
 	switch {
@@ -216,68 +200,25 @@ func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
 	case tier != "" && tier != req.Tier:
 		return false, fmt.Sprintf("runs on tier %s, and tier %s was asked for", req.Tier, tier)
 	}
-	switch target.Tier {
-	case kernels.TierCPU:
-		return true, fmt.Sprintf("T-CPU runs on any machine (%d CPUs, %s/%s)", m.CPUs, m.OS, m.Arch)
-	case kernels.TierCUDA:
-		major, minor, err := parseCC(req.CUDAComputeCapability)
-		if err != nil {
-			return false, fmt.Sprintf("the index's compute capability %q: %v", req.CUDAComputeCapability, err)
-		}
-		g, ok := m.First(kernels.TierCUDA)
-		if !ok {
-			return false, fmt.Sprintf("needs a CUDA device of compute capability %d.%d or later; there is none here", major, minor)
-		}
-		gMajor, gMinor, err := parseCC(g.Arch)
-		if err != nil {
-			return false, fmt.Sprintf("the probe's compute capability %q of %s: %v", g.Arch, g.Name, err)
-		}
-		if gMajor < major || gMajor == major && gMinor < minor {
-			return false, fmt.Sprintf("needs compute capability %d.%d or later; %s has %d.%d", major, minor, g.Name, gMajor, gMinor)
-		}
-		return true, fmt.Sprintf("%s has compute capability %d.%d, at least the %d.%d it needs", g.Name, gMajor, gMinor, major, minor)
-	case kernels.TierAMD:
-		g, ok := m.First(kernels.TierAMD)
-		switch {
-		case req.AMDGfx == "":
-			return false, "the index names no gfx processor for it"
-		case !ok:
-			return false, fmt.Sprintf("needs an AMD GPU %s; there is none T1 can use here (%s)", req.AMDGfx, m.why(kernels.TierAMD))
-		case g.Arch != req.AMDGfx:
-			return false, fmt.Sprintf("its code objects are for %s; the GPU here is %s", req.AMDGfx, g.Arch)
-		}
-		return true, fmt.Sprintf("the AMD GPU here is %s, the processor its code objects are for", g.Arch)
+	row, ok := tiers.First(rows, target.Tier)
+	if !ok || row.Fits == nil {
+		return false, fmt.Sprintf("this zrt-run cannot run tier %s", target.Tier)
 	}
-	return false, fmt.Sprintf("this zrt-run cannot run tier %s", target.Tier)
+	tm := tiers.Machine{CPUs: m.CPUs, OS: m.OS, Arch: m.Arch, Absent: m.why(target.Tier)}
+	for _, d := range m.Devices {
+		if d.Kind == target.Tier {
+			tm.Devices = append(tm.Devices, d)
+		}
+	}
+	return row.Fits(req, tm)
 }
 
 // needs says what a member needs of a machine, in words.
 func needs(mem bundleset.Member) string {
-	r := mem.Requires
-	switch {
-	case r.Tier == string(kernels.TierCUDA):
-		return fmt.Sprintf("tier cuda, a CUDA device of compute capability %s or later", r.CUDAComputeCapability)
-	case r.Tier == string(kernels.TierCPU):
-		return "tier cpu, any machine"
-	case r.Tier == string(kernels.TierAMD):
-		return "tier amd (T1), an AMD GPU " + r.AMDGfx
+	if r, ok := tiers.First(tiers.Table(), kernels.TierKind(mem.Requires.Tier)); ok && r.Needs != nil {
+		return r.Needs(mem.Requires)
 	}
-	return "tier " + r.Tier
-}
-
-// parseCC reads a compute capability written "9.0".
-func parseCC(s string) (major, minor int, err error) {
-	a, b, ok := strings.Cut(s, ".")
-	if ok {
-		major, err = strconv.Atoi(a)
-		if err == nil {
-			minor, err = strconv.Atoi(b)
-		}
-	}
-	if !ok || err != nil || major < 0 || minor < 0 || minor > 9 {
-		return 0, 0, fmt.Errorf("not a compute capability such as 9.0")
-	}
-	return major, minor, nil
+	return "tier " + mem.Requires.Tier
 }
 
 // Resolve returns the bundle directory to open for path: path itself when

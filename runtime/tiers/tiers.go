@@ -17,9 +17,11 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/amd/kfd"
 	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
@@ -111,14 +113,42 @@ type Row struct {
 	Devices func(opt Options) ([]Device, error)
 	// Load loads a bundle of Kind; nil for a tier this build lacks.
 	Load func(b *bundle.Bundle, opt Options) (Tier, error)
+
+	// What the choice of a bundle set's member (runtime/pick) asks of a
+	// kind is read from the kind's first row; a later row of the kind
+	// (T2) leaves these nil.
+
+	// Rank orders the kind's members: the highest rank that fits wins (a
+	// GPU before the CPU, a later CUDA architecture first).
+	Rank func(req bundleset.Requires) int
+	// Fits says whether the machine runs a member of the kind, and why or
+	// why not, given the machine's devices of the kind (the first is the
+	// one the tier runs on) or, when it has none, why.
+	Fits func(req bundleset.Requires, m Machine) (bool, string)
+	// Needs says what a member of the kind needs of a machine, in words.
+	Needs func(req bundleset.Requires) string
+	// Noun names a device of the kind in a machine's description.
+	Noun string
+}
+
+// Machine is what a row's Fits sees of the machine: its CPUs, and its
+// devices of the row's kind with, when there are none, why.
+type Machine struct {
+	CPUs     int
+	OS, Arch string
+	Devices  []Device
+	Absent   string
 }
 
 // table is the tier table, in the order probe lists the tiers; among the
 // rows of one kind the first is the one "auto" loads.
 var table = []Row{
-	{Name: "cpu", Kind: kernels.TierCPU, Probe: probeCPU, Load: loadCPU},
-	{Name: "cuda", Kind: kernels.TierCUDA, Probe: probeCUDA, Devices: cudaDevices, Load: loadCUDA},
-	{Name: "t1", Kind: kernels.TierAMD, Probe: probeT1, Devices: t1Devices, Load: loadT1},
+	{Name: "cpu", Kind: kernels.TierCPU, Probe: probeCPU, Load: loadCPU,
+		Rank: func(bundleset.Requires) int { return 1 }, Fits: fitsCPU, Needs: func(bundleset.Requires) string { return "tier cpu, any machine" }},
+	{Name: "cuda", Kind: kernels.TierCUDA, Probe: probeCUDA, Devices: cudaDevices, Load: loadCUDA,
+		Rank: rankCUDA, Fits: fitsCUDA, Needs: needsCUDA, Noun: "CUDA device"},
+	{Name: "t1", Kind: kernels.TierAMD, Probe: probeT1, Devices: t1Devices, Load: loadT1,
+		Rank: func(bundleset.Requires) int { return 500 }, Fits: fitsAMD, Needs: needsAMD, Noun: "AMD GPU"},
 	{Name: "t2", Kind: kernels.TierAMD, Probe: probeT2, Load: loadT2},
 	{Name: "metal", Probe: probeMetal},
 }
@@ -193,6 +223,80 @@ func Select(rows []Row, choice string, target kernels.Target) (Row, error) {
 		return Row{}, fmt.Errorf("tier %s: bundle was compiled for %s, which runs on tier %s; rebuild with zrtc build --target %s", choice, target.Name, target.Tier, strings.Join(fits, "|"))
 	}
 	return row, nil
+}
+
+// First returns the first row of kind k, which holds what pick asks of
+// the kind.
+func First(rows []Row, k kernels.TierKind) (Row, bool) {
+	for _, r := range rows {
+		if r.Kind == k {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+func fitsCPU(_ bundleset.Requires, m Machine) (bool, string) {
+	return true, fmt.Sprintf("T-CPU runs on any machine (%d CPUs, %s/%s)", m.CPUs, m.OS, m.Arch)
+}
+
+// rankCUDA puts a later architecture first: its kernels were built for a
+// closer match.
+func rankCUDA(req bundleset.Requires) int {
+	major, minor, _ := ParseCC(req.CUDAComputeCapability)
+	return 1000 + 10*major + minor
+}
+
+func fitsCUDA(req bundleset.Requires, m Machine) (bool, string) {
+	major, minor, err := ParseCC(req.CUDAComputeCapability)
+	if err != nil {
+		return false, fmt.Sprintf("the index's compute capability %q: %v", req.CUDAComputeCapability, err)
+	}
+	if len(m.Devices) == 0 {
+		return false, fmt.Sprintf("needs a CUDA device of compute capability %d.%d or later; there is none here", major, minor)
+	}
+	g := m.Devices[0]
+	gMajor, gMinor, err := ParseCC(g.Arch)
+	if err != nil {
+		return false, fmt.Sprintf("the probe's compute capability %q of %s: %v", g.Arch, g.Name, err)
+	}
+	if gMajor < major || gMajor == major && gMinor < minor {
+		return false, fmt.Sprintf("needs compute capability %d.%d or later; %s has %d.%d", major, minor, g.Name, gMajor, gMinor)
+	}
+	return true, fmt.Sprintf("%s has compute capability %d.%d, at least the %d.%d it needs", g.Name, gMajor, gMinor, major, minor)
+}
+
+func needsCUDA(req bundleset.Requires) string {
+	return fmt.Sprintf("tier cuda, a CUDA device of compute capability %s or later", req.CUDAComputeCapability)
+}
+
+func fitsAMD(req bundleset.Requires, m Machine) (bool, string) {
+	switch {
+	case req.AMDGfx == "":
+		return false, "the index names no gfx processor for it"
+	case len(m.Devices) == 0:
+		return false, fmt.Sprintf("needs an AMD GPU %s; there is none T1 can use here (%s)", req.AMDGfx, m.Absent)
+	case m.Devices[0].Arch != req.AMDGfx:
+		return false, fmt.Sprintf("its code objects are for %s; the GPU here is %s", req.AMDGfx, m.Devices[0].Arch)
+	}
+	return true, fmt.Sprintf("the AMD GPU here is %s, the processor its code objects are for", m.Devices[0].Arch)
+}
+
+func needsAMD(req bundleset.Requires) string { return "tier amd (T1), an AMD GPU " + req.AMDGfx }
+
+// ParseCC reads a compute capability written "9.0".
+func ParseCC(s string) (major, minor int, err error) {
+	a, b, ok := strings.Cut(s, ".")
+	if ok {
+		major, err = strconv.Atoi(a)
+		if err == nil {
+			minor, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || major < 0 || minor < 0 || minor > 9 {
+		return 0, 0, fmt.Errorf("not a compute capability such as 9.0")
+	}
+	return major, minor, nil
 }
 
 func probeCPU() []Report {

@@ -85,6 +85,11 @@ func TestTable(t *testing.T) {
 		if len(tiers.OfKind(rows, tg.Tier)) == 0 {
 			t.Errorf("target %s: no tier loads kind %s", tg.Name, tg.Tier)
 		}
+		// What pick asks of a kind is on its first row.
+		first, _ := tiers.First(rows, tg.Tier)
+		if first.Rank == nil || first.Fits == nil || first.Needs == nil || (first.Devices != nil && first.Noun == "") {
+			t.Errorf("kind %s: its first row %s lacks what the choice of a set's member asks", tg.Tier, first.Name)
+		}
 	}
 	if got := strings.Join(tiers.Names(rows), ","); got != "auto,cpu,cuda,t1,t2,metal" {
 		t.Errorf("names %s", got)

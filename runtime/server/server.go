@@ -135,8 +135,8 @@ func (w *routeErrorWriter) WriteHeader(code int) {
 	var msg string
 	switch code {
 	case http.StatusNotFound:
-		msg = fmt.Sprintf("invalid URL (%s %s): zrt serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "+
-			"POST /tokenize, POST /detokenize, GET /v1/tenants/{id}/usage, GET /health and GET /metrics", w.r.Method, w.r.URL.Path)
+		msg = fmt.Sprintf("invalid URL (%s %s): this server has no such endpoint (OpenAI's API is under /v1/, e.g. POST /v1/chat/completions)",
+			w.r.Method, w.r.URL.Path)
 	case http.StatusMethodNotAllowed:
 		msg = fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow"))
 	default:
@@ -144,7 +144,6 @@ func (w *routeErrorWriter) WriteHeader(code int) {
 		return
 	}
 	w.replaced = true
-	w.Header().Del("X-Content-Type-Options")
 	writeError(w.ResponseWriter, &apiError{status: code, Message: msg, Type: "invalid_request_error"})
 }
 
@@ -471,8 +470,8 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 	return p, nil
 }
 
-// maxTokensError is the answer to a max_tokens (or max_completion_tokens,
-// field) that is no integer in its range for model m.
+// maxTokensError answers a max_tokens or max_completion_tokens (field)
+// that is not an integer in [1, m's context], whatever its JSON type.
 func maxTokensError(field string, m *Model) *apiError {
 	return badRequest(field, "%s must be an integer in [1, %d]: at least one token, and at most the model's context of %d tokens, which the prompt shares",
 		field, m.ContextLength, m.ContextLength)

@@ -105,17 +105,17 @@ func checkNoEnv(t *testing.T, path, pkg string) {
 }
 
 // TestTierLayering holds the tier table's rules. A tier is any package
-// with a type that implements the Tier interface (read from
-// runtime/tiers, so the rule follows the interface), or that returns such
-// a type from an exported function (T2 loads T1 over another device); the packages
-// only tiers import (their devices, the replay walker) are the tiers'
-// own. Only the tier table (runtime/tiers) imports a tier, so the
-// runtime, pick and the commands reach every tier through its row, and a
-// new tier is a row there and its package; nothing under cmd/ and no
-// server imports a tier or a tier's own package; and every tier is in
-// the table.
+// with a type that implements the Tier interface (read from runtime/tiers,
+// so the rule follows the interface), or that returns such a type from an
+// exported function (T2 loads T1 over another device); the packages only
+// tiers import (their devices, the replay walker) are the tiers' own.
+// Only the tier table (runtime/tiers) imports a tier, so the runtime,
+// pick and the commands reach every tier through its row, and a new tier
+// is a row there and its package; nothing under cmd/ (its tests
+// included) and no server imports a tier or a tier's own package; and
+// every tier is in the table.
 func TestTierLayering(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{join .Imports \",\"}} {{join .GoFiles \",\"}}", module+"...").Output()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{join .Imports \",\"}} {{join .GoFiles \",\"}} {{join .TestImports \",\"}},{{join .XTestImports \",\"}}", module+"...").Output()
 	if err != nil {
 		t.Skipf("go list: %v", err)
 	}
@@ -123,14 +123,22 @@ func TestTierLayering(t *testing.T) {
 		dir     string
 		imports []string // under the module, without its prefix
 		files   []string
+		// tests are its tests' imports: a command's tests, too, reach the
+		// tiers through the table.
+		tests []string
 	}
 	pkgs := map[string]*pkg{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Split(line, " ")
-		if len(f) < 4 || !strings.HasPrefix(f[0], module) {
+		if len(f) < 5 || !strings.HasPrefix(f[0], module) {
 			continue
 		}
 		p := &pkg{dir: f[1]}
+		for _, imp := range strings.Split(f[4], ",") {
+			if rest, ok := strings.CutPrefix(imp, module); ok {
+				p.tests = append(p.tests, rest)
+			}
+		}
 		for _, imp := range strings.Split(f[2], ",") {
 			if rest, ok := strings.CutPrefix(imp, module); ok {
 				p.imports = append(p.imports, rest)
@@ -196,7 +204,11 @@ func TestTierLayering(t *testing.T) {
 		}
 	}
 	for path, p := range pkgs {
-		for _, imp := range p.imports {
+		imports := p.imports
+		if strings.HasPrefix(path, "cmd/") {
+			imports = append(slices.Clip(imports), p.tests...)
+		}
+		for _, imp := range imports {
 			switch {
 			case tier[imp] && !tier[path] && path != table:
 				t.Errorf("%s imports the tier %s: only the tier table (%s) imports a tier; reach it through its row", path, imp, table)

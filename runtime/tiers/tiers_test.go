@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
@@ -135,4 +136,30 @@ func TestSimDevice(t *testing.T) {
 	if !slices.Equal(names, []string{"t1", "t1sim"}) {
 		t.Errorf("t1's probe lines %v", names)
 	}
+}
+
+// TestCUDADevices: on a machine with CUDA, the devices the cuda row
+// reports count every device the driver sees, grouped by name and compute
+// capability (two H100s are one device of count 2).
+func TestCUDADevices(t *testing.T) {
+	row, _ := tiers.Lookup(tiers.Table(), "cuda")
+	info, err := driver.Probe()
+	if err != nil {
+		t.Skipf("no CUDA here: %v", err)
+	}
+	devs, err := row.Devices(tiers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range devs {
+		n += d.Count
+		if _, _, err := tiers.ParseCC(d.Arch); err != nil || d.Kind != kernels.TierCUDA || d.Name == "" {
+			t.Errorf("device %+v: %v", d, err)
+		}
+	}
+	if n != info.Devices {
+		t.Errorf("devices %v count %d, the driver sees %d", devs, n, info.Devices)
+	}
+	t.Logf("%v", devs)
 }

@@ -357,8 +357,8 @@ func cudaDevices(Options) ([]Device, error) {
 	return devs, nil
 }
 
-// Add counts d into devs: into an equal device's Count, else as a new
-// entry.
+// Add counts d into devs: into an equal device's Count (changing that
+// element of devs), else as a new entry.
 func Add(devs []Device, d Device) []Device {
 	for i, e := range devs {
 		if e.Kind == d.Kind && e.Name == d.Name && e.Arch == d.Arch {

@@ -102,9 +102,6 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
-		return nil, UnsupportedTarget(cfg.Target)
-	}
 	templates, err := templatesFor(cfg.Target, opt)
 	if err != nil {
 		return nil, err

@@ -3,10 +3,12 @@ package runtime_test
 import (
 	"go/ast"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,7 +36,7 @@ var layerRules = []struct {
 // testSupport are packages that only tests import (the test checks that):
 // they may build bundles with the compiler and read the environment to
 // find ../shared, as tests do.
-var testSupport = []string{"runtime/internal/conformance", "runtime/internal/reference"}
+var testSupport = []string{"internal/conformance", "internal/reference"}
 
 const module = "github.com/zrtdev/zrt/"
 
@@ -100,4 +102,246 @@ func checkNoEnv(t *testing.T, path, pkg string) {
 		}
 		return true
 	})
+}
+
+// TestTierLayering holds the tier table's rules. A tier is any package
+// with a type that implements the Tier interface (read from runtime/tiers,
+// so the rule follows the interface), or that returns such a type from an
+// exported function (T2 loads T1 over another device); the packages only
+// tiers import (their devices, the replay walker) are the tiers' own.
+// Only the tier table (runtime/tiers) imports a tier, so the runtime,
+// pick and the commands reach every tier through its row, and a new tier
+// is a row there and its package; nothing under cmd/ (its tests
+// included) and no server imports a tier or a tier's own package; and
+// every tier is in the table.
+func TestTierLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{join .Imports \",\"}} {{join .GoFiles \",\"}} {{join .TestImports \",\"}},{{join .XTestImports \",\"}}", module+"...").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	type pkg struct {
+		dir     string
+		imports []string // under the module, without its prefix
+		files   []string
+		// tests are its tests' imports: a command's tests, too, reach the
+		// tiers through the table.
+		tests []string
+	}
+	pkgs := map[string]*pkg{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, " ")
+		if len(f) < 5 || !strings.HasPrefix(f[0], module) {
+			continue
+		}
+		p := &pkg{dir: f[1]}
+		for _, imp := range strings.Split(f[4], ",") {
+			if rest, ok := strings.CutPrefix(imp, module); ok {
+				p.tests = append(p.tests, rest)
+			}
+		}
+		for _, imp := range strings.Split(f[2], ",") {
+			if rest, ok := strings.CutPrefix(imp, module); ok {
+				p.imports = append(p.imports, rest)
+			}
+		}
+		for _, name := range strings.Split(f[3], ",") {
+			if name != "" {
+				p.files = append(p.files, filepath.Join(f[1], name))
+			}
+		}
+		pkgs[strings.TrimPrefix(f[0], module)] = p
+	}
+	const table = "runtime/tiers"
+	if pkgs[table] == nil {
+		t.Fatalf("no package %s", table)
+	}
+	want := interfaceMethods(t, pkgs[table].files, "Tier")
+	if len(want) == 0 {
+		t.Fatalf("%s declares no Tier interface", table)
+	}
+	tier := map[string]bool{}
+	impl := map[string][]string{} // implementer → its types that implement Tier
+	for path, p := range pkgs {
+		if types := implementers(t, p.files, want); len(types) > 0 {
+			tier[path], impl[path] = true, types
+		}
+	}
+	for path, p := range pkgs {
+		// A package that loads an implementer's tier over a device of its
+		// own, returning it, is a tier too (T2).
+		if path != table && returnsTier(t, p.files, impl) {
+			tier[path] = true
+		}
+	}
+	for _, must := range []string{"runtime/cpu", "runtime/cuda", "runtime/amd/t1", "runtime/amd/t2"} {
+		if !tier[must] {
+			t.Errorf("%s is not found to be a tier: the rule's detection is broken", must)
+		}
+	}
+	// own: packages that only tiers, their own packages and the table
+	// import (the commands' imports are what is being checked).
+	own := map[string]bool{}
+	for changed := true; changed; {
+		changed = false
+		for cand := range pkgs {
+			if tier[cand] || own[cand] || cand == table {
+				continue
+			}
+			importers := 0
+			ok := true
+			for path, p := range pkgs {
+				if !slices.Contains(p.imports, cand) || strings.HasPrefix(path, "cmd/") || slices.Contains(testSupport, path) {
+					continue
+				}
+				importers++
+				if !tier[path] && !own[path] && path != table {
+					ok = false
+				}
+			}
+			if ok && importers > 0 {
+				own[cand], changed = true, true
+			}
+		}
+	}
+	for path, p := range pkgs {
+		imports := p.imports
+		if strings.HasPrefix(path, "cmd/") {
+			imports = append(slices.Clip(imports), p.tests...)
+		}
+		for _, imp := range imports {
+			switch {
+			case tier[imp] && !tier[path] && path != table:
+				t.Errorf("%s imports the tier %s: only the tier table (%s) imports a tier; reach it through its row", path, imp, table)
+			case own[imp] && (strings.HasPrefix(path, "cmd/") || strings.HasPrefix(path, "runtime/server")):
+				t.Errorf("%s imports %s, which only the tiers use: ask the tier table (%s)", path, imp, table)
+			}
+		}
+	}
+	for path := range tier {
+		if !slices.Contains(pkgs[table].imports, path) {
+			t.Errorf("the tier %s has no row in the tier table (%s does not import it)", path, table)
+		}
+	}
+}
+
+// interfaceMethods reads the methods of the interface type name declared
+// in files, each rendered as its name and signature.
+func interfaceMethods(t *testing.T, files []string, name string) []string {
+	var methods []string
+	for _, path := range files {
+		file := parseFile(t, path)
+		ast.Inspect(file, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != name {
+				return true
+			}
+			if it, ok := ts.Type.(*ast.InterfaceType); ok {
+				for _, m := range it.Methods.List {
+					if ft, ok := m.Type.(*ast.FuncType); ok && len(m.Names) == 1 {
+						methods = append(methods, m.Names[0].Name+signature(ft))
+					}
+				}
+			}
+			return false
+		})
+	}
+	return methods
+}
+
+// implementers names the types declared in files that have every method
+// of want (as interfaceMethods renders them).
+func implementers(t *testing.T, files []string, want []string) []string {
+	methods := map[string][]string{} // receiver type → methods
+	for _, path := range files {
+		for _, d := range parseFile(t, path).Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || len(fd.Recv.List) != 1 {
+				continue
+			}
+			recv := fd.Recv.List[0].Type
+			if star, ok := recv.(*ast.StarExpr); ok {
+				recv = star.X
+			}
+			if id, ok := recv.(*ast.Ident); ok {
+				methods[id.Name] = append(methods[id.Name], fd.Name.Name+signature(fd.Type))
+			}
+		}
+	}
+	var types []string
+	for name, ms := range methods {
+		if !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(ms, w) }) {
+			types = append(types, name)
+		}
+	}
+	return types
+}
+
+// returnsTier reports whether an exported function declared in files
+// returns one of impl's types (a package path → its implementing types).
+func returnsTier(t *testing.T, files []string, impl map[string][]string) bool {
+	for _, path := range files {
+		file := parseFile(t, path)
+		names := map[string]string{} // import name → path under the module
+		for _, is := range file.Imports {
+			p, _ := strconv.Unquote(is.Path.Value)
+			rest, ok := strings.CutPrefix(p, module)
+			if !ok {
+				continue
+			}
+			name := filepath.Base(rest)
+			if is.Name != nil {
+				name = is.Name.Name
+			}
+			names[name] = rest
+		}
+		for _, d := range file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || !fd.Name.IsExported() || fd.Type.Results == nil {
+				continue
+			}
+			for _, r := range fd.Type.Results.List {
+				typ := r.Type
+				if star, ok := typ.(*ast.StarExpr); ok {
+					typ = star.X
+				}
+				sel, ok := typ.(*ast.SelectorExpr)
+				if !ok {
+					continue
+				}
+				if x, ok := sel.X.(*ast.Ident); ok && slices.Contains(impl[names[x.Name]], sel.Sel.Name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// signature renders a function type's parameter and result types,
+// without their names: "(context.Context, int) error".
+func signature(ft *ast.FuncType) string {
+	list := func(fl *ast.FieldList) string {
+		if fl == nil {
+			return ""
+		}
+		var types []string
+		for _, f := range fl.List {
+			var b strings.Builder
+			printer.Fprint(&b, token.NewFileSet(), f.Type)
+			for range max(1, len(f.Names)) {
+				types = append(types, b.String())
+			}
+		}
+		return strings.Join(types, ", ")
+	}
+	return "(" + list(ft.Params) + ") " + list(ft.Results)
+}
+
+func parseFile(t *testing.T, path string) *ast.File {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

@@ -11,34 +11,21 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/kernels"
-	"github.com/zrtdev/zrt/runtime/amd/kfd"
-	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
-	"github.com/zrtdev/zrt/runtime/amd/t1"
-	"github.com/zrtdev/zrt/runtime/amd/t2"
-	"github.com/zrtdev/zrt/runtime/cpu"
-	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/sysmem"
+	"github.com/zrtdev/zrt/runtime/tiers"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
-// Tier is what a program needs of an execution tier (seed 000 §8.2,
-// reduced to what replay uses): host views of the request table and the
-// outputs, and replay of a variant to its fence.
-type Tier interface {
-	Name() string
-	// Region returns the host-visible bytes of a memory-plan region.
-	Region(i int) []byte
-	// Run replays variant i and waits for its fence.
-	Run(ctx context.Context, i int) error
-	Close() error
-}
+// Tier is what a program needs of an execution tier: host views of the
+// request table and the outputs, and replay of a variant to its fence. It
+// is defined beside the tier table (runtime/tiers), whose rows load one.
+type Tier = tiers.Tier
 
 // A Fetcher is a tier whose host view of some regions is brought up to
 // date only on request (T-CUDA's logits): Fetch copies bytes [off, off+n)
@@ -51,7 +38,7 @@ type Fetcher interface {
 // environment variables (the commands map ZRT_* onto these fields), so
 // one process can hold programs with different settings.
 type Options struct {
-	Tier    string // auto (default), cpu, cuda, t1, t2, metal
+	Tier    string // auto (default) or a row of the tier table: cpu, cuda, t1, t2, metal
 	Threads int    // T-CPU workers (default: all CPUs)
 	// Verify hashes the weights pack against the graph file before
 	// anything runs (it reads every byte; Log hears its progress). Without
@@ -66,11 +53,15 @@ type Options struct {
 	// copying them into huge-page memory (see cpu.Options.MapWeights).
 	MapWeights bool
 	// CUDA configures T-CUDA when it is the tier.
-	CUDA cuda.Options
+	CUDA tiers.CUDAOptions
 	// KFD picks T1's device: "" or "kfd" the real /dev/kfd, "sim" the
 	// simulated device of runtime/amd/kfdsim (T-CPU kernels behind the
 	// whole T1 path: ring, doorbell, packets, relocations, fences).
 	KFD string
+	// Table is the tier table to choose from; nil is runtime/tiers.Table.
+	// Tests give their own rows (T1 on the simulated KFD standing in for
+	// a kind it does not run).
+	Table []tiers.Row
 }
 
 // Stage is the kind of step a variant was compiled for.
@@ -242,113 +233,29 @@ func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
 	return tokenizer.New(v)
 }
 
-// tierLoaders load a bundle on each tier kind this zrt-run has; the
-// target registry (kernels.Targets) says which kind runs which target.
-var tierLoaders = map[kernels.TierKind]func(b *bundle.Bundle, opt Options) (Tier, error){
-	kernels.TierCPU: func(b *bundle.Bundle, opt Options) (Tier, error) {
-		// T-CPU allocates every state region and maps the weights: all of
-		// it must be resident, so refuse up front what cannot be.
-		var need, kv int64
-		for _, r := range b.Graph.Regions {
-			need += r.Bytes
-			if r.Name == kernels.RegionKV {
-				kv = r.Bytes
-			}
-		}
-		if err := sysmem.Check("the bundle's memory plan", need); err != nil {
-			return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots; given a GGUF, zrt-run takes --slots and --ctx-size)", err, sysmem.Bytes(kv))
-		}
-		return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log})
-	},
-	kernels.TierAMD: func(b *bundle.Bundle, opt Options) (Tier, error) {
-		var dev kfd.Device
-		switch opt.KFD {
-		case "", "kfd":
-			target, _ := kernels.LookupTarget(b.Graph.Ident.Target)
-			gfx := strings.TrimPrefix(target.Name, "amd:")
-			d, err := kfd.Open(kfd.OpenOptions{Gfx: []string{gfx}})
-			if err != nil {
-				return nil, fmt.Errorf("tier t1: %w", err)
-			}
-			dev = d
-		case "sim":
-			// The simulated device keeps every allocation in this process,
-			// the weights copied in.
-			var need int64
-			for _, r := range b.Graph.Regions {
-				need += r.Bytes
-			}
-			if err := sysmem.Check("the bundle's memory plan on the simulated KFD", need); err != nil {
-				return nil, fmt.Errorf("tier t1: %w", err)
-			}
-			dev = kfdsim.New(opt.Threads)
-		default:
-			return nil, fmt.Errorf("tier t1: KFD device %q: want kfd or sim", opt.KFD)
-		}
-		t, err := t1.Load(b, dev, t1.Options{CloseDevice: true})
-		if err != nil {
-			dev.Close()
-			return nil, err
-		}
-		return t, nil
-	},
-	tierT2: func(b *bundle.Bundle, opt Options) (Tier, error) {
-		target, _ := kernels.LookupTarget(b.Graph.Ident.Target)
-		t, err := t2.Load(b, strings.TrimPrefix(target.Name, "amd:"))
-		if err != nil {
-			return nil, err // "tier t2: " and the probe's reason
-		}
-		return t, nil
-	},
-	kernels.TierCUDA: func(b *bundle.Bundle, opt Options) (Tier, error) {
-		t, err := cuda.Load(b, opt.CUDA)
-		if err != nil {
-			return nil, fmt.Errorf("tier cuda: %w", err) // where CUDA cannot run, the driver probe's reason
-		}
-		return t, nil
-	},
-}
-
-// tierT2 is T2, amdgpu user-mode queues: it runs the bundles of the AMD
-// targets (kernels.TierAMD) as T1 does.
-const tierT2 kernels.TierKind = "t2"
-
-// openTier picks the tier: the one that runs the bundle's target, which an
-// explicit choice must name; a choice that cannot run fails with the
-// reason.
+// openTier loads b on the tier the choice in opt names, through the tier
+// table (opt.Table, else runtime/tiers.Table): the row that runs the
+// bundle's target, which an explicit choice must name; a choice that
+// cannot run fails with the reason.
 func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 	target, ok := kernels.LookupTarget(b.Graph.Ident.Target)
 	if !ok {
 		return nil, fmt.Errorf("bundle target %s: this zrt-run knows %v; rebuild the bundle for one of them", b.Graph.Ident.Target, kernels.TargetNames())
 	}
-	choice := opt.Tier
-	switch choice {
-	case "", "auto":
-		choice = string(target.Tier)
-	case "t1":
-		choice = string(kernels.TierAMD)
-	case "t2":
-		if target.Tier == kernels.TierAMD {
-			return tierLoaders[tierT2](b, opt)
-		}
-		choice = string(kernels.TierAMD) // fails below with the targets T2 runs
-	case "metal":
-		return nil, fmt.Errorf("tier %s is not available in this build of zrt-run", choice)
+	rows := opt.Table
+	if rows == nil {
+		rows = tiers.Table()
 	}
-	load, ok := tierLoaders[kernels.TierKind(choice)]
-	if !ok {
-		return nil, fmt.Errorf("unknown tier %q (auto, cpu, cuda, t1, t2, metal)", choice)
+	row, err := tiers.Select(rows, opt.Tier, target)
+	if err != nil {
+		return nil, err
 	}
-	if kernels.TierKind(choice) != target.Tier {
-		var fits []string
-		for _, t := range kernels.Targets() {
-			if t.Tier == kernels.TierKind(choice) {
-				fits = append(fits, t.Name)
-			}
-		}
-		return nil, fmt.Errorf("tier %s: bundle was compiled for %s, which runs on tier %s; rebuild with zrtc build --target %s", opt.Tier, target.Name, target.Tier, strings.Join(fits, "|"))
-	}
-	return load(b, opt)
+	return row.Load(b, opt.TierOptions())
+}
+
+// TierOptions are the settings a tier's loader and device probe take.
+func (opt Options) TierOptions() tiers.Options {
+	return tiers.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log, CUDA: opt.CUDA, KFD: opt.KFD}
 }
 
 // Keys lists the compiled variants.

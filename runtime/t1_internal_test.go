@@ -10,6 +10,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
 // TestT1SimMatchesCPU opens one bundle twice — on T1 over the simulated
@@ -46,10 +47,7 @@ func TestT1SimMatchesCPU(t *testing.T) {
 	open := func(kind kernels.TierKind, tier string) *Program {
 		t.Helper()
 		tt, _ := kernels.LookupTarget(target)
-		saved := tierLoaders[tt.Tier]
-		tierLoaders[tt.Tier] = tierLoaders[kind]
-		defer func() { tierLoaders[tt.Tier] = saved }()
-		p, err := Open(out, Options{Tier: tier, KFD: "sim", Threads: 2})
+		p, err := Open(out, Options{Tier: tier, KFD: "sim", Threads: 2, Table: standIn(t, kind, tt.Tier)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,17 +113,28 @@ func TestT1Reasons(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	saved := tierLoaders[kernels.TierCPU]
-	tierLoaders[kernels.TierCPU] = tierLoaders[kernels.TierAMD]
-	defer func() { tierLoaders[kernels.TierCPU] = saved }()
-	if _, err := Open(out, Options{KFD: "bogus"}); err == nil {
+	amd := standIn(t, kernels.TierAMD, kernels.TierCPU)
+	if _, err := Open(out, Options{KFD: "bogus", Table: amd}); err == nil {
 		t.Fatal("KFD device bogus accepted")
 	}
 	if _, err := os.Stat("/dev/kfd"); err != nil {
-		_, err := Open(out, Options{})
+		_, err := Open(out, Options{Table: amd})
 		if err == nil {
 			t.Fatal("T1 opened without /dev/kfd")
 		}
 		t.Log(err)
 	}
+}
+
+// standIn is a one-row tier table in which the first tier of kind loads
+// the bundles of kind as: T1 running a cpu bundle, which the simulated
+// KFD's T-CPU kernels can.
+func standIn(t *testing.T, kind, as kernels.TierKind) []tiers.Row {
+	t.Helper()
+	row, ok := tiers.Lookup(tiers.Table(), string(kind))
+	if !ok {
+		t.Fatalf("no tier of kind %s", kind)
+	}
+	row.Kind = as
+	return []tiers.Row{row}
 }

@@ -13,13 +13,11 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/kernels"
-	"github.com/zrtdev/zrt/runtime/amd/kfd"
-	"github.com/zrtdev/zrt/runtime/amd/t1"
-	"github.com/zrtdev/zrt/runtime/amd/t2"
+	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
-// TestProbeSaysWhyAMD: the probe's T1 and T2 lines are the tiers' own
-// probes.
+// TestProbeSaysWhyAMD: the probe's T1 and T2 lines are the tier table
+// rows' own probes.
 func TestProbeSaysWhyAMD(t *testing.T) {
 	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(probeCmd())
@@ -29,18 +27,26 @@ func TestProbeSaysWhyAMD(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, tier := range []struct {
-		name  string
-		probe func() (kfd.Info, error)
-	}{{"t1", t1.Probe}, {"t2", t2.Probe}} {
-		want := tier.name + "     available"
-		if _, err := tier.probe(); err != nil {
-			want = tier.name + "     missing    " + err.Error()
+	for _, name := range []string{"t1", "t2"} {
+		r := probeOf(t, name)
+		want := name + "     available"
+		if !r.Available {
+			want = name + "     missing    " + r.Detail
 		}
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("probe output lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// probeOf is the first report of the tier table's row name.
+func probeOf(t *testing.T, name string) tiers.Report {
+	t.Helper()
+	row, ok := tiers.Lookup(tiers.Table(), name)
+	if !ok {
+		t.Fatalf("no tier %s", name)
+	}
+	return row.Probe()[0]
 }
 
 // gfx1201Bundle compiles the tiny synthetic model for amd:gfx1201 and
@@ -92,15 +98,15 @@ func TestGenerateT1Sim(t *testing.T) {
 // TestGenerateT2Reason: ZRT_TIER=t2 on a gfx1201 bundle fails with the
 // probe's reason where T2 cannot run.
 func TestGenerateT2Reason(t *testing.T) {
-	_, perr := t2.Probe()
-	if perr == nil {
+	probe := probeOf(t, "t2")
+	if probe.Available {
 		t.Skip("T2 is usable here; the reason path cannot be seen")
 	}
 	b := gfx1201Bundle(t)
 	t.Setenv("ZRT_TIER", "t2")
 	_, _, err := execGenerate(b, "-p", "Once", "-n", "2")
-	first := strings.SplitN(perr.Error(), ":", 2)[0] // "no render node" here
+	first := strings.SplitN(probe.Detail, ":", 2)[0] // "no render node" here
 	if err == nil || !strings.Contains(err.Error(), "tier t2: ") || !strings.Contains(err.Error(), first) {
-		t.Fatalf("ZRT_TIER=t2: %v (probe: %v)", err, perr)
+		t.Fatalf("ZRT_TIER=t2: %v (probe: %s)", err, probe.Detail)
 	}
 }

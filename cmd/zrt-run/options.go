@@ -14,20 +14,20 @@ import (
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/amd/kfd"
-	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
-	"github.com/zrtdev/zrt/runtime/amd/t1"
-	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/pick"
 	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
 // envHelp documents the environment the commands map onto runtime.Options;
-// the runtime itself reads none.
-const envHelp = `Environment (a flag wins over its variable):
-  ZRT_TIER=auto|cpu|cuda|t1|t2|metal   execution tier (default auto)
-  ZRT_THREADS=N                        T-CPU workers (default all CPUs)
+// the runtime itself reads none. The tiers are the tier table's. It is
+// computed once and never written.
+var envHelp = fmt.Sprintf("Environment (a flag wins over its variable):\n  %-36s %s\n",
+	"ZRT_TIER="+strings.Join(tiers.Names(tiers.Table()), "|"), "execution tier (default auto)") + envRest
+
+// envRest is the part of envHelp that does not come from the tier table.
+const envRest = `  ZRT_THREADS=N                        T-CPU workers (default all CPUs)
   ZRT_BATCHED_PREFILL=on|off|validate  prompt evaluation (validate runs both and reports the difference)
   ZRT_TRACE=1                          print every dispatch's output (compare with llama-eval-callback)
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
@@ -50,7 +50,7 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: auto, cpu, cuda, t1, t2, metal (default $ZRT_TIER or auto)")
+	c.Flags().StringVar(&f.tier, "tier", "", "execution tier: "+strings.Join(tiers.Names(tiers.Table()), ", ")+" (default $ZRT_TIER or auto)")
 	c.Flags().IntVar(&f.threads, "threads", 0, "CPU worker threads (default $ZRT_THREADS or all CPUs)")
 	c.Flags().BoolVar(&f.mmap, "mmap", false, "T-CPU: keep the weights in the mapped pack (shared page cache, no copy) instead of copying them into huge-page memory, which decodes faster")
 	c.Flags().BoolVar(&f.verifyWeights, "verify-weights", false, "hash the weights pack against the graph file before running (every load checks the rest)")
@@ -79,34 +79,11 @@ func (f *engineFlags) bundleDir(ctx context.Context, path string, opt runtime.Op
 	return dir, err
 }
 
-// machineProbes are the GPU probes a set's choice uses; with the
-// simulated KFD (ZRT_KFD=sim) the AMD GPU is the simulator's.
-func machineProbes(opt runtime.Options) pick.Probes {
-	p := pick.Probes{CUDA: probeCUDA, AMD: probeAMD}
-	if opt.KFD == "sim" {
-		p.AMD = func() (string, error) { return kfd.Gfx(kfdsim.GfxVersion), nil }
-	}
-	return p
-}
-
-// probeAMD is T1's probe: the first AMD GPU with kernels here whose KFD
-// gives a compute queue, or why there is none.
-func probeAMD() (string, error) {
-	info, err := t1.Probe()
-	if err != nil {
-		return "", err
-	}
-	return kfd.Gfx(info.GfxVersion), nil
-}
-
-// probeCUDA is the CUDA probe a set's choice uses: the driver's, which
-// loads libcuda when there is one and says why not otherwise.
-func probeCUDA() (pick.GPU, error) {
-	info, err := driver.Probe()
-	if err != nil {
-		return pick.GPU{}, err
-	}
-	return pick.GPU{Name: info.Name, Major: info.Major, Minor: info.Minor}, nil
+// machineProbes are the GPU probes a set's choice uses: the tier
+// table's, which with the simulated KFD (ZRT_KFD=sim) find the
+// simulator's AMD GPU.
+func machineProbes(opt runtime.Options) []pick.Probe {
+	return pick.TableProbes(tiers.Table(), opt.TierOptions())
 }
 
 // options fills runtime.Options from the flags and the environment.

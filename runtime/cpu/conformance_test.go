@@ -3,8 +3,8 @@ package cpu_test
 import (
 	"testing"
 
+	"github.com/zrtdev/zrt/internal/conformance"
 	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/internal/conformance"
 )
 
 // TestConformance runs the tiers' conformance suite on T-CPU itself, with

@@ -11,8 +11,8 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/internal/reference"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 

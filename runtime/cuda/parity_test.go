@@ -3,9 +3,9 @@ package cuda_test
 import (
 	"testing"
 
+	"github.com/zrtdev/zrt/internal/conformance"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
-	"github.com/zrtdev/zrt/runtime/internal/conformance"
 )
 
 // Tolerance of T-CUDA against T-CPU, in logit units, relative to the

@@ -1,89 +1,106 @@
 // Package pick chooses, from a bundle set (format/bundleset), the bundle
 // this machine runs best, and says why: a GPU bundle whose requirements
 // the machine meets before the CPU bundle, which runs anywhere. The
-// machine is described by a value that Detect fills from a probe the
-// caller passes, so tests can stand in for hardware they do not have.
+// machine is a list of devices, each kind with its count, that Detect
+// fills from probes the caller passes (the tier table's, TableProbes), so
+// tests can stand in for hardware they do not have.
 package pick
 
 import (
 	"fmt"
 	goruntime "runtime"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
-// GPU is a CUDA device as the probe found it.
-type GPU struct {
-	Name         string
-	Major, Minor int // compute capability
-}
-
-func (g GPU) String() string {
-	return fmt.Sprintf("%s (compute capability %d.%d)", g.Name, g.Major, g.Minor)
-}
-
-// Machine is what the choice depends on.
+// Machine is what the choice depends on: the CPUs and the GPUs the tier
+// table's probes found, each kind of GPU with its count (two H100s are
+// one device of count 2).
 type Machine struct {
 	CPUs     int
 	OS, Arch string
-	// CUDA is the first CUDA device, nil when there is none usable;
-	// NoCUDA then says why (no driver library, no device, ...).
-	CUDA   *GPU
-	NoCUDA string
-	// AMD is the gfx target of the first AMD GPU T1 can use ("gfx1201"),
-	// "" when there is none; NoAMD then says why.
-	AMD   string
-	NoAMD string
+	// Devices are the GPUs found, in the probes' order; a tier runs on the
+	// first device of its kind.
+	Devices []tiers.Device
+	// Absent says, for each kind of GPU a probe found none of, why (no
+	// driver library, no device, ...).
+	Absent []Absent
+}
+
+// Absent is a kind of GPU the machine has none of, and why.
+type Absent struct {
+	Kind kernels.TierKind
+	Why  string
+}
+
+// why says why the machine has no device of kind k.
+func (m Machine) why(k kernels.TierKind) string {
+	for _, a := range m.Absent {
+		if a.Kind == k {
+			return a.Why
+		}
+	}
+	return "not probed"
+}
+
+// noun is how the machine's description names a device of kind k: the
+// tier table's word for it.
+func noun(k kernels.TierKind) string {
+	if r, ok := tiers.First(tiers.Table(), k); ok && r.Noun != "" {
+		return r.Noun
+	}
+	return string(k) + " device"
 }
 
 // String says what the machine has, for the explanation and errors.
 func (m Machine) String() string {
 	s := fmt.Sprintf("%d CPUs (%s/%s)", m.CPUs, m.OS, m.Arch)
-	if m.CUDA != nil {
-		s += ", CUDA device " + m.CUDA.String()
-	} else {
-		s += ", no CUDA device (" + m.NoCUDA + ")"
+	for _, d := range m.Devices {
+		s += ", " + noun(d.Kind) + " " + d.String()
 	}
-	if m.AMD != "" {
-		return s + ", AMD GPU " + m.AMD
+	for _, a := range m.Absent {
+		s += ", no " + noun(a.Kind) + " (" + a.Why + ")"
 	}
-	return s + ", no AMD GPU (" + m.NoAMD + ")"
+	return s
 }
 
-// CUDAProbe reports the first CUDA device, or why CUDA cannot run here.
-// zrt-run passes one over the CUDA driver; tests pass a fake.
-type CUDAProbe func() (GPU, error)
+// Probe asks the machine for its GPUs of one kind, or why there are
+// none. zrt-run passes the tier table's (TableProbes); tests pass fakes.
+type Probe struct {
+	Kind    kernels.TierKind
+	Devices func() ([]tiers.Device, error)
+}
 
-// AMDProbe reports the gfx target of the first AMD GPU the AMD tier can
-// use, or why there is none. zrt-run passes T1's probe.
-type AMDProbe func() (string, error)
-
-// Probes ask about the machine's GPUs; a nil probe counts as "not
-// probed".
-type Probes struct {
-	CUDA CUDAProbe
-	AMD  AMDProbe
+// TableProbes are the device probes of the tier table's rows, with the
+// tier options (ZRT_KFD=sim makes the AMD GPU the simulator's).
+func TableProbes(rows []tiers.Row, opt tiers.Options) []Probe {
+	var ps []Probe
+	for _, r := range rows {
+		if r.Devices != nil {
+			devices := r.Devices
+			ps = append(ps, Probe{Kind: r.Kind, Devices: func() ([]tiers.Device, error) { return devices(opt) }})
+		}
+	}
+	return ps
 }
 
 // Detect describes this machine, asking the probes about its GPUs.
-func Detect(p Probes) Machine {
-	m := Machine{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH, NoCUDA: "not probed", NoAMD: "not probed"}
-	if p.CUDA != nil {
-		if g, err := p.CUDA(); err != nil {
-			m.NoCUDA = err.Error()
-		} else {
-			m.CUDA, m.NoCUDA = &g, ""
+func Detect(probes []Probe) Machine {
+	m := Machine{CPUs: goruntime.NumCPU(), OS: goruntime.GOOS, Arch: goruntime.GOARCH}
+	for _, p := range probes {
+		devs, err := p.Devices()
+		switch {
+		case err != nil:
+			m.Absent = append(m.Absent, Absent{p.Kind, err.Error()})
+		case len(devs) == 0:
+			m.Absent = append(m.Absent, Absent{p.Kind, "the probe found none"})
 		}
-	}
-	if p.AMD != nil {
-		if gfx, err := p.AMD(); err != nil {
-			m.NoAMD = err.Error()
-		} else {
-			m.AMD, m.NoAMD = gfx, ""
+		for _, d := range devs {
+			m.Devices = tiers.Add(m.Devices, d)
 		}
 	}
 	return m
@@ -156,27 +173,24 @@ func Choose(dir string, x *bundleset.Index, m Machine, tier string) (Choice, err
 	return c, nil
 }
 
-// rank orders members by preference: a GPU tier before the CPU, and among
-// CUDA bundles the later architecture first.
+// rank orders members by preference, as the tier table ranks their
+// kinds: a GPU tier before the CPU, and among CUDA bundles the later
+// architecture first.
 func rank(mem bundleset.Member) int {
-	switch mem.Requires.Tier {
-	case string(kernels.TierCUDA):
-		major, minor, _ := parseCC(mem.Requires.CUDAComputeCapability)
-		return 1000 + 10*major + minor
-	case string(kernels.TierAMD):
-		return 500
-	case string(kernels.TierCPU):
-		return 1
+	if r, ok := tiers.First(tiers.Table(), kernels.TierKind(mem.Requires.Tier)); ok && r.Rank != nil {
+		return r.Rank(mem.Requires)
 	}
 	return 0
 }
 
-// fit says whether the machine runs mem, and why or why not.
+// fit says whether the machine runs mem, and why or why not: the
+// target's tier kind decides, through its row of the tier table.
 func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
+	rows := tiers.Table()
 	target, known := kernels.LookupTarget(mem.Target)
 	req := mem.Requires
-	if tier == "t1" || tier == "t2" { // the AMD tiers run the amd tier kind's bundles
-		tier = string(kernels.TierAMD)
+	if row, ok := tiers.Lookup(rows, tier); ok && row.Kind != "" { // t1 and t2 run the amd kind's bundles
+		tier = string(row.Kind)
 	}
 	switch {
 	case !known:
@@ -186,70 +200,32 @@ func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
 	case tier != "" && tier != req.Tier:
 		return false, fmt.Sprintf("runs on tier %s, and tier %s was asked for", req.Tier, tier)
 	}
-	switch target.Tier {
-	case kernels.TierCPU:
-		return true, fmt.Sprintf("T-CPU runs on any machine (%d CPUs, %s/%s)", m.CPUs, m.OS, m.Arch)
-	case kernels.TierCUDA:
-		major, minor, err := parseCC(req.CUDAComputeCapability)
-		if err != nil {
-			return false, fmt.Sprintf("the index's compute capability %q: %v", req.CUDAComputeCapability, err)
-		}
-		if m.CUDA == nil {
-			return false, fmt.Sprintf("needs a CUDA device of compute capability %d.%d or later; there is none here", major, minor)
-		}
-		g := m.CUDA
-		if g.Major < major || g.Major == major && g.Minor < minor {
-			return false, fmt.Sprintf("needs compute capability %d.%d or later; %s has %d.%d", major, minor, g.Name, g.Major, g.Minor)
-		}
-		return true, fmt.Sprintf("%s has compute capability %d.%d, at least the %d.%d it needs", g.Name, g.Major, g.Minor, major, minor)
-	case kernels.TierAMD:
-		switch {
-		case req.AMDGfx == "":
-			return false, "the index names no gfx processor for it"
-		case m.AMD == "":
-			return false, fmt.Sprintf("needs an AMD GPU %s; there is none T1 can use here (%s)", req.AMDGfx, m.NoAMD)
-		case m.AMD != req.AMDGfx:
-			return false, fmt.Sprintf("its code objects are for %s; the GPU here is %s", req.AMDGfx, m.AMD)
-		}
-		return true, fmt.Sprintf("the AMD GPU here is %s, the processor its code objects are for", m.AMD)
+	row, ok := tiers.First(rows, target.Tier)
+	if !ok || row.Fits == nil {
+		return false, fmt.Sprintf("this zrt-run cannot run tier %s", target.Tier)
 	}
-	return false, fmt.Sprintf("this zrt-run cannot run tier %s", target.Tier)
+	tm := tiers.Machine{CPUs: m.CPUs, OS: m.OS, Arch: m.Arch, Absent: m.why(target.Tier)}
+	for _, d := range m.Devices {
+		if d.Kind == target.Tier {
+			tm.Devices = append(tm.Devices, d)
+		}
+	}
+	return row.Fits(req, tm)
 }
 
 // needs says what a member needs of a machine, in words.
 func needs(mem bundleset.Member) string {
-	r := mem.Requires
-	switch {
-	case r.Tier == string(kernels.TierCUDA):
-		return fmt.Sprintf("tier cuda, a CUDA device of compute capability %s or later", r.CUDAComputeCapability)
-	case r.Tier == string(kernels.TierCPU):
-		return "tier cpu, any machine"
-	case r.Tier == string(kernels.TierAMD):
-		return "tier amd (T1), an AMD GPU " + r.AMDGfx
+	if r, ok := tiers.First(tiers.Table(), kernels.TierKind(mem.Requires.Tier)); ok && r.Needs != nil {
+		return r.Needs(mem.Requires)
 	}
-	return "tier " + r.Tier
-}
-
-// parseCC reads a compute capability written "9.0".
-func parseCC(s string) (major, minor int, err error) {
-	a, b, ok := strings.Cut(s, ".")
-	if ok {
-		major, err = strconv.Atoi(a)
-		if err == nil {
-			minor, err = strconv.Atoi(b)
-		}
-	}
-	if !ok || err != nil || major < 0 || minor < 0 || minor > 9 {
-		return 0, 0, fmt.Errorf("not a compute capability such as 9.0")
-	}
-	return major, minor, nil
+	return "tier " + mem.Requires.Tier
 }
 
 // Resolve returns the bundle directory to open for path: path itself when
 // it is a bundle; for a bundle set, the member Choose picks for the
 // machine the probes describe, checked against the index, and the choice (nil
 // for a plain bundle). The probes run only for a set.
-func Resolve(path string, probes Probes, tier string) (string, *Choice, error) {
+func Resolve(path string, probes []Probe, tier string) (string, *Choice, error) {
 	if !bundleset.IsSet(path) {
 		return path, nil, nil
 	}

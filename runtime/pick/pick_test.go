@@ -4,11 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
 // cpuAndCUDA is the index of a set with a cpu and a cuda:sm_90 bundle.
@@ -19,17 +22,20 @@ func cpuAndCUDA() *bundleset.Index {
 	}}
 }
 
+// cudaProbe is a CUDA probe that finds devs, or fails with err.
+func cudaProbe(err error, devs ...tiers.Device) Probe {
+	return Probe{Kind: kernels.TierCUDA, Devices: func() ([]tiers.Device, error) { return devs, err }}
+}
+
 var (
-	noGPU = func() (GPU, error) {
-		return GPU{}, errors.New("cuda: no driver library: libcuda.so.1: cannot open shared object file")
-	}
-	h100 = func() (GPU, error) { return GPU{Name: "NVIDIA H100 80GB HBM3", Major: 9, Minor: 0}, nil }
-	a100 = func() (GPU, error) { return GPU{Name: "NVIDIA A100", Major: 8, Minor: 0}, nil }
+	noGPU = cudaProbe(errors.New("cuda: no driver library: libcuda.so.1: cannot open shared object file"))
+	h100  = cudaProbe(nil, tiers.Device{Kind: kernels.TierCUDA, Name: "NVIDIA H100 80GB HBM3", Arch: "9.0", Count: 1})
+	a100  = cudaProbe(nil, tiers.Device{Kind: kernels.TierCUDA, Name: "NVIDIA A100", Arch: "8.0", Count: 1})
 )
 
-func choose(t *testing.T, x *bundleset.Index, probe CUDAProbe, tier string) (Choice, error) {
+func choose(t *testing.T, x *bundleset.Index, probe Probe, tier string) (Choice, error) {
 	t.Helper()
-	return Choose("SET", x, Detect(Probes{CUDA: probe}), tier)
+	return Choose("SET", x, Detect([]Probe{probe}), tier)
 }
 
 func TestNoGPUPicksCPUAndSaysWhy(t *testing.T) {
@@ -119,19 +125,19 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, c, err := Resolve(set, Probes{CUDA: noGPU}, "")
+	got, c, err := Resolve(set, []Probe{noGPU}, "")
 	if err != nil || got != filepath.Join(set, "cpu") || c == nil {
 		t.Fatalf("Resolve(set) = %q, %v", got, err)
 	}
 	plain := filepath.Join(set, "cpu")
-	if got, c, err := Resolve(plain, Probes{}, ""); got != plain || c != nil || err != nil {
+	if got, c, err := Resolve(plain, nil, ""); got != plain || c != nil || err != nil {
 		t.Fatalf("Resolve(bundle) = %q, %v, %v", got, c, err)
 	}
 	// A member swapped for another build's is refused.
 	cudaGraph := filepath.Join(set, "cuda_sm_90", bundle.GraphFile)
 	b, _ := os.ReadFile(cudaGraph)
 	os.WriteFile(filepath.Join(set, "cpu", bundle.GraphFile), b, 0o644)
-	if _, _, err := Resolve(set, Probes{CUDA: noGPU}, ""); err == nil || !strings.Contains(err.Error(), "does not match the index") {
+	if _, _, err := Resolve(set, []Probe{noGPU}, ""); err == nil || !strings.Contains(err.Error(), "does not match the index") {
 		t.Fatalf("mismatched member: %v", err)
 	}
 }
@@ -142,12 +148,16 @@ func TestAMDMember(t *testing.T) {
 	x := cpuAndCUDA()
 	x.Bundles = append(x.Bundles, bundleset.Member{Target: "amd:gfx1201", Dir: "amd_gfx1201",
 		Requires: bundleset.Requires{Tier: "amd", AMDGfx: "gfx1201"}})
-	noKFD := func() (string, error) {
-		return "", errors.New("no /dev/kfd: the amdgpu driver with KFD (HSA) support is not loaded")
+	noKFD := Probe{Kind: kernels.TierAMD, Devices: func() ([]tiers.Device, error) {
+		return nil, errors.New("no /dev/kfd: the amdgpu driver with KFD (HSA) support is not loaded")
+	}}
+	gfx := func(name string) Probe {
+		return Probe{Kind: kernels.TierAMD, Devices: func() ([]tiers.Device, error) {
+			return []tiers.Device{{Kind: kernels.TierAMD, Name: name, Arch: name, Count: 1}}, nil
+		}}
 	}
-	gfx := func(name string) AMDProbe { return func() (string, error) { return name, nil } }
 	for _, c := range []struct {
-		amd        AMDProbe
+		amd        Probe
 		tier, want string
 		why        []string
 	}{
@@ -156,7 +166,7 @@ func TestAMDMember(t *testing.T) {
 		{gfx("gfx1100"), "", "cpu", []string{"its code objects are for gfx1201; the GPU here is gfx1100"}},
 		{gfx("gfx1201"), "t1", "amd:gfx1201", nil},
 	} {
-		ch, err := Choose("SET", x, Detect(Probes{CUDA: noGPU, AMD: c.amd}), c.tier)
+		ch, err := Choose("SET", x, Detect([]Probe{noGPU, c.amd}), c.tier)
 		if err != nil || ch.Member.Target != c.want {
 			t.Errorf("tier %q: chose %s, %v; want %s\n%s", c.tier, ch.Member.Target, err, c.want, ch.Explain())
 			continue
@@ -167,7 +177,49 @@ func TestAMDMember(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Choose("SET", x, Detect(Probes{CUDA: noGPU, AMD: noKFD}), "t1"); err == nil {
+	if _, err := Choose("SET", x, Detect([]Probe{noGPU, noKFD}), "t1"); err == nil {
 		t.Error("tier t1 without an AMD GPU chose a member")
+	}
+}
+
+// TestMachineCountsDevices: a machine of several GPUs of one kind is one
+// device with its count, said so in its description, and the choice
+// holds the first device of a kind to a bundle's requirements.
+func TestMachineCountsDevices(t *testing.T) {
+	h := tiers.Device{Kind: kernels.TierCUDA, Name: "NVIDIA H100 80GB HBM3", Arch: "9.0", Count: 1}
+	a := tiers.Device{Kind: kernels.TierCUDA, Name: "NVIDIA A100", Arch: "8.0", Count: 1}
+	m := Detect([]Probe{cudaProbe(nil, h, a, h)})
+	if len(m.Devices) != 2 || m.Devices[0].Count != 2 || m.Devices[1].Count != 1 {
+		t.Fatalf("devices %+v, want 2 × H100 and 1 × A100", m.Devices)
+	}
+	if s := m.String(); !strings.Contains(s, "CUDA device 2 × NVIDIA H100 80GB HBM3 (compute capability 9.0)") || !strings.Contains(s, "CUDA device NVIDIA A100") {
+		t.Errorf("machine %s", s)
+	}
+	c, err := Choose("SET", cpuAndCUDA(), m, "")
+	if err != nil || c.Member.Target != "cuda:sm_90" {
+		t.Fatalf("chose %s, %v", c.Member.Target, err)
+	}
+	// An empty answer is a reason too, not a device.
+	m = Detect([]Probe{cudaProbe(nil)})
+	if len(m.Devices) != 0 || !strings.Contains(m.String(), "no CUDA device (the probe found none)") {
+		t.Errorf("machine %s", m)
+	}
+}
+
+// TestTableProbes: the tier table's device probes are the rows' that
+// describe GPUs to the choice, one per such row.
+func TestTableProbes(t *testing.T) {
+	var kinds []kernels.TierKind
+	for _, p := range TableProbes(tiers.Table(), tiers.Options{KFD: "sim"}) {
+		kinds = append(kinds, p.Kind)
+		if p.Kind == kernels.TierAMD {
+			devs, err := p.Devices()
+			if err != nil || len(devs) != 1 || devs[0].Arch != "gfx1201" {
+				t.Errorf("the simulated KFD's GPU: %+v, %v", devs, err)
+			}
+		}
+	}
+	if !slices.Equal(kinds, []kernels.TierKind{kernels.TierCUDA, kernels.TierAMD}) {
+		t.Errorf("probes for %v, want cuda and amd", kinds)
 	}
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
 	"github.com/zrtdev/zrt/runtime/amd/t1"
 	"github.com/zrtdev/zrt/runtime/cpu"
-	"github.com/zrtdev/zrt/runtime/internal/reference"
 )
 
 // tier is what both tiers offer the test.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/vocab"
-	"github.com/zrtdev/zrt/runtime/internal/reference"
+	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 

@@ -24,9 +24,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	objectivev1alpha2 "sigs.k8s.io/gateway-api-inference-extension/apix/v1alpha2"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/zrtdev/zrt/runtime/server"

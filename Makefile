@@ -5,12 +5,16 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build image test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate
+.PHONY: all build image cli-docs test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/zrtc ./cmd/zrt-run
+
+# cli-docs: rewrite docs/cli.md from the commands' --help.
+cli-docs: build
+	docs/gen-cli.sh $(BIN) > docs/cli.md
 
 # image: the container image, built without a daemon (cmd/internal/ociimage):
 # static linux/amd64 zrtc and zrt-run on an empty base, as a tarball for

@@ -1,7 +1,9 @@
 // Command ociimage builds zrt's container image without a container
-// daemon, as ko does: one layer holding the static linux/amd64 binaries
-// zrtc and zrt-run, on an empty base, run as a non-root user with the build
-// cache on a volume. It writes a tarball that `docker load` and `podman
+// daemon, as ko does: one layer holding the linux/amd64 binaries zrtc and
+// zrt-run (built with CGO_ENABLED=0; zrt-run still names the C library's
+// loader, which purego uses to open libcuda, so the loader and the few
+// libraries it needs are copied in from the build machine), on an empty
+// base, run as a non-root user with the build cache on a volume. It writes a tarball that `docker load` and `podman
 // load` read, and optionally an OCI image layout (for skopeo, crane or
 // podman's oci: transport, or a registry push).
 //
@@ -16,14 +18,15 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -48,7 +51,8 @@ const (
 type options struct {
 	zrtc, zrtRun string    // the binaries' paths on this machine
 	created      time.Time // every timestamp in the image
-	checkELF     bool      // refuse binaries that are not static linux/amd64 ELF
+	checkELF     bool      // refuse binaries that are not linux/amd64 ELF, and add a dynamic one's libraries
+	libRoot      string    // where those libraries are read from ("": /)
 }
 
 // file is one entry of the layer.
@@ -64,18 +68,27 @@ type file struct {
 // /etc/group naming the user, and the cache directory owned by it.
 func build(o options) (v1.Image, error) {
 	var files []file
+	seen := map[string]struct{}{} // shared libraries already added
 	for _, b := range []struct{ name, src string }{{"zrt-run", o.zrtRun}, {"zrtc", o.zrtc}} {
 		body, err := os.ReadFile(b.src)
 		if err != nil {
 			return nil, fmt.Errorf("image: %s: %w", b.name, err)
 		}
 		if o.checkELF {
-			if err := staticLinuxAMD64(body); err != nil {
-				return nil, fmt.Errorf("image: %s (%s): %w: build it with CGO_ENABLED=0 GOOS=linux GOARCH=amd64", b.name, b.src, err)
+			libs, err := loaderDeps(body, o.libRoot)
+			if err != nil {
+				return nil, fmt.Errorf("image: %s (%s): %w", b.name, b.src, err)
+			}
+			for _, l := range libs {
+				if _, dup := seen[l.name]; !dup {
+					seen[l.name] = struct{}{}
+					files = append(files, l)
+				}
 			}
 		}
 		files = append(files, file{name: path.Join(binDir, b.name), mode: 0o755, body: body})
 	}
+	dynamic := len(seen) > 0
 	files = append(files,
 		file{name: "/etc/passwd", mode: 0o644, body: []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:%s:/sbin/nologin\n", uid, uid, cacheDir))},
 		file{name: "/etc/group", mode: 0o644, body: []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", uid))},
@@ -117,6 +130,12 @@ func build(o options) (v1.Image, error) {
 	// XDG_CACHE_HOME puts the user cache directory (unpacked packs) on
 	// the same volume; HOME is the user's, as /etc/passwd says.
 	cfg.Config.Env = []string{"PATH=" + binDir, "HOME=" + cacheDir, "ZRTC_CACHE=" + cacheDir, "XDG_CACHE_HOME=" + cacheDir}
+	if dynamic {
+		// Where the image's C library lives, and where the NVIDIA
+		// container toolkit mounts libcuda.so.1 (which zrt-run opens at
+		// run time) on Debian-like and other images.
+		cfg.Config.Env = append(cfg.Config.Env, "LD_LIBRARY_PATH="+strings.Join(libDirs, ":"))
+	}
 	cfg.Config.Volumes = map[string]struct{}{cacheDir: {}}
 	cfg.Config.ExposedPorts = map[string]struct{}{port: {}}
 	cfg.Config.Labels = map[string]string{"org.opencontainers.image.title": "zrt",
@@ -170,23 +189,86 @@ func tarLayer(files []file, created time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// staticLinuxAMD64 checks that body is an x86-64 Linux ELF executable
-// without a program interpreter: the image has no libc or loader.
-func staticLinuxAMD64(body []byte) error {
+// libDirs are where loaderDeps looks for shared libraries, in order, and
+// where the image keeps them.
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"}
+
+// loaderDeps checks that body is an x86-64 Linux ELF executable and
+// returns what it needs to start: nothing for a static binary; for a
+// dynamic one — zrt-run is one, since purego without cgo links the C
+// library's loader to open libcuda at run time — its program interpreter
+// and its shared libraries, transitively, read from under root (the
+// build machine's own, by default) and placed at the same paths.
+func loaderDeps(body []byte, root string) ([]file, error) {
+	if root == "" {
+		root = "/"
+	}
 	f, err := elf.NewFile(bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("not an ELF executable (%v)", err)
+		return nil, fmt.Errorf("not an ELF executable (%v): build it with GOOS=linux GOARCH=amd64", err)
 	}
 	defer f.Close()
 	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
-		return fmt.Errorf("an ELF for %v, not x86-64", f.Machine)
+		return nil, fmt.Errorf("an ELF for %v, not x86-64: build it with GOOS=linux GOARCH=amd64", f.Machine)
 	}
+	var interp string
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return errors.New("dynamically linked (it names a program interpreter)")
+			b, err := io.ReadAll(p.Open())
+			if err != nil {
+				return nil, fmt.Errorf("reading its program interpreter: %w", err)
+			}
+			interp = strings.TrimRight(string(b), "\x00")
 		}
 	}
-	return nil
+	if interp == "" {
+		return nil, nil
+	}
+	var out []file
+	add := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, file{name: name, mode: 0o755, body: b})
+		return b, nil
+	}
+	if _, err := add(interp); err != nil {
+		return nil, fmt.Errorf("its program interpreter: %w", err)
+	}
+	needed, err := f.ImportedLibraries()
+	if err != nil {
+		return nil, fmt.Errorf("reading its shared libraries: %w", err)
+	}
+	done := map[string]bool{path.Base(interp): true}
+	for len(needed) > 0 {
+		lib := needed[0]
+		needed = needed[1:]
+		if done[lib] {
+			continue
+		}
+		done[lib] = true
+		var b []byte
+		for _, d := range libDirs {
+			if b, err = add(path.Join(d, lib)); err == nil {
+				break
+			}
+		}
+		if b == nil {
+			return nil, fmt.Errorf("it needs %s, found in none of %s under %s", lib, strings.Join(libDirs, ", "), root)
+		}
+		lf, err := elf.NewFile(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", lib, err)
+		}
+		more, err := lf.ImportedLibraries()
+		lf.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", lib, err)
+		}
+		needed = append(needed, more...)
+	}
+	return out, nil
 }
 
 // createdTime is SOURCE_DATE_EPOCH's time (reproducible-builds.org), or
@@ -210,6 +292,7 @@ func main() {
 	flag.StringVar(&out, "o", "bin/zrt-image.tar", "write a tarball for docker load / podman load here (\"\": none)")
 	flag.StringVar(&layoutDir, "layout", "", "also write an OCI image layout into this directory")
 	flag.StringVar(&tag, "tag", "zrt:latest", "the name the tarball loads as")
+	flag.StringVar(&o.libRoot, "lib-root", "/", "the root file system a dynamic binary's loader and libraries are copied from")
 	flag.Parse()
 	if err := run(o, out, layoutDir, tag); err != nil {
 		fmt.Fprintln(os.Stderr, "ociimage:", err)

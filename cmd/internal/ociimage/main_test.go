@@ -3,9 +3,12 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -202,15 +205,6 @@ func TestRefuses(t *testing.T) {
 	if _, err := build(o); err == nil || !strings.Contains(err.Error(), "not an ELF") {
 		t.Errorf("a non-ELF binary: %v", err)
 	}
-	// This test binary is an ELF; on linux/amd64 with cgo off it is static.
-	self, _ := os.Executable()
-	o.zrtc, o.zrtRun = self, self
-	body, _ := os.ReadFile(self)
-	if err := staticLinuxAMD64(body); err == nil {
-		if _, err := build(o); err != nil {
-			t.Errorf("a static linux/amd64 binary refused: %v", err)
-		}
-	}
 	o.zrtRun = filepath.Join(t.TempDir(), "missing")
 	if _, err := build(o); err == nil || !strings.Contains(err.Error(), "zrt-run") {
 		t.Errorf("a missing binary: %v", err)
@@ -222,5 +216,64 @@ func TestRefuses(t *testing.T) {
 	}
 	if c, err := createdTime("1700000000"); err != nil || c.Unix() != 1700000000 {
 		t.Errorf("SOURCE_DATE_EPOCH=1700000000: %v %v", c, err)
+	}
+}
+
+// TestDynamic builds an image around a dynamically linked program of this
+// machine (as zrt-run is one): its loader and libraries come along, at the
+// paths the loader looks, and LD_LIBRARY_PATH names them.
+func TestDynamic(t *testing.T) {
+	var prog string
+	for _, p := range []string{"/bin/true", "/usr/bin/true", "/bin/ls"} {
+		if f, err := elf.Open(p); err == nil {
+			libs, _ := f.ImportedLibraries()
+			f.Close()
+			if len(libs) > 0 && runtime.GOARCH == "amd64" {
+				prog = p
+				break
+			}
+		}
+	}
+	if prog == "" {
+		t.Skip("no dynamically linked x86-64 program here to build around")
+	}
+	o := dummies(t, "", "")
+	o.zrtc, o.zrtRun, o.checkELF = prog, prog, true
+	img, err := build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, bodies := layerFiles(t, img)
+	f, _ := elf.Open(prog)
+	defer f.Close()
+	libs, _ := f.ImportedLibraries()
+	var interp string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, _ := io.ReadAll(p.Open())
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	if _, ok := bodies[strings.TrimPrefix(interp, "/")]; !ok {
+		t.Errorf("the loader %s is not in the image", interp)
+	}
+	for _, l := range libs {
+		found := false
+		for _, d := range libDirs {
+			_, ok := bodies[strings.TrimPrefix(path.Join(d, l), "/")]
+			found = found || ok
+		}
+		if !found {
+			t.Errorf("%s needs %s, which is not in the image", prog, l)
+		}
+	}
+	cfg, _ := img.ConfigFile()
+	if !slices.ContainsFunc(cfg.Config.Env, func(e string) bool { return strings.HasPrefix(e, "LD_LIBRARY_PATH=/lib/x86_64-linux-gnu") }) {
+		t.Errorf("env %q lacks LD_LIBRARY_PATH", cfg.Config.Env)
+	}
+	// A root without the libraries: the error names what is missing.
+	o.libRoot = t.TempDir()
+	if _, err := build(o); err == nil || !strings.Contains(err.Error(), "interpreter") {
+		t.Errorf("libraries missing under the root: %v", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestServerDocs holds docs/server.md to the config loader: its complete
@@ -59,5 +61,35 @@ func TestServerDocs(t *testing.T) {
 	}
 	if len(cfg.Tenants) < 2 {
 		t.Errorf("the sample has %d tenants; it should show several", len(cfg.Tenants))
+	}
+}
+
+// TestMetricsDocs holds docs/metrics.md to the registry: every metric the
+// server registers has a row.
+func TestMetricsDocs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics(&Server{})
+	ch := make(chan *prometheus.Desc, 64)
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.tenantTokens, m.rejected, engineCollector{}} {
+		c.Describe(ch)
+	}
+	close(ch)
+	name := regexp.MustCompile(`fqName: "([^"]+)"`)
+	n := 0
+	for d := range ch {
+		f := name.FindStringSubmatch(d.String())
+		if f == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		n++
+		if !strings.Contains(string(b), "| `"+f[1]+"` |") {
+			t.Errorf("docs/metrics.md has no row for %s", f[1])
+		}
+	}
+	if n < 15 {
+		t.Errorf("only %d metrics described", n)
 	}
 }

@@ -14,7 +14,7 @@ build:
 
 # cli-docs: rewrite docs/cli.md from the commands' --help.
 cli-docs: build
-	docs/gen-cli.sh $(BIN) > docs/cli.md
+	docs/gen-cli.sh $(BIN) > $(BIN)/cli.md && mv $(BIN)/cli.md docs/cli.md
 
 # image: the container image, built without a daemon (cmd/internal/ociimage):
 # static linux/amd64 zrtc and zrt-run on an empty base, as a tarball for

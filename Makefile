@@ -5,12 +5,28 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate
+.PHONY: all build image cli-docs test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/zrtc ./cmd/zrt-run
+
+# cli-docs: rewrite docs/cli.md from the commands' --help.
+cli-docs: build
+	docs/gen-cli.sh $(BIN) > $(BIN)/cli.md && mv $(BIN)/cli.md docs/cli.md
+
+# image: the container image, built without a daemon (cmd/internal/ociimage):
+# static linux/amd64 zrtc and zrt-run on an empty base, as a tarball for
+# docker load / podman load (IMAGE_TAR) and an OCI layout (IMAGE_LAYOUT).
+# Reproducible: SOURCE_DATE_EPOCH (default 0) is every timestamp.
+IMAGE_TAG    ?= zrt:latest
+IMAGE_TAR    ?= $(BIN)/zrt-image.tar
+IMAGE_LAYOUT ?= $(BIN)/zrt-image.oci
+image:
+	GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o $(BIN)/linux-amd64/ ./cmd/zrtc ./cmd/zrt-run
+	$(GO) run ./cmd/internal/ociimage --zrtc $(BIN)/linux-amd64/zrtc --zrt-run $(BIN)/linux-amd64/zrt-run \
+		--tag $(IMAGE_TAG) -o $(IMAGE_TAR) --layout $(IMAGE_LAYOUT)
 
 # The CI test command: vet, formatting, and every test (the parity and
 # tokenizer suites read ../shared when it is there).

@@ -325,10 +325,15 @@ func (s *Server) model(name string) (*Model, *apiError) {
 	return nil, &apiError{status: http.StatusNotFound, Message: fmt.Sprintf("model %q does not exist (serving %s)", name, strings.Join(s.order, ", ")), Type: "invalid_request_error", Code: &code}
 }
 
+// listModels is GET /v1/models. Beyond OpenAI's fields, meta says
+// whether the model has a chat template of its own: without one, chat
+// requests are rendered with the ChatML fallback, which a model that was
+// never trained on it answers with noise (the page then uses completions).
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	var data []map[string]any
 	for _, n := range s.order {
-		data = append(data, map[string]any{"id": n, "object": "model", "created": s.started.Unix(), "owned_by": "zrt"})
+		meta := map[string]any{"has_chat_template": s.models[n].Tok.Vocab().ChatTemplate != ""}
+		data = append(data, map[string]any{"id": n, "object": "model", "created": s.started.Unix(), "owned_by": "zrt", "meta": meta})
 	}
 	writeJSON(w, map[string]any{"object": "list", "data": data})
 }

@@ -41,7 +41,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
 		return
 	}
-	events, observe, aerr := s.submit(r.Context(), m, prompt, p)
+	ps, aerr := req.choices(p)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	g, aerr := s.submit(r.Context(), m, prompt, ps)
 	if aerr != nil {
 		s.reject(w, r, aerr)
 		return
@@ -54,31 +59,83 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		return chatLogprobs(m.Tok, lps)
 	}
+	replies := make([]*chatReply, len(ps))
+	for i := range replies {
+		replies[i] = newChatReply()
+	}
 	if req.Stream {
-		first := true
-		chunk := func(delta map[string]any, finish *string, u *usage, lps []decode.Logprobs) map[string]any {
-			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs(lps)}, u)
-		}
-		stream(w, events, observe, func(t string, lps []decode.Logprobs) any {
-			d := map[string]any{"content": t}
-			if first {
-				d["role"], first = "assistant", false
+		started := make([]bool, len(ps))
+		chunk := func(i int, delta map[string]any, finish *string, lps []decode.Logprobs) any {
+			if !started[i] {
+				delta["role"], started[i] = "assistant", true
 			}
-			return chunk(d, nil, nil, lps)
-		}, func(reason string, u *usage, lps []decode.Logprobs) any {
-			return chunk(map[string]any{}, &reason, u, lps)
-		},
-			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": i, "delta": delta, "finish_reason": finish, "logprobs": logprobs(lps)}, nil)
+		}
+		// A choice's logprobs go with its first chunk of a step; the
+		// deltas a step's text completes may be several (reasoning
+		// closed, a call opened).
+		chunks := func(i int, deltas []map[string]any, lps []decode.Logprobs) []any {
+			var out []any
+			for _, d := range deltas {
+				out = append(out, chunk(i, d, nil, lps))
+				lps = nil
+			}
+			if len(out) == 0 && len(lps) > 0 {
+				out = append(out, chunk(i, map[string]any{}, nil, lps))
+			}
+			return out
+		}
+		stream(w, g, streamer{
+			text: func(i int, t string, lps []decode.Logprobs) []any { return chunks(i, replies[i].add(t), lps) },
+			end: func(i int, reason string, lps []decode.Logprobs) []any {
+				deltas, calls := replies[i].end()
+				out := chunks(i, deltas, nil)
+				if calls && reason == "stop" {
+					reason = "tool_calls"
+				}
+				return append(out, chunk(i, map[string]any{}, &reason, lps))
+			},
+			usage: func(u usage) any { return envelope(id, "chat.completion.chunk", created, m.Name, nil, &u) },
+		}, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	out, last, lps := collect(events, observe)
-	if failed(last) {
-		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
+	res, lasts, bad := collect(g)
+	if bad {
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
 		return
 	}
-	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name,
-		"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": out}, "finish_reason": finishReason(last.Finish), "logprobs": logprobs(lps)}},
-		"usage":   usageOf(last)})
+	var choices []map[string]any
+	for i, c := range res {
+		msg, calls := replies[i].message(c.text)
+		reason := finishReason(c.last.Finish)
+		if calls && reason == "stop" {
+			reason = "tool_calls"
+		}
+		choices = append(choices, map[string]any{"index": i, "message": msg, "finish_reason": reason, "logprobs": logprobs(c.lps)})
+	}
+	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})
+}
+
+// chatReply turns one choice's generated text into OpenAI's message
+// fields: content, and (by the model's reply format) reasoning_content
+// and tool_calls, both as stream deltas and as a whole message.
+type chatReply struct{}
+
+func newChatReply() *chatReply { return &chatReply{} }
+
+// add returns the deltas the choice's next text t completes.
+func (c *chatReply) add(t string) []map[string]any {
+	return []map[string]any{{"content": t}}
+}
+
+// end returns the deltas held back until the choice ended, and whether
+// its reply was tool calls.
+func (c *chatReply) end() ([]map[string]any, bool) { return nil, false }
+
+// message is the whole reply text as an assistant message, and whether
+// it was tool calls.
+func (c *chatReply) message(text string) (map[string]any, bool) {
+	return map[string]any{"role": "assistant", "content": text}, false
 }
 
 // contentText accepts a message's content as a string or as a list of

@@ -34,44 +34,62 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	} else {
 		text = m.Tok.Decode(prompt)
 	}
-	events, observe, aerr := s.submit(r.Context(), m, prompt, p)
+	ps, aerr := req.choices(p)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	g, aerr := s.submit(r.Context(), m, prompt, ps)
 	if aerr != nil {
 		s.reject(w, r, aerr)
 		return
 	}
 	id, created := fmt.Sprintf("cmpl-%d", s.requests.Add(1)), time.Now().Unix()
-	var legacy *legacyLogprobs
-	if p.Logprobs {
-		legacy = &legacyLogprobs{tok: m.Tok}
-	}
-	obj := func(text string, finish *string, u *usage, lps []decode.Logprobs) map[string]any {
+	// Each choice's logprobs count their text offsets on from its own
+	// text.
+	legacy := make([]*legacyLogprobs, len(ps))
+	choice := func(i int, text string, finish *string, lps []decode.Logprobs) map[string]any {
 		var lo any // null without logprobs
-		if legacy != nil {
-			lo = legacy.object(lps)
+		if p.Logprobs {
+			if legacy[i] == nil {
+				legacy[i] = &legacyLogprobs{tok: m.Tok}
+			}
+			lo = legacy[i].object(lps)
 		}
-		return envelope(id, "text_completion", created, m.Name, map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": lo}, u)
+		return map[string]any{"index": i, "text": text, "finish_reason": finish, "logprobs": lo}
 	}
 	if req.Stream {
 		if req.Echo {
-			events = prepend(events, text)
+			for i := range g.chans {
+				g.chans[i] = prepend(g.chans[i], text)
+			}
 		}
-		stream(w, events, observe, func(t string, lps []decode.Logprobs) any { return obj(t, nil, nil, lps) },
-			func(reason string, u *usage, lps []decode.Logprobs) any { return obj("", &reason, u, lps) },
-			req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		stream(w, g, streamer{
+			text: func(i int, t string, lps []decode.Logprobs) []any {
+				return []any{envelope(id, "text_completion", created, m.Name, choice(i, t, nil, lps), nil)}
+			},
+			end: func(i int, reason string, lps []decode.Logprobs) []any {
+				return []any{envelope(id, "text_completion", created, m.Name, choice(i, "", &reason, lps), nil)}
+			},
+			usage: func(u usage) any { return envelope(id, "text_completion", created, m.Name, nil, &u) },
+		}, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	out, last, lps := collect(events, observe)
-	if failed(last) {
-		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + string(last.Finish), Type: "server_error"})
+	res, lasts, bad := collect(g)
+	if bad {
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
 		return
 	}
-	if req.Echo {
-		out = text + out
+	var choices []map[string]any
+	for i, c := range res {
+		out := c.text
+		if req.Echo {
+			out = text + out
+		}
+		reason := finishReason(c.last.Finish)
+		choices = append(choices, choice(i, out, &reason, c.lps))
 	}
-	reason, u := finishReason(last.Finish), usageOf(last)
-	o := obj(out, &reason, nil, lps)
-	o["usage"] = u
-	writeJSON(w, o)
+	writeJSON(w, map[string]any{"id": id, "object": "text_completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})
 }
 
 // prepend emits text as the first event, then the engine's.

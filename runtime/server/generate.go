@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -15,12 +16,15 @@ import (
 	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
 
+// failed reports whether a request's last event ends it without a
+// completion OpenAI can express (an error, a cancellation, a consumer cut
+// off).
 func failed(ev engine.Event) bool {
 	return ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled
 }
 
-// envelope is one response or stream chunk: choice is its only choice, or
-// none in the usage chunk that u marks.
+// envelope is one stream chunk (or a completion's response): choice is
+// its only choice, or none in the usage chunk that u marks.
 func envelope(id, object string, created int64, model string, choice map[string]any, u *usage) map[string]any {
 	o := map[string]any{"id": id, "object": object, "created": created, "model": model, "choices": []map[string]any{choice}}
 	if u != nil {
@@ -48,35 +52,88 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request, err *apiError) {
 	writeError(w, err)
 }
 
-// submit hands a request to the model's engine, mapping refusals to HTTP;
-// its events reach the caller through the request's metrics.
-func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, func(engine.Event), *apiError) {
-	t := ctx.Value(tenantKey).(*Tenant)
-	ev, aerr := s.admit(ctx, t, m, prompt, p)
-	if aerr != nil {
-		return nil, nil, aerr
-	}
-	tr := s.metrics.track(m.Name, t.ID)
-	id := requestID(ctx)
-	return ev, func(e engine.Event) {
-		tr.event(e)
-		if e.Finish != "" && s.ledger != nil {
-			s.ledger.Append(ledger.Record{Time: time.Now().UTC(), Tenant: t.ID, RequestID: id, Model: m.Name,
-				Prompt: e.PromptTokens, Cached: e.CachedTokens, Completion: e.CompletionTokens,
-				TTFTms: tr.ttftMs(), DurationMs: float64(time.Since(tr.start).Microseconds()) / 1000, Finish: string(e.Finish)})
-		}
-	}, nil
+// generation is a submitted request's choices: their engine events, one
+// channel each, and observe, which every event read must pass through
+// (metrics, and the ledger's one record when the last choice ends).
+type generation struct {
+	chans   []<-chan engine.Event
+	observe func(i int, ev engine.Event)
 }
 
-func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, p decode.Params) (<-chan engine.Event, *apiError) {
+// choiceEvent is an event of choice i.
+type choiceEvent struct {
+	i  int
+	ev engine.Event
+}
+
+// merged interleaves the choices' events in the order they arrive; it is
+// closed after every choice's last event.
+func (g *generation) merged() <-chan choiceEvent {
+	out := make(chan choiceEvent, 16*len(g.chans))
+	var wg sync.WaitGroup
+	for i, ch := range g.chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				out <- choiceEvent{i, ev}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out
+}
+
+// submit hands a request of len(ps) choices to the model's engine,
+// mapping refusals to HTTP. Metrics count the prompt once; the ledger gets
+// one record when every choice has ended, with the prompt once and the
+// choices' completions summed.
+func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, ps []decode.Params) (*generation, *apiError) {
+	t := ctx.Value(tenantKey).(*Tenant)
+	chans, aerr := s.admit(ctx, t, m, prompt, ps)
+	if aerr != nil {
+		return nil, aerr
+	}
+	trs := make([]*track, len(ps))
+	for i := range trs {
+		trs[i] = s.metrics.track(m.Name, t.ID)
+	}
+	id := requestID(ctx)
+	var mu sync.Mutex
+	ended, completion := 0, 0
+	var first engine.Event // choice 0's last event
+	return &generation{chans: chans, observe: func(i int, e engine.Event) {
+		if i > 0 {
+			e.PromptTokens = 0 // counted with choice 0
+		}
+		trs[i].event(e)
+		if e.Finish == "" || s.ledger == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ended++
+		completion += e.CompletionTokens
+		if i == 0 {
+			first = e
+		}
+		if ended == len(trs) {
+			s.ledger.Append(ledger.Record{Time: time.Now().UTC(), Tenant: t.ID, RequestID: id, Model: m.Name,
+				Prompt: first.PromptTokens, Cached: first.CachedTokens, Completion: completion,
+				TTFTms: trs[0].ttftMs(), DurationMs: float64(time.Since(trs[0].start).Microseconds()) / 1000, Finish: string(first.Finish)})
+		}
+	}}, nil
+}
+
+func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, ps []decode.Params) ([]<-chan engine.Event, *apiError) {
 	if s.draining.Load() {
 		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error", retryAfter: 5}
 	}
 	if len(prompt) == 0 {
 		return nil, badRequest("prompt", "the prompt is empty")
 	}
-	if t.MaxContextTokens > 0 && len(prompt)+p.MaxTokens > t.MaxContextTokens {
-		return nil, badRequest("prompt", "prompt of %d tokens plus max_tokens %d exceeds this tenant's %d-token context", len(prompt), p.MaxTokens, t.MaxContextTokens)
+	if t.MaxContextTokens > 0 && len(prompt)+ps[0].MaxTokens > t.MaxContextTokens {
+		return nil, badRequest("prompt", "prompt of %d tokens plus max_tokens %d exceeds this tenant's %d-token context", len(prompt), ps[0].MaxTokens, t.MaxContextTokens)
 	}
 	for _, id := range prompt {
 		if id < 0 || int(id) >= m.Tok.NVocab() {
@@ -86,7 +143,7 @@ func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32,
 	if st := m.Engine.Stats(); st.Waiting >= s.cfg.Load().QueueDepth {
 		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error", retryAfter: 1}
 	}
-	ev, err := m.Engine.Submit(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt, Decode: p})
+	chans, err := m.Engine.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt}, ps)
 	var rate *engine.RateLimitError
 	switch {
 	case errors.As(err, &rate) && rate.RetryAfter < 0:
@@ -102,7 +159,7 @@ func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32,
 	case err != nil:
 		return nil, badRequest("prompt", "%v", err)
 	}
-	return ev, nil
+	return chans, nil
 }
 
 // usage is OpenAI's usage object.
@@ -115,98 +172,144 @@ type usage struct {
 	} `json:"prompt_tokens_details"`
 }
 
-func usageOf(ev engine.Event) usage {
-	u := usage{PromptTokens: ev.PromptTokens, CompletionTokens: ev.CompletionTokens, TotalTokens: ev.PromptTokens + ev.CompletionTokens}
-	u.Details.CachedTokens = ev.CachedTokens
+// usageOf is the usage of a request whose choices ended with lasts: the
+// prompt (and its cached part) once, as choice 0 counts it, and every
+// choice's completion.
+func usageOf(lasts []engine.Event) usage {
+	u := usage{PromptTokens: lasts[0].PromptTokens}
+	u.Details.CachedTokens = lasts[0].CachedTokens
+	for _, ev := range lasts {
+		u.CompletionTokens += ev.CompletionTokens
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
 }
 
-// stream writes the engine's events as server-sent events: chunk(text,
-// lps) builds each delta's object, final(reason, nil, lps) the last one;
-// with includeUsage a usage chunk follows, then [DONE]. lps are the
-// logprobs (nil unless asked for) of the tokens since the last chunk: a
-// token whose text is held back (part of a character, or of what may be a
-// stop string) has its logprobs sent with the chunk that shows it, or the
-// last. A client that goes away cancels the request through its context.
-func stream(w http.ResponseWriter, events <-chan engine.Event, observe func(engine.Event),
-	chunk func(string, []decode.Logprobs) any, final func(string, *usage, []decode.Logprobs) any, includeUsage bool) {
+// streamer builds a stream's chunks for one endpoint: text(i, t, lps) the
+// chunks of choice i's new text t, end(i, reason, lps) those of its end
+// with OpenAI's finish reason, usage the usage chunk. lps are the
+// logprobs (nil unless asked for) of the tokens since the choice's last
+// chunk: a token whose text is held back (part of a character, or of what
+// may be a stop string) has its logprobs sent with the chunk that shows
+// it, or the last.
+type streamer struct {
+	text  func(i int, t string, lps []decode.Logprobs) []any
+	end   func(i int, reason string, lps []decode.Logprobs) []any
+	usage func(u usage) any
+}
+
+// stream writes the choices' events as server-sent events, interleaved as
+// they come (each chunk names its choice's index); once every choice has
+// ended, with includeUsage a usage chunk follows, then [DONE]. A choice
+// that fails ends the stream with an error object. A client that goes
+// away cancels the request through its context.
+func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
-	send := func(v any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
+	flush := func() {
 		if flusher != nil {
 			flusher.Flush()
 		}
 	}
+	send := func(vs []any) {
+		for _, v := range vs {
+			b, _ := json.Marshal(v)
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		if len(vs) > 0 {
+			flush()
+		}
+	}
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
-	var pending []decode.Logprobs
+	pending := make([][]decode.Logprobs, len(g.chans))
+	lasts := make([]engine.Event, len(g.chans))
+	events := g.merged()
 	for {
 		select {
-		case ev, ok := <-events:
+		case ce, ok := <-events:
 			if !ok {
+				if includeUsage {
+					send([]any{out.usage(usageOf(lasts))})
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				flush()
 				return
 			}
-			observe(ev)
+			i, ev := ce.i, ce.ev
+			g.observe(i, ev)
 			if ev.Logprobs != nil {
-				pending = append(pending, *ev.Logprobs)
+				pending[i] = append(pending[i], *ev.Logprobs)
 			}
 			if ev.Preempted {
 				// A comment line, which OpenAI clients skip; a named event
 				// would break them.
 				fmt.Fprint(w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
-				if flusher != nil {
-					flusher.Flush()
-				}
+				flush()
 				continue
 			}
 			if ev.Text != "" {
-				send(chunk(ev.Text, pending))
-				pending = nil
+				send(out.text(i, ev.Text, pending[i]))
+				pending[i] = nil
 			}
 			if ev.Finish == "" {
 				continue
 			}
 			if failed(ev) {
-				send(map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}})
-			} else {
-				u := usageOf(ev)
-				send(final(finishReason(ev.Finish), nil, pending))
-				if includeUsage {
-					send(final("", &u, nil))
-				}
+				send([]any{map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}}})
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				flush()
+				return // the handler's return cancels the other choices
 			}
-			fmt.Fprint(w, "data: [DONE]\n\n")
-			if flusher != nil {
-				flusher.Flush()
-			}
-			return
+			lasts[i] = ev
+			send(out.end(i, finishReason(ev.Finish), pending[i]))
+			pending[i] = nil
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
-			if flusher != nil {
-				flusher.Flush()
-			}
+			flush()
 		}
 	}
 }
 
-// collect waits for a non-streamed request's events, returning its text,
-// its last event and its tokens' logprobs (nil unless asked for).
-func collect(events <-chan engine.Event, observe func(engine.Event)) (string, engine.Event, []decode.Logprobs) {
-	var text strings.Builder
-	var last engine.Event
-	var lps []decode.Logprobs
-	for ev := range events {
-		observe(ev)
-		if ev.Logprobs != nil {
-			lps = append(lps, *ev.Logprobs)
+// failure names why the first failed of lasts ended.
+func failure(lasts []engine.Event) string {
+	for _, ev := range lasts {
+		if failed(ev) {
+			return string(ev.Finish)
 		}
-		text.WriteString(ev.Text)
-		last = ev
 	}
-	return text.String(), last, lps
+	return ""
+}
+
+// choiceResult is a non-streamed choice: its text, its last event and its
+// tokens' logprobs (nil unless asked for).
+type choiceResult struct {
+	text string
+	last engine.Event
+	lps  []decode.Logprobs
+}
+
+// collect waits for a non-streamed request's choices; failed is set when
+// one of them ended without a completion OpenAI can express.
+func collect(g *generation) (res []choiceResult, lasts []engine.Event, anyFailed bool) {
+	texts := make([]strings.Builder, len(g.chans))
+	res = make([]choiceResult, len(g.chans))
+	for ce := range g.merged() {
+		g.observe(ce.i, ce.ev)
+		c := &res[ce.i]
+		if ce.ev.Logprobs != nil {
+			c.lps = append(c.lps, *ce.ev.Logprobs)
+		}
+		texts[ce.i].WriteString(ce.ev.Text)
+		c.last = ce.ev
+	}
+	for i := range res {
+		res[i].text = texts[i].String()
+		lasts = append(lasts, res[i].last)
+		anyFailed = anyFailed || failed(res[i].last)
+	}
+	return res, lasts, anyFailed
 }
 
 // parse decodes a generation request's body (which embeds g) and resolves

@@ -103,15 +103,29 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 		return p, badRequest("stop", "stop must be a string or a list of at most 4 strings")
 	}
 	p.Stops = stops
-	switch {
-	case g.N != nil && *g.N != 1:
-		return p, badRequest("n", "n = %d is not supported: zrt returns one choice", *g.N)
-	case len(g.Tools) > 0 && string(g.Tools) != "null":
-		return p, badRequest("tools", "tools are not supported")
-	case len(g.ResponseFormat) > 0 && string(g.ResponseFormat) != "null" && !strings.Contains(string(g.ResponseFormat), `"text"`):
-		return p, badRequest("response_format", "response_format other than text is not supported")
-	}
 	return p, nil
+}
+
+// maxChoices bounds n: each choice is a request of its own in the engine.
+const maxChoices = 16
+
+// choices are the decoding parameters of the request's n choices: p's,
+// choice i seeded with p's seed + i, so that it samples what a request of
+// one choice with that seed would.
+func (g *genParams) choices(p decode.Params) ([]decode.Params, *apiError) {
+	n := 1
+	if g.N != nil {
+		n = *g.N
+	}
+	if n < 1 || n > maxChoices {
+		return nil, badRequest("n", "n = %d must be in [1, %d]", n, maxChoices)
+	}
+	ps := make([]decode.Params, n)
+	for i := range ps {
+		ps[i] = p
+		ps[i].Sampling.Seed = p.Sampling.Seed + uint64(i)
+	}
+	return ps, nil
 }
 
 // logitBias reads OpenAI's logit_bias: token ids, as decimal strings,
@@ -210,6 +224,3 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	}
 	return nil
 }
-
-// failed reports whether a request's last event ends it without a
-// completion OpenAI can express (an error, a cancellation, a consumer cut

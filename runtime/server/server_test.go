@@ -261,7 +261,7 @@ func TestOpenAIClient(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"prompt": "x", "max_tokens": "many"}`:                "max_tokens",
 		`{"prompt": `:                                          "malformed JSON",
-		`{"prompt": "x", "n": 2}`:                              "n = 2",
+		`{"prompt": "x", "n": 17}`:                             "n = 17",
 		`{"prompt": "x", "unknown_field": 1, "max_tokens": 1}`: "",
 	} {
 		req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(body))

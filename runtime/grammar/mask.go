@@ -1,0 +1,291 @@
+package grammar
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// posCache is what a position accepts regardless of the rules below it:
+// the tokens a simulation from the position alone consumes without its
+// rule returning (accepted), and the tokens that return from the rule on
+// some path and so depend on the stack beneath (uncertain, as indices
+// into the byte-ordered vocabulary). Every other token is rejected.
+type posCache struct {
+	accIDs    []int32  // accepted token ids when few
+	accBits   []uint64 // accepted tokens as a bitset when many
+	uncertain []int32
+}
+
+// denseAbove is the accepted count past which a bitset is smaller and
+// faster to merge than a list of ids.
+const denseAbove = 2048
+
+// posCache returns the cache of position q, computing it on first use.
+func (g *Grammar) posCache(q int32) *posCache {
+	g.cacheMu.Lock()
+	pc := g.cache[q]
+	g.cacheMu.Unlock()
+	if pc != nil {
+		return pc
+	}
+	pc = g.computePosCache(q)
+	g.cacheMu.Lock()
+	if g.cache[q] == nil {
+		g.cache[q] = pc
+	} else {
+		pc = g.cache[q]
+	}
+	g.cacheMu.Unlock()
+	return pc
+}
+
+// computePosCache walks the whole vocabulary trie from position q alone.
+// States are memoized per (state, byte), so a loop such as a string's
+// characters costs a table look-up per trie node.
+func (g *Grammar) computePosCache(q int32) *posCache {
+	vt := g.vt
+	m := newMachine(g)
+	maxDepth := 0
+	for _, d := range vt.depth {
+		maxDepth = max(maxDepth, int(d))
+	}
+	states := make([]int32, maxDepth+1)
+	unc := make([]bool, maxDepth+1)
+	states[0] = m.single(q)
+	var acc []int32
+	pc := &posCache{}
+	for i := int32(1); i < int32(len(vt.nbyte)); {
+		d := vt.depth[i]
+		ns := m.step(states[d-1], vt.nbyte[i])
+		u := unc[d-1] || (ns >= 0 && m.states[ns].complete)
+		if !m.live(ns) {
+			if u {
+				for k := vt.tokLo[i]; k < vt.tokLo[vt.end[i]]; k++ {
+					pc.uncertain = append(pc.uncertain, k)
+				}
+			}
+			i = vt.end[i]
+			continue
+		}
+		acc = append(acc, vt.toks[vt.tokLo[i]:vt.tokHi[i]]...)
+		states[d], unc[d] = ns, u
+		i++
+	}
+	if len(acc) > denseAbove {
+		pc.accBits = make([]uint64, (vt.nvocab+63)/64)
+		for _, id := range acc {
+			pc.accBits[id>>6] |= 1 << (id & 63)
+		}
+	} else {
+		pc.accIDs = acc
+	}
+	return pc
+}
+
+// NewMatcher returns a matcher at the start of the grammar, for one
+// request. A Matcher is not safe for concurrent use.
+func (g *Grammar) NewMatcher() *Matcher {
+	mt := &Matcher{g: g, m: newMachine(g)}
+	mt.st = mt.m.start()
+	mt.eog = make([]bool, g.vt.nvocab)
+	for _, id := range g.vt.eog {
+		mt.eog[id] = true
+	}
+	return mt
+}
+
+// Matcher follows one request's output through a grammar.
+type Matcher struct {
+	g        *Grammar
+	m        *machine
+	st       int32 // current state; dead when nothing can follow
+	finished bool  // an end-of-generation token was accepted
+	eog      []bool
+
+	tops    []int32
+	unc     []int32
+	merged  []int32
+	walkSt  []int32
+	accepts int
+}
+
+// complete says whether the text so far is a whole match.
+func (mt *Matcher) complete() bool {
+	return !mt.finished && mt.st >= 0 && mt.m.states[mt.st].complete
+}
+
+// Mask sets in allowed (bit i of allowed[i/64] is token i; len(allowed) ≥
+// (NVocab+63)/64) the tokens that may come next and clears the others.
+// End-of-generation tokens are allowed exactly when the text so far is a
+// complete match.
+func (mt *Matcher) Mask(allowed []uint64) {
+	vt := mt.g.vt
+	words := (vt.nvocab + 63) / 64
+	clear(allowed[:words])
+	if mt.finished || mt.st < 0 {
+		return
+	}
+	ds := &mt.m.states[mt.st]
+	if ds.complete {
+		for _, id := range vt.eog {
+			allowed[id>>6] |= 1 << (id & 63)
+		}
+	}
+	mt.tops = mt.tops[:0]
+	for _, s := range ds.stacks {
+		mt.tops = append(mt.tops, mt.m.frames[s].pos)
+	}
+	mt.unc = mt.unc[:0]
+	nlists := 0
+	for i, q := range mt.tops {
+		dup := false
+		for _, p := range mt.tops[:i] {
+			if p == q {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		pc := mt.g.posCache(q)
+		if pc.accBits != nil {
+			for w, b := range pc.accBits {
+				allowed[w] |= b
+			}
+		} else {
+			for _, id := range pc.accIDs {
+				allowed[id>>6] |= 1 << (id & 63)
+			}
+		}
+		if len(pc.uncertain) > 0 {
+			mt.unc = append(mt.unc, pc.uncertain...)
+			nlists++
+		}
+	}
+	if len(mt.unc) == 0 {
+		return
+	}
+	if nlists > 1 {
+		sortUnique(&mt.unc)
+	}
+	mt.checkUncertain(allowed)
+}
+
+// checkUncertain walks the uncertain tokens (in byte order, so that a
+// shared prefix is stepped once) from the real state, then forgets the
+// stacks the walk made.
+func (mt *Matcher) checkUncertain(allowed []uint64) {
+	vt := mt.g.vt
+	m := mt.m
+	var prev []byte
+	valid := 0 // walkSt[0..valid] hold the states after prev's first bytes
+	mt.walkSt = append(mt.walkSt[:0], mt.st)
+	for _, k := range mt.unc {
+		id := vt.toks[k]
+		if allowed[id>>6]&(1<<(id&63)) != 0 {
+			continue
+		}
+		b := vt.sorted[k]
+		d := min(commonPrefix(prev, b), valid)
+		cur := mt.walkSt[d]
+		for d < len(b) {
+			cur = m.step(cur, b[d])
+			if cur == dead {
+				break
+			}
+			d++
+			if d < len(mt.walkSt) {
+				mt.walkSt[d] = cur
+			} else {
+				mt.walkSt = append(mt.walkSt, cur)
+			}
+		}
+		valid = d
+		if cur != dead && d == len(b) {
+			allowed[id>>6] |= 1 << (id & 63)
+		}
+		prev = b
+	}
+	mt.st = m.rebase(mt.st)
+}
+
+// sortUnique sorts a list of small non-negative ints and drops repeats.
+func sortUnique(p *[]int32) {
+	s := *p
+	if len(s) < 2 {
+		return
+	}
+	mx := int32(0)
+	for _, v := range s {
+		mx = max(mx, v)
+	}
+	seen := make([]uint64, mx/64+1)
+	for _, v := range s {
+		seen[v>>6] |= 1 << (v & 63)
+	}
+	s = s[:0]
+	for w, b := range seen {
+		for b != 0 {
+			t := bits.TrailingZeros64(b)
+			s = append(s, int32(w*64+t))
+			b &= b - 1
+		}
+	}
+	*p = s
+}
+
+// Accept advances past token tok. It fails, leaving the matcher as it
+// was, when tok may not come next; an end-of-generation token is accepted
+// exactly when the text so far is a complete match, and ends the match.
+func (mt *Matcher) Accept(tok int32) error {
+	vt := mt.g.vt
+	if tok < 0 || int(tok) >= vt.nvocab {
+		return fmt.Errorf("grammar: token %d is outside the vocabulary of %d", tok, vt.nvocab)
+	}
+	if mt.finished {
+		return fmt.Errorf("grammar: token %d after the end of generation", tok)
+	}
+	if mt.eog[tok] {
+		if !mt.complete() {
+			return fmt.Errorf("grammar: end-of-generation token %d before the output is complete", tok)
+		}
+		mt.finished = true
+		return nil
+	}
+	b := vt.pieces[tok]
+	if len(b) == 0 {
+		return fmt.Errorf("grammar: token %d has no bytes", tok)
+	}
+	return mt.AcceptBytes(b)
+}
+
+// AcceptBytes advances past output text b that did not come from one
+// token (a forced prefix). It fails, leaving the matcher as it was, when
+// b cannot come next.
+func (mt *Matcher) AcceptBytes(b []byte) error {
+	if mt.finished || mt.st < 0 {
+		return fmt.Errorf("grammar: %q after the end of the match", b)
+	}
+	ns := mt.m.walk(mt.st, b)
+	if ns == dead {
+		mt.st = mt.m.rebase(mt.st)
+		return fmt.Errorf("grammar: %q does not continue the match", b)
+	}
+	mt.st = mt.m.rebase(ns)
+	mt.accepts++
+	return nil
+}
+
+// Done says whether the output is complete and nothing more can follow
+// (or an end-of-generation token was accepted): the request should end.
+func (mt *Matcher) Done() bool {
+	if mt.finished {
+		return true
+	}
+	return mt.st >= 0 && mt.m.states[mt.st].complete && len(mt.m.states[mt.st].stacks) == 0
+}
+
+// Complete says whether the output so far is a whole match, so that an
+// end-of-generation token may come next.
+func (mt *Matcher) Complete() bool { return mt.complete() }

@@ -2,15 +2,27 @@ package chat
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"time"
 )
 
 // Message is one chat turn. Role is "system", "user", "assistant" or
-// "tool"; templates see it as a dict with keys "role" and "content".
+// "tool". Templates see it as llama.cpp gives it to them
+// (common_chat_msg::to_json_oaicompat): a dict with "role" and "content"
+// ("" for none, so a null content reads as empty), then
+// "reasoning_content", "name" and "tool_call_id" where set, and
+// "tool_calls" where the assistant made calls.
 type Message struct {
 	Role, Content string
+	// ReasoningContent is an assistant turn's reasoning (Qwen3's template
+	// renders it in a <think> block; gpt-oss's sees it as "thinking").
+	ReasoningContent string
+	// ToolCalls are the calls an assistant turn made.
+	ToolCalls []ToolCall
+	// ToolCallID and Name say which call a tool message answers.
+	ToolCallID, Name string
 }
 
 // Options are the variables a chat template is rendered with besides the
@@ -35,6 +47,10 @@ type Options struct {
 	// map[string]string; they override the built-in variables of the same
 	// name, and the ones Apply adds (see llamaCppVars).
 	Vars map[string]any
+	// Tools are the functions the request offers; templates see them as
+	// "tools" (see toolsValue), which is left undefined when there are
+	// none, as in llama.cpp.
+	Tools []Tool
 }
 
 // Template is a parsed chat template. It is immutable and safe for
@@ -67,17 +83,36 @@ var now = time.Now
 // Render renders the template exactly as written: no message rewriting and
 // no BOS/EOS stripping (see Apply for llama.cpp's behaviour). Errors,
 // including raise_exception from the template, are *Error values.
+//
+// Tool call arguments reach the template as the JSON text they are; Apply
+// gives them as objects to templates that read them that way.
 func (t *Template) Render(msgs []Message, opt Options) (string, error) {
+	return t.render(msgs, opt, false)
+}
+
+func (t *Template) render(msgs []Message, opt Options, objectArgs bool) (string, error) {
 	r := &renderer{src: t.src, out: &strings.Builder{}}
 	root := globals(now)
 	ml := &list{items: make([]any, len(msgs))}
+	harmony := strings.Contains(t.src, "<|channel|>")
 	for i, m := range msgs {
-		d := newDict()
-		d.set("role", m.Role)
-		d.set("content", m.Content)
+		d, err := messageValue(m, objectArgs)
+		if err != nil {
+			return "", fmt.Errorf("message %d: %w", i, err)
+		}
+		if harmony {
+			d = harmonyMessage(d)
+		}
 		ml.items[i] = d
 	}
 	root["messages"] = ml
+	if len(opt.Tools) > 0 {
+		tl, err := toolsValue(opt.Tools)
+		if err != nil {
+			return "", err
+		}
+		root["tools"] = tl
+	}
 	root["add_generation_prompt"] = opt.AddGenerationPrompt
 	root["bos_token"] = opt.BOSToken
 	root["eos_token"] = opt.EOSToken
@@ -132,6 +167,11 @@ func mustParse(src string) *Template {
 //   - a leading BOSToken and a trailing EOSToken are removed from the
 //     result unless opt.KeepBOS or opt.KeepEOS says the tokenizer does not
 //     add that token itself: a BOS the tokenizer also adds would be doubled.
+//   - tool call arguments are given as parsed objects to templates that
+//     read them as objects (objectArguments), as JSON text otherwise;
+//   - gpt-oss's template (one with "<|channel|>") sees reasoning_content
+//     as "thinking" too (harmonyMessage), and Gemma 4's prompt gets its
+//     model turn opened when the template left it closed.
 func Apply(src string, msgs []Message, opt Options) (text string, fallback bool, err error) {
 	t := chatML
 	if src == "" {
@@ -144,7 +184,14 @@ func Apply(src string, msgs []Message, opt Options) (text string, fallback bool,
 	}
 	ro := opt
 	ro.Vars = llamaCppVars(opt.Vars)
-	out, err := t.Render(msgs, ro)
+	objectArgs := false
+	for _, m := range msgs {
+		if len(m.ToolCalls) > 0 {
+			objectArgs = t.objectArguments()
+			break
+		}
+	}
+	out, err := t.render(msgs, ro, objectArgs)
 	if err != nil {
 		return "", fallback, err
 	}
@@ -153,6 +200,13 @@ func Apply(src string, msgs []Message, opt Options) (text string, fallback bool,
 	}
 	if opt.EOSToken != "" && !opt.KeepEOS {
 		out = strings.TrimSuffix(out, opt.EOSToken)
+	}
+	// Gemma 4's template does not open the model's turn after an
+	// assistant turn that ended in tool calls; llama.cpp opens it
+	// (common_chat_params_init_gemma4), else the model skips its
+	// reasoning tokens.
+	if opt.AddGenerationPrompt && strings.Contains(t.src, "'<|tool_call>call:'") && strings.HasSuffix(out, "<turn|>\n") {
+		out += "<|turn>model\n"
 	}
 	return out, fallback, nil
 }

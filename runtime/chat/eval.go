@@ -32,6 +32,10 @@ type renderer struct {
 	scopes []map[string]any
 	steps  int
 	depth  int
+	// watch and touched serve Template.objectArguments: whether the
+	// template reads the content of the dict watch.
+	watch   *dict
+	touched bool
 }
 
 func (r *renderer) errf(pos int, format string, args ...any) *Error {
@@ -180,6 +184,7 @@ func (r *renderer) execFor(n *forNode) error {
 	if err != nil {
 		return err
 	}
+	r.touch(seq, false)
 	all, ok := iterate(seq)
 	if !ok {
 		return r.errf(n.iter.position(), "%s is not iterable", typeName(seq))
@@ -376,6 +381,7 @@ func (r *renderer) eval(e expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.touch(obj, false)
 		return getAttr(obj, e.name), nil
 	case *indexExpr:
 		obj, err := r.eval(e.obj)
@@ -386,6 +392,7 @@ func (r *renderer) eval(e expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.touch(obj, false)
 		return getItem(obj, idx), nil
 	case *sliceExpr:
 		return r.evalSlice(e)

@@ -189,6 +189,12 @@ func (r *renderer) evalFilter(e *filterExpr) (any, error) {
 
 func (r *renderer) applyFilter(name string, v any, a *args) (any, error) {
 	switch name {
+	case "tojson", "string":
+		r.touch(v, true)
+	case "items", "dictsort", "list", "first", "last", "join", "map", "selectattr", "rejectattr":
+		r.touch(v, false)
+	}
+	switch name {
 	case "trim":
 		s, err := wantStr(v)
 		if err != nil {

@@ -1,0 +1,347 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// ToolCall is one function call an assistant message made, as OpenAI's
+// tool_calls carry it. Arguments is JSON text (an object, as the model
+// wrote it or the client sent it).
+type ToolCall struct {
+	ID, Name, Arguments string
+}
+
+// Tool is one function a request offers the model (an OpenAI tools entry
+// of type "function"). Parameters is its JSON Schema; nil means {}.
+type Tool struct {
+	Name, Description string
+	Parameters        json.RawMessage
+}
+
+// ParseTools reads an OpenAI tools array the way llama.cpp does
+// (common_chat_tools_parse_oaicompat): every entry must be of type
+// "function" with a function object that has a name; description defaults
+// to "" and parameters to {}. JSON null or an empty input is no tools.
+func ParseTools(raw []byte) ([]Tool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var entries []json.RawMessage
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return nil, fmt.Errorf("tools: expected an array: %w", err)
+	}
+	out := make([]Tool, 0, len(entries))
+	for i, e := range entries {
+		var t struct {
+			Type     *string `json:"type"`
+			Function *struct {
+				Name        *string         `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(e, &t); err != nil {
+			return nil, fmt.Errorf("tools[%d]: %w", i, err)
+		}
+		switch {
+		case t.Type == nil:
+			return nil, fmt.Errorf("tools[%d]: missing tool type", i)
+		case *t.Type != "function":
+			return nil, fmt.Errorf("tools[%d]: unsupported tool type %q", i, *t.Type)
+		case t.Function == nil:
+			return nil, fmt.Errorf("tools[%d]: missing tool function", i)
+		case t.Function.Name == nil:
+			return nil, fmt.Errorf("tools[%d]: missing function name", i)
+		}
+		p := bytes.TrimSpace(t.Function.Parameters)
+		if len(p) == 0 || string(p) == "null" {
+			p = nil
+		}
+		out = append(out, Tool{Name: *t.Function.Name, Description: t.Function.Description, Parameters: p})
+	}
+	return out, nil
+}
+
+// toolsValue is llama.cpp's common_chat_tools_to_json_oaicompat: each tool
+// rebuilt as {"type": "function", "function": {"name", "description",
+// "parameters"}} in that key order, the schema's own key order kept (the
+// templates print it with tojson).
+func toolsValue(tools []Tool) (*list, error) {
+	l := &list{items: make([]any, 0, len(tools))}
+	for i, t := range tools {
+		var params any = newDict()
+		if len(t.Parameters) > 0 {
+			v, err := jsonValue(t.Parameters)
+			if err != nil {
+				return nil, fmt.Errorf("tool %d (%s): parameters: %w", i, t.Name, err)
+			}
+			params = v
+		}
+		fn := newDict()
+		fn.set("name", t.Name)
+		fn.set("description", t.Description)
+		fn.set("parameters", params)
+		d := newDict()
+		d.set("type", "function")
+		d.set("function", fn)
+		l.items = append(l.items, d)
+	}
+	return l, nil
+}
+
+// messageValue is llama.cpp's common_chat_msg::to_json_oaicompat for a
+// string-content message: role and content (always present, "" for none),
+// then reasoning_content, name and tool_call_id where set, then
+// tool_calls as {"type", "function": {"name", "arguments"}, "id"}.
+// With objectArgs the arguments are given as the parsed object, as
+// llama.cpp does for templates that read them as one
+// (workaround::func_args_not_string).
+func messageValue(m Message, objectArgs bool) (*dict, error) {
+	d := newDict()
+	d.set("role", m.Role)
+	d.set("content", m.Content)
+	if m.ReasoningContent != "" {
+		d.set("reasoning_content", m.ReasoningContent)
+	}
+	if m.Name != "" {
+		d.set("name", m.Name)
+	}
+	if m.ToolCallID != "" {
+		d.set("tool_call_id", m.ToolCallID)
+	}
+	if len(m.ToolCalls) > 0 {
+		l := &list{}
+		for i, tc := range m.ToolCalls {
+			var args any = tc.Arguments
+			if objectArgs {
+				v, err := jsonValue([]byte(tc.Arguments))
+				if err != nil {
+					return nil, fmt.Errorf("tool call %d (%s): arguments are not JSON: %w", i, tc.Name, err)
+				}
+				args = v
+			}
+			fn := newDict()
+			fn.set("name", tc.Name)
+			fn.set("arguments", args)
+			c := newDict()
+			c.set("type", "function")
+			c.set("function", fn)
+			if tc.ID != "" {
+				c.set("id", tc.ID)
+			}
+			l.items = append(l.items, c)
+		}
+		d.set("tool_calls", l)
+	}
+	return d, nil
+}
+
+// harmonyMessages is what llama.cpp does to messages for gpt-oss's
+// template (common_chat_params_init_gpt_oss): reasoning_content is also
+// given as "thinking", which that template reads, and an assistant turn
+// that has both reasoning and tool calls loses its content.
+func harmonyMessage(d *dict) *dict {
+	r, ok := d.m["reasoning_content"]
+	if !ok {
+		return d
+	}
+	out := newDict()
+	_, calls := d.m["tool_calls"]
+	for _, k := range d.keys {
+		if k == "content" && calls {
+			continue
+		}
+		out.set(k, d.m[k])
+	}
+	out.set("thinking", r)
+	return out
+}
+
+// jsonValue parses JSON text into template values, keeping object key
+// order (nlohmann's ordered_json, which llama.cpp renders with, does).
+// Integers stay integers; other numbers are floats.
+func jsonValue(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("trailing data after JSON value")
+	}
+	return v, nil
+}
+
+// maxJSONDepth bounds nesting so hostile input cannot exhaust the stack.
+const maxJSONDepth = 512
+
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("JSON nested deeper than %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := newDict()
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, fmt.Errorf("object key %v is not a string", kt)
+				}
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				d.set(k, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return d, nil
+		case '[':
+			l := &list{}
+			for dec.More() {
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				l.items = append(l.items, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return l, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		s := t.String()
+		if !strings.ContainsAny(s, ".eE") {
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return i, nil
+			}
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("number %s: %w", s, err)
+		}
+		return f, nil
+	case string, bool, nil:
+		return t, nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// objectArguments is llama.cpp's supports_object_arguments capability
+// (jinja::caps_get): render a conversation whose tool call has arguments
+// as the object {"arg": "value"} and report whether the template read
+// that object's content (by key, by iterating it, or through tojson). An
+// error counts as "no".
+func (t *Template) objectArguments() bool {
+	args := newDict()
+	args.set("arg", "value")
+	fn := newDict()
+	fn.set("name", "tool1")
+	fn.set("arguments", args)
+	call := newDict()
+	call.set("id", "call00001")
+	call.set("type", "function")
+	call.set("function", fn)
+	msg := func(role, content string) *dict {
+		d := newDict()
+		d.set("role", role)
+		d.set("content", content)
+		return d
+	}
+	asst := msg("assistant", "")
+	asst.set("tool_calls", &list{items: []any{call}})
+	tool := msg("tool", "Tool response")
+	tool.set("tool_call_id", "call00001")
+	msgs := &list{items: []any{
+		msg("user", "User message"), asst, tool,
+		msg("assistant", "The tool response was 'tool response'"),
+		msg("user", "User message"),
+	}}
+	params, err := jsonValue([]byte(`{"type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}}, "required": ["arg"]}`))
+	if err != nil {
+		panic(err) // a constant
+	}
+	tfn := newDict()
+	tfn.set("name", "tool1")
+	tfn.set("description", "Tool description")
+	tfn.set("parameters", params)
+	td := newDict()
+	td.set("name", "tool")
+	td.set("type", "function")
+	td.set("function", tfn)
+	root := globals(now)
+	root["messages"] = msgs
+	root["tools"] = &list{items: []any{td}}
+	root["bos_token"] = ""
+	root["eos_token"] = ""
+	root["add_generation_prompt"] = true
+	r := &renderer{src: t.src, out: &strings.Builder{}, watch: args}
+	r.push(root)
+	if err := r.execBody(t.nodes); err != nil {
+		return false
+	}
+	return r.touched
+}
+
+// touch notes a read of v for objectArguments' probe: deep says the whole
+// value was read (tojson, string), not only v itself.
+func (r *renderer) touch(v any, deep bool) {
+	if r.watch == nil || r.touched {
+		return
+	}
+	if deep {
+		r.touched = reaches(v, r.watch, 0)
+		return
+	}
+	if d, ok := v.(*dict); ok && d == r.watch {
+		r.touched = true
+	}
+}
+
+func reaches(v any, target *dict, depth int) bool {
+	if depth > maxJSONDepth {
+		return false
+	}
+	switch x := v.(type) {
+	case *dict:
+		if x == target {
+			return true
+		}
+		for _, k := range x.keys {
+			if reaches(x.m[k], target, depth+1) {
+				return true
+			}
+		}
+	case *list:
+		for _, e := range x.items {
+			if reaches(e, target, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}

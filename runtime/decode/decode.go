@@ -46,6 +46,24 @@ type Params struct {
 	// request with Logprobs never takes the model's own choice.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, restricts every token to those it allows (a
+	// grammar's matcher, one per request): the logits of the others are
+	// masked before sampling, so the model's own greedy choice is never
+	// taken, and the request ends with EOG once the constraint is done. It
+	// is not logged: a step log's rerun samples without it.
+	Constraint Constraint `json:"-"`
+}
+
+// Constraint is what a decoder needs of an output constraint.
+type Constraint interface {
+	// Mask sets in allowed (bit i of allowed[i/64] is token i) the tokens
+	// that may come next and clears the others; end-of-generation tokens
+	// are allowed where the output may end.
+	Mask(allowed []uint64)
+	// Accept advances past tok, failing when tok may not come next.
+	Accept(tok int32) error
+	// Done says the output is complete and nothing more may follow.
+	Done() bool
 }
 
 // Logprobs are a generated token's log-probability and the most likely
@@ -65,7 +83,8 @@ type Decoder struct {
 	filter    *StopFilter
 	generated int
 	finish    Finish
-	banned    []int32 // end-of-generation ids masked out (IgnoreEOS)
+	banned    []int32  // end-of-generation ids masked out (IgnoreEOS)
+	allowed   []uint64 // the constraint's mask, reused each step
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -131,7 +150,7 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		return d.end(Step{Token: -1}, Length)
 	}
 	tok := int32(-1)
-	if d.sampler.Greedy() && !d.p.Logprobs {
+	if d.sampler.Greedy() && !d.p.Logprobs && d.p.Constraint == nil {
 		if g := src.Greedy(); g >= 0 && !slices.Contains(d.banned, g) {
 			tok = g
 		}
@@ -144,6 +163,11 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 				logits[id] = float32(math.Inf(-1))
 			}
 		}
+		if d.p.Constraint != nil && !d.mask(logits) {
+			// Nothing may come next (the constraint cannot go on, or only
+			// an end it was told not to take): the output ends here.
+			return d.end(Step{Token: -1}, EOG)
+		}
 		if d.p.Logprobs {
 			id, l, top := d.sampler.SampleLogprobs(logits, history, d.p.TopLogprobs)
 			tok, lp = id, &Logprobs{Token: id, Logprob: l, Top: top}
@@ -154,6 +178,11 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.tok.IsEOG(tok) {
 		return d.end(Step{Token: -1}, EOG)
 	}
+	if c := d.p.Constraint; c != nil && c.Accept(tok) != nil {
+		// The mask allowed it, so this is the constraint's own
+		// inconsistency: end rather than emit text it refuses.
+		return d.end(Step{Token: -1}, EOG)
+	}
 	d.generated++
 	text, stopped := d.filter.Add(d.text.Add(tok))
 	st := Step{Token: tok, Text: text, Logprobs: lp}
@@ -161,12 +190,38 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	case stopped:
 		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown
 		return st
+	case d.p.Constraint != nil && d.p.Constraint.Done():
+		// Complete, and nothing may follow: what the model's end token
+		// would have said next.
+		return d.end(st, EOG)
 	case d.generated >= d.p.MaxTokens:
 		return d.end(st, Length)
 	case pos >= d.p.ContextLength:
 		return d.end(st, Context)
 	}
 	return st
+}
+
+// mask sets the logits of the tokens the constraint does not allow now to
+// -Inf, reporting whether any token is allowed.
+func (d *Decoder) mask(logits []float32) bool {
+	words := (len(logits) + 63) / 64
+	if len(d.allowed) < words {
+		d.allowed = make([]uint64, words)
+	}
+	d.p.Constraint.Mask(d.allowed)
+	ok := false
+	for w := range words {
+		bits := d.allowed[w]
+		for i := w * 64; i < min(len(logits), (w+1)*64); i++ {
+			if bits&(1<<(i%64)) == 0 {
+				logits[i] = float32(math.Inf(-1))
+			} else if !math.IsInf(float64(logits[i]), -1) {
+				ok = true
+			}
+		}
+	}
+	return ok
 }
 
 // end finishes the request with reason f, appending the text held back.

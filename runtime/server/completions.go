@@ -39,6 +39,17 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
+	spec, field, constrained, aerr := req.spec()
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	if constrained {
+		if aerr := s.constrain(r.Context(), m, spec, field, ps); aerr != nil {
+			s.reject(w, r, aerr)
+			return
+		}
+	}
 	g, aerr := s.submit(r.Context(), m, prompt, ps)
 	if aerr != nil {
 		s.reject(w, r, aerr)

@@ -39,10 +39,9 @@ type genParams struct {
 	LogitBias map[string]float64 `json:"logit_bias"`
 	// Logprobs is an integer for completions (the alternatives per token)
 	// and a boolean for chat, whose alternatives are TopLogprobs.
-	Logprobs       json.RawMessage `json:"logprobs"`
-	TopLogprobs    *int            `json:"top_logprobs"`
-	Tools          json.RawMessage `json:"tools"`
-	ResponseFormat json.RawMessage `json:"response_format"`
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
+	constraintFields
 }
 
 // decodeParams validates the shared fields into the engine's terms; chat

@@ -16,11 +16,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/grammar"
 	"github.com/zrtdev/zrt/runtime/server/ledger"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -45,6 +47,12 @@ type Server struct {
 	requests atomic.Uint64
 	metrics  *metrics
 	ledger   *ledger.Ledger // nil: no usage ledger
+
+	// compilers are the models' grammar compilers (made on first use),
+	// which cache compiled constraints by content.
+	compilersMu   sync.Mutex
+	compilers     map[string]*grammar.Compiler
+	grammarLimits grammar.Limits
 }
 
 // page is GET /: a chat playground that streams, and a live view of the
@@ -60,7 +68,7 @@ const maxBody = 8 << 20
 // request names none) whose engines follow policy; finished requests are
 // recorded in led when it is not nil.
 func New(cfg *Config, policy *Policy, models []*Model, led *ledger.Ledger, log *slog.Logger) *Server {
-	s := &Server{policy: policy, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led}
+	s := &Server{policy: policy, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led, compilers: map[string]*grammar.Compiler{}}
 	s.cfg.Store(cfg)
 	for _, m := range models {
 		s.models[m.Name] = m

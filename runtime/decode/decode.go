@@ -48,21 +48,24 @@ type Params struct {
 	TopLogprobs int
 	// Constraint, when set, restricts every token to those it allows (a
 	// grammar's matcher, one per request): the logits of the others are
-	// masked before sampling, so the model's own greedy choice is never
-	// taken, and the request ends with EOG once the constraint is done. It
-	// is not logged: a step log's rerun samples without it.
+	// -Inf before sampling, greedy or not, logprobs included, so the
+	// model's own greedy choice is never taken. The request finishes
+	// with EOG once the constraint is Done, or when the model picks an
+	// end-of-generation token, which the constraint allows only when the
+	// output is complete. It is not in a step log (a matcher's state is
+	// not data), so a rerun samples such a request unconstrained.
 	Constraint Constraint `json:"-"`
 }
 
-// Constraint is what a decoder needs of an output constraint.
+// Constraint is what decoding needs of a constrained-output matcher
+// (*grammar.Matcher satisfies it).
 type Constraint interface {
-	// Mask sets in allowed (bit i of allowed[i/64] is token i) the tokens
-	// that may come next and clears the others; end-of-generation tokens
-	// are allowed where the output may end.
+	// Mask sets bit i of allowed[i/64] for each token i that may come
+	// next and clears the others.
 	Mask(allowed []uint64)
-	// Accept advances past tok, failing when tok may not come next.
+	// Accept advances past a token; it fails for one not allowed.
 	Accept(tok int32) error
-	// Done says the output is complete and nothing more may follow.
+	// Done says that the output is complete and nothing may follow.
 	Done() bool
 }
 
@@ -84,7 +87,7 @@ type Decoder struct {
 	generated int
 	finish    Finish
 	banned    []int32  // end-of-generation ids masked out (IgnoreEOS)
-	allowed   []uint64 // the constraint's mask, reused each step
+	allowed   []uint64 // the constraint's mask, reused across steps
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -149,6 +152,9 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
 	}
+	if d.p.Constraint != nil && d.p.Constraint.Done() {
+		return d.end(Step{Token: -1}, EOG)
+	}
 	tok := int32(-1)
 	if d.sampler.Greedy() && !d.p.Logprobs && d.p.Constraint == nil {
 		if g := src.Greedy(); g >= 0 && !slices.Contains(d.banned, g) {
@@ -163,10 +169,8 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 				logits[id] = float32(math.Inf(-1))
 			}
 		}
-		if d.p.Constraint != nil && !d.mask(logits) {
-			// Nothing may come next (the constraint cannot go on, or only
-			// an end it was told not to take): the output ends here.
-			return d.end(Step{Token: -1}, EOG)
+		if d.p.Constraint != nil {
+			d.maskLogits(logits)
 		}
 		if d.p.Logprobs {
 			id, l, top := d.sampler.SampleLogprobs(logits, history, d.p.TopLogprobs)
@@ -175,12 +179,15 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 			tok = d.sampler.Sample(logits, history)
 		}
 	}
-	if d.tok.IsEOG(tok) {
-		return d.end(Step{Token: -1}, EOG)
+	if d.p.Constraint != nil {
+		// A token the constraint refuses can only be sampled when it
+		// allows none (a dead end of the grammar): the output cannot go
+		// on, so the request ends.
+		if err := d.p.Constraint.Accept(tok); err != nil {
+			return d.end(Step{Token: -1}, EOG)
+		}
 	}
-	if c := d.p.Constraint; c != nil && c.Accept(tok) != nil {
-		// The mask allowed it, so this is the constraint's own
-		// inconsistency: end rather than emit text it refuses.
+	if d.tok.IsEOG(tok) {
 		return d.end(Step{Token: -1}, EOG)
 	}
 	d.generated++
@@ -191,8 +198,6 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown
 		return st
 	case d.p.Constraint != nil && d.p.Constraint.Done():
-		// Complete, and nothing may follow: what the model's end token
-		// would have said next.
 		return d.end(st, EOG)
 	case d.generated >= d.p.MaxTokens:
 		return d.end(st, Length)
@@ -202,26 +207,29 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	return st
 }
 
-// mask sets the logits of the tokens the constraint does not allow now to
-// -Inf, reporting whether any token is allowed.
-func (d *Decoder) mask(logits []float32) bool {
-	words := (len(logits) + 63) / 64
-	if len(d.allowed) < words {
-		d.allowed = make([]uint64, words)
+// maskLogits sets the logits of the tokens the constraint does not
+// allow to -Inf.
+func (d *Decoder) maskLogits(logits []float32) {
+	n := max(len(logits), d.tok.NVocab())
+	if w := (n + 63) / 64; len(d.allowed) < w {
+		d.allowed = make([]uint64, w)
 	}
 	d.p.Constraint.Mask(d.allowed)
-	ok := false
-	for w := range words {
-		bits := d.allowed[w]
-		for i := w * 64; i < min(len(logits), (w+1)*64); i++ {
-			if bits&(1<<(i%64)) == 0 {
-				logits[i] = float32(math.Inf(-1))
-			} else if !math.IsInf(float64(logits[i]), -1) {
-				ok = true
+	inf := float32(math.Inf(-1))
+	for w, bits := range d.allowed {
+		base := w * 64
+		if base >= len(logits) {
+			break
+		}
+		if bits == ^uint64(0) {
+			continue
+		}
+		for i := base; i < min(base+64, len(logits)); i++ {
+			if bits&(1<<(i-base)) == 0 {
+				logits[i] = inf
 			}
 		}
 	}
-	return ok
 }
 
 // end finishes the request with reason f, appending the text held back.

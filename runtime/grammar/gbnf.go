@@ -9,10 +9,10 @@ import (
 // ruleSet is a parsed grammar: rule bodies by index, their names, and the
 // entry rule.
 type ruleSet struct {
-	names []string
+	names  []string
 	bodies []*expr
-	index map[string]int
-	root  int
+	index  map[string]int
+	root   int
 }
 
 // gbnfParser reads llama.cpp's GBNF (grammars/README.md in llama.cpp):
@@ -21,13 +21,13 @@ type ruleSet struct {
 // comments. A newline ends a rule's body except inside parentheses and
 // after "|".
 type gbnfParser struct {
-	src     string
-	pos     int
-	lim     Limits
-	rs      *ruleSet
-	defined []bool
+	src      string
+	pos      int
+	lim      Limits
+	rs       *ruleSet
+	defined  []bool
 	firstUse []int // offset of a rule's first reference, for undefined-rule errors
-	b       *budget
+	b        *budget
 }
 
 func (p *gbnfParser) errf(format string, args ...any) error {

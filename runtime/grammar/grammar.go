@@ -182,11 +182,12 @@ func (g *Grammar) Positions() int { return len(g.pos) }
 // subtree of node i is nodes i..end[i]-1, and the tokens sorted under it
 // are toks[tokLo[i]:tokLo[end[i]]].
 type vocabTrie struct {
-	nvocab int
-	pieces [][]byte // by token id
-	eog    []int32  // end-of-generation tokens
-	toks   []int32  // token ids with bytes, in byte order
-	sorted [][]byte // their bytes
+	nvocab   int
+	maxDepth int      // longest token in bytes
+	pieces   [][]byte // by token id
+	eog      []int32  // end-of-generation tokens
+	toks     []int32  // token ids with bytes, in byte order
+	sorted   [][]byte // their bytes
 	// Trie nodes in preorder; node 0 is the root (the empty prefix).
 	nbyte []byte
 	depth []int32
@@ -248,6 +249,9 @@ func newVocabTrie(v Vocab) *vocabTrie {
 		vt.end[nd] = int32(len(vt.nbyte))
 	}
 	vt.tokLo = append(vt.tokLo, int32(len(vt.toks)))
+	for _, d := range vt.depth {
+		vt.maxDepth = max(vt.maxDepth, int(d))
+	}
 	return vt
 }
 

@@ -45,12 +45,8 @@ func (g *Grammar) posCache(q int32) *posCache {
 func (g *Grammar) computePosCache(q int32) *posCache {
 	vt := g.vt
 	m := newMachine(g)
-	maxDepth := 0
-	for _, d := range vt.depth {
-		maxDepth = max(maxDepth, int(d))
-	}
-	states := make([]int32, maxDepth+1)
-	unc := make([]bool, maxDepth+1)
+	states := make([]int32, vt.maxDepth+1)
+	unc := make([]bool, vt.maxDepth+1)
 	states[0] = m.single(q)
 	var acc []int32
 	pc := &posCache{}

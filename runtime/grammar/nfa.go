@@ -166,6 +166,9 @@ func (g *tgraph) build(e *expr, in int32) (int32, error) {
 // compileRules turns parsed rules into positions, rejecting grammars the
 // matcher cannot run (left recursion).
 func compileRules(rs *ruleSet, lim Limits, b *budget) (*Grammar, error) {
+	if err := inlineRules(rs, b); err != nil {
+		return nil, err
+	}
 	tg := &tgraph{lim: lim, b: b}
 	starts := make([]int32, len(rs.bodies))
 	ends := make([]int32, len(rs.bodies))

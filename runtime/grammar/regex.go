@@ -196,7 +196,7 @@ func (w *regexWriter) class(pairs []rune) {
 }
 
 func subtractRanges(rs, minus []runeRange) []runeRange {
-	return complementRanges(append(complementRanges(rs), minus...))
+	return complementRanges(normRanges(append(complementRanges(rs), minus...)))
 }
 
 // jsonEscapeRune is how encoding/json writes a control character.

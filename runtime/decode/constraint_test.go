@@ -1,0 +1,111 @@
+package decode
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/zrtdev/zrt/runtime/grammar"
+	"github.com/zrtdev/zrt/runtime/sample"
+)
+
+// matcher compiles a GBNF grammar for the tiny vocabulary.
+func matcher(t *testing.T, gbnf string) *grammar.Matcher {
+	t.Helper()
+	g, err := grammar.NewCompiler(tiny(t), grammar.Limits{}).Compile(context.Background(), grammar.Spec{GBNF: gbnf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.NewMatcher()
+}
+
+// prefer returns logits that rank the tokens in the given order, most
+// likely first, and the others below them.
+func prefer(ids ...int32) []float32 {
+	l := make([]float32, 9)
+	for i, id := range ids {
+		l[id] = float32(20 - i)
+	}
+	return l
+}
+
+// TestConstraintGreedy: a constrained greedy request never takes the
+// model's own choice, takes the most likely allowed token instead, and
+// stops (EOG) as soon as the grammar is done, showing the last token.
+func TestConstraintGreedy(t *testing.T) {
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"? "!"`)})
+	// The model wants "▁STOP" (5) then "▁hello" again; the grammar allows
+	// " hello" first, then " world" or "!".
+	src := &source{greedy: 5, logits: prefer(5, 4, 3)}
+	st := d.NextFrom(src, nil, 0)
+	if st.Token != 3 || st.Finish != Running || src.fetched != 1 {
+		t.Fatalf("step 1 = %+v (fetched %d), want token 3 from the logits", st, src.fetched)
+	}
+	src = &source{greedy: 3, logits: prefer(3, 8, 4)}
+	if st = d.NextFrom(src, []int32{3}, 1); st.Token != 8 || st.Finish != EOG || st.Text != "!" {
+		t.Fatalf("step 2 = %+v, want token 8 '!' finishing with EOG", st)
+	}
+}
+
+// TestConstraintEOG: the end-of-generation token is masked until the
+// output is complete, and taken once it is and the model picks it.
+func TestConstraintEOG(t *testing.T) {
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" "!"*`)})
+	if st := d.Next(prefer(2, 3), nil, 0); st.Token != 3 || st.Finish != Running {
+		t.Fatalf("step 1 = %+v, want token 3: EOG is not allowed before a complete match", st)
+	}
+	if st := d.Next(prefer(8, 2), []int32{3}, 1); st.Token != 8 || st.Finish != Running {
+		t.Fatalf("step 2 = %+v, want token 8", st)
+	}
+	if st := d.Next(prefer(2, 8), []int32{3, 8}, 2); st.Token != -1 || st.Finish != EOG {
+		t.Fatalf("step 3 = %+v, want EOG", st)
+	}
+}
+
+// TestConstraintSampled: sampling at a high temperature only ever yields
+// allowed tokens, and logprobs give the masked tokens no mass.
+func TestConstraintSampled(t *testing.T) {
+	for seed := uint64(0); seed < 20; seed++ {
+		p := Params{MaxTokens: 20, ContextLength: 100, Logprobs: true, TopLogprobs: 5,
+			Sampling:   sample.Params{Temperature: 5, Seed: seed},
+			Constraint: matcher(t, `root ::= ( " hello" | " world" ) "!"{1,2}`)}
+		d := New(tiny(t), p)
+		var fed []int32
+		text := ""
+		for i := 0; ; i++ {
+			st := d.Next(make([]float32, 9), fed, i) // uniform logits
+			text += st.Text
+			if st.Logprobs != nil {
+				for _, lp := range st.Logprobs.Top {
+					if math.IsInf(lp.Logprob, -1) {
+						continue
+					}
+					if i == 0 && lp.Token != 3 && lp.Token != 4 {
+						t.Errorf("seed %d: top logprob for masked token %d: %v", seed, lp.Token, lp.Logprob)
+					}
+				}
+				if i == 0 && math.Abs(st.Logprobs.Logprob-math.Log(0.5)) > 1e-6 {
+					t.Errorf("seed %d: first token logprob %v, want log(1/2) over the two allowed", seed, st.Logprobs.Logprob)
+				}
+			}
+			if st.Finish != Running {
+				if st.Finish != EOG {
+					t.Fatalf("seed %d: finished with %q after %q", seed, st.Finish, text)
+				}
+				break
+			}
+			fed = append(fed, st.Token)
+		}
+		if text != " hello!" && text != " world!" && text != " hello!!" && text != " world!!" {
+			t.Errorf("seed %d: output %q is outside the grammar", seed, text)
+		}
+	}
+}
+
+// TestConstraintLength: max tokens still ends a constrained request.
+func TestConstraintLength(t *testing.T) {
+	d := New(tiny(t), Params{MaxTokens: 1, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"`)})
+	if st := d.Next(prefer(3), nil, 0); st.Token != 3 || st.Finish != Length {
+		t.Fatalf("got %+v, want token 3 finishing with length", st)
+	}
+}

@@ -1,0 +1,126 @@
+package grammar
+
+import (
+	"context"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// threadCPU is the calling thread's CPU time: on a loaded machine it
+// leaves out the time other processes hold the core.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// maskTimes drives a matcher with random allowed tokens (as randomRun
+// does) and returns the time of every Mask after the first visit of each
+// grammar position is cached (warm), and of the first pass (cold).
+func maskTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) (warm, cold []time.Duration) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	m := g.NewMatcher()
+	n := v.NVocab()
+	mask := make([]uint64, (n+63)/64)
+	rng := rand.New(rand.NewSource(seed))
+	var allowed, punct []int32
+	punctTok := punctTokens(g)
+	for step := 0; step < steps && !m.Done(); step++ {
+		t0 := threadCPU()
+		m.Mask(mask)
+		cold = append(cold, threadCPU()-t0)
+		t0 = threadCPU()
+		m.Mask(mask)
+		warm = append(warm, threadCPU()-t0)
+		allowed, punct = allowed[:0], punct[:0]
+		for id := 0; id < n; id++ {
+			if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
+				allowed = append(allowed, int32(id))
+				if punctTok[id] {
+					punct = append(punct, int32(id))
+				}
+			}
+		}
+		if len(allowed) == 0 {
+			break
+		}
+		pick := allowed
+		if len(punct) > 0 && rng.Intn(2) == 0 {
+			pick = punct
+		}
+		if err := m.Accept(pick[rng.Intn(len(pick))]); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return warm, cold
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	return s[int(q*float64(len(s)-1))]
+}
+
+// BenchmarkMask times Mask (thread CPU time) on the Qwen vocabulary for
+// a few schemas along random runs, reporting the median and p99 per step
+// with the position caches warm (every later request of the same
+// grammar), and for the first visits, which fill the caches (cold).
+func BenchmarkMask(b *testing.B) {
+	tok, comp := qwen(b)
+	for _, name := range []string{"01_person.json", "03_nested_arrays.json", "07_numbers.json", "10_openai_tool.json", "12_open_object.json"} {
+		raw, err := os.ReadFile(filepath.Join("testdata/schemas", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			var warm, cold []time.Duration
+			for i := 0; i < b.N; i++ {
+				// A fresh compiler per iteration, so cold times are cold.
+				c := NewCompiler(tok, Limits{})
+				_ = comp
+				g, err := c.Compile(context.Background(), Spec{JSONSchema: raw})
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, cd := maskTimes(b, tok, g, int64(i), 300)
+				warm, cold = append(warm, w...), append(cold, cd...)
+			}
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			b.ReportMetric(us(quantile(warm, 0.5)), "median-µs/mask")
+			b.ReportMetric(us(quantile(warm, 0.99)), "p99-µs/mask")
+			b.ReportMetric(us(quantile(cold, 0.5)), "cold-median-µs/mask")
+			b.ReportMetric(us(quantile(cold, 0.99)), "cold-p99-µs/mask")
+			b.ReportMetric(float64(len(warm))/float64(b.N), "steps/run")
+		})
+	}
+}
+
+func TestMaskTiming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing log")
+	}
+	tok, comp := qwen(t)
+	raw, _ := os.ReadFile("testdata/schemas/01_person.json")
+	t0 := time.Now()
+	g, err := comp.Compile(context.Background(), Spec{JSONSchema: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compile %v, %d positions", time.Since(t0), g.Positions())
+	w, c := maskTimes(t, tok, g, 1, 50)
+	t.Logf("warm %v", w)
+	t.Logf("cold %v", c)
+}

@@ -1,0 +1,114 @@
+package grammar
+
+import (
+	"context"
+	"math/rand"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+var _ Vocab = (*tokenizer.Tokenizer)(nil)
+
+// bruteMask is the mask by definition: every token walked from the
+// matcher's state on its own.
+func bruteMask(mt *Matcher, allowed []uint64) {
+	vt := mt.g.vt
+	clear(allowed)
+	if mt.complete() {
+		for _, id := range vt.eog {
+			allowed[id>>6] |= 1 << (id & 63)
+		}
+	}
+	for id, b := range vt.pieces {
+		if len(b) == 0 {
+			continue
+		}
+		if st := mt.m.walk(mt.st, b); st != dead {
+			allowed[id>>6] |= 1 << (id & 63)
+		}
+	}
+	mt.st = mt.m.rebase(mt.st)
+}
+
+// TestMaskMatchesBruteForce: the trie walk with cached positions allows
+// exactly the tokens that walking each token alone allows, along random
+// runs of several grammars over the Qwen vocabulary.
+func TestMaskMatchesBruteForce(t *testing.T) {
+	tok, comp := qwen(t)
+	specs := []Spec{{JSONObject: true}, {Regex: `[a-z]{1,8}( [0-9]+)?\.`}, {GBNF: `root ::= "<tool_call>\n" [^<]{0,12} "\n</tool_call>"`}}
+	for _, f := range []string{"01_person.json", "05_refs_recursive.json", "08_pattern.json", "12_open_object.json"} {
+		raw, err := os.ReadFile("testdata/schemas/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, Spec{JSONSchema: raw})
+	}
+	n := tok.NVocab()
+	fast, slow := make([]uint64, (n+63)/64), make([]uint64, (n+63)/64)
+	for si, s := range specs {
+		g, err := comp.Compile(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := g.NewMatcher()
+		rng := rand.New(rand.NewSource(int64(si)))
+		punct := punctTokens(g)
+		for step := 0; step < 25 && !m.Done(); step++ {
+			m.Mask(fast)
+			bruteMask(m, slow)
+			var allowed, pun []int32
+			for id := 0; id < n; id++ {
+				f, b := fast[id/64]&(1<<(id%64)) != 0, slow[id/64]&(1<<(id%64)) != 0
+				if f != b {
+					t.Fatalf("spec %d step %d: token %d %q: mask %v, brute force %v", si, step, id, tok.Piece(int32(id)), f, b)
+				}
+				if f && !tok.IsEOG(int32(id)) {
+					allowed = append(allowed, int32(id))
+					if punct[id] {
+						pun = append(pun, int32(id))
+					}
+				}
+			}
+			if len(allowed) == 0 {
+				break
+			}
+			if len(pun) > 0 && rng.Intn(2) == 0 {
+				allowed = pun
+			}
+			if err := m.Accept(allowed[rng.Intn(len(allowed))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestConcurrentMatchers: matchers of one grammar run in parallel while
+// the position caches fill.
+func TestConcurrentMatchers(t *testing.T) {
+	g, err := NewCompiler(fuzzVocab, Limits{}).Compile(context.Background(), Spec{JSONObject: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := g.NewMatcher()
+			for _, s := range []string{`{"`, "abc", `":`, "true", `,"`, "\xc3\xa9", `":`, "null", "}"} {
+				m.Mask(make([]uint64, (fuzzVocab.NVocab()+63)/64))
+				if err := m.AcceptBytes([]byte(s)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			if !m.Done() {
+				t.Error("not done")
+			}
+		}()
+	}
+	wg.Wait()
+}

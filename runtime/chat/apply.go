@@ -95,13 +95,17 @@ func (t *Template) render(msgs []Message, opt Options, objectArgs bool) (string,
 	root := globals(now)
 	ml := &list{items: make([]any, len(msgs))}
 	harmony := strings.Contains(t.src, "<|channel|>")
+	ministral := isMinistral3(t.src)
 	for i, m := range msgs {
 		d, err := messageValue(m, objectArgs)
 		if err != nil {
 			return "", fmt.Errorf("message %d: %w", i, err)
 		}
-		if harmony {
+		switch {
+		case harmony:
 			d = harmonyMessage(d)
+		case ministral:
+			d = ministralMessage(d)
 		}
 		ml.items[i] = d
 	}
@@ -200,6 +204,15 @@ func Apply(src string, msgs []Message, opt Options) (text string, fallback bool,
 	}
 	if opt.EOSToken != "" && !opt.KeepEOS {
 		out = strings.TrimSuffix(out, opt.EOSToken)
+	}
+	// gpt-oss's template ends a finished conversation with <|return|>;
+	// llama.cpp turns the last one into <|end|> (common/chat.cpp,
+	// common_chat_params_init_gpt_oss), as the model sees it when the
+	// conversation goes on.
+	if !opt.AddGenerationPrompt && strings.Contains(t.src, "<|channel|>") {
+		if i := strings.LastIndex(out, "<|return|>"); i >= 0 {
+			out = out[:i] + "<|end|>" + out[i+len("<|return|>"):]
+		}
 	}
 	// Gemma 4's template does not open the model's turn after an
 	// assistant turn that ended in tool calls; llama.cpp opens it

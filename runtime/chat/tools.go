@@ -164,6 +164,48 @@ func harmonyMessage(d *dict) *dict {
 	return out
 }
 
+// isMinistral3 is llama.cpp's test for Ministral 3 / Magistral templates
+// (common_chat_try_specialized_template): Mistral Small 3.2 has [CALL_ID],
+// they do not.
+func isMinistral3(src string) bool {
+	return strings.Contains(src, "[SYSTEM_PROMPT]") && strings.Contains(src, "[TOOL_CALLS]") &&
+		strings.Contains(src, "[ARGS]") && !strings.Contains(src, "[CALL_ID]")
+}
+
+// ministralMessage is what llama.cpp does to system and assistant
+// messages for Ministral 3's template (common_chat_params_init_ministral_3):
+// the content becomes blocks, a {"type": "thinking"} block with the
+// reasoning first where there is any, then a {"type": "text"} block, as
+// that template renders reasoning only from blocks.
+func ministralMessage(d *dict) *dict {
+	role, _ := d.m["role"].(string)
+	if role != "system" && role != "assistant" {
+		return d
+	}
+	blocks := &list{}
+	if r, ok := d.m["reasoning_content"]; ok {
+		b := newDict()
+		b.set("type", "thinking")
+		b.set("thinking", r)
+		blocks.items = append(blocks.items, b)
+	}
+	b := newDict()
+	b.set("type", "text")
+	b.set("text", d.m["content"])
+	blocks.items = append(blocks.items, b)
+	out := newDict()
+	for _, k := range d.keys {
+		switch k {
+		case "reasoning_content":
+		case "content":
+			out.set(k, blocks)
+		default:
+			out.set(k, d.m[k])
+		}
+	}
+	return out
+}
+
 // jsonValue parses JSON text into template values, keeping object key
 // order (nlohmann's ordered_json, which llama.cpp renders with, does).
 // Integers stay integers; other numbers are floats.
@@ -344,4 +386,101 @@ func reaches(v any, target *dict, depth int) bool {
 		}
 	}
 	return false
+}
+
+// ParseMessages reads an OpenAI messages array the way llama.cpp does
+// (common_chat_msgs_parse_oaicompat): every message needs a role and a
+// content or tool_calls; content is a string, null, or an array of
+// {"type": "text", "text": ...} parts, joined with "\n" as llama.cpp
+// joins them for templates that take string content; tool call
+// arguments may be a JSON string or a JSON value (kept as its JSON text).
+func ParseMessages(raw []byte) ([]Message, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("messages: expected an array: %w", err)
+	}
+	out := make([]Message, 0, len(items))
+	for i, it := range items {
+		var m struct {
+			Role      *string         `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function *struct {
+					Name      *string         `json:"name"`
+					Arguments json.RawMessage `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			ReasoningContent string `json:"reasoning_content"`
+			Name             string `json:"name"`
+			ToolCallID       string `json:"tool_call_id"`
+		}
+		if err := json.Unmarshal(it, &m); err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		if m.Role == nil {
+			return nil, fmt.Errorf("messages[%d]: missing role", i)
+		}
+		if m.Content == nil && m.ToolCalls == nil {
+			return nil, fmt.Errorf("messages[%d]: expected content or tool_calls", i)
+		}
+		msg := Message{Role: *m.Role, ReasoningContent: m.ReasoningContent, Name: m.Name, ToolCallID: m.ToolCallID}
+		text, err := contentText(m.Content)
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		msg.Content = text
+		for j, tc := range m.ToolCalls {
+			switch {
+			case tc.Type != "function":
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: unsupported type %q", i, j, tc.Type)
+			case tc.Function == nil:
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: missing function", i, j)
+			case tc.Function.Name == nil:
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: missing function name", i, j)
+			}
+			args := string(bytes.TrimSpace(tc.Function.Arguments))
+			var s string
+			if json.Unmarshal(tc.Function.Arguments, &s) == nil {
+				args = s
+			}
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: *tc.Function.Name, Arguments: args})
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+func contentText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	if raw[0] != '[' {
+		return "", fmt.Errorf("content: expected a string, null or an array of parts")
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("content: %w", err)
+	}
+	var b strings.Builder
+	for k, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", fmt.Errorf("content[%d]: unsupported part type %q", k, p.Type)
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
 }

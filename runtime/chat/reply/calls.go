@@ -25,6 +25,9 @@ const (
 func (f Format) readCall(marker, s string, final bool) ([]chat.ToolCall, int, status) {
 	switch f.Kind {
 	case Hermes:
+		if strings.HasPrefix(strings.TrimLeft(s, spaces), "{") {
+			return readHermesJSON(s, final)
+		}
 		return f.readTagged(s, "</tool_call>", final, f.hermesBody)
 	case Gemma4:
 		return f.readTagged(s, "<tool_call|>", final, gemmaBody)
@@ -57,6 +60,31 @@ func (f Format) readTagged(s, closer string, final bool, body func(string) ([]ch
 		return nil, 0, invalid
 	}
 	return calls, n, complete
+}
+
+// readHermesJSON reads {"name": ..., "arguments": ...} and the closing
+// </tool_call> after it, so that a closing tag inside an argument string
+// does not end the call. At the end of the reply the tag may be missing.
+func readHermesJSON(s string, final bool) ([]chat.ToolCall, int, status) {
+	const closer = "</tool_call>"
+	calls, n, st := readJSON(s, final, func(b []byte) ([]chat.ToolCall, bool) {
+		c, _, ok := callObject(b, "arguments")
+		return []chat.ToolCall{c}, ok
+	})
+	if st != complete {
+		return nil, 0, st
+	}
+	rest := strings.TrimLeft(s[n:], spaces)
+	n = len(s) - len(rest)
+	switch {
+	case strings.HasPrefix(rest, closer):
+		return calls, n + len(closer), complete
+	case final && rest == "":
+		return calls, n, complete
+	case !final && strings.HasPrefix(closer, rest):
+		return nil, 0, needMore
+	}
+	return nil, 0, invalid
 }
 
 // readJSON reads one JSON object or array at the start of s.

@@ -69,6 +69,9 @@ type Format struct {
 	// CallIDs says the model writes each call's id ([CALL_ID] in
 	// MistralArgs, "id" in MistralNemo); other calls get generated ids.
 	CallIDs bool
+	// XMLCalls says calls are written <function=NAME><parameter=P>V
+	// </parameter></function> inside <tool_call> (Qwen 3.5), not JSON.
+	XMLCalls bool
 
 	inReasoning bool
 	seed        uint64
@@ -96,6 +99,7 @@ func Detect(template string) Format {
 		f.CallIDs = true
 	case has("<tool_call>"):
 		f.Kind = Hermes
+		f.XMLCalls = has("<function=")
 	case has("<|start_header_id|>") && (has("<|python_tag|>") || has(`"parameters": `)):
 		f.Kind = Llama3
 	}

@@ -125,7 +125,9 @@ func parseCases(t testing.TB) []parseCase {
 		{"hermes/think-content", qwen3, "<think>I'm\nthinking\n</think>\n\nHello, world!\nWhat's up?", thoughts, msgAssist, nil},
 		{"hermes/parallel", qwen3, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"special_function_with_opt\", \"arguments\": {\"arg1\": 1, \"arg2\": 2}}\n</tool_call>", "", "",
 			[]call{{"special_function", `{"arg1": 1}`, ""}, {"special_function_with_opt", `{"arg1": 1, "arg2": 2}`, ""}}},
-		{"hermes/content-newline-call", qwen3, "Hello, world!\nWhat's up?\n<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>", "", msgAssist, sf(`{"arg1": 1}`)},
+		// llama.cpp's test compares content without surrounding
+		// whitespace; its parser keeps the newline before the call.
+		{"hermes/content-newline-call", qwen3, "Hello, world!\nWhat's up?\n<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}\n</tool_call>", "", msgAssist + "\n", sf(`{"arg1": 1}`)},
 		{"qwq/forced-open", qwq, "Let me think about this...\n</think>\nThe answer is 42.", "Let me think about this...", "The answer is 42.", nil},
 		{"qwq/empty-reasoning", qwq, "</think>Hello, world!", "", "Hello, world!", nil},
 		{"qwen3.5/thoughts", qwen35.AfterPrompt("<|im_start|>assistant\n<think>\n"), "I'm\nthinking\n</think>\n\nHello, world!\nWhat's up?", thoughts, msgAssist, nil},
@@ -191,6 +193,8 @@ func parseCases(t testing.TB) []parseCase {
 		{"hermes/cut-off", qwen25, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", "", "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", nil},
 		{"hermes/not-a-call", qwen25, "Use <tool_call>like this</tool_call> then.", "", "Use <tool_call>like this</tool_call> then.", nil},
 		{"hermes/arguments-string", qwen25, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", "", "", []call{{"f", `{"a": 1}`, ""}}},
+		{"hermes/closer-in-string", qwen25, "<tool_call>\n{\"name\": \"set_text\", \"arguments\": {\"text\": \"a </tool_call> b\"}}\n</tool_call>", "", "", []call{{"set_text", `{"text": "a </tool_call> b"}`, ""}}},
+		{"hermes/junk-before-closer", qwen25, "<tool_call>{\"name\": \"f\"} x</tool_call>", "", "<tool_call>{\"name\": \"f\"} x</tool_call>", nil},
 		{"qwen3/unclosed-think", qwen3, "<think>still thinking", "still thinking", "", nil},
 		{"nemo/bad-json", nemo, "[TOOL_CALLS][{\"name\": 3}]", "", "[TOOL_CALLS][{\"name\": 3}]", nil},
 		{"gpt-oss/not-harmony", oss, "just text", "", "just text", nil},
@@ -308,7 +312,7 @@ func TestStreamHoldsBack(t *testing.T) {
 		{"ink>\n\nSure <tool", Delta{Content: "Sure"}},
 		{"box> is", Delta{Content: " <toolbox> is"}},
 		{" here.\n<tool_call>\n{\"name\": \"f\", ", Delta{Content: " here."}},
-		{"\"arguments\": {}}\n</tool_call>", Delta{ToolCalls: []CallDelta{{Index: 0, ID: Format{}.CallID(0), Name: "f", Arguments: "{}"}}}},
+		{"\"arguments\": {}}\n</tool_call>", Delta{Content: "\n", ToolCalls: []CallDelta{{Index: 0, ID: Format{}.CallID(0), Name: "f", Arguments: "{}"}}}},
 	}
 	for i, st := range steps {
 		if got := s.Add(st.in); !reflect.DeepEqual(got, st.want) {

@@ -252,7 +252,8 @@ func (s *Stream) runMarked(d *Delta, final bool) {
 				s.mode = modeContent
 				continue
 			}
-			s.content.end(false) // whitespace before a call is not content
+			// Whitespace before a call stays content, as in llama.cpp.
+			d.Content += s.content.end(true)
 			for _, c := range calls {
 				id := c.ID
 				if id == "" {

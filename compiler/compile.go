@@ -23,10 +23,11 @@ import (
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/passes"
+	"github.com/zrtdev/zrt/version"
 )
 
 // Version is the compiler version recorded in every bundle.
-const Version = "zrtc 0.1.0"
+const Version = "zrtc " + version.Release
 
 // Options are the inputs of one compilation besides the GGUF.
 type Options struct {
@@ -93,9 +94,6 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	}
 	if opt.Target != "" {
 		cfg.Target = opt.Target
-	}
-	if _, err := zrt.ParseTarget(cfg.Target); err != nil {
-		return nil, err
 	}
 	templates, err := templatesFor(cfg.Target, opt)
 	if err != nil {
@@ -420,10 +418,19 @@ func writePack(ctx context.Context, path string, fe *Frontend) ([32]byte, error)
 		}
 		return ws[a].Offset < ws[b].Offset
 	})
+	type at struct {
+		region int
+		off    int64
+	}
+	written := map[at]bool{}
 	for _, p := range ws {
 		if err := ctx.Err(); err != nil {
 			return zero, err
 		}
+		if written[at{p.Region, p.Offset}] {
+			continue // a second buffer on the same bytes (a tied LM head)
+		}
+		written[at{p.Region, p.Offset}] = true
 		off := p.Offset
 		for _, name := range p.Sources {
 			parts, err := sourceData(fe.GGUF, name)

@@ -21,9 +21,11 @@ import (
 	"github.com/zrtdev/zrt/passes"
 )
 
-// checkPhases rejects option combinations that cannot mean anything, in
-// the flags' own words.
-func (o *Options) checkPhases() error {
+// CheckPhases rejects phase options (DumpAfter, DumpDir, CompileTo,
+// CompileFrom, IRPath) that name no pass or cannot mean anything together,
+// in the flags' own words; Compile checks them too, but a command can ask
+// first, to tell a mistake in its call from a failure.
+func (o *Options) CheckPhases() error {
 	if (o.DumpAfter == "") != (o.DumpDir == "") {
 		return fmt.Errorf("--dump-after and --dump-dir go together")
 	}
@@ -70,7 +72,7 @@ func (o *Options) dumpAfter() []string {
 // the text IR in opt.IRPath when opt.CompileFrom is set, up to
 // opt.CompileTo, dumping after the passes in opt.DumpAfter.
 func (fe *Frontend) RunPasses(ctx context.Context, opt Options) ([]passes.Timing, error) {
-	if err := opt.checkPhases(); err != nil {
+	if err := opt.CheckPhases(); err != nil {
 		return nil, err
 	}
 	if opt.CompileFrom != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/zrtdev/zrt/compiler/arch"
@@ -178,12 +179,19 @@ func Targets() []string {
 	return out
 }
 
+// UnsupportedTarget is the error for a target this zrtc does not compile
+// for: unsupported, not malformed, since a GPU zrt has no kernels for yet
+// (cuda:sm_75) is a fair thing to ask for.
+func UnsupportedTarget(target string) error {
+	return &support.Error{What: "target", Value: strconv.Quote(target), Detail: "zrtc compiles for " + strings.Join(Targets(), ", ")}
+}
+
 // templatesFor returns a target's templates.
 func templatesFor(target string, opt Options) (passes.Templates, error) {
 	t, ok := kernels.LookupTarget(target)
 	k, has := tierKernels[t.Tier]
 	if !ok || !has {
-		return nil, fmt.Errorf("target %s: this zrtc has no kernels for it (it lowers for %s)", target, strings.Join(Targets(), ", "))
+		return nil, UnsupportedTarget(target)
 	}
 	return k.templates(t, opt), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/ggml"
@@ -87,13 +88,24 @@ func memplan(_ context.Context, u *Unit) error {
 		return len(p.Regions) - 1
 	}
 	// Weights: one region per layer class, in first-use order over the
-	// graphs, each tensor once (variants share weights).
+	// graphs, each tensor once (variants share weights). Two buffers of
+	// the same bytes — a tied LM head, which is the embedding table — get
+	// one placement's storage, so the pack holds the table once.
 	classRegion := map[string]int{}
 	placed := map[string]bool{}
+	stored := map[string]Placement{} // the bytes' identity → where they are
 	for _, g := range u.Graphs {
 		for _, bi := range referencedBuffers(g) {
 			b := &g.Buffers[bi]
 			if b.Class != ir.Weight || placed[b.Name] {
+				continue
+			}
+			placed[b.Name] = true
+			src := b.SourceTensors()
+			same := fmt.Sprintf("%s|%d|%d", strings.Join(src, "+"), b.Type, b.Bytes)
+			if at, ok := stored[same]; ok {
+				p.Weights = append(p.Weights, Placement{Buffer: b.Name, Sources: src, Type: b.Type, Dims: b.Dims,
+					Region: at.Region, Offset: at.Offset, Bytes: b.Bytes})
 				continue
 			}
 			ri, ok := classRegion[b.LayerClass]
@@ -103,10 +115,10 @@ func memplan(_ context.Context, u *Unit) error {
 			}
 			r := &p.Regions[ri]
 			off := alignUp(r.Bytes, WeightAlign)
-			p.Weights = append(p.Weights, Placement{Buffer: b.Name, Sources: b.SourceTensors(), Type: b.Type, Dims: b.Dims,
+			p.Weights = append(p.Weights, Placement{Buffer: b.Name, Sources: src, Type: b.Type, Dims: b.Dims,
 				Region: ri, Offset: off, Bytes: b.Bytes})
+			stored[same] = p.Weights[len(p.Weights)-1]
 			r.Bytes = off + b.Bytes
-			placed[b.Name] = true
 		}
 	}
 	p.KV = add(kernels.RegionKV, DeviceLocal, u.State.KV)

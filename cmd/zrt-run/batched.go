@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
@@ -36,7 +37,7 @@ func parseSlots(s string) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("--slots %q: want positive counts separated by commas", s)
+			return nil, exitcode.Usagef("--slots %q: want positive counts separated by commas", s)
 		}
 		out = append(out, n)
 	}
@@ -49,6 +50,13 @@ func parseSlots(s string) ([]int, error) {
 // tg steps that each decode one token of all B in one replay —
 // llama-batched-bench's test, on the bundle's decode variant for B slots.
 func batchedBench(ctx context.Context, pool *sequence.Pool, slots []int, pp, tg int) ([]batchedResult, error) {
+	// Every count is checked before any is measured: a mistake in the
+	// list is a usage error, found at once.
+	for _, b := range slots {
+		if b > pool.Slots() {
+			return nil, exitcode.Usagef("--slots %d: the bundle serves at most %d (build it with decode_slots = [..., %d] in the model config)", b, pool.Slots(), b)
+		}
+	}
 	// Warm up (first-touch of weights and scratch, thread start) as
 	// llama-batched-bench does, untimed.
 	if _, err := batchedRun(ctx, pool, slots[0], pp, min(tg, 2)); err != nil {

@@ -68,6 +68,17 @@ tool on the same model, threads and test and prints its table below.`,
 				return exitcode.Usagef("-n %d out of range [0, 1048576]", tg)
 			case reps < 1 || reps > 1000:
 				return exitcode.Usagef("-r %d out of range [1, 1000]", reps)
+			case slotList != "" && format != "md" && format != "jsonl":
+				return exitcode.Usagef("--output-format %q: want md or jsonl", format)
+			case (llamaBench != "" || llamaBatched != "") && gguf == "":
+				return exitcode.Usagef("--llama-bench and --llama-batched-bench need --gguf, the model the bundle was built from")
+			}
+			var slots []int
+			if slotList != "" {
+				var err error
+				if slots, err = parseSlots(slotList); err != nil {
+					return err
+				}
 			}
 			e, err := ef.open(args[0])
 			if err != nil {
@@ -89,13 +100,6 @@ tool on the same model, threads and test and prints its table below.`,
 				defer pprof.StopCPUProfile()
 			}
 			if slotList != "" {
-				slots, err := parseSlots(slotList)
-				if err != nil {
-					return err
-				}
-				if format != "md" && format != "jsonl" {
-					return fmt.Errorf("--output-format %q: want md or jsonl", format)
-				}
 				rows, err := batchedBench(ctx, e, slots, pp, tg)
 				if err != nil {
 					return err
@@ -187,6 +191,9 @@ tool on the same model, threads and test and prints its table below.`,
 					}
 				}
 				rows = append(rows, res)
+				if warn := noiseWarning(res, reps); warn != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "zrt-run:", warn)
+				}
 			}
 			w := cmd.OutOrStdout()
 			if llamaBench != "" {
@@ -235,25 +242,39 @@ tool on the same model, threads and test and prints its table below.`,
 // weightStats returns the weights' bytes and element count, and the bytes
 // one decode step reads: every weight except the embedding table, of which
 // it reads one row, and the routed experts' tensors, of which it reads
-// the n_expert_used experts a token is routed to.
+// the n_expert_used experts a token is routed to. Weights that share
+// their bytes (a tied LM head is the embedding table) count once, at the
+// most a step reads of them.
 func weightStats(e *sequence.Pool) (size, params, perToken int64) {
 	h := &e.Bundle.Graph.Hparams
+	type at struct {
+		region uint32
+		off    int64
+	}
+	read := map[at]int64{}
 	for _, w := range e.Bundle.Graph.Weights {
+		r := w.Bytes
+		switch {
+		case isEmbedTable(e.Bundle.Graph, w):
+			r = w.Bytes / w.Dims[len(w.Dims)-1]
+		case len(w.Dims) == 3 && h.NExpert > 0 && w.Dims[2] == int64(h.NExpert):
+			r = w.Bytes / int64(h.NExpert) * int64(h.NExpertUsed)
+		}
+		k := at{uint32(w.Region), int64(w.Offset)}
+		if prev, shared := read[k]; shared {
+			read[k] = max(prev, r)
+			continue
+		}
+		read[k] = r
 		n := int64(1)
 		for _, d := range w.Dims {
 			n *= d
 		}
 		size += w.Bytes
 		params += n
-		if isEmbedTable(e.Bundle.Graph, w) {
-			perToken += w.Bytes / w.Dims[len(w.Dims)-1]
-			continue
-		}
-		if len(w.Dims) == 3 && h.NExpert > 0 && w.Dims[2] == int64(h.NExpert) {
-			perToken += w.Bytes / int64(h.NExpert) * int64(h.NExpertUsed)
-			continue
-		}
-		perToken += w.Bytes
+	}
+	for _, r := range read {
+		perToken += r
 	}
 	return size, params, perToken
 }
@@ -365,4 +386,19 @@ func compareLlama(cmd *cobra.Command, rows []benchResult, bin, gguf string, pp, 
 	}
 	fmt.Fprintln(w)
 	return nil
+}
+
+// noisySpread is the standard deviation, as a fraction of the mean, past
+// which bench calls a rate noisy.
+const noisySpread = 0.2
+
+// noiseWarning is bench's warning for a rate whose spread makes the mean
+// meaningless ("" when the rate is steady): reps more repetitions, a quiet
+// machine or pinned threads tighten it.
+func noiseWarning(r benchResult, reps int) string {
+	if r.TokS <= 0 || r.StdDev <= noisySpread*r.TokS {
+		return ""
+	}
+	return fmt.Sprintf("warning: %s is noisy: %.2f ± %.2f t/s, a spread of %.0f%% of the mean over %d repetitions; "+
+		"measure again with more (-r %d) on an idle machine", r.Test, r.TokS, r.StdDev, 100*r.StdDev/r.TokS, reps, max(2*reps, 10))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
@@ -35,7 +36,7 @@ func parseTokens(s string) ([]int32, error) {
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 		v, err := strconv.ParseInt(f, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("token list: %q is not a token id", f)
+			return nil, exitcode.Usagef("--tokens: %q is not a token id", f)
 		}
 		out = append(out, int32(v))
 	}

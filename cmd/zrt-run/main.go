@@ -12,6 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/cmd/internal/stdout"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/version"
 )
 
 func main() {
@@ -29,6 +32,7 @@ bundle set (it runs the member that fits this machine) and a pack
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	setVersion(root)
 	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd(), rerunCmd(), validateCmd())
 	exitcode.Wire(root)
 	out := stdout.New(os.Stdout)
@@ -41,4 +45,13 @@ bundle set (it runs the member that fits this machine) and a pack
 		fmt.Fprintln(os.Stderr, "zrt-run:", err)
 		os.Exit(exitcode.Code(err))
 	}
+}
+
+// setVersion gives zrt-run a --version: its release and the artifact
+// format versions it runs, to set beside a bundle's (zrtc inspect) when
+// one will not load.
+func setVersion(root *cobra.Command) {
+	root.Version = fmt.Sprintf("zrt-run %s; kernel ABI %d; graph format %d.%d; weights pack %d",
+		version.Release, zrt.ABIVersion, bundle.VersionMajor, bundle.VersionMinor, bundle.PackVersion)
+	root.SetVersionTemplate("{{.Version}}\n")
 }

@@ -11,6 +11,15 @@ import (
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
+// tiersOf names the tiers (as ZRT_TIER spells them) that run a tier
+// kind's bundles: the AMD kind's run on T1 and T2 alike.
+func tiersOf(k kernels.TierKind) string {
+	if k == kernels.TierAMD {
+		return "t1,t2"
+	}
+	return string(k)
+}
+
 func probeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "probe",
@@ -42,7 +51,7 @@ func probeCmd() *cobra.Command {
 			}
 			fmt.Fprintln(w, "\nbundle targets and the tier that runs them:")
 			for _, t := range kernels.Targets() {
-				fmt.Fprintf(w, "  %-12s %s\n", t.Name, t.Tier)
+				fmt.Fprintf(w, "  %-12s %s\n", t.Name, tiersOf(t.Tier))
 			}
 			return nil
 		},

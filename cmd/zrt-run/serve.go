@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server"
@@ -61,11 +63,16 @@ as the requests themselves. With several bundles, numbered as --trace.
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := server.LoadConfig(configPath)
-			if err != nil {
-				return err
+			var notRead *fs.PathError
+			switch {
+			case errors.As(err, &notRead):
+				return err // an I/O failure, not a mistake in the call
+			case err != nil:
+				// An unknown key, a bad value: a mistake in --config.
+				return &exitcode.UsageError{Err: err}
 			}
 			if len(aliases) > 0 && len(aliases) != len(args) {
-				return fmt.Errorf("--model-alias given %d times for %d bundles", len(aliases), len(args))
+				return exitcode.Usagef("--model-alias given %d times for %d bundles", len(aliases), len(args))
 			}
 			opt, err := ef.options()
 			if err != nil {

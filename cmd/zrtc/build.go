@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/buildkey"
 	"github.com/zrtdev/zrt/format/buildcache"
@@ -91,7 +92,7 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 			}
 			if opt.CompileTo != "" {
 				if len(targets) > 1 || asJSON {
-					return fmt.Errorf("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")
+					return exitcode.Usagef("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")
 				}
 				opt.Target = target
 				if out == "" {
@@ -100,10 +101,10 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 				return compiler.Compile(cmd.Context(), args[0], out, opt)
 			}
 			if len(targets) > 1 && opt.CompileFrom != "" {
-				return fmt.Errorf("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")
+				return exitcode.Usagef("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")
 			}
 			if len(targets) > 1 && opt.DumpAfter != "" {
-				return fmt.Errorf("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")
+				return exitcode.Usagef("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")
 			}
 			b := &builder{model: args[0], opt: opt, say: say, warn: opt.Warn, forceBuild: opt.DumpAfter != "",
 				wantKey: asJSON || len(targets) > 1}
@@ -170,7 +171,7 @@ func splitTargets(s string) ([]string, error) {
 	for _, t := range strings.Split(s, ",") {
 		t = strings.TrimSpace(t)
 		if !slices.Contains(known, t) {
-			return nil, fmt.Errorf("--target: %q is not a target this zrtc compiles for (%s)", t, strings.Join(known, ", "))
+			return nil, fmt.Errorf("--target: %w", compiler.UnsupportedTarget(t))
 		}
 		seen[t] = true
 	}

@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/passes"
 )
@@ -17,6 +17,16 @@ func dumpCmd() *cobra.Command {
 		Short: "Compile a model in memory and print one stage's result",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case args[0] != "ir" && args[0] != "memplan" && args[0] != "liveness":
+				return exitcode.Usagef("dump: unknown stage %q: want liveness, memplan or ir", args[0])
+			case after != "" && args[0] != "ir":
+				return exitcode.Usagef("dump: --after applies to dump ir only")
+			case after != "":
+				if err := passes.CheckPass(after); err != nil {
+					return &exitcode.UsageError{Err: fmt.Errorf("--after: %w", err)}
+				}
+			}
 			fe, err := compiler.Load(args[1], compiler.Options{ConfigPath: cfg})
 			if err != nil {
 				return err
@@ -57,8 +67,7 @@ func dumpCmd() *cobra.Command {
 				}
 				return nil
 			}
-			fmt.Fprintf(os.Stderr, "dump: unknown stage %q\n", args[0])
-			return fmt.Errorf("dump: stage must be liveness, memplan or ir")
+			return nil
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")

@@ -37,8 +37,8 @@ target, a config feature) is refused with "unsupported ...", distinct from
 a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       compiler.Version,
 	}
+	setVersion(root)
 	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), packCmd(), unpackCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
 	exitcode.Wire(root)
 	out := stdout.New(os.Stdout)
@@ -140,4 +140,12 @@ func tokCmd(reverse bool) *cobra.Command {
 		c.Flags().BoolVar(&special, "parse-special", false, "turn special-token text such as <|im_start|> into its id")
 	}
 	return c
+}
+
+// setVersion makes --version print the toolchain: zrtc's version and the
+// artifact format versions its bundles carry (cobra's default template
+// would say "zrtc version zrtc 0.1.0").
+func setVersion(root *cobra.Command) {
+	root.Version = compiler.Toolchain()
+	root.SetVersionTemplate("{{.Version}}\n")
 }

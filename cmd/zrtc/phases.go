@@ -1,9 +1,8 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/passes"
@@ -27,15 +26,18 @@ func (p *phaseFlags) register(c *cobra.Command) {
 func (p *phaseFlags) apply(args []string, out string, opt *compiler.Options) error {
 	switch {
 	case p.from != "" && len(args) != 2:
-		return fmt.Errorf("build: --compile-from=%s needs the text IR file after MODEL.gguf", p.from)
+		return exitcode.Usagef("build: --compile-from=%s needs the text IR file after MODEL.gguf", p.from)
 	case p.from == "" && len(args) == 2:
-		return fmt.Errorf("build: a second argument (%s) is text IR to resume from, which needs --compile-from=PHASE", args[1])
+		return exitcode.Usagef("build: a second argument (%s) is text IR to resume from, which needs --compile-from=PHASE", args[1])
 	case out == "" && p.to == "":
-		return fmt.Errorf("build: -o OUT is required")
+		return exitcode.Usagef("build: -o OUT is required")
 	}
 	opt.DumpAfter, opt.DumpDir, opt.CompileTo, opt.CompileFrom = p.dumpAfter, p.dumpDir, p.to, p.from
 	if len(args) == 2 {
 		opt.IRPath = args[1]
+	}
+	if err := opt.CheckPhases(); err != nil {
+		return &exitcode.UsageError{Err: err}
 	}
 	return nil
 }

@@ -146,6 +146,29 @@ var (
 	ErrEmpty    = errors.New("engine: empty prompt")
 )
 
+// TooLongError is a request refused with ErrTooLong, with the numbers a
+// front end needs to say why in its own words: its prompt and max tokens
+// exceed the context (Pages == 0), or need Pages KV pages where Limit are
+// to be had (the pool's, or Tenant's when Tenant is set).
+type TooLongError struct {
+	Prompt, MaxTokens, Context int
+	Pages, Limit               int
+	Tenant                     string
+}
+
+func (e *TooLongError) Error() string {
+	switch {
+	case e.Pages == 0:
+		return fmt.Sprintf("%v: %d prompt + %d tokens > %d", ErrTooLong, e.Prompt, e.MaxTokens, e.Context)
+	case e.Tenant == "":
+		return fmt.Sprintf("%v: needs %d KV pages, the pool has %d", ErrTooLong, e.Pages, e.Limit)
+	}
+	return fmt.Sprintf("%v: needs %d KV pages, tenant %s may hold %d", ErrTooLong, e.Pages, e.Tenant, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, ErrTooLong) true.
+func (e *TooLongError) Unwrap() error { return ErrTooLong }
+
 // Engine is the serving engine.
 type Engine struct {
 	m     Model
@@ -255,6 +278,10 @@ type Stats struct {
 	// prefix cache and found there (vLLM counts its cache in tokens too).
 	PrefixQueried, PrefixHit uint64
 	PrefixPages              int
+	// PrefixIdle counts the cached pages no request maps: the engine
+	// evicts them as soon as a request needs the room, so they are as good
+	// as free (vLLM's KV-cache usage counts them free too).
+	PrefixIdle int
 	// ChoiceShared counts prompt tokens a SubmitN choice mapped from its
 	// group's first choice instead of computing them.
 	ChoiceShared uint64
@@ -351,15 +378,19 @@ func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params
 	var reqs []*request
 	for _, p := range choices {
 		n := len(r.Prompt) + max(p.MaxTokens, 0)
+		tooLong := &TooLongError{Prompt: len(r.Prompt), MaxTokens: p.MaxTokens, Context: e.cfg.ContextLength}
 		if n > e.cfg.ContextLength {
-			return nil, fmt.Errorf("%w: %d prompt + %d tokens > %d", ErrTooLong, len(r.Prompt), p.MaxTokens, e.cfg.ContextLength)
+			return nil, tooLong
 		}
 		need := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+		tooLong.Pages = need
 		if need > e.m.KVPages() {
-			return nil, fmt.Errorf("%w: needs %d KV pages, the pool has %d", ErrTooLong, need, e.m.KVPages())
+			tooLong.Limit = e.m.KVPages()
+			return nil, tooLong
 		}
 		if lim := e.cfg.Tenants(r.Tenant); lim.MaxPages > 0 && need > lim.MaxPages {
-			return nil, fmt.Errorf("%w: needs %d KV pages, tenant %s may hold %d", ErrTooLong, need, r.Tenant, lim.MaxPages)
+			tooLong.Limit, tooLong.Tenant = lim.MaxPages, r.Tenant
+			return nil, tooLong
 		}
 		total += max(p.MaxTokens, 0)
 		c := r
@@ -896,7 +927,12 @@ func (e *Engine) publish(computed bool) {
 	}
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
 	if e.prefix != nil {
-		e.stats.PrefixPages = e.prefix.Len()
+		e.stats.PrefixPages, e.stats.PrefixIdle = e.prefix.Len(), 0
+		e.prefix.Pages(func(pg uint32) {
+			if e.pool.Refs(pg) == 1 { // the cache's own reference only
+				e.stats.PrefixIdle++
+			}
+		})
 	}
 }
 

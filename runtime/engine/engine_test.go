@@ -365,6 +365,34 @@ func TestPrefixCache(t *testing.T) {
 	if s := e.Stats(); s.PrefixHit != uint64(full) || s.PrefixQueried != uint64(3*len(prompt)) {
 		t.Errorf("prefix stats %d/%d", s.PrefixHit, s.PrefixQueried)
 	}
+	// Idle, every cached page is evictable; while a request maps the
+	// cached pages, those are not.
+	if s := e.Stats(); s.PrefixPages != 2*full/16 || s.PrefixIdle != s.PrefixPages {
+		t.Errorf("idle: %d cached pages, %d of them idle; want %d, all idle", s.PrefixPages, s.PrefixIdle, 2*full/16)
+	}
+	ev, err := e.Submit(ctx, engine.Request{Tenant: "t1", Prompt: prompt, Decode: decode.Params{MaxTokens: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.Stats(); s.PrefixIdle != s.PrefixPages-full/16 {
+		t.Errorf("a request maps t1's %d cached pages: %d of %d cached pages idle, want %d", full/16, s.PrefixIdle, s.PrefixPages, s.PrefixPages-full/16)
+	}
+	for done := false; !done; {
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for more := true; more && !done; {
+			select {
+			case x := <-ev:
+				done = x.Finish != ""
+			default:
+				more = false
+			}
+		}
+	}
 }
 
 // TestTrace runs a few requests — batch ones that interactive ones preempt

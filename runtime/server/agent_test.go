@@ -378,15 +378,15 @@ num ::= [1-9] [0-9]? [0-9]?`, `^(yes|no) [1-9][0-9]{0,2}$`},
 		{`{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= (\"a\""}`, "grammar"},
 		{`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}`, "response_format"},
 	} {
-		status, body := post(t, ts.URL+"/v1/chat/completions", bad.body)
+		status, body := postJSON(t, ts.URL+"/v1/chat/completions", bad.body)
 		if status != http.StatusBadRequest || !strings.Contains(body, `"param":"`+bad.param+`"`) {
 			t.Errorf("%s: %d %s", bad.body, status, body)
 		}
 	}
 }
 
-// post sends a JSON body and returns the status and the body.
-func post(t *testing.T, url, body string) (int, string) {
+// postJSON sends a JSON body and returns the status and the body.
+func postJSON(t *testing.T, url, body string) (int, string) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -437,7 +437,7 @@ func TestHostileSchema(t *testing.T) {
 	for name, schema := range cases {
 		body := `{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"response_format":{"type":"json_schema","json_schema":{"name":"h","strict":true,"schema":` + schema + `}}}`
 		t0 := time.Now()
-		status, resp := post(t, ts.URL+"/v1/chat/completions", body)
+		status, resp := postJSON(t, ts.URL+"/v1/chat/completions", body)
 		took := time.Since(t0)
 		if status != http.StatusBadRequest || !strings.Contains(resp, "limit") || !strings.Contains(resp, `"param":"response_format"`) {
 			t.Errorf("%s: %d %.300s", name, status, resp)
@@ -452,7 +452,7 @@ func TestHostileSchema(t *testing.T) {
 		t.Error(err)
 	}
 	// And it still generates.
-	if status, resp := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2}`); status != 200 {
+	if status, resp := postJSON(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":2}`); status != 200 {
 		t.Errorf("after the hostile schemas: %d %s", status, resp)
 	}
 }

@@ -145,21 +145,48 @@ func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32,
 	}
 	chans, err := m.Engine.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt}, ps)
 	var rate *engine.RateLimitError
+	var long *engine.TooLongError
 	switch {
 	case errors.As(err, &rate) && rate.RetryAfter < 0:
-		return nil, badRequest("max_tokens", "%v", err)
+		return nil, badRequest("max_tokens", "the prompt's %d tokens plus max_tokens %d (of each of %d choices) exceed this tenant's tokens_per_minute (%d)",
+			len(prompt), ps[0].MaxTokens, len(ps), t.TokensPerMinute)
 	case errors.As(err, &rate):
 		code := "rate_limit_exceeded"
-		return nil, &apiError{status: http.StatusTooManyRequests, Message: err.Error(), Type: "rate_limit_error", Code: &code,
-			retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
-	case errors.Is(err, engine.ErrTooLong):
-		return nil, badRequest("prompt", "%v", err)
+		return nil, &apiError{status: http.StatusTooManyRequests, Message: fmt.Sprintf("tenant %s is over its rate limit; retry after %.1f s", t.ID, rate.RetryAfter.Seconds()),
+			Type: "rate_limit_error", Code: &code, retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
+	case errors.As(err, &long):
+		return nil, tooLong(long)
 	case errors.Is(err, engine.ErrDraining):
 		return nil, &apiError{status: http.StatusServiceUnavailable, Message: err.Error(), Type: "server_error"}
 	case err != nil:
 		return nil, badRequest("prompt", "%v", err)
 	}
 	return chans, nil
+}
+
+// tooLong says in plain words why a request cannot fit, naming the field
+// to change: max_tokens while the prompt alone would fit, else the prompt.
+func tooLong(e *engine.TooLongError) *apiError {
+	param := "max_tokens"
+	if e.Prompt >= e.Context {
+		param = "prompt"
+	}
+	if e.Pages == 0 {
+		msg := fmt.Sprintf("the prompt's %d tokens plus max_tokens %d make %d, beyond the model's context of %d tokens",
+			e.Prompt, e.MaxTokens, e.Prompt+e.MaxTokens, e.Context)
+		if param == "max_tokens" {
+			msg += fmt.Sprintf(": max_tokens may be at most %d for this prompt", e.Context-e.Prompt)
+		} else {
+			msg += ": shorten the prompt"
+		}
+		return badRequest(param, "%s", msg)
+	}
+	who := fmt.Sprintf("the server's KV cache holds %d pages", e.Limit)
+	if e.Tenant != "" {
+		who = fmt.Sprintf("tenant %s may hold %d pages (max_kv_pages)", e.Tenant, e.Limit)
+	}
+	return badRequest(param, "the prompt's %d tokens plus max_tokens %d need %d KV-cache pages; %s: lower max_tokens or shorten the prompt",
+		e.Prompt, e.MaxTokens, e.Pages, who)
 }
 
 // usage is OpenAI's usage object.
@@ -317,6 +344,11 @@ func collect(g *generation) (res []choiceResult, lasts []engine.Event, anyFailed
 // request it answers and reports false.
 func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genParams, chat bool) (*Model, decode.Params, bool) {
 	if err := decodeBody(w, r, body); err != nil {
+		// A max_tokens that is no integer gets the same answer as one out
+		// of range: the JSON decoder read the rest, the model included.
+		if m, merr := s.model(g.Model); merr == nil && err.Param != nil && (*err.Param == "max_tokens" || *err.Param == "max_completion_tokens") {
+			err = maxTokensError(*err.Param, m)
+		}
 		s.reject(w, r, err)
 		return nil, decode.Params{}, false
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/zrtdev/zrt/runtime/chat"
@@ -31,6 +32,9 @@ type wireToolCall struct {
 	} `json:"function"`
 }
 
+// roles are the message roles OpenAI defines.
+var roles = []string{"system", "developer", "user", "assistant", "tool"}
+
 // chatMessages converts the request's messages into the chat template's,
 // naming the first that is malformed.
 func chatMessages(in []wireMessage) ([]chat.Message, *apiError) {
@@ -41,12 +45,12 @@ func chatMessages(in []wireMessage) ([]chat.Message, *apiError) {
 	for i, m := range in {
 		param := fmt.Sprintf("messages[%d]", i)
 		msg := chat.Message{Role: m.Role, Name: m.Name, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID}
-		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool":
-		case "":
-			return nil, badRequest(param, "%s has no role", param)
-		default:
-			return nil, badRequest(param, "%s has role %q: want system, developer, user, assistant or tool", param, m.Role)
+		if !slices.Contains(roles, m.Role) {
+			what := fmt.Sprintf("role %q is not a message role", m.Role)
+			if m.Role == "" {
+				what = "a message needs a role"
+			}
+			return nil, badRequest(param+".role", "%s: %s (roles: %s)", param, what, strings.Join(roles, ", "))
 		}
 		if m.Role == "developer" {
 			msg.Role = "system" // OpenAI's newer name for it; templates know system
@@ -54,11 +58,11 @@ func chatMessages(in []wireMessage) ([]chat.Message, *apiError) {
 		if set(m.Content) {
 			text, err := contentText(m.Content)
 			if err != nil {
-				return nil, badRequest(param, "%s content: %v", param, err)
+				return nil, badRequest(param+".content", "%s: content must be a string or a list of text parts (%v)", param, err)
 			}
 			msg.Content = text
 		} else if m.Role != "assistant" || len(m.ToolCalls) == 0 {
-			return nil, badRequest(param, "%s has no content (only an assistant message with tool_calls may have null content)", param)
+			return nil, badRequest(param+".content", "%s has no content (only an assistant message with tool_calls may have null content)", param)
 		}
 		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
 			return nil, badRequest(param, "%s: only assistant messages carry tool_calls", param)

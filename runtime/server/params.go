@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,8 +54,14 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 	switch {
 	case g.MaxCompletion != nil:
 		p.MaxTokens = *g.MaxCompletion
+		if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
+			return p, maxTokensError("max_completion_tokens", m)
+		}
 	case g.MaxTokens != nil:
 		p.MaxTokens = *g.MaxTokens
+		if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
+			return p, maxTokensError("max_tokens", m)
+		}
 	}
 	if g.Temperature != nil {
 		p.Sampling.Temperature = *g.Temperature
@@ -89,9 +96,6 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 	if err := p.Validate(); errors.As(err, &re) {
 		return p, badRequest(re.Field, "%v", err)
 	}
-	if p.MaxTokens < 1 || p.MaxTokens > m.ContextLength {
-		return p, badRequest("max_tokens", "max_tokens %d must be in [1, %d]", p.MaxTokens, m.ContextLength)
-	}
 	if g.Seed != nil {
 		p.Sampling.Seed = uint64(*g.Seed)
 	} else {
@@ -125,6 +129,13 @@ func (g *genParams) choices(p decode.Params) ([]decode.Params, *apiError) {
 		ps[i].Sampling.Seed = p.Sampling.Seed + uint64(i)
 	}
 	return ps, nil
+}
+
+// maxTokensError is the answer to a max_tokens (or max_completion_tokens,
+// field) that is no integer in its range for model m.
+func maxTokensError(field string, m *Model) *apiError {
+	return badRequest(field, "%s must be an integer in [1, %d]: at least one token, and at most the model's context of %d tokens, which the prompt shares",
+		field, m.ContextLength, m.ContextLength)
 }
 
 // logitBias reads OpenAI's logit_bias: token ids, as decimal strings,
@@ -217,9 +228,31 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 			// The shared fields are those of the embedded genParams: name
 			// them as the request does.
 			field := strings.TrimPrefix(typeErr.Field, "genParams.")
-			return badRequest(field, "field %s: %v", field, err)
+			return badRequest(field, "%s must be %s, not %s", field, jsonKind(typeErr.Type), typeErr.Value)
 		}
 		return badRequest("", "malformed JSON body: %v", err)
 	}
 	return nil
+}
+
+// jsonKind names the JSON value a Go type reads, for errors that speak
+// the request's language rather than Go's.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
 }

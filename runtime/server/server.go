@@ -104,7 +104,54 @@ func (s *Server) Handler() http.Handler {
 		w.Write(page)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	return s.accessLog(s.cors(mux))
+	return s.accessLog(s.cors(routeErrors(mux)))
+}
+
+// routeErrors answers the requests mux has no route for (404: no such
+// path; 405: the path takes other methods, which mux lists in Allow) with
+// OpenAI's error object, as every other error is answered, instead of
+// mux's plain text.
+func routeErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&routeErrorWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// routeErrorWriter replaces a 404 or 405 answer's plain-text body with
+// the error object; anything else (a redirect to a path's canonical form)
+// passes through.
+type routeErrorWriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	replaced bool
+}
+
+func (w *routeErrorWriter) WriteHeader(code int) {
+	var msg string
+	switch code {
+	case http.StatusNotFound:
+		msg = fmt.Sprintf("invalid URL (%s %s): zrt serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "+
+			"POST /tokenize, POST /detokenize, GET /v1/tenants/{id}/usage, GET /health and GET /metrics", w.r.Method, w.r.URL.Path)
+	case http.StatusMethodNotAllowed:
+		msg = fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow"))
+	default:
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.replaced = true
+	w.Header().Del("X-Content-Type-Options")
+	writeError(w.ResponseWriter, &apiError{status: code, Message: msg, Type: "invalid_request_error"})
+}
+
+func (w *routeErrorWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil // mux's plain text, already replaced
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // What a CORS preflight allows: the API's methods, and the request
@@ -337,11 +384,19 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"tenant": id, "usage": s.ledger.Totals(id)})
 }
 
+// tokenize takes llama-server's body (content, with add_special off
+// unless asked) and vLLM's (prompt, with add_special_tokens on unless
+// turned off; or messages, rendered by the chat template with the
+// generation prompt), and answers with both servers' fields: tokens, and
+// vLLM's count and max_model_len.
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Model      string `json:"model"`
-		Content    string `json:"content"`
-		AddSpecial bool   `json:"add_special"`
+		Model            string        `json:"model"`
+		Content          *string       `json:"content"`
+		AddSpecial       bool          `json:"add_special"`
+		Prompt           *string       `json:"prompt"`
+		AddSpecialTokens *bool         `json:"add_special_tokens"`
+		Messages         []wireMessage `json:"messages"`
 	}
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
@@ -352,7 +407,38 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	writeJSON(w, map[string]any{"tokens": m.Tok.Encode(req.Content, req.AddSpecial, true)})
+	var toks []int32
+	switch n := btoi(req.Content != nil) + btoi(req.Prompt != nil) + btoi(req.Messages != nil); {
+	case n != 1:
+		writeError(w, badRequest("", "give exactly one of content (llama-server's field), prompt or messages (vLLM's) to tokenize"))
+		return
+	case req.Content != nil:
+		toks = m.Tok.Encode(*req.Content, req.AddSpecial, true)
+	case req.Prompt != nil:
+		toks = m.Tok.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, true)
+	default:
+		msgs, aerr := chatMessages(req.Messages)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		var err error
+		if _, toks, err = renderChat(m.Tok, msgs, nil, nil); err != nil {
+			writeError(w, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
+			return
+		}
+	}
+	if toks == nil {
+		toks = []int32{} // [], not null, for empty text
+	}
+	writeJSON(w, map[string]any{"tokens": toks, "count": len(toks), "max_model_len": m.ContextLength})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
@@ -375,5 +461,7 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, map[string]any{"content": m.Tok.Decode(req.Tokens)})
+	// content is llama-server's field, prompt vLLM's.
+	text := m.Tok.Decode(req.Tokens)
+	writeJSON(w, map[string]any{"content": text, "prompt": text})
 }

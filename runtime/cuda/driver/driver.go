@@ -12,6 +12,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -177,7 +178,12 @@ func load() (err error) {
 	}()
 	h, err := purego.Dlopen(Library, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
-		return fmt.Errorf("cuda: no driver library: %s: %v", Library, err)
+		// dlopen's message names the library already.
+		msg := err.Error()
+		if !strings.Contains(msg, Library) {
+			msg = Library + ": " + msg
+		}
+		return fmt.Errorf("cuda: no driver library: %s", msg)
 	}
 	for _, s := range symbols {
 		sym, err := purego.Dlsym(h, s.name)

@@ -67,37 +67,26 @@ func (c toolChoice) forced() bool { return c.mode == "required" || c.mode == "fu
 // callGrammar is the GBNF of a reply that calls tools (the one named by
 // choice, or any of them) in format f's syntax, each call's arguments
 // valid against its tool's parameters schema; one call, or one or more
-// when parallel.
+// when parallel. The reply has no reasoning block: a forced call is the
+// whole reply, as every constraint is (see templateVars).
 func callGrammar(f reply.Format, tools []chat.Tool, choice toolChoice, parallel bool) (string, error) {
-	if f.Kind != reply.Hermes {
-		return "", fmt.Errorf("tool_choice %s is not supported for this model's tool-call format (%s)", choice.mode, f.Kind)
-	}
-	var b strings.Builder
-	var alts []string
+	args := make([]reply.ArgGrammar, 0, len(tools))
 	for i, t := range tools {
-		if choice.mode == "function" && t.Name != choice.name {
-			continue
-		}
 		params := t.Parameters
 		if len(params) == 0 {
 			params = json.RawMessage(`{"type": "object"}`)
 		}
-		rule := fmt.Sprintf("tool%d-args", i)
+		rule := reply.ArgRule(i)
 		g, err := grammar.SchemaGBNF(params, rule)
 		if err != nil {
 			return "", fmt.Errorf("tools[%d] (%s) parameters: %w", i, t.Name, err)
 		}
-		b.WriteString(g)
-		b.WriteString("\n")
-		name, _ := json.Marshal(t.Name)
-		lit, _ := json.Marshal(`{"name": ` + string(name) + `, "arguments": `)
-		alts = append(alts, fmt.Sprintf("%s %s \"}\"", lit, rule))
+		args = append(args, reply.ArgGrammar{Tool: t.Name, Rule: rule, GBNF: g})
 	}
-	b.WriteString("call ::= \"<tool_call>\\n\" ( " + strings.Join(alts, " | ") + " ) \"\\n</tool_call>\"\n")
-	if parallel {
-		b.WriteString("root ::= call ( \"\\n\" call )*\n")
-	} else {
-		b.WriteString("root ::= call\n")
+	name := choice.mode
+	if choice.mode == "function" {
+		name = choice.name
 	}
-	return b.String(), nil
+	f.ThinkStart, f.ThinkEnd = "", ""
+	return f.CallGrammar(args, name, parallel)
 }

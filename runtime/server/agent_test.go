@@ -482,6 +482,18 @@ func TestHostileSchema(t *testing.T) {
 		}
 		t.Logf("%s: %d in %v: %.200s", name, status, took, resp)
 	}
+	// A regular expression whose repetitions multiply past the grammar's
+	// size, and a tool whose parameters nest past the depth bound.
+	for body, param := range map[string]string{
+		`{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"regex":"((((a{1,999}){1,999}){1,999}){1,999})"}`: "regex",
+		`{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":` + deep + `}}]}`: "tools",
+	} {
+		t0 := time.Now()
+		status, resp := postJSON(t, ts.URL+"/v1/chat/completions", body)
+		if status != http.StatusBadRequest || !strings.Contains(resp, "limit") || !strings.Contains(resp, `"param":"`+param+`"`) || time.Since(t0) > 5*time.Second {
+			t.Errorf("%s: %d in %v: %.300s", param, status, time.Since(t0), resp)
+		}
+	}
 	close(done)
 	if err := <-healthy; err != nil {
 		t.Error(err)

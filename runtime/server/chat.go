@@ -78,9 +78,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if choice.forced() {
 		parallel := req.ParallelToolCalls == nil || *req.ParallelToolCalls
-		gbnf, err := callGrammar(format, tools, choice, parallel)
-		if err != nil {
-			s.reject(w, r, badRequest("tool_choice", "%v", err))
+		gbnf, aerr := callGrammar(format, tools, choice, parallel)
+		if aerr != nil {
+			s.reject(w, r, aerr)
 			return
 		}
 		spec, field, constrained = grammar.Spec{GBNF: gbnf}, "tool_choice", true

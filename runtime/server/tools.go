@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/zrtdev/zrt/runtime/chat"
@@ -68,8 +67,10 @@ func (c toolChoice) forced() bool { return c.mode == "required" || c.mode == "fu
 // choice, or any of them) in format f's syntax, each call's arguments
 // valid against its tool's parameters schema; one call, or one or more
 // when parallel. The reply has no reasoning block: a forced call is the
-// whole reply, as every constraint is (see templateVars).
-func callGrammar(f reply.Format, tools []chat.Tool, choice toolChoice, parallel bool) (string, error) {
+// whole reply, as every constraint is (see templateVars). A tool whose
+// parameters the grammar cannot take is a 400 on tools, a format without
+// a call grammar one on tool_choice.
+func callGrammar(f reply.Format, tools []chat.Tool, choice toolChoice, parallel bool) (string, *apiError) {
 	args := make([]reply.ArgGrammar, 0, len(tools))
 	for i, t := range tools {
 		params := t.Parameters
@@ -79,7 +80,7 @@ func callGrammar(f reply.Format, tools []chat.Tool, choice toolChoice, parallel 
 		rule := reply.ArgRule(i)
 		g, err := grammar.SchemaGBNF(params, rule)
 		if err != nil {
-			return "", fmt.Errorf("tools[%d] (%s) parameters: %w", i, t.Name, err)
+			return "", badRequest("tools", "tools[%d] (%s) parameters: %v", i, t.Name, err)
 		}
 		args = append(args, reply.ArgGrammar{Tool: t.Name, Rule: rule, GBNF: g})
 	}
@@ -88,5 +89,9 @@ func callGrammar(f reply.Format, tools []chat.Tool, choice toolChoice, parallel 
 		name = choice.name
 	}
 	f.ThinkStart, f.ThinkEnd = "", ""
-	return f.CallGrammar(args, name, parallel)
+	g, err := f.CallGrammar(args, name, parallel)
+	if err != nil {
+		return "", badRequest("tool_choice", "tool_choice %s: %v", choice.mode, err)
+	}
+	return g, nil
 }

@@ -485,7 +485,7 @@ func TestHostileSchema(t *testing.T) {
 	// A regular expression whose repetitions multiply past the grammar's
 	// size, and a tool whose parameters nest past the depth bound.
 	for body, param := range map[string]string{
-		`{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"regex":"((((a{1,999}){1,999}){1,999}){1,999})"}`: "regex",
+		`{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"regex":"((((a{1,999}){1,999}){1,999}){1,999})"}`:                                                          "regex",
 		`{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":` + deep + `}}]}`: "tools",
 	} {
 		t0 := time.Now()

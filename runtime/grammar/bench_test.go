@@ -107,20 +107,3 @@ func BenchmarkMask(b *testing.B) {
 		})
 	}
 }
-
-func TestMaskTiming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing log")
-	}
-	tok, comp := qwen(t)
-	raw, _ := os.ReadFile("testdata/schemas/01_person.json")
-	t0 := time.Now()
-	g, err := comp.Compile(context.Background(), Spec{JSONSchema: raw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("compile %v, %d positions", time.Since(t0), g.Positions())
-	w, c := maskTimes(t, tok, g, 1, 50)
-	t.Logf("warm %v", w)
-	t.Logf("cold %v", c)
-}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func compileErr(t *testing.T, s Spec, lim Limits) error {
@@ -41,6 +42,8 @@ func TestLimits(t *testing.T) {
 		{"spec bytes", Spec{GBNF: `root ::= "` + strings.Repeat("x", 5000) + `"`}, Limits{SpecBytes: 100}, "SpecBytes"},
 	}
 	for _, c := range cases {
+		// A loaded machine must not turn a size limit into a time limit.
+		c.lim.CompileTime = time.Minute
 		err := compileErr(t, c.spec, c.lim)
 		var le *LimitError
 		if !errors.As(err, &le) || le.Limit != c.limit {
@@ -50,6 +53,11 @@ func TestLimits(t *testing.T) {
 }
 
 func TestCompileTimeLimit(t *testing.T) {
+	err := compileErr(t, Spec{GBNF: `root ::= (("ab"{100}){100}){10}`}, Limits{CompileTime: time.Microsecond})
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != "CompileTime" {
+		t.Errorf("got %v, want a LimitError on CompileTime", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := NewCompiler(fuzzVocab, Limits{}).Compile(ctx, Spec{JSONSchema: []byte(`{"type":"object","properties":{"a":{"type":"string"}}}`)}); err == nil {
@@ -87,7 +95,11 @@ root ::= "b"`,
 		`{"type":"integer","minimum":5,"maximum":4}`:                  "",
 		`{"$ref":"http://example.com/s.json"}`:                        "/$ref",
 		`{"type":"object","properties":{"a":false},"required":["a"]}`: "/properties/a",
-		`[1,2]`:      "",
+		`[1,2]`: "",
+		`{"type":"string","pattern":"a","format":"date"}`:                  "",
+		`{"$ref":"#/$defs/a","type":"string","$defs":{"a":{}}}`:            "",
+		`{"anyOf":[{"type":"string"}],"properties":{"a":{}}}`:              "",
+		`{"$ref":"#/$defs/a","description":"ok","$defs":{"a":{"type":1}}}`: "/$defs/a/type",
 		`{"type":1}`: "/type",
 	}
 	for s, path := range schemas {
@@ -194,5 +206,42 @@ func TestMatcherAccept(t *testing.T) {
 	}
 	if err := m.Accept(eog); err != nil {
 		t.Errorf("EOG after a complete match: %v", err)
+	}
+}
+
+// TestRightRecursion: a right-recursive rule (llama.cpp's usual way to
+// write repetition) matches text far longer than the stack bound.
+func TestRightRecursion(t *testing.T) {
+	g, err := NewCompiler(fuzzVocab, Limits{StackDepth: 64}).Compile(context.Background(), Spec{GBNF: `root ::= "[" chars "]"
+chars ::= [a-z] chars | ""`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := g.NewMatcher()
+	if err := m.AcceptBytes([]byte("[" + strings.Repeat("abc", 1000))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AcceptBytes([]byte("]")); err != nil || !m.Done() {
+		t.Fatalf("closing: %v, done %v", err, m.Done())
+	}
+}
+
+// TestPositionCacheBound: past its memory bound a grammar stops caching
+// positions but still masks correctly.
+func TestPositionCacheBound(t *testing.T) {
+	g, err := NewCompiler(fuzzVocab, Limits{PositionCacheBytes: 1}).Compile(context.Background(), Spec{JSONObject: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := g.NewMatcher()
+	mask := make([]uint64, (fuzzVocab.NVocab()+63)/64)
+	for _, s := range []string{`{"`, "abc", `":`, "true", "}"} {
+		m.Mask(mask)
+		if err := m.AcceptBytes([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.cacheBytes != 0 || !m.Done() {
+		t.Errorf("cached %d bytes past a 1-byte bound; done %v", g.cacheBytes, m.Done())
 	}
 }

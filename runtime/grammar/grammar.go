@@ -16,7 +16,6 @@ import (
 	"container/list"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"sort"
 	"sync"
@@ -171,8 +170,9 @@ type Grammar struct {
 	lim    Limits
 	vt     *vocabTrie
 
-	cacheMu sync.Mutex
-	cache   []*posCache // by position, filled as matching reaches them
+	cacheMu    sync.Mutex
+	cache      []*posCache // by position, filled as matching reaches them
+	cacheBytes int
 }
 
 // Positions returns the size of the compiled grammar.
@@ -274,5 +274,3 @@ array ::= "[" ( value ( "," " "? value )* )? "]"
 string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
 number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
 `
-
-var _ = json.Valid

@@ -85,7 +85,14 @@ func (m *machine) closure(s int32) (complete bool) {
 		}
 		if len(p.refs) > 0 && f.depth+1 < int32(m.g.lim.StackDepth) {
 			for _, r := range p.refs {
-				ret := m.stack(r.ret, f.parent)
+				// A reference at the end of a rule returns straight to the
+				// rule's caller (a tail call), so right recursion such as
+				// llama.cpp's `chars ::= char chars | ""` does not grow
+				// the stack.
+				ret := f.parent
+				if !m.g.pos[r.ret].isEnd() {
+					ret = m.stack(r.ret, f.parent)
+				}
 				m.work = append(m.work, m.stack(m.g.starts[r.rule], ret))
 			}
 		}

@@ -29,11 +29,14 @@ func (g *Grammar) posCache(q int32) *posCache {
 		return pc
 	}
 	pc = g.computePosCache(q)
+	size := 8*len(pc.accBits) + 4*len(pc.accIDs) + 4*len(pc.uncertain) + 64
 	g.cacheMu.Lock()
-	if g.cache[q] == nil {
-		g.cache[q] = pc
-	} else {
+	switch {
+	case g.cache[q] != nil:
 		pc = g.cache[q]
+	case g.cacheBytes+size <= g.lim.PositionCacheBytes:
+		g.cache[q] = pc
+		g.cacheBytes += size
 	}
 	g.cacheMu.Unlock()
 	return pc
@@ -98,11 +101,10 @@ type Matcher struct {
 	finished bool  // an end-of-generation token was accepted
 	eog      []bool
 
-	tops    []int32
-	unc     []int32
-	merged  []int32
-	walkSt  []int32
-	accepts int
+	tops   []int32
+	unc    []int32
+	merged []int32
+	walkSt []int32
 }
 
 // complete says whether the text so far is a whole match.
@@ -269,7 +271,6 @@ func (mt *Matcher) AcceptBytes(b []byte) error {
 		return fmt.Errorf("grammar: %q does not continue the match", b)
 	}
 	mt.st = mt.m.rebase(ns)
-	mt.accepts++
 	return nil
 }
 

@@ -15,6 +15,9 @@ type position struct {
 	final bool
 }
 
+// isEnd says whether the position is only the end of its rule.
+func (p *position) isEnd() bool { return p.final && len(p.bytes) == 0 && len(p.refs) == 0 }
+
 type byteEdge struct {
 	lo, hi byte
 	to     int32

@@ -54,42 +54,59 @@ func ratCeil(r *big.Rat) *big.Int {
 // interval lies in range (no exponent), so bounds hold without
 // arithmetic on decimals; without bounds it is any JSON number.
 func (g *schemaGen) number(o *jobj, path string, integer bool) (string, error) {
-	var lo, hi *big.Int // nil: unbounded
+	// lo, hi: the integer bounds (nil: unbounded); loC, hiF: the ceiling
+	// and floor of the real bounds, inclusive or not, which bound the
+	// intervals a fraction may fill.
+	var lo, hi, loC, hiF *big.Int
 	one := big.NewInt(1)
+	raiseLo := func(v, c *big.Int) {
+		if lo == nil || v.Cmp(lo) > 0 {
+			lo = v
+		}
+		if loC == nil || c.Cmp(loC) > 0 {
+			loC = c
+		}
+	}
+	lowerHi := func(v, f *big.Int) {
+		if hi == nil || v.Cmp(hi) < 0 {
+			hi = v
+		}
+		if hiF == nil || f.Cmp(hiF) < 0 {
+			hiF = f
+		}
+	}
+	exMin, _ := o.get("exclusiveMinimum")
+	exMax, _ := o.get("exclusiveMaximum")
 	if r, ok, err := g.bound(o, path, "minimum"); err != nil {
 		return "", err
 	} else if ok {
-		lo = ratCeil(r)
-		if ex, _ := o.get("exclusiveMinimum"); ex == true && r.IsInt() { // draft 4
-			lo.Add(lo, one)
+		v := ratCeil(r)
+		if exMin == true && r.IsInt() { // draft 4
+			v = new(big.Int).Add(v, one)
 		}
+		raiseLo(v, ratCeil(r))
 	}
 	if r, ok, err := g.bound(o, path, "maximum"); err != nil {
 		return "", err
 	} else if ok {
-		hi = ratFloor(r)
-		if ex, _ := o.get("exclusiveMaximum"); ex == true && r.IsInt() {
-			hi.Sub(hi, one)
+		v := ratFloor(r)
+		if exMax == true && r.IsInt() {
+			v = new(big.Int).Sub(v, one)
 		}
+		lowerHi(v, ratFloor(r))
 	}
-	if v, _ := o.get("exclusiveMinimum"); v != true && v != false {
+	if exMin != true && exMin != false {
 		if r, ok, err := g.bound(o, path, "exclusiveMinimum"); err != nil {
 			return "", err
 		} else if ok {
-			b := new(big.Int).Add(ratFloor(r), one)
-			if lo == nil || b.Cmp(lo) > 0 {
-				lo = b
-			}
+			raiseLo(new(big.Int).Add(ratFloor(r), one), ratCeil(r))
 		}
 	}
-	if v, _ := o.get("exclusiveMaximum"); v != true && v != false {
+	if exMax != true && exMax != false {
 		if r, ok, err := g.bound(o, path, "exclusiveMaximum"); err != nil {
 			return "", err
 		} else if ok {
-			b := new(big.Int).Sub(ratCeil(r), one)
-			if hi == nil || b.Cmp(hi) < 0 {
-				hi = b
-			}
+			lowerHi(new(big.Int).Sub(ratCeil(r), one), ratFloor(r))
 		}
 	}
 	if lo == nil && hi == nil {
@@ -104,32 +121,34 @@ func (g *schemaGen) number(o *jobj, path string, integer bool) (string, error) {
 	alts := []string{intRange(lo, hi)}
 	if !integer {
 		frac := `"." [0-9]+`
-		// I.f for I ≥ 0 lies in [I, I+1): I in [max(lo,0), hi-1].
+		// I.f for I ≥ 0 lies in [I, I+1), open at I+1: I in
+		// [max(lo,0), floor(max)-1].
 		a := big.NewInt(0)
 		if lo != nil && lo.Sign() > 0 {
 			a = lo
 		}
 		var b *big.Int
-		if hi != nil {
-			b = new(big.Int).Sub(hi, one)
+		if hiF != nil {
+			b = new(big.Int).Sub(hiF, one)
 		}
 		if b == nil || a.Cmp(b) <= 0 {
 			alts = append(alts, "( "+nonNeg(a, b)+" ) "+frac)
 		}
-		// -I.f for I ≥ 1 lies in (-I-1, -I]: I in [max(1,-hi), -lo-1].
+		// -I.f for I ≥ 1 lies in (-I-1, -I], open at -I-1: I in
+		// [max(1,-hi), -ceil(min)-1].
 		a = big.NewInt(1)
 		if hi != nil && hi.Sign() < 0 {
 			a = new(big.Int).Neg(hi)
 		}
 		b = nil
-		if lo != nil {
-			b = new(big.Int).Sub(new(big.Int).Neg(lo), one)
+		if loC != nil {
+			b = new(big.Int).Sub(new(big.Int).Neg(loC), one)
 		}
 		if b == nil || a.Cmp(b) <= 0 {
 			alts = append(alts, `"-" ( `+nonNeg(a, b)+" ) "+frac)
 		}
 		// -0.f lies in (-1, 0].
-		if (lo == nil || lo.Sign() < 0) && (hi == nil || hi.Sign() >= 0) {
+		if (loC == nil || loC.Cmp(big.NewInt(-1)) <= 0) && (hi == nil || hi.Sign() >= 0) {
 			alts = append(alts, `"-0" `+frac)
 		}
 	}

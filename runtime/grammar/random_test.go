@@ -41,7 +41,7 @@ func randomRun(t *testing.T, v Vocab, g *Grammar, rng *rand.Rand, maxSteps int) 
 			if mask[id/64]&(1<<(id%64)) == 0 {
 				continue
 			}
-			if v.IsEOG(int32(id)) {
+			if m.eog[id] {
 				eog = int32(id)
 				continue
 			}
@@ -231,7 +231,7 @@ call2 ::= "{\"name\":\"b\",\"arguments\":{}}"`, func(s string) error {
 		if err != nil {
 			t.Fatalf("case %d: %v", i%len(cases), err)
 		}
-		out, done := randomRun(t, tok, g, rand.New(rand.NewSource(int64(i))), 2000)
+		out, done := randomRun(t, tok, g, rand.New(rand.NewSource(int64(i))), 600)
 		if !done {
 			t.Logf("case %d seed %d: not complete: %.100q", i%len(cases), i, out)
 			continue

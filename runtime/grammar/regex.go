@@ -256,3 +256,7 @@ func writeGBNFChar(sb *strings.Builder, r rune, special string) {
 		sb.WriteRune(r)
 	}
 }
+
+// Literal returns s as a GBNF string literal, escaped so that the
+// grammar matches exactly s (for composing grammars, e.g. a tool's name).
+func Literal(s string) string { return gbnfLit(s) }

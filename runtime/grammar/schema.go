@@ -286,6 +286,18 @@ func (g *schemaGen) gen(s any, path string, depth int) (string, error) {
 			return "", g.errf(path, "keyword %q is not supported", k)
 		}
 	}
+	// $ref, anyOf and oneOf are followed alone: a schema that adds other
+	// assertions beside them is refused rather than loosened.
+	for _, kw := range []string{"$ref", "anyOf", "oneOf", "allOf"} {
+		if _, ok := o.get(kw); !ok {
+			continue
+		}
+		for _, k := range o.keys {
+			if k != kw && validatingKeywords[k] {
+				return "", g.errf(path, "%q beside %q is not supported", k, kw)
+			}
+		}
+	}
 	if r, ok := o.get("$ref"); ok {
 		rs, ok := r.(string)
 		if !ok {
@@ -366,6 +378,14 @@ func (g *schemaGen) gen(s any, path string, depth int) (string, error) {
 		return alts[0], nil
 	}
 	return "( " + strings.Join(alts, " | ") + " )", nil
+}
+
+// validatingKeywords are the keywords the generator enforces.
+var validatingKeywords = map[string]bool{
+	"$ref": true, "anyOf": true, "oneOf": true, "allOf": true, "type": true, "enum": true, "const": true,
+	"properties": true, "required": true, "additionalProperties": true, "items": true, "minItems": true,
+	"maxItems": true, "minLength": true, "maxLength": true, "pattern": true, "format": true, "minimum": true,
+	"maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true, "nullable": true,
 }
 
 func hintOf(path, what string) string {
@@ -612,6 +632,18 @@ func (g *schemaGen) object(o *jobj, path string, depth int) (string, error) {
 			schemas = append(schemas, props.vals[k])
 		}
 	}
+	// additionalProperties: absent means none when properties are listed
+	// (as llama.cpp does: the output is valid either way), and any when
+	// the schema lists none.
+	var extra any
+	addl, hasAddl := o.get("additionalProperties")
+	if hasAddl {
+		if addl != false {
+			extra = addl
+		}
+	} else if len(names) == 0 {
+		extra = true
+	}
 	required := map[string]bool{}
 	if r, ok := o.get("required"); ok {
 		list, ok := r.([]any)
@@ -624,28 +656,22 @@ func (g *schemaGen) object(o *jobj, path string, depth int) (string, error) {
 				return "", g.errf(path+"/required", "required entries must be strings")
 			}
 			if !required[s] && !contains(names, s) {
-				// Required but not described: any value.
+				// Required but not described: an additional property.
+				switch {
+				case hasAddl && addl == false:
+					return "", g.errf(path+"/required", "%q is required but additionalProperties is false and properties lack it", s)
+				case extra != nil:
+					schemas = append(schemas, extra)
+				default:
+					schemas = append(schemas, true)
+				}
 				names = append(names, s)
-				schemas = append(schemas, true)
 			}
 			required[s] = true
 		}
 	}
-	// additionalProperties: absent means none when properties are listed
-	// (as llama.cpp does: the output is valid either way), and any when
-	// the schema lists none.
-	var extra any
-	if a, ok := o.get("additionalProperties"); ok {
-		if a != false {
-			extra = a
-		}
-	} else if len(names) == 0 {
-		extra = true
-	}
-	if len(names) == 0 && extra != nil {
-		if extra == true {
-			return g.prim("object")
-		}
+	if len(names) == 0 && extra == true {
+		return g.prim("object")
 	}
 	kvs := make([]string, len(names))
 	for i, n := range names {
@@ -896,6 +922,11 @@ func (g *schemaGen) str(o *jobj, path string) (string, error) {
 		}
 		if hasLen {
 			return "", g.errf(path, "pattern together with minLength/maxLength is not supported")
+		}
+		if f, ok := o.get("format"); ok {
+			if fs, _ := f.(string); formatBodies[fs] != "" || fs == "date-time" {
+				return "", g.errf(path, "pattern together with format %q is not supported", f)
+			}
 		}
 		re, err := regexGBNF(ps, true, g.lim)
 		if err != nil {

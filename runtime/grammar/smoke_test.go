@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -30,7 +31,8 @@ func TestSmoke(t *testing.T) {
 	}
 	m := g.NewMatcher()
 	mask := make([]uint64, (v.NVocab()+63)/64)
-	for _, s := range []string{`{"`, "a", `":`, "true", ",", `"`, "b", `":`, `"`, "abc", `"}`} {
+	want := map[int]string{0: `["{" "{\""]`, 3: `[" " "f" "t" "true"]`, 4: `["," "}"]`, 10: `["\"" "\"}"]`}
+	for i, s := range []string{`{"`, "a", `":`, "true", ",", `"`, "b", `":`, `"`, "abc", `"}`} {
 		m.Mask(mask)
 		var allowed []string
 		for id := 0; id < v.NVocab(); id++ {
@@ -38,7 +40,9 @@ func TestSmoke(t *testing.T) {
 				allowed = append(allowed, string(v.Piece(int32(id))))
 			}
 		}
-		t.Logf("allowed %q", allowed)
+		if w, ok := want[i]; ok && fmt.Sprintf("%q", allowed) != w {
+			t.Errorf("step %d: allowed %q, want %s", i, allowed, w)
+		}
 		if err := m.AcceptBytes([]byte(s)); err != nil {
 			t.Fatal(err)
 		}

@@ -42,6 +42,10 @@ type Limits struct {
 	// CacheEntries bounds the compiled grammars a Compiler keeps
 	// (default 64).
 	CacheEntries int
+	// PositionCacheBytes bounds the memory one grammar spends on the
+	// tokens cached per position (default 64 MiB); past it, positions
+	// not yet cached are recomputed at each step instead.
+	PositionCacheBytes int
 }
 
 // withDefaults fills the zero fields.
@@ -61,6 +65,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.Repeat, 1000)
 	def(&l.StackDepth, 4096)
 	def(&l.CacheEntries, 64)
+	def(&l.PositionCacheBytes, 64<<20)
 	return l
 }
 

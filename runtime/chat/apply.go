@@ -109,6 +109,9 @@ func (t *Template) render(msgs []Message, opt Options, objectArgs bool) (string,
 		}
 		ml.items[i] = d
 	}
+	if strings.Contains(t.src, "'<|tool_call>call:'") && !strings.Contains(t.src, "{#- OpenAI Chat Completions:") {
+		ml = gemma4ToolResponses(ml)
+	}
 	root["messages"] = ml
 	if len(opt.Tools) > 0 {
 		tl, err := toolsValue(opt.Tools)
@@ -163,6 +166,8 @@ func mustParse(src string) *Template {
 //
 // Like llama.cpp, and unlike a plain Render:
 //
+//   - a "developer" message (OpenAI's newer name for system) is a system
+//     message, except for gpt-oss, whose template knows the role;
 //   - if the template drops or rejects system messages (probed by rendering
 //     a system message and looking for it in the output), a leading system
 //     message is merged into the next message (mergeSystem);
@@ -182,6 +187,9 @@ func Apply(src string, msgs []Message, opt Options) (text string, fallback bool,
 		fallback = true
 	} else if t, err = Parse(src); err != nil {
 		return "", false, err
+	}
+	if !strings.Contains(t.src, "<|channel|>") {
+		msgs = developerToSystem(msgs)
 	}
 	if len(msgs) > 0 && msgs[0].Role == "system" && !t.supportsSystemRole(opt) {
 		msgs = mergeSystem(msgs)
@@ -271,4 +279,20 @@ func mergeSystem(msgs []Message) []Message {
 		out[0].Content = msgs[0].Content + "\n" + out[0].Content
 	}
 	return out
+}
+
+// developerToSystem is llama.cpp's workaround::map_developer_role_to_system.
+func developerToSystem(msgs []Message) []Message {
+	for i, m := range msgs {
+		if m.Role == "developer" {
+			out := append([]Message(nil), msgs...)
+			for j := i; j < len(out); j++ {
+				if out[j].Role == "developer" {
+					out[j].Role = "system"
+				}
+			}
+			return out
+		}
+	}
+	return msgs
 }

@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/gguf"
@@ -98,5 +99,41 @@ func TestChatPromptTokens(t *testing.T) {
 		if !tok.IsEOG(eot) {
 			t.Errorf("%s: end-of-turn token %d is not end-of-generation", c.vocab, eot)
 		}
+	}
+}
+
+// TestPromptWithTools renders a tool conversation through the Qwen3
+// vocabulary's template and checks that the text PromptWith returns is
+// what Apply renders and what its ids encode, and that the tool call and
+// the tool result reach the prompt.
+func TestPromptWithTools(t *testing.T) {
+	tok := vocabTokenizer(t, "ggml-vocab-qwen2.gguf")
+	tools, err := chat.ParseTools([]byte(`[{"type": "function", "function": {"name": "get_time", "description": "Time in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []chat.Message{
+		{Role: "user", Content: "Time in Paris?"},
+		{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: "call_1", Name: "get_time", Arguments: `{"city":"Paris"}`}}},
+		{Role: "tool", ToolCallID: "call_1", Name: "get_time", Content: "14:05"},
+	}
+	opt := chat.Options{AddGenerationPrompt: true, Tools: tools, Vars: map[string]any{"enable_thinking": false}}
+	text, ids, fallback, err := chat.PromptWith(tok, msgs, opt)
+	if err != nil || fallback {
+		t.Fatalf("fallback=%v err=%v", fallback, err)
+	}
+	v := tok.Vocab()
+	want, _, err := chat.Apply(v.ChatTemplate, msgs, chat.Options{AddGenerationPrompt: true, Tools: tools, Vars: opt.Vars,
+		BOSToken: tok.TokenText(v.BOS), EOSToken: tok.TokenText(v.EOS), KeepBOS: !v.AddBOS, KeepEOS: !v.AddEOS})
+	if err != nil || text != want {
+		t.Fatalf("PromptWith text differs from Apply (%v):\n%q\n%q", err, text, want)
+	}
+	for _, s := range []string{`"name": "get_time"`, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "<tool_response>\n14:05\n</tool_response>", "<think>\n\n</think>\n\n"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("prompt lacks %q:\n%s", s, text)
+		}
+	}
+	if got := tok.Encode(text, true, true); len(got) != len(ids) {
+		t.Fatalf("ids are not the text's: %d vs %d", len(ids), len(got))
 	}
 }

@@ -206,6 +206,84 @@ func ministralMessage(d *dict) *dict {
 	return out
 }
 
+// gemma4ToolResponses is llama.cpp's rewrite of messages for the first
+// Gemma 4 templates, which read tool results from the assistant turn
+// instead of from tool messages (workaround::convert_tool_responses_gemma4
+// in common/chat.cpp): an assistant turn with tool calls absorbs the tool
+// messages after it as "tool_responses" ({"name", "response"}, the
+// response parsed as JSON where it is JSON, named after the call in the
+// same position, else the tool_call_id) and the assistant turn after
+// those when it has content and no calls.
+func gemma4ToolResponses(msgs *list) *list {
+	str := func(d *dict, k string) string { s, _ := d.m[k].(string); return s }
+	hasCalls := func(d *dict) bool {
+		l, ok := d.m["tool_calls"].(*list)
+		return ok && len(l.items) > 0
+	}
+	out := &list{}
+	for i := 0; i < len(msgs.items); {
+		d, ok := msgs.items[i].(*dict)
+		if !ok || str(d, "role") != "assistant" || !hasCalls(d) {
+			out.items = append(out.items, msgs.items[i])
+			i++
+			continue
+		}
+		calls := d.m["tool_calls"].(*list)
+		reasoning, hasReasoning := d.m["reasoning_content"]
+		responses := &list{}
+		for i++; i < len(msgs.items); i++ {
+			r, ok := msgs.items[i].(*dict)
+			if !ok || str(r, "role") != "tool" {
+				break
+			}
+			var resp any = r.m["content"]
+			if s, ok := resp.(string); ok {
+				if v, err := jsonValue([]byte(s)); err == nil {
+					resp = v
+				}
+			}
+			name := ""
+			if n := len(responses.items); n < len(calls.items) {
+				if c, ok := calls.items[n].(*dict); ok {
+					if fn, ok := c.m["function"].(*dict); ok {
+						name = str(fn, "name")
+					}
+				}
+			}
+			if name == "" {
+				name = str(r, "tool_call_id")
+			}
+			e := newDict()
+			e.set("name", name)
+			e.set("response", resp)
+			responses.items = append(responses.items, e)
+		}
+		var content any
+		if i < len(msgs.items) {
+			if next, ok := msgs.items[i].(*dict); ok && str(next, "role") == "assistant" && !hasCalls(next) {
+				if c, ok := next.m["content"]; ok && truthy(c) {
+					content = c
+					i++
+				}
+			}
+		}
+		m := newDict()
+		m.set("role", "assistant")
+		m.set("tool_calls", calls)
+		if len(responses.items) > 0 {
+			m.set("tool_responses", responses)
+		}
+		if content != nil {
+			m.set("content", content)
+		}
+		if hasReasoning {
+			m.set("reasoning_content", reasoning)
+		}
+		out.items = append(out.items, m)
+	}
+	return out
+}
+
 // jsonValue parses JSON text into template values, keeping object key
 // order (nlohmann's ordered_json, which llama.cpp renders with, does).
 // Integers stay integers; other numbers are floats.

@@ -18,6 +18,7 @@ import (
 type toolCase struct {
 	Name           string          `json:"name"`
 	TemplateFile   string          `json:"template_file"`
+	Template       string          `json:"template"` // instead of TemplateFile
 	BOS            string          `json:"bos"`
 	EOS            string          `json:"eos"`
 	Messages       json.RawMessage `json:"messages"`
@@ -73,7 +74,12 @@ func familyTemplate(t *testing.T, file string) string {
 // single tool calls, tool results and reasoning through the templates of
 // the families that have a tools section (Qwen 2.5, 3 and 3.5, Llama
 // 3.1, Mistral Small 3.2, Ministral 3, gpt-oss, Gemma 4), and requires
-// Apply's prompt to equal llama.cpp's byte for byte.
+// Apply's prompt to equal llama.cpp's byte for byte. Cases named probe/
+// carry small templates of ours (not a model's) that print what a
+// template is given (messages as JSON, arguments as text, tools) under
+// the markers llama.cpp keys its rewrites on: gpt-oss's thinking,
+// Ministral 3's content blocks, the first Gemma 4 templates'
+// tool_responses.
 //
 // The wants in testdata/tools.json came from llama.cpp at commit
 // 2369b110d057cda00732e679ba661afd8973adea through a small program
@@ -90,7 +96,10 @@ func TestToolFamilies(t *testing.T) {
 	now = func() time.Time { return d.Now }
 	for _, c := range d.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			src := familyTemplate(t, c.TemplateFile)
+			src := c.Template
+			if src == "" {
+				src = familyTemplate(t, c.TemplateFile)
+			}
 			msgs, err := ParseMessages(c.Messages)
 			if err != nil {
 				t.Fatal(err)
@@ -243,5 +252,24 @@ func TestParseMessagesErrors(t *testing.T) {
 		{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]`))
 	if err != nil || msgs[0].Content != "a\nb" || msgs[1].ToolCalls[0].Arguments != `{"x": 1}` || msgs[1].ToolCalls[0].ID != "c1" {
 		t.Fatalf("%+v %v", msgs, err)
+	}
+}
+
+// TestDeveloperRole: the wants are what llama.cpp (2369b110, through the
+// program that made tools.json) renders for these two templates.
+func TestDeveloperRole(t *testing.T) {
+	msgs := []Message{{Role: "developer", Content: "be brief"}, {Role: "user", Content: "hi"}}
+	roles := `{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}`
+	for src, want := range map[string]string{
+		roles:                       "system:be brief;user:hi;",
+		"{# <|channel|> #}" + roles: "developer:be brief;user:hi;",
+	} {
+		got, _, err := Apply(src, msgs, Options{})
+		if err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", src, got, err, want)
+		}
+	}
+	if msgs[0].Role != "developer" {
+		t.Error("Apply changed the caller's messages")
 	}
 }

@@ -49,6 +49,7 @@ const (
 
 var kindNames = [...]string{"plain", "hermes", "llama3", "mistral-nemo", "mistral-args", "harmony", "gemma4"}
 
+// String is the kind's name, as tests and logs print it.
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]
@@ -246,4 +247,33 @@ func (f Format) paramIsString(name, p string) bool {
 		}
 	}
 	return false
+}
+
+// Markers are the strings f's parser looks for that tokenizers usually
+// hold as special tokens (llama.cpp's preserved_tokens): the server must
+// detokenize a reply with these tokens written out as their text, or
+// Parse cannot see them.
+func (f Format) Markers() []string {
+	var m []string
+	if f.ThinkStart != "" {
+		m = append(m, f.ThinkStart, f.ThinkEnd)
+	}
+	switch f.Kind {
+	case Hermes:
+		m = append(m, "<tool_call>", "</tool_call>")
+	case Llama3:
+		m = append(m, "<|python_tag|>")
+	case MistralNemo:
+		m = append(m, "[TOOL_CALLS]")
+	case MistralArgs:
+		m = append(m, "[TOOL_CALLS]", "[ARGS]")
+		if f.CallIDs {
+			m = append(m, "[CALL_ID]")
+		}
+	case Harmony:
+		m = append(m, "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
+	case Gemma4:
+		m = append(m, gemmaChannel, gemmaChannelEnd, "<|tool_call>", "<tool_call|>", gemmaQuote)
+	}
+	return m
 }

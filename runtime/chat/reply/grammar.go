@@ -27,8 +27,10 @@ func ArgRule(i int) string { return fmt.Sprintf("tool-%d-args", i) }
 // the whole generated text; special tokens (<|channel|>, [TOOL_CALLS],
 // ...) appear in it as their text.
 //
-// Formats whose arguments are not JSON (Gemma 4, Qwen 3.5's
-// <parameter=...>), and Plain, have no such grammar: that is an error.
+// Gemma 4 writes arguments in a syntax of its own: its grammar forces the
+// call and the name and leaves the arguments merely well formed, and
+// ignores the ArgGrammars. Qwen 3.5's <parameter=...> calls and Plain
+// have no such grammar: that is an error.
 func (f Format) CallGrammar(tools []ArgGrammar, choice string, parallel bool) (string, error) {
 	if len(tools) == 0 {
 		return "", fmt.Errorf("call grammar: no tools")
@@ -38,8 +40,6 @@ func (f Format) CallGrammar(tools []ArgGrammar, choice string, parallel bool) (s
 		return "", fmt.Errorf("call grammar: tool_choice %q does not force a call", choice)
 	case f.Kind == Plain:
 		return "", fmt.Errorf("call grammar: the template has no tool-call syntax")
-	case f.Kind == Gemma4:
-		return "", fmt.Errorf("call grammar: Gemma 4's call arguments are not JSON")
 	case f.XMLCalls:
 		return "", fmt.Errorf("call grammar: this template's call arguments are <parameter> tags, not JSON")
 	}
@@ -86,11 +86,26 @@ func (f Format) CallGrammar(tools []ArgGrammar, choice string, parallel bool) (s
 			rule = `"[TOOL_CALLS]" ` + name + id + ` "[ARGS]" ` + t.Rule
 		case Harmony:
 			rule = `"<|channel|>commentary to=functions." ` + name + ` " <|constrain|>json<|message|>" ` + t.Rule
+		case Gemma4:
+			// Gemma 4 writes arguments in its own syntax, which a JSON
+			// Schema grammar does not describe: the call and the tool's
+			// name are forced, the arguments only well formed (as
+			// llama.cpp does too).
+			rule = `"<|tool_call>call:" ` + name + ` call-gemma-dict "<tool_call|>"`
 		}
 		fmt.Fprintf(&b, "call-%d ::= %s\n", i, rule)
 		alts = append(alts, fmt.Sprintf("call-%d", i))
 	}
 	fmt.Fprintf(&b, "call-one ::= %s\n", strings.Join(alts, " | "))
+	if f.Kind == Gemma4 {
+		writeUntil(&b, "call-gemma-string-body", gemmaQuote)
+		b.WriteString(`call-gemma-string ::= "<|\"|>" call-gemma-string-body` + "\n")
+		b.WriteString(`call-gemma-dict ::= "{" (call-gemma-kv ("," call-gemma-kv)*)? "}"` + "\n")
+		b.WriteString(`call-gemma-kv ::= [a-zA-Z0-9_]+ ":" call-gemma-value` + "\n")
+		b.WriteString(`call-gemma-array ::= "[" (call-gemma-value ("," call-gemma-value)*)? "]"` + "\n")
+		b.WriteString(`call-gemma-value ::= call-gemma-string | call-gemma-dict | call-gemma-array | call-gemma-number | "true" | "false" | "null"` + "\n")
+		b.WriteString(`call-gemma-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)?` + "\n")
+	}
 	if f.Kind == MistralNemo || f.Kind == MistralArgs {
 		b.WriteString("call-id ::= " + strings.Repeat("[a-zA-Z0-9] ", 8) + "[a-zA-Z0-9]\n")
 	}
@@ -104,7 +119,7 @@ func (f Format) CallGrammar(tools []ArgGrammar, choice string, parallel bool) (s
 		root += `"[TOOL_CALLS][" call-one (", " call-one)* "]"`
 	case f.Kind == MistralNemo:
 		root += `"[TOOL_CALLS][" call-one "]"`
-	case f.Kind == MistralArgs && parallel:
+	case (f.Kind == MistralArgs || f.Kind == Gemma4) && parallel:
 		root += `call-one+`
 	case parallel && f.Kind != Llama3:
 		root += `call-one ("\n" call-one)*`
@@ -114,8 +129,10 @@ func (f Format) CallGrammar(tools []ArgGrammar, choice string, parallel bool) (s
 	var out strings.Builder
 	out.WriteString(root + "\n")
 	out.WriteString(b.String())
-	for _, i := range chosen {
-		out.WriteString(strings.TrimRight(tools[i].GBNF, "\n") + "\n")
+	if f.Kind != Gemma4 {
+		for _, i := range chosen {
+			out.WriteString(strings.TrimRight(tools[i].GBNF, "\n") + "\n")
+		}
 	}
 	return out.String(), nil
 }

@@ -1,7 +1,6 @@
 package reply
 
 import (
-	"encoding/json"
 	"strings"
 
 	"github.com/zrtdev/zrt/runtime/chat"
@@ -39,8 +38,10 @@ type header struct {
 // llama.cpp also consumes without a trace).
 func (h header) kind() string {
 	switch r := h.recipient; {
-	case strings.HasPrefix(r, "functions."):
+	case strings.HasPrefix(r, "functions.") && len(r) > len("functions."):
 		return "call"
+	case r == "functions.":
+		return "content" // a call to no function: its body is text
 	case r != "" && r != "assistant":
 		return "drop"
 	case h.channel == "analysis":
@@ -89,27 +90,47 @@ func (s *Stream) runHarmony(d *Delta, final bool) {
 		case modeBody:
 			i, end := firstMarker(s.pending, harmonyEnds)
 			k := s.header.kind()
-			if k == "call" || k == "drop" {
+			if k == "drop" {
 				if i < 0 && !final {
 					return
 				}
-				body := s.pending
 				if i >= 0 {
-					body = s.pending[:i]
 					s.pending = s.pending[i+len(end):]
 				} else {
 					s.pending = ""
 				}
-				if k == "call" {
-					args := strings.TrimSpace(body)
-					if strings.HasPrefix(args, "{") && json.Valid([]byte(args)) {
-						name := strings.TrimPrefix(s.header.recipient, "functions.")
-						d.ToolCalls = append(d.ToolCalls, CallDelta{Index: s.calls, ID: s.f.CallID(s.calls), Name: name, Arguments: args})
-						s.calls++
-					} else {
-						d.Content += body
-					}
+				s.mode = modeAfter
+				continue
+			}
+			if k == "call" {
+				// The body is the arguments, sent as they come.
+				if !s.streaming {
+					name := strings.TrimPrefix(s.header.recipient, "functions.")
+					d.ToolCalls = append(d.ToolCalls, CallDelta{Index: s.calls, ID: s.f.CallID(s.calls), Name: name})
+					s.streaming = true
+					s.args = trimmer{dropLeading: true}
 				}
+				text := s.pending
+				if i >= 0 {
+					text = s.pending[:i]
+				} else if !final {
+					keep := 0
+					for _, m := range harmonyEnds {
+						keep = max(keep, heldBack(s.pending, m))
+					}
+					text = s.pending[:len(s.pending)-keep]
+				}
+				sendArgs(d, s.calls, s.args.push(text))
+				s.pending = s.pending[len(text):]
+				if i < 0 && !final {
+					return
+				}
+				s.args.end(false)
+				if i >= 0 {
+					s.pending = s.pending[len(end):]
+				}
+				s.streaming = false
+				s.calls++
 				s.mode = modeAfter
 				continue
 			}

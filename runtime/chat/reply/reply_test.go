@@ -190,7 +190,14 @@ func parseCases(t testing.TB) []parseCase {
 		{"llama3/code", llama, "<|python_tag|>print('hey')", "", "", []call{{"python", `{"code":"print('hey')"}`, ""}}},
 		{"llama3/json-content", llama, `{"answer": 42}`, "", `{"answer": 42}`, nil},
 		{"hermes/unclosed-complete", qwen25, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}", "", "", sf(`{"arg1": 1}`)},
-		{"hermes/cut-off", qwen25, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", "", "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", nil},
+		// Arguments cut off stay a call, as llama.cpp's partial parse
+		// gives it (message_assist_call_cutoff_args) and OpenAI sends it.
+		{"hermes/cut-off", qwen25, "<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg", "", "", sf(`{"arg`)},
+		{"hermes/cut-before-args", qwen25, "<tool_call>\n{\"name\": \"special_function\", \"argu", "", "<tool_call>\n{\"name\": \"special_function\", \"argu", nil},
+		{"hermes/args-first", qwen25, "<tool_call>\n{\"arguments\": {\"a\": 1}, \"name\": \"f\"}\n</tool_call>", "", "", []call{{"f", `{"a": 1}`, ""}}},
+		{"hermes/content-after", qwen25, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\nDone.", "", "Done.", []call{{"f", `{}`, ""}}},
+		{"mistral-args/cut-off", devstral, "[TOOL_CALLS]f[ARGS]{\"a\": [1,", "", "", []call{{"f", `{"a": [1,`, ""}}},
+		{"mistral-args/bad-bracket", devstral, "[TOOL_CALLS]f[ARGS]{\"a\": 1] tail", "", "] tail", []call{{"f", `{"a": 1`, ""}}},
 		{"hermes/not-a-call", qwen25, "Use <tool_call>like this</tool_call> then.", "", "Use <tool_call>like this</tool_call> then.", nil},
 		{"hermes/arguments-string", qwen25, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", "", "", []call{{"f", `{"a": 1}`, ""}}},
 		{"hermes/closer-in-string", qwen25, "<tool_call>\n{\"name\": \"set_text\", \"arguments\": {\"text\": \"a </tool_call> b\"}}\n</tool_call>", "", "", []call{{"set_text", `{"text": "a </tool_call> b"}`, ""}}},
@@ -212,7 +219,11 @@ func checkParsed(t *testing.T, name string, got Parsed, c parseCase) {
 	}
 	for i, w := range c.calls {
 		g := got.ToolCalls[i]
-		if g.Name != w.Name || !sameJSON(g.Arguments, w.Args) {
+		same := sameJSON(g.Arguments, w.Args)
+		if !json.Valid([]byte(w.Args)) {
+			same = g.Arguments == w.Args
+		}
+		if g.Name != w.Name || !same {
 			t.Errorf("%s: call %d = %s(%s), want %s(%s)", name, i, g.Name, g.Arguments, w.Name, w.Args)
 		}
 		if w.ID != "" && g.ID != w.ID {
@@ -379,5 +390,59 @@ func TestXMLStringParams(t *testing.T) {
 	p := f.Parse("<tool_call>\n<function=f>\n<parameter=s>\n123\n</parameter>\n<parameter=n>\n123\n</parameter>\n<parameter=t>\nhello world\n</parameter>\n</function>\n</tool_call>")
 	if len(p.ToolCalls) != 1 || p.ToolCalls[0].Arguments != `{"s": "123", "n": 123, "t": "hello world"}` {
 		t.Fatalf("%+v", p)
+	}
+}
+
+// TestMarkers checks that every marker a format's sample reply uses is
+// among Markers, by removing them: what is left has no angle-bracket or
+// square-bracket token of the format.
+func TestMarkers(t *testing.T) {
+	for _, c := range parseCases(t) {
+		rest := c.in
+		for _, m := range c.f.Markers() {
+			rest = strings.ReplaceAll(rest, m, "")
+		}
+		for _, tok := range []string{"<|", "|>", "<tool_call", "</tool_call", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "<think>", "</think>", "channel|>", "<|channel>"} {
+			if strings.Contains(rest, tok) && !strings.Contains(c.content+c.reasoning, tok) {
+				t.Errorf("%s: %q left after removing %q: %q", c.name, tok, c.f.Markers(), rest)
+			}
+		}
+	}
+}
+
+// TestStreamArgs checks that arguments are sent as they are generated
+// where the format puts them last: the call's name and id first, then the
+// arguments in the pieces they came in.
+func TestStreamArgs(t *testing.T) {
+	cases := []struct {
+		f      Format
+		pieces []string
+		args   []string // the argument text each piece releases
+	}{
+		{Format{Kind: Hermes}, []string{"<tool_call>\n{\"name\": \"f\", \"arguments\": ", "{\"code\": \"print(", "1)\"}", "}\n</tool_call>"}, []string{"", `{"code": "print(`, `1)"}`, ""}},
+		{Format{Kind: MistralArgs}, []string{"[TOOL_CALLS]f[ARGS]", "{\"a\": ", "[1, 2]}"}, []string{"", `{"a": `, `[1, 2]}`}},
+		{Format{Kind: Harmony}, []string{"<|channel|>commentary to=functions.f <|constrain|>json<|message|>", "{\"a\":", " 1}<|ca", "ll|>"}, []string{"", `{"a":`, ` 1}`, ""}},
+	}
+	for _, c := range cases {
+		s := c.f.NewStream()
+		for i, p := range c.pieces {
+			d := s.Add(p)
+			got := ""
+			for _, tc := range d.ToolCalls {
+				if tc.Index != 0 {
+					t.Fatalf("%v: call index %d", c.f.Kind, tc.Index)
+				}
+				if tc.Name != "" && (tc.Name != "f" || tc.ID == "") {
+					t.Fatalf("%v: head %+v", c.f.Kind, tc)
+				}
+				got += tc.Arguments
+			}
+			if got != c.args[i] {
+				t.Errorf("%v: piece %d %q released arguments %q, want %q", c.f.Kind, i, p, got, c.args[i])
+			}
+		}
+		if d := s.Flush(); len(d.ToolCalls) != 0 {
+			t.Errorf("%v: flush sent %+v", c.f.Kind, d)
+		}
 	}
 }

@@ -24,9 +24,9 @@ type Delta struct {
 }
 
 // CallDelta is one tool call's part of a Delta. The first delta of call
-// Index carries its ID and Name; Arguments are appended. A Stream sends a
-// call once it is complete, so today every call comes whole in one
-// CallDelta; clients must not rely on that.
+// Index carries its ID and Name; Arguments are appended, in pieces as
+// they are generated where the format allows (see argstream.go), else
+// whole once the call is read.
 type CallDelta struct {
 	Index               int
 	ID, Name, Arguments string
@@ -78,9 +78,11 @@ const (
 )
 
 // Stream splits a reply as it is generated. Text that may still turn
-// out to be a marker (a tool-call opening, the end of reasoning) or a
-// call being written is held back until it is decided, so the deltas of
-// a Stream, concatenated, are exactly what Parse returns for the whole
+// out to be a marker (a tool-call opening, the end of reasoning) or the
+// head of a call is held back until it is decided; a call's arguments are
+// sent as they come where the format puts them last (Hermes, Mistral's
+// [ARGS], gpt-oss), else with the whole call once it is read. The deltas
+// of a Stream, concatenated, are exactly what Parse returns for the whole
 // text, however the text was cut. A Stream is not safe for concurrent
 // use.
 type Stream struct {
@@ -93,7 +95,12 @@ type Stream struct {
 	marker  string // the marker that opened the call being read
 	bareOK  bool   // Llama3: a bare JSON object here would be a call
 	header  header // Harmony: the message being read
-	done    bool
+	// streaming is set while a call's arguments are being sent: they
+	// start at pending[argAt:], of which argSent bytes are sent.
+	streaming      bool
+	argAt, argSent int
+	args           trimmer // Harmony: a call body's surrounding space
+	done           bool
 }
 
 // NewStream starts splitting a reply in format f.
@@ -122,8 +129,8 @@ func (s *Stream) Add(text string) Delta {
 }
 
 // Flush ends the reply: held-back text is decided as if nothing follows
-// (an unfinished call becomes content). Later Adds and Flushes return
-// empty deltas.
+// (a call whose arguments had started keeps what it has; one still
+// unread becomes content). Later Adds and Flushes return empty deltas.
 func (s *Stream) Flush() Delta {
 	if s.done {
 		return Delta{}
@@ -240,6 +247,30 @@ func (s *Stream) runMarked(d *Delta, final bool) {
 			}
 			return
 		case modeCall:
+			if s.streaming {
+				if !s.streamArgs(d, final) {
+					return
+				}
+				s.mode = modeContent
+				s.content.dropLeading = true
+				s.bareOK = f.Kind == Llama3
+				continue
+			}
+			if s.marker != "" {
+				name, id, argAt, st := f.callHead(s.pending, final)
+				if st == needMore {
+					return
+				}
+				if st == complete {
+					d.Content += s.content.end(true)
+					if id == "" {
+						id = f.CallID(s.calls)
+					}
+					d.ToolCalls = append(d.ToolCalls, CallDelta{Index: s.calls, ID: id, Name: name})
+					s.streaming, s.argAt, s.argSent = true, argAt, 0
+					continue
+				}
+			}
 			calls, n, st := f.readCall(s.marker, s.pending, final)
 			switch st {
 			case needMore:

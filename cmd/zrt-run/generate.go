@@ -170,6 +170,12 @@ func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sampl
 	}
 	fmt.Fprintln(out)
 	decodeDur := time.Since(tDecode)
+	if d.Finish() == decode.Context {
+		// Otherwise a run that asked for more just stops, looking like
+		// -n was honoured.
+		fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: stopped at the bundle's context of %d tokens (%d prompt + %d generated), short of -n %d; "+
+			"rebuild with a larger context_length to generate more\n", e.Hparams.ContextLength, len(ids), d.Generated(), n)
+	}
 	if !asJSON {
 		return nil
 	}

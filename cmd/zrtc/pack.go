@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"text/tabwriter"
 	"time"
@@ -38,7 +37,7 @@ for its machine; zrtc unpack unpacks it explicitly.`,
 			}
 			defer r.Close()
 			packed, raw := r.Index().Sizes()
-			fmt.Fprintf(os.Stderr, "zrtc: packed %s into %s: %d members, %d B → %d B (%.3f), %s\n",
+			fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: packed %s into %s: %d members, %d B → %d B (%.3f), %s\n",
 				args[0], out, len(r.Index().Members), raw, packed, ratio(packed, raw), time.Since(start).Round(time.Millisecond))
 			return nil
 		},
@@ -49,6 +48,7 @@ for its machine; zrtc unpack unpacks it explicitly.`,
 
 func unpackCmd() *cobra.Command {
 	var out, target string
+	var quiet bool
 	c := &cobra.Command{
 		Use:   "unpack MODEL.zrtp -o DIR",
 		Short: "Unpack a pack: the whole set or bundle, or one member with --target",
@@ -62,17 +62,40 @@ func unpackCmd() *cobra.Command {
 				return err
 			}
 			defer r.Close()
+			pr, start := newProgress(cmd.ErrOrStderr(), quiet), time.Now()
+			r.Progress = func(file string, done, total int64) {
+				pr.tick("unpack: %s of %s (%s)", size(done), size(total), file)
+			}
+			what, files, raw := "", 0, int64(0)
 			if target == "" {
-				return r.Unpack(out)
+				_, raw = r.Index().Sizes()
+				files = len(r.Index().Files)
+				for _, m := range r.Index().Members {
+					files += len(m.Files)
+				}
+				pr.say("unpacking %s (%s) into %s", args[0], size(raw), out)
+				err = r.Unpack(out)
+			} else {
+				m, ok := r.Index().Member(target)
+				if !ok {
+					return usagef("unpack: --target %s: the pack holds %s", target, targetsOf(r.Index()))
+				}
+				for _, f := range m.Files {
+					raw += f.RawSize
+				}
+				what, files = " member "+target, len(m.Files)
+				pr.say("unpacking%s of %s (%s) into %s", what, args[0], size(raw), out)
+				err = r.UnpackMember(m, out)
 			}
-			m, ok := r.Index().Member(target)
-			if !ok {
-				return usagef("unpack: --target %s: the pack holds %s", target, targetsOf(r.Index()))
+			if err != nil {
+				return err
 			}
-			return r.UnpackMember(m, out)
+			pr.say("unpacked%s into %s: %d files, %s in %s", what, out, files, size(raw), time.Since(start).Round(time.Millisecond))
+			return nil
 		},
 	}
 	c.Flags().StringVarP(&out, "out", "o", "", "the directory to write (atomically)")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on stderr on success")
 	c.Flags().StringVar(&target, "target", "", "unpack only this member, as a bundle")
 	return c
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
@@ -15,6 +16,7 @@ import (
 func synthCmd() *cobra.Command {
 	s := synth.Tiny
 	var out, typ string
+	var quiet bool
 	c := &cobra.Command{
 		Use:   "synth -o MODEL.gguf",
 		Short: "Write a synthetic random-weight GGUF model of a given shape",
@@ -49,7 +51,7 @@ Per architecture:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
-				return fmt.Errorf("synth: -o MODEL.gguf is required")
+				return usagef("synth: -o MODEL.gguf is required")
 			}
 			flags := cmd.Flags()
 			if s.Arch == "gpt-oss" { // the released checkpoints' defaults
@@ -75,15 +77,26 @@ Per architecture:
 			if err := sysmem.Check("this shape", s.PeakBytes()); err != nil {
 				return fmt.Errorf("synth: %w", err)
 			}
-			b, err := synth.Write(s)
+			// A large shape takes a while (45 s for 500 MB): say so, and
+			// how far it got.
+			pr, start, total := newProgress(cmd.ErrOrStderr(), quiet), time.Now(), s.FileBytes()
+			pr.say("synth: writing a %d-layer %s model of about %s", s.Layers, s.Arch, size(total))
+			b, err := synth.WriteProgress(s, func(tensor string, n int64) {
+				pr.tick("synth: %s of about %s (%s)", size(n), size(total), tensor)
+			})
 			if err != nil {
 				return err
 			}
-			return gguf.WriteFileAtomic(out, b)
+			if err := gguf.WriteFileAtomic(out, b); err != nil {
+				return err
+			}
+			pr.say("wrote %s (%s) in %s", out, size(int64(len(b))), time.Since(start).Round(time.Millisecond))
+			return nil
 		},
 	}
 	f := c.Flags()
 	f.StringVarP(&out, "out", "o", "", "output GGUF path")
+	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing on stderr on success")
 	f.StringVar(&s.Arch, "arch", s.Arch, "architecture: "+strings.Join(synth.Archs, ", "))
 	f.IntVar(&s.Layers, "layers", s.Layers, "layers")
 	f.IntVar(&s.Embd, "embd", s.Embd, "embedding width")

@@ -157,7 +157,13 @@ func (s Shape) withDefaults() Shape {
 var Tiny = Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 320, Context: 256, Type: ggml.F32, Seed: 1}
 
 // Write returns the GGUF bytes of a model of shape s.
-func Write(s Shape) ([]byte, error) {
+func Write(s Shape) ([]byte, error) { return WriteProgress(s, nil) }
+
+// WriteProgress is Write that calls progress (when not nil) after each
+// tensor with its name and the tensor bytes made so far, for a caller
+// that shows progress on a large shape (Shape.FileBytes estimates the
+// total).
+func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, error) {
 	s = s.withDefaults()
 	if err := s.Check(); err != nil {
 		return nil, err
@@ -318,12 +324,19 @@ func Write(s Shape) ([]byte, error) {
 		}
 		return x
 	}
+	var made int64
 	add := func(name string, t ggml.Type, dims []int64, x []float32) error {
 		b, err := encode(t, x)
 		if err != nil {
 			return err
 		}
-		return w.AddTensor(name, t, dims, b)
+		if err := w.AddTensor(name, t, dims, b); err != nil {
+			return err
+		}
+		if made += int64(len(b)); progress != nil {
+			progress(name, made)
+		}
+		return nil
 	}
 	E, F, V, Q, KV := int64(s.Embd), int64(s.FF), int64(s.Vocab), int64(s.Heads*s.HeadDim), int64(s.HeadsKV*s.HeadDim)
 	mat := s.Type

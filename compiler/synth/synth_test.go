@@ -345,3 +345,42 @@ func TestMXFP4InParallel(t *testing.T) {
 		t.Error("MXFP4 encoded in parallel differs from one call's")
 	}
 }
+
+// TestWriteProgress: WriteProgress reports every tensor, its count
+// growing to the tensors' bytes, writes what Write writes, and FileBytes
+// estimates the file within a tenth.
+func TestWriteProgress(t *testing.T) {
+	s := Tiny
+	s.Layers = 4
+	var names []string
+	var last int64
+	b, err := WriteProgress(s, func(tensor string, n int64) {
+		if n <= last {
+			t.Errorf("%s: %d bytes after %d", tensor, n, last)
+		}
+		names, last = append(names, tensor), n
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Write(s)
+	if err != nil || !bytes.Equal(b, plain) {
+		t.Fatalf("WriteProgress and Write differ (%v)", err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, ti := range f.Tensors {
+		sum += ti.Size
+	}
+	if len(names) != len(f.Tensors) || last != sum {
+		t.Errorf("%d reports ending at %d bytes; the file has %d tensors of %d bytes", len(names), last, len(f.Tensors), sum)
+	}
+	if est := s.FileBytes(); est < len64(b)*9/10 || est > len64(b)*11/10 {
+		t.Errorf("FileBytes %d for a %d-byte file", est, len(b))
+	}
+}
+
+func len64(b []byte) int64 { return int64(len(b)) }

@@ -159,6 +159,20 @@ func (s Shape) matrixType() ggml.Type {
 // values of the largest tensor, and the encoded file twice (tensors, then
 // the assembled bytes). A shape must Check first.
 func (s Shape) PeakBytes() int64 {
+	file, largest := s.sizes()
+	return 2*file + 4*largest
+}
+
+// FileBytes estimates the size of the GGUF Write makes of s, for progress
+// reports. A shape must Check first.
+func (s Shape) FileBytes() int64 {
+	file, _ := s.sizes()
+	return file
+}
+
+// sizes estimates the encoded file's bytes and the elements of the
+// largest tensor.
+func (s Shape) sizes() (file, largest int64) {
 	E, F, V, L := int64(s.Embd), int64(s.FF), int64(s.Vocab), int64(s.Layers)
 	Q, KV := int64(s.Heads*s.headDim()), int64(s.HeadsKV*s.headDim())
 	perElem := 4.0
@@ -174,8 +188,8 @@ func (s Shape) PeakBytes() int64 {
 	if s.Arch == "gpt-oss" {
 		expertElem = 17.0 / 32 // MXFP4
 	}
-	file := int64(float64(elems)*perElem+float64(experts)*expertElem) + 64*V // + tokens
-	return 2*file + 4*max(E*V, 2*E*F, E*int64(s.ExpertFF)*int64(s.Experts))
+	file = int64(float64(elems)*perElem+float64(experts)*expertElem) + 64*V // + tokens
+	return file, max(E*V, 2*E*F, E*int64(s.ExpertFF)*int64(s.Experts))
 }
 
 // checkGemma4 checks a gemma4 shape's per-layer input width and its

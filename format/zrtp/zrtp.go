@@ -478,11 +478,18 @@ func writeHead(f *os.File, x *Index, reserved int) error {
 
 // Reader is an open pack.
 type Reader struct {
+	// Progress, when set, is called as an unpack writes: with the file
+	// being unpacked, and the bytes unpacked so far of total, the
+	// unpack's (every few MiB, and after each file).
+	Progress func(file string, done, total int64)
+
 	f         *os.File
 	path      string
 	index     *Index
 	digest    string
 	dataStart int64
+	done      int64 // bytes unpacked by the running unpack
+	total     int64 // bytes the running unpack writes
 }
 
 // Open reads and checks a pack's header and index; it reads nothing of
@@ -551,6 +558,8 @@ func (r *Reader) Close() error { return r.f.Close() }
 // every member) or the bundle, exactly as packed. dst must be missing or
 // a bundle or set.
 func (r *Reader) Unpack(dst string) error {
+	_, r.total = r.index.Sizes()
+	r.done = 0
 	return r.wrap(publish.Dir(publish.OS{}, dst, bundleset.IsOutput, func(tmp string) error {
 		dec, err := newDecoder()
 		if err != nil {
@@ -582,6 +591,10 @@ func (r *Reader) wrap(err error) error {
 // UnpackMember writes one member's bundle to dst atomically. dst must be
 // missing or a bundle.
 func (r *Reader) UnpackMember(m Member, dst string) error {
+	r.done, r.total = 0, 0
+	for _, f := range m.Files {
+		r.total += f.RawSize
+	}
 	return r.wrap(publish.Dir(publish.OS{}, dst, bundle.IsBundle, func(tmp string) error {
 		dec, err := newDecoder()
 		if err != nil {
@@ -632,7 +645,12 @@ func (r *Reader) decode(dec *zstd.Decoder, f File, out io.Writer) error {
 		return fmt.Errorf("%w: %v", ErrFormat, err)
 	}
 	h := sha256.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(out, h), 1<<20)
+	var w io.Writer = io.MultiWriter(out, h)
+	if r.Progress != nil {
+		w = &progressWriter{w: w, r: r, file: f.Path}
+		defer func() { r.Progress(f.Path, r.done, r.total) }() // once the file is written
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
 	// One byte more than the index says shows a file too long.
 	n, err := io.Copy(bw, io.LimitReader(dec, f.RawSize+1))
 	if err != nil {
@@ -651,6 +669,27 @@ func (r *Reader) decode(dec *zstd.Decoder, f File, out io.Writer) error {
 		return fmt.Errorf("%w: SHA-256 %s does not match the index's %s (the pack is damaged)", ErrFormat, got, f.SHA256)
 	}
 	return nil
+}
+
+// progressEvery is how many bytes an unpack writes between reports.
+const progressEvery = 16 << 20
+
+// progressWriter counts an unpack's bytes into its reader and reports
+// them every progressEvery bytes.
+type progressWriter struct {
+	w    io.Writer
+	r    *Reader
+	file string
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	before := p.r.done
+	p.r.done += int64(n)
+	if p.r.done/progressEvery != before/progressEvery {
+		p.r.Progress(p.file, p.r.done, p.r.total)
+	}
+	return n, err
 }
 
 // isWriteErr reports an error of the file system rather than the pack.

@@ -60,6 +60,42 @@ func FuzzRequest(f *testing.F) {
 	})
 }
 
+// FuzzTokenize: any body sent to /tokenize (llama-server's or vLLM's
+// fields, or neither) is answered with tokens or an OpenAI error object,
+// never a panic or a 5xx.
+func FuzzTokenize(f *testing.F) {
+	for _, s := range []string{
+		`{"content":"Once upon a time"}`, `{"content":"x","add_special":true}`,
+		`{"prompt":"Once upon a time"}`, `{"prompt":"x","add_special_tokens":false}`,
+		`{"messages":[{"role":"user","content":"Hi"}]}`, `{"messages":[{"role":"wizard","content":"Hi"}]}`,
+		`{"messages":[]}`, `{"prompt":"a","content":"b"}`, `{}`, `{"prompt":7}`, `{`, `null`, ``,
+	} {
+		f.Add(s)
+	}
+	ts := serveStories(f, serveOptions{slots: 1, chunkCap: 64})
+	h := ts.srv.Handler()
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest("POST", "/tokenize", strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var out struct {
+			Tokens *[]int32 `json:"tokens"`
+			Error  struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		err := json.Unmarshal(rec.Body.Bytes(), &out)
+		switch {
+		case rec.Code >= 500:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.String())
+		case rec.Code == 200 && (err != nil || out.Tokens == nil):
+			t.Fatalf("200 without a tokens list for %q: %s", body, rec.Body.String())
+		case rec.Code != 200 && (err != nil || out.Error.Message == ""):
+			t.Fatalf("status %d for %q: not an OpenAI error object: %s", rec.Code, body, rec.Body.String())
+		}
+	})
+}
+
 // FuzzLoadConfig: any file given as the server config is loaded or
 // refused with an error, and a loaded one yields a policy and an engine
 // configuration without panicking.

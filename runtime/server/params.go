@@ -131,8 +131,8 @@ func (g *genParams) choices(p decode.Params) ([]decode.Params, *apiError) {
 	return ps, nil
 }
 
-// maxTokensError is the answer to a max_tokens (or max_completion_tokens,
-// field) that is no integer in its range for model m.
+// maxTokensError answers a max_tokens or max_completion_tokens (field)
+// that is not an integer in [1, m's context], whatever its JSON type.
 func maxTokensError(field string, m *Model) *apiError {
 	return badRequest(field, "%s must be an integer in [1, %d]: at least one token, and at most the model's context of %d tokens, which the prompt shares",
 		field, m.ContextLength, m.ContextLength)

@@ -134,8 +134,8 @@ func (w *routeErrorWriter) WriteHeader(code int) {
 	var msg string
 	switch code {
 	case http.StatusNotFound:
-		msg = fmt.Sprintf("invalid URL (%s %s): zrt serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "+
-			"POST /tokenize, POST /detokenize, GET /v1/tenants/{id}/usage, GET /health and GET /metrics", w.r.Method, w.r.URL.Path)
+		msg = fmt.Sprintf("invalid URL (%s %s): this server has no such endpoint (OpenAI's API is under /v1/, e.g. POST /v1/chat/completions)",
+			w.r.Method, w.r.URL.Path)
 	case http.StatusMethodNotAllowed:
 		msg = fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", w.r.Method, w.r.URL.Path, w.Header().Get("Allow"))
 	default:
@@ -143,7 +143,6 @@ func (w *routeErrorWriter) WriteHeader(code int) {
 		return
 	}
 	w.replaced = true
-	w.Header().Del("X-Content-Type-Options")
 	writeError(w.ResponseWriter, &apiError{status: code, Message: msg, Type: "invalid_request_error"})
 }
 

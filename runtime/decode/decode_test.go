@@ -285,3 +285,23 @@ func TestConstraint(t *testing.T) {
 		t.Errorf("cut by max tokens: %q %q", text, fin)
 	}
 }
+
+// TestKeep shows a control token's text only when Params.Keep names it.
+func TestKeep(t *testing.T) {
+	tok := tiny(t)
+	for _, keep := range []bool{false, true} {
+		p := Params{MaxTokens: 3, ContextLength: 100}
+		want := " hello world"
+		if keep {
+			p.Keep, want = []int32{1}, " hello<s> world"
+		}
+		d := New(tok, p)
+		var text string
+		for _, id := range []int32{3, 1, 4} {
+			text += d.Next(onehot(id), nil, 0).Text
+		}
+		if text != want {
+			t.Errorf("keep %v: %q, want %q", keep, text, want)
+		}
+	}
+}

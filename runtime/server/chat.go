@@ -85,6 +85,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		spec, field, constrained = grammar.Spec{GBNF: gbnf}, "tool_choice", true
 	}
+	// The format's markers show as text, for the reply parser.
+	p.Keep = s.agent(m).keep
 	ps, aerr := req.choices(p)
 	if aerr != nil {
 		s.reject(w, r, aerr)

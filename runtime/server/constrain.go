@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
+	"github.com/zrtdev/zrt/runtime/chat/reply"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/grammar"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
 // constraintFields are the request fields that constrain a reply's text,
@@ -97,7 +100,9 @@ func (c *constraintFields) spec() (spec grammar.Spec, field string, ok bool, aer
 // at most the compile limit, and the server's other requests nothing),
 // mapping what is wrong with it to a 400 on field.
 func (s *Server) compile(ctx context.Context, m *Model, spec grammar.Spec, field string) (*grammar.Grammar, *apiError) {
-	g, err := s.compiler(m).Compile(ctx, spec)
+	a := s.agent(m)
+	a.once.Do(func() { a.compiler = grammar.NewCompiler(a.vocab, a.limits) })
+	g, err := a.compiler.Compile(ctx, spec)
 	if err == nil {
 		return g, nil
 	}
@@ -120,17 +125,55 @@ func (s *Server) compile(ctx context.Context, m *Model, spec grammar.Spec, field
 	return nil, badRequest(field, "%s: %v", field, err)
 }
 
-// compiler is m's grammar compiler, made on first use: building one sorts
-// the vocabulary, which a server that never constrains need not pay.
-func (s *Server) compiler(m *Model) *grammar.Compiler {
-	s.compilersMu.Lock()
-	defer s.compilersMu.Unlock()
-	c := s.compilers[m.Name]
-	if c == nil {
-		c = grammar.NewCompiler(m.Tok, s.grammarLimits)
-		s.compilers[m.Name] = c
+// agent is what a model's constrained and parsed replies need, made on
+// first use; its grammar compiler on the first constraint, since building
+// one sorts the vocabulary, which a server that never constrains need not
+// pay.
+type agent struct {
+	vocab    markerVocab
+	limits   grammar.Limits
+	once     sync.Once
+	compiler *grammar.Compiler // made by compile's first call
+	// keep are the special tokens of the template's reply format (its
+	// markers) that chat replies show as text, so the reply parser and
+	// grammars see them.
+	keep []int32
+}
+
+// agent returns m's agent.
+func (s *Server) agent(m *Model) *agent {
+	s.agentsMu.Lock()
+	defer s.agentsMu.Unlock()
+	a := s.agents[m.Name]
+	if a != nil {
+		return a
 	}
-	return c
+	v := markerVocab{Tokenizer: m.Tok, text: map[int32][]byte{}}
+	var keep []int32
+	for _, mk := range reply.Detect(m.Tok.Vocab().ChatTemplate).Markers() {
+		if id, ok := m.Tok.TokenID(mk); ok && m.Tok.IsControl(id) {
+			v.text[id] = []byte(mk)
+			keep = append(keep, id)
+		}
+	}
+	a = &agent{vocab: v, limits: s.grammarLimits, keep: keep}
+	s.agents[m.Name] = a
+	return a
+}
+
+// markerVocab is a tokenizer whose format markers read as their text
+// (control tokens are otherwise empty pieces), so that a grammar can
+// require them.
+type markerVocab struct {
+	*tokenizer.Tokenizer
+	text map[int32][]byte
+}
+
+func (v markerVocab) Piece(id int32) []byte {
+	if t, ok := v.text[id]; ok {
+		return t
+	}
+	return v.Tokenizer.Piece(id)
 }
 
 // constrain compiles the request's constraint and gives each choice its

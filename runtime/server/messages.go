@@ -52,9 +52,6 @@ func chatMessages(in []wireMessage) ([]chat.Message, *apiError) {
 			}
 			return nil, badRequest(param+".role", "%s: %s (roles: %s)", param, what, strings.Join(roles, ", "))
 		}
-		if m.Role == "developer" {
-			msg.Role = "system" // OpenAI's newer name for it; templates know system
-		}
 		if set(m.Content) {
 			text, err := contentText(m.Content)
 			if err != nil {

@@ -48,10 +48,10 @@ type Server struct {
 	metrics  *metrics
 	ledger   *ledger.Ledger // nil: no usage ledger
 
-	// compilers are the models' grammar compilers (made on first use),
-	// which cache compiled constraints by content.
-	compilersMu   sync.Mutex
-	compilers     map[string]*grammar.Compiler
+	// agents are the models' grammar compilers (which cache compiled
+	// constraints by content) and reply markers, made on first use.
+	agentsMu      sync.Mutex
+	agents        map[string]*agent
 	grammarLimits grammar.Limits
 }
 
@@ -68,7 +68,7 @@ const maxBody = 8 << 20
 // request names none) whose engines follow policy; finished requests are
 // recorded in led when it is not nil.
 func New(cfg *Config, policy *Policy, models []*Model, led *ledger.Ledger, log *slog.Logger) *Server {
-	s := &Server{policy: policy, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led, compilers: map[string]*grammar.Compiler{}}
+	s := &Server{policy: policy, models: map[string]*Model{}, log: log, started: time.Now(), ledger: led, agents: map[string]*agent{}}
 	s.cfg.Store(cfg)
 	for _, m := range models {
 		s.models[m.Name] = m

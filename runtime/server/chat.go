@@ -113,7 +113,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	replies := make([]*chatReply, len(ps))
 	for i := range replies {
-		replies[i] = &chatReply{f: format.WithIDs(ps[i].Sampling.Seed)}
+		replies[i] = &chatReply{f: format.WithIDs(ps[i].Sampling.Seed), raw: format.Kind == reply.Plain && format.ThinkStart == ""}
 		replies[i].s = replies[i].f.NewStream()
 	}
 	if req.Stream {
@@ -173,6 +173,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // fields: content, reasoning_content and tool_calls, both as stream deltas
 // and as a whole message.
 type chatReply struct {
+	// raw says the reply has nothing to split (no tools, no reasoning
+	// tags): its text is the content as generated, with the spaces the
+	// parser would trim.
+	raw   bool
 	f     reply.Format
 	s     *reply.Stream
 	calls bool // the stream has sent a call
@@ -180,12 +184,18 @@ type chatReply struct {
 
 // add returns the deltas the choice's next text t completes.
 func (c *chatReply) add(t string) []map[string]any {
+	if c.raw {
+		return []map[string]any{{"content": t}}
+	}
 	return c.deltas(c.s.Add(t))
 }
 
 // end returns the deltas held back until the choice ended, and whether
 // its reply was tool calls.
 func (c *chatReply) end() ([]map[string]any, bool) {
+	if c.raw {
+		return nil, false
+	}
 	d := c.deltas(c.s.Flush())
 	return d, c.calls
 }
@@ -223,6 +233,9 @@ func (c *chatReply) deltas(d reply.Delta) []map[string]any {
 // message is the whole reply text as an assistant message, and whether
 // it was tool calls. A reply that does not parse as calls is content.
 func (c *chatReply) message(text string) (map[string]any, bool) {
+	if c.raw {
+		return map[string]any{"role": "assistant", "content": text}, false
+	}
 	p := c.f.Parse(text)
 	msg := map[string]any{"role": "assistant", "content": p.Content}
 	if p.Reasoning != "" {

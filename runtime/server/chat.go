@@ -72,8 +72,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if len(offered) == 0 {
 		format.Kind = reply.Plain // without tools a reply is never calls
 	}
+	if choice.forced() {
+		field = "tool_choice"
+	}
 	if (constrained || choice.forced()) && format.StartsInReasoning() {
-		s.reject(w, r, badRequest("chat_template_kwargs", "this model's template opens reasoning in the prompt, and a constrained reply has none: set enable_thinking false"))
+		s.reject(w, r, badRequest(field, "this model's template opens reasoning in the prompt even with enable_thinking false, and a constrained reply has none: %s cannot be used with it", field))
 		return
 	}
 	if choice.forced() {

@@ -92,19 +92,8 @@ func chatMessages(in []wireMessage) ([]chat.Message, *apiError) {
 // returns the prompt's text (which a reply's format reads, to know
 // whether generation starts inside reasoning) and its tokens.
 func renderChat(tok *tokenizer.Tokenizer, msgs []chat.Message, tools []chat.Tool, vars map[string]any) (string, []int32, error) {
-	v := tok.Vocab()
-	opt := chat.Options{AddGenerationPrompt: true, KeepBOS: !v.AddBOS, KeepEOS: !v.AddEOS, Tools: tools, Vars: vars}
-	if v.BOS >= 0 {
-		opt.BOSToken = tok.TokenText(v.BOS)
-	}
-	if v.EOS >= 0 {
-		opt.EOSToken = tok.TokenText(v.EOS)
-	}
-	text, _, err := chat.Apply(v.ChatTemplate, msgs, opt)
-	if err != nil {
-		return "", nil, err
-	}
-	return text, tok.Encode(text, true, true), nil
+	text, ids, _, err := chat.PromptWith(tok, msgs, chat.Options{AddGenerationPrompt: true, Tools: tools, Vars: vars})
+	return text, ids, err
 }
 
 // contentText accepts a message's content as a string or as a list of

@@ -52,8 +52,13 @@ type Params struct {
 	// model's own greedy choice is never taken. The request finishes
 	// with EOG once the constraint is Done, or when the model picks an
 	// end-of-generation token, which the constraint allows only when the
-	// output is complete.
-	Constraint Constraint
+	// output is complete. It is not in a step log (a matcher's state is
+	// not data), so a rerun samples such a request unconstrained.
+	Constraint Constraint `json:"-"`
+	// Keep are special tokens whose text the output shows (a chat
+	// format's markers, such as gpt-oss's <|channel|>, which a reply
+	// parser must see); other control tokens show nothing.
+	Keep []int32 `json:"keep,omitempty"`
 }
 
 // Constraint is what decoding needs of a constrained-output matcher
@@ -190,7 +195,11 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		return d.end(Step{Token: -1}, EOG)
 	}
 	d.generated++
-	text, stopped := d.filter.Add(d.text.Add(tok))
+	piece := d.text.Add(tok)
+	if slices.Contains(d.p.Keep, tok) {
+		piece += string(d.tok.TokenToPiece(tok, true))
+	}
+	text, stopped := d.filter.Add(piece)
 	st := Step{Token: tok, Text: text, Logprobs: lp}
 	switch {
 	case stopped:

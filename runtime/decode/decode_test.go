@@ -229,3 +229,79 @@ func TestLogprobSteps(t *testing.T) {
 		t.Errorf("logprobs nobody asked for: %+v", st.Logprobs)
 	}
 }
+
+// sequence is a Constraint that allows exactly the tokens of want, in
+// order, then the end token (2) or, when done, nothing.
+type sequence struct {
+	want  []int32
+	at    int
+	final bool // Done once want is matched, instead of allowing the end token
+}
+
+func (s *sequence) Mask(allowed []uint64) {
+	clear(allowed)
+	if s.at < len(s.want) {
+		allowed[0] |= 1 << s.want[s.at]
+	} else if !s.final {
+		allowed[0] |= 1 << 2
+	}
+}
+
+func (s *sequence) Accept(tok int32) error {
+	if s.at < len(s.want) && tok == s.want[s.at] {
+		s.at++
+		return nil
+	}
+	if s.at == len(s.want) && tok == 2 {
+		return nil
+	}
+	return errors.New("not allowed")
+}
+
+func (s *sequence) Done() bool { return s.final && s.at == len(s.want) }
+
+// TestConstraint decodes under a constraint whose tokens the model
+// would never pick (greedy logits always favour "!"): the masked logits
+// give the constraint's tokens, sampled or greedy, and the request ends
+// with EOG when the end token is all that is allowed, or as soon as the
+// constraint is done; a max_tokens cut still says Length.
+func TestConstraint(t *testing.T) {
+	for _, temp := range []float64{0, 0.8} {
+		for _, final := range []bool{false, true} {
+			c := &sequence{want: []int32{3, 4, 5}, final: final}
+			text, fed, fin := run(t, Params{MaxTokens: 10, ContextLength: 100, Sampling: sample.Params{Temperature: temp, Seed: 3}, Constraint: c}, []int32{8, 8, 8, 8, 8}, 0)
+			// Done ends the request on STOP's step, which is then not fed.
+			wantFed := []int32{3, 4, 5}
+			if final {
+				wantFed = wantFed[:2]
+			}
+			if text != " hello world STOP" || !slices.Equal(fed, wantFed) || fin != EOG {
+				t.Errorf("temperature %v, final %v: %q %v %q", temp, final, text, fed, fin)
+			}
+		}
+	}
+	c := &sequence{want: []int32{3, 4, 5}}
+	if text, _, fin := run(t, Params{MaxTokens: 2, ContextLength: 100, Constraint: c}, []int32{8, 8, 8}, 0); text != " hello world" || fin != Length {
+		t.Errorf("cut by max tokens: %q %q", text, fin)
+	}
+}
+
+// TestKeep shows a control token's text only when Params.Keep names it.
+func TestKeep(t *testing.T) {
+	tok := tiny(t)
+	for _, keep := range []bool{false, true} {
+		p := Params{MaxTokens: 3, ContextLength: 100}
+		want := " hello world"
+		if keep {
+			p.Keep, want = []int32{1}, " hello<s> world"
+		}
+		d := New(tok, p)
+		var text string
+		for _, id := range []int32{3, 1, 4} {
+			text += d.Next(onehot(id), nil, 0).Text
+		}
+		if text != want {
+			t.Errorf("keep %v: %q, want %q", keep, text, want)
+		}
+	}
+}

@@ -223,6 +223,10 @@ type request struct {
 	// how many of its tokens it recomputes from position 0 (their state
 	// went with the slot); the scheduler sees them as its prompt.
 	replay int
+	// lead, for a choice after the first of a SubmitN group, is the
+	// group's first choice, whose prompt pages it maps instead of
+	// computing them (see shares).
+	lead *request
 }
 
 // stepCost estimates a replay's time from its rows, for the interactive
@@ -282,7 +286,10 @@ type Stats struct {
 	// evicts them as soon as a request needs the room, so they are as good
 	// as free (vLLM's KV-cache usage counts them free too).
 	PrefixIdle int
-	Finished   map[Finish]uint64
+	// ChoiceShared counts prompt tokens a SubmitN choice mapped from its
+	// group's first choice instead of computing them.
+	ChoiceShared uint64
+	Finished     map[Finish]uint64
 }
 
 // New returns an engine over m with the vocabulary tok.
@@ -348,41 +355,106 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 // which is closed after the last one; cancelling ctx cancels the request
 // at the next step.
 func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
+	chs, err := e.SubmitN(ctx, r, []decode.Params{r.Decode})
+	if err != nil {
+		return nil, err
+	}
+	return chs[0], nil
+}
+
+// SubmitN queues len(choices) requests for one prompt, r's with each
+// choice's decoding parameters in turn (OpenAI's n): choice i's events
+// arrive on the i-th channel. Each choice is a request of its own (its own
+// decoder, slot and sampler stream), so it produces what it would alone;
+// but the choices after the first wait for the first to compute the
+// prompt's full pages and map them read-only instead of computing them
+// again, computing only the prompt's last, partial page themselves. On a
+// model whose slots hold state beside the KV pages (recurrent layers)
+// every choice computes its whole prompt. r.Decode is ignored.
+func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params) ([]<-chan Event, error) {
 	if len(r.Prompt) == 0 {
 		return nil, ErrEmpty
 	}
-	n := len(r.Prompt) + max(r.Decode.MaxTokens, 0)
-	tooLong := &TooLongError{Prompt: len(r.Prompt), MaxTokens: r.Decode.MaxTokens, Context: e.cfg.ContextLength}
-	if n > e.cfg.ContextLength {
-		return nil, tooLong
+	if len(choices) == 0 {
+		return nil, errors.New("engine: no choices to generate")
 	}
-	need := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
-	tooLong.Pages = need
-	if need > e.m.KVPages() {
-		tooLong.Limit = e.m.KVPages()
-		return nil, tooLong
+	total := len(r.Prompt) // the prompt once: the choices share it
+	var reqs []*request
+	for _, p := range choices {
+		n := len(r.Prompt) + max(p.MaxTokens, 0)
+		tooLong := &TooLongError{Prompt: len(r.Prompt), MaxTokens: p.MaxTokens, Context: e.cfg.ContextLength}
+		if n > e.cfg.ContextLength {
+			return nil, tooLong
+		}
+		need := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+		tooLong.Pages = need
+		if need > e.m.KVPages() {
+			tooLong.Limit = e.m.KVPages()
+			return nil, tooLong
+		}
+		if lim := e.cfg.Tenants(r.Tenant); lim.MaxPages > 0 && need > lim.MaxPages {
+			tooLong.Limit, tooLong.Tenant = lim.MaxPages, r.Tenant
+			return nil, tooLong
+		}
+		total += max(p.MaxTokens, 0)
+		c := r
+		c.Decode = p
+		c.Decode.ContextLength = e.cfg.ContextLength
+		req := &request{Request: c, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: need,
+			tokens: append([]int32(nil), r.Prompt...), dec: decode.New(e.tok, c.Decode)}
+		if len(reqs) > 0 && !e.m.SlotState() {
+			req.lead = reqs[0]
+		}
+		reqs = append(reqs, req)
 	}
-	if lim := e.cfg.Tenants(r.Tenant); lim.MaxPages > 0 && need > lim.MaxPages {
-		tooLong.Limit, tooLong.Tenant = lim.MaxPages, r.Tenant
-		return nil, tooLong
-	}
-	if ok, wait := e.rates.Admit(r.Tenant, n, e.cfg.Now()); !ok {
+	if ok, wait := e.rates.Admit(r.Tenant, total, e.cfg.Now()); !ok {
 		return nil, &RateLimitError{Tenant: r.Tenant, RetryAfter: wait}
 	}
-	r.Decode.ContextLength = e.cfg.ContextLength
-	req := &request{Request: r, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: need,
-		tokens: append([]int32(nil), r.Prompt...), dec: decode.New(e.tok, r.Decode)}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.draining {
 		return nil, ErrDraining
 	}
-	e.arrivals = append(e.arrivals, req)
+	e.arrivals = append(e.arrivals, reqs...)
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
-	return req.events, nil
+	out := make([]<-chan Event, len(reqs))
+	for i, req := range reqs {
+		out[i] = req.events
+	}
+	return out, nil
+}
+
+// sharedChunks is how many of a prompt's leading 16-token chunks a choice
+// can map from its group's first choice: every full chunk but the one
+// holding the last token, whose row must be computed for its logits (the
+// chunks the prefix cache would key).
+func sharedChunks(prompt int) int { return (prompt - 1) / kernels.KVPageTokens }
+
+// shares is how many prompt pages r maps from its lead now: its shared
+// chunks once the lead has computed them and while it holds them, else 0.
+func (r *request) shares() int {
+	l := r.lead
+	if l == nil || l.events == nil || len(l.pages) == 0 {
+		return 0
+	}
+	k := sharedChunks(len(r.Prompt))
+	if l.done < k*kernels.KVPageTokens || len(l.pages) < k {
+		return 0
+	}
+	return k
+}
+
+// waitsForLead reports whether r should not be admitted yet: its lead
+// runs (or waits to) and has yet to compute the pages r would map.
+func (r *request) waitsForLead() bool {
+	l := r.lead
+	if l == nil || l.events == nil || sharedChunks(len(r.Prompt)) == 0 {
+		return false
+	}
+	return r.slot < 0 && len(r.pages) == 0 && r.shares() == 0
 }
 
 // Step runs one engine step and reports whether it computed anything.
@@ -416,8 +488,12 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		}
 		e.reqs = append(e.reqs, r)
 		if e.rec != nil {
-			e.rec.Arrivals = append(e.rec.Arrivals, LoggedRequest{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Scope: e.cfg.Scope(r.Tenant),
-				Limits: e.cfg.Tenants(r.Tenant), Prompt: r.Prompt, Decode: r.Decode})
+			lr := LoggedRequest{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Scope: e.cfg.Scope(r.Tenant),
+				Limits: e.cfg.Tenants(r.Tenant), Prompt: r.Prompt, Decode: r.Decode}
+			if r.lead != nil {
+				lr.Lead = r.lead.id
+			}
+			e.rec.Arrivals = append(e.rec.Arrivals, lr)
 		}
 	}
 
@@ -566,6 +642,9 @@ func (e *Engine) input(now time.Time) sched.Input {
 		}
 	}
 	for _, r := range e.reqs {
+		if r.waitsForLead() {
+			continue // admitted once its lead has computed the pages it maps
+		}
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
 			Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
 		if hits := e.hits(r); hits > 0 {
@@ -614,7 +693,19 @@ func (e *Engine) admit(r *request) {
 		e.tr.instant("resume", r, map[string]any{"slot": r.slot, "done": r.done})
 		return // resumed after a preemption
 	}
-	if e.prefix != nil {
+	if k := r.shares(); k > 0 {
+		// The lead's full prompt pages, read-only: r writes only the
+		// positions after them.
+		for _, pg := range r.lead.pages[:k] {
+			e.pool.Ref(pg)
+		}
+		r.pages = append(r.pages, r.lead.pages[:k]...)
+		r.done = k * kernels.KVPageTokens
+		r.cached = r.done
+		e.mu.Lock()
+		e.stats.ChoiceShared += uint64(r.done)
+		e.mu.Unlock()
+	} else if e.prefix != nil {
 		hits := e.prefix.Lookup(r.keys)
 		for _, pg := range hits {
 			e.pool.Ref(pg)
@@ -755,9 +846,16 @@ func (e *Engine) finish(r *request, last Event) {
 	e.mu.Unlock()
 }
 
-// hits is how many of a waiting request's leading chunks are cached now.
+// hits is how many of a waiting request's leading chunks are cached now
+// (or computed by the lead of its group, which it maps).
 func (e *Engine) hits(r *request) int {
-	if e.prefix == nil || r.slot >= 0 || len(r.pages) > 0 {
+	if r.slot >= 0 || len(r.pages) > 0 {
+		return 0
+	}
+	if k := r.shares(); k > 0 {
+		return k
+	}
+	if e.prefix == nil {
 		return 0
 	}
 	n := 0

@@ -542,11 +542,18 @@ func TestRerun(t *testing.T) {
 		if i%2 == 0 {
 			sp = sample.Params{}
 		}
-		ev, err := e.Submit(rctx, engine.Request{Tenant: fmt.Sprintf("t%d", i%2), QoS: q, Prompt: p.Tok.Encode(prompts[i], true, false), Decode: decode.Params{MaxTokens: 16, Sampling: sp}})
+		choices := []decode.Params{{MaxTokens: 16, Sampling: sp}}
+		if i == 1 {
+			// Two choices of the long prompt: the second maps the
+			// first's prompt pages, which the rerun must do alike.
+			sp.Seed += 100
+			choices = append(choices, decode.Params{MaxTokens: 16, Sampling: sp})
+		}
+		ev, err := e.SubmitN(rctx, engine.Request{Tenant: fmt.Sprintf("t%d", i%2), QoS: q, Prompt: p.Tok.Encode(prompts[i], true, false)}, choices)
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams = append(streams, ev)
+		streams = append(streams, ev...)
 	}
 	submit(0, sched.Batch)
 	submit(1, sched.Batch)
@@ -584,6 +591,9 @@ func TestRerun(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := e.Stats()
+	if s.ChoiceShared == 0 {
+		t.Fatal("the second choice mapped none of the first's pages: the test does not exercise a group")
+	}
 	if s.Preemptions == 0 || s.Finished[engine.Cancelled] != 1 {
 		t.Fatalf("%d preemptions, endings %v: the test wants a preemption and a cancellation", s.Preemptions, s.Finished)
 	}
@@ -787,5 +797,68 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 		len(jobs), long, len(cancelled), survivors, s.Steps, s.PagesFree, s.PagesTotal)
 	if s.PagesFree+s.PrefixPages != s.PagesTotal {
 		t.Errorf("%d pages still in use besides the %d the prefix cache keeps", s.PagesTotal-s.PagesFree-s.PrefixPages, s.PrefixPages)
+	}
+}
+
+// TestChoicesLikeAlone submits one prompt with four seeded choices
+// (SubmitN, OpenAI's n) and requires choice i's tokens to equal a request
+// of its own with choice i's parameters, on a fresh engine each (so no
+// prefix cache helps), while the later choices map the first's full
+// prompt pages: three times the prompt's full chunks are shared.
+func TestChoicesLikeAlone(t *testing.T) {
+	p := stories(t, "context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_rows = [16, 64]\nkv_pages = 60\n")
+	prompt := p.Tok.Encode("Lily and Ben went to the park to play with a big red ball. They ran and laughed all day, and when the sun went down they went home", true, false)
+	if len(prompt) < 33 {
+		t.Fatalf("prompt of %d tokens is too short for two shared pages", len(prompt))
+	}
+	var choices []decode.Params
+	for i := range 4 {
+		choices = append(choices, decode.Params{MaxTokens: 24, Sampling: sample.Params{Temperature: 0.9, TopP: 0.95, Seed: 7 + uint64(i)}})
+	}
+	run := func(submit func(e *engine.Engine) ([]<-chan engine.Event, error)) ([][]int32, *engine.Engine) {
+		e, err := engine.New(p, p.Tok, engine.Config{Slots: 4, ChunkCap: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		chs, err := submit(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go e.Run(ctx)
+		out := make([][]int32, len(chs))
+		for i, ch := range chs {
+			for ev := range ch {
+				if ev.Err != nil {
+					t.Fatal(ev.Err)
+				}
+				if ev.Token >= 0 {
+					out[i] = append(out[i], ev.Token)
+				}
+			}
+		}
+		return out, e
+	}
+	got, e := run(func(e *engine.Engine) ([]<-chan engine.Event, error) {
+		return e.SubmitN(context.Background(), engine.Request{Prompt: prompt}, choices)
+	})
+	full := (len(prompt) - 1) / 16 * 16
+	if s := e.Stats(); s.ChoiceShared != uint64(3*full) {
+		t.Errorf("the later choices mapped %d prompt tokens, want 3 × %d", s.ChoiceShared, full)
+	}
+	distinct := map[string]bool{}
+	for i, c := range choices {
+		alone, _ := run(func(e *engine.Engine) ([]<-chan engine.Event, error) {
+			ch, err := e.Submit(context.Background(), engine.Request{Prompt: prompt, Decode: c})
+			return []<-chan engine.Event{ch}, err
+		})
+		if !slices.Equal(got[i], alone[0]) {
+			t.Errorf("choice %d: %v\nalone:    %v", i, got[i], alone[0])
+		}
+		distinct[fmt.Sprint(got[i])] = true
+	}
+	if len(distinct) < 2 {
+		t.Errorf("the four seeds gave one sequence: the test does not tell the choices apart")
 	}
 }

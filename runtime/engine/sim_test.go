@@ -12,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -182,6 +183,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		clock = clock.Add(time.Duration(1+rng.IntN(30)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
 			cctx, cancel := context.WithCancel(ctx)
+			t.Cleanup(cancel)
 			tenant := []string{"a", "b", "c"}[rng.IntN(3)]
 			// Prompts start with one of a few shared prefixes, so the
 			// prefix cache hits, evicts and is shared.
@@ -193,8 +195,15 @@ func simulate(t *testing.T, seed uint64, steps int) {
 					prompt[i] = int32(3 + rng.IntN(simVocab-3))
 				}
 			}
-			ev, err := e.Submit(cctx, Request{Tenant: tenant, QoS: sched.QoS(rng.IntN(3)), Prompt: prompt,
-				Decode: decode.Params{MaxTokens: 1 + rng.IntN(60)}})
+			// A quarter of them ask for several choices (OpenAI's n),
+			// whose later choices map the first's prompt pages.
+			choices := []decode.Params{{MaxTokens: 1 + rng.IntN(60)}}
+			if rng.IntN(4) == 0 {
+				for range 1 + rng.IntN(3) {
+					choices = append(choices, decode.Params{MaxTokens: 1 + rng.IntN(60), Sampling: sample.Params{Temperature: 1, Seed: rng.Uint64()}})
+				}
+			}
+			evs, err := e.SubmitN(cctx, Request{Tenant: tenant, QoS: sched.QoS(rng.IntN(3)), Prompt: prompt}, choices)
 			if err != nil {
 				cancel()
 				if len(prompt)+60 <= 16*16 {
@@ -202,7 +211,11 @@ func simulate(t *testing.T, seed uint64, steps int) {
 				}
 				continue
 			}
-			clients = append(clients, &client{events: ev, cancel: cancel, slow: rng.IntN(10) == 0})
+			slow := rng.IntN(10) == 0
+			for _, ev := range evs {
+				// The choices share one context: cancelling any cancels all.
+				clients = append(clients, &client{events: ev, cancel: cancel, slow: slow})
+			}
 		}
 		if rng.IntN(20) == 0 && len(clients) > 0 {
 			clients[rng.IntN(len(clients))].cancel()
@@ -267,8 +280,11 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	if s.PrefixHit == 0 {
 		t.Errorf("seed %d: no prefix-cache hit: the simulation does not exercise it", seed)
 	}
-	t.Logf("seed %d: %d requests, %d steps computed, %d preemptions, prefix cache %d/%d tokens, endings %v",
-		seed, len(clients), s.Steps, s.Preemptions, s.PrefixHit, s.PrefixQueried, s.Finished)
+	if s.ChoiceShared == 0 {
+		t.Errorf("seed %d: no choice mapped its group's prompt pages: the simulation does not exercise it", seed)
+	}
+	t.Logf("seed %d: %d requests, %d steps computed, %d preemptions, prefix cache %d/%d tokens, %d shared by choices, endings %v",
+		seed, len(clients), s.Steps, s.Preemptions, s.PrefixHit, s.PrefixQueried, s.ChoiceShared, s.Finished)
 }
 
 func btoi(b bool) int {

@@ -66,6 +66,10 @@ type LoggedRequest struct {
 	Limits sched.Limits  `json:"limits"`
 	Prompt []int32       `json:"prompt"`
 	Decode decode.Params `json:"decode"`
+	// Lead is the first choice of the SubmitN group this request is a
+	// later choice of (0: none); the log lists a group's choices
+	// together, the lead first.
+	Lead uint64 `json:"lead,omitempty"`
 }
 
 // Sampled is a token a step sampled for a request, and whether it ended it.
@@ -194,17 +198,24 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 	var streams []<-chan Event
 	for i := range recs[1:] {
 		want := &recs[i+1]
-		for _, a := range want.Arrivals {
+		for j := 0; j < len(want.Arrivals); {
+			a := want.Arrivals[j]
 			limits[a.Tenant], scopes[a.Tenant] = a.Limits, a.Scope
+			// A group is its lead and the arrivals after it that name it;
+			// they share one context, as SubmitN's choices do.
+			choices := []decode.Params{a.Decode}
+			for j++; j < len(want.Arrivals) && want.Arrivals[j].Lead == a.ID; j++ {
+				choices = append(choices, want.Arrivals[j].Decode)
+			}
 			rctx, cancel := context.WithCancel(ctx)
 			// The engine numbers arrivals in submission order from 1, as
 			// the original did, so the log's id names this request.
 			cancels[a.ID] = cancel
-			ev, err := e.Submit(rctx, Request{Tenant: a.Tenant, QoS: a.QoS, Prompt: a.Prompt, Decode: a.Decode})
+			ev, err := e.SubmitN(rctx, Request{Tenant: a.Tenant, QoS: a.QoS, Prompt: a.Prompt}, choices)
 			if err != nil {
 				return i, &RerunError{Step: want.Step, Request: a.ID, Msg: fmt.Sprintf("refused: %v", err)}
 			}
-			streams = append(streams, ev)
+			streams = append(streams, ev...)
 		}
 		for _, id := range want.Cancelled {
 			if c := cancels[id]; c != nil {

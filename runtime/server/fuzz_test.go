@@ -27,6 +27,15 @@ func FuzzRequest(f *testing.F) {
 		`{"prompt":"x","temperature":0.8,"top_p":0.9,"top_k":5,"seed":3,"presence_penalty":1,"frequency_penalty":-1,"stop":["a","b"]}`,
 		`{"prompt":"x","temperature":-1}`, `{"prompt":"x","n":2}`, `{"prompt":{}}`, `{`, `null`, `[]`, ``,
 		`{"prompt":"x","max_tokens":1e300}`, `{"prompt":[-1,99999999]}`, `{"model":"nope","prompt":"x"}`,
+		`{"prompt":"x","n":3,"seed":1,"max_tokens":2,"stream":true}`,
+		`{"prompt":"x","max_tokens":3,"response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}}`,
+		`{"prompt":"x","max_tokens":3,"json_schema":{"type":"string","maxLength":2}}`,
+		`{"prompt":"x","max_tokens":3,"grammar":"root ::= [a-z]+"}`, `{"prompt":"x","max_tokens":3,"regex":"(ab|c)*d"}`,
+		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"response_format":{"type":"json_object"}}`,
+		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required"}`,
+		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`,
+		`{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"max_tokens":2}`,
+		`{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"chat_template_kwargs":{"enable_thinking":false},"reasoning_effort":"low","n":2}`,
 	} {
 		f.Add(s, false)
 		f.Add(s, true)

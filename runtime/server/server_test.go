@@ -64,6 +64,9 @@ type testServer struct {
 
 // serveOptions shape a test server.
 type serveOptions struct {
+	// file is the model under ../shared/models ("": stories260K.gguf),
+	// served under its name without the extension.
+	file            string
 	model           string // the zrtc model config ("": defaultModel)
 	config          string // the server config
 	slots, chunkCap int    // the engine's
@@ -80,7 +83,14 @@ const defaultModel = "context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_ro
 // it) with the model config text and returns the bundle's path.
 func compileStories(t testing.TB, modelConfig string) string {
 	t.Helper()
-	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	return compileShared(t, "stories260K.gguf", modelConfig)
+}
+
+// compileShared compiles the model file of ../shared/models (skipping
+// without it) with the model config text and returns the bundle's path.
+func compileShared(t testing.TB, file, modelConfig string) string {
+	t.Helper()
+	model := filepath.Join(reference.SharedDir(), "models", file)
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("%s not present", model)
 	}
@@ -102,7 +112,10 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 	if o.model == "" {
 		o.model = defaultModel
 	}
-	p, err := runtime.Open(compileStories(t, o.model), runtime.Options{Tier: "cpu", Threads: 2})
+	if o.file == "" {
+		o.file = "stories260K.gguf"
+	}
+	p, err := runtime.Open(compileShared(t, o.file, o.model), runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +143,8 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ts.ledger.Close() })
-	ts.srv = server.New(cfg, policy, []*server.Model{{Name: "stories260K", Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength}}, ts.ledger, nil)
+	name := strings.TrimSuffix(filepath.Base(o.file), ".gguf")
+	ts.srv = server.New(cfg, policy, []*server.Model{{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength}}, ts.ledger, nil)
 	hs := httptest.NewServer(ts.srv.Handler())
 	t.Cleanup(hs.Close)
 	ts.URL = hs.URL
@@ -261,7 +275,7 @@ func TestOpenAIClient(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"prompt": "x", "max_tokens": "many"}`:                "max_tokens",
 		`{"prompt": `:                                          "malformed JSON",
-		`{"prompt": "x", "n": 2}`:                              "n = 2",
+		`{"prompt": "x", "n": 17}`:                             "n = 17",
 		`{"prompt": "x", "unknown_field": 1, "max_tokens": 1}`: "",
 	} {
 		req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(body))

@@ -1,0 +1,297 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime/chat"
+	"github.com/zrtdev/zrt/runtime/chat/reply"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/grammar"
+)
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		genParams
+		Messages          []wireMessage   `json:"messages"`
+		Tools             json.RawMessage `json:"tools"`
+		ToolChoice        json.RawMessage `json:"tool_choice"`
+		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+		// ChatTemplateKwargs are extra template variables (llama-server's
+		// and vLLM's field), enable_thinking among them.
+		ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+		ReasoningEffort    string         `json:"reasoning_effort"`
+	}
+	m, p, ok := s.parse(w, r, &req, &req.genParams, true)
+	if !ok {
+		return
+	}
+	msgs, aerr := chatMessages(req.Messages)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	tools, err := chat.ParseTools(req.Tools)
+	if err != nil {
+		s.reject(w, r, badRequest("tools", "%v", err))
+		return
+	}
+	choice, aerr := parseToolChoice(req.ToolChoice, tools)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	spec, field, constrained, aerr := req.spec()
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	if constrained && choice.forced() {
+		s.reject(w, r, badRequest(field, "%s and tool_choice %s both constrain the reply: give one", field, choice.mode))
+		return
+	}
+	template := m.Tok.Vocab().ChatTemplate
+	format := reply.Detect(template)
+	vars, aerr := templateVars(format, req.ChatTemplateKwargs, req.ReasoningEffort, constrained || choice.forced())
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	offered := tools
+	if choice.mode == "none" {
+		offered = nil // the model is not told of tools it may not call
+	}
+	text, prompt, err := renderChat(m.Tok, msgs, offered, vars)
+	if err != nil {
+		s.reject(w, r, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
+		return
+	}
+	format = format.AfterPrompt(text).WithTools(offered)
+	if len(offered) == 0 {
+		format.Kind = reply.Plain // without tools a reply is never calls
+	}
+	if choice.forced() {
+		field = "tool_choice"
+	}
+	if (constrained || choice.forced()) && format.StartsInReasoning() {
+		s.reject(w, r, badRequest(field, "this model's template opens reasoning in the prompt even with enable_thinking false, and a constrained reply has none: %s cannot be used with it", field))
+		return
+	}
+	if choice.forced() {
+		parallel := req.ParallelToolCalls == nil || *req.ParallelToolCalls
+		gbnf, aerr := callGrammar(format, tools, choice, parallel)
+		if aerr != nil {
+			s.reject(w, r, aerr)
+			return
+		}
+		spec, field, constrained = grammar.Spec{GBNF: gbnf}, "tool_choice", true
+	}
+	// The format's markers show as text, for the reply parser.
+	p.Keep = s.agent(m).keep
+	ps, aerr := req.choices(p)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	if constrained {
+		if aerr := s.constrain(r.Context(), m, spec, field, ps); aerr != nil {
+			s.reject(w, r, aerr)
+			return
+		}
+	}
+	g, aerr := s.submit(r.Context(), m, prompt, ps)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	id, created := fmt.Sprintf("chatcmpl-%d", s.requests.Add(1)), time.Now().Unix()
+	// logprobs is the choice's logprobs object: null without logprobs.
+	logprobs := func(lps []decode.Logprobs) any {
+		if !p.Logprobs {
+			return nil
+		}
+		return chatLogprobs(m.Tok, lps)
+	}
+	replies := make([]*chatReply, len(ps))
+	for i := range replies {
+		replies[i] = &chatReply{f: format.WithIDs(ps[i].Sampling.Seed), raw: format.Kind == reply.Plain && format.ThinkStart == ""}
+		replies[i].s = replies[i].f.NewStream()
+	}
+	if req.Stream {
+		started := make([]bool, len(ps))
+		chunk := func(i int, delta map[string]any, finish *string, lps []decode.Logprobs) any {
+			if !started[i] {
+				delta["role"], started[i] = "assistant", true
+			}
+			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": i, "delta": delta, "finish_reason": finish, "logprobs": logprobs(lps)}, nil)
+		}
+		// A choice's logprobs go with its first chunk of a step; the
+		// deltas a step's text completes may be several (reasoning
+		// closed, a call opened).
+		chunks := func(i int, deltas []map[string]any, lps []decode.Logprobs) []any {
+			var out []any
+			for _, d := range deltas {
+				out = append(out, chunk(i, d, nil, lps))
+				lps = nil
+			}
+			if len(out) == 0 && len(lps) > 0 {
+				out = append(out, chunk(i, map[string]any{}, nil, lps))
+			}
+			return out
+		}
+		stream(w, g, streamer{
+			text: func(i int, t string, lps []decode.Logprobs) []any { return chunks(i, replies[i].add(t), lps) },
+			end: func(i int, reason string, lps []decode.Logprobs) []any {
+				deltas, calls := replies[i].end()
+				out := chunks(i, deltas, nil)
+				if calls && reason == "stop" {
+					reason = "tool_calls"
+				}
+				return append(out, chunk(i, map[string]any{}, &reason, lps))
+			},
+			usage: func(u usage) any { return envelope(id, "chat.completion.chunk", created, m.Name, nil, &u) },
+		}, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	res, lasts, bad := collect(g)
+	if bad {
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
+		return
+	}
+	var choices []map[string]any
+	for i, c := range res {
+		msg, calls := replies[i].message(c.text)
+		reason := finishReason(c.last.Finish)
+		if calls && reason == "stop" {
+			reason = "tool_calls"
+		}
+		choices = append(choices, map[string]any{"index": i, "message": msg, "finish_reason": reason, "logprobs": logprobs(c.lps)})
+	}
+	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})
+}
+
+// chatReply turns one choice's generated text into OpenAI's message
+// fields: content, reasoning_content and tool_calls, both as stream deltas
+// and as a whole message.
+type chatReply struct {
+	// raw says the reply has nothing to split (no tools, no reasoning
+	// tags): its text is the content as generated, with the spaces the
+	// parser would trim.
+	raw   bool
+	f     reply.Format
+	s     *reply.Stream
+	calls bool // the stream has sent a call
+}
+
+// add returns the deltas the choice's next text t completes.
+func (c *chatReply) add(t string) []map[string]any {
+	if c.raw {
+		return []map[string]any{{"content": t}}
+	}
+	return c.deltas(c.s.Add(t))
+}
+
+// end returns the deltas held back until the choice ended, and whether
+// its reply was tool calls.
+func (c *chatReply) end() ([]map[string]any, bool) {
+	if c.raw {
+		return nil, false
+	}
+	d := c.deltas(c.s.Flush())
+	return d, c.calls
+}
+
+// deltas are d as OpenAI's chunk deltas: reasoning and content in one,
+// then one per tool-call piece, the first of a call with its id, type and
+// name.
+func (c *chatReply) deltas(d reply.Delta) []map[string]any {
+	var out []map[string]any
+	if d.Reasoning != "" || d.Content != "" {
+		m := map[string]any{}
+		if d.Reasoning != "" {
+			m["reasoning_content"] = d.Reasoning
+		}
+		if d.Content != "" {
+			m["content"] = d.Content
+		}
+		out = append(out, m)
+	}
+	for _, cd := range d.ToolCalls {
+		fn := map[string]any{"arguments": cd.Arguments}
+		call := map[string]any{"index": cd.Index, "function": fn}
+		if cd.ID != "" {
+			call["id"], call["type"] = cd.ID, "function"
+		}
+		if cd.Name != "" {
+			fn["name"] = cd.Name
+		}
+		out = append(out, map[string]any{"tool_calls": []any{call}})
+		c.calls = true
+	}
+	return out
+}
+
+// message is the whole reply text as an assistant message, and whether
+// it was tool calls. A reply that does not parse as calls is content.
+func (c *chatReply) message(text string) (map[string]any, bool) {
+	if c.raw {
+		return map[string]any{"role": "assistant", "content": text}, false
+	}
+	p := c.f.Parse(text)
+	msg := map[string]any{"role": "assistant", "content": p.Content}
+	if p.Reasoning != "" {
+		msg["reasoning_content"] = p.Reasoning
+	}
+	if len(p.ToolCalls) == 0 {
+		return msg, false
+	}
+	if p.Content == "" {
+		msg["content"] = nil
+	}
+	var calls []map[string]any
+	for _, tc := range p.ToolCalls {
+		calls = append(calls, map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
+	}
+	msg["tool_calls"] = calls
+	return msg, true
+}
+
+// templateVars are the chat template's variables for the request's
+// chat_template_kwargs and reasoning_effort. A constrained reply (a schema,
+// a grammar, forced tool calls) covers the whole reply, so its thinking is
+// off: a request that turns it on as well is refused.
+func templateVars(f reply.Format, kwargs map[string]any, effort string, constrained bool) (map[string]any, *apiError) {
+	vars := map[string]any{}
+	var enable *bool
+	for k, v := range kwargs {
+		if k == "enable_thinking" {
+			b, ok := v.(bool)
+			if !ok {
+				return nil, badRequest("chat_template_kwargs", "chat_template_kwargs.enable_thinking must be true or false")
+			}
+			enable = &b
+			continue
+		}
+		vars[k] = v
+	}
+	if constrained {
+		if enable != nil && *enable {
+			return nil, badRequest("chat_template_kwargs", "a constrained reply (response_format, json_schema, grammar, regex or a forced tool call) has no thinking: enable_thinking must not be true")
+		}
+		off := false
+		enable = &off
+		if effort != "" && effort != "none" && f.Kind != reply.Harmony {
+			effort = ""
+		}
+	}
+	rv, err := reply.ReasoningVars(f, enable, effort)
+	if err != nil {
+		return nil, badRequest("reasoning_effort", "%v", err)
+	}
+	for k, v := range rv {
+		vars[k] = v
+	}
+	return vars, nil
+}

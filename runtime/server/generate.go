@@ -1,0 +1,366 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/server/ledger"
+)
+
+// failed reports whether a request's last event ends it without a
+// completion OpenAI can express (an error, a cancellation, a consumer cut
+// off).
+func failed(ev engine.Event) bool {
+	return ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled
+}
+
+// envelope is one stream chunk (or a completion's response): choice is
+// its only choice, or none in the usage chunk that u marks.
+func envelope(id, object string, created int64, model string, choice map[string]any, u *usage) map[string]any {
+	o := map[string]any{"id": id, "object": object, "created": created, "model": model, "choices": []map[string]any{choice}}
+	if u != nil {
+		o["choices"], o["usage"] = []map[string]any{}, u
+	}
+	return o
+}
+
+// finishReason maps the engine's reasons onto OpenAI's.
+func finishReason(f engine.Finish) string {
+	switch decode.Finish(f) {
+	case decode.EOG, decode.StopString:
+		return "stop"
+	case decode.Length, decode.Context:
+		return "length"
+	}
+	return string(f)
+}
+
+// reject answers a generation request with an error, counting it against
+// its tenant.
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, err *apiError) {
+	t := r.Context().Value(tenantKey).(*Tenant)
+	s.metrics.rejected.WithLabelValues(t.ID, fmt.Sprint(err.status)).Inc()
+	writeError(w, err)
+}
+
+// generation is a submitted request's choices: their engine events, one
+// channel each, and observe, which every event read must pass through
+// (metrics, and the ledger's one record when the last choice ends).
+type generation struct {
+	chans   []<-chan engine.Event
+	observe func(i int, ev engine.Event)
+}
+
+// choiceEvent is an event of choice i.
+type choiceEvent struct {
+	i  int
+	ev engine.Event
+}
+
+// merged interleaves the choices' events in the order they arrive; it is
+// closed after every choice's last event.
+func (g *generation) merged() <-chan choiceEvent {
+	out := make(chan choiceEvent, 16*len(g.chans))
+	var wg sync.WaitGroup
+	for i, ch := range g.chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range ch {
+				out <- choiceEvent{i, ev}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(out) }()
+	return out
+}
+
+// submit hands a request of len(ps) choices to the model's engine,
+// mapping refusals to HTTP. Metrics count the prompt once; the ledger gets
+// one record when every choice has ended, with the prompt once and the
+// choices' completions summed.
+func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, ps []decode.Params) (*generation, *apiError) {
+	t := ctx.Value(tenantKey).(*Tenant)
+	chans, aerr := s.admit(ctx, t, m, prompt, ps)
+	if aerr != nil {
+		return nil, aerr
+	}
+	trs := make([]*track, len(ps))
+	for i := range trs {
+		trs[i] = s.metrics.track(m.Name, t.ID)
+	}
+	id := requestID(ctx)
+	var mu sync.Mutex
+	ended, completion := 0, 0
+	var first engine.Event // choice 0's last event
+	return &generation{chans: chans, observe: func(i int, e engine.Event) {
+		if i > 0 {
+			e.PromptTokens = 0 // counted with choice 0
+		}
+		trs[i].event(e)
+		if e.Finish == "" || s.ledger == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ended++
+		completion += e.CompletionTokens
+		if i == 0 {
+			first = e
+		}
+		if ended == len(trs) {
+			s.ledger.Append(ledger.Record{Time: time.Now().UTC(), Tenant: t.ID, RequestID: id, Model: m.Name,
+				Prompt: first.PromptTokens, Cached: first.CachedTokens, Completion: completion,
+				TTFTms: trs[0].ttftMs(), DurationMs: float64(time.Since(trs[0].start).Microseconds()) / 1000, Finish: string(first.Finish)})
+		}
+	}}, nil
+}
+
+func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, ps []decode.Params) ([]<-chan engine.Event, *apiError) {
+	if s.draining.Load() {
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error", retryAfter: 5}
+	}
+	if len(prompt) == 0 {
+		return nil, badRequest("prompt", "the prompt is empty")
+	}
+	if t.MaxContextTokens > 0 && len(prompt)+ps[0].MaxTokens > t.MaxContextTokens {
+		return nil, badRequest("prompt", "prompt of %d tokens plus max_tokens %d exceeds this tenant's %d-token context", len(prompt), ps[0].MaxTokens, t.MaxContextTokens)
+	}
+	for _, id := range prompt {
+		if id < 0 || int(id) >= m.Tok.NVocab() {
+			return nil, badRequest("prompt", "token id %d outside the vocabulary of %d", id, m.Tok.NVocab())
+		}
+	}
+	if st := m.Engine.Stats(); st.Waiting >= s.cfg.Load().QueueDepth {
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error", retryAfter: 1}
+	}
+	chans, err := m.Engine.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt}, ps)
+	var rate *engine.RateLimitError
+	var long *engine.TooLongError
+	switch {
+	case errors.As(err, &rate) && rate.RetryAfter < 0:
+		return nil, badRequest("max_tokens", "the prompt's %d tokens plus max_tokens %d (of each of %d choices) exceed this tenant's tokens_per_minute (%d)",
+			len(prompt), ps[0].MaxTokens, len(ps), t.TokensPerMinute)
+	case errors.As(err, &rate):
+		code := "rate_limit_exceeded"
+		return nil, &apiError{status: http.StatusTooManyRequests, Message: fmt.Sprintf("tenant %s is over its rate limit; retry after %.1f s", t.ID, rate.RetryAfter.Seconds()),
+			Type: "rate_limit_error", Code: &code, retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
+	case errors.As(err, &long):
+		return nil, tooLong(long)
+	case errors.Is(err, engine.ErrDraining):
+		return nil, &apiError{status: http.StatusServiceUnavailable, Message: err.Error(), Type: "server_error"}
+	case err != nil:
+		return nil, badRequest("prompt", "%v", err)
+	}
+	return chans, nil
+}
+
+// tooLong says in plain words why a request cannot fit, naming the field
+// to change: max_tokens while the prompt alone would fit, else the prompt.
+func tooLong(e *engine.TooLongError) *apiError {
+	param := "max_tokens"
+	if e.Prompt >= e.Context {
+		param = "prompt"
+	}
+	if e.Pages == 0 {
+		msg := fmt.Sprintf("the prompt's %d tokens plus max_tokens %d make %d, beyond the model's context of %d tokens",
+			e.Prompt, e.MaxTokens, e.Prompt+e.MaxTokens, e.Context)
+		if param == "max_tokens" {
+			msg += fmt.Sprintf(": max_tokens may be at most %d for this prompt", e.Context-e.Prompt)
+		} else {
+			msg += ": shorten the prompt"
+		}
+		return badRequest(param, "%s", msg)
+	}
+	who := fmt.Sprintf("the server's KV cache holds %d pages", e.Limit)
+	if e.Tenant != "" {
+		who = fmt.Sprintf("tenant %s may hold %d pages (max_kv_pages)", e.Tenant, e.Limit)
+	}
+	return badRequest(param, "the prompt's %d tokens plus max_tokens %d need %d KV-cache pages; %s: lower max_tokens or shorten the prompt",
+		e.Prompt, e.MaxTokens, e.Pages, who)
+}
+
+// usage is OpenAI's usage object.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	Details          struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// usageOf is the usage of a request whose choices ended with lasts: the
+// prompt (and its cached part) once, as choice 0 counts it, and every
+// choice's completion.
+func usageOf(lasts []engine.Event) usage {
+	u := usage{PromptTokens: lasts[0].PromptTokens}
+	u.Details.CachedTokens = lasts[0].CachedTokens
+	for _, ev := range lasts {
+		u.CompletionTokens += ev.CompletionTokens
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// streamer builds a stream's chunks for one endpoint: text(i, t, lps) the
+// chunks of choice i's new text t, end(i, reason, lps) those of its end
+// with OpenAI's finish reason, usage the usage chunk. lps are the
+// logprobs (nil unless asked for) of the tokens since the choice's last
+// chunk: a token whose text is held back (part of a character, or of what
+// may be a stop string) has its logprobs sent with the chunk that shows
+// it, or the last.
+type streamer struct {
+	text  func(i int, t string, lps []decode.Logprobs) []any
+	end   func(i int, reason string, lps []decode.Logprobs) []any
+	usage func(u usage) any
+}
+
+// stream writes the choices' events as server-sent events, interleaved as
+// they come (each chunk names its choice's index); once every choice has
+// ended, with includeUsage a usage chunk follows, then [DONE]. A choice
+// that fails ends the stream with an error object. A client that goes
+// away cancels the request through its context.
+func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	send := func(vs []any) {
+		for _, v := range vs {
+			b, _ := json.Marshal(v)
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		if len(vs) > 0 {
+			flush()
+		}
+	}
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	pending := make([][]decode.Logprobs, len(g.chans))
+	lasts := make([]engine.Event, len(g.chans))
+	events := g.merged()
+	for {
+		select {
+		case ce, ok := <-events:
+			if !ok {
+				if includeUsage {
+					send([]any{out.usage(usageOf(lasts))})
+				}
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				flush()
+				return
+			}
+			i, ev := ce.i, ce.ev
+			g.observe(i, ev)
+			if ev.Logprobs != nil {
+				pending[i] = append(pending[i], *ev.Logprobs)
+			}
+			if ev.Preempted {
+				// A comment line, which OpenAI clients skip; a named event
+				// would break them.
+				fmt.Fprint(w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
+				flush()
+				continue
+			}
+			if ev.Text != "" {
+				send(out.text(i, ev.Text, pending[i]))
+				pending[i] = nil
+			}
+			if ev.Finish == "" {
+				continue
+			}
+			if failed(ev) {
+				send([]any{map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}}})
+				fmt.Fprint(w, "data: [DONE]\n\n")
+				flush()
+				return // the handler's return cancels the other choices
+			}
+			lasts[i] = ev
+			send(out.end(i, finishReason(ev.Finish), pending[i]))
+			pending[i] = nil
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flush()
+		}
+	}
+}
+
+// failure names why the first failed of lasts ended.
+func failure(lasts []engine.Event) string {
+	for _, ev := range lasts {
+		if failed(ev) {
+			return string(ev.Finish)
+		}
+	}
+	return ""
+}
+
+// choiceResult is a non-streamed choice: its text, its last event and its
+// tokens' logprobs (nil unless asked for).
+type choiceResult struct {
+	text string
+	last engine.Event
+	lps  []decode.Logprobs
+}
+
+// collect waits for a non-streamed request's choices; failed is set when
+// one of them ended without a completion OpenAI can express.
+func collect(g *generation) (res []choiceResult, lasts []engine.Event, anyFailed bool) {
+	texts := make([]strings.Builder, len(g.chans))
+	res = make([]choiceResult, len(g.chans))
+	for ce := range g.merged() {
+		g.observe(ce.i, ce.ev)
+		c := &res[ce.i]
+		if ce.ev.Logprobs != nil {
+			c.lps = append(c.lps, *ce.ev.Logprobs)
+		}
+		texts[ce.i].WriteString(ce.ev.Text)
+		c.last = ce.ev
+	}
+	for i := range res {
+		res[i].text = texts[i].String()
+		lasts = append(lasts, res[i].last)
+		anyFailed = anyFailed || failed(res[i].last)
+	}
+	return res, lasts, anyFailed
+}
+
+// parse decodes a generation request's body (which embeds g) and resolves
+// its model and decoding parameters (chat: of the chat endpoint); on a bad
+// request it answers and reports false.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, body any, g *genParams, chat bool) (*Model, decode.Params, bool) {
+	if err := decodeBody(w, r, body); err != nil {
+		// A max_tokens that is no integer gets the same answer as one out
+		// of range: the JSON decoder read the rest, the model included.
+		if m, merr := s.model(g.Model); merr == nil && err.Param != nil && (*err.Param == "max_tokens" || *err.Param == "max_completion_tokens") {
+			err = maxTokensError(*err.Param, m)
+		}
+		s.reject(w, r, err)
+		return nil, decode.Params{}, false
+	}
+	m, err := s.model(g.Model)
+	if err != nil {
+		s.reject(w, r, err)
+		return nil, decode.Params{}, false
+	}
+	p, err := g.decodeParams(m, chat)
+	if err != nil {
+		s.reject(w, r, err)
+		return nil, decode.Params{}, false
+	}
+	return m, p, true
+}

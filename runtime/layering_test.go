@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/printer"
 	"go/token"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -344,4 +345,28 @@ func parseFile(t *testing.T, path string) *ast.File {
 		t.Fatal(err)
 	}
 	return file
+}
+
+// TestLayoutTable: every package of the module is named in the README's
+// Layout table, so a reader finds any stage from it.
+func TestLayoutTable(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}", module+"...").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(readme), "## Layout")
+	table, _, _ = strings.Cut(table, "\n## ")
+	for _, p := range strings.Fields(string(out)) {
+		pkg := strings.TrimPrefix(p, module)
+		if pkg == p || strings.HasPrefix(pkg, "cmd/zrt") {
+			continue // the commands are named as such
+		}
+		if !strings.Contains(table, "`"+pkg+"`") {
+			t.Errorf("README's Layout table does not name %s", pkg)
+		}
+	}
 }

@@ -471,10 +471,11 @@ func (p *Program) Logits(slot int, dst []float32) []float32 {
 		}
 		return dst
 	}
-	b := p.tier.Region(p.logits)[slot*nv*4 : (slot+1)*nv*4]
-	for i := range dst {
-		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
+	// The region holds the host's float32s, as the request table holds
+	// its words (words): one copy, not a decode a float at a time (a
+	// constrained row reads its whole vocabulary every step).
+	w := p.words(p.logits)[slot*nv : (slot+1)*nv]
+	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(&w[0])), nv))
 	return dst
 }
 

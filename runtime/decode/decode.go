@@ -92,6 +92,12 @@ type Decoder struct {
 	finish    Finish
 	banned    []int32  // end-of-generation ids masked out (IgnoreEOS)
 	allowed   []uint64 // the constraint's mask, reused across steps
+	// masked is closed once allowed holds the mask of the next token,
+	// computed by a goroutine started as soon as the last token was
+	// accepted: it runs while the model computes the next step's logits,
+	// and the masks of a batch's rows run at once (xgrammar overlaps them
+	// the same way). nil: none is being computed.
+	masked chan struct{}
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -100,7 +106,34 @@ func New(tok *tokenizer.Tokenizer, p Params) *Decoder {
 	if p.IgnoreEOS {
 		d.banned = tok.Vocab().EOGTokens()
 	}
+	d.prefetchMask()
 	return d
+}
+
+// prefetchMask starts computing the constraint's mask of the next token.
+// Nothing else touches the constraint until waitMask.
+func (d *Decoder) prefetchMask() {
+	c := d.p.Constraint
+	if c == nil {
+		return
+	}
+	if w := (d.tok.NVocab() + 63) / 64; len(d.allowed) < w {
+		d.allowed = make([]uint64, w)
+	}
+	done := make(chan struct{})
+	d.masked = done
+	go func() {
+		c.Mask(d.allowed)
+		close(done)
+	}()
+}
+
+// waitMask waits for the mask prefetchMask started.
+func (d *Decoder) waitMask() {
+	if d.masked != nil {
+		<-d.masked
+		d.masked = nil
+	}
 }
 
 // Step is what one call of Next decided.
@@ -150,6 +183,7 @@ func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
 // would give (the first largest) — so the logits, a vocabulary of floats
 // per sequence, are never copied out for it.
 func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
+	d.waitMask()
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
@@ -212,18 +246,18 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	case pos >= d.p.ContextLength:
 		return d.end(st, Context)
 	}
+	d.prefetchMask()
 	return st
 }
 
 // maskLogits sets the logits of the tokens the constraint does not
-// allow to -Inf.
+// allow to -Inf: those the prefetched mask clears (logits past the
+// vocabulary, which no token has, too).
 func (d *Decoder) maskLogits(logits []float32) {
-	n := max(len(logits), d.tok.NVocab())
-	if w := (n + 63) / 64; len(d.allowed) < w {
-		d.allowed = make([]uint64, w)
-	}
-	d.p.Constraint.Mask(d.allowed)
 	inf := float32(math.Inf(-1))
+	for i := 64 * len(d.allowed); i < len(logits); i++ {
+		logits[i] = inf
+	}
 	for w, bits := range d.allowed {
 		base := w * 64
 		if base >= len(logits) {

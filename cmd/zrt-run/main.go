@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -40,11 +41,15 @@ stand in for a model config.
 		SilenceErrors: true,
 	}
 	setVersion(root)
+	var cpuProfile string
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof), for finding where the host's time goes")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return startProfile(cpuProfile) }
 	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd(), rerunCmd(), validateCmd())
 	exitcode.Wire(root)
 	out := stdout.New(os.Stdout)
 	root.SetOut(out)
 	err := exitcode.Classify(root.ExecuteContext(ctx))
+	pprof.StopCPUProfile() // a no-op without --cpuprofile
 	if err == nil {
 		err = out.Err()
 	}
@@ -52,6 +57,19 @@ stand in for a model config.
 		fmt.Fprintln(os.Stderr, "zrt-run:", err)
 		os.Exit(exitcode.Code(err))
 	}
+}
+
+// startProfile starts the CPU profile --cpuprofile asks for; main stops
+// it (a no-op without one) when the command returns.
+func startProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return exitcode.Usagef("--cpuprofile: %v", err)
+	}
+	return pprof.StartCPUProfile(f)
 }
 
 // setVersion gives zrt-run a --version: its release and the artifact

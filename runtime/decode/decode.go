@@ -8,6 +8,7 @@ package decode
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/zrtdev/zrt/runtime/sample"
@@ -200,6 +201,15 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		}
 	}
 	var lp *Logprobs
+	if tok < 0 && d.p.Constraint != nil && d.sampler.Greedy() && !d.p.Logprobs {
+		// The largest allowed logit, read through the mask: the same
+		// token as masking the logits and taking the first largest, in a
+		// pass over the allowed tokens alone.
+		for _, id := range d.banned {
+			d.allowed[id>>6] &^= 1 << (id & 63)
+		}
+		tok = maskedArgmax(src.Logits(), d.allowed)
+	}
 	if tok < 0 {
 		logits := src.Logits()
 		for _, id := range d.banned {
@@ -258,20 +268,36 @@ func (d *Decoder) maskLogits(logits []float32) {
 	for i := 64 * len(d.allowed); i < len(logits); i++ {
 		logits[i] = inf
 	}
-	for w, bits := range d.allowed {
+	for w, keep := range d.allowed {
 		base := w * 64
 		if base >= len(logits) {
 			break
 		}
-		if bits == ^uint64(0) {
-			continue
-		}
-		for i := base; i < min(base+64, len(logits)); i++ {
-			if bits&(1<<(i-base)) == 0 {
+		for drop := ^keep; drop != 0; drop &= drop - 1 {
+			if i := base + bits.TrailingZeros64(drop); i < len(logits) {
 				logits[i] = inf
 			}
 		}
 	}
+}
+
+// maskedArgmax is the first largest of the logits whose bit is set in
+// allowed, or -1 when none is.
+func maskedArgmax(logits []float32, allowed []uint64) int32 {
+	best, bv := int32(-1), float32(0)
+	for w, keep := range allowed {
+		base := w * 64
+		for ; keep != 0; keep &= keep - 1 {
+			i := base + bits.TrailingZeros64(keep)
+			if i >= len(logits) {
+				return best
+			}
+			if v := logits[i]; best < 0 || v > bv {
+				best, bv = int32(i), v
+			}
+		}
+	}
+	return best
 }
 
 // end finishes the request with reason f, appending the text held back.

@@ -262,10 +262,13 @@ func logSumExp(buf []cand) float64 {
 // Argmax is the index of the first largest logit, as the graph's ARGMAX
 // picks it: greedy decoding.
 func Argmax(logits []float32) int32 {
-	best := 0
+	if len(logits) == 0 {
+		return 0
+	}
+	best, bv := 0, logits[0]
 	for i, v := range logits {
-		if v > logits[best] {
-			best = i
+		if v > bv {
+			best, bv = i, v
 		}
 	}
 	return int32(best)

@@ -106,7 +106,7 @@ func readJSON(s string, final bool, conv func([]byte) ([]chat.ToolCall, bool)) (
 	return calls, n, complete
 }
 
-// maxDepth bounds JSON nesting in jsonSpan.
+// maxDepth bounds JSON nesting in jsonScan.
 const maxDepth = 512
 
 // jsonSpan finds the JSON object or array that starts s (after
@@ -115,48 +115,18 @@ const maxDepth = 512
 // caller validates the span.
 func jsonSpan(s string) int {
 	i := len(s) - len(strings.TrimLeft(s, spaces))
-	if i == len(s) {
+	switch {
+	case i == len(s):
 		return 0
-	}
-	if s[i] != '{' && s[i] != '[' {
+	case s[i] != '{' && s[i] != '[':
 		return -1
 	}
-	var stack []byte
-	inStr, esc := false, false
-	for ; i < len(s); i++ {
-		c := s[i]
-		if inStr {
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inStr = true
-		case '{', '[':
-			if len(stack) >= maxDepth {
-				return -1
-			}
-			stack = append(stack, c)
-		case '}', ']':
-			open := byte('{')
-			if c == ']' {
-				open = '['
-			}
-			if stack[len(stack)-1] != open {
-				return -1
-			}
-			stack = stack[:len(stack)-1]
-			if len(stack) == 0 {
-				return i + 1
-			}
-		}
+	end, bad := jsonScan(s[i:])
+	switch {
+	case end > 0:
+		return i + end
+	case bad >= 0:
+		return -1
 	}
 	return 0
 }

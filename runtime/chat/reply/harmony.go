@@ -102,6 +102,17 @@ func (s *Stream) runHarmony(d *Delta, final bool) {
 				s.mode = modeAfter
 				continue
 			}
+			// The body up to its end marker, or all but what may start one.
+			text := s.pending
+			if i >= 0 {
+				text = s.pending[:i]
+			} else if !final {
+				keep := 0
+				for _, m := range harmonyEnds {
+					keep = max(keep, heldBack(s.pending, m))
+				}
+				text = s.pending[:len(s.pending)-keep]
+			}
 			if k == "call" {
 				// The body is the arguments, sent as they come.
 				if !s.streaming {
@@ -109,16 +120,6 @@ func (s *Stream) runHarmony(d *Delta, final bool) {
 					d.ToolCalls = append(d.ToolCalls, CallDelta{Index: s.calls, ID: s.f.CallID(s.calls), Name: name})
 					s.streaming = true
 					s.args = trimmer{dropLeading: true}
-				}
-				text := s.pending
-				if i >= 0 {
-					text = s.pending[:i]
-				} else if !final {
-					keep := 0
-					for _, m := range harmonyEnds {
-						keep = max(keep, heldBack(s.pending, m))
-					}
-					text = s.pending[:len(s.pending)-keep]
 				}
 				sendArgs(d, s.calls, s.args.push(text))
 				s.pending = s.pending[len(text):]
@@ -133,16 +134,6 @@ func (s *Stream) runHarmony(d *Delta, final bool) {
 				s.calls++
 				s.mode = modeAfter
 				continue
-			}
-			text := s.pending
-			if i >= 0 {
-				text = s.pending[:i]
-			} else if !final {
-				keep := 0
-				for _, m := range harmonyEnds {
-					keep = max(keep, heldBack(s.pending, m))
-				}
-				text = s.pending[:len(s.pending)-keep]
 			}
 			if k == "reasoning" {
 				d.Reasoning += text

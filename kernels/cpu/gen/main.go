@@ -11,25 +11,12 @@
 // with its pure-Go form bit for bit.
 package main
 
-import (
-	"flag"
-	"fmt"
-	"os"
-
-	"github.com/zrtdev/zrt/kernels/internal/asmgen"
-)
+import "github.com/zrtdev/zrt/kernels/internal/asmgen"
 
 // generator is this command's path, named in every file's header.
 const generator = "kernels/cpu/gen"
 
-func main() {
-	dir := flag.String("dir", ".", "the kernels/cpu directory to write")
-	flag.Parse()
-	if err := asmgen.Write(*dir, render()); err != nil {
-		fmt.Fprintln(os.Stderr, "gen:", err)
-		os.Exit(1)
-	}
-}
+func main() { asmgen.Main("kernels/cpu", render) }
 
 // render returns the generated files by base name.
 func render() map[string][]byte {

@@ -13,11 +13,13 @@ package asmgen
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 )
 
 // File is one .s file being written.
@@ -312,6 +314,41 @@ func parseIns(line string) (in ins, ok bool) {
 		in.op, in.operands = s, ""
 	}
 	return in, true
+}
+
+// Main is a generator's main: it writes render's files into -dir (the
+// package its go:generate line sits in, by default), saying what went
+// wrong and exiting 1 on a failure. pkg names that package in -help.
+func Main(pkg string, render func() map[string][]byte) {
+	dir := flag.String("dir", ".", "the "+pkg+" directory to write")
+	flag.Parse()
+	if err := Write(*dir, render()); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+}
+
+// CheckFresh is a generator's test, run from its directory (pkg/gen):
+// every committed file of pkg is what render writes from the current
+// tables (else run make generate; CI checks the same on a clean clone,
+// this says so sooner), and render writes the same twice (output that
+// varied would make make generate dirty a clean tree).
+func CheckFresh(t testing.TB, pkg string, render func() map[string][]byte) {
+	t.Helper()
+	files := render()
+	stale, err := Stale("..", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range stale {
+		t.Errorf("%s/%s differs from the generator's output: run make generate", pkg, name)
+	}
+	again := render()
+	for _, name := range sortedNames(files) {
+		if !bytes.Equal(files[name], again[name]) {
+			t.Errorf("%s differs between two runs", name)
+		}
+	}
 }
 
 // Write writes the generated files (by base name) into dir.

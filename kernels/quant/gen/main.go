@@ -12,9 +12,7 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"os"
 
 	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
@@ -22,14 +20,7 @@ import (
 // generator is this command's path, named in every file's header.
 const generator = "kernels/quant/gen"
 
-func main() {
-	dir := flag.String("dir", ".", "the kernels/quant directory to write")
-	flag.Parse()
-	if err := asmgen.Write(*dir, render()); err != nil {
-		fmt.Fprintln(os.Stderr, "gen:", err)
-		os.Exit(1)
-	}
-}
+func main() { asmgen.Main("kernels/quant", render) }
 
 // render returns the generated files by base name.
 func render() map[string][]byte {

@@ -109,10 +109,6 @@ func (f *File) TensorData(t *TensorInfo) []byte {
 	return src.data[start : start+t.Size : start+t.Size]
 }
 
-// Bytes returns the whole file (of a split GGUF, its first part; Sources
-// has them all).
-func (f *File) Bytes() []byte { return f.data }
-
 // Close releases the mapping of a file returned by Open. Tensor data must
 // not be used afterwards.
 func (f *File) Close() error {

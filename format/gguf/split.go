@@ -76,7 +76,7 @@ func OpenModel(path string) (*File, error) {
 		}
 		if i == 0 {
 			f.Version, f.KV, f.kvIndex, f.Alignment, f.DataOffset = part.Version, part.KV, part.kvIndex, part.Alignment, part.DataOffset
-			f.data, f.tIndex = part.data, map[string]int{}
+			f.tIndex = map[string]int{}
 		}
 		for _, t := range part.Tensors {
 			if _, dup := f.tIndex[t.Name]; dup {

@@ -341,10 +341,11 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 	opt.Target = target
 	o := &outcome{Path: d.path, Cache: "off"}
 	var in buildkey.Inputs
+	var parts []string // the GGUF's files, when a cache keys the build
 	if b.cache != nil {
 		t := time.Now()
-		parts, err := gguf.Parts(b.model)
-		if err != nil {
+		var err error
+		if parts, err = gguf.Parts(b.model); err != nil {
 			return nil, err
 		}
 		sum, remembered, err := b.cache.Digests().SumAll(parts)
@@ -421,7 +422,6 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*outcome, e
 		// place within a timestamp tick, or its mtime set back): key the
 		// entry by the bytes this build read, and forget the memo.
 		b.warn("%s: its remembered digest is stale (the file changed in place?); keying by the bytes read", b.model)
-		parts, _ := gguf.Parts(b.model) // read above
 		if err := b.cache.Digests().ForgetAll(parts); err != nil {
 			b.warn("%v", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 	"github.com/zrtdev/zrt/runtime/tiers"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
@@ -104,6 +105,24 @@ type Row struct {
 	// in its prefill (0 for a decode row): a property of the request,
 	// which tiers may use to pick a path (kernels.RowLongPrompt).
 	Prompt int `json:",omitempty"`
+	// Mask, when set, restricts the row's greedy choice (Greedy after the
+	// step) to the tokens whose bit it sets: bit t%64 of word t/64 for
+	// token t (words past the slice clear, bits past n_vocab ignored).
+	// Only a row that wants logits may have one. A tier that is a Masker takes that choice on the device;
+	// on the others Step takes it from the logits on the host.
+	Mask []uint64 `json:"-"`
+}
+
+// Masker is a tier that takes a constrained row's greedy choice on the
+// device, so its logits, a vocabulary of floats, never come to the host.
+type Masker interface {
+	// Masks reports whether MaskGreedy works (a bundle built before the
+	// tier's masked argmax existed has no kernel for it).
+	Masks() bool
+	// MaskGreedy makes the next Run replace the greedy token of each slot
+	// in slots by its largest logit among the tokens allowed[i] sets. It
+	// copies the masks.
+	MaskGreedy(slots []int, allowed [][]uint64) error
 }
 
 // SlotPages is a slot's page table: Pages[i] is the KV page holding its
@@ -140,6 +159,12 @@ type Program struct {
 	// err is a failure to fetch logits, which Logits cannot return: the
 	// next Step returns it, and every one after.
 	err error
+	// masked are the slots and masks of the step being written whose
+	// greedy choice Step takes on the host (the tier is no Masker);
+	// scratch holds a slot's logits for it.
+	maskSlots []int
+	masks     [][]uint64
+	scratch   []float32
 }
 
 // Open loads a bundle and its tier.
@@ -335,7 +360,52 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 	if err != nil {
 		return err
 	}
-	return p.tier.Run(ctx, vi)
+	if err := p.tier.Run(ctx, vi); err != nil {
+		return err
+	}
+	return p.maskOnHost()
+}
+
+// MasksOnDevice reports whether the tier takes masked rows' greedy choice
+// on the device (Row.Mask): a caller that can compute a mask only after
+// the step (overlapping the two) may then prefer to send it before.
+func (p *Program) MasksOnDevice() bool {
+	m, ok := p.tier.(Masker)
+	return ok && m.Masks()
+}
+
+// mask sends the masks of b's rows to the tier, or keeps them for
+// maskOnHost.
+func (p *Program) mask(b Batch) error {
+	p.maskSlots, p.masks = p.maskSlots[:0], p.masks[:0]
+	for i, r := range b.Rows {
+		if r.Mask == nil {
+			continue
+		}
+		if !r.Logits {
+			return fmt.Errorf("step: row %d has a token mask but wants no logits", i)
+		}
+		p.maskSlots = append(p.maskSlots, r.Slot)
+		p.masks = append(p.masks, r.Mask)
+	}
+	if len(p.maskSlots) == 0 || !p.MasksOnDevice() {
+		return nil
+	}
+	err := p.tier.(Masker).MaskGreedy(p.maskSlots, p.masks)
+	p.maskSlots, p.masks = p.maskSlots[:0], p.masks[:0]
+	return err
+}
+
+// maskOnHost takes the greedy choice of the masked rows the tier did not
+// take, from their logits, into the tokens Greedy reads.
+func (p *Program) maskOnHost() error {
+	toks := p.tier.Region(p.toks)
+	for i, slot := range p.maskSlots {
+		p.scratch = p.Logits(slot, p.scratch)
+		binary.LittleEndian.PutUint32(toks[4*slot:], uint32(sample.MaskedArgmax(p.scratch, p.masks[i])))
+	}
+	p.maskSlots, p.masks = p.maskSlots[:0], p.masks[:0]
+	return p.err
 }
 
 // Inspector is a tier that can stop after each dispatch of a replay and
@@ -427,6 +497,9 @@ func (p *Program) write(b Batch) (int, error) {
 	w[kernels.IOWordRows] = uint32(len(b.Rows))
 	if p.ioRing >= 0 {
 		p.writeRing(w, b)
+	}
+	if err := p.mask(b); err != nil {
+		return -1, err
 	}
 	return vi, nil
 }

@@ -69,3 +69,54 @@ func TestStepChecksBatch(t *testing.T) {
 		t.Error("logits depend on which KV page holds the sequence")
 	}
 }
+
+// TestStepMask: a row's mask restricts its greedy choice to the tokens it
+// allows — the largest allowed logit, whatever the unmasked argmax — and
+// a mask on a row that wants no logits is refused.
+func TestStepMask(t *testing.T) {
+	p, err := runtime.Open(buildTiny(t), runtime.Options{Tier: "cpu", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	decode, _ := p.Key(runtime.Decode, 1)
+	pages := []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}
+	ctx := context.Background()
+	step := func(mask []uint64, logits bool) error {
+		return p.Step(ctx, runtime.Batch{Key: decode, Pages: pages, Rows: []runtime.Row{{Slot: 0, Token: 1, Logits: logits, Mask: mask}}})
+	}
+	if err := step(nil, true); err != nil {
+		t.Fatal(err)
+	}
+	logits := p.Logits(0, nil)
+	free := p.Greedy(0)
+	nv := p.Hparams.NVocab
+	// Allow every third token but the free choice; the mask's last words
+	// are left out (clear).
+	mask := make([]uint64, (nv+63)/64-1)
+	want, best := int32(-1), float32(0)
+	for tok := range 64 * len(mask) {
+		if tok%3 != 0 || int32(tok) == free {
+			continue
+		}
+		mask[tok/64] |= 1 << (tok % 64)
+		if want < 0 || logits[tok] > best {
+			want, best = int32(tok), logits[tok]
+		}
+	}
+	if err := step(mask, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Greedy(0); got != want {
+		t.Errorf("masked greedy choice %d, want %d (unmasked %d)", got, want, free)
+	}
+	if err := step(make([]uint64, len(mask)), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Greedy(0); got != -1 {
+		t.Errorf("greedy choice under an empty mask %d, want -1", got)
+	}
+	if err := step(mask, false); err == nil || !strings.Contains(err.Error(), "wants no logits") {
+		t.Errorf("a mask on a row without logits: %v", err)
+	}
+}

@@ -45,12 +45,13 @@ const (
 	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for steps of up to 64 rows (decode)
 	EntryTile32                   // _tile32: its 32-row tile, for steps of 33 to 64 rows
 	EntryLean                     // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
+	EntryMasked                   // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the

@@ -78,6 +78,9 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 			return err
 		}
 	}
+	if err := t.maskedArgmax(); err != nil {
+		return err
+	}
 	if err := t.done.Record(t.stream); err != nil {
 		return err
 	}

@@ -102,6 +102,7 @@ type Tier struct {
 	info    driver.Info
 	prof    *profiler
 	omit    []string // Options.Omit
+	mask    masker
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -207,6 +208,9 @@ func (t *Tier) load(b *bundle.Bundle) error {
 		if err := t.loadKernel(blob.Name, blob.Code); err != nil {
 			return err
 		}
+	}
+	if err := t.initMasker(b); err != nil {
+		return err
 	}
 	var smem [kcuda.NumEntries][]int // the most any launch of each entry point needs
 	for e := range smem {
@@ -351,6 +355,9 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		if err := g.exec.Launch(t.stream); err != nil {
 			return err
 		}
+		if err := t.maskedArgmax(); err != nil {
+			return err
+		}
 		if err := t.done.Record(t.stream); err != nil {
 			return err
 		}
@@ -416,7 +423,10 @@ func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) err
 				return err
 			}
 		}
-		return nil
+		if err := t.maskedArgmax(); err != nil {
+			return err
+		}
+		return t.stream.Synchronize()
 	})
 }
 
@@ -584,6 +594,12 @@ func omits(item string, l *Launch) bool {
 // pointers): values in 8-byte slots, then the array of pointers to them.
 // The driver copies them during the call, so the scratch is reused.
 func (t *Tier) launch(l *Launch) error {
+	return t.launchFn(t.entries[l.Shape.Entry][l.Kernel], l, t.overlap[l.Kernel])
+}
+
+// launchFn enqueues f with l's geometry and parameters, overlapped with
+// the kernel before it (programmatic dependent launch) when overlap.
+func (t *Tier) launchFn(f driver.Function, l *Launch, overlap bool) error {
 	n := len(l.Params)
 	if 16*n > len(t.params)-driver.LaunchScratchBytes {
 		return fmt.Errorf("%d parameters overflow the parameter scratch", n)
@@ -595,8 +611,7 @@ func (t *Tier) launch(l *Launch) error {
 		vals[i] = v
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	f := t.entries[l.Shape.Entry][l.Kernel]
-	if t.overlap[l.Kernel] {
+	if overlap {
 		cfg := unsafe.Pointer(&t.params[len(t.params)-driver.LaunchScratchBytes])
 		return f.LaunchOverlapped(l.Shape.Grid, l.Shape.Block, l.Shape.Shared, t.stream, unsafe.Pointer(&ptrs[0]), cfg)
 	}
@@ -630,6 +645,7 @@ func (t *Tier) close() {
 		m.Unload()
 	}
 	t.modules, t.entries, t.overlap = nil, [kcuda.NumEntries][]driver.Function{}, nil
+	t.mask.free()
 	for _, r := range t.regions {
 		driver.MemFree(r.dev)
 		if r.host != nil {

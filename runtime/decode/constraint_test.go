@@ -3,7 +3,6 @@ package decode
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/zrtdev/zrt/runtime/grammar"
@@ -45,6 +44,36 @@ func TestConstraintGreedy(t *testing.T) {
 	src = &source{greedy: 3, logits: prefer(3, 8, 4)}
 	if st = d.NextFrom(src, []int32{3}, 1); st.Token != 8 || st.Finish != EOG || st.Text != "!" {
 		t.Fatalf("step 2 = %+v, want token 8 '!' finishing with EOG", st)
+	}
+}
+
+// TestConstraintDeviceMask: after DeviceMask, a constrained greedy request
+// takes the step's greedy choice (the device's, under that mask) without
+// reading the logits; the mask is the grammar's; a sampled request or
+// one without a constraint gets none.
+func TestConstraintDeviceMask(t *testing.T) {
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"? "!"`)})
+	m := d.DeviceMask()
+	for id := range int32(9) {
+		if got, want := m[0]>>id&1 == 1, id == 3; got != want {
+			t.Errorf("mask bit of token %d = %v, want %v", id, got, want)
+		}
+	}
+	src := &source{greedy: 3, logits: prefer(5, 4, 3)}
+	if st := d.NextFrom(src, nil, 0); st.Token != 3 || src.fetched != 0 {
+		t.Fatalf("step 1 = %+v (fetched %d), want the device's token 3 and no logits read", st, src.fetched)
+	}
+	// Without DeviceMask, the next step reads the logits again.
+	src = &source{greedy: 5, logits: prefer(5, 8, 4)}
+	if st := d.NextFrom(src, []int32{3}, 1); st.Token != 8 || src.fetched != 1 {
+		t.Fatalf("step 2 = %+v (fetched %d), want token 8 from the logits", st, src.fetched)
+	}
+	if m := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100}).DeviceMask(); m != nil {
+		t.Errorf("an unconstrained request's mask: %v", m)
+	}
+	sampled := Params{MaxTokens: 9, ContextLength: 100, Sampling: sample.Params{Temperature: 1}, Constraint: matcher(t, `root ::= "!"`)}
+	if m := New(tiny(t), sampled).DeviceMask(); m != nil {
+		t.Errorf("a sampled request's mask: %v", m)
 	}
 }
 
@@ -108,41 +137,5 @@ func TestConstraintLength(t *testing.T) {
 	d := New(tiny(t), Params{MaxTokens: 1, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"`)})
 	if st := d.Next(prefer(3), nil, 0); st.Token != 3 || st.Finish != Length {
 		t.Fatalf("got %+v, want token 3 finishing with length", st)
-	}
-}
-
-// TestMaskedArgmax: the greedy pass through the mask picks what masking
-// the logits and taking the first largest picks, ties and a partial last
-// word included, and -1 when nothing is allowed.
-func TestMaskedArgmax(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for trial := range 500 {
-		n := 1 + rng.IntN(300)
-		logits := make([]float32, n)
-		for i := range logits {
-			logits[i] = float32(rng.IntN(8)) // small range: many ties
-		}
-		allowed := make([]uint64, (n+63)/64)
-		for i := range n {
-			if rng.IntN(4) == 0 {
-				allowed[i/64] |= 1 << (i % 64)
-			}
-		}
-		masked := append([]float32(nil), logits...)
-		some := false
-		for i := range masked {
-			if allowed[i/64]>>(i%64)&1 == 0 {
-				masked[i] = float32(math.Inf(-1))
-			} else {
-				some = true
-			}
-		}
-		want := sample.Argmax(masked)
-		if !some {
-			want = -1
-		}
-		if got := maskedArgmax(logits, allowed); got != want {
-			t.Fatalf("trial %d: %d, want %d", trial, got, want)
-		}
 	}
 }

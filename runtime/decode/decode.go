@@ -99,6 +99,9 @@ type Decoder struct {
 	// and the masks of a batch's rows run at once (xgrammar overlaps them
 	// the same way). nil: none is being computed.
 	masked chan struct{}
+	// onDevice: the step that follows DeviceMask takes the greedy choice
+	// under the mask it returned, so NextFrom reads that choice.
+	onDevice bool
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -185,6 +188,8 @@ func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
 // per sequence, are never copied out for it.
 func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	d.waitMask()
+	onDevice := d.onDevice
+	d.onDevice = false
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
@@ -205,10 +210,13 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		// The largest allowed logit, read through the mask: the same
 		// token as masking the logits and taking the first largest, in a
 		// pass over the allowed tokens alone.
-		for _, id := range d.banned {
-			d.allowed[id>>6] &^= 1 << (id & 63)
+		if onDevice {
+			tok = src.Greedy() // -1 where the mask allows nothing: the logits say the same below
 		}
-		tok = maskedArgmax(src.Logits(), d.allowed)
+		if tok < 0 {
+			d.dropBanned()
+			tok = sample.MaskedArgmax(src.Logits(), d.allowed)
+		}
 	}
 	if tok < 0 {
 		logits := src.Logits()
@@ -260,6 +268,32 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	return st
 }
 
+// DeviceMask returns the tokens the next token may be (the bits of
+// runtime.Row.Mask), for a step that takes the request's greedy choice
+// under them on the device; nil when that is not the token Next would
+// take (no constraint, a sampled request, one that wants logprobs). It
+// waits for the mask being computed since the last token. After it
+// returned a mask, the next NextFrom takes src.Greedy() as the choice
+// under it and reads no logits.
+func (d *Decoder) DeviceMask() []uint64 {
+	if d.p.Constraint == nil || !d.sampler.Greedy() || d.p.Logprobs || d.finish != Running {
+		return nil
+	}
+	d.waitMask()
+	d.dropBanned()
+	d.onDevice = true
+	return d.allowed
+}
+
+// dropBanned clears the banned tokens' bits in the mask.
+func (d *Decoder) dropBanned() {
+	for _, id := range d.banned {
+		if int(id>>6) < len(d.allowed) {
+			d.allowed[id>>6] &^= 1 << (id & 63)
+		}
+	}
+}
+
 // maskLogits sets the logits of the tokens the constraint does not
 // allow to -Inf: those the prefetched mask clears (logits past the
 // vocabulary, which no token has, too).
@@ -279,25 +313,6 @@ func (d *Decoder) maskLogits(logits []float32) {
 			}
 		}
 	}
-}
-
-// maskedArgmax is the first largest of the logits whose bit is set in
-// allowed, or -1 when none is.
-func maskedArgmax(logits []float32, allowed []uint64) int32 {
-	best, bv := int32(-1), float32(0)
-	for w, keep := range allowed {
-		base := w * 64
-		for ; keep != 0; keep &= keep - 1 {
-			i := base + bits.TrailingZeros64(keep)
-			if i >= len(logits) {
-				return best
-			}
-			if v := logits[i]; best < 0 || v > bv {
-				best, bv = int32(i), v
-			}
-		}
-	}
-	return best
 }
 
 // end finishes the request with reason f, appending the text held back.

@@ -47,6 +47,14 @@ type Model interface {
 	Greedy(slot int) int32
 }
 
+// DeviceMasker is a Model whose steps take a constrained row's greedy
+// choice under its token mask on the device (runtime.Row.Mask): the
+// engine then sends each greedy constrained row's mask with its step,
+// instead of reading the row's logits after it.
+type DeviceMasker interface {
+	MasksOnDevice() bool
+}
+
 // Config is the engine's policy.
 type Config struct {
 	// Slots is how many requests run at once (≤ the program's slots).
@@ -198,6 +206,8 @@ type Engine struct {
 	// would compute with the logged one.
 	pinLatency func() int
 	tr         *tracer // nil: no trace
+	// deviceMasks: the model takes masks (DeviceMasker).
+	deviceMasks bool
 	slog       *stepLog
 	onStep     func(*StepRecord) // Rerun's view of each step
 	rec        *StepRecord       // the step's record while logging
@@ -326,6 +336,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
 		meters: map[string]*meters{}}
+	if dm, ok := m.(DeviceMasker); ok {
+		e.deviceMasks = dm.MasksOnDevice()
+	}
 	e.stats.Finished = map[Finish]uint64{}
 	e.stats.Slots = cfg.Slots
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
@@ -747,6 +760,9 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 		for i := range c.N {
 			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: c.Logits && i == c.N-1,
 				Prompt: prompt})
+		}
+		if e.deviceMasks && c.Logits {
+			b.Rows[len(b.Rows)-1].Mask = r.dec.DeviceMask()
 		}
 		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})
 	}

@@ -6,6 +6,7 @@ package sample
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sort"
 )
@@ -272,4 +273,23 @@ func Argmax(logits []float32) int32 {
 		}
 	}
 	return int32(best)
+}
+
+// MaskedArgmax is the first largest of the logits whose bit is set in
+// allowed (bit t%64 of word t/64 for token t), or -1 when none is.
+func MaskedArgmax(logits []float32, allowed []uint64) int32 {
+	best, bv := int32(-1), float32(0)
+	for w, keep := range allowed {
+		base := w * 64
+		for ; keep != 0; keep &= keep - 1 {
+			i := base + bits.TrailingZeros64(keep)
+			if i >= len(logits) {
+				return best
+			}
+			if v := logits[i]; best < 0 || v > bv {
+				best, bv = int32(i), v
+			}
+		}
+	}
+	return best
 }

@@ -2,6 +2,7 @@ package sample
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -199,5 +200,41 @@ func TestLogprobsKeepTheDraws(t *testing.T) {
 			t.Fatalf("draw %d: Sample %d, SampleLogprobs %d", i, x, y)
 		}
 		history = append(history, x)
+	}
+}
+
+// TestMaskedArgmax: the greedy pass through the mask picks what masking
+// the logits and taking the first largest picks, ties and a partial last
+// word included, and -1 when nothing is allowed.
+func TestMaskedArgmax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 500 {
+		n := 1 + rng.IntN(300)
+		logits := make([]float32, n)
+		for i := range logits {
+			logits[i] = float32(rng.IntN(8)) // small range: many ties
+		}
+		allowed := make([]uint64, (n+63)/64)
+		for i := range n {
+			if rng.IntN(4) == 0 {
+				allowed[i/64] |= 1 << (i % 64)
+			}
+		}
+		masked := append([]float32(nil), logits...)
+		some := false
+		for i := range masked {
+			if allowed[i/64]>>(i%64)&1 == 0 {
+				masked[i] = float32(math.Inf(-1))
+			} else {
+				some = true
+			}
+		}
+		want := Argmax(masked)
+		if !some {
+			want = -1
+		}
+		if got := MaskedArgmax(logits, allowed); got != want {
+			t.Fatalf("trial %d: %d, want %d", trial, got, want)
+		}
 	}
 }

@@ -1,0 +1,135 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+)
+
+// masker takes constrained rows' greedy choice on the device: after a
+// step's graph, argmax's _masked entry picks each such slot's largest
+// logit among the tokens its mask allows and overwrites its token, and
+// the tokens come back again. Only the masks and a slot list go up (19
+// KB a row for a 152k vocabulary), where the host path brings a row's
+// logits down (600 KB) and scans them.
+type masker struct {
+	fn             driver.Function // 0: the bundle's argmax has no _masked entry
+	logits, tokens int             // region indices
+	nVocab, words  int             // words: 32-bit mask words a row
+	maxRows        int
+	host           []byte // pinned: the slot list (maxRows words), then the masks
+	dev            driver.DevPtr
+	rows           int // rows masked in the next Run
+}
+
+// initMasker finds argmax's _masked entry and allocates the masks'
+// buffers, for a bundle whose PTX has it.
+func (t *Tier) initMasker(b *bundle.Bundle) error {
+	m := &t.mask
+	m.logits, m.tokens = -1, -1
+	for i, r := range b.Graph.Regions {
+		switch r.Name {
+		case kernels.RegionLogits:
+			m.logits = i
+		case kernels.RegionTokens:
+			m.tokens = i
+		}
+	}
+	for k, blob := range b.Blobs {
+		if family, _, _ := strings.Cut(blob.Name, "."); family == "argmax" && t.entries[kcuda.EntryMasked][k] != 0 {
+			m.fn = t.entries[kcuda.EntryMasked][k]
+		}
+	}
+	if m.fn == 0 || m.logits < 0 || m.tokens < 0 {
+		m.fn = 0
+		return nil
+	}
+	h := &b.Graph.Hparams
+	m.nVocab, m.words, m.maxRows = h.NVocab, (h.NVocab+31)/32, h.MaxSlots
+	n := 4 * m.maxRows * (1 + m.words)
+	var err error
+	if m.host, err = driver.MemHostAlloc(n); err != nil {
+		return fmt.Errorf("cuda: token masks: %w", err)
+	}
+	if m.dev, err = driver.MemAlloc(n); err != nil {
+		return fmt.Errorf("cuda: token masks: %w", err)
+	}
+	return nil
+}
+
+// Masks reports whether MaskGreedy works: the bundle's argmax has the
+// _masked entry (bundles built before it have not).
+func (t *Tier) Masks() bool { return t.mask.fn != 0 }
+
+// MaskGreedy makes the next Run take each slot's greedy token among the
+// tokens allowed[i] sets (bit t%64 of word t/64; words past the slice are
+// clear, bits past the vocabulary ignored).
+func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64) error {
+	m := &t.mask
+	switch {
+	case m.fn == 0:
+		return fmt.Errorf("cuda: this bundle's argmax takes no token masks (rebuild it with this zrtc)")
+	case len(slots) != len(allowed) || len(slots) > m.maxRows:
+		return fmt.Errorf("cuda: %d masks for %d slots (at most %d)", len(allowed), len(slots), m.maxRows)
+	}
+	masks := m.host[4*m.maxRows:]
+	for i, slot := range slots {
+		if slot < 0 || slot >= m.maxRows {
+			return fmt.Errorf("cuda: mask for slot %d (slots 0..%d)", slot, m.maxRows-1)
+		}
+		binary.LittleEndian.PutUint32(m.host[4*i:], uint32(slot))
+		row := masks[4*i*m.words : 4*(i+1)*m.words]
+		// A uint64 word is two uint32 words in little-endian order: the
+		// same bits, token t at bit t%32 of word t/32.
+		n := copy(row, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(allowed[i]))), 8*len(allowed[i])))
+		clear(row[n:])
+	}
+	m.rows = len(slots)
+	return nil
+}
+
+// maskedArgmax queues the masked rows' argmax and the tokens' copy back
+// after the step's kernels on the stream, when MaskGreedy asked for it.
+func (t *Tier) maskedArgmax() error {
+	m := &t.mask
+	if m.rows == 0 {
+		return nil
+	}
+	n := m.rows
+	m.rows = 0
+	if err := driver.MemcpyHtoDAsync(m.dev, m.host[:4*n], t.stream); err != nil {
+		return err
+	}
+	masks := 4 * m.maxRows
+	if err := driver.MemcpyHtoDAsync(m.dev+driver.DevPtr(masks), m.host[masks:masks+4*n*m.words], t.stream); err != nil {
+		return err
+	}
+	logits, tokens := &t.regions[m.logits], &t.regions[m.tokens]
+	l := Launch{Name: "argmax (masked)", Shape: kcuda.Launch{Grid: [3]uint32{uint32(n), 1, 1}, Block: [3]uint32{1024, 1, 1}},
+		Params: []uint64{uint64(logits.dev), uint64(m.dev), uint64(m.dev) + uint64(masks), uint64(tokens.dev), uint64(m.nVocab), uint64(m.words)}}
+	// A plain launch, not an overlapped one: the kernel does not wait for
+	// the graph before it (it has no dep_sync).
+	if err := t.launchFn(m.fn, &l, false); err != nil {
+		return fmt.Errorf("cuda: masked argmax: %w", err)
+	}
+	return driver.MemcpyDtoHAsync(tokens.host, tokens.dev, t.stream)
+}
+
+// free releases the masks' buffers.
+func (m *masker) free() {
+	if m.dev != 0 {
+		driver.MemFree(m.dev)
+		m.dev = 0
+	}
+	if m.host != nil {
+		driver.MemFreeHost(m.host)
+		m.host = nil
+	}
+	m.fn = 0
+}

@@ -208,11 +208,11 @@ type Engine struct {
 	tr         *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
-	slog       *stepLog
-	onStep     func(*StepRecord) // Rerun's view of each step
-	rec        *StepRecord       // the step's record while logging
-	logged     int               // steps logged
-	stepping   sync.Mutex        // one Step at a time
+	slog        *stepLog
+	onStep      func(*StepRecord) // Rerun's view of each step
+	rec         *StepRecord       // the step's record while logging
+	logged      int               // steps logged
+	stepping    sync.Mutex        // one Step at a time
 }
 
 // request is the engine's state for one Request.
@@ -900,15 +900,29 @@ func (e *Engine) remember(r *request) {
 }
 
 // evict frees cached pages no request maps, least recently used first,
-// until the largest waiting request's pages fit in the free pool.
+// until the pages of the waiting requests that the free slots could take
+// fit in the free pool: freeing only the largest one's would admit one
+// request a step, so a pool full of cached pages (every page once a
+// server has run a while) would refill a batch of finished slots one
+// step at a time.
 func (e *Engine) evict() {
 	if e.prefix == nil {
 		return
 	}
+	free := 0
+	for _, r := range e.slots {
+		if r == nil {
+			free++
+		}
+	}
 	want := 0
 	for _, r := range e.reqs {
+		if free == 0 {
+			break
+		}
 		if r.slot < 0 && len(r.pages) == 0 {
-			want = max(want, r.need)
+			want += r.need
+			free--
 		}
 	}
 	inUse := func(pg uint32) bool { return e.pool.Refs(pg) > 1 }

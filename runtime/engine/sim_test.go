@@ -411,3 +411,73 @@ func TestStepCost(t *testing.T) {
 		t.Fatalf("tiny slack: %d rows, want 1", n)
 	}
 }
+
+// TestEvictRefillsFreeSlots: once the prefix cache holds every page of the
+// pool (a server that has run a while), the requests that find free slots
+// are admitted in one step, each with its pages evicted from the cache —
+// not one a step.
+func TestEvictRefillsFreeSlots(t *testing.T) {
+	const slots = 4
+	m := &scripted{t: t, slots: slots, maxPages: 4, kvPages: 16, last: map[int]int32{}}
+	e, err := New(m, simTokenizer(t), Config{Slots: slots, ChunkCap: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Distinct prompts of 33 tokens with 31 to generate: four pages a
+	// request, two of them full prompt pages the cache keeps.
+	prompt := func(i int) []int32 {
+		p := make([]int32, 33)
+		for j := range p {
+			p[j] = int32(3 + (i+j*(i+1))%(simVocab-3)) // no two alike from the first token
+		}
+		return p
+	}
+	wave := func(first int) []<-chan Event {
+		var evs []<-chan Event
+		for i := range slots {
+			ev, err := e.Submit(ctx, Request{Tenant: "t", Prompt: prompt(first + i), Decode: decode.Params{MaxTokens: 31, IgnoreEOS: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+	drain := func(evs []<-chan Event) {
+		for step, open := 0, len(evs); open > 0; step++ {
+			if step > 500 {
+				t.Fatalf("%d requests still open after %d steps: %+v", open, step, e.Stats())
+			}
+			if _, err := e.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i := range evs {
+				for more := true; more; {
+					select {
+					case x := <-evs[i]:
+						if x.Finish != "" {
+							open--
+							evs[i] = nil // closed: a nil channel is never ready
+						}
+					default:
+						more = false
+					}
+				}
+			}
+		}
+	}
+	drain(wave(0))
+	drain(wave(slots))
+	if s := e.Stats(); s.PagesFree+s.PrefixIdle < slots*4 || s.PrefixPages < slots*2 {
+		t.Fatalf("after two waves: %d free, %d cached (%d idle): the test needs a pool full of cached pages", s.PagesFree, s.PrefixPages, s.PrefixIdle)
+	}
+	evs := wave(2 * slots)
+	if _, err := e.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.Stats(); s.Running != slots {
+		t.Errorf("after one step of a wave of %d onto a pool of cached pages: %d running, %d waiting", slots, s.Running, s.Waiting)
+	}
+	drain(evs)
+}

@@ -300,6 +300,22 @@ type Stats struct {
 	// group's first choice instead of computing them.
 	ChoiceShared uint64
 	Finished     map[Finish]uint64
+	// Decode and Mixed split the steps that computed rows by kind: decode
+	// rows only, or prompt rows too. Where a step's time goes shows what
+	// bounds serving: the device (Replay) or the host (Host); the time
+	// between steps is idle.
+	Decode, Mixed StepTimes
+}
+
+// StepTimes adds up steps of one kind.
+type StepTimes struct {
+	Steps uint64
+	// Replay is the seconds spent in the model's Step: the device's work
+	// and the host's wait for it.
+	Replay float64
+	// Host is the seconds of the engine's own work in those steps:
+	// scheduling, building the batch, sampling, sending the tokens.
+	Host float64
 }
 
 // New returns an engine over m with the vocabulary tok.
@@ -551,14 +567,16 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, c := range plan.Rows {
 		prefill += byID[c.ID].prefillRows(c)
 	}
+	var replay time.Duration
 	batch, err := e.batch(plan, byID)
 	if err == nil {
 		if e.rec != nil {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
 		}
-		replay := e.cfg.Now()
+		at := e.cfg.Now()
 		err = e.m.Step(ctx, batch)
-		e.cost.observe(e.cfg.Now().Sub(replay), prefill)
+		replay = e.cfg.Now().Sub(at)
+		e.cost.observe(replay, prefill)
 	}
 	if err != nil && e.rec != nil {
 		e.rec.Err = err.Error()
@@ -569,6 +587,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			e.finish(byID[c.ID], Event{Token: -1, Finish: Failed, Err: err})
 		}
 		e.compact()
+		e.timeStep(prefill > 0, e.cfg.Now().Sub(start), replay)
 		e.publish(true)
 		e.traceCounters()
 		return true, err
@@ -583,6 +602,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	}
 	e.traceStep(start, plan, prefill, batch, nil) // after sampling, which the step's time includes
 	e.compact()
+	e.timeStep(prefill > 0, e.cfg.Now().Sub(start), replay)
 	e.publish(true)
 	e.traceCounters()
 	return true, nil
@@ -945,6 +965,20 @@ func (e *Engine) compact() {
 	}
 	clear(e.reqs[len(live):])
 	e.reqs = live
+}
+
+// timeStep adds a step's time, took in all of which replay in the
+// model's Step, to its kind's.
+func (e *Engine) timeStep(mixed bool, took, replay time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := &e.stats.Decode
+	if mixed {
+		t = &e.stats.Mixed
+	}
+	t.Steps++
+	t.Replay += replay.Seconds()
+	t.Host += (took - replay).Seconds()
 }
 
 // publish updates the stats snapshot after a step.

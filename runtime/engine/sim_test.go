@@ -297,6 +297,9 @@ func btoi(b bool) int {
 // check verifies the engine's invariants between steps.
 func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64, step int) {
 	t.Helper()
+	if st := e.Stats(); st.Decode.Steps+st.Mixed.Steps != st.Steps || st.Decode.Host < 0 || st.Mixed.Host < 0 || st.Decode.Replay < 0 || st.Mixed.Replay < 0 {
+		t.Fatalf("seed %d step %d: step times %+v %+v do not add up to %d steps", seed, step, st.Decode, st.Mixed, st.Steps)
+	}
 	holders := map[uint32]int{}
 	slots, pages := map[string]int{}, map[string]int{}
 	for _, r := range e.reqs {

@@ -92,10 +92,12 @@ var (
 	descFinished  = prometheus.NewDesc("zrt_requests_finished_total", "Finished requests by reason.", []string{"model_name", "reason"}, nil)
 	descPrefixQ   = prometheus.NewDesc("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", []string{"model_name"}, nil)
 	descPrefixHit = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", []string{"model_name"}, nil)
+	descStepKind  = prometheus.NewDesc("zrt_steps_by_kind_total", "Engine steps that computed rows, by kind: decode (decode rows only) or mixed (prompt rows too).", []string{"model_name", "kind"}, nil)
+	descStepTime  = prometheus.NewDesc("zrt_step_seconds_total", "Time in engine steps by step kind and part: replay (the model's step: the device's work and the wait for it) or host (scheduling, batching, sampling, sending).", []string{"model_name", "kind", "part"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descStepKind, descStepTime} {
 		ch <- d
 	}
 }
@@ -119,6 +121,11 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(st.PrefixPages), name, "prefix")
 		ch <- prometheus.MustNewConstMetric(descPrefixQ, prometheus.CounterValue, float64(st.PrefixQueried), name)
 		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.PrefixHit), name)
+		for kind, t := range map[string]engine.StepTimes{"decode": st.Decode, "mixed": st.Mixed} {
+			ch <- prometheus.MustNewConstMetric(descStepKind, prometheus.CounterValue, float64(t.Steps), name, kind)
+			ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, t.Replay, name, kind, "replay")
+			ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, t.Host, name, kind, "host")
+		}
 		for reason, n := range st.Finished {
 			ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(n), name, string(reason))
 		}

@@ -28,6 +28,7 @@ typedef unsigned char u8;
 #define ROW_SLOT 2
 #define ROW_FLAGS 3
 #define ROW_WANTS_LOGITS 1
+#define ROW_PROMPT 2 // the row evaluates a prompt token (kernels.RowPrompt)
 #define ROW_LONG_PROMPT 4 // the row's request has a long prompt (kernels.RowLongPrompt)
 #define KV_PAGE_TOKENS 16
 

@@ -30,6 +30,11 @@ type Launch struct {
 	// parameter, after the others.
 	Staged int
 	Stage  *Launch
+	// Rest, for flash_attn's tensor-core prefill tile, which takes only
+	// prompt rows, is the launch (EntryRest) of the same dispatch for the
+	// step's other rows: the decode rows a serving step mixes in, each of
+	// its own slot, which the tile would take a pass over the keys each.
+	Rest *Launch
 }
 
 // EntryPoint names one of an instance's entry points: Entry(instance) plus
@@ -46,12 +51,13 @@ const (
 	EntryTile32                   // _tile32: its 32-row tile, for steps of 33 to 64 rows
 	EntryLean                     // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
 	EntryMasked                   // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
+	EntryRest                     // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
@@ -513,8 +519,11 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 			l.Entry = EntryLean
 		}
 		if d := spec[3]; family == "flash_attn" && prefill && r >= fatRows && (d == 64 || d == 128) {
-			// Prefill on tensor cores: a warp per 16 rows of a head.
-			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile}
+			// Prefill on tensor cores: a warp per 16 rows of a head, for
+			// the prompt rows; the others take the decode kernel.
+			rest := l
+			rest.Entry = EntryRest
+			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile, Rest: &rest}
 		}
 	case "logit_softcap": // push n_vocab: blocks of softcapChunk logits per row
 		if err := need(push, 1, "push"); err != nil {

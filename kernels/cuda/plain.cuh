@@ -616,6 +616,18 @@ extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float
     fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
 }
 
+// flash_attn_rest is the main kernel for the rows that are no prompt's
+// (ROW_PROMPT clear: decode rows a serving step mixes into a prefill),
+// launched beside flash_attn_tile (launch.go's Launch.Rest), which takes
+// the prompt rows: its warps of 16 rows take a pass over the keys per
+// slot among them, sixteen passes for sixteen decode rows.
+extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) CAT(NAME, _rest)(const float* q, const u8* kv, const u32* io, float* y,
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
+    int row = blockIdx.y;
+    if (row < (int)io[IO_ROWS] && (io_row(io, row, ROW_FLAGS) & ROW_PROMPT)) return; // the request table is not written during a replay
+    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+}
+
 // flash_attn_lean is the same for one query head a block, heads of at
 // most 128 and blocks of at most FA_LEAN_WARPS warps, compiled for four
 // such blocks a multiprocessor (64 registers a thread, where the main
@@ -637,10 +649,11 @@ extern "C" __global__ void __launch_bounds__(32 * FA_LEAN_WARPS, 4) CAT(NAME, _l
 // keeps the online softmax in
 // F32, and adds P·V with P rounded to F16 — flash attention as ggml's
 // CUDA kernels do it, which differs from the F32 oracle by those two
-// roundings (within the parity test's tolerance). Rows in a warp's 16
-// that belong to different slots (a step's prompts meet there) take one
-// pass over the keys per slot; a row outside the pass's slot sees all its
-// scores masked and keeps its state.
+// roundings (within the parity test's tolerance). It takes the prompt
+// rows (ROW_PROMPT); the step's others are flash_attn_rest's. Rows in a
+// warp's 16 that belong to different slots (a step's prompts meet there)
+// take one pass over the keys per slot; a row outside the pass's slot
+// sees all its scores masked and keeps its state.
 #define FAT_WARPS 4
 #define FAT_NONE 0x7fffffff // no slot
 #define FAT_ROWS (16 * FAT_WARPS) // rows a block; fatRows in launch.go
@@ -678,21 +691,21 @@ __device__ __forceinline__ void fat_warp(const float* q, const u8* kv, const u32
     // This lane's two rows (A and C fragments): row0+g and row0+g+8.
     const int r[2] = {row0 + g, row0 + g + 8};
     int pos[2], slot[2];
+    bool live[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        bool live = r[i] < rows;
-        pos[i] = live ? (int)io_row(io, r[i], ROW_POS) : -1;
-        slot[i] = live ? (int)io_row(io, r[i], ROW_SLOT) : FAT_NONE;
+        live[i] = r[i] < rows && (io_row(io, r[i], ROW_FLAGS) & ROW_PROMPT); // the others are NAME_rest's
+        pos[i] = live[i] ? (int)io_row(io, r[i], ROW_POS) : -1;
+        slot[i] = live[i] ? (int)io_row(io, r[i], ROW_SLOT) : FAT_NONE;
     }
     u32 qf[KS][4];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const float* qr = q + ((size_t)min(r[i], rows - 1) * n_head + h) * D;
-        bool live = r[i] < rows;
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
-            float2 a = live ? *(const float2*)(qr + 16 * ks + 2 * t) : make_float2(0.f, 0.f);
-            float2 b = live ? *(const float2*)(qr + 16 * ks + 2 * t + 8) : make_float2(0.f, 0.f);
+            float2 a = live[i] ? *(const float2*)(qr + 16 * ks + 2 * t) : make_float2(0.f, 0.f);
+            float2 b = live[i] ? *(const float2*)(qr + 16 * ks + 2 * t + 8) : make_float2(0.f, 0.f);
             qf[ks][i] = pack_f16(a.x, a.y), qf[ks][2 + i] = pack_f16(b.x, b.y);
         }
     }
@@ -797,7 +810,7 @@ __device__ __forceinline__ void fat_warp(const float* q, const u8* kv, const u32
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        if (r[i] >= rows) continue;
+        if (!live[i]) continue;
         float inv = l[i] != 0.f ? 1.f / l[i] : 0.f;
         float* out = y + ((size_t)r[i] * n_head + h) * D;
 #pragma unroll

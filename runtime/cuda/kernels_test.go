@@ -156,6 +156,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 		g.launch(m, instance, *shape.Stage, vals)
 	}
 	g.launch(m, instance, shape, vals)
+	if shape.Rest != nil && g.entry == nil { // the tile's other rows, as Walk launches them
+		g.launch(m, instance, *shape.Rest, vals)
+	}
 	if err := driver.Synchronize(); err != nil {
 		t.Fatalf("%s: %v", instance, err)
 	}
@@ -489,7 +492,8 @@ func TestKernelFlashAttnTile(t *testing.T) {
 		return rows
 	}
 	long := prompt(1, 200, 70)
-	mixed := append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...)
+	// Decode rows (no RowPrompt) among the prompts: flash_attn_rest's.
+	mixed := append(append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
 	cases := []struct {
 		name       string
 		nHead, nKV int

@@ -64,6 +64,11 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 			}
 		}
 		out = append(out, l)
+		if l.Shape.Rest != nil {
+			rest := l
+			rest.Params, rest.Shape = append([]uint64(nil), l.Params...), *l.Shape.Rest
+			out = append(out, rest)
+		}
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
@@ -99,8 +100,16 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 		if err != nil {
 			t.Fatalf("variant %d: %v", vi, err)
 		}
-		staged, reused := 0, 0
+		staged, reused, rest := 0, 0, 0
 		for i, l := range ls {
+			if l.Shape.Entry == kcuda.EntryRest {
+				// The decode rows' launch beside a prefill tile: the
+				// same kernel and parameters as the tile before it.
+				rest++
+				if i == 0 || ls[i-1].Shape.Entry != kcuda.EntryTile || ls[i-1].Kernel != l.Kernel || !slices.Equal(ls[i-1].Params, l.Params) {
+					t.Errorf("variant %d: launch %d (%s) takes a tile's other rows, but follows no tile of its kernel", vi, i, l.Name)
+				}
+			}
 			abi, _, err := kernels.SplitInstance(l.Name)
 			if err != nil {
 				t.Fatal(err)
@@ -139,8 +148,8 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 				t.Errorf("%s: empty launch %+v", l.Name, l.Shape)
 			}
 		}
-		if len(ls) != int(v.Dispatches)+staged-reused {
-			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged, %d of those on the records before", vi, len(ls), v.Dispatches, staged, reused)
+		if len(ls) != int(v.Dispatches)+staged-reused+rest {
+			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged, %d of those on the records before, %d tiles' other rows", vi, len(ls), v.Dispatches, staged, reused, rest)
 		}
 		totalReused += reused
 	}

@@ -71,10 +71,11 @@ func TestShapeMatmul(t *testing.T) {
 	}
 }
 
-// TestShapeLMHead checks lm_head's multi-row launches: in prefill
-// variants the dp4a tile kernel, its grid bound per row of blocks (a
-// request's last row alone wants logits); in decode variants the
-// tensor-core tiles.
+// TestShapeLMHead checks lm_head's multi-row launches: the tensor-core
+// tiles, in prefill variants as in decode ones (a prefill's row tiles
+// without a row that wants logits leave at once); a matrix of k not a
+// multiple of 256 on the dp4a tile kernel, its grid bound per row of
+// blocks.
 func TestShapeLMHead(t *testing.T) {
 	for _, c := range []struct {
 		rows    int
@@ -82,7 +83,7 @@ func TestShapeLMHead(t *testing.T) {
 		grid    [3]uint32
 		entry   EntryPoint
 	}{
-		{128, true, [3]uint32{250, 16, 1}, EntryDP4A},
+		{128, true, [3]uint32{2, 250, 1}, EntryTile},
 		{16, false, [3]uint32{1, 250, 1}, EntryTile16},
 		{9, false, [3]uint32{1, 250, 1}, EntryTile16},
 		{64, false, [3]uint32{2, 250, 1}, EntryTile32},
@@ -97,6 +98,9 @@ func TestShapeLMHead(t *testing.T) {
 		if l.Grid != c.grid || l.Entry != c.entry {
 			t.Errorf("rows %d prefill %v: grid %v entry %v, want %v %v", c.rows, c.prefill, l.Grid, l.Entry, c.grid, c.entry)
 		}
+	}
+	if l, err := Shape("lm_head.q8_0", []uint32{4000, 32000}, nil, 128, true); err != nil || l.Entry != EntryDP4A || l.Grid != [3]uint32{250, 16, 1} {
+		t.Errorf("lm_head.q8_0 of k 4000 at 128 prefill rows: %+v %v", l, err)
 	}
 	// A type without tensor-core tiles keeps the dp4a kernel, its _tile entry.
 	if l, err := Shape("lm_head.q4_0", []uint32{4096, 32000}, nil, 64, false); err != nil || l.Entry != EntryTile || l.Grid[1] != 8 {

@@ -205,6 +205,11 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     const int rows = io[IO_ROWS]; // the request table: before dep_sync
     if (row0 >= rows) return;
     const int nr = min(MR, rows - row0);
+    // lm_head: a tile none of whose rows wants logits (a prefill's rows
+    // but each prompt's last) has nothing to store. Its blocks over k all
+    // leave, so its split-k counter stays zero.
+    static_assert(MR <= MT_THREADS, "mmt's logits vote");
+    if (lm && !__syncthreads_or(tid < nr && (io_row(io, row0 + tid, ROW_FLAGS) & ROW_WANTS_LOGITS))) return;
     // Rows copied: those of the 16-row fragments that have a row of the
     // request (the warps skip the others).
     const int nc = min(MR, (nr + 15) & ~15);

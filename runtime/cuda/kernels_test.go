@@ -868,7 +868,8 @@ func TestKernelIQuants(t *testing.T) {
 // tensor-core tiles to T-CPU (every row its own slot, written in reverse,
 // and some rows not wanting logits): the matrix-vector kernel at 4 rows,
 // the tensor-core tiles at 16, 32 and 64 (decode variants; 64 rows make a
-// full tile), the dp4a tiles at 64 (a prefill variant), for k of two
+// full tile), and in prefill variants at 64 rows and at 200 of which two
+// want logits (the row tiles without one leave at once), for k of two
 // super-blocks and of one, and of 16 (the 32-row tile at 64 rows). n =
 // 300 leaves a partial tile of features. The tolerance is 1e-3: random Q6_K scales reach ±128, and the float
 // combination of a logit's large partial sums, in another order than
@@ -886,12 +887,13 @@ func TestKernelLMHeadRows(t *testing.T) {
 		for _, c := range []struct {
 			nr      int
 			prefill bool
-		}{{4, false}, {16, false}, {32, false}, {64, false}, {64, true}} {
+			sparse  bool // two rows want logits: row tiles without one leave
+		}{{4, false, false}, {16, false, false}, {32, false, false}, {64, false, false}, {64, true, false}, {200, true, true}} {
 			nr := c.nr
 			rows := make([]krow, nr)
 			for i := range rows {
 				rows[i] = krow{pos: uint32(i), slot: uint32(nr - 1 - i), flags: kernels.RowWantsLogits}
-				if i%3 == 1 {
+				if i%3 == 1 || c.sparse && i != 7 && i != 150 {
 					rows[i].flags = 0
 				}
 			}

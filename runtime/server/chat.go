@@ -14,7 +14,7 @@ import (
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		genParams
-		Messages          []wireMessage   `json:"messages"`
+		Messages          json.RawMessage `json:"messages"`
 		Tools             json.RawMessage `json:"tools"`
 		ToolChoice        json.RawMessage `json:"tool_choice"`
 		ParallelToolCalls *bool           `json:"parallel_tool_calls"`

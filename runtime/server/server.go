@@ -94,6 +94,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
 	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chatCompletions))
+	mux.HandleFunc("POST /v1/responses", s.auth(s.responses))
 	mux.HandleFunc("GET /v1/models", s.auth(s.listModels))
 	mux.HandleFunc("POST /tokenize", s.auth(s.tokenize))
 	mux.HandleFunc("POST /detokenize", s.auth(s.detokenize))

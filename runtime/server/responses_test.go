@@ -171,6 +171,7 @@ func TestResponsesStructured(t *testing.T) {
 	ts := serveAgent(t)
 	c := client(ts.URL, "")
 	schemas := schemaFiles(t)
+	tokens := int64(0)
 	for _, name := range []string{"person", "02_enum_const.json"} {
 		schema := schemas[name]
 		if schema == nil {
@@ -194,10 +195,17 @@ func TestResponsesStructured(t *testing.T) {
 		if err := validate(validator(t, schema), res.OutputText()); err != nil {
 			t.Errorf("%s: %q: %v", name, res.OutputText(), err)
 		}
-		_, text, _, _ := streamResponse(t, c, params, option.WithJSONSet("seed", 5))
+		_, text, _, final := streamResponse(t, c, params, option.WithJSONSet("seed", 5))
 		if text != res.OutputText() {
 			t.Errorf("%s: streamed %q, not streamed %q", name, text, res.OutputText())
 		}
+		tokens += res.Usage.OutputTokens + final.Usage.OutputTokens
+	}
+	// Every constrained token's mask was timed: one observation a token
+	// (and one for the token after the last, computed ahead).
+	masks := scrape(t, ts.URL).sum("zrt_constraint_mask_seconds_count", "model_name", agentName)
+	if masks < float64(tokens) || masks > float64(tokens+4) {
+		t.Errorf("zrt_constraint_mask_seconds counted %v masks for %d constrained tokens", masks, tokens)
 	}
 }
 

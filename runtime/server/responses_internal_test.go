@@ -2,10 +2,12 @@ package server
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/chat/reply"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
@@ -107,5 +109,43 @@ func TestResponseEvents(t *testing.T) {
 	res := empty.finish(engine.Event{Finish: engine.Finish(decode.Length)})
 	if items := res["output"].([]map[string]any); len(items) != 1 || items[0]["type"] != "message" || res["status"] != "incomplete" {
 		t.Errorf("an empty reply cut by max_output_tokens: %v", res)
+	}
+}
+
+// TestResponsesInput: input items become the chat turn's messages:
+// instructions first as system, a reasoning item's text on the next
+// assistant turn, an assistant message and the function calls after it
+// one assistant message with tool_calls, each output a tool message
+// naming its call's function, and parts joined with "\n".
+func TestResponsesInput(t *testing.T) {
+	instructions := "Be brief."
+	raw := `[{"role": "user", "content": [{"type": "input_text", "text": "weather"}, {"type": "input_text", "text": "and sum"}]},
+		{"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "two calls"}]},
+		{"type": "message", "role": "assistant", "id": "msg_1", "status": "completed", "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+		{"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},
+		{"type": "function_call", "call_id": "c2", "name": "add", "arguments": "{\"a\": 2, \"b\": 3}"},
+		{"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+		{"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "5"}]},
+		{"role": "assistant", "content": "Sunny; 5."},
+		{"role": "user", "content": "thanks"}]`
+	msgs, aerr := responsesInput(json.RawMessage(raw), &instructions)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	want := []chat.Message{
+		{Role: "system", Content: "Be brief."},
+		{Role: "user", Content: "weather\nand sum"},
+		{Role: "assistant", Content: "Checking.", ReasoningContent: "two calls", ToolCalls: []chat.ToolCall{
+			{ID: "c1", Name: "get_weather", Arguments: `{"city": "Paris"}`}, {ID: "c2", Name: "add", Arguments: `{"a": 2, "b": 3}`}}},
+		{Role: "tool", Content: "sunny", ToolCallID: "c1", Name: "get_weather"},
+		{Role: "tool", Content: "5", ToolCallID: "c2", Name: "add"},
+		{Role: "assistant", Content: "Sunny; 5."},
+		{Role: "user", Content: "thanks"},
+	}
+	if !reflect.DeepEqual(msgs, want) {
+		t.Errorf("messages\n%+v\nwant\n%+v", msgs, want)
+	}
+	if msgs, aerr := responsesInput(json.RawMessage(`"hi"`), nil); aerr != nil || !reflect.DeepEqual(msgs, []chat.Message{{Role: "user", Content: "hi"}}) {
+		t.Errorf("a string input: %+v %v", msgs, aerr)
 	}
 }

@@ -125,6 +125,11 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	gen, aerr := s.submit(r.Context(), m, prompt, ps)
 	if aerr != nil {
+		if aerr.Param != nil && *aerr.Param == "max_tokens" {
+			// The engine's refusals speak chat's name for the field.
+			param := "max_output_tokens"
+			aerr.Param, aerr.Message = &param, strings.ReplaceAll(aerr.Message, "max_tokens", param)
+		}
 		s.reject(w, r, aerr)
 		return
 	}

@@ -227,6 +227,7 @@ func TestResponsesBadInput(t *testing.T) {
 		{`{"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}`, "text.format.schema", "schema"},
 		{`{"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 3}}}}}}`, "text.format", "multipleOf"},
 		{`{"input": "hi", "max_output_tokens": 0}`, "max_output_tokens", "max_output_tokens"},
+		{`{"input": "hi", "max_output_tokens": 1024}`, "max_output_tokens", "max_output_tokens may be at most"},
 		{`{"input": "hi", "temperature": -1}`, "temperature", "temperature"},
 	} {
 		code, raw, e, _ := post(t, ts.URL, "POST", "/v1/responses", c.body)

@@ -42,7 +42,9 @@ status. With --response-format FILE every request carries that JSON object
 as its response_format (a json_schema, say), so a constrained load can be
 set beside an unconstrained one; given several files, request j takes file
 j mod their number. Such requests go without ignore_eos: one whose output
-completes its format stops before --max-tokens.`,
+completes its format stops before --max-tokens. Against a zrt server the
+report adds the constraint mask's cost per token (p50 and p99 over the
+run, from the server's zrt_constraint_mask_seconds histogram).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
@@ -67,7 +69,9 @@ completes its format stops before --max-tokens.`,
 			if err != nil {
 				return err
 			}
+			before := lt.maskBuckets(cmd.Context())
 			res := lt.run(cmd.Context(), ids, concurrency, requests, promptTokens, seed)
+			res.mask = maskLine(before, lt.maskBuckets(cmd.Context()))
 			res.print(cmd.OutOrStdout(), concurrency, requests, promptTokens, maxTokens, stream)
 			return nil
 		},
@@ -231,6 +235,7 @@ func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 type loadResult struct {
 	wall     time.Duration
 	outcomes []outcome
+	mask     string // the report's mask-cost row; "" when none was timed
 }
 
 func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, promptTokens int, seed uint64) loadResult {
@@ -307,6 +312,7 @@ func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxT
 	fmt.Fprintf(w, "| TTFT p50 / p95 / p99 ms | %s |\n", percentiles(ttft))
 	fmt.Fprintf(w, "| inter-token p50 / p95 / p99 ms | %s |\n", percentiles(gaps))
 	fmt.Fprintf(w, "| end-to-end p50 / p95 / p99 ms | %s |\n", percentiles(e2e))
+	fmt.Fprint(w, r.mask)
 	var statuses []int
 	for s := range byStatus {
 		statuses = append(statuses, s)

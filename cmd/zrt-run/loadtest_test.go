@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -48,5 +51,45 @@ func TestLoadtestResponseFormats(t *testing.T) {
 	}
 	if tokens != 30 {
 		t.Errorf("counted %d tokens, want 30", tokens)
+	}
+}
+
+// TestLoadtestMaskCost: the report's mask row is the quantiles of the
+// masks the server's histogram counted during the run (the difference of
+// two scrapes), interpolated within buckets; a server without the
+// histogram gives no row.
+func TestLoadtestMaskCost(t *testing.T) {
+	scrapes := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		scrapes++
+		// Before the run 10 masks under 1 µs; during it 100 more: 50 in
+		// (1, 2] µs, 49 in (2, 4] µs, 1 in (4, 8] µs.
+		n := []int{10, 10, 10, 10}
+		if scrapes > 1 {
+			n = []int{10, 60, 109, 110}
+		}
+		fmt.Fprintf(w, "# TYPE zrt_constraint_mask_seconds histogram\n")
+		for i, le := range []string{"1e-06", "2e-06", "4e-06", "8e-06"} {
+			fmt.Fprintf(w, "zrt_constraint_mask_seconds_bucket{model_name=\"m\",le=\"%s\"} %d\n", le, n[i])
+		}
+		fmt.Fprintf(w, "zrt_constraint_mask_seconds_bucket{model_name=\"m\",le=\"+Inf\"} %d\n", n[3])
+	}))
+	defer srv.Close()
+	lt := &loadtest{url: srv.URL}
+	before := lt.maskBuckets(context.Background())
+	after := lt.maskBuckets(context.Background())
+	q, n := maskQuantiles(before, after, 0.5, 0.99, 1)
+	if n != 100 || math.Abs(q[0]-2e-6) > 1e-12 || math.Abs(q[1]-4e-6) > 1e-12 || math.Abs(q[2]-8e-6) > 1e-12 {
+		t.Errorf("quantiles %v of %v masks, want [2e-06 4e-06 8e-06] of 100", q, n)
+	}
+	if line := maskLine(before, after); !strings.Contains(line, "2.0 / 4.0 (100 masks") {
+		t.Errorf("report row %q", line)
+	}
+	if line := maskLine(nil, (&loadtest{url: "http://127.0.0.1:1"}).maskBuckets(context.Background())); line != "" {
+		t.Errorf("no server: row %q", line)
 	}
 }

@@ -33,10 +33,10 @@ func serveCmd() *cobra.Command {
 		Use:   "serve BUNDLE|MODEL.gguf [...]",
 		Short: "Serve bundles over an OpenAI-compatible HTTP API, many requests at once",
 		Long: `serve loads each bundle as a model, runs a serving engine for it and answers
-OpenAI-compatible requests: POST /v1/completions and /v1/chat/completions
-(streaming with server-sent events or not), GET /v1/models, POST /tokenize
-and /detokenize, GET /health. A request's "model" field picks the bundle
-(named after its GGUF, or by --model-alias).
+OpenAI-compatible requests: POST /v1/completions, /v1/chat/completions and
+/v1/responses (streaming with server-sent events or not), GET /v1/models,
+POST /tokenize and /detokenize, GET /health. A request's "model" field picks
+the bundle (named after its GGUF, or by --model-alias).
 
 Without --config there is one local tenant and no API key, so the default
 --listen is loopback only. A config (TOML) names tenants, their API keys,

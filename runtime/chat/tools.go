@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -466,19 +468,46 @@ func reaches(v any, target *dict, depth int) bool {
 	return false
 }
 
-// ParseMessages reads an OpenAI messages array the way llama.cpp does
-// (common_chat_msgs_parse_oaicompat): every message needs a role and a
-// content or tool_calls; content is a string, null, or an array of
-// {"type": "text", "text": ...} parts, joined with "\n" as llama.cpp
-// joins them for templates that take string content; tool call
-// arguments may be a JSON string or a JSON value (kept as its JSON text).
+// Roles are the message roles OpenAI defines, the ones ParseMessages
+// accepts: a template renders a role it does not know in ways no model was
+// trained on, so an unknown role is the client's error, not a prompt.
+var Roles = []string{"system", "developer", "user", "assistant", "tool"}
+
+// MessageError is what ParseMessages found wrong, with the request
+// parameter it is about as OpenAI's errors name one ("messages[2].content").
+type MessageError struct {
+	Param string
+	Err   error
+}
+
+func (e *MessageError) Error() string { return e.Param + ": " + e.Err.Error() }
+
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// msgErr is a *MessageError about param.
+func msgErr(param, format string, args ...any) error {
+	return &MessageError{Param: param, Err: fmt.Errorf(format, args...)}
+}
+
+// ParseMessages reads an OpenAI messages array the way llama.cpp's server
+// does (common_chat_msgs_parse_oaicompat after oaicompat_chat_params_parse):
+// content is a string, or an array of {"type": "text", "text": ...}
+// parts joined with "\n" (as llama.cpp joins them for templates that take
+// string content, which are all the templates this package renders); tool
+// call arguments may be a JSON string or a JSON value (kept as its JSON
+// text). It is stricter than llama.cpp where a request would otherwise
+// render a prompt no model expects: the role must be one of Roles, only an
+// assistant message with tool_calls may leave content out or null, only
+// assistant messages carry tool_calls, and a tool message needs the
+// tool_call_id of the call it answers. Errors are *MessageError.
 func ParseMessages(raw []byte) ([]Message, error) {
 	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, fmt.Errorf("messages: expected an array: %w", err)
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		return nil, msgErr("messages", "expected an array of messages")
 	}
 	out := make([]Message, 0, len(items))
 	for i, it := range items {
+		param := fmt.Sprintf("messages[%d]", i)
 		var m struct {
 			Role      *string         `json:"role"`
 			Content   json.RawMessage `json:"content"`
@@ -495,28 +524,42 @@ func ParseMessages(raw []byte) ([]Message, error) {
 			ToolCallID       string `json:"tool_call_id"`
 		}
 		if err := json.Unmarshal(it, &m); err != nil {
-			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) && te.Field != "" {
+				return nil, msgErr(param+"."+te.Field, "expected %s, not %s", jsonKind(te.Type.Kind()), te.Value)
+			}
+			return nil, msgErr(param, "expected a message object: %v", err)
 		}
-		if m.Role == nil {
-			return nil, fmt.Errorf("messages[%d]: missing role", i)
+		switch {
+		case m.Role == nil || *m.Role == "":
+			return nil, msgErr(param+".role", "a message needs a role (roles: %s)", strings.Join(Roles, ", "))
+		case !slices.Contains(Roles, *m.Role):
+			return nil, msgErr(param+".role", "role %q is not a message role (roles: %s)", *m.Role, strings.Join(Roles, ", "))
+		case len(m.ToolCalls) > 0 && *m.Role != "assistant":
+			return nil, msgErr(param+".tool_calls", "only assistant messages carry tool_calls")
+		case *m.Role == "tool" && m.ToolCallID == "":
+			return nil, msgErr(param+".tool_call_id", "a tool message needs the tool_call_id of the call it answers")
 		}
-		if m.Content == nil && m.ToolCalls == nil {
-			return nil, fmt.Errorf("messages[%d]: expected content or tool_calls", i)
+		if isNull(m.Content) && len(m.ToolCalls) == 0 {
+			return nil, msgErr(param+".content", "no content (only an assistant message with tool_calls may have null content)")
 		}
 		msg := Message{Role: *m.Role, ReasoningContent: m.ReasoningContent, Name: m.Name, ToolCallID: m.ToolCallID}
-		text, err := contentText(m.Content)
+		text, err := contentText(m.Content, param+".content")
 		if err != nil {
-			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+			return nil, err
 		}
 		msg.Content = text
 		for j, tc := range m.ToolCalls {
+			cp := fmt.Sprintf("%s.tool_calls[%d]", param, j)
 			switch {
 			case tc.Type != "function":
-				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: unsupported type %q", i, j, tc.Type)
+				return nil, msgErr(cp+".type", "tool call type %q: want function", tc.Type)
 			case tc.Function == nil:
-				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: missing function", i, j)
-			case tc.Function.Name == nil:
-				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: missing function name", i, j)
+				return nil, msgErr(cp+".function", "missing function")
+			case tc.Function.Name == nil || *tc.Function.Name == "":
+				return nil, msgErr(cp+".function.name", "missing function name")
+			case isNull(tc.Function.Arguments):
+				return nil, msgErr(cp+".function.arguments", "missing function arguments")
 			}
 			args := string(bytes.TrimSpace(tc.Function.Arguments))
 			var s string
@@ -530,35 +573,58 @@ func ParseMessages(raw []byte) ([]Message, error) {
 	return out, nil
 }
 
-func contentText(raw json.RawMessage) (string, error) {
+// isNull reports whether raw is absent or JSON null.
+func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// contentText reads a message's content (param names it in errors): a
+// string, null (empty), or text parts joined with "\n".
+func contentText(raw json.RawMessage, param string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if isNull(raw) {
 		return "", nil
 	}
 	if raw[0] == '"' {
 		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
-	}
-	if raw[0] != '[' {
-		return "", fmt.Errorf("content: expected a string, null or an array of parts")
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", msgErr(param, "%v", err)
+		}
+		return s, nil
 	}
 	var parts []struct {
 		Type string  `json:"type"`
 		Text *string `json:"text"`
 	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("content: %w", err)
+	if raw[0] != '[' || json.Unmarshal(raw, &parts) != nil {
+		return "", msgErr(param, "content must be a string or an array of text parts")
 	}
 	var b strings.Builder
 	for k, p := range parts {
 		if p.Type != "text" || p.Text == nil {
-			return "", fmt.Errorf("content[%d]: unsupported part type %q", k, p.Type)
+			return "", msgErr(fmt.Sprintf("%s[%d]", param, k), "content part of type %q: only text parts are supported", p.Type)
 		}
-		if b.Len() > 0 {
+		if b.Len() > 0 { // llama.cpp: no separator after empty text
 			b.WriteByte('\n')
 		}
 		b.WriteString(*p.Text)
 	}
 	return b.String(), nil
+}
+
+// jsonKind names the JSON value a Go kind reads, for errors in the
+// request's terms.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Pointer, reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "a number"
 }

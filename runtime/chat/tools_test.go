@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,19 +239,37 @@ func TestParseToolsErrors(t *testing.T) {
 }
 
 func TestParseMessagesErrors(t *testing.T) {
-	for _, raw := range []string{
-		`{}`, `[{"content": "x"}]`, `[{"role": "user"}]`, `[{"role": "user", "content": 3}]`,
-		`[{"role": "user", "content": [{"type": "image_url"}]}]`,
-		`[{"role": "assistant", "tool_calls": [{"type": "function"}]}]`,
-		`[{"role": "assistant", "tool_calls": [{"type": "x", "function": {"name": "f"}}]}]`,
+	for raw, param := range map[string]string{
+		`{}`:                                   "messages",
+		`null`:                                 "messages",
+		`[{"content": "x"}]`:                   "messages[0].role",
+		`[{"role": "user"}]`:                   "messages[0].content",
+		`[{"role": "wizard", "content": "x"}]`: "messages[0].role",
+		`[{"role": "user", "content": 3}]`:     "messages[0].content",
+		`[{"role": 3, "content": "x"}]`:        "messages[0].role",
+		`[{"role": "user", "content": "x"}, {"role": "user", "content": [{"type": "image_url"}]}]`:                               "messages[1].content[0]",
+		`[{"role": "user", "content": null}]`:                                                                                    "messages[0].content",
+		`[{"role": "tool", "content": "x"}]`:                                                                                     "messages[0].tool_call_id",
+		`[{"role": "user", "content": "x", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]`: "messages[0].tool_calls",
+		`[{"role": "assistant", "tool_calls": [{"type": "function"}]}]`:                                                          "messages[0].tool_calls[0].function",
+		`[{"role": "assistant", "tool_calls": [{"type": "x", "function": {"name": "f"}}]}]`:                                      "messages[0].tool_calls[0].type",
+		`[{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f"}}]}]`:                               "messages[0].tool_calls[0].function.arguments",
+		`[{"role": "assistant", "tool_calls": [{"type": "function", "function": {"arguments": "{}"}}]}]`:                         "messages[0].tool_calls[0].function.name",
 	} {
-		if _, err := ParseMessages([]byte(raw)); err == nil {
-			t.Errorf("ParseMessages(%s): no error", raw)
+		_, err := ParseMessages([]byte(raw))
+		var me *MessageError
+		if !errors.As(err, &me) || me.Param != param {
+			t.Errorf("ParseMessages(%s): %v, want an error about %s", raw, err, param)
 		}
 	}
+	// Text parts join with "\n", as llama.cpp joins them for a template
+	// that takes string content (common_chat_msg::to_json_oaicompat), with
+	// no separator after empty text.
 	msgs, err := ParseMessages([]byte(`[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-		{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}]`))
-	if err != nil || msgs[0].Content != "a\nb" || msgs[1].ToolCalls[0].Arguments != `{"x": 1}` || msgs[1].ToolCalls[0].ID != "c1" {
+		{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "c"}, {"type": "text", "text": ""}]},
+		{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+		{"role": "tool", "tool_call_id": "c1", "content": "ok"}]`))
+	if err != nil || msgs[0].Content != "a\nb" || msgs[1].Content != "c\n" || msgs[2].ToolCalls[0].Arguments != `{"x": 1}` || msgs[2].ToolCalls[0].ID != "c1" || msgs[3].ToolCallID != "c1" {
 		t.Fatalf("%+v %v", msgs, err)
 	}
 }

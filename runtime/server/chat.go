@@ -9,13 +9,12 @@ import (
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/chat/reply"
 	"github.com/zrtdev/zrt/runtime/decode"
-	"github.com/zrtdev/zrt/runtime/grammar"
 )
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		genParams
-		Messages          []wireMessage   `json:"messages"`
+		Messages          json.RawMessage `json:"messages"`
 		Tools             json.RawMessage `json:"tools"`
 		ToolChoice        json.RawMessage `json:"tool_choice"`
 		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
@@ -43,63 +42,22 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
-	spec, field, constrained, aerr := req.spec()
+	spec, field, _, aerr := req.spec()
 	if aerr != nil {
 		s.reject(w, r, aerr)
 		return
 	}
-	if constrained && choice.forced() {
-		s.reject(w, r, badRequest(field, "%s and tool_choice %s both constrain the reply: give one", field, choice.mode))
-		return
-	}
-	template := m.Tok.Vocab().ChatTemplate
-	format := reply.Detect(template)
-	vars, aerr := templateVars(format, req.ChatTemplateKwargs, req.ReasoningEffort, constrained || choice.forced())
-	if aerr != nil {
-		s.reject(w, r, aerr)
-		return
-	}
-	offered := tools
-	if choice.mode == "none" {
-		offered = nil // the model is not told of tools it may not call
-	}
-	text, prompt, err := renderChat(m.Tok, msgs, offered, vars)
-	if err != nil {
-		s.reject(w, r, &apiError{status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error"})
-		return
-	}
-	format = format.AfterPrompt(text).WithTools(offered)
-	if len(offered) == 0 {
-		format.Kind = reply.Plain // without tools a reply is never calls
-	}
-	if choice.forced() {
-		field = "tool_choice"
-	}
-	if (constrained || choice.forced()) && format.StartsInReasoning() {
-		s.reject(w, r, badRequest(field, "this model's template opens reasoning in the prompt even with enable_thinking false, and a constrained reply has none: %s cannot be used with it", field))
-		return
-	}
-	if choice.forced() {
-		parallel := req.ParallelToolCalls == nil || *req.ParallelToolCalls
-		gbnf, aerr := callGrammar(format, tools, choice, parallel)
-		if aerr != nil {
-			s.reject(w, r, aerr)
-			return
-		}
-		spec, field, constrained = grammar.Spec{GBNF: gbnf}, "tool_choice", true
-	}
-	// The format's markers show as text, for the reply parser.
-	p.Keep = s.agent(m).keep
 	ps, aerr := req.choices(p)
 	if aerr != nil {
 		s.reject(w, r, aerr)
 		return
 	}
-	if constrained {
-		if aerr := s.constrain(r.Context(), m, spec, field, ps); aerr != nil {
-			s.reject(w, r, aerr)
-			return
-		}
+	t := turn{msgs: msgs, tools: tools, choice: choice, parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
+		spec: spec, field: field, kwargs: req.ChatTemplateKwargs, effort: req.ReasoningEffort}
+	prompt, format, aerr := s.prepare(r.Context(), m, t, ps)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
 	}
 	g, aerr := s.submit(r.Context(), m, prompt, ps)
 	if aerr != nil {
@@ -114,11 +72,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		}
 		return chatLogprobs(m.Tok, lps)
 	}
-	replies := make([]*chatReply, len(ps))
-	for i := range replies {
-		replies[i] = &chatReply{f: format.WithIDs(ps[i].Sampling.Seed), raw: format.Kind == reply.Plain && format.ThinkStart == ""}
-		replies[i].s = replies[i].f.NewStream()
-	}
+	replies := newReplies(format, ps)
 	if req.Stream {
 		started := make([]bool, len(ps))
 		chunk := func(i int, delta map[string]any, finish *string, lps []decode.Logprobs) any {
@@ -142,10 +96,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			return out
 		}
 		stream(w, g, streamer{
-			text: func(i int, t string, lps []decode.Logprobs) []any { return chunks(i, replies[i].add(t), lps) },
+			text: func(i int, t string, lps []decode.Logprobs) []any {
+				return chunks(i, chatDeltas(replies[i].add(t)), lps)
+			},
 			end: func(i int, reason string, lps []decode.Logprobs) []any {
-				deltas, calls := replies[i].end()
-				out := chunks(i, deltas, nil)
+				d, calls := replies[i].end()
+				out := chunks(i, chatDeltas(d), nil)
 				if calls && reason == "stop" {
 					reason = "tool_calls"
 				}
@@ -162,7 +118,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	var choices []map[string]any
 	for i, c := range res {
-		msg, calls := replies[i].message(c.text)
+		msg, calls := chatMessage(replies[i].parse(c.text))
 		reason := finishReason(c.last.Finish)
 		if calls && reason == "stop" {
 			reason = "tool_calls"
@@ -172,41 +128,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})
 }
 
-// chatReply turns one choice's generated text into OpenAI's message
-// fields: content, reasoning_content and tool_calls, both as stream deltas
-// and as a whole message.
-type chatReply struct {
-	// raw says the reply has nothing to split (no tools, no reasoning
-	// tags): its text is the content as generated, with the spaces the
-	// parser would trim.
-	raw   bool
-	f     reply.Format
-	s     *reply.Stream
-	calls bool // the stream has sent a call
-}
-
-// add returns the deltas the choice's next text t completes.
-func (c *chatReply) add(t string) []map[string]any {
-	if c.raw {
-		return []map[string]any{{"content": t}}
-	}
-	return c.deltas(c.s.Add(t))
-}
-
-// end returns the deltas held back until the choice ended, and whether
-// its reply was tool calls.
-func (c *chatReply) end() ([]map[string]any, bool) {
-	if c.raw {
-		return nil, false
-	}
-	d := c.deltas(c.s.Flush())
-	return d, c.calls
-}
-
-// deltas are d as OpenAI's chunk deltas: reasoning and content in one,
-// then one per tool-call piece, the first of a call with its id, type and
-// name.
-func (c *chatReply) deltas(d reply.Delta) []map[string]any {
+// chatDeltas are d as OpenAI's chunk deltas: reasoning and content in
+// one, then one per tool-call piece, the first of a call with its id, type
+// and name.
+func chatDeltas(d reply.Delta) []map[string]any {
 	var out []map[string]any
 	if d.Reasoning != "" || d.Content != "" {
 		m := map[string]any{}
@@ -228,18 +153,13 @@ func (c *chatReply) deltas(d reply.Delta) []map[string]any {
 			fn["name"] = cd.Name
 		}
 		out = append(out, map[string]any{"tool_calls": []any{call}})
-		c.calls = true
 	}
 	return out
 }
 
-// message is the whole reply text as an assistant message, and whether
-// it was tool calls. A reply that does not parse as calls is content.
-func (c *chatReply) message(text string) (map[string]any, bool) {
-	if c.raw {
-		return map[string]any{"role": "assistant", "content": text}, false
-	}
-	p := c.f.Parse(text)
+// chatMessage is a parsed reply as an assistant message, and whether it
+// was tool calls.
+func chatMessage(p reply.Parsed) (map[string]any, bool) {
 	msg := map[string]any{"role": "assistant", "content": p.Content}
 	if p.Reasoning != "" {
 		msg["reasoning_content"] = p.Reasoning

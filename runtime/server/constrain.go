@@ -183,8 +183,9 @@ func (s *Server) constrain(ctx context.Context, m *Model, spec grammar.Spec, fie
 	if aerr != nil {
 		return aerr
 	}
+	obs := s.metrics.mask.WithLabelValues(m.Name)
 	for i := range ps {
-		ps[i].Constraint = g.NewMatcher()
+		ps[i].Constraint = timedConstraint{Constraint: g.NewMatcher(), obs: obs}
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func TestMetricsDocs(t *testing.T) {
 	}
 	m := newMetrics(&Server{})
 	ch := make(chan *prometheus.Desc, 64)
-	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.tenantTokens, m.rejected, engineCollector{}} {
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.tenantTokens, m.rejected, m.mask, engineCollector{}} {
 		c.Describe(ch)
 	}
 	close(ch)

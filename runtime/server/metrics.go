@@ -18,6 +18,7 @@ type metrics struct {
 	e2e          *prometheus.HistogramVec
 	tenantTokens *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
+	mask         *prometheus.HistogramVec // maskcost.go
 }
 
 // latencyBuckets span a fast decode step to a long queue wait, in seconds.
@@ -33,7 +34,8 @@ func newMetrics(s *Server) *metrics {
 	m.e2e = hist("vllm:e2e_request_latency_seconds", "Time from a request's arrival to its end.")
 	m.tenantTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zrt_tenant_tokens_total", Help: "Tokens by tenant: prompt or generated."}, []string{"tenant", "kind"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "zrt_tenant_rejected_total", Help: "Requests refused, by tenant and HTTP status."}, []string{"tenant", "status"})
-	m.reg.MustRegister(m.ttft, m.itl, m.e2e, m.tenantTokens, m.rejected, engineCollector{s})
+	m.mask = newMaskHistogram()
+	m.reg.MustRegister(m.ttft, m.itl, m.e2e, m.tenantTokens, m.rejected, m.mask, engineCollector{s})
 	return m
 }
 

@@ -20,10 +20,10 @@ func TestChatReplyDeltas(t *testing.T) {
 	c.s = c.f.NewStream()
 	var deltas []map[string]any
 	for i := 0; i < len(text); i += 3 {
-		deltas = append(deltas, c.add(text[i:min(i+3, len(text))])...)
+		deltas = append(deltas, chatDeltas(c.add(text[i:min(i+3, len(text))]))...)
 	}
 	rest, calls := c.end()
-	deltas = append(deltas, rest...)
+	deltas = append(deltas, chatDeltas(rest)...)
 	if !calls {
 		t.Fatal("the stream saw no call")
 	}
@@ -54,7 +54,7 @@ func TestChatReplyDeltas(t *testing.T) {
 			args.WriteString(fn["arguments"].(string))
 		}
 	}
-	msg, isCalls := (&chatReply{f: f.WithIDs(7)}).message(text)
+	msg, isCalls := chatMessage((&chatReply{f: f.WithIDs(7)}).parse(text))
 	if !isCalls {
 		t.Fatalf("the message is not calls: %v", msg)
 	}
@@ -72,7 +72,7 @@ func TestChatReplyDeltas(t *testing.T) {
 	}
 
 	// A reply that does not parse as a call stays content.
-	msg, isCalls = (&chatReply{f: f}).message("<tool_call>\n{\"name\": broken")
+	msg, isCalls = chatMessage((&chatReply{f: f}).parse("<tool_call>\n{\"name\": broken"))
 	if isCalls || !strings.Contains(msg["content"].(string), "broken") {
 		t.Errorf("a broken call: %v (calls %v)", msg, isCalls)
 	}

@@ -82,7 +82,13 @@ func TestTokenizeVLLM(t *testing.T) {
 	if got, _ := tokens(`{"messages": [{"role": "user", "content": "Hello"}]}`); len(got) < 2 {
 		t.Errorf("vLLM chat body: %v", got)
 	}
-	for _, body := range []string{`{}`, `{"text": "Once"}`, `{"prompt": "a", "content": "b"}`, `{"messages": [{"role": "wizard", "content": "x"}]}`} {
+	// Content parts are joined with "\n", as llama.cpp joins them, by the
+	// one messages parser (chat.ParseMessages).
+	parts, _ := tokens(`{"messages": [{"role": "user", "content": [{"type": "text", "text": "Once upon"}, {"type": "text", "text": "a time"}]}]}`)
+	if joined, _ := tokens(`{"messages": [{"role": "user", "content": "Once upon\na time"}]}`); !equal(parts, joined) {
+		t.Errorf("text parts render as %v, their text joined with a newline as %v", parts, joined)
+	}
+	for _, body := range []string{`{}`, `{"text": "Once"}`, `{"prompt": "a", "content": "b"}`, `{"messages": [{"role": "wizard", "content": "x"}]}`, `{"messages": []}`} {
 		if code, raw, e, _ := post(t, url, "POST", "/tokenize", body); code != 400 || e.Message == "" {
 			t.Errorf("%s: %d %s, want a 400 error", body, code, raw)
 		}

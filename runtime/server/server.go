@@ -94,6 +94,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
 	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chatCompletions))
+	mux.HandleFunc("POST /v1/responses", s.auth(s.responses))
 	mux.HandleFunc("GET /v1/models", s.auth(s.listModels))
 	mux.HandleFunc("POST /tokenize", s.auth(s.tokenize))
 	mux.HandleFunc("POST /detokenize", s.auth(s.detokenize))
@@ -395,12 +396,12 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 // vLLM's count and max_model_len.
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Model            string        `json:"model"`
-		Content          *string       `json:"content"`
-		AddSpecial       bool          `json:"add_special"`
-		Prompt           *string       `json:"prompt"`
-		AddSpecialTokens *bool         `json:"add_special_tokens"`
-		Messages         []wireMessage `json:"messages"`
+		Model            string          `json:"model"`
+		Content          *string         `json:"content"`
+		AddSpecial       bool            `json:"add_special"`
+		Prompt           *string         `json:"prompt"`
+		AddSpecialTokens *bool           `json:"add_special_tokens"`
+		Messages         json.RawMessage `json:"messages"`
 	}
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
@@ -412,7 +413,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var toks []int32
-	switch n := btoi(req.Content != nil) + btoi(req.Prompt != nil) + btoi(req.Messages != nil); {
+	switch n := btoi(req.Content != nil) + btoi(req.Prompt != nil) + btoi(set(req.Messages)); {
 	case n != 1:
 		writeError(w, badRequest("", "give exactly one of content (llama-server's field), prompt or messages (vLLM's) to tokenize"))
 		return

@@ -1,0 +1,414 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime/chat/reply"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine"
+)
+
+// responses is POST /v1/responses, OpenAI's Responses API (the Agents
+// SDK's default) on the chat machinery: the input items become a chat
+// turn (responses_input.go), prepare renders, constrains and submits it
+// as chat completions does, and the reply is parsed into output items —
+// reasoning, a message, function calls — whole or as the API's typed
+// stream events. It keeps no state: every response is store false, and a
+// request that refers to a stored one is a 400.
+func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model             string          `json:"model"`
+		Input             json.RawMessage `json:"input"`
+		Instructions      *string         `json:"instructions"`
+		Tools             json.RawMessage `json:"tools"`
+		ToolChoice        json.RawMessage `json:"tool_choice"`
+		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+		Text              *struct {
+			Format json.RawMessage `json:"format"`
+		} `json:"text"`
+		Reasoning *struct {
+			Effort *string `json:"effort"`
+		} `json:"reasoning"`
+		MaxOutputTokens    *int            `json:"max_output_tokens"`
+		Temperature        *float64        `json:"temperature"`
+		TopP               *float64        `json:"top_p"`
+		TopK               *int            `json:"top_k"`
+		MinP               *float64        `json:"min_p"`
+		Seed               *int64          `json:"seed"`
+		Stream             bool            `json:"stream"`
+		PreviousResponseID *string         `json:"previous_response_id"`
+		Conversation       json.RawMessage `json:"conversation"`
+		Background         bool            `json:"background"`
+		Metadata           json.RawMessage `json:"metadata"`
+		ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
+	}
+	if aerr := decodeBody(w, r, &req); aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	m, aerr := s.model(req.Model)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	switch {
+	case req.PreviousResponseID != nil && *req.PreviousResponseID != "":
+		s.reject(w, r, badRequest("previous_response_id", "previous_response_id: this server stores no responses (store is always false): send the whole conversation in input, the earlier output items included"))
+		return
+	case set(req.Conversation):
+		s.reject(w, r, badRequest("conversation", "conversation: this server stores no conversations: send the whole conversation in input"))
+		return
+	case req.Background:
+		s.reject(w, r, badRequest("background", "background: this server stores no responses, so it cannot run one in the background"))
+		return
+	case req.MaxOutputTokens != nil && (*req.MaxOutputTokens < 1 || *req.MaxOutputTokens > m.ContextLength):
+		s.reject(w, r, maxTokensError("max_output_tokens", m))
+		return
+	}
+	msgs, aerr := responsesInput(req.Input, req.Instructions)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	tools, aerr := responsesTools(req.Tools)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	choice, aerr := responsesToolChoice(req.ToolChoice, tools)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	t := turn{msgs: msgs, tools: tools, choice: choice, parallel: req.ParallelToolCalls == nil || *req.ParallelToolCalls, kwargs: req.ChatTemplateKwargs}
+	var format json.RawMessage
+	if req.Text != nil {
+		format = req.Text.Format
+	}
+	spec, constrained, aerr := textFormat(format)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	if constrained {
+		t.spec, t.field = spec, "text.format"
+	}
+	if req.Reasoning != nil && req.Reasoning.Effort != nil {
+		t.effort = *req.Reasoning.Effort
+	}
+	// The sampling fields are chat's, validated as chat validates them.
+	g := genParams{MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP, Seed: req.Seed}
+	p, aerr := g.decodeParams(m, true)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	ps := []decode.Params{p}
+	prompt, rf, aerr := s.prepare(r.Context(), m, t, ps)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	if req.MaxOutputTokens == nil {
+		// OpenAI's default: as much as the context leaves. A request
+		// reserves KV pages for its max_output_tokens, so a client that
+		// knows its bound should send it.
+		ctxLen := m.ContextLength
+		if tn := r.Context().Value(tenantKey).(*Tenant); tn.MaxContextTokens > 0 {
+			ctxLen = min(ctxLen, tn.MaxContextTokens)
+		}
+		ps[0].MaxTokens = max(ctxLen-len(prompt), 1)
+	}
+	gen, aerr := s.submit(r.Context(), m, prompt, ps)
+	if aerr != nil {
+		if aerr.Param != nil && *aerr.Param == "max_tokens" {
+			// The engine's refusals speak chat's name for the field.
+			param := "max_output_tokens"
+			aerr.Param, aerr.Message = &param, strings.ReplaceAll(aerr.Message, "max_tokens", param)
+		}
+		s.reject(w, r, aerr)
+		return
+	}
+	n := s.requests.Add(1)
+	o := &responseOut{
+		id: fmt.Sprintf("resp_%d", n), created: time.Now().Unix(), reply: newReplies(rf, ps)[0],
+		countTokens: func(text string) int { return len(m.Tok.Encode(text, false, false)) },
+	}
+	effort := any(nil)
+	if t.effort != "" {
+		effort = t.effort
+	}
+	textCfg := map[string]any{"format": map[string]any{"type": "text"}}
+	if set(format) {
+		textCfg["format"] = format
+	}
+	toolChoiceEcho := any(choice.mode)
+	if set(req.ToolChoice) {
+		toolChoiceEcho = req.ToolChoice
+	}
+	toolsEcho := any([]any{})
+	if set(req.Tools) {
+		toolsEcho = req.Tools
+	}
+	metadata := any(map[string]any{})
+	if set(req.Metadata) {
+		metadata = req.Metadata
+	}
+	o.fields = map[string]any{
+		"object": "response", "model": m.Name, "instructions": req.Instructions, "tools": toolsEcho, "tool_choice": toolChoiceEcho,
+		"parallel_tool_calls": t.parallel, "temperature": p.Sampling.Temperature, "top_p": p.Sampling.TopP, "max_output_tokens": req.MaxOutputTokens,
+		"reasoning": map[string]any{"effort": effort, "summary": nil}, "text": textCfg, "store": false, "previous_response_id": nil,
+		"truncation": "disabled", "metadata": metadata, "background": false, "error": nil, "incomplete_details": nil,
+	}
+	if req.Stream {
+		o.stream(w, gen)
+		return
+	}
+	res, lasts, bad := collect(gen)
+	if bad {
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
+		return
+	}
+	o.add(res[0].text)
+	writeJSON(w, o.finish(res[0].last))
+}
+
+// responseOut builds one response's output items from its reply, as the
+// stream's events and as the whole object: the same state machine makes
+// both, so a stream adds up to the response that is not streamed.
+type responseOut struct {
+	id      string
+	created int64
+	fields  map[string]any // the request's settings, echoed
+	reply   *chatReply
+	// countTokens counts the reasoning's tokens for usage (the engine
+	// counts the reply's, not which part they went to).
+	countTokens func(string) int
+	// emit sends a stream event (nil when not streaming).
+	emit func(typ string, ev map[string]any)
+
+	items []map[string]any // output items, the last perhaps open
+	open  string           // the open item's type; "" when none
+	text  strings.Builder  // the open item's text or arguments
+	call  int              // the reply's index of the open call
+	calls bool
+	think strings.Builder // all the reasoning text
+}
+
+// object is the response object with status and output.
+func (o *responseOut) object(status string, usage any) map[string]any {
+	out := map[string]any{"id": o.id, "created_at": o.created, "status": status, "output": o.items, "usage": usage}
+	if o.items == nil {
+		out["output"] = []any{}
+	}
+	for k, v := range o.fields {
+		out[k] = v
+	}
+	return out
+}
+
+func (o *responseOut) send(typ string, ev map[string]any) {
+	if o.emit != nil {
+		o.emit(typ, ev)
+	}
+}
+
+// add feeds the reply's next text.
+func (o *responseOut) add(t string) { o.delta(o.reply.add(t)) }
+
+// delta turns what the reply parser decided into output items and events.
+func (o *responseOut) delta(d reply.Delta) {
+	if d.Reasoning != "" {
+		o.think.WriteString(d.Reasoning)
+		if o.open != "reasoning" {
+			o.openItem("reasoning")
+		}
+		o.text.WriteString(d.Reasoning)
+		o.send("response.reasoning_text.delta", map[string]any{"item_id": o.itemID(), "output_index": len(o.items) - 1, "content_index": 0, "delta": d.Reasoning})
+	}
+	if d.Content != "" {
+		if o.open != "message" {
+			o.openItem("message")
+		}
+		o.text.WriteString(d.Content)
+		o.send("response.output_text.delta", map[string]any{"item_id": o.itemID(), "output_index": len(o.items) - 1, "content_index": 0, "delta": d.Content, "logprobs": []any{}})
+	}
+	for _, c := range d.ToolCalls {
+		o.calls = true
+		if o.open != "function_call" || o.call != c.Index {
+			o.closeItem()
+			o.call = c.Index
+			o.items = append(o.items, map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%s_%d", o.id[5:], len(o.items)),
+				"call_id": c.ID, "name": c.Name, "arguments": "", "status": "in_progress"})
+			o.open = "function_call"
+			o.send("response.output_item.added", map[string]any{"output_index": len(o.items) - 1, "item": clone(o.items[len(o.items)-1])})
+		}
+		if c.Arguments != "" {
+			o.text.WriteString(c.Arguments)
+			o.send("response.function_call_arguments.delta", map[string]any{"item_id": o.itemID(), "output_index": len(o.items) - 1, "delta": c.Arguments})
+		}
+	}
+}
+
+func (o *responseOut) itemID() string { return o.items[len(o.items)-1]["id"].(string) }
+
+// openItem closes the open item and opens a reasoning or message item
+// with its one content part.
+func (o *responseOut) openItem(typ string) {
+	o.closeItem()
+	k := len(o.items)
+	item := map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%s_%d", o.id[5:], k), "summary": []any{}, "content": []any{}, "status": "in_progress"}
+	part := map[string]any{"type": "reasoning_text", "text": ""}
+	if typ == "message" {
+		item = map[string]any{"type": "message", "id": fmt.Sprintf("msg_%s_%d", o.id[5:], k), "role": "assistant", "content": []any{}, "status": "in_progress"}
+		part = map[string]any{"type": "output_text", "text": "", "annotations": []any{}, "logprobs": []any{}}
+	}
+	o.items = append(o.items, item)
+	o.open = typ
+	o.send("response.output_item.added", map[string]any{"output_index": k, "item": clone(item)})
+	o.send("response.content_part.added", map[string]any{"item_id": item["id"], "output_index": k, "content_index": 0, "part": part})
+}
+
+// closeItem completes the open item, if any, with its text.
+func (o *responseOut) closeItem() {
+	if o.open == "" {
+		return
+	}
+	k, item, text := len(o.items)-1, o.items[len(o.items)-1], o.text.String()
+	id := item["id"]
+	switch o.open {
+	case "reasoning":
+		part := map[string]any{"type": "reasoning_text", "text": text}
+		o.send("response.reasoning_text.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "text": text})
+		o.send("response.content_part.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "part": part})
+		item["content"] = []any{part}
+	case "message":
+		part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": []any{}}
+		o.send("response.output_text.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "text": text, "logprobs": []any{}})
+		o.send("response.content_part.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "part": part})
+		item["content"] = []any{part}
+	case "function_call":
+		item["arguments"] = text
+		o.send("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": k, "name": item["name"], "arguments": text})
+	}
+	item["status"] = "completed"
+	o.send("response.output_item.done", map[string]any{"output_index": k, "item": clone(item)})
+	o.open = ""
+	o.text.Reset()
+}
+
+// finish ends the reply with the engine's last event and returns the
+// whole response: completed, or incomplete when max_output_tokens (or the
+// context) cut it.
+func (o *responseOut) finish(last engine.Event) map[string]any {
+	d, _ := o.reply.end()
+	o.delta(d)
+	if !o.calls && !o.hasMessage() {
+		o.openItem("message") // output_text is "", not absent
+	}
+	o.closeItem()
+	status := "completed"
+	if finishReason(last.Finish) == "length" {
+		status = "incomplete"
+		o.fields["incomplete_details"] = map[string]any{"reason": "max_output_tokens"}
+	}
+	reasoning := 0
+	if o.think.Len() > 0 {
+		reasoning = min(o.countTokens(o.think.String()), last.CompletionTokens)
+	}
+	usage := map[string]any{
+		"input_tokens": last.PromptTokens, "input_tokens_details": map[string]any{"cached_tokens": last.CachedTokens},
+		"output_tokens": last.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": reasoning},
+		"total_tokens": last.PromptTokens + last.CompletionTokens,
+	}
+	return o.object(status, usage)
+}
+
+func (o *responseOut) hasMessage() bool {
+	for _, it := range o.items {
+		if it["type"] == "message" {
+			return true
+		}
+	}
+	return false
+}
+
+// clone copies an item for an event, which must not change when the item
+// later does.
+func clone(m map[string]any) map[string]any {
+	c := make(map[string]any, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// stream writes the response as the Responses API's server-sent events:
+// response.created and response.in_progress, the output items' events as
+// the reply is generated, then response.completed (or
+// response.incomplete); a generation that fails ends with an error event
+// and response.failed. Every event carries its sequence_number.
+func (o *responseOut) stream(w http.ResponseWriter, g *generation) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	seq := 0
+	o.emit = func(typ string, ev map[string]any) {
+		ev["type"], ev["sequence_number"] = typ, seq
+		seq++
+		b, _ := json.Marshal(ev)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, b)
+	}
+	o.emit("response.created", map[string]any{"response": o.object("in_progress", nil)})
+	o.emit("response.in_progress", map[string]any{"response": o.object("in_progress", nil)})
+	flush()
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	events := g.merged()
+	for {
+		select {
+		case ce, ok := <-events:
+			if !ok {
+				return
+			}
+			ev := ce.ev
+			g.observe(ce.i, ev)
+			if ev.Preempted {
+				fmt.Fprint(w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
+				flush()
+				continue
+			}
+			if ev.Text != "" {
+				o.add(ev.Text)
+			}
+			if ev.Finish != "" {
+				if failed(ev) {
+					msg := "generation ended: " + string(ev.Finish)
+					o.emit("error", map[string]any{"code": "server_error", "message": msg, "param": nil})
+					o.fields["error"] = map[string]any{"code": "server_error", "message": msg}
+					o.emit("response.failed", map[string]any{"response": o.object("failed", nil)})
+				} else {
+					res := o.finish(ev)
+					typ := "response.completed"
+					if res["status"] == "incomplete" {
+						typ = "response.incomplete"
+					}
+					o.emit(typ, map[string]any{"response": res})
+				}
+			}
+			flush()
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flush()
+		}
+	}
+}

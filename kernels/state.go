@@ -53,6 +53,9 @@ func CheckBundle(g *bundle.Graph) (dispatches int, err error) {
 // the region, instead of indexing past a buffer.
 func CheckState(g *bundle.Graph) error {
 	h := &g.Hparams
+	if _, err := BundleKV(h); err != nil {
+		return err
+	}
 	size := map[string]int64{}
 	for _, r := range g.Regions {
 		size[r.Name] = r.Bytes

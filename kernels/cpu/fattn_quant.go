@@ -1,0 +1,163 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
+)
+
+// Flash attention over a cache whose K or V rows are quantized (Q8_0), as
+// ggml's CPU kernel computes it with llama.cpp -ctk q8_0 -ctv q8_0
+// (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16). ggml takes
+// its tiled and split-KV paths only for F32 or F16 caches whose K and V
+// types agree, so every row of every batch runs the scalar
+// ggml_compute_forward_flash_attn_ext_f16_one_chunk over the whole cache
+// view, whatever the batch size; zrt does the same, so the batch-invariance
+// argument of fattn.go holds trivially here. one_chunk with a quantized
+// cache:
+//
+//   - the query is converted to K's vec_dot_type (quantize_row_q8_0 for a
+//     Q8_0 K, F16 for an F16 K), and each score is K's vec_dot of the key
+//     row with it (ggml_vec_dot_q8_0_q8_0: an exact integer sum per block,
+//     scaled by the two blocks' f16 scales), then scaled and soft-capped;
+//   - with a Q8_0 V the accumulator is F32 (VKQ32): on a new maximum it is
+//     scaled by expf(Mold - M) (ggml_vec_scale_f32), then each value row is
+//     dequantized to F32 (dequantize_row_q8_0) and added as an FMA times
+//     expf(s - M) (ggml_vec_mad_f32); with an F16 V it is F16 (VKQ16) as
+//     on the F16 path;
+//   - S = S*ms + vs; sinks join after the keys; the output is the
+//     accumulator times 1/S.
+//
+// Masked keys (past the row's position, before its window) are skipped as
+// ggml skips keys whose mask is -Inf.
+
+// faQuantWork is one worker's scratch on the quantized-cache path.
+type faQuantWork struct {
+	hd    int
+	kt    kernels.KVTypes
+	qq    []byte    // the query in K's vec_dot_type
+	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
+	acc   []float32 // VKQ32
+	acc16 []uint16  // VKQ16 (an F16 V)
+	v32   []float32 // one value row in F32
+}
+
+var faQuantPool sync.Pool
+
+// getFaQuantWork returns a worker's scratch for head size hd and cache
+// types kt.
+func getFaQuantWork(hd int, kt kernels.KVTypes) *faQuantWork {
+	w, _ := faQuantPool.Get().(*faQuantWork)
+	if w == nil || w.hd != hd || w.kt != kt {
+		w = &faQuantWork{hd: hd, kt: kt, qq: make([]byte, max(kernels.KVRowBytes(kt.K, hd), 2*hd)),
+			acc: make([]float32, hd), acc16: make([]uint16, hd), v32: make([]float32, hd)}
+		w.q16 = unsafe.Slice((*uint16)(unsafe.Pointer(&w.qq[0])), hd)
+	}
+	return w
+}
+
+// attendQuant is flash attention over the buffers q, kv, io and y of a
+// cache of types kt (not both F16).
+func attendQuant(a *Args, kt kernels.KVTypes, qb, kv, io, yb []byte, o faOpts) error {
+	q, r, y := f32s(qb), req(io), f32s(yb)
+	layer := int(a.Push[0])
+	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
+	if nHeadKV < 1 || nHead%nHeadKV != 0 {
+		return fmt.Errorf("cpu: flash attention: %d query heads over %d KV heads", nHead, nHeadKV)
+	}
+	if err := checkKVWidth(kt, hd); err != nil {
+		return err
+	}
+	kvDim, group := nHeadKV*hd, nHead/nHeadKV
+	lay := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
+	kHead, vHead := kernels.KVRowBytes(kt.K, hd), kernels.KVRowBytes(kt.V, hd)
+	return a.Pool.For(r.rows()*nHead, 1, func(_, lo, hi int) {
+		w := getFaQuantWork(hd, kt)
+		defer faQuantPool.Put(w)
+		for item := lo; item < hi; item++ {
+			i, h := item/nHead, item%nHead
+			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
+			kvh := h / group
+			row := func(which, t int) []byte {
+				off := lay.Offset(r.page(slot, t), layer, which, t%kernels.KVPageTokens)
+				if which == 0 {
+					off += kvh * kHead
+					return kv[off : off+kHead]
+				}
+				off += kvh * vHead
+				return kv[off : off+vHead]
+			}
+			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+			w.attend(qh, y[(i*nHead+h)*hd:(i*nHead+h+1)*hd], h, o.first(pos), pos+1, &o, row)
+		}
+	})
+}
+
+// attend is one_chunk for one query head q over keys [lo, hi), written
+// to out; row(which, t) is the head's K (0) or V (1) row at position t.
+func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts, row func(which, t int) []byte) {
+	hd, kt := w.hd, w.kt
+	if kt.K == ggml.Q8_0 {
+		if err := quant.QuantizeRow(ggml.Q8_0, q, w.qq); err != nil {
+			panic(err) // hd is a whole number of blocks (checked)
+		}
+	} else {
+		toF16(w.q16, q)
+	}
+	f32V := kt.V != ggml.F16
+	clear(w.acc)
+	clear(w.acc16)
+	m, s := float32(math.Inf(-1)), float32(0)
+	for t := lo; t < hi; t++ {
+		var dot float32
+		if kt.K == ggml.Q8_0 {
+			dot = quant.VecDot(ggml.Q8_0, hd, row(0, t), w.qq)
+		} else {
+			dot = dotF16(u16s(row(0, t))[:hd], w.q16)
+		}
+		sc := o.score(dot)
+		ms, vs := float32(1), float32(1)
+		if sc > m {
+			ms = expf(m - sc)
+			m = sc
+			if f32V {
+				scaleF32(w.acc, ms)
+			} else {
+				for d, v := range w.acc16 {
+					w.acc16[d] = quant.F32ToF16(quant.F16ToF32(v) * ms)
+				}
+			}
+		} else {
+			vs = expf(sc - m)
+		}
+		if f32V {
+			if err := quant.Dequantize(kt.V, row(1, t), w.v32); err != nil {
+				panic(err) // the row holds hd values (checked)
+			}
+			madF32(w.acc, w.v32, vs)
+		} else {
+			for d, v := range u16s(row(1, t))[:hd] {
+				w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(v), vs, quant.F16ToF32(w.acc16[d])))
+			}
+		}
+		s = fma32(s, ms, vs) // S = S*ms + vs, contracted as on the F16 path
+	}
+	if !f32V {
+		for d, v := range w.acc16 {
+			w.acc[d] = quant.F16ToF32(v)
+		}
+	}
+	_, s = o.sink(h, m, s, w.acc)
+	sInv := float32(0)
+	if s != 0 {
+		sInv = 1 / s
+	}
+	for d := range out {
+		out[d] = w.acc[d] * sInv
+	}
+}

@@ -316,10 +316,11 @@ func reportPlan(opt Options, plan *passes.MemPlan) {
 	}
 	total := weights + kv + other
 	if opt.Progress != nil {
-		opt.Progress("plan: weights %s, KV %s, scratch and I/O %s: %s resident", mib(weights), mib(kv), mib(other), mib(total))
+		opt.Progress("plan: weights %s, KV %s (%d pages, k=%s v=%s), scratch and I/O %s: %s resident", mib(weights), mib(kv),
+			plan.KVPages, plan.KVTypeK, plan.KVTypeV, mib(other), mib(total))
 	}
 	if opt.MemoryBudget > 0 && total > opt.MemoryBudget && opt.Warn != nil {
-		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config)",
+		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config, or set cache_type_k and cache_type_v to q8_0 on cpu)",
 			mib(total), mib(kv), mib(opt.MemoryBudget))
 	}
 }

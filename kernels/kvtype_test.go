@@ -21,7 +21,7 @@ func TestKVLayout(t *testing.T) {
 			t.Errorf("F16 offset %v = %d, want %d", c, got, want)
 		}
 	}
-	q8 := KVLayout{Slots: 3, Width: 256, Types: KVTypes{ggml.Q8_0, ggml.Q8_0}}
+	q8 := KVLayout{Slots: 3, Width: 256, Types: KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}}
 	if q8.PageBytes() != 3*2*16*256/32*34 {
 		t.Errorf("q8_0 page %d", q8.PageBytes())
 	}
@@ -31,7 +31,7 @@ func TestKVLayout(t *testing.T) {
 	if got, want := q8.Offset(1, 2, 1, 3), q8.PageBytes()+2*2*16*272+16*272+3*272; got != want {
 		t.Errorf("q8_0 offset %d, want %d", got, want)
 	}
-	mixed := KVLayout{Slots: 1, Width: 32, Types: KVTypes{ggml.Q8_0, ggml.F16}}
+	mixed := KVLayout{Slots: 1, Width: 32, Types: KVTypes{K: ggml.Q8_0, V: ggml.F16}}
 	if mixed.PageBytes()%64 != 0 || mixed.PageBytes() < 16*34+16*64 {
 		t.Errorf("mixed page %d: not padded to 64 or too small", mixed.PageBytes())
 	}
@@ -46,7 +46,7 @@ func TestKVInstanceNames(t *testing.T) {
 	if n := KVInstanceName(fa, F16KV); n != "flash_attn" {
 		t.Errorf("F16 instance %q", n)
 	}
-	q8 := KVTypes{ggml.Q8_0, ggml.F16}
+	q8 := KVTypes{K: ggml.Q8_0, V: ggml.F16}
 	n := KVInstanceName(fa, q8)
 	if n != "flash_attn.kv-q8_0-f16" {
 		t.Errorf("instance %q", n)
@@ -57,16 +57,32 @@ func TestKVInstanceNames(t *testing.T) {
 	if a, _, err := SplitInstance(n); err != nil || a != fa {
 		t.Errorf("SplitInstance(%q): %v", n, err)
 	}
+	rot := KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 128, RotV: 64}
+	if n := KVInstanceName(fa, rot); n != "flash_attn.kv-q8_0-q8_0-rk128-rv64" {
+		t.Errorf("rotated instance %q", n)
+	} else if got, err := InstanceKV(n); err != nil || got != rot {
+		t.Errorf("InstanceKV(%q) = %v, %v", n, got, err)
+	}
+	if k, v := KVRotation(ggml.Q8_0, ggml.Q8_0, 192, true); k != 64 || v != 64 {
+		t.Errorf("KVRotation(192) = %d, %d; want 64, 64", k, v)
+	}
+	if k, v := KVRotation(ggml.Q8_0, ggml.F16, 256, true); k != 256 || v != 0 {
+		t.Errorf("KVRotation(q8_0/f16, 256) = %d, %d; want 256, 0", k, v)
+	}
+	if k, v := KVRotation(ggml.Q8_0, ggml.Q8_0, 128, false); k != 0 || v != 0 {
+		t.Errorf("mixed head sizes rotated: %d, %d", k, v)
+	}
 	if KVInstanceName(mm, q8) != "matmul" {
 		t.Errorf("a family that does not touch the cache got a cache suffix")
 	}
-	for _, bad := range []string{"flash_attn.q8_0", "flash_attn.kv-q4_0-q8_0", "flash_attn.kv-q8_0", "kv_write.kv-f16-", "kv_write.kv-f16-f16"} {
+	for _, bad := range []string{"flash_attn.q8_0", "flash_attn.kv-q4_0-q8_0", "flash_attn.kv-q8_0", "kv_write.kv-f16-", "kv_write.kv-f16-f16", "flash_attn.kv-f16-q8_0-rk64",
+		"flash_attn.kv-q8_0-q8_0-rv64-rk64", "flash_attn.kv-q8_0-q8_0-rk96", "flash_attn.kv-q8_0-q8_0-rk064"} {
 		if _, _, err := SplitInstance(bad); err == nil {
 			t.Errorf("SplitInstance(%q) accepted", bad)
 		}
 	}
 	h := &bundle.Hparams{CacheTypeK: "q8_0"}
-	if kv, err := BundleKV(h); err != nil || kv != (KVTypes{ggml.Q8_0, ggml.F16}) {
+	if kv, err := BundleKV(h); err != nil || kv != (KVTypes{K: ggml.Q8_0, V: ggml.F16}) {
 		t.Errorf("BundleKV = %v, %v", kv, err)
 	}
 	if err := RequireF16KV(h, "cuda"); err == nil {

@@ -40,9 +40,25 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 		return nil, err
 	}
 	if !kv.IsF16() {
+		// llama.cpp rotates a quantized cache's rows when every layer of
+		// the cache has heads of one size; zrt decides over all the
+		// attention layers (llama.cpp per cache: a model whose sliding and
+		// global layers differ in head size is rotated by llama.cpp, not
+		// by zrt).
+		hd, uniform := 0, true
+		for l := range s.Layers {
+			if ls := &s.Layers[l]; ls.attends() {
+				if hd != 0 && hd != ls.Attn.HeadDim {
+					uniform = false
+				}
+				hd = ls.Attn.HeadDim
+			}
+		}
+		kv.RotK, kv.RotV = kernels.KVRotation(kv.K, kv.V, hd, uniform)
 		// Only a cache that is not F16 says so: an F16 bundle keeps the
 		// bytes it had before the option.
 		h.CacheTypeK, h.CacheTypeV = kernels.KVTypeName(kv.K), kernels.KVTypeName(kv.V)
+		h.CacheRotK, h.CacheRotV = kv.RotK, kv.RotV
 	}
 	if h.KVPageBytes, h.KVWindowPageBytes, err = s.placeKV(h.KVWindowRing > 0, kv); err != nil {
 		return nil, err

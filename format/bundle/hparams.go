@@ -55,6 +55,11 @@ type Hparams struct {
 	// before the option existed.
 	CacheTypeK string `kv:"cache_type_k,omitempty"`
 	CacheTypeV string `kv:"cache_type_v,omitempty"`
+	// CacheRotK and CacheRotV, when not 0, are the runs of K and V values
+	// a quantized cache stores rotated by a Walsh-Hadamard matrix, as
+	// llama.cpp stores them (kernels.KVTypes).
+	CacheRotK int `kv:"cache_rot_k,omitempty"`
+	CacheRotV int `kv:"cache_rot_v,omitempty"`
 }
 
 // KVDim is the width of one token's K (or V) across the KV heads.

@@ -35,11 +35,76 @@ import (
 //
 // Masked keys (past the row's position, before its window) are skipped as
 // ggml skips keys whose mask is -Inf.
+//
+// Where the cache is rotated (kernels.KVTypes.RotK, RotV), llama.cpp's
+// graph multiplies Q and K by a Walsh-Hadamard matrix before the cache
+// (ggml_mul_mat_aux in llm_graph_context::build_attn), V too, and the
+// attention output by the V matrix after it; the kernels here do the
+// same inside: kv_write rotates K and V rows before quantizing them,
+// attention rotates the query before converting it and its output after.
+
+// kvCache is a KV-typed kernel's binding: the cache's types and the
+// rotation matrices they call for.
+type kvCache struct {
+	t      kernels.KVTypes
+	hk, hv []float32 // Walsh-Hadamard matrices of RotK and RotV (nil: none)
+}
+
+// newKVCache binds the cache types t.
+func newKVCache(t kernels.KVTypes) *kvCache {
+	c := &kvCache{t: t}
+	if t.RotK > 0 {
+		c.hk = hadamard(t.RotK)
+	}
+	if t.RotV > 0 {
+		c.hv = hadamard(t.RotV)
+	}
+	return c
+}
+
+// hadamard is llama.cpp's orthonormal Walsh-Hadamard matrix of order n (a
+// power of two), ggml_gen_hadamard: entries ±1/sqrtf(n), its own inverse.
+func hadamard(n int) []float32 {
+	h := make([]float32, n*n)
+	h[0] = float32(1 / float64(sqrtf(float32(n))))
+	for s := 1; s < n; s *= 2 {
+		for i := range s {
+			for j := range s {
+				v := h[i*n+j]
+				h[(i+s)*n+j], h[i*n+j+s], h[(i+s)*n+j+s] = v, v, -v
+			}
+		}
+	}
+	return h
+}
+
+// rotate replaces each run of n values of x by the matrix h (n×n) times
+// it, as llama.cpp's ggml_mul_mat(h, x) computes it in F32 on an AVX-512
+// CPU (llamafile's tinyBLAS): per output, 16 lanes of FMAs over the run in
+// order, then _mm512_reduce_add_ps. tmp holds n values.
+func rotate(h []float32, n int, x, tmp []float32) {
+	for o := 0; o+n <= len(x); o += n {
+		run := x[o : o+n]
+		copy(tmp[:n], run)
+		for i := range n {
+			row := h[i*n : (i+1)*n]
+			var acc [16]float32
+			for k := 0; k < n; k += 16 {
+				for l := range acc {
+					acc[l] = fma32(row[k+l], tmp[k+l], acc[l])
+				}
+			}
+			run[i] = reduceAdd16(&acc)
+		}
+	}
+}
 
 // faQuantWork is one worker's scratch on the quantized-cache path.
 type faQuantWork struct {
 	hd    int
 	kt    kernels.KVTypes
+	qr    []float32 // the query, rotated
+	tmp   []float32 // a run being rotated
 	qq    []byte    // the query in K's vec_dot_type
 	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
 	acc   []float32 // VKQ32
@@ -55,6 +120,7 @@ func getFaQuantWork(hd int, kt kernels.KVTypes) *faQuantWork {
 	w, _ := faQuantPool.Get().(*faQuantWork)
 	if w == nil || w.hd != hd || w.kt != kt {
 		w = &faQuantWork{hd: hd, kt: kt, qq: make([]byte, max(kernels.KVRowBytes(kt.K, hd), 2*hd)),
+			qr: make([]float32, hd), tmp: make([]float32, hd),
 			acc: make([]float32, hd), acc16: make([]uint16, hd), v32: make([]float32, hd)}
 		w.q16 = unsafe.Slice((*uint16)(unsafe.Pointer(&w.qq[0])), hd)
 	}
@@ -62,8 +128,9 @@ func getFaQuantWork(hd int, kt kernels.KVTypes) *faQuantWork {
 }
 
 // attendQuant is flash attention over the buffers q, kv, io and y of a
-// cache of types kt (not both F16).
-func attendQuant(a *Args, kt kernels.KVTypes, qb, kv, io, yb []byte, o faOpts) error {
+// cache c (not all F16).
+func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
+	kt := c.t
 	q, r, y := f32s(qb), req(io), f32s(yb)
 	layer := int(a.Push[0])
 	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
@@ -72,6 +139,9 @@ func attendQuant(a *Args, kt kernels.KVTypes, qb, kv, io, yb []byte, o faOpts) e
 	}
 	if err := checkKVWidth(kt, hd); err != nil {
 		return err
+	}
+	if hd%max(1, kt.RotK) != 0 || hd%max(1, kt.RotV) != 0 {
+		return fmt.Errorf("cpu: flash attention: heads of %d are no whole runs of the cache's rotations (%d, %d)", hd, kt.RotK, kt.RotV)
 	}
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
 	lay := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
@@ -93,7 +163,16 @@ func attendQuant(a *Args, kt kernels.KVTypes, qb, kv, io, yb []byte, o faOpts) e
 				return kv[off : off+vHead]
 			}
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-			w.attend(qh, y[(i*nHead+h)*hd:(i*nHead+h+1)*hd], h, o.first(pos), pos+1, &o, row)
+			if c.hk != nil {
+				copy(w.qr, qh)
+				rotate(c.hk, kt.RotK, w.qr, w.tmp)
+				qh = w.qr
+			}
+			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+			w.attend(qh, out, h, o.first(pos), pos+1, &o, row)
+			if c.hv != nil {
+				rotate(c.hv, kt.RotV, out, w.tmp)
+			}
 		}
 	})
 }

@@ -59,7 +59,7 @@ func newQuantFixture(t *testing.T, c quantCase, rng *rand.Rand) *quantFixture {
 	f.io = u32bytes(io)
 	a := &Args{Bufs: [][]byte{f32bytes(f.k), f32bytes(f.v), f.io, f.kv}, Push: []uint32{quantLayer, uint32(kvDim)},
 		Spec: []uint32{quantLayers}, Pool: f.pool}
-	if err := kvWrite(c.kt, a); err != nil {
+	if err := kvWrite(newKVCache(c.kt), a); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -82,7 +82,7 @@ func (f *quantFixture) attend(t *testing.T, q []float32, pos []int, sinks []floa
 		Spec: []uint32{quantLayers, uint32(c.nHead), uint32(c.nHeadKV), uint32(c.hd), math.Float32bits(scale)}, Pool: f.pool}
 	var err error
 	if c.window == 0 && c.softcap == 0 && sinks == nil {
-		err = flashAttn(c.kt, a)
+		err = flashAttn(newKVCache(c.kt), a)
 	} else {
 		var sb []byte
 		if sinks != nil {
@@ -90,12 +90,32 @@ func (f *quantFixture) attend(t *testing.T, q []float32, pos []int, sinks []floa
 		}
 		a.Bufs = [][]byte{a.Bufs[0], f.kv, sb, a.Bufs[2], a.Bufs[3]}
 		a.Spec = append(a.Spec, math.Float32bits(c.softcap), uint32(c.window))
-		err = flashAttnExt(c.kt, a)
+		err = flashAttnExt(newKVCache(c.kt), a)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return y
+}
+
+// rotated is x rotated in runs of n by llama.cpp's Walsh-Hadamard matrix
+// (n = 0: x itself), in float64.
+func rotated(x []float32, n int) []float32 {
+	if n == 0 {
+		return x
+	}
+	h := hadamard(n)
+	out := make([]float32, len(x))
+	for o := 0; o < len(x); o += n {
+		for i := range n {
+			var sum float64
+			for j := range n {
+				sum += float64(h[i*n+j]) * float64(x[o+j])
+			}
+			out[o+i] = float32(sum)
+		}
+	}
+	return out
 }
 
 // roundTrip is x as a cache of type t holds it: quantized, then read back.
@@ -122,7 +142,7 @@ func roundTrip(t *testing.T, typ ggml.Type, x []float32) []float64 {
 func (f *quantFixture) reference(t *testing.T, q []float32, h, pos int, sinks []float32) []float64 {
 	c := f.c
 	kvDim, kvh := c.nHeadKV*c.hd, h/(c.nHead/c.nHeadKV)
-	qt := roundTrip(t, c.kt.K, q)
+	qt := roundTrip(t, c.kt.K, rotated(q, c.kt.RotK))
 	scale := 1 / math.Sqrt(float64(c.hd))
 	first := 0
 	if c.window > 0 {
@@ -131,7 +151,7 @@ func (f *quantFixture) reference(t *testing.T, q []float32, h, pos int, sinks []
 	var scores []float64
 	mx := math.Inf(-1)
 	for p := first; p <= pos; p++ {
-		k := roundTrip(t, c.kt.K, f.k[p*kvDim+kvh*c.hd:p*kvDim+(kvh+1)*c.hd])
+		k := roundTrip(t, c.kt.K, rotated(f.k[p*kvDim+kvh*c.hd:p*kvDim+(kvh+1)*c.hd], c.kt.RotK))
 		var dot float64
 		for d := range k {
 			dot += k[d] * qt[d]
@@ -151,7 +171,7 @@ func (f *quantFixture) reference(t *testing.T, q []float32, h, pos int, sinks []
 	for j, s := range scores {
 		e := math.Exp(s - mx)
 		sum += e
-		v := roundTrip(t, c.kt.V, f.v[(first+j)*kvDim+kvh*c.hd:(first+j)*kvDim+(kvh+1)*c.hd])
+		v := roundTrip(t, c.kt.V, rotated(f.v[(first+j)*kvDim+kvh*c.hd:(first+j)*kvDim+(kvh+1)*c.hd], c.kt.RotV))
 		for d := range out {
 			out[d] += e * v[d]
 		}
@@ -161,6 +181,16 @@ func (f *quantFixture) reference(t *testing.T, q []float32, h, pos int, sinks []
 	}
 	for d := range out {
 		out[d] /= sum
+	}
+	if c.kt.RotV > 0 {
+		// The output comes back through the same (self-inverse) rotation.
+		o32 := make([]float32, len(out))
+		for d, v := range out {
+			o32[d] = float32(v)
+		}
+		for d, v := range rotated(o32, c.kt.RotV) {
+			out[d] = float64(v)
+		}
 	}
 	return out
 }
@@ -207,7 +237,7 @@ func TestKVWriteQ8_0(t *testing.T) {
 	defer pool.Close()
 	a := &Args{Bufs: [][]byte{make([]byte, 64), make([]byte, 64), make([]byte, 64), make([]byte, 1024)}, Push: []uint32{0, 16},
 		Spec: []uint32{1}, Pool: pool}
-	if err := kvWrite(kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}, a); err == nil {
+	if err := kvWrite(newKVCache(kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}), a); err == nil {
 		t.Errorf("kv_write of 16-wide q8_0 rows accepted")
 	}
 }
@@ -226,6 +256,10 @@ func TestFlashAttnQuant(t *testing.T) {
 		{kt: kernels.KVTypes{K: ggml.Q8_0, V: ggml.F16}, hd: 64, nHead: 4, nHeadKV: 4, n: 40},
 		{kt: kernels.KVTypes{K: ggml.F16, V: ggml.Q8_0}, hd: 64, nHead: 4, nHeadKV: 1, n: 40},
 		{kt: q8, hd: 64, nHead: 4, nHeadKV: 2, n: 90, window: 17, softcap: 30, sinks: true},
+		// Rotated as llama.cpp rotates a quantized cache.
+		{kt: kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 128, RotV: 64}, hd: 128, nHead: 4, nHeadKV: 2, n: 70},
+		{kt: kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 64, RotV: 64}, hd: 64, nHead: 4, nHeadKV: 4, n: 40, window: 9, sinks: true},
+		{kt: kernels.KVTypes{K: ggml.F16, V: ggml.Q8_0, RotV: 64}, hd: 128, nHead: 2, nHeadKV: 1, n: 30},
 	}
 	for ci, c := range cases {
 		t.Run(fmt.Sprintf("%d_%v_hd%d", ci, c.kt, c.hd), func(t *testing.T) {
@@ -269,5 +303,42 @@ func TestFlashAttnQuant(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHadamard holds the rotation to what makes it one: orthonormal and
+// its own inverse (a row rotated twice comes back to within float
+// rounding), the first row all +1/√n.
+func TestHadamard(t *testing.T) {
+	for _, n := range []int{64, 128, 256} {
+		h := hadamard(n)
+		for i := range n {
+			for j := range n {
+				var dot float64
+				for k := range n {
+					dot += float64(h[i*n+k]) * float64(h[j*n+k])
+				}
+				if want := map[bool]float64{true: 1, false: 0}[i == j]; math.Abs(dot-want) > 1e-5 {
+					t.Fatalf("n %d: row %d · row %d = %v", n, i, j, dot)
+				}
+			}
+		}
+		if h[n-1] != float32(1/math.Sqrt(float64(n))) {
+			t.Errorf("n %d: h[0][n-1] = %v", n, h[n-1])
+		}
+		rng := rand.New(rand.NewSource(int64(n)))
+		x := make([]float32, 2*n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		y := append([]float32(nil), x...)
+		tmp := make([]float32, n)
+		rotate(h, n, y, tmp)
+		rotate(h, n, y, tmp)
+		for i := range x {
+			if math.Abs(float64(y[i]-x[i])) > 1e-5 {
+				t.Fatalf("n %d: x[%d] = %v rotated twice is %v", n, i, x[i], y[i])
+			}
+		}
 	}
 }

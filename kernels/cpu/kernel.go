@@ -117,9 +117,10 @@ func typed(f func(t ggml.Type, a *Args) error) func(binding) (Func, error) {
 // kvTyped binds a kernel that reads or writes the KV cache to its
 // instance's cache types (InstanceKV has checked that they are ones
 // kernels.KVLayout lays out).
-func kvTyped(f func(kv kernels.KVTypes, a *Args) error) func(binding) (Func, error) {
+func kvTyped(f func(c *kvCache, a *Args) error) func(binding) (Func, error) {
 	return func(b binding) (Func, error) {
-		return func(a *Args) error { return f(b.kv, a) }, nil
+		c := newKVCache(b.kv)
+		return func(a *Args) error { return f(c, a) }, nil
 	}
 }
 

@@ -528,35 +528,61 @@ func kvOffset(page, layer, nLayer, kvDim, which, tok int) int {
 
 // kvWrite stores each row's K and V at its slot's position, in the
 // cache's element types.
-func kvWrite(kt kernels.KVTypes, a *Args) error {
+func kvWrite(c *kvCache, a *Args) error {
 	k, v, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), a.Bufs[3]
 	layer, kvDim, nLayer := int(a.Push[0]), int(a.Push[1]), int(a.Spec[0])
-	if err := checkKVWidth(kt, kvDim); err != nil {
+	if err := checkKVWidth(c.t, kvDim); err != nil {
 		return err
 	}
 	for i := 0; i < r.rows(); i++ {
-		storeKV(kt, r, kv, i, layer, nLayer, kvDim, k[i*kvDim:(i+1)*kvDim], v[i*kvDim:(i+1)*kvDim])
+		storeKV(c, r, kv, i, layer, nLayer, kvDim, k[i*kvDim:(i+1)*kvDim], v[i*kvDim:(i+1)*kvDim])
 	}
 	return nil
 }
 
 // checkKVWidth refuses a head or row width that a quantized cache cannot
-// hold in whole blocks (the compiler refuses such a model; a kernel
-// called directly says so rather than misplacing rows).
+// hold in whole blocks or whole rotated runs (the compiler refuses such a
+// model; a kernel called directly says so rather than misplacing rows).
 func checkKVWidth(kt kernels.KVTypes, width int) error {
 	for _, t := range []ggml.Type{kt.K, kt.V} {
 		if err := kernels.CheckKVWidth(t, width); err != nil {
 			return fmt.Errorf("cpu: %w", err)
 		}
 	}
+	if width%max(1, kt.RotK) != 0 || width%max(1, kt.RotV) != 0 {
+		return fmt.Errorf("cpu: rows of %d are no whole runs of the cache's rotations (%d, %d)", width, kt.RotK, kt.RotV)
+	}
 	return nil
 }
+
+// rotScratch recycles storeKV's copies of rows it rotates.
+var rotScratch sync.Pool
 
 // storeKV writes row i's K and V into its slot's page in the cache's
 // element types: rounded to F16, or quantized to Q8_0 blocks as ggml's
 // set_rows does (its from_float: quantize_row_q8_0, the same quantizer
 // as activations before a Q8_0 product), row by row over the KV heads.
-func storeKV(kt kernels.KVTypes, r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) {
+func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) {
+	kt := c.t
+	if c.hk != nil || c.hv != nil {
+		// Rotated rows (see fattn_quant.go) go through a copy: the
+		// caller's K and V stay as they were.
+		buf, _ := rotScratch.Get().(*[]float32)
+		if buf == nil || len(*buf) < 2*kvDim+max(kt.RotK, kt.RotV) {
+			b := make([]float32, 2*kvDim+max(kt.RotK, kt.RotV))
+			buf = &b
+		}
+		defer rotScratch.Put(buf)
+		tmp := (*buf)[2*kvDim:]
+		if c.hk != nil {
+			k = append((*buf)[:0:kvDim], k[:kvDim]...)
+			rotate(c.hk, kt.RotK, k, tmp)
+		}
+		if c.hv != nil {
+			v = append((*buf)[kvDim:kvDim:2*kvDim], v[:kvDim]...)
+			rotate(c.hv, kt.RotV, v, tmp)
+		}
+	}
 	slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
 	page := r.page(slot, pos)
 	l := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}

@@ -105,6 +105,8 @@ type faQuantWork struct {
 	kt    kernels.KVTypes
 	qr    []float32 // the query, rotated
 	tmp   []float32 // a run being rotated
+	view  quantView // the keys and values being attended
+	sc    [kernels.KVPageTokens]float32
 	qq    []byte    // the query in K's vec_dot_type
 	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
 	acc   []float32 // VKQ32
@@ -145,23 +147,13 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	}
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
 	lay := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
-	kHead, vHead := kernels.KVRowBytes(kt.K, hd), kernels.KVRowBytes(kt.V, hd)
 	return a.Pool.For(r.rows()*nHead, 1, func(_, lo, hi int) {
 		w := getFaQuantWork(hd, kt)
 		defer faQuantPool.Put(w)
 		for item := lo; item < hi; item++ {
 			i, h := item/nHead, item%nHead
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
-			kvh := h / group
-			row := func(which, t int) []byte {
-				off := lay.Offset(r.page(slot, t), layer, which, t%kernels.KVPageTokens)
-				if which == 0 {
-					off += kvh * kHead
-					return kv[off : off+kHead]
-				}
-				off += kvh * vHead
-				return kv[off : off+vHead]
-			}
+			w.view = quantView{kv: kv, r: r, lay: lay, slot: slot, layer: layer, kvh: h / group, hd: hd}
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			if c.hk != nil {
 				copy(w.qr, qh)
@@ -169,7 +161,7 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 				qh = w.qr
 			}
 			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-			w.attend(qh, out, h, o.first(pos), pos+1, &o, row)
+			w.attend(qh, out, h, o.first(pos), pos+1, &o)
 			if c.hv != nil {
 				rotate(c.hv, kt.RotV, out, w.tmp)
 			}
@@ -177,10 +169,35 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	})
 }
 
-// attend is one_chunk for one query head q over keys [lo, hi), written
-// to out; row(which, t) is the head's K (0) or V (1) row at position t.
-func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts, row func(which, t int) []byte) {
-	hd, kt := w.hd, w.kt
+// quantView locates one slot's cached rows of one KV head in one layer.
+type quantView struct {
+	kv                   []byte
+	r                    request
+	lay                  kernels.KVLayout
+	slot, layer, kvh, hd int
+}
+
+// run returns the bytes from the head's K (which = 0) or V (1) row at
+// position t on, through the row of position t+n-1 (all in t's page), and
+// the stride from one row to the next.
+func (v *quantView) run(which, t, n int) ([]byte, int) {
+	typ := v.lay.Types.K
+	if which == 1 {
+		typ = v.lay.Types.V
+	}
+	head := kernels.KVRowBytes(typ, v.hd)
+	stride := kernels.KVRowBytes(typ, v.lay.Width)
+	off := v.lay.Offset(v.r.page(v.slot, t), v.layer, which, t%kernels.KVPageTokens) + v.kvh*head
+	return v.kv[off : off+(n-1)*stride+head], stride
+}
+
+// attend is one_chunk for one query head q over keys [lo, hi) of w.view,
+// written to out. The scores of a page's keys are taken together (one
+// multi-row dot product; q8_0 × q8_0 is symmetric, so the query may stand
+// as the "weight" row), then the softmax and the value updates run key by
+// key in ggml's order.
+func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
+	hd, kt, v := w.hd, w.kt, &w.view
 	if kt.K == ggml.Q8_0 {
 		if err := quant.QuantizeRow(ggml.Q8_0, q, w.qq); err != nil {
 			panic(err) // hd is a whole number of blocks (checked)
@@ -192,43 +209,50 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts, row fun
 	clear(w.acc)
 	clear(w.acc16)
 	m, s := float32(math.Inf(-1)), float32(0)
-	for t := lo; t < hi; t++ {
-		var dot float32
+	for t := lo; t < hi; {
+		n := pageRun(t, hi)
+		kb, ks := v.run(0, t, n)
+		sc := w.sc[:n]
 		if kt.K == ggml.Q8_0 {
-			dot = quant.VecDot(ggml.Q8_0, hd, row(0, t), w.qq)
+			quant.VecDotRows(ggml.Q8_0, hd, w.qq, kb, ks, n, sc)
 		} else {
-			dot = dotF16(u16s(row(0, t))[:hd], w.q16)
+			for j := range sc {
+				sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
+			}
 		}
-		sc := o.score(dot)
-		ms, vs := float32(1), float32(1)
-		if sc > m {
-			ms = expf(m - sc)
-			m = sc
-			if f32V {
-				scaleF32(w.acc, ms)
+		vb, vs0 := v.run(1, t, n)
+		for j, dot := range sc {
+			score := o.score(dot)
+			ms, vs := float32(1), float32(1)
+			if score > m {
+				ms = expf(m - score)
+				m = score
+				if f32V {
+					scaleF32(w.acc, ms)
+				} else {
+					for d, x := range w.acc16 {
+						w.acc16[d] = quant.F32ToF16(quant.F16ToF32(x) * ms)
+					}
+				}
 			} else {
-				for d, v := range w.acc16 {
-					w.acc16[d] = quant.F32ToF16(quant.F16ToF32(v) * ms)
+				vs = expf(score - m)
+			}
+			row := vb[j*vs0:]
+			if f32V {
+				dequantQ8Row(row, w.v32)
+				madF32(w.acc, w.v32, vs)
+			} else {
+				for d, x := range u16s(row)[:hd] {
+					w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(x), vs, quant.F16ToF32(w.acc16[d])))
 				}
 			}
-		} else {
-			vs = expf(sc - m)
+			s = fma32(s, ms, vs) // S = S*ms + vs, contracted as on the F16 path
 		}
-		if f32V {
-			if err := quant.Dequantize(kt.V, row(1, t), w.v32); err != nil {
-				panic(err) // the row holds hd values (checked)
-			}
-			madF32(w.acc, w.v32, vs)
-		} else {
-			for d, v := range u16s(row(1, t))[:hd] {
-				w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(v), vs, quant.F16ToF32(w.acc16[d])))
-			}
-		}
-		s = fma32(s, ms, vs) // S = S*ms + vs, contracted as on the F16 path
+		t += n
 	}
 	if !f32V {
-		for d, v := range w.acc16 {
-			w.acc[d] = quant.F16ToF32(v)
+		for d, x := range w.acc16 {
+			w.acc[d] = quant.F16ToF32(x)
 		}
 	}
 	_, s = o.sink(h, m, s, w.acc)
@@ -238,5 +262,18 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts, row fun
 	}
 	for d := range out {
 		out[d] = w.acc[d] * sInv
+	}
+}
+
+// dequantQ8Row is dequantize_row_q8_0 of len(dst) values at b: each
+// block's int8s times its f16 scale.
+func dequantQ8Row(b []byte, dst []float32) {
+	for blk := 0; blk < len(dst)/32; blk++ {
+		p := b[blk*34 : blk*34+34]
+		d := quant.F16ToF32(uint16(p[0]) | uint16(p[1])<<8)
+		y := dst[blk*32 : blk*32+32]
+		for j := range y {
+			y[j] = float32(int8(p[2+j])) * d
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/bundle"
@@ -91,4 +92,29 @@ func TestKVInstanceNames(t *testing.T) {
 	if _, err := BundleKV(&bundle.Hparams{CacheTypeV: "q4_0"}); err == nil {
 		t.Errorf("a q4_0 cache type accepted")
 	}
+}
+
+// FuzzInstanceKV holds the instance-name parser to never panicking and to
+// accepting only canonical names: whatever it takes comes back the same
+// from KVInstanceName, and SplitInstance agrees with it.
+func FuzzInstanceKV(f *testing.F) {
+	for _, s := range []string{"flash_attn", "flash_attn.kv-q8_0-q8_0", "kv_write.kv-q8_0-f16-rk128", "rope_kv_write.kv-f16-q8_0-rv64",
+		"flash_attn_ext.kv-q8_0-q8_0-rk64-rv64", "flash_attn.kv-q8_0-q8_0-rk", "matmul.q4_k", "flash_attn.kv--", "x.kv-q8_0-q8_0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		kv, err := InstanceKV(name)
+		_, _, splitErr := SplitInstance(name)
+		fam, _, _ := strings.Cut(name, ".")
+		a, known := Lookup(fam)
+		if err != nil || !known || !a.KVTyped {
+			return
+		}
+		if splitErr != nil {
+			t.Fatalf("InstanceKV(%q) = %v but SplitInstance fails: %v", name, kv, splitErr)
+		}
+		if back := KVInstanceName(a, kv); back != name {
+			t.Fatalf("InstanceKV(%q) = %v, which names %q", name, kv, back)
+		}
+	})
 }

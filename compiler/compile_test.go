@@ -364,6 +364,15 @@ func TestKVCacheTypes(t *testing.T) {
 			t.Errorf("kernel %s does not name the q8_0 cache", n)
 		}
 	}
+	// The loader's check holds the kernels to the recorded layout: a
+	// graph file whose types were edited away is refused, not read as F16.
+	if _, err := kernels.CheckBundle(q); err != nil {
+		t.Errorf("the q8_0 bundle fails CheckBundle: %v", err)
+	}
+	q.Hparams.CacheTypeK, q.Hparams.CacheTypeV, q.Hparams.CacheRotK, q.Hparams.CacheRotV = "", "", 0, 0
+	if _, err := kernels.CheckBundle(q); err == nil || !strings.Contains(err.Error(), "addresses a k=q8_0 v=q8_0") {
+		t.Errorf("q8_0 kernels in a bundle recorded as F16: %v", err)
+	}
 	err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90", ConfigPath: q8})
 	if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") {
 		t.Errorf("q8_0 cache for cuda:sm_90: got %v, want an unsupported error naming cache_type_k", err)

@@ -116,6 +116,9 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := checkKernelFamilies(m, cfg.Target); err != nil {
 		return nil, err
 	}
+	if err := checkKVTypes(m, cfg.Target); err != nil {
+		return nil, err
+	}
 	u := NewUnit(m)
 	u.NoFuse, u.Templates = opt.NoFuse, templates
 	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u}, nil
@@ -128,13 +131,15 @@ func NewUnit(m *arch.Model) *passes.Unit {
 	return &passes.Unit{
 		Graphs: m.Graphs,
 		Target: c.Target,
+		KV:     m.KV,
 		State: passes.StateSizes{
-			KV:        int64(c.KVPages) * int64(kernels.PageBytes(h)),
-			IO:        4 * int64(kernels.NewRequestTable(c.PrefillChunk, c.MaxSlots, h.MaxPages).Words()),
-			Logits:    4 * int64(c.MaxSlots) * int64(h.NVocab),
-			Tokens:    4 * int64(c.MaxSlots),
-			Recurrent: int64(c.MaxSlots) * int64(h.RecurrentBytes),
-			KVWindow:  int64(c.MaxSlots) * int64(h.KVWindowRing) * int64(h.KVWindowPageBytes),
+			KV:          int64(c.KVPages) * int64(kernels.PageBytes(h)),
+			KVPageBytes: int64(kernels.PageBytes(h)),
+			IO:          4 * int64(kernels.NewRequestTable(c.PrefillChunk, c.MaxSlots, h.MaxPages).Words()),
+			Logits:      4 * int64(c.MaxSlots) * int64(h.NVocab),
+			Tokens:      4 * int64(c.MaxSlots),
+			Recurrent:   int64(c.MaxSlots) * int64(h.RecurrentBytes),
+			KVWindow:    int64(c.MaxSlots) * int64(h.KVWindowRing) * int64(h.KVWindowPageBytes),
 		},
 	}
 }
@@ -311,10 +316,11 @@ func reportPlan(opt Options, plan *passes.MemPlan) {
 	}
 	total := weights + kv + other
 	if opt.Progress != nil {
-		opt.Progress("plan: weights %s, KV %s, scratch and I/O %s: %s resident", mib(weights), mib(kv), mib(other), mib(total))
+		opt.Progress("plan: weights %s, KV %s (%d pages, k=%s v=%s), scratch and I/O %s: %s resident", mib(weights), mib(kv),
+			plan.KVPages, plan.KVTypeK, plan.KVTypeV, mib(other), mib(total))
 	}
 	if opt.MemoryBudget > 0 && total > opt.MemoryBudget && opt.Warn != nil {
-		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config)",
+		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config, or set cache_type_k and cache_type_v to q8_0 on cpu)",
 			mib(total), mib(kv), mib(opt.MemoryBudget))
 	}
 }

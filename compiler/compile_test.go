@@ -12,9 +12,11 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 func writeModel(t *testing.T, s synth.Shape) string {
@@ -302,4 +304,77 @@ func elements(dims []int64) int64 {
 		n *= d
 	}
 	return n
+}
+
+// TestKVCacheTypes builds one model with an F16 and a q8_0 cache: the q8_0
+// bundle's kv region is 17/32 of the F16 one's for the same pages, its
+// hyperparameters and kernel instances name the types (and llama.cpp's
+// rotation, heads being 64 wide), the F16 bundle's name none, and a
+// target without q8_0 kernels refuses it naming the option.
+func TestKVCacheTypes(t *testing.T) {
+	model := writeModel(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
+	q8 := filepath.Join(t.TempDir(), "q8.toml")
+	if err := os.WriteFile(q8, []byte("cache_type_k = \"q8_0\"\ncache_type_v = \"q8_0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	build := func(opt compiler.Options) *bundle.Graph {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "b")
+		opt.VerifyEach = true
+		if err := compiler.Compile(ctx, model, out, opt); err != nil {
+			t.Fatal(err)
+		}
+		g, _, err := bundle.ReadGraph(filepath.Join(out, bundle.GraphFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	kvBytes := func(g *bundle.Graph) int64 {
+		for _, r := range g.Regions {
+			if r.Name == kernels.RegionKV {
+				return r.Bytes
+			}
+		}
+		t.Fatal("no kv region")
+		return 0
+	}
+	f16, q := build(compiler.Options{}), build(compiler.Options{ConfigPath: q8})
+	if a, b := kvBytes(f16), kvBytes(q); a*17 != b*32 {
+		t.Errorf("kv region: F16 %d bytes, q8_0 %d: want 17/32", a, b)
+	}
+	if h := f16.Hparams; h.CacheTypeK != "" || h.CacheRotK != 0 {
+		t.Errorf("F16 bundle records cache type %q, rotation %d", h.CacheTypeK, h.CacheRotK)
+	}
+	if h := q.Hparams; h.CacheTypeK != "q8_0" || h.CacheTypeV != "q8_0" || h.CacheRotK != 64 || h.CacheRotV != 64 {
+		t.Errorf("q8_0 bundle records %q %q, rotations %d %d", h.CacheTypeK, h.CacheTypeV, h.CacheRotK, h.CacheRotV)
+	}
+	var attn []string
+	for _, k := range q.Kernels {
+		if strings.HasPrefix(k.Name, "flash_attn") || strings.Contains(k.Name, "kv_write") {
+			attn = append(attn, k.Name)
+		}
+	}
+	if len(attn) == 0 {
+		t.Fatal("no attention or KV write kernels")
+	}
+	for _, n := range attn {
+		if !strings.HasSuffix(n, ".kv-q8_0-q8_0-rk64-rv64") {
+			t.Errorf("kernel %s does not name the q8_0 cache", n)
+		}
+	}
+	// The loader's check holds the kernels to the recorded layout: a
+	// graph file whose types were edited away is refused, not read as F16.
+	if _, err := kernels.CheckBundle(q); err != nil {
+		t.Errorf("the q8_0 bundle fails CheckBundle: %v", err)
+	}
+	q.Hparams.CacheTypeK, q.Hparams.CacheTypeV, q.Hparams.CacheRotK, q.Hparams.CacheRotV = "", "", 0, 0
+	if _, err := kernels.CheckBundle(q); err == nil || !strings.Contains(err.Error(), "addresses a k=q8_0 v=q8_0") {
+		t.Errorf("q8_0 kernels in a bundle recorded as F16: %v", err)
+	}
+	err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90", ConfigPath: q8})
+	if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") {
+		t.Errorf("q8_0 cache for cuda:sm_90: got %v, want an unsupported error naming cache_type_k", err)
+	}
 }

@@ -22,19 +22,53 @@ import (
 )
 
 // tierKernels says, per tier kind, where a target's kernel code comes from,
-// which weight types those kernels compute with and, where not every
-// catalog family has one, which families they implement. The targets
-// themselves are kernels.Targets; a target whose tier kind is missing here
-// cannot be compiled for.
+// which weight types those kernels compute with, where not every
+// catalog family has one, which families they implement, and the KV
+// cache element types their attention addresses. The targets themselves
+// are kernels.Targets; a target whose tier kind is missing here cannot be
+// compiled for.
 var tierKernels = map[kernels.TierKind]struct {
 	templates   func(t kernels.Target, opt Options) passes.Templates
 	weightTypes func() []ggml.Type
 	families    func() []string // nil: every catalog family
+	kvTypes     []ggml.Type
 }{
-	kernels.TierCPU:  {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes, nil},
-	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes, nil},
+	kernels.TierCPU: {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes, nil,
+		[]ggml.Type{ggml.F16, ggml.Q8_0}},
+	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes, nil,
+		[]ggml.Type{ggml.F16}},
 	kernels.TierAMD: {func(t kernels.Target, _ Options) passes.Templates { return amdTemplate(t.Code) },
-		func() []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families},
+		func() []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families, []ggml.Type{ggml.F16}},
+}
+
+// checkKVTypes refuses, as unsupported, a KV cache element type
+// (cache_type_k, cache_type_v) that the target's attention kernels cannot
+// address, naming the option: a bundle never runs with its cache read
+// in another layout.
+func checkKVTypes(m *arch.Model, target string) error {
+	t, ok := kernels.LookupTarget(target)
+	k, has := tierKernels[t.Tier]
+	if !ok || !has {
+		return nil
+	}
+	kv := m.KV
+	if kv == (kernels.KVTypes{}) {
+		kv = kernels.F16KV
+	}
+	for _, c := range []struct {
+		key string
+		t   ggml.Type
+	}{{"cache_type_k", kv.K}, {"cache_type_v", kv.V}} {
+		if !slices.Contains(k.kvTypes, c.t) {
+			names := make([]string, len(k.kvTypes))
+			for i, t := range k.kvTypes {
+				names[i] = kernels.KVTypeName(t)
+			}
+			return &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key),
+				Detail: fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)}
+		}
+	}
+	return nil
 }
 
 // checkKernelFamilies refuses, as unsupported, the first operation of the

@@ -42,6 +42,11 @@ type ABI struct {
 	// Typed kernels exist once per weight type; the instance name is
 	// Name + "." + lowercase type name (matmul.q4_k).
 	Typed bool
+	// KVTyped kernels read or write the KV cache, whose element types
+	// the model config chooses: the instance for an F16 cache is the
+	// family name, any other is KVInstanceName's (flash_attn.kv-q8_0-q8_0),
+	// so a bundle names the layout its kernels address.
+	KVTyped bool
 }
 
 // UserDataDwords is the number of dwords a dispatch of this ABI passes.
@@ -74,16 +79,16 @@ var catalog = []ABI{
 		Push: []Param{{"n_head", U32}, {"head_dim", U32}},
 		Spec: []Param{{"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}, {"attn_factor", F32},
 			{"ext_factor", F32}, {"corr_lo", F32}, {"corr_hi", F32}}},
-	{Name: "kv_write", Bufs: []string{"k", "v", "io", "kv"}, Push: []Param{{"layer", U32}, {"kv_dim", U32}},
+	{Name: "kv_write", KVTyped: true, Bufs: []string{"k", "v", "io", "kv"}, Push: []Param{{"layer", U32}, {"kv_dim", U32}},
 		Spec: []Param{{"n_layer", U32}}},
-	{Name: "flash_attn", Bufs: []string{"q", "kv", "io", "y"}, Push: []Param{{"layer", U32}},
+	{Name: "flash_attn", KVTyped: true, Bufs: []string{"q", "kv", "io", "y"}, Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"scale", F32}}},
 	// flash_attn_ext is flash_attn with ggml_flash_attn_ext's extensions:
 	// scores become softcap·tanh(score/softcap) (0: none), a query at
 	// position p sees keys p-window+1..p only (0: every earlier key), and
 	// sinks (an F32 logit per query head; null for none) join each
 	// head's softmax as a key with no value.
-	{Name: "flash_attn_ext", Bufs: []string{"q", "kv", "sinks", "io", "y"}, Optional: map[string]bool{"sinks": true},
+	{Name: "flash_attn_ext", KVTyped: true, Bufs: []string{"q", "kv", "sinks", "io", "y"}, Optional: map[string]bool{"sinks": true},
 		Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"scale", F32},
 			{"softcap", F32}, {"window", U32}}},
@@ -187,12 +192,12 @@ var catalog = []ABI{
 	// rms_norm_rope_kv_write is a per-head norm (qwen3's q_norm, k_norm)
 	// with rope_kv_write: each Q head normalized and rotated in place, each
 	// K head normalized and rotated on its way into the cache with V.
-	{Name: "rms_norm_rope_kv_write", Bufs: []string{"q", "k", "v", "w_qnorm", "w_knorm", "io", "kv"}, Push: []Param{{"layer", U32}},
+	{Name: "rms_norm_rope_kv_write", KVTyped: true, Bufs: []string{"q", "k", "v", "w_qnorm", "w_knorm", "io", "kv"}, Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32}, {"neox", U32},
 			{"freq_base", F32}, {"freq_scale", F32}, {"eps", F32}}},
 	// rope_kv_write rotates Q in place and K on its way into the cache
 	// with V; K itself is left as it was.
-	{Name: "rope_kv_write", Bufs: []string{"q", "k", "v", "io", "kv"}, Push: []Param{{"layer", U32}},
+	{Name: "rope_kv_write", KVTyped: true, Bufs: []string{"q", "k", "v", "io", "kv"}, Push: []Param{{"layer", U32}},
 		Spec: []Param{{"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32}, {"head_dim", U32}, {"n_rot", U32},
 			{"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}}},
 	// matmul_residual is matmul accumulating into y (the residual): y[r] +=
@@ -228,11 +233,19 @@ func InstanceName(a *ABI, t ggml.Type) string {
 }
 
 // SplitInstance splits "matmul.q4_k" into its family ABI and weight type.
+// A KV-typed family's instance ("flash_attn.kv-q8_0-q8_0") has no weight
+// type; InstanceKV reads its cache types.
 func SplitInstance(name string) (*ABI, ggml.Type, error) {
 	fam, typ, typed := strings.Cut(name, ".")
 	a, ok := byName[fam]
 	if !ok {
 		return nil, 0, fmt.Errorf("kernels: unknown kernel %q", name)
+	}
+	if a.KVTyped {
+		if _, err := InstanceKV(name); err != nil {
+			return nil, 0, err
+		}
+		return a, 0, nil
 	}
 	if a.Typed != typed {
 		return nil, 0, fmt.Errorf("kernels: kernel %q: family %s typed=%v", name, fam, a.Typed)

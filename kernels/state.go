@@ -23,8 +23,19 @@ func CheckBundle(g *bundle.Graph) (dispatches int, err error) {
 	for _, r := range g.Regions {
 		names, sizes = append(names, r.Name), append(sizes, r.Bytes)
 	}
+	kv, err := BundleKV(&g.Hparams)
+	if err != nil {
+		return 0, err
+	}
 	for _, k := range g.Kernels {
 		kernelNames = append(kernelNames, k.Name)
+		// A kernel that addresses the cache must address the layout the
+		// hyperparameters (and so the page sizes) say it has.
+		if a, _, err := SplitInstance(k.Name); err == nil && a.KVTyped {
+			if got, err := InstanceKV(k.Name); err != nil || got != kv {
+				return 0, fmt.Errorf("kernel %s addresses a %v cache, the bundle's is %v", k.Name, got, kv)
+			}
+		}
 	}
 	env, err := StreamEnv(names, sizes, kernelNames)
 	if err != nil {
@@ -53,6 +64,9 @@ func CheckBundle(g *bundle.Graph) (dispatches int, err error) {
 // the region, instead of indexing past a buffer.
 func CheckState(g *bundle.Graph) error {
 	h := &g.Hparams
+	if _, err := BundleKV(h); err != nil {
+		return err
+	}
 	size := map[string]int64{}
 	for _, r := range g.Regions {
 		size[r.Name] = r.Bytes

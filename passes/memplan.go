@@ -60,6 +60,12 @@ type MemPlan struct {
 	// PeakBytes and NaiveBytes summarize scratch over variants: the lower
 	// bound and one buffer per register.
 	PeakBytes, NaiveBytes int64
+	// KVTypeK and KVTypeV are the KV cache's element types (f16, q8_0),
+	// KVPageBytes one 16-token page of it and KVPages the pages of the
+	// kv region: what its bytes are made of.
+	KVTypeK, KVTypeV string
+	KVPageBytes      int64
+	KVPages          int64
 }
 
 // RegionIndex returns the index of the named region.
@@ -122,6 +128,11 @@ func memplan(_ context.Context, u *Unit) error {
 		}
 	}
 	p.KV = add(kernels.RegionKV, DeviceLocal, u.State.KV)
+	kv := u.kvTypes()
+	p.KVTypeK, p.KVTypeV, p.KVPageBytes = kernels.KVTypeName(kv.K), kernels.KVTypeName(kv.V), u.State.KVPageBytes
+	if p.KVPageBytes > 0 {
+		p.KVPages = u.State.KV / p.KVPageBytes
+	}
 	p.IO = add(kernels.RegionIO, HostVisible, u.State.IO)
 	p.Logits = add(kernels.RegionLogits, BAR, u.State.Logits)
 	p.Tokens = add(kernels.RegionTokens, BAR, u.State.Tokens)

@@ -30,7 +30,7 @@ func specialize(_ context.Context, u *Unit) error {
 		u.InstKernel[gi] = make([]int, len(g.Insts))
 		for ii := range g.Insts {
 			in := &g.Insts[ii]
-			k, err := selectKernel(g, in)
+			k, err := selectKernel(g, in, u.kvTypes())
 			if err != nil {
 				return fmt.Errorf("variant %s: inst %d (%s): %w", g.Key, ii, in.Op, err)
 			}
@@ -62,14 +62,15 @@ func specialize(_ context.Context, u *Unit) error {
 	return nil
 }
 
-// selectKernel names an instruction's kernel instance and its slot values.
-func selectKernel(g *ir.Graph, in *ir.Inst) (KernelInstance, error) {
+// selectKernel names an instruction's kernel instance and its slot values;
+// an instance that addresses the KV cache is the one for its types kv.
+func selectKernel(g *ir.Graph, in *ir.Inst, kv kernels.KVTypes) (KernelInstance, error) {
 	info, _ := in.Op.Info()
 	abi, ok := kernels.Lookup(info.Kernel)
 	if !ok {
 		return KernelInstance{}, fmt.Errorf("no kernel family %q", info.Kernel)
 	}
-	name := abi.Name
+	name := kernels.KVInstanceName(abi, kv)
 	if abi.Typed {
 		o, ok := in.Operand(info.TypedBy)
 		if !ok || o.Kind != ir.BufOperand {

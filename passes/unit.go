@@ -10,6 +10,7 @@ import (
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // Unit is one compilation: the variant graphs and everything the passes
@@ -23,6 +24,10 @@ type Unit struct {
 	NoFuse bool
 	// State sizes the graph builder computed; memplan turns them into regions.
 	State StateSizes
+	// KV is the KV cache's element types (cache_type_k, cache_type_v):
+	// specialize picks the kernel instances that address its layout. The
+	// zero value is an F16 cache.
+	KV kernels.KVTypes
 
 	Liveness []*Liveness    // per graph, by liveness
 	Physical []*PhysicalMap // per graph, by regalloc
@@ -37,12 +42,22 @@ type Unit struct {
 	Streams    []Stream // per graph, by lower
 }
 
+// kvTypes is u.KV, the zero value read as F16.
+func (u *Unit) kvTypes() kernels.KVTypes {
+	if u.KV == (kernels.KVTypes{}) {
+		return kernels.F16KV
+	}
+	return u.KV
+}
+
 // StateSizes are the bytes of the buffers that outlive a step.
 type StateSizes struct {
-	KV     int64
-	IO     int64
-	Logits int64
-	Tokens int64
+	// KV is the whole page pool, KVPageBytes one page of it.
+	KV          int64
+	KVPageBytes int64
+	IO          int64
+	Logits      int64
+	Tokens      int64
 	// Recurrent is every slot's recurrent-layer state; 0: no region.
 	Recurrent int64
 	// KVWindow is every slot's ring of window-layer KV pages; 0: no

@@ -15,6 +15,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // Hparams are the model hyperparameters the graph is built from: the
@@ -27,6 +28,9 @@ type Model struct {
 	Hparams Hparams
 	Config  *config.Config
 	Graphs  []*ir.Graph
+	// KV is the KV cache's element types, from the config (the zero
+	// value, of a model built without a config's types, is F16).
+	KV kernels.KVTypes
 }
 
 // Builder builds IR for one architecture.

@@ -35,13 +35,37 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	h := &s.Hparams
 	h.RecurrentBytes = s.recurrentBytes()
 	h.KVWindowRing = s.windowRing(c)
-	var err error
-	if h.KVPageBytes, h.KVWindowPageBytes, err = s.placeKV(h.KVWindowRing > 0); err != nil {
+	kv, err := cacheTypes(c)
+	if err != nil {
+		return nil, err
+	}
+	if !kv.IsF16() {
+		// llama.cpp rotates a quantized cache's rows when every layer of
+		// the cache has heads of one size; zrt decides over all the
+		// attention layers (llama.cpp per cache: a model whose sliding and
+		// global layers differ in head size is rotated by llama.cpp, not
+		// by zrt).
+		hd, uniform := 0, true
+		for l := range s.Layers {
+			if ls := &s.Layers[l]; ls.attends() {
+				if hd != 0 && hd != ls.Attn.HeadDim {
+					uniform = false
+				}
+				hd = ls.Attn.HeadDim
+			}
+		}
+		kv.RotK, kv.RotV = kernels.KVRotation(kv.K, kv.V, hd, uniform)
+		// Only a cache that is not F16 says so: an F16 bundle keeps the
+		// bytes it had before the option.
+		h.CacheTypeK, h.CacheTypeV = kernels.KVTypeName(kv.K), kernels.KVTypeName(kv.V)
+		h.CacheRotK, h.CacheRotV = kv.RotK, kv.RotV
+	}
+	if h.KVPageBytes, h.KVWindowPageBytes, err = s.placeKV(h.KVWindowRing > 0, kv); err != nil {
 		return nil, err
 	}
 	// The variants to build, in the order the bundle lists them.
 	keys := c.ShapeKeys()
-	m := &Model{Hparams: s.Hparams, Config: c}
+	m := &Model{Hparams: s.Hparams, Config: c, KV: kv}
 	for _, k := range keys {
 		g, err := buildGraph(f, s, k)
 		if err != nil {
@@ -991,4 +1015,23 @@ func (b *graphBuilder) rowSlice(role string, layer int, logical string, lo, hi, 
 	src := ir.Source{Tensor: name, Lo: lo, Hi: hi, Period: period}
 	return b.g.Buffer(ir.Buffer{Name: fmt.Sprintf("%s[%d]", logical, layer), Class: ir.Weight, Sources: []string{src.String()}, Type: t.Type,
 		Dims: dims, LayerClass: role, Bytes: t.Size / period * (hi - lo)}), nil
+}
+
+// cacheTypes is the KV cache's element types the config chose.
+func cacheTypes(c *config.Config) (kernels.KVTypes, error) {
+	kv := kernels.F16KV
+	for _, f := range []struct {
+		key, name string
+		t         *ggml.Type
+	}{{"cache_type_k", c.CacheTypeK, &kv.K}, {"cache_type_v", c.CacheTypeV, &kv.V}} {
+		if f.name == "" {
+			continue // a config built by hand, without Load's defaults
+		}
+		t, ok := kernels.ParseKVType(f.name)
+		if !ok {
+			return kv, &support.Error{What: "KV cache type", Value: f.name, Where: support.Key(f.key), Detail: "zrt lays out f16 and q8_0 caches"}
+		}
+		*f.t = t
+	}
+	return kv, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/kernels"
@@ -495,9 +496,11 @@ func (s *Spec) windowRing(c *config.Config) int {
 // widest first, each at a multiple of its own width (so that the
 // kernels' addressing, which knows one width, finds it). Widths must each
 // divide every larger one (Gemma 4's local and global widths do); any
-// other mix is refused rather than padded silently. It returns the bytes
-// of a shared page and of a ring page (0 without a ring).
-func (s *Spec) placeKV(ring bool) (pageBytes, ringPageBytes int, err error) {
+// other mix is refused rather than padded silently, and so is a head a
+// quantized cache type cannot hold in whole blocks. It returns the bytes
+// of a shared page and of a ring page (0 without a ring), in the cache's
+// element types kv.
+func (s *Spec) placeKV(ring bool, kv kernels.KVTypes) (pageBytes, ringPageBytes int, err error) {
 	s.kv = make([]kvPlace, len(s.Layers))
 	for _, kind := range []bool{false, true} {
 		type owner struct{ layer, width int }
@@ -506,6 +509,15 @@ func (s *Spec) placeKV(ring bool) (pageBytes, ringPageBytes int, err error) {
 			ls := &s.Layers[l]
 			_, window := ls.Mixer.(SlidingWindowAttention)
 			if ls.attends() && ls.KVFrom == l && (ring && window) == kind {
+				for _, c := range []struct {
+					key string
+					t   ggml.Type
+				}{{"cache_type_k", kv.K}, {"cache_type_v", kv.V}} {
+					if err := kernels.CheckKVWidth(c.t, ls.Attn.HeadDim); err != nil {
+						return 0, 0, &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key),
+							Detail: fmt.Sprintf("layer %d's head dim is %d: %v", l, ls.Attn.HeadDim, err)}
+					}
+				}
 				owners = append(owners, owner{l, ls.Attn.KVDim()})
 			}
 		}
@@ -527,10 +539,14 @@ func (s *Spec) placeKV(ring bool) (pageBytes, ringPageBytes int, err error) {
 		for i, o := range owners {
 			s.kv[o.layer] = kvPlace{slot: offs[i] / o.width, nSlots: total / o.width, ring: kind}
 		}
+		// One region of the total width holds every owner's columns at the
+		// same byte offsets as their own-width regions: a quantized row's
+		// bytes are proportional to its width, whole blocks each.
+		page := kernels.KVLayout{Slots: 1, Width: total, Types: kv}.PageBytes()
 		if kind {
-			ringPageBytes = kernels.KVPageBytes(total, 1)
+			ringPageBytes = page
 		} else {
-			pageBytes = kernels.KVPageBytes(total, 1)
+			pageBytes = page
 		}
 	}
 	for l := range s.Layers {

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // uniformSpec is a small valid spec: n full-attention layers with dense
@@ -173,7 +175,7 @@ func TestPlaceKV(t *testing.T) {
 	if err := s.check(); err != nil {
 		t.Fatal(err)
 	}
-	bytes, ring, err := s.placeKV(false)
+	bytes, ring, err := s.placeKV(false, kernels.F16KV)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +190,28 @@ func TestPlaceKV(t *testing.T) {
 	if bytes != 192*2*16*2 || ring != 0 {
 		t.Errorf("page of %d bytes (ring %d), want %d", bytes, ring, 192*2*16*2)
 	}
+	// A q8_0 cache: 34 bytes per 32 values, the same places (heads of 32,
+	// whole blocks).
+	for _, l := range []int{0, 2} {
+		s.Layers[l].Attn = AttnShape{NHead: 4, NHeadKV: 2, HeadDim: 32}
+	}
+	q8 := kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}
+	if bytes, _, err = s.placeKV(false, q8); err != nil || bytes != 192/32*34*2*16 {
+		t.Errorf("q8_0 page of %d bytes (%v), want %d", bytes, err, 192/32*34*2*16)
+	}
+	// q8_0 K beside f16 V: K rows, then V rows, padded to 64 bytes.
+	mixed := kernels.KVTypes{K: ggml.Q8_0, V: ggml.F16}
+	if bytes, _, err = s.placeKV(false, mixed); err != nil || bytes != (192/32*34*16+192*2*16+63)&^63 {
+		t.Errorf("q8_0/f16 page of %d bytes (%v)", bytes, err)
+	}
 	s.Layers[1].Attn = AttnShape{NHead: 4, NHeadKV: 1, HeadDim: 24}
-	if _, _, err := s.placeKV(false); !support.Is(err) {
+	if _, _, err := s.placeKV(false, kernels.F16KV); !support.Is(err) {
 		t.Errorf("widths 64 and 24: got %v, want an unsupported-shape error", err)
+	}
+	// A head of 16 is no whole q8_0 block.
+	s.Layers[1].Attn = AttnShape{NHead: 4, NHeadKV: 2, HeadDim: 16}
+	if _, _, err := s.placeKV(false, q8); !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") {
+		t.Errorf("q8_0 with a head of 16: got %v, want an unsupported error naming cache_type_k", err)
 	}
 }
 
@@ -267,7 +288,7 @@ func TestWindowRing(t *testing.T) {
 		}
 	}
 	s := spec(w, FullAttention{}, w)
-	page, ring, err := s.placeKV(true)
+	page, ring, err := s.placeKV(true, kernels.F16KV)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,6 +74,7 @@ func TestKeyCoversWhatMattersAndNothingElse(t *testing.T) {
 		{"config file restating the defaults", model, compiler.Options{ConfigPath: cfg("defaults.toml",
 			fmt.Sprintf("# comments and layout do not count\ncontext_length   = %d\ntarget = %q\n", def.ContextLength, def.Target))}, digest},
 		{"--target equal to the config's", model, compiler.Options{Target: def.Target}, digest},
+		{"cache types restating the default", model, compiler.Options{ConfigPath: cfg("f16.toml", "cache_type_k = \"f16\"\ncache_type_v = \"f16\"\n")}, digest},
 		{"--verify-each", model, compiler.Options{VerifyEach: true}, digest},
 		{"--dump-after/--dump-dir", model, compiler.Options{DumpAfter: "all", DumpDir: filepath.Join(dir, "dumps")}, digest},
 		{"--memory-budget and progress", model, compiler.Options{MemoryBudget: 1, Progress: func(string, ...any) {}}, digest},
@@ -95,6 +96,8 @@ func TestKeyCoversWhatMattersAndNothingElse(t *testing.T) {
 	differ := map[string]buildcache.Key{
 		"model content":  key(t, model, other, compiler.Options{}, tc),
 		"config value":   key(t, model, digest, compiler.Options{ConfigPath: cfg("ctx.toml", fmt.Sprintf("context_length = %d\n", def.ContextLength/2))}, tc),
+		"cache_type_k":   key(t, model, digest, compiler.Options{ConfigPath: cfg("ctk.toml", "cache_type_k = \"q8_0\"\n")}, tc),
+		"cache_type_v":   key(t, model, digest, compiler.Options{ConfigPath: cfg("ctv.toml", "cache_type_v = \"q8_0\"\n")}, tc),
 		"target":         viaFlag,
 		"--no-fuse":      key(t, model, digest, compiler.Options{NoFuse: true}, tc),
 		"--slots":        key(t, model, digest, compiler.Options{Slots: def.MaxSlots / 2}, tc),

@@ -53,7 +53,15 @@ type Config struct {
 	// sequence holds much less KV, at the price of the prefix cache and
 	// of recomputing a preempted request (the ring is the slot's, as a
 	// recurrent state is).
-	SWAFull      bool   `toml:"swa_full"`
+	SWAFull bool `toml:"swa_full"`
+	// CacheTypeK and CacheTypeV are the element types of the KV cache's
+	// K and V rows, as llama.cpp's -ctk and -ctv name them: f16 (the
+	// default) or q8_0 (llama.cpp's blocks of 32 values in 34 bytes,
+	// about 53% of F16's bytes per token, so the same kv_pages take half
+	// the memory). Tiers whose kernels only address F16 pages refuse
+	// q8_0 at build time.
+	CacheTypeK   string `toml:"cache_type_k"`
+	CacheTypeV   string `toml:"cache_type_v"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 
@@ -92,7 +100,38 @@ const (
 	DefaultKVTokensPerSlot = 2048
 	// MaxContext is the longest context_length a config may have.
 	MaxContext = 1 << 20
+	// DefaultCacheType is the KV cache's element type unless the config
+	// says otherwise.
+	DefaultCacheType = "f16"
 )
+
+// cacheTypes are llama.cpp's KV cache types (common/arg.cpp's
+// kv_cache_types) and fp8_e4m3, each with whether zrt lays it out, and
+// for which targets: "" for every target, else the tier prefix.
+var cacheTypes = map[string]struct {
+	ok   bool
+	only string
+}{
+	"f16": {true, ""}, "q8_0": {true, ""},
+	"f32": {}, "bf16": {}, "q4_0": {}, "q4_1": {}, "iq4_nl": {}, "q5_0": {}, "q5_1": {},
+	"fp8_e4m3": {false, "cuda:"},
+}
+
+// checkCacheType checks the value of cache_type_k or cache_type_v (key)
+// for target.
+func checkCacheType(key, value, target string) error {
+	ct, known := cacheTypes[value]
+	switch {
+	case !known:
+		return fmt.Errorf("config: %s = %q: unknown KV cache type (llama.cpp's: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; and fp8_e4m3 for cuda targets)", key, value)
+	case ct.only != "" && !strings.HasPrefix(target, ct.only):
+		return fmt.Errorf("config: %s = %q is for %s targets only, not %s", key, value, strings.TrimSuffix(ct.only, ":"), target)
+	case !ct.ok:
+		return &support.Error{What: "KV cache type", Value: strconv.Quote(value), Where: support.Key(key),
+			Detail: "zrt lays out f16 and q8_0 caches"}
+	}
+	return nil
+}
 
 // DefaultSlots is the number of concurrent sequences a build serves by
 // default on a target's tier: the decode variants and max_slots follow
@@ -155,7 +194,7 @@ func fromGGUF(f *gguf.File) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Target: DefaultTarget}
+	c := &Config{Target: DefaultTarget, CacheTypeK: DefaultCacheType, CacheTypeV: DefaultCacheType}
 	c.ContextLength = DefaultContext
 	c.contextFrom = fmt.Sprintf("no %s.context_length in the GGUF", arch)
 	if n, err := f.Uint(arch + ".context_length"); err == nil && n > 0 {
@@ -339,7 +378,10 @@ func (c *Config) Validate() error {
 	case !positiveFinite(c.Rope.FreqScale):
 		return fmt.Errorf("config: rope.freq_scale %v must be positive and finite", c.Rope.FreqScale)
 	}
-	return nil
+	if err := checkCacheType("cache_type_k", c.CacheTypeK, c.Target); err != nil {
+		return err
+	}
+	return checkCacheType("cache_type_v", c.CacheTypeV, c.Target)
 }
 
 // positiveFinite reports x > 0 and finite; NaN fails it, as every

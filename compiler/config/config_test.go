@@ -165,3 +165,46 @@ func TestDecodeLadder(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheTypes holds cache_type_k and cache_type_v to llama.cpp's names:
+// f16 by default, q8_0 accepted, the other llama.cpp types unsupported
+// (not malformed), fp8_e4m3 refused off cuda targets, anything else an
+// error naming the key.
+func TestCacheTypes(t *testing.T) {
+	cfg, err := load(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CacheTypeK != "f16" || cfg.CacheTypeV != "f16" {
+		t.Errorf("default cache types %q, %q; want f16", cfg.CacheTypeK, cfg.CacheTypeV)
+	}
+	if !strings.Contains(cfg.TOML(), "cache_type_k = \"f16\"") {
+		t.Errorf("the effective config does not say its cache type:\n%s", cfg.TOML())
+	}
+	cfg, err = load(t, "cache_type_k = \"q8_0\"\ncache_type_v = \"q8_0\"\n")
+	if err != nil || cfg.CacheTypeK != "q8_0" || cfg.CacheTypeV != "q8_0" {
+		t.Fatalf("q8_0: %v %+v", err, cfg)
+	}
+	cases := []struct {
+		toml, target string
+		unsupported  bool
+		want         string
+	}{
+		{"cache_type_v = \"q4_0\"\n", "", true, "cache_type_v"},
+		{"cache_type_k = \"fp8_e4m3\"\n", "", false, "cuda targets only"},
+		{"cache_type_k = \"fp8_e4m3\"\n", "cuda:sm_90", true, "cache_type_k"},
+		{"cache_type_k = \"q9\"\n", "", false, "unknown KV cache type"},
+	}
+	for _, c := range cases {
+		_, err := loadWith(t, synth.Tiny, c.toml, Overrides{Target: c.target})
+		var se *support.Error
+		switch {
+		case err == nil:
+			t.Errorf("%q on %q accepted", c.toml, c.target)
+		case errors.As(err, &se) != c.unsupported:
+			t.Errorf("%q on %q: unsupported = %v, want %v (%v)", c.toml, c.target, !c.unsupported, c.unsupported, err)
+		case !strings.Contains(err.Error(), c.want):
+			t.Errorf("%q on %q: %v; want it to say %q", c.toml, c.target, err, c.want)
+		}
+	}
+}

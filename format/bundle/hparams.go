@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 )
 
 // Hparams are a model's hyperparameters: the one definition that the graph
@@ -12,6 +13,7 @@ import (
 // entries named by each field's kv tag, so a new family's field is one
 // line here and no format change: a reader fills the fields it knows,
 // ignores keys it does not (a newer zrtc's), and leaves absent ones zero.
+// A field tagged omitempty is written only when it is not zero.
 type Hparams struct {
 	Arch        string  `kv:"arch"`
 	NVocab      int     `kv:"n_vocab"`
@@ -47,6 +49,17 @@ type Hparams struct {
 	// page p/16 mod KVWindowRing), and KVWindowPageBytes one such page.
 	KVWindowRing      int `kv:"kv_window_ring"`
 	KVWindowPageBytes int `kv:"kv_window_page_bytes"`
+	// CacheTypeK and CacheTypeV are the KV cache's element types by
+	// llama.cpp's names ("q8_0"); empty is F16. They are written only
+	// when set, so a bundle with an F16 cache has the bytes it had
+	// before the option existed.
+	CacheTypeK string `kv:"cache_type_k,omitempty"`
+	CacheTypeV string `kv:"cache_type_v,omitempty"`
+	// CacheRotK and CacheRotV, when not 0, are the runs of K and V values
+	// a quantized cache stores rotated by a Walsh-Hadamard matrix, as
+	// llama.cpp stores them (kernels.KVTypes).
+	CacheRotK int `kv:"cache_rot_k,omitempty"`
+	CacheRotV int `kv:"cache_rot_v,omitempty"`
 }
 
 // KVDim is the width of one token's K (or V) across the KV heads.
@@ -59,6 +72,12 @@ const (
 	kvString = 3 // u32 length + bytes
 )
 
+// hparamKey returns a field's key and whether it is omitted when zero.
+func hparamKey(f reflect.StructField) (string, bool) {
+	key, opt, _ := strings.Cut(f.Tag.Get("kv"), ",")
+	return key, opt == "omitempty"
+}
+
 // hparamFields maps each kv key to its field index and kind; it is built
 // once from the struct, so the struct is the only list of keys.
 var hparamFields = func() map[string][2]int {
@@ -67,7 +86,7 @@ var hparamFields = func() map[string][2]int {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		kind := map[reflect.Kind]int{reflect.Int: kvInt, reflect.Float32: kvFloat, reflect.String: kvString}[f.Type.Kind()]
-		key := f.Tag.Get("kv")
+		key, _ := hparamKey(f)
 		if key == "" || kind == 0 {
 			panic(fmt.Sprintf("bundle: Hparams.%s needs a kv tag and an int, float32 or string type", f.Name))
 		}
@@ -76,12 +95,19 @@ var hparamFields = func() map[string][2]int {
 	return m
 }()
 
-// encodeHparams writes every field as a key/value entry, in field order.
+// encodeHparams writes every field as a key/value entry, in field order,
+// but for omitempty fields left zero.
 func encodeHparams(e *enc, h *Hparams) {
 	v := reflect.ValueOf(h).Elem()
-	e.u32(uint32(v.NumField()))
+	var fields []int
 	for i := range v.NumField() {
-		key := v.Type().Field(i).Tag.Get("kv")
+		if _, omit := hparamKey(v.Type().Field(i)); !omit || !v.Field(i).IsZero() {
+			fields = append(fields, i)
+		}
+	}
+	e.u32(uint32(len(fields)))
+	for _, i := range fields {
+		key, _ := hparamKey(v.Type().Field(i))
 		kind := hparamFields[key][1]
 		e.str(key)
 		e.u8(uint8(kind))

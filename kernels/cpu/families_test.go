@@ -19,6 +19,15 @@ func TestEveryFamilyBound(t *testing.T) {
 			t.Errorf("catalog family %s has no T-CPU implementation in families (kernel.go)", fam)
 			continue
 		}
+		if abi.KVTyped {
+			// T-CPU addresses every cache type the compiler lays out.
+			for _, kv := range []kernels.KVTypes{kernels.F16KV, {K: ggml.Q8_0, V: ggml.Q8_0}, {K: ggml.Q8_0, V: ggml.F16}, {K: ggml.F16, V: ggml.Q8_0}} {
+				if _, err := Bind(kernels.KVInstanceName(abi, kv)); err != nil {
+					t.Errorf("Bind(%s): %v", kernels.KVInstanceName(abi, kv), err)
+				}
+			}
+			continue
+		}
 		if !abi.Typed {
 			if _, err := Bind(kernels.InstanceName(abi, 0)); err != nil {
 				t.Errorf("Bind(%s): %v", fam, err)

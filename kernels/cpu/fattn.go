@@ -131,19 +131,26 @@ func (o *faOpts) sink(h int, m, s float32, acc []float32) (float32, float32) {
 // flashAttn attends each row's query heads over its slot's keys at
 // positions 0..pos, by whichever of ggml's paths llama.cpp would take for
 // the rows of the row's request (see above).
-func flashAttn(a *Args) error {
-	return attend(a, a.Bufs[0], a.Bufs[1], a.Bufs[2], a.Bufs[3], faOpts{scale: math.Float32frombits(a.Spec[4])})
+func flashAttn(c *kvCache, a *Args) error {
+	o := faOpts{scale: math.Float32frombits(a.Spec[4])}
+	if !c.t.IsF16() {
+		return attendQuant(a, c, a.Bufs[0], a.Bufs[1], a.Bufs[2], a.Bufs[3], o)
+	}
+	return attend(a, a.Bufs[0], a.Bufs[1], a.Bufs[2], a.Bufs[3], o)
 }
 
 // flashAttnExt is flashAttn with soft-capping, a sliding window and
 // sinks, as ggml_flash_attn_ext applies them on each of its paths.
-func flashAttnExt(a *Args) error {
+func flashAttnExt(c *kvCache, a *Args) error {
 	o := faOpts{scale: math.Float32frombits(a.Spec[4]), softcap: math.Float32frombits(a.Spec[5]), window: int(a.Spec[6])}
 	if o.softcap != 0 {
 		o.scale /= o.softcap
 	}
 	if a.Bufs[2] != nil {
 		o.sinks = f32s(a.Bufs[2])[:a.Spec[1]]
+	}
+	if !c.t.IsF16() {
+		return attendQuant(a, c, a.Bufs[0], a.Bufs[1], a.Bufs[3], a.Bufs[4], o)
 	}
 	return attend(a, a.Bufs[0], a.Bufs[1], a.Bufs[3], a.Bufs[4], o)
 }

@@ -87,7 +87,7 @@ func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
 		Pool: pool,
 	}
 	if c.window == 0 && c.softcap == 0 && !c.sinks {
-		if err := flashAttn(a); err != nil {
+		if err := flashAttn(newKVCache(kernels.F16KV), a); err != nil {
 			t.Fatal(err)
 		}
 		return y
@@ -102,7 +102,7 @@ func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
 	}
 	a.Bufs = [][]byte{a.Bufs[0], kv, sinks, a.Bufs[2], a.Bufs[3]}
 	a.Spec = append(a.Spec, math.Float32bits(c.softcap), uint32(c.window))
-	if err := flashAttnExt(a); err != nil {
+	if err := flashAttnExt(newKVCache(kernels.F16KV), a); err != nil {
 		t.Fatal(err)
 	}
 	return y

@@ -95,13 +95,16 @@ func residualRMSNorm(a *Args) error {
 // rmsNormRopeKVWrite normalizes and rotates each Q head in place and each
 // K head, then stores K and V in the cache. K is updated in place too, as
 // the unfused sequence leaves it (nothing reads it after).
-func rmsNormRopeKVWrite(a *Args) error {
+func rmsNormRopeKVWrite(c *kvCache, a *Args) error {
 	q, k, v, wq, wk, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), f32s(a.Bufs[3]), f32s(a.Bufs[4]), req(a.Bufs[5]), a.Bufs[6]
 	layer := int(a.Push[0])
 	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
 	rp := ropeParams(a.Spec[4:8])
 	eps := math.Float32frombits(a.Spec[8])
 	kvDim := nHeadKV * hd
+	if err := checkKVWidth(c.t, hd); err != nil {
+		return err
+	}
 	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
 		cs := make([]float32, rp.nRot)
 		for i := lo; i < hi; i++ {
@@ -117,7 +120,7 @@ func rmsNormRopeKVWrite(a *Args) error {
 				normRow(head, head, wk, eps)
 				rp.rotate(head, cs)
 			}
-			storeKV(r, kv, i, layer, nLayer, kvDim, ki, v[i*kvDim:(i+1)*kvDim])
+			storeKV(c, r, kv, i, layer, nLayer, kvDim, ki, v[i*kvDim:(i+1)*kvDim])
 		}
 	})
 }
@@ -125,12 +128,15 @@ func rmsNormRopeKVWrite(a *Args) error {
 // ropeKVWrite rotates each Q head in place and each K head (in a copy: K
 // is left as it was) and stores K and V in the cache, as ROPE(q), ROPE(k)
 // and KV_WRITE do.
-func ropeKVWrite(a *Args) error {
+func ropeKVWrite(c *kvCache, a *Args) error {
 	q, k, v, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), a.Bufs[4]
 	layer := int(a.Push[0])
 	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
 	rp := ropeParams(a.Spec[4:8])
 	kvDim := nHeadKV * hd
+	if err := checkKVWidth(c.t, hd); err != nil {
+		return err
+	}
 	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
 		cs := make([]float32, rp.nRot)
 		kr := make([]float32, kvDim)
@@ -143,7 +149,7 @@ func ropeKVWrite(a *Args) error {
 			for h := 0; h < nHeadKV; h++ {
 				rp.rotate(kr[h*hd:(h+1)*hd], cs)
 			}
-			storeKV(r, kv, i, layer, nLayer, kvDim, kr, v[i*kvDim:(i+1)*kvDim])
+			storeKV(c, r, kv, i, layer, nLayer, kvDim, kr, v[i*kvDim:(i+1)*kvDim])
 		}
 	})
 }

@@ -40,23 +40,34 @@ func Bind(instance string) (Func, error) {
 	if err != nil {
 		return nil, err
 	}
+	kv, err := kernels.InstanceKV(instance)
+	if err != nil {
+		return nil, err
+	}
 	mk, ok := families[abi.Name]
 	if !ok {
 		return nil, fmt.Errorf("cpu: no implementation of kernel family %s", abi.Name)
 	}
-	return mk(t)
+	return mk(binding{t, kv})
 }
 
-// families builds a kernel for a weight type (ignored by untyped families).
-var families = map[string]func(ggml.Type) (Func, error){
+// binding is what an instance's name fixes: the weight type of a typed
+// family, the cache's element types of a KV-typed one.
+type binding struct {
+	t  ggml.Type
+	kv kernels.KVTypes
+}
+
+// families builds a kernel for an instance.
+var families = map[string]func(binding) (Func, error){
 	"embed":           typed(embed),
 	"rms_norm":        plain(rmsNorm),
 	"matmul":          typed(matmul),
 	"rope":            plain(rope),
 	"rope_ext":        plain(ropeExt),
-	"kv_write":        plain(kvWrite),
-	"flash_attn":      plain(flashAttn),
-	"flash_attn_ext":  plain(flashAttnExt),
+	"kv_write":        kvTyped(kvWrite),
+	"flash_attn":      kvTyped(flashAttn),
+	"flash_attn_ext":  kvTyped(flashAttnExt),
 	"add":             plain(add),
 	"add_gated":       plain(addGated),
 	"swiglu":          plain(swiglu),
@@ -85,21 +96,31 @@ var families = map[string]func(ggml.Type) (Func, error){
 	"rms_norm_qkv":           typed(rmsNormQKV),
 	"rms_norm_gate_up":       typed(rmsNormGateUp),
 	"residual_rms_norm":      plain(residualRMSNorm),
-	"rms_norm_rope_kv_write": plain(rmsNormRopeKVWrite),
-	"rope_kv_write":          plain(ropeKVWrite),
+	"rms_norm_rope_kv_write": kvTyped(rmsNormRopeKVWrite),
+	"rope_kv_write":          kvTyped(ropeKVWrite),
 	"matmul_residual":        typed(matmulResidual),
 }
 
-func plain(f Func) func(ggml.Type) (Func, error) {
-	return func(ggml.Type) (Func, error) { return f, nil }
+func plain(f Func) func(binding) (Func, error) {
+	return func(binding) (Func, error) { return f, nil }
 }
 
-func typed(f func(t ggml.Type, a *Args) error) func(ggml.Type) (Func, error) {
-	return func(t ggml.Type) (Func, error) {
-		if !quant.IsWeightType(t) {
-			return nil, fmt.Errorf("cpu: weight type %s unsupported", t)
+func typed(f func(t ggml.Type, a *Args) error) func(binding) (Func, error) {
+	return func(b binding) (Func, error) {
+		if !quant.IsWeightType(b.t) {
+			return nil, fmt.Errorf("cpu: weight type %s unsupported", b.t)
 		}
-		return func(a *Args) error { return f(t, a) }, nil
+		return func(a *Args) error { return f(b.t, a) }, nil
+	}
+}
+
+// kvTyped binds a kernel that reads or writes the KV cache to its
+// instance's cache types (InstanceKV has checked that they are ones
+// kernels.KVLayout lays out).
+func kvTyped(f func(c *kvCache, a *Args) error) func(binding) (Func, error) {
+	return func(b binding) (Func, error) {
+		c := newKVCache(b.kv)
+		return func(a *Args) error { return f(c, a) }, nil
 	}
 }
 

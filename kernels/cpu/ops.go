@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"sync"
 
@@ -519,31 +520,82 @@ func (rp ropeSpec) rotate(v, cs []float32) {
 	}
 }
 
-// kvOffset is the byte offset of (page, layer, k|v, token) in the KV cache.
+// kvOffset is the byte offset of (page, layer, k|v, token) in an F16 KV
+// cache.
 func kvOffset(page, layer, nLayer, kvDim, which, tok int) int {
-	return page*kernels.KVPageBytes(nLayer, kvDim) + ((layer*2+which)*kernels.KVPageTokens+tok)*kvDim*2
+	return kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kernels.F16KV}.Offset(page, layer, which, tok)
 }
 
-// kvWrite stores each row's K and V as F16 at its slot's position.
-func kvWrite(a *Args) error {
+// kvWrite stores each row's K and V at its slot's position, in the
+// cache's element types.
+func kvWrite(c *kvCache, a *Args) error {
 	k, v, r, kv := f32s(a.Bufs[0]), f32s(a.Bufs[1]), req(a.Bufs[2]), a.Bufs[3]
 	layer, kvDim, nLayer := int(a.Push[0]), int(a.Push[1]), int(a.Spec[0])
+	if err := checkKVWidth(c.t, kvDim); err != nil {
+		return err
+	}
 	for i := 0; i < r.rows(); i++ {
-		storeKV(r, kv, i, layer, nLayer, kvDim, k[i*kvDim:(i+1)*kvDim], v[i*kvDim:(i+1)*kvDim])
+		storeKV(c, r, kv, i, layer, nLayer, kvDim, k[i*kvDim:(i+1)*kvDim], v[i*kvDim:(i+1)*kvDim])
 	}
 	return nil
 }
 
-// storeKV writes row i's K and V into its slot's page, rounded to F16.
-func storeKV(r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) {
+// checkKVWidth refuses a head or row width that a quantized cache cannot
+// hold in whole blocks or whole rotated runs (the compiler refuses such a
+// model; a kernel called directly says so rather than misplacing rows).
+func checkKVWidth(kt kernels.KVTypes, width int) error {
+	for _, t := range []ggml.Type{kt.K, kt.V} {
+		if err := kernels.CheckKVWidth(t, width); err != nil {
+			return fmt.Errorf("cpu: %w", err)
+		}
+	}
+	if width%max(1, kt.RotK) != 0 || width%max(1, kt.RotV) != 0 {
+		return fmt.Errorf("cpu: rows of %d are no whole runs of the cache's rotations (%d, %d)", width, kt.RotK, kt.RotV)
+	}
+	return nil
+}
+
+// rotScratch recycles storeKV's copies of rows it rotates.
+var rotScratch sync.Pool
+
+// storeKV writes row i's K and V into its slot's page in the cache's
+// element types: rounded to F16, or quantized to Q8_0 blocks as ggml's
+// set_rows does (its from_float: quantize_row_q8_0, the same quantizer
+// as activations before a Q8_0 product), row by row over the KV heads.
+func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v []float32) {
+	kt := c.t
+	if c.hk != nil || c.hv != nil {
+		// Rotated rows (see fattn_quant.go) go through a copy: the
+		// caller's K and V stay as they were.
+		buf, _ := rotScratch.Get().(*[]float32)
+		if buf == nil || len(*buf) < 2*kvDim+max(kt.RotK, kt.RotV) {
+			b := make([]float32, 2*kvDim+max(kt.RotK, kt.RotV))
+			buf = &b
+		}
+		defer rotScratch.Put(buf)
+		tmp := (*buf)[2*kvDim:]
+		if c.hk != nil {
+			k = append((*buf)[:0:kvDim], k[:kvDim]...)
+			rotate(c.hk, kt.RotK, k, tmp)
+		}
+		if c.hv != nil {
+			v = append((*buf)[kvDim:kvDim:2*kvDim], v[:kvDim]...)
+			rotate(c.hv, kt.RotV, v, tmp)
+		}
+	}
 	slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
 	page := r.page(slot, pos)
+	l := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
 	for which, src := range [2][]float32{k, v} {
-		off := kvOffset(page, layer, nLayer, kvDim, which, pos%kernels.KVPageTokens)
-		// F16 conversion through the quantizer table: SIMD where the CPU
-		// has it, the same IEEE rounding as quant.F32ToF16 everywhere.
-		if err := quant.QuantizeRow(ggml.F16, src[:kvDim], kv[off:off+2*kvDim]); err != nil {
-			panic(err) // sizes come from the kernel's own arguments
+		t := kt.K
+		if which == 1 {
+			t = kt.V
+		}
+		off := l.Offset(page, layer, which, pos%kernels.KVPageTokens)
+		// Through the quantizer table: SIMD where the CPU has it, the
+		// same bits as the Go code everywhere.
+		if err := quant.QuantizeRow(t, src[:kvDim], kv[off:off+kernels.KVRowBytes(t, kvDim)]); err != nil {
+			panic(err) // sizes come from the kernel's own arguments, widths checked
 		}
 	}
 }

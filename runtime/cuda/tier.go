@@ -110,6 +110,11 @@ const regionSlack = 16
 
 // Load prepares a bundle for replay on device 0.
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
+	// T-CUDA's attention addresses F16 pages only: a bundle with another
+	// cache layout is refused, never read wrongly.
+	if err := kernels.RequireF16KV(&b.Graph.Hparams, "T-CUDA"); err != nil {
+		return nil, err
+	}
 	info, err := driver.Probe()
 	if err != nil {
 		return nil, err

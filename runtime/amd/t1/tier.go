@@ -119,6 +119,10 @@ func Load(b *bundle.Bundle, dev kfd.Device, opt Options) (*Tier, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 60 * time.Second
 	}
+	// The AMD kernels address F16 KV pages only.
+	if err := kernels.RequireF16KV(&b.Graph.Hparams, "the AMD tiers"); err != nil {
+		return nil, fmt.Errorf("t1: %w", err)
+	}
 	t := &Tier{dev: dev, opt: opt, fence: -1}
 	fail := func(err error) (*Tier, error) { t.Close(); return nil, fmt.Errorf("t1: %w", err) }
 	g := b.Graph

@@ -1,0 +1,279 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
+)
+
+// Flash attention over a cache whose K or V rows are quantized (Q8_0), as
+// ggml's CPU kernel computes it with llama.cpp -ctk q8_0 -ctv q8_0
+// (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16). ggml takes
+// its tiled and split-KV paths only for F32 or F16 caches whose K and V
+// types agree, so every row of every batch runs the scalar
+// ggml_compute_forward_flash_attn_ext_f16_one_chunk over the whole cache
+// view, whatever the batch size; zrt does the same, so the batch-invariance
+// argument of fattn.go holds trivially here. one_chunk with a quantized
+// cache:
+//
+//   - the query is converted to K's vec_dot_type (quantize_row_q8_0 for a
+//     Q8_0 K, F16 for an F16 K), and each score is K's vec_dot of the key
+//     row with it (ggml_vec_dot_q8_0_q8_0: an exact integer sum per block,
+//     scaled by the two blocks' f16 scales), then scaled and soft-capped;
+//   - with a Q8_0 V the accumulator is F32 (VKQ32): on a new maximum it is
+//     scaled by expf(Mold - M) (ggml_vec_scale_f32), then each value row is
+//     dequantized to F32 (dequantize_row_q8_0) and added as an FMA times
+//     expf(s - M) (ggml_vec_mad_f32); with an F16 V it is F16 (VKQ16) as
+//     on the F16 path;
+//   - S = S*ms + vs; sinks join after the keys; the output is the
+//     accumulator times 1/S.
+//
+// Masked keys (past the row's position, before its window) are skipped as
+// ggml skips keys whose mask is -Inf.
+//
+// Where the cache is rotated (kernels.KVTypes.RotK, RotV), llama.cpp's
+// graph multiplies Q and K by a Walsh-Hadamard matrix before the cache
+// (ggml_mul_mat_aux in llm_graph_context::build_attn), V too, and the
+// attention output by the V matrix after it; the kernels here do the
+// same inside: kv_write rotates K and V rows before quantizing them,
+// attention rotates the query before converting it and its output after.
+
+// kvCache is a KV-typed kernel's binding: the cache's types and the
+// rotation matrices they call for.
+type kvCache struct {
+	t      kernels.KVTypes
+	hk, hv []float32 // Walsh-Hadamard matrices of RotK and RotV (nil: none)
+}
+
+// newKVCache binds the cache types t.
+func newKVCache(t kernels.KVTypes) *kvCache {
+	c := &kvCache{t: t}
+	if t.RotK > 0 {
+		c.hk = hadamard(t.RotK)
+	}
+	if t.RotV > 0 {
+		c.hv = hadamard(t.RotV)
+	}
+	return c
+}
+
+// hadamard is llama.cpp's orthonormal Walsh-Hadamard matrix of order n (a
+// power of two), ggml_gen_hadamard: entries ±1/sqrtf(n), its own inverse.
+func hadamard(n int) []float32 {
+	h := make([]float32, n*n)
+	h[0] = float32(1 / float64(sqrtf(float32(n))))
+	for s := 1; s < n; s *= 2 {
+		for i := range s {
+			for j := range s {
+				v := h[i*n+j]
+				h[(i+s)*n+j], h[i*n+j+s], h[(i+s)*n+j+s] = v, v, -v
+			}
+		}
+	}
+	return h
+}
+
+// rotate replaces each run of n values of x by the matrix h (n×n) times
+// it, as llama.cpp's ggml_mul_mat(h, x) computes it in F32 on an AVX-512
+// CPU (llamafile's tinyBLAS): per output, 16 lanes of FMAs over the run in
+// order, then _mm512_reduce_add_ps. tmp holds n values.
+func rotate(h []float32, n int, x, tmp []float32) {
+	for o := 0; o+n <= len(x); o += n {
+		run := x[o : o+n]
+		copy(tmp[:n], run)
+		for i := range n {
+			row := h[i*n : (i+1)*n]
+			var acc [16]float32
+			for k := 0; k < n; k += 16 {
+				for l := range acc {
+					acc[l] = fma32(row[k+l], tmp[k+l], acc[l])
+				}
+			}
+			run[i] = reduceAdd16(&acc)
+		}
+	}
+}
+
+// faQuantWork is one worker's scratch on the quantized-cache path.
+type faQuantWork struct {
+	hd    int
+	kt    kernels.KVTypes
+	qr    []float32 // the query, rotated
+	tmp   []float32 // a run being rotated
+	view  quantView // the keys and values being attended
+	sc    [kernels.KVPageTokens]float32
+	qq    []byte    // the query in K's vec_dot_type
+	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
+	acc   []float32 // VKQ32
+	acc16 []uint16  // VKQ16 (an F16 V)
+	v32   []float32 // one value row in F32
+}
+
+var faQuantPool sync.Pool
+
+// getFaQuantWork returns a worker's scratch for head size hd and cache
+// types kt.
+func getFaQuantWork(hd int, kt kernels.KVTypes) *faQuantWork {
+	w, _ := faQuantPool.Get().(*faQuantWork)
+	if w == nil || w.hd != hd || w.kt != kt {
+		w = &faQuantWork{hd: hd, kt: kt, qq: make([]byte, max(kernels.KVRowBytes(kt.K, hd), 2*hd)),
+			qr: make([]float32, hd), tmp: make([]float32, hd),
+			acc: make([]float32, hd), acc16: make([]uint16, hd), v32: make([]float32, hd)}
+		w.q16 = unsafe.Slice((*uint16)(unsafe.Pointer(&w.qq[0])), hd)
+	}
+	return w
+}
+
+// attendQuant is flash attention over the buffers q, kv, io and y of a
+// cache c (not all F16).
+func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
+	kt := c.t
+	q, r, y := f32s(qb), req(io), f32s(yb)
+	layer := int(a.Push[0])
+	nLayer, nHead, nHeadKV, hd := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
+	if nHeadKV < 1 || nHead%nHeadKV != 0 {
+		return fmt.Errorf("cpu: flash attention: %d query heads over %d KV heads", nHead, nHeadKV)
+	}
+	if err := checkKVWidth(kt, hd); err != nil {
+		return err
+	}
+	if hd%max(1, kt.RotK) != 0 || hd%max(1, kt.RotV) != 0 {
+		return fmt.Errorf("cpu: flash attention: heads of %d are no whole runs of the cache's rotations (%d, %d)", hd, kt.RotK, kt.RotV)
+	}
+	kvDim, group := nHeadKV*hd, nHead/nHeadKV
+	lay := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
+	return a.Pool.For(r.rows()*nHead, 1, func(_, lo, hi int) {
+		w := getFaQuantWork(hd, kt)
+		defer faQuantPool.Put(w)
+		for item := lo; item < hi; item++ {
+			i, h := item/nHead, item%nHead
+			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
+			w.view = quantView{kv: kv, r: r, lay: lay, slot: slot, layer: layer, kvh: h / group, hd: hd}
+			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+			if c.hk != nil {
+				copy(w.qr, qh)
+				rotate(c.hk, kt.RotK, w.qr, w.tmp)
+				qh = w.qr
+			}
+			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+			w.attend(qh, out, h, o.first(pos), pos+1, &o)
+			if c.hv != nil {
+				rotate(c.hv, kt.RotV, out, w.tmp)
+			}
+		}
+	})
+}
+
+// quantView locates one slot's cached rows of one KV head in one layer.
+type quantView struct {
+	kv                   []byte
+	r                    request
+	lay                  kernels.KVLayout
+	slot, layer, kvh, hd int
+}
+
+// run returns the bytes from the head's K (which = 0) or V (1) row at
+// position t on, through the row of position t+n-1 (all in t's page), and
+// the stride from one row to the next.
+func (v *quantView) run(which, t, n int) ([]byte, int) {
+	typ := v.lay.Types.K
+	if which == 1 {
+		typ = v.lay.Types.V
+	}
+	head := kernels.KVRowBytes(typ, v.hd)
+	stride := kernels.KVRowBytes(typ, v.lay.Width)
+	off := v.lay.Offset(v.r.page(v.slot, t), v.layer, which, t%kernels.KVPageTokens) + v.kvh*head
+	return v.kv[off : off+(n-1)*stride+head], stride
+}
+
+// attend is one_chunk for one query head q over keys [lo, hi) of w.view,
+// written to out. The scores of a page's keys are taken together (one
+// multi-row dot product; q8_0 × q8_0 is symmetric, so the query may stand
+// as the "weight" row), then the softmax and the value updates run key by
+// key in ggml's order.
+func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
+	hd, kt, v := w.hd, w.kt, &w.view
+	if kt.K == ggml.Q8_0 {
+		if err := quant.QuantizeRow(ggml.Q8_0, q, w.qq); err != nil {
+			panic(err) // hd is a whole number of blocks (checked)
+		}
+	} else {
+		toF16(w.q16, q)
+	}
+	f32V := kt.V != ggml.F16
+	clear(w.acc)
+	clear(w.acc16)
+	m, s := float32(math.Inf(-1)), float32(0)
+	for t := lo; t < hi; {
+		n := pageRun(t, hi)
+		kb, ks := v.run(0, t, n)
+		sc := w.sc[:n]
+		if kt.K == ggml.Q8_0 {
+			quant.VecDotRows(ggml.Q8_0, hd, w.qq, kb, ks, n, sc)
+		} else {
+			for j := range sc {
+				sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
+			}
+		}
+		vb, vs0 := v.run(1, t, n)
+		for j, dot := range sc {
+			score := o.score(dot)
+			ms, vs := float32(1), float32(1)
+			if score > m {
+				ms = expf(m - score)
+				m = score
+				if f32V {
+					scaleF32(w.acc, ms)
+				} else {
+					for d, x := range w.acc16 {
+						w.acc16[d] = quant.F32ToF16(quant.F16ToF32(x) * ms)
+					}
+				}
+			} else {
+				vs = expf(score - m)
+			}
+			row := vb[j*vs0:]
+			if f32V {
+				dequantQ8Row(row, w.v32)
+				madF32(w.acc, w.v32, vs)
+			} else {
+				for d, x := range u16s(row)[:hd] {
+					w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(x), vs, quant.F16ToF32(w.acc16[d])))
+				}
+			}
+			s = fma32(s, ms, vs) // S = S*ms + vs, contracted as on the F16 path
+		}
+		t += n
+	}
+	if !f32V {
+		for d, x := range w.acc16 {
+			w.acc[d] = quant.F16ToF32(x)
+		}
+	}
+	_, s = o.sink(h, m, s, w.acc)
+	sInv := float32(0)
+	if s != 0 {
+		sInv = 1 / s
+	}
+	for d := range out {
+		out[d] = w.acc[d] * sInv
+	}
+}
+
+// dequantQ8Row is dequantize_row_q8_0 of len(dst) values at b: each
+// block's int8s times its f16 scale.
+func dequantQ8Row(b []byte, dst []float32) {
+	for blk := 0; blk < len(dst)/32; blk++ {
+		p := b[blk*34 : blk*34+34]
+		d := quant.F16ToF32(uint16(p[0]) | uint16(p[1])<<8)
+		y := dst[blk*32 : blk*32+32]
+		for j := range y {
+			y[j] = float32(int8(p[2+j])) * d
+		}
+	}
+}

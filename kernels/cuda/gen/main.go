@@ -1,9 +1,10 @@
 // Command gen writes T-CUDA's generated sources from the kernel catalog
 // (package kernels) and T-CUDA's family table (kernels/cuda/families.go):
-// families.cuh, which names each family's number, and one .cu file per
+// families.cuh, which names each family's number; one .cu file per
 // catalog instance T-CUDA compiles, which selects the family, weight type
-// and PTX entry name and includes the family's template (typed.cuh or
-// plain.cuh). It removes generated .cu files no instance wants any more.
+// and PTX entry name and includes the family's source (family/*.cuh); and
+// iq3s_grid.cuh, IQ3_S's codebook from kernels/quant. It removes generated
+// .cu files no instance wants any more.
 //
 // Run it through `make generate` (go generate) after changing the catalog,
 // the family table or the instantiated weight types, then `make ptx` on a
@@ -26,6 +27,7 @@ import (
 	"sort"
 
 	"github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // header opens every generated file; it matches Go's convention for
@@ -62,7 +64,7 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{"families.cuh": familiesHeader()}
+	files := map[string][]byte{"families.cuh": familiesHeader(), "iq3s_grid.cuh": iq3sGridHeader()}
 	for _, in := range insts {
 		files[in.Entry()+".cu"] = instance(in)
 	}
@@ -77,8 +79,8 @@ func familiesHeader() []byte {
 	b.WriteString(`
 // families.cuh: the number of each kernel family T-CUDA implements, from
 // the table in families.go. An instance .cu defines FAMILY as one of these
-// and includes typed.cuh or plain.cuh, which emit the kernel under
-// #if FAMILY == FAMILY_<NAME>.
+// and includes its family's source, family/<name>.cuh; a source that two
+// families share (family/matmul.cuh) tells them apart by FAMILY.
 #pragma once
 
 `)
@@ -88,17 +90,44 @@ func familiesHeader() []byte {
 	return b.Bytes()
 }
 
+// iq3sGridHeader is iq3s_grid.cuh: IQ3_S's codebook as a constant array,
+// from the table T-CPU decodes with (kernels/quant), so that a point
+// cannot be copied wrong for the GPU alone.
+func iq3sGridHeader() []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString(`
+// iq3s_grid.cuh: the IQ3_S codebook (kernels/quant's IQ3SGrid, ggml's
+// iq3s_grid): 512 points of four magnitudes 1, 3, ..., 15, element j of a
+// group in byte j. common.cuh includes it only for the IQ3_S instances
+// (WT == T_IQ3_S), so no other PTX carries the 2 KiB table; it lives in
+// device constant memory.
+#pragma once
+
+static __constant__ u32 iq3s_grid[512] = {
+`)
+	for i, w := range quant.IQ3SGrid() {
+		if i%8 == 0 {
+			b.WriteString("   ")
+		}
+		fmt.Fprintf(&b, " %#08x,", w)
+		if i%8 == 7 {
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("};\n")
+	return b.Bytes()
+}
+
 // instance is the .cu of one catalog instance.
 func instance(in cuda.Instance) []byte {
 	var b bytes.Buffer
 	b.WriteString(header)
 	fmt.Fprintf(&b, "// Catalog instance %s.\n#define FAMILY %s\n", in.Name, in.Family.Macro())
-	template := "plain.cuh"
 	if in.ABI.Typed {
-		template = "typed.cuh"
 		fmt.Fprintf(&b, "#define WT %d // %s\n", uint32(in.Type), in.Type)
 	}
-	fmt.Fprintf(&b, "#define NAME %s\n#include %q\n", in.Entry(), template)
+	fmt.Fprintf(&b, "#define NAME %s\n#include %q\n", in.Entry(), in.Family.File())
 	return b.Bytes()
 }
 

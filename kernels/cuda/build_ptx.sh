@@ -8,6 +8,12 @@
 # kernels/cuda/ptx/ptx.tar.zst with its manifest, kernels/cuda/ptx/SOURCES.
 # Usage: build_ptx.sh OUT. `make ptx` runs both steps.
 #
+# From a GPU machine that returns only a few files: there,
+#   sh kernels/cuda/build_ptx.sh /tmp/ptx && tar -C /tmp -czf "$OUT/ptx.tgz" ptx
+# and here, with the .tgz it returned (gen -pack reads a .tgz as the
+# directory; several, one per architecture, may be given at once):
+#   go run ./kernels/cuda/gen -dir kernels/cuda -pack ptx.tgz
+#
 # sm_80 is compute_80 PTX, which the driver JIT-compiles for any later GPU
 # (sm_86, sm_89, sm_90 too); sm_90 is what Hopper runs (programmatic
 # dependent launch: dep_sync in common.cuh).

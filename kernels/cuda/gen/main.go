@@ -43,7 +43,7 @@ func main() {
 		if flag.NArg() == 0 {
 			err = fmt.Errorf("-pack: name build_ptx.sh's output directories")
 		} else {
-			err = pack(*dir, flag.Args())
+			err = pack(*dir, filepath.Join(*dir, "ptx"), flag.Args())
 		}
 	} else {
 		var files map[string][]byte

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,10 +26,22 @@ type build struct {
 	files  map[string][]byte // archive path → PTX
 }
 
-// readBuilds reads the architectures of build_ptx.sh's output directories.
+// readBuilds reads the architectures of build_ptx.sh's output
+// directories, or of gzipped tar files of them (untar gives OUT's
+// <arch>/ directories, at its top or one level down).
 func readBuilds(outs []string) (map[string]build, error) {
 	builds := map[string]build{}
 	for _, out := range outs {
+		if st, err := os.Stat(out); err == nil && st.Mode().IsRegular() {
+			tmp, err := os.MkdirTemp("", "zrt-ptx-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(tmp)
+			if out, err = untar(out, tmp); err != nil {
+				return nil, err
+			}
+		}
 		metas, err := filepath.Glob(filepath.Join(out, "*", "BUILD"))
 		if err != nil {
 			return nil, err
@@ -92,24 +108,25 @@ func readBuild(path string) (build, error) {
 	return b, sc.Err()
 }
 
-// pack writes dir/ptx/ptx.tar.zst and dir/ptx/SOURCES from build_ptx.sh's
-// output directories outs. It refuses PTX built from sources other than
-// the tree's, and an instance without PTX. The architectures outs do not
-// hold keep the archive's PTX, which must still be fresh.
-func pack(dir string, outs []string) error {
+// pack writes dst/ptx.tar.zst and dst/SOURCES (dst is kernels/cuda/ptx)
+// from build_ptx.sh's output directories outs, built from the sources in
+// dir (kernels/cuda). It refuses PTX built from sources other than the
+// tree's, and an instance without PTX. The architectures outs do not hold
+// keep the archive's PTX, which must still be fresh.
+func pack(dir, dst string, outs []string) error {
 	builds, err := readBuilds(outs)
 	if err != nil {
 		return err
 	}
 	files := map[string][]byte{}
 	var arches []ptx.Arch
-	oldPacked, err := os.ReadFile(filepath.Join(dir, "ptx", "ptx.tar.zst"))
+	oldPacked, err := os.ReadFile(filepath.Join(dst, "ptx.tar.zst"))
 	if err == nil {
 		old, err := ptx.Unpack(oldPacked)
 		if err != nil {
 			return err
 		}
-		src, err := os.ReadFile(filepath.Join(dir, "ptx", "SOURCES"))
+		src, err := os.ReadFile(filepath.Join(dst, "SOURCES"))
 		if err != nil {
 			return err
 		}
@@ -144,6 +161,9 @@ func pack(dir string, outs []string) error {
 			files[p] = src
 		}
 	}
+	if err := complete(arches, files); err != nil {
+		return err
+	}
 	m, err := ptx.BuildManifest(dir, arches, files)
 	if err != nil {
 		return err
@@ -155,25 +175,22 @@ func pack(dir string, outs []string) error {
 			}
 		}
 	}
-	if err := complete(m, files); err != nil {
-		return err
-	}
 	packed, err := ptx.Pack(files)
 	if err != nil {
 		return err
 	}
-	return write(filepath.Join(dir, "ptx"), map[string][]byte{"ptx.tar.zst": packed, "SOURCES": m.Bytes()})
+	return write(dst, map[string][]byte{"ptx.tar.zst": packed, "SOURCES": m.Bytes()})
 }
 
 // complete checks that every architecture has a PTX, with its entry
 // point, for every instance, and no other.
-func complete(m *ptx.Manifest, files map[string][]byte) error {
+func complete(arches []ptx.Arch, files map[string][]byte) error {
 	insts, err := cuda.Instances()
 	if err != nil {
 		return err
 	}
 	want := map[string]bool{}
-	for _, a := range m.Arches {
+	for _, a := range arches {
 		for _, in := range insts {
 			p := ptx.File(a.Name, in.Name)
 			want[p] = true
@@ -217,4 +234,57 @@ func archNames(arches []ptx.Arch) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+// untar extracts the gzipped tar file at path into dir and returns the
+// directory holding its <arch>/BUILD files: dir, or its one subdirectory
+// (tar -C /tmp -czf ptx.tgz ptx). Only regular files and directories are
+// taken, and no path may leave dir.
+func untar(path, dir string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w (want a .tgz of build_ptx.sh's output)", path, err)
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		name := filepath.Clean(filepath.FromSlash(h.Name))
+		if !filepath.IsLocal(name) {
+			return "", fmt.Errorf("%s: entry %q leaves the archive", path, h.Name)
+		}
+		to := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(to, 0o755)
+		case tar.TypeReg:
+			if err = os.MkdirAll(filepath.Dir(to), 0o755); err == nil {
+				var b []byte
+				if b, err = io.ReadAll(io.LimitReader(tr, 256<<20)); err == nil {
+					err = os.WriteFile(to, b, 0o644)
+				}
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s: %s: %w", path, h.Name, err)
+		}
+	}
+	if metas, _ := filepath.Glob(filepath.Join(dir, "*", "BUILD")); len(metas) > 0 {
+		return dir, nil
+	}
+	subs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "BUILD"))
+	if len(subs) > 0 {
+		return filepath.Dir(filepath.Dir(subs[0])), nil
+	}
+	return dir, nil
 }

@@ -41,12 +41,14 @@ func (f Family) File() string {
 
 // families is the one table of T-CUDA's kernel families: a family is its
 // row (number, source, launch geometry) and its .cuh under family/;
-// kernels/cuda/gen writes families.cuh and the instance .cu files from it. The numbers are
-// fixed here rather than derived from the catalog's order, so that adding
-// or reordering catalog families renumbers none of the others: their
-// preprocessed sources, and so their PTX, stay the same (families.cuh
-// still changes, so `make ptx` must run and record the new hashes). A new
-// family takes the next free number.
+// kernels/cuda/gen writes families.cuh and the instance .cu files from it.
+// The numbers are fixed here rather than derived from the catalog's
+// order, so that adding or reordering catalog families renumbers none of
+// the others: their preprocessed sources, and so their PTX, stay the same
+// (families.cuh, which the typed families read, still changes, so `make
+// ptx` must run and record the new hashes). A new family takes the next
+// free number: its row here, its family/<name>.cuh, then make generate
+// and make ptx.
 //
 // T-CUDA implements every catalog family that no target lists as fused
 // and the fused families its targets list (kernels.Targets); a test holds

@@ -104,11 +104,17 @@ bench: build
 generate:
 	$(GO) generate ./...
 
-# ptx: regenerate T-CUDA's committed PTX (kernels/cuda/ptx) from the .cu
-# sources; needs nvcc. Run make generate first after changing the catalog
-# or kernels/cuda/families.go. A test fails while the committed PTX is stale.
+# ptx: regenerate T-CUDA's committed PTX archive (kernels/cuda/ptx/ptx.tar.zst
+# and its manifest SOURCES) from the .cu sources, for every architecture
+# (sm_80, sm_90); needs nvcc and Go. Run make generate first after changing
+# the catalog or kernels/cuda/families.go. A test fails while the archive is
+# stale. On a GPU machine without Go, run kernels/cuda/build_ptx.sh OUT
+# there and `go run ./kernels/cuda/gen -dir kernels/cuda -pack OUT` here.
+PTX_OUT ?= $(BIN)/ptx
 ptx:
-	kernels/cuda/build_ptx.sh
+	rm -rf $(PTX_OUT)
+	kernels/cuda/build_ptx.sh $(PTX_OUT)
+	$(GO) run ./kernels/cuda/gen -dir kernels/cuda -pack $(PTX_OUT)
 
 # amd: rebuild the AMD targets' committed code objects (kernels/amd/obj)
 # from kernels/amd/kernels.cl; needs Debian's clang-19 and lld-19. Run make

@@ -29,16 +29,16 @@ import (
 // compiled for.
 var tierKernels = map[kernels.TierKind]struct {
 	templates   func(t kernels.Target, opt Options) passes.Templates
-	weightTypes func() []ggml.Type
+	weightTypes func(t kernels.Target) []ggml.Type
 	families    func() []string // nil: every catalog family
 	kvTypes     []ggml.Type
 }{
-	kernels.TierCPU: {func(kernels.Target, Options) passes.Templates { return cpuTemplate }, quant.WeightTypes, nil,
-		[]ggml.Type{ggml.F16, ggml.Q8_0}},
-	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) }, ptx.WeightTypes, nil,
-		[]ggml.Type{ggml.F16}},
+	kernels.TierCPU: {func(kernels.Target, Options) passes.Templates { return cpuTemplate },
+		func(kernels.Target) []ggml.Type { return quant.WeightTypes() }, nil, []ggml.Type{ggml.F16, ggml.Q8_0}},
+	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) },
+		func(t kernels.Target) []ggml.Type { return ptx.WeightTypes(ptx.TargetArch(t.Name)) }, nil, []ggml.Type{ggml.F16}},
 	kernels.TierAMD: {func(t kernels.Target, _ Options) passes.Templates { return amdTemplate(t.Code) },
-		func() []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families, []ggml.Type{ggml.F16}},
+		func(kernels.Target) []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families, []ggml.Type{ggml.F16}},
 }
 
 // checkKVTypes refuses, as unsupported, a KV cache element type
@@ -99,7 +99,7 @@ func checkKernelFamilies(m *arch.Model, target string) error {
 func weightTypes(target string) []ggml.Type {
 	t, ok := kernels.LookupTarget(target)
 	if k, has := tierKernels[t.Tier]; ok && has {
-		return k.weightTypes()
+		return k.weightTypes(t)
 	}
 	return nil
 }
@@ -133,8 +133,9 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 	return template(instance, zrt.CPU, []byte(instance), 0, 1)
 }
 
-// cudaTemplate: the code is the instance's PTX (embedded in zrtc from
-// kernels/cuda/ptx), NUL-terminated for cuModuleLoadData. The tier passes
+// cudaTemplate: the code is the instance's PTX for the target's
+// architecture (embedded in zrtc from kernels/cuda/ptx's archive),
+// NUL-terminated for cuModuleLoadData. The tier passes
 // the slot values as the kernel's trailing parameters, so one PTX serves
 // every shape and the blob is specialized, like every target's, by
 // patching slots.
@@ -144,7 +145,7 @@ func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 		if err != nil {
 			return nil, err
 		}
-		src, err := ptx.Source(instance, ptxDir)
+		src, err := ptx.Source(ptx.TargetArch(target.String()), instance, ptxDir)
 		if err != nil {
 			return nil, err
 		}
@@ -235,6 +236,14 @@ func templatesFor(target string, opt Options) (passes.Templates, error) {
 // every ggml type; this is where a build learns it cannot use one.
 func checkWeightTypes(m *arch.Model, target string) error {
 	types := weightTypes(target)
+	if t, ok := kernels.LookupTarget(target); ok && len(types) == 0 {
+		detail := "this zrtc has no kernels for it"
+		if t.Tier == kernels.TierCUDA {
+			detail = fmt.Sprintf("this zrtc has no %s PTX (its archive has %s): run kernels/cuda/build_ptx.sh on a machine with nvcc, then go run ./kernels/cuda/gen -pack",
+				ptx.TargetArch(target), strings.Join(ptx.Embedded().Arches(), ", "))
+		}
+		return &support.Error{What: "target", Value: target, Detail: detail}
+	}
 	for _, g := range m.Graphs {
 		for _, b := range g.Buffers {
 			if b.Class != ir.Weight || slices.Contains(types, b.Type) {

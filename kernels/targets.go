@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/zrtdev/zrt/format/zrt"
 )
@@ -38,6 +40,13 @@ var targets = []Target{
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
 	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
+	// Ampere and Ada (sm_80, sm_86, sm_89): compute_80 PTX, which the
+	// driver JIT-compiles for any later GPU too. The kernels are sm_90's
+	// without programmatic dependent launch (dep_sync in
+	// kernels/cuda/common.cuh); the tensor-core tiles' mma.sync and
+	// cp.async are Ampere's.
+	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA,
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
 	// The AMD targets' kernels (kernels/amd) implement one fused family.
 	{Name: "amd:gfx1201", Code: zrt.GFX1201, Tier: TierAMD, Fused: []string{"matmul_residual"}},
 	{Name: "amd:gfx1100", Code: zrt.GFX1100, Tier: TierAMD, Fused: []string{"matmul_residual"}},
@@ -63,6 +72,18 @@ func LookupTarget(name string) (Target, bool) {
 		}
 	}
 	return Target{}, false
+}
+
+// ComputeCapability is the CUDA compute capability a CUDA target's PTX is
+// for (cuda:sm_80 → 8, 0), which the driver JIT-compiles for that GPU or
+// a later one; ok is false for other targets.
+func (t Target) ComputeCapability() (major, minor int, ok bool) {
+	_, sm, found := strings.Cut(t.Name, ":sm_")
+	n, err := strconv.Atoi(sm)
+	if t.Tier != TierCUDA || !found || err != nil || n < 10 {
+		return 0, 0, false
+	}
+	return n / 10, n % 10, true
 }
 
 // Fuses reports whether the target implements the fused kernel family.

@@ -24,3 +24,20 @@ func TestTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestComputeCapability(t *testing.T) {
+	for name, want := range map[string][2]int{"cuda:sm_90": {9, 0}, "cuda:sm_80": {8, 0}} {
+		tg, ok := LookupTarget(name)
+		if !ok {
+			t.Fatalf("no target %s", name)
+		}
+		major, minor, ok := tg.ComputeCapability()
+		if !ok || major != want[0] || minor != want[1] {
+			t.Errorf("%s: %d.%d %v, want %d.%d", name, major, minor, ok, want[0], want[1])
+		}
+	}
+	cpu, _ := LookupTarget("cpu")
+	if _, _, ok := cpu.ComputeCapability(); ok {
+		t.Error("cpu has a compute capability")
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -71,12 +70,11 @@ func requirementsFor(target string) (bundleset.Requires, error) {
 	}
 	req := bundleset.Requires{Tier: string(t.Tier)}
 	if t.Tier == kernels.TierCUDA {
-		_, sm, ok := strings.Cut(target, ":sm_")
-		n, err := strconv.Atoi(sm)
-		if !ok || err != nil || n < 10 {
+		major, minor, ok := t.ComputeCapability()
+		if !ok {
 			return req, fmt.Errorf("target %s: cannot read its compute capability (want cuda:sm_NN)", target)
 		}
-		req.CUDAComputeCapability = fmt.Sprintf("%d.%d", n/10, n%10)
+		req.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
 	}
 	if t.Tier == kernels.TierAMD {
 		req.AMDGfx = strings.TrimPrefix(target, "amd:")

@@ -23,10 +23,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/zrtdev/zrt/compiler"
@@ -144,26 +144,30 @@ func Resolve(path string, model [32]byte, opt compiler.Options, toolchain string
 	return in, nil
 }
 
-// dirDigest hashes the names and contents of the regular files directly
-// in dir, in name order: the kernel code a build may read from there.
+// dirDigest hashes the paths and contents of the regular files in dir
+// and its subdirectories (build_ptx.sh writes <arch>/<entry>.ptx), in
+// path order: the kernel code a build may read from there.
 func dirDigest(dir string) ([32]byte, error) {
 	var sum [32]byte
-	des, err := os.ReadDir(dir)
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || !de.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), len(b))
+		h.Write(b)
+		return nil
+	})
 	if err != nil {
 		return sum, err
-	}
-	sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
-	h := sha256.New()
-	for _, de := range des {
-		if !de.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, de.Name()))
-		if err != nil {
-			return sum, err
-		}
-		fmt.Fprintf(h, "%s %d\n", de.Name(), len(b))
-		h.Write(b)
 	}
 	copy(sum[:], h.Sum(nil))
 	return sum, nil

@@ -2,4 +2,4 @@
 // Catalog instance add.
 #define FAMILY FAMILY_ADD
 #define NAME add
-#include "plain.cuh"
+#include "family/add.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance add_gated.
 #define FAMILY FAMILY_ADD_GATED
 #define NAME add_gated
-#include "plain.cuh"
+#include "family/add_gated.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance argmax.
 #define FAMILY FAMILY_ARGMAX
 #define NAME argmax
-#include "plain.cuh"
+#include "family/argmax.cuh"

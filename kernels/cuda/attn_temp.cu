@@ -2,4 +2,4 @@
 // Catalog instance attn_temp.
 #define FAMILY FAMILY_ATTN_TEMP
 #define NAME attn_temp
-#include "plain.cuh"
+#include "family/attn_temp.cuh"

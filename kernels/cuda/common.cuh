@@ -42,9 +42,15 @@ typedef unsigned char u8;
 // dep_sync before it reads any activation or writes anything. dep_sync
 // waits until the previous kernel has finished and its writes are
 // visible, then allows the next kernel to launch (so at most two overlap).
+// Before sm_90 (the cuda:sm_80 target's compute_80 PTX) there is no
+// griddepcontrol: dep_sync is empty, and the tier, finding no
+// griddepcontrol.wait in the PTX, launches such kernels one after another
+// (also on a Hopper GPU, which JIT-compiles that PTX).
 __device__ __forceinline__ void dep_sync() {
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ u32 io_row(const u32* io, int i, int f) {

@@ -2,4 +2,4 @@
 // Catalog instance copy_cols.
 #define FAMILY FAMILY_COPY_COLS
 #define NAME copy_cols
-#include "plain.cuh"
+#include "family/copy_cols.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 1 // F16
 #define NAME embed_f16
-#include "typed.cuh"
+#include "family/embed.cuh"

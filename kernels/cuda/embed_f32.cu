@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 0 // F32
 #define NAME embed_f32
-#include "typed.cuh"
+#include "family/embed.cuh"

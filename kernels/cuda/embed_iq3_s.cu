@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 21 // IQ3_S
 #define NAME embed_iq3_s
-#include "typed.cuh"
+#include "family/embed.cuh"

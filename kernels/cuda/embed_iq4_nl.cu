@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 20 // IQ4_NL
 #define NAME embed_iq4_nl
-#include "typed.cuh"
+#include "family/embed.cuh"

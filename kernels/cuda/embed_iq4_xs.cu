@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 23 // IQ4_XS
 #define NAME embed_iq4_xs
-#include "typed.cuh"
+#include "family/embed.cuh"

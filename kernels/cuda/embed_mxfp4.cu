@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 39 // MXFP4
 #define NAME embed_mxfp4
-#include "typed.cuh"
+#include "family/embed.cuh"

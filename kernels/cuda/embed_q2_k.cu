@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 10 // Q2_K
 #define NAME embed_q2_k
-#include "typed.cuh"
+#include "family/embed.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 11 // Q3_K
 #define NAME embed_q3_k
-#include "typed.cuh"
+#include "family/embed.cuh"

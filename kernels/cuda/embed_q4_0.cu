@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 2 // Q4_0
 #define NAME embed_q4_0
-#include "typed.cuh"
+#include "family/embed.cuh"

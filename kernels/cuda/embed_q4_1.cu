@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 3 // Q4_1
 #define NAME embed_q4_1
-#include "typed.cuh"
+#include "family/embed.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 12 // Q4_K
 #define NAME embed_q4_k
-#include "typed.cuh"
+#include "family/embed.cuh"

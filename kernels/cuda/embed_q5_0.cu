@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 6 // Q5_0
 #define NAME embed_q5_0
-#include "typed.cuh"
+#include "family/embed.cuh"

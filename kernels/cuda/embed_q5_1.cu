@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 7 // Q5_1
 #define NAME embed_q5_1
-#include "typed.cuh"
+#include "family/embed.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 13 // Q5_K
 #define NAME embed_q5_k
-#include "typed.cuh"
+#include "family/embed.cuh"

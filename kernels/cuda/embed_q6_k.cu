@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 14 // Q6_K
 #define NAME embed_q6_k
-#include "typed.cuh"
+#include "family/embed.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_EMBED
 #define WT 8 // Q8_0
 #define NAME embed_q8_0
-#include "typed.cuh"
+#include "family/embed.cuh"

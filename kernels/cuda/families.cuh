@@ -2,8 +2,8 @@
 
 // families.cuh: the number of each kernel family T-CUDA implements, from
 // the table in families.go. An instance .cu defines FAMILY as one of these
-// and includes typed.cuh or plain.cuh, which emit the kernel under
-// #if FAMILY == FAMILY_<NAME>.
+// and includes its family's source, family/<name>.cuh; a source that two
+// families share (family/matmul.cuh) tells them apart by FAMILY.
 #pragma once
 
 #define FAMILY_EMBED 1

@@ -11,68 +11,87 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 )
 
-// Family is a catalog kernel family T-CUDA implements, with the number its
-// CUDA sources know it by: an instance .cu defines FAMILY as that number's
-// name from families.cuh, and typed.cuh or plain.cuh emits the kernel of
-// the family whose number it is.
+// Family is a catalog kernel family T-CUDA implements: the number its
+// CUDA sources know it by, the .cuh that holds its kernels and the shape
+// of its launches. An instance .cu defines FAMILY as that number's name
+// from families.cuh (and NAME, and WT for a typed family) and includes the
+// family's .cuh.
 type Family struct {
 	Name string // the catalog family (kernels.Lookup)
 	ID   int    // FAMILY_<NAME> in families.cuh
+	// Source is the family's kernel source under family/ where another
+	// family shares it (matmul_residual is matmul.cuh's, which tells the
+	// two apart by FAMILY); "" for family/<Name>.cuh.
+	Source string
+	// Launch shapes the family's dispatches (Shape).
+	Launch Geometry
 }
 
 // Macro is the family's constant in families.cuh: FAMILY_MATMUL.
 func (f Family) Macro() string { return "FAMILY_" + strings.ToUpper(f.Name) }
 
-// families is the one table of T-CUDA's family numbers; kernels/cuda/gen
-// writes families.cuh and the instance .cu files from it. The numbers are
-// fixed here rather than derived from the catalog's order, so that adding
-// or reordering catalog families renumbers none of the others: their
-// preprocessed sources, and so their PTX, stay the same (families.cuh
-// still changes, so `make ptx` must run and record the new hashes). A new
-// family takes the next free number.
+// File is the family's kernel source, relative to kernels/cuda:
+// family/rms_norm.cuh.
+func (f Family) File() string {
+	if f.Source != "" {
+		return "family/" + f.Source
+	}
+	return "family/" + f.Name + ".cuh"
+}
+
+// families is the one table of T-CUDA's kernel families: a family is its
+// row (number, source, launch geometry) and its .cuh under family/;
+// kernels/cuda/gen writes families.cuh and the instance .cu files from it.
+// The numbers are fixed here rather than derived from the catalog's
+// order, so that adding or reordering catalog families renumbers none of
+// the others: their preprocessed sources, and so their PTX, stay the same
+// (families.cuh, which the typed families read, still changes, so `make
+// ptx` must run and record the new hashes). A new family takes the next
+// free number: its row here, its family/<name>.cuh, then make generate
+// and make ptx.
 //
 // T-CUDA implements every catalog family that no target lists as fused
 // and the fused families its targets list (kernels.Targets); a test holds
 // this table to that. The other fused family (residual_rms_norm) has
 // no CUDA kernel, and the fuse pass never forms it for a CUDA target.
 var families = []Family{
-	{"embed", 1},
-	{"matmul", 2},
-	{"lm_head", 3},
-	{"moe_gate_topk", 4},
-	{"moe_gate_up", 5},
-	{"moe_down_acc", 6},
-	{"rms_norm_qkv", 7},
-	{"rms_norm_gate_up", 8},
-	{"matmul_residual", 9},
-	{"rms_norm", 10},
-	{"rope", 11},
-	{"kv_write", 12},
-	{"flash_attn", 13},
-	{"add", 14},
-	{"swiglu", 15},
-	{"argmax", 16},
-	{"rope_kv_write", 17},
-	{"rms_norm_rope_kv_write", 18},
-	{"rope_ext", 19},
-	{"add_gated", 20},
-	{"flash_attn_ext", 21},
-	{"geglu", 22},
-	{"scale", 23},
-	{"logit_softcap", 24},
-	{"attn_temp", 25},
-	{"moe_add_bias", 26},
-	{"swiglu_oai", 27},
-	{"ssm_conv", 28},
-	{"gdn_gates", 29},
-	{"gated_delta_net", 30},
-	{"rms_norm_gated", 31},
-	{"split_halves", 32},
-	{"mul_sigmoid", 33},
-	{"copy_cols", 34},
-	{"zero", 35},
-	{"mul_vec", 36},
-	{"moe_route_scale", 37},
+	{Name: "embed", ID: 1, Launch: perRow(256)},
+	{Name: "matmul", ID: 2, Launch: matrix(pushKN, floats)},
+	{Name: "lm_head", ID: 3, Launch: matrix(pushKN, floats)},
+	{Name: "moe_gate_topk", ID: 4, Launch: moeGateTopk},
+	{Name: "moe_gate_up", ID: 5, Launch: moeGateUp},
+	{Name: "moe_down_acc", ID: 6, Launch: moeDownAcc},
+	{Name: "rms_norm_qkv", ID: 7, Launch: matrix(qkvKN, normedFloats)},
+	{Name: "rms_norm_gate_up", ID: 8, Launch: matrix(gateUpKN, normedFloats)},
+	{Name: "matmul_residual", ID: 9, Source: "matmul.cuh", Launch: matrix(pushKN, floats)},
+	{Name: "rms_norm", ID: 10, Launch: perRow(256)},
+	{Name: "rope", ID: 11, Launch: perRow(256)},
+	{Name: "kv_write", ID: 12, Launch: perRow(256)},
+	{Name: "flash_attn", ID: 13, Launch: attention},
+	{Name: "add", ID: 14, Launch: elementwise(1)},
+	{Name: "swiglu", ID: 15, Launch: elementwise(1)},
+	{Name: "argmax", ID: 16, Launch: perRow(1024)},
+	{Name: "rope_kv_write", ID: 17, Launch: rowsBy(ropeHeads)},
+	{Name: "rms_norm_rope_kv_write", ID: 18, Launch: rowsBy(ropeHeads)},
+	{Name: "rope_ext", ID: 19, Launch: perRow(256)},
+	{Name: "add_gated", ID: 20, Launch: perRow(256)},
+	{Name: "flash_attn_ext", ID: 21, Launch: attention},
+	{Name: "geglu", ID: 22, Launch: elementwise(1)},
+	{Name: "scale", ID: 23, Launch: elementwise(1)},
+	{Name: "logit_softcap", ID: 24, Launch: rowsBy(softcapChunks)},
+	{Name: "attn_temp", ID: 25, Launch: perRow(256)},
+	{Name: "moe_add_bias", ID: 26, Launch: elementwise(2)},
+	{Name: "swiglu_oai", ID: 27, Launch: elementwise(1)},
+	{Name: "ssm_conv", ID: 28, Launch: rowsBy(convChannels)},
+	{Name: "gdn_gates", ID: 29, Launch: elementwise(1)},
+	{Name: "gated_delta_net", ID: 30, Launch: rowsBy(deltaHeads)},
+	{Name: "rms_norm_gated", ID: 31, Launch: rowsBy(normGroups)},
+	{Name: "split_halves", ID: 32, Launch: elementwise(2)},
+	{Name: "mul_sigmoid", ID: 33, Launch: elementwise(1)},
+	{Name: "copy_cols", ID: 34, Launch: elementwise(1)},
+	{Name: "zero", ID: 35, Launch: elementwise(1)},
+	{Name: "mul_vec", ID: 36, Launch: elementwise(1)},
+	{Name: "moe_route_scale", ID: 37, Launch: elementwise(1)},
 }
 
 // instanceTypes are the weight types for which every typed family is
@@ -82,6 +101,16 @@ var instanceTypes = []ggml.Type{
 	ggml.F32, ggml.F16, ggml.Q4_0, ggml.Q4_1, ggml.Q5_0, ggml.Q5_1, ggml.Q8_0,
 	ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_NL, ggml.IQ3_S,
 	ggml.IQ4_XS, ggml.MXFP4,
+}
+
+// lookupFamily returns the family table's row for a catalog family.
+func lookupFamily(name string) (Family, bool) {
+	for _, f := range families {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Family{}, false
 }
 
 // Families returns the kernel families T-CUDA implements, in number order.

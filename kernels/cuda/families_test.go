@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -95,40 +96,72 @@ func TestInstances(t *testing.T) {
 	}
 }
 
-// TestTemplatesUseFamilyNames checks that each family's template emits a
-// kernel for it (a family without an #if block would compile to a PTX
-// with no entry, found only on a machine with nvcc), and that no template
-// tests FAMILY against a bare number.
-func TestTemplatesUseFamilyNames(t *testing.T) {
-	src := map[string]string{}
-	for _, name := range []string{"typed.cuh", "plain.cuh"} {
-		b, err := os.ReadFile(name)
+// TestFamilyRows checks that every row of the family table is complete:
+// it has a launch geometry and a kernel source that exists and defines the
+// instance's entry (NAME), and no source under family/ is left without a
+// row. A family without its source would compile to a PTX with no entry,
+// found only on a machine with nvcc.
+func TestFamilyRows(t *testing.T) {
+	used := map[string]bool{}
+	for _, f := range Families() {
+		if f.Launch == nil {
+			t.Errorf("family %s has no launch geometry", f.Name)
+		}
+		src, err := os.ReadFile(f.File())
+		if err != nil {
+			t.Errorf("family %s: %v", f.Name, err)
+			continue
+		}
+		used[f.File()] = true
+		if !regexp.MustCompile(`extern "C" __global__ void __launch_bounds__\([^)]*\)\s+NAME\b`).Match(src) {
+			t.Errorf("%s defines no entry NAME for family %s", f.File(), f.Name)
+		}
+	}
+	files, _ := filepath.Glob("family/*.cuh")
+	if len(files) == 0 {
+		t.Fatal("no family/*.cuh")
+	}
+	for _, p := range files {
+		if !used[p] {
+			t.Errorf("%s is no family's source (families.go)", p)
+		}
+	}
+}
+
+// TestSourcesUseFamilyNames checks the CUDA sources' use of FAMILY: no
+// source tests it against a bare number, every FAMILY_ name is a family,
+// and only a source that families share tests FAMILY at all (one .cuh
+// per family replaced the #if FAMILY blocks).
+func TestSourcesUseFamilyNames(t *testing.T) {
+	macros := map[string]bool{}
+	shared := map[string]bool{}
+	for _, f := range Families() {
+		macros[f.Macro()] = true
+		if f.Source != "" {
+			shared[f.File()] = true
+		}
+	}
+	files, _ := filepath.Glob("*.cuh")
+	more, _ := filepath.Glob("family/*.cuh")
+	for _, p := range append(files, more...) {
+		if p == "families.cuh" {
+			continue
+		}
+		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		src[name] = string(b)
-		if m := regexp.MustCompile(`FAMILY\s*==\s*[0-9]`).FindString(src[name]); m != "" {
-			t.Errorf("%s tests a family by number (%q): use families.cuh's names", name, m)
+		src := string(b)
+		if m := regexp.MustCompile(`FAMILY\s*==\s*[0-9]`).FindString(src); m != "" {
+			t.Errorf("%s tests a family by number (%q): use families.cuh's names", p, m)
 		}
-	}
-	for _, f := range Families() {
-		abi, _ := kernels.Lookup(f.Name)
-		name := "plain.cuh"
-		if abi.Typed {
-			name = "typed.cuh"
+		code := regexp.MustCompile(`//.*`).ReplaceAllString(src, "")
+		if regexp.MustCompile(`\bFAMILY\b`).MatchString(code) && !shared[p] {
+			t.Errorf("%s tests FAMILY, but no two families share it: a family's kernels go in its own family/*.cuh", p)
 		}
-		if !regexp.MustCompile(`FAMILY == ` + f.Macro() + `\b`).MatchString(src[name]) {
-			t.Errorf("%s has no kernel for family %s (FAMILY == %s)", name, f.Name, f.Macro())
-		}
-	}
-	macros := map[string]bool{}
-	for _, f := range Families() {
-		macros[f.Macro()] = true
-	}
-	for name, s := range src {
-		for _, m := range regexp.MustCompile(`FAMILY_[A-Z0-9_]+`).FindAllString(s, -1) {
+		for _, m := range regexp.MustCompile(`FAMILY_[A-Z0-9_]+`).FindAllString(src, -1) {
 			if !macros[m] {
-				t.Errorf("%s names %s, which is no family", name, m)
+				t.Errorf("%s names %s, which is no family", p, m)
 				macros[m] = true // once
 			}
 		}

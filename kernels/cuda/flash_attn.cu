@@ -2,4 +2,4 @@
 // Catalog instance flash_attn.
 #define FAMILY FAMILY_FLASH_ATTN
 #define NAME flash_attn
-#include "plain.cuh"
+#include "family/flash_attn.cuh"

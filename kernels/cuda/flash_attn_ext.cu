@@ -2,4 +2,4 @@
 // Catalog instance flash_attn_ext.
 #define FAMILY FAMILY_FLASH_ATTN_EXT
 #define NAME flash_attn_ext
-#include "plain.cuh"
+#include "family/flash_attn_ext.cuh"

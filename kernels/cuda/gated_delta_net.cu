@@ -2,4 +2,4 @@
 // Catalog instance gated_delta_net.
 #define FAMILY FAMILY_GATED_DELTA_NET
 #define NAME gated_delta_net
-#include "plain.cuh"
+#include "family/gated_delta_net.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance gdn_gates.
 #define FAMILY FAMILY_GDN_GATES
 #define NAME gdn_gates
-#include "plain.cuh"
+#include "family/gdn_gates.cuh"

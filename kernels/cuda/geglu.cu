@@ -2,4 +2,4 @@
 // Catalog instance geglu.
 #define FAMILY FAMILY_GEGLU
 #define NAME geglu
-#include "plain.cuh"
+#include "family/geglu.cuh"

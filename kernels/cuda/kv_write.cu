@@ -2,4 +2,4 @@
 // Catalog instance kv_write.
 #define FAMILY FAMILY_KV_WRITE
 #define NAME kv_write
-#include "plain.cuh"
+#include "family/kv_write.cuh"

@@ -1,11 +1,12 @@
 // Package cuda describes T-CUDA's kernels to the Go side: the CUDA C
 // sources next to this file (one .cu per catalog instance, written by
 // kernels/cuda/gen from the family table in families.go, each including
-// the family templates typed.cuh or plain.cuh) are compiled to PTX for
-// sm_90 by `make ptx` into ptx/, which zrtc embeds in kernel blobs
-// (package ptx). This file holds the launch shapes the kernels are written
-// for, shared by zrtc (which records the block size in each blob's header)
-// and the CUDA tier (which launches them).
+// its family's source family/<family>.cuh) are compiled to PTX for each
+// CUDA architecture by `make ptx` into the archive in ptx/, which zrtc
+// embeds in kernel blobs (package ptx). This file holds the launch shapes
+// the kernels are written for (each family's Geometry, geometry.go, is
+// built from them), shared by zrtc (which records the block size in each
+// blob's header) and the CUDA tier (which launches them).
 //
 // Rows are data: every kernel is launched for the variant's row capacity
 // and its blocks for rows at or past the request table's n_rows exit at
@@ -38,7 +39,7 @@ type Launch struct {
 }
 
 // EntryPoint names one of an instance's entry points: Entry(instance) plus
-// its suffix (typed.cuh has the integer matrix families').
+// its suffix (the integer matrix families have several: family/matmul.cuh).
 type EntryPoint uint8
 
 // The entry points.
@@ -356,7 +357,7 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	return Launch{Grid: grid, Block: block, Shared: mmtShared(typ, rows), Entry: entry, Staged: mmtStaged(r, k, rows, tiles, grid[2]), Stage: stage(r, k)}
 }
 
-// faGroup is fa_group in plain.cuh: the query heads one block of the
+// faGroup is fa_group in fa.cuh: the query heads one block of the
 // decode attention kernels serves, which share a KV head and so load its
 // rows once: the largest of 4, 3 and 2 that divides the heads a KV head
 // serves, at most 2 for heads wider than 128 (a lane's accumulators stay
@@ -370,12 +371,12 @@ func faGroup(nHead, nHeadKV, headDim uint32) uint32 {
 	return 1
 }
 
-// faShared is fa_smem in plain.cuh: the decode attention kernels' shared
+// faShared is fa_smem in fa.cuh: the decode attention kernels' shared
 // memory for g heads a block, w warps and heads of d.
 func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1)) }
 
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
-// plain.cuh at most) for a launch of blocks blocks: 8, doubled while the
+// fa.cuh at most) for a launch of blocks blocks: 8, doubled while the
 // launch has fewer than faBusyWarps warps and the shared memory stays
 // within the default 48 KiB. A step of few rows then splits each row's
 // keys over more warps instead of leaving most of the GPU idle; a block's
@@ -401,7 +402,7 @@ func faWarps(blocks, g, d uint32) uint32 {
 
 const faBusyWarps = 4096
 
-// faLeanWarps is FA_LEAN_WARPS in plain.cuh: flash_attn's _lean entry,
+// faLeanWarps is FA_LEAN_WARPS in family/flash_attn.cuh: flash_attn's _lean entry,
 // compiled for four blocks of at most that many warps a multiprocessor,
 // takes launches of one head a block (faGroup 1), heads of at most 128
 // and blocks that many warps (faWarps gives them to launches of many
@@ -415,21 +416,21 @@ const faBusyWarps = 4096
 // up; 2 931 / 5 096 and 2 890 / 5 117 with 4 from 512 up.
 const faLeanWarps = 8
 
-// faMaxWarps is FA_MAX_WARPS in plain.cuh.
+// faMaxWarps is FA_MAX_WARPS in fa.cuh.
 const faMaxWarps = 16
 
-// fatRows is FAT_ROWS in plain.cuh: the rows one block of flash_attn's
+// fatRows is FAT_ROWS in family/flash_attn.cuh: the rows one block of flash_attn's
 // tensor-core entry takes (a warp per 16), and the fewest a prefill
 // variant needs to take it. Decode variants keep the flash-decoding
 // kernel, which spreads each row's keys over a block: the tile kernel
 // would take a pass over the keys per slot in a warp's 16 rows.
 const fatRows = 64
 
-// softcapChunk is SOFTCAP_CHUNK in plain.cuh: the logits one block of
+// softcapChunk is SOFTCAP_CHUNK in family/logit_softcap.cuh: the logits one block of
 // logit_softcap caps.
 const softcapChunk = 4096
 
-// gdnMaxS is 2·GDN_REG_S in plain.cuh: the widest head gated_delta_net
+// gdnMaxS is 2·GDN_REG_S in family/gated_delta_net.cuh: the widest head gated_delta_net
 // takes (its shared q, k and v).
 const gdnMaxS = 256
 
@@ -441,153 +442,16 @@ func mmqStride(k uint32) int { return int((k + k/4 + 15) &^ 15) }
 // rms_norm), given its push constants and specialization values in ABI
 // order, the variant's row capacity and whether it is a prefill variant
 // (whose rows are mostly prompt runs of few slots; a decode variant's are
-// one a slot).
+// one a slot): its family's Geometry (families.go) applied to them.
 func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch, error) {
 	family, typ, _ := strings.Cut(instance, ".")
-	r := uint32(rows)
-	l := Launch{Grid: [3]uint32{r, 1, 1}, Block: [3]uint32{BlockSize(family), 1, 1}}
-	need := func(p []uint32, n int, what string) error {
-		if len(p) < n {
-			return fmt.Errorf("cuda: %s: %d %s values, want %d", family, len(p), what, n)
-		}
-		return nil
+	f, ok := lookupFamily(family)
+	if !ok {
+		return Launch{}, fmt.Errorf("cuda: no kernel for family %s", family)
 	}
-	switch family {
-	case "embed", "rms_norm", "rope", "rope_ext", "kv_write", "add_gated", "attn_temp":
-	case "argmax": // a block of 1024 a row (plain.cuh)
-		l.Block[0] = 1024
-	case "rope_kv_write", "rms_norm_rope_kv_write": // spec n_layer, n_head, n_head_kv, head_dim, …: a block per (row, 8 heads), a warp a head
-		if err := need(spec, 4, "spec"); err != nil {
-			return l, err
-		}
-		if spec[3] > 512 { // the kernels' shared tables
-			return l, fmt.Errorf("cuda: %s: head_dim %d over the kernel's 512", family, spec[3])
-		}
-		l.Grid[1] = ceilDiv(spec[1]+spec[2], BlockSize(family)/32)
-	case "matmul", "matmul_residual", "lm_head": // push k, n
-		if err := need(push, 2, "push"); err != nil {
-			return l, err
-		}
-		if _, ok := mmqTypes[typ]; ok {
-			l = integerMatrix(family, typ, push[0], push[1], r, prefill)
-			break
-		}
-		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
-		l.Shared = 4 * int(push[0])
-	case "rms_norm_qkv", "rms_norm_gate_up": // spec k, n_q, n_kv, eps | k, f, eps
-		if err := need(spec, 3, "spec"); err != nil {
-			return l, err
-		}
-		k, n := spec[0], 2*spec[1]
-		if family == "rms_norm_qkv" {
-			n = spec[1] + 2*spec[2]
-		}
-		if _, ok := mmqTypes[typ]; ok {
-			l = integerMatrix(family, typ, k, n, r, prefill)
-			break
-		}
-		l.Grid = [3]uint32{ceilDiv(n, mmWarps), r, 1}
-		l.Shared = 8 * int(k) // the normalized row and its rounding
-	case "moe_gate_topk": // push k, n_expert, n_used, norm, gating
-		if err := need(push, 2, "push"); err != nil {
-			return l, err
-		}
-		l.Shared = 4 * int(push[0]+push[1])
-	case "moe_gate_up": // spec k, f, n_used
-		if err := need(spec, 3, "spec"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(spec[1], mmWarps), r * spec[2], 1}
-		l.Shared = 4 * int(spec[0])
-	case "moe_down_acc": // push f, n, n_used
-		if err := need(push, 3, "push"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(push[1], mmWarps), r, 1}
-		l.Shared = 4 * int(push[0]*push[2])
-	case "flash_attn", "flash_attn_ext": // spec n_layer, n_head, n_head_kv, head_dim, …: one block per (head group, row)
-		if err := need(spec, 4, "spec"); err != nil {
-			return l, err
-		}
-		if spec[2] == 0 || spec[1]%spec[2] != 0 {
-			return l, fmt.Errorf("cuda: %s: %d heads do not share %d KV heads evenly", family, spec[1], spec[2])
-		}
-		g := faGroup(spec[1], spec[2], spec[3])
-		l.Grid = [3]uint32{spec[1] / g, r, 1}
-		w := faWarps(l.Grid[0]*r, g, spec[3])
-		l.Block[0], l.Shared = 32*w, faShared(g, w, spec[3])
-		if family == "flash_attn" && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
-			l.Entry = EntryLean
-		}
-		if d := spec[3]; family == "flash_attn" && prefill && r >= fatRows && (d == 64 || d == 128) {
-			// Prefill on tensor cores: a warp per 16 rows of a head, for
-			// the prompt rows; the others take the decode kernel.
-			rest := l
-			rest.Entry = EntryRest
-			l = Launch{Grid: [3]uint32{spec[1], ceilDiv(r, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile, Rest: &rest}
-		}
-	case "logit_softcap": // push n_vocab: blocks of softcapChunk logits per row
-		if err := need(push, 1, "push"); err != nil {
-			return l, err
-		}
-		l.Grid[1] = ceilDiv(push[0], softcapChunk)
-	case "moe_add_bias": // push f, n_used
-		if err := need(push, 2, "push"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(r*push[0]*push[1], 256), 1, 1}
-	case "ssm_conv": // push cols, off; spec k, slot_bytes: a block per (row, 256 channels), a slot's first row's runs it
-		if err := need(push, 1, "push"); err != nil {
-			return l, err
-		}
-		if err := need(spec, 1, "spec"); err != nil {
-			return l, err
-		}
-		if spec[0] < 2 {
-			return l, fmt.Errorf("cuda: ssm_conv: window %d, want at least 2", spec[0])
-		}
-		l.Grid[1] = ceilDiv(push[0], 256)
-	case "gated_delta_net": // spec h_k, h_v, s, eps, slot_bytes, grouped: a block per (row, v head), a slot's first row's runs it
-		if err := need(spec, 3, "spec"); err != nil {
-			return l, err
-		}
-		if spec[2] > gdnMaxS {
-			return l, fmt.Errorf("cuda: gated_delta_net: head width %d over the kernel's %d", spec[2], gdnMaxS)
-		}
-		if spec[0] == 0 || spec[1]%spec[0] != 0 {
-			return l, fmt.Errorf("cuda: gated_delta_net: %d v heads over %d k heads", spec[1], spec[0])
-		}
-		l.Grid[1] = spec[1]
-	case "rms_norm_gated": // push cols, group: a block per (row, group)
-		if err := need(push, 2, "push"); err != nil {
-			return l, err
-		}
-		if push[1] == 0 || push[0]%push[1] != 0 {
-			return l, fmt.Errorf("cuda: rms_norm_gated: %d columns in groups of %d", push[0], push[1])
-		}
-		l.Grid[1] = push[0] / push[1]
-	case "split_halves": // push heads, width
-		if err := need(push, 2, "push"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(r*push[0]*push[1], 256), 1, 1}
-	case "gdn_gates": // push heads
-		if err := need(push, 1, "push"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
-	case "moe_route_scale": // push n_used
-		if err := need(push, 1, "push"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
-	case "add", "swiglu", "swiglu_oai", "geglu", "scale", "mul_sigmoid", "copy_cols", "zero", "mul_vec": // push cols
-		if err := need(push, 1, "push"); err != nil {
-			return l, err
-		}
-		l.Grid = [3]uint32{ceilDiv(r*push[0], 256), 1, 1}
-	default:
-		return l, fmt.Errorf("cuda: no kernel for family %s", family)
+	l, err := f.Launch(Dispatch{Family: family, Type: typ, Push: push, Spec: spec, Rows: uint32(rows), Prefill: prefill})
+	if err != nil {
+		return l, err
 	}
 	if l.Grid[0] == 0 || l.Grid[1] == 0 {
 		return l, fmt.Errorf("cuda: %s: empty grid %v", family, l.Grid)

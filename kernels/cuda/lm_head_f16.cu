@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 1 // F16
 #define NAME lm_head_f16
-#include "typed.cuh"
+#include "family/lm_head.cuh"

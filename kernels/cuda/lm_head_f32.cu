@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 0 // F32
 #define NAME lm_head_f32
-#include "typed.cuh"
+#include "family/lm_head.cuh"

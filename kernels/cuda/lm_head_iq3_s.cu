@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 21 // IQ3_S
 #define NAME lm_head_iq3_s
-#include "typed.cuh"
+#include "family/lm_head.cuh"

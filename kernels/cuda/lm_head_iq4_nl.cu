@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 20 // IQ4_NL
 #define NAME lm_head_iq4_nl
-#include "typed.cuh"
+#include "family/lm_head.cuh"

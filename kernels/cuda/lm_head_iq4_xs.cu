@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 23 // IQ4_XS
 #define NAME lm_head_iq4_xs
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 39 // MXFP4
 #define NAME lm_head_mxfp4
-#include "typed.cuh"
+#include "family/lm_head.cuh"

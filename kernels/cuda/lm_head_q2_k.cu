@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 10 // Q2_K
 #define NAME lm_head_q2_k
-#include "typed.cuh"
+#include "family/lm_head.cuh"

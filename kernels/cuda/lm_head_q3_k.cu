@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 11 // Q3_K
 #define NAME lm_head_q3_k
-#include "typed.cuh"
+#include "family/lm_head.cuh"

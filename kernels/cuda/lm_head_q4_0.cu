@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 2 // Q4_0
 #define NAME lm_head_q4_0
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 3 // Q4_1
 #define NAME lm_head_q4_1
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 12 // Q4_K
 #define NAME lm_head_q4_k
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 7 // Q5_1
 #define NAME lm_head_q5_1
-#include "typed.cuh"
+#include "family/lm_head.cuh"

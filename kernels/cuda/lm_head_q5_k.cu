@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 13 // Q5_K
 #define NAME lm_head_q5_k
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 14 // Q6_K
 #define NAME lm_head_q6_k
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_LM_HEAD
 #define WT 8 // Q8_0
 #define NAME lm_head_q8_0
-#include "typed.cuh"
+#include "family/lm_head.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance logit_softcap.
 #define FAMILY FAMILY_LOGIT_SOFTCAP
 #define NAME logit_softcap
-#include "plain.cuh"
+#include "family/logit_softcap.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 1 // F16
 #define NAME matmul_f16
-#include "typed.cuh"
+#include "family/matmul.cuh"

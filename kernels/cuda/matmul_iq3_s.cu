@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 21 // IQ3_S
 #define NAME matmul_iq3_s
-#include "typed.cuh"
+#include "family/matmul.cuh"

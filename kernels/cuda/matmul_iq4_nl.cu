@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 20 // IQ4_NL
 #define NAME matmul_iq4_nl
-#include "typed.cuh"
+#include "family/matmul.cuh"

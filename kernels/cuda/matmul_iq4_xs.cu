@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 23 // IQ4_XS
 #define NAME matmul_iq4_xs
-#include "typed.cuh"
+#include "family/matmul.cuh"

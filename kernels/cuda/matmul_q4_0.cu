@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 2 // Q4_0
 #define NAME matmul_q4_0
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 3 // Q4_1
 #define NAME matmul_q4_1
-#include "typed.cuh"
+#include "family/matmul.cuh"

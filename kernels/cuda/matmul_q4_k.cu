@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 12 // Q4_K
 #define NAME matmul_q4_k
-#include "typed.cuh"
+#include "family/matmul.cuh"

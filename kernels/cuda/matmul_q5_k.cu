@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 13 // Q5_K
 #define NAME matmul_q5_k
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL
 #define WT 14 // Q6_K
 #define NAME matmul_q6_k
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 0 // F32
 #define NAME matmul_residual_f32
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 21 // IQ3_S
 #define NAME matmul_residual_iq3_s
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 39 // MXFP4
 #define NAME matmul_residual_mxfp4
-#include "typed.cuh"
+#include "family/matmul.cuh"

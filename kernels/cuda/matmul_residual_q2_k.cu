@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 10 // Q2_K
 #define NAME matmul_residual_q2_k
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 11 // Q3_K
 #define NAME matmul_residual_q3_k
-#include "typed.cuh"
+#include "family/matmul.cuh"

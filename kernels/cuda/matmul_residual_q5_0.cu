@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 6 // Q5_0
 #define NAME matmul_residual_q5_0
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 7 // Q5_1
 #define NAME matmul_residual_q5_1
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 14 // Q6_K
 #define NAME matmul_residual_q6_k
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MATMUL_RESIDUAL
 #define WT 8 // Q8_0
 #define NAME matmul_residual_q8_0
-#include "typed.cuh"
+#include "family/matmul.cuh"

@@ -55,7 +55,8 @@ template <> struct Tc<T_Q4_K> { enum { OK = 1, WS = 144, WD = 16 + 8 }; }; // 8 
 template <> struct Tc<T_Q6_K> { enum { OK = 1, WS = 212, WD = 16 + 8 }; }; // 16 scales; d
 template <> struct Tc<T_Q8_0> { enum { OK = 1, WS = 272, WD = 0 }; };      // its blocks' d are read in place
 // MMT_TYPE(t) is Tc<t>::OK for the preprocessor, which decides the
-// instances that get the _stage and lm_head's _dp4a entries (typed.cuh).
+// instances that get the _stage and lm_head's _dp4a entries (the matrix
+// families: family/matmul.cuh, family/lm_head.cuh, fused_norm.cuh).
 #define MMT_TYPE(t) ((t) == T_Q4_K || (t) == T_Q6_K || (t) == T_Q8_0)
 
 // A staged activation row is k/256 records of MT_REC bytes, one per 256 of

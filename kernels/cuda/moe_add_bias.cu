@@ -2,4 +2,4 @@
 // Catalog instance moe_add_bias.
 #define FAMILY FAMILY_MOE_ADD_BIAS
 #define NAME moe_add_bias
-#include "plain.cuh"
+#include "family/moe_add_bias.cuh"

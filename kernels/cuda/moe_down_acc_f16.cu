@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 1 // F16
 #define NAME moe_down_acc_f16
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 0 // F32
 #define NAME moe_down_acc_f32
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

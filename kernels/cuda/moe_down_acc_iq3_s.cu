@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 21 // IQ3_S
 #define NAME moe_down_acc_iq3_s
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 20 // IQ4_NL
 #define NAME moe_down_acc_iq4_nl
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 23 // IQ4_XS
 #define NAME moe_down_acc_iq4_xs
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

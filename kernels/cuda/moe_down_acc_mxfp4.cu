@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 39 // MXFP4
 #define NAME moe_down_acc_mxfp4
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

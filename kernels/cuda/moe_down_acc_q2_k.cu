@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 10 // Q2_K
 #define NAME moe_down_acc_q2_k
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 3 // Q4_1
 #define NAME moe_down_acc_q4_1
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

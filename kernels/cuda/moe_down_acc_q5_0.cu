@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 6 // Q5_0
 #define NAME moe_down_acc_q5_0
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

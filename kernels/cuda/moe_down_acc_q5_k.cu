@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_DOWN_ACC
 #define WT 13 // Q5_K
 #define NAME moe_down_acc_q5_k
-#include "typed.cuh"
+#include "family/moe_down_acc.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 0 // F32
 #define NAME moe_gate_topk_f32
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 21 // IQ3_S
 #define NAME moe_gate_topk_iq3_s
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

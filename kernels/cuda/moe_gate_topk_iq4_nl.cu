@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 20 // IQ4_NL
 #define NAME moe_gate_topk_iq4_nl
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

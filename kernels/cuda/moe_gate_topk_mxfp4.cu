@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 39 // MXFP4
 #define NAME moe_gate_topk_mxfp4
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

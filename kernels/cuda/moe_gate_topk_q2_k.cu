@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 10 // Q2_K
 #define NAME moe_gate_topk_q2_k
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

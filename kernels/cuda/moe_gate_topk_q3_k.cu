@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 11 // Q3_K
 #define NAME moe_gate_topk_q3_k
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

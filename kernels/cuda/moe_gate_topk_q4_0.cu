@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 2 // Q4_0
 #define NAME moe_gate_topk_q4_0
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 12 // Q4_K
 #define NAME moe_gate_topk_q4_k
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_TOPK
 #define WT 7 // Q5_1
 #define NAME moe_gate_topk_q5_1
-#include "typed.cuh"
+#include "family/moe_gate_topk.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 1 // F16
 #define NAME moe_gate_up_f16
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 0 // F32
 #define NAME moe_gate_up_f32
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 21 // IQ3_S
 #define NAME moe_gate_up_iq3_s
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

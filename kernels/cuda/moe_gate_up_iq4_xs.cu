@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 23 // IQ4_XS
 #define NAME moe_gate_up_iq4_xs
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

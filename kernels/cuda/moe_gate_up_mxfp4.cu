@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 39 // MXFP4
 #define NAME moe_gate_up_mxfp4
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

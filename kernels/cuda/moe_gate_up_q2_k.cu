@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 10 // Q2_K
 #define NAME moe_gate_up_q2_k
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

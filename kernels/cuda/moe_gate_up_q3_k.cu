@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 11 // Q3_K
 #define NAME moe_gate_up_q3_k
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_MOE_GATE_UP
 #define WT 6 // Q5_0
 #define NAME moe_gate_up_q5_0
-#include "typed.cuh"
+#include "family/moe_gate_up.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance moe_route_scale.
 #define FAMILY FAMILY_MOE_ROUTE_SCALE
 #define NAME moe_route_scale
-#include "plain.cuh"
+#include "family/moe_route_scale.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance mul_sigmoid.
 #define FAMILY FAMILY_MUL_SIGMOID
 #define NAME mul_sigmoid
-#include "plain.cuh"
+#include "family/mul_sigmoid.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance mul_vec.
 #define FAMILY FAMILY_MUL_VEC
 #define NAME mul_vec
-#include "plain.cuh"
+#include "family/mul_vec.cuh"

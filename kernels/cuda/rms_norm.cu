@@ -2,4 +2,4 @@
 // Catalog instance rms_norm.
 #define FAMILY FAMILY_RMS_NORM
 #define NAME rms_norm
-#include "plain.cuh"
+#include "family/rms_norm.cuh"

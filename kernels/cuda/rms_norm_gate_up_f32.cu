@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 0 // F32
 #define NAME rms_norm_gate_up_f32
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

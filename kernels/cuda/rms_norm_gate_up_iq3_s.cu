@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 21 // IQ3_S
 #define NAME rms_norm_gate_up_iq3_s
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 20 // IQ4_NL
 #define NAME rms_norm_gate_up_iq4_nl
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 23 // IQ4_XS
 #define NAME rms_norm_gate_up_iq4_xs
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

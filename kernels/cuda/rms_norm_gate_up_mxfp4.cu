@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 39 // MXFP4
 #define NAME rms_norm_gate_up_mxfp4
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 11 // Q3_K
 #define NAME rms_norm_gate_up_q3_k
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

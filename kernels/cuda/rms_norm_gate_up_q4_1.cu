@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 3 // Q4_1
 #define NAME rms_norm_gate_up_q4_1
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

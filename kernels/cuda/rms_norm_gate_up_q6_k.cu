@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 14 // Q6_K
 #define NAME rms_norm_gate_up_q6_k
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

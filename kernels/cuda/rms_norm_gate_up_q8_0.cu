@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_GATE_UP
 #define WT 8 // Q8_0
 #define NAME rms_norm_gate_up_q8_0
-#include "typed.cuh"
+#include "family/rms_norm_gate_up.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance rms_norm_gated.
 #define FAMILY FAMILY_RMS_NORM_GATED
 #define NAME rms_norm_gated
-#include "plain.cuh"
+#include "family/rms_norm_gated.cuh"

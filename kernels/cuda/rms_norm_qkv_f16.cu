@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 1 // F16
 #define NAME rms_norm_qkv_f16
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 21 // IQ3_S
 #define NAME rms_norm_qkv_iq3_s
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 20 // IQ4_NL
 #define NAME rms_norm_qkv_iq4_nl
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 23 // IQ4_XS
 #define NAME rms_norm_qkv_iq4_xs
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 39 // MXFP4
 #define NAME rms_norm_qkv_mxfp4
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

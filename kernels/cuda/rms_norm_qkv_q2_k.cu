@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 10 // Q2_K
 #define NAME rms_norm_qkv_q2_k
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 2 // Q4_0
 #define NAME rms_norm_qkv_q4_0
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

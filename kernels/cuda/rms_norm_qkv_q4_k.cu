@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 12 // Q4_K
 #define NAME rms_norm_qkv_q4_k
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 6 // Q5_0
 #define NAME rms_norm_qkv_q5_0
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

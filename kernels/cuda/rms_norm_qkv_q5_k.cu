@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 13 // Q5_K
 #define NAME rms_norm_qkv_q5_k
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 14 // Q6_K
 #define NAME rms_norm_qkv_q6_k
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

@@ -3,4 +3,4 @@
 #define FAMILY FAMILY_RMS_NORM_QKV
 #define WT 8 // Q8_0
 #define NAME rms_norm_qkv_q8_0
-#include "typed.cuh"
+#include "family/rms_norm_qkv.cuh"

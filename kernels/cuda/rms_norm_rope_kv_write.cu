@@ -2,4 +2,4 @@
 // Catalog instance rms_norm_rope_kv_write.
 #define FAMILY FAMILY_RMS_NORM_ROPE_KV_WRITE
 #define NAME rms_norm_rope_kv_write
-#include "plain.cuh"
+#include "family/rms_norm_rope_kv_write.cuh"

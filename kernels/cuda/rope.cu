@@ -2,4 +2,4 @@
 // Catalog instance rope.
 #define FAMILY FAMILY_ROPE
 #define NAME rope
-#include "plain.cuh"
+#include "family/rope.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance rope_ext.
 #define FAMILY FAMILY_ROPE_EXT
 #define NAME rope_ext
-#include "plain.cuh"
+#include "family/rope_ext.cuh"

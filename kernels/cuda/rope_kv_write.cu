@@ -2,4 +2,4 @@
 // Catalog instance rope_kv_write.
 #define FAMILY FAMILY_ROPE_KV_WRITE
 #define NAME rope_kv_write
-#include "plain.cuh"
+#include "family/rope_kv_write.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance scale.
 #define FAMILY FAMILY_SCALE
 #define NAME scale
-#include "plain.cuh"
+#include "family/scale.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance split_halves.
 #define FAMILY FAMILY_SPLIT_HALVES
 #define NAME split_halves
-#include "plain.cuh"
+#include "family/split_halves.cuh"

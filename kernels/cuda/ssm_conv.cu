@@ -2,4 +2,4 @@
 // Catalog instance ssm_conv.
 #define FAMILY FAMILY_SSM_CONV
 #define NAME ssm_conv
-#include "plain.cuh"
+#include "family/ssm_conv.cuh"

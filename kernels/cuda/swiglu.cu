@@ -2,4 +2,4 @@
 // Catalog instance swiglu.
 #define FAMILY FAMILY_SWIGLU
 #define NAME swiglu
-#include "plain.cuh"
+#include "family/swiglu.cuh"

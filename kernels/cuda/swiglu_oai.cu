@@ -2,4 +2,4 @@
 // Catalog instance swiglu_oai.
 #define FAMILY FAMILY_SWIGLU_OAI
 #define NAME swiglu_oai
-#include "plain.cuh"
+#include "family/swiglu_oai.cuh"

@@ -2,4 +2,4 @@
 // Catalog instance zero.
 #define FAMILY FAMILY_ZERO
 #define NAME zero
-#include "plain.cuh"
+#include "family/zero.cuh"

@@ -72,3 +72,8 @@ var iq3sGrid = [512]uint32{
 	0x0f050701, 0x0f050b03, 0x0f070105, 0x0f070705, 0x0f07070b, 0x0f070b07, 0x0f090103, 0x0f09010b,
 	0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
 }
+
+// IQ3SGrid returns the IQ3_S codebook, for the generators that write it
+// into the GPU tiers' kernel sources (kernels/cuda/gen), so that those
+// copies cannot differ from the one T-CPU decodes with.
+func IQ3SGrid() [512]uint32 { return iq3sGrid }

@@ -100,7 +100,7 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	if err := g.ctx.SetCurrent(); err != nil {
 		t.Fatal(err)
 	}
-	src, err := ptx.Source(instance, os.Getenv("ZRT_PTX_DIR"))
+	src, err := ptx.Source(testArch(), instance, os.Getenv("ZRT_PTX_DIR"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1167,4 +1167,14 @@ func TestKernelMoeRouteScale(t *testing.T) {
 	if !bytes.Equal(got[0], want[0]) {
 		t.Errorf("moe_route_scale: routes differ")
 	}
+}
+
+// testArch is the PTX architecture the kernel tests load: sm_90, or
+// $ZRT_PTX_ARCH (sm_80 runs the Ampere PTX, which the driver compiles for
+// the GPU at hand).
+func testArch() string {
+	if a := os.Getenv("ZRT_PTX_ARCH"); a != "" {
+		return a
+	}
+	return "sm_90"
 }

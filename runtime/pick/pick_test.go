@@ -223,3 +223,36 @@ func TestTableProbes(t *testing.T) {
 		t.Errorf("probes for %v, want cuda and amd", kinds)
 	}
 }
+
+// TestAmpereAndHopper: a set of cuda:sm_80, cuda:sm_90 and cpu bundles
+// resolves by the GPU's compute capability: Hopper takes sm_90, Ampere and
+// Ada (8.0, 8.6, 8.9) the compute_80 PTX of sm_80, and a GPU before
+// Ampere the CPU; the explanation says why for every member.
+func TestAmpereAndHopper(t *testing.T) {
+	x := &bundleset.Index{Format: bundleset.FormatName, Version: bundleset.Version, Bundles: []bundleset.Member{
+		{Target: "cpu", Dir: "cpu", Requires: bundleset.Requires{Tier: "cpu"}},
+		{Target: "cuda:sm_80", Dir: "cuda_sm_80", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "8.0"}},
+		{Target: "cuda:sm_90", Dir: "cuda_sm_90", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "9.0"}},
+	}}
+	for _, c := range []struct{ name, cc, want string }{
+		{"NVIDIA H100 80GB HBM3", "9.0", "cuda:sm_90"},
+		{"NVIDIA A100-SXM4-80GB", "8.0", "cuda:sm_80"},
+		{"NVIDIA A10", "8.6", "cuda:sm_80"},
+		{"NVIDIA L40S", "8.9", "cuda:sm_80"},
+		{"Tesla T4", "7.5", "cpu"},
+	} {
+		probe := cudaProbe(nil, tiers.Device{Kind: kernels.TierCUDA, Name: c.name, Arch: c.cc, Count: 1})
+		got, err := choose(t, x, probe, "")
+		if err != nil || got.Member.Target != c.want {
+			t.Errorf("%s (%s): chose %s, %v; want %s", c.name, c.cc, got.Member.Target, err, c.want)
+			continue
+		}
+		explain := got.Explain()
+		if !strings.Contains(explain, "chose "+c.want) || !strings.Contains(explain, c.cc) {
+			t.Errorf("%s: explanation\n%s", c.name, explain)
+		}
+		if c.cc == "8.6" && !strings.Contains(explain, "needs compute capability 9.0 or later; NVIDIA A10 has 8.6") {
+			t.Errorf("the explanation does not say why sm_90 does not fit an A10:\n%s", explain)
+		}
+	}
+}

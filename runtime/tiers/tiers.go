@@ -324,7 +324,27 @@ func probeCUDA() []Report {
 	if err != nil {
 		return []Report{{"cuda", false, err.Error()}}
 	}
-	return []Report{{"cuda", true, fmt.Sprintf("%s, %d device(s)", info, info.Devices)}}
+	return []Report{{"cuda", true, fmt.Sprintf("%s, %d device(s); %s", info, info.Devices, cudaRuns(info.Major, info.Minor))}}
+}
+
+// cudaRuns says which CUDA targets a GPU of compute capability
+// major.minor runs: those built for its capability or an earlier one (the
+// driver JIT-compiles their PTX for it).
+func cudaRuns(major, minor int) string {
+	var runs []string
+	for _, t := range kernels.Targets() {
+		if t.Tier != kernels.TierCUDA {
+			continue
+		}
+		tMajor, tMinor, ok := t.ComputeCapability()
+		if ok && (tMajor < major || tMajor == major && tMinor <= minor) {
+			runs = append(runs, t.Name)
+		}
+	}
+	if len(runs) == 0 {
+		return fmt.Sprintf("compute capability %d.%d runs none of this zrt-run's CUDA targets", major, minor)
+	}
+	return fmt.Sprintf("compute capability %d.%d runs %s", major, minor, strings.Join(runs, ", "))
 }
 
 // cudaDevices lists the CUDA devices grouped by name and compute
@@ -370,6 +390,15 @@ func Add(devs []Device, d Device) []Device {
 }
 
 func loadCUDA(b *bundle.Bundle, opt Options) (Tier, error) {
+	// A GPU older than the bundle's PTX would fail in the driver's JIT
+	// with a message that names neither; say which and what to build.
+	target, _ := kernels.LookupTarget(b.Graph.Ident.Target)
+	if major, minor, ok := target.ComputeCapability(); ok {
+		if info, err := driver.Probe(); err == nil && (info.Major < major || info.Major == major && info.Minor < minor) {
+			return nil, fmt.Errorf("tier cuda: the bundle is for %s (compute capability %d.%d or later); %s has %d.%d: %s",
+				target.Name, major, minor, info.Name, info.Major, info.Minor, cudaRuns(info.Major, info.Minor))
+		}
+	}
 	t, err := cuda.Load(b, opt.CUDA)
 	if err != nil {
 		return nil, fmt.Errorf("tier cuda: %w", err) // where CUDA cannot run, the driver probe's reason

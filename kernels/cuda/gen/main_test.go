@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestGeneratedFresh fails when the committed families.cuh or instance
-// .cu files are not what the generator writes from the current tables, or
+// TestGeneratedFresh fails when the committed families.cuh, iq3s_grid.cuh
+// or instance .cu files are not what the generator writes from the
+// current tables (the family table, kernels/quant's IQ3_S grid), or
 // a generated .cu no instance wants is left behind: run make generate
 // (and then make ptx). CI also checks this by running make generate on a
 // clean clone; this test says so sooner, in go test.

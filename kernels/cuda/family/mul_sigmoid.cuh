@@ -1,0 +1,12 @@
+// mul_sigmoid.cuh: T-CUDA's kernel family mul_sigmoid: x ·= sigmoid(g); grid
+// (rows·cols/256).
+// An instance .cu (written by kernels/cuda/gen from the family table in
+// families.go) defines FAMILY and NAME, then includes this file.
+#include "../common.cuh"
+
+// sigmoid as ggml's: 1/(1 + expf(-g)), the exponential in double, rounded.
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* g, const u32* io, u32 cols) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)io[IO_ROWS] * cols) x[i] *= 1.f / (1.f + (float)exp(-(double)g[i]));
+}

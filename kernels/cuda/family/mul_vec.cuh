@@ -1,0 +1,11 @@
+// mul_vec.cuh: T-CUDA's kernel family mul_vec: x[r][c] *= w[c] over the active
+// rows; grid (rows·cols/256).
+// An instance .cu (written by kernels/cuda/gen from the family table in
+// families.go) defines FAMILY and NAME, then includes this file.
+#include "../common.cuh"
+
+extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* w, const u32* io, u32 cols) {
+    dep_sync();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)io[IO_ROWS] * cols) x[i] *= w[i % cols];
+}

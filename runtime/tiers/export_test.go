@@ -1,0 +1,4 @@
+package tiers
+
+// CUDARunsForTest is cudaRuns, for the external tests.
+var CUDARunsForTest = cudaRuns

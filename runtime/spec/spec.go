@@ -1,0 +1,127 @@
+// Package spec is speculative decoding of one sequence (seed 000 §20): a
+// drafter guesses the next tokens, the target model evaluates the pending
+// token and the guesses in one verify step (sequence.Verify), and the
+// request's decoder takes tokens from the rows in order for as long as the
+// guesses agree with what it takes. Rows past the first disagreement are
+// rolled back (sequence.Truncate).
+//
+// The decoder decides every token from the target's own logits after
+// exactly the tokens before it, as without speculation, so the output is
+// the same: greedy bit for bit on a batch-invariant tier, and sampled
+// token for token given the same seed, since the sampler draws once per
+// token taken, in the same order. For a draft that proposes one token
+// (probability one), taking the target's sample and accepting the draft
+// when they are equal is the standard rejection rule: the draft is
+// accepted with probability p(x), and a rejected row's token follows p
+// without x, renormalized.
+package spec
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec/draft"
+)
+
+// Stats count what speculation did for one sequence. Acceptance and
+// tokens per step depend on the text (how much it repeats), not on the
+// engine; time per token depends on both.
+type Stats struct {
+	// Steps are the verify steps that carried a draft; Plain the steps
+	// without one (nothing was proposed), plain decode steps.
+	Steps, Plain int
+	// Drafted counts the draft tokens verified; Accepted those the
+	// target agreed with.
+	Drafted, Accepted int
+	// Rows counts the rows of all the steps.
+	Rows int
+}
+
+// Acceptance is the fraction of draft tokens accepted (α), 0 without any.
+func (s Stats) Acceptance() float64 {
+	if s.Drafted == 0 {
+		return 0
+	}
+	return float64(s.Accepted) / float64(s.Drafted)
+}
+
+// TokensPerStep is the tokens each verify step produced: the draft tokens
+// accepted and the target's own after them.
+func (s Stats) TokensPerStep() float64 {
+	if s.Steps == 0 {
+		return 0
+	}
+	return float64(s.Accepted+s.Steps) / float64(s.Steps)
+}
+
+// Decoding is one sequence's speculative decoding.
+type Decoding struct {
+	seq     *sequence.Sequence
+	pool    *sequence.Pool
+	dec     *decode.Decoder
+	drafter draft.Drafter
+	k       int
+	max     int
+	Stats   Stats
+}
+
+// New speculates for seq, whose tokens dec takes, drafting up to k tokens
+// a step with drafter; maxTokens is the decoder's MaxTokens (a step drafts
+// no more than the decoder may still take). On a model that keeps state
+// in its slots it refuses (sequence.ErrSlotState).
+func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, drafter draft.Drafter, k, maxTokens int) (*Decoding, error) {
+	if pool.SlotState() {
+		return nil, sequence.ErrSlotState
+	}
+	if k < 1 || k > MaxK {
+		return nil, fmt.Errorf("draft length %d outside [1, %d]", k, MaxK)
+	}
+	return &Decoding{seq: seq, pool: pool, dec: dec, drafter: drafter, k: k, max: maxTokens}, nil
+}
+
+// Step evaluates pending — the token the decoder took last, not yet in
+// the sequence — and a draft after it in one step, and returns what the
+// decoder decided for each row it read: the draft tokens it agreed with,
+// then its own token after them. The last step's Token is the next
+// pending one, unless its Finish is set.
+func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, error) {
+	s := d.seq
+	start := s.Pos()
+	k := min(d.k, d.pool.VerifyRows()-1, d.pool.Hparams.ContextLength-start-1)
+	if d.max > 0 {
+		k = min(k, d.max-d.dec.Generated()-1) // row i gives the decoder its (i+1)th token
+	}
+	rows := []int32{pending}
+	if k > 0 {
+		history := append(s.Tokens[:start:start], pending)
+		rows = append(rows, d.drafter.Draft(history, k)...)
+		rows = rows[:min(len(rows), k+1)] // a drafter may return more than asked
+	}
+	out, err := s.Verify(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) > 1 {
+		d.Stats.Steps++
+		d.Stats.Drafted += len(rows) - 1
+	} else {
+		d.Stats.Plain++
+	}
+	d.Stats.Rows += len(rows)
+	var steps []decode.Step
+	for i := range rows {
+		n := start + i + 1 // the positions the sequence holds after row i
+		st := d.dec.NextFrom(&out[i], s.Tokens[:n], n)
+		steps = append(steps, st)
+		if st.Finish != decode.Running || i+1 == len(rows) || st.Token != rows[i+1] {
+			if err := s.Truncate(n); err != nil {
+				return nil, err
+			}
+			break
+		}
+		d.Stats.Accepted++
+	}
+	return steps, nil
+}

@@ -1,0 +1,179 @@
+package spec_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
+	"github.com/zrtdev/zrt/runtime/spec/draft"
+)
+
+// config is the model config of the tests: decode variants up to 8 rows
+// (verify steps of up to 8), a short context that the longest test run
+// fills.
+const config = "context_length = 160\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16]\n"
+
+// shared compiles a model of ../shared/models for T-CPU and opens it,
+// skipping without the file.
+func shared(t *testing.T, file string) *sequence.Pool {
+	t.Helper()
+	model := filepath.Join(reference.SharedDir(), "models", file)
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	dir := t.TempDir()
+	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// generate decodes from prompt with params, speculating with mode (off:
+// one decode step a token), and returns the tokens taken and why it
+// finished.
+func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Params, mode spec.Mode) ([]int32, decode.Finish, spec.Stats) {
+	t.Helper()
+	ctx := context.Background()
+	seq, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Release()
+	params.ContextLength = p.Hparams.ContextLength
+	d := decode.New(p.Tok, params)
+	logits, err := seq.Prefill(ctx, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := d.Next(logits, seq.Tokens, seq.Pos())
+	var out []int32
+	if !mode.On() {
+		for st.Finish == decode.Running {
+			out = append(out, st.Token)
+			if logits, err = seq.Decode(ctx, st.Token); err != nil {
+				t.Fatal(err)
+			}
+			st = d.Next(logits, seq.Tokens, seq.Pos())
+		}
+		return out, st.Finish, spec.Stats{}
+	}
+	sp, err := spec.New(p, seq, d, draft.DefaultNGram, mode.K, params.MaxTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st.Finish == decode.Running {
+		out = append(out, st.Token)
+		steps, err := sp.Step(ctx, st.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range steps[:len(steps)-1] {
+			out = append(out, s.Token)
+		}
+		st = steps[len(steps)-1]
+		if want := len(prompt) + len(out); seq.Pos() != want {
+			t.Fatalf("the sequence holds %d tokens after a step, want %d (prompt and tokens taken)", seq.Pos(), want)
+		}
+	}
+	return out, st.Finish, sp.Stats
+}
+
+// TestGreedyExact: on every shared model a speculative generation takes
+// exactly the tokens of plain greedy decoding, with drafts of 1, 4 and 7
+// tokens, to the context's end, to a token limit and to a stop string; the
+// n-gram drafts are accepted (random-weight greedy generations fall into
+// loops, the trained models' stories repeat names).
+func TestGreedyExact(t *testing.T) {
+	for _, file := range []string{"stories260K.gguf", "TinyStories-656K.Q8_0.gguf", "synthetic/syn-llama-q4km.gguf",
+		"synthetic/syn-qwen3-q5km.gguf", "synthetic/syn-phi3-q6k.gguf", "synthetic/syn-qwen2moe-q5km.gguf", "synthetic/syn-mistral3-f16.gguf"} {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			p := shared(t, file)
+			prompt := p.Tok.Encode("Once upon a time, there was a little girl named Lily. Lily", true, false)
+			for _, params := range []decode.Params{
+				{MaxTokens: 1 << 20},
+				{MaxTokens: 37},
+				{MaxTokens: 1 << 20, Stops: []string{"Lily was"}},
+			} {
+				want, wantFinish, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
+				for _, k := range []int{1, 4, 7} {
+					got, finish, stats := generate(t, p, prompt, params, spec.Mode{Kind: spec.NGram, K: k})
+					if !slices.Equal(got, want) || finish != wantFinish {
+						t.Fatalf("max %d, stops %q, k %d: speculation took %d tokens (%s), plain decoding %d (%s); first difference at %d",
+							params.MaxTokens, params.Stops, k, len(got), finish, len(want), wantFinish, firstDiff(got, want))
+					}
+					if len(got) > 100 && stats.Accepted == 0 {
+						t.Errorf("k %d: no draft token of %d was accepted in %d tokens", k, stats.Drafted, len(got))
+					}
+					t.Logf("max %d, k %d: %d tokens (%s), %d verify steps and %d plain, α = %.2f, %.2f tokens a verify step",
+						params.MaxTokens, k, len(got), finish, stats.Steps, stats.Plain, stats.Acceptance(), stats.TokensPerStep())
+				}
+			}
+		})
+	}
+}
+
+// TestSampledExact: sampling with a seed, penalties included, takes the
+// same tokens with speculation as without: the sampler draws once per
+// token taken, from the target's logits after the same tokens.
+func TestSampledExact(t *testing.T) {
+	p := shared(t, "stories260K.gguf")
+	prompt := p.Tok.Encode("Once upon a time", true, false)
+	for _, sp := range []sample.Params{
+		{Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05, RepeatPenalty: 1, Seed: 7},
+		{Temperature: 0.3, TopK: 0, TopP: 1, RepeatPenalty: 1.1, RepeatLastN: 16, Seed: 11},
+	} {
+		params := decode.Params{MaxTokens: 120, Sampling: sp}
+		want, _, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
+		got, _, stats := generate(t, p, prompt, params, spec.Mode{Kind: spec.NGram, K: 4})
+		if !slices.Equal(got, want) {
+			t.Fatalf("%+v: speculation took other tokens; first difference at %d of %d", sp, firstDiff(got, want), len(want))
+		}
+		t.Logf("temp %.1f: α = %.2f over %d drafted", sp.Temperature, stats.Acceptance(), stats.Drafted)
+	}
+}
+
+// TestSlotStateRefused: a model with recurrent layers is refused with the
+// typed error, not verified wrong.
+func TestSlotStateRefused(t *testing.T) {
+	p := shared(t, "synthetic/syn-qwen35-q8_0.gguf")
+	seq, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Release()
+	d := decode.New(p.Tok, decode.Params{MaxTokens: 4})
+	if _, err := spec.New(p, seq, d, draft.DefaultNGram, 4, 4); !errors.Is(err, sequence.ErrSlotState) {
+		t.Errorf("spec.New on a recurrent model: %v, want ErrSlotState", err)
+	}
+	if _, err := seq.Verify(context.Background(), []int32{1, 2}); !errors.Is(err, sequence.ErrSlotState) {
+		t.Errorf("a verify step of 2 rows on a recurrent model: %v, want ErrSlotState", err)
+	}
+}
+
+func firstDiff(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

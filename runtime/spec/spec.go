@@ -19,6 +19,7 @@ package spec
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sequence"
@@ -35,9 +36,15 @@ type Stats struct {
 	// Drafted counts the draft tokens verified; Accepted those the
 	// target agreed with.
 	Drafted, Accepted int
-	// Rows counts the rows of all the steps.
-	Rows int
+	// ByRows counts the steps by their rows: ByRows[r] steps had r rows.
+	ByRows []int
+	// DraftTime is the time spent drafting.
+	DraftTime time.Duration
 }
+
+// Tokens is the tokens the steps fed the sequence: the pending token of
+// each and the draft tokens accepted.
+func (s Stats) Tokens() int { return s.Steps + s.Plain + s.Accepted }
 
 // Acceptance is the fraction of draft tokens accepted (α), 0 without any.
 func (s Stats) Acceptance() float64 {
@@ -95,8 +102,10 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 	}
 	rows := []int32{pending}
 	if k > 0 {
+		t0 := time.Now()
 		history := append(s.Tokens[:start:start], pending)
 		rows = append(rows, d.drafter.Draft(history, k)...)
+		d.Stats.DraftTime += time.Since(t0)
 		rows = rows[:min(len(rows), k+1)] // a drafter may return more than asked
 	}
 	out, err := s.Verify(ctx, rows)
@@ -109,7 +118,10 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 	} else {
 		d.Stats.Plain++
 	}
-	d.Stats.Rows += len(rows)
+	for len(d.Stats.ByRows) <= len(rows) {
+		d.Stats.ByRows = append(d.Stats.ByRows, 0)
+	}
+	d.Stats.ByRows[len(rows)]++
 	var steps []decode.Step
 	for i := range rows {
 		n := start + i + 1 // the positions the sequence holds after row i

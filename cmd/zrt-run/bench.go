@@ -67,7 +67,7 @@ config). --output-format jsonl prints one JSON object per row with
 llama-batched-bench's keys; --llama-batched-bench PATH --gguf FILE runs that
 tool on the same model, threads and test and prints its table below.
 
-With --speculative ngram[:K] it also generates -n tokens greedily after
+With --speculative ngram[:K[:fixed]] it also generates -n tokens greedily after
 --prompt through a request's decoder, without speculation and with it
 (tests "tgN off" and "tgN ngram:K"), and reports the draft tokens'
 acceptance rate and the tokens per verify step (which depend on the
@@ -275,7 +275,7 @@ speedup those predict and the speedup measured.`,
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
 	c.Flags().StringVar(&llamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
-	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K]")
+	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]]")
 	c.Flags().StringVar(&prompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	return c
 }

@@ -127,7 +127,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
-	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, or ngram[:K] (drafts of up to K tokens, default 4, looked up in the prompt and output, verified in one step; the output is the same)")
+	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, or ngram[:K[:fixed]]: drafts of up to K tokens (default 4) looked up in the prompt and output and verified in one step, as many as pay for their rows by the measured acceptance and step costs (all of them with :fixed); the output is the same")
 	return c
 }
 
@@ -169,7 +169,7 @@ func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sampl
 	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: e.Hparams.ContextLength})
 	var sd *spec.Decoding
 	if mode.On() {
-		if sd, err = spec.New(e, seq, d, draft.DefaultNGram, mode.K, n); err != nil {
+		if sd, err = spec.New(e, seq, d, draft.DefaultNGram, mode, n); err != nil {
 			return fmt.Errorf("--speculative %s: %w", mode, err)
 		}
 		if rows := e.VerifyRows(); rows <= mode.K {

@@ -29,7 +29,7 @@ func specGen(ctx context.Context, e *sequence.Pool, prompt []int32, gen int, mod
 	d := decode.New(e.Tok, decode.Params{MaxTokens: gen, IgnoreEOS: true, ContextLength: e.Hparams.ContextLength})
 	var sd *spec.Decoding
 	if mode.On() {
-		if sd, err = spec.New(e, seq, d, draft.DefaultNGram, mode.K, gen); err != nil {
+		if sd, err = spec.New(e, seq, d, draft.DefaultNGram, mode, gen); err != nil {
 			return 0, spec.Stats{}, err
 		}
 	}

@@ -19,16 +19,21 @@ const MaxK = 32
 // DefaultK is the draft length when a Mode gives none.
 const DefaultK = 4
 
-// Mode is a --speculative setting: the kind of draft and the most tokens
-// one step drafts.
+// Mode is a --speculative setting: the kind of draft, the most tokens
+// one step drafts, and whether every step verifies all the draft offers
+// (Fixed) rather than what the Policy finds worth its rows.
 type Mode struct {
-	Kind string
-	K    int
+	Kind  string
+	K     int
+	Fixed bool
 }
 
 func (m Mode) String() string {
 	if m.Kind == Off || m.Kind == "" {
 		return Off
+	}
+	if m.Fixed {
+		return fmt.Sprintf("%s:%d:fixed", m.Kind, m.K)
 	}
 	return fmt.Sprintf("%s:%d", m.Kind, m.K)
 }
@@ -36,10 +41,11 @@ func (m Mode) String() string {
 // On reports whether m speculates.
 func (m Mode) On() bool { return m.Kind != Off && m.Kind != "" }
 
-// ParseMode reads KIND[:K]: "off" (or ""), "ngram" or "ngram:K" with K in
-// [1, MaxK] (DefaultK when absent).
+// ParseMode reads KIND[:K[:fixed]]: "off" (or ""), "ngram", "ngram:K"
+// with K in [1, MaxK] (DefaultK when absent), or "ngram:K:fixed".
 func ParseMode(s string) (Mode, error) {
 	kind, k, hasK := strings.Cut(s, ":")
+	k, fixed, hasFixed := strings.Cut(k, ":")
 	switch kind {
 	case "", Off:
 		if hasK {
@@ -48,9 +54,12 @@ func ParseMode(s string) (Mode, error) {
 		return Mode{Kind: Off}, nil
 	case NGram:
 	default:
-		return Mode{}, fmt.Errorf("speculative mode %q: want off or ngram[:K]", s)
+		return Mode{}, fmt.Errorf("speculative mode %q: want off or ngram[:K[:fixed]]", s)
 	}
-	m := Mode{Kind: kind, K: DefaultK}
+	if hasFixed && fixed != "fixed" {
+		return Mode{}, fmt.Errorf("speculative mode %q: %q after the draft length, want fixed", s, fixed)
+	}
+	m := Mode{Kind: kind, K: DefaultK, Fixed: hasFixed}
 	if hasK {
 		n, err := strconv.Atoi(k)
 		if err != nil || n < 1 || n > MaxK {

@@ -71,21 +71,29 @@ type Decoding struct {
 	drafter draft.Drafter
 	k       int
 	max     int
-	Stats   Stats
+	// policy picks each step's draft length; nil verifies all the
+	// drafter offers.
+	policy *Policy
+	Stats  Stats
 }
 
-// New speculates for seq, whose tokens dec takes, drafting up to k tokens
-// a step with drafter; maxTokens is the decoder's MaxTokens (a step drafts
-// no more than the decoder may still take). On a model that keeps state
-// in its slots it refuses (sequence.ErrSlotState).
-func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, drafter draft.Drafter, k, maxTokens int) (*Decoding, error) {
+// New speculates for seq, whose tokens dec takes, drafting up to m.K
+// tokens a step with drafter, as many as a Policy finds worth their rows
+// unless m.Fixed; maxTokens is the decoder's MaxTokens (a step drafts no
+// more than the decoder may still take). On a model that keeps state in
+// its slots it refuses (sequence.ErrSlotState).
+func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, drafter draft.Drafter, m Mode, maxTokens int) (*Decoding, error) {
 	if pool.SlotState() {
 		return nil, sequence.ErrSlotState
 	}
-	if k < 1 || k > MaxK {
-		return nil, fmt.Errorf("draft length %d outside [1, %d]", k, MaxK)
+	if m.K < 1 || m.K > MaxK {
+		return nil, fmt.Errorf("draft length %d outside [1, %d]", m.K, MaxK)
 	}
-	return &Decoding{seq: seq, pool: pool, dec: dec, drafter: drafter, k: k, max: maxTokens}, nil
+	d := &Decoding{seq: seq, pool: pool, dec: dec, drafter: drafter, k: m.K, max: maxTokens}
+	if !m.Fixed {
+		d.policy = &Policy{}
+	}
+	return d, nil
 }
 
 // Step evaluates pending — the token the decoder took last, not yet in
@@ -107,11 +115,16 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 		rows = append(rows, d.drafter.Draft(history, k)...)
 		d.Stats.DraftTime += time.Since(t0)
 		rows = rows[:min(len(rows), k+1)] // a drafter may return more than asked
+		if d.policy != nil {
+			rows = rows[:1+d.policy.Choose(len(rows)-1)]
+		}
 	}
+	t0 := time.Now()
 	out, err := s.Verify(ctx, rows)
 	if err != nil {
 		return nil, err
 	}
+	took := time.Since(t0)
 	if len(rows) > 1 {
 		d.Stats.Steps++
 		d.Stats.Drafted += len(rows) - 1
@@ -123,6 +136,7 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 	}
 	d.Stats.ByRows[len(rows)]++
 	var steps []decode.Step
+	accepted := 0
 	for i := range rows {
 		n := start + i + 1 // the positions the sequence holds after row i
 		st := d.dec.NextFrom(&out[i], s.Tokens[:n], n)
@@ -133,7 +147,11 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 			}
 			break
 		}
-		d.Stats.Accepted++
+		accepted++
+	}
+	d.Stats.Accepted += accepted
+	if d.policy != nil {
+		d.policy.Observe(len(rows), accepted, took)
 	}
 	return steps, nil
 }

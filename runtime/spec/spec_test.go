@@ -76,7 +76,7 @@ func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Para
 		}
 		return out, st.Finish, spec.Stats{}
 	}
-	sp, err := spec.New(p, seq, d, draft.DefaultNGram, mode.K, params.MaxTokens)
+	sp, err := spec.New(p, seq, d, draft.DefaultNGram, mode, params.MaxTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Para
 
 // TestGreedyExact: on every shared model a speculative generation takes
 // exactly the tokens of plain greedy decoding, with drafts of 1, 4 and 7
-// tokens, to the context's end, to a token limit and to a stop string; the
+// tokens and with the adaptive policy's, to the context's end, to a token limit and to a stop string; the
 // n-gram drafts are accepted (random-weight greedy generations fall into
 // loops, the trained models' stories repeat names).
 func TestGreedyExact(t *testing.T) {
@@ -114,17 +114,18 @@ func TestGreedyExact(t *testing.T) {
 				{MaxTokens: 1 << 20, Stops: []string{"Lily was"}},
 			} {
 				want, wantFinish, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
-				for _, k := range []int{1, 4, 7} {
-					got, finish, stats := generate(t, p, prompt, params, spec.Mode{Kind: spec.NGram, K: k})
+				for _, mode := range []spec.Mode{{Kind: spec.NGram, K: 1, Fixed: true}, {Kind: spec.NGram, K: 4, Fixed: true},
+					{Kind: spec.NGram, K: 7, Fixed: true}, {Kind: spec.NGram, K: 4}} {
+					got, finish, stats := generate(t, p, prompt, params, mode)
 					if !slices.Equal(got, want) || finish != wantFinish {
-						t.Fatalf("max %d, stops %q, k %d: speculation took %d tokens (%s), plain decoding %d (%s); first difference at %d",
-							params.MaxTokens, params.Stops, k, len(got), finish, len(want), wantFinish, firstDiff(got, want))
+						t.Fatalf("max %d, stops %q, %s: speculation took %d tokens (%s), plain decoding %d (%s); first difference at %d",
+							params.MaxTokens, params.Stops, mode, len(got), finish, len(want), wantFinish, firstDiff(got, want))
 					}
-					if len(got) > 100 && stats.Accepted == 0 {
-						t.Errorf("k %d: no draft token of %d was accepted in %d tokens", k, stats.Drafted, len(got))
+					if len(got) > 100 && mode.Fixed && stats.Accepted == 0 {
+						t.Errorf("%s: no draft token of %d was accepted in %d tokens", mode, stats.Drafted, len(got))
 					}
-					t.Logf("max %d, k %d: %d tokens (%s), %d verify steps and %d plain, α = %.2f, %.2f tokens a verify step",
-						params.MaxTokens, k, len(got), finish, stats.Steps, stats.Plain, stats.Acceptance(), stats.TokensPerStep())
+					t.Logf("max %d, %s: %d tokens (%s), %d verify steps and %d plain, α = %.2f, %.2f tokens a verify step",
+						params.MaxTokens, mode, len(got), finish, stats.Steps, stats.Plain, stats.Acceptance(), stats.TokensPerStep())
 				}
 			}
 		})
@@ -143,7 +144,7 @@ func TestSampledExact(t *testing.T) {
 	} {
 		params := decode.Params{MaxTokens: 120, Sampling: sp}
 		want, _, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
-		got, _, stats := generate(t, p, prompt, params, spec.Mode{Kind: spec.NGram, K: 4})
+		got, _, stats := generate(t, p, prompt, params, spec.Mode{Kind: spec.NGram, K: 4, Fixed: true})
 		if !slices.Equal(got, want) {
 			t.Fatalf("%+v: speculation took other tokens; first difference at %d of %d", sp, firstDiff(got, want), len(want))
 		}
@@ -161,7 +162,7 @@ func TestSlotStateRefused(t *testing.T) {
 	}
 	defer seq.Release()
 	d := decode.New(p.Tok, decode.Params{MaxTokens: 4})
-	if _, err := spec.New(p, seq, d, draft.DefaultNGram, 4, 4); !errors.Is(err, sequence.ErrSlotState) {
+	if _, err := spec.New(p, seq, d, draft.DefaultNGram, spec.Mode{Kind: spec.NGram, K: 4}, 4); !errors.Is(err, sequence.ErrSlotState) {
 		t.Errorf("spec.New on a recurrent model: %v, want ErrSlotState", err)
 	}
 	if _, err := seq.Verify(context.Background(), []int32{1, 2}); !errors.Is(err, sequence.ErrSlotState) {

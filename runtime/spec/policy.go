@@ -1,0 +1,99 @@
+package spec
+
+import "time"
+
+// Policy chooses each step's draft length from what the steps so far
+// measured: the draft tokens' acceptance rate α and a step's time by its
+// rows. A draft of k tokens yields 1 + α + … + α^k tokens in expectation
+// (each accepted only after those before it) for a step of k+1 rows; the
+// policy takes the k that yields the most tokens per unit of time, and 0
+// — a plain decode step — when no draft pays for its rows. So where
+// drafts are rarely accepted, or extra rows cost nearly a step each (a
+// compute-bound CPU), speculation turns itself off instead of slowing
+// generation down.
+type Policy struct {
+	// tried and accepted count draft tokens the target judged, decayed
+	// so that the estimate follows the text.
+	tried, accepted float64
+	// cost[r] is the time of a step of r rows (a moving average); 0 until
+	// measured.
+	cost []float64
+	// idle counts steps since a draft was last verified.
+	idle int
+}
+
+// Tuning of the policy's estimates.
+const (
+	policyDecay = 0.9 // weight of the past in α's counts, per step
+	costWeight  = 0.2 // weight of a new measurement in a step's cost
+	// probeEvery is how many draftless steps, in a row, pass before
+	// one draft token is verified anyway, so that α follows text that
+	// turns repetitive.
+	probeEvery = 16
+)
+
+// Alpha is the estimated acceptance rate of a draft token: accepted over
+// judged, with one of each as a prior (0.5 before any).
+func (p *Policy) Alpha() float64 { return (p.accepted + 1) / (p.tried + 2) }
+
+// Choose returns how many of the m draft tokens on offer to verify.
+func (p *Policy) Choose(m int) int {
+	if m == 0 {
+		return 0
+	}
+	c1 := p.costOf(1)
+	if c1 == 0 {
+		return 0 // measure a plain step first
+	}
+	a := p.Alpha()
+	best, bestRate := 0, 1.0 // tokens per plain step's time
+	yield, term := 1.0, 1.0
+	for k := 1; k <= m; k++ {
+		term *= a
+		yield += term
+		c := p.costOf(k + 1)
+		if c == 0 {
+			c = c1 // unmeasured: try it
+		}
+		if rate := yield * c1 / c; rate > bestRate {
+			best, bestRate = k, rate
+		}
+	}
+	if best == 0 && p.idle >= probeEvery {
+		best = 1
+	}
+	return best
+}
+
+func (p *Policy) costOf(rows int) float64 {
+	if rows < len(p.cost) {
+		return p.cost[rows]
+	}
+	return 0
+}
+
+// Observe records a step: its rows, how many of its draft tokens were
+// accepted, and its time.
+func (p *Policy) Observe(rows, accepted int, took time.Duration) {
+	for len(p.cost) <= rows {
+		p.cost = append(p.cost, 0)
+	}
+	if c := &p.cost[rows]; *c == 0 {
+		*c = took.Seconds()
+	} else {
+		*c += costWeight * (took.Seconds() - *c)
+	}
+	if rows == 1 {
+		p.idle++
+		return
+	}
+	p.idle = 0
+	// The draft tokens judged: those accepted, and the first rejected
+	// unless all were accepted.
+	judged := accepted
+	if accepted < rows-1 {
+		judged++
+	}
+	p.tried = policyDecay*p.tried + float64(judged)
+	p.accepted = policyDecay*p.accepted + float64(accepted)
+}

@@ -18,7 +18,6 @@ import (
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
-	"github.com/zrtdev/zrt/runtime/spec/draft"
 )
 
 // traceDispatch prints the first values of each dispatch's output to
@@ -169,7 +168,7 @@ func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sampl
 	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: e.Hparams.ContextLength})
 	var sd *spec.Decoding
 	if mode.On() {
-		if sd, err = spec.New(e, seq, d, draft.DefaultNGram, mode, n); err != nil {
+		if sd, err = spec.New(e, seq, d, mode, n); err != nil {
 			return fmt.Errorf("--speculative %s: %w", mode, err)
 		}
 		if rows := e.VerifyRows(); rows <= mode.K {

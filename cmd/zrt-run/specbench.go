@@ -13,7 +13,6 @@ import (
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
-	"github.com/zrtdev/zrt/runtime/spec/draft"
 )
 
 // specGen generates gen tokens greedily after prompt through a request's
@@ -29,7 +28,7 @@ func specGen(ctx context.Context, e *sequence.Pool, prompt []int32, gen int, mod
 	d := decode.New(e.Tok, decode.Params{MaxTokens: gen, IgnoreEOS: true, ContextLength: e.Hparams.ContextLength})
 	var sd *spec.Decoding
 	if mode.On() {
-		if sd, err = spec.New(e, seq, d, draft.DefaultNGram, mode, gen); err != nil {
+		if sd, err = spec.New(e, seq, d, mode, gen); err != nil {
 			return 0, spec.Stats{}, err
 		}
 	}

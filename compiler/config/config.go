@@ -53,7 +53,13 @@ type Config struct {
 	// sequence holds much less KV, at the price of the prefix cache and
 	// of recomputing a preempted request (the ring is the slot's, as a
 	// recurrent state is).
-	SWAFull      bool   `toml:"swa_full"`
+	SWAFull bool `toml:"swa_full"`
+	// DraftLayers, when set, adds a draft variant for self-speculation
+	// (draft.sS.r1): the model's first DraftLayers layers and its own
+	// output norm and head on their output (an early exit, as LayerSkip
+	// and Draft & Verify draft), sharing the model's weights and, for
+	// those layers, its KV pages (default 0: none).
+	DraftLayers  int    `toml:"draft_layers"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 
@@ -292,7 +298,8 @@ func (c *Config) MaxPages() int {
 }
 
 // ShapeKeys lists the variants to compile: every prefill row count, then
-// every decode slot count, in increasing order.
+// every decode slot count, in increasing order, then the draft variant
+// when DraftLayers asks for one.
 func (c *Config) ShapeKeys() []ir.ShapeKey {
 	var keys []ir.ShapeKey
 	for _, r := range c.PrefillRows {
@@ -300,6 +307,9 @@ func (c *Config) ShapeKeys() []ir.ShapeKey {
 	}
 	for _, s := range c.DecodeSlots {
 		keys = append(keys, ir.ShapeKey{Stage: ir.Decode, Slots: c.MaxSlots, Rows: s})
+	}
+	if c.DraftLayers > 0 {
+		keys = append(keys, ir.ShapeKey{Stage: ir.Draft, Slots: c.MaxSlots, Rows: 1})
 	}
 	return keys
 }
@@ -324,6 +334,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: prefill_rows %v: each must be in [1, prefill_chunk = %d]", c.PrefillRows, c.PrefillChunk)
 	case c.KVPages < 1 || c.KVPages > 1<<24:
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
+	case c.DraftLayers < 0:
+		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.DraftLayers)
 	case !positiveFinite(c.Rope.FreqBase):
 		return fmt.Errorf("config: rope.freq_base %v must be positive and finite", c.Rope.FreqBase)
 	case !ropeScalings[c.Rope.Scaling]:

@@ -151,7 +151,7 @@ func (g *Graph) checkVariant(v *Variant) error {
 		if v.Rows < 1 || int(v.Rows) > h.PrefillChunk {
 			return fmt.Errorf("prefill rows %d outside [1, prefill_chunk = %d]", v.Rows, h.PrefillChunk)
 		}
-	case StageDecode:
+	case StageDecode, StageDraft:
 		if v.Rows < 1 || v.Rows > v.Slots {
 			return fmt.Errorf("decode rows %d outside [1, slots = %d]", v.Rows, v.Slots)
 		}

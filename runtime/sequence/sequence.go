@@ -466,6 +466,29 @@ func (s *Sequence) Truncate(n int) error {
 	return nil
 }
 
+// CanDraft reports whether the bundle has a draft variant (built with
+// draft_layers) for Draft.
+func (p *Pool) CanDraft() bool {
+	_, ok := p.Key(runtime.Draft, 1)
+	return ok
+}
+
+// Draft appends tok through the bundle's draft variant — the model's
+// first layers and its output head — and returns the token that
+// variant's logits make most likely: self-speculation's guess of the
+// next token. It writes K and V of the first layers only; the caller
+// rolls the sequence back (Truncate) before the verify step evaluates
+// the same positions through every layer.
+func (s *Sequence) Draft(ctx context.Context, tok int32) (int32, error) {
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return -1, err
+	}
+	if err := s.step(ctx, runtime.Draft, []int32{tok}, 0, true); err != nil {
+		return -1, err
+	}
+	return s.Greedy(), nil
+}
+
 // Pages is how many KV pages the sequence holds.
 func (s *Sequence) Pages() int { return len(s.pages) }
 

@@ -10,6 +10,9 @@ import (
 const (
 	Off   = "off"   // no speculation: one token a step
 	NGram = "ngram" // prompt-lookup drafts from the sequence's own tokens (draft.NGram)
+	// Self drafts through the bundle's draft variant: the model's first
+	// layers and its own head (a bundle built with draft_layers).
+	Self = "self"
 )
 
 // MaxK bounds the draft length a Mode may ask for: a verify step takes a
@@ -41,8 +44,9 @@ func (m Mode) String() string {
 // On reports whether m speculates.
 func (m Mode) On() bool { return m.Kind != Off && m.Kind != "" }
 
-// ParseMode reads KIND[:K[:fixed]]: "off" (or ""), "ngram", "ngram:K"
-// with K in [1, MaxK] (DefaultK when absent), or "ngram:K:fixed".
+// ParseMode reads KIND[:K[:fixed]]: "off" (or ""), or KIND ngram or
+// self, alone, with K in [1, MaxK] (DefaultK when absent), or with K and
+// fixed.
 func ParseMode(s string) (Mode, error) {
 	kind, k, hasK := strings.Cut(s, ":")
 	k, fixed, hasFixed := strings.Cut(k, ":")
@@ -52,9 +56,9 @@ func ParseMode(s string) (Mode, error) {
 			return Mode{}, fmt.Errorf("speculative mode %q: off takes no draft length", s)
 		}
 		return Mode{Kind: Off}, nil
-	case NGram:
+	case NGram, Self:
 	default:
-		return Mode{}, fmt.Errorf("speculative mode %q: want off or ngram[:K[:fixed]]", s)
+		return Mode{}, fmt.Errorf("speculative mode %q: want off, ngram[:K[:fixed]] or self[:K[:fixed]]", s)
 	}
 	if hasFixed && fixed != "fixed" {
 		return Mode{}, fmt.Errorf("speculative mode %q: %q after the draft length, want fixed", s, fixed)

@@ -9,12 +9,13 @@ func TestParseMode(t *testing.T) {
 	for in, want := range map[string]Mode{
 		"": {Kind: Off}, "off": {Kind: Off}, "ngram": {Kind: NGram, K: DefaultK},
 		"ngram:1": {Kind: NGram, K: 1}, "ngram:32": {Kind: NGram, K: 32}, "ngram:3:fixed": {Kind: NGram, K: 3, Fixed: true},
+		"self": {Kind: Self, K: DefaultK}, "self:2:fixed": {Kind: Self, K: 2, Fixed: true},
 	} {
 		if got, err := ParseMode(in); err != nil || got != want {
 			t.Errorf("ParseMode(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"ngram:0", "ngram:33", "ngram:", "ngram:x", "off:2", "draft", "NGRAM", "ngram:4:5", "ngram::fixed", "ngram:4:fixed:", "ngram:4:"} {
+	for _, in := range []string{"ngram:0", "ngram:33", "ngram:", "ngram:x", "off:2", "draft", "NGRAM", "self:0", "ngram:4:5", "ngram::fixed", "ngram:4:fixed:", "ngram:4:"} {
 		if m, err := ParseMode(in); err == nil {
 			t.Errorf("ParseMode(%q) = %+v, want an error", in, m)
 		}

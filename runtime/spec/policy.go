@@ -20,6 +20,9 @@ type Policy struct {
 	cost []float64
 	// idle counts steps since a draft was last verified.
 	idle int
+	// draft is the time to draft one token (a moving average; 0 for a
+	// draft that costs nothing next to a step, or until measured).
+	draft float64
 }
 
 // Tuning of the policy's estimates.
@@ -55,6 +58,7 @@ func (p *Policy) Choose(m int) int {
 		if c == 0 {
 			c = c1 // unmeasured: try it
 		}
+		c += float64(k) * p.draft
 		if rate := yield * c1 / c; rate > bestRate {
 			best, bestRate = k, rate
 		}
@@ -70,6 +74,20 @@ func (p *Policy) costOf(rows int) float64 {
 		return p.cost[rows]
 	}
 	return 0
+}
+
+// ObserveDraft records the time a draft of n tokens took, for a drafter
+// whose tokens cost model steps.
+func (p *Policy) ObserveDraft(n int, took time.Duration) {
+	if n <= 0 {
+		return
+	}
+	per := took.Seconds() / float64(n)
+	if p.draft == 0 {
+		p.draft = per
+	} else {
+		p.draft += costWeight * (per - p.draft)
+	}
 }
 
 // Observe records a step: its rows, how many of its draft tokens were

@@ -65,9 +65,11 @@ func (s Stats) TokensPerStep() float64 {
 
 // Decoding is one sequence's speculative decoding.
 type Decoding struct {
-	seq     *sequence.Sequence
-	pool    *sequence.Pool
-	dec     *decode.Decoder
+	seq  *sequence.Sequence
+	pool *sequence.Pool
+	dec  *decode.Decoder
+	// drafter proposes the tokens of a pure draft (ngram); nil for a
+	// model's (self), which Step runs through the draft variant.
 	drafter draft.Drafter
 	k       int
 	max     int
@@ -78,18 +80,29 @@ type Decoding struct {
 }
 
 // New speculates for seq, whose tokens dec takes, drafting up to m.K
-// tokens a step with drafter, as many as a Policy finds worth their rows
+// tokens a step the way m.Kind says (ngram: draft.DefaultNGram; self:
+// the bundle's draft variant), as many as a Policy finds worth their cost
 // unless m.Fixed; maxTokens is the decoder's MaxTokens (a step drafts no
 // more than the decoder may still take). On a model that keeps state in
 // its slots it refuses (sequence.ErrSlotState).
-func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, drafter draft.Drafter, m Mode, maxTokens int) (*Decoding, error) {
+func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, m Mode, maxTokens int) (*Decoding, error) {
 	if pool.SlotState() {
 		return nil, sequence.ErrSlotState
 	}
 	if m.K < 1 || m.K > MaxK {
 		return nil, fmt.Errorf("draft length %d outside [1, %d]", m.K, MaxK)
 	}
-	d := &Decoding{seq: seq, pool: pool, dec: dec, drafter: drafter, k: m.K, max: maxTokens}
+	d := &Decoding{seq: seq, pool: pool, dec: dec, k: m.K, max: maxTokens}
+	switch m.Kind {
+	case NGram:
+		d.drafter = draft.DefaultNGram
+	case Self:
+		if !pool.CanDraft() {
+			return nil, fmt.Errorf("speculative mode self: the bundle has no draft variant (it has %v); build it with draft_layers = N in the model config", pool.Keys())
+		}
+	default:
+		return nil, fmt.Errorf("speculative mode %q: nothing to draft with", m.Kind)
+	}
 	if !m.Fixed {
 		d.policy = &Policy{}
 	}
@@ -109,7 +122,9 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 		k = min(k, d.max-d.dec.Generated()-1) // row i gives the decoder its (i+1)th token
 	}
 	rows := []int32{pending}
-	if k > 0 {
+	switch {
+	case k <= 0:
+	case d.drafter != nil:
 		t0 := time.Now()
 		history := append(s.Tokens[:start:start], pending)
 		rows = append(rows, d.drafter.Draft(history, k)...)
@@ -117,6 +132,16 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 		rows = rows[:min(len(rows), k+1)] // a drafter may return more than asked
 		if d.policy != nil {
 			rows = rows[:1+d.policy.Choose(len(rows)-1)]
+		}
+	default:
+		// A model's draft costs a step a token: the policy decides how
+		// many are worth it before any is made.
+		if d.policy != nil {
+			k = d.policy.Choose(k)
+		}
+		var err error
+		if rows, err = d.selfDraft(ctx, pending, k); err != nil {
+			return nil, err
 		}
 	}
 	t0 := time.Now()
@@ -154,4 +179,31 @@ func (d *Decoding) Step(ctx context.Context, pending int32) ([]decode.Step, erro
 		d.policy.Observe(len(rows), accepted, took)
 	}
 	return steps, nil
+}
+
+// selfDraft returns pending and k tokens the draft variant guesses after
+// it, one draft step each, with the sequence rolled back to where it was
+// (the steps wrote the first layers' K and V of positions the verify
+// step writes again).
+func (d *Decoding) selfDraft(ctx context.Context, pending int32, k int) ([]int32, error) {
+	s := d.seq
+	start := s.Pos()
+	rows := []int32{pending}
+	if k == 0 {
+		return rows, nil
+	}
+	t0 := time.Now()
+	for range k {
+		next, err := s.Draft(ctx, rows[len(rows)-1])
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, next)
+	}
+	took := time.Since(t0)
+	d.Stats.DraftTime += took
+	if d.policy != nil {
+		d.policy.ObserveDraft(k, took)
+	}
+	return rows, s.Truncate(start)
 }

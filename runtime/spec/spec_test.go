@@ -6,26 +6,43 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
-	"github.com/zrtdev/zrt/runtime/spec/draft"
 )
 
 // config is the model config of the tests: decode variants up to 8 rows
 // (verify steps of up to 8), a short context that the longest test run
-// fills.
-const config = "context_length = 160\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16]\n"
+// fills, and a draft variant of the first layer for self-speculation.
+const config = "context_length = 160\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16]\ndraft_layers = 1\n"
 
 // shared compiles a model of ../shared/models for T-CPU and opens it,
 // skipping without the file.
 func shared(t *testing.T, file string) *sequence.Pool {
+	t.Helper()
+	out, err := compile(t, file, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// compile compiles a model of ../shared/models with the model config
+// text for T-CPU, skipping without the file, and returns the bundle.
+func compile(t *testing.T, file, config string) (string, error) {
 	t.Helper()
 	model := filepath.Join(reference.SharedDir(), "models", file)
 	if _, err := os.Stat(model); err != nil {
@@ -36,15 +53,7 @@ func shared(t *testing.T, file string) *sequence.Pool {
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return out, compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg})
 }
 
 // generate decodes from prompt with params, speculating with mode (off:
@@ -76,7 +85,7 @@ func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Para
 		}
 		return out, st.Finish, spec.Stats{}
 	}
-	sp, err := spec.New(p, seq, d, draft.DefaultNGram, mode, params.MaxTokens)
+	sp, err := spec.New(p, seq, d, mode, params.MaxTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +107,9 @@ func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Para
 }
 
 // TestGreedyExact: on every shared model a speculative generation takes
-// exactly the tokens of plain greedy decoding, with drafts of 1, 4 and 7
-// tokens and with the adaptive policy's, to the context's end, to a token limit and to a stop string; the
+// exactly the tokens of plain greedy decoding, with n-gram drafts of 1, 4
+// and 7 tokens, self-speculation's of 3 (the model's first layer and its
+// head), and with the adaptive policy's, to the context's end, to a token limit and to a stop string; the
 // n-gram drafts are accepted (random-weight greedy generations fall into
 // loops, the trained models' stories repeat names).
 func TestGreedyExact(t *testing.T) {
@@ -115,13 +125,14 @@ func TestGreedyExact(t *testing.T) {
 			} {
 				want, wantFinish, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
 				for _, mode := range []spec.Mode{{Kind: spec.NGram, K: 1, Fixed: true}, {Kind: spec.NGram, K: 4, Fixed: true},
-					{Kind: spec.NGram, K: 7, Fixed: true}, {Kind: spec.NGram, K: 4}} {
+					{Kind: spec.NGram, K: 7, Fixed: true}, {Kind: spec.NGram, K: 4},
+					{Kind: spec.Self, K: 3, Fixed: true}, {Kind: spec.Self, K: 4}} {
 					got, finish, stats := generate(t, p, prompt, params, mode)
 					if !slices.Equal(got, want) || finish != wantFinish {
 						t.Fatalf("max %d, stops %q, %s: speculation took %d tokens (%s), plain decoding %d (%s); first difference at %d",
 							params.MaxTokens, params.Stops, mode, len(got), finish, len(want), wantFinish, firstDiff(got, want))
 					}
-					if len(got) > 100 && mode.Fixed && stats.Accepted == 0 {
+					if len(got) > 100 && mode.Fixed && mode.Kind == spec.NGram && stats.Accepted == 0 {
 						t.Errorf("%s: no draft token of %d was accepted in %d tokens", mode, stats.Drafted, len(got))
 					}
 					t.Logf("max %d, %s: %d tokens (%s), %d verify steps and %d plain, α = %.2f, %.2f tokens a verify step",
@@ -153,16 +164,29 @@ func TestSampledExact(t *testing.T) {
 }
 
 // TestSlotStateRefused: a model with recurrent layers is refused with the
-// typed error, not verified wrong.
+// typed error, not verified wrong, and so is a draft variant of them.
 func TestSlotStateRefused(t *testing.T) {
-	p := shared(t, "synthetic/syn-qwen35-q8_0.gguf")
+	const file = "synthetic/syn-qwen35-q8_0.gguf"
+	var unsupported *support.Error
+	if _, err := compile(t, file, config); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "recurrent") {
+		t.Errorf("a draft variant of recurrent layers: %v, want an unsupported-feature error", err)
+	}
+	out, err := compile(t, file, strings.Replace(config, "draft_layers = 1\n", "", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
 	seq, err := p.NewSequence()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer seq.Release()
 	d := decode.New(p.Tok, decode.Params{MaxTokens: 4})
-	if _, err := spec.New(p, seq, d, draft.DefaultNGram, spec.Mode{Kind: spec.NGram, K: 4}, 4); !errors.Is(err, sequence.ErrSlotState) {
+	if _, err := spec.New(p, seq, d, spec.Mode{Kind: spec.NGram, K: 4}, 4); !errors.Is(err, sequence.ErrSlotState) {
 		t.Errorf("spec.New on a recurrent model: %v, want ErrSlotState", err)
 	}
 	if _, err := seq.Verify(context.Background(), []int32{1, 2}); !errors.Is(err, sequence.ErrSlotState) {
@@ -177,4 +201,30 @@ func firstDiff(a, b []int32) int {
 		}
 	}
 	return min(len(a), len(b))
+}
+
+// TestSelfNeedsDraftVariant: self-speculation on a bundle built without
+// draft_layers is refused, saying how to build one.
+func TestSelfNeedsDraftVariant(t *testing.T) {
+	out, err := compile(t, "stories260K.gguf", strings.Replace(config, "draft_layers = 1\n", "", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	seq, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Release()
+	d := decode.New(p.Tok, decode.Params{MaxTokens: 4})
+	if _, err := spec.New(p, seq, d, spec.Mode{Kind: spec.Self, K: 4}, 4); err == nil || !strings.Contains(err.Error(), "draft_layers") {
+		t.Errorf("self on a bundle without a draft variant: %v", err)
+	}
+	if _, err := seq.Draft(context.Background(), 1); err == nil || !strings.Contains(err.Error(), "no draft variant") {
+		t.Errorf("a draft step without a draft variant: %v", err)
+	}
 }

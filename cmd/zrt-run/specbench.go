@@ -117,9 +117,14 @@ func specReport(w io.Writer, mode spec.Mode, s spec.Stats, cost []time.Duration,
 	for r := 2; r < len(cost); r++ {
 		by = append(by, fmt.Sprintf("%d rows %.2f×", r, float64(cost[r])/float64(cost[1])))
 	}
-	steps := s.Steps + s.Plain
-	fmt.Fprintf(w, "step cost relative to a decode step (%.3f ms): %s; draft %.3f× a step (n-gram lookup)\n",
-		float64(cost[1].Microseconds())/1000, strings.Join(by, ", "), float64(s.DraftTime)/float64(max(steps, 1))/float64(cost[1]))
+	// An n-gram draft is a lookup a step; a model's, a draft step a
+	// token.
+	per, what := s.Steps+s.Plain, "a step's n-gram lookup"
+	if mode.Kind == spec.Self {
+		per, what = s.Drafted, "a draft step"
+	}
+	fmt.Fprintf(w, "step cost relative to a decode step (%.3f ms): %s; %s %.3f×\n",
+		float64(cost[1].Microseconds())/1000, strings.Join(by, ", "), what, float64(s.DraftTime)/float64(max(per, 1))/float64(cost[1]))
 	// The run's steps at their measured costs, and the draft time,
 	// against a decode step a token.
 	var predicted time.Duration

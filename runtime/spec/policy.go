@@ -15,9 +15,13 @@ type Policy struct {
 	// tried and accepted count draft tokens the target judged, decayed
 	// so that the estimate follows the text.
 	tried, accepted float64
-	// cost[r] is the time of a step of r rows (a moving average); 0 until
-	// measured.
-	cost []float64
+	// recent[r] are the times of the last steps of r rows, the newest
+	// at next[r] (a ring of costWindow); a step's cost is the least of
+	// them. Other work on the machine only ever adds to a step's time,
+	// so the least of a few is the step's own cost, and steady where
+	// a mean follows every preemption.
+	recent [][]float64
+	next   []int
 	// idle counts steps since a draft was last verified.
 	idle int
 	// draft is the time to draft one token (a moving average; 0 for a
@@ -28,7 +32,8 @@ type Policy struct {
 // Tuning of the policy's estimates.
 const (
 	policyDecay = 0.9 // weight of the past in α's counts, per step
-	costWeight  = 0.2 // weight of a new measurement in a step's cost
+	costWindow  = 8   // the recent steps of a row count whose least time is its cost
+	costWeight  = 0.2 // weight of a new measurement in a draft token's cost
 	// probeEvery is how many draftless steps, in a row, pass before
 	// one draft token is verified anyway, so that α follows text that
 	// turns repetitive.
@@ -69,11 +74,17 @@ func (p *Policy) Choose(m int) int {
 	return best
 }
 
+// costOf is a step's cost by its rows: the least recent time, 0 when
+// none was measured.
 func (p *Policy) costOf(rows int) float64 {
-	if rows < len(p.cost) {
-		return p.cost[rows]
+	if rows >= len(p.recent) || len(p.recent[rows]) == 0 {
+		return 0
 	}
-	return 0
+	c := p.recent[rows][0]
+	for _, t := range p.recent[rows][1:] {
+		c = min(c, t)
+	}
+	return c
 }
 
 // ObserveDraft records the time a draft of n tokens took, for a drafter
@@ -93,13 +104,14 @@ func (p *Policy) ObserveDraft(n int, took time.Duration) {
 // Observe records a step: its rows, how many of its draft tokens were
 // accepted, and its time.
 func (p *Policy) Observe(rows, accepted int, took time.Duration) {
-	for len(p.cost) <= rows {
-		p.cost = append(p.cost, 0)
+	for len(p.recent) <= rows {
+		p.recent, p.next = append(p.recent, nil), append(p.next, 0)
 	}
-	if c := &p.cost[rows]; *c == 0 {
-		*c = took.Seconds()
+	if r := p.recent[rows]; len(r) < costWindow {
+		p.recent[rows] = append(r, took.Seconds())
 	} else {
-		*c += costWeight * (took.Seconds() - *c)
+		r[p.next[rows]] = took.Seconds()
+		p.next[rows] = (p.next[rows] + 1) % costWindow
 	}
 	if rows == 1 {
 		p.idle++

@@ -63,3 +63,33 @@ func TestPolicy(t *testing.T) {
 		t.Errorf("rows at a step each, α %.2f: k = %d, want 0", q.Alpha(), k)
 	}
 }
+
+// TestPolicyPreempted: a step slowed down by other work on the machine
+// (a preemption) does not change a step's cost: it is the least of the
+// recent times, not their mean.
+func TestPolicyPreempted(t *testing.T) {
+	var p Policy
+	for range costWindow {
+		p.Observe(1, 0, 10*time.Millisecond)
+		p.Observe(3, 2, 12*time.Millisecond)
+	}
+	p.Observe(1, 0, time.Second)
+	if c := p.costOf(1); c != 0.010 {
+		t.Errorf("a plain step costs %v after one preempted, want 10ms", c)
+	}
+	if k := p.Choose(2); k != 2 {
+		t.Errorf("α %.2f, 3 rows at 1.2 steps: k = %d, want 2", p.Alpha(), k)
+	}
+	// A cheaper time only lowers the cost; a window of dearer ones
+	// raises it.
+	for range costWindow {
+		p.Observe(3, 2, 40*time.Millisecond)
+		p.Observe(2, 1, 25*time.Millisecond)
+	}
+	if c := p.costOf(3); c != 0.040 {
+		t.Errorf("3 rows cost %v after a window of 40ms steps", c)
+	}
+	if k := p.Choose(2); k != 0 {
+		t.Errorf("2 rows at 2.5 steps, 3 at 4: k = %d, want 0", k)
+	}
+}

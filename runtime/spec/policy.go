@@ -34,6 +34,10 @@ const (
 	policyDecay = 0.9 // weight of the past in α's counts, per step
 	costWindow  = 8   // the recent steps of a row count whose least time is its cost
 	costWeight  = 0.2 // weight of a new measurement in a draft token's cost
+	// policyMargin is how many more tokens per unit of time than plain
+	// steps a draft must promise: the estimates are noisy, and a draft
+	// that only breaks even is not worth the risk of a loss.
+	policyMargin = 1.05
 	// probeEvery is how many draftless steps, in a row, pass before
 	// one draft token is verified anyway, so that α follows text that
 	// turns repetitive.
@@ -54,7 +58,7 @@ func (p *Policy) Choose(m int) int {
 		return 0 // measure a plain step first
 	}
 	a := p.Alpha()
-	best, bestRate := 0, 1.0 // tokens per plain step's time
+	best, bestRate := 0, policyMargin // tokens per plain step's time
 	yield, term := 1.0, 1.0
 	for k := 1; k <= m; k++ {
 		term *= a

@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
@@ -44,6 +45,12 @@ func shared(t *testing.T, file string) *sequence.Pool {
 // text for T-CPU, skipping without the file, and returns the bundle.
 func compile(t *testing.T, file, config string) (string, error) {
 	t.Helper()
+	return compileFor(t, file, config, "")
+}
+
+// compileFor is compile for a target ("" is cpu).
+func compileFor(t *testing.T, file, config, target string) (string, error) {
+	t.Helper()
 	model := filepath.Join(reference.SharedDir(), "models", file)
 	if _, err := os.Stat(model); err != nil {
 		t.Skipf("%s not present", model)
@@ -53,7 +60,7 @@ func compile(t *testing.T, file, config string) (string, error) {
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return out, compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg})
+	return out, compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")})
 }
 
 // generate decodes from prompt with params, speculating with mode (off:
@@ -140,6 +147,37 @@ func TestGreedyExact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGreedyCUDA: on T-CUDA a speculative generation of the trained
+// stories260K model takes the tokens of plain greedy decoding there, with
+// n-gram and self drafts. T-CUDA is not batch invariant bit for bit (a
+// verify row may round otherwise than a decode row), so this holds where
+// no two logits are within that rounding, as the engine's tests assume
+// for the same model. It skips without a GPU.
+func TestGreedyCUDA(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	out, err := compileFor(t, "stories260K.gguf", config, "cuda:sm_90")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sequence.Open(out, runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	prompt := p.Tok.Encode("Once upon a time, there was a little girl named Lily. Lily", true, false)
+	params := decode.Params{MaxTokens: 120}
+	want, _, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
+	for _, mode := range []spec.Mode{{Kind: spec.NGram, K: 4, Fixed: true}, {Kind: spec.Self, K: 3, Fixed: true}} {
+		got, _, stats := generate(t, p, prompt, params, mode)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: speculation took other tokens; first difference at %d of %d", mode, firstDiff(got, want), len(want))
+		}
+		t.Logf("%s: α = %.2f, %.2f tokens a verify step", mode, stats.Acceptance(), stats.TokensPerStep())
 	}
 }
 

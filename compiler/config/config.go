@@ -58,8 +58,9 @@ type Config struct {
 	// (draft.sS.r1): the model's first DraftLayers layers and its own
 	// output norm and head on their output (an early exit, as LayerSkip
 	// and Draft & Verify draft), sharing the model's weights and, for
-	// those layers, its KV pages (default 0: none).
-	DraftLayers  int    `toml:"draft_layers"`
+	// those layers, its KV pages (default 0: none; left out of the
+	// recorded config then, so builds without one keep their bytes).
+	DraftLayers  int    `toml:"draft_layers,omitzero"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 

@@ -67,9 +67,10 @@ config). --output-format jsonl prints one JSON object per row with
 llama-batched-bench's keys; --llama-batched-bench PATH --gguf FILE runs that
 tool on the same model, threads and test and prints its table below.
 
-With --speculative ngram[:K[:fixed]] it also generates -n tokens greedily after
---prompt through a request's decoder, without speculation and with it
-(tests "tgN off" and "tgN ngram:K"), and reports the draft tokens'
+With --speculative ngram[:K[:fixed]] or self[:K[:fixed]] it also
+generates -n tokens greedily after --prompt through a request's decoder,
+without speculation and with it (tests "tgN off" and "tgN MODE"), and
+reports the draft tokens'
 acceptance rate and the tokens per verify step (which depend on the
 text), the cost of a step by its rows relative to a decode step, the
 speedup those predict and the speedup measured.`,
@@ -265,6 +266,7 @@ speedup those predict and the speedup measured.`,
 		},
 	}
 	ef.add(c)
+	ef.build.addDraftLayers(c)
 	c.Flags().IntVarP(&pp, "p", "p", 512, "prompt tokens for the pp test (0: skip)")
 	c.Flags().IntVarP(&tg, "n", "n", 128, "generated tokens for the tg test (0: skip)")
 	c.Flags().IntVarP(&reps, "r", "r", 3, "repetitions")
@@ -275,7 +277,7 @@ speedup those predict and the speedup measured.`,
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
 	c.Flags().StringVar(&llamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
-	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]]")
+	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]] or self[:K[:fixed]]")
 	c.Flags().StringVar(&prompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	return c
 }

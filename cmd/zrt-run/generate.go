@@ -68,6 +68,11 @@ func generateCmd() *cobra.Command {
 				return err
 			}
 			defer e.Close()
+			if mode.On() {
+				if err := spec.Check(e, mode); err != nil {
+					return fmt.Errorf("--speculative %s: %w", mode, err)
+				}
+			}
 			var ids []int32
 			switch {
 			case tokens != "":
@@ -110,6 +115,7 @@ func generateCmd() *cobra.Command {
 	}
 	ef.add(c)
 	ef.build.addSlots(c)
+	ef.build.addDraftLayers(c)
 	c.Flags().StringVarP(&prompt, "prompt", "p", "", "prompt text")
 	c.Flags().StringVar(&tokens, "tokens", "", "prompt as token ids (comma or space separated), instead of --prompt")
 	c.Flags().BoolVar(&useChat, "chat", false, "format the prompt with the model's chat template")
@@ -126,7 +132,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
-	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, or ngram[:K[:fixed]]: drafts of up to K tokens (default 4) looked up in the prompt and output and verified in one step, as many as pay for their rows by the measured acceptance and step costs (all of them with :fixed); the output is the same")
+	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, ngram[:K[:fixed]] (drafts looked up in the prompt and output) or self[:K[:fixed]] (drafted by the bundle's draft variant, see --draft-layers): up to K tokens (default 4) verified in one step, as many as pay for their cost by the measured acceptance and step times (all of them with :fixed); the output is the same")
 	return c
 }
 

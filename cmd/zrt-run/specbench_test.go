@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/internal/reference"
 )
 
 // runCmd runs zrt-run with args and returns its stdout and stderr.
@@ -70,5 +75,41 @@ func TestBenchSpeculative(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestGenerateSelfFromGGUF: given a GGUF, --draft-layers builds it with a
+// draft variant, and --speculative self prints what plain decoding
+// prints; without the variant self is refused before any output.
+func TestGenerateSelfFromGGUF(t *testing.T) {
+	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	bin := filepath.Join(buildTools(t), "zrt-run")
+	cache := t.TempDir()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"generate", model, "--cache", cache, "-p", "Once upon a time", "-n", "60", "--temp", "0", "--threads", "1", "--no-echo"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, errb.String())
+		}
+		return out.String(), err
+	}
+	off, err := run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, err := run("--draft-layers", "2", "--speculative", "self:3:fixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on != off {
+		t.Errorf("--speculative self printed\n%q\nplain decoding\n%q", on, off)
+	}
+	if out, err := run("--speculative", "self"); err == nil || !strings.Contains(err.Error(), "--draft-layers") || out != "" {
+		t.Errorf("self without a draft variant: %v, output %q", err, out)
 	}
 }

@@ -153,6 +153,9 @@ type Overrides struct {
 	// Slots is the most sequences served at once: max_slots, and the
 	// decode variants up to it (DecodeLadder), replacing any decode_slots.
 	Slots int
+	// DraftLayers is draft_layers: a self-speculation draft variant of
+	// the first DraftLayers layers.
+	DraftLayers int
 }
 
 // fromGGUF returns the defaults the GGUF gives; the variant lists and the
@@ -245,12 +248,15 @@ func (c *Config) resolve(explicit func(key string) bool, o Overrides) error {
 		c.Target = o.Target
 	}
 	switch {
-	case o.ContextLength < 0 || o.Slots < 0:
-		return fmt.Errorf("config: context length %d and slots %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots)
+	case o.ContextLength < 0 || o.Slots < 0 || o.DraftLayers < 0:
+		return fmt.Errorf("config: context length %d, slots %d and draft layers %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots, o.DraftLayers)
 	case o.ContextLength > 0:
 		c.ContextLength = o.ContextLength
 	case !explicit("context_length"):
 		c.chose("context_length = %d (%s)", c.ContextLength, c.contextFrom)
+	}
+	if o.DraftLayers > 0 {
+		c.DraftLayers = o.DraftLayers
 	}
 	switch {
 	case o.Slots > 0:

@@ -86,27 +86,39 @@ type Decoding struct {
 // more than the decoder may still take). On a model that keeps state in
 // its slots it refuses (sequence.ErrSlotState).
 func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, m Mode, maxTokens int) (*Decoding, error) {
-	if pool.SlotState() {
-		return nil, sequence.ErrSlotState
-	}
-	if m.K < 1 || m.K > MaxK {
-		return nil, fmt.Errorf("draft length %d outside [1, %d]", m.K, MaxK)
+	if err := Check(pool, m); err != nil {
+		return nil, err
 	}
 	d := &Decoding{seq: seq, pool: pool, dec: dec, k: m.K, max: maxTokens}
-	switch m.Kind {
-	case NGram:
+	if m.Kind == NGram {
 		d.drafter = draft.DefaultNGram
-	case Self:
-		if !pool.CanDraft() {
-			return nil, fmt.Errorf("speculative mode self: the bundle has no draft variant (it has %v); build it with draft_layers = N in the model config", pool.Keys())
-		}
-	default:
-		return nil, fmt.Errorf("speculative mode %q: nothing to draft with", m.Kind)
 	}
 	if !m.Fixed {
 		d.policy = &Policy{}
 	}
 	return d, nil
+}
+
+// Check says whether pool's bundle can speculate as m asks: a model
+// without per-slot state (else sequence.ErrSlotState), a draft length in
+// range, and for self a draft variant.
+func Check(pool *sequence.Pool, m Mode) error {
+	if pool.SlotState() {
+		return sequence.ErrSlotState
+	}
+	if m.K < 1 || m.K > MaxK {
+		return fmt.Errorf("draft length %d outside [1, %d]", m.K, MaxK)
+	}
+	switch m.Kind {
+	case NGram:
+	case Self:
+		if !pool.CanDraft() {
+			return fmt.Errorf("speculative mode self: the bundle has no draft variant (it has %v); build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", pool.Keys())
+		}
+	default:
+		return fmt.Errorf("speculative mode %q: nothing to draft with", m.Kind)
+	}
+	return nil
 }
 
 // Step evaluates pending — the token the decoder took last, not yet in

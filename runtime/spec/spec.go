@@ -9,9 +9,10 @@
 // exactly the tokens before it, as without speculation, so the output is
 // the same: greedy bit for bit on a batch-invariant tier, and sampled
 // token for token given the same seed, since the sampler draws once per
-// token taken, in the same order. For a draft that proposes one token
-// (probability one), taking the target's sample and accepting the draft
-// when they are equal is the standard rejection rule: the draft is
+// token taken, in the same order. Both drafts here propose one token a
+// position with probability one (a lookup, or the draft variant's
+// argmax), and for such a draft taking the target's sample and accepting
+// the draft when they are equal is the standard rejection rule: the draft is
 // accepted with probability p(x), and a rejected row's token follows p
 // without x, renormalized.
 package spec
@@ -31,7 +32,8 @@ import (
 // engine; time per token depends on both.
 type Stats struct {
 	// Steps are the verify steps that carried a draft; Plain the steps
-	// without one (nothing was proposed), plain decode steps.
+	// without one (nothing was proposed, or the policy found no draft
+	// worth its cost), plain decode steps.
 	Steps, Plain int
 	// Drafted counts the draft tokens verified; Accepted those the
 	// target agreed with.

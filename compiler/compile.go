@@ -38,6 +38,9 @@ type Options struct {
 	// context_length and max_slots (with the decode variants up to it):
 	// zrtc build --ctx-size and --slots.
 	ContextLength, Slots int
+	// DraftLayers, when positive, overrides the config's draft_layers
+	// (zrtc build --draft-layers).
+	DraftLayers int
 	// VerifyEach re-runs verify after every pass.
 	VerifyEach bool
 	// NoFuse turns the fuse pass off.
@@ -67,7 +70,7 @@ type Options struct {
 
 // Overrides are the options that override the model config's settings.
 func (opt Options) Overrides() config.Overrides {
-	return config.Overrides{Target: opt.Target, ContextLength: opt.ContextLength, Slots: opt.Slots}
+	return config.Overrides{Target: opt.Target, ContextLength: opt.ContextLength, Slots: opt.Slots, DraftLayers: opt.DraftLayers}
 }
 
 // Frontend is a parsed model ready for the passes.

@@ -72,6 +72,10 @@ type Stage uint8
 const (
 	Prefill Stage = bundle.StagePrefill // batched prompt rows (GEMM, batched attention)
 	Decode  Stage = bundle.StageDecode  // one row per slot
+	// Draft is a decode step through the model's first layers and its
+	// output head (self-speculation's draft), in bundles built with
+	// draft_layers.
+	Draft Stage = bundle.StageDraft
 )
 
 func (s Stage) String() string {
@@ -80,6 +84,8 @@ func (s Stage) String() string {
 		return "prefill"
 	case Decode:
 		return "decode"
+	case Draft:
+		return "draft"
 	}
 	return fmt.Sprintf("stage(%d)", uint8(s))
 }

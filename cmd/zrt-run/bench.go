@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 // benchResult is one row of the table (and of --json).
@@ -35,13 +36,18 @@ type benchResult struct {
 	BytesPerToken int64   `json:"bytes_per_token,omitempty"`
 	BandwidthGBs  float64 `json:"mem_bandwidth_gb_s,omitempty"`
 	BandwidthUse  float64 `json:"bandwidth_fraction,omitempty"`
+	// For a speculative generation (--speculative): the acceptance rate
+	// α of the draft tokens and the tokens each verify step produced,
+	// which depend on the text, apart from the rate.
+	Acceptance    float64 `json:"acceptance_rate,omitempty"`
+	TokensPerStep float64 `json:"tokens_per_verify_step,omitempty"`
 }
 
 func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var pp, tg, reps int
 	var asJSON bool
-	var llamaBench, gguf, cpuProfile, slotList, format, llamaBatched string
+	var llamaBench, gguf, cpuProfile, slotList, format, llamaBatched, speculative, prompt string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE|MODEL.gguf",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -59,7 +65,15 @@ steps, as llama-batched-bench packs them into its batch), then
 max_slots ≥ B and a decode variant for B: decode_slots in the model
 config). --output-format jsonl prints one JSON object per row with
 llama-batched-bench's keys; --llama-batched-bench PATH --gguf FILE runs that
-tool on the same model, threads and test and prints its table below.`,
+tool on the same model, threads and test and prints its table below.
+
+With --speculative ngram[:K[:fixed]] or self[:K[:fixed]] it also
+generates -n tokens greedily after --prompt through a request's decoder,
+without speculation and with it (tests "tgN off" and "tgN MODE"), and
+reports the draft tokens'
+acceptance rate and the tokens per verify step (which depend on the
+text), the cost of a step by its rows relative to a decode step, the
+speedup those predict and the speedup measured.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -73,6 +87,13 @@ tool on the same model, threads and test and prints its table below.`,
 				return exitcode.Usagef("--output-format %q: want md or jsonl", format)
 			case (llamaBench != "" || llamaBatched != "") && gguf == "":
 				return exitcode.Usagef("--llama-bench and --llama-batched-bench need --gguf, the model the bundle was built from")
+			}
+			mode, err := spec.ParseMode(speculative)
+			switch {
+			case err != nil:
+				return exitcode.Usagef("--speculative: %v", err)
+			case mode.On() && (slotList != "" || tg == 0):
+				return exitcode.Usagef("--speculative measures a generation: give -n and no --slots")
 			}
 			var slots []int
 			if slotList != "" {
@@ -205,6 +226,12 @@ tool on the same model, threads and test and prints its table below.`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "zrt-run:", warn)
 				}
 			}
+			var specRun func() error
+			if mode.On() {
+				if rows, specRun, err = benchSpeculative(cmd, e, rows, mode, prompt, tg, reps, threads); err != nil {
+					return err
+				}
+			}
 			w := cmd.OutOrStdout()
 			if llamaBench != "" {
 				if err := compareLlama(cmd, rows, llamaBench, gguf, pp, tg, reps, threads, e.TierName() != "cpu"); err != nil {
@@ -232,10 +259,14 @@ tool on the same model, threads and test and prints its table below.`,
 				fmt.Fprintf(w, "| %s | %.2f MiB | %.2f M | %s | %s | %s | %.2f ± %.2f | %s | %s |\n", r.Model,
 					float64(r.SizeBytes)/(1<<20), float64(r.Params)/1e6, r.Backend, threads, r.Test, r.TokS, r.StdDev, per, bw)
 			}
+			if specRun != nil {
+				return specRun()
+			}
 			return nil
 		},
 	}
 	ef.add(c)
+	ef.build.addDraftLayers(c)
 	c.Flags().IntVarP(&pp, "p", "p", 512, "prompt tokens for the pp test (0: skip)")
 	c.Flags().IntVarP(&tg, "n", "n", 128, "generated tokens for the tg test (0: skip)")
 	c.Flags().IntVarP(&reps, "r", "r", 3, "repetitions")
@@ -246,6 +277,8 @@ tool on the same model, threads and test and prints its table below.`,
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
 	c.Flags().StringVar(&llamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
+	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]] or self[:K[:fixed]]")
+	c.Flags().StringVar(&prompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	return c
 }
 

@@ -27,6 +27,9 @@ type buildFlags struct {
 	target string
 	ctx    int
 	slots  int
+	// draftLayers builds a self-speculation draft variant (--speculative
+	// self) of the first layers.
+	draftLayers int
 }
 
 func (b *buildFlags) add(c *cobra.Command) {
@@ -39,6 +42,11 @@ func (b *buildFlags) add(c *cobra.Command) {
 // own.
 func (b *buildFlags) addSlots(c *cobra.Command) {
 	c.Flags().IntVar(&b.slots, "slots", 0, "given a GGUF: requests served at once, which sets its decode variants (default 16 on cpu, 64 on cuda)")
+}
+
+// addDraftLayers adds --draft-layers, for the commands that speculate.
+func (b *buildFlags) addDraftLayers(c *cobra.Command) {
+	c.Flags().IntVar(&b.draftLayers, "draft-layers", 0, "given a GGUF: build a draft variant of its first N layers and its head, for --speculative self (default: none)")
 }
 
 // isGGUF reports whether path names a GGUF model rather than a bundle,
@@ -76,6 +84,8 @@ func (b *buildFlags) bundle(ctx context.Context, path string, opt runtime.Option
 		return "", exitcode.Usagef("--ctx-size %d: want a positive context length (0: the GGUF's)", b.ctx)
 	case b.slots < 0:
 		return "", exitcode.Usagef("--slots %d: want a positive number of requests (0: the target's default)", b.slots)
+	case b.draftLayers < 0:
+		return "", exitcode.Usagef("--draft-layers %d: want a positive number of layers (0: no draft variant)", b.draftLayers)
 	}
 	dir, err := b.cacheDir()
 	if err != nil {
@@ -94,7 +104,7 @@ func (b *buildFlags) bundle(ctx context.Context, path string, opt runtime.Option
 		target = string(kernels.TierCPU) // zrtc's default, said in the progress line
 	}
 	r, err := autobuild.Build(ctx, autobuild.Request{GGUF: path, CacheDir: dir, Target: target,
-		ContextLength: b.ctx, Slots: b.slots, Run: autobuild.Exec(zrtc), Log: os.Stderr})
+		ContextLength: b.ctx, Slots: b.slots, DraftLayers: b.draftLayers, Run: autobuild.Exec(zrtc), Log: os.Stderr})
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}

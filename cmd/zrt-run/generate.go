@@ -17,6 +17,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 // traceDispatch prints the first values of each dispatch's output to
@@ -45,7 +46,7 @@ func parseTokens(s string) ([]int32, error) {
 
 func generateCmd() *cobra.Command {
 	var ef engineFlags
-	var prompt, tokens, system, messages string
+	var prompt, tokens, system, messages, speculative string
 	var n int
 	var useChat, asJSON, noEcho bool
 	var stops []string
@@ -58,11 +59,20 @@ func generateCmd() *cobra.Command {
 			if err := flagError(decode.Params{MaxTokens: n, Sampling: sp}.Validate()); err != nil {
 				return err
 			}
+			mode, err := spec.ParseMode(speculative)
+			if err != nil {
+				return exitcode.Usagef("--speculative: %v", err)
+			}
 			e, err := ef.open(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer e.Close()
+			if mode.On() {
+				if err := spec.Check(e, mode); err != nil {
+					return fmt.Errorf("--speculative %s: %w", mode, err)
+				}
+			}
 			var ids []int32
 			switch {
 			case tokens != "":
@@ -100,11 +110,12 @@ func generateCmd() *cobra.Command {
 			if tokens == "" && !useChat && messages == "" && !noEcho {
 				fmt.Fprint(cmd.OutOrStdout(), prompt)
 			}
-			return generate(cmd, e, ids, n, sp, stops, asJSON)
+			return generate(cmd, e, ids, n, sp, stops, mode, asJSON)
 		},
 	}
 	ef.add(c)
 	ef.build.addSlots(c)
+	ef.build.addDraftLayers(c)
 	c.Flags().StringVarP(&prompt, "prompt", "p", "", "prompt text")
 	c.Flags().StringVar(&tokens, "tokens", "", "prompt as token ids (comma or space separated), instead of --prompt")
 	c.Flags().BoolVar(&useChat, "chat", false, "format the prompt with the model's chat template")
@@ -121,6 +132,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
+	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, ngram[:K[:fixed]] (drafts looked up in the prompt and output) or self[:K[:fixed]] (drafted by the bundle's draft variant, see --draft-layers): up to K tokens (default 4) verified in one step, as many as pay for their cost by the measured acceptance and step times (all of them with :fixed); the output is the same")
 	return c
 }
 
@@ -138,9 +150,20 @@ type Metrics struct {
 	Threads         int     `json:"threads,omitempty"`
 	Variant         string  `json:"variant"`
 	StopReason      string  `json:"stop_reason"`
+	// Speculative decoding (omitted when off): the mode, the verify
+	// steps that carried a draft and the plain ones, the draft tokens
+	// verified and accepted, the acceptance rate α, and the tokens each
+	// verify step produced. They depend on the text, tok/s on both.
+	Speculative   string  `json:"speculative,omitempty"`
+	VerifySteps   int     `json:"verify_steps,omitempty"`
+	PlainSteps    int     `json:"plain_steps,omitempty"`
+	DraftTokens   int     `json:"draft_tokens,omitempty"`
+	Accepted      int     `json:"accepted_tokens,omitempty"`
+	Acceptance    float64 `json:"acceptance_rate,omitempty"`
+	TokensPerStep float64 `json:"tokens_per_verify_step,omitempty"`
 }
 
-func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sample.Params, stops []string, asJSON bool) error {
+func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sample.Params, stops []string, mode spec.Mode, asJSON bool) error {
 	ctx := cmd.Context()
 	seq, err := e.NewSequence()
 	if err != nil {
@@ -149,25 +172,48 @@ func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sampl
 	defer seq.Release()
 	out := cmd.OutOrStdout()
 	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: e.Hparams.ContextLength})
+	var sd *spec.Decoding
+	if mode.On() {
+		if sd, err = spec.New(e, seq, d, mode, n); err != nil {
+			return fmt.Errorf("--speculative %s: %w", mode, err)
+		}
+		if rows := e.VerifyRows(); rows <= mode.K {
+			fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: --speculative %s: verify steps of this bundle hold %d rows (a free slot each, within the largest decode variant); drafts are cut to %d tokens\n", mode, rows, rows-1)
+		}
+	}
 	t0 := time.Now()
 	logits, err := seq.Prefill(ctx, ids)
 	if err != nil {
 		return err
 	}
 	ttft := time.Since(t0)
+	// lat holds each fed token's share of its step's time: a verify step
+	// of several accepted tokens counts as that many tokens.
 	var lat []time.Duration
 	tDecode := time.Now()
-	for {
-		st := d.Next(logits, seq.Tokens, seq.Pos())
-		fmt.Fprint(out, st.Text)
-		if st.Finish != decode.Running {
-			break
-		}
+	st := d.Next(logits, seq.Tokens, seq.Pos())
+	fmt.Fprint(out, st.Text)
+	for st.Finish == decode.Running {
 		ts := time.Now()
-		if logits, err = seq.Decode(ctx, st.Token); err != nil {
+		if sd == nil {
+			if logits, err = seq.Decode(ctx, st.Token); err != nil {
+				return err
+			}
+			lat = append(lat, time.Since(ts))
+			st = d.Next(logits, seq.Tokens, seq.Pos())
+			fmt.Fprint(out, st.Text)
+			continue
+		}
+		steps, err := sd.Step(ctx, st.Token)
+		if err != nil {
 			return err
 		}
-		lat = append(lat, time.Since(ts))
+		per := time.Since(ts) / time.Duration(len(steps))
+		for _, s := range steps {
+			lat = append(lat, per)
+			fmt.Fprint(out, s.Text)
+		}
+		st = steps[len(steps)-1]
 	}
 	fmt.Fprintln(out)
 	decodeDur := time.Since(tDecode)
@@ -187,6 +233,11 @@ func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sampl
 		m.DecodeTokS = float64(len(lat)) / decodeDur.Seconds()
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		m.P50ms, m.P95ms = ms(lat[len(lat)/2]), ms(lat[min(len(lat)-1, len(lat)*95/100)])
+	}
+	if sd != nil {
+		s := sd.Stats
+		m.Speculative, m.VerifySteps, m.PlainSteps, m.DraftTokens, m.Accepted = mode.String(), s.Steps, s.Plain, s.Drafted, s.Accepted
+		m.Acceptance, m.TokensPerStep = s.Acceptance(), s.TokensPerStep()
 	}
 	b, _ := json.Marshal(m)
 	fmt.Fprintln(cmd.ErrOrStderr(), string(b))

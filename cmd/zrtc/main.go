@@ -151,11 +151,12 @@ func tokCmd(reverse bool) *cobra.Command {
 
 // sizeFlags are the config settings build, key and config take as flags,
 // so the common ones need no config file.
-type sizeFlags struct{ ctx, slots int }
+type sizeFlags struct{ ctx, slots, draftLayers int }
 
 func (s *sizeFlags) register(c *cobra.Command) {
 	c.Flags().IntVar(&s.ctx, "ctx-size", 0, "context length, overriding the config's context_length (default: the GGUF's trained context)")
 	c.Flags().IntVar(&s.slots, "slots", 0, "requests served at once: max_slots, and decode variants up to it (default: 16 on cpu, 64 on cuda)")
+	c.Flags().IntVar(&s.draftLayers, "draft-layers", 0, "add a self-speculation draft variant of the first N layers and the model's head, overriding the config's draft_layers (default: none)")
 }
 
 func (s *sizeFlags) apply(opt *compiler.Options) error {
@@ -164,8 +165,10 @@ func (s *sizeFlags) apply(opt *compiler.Options) error {
 		return exitcode.Usagef("--ctx-size %d out of range [1, %d]", s.ctx, config.MaxContext)
 	case s.slots < 0 || s.slots > 1024:
 		return exitcode.Usagef("--slots %d out of range [1, 1024]", s.slots)
+	case s.draftLayers < 0:
+		return exitcode.Usagef("--draft-layers %d: want a positive number of layers", s.draftLayers)
 	}
-	opt.ContextLength, opt.Slots = s.ctx, s.slots
+	opt.ContextLength, opt.Slots, opt.DraftLayers = s.ctx, s.slots, s.draftLayers
 	return nil
 }
 

@@ -66,8 +66,24 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	// The variants to build, in the order the bundle lists them.
 	keys := c.ShapeKeys()
 	m := &Model{Hparams: s.Hparams, Config: c, KV: kv}
+	layers := len(s.Layers)
+	if c.DraftLayers > 0 {
+		if c.DraftLayers >= layers {
+			return nil, fmt.Errorf("config: draft_layers %d: the draft takes fewer layers than the model's %d", c.DraftLayers, layers)
+		}
+		for l := range c.DraftLayers {
+			if _, ok := s.Layers[l].Mixer.(Recurrent); ok {
+				return nil, &support.Error{What: "self-speculation draft", Value: fmt.Sprintf("of %d layers", c.DraftLayers),
+					Where: fmt.Sprintf("(layer %d is recurrent)", l), Detail: "a recurrent layer's state cannot be rolled back after a rejected draft"}
+			}
+		}
+	}
 	for _, k := range keys {
-		g, err := buildGraph(f, s, k)
+		n := layers
+		if k.Stage == ir.Draft {
+			n = c.DraftLayers
+		}
+		g, err := buildGraph(f, s, k, n)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
@@ -76,9 +92,10 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	return m, nil
 }
 
-// buildGraph assembles the variant k of s: embedding, each layer's mixer
-// and FFN, output head.
-func buildGraph(f *gguf.File, s *Spec, k ir.ShapeKey) (*ir.Graph, error) {
+// buildGraph assembles the variant k of s: embedding, the mixer and FFN
+// of each of the first layers layers (all of them but in a draft
+// variant), output head.
+func buildGraph(f *gguf.File, s *Spec, k ir.ShapeKey, layers int) (*ir.Graph, error) {
 	b := newGraphBuilder(f, s, k)
 	x, err := b.embedding()
 	if err != nil {
@@ -89,7 +106,7 @@ func buildGraph(f *gguf.File, s *Spec, k ir.ShapeKey) (*ir.Graph, error) {
 			return nil, err
 		}
 	}
-	for l := range s.Layers {
+	for l := range layers {
 		if err := b.layer(l, &s.Layers[l], x); err != nil {
 			return nil, err
 		}

@@ -60,8 +60,15 @@ type Config struct {
 	// about 53% of F16's bytes per token, so the same kv_pages take half
 	// the memory). Tiers whose kernels only address F16 pages refuse
 	// q8_0 at build time.
-	CacheTypeK   string `toml:"cache_type_k"`
-	CacheTypeV   string `toml:"cache_type_v"`
+	CacheTypeK string `toml:"cache_type_k"`
+	CacheTypeV string `toml:"cache_type_v"`
+	// DraftLayers, when set, adds a draft variant for self-speculation
+	// (draft.sS.r1): the model's first DraftLayers layers and its own
+	// output norm and head on their output (an early exit, as LayerSkip
+	// and Draft & Verify draft), sharing the model's weights and, for
+	// those layers, its KV pages (default 0: none; left out of the
+	// recorded config then, so builds without one keep their bytes).
+	DraftLayers  int    `toml:"draft_layers,omitzero"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 
@@ -185,6 +192,9 @@ type Overrides struct {
 	// Slots is the most sequences served at once: max_slots, and the
 	// decode variants up to it (DecodeLadder), replacing any decode_slots.
 	Slots int
+	// DraftLayers is draft_layers: a self-speculation draft variant of
+	// the first DraftLayers layers.
+	DraftLayers int
 }
 
 // fromGGUF returns the defaults the GGUF gives; the variant lists and the
@@ -277,12 +287,15 @@ func (c *Config) resolve(explicit func(key string) bool, o Overrides) error {
 		c.Target = o.Target
 	}
 	switch {
-	case o.ContextLength < 0 || o.Slots < 0:
-		return fmt.Errorf("config: context length %d and slots %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots)
+	case o.ContextLength < 0 || o.Slots < 0 || o.DraftLayers < 0:
+		return fmt.Errorf("config: context length %d, slots %d and draft layers %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots, o.DraftLayers)
 	case o.ContextLength > 0:
 		c.ContextLength = o.ContextLength
 	case !explicit("context_length"):
 		c.chose("context_length = %d (%s)", c.ContextLength, c.contextFrom)
+	}
+	if o.DraftLayers > 0 {
+		c.DraftLayers = o.DraftLayers
 	}
 	switch {
 	case o.Slots > 0:
@@ -331,7 +344,8 @@ func (c *Config) MaxPages() int {
 }
 
 // ShapeKeys lists the variants to compile: every prefill row count, then
-// every decode slot count, in increasing order.
+// every decode slot count, in increasing order, then the draft variant
+// when DraftLayers asks for one.
 func (c *Config) ShapeKeys() []ir.ShapeKey {
 	var keys []ir.ShapeKey
 	for _, r := range c.PrefillRows {
@@ -339,6 +353,9 @@ func (c *Config) ShapeKeys() []ir.ShapeKey {
 	}
 	for _, s := range c.DecodeSlots {
 		keys = append(keys, ir.ShapeKey{Stage: ir.Decode, Slots: c.MaxSlots, Rows: s})
+	}
+	if c.DraftLayers > 0 {
+		keys = append(keys, ir.ShapeKey{Stage: ir.Draft, Slots: c.MaxSlots, Rows: 1})
 	}
 	return keys
 }
@@ -363,6 +380,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: prefill_rows %v: each must be in [1, prefill_chunk = %d]", c.PrefillRows, c.PrefillChunk)
 	case c.KVPages < 1 || c.KVPages > 1<<24:
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
+	case c.DraftLayers < 0:
+		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.DraftLayers)
 	case !positiveFinite(c.Rope.FreqBase):
 		return fmt.Errorf("config: rope.freq_base %v must be positive and finite", c.Rope.FreqBase)
 	case !ropeScalings[c.Rope.Scaling]:

@@ -208,3 +208,38 @@ func TestCacheTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestDraftLayers: draft_layers adds the draft variant after the others,
+// from the file or the --draft-layers override (which wins); a negative
+// count is refused; without one the recorded config does not name it.
+func TestDraftLayers(t *testing.T) {
+	c, err := loadWith(t, synth.Tiny, "draft_layers = 1\n", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := c.ShapeKeys()
+	if last := keys[len(keys)-1]; last.Stage != ir.Draft || last.Rows != 1 || last.Slots != c.MaxSlots {
+		t.Errorf("last variant %v, want draft.s%d.r1", last, c.MaxSlots)
+	}
+	if !strings.Contains(c.TOML(), "draft_layers = 1") {
+		t.Errorf("recorded config lacks draft_layers:\n%s", c.TOML())
+	}
+	if c, err = loadWith(t, synth.Tiny, "draft_layers = 1\n", Overrides{DraftLayers: 2}); err != nil || c.DraftLayers != 2 {
+		t.Errorf("--draft-layers 2 over draft_layers = 1: %d, %v", c.DraftLayers, err)
+	}
+	if _, err := load(t, "draft_layers = -1\n"); err == nil || !strings.Contains(err.Error(), "draft_layers") {
+		t.Errorf("draft_layers = -1: %v", err)
+	}
+	c, err = load(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range c.ShapeKeys() {
+		if k.Stage == ir.Draft {
+			t.Errorf("a draft variant %v without draft_layers", k)
+		}
+	}
+	if strings.Contains(c.TOML(), "draft_layers") {
+		t.Errorf("recorded config of a build without a draft names draft_layers:\n%s", c.TOML())
+	}
+}

@@ -23,6 +23,9 @@ type Stage uint8
 const (
 	Prefill Stage = iota + 1
 	Decode
+	// Draft is a decode step through the first layers and the output
+	// head only: self-speculation's draft (config.DraftLayers).
+	Draft
 )
 
 func (s Stage) String() string {
@@ -31,6 +34,8 @@ func (s Stage) String() string {
 		return "prefill"
 	case Decode:
 		return "decode"
+	case Draft:
+		return "draft"
 	}
 	return fmt.Sprintf("stage(%d)", uint8(s))
 }

@@ -228,6 +228,8 @@ func parseKey(s string) (ShapeKey, bool) {
 		k.Stage = Prefill
 	case "decode":
 		k.Stage = Decode
+	case "draft":
+		k.Stage = Draft
 	default:
 		return k, false
 	}

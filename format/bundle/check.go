@@ -151,12 +151,12 @@ func (g *Graph) checkVariant(v *Variant) error {
 		if v.Rows < 1 || int(v.Rows) > h.PrefillChunk {
 			return fmt.Errorf("prefill rows %d outside [1, prefill_chunk = %d]", v.Rows, h.PrefillChunk)
 		}
-	case StageDecode:
+	case StageDecode, StageDraft:
 		if v.Rows < 1 || v.Rows > v.Slots {
 			return fmt.Errorf("decode rows %d outside [1, slots = %d]", v.Rows, v.Slots)
 		}
 	default:
-		return fmt.Errorf("stage %d", v.Stage)
+		return fmt.Errorf("stage %d, which this reader does not know (1 prefill, 2 decode, 3 draft): rebuild the bundle with this zrtc", v.Stage)
 	}
 	if v.Slots < 1 || int(v.Slots) > h.MaxSlots {
 		return fmt.Errorf("slots %d outside [1, max_slots = %d]", v.Slots, h.MaxSlots)

@@ -103,6 +103,9 @@ type RegLive struct {
 const (
 	StagePrefill = 1
 	StageDecode  = 2
+	// StageDraft is a decode step through the model's first layers and
+	// its output head: self-speculation's draft.
+	StageDraft = 3
 )
 
 // Variant is one ShapeKey's program.
@@ -122,7 +125,7 @@ type Variant struct {
 // Key names the variant as the runtime's ShapeKey prints it:
 // "decode.s4.r4".
 func (v *Variant) Key() string {
-	stage := map[uint8]string{StagePrefill: "prefill", StageDecode: "decode"}[v.Stage]
+	stage := map[uint8]string{StagePrefill: "prefill", StageDecode: "decode", StageDraft: "draft"}[v.Stage]
 	if stage == "" {
 		stage = fmt.Sprintf("stage%d", v.Stage)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
 )
@@ -338,6 +339,161 @@ func (s *Sequence) Advance(ctx context.Context, tok int32) error {
 	}
 	return s.step(ctx, runtime.Decode, []int32{tok}, 0, true)
 }
+
+// VerifyRows is the most rows one Verify step may evaluate: the
+// sequence's own and one per slot no sequence holds, within the largest
+// decode variant. A model that keeps state in its slots verifies one row
+// at a time (see Verify).
+func (p *Pool) VerifyRows() int {
+	if p.SlotState() {
+		return 1
+	}
+	free := 0
+	for _, used := range p.slots {
+		if !used {
+			free++
+		}
+	}
+	d, _ := p.Largest(runtime.Decode)
+	return min(1+free, d.Rows)
+}
+
+// Verified is one row's outcome of a Verify step: the graph's greedy
+// choice and the logits after the row's token. It has the methods of
+// runtime/decode's Source. Its logits can be read until the pool's next
+// step.
+type Verified struct {
+	pool   *Pool
+	slot   int
+	greedy int32
+}
+
+// Greedy is the token the graph's ARGMAX picked after the row.
+func (v *Verified) Greedy() int32 { return v.greedy }
+
+// Logits is a copy of the logits after the row.
+func (v *Verified) Logits() []float32 { return v.pool.Logits(v.slot, nil) }
+
+// ErrSlotState refuses a verify step of several rows, or a rollback, on a
+// model that keeps state in its slots (recurrent layers, a window ring):
+// that state follows one token at a time and cannot be shared between a
+// step's rows or rolled back.
+var ErrSlotState = &support.Error{What: "speculative decoding", Value: "of a model with per-slot state",
+	Detail: "recurrent layers and a sliding-window ring cannot be rolled back; decode one token at a time"}
+
+// Verify evaluates toks at the sequence's next positions in a single
+// replay of a decode variant, appending them, with logits after every
+// row: the verify step of speculative decoding (seed 000 §20, VERIFY_K),
+// where toks are the next token followed by a draft's guesses.
+//
+// The logits region holds one row of logits per slot, so row i takes a
+// slot of its own — the sequence's for the first row, a free one for
+// each other — and every one of those slots maps the sequence's page
+// table. Each row writes its K and V at its position through that table
+// before any row attends, and attends to the positions up to its own, so
+// row i sees the rows before it as a decode of them one by one would. On
+// a batch-invariant tier (T-CPU) its logits are those decode steps'
+// bit for bit. The borrowed slots are free again when Verify returns.
+//
+// Rows past what the caller accepts are taken back with Truncate; their
+// KV entries are simply overwritten later.
+func (s *Sequence) Verify(ctx context.Context, toks []int32) ([]Verified, error) {
+	p := s.pool
+	switch {
+	case len(toks) == 0:
+		return nil, fmt.Errorf("verify step of no tokens")
+	case len(toks) > 1 && p.SlotState():
+		return nil, ErrSlotState
+	case len(toks) > p.VerifyRows():
+		return nil, fmt.Errorf("verify step of %d rows: the pool has room for %d (a free slot per row after the first, within the largest decode variant)", len(toks), p.VerifyRows())
+	}
+	if err := s.checkTokens(toks); err != nil {
+		return nil, err
+	}
+	key, ok := p.Key(runtime.Decode, len(toks))
+	if !ok {
+		return nil, fmt.Errorf("verify step: no decode variant for %d rows (the bundle has %v)", len(toks), p.Keys())
+	}
+	pages, err := s.table(len(s.Tokens) + len(toks))
+	if err != nil {
+		return nil, err
+	}
+	slots := []int{s.slot}
+	for i, used := range p.slots {
+		if len(slots) == len(toks) {
+			break
+		}
+		if !used {
+			slots = append(slots, i)
+		}
+	}
+	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: make([]runtime.SlotPages, len(toks))}
+	for i, t := range toks {
+		b.Rows[i] = runtime.Row{Slot: slots[i], Pos: len(s.Tokens) + i, Token: t, Logits: true}
+		b.Pages[i] = runtime.SlotPages{Slot: slots[i], Pages: pages.Pages}
+	}
+	if err := p.Step(ctx, b); err != nil {
+		return nil, err
+	}
+	s.Tokens = append(s.Tokens, toks...)
+	out := make([]Verified, len(toks))
+	for i, slot := range slots {
+		out[i] = Verified{pool: p, slot: slot, greedy: p.Greedy(slot)}
+	}
+	return out, nil
+}
+
+// Truncate rolls the sequence back to its first n tokens, returning the
+// pages it no longer needs to the pool (the first of them is the next
+// handed out). The KV entries past n stay until positions reach them
+// again and overwrite them. A model with per-slot state cannot roll back
+// (ErrSlotState).
+func (s *Sequence) Truncate(n int) error {
+	switch {
+	case n < 0 || n > len(s.Tokens):
+		return fmt.Errorf("truncate to %d tokens: the sequence holds %d", n, len(s.Tokens))
+	case n == len(s.Tokens):
+		return nil
+	case s.pool.SlotState():
+		return ErrSlotState
+	}
+	s.Tokens = s.Tokens[:n]
+	keep := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+	for i := len(s.pages) - 1; i >= keep; i-- {
+		s.pool.free = append(s.pool.free, s.pages[i])
+	}
+	s.pages = s.pages[:keep]
+	return nil
+}
+
+// CanDraft reports whether the bundle has a draft variant (built with
+// draft_layers) for Draft.
+func (p *Pool) CanDraft() bool {
+	_, ok := p.Key(runtime.Draft, 1)
+	return ok
+}
+
+// Draft appends tok through the bundle's draft variant — the model's
+// first layers and its output head — and returns the token that
+// variant's logits make most likely: self-speculation's guess of the
+// next token. It writes K and V of the first layers only; the caller
+// rolls the sequence back (Truncate) before the verify step evaluates
+// the same positions through every layer.
+func (s *Sequence) Draft(ctx context.Context, tok int32) (int32, error) {
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return -1, err
+	}
+	if err := s.step(ctx, runtime.Draft, []int32{tok}, 0, true); err != nil {
+		return -1, err
+	}
+	return s.Greedy(), nil
+}
+
+// Pages is how many KV pages the sequence holds.
+func (s *Sequence) Pages() int { return len(s.pages) }
+
+// FreePages is how many KV pages no sequence holds.
+func (p *Pool) FreePages() int { return len(p.free) }
 
 // Logits is a copy of the slot's current logits.
 func (s *Sequence) Logits() []float32 { return s.pool.Logits(s.slot, nil) }

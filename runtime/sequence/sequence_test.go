@@ -150,3 +150,86 @@ func TestPrefillBatch(t *testing.T) {
 		t.Errorf("empty prompt: %v", err)
 	}
 }
+
+// TestVerify: a verify step of five rows gives each row the greedy token
+// and the logits a decode of the rows one by one gives, bit for bit
+// (T-CPU is batch invariant); Truncate then rolls the sequence back,
+// returning the page the rejected rows took, and decoding from there
+// matches too. Bad steps are refused.
+func TestVerify(t *testing.T) {
+	p := open(t, build(t, "decode_slots = [1, 2, 4, 8]\nprefill_rows = [8]\nkv_pages = 8\n"))
+	ctx := context.Background()
+	prompt := []int32{1, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309, 310, 311, 312} // 14: the rows cross a page
+	rows := []int32{40, 41, 42, 43, 44}
+	type out struct {
+		greedy int32
+		logits []float32
+	}
+	var want []out
+	one, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range rows {
+		l, err := one.Decode(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, out{one.Greedy(), l})
+	}
+	one.Release()
+
+	s, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release()
+	if _, err := s.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.VerifyRows(); got != 8 {
+		t.Errorf("VerifyRows = %d with 7 free slots and decode variants up to 8 rows, want 8", got)
+	}
+	free := p.FreePages()
+	got, err := s.Verify(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pos() != len(prompt)+len(rows) || s.Pages() != 2 || p.FreePages() != free-1 {
+		t.Fatalf("after verify: %d tokens on %d pages (%d free), want %d on 2 (%d free)", s.Pos(), s.Pages(), p.FreePages(), len(prompt)+len(rows), free-1)
+	}
+	for i := range rows {
+		if got[i].Greedy() != want[i].greedy || !slices.Equal(got[i].Logits(), want[i].logits) {
+			t.Errorf("row %d: greedy %d, decode gives %d; logits equal: %v", i, got[i].Greedy(), want[i].greedy, slices.Equal(got[i].Logits(), want[i].logits))
+		}
+	}
+	// Accept two of the rows: the third's page goes back.
+	if err := s.Truncate(len(prompt) + 2); err != nil {
+		t.Fatal(err)
+	}
+	if s.Pages() != 1 || p.FreePages() != free || !slices.Equal(s.Tokens[len(prompt):], rows[:2]) {
+		t.Fatalf("after truncate: %d pages (%d free), tokens %v", s.Pages(), p.FreePages(), s.Tokens[len(prompt):])
+	}
+	l, err := s.Decode(ctx, rows[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(l, want[2].logits) {
+		t.Error("decoding after the rollback gives other logits than decoding without one")
+	}
+	if _, err := s.Verify(ctx, make([]int32, 9)); err == nil || !strings.Contains(err.Error(), "room for 8") {
+		t.Errorf("9 rows: %v", err)
+	}
+	if _, err := s.Verify(ctx, nil); err == nil {
+		t.Error("a verify step of no rows was accepted")
+	}
+	if _, err := s.Verify(ctx, []int32{1 << 20}); err == nil || !strings.Contains(err.Error(), "vocabulary") {
+		t.Errorf("token outside the vocabulary: %v", err)
+	}
+	if err := s.Truncate(s.Pos() + 1); err == nil {
+		t.Error("truncating past the end was accepted")
+	}
+}

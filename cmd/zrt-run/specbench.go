@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
+)
+
+// specGen generates gen tokens greedily after prompt through a request's
+// decoder (end-of-generation tokens banned, so every run takes gen),
+// speculating with mode (off: a decode step a token). It returns the rate
+// of the tokens fed after the prompt and what speculation did.
+func specGen(ctx context.Context, e *sequence.Pool, prompt []int32, gen int, mode spec.Mode) (float64, spec.Stats, error) {
+	seq, err := e.NewSequence()
+	if err != nil {
+		return 0, spec.Stats{}, err
+	}
+	defer seq.Release()
+	d := decode.New(e.Tok, decode.Params{MaxTokens: gen, IgnoreEOS: true, ContextLength: e.Hparams.ContextLength})
+	var sd *spec.Decoding
+	if mode.On() {
+		if sd, err = spec.New(e, seq, d, mode, gen); err != nil {
+			return 0, spec.Stats{}, err
+		}
+	}
+	if _, err := seq.Prefill(ctx, prompt); err != nil {
+		return 0, spec.Stats{}, err
+	}
+	t0 := time.Now()
+	fed := 0
+	st := d.NextFrom(seq, seq.Tokens, seq.Pos())
+	for st.Finish == decode.Running {
+		if sd == nil {
+			if err := seq.Advance(ctx, st.Token); err != nil {
+				return 0, spec.Stats{}, err
+			}
+			fed++
+			st = d.NextFrom(seq, seq.Tokens, seq.Pos())
+			continue
+		}
+		steps, err := sd.Step(ctx, st.Token)
+		if err != nil {
+			return 0, spec.Stats{}, err
+		}
+		fed += len(steps)
+		st = steps[len(steps)-1]
+	}
+	rate := float64(fed) / time.Since(t0).Seconds()
+	if sd == nil {
+		return rate, spec.Stats{}, nil
+	}
+	return rate, sd.Stats, nil
+}
+
+// stepCosts times steps of 1 to rows rows of one sequence after prompt
+// (each verified and rolled back), reps times each, and returns each one's
+// median time (robust to other processes on a shared machine): cost[r] is
+// a step of r rows.
+func stepCosts(ctx context.Context, e *sequence.Pool, prompt []int32, rows, reps int) ([]time.Duration, error) {
+	seq, err := e.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer seq.Release()
+	if _, err := seq.Prefill(ctx, prompt); err != nil {
+		return nil, err
+	}
+	start := seq.Pos()
+	rows = min(rows, e.VerifyRows(), e.Hparams.ContextLength-start)
+	toks := make([]int32, rows)
+	for i := range toks {
+		toks[i] = prompt[i%len(prompt)]
+	}
+	cost := make([]time.Duration, rows+1)
+	for r := 1; r <= rows; r++ {
+		if _, err := seq.Verify(ctx, toks[:r]); err != nil { // warm up
+			return nil, err
+		}
+		if err := seq.Truncate(start); err != nil {
+			return nil, err
+		}
+		ts := make([]time.Duration, reps)
+		for i := range ts {
+			t0 := time.Now()
+			if _, err := seq.Verify(ctx, toks[:r]); err != nil {
+				return nil, err
+			}
+			ts[i] = time.Since(t0)
+			if err := seq.Truncate(start); err != nil {
+				return nil, err
+			}
+		}
+		slices.Sort(ts)
+		cost[r] = ts[reps/2]
+	}
+	return cost, nil
+}
+
+// specReport prints what speculation did beside the rates: the
+// acceptance α and tokens a verify step (the text's), the step costs by
+// rows relative to a decode step and the draft's (the engine's), the
+// speedup these predict for the run's mix of steps, and the speedup
+// measured.
+func specReport(w io.Writer, mode spec.Mode, s spec.Stats, cost []time.Duration, plain, on float64) {
+	fmt.Fprintf(w, "\nspeculative %s: α = %.3f (%d of %d draft tokens accepted), %.2f tokens a verify step; %d verify steps, %d plain (no draft), %d tokens fed\n",
+		mode, s.Acceptance(), s.Accepted, s.Drafted, s.TokensPerStep(), s.Steps, s.Plain, s.Tokens())
+	var by []string
+	for r := 2; r < len(cost); r++ {
+		by = append(by, fmt.Sprintf("%d rows %.2f×", r, float64(cost[r])/float64(cost[1])))
+	}
+	// An n-gram draft is a lookup a step; a model's, a draft step a
+	// token.
+	per, what := s.Steps+s.Plain, "a step's n-gram lookup"
+	if mode.Kind == spec.Self {
+		per, what = s.Drafted, "a draft step"
+	}
+	fmt.Fprintf(w, "step cost relative to a decode step (%.3f ms): %s; %s %.3f×\n",
+		float64(cost[1].Microseconds())/1000, strings.Join(by, ", "), what, float64(s.DraftTime)/float64(max(per, 1))/float64(cost[1]))
+	// The run's steps at their measured costs, and the draft time,
+	// against a decode step a token.
+	var predicted time.Duration
+	for r, n := range s.ByRows {
+		if n > 0 && r < len(cost) {
+			predicted += time.Duration(n) * cost[r]
+		}
+	}
+	predicted += s.DraftTime
+	if predicted > 0 && plain > 0 {
+		fmt.Fprintf(w, "speedup: predicted %.2f× from the steps' rows and costs, measured %.2f× (%.1f vs %.1f t/s)\n",
+			float64(s.Tokens())*float64(cost[1])/float64(predicted), on/plain, on, plain)
+	}
+}
+
+// benchSpeculative measures bench's --speculative tests: a greedy
+// generation of gen tokens after the prompt text without speculation and
+// with mode, reps times each, and the step costs by rows. It returns the
+// table's rows with the two tests added, and the report to print after
+// the table (bench prints it in its markdown output; in JSON the rows
+// carry α and the tokens a verify step).
+func benchSpeculative(cmd *cobra.Command, e *sequence.Pool, rows []benchResult, mode spec.Mode, text string, gen, reps, threads int) ([]benchResult, func() error, error) {
+	ctx := cmd.Context()
+	prompt := e.Tok.Encode(text, true, false)
+	if len(prompt) == 0 {
+		return nil, nil, exitcode.Usagef("--prompt %q has no tokens", text)
+	}
+	if n := len(prompt) + gen; n > e.Hparams.ContextLength {
+		return nil, nil, exitcode.Usagef("--prompt of %d tokens and -n %d exceed the bundle's context of %d", len(prompt), gen, e.Hparams.ContextLength)
+	}
+	size, params, _ := weightStats(e)
+	var stats spec.Stats
+	rate := map[bool]float64{}
+	for _, on := range []bool{false, true} {
+		m := spec.Mode{Kind: spec.Off}
+		if on {
+			m = mode
+		}
+		if _, _, err := specGen(ctx, e, prompt, min(gen, 8), m); err != nil { // warm up
+			return nil, nil, err
+		}
+		var rs []float64
+		for range reps {
+			v, s, err := specGen(ctx, e, prompt, gen, m)
+			if err != nil {
+				return nil, nil, err
+			}
+			rs = append(rs, v)
+			stats = s
+		}
+		res := benchResult{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Test: fmt.Sprintf("tg%d %s", gen, m)}
+		if e.TierName() == "cpu" {
+			res.Threads = threads
+		}
+		res.TokS, res.StdDev = meanSD(rs)
+		if on {
+			res.Acceptance, res.TokensPerStep = stats.Acceptance(), stats.TokensPerStep()
+		}
+		rate[on] = res.TokS
+		rows = append(rows, res)
+		if warn := noiseWarning(res, reps); warn != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "zrt-run:", warn)
+		}
+	}
+	cost, err := stepCosts(ctx, e, prompt, mode.K+1, max(20, 4*reps))
+	if err != nil {
+		return nil, nil, err
+	}
+	report := func() error {
+		fmt.Fprintf(cmd.OutOrStdout(), "\nprompt %q (%d tokens)", text, len(prompt))
+		specReport(cmd.OutOrStdout(), mode, stats, cost, rate[false], rate[true])
+		return nil
+	}
+	return rows, report, nil
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/internal/reference"
+)
+
+// runCmd runs zrt-run with args and returns its stdout and stderr.
+func runCmd(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(generateCmd(), benchCmd())
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return out.String(), errb.String()
+}
+
+// TestGenerateSpeculative: generate prints the same text with
+// --speculative as without, says when the bundle's verify steps cut the
+// draft length, and reports the drafts in its JSON metrics; a bad mode is
+// refused naming the flag.
+func TestGenerateSpeculative(t *testing.T) {
+	_, bundle := batchedBundle(t) // decode variants of 1 and 2 rows
+	gen := func(mode string) (string, string) {
+		return runCmd(t, "generate", bundle, "--tokens", "1,5,9", "-n", "150", "--threads", "1", "--temp", "0", "--json", "--speculative", mode)
+	}
+	off, _ := gen("off")
+	for _, mode := range []string{"ngram:4:fixed", "ngram"} {
+		on, stderr := gen(mode)
+		if on != off {
+			t.Errorf("--speculative %s printed other text:\n%q\nwithout:\n%q", mode, on, off)
+		}
+		if !strings.Contains(stderr, "hold 2 rows") {
+			t.Errorf("--speculative %s on a bundle whose verify steps hold 2 rows: no note on stderr %q", mode, stderr)
+		}
+		var m Metrics
+		if err := json.Unmarshal([]byte(stderr[strings.LastIndexByte(stderr[:len(stderr)-1], '\n')+1:]), &m); err != nil {
+			t.Fatalf("metrics line: %v in %q", err, stderr)
+		}
+		if m.Speculative != mode && !(mode == "ngram" && m.Speculative == "ngram:4") {
+			t.Errorf("metrics say speculative %q, want %q", m.Speculative, mode)
+		}
+		if mode == "ngram:4:fixed" && (m.VerifySteps == 0 || m.DraftTokens != m.VerifySteps) {
+			t.Errorf("drafts of one token (2 rows): %d verify steps of %d draft tokens", m.VerifySteps, m.DraftTokens)
+		}
+	}
+	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(generateCmd())
+	root.SetArgs([]string{"generate", bundle, "-p", "hi", "--speculative", "ngram:0"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--speculative") {
+		t.Errorf("--speculative ngram:0: %v", err)
+	}
+}
+
+// TestBenchSpeculative: bench --speculative adds the two generation tests
+// and the report of acceptance, step costs and speedups.
+func TestBenchSpeculative(t *testing.T) {
+	_, bundle := batchedBundle(t)
+	out, _ := runCmd(t, "bench", bundle, "-p", "0", "-n", "40", "-r", "1", "--threads", "1", "--speculative", "ngram:1:fixed", "--prompt", "a b a b a b")
+	for _, want := range []string{"| tg40 off |", "| tg40 ngram:1:fixed |", "speculative ngram:1:fixed: α = ", "2 rows ", "speedup: predicted "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestGenerateSelfFromGGUF: given a GGUF, --draft-layers builds it with a
+// draft variant, and --speculative self prints what plain decoding
+// prints; without the variant self is refused before any output.
+func TestGenerateSelfFromGGUF(t *testing.T) {
+	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	bin := filepath.Join(buildTools(t), "zrt-run")
+	cache := t.TempDir()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"generate", model, "--cache", cache, "-p", "Once upon a time", "-n", "60", "--temp", "0", "--threads", "1", "--no-echo"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, errb.String())
+		}
+		return out.String(), err
+	}
+	off, err := run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, err := run("--draft-layers", "2", "--speculative", "self:3:fixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on != off {
+		t.Errorf("--speculative self printed\n%q\nplain decoding\n%q", on, off)
+	}
+	if out, err := run("--speculative", "self"); err == nil || !strings.Contains(err.Error(), "--draft-layers") || out != "" {
+		t.Errorf("self without a draft variant: %v, output %q", err, out)
+	}
+}

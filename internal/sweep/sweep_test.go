@@ -1,14 +1,17 @@
 package sweep
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +25,10 @@ var (
 	only    = flag.String("only", "", "TestSweep: run the layouts whose family/name/type label matches this regexp")
 	record  = flag.String("record", "", "TestSweep: write each layout that misses the criteria as a case into this folder (testdata/sweep)")
 	threads = flag.Int("threads", 2, "T-CPU workers")
+	adhoc   = flag.String("synth", "", "TestSweep: run this one synth command line (flags, --type included) instead of the layouts")
+	prompt  = flag.Int("prompt", 0, "TestSweep with -synth: which of Prompts")
+	name    = flag.String("name", "adhoc", "TestSweep with -synth: the case's name")
+	always  = flag.Bool("record-all", false, "TestSweep with -record: write every layout run, within the criteria or not (a regression case for a fix)")
 )
 
 // casesDir is the recorded cases' folder, from this package's directory.
@@ -103,6 +110,13 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if *adhoc != "" {
+		args := strings.Fields(*adhoc)
+		if len(args) < 2 || args[len(args)-2] != "--type" {
+			t.Fatal("-synth: end the command line with --type TYPE")
+		}
+		ls = []Layout{{Family: "synth", Name: *name, Args: args, Prompt: Prompts[*prompt%len(Prompts)]}}
+	}
 	sel, err := regexp.Compile(*only)
 	if err != nil {
 		t.Fatalf("-only: %v", err)
@@ -162,10 +176,10 @@ func sweepOne(ctx context.Context, t *testing.T, l Layout) (string, bool) {
 		for _, f := range res.Flips {
 			verdict += fmt.Sprintf(" step %d: %d≠%d (margin %.2f)", f.Step, f.Got, f.Want, f.Margin)
 		}
-		if *record != "" {
-			if err := recordCase(l, res, b); err != nil {
-				t.Errorf("%s: %v", l.Label(), err)
-			}
+	}
+	if *record != "" && (!res.OK() || *always) {
+		if err := recordCase(l, res, b); err != nil {
+			t.Errorf("%s: %v", l.Label(), err)
 		}
 	}
 	return row(fmt.Sprintf("%9.3g %6g %4d/%-3d  %s", res.Step0, res.Tolerance, res.Decisive-len(res.Flips), res.Decisive, verdict)), res.OK()
@@ -179,18 +193,71 @@ func recordCase(l Layout, res Result, ref []byte) error {
 		return err
 	}
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "").Replace(l.Label()))
+	if l.Family == "synth" {
+		name = l.Name
+	}
 	raw["model"], _ = json.Marshal(name + ".gguf")
-	c := struct {
-		Synth     []string                   `json:"synth"`
-		Note      string                     `json:"note"`
-		Reference map[string]json.RawMessage `json:"reference"`
-	}{l.Args, "found by the sweep: " + res.String(), raw}
-	b, err := json.MarshalIndent(c, "", " ")
-	if err != nil {
+	// One line per field, and per step of the reference: small diffs,
+	// no line of megabytes.
+	var buf strings.Builder
+	line := func(indent, key string, v any, last bool) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		sep := ","
+		if last {
+			sep = ""
+		}
+		fmt.Fprintf(&buf, "%s%q: %s%s\n", indent, key, b, sep)
+		return nil
+	}
+	buf.WriteString("{\n")
+	if err := line(" ", "synth", l.Args, false); err != nil {
 		return err
+	}
+	if err := line(" ", "note", "recorded by the sweep: "+res.String(), false); err != nil {
+		return err
+	}
+	buf.WriteString(" \"reference\": {\n")
+	keys := slices.Sorted(maps.Keys(raw))
+	for i, k := range keys {
+		if k != "steps" {
+			if err := line("  ", k, raw[k], i == len(keys)-1); err != nil {
+				return err
+			}
+			continue
+		}
+		var steps []json.RawMessage
+		if err := json.Unmarshal(raw[k], &steps); err != nil {
+			return err
+		}
+		buf.WriteString("  \"steps\": [\n")
+		for j, st := range steps {
+			var c bytes.Buffer
+			if err := json.Compact(&c, st); err != nil {
+				return err
+			}
+			sep := ","
+			if j == len(steps)-1 {
+				sep = ""
+			}
+			fmt.Fprintf(&buf, "   %s%s\n", c.Bytes(), sep)
+		}
+		if i == len(keys)-1 {
+			buf.WriteString("  ]\n")
+		} else {
+			buf.WriteString("  ],\n")
+		}
+	}
+	buf.WriteString(" }\n}\n")
+	b := []byte(buf.String())
+	var check Case
+	if err := json.Unmarshal(b, &check); err != nil {
+		return fmt.Errorf("the case written: %w", err)
 	}
 	if err := os.MkdirAll(*record, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(*record, name+".json"), append(b, '\n'), 0o644)
+	return os.WriteFile(filepath.Join(*record, name+".json"), b, 0o644)
 }

@@ -471,7 +471,8 @@ func ropeParams(spec []uint32) ropeSpec {
 
 // table fills cs with (cos, sin) pairs for position pos: θ_i =
 // freq_scale·pos·base^(-2i/n_rot), built by repeated float32 multiplication
-// as ggml builds its cache, so the rounding matches. With frequency
+// as ggml builds its cache, and cos and sin by glibc's cosf and sinf
+// (sincosf.go), so the rounding matches. With frequency
 // factors θ_i is divided by freq[i] before the scale, and with an
 // attention factor cos and sin are multiplied by it, both as ggml's
 // rope_yarn does, and so is YaRN's mix of the interpolated angle
@@ -488,7 +489,7 @@ func (rp ropeSpec) table(cs []float32, pos int) {
 			mix := yarnRamp(rp.corr[0], rp.corr[1], d) * rp.ext
 			t = fma32(extrap, mix, t*(1-mix))
 		}
-		c, s := float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
+		c, s := cosf(t), sinf(t) // glibc's, as ggml's cache takes them
 		if rp.mscale != 1 {
 			c, s = c*rp.mscale, s*rp.mscale
 		}
@@ -513,9 +514,11 @@ func (rp ropeSpec) rotate(v, cs []float32) {
 		if rp.neox {
 			i0, i1 = d/2, d/2+rp.nRot/2
 		}
+		// ggml's rotate_pairs, as GCC compiles it for the FMA build: each
+		// output one fused multiply-add over the other product.
 		x0, x1 := v[i0], v[i1]
-		v[i0] = x0*c - x1*s
-		v[i1] = x0*s + x1*c
+		v[i0] = fma32(x0, c, -(x1 * s))
+		v[i1] = fma32(x0, s, x1*c)
 	}
 }
 

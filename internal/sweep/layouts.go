@@ -70,7 +70,22 @@ var dense = []variant{
 // size.
 var families = []family{
 	{"llama", "--layers 3 --embd 256 --ffn 512", dense},
-	{"qwen2", "--layers 3 --embd 256 --ffn 512", dense},
+	// llama.cpp's qwen2 takes the head width as embd/heads whatever
+	// key_length says, so its layouts keep Q as wide as the embedding.
+	{"qwen2", "--layers 3 --embd 256 --ffn 512", []variant{
+		{"mha-64", "--heads 4 --heads-kv 4"},
+		{"gqa-64", "--heads 4 --heads-kv 2"},
+		{"mqa-32", "--heads 8 --heads-kv 1"},
+		{"mha-128", "--heads 2 --heads-kv 2"},
+		{"mqa-256", "--heads 1 --heads-kv 1"},
+		{"gqa-16", "--heads 16 --heads-kv 4"},
+		{"mha-32", "--heads 8 --heads-kv 8"},
+		{"1-layer", "--layers 1 --heads 4 --heads-kv 2"},
+		{"ffn-768", "--heads 4 --heads-kv 4 --ffn 768"},
+		{"embd-512", "--embd 512 --heads 8 --heads-kv 2"},
+		{"embd-512-128", "--embd 512 --heads 4 --heads-kv 1"},
+		{"deep-mqa", "--layers 6 --heads 4 --heads-kv 1"},
+	}},
 	{"qwen3", "--layers 3 --embd 256 --ffn 512", dense},
 	{"mistral3", "--layers 3 --embd 256 --ffn 512", dense},
 	{"phi3", "--layers 3 --embd 256 --ffn 512", []variant{

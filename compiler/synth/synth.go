@@ -336,7 +336,7 @@ func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, 
 			w.Set(kv.Key, kv.Value)
 		}
 	} else {
-		setVocab(w, s.Vocab)
+		setVocab(w, s.Vocab, a == "phi3")
 	}
 	// gemma ties the output to the embeddings; llama-quantize then
 	// quantizes the embeddings as it would the output.
@@ -611,12 +611,19 @@ func (s *Shape) TokenizerFrom(f *gguf.File) error {
 
 // setVocab writes an SPM vocabulary: <unk>, <s>, </s>, the 256 byte
 // tokens, then "▁"-prefixed filler pieces so any vocabulary size works.
-func setVocab(w *gguf.Writer, n int) {
+// With phi3 the first filler is Phi-3's control token <|endoftext|>,
+// which llama.cpp's loader looks up in every model it takes for a Phi-3
+// (by general.name).
+func setVocab(w *gguf.Writer, n int, phi3 bool) {
 	toks := []string{"<unk>", "<s>", "</s>"}
 	types := []int32{2, 3, 3}
 	for b := 0; b < 256; b++ {
 		toks = append(toks, fmt.Sprintf("<0x%02X>", b))
 		types = append(types, 6)
+	}
+	if phi3 && len(toks) < n {
+		toks = append(toks, "<|endoftext|>")
+		types = append(types, 3)
 	}
 	letters := "etaoinshrdlucmfwypvbgkjqxz"
 	for i := 0; len(toks) < n; i++ {

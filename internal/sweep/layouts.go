@@ -111,7 +111,7 @@ var families = []family{
 		{"eff-512", "--experts 4 --experts-used 2 --expert-ffn 512"},
 		{"mha", "--experts 4 --experts-used 2 --heads-kv 4"},
 		{"mqa-128", "--experts 4 --experts-used 2 --heads 2 --heads-kv 1"},
-		{"hd-128", "--experts 8 --experts-used 2 --head-dim 128"},
+		{"mqa-32", "--experts 8 --experts-used 2 --heads 8 --heads-kv 1"}, // llama.cpp's qwen2moe, like qwen2, ignores key_length
 		{"1-layer", "--layers 1 --experts 8 --experts-used 2"},
 		{"deep", "--layers 4 --experts 4 --experts-used 2"},
 		{"embd-512", "--embd 512 --experts 4 --experts-used 2"},
@@ -126,7 +126,7 @@ var families = []family{
 		{"gqa-32", "--heads 8 --heads-kv 2"},
 		{"win-4096", "--heads 4 --heads-kv 2 --window 4096"},
 		{"win-8", "--heads 4 --heads-kv 2 --window 8"},
-		{"1-layer", "--layers 1 --heads 4 --heads-kv 2"},
+		{"2-layers", "--layers 2 --heads 4 --heads-kv 2"}, // llama.cpp aborts on a model with no global layer
 		{"deep", "--layers 6 --heads 4 --heads-kv 2"},
 		{"ffn-768", "--heads 4 --heads-kv 4 --ffn 768"},
 	}},
@@ -141,7 +141,7 @@ var families = []family{
 		{"win-1024", "--heads 4 --heads-kv 2 --window 1024"},
 		{"win-8", "--heads 4 --heads-kv 2 --window 8"},
 		{"7-layers", "--layers 7 --heads 4 --heads-kv 2"},
-		{"2-layers", "--layers 2 --heads 4 --heads-kv 1"},
+		{"mqa-128", "--heads 2 --heads-kv 1"},
 		{"ffn-768", "--heads 4 --heads-kv 4 --ffn 768"},
 	}},
 	{"gemma4", "--layers 6 --embd 256 --ffn 512 --window 16 --per-layer 256", []variant{

@@ -123,7 +123,8 @@ func (s Shape) Check() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}, {"per-layer", s.PerLayer}} {
+	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}, {"per-layer", s.PerLayer},
+		{"ssm-heads × ssm-state", s.SSMHeads * s.SSMState}} {
 		if w.v%block != 0 {
 			return fmt.Errorf("synth: %s %d is not a multiple of %s's block of %d", w.name, w.v, s.matrixType(), block)
 		}

@@ -170,7 +170,7 @@ var families = []family{
 		{"win-8", "--experts 4 --experts-used 2 --window 8"},
 		{"ffn-512", "--experts 4 --experts-used 2 --ffn 512"},
 		{"deep", "--layers 4 --experts 4 --experts-used 2"},
-		{"1-layer", "--layers 1 --experts 4 --experts-used 2"},
+		{"3-layers", "--layers 3 --experts 4 --experts-used 2"}, // llama.cpp aborts on a model with no global layer
 	}},
 	{"qwen35", "--layers 4 --embd 256 --ffn 512 --heads 4 --heads-kv 2 --head-dim 64", hybrid},
 	{"qwen35moe", "--layers 4 --embd 256 --ffn 256 --heads 4 --heads-kv 2 --head-dim 64 --experts 4 --experts-used 2", hybrid},

@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build image cli-docs test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate
+.PHONY: all build image cli-docs test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate sweep
 
 all: build
 
@@ -32,6 +32,24 @@ image:
 # tokenizer suites read ../shared when it is there).
 test: vet fmt
 	$(GO) test -count=1 ./...
+
+# sweep: T-CPU against llama.cpp over every family's options (issue 45):
+# internal/sweep's layouts (head widths, grouped and multi-head attention,
+# windows, soft caps, experts, per-layer inputs, DeltaNet sizes …) at
+# F16, Q8_0, Q6_K, Q5_K_M, Q4_K_M and IQ4_XS, each written by zrtc synth,
+# run through llama.cpp by LLAMA_REFDUMP (a reference tool built against
+# libllama, kept outside this repository: docs/internals.md#the-fidelity-sweep)
+# and compared teacher-forced; prints a table. SWEEP selects layouts by a
+# regexp over family/name/type; SWEEP_RECORD=testdata/sweep writes each
+# layout that misses the criteria there as a regression case.
+LLAMA_REFDUMP ?=
+SWEEP         ?=
+SWEEP_RECORD  ?=
+sweep:
+	@if [ -z "$(LLAMA_REFDUMP)" ]; then echo "sweep: set LLAMA_REFDUMP=/path/to/refdump (docs/internals.md#the-fidelity-sweep)"; exit 2; fi
+	$(GO) test -v -count=1 -timeout 3h -run '^TestSweep$$' ./internal/sweep -args \
+		-refdump "$(abspath $(LLAMA_REFDUMP))" -only '$(SWEEP)' \
+		$(if $(SWEEP_RECORD),-record "$(abspath $(SWEEP_RECORD))")
 
 # golden: rewrite the disassembled packet-stream goldens under
 # testdata/golden after an intended change to lowering or fusion.

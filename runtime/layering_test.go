@@ -37,7 +37,7 @@ var layerRules = []struct {
 // testSupport are packages that only tests import (the test checks that):
 // they may build bundles with the compiler and read the environment to
 // find ../shared, as tests do.
-var testSupport = []string{"internal/conformance", "internal/reference"}
+var testSupport = []string{"internal/conformance", "internal/reference", "internal/sweep"}
 
 const module = "github.com/zrtdev/zrt/"
 

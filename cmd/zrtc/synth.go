@@ -1,21 +1,20 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler/synth"
-	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
 func synthCmd() *cobra.Command {
-	s := synth.Tiny
-	var out, typ, vocabFrom string
+	var sf *synth.Flags
+	var out string
 	var quiet bool
 	c := &cobra.Command{
 		Use:   "synth -o MODEL.gguf",
@@ -55,37 +54,12 @@ Per architecture:
 			if out == "" {
 				return usagef("synth: -o MODEL.gguf is required")
 			}
-			flags := cmd.Flags()
-			if s.Arch == "gpt-oss" { // the released checkpoints' defaults
-				if !flags.Changed("type") {
-					typ = "Q8_0"
-				}
-				if !flags.Changed("ctx") {
-					s.Context = 4096
-				}
-			}
-			if typ == "Q4_K_M" {
-				s.Mix = typ
-			} else {
-				t, ok := ggml.ParseType(typ)
-				if !ok {
-					return exitcode.Usagef("synth: unknown weight type %q", typ)
-				}
-				s.Type = t
-			}
-			if vocabFrom != "" {
-				vf, err := gguf.Open(vocabFrom)
-				if err != nil {
-					return fmt.Errorf("synth: --vocab-from: %w", err)
-				}
-				err = s.TokenizerFrom(vf)
-				vf.Close()
-				if err != nil {
-					return fmt.Errorf("synth: --vocab-from %s: %w", vocabFrom, err)
-				}
-			}
-			if err := s.Check(); err != nil {
+			s, err := sf.Shape()
+			var argErr *synth.ArgError
+			if errors.As(err, &argErr) {
 				return &exitcode.UsageError{Err: err} // a flag out of its range
+			} else if err != nil {
+				return err
 			}
 			if err := sysmem.Check("this shape", s.PeakBytes()); err != nil {
 				return fmt.Errorf("synth: %w", err)
@@ -110,31 +84,6 @@ Per architecture:
 	f := c.Flags()
 	f.StringVarP(&out, "out", "o", "", "output GGUF path")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing on stderr on success")
-	f.StringVar(&s.Arch, "arch", s.Arch, "architecture: "+strings.Join(synth.Archs, ", "))
-	f.IntVar(&s.Layers, "layers", s.Layers, "layers")
-	f.IntVar(&s.Embd, "embd", s.Embd, "embedding width")
-	f.IntVar(&s.Heads, "heads", s.Heads, "attention heads")
-	f.IntVar(&s.HeadsKV, "heads-kv", s.HeadsKV, "KV heads")
-	f.IntVar(&s.HeadDim, "head-dim", 0, "head width (default embd/heads)")
-	f.IntVar(&s.FF, "ffn", s.FF, "feed-forward width")
-	f.IntVar(&s.Vocab, "vocab", s.Vocab, "vocabulary size (≥ 259)")
-	f.StringVar(&vocabFrom, "vocab-from", "", "GGUF whose tokenizer (tokenizer.* keys, chat template included) the model takes; sets the vocabulary size")
-	f.IntVar(&s.Context, "ctx", s.Context, "context length (for mistral3 and gpt-oss, the original context YaRN extends)")
-	f.IntVar(&s.Experts, "experts", 0, "routed experts, for qwen2moe, gpt-oss, qwen35moe and qwen3next (default 4)")
-	f.IntVar(&s.ExpertsUsed, "experts-used", 0, "experts used per token (default min(2, --experts))")
-	f.IntVar(&s.ExpertFF, "expert-ffn", 0, "expert feed-forward width (default ffn/2; gpt-oss: ffn)")
-	f.IntVar(&s.Window, "window", 0, "sliding window of gemma2, gemma3, gemma4, gpt-oss (default 4096, 1024, 512, 128)")
-	f.IntVar(&s.PerLayer, "per-layer", 0, "gemma4: per-layer input width (default 256)")
-	f.IntVar(&s.SharedKV, "shared-kv", 0, "gemma4: last layers that share an earlier layer's KV cache")
-	f.IntVar(&s.SSMState, "ssm-state", 0, "qwen35, qwen35moe, qwen3next: DeltaNet head width (default the head width)")
-	f.IntVar(&s.SSMGroups, "ssm-groups", 0, "qwen35, qwen35moe, qwen3next: DeltaNet key heads (default 2)")
-	f.IntVar(&s.SSMHeads, "ssm-heads", 0, "qwen35, qwen35moe, qwen3next: DeltaNet value heads (default 2 × ssm-groups)")
-	f.StringVar(&typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q6_K, or the mix Q4_K_M; gpt-oss: default Q8_0, and MXFP4 means Q8_0 beside the MXFP4 experts")
-	f.Uint64Var(&s.Seed, "seed", s.Seed, "random seed")
-	// Hidden spellings: --expert-ff for --expert-ffn, --sliding-window for --window.
-	f.IntVar(&s.ExpertFF, "expert-ff", 0, "")
-	f.IntVar(&s.Window, "sliding-window", 0, "")
-	f.MarkHidden("expert-ff")
-	f.MarkHidden("sliding-window")
+	sf = synth.NewFlags(f)
 	return c
 }

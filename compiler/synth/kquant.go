@@ -23,8 +23,18 @@ func roundClamp(x float64, lo, hi int) int {
 
 // encodeQ4K encodes x (a multiple of 256 elements) as Q4_K: per 32-element
 // sub-block a 6-bit scale and min relative to the block's d and dmin.
-func encodeQ4K(x []float32) []byte {
-	out := make([]byte, 0, len(x)/qk*144)
+func encodeQ4K(x []float32) []byte { return encodeQ45K(x, false) }
+
+// encodeQ5K encodes x as Q5_K: Q4_K's scales and nibbles, and each
+// element's fifth bit in qh (bit e/32 of qh[e%32]).
+func encodeQ5K(x []float32) []byte { return encodeQ45K(x, true) }
+
+func encodeQ45K(x []float32, five bool) []byte {
+	levels, bb := 15, 144
+	if five {
+		levels, bb = 31, 176
+	}
+	out := make([]byte, 0, len(x)/qk*bb)
 	for b := 0; b < len(x); b += qk {
 		blk := x[b : b+qk]
 		var scale, mval [8]float64
@@ -34,7 +44,7 @@ func encodeQ4K(x []float32) []byte {
 			for _, v := range blk[32*j : 32*j+32] {
 				lo, hi = math.Min(lo, float64(v)), math.Max(hi, float64(v))
 			}
-			scale[j], mval[j] = (hi-lo)/15, -lo
+			scale[j], mval[j] = (hi-lo)/float64(levels), -lo
 			maxScale, maxMin = math.Max(maxScale, scale[j]), math.Max(maxMin, mval[j])
 		}
 		d, dmin := quant.F16ToF32(f16(float32(maxScale/63))), quant.F16ToF32(f16(float32(maxMin/63)))
@@ -57,21 +67,80 @@ func encodeQ4K(x []float32) []byte {
 			s[j+8] = byte(sc[j+4]&0xF) | byte(m[j+4]&0xF)<<4
 		}
 		out = append(out, hdr[:]...)
+		var qh [32]byte
 		var qs [128]byte
 		for e, v := range blk {
 			j := e / 32
 			q := 0
 			if step := float64(d) * float64(sc[j]); step > 0 {
-				q = roundClamp((float64(v)+float64(dmin)*float64(m[j]))/step, 0, 15)
+				q = roundClamp((float64(v)+float64(dmin)*float64(m[j]))/step, 0, levels)
 			}
+			qh[e%32] |= byte(q>>4) << (e / 32)
 			chunk, l := e/64, e%64
 			if l < 32 {
-				qs[32*chunk+l] |= byte(q)
+				qs[32*chunk+l] |= byte(q & 0xF)
 			} else {
-				qs[32*chunk+l-32] |= byte(q) << 4
+				qs[32*chunk+l-32] |= byte(q&0xF) << 4
 			}
 		}
+		if five {
+			out = append(out, qh[:]...)
+		}
 		out = append(out, qs[:]...)
+	}
+	return out
+}
+
+// kvaluesIQ4NL are the 16 levels of ggml's IQ4_NL and IQ4_XS.
+var kvaluesIQ4NL = [16]float64{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// encodeIQ4XS encodes x as IQ4_XS: per 32-element sub-block a 6-bit
+// scale (biased by 32) relative to the block's d, and per element the
+// nearest of the 16 non-linear levels.
+func encodeIQ4XS(x []float32) []byte {
+	out := make([]byte, 0, len(x)/qk*136)
+	for b := 0; b < len(x); b += qk {
+		blk := x[b : b+qk]
+		var scale [8]float64
+		maxScale := 0.0
+		for j := range scale {
+			for _, v := range blk[32*j : 32*j+32] {
+				scale[j] = math.Max(scale[j], math.Abs(float64(v))/113)
+			}
+			maxScale = math.Max(maxScale, scale[j])
+		}
+		d := quant.F16ToF32(f16(float32(maxScale / 31)))
+		var blkOut [136]byte
+		binary.LittleEndian.PutUint16(blkOut[0:], f16(d))
+		var sh uint16
+		for j := range scale {
+			ls := 32
+			if d > 0 {
+				ls = roundClamp(scale[j]/float64(d), 0, 31) + 32
+			}
+			sh |= uint16(ls>>4) << (2 * j)
+			blkOut[4+j/2] |= byte(ls&0xF) << (4 * (j % 2))
+			dl := float64(float32(float64(d) * float64(ls-32)))
+			for e, v := range blk[32*j : 32*j+32] {
+				best := 0
+				if dl != 0 {
+					for k, lv := range kvaluesIQ4NL {
+						if math.Abs(float64(v)-dl*lv) < math.Abs(float64(v)-dl*kvaluesIQ4NL[best]) {
+							best = k
+						}
+					}
+				} else {
+					best = 8 // level 1: closest to zero
+				}
+				if e < 16 {
+					blkOut[8+16*j+e] |= byte(best)
+				} else {
+					blkOut[8+16*j+e-16] |= byte(best) << 4
+				}
+			}
+		}
+		binary.LittleEndian.PutUint16(blkOut[2:], sh)
+		out = append(out, blkOut[:]...)
 	}
 	return out
 }

@@ -57,14 +57,17 @@ type Shape struct {
 	// gpt-oss) and LongRoPE, the original one, which the file's
 	// context_length extends by the scaling factor (16, 32 and 32).
 	Context int
-	// Type is F32, F16, Q8_0, Q4_K or Q6_K for the matrices; for gpt-oss
+	// Type is F32, F16, Q8_0, Q4_K, Q5_K, Q6_K or IQ4_XS for the matrices; for gpt-oss
 	// also MXFP4, which (as in the released files) only the experts are,
 	// the other matrices then being Q8_0. gpt-oss experts are MXFP4
 	// whatever Type is.
 	Type ggml.Type
-	// Mix "Q4_K_M" makes attn_v and ffn_down (in llama-quantize's layers)
-	// and the output matrix Q6_K and the rest Q4_K, as llama-quantize's
-	// Q4_K_M does. Empty: every matrix is Type.
+	// Mix names one of llama-quantize's mixes (Mixes), which then decides
+	// every matrix's type and Type is ignored: "Q4_K_M" and "Q5_K_M" make
+	// attn_v and ffn_down (in llama-quantize's layers) and the output
+	// matrix Q6_K and the rest Q4_K or Q5_K, "IQ4_XS" makes the output
+	// Q6_K and the rest IQ4_XS, as llama-quantize's mixes of those names
+	// do. Empty: every matrix is Type.
 	Mix  string
 	Seed uint64
 	// Experts, ExpertsUsed and ExpertFF shape a MoE model's routed
@@ -160,6 +163,23 @@ func (s Shape) withDefaults() Shape {
 	return s
 }
 
+// mix is one of llama-quantize's mixes: the type of most matrices, and
+// whether attn_v and ffn_down get Q6_K in llama-quantize's layers. The
+// output matrix (or the tied embeddings) is Q6_K in all of them.
+type mix struct {
+	base     ggml.Type
+	moreBits bool
+}
+
+var mixes = map[string]mix{
+	"Q4_K_M": {ggml.Q4_K, true},
+	"Q5_K_M": {ggml.Q5_K, true},
+	"IQ4_XS": {ggml.IQ4_XS, false},
+}
+
+// Mixes are the names Shape.Mix takes.
+var Mixes = []string{"Q4_K_M", "Q5_K_M", "IQ4_XS"}
+
 // Tiny is a shape that compiles and runs in milliseconds.
 var Tiny = Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 320, Context: 256, Type: ggml.F32, Seed: 1}
 
@@ -177,19 +197,21 @@ func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, 
 	}
 	s.HeadDim = s.headDim()
 	switch s.Type {
-	case ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_K, ggml.Q6_K:
+	case ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS:
 	case ggml.MXFP4:
 		if s.Arch != "gpt-oss" {
 			return nil, fmt.Errorf("synth: weight type MXFP4 is for gpt-oss's experts")
 		}
 		s.Type = ggml.Q8_0 // the matrices beside the experts
 	default:
-		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0, Q4_K, Q6_K; MXFP4 for gpt-oss)", s.Type)
+		return nil, fmt.Errorf("synth: weight type %s unsupported (F32, F16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS; MXFP4 for gpt-oss)", s.Type)
 	}
-	if s.Mix == "Q4_K_M" {
-		s.Type = ggml.Q4_K
-	} else if s.Mix != "" {
-		return nil, fmt.Errorf("synth: mix %q unsupported (Q4_K_M)", s.Mix)
+	if s.Mix != "" {
+		m, ok := mixes[s.Mix]
+		if !ok {
+			return nil, fmt.Errorf("synth: mix %q unsupported (%s)", s.Mix, strings.Join(Mixes, ", "))
+		}
+		s.Type = m.base
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5EED))
 	w := gguf.NewWriter()
@@ -314,7 +336,7 @@ func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, 
 			w.Set(kv.Key, kv.Value)
 		}
 	} else {
-		setVocab(w, s.Vocab)
+		setVocab(w, s.Vocab, a == "phi3")
 	}
 	// gemma ties the output to the embeddings; llama-quantize then
 	// quantizes the embeddings as it would the output.
@@ -358,13 +380,13 @@ func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, 
 	// every third layer between.
 	moreBits := func(l int) ggml.Type {
 		n := s.Layers
-		if s.Mix == "Q4_K_M" && (l < n/8 || l >= 7*n/8 || (l-n/8)%3 == 2) {
+		if mixes[s.Mix].moreBits && (l < n/8 || l >= 7*n/8 || (l-n/8)%3 == 2) {
 			return ggml.Q6_K
 		}
 		return mat
 	}
 	emb := mat
-	if tied && s.Mix == "Q4_K_M" {
+	if tied && s.Mix != "" {
 		emb = ggml.Q6_K
 	}
 	if err := add("token_embd.weight", emb, []int64{E, V}, normal(int(E*V), 0.5)); err != nil {
@@ -510,7 +532,7 @@ func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, 
 		return w.Bytes(), nil
 	}
 	out := mat
-	if s.Mix == "Q4_K_M" {
+	if s.Mix != "" {
 		out = ggml.Q6_K
 	}
 	if err := add("output.weight", out, []int64{E, V}, normal(int(E*V), 0.05)); err != nil {
@@ -589,12 +611,19 @@ func (s *Shape) TokenizerFrom(f *gguf.File) error {
 
 // setVocab writes an SPM vocabulary: <unk>, <s>, </s>, the 256 byte
 // tokens, then "▁"-prefixed filler pieces so any vocabulary size works.
-func setVocab(w *gguf.Writer, n int) {
+// With phi3 the first filler is Phi-3's control token <|endoftext|>,
+// which llama.cpp's loader looks up in every model it takes for a Phi-3
+// (by general.name).
+func setVocab(w *gguf.Writer, n int, phi3 bool) {
 	toks := []string{"<unk>", "<s>", "</s>"}
 	types := []int32{2, 3, 3}
 	for b := 0; b < 256; b++ {
 		toks = append(toks, fmt.Sprintf("<0x%02X>", b))
 		types = append(types, 6)
+	}
+	if phi3 && len(toks) < n {
+		toks = append(toks, "<|endoftext|>")
+		types = append(types, 3)
 	}
 	letters := "etaoinshrdlucmfwypvbgkjqxz"
 	for i := 0; len(toks) < n; i++ {
@@ -635,13 +664,18 @@ func encode(t ggml.Type, x []float32) ([]byte, error) {
 			binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToF16(v))
 		}
 		return b, nil
-	case ggml.Q4_K, ggml.Q6_K:
+	case ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS:
 		if len(x)%qk != 0 {
 			return nil, fmt.Errorf("synth: %s needs rows of a multiple of %d elements", t, qk)
 		}
 		enc, bb := encodeQ4K, 144
-		if t == ggml.Q6_K {
+		switch t {
+		case ggml.Q5_K:
+			enc, bb = encodeQ5K, 176
+		case ggml.Q6_K:
 			enc, bb = encodeQ6K, 210
+		case ggml.IQ4_XS:
+			enc, bb = encodeIQ4XS, 136
 		}
 		b := make([]byte, len(x)/qk*bb)
 		return b, inParallel(x, b, qk, bb, func(x []float32, b []byte) error { copy(b, enc(x)); return nil })

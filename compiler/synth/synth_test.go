@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -31,7 +32,7 @@ func TestEncodersDecode(t *testing.T) {
 	for _, c := range []struct {
 		t   ggml.Type
 		tol float64 // relative to max|x|
-	}{{ggml.Q4_K, 0.08}, {ggml.Q6_K, 0.02}, {ggml.Q8_0, 0.01}, {ggml.F16, 1e-3}} {
+	}{{ggml.Q4_K, 0.08}, {ggml.Q5_K, 0.04}, {ggml.Q6_K, 0.02}, {ggml.IQ4_XS, 0.12}, {ggml.Q8_0, 0.01}, {ggml.F16, 1e-3}} {
 		b, err := encode(c.t, x)
 		if err != nil {
 			t.Fatal(err)
@@ -76,6 +77,45 @@ func TestMixAndShapes(t *testing.T) {
 	s.Embd = 96 // not a multiple of 256
 	if _, err := Write(s); err == nil {
 		t.Error("Q4_K with rows of 96 accepted")
+	}
+}
+
+// TestMixes checks the types each of llama-quantize's mixes gives, and
+// that ParseArgs reads --type as the mix or as one weight type.
+func TestMixes(t *testing.T) {
+	for _, c := range []struct {
+		args           []string
+		q, v1, out, up ggml.Type
+	}{
+		{[]string{"--type", "Q5_K_M"}, ggml.Q5_K, ggml.Q6_K, ggml.Q6_K, ggml.Q5_K},
+		{[]string{"--type", "IQ4_XS"}, ggml.IQ4_XS, ggml.IQ4_XS, ggml.Q6_K, ggml.IQ4_XS},
+		{[]string{"--type", "Q5_K"}, ggml.Q5_K, ggml.Q5_K, ggml.Q5_K, ggml.Q5_K},
+	} {
+		args := append([]string{"--embd", "256", "--heads", "4", "--heads-kv", "2", "--ffn", "512", "--vocab", "512"}, c.args...)
+		s, err := ParseArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Write(s)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		f, err := gguf.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, typ := range map[string]ggml.Type{"blk.0.attn_q.weight": c.q, "blk.1.attn_v.weight": c.v1,
+			"output.weight": c.out, "blk.0.ffn_up.weight": c.up} {
+			if ti, ok := f.Tensor(name); !ok || ti.Type != typ {
+				t.Errorf("%v: %s: %v, want %s", c.args, name, ti, typ)
+			}
+		}
+	}
+	for _, args := range [][]string{{"--type", "Q5_K_X"}, {"--layers", "0"}, {"--nope"}, {"extra"}} {
+		var argErr *ArgError
+		if _, err := ParseArgs(args); !errors.As(err, &argErr) {
+			t.Errorf("%v: %v, want an ArgError", args, err)
+		}
 	}
 }
 
@@ -128,9 +168,9 @@ func TestSameSeedSameFile(t *testing.T) {
 		{Shape{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 5},
 			"cd1a316b93b35e5390cd6c138446f1dbe786c175c7b8e0e6038e8663ddc907d0", 261120},
 		{Shape{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3},
-			"fe452359ff72ef9937f3e964100bcb09ab01edeef909c4ebb26425dece094df1", 784512},
+			"b6aafc8b5a9f2d44fafa8abcf7f7a128feb82b34ebf2ca287fd9a3635058e109", 784512},
 		{Shape{Arch: "phi3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, LongRoPE: true},
-			"c7d867f539887c296999e26395fd08caf2f63f13bb776b603c16cf490601ad5e", 134944},
+			"c7197644a4c7908439b35eb89cef1eddbc146a8b861eea81dda8a18da07cf16b", 134976},
 		{Shape{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Mix: "Q4_K_M", Seed: 4},
 			"9a0660df18fafa84ecbe5d0b849edf5e3e598bbae84ff27f13c70002f8a9414f", 1877856},
 		{Shape{Arch: "qwen2moe", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 300, Context: 64, Type: ggml.F16, Experts: 3, ExpertsUsed: 1, ExpertFF: 32, Seed: 6},

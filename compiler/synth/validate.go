@@ -59,6 +59,9 @@ func (s Shape) Check() error {
 	if f := s.yarnFactor(); f > 0 && s.Context > maxCtx/f {
 		return fmt.Errorf("synth: %s extends --ctx %d by YaRN's %d past %d", s.Arch, s.Context, f, maxCtx)
 	}
+	if _, ok := mixes[s.Mix]; s.Mix != "" && !ok {
+		return fmt.Errorf("synth: mix %q: synth writes %s", s.Mix, strings.Join(Mixes, ", "))
+	}
 	if s.Type == ggml.MXFP4 && s.Arch != "gpt-oss" {
 		return fmt.Errorf("synth: --type MXFP4 is for gpt-oss's experts")
 	}
@@ -120,7 +123,8 @@ func (s Shape) Check() error {
 	for _, w := range []struct {
 		name string
 		v    int
-	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}, {"per-layer", s.PerLayer}} {
+	}{{"embd", s.Embd}, {"ffn", s.FF}, {"heads × head width", s.Heads * hd}, {"expert ffn", s.ExpertFF}, {"per-layer", s.PerLayer},
+		{"ssm-heads × ssm-state", s.SSMHeads * s.SSMState}} {
 		if w.v%block != 0 {
 			return fmt.Errorf("synth: %s %d is not a multiple of %s's block of %d", w.name, w.v, s.matrixType(), block)
 		}
@@ -146,8 +150,8 @@ func (s Shape) headDim() int {
 }
 
 func (s Shape) matrixType() ggml.Type {
-	if s.Mix == "Q4_K_M" {
-		return ggml.Q4_K
+	if m, ok := mixes[s.Mix]; ok {
+		return m.base
 	}
 	if s.Type == ggml.MXFP4 { // gpt-oss's experts; Q8_0 beside them
 		return ggml.Q8_0

@@ -76,6 +76,8 @@ func normRow(xs, ys, w []float32, eps float32) {
 // are first quantized to the weight type's dot-product partner type, as
 // ggml does, then each output feature is one VecDot per row; workers split
 // the output features so each weight row is read once for all rows.
+// The prompt rows of an F16 product go through tinyBLAS's arithmetic
+// where ggml takes it (gemmPrompt).
 func matmul(t ggml.Type, a *Args) error {
 	x, w, bias, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], req(a.Bufs[3]), f32s(a.Bufs[4])
 	k, n := int(a.Push[0]), int(a.Push[1])
@@ -83,7 +85,94 @@ func matmul(t ggml.Type, a *Args) error {
 	if bias != nil {
 		b = f32s(bias)[:n]
 	}
-	return gemm(a, t, x, w, r.rows(), k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b, nil)
+	return gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
+}
+
+// gemmPrompt is gemm over the rows of the request table r, with the
+// prompt rows of an F16 product in tinyBLAS's arithmetic where ggml
+// would take it (tinyBLASFits).
+func gemmPrompt(a *Args, t ggml.Type, x []float32, w []byte, r request, k, n int, dst func(i, j int) []float32, b []float32) error {
+	rows := r.rows()
+	if !tinyBLASFits(t, rows, k, n) {
+		return gemm(a, t, x, w, rows, k, n, dst, b, nil)
+	}
+	prompt := func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowPrompt != 0 }
+	if err := gemmTinyBLAS(a, x, w, rows, k, n, dst, b, prompt); err != nil {
+		return err
+	}
+	return gemm(a, t, x, w, rows, k, n, dst, b, func(i int) bool { return !prompt(i) })
+}
+
+// tinyBLASFits says whether ggml would run an F16 matrix product of this
+// shape through llamafile's tinyBLAS (llamafile_sgemm), as it does for
+// two or more activation rows when k is a multiple of its 16 lanes and
+// the output features of 4: a prompt evaluated as one batch. A single
+// row (decode) goes through ggml_vec_dot_f16 instead. (F32 products take
+// tinyBLAS too; matching them is not measured yet, so they keep gemm.)
+func tinyBLASFits(t ggml.Type, rows, k, n int) bool {
+	return t == ggml.F16 && rows >= 2 && k%16 == 0 && n%4 == 0
+}
+
+// gemmTinyBLAS computes the prompt rows (those rows for which prompt
+// says so) of an F16 matrix product in tinyBLAS's arithmetic on the
+// AVX-512 build: the activations rounded to F16 (as ggml converts them to
+// the weights' vec_dot_type), each output one 16-lane
+// accumulator of fused multiply-adds over k in steps of 16, then summed
+// across lanes as GCC's _mm512_reduce_add_ps does. Prompt rows are
+// decided by their request (kernels.RowPrompt), as attention's path is,
+// so a prompt's bits do not depend on what it was batched with.
+func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, prompt func(i int) bool) error {
+	var ps []int
+	for i := 0; i < rows; i++ {
+		if prompt(i) {
+			ps = append(ps, i)
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	xh := make([]float32, len(ps)*k)
+	for pi, i := range ps {
+		for c, v := range x[i*k : (i+1)*k] {
+			xh[pi*k+c] = quant.F16ToF32(quant.F32ToF16(v))
+		}
+	}
+	return a.Pool.For(n, 16, func(_, lo, hi int) {
+		wf := make([]float32, k)
+		for j := lo; j < hi; j++ {
+			wr := w[j*2*k : (j+1)*2*k]
+			for c := range wf {
+				wf[c] = quant.F16ToF32(uint16(wr[2*c]) | uint16(wr[2*c+1])<<8)
+			}
+			for pi, i := range ps {
+				v := tinyBLASDot(wf, xh[pi*k:(pi+1)*k])
+				if bias != nil {
+					v += bias[j]
+				}
+				dst(i, j)[0] = v
+			}
+		}
+	})
+}
+
+// tinyBLASDot is one tinyBLAS output: w·x (len a multiple of 16) in 16
+// lanes of FMAs, reduced as _mm512_reduce_add_ps: the upper eight lanes
+// onto the lower, then four, two, one.
+func tinyBLASDot(w, x []float32) float32 {
+	var acc [16]float32
+	for l := 0; l+16 <= len(w); l += 16 {
+		wl, xl := (*[16]float32)(w[l:]), (*[16]float32)(x[l:])
+		for i := range acc {
+			acc[i] = fma32(wl[i], xl[i], acc[i])
+		}
+	}
+	for i := 0; i < 8; i++ {
+		acc[i] += acc[i+8]
+	}
+	for i := 0; i < 4; i++ {
+		acc[i] += acc[i+4]
+	}
+	return (acc[0] + acc[2]) + (acc[1] + acc[3])
 }
 
 // gemm quantizes rows of x (k wide) and writes W_j·x_row (+ bias[j] when
@@ -472,7 +561,8 @@ func ropeParams(spec []uint32) ropeSpec {
 
 // table fills cs with (cos, sin) pairs for position pos: θ_i =
 // freq_scale·pos·base^(-2i/n_rot), built by repeated float32 multiplication
-// as ggml builds its cache, so the rounding matches. With frequency
+// as ggml builds its cache, and cos and sin by glibc's cosf and sinf
+// (sincosf.go), so the rounding matches. With frequency
 // factors θ_i is divided by freq[i] before the scale, and with an
 // attention factor cos and sin are multiplied by it, both as ggml's
 // rope_yarn does, and so is YaRN's mix of the interpolated angle
@@ -489,7 +579,7 @@ func (rp ropeSpec) table(cs []float32, pos int) {
 			mix := yarnRamp(rp.corr[0], rp.corr[1], d) * rp.ext
 			t = fma32(extrap, mix, t*(1-mix))
 		}
-		c, s := float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
+		c, s := cosf(t), sinf(t) // glibc's, as ggml's cache takes them
 		if rp.mscale != 1 {
 			c, s = c*rp.mscale, s*rp.mscale
 		}
@@ -514,9 +604,11 @@ func (rp ropeSpec) rotate(v, cs []float32) {
 		if rp.neox {
 			i0, i1 = d/2, d/2+rp.nRot/2
 		}
+		// ggml's rotate_pairs, as GCC compiles it for the FMA build: each
+		// output one fused multiply-add over the other product.
 		x0, x1 := v[i0], v[i1]
-		v[i0] = x0*c - x1*s
-		v[i1] = x0*s + x1*c
+		v[i0] = fma32(x0, c, -(x1 * s))
+		v[i1] = fma32(x0, s, x1*c)
 	}
 }
 

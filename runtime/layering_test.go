@@ -24,14 +24,17 @@ var layerRules = []struct {
 	forbid []string // import-path prefixes it must not import
 	why    string
 }{
-	{"asm", "", []string{"compiler", "passes", "runtime", "cmd"}, "the packet builder and checker are leaves"},
-	{"format/", "", []string{"compiler", "passes", "kernels", "runtime", "cmd"}, "formats are files in and values out; a bundle holds packets (asm) but knows no stage that makes or runs them"},
-	{"compiler", "", []string{"runtime", "cmd"}, "the compiler writes bundles; it never runs them"},
-	{"passes", "", []string{"runtime", "cmd", "compiler/arch"}, "passes know opcodes, never model families or tiers"},
-	{"kernels", "", []string{"compiler", "passes", "runtime", "cmd"}, "kernels are leaves that every tier and the compiler share"},
-	{"runtime", "", []string{"compiler", "passes", "cmd"}, "the runtime loads bundles; it never compiles"},
+	{"asm", "", []string{"compiler", "passes", "runtime", "bench", "cmd"}, "the packet builder and checker are leaves"},
+	{"format/", "", []string{"compiler", "passes", "kernels", "runtime", "bench", "cmd"}, "formats are files in and values out; a bundle holds packets (asm) but knows no stage that makes or runs them"},
+	{"compiler", "", []string{"runtime", "bench", "cmd"}, "the compiler writes bundles; it never runs them"},
+	{"passes", "", []string{"runtime", "bench", "cmd", "compiler/arch"}, "passes know opcodes, never model families or tiers"},
+	{"kernels", "", []string{"compiler", "passes", "runtime", "bench", "cmd"}, "kernels are leaves that every tier and the compiler share"},
+	{"runtime", "", []string{"compiler", "passes", "bench", "cmd"}, "the runtime loads bundles; it never compiles"},
 	{"runtime", "runtime/server", []string{"@net/http"}, "the engine and the tiers know nothing of HTTP; the server sits on top"},
 	{"runtime/server", "", []string{"runtime/cpu", "runtime/cuda", "runtime/sequence", "runtime/replay"}, "the server reaches no tier: it talks to the engine"},
+	{"bench", "", []string{"compiler", "passes", "cmd"}, "bench measures bundles the compiler wrote; it never compiles"},
+	{"bench", "bench/loadtest", []string{"@net/http"}, "bench drives the engine in process; only the load generator speaks HTTP"},
+	{"bench/loadtest", "", []string{"runtime", "format", "kernels"}, "the load generator is an HTTP client of any OpenAI-compatible server: it knows no engine, bundle or kernel"},
 }
 
 // testSupport are packages that only tests import (the test checks that):

@@ -57,14 +57,18 @@ var malformed = []error{gguf.ErrFormat, bundle.ErrFormat, zrt.ErrFormat, zrtp.Er
 
 // Code is the exit status for err. An error from another zrt tool run
 // as a subprocess (zrt-run running zrtc) that carries one of the
-// documented statuses through ExitStatus() keeps it.
+// documented statuses through ExitStatus() keeps it. A library's error
+// that says it is a mistake in the call (a Usage method returning true,
+// as an options value it cannot take) is a usage error: libraries cannot
+// import this package.
 func Code(err error) int {
 	var ue *UsageError
 	var tool interface{ ExitStatus() int }
+	var lib interface{ Usage() bool }
 	switch {
 	case err == nil:
 		return OK
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &lib) && lib.Usage():
 		return Usage
 	case support.Is(err):
 		return Unsupported

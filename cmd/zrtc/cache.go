@@ -8,9 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
 	"github.com/zrtdev/zrt/format/buildcache"
-	"github.com/zrtdev/zrt/format/filedigest"
-	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
@@ -33,37 +32,22 @@ remembered in, the cache, as a build does; otherwise the file is hashed.
 share a key.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			targets, err := splitTargets(target)
+			targets, err := build.SplitTargets(target)
 			if err != nil {
 				return err
 			}
-			b := &builder{model: args[0], opt: compiler.Options{ConfigPath: cfg, NoFuse: noFuse, PTXDir: os.Getenv("ZRT_PTX_DIR")}}
-			if err := sizes.apply(&b.opt); err != nil {
+			o := build.Options{Model: args[0], Targets: targets, Compiler: compiler.Options{ConfigPath: cfg, NoFuse: noFuse, PTXDir: os.Getenv("ZRT_PTX_DIR")}}
+			if err := sizes.apply(&o.Compiler); err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("cache") {
-				cacheDir = os.Getenv(cacheEnv)
+			if o.Cache = cacheDir; !cmd.Flags().Changed("cache") {
+				o.Cache = os.Getenv(cacheEnv)
 			}
-			memo := filedigest.Memo{} // without a cache: hash the file
-			if cacheDir != "" {
-				if b.cache, err = buildcache.Open(cacheDir); err != nil {
-					return err
-				}
-				memo = b.cache.Digests()
-			}
-			parts, err := gguf.Parts(args[0])
+			keys, err := build.Keys(o)
 			if err != nil {
 				return err
 			}
-			sum, _, err := memo.SumAll(parts)
-			if err != nil {
-				return err
-			}
-			for _, t := range targets {
-				in, err := b.inputs(t, sum)
-				if err != nil {
-					return err
-				}
+			for _, in := range keys {
 				if verbose {
 					fmt.Fprint(cmd.ErrOrStderr(), in.Describe())
 				}

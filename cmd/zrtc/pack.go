@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"path/filepath"
-	"text/tabwriter"
+	"github.com/zrtdev/zrt/compiler/dump"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,7 +36,7 @@ for its machine; zrtc unpack unpacks it explicitly.`,
 			defer r.Close()
 			packed, raw := r.Index().Sizes()
 			fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: packed %s into %s: %d members, %d B → %d B (%.3f), %s\n",
-				args[0], out, len(r.Index().Members), raw, packed, ratio(packed, raw), time.Since(start).Round(time.Millisecond))
+				args[0], out, len(r.Index().Members), raw, packed, dump.Ratio(packed, raw), time.Since(start).Round(time.Millisecond))
 			return nil
 		},
 	}
@@ -78,7 +76,7 @@ func unpackCmd() *cobra.Command {
 			} else {
 				m, ok := r.Index().Member(target)
 				if !ok {
-					return usagef("unpack: --target %s: the pack holds %s", target, targetsOf(r.Index()))
+					return usagef("unpack: --target %s: the pack holds %s", target, dump.Targets(r.Index()))
 				}
 				for _, f := range m.Files {
 					raw += f.RawSize
@@ -98,49 +96,6 @@ func unpackCmd() *cobra.Command {
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on stderr on success")
 	c.Flags().StringVar(&target, "target", "", "unpack only this member, as a bundle")
 	return c
-}
-
-func targetsOf(x *zrtp.Index) []string {
-	var t []string
-	for _, m := range x.Members {
-		t = append(t, m.Target)
-	}
-	return t
-}
-
-func ratio(packed, raw int64) float64 {
-	if raw == 0 {
-		return 0
-	}
-	return float64(packed) / float64(raw)
-}
-
-// listPack prints a pack's index: its kind, the set's model, and every
-// member's files with their sizes. It reads the index only.
-func listPack(w io.Writer, path string) error {
-	r, err := zrtp.Open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	x := r.Index()
-	packed, raw := x.Sizes()
-	fmt.Fprintf(w, "pack %s: %s version %d, a %s of %d members, index sha256 %s\n", path, x.Format, x.Version, x.Kind, len(x.Members), r.Digest())
-	fmt.Fprintf(w, "data: %d B packed, %d B unpacked (ratio %.3f)\n", packed, raw, ratio(packed, raw))
-	if s := x.Set; s != nil {
-		fmt.Fprintf(w, "set written by %s\nmodel: %s (%s), sha256 %s\nconfig (target aside): sha256 %s\n", s.Producer, s.Model.Source, s.Model.Architecture, s.Model.SHA256, s.Model.ConfigSHA256)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\ntarget\tfile\tpacked\tunpacked\tsha256")
-	for _, f := range x.Files {
-		fmt.Fprintf(tw, "(set)\t%s\t%d\t%d\t%s\n", f.Path, f.Size, f.RawSize, short(f.SHA256))
-	}
-	for _, m := range x.Members {
-		for _, f := range m.Files {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", m.Target, filepath.ToSlash(filepath.Join(m.Dir, f.Path)), f.Size, f.RawSize, short(f.SHA256))
-		}
-	}
-	return tw.Flush()
 }
 
 // usagef is an error in how zrtc was called: exit status 2.

@@ -7,23 +7,9 @@ import (
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 	"io"
 
-	"sort"
-
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 )
-
-// evalStep is one scored position: the K largest logits as [id, logit].
-type evalStep struct {
-	Top [][2]float64 `json:"top"`
-}
-
-// evalResult is the output of `zrt-run eval`, shaped like the reference files.
-type evalResult struct {
-	NVocab int        `json:"n_vocab"`
-	Steps  []evalStep `json:"steps"`
-	Logits []float32  `json:"logits,omitempty"`
-}
 
 func evalCmd() *cobra.Command {
 	var ef engineFlags
@@ -54,27 +40,9 @@ full logit vector.`,
 				return err
 			}
 			defer e.Close()
-			seq, err := e.NewSequence()
+			res, err := e.Eval(cmd.Context(), ids, from, top, withLogits)
 			if err != nil {
 				return err
-			}
-			defer seq.Release()
-			res := evalResult{NVocab: e.Hparams.NVocab}
-			logits, err := seq.Prefill(cmd.Context(), ids[:from])
-			if err != nil {
-				return err
-			}
-			if withLogits {
-				res.Logits = logits
-			}
-			for i := from; ; i++ {
-				res.Steps = append(res.Steps, evalStep{Top: topK(logits, top)})
-				if i == len(ids) {
-					break
-				}
-				if logits, err = seq.Decode(cmd.Context(), ids[i]); err != nil {
-					return err
-				}
 			}
 			return writeJSON(cmd.OutOrStdout(), res)
 		},
@@ -86,19 +54,6 @@ full logit vector.`,
 	c.Flags().BoolVar(&withLogits, "logits", false, "include step 0's full logit vector")
 	c.MarkFlagRequired("tokens")
 	return c
-}
-
-func topK(l []float32, k int) [][2]float64 {
-	idx := make([]int, len(l))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return l[idx[a]] > l[idx[b]] })
-	out := make([][2]float64, 0, k)
-	for _, i := range idx[:min(k, len(idx))] {
-		out = append(out, [2]float64{float64(i), float64(l[i])})
-	}
-	return out
 }
 
 // writeJSON writes v compactly; float32 logits print with enough digits to

@@ -1,35 +1,18 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
-	"github.com/zrtdev/zrt/runtime/sequence"
 )
-
-// traceDispatch prints the first values of each dispatch's output to
-// stderr (ZRT_TRACE=1), for comparing layer by layer with llama.cpp's
-// llama-eval-callback.
-func traceDispatch(i int, kernel string, out []byte) {
-	n := min(len(out)/4, 8)
-	fmt.Fprintf(os.Stderr, "trace %4d %-18s", i, kernel)
-	for j := 0; j < n; j++ {
-		fmt.Fprintf(os.Stderr, " %11.6f", math.Float32frombits(binary.LittleEndian.Uint32(out[4*j:])))
-	}
-	fmt.Fprintln(os.Stderr)
-}
 
 func parseTokens(s string) ([]int32, error) {
 	var out []int32
@@ -72,7 +55,7 @@ func generateCmd() *cobra.Command {
 			case useChat || messages != "":
 				var msgs []chat.Message
 				if messages != "" {
-					if msgs, err = readMessages(messages); err != nil {
+					if msgs, err = chat.ReadMessages(messages); err != nil {
 						return err
 					}
 				} else {
@@ -100,7 +83,22 @@ func generateCmd() *cobra.Command {
 			if tokens == "" && !useChat && messages == "" && !noEcho {
 				fmt.Fprint(cmd.OutOrStdout(), prompt)
 			}
-			return generate(cmd, e, ids, n, sp, stops, asJSON)
+			m, err := e.Generate(cmd.Context(), ids, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops}, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			if m.StopReason == string(decode.Context) {
+				// Otherwise a run that asked for more just stops, looking
+				// like -n was honoured.
+				cmd.PrintErrf("zrt-run: stopped at the bundle's context of %d tokens (%d prompt + %d generated), short of -n %d; "+
+					"rebuild with a larger context_length to generate more\n", e.Hparams.ContextLength, len(ids), m.GeneratedTokens, n)
+			}
+			if !asJSON {
+				return nil
+			}
+			b, _ := json.Marshal(m)
+			cmd.PrintErrln(string(b))
+			return nil
 		},
 	}
 	ef.add(c)
@@ -122,113 +120,4 @@ func generateCmd() *cobra.Command {
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
 	return c
-}
-
-// Metrics is the one-line JSON summary of a run (seed 004).
-type Metrics struct {
-	PromptTokens    int     `json:"prompt_tokens"`
-	GeneratedTokens int     `json:"generated_tokens"`
-	TTFTms          float64 `json:"ttft_ms"`
-	PrefillTokS     float64 `json:"prefill_tok_s"`
-	DecodeTokS      float64 `json:"decode_tok_s"`
-	P50ms           float64 `json:"p50_token_ms"`
-	P95ms           float64 `json:"p95_token_ms"`
-	PeakRSSMiB      float64 `json:"peak_rss_mib"`
-	Tier            string  `json:"tier"`
-	Threads         int     `json:"threads,omitempty"`
-	Variant         string  `json:"variant"`
-	StopReason      string  `json:"stop_reason"`
-}
-
-func generate(cmd *cobra.Command, e *sequence.Pool, ids []int32, n int, sp sample.Params, stops []string, asJSON bool) error {
-	ctx := cmd.Context()
-	seq, err := e.NewSequence()
-	if err != nil {
-		return err
-	}
-	defer seq.Release()
-	out := cmd.OutOrStdout()
-	d := decode.New(e.Tok, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops, ContextLength: e.Hparams.ContextLength})
-	t0 := time.Now()
-	logits, err := seq.Prefill(ctx, ids)
-	if err != nil {
-		return err
-	}
-	ttft := time.Since(t0)
-	var lat []time.Duration
-	tDecode := time.Now()
-	for {
-		st := d.Next(logits, seq.Tokens, seq.Pos())
-		fmt.Fprint(out, st.Text)
-		if st.Finish != decode.Running {
-			break
-		}
-		ts := time.Now()
-		if logits, err = seq.Decode(ctx, st.Token); err != nil {
-			return err
-		}
-		lat = append(lat, time.Since(ts))
-	}
-	fmt.Fprintln(out)
-	decodeDur := time.Since(tDecode)
-	if d.Finish() == decode.Context {
-		// Otherwise a run that asked for more just stops, looking like
-		// -n was honoured.
-		fmt.Fprintf(cmd.ErrOrStderr(), "zrt-run: stopped at the bundle's context of %d tokens (%d prompt + %d generated), short of -n %d; "+
-			"rebuild with a larger context_length to generate more\n", e.Hparams.ContextLength, len(ids), d.Generated(), n)
-	}
-	if !asJSON {
-		return nil
-	}
-	m := Metrics{PromptTokens: len(ids), GeneratedTokens: d.Generated(), TTFTms: ms(ttft),
-		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: e.TierName(), Variant: e.Variants(),
-		PeakRSSMiB: peakRSSMiB(), StopReason: string(d.Finish())}
-	if len(lat) > 0 {
-		m.DecodeTokS = float64(len(lat)) / decodeDur.Seconds()
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		m.P50ms, m.P95ms = ms(lat[len(lat)/2]), ms(lat[min(len(lat)-1, len(lat)*95/100)])
-	}
-	b, _ := json.Marshal(m)
-	fmt.Fprintln(cmd.ErrOrStderr(), string(b))
-	return nil
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// peakRSSMiB reads VmHWM from /proc/self/status (0 where unavailable).
-func peakRSSMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// readMessages loads a conversation: a JSON array of {role, content}.
-func readMessages(path string) ([]chat.Message, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var raw []struct{ Role, Content string }
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(raw) == 0 {
-		return nil, fmt.Errorf("%s: no messages", path)
-	}
-	msgs := make([]chat.Message, len(raw))
-	for i, m := range raw {
-		if m.Role == "" {
-			return nil, fmt.Errorf("%s: message %d has no role", path, i)
-		}
-		msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
-	}
-	return msgs, nil
 }

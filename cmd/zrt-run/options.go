@@ -68,13 +68,14 @@ func (f *engineFlags) bundleDir(ctx context.Context, path string, opt runtime.Op
 	if isGGUF(path) {
 		return f.build.bundle(ctx, path, opt)
 	}
+	kind, resolve := "bundle set", pick.Resolve
 	if zrtp.Is(path) {
-		return f.packBundle(path, opt)
+		kind, resolve = "pack", f.packBundle
 	}
-	dir, choice, err := pick.Resolve(path, machineProbes(opt), opt.Tier)
+	dir, choice, err := resolve(path, machineProbes(opt), opt.Tier)
 	if choice != nil && f.explain && err == nil {
 		lines := strings.Split(strings.TrimSuffix(choice.Explain(), "\n"), "\n")
-		fmt.Fprintf(os.Stderr, "zrt-run: bundle set %s on this machine: %s\nzrt-run: %s\n", path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
+		fmt.Fprintf(os.Stderr, "zrt-run: %s %s on this machine: %s\nzrt-run: %s\n", kind, path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
 	}
 	return dir, err
 }
@@ -104,7 +105,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		opt.Threads = n
 	}
 	if os.Getenv("ZRT_TRACE") != "" {
-		opt.Trace = traceDispatch
+		opt.Trace = runtime.TraceTo(os.Stderr)
 	}
 	if s := os.Getenv("ZRT_CUDA_TIMEOUT"); s != "" {
 		d, err := time.ParseDuration(s)

@@ -8,11 +8,15 @@ package pick
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"strings"
 
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/tiers"
 )
@@ -241,4 +245,65 @@ func Resolve(path string, probes []Probe, tier string) (string, *Choice, error) 
 		return "", &c, err
 	}
 	return c.Path, &c, nil
+}
+
+// Unpack returns the bundle directory for the pack (format/zrtp) at
+// path: the member this machine runs (chosen as Resolve chooses a set's,
+// with the choice returned for a set), unpacked once under
+// base/<SHA-256 of the pack's index>/ and reused from there on later
+// calls. Only that member is read and decompressed.
+func Unpack(path string, probes []Probe, tier, base string) (string, *Choice, error) {
+	r, err := zrtp.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer r.Close()
+	x := r.Index()
+	m := x.Members[0]
+	var want string // the graph digest the set's index records
+	var c *Choice
+	if x.Kind == zrtp.KindSet {
+		ch, err := Choose(path, x.Set, Detect(probes), tier)
+		if err != nil {
+			return "", nil, err
+		}
+		var ok bool
+		if m, ok = x.Member(ch.Member.Target); !ok {
+			return "", nil, fmt.Errorf("pack %s: %w: the set's index lists %s, the pack holds no such member", path, zrtp.ErrFormat, ch.Member.Target)
+		}
+		want = ch.Member.GraphSHA256
+		ch.Path = unpackedDir(base, r, m)
+		c = &ch
+	}
+	dir := unpackedDir(base, r, m)
+	if fi, err := os.Stat(dir); err == nil && bundle.IsBundle(dir, fi) == nil {
+		return dir, c, checkMember(dir, m, want)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", c, fmt.Errorf("pack %s: unpack directory: %w", path, err)
+	}
+	if err := r.UnpackMember(m, dir); err != nil {
+		return "", c, err
+	}
+	return dir, c, checkMember(dir, m, want)
+}
+
+// checkMember ties an unpacked set member to the set's index, as a set
+// directory's member is tied (bundleset.VerifyMember).
+func checkMember(dir string, m zrtp.Member, want string) error {
+	if want == "" {
+		return nil
+	}
+	return bundleset.VerifyMember(filepath.Dir(dir), bundleset.Member{Target: m.Target, Dir: filepath.Base(dir), GraphSHA256: want})
+}
+
+// unpackedDir is where member m of pack r is unpacked under base: the
+// index's digest names the pack's content, so a changed pack never
+// reuses an older one's member.
+func unpackedDir(base string, r *zrtp.Reader, m zrtp.Member) string {
+	name := m.Dir
+	if name == "" {
+		name = "bundle"
+	}
+	return filepath.Join(base, r.Digest(), name)
 }

@@ -1,0 +1,150 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime/decode"
+)
+
+// Metrics is the one-line JSON summary of a Generate run (seed 004).
+type Metrics struct {
+	PromptTokens    int     `json:"prompt_tokens"`
+	GeneratedTokens int     `json:"generated_tokens"`
+	TTFTms          float64 `json:"ttft_ms"`
+	PrefillTokS     float64 `json:"prefill_tok_s"`
+	DecodeTokS      float64 `json:"decode_tok_s"`
+	P50ms           float64 `json:"p50_token_ms"`
+	P95ms           float64 `json:"p95_token_ms"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	Tier            string  `json:"tier"`
+	Threads         int     `json:"threads,omitempty"`
+	Variant         string  `json:"variant"`
+	StopReason      string  `json:"stop_reason"`
+}
+
+// Generate decodes after the prompt ids on a sequence of its own as p
+// says, writing the text to out as it comes and a newline after it, and
+// returns the run's metrics.
+func (pool *Pool) Generate(ctx context.Context, ids []int32, p decode.Params, out io.Writer) (Metrics, error) {
+	seq, err := pool.NewSequence()
+	if err != nil {
+		return Metrics{}, err
+	}
+	defer seq.Release()
+	p.ContextLength = pool.Hparams.ContextLength
+	d := decode.New(pool.Tok, p)
+	t0 := time.Now()
+	logits, err := seq.Prefill(ctx, ids)
+	if err != nil {
+		return Metrics{}, err
+	}
+	ttft := time.Since(t0)
+	var lat []time.Duration
+	tDecode := time.Now()
+	for {
+		st := d.Next(logits, seq.Tokens, seq.Pos())
+		fmt.Fprint(out, st.Text)
+		if st.Finish != decode.Running {
+			break
+		}
+		ts := time.Now()
+		if logits, err = seq.Decode(ctx, st.Token); err != nil {
+			return Metrics{}, err
+		}
+		lat = append(lat, time.Since(ts))
+	}
+	fmt.Fprintln(out)
+	decodeDur := time.Since(tDecode)
+	m := Metrics{PromptTokens: len(ids), GeneratedTokens: d.Generated(), TTFTms: ms(ttft),
+		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: pool.TierName(), Variant: pool.Variants(),
+		PeakRSSMiB: peakRSSMiB(), StopReason: string(d.Finish())}
+	if len(lat) > 0 {
+		m.DecodeTokS = float64(len(lat)) / decodeDur.Seconds()
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		m.P50ms, m.P95ms = ms(lat[len(lat)/2]), ms(lat[min(len(lat)-1, len(lat)*95/100)])
+	}
+	return m, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// peakRSSMiB reads VmHWM from /proc/self/status (0 where unavailable).
+func peakRSSMiB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// EvalStep is one scored position: the K largest logits as [id, logit].
+type EvalStep struct {
+	Top [][2]float64 `json:"top"`
+}
+
+// EvalResult is a teacher-forced scoring, shaped like llama.cpp's
+// reference files (internal/reference).
+type EvalResult struct {
+	NVocab int        `json:"n_vocab"`
+	Steps  []EvalStep `json:"steps"`
+	Logits []float32  `json:"logits,omitempty"`
+}
+
+// Eval feeds ids on a sequence of its own: the first from as one
+// prefill, the rest one decode step at a time. Step i lists the top
+// largest logits after token index from-1+i; with logits, step 0's whole
+// vector is kept too.
+func (pool *Pool) Eval(ctx context.Context, ids []int32, from, top int, logits bool) (*EvalResult, error) {
+	if from < 1 || from > len(ids) {
+		return nil, fmt.Errorf("eval: a prefill of %d of %d tokens", from, len(ids))
+	}
+	seq, err := pool.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer seq.Release()
+	res := &EvalResult{NVocab: pool.Hparams.NVocab}
+	l, err := seq.Prefill(ctx, ids[:from])
+	if err != nil {
+		return nil, err
+	}
+	if logits {
+		res.Logits = slices.Clone(l)
+	}
+	for i := from; ; i++ {
+		res.Steps = append(res.Steps, EvalStep{Top: topK(l, top)})
+		if i == len(ids) {
+			return res, nil
+		}
+		if l, err = seq.Decode(ctx, ids[i]); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func topK(l []float32, k int) [][2]float64 {
+	idx := make([]int, len(l))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return l[idx[a]] > l[idx[b]] })
+	out := make([][2]float64, 0, k)
+	for _, i := range idx[:min(k, len(idx))] {
+		out = append(out, [2]float64{float64(i), float64(l[i])})
+	}
+	return out
+}

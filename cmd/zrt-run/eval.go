@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/zrtdev/zrt/runtime/tokenizer"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -84,20 +83,7 @@ func tokenizeCmd(reverse bool) *cobra.Command {
 				return err
 			}
 			defer e.Close()
-			in, err := io.ReadAll(cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			if reverse {
-				ids, err := e.Tok.ParseIDs(string(in))
-				if err != nil {
-					return err
-				}
-				_, err = io.WriteString(cmd.OutOrStdout(), e.Tok.Decode(ids))
-				return err
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), tokenizer.FormatIDs(e.Tok.Encode(string(in), bos, special)))
-			return err
+			return e.Tok.Filter(cmd.InOrStdin(), cmd.OutOrStdout(), reverse, bos, special)
 		},
 	}
 	ef.add(c)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -27,31 +26,7 @@ func dumpCmd() *cobra.Command {
 					return &exitcode.UsageError{Err: fmt.Errorf("--after: %w", err)}
 				}
 			}
-			fe, err := compiler.Load(args[1], compiler.Options{ConfigPath: cfg})
-			if err != nil {
-				return err
-			}
-			defer fe.Close()
-			if args[0] == "ir" {
-				return dumpIR(cmd, fe, after)
-			}
-			if _, err := passes.Run(cmd.Context(), fe.Unit, "", false); err != nil {
-				return err
-			}
-			u := fe.Unit
-			w := cmd.OutOrStdout()
-			switch args[0] {
-			case "memplan":
-				b, err := u.Plan.JSON()
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(w, string(b))
-				return err
-			case "liveness":
-				dump.Liveness(w, u)
-			}
-			return nil
+			return dump.Stage(cmd.Context(), cmd.OutOrStdout(), args[0], args[1], cfg, after)
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")

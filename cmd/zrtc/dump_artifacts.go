@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
+	"github.com/zrtdev/zrt/compiler/build"
 	"github.com/zrtdev/zrt/compiler/dump"
-	"os"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/format/bundle"
-	"github.com/zrtdev/zrt/format/bundleset"
-	"github.com/zrtdev/zrt/format/zrt"
-	"github.com/zrtdev/zrt/kernels"
 )
 
 // withArtifactDumps adds the dumps of built artifacts to `zrtc dump`, beside
@@ -48,21 +45,7 @@ func dumpZrtCmd() *cobra.Command {
 		Short: "Print kernel blobs: header fields, and specialization slots with their values",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for i, path := range args {
-				raw, err := os.ReadFile(path)
-				if err != nil {
-					return err
-				}
-				b, err := zrt.Decode(raw)
-				if err != nil {
-					return fmt.Errorf("%s: %w", path, err)
-				}
-				if i > 0 {
-					fmt.Fprintln(cmd.OutOrStdout())
-				}
-				dump.Blob(cmd.OutOrStdout(), path, len(raw), b)
-			}
-			return nil
+			return dump.BlobFiles(cmd.OutOrStdout(), args)
 		},
 	}
 }
@@ -103,26 +86,12 @@ the index names, and every member as above.
 It prints "ok", or the first problem and exits 1.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dirs := []string{args[0]}
-			if bundleset.IsSet(args[0]) {
-				// A set: the index, each member against it, and each
-				// member in full.
-				x, err := bundleset.Read(args[0])
-				if err != nil {
-					return err
-				}
-				dirs = nil
-				for _, m := range x.Bundles {
-					if err := bundleset.VerifyMember(args[0], m); err != nil {
-						return err
-					}
-					dirs = append(dirs, m.Path(args[0]))
-				}
+			say := func(f string, a ...any) { cmd.PrintErrf("zrtc: "+f+"\n", a...) }
+			if quiet {
+				say = nil
 			}
-			for _, dir := range dirs {
-				if err := verifyBundle(cmd, dir, quiet); err != nil {
-					return err
-				}
+			if err := build.Verify(args[0], say); err != nil {
+				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "ok")
 			return nil
@@ -130,24 +99,4 @@ It prints "ok", or the first problem and exits 1.`,
 	}
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only ok")
 	return c
-}
-
-// verifyBundle checks one bundle fully, saying what it checked on stderr
-// unless quiet.
-func verifyBundle(cmd *cobra.Command, dir string, quiet bool) error {
-	b, err := bundle.Open(dir, true)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	g := b.Graph
-	dispatches, err := kernels.CheckBundle(g)
-	if err != nil {
-		return fmt.Errorf("bundle %s: %w", dir, err)
-	}
-	if !quiet {
-		fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: %s: %d variants (%d dispatches), %d kernels, %d regions, weights hash verified\n",
-			dir, len(g.Variants), dispatches, len(g.Kernels), len(g.Regions))
-	}
-	return nil
 }

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"github.com/zrtdev/zrt/compiler/dump"
 
 	"github.com/spf13/cobra"
-	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/config"
-	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/zrtp"
 )
 
@@ -27,21 +23,7 @@ breaks the GGUF format is refused as malformed instead. Given a pack
 			if zrtp.Is(args[0]) {
 				return dump.Pack(cmd.OutOrStdout(), args[0])
 			}
-			f, err := gguf.OpenModel(args[0])
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if target == "" {
-				target = config.DefaultTarget
-				if c, err := config.Load(f, cfg, config.Overrides{}); err == nil {
-					target = c.Target
-				}
-			}
-			w := bufio.NewWriter(cmd.OutOrStdout())
-			dump.GGUF(w, f, target)
-			dump.Verdict(w, args[0], compiler.Options{ConfigPath: cfg, Target: target})
-			return w.Flush()
+			return dump.Inspect(cmd.OutOrStdout(), args[0], cfg, target)
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")

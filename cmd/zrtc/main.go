@@ -17,7 +17,6 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/gguf"
-	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/passes"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -113,33 +112,11 @@ func tokCmd(reverse bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := gguf.OpenModel(args[0])
+			t, err := tokenizer.FromGGUF(args[0])
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			v, err := vocab.FromGGUF(f)
-			if err != nil {
-				return err
-			}
-			t, err := tokenizer.New(v)
-			if err != nil {
-				return err
-			}
-			in, err := io.ReadAll(cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			if reverse {
-				ids, err := t.ParseIDs(string(in))
-				if err != nil {
-					return err
-				}
-				_, err = io.WriteString(cmd.OutOrStdout(), t.Decode(ids))
-				return err
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), tokenizer.FormatIDs(t.Encode(string(in), bos, special)))
-			return err
+			return t.Filter(cmd.InOrStdin(), cmd.OutOrStdout(), reverse, bos, special)
 		},
 	}
 	if !reverse {

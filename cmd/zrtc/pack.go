@@ -55,41 +55,11 @@ func unpackCmd() *cobra.Command {
 			if out == "" {
 				return usagef("unpack: -o DIR is required")
 			}
-			r, err := zrtp.Open(args[0])
-			if err != nil {
-				return err
+			say := func(f string, a ...any) { cmd.PrintErrf("zrtc: "+f+"\n", a...) }
+			if quiet {
+				say = nil
 			}
-			defer r.Close()
-			pr, start := newProgress(cmd.ErrOrStderr(), quiet), time.Now()
-			r.Progress = func(file string, done, total int64) {
-				pr.tick("unpack: %s of %s (%s)", size(done), size(total), file)
-			}
-			what, files, raw := "", 0, int64(0)
-			if target == "" {
-				_, raw = r.Index().Sizes()
-				files = len(r.Index().Files)
-				for _, m := range r.Index().Members {
-					files += len(m.Files)
-				}
-				pr.say("unpacking %s (%s) into %s", args[0], size(raw), out)
-				err = r.Unpack(out)
-			} else {
-				m, ok := r.Index().Member(target)
-				if !ok {
-					return usagef("unpack: --target %s: the pack holds %s", target, dump.Targets(r.Index()))
-				}
-				for _, f := range m.Files {
-					raw += f.RawSize
-				}
-				what, files = " member "+target, len(m.Files)
-				pr.say("unpacking%s of %s (%s) into %s", what, args[0], size(raw), out)
-				err = r.UnpackMember(m, out)
-			}
-			if err != nil {
-				return err
-			}
-			pr.say("unpacked%s into %s: %d files, %s in %s", what, out, files, size(raw), time.Since(start).Round(time.Millisecond))
-			return nil
+			return zrtp.Extract(args[0], target, out, say)
 		},
 	}
 	c.Flags().StringVarP(&out, "out", "o", "", "the directory to write (atomically)")

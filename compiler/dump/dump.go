@@ -5,11 +5,14 @@
 package dump
 
 import (
+	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -17,6 +20,8 @@ import (
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
@@ -226,15 +231,6 @@ func Verdict(w io.Writer, path string, opt compiler.Options) {
 	}
 }
 
-// Targets lists the targets of a pack's members.
-func Targets(x *zrtp.Index) []string {
-	var t []string
-	for _, m := range x.Members {
-		t = append(t, m.Target)
-	}
-	return t
-}
-
 // Ratio is packed over raw, 0 for nothing.
 func Ratio(packed, raw int64) float64 {
 	if raw == 0 {
@@ -341,4 +337,81 @@ func Liveness(w io.Writer, u *passes.Unit) {
 		fmt.Fprintf(w, "planned %d B in %d physical buffers; lower bound (peak live) %d B; one buffer per value %d B\n\n",
 			pm.ScratchBytes, len(pm.PhysicalSizes), lv.PeakBytes, lv.NaiveBytes)
 	}
+}
+
+// BlobFiles prints the kernel blobs at paths (Blob), a blank line
+// between two.
+func BlobFiles(w io.Writer, paths []string) error {
+	for i, path := range paths {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		b, err := zrt.Decode(raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		Blob(w, path, len(raw), b)
+	}
+	return nil
+}
+
+// Stage compiles model (with the config at cfg, "" for none) in memory
+// and prints one stage's result (zrtc dump): "ir", the text IR as built
+// or after the pass after; "memplan", the memory plan as JSON;
+// "liveness", each variant's registers and buffers (Liveness).
+func Stage(ctx context.Context, w io.Writer, stage, model, cfg, after string) error {
+	fe, err := compiler.Load(model, compiler.Options{ConfigPath: cfg})
+	if err != nil {
+		return err
+	}
+	defer fe.Close()
+	if stage == "ir" {
+		if after != "" {
+			if _, err := passes.RunWith(ctx, fe.Unit, passes.RunOptions{StopAfter: after}); err != nil {
+				return err
+			}
+		}
+		return ir.Print(w, fe.Unit.Graphs...)
+	}
+	if _, err := passes.Run(ctx, fe.Unit, "", false); err != nil {
+		return err
+	}
+	switch stage {
+	case "memplan":
+		b, err := fe.Unit.Plan.JSON()
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	case "liveness":
+		Liveness(w, fe.Unit)
+		return nil
+	}
+	return fmt.Errorf("dump: unknown stage %q: want liveness, memplan or ir", stage)
+}
+
+// Inspect prints the GGUF at path (GGUF) for target, by default the
+// target of its effective config (cfg: the config file, "" for none),
+// and the build's verdict (Verdict).
+func Inspect(w io.Writer, path, cfg, target string) error {
+	f, err := gguf.OpenModel(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if target == "" {
+		target = config.DefaultTarget
+		if c, err := config.Load(f, cfg, config.Overrides{}); err == nil {
+			target = c.Target
+		}
+	}
+	bw := bufio.NewWriter(w)
+	GGUF(bw, f, target)
+	Verdict(bw, path, compiler.Options{ConfigPath: cfg, Target: target})
+	return bw.Flush()
 }

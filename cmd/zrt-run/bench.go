@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/bench"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/format/autobuild"
 )
 
 func benchCmd() *cobra.Command {
@@ -57,7 +58,7 @@ tool on the same model, threads and test and prints its table below.`,
 					opt.Slots = append(opt.Slots, n)
 				}
 			}
-			if opt.GGUF == "" && isGGUF(args[0]) {
+			if opt.GGUF == "" && autobuild.IsGGUF(args[0]) {
 				opt.GGUF = args[0] // the model llama-bench runs, given one
 			}
 			if len(opt.Slots) > 0 {

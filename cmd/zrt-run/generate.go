@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -12,10 +10,13 @@ import (
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
+// parseTokens reads --tokens: ids separated by commas or spaces, never
+// nil, so that given empty it is still the prompt.
 func parseTokens(s string) ([]int32, error) {
-	var out []int32
+	out := []int32{}
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 		v, err := strconv.ParseInt(f, 10, 32)
 		if err != nil {
@@ -46,52 +47,20 @@ func generateCmd() *cobra.Command {
 				return err
 			}
 			defer e.Close()
-			var ids []int32
-			switch {
-			case tokens != "":
-				if ids, err = parseTokens(tokens); err != nil {
+			opt := sequence.GenerateOptions{Prompt: prompt, System: system, Chat: useChat, Echo: !noEcho, Out: cmd.OutOrStdout(),
+				Params: decode.Params{MaxTokens: n, Sampling: sp, Stops: stops}, Warn: func(f string, a ...any) { cmd.PrintErrf("zrt-run: "+f+"\n", a...) }}
+			if tokens != "" {
+				if opt.Tokens, err = parseTokens(tokens); err != nil {
 					return err
 				}
-			case useChat || messages != "":
-				var msgs []chat.Message
-				if messages != "" {
-					if msgs, err = chat.ReadMessages(messages); err != nil {
-						return err
-					}
-				} else {
-					if system != "" {
-						msgs = append(msgs, chat.Message{Role: "system", Content: system})
-					}
-					msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
+			} else if messages != "" {
+				if opt.Messages, err = chat.ReadMessages(messages); err != nil {
+					return err
 				}
-				var fallback bool
-				if ids, fallback, err = chat.Prompt(e.Tok, msgs); err != nil {
-					return fmt.Errorf("chat template: %w", err)
-				}
-				if fallback {
-					fmt.Fprintln(os.Stderr, "zrt-run: the model has no chat template; using ChatML")
-				}
-			default:
-				ids = e.Tok.Encode(prompt, true, false)
 			}
-			if len(ids) == 0 {
-				return fmt.Errorf("empty prompt: give --prompt or --tokens")
-			}
-			if ctx := e.Hparams.ContextLength; len(ids) >= ctx {
-				return fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length, or --ctx-size given a GGUF)", len(ids), ctx)
-			}
-			if tokens == "" && !useChat && messages == "" && !noEcho {
-				fmt.Fprint(cmd.OutOrStdout(), prompt)
-			}
-			m, err := e.Generate(cmd.Context(), ids, decode.Params{MaxTokens: n, Sampling: sp, Stops: stops}, cmd.OutOrStdout())
+			m, err := e.Generate(cmd.Context(), opt)
 			if err != nil {
 				return err
-			}
-			if m.StopReason == string(decode.Context) {
-				// Otherwise a run that asked for more just stops, looking
-				// like -n was honoured.
-				cmd.PrintErrf("zrt-run: stopped at the bundle's context of %d tokens (%d prompt + %d generated), short of -n %d; "+
-					"rebuild with a larger context_length to generate more\n", e.Hparams.ContextLength, len(ids), m.GeneratedTokens, n)
 			}
 			if !asJSON {
 				return nil

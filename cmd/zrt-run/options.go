@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -65,15 +66,23 @@ func (f *engineFlags) add(c *cobra.Command) {
 // pack (.zrtp), that member unpacked once into the unpack directory; for
 // a GGUF, its build in the build cache, made by zrtc the first time.
 func (f *engineFlags) bundleDir(ctx context.Context, path string, opt runtime.Options) (string, error) {
-	if isGGUF(path) {
-		return f.build.bundle(ctx, path, opt)
+	src := pick.Source{Probes: machineProbes(opt), Tier: opt.Tier, UnpackDir: f.unpackDir}
+	var err error
+	switch {
+	case autobuild.IsGGUF(path):
+		src.Build, err = f.build.request()
+	case zrtp.Is(path) && src.UnpackDir == "":
+		src.UnpackDir, err = defaultUnpackDir()
 	}
-	kind, resolve := "bundle set", pick.Resolve
-	if zrtp.Is(path) {
-		kind, resolve = "pack", f.packBundle
+	if err != nil {
+		return "", err
 	}
-	dir, choice, err := resolve(path, machineProbes(opt), opt.Tier)
+	dir, choice, err := pick.Locate(ctx, path, src)
 	if choice != nil && f.explain && err == nil {
+		kind := "bundle set"
+		if zrtp.Is(path) {
+			kind = "pack"
+		}
 		lines := strings.Split(strings.TrimSuffix(choice.Explain(), "\n"), "\n")
 		fmt.Fprintf(os.Stderr, "zrt-run: %s %s on this machine: %s\nzrt-run: %s\n", kind, path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
 	}

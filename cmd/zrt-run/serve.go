@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/runtime/server"
 )
 
@@ -78,7 +79,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 				}
 				if len(aliases) > 0 {
 					b.Name = aliases[i]
-				} else if isGGUF(path) {
+				} else if autobuild.IsGGUF(path) {
 					// A cache entry keeps the name of the GGUF first built
 					// into it, which may have been a copy of this one.
 					b.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/zrtdev/zrt/runtime/pick"
 )
 
 // defaultUnpackDir is where packs are unpacked without --unpack-dir:
@@ -17,18 +15,4 @@ func defaultUnpackDir() (string, error) {
 		return "", fmt.Errorf("no cache directory for unpacked packs (%v): pass --unpack-dir", err)
 	}
 	return filepath.Join(d, "zrt", "unpacked"), nil
-}
-
-// packBundle returns the bundle directory for the pack at path: the
-// member this machine runs, unpacked once under the unpack directory
-// (runtime/pick.Unpack).
-func (f *engineFlags) packBundle(path string, probes []pick.Probe, tier string) (string, *pick.Choice, error) {
-	base := f.unpackDir
-	if base == "" {
-		var err error
-		if base, err = defaultUnpackDir(); err != nil {
-			return "", nil, err
-		}
-	}
-	return pick.Unpack(path, probes, tier, base)
 }

@@ -7,6 +7,7 @@
 package pick
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/zrtp"
@@ -306,4 +308,47 @@ func unpackedDir(base string, r *zrtp.Reader, m zrtp.Member) string {
 		name = "bundle"
 	}
 	return filepath.Join(base, r.Digest(), name)
+}
+
+// Source says how Locate finds the bundle to open for a path.
+type Source struct {
+	// Probes and Tier choose a set's or a pack's member (Choose).
+	Probes []Probe
+	Tier   string
+	// UnpackDir is where packs are unpacked (Unpack).
+	UnpackDir string
+	// Build is how a GGUF is built into the build cache (its GGUF is the
+	// path; a Target of "" is cpu, or the registry's first CUDA target
+	// when Tier is cuda).
+	Build autobuild.Request
+}
+
+// Locate returns the bundle directory to open for path: path itself for
+// a bundle; for a bundle set, the member this machine runs (Resolve);
+// for a pack, that member unpacked (Unpack); for a GGUF, its build in the
+// build cache, made the first time (format/autobuild). The choice, for a
+// set or a pack of one, says why that member.
+func Locate(ctx context.Context, path string, s Source) (string, *Choice, error) {
+	switch {
+	case autobuild.IsGGUF(path):
+		req := s.Build
+		req.GGUF = path
+		if req.Target == "" {
+			req.Target = string(kernels.TierCPU) // zrtc's default, said in the progress line
+			for _, t := range kernels.Targets() {
+				if s.Tier == string(kernels.TierCUDA) && t.Tier == kernels.TierCUDA {
+					req.Target = t.Name
+					break
+				}
+			}
+		}
+		r, err := autobuild.Build(ctx, req)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return r.Dir, nil, nil
+	case zrtp.Is(path):
+		return Unpack(path, s.Probes, s.Tier, s.UnpackDir)
+	}
+	return Resolve(path, s.Probes, s.Tier)
 }

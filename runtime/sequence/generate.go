@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/decode"
 )
 
@@ -30,10 +31,38 @@ type Metrics struct {
 	StopReason      string  `json:"stop_reason"`
 }
 
-// Generate decodes after the prompt ids on a sequence of its own as p
-// says, writing the text to out as it comes and a newline after it, and
-// returns the run's metrics.
-func (pool *Pool) Generate(ctx context.Context, ids []int32, p decode.Params, out io.Writer) (Metrics, error) {
+// GenerateOptions say what Generate prompts with and how it decodes.
+type GenerateOptions struct {
+	// The prompt is Tokens when set; else Messages formatted with the
+	// model's chat template (ChatML without one) when Chat is set or
+	// there are Messages, System and Prompt making the conversation
+	// without Messages; else Prompt's text, which Echo writes first.
+	Prompt, System string
+	Tokens         []int32
+	Messages       []chat.Message
+	Chat, Echo     bool
+	Params         decode.Params
+	// Out receives the text; Warn what the run should be told of (no chat
+	// template; the context cut generation short).
+	Out  io.Writer
+	Warn func(format string, a ...any)
+}
+
+// Generate decodes after opt's prompt on a sequence of its own, writing
+// the text to opt.Out as it comes and a newline after it, and returns
+// the run's metrics.
+func (pool *Pool) Generate(ctx context.Context, opt GenerateOptions) (Metrics, error) {
+	if opt.Warn == nil {
+		opt.Warn = func(string, ...any) {}
+	}
+	ids, err := pool.prompt(opt)
+	if err != nil {
+		return Metrics{}, err
+	}
+	if opt.Echo && opt.Tokens == nil && !opt.Chat && opt.Messages == nil {
+		fmt.Fprint(opt.Out, opt.Prompt)
+	}
+	p, out := opt.Params, opt.Out
 	seq, err := pool.NewSequence()
 	if err != nil {
 		return Metrics{}, err
@@ -63,6 +92,12 @@ func (pool *Pool) Generate(ctx context.Context, ids []int32, p decode.Params, ou
 	}
 	fmt.Fprintln(out)
 	decodeDur := time.Since(tDecode)
+	if d.Finish() == decode.Context {
+		// Otherwise a run that asked for more just stops, looking like
+		// the maximum was honoured.
+		opt.Warn("stopped at the bundle's context of %d tokens (%d prompt + %d generated), short of -n %d; "+
+			"rebuild with a larger context_length to generate more", p.ContextLength, len(ids), d.Generated(), p.MaxTokens)
+	}
 	m := Metrics{PromptTokens: len(ids), GeneratedTokens: d.Generated(), TTFTms: ms(ttft),
 		PrefillTokS: float64(len(ids)) / ttft.Seconds(), Tier: pool.TierName(), Variant: pool.Variants(),
 		PeakRSSMiB: peakRSSMiB(), StopReason: string(d.Finish())}
@@ -72,6 +107,40 @@ func (pool *Pool) Generate(ctx context.Context, ids []int32, p decode.Params, ou
 		m.P50ms, m.P95ms = ms(lat[len(lat)/2]), ms(lat[min(len(lat)-1, len(lat)*95/100)])
 	}
 	return m, nil
+}
+
+// prompt is opt's prompt as token ids.
+func (pool *Pool) prompt(opt GenerateOptions) ([]int32, error) {
+	var ids []int32
+	switch {
+	case opt.Tokens != nil:
+		ids = opt.Tokens
+	case opt.Chat || opt.Messages != nil:
+		msgs := opt.Messages
+		if msgs == nil {
+			if opt.System != "" {
+				msgs = append(msgs, chat.Message{Role: "system", Content: opt.System})
+			}
+			msgs = append(msgs, chat.Message{Role: "user", Content: opt.Prompt})
+		}
+		var fallback bool
+		var err error
+		if ids, fallback, err = chat.Prompt(pool.Tok, msgs); err != nil {
+			return nil, fmt.Errorf("chat template: %w", err)
+		}
+		if fallback {
+			opt.Warn("the model has no chat template; using ChatML")
+		}
+	default:
+		ids = pool.Tok.Encode(opt.Prompt, true, false)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("empty prompt: give --prompt or --tokens")
+	}
+	if ctx := pool.Hparams.ContextLength; len(ids) >= ctx {
+		return nil, fmt.Errorf("the prompt is %d tokens; the bundle's context holds %d (rebuild with a larger context_length, or --ctx-size given a GGUF)", len(ids), ctx)
+	}
+	return ids, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

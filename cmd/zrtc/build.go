@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/build"
 	"github.com/zrtdev/zrt/runtime/sysmem"
@@ -97,28 +96,12 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 				return err
 			}
 			if opt.CompileTo != "" {
-				if len(targets) > 1 || asJSON {
-					return exitcode.Usagef("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")
-				}
 				opt.Target = target
-				if out == "" {
-					return compiler.CompileIR(cmd.Context(), args[0], cmd.OutOrStdout(), opt)
-				}
-				return compiler.Compile(cmd.Context(), args[0], out, opt)
 			}
-			if len(targets) > 1 && opt.CompileFrom != "" {
-				return exitcode.Usagef("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")
-			}
-			if len(targets) > 1 && opt.DumpAfter != "" {
-				return exitcode.Usagef("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")
-			}
-			sum, err := build.Run(cmd.Context(), build.Options{Model: args[0], Targets: targets, Compiler: opt, Out: out,
+			sum, err := build.Run(cmd.Context(), build.Options{Model: args[0], Targets: targets, Compiler: opt, Out: out, IR: cmd.OutOrStdout(),
 				Cache: cacheDir, WantKey: asJSON, Say: opt.Progress})
-			if err != nil {
+			if err != nil || !asJSON || opt.CompileTo != "" {
 				return err
-			}
-			if !asJSON {
-				return nil
 			}
 			sum.TotalMs = float64(time.Since(start).Microseconds()) / 1000
 			enc := json.NewEncoder(cmd.OutOrStdout())

@@ -16,7 +16,6 @@ import (
 	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
-	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/passes"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -60,16 +59,11 @@ func configCmd() *cobra.Command {
 		Short: "Print the effective model config as TOML (GGUF defaults, then --config overrides)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := gguf.OpenModel(args[0])
-			if err != nil {
-				return err
-			}
-			defer f.Close()
 			opt := compiler.Options{Target: target}
 			if err := sizes.apply(&opt); err != nil {
 				return err
 			}
-			c, err := config.Load(f, cfg, opt.Overrides())
+			c, err := config.LoadModel(args[0], cfg, opt.Overrides())
 			if err != nil {
 				return err
 			}
@@ -88,16 +82,7 @@ func passesCmd() *cobra.Command {
 		Use:   "passes",
 		Short: "Print the pass pipeline and its ordering constraints",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			w := cmd.OutOrStdout()
-			for i, p := range passes.Pipeline {
-				fmt.Fprintf(w, "%2d  %-10s %s\n", i+1, p.Name, p.Doc)
-			}
-			fmt.Fprintln(w, "\nconstraints:")
-			for _, c := range passes.Constraints {
-				fmt.Fprintf(w, "  %s before %s: %s\n", c.Before, c.After, c.Why)
-			}
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return passes.Describe(cmd.OutOrStdout()) },
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,12 +45,26 @@ type Options struct {
 	Cache string
 	// WantKey computes each output's key even without a cache.
 	WantKey bool
+	// IR receives the text IR of a --compile-to without Out.
+	IR io.Writer
 	// Say receives the progress lines (nil: quiet); Compiler.Warn the
 	// warnings.
 	Say func(format string, a ...any)
 }
 
-// Run builds o.Model as o says and returns what it did.
+// OptionError is a combination of Options Run cannot take: a mistake in
+// the call.
+type OptionError struct{ Err error }
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// Usage marks the error as a mistake in the call (the commands' exit
+// status 2).
+func (e *OptionError) Usage() bool { return true }
+
+// Run builds o.Model as o says (with Compiler.CompileTo, only its text
+// IR, and no summary) and returns what it did.
 func Run(ctx context.Context, o Options) (*Summary, error) {
 	say := o.Say
 	if say == nil {
@@ -61,6 +76,19 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	if len(o.Targets) == 0 {
 		o.Targets = []string{""} // the config's target
+	}
+	set := len(o.Targets) > 1
+	switch c := o.Compiler; {
+	case c.CompileTo != "" && (set || o.WantKey):
+		return nil, &OptionError{errors.New("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")}
+	case c.CompileTo != "" && o.Out == "":
+		return nil, compiler.CompileIR(ctx, o.Model, o.IR, c)
+	case c.CompileTo != "":
+		return nil, compiler.Compile(ctx, o.Model, o.Out, c)
+	case set && c.CompileFrom != "":
+		return nil, &OptionError{errors.New("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")}
+	case set && c.DumpAfter != "":
+		return nil, &OptionError{errors.New("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")}
 	}
 	b := &builder{model: o.Model, opt: o.Compiler, say: say, warn: warn, forceBuild: o.Compiler.DumpAfter != "",
 		wantKey: o.WantKey || len(o.Targets) > 1}

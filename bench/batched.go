@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/zrtdev/zrt/kernels"
@@ -27,6 +29,23 @@ type BatchedResult struct {
 	SpeedTG float64 `json:"speed_tg"`
 	T       float64 `json:"t"`
 	Speed   float64 `json:"speed"`
+}
+
+// ParseSlots reads a list of counts of sequences such as "1,4,16"
+// (zrt-run bench --slots; "" is none).
+func ParseSlots(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, optionErrorf("--slots %q: want positive counts separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // runBatched is Run's batched test: the table of Batched's rows, and

@@ -4,8 +4,6 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/bench"
@@ -49,14 +47,9 @@ tool on the same model, threads and test and prints its table below.`,
 			case (opt.LlamaBench != "" || opt.LlamaBatched != "") && opt.GGUF == "":
 				return exitcode.Usagef("--llama-bench and --llama-batched-bench need --gguf, the model the bundle was built from")
 			}
-			for _, f := range strings.Split(slotList, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(f))
-				if slotList != "" && (err != nil || n < 1) {
-					return exitcode.Usagef("--slots %q: want positive counts separated by commas", slotList)
-				}
-				if slotList != "" {
-					opt.Slots = append(opt.Slots, n)
-				}
+			var err error
+			if opt.Slots, err = bench.ParseSlots(slotList); err != nil {
+				return err
 			}
 			if opt.GGUF == "" && autobuild.IsGGUF(args[0]) {
 				opt.GGUF = args[0] // the model llama-bench runs, given one

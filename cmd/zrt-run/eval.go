@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
@@ -43,7 +41,7 @@ full logit vector.`,
 			if err != nil {
 				return err
 			}
-			return writeJSON(cmd.OutOrStdout(), res)
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res) // float32 logits print with enough digits to round-trip
 		},
 	}
 	ef.add(c)
@@ -53,17 +51,6 @@ full logit vector.`,
 	c.Flags().BoolVar(&withLogits, "logits", false, "include step 0's full logit vector")
 	c.MarkFlagRequired("tokens")
 	return c
-}
-
-// writeJSON writes v compactly; float32 logits print with enough digits to
-// round-trip.
-func writeJSON(w io.Writer, v any) error {
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	return bw.Flush()
 }
 
 func tokenizeCmd(reverse bool) *cobra.Command {

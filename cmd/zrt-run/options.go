@@ -138,18 +138,24 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	return opt, nil
 }
 
-// open loads the bundle at dir (or a set, pack or GGUF, as bundleDir
-// takes) as a pool of sequences, with the prefill mode of
-// $ZRT_BATCHED_PREFILL.
-func (f *engineFlags) open(ctx context.Context, dir string) (*sequence.Pool, error) {
+// program opens the bundle for path (a bundle, set, pack or GGUF, as
+// bundleDir takes) with opt.
+func (f *engineFlags) program(ctx context.Context, path string, opt runtime.Options) (*runtime.Program, error) {
+	dir, err := f.bundleDir(ctx, path, opt)
+	if err != nil {
+		return nil, err
+	}
+	return runtime.Open(dir, opt)
+}
+
+// open opens the bundle for path as a pool of sequences, with the
+// prefill mode of $ZRT_BATCHED_PREFILL.
+func (f *engineFlags) open(ctx context.Context, path string) (*sequence.Pool, error) {
 	opt, err := f.options()
 	if err != nil {
 		return nil, err
 	}
-	if dir, err = f.bundleDir(ctx, dir, opt); err != nil {
-		return nil, err
-	}
-	p, err := runtime.Open(dir, opt)
+	p, err := f.program(ctx, path, opt)
 	if err != nil {
 		return nil, err
 	}

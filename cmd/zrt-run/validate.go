@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/validate"
 )
 
@@ -64,21 +63,14 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			if err != nil {
 				return err
 			}
-			open := func(path string, opt runtime.Options) (*runtime.Program, error) {
-				dir, err := ef.bundleDir(cmd.Context(), path, opt)
-				if err != nil {
-					return nil, err
-				}
-				return runtime.Open(dir, opt)
-			}
-			got, err := open(args[0], opt)
+			got, err := ef.program(cmd.Context(), args[0], opt)
 			if err != nil {
 				return err
 			}
 			defer got.Close()
 			oopt := opt
 			oopt.Tier = "auto"
-			ref, err := open(oracle, oopt)
+			ref, err := ef.program(cmd.Context(), oracle, oopt)
 			if err != nil {
 				return fmt.Errorf("oracle: %w", err)
 			}

@@ -3,17 +3,11 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/passes"
@@ -21,8 +15,6 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	root := &cobra.Command{
 		Use:   "zrtc",
 		Short: "Compile GGUF models into zrt bundles",
@@ -38,17 +30,7 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 	}
 	setVersion(root)
 	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), packCmd(), unpackCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
-	exitcode.Wire(root)
-	out := stdout.New(os.Stdout)
-	root.SetOut(out)
-	err := exitcode.Classify(root.ExecuteContext(ctx))
-	if err == nil {
-		err = out.Err()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "zrtc:", err)
-		os.Exit(exitcode.Code(err))
-	}
+	exitcode.Main(root, nil)
 }
 
 func configCmd() *cobra.Command {

@@ -25,14 +25,16 @@ machine's memory bandwidth (measured here with the same thread count) that
 the rate implies.
 
 With --slots 1,4,16 it measures aggregate throughput instead, as llama.cpp's
-llama-batched-bench does: for each B, B sequences of -p prompt tokens
-prefilled together (their rows packed into the largest prefill variant's
-steps, as llama-batched-bench packs them into its batch), then
--n steps that each decode one token of all B in one replay (the bundle needs
-max_slots ≥ B and a decode variant for B: decode_slots in the model
-config). --output-format jsonl prints one JSON object per row with
-llama-batched-bench's keys; --llama-batched-bench PATH --gguf FILE runs that
-tool on the same model, threads and test and prints its table below.`,
+llama-batched-bench does, on the engine zrt-run serve runs (its scheduler
+and KV page pool): for each B, B requests of -p prompt tokens at once
+(their rows packed into the largest prefill variant's steps, as
+llama-batched-bench packs them into its batch; the prompt time ends when
+each has its first token), then -n steps that each decode one token of
+all B in one replay (the bundle needs max_slots ≥ B and a decode variant
+for B: decode_slots in the model config). --output-format jsonl prints
+one JSON object per row with llama-batched-bench's keys;
+--llama-batched-bench PATH --gguf FILE runs that tool on the same model,
+threads and test and prints its table below.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {

@@ -169,14 +169,8 @@ func (f *engineFlags) open(ctx context.Context, path string) (*sequence.Pool, er
 
 // flagError names the flag of a request setting outside its range.
 func flagError(err error) error {
-	var re *decode.RangeError
-	if errors.As(err, &re) {
-		dash := "--"
-		if len(re.Flag) == 1 {
-			dash = "-"
-		}
-		// A value out of range is a usage error: exit status 2.
-		return &exitcode.UsageError{Err: fmt.Errorf("%s%s: %w", dash, re.Flag, err)}
+	if re := (*decode.RangeError)(nil); errors.As(err, &re) {
+		return re.FlagError()
 	}
 	return err
 }

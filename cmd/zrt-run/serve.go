@@ -6,14 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/runtime/server"
 )
 
@@ -79,10 +76,6 @@ as the requests themselves. With several bundles, numbered as --trace.
 				}
 				if len(aliases) > 0 {
 					b.Name = aliases[i]
-				} else if autobuild.IsGGUF(path) {
-					// A cache entry keeps the name of the GGUF first built
-					// into it, which may have been a copy of this one.
-					b.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 				}
 				opt.Bundles = append(opt.Bundles, b)
 			}

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"github.com/zrtdev/zrt/compiler/dump"
-	"time"
-
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/zrtp"
@@ -25,19 +21,7 @@ for its machine; zrtc unpack unpacks it explicitly.`,
 			if out == "" {
 				return usagef("pack: -o MODEL.zrtp is required")
 			}
-			start := time.Now()
-			if err := zrtp.Write(out, args[0]); err != nil {
-				return err
-			}
-			r, err := zrtp.Open(out)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			packed, raw := r.Index().Sizes()
-			fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: packed %s into %s: %d members, %d B → %d B (%.3f), %s\n",
-				args[0], out, len(r.Index().Members), raw, packed, dump.Ratio(packed, raw), time.Since(start).Round(time.Millisecond))
-			return nil
+			return zrtp.Pack(args[0], out, func(f string, a ...any) { cmd.PrintErrf("zrtc: "+f+"\n", a...) })
 		},
 	}
 	c.Flags().StringVarP(&out, "out", "o", "", "the pack to write (atomically)")

@@ -231,14 +231,6 @@ func Verdict(w io.Writer, path string, opt compiler.Options) {
 	}
 }
 
-// Ratio is packed over raw, 0 for nothing.
-func Ratio(packed, raw int64) float64 {
-	if raw == 0 {
-		return 0
-	}
-	return float64(packed) / float64(raw)
-}
-
 // Pack prints a pack's index: its kind, the set's model, and every
 // member's files with their sizes. It reads the index only.
 func Pack(w io.Writer, path string) error {
@@ -250,7 +242,7 @@ func Pack(w io.Writer, path string) error {
 	x := r.Index()
 	packed, raw := x.Sizes()
 	fmt.Fprintf(w, "pack %s: %s version %d, a %s of %d members, index sha256 %s\n", path, x.Format, x.Version, x.Kind, len(x.Members), r.Digest())
-	fmt.Fprintf(w, "data: %d B packed, %d B unpacked (ratio %.3f)\n", packed, raw, Ratio(packed, raw))
+	fmt.Fprintf(w, "data: %d B packed, %d B unpacked (ratio %.3f)\n", packed, raw, zrtp.Ratio(packed, raw))
 	if s := x.Set; s != nil {
 		fmt.Fprintf(w, "set written by %s\nmodel: %s (%s), sha256 %s\nconfig (target aside): sha256 %s\n", s.Producer, s.Model.Source, s.Model.Architecture, s.Model.SHA256, s.Model.ConfigSHA256)
 	}
@@ -294,6 +286,19 @@ func Packets(w io.Writer, g *bundle.Graph, variant int) error {
 		}
 	}
 	return nil
+}
+
+// Index prints the index of the bundle set or the pack at path (Set,
+// Pack).
+func Index(w io.Writer, path string) error {
+	if zrtp.Is(path) {
+		return Pack(w, path)
+	}
+	x, err := bundleset.Read(path)
+	if err != nil {
+		return err
+	}
+	return Set(w, path, x)
 }
 
 // Set prints bundle set x's index, read from path: the model, and each

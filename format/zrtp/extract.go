@@ -79,3 +79,32 @@ func (x *Index) Targets() []string {
 	}
 	return t
 }
+
+// Pack writes the bundle or set at src as a pack at dst (Write) and tells
+// say (nil: nobody) what it wrote: its members, its bytes before and
+// after compression, and how long it took.
+func Pack(src, dst string, say func(format string, a ...any)) error {
+	start := time.Now()
+	if err := Write(dst, src); err != nil {
+		return err
+	}
+	r, err := Open(dst)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	packed, raw := r.Index().Sizes()
+	if say != nil {
+		say("packed %s into %s: %d members, %d B → %d B (%.3f), %s",
+			src, dst, len(r.Index().Members), raw, packed, Ratio(packed, raw), time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// Ratio is packed over raw bytes, 0 for none.
+func Ratio(packed, raw int64) float64 {
+	if raw == 0 {
+		return 0
+	}
+	return float64(packed) / float64(raw)
+}

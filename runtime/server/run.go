@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server/ledger"
@@ -23,8 +24,9 @@ type Bundle struct {
 	// Dir is the bundle directory to open; Path what the caller was
 	// given for it (a set, a pack, a GGUF), for messages.
 	Dir, Path string
-	// Name is the model's name in requests ("": the name of the GGUF the
-	// bundle was built from, else the directory's).
+	// Name is the model's name in requests ("": Path's name when it is
+	// a GGUF, else that of the GGUF the bundle was built from, else the
+	// directory's).
 	Name string
 }
 
@@ -104,7 +106,12 @@ func Run(ctx context.Context, opt Options) error {
 			}
 		}()
 		name := b.Name
-		if name == "" {
+		switch {
+		case name == "" && autobuild.IsGGUF(b.Path):
+			// A cache entry keeps the name of the GGUF first built into
+			// it, which may have been a copy of this one.
+			name = strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path))
+		case name == "":
 			name = strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
 		}
 		if name == "" {

@@ -373,3 +373,39 @@ func TestLayoutTable(t *testing.T) {
 		}
 	}
 }
+
+// maxCommandLines bounds the non-test Go under cmd/: a command is flags,
+// an options value and one call into the library that does the work
+// (issue 37), so a new flag costs a line or two there and new behaviour
+// goes into a package, where it can be tested and reused.
+const maxCommandLines = 2000
+
+// TestCommandSize holds cmd/ under maxCommandLines lines of non-test Go.
+func TestCommandSize(t *testing.T) {
+	total := 0
+	var files []string
+	err := filepath.WalkDir(filepath.Join("..", "cmd"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := strings.Count(string(b), "\n")
+		total += n
+		files = append(files, strconv.Itoa(n)+" "+path)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total == 0 {
+		t.Fatal("found no Go under ../cmd: the walk is broken")
+	}
+	if total > maxCommandLines {
+		t.Errorf("cmd/ holds %d lines of non-test Go, more than %d: move the logic behind its flags into a library package\n%s",
+			total, maxCommandLines, strings.Join(files, "\n"))
+	}
+	t.Logf("cmd/: %d lines of non-test Go (limit %d)", total, maxCommandLines)
+}

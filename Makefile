@@ -16,7 +16,7 @@ build:
 cli-docs: build
 	docs/gen-cli.sh $(BIN) > $(BIN)/cli.md && mv $(BIN)/cli.md docs/cli.md
 
-# image: the container image, built without a daemon (cmd/internal/ociimage):
+# image: the container image, built without a daemon (deploy/image, through cmd/internal/ociimage):
 # static linux/amd64 zrtc and zrt-run on an empty base, as a tarball for
 # docker load / podman load (IMAGE_TAR) and an OCI layout (IMAGE_LAYOUT).
 # Reproducible: SOURCE_DATE_EPOCH (default 0) is every timestamp.

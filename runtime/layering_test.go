@@ -24,14 +24,17 @@ var layerRules = []struct {
 	forbid []string // import-path prefixes it must not import
 	why    string
 }{
-	{"asm", "", []string{"compiler", "passes", "runtime", "cmd"}, "the packet builder and checker are leaves"},
-	{"format/", "", []string{"compiler", "passes", "kernels", "runtime", "cmd"}, "formats are files in and values out; a bundle holds packets (asm) but knows no stage that makes or runs them"},
-	{"compiler", "", []string{"runtime", "cmd"}, "the compiler writes bundles; it never runs them"},
-	{"passes", "", []string{"runtime", "cmd", "compiler/arch"}, "passes know opcodes, never model families or tiers"},
-	{"kernels", "", []string{"compiler", "passes", "runtime", "cmd"}, "kernels are leaves that every tier and the compiler share"},
-	{"runtime", "", []string{"compiler", "passes", "cmd"}, "the runtime loads bundles; it never compiles"},
+	{"asm", "", []string{"compiler", "passes", "runtime", "bench", "cmd"}, "the packet builder and checker are leaves"},
+	{"format/", "", []string{"compiler", "passes", "kernels", "runtime", "bench", "cmd"}, "formats are files in and values out; a bundle holds packets (asm) but knows no stage that makes or runs them"},
+	{"compiler", "", []string{"runtime", "bench", "cmd"}, "the compiler writes bundles; it never runs them"},
+	{"passes", "", []string{"runtime", "bench", "cmd", "compiler/arch"}, "passes know opcodes, never model families or tiers"},
+	{"kernels", "", []string{"compiler", "passes", "runtime", "bench", "cmd"}, "kernels are leaves that every tier and the compiler share"},
+	{"runtime", "", []string{"compiler", "passes", "bench", "cmd"}, "the runtime loads bundles; it never compiles"},
 	{"runtime", "runtime/server", []string{"@net/http"}, "the engine and the tiers know nothing of HTTP; the server sits on top"},
 	{"runtime/server", "", []string{"runtime/cpu", "runtime/cuda", "runtime/sequence", "runtime/replay"}, "the server reaches no tier: it talks to the engine"},
+	{"bench", "", []string{"compiler", "passes", "cmd"}, "bench measures bundles the compiler wrote; it never compiles"},
+	{"bench", "bench/loadtest", []string{"@net/http"}, "bench drives the engine in process; only the load generator speaks HTTP"},
+	{"bench/loadtest", "", []string{"runtime", "format", "kernels"}, "the load generator is an HTTP client of any OpenAI-compatible server: it knows no engine, bundle or kernel"},
 }
 
 // testSupport are packages that only tests import (the test checks that):
@@ -369,4 +372,40 @@ func TestLayoutTable(t *testing.T) {
 			t.Errorf("README's Layout table does not name %s", pkg)
 		}
 	}
+}
+
+// maxCommandLines bounds the non-test Go under cmd/: a command is flags,
+// an options value and one call into the library that does the work
+// (issue 37), so a new flag costs a line or two there and new behaviour
+// goes into a package, where it can be tested and reused.
+const maxCommandLines = 2000
+
+// TestCommandSize holds cmd/ under maxCommandLines lines of non-test Go.
+func TestCommandSize(t *testing.T) {
+	total := 0
+	var files []string
+	err := filepath.WalkDir(filepath.Join("..", "cmd"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := strings.Count(string(b), "\n")
+		total += n
+		files = append(files, strconv.Itoa(n)+" "+path)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total == 0 {
+		t.Fatal("found no Go under ../cmd: the walk is broken")
+	}
+	if total > maxCommandLines {
+		t.Errorf("cmd/ holds %d lines of non-test Go, more than %d: move the logic behind its flags into a library package\n%s",
+			total, maxCommandLines, strings.Join(files, "\n"))
+	}
+	t.Logf("cmd/: %d lines of non-test Go (limit %d)", total, maxCommandLines)
 }

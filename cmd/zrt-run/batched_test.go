@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +9,6 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
-	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // batchedBundle compiles the tiny synthetic model with decode variants of
@@ -31,57 +27,6 @@ func batchedBundle(t *testing.T) (model, out string) {
 		t.Fatal(err)
 	}
 	return model, out
-}
-
-func TestBatchedBench(t *testing.T) {
-	_, out := batchedBundle(t)
-	pool, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	rows, err := batchedBench(context.Background(), pool, []int{1, 2}, 20, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) != 2 || rows[1].PL != 2 || rows[1].NKV != 2*25 || rows[1].SpeedTG <= 0 || rows[1].T < rows[1].TTG {
-		t.Fatalf("rows %+v", rows)
-	}
-	var md, jl bytes.Buffer
-	printBatched(&md, rows, false)
-	printBatched(&jl, rows, true)
-	if !strings.Contains(md.String(), "S_TG t/s") || strings.Count(md.String(), "\n") != 4 {
-		t.Errorf("table:\n%s", md.String())
-	}
-	for _, line := range strings.Split(strings.TrimSpace(jl.String()), "\n") {
-		var m map[string]float64
-		if err := json.Unmarshal([]byte(line), &m); err != nil || m["speed_tg"] <= 0 || m["pl"] == 0 {
-			t.Errorf("jsonl line %q: %v", line, err)
-		}
-	}
-	if _, err := batchedBench(context.Background(), pool, []int{3}, 20, 5); err == nil || !strings.Contains(err.Error(), "decode_slots") {
-		t.Errorf("B beyond the bundle's slots: %v", err)
-	}
-}
-
-// TestPrintComparison pairs the two benches' rows by B: a B that
-// llama-batched-bench left out gets no line.
-func TestPrintComparison(t *testing.T) {
-	zrt := []batchedResult{{PL: 1, SpeedTG: 600, SpeedPP: 4000}, {PL: 16, SpeedTG: 5000, SpeedPP: 50000}, {PL: 64, SpeedTG: 11000, SpeedPP: 50000}}
-	ref := []batchedResult{{PL: 1, SpeedTG: 500, SpeedPP: 4000}, {PL: 64, SpeedTG: 10000, SpeedPP: 40000}}
-	var b bytes.Buffer
-	if err := printComparison(&b, zrt, ref); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("want a header, a rule and two rows:\n%s", b.String())
-	}
-	for i, want := range []string{"|    1 |   600.00 |         500.00 |            1.20 |", "|   64 | 11000.00 |       10000.00 |            1.10 |"} {
-		if !strings.HasPrefix(lines[2+i], want) {
-			t.Errorf("row %d: %q, want it to start %q", i, lines[2+i], want)
-		}
-	}
 }
 
 // TestBenchSlotsAgainstLlama runs `zrt-run bench --slots` beside a stand-in

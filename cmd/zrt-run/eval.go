@@ -1,29 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/zrtdev/zrt/runtime/tokenizer"
-	"io"
-
-	"sort"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 )
-
-// evalStep is one scored position: the K largest logits as [id, logit].
-type evalStep struct {
-	Top [][2]float64 `json:"top"`
-}
-
-// evalResult is the output of `zrt-run eval`, shaped like the reference files.
-type evalResult struct {
-	NVocab int        `json:"n_vocab"`
-	Steps  []evalStep `json:"steps"`
-	Logits []float32  `json:"logits,omitempty"`
-}
 
 func evalCmd() *cobra.Command {
 	var ef engineFlags
@@ -54,29 +37,11 @@ full logit vector.`,
 				return err
 			}
 			defer e.Close()
-			seq, err := e.NewSequence()
+			res, err := e.Eval(cmd.Context(), ids, from, top, withLogits)
 			if err != nil {
 				return err
 			}
-			defer seq.Release()
-			res := evalResult{NVocab: e.Hparams.NVocab}
-			logits, err := seq.Prefill(cmd.Context(), ids[:from])
-			if err != nil {
-				return err
-			}
-			if withLogits {
-				res.Logits = logits
-			}
-			for i := from; ; i++ {
-				res.Steps = append(res.Steps, evalStep{Top: topK(logits, top)})
-				if i == len(ids) {
-					break
-				}
-				if logits, err = seq.Decode(cmd.Context(), ids[i]); err != nil {
-					return err
-				}
-			}
-			return writeJSON(cmd.OutOrStdout(), res)
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res) // float32 logits print with enough digits to round-trip
 		},
 	}
 	ef.add(c)
@@ -86,30 +51,6 @@ full logit vector.`,
 	c.Flags().BoolVar(&withLogits, "logits", false, "include step 0's full logit vector")
 	c.MarkFlagRequired("tokens")
 	return c
-}
-
-func topK(l []float32, k int) [][2]float64 {
-	idx := make([]int, len(l))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return l[idx[a]] > l[idx[b]] })
-	out := make([][2]float64, 0, k)
-	for _, i := range idx[:min(k, len(idx))] {
-		out = append(out, [2]float64{float64(i), float64(l[i])})
-	}
-	return out
-}
-
-// writeJSON writes v compactly; float32 logits print with enough digits to
-// round-trip.
-func writeJSON(w io.Writer, v any) error {
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	return bw.Flush()
 }
 
 func tokenizeCmd(reverse bool) *cobra.Command {
@@ -129,20 +70,7 @@ func tokenizeCmd(reverse bool) *cobra.Command {
 				return err
 			}
 			defer e.Close()
-			in, err := io.ReadAll(cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			if reverse {
-				ids, err := e.Tok.ParseIDs(string(in))
-				if err != nil {
-					return err
-				}
-				_, err = io.WriteString(cmd.OutOrStdout(), e.Tok.Decode(ids))
-				return err
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), tokenizer.FormatIDs(e.Tok.Encode(string(in), bos, special)))
-			return err
+			return e.Tok.Filter(cmd.InOrStdin(), cmd.OutOrStdout(), reverse, bos, special)
 		},
 	}
 	ef.add(c)

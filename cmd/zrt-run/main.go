@@ -3,24 +3,18 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime/pprof"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/version"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	root := &cobra.Command{
 		Use:   "zrt-run",
 		Short: "Run compiled zrt bundles",
@@ -45,18 +39,7 @@ stand in for a model config.
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof), for finding where the host's time goes")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return startProfile(cpuProfile) }
 	root.AddCommand(generateCmd(), serveCmd(), loadtestCmd(), evalCmd(), tokenizeCmd(false), tokenizeCmd(true), probeCmd(), benchCmd(), rerunCmd(), validateCmd())
-	exitcode.Wire(root)
-	out := stdout.New(os.Stdout)
-	root.SetOut(out)
-	err := exitcode.Classify(root.ExecuteContext(ctx))
-	pprof.StopCPUProfile() // a no-op without --cpuprofile
-	if err == nil {
-		err = out.Err()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "zrt-run:", err)
-		os.Exit(exitcode.Code(err))
-	}
+	exitcode.Main(root, pprof.StopCPUProfile) // a no-op without --cpuprofile
 }
 
 // startProfile starts the CPU profile --cpuprofile asks for; main stops

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/format/autobuild"
 	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -65,16 +66,25 @@ func (f *engineFlags) add(c *cobra.Command) {
 // pack (.zrtp), that member unpacked once into the unpack directory; for
 // a GGUF, its build in the build cache, made by zrtc the first time.
 func (f *engineFlags) bundleDir(ctx context.Context, path string, opt runtime.Options) (string, error) {
-	if isGGUF(path) {
-		return f.build.bundle(ctx, path, opt)
+	src := pick.Source{Probes: machineProbes(opt), Tier: opt.Tier, UnpackDir: f.unpackDir}
+	var err error
+	switch {
+	case autobuild.IsGGUF(path):
+		src.Build, err = f.build.request()
+	case zrtp.Is(path) && src.UnpackDir == "":
+		src.UnpackDir, err = defaultUnpackDir()
 	}
-	if zrtp.Is(path) {
-		return f.packBundle(path, opt)
+	if err != nil {
+		return "", err
 	}
-	dir, choice, err := pick.Resolve(path, machineProbes(opt), opt.Tier)
+	dir, choice, err := pick.Locate(ctx, path, src)
 	if choice != nil && f.explain && err == nil {
+		kind := "bundle set"
+		if zrtp.Is(path) {
+			kind = "pack"
+		}
 		lines := strings.Split(strings.TrimSuffix(choice.Explain(), "\n"), "\n")
-		fmt.Fprintf(os.Stderr, "zrt-run: bundle set %s on this machine: %s\nzrt-run: %s\n", path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
+		fmt.Fprintf(os.Stderr, "zrt-run: %s %s on this machine: %s\nzrt-run: %s\n", kind, path, choice.Machine, strings.Join(lines, "\nzrt-run: "))
 	}
 	return dir, err
 }
@@ -104,7 +114,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		opt.Threads = n
 	}
 	if os.Getenv("ZRT_TRACE") != "" {
-		opt.Trace = traceDispatch
+		opt.Trace = runtime.TraceTo(os.Stderr)
 	}
 	if s := os.Getenv("ZRT_CUDA_TIMEOUT"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -128,18 +138,24 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	return opt, nil
 }
 
-// open loads the bundle at dir (or a set, pack or GGUF, as bundleDir
-// takes) as a pool of sequences, with the prefill mode of
-// $ZRT_BATCHED_PREFILL.
-func (f *engineFlags) open(ctx context.Context, dir string) (*sequence.Pool, error) {
+// program opens the bundle for path (a bundle, set, pack or GGUF, as
+// bundleDir takes) with opt.
+func (f *engineFlags) program(ctx context.Context, path string, opt runtime.Options) (*runtime.Program, error) {
+	dir, err := f.bundleDir(ctx, path, opt)
+	if err != nil {
+		return nil, err
+	}
+	return runtime.Open(dir, opt)
+}
+
+// open opens the bundle for path as a pool of sequences, with the
+// prefill mode of $ZRT_BATCHED_PREFILL.
+func (f *engineFlags) open(ctx context.Context, path string) (*sequence.Pool, error) {
 	opt, err := f.options()
 	if err != nil {
 		return nil, err
 	}
-	if dir, err = f.bundleDir(ctx, dir, opt); err != nil {
-		return nil, err
-	}
-	p, err := runtime.Open(dir, opt)
+	p, err := f.program(ctx, path, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -153,14 +169,8 @@ func (f *engineFlags) open(ctx context.Context, dir string) (*sequence.Pool, err
 
 // flagError names the flag of a request setting outside its range.
 func flagError(err error) error {
-	var re *decode.RangeError
-	if errors.As(err, &re) {
-		dash := "--"
-		if len(re.Flag) == 1 {
-			dash = "-"
-		}
-		// A value out of range is a usage error: exit status 2.
-		return &exitcode.UsageError{Err: fmt.Errorf("%s%s: %w", dash, re.Flag, err)}
+	if re := (*decode.RangeError)(nil); errors.As(err, &re) {
+		return re.FlagError()
 	}
 	return err
 }

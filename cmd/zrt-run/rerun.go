@@ -5,7 +5,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 )
 
@@ -36,11 +35,7 @@ as the one) that served the log.
 			if opt.Tier == "" || opt.Tier == "auto" {
 				opt.Tier = "cpu"
 			}
-			dir, err := ef.bundleDir(cmd.Context(), args[0], opt)
-			if err != nil {
-				return err
-			}
-			p, err := runtime.Open(dir, opt)
+			p, err := ef.program(cmd.Context(), args[0], opt)
 			if err != nil {
 				return err
 			}

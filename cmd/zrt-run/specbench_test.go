@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/zrtdev/zrt/runtime/sequence"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +48,7 @@ func TestGenerateSpeculative(t *testing.T) {
 		if !strings.Contains(stderr, "hold 2 rows") {
 			t.Errorf("--speculative %s on a bundle whose verify steps hold 2 rows: no note on stderr %q", mode, stderr)
 		}
-		var m Metrics
+		var m sequence.Metrics
 		if err := json.Unmarshal([]byte(stderr[strings.LastIndexByte(stderr[:len(stderr)-1], '\n')+1:]), &m); err != nil {
 			t.Fatalf("metrics line: %v in %q", err, stderr)
 		}

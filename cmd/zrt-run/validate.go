@@ -1,16 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/validate"
 )
 
@@ -60,7 +55,7 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			case !(tol >= 0) || math.IsInf(tol, 0):
 				return exitcode.Usagef("--tolerance %v: want a finite number ≥ 0", tol)
 			}
-			pick, err := parseLayers(layers)
+			pick, err := validate.ParseLayers(layers)
 			if err != nil {
 				return exitcode.Usagef("--layers %q: %v", layers, err)
 			}
@@ -68,21 +63,14 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			if err != nil {
 				return err
 			}
-			open := func(path string, opt runtime.Options) (*runtime.Program, error) {
-				dir, err := ef.bundleDir(cmd.Context(), path, opt)
-				if err != nil {
-					return nil, err
-				}
-				return runtime.Open(dir, opt)
-			}
-			got, err := open(args[0], opt)
+			got, err := ef.program(cmd.Context(), args[0], opt)
 			if err != nil {
 				return err
 			}
 			defer got.Close()
 			oopt := opt
 			oopt.Tier = "auto"
-			ref, err := open(oracle, oopt)
+			ref, err := ef.program(cmd.Context(), oracle, oopt)
 			if err != nil {
 				return fmt.Errorf("oracle: %w", err)
 			}
@@ -92,34 +80,9 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "validate: %s (%s, tier %s) against %s (%s, tier %s): %d prompt tokens, %d decode steps of %d slots\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "validate: %s (%s, tier %s) against %s (%s, tier %s): %d prompt tokens, %d decode steps of %d slots\n",
 				args[0], got.Bundle.Graph.Ident.Target, got.TierName(), oracle, ref.Bundle.Graph.Ident.Target, ref.TierName(), rep.Prompt, steps, rep.Slots)
-			shown := func(p validate.Point) bool { return p.Layer < 0 || pick(p.Layer) }
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprint(tw, "point\t")
-			for _, s := range rep.Steps {
-				fmt.Fprintf(tw, "%s max|Δ|\trel\t", s.Name)
-			}
-			fmt.Fprintln(tw)
-			for i, p := range rep.Steps[0].Points {
-				if !shown(p) {
-					continue
-				}
-				fmt.Fprintf(tw, "%s\t", p.Name)
-				for _, s := range rep.Steps {
-					q := s.Points[i]
-					fmt.Fprintf(tw, "%.3g\t%.3g\t", q.MaxAbs, q.Rel())
-				}
-				fmt.Fprintln(tw)
-			}
-			tw.Flush()
-			if s, p, bad := rep.First(tol, shown); bad {
-				return fmt.Errorf("validate: first past tolerance %g: %s at %s, row %d (rel %.3g, max|Δ| %.3g; %d of %d rows past it)",
-					tol, p.Name, s.Name, p.Row, p.Rel(), p.MaxAbs, p.RowsPast(tol), len(p.RowAbs))
-			}
-			fmt.Fprintf(out, "every point within tolerance %g\n", tol)
-			return nil
+			return rep.Write(cmd.OutOrStdout(), tol, pick)
 		},
 	}
 	ef.add(c)
@@ -130,27 +93,4 @@ tier. Stopping between kernels makes this slow: it is a diagnostic.
 	c.Flags().IntVar(&slots, "slots", 1, "slots each decode step batches (the decode variant that fits them)")
 	c.Flags().Float64Var(&tol, "tolerance", 0.1, "largest relative difference (max|Δ| / max|oracle|) allowed at any point")
 	return c
-}
-
-// parseLayers reads "all" or a comma list of layers and ranges.
-func parseLayers(s string) (func(int) bool, error) {
-	if s == "all" || s == "" {
-		return func(int) bool { return true }, nil
-	}
-	set := map[int]bool{}
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err := strconv.Atoi(lo)
-		b := a
-		if err == nil && isRange {
-			b, err = strconv.Atoi(hi)
-		}
-		if err != nil || a < 0 || b < a || b-a > 1<<16 {
-			return nil, errors.New("want all, or layer numbers and ranges such as 0,3,8-11")
-		}
-		for l := a; l <= b; l++ {
-			set[l] = true
-		}
-	}
-	return func(l int) bool { return set[l] }, nil
 }

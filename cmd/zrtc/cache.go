@@ -3,15 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
 	"github.com/zrtdev/zrt/format/buildcache"
-	"github.com/zrtdev/zrt/format/filedigest"
-	"github.com/zrtdev/zrt/format/gguf"
-	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
 func keyCmd() *cobra.Command {
@@ -33,37 +29,22 @@ remembered in, the cache, as a build does; otherwise the file is hashed.
 share a key.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			targets, err := splitTargets(target)
+			targets, err := build.SplitTargets(target)
 			if err != nil {
 				return err
 			}
-			b := &builder{model: args[0], opt: compiler.Options{ConfigPath: cfg, NoFuse: noFuse, PTXDir: os.Getenv("ZRT_PTX_DIR")}}
-			if err := sizes.apply(&b.opt); err != nil {
+			o := build.Options{Model: args[0], Targets: targets, Compiler: compiler.Options{ConfigPath: cfg, NoFuse: noFuse, PTXDir: os.Getenv("ZRT_PTX_DIR")}}
+			if err := sizes.apply(&o.Compiler); err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("cache") {
-				cacheDir = os.Getenv(cacheEnv)
+			if o.Cache = cacheDir; !cmd.Flags().Changed("cache") {
+				o.Cache = os.Getenv(cacheEnv)
 			}
-			memo := filedigest.Memo{} // without a cache: hash the file
-			if cacheDir != "" {
-				if b.cache, err = buildcache.Open(cacheDir); err != nil {
-					return err
-				}
-				memo = b.cache.Digests()
-			}
-			parts, err := gguf.Parts(args[0])
+			keys, err := build.Keys(o)
 			if err != nil {
 				return err
 			}
-			sum, _, err := memo.SumAll(parts)
-			if err != nil {
-				return err
-			}
-			for _, t := range targets {
-				in, err := b.inputs(t, sum)
-				if err != nil {
-					return err
-				}
+			for _, in := range keys {
 				if verbose {
 					fmt.Fprint(cmd.ErrOrStderr(), in.Describe())
 				}
@@ -126,21 +107,7 @@ func cacheLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			es, err := c.List()
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "key\tsize\tlast used\ttarget\tmodel")
-			var total int64
-			for _, e := range es {
-				total += e.Bytes
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Key, sysmem.Bytes(e.Bytes), e.LastUsed.Format(time.DateTime), e.Target, e.Source)
-			}
-			tw.Flush()
-			fmt.Fprintf(w, "%d entries, %s\n", len(es), sysmem.Bytes(total))
-			return nil
+			return build.ListCache(cmd.OutOrStdout(), c)
 		},
 	}
 }
@@ -159,23 +126,7 @@ func cachePruneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			removed, err := c.Prune(int64(max))
-			for _, e := range removed {
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %s  %s  %s %s\n", e.Key, sysmem.Bytes(e.Bytes), e.Target, e.Source)
-			}
-			if err != nil {
-				return err
-			}
-			kept, err := c.List()
-			if err != nil {
-				return err
-			}
-			var n int64
-			for _, e := range kept {
-				n += e.Bytes
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed %d entries; %d left, %s\n", len(removed), len(kept), sysmem.Bytes(n))
-			return nil
+			return build.PruneCache(cmd.OutOrStdout(), c, int64(max))
 		},
 	}
 	c.Flags().Var(&max, "max-size", "largest total size of the entries to keep, e.g. 50GiB")

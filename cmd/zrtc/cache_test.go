@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/zrtdev/zrt/compiler/build"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,13 +31,13 @@ func run(t *testing.T, args ...string) (string, string, error) {
 }
 
 // buildJSON runs zrtc build --json and decodes its summary.
-func buildJSON(t *testing.T, args ...string) summary {
+func buildJSON(t *testing.T, args ...string) build.Summary {
 	t.Helper()
 	out, stderr, err := run(t, append([]string{"build", "--json"}, args...)...)
 	if err != nil {
 		t.Fatalf("build %v: %v\n%s", args, err, stderr)
 	}
-	var s summary
+	var s build.Summary
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
 		t.Fatalf("--json printed %q: %v", out, err)
 	}
@@ -320,7 +321,7 @@ func TestMissVerifiesTheRememberedDigest(t *testing.T) {
 	if !strings.Contains(stderr, "remembered digest is stale") {
 		t.Errorf("no warning about the stale digest:\n%s", stderr)
 	}
-	var s summary
+	var s build.Summary
 	json.Unmarshal([]byte(out), &s)
 	truth, _, err := run(t, "key", model) // no cache: hashes the bytes
 	if err != nil {

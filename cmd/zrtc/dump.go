@@ -2,11 +2,10 @@ package main
 
 import (
 	"fmt"
-	"text/tabwriter"
+	"github.com/zrtdev/zrt/compiler/dump"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -27,47 +26,7 @@ func dumpCmd() *cobra.Command {
 					return &exitcode.UsageError{Err: fmt.Errorf("--after: %w", err)}
 				}
 			}
-			fe, err := compiler.Load(args[1], compiler.Options{ConfigPath: cfg})
-			if err != nil {
-				return err
-			}
-			defer fe.Close()
-			if args[0] == "ir" {
-				return dumpIR(cmd, fe, after)
-			}
-			if _, err := passes.Run(cmd.Context(), fe.Unit, "", false); err != nil {
-				return err
-			}
-			u := fe.Unit
-			w := cmd.OutOrStdout()
-			switch args[0] {
-			case "memplan":
-				b, err := u.Plan.JSON()
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(w, string(b))
-				return err
-			case "liveness":
-				for i, g := range u.Graphs {
-					lv, pm := u.Liveness[i], u.Physical[i]
-					fmt.Fprintf(w, "variant %s: %d registers, %d instructions\n", g.Key, len(g.Regs), len(g.Insts))
-					tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-					fmt.Fprintln(tw, "value\tbytes\tdef\tlast\tphys\toffset\t")
-					for r, reg := range g.Regs {
-						p := pm.RegisterToPhysical[r]
-						if p < 0 {
-							continue // fused away: never written
-						}
-						fmt.Fprintf(tw, "%%%s\t%d\t%d\t%d\t%d\t%d\t\n", reg.Name, reg.Bytes(), lv.Def[r], lv.RegisterLastRead[r], p, pm.PhysicalOffsets[p])
-					}
-					tw.Flush()
-					fmt.Fprintf(w, "planned %d B in %d physical buffers; lower bound (peak live) %d B; one buffer per value %d B\n\n",
-						pm.ScratchBytes, len(pm.PhysicalSizes), lv.PeakBytes, lv.NaiveBytes)
-				}
-				return nil
-			}
-			return nil
+			return dump.Stage(cmd.Context(), cmd.OutOrStdout(), args[0], args[1], cfg, after)
 		},
 	}
 	c.Flags().StringVar(&cfg, "config", "", "TOML model config overriding the GGUF defaults")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/zrtdev/zrt/compiler/dump"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,7 +64,7 @@ func TestDumpArtifacts(t *testing.T) {
 		if !strings.HasPrefix(one, "; variant ") || !strings.Contains(one, "COMPUTE_PGM_LO=@k0:") {
 			t.Errorf("variant %d listing:\n%.300s", i, one)
 		}
-		words, relocs, err := pm4.Assemble(one, graphSymbols(g))
+		words, relocs, err := pm4.Assemble(one, dump.Symbols(g))
 		if err != nil || !slices.Equal(words, v.Words) || !slices.Equal(relocs, v.Relocs) {
 			t.Errorf("variant %d listing does not assemble back: %v", i, err)
 		}

@@ -3,28 +3,18 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
-	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
-	"github.com/zrtdev/zrt/format/gguf"
-	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/passes"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	root := &cobra.Command{
 		Use:   "zrtc",
 		Short: "Compile GGUF models into zrt bundles",
@@ -40,17 +30,7 @@ a file that breaks the GGUF format ("malformed"); zrtc inspect shows both.`,
 	}
 	setVersion(root)
 	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), packCmd(), unpackCmd(), inspectCmd(), configCmd(), passesCmd(), withArtifactDumps(dumpCmd()), verifyCmd(), synthCmd(), tokCmd(false), tokCmd(true))
-	exitcode.Wire(root)
-	out := stdout.New(os.Stdout)
-	root.SetOut(out)
-	err := exitcode.Classify(root.ExecuteContext(ctx))
-	if err == nil {
-		err = out.Err()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "zrtc:", err)
-		os.Exit(exitcode.Code(err))
-	}
+	exitcode.Main(root, nil)
 }
 
 func configCmd() *cobra.Command {
@@ -61,16 +41,11 @@ func configCmd() *cobra.Command {
 		Short: "Print the effective model config as TOML (GGUF defaults, then --config overrides)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := gguf.OpenModel(args[0])
-			if err != nil {
-				return err
-			}
-			defer f.Close()
 			opt := compiler.Options{Target: target}
 			if err := sizes.apply(&opt); err != nil {
 				return err
 			}
-			c, err := config.Load(f, cfg, opt.Overrides())
+			c, err := config.LoadModel(args[0], cfg, opt.Overrides())
 			if err != nil {
 				return err
 			}
@@ -89,16 +64,7 @@ func passesCmd() *cobra.Command {
 		Use:   "passes",
 		Short: "Print the pass pipeline and its ordering constraints",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			w := cmd.OutOrStdout()
-			for i, p := range passes.Pipeline {
-				fmt.Fprintf(w, "%2d  %-10s %s\n", i+1, p.Name, p.Doc)
-			}
-			fmt.Fprintln(w, "\nconstraints:")
-			for _, c := range passes.Constraints {
-				fmt.Fprintf(w, "  %s before %s: %s\n", c.Before, c.After, c.Why)
-			}
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return passes.Describe(cmd.OutOrStdout()) },
 	}
 }
 
@@ -113,33 +79,11 @@ func tokCmd(reverse bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := gguf.OpenModel(args[0])
+			t, err := tokenizer.FromGGUF(args[0])
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			v, err := vocab.FromGGUF(f)
-			if err != nil {
-				return err
-			}
-			t, err := tokenizer.New(v)
-			if err != nil {
-				return err
-			}
-			in, err := io.ReadAll(cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			if reverse {
-				ids, err := t.ParseIDs(string(in))
-				if err != nil {
-					return err
-				}
-				_, err = io.WriteString(cmd.OutOrStdout(), t.Decode(ids))
-				return err
-			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), tokenizer.FormatIDs(t.Encode(string(in), bos, special)))
-			return err
+			return t.Filter(cmd.InOrStdin(), cmd.OutOrStdout(), reverse, bos, special)
 		},
 	}
 	if !reverse {

@@ -1,12 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"path/filepath"
-	"text/tabwriter"
-	"time"
-
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/zrtp"
@@ -27,19 +21,7 @@ for its machine; zrtc unpack unpacks it explicitly.`,
 			if out == "" {
 				return usagef("pack: -o MODEL.zrtp is required")
 			}
-			start := time.Now()
-			if err := zrtp.Write(out, args[0]); err != nil {
-				return err
-			}
-			r, err := zrtp.Open(out)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			packed, raw := r.Index().Sizes()
-			fmt.Fprintf(cmd.ErrOrStderr(), "zrtc: packed %s into %s: %d members, %d B → %d B (%.3f), %s\n",
-				args[0], out, len(r.Index().Members), raw, packed, ratio(packed, raw), time.Since(start).Round(time.Millisecond))
-			return nil
+			return zrtp.Pack(args[0], out, func(f string, a ...any) { cmd.PrintErrf("zrtc: "+f+"\n", a...) })
 		},
 	}
 	c.Flags().StringVarP(&out, "out", "o", "", "the pack to write (atomically)")
@@ -57,90 +39,17 @@ func unpackCmd() *cobra.Command {
 			if out == "" {
 				return usagef("unpack: -o DIR is required")
 			}
-			r, err := zrtp.Open(args[0])
-			if err != nil {
-				return err
+			say := func(f string, a ...any) { cmd.PrintErrf("zrtc: "+f+"\n", a...) }
+			if quiet {
+				say = nil
 			}
-			defer r.Close()
-			pr, start := newProgress(cmd.ErrOrStderr(), quiet), time.Now()
-			r.Progress = func(file string, done, total int64) {
-				pr.tick("unpack: %s of %s (%s)", size(done), size(total), file)
-			}
-			what, files, raw := "", 0, int64(0)
-			if target == "" {
-				_, raw = r.Index().Sizes()
-				files = len(r.Index().Files)
-				for _, m := range r.Index().Members {
-					files += len(m.Files)
-				}
-				pr.say("unpacking %s (%s) into %s", args[0], size(raw), out)
-				err = r.Unpack(out)
-			} else {
-				m, ok := r.Index().Member(target)
-				if !ok {
-					return usagef("unpack: --target %s: the pack holds %s", target, targetsOf(r.Index()))
-				}
-				for _, f := range m.Files {
-					raw += f.RawSize
-				}
-				what, files = " member "+target, len(m.Files)
-				pr.say("unpacking%s of %s (%s) into %s", what, args[0], size(raw), out)
-				err = r.UnpackMember(m, out)
-			}
-			if err != nil {
-				return err
-			}
-			pr.say("unpacked%s into %s: %d files, %s in %s", what, out, files, size(raw), time.Since(start).Round(time.Millisecond))
-			return nil
+			return zrtp.Extract(args[0], target, out, say)
 		},
 	}
 	c.Flags().StringVarP(&out, "out", "o", "", "the directory to write (atomically)")
 	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print nothing on stderr on success")
 	c.Flags().StringVar(&target, "target", "", "unpack only this member, as a bundle")
 	return c
-}
-
-func targetsOf(x *zrtp.Index) []string {
-	var t []string
-	for _, m := range x.Members {
-		t = append(t, m.Target)
-	}
-	return t
-}
-
-func ratio(packed, raw int64) float64 {
-	if raw == 0 {
-		return 0
-	}
-	return float64(packed) / float64(raw)
-}
-
-// listPack prints a pack's index: its kind, the set's model, and every
-// member's files with their sizes. It reads the index only.
-func listPack(w io.Writer, path string) error {
-	r, err := zrtp.Open(path)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	x := r.Index()
-	packed, raw := x.Sizes()
-	fmt.Fprintf(w, "pack %s: %s version %d, a %s of %d members, index sha256 %s\n", path, x.Format, x.Version, x.Kind, len(x.Members), r.Digest())
-	fmt.Fprintf(w, "data: %d B packed, %d B unpacked (ratio %.3f)\n", packed, raw, ratio(packed, raw))
-	if s := x.Set; s != nil {
-		fmt.Fprintf(w, "set written by %s\nmodel: %s (%s), sha256 %s\nconfig (target aside): sha256 %s\n", s.Producer, s.Model.Source, s.Model.Architecture, s.Model.SHA256, s.Model.ConfigSHA256)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\ntarget\tfile\tpacked\tunpacked\tsha256")
-	for _, f := range x.Files {
-		fmt.Fprintf(tw, "(set)\t%s\t%d\t%d\t%s\n", f.Path, f.Size, f.RawSize, short(f.SHA256))
-	}
-	for _, m := range x.Members {
-		for _, f := range m.Files {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", m.Target, filepath.ToSlash(filepath.Join(m.Dir, f.Path)), f.Size, f.RawSize, short(f.SHA256))
-		}
-	}
-	return tw.Flush()
 }
 
 // usagef is an error in how zrtc was called: exit status 2.

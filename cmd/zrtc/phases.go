@@ -4,7 +4,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -41,15 +40,4 @@ func (p *phaseFlags) apply(args []string, out string, cacheOnly bool, opt *compi
 		return &exitcode.UsageError{Err: err}
 	}
 	return nil
-}
-
-// dumpIR prints the text IR of every variant as built, or after the named
-// pass.
-func dumpIR(cmd *cobra.Command, fe *compiler.Frontend, after string) error {
-	if after != "" {
-		if _, err := passes.RunWith(cmd.Context(), fe.Unit, passes.RunOptions{StopAfter: after}); err != nil {
-			return err
-		}
-	}
-	return ir.Print(cmd.OutOrStdout(), fe.Unit.Graphs...)
 }

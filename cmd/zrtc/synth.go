@@ -3,12 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler/synth"
-	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
@@ -64,21 +62,11 @@ Per architecture:
 			if err := sysmem.Check("this shape", s.PeakBytes()); err != nil {
 				return fmt.Errorf("synth: %w", err)
 			}
-			// A large shape takes a while (45 s for 500 MB): say so, and
-			// how far it got.
-			pr, start, total := newProgress(cmd.ErrOrStderr(), quiet), time.Now(), s.FileBytes()
-			pr.say("synth: writing a %d-layer %s model of about %s", s.Layers, s.Arch, size(total))
-			b, err := synth.WriteProgress(s, func(tensor string, n int64) {
-				pr.tick("synth: %s of about %s (%s)", size(n), size(total), tensor)
-			})
-			if err != nil {
-				return err
+			say := func(f string, a ...any) { cmd.PrintErrf("zrtc: "+f+"\n", a...) }
+			if quiet {
+				say = nil
 			}
-			if err := gguf.WriteFileAtomic(out, b); err != nil {
-				return err
-			}
-			pr.say("wrote %s (%s) in %s", out, size(int64(len(b))), time.Since(start).Round(time.Millisecond))
-			return nil
+			return synth.WriteFile(s, out, say)
 		},
 	}
 	f := c.Flags()

@@ -415,3 +415,13 @@ func (c *Config) TOML() string {
 	}
 	return b.String()
 }
+
+// LoadModel is Load for the GGUF model at model.
+func LoadModel(model, path string, o Overrides) (*Config, error) {
+	f, err := gguf.OpenModel(model)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Load(f, path, o)
+}

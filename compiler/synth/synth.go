@@ -16,7 +16,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/zrtdev/zrt/format/bytesize"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -830,4 +832,69 @@ func (g gemma4Layout) layer(s Shape, l int, mat ggml.Type) []tensor {
 		tensor{"ffn_gate_up_exps.weight", mat, []int64{E, 2 * FX, X}, 0.05},
 		tensor{"ffn_down_exps.weight", mat, []int64{FX, E, X}, 0.05},
 		tensor{"ffn_down_exps.scale", ggml.F32, []int64{X}, 0})
+}
+
+// SetType sets the matrices' weight type by its ggml name, or the
+// mixture Q4_K_M.
+func (s *Shape) SetType(name string) error {
+	if name == "Q4_K_M" {
+		s.Mix = name
+		return nil
+	}
+	t, ok := ggml.ParseType(name)
+	if !ok {
+		return &ShapeError{fmt.Errorf("synth: unknown weight type %q", name)}
+	}
+	s.Type = t
+	return nil
+}
+
+// TokenizerFromFile takes the tokenizer of the GGUF at path
+// (TokenizerFrom).
+func (s *Shape) TokenizerFromFile(path string) error {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return fmt.Errorf("synth: --vocab-from: %w", err)
+	}
+	defer f.Close()
+	if err := s.TokenizerFrom(f); err != nil {
+		return fmt.Errorf("synth: --vocab-from %s: %w", path, err)
+	}
+	return nil
+}
+
+// ShapeError is a shape synth cannot write: a mistake in the call.
+type ShapeError struct{ Err error }
+
+func (e *ShapeError) Error() string { return e.Err.Error() }
+func (e *ShapeError) Unwrap() error { return e.Err }
+
+// Usage marks the error as a mistake in the call (the commands' exit
+// status 2).
+func (e *ShapeError) Usage() bool { return true }
+
+// WriteFile writes the model of shape s to path atomically (zrt synth -o).
+// A large shape takes a while (45 s for 500 MB), so say (nil: quiet)
+// hears its size first, how far it got at most once a second, and what it
+// wrote.
+func WriteFile(s Shape, path string, say func(format string, a ...any)) error {
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	start, last, total := time.Now(), time.Now(), s.FileBytes()
+	say("synth: writing a %d-layer %s model of about %s", s.Layers, s.Arch, bytesize.Format(total))
+	b, err := WriteProgress(s, func(tensor string, n int64) {
+		if time.Since(last) >= time.Second {
+			say("synth: %s of about %s (%s)", bytesize.Format(n), bytesize.Format(total), tensor)
+			last = time.Now()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if err := gguf.WriteFileAtomic(path, b); err != nil {
+		return err
+	}
+	say("wrote %s (%s) in %s", path, bytesize.Format(int64(len(b))), time.Since(start).Round(time.Millisecond))
+	return nil
 }

@@ -247,3 +247,14 @@ func lookup(c *buildcache.Cache, k buildcache.Key) (string, bool, error) {
 	}
 	return dir, err == nil, err
 }
+
+// IsGGUF reports whether path names a GGUF model rather than a bundle, a
+// set or a pack: a .gguf name that is not a directory (a missing one is
+// reported by the build).
+func IsGGUF(path string) bool {
+	if !strings.HasSuffix(strings.ToLower(path), ".gguf") {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err != nil || !fi.IsDir()
+}

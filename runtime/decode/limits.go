@@ -41,6 +41,25 @@ type RangeError struct {
 	Value float64
 }
 
+// FlagError is e for a command: the flag that set the value (-n,
+// --temp) before the message, and marked a mistake in the call.
+func (e *RangeError) FlagError() error {
+	dash := "--"
+	if len(e.Flag) == 1 {
+		dash = "-"
+	}
+	return &flagError{fmt.Errorf("%s%s: %w", dash, e.Flag, e)}
+}
+
+// flagError is a RangeError under its flag's name.
+type flagError struct{ error }
+
+func (e *flagError) Unwrap() error { return e.error }
+
+// Usage marks the error as a mistake in the call (the commands' exit
+// status 2).
+func (e *flagError) Usage() bool { return true }
+
 func (e *RangeError) Error() string {
 	open := "["
 	if e.MinOpen {

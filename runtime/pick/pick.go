@@ -7,12 +7,18 @@
 package pick
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"sort"
 	"strings"
 
+	"github.com/zrtdev/zrt/format/autobuild"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/format/zrtp"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/tiers"
 )
@@ -241,4 +247,108 @@ func Resolve(path string, probes []Probe, tier string) (string, *Choice, error) 
 		return "", &c, err
 	}
 	return c.Path, &c, nil
+}
+
+// Unpack returns the bundle directory for the pack (format/zrtp) at
+// path: the member this machine runs (chosen as Resolve chooses a set's,
+// with the choice returned for a set), unpacked once under
+// base/<SHA-256 of the pack's index>/ and reused from there on later
+// calls. Only that member is read and decompressed.
+func Unpack(path string, probes []Probe, tier, base string) (string, *Choice, error) {
+	r, err := zrtp.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer r.Close()
+	x := r.Index()
+	m := x.Members[0]
+	var want string // the graph digest the set's index records
+	var c *Choice
+	if x.Kind == zrtp.KindSet {
+		ch, err := Choose(path, x.Set, Detect(probes), tier)
+		if err != nil {
+			return "", nil, err
+		}
+		var ok bool
+		if m, ok = x.Member(ch.Member.Target); !ok {
+			return "", nil, fmt.Errorf("pack %s: %w: the set's index lists %s, the pack holds no such member", path, zrtp.ErrFormat, ch.Member.Target)
+		}
+		want = ch.Member.GraphSHA256
+		ch.Path = unpackedDir(base, r, m)
+		c = &ch
+	}
+	dir := unpackedDir(base, r, m)
+	if fi, err := os.Stat(dir); err == nil && bundle.IsBundle(dir, fi) == nil {
+		return dir, c, checkMember(dir, m, want)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", c, fmt.Errorf("pack %s: unpack directory: %w", path, err)
+	}
+	if err := r.UnpackMember(m, dir); err != nil {
+		return "", c, err
+	}
+	return dir, c, checkMember(dir, m, want)
+}
+
+// checkMember ties an unpacked set member to the set's index, as a set
+// directory's member is tied (bundleset.VerifyMember).
+func checkMember(dir string, m zrtp.Member, want string) error {
+	if want == "" {
+		return nil
+	}
+	return bundleset.VerifyMember(filepath.Dir(dir), bundleset.Member{Target: m.Target, Dir: filepath.Base(dir), GraphSHA256: want})
+}
+
+// unpackedDir is where member m of pack r is unpacked under base: the
+// index's digest names the pack's content, so a changed pack never
+// reuses an older one's member.
+func unpackedDir(base string, r *zrtp.Reader, m zrtp.Member) string {
+	name := m.Dir
+	if name == "" {
+		name = "bundle"
+	}
+	return filepath.Join(base, r.Digest(), name)
+}
+
+// Source says how Locate finds the bundle to open for a path.
+type Source struct {
+	// Probes and Tier choose a set's or a pack's member (Choose).
+	Probes []Probe
+	Tier   string
+	// UnpackDir is where packs are unpacked (Unpack).
+	UnpackDir string
+	// Build is how a GGUF is built into the build cache (its GGUF is the
+	// path; a Target of "" is cpu, or the registry's first CUDA target
+	// when Tier is cuda).
+	Build autobuild.Request
+}
+
+// Locate returns the bundle directory to open for path: path itself for
+// a bundle; for a bundle set, the member this machine runs (Resolve);
+// for a pack, that member unpacked (Unpack); for a GGUF, its build in the
+// build cache, made the first time (format/autobuild). The choice, for a
+// set or a pack of one, says why that member.
+func Locate(ctx context.Context, path string, s Source) (string, *Choice, error) {
+	switch {
+	case autobuild.IsGGUF(path):
+		req := s.Build
+		req.GGUF = path
+		if req.Target == "" {
+			req.Target = string(kernels.TierCPU) // zrtc's default, said in the progress line
+			for _, t := range kernels.Targets() {
+				if s.Tier == string(kernels.TierCUDA) && t.Tier == kernels.TierCUDA {
+					req.Target = t.Name
+					break
+				}
+			}
+		}
+		r, err := autobuild.Build(ctx, req)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return r.Dir, nil, nil
+	case zrtp.Is(path):
+		return Unpack(path, s.Probes, s.Tier, s.UnpackDir)
+	}
+	return Resolve(path, s.Probes, s.Tier)
 }

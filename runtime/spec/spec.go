@@ -78,6 +78,7 @@ type Decoding struct {
 	// policy picks each step's draft length; nil verifies all the
 	// drafter offers.
 	policy *Policy
+	mode   Mode
 	Stats  Stats
 }
 
@@ -91,7 +92,7 @@ func New(pool *sequence.Pool, seq *sequence.Sequence, dec *decode.Decoder, m Mod
 	if err := Check(pool, m); err != nil {
 		return nil, err
 	}
-	d := &Decoding{seq: seq, pool: pool, dec: dec, k: m.K, max: maxTokens}
+	d := &Decoding{seq: seq, pool: pool, dec: dec, k: m.K, max: maxTokens, mode: m}
 	if m.Kind == NGram {
 		d.drafter = draft.DefaultNGram
 	}
@@ -221,4 +222,11 @@ func (d *Decoding) selfDraft(ctx context.Context, pending int32, k int) ([]int32
 		d.policy.ObserveDraft(k, took)
 	}
 	return rows, s.Truncate(start)
+}
+
+// Report adds the run's speculative figures to m (sequence.Speculator).
+func (d *Decoding) Report(m *sequence.Metrics) {
+	s := d.Stats
+	m.Speculative, m.VerifySteps, m.PlainSteps, m.DraftTokens, m.Accepted = d.mode.String(), s.Steps, s.Plain, s.Drafted, s.Accepted
+	m.Acceptance, m.TokensPerStep = s.Acceptance(), s.TokensPerStep()
 }

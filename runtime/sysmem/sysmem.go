@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/zrtdev/zrt/format/bytesize"
 )
 
 // Available returns the bytes this process can allocate without swapping
@@ -81,16 +83,5 @@ func Check(what string, need int64) error {
 	return fmt.Errorf("%s needs %s of memory, %s is available", what, Bytes(need), Bytes(avail))
 }
 
-// Bytes formats n in binary units: "3.2 GiB".
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// Bytes formats n in binary units: "3.2 GiB" (format/bytesize).
+func Bytes(n int64) string { return bytesize.Format(n) }

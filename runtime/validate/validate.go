@@ -9,11 +9,14 @@ package validate
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/kernels"
@@ -397,4 +400,61 @@ func diff(a, b []float32) (maxAbs, maxRef float64) {
 		}
 	}
 	return maxAbs, maxRef
+}
+
+// Write prints the report as a table, a row per point whose layer layers
+// chooses (the points outside layers always show) and a column pair per
+// step: the largest absolute difference and that over the oracle's
+// largest magnitude. It returns an error naming the first point past tol,
+// else says that every point is within it.
+func (r *Report) Write(w io.Writer, tol float64, layers func(int) bool) error {
+	shown := func(p Point) bool { return p.Layer < 0 || layers(p.Layer) }
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "point\t")
+	for _, s := range r.Steps {
+		fmt.Fprintf(tw, "%s max|Δ|\trel\t", s.Name)
+	}
+	fmt.Fprintln(tw)
+	for i, p := range r.Steps[0].Points {
+		if !shown(p) {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t", p.Name)
+		for _, s := range r.Steps {
+			q := s.Points[i]
+			fmt.Fprintf(tw, "%.3g\t%.3g\t", q.MaxAbs, q.Rel())
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	if s, p, bad := r.First(tol, shown); bad {
+		return fmt.Errorf("validate: first past tolerance %g: %s at %s, row %d (rel %.3g, max|Δ| %.3g; %d of %d rows past it)",
+			tol, p.Name, s.Name, p.Row, p.Rel(), p.MaxAbs, p.RowsPast(tol), len(p.RowAbs))
+	}
+	_, err := fmt.Fprintf(w, "every point within tolerance %g\n", tol)
+	return err
+}
+
+// ParseLayers reads "all" or a comma list of layers and ranges such as
+// 0,3,8-11 (zrt-run validate --layers) into a choice of layers.
+func ParseLayers(s string) (func(int) bool, error) {
+	if s == "all" || s == "" {
+		return func(int) bool { return true }, nil
+	}
+	set := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a || b-a > 1<<16 {
+			return nil, errors.New("want all, or layer numbers and ranges such as 0,3,8-11")
+		}
+		for l := a; l <= b; l++ {
+			set[l] = true
+		}
+	}
+	return func(l int) bool { return set[l] }, nil
 }

@@ -11,11 +11,16 @@
 package exitcode
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/cmd/internal/stdout"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/gguf"
@@ -57,14 +62,18 @@ var malformed = []error{gguf.ErrFormat, bundle.ErrFormat, zrt.ErrFormat, zrtp.Er
 
 // Code is the exit status for err. An error from another zrt tool run
 // as a subprocess (zrt-run running zrtc) that carries one of the
-// documented statuses through ExitStatus() keeps it.
+// documented statuses through ExitStatus() keeps it. A library's error
+// that says it is a mistake in the call (a Usage method returning true,
+// as an options value it cannot take) is a usage error: libraries cannot
+// import this package.
 func Code(err error) int {
 	var ue *UsageError
 	var tool interface{ ExitStatus() int }
+	var lib interface{ Usage() bool }
 	switch {
 	case err == nil:
 		return OK
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &lib) && lib.Usage():
 		return Usage
 	case support.Is(err):
 		return Unsupported
@@ -111,4 +120,28 @@ func Classify(err error) error {
 		return &UsageError{err}
 	}
 	return err
+}
+
+// Main runs root as the process: cancelled by SIGINT or SIGTERM, wired
+// (Wire), its standard output through a stdout.Writer so a lost write
+// fails the run, done (if any) called once it returns, and a failure
+// printed as "NAME: error" before exiting with its status (Code).
+func Main(root *cobra.Command, done func()) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	Wire(root)
+	out := stdout.New(os.Stdout)
+	root.SetOut(out)
+	err := Classify(root.ExecuteContext(ctx))
+	if done != nil {
+		done()
+	}
+	if err == nil {
+		err = out.Err()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, root.Name()+":", err)
+		stop()
+		os.Exit(Code(err))
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
@@ -140,20 +138,20 @@ func specReport(w io.Writer, mode spec.Mode, s spec.Stats, cost []time.Duration,
 	}
 }
 
-// benchSpeculative measures bench's --speculative tests: a greedy
-// generation of gen tokens after the prompt text without speculation and
-// with mode, reps times each, and the step costs by rows. It returns the
+// speculative measures Options.Speculative's tests: a greedy generation
+// of opt.Gen tokens after opt.SpecPrompt without speculation and with the
+// mode, opt.Reps times each, and the step costs by rows. It returns the
 // table's rows with the two tests added, and the report to print after
-// the table (bench prints it in its markdown output; in JSON the rows
-// carry α and the tokens a verify step).
-func benchSpeculative(cmd *cobra.Command, e *sequence.Pool, rows []benchResult, mode spec.Mode, text string, gen, reps, threads int) ([]benchResult, func() error, error) {
-	ctx := cmd.Context()
+// the table (in the markdown output; in JSON the rows carry α and the
+// tokens a verify step).
+func speculative(ctx context.Context, e *sequence.Pool, rows []Result, opt Options) ([]Result, func(), error) {
+	mode, text, gen, reps := opt.Speculative, opt.SpecPrompt, opt.Gen, opt.Reps
 	prompt := e.Tok.Encode(text, true, false)
 	if len(prompt) == 0 {
-		return nil, nil, exitcode.Usagef("--prompt %q has no tokens", text)
+		return nil, nil, optionErrorf("--prompt %q has no tokens", text)
 	}
 	if n := len(prompt) + gen; n > e.Hparams.ContextLength {
-		return nil, nil, exitcode.Usagef("--prompt of %d tokens and -n %d exceed the bundle's context of %d", len(prompt), gen, e.Hparams.ContextLength)
+		return nil, nil, optionErrorf("--prompt of %d tokens and -n %d exceed the bundle's context of %d", len(prompt), gen, e.Hparams.ContextLength)
 	}
 	size, params, _ := weightStats(e)
 	var stats spec.Stats
@@ -175,9 +173,9 @@ func benchSpeculative(cmd *cobra.Command, e *sequence.Pool, rows []benchResult, 
 			rs = append(rs, v)
 			stats = s
 		}
-		res := benchResult{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Test: fmt.Sprintf("tg%d %s", gen, m)}
+		res := Result{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Test: fmt.Sprintf("tg%d %s", gen, m)}
 		if e.TierName() == "cpu" {
-			res.Threads = threads
+			res.Threads = opt.Threads
 		}
 		res.TokS, res.StdDev = meanSD(rs)
 		if on {
@@ -186,17 +184,16 @@ func benchSpeculative(cmd *cobra.Command, e *sequence.Pool, rows []benchResult, 
 		rate[on] = res.TokS
 		rows = append(rows, res)
 		if warn := noiseWarning(res, reps); warn != "" {
-			fmt.Fprintln(cmd.ErrOrStderr(), "zrt-run:", warn)
+			opt.Warn("%s", warn)
 		}
 	}
 	cost, err := stepCosts(ctx, e, prompt, mode.K+1, max(20, 4*reps))
 	if err != nil {
 		return nil, nil, err
 	}
-	report := func() error {
-		fmt.Fprintf(cmd.OutOrStdout(), "\nprompt %q (%d tokens)", text, len(prompt))
-		specReport(cmd.OutOrStdout(), mode, stats, cost, rate[false], rate[true])
-		return nil
+	report := func() {
+		fmt.Fprintf(opt.Out, "\nprompt %q (%d tokens)", text, len(prompt))
+		specReport(opt.Out, mode, stats, cost, rate[false], rate[true])
 	}
 	return rows, report, nil
 }

@@ -1,4 +1,4 @@
-package main
+package image
 
 import (
 	"archive/tar"
@@ -210,11 +210,11 @@ func TestRefuses(t *testing.T) {
 		t.Errorf("a missing binary: %v", err)
 	}
 	for _, s := range []string{"x", "-1", "1.5"} {
-		if _, err := createdTime(s); err == nil {
+		if _, err := Created(s); err == nil {
 			t.Errorf("SOURCE_DATE_EPOCH=%q accepted", s)
 		}
 	}
-	if c, err := createdTime("1700000000"); err != nil || c.Unix() != 1700000000 {
+	if c, err := Created("1700000000"); err != nil || c.Unix() != 1700000000 {
 		t.Errorf("SOURCE_DATE_EPOCH=1700000000: %v %v", c, err)
 	}
 }

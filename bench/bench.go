@@ -1,0 +1,333 @@
+// Package bench measures a bundle's speed as llama.cpp's benchmarks do:
+// prompt processing and generation of one sequence (llama-bench's pp and
+// tg tests), and the aggregate throughput of B sequences at once
+// (llama-batched-bench), the latter on the serving engine the server
+// runs, with its scheduler and its page pool.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
+)
+
+// Options say what to measure and how to report it.
+type Options struct {
+	// Prompt is the prompt tokens of the pp test (0: skip it) and of
+	// every sequence of a batched test; Gen the generated tokens of the
+	// tg test (0: skip it) and the decode steps of a batched test.
+	Prompt, Gen int
+	// Reps is how many times each single-sequence test runs.
+	Reps int
+	// Threads is the T-CPU worker count in effect, for the report and the
+	// bandwidth measurement.
+	Threads int
+	// Slots, when set, runs the batched test with these numbers of
+	// concurrent sequences instead of the single-sequence tests.
+	Slots []int
+	// JSON prints the single-sequence results as one JSON array; JSONL
+	// prints a batched test's rows as JSON lines (llama-batched-bench's
+	// --output-format jsonl).
+	JSON, JSONL bool
+	// LlamaBench and LlamaBatched are llama.cpp binaries to run on GGUF
+	// with the same test, for a comparison ("": none).
+	LlamaBench, LlamaBatched, GGUF string
+	// Speculative, when on, adds the tests of a greedy generation of Gen
+	// tokens after SpecPrompt's text without speculative decoding and
+	// with this mode, and a report of its acceptance and step costs.
+	Speculative spec.Mode
+	SpecPrompt  string
+	// Out receives the results; Warn the warnings about noisy rates.
+	Out  io.Writer
+	Warn func(format string, a ...any)
+}
+
+// OptionError is a value Options cannot take: a mistake in the call,
+// which the commands report as a usage error.
+type OptionError struct{ Err error }
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// Usage marks the error as a mistake in the call (cmd/internal/exitcode).
+func (e *OptionError) Usage() bool { return true }
+
+func optionErrorf(format string, a ...any) error { return &OptionError{fmt.Errorf(format, a...)} }
+
+// Run measures pool's bundle as opt says and writes the report to
+// opt.Out.
+func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
+	if opt.Warn == nil {
+		opt.Warn = func(string, ...any) {}
+	}
+	if opt.Threads <= 0 {
+		opt.Threads = goruntime.NumCPU()
+	}
+	if len(opt.Slots) > 0 {
+		return runBatched(ctx, pool, opt)
+	}
+	if opt.Speculative.On() && opt.Gen == 0 {
+		return optionErrorf("--speculative measures a generation: give -n and no --slots")
+	}
+	rows, err := single(ctx, pool, opt)
+	if err != nil {
+		return err
+	}
+	report := func() {}
+	if opt.Speculative.On() {
+		if rows, report, err = speculative(ctx, pool, rows, opt); err != nil {
+			return err
+		}
+	}
+	w := opt.Out
+	if opt.LlamaBench != "" {
+		if err := compareLlama(ctx, w, rows, opt, pool.TierName() != "cpu"); err != nil {
+			return err
+		}
+	}
+	if opt.JSON {
+		return json.NewEncoder(w).Encode(rows)
+	}
+	fmt.Fprintln(w, "| model | size | params | backend | threads | test | t/s | bytes/token | bandwidth use |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		bw := ""
+		if r.BandwidthGBs > 0 {
+			bw = fmt.Sprintf("%.0f%% of %.1f GB/s", 100*r.BandwidthUse, r.BandwidthGBs)
+		}
+		per := ""
+		if r.BytesPerToken > 0 {
+			per = fmt.Sprintf("%.2f MiB", float64(r.BytesPerToken)/(1<<20))
+		}
+		threads := "-"
+		if r.Threads > 0 {
+			threads = strconv.Itoa(r.Threads)
+		}
+		fmt.Fprintf(w, "| %s | %.2f MiB | %.2f M | %s | %s | %s | %.2f ± %.2f | %s | %s |\n", r.Model,
+			float64(r.SizeBytes)/(1<<20), float64(r.Params)/1e6, r.Backend, threads, r.Test, r.TokS, r.StdDev, per, bw)
+	}
+	report()
+	return nil
+}
+
+// Result is one row of the single-sequence table (and of its JSON).
+type Result struct {
+	Model     string  `json:"model"`
+	SizeBytes int64   `json:"size_bytes"`
+	Params    int64   `json:"params"`
+	Backend   string  `json:"backend"`
+	Threads   int     `json:"threads,omitempty"` // CPU workers; 0 on a GPU tier
+	Test      string  `json:"test"`
+	TokS      float64 `json:"avg_ts"`
+	StdDev    float64 `json:"stddev_ts"`
+	// For generation: weight bytes read per token, and what fraction of
+	// the measured memory bandwidth that rate uses.
+	BytesPerToken int64   `json:"bytes_per_token,omitempty"`
+	BandwidthGBs  float64 `json:"mem_bandwidth_gb_s,omitempty"`
+	BandwidthUse  float64 `json:"bandwidth_fraction,omitempty"`
+	// For a speculative generation (Options.Speculative): the acceptance
+	// rate α of the draft tokens and the tokens each verify step produced,
+	// which depend on the text, apart from the rate.
+	Acceptance    float64 `json:"acceptance_rate,omitempty"`
+	TokensPerStep float64 `json:"tokens_per_verify_step,omitempty"`
+}
+
+// single runs llama-bench's tests on one sequence: ppN, a prefill of N
+// tokens, and tgN, N decode steps after one token; each warmed up once,
+// then run opt.Reps times.
+func single(ctx context.Context, e *sequence.Pool, opt Options) ([]Result, error) {
+	nv := int32(e.Hparams.NVocab)
+	size, params, perToken := weightStats(e)
+	run := func(prompt, gen int) (float64, error) {
+		seq, err := e.NewSequence()
+		if err != nil {
+			return 0, err
+		}
+		defer seq.Release()
+		toks := make([]int32, prompt)
+		for i := range toks {
+			toks[i] = int32(1+i*7919) % nv
+		}
+		t0 := time.Now()
+		if _, err := seq.Prefill(ctx, toks); err != nil {
+			return 0, err
+		}
+		if gen == 0 {
+			return float64(prompt) / time.Since(t0).Seconds(), nil
+		}
+		t0 = time.Now()
+		for i := 0; i < gen; i++ {
+			if err := seq.Advance(ctx, seq.Greedy()); err != nil {
+				return 0, err
+			}
+		}
+		return float64(gen) / time.Since(t0).Seconds(), nil
+	}
+	var rows []Result
+	tests := []struct {
+		name string
+		p, g int
+	}{{fmt.Sprintf("pp%d", opt.Prompt), opt.Prompt, 0}, {fmt.Sprintf("tg%d", opt.Gen), 1, opt.Gen}}
+	for _, test := range tests {
+		if test.p == 0 || (test.g == 0 && test.name[:2] == "tg") {
+			continue
+		}
+		if _, err := run(test.p, min(test.g, 2)); err != nil { // warm up
+			return nil, err
+		}
+		var rs []float64
+		for r := 0; r < opt.Reps; r++ {
+			v, err := run(test.p, test.g)
+			if err != nil {
+				return nil, err
+			}
+			rs = append(rs, v)
+		}
+		res := Result{Model: e.Hparams.Arch, SizeBytes: size, Params: params, Backend: e.TierName(), Test: test.name}
+		if e.TierName() == "cpu" {
+			res.Threads = opt.Threads
+		}
+		res.TokS, res.StdDev = meanSD(rs)
+		if test.g > 0 {
+			res.BytesPerToken = perToken
+			// The fraction is of host memory bandwidth, which only
+			// bounds T-CPU; a GPU tier's is its device's.
+			if e.TierName() == "cpu" {
+				res.BandwidthGBs = memBandwidth(opt.Threads)
+				res.BandwidthUse = res.TokS * float64(perToken) / (res.BandwidthGBs * 1e9)
+			}
+		}
+		rows = append(rows, res)
+		if warn := noiseWarning(res, opt.Reps); warn != "" {
+			opt.Warn("%s", warn)
+		}
+	}
+	return rows, nil
+}
+
+// weightStats returns the weights' bytes and element count, and the bytes
+// one decode step reads: every weight except the embedding table, of which
+// it reads one row, and the routed experts' tensors, of which it reads
+// the n_expert_used experts a token is routed to. Weights that share
+// their bytes (a tied LM head is the embedding table) count once, at the
+// most a step reads of them.
+func weightStats(e *sequence.Pool) (size, params, perToken int64) {
+	h := &e.Bundle.Graph.Hparams
+	type at struct {
+		region uint32
+		off    int64
+	}
+	read := map[at]int64{}
+	for _, w := range e.Bundle.Graph.Weights {
+		r := w.Bytes
+		switch {
+		case isEmbedTable(w):
+			r = w.Bytes / w.Dims[len(w.Dims)-1]
+		case len(w.Dims) == 3 && h.NExpert > 0 && w.Dims[2] == int64(h.NExpert):
+			r = w.Bytes / int64(h.NExpert) * int64(h.NExpertUsed)
+		}
+		k := at{uint32(w.Region), int64(w.Offset)}
+		if prev, shared := read[k]; shared {
+			read[k] = max(prev, r)
+			continue
+		}
+		read[k] = r
+		n := int64(1)
+		for _, d := range w.Dims {
+			n *= d
+		}
+		size += w.Bytes
+		params += n
+	}
+	for _, r := range read {
+		perToken += r
+	}
+	return size, params, perToken
+}
+
+func isEmbedTable(w bundle.Weight) bool {
+	return w.Buffer == "model.embed_table"
+}
+
+// memBandwidth measures read bandwidth in GB/s: threads goroutines each
+// summing their share of a 256 MiB buffer, best of three.
+func memBandwidth(threads int) float64 {
+	const size = 256 << 20
+	buf := make([]uint64, size/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	best := 0.0
+	for rep := 0; rep < 3; rep++ {
+		var wg sync.WaitGroup
+		per := len(buf) / threads
+		sums := make([]uint64, threads*8)
+		t0 := time.Now()
+		for t := 0; t < threads; t++ {
+			wg.Add(1)
+			go func(t int) {
+				defer wg.Done()
+				part := buf[t*per : (t+1)*per]
+				var a, b, c, d uint64
+				for i := 0; i+4 <= len(part); i += 4 {
+					a += part[i]
+					b += part[i+1]
+					c += part[i+2]
+					d += part[i+3]
+				}
+				sums[t*8] = a + b + c + d
+			}(t)
+		}
+		wg.Wait()
+		gbs := float64(per*threads*int(unsafe.Sizeof(buf[0]))) / time.Since(t0).Seconds() / 1e9
+		best = math.Max(best, gbs)
+	}
+	goruntime.KeepAlive(buf)
+	return best
+}
+
+func meanSD(xs []float64) (float64, float64) {
+	m := 0.0
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	v := 0.0
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	if len(xs) > 1 {
+		v /= float64(len(xs) - 1)
+	}
+	return m, math.Sqrt(v)
+}
+
+// noisySpread is the standard deviation, as a fraction of the mean, past
+// which bench calls a rate noisy.
+const noisySpread = 0.2
+
+// noiseWarning is bench's warning for a rate whose spread makes the mean
+// meaningless ("" when the rate is steady): reps more repetitions, a quiet
+// machine or pinned threads tighten it.
+func noiseWarning(r Result, reps int) string {
+	if r.TokS <= 0 || r.StdDev <= noisySpread*r.TokS {
+		return ""
+	}
+	return fmt.Sprintf("warning: %s is noisy: %.2f ± %.2f t/s, a spread of %.0f%% of the mean over %d repetitions; "+
+		"measure again with more (-r %d) on an idle machine", r.Test, r.TokS, r.StdDev, 100*r.StdDev/r.TokS, reps, max(2*reps, 10))
+}
+
+// errNoGGUF is the comparisons' error without the model to run them on.
+var errNoGGUF = errors.New("needs --gguf, the model the bundle was built from")

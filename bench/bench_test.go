@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/sequence"
+)
+
+// batchedBundle compiles the tiny synthetic model with decode variants of
+// 1 and 2 slots and opens it on T-CPU.
+func batchedBundle(t *testing.T) *sequence.Pool {
+	t.Helper()
+	b, err := synth.Write(synth.Tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
+	os.WriteFile(model, b, 0o644)
+	os.WriteFile(cfg, []byte("decode_slots = [1, 2]\nprefill_rows = [16]\n"), 0o644)
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	return pool
+}
+
+// TestBatchedBench runs the batched test on the engine: every row has
+// the sizes asked for and positive rates, the table and the JSON lines
+// carry them, and a B beyond the bundle's slots is a usage error.
+func TestBatchedBench(t *testing.T) {
+	pool := batchedBundle(t)
+	rows, err := Batched(context.Background(), pool.Program, []int{1, 2}, 20, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[1].PL != 2 || rows[1].NKV != 2*25 || rows[1].SpeedTG <= 0 || rows[1].SpeedPP <= 0 || rows[1].T < rows[1].TTG {
+		t.Fatalf("rows %+v", rows)
+	}
+	var md, jl bytes.Buffer
+	printBatched(&md, rows, false)
+	printBatched(&jl, rows, true)
+	if !strings.Contains(md.String(), "S_TG t/s") || strings.Count(md.String(), "\n") != 4 {
+		t.Errorf("table:\n%s", md.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(jl.String()), "\n") {
+		var m map[string]float64
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["speed_tg"] <= 0 || m["pl"] == 0 {
+			t.Errorf("jsonl line %q: %v", line, err)
+		}
+	}
+	var oe *OptionError
+	if _, err := Batched(context.Background(), pool.Program, []int{3}, 20, 5); !errors.As(err, &oe) || !oe.Usage() || !strings.Contains(err.Error(), "decode_slots") {
+		t.Errorf("B beyond the bundle's slots: %v", err)
+	}
+	if _, err := Batched(context.Background(), pool.Program, []int{2}, 1<<20, 5); !errors.As(err, &oe) || !strings.Contains(err.Error(), "KV pages") {
+		t.Errorf("sequences beyond the KV pool: %v", err)
+	}
+}
+
+// TestRunSingle runs the single-sequence tests through Run and checks the
+// JSON rows' fields.
+func TestRunSingle(t *testing.T) {
+	pool := batchedBundle(t)
+	var out bytes.Buffer
+	if err := Run(context.Background(), pool, Options{Prompt: 8, Gen: 4, Reps: 1, Threads: 1, JSON: true, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if rows[0]["test"] != "pp8" || rows[1]["test"] != "tg4" || rows[1]["avg_ts"].(float64) <= 0 || rows[1]["bytes_per_token"].(float64) <= 0 {
+		t.Errorf("rows %v", rows)
+	}
+}
+
+// TestPrintComparison pairs the two benches' rows by B: a B that
+// llama-batched-bench left out gets no line.
+func TestPrintComparison(t *testing.T) {
+	zrt := []BatchedResult{{PL: 1, SpeedTG: 600, SpeedPP: 4000}, {PL: 16, SpeedTG: 5000, SpeedPP: 50000}, {PL: 64, SpeedTG: 11000, SpeedPP: 50000}}
+	ref := []BatchedResult{{PL: 1, SpeedTG: 500, SpeedPP: 4000}, {PL: 64, SpeedTG: 10000, SpeedPP: 40000}}
+	var b bytes.Buffer
+	if err := printComparison(&b, zrt, ref); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header, a rule and two rows:\n%s", b.String())
+	}
+	for i, want := range []string{"|    1 |   600.00 |         500.00 |            1.20 |", "|   64 | 11000.00 |       10000.00 |            1.10 |"} {
+		if !strings.HasPrefix(lines[2+i], want) {
+			t.Errorf("row %d: %q, want it to start %q", i, lines[2+i], want)
+		}
+	}
+}
+
+// TestWeightStatsTied: a model whose LM head is its embedding table
+// counts that table's parameters and bytes once, as the GGUF holds it.
+func TestWeightStatsTied(t *testing.T) {
+	shape := synth.Tiny
+	shape.Arch = "gemma2" // tied output
+	b, err := synth.Write(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
+	os.WriteFile(model, b, 0o644)
+	if err := compiler.Compile(context.Background(), model, out, compiler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var params, size int64
+	for _, ti := range f.Tensors {
+		n := int64(1)
+		for _, d := range ti.Dims {
+			n *= d
+		}
+		params, size = params+n, size+ti.Size
+	}
+	f.Close()
+	pool, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	gotSize, gotParams, perToken := weightStats(pool)
+	if gotParams != params || gotSize != size {
+		t.Errorf("weightStats: %d params in %d bytes; the GGUF holds %d in %d", gotParams, gotSize, params, size)
+	}
+	if perToken <= 0 || perToken > size {
+		t.Errorf("bytes per token %d of %d", perToken, size)
+	}
+}
+
+// TestNoiseWarning: a rate whose spread is large beside its mean is
+// flagged, with the advice to repeat more; a steady one is not.
+func TestNoiseWarning(t *testing.T) {
+	noisy := noiseWarning(Result{Test: "tg64", TokS: 1084.14, StdDev: 1289.97}, 3)
+	if !strings.Contains(noisy, "tg64") || !strings.Contains(noisy, "-r") || !strings.Contains(noisy, "noisy") {
+		t.Errorf("noisy run: %q", noisy)
+	}
+	if w := noiseWarning(Result{Test: "pp512", TokS: 1000, StdDev: 150}, 3); w != "" {
+		t.Errorf("a 15%% spread warned: %q", w)
+	}
+}

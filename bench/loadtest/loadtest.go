@@ -1,0 +1,298 @@
+// Package loadtest loads an OpenAI-compatible server (zrt's or
+// llama-server) with concurrent completion requests and reports latency
+// and throughput: zrt-run loadtest.
+package loadtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options are a load test's settings.
+type Options struct {
+	// URL is the server's base URL; Key its bearer API key ("": none);
+	// Model the model requests name ("": the server's default).
+	URL, Key, Model string
+	// Concurrency clients send Requests requests in all, each a prompt of
+	// PromptTokens ids of the server's vocabulary drawn from Seed, asking
+	// for MaxTokens.
+	Concurrency, Requests, PromptTokens, MaxTokens int
+	Seed                                           uint64
+	// Stream asks for server-sent events, measuring time to first token
+	// and inter-token latency.
+	Stream bool
+	// Formats are response_format objects: request j carries
+	// Formats[j % len(Formats)], and none of them ignore_eos (none: every
+	// request ignores end of generation and generates MaxTokens).
+	Formats []map[string]any
+}
+
+// Run checks opt, runs the load test and writes its report to w.
+func Run(ctx context.Context, opt Options, w io.Writer) error {
+	if opt.URL == "" {
+		return errors.New("--url is required")
+	}
+	if opt.Concurrency < 1 || opt.Requests < 1 || opt.PromptTokens < 1 || opt.MaxTokens < 1 {
+		return errors.New("--concurrency, --requests, --prompt-tokens and --max-tokens must be at least 1")
+	}
+	lt := &loadtest{url: strings.TrimRight(opt.URL, "/"), key: opt.Key, model: opt.Model, maxTokens: opt.MaxTokens, stream: opt.Stream, formats: opt.Formats}
+	ids, err := lt.vocabIDs(ctx)
+	if err != nil {
+		return err
+	}
+	before := lt.maskBuckets(ctx)
+	res := lt.run(ctx, ids, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.Seed)
+	res.mask = maskLine(before, lt.maskBuckets(ctx))
+	res.print(w, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.MaxTokens, opt.Stream)
+	return nil
+}
+
+// loadtest is one run's client.
+type loadtest struct {
+	url, key, model string
+	maxTokens       int
+	stream          bool
+	formats         []map[string]any // response_format of request j: formats[j % len]; none if empty
+}
+
+// loadClient opens a connection per request: servers differ in when they
+// close idle keep-alive connections (llama-server closes them under load),
+// and a POST on a connection the server just closed fails with EOF, which
+// would count against the server for the client's reuse.
+var loadClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+func (lt *loadtest) post(ctx context.Context, path string, body any) (*http.Response, error) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, "POST", lt.url+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if lt.key != "" {
+		req.Header.Set("Authorization", "Bearer "+lt.key)
+	}
+	return loadClient.Do(req)
+}
+
+// vocabIDs asks the server to tokenize some text, for prompt ids that are
+// valid in its vocabulary.
+func (lt *loadtest) vocabIDs(ctx context.Context) ([]int, error) {
+	text := strings.Repeat("Once upon a time, there was a little girl named Lily who loved to play in the park with her friends. ", 8)
+	resp, err := lt.post(ctx, "/tokenize", map[string]any{"content": text})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Tokens []int `json:"tokens"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Tokens) == 0 {
+		return nil, fmt.Errorf("%s/tokenize: status %d, %d tokens, %v", lt.url, resp.StatusCode, len(out.Tokens), err)
+	}
+	return out.Tokens, nil
+}
+
+// outcome is one request's measurements.
+type outcome struct {
+	status   int    // 0: transport error
+	err      string // the transport error
+	tokens   int
+	ttft     time.Duration
+	gaps     []time.Duration
+	duration time.Duration
+}
+
+func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
+	body := map[string]any{"prompt": prompt, "max_tokens": lt.maxTokens, "temperature": 0, "stream": lt.stream}
+	if len(lt.formats) == 0 {
+		body["ignore_eos"] = true
+	} else {
+		// A constrained reply ends when its format is complete: the end
+		// of generation is what its grammar allows last.
+		body["response_format"] = lt.formats[j%len(lt.formats)]
+	}
+	if lt.stream {
+		body["stream_options"] = map[string]any{"include_usage": true}
+	}
+	if lt.model != "" {
+		body["model"] = lt.model
+	}
+	t0 := time.Now()
+	resp, err := lt.post(ctx, "/v1/completions", body)
+	if err != nil {
+		return outcome{err: err.Error()}
+	}
+	defer resp.Body.Close()
+	o := outcome{status: resp.StatusCode}
+	if resp.StatusCode != 200 {
+		io.Copy(io.Discard, resp.Body)
+		return o
+	}
+	if !lt.stream {
+		var out struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		json.NewDecoder(resp.Body).Decode(&out)
+		o.tokens, o.duration = out.Usage.CompletionTokens, time.Since(t0)
+		return o
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	last, chunks, finish := t0, 0, ""
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || line == "[DONE]" {
+			continue
+		}
+		var ev struct {
+			Choices []struct {
+				Text         string `json:"text"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal([]byte(line), &ev) != nil {
+			continue
+		}
+		if ev.Usage != nil && ev.Usage.CompletionTokens > 0 {
+			o.tokens = ev.Usage.CompletionTokens
+		}
+		if len(ev.Choices) > 0 && ev.Choices[0].FinishReason != "" {
+			finish = ev.Choices[0].FinishReason
+		}
+		if len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
+			continue
+		}
+		now := time.Now()
+		if chunks == 0 {
+			o.ttft = now.Sub(t0)
+		} else {
+			o.gaps = append(o.gaps, now.Sub(last))
+		}
+		last = now
+		chunks++
+	}
+	switch {
+	case o.tokens > 0:
+	case finish == "length":
+		// No usage in the stream (llama-server sends none for some
+		// requests), and a chunk may carry several tokens: with
+		// ignore_eos, ending on length means all of max_tokens.
+		o.tokens = lt.maxTokens
+	default:
+		o.tokens = chunks
+	}
+	o.duration = time.Since(t0)
+	return o
+}
+
+// loadResult gathers a run.
+type loadResult struct {
+	wall     time.Duration
+	outcomes []outcome
+	mask     string // the report's mask-cost row; "" when none was timed
+}
+
+func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, promptTokens int, seed uint64) loadResult {
+	jobs := make(chan int)
+	var mu sync.Mutex
+	var res loadResult
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				// each request its own prompt, with no prefix shared with
+				// another request
+				rng := rand.New(rand.NewPCG(seed, uint64(j)))
+				prompt := make([]int, promptTokens)
+				for i := range prompt {
+					prompt[i] = ids[rng.IntN(len(ids))]
+				}
+				o := lt.one(ctx, j, prompt)
+				mu.Lock()
+				res.outcomes = append(res.outcomes, o)
+				mu.Unlock()
+			}
+		}()
+	}
+	for j := range requests {
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	res.wall = time.Since(t0)
+	return res
+}
+
+func percentiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	p := func(q float64) float64 {
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
+	}
+	return fmt.Sprintf("%.1f / %.1f / %.1f", p(0.5), p(0.95), p(0.99))
+}
+
+func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxTokens int, stream bool) {
+	var ttft, gaps, e2e []time.Duration
+	byStatus := map[int]int{}
+	firstErr := ""
+	tokens := 0
+	for _, o := range r.outcomes {
+		byStatus[o.status]++
+		if o.status != 200 {
+			if firstErr == "" {
+				firstErr = o.err
+			}
+			continue
+		}
+		tokens += o.tokens
+		e2e = append(e2e, o.duration)
+		if stream {
+			ttft = append(ttft, o.ttft)
+			gaps = append(gaps, o.gaps...)
+		}
+	}
+	fmt.Fprintf(w, "%d requests, %d at once, %d prompt tokens, %d generated each, stream %v\n", requests, concurrency, promptTokens, maxTokens, stream)
+	fmt.Fprintln(w, "| metric | value |")
+	fmt.Fprintln(w, "| --- | ---: |")
+	fmt.Fprintf(w, "| wall time | %.2f s |\n", r.wall.Seconds())
+	fmt.Fprintf(w, "| generated tokens | %d |\n", tokens)
+	fmt.Fprintf(w, "| aggregate tokens/s | %.1f |\n", float64(tokens)/r.wall.Seconds())
+	fmt.Fprintf(w, "| TTFT p50 / p95 / p99 ms | %s |\n", percentiles(ttft))
+	fmt.Fprintf(w, "| inter-token p50 / p95 / p99 ms | %s |\n", percentiles(gaps))
+	fmt.Fprintf(w, "| end-to-end p50 / p95 / p99 ms | %s |\n", percentiles(e2e))
+	fmt.Fprint(w, r.mask)
+	var statuses []int
+	for s := range byStatus {
+		statuses = append(statuses, s)
+	}
+	sort.Ints(statuses)
+	for _, s := range statuses {
+		name := fmt.Sprint(s)
+		if s == 0 {
+			name = "transport error (" + firstErr + ")"
+		}
+		fmt.Fprintf(w, "| status %s | %d |\n", name, byStatus[s])
+	}
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/zrtdev/zrt/format/autobuild"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/server/ledger"
+)
+
+// Bundle is one model Run serves.
+type Bundle struct {
+	// Dir is the bundle directory to open; Path what the caller was
+	// given for it (a set, a pack, a GGUF), for messages.
+	Dir, Path string
+	// Name is the model's name in requests ("": Path's name when it is
+	// a GGUF, else that of the GGUF the bundle was built from, else the
+	// directory's).
+	Name string
+}
+
+// Options are everything Run needs: the runtime reads no environment, so
+// the command passes each setting here.
+type Options struct {
+	Bundles []Bundle
+	// Runtime opens every bundle.
+	Runtime runtime.Options
+	// Config is the server config; ConfigPath where it was read from
+	// ("": none, one local tenant), read again on each value of Reload.
+	Config     *Config
+	ConfigPath string
+	Reload     <-chan os.Signal
+	// Listen is the TCP address; CertFile and KeyFile, when set, serve
+	// HTTPS.
+	Listen, CertFile, KeyFile string
+	// DrainTimeout bounds how long running requests may finish once ctx
+	// is cancelled.
+	DrainTimeout time.Duration
+	// Trace and StepLog are paths of each engine's Chrome trace and step
+	// log ("": none); with several bundles, bundle i's has .i before the
+	// extension.
+	Trace, StepLog string
+	// Log receives what Run says on the way (the models, the address,
+	// reloads, the drain), a line each; Logger the requests' log.
+	Log    func(format string, a ...any)
+	Logger *slog.Logger
+}
+
+// Run opens the bundles, runs an engine for each and serves them until
+// ctx is cancelled or the listener fails. On cancellation it stops
+// admitting (503), lets running requests finish for up to DrainTimeout,
+// shuts the HTTP server down and returns nil.
+func Run(ctx context.Context, opt Options) error {
+	if opt.Log == nil {
+		opt.Log = func(string, ...any) {}
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	cfg := opt.Config
+	policy := NewPolicy(cfg)
+	var models []*Model
+	for i, b := range opt.Bundles {
+		p, err := runtime.Open(b.Dir, opt.Runtime)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		trace, err := create(opt.Trace, "--trace", i, len(opt.Bundles))
+		if err != nil {
+			return err
+		}
+		defer closeFile(trace)
+		stepLog, err := create(opt.StepLog, "--step-log", i, len(opt.Bundles))
+		if err != nil {
+			return err
+		}
+		defer closeFile(stepLog)
+		e, err := newEngine(p, cfg, policy, trace, stepLog)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.Path, err)
+		}
+		// Deferred after the program's and the file's Close, so it runs
+		// before them: the step loop ends (a tier must not be closed
+		// under a running step), the trace's end is written, then the
+		// file closed.
+		loop, stopLoop := context.WithCancel(context.Background())
+		stepped := make(chan struct{})
+		go func() { e.Run(loop); close(stepped) }()
+		defer func() {
+			stopLoop()
+			<-stepped
+			if err := e.Close(); err != nil {
+				opt.Log("%s: %v", b.Path, err)
+			}
+		}()
+		name := b.Name
+		switch {
+		case name == "" && autobuild.IsGGUF(b.Path):
+			// A cache entry keeps the name of the GGUF first built into
+			// it, which may have been a copy of this one.
+			name = strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path))
+		case name == "":
+			name = strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
+		}
+		if name == "" {
+			name = filepath.Base(b.Path)
+		}
+		models = append(models, &Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
+		opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
+		if h := p.Hparams; h.KVWindowRing > 0 {
+			opt.Log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",
+				name, h.KVWindowRing)
+		} else if h.RecurrentBytes > 0 {
+			opt.Log("model %s has recurrent layers: no prefix cache", name)
+		}
+	}
+	var led *ledger.Ledger
+	if cfg.Ledger != "" {
+		var err error
+		if led, err = ledger.Open(cfg.Ledger); err != nil {
+			return err
+		}
+		if led.Dropped > 0 {
+			opt.Log("ledger %s: dropped a torn tail of %d bytes (a crash mid-write)", cfg.Ledger, led.Dropped)
+		}
+		defer led.Close()
+	}
+	srv := New(cfg, policy, models, led, opt.Logger)
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+	ln, err := net.Listen("tcp", opt.Listen)
+	if err != nil {
+		return err
+	}
+	scheme := "http"
+	if opt.CertFile != "" {
+		scheme = "https"
+	}
+	who := "tenants from " + opt.ConfigPath
+	if opt.ConfigPath == "" {
+		who = "one local tenant, no API key"
+	}
+	opt.Log("serving on %s://%s (%s)", scheme, ln.Addr(), who)
+	errc := make(chan error, 1)
+	go func() {
+		if opt.CertFile != "" {
+			errc <- hs.ServeTLS(ln, opt.CertFile, opt.KeyFile)
+		} else {
+			errc <- hs.Serve(ln)
+		}
+	}()
+wait:
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-opt.Reload:
+			if opt.ConfigPath == "" {
+				continue
+			}
+			next, err := LoadConfig(opt.ConfigPath)
+			if err != nil {
+				opt.Log("SIGHUP: %v; keeping the running config", err)
+				continue
+			}
+			srv.Reload(next)
+			opt.Log("SIGHUP: reloaded %d tenants from %s", len(next.Tenants), opt.ConfigPath)
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	opt.Log("draining (up to %s)", opt.DrainTimeout)
+	srv.Drain()
+	dctx, cancel := context.WithTimeout(context.Background(), opt.DrainTimeout)
+	defer cancel()
+	for _, m := range models {
+		if err := m.Engine.Drain(dctx); err != nil {
+			opt.Log("model %s: %v; cancelling what remains", m.Name, err)
+		}
+	}
+	if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// newEngine makes a model's engine from the server config and policy,
+// with the program's slots and largest prefill variant where the config is
+// silent.
+func newEngine(p *runtime.Program, cfg *Config, policy *Policy, trace, stepLog io.Writer) (*engine.Engine, error) {
+	ec := policy.EngineConfig(cfg)
+	ec.Trace, ec.StepLog = trace, stepLog
+	ec.ContextLength = p.Hparams.ContextLength
+	if ec.Slots == 0 {
+		ec.Slots = p.Slots()
+	}
+	if k, ok := p.Largest(runtime.Prefill); ec.ChunkCap == 0 && ok {
+		ec.ChunkCap = k.Rows
+	}
+	return engine.New(p, p.Tok, ec)
+}
+
+// create makes engine i of n's file at path (flag names it in errors):
+// path itself for one engine, else path with ".i" before its extension,
+// so engines never share a file. It returns nil for no path.
+func create(path, flag string, i, n int) (io.Writer, error) {
+	if path == "" {
+		return nil, nil
+	}
+	if n > 1 {
+		ext := filepath.Ext(path)
+		path = fmt.Sprintf("%s.%d%s", strings.TrimSuffix(path, ext), i, ext)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return f, nil
+}
+
+func closeFile(w io.Writer) {
+	if f, ok := w.(*os.File); ok {
+		f.Close()
+	}
+}

@@ -115,16 +115,6 @@ type Event struct {
 	PromptTokens, CompletionTokens, CachedTokens int
 }
 
-// Finish says why a request ended: decode's reasons, or the engine's.
-type Finish string
-
-// The engine's own finish reasons.
-const (
-	Cancelled     Finish = "cancelled"       // its context was cancelled
-	ClientTooSlow Finish = "client_too_slow" // its consumer left EventBuffer events unread
-	Failed        Finish = "error"           // a step failed
-)
-
 // RateLimitError refuses a request whose tenant is over a rate limit; it
 // would be admitted after RetryAfter (never, when RetryAfter < 0: the
 // request alone exceeds a minute's tokens).
@@ -766,10 +756,10 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 func (e *Engine) route(r *request) {
 	st := r.dec.NextFrom(slotSource{e, r.slot}, r.tokens, r.done)
 	if e.rec != nil {
-		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: Finish(st.Finish)})
+		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: finishOf(st.Finish)})
 	}
 	if st.Finish != decode.Running {
-		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: Finish(st.Finish)})
+		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: finishOf(st.Finish)})
 		return
 	}
 	r.tokens = append(r.tokens, st.Token)

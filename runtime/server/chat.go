@@ -163,7 +163,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var choices []map[string]any
 	for i, c := range res {
 		msg, calls := replies[i].message(c.text)
-		reason := finishReason(c.last.Finish)
+		reason := c.last.Finish.OpenAI()
 		if calls && reason == "stop" {
 			reason = "tool_calls"
 		}

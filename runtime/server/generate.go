@@ -16,13 +16,6 @@ import (
 	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
 
-// failed reports whether a request's last event ends it without a
-// completion OpenAI can express (an error, a cancellation, a consumer cut
-// off).
-func failed(ev engine.Event) bool {
-	return ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled
-}
-
 // envelope is one stream chunk (or a completion's response): choice is
 // its only choice, or none in the usage chunk that u marks.
 func envelope(id, object string, created int64, model string, choice map[string]any, u *usage) map[string]any {
@@ -31,17 +24,6 @@ func envelope(id, object string, created int64, model string, choice map[string]
 		o["choices"], o["usage"] = []map[string]any{}, u
 	}
 	return o
-}
-
-// finishReason maps the engine's reasons onto OpenAI's.
-func finishReason(f engine.Finish) string {
-	switch decode.Finish(f) {
-	case decode.EOG, decode.StopString:
-		return "stop"
-	case decode.Length, decode.Context:
-		return "length"
-	}
-	return string(f)
 }
 
 // reject answers a generation request with an error, counting it against
@@ -283,14 +265,14 @@ func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage boo
 			if ev.Finish == "" {
 				continue
 			}
-			if failed(ev) {
+			if ev.Finish.Aborted() {
 				send([]any{map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}}})
 				fmt.Fprint(w, "data: [DONE]\n\n")
 				flush()
 				return // the handler's return cancels the other choices
 			}
 			lasts[i] = ev
-			send(out.end(i, finishReason(ev.Finish), pending[i]))
+			send(out.end(i, ev.Finish.OpenAI(), pending[i]))
 			pending[i] = nil
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
@@ -302,7 +284,7 @@ func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage boo
 // failure names why the first failed of lasts ended.
 func failure(lasts []engine.Event) string {
 	for _, ev := range lasts {
-		if failed(ev) {
+		if ev.Finish.Aborted() {
 			return string(ev.Finish)
 		}
 	}
@@ -334,7 +316,7 @@ func collect(g *generation) (res []choiceResult, lasts []engine.Event, anyFailed
 	for i := range res {
 		res[i].text = texts[i].String()
 		lasts = append(lasts, res[i].last)
-		anyFailed = anyFailed || failed(res[i].last)
+		anyFailed = anyFailed || res[i].last.Finish.Aborted()
 	}
 	return res, lasts, anyFailed
 }

@@ -33,7 +33,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lim := NewPolicy(c).EngineConfig(c).Tenants("a"); lim.DecodeTokensPerSecond != 50 || lim.PrefillTokensPerSecond != 900 {
+	if lim := NewPolicy(c).EngineConfig(c).Policy.Load().Tenant("a"); lim.DecodeTokensPerSecond != 50 || lim.PrefillTokensPerSecond != 900 {
 		t.Fatalf("soft rate limits not passed to the engine: %+v", lim)
 	}
 }

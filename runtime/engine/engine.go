@@ -120,9 +120,9 @@ type Engine struct {
 	mu       sync.Mutex // guards arrivals, waiting, draining and stats
 	arrivals []*request
 	// waiting and waitingBy count the requests the step loop holds that
-	// wait for a slot, all and by tenant, as of the last step (and the
-	// arrivals it has taken since): with arrivals, what the queue bounds
-	// of the policy limit.
+	// wait for a slot, all and by tenant, as of the last step's
+	// admissions (and the arrivals it has taken since): with arrivals,
+	// what the policy's queue bounds limit.
 	waiting   int
 	waitingBy map[string]int
 	draining  bool
@@ -560,6 +560,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, id := range plan.Admit {
 		e.admit(byID[id])
 	}
+	e.mu.Lock()
+	e.countWaiting() // before the replay: a request admitted now no longer queues
+	e.mu.Unlock()
 	if e.rec != nil {
 		e.rec.Plan = &plan
 		e.recordSlots()
@@ -961,14 +964,11 @@ func (e *Engine) publish(computed bool) {
 		e.stats.Steps++
 		e.stats.LastStep = time.Now()
 	}
-	e.stats.Running, e.waiting = 0, 0
-	clear(e.waitingBy)
+	e.countWaiting()
+	e.stats.Running = 0
 	for _, r := range e.reqs {
 		if r.slot >= 0 {
 			e.stats.Running++
-		} else {
-			e.waiting++
-			e.waitingBy[r.Tenant]++
 		}
 	}
 	e.stats.Waiting = e.waiting + len(e.arrivals)
@@ -980,6 +980,19 @@ func (e *Engine) publish(computed bool) {
 				e.stats.PrefixIdle++
 			}
 		})
+	}
+}
+
+// countWaiting recounts the requests the step loop holds that wait for a
+// slot (e.mu held).
+func (e *Engine) countWaiting() {
+	e.waiting = 0
+	clear(e.waitingBy)
+	for _, r := range e.reqs {
+		if r.slot < 0 {
+			e.waiting++
+			e.waitingBy[r.Tenant]++
+		}
 	}
 }
 

@@ -60,6 +60,9 @@ type Tenant struct {
 	PrefillTokensPerSecond int `toml:"prefill_tokens_per_second"`
 	// MaxContextTokens refuses longer prompts with 400.
 	MaxContextTokens int `toml:"max_context_tokens"`
+	// MaxQueued refuses a request with 429 while that many of the
+	// tenant's requests wait for a slot.
+	MaxQueued int `toml:"max_queued"`
 	// Rate limits: over them a request is refused with 429 and
 	// Retry-After. Tokens count the prompt plus max_tokens.
 	TokensPerMinute   int `toml:"tokens_per_minute"`
@@ -149,7 +152,7 @@ func (c *Config) validate() error {
 			keyless++
 		}
 		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.DecodeTokensPerSecond < 0 || t.PrefillTokensPerSecond < 0 ||
-			t.MaxContextTokens < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
+			t.MaxContextTokens < 0 || t.MaxQueued < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
 			return fmt.Errorf("server config: tenant %s: limits must not be negative", t.ID)
 		}
 	}
@@ -189,6 +192,7 @@ func (c *Config) EnginePolicy() engine.Policy {
 		p.Tenants[t.ID] = engine.TenantPolicy{
 			Class:                  t.qos,
 			MaxContext:             t.MaxContextTokens,
+			MaxQueued:              t.MaxQueued,
 			TokensPerMinute:        t.TokensPerMinute,
 			RequestsPerMinute:      t.RequestsPerMinute,
 			MaxSlots:               t.MaxConcurrent,

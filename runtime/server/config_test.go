@@ -20,6 +20,7 @@ func TestLoadConfig(t *testing.T) {
 		"[[tenant]]\nid = \"a\"\n[[tenant]]\nid = \"a\"\n":                     `id "a" is empty or repeated`,
 		"[[tenant]]\nid = \"a\"\n[[tenant]]\nid = \"b\"\napi_keys = [\"k\"]\n": "every tenant needs an API key",
 		"[[tenant]]\nid = \"a\"\ndecode_tokens_per_second = -1\n":              "limits must not be negative",
+		"[[tenant]]\nid = \"a\"\nmax_queued = -1\n":                            "limits must not be negative",
 	} {
 		path := filepath.Join(t.TempDir(), "s.toml")
 		os.WriteFile(path, []byte(text), 0o644)

@@ -150,6 +150,11 @@ var admitErrors = []struct {
 		say: func(e *engine.AdmitError) (string, string) {
 			return "", fmt.Sprintf("tenant %s is over its rate limit; retry after %.1f s", e.Tenant, e.RetryAfter.Seconds())
 		}},
+	{kind: engine.ErrQueued, status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
+		retry: func(*engine.AdmitError) int { return 1 },
+		say: func(e *engine.AdmitError) (string, string) {
+			return "", fmt.Sprintf("tenant %s already has %d requests waiting for a slot, its max_queued; retry when one has started", e.Tenant, e.Limit)
+		}},
 	{kind: engine.ErrQueueFull, status: http.StatusServiceUnavailable, typ: "server_error",
 		retry: func(*engine.AdmitError) int { return 1 },
 		say:   func(e *engine.AdmitError) (string, string) { return "", "the queue is full" }},

@@ -5,7 +5,9 @@
 // runs that step, and streams each request's tokens back as events. KV
 // pages come from one pool (package kvpool). It knows nothing of HTTP: a
 // server sits on its small API (Submit, the event channel, cancellation
-// through the request's context, Stats, Drain).
+// through the request's context, Stats, Drain), which is all a front end
+// needs: each tenant's policy is one TenantPolicy (policy.go), every
+// refusal an *AdmitError, every ending a Finish.
 package engine
 
 import (

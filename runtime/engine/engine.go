@@ -129,8 +129,8 @@ type Engine struct {
 	waitingBy map[string]int
 	draining  bool
 	stats     Stats
-	// wake tells an idle Run that a request arrived; one pending signal
-	// is enough, so Submit never blocks on it.
+	// wake tells an idle Run that a request arrived or one's context
+	// ended (poke).
 	wake chan struct{}
 
 	// Owned by the step loop.
@@ -171,6 +171,8 @@ type request struct {
 	// how many of its tokens it recomputes from position 0 (their state
 	// went with the slot); the scheduler sees them as its prompt.
 	replay int
+	// unwake stops waking Run when ctx ends (once r has finished).
+	unwake func() bool
 	// lead, for a choice after the first of a SubmitN group, is the
 	// group's first choice, whose prompt pages it maps instead of
 	// computing them (see shares).
@@ -378,15 +380,14 @@ func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params
 		err.RetryAfter = wait
 		return nil, err
 	}
-	e.arrivals = append(e.arrivals, reqs...)
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
 	out := make([]<-chan Event, len(reqs))
 	for i, req := range reqs {
+		// A request whose context ends wakes an idle Run to finish it.
+		req.unwake = context.AfterFunc(ctx, e.poke)
 		out[i] = req.events
 	}
+	e.arrivals = append(e.arrivals, reqs...)
+	e.poke()
 	return out, nil
 }
 
@@ -865,6 +866,7 @@ func (e *Engine) finish(r *request, last Event) {
 	}
 	close(r.events)
 	r.events = nil
+	r.unwake()
 	if last.Finish != Failed {
 		e.remember(r)
 	}
@@ -1010,10 +1012,12 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Run steps until ctx is done. With nothing to do it blocks until a
-// request arrives; while requests wait on limits that time lifts (rates,
-// smoothed token budgets, a cancelled client) it looks again every
-// millisecond.
+// Run steps until ctx is done. A step that computes nothing leaves it
+// blocked on a channel until something changes what the next step can
+// do: a request arrives, or one's context is done. Nothing else lifts a
+// waiting request's bar while nothing runs — slots and pages free only as
+// requests end, and the smoothed token rates order requests without
+// holding them back — so it never polls.
 func (e *Engine) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		did, err := e.Step(ctx)
@@ -1021,25 +1025,22 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue // the step's requests have failed with it; serve the rest
 		}
 		if !did {
-			var poll <-chan time.Time
-			if e.holding() {
-				poll = time.After(time.Millisecond)
-			}
 			select {
 			case <-ctx.Done():
 			case <-e.wake:
-			case <-poll:
 			}
 		}
 	}
 	return ctx.Err()
 }
 
-// holding reports whether any admitted request waits or runs.
-func (e *Engine) holding() bool {
-	e.stepping.Lock()
-	defer e.stepping.Unlock()
-	return len(e.reqs) > 0 || slices.ContainsFunc(e.slots, func(r *request) bool { return r != nil })
+// poke wakes an idle Run; one pending signal is enough, so it never
+// blocks.
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Drain stops admitting new requests and returns when every queued and

@@ -145,3 +145,40 @@ func (m *duringStep) Step(ctx context.Context, b runtime.Batch) error {
 	}
 	return m.scripted.Step(ctx, b)
 }
+
+// TestIdleWakesOnCancel: with nothing running and a request that cannot
+// be admitted (the floating pool is too small beside another tenant's
+// reservation), Run blocks without polling, and the request's
+// cancellation wakes it to finish the request.
+func TestIdleWakesOnCancel(t *testing.T) {
+	m := &scripted{t: t, slots: 2, maxPages: 16, kvPages: 20, last: map[int]int32{}}
+	policy := NewLivePolicy(Policy{Tenants: map[string]TenantPolicy{"a": {ReservedPages: 15}}})
+	e, err := New(m, simTokenizer(t), Config{Slots: 2, ChunkCap: 16, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.Run(ctx)
+	rctx, rcancel := context.WithCancel(ctx)
+	ch, err := e.Submit(rctx, Request{Tenant: "b", Prompt: []int32{1, 5, 6}, Decode: decode.Params{MaxTokens: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s := e.Stats(); s.Waiting != 1 || s.Running != 0; s = e.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the request never queued: %+v", s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	rcancel()
+	select {
+	case ev := <-ch:
+		if ev.Finish != Cancelled {
+			t.Fatalf("ended %q, want %q", ev.Finish, Cancelled)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled request never ended: the idle engine did not wake")
+	}
+}

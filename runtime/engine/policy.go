@@ -108,10 +108,14 @@ func NewLivePolicy(p Policy) *LivePolicy {
 // Store replaces the policy in force with p.
 func (l *LivePolicy) Store(p Policy) { l.cur.Store(&p) }
 
-// Load returns the policy in force; the zero Policy for a nil l.
+// Load returns the policy in force: the zero Policy for a nil l or one
+// never stored to. The caller must not modify it.
 func (l *LivePolicy) Load() *Policy {
 	if l == nil {
 		return &Policy{}
 	}
-	return l.cur.Load()
+	if p := l.cur.Load(); p != nil {
+		return p
+	}
+	return &Policy{}
 }

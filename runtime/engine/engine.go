@@ -1043,13 +1043,19 @@ func (e *Engine) poke() {
 	}
 }
 
+// StopAdmitting makes Submit refuse every request from now on
+// (ErrDraining), without waiting for those queued and running.
+func (e *Engine) StopAdmitting() {
+	e.mu.Lock()
+	e.draining = true
+	e.mu.Unlock()
+}
+
 // Drain stops admitting new requests and returns when every queued and
 // running request has finished (the step loop must be running), or when
 // ctx is done.
 func (e *Engine) Drain(ctx context.Context) error {
-	e.mu.Lock()
-	e.draining = true
-	e.mu.Unlock()
+	e.StopAdmitting()
 	for {
 		s := e.Stats()
 		if s.Waiting == 0 && s.Running == 0 {

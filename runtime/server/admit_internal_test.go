@@ -32,7 +32,7 @@ func TestAdmitErrors(t *testing.T) {
 		{&engine.AdmitError{Reason: engine.ErrRateLimited, Tenant: "b", RetryAfter: 1500 * time.Millisecond}, 429, "rate_limit_error", 2, "", "retry after 1.5 s"},
 		{&engine.AdmitError{Reason: engine.ErrQueued, Tenant: "b", Limit: 3}, 429, "rate_limit_error", 1, "", "tenant b already has 3 requests waiting for a slot, its max_queued"},
 		{&engine.AdmitError{Reason: engine.ErrQueueFull, Limit: 1024}, 503, "server_error", 1, "", "the queue is full"},
-		{&engine.AdmitError{Reason: engine.ErrDraining}, 503, "server_error", 0, "", "draining"},
+		{&engine.AdmitError{Reason: engine.ErrDraining}, 503, "server_error", 5, "", "the server is draining"},
 	} {
 		// Wrapped, as a caller between may return it.
 		got := admitError(fmt.Errorf("model m: %w", c.err))

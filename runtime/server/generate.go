@@ -108,12 +108,9 @@ func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, ps []deco
 }
 
 // admit submits a request to the model's engine; every refusal is the
-// engine's, mapped to HTTP by admitError. Only the server's own state
-// (draining on SIGTERM) is checked here.
+// engine's (draining too: Drain stops the engines admitting), mapped to
+// HTTP by admitError.
 func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, ps []decode.Params) ([]<-chan engine.Event, *apiError) {
-	if s.draining.Load() {
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error", retryAfter: 5}
-	}
 	chans, err := m.Engine.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: s.policy.tenant(t.ID).Class, Prompt: prompt}, ps)
 	if err != nil {
 		return nil, admitError(err)
@@ -159,7 +156,8 @@ var admitErrors = []struct {
 		retry: func(*engine.AdmitError) int { return 1 },
 		say:   func(e *engine.AdmitError) (string, string) { return "", "the queue is full" }},
 	{kind: engine.ErrDraining, status: http.StatusServiceUnavailable, typ: "server_error",
-		say: func(e *engine.AdmitError) (string, string) { return "", e.Error() }},
+		retry: func(*engine.AdmitError) int { return 5 },
+		say:   func(e *engine.AdmitError) (string, string) { return "", "the server is draining" }},
 }
 
 // admitError is the API's answer to an engine's refusal.

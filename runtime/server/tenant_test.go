@@ -122,3 +122,26 @@ api_keys = ["sk-beta"]
 		t.Errorf("metrics lack %q", want)
 	}
 }
+
+// TestDrainRefuses: once the server drains, its engines refuse new
+// requests, which the server answers with 503 and Retry-After, and
+// /health turns 503.
+func TestDrainRefuses(t *testing.T) {
+	ts := serveStories(t, serveOptions{config: "", slots: 2, chunkCap: 64})
+	if code, raw, _, _ := post(t, ts.URL, "POST", "/v1/completions", `{"prompt": "Once", "max_tokens": 2}`); code != http.StatusOK {
+		t.Fatalf("before draining: %d %s", code, raw)
+	}
+	ts.srv.Drain()
+	code, raw, e, h := post(t, ts.URL, "POST", "/v1/completions", `{"prompt": "Once", "max_tokens": 2}`)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") != "5" || e.Type != "server_error" || !strings.Contains(e.Message, "draining") {
+		t.Errorf("while draining: %d, Retry-After %q, %s", code, h.Get("Retry-After"), raw)
+	}
+	resp, err := http.Get(ts.URL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/health while draining: %d", resp.StatusCode)
+	}
+}

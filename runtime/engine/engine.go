@@ -124,11 +124,15 @@ type Engine struct {
 	// waiting and waitingBy count the requests the step loop holds that
 	// wait for a slot, all and by tenant, as of the last step's
 	// admissions (and the arrivals it has taken since): with arrivals,
-	// what the policy's queue bounds limit.
-	waiting   int
-	waitingBy map[string]int
-	draining  bool
-	stats     Stats
+	// what the policy's queue bounds limit. running counts those in
+	// slots.
+	waiting, running int
+	waitingBy        map[string]int
+	draining         bool
+	// drained, made by a Drain that waits, is closed when nothing is
+	// left to run.
+	drained chan struct{}
+	stats   Stats
 	// wake tells an idle Run that a request arrived or one's context
 	// ended (poke).
 	wake chan struct{}
@@ -969,13 +973,7 @@ func (e *Engine) publish(computed bool) {
 		e.stats.LastStep = time.Now()
 	}
 	e.countWaiting()
-	e.stats.Running = 0
-	for _, r := range e.reqs {
-		if r.slot >= 0 {
-			e.stats.Running++
-		}
-	}
-	e.stats.Waiting = e.waiting + len(e.arrivals)
+	e.stats.Running, e.stats.Waiting = e.running, e.waiting+len(e.arrivals)
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
 	if e.prefix != nil {
 		e.stats.PrefixPages, e.stats.PrefixIdle = e.prefix.Len(), 0
@@ -988,15 +986,22 @@ func (e *Engine) publish(computed bool) {
 }
 
 // countWaiting recounts the requests the step loop holds that wait for a
-// slot (e.mu held).
+// slot, and those that run (e.mu held); once none is left or queued, it
+// ends a Drain.
 func (e *Engine) countWaiting() {
-	e.waiting = 0
+	e.waiting, e.running = 0, 0
 	clear(e.waitingBy)
 	for _, r := range e.reqs {
 		if r.slot < 0 {
 			e.waiting++
 			e.waitingBy[r.Tenant]++
+		} else {
+			e.running++
 		}
+	}
+	if e.drained != nil && e.waiting+e.running+len(e.arrivals) == 0 {
+		close(e.drained)
+		e.drained = nil
 	}
 }
 
@@ -1055,16 +1060,21 @@ func (e *Engine) StopAdmitting() {
 // running request has finished (the step loop must be running), or when
 // ctx is done.
 func (e *Engine) Drain(ctx context.Context) error {
-	e.StopAdmitting()
-	for {
-		s := e.Stats()
-		if s.Waiting == 0 && s.Running == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
+	e.mu.Lock()
+	e.draining = true
+	if e.waiting+e.running+len(e.arrivals) == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	if e.drained == nil {
+		e.drained = make(chan struct{})
+	}
+	drained := e.drained
+	e.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-drained:
+		return nil
 	}
 }

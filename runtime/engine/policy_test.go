@@ -182,3 +182,43 @@ func TestIdleWakesOnCancel(t *testing.T) {
 		t.Fatal("the cancelled request never ended: the idle engine did not wake")
 	}
 }
+
+// TestDrainWaits: Drain returns once the requests queued and running when
+// it was called have ended — their streams are closed by then — and
+// Submit refuses from its call on.
+func TestDrainWaits(t *testing.T) {
+	m := &scripted{t: t, slots: 1, maxPages: 16, kvPages: 100, last: map[int]int32{}}
+	e, err := New(m, simTokenizer(t), Config{Slots: 1, ChunkCap: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var chans []<-chan Event
+	for range 3 {
+		ch, err := e.Submit(ctx, Request{Tenant: "a", Prompt: []int32{1, 5, 6}, Decode: decode.Params{MaxTokens: 20, IgnoreEOS: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	go e.Run(ctx)
+	if err := e.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range chans {
+		for open := true; open; {
+			select {
+			case _, open = <-ch:
+			default:
+				t.Fatalf("request %d's stream is still open after Drain", i)
+			}
+		}
+	}
+	if s := e.Stats(); s.Waiting != 0 || s.Running != 0 {
+		t.Errorf("after Drain: %d waiting, %d running", s.Waiting, s.Running)
+	}
+	if _, err := e.Submit(ctx, Request{Tenant: "a", Prompt: []int32{1}}); !errors.Is(err, ErrDraining) {
+		t.Errorf("after Drain: %v, want ErrDraining", err)
+	}
+}

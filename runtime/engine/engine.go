@@ -90,7 +90,9 @@ type Config struct {
 // Request is one generation request.
 type Request struct {
 	Tenant string
-	QoS    sched.QoS
+	// QoS is the request's class: its tenant's TenantPolicy.Class, as a
+	// front end sets it.
+	QoS    QoS
 	Prompt []int32
 	Decode decode.Params // MaxTokens bounds the generated tokens
 }

@@ -37,6 +37,21 @@ var layerRules = []struct {
 	{"bench/loadtest", "", []string{"runtime", "format", "kernels"}, "the load generator is an HTTP client of any OpenAI-compatible server: it knows no engine, bundle or kernel"},
 }
 
+// onlyRules say what a package may import below a prefix: nothing but
+// the packages listed (exact paths).
+var onlyRules = []struct {
+	pkgs  string   // import-path prefix under the module
+	below string   // the prefix (a folder) the rule covers
+	allow []string // the imports below it that are allowed
+	why   string
+}{
+	{"runtime/server", "runtime/",
+		[]string{"runtime/engine", "runtime/decode", "runtime/sample", "runtime/chat", "runtime/chat/reply", "runtime/tokenizer", "runtime/grammar", "runtime/server/ledger"},
+		"the engine's API is the server's only door: tenant policy, admission and finish reasons are the engine's (engine.TenantPolicy, engine.AdmitError, engine.Finish), " +
+			"so the server needs neither the scheduler, the quotas, the page pool nor a tier; beside the engine it decodes, samples, renders chats, tokenizes, " +
+			"compiles grammars and keeps its ledger"},
+}
+
 // testSupport are packages that only tests import (the test checks that):
 // they may build bundles with the compiler and read the environment to
 // find ../shared, as tests do.
@@ -74,6 +89,16 @@ func TestLayering(t *testing.T) {
 					if (isStd && imp == std) || (!isStd && strings.HasPrefix(imp, module+bad)) {
 						t.Errorf("%s imports %s: %s", pkg, imp, r.why)
 					}
+				}
+			}
+		}
+		for _, r := range onlyRules {
+			if !strings.HasPrefix(pkg, r.pkgs) {
+				continue
+			}
+			for _, imp := range imports {
+				if rest, ok := strings.CutPrefix(imp, module); ok && strings.HasPrefix(rest, r.below) && !slices.Contains(r.allow, rest) {
+					t.Errorf("%s imports %s: %s", pkg, imp, r.why)
 				}
 			}
 		}

@@ -5,7 +5,9 @@
 // runs that step, and streams each request's tokens back as events. KV
 // pages come from one pool (package kvpool). It knows nothing of HTTP: a
 // server sits on its small API (Submit, the event channel, cancellation
-// through the request's context, Stats, Drain).
+// through the request's context, Stats, Drain), which is all a front end
+// needs: each tenant's policy is one TenantPolicy (policy.go), every
+// refusal an *AdmitError, every ending a Finish.
 package engine
 
 import (
@@ -13,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -67,20 +70,14 @@ type Config struct {
 	// EventBuffer bounds the events a request's consumer may leave unread;
 	// past it the request is cancelled as too slow (backpressure).
 	EventBuffer int
-	// Tenants gives each tenant's scheduling limits (nil: none).
-	Tenants func(tenant string) sched.Limits
-	// Reserved sets aside KV pages per tenant that no other tenant may
-	// take.
-	Reserved map[string]int
-	// Rates gives each tenant's rate limits (nil: none).
-	Rates func(tenant string) quota.Rates
+	// Policy is the queue's bound and every tenant's policy (limits,
+	// rates, reservation, prefix-cache scope), read at each admission
+	// and step (nil: no limits, each tenant its own scope).
+	Policy *LivePolicy
 	// Now is the clock rate limits use (nil: time.Now).
 	Now func() time.Time
 	// NoPrefixCache turns the prefix cache off.
 	NoPrefixCache bool
-	// Scope names the prefix-cache scope of a tenant: tenants of one scope
-	// may share cached prompt pages (nil: each tenant its own).
-	Scope func(tenant string) string
 	// Trace, when set, receives a Chrome trace-event file of the engine's
 	// steps, slot and page counters, admissions, preemptions and finishes
 	// (chrome://tracing, Perfetto); Close writes its end. Timestamps come
@@ -101,7 +98,9 @@ type Config struct {
 // Request is one generation request.
 type Request struct {
 	Tenant string
-	QoS    sched.QoS
+	// QoS is the request's class: its tenant's TenantPolicy.Class, as a
+	// front end sets it.
+	QoS    QoS
 	Prompt []int32
 	Decode decode.Params // MaxTokens bounds the generated tokens
 }
@@ -123,61 +122,6 @@ type Event struct {
 	PromptTokens, CompletionTokens, CachedTokens int
 }
 
-// Finish says why a request ended: decode's reasons, or the engine's.
-type Finish string
-
-// The engine's own finish reasons.
-const (
-	Cancelled     Finish = "cancelled"       // its context was cancelled
-	ClientTooSlow Finish = "client_too_slow" // its consumer left EventBuffer events unread
-	Failed        Finish = "error"           // a step failed
-)
-
-// RateLimitError refuses a request whose tenant is over a rate limit; it
-// would be admitted after RetryAfter (never, when RetryAfter < 0: the
-// request alone exceeds a minute's tokens).
-type RateLimitError struct {
-	Tenant     string
-	RetryAfter time.Duration
-}
-
-func (e *RateLimitError) Error() string {
-	if e.RetryAfter < 0 {
-		return fmt.Sprintf("engine: the request exceeds tenant %s's tokens per minute", e.Tenant)
-	}
-	return fmt.Sprintf("engine: tenant %s is over its rate limit; retry after %.1f s", e.Tenant, e.RetryAfter.Seconds())
-}
-
-// Admission errors: a request that can never run is refused at Submit.
-var (
-	ErrTooLong  = errors.New("engine: prompt and max tokens exceed the context")
-	ErrDraining = errors.New("engine: draining, not admitting")
-	ErrEmpty    = errors.New("engine: empty prompt")
-)
-
-// TooLongError is a request refused with ErrTooLong, with the numbers a
-// front end needs to say why in its own words: its prompt and max tokens
-// exceed the context (Pages == 0), or need Pages KV pages where Limit are
-// to be had (the pool's, or Tenant's when Tenant is set).
-type TooLongError struct {
-	Prompt, MaxTokens, Context int
-	Pages, Limit               int
-	Tenant                     string
-}
-
-func (e *TooLongError) Error() string {
-	switch {
-	case e.Pages == 0:
-		return fmt.Sprintf("%v: %d prompt + %d tokens > %d", ErrTooLong, e.Prompt, e.MaxTokens, e.Context)
-	case e.Tenant == "":
-		return fmt.Sprintf("%v: needs %d KV pages, the pool has %d", ErrTooLong, e.Pages, e.Limit)
-	}
-	return fmt.Sprintf("%v: needs %d KV pages, tenant %s may hold %d", ErrTooLong, e.Pages, e.Tenant, e.Limit)
-}
-
-// Unwrap makes errors.Is(err, ErrTooLong) true.
-func (e *TooLongError) Unwrap() error { return ErrTooLong }
-
 // Engine is the serving engine.
 type Engine struct {
 	m     Model
@@ -185,12 +129,22 @@ type Engine struct {
 	cfg   Config
 	rates *quota.Limiter
 
-	mu       sync.Mutex // guards arrivals, draining and stats
+	mu       sync.Mutex // guards arrivals, waiting, draining and stats
 	arrivals []*request
-	draining bool
-	stats    Stats
-	// wake tells an idle Run that a request arrived; one pending signal
-	// is enough, so Submit never blocks on it.
+	// waiting and waitingBy count the requests the step loop holds that
+	// wait for a slot, all and by tenant, as of the last step's
+	// admissions (and the arrivals it has taken since): with arrivals,
+	// what the policy's queue bounds limit. running counts those in
+	// slots.
+	waiting, running int
+	waitingBy        map[string]int
+	draining         bool
+	// drained, made by a Drain that waits, is closed when nothing is
+	// left to run.
+	drained chan struct{}
+	stats   Stats
+	// wake tells an idle Run that a request arrived or one's context
+	// ended (poke).
 	wake chan struct{}
 
 	// Owned by the step loop.
@@ -233,6 +187,8 @@ type request struct {
 	// how many of its tokens it recomputes from position 0 (their state
 	// went with the slot); the scheduler sees them as its prompt.
 	replay int
+	// unwake stops waking Run when ctx ends (once r has finished).
+	unwake func() bool
 	// lead, for a choice after the first of a SubmitN group, is the
 	// group's first choice, whose prompt pages it maps instead of
 	// computing them (see shares).
@@ -335,23 +291,15 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.EventBuffer <= 0 {
 		cfg.EventBuffer = 1024
 	}
-	if cfg.Tenants == nil {
-		cfg.Tenants = func(string) sched.Limits { return sched.Limits{} }
-	}
-	if cfg.Rates == nil {
-		cfg.Rates = func(string) quota.Rates { return quota.Rates{} }
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.InteractiveSlack == 0 {
 		cfg.InteractiveSlack = 0.2
 	}
-	if cfg.Scope == nil {
-		cfg.Scope = func(tenant string) string { return tenant }
-	}
-	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), rates: quota.New(cfg.Rates), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
-		meters: map[string]*meters{}}
+	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
+		meters: map[string]*meters{}, waitingBy: map[string]int{}}
+	e.rates = quota.New(func(tenant string) quota.Rates { return e.tenant(tenant).rates() })
 	if dm, ok := m.(DeviceMasker); ok {
 		e.deviceMasks = dm.MasksOnDevice()
 	}
@@ -367,17 +315,34 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.Trace != nil {
 		e.tr = newTracer(cfg.Trace, cfg.Now)
 	}
+	reserved := map[string]int{}
+	for t, p := range cfg.Policy.Load().Tenants {
+		if p.ReservedPages > 0 {
+			reserved[t] = p.ReservedPages
+		}
+	}
 	if cfg.StepLog != nil {
 		e.slog = &stepLog{w: cfg.StepLog}
 		e.slog.write(&StepRecord{Config: &StepLogConfig{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: cfg.ContextLength,
-			NoPrefixCache: cfg.NoPrefixCache, Reserved: cfg.Reserved}})
+			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved}})
 	}
-	for t, n := range cfg.Reserved {
-		if err := e.pool.Reserve(t, n); err != nil {
+	for _, t := range slices.Sorted(maps.Keys(reserved)) {
+		if err := e.pool.Reserve(t, reserved[t]); err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 	}
 	return e, nil
+}
+
+// tenant is the policy of tenant in force now.
+func (e *Engine) tenant(tenant string) TenantPolicy { return e.cfg.Policy.Load().Tenant(tenant) }
+
+// scope is tenant's prefix-cache scope now.
+func (e *Engine) scope(tenant string) string {
+	if s := e.tenant(tenant).Scope; s != "" {
+		return s
+	}
+	return tenant
 }
 
 // Submit queues a request. Its events arrive on the returned channel,
@@ -401,59 +366,133 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 // model whose slots hold state beside the KV pages (recurrent layers)
 // every choice computes its whole prompt. r.Decode is ignored.
 func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params) ([]<-chan Event, error) {
-	if len(r.Prompt) == 0 {
-		return nil, ErrEmpty
-	}
 	if len(choices) == 0 {
 		return nil, errors.New("engine: no choices to generate")
 	}
-	total := len(r.Prompt) // the prompt once: the choices share it
+	pol := e.cfg.Policy.Load() // one policy for the whole admission
+	tp := pol.Tenant(r.Tenant)
+	needs, err := e.check(r, tp, choices)
+	if err != nil {
+		return nil, err
+	}
 	var reqs []*request
-	for _, p := range choices {
-		n := len(r.Prompt) + max(p.MaxTokens, 0)
-		tooLong := &TooLongError{Prompt: len(r.Prompt), MaxTokens: p.MaxTokens, Context: e.cfg.ContextLength}
-		if n > e.cfg.ContextLength {
-			return nil, tooLong
-		}
-		need := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
-		tooLong.Pages = need
-		if need > e.m.KVPages() {
-			tooLong.Limit = e.m.KVPages()
-			return nil, tooLong
-		}
-		if lim := e.cfg.Tenants(r.Tenant); lim.MaxPages > 0 && need > lim.MaxPages {
-			tooLong.Limit, tooLong.Tenant = lim.MaxPages, r.Tenant
-			return nil, tooLong
-		}
+	total := len(r.Prompt) // the prompt once: the choices share it
+	for i, p := range choices {
 		total += max(p.MaxTokens, 0)
 		c := r
 		c.Decode = p
 		c.Decode.ContextLength = e.cfg.ContextLength
-		req := &request{Request: c, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: need,
+		req := &request{Request: c, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: needs[i],
 			tokens: append([]int32(nil), r.Prompt...), dec: decode.New(e.tok, c.Decode)}
 		if len(reqs) > 0 && !e.m.SlotState() {
 			req.lead = reqs[0]
 		}
 		reqs = append(reqs, req)
 	}
-	if ok, wait := e.rates.Admit(r.Tenant, total, e.cfg.Now()); !ok {
-		return nil, &RateLimitError{Tenant: r.Tenant, RetryAfter: wait}
+	refuse := func(reason error, limit int) *AdmitError {
+		return &AdmitError{Reason: reason, Tenant: r.Tenant, Limit: limit, Prompt: len(r.Prompt), MaxTokens: maxTokens(choices), Choices: len(choices)}
 	}
+	// The queue checks, the rate charge and the queueing happen under one
+	// lock, so concurrent submissions cannot overfill a queue, and a
+	// request refused for its queue is not charged.
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.draining {
-		return nil, ErrDraining
+	switch {
+	case e.draining:
+		return nil, &AdmitError{Reason: ErrDraining}
+	case pol.QueueDepth > 0 && e.waiting+len(e.arrivals) >= pol.QueueDepth:
+		err := refuse(ErrQueueFull, pol.QueueDepth)
+		err.Tenant = "" // the engine's limit, not the tenant's
+		return nil, err
+	case tp.MaxQueued > 0 && e.queued(r.Tenant) >= tp.MaxQueued:
+		return nil, refuse(ErrQueued, tp.MaxQueued)
 	}
-	e.arrivals = append(e.arrivals, reqs...)
-	select {
-	case e.wake <- struct{}{}:
-	default:
+	if ok, wait := e.rates.Admit(r.Tenant, total, e.cfg.Now()); !ok {
+		if wait < 0 {
+			return nil, refuse(ErrExceedsRate, tp.TokensPerMinute)
+		}
+		err := refuse(ErrRateLimited, 0)
+		err.RetryAfter = wait
+		return nil, err
 	}
 	out := make([]<-chan Event, len(reqs))
 	for i, req := range reqs {
+		// A request whose context ends wakes an idle Run to finish it.
+		req.unwake = context.AfterFunc(ctx, e.poke)
 		out[i] = req.events
 	}
+	e.arrivals = append(e.arrivals, reqs...)
+	e.poke()
 	return out, nil
+}
+
+// check is the admission a request can fail on its own, whatever else
+// waits: its prompt, its context and the KV pages it needs, against the
+// model's limits and its tenant's (tp). It returns the pages each choice
+// needs.
+func (e *Engine) check(r Request, tp TenantPolicy, choices []decode.Params) ([]int, error) {
+	refuse := func(reason error, p decode.Params) *AdmitError {
+		return &AdmitError{Reason: reason, Prompt: len(r.Prompt), MaxTokens: p.MaxTokens, Choices: len(choices)}
+	}
+	if len(r.Prompt) == 0 {
+		return nil, refuse(ErrEmpty, choices[0])
+	}
+	if e.tok != nil {
+		for _, id := range r.Prompt {
+			if id < 0 || int(id) >= e.tok.NVocab() {
+				err := refuse(ErrBadToken, choices[0])
+				err.Token, err.Limit = id, e.tok.NVocab()
+				return nil, err
+			}
+		}
+	}
+	needs := make([]int, len(choices))
+	for i, p := range choices {
+		n := len(r.Prompt) + max(p.MaxTokens, 0)
+		err := refuse(ErrTooLong, p)
+		err.Context = e.cfg.ContextLength
+		switch {
+		case tp.MaxContext > 0 && n > tp.MaxContext:
+			err.Limit, err.Tenant = tp.MaxContext, r.Tenant
+			return nil, err
+		case n > e.cfg.ContextLength:
+			err.Limit = e.cfg.ContextLength
+			return nil, err
+		}
+		need := (n + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+		err.Pages = need
+		switch {
+		case need > e.m.KVPages():
+			err.Limit = e.m.KVPages()
+			return nil, err
+		case tp.MaxPages > 0 && need > tp.MaxPages:
+			err.Limit, err.Tenant = tp.MaxPages, r.Tenant
+			return nil, err
+		}
+		needs[i] = need
+	}
+	return needs, nil
+}
+
+// maxTokens is the largest of the choices' max tokens.
+func maxTokens(choices []decode.Params) int {
+	n := 0
+	for _, p := range choices {
+		n = max(n, p.MaxTokens)
+	}
+	return n
+}
+
+// queued is how many of tenant's requests wait for a slot (e.mu held):
+// those the last step left waiting and those that arrived since.
+func (e *Engine) queued(tenant string) int {
+	n := e.waitingBy[tenant]
+	for _, r := range e.arrivals {
+		if r.Tenant == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // sharedChunks is how many of a prompt's leading 16-token chunks a choice
@@ -499,6 +538,10 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.mu.Lock()
 	arrived := e.arrivals
 	e.arrivals = nil
+	for _, r := range arrived {
+		e.waiting++
+		e.waitingBy[r.Tenant]++
+	}
 	e.mu.Unlock()
 	for _, r := range arrived {
 		e.nextID++
@@ -509,7 +552,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			// a tier may compute a long prompt's rows another way than a
 			// short one's, so their pages are not interchangeable bit for
 			// bit.
-			scope := e.cfg.Scope(r.Tenant)
+			scope := e.scope(r.Tenant)
 			if len(r.Prompt) >= kernels.LongPromptRows {
 				scope += "\x00long"
 			}
@@ -517,8 +560,8 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		}
 		e.reqs = append(e.reqs, r)
 		if e.rec != nil {
-			lr := LoggedRequest{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Scope: e.cfg.Scope(r.Tenant),
-				Limits: e.cfg.Tenants(r.Tenant), Prompt: r.Prompt, Decode: r.Decode}
+			lr := LoggedRequest{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Scope: e.scope(r.Tenant),
+				Limits: e.tenant(r.Tenant).limits(), Prompt: r.Prompt, Decode: r.Decode}
 			if r.lead != nil {
 				lr.Lead = r.lead.id
 			}
@@ -555,6 +598,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, id := range plan.Admit {
 		e.admit(byID[id])
 	}
+	e.mu.Lock()
+	e.countWaiting() // before the replay: a request admitted now no longer queues
+	e.mu.Unlock()
 	if e.rec != nil {
 		e.rec.Plan = &plan
 		e.recordSlots()
@@ -648,8 +694,10 @@ func (e *Engine) count(tenant string, prefill, n int, now time.Time) {
 
 // input is the scheduler's view of the engine at now.
 func (e *Engine) input(now time.Time) sched.Input {
-	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(), Limits: e.cfg.Tenants,
+	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(),
 		Slots: e.cfg.Slots, Pages: e.pool.Pages(), Rates: map[string]sched.Rates{}}
+	pol := e.cfg.Policy.Load() // one policy for the whole decision
+	in.Limits = func(tenant string) sched.Limits { return pol.Tenant(tenant).limits() }
 	if e.cfg.InteractiveSlack > 0 {
 		in.LatencyRows = e.cost.rows(e.cfg.InteractiveSlack)
 	}
@@ -802,10 +850,10 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 func (e *Engine) route(r *request) {
 	st := r.dec.NextFrom(slotSource{e, r.slot}, r.tokens, r.done)
 	if e.rec != nil {
-		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: Finish(st.Finish)})
+		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: finishOf(st.Finish)})
 	}
 	if st.Finish != decode.Running {
-		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: Finish(st.Finish)})
+		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: finishOf(st.Finish)})
 		return
 	}
 	r.tokens = append(r.tokens, st.Token)
@@ -860,6 +908,7 @@ func (e *Engine) finish(r *request, last Event) {
 	}
 	close(r.events)
 	r.events = nil
+	r.unwake()
 	if last.Finish != Failed {
 		e.remember(r)
 	}
@@ -989,14 +1038,8 @@ func (e *Engine) publish(computed bool) {
 		e.stats.Steps++
 		e.stats.LastStep = time.Now()
 	}
-	e.stats.Waiting, e.stats.Running = len(e.arrivals), 0
-	for _, r := range e.reqs {
-		if r.slot >= 0 {
-			e.stats.Running++
-		} else {
-			e.stats.Waiting++
-		}
-	}
+	e.countWaiting()
+	e.stats.Running, e.stats.Waiting = e.running, e.waiting+len(e.arrivals)
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
 	if e.prefix != nil {
 		e.stats.PrefixPages, e.stats.PrefixIdle = e.prefix.Len(), 0
@@ -1005,6 +1048,26 @@ func (e *Engine) publish(computed bool) {
 				e.stats.PrefixIdle++
 			}
 		})
+	}
+}
+
+// countWaiting recounts the requests the step loop holds that wait for a
+// slot, and those that run (e.mu held); once none is left or queued, it
+// ends a Drain.
+func (e *Engine) countWaiting() {
+	e.waiting, e.running = 0, 0
+	clear(e.waitingBy)
+	for _, r := range e.reqs {
+		if r.slot < 0 {
+			e.waiting++
+			e.waitingBy[r.Tenant]++
+		} else {
+			e.running++
+		}
+	}
+	if e.drained != nil && e.waiting+e.running+len(e.arrivals) == 0 {
+		close(e.drained)
+		e.drained = nil
 	}
 }
 
@@ -1020,10 +1083,12 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Run steps until ctx is done. With nothing to do it blocks until a
-// request arrives; while requests wait on limits that time lifts (rates,
-// smoothed token budgets, a cancelled client) it looks again every
-// millisecond.
+// Run steps until ctx is done. A step that computes nothing leaves it
+// blocked on a channel until something changes what the next step can
+// do: a request arrives, or one's context is done. Nothing else lifts a
+// waiting request's bar while nothing runs — slots and pages free only as
+// requests end, and the smoothed token rates order requests without
+// holding them back — so it never polls.
 func (e *Engine) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		did, err := e.Step(ctx)
@@ -1031,25 +1096,30 @@ func (e *Engine) Run(ctx context.Context) error {
 			continue // the step's requests have failed with it; serve the rest
 		}
 		if !did {
-			var poll <-chan time.Time
-			if e.holding() {
-				poll = time.After(time.Millisecond)
-			}
 			select {
 			case <-ctx.Done():
 			case <-e.wake:
-			case <-poll:
 			}
 		}
 	}
 	return ctx.Err()
 }
 
-// holding reports whether any admitted request waits or runs.
-func (e *Engine) holding() bool {
-	e.stepping.Lock()
-	defer e.stepping.Unlock()
-	return len(e.reqs) > 0 || slices.ContainsFunc(e.slots, func(r *request) bool { return r != nil })
+// poke wakes an idle Run; one pending signal is enough, so it never
+// blocks.
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// StopAdmitting makes Submit refuse every request from now on
+// (ErrDraining), without waiting for those queued and running.
+func (e *Engine) StopAdmitting() {
+	e.mu.Lock()
+	e.draining = true
+	e.mu.Unlock()
 }
 
 // Drain stops admitting new requests and returns when every queued and
@@ -1058,16 +1128,19 @@ func (e *Engine) holding() bool {
 func (e *Engine) Drain(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
+	if e.waiting+e.running+len(e.arrivals) == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	if e.drained == nil {
+		e.drained = make(chan struct{})
+	}
+	drained := e.drained
 	e.mu.Unlock()
-	for {
-		s := e.Stats()
-		if s.Waiting == 0 && s.Running == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-drained:
+		return nil
 	}
 }

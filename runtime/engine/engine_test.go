@@ -520,13 +520,8 @@ func TestRerun(t *testing.T) {
 	// step's time, which the log records for the rerun's clock.
 	clock := time.Unix(1_700_000_000, 0)
 	e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 16, StepLog: &log,
-		Now: func() time.Time { clock = clock.Add(7 * time.Millisecond); return clock },
-		Tenants: func(tenant string) sched.Limits {
-			if tenant == "t0" {
-				return sched.Limits{DecodeTokensPerSecond: 20}
-			}
-			return sched.Limits{}
-		}})
+		Now:    func() time.Time { clock = clock.Add(7 * time.Millisecond); return clock },
+		Policy: engine.NewLivePolicy(engine.Policy{Tenants: map[string]engine.TenantPolicy{"t0": {DecodeTokensPerSecond: 20}}})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,13 +132,21 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}}
 	limits := map[string]sched.Limits{"a": {MaxSlots: 3, DecodeTokensPerSecond: 200}, "b": {MaxPages: 12}, "c": {PrefillTokensPerSecond: 1000}}
 	clock := time.Unix(1_700_000_000, 0) // moved forward by each step
+	policy := Policy{Tenants: map[string]TenantPolicy{}}
+	for tn, lim := range limits {
+		policy.Tenants[tn] = TenantPolicy{MaxSlots: lim.MaxSlots, MaxPages: lim.MaxPages,
+			DecodeTokensPerSecond: lim.DecodeTokensPerSecond, PrefillTokensPerSecond: lim.PrefillTokensPerSecond}
+	}
+	c := policy.Tenants["c"]
+	c.ReservedPages = 6
+	policy.Tenants["c"] = c
 	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
-		Tenants: func(tn string) sched.Limits { return limits[tn] }, Now: func() time.Time { return clock }})
+		Policy: NewLivePolicy(policy), Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.pool.Reserve("c", 6); err != nil {
-		t.Fatal(err)
+	if u := e.pool.Unreserved()["c"]; u != 6 {
+		t.Fatalf("tenant c's policy reserves 6 pages; the pool holds back %d", u)
 	}
 	type client struct {
 		events <-chan Event
@@ -345,13 +353,8 @@ func TestSoftRateLimit(t *testing.T) {
 		m := &scripted{t: t, slots: 1, maxPages: 16, kvPages: 100, last: map[int]int32{}}
 		clock := time.Unix(1_700_000_000, 0)
 		e, err := New(m, simTokenizer(t), Config{Slots: 1, ChunkCap: 16,
-			Tenants: func(tn string) sched.Limits {
-				if tn == "a" {
-					return sched.Limits{DecodeTokensPerSecond: tc.limit}
-				}
-				return sched.Limits{}
-			},
-			Now: func() time.Time { return clock }})
+			Policy: NewLivePolicy(Policy{Tenants: map[string]TenantPolicy{"a": {DecodeTokensPerSecond: tc.limit}}}),
+			Now:    func() time.Time { return clock }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -170,17 +171,16 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		return 0, errors.New("rerun: the step log does not start with the engine's config")
 	}
 	lc := recs[0].Config
-	limits, scopes := map[string]sched.Limits{}, map[string]string{}
+	// The tenants' policies as the log met them: reservations from the
+	// start, limits and scopes as of each tenant's latest arrival.
+	tenants := map[string]TenantPolicy{}
+	for t, n := range lc.Reserved {
+		tenants[t] = TenantPolicy{ReservedPages: n}
+	}
+	policy := NewLivePolicy(Policy{Tenants: maps.Clone(tenants)})
 	var clock time.Time
 	cfg := Config{Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
-		Reserved: lc.Reserved, EventBuffer: 1 << 20,
-		Tenants: func(t string) sched.Limits { return limits[t] },
-		Scope: func(t string) string {
-			if s, ok := scopes[t]; ok {
-				return s
-			}
-			return t
-		}}
+		EventBuffer: 1 << 20, Policy: policy}
 	e, err := New(m, tok, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("rerun: %w", err)
@@ -200,7 +200,12 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		want := &recs[i+1]
 		for j := 0; j < len(want.Arrivals); {
 			a := want.Arrivals[j]
-			limits[a.Tenant], scopes[a.Tenant] = a.Limits, a.Scope
+			tp := tenants[a.Tenant]
+			tp.MaxSlots, tp.MaxPages = a.Limits.MaxSlots, a.Limits.MaxPages
+			tp.DecodeTokensPerSecond, tp.PrefillTokensPerSecond = a.Limits.DecodeTokensPerSecond, a.Limits.PrefillTokensPerSecond
+			tp.Scope = a.Scope
+			tenants[a.Tenant] = tp
+			policy.Store(Policy{Tenants: maps.Clone(tenants)})
 			// A group is its lead and the arrivals after it that name it;
 			// they share one context, as SubmitN's choices do.
 			choices := []decode.Params{a.Decode}

@@ -119,7 +119,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var choices []map[string]any
 	for i, c := range res {
 		msg, calls := chatMessage(replies[i].parse(c.text))
-		reason := finishReason(c.last.Finish)
+		reason := c.last.Finish.OpenAI()
 		if calls && reason == "stop" {
 			reason = "tool_calls"
 		}

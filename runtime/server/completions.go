@@ -97,7 +97,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		if req.Echo {
 			out = text + out
 		}
-		reason := finishReason(c.last.Finish)
+		reason := c.last.Finish.OpenAI()
 		choices = append(choices, choice(i, out, &reason, c.lps))
 	}
 	writeJSON(w, map[string]any{"id": id, "object": "text_completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})

@@ -10,12 +10,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 
 	"github.com/BurntSushi/toml"
 	"github.com/zrtdev/zrt/runtime/engine"
-	"github.com/zrtdev/zrt/runtime/engine/quota"
-	"github.com/zrtdev/zrt/runtime/engine/sched"
 )
 
 // Config is the server's TOML configuration. Every key is optional; with
@@ -58,11 +55,14 @@ type Tenant struct {
 	ReservedKVPages int `toml:"reserved_kv_pages"`
 	// Soft rate limits, smoothed over 5 s: over them the tenant's
 	// requests wait while other tenants' of the same class do, and run
-	// when the engine has room (sched.Limits).
+	// when the engine has room (engine.TenantPolicy).
 	DecodeTokensPerSecond  int `toml:"decode_tokens_per_second"`
 	PrefillTokensPerSecond int `toml:"prefill_tokens_per_second"`
 	// MaxContextTokens refuses longer prompts with 400.
 	MaxContextTokens int `toml:"max_context_tokens"`
+	// MaxQueued refuses a request with 429 while that many of the
+	// tenant's requests wait for a slot.
+	MaxQueued int `toml:"max_queued"`
 	// Rate limits: over them a request is refused with 429 and
 	// Retry-After. Tokens count the prompt plus max_tokens.
 	TokensPerMinute   int `toml:"tokens_per_minute"`
@@ -73,7 +73,7 @@ type Tenant struct {
 	// Admin may read every tenant's usage.
 	Admin bool `toml:"admin"`
 
-	qos    sched.QoS
+	qos    engine.QoS
 	hashes [][32]byte
 }
 
@@ -133,7 +133,7 @@ func (c *Config) validate() error {
 		if t.QoS == "" {
 			t.QoS = "standard"
 		}
-		q, err := sched.ParseQoS(t.QoS)
+		q, err := engine.ParseQoS(t.QoS)
 		if err != nil {
 			return fmt.Errorf("server config: tenant %s: %w", t.ID, err)
 		}
@@ -152,7 +152,7 @@ func (c *Config) validate() error {
 			keyless++
 		}
 		if t.MaxConcurrent < 0 || t.MaxKVPages < 0 || t.ReservedKVPages < 0 || t.DecodeTokensPerSecond < 0 || t.PrefillTokensPerSecond < 0 ||
-			t.MaxContextTokens < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
+			t.MaxContextTokens < 0 || t.MaxQueued < 0 || t.TokensPerMinute < 0 || t.RequestsPerMinute < 0 {
 			return fmt.Errorf("server config: tenant %s: limits must not be negative", t.ID)
 		}
 	}
@@ -177,54 +177,57 @@ func checkOrigin(o string) error {
 	return nil
 }
 
-// Policy is the tenants' engine policy (scheduling limits, rate limits,
-// prefix-cache scopes) as the current config gives it. Engines read it on
-// every decision, so Update — a config reloaded on SIGHUP — takes effect at
-// the next step without dropping running requests.
-type Policy struct {
-	cur atomic.Pointer[policyView]
+// EnginePolicy is the engines' policy under c: the queue's bound and each
+// tenant's limits, rates, reservation, prefix-cache scope and class, as
+// the config's keys give them. It is the one place a tenant key meets the
+// engine: a new tenant limit is a key here and a field of
+// engine.TenantPolicy.
+func (c *Config) EnginePolicy() engine.Policy {
+	p := engine.Policy{QueueDepth: c.QueueDepth, Tenants: map[string]engine.TenantPolicy{}}
+	for _, t := range c.Tenants {
+		scope := "tenant:" + t.ID
+		if t.IsolationGroup != "" {
+			scope = "group:" + t.IsolationGroup
+		}
+		p.Tenants[t.ID] = engine.TenantPolicy{
+			Class:                  t.qos,
+			MaxContext:             t.MaxContextTokens,
+			MaxQueued:              t.MaxQueued,
+			TokensPerMinute:        t.TokensPerMinute,
+			RequestsPerMinute:      t.RequestsPerMinute,
+			MaxSlots:               t.MaxConcurrent,
+			MaxPages:               t.MaxKVPages,
+			DecodeTokensPerSecond:  t.DecodeTokensPerSecond,
+			PrefillTokensPerSecond: t.PrefillTokensPerSecond,
+			ReservedPages:          t.ReservedKVPages,
+			Scope:                  scope,
+		}
+	}
+	return p
 }
 
-type policyView struct {
-	limits map[string]sched.Limits
-	rates  map[string]quota.Rates
-	scopes map[string]string
+// Policy is the policy the server's engines follow, as the current config
+// gives it (EnginePolicy). Engines read it at every admission and step, so
+// Update — a config reloaded on SIGHUP — takes effect at the next request
+// and step without dropping running requests.
+type Policy struct {
+	live *engine.LivePolicy
 }
 
 // NewPolicy returns the policy of c.
 func NewPolicy(c *Config) *Policy {
-	p := &Policy{}
-	p.Update(c)
-	return p
+	return &Policy{live: engine.NewLivePolicy(c.EnginePolicy())}
 }
 
 // Update replaces the policy with c's.
-func (p *Policy) Update(c *Config) {
-	v := &policyView{limits: map[string]sched.Limits{}, rates: map[string]quota.Rates{}, scopes: map[string]string{}}
-	for _, t := range c.Tenants {
-		v.limits[t.ID] = sched.Limits{MaxSlots: t.MaxConcurrent, MaxPages: t.MaxKVPages,
-			DecodeTokensPerSecond: t.DecodeTokensPerSecond, PrefillTokensPerSecond: t.PrefillTokensPerSecond}
-		v.rates[t.ID] = quota.Rates{TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
-		v.scopes[t.ID] = "tenant:" + t.ID
-		if t.IsolationGroup != "" {
-			v.scopes[t.ID] = "group:" + t.IsolationGroup
-		}
-	}
-	p.cur.Store(v)
-}
+func (p *Policy) Update(c *Config) { p.live.Store(c.EnginePolicy()) }
 
-// EngineConfig is an engine's policy under c: slots and chunk_cap (0 where
-// the file leaves them to the bundle), reserved pages (fixed at start), and
-// limits, rates and scopes read from p as it is updated.
+// tenant is tenant id's policy in force.
+func (p *Policy) tenant(id string) engine.TenantPolicy { return p.live.Load().Tenant(id) }
+
+// EngineConfig is an engine's configuration under c: slots and chunk_cap
+// (0 where the file leaves them to the bundle), and the policy, read from
+// p as it is updated (reserved pages are fixed when the engine starts).
 func (p *Policy) EngineConfig(c *Config) engine.Config {
-	ec := engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Reserved: map[string]int{}}
-	for _, t := range c.Tenants {
-		if t.ReservedKVPages > 0 {
-			ec.Reserved[t.ID] = t.ReservedKVPages
-		}
-	}
-	ec.Tenants = func(id string) sched.Limits { return p.cur.Load().limits[id] }
-	ec.Rates = func(id string) quota.Rates { return p.cur.Load().rates[id] }
-	ec.Scope = func(id string) string { return p.cur.Load().scopes[id] }
-	return ec
+	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Policy: p.live}
 }

@@ -20,6 +20,7 @@ func TestLoadConfig(t *testing.T) {
 		"[[tenant]]\nid = \"a\"\n[[tenant]]\nid = \"a\"\n":                     `id "a" is empty or repeated`,
 		"[[tenant]]\nid = \"a\"\n[[tenant]]\nid = \"b\"\napi_keys = [\"k\"]\n": "every tenant needs an API key",
 		"[[tenant]]\nid = \"a\"\ndecode_tokens_per_second = -1\n":              "limits must not be negative",
+		"[[tenant]]\nid = \"a\"\nmax_queued = -1\n":                            "limits must not be negative",
 	} {
 		path := filepath.Join(t.TempDir(), "s.toml")
 		os.WriteFile(path, []byte(text), 0o644)
@@ -33,7 +34,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lim := NewPolicy(c).EngineConfig(c).Tenants("a"); lim.DecodeTokensPerSecond != 50 || lim.PrefillTokensPerSecond != 900 {
+	if lim := NewPolicy(c).EngineConfig(c).Policy.Load().Tenant("a"); lim.DecodeTokensPerSecond != 50 || lim.PrefillTokensPerSecond != 900 {
 		t.Fatalf("soft rate limits not passed to the engine: %+v", lim)
 	}
 }

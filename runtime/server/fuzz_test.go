@@ -111,7 +111,7 @@ func FuzzTokenize(f *testing.F) {
 func FuzzLoadConfig(f *testing.F) {
 	for _, s := range []string{
 		"slots = 8\nchunk_cap = 64\nqueue_depth = 16\nledger = \"usage.log\"\ncors_origins = [\"https://a.example\"]\n",
-		"[[tenant]]\nid = \"alpha\"\napi_keys = [\"sk-a\"]\nqos = \"interactive\"\nmax_concurrent = 2\nmax_kv_pages = 10\nreserved_kv_pages = 2\ndecode_tokens_per_second = 50\nprefill_tokens_per_second = 500\nmax_context_tokens = 64\ntokens_per_minute = 100\nrequests_per_minute = 5\nisolation_group = \"g\"\nadmin = true\n",
+		"[[tenant]]\nid = \"alpha\"\napi_keys = [\"sk-a\"]\nqos = \"interactive\"\nmax_concurrent = 2\nmax_kv_pages = 10\nreserved_kv_pages = 2\ndecode_tokens_per_second = 50\nprefill_tokens_per_second = 500\nmax_context_tokens = 64\nmax_queued = 3\ntokens_per_minute = 100\nrequests_per_minute = 5\nisolation_group = \"g\"\nadmin = true\n",
 		"[[tenant]]\nid = \"b\"\napi_key_hashes = [\"sha256:00\"]\nqos = \"batch\"\n",
 		"slots = -1\n", "[[tenant]]\n", "cors_origins = [\"ftp://x/y\"]\n", "= =", "",
 	} {

@@ -16,13 +16,6 @@ import (
 	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
 
-// failed reports whether a request's last event ends it without a
-// completion OpenAI can express (an error, a cancellation, a consumer cut
-// off).
-func failed(ev engine.Event) bool {
-	return ev.Err != nil || ev.Finish == engine.ClientTooSlow || ev.Finish == engine.Cancelled
-}
-
 // envelope is one stream chunk (or a completion's response): choice is
 // its only choice, or none in the usage chunk that u marks.
 func envelope(id, object string, created int64, model string, choice map[string]any, u *usage) map[string]any {
@@ -31,17 +24,6 @@ func envelope(id, object string, created int64, model string, choice map[string]
 		o["choices"], o["usage"] = []map[string]any{}, u
 	}
 	return o
-}
-
-// finishReason maps the engine's reasons onto OpenAI's.
-func finishReason(f engine.Finish) string {
-	switch decode.Finish(f) {
-	case decode.EOG, decode.StopString:
-		return "stop"
-	case decode.Length, decode.Context:
-		return "length"
-	}
-	return string(f)
 }
 
 // reject answers a generation request with an error, counting it against
@@ -125,49 +107,92 @@ func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, ps []deco
 	}}, nil
 }
 
+// admit submits a request to the model's engine; every refusal is the
+// engine's (draining too: Drain stops the engines admitting), mapped to
+// HTTP by admitError.
 func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, ps []decode.Params) ([]<-chan engine.Event, *apiError) {
-	if s.draining.Load() {
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the server is draining", Type: "server_error", retryAfter: 5}
-	}
-	if len(prompt) == 0 {
-		return nil, badRequest("prompt", "the prompt is empty")
-	}
-	if t.MaxContextTokens > 0 && len(prompt)+ps[0].MaxTokens > t.MaxContextTokens {
-		return nil, badRequest("prompt", "prompt of %d tokens plus max_tokens %d exceeds this tenant's %d-token context", len(prompt), ps[0].MaxTokens, t.MaxContextTokens)
-	}
-	for _, id := range prompt {
-		if id < 0 || int(id) >= m.Tok.NVocab() {
-			return nil, badRequest("prompt", "token id %d outside the vocabulary of %d", id, m.Tok.NVocab())
-		}
-	}
-	if st := m.Engine.Stats(); st.Waiting >= s.cfg.Load().QueueDepth {
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: "the queue is full", Type: "server_error", retryAfter: 1}
-	}
-	chans, err := m.Engine.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: t.qos, Prompt: prompt}, ps)
-	var rate *engine.RateLimitError
-	var long *engine.TooLongError
-	switch {
-	case errors.As(err, &rate) && rate.RetryAfter < 0:
-		return nil, badRequest("max_tokens", "the prompt's %d tokens plus max_tokens %d (of each of %d choices) exceed this tenant's tokens_per_minute (%d)",
-			len(prompt), ps[0].MaxTokens, len(ps), t.TokensPerMinute)
-	case errors.As(err, &rate):
-		code := "rate_limit_exceeded"
-		return nil, &apiError{status: http.StatusTooManyRequests, Message: fmt.Sprintf("tenant %s is over its rate limit; retry after %.1f s", t.ID, rate.RetryAfter.Seconds()),
-			Type: "rate_limit_error", Code: &code, retryAfter: int(math.Ceil(rate.RetryAfter.Seconds()))}
-	case errors.As(err, &long):
-		return nil, tooLong(long)
-	case errors.Is(err, engine.ErrDraining):
-		return nil, &apiError{status: http.StatusServiceUnavailable, Message: err.Error(), Type: "server_error"}
-	case err != nil:
-		return nil, badRequest("prompt", "%v", err)
+	chans, err := m.Engine.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: s.policy.tenant(t.ID).Class, Prompt: prompt}, ps)
+	if err != nil {
+		return nil, admitError(err)
 	}
 	return chans, nil
 }
 
+// admitErrors map the engine's admission errors to HTTP, one row a kind:
+// the status, OpenAI's error type and code, the Retry-After seconds, and
+// the message in the API's words, naming the request field (param) or
+// config key to change.
+var admitErrors = []struct {
+	kind   error
+	status int
+	typ    string
+	code   string
+	retry  func(e *engine.AdmitError) int
+	say    func(e *engine.AdmitError) (param, msg string)
+}{
+	{kind: engine.ErrEmpty, status: http.StatusBadRequest, typ: "invalid_request_error",
+		say: func(e *engine.AdmitError) (string, string) { return "prompt", "the prompt is empty" }},
+	{kind: engine.ErrBadToken, status: http.StatusBadRequest, typ: "invalid_request_error",
+		say: func(e *engine.AdmitError) (string, string) {
+			return "prompt", fmt.Sprintf("token id %d outside the vocabulary of %d", e.Token, e.Limit)
+		}},
+	{kind: engine.ErrTooLong, status: http.StatusBadRequest, typ: "invalid_request_error", say: tooLong},
+	{kind: engine.ErrExceedsRate, status: http.StatusBadRequest, typ: "invalid_request_error",
+		say: func(e *engine.AdmitError) (string, string) {
+			return "max_tokens", fmt.Sprintf("the prompt's %d tokens plus max_tokens %d (of each of %d choices) exceed this tenant's tokens_per_minute (%d)",
+				e.Prompt, e.MaxTokens, e.Choices, e.Limit)
+		}},
+	{kind: engine.ErrRateLimited, status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
+		retry: func(e *engine.AdmitError) int { return int(math.Ceil(e.RetryAfter.Seconds())) },
+		say: func(e *engine.AdmitError) (string, string) {
+			return "", fmt.Sprintf("tenant %s is over its rate limit; retry after %.1f s", e.Tenant, e.RetryAfter.Seconds())
+		}},
+	{kind: engine.ErrQueued, status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
+		retry: func(*engine.AdmitError) int { return 1 },
+		say: func(e *engine.AdmitError) (string, string) {
+			return "", fmt.Sprintf("tenant %s already has %d requests waiting for a slot, its max_queued; retry when one has started", e.Tenant, e.Limit)
+		}},
+	{kind: engine.ErrQueueFull, status: http.StatusServiceUnavailable, typ: "server_error",
+		retry: func(*engine.AdmitError) int { return 1 },
+		say:   func(e *engine.AdmitError) (string, string) { return "", "the queue is full" }},
+	{kind: engine.ErrDraining, status: http.StatusServiceUnavailable, typ: "server_error",
+		retry: func(*engine.AdmitError) int { return 5 },
+		say:   func(e *engine.AdmitError) (string, string) { return "", "the server is draining" }},
+}
+
+// admitError is the API's answer to an engine's refusal.
+func admitError(err error) *apiError {
+	var ae *engine.AdmitError
+	if errors.As(err, &ae) {
+		for _, row := range admitErrors {
+			if !errors.Is(err, row.kind) {
+				continue
+			}
+			param, msg := row.say(ae)
+			out := &apiError{status: row.status, Message: msg, Type: row.typ}
+			if param != "" {
+				out.Param = &param
+			}
+			if row.code != "" {
+				code := row.code
+				out.Code = &code
+			}
+			if row.retry != nil {
+				out.retryAfter = row.retry(ae)
+			}
+			return out
+		}
+	}
+	return badRequest("prompt", "%v", err)
+}
+
 // tooLong says in plain words why a request cannot fit, naming the field
 // to change: max_tokens while the prompt alone would fit, else the prompt.
-func tooLong(e *engine.TooLongError) *apiError {
-	param := "max_tokens"
+func tooLong(e *engine.AdmitError) (param, msg string) {
+	if e.Pages == 0 && e.Tenant != "" {
+		return "prompt", fmt.Sprintf("prompt of %d tokens plus max_tokens %d exceeds this tenant's %d-token context", e.Prompt, e.MaxTokens, e.Limit)
+	}
+	param = "max_tokens"
 	if e.Prompt >= e.Context {
 		param = "prompt"
 	}
@@ -179,13 +204,13 @@ func tooLong(e *engine.TooLongError) *apiError {
 		} else {
 			msg += ": shorten the prompt"
 		}
-		return badRequest(param, "%s", msg)
+		return param, msg
 	}
 	who := fmt.Sprintf("the server's KV cache holds %d pages", e.Limit)
 	if e.Tenant != "" {
 		who = fmt.Sprintf("tenant %s may hold %d pages (max_kv_pages)", e.Tenant, e.Limit)
 	}
-	return badRequest(param, "the prompt's %d tokens plus max_tokens %d need %d KV-cache pages; %s: lower max_tokens or shorten the prompt",
+	return param, fmt.Sprintf("the prompt's %d tokens plus max_tokens %d need %d KV-cache pages; %s: lower max_tokens or shorten the prompt",
 		e.Prompt, e.MaxTokens, e.Pages, who)
 }
 
@@ -283,14 +308,14 @@ func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage boo
 			if ev.Finish == "" {
 				continue
 			}
-			if failed(ev) {
+			if ev.Finish.Aborted() {
 				send([]any{map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}}})
 				fmt.Fprint(w, "data: [DONE]\n\n")
 				flush()
 				return // the handler's return cancels the other choices
 			}
 			lasts[i] = ev
-			send(out.end(i, finishReason(ev.Finish), pending[i]))
+			send(out.end(i, ev.Finish.OpenAI(), pending[i]))
 			pending[i] = nil
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
@@ -302,7 +327,7 @@ func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage boo
 // failure names why the first failed of lasts ended.
 func failure(lasts []engine.Event) string {
 	for _, ev := range lasts {
-		if failed(ev) {
+		if ev.Finish.Aborted() {
 			return string(ev.Finish)
 		}
 	}
@@ -334,7 +359,7 @@ func collect(g *generation) (res []choiceResult, lasts []engine.Event, anyFailed
 	for i := range res {
 		res[i].text = texts[i].String()
 		lasts = append(lasts, res[i].last)
-		anyFailed = anyFailed || failed(res[i].last)
+		anyFailed = anyFailed || res[i].last.Finish.Aborted()
 	}
 	return res, lasts, anyFailed
 }

@@ -312,7 +312,7 @@ func (o *responseOut) finish(last engine.Event) map[string]any {
 	}
 	o.closeItem()
 	status := "completed"
-	if finishReason(last.Finish) == "length" {
+	if last.Finish.OpenAI() == "length" {
 		status = "incomplete"
 		o.fields["incomplete_details"] = map[string]any{"reason": "max_output_tokens"}
 	}
@@ -391,7 +391,7 @@ func (o *responseOut) stream(w http.ResponseWriter, g *generation) {
 				o.add(ev.Text)
 			}
 			if ev.Finish != "" {
-				if failed(ev) {
+				if ev.Finish.Aborted() {
 					msg := "generation ended: " + string(ev.Finish)
 					o.emit("error", map[string]any{"code": "server_error", "message": msg, "param": nil})
 					o.fields["error"] = map[string]any{"code": "server_error", "message": msg}

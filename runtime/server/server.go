@@ -86,8 +86,14 @@ func (s *Server) Reload(cfg *Config) {
 	s.policy.Update(cfg)
 }
 
-// Drain makes the server refuse new generation requests with 503.
-func (s *Server) Drain() { s.draining.Store(true) }
+// Drain makes the server refuse new generation requests with 503: its
+// engines stop admitting, and /health turns 503.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	for _, m := range s.models {
+		m.Engine.StopAdmitting()
+	}
+}
 
 // Handler routes the endpoints.
 func (s *Server) Handler() http.Handler {

@@ -7,7 +7,7 @@ import (
 
 // running and waiting make the scheduler's view of one request.
 func running(id uint64, tenant string, q QoS) Seq {
-	return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Done: 5, Pages: 1, Running: true}
+	return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Done: 5, Pages: 1, Held: 1, Running: true}
 }
 
 func waiting(id uint64, tenant string, q QoS) Seq {
@@ -15,7 +15,7 @@ func waiting(id uint64, tenant string, q QoS) Seq {
 }
 
 func input(free int, limits map[string]Limits, seqs ...Seq) Input {
-	return Input{Seqs: seqs, FreeSlots: free, FreePages: 100, Slots: 8, Pages: 100, Budget: 64,
+	return Input{Seqs: seqs, FreeSlots: free, FreePages: 100, Slots: 8, Pages: 100, Budget: 64, PageTokens: 16,
 		Limits: func(t string) Limits { return limits[t] }}
 }
 

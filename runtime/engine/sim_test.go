@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -460,5 +461,108 @@ func TestStepCost(t *testing.T) {
 	}
 	if n := c.rows(0.0001); n != 1 {
 		t.Fatalf("tiny slack: %d rows, want 1", n)
+	}
+}
+
+// TestPagesOnDemand runs eight requests of 10-token prompts that may
+// generate 200 tokens each (14 pages) in a pool of 56 pages: four such
+// requests' whole lengths. All eight run at once; the pages in use are
+// just those their tokens fill (what kv_cache_usage_perc reports); as they
+// grow the pool runs dry, requests give up their pages and recompute them
+// later, and every stream still has the tokens it has alone. The step log
+// of it reruns step for step, and the pool ends full.
+func TestPagesOnDemand(t *testing.T) {
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 56, last: map[int]int32{}}
+	var log bytes.Buffer
+	clock := time.Unix(1_700_000_000, 0)
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, StepLog: &log, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var prompts [][]int32
+	var streams []<-chan Event
+	for i := range 8 {
+		prompt := make([]int32, 10)
+		for k := range prompt {
+			prompt[k] = int32(3 + (i*13+k*5)%(simVocab-3))
+		}
+		q := sched.Standard
+		if i%3 == 2 {
+			q = sched.Batch
+		}
+		ev, err := e.Submit(ctx, Request{Tenant: "t", QoS: q, Prompt: prompt, Decode: decode.Params{MaxTokens: 200, IgnoreEOS: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts, streams = append(prompts, prompt), append(streams, ev)
+	}
+	got := make([][]int32, len(streams))
+	most, open := 0, len(streams)
+	for step := 0; open > 0; step++ {
+		if step > 5000 {
+			t.Fatal("the engine did not finish")
+		}
+		clock = clock.Add(time.Millisecond)
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st := e.Stats()
+		most = max(most, st.Running)
+		filled := 0
+		for _, r := range e.reqs {
+			filled += (r.done + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+		}
+		if held := st.PagesTotal - st.PagesFree - st.PrefixIdle; held != filled {
+			t.Fatalf("step %d: %d pages in use, the requests' tokens fill %d", step, held, filled)
+		}
+		for i, ch := range streams {
+			for drained := false; ch != nil && !drained; {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						streams[i], open = nil, open-1
+						drained = true
+					} else if ev.Token >= 0 {
+						got[i] = append(got[i], ev.Token)
+					}
+				default:
+					drained = true
+				}
+			}
+		}
+	}
+	st := e.Stats()
+	t.Logf("%d steps, at most %d running at once, %d preemptions (%d released pages)", st.Steps, most, st.Preemptions, st.Released)
+	if most != 8 {
+		t.Errorf("at most %d requests ran at once, want all 8 (4 fit whole lengths)", most)
+	}
+	if st.Released == 0 {
+		t.Error("no request gave up its pages: the test does not run the pool dry")
+	}
+	for i, toks := range got {
+		prev, pos := prompts[i][len(prompts[i])-1], len(prompts[i])-1
+		for k, tok := range toks {
+			want := simNext(prev, pos)
+			if want == 2 { // EOS is banned: the largest logit after it
+				want = 3 + (prev*7+int32(pos))%(simVocab-3)
+			}
+			if tok != want {
+				t.Fatalf("request %d token %d: %d, want %d", i, k, tok, want)
+			}
+			prev, pos = tok, pos+1
+		}
+		if len(toks) != 200 {
+			t.Errorf("request %d: %d tokens, want 200", i, len(toks))
+		}
+	}
+	if st.PagesFree+st.PrefixIdle != st.PagesTotal {
+		t.Errorf("at the end %d pages free and %d idle in the prefix cache, of %d", st.PagesFree, st.PrefixIdle, st.PagesTotal)
+	}
+	m2 := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 56, last: map[int]int32{}}
+	if n, err := Rerun(ctx, m2, simTokenizer(t), &log); err != nil {
+		t.Fatalf("rerun: %v", err)
+	} else {
+		t.Logf("reran %d steps", n)
 	}
 }

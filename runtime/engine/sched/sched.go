@@ -189,8 +189,8 @@ func (p Plan) String() string {
 // class, then their tenant's dominant share (DRF: the largest of the
 // tenant's slots, KV pages and smoothed decode and prefill rates, each
 // over its quota), then arrival, while a slot is free, their tenant is
-// under its hard limits and the page their first row needs is
-// available; each admission raises its tenant's share before the next
+// under its hard limits and the pages their prompt and first generated
+// token fill are available (not their longest sequence's); each admission raises its tenant's share before the next
 // choice. When only a slot is missing, a running request of a less
 // urgent class is preempted for it: batch before standard, then the
 // tenant with the highest dominant share, then the latest arrival; never
@@ -213,9 +213,10 @@ func (p Plan) String() string {
 // fit the pool's unreserved pages, so the others' pages can always make
 // room for them.
 func Schedule(in Input) Plan {
-	seqs := make([]*Seq, len(in.Seqs))
-	for i := range in.Seqs {
-		seqs[i] = &in.Seqs[i]
+	own := slices.Clone(in.Seqs) // planning marks them; the caller's stay as they are
+	seqs := make([]*Seq, len(own))
+	for i := range own {
+		seqs[i] = &own[i]
 	}
 	sort.SliceStable(seqs, func(a, b int) bool {
 		x, y := seqs[a], seqs[b]
@@ -575,8 +576,12 @@ func (pl *planner) admit() {
 			continue
 		}
 		lim := pl.in.Limits(s.Tenant)
-		first := max(0, pl.pagesFor(s.Done+1)-s.Held) // the page its first row needs
-		others := 0                                   // pages other tenants reserve
+		// The pages its prompt (resuming, its tokens) and its first
+		// generated token fill: a request admitted with less would give
+		// its pages up again before it decodes, as soon as the pool runs
+		// dry.
+		first := max(0, pl.pagesFor(max(s.Done, s.Prompt)+1)-s.Held)
+		others := 0 // pages other tenants reserve
 		for t, n := range pl.in.Reservations {
 			if t != s.Tenant {
 				others += n

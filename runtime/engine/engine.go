@@ -689,10 +689,15 @@ func (e *Engine) input(now time.Time) sched.Input {
 			in.FreeSlots++
 		}
 	}
-	// The cached pages waiting requests would map: admitted, they map
-	// them before anyone gives up pages, so giving them up frees nothing.
-	// (A lead's pages the scheduler keeps apart: see sched.Seq.Lead.)
-	wanted := map[uint32]bool{}
+	// Who maps each page: a waiting request that would map one is not
+	// admitted in a step in which they give it up (sched.Seq.From).
+	mappers := map[uint32][]uint64{}
+	for _, r := range e.reqs {
+		for _, pg := range r.pages {
+			mappers[pg] = append(mappers[pg], r.id)
+		}
+	}
+	from := map[*request][]uint64{}
 	for _, r := range e.reqs {
 		r.hits, r.fromLead = nil, false
 		if r.waitsForLead() {
@@ -704,8 +709,10 @@ func (e *Engine) input(now time.Time) sched.Input {
 			r.hits = e.hits(r)
 		}
 		for _, pg := range r.hits {
-			if !r.fromLead {
-				wanted[pg] = true
+			for _, id := range mappers[pg] {
+				if !slices.Contains(from[r], id) {
+					from[r] = append(from[r], id)
+				}
 			}
 		}
 	}
@@ -716,13 +723,14 @@ func (e *Engine) input(now time.Time) sched.Input {
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
 			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
 		for _, pg := range r.pages {
-			if !wanted[pg] && e.pool.Refs(pg)-e.cacheRefs(pg) == 1 && e.pool.Owner(pg) == r.Tenant {
-				s.Frees++ // no other request maps it
+			// No other request maps it, and it is charged to r's tenant or
+			// one without a reservation (freeing another's reserved page
+			// would give it back to that tenant alone).
+			if o := e.pool.Owner(pg); e.pool.Refs(pg)-e.cacheRefs(pg) == 1 && (o == r.Tenant || in.Reservations[o] == 0) {
+				s.Frees++
 			}
 		}
-		if r.fromLead {
-			s.Lead = r.lead.id
-		}
+		s.From = from[r]
 		if len(r.hits) > 0 {
 			// It would start after its cached chunks, mapping them.
 			s.Done, s.Held, s.Shared = len(r.hits)*kernels.KVPageTokens, len(r.hits), len(r.hits)

@@ -92,10 +92,12 @@ var (
 	descFinished  = prometheus.NewDesc("zrt_requests_finished_total", "Finished requests by reason.", []string{"model_name", "reason"}, nil)
 	descPrefixQ   = prometheus.NewDesc("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", []string{"model_name"}, nil)
 	descPrefixHit = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", []string{"model_name"}, nil)
+	descPreempt   = prometheus.NewDesc("vllm:num_preemptions_total", "Requests preempted: their slot taken by a more urgent request, or their KV pages when the pool ran dry.", []string{"model_name"}, nil)
+	descReleased  = prometheus.NewDesc("zrt_kv_released_total", "Preemptions that took a request's KV pages because the pool ran dry (it computes its tokens again).", []string{"model_name"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descPreempt, descReleased} {
 		ch <- d
 	}
 }
@@ -119,6 +121,8 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(st.PrefixPages), name, "prefix")
 		ch <- prometheus.MustNewConstMetric(descPrefixQ, prometheus.CounterValue, float64(st.PrefixQueried), name)
 		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.PrefixHit), name)
+		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), name)
+		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.CounterValue, float64(st.Released), name)
 		for reason, n := range st.Finished {
 			ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(n), name, string(reason))
 		}

@@ -88,18 +88,20 @@ type Seq struct {
 	// them are mapped from the prefix cache or its group's first choice
 	// and not charged to it.
 	Held, Shared int
-	// Frees is how many pages charged to its tenant giving up its pages
-	// returns to the pool (a page left only in the prefix cache counts:
-	// the pool takes such pages back on demand).
+	// Frees is how many pages, charged to its tenant or to one without a
+	// reservation, giving up its pages returns to the pool (a page left
+	// only in the prefix cache counts: the pool takes such pages back on
+	// demand).
 	Frees int
 	// Idle, for a waiting request, is how many of the cached pages it
 	// would map only the prefix cache holds now: Input.FreePages counts
 	// them, and admitting it takes them out.
 	Idle int
-	// Lead, for a waiting request, is the request whose pages it would
-	// map (0: none, or cached ones): it is not admitted in a step that
-	// takes Lead's pages.
-	Lead    uint64
+	// From, for a waiting request, are the requests that map pages it
+	// would map on admission (its group's first choice, or requests on
+	// the same cached prefix): it is not admitted in a step in which one
+	// of them gives up its pages, so Frees may count those pages.
+	From    []uint64
 	Running bool // admitted: holds a slot and its pages
 	// Paged is set for a request that holds its pages without a slot:
 	// preempted for a slot, it resumes where it stopped.
@@ -358,8 +360,8 @@ func (pl *planner) gain(s *Seq) int {
 // below reports whether v may be made to give up its pages for s: it is
 // not interactive, holds pages, and ranks below s.
 func (pl *planner) below(v, s *Seq, strict bool) bool {
-	if v == s || v.QoS == Interactive || pl.released[v] || !(v.Running || v.Paged) {
-		return false
+	if v == s || v.QoS == Interactive || pl.released[v] || !(v.Running || v.Paged) || slices.Contains(s.From, v.ID) {
+		return false // (s would map pages of those in From)
 	}
 	return v.QoS > s.QoS || !strict && v.QoS == s.QoS && v.Arrival > s.Arrival
 }
@@ -458,7 +460,7 @@ func (pl *planner) release(v *Seq) {
 	pl.admitted[v] = false
 	pl.released[v] = true
 	for _, s := range pl.seqs {
-		if s.Lead == v.ID && pl.admitted[s] {
+		if pl.admitted[s] && slices.Contains(s.From, v.ID) {
 			pl.release(s) // it was to map v's pages
 		}
 	}
@@ -572,7 +574,7 @@ func (pl *planner) admit() {
 		i := pl.u.first(waiting)
 		s := waiting[i]
 		waiting = append(waiting[:i], waiting[i+1:]...)
-		if pl.released[s] || s.Lead != 0 && pl.releasedID(s.Lead) {
+		if pl.released[s] || slices.ContainsFunc(s.From, pl.releasedID) {
 			continue
 		}
 		lim := pl.in.Limits(s.Tenant)

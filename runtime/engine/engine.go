@@ -109,8 +109,10 @@ type Request struct {
 // completes), a preemption, or its end.
 type Event struct {
 	Token int32 // -1 when the event carries no token
-	// Preempted says the request lost its slot to a more urgent one; it
-	// keeps its KV pages and resumes where it stopped.
+	// Preempted says the request lost its slot to a more urgent one (it
+	// keeps its KV pages), or its pages because the pool ran dry (it
+	// computes its tokens again on resume); either way its stream goes on
+	// where it stopped when it resumes.
 	Preempted bool
 	Text      string // output that may be shown now
 	// Logprobs are Token's, when the request's decode.Params ask for them.
@@ -177,15 +179,26 @@ type request struct {
 	events chan Event
 	dec    *decode.Decoder
 	slot   int // -1 until admitted
+	// pages is its page table: the pages its tokens fill, growing as the
+	// steps' rows reach new ones; the first mapped of them are mapped
+	// from the prefix cache or its lead and are not its own.
 	pages  []uint32
-	tokens []int32  // prompt, then generated tokens
-	done   int      // tokens in the KV cache
-	need   int      // pages for its longest possible sequence
-	keys   []uint64 // prefix-cache keys of its prompt's full chunks
-	cached int      // prompt tokens mapped from the prefix cache
-	// replay, after a preemption on a model with recurrent layers, is
-	// how many of its tokens it recomputes from position 0 (their state
-	// went with the slot); the scheduler sees them as its prompt.
+	mapped int
+	// hits are the pages it would map if admitted this step (the
+	// scheduler's view, fixed when the step's input is taken); fromLead
+	// says they are its lead's.
+	hits     []uint32
+	fromLead bool
+	tokens   []int32  // prompt, then generated tokens
+	done     int      // tokens in the KV cache
+	need     int      // pages for its longest possible sequence
+	keys     []uint64 // prefix-cache keys of its prompt's full chunks
+	cached   int      // prompt tokens mapped from the prefix cache at its first admission
+	admitted bool     // admitted once: a later admission resumes it
+	// replay, after a preemption on a model with recurrent layers or
+	// one that released its pages, is how many of its tokens it
+	// recomputes from position 0 (their state went with the slot, or
+	// their pages with the pool); the scheduler sees them as its prompt.
 	replay int
 	// unwake stops waking Run when ctx ends (once r has finished).
 	unwake func() bool
@@ -244,6 +257,9 @@ type Stats struct {
 	PagesFree, PagesTotal   int
 	PromptTokens, Generated uint64
 	Preemptions             uint64
+	// Released counts the preemptions that took a request's KV pages as
+	// well, because the pool ran dry: it computed its tokens again.
+	Released uint64
 	// PrefixQueried and PrefixHit count prompt tokens looked up in the
 	// prefix cache and found there (vLLM counts its cache in tokens too).
 	PrefixQueried, PrefixHit uint64
@@ -578,7 +594,6 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		}
 	}
 	e.compact()
-	e.evict()
 
 	in := e.input(start)
 	if e.pinLatency != nil {
@@ -592,11 +607,28 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, r := range e.reqs {
 		byID[r.id] = r
 	}
+	paged := map[uint64]bool{}
+	for _, id := range plan.Admit {
+		paged[id] = len(byID[id].pages) > 0
+		e.mapHits(byID[id])
+	}
+	for _, id := range plan.Release {
+		e.release(byID[id])
+	}
 	for _, id := range plan.Preempt {
 		e.preempt(byID[id])
 	}
 	for _, id := range plan.Admit {
-		e.admit(byID[id])
+		e.admit(byID[id], paged[id])
+	}
+	// Pages as the rows reach them, once every admitted request has
+	// mapped its cached pages (which allocating may otherwise evict).
+	for _, c := range plan.Rows {
+		r := byID[c.ID]
+		if c.From != r.done {
+			panic(fmt.Sprintf("engine: the plan computes request %d from position %d, it has %d tokens in the KV cache", r.id, c.From, r.done))
+		}
+		e.grow(r, c.From+c.N)
 	}
 	e.mu.Lock()
 	e.countWaiting() // before the replay: a request admitted now no longer queues
@@ -694,10 +726,26 @@ func (e *Engine) count(tenant string, prefill, n int, now time.Time) {
 
 // input is the scheduler's view of the engine at now.
 func (e *Engine) input(now time.Time) sched.Input {
-	in := sched.Input{Budget: e.cfg.ChunkCap, FreePages: e.pool.Free(), Reserved: e.pool.Unreserved(),
-		Slots: e.cfg.Slots, Pages: e.pool.Pages(), Rates: map[string]sched.Rates{}}
+	in := sched.Input{Budget: e.cfg.ChunkCap, Slots: e.cfg.Slots, Pages: e.pool.Pages(), Rates: map[string]sched.Rates{},
+		PageTokens: kernels.KVPageTokens}
 	pol := e.cfg.Policy.Load() // one policy for the whole decision
 	in.Limits = func(tenant string) sched.Limits { return pol.Tenant(tenant).limits() }
+	// Pages only the prefix cache holds are as good as free: the pool
+	// takes them back as it needs them (alloc). A tenant's unused
+	// reservation counts its own such pages as unused.
+	in.FreePages, in.Reservations, in.Used = e.pool.Free(), e.pool.Reservations(), map[string]int{}
+	idle := map[string]int{}
+	if e.prefix != nil {
+		e.prefix.Pages(func(pg uint32) {
+			if e.idle(pg) {
+				in.FreePages++
+				idle[e.pool.Owner(pg)]++
+			}
+		})
+	}
+	for t := range in.Reservations {
+		in.Used[t] = e.pool.Used(t) - idle[t]
+	}
 	if e.cfg.InteractiveSlack > 0 {
 		in.LatencyRows = e.cost.rows(e.cfg.InteractiveSlack)
 	}
@@ -722,16 +770,56 @@ func (e *Engine) input(now time.Time) sched.Input {
 			in.FreeSlots++
 		}
 	}
+	// Who maps each page: a waiting request that would map one is not
+	// admitted in a step in which they give it up (sched.Seq.From).
+	mappers := map[uint32][]uint64{}
+	for _, r := range e.reqs {
+		for _, pg := range r.pages {
+			mappers[pg] = append(mappers[pg], r.id)
+		}
+	}
+	from := map[*request][]uint64{}
+	for _, r := range e.reqs {
+		r.hits, r.fromLead = nil, false
+		if r.waitsForLead() {
+			continue
+		}
+		if k := r.shares(); k > 0 && r.slot < 0 && len(r.pages) == 0 {
+			r.hits, r.fromLead = slices.Clone(r.lead.pages[:k]), true
+		} else {
+			r.hits = e.hits(r)
+		}
+		for _, pg := range r.hits {
+			for _, id := range mappers[pg] {
+				if !slices.Contains(from[r], id) {
+					from[r] = append(from[r], id)
+				}
+			}
+		}
+	}
 	for _, r := range e.reqs {
 		if r.waitsForLead() {
 			continue // admitted once its lead has computed the pages it maps
 		}
-		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id,
-			Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
-		if hits := e.hits(r); hits > 0 {
-			// It would start after its cached chunks, needing that many
-			// fewer pages of its own.
-			s.Done, s.Pages = hits*kernels.KVPageTokens, r.need-hits
+		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
+			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
+		for _, pg := range r.pages {
+			// No other request maps it, and it is charged to r's tenant or
+			// one without a reservation (freeing another's reserved page
+			// would give it back to that tenant alone).
+			if o := e.pool.Owner(pg); e.pool.Refs(pg)-e.cacheRefs(pg) == 1 && (o == r.Tenant || in.Reservations[o] == 0) {
+				s.Frees++
+			}
+		}
+		s.From = from[r]
+		if len(r.hits) > 0 {
+			// It would start after its cached chunks, mapping them.
+			s.Done, s.Held, s.Shared = len(r.hits)*kernels.KVPageTokens, len(r.hits), len(r.hits)
+			for _, pg := range r.hits {
+				if e.idle(pg) {
+					s.Idle++
+				}
+			}
 		}
 		in.Seqs = append(in.Seqs, s)
 	}
@@ -761,50 +849,83 @@ func (e *Engine) preempt(r *request) {
 	e.send(r, Event{Token: -1, Preempted: true})
 }
 
-// admit gives r a slot and, unless it resumes with them, every page it can
-// need.
-func (e *Engine) admit(r *request) {
+// release takes r's pages, and its slot if it runs, because the pool ran
+// dry. Its tokens stay: on resume it computes them again (those of its
+// prompt's full chunks that are still cached, it maps), the pending one
+// last, which yields the next token as its decode step would have; the
+// kernels are batch-invariant, so the stream goes on as it would have.
+func (e *Engine) release(r *request) {
+	if r.QoS == sched.Interactive {
+		panic("engine: the scheduler released an interactive request's pages")
+	}
+	if r.slot >= 0 {
+		e.slots[r.slot], r.slot = nil, -1
+	}
+	e.tr.instant("preempt", r, map[string]any{"done": r.done, "released": true})
+	e.remember(r) // its prompt's computed chunks, for its resume and for others
+	for _, pg := range r.pages {
+		e.pool.Release(pg)
+	}
+	r.pages, r.mapped = nil, 0
+	r.done, r.replay = 0, len(r.tokens)
+	e.mu.Lock()
+	e.stats.Preemptions++
+	e.stats.Released++
+	e.mu.Unlock()
+	e.send(r, Event{Token: -1, Preempted: true})
+}
+
+// mapHits maps the pages r is admitted with, as the scheduler saw them:
+// its lead's full prompt pages or its prompt's cached chunks, read-only
+// (r writes only the positions after them). It runs before anyone gives
+// up pages in the step, so they are all still there.
+func (e *Engine) mapHits(r *request) {
+	if len(r.pages) > 0 || len(r.hits) == 0 {
+		return
+	}
+	for _, pg := range r.hits {
+		e.pool.Ref(pg)
+	}
+	if !r.fromLead {
+		e.prefix.Lookup(r.keys[:len(r.hits)]) // used now, for the eviction order
+	}
+	r.pages = append(r.pages, r.hits...)
+	r.mapped = len(r.pages)
+	r.done = r.mapped * kernels.KVPageTokens
+	if !r.admitted {
+		e.mu.Lock()
+		if r.fromLead {
+			e.stats.ChoiceShared += uint64(r.done)
+		} else {
+			e.stats.PrefixHit += uint64(r.done)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// admit gives r a slot (mapHits has mapped the pages it starts with;
+// paged says it resumes with its own); it takes the rest as its rows
+// reach them.
+func (e *Engine) admit(r *request, paged bool) {
 	for i, s := range e.slots {
 		if s == nil {
 			e.slots[i], r.slot = r, i
 			break
 		}
 	}
-	if len(r.pages) > 0 {
+	if paged || r.admitted {
+		// Back after a preemption: with its pages, where it stopped; or
+		// having given them up, computing its tokens again from its
+		// cached prefix on.
 		e.tr.instant("resume", r, map[string]any{"slot": r.slot, "done": r.done})
-		return // resumed after a preemption
+		return
 	}
-	if k := r.shares(); k > 0 {
-		// The lead's full prompt pages, read-only: r writes only the
-		// positions after them.
-		for _, pg := range r.lead.pages[:k] {
-			e.pool.Ref(pg)
-		}
-		r.pages = append(r.pages, r.lead.pages[:k]...)
-		r.done = k * kernels.KVPageTokens
-		r.cached = r.done
-		e.mu.Lock()
-		e.stats.ChoiceShared += uint64(r.done)
-		e.mu.Unlock()
-	} else if e.prefix != nil {
-		hits := e.prefix.Lookup(r.keys)
-		for _, pg := range hits {
-			e.pool.Ref(pg)
-		}
-		r.pages = append(r.pages, hits...)
-		r.done = len(hits) * kernels.KVPageTokens
-		r.cached = r.done
+	r.admitted = true
+	r.cached = r.done
+	if e.prefix != nil && !r.fromLead {
 		e.mu.Lock()
 		e.stats.PrefixQueried += uint64(len(r.Prompt))
-		e.stats.PrefixHit += uint64(r.cached)
 		e.mu.Unlock()
-	}
-	for len(r.pages) < r.need {
-		pg, ok := e.pool.Alloc(r.Tenant)
-		if !ok {
-			panic("engine: the scheduler admitted a request whose pages are not available")
-		}
-		r.pages = append(r.pages, pg)
 	}
 	e.tr.instant("admit", r, map[string]any{"slot": r.slot, "prompt": len(r.Prompt), "cached": r.cached, "pages": len(r.pages)})
 }
@@ -931,23 +1052,27 @@ func (e *Engine) finish(r *request, last Event) {
 	e.mu.Unlock()
 }
 
-// hits is how many of a waiting request's leading chunks are cached now
-// (or computed by the lead of its group, which it maps).
-func (e *Engine) hits(r *request) int {
-	if r.slot >= 0 || len(r.pages) > 0 {
-		return 0
+// hits are the pages of a waiting request's leading chunks that are
+// cached now, which it would map.
+func (e *Engine) hits(r *request) []uint32 {
+	if r.slot >= 0 || len(r.pages) > 0 || e.prefix == nil {
+		return nil
 	}
-	if k := r.shares(); k > 0 {
-		return k
-	}
+	return e.prefix.Peek(r.keys)
+}
+
+// cacheRefs is how many references the prefix cache holds to pg.
+func (e *Engine) cacheRefs(pg uint32) int {
 	if e.prefix == nil {
 		return 0
 	}
-	n := 0
-	for n < len(r.keys) && e.prefix.Has(r.keys[n]) {
-		n++
-	}
-	return n
+	return e.prefix.Refs(pg)
+}
+
+// idle reports whether only the prefix cache holds pg.
+func (e *Engine) idle(pg uint32) bool {
+	n := e.cacheRefs(pg)
+	return n > 0 && e.pool.Refs(pg) == n
 }
 
 // remember indexes the pages of r's prompt chunks that are complete in the
@@ -968,37 +1093,27 @@ func (e *Engine) remember(r *request) {
 	}
 }
 
-// evict frees cached pages no request maps, least recently used first,
-// until the pages of the waiting requests that the free slots could take
-// fit in the free pool: freeing only the largest one's would admit one
-// request a step, so a pool full of cached pages (every page once a
-// server has run a while) would refill a batch of finished slots one
-// step at a time.
-func (e *Engine) evict() {
-	if e.prefix == nil {
-		return
+// grow gives r the pages its rows up to position end-1 reach.
+func (e *Engine) grow(r *request, end int) {
+	for len(r.pages)*kernels.KVPageTokens < end {
+		r.pages = append(r.pages, e.alloc(r.Tenant))
 	}
-	free := 0
-	for _, r := range e.slots {
-		if r == nil {
-			free++
+}
+
+// alloc takes a page for tenant, evicting cached pages no request maps,
+// least recently used first, while none is available to it.
+func (e *Engine) alloc(tenant string) uint32 {
+	for {
+		if pg, ok := e.pool.Alloc(tenant); ok {
+			return pg
 		}
-	}
-	want := 0
-	for _, r := range e.reqs {
-		if free == 0 {
-			break
+		var pg uint32
+		ok := e.prefix != nil
+		if ok {
+			pg, ok = e.prefix.Evict(func(pg uint32) bool { return !e.idle(pg) })
 		}
-		if r.slot < 0 && len(r.pages) == 0 {
-			want += r.need
-			free--
-		}
-	}
-	inUse := func(pg uint32) bool { return e.pool.Refs(pg) > 1 }
-	for e.pool.Free() < want {
-		pg, ok := e.prefix.Evict(inUse)
 		if !ok {
-			return
+			panic("engine: the scheduler planned a page that is not available")
 		}
 		e.pool.Release(pg)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -119,17 +120,35 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // TestSimulation drives the engine through many randomized steps of
 // arrivals, cancellations, slow consumers, tenant limits and failed steps,
 // and checks the invariants after every step: no page leaked or held
-// twice, every running decode served each step, no tenant above its caps,
-// every request ending exactly once with its usage adding up.
+// twice, every request holding just the pages its tokens fill, every
+// running decode served each step, no tenant above its caps, no
+// interactive request preempted, every greedy stream the tokens it
+// would produce alone (none lost or repeated across preemptions), every
+// request ending exactly once with its usage adding up. Seeds 1-3 have a
+// roomy pool; in seeds 4-6 it runs dry, and requests give up their pages.
 func TestSimulation(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500) })
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
+		pages := 100
+		if seed > 3 {
+			pages = 40
+		}
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500, pages) })
 	}
 }
 
-func simulate(t *testing.T, seed uint64, steps int) {
+// simNext is the token the scripted model's greedy choice gives after
+// token prev at position pos, or 2 (EOS).
+func simNext(prev int32, pos int) int32 {
+	last := prev*7 + int32(pos)
+	if last%29 == 0 {
+		return 2
+	}
+	return 3 + last%(simVocab-3)
+}
+
+func simulate(t *testing.T, seed uint64, steps, kvPages int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}}
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: kvPages, last: map[int]int32{}}
 	limits := map[string]sched.Limits{"a": {MaxSlots: 3, DecodeTokensPerSecond: 200}, "b": {MaxPages: 12}, "c": {PrefillTokensPerSecond: 1000}}
 	clock := time.Unix(1_700_000_000, 0) // moved forward by each step
 	policy := Policy{Tenants: map[string]TenantPolicy{}}
@@ -154,6 +173,11 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		slow   bool // never reads until the end
 		got    int  // token events read
 		ended  bool
+		qos    sched.QoS
+		// greedy streams are checked token by token at their end.
+		greedy bool
+		prompt []int32
+		toks   []int32
 	}
 	var clients []*client
 	read := func(c *client, all bool) {
@@ -162,6 +186,24 @@ func simulate(t *testing.T, seed uint64, steps int) {
 			case ev, ok := <-c.events:
 				if !ok {
 					t.Fatalf("seed %d: channel closed without a last event", seed)
+				}
+				if ev.Preempted && c.qos == sched.Interactive {
+					t.Fatalf("seed %d: an interactive request was preempted", seed)
+				}
+				if ev.Token >= 0 {
+					c.toks = append(c.toks, ev.Token)
+				}
+				if c.greedy && ev.Finish != "" && ev.Finish != ClientTooSlow { // (which drops an event)
+					prev, pos := c.prompt[len(c.prompt)-1], len(c.prompt)-1
+					for _, tok := range c.toks {
+						if want := simNext(prev, pos); tok != want {
+							t.Fatalf("seed %d: greedy stream %v of prompt %v: token %d at position %d, want %d", seed, c.toks, c.prompt, tok, pos+1, want)
+						}
+						prev, pos = tok, pos+1
+					}
+					if ev.Finish == "eog" && simNext(prev, pos) != 2 {
+						t.Fatalf("seed %d: a greedy request ended at position %d where the model does not give EOS", seed, pos)
+					}
 				}
 				if ev.Finish != "" {
 					c.ended = true
@@ -187,6 +229,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		}
 	}
 	ctx := context.Background()
+	mostRunning := 0
 	for step := 0; step < steps; step++ {
 		clock = clock.Add(time.Duration(1+rng.IntN(30)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
@@ -211,7 +254,8 @@ func simulate(t *testing.T, seed uint64, steps int) {
 					choices = append(choices, decode.Params{MaxTokens: 1 + rng.IntN(60), Sampling: sample.Params{Temperature: 1, Seed: rng.Uint64()}})
 				}
 			}
-			evs, err := e.SubmitN(cctx, Request{Tenant: tenant, QoS: sched.QoS(rng.IntN(3)), Prompt: prompt}, choices)
+			qos := sched.QoS(rng.IntN(3))
+			evs, err := e.SubmitN(cctx, Request{Tenant: tenant, QoS: qos, Prompt: prompt}, choices)
 			if err != nil {
 				cancel()
 				if len(prompt)+60 <= 16*16 {
@@ -220,9 +264,10 @@ func simulate(t *testing.T, seed uint64, steps int) {
 				continue
 			}
 			slow := rng.IntN(10) == 0
-			for _, ev := range evs {
+			for i, ev := range evs {
 				// The choices share one context: cancelling any cancels all.
-				clients = append(clients, &client{events: ev, cancel: cancel, slow: slow})
+				clients = append(clients, &client{events: ev, cancel: cancel, slow: slow, qos: qos,
+					greedy: i == 0, prompt: prompt})
 			}
 		}
 		if rng.IntN(20) == 0 && len(clients) > 0 {
@@ -234,7 +279,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 		m.batch = runtime.Batch{}
 		running := map[*request]bool{}
 		for _, r := range e.reqs {
-			if r.slot >= 0 && r.done >= len(r.Prompt) {
+			if r.slot >= 0 && r.done >= max(len(r.Prompt), r.replay) {
 				running[r] = true // decoding before this step: must get a row
 			}
 		}
@@ -255,6 +300,7 @@ func simulate(t *testing.T, seed uint64, steps int) {
 			}
 		}
 		check(t, e, limits, seed, step)
+		mostRunning = max(mostRunning, e.Stats().Running)
 		for _, c := range clients {
 			if !c.slow {
 				read(c, false)
@@ -285,14 +331,17 @@ func simulate(t *testing.T, seed uint64, steps int) {
 	if s.Preemptions == 0 {
 		t.Errorf("seed %d: no preemption happened: the simulation does not exercise it", seed)
 	}
+	if kvPages < 50 && s.Released == 0 {
+		t.Errorf("seed %d: no request gave up its pages in a pool of %d: the simulation does not run it dry", seed, kvPages)
+	}
 	if s.PrefixHit == 0 {
 		t.Errorf("seed %d: no prefix-cache hit: the simulation does not exercise it", seed)
 	}
 	if s.ChoiceShared == 0 {
 		t.Errorf("seed %d: no choice mapped its group's prompt pages: the simulation does not exercise it", seed)
 	}
-	t.Logf("seed %d: %d requests, %d steps computed, %d preemptions, prefix cache %d/%d tokens, %d shared by choices, endings %v",
-		seed, len(clients), s.Steps, s.Preemptions, s.PrefixHit, s.PrefixQueried, s.ChoiceShared, s.Finished)
+	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens, %d shared by choices, endings %v",
+		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.ChoiceShared, s.Finished)
 }
 
 func btoi(b bool) int {
@@ -314,12 +363,15 @@ func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64,
 		for _, pg := range r.pages {
 			holders[pg]++
 		}
+		if want := (r.done + kernels.KVPageTokens - 1) / kernels.KVPageTokens; len(r.pages) != want {
+			t.Fatalf("seed %d step %d: request %d holds %d pages for its %d tokens in the KV cache, want %d", seed, step, r.id, len(r.pages), r.done, want)
+		}
 		if r.slot >= 0 {
 			if e.slots[r.slot] != r {
 				t.Fatalf("seed %d step %d: request %d thinks it holds slot %d", seed, step, r.id, r.slot)
 			}
 			slots[r.Tenant]++
-			pages[r.Tenant] += len(r.pages) - r.cached/kernels.KVPageTokens // mapped cache pages are not its own
+			pages[r.Tenant] += len(r.pages) - r.mapped // mapped cache pages are not its own
 		} else if len(r.pages) > 0 && r.QoS == sched.Interactive {
 			t.Fatalf("seed %d step %d: interactive request %d waits holding pages: it was preempted", seed, step, r.id)
 		}
@@ -415,6 +467,109 @@ func TestStepCost(t *testing.T) {
 	}
 	if n := c.rows(0.0001); n != 1 {
 		t.Fatalf("tiny slack: %d rows, want 1", n)
+	}
+}
+
+// TestPagesOnDemand runs eight requests of 10-token prompts that may
+// generate 200 tokens each (14 pages) in a pool of 56 pages: four such
+// requests' whole lengths. All eight run at once; the pages in use are
+// just those their tokens fill (what kv_cache_usage_perc reports); as they
+// grow the pool runs dry, requests give up their pages and recompute them
+// later, and every stream still has the tokens it has alone. The step log
+// of it reruns step for step, and the pool ends full.
+func TestPagesOnDemand(t *testing.T) {
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 56, last: map[int]int32{}}
+	var log bytes.Buffer
+	clock := time.Unix(1_700_000_000, 0)
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, StepLog: &log, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var prompts [][]int32
+	var streams []<-chan Event
+	for i := range 8 {
+		prompt := make([]int32, 10)
+		for k := range prompt {
+			prompt[k] = int32(3 + (i*13+k*5)%(simVocab-3))
+		}
+		q := sched.Standard
+		if i%3 == 2 {
+			q = sched.Batch
+		}
+		ev, err := e.Submit(ctx, Request{Tenant: "t", QoS: q, Prompt: prompt, Decode: decode.Params{MaxTokens: 200, IgnoreEOS: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompts, streams = append(prompts, prompt), append(streams, ev)
+	}
+	got := make([][]int32, len(streams))
+	most, open := 0, len(streams)
+	for step := 0; open > 0; step++ {
+		if step > 5000 {
+			t.Fatal("the engine did not finish")
+		}
+		clock = clock.Add(time.Millisecond)
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st := e.Stats()
+		most = max(most, st.Running)
+		filled := 0
+		for _, r := range e.reqs {
+			filled += (r.done + kernels.KVPageTokens - 1) / kernels.KVPageTokens
+		}
+		if held := st.PagesTotal - st.PagesFree - st.PrefixIdle; held != filled {
+			t.Fatalf("step %d: %d pages in use, the requests' tokens fill %d", step, held, filled)
+		}
+		for i, ch := range streams {
+			for drained := false; ch != nil && !drained; {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						streams[i], open = nil, open-1
+						drained = true
+					} else if ev.Token >= 0 {
+						got[i] = append(got[i], ev.Token)
+					}
+				default:
+					drained = true
+				}
+			}
+		}
+	}
+	st := e.Stats()
+	t.Logf("%d steps, at most %d running at once, %d preemptions (%d released pages)", st.Steps, most, st.Preemptions, st.Released)
+	if most != 8 {
+		t.Errorf("at most %d requests ran at once, want all 8 (4 fit whole lengths)", most)
+	}
+	if st.Released == 0 {
+		t.Error("no request gave up its pages: the test does not run the pool dry")
+	}
+	for i, toks := range got {
+		prev, pos := prompts[i][len(prompts[i])-1], len(prompts[i])-1
+		for k, tok := range toks {
+			want := simNext(prev, pos)
+			if want == 2 { // EOS is banned: the largest logit after it
+				want = 3 + (prev*7+int32(pos))%(simVocab-3)
+			}
+			if tok != want {
+				t.Fatalf("request %d token %d: %d, want %d", i, k, tok, want)
+			}
+			prev, pos = tok, pos+1
+		}
+		if len(toks) != 200 {
+			t.Errorf("request %d: %d tokens, want 200", i, len(toks))
+		}
+	}
+	if st.PagesFree+st.PrefixIdle != st.PagesTotal {
+		t.Errorf("at the end %d pages free and %d idle in the prefix cache, of %d", st.PagesFree, st.PrefixIdle, st.PagesTotal)
+	}
+	m2 := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 56, last: map[int]int32{}}
+	if n, err := Rerun(ctx, m2, simTokenizer(t), &log); err != nil {
+		t.Fatalf("rerun: %v", err)
+	} else {
+		t.Logf("reran %d steps", n)
 	}
 }
 

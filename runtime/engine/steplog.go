@@ -19,9 +19,9 @@ import (
 
 // StepRecord is one line of a step log (Config.StepLog): the first line
 // carries only Config; every later one is a step that received arrivals,
-// saw cancellations or computed rows, with everything it depended on, so
-// Rerun can run the same steps on a fresh engine and compare what they
-// sampled.
+// saw cancellations, computed rows or changed who holds slots and pages,
+// with everything it depended on, so Rerun can run the same steps on a
+// fresh engine and compare what they sampled.
 type StepRecord struct {
 	Config *StepLogConfig `json:"config,omitempty"`
 	// Step numbers the log's steps from 1 (steps that did nothing are
@@ -108,7 +108,8 @@ func (e *Engine) logging() bool { return e.slog != nil || e.onStep != nil }
 func (e *Engine) endRecord() {
 	rec := e.rec
 	e.rec = nil
-	if rec == nil || (len(rec.Arrivals) == 0 && len(rec.Cancelled) == 0 && (rec.Plan == nil || rec.Plan.NRows == 0 && len(rec.Plan.Admit) == 0)) {
+	if rec == nil || (len(rec.Arrivals) == 0 && len(rec.Cancelled) == 0 && (rec.Plan == nil ||
+		rec.Plan.NRows == 0 && len(rec.Plan.Admit) == 0 && len(rec.Plan.Preempt) == 0 && len(rec.Plan.Release) == 0)) {
 		return
 	}
 	e.logged++

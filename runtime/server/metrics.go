@@ -96,10 +96,12 @@ var (
 	descPrefixHit = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", []string{"model_name"}, nil)
 	descStepKind  = prometheus.NewDesc("zrt_steps_by_kind_total", "Engine steps that computed rows, by kind: decode (decode rows only) or mixed (prompt rows too).", []string{"model_name", "kind"}, nil)
 	descStepTime  = prometheus.NewDesc("zrt_step_seconds_total", "Time in engine steps by step kind and part: replay (the model's step: the device's work and the wait for it) or host (scheduling, batching, sampling, sending).", []string{"model_name", "kind", "part"}, nil)
+	descPreempt   = prometheus.NewDesc("vllm:num_preemptions_total", "Requests preempted: their slot taken by a more urgent request, or their KV pages when the pool ran dry.", []string{"model_name"}, nil)
+	descReleased  = prometheus.NewDesc("zrt_kv_released_total", "Preemptions that took a request's KV pages because the pool ran dry (it computes its tokens again).", []string{"model_name"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descStepKind, descStepTime} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descPreempt, descReleased, descStepKind, descStepTime} {
 		ch <- d
 	}
 }
@@ -128,6 +130,8 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, t.Replay, name, kind, "replay")
 			ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, t.Host, name, kind, "host")
 		}
+		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), name)
+		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.CounterValue, float64(st.Released), name)
 		for reason, n := range st.Finished {
 			ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(n), name, string(reason))
 		}

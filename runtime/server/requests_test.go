@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 )
@@ -236,7 +237,13 @@ func TestKVUsageIgnoresPrefixCache(t *testing.T) {
 	if code, raw, _, _ := post(t, url, "POST", "/v1/completions", string(body)); code != 200 {
 		t.Fatalf("%d %s", code, raw)
 	}
+	// The response can come before the step that finished it publishes
+	// its stats: wait for that step.
 	m := scrape(t, url)
+	for i := 0; i < 100 && m.sum("zrt_kv_pages", "state", "prefix") == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		m = scrape(t, url)
+	}
 	if prefix := m.sum("zrt_kv_pages", "state", "prefix"); prefix == 0 {
 		t.Fatal("the prefix cache kept no page: the test proves nothing")
 	}

@@ -374,6 +374,8 @@ func TestOpenAIClient(t *testing.T) {
 		`vllm:num_requests_running{model_name="stories260K"} 0`,
 		`vllm:num_requests_waiting{model_name="stories260K"} 0`,
 		`vllm:kv_cache_usage_perc{model_name="stories260K"} 0`,
+		`vllm:num_preemptions_total{model_name="stories260K"} `,
+		`zrt_kv_released_total{model_name="stories260K"} `,
 		fmt.Sprintf(`vllm:generation_tokens_total{model_name="stories260K"} %d`, generated+2*2),
 		`vllm:time_to_first_token_seconds_count{model_name="stories260K"} 9`,
 		`zrt_tenant_rejected_total{status="429",tenant="beta"} 1`,

@@ -55,6 +55,18 @@ func (p *Pool) Reserve(tenant string, n int) error {
 	return nil
 }
 
+// Reservations returns each tenant's reservation.
+func (p *Pool) Reservations() map[string]int {
+	out := make(map[string]int, len(p.reserved))
+	for t, n := range p.reserved {
+		out[t] = n
+	}
+	return out
+}
+
+// Owner is the tenant charged for a page in use ("" for a free page).
+func (p *Pool) Owner(pg uint32) string { return p.owner[pg] }
+
 // Available is how many pages tenant may still take: its unused
 // reservation plus the floating pages nobody has reserved.
 func (p *Pool) Available(tenant string) int {

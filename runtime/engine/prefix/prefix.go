@@ -28,6 +28,7 @@ type Cache struct {
 	k0, k1 uint64
 	pages  map[uint64]*list.Element // key → entry in lru
 	lru    *list.List               // of *entry, least recently used first
+	held   map[uint32]int           // page → keys it is cached under
 }
 
 type entry struct {
@@ -42,7 +43,7 @@ func New() *Cache {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("prefix: no randomness for the cache secret: " + err.Error())
 	}
-	return &Cache{k0: binary.LittleEndian.Uint64(b[:8]), k1: binary.LittleEndian.Uint64(b[8:]), pages: map[uint64]*list.Element{}, lru: list.New()}
+	return &Cache{k0: binary.LittleEndian.Uint64(b[:8]), k1: binary.LittleEndian.Uint64(b[8:]), pages: map[uint64]*list.Element{}, lru: list.New(), held: map[uint32]int{}}
 }
 
 // Keys returns the chained keys of tokens' full chunks within scope,
@@ -79,6 +80,24 @@ func (c *Cache) Lookup(keys []uint64) []uint32 {
 	return out
 }
 
+// Peek returns the pages of the longest cached run of keys from the
+// first, like Lookup, without marking them used.
+func (c *Cache) Peek(keys []uint64) []uint32 {
+	var out []uint32
+	for _, k := range keys {
+		el, ok := c.pages[k]
+		if !ok {
+			break
+		}
+		out = append(out, el.Value.(*entry).page)
+	}
+	return out
+}
+
+// Refs is how many pool references the cache holds to page (one per key
+// it is cached under).
+func (c *Cache) Refs(page uint32) int { return c.held[page] }
+
 // Has reports whether key is cached.
 func (c *Cache) Has(key uint64) bool { _, ok := c.pages[key]; return ok }
 
@@ -86,6 +105,7 @@ func (c *Cache) Has(key uint64) bool { _, ok := c.pages[key]; return ok }
 // reference.
 func (c *Cache) Insert(key uint64, page uint32, tenant string) {
 	c.pages[key] = c.lru.PushBack(&entry{key, page, tenant})
+	c.held[page]++
 }
 
 // Len is the number of cached pages.
@@ -100,6 +120,9 @@ func (c *Cache) Evict(inUse func(page uint32) bool) (page uint32, ok bool) {
 		if !inUse(e.page) {
 			c.lru.Remove(el)
 			delete(c.pages, e.key)
+			if c.held[e.page]--; c.held[e.page] == 0 {
+				delete(c.held, e.page)
+			}
 			return e.page, true
 		}
 	}

@@ -7,6 +7,8 @@ package sched
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -63,21 +65,46 @@ type Rates struct {
 	Decode, Prefill float64
 }
 
-// Seq is the scheduler's view of one request.
+// Seq is the scheduler's view of one request. A request holds the KV
+// pages its tokens fill and takes more a step at a time, as its rows
+// reach them; nothing is set aside for the tokens it may generate later,
+// except that interactive requests, which are never preempted, are
+// admitted only while the pool could still grow every one of them to its
+// end (see Schedule).
 type Seq struct {
 	ID      uint64
 	Tenant  string
 	QoS     QoS
 	Arrival uint64 // order of submission: ties go to the earlier
-	Prompt  int    // prompt tokens
-	Done    int    // tokens already in the KV cache
-	// Pages is what the request needs to run to its end (prompt plus the
-	// most tokens it may generate), taken whole at admission so a running
-	// request never waits for a page.
-	Pages   int
+	// Prompt is what it computes before it decodes: its prompt, or, when
+	// it resumes after giving up its pages, every token it has.
+	Prompt int
+	Done   int // tokens in the KV cache (waiting: that it maps on admission)
+	// Pages is the most it can need: pages for its prompt plus the most
+	// tokens it may generate.
+	Pages int
+	// Held is the pages its page table holds, which cover its Done
+	// tokens (waiting: the cached pages it maps on admission); Shared of
+	// them are mapped from the prefix cache or its group's first choice
+	// and not charged to it.
+	Held, Shared int
+	// Frees is how many pages, charged to its tenant or to one without a
+	// reservation, giving up its pages returns to the pool (a page left
+	// only in the prefix cache counts: the pool takes such pages back on
+	// demand).
+	Frees int
+	// Idle, for a waiting request, is how many of the cached pages it
+	// would map only the prefix cache holds now: Input.FreePages counts
+	// them, and admitting it takes them out.
+	Idle int
+	// From, for a waiting request, are the requests that map pages it
+	// would map on admission (its group's first choice, or requests on
+	// the same cached prefix): it is not admitted in a step in which one
+	// of them gives up its pages, so Frees may count those pages.
+	From    []uint64
 	Running bool // admitted: holds a slot and its pages
 	// Paged is set for a request that holds its pages without a slot:
-	// preempted, it resumes where it stopped without asking for pages.
+	// preempted for a slot, it resumes where it stopped.
 	Paged bool
 }
 
@@ -89,12 +116,18 @@ type Input struct {
 	// Seqs are the running and the waiting requests, in any order.
 	Seqs      []Seq
 	FreeSlots int
-	// FreePages are the pool's free pages; Reserved, per tenant, the part
-	// of its reservation it does not use yet, which no other tenant may
+	// FreePages are the pages the pool can hand out now: its free pages
+	// and those only the prefix cache holds. Reservations are the pages
+	// set aside per tenant, and Used, per tenant with a reservation, the
+	// pages charged to it but those only the prefix cache holds: the
+	// part of a reservation its tenant does not use no other tenant may
 	// take.
-	FreePages int
-	Reserved  map[string]int
-	Limits    func(tenant string) Limits
+	FreePages    int
+	Reservations map[string]int
+	Used         map[string]int
+	// PageTokens is the tokens a KV page holds.
+	PageTokens int
+	Limits     func(tenant string) Limits
 	// Slots and Pages are the engine's totals: the quota of a tenant
 	// without a limit of its own, in its dominant share.
 	Slots, Pages int
@@ -119,11 +152,16 @@ type Chunk struct {
 	Logits  bool
 }
 
-// Plan is one step's decision.
+// Plan is one step's decision. The engine gives each chunk's request
+// the pages its rows reach before the step runs.
 type Plan struct {
 	// Preempt lose their slots before the step (keeping their pages), to
 	// admit requests of a more urgent class; never an interactive one.
 	Preempt []uint64
+	// Release give up their pages, and their slots if they run, because
+	// the pool ran dry; each resumes later by computing its tokens again
+	// (its stream goes on where it stopped). Never an interactive one.
+	Release []uint64 `json:",omitempty"`
 	Admit   []uint64 // newly admitted or resumed, in admission order
 	Rows    []Chunk  // decode rows first, then prefill chunks
 	NRows   int      // sum of Rows' N
@@ -131,7 +169,11 @@ type Plan struct {
 
 func (p Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "preempt %v admit %v rows %d:", p.Preempt, p.Admit, p.NRows)
+	fmt.Fprintf(&b, "preempt %v ", p.Preempt)
+	if len(p.Release) > 0 {
+		fmt.Fprintf(&b, "release %v ", p.Release)
+	}
+	fmt.Fprintf(&b, "admit %v rows %d:", p.Admit, p.NRows)
 	for _, c := range p.Rows {
 		fmt.Fprintf(&b, " %d@%d+%d", c.ID, c.From, c.N)
 		if c.Logits {
@@ -141,26 +183,42 @@ func (p Plan) String() string {
 	return b.String()
 }
 
-// Schedule decides one step (seed 000 §18.5). Waiting requests are
-// admitted by class, then their tenant's dominant share (DRF: the largest
-// of the tenant's slots, KV pages and smoothed decode and prefill rates,
-// each over its quota), then arrival, while a slot is free, their tenant
-// is under its hard limits and the pages they need are available (a
-// preempted request already holds its own). Each admission raises its
-// tenant's share before the next choice. When only a slot is missing, a
-// running request of a less urgent class is preempted for it: batch
-// before standard, then the tenant with the highest dominant share, then
-// the latest arrival; never an interactive one. Every running request
-// that is decoding then gets its row (decode first, so a long prompt
-// delays no running decode by more than one chunk), and prefill chunks
-// fill the rest of the budget, running requests before newly admitted
-// ones; while an interactive request decodes, other classes' prefill
-// takes at most LatencyRows of it.
+// Schedule decides one step (seed 000 §18.5).
+//
+// Every running request that decodes gets its row first (so a long
+// prompt delays no running decode by more than one chunk), most urgent
+// class first, then by arrival. Waiting requests are then admitted by
+// class, then their tenant's dominant share (DRF: the largest of the
+// tenant's slots, KV pages and smoothed decode and prefill rates, each
+// over its quota), then arrival, while a slot is free, their tenant is
+// under its hard limits and the pages their prompt and first generated
+// token fill are available (not their longest sequence's); each admission raises its tenant's share before the next
+// choice. When only a slot is missing, a running request of a less
+// urgent class is preempted for it: batch before standard, then the
+// tenant with the highest dominant share, then the latest arrival; never
+// an interactive one. Prefill chunks fill the rest of the budget,
+// running requests before newly admitted ones; while an interactive
+// request decodes, other classes' prefill takes at most LatencyRows of
+// it.
+//
+// Pages are taken as rows reach them. When a row finds the pool (or its
+// tenant's page limit) dry, requests that rank below it give up their
+// pages: preempted ones without a slot first, then the least urgent
+// class, the highest dominant share, the latest arrival; a request
+// ranks below another of a more urgent class, or of its own class that
+// arrived earlier (for admission, only a more urgent class). A running
+// request that finds nobody below it gives up its own pages, so the
+// earliest of the most urgent class always advances. Interactive
+// requests are never made to give up pages; instead one is admitted only
+// while the pages every admitted interactive request may still need —
+// its prompt plus its most tokens, beyond its tenant's reservation —
+// fit the pool's unreserved pages, so the others' pages can always make
+// room for them.
 func Schedule(in Input) Plan {
-	var p Plan
-	seqs := make([]*Seq, len(in.Seqs))
-	for i := range in.Seqs {
-		seqs[i] = &in.Seqs[i]
+	own := slices.Clone(in.Seqs) // planning marks them; the caller's stay as they are
+	seqs := make([]*Seq, len(own))
+	for i := range own {
+		seqs[i] = &own[i]
 	}
 	sort.SliceStable(seqs, func(a, b int) bool {
 		x, y := seqs[a], seqs[b]
@@ -172,95 +230,427 @@ func Schedule(in Input) Plan {
 		}
 		return x.Arrival < y.Arrival
 	})
-	u := newUsage(in, seqs)
-	reserved := map[string]int{}
-	heldBack := 0
-	for t, n := range in.Reserved {
-		reserved[t] = n
-		heldBack += n
-	}
-	freePages := in.FreePages
-	free := in.FreeSlots
-	// victims are the running requests that may be preempted.
-	var victims []*Seq
-	var waiting []*Seq
+	pl := newPlanner(in, seqs)
 	for _, s := range seqs {
+		if s.Running && !s.Prefilling() {
+			pl.decode(s)
+		}
+	}
+	pl.admit()
+	for _, s := range seqs {
+		if s.Running && !s.Prefilling() && pl.admitted[s] && pl.chunk[s] < 0 {
+			pl.decode(s) // resumed
+		}
+	}
+	for _, s := range seqs {
+		if s.Running && s.Prefilling() {
+			pl.prefill(s)
+		}
+	}
+	return pl.plan()
+}
+
+// planner is one step's decision while it is made.
+type planner struct {
+	in   *Input
+	u    *usage
+	p    Plan
+	seqs []*Seq // in Schedule's order
+	// The pool as planned so far: pages to hand out, and the pages
+	// charged to each tenant with a reservation.
+	free    int
+	used    map[string]int
+	slots   int    // free slots
+	victims []*Seq // running requests a slot may be taken from
+	// commit is the pages each tenant's interactive requests may come to
+	// map (their cached pages too, which stay in the pool while mapped);
+	// over, the sum of what of it exceeds each reservation; floating, the
+	// unreserved pages that must cover over.
+	commit         map[string]int
+	over, floating int
+	budget         int
+	latency        int // prefill rows of other classes left under the latency budget; -1: no limit
+	grant          map[*Seq]int
+	chunk          map[*Seq]int // index in p.Rows, -1: none
+	latencyRows    map[*Seq]int // of its chunk's rows, those counted under the latency budget
+	admitted       map[*Seq]bool
+	released       map[*Seq]bool
+	was            map[*Seq]bool // held pages before the step (running or paged)
+}
+
+func newPlanner(in Input, seqs []*Seq) *planner {
+	pl := &planner{in: &in, u: newUsage(in, seqs), seqs: seqs, free: in.FreePages, used: map[string]int{}, slots: in.FreeSlots,
+		commit: map[string]int{}, floating: in.Pages, budget: in.Budget, latency: -1,
+		grant: map[*Seq]int{}, chunk: map[*Seq]int{}, latencyRows: map[*Seq]int{}, admitted: map[*Seq]bool{}, released: map[*Seq]bool{}, was: map[*Seq]bool{}}
+	for t, n := range in.Used {
+		pl.used[t] = n
+	}
+	for _, n := range in.Reservations {
+		pl.floating -= n
+	}
+	for _, s := range seqs {
+		pl.chunk[s] = -1
+		pl.was[s] = s.Running || s.Paged
+		if s.Running && s.QoS != Interactive {
+			pl.victims = append(pl.victims, s)
+		}
+		if s.QoS == Interactive && pl.was[s] {
+			pl.commit[s.Tenant] += s.Pages
+		}
+	}
+	for t, n := range pl.commit {
+		pl.over += max(0, n-in.Reservations[t])
+	}
+	return pl
+}
+
+// pagesFor is the pages that hold n tokens.
+func (pl *planner) pagesFor(n int) int { return (n + pl.in.PageTokens - 1) / pl.in.PageTokens }
+
+// holds is the pages s's table will cover: what it held and what the
+// step gave it.
+func (pl *planner) holds(s *Seq) int { return s.Held + pl.grant[s] }
+
+// poolAvail is how many pages s's tenant may take from the pool: the
+// floating pages and its own unused reservation.
+func (pl *planner) poolAvail(s *Seq) int {
+	n := pl.free
+	for t, r := range pl.in.Reservations {
+		if t != s.Tenant && r > 0 {
+			n -= max(0, r-pl.used[t]) // held back for t
+		}
+	}
+	return max(0, n)
+}
+
+// limitAvail is how many more pages s may take under its tenant's page
+// limit (an interactive request was counted whole at admission).
+func (pl *planner) limitAvail(s *Seq) int {
+	lim := pl.in.Limits(s.Tenant).MaxPages
+	if lim <= 0 || s.QoS == Interactive {
+		return math.MaxInt
+	}
+	return max(0, lim-pl.u.pages[s.Tenant])
+}
+
+func (pl *planner) avail(s *Seq) int { return min(pl.poolAvail(s), pl.limitAvail(s)) }
+
+// take gives s k pages, from its tenant's reservation first.
+func (pl *planner) take(s *Seq, k int) {
+	pl.used[s.Tenant] += k
+	pl.free -= k
+	pl.grant[s] += k
+	if s.QoS != Interactive {
+		pl.u.pages[s.Tenant] += k
+	}
+}
+
+// own is the pages charged to s that giving up its pages would uncharge.
+func (pl *planner) own(s *Seq) int { return s.Held - s.Shared + pl.grant[s] }
+
+// gain is the pages the pool gets back when s gives up its pages (or,
+// admitted this step, is not admitted after all).
+func (pl *planner) gain(s *Seq) int {
+	if !pl.was[s] {
+		return pl.grant[s] + s.Idle
+	}
+	return s.Frees + pl.grant[s]
+}
+
+// below reports whether v may be made to give up its pages for s: it is
+// not interactive, holds pages, and ranks below s.
+func (pl *planner) below(v, s *Seq, strict bool) bool {
+	if v == s || v.QoS == Interactive || pl.released[v] || !(v.Running || v.Paged) || slices.Contains(s.From, v.ID) {
+		return false // (s would map pages of those in From)
+	}
+	return v.QoS > s.QoS || !strict && v.QoS == s.QoS && v.Arrival > s.Arrival
+}
+
+// pageVictim is the request to give up its pages for s, or nil: one
+// without a slot first, then the least urgent class, the highest
+// dominant share, the latest arrival. For a tenant's page limit
+// (tenant set) only the tenant's own requests help.
+func (pl *planner) pageVictim(s *Seq, strict, tenant bool) *Seq {
+	var best *Seq
+	bestShare := 0.0
+	for _, v := range pl.seqs {
+		if !pl.below(v, s, strict) || tenant && (v.Tenant != s.Tenant || pl.own(v) == 0) || !tenant && pl.gain(v) == 0 {
+			continue
+		}
+		sh := pl.u.share(v.Tenant)
+		if best == nil {
+			best, bestShare = v, sh
+			continue
+		}
 		switch {
-		case !s.Running:
+		case v.Running != best.Running:
+			if !v.Running {
+				best, bestShare = v, sh
+			}
+		case v.QoS != best.QoS:
+			if v.QoS > best.QoS {
+				best, bestShare = v, sh
+			}
+		case sh != bestShare:
+			if sh > bestShare {
+				best, bestShare = v, sh
+			}
+		case v.Arrival > best.Arrival:
+			best, bestShare = v, sh
+		}
+	}
+	return best
+}
+
+// room makes k more pages available to s, by making requests below it
+// give up theirs; it reports whether it could. It first checks that
+// those requests hold enough between them, so it releases nobody in
+// vain (the reservations of their tenants aside).
+func (pl *planner) room(s *Seq, k int, strict bool) bool {
+	if pl.avail(s) >= k {
+		return true
+	}
+	poolGain, limitGain := 0, 0
+	for _, v := range pl.seqs {
+		if pl.below(v, s, strict) {
+			poolGain += pl.gain(v)
+			if v.Tenant == s.Tenant {
+				limitGain += pl.own(v)
+			}
+		}
+	}
+	if pl.poolAvail(s)+poolGain < k || pl.limitAvail(s) < k && pl.limitAvail(s)+limitGain < k {
+		return false
+	}
+	for pl.avail(s) < k {
+		v := pl.pageVictim(s, strict, pl.limitAvail(s) < k)
+		if v == nil {
+			return false
+		}
+		pl.release(v)
+	}
+	return true
+}
+
+// release makes v give up its pages (and its slot): it resumes in a
+// later step. A request admitted this step without pages of its own is
+// simply not admitted.
+func (pl *planner) release(v *Seq) {
+	owned := pl.gain(v) // its tenant's pages
+	if !pl.was[v] {
+		owned = pl.grant[v] // the cached ones were not charged: only the prefix cache held them
+	}
+	pl.giveBack(v, pl.gain(v), owned)
+	if v.QoS != Interactive {
+		pl.u.pages[v.Tenant] -= pl.own(v)
+	}
+	pl.grant[v] = 0
+	pl.unplan(v)
+	if v.Running {
+		pl.u.slots[v.Tenant]--
+		pl.slots++
+		pl.victims = slices.DeleteFunc(pl.victims, func(x *Seq) bool { return x == v })
+	}
+	pl.p.Admit = slices.DeleteFunc(pl.p.Admit, func(id uint64) bool { return id == v.ID })
+	pl.p.Preempt = slices.DeleteFunc(pl.p.Preempt, func(id uint64) bool { return id == v.ID })
+	if pl.was[v] {
+		pl.p.Release = append(pl.p.Release, v.ID)
+	}
+	v.Running, v.Paged = false, false
+	pl.admitted[v] = false
+	pl.released[v] = true
+	for _, s := range pl.seqs {
+		if pl.admitted[s] && slices.Contains(s.From, v.ID) {
+			pl.release(s) // it was to map v's pages
+		}
+	}
+}
+
+// releasedID reports whether the request of id gave up its pages this
+// step.
+func (pl *planner) releasedID(id uint64) bool {
+	return slices.Contains(pl.p.Release, id)
+}
+
+// giveBack returns g pages to the pool, owned of them charged to v's
+// tenant.
+func (pl *planner) giveBack(v *Seq, g, owned int) {
+	pl.free += g
+	pl.used[v.Tenant] -= owned
+}
+
+// unplan drops v's chunk from the step (plan removes it).
+func (pl *planner) unplan(v *Seq) {
+	if i := pl.chunk[v]; i >= 0 {
+		pl.budget += pl.p.Rows[i].N
+		if pl.latency >= 0 {
+			pl.latency += pl.latencyRows[v]
+		}
+		pl.p.Rows[i].N = 0
+		pl.chunk[v] = -1
+	}
+}
+
+// grow gives running s the pages for its rows up to n tokens, making room
+// if it must; failing that, a request that is not interactive gives up
+// its own pages, one that is waits (it will find room: see Schedule).
+func (pl *planner) grow(s *Seq, n int) bool {
+	k := pl.pagesFor(n) - pl.holds(s)
+	if k <= 0 {
+		return true
+	}
+	if !pl.room(s, k, false) {
+		if s.QoS != Interactive {
+			pl.release(s)
+		}
+		return false
+	}
+	pl.take(s, k)
+	return true
+}
+
+// addChunk plans n rows of s.
+func (pl *planner) addChunk(s *Seq, n, latencyRows int) {
+	pl.chunk[s] = len(pl.p.Rows)
+	pl.latencyRows[s] = latencyRows
+	pl.p.Rows = append(pl.p.Rows, Chunk{ID: s.ID, From: s.Done, N: n, Logits: s.Done+n == s.Prompt || !s.Prefilling()})
+	pl.budget -= n
+}
+
+// decode plans running s's decode row.
+func (pl *planner) decode(s *Seq) {
+	if pl.budget == 0 || !pl.grow(s, s.Done+1) {
+		return
+	}
+	pl.addChunk(s, 1, 0)
+	if s.QoS == Interactive && pl.in.LatencyRows > 0 {
+		pl.latency = pl.in.LatencyRows
+	}
+}
+
+// prefill plans running s's next prompt chunk: as much as the budget, the
+// latency budget and the pages it can have allow.
+func (pl *planner) prefill(s *Seq) {
+	n := min(s.Prompt-s.Done, pl.budget)
+	limited := pl.latency >= 0 && s.QoS != Interactive
+	if limited {
+		n = min(n, pl.latency)
+	}
+	if n <= 0 {
+		return
+	}
+	// Fewer rows rather than taking pages from others: only a chunk that
+	// could not compute a row makes room.
+	if cover := (pl.holds(s)+pl.avail(s))*pl.in.PageTokens - s.Done; cover > 0 {
+		n = min(n, cover)
+	} else if !pl.grow(s, s.Done+1) {
+		return
+	} else {
+		n = min(n, pl.holds(s)*pl.in.PageTokens-s.Done)
+	}
+	if !pl.grow(s, s.Done+n) {
+		return
+	}
+	lat := 0
+	if limited {
+		pl.latency -= n
+		lat = n
+	}
+	pl.addChunk(s, n, lat)
+}
+
+// admit admits waiting requests (see Schedule).
+func (pl *planner) admit() {
+	var waiting []*Seq
+	for _, s := range pl.seqs {
+		if !s.Running && !pl.released[s] {
 			waiting = append(waiting, s)
-		case s.QoS != Interactive:
-			victims = append(victims, s)
 		}
 	}
 	// Each waiting request is considered once: admitting others only
 	// takes slots and pages, so one that cannot run now cannot later in
 	// the same step.
 	for len(waiting) > 0 {
-		i := u.first(waiting)
+		i := pl.u.first(waiting)
 		s := waiting[i]
 		waiting = append(waiting[:i], waiting[i+1:]...)
-		need := s.Pages
-		if s.Paged {
-			need = 0
+		if pl.released[s] || slices.ContainsFunc(s.From, pl.releasedID) {
+			continue
 		}
-		lim := in.Limits(s.Tenant)
+		lim := pl.in.Limits(s.Tenant)
+		// The pages its prompt (resuming, its tokens) and its first
+		// generated token fill: a request admitted with less would give
+		// its pages up again before it decodes, as soon as the pool runs
+		// dry.
+		first := max(0, pl.pagesFor(max(s.Done, s.Prompt)+1)-s.Held)
+		others := 0 // pages other tenants reserve
+		for t, n := range pl.in.Reservations {
+			if t != s.Tenant {
+				others += n
+			}
+		}
+		whole := s.Pages - s.Shared // an interactive request's pages of its own, at most
 		switch {
-		case lim.MaxSlots > 0 && u.slots[s.Tenant] >= lim.MaxSlots:
+		case lim.MaxSlots > 0 && pl.u.slots[s.Tenant] >= lim.MaxSlots:
 			continue
-		case !s.Paged && lim.MaxPages > 0 && u.pages[s.Tenant]+s.Pages > lim.MaxPages:
+		case s.Pages > pl.in.Pages-others:
+			continue // it could never hold all it may need
+		case s.QoS == Interactive && lim.MaxPages > 0 && pl.u.pages[s.Tenant]+whole > lim.MaxPages:
 			continue
-		case freePages-(heldBack-reserved[s.Tenant]) < need:
-			continue // the floating pool and its own reservation cannot cover it
+		case s.QoS == Interactive && pl.over-max(0, pl.commit[s.Tenant]-pl.in.Reservations[s.Tenant])+
+			max(0, pl.commit[s.Tenant]+s.Pages-pl.in.Reservations[s.Tenant]) > pl.floating:
+			continue // the pool could not grow every interactive request to its end
+		case pl.slots == 0 && pl.u.victim(pl.victims, s.QoS) < 0:
+			continue
 		}
-		if free == 0 {
-			v := u.victim(victims, s.QoS)
-			if v < 0 {
-				continue
+		// Its cached pages are no longer free once it maps them.
+		pl.free -= s.Idle
+		if s.QoS == Interactive {
+			pl.u.pages[s.Tenant] += whole // committed before its pages are checked, so the limit does not bind it
+		}
+		if !pl.room(s, first, true) {
+			pl.free += s.Idle
+			if s.QoS == Interactive {
+				pl.u.pages[s.Tenant] -= whole
 			}
-			vs := victims[v]
-			victims = append(victims[:v], victims[v+1:]...)
+			continue
+		}
+		if pl.slots == 0 {
+			v := pl.u.victim(pl.victims, s.QoS)
+			vs := pl.victims[v]
+			pl.victims = append(pl.victims[:v], pl.victims[v+1:]...)
 			vs.Running, vs.Paged = false, true
-			u.slots[vs.Tenant]--
-			free++
-			p.Preempt = append(p.Preempt, vs.ID)
+			pl.u.slots[vs.Tenant]--
+			pl.slots++
+			// It keeps its pages, but not those planned for its row.
+			pl.unplan(vs)
+			pl.giveBack(vs, pl.grant[vs], pl.grant[vs])
+			pl.u.pages[vs.Tenant] -= pl.grant[vs]
+			pl.grant[vs] = 0
+			pl.p.Preempt = append(pl.p.Preempt, vs.ID)
 		}
-		fromReserve := min(need, reserved[s.Tenant])
-		reserved[s.Tenant] -= fromReserve
-		heldBack -= fromReserve
-		freePages -= need
-		free--
-		u.slots[s.Tenant]++
-		if !s.Paged {
-			u.pages[s.Tenant] += s.Pages
+		pl.slots--
+		pl.u.slots[s.Tenant]++
+		if s.QoS == Interactive {
+			pl.over += max(0, pl.commit[s.Tenant]+s.Pages-pl.in.Reservations[s.Tenant]) - max(0, pl.commit[s.Tenant]-pl.in.Reservations[s.Tenant])
+			pl.commit[s.Tenant] += s.Pages
 		}
+		pl.take(s, first)
 		s.Running = true
-		p.Admit = append(p.Admit, s.ID)
+		pl.admitted[s] = true
+		pl.p.Admit = append(pl.p.Admit, s.ID)
 	}
-	budget := in.Budget
-	latency := -1 // prefill rows of other classes left under the latency budget; -1: no limit
-	for _, s := range seqs {
-		if s.Running && !s.Prefilling() && budget > 0 {
-			p.Rows = append(p.Rows, Chunk{ID: s.ID, From: s.Done, N: 1, Logits: true})
-			budget--
-			if s.QoS == Interactive && in.LatencyRows > 0 {
-				latency = in.LatencyRows
-			}
-		}
+}
+
+// plan is the decision, dropping chunks of requests that gave up their
+// pages after they were planned.
+func (pl *planner) plan() Plan {
+	p := pl.p
+	p.Rows = slices.DeleteFunc(p.Rows, func(c Chunk) bool { return c.N == 0 })
+	p.NRows = 0
+	for _, c := range p.Rows {
+		p.NRows += c.N
 	}
-	for _, s := range seqs {
-		if s.Running && s.Prefilling() && budget > 0 {
-			n := min(s.Prompt-s.Done, budget)
-			if latency >= 0 && s.QoS != Interactive {
-				if n = min(n, latency); n == 0 {
-					continue
-				}
-				latency -= n
-			}
-			p.Rows = append(p.Rows, Chunk{ID: s.ID, From: s.Done, N: n, Logits: s.Done+n == s.Prompt})
-			budget -= n
-		}
-	}
-	p.NRows = in.Budget - budget
 	return p
 }
 
@@ -277,8 +667,12 @@ func newUsage(in Input, seqs []*Seq) *usage {
 		if s.Running {
 			u.slots[s.Tenant]++
 		}
-		if s.Running || s.Paged {
-			u.pages[s.Tenant] += s.Pages // a preempted request holds its pages while it waits
+		switch {
+		case !s.Running && !s.Paged:
+		case s.QoS == Interactive:
+			u.pages[s.Tenant] += s.Pages - s.Shared // what it may come to hold: it is never preempted
+		default:
+			u.pages[s.Tenant] += s.Held - s.Shared // a preempted request holds its pages while it waits
 		}
 	}
 	return u

@@ -7,7 +7,7 @@ import (
 
 // running and waiting make the scheduler's view of one request.
 func running(id uint64, tenant string, q QoS) Seq {
-	return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Done: 5, Pages: 1, Running: true}
+	return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Done: 5, Pages: 1, Held: 1, Running: true}
 }
 
 func waiting(id uint64, tenant string, q QoS) Seq {
@@ -15,7 +15,7 @@ func waiting(id uint64, tenant string, q QoS) Seq {
 }
 
 func input(free int, limits map[string]Limits, seqs ...Seq) Input {
-	return Input{Seqs: seqs, FreeSlots: free, FreePages: 100, Slots: 8, Pages: 100, Budget: 64,
+	return Input{Seqs: seqs, FreeSlots: free, FreePages: 100, Slots: 8, Pages: 100, Budget: 64, PageTokens: 16,
 		Limits: func(t string) Limits { return limits[t] }}
 }
 
@@ -122,6 +122,82 @@ func TestLatencyRows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := input(0, nil, tc.seqs...)
 			in.LatencyRows = 10
+			if got := Schedule(in).String(); got != tc.want {
+				t.Fatalf("%s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPagesOnDemand: requests take the pages their rows reach, not their
+// longest sequence, so a pool that holds four requests' whole lengths
+// admits eight short ones; an interactive request is admitted only while
+// the pool could grow every interactive one to its end.
+func TestPagesOnDemand(t *testing.T) {
+	var seqs []Seq
+	for i := range 8 {
+		s := waiting(uint64(i+1), "a", Standard)
+		s.Prompt, s.Pages = 10, 14 // 10 prompt tokens, up to 214 in all
+		seqs = append(seqs, s)
+	}
+	in := input(8, nil, seqs...)
+	in.FreePages, in.Pages, in.Budget = 4*14, 4*14, 100
+	p := Schedule(in)
+	if len(p.Admit) != 8 || p.NRows != 80 {
+		t.Fatalf("%v: want all 8 admitted with their 10-row prompts", p)
+	}
+	for i := range seqs {
+		seqs[i].QoS = Interactive
+	}
+	in = input(8, nil, seqs...)
+	in.FreePages, in.Pages = 4*14, 4*14
+	if p := Schedule(in); len(p.Admit) != 4 {
+		t.Fatalf("interactive: %v, want 4 admitted (4 × 14 pages fill the pool)", p)
+	}
+	// A reservation of another tenant's is not the interactive tenant's
+	// to grow into; its own is.
+	in = input(8, nil, seqs...)
+	in.FreePages, in.Pages, in.Reservations, in.Used = 4*14, 4*14, map[string]int{"b": 14}, map[string]int{}
+	if p := Schedule(in); len(p.Admit) != 3 {
+		t.Fatalf("interactive beside b's reservation: %v, want 3 admitted", p)
+	}
+	in.Reservations = map[string]int{"a": 14}
+	if p := Schedule(in); len(p.Admit) != 4 {
+		t.Fatalf("interactive with its own reservation: %v, want 4 admitted", p)
+	}
+}
+
+// TestPoolDry: a decoding request that needs a page when none is free
+// makes requests below it give theirs up — one without a slot first, then
+// the least urgent class, then the latest arrival; never an interactive
+// one — and a request with nobody below it gives up its own pages.
+func TestPoolDry(t *testing.T) {
+	dec := func(id uint64, tenant string, q QoS, done, held int) Seq {
+		return Seq{ID: id, Tenant: tenant, QoS: q, Arrival: id, Prompt: 4, Done: done, Pages: 10, Held: held, Frees: held, Running: true}
+	}
+	paged := func(s Seq) Seq { s.Running, s.Paged = false, true; return s }
+	for _, tc := range []struct {
+		name string
+		free int
+		seqs []Seq
+		want string
+	}{
+		{"a page is free", 1, []Seq{dec(1, "a", Standard, 32, 2), dec(2, "b", Batch, 20, 2)},
+			"preempt [] admit [] rows 2: 1@32+1* 2@20+1*"},
+		{"batch gives way", 0, []Seq{dec(1, "a", Standard, 32, 2), dec(2, "b", Batch, 20, 2), dec(3, "c", Standard, 40, 3), dec(4, "d", Interactive, 30, 2)},
+			"preempt [] release [2] admit [] rows 3: 4@30+1* 1@32+1* 3@40+1*"},
+		{"the preempted first", 0, []Seq{dec(1, "a", Standard, 32, 2), paged(dec(2, "b", Standard, 20, 2)), dec(3, "c", Batch, 40, 3)},
+			"preempt [] release [2] admit [] rows 2: 1@32+1* 3@40+1*"},
+		{"the latest arrival", 0, []Seq{dec(1, "a", Standard, 32, 2), dec(2, "b", Standard, 20, 2), dec(3, "c", Standard, 40, 3)},
+			"preempt [] release [3] admit [] rows 2: 1@32+1* 2@20+1*"},
+		{"nobody below: its own", 0, []Seq{dec(1, "a", Interactive, 20, 2), dec(2, "b", Standard, 32, 2)},
+			"preempt [] release [2] admit [] rows 1: 1@20+1*"},
+		{"never interactive", 0, []Seq{dec(1, "a", Interactive, 32, 2), dec(2, "b", Interactive, 20, 2)},
+			"preempt [] admit [] rows 1: 2@20+1*"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := input(0, nil, tc.seqs...)
+			in.FreePages = tc.free
 			if got := Schedule(in).String(); got != tc.want {
 				t.Fatalf("%s, want %s", got, tc.want)
 			}

@@ -29,7 +29,6 @@ func TestExitCodes(t *testing.T) {
 		{"build M -q --compile-to regalloc --target cpu,cuda:sm_90", exitcode.Usage},
 		{"build M -q -o OUT --target cpu,cuda:sm_90 --dump-after memplan --dump-dir OUT.d", exitcode.Usage},
 		{"build M -q -o OUT --target cuda:sm_75", exitcode.Unsupported},
-		{"build M -q -o OUT --target cuda:sm_80", exitcode.Unsupported},
 		{"build M -q -o OUT --target cuda:sm_75,cpu", exitcode.Unsupported},
 		{"dump ir M --after bogus", exitcode.Usage},
 		{"dump bogus M", exitcode.Usage},

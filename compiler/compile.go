@@ -349,7 +349,7 @@ func graphFile(fe *Frontend, vocabBytes []byte, srcName string) *bundle.Graph {
 	}
 	for i, gr := range u.Graphs {
 		s, lv, pm := u.Streams[i], u.Liveness[i], u.Physical[i]
-		v := bundle.Variant{Stage: uint8(gr.Key.Stage), Slots: u32(gr.Key.Slots), Rows: u32(gr.Key.Rows), Words: s.Words,
+		v := bundle.Variant{Stage: gr.Key.Stage, Slots: u32(gr.Key.Slots), Rows: u32(gr.Key.Rows), Words: s.Words,
 			Relocs: s.Relocs, Dispatches: u32(s.Dispatches), ScratchBytes: pm.ScratchBytes, PeakBytes: lv.PeakBytes}
 		for r := range gr.Regs {
 			p := pm.RegisterToPhysical[r]

@@ -84,7 +84,7 @@ func mutateGraph(g *bundle.Graph, what uint8, at uint32, v int64) string {
 		return fmt.Sprintf("liveness %s field %d = %d", l.Name, (at>>4)%3, v)
 	case 8:
 		i := pick(len(g.Variants))
-		g.Variants[i].Stage = uint8(v)
+		g.Variants[i].Stage = bundle.Stage(v)
 		return fmt.Sprintf("variant %d stage = %d", i, uint8(v))
 	case 9:
 		w := &g.Weights[pick(len(g.Weights))]

@@ -65,39 +65,23 @@ type Options struct {
 	Table []tiers.Row
 }
 
-// Stage is the kind of step a variant was compiled for.
-type Stage uint8
+// Stage is the kind of step a variant was compiled for (format/bundle's
+// definition, which the compiler shares).
+type Stage = bundle.Stage
 
 // The stages, numbered as in the graph file.
 const (
-	Prefill Stage = bundle.StagePrefill // batched prompt rows (GEMM, batched attention)
-	Decode  Stage = bundle.StageDecode  // one row per slot
+	Prefill = bundle.StagePrefill // batched prompt rows (GEMM, batched attention)
+	Decode  = bundle.StageDecode  // one row per slot
 	// Draft is a decode step through the model's first layers and its
 	// output head (self-speculation's draft), in bundles built with
 	// draft_layers.
-	Draft Stage = bundle.StageDraft
+	Draft = bundle.StageDraft
 )
-
-func (s Stage) String() string {
-	switch s {
-	case Prefill:
-		return "prefill"
-	case Decode:
-		return "decode"
-	case Draft:
-		return "draft"
-	}
-	return fmt.Sprintf("stage(%d)", uint8(s))
-}
 
 // ShapeKey names a compiled variant: its stage, the slots its page table
 // covers and the query rows one replay evaluates at most.
-type ShapeKey struct {
-	Stage       Stage
-	Slots, Rows int
-}
-
-func (k ShapeKey) String() string { return fmt.Sprintf("%s.s%d.r%d", k.Stage, k.Slots, k.Rows) }
+type ShapeKey = bundle.ShapeKey
 
 // Row is one query row of a step: the token at position Pos of the
 // sequence in slot Slot. Logits asks for that slot's logits after the step
@@ -197,7 +181,7 @@ func Open(dir string, opt Options) (*Program, error) {
 		return fail(fmt.Errorf("bundle %s: tokenizer: %w", dir, err))
 	}
 	for _, v := range b.Graph.Variants {
-		p.keys = append(p.keys, ShapeKey{Stage: Stage(v.Stage), Slots: int(v.Slots), Rows: int(v.Rows)})
+		p.keys = append(p.keys, v.ShapeKey())
 	}
 	h := &p.Hparams
 	p.table = kernels.NewRequestTable(h.PrefillChunk, h.MaxSlots, h.MaxPages)

@@ -13,43 +13,25 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 )
 
-// Stage says which step a variant serves.
-type Stage uint8
+// Stage says which step a variant serves (format/bundle's definition,
+// which the runtime shares).
+type Stage = bundle.Stage
 
 // Stages.
 const (
-	Prefill Stage = iota + 1
-	Decode
+	Prefill = bundle.StagePrefill
+	Decode  = bundle.StageDecode
 	// Draft is a decode step through the first layers and the output
 	// head only: self-speculation's draft (config.DraftLayers).
-	Draft
+	Draft = bundle.StageDraft
 )
 
-func (s Stage) String() string {
-	switch s {
-	case Prefill:
-		return "prefill"
-	case Decode:
-		return "decode"
-	case Draft:
-		return "draft"
-	}
-	return fmt.Sprintf("stage(%d)", uint8(s))
-}
-
-// ShapeKey identifies a variant exactly: its stage, the slots it serves and
-// the rows (tokens) one replay processes at most. Positions and the number
-// of active rows are data in the request table, never part of the key.
-type ShapeKey struct {
-	Stage Stage
-	Slots int
-	Rows  int
-}
-
-func (k ShapeKey) String() string { return fmt.Sprintf("%s.s%d.r%d", k.Stage, k.Slots, k.Rows) }
+// ShapeKey identifies a variant exactly (format/bundle's definition).
+type ShapeKey = bundle.ShapeKey
 
 // BufClass says where a buffer lives and who owns it.
 type BufClass uint8

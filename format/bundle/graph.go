@@ -99,18 +99,45 @@ type RegLive struct {
 	Offset        int64
 }
 
-// Variant stages, numbered as the IR's.
+// Stage is the kind of step a variant serves, numbered as in the graph
+// file: the one definition the compiler (ir) and the runtime share.
+type Stage uint8
+
+// The stages.
 const (
-	StagePrefill = 1
-	StageDecode  = 2
+	StagePrefill Stage = 1 // batched prompt rows (GEMM, batched attention)
+	StageDecode  Stage = 2 // one row per slot
 	// StageDraft is a decode step through the model's first layers and
 	// its output head: self-speculation's draft.
-	StageDraft = 3
+	StageDraft Stage = 3
 )
+
+func (s Stage) String() string {
+	switch s {
+	case StagePrefill:
+		return "prefill"
+	case StageDecode:
+		return "decode"
+	case StageDraft:
+		return "draft"
+	}
+	return fmt.Sprintf("stage(%d)", uint8(s))
+}
+
+// ShapeKey identifies a variant exactly: its stage, the slots its page
+// table covers and the query rows one replay evaluates at most. Positions
+// and the number of active rows are data in the request table, never part
+// of the key.
+type ShapeKey struct {
+	Stage       Stage
+	Slots, Rows int
+}
+
+func (k ShapeKey) String() string { return fmt.Sprintf("%s.s%d.r%d", k.Stage, k.Slots, k.Rows) }
 
 // Variant is one ShapeKey's program.
 type Variant struct {
-	Stage      uint8
+	Stage      Stage
 	Slots      uint32
 	Rows       uint32
 	Words      []uint32
@@ -122,15 +149,13 @@ type Variant struct {
 	PeakBytes    int64
 }
 
-// Key names the variant as the runtime's ShapeKey prints it:
-// "decode.s4.r4".
-func (v *Variant) Key() string {
-	stage := map[uint8]string{StagePrefill: "prefill", StageDecode: "decode", StageDraft: "draft"}[v.Stage]
-	if stage == "" {
-		stage = fmt.Sprintf("stage%d", v.Stage)
-	}
-	return fmt.Sprintf("%s.s%d.r%d", stage, v.Slots, v.Rows)
+// ShapeKey is the variant's key.
+func (v *Variant) ShapeKey() ShapeKey {
+	return ShapeKey{Stage: v.Stage, Slots: int(v.Slots), Rows: int(v.Rows)}
 }
+
+// Key names the variant as its ShapeKey prints it: "decode.s4.r4".
+func (v *Variant) Key() string { return v.ShapeKey().String() }
 
 // Graph is a decoded graph file.
 type Graph struct {
@@ -198,7 +223,7 @@ func (g *Graph) Encode() []byte {
 	var stream, relocs, live enc
 	e.u32(uint32(len(g.Variants)))
 	for _, v := range g.Variants {
-		e.u8(v.Stage)
+		e.u8(uint8(v.Stage))
 		e.u32(v.Slots)
 		e.u32(v.Rows)
 		e.u32(v.Dispatches)
@@ -427,7 +452,7 @@ func DecodeGraph(b []byte) (*Graph, error) {
 	g.Variants = make([]Variant, d.count(60))
 	for i := range g.Variants {
 		v := &g.Variants[i]
-		v.Stage, v.Slots, v.Rows, v.Dispatches = d.u8(), d.u32(), d.u32(), d.u32()
+		v.Stage, v.Slots, v.Rows, v.Dispatches = Stage(d.u8()), d.u32(), d.u32(), d.u32()
 		v.ScratchBytes, v.PeakBytes = d.i64(), d.i64()
 		wOff, wLen, rOff, rLen, lOff, lLen := d.u64(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64()
 		if d.err != nil {

@@ -44,7 +44,7 @@ func rmsNormQKV(t ggml.Type, a *Args) error {
 	if b != nil {
 		bias = f32s(b)[:nq+2*nkv]
 	}
-	return gemm(a, t, n, w, rows, K, nq+2*nkv, func(i, j int) []float32 {
+	return gemmPrompt(a, t, n, w, r, K, nq+2*nkv, func(i, j int) []float32 {
 		switch {
 		case j < nq:
 			return q[i*nq+j : (i+1)*nq]
@@ -53,7 +53,7 @@ func rmsNormQKV(t ggml.Type, a *Args) error {
 		default:
 			return v[i*nkv+j-nq-nkv : (i+1)*nkv]
 		}
-	}, bias, nil)
+	}, bias)
 }
 
 // rmsNormGateUp is RMS_NORM then the gate and up projections, over one
@@ -68,12 +68,12 @@ func rmsNormGateUp(t ggml.Type, a *Args) error {
 	if err := normRows(a, x, wn, n, rows, K, eps); err != nil {
 		return err
 	}
-	return gemm(a, t, n, w, rows, K, 2*f, func(i, j int) []float32 {
+	return gemmPrompt(a, t, n, w, r, K, 2*f, func(i, j int) []float32 {
 		if j < f {
 			return gate[i*f+j : (i+1)*f]
 		}
 		return up[i*f+j-f : (i+1)*f]
-	}, nil, nil)
+	}, nil)
 }
 
 // residualRMSNorm adds y into the residual x, then normalizes x into out.
@@ -167,7 +167,7 @@ func matmulResidual(t ggml.Type, a *Args) error {
 	rows := r.rows()
 	q := gemmWorkBytes(t, rows, k)
 	p := f32s(a.work(q + 4*rows*n)[q:])[:rows*n]
-	if err := gemm(a, t, x, w, rows, k, n, func(i, j int) []float32 { return p[i*n+j : (i+1)*n] }, b, nil); err != nil {
+	if err := gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return p[i*n+j : (i+1)*n] }, b); err != nil {
 		return err
 	}
 	if rows == 1 {

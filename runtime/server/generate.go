@@ -256,70 +256,95 @@ type streamer struct {
 // that fails ends the stream with an error object. A client that goes
 // away cancels the request through its context.
 func stream(w http.ResponseWriter, g *generation, out streamer, includeUsage bool) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	flusher, _ := w.(http.Flusher)
-	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
+	s := newSSE(w)
 	send := func(vs []any) {
 		for _, v := range vs {
 			b, _ := json.Marshal(v)
 			fmt.Fprintf(w, "data: %s\n\n", b)
 		}
 		if len(vs) > 0 {
-			flush()
+			s.flush()
 		}
 	}
-	keepAlive := time.NewTicker(15 * time.Second)
-	defer keepAlive.Stop()
 	pending := make([][]decode.Logprobs, len(g.chans))
 	lasts := make([]engine.Event, len(g.chans))
+	s.relay(g, func(i int, ev engine.Event) bool {
+		if ev.Logprobs != nil {
+			pending[i] = append(pending[i], *ev.Logprobs)
+		}
+		if ev.Text != "" {
+			send(out.text(i, ev.Text, pending[i]))
+			pending[i] = nil
+		}
+		if ev.Finish == "" {
+			return true
+		}
+		if ev.Finish.Aborted() {
+			send([]any{map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}}})
+			fmt.Fprint(w, "data: [DONE]\n\n")
+			s.flush()
+			return false // the handler's return cancels the other choices
+		}
+		lasts[i] = ev
+		send(out.end(i, ev.Finish.OpenAI(), pending[i]))
+		pending[i] = nil
+		return true
+	}, func() {
+		if includeUsage {
+			send([]any{out.usage(usageOf(lasts))})
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		s.flush()
+	})
+}
+
+// sse writes server-sent events.
+type sse struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+}
+
+// newSSE starts an event stream on w.
+func newSSE(w http.ResponseWriter) *sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	f, _ := w.(http.Flusher)
+	return &sse{w: w, flusher: f}
+}
+
+func (s *sse) flush() {
+	if s.flusher != nil {
+		s.flusher.Flush()
+	}
+}
+
+// relay passes g's events, each once g has observed it, to on until they
+// end (then end runs) or on returns false. A preemption becomes a comment
+// line, which OpenAI clients skip where a named event would break them;
+// while no event comes, a keep-alive comment goes every 15 s.
+func (s *sse) relay(g *generation, on func(i int, ev engine.Event) bool, end func()) {
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
 	events := g.merged()
 	for {
 		select {
 		case ce, ok := <-events:
 			if !ok {
-				if includeUsage {
-					send([]any{out.usage(usageOf(lasts))})
-				}
-				fmt.Fprint(w, "data: [DONE]\n\n")
-				flush()
+				end()
 				return
 			}
-			i, ev := ce.i, ce.ev
-			g.observe(i, ev)
-			if ev.Logprobs != nil {
-				pending[i] = append(pending[i], *ev.Logprobs)
-			}
-			if ev.Preempted {
-				// A comment line, which OpenAI clients skip; a named event
-				// would break them.
-				fmt.Fprint(w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
-				flush()
+			g.observe(ce.i, ce.ev)
+			if ce.ev.Preempted {
+				fmt.Fprint(s.w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
+				s.flush()
 				continue
 			}
-			if ev.Text != "" {
-				send(out.text(i, ev.Text, pending[i]))
-				pending[i] = nil
+			if !on(ce.i, ce.ev) {
+				return
 			}
-			if ev.Finish == "" {
-				continue
-			}
-			if ev.Finish.Aborted() {
-				send([]any{map[string]any{"error": map[string]string{"message": "generation ended: " + string(ev.Finish), "type": "server_error"}}})
-				fmt.Fprint(w, "data: [DONE]\n\n")
-				flush()
-				return // the handler's return cancels the other choices
-			}
-			lasts[i] = ev
-			send(out.end(i, ev.Finish.OpenAI(), pending[i]))
-			pending[i] = nil
 		case <-keepAlive.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			flush()
+			fmt.Fprint(s.w, ": keep-alive\n\n")
+			s.flush()
 		}
 	}
 }

@@ -353,14 +353,7 @@ func clone(m map[string]any) map[string]any {
 // response.incomplete); a generation that fails ends with an error event
 // and response.failed. Every event carries its sequence_number.
 func (o *responseOut) stream(w http.ResponseWriter, g *generation) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	flusher, _ := w.(http.Flusher)
-	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
+	s := newSSE(w)
 	seq := 0
 	o.emit = func(typ string, ev map[string]any) {
 		ev["type"], ev["sequence_number"] = typ, seq
@@ -370,45 +363,27 @@ func (o *responseOut) stream(w http.ResponseWriter, g *generation) {
 	}
 	o.emit("response.created", map[string]any{"response": o.object("in_progress", nil)})
 	o.emit("response.in_progress", map[string]any{"response": o.object("in_progress", nil)})
-	flush()
-	keepAlive := time.NewTicker(15 * time.Second)
-	defer keepAlive.Stop()
-	events := g.merged()
-	for {
-		select {
-		case ce, ok := <-events:
-			if !ok {
-				return
-			}
-			ev := ce.ev
-			g.observe(ce.i, ev)
-			if ev.Preempted {
-				fmt.Fprint(w, ": preempted by a more urgent request; resuming when a slot frees\n\n")
-				flush()
-				continue
-			}
-			if ev.Text != "" {
-				o.add(ev.Text)
-			}
-			if ev.Finish != "" {
-				if ev.Finish.Aborted() {
-					msg := "generation ended: " + string(ev.Finish)
-					o.emit("error", map[string]any{"code": "server_error", "message": msg, "param": nil})
-					o.fields["error"] = map[string]any{"code": "server_error", "message": msg}
-					o.emit("response.failed", map[string]any{"response": o.object("failed", nil)})
-				} else {
-					res := o.finish(ev)
-					typ := "response.completed"
-					if res["status"] == "incomplete" {
-						typ = "response.incomplete"
-					}
-					o.emit(typ, map[string]any{"response": res})
-				}
-			}
-			flush()
-		case <-keepAlive.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			flush()
+	s.flush()
+	s.relay(g, func(_ int, ev engine.Event) bool {
+		if ev.Text != "" {
+			o.add(ev.Text)
 		}
-	}
+		if ev.Finish != "" {
+			if ev.Finish.Aborted() {
+				msg := "generation ended: " + string(ev.Finish)
+				o.emit("error", map[string]any{"code": "server_error", "message": msg, "param": nil})
+				o.fields["error"] = map[string]any{"code": "server_error", "message": msg}
+				o.emit("response.failed", map[string]any{"response": o.object("failed", nil)})
+			} else {
+				res := o.finish(ev)
+				typ := "response.completed"
+				if res["status"] == "incomplete" {
+					typ = "response.incomplete"
+				}
+				o.emit(typ, map[string]any{"response": res})
+			}
+		}
+		s.flush()
+		return true
+	}, func() {})
 }

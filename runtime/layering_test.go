@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -433,4 +434,50 @@ func TestCommandSize(t *testing.T) {
 			total, maxCommandLines, strings.Join(files, "\n"))
 	}
 	t.Logf("cmd/: %d lines of non-test Go (limit %d)", total, maxCommandLines)
+}
+
+// TestSeedCitations: every "seed 000 §N" in the tree's Go and Markdown
+// names a section that docs/design/seed-000.md has, so a citation can be
+// followed.
+func TestSeedCitations(t *testing.T) {
+	design, err := os.ReadFile(filepath.Join("..", "docs", "design", "seed-000.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, line := range strings.Split(string(design), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
+			num, _, _ := strings.Cut(rest, " ")
+			sections[strings.TrimSuffix(num, ".")] = true
+		}
+	}
+	cite := regexp.MustCompile(`seed 000[^§\n]{0,12}§\s?([0-9]+(?:\.[0-9]+)*)`)
+	n := 0
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "..":
+			return filepath.SkipDir
+		case d.IsDir() || !(strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".md")):
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range cite.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if !sections[strings.TrimSuffix(m[1], ".")] {
+				t.Errorf("%s cites seed 000 §%s, which docs/design/seed-000.md has no section for", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("no citation of seed 000 found: the test reads nothing")
+	}
 }

@@ -53,12 +53,13 @@ const (
 	EntryLean                     // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
 	EntryMasked                   // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
 	EntryRest                     // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
+	EntryRows                     // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
@@ -278,9 +279,23 @@ func SameStage(a, b string) bool {
 // 806 against 476 / 492, qwen3 0.6B 2 473 / 2 458 against 2 043 / 2 043.
 // At 2 rows this kernel stays (qwen3: 1 533 / 1 520 tok/s at 2 rows, a
 // 1.3 ms step where the tile's at 4 rows took 1.6 ms).
+//
+// Steps of mmvRows rows (MMV_MR in mmq.cuh) over matrices of k ≥ mmvRowsK
+// take the _rows entry, a block per output features for both rows, which
+// loads and unpacks each weight block once for them: on an H100, the llama
+// 7B shape's S_TG at 2 slots went 478 → 565 tok/s (zrt-run bench --tier
+// cuda --slots 1,2,3,4,5,8,16 -p 128 -n 64, same run), a 2-row step 1.64
+// → 1.39× a 1-row one, which is what a speculative verify step of one
+// draft token costs. The qwen3 0.6B shape's smaller matrices (k of 1 024
+// to 3 072) lost with it (1 589 → 1 422 at 2 slots): a block per row keeps
+// twice the blocks in flight, and their second reads of the weights come
+// from L2. Taking four rows a block lost to the 16-row tile at 4 to 8
+// slots (7B: 916 → 772 at 4).
 const (
 	mmvMaxRows   = 8
 	mmvMaxRowsTC = 2
+	mmvRows      = 2
+	mmvRowsK     = 4096
 )
 
 // integerMatrix is the launch of an integer-path matrix kernel (matmul,
@@ -304,6 +319,9 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	_, tc := mmtTypes[typ]
 	if r <= mmvMaxRows && (prefill || !tc || k%256 != 0 || r <= mmvMaxRowsTC) {
 		grid, block := mmvShape(typ, k, n)
+		if r == mmvRows && k >= mmvRowsK {
+			return Launch{Grid: grid, Block: block, Shared: mmvRows * mmqStride(k), Entry: EntryRows}
+		}
 		grid[1] = r
 		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
 	}

@@ -28,7 +28,8 @@ func TestShapeMatmul(t *testing.T) {
 		// bounded to mmqMaxBlocks, otherwise.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 4096, 4096, 4, [3]uint32{1, 32, 8}, [3]uint32{256, 1, 1}, true, false},   // decode past 2 rows: the tile
-		{"matmul.q4_k", 4096, 4096, 2, [3]uint32{256, 2, 1}, [3]uint32{32, 16, 1}, false, false}, // 2 rows: matrix-vector
+		{"matmul.q4_k", 4096, 4096, 2, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, false}, // 2 rows: matrix-vector, both in a block
+		{"matmul.q4_k", 2048, 4096, 2, [3]uint32{256, 2, 1}, [3]uint32{32, 16, 1}, false, false}, // a block a row below k = 4096
 		{"matmul.q4_0", 4096, 4096, 4, [3]uint32{256, 4, 1}, [3]uint32{32, 16, 1}, false, false}, // no tensor-core tile: up to 8
 		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{4, 8, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{1, 8, 4}, [3]uint32{256, 1, 1}, true, false},
@@ -57,7 +58,7 @@ func TestShapeMatmul(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Grid != c.grid || l.Block != c.block || (l.Entry != EntryMain) != c.tile {
+		if l.Grid != c.grid || l.Block != c.block || (l.Entry != EntryMain && l.Entry != EntryRows) != c.tile {
 			t.Errorf("%s k=%d n=%d rows=%d: grid %v block %v entry %v, want %v %v tile=%v", c.inst, c.k, c.n, c.rows, l.Grid, l.Block, l.Entry, c.grid, c.block, c.tile)
 		}
 		// The matrix-vector kernel runs MMV_WARPS warps a block, the others 256 threads.
@@ -219,6 +220,29 @@ func TestFaWarps(t *testing.T) {
 		if l.Block[0] != 32*c.want || l.Shared != faShared(g, c.want, c.hd) || l.Shared > 48<<10 {
 			t.Errorf("%d heads of %d on %d KV heads, %d rows: block %d, %d bytes shared; want %d warps, %d bytes",
 				c.heads, c.hd, c.kv, c.rows, l.Block[0], l.Shared, c.want, faShared(g, c.want, c.hd))
+		}
+	}
+}
+
+// TestShapeRows: the _rows entry takes 2-row steps over matrices of k ≥
+// 4096, in decode and prefill variants alike, with shared memory for both
+// rows; other row counts and smaller k keep a block a row.
+func TestShapeRows(t *testing.T) {
+	for _, c := range []struct {
+		inst    string
+		k, rows uint32
+		prefill bool
+		want    EntryPoint
+	}{
+		{"matmul.q4_k", 4096, 2, false, EntryRows}, {"matmul.q6_k", 11008, 2, true, EntryRows}, {"lm_head.q8_0", 4096, 2, false, EntryRows},
+		{"matmul.q4_k", 4096, 1, false, EntryMain}, {"matmul.q4_0", 4096, 3, false, EntryMain}, {"matmul.q4_k", 1024, 2, false, EntryMain},
+	} {
+		l, err := Shape(c.inst, []uint32{c.k, 4096}, nil, int(c.rows), c.prefill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Entry != c.want || c.want == EntryRows && (l.Grid[1] != 1 || l.Shared != 2*mmqStride(c.k)) {
+			t.Errorf("%s k=%d rows=%d: entry %v grid %v shared %d, want entry %v", c.inst, c.k, c.rows, l.Entry, l.Grid, l.Shared, c.want)
 		}
 	}
 }

@@ -39,3 +39,22 @@ func TestParityWithCPU(t *testing.T) {
 	conformance.Run(t, conformance.Tier{Target: "cuda:sm_90", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8, RelTolerance: relTolerance,
 		RoutedSpikes: 2})
 }
+
+// TestParityAmpereWithCPU runs the same suite on bundles compiled for
+// cuda:sm_80: compute_80 PTX, which the driver compiles for whatever GPU
+// runs the test, so on a Hopper card it proves the Ampere kernels (no
+// programmatic dependent launch, no sm_90-only instructions) end to end.
+// The tolerance is T-CUDA's: the families share their arithmetic across
+// targets, only the launch path differs.
+func TestParityAmpereWithCPU(t *testing.T) {
+	info, err := driver.Probe()
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	if info.Major < 8 {
+		t.Skipf("%s: cuda:sm_80 needs compute capability 8.0 or later", info)
+	}
+	t.Logf("device: %s", info)
+	conformance.Run(t, conformance.Tier{Target: "cuda:sm_80", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8, RelTolerance: relTolerance,
+		RoutedSpikes: 2})
+}

@@ -180,9 +180,9 @@ type Engine struct {
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
-	rec         *StepRecord       // the step's record while logging
-	logged      int               // steps logged
-	stepping    sync.Mutex        // one Step at a time
+	rec       *StepRecord // the step's record while logging
+	logged    int         // steps logged
+	stepping  sync.Mutex  // one Step at a time
 }
 
 // request is the engine's state for one Request.
@@ -338,7 +338,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.InteractiveSlack == 0 {
 		cfg.InteractiveSlack = 0.2
 	}
-	if testHookSpeculative != nil && !cfg.Speculative.On() {
+	if testHookSpeculative != nil && !cfg.Speculative.On() && !m.SlotState() {
 		cfg.Speculative, cfg.Drafter = testHookSpeculative()
 	}
 	if err := checkSpeculation(m, cfg.Speculative); err != nil {

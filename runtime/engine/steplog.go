@@ -48,7 +48,7 @@ type StepRecord struct {
 	// Drafts are the draft tokens proposed for requests before the step
 	// was planned (speculative decoding), which a rerun proposes again.
 	Drafts []LoggedDraft `json:"drafts,omitempty"`
-	Err         string        `json:"error,omitempty"` // the step failed
+	Err    string        `json:"error,omitempty"` // the step failed
 }
 
 // StepLogConfig is the engine's configuration as far as a rerun needs it.

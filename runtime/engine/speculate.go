@@ -48,8 +48,11 @@ const (
 	// specProbe is how many steps in a row without a draft, while some
 	// request could draft, pass before one draft token is verified
 	// anyway: it measures a step of one more row, and follows text that
-	// turns repetitive.
-	specProbe = 16
+	// turns repetitive. Each probe after which the policy still drafts
+	// nothing doubles the wait, up to specProbeMax, so where drafts never
+	// pay the probes cost next to nothing.
+	specProbe    = 16
+	specProbeMax = 512
 )
 
 // speculating is a request's speculative state.
@@ -87,6 +90,8 @@ type specPolicy struct {
 	recent map[int][]float64
 	next   map[int]int
 	idle   int // steps since a draft was last verified
+	// probeAt is the idle steps before the next probe (0: specProbe).
+	probeAt int
 }
 
 // observe records a decode-only step of rows rows that took d.
@@ -144,8 +149,10 @@ func (p *specPolicy) cost(rows int) float64 {
 // tokens than its row adds to the step's time, in proportion; the whole
 // must beat the step without drafts by specMargin, else nothing is
 // drafted. At a high batch a row costs about what a step costs per
-// request, so nothing is. It returns the draft lengths by request.
-func (p *specPolicy) choose(base int, reqs []*request) map[*request]int {
+// request, so nothing is. At most rows draft tokens are taken in all
+// (the slots free for their rows). It returns the draft lengths by
+// request.
+func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 	out := map[*request]int{}
 	type cand struct {
 		r     *request
@@ -168,9 +175,13 @@ func (p *specPolicy) choose(base int, reqs []*request) map[*request]int {
 		// Yield descending; a request's j-th before its (j+1)-th (equal
 		// yields keep their order), then earlier requests first.
 		sort.SliceStable(cands, func(a, b int) bool { return cands[a].yield > cands[b].yield })
+		maxRows := rows
 		tokens, rows, c := float64(base), base, c0
 		taken := map[*request]int{}
 		for _, x := range cands {
+			if rows == base+maxRows {
+				break
+			}
 			if taken[x.r] != x.j-1 {
 				continue // its earlier token was not taken
 			}
@@ -185,9 +196,13 @@ func (p *specPolicy) choose(base int, reqs []*request) map[*request]int {
 			out = taken
 		}
 	}
+	if p.probeAt == 0 || len(out) > 0 {
+		p.probeAt = specProbe
+	}
 	if len(out) == 0 {
 		p.idle++
-		if p.idle >= specProbe {
+		if p.idle >= p.probeAt {
+			p.probeAt = min(2*p.probeAt, specProbeMax)
 			best := cands[0] // one draft token of the likeliest request
 			for _, x := range cands {
 				if x.j == 1 && x.yield > best.yield {
@@ -241,7 +256,7 @@ func (e *Engine) propose() {
 	if e.cfg.Speculative.Fixed || e.pinDrafts != nil || len(reqs) == 0 {
 		return
 	}
-	keep := e.specPolicy.choose(base, reqs)
+	keep := e.specPolicy.choose(base, len(e.borrowSlots()), reqs)
 	for _, r := range reqs {
 		r.spec.draft = r.spec.draft[:keep[r]]
 	}

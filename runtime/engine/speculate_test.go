@@ -2,12 +2,15 @@ package engine
 
 import (
 	"context"
+	"math"
+	"slices"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/sample"
 )
 
 // TestSpecPolicy checks the engine's choice of draft lengths from
@@ -26,7 +29,7 @@ func TestSpecPolicy(t *testing.T) {
 	}
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	gpu := func(rows int) time.Duration { return ms(10 + 0.5*float64(max(rows-32, 0))) } // flat to 32 rows, then 0.5 ms a row
-	cpu := func(rows int) time.Duration { return ms(float64(rows)) }                      // every row a millisecond
+	cpu := func(rows int) time.Duration { return ms(float64(rows)) }                     // every row a millisecond
 	policy := func(cost func(int) time.Duration, rows ...int) *specPolicy {
 		var p specPolicy
 		for _, r := range rows {
@@ -162,5 +165,148 @@ func TestSpeculationNeverALoss(t *testing.T) {
 				t.Errorf("%.2f×: speculation cost more than 2%% where it cannot pay", speedup)
 			}
 		})
+	}
+}
+
+// probModel is the scripted model with logits that make a real
+// distribution over four tokens (3 … 6): after token x the logit of
+// token 3+i is probLogits[(x-3) mod 4][i], every other token's -Inf.
+type probModel struct {
+	*scripted
+	tok map[int]int32 // slot → token of its newest logits row
+}
+
+var probLogits = [4][4]float32{{0.5, 1.5, 0, -1}, {1, 0.2, 0.8, 0.1}, {-0.5, 0, 1.2, 0.4}, {0.3, 0.9, 0.1, 1}}
+
+func (m *probModel) Step(ctx context.Context, b runtime.Batch) error {
+	for _, r := range b.Rows {
+		if r.Logits {
+			m.tok[r.Slot] = r.Token
+		}
+	}
+	return m.scripted.Step(ctx, b)
+}
+
+func (m *probModel) Logits(slot int, dst []float32) []float32 {
+	dst = append(dst[:0], make([]float32, simVocab)...)
+	for i := range dst {
+		dst[i] = float32(math.Inf(-1))
+	}
+	row := probLogits[((m.tok[slot]-3)%4+4)%4]
+	copy(dst[3:7], row[:])
+	return dst
+}
+
+func (m *probModel) Greedy(slot int) int32 {
+	l := m.Logits(slot, nil)
+	return int32(3 + slices.Index(l[3:7], slices.Max(l[3:7])))
+}
+
+// probTarget is the target's probability of token 3+i after token x.
+func probTarget(x int32, i int) float64 {
+	row := probLogits[((x-3)%4+4)%4]
+	sum := 0.0
+	for _, l := range row {
+		sum += math.Exp(float64(l))
+	}
+	return math.Exp(float64(row[i])) / sum
+}
+
+// fixedDrafter proposes the same tokens whatever the history.
+type fixedDrafter []int32
+
+func (d fixedDrafter) Draft(history []int32, k int) []int32 { return d[:min(k, len(d))] }
+
+// TestSampledDistribution is the statistical test of speculative
+// sampling: 24 000 requests with distinct seeds each sample four tokens
+// (temperature 1) from a model whose next-token distribution over four
+// tokens is known, through an engine that verifies a two-token draft at
+// every step; a chi-square test over the 256 sequences of four tokens
+// must not tell their counts from the target's probabilities (the
+// statistic under the 0.1% critical value of 255 degrees of freedom,
+// 330.5). The seeds are fixed, so the test cannot flake; a verify row
+// read for the wrong position, or a token taken past a rejected draft,
+// skews the counts far past it (see the control below).
+func TestSampledDistribution(t *testing.T) {
+	const requests = 24000
+	counts := map[[4]int32]int{}
+	m := &probModel{scripted: &scripted{t: t, slots: 32, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}}
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 16,
+		Speculative: Speculation{Kind: "ngram", K: 2, Fixed: true}, Drafter: fixedDrafter{4, 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	next := 0
+	var streams []<-chan Event
+	var got [][]int32
+	for done := 0; done < requests; {
+		for next < requests && len(streams) < 8 {
+			ev, err := e.Submit(ctx, Request{Tenant: "t", Prompt: []int32{1, 3},
+				Decode: decode.Params{MaxTokens: 4, Sampling: sample.Params{Temperature: 1, Seed: uint64(next + 1)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams, got = append(streams, ev), append(got, nil)
+			next++
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(streams); i++ {
+			for closed := false; !closed && len(streams[i]) > 0; {
+				ev := <-streams[i]
+				if ev.Token >= 0 {
+					got[i] = append(got[i], ev.Token)
+				}
+				if ev.Finish != "" {
+					if len(got[i]) != 4 {
+						t.Fatalf("a request of 4 tokens ended with %v (%s)", got[i], ev.Finish)
+					}
+					counts[[4]int32(got[i])]++
+					streams, got = slices.Delete(streams, i, i+1), slices.Delete(got, i, i+1)
+					i--
+					closed = true
+					done++
+				}
+			}
+		}
+	}
+	st := e.Stats()
+	if st.SpecAccepted < requests/4 {
+		t.Fatalf("%d draft tokens accepted in %d requests: too few tokens come from draft rows for the test to mean much", st.SpecAccepted, requests)
+	}
+	chi := func(counts map[[4]int32]int) float64 {
+		x := 0.0
+		for a := range 4 {
+			for b := range 4 {
+				for c := range 4 {
+					for d := range 4 {
+						seq := [4]int32{int32(3 + a), int32(3 + b), int32(3 + c), int32(3 + d)}
+						p := probTarget(3, a) * probTarget(seq[0], b) * probTarget(seq[1], c) * probTarget(seq[2], d)
+						want := p * requests
+						diff := float64(counts[seq]) - want
+						x += diff * diff / want
+					}
+				}
+			}
+		}
+		return x
+	}
+	x := chi(counts)
+	t.Logf("χ² = %.1f over 256 cells (255 degrees of freedom; 0.1%% critical value 330.5); %d drafts, %d draft tokens, %d accepted",
+		x, st.SpecDrafts, st.SpecDraftTokens, st.SpecAccepted)
+	if x > 330.5 {
+		t.Errorf("χ² = %.1f: the sampled sequences do not follow the target's distribution", x)
+	}
+	// The control: the same counts with the last token taken after the
+	// wrong position (as reading the row before it would) are rejected.
+	skewed := map[[4]int32]int{}
+	for seq, n := range counts {
+		seq[3] = 3 + (seq[3]-3+1)%4
+		skewed[seq] += n
+	}
+	if x := chi(skewed); x <= 330.5 {
+		t.Errorf("χ² = %.1f for a skewed sample: the test cannot tell", x)
 	}
 }

@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"math"
-	"slices"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 

@@ -41,9 +41,9 @@ type Config struct {
 	// Speculative is every model's speculative decoding (off,
 	// ngram[:K[:fixed]]; default off), unless its [[model]] table or
 	// zrt-run serve's --speculative says otherwise.
-	Speculative string   `toml:"speculative"`
+	Speculative string        `toml:"speculative"`
 	Models      []ModelConfig `toml:"model"`
-	Tenants     []Tenant `toml:"tenant"`
+	Tenants     []Tenant      `toml:"tenant"`
 
 	speculative engine.Speculation
 }

@@ -95,9 +95,10 @@ type Config struct {
 	// prompts' tokens.
 	StepLog io.Writer
 	// Speculative is speculative decoding (speculate.go): off (the zero
-	// value), or n-gram drafts of up to K tokens a step for each request
-	// that decodes without a constraint, as many as the measured
-	// acceptance and step costs pay for (all of them when Fixed).
+	// value), or drafts of up to K tokens a step — n-gram lookups, or the
+	// bundle's draft variant (self) — for each request that decodes
+	// without a constraint, as many as the measured acceptance and step
+	// costs pay for (all of them when Fixed).
 	Speculative Speculation
 	// Drafter, when set, proposes the drafts instead of the mode's
 	// (n-gram prompt lookup): a test's, whose acceptance it chooses.
@@ -685,7 +686,12 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		prefill += byID[c.ID].prefillRows(c)
 	}
 	var replay time.Duration
-	batch, borrowed, err := e.batch(plan, byID)
+	err := e.selfDraft(ctx, plan, byID)
+	var batch runtime.Batch
+	var borrowed []int
+	if err == nil {
+		batch, borrowed, err = e.batch(plan, byID)
+	}
 	if err == nil {
 		if e.rec != nil {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()

@@ -320,21 +320,25 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 }
 
 // TestSpeculativeLikeAlone is TestServesLikeAlone with the engine
-// speculating: n-gram drafts of up to 4 tokens verified at every step
-// that has free slots for their rows (the bundle has 16 slots, the
-// engine runs 8 requests), batched with the other requests' decode rows
-// and prefill chunks. Every request's tokens, greedy and sampled, must
-// still equal its solo run's without speculation — bit for bit on T-CPU.
+// speculating, for each kind of draft: n-gram drafts, and the bundle's
+// draft variant (four of its five layers and its head, self-speculation), of up
+// to 4 tokens verified at every step that has free slots for their rows
+// (the bundle has 16 slots, the engine runs 8 requests), batched with
+// the other requests' decode rows and prefill chunks. Every request's
+// tokens, greedy and sampled, must still equal its solo run's without
+// speculation — bit for bit on T-CPU.
 func TestSpeculativeLikeAlone(t *testing.T) {
 	for _, tr := range tiers {
-		t.Run(tr.name, func(t *testing.T) {
-			p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\n", tr)
-			s := servesLikeAloneWith(t, p, engine.Speculation{Kind: "ngram", K: 4, Fixed: true})
-			t.Logf("%d drafts, %d draft tokens, %d accepted", s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted)
-			if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 {
-				t.Errorf("%d draft tokens verified, %d accepted: the test does not exercise speculation", s.SpecDraftTokens, s.SpecAccepted)
-			}
-		})
+		for _, kind := range []string{"ngram", "self"} {
+			t.Run(tr.name+"/"+kind, func(t *testing.T) {
+				p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\ndraft_layers = 4\n", tr)
+				s := servesLikeAloneWith(t, p, engine.Speculation{Kind: kind, K: 4, Fixed: true})
+				t.Logf("%d drafts, %d draft tokens, %d accepted", s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted)
+				if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 {
+					t.Errorf("%d draft tokens verified, %d accepted: the test does not exercise speculation", s.SpecDraftTokens, s.SpecAccepted)
+				}
+			})
+		}
 	}
 }
 

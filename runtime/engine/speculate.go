@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
 	"github.com/zrtdev/zrt/runtime/spec/draft"
@@ -24,8 +26,10 @@ type Speculation = spec.Mode
 func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) }
 
 // Speculative decoding in the engine (seed 000 §20). Each step, before
-// the scheduler decides, the engine drafts tokens for the running
-// requests that decode — greedy or sampled, not under a constraint (a
+// the scheduler decides, the engine proposes drafts for the running
+// requests that decode (n-gram lookups; for self-speculation, a length,
+// whose tokens the bundle's draft variant makes once the plan has given
+// the rows their pages: selfDraft) — greedy or sampled, not under a constraint (a
 // grammar's matcher advances a token at a time: those rows do not
 // speculate) — and its policy (specPolicy) keeps as many of them as pay
 // for their rows. The scheduler gives each kept draft token a row of its
@@ -90,6 +94,10 @@ type specPolicy struct {
 	recent map[int][]float64
 	next   map[int]int
 	idle   int // steps since a draft was last verified
+	// draft is the time a model draft token costs (a replay of the
+	// bundle's draft variant; a moving average, 0 until measured and
+	// for n-gram drafts, which cost nothing next to a step).
+	draft float64
 	// probeAt is the idle steps before the next probe (0: specProbe).
 	probeAt int
 }
@@ -107,6 +115,18 @@ func (p *specPolicy) observe(rows int, d time.Duration) {
 	} else {
 		r[p.next[rows]] = d.Seconds()
 		p.next[rows] = (p.next[rows] + 1) % costWindow
+	}
+}
+
+// observeDraft records a replay of the draft variant that took d.
+func (p *specPolicy) observeDraft(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if p.draft == 0 {
+		p.draft = d.Seconds()
+	} else {
+		p.draft += 0.2 * (d.Seconds() - p.draft)
 	}
 }
 
@@ -185,7 +205,9 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 			if taken[x.r] != x.j-1 {
 				continue // its earlier token was not taken
 			}
-			cn := p.cost(rows + 1)
+			// A model's draft token costs a replay of its own beside the
+			// verify row.
+			cn := p.cost(rows+1) + float64(rows+1-base)*p.draft
 			if (tokens+x.yield)/cn <= tokens/c {
 				continue
 			}
@@ -227,6 +249,7 @@ func (e *Engine) propose() {
 	}
 	var reqs []*request
 	base := 0
+	self := e.cfg.Speculative.Kind == spec.Self
 	for _, r := range e.reqs {
 		if r.spec == nil || r.slot < 0 {
 			continue
@@ -240,26 +263,85 @@ func (e *Engine) propose() {
 		if k <= 0 {
 			continue
 		}
-		if e.pinDrafts != nil {
+		switch {
+		case e.pinDrafts != nil:
 			r.spec.draft = append(r.spec.draft, e.pinDrafts(r.id)...)
-		} else {
+		case self:
+			// The draft variant makes the tokens once the step's plan
+			// says how many (selfDraft): a placeholder each until then.
+			for range k {
+				r.spec.draft = append(r.spec.draft, -1)
+			}
+		default:
 			d := e.drafter.Draft(r.tokens, k)
 			r.spec.draft = append(r.spec.draft, d[:min(len(d), k)]...)
 		}
 		if len(r.spec.draft) > 0 {
 			reqs = append(reqs, r)
-			if e.rec != nil {
-				e.rec.Drafts = append(e.rec.Drafts, LoggedDraft{ID: r.id, Tokens: slices.Clone(r.spec.draft)})
-			}
 		}
 	}
 	if e.cfg.Speculative.Fixed || e.pinDrafts != nil || len(reqs) == 0 {
+		e.logDrafts()
 		return
 	}
 	keep := e.specPolicy.choose(base, len(e.borrowSlots()), reqs)
 	for _, r := range reqs {
 		r.spec.draft = r.spec.draft[:keep[r]]
 	}
+	e.logDrafts()
+}
+
+// logDrafts records the step's proposals for a rerun: n-gram drafts'
+// tokens, a model draft's length (the rerun's model makes the same
+// tokens).
+func (e *Engine) logDrafts() {
+	if e.rec == nil {
+		return
+	}
+	for _, r := range e.reqs {
+		if r.spec == nil || r.slot < 0 || len(r.spec.draft) == 0 {
+			continue
+		}
+		d := LoggedDraft{ID: r.id}
+		if e.cfg.Speculative.Kind == spec.Self {
+			d.N = len(r.spec.draft)
+		} else {
+			d.Tokens = slices.Clone(r.spec.draft)
+		}
+		e.rec.Drafts = append(e.rec.Drafts, d)
+	}
+}
+
+// selfDraft makes the draft tokens of the plan's verify chunks with the
+// bundle's draft variant (the model's first layers and its head): for
+// each, one replay a token in the request's slot, at the positions its
+// verify rows take next — whose pages the step has given it — starting
+// from its pending token. They write the first layers' K and V of those
+// positions, which the verify step writes again through every layer.
+func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64]*request) error {
+	if e.cfg.Speculative.Kind != spec.Self {
+		return nil
+	}
+	key, _ := e.m.Key(runtime.Draft, 1)
+	for _, c := range plan.Rows {
+		if c.Draft == 0 {
+			continue
+		}
+		r := byID[c.ID]
+		prev := r.tokens[c.From]
+		for j := range c.Draft {
+			b := runtime.Batch{Key: key, Rows: []runtime.Row{{Slot: r.slot, Pos: c.From + j, Token: prev, Logits: true}},
+				Pages: []runtime.SlotPages{{Slot: r.slot, Pages: r.pages}}}
+			at := e.cfg.Now()
+			if err := e.m.Step(ctx, b); err != nil {
+				return fmt.Errorf("engine: draft step: %w", err)
+			}
+			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
+			prev = e.m.Greedy(r.slot)
+			r.spec.draft[j] = prev
+		}
+	}
+	return nil
 }
 
 // borrowSlots are the model's slots no request holds during the step,
@@ -333,7 +415,9 @@ func checkSpeculation(m Model, s Speculation) error {
 	switch s.Kind {
 	case spec.NGram:
 	case spec.Self:
-		return fmt.Errorf("engine: speculative %s: the serving engine drafts with n-grams only (ngram); self-drafting runs in zrt-run generate and bench", s)
+		if _, ok := m.Key(runtime.Draft, 1); !ok {
+			return fmt.Errorf("engine: speculative %s: the bundle has no draft variant; build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", s)
+		}
 	default:
 		return fmt.Errorf("engine: speculative mode %q: nothing to draft with", s.Kind)
 	}

@@ -61,10 +61,12 @@ type StepLogConfig struct {
 	Speculative   string         `json:"speculative,omitempty"`
 }
 
-// LoggedDraft is a request's proposed draft of a step.
+// LoggedDraft is a request's proposed draft of a step: its tokens (an
+// n-gram draft), or how many the draft variant was to make (N).
 type LoggedDraft struct {
 	ID     uint64  `json:"id"`
-	Tokens []int32 `json:"tokens"`
+	Tokens []int32 `json:"tokens,omitempty"`
+	N      int     `json:"n,omitempty"`
 }
 
 // LoggedRequest is an arrival with its id and the policy it met: its
@@ -252,6 +254,9 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		clear(drafts)
 		for _, d := range want.Drafts {
 			drafts[d.ID] = d.Tokens
+			for range d.N {
+				drafts[d.ID] = append(drafts[d.ID], -1) // the rerun's draft variant makes them
+			}
 		}
 		if _, err := e.Step(ctx); err != nil && want.Err == "" {
 			return i, &RerunError{Step: want.Step, Msg: fmt.Sprintf("the step failed: %v", err)}

@@ -39,7 +39,7 @@ type Config struct {
 	// call it.
 	CORSOrigins []string `toml:"cors_origins"`
 	// Speculative is every model's speculative decoding (off,
-	// ngram[:K[:fixed]]; default off), unless its [[model]] table or
+	// ngram[:K[:fixed]] or self[:K[:fixed]]; default off), unless its [[model]] table or
 	// zrt-run serve's --speculative says otherwise.
 	Speculative string        `toml:"speculative"`
 	Models      []ModelConfig `toml:"model"`

@@ -48,7 +48,8 @@ type Options struct {
 	// is cancelled.
 	DrainTimeout time.Duration
 	// Speculative, when set, is every model's speculative decoding (off,
-	// ngram[:K[:fixed]]), over the config's speculative keys.
+	// ngram[:K[:fixed]], self[:K[:fixed]]), over the config's speculative
+	// keys.
 	Speculative string
 	// Trace and StepLog are paths of each engine's Chrome trace and step
 	// log ("": none); with several bundles, bundle i's has .i before the
@@ -129,7 +130,7 @@ func Run(ctx context.Context, opt Options) error {
 		models = append(models, &Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
 		opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
 		if sp.On() {
-			opt.Log("model %s: speculative decoding %s (n-gram drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
+			opt.Log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
 		}
 		if h := p.Hparams; h.KVWindowRing > 0 {
 			opt.Log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",

@@ -339,8 +339,10 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.InteractiveSlack == 0 {
 		cfg.InteractiveSlack = 0.2
 	}
-	if testHookSpeculative != nil && !cfg.Speculative.On() && !m.SlotState() {
-		cfg.Speculative, cfg.Drafter = testHookSpeculative()
+	if testHookSpeculative != nil && !cfg.Speculative.On() {
+		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
+			cfg.Speculative, cfg.Drafter = sp, d
+		}
 	}
 	if err := checkSpeculation(m, cfg.Speculative); err != nil {
 		return nil, err

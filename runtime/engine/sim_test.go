@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,10 +31,21 @@ type scripted struct {
 	last     map[int]int32 // slot → token of its newest logits row
 	batch    runtime.Batch
 	fail     bool // the next Step fails
+	// slotState makes it a model with per-slot state.
+	slotState bool
+	// draftAccept, when set, gives it a draft variant (self-speculation)
+	// whose greedy choice is the model's own with that probability,
+	// drawn from draftRng, and another token otherwise.
+	draftAccept float64
+	draftRng    *rand.Rand
+	drafted     map[int]int32 // slot → the draft variant's choice, until its next step
 }
 
 func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 	caps := map[runtime.Stage][]int{runtime.Decode: {1, 2, 4, 8}, runtime.Prefill: {16, 64}}[stage]
+	if stage == runtime.Draft && m.draftAccept > 0 {
+		caps = []int{1}
+	}
 	for _, c := range caps {
 		if rows <= c {
 			return runtime.ShapeKey{Stage: stage, Slots: m.slots, Rows: c}, true
@@ -44,7 +56,7 @@ func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 func (m *scripted) Slots() int      { return m.slots }
 func (m *scripted) MaxPages() int   { return m.maxPages }
 func (m *scripted) KVPages() int    { return m.kvPages }
-func (m *scripted) SlotState() bool { return false }
+func (m *scripted) SlotState() bool { return m.slotState }
 
 func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 	if m.fail {
@@ -74,7 +86,24 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 		}
 		tables[sp.Slot] = sp.Pages
 	}
+	if b.Key.Stage == runtime.Draft {
+		if len(b.Rows) != 1 || m.draftAccept == 0 {
+			m.t.Fatalf("a draft step of %d rows on a model with draft variant %v", len(b.Rows), m.draftAccept > 0)
+		}
+	}
 	for _, r := range b.Rows {
+		if b.Key.Stage == runtime.Draft {
+			if m.drafted == nil {
+				m.drafted = map[int]int32{}
+			}
+			next := simNext(r.Token, r.Pos)
+			if m.draftRng.Float64() >= m.draftAccept {
+				next = 3 + (next-3+1+int32(m.draftRng.IntN(simVocab-4)))%(simVocab-3)
+			}
+			m.drafted[r.Slot] = next
+		} else {
+			delete(m.drafted, r.Slot)
+		}
 		if r.Pos >= len(tables[r.Slot])*kernels.KVPageTokens {
 			m.t.Fatalf("row at position %d of slot %d beyond its %d pages", r.Pos, r.Slot, len(tables[r.Slot]))
 		}
@@ -99,6 +128,9 @@ func (m *scripted) Logits(slot int, dst []float32) []float32 {
 }
 
 func (m *scripted) Greedy(slot int) int32 {
+	if t, ok := m.drafted[slot]; ok {
+		return t
+	}
 	l := m.Logits(slot, nil)
 	best := 0
 	for i, v := range l {
@@ -138,8 +170,9 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 //
 // Seeds 7-12 run the same with speculative decoding: every decoding
 // request proposes up to 3 draft tokens a step, each the model's next
-// greedy token with a probability the seed draws (simDrafter), and the
-// same invariants hold — the draft rows' pages go back when the draft is
+// greedy token with a probability the seed draws (n-gram drafts from
+// simDrafter on even seeds, the model's draft variant on odd ones), and
+// the same invariants hold — the draft rows' pages go back when the draft is
 // rejected, and every greedy stream is still its model chain.
 func TestSimulation(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12} {
@@ -194,6 +227,11 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 		m.slots = 10
 		sp = Speculation{Kind: "ngram", K: 3, Fixed: true}
 		drafter = &simDrafter{rng: rand.New(rand.NewPCG(seed, 7)), accept: 0.3 + 0.6*rng.Float64()}
+		if seed%2 == 1 {
+			// Odd seeds draft with the model's draft variant.
+			sp.Kind = "self"
+			m.draftAccept, m.draftRng = drafter.accept, rand.New(rand.NewPCG(seed, 8))
+		}
 	} else if testHookSpeculative != nil {
 		sp, _ = testHookSpeculative()
 	}
@@ -336,7 +374,7 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 			}
 		}
 		did, err := e.Step(ctx)
-		if err != nil && err.Error() != "scripted failure" {
+		if err != nil && !strings.HasSuffix(err.Error(), "scripted failure") {
 			t.Fatalf("seed %d step %d: %v", seed, step, err)
 		}
 		if did && err == nil {
@@ -544,6 +582,11 @@ func TestPagesOnDemand(t *testing.T) {
 	t.Run("speculative", func(t *testing.T) {
 		pagesOnDemand(t, Speculation{Kind: "ngram", K: 3, Fixed: true}, &simDrafter{rng: rand.New(rand.NewPCG(1, 2)), accept: 0.7})
 	})
+	// The same with the model's draft variant making the drafts (right
+	// with probability 0.7), which the rerun's model makes again.
+	t.Run("self", func(t *testing.T) {
+		pagesOnDemand(t, Speculation{Kind: "self", K: 3, Fixed: true}, &simDrafter{rng: rand.New(rand.NewPCG(1, 2)), accept: 0.7})
+	})
 }
 
 func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
@@ -554,6 +597,9 @@ func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
 	if drafter != nil {
 		m.slots = 12
 		cfg.Drafter = drafter
+		if sp.Kind == "self" {
+			m.draftAccept, m.draftRng = drafter.accept, rand.New(rand.NewPCG(5, 6))
+		}
 	}
 	e, err := New(m, simTokenizer(t), cfg)
 	if err != nil {
@@ -642,7 +688,7 @@ func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
 	if sp.On() && (st.SpecAccepted == 0 || st.SpecAccepted == st.SpecDraftTokens) {
 		t.Errorf("%d of %d draft tokens accepted: the test does not exercise acceptance and rejection", st.SpecAccepted, st.SpecDraftTokens)
 	}
-	m2 := &scripted{t: t, slots: m.slots, maxPages: 16, kvPages: 56, last: map[int]int32{}}
+	m2 := &scripted{t: t, slots: m.slots, maxPages: 16, kvPages: 56, last: map[int]int32{}, draftAccept: m.draftAccept, draftRng: rand.New(rand.NewPCG(5, 6))}
 	if n, err := Rerun(ctx, m2, simTokenizer(t), &log); err != nil {
 		t.Fatalf("rerun: %v", err)
 	} else {

@@ -2,15 +2,18 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // TestSpecPolicy checks the engine's choice of draft lengths from
@@ -308,5 +311,92 @@ func TestSampledDistribution(t *testing.T) {
 	}
 	if x := chi(skewed); x <= 330.5 {
 		t.Errorf("χ² = %.1f for a skewed sample: the test cannot tell", x)
+	}
+}
+
+// allowAll is a constraint that allows every token and is never done.
+type allowAll struct{}
+
+func (allowAll) Mask(allowed []uint64) {
+	for i := range allowed {
+		allowed[i] = ^uint64(0)
+	}
+}
+func (allowAll) Accept(int32) error { return nil }
+func (allowAll) Done() bool         { return false }
+
+// TestConstrainedRowsDoNotSpeculate: a request under a constraint (a
+// grammar's matcher advances a token at a time) gets no draft rows; an
+// unconstrained one beside the same engine does; both streams are the
+// model's greedy chain.
+func TestConstrainedRowsDoNotSpeculate(t *testing.T) {
+	for _, constrained := range []bool{true, false} {
+		m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}}
+		e, err := New(m, simTokenizer(t), Config{Slots: 2, ChunkCap: 64, Speculative: Speculation{Kind: "ngram", K: 3, Fixed: true},
+			Drafter: &simDrafter{rng: rand.New(rand.NewPCG(1, 1)), accept: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decode.Params{MaxTokens: 40, IgnoreEOS: true}
+		if constrained {
+			p.Constraint = allowAll{}
+		}
+		prompt := []int32{1, 7, 9}
+		ev, err := e.Submit(context.Background(), Request{Tenant: "t", Prompt: prompt, Decode: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		for done := false; !done; {
+			if _, err := e.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for len(ev) > 0 {
+				x := <-ev
+				if x.Token >= 0 {
+					got = append(got, x.Token)
+				}
+				done = done || x.Finish != ""
+			}
+		}
+		prev, pos := prompt[2], 2
+		for i, tok := range got {
+			want := simNext(prev, pos)
+			if want == 2 {
+				want = 3 + (prev*7+int32(pos))%(simVocab-3)
+			}
+			if tok != want {
+				t.Fatalf("constrained %v: token %d is %d, want %d", constrained, i, tok, want)
+			}
+			prev, pos = tok, pos+1
+		}
+		st := e.Stats()
+		if constrained != (st.SpecDraftTokens == 0) {
+			t.Errorf("constrained %v: %d draft tokens verified", constrained, st.SpecDraftTokens)
+		}
+	}
+}
+
+// TestSpeculationRefused: a model with per-slot state cannot roll back
+// (sequence.ErrSlotState), self needs a draft variant, and K is bounded.
+func TestSpeculationRefused(t *testing.T) {
+	for _, tc := range []struct {
+		sp        Speculation
+		slotState bool
+		want      string
+	}{
+		{Speculation{Kind: "ngram", K: 4}, true, "per-slot state"},
+		{Speculation{Kind: "self", K: 4}, false, "draft_layers"},
+		{Speculation{Kind: "ngram", K: 99}, false, "outside [1, 32]"},
+		{Speculation{Kind: "eagle", K: 4}, false, "nothing to draft with"},
+	} {
+		m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}, slotState: tc.slotState}
+		_, err := New(m, simTokenizer(t), Config{Slots: 2, ChunkCap: 64, Speculative: tc.sp})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s (slot state %v): %v, want an error saying %q", tc.sp, tc.slotState, err, tc.want)
+		}
+		if tc.slotState && !errors.Is(err, sequence.ErrSlotState) {
+			t.Errorf("%s on a model with slot state: %v is not sequence.ErrSlotState", tc.sp, err)
+		}
 	}
 }

@@ -234,6 +234,9 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 		}
 	} else if testHookSpeculative != nil {
 		sp, _ = testHookSpeculative()
+		if sp.Kind == "self" {
+			m.draftAccept, m.draftRng = 0.6, rand.New(rand.NewPCG(seed, 9))
+		}
 	}
 	limits := map[string]sched.Limits{"a": {MaxSlots: 3, DecodeTokensPerSecond: 200}, "b": {MaxPages: 12}, "c": {PrefillTokensPerSecond: 1000}}
 	clock := time.Unix(1_700_000_000, 0) // moved forward by each step

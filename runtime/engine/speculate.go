@@ -130,6 +130,17 @@ func (p *specPolicy) observeDraft(d time.Duration) {
 	}
 }
 
+// least is the fewest rows of a measured step (0: none measured).
+func (p *specPolicy) least() int {
+	lo := 0
+	for r := range p.recent {
+		if lo == 0 || r < lo {
+			lo = r
+		}
+	}
+	return lo
+}
+
 // cost is a step of rows rows' estimated time: measured, interpolated
 // between the nearest measured row counts, or past the largest measured
 // extrapolated along the last two (with one, every row costing as much
@@ -196,6 +207,17 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 		// yields keep their order), then earlier requests first.
 		sort.SliceStable(cands, func(a, b int) bool { return cands[a].yield > cands[b].yield })
 		maxRows := rows
+		// A step's time grows at least as fast past base rows as it
+		// did up to them from the fewest rows measured (step costs
+		// are convex in rows: flat while the weights' reads bound the
+		// step, then a row's compute each), which keeps a noisy
+		// measurement of a step of a row or two more than base from
+		// passing for free rows.
+		slope := 0.0
+		if lo := p.least(); lo < base {
+			slope = max(0, (c0-p.cost(lo))/float64(base-lo))
+		}
+		step := func(n int) float64 { return max(p.cost(n), c0+slope*float64(n-base)) }
 		tokens, rows, c := float64(base), base, c0
 		taken := map[*request]int{}
 		for _, x := range cands {
@@ -207,7 +229,7 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 			}
 			// A model's draft token costs a replay of its own beside the
 			// verify row.
-			cn := p.cost(rows+1) + float64(rows+1-base)*p.draft
+			cn := step(rows+1) + float64(rows+1-base)*p.draft
 			if (tokens+x.yield)/cn <= tokens/c {
 				continue
 			}

@@ -52,6 +52,11 @@ func TestSpecPolicy(t *testing.T) {
 		{"gpu, batch 64", policy(gpu, 1, 8, 32, 64, 96), 64, 0.8, 0},
 		{"cpu, batch 1", policy(cpu, 1, 2, 4), 1, 0.9, 0},
 		{"cpu, batch 8", policy(cpu, 1, 4, 8, 16), 8, 0.9, 0},
+		{"cpu, batch 8, a 9-row step measured as fast as 8", func() *specPolicy {
+			p := policy(cpu, 1, 4, 8)
+			p.observe(9, cpu(8))
+			return p
+		}(), 8, 0.9, 0},
 		{"unmeasured", policy(cpu), 1, 0.9, 0},
 		{"one step measured: proportional", policy(gpu, 1), 1, 0.9, 0},
 	} {

@@ -365,35 +365,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 		}
 		t, k = t+run, next
 	}
-	// oneChunk's softmax loop, with its exponentials taken out: the
-	// running maximum is sequential but they are not, so the first pass
-	// leaves each key's argument in sc, expfs evaluates them all, and the
-	// second pass forms (ms, vs) and S in ggml's order.
-	newMax := w.newMax[:n]
-	m = float32(math.Inf(-1))
-	for j, x := range sc {
-		x = o.score(x)
-		if newMax[j] = x > m; newMax[j] {
-			sc[j], m = m-x, x
-		} else {
-			sc[j] = x - m
-		}
-	}
-	n8 := n &^ 7
-	if n8 > 0 {
-		expfs(&sc[0], n8)
-	}
-	for j := n8; j < n; j++ {
-		sc[j] = expf(sc[j])
-	}
-	for j, e := range sc {
-		ms, vs := float32(1), e
-		if newMax[j] {
-			ms, vs = e, 1
-		}
-		coef[2*j], coef[2*j+1] = ms, vs
-		s = fma32(s, ms, vs)
-	}
+	m, s = onlineCoefs(sc, coef, w.newMax[:n], float32(math.Inf(-1)), 0, o, true)
 	clear(w.acc16)
 	for t := lo; t < hi; {
 		run := pageRun(t, hi)

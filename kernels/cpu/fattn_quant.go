@@ -101,17 +101,19 @@ func rotate(h []float32, n int, x, tmp []float32) {
 
 // faQuantWork is one worker's scratch on the quantized-cache path.
 type faQuantWork struct {
-	hd    int
-	kt    kernels.KVTypes
-	qr    []float32 // the query, rotated
-	tmp   []float32 // a run being rotated
-	view  quantView // the keys and values being attended
-	sc    [kernels.KVPageTokens]float32
-	qq    []byte    // the query in K's vec_dot_type
-	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
-	acc   []float32 // VKQ32
-	acc16 []uint16  // VKQ16 (an F16 V)
-	v32   []float32 // one value row in F32
+	hd     int
+	kt     kernels.KVTypes
+	qr     []float32 // the query, rotated
+	tmp    []float32 // a run being rotated
+	view   quantView // the keys and values being attended
+	sc     [kernels.KVPageTokens]float32
+	coef   [2 * kernels.KVPageTokens]float32 // a page's (ms, vs) pairs
+	newMax [kernels.KVPageTokens]bool
+	qq     []byte    // the query in K's vec_dot_type
+	q16    []uint16  // the query in F16 (an F16 K): qq's bytes
+	acc    []float32 // VKQ32
+	acc16  []uint16  // VKQ16 (an F16 V)
+	v32    []float32 // one value row in F32
 }
 
 var faQuantPool sync.Pool
@@ -194,8 +196,9 @@ func (v *quantView) run(which, t, n int) ([]byte, int) {
 // attend is one_chunk for one query head q over keys [lo, hi) of w.view,
 // written to out. The scores of a page's keys are taken together (one
 // multi-row dot product; q8_0 × q8_0 is symmetric, so the query may stand
-// as the "weight" row), then the softmax and the value updates run key by
-// key in ggml's order.
+// as the "weight" row), then their softmax coefficients (onlineCoefs, in
+// ggml's key order), then the value updates of the page in one kernel
+// call (madQ8Rows, or faMadF16 for an F16 V).
 func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	hd, kt, v := w.hd, w.kt, &w.view
 	if kt.K == ggml.Q8_0 {
@@ -206,6 +209,7 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 		toF16(w.q16, q)
 	}
 	f32V := kt.V != ggml.F16
+	simd := faUseSIMD && hd%16 == 0
 	clear(w.acc)
 	clear(w.acc16)
 	m, s := float32(math.Inf(-1)), float32(0)
@@ -220,33 +224,18 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 				sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
 			}
 		}
+		coef := w.coef[:2*n]
+		m, s = onlineCoefs(sc, coef, w.newMax[:n], m, s, o, simd)
 		vb, vs0 := v.run(1, t, n)
-		for j, dot := range sc {
-			score := o.score(dot)
-			ms, vs := float32(1), float32(1)
-			if score > m {
-				ms = expf(m - score)
-				m = score
-				if f32V {
-					scaleF32(w.acc, ms)
-				} else {
-					for d, x := range w.acc16 {
-						w.acc16[d] = quant.F32ToF16(quant.F16ToF32(x) * ms)
-					}
-				}
-			} else {
-				vs = expf(score - m)
-			}
-			row := vb[j*vs0:]
-			if f32V {
-				dequantQ8Row(row, w.v32)
-				madF32(w.acc, w.v32, vs)
-			} else {
-				for d, x := range u16s(row)[:hd] {
-					w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(x), vs, quant.F16ToF32(w.acc16[d])))
-				}
-			}
-			s = fma32(s, ms, vs) // S = S*ms + vs, contracted as on the F16 path
+		switch {
+		case f32V && simd:
+			faMadQ8(&w.acc[0], &vb[0], vs0, &coef[0], n, hd)
+		case f32V:
+			madQ8Rows(w.acc, vb, vs0, coef, w.v32)
+		case simd:
+			faMadF16(&w.acc16[0], (*uint16)(unsafe.Pointer(&vb[0])), vs0, &coef[0], n, hd)
+		default:
+			madF16Rows(w.acc16, vb, vs0, coef)
 		}
 		t += n
 	}
@@ -262,6 +251,84 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	}
 	for d := range out {
 		out[d] = w.acc[d] * sInv
+	}
+}
+
+// onlineCoefs is one_chunk's online softmax over the raw dot products sc
+// of a run of keys, from the running maximum m and sum s: it writes each
+// key's (ms, vs) to coef (ms rescales the accumulator before the key's
+// value joins it times vs) and returns the new m and s. The running
+// maximum is sequential but the exponentials are not: the first pass
+// leaves each key's argument in sc (clobbering it), the exponentials are
+// taken together (expfs, libm's expf in AVX-512 lanes, when simd), and
+// the second pass forms (ms, vs) and S in ggml's order. newMax is
+// scratch of len(sc).
+func onlineCoefs(sc, coef []float32, newMax []bool, m, s float32, o *faOpts, simd bool) (float32, float32) {
+	n := len(sc)
+	for j, x := range sc {
+		x = o.score(x)
+		if newMax[j] = x > m; newMax[j] {
+			sc[j], m = m-x, x
+		} else {
+			sc[j] = x - m
+		}
+	}
+	n8 := 0
+	if simd {
+		n8 = n &^ 7
+	}
+	if n8 > 0 {
+		expfs(&sc[0], n8)
+	}
+	for j := n8; j < n; j++ {
+		sc[j] = expf(sc[j])
+	}
+	for j, e := range sc {
+		ms, vs := float32(1), e
+		if newMax[j] {
+			ms, vs = e, 1
+		}
+		coef[2*j], coef[2*j+1] = ms, vs
+		s = fma32(s, ms, vs)
+	}
+	return m, s
+}
+
+// madQ8Rows is faMadQ8 in Go (the fallback and the tests' oracle): for
+// each key j of the run of Q8_0 value rows at vb (stride bytes apart),
+// acc *= ms when ms != 1 (ggml_vec_scale_f32), then the row dequantized
+// (dequantize_row_q8_0) joins acc times vs (ggml_vec_mad_f32). v32 is
+// scratch of len(acc).
+func madQ8Rows(acc []float32, vb []byte, stride int, coef, v32 []float32) {
+	for j := 0; 2*j < len(coef); j++ {
+		ms, vs := coef[2*j], coef[2*j+1]
+		if ms != 1 {
+			for d := range acc {
+				acc[d] *= ms
+			}
+		}
+		dequantQ8Row(vb[j*stride:], v32)
+		for d, x := range v32 {
+			acc[d] = fma32(x, vs, acc[d])
+		}
+	}
+}
+
+// madF16Rows is faMadF16 in Go over a run of F16 value rows at vb (stride
+// bytes apart): the F16 accumulator (VKQ16) rescaled by ms when ms != 1,
+// then each value times vs added with one FMA, rounded to F16 at every
+// step (ggml_vec_scale_f16, ggml_vec_mad_f16).
+func madF16Rows(acc16 []uint16, vb []byte, stride int, coef []float32) {
+	for j := 0; 2*j < len(coef); j++ {
+		ms, vs := coef[2*j], coef[2*j+1]
+		if ms != 1 {
+			for d, x := range acc16 {
+				acc16[d] = quant.F32ToF16(quant.F16ToF32(x) * ms)
+			}
+		}
+		for d, x := range u16s(vb[j*stride:])[:len(acc16)] {
+			acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(x), vs, quant.F16ToF32(acc16[d])))
+		}
 	}
 }
 

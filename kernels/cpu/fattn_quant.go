@@ -149,13 +149,18 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	}
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
 	lay := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
+	views := make([]quantView, nHeadKV)
+	for kvh := range views {
+		views[kvh] = newQuantView(kv, r, lay, layer, kvh, hd)
+	}
 	return a.Pool.For(r.rows()*nHead, 1, func(_, lo, hi int) {
 		w := getFaQuantWork(hd, kt)
 		defer faQuantPool.Put(w)
 		for item := lo; item < hi; item++ {
 			i, h := item/nHead, item%nHead
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
-			w.view = quantView{kv: kv, r: r, lay: lay, slot: slot, layer: layer, kvh: h / group, hd: hd}
+			w.view = views[h/group]
+			w.view.slot = slot
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			if c.hk != nil {
 				copy(w.qr, qh)
@@ -171,26 +176,36 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	})
 }
 
-// quantView locates one slot's cached rows of one KV head in one layer.
+// quantView locates one slot's cached rows of one KV head in one layer,
+// with kernels.KVLayout's offsets worked out once (they are per page
+// otherwise, twice a page of every query head).
 type quantView struct {
-	kv                   []byte
-	r                    request
-	lay                  kernels.KVLayout
-	slot, layer, kvh, hd int
+	kv           []byte
+	r            request
+	slot         int
+	pageBytes    int    // a page's bytes
+	base         [2]int // K's (0) and V's (1) rows of the layer and head, from a page's start
+	stride, head [2]int // one row's bytes, and the head's bytes in it
+}
+
+// newQuantView is the view of KV head kvh of layer in a cache laid out
+// as lay, for heads of hd elements; its slot is set per query.
+func newQuantView(kv []byte, r request, lay kernels.KVLayout, layer, kvh, hd int) quantView {
+	v := quantView{kv: kv, r: r, pageBytes: lay.PageBytes()}
+	for which, typ := range [2]ggml.Type{lay.Types.K, lay.Types.V} {
+		v.head[which] = kernels.KVRowBytes(typ, hd)
+		v.stride[which] = kernels.KVRowBytes(typ, lay.Width)
+		v.base[which] = lay.Offset(0, layer, which, 0) + kvh*v.head[which]
+	}
+	return v
 }
 
 // run returns the bytes from the head's K (which = 0) or V (1) row at
 // position t on, through the row of position t+n-1 (all in t's page), and
 // the stride from one row to the next.
 func (v *quantView) run(which, t, n int) ([]byte, int) {
-	typ := v.lay.Types.K
-	if which == 1 {
-		typ = v.lay.Types.V
-	}
-	head := kernels.KVRowBytes(typ, v.hd)
-	stride := kernels.KVRowBytes(typ, v.lay.Width)
-	off := v.lay.Offset(v.r.page(v.slot, t), v.layer, which, t%kernels.KVPageTokens) + v.kvh*head
-	return v.kv[off : off+(n-1)*stride+head], stride
+	off := v.r.page(v.slot, t)*v.pageBytes + v.base[which] + t%kernels.KVPageTokens*v.stride[which]
+	return v.kv[off : off+(n-1)*v.stride[which]+v.head[which]], v.stride[which]
 }
 
 // attend is one_chunk for one query head q over keys [lo, hi) of w.view,

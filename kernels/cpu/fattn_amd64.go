@@ -36,3 +36,6 @@ func expfs(x *float32, n int)
 
 //go:noescape
 func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
+
+//go:noescape
+func faRotate(h *float32, n int, x, out *float32)

@@ -326,6 +326,38 @@ q8maddone:
 	VZEROUPPER
 	RET
 
+// func faRotate(h *float32, n int, x, out *float32)
+//
+// out = h·x for an n×n matrix h (rows n floats apart) and n values x, n
+// a multiple of 16, as rotate computes it: per output one 16-lane FMA
+// chain over the row, then _mm512_reduce_add_ps (REDUCE16).
+TEXT ·faRotate(SB), NOSPLIT, $0-32
+	MOVQ h+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ x+16(FP), DX
+	MOVQ out+24(FP), DI
+	MOVQ CX, R8
+
+rotrow:
+	VPXORD Z0, Z0, Z0
+	MOVQ   DX, AX
+	MOVQ   CX, R9
+
+rotcol:
+	VMOVUPS     (SI), Z2
+	VFMADD231PS (AX), Z2, Z0
+	ADDQ        $64, SI
+	ADDQ        $64, AX
+	SUBQ        $16, R9
+	JNZ         rotcol
+	REDUCE16
+	VMOVSS      X0, (DI)
+	ADDQ        $4, DI
+	DECQ        R8
+	JNZ         rotrow
+	VZEROUPPER
+	RET
+
 // func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
 //
 // Converts n rows of hd halves (sstride bytes apart) to float32 rows

@@ -81,11 +81,17 @@ func hadamard(n int) []float32 {
 // rotate replaces each run of n values of x by the matrix h (n×n) times
 // it, as llama.cpp's ggml_mul_mat(h, x) computes it in F32 on an AVX-512
 // CPU (llamafile's tinyBLAS): per output, 16 lanes of FMAs over the run in
-// order, then _mm512_reduce_add_ps. tmp holds n values.
+// order, then _mm512_reduce_add_ps (faRotate where the CPU has AVX-512).
+// tmp holds n values.
 func rotate(h []float32, n int, x, tmp []float32) {
+	_ = h[n*n-1]
 	for o := 0; o+n <= len(x); o += n {
 		run := x[o : o+n]
 		copy(tmp[:n], run)
+		if faUseSIMD && n%16 == 0 {
+			faRotate(&h[0], n, &tmp[0], &run[0])
+			continue
+		}
 		for i := range n {
 			row := h[i*n : (i+1)*n]
 			var acc [16]float32

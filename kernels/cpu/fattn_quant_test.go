@@ -382,3 +382,34 @@ func BenchmarkFlashAttnPrompt(b *testing.B) {
 		})
 	}
 }
+
+// TestRotateSIMD holds faRotate to rotate's Go arithmetic bit for bit,
+// over random matrices (the Walsh-Hadamard ones have too few distinct
+// entries to show a slip in the lanes' order).
+func TestRotateSIMD(t *testing.T) {
+	if !faSIMDOK {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewSource(3))
+	for _, n := range []int{16, 64, 128} {
+		h := make([]float32, n*n)
+		for i := range h {
+			h[i] = float32(rng.NormFloat64())
+		}
+		x := make([]float32, 3*n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * 10)
+		}
+		tmp := make([]float32, n)
+		want, got := append([]float32(nil), x...), append([]float32(nil), x...)
+		faUseSIMD = false
+		rotate(h, n, want, tmp)
+		faUseSIMD = true
+		rotate(h, n, got, tmp)
+		for i := range want {
+			if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+				t.Fatalf("n %d: x[%d] = %v (SIMD), want %v (Go)", n, i, got[i], want[i])
+			}
+		}
+	}
+}

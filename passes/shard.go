@@ -386,7 +386,7 @@ func (s *sharder) rewrite(in *ir.Inst) error {
 	case ir.RMS_NORM:
 		if p, ok := reads("x"); ok {
 			group := int(in.Attrs["group"])
-			if group >= int(in.Attrs["cols"]) || (p.hi-p.lo)%group != 0 {
+			if group < 1 || p.lo%group != 0 || (p.hi-p.lo)%group != 0 {
 				return unsupported(in, "a norm across the heads of a value split over ranks")
 			}
 			in.Attrs["cols"] = float64(p.cols())
@@ -574,7 +574,9 @@ func (s *sharder) expertsDown(in *ir.Inst, io int, p split) error {
 	in.Attrs["f"] = float64(p.hi - p.lo)
 	x := regOf(in, "y")
 	cols := int(in.Attrs["n"])
-	part := g.NewReg(g.Regs[x].Name+".experts", g.Key.Rows, cols, 4)
+	// Named after the activation (l3.moe_act → l3.moe_act.down), unique
+	// per layer as the dumps need.
+	part := g.NewReg(g.Regs[regOf(in, "h")].Name+".down", g.Key.Rows, cols, 4)
 	setReg(in, "y", part)
 	s.emit(ir.Inst{Op: ir.ZERO, Reads: []ir.Operand{ir.B("io", io)}, Writes: []ir.Operand{ir.R("y", part)}, Attrs: ir.Attrs{"cols": float64(cols)}})
 	s.emit(*in)

@@ -22,7 +22,9 @@ import (
 )
 
 // Tensor-parallel tolerances: a set against its unsplit bundle, on
-// logits, absolute.
+// step 0's logits, absolute; later steps (teacher-forced) must pick the
+// same greedy token unless the unsplit bundle's two best are within the
+// tolerance, as TestParityWithLlamaCpp holds a bundle to llama.cpp.
 //
 // A rank's part of every split is whole quantization blocks of the
 // weights and so of the activations' Q8 blocks, which the ranks quantize
@@ -31,16 +33,20 @@ import (
 // differs is the order of the row-parallel projections' sums: each rank
 // sums its part of the inner dimension, and ALL_REDUCE_SUM adds the
 // parts in rank order, where one matmul adds every block in its own
-// order. For float weights that moves logits by float32 ulps (measured
-// at most 2.4e-6 on stories260K and the F16 models); tolerance 1e-4. For
-// quantized weights the next op requantizes its input to 8 bits and an
-// ulp that crosses a rounding boundary moves a value by a quantization
-// step, as against llama.cpp (parity_test.go): the random-weight
-// synthetic models move by at most 0.07 (measured); tolerance 0.15, the
-// one against llama.cpp.
+// order. Those float32 ulps are amplified where the next op rounds its
+// input: a prompt's rows go through the F16 GEMM (tinyBLAS's arithmetic)
+// even for F32 and F16 weights, and quantized weights requantize every
+// input to 8 bits, so an ulp that crosses a rounding boundary moves a
+// value by a whole step. Measured: at most 6.8e-3 for the float models
+// (TinyStories-656K F16), 0.07 for the quantized ones over every
+// teacher-forced step, where a MoE router whose two best experts are an
+// ulp apart may route differently (syn-gpt-oss-mxfp4 then moves by 0.5
+// at a later step). The tolerances are the ones against llama.cpp
+// (parity_test.go), whose arithmetic differs from T-CPU's by the same
+// kind of reordering.
 const (
-	tpToleranceFloat     = 1e-4
-	tpToleranceQuantized = 0.15
+	tpToleranceFloat     = toleranceFloat
+	tpToleranceQuantized = toleranceQuantized
 )
 
 // buildSet builds model for T-CPU as a tensor-parallel set of ranks
@@ -85,22 +91,45 @@ func forcedLogits(t *testing.T, dir string, prompt, forced []int32) [][]float32 
 	return out
 }
 
-// maxDiff is the largest |a−b| over every step's logits.
-func maxDiff(t *testing.T, label string, a, b [][]float32) float64 {
+// compareForced holds a set's teacher-forced logits (got) to the
+// unsplit bundle's (want): step 0 within tol, every step's greedy token
+// the same unless want's two best are within tol. It returns step 0's
+// largest difference and every step's.
+func compareForced(t *testing.T, label string, want, got [][]float32, tol float64) (step0, all float64) {
 	t.Helper()
-	if len(a) != len(b) {
-		t.Fatalf("%s: %d steps against %d", label, len(a), len(b))
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d steps against %d", label, len(got), len(want))
 	}
-	d := 0.0
-	for i := range a {
-		if len(a[i]) != len(b[i]) {
-			t.Fatalf("%s: step %d: %d logits against %d", label, i, len(a[i]), len(b[i]))
+	for i := range want {
+		if len(want[i]) != len(got[i]) {
+			t.Fatalf("%s: step %d: %d logits against %d", label, i, len(got[i]), len(want[i]))
 		}
-		for j := range a[i] {
-			d = math.Max(d, math.Abs(float64(a[i][j])-float64(b[i][j])))
+		d := 0.0
+		best, second, gotBest := 0, -1, 0
+		for j := range want[i] {
+			d = math.Max(d, math.Abs(float64(want[i][j])-float64(got[i][j])))
+			if got[i][j] > got[i][gotBest] {
+				gotBest = j
+			}
+			switch {
+			case want[i][j] > want[i][best]:
+				best, second = j, best
+			case j != best && (second < 0 || want[i][j] > want[i][second]):
+				second = j
+			}
+		}
+		if i == 0 {
+			step0 = d
+			if d > tol {
+				t.Errorf("%s: step 0 logits differ from the unsplit bundle's by up to %.3g (tolerance %g)", label, d, tol)
+			}
+		}
+		all = math.Max(all, d)
+		if gotBest != best && (second < 0 || float64(want[i][best]-want[i][second]) > tol) {
+			t.Errorf("%s: step %d: greedy token %d, the unsplit bundle's %d (ahead by %.4f)", label, i, gotBest, best, want[i][best]-want[i][second])
 		}
 	}
-	return d
+	return step0, all
 }
 
 // tpTolerance is the set-against-unsplit tolerance for model's weights.
@@ -162,21 +191,18 @@ func TestTensorParallelParity(t *testing.T) {
 					continue
 				}
 				ran++
-				worst, worstRef := 0.0, 0.0
+				worst0, worst, worstRef := 0.0, 0.0, 0.0
 				for _, ref := range byModel[model] {
 					var forced []int32
 					for _, st := range ref.Steps[:len(ref.Steps)-1] {
 						forced = append(forced, st.Token)
 					}
 					label := fmt.Sprintf("%s tp %d", ref.Name, n)
-					d := maxDiff(t, label, forcedLogits(t, whole, ref.PromptTokens, forced), forcedLogits(t, dir, ref.PromptTokens, forced))
-					if tol := tpTolerance(t, model); d > tol {
-						t.Errorf("%s: logits differ from the unsplit bundle's by up to %.3g (tolerance %g)", label, d, tol)
-					}
-					worst = math.Max(worst, d)
+					d0, d := compareForced(t, label, forcedLogits(t, whole, ref.PromptTokens, forced), forcedLogits(t, dir, ref.PromptTokens, forced), tpTolerance(t, model))
+					worst0, worst = math.Max(worst0, d0), math.Max(worst, d)
 					worstRef = math.Max(worstRef, checkReference(t, dir, ref, label, toleranceFor(t, model)))
 				}
-				t.Logf("tp %d: largest |Δlogit| against the unsplit bundle %.2e, against llama.cpp at step 0 %.2e", n, worst, worstRef)
+				t.Logf("tp %d: largest |Δlogit| against the unsplit bundle %.2e at step 0 (%.2e at any step), against llama.cpp at step 0 %.2e", n, worst0, worst, worstRef)
 			}
 		})
 	}
@@ -218,11 +244,8 @@ func TestTensorParallelShapes(t *testing.T) {
 				if err != nil {
 					t.Fatalf("tp %d: %v", n, err)
 				}
-				d := maxDiff(t, c.name, want, forcedLogits(t, dir, prompt, forced))
-				if tol := tpTolerance(t, model); d > tol {
-					t.Errorf("tp %d: logits differ from the unsplit bundle's by up to %.3g (tolerance %g)", n, d, tol)
-				}
-				t.Logf("tp %d: largest |Δlogit| %.2e", n, d)
+				d0, d := compareForced(t, fmt.Sprintf("tp %d", n), want, forcedLogits(t, dir, prompt, forced), tpTolerance(t, model))
+				t.Logf("tp %d: largest |Δlogit| %.2e at step 0, %.2e at any step", n, d0, d)
 			}
 		})
 	}

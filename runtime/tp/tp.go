@@ -181,7 +181,36 @@ func (t *Tier) Region(i int) []byte { return t.ranks[0].Region(i) }
 // Run replays variant vi on every rank at once and returns when all are
 // done; the first rank's failure (or ctx's end) aborts the others at
 // their next collective.
-func (t *Tier) Run(ctx context.Context, vi int) error {
+func (t *Tier) Run(ctx context.Context, vi int) error { return t.run(ctx, vi, nil) }
+
+// inspector is a rank's tier that can stop after each dispatch
+// (runtime.Inspector).
+type inspector interface {
+	RunEach(ctx context.Context, vi int, after func(dispatch int) error) error
+	ReadRegion(i int, off, n int64) ([]byte, error)
+}
+
+// RunEach is Run calling after once each of rank 0's dispatches is done
+// (the others run on meanwhile, meeting it at the collectives), so a
+// layer-by-layer comparison reads rank 0's values: the residual stream
+// and the logits, which every rank holds whole.
+func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
+	if _, ok := t.ranks[0].(inspector); !ok {
+		return fmt.Errorf("tier %s cannot stop between dispatches", t.ranks[0].Name())
+	}
+	return t.run(ctx, vi, after)
+}
+
+// ReadRegion copies n bytes at off of rank 0's region i.
+func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
+	in, ok := t.ranks[0].(inspector)
+	if !ok {
+		return nil, fmt.Errorf("tier %s cannot read a region", t.ranks[0].Name())
+	}
+	return in.ReadRegion(i, off, n)
+}
+
+func (t *Tier) run(ctx context.Context, vi int, after func(dispatch int) error) error {
 	for r, pairs := range t.mirror {
 		for _, p := range pairs {
 			copy(t.ranks[r].Region(p[1]), t.ranks[0].Region(p[0]))
@@ -196,7 +225,12 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[r] = rk.Run(ctx, vi); errs[r] != nil {
+			if r == 0 && after != nil {
+				errs[r] = rk.(inspector).RunEach(ctx, vi, after)
+			} else {
+				errs[r] = rk.Run(ctx, vi)
+			}
+			if errs[r] != nil {
 				t.g.Abort(fmt.Errorf("rank %d: %w", r, errs[r]))
 				return
 			}

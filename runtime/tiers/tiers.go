@@ -268,10 +268,17 @@ func fitsCUDA(req bundleset.Requires, m Machine) (bool, string) {
 	if gMajor < major || gMajor == major && gMinor < minor {
 		return false, fmt.Sprintf("needs compute capability %d.%d or later; %s has %d.%d", major, minor, g.Name, gMajor, gMinor)
 	}
+	// A tensor-parallel set's member takes a GPU a rank, all alike.
+	if req.Devices > g.Count {
+		return false, fmt.Sprintf("a tensor-parallel set of %d ranks needs %d GPUs of one kind; this machine has %d × %s", req.Devices, req.Devices, g.Count, g.Name)
+	}
 	return true, fmt.Sprintf("%s has compute capability %d.%d, at least the %d.%d it needs", g.Name, gMajor, gMinor, major, minor)
 }
 
 func needsCUDA(req bundleset.Requires) string {
+	if req.Devices > 1 {
+		return fmt.Sprintf("tier cuda, %d CUDA devices of compute capability %s or later", req.Devices, req.CUDAComputeCapability)
+	}
 	return fmt.Sprintf("tier cuda, a CUDA device of compute capability %s or later", req.CUDAComputeCapability)
 }
 

@@ -1,4 +1,5 @@
-// flash_attn.cuh: T-CUDA's kernel family flash_attn (its body is fa.cuh's).
+// flash_attn.cuh: T-CUDA's kernel family flash_attn (its body is fa.cuh's,
+// or faq.cuh's for a quantized cache).
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../common.cuh"
@@ -8,6 +9,15 @@
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 #endif
+#ifdef KV_K
+// A quantized cache's instance (kv.cuh's KV_QUANT): one entry, faq.cuh's
+// decode attention, which launch.go gives every step, prefill too.
+#include "../faq.cuh"
+extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const u32* io, float* y,
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
+    faq_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+}
+#else
 extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
     fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
@@ -226,3 +236,4 @@ extern "C" __global__ void __launch_bounds__(32 * FAT_WARPS) CAT(NAME, _tile)(co
     if (head_dim == 64) fat_warp<64>(q, kv, io, y, row0, layer, n_layer, n_head, n_head_kv, scale, h, kt[w], vt[w]);
     else if (head_dim == 128) fat_warp<128>(q, kv, io, y, row0, layer, n_layer, n_head, n_head_kv, scale, h, kt[w], vt[w]);
 }
+#endif

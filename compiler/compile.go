@@ -119,7 +119,7 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := checkKernelFamilies(m, cfg.Target); err != nil {
 		return nil, err
 	}
-	if err := checkKVTypes(m, cfg.Target); err != nil {
+	if err := checkKVTypes(m, cfg.Target, opt.PTXDir); err != nil {
 		return nil, err
 	}
 	u := NewUnit(m)

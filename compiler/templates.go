@@ -49,8 +49,10 @@ var tierKernels = map[kernels.TierKind]struct {
 // checkKVTypes refuses, as unsupported, a KV cache element type
 // (cache_type_k, cache_type_v) that the target's attention kernels cannot
 // address, naming the option: a bundle never runs with its cache read
-// in another layout.
-func checkKVTypes(m *arch.Model, target string) error {
+// in another layout. With ptxDir (Options.PTXDir) a cuda target's
+// layouts are all of T-CUDA's: the PTX comes from that directory, and a
+// missing file is the template's error.
+func checkKVTypes(m *arch.Model, target, ptxDir string) error {
 	t, ok := kernels.LookupTarget(target)
 	k, has := tierKernels[t.Tier]
 	if !ok || !has {
@@ -73,7 +75,11 @@ func checkKVTypes(m *arch.Model, target string) error {
 				Detail: fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)}
 		}
 	}
-	if k.kvLayouts == nil || kv.IsF16() || slices.Contains(k.kvLayouts(t), kv) {
+	layouts := k.kvLayouts
+	if t.Tier == kernels.TierCUDA && ptxDir != "" {
+		layouts = func(kernels.Target) []kernels.KVTypes { return cuda.KVLayouts() }
+	}
+	if layouts == nil || kv.IsF16() || slices.Contains(layouts(t), kv) {
 		return nil
 	}
 	detail := fmt.Sprintf("target %s's kernels address a quantized cache as q8_0 K with q8_0 V only; set cache_type_k and cache_type_v alike, or build for cpu", target)

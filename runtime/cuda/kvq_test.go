@@ -9,6 +9,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
 
@@ -352,12 +353,77 @@ func TestKernelQ8KVAttention(t *testing.T) {
 			want := cpuRun(t, ext, bufs, push, spec)
 			compareF32(t, ext+" "+c.name, got[4], want[4], q8AttnTolerance)
 			if c.softcap == 0 && c.window == 0 && !c.sinks {
+				// flash_attn: the same body, unless a prefill step takes
+				// the tensor-core tile (TestKernelQ8KVAttentionTile's).
 				plain := kvInstance(t, "flash_attn", c.kv)
+				if l, err := kcuda.Shape(plain, push, spec[:5], len(c.rows), len(c.rows) >= 64); err != nil || l.Entry == kcuda.EntryTile {
+					return
+				}
 				pb := [][]byte{bufs[0], kv, io, bufs[4]}
 				gotPlain := g.run(plain, pb, push, spec[:5], len(c.rows))
 				compareF32(t, plain+" vs "+ext, gotPlain[3], got[4], 0)
 				compareF32(t, plain+" vs T-CPU", gotPlain[3], cpuRun(t, plain, pb, push, spec[:5])[3], q8AttnTolerance)
 			}
+		})
+	}
+}
+
+// TestKernelQ8KVAttentionTile runs flash_attn's tensor-core prefill tile
+// over q8_0 caches (heads of 64 and 128, rotated and not; one long
+// prompt; prompts of three slots meeting inside a warp's 16 rows beside
+// decode rows, which flash_attn_rest takes) against T-CPU's q8_0
+// attention. The tile rounds the rotated query, the dequantized K and V
+// and P to F16 for the tensor cores, as the F16 tile rounds Q and P
+// (TestKernelFlashAttnTile): a few 1e-3 of outputs that average values in
+// ±1, held to 1e-2. Stale cache blocks (NaN scales) past every slot's
+// last position must not reach any output.
+func TestKernelQ8KVAttentionTile(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(24))
+	const nLayer, layer, maxPages = 2, 1, 48
+	prompt := func(slot, from, n int) []krow {
+		var rows []krow
+		for i := range n {
+			rows = append(rows, krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt})
+		}
+		return rows
+	}
+	long := prompt(1, 200, 70)
+	mixed := append(append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+	for _, c := range []struct {
+		name       string
+		nHead, nKV int
+		hd         int
+		kv         kernels.KVTypes
+		rows       []krow
+	}{
+		{"long-rk128", 8, 2, 128, q8Layout(128, 64), long},
+		{"long-rk64", 12, 4, 64, q8Layout(64, 64), long},
+		{"mixed-rk128", 16, 8, 128, q8Layout(128, 64), mixed},
+		{"mixed-rk64-mha", 4, 4, 64, q8Layout(64, 64), mixed},
+		{"mixed-plain128", 8, 2, 128, q8Layout(0, 0), mixed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := g.with(t)
+			inst := kvInstance(t, "flash_attn", c.kv)
+			push, spec := []uint32{layer}, []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(float32(1 / math.Sqrt(float64(c.hd))))}
+			if l, err := kcuda.Shape(inst, push, spec, len(c.rows), true); err != nil || l.Entry != kcuda.EntryTile || l.Rest == nil {
+				t.Fatalf("launch %+v, %v: want the tile entry with _rest", l, err)
+			}
+			slots := 5
+			lay := kernels.KVLayout{Slots: nLayer, Width: c.nKV * c.hd, Types: c.kv}
+			perm := rng.Perm(slots * maxPages)
+			last := map[uint32]uint32{}
+			for _, r := range c.rows {
+				last[r.slot] = max(last[r.slot], r.pos)
+			}
+			kv := q8Cache(t, rng, lay, layer, slots, maxPages, perm, last, 1)
+			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -1, 1)
+			y := make([]float32, len(c.rows)*c.nHead*c.hd)
+			bufs := [][]byte{f32bytes(q), kv, ioTable(c.rows, slots, maxPages, perm), f32bytes(y)}
+			got := g.run(inst, bufs, push, spec, len(c.rows))
+			want := cpuRun(t, inst, bufs, push, spec)
+			compareF32(t, inst+" tile "+c.name, got[3], want[3], 1e-2)
 		})
 	}
 }

@@ -100,7 +100,7 @@ func compareQ8Cache(t *testing.T, what string, lay kernels.KVLayout, layer, nPag
 		for j := range 32 {
 			d := math.Abs(float64(g.qs[j])*float64(g.d) - float64(w.qs[j])*float64(w.d))
 			worst = math.Max(worst, d/math.Max(step, 1e-30))
-			if d > 1.001*step {
+			if d > 1.001*step || (g.d == w.d && math.Abs(float64(g.qs[j])-float64(w.qs[j])) > 1) {
 				bad = true
 			}
 		}

@@ -82,7 +82,11 @@ func checkKVTypes(m *arch.Model, target, ptxDir string) error {
 	if layouts == nil || kv.IsF16() || slices.Contains(layouts(t), kv) {
 		return nil
 	}
-	detail := fmt.Sprintf("target %s's kernels address a quantized cache as q8_0 K with q8_0 V only; set cache_type_k and cache_type_v alike, or build for cpu", target)
+	names := []string{kernels.F16KV.String()}
+	for _, l := range layouts(t) {
+		names = append(names, l.String())
+	}
+	detail := fmt.Sprintf("target %s's kernels address the caches %s only; set cache_type_k and cache_type_v alike (q8_0 K with q8_0 V), or build for cpu", target, strings.Join(names, "; "))
 	if t.Tier == kernels.TierCUDA && slices.Contains(cuda.KVLayouts(), kv) {
 		detail = fmt.Sprintf("this zrtc has no %s PTX for a %s cache: run kernels/cuda/build_ptx.sh on a machine with nvcc, then go run ./kernels/cuda/gen -pack",
 			ptx.TargetArch(target), kv)

@@ -122,7 +122,7 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := checkKernelFamilies(m, cfg.Target); err != nil {
 		return nil, err
 	}
-	if err := checkKVTypes(m, cfg.Target); err != nil {
+	if err := checkKVTypes(m, cfg.Target, opt.PTXDir); err != nil {
 		return nil, err
 	}
 	u := NewUnit(m)
@@ -326,7 +326,7 @@ func reportPlan(opt Options, plan *passes.MemPlan) {
 			plan.KVPages, plan.KVTypeK, plan.KVTypeV, mib(other), mib(total))
 	}
 	if opt.MemoryBudget > 0 && total > opt.MemoryBudget && opt.Warn != nil {
-		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config, or set cache_type_k and cache_type_v to q8_0 on cpu)",
+		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config, or set cache_type_k and cache_type_v to q8_0 on cpu and cuda)",
 			mib(total), mib(kv), mib(opt.MemoryBudget))
 	}
 }

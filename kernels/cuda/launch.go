@@ -393,10 +393,15 @@ func faGroup(nHead, nHeadKV, headDim uint32) uint32 {
 // memory for g heads a block, w warps and heads of d.
 func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1)) }
 
+// faqShared is faq_smem in faq.cuh: faShared's for a quantized (Q8_0)
+// cache, whose query is kept rotated in F32 and quantized beside.
+func faqShared(g, w, d uint32) int { return int(4 * g * (d + d/4 + d/32 + 3*w + w*d + 1)) }
+
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // fa.cuh at most) for a launch of blocks blocks: 8, doubled while the
-// launch has fewer than faBusyWarps warps and the shared memory stays
-// within the default 48 KiB. A step of few rows then splits each row's
+// launch has fewer than faBusyWarps warps and the shared memory (shared:
+// faShared, or faqShared for a quantized cache) stays within the default
+// 48 KiB. A step of few rows then splits each row's
 // keys over more warps instead of leaving most of the GPU idle; a block's
 // warps take fewer keys each, so its latency falls too.
 //
@@ -410,9 +415,9 @@ func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1
 // 64 slots of qwen3 went 925 / 1 979 / 5 039 / 13 481 → 985 / 2 070 /
 // 5 024 / 14 654, and of the 7B 316 / 513 / 2 105 / 3 900 → 317 / 503 /
 // 2 123 / 3 853 (H100, same run).
-func faWarps(blocks, g, d uint32) uint32 {
+func faWarps(blocks, g, d uint32, shared func(g, w, d uint32) int) uint32 {
 	w := uint32(8)
-	for w < faMaxWarps && blocks*w < faBusyWarps && faShared(g, 2*w, d) <= 48<<10 {
+	for w < faMaxWarps && blocks*w < faBusyWarps && shared(g, 2*w, d) <= 48<<10 {
 		w *= 2
 	}
 	return w
@@ -434,8 +439,11 @@ const faBusyWarps = 4096
 // up; 2 931 / 5 096 and 2 890 / 5 117 with 4 from 512 up.
 const faLeanWarps = 8
 
-// faMaxWarps is FA_MAX_WARPS in fa.cuh.
-const faMaxWarps = 16
+// faMaxWarps is FA_MAX_WARPS in fa.cuh, faMaxHead FA_MAX_D.
+const (
+	faMaxWarps = 16
+	faMaxHead  = 256
+)
 
 // fatRows is FAT_ROWS in family/flash_attn.cuh: the rows one block of flash_attn's
 // tensor-core entry takes (a warp per 16), and the fewest a prefill
@@ -477,5 +485,9 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 	return l, nil
 }
 
-// Entry is the PTX entry point of a catalog instance: matmul.q4_k → matmul_q4_k.
-func Entry(instance string) string { return strings.ReplaceAll(instance, ".", "_") }
+// Entry is the PTX entry point of a catalog instance: matmul.q4_k →
+// matmul_q4_k, flash_attn.kv-q8_0-q8_0-rk64-rv64 →
+// flash_attn_kv_q8_0_q8_0_rk64_rv64 (a C identifier).
+func Entry(instance string) string { return entryName.Replace(instance) }
+
+var entryName = strings.NewReplacer(".", "_", "-", "_")

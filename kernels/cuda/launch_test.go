@@ -246,3 +246,35 @@ func TestShapeRows(t *testing.T) {
 		}
 	}
 }
+
+// TestFlashAttnQ8KV: the attention instances of a q8_0 cache take faq.cuh's
+// decode kernel (never the lean entry) with faqShared's memory, and in
+// prefill variants of heads of 64 or 128 the tile with _rest beside it;
+// heads that are no whole Q8_0 blocks are refused, naming the width.
+func TestFlashAttnQ8KV(t *testing.T) {
+	const inst = "flash_attn.kv-q8_0-q8_0-rk128-rv64"
+	// Decode, one head a block: the F16 instance would take the lean entry.
+	l, err := Shape(inst, []uint32{0}, []uint32{2, 32, 32, 128}, 64, false)
+	if err != nil || l.Entry != EntryMain || l.Rest != nil {
+		t.Fatalf("q8_0 decode: %+v, %v: want the main entry alone", l, err)
+	}
+	if w := l.Block[0] / 32; l.Shared != faqShared(1, w, 128) || l.Shared <= faShared(1, w, 128) {
+		t.Errorf("q8_0 decode: %d bytes of shared memory for %d warps, want faqShared's %d", l.Shared, w, faqShared(1, w, 128))
+	}
+	for _, w := range []uint32{8, 16} {
+		if faqShared(4, w, 128) > 48<<10 {
+			t.Errorf("faqShared(4, %d, 128) = %d: past the default 48 KiB", w, faqShared(4, w, 128))
+		}
+	}
+	l, err = Shape(inst, []uint32{0}, []uint32{2, 8, 2, 128}, 128, true)
+	if err != nil || l.Entry != EntryTile || l.Rest == nil || l.Rest.Entry != EntryRest || l.Rest.Shared != faqShared(4, l.Rest.Block[0]/32, 128) {
+		t.Errorf("q8_0 prefill: %+v, %v: want the tile with the q8_0 decode kernel's _rest", l, err)
+	}
+	l, err = Shape("flash_attn_ext.kv-q8_0-q8_0", []uint32{0}, []uint32{2, 8, 2, 96, 0, 0, 0}, 128, true)
+	if err != nil || l.Entry != EntryMain || l.Shared != faqShared(4, l.Block[0]/32, 96) {
+		t.Errorf("q8_0 flash_attn_ext, heads of 96: %+v, %v: want the main entry", l, err)
+	}
+	if _, err := Shape("flash_attn.kv-q8_0-q8_0", []uint32{0}, []uint32{2, 8, 2, 80}, 4, false); err == nil || !strings.Contains(err.Error(), "80") {
+		t.Errorf("q8_0 heads of 80: %v, want an error naming the width", err)
+	}
+}

@@ -57,6 +57,11 @@ const (
 	// pay the probes cost next to nothing.
 	specProbe    = 16
 	specProbeMax = 512
+	// specTrust is how many steps of a row count must have been timed
+	// before their cost may make a step look cheaper than the counts
+	// timed that often say (cost): one lucky measurement on a busy
+	// machine must not pass for free rows.
+	specTrust = 3
 )
 
 // speculating is a request's speculative state.
@@ -141,15 +146,25 @@ func (p *specPolicy) least() int {
 	return lo
 }
 
-// cost is a step of rows rows' estimated time: measured, interpolated
-// between the nearest measured row counts, or past the largest measured
-// extrapolated along the last two (with one, every row costing as much
-// as the rows measured: a compute-bound step, which drafts never pay
-// for). 0 when nothing was measured.
+// cost is a step of rows rows' estimated time: from the row counts
+// timed specTrust times or more where they say it takes longer than all
+// the counts timed do, so that a lucky measurement or two on a busy
+// machine cannot make rows look cheaper than the steps timed often say.
 func (p *specPolicy) cost(rows int) float64 {
+	return max(p.costFrom(rows, 1), p.costFrom(rows, specTrust))
+}
+
+// costFrom is a step of rows rows' estimated time from the row counts
+// timed at least min times: measured, interpolated between the nearest
+// such counts, or past the largest extrapolated along the last two (with
+// one, every row costing as much as the rows measured: a compute-bound
+// step, which drafts never pay for). 0 when no count qualifies.
+func (p *specPolicy) costFrom(rows, min int) float64 {
 	var known []int
-	for r := range p.recent {
-		known = append(known, r)
+	for r, t := range p.recent {
+		if len(t) >= min {
+			known = append(known, r)
+		}
 	}
 	if len(known) == 0 {
 		return 0
@@ -246,7 +261,11 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 	if len(out) == 0 {
 		p.idle++
 		if p.idle >= p.probeAt {
-			p.probeAt = min(2*p.probeAt, specProbeMax)
+			if len(p.recent[base+1]) >= specTrust {
+				// Back off once a step of one more row is timed often
+				// enough to trust.
+				p.probeAt = min(2*p.probeAt, specProbeMax)
+			}
 			best := cands[0] // one draft token of the likeliest request
 			for _, x := range cands {
 				if x.j == 1 && x.yield > best.yield {

@@ -27,20 +27,23 @@ func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) 
 
 // Speculative decoding in the engine (seed 000 §20). Each step, before
 // the scheduler decides, the engine proposes drafts for the running
-// requests that decode (n-gram lookups; for self-speculation, a length,
-// whose tokens the bundle's draft variant makes once the plan has given
-// the rows their pages: selfDraft) — greedy or sampled, not under a constraint (a
-// grammar's matcher advances a token at a time: those rows do not
-// speculate) — and its policy (specPolicy) keeps as many of them as pay
-// for their rows. The scheduler gives each kept draft token a row of its
-// own after the request's decode row (sched.Chunk.Draft), in a slot no
-// request holds, mapping the request's page table; the pages the draft
-// rows reach are taken from what is free. After the step the request's
-// decoder takes tokens from the rows in order for as long as the draft
-// agrees with what it takes, exactly as it would one step at a time (so
+// requests that decode, greedy or sampled — n-gram lookups, or for
+// self-speculation a length, whose tokens the bundle's draft variant
+// makes once the plan has given the rows their pages (selfDraft) — and
+// its policy (specPolicy) keeps as many as pay for their rows. Requests
+// under a constraint do not speculate: a grammar's matcher advances a
+// token at a time. The scheduler gives each kept draft token a row of
+// its own after the request's decode row (sched.Chunk.Draft), in a slot
+// no request holds, mapping the request's page table; the pages the
+// draft rows reach are taken from what is free. After the step the
+// request's decoder takes tokens from the rows in order for as long as
+// the draft agrees with what it takes, exactly as it would one step at a
+// time, and the pages past the tokens it keeps go back to the pool. So
 // greedy output is the same bit for bit on a batch-invariant tier, and
-// sampled output token for token: see runtime/spec), and the pages past
-// the tokens it keeps go back to the pool.
+// sampled output token for token given the seed: both drafts propose one
+// token a position with probability one, and for such a draft taking the
+// target's sample and accepting the draft token when they are equal is
+// the rejection rule of speculative sampling (runtime/spec).
 
 const pageTokens = kernels.KVPageTokens
 
@@ -52,7 +55,8 @@ const (
 	// specProbe is how many steps in a row without a draft, while some
 	// request could draft, pass before one draft token is verified
 	// anyway: it measures a step of one more row, and follows text that
-	// turns repetitive. Each probe after which the policy still drafts
+	// turns repetitive. Once a step of one more row has been timed
+	// specTrust times, each probe after which the policy still drafts
 	// nothing doubles the wait, up to specProbeMax, so where drafts never
 	// pay the probes cost next to nothing.
 	specProbe    = 16

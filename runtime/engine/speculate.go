@@ -27,20 +27,23 @@ func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) 
 
 // Speculative decoding in the engine (seed 000 §20). Each step, before
 // the scheduler decides, the engine proposes drafts for the running
-// requests that decode (n-gram lookups; for self-speculation, a length,
-// whose tokens the bundle's draft variant makes once the plan has given
-// the rows their pages: selfDraft) — greedy or sampled, not under a constraint (a
-// grammar's matcher advances a token at a time: those rows do not
-// speculate) — and its policy (specPolicy) keeps as many of them as pay
-// for their rows. The scheduler gives each kept draft token a row of its
-// own after the request's decode row (sched.Chunk.Draft), in a slot no
-// request holds, mapping the request's page table; the pages the draft
-// rows reach are taken from what is free. After the step the request's
-// decoder takes tokens from the rows in order for as long as the draft
-// agrees with what it takes, exactly as it would one step at a time (so
+// requests that decode, greedy or sampled — n-gram lookups, or for
+// self-speculation a length, whose tokens the bundle's draft variant
+// makes once the plan has given the rows their pages (selfDraft) — and
+// its policy (specPolicy) keeps as many as pay for their rows. Requests
+// under a constraint do not speculate: a grammar's matcher advances a
+// token at a time. The scheduler gives each kept draft token a row of
+// its own after the request's decode row (sched.Chunk.Draft), in a slot
+// no request holds, mapping the request's page table; the pages the
+// draft rows reach are taken from what is free. After the step the
+// request's decoder takes tokens from the rows in order for as long as
+// the draft agrees with what it takes, exactly as it would one step at a
+// time, and the pages past the tokens it keeps go back to the pool. So
 // greedy output is the same bit for bit on a batch-invariant tier, and
-// sampled output token for token: see runtime/spec), and the pages past
-// the tokens it keeps go back to the pool.
+// sampled output token for token given the seed: both drafts propose one
+// token a position with probability one, and for such a draft taking the
+// target's sample and accepting the draft token when they are equal is
+// the rejection rule of speculative sampling (runtime/spec).
 
 const pageTokens = kernels.KVPageTokens
 
@@ -52,11 +55,17 @@ const (
 	// specProbe is how many steps in a row without a draft, while some
 	// request could draft, pass before one draft token is verified
 	// anyway: it measures a step of one more row, and follows text that
-	// turns repetitive. Each probe after which the policy still drafts
+	// turns repetitive. Once a step of one more row has been timed
+	// specTrust times, each probe after which the policy still drafts
 	// nothing doubles the wait, up to specProbeMax, so where drafts never
 	// pay the probes cost next to nothing.
 	specProbe    = 16
 	specProbeMax = 512
+	// specTrust is how many steps of a row count must have been timed
+	// before their cost may make a step look cheaper than the counts
+	// timed that often say (cost): one lucky measurement on a busy
+	// machine must not pass for free rows.
+	specTrust = 3
 )
 
 // speculating is a request's speculative state.
@@ -141,15 +150,25 @@ func (p *specPolicy) least() int {
 	return lo
 }
 
-// cost is a step of rows rows' estimated time: measured, interpolated
-// between the nearest measured row counts, or past the largest measured
-// extrapolated along the last two (with one, every row costing as much
-// as the rows measured: a compute-bound step, which drafts never pay
-// for). 0 when nothing was measured.
+// cost is a step of rows rows' estimated time: from the row counts
+// timed specTrust times or more where they say it takes longer than all
+// the counts timed do, so that a lucky measurement or two on a busy
+// machine cannot make rows look cheaper than the steps timed often say.
 func (p *specPolicy) cost(rows int) float64 {
+	return max(p.costFrom(rows, 1), p.costFrom(rows, specTrust))
+}
+
+// costFrom is a step of rows rows' estimated time from the row counts
+// timed at least min times: measured, interpolated between the nearest
+// such counts, or past the largest extrapolated along the last two (with
+// one, every row costing as much as the rows measured: a compute-bound
+// step, which drafts never pay for). 0 when no count qualifies.
+func (p *specPolicy) costFrom(rows, min int) float64 {
 	var known []int
-	for r := range p.recent {
-		known = append(known, r)
+	for r, t := range p.recent {
+		if len(t) >= min {
+			known = append(known, r)
+		}
 	}
 	if len(known) == 0 {
 		return 0
@@ -246,7 +265,11 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 	if len(out) == 0 {
 		p.idle++
 		if p.idle >= p.probeAt {
-			p.probeAt = min(2*p.probeAt, specProbeMax)
+			if len(p.recent[base+1]) >= specTrust {
+				// Back off once a step of one more row is timed often
+				// enough to trust.
+				p.probeAt = min(2*p.probeAt, specProbeMax)
+			}
 			best := cands[0] // one draft token of the likeliest request
 			for _, x := range cands {
 				if x.j == 1 && x.yield > best.yield {

@@ -35,8 +35,10 @@ func TestSpecPolicy(t *testing.T) {
 	cpu := func(rows int) time.Duration { return ms(float64(rows)) }                     // every row a millisecond
 	policy := func(cost func(int) time.Duration, rows ...int) *specPolicy {
 		var p specPolicy
-		for _, r := range rows {
-			p.observe(r, cost(r))
+		for range specTrust {
+			for _, r := range rows {
+				p.observe(r, cost(r))
+			}
 		}
 		return &p
 	}
@@ -54,6 +56,13 @@ func TestSpecPolicy(t *testing.T) {
 		{"cpu, batch 8", policy(cpu, 1, 4, 8, 16), 8, 0.9, 0},
 		{"cpu, batch 8, a 9-row step measured as fast as 8", func() *specPolicy {
 			p := policy(cpu, 1, 4, 8)
+			for range specTrust {
+				p.observe(9, cpu(8))
+			}
+			return p
+		}(), 8, 0.9, 0},
+		{"cpu, batch 8 alone measured, one lucky 9-row step", func() *specPolicy {
+			p := policy(cpu, 8)
 			p.observe(9, cpu(8))
 			return p
 		}(), 8, 0.9, 0},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/server"
 )
 
 // speculativeFlag runs the package's tests with servers that speculate
@@ -88,5 +89,34 @@ func TestSpeculativeServe(t *testing.T) {
 	}
 	if !strings.Contains(string(body), `vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="stories260K",position="0"}`) {
 		t.Errorf("/metrics lacks the accepted tokens by position:\n%s", grepLines(string(body), "spec_decode"))
+	}
+}
+
+// TestSpeculativeConfig: the top-level speculative key is every model's,
+// a [[model]] table's overrides it for that model, and bad values or
+// tables are refused naming the key.
+func TestSpeculativeConfig(t *testing.T) {
+	cfg, err := loadConfig(t, "speculative = \"ngram:6\"\n[[model]]\nname = \"a\"\nspeculative = \"self:2:fixed\"\n[[model]]\nname = \"b\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a": "self:2:fixed", "b": "ngram:6", "other": "ngram:6"} {
+		if got := cfg.SpeculationFor(name).String(); got != want {
+			t.Errorf("model %s: speculative %s, want %s", name, got, want)
+		}
+	}
+	if got := cfg.SpeculationFor("x"); got != server.NewPolicy(cfg).EngineConfig(cfg).Speculative {
+		t.Errorf("the engine config's speculation %v is not the top-level key's %v", server.NewPolicy(cfg).EngineConfig(cfg).Speculative, got)
+	}
+	for _, bad := range []struct{ text, want string }{
+		{"speculative = \"eagle\"\n", "speculative"},
+		{"speculative = \"ngram:0\"\n", "speculative"},
+		{"[[model]]\nname = \"a\"\nspeculative = \"ngram:x\"\n", "model a: speculative"},
+		{"[[model]]\nname = \"a\"\n[[model]]\nname = \"a\"\n", "repeated"},
+		{"[[model]]\nspeculative = \"off\"\n", "empty"},
+	} {
+		if _, err := loadConfig(t, bad.text); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: %v, want an error saying %q", bad.text, err, bad.want)
+		}
 	}
 }

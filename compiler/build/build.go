@@ -94,6 +94,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return nil, compiler.Compile(ctx, o.Model, o.Out, c)
 	case set && c.CompileFrom != "":
 		return nil, &OptionError{errors.New("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")}
+	case o.TP > 1 && c.DumpAfter != "":
+		return nil, &OptionError{errors.New("build: --dump-after with --tp would write every rank's dumps over each other; dump one rank with zrtc dump ir --after PASS --tp N --tp-rank R")}
 	case set && c.DumpAfter != "":
 		return nil, &OptionError{errors.New("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")}
 	}

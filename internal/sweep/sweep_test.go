@@ -300,3 +300,39 @@ func recordCase(l Layout, res Result, ref []byte) error {
 	}
 	return os.WriteFile(filepath.Join(*record, name+".json"), b, 0o644)
 }
+
+// TestStream holds a generated prompt to its definition: the same ids
+// for the same stream, each in [First, Vocab), a longer stream extending
+// a shorter one (the 130000-token case's prompt is the 131072-token
+// stream's start), and a stream that cannot be drawn refused.
+func TestStream(t *testing.T) {
+	a, err := (&Stream{N: 1000, Seed: 1, First: 3, Vocab: 320}).Tokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := (&Stream{N: 2000, Seed: 1, First: 3, Vocab: 320}).Tokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a, b[:1000]) {
+		t.Error("a longer stream does not extend the shorter one")
+	}
+	seen := map[int32]bool{}
+	for _, x := range b {
+		if x < 3 || x >= 320 {
+			t.Fatalf("token %d outside [3, 320)", x)
+		}
+		seen[x] = true
+	}
+	if len(seen) < 300 {
+		t.Errorf("only %d distinct tokens in 2000", len(seen))
+	}
+	if c, _ := (&Stream{N: 1000, Seed: 2, First: 3, Vocab: 320}).Tokens(); slices.Equal(a, c) {
+		t.Error("another seed gives the same tokens")
+	}
+	for _, s := range []Stream{{N: 0, Vocab: 10}, {N: 5, First: 10, Vocab: 10}, {N: 5, First: -1, Vocab: 10}} {
+		if _, err := s.Tokens(); err == nil {
+			t.Errorf("%+v: no error", s)
+		}
+	}
+}

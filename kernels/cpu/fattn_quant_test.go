@@ -413,3 +413,25 @@ func TestRotateSIMD(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFlashAttnDecode times one decode row's attention (the 110M
+// shape's heads) over 8192 cached positions: the split-KV path for F16,
+// one_chunk for Q8_0.
+func BenchmarkFlashAttnDecode(b *testing.B) {
+	for _, kt := range []kernels.KVTypes{kernels.F16KV, {K: ggml.Q8_0, V: ggml.Q8_0}} {
+		b.Run(kt.String(), func(b *testing.B) {
+			const n = 8192
+			c := quantCase{kt: kt, hd: 64, nHead: 12, nHeadKV: 12, n: n}
+			rng := rand.New(rand.NewSource(1))
+			f := newQuantFixture(b, c, rng)
+			q := make([]float32, c.nHead*c.hd)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			b.ResetTimer()
+			for range b.N {
+				f.attend(b, q, []int{n - 1}, nil)
+			}
+		})
+	}
+}

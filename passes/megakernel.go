@@ -184,6 +184,11 @@ func scheduleGraph(u *Unit, gi, sms int) (bundle.Schedule, error) {
 	var opAcc []access
 	opCounters := map[int][]int{}
 	for ii := range g.Insts {
+		op, err := s.opInfo(ii)
+		if err != nil {
+			return s.out, fmt.Errorf("inst %d (%s): %w", ii, g.Insts[ii].Op, err)
+		}
+		s.out.Ops = append(s.out.Ops, op)
 		tasks, err := s.split(ii, sms)
 		if err != nil {
 			return s.out, fmt.Errorf("inst %d (%s): %w", ii, g.Insts[ii].Op, err)
@@ -260,6 +265,25 @@ func scheduleGraph(u *Unit, gi, sms int) (bundle.Schedule, error) {
 		return s.out, fmt.Errorf("megakernel: built an invalid schedule: %w", err)
 	}
 	return s.out, nil
+}
+
+// opInfo gives dispatch ii's row strides, per ABI buffer: a register's
+// row for a register of the variant's rows, else 0.
+func (s *sched) opInfo(ii int) (bundle.Op, error) {
+	in := &s.g.Insts[ii]
+	abi, _, err := kernels.SplitInstance(s.u.Kernels[s.u.InstKernel[s.gi][ii]].Name)
+	if err != nil {
+		return bundle.Op{}, err
+	}
+	op := bundle.Op{Strides: make([]uint32, len(abi.Bufs))}
+	for i, role := range abi.Bufs {
+		if o, ok := in.Operand(role); ok && o.Kind == ir.RegOperand {
+			if r := &s.g.Regs[o.ID]; r.Rows == s.rows {
+				op.Strides[i] = uint32(r.Cols * r.Elem)
+			}
+		}
+	}
+	return op, nil
 }
 
 // assignQueues puts each task, in order, on the multiprocessor with the

@@ -22,7 +22,8 @@ import (
 // head of its queue and has everything it waits for.
 
 // ScheduleVersion is the version of the schedule records inside the MEGA
-// section. A reader that meets another version ignores the schedules (the
+// section (1: tasks, waits, counters, queues and per-dispatch row
+// strides). A reader that meets another version ignores the schedules (the
 // stream still runs the variant) rather than refusing the bundle.
 const ScheduleVersion = 1
 
@@ -75,6 +76,15 @@ type Task struct {
 	SM uint32
 }
 
+// Op is what a task needs to know of its dispatch beyond the stream.
+type Op struct {
+	// Strides are, per buffer argument in ABI order, the bytes from one
+	// activation row to the next: a task of rows [r0, r1) passes the
+	// argument r0 strides on (and the request table's rows from r0); 0
+	// for an argument that is not per row (weights, KV, outputs by slot).
+	Strides []uint32
+}
+
 // Wait is a task's condition: counter Counter has reached Count.
 type Wait struct{ Counter, Count uint32 }
 
@@ -83,7 +93,9 @@ type Schedule struct {
 	// Variant is the index of the variant in Graph.Variants.
 	Variant uint32
 	// SMs is the multiprocessors the queues were balanced for.
-	SMs   uint32
+	SMs uint32
+	// Ops describes each dispatch of the stream, in order.
+	Ops   []Op
 	Tasks []Task
 	Waits []Wait
 	// Counters are the counts each counter reaches in one step (the
@@ -102,6 +114,13 @@ func encodeSchedules(ss []Schedule) []byte {
 	for _, s := range ss {
 		e.u32(s.Variant)
 		e.u32(s.SMs)
+		e.u32(uint32(len(s.Ops)))
+		for _, o := range s.Ops {
+			e.u32(uint32(len(o.Strides)))
+			for _, x := range o.Strides {
+				e.u32(x)
+			}
+		}
 		e.u32(uint32(len(s.Tasks)))
 		for _, t := range s.Tasks {
 			e.u32(t.Op)
@@ -147,6 +166,13 @@ func decodeSchedules(b []byte, variants []Variant) ([]Schedule, error) {
 	for i := range ss {
 		s := &ss[i]
 		s.Variant, s.SMs = d.u32(), d.u32()
+		s.Ops = make([]Op, d.count(4))
+		for j := range s.Ops {
+			s.Ops[j].Strides = make([]uint32, d.count(4))
+			for k := range s.Ops[j].Strides {
+				s.Ops[j].Strides[k] = d.u32()
+			}
+		}
 		s.Tasks = make([]Task, d.count(taskBytes))
 		for j := range s.Tasks {
 			t := &s.Tasks[j]
@@ -199,6 +225,9 @@ func (s *Schedule) Validate(dispatches, rows int) error {
 	n := len(s.Tasks)
 	if s.SMs == 0 || int(s.SMs) != len(s.Queues) {
 		return fmt.Errorf("%d queues for %d multiprocessors", len(s.Queues), s.SMs)
+	}
+	if len(s.Ops) != dispatches {
+		return fmt.Errorf("%d ops for %d dispatches", len(s.Ops), dispatches)
 	}
 	signals := make([]uint32, len(s.Counters))
 	last := make([]int, len(s.Counters)) // the last task that signals each counter

@@ -67,5 +67,6 @@ func TestGraphVersionMessage(t *testing.T) {
 
 func FuzzDecodeGraph(f *testing.F) {
 	f.Add(sampleGraph().Encode())
+	f.Add(scheduledGraph().Encode())
 	f.Fuzz(func(t *testing.T, b []byte) { DecodeGraph(b) })
 }

@@ -175,7 +175,7 @@ type sched struct {
 func scheduleGraph(u *Unit, gi, sms int) (bundle.Schedule, error) {
 	g := u.Graphs[gi]
 	s := &sched{u: u, g: g, gi: gi, rows: g.Key.Rows, wAt: map[string]Placement{}}
-	s.out = bundle.Schedule{Variant: uint32(gi), SMs: uint32(sms)}
+	s.out = bundle.Schedule{Variant: uint32(gi)}
 	for _, p := range u.Plan.Weights {
 		s.wAt[p.Buffer] = p
 	}
@@ -260,7 +260,7 @@ func scheduleGraph(u *Unit, gi, sms int) (bundle.Schedule, error) {
 			opCounters[ii] = append(opCounters[ii], c)
 		}
 	}
-	assignQueues(&s.out)
+	s.out.Assign(sms)
 	if err := s.out.Validate(len(g.Insts), g.Key.Rows); err != nil {
 		return s.out, fmt.Errorf("megakernel: built an invalid schedule: %w", err)
 	}
@@ -284,26 +284,6 @@ func (s *sched) opInfo(ii int) (bundle.Op, error) {
 		}
 	}
 	return op, nil
-}
-
-// assignQueues puts each task, in order, on the multiprocessor with the
-// fewest bytes so far (the lowest-numbered of equals): queues in task
-// order, balanced by estimated bytes, the same for the same schedule.
-func assignQueues(s *bundle.Schedule) {
-	load := make([]uint64, s.SMs)
-	s.Queues = make([][]uint32, s.SMs)
-	for i := range s.Tasks {
-		best := 0
-		for sm := 1; sm < len(load); sm++ {
-			if load[sm] < load[best] {
-				best = sm
-			}
-		}
-		// A task of no bytes still costs a launch's worth of time.
-		load[best] += max(s.Tasks[i].Bytes, 256)
-		s.Tasks[i].SM = uint32(best)
-		s.Queues[best] = append(s.Queues[best], uint32(i))
-	}
 }
 
 // pending is a task with its access and its counter among its dispatch's.

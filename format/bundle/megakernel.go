@@ -291,6 +291,28 @@ func (s *Schedule) Validate(dispatches, rows int) error {
 	return nil
 }
 
+// Assign puts the tasks on sms queues: each, in task order, on the
+// queue with the fewest estimated bytes so far (the lowest-numbered of
+// equals; a task of no bytes counts 256, a task's worth of latency).
+// Every queue is then in task order, so the schedule stays free of
+// deadlock; the compiler balances for its target's GPU, and a tier on a
+// GPU with another number of multiprocessors may call it again.
+func (s *Schedule) Assign(sms int) {
+	load := make([]uint64, sms)
+	s.SMs, s.Queues = uint32(sms), make([][]uint32, sms)
+	for i := range s.Tasks {
+		best := 0
+		for sm := 1; sm < sms; sm++ {
+			if load[sm] < load[best] {
+				best = sm
+			}
+		}
+		load[best] += max(s.Tasks[i].Bytes, 256)
+		s.Tasks[i].SM = uint32(best)
+		s.Queues[best] = append(s.Queues[best], uint32(i))
+	}
+}
+
 // TaskWaits returns task i's waits.
 func (s *Schedule) TaskWaits(i int) []Wait {
 	t := s.Tasks[i]

@@ -115,3 +115,20 @@ func TestScheduleOtherVersion(t *testing.T) {
 		t.Errorf("schedule format %d: %v, %d schedules", ScheduleVersion+1, err, len(d.Schedules))
 	}
 }
+
+// TestScheduleAssign rebalances the sample on one and on three queues:
+// still valid, every task once, the loads as even as the rule makes them.
+func TestScheduleAssign(t *testing.T) {
+	for _, sms := range []int{1, 3} {
+		s := scheduledGraph().Schedules[0]
+		s.Assign(sms)
+		if err := s.Validate(2, 2); err != nil {
+			t.Errorf("%d queues: %v", sms, err)
+		}
+	}
+	s := scheduledGraph().Schedules[0]
+	s.Assign(3)
+	if want := [][]uint32{{0, 3}, {1}, {2}}; !cmp.Equal(s.Queues, want) {
+		t.Errorf("queues %v, want %v", s.Queues, want)
+	}
+}

@@ -72,8 +72,11 @@ func megakernel(_ context.Context, u *Unit) error {
 // queues are balanced for steps at about this many tokens of KV.
 const attnTokens = 1024
 
-// span is bytes [lo, hi) of a region; KV regions are addressed by layer
-// instead ([layer, layer+1)), and a whole region is [0, MaxInt64).
+// span is bytes [lo, hi) of a region; KV regions are addressed by the
+// layer's place in a page instead ([layer, layer+1), the kernels'
+// "layer": its index among the layers of its width, so that layers of two
+// widths at one index conflict, which is safe), and a whole region is
+// [0, MaxInt64).
 type span struct {
 	region int
 	lo, hi int64
@@ -169,16 +172,12 @@ type sched struct {
 	out   bundle.Schedule
 	acc   []access   // per counter: its tasks' union
 	imply [][]uint64 // per counter: the counters its reaching implies have reached
-	wAt   map[string]Placement
 }
 
 func scheduleGraph(u *Unit, gi, sms int) (bundle.Schedule, error) {
 	g := u.Graphs[gi]
-	s := &sched{u: u, g: g, gi: gi, rows: g.Key.Rows, wAt: map[string]Placement{}}
+	s := &sched{u: u, g: g, gi: gi, rows: g.Key.Rows}
 	s.out = bundle.Schedule{Variant: uint32(gi)}
-	for _, p := range u.Plan.Weights {
-		s.wAt[p.Buffer] = p
-	}
 	// opAcc is each dispatch's union access, to find the earlier
 	// dispatches a task may conflict with before looking at counters.
 	var opAcc []access

@@ -313,6 +313,47 @@ func (s *Schedule) Assign(sms int) {
 	}
 }
 
+// Model is a simple machine to estimate a schedule on: every
+// multiprocessor streams its tasks' bytes at an equal share of the
+// bandwidth, a task costs Overhead more, and a task that waits starts Hop
+// after the last counter it waits for is reached.
+type Model struct {
+	BytesPerSec   float64
+	Hop, Overhead float64 // seconds
+}
+
+// H100 is the model the schedules' estimates print with: the 3.0 TB/s an
+// H100's copy reaches (issue 41's measurement), a microsecond from a
+// release to the acquire that sees it, and a quarter of one a task.
+var H100 = Model{BytesPerSec: 3.0e12, Hop: 1e-6, Overhead: 0.25e-6}
+
+// Estimate runs the schedule on m: the step's time, and the share of it
+// the multiprocessors spend on tasks (the rest they wait on counters or
+// have run out of work). Tasks' estimated bytes count activations that a
+// GPU reads from L2 as if from memory, so the time is an upper bound for
+// the bytes and a lower one for everything the model leaves out.
+func (s *Schedule) Estimate(m Model) (step, busy float64) {
+	free := make([]float64, s.SMs)
+	reached := make([]float64, len(s.Counters))
+	perSM := m.BytesPerSec / float64(s.SMs)
+	var work float64
+	for i, t := range s.Tasks {
+		start := free[t.SM]
+		for _, w := range s.TaskWaits(i) {
+			start = max(start, reached[w.Counter]+m.Hop)
+		}
+		d := float64(t.Bytes)/perSM + m.Overhead
+		work += d
+		free[t.SM] = start + d
+		reached[t.Signal] = max(reached[t.Signal], start+d)
+		step = max(step, start+d)
+	}
+	if step > 0 {
+		busy = work / (step * float64(s.SMs))
+	}
+	return step, busy
+}
+
 // TaskWaits returns task i's waits.
 func (s *Schedule) TaskWaits(i int) []Wait {
 	t := s.Tasks[i]
@@ -331,6 +372,9 @@ func (s *Schedule) WriteText(w io.Writer, key string, ops []string) error {
 	}
 	fmt.Fprintf(w, "; megakernel schedule of %s (format %d): %d tasks (%d whole, %d rows, %d tiles, %d heads), %d counters, %d waits, %d multiprocessors, %d bytes moved\n",
 		key, ScheduleVersion, len(s.Tasks), kinds[TaskWhole], kinds[TaskRows], kinds[TaskTile], kinds[TaskHeads], len(s.Counters), len(s.Waits), s.SMs, total)
+	step, busy := s.Estimate(H100)
+	fmt.Fprintf(w, "; estimate at %.1f TB/s, %.2f µs a counter hop, %.2f µs a task: a step of %.1f µs, multiprocessors busy %.0f%%\n",
+		H100.BytesPerSec/1e12, H100.Hop*1e6, H100.Overhead*1e6, step*1e6, 100*busy)
 	name := func(op uint32) string {
 		if int(op) < len(ops) {
 			return ops[op]

@@ -132,3 +132,14 @@ func TestScheduleAssign(t *testing.T) {
 		t.Errorf("queues %v, want %v", s.Queues, want)
 	}
 }
+
+// TestScheduleEstimate works the sample out by hand on a machine of 1 B/s
+// a multiprocessor and a 1 s hop: both rows by 40 s, the tiles from 41 s
+// to 341 s.
+func TestScheduleEstimate(t *testing.T) {
+	s := scheduledGraph().Schedules[0]
+	step, busy := s.Estimate(Model{BytesPerSec: 2, Hop: 1})
+	if step != 341 || busy != 680.0/682 {
+		t.Errorf("step %v, busy %v; want 341, %v", step, busy, 680.0/682)
+	}
+}

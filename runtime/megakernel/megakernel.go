@@ -243,9 +243,9 @@ func (m *Machine) task(s *bundle.Schedule, t int) error {
 	case bundle.TaskWhole:
 		return c.fn(&c.args)
 	case bundle.TaskRows:
-		a, n := m.rows(s, c, tk)
-		if n == 0 {
-			return nil // rows past the step's active ones: nothing to do
+		a, n, err := m.rows(s, c, tk)
+		if err != nil || n == 0 {
+			return err // n 0: rows past the step's active ones, nothing to do
 		}
 		return c.fn(&a)
 	case bundle.TaskTile:
@@ -259,24 +259,29 @@ func (m *Machine) task(s *bundle.Schedule, t int) error {
 // rows returns the call's arguments for rows [RowLo, RowHi) of the
 // step: per-row arguments moved on RowLo rows, request tables replaced by
 // copies whose rows start at RowLo; n is how many of the rows are active.
-func (m *Machine) rows(s *bundle.Schedule, c *call, tk bundle.Task) (a kcpu.Args, n int) {
+func (m *Machine) rows(s *bundle.Schedule, c *call, tk bundle.Task) (a kcpu.Args, n int, err error) {
 	a = c.args
 	a.Bufs = append([][]byte(nil), c.args.Bufs...)
 	strides := s.Ops[tk.Op].Strides
+	n = int(tk.RowHi - tk.RowLo) // unless a request table says fewer are active
 	for i, b := range a.Bufs {
 		switch {
 		case b == nil:
 		case m.io[c.regions[i]]:
 			w, k := shiftTable(b, int(tk.RowLo), int(tk.RowHi))
 			if k == 0 {
-				return a, 0
+				return a, 0, nil
 			}
 			a.Bufs[i], n = w, k
 		case i < len(strides) && strides[i] > 0:
-			a.Bufs[i] = b[int(tk.RowLo)*int(strides[i]):]
+			off := int(tk.RowLo) * int(strides[i])
+			if off > len(b) {
+				return a, 0, fmt.Errorf("%s: row %d of %d bytes lies past its buffer's %d", c.abi.Bufs[i], tk.RowLo, strides[i], len(b))
+			}
+			a.Bufs[i] = b[off:]
 		}
 	}
-	return a, n
+	return a, n, nil
 }
 
 // shiftTable copies request table b with rows [lo, hi) (of those active)
@@ -313,14 +318,14 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 	lo, hi := int(tk.Lo), int(tk.Hi)
 	width := hi - lo
 	rows := int(m.g.Variants[s.Variant].Rows)
-	var k, start, win int // inputs, the window's first feature and size
-	var outs []int        // the scratch outputs' arguments
+	var k, start, win, total int // inputs, the window's first feature and size, the features
+	var outs []int               // the scratch outputs' arguments
 	var col column
 	w, bias := -1, -1
 	switch c.abi.Name {
 	case "matmul", "matmul_residual", "lm_head":
 		n := int(a.Push[1])
-		k, start, win = int(a.Push[0]), lo, width
+		k, start, win, total = int(a.Push[0]), lo, width, n
 		out := len(a.Bufs) - 1
 		outs, w = []int{out}, 1
 		if c.abi.Name != "lm_head" {
@@ -333,7 +338,7 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 		col = func(j int) (int, int, int) { return out, n, j }
 	case "rms_norm_qkv":
 		nq, nkv := int(a.Spec[1]), int(a.Spec[2])
-		k, start, win = int(a.Spec[0]), lo, width
+		k, start, win, total = int(a.Spec[0]), lo, width, nq+2*nkv
 		outs, w, bias = []int{5}, 2, 3
 		// One output of the window's width: every feature goes to q.
 		a.Spec[1], a.Spec[2] = uint32(win), 0
@@ -353,7 +358,7 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 		// consecutive weight rows: a window of 2·f' features, placed
 		// within the matrix.
 		half := (width + 1) / 2
-		k, start, win = int(a.Spec[0]), min(lo, 2*f-2*half), 2*half
+		k, start, win, total = int(a.Spec[0]), min(lo, 2*f-2*half), 2*half, 2*f
 		outs, w = []int{4, 5}, 2
 		a.Spec[1] = uint32(half)
 		col = func(j int) (int, int, int) {
@@ -365,8 +370,8 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 	default:
 		return fmt.Errorf("%s is not a matrix family", c.abi.Name)
 	}
-	if start < 0 || lo < start || hi > start+win {
-		return fmt.Errorf("features [%d, %d) outside the window [%d, +%d)", lo, hi, start, win)
+	if lo >= hi || hi > total || start < 0 || lo < start || hi > start+win {
+		return fmt.Errorf("features [%d, %d) of %d, window [%d, +%d)", lo, hi, total, start, win)
 	}
 	rb, err := c.typ.RowBytes(int64(k))
 	if err != nil {
@@ -413,9 +418,9 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 // head on its own, so the other heads' columns (from query heads this
 // task may not read yet) are dropped.
 func (m *Machine) heads(s *bundle.Schedule, c *call, tk bundle.Task) error {
-	a, rows := m.rows(s, c, tk)
-	if rows == 0 {
-		return nil
+	a, rows, err := m.rows(s, c, tk)
+	if err != nil || rows == 0 {
+		return err
 	}
 	y := -1
 	for i, role := range c.abi.Bufs {
@@ -427,6 +432,9 @@ func (m *Machine) heads(s *bundle.Schedule, c *call, tk bundle.Task) error {
 		return fmt.Errorf("%s has no heads to split", c.abi.Name)
 	}
 	nh, nkv, hd := int(a.Spec[1]), int(a.Spec[2]), int(a.Spec[3])
+	if nkv == 0 || nh%nkv != 0 || tk.Hi > uint32(nkv) || y >= len(s.Ops[tk.Op].Strides) {
+		return fmt.Errorf("KV heads [%d, %d) of %d (%d query heads)", tk.Lo, tk.Hi, nkv, nh)
+	}
 	stride := int(s.Ops[tk.Op].Strides[y])
 	if stride != 4*nh*hd {
 		return fmt.Errorf("output rows of %d bytes for %d heads of %d", stride, nh, hd)

@@ -24,7 +24,8 @@ import (
 //   - attention becomes a task per row and KV head (with the query heads
 //     that share it);
 //   - the ops that work row by row (norms, RoPE and the KV write, the
-//     elementwise ops, embedding, argmax) become a task per row;
+//     elementwise ops, embedding, argmax) become a task per row, and the
+//     elementwise ones of a one-row step tasks of 256-column blocks;
 //   - anything else (mixtures of experts, recurrent layers) stays whole.
 //
 // Dependencies are counters. Each task adds one to its counter when done:
@@ -139,6 +140,15 @@ var rowFamilies = map[string]bool{
 	"swiglu": true, "geglu": true, "swiglu_oai": true, "scale": true, "attn_temp": true,
 	"argmax": true, "flash_attn": true, "flash_attn_ext": true,
 }
+
+// colFamilies are the elementwise families whose per-row operands are
+// all rows of push "cols" F32 columns: a one-row step splits them into
+// tasks of colTile columns, the blocks of their graph-path launch
+// (cuda's elementwise geometry), so that a row op is not one
+// multiprocessor's alone.
+var colFamilies = map[string]bool{"add": true, "swiglu": true, "geglu": true, "swiglu_oai": true, "scale": true}
+
+const colTile = 256
 
 // tileOut is one output of a matrix family: its operand role and the
 // features [base, base+width) of the concatenated outputs it holds.
@@ -328,6 +338,27 @@ func (s *sched) split(ii, sms int) ([]pending, error) {
 				t.Bytes = b + uint64(attnTokens*2*hd*2)
 				out = append(out, pending{t, acc, r})
 			}
+		}
+		return out, nil
+	case colFamilies[abi.Name] && rowsOK && s.rows == 1 && in.Attrs["cols"] > colTile:
+		cols := int64(in.Attrs["cols"])
+		width := int64(colTile) * ((cols + int64(colTile)*int64(2*sms) - 1) / (int64(colTile) * int64(2*sms)))
+		var out []pending
+		for lo := int64(0); lo < cols; lo += width {
+			hi := min(lo+width, cols)
+			narrow := map[string][2]int64{}
+			for _, o := range append(append([]ir.Operand(nil), in.Reads...), in.Writes...) {
+				if o.Kind == ir.RegOperand {
+					narrow[o.Role] = [2]int64{lo, hi}
+				}
+			}
+			t := bundle.Task{Op: uint32(ii), Kind: bundle.TaskTile, RowLo: 0, RowHi: 1, Lo: uint32(lo), Hi: uint32(hi)}
+			acc, b, err := s.access(in, abi.Name, 0, 1, narrow)
+			if err != nil {
+				return nil, err
+			}
+			t.Bytes = b
+			out = append(out, pending{t, acc, 0})
 		}
 		return out, nil
 	case rowFamilies[abi.Name] && rowsOK && s.rows > 1:

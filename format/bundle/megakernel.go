@@ -37,7 +37,9 @@ const (
 	// TaskRows runs the dispatch for the activation rows [RowLo, RowHi).
 	TaskRows TaskKind = 2
 	// TaskTile runs a matrix dispatch for the output features [Lo, Hi)
-	// (of its outputs concatenated, for the fused projections), every row.
+	// (of its outputs concatenated, for the fused projections), every row;
+	// or an elementwise dispatch of a one-row step for its columns
+	// [Lo, Hi).
 	TaskTile TaskKind = 3
 	// TaskHeads runs attention for the rows [RowLo, RowHi) and the KV
 	// heads [Lo, Hi), with the query heads that share them.

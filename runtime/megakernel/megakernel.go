@@ -249,6 +249,9 @@ func (m *Machine) task(s *bundle.Schedule, t int) error {
 		}
 		return c.fn(&a)
 	case bundle.TaskTile:
+		if !matrixFamily(c.abi.Name) {
+			return m.cols(s, c, tk)
+		}
 		return m.tile(s, c, tk)
 	case bundle.TaskHeads:
 		return m.heads(s, c, tk)
@@ -299,6 +302,38 @@ func shiftTable(b []byte, lo, hi int) ([]byte, int) {
 	copy(out[base:base+(hi-lo)*rec], b[base+lo*rec:base+hi*rec])
 	le.PutUint32(out[4*kernels.IOWordRows:], uint32(hi-lo))
 	return out, hi - lo
+}
+
+// matrixFamily says whether a family's tiles are of output features.
+func matrixFamily(family string) bool {
+	switch family {
+	case "matmul", "matmul_residual", "lm_head", "rms_norm_qkv", "rms_norm_gate_up":
+		return true
+	}
+	return false
+}
+
+// cols runs an elementwise call of a one-row step for its columns
+// [Lo, Hi): every per-row argument moved on Lo columns, and the columns
+// (push "cols", the first) the tile's.
+func (m *Machine) cols(s *bundle.Schedule, c *call, tk bundle.Task) error {
+	strides := s.Ops[tk.Op].Strides
+	if m.g.Variants[s.Variant].Rows != 1 || len(c.args.Push) == 0 || c.abi.Push[0].Name != "cols" || tk.Hi > c.args.Push[0] || tk.Lo >= tk.Hi {
+		return fmt.Errorf("%s: columns [%d, %d) of a step of %d rows", c.abi.Name, tk.Lo, tk.Hi, m.g.Variants[s.Variant].Rows)
+	}
+	a := c.args
+	a.Bufs = append([][]byte(nil), c.args.Bufs...)
+	a.Push = append([]uint32(nil), c.args.Push...)
+	for i, b := range a.Bufs {
+		if b != nil && i < len(strides) && strides[i] > 0 {
+			if strides[i] != 4*c.args.Push[0] {
+				return fmt.Errorf("%s: %s rows of %d bytes, not %d columns", c.abi.Name, c.abi.Bufs[i], strides[i], c.args.Push[0])
+			}
+			a.Bufs[i] = b[4*tk.Lo:]
+		}
+	}
+	a.Push[0] = tk.Hi - tk.Lo
+	return c.fn(&a)
 }
 
 // column maps feature j of a matrix call's concatenated outputs to its

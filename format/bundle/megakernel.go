@@ -335,14 +335,22 @@ var H100 = Model{BytesPerSec: 3.0e12, Hop: 1e-6, Overhead: 0.25e-6}
 // GPU reads from L2 as if from memory, so the time is an upper bound for
 // the bytes and a lower one for everything the model leaves out.
 func (s *Schedule) Estimate(m Model) (step, busy float64) {
+	if s.SMs == 0 {
+		return 0, 0
+	}
 	free := make([]float64, s.SMs)
 	reached := make([]float64, len(s.Counters))
 	perSM := m.BytesPerSec / float64(s.SMs)
 	var work float64
 	for i, t := range s.Tasks {
+		if t.SM >= s.SMs || int(t.Signal) >= len(reached) || uint64(t.WaitOff)+uint64(t.WaitLen) > uint64(len(s.Waits)) {
+			continue // not a valid schedule's task (Validate)
+		}
 		start := free[t.SM]
 		for _, w := range s.TaskWaits(i) {
-			start = max(start, reached[w.Counter]+m.Hop)
+			if int(w.Counter) < len(reached) {
+				start = max(start, reached[w.Counter]+m.Hop)
+			}
 		}
 		d := float64(t.Bytes)/perSM + m.Overhead
 		work += d
@@ -362,7 +370,7 @@ func (s *Schedule) TaskWaits(i int) []Wait {
 	return s.Waits[t.WaitOff : t.WaitOff+t.WaitLen]
 }
 
-// WriteText prints the schedule for people: a summary, each
+// WriteText prints a valid schedule (Validate) for people: a summary, each
 // multiprocessor's load, the counters, and every task with its waits.
 // ops names each dispatch (its kernel instance); key is the variant's.
 func (s *Schedule) WriteText(w io.Writer, key string, ops []string) error {

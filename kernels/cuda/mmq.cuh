@@ -443,24 +443,47 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 #define MMV_WARPS 16
 #define MMV_THREADS (32 * MMV_WARPS)
 #define MMV_BLOCKS (32 / MMV_WARPS) // blocks a multiprocessor keeps (launch bounds): 32 warps, 64 registers a thread
+
+// MmvAt is where a matrix-vector block works, for mmv_at (mmv's body): a
+// launch's block (mmv_launch, which every entry's mmv passes) or the
+// virtual block of a megakernel task (docs/design/megakernel.md), whose
+// MMV_THREADS threads take tx = tid mod 32·WPR and ty = tid / (32·WPR),
+// and whose features are its tile's, RPB at a time (step RPB, end the
+// tile's end). A task must give every thread of its block a place: the
+// loop below has block barriers.
+struct MmvAt {
+    // The activation row; the output features, from base by step below
+    // end; WPR warps a feature and RPB features at once; the thread's
+    // place, tx among the 32·WPR threads of a feature and ty the feature.
+    int row, base, step, end, wpr, rpb, tx, ty;
+};
+
+// mmv_launch is the MmvAt of a launch's block, grid (feature blocks,
+// rows) and block (32·WPR, RPB), for n output features.
+__device__ __forceinline__ MmvAt mmv_launch(int n) {
+    int rpb = blockDim.y;
+    return MmvAt{(int)blockIdx.y, (int)blockIdx.x * rpb, (int)gridDim.x * rpb, n, (int)(blockDim.x >> 5), rpb,
+        (int)threadIdx.x, (int)threadIdx.y};
+}
+
 template <int TW, int U = Fast<TW>::U>
-__device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
-    const float* wn = nullptr, float eps = 0.f) {
+__device__ __forceinline__ void mmv_at(const float* x, const u8* __restrict__ w, const u32* io, int k, const MmOut& o, bool lm,
+    const MmvAt at, const float* wn = nullptr, float eps = 0.f) {
     extern __shared__ __align__(16) u8 smem[];
     __shared__ float red[MMV_WARPS];
     constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB;
-    int row = blockIdx.y;
+    int row = at.row;
     int rows = io[IO_ROWS];
-    const int wpr = blockDim.x >> 5, rpb = blockDim.y;
-    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, sub = lane % TPB;
+    const int wpr = at.wpr, n = at.end;
+    const int lane = at.tx & 31, part = at.tx >> 5, sub = lane % TPB;
     const int nb = k / Geom<TW>::BS;
     const size_t rb = row_bytes<TW>(k);
     const int bfirst = part * BPI + lane / TPB, bstep = wpr * BPI, per = bstep * U;
     const int nchunk = (nb + per - 1) / per; // chunks per row
-    const int jstep = gridDim.x * rpb;
+    const int jstep = at.step;
     WBlk<TW> cur[U], nxt[U];
     auto load = [&](WBlk<TW>* wb, int base, int c) {
-        int j = base + threadIdx.y;
+        int j = base + at.ty;
         if (j >= n) return;
         const u8* wr = w + (size_t)j * rb;
 #pragma unroll
@@ -469,7 +492,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
             if (b < nb) wb[u].load(wr, b, sub);
         }
     };
-    int base = blockIdx.x * rpb;
+    int base = at.base;
     load(cur, base, 0);
     dep_sync(); // the weights are not the previous kernel's
     if (row >= rows) return;
@@ -490,7 +513,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     const float* xd = mm_xd(smem, k);
     const short* bs = mm_bs(smem, k);
     for (; base < n; base += jstep) { // uniform over the block: the barriers below
-        int j = base + threadIdx.y;
+        int j = base + at.ty;
         float acc = 0.f;
         for (int c = 0; c < nchunk; c++) {
             if (c + 1 < nchunk) load(nxt, base, c + 1);
@@ -513,14 +536,21 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
             if (lane == 0 && j < n) o.store(orow, j, acc);
             continue;
         }
-        int wi = threadIdx.y * wpr + part;
+        int wi = at.ty * wpr + part;
         if (lane == 0) red[wi] = acc;
         __syncthreads();
         if (part == 0 && lane == 0 && j < n) {
             float v = 0.f;
-            for (int i = 0; i < wpr; i++) v += red[threadIdx.y * wpr + i];
+            for (int i = 0; i < wpr; i++) v += red[at.ty * wpr + i];
             o.store(orow, j, v);
         }
         __syncthreads();
     }
+}
+
+// mmv is mmv_at for a launch's block: the kernels' entries call it.
+template <int TW, int U = Fast<TW>::U>
+__device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
+    const float* wn = nullptr, float eps = 0.f) {
+    mmv_at<TW, U>(x, w, io, k, o, lm, mmv_launch(n), wn, eps);
 }

@@ -373,6 +373,7 @@ func graphFile(fe *Frontend, vocabBytes []byte, srcName string) *bundle.Graph {
 		}
 		g.Variants = append(g.Variants, v)
 	}
+	g.Schedules = u.Schedules
 	return g
 }
 

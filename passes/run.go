@@ -79,6 +79,9 @@ func RunWith(ctx context.Context, u *Unit, opt RunOptions) ([]Timing, error) {
 			return nil, err
 		}
 		resume, _ = PassIndex(opt.ResumeAfter)
+		if low, _ := PassIndex("lower"); resume >= low {
+			return nil, fmt.Errorf("resuming after %s leaves nothing to run: the passes from lower on need the packet streams, which text IR does not carry", opt.ResumeAfter)
+		}
 		if stop <= resume {
 			return nil, fmt.Errorf("stopping after %s leaves nothing to run when resuming after %s", Pipeline[stop].Name, opt.ResumeAfter)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 )
@@ -43,6 +44,14 @@ type Unit struct {
 	Blobs      []*zrt.Blob
 	InstKernel [][]int
 	Streams    []Stream // per graph, by lower
+	// MegakernelSMs, when positive, has megakernel schedule the decode
+	// variants for that many multiprocessors whatever the target; 0
+	// schedules them for a CUDA target's GPU (cuda.Multiprocessors) and
+	// not at all for other targets.
+	MegakernelSMs int
+	// Schedules are the decode variants' megakernel schedules, in variant
+	// order, by megakernel.
+	Schedules []bundle.Schedule
 }
 
 // kvTypes is u.KV, the zero value read as F16.
@@ -103,6 +112,7 @@ var Pipeline = []Pass{
 	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},
 	{"specialize", specialize, "pick each instruction's kernel instance and patch its specialization slots into the target's blob"},
 	{"lower", lower, "emit each variant's PM4 stream with relocations, kernels and barriers"},
+	{"megakernel", megakernel, "schedule each decode variant's dispatches as tasks with dependency counters for a persistent kernel (CUDA targets)"},
 }
 
 // Constraint is an ordering rule between two passes, with its reason.
@@ -122,6 +132,7 @@ var Constraints = []Constraint{
 	{"regalloc", "memplan", "the scratch region is sized from the physical buffers"},
 	{"memplan", "lower", "lowering turns operands into region offsets"},
 	{"specialize", "lower", "the stream's program addresses are relocations to specialized blobs"},
+	{"lower", "megakernel", "a schedule's tasks are pieces of the stream's dispatches, one per instruction"},
 }
 
 // Timing is one pass's wall time.

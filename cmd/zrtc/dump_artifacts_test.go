@@ -78,7 +78,7 @@ func TestDumpArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"graph file version 2.0", "STRM", "RELO", "source_sha256", "NEmbd", "fence", "BAR", g.Kernels[0].File, "decode.s1.r1"} {
+	for _, want := range []string{"graph file version 2.1", "STRM", "RELO", "source_sha256", "NEmbd", "fence", "BAR", g.Kernels[0].File, "decode.s1.r1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dump graph lacks %q", want)
 		}

@@ -16,21 +16,9 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 )
-
-func writeModel(t *testing.T, s synth.Shape) string {
-	t.Helper()
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "m.gguf")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // readTree returns every file under dir by relative path.
 func readTree(t *testing.T, dir string) map[string][]byte {
@@ -53,7 +41,7 @@ func readTree(t *testing.T, dir string) map[string][]byte {
 func TestReproducibleBuild(t *testing.T) {
 	for _, s := range []synth.Shape{synth.Tiny, {Arch: "qwen2", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 96, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 2},
 		{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, Seed: 3}} {
-		model := writeModel(t, s)
+		model := testmodel.New(t, s)
 		a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 		for _, out := range []string{a, b} {
 			if err := compiler.Compile(context.Background(), model, out, compiler.Options{VerifyEach: true}); err != nil {
@@ -75,7 +63,7 @@ func TestReproducibleBuild(t *testing.T) {
 // TestRebuildReplacesAtomically overwrites an existing bundle and checks a
 // failed build leaves the old one untouched.
 func TestRebuildReplacesAtomically(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	out := filepath.Join(t.TempDir(), "b")
 	ctx := context.Background()
 	if err := compiler.Compile(ctx, model, out, compiler.Options{}); err != nil {
@@ -312,7 +300,7 @@ func elements(dims []int64) int64 {
 // rotation, heads being 64 wide), the F16 bundle's name none, and a
 // target without q8_0 kernels refuses it naming the option.
 func TestKVCacheTypes(t *testing.T) {
-	model := writeModel(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
+	model := testmodel.New(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
 	q8 := filepath.Join(t.TempDir(), "q8.toml")
 	if err := os.WriteFile(q8, []byte("cache_type_k = \"q8_0\"\ncache_type_v = \"q8_0\"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -11,11 +11,12 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/passes"
 )
 
 func TestDumpAfterAll(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	dir := filepath.Join(t.TempDir(), "dump")
 	out := filepath.Join(t.TempDir(), "b")
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{DumpAfter: "all", DumpDir: dir}); err != nil {
@@ -74,7 +75,7 @@ func TestDumpAfterAll(t *testing.T) {
 // TestCompileToFrom stops the pipeline at every phase, resumes from the
 // text, and checks the bundle matches a straight build byte for byte.
 func TestCompileToFrom(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	ctx := context.Background()
 	straight := filepath.Join(t.TempDir(), "straight")
 	if err := compiler.Compile(ctx, model, straight, compiler.Options{}); err != nil {
@@ -103,7 +104,7 @@ func TestCompileToFrom(t *testing.T) {
 }
 
 func TestPhaseErrors(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	ctx := context.Background()
 	ir := filepath.Join(t.TempDir(), "x.zir")
 	if err := compiler.Compile(ctx, model, ir, compiler.Options{CompileTo: "verify"}); err != nil {

@@ -2,16 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/tiers"
 )
@@ -56,18 +54,7 @@ func gfx1201Bundle(t *testing.T) string {
 	if _, ok := kernels.LookupTarget("amd:gfx1201"); !ok {
 		t.Skip("this zrtc has no target amd:gfx1201")
 	}
-	m, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, b := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
-	if err := os.WriteFile(model, m, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := compiler.Compile(context.Background(), model, b, compiler.Options{Target: "amd:gfx1201"}); err != nil {
-		t.Fatal(err)
-	}
+	_, b := testmodel.Bundle(t, "", compiler.Options{Target: "amd:gfx1201"})
 	return b
 }
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler/ir"
-	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // zrtc runs the command line in-process and returns its stdout.
@@ -26,20 +26,8 @@ func zrtc(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func tinyModel(t *testing.T) string {
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestBuildPhaseFlags(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	dir := t.TempDir()
 	straight, resumed, dumps := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "dumps")
 	if _, err := zrtc(t, "build", model, "-q", "-o", straight, "--dump-after=all", "--dump-dir", dumps); err != nil {
@@ -89,7 +77,7 @@ func TestBuildPhaseFlags(t *testing.T) {
 }
 
 func TestDumpIR(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	built, err := zrtc(t, "dump", "ir", model)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +98,7 @@ func TestDumpIR(t *testing.T) {
 // bundle, or a file that is not of the kind written, is refused and left
 // as it was.
 func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	dir := t.TempDir()
 	notes := filepath.Join(dir, "notes")
 	os.Mkdir(notes, 0o755)
@@ -154,7 +142,7 @@ func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
 // and a plan past --memory-budget gets a warning (the bundle is still
 // written: it may be meant for a larger machine).
 func TestBuildWarnsPastMemoryBudget(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(buildCmd())
 	var stderr bytes.Buffer

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // run runs zrtc in-process with every command and returns stdout and
@@ -48,7 +49,7 @@ func buildJSON(t *testing.T, args ...string) build.Summary {
 // downloaded model has (a file modified just now is never memoised).
 func oldModel(t *testing.T) string {
 	t.Helper()
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	past := time.Now().Add(-time.Hour)
 	if err := os.Chtimes(m, past, past); err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestBuildSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x.Model.Source != "tiny.gguf" || x.Model.Architecture == "" || len(x.Model.SHA256) != 64 || len(x.Model.ConfigSHA256) != 64 {
+	if x.Model.Source != filepath.Base(model) || x.Model.Architecture == "" || len(x.Model.SHA256) != 64 || len(x.Model.ConfigSHA256) != 64 {
 		t.Fatalf("set model: %+v", x.Model)
 	}
 	cuda, ok := x.Member("cuda:sm_90")
@@ -340,7 +341,7 @@ func TestMissVerifiesTheRememberedDigest(t *testing.T) {
 // into the cache only, the summary names the entry, and a second build
 // hits it there. Both keep the key zrtc key prints for the same flags.
 func TestBuildIntoCacheAlone(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	cache := t.TempDir()
 	first := buildJSON(t, model, "--cache", cache, "--slots", "2")
 	if len(first.Outputs) != 1 || first.Outputs[0].Cache != "miss" {
@@ -376,7 +377,7 @@ func TestBuildIntoCacheAlone(t *testing.T) {
 // TestBuildSaysDefaults checks that a build without a config prints the
 // defaults it chose, one line each, and -q keeps them quiet.
 func TestBuildSaysDefaults(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	_, stderr, err := run(t, "build", model, "-o", filepath.Join(t.TempDir(), "b"))
 	if err != nil {
 		t.Fatal(err)

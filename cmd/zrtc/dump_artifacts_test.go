@@ -15,6 +15,7 @@ import (
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // zrtcArtifacts runs the command line in-process with the artifact dumps
@@ -34,7 +35,7 @@ func zrtcArtifacts(t *testing.T, args ...string) (string, string, error) {
 func builtBundle(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "b")
-	if _, _, err := zrtcArtifacts(t, "build", tinyModel(t), "-q", "--slots", "1", "-o", dir); err != nil {
+	if _, _, err := zrtcArtifacts(t, "build", testmodel.Tiny(t), "-q", "--slots", "1", "-o", dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -100,7 +101,7 @@ func TestDumpArtifacts(t *testing.T) {
 	}
 
 	// The stage dumps still work beside the artifact dumps.
-	if _, _, err := zrtcArtifacts(t, "dump", "memplan", tinyModel(t)); err != nil {
+	if _, _, err := zrtcArtifacts(t, "dump", "memplan", testmodel.Tiny(t)); err != nil {
 		t.Errorf("dump memplan: %v", err)
 	}
 }

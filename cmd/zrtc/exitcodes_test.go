@@ -8,12 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestExitCodes: a mistake in the call exits 2, a target zrtc does not
 // compile for 3, as the README's exit-status table says.
 func TestExitCodes(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	dir := t.TempDir()
 	out, ir := filepath.Join(dir, "b"), filepath.Join(dir, "x.zir")
 	for _, c := range []struct {

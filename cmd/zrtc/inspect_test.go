@@ -9,13 +9,14 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestInspectMarksUnsupported: inspect lists a file whose tensor types zrt
 // cannot compute with in full, marks those tensors, and ends with the
 // build's verdict; the same listing of a buildable file says so.
 func TestInspectMarksUnsupported(t *testing.T) {
-	out, err := zrtc(t, "inspect", tinyModel(t))
+	out, err := zrtc(t, "inspect", testmodel.Tiny(t))
 	if err != nil {
 		t.Fatal(err)
 	}

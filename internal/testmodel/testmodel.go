@@ -1,0 +1,73 @@
+// Package testmodel writes synthetic models and compiles them into
+// bundles for tests: the one way the tree's tests get a GGUF and a bundle
+// to run, so that each test says only what is particular to it (the
+// shape, the model config, the compiler's options) and a change in how a
+// model is written or built is made once.
+//
+// It is test support (runtime's layering test holds that only tests
+// import it): it calls the compiler, which the runtime never does.
+package testmodel
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/synth"
+)
+
+// Write writes the GGUF of shape s to dir/name and returns its path.
+func Write(t testing.TB, dir, name string, s synth.Shape) string {
+	t.Helper()
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// New writes the GGUF of shape s to m.gguf in a fresh temporary
+// directory and returns its path.
+func New(t testing.TB, s synth.Shape) string {
+	t.Helper()
+	return Write(t, t.TempDir(), "m.gguf", s)
+}
+
+// Tiny is New of synth.Tiny, the shape that compiles and runs in
+// milliseconds.
+func Tiny(t testing.TB) string {
+	t.Helper()
+	return New(t, synth.Tiny)
+}
+
+// Compile compiles model into out with opt; a non-empty config is the
+// model config, written to m.toml beside out (opt.ConfigPath names it),
+// so that model may be a read-only file. It returns out.
+func Compile(t testing.TB, model, out, config string, opt compiler.Options) string {
+	t.Helper()
+	if config != "" {
+		opt.ConfigPath = filepath.Join(filepath.Dir(out), "m.toml")
+		if err := os.WriteFile(opt.ConfigPath, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := compiler.Compile(context.Background(), model, out, opt); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Bundle writes synth.Tiny (Tiny) and compiles it with config and opt
+// (Compile) into b beside it, returning the model's path and the
+// bundle's.
+func Bundle(t testing.TB, config string, opt compiler.Options) (model, bundle string) {
+	t.Helper()
+	model = Tiny(t)
+	return model, Compile(t, model, filepath.Join(filepath.Dir(model), "b"), config, opt)
+}

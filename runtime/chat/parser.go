@@ -512,20 +512,17 @@ func (p *parser) parseExpr() expr {
 	return e
 }
 
-func (p *parser) parseOr() expr {
-	e := p.parseAnd()
-	for p.isName("or") {
-		t := p.next()
-		e = &binaryExpr{op: "or", l: e, r: p.parseAnd(), pos: t.pos}
-	}
-	return e
-}
+func (p *parser) parseOr() expr { return p.parseWord("or", p.parseAnd) }
 
-func (p *parser) parseAnd() expr {
-	e := p.parseNot()
-	for p.isName("and") {
+func (p *parser) parseAnd() expr { return p.parseWord("and", p.parseNot) }
+
+// parseWord is parseBinary for an operator that is a word (or, and):
+// operands of sub joined left to right by op.
+func (p *parser) parseWord(op string, sub func() expr) expr {
+	e := sub()
+	for p.isName(op) {
 		t := p.next()
-		e = &binaryExpr{op: "and", l: e, r: p.parseNot(), pos: t.pos}
+		e = &binaryExpr{op: op, l: e, r: sub(), pos: t.pos}
 	}
 	return e
 }

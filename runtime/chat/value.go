@@ -72,6 +72,17 @@ func (d *dict) set(k string, v any) {
 	d.m[k] = v
 }
 
+// update sets every key of src (none when src is nil) in src's order,
+// as Python's dict.update does.
+func (d *dict) update(src *dict) {
+	if src == nil {
+		return
+	}
+	for _, k := range src.keys {
+		d.set(k, src.m[k])
+	}
+}
+
 func (d *dict) get(k string) (any, bool) {
 	v, ok := d.m[k]
 	return v, ok
@@ -273,6 +284,27 @@ func toJSON(b *strings.Builder, v any, indent int, level int) error {
 	if indent > 0 {
 		sep = ","
 	}
+	// container writes n items between open and close, each on its own
+	// line when indenting; an empty one is open and close alone.
+	container := func(open, close string, n int, item func(i int) error) error {
+		if n == 0 {
+			b.WriteString(open + close)
+			return nil
+		}
+		b.WriteString(open)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			nl(level + 1)
+			if err := item(i); err != nil {
+				return err
+			}
+		}
+		nl(level)
+		b.WriteString(close)
+		return nil
+	}
 	switch x := v.(type) {
 	case nil, undefined:
 		b.WriteString("null")
@@ -298,41 +330,13 @@ func toJSON(b *strings.Builder, v any, indent int, level int) error {
 	case string:
 		jsonQuote(b, x)
 	case *list:
-		if len(x.items) == 0 {
-			b.WriteString("[]")
-			return nil
-		}
-		b.WriteByte('[')
-		for i, e := range x.items {
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			nl(level + 1)
-			if err := toJSON(b, e, indent, level+1); err != nil {
-				return err
-			}
-		}
-		nl(level)
-		b.WriteByte(']')
+		return container("[", "]", len(x.items), func(i int) error { return toJSON(b, x.items[i], indent, level+1) })
 	case *dict:
-		if len(x.keys) == 0 {
-			b.WriteString("{}")
-			return nil
-		}
-		b.WriteByte('{')
-		for i, k := range x.keys {
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			nl(level + 1)
-			jsonQuote(b, k)
+		return container("{", "}", len(x.keys), func(i int) error {
+			jsonQuote(b, x.keys[i])
 			b.WriteString(": ")
-			if err := toJSON(b, x.m[k], indent, level+1); err != nil {
-				return err
-			}
-		}
-		nl(level)
-		b.WriteByte('}')
+			return toJSON(b, x.m[x.keys[i]], indent, level+1)
+		})
 	default:
 		return fmt.Errorf("cannot convert %s to JSON", typeName(v))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -184,7 +185,7 @@ func TestGreedyStories260K(t *testing.T) {
 	}
 	defer e.Close()
 	for _, ref := range refs {
-		if got := e.Tok.Encode(ref.Prompt, true, true); !equal(got, ref.PromptTokens) {
+		if got := e.Tok.Encode(ref.Prompt, true, true); !slices.Equal(got, ref.PromptTokens) {
 			t.Errorf("%s: prompt tokens %v, llama.cpp %v", ref.Name, got, ref.PromptTokens)
 		}
 		seq, err := e.NewSequence()
@@ -210,22 +211,10 @@ func TestGreedyStories260K(t *testing.T) {
 		for _, s := range ref.Steps {
 			want = append(want, s.Token)
 		}
-		if !equal(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("%s: greedy tokens\n got %v\nwant %v", ref.Name, got, want)
 		}
 	}
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // compileStories260K builds stories260K for T-CPU into a temporary

@@ -303,21 +303,10 @@ func TestOpenAIClient(t *testing.T) {
 	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1 // alpha's
 
 	// Usage: the ledger agrees with the requests; a tenant reads only its own.
-	getUsage := func(key, tenant string) (int, string) {
-		req, _ := http.NewRequest("GET", url+"/v1/tenants/"+tenant+"/usage", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := getUsage("sk-alpha", "alpha"); code != 200 || !strings.Contains(body, fmt.Sprintf(`"completion_tokens":%d`, generated)) {
+	if code, body := getUsage(t, url, "sk-alpha", "alpha"); code != 200 || !strings.Contains(string(body), fmt.Sprintf(`"completion_tokens":%d`, generated)) {
 		t.Errorf("alpha's usage: %d %s (want %d completion tokens)", code, body, generated)
 	}
-	if code, _ := getUsage("sk-beta", "alpha"); code != http.StatusForbidden {
+	if code, _ := getUsage(t, url, "sk-beta", "alpha"); code != http.StatusForbidden {
 		t.Errorf("beta read alpha's usage: %d", code)
 	}
 

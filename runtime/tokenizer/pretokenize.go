@@ -264,37 +264,14 @@ func newlines(t *text, e, hi int, slash bool) int {
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 // using the full codepoint flags (not the collapsed view).
 func gpt2Split(t *text, lo, hi int, out []int) []int {
-	flags := func(i int) uint16 {
-		if i < lo || i >= hi {
-			return 0
-		}
-		return cptFlags(t.cps[i])
-	}
-	prev := lo
-	add := func(end int) int {
-		n := end - prev
-		if n > 0 {
-			out = append(out, n)
-		}
-		prev = end
-		return n
-	}
+	sp := &span{t: t, lo: lo, hi: hi, prev: lo, out: out}
+	flags, add := sp.flags, sp.add
 	for pos := lo; pos < hi; {
 		c := t.cps[pos]
 		f := flags(pos)
-		if c == '\'' && pos+1 < hi {
-			n := t.cps[pos+1]
-			if n == 's' || n == 't' || n == 'm' || n == 'd' {
-				pos += add(pos + 2)
-				continue
-			}
-			if pos+2 < hi {
-				nn := t.cps[pos+2]
-				if (n == 'r' && nn == 'e') || (n == 'v' && nn == 'e') || (n == 'l' && nn == 'l') {
-					pos += add(pos + 3)
-					continue
-				}
-			}
+		if e := sp.contraction(pos, func(r rune) rune { return r }); e > 0 {
+			pos += add(e)
+			continue
 		}
 		f2 := f
 		if c == ' ' {
@@ -350,7 +327,7 @@ func gpt2Split(t *text, lo, hi int, out []int) []int {
 		pos++
 		add(pos)
 	}
-	return out
+	return sp.out
 }
 
 // llama3Split is llama.cpp's unicode_regex_split_custom_llama3 for
@@ -358,43 +335,14 @@ func gpt2Split(t *text, lo, hi int, out []int) []int {
 // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func llama3Split(t *text, lo, hi int, out []int) []int {
 	const oor = -1
-	cpt := func(i int) rune {
-		if i < lo || i >= hi {
-			return oor
-		}
-		return t.cps[i]
-	}
-	flags := func(i int) uint16 {
-		if i < lo || i >= hi {
-			return 0
-		}
-		return cptFlags(t.cps[i])
-	}
-	prev := lo
-	add := func(end int) int {
-		n := end - prev
-		if n > 0 {
-			out = append(out, n)
-		}
-		prev = end
-		return n
-	}
+	sp := &span{t: t, lo: lo, hi: hi, prev: lo, out: out}
+	cpt, flags, add := sp.cpt, sp.flags, sp.add
 	for pos := lo; pos < hi; {
 		c := cpt(pos)
 		f := flags(pos)
-		if c == '\'' && pos+1 < hi {
-			n := toLower(cpt(pos + 1))
-			if n == 's' || n == 't' || n == 'm' || n == 'd' {
-				pos += add(pos + 2)
-				continue
-			}
-			if pos+2 < hi {
-				nn := toLower(cpt(pos + 2))
-				if (n == 'r' && nn == 'e') || (n == 'v' && nn == 'e') || (n == 'l' && nn == 'l') {
-					pos += add(pos + 3)
-					continue
-				}
-			}
+		if e := sp.contraction(pos, toLower); e > 0 {
+			pos += add(e)
+			continue
 		}
 		if !(c == '\r' || c == '\n' || f&fNumber != 0) {
 			if f&fLetter != 0 || flags(pos+1)&fLetter != 0 {
@@ -462,7 +410,63 @@ func llama3Split(t *text, lo, hi int, out []int) []int {
 		pos++
 		add(pos)
 	}
-	return out
+	return sp.out
+}
+
+// span is a custom splitter's view of the codepoints lo..hi of t (outside
+// them there is nothing: no codepoint, no flags) and the lengths of the
+// pieces it has cut, the last ending at prev.
+type span struct {
+	t      *text
+	lo, hi int
+	prev   int
+	out    []int
+}
+
+// cpt is codepoint i, or -1 outside the span.
+func (s *span) cpt(i int) rune {
+	if i < s.lo || i >= s.hi {
+		return -1
+	}
+	return s.t.cps[i]
+}
+
+// flags are codepoint i's full flags, 0 outside the span.
+func (s *span) flags(i int) uint16 {
+	if i < s.lo || i >= s.hi {
+		return 0
+	}
+	return cptFlags(s.t.cps[i])
+}
+
+// add cuts a piece from the previous cut to end (none when empty) and
+// returns its length.
+func (s *span) add(end int) int {
+	n := end - s.prev
+	if n > 0 {
+		s.out = append(s.out, n)
+	}
+	s.prev = end
+	return n
+}
+
+// contraction returns the end of 's, 't, 're, 've, 'm, 'll or 'd at pos
+// (the letters compared after fold), or -1.
+func (s *span) contraction(pos int, fold func(rune) rune) int {
+	if s.cpt(pos) != '\'' || pos+1 >= s.hi {
+		return -1
+	}
+	n := fold(s.cpt(pos + 1))
+	if n == 's' || n == 't' || n == 'm' || n == 'd' {
+		return pos + 2
+	}
+	if pos+2 < s.hi {
+		nn := fold(s.cpt(pos + 2))
+		if (n == 'r' && nn == 'e') || (n == 'v' && nn == 'e') || (n == 'l' && nn == 'l') {
+			return pos + 3
+		}
+	}
+	return -1
 }
 
 // ---- std::regex emulations (collapsed view) ----

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/internal/clitest"
 	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/tiers"
@@ -17,12 +15,8 @@ import (
 // TestProbeSaysWhyAMD: the probe's T1 and T2 lines are the tier table
 // rows' own probes.
 func TestProbeSaysWhyAMD(t *testing.T) {
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(probeCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs([]string{"probe"})
-	if err := root.Execute(); err != nil {
+	out, _, err := clitest.Run("zrt-run", []string{"probe"}, probeCmd())
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"t1", "t2"} {
@@ -31,8 +25,8 @@ func TestProbeSaysWhyAMD(t *testing.T) {
 		if !r.Available {
 			want = name + "     missing    " + r.Detail
 		}
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("probe output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("probe output lacks %q:\n%s", want, out)
 		}
 	}
 }

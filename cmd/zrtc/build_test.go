@@ -7,23 +7,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/internal/clitest"
 	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // zrtc runs the command line in-process and returns its stdout.
 func zrtc(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), inspectCmd(), dumpCmd(), synthCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&bytes.Buffer{})
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
+	out, _, err := clitest.Run("zrtc", args, buildCmd(), inspectCmd(), dumpCmd(), synthCmd())
+	return out, err
 }
 
 func TestBuildPhaseFlags(t *testing.T) {
@@ -143,18 +137,13 @@ func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
 // written: it may be meant for a larger machine).
 func TestBuildWarnsPastMemoryBudget(t *testing.T) {
 	model := testmodel.Tiny(t)
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd())
-	var stderr bytes.Buffer
-	root.SetOut(&bytes.Buffer{})
-	root.SetErr(&stderr)
-	root.SetArgs([]string{"build", model, "--memory-budget", "64KiB", "-o", filepath.Join(t.TempDir(), "b")})
-	if err := root.Execute(); err != nil {
+	_, stderr, err := clitest.Run("zrtc", []string{"build", model, "--memory-budget", "64KiB", "-o", filepath.Join(t.TempDir(), "b")}, buildCmd())
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"zrtc: plan: weights", "resident", "zrtc: warning: the plan keeps", "more than the 0.1 MiB budget"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
 	if _, err := zrtc(t, "build", model, "--memory-budget", "lots", "-o", filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "is not a size") {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/internal/clitest"
 	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
@@ -21,14 +21,7 @@ import (
 // stderr.
 func run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), errb.String(), err
+	return clitest.Run("zrtc", args, buildCmd(), keyCmd(), cacheCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
 }
 
 // buildJSON runs zrtc build --json and decodes its summary.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"github.com/zrtdev/zrt/compiler/dump"
 	"os"
@@ -11,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/internal/clitest"
 	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
@@ -22,14 +21,7 @@ import (
 // and verify registered, returning stdout and stderr.
 func zrtcArtifacts(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), errb.String(), err
+	return clitest.Run("zrtc", args, buildCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
 }
 
 func builtBundle(t *testing.T) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/reference"
 )
 
 // Write writes the GGUF of shape s to dir/name and returns its path.
@@ -61,6 +62,25 @@ func Compile(t testing.TB, model, out, config string, opt compiler.Options) stri
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Shared returns the path of file in ../shared/models (see
+// reference.SharedDir), skipping the test when it is not there.
+func Shared(t testing.TB, file string) string {
+	t.Helper()
+	model := filepath.Join(reference.SharedDir(), "models", file)
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	return model
+}
+
+// CompileShared compiles file of ../shared/models (Shared) with config
+// and opt (Compile) into a fresh temporary directory and returns the
+// bundle's path.
+func CompileShared(t testing.TB, file, config string, opt compiler.Options) string {
+	t.Helper()
+	return Compile(t, Shared(t, file), filepath.Join(t.TempDir(), "b"), config, opt)
 }
 
 // Bundle writes synth.Tiny (Tiny) and compiles it with config and opt

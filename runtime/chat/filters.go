@@ -158,11 +158,7 @@ func strftime(t time.Time, f string) string {
 }
 
 func (r *renderer) evalFilter(e *filterExpr) (any, error) {
-	v, err := r.eval(e.arg)
-	if err != nil {
-		return nil, err
-	}
-	a, err := r.evalArgs(e.args)
+	v, a, err := r.evalApplied(e.arg, e.args)
 	if err != nil {
 		return nil, err
 	}
@@ -469,12 +465,19 @@ func wantStr(v any) (string, error) {
 	return toStr(v), nil
 }
 
-func (r *renderer) evalTest(e *testExpr) (any, error) {
-	v, err := r.eval(e.arg)
+// evalApplied evaluates what a filter or test applies to, then its
+// arguments.
+func (r *renderer) evalApplied(arg expr, ca callArgs) (any, *args, error) {
+	v, err := r.eval(arg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a, err := r.evalArgs(e.args)
+	a, err := r.evalArgs(ca)
+	return v, a, err
+}
+
+func (r *renderer) evalTest(e *testExpr) (any, error) {
+	v, a, err := r.evalApplied(e.arg, e.args)
 	if err != nil {
 		return nil, err
 	}

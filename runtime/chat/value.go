@@ -188,29 +188,9 @@ func repr(v any) string {
 	case string:
 		return pyQuote(x)
 	case *list:
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, e := range x.items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(repr(e))
-		}
-		b.WriteByte(']')
-		return b.String()
+		return reprItems("[", "]", len(x.items), func(i int) string { return repr(x.items[i]) })
 	case *dict:
-		var b strings.Builder
-		b.WriteByte('{')
-		for i, k := range x.keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(pyQuote(k))
-			b.WriteString(": ")
-			b.WriteString(repr(x.m[k]))
-		}
-		b.WriteByte('}')
-		return b.String()
+		return reprItems("{", "}", len(x.keys), func(i int) string { return pyQuote(x.keys[i]) + ": " + repr(x.m[x.keys[i]]) })
 	case *function:
 		return "<function " + x.name + ">"
 	}
@@ -341,6 +321,21 @@ func toJSON(b *strings.Builder, v any, indent int, level int) error {
 		return fmt.Errorf("cannot convert %s to JSON", typeName(v))
 	}
 	return nil
+}
+
+// reprItems is Python's repr of a container of n items: item(i) of each
+// between open and close, separated by ", ".
+func reprItems(open, close string, n int, item func(i int) string) string {
+	var b strings.Builder
+	b.WriteString(open)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(item(i))
+	}
+	b.WriteString(close)
+	return b.String()
 }
 
 func jsonQuote(b *strings.Builder, s string) {

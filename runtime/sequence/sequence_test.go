@@ -19,6 +19,21 @@ func build(t *testing.T, config string) string {
 	return out
 }
 
+// prefilled starts a sequence on p and prefills prompt; the caller
+// releases it.
+func prefilled(t *testing.T, p *sequence.Pool, prompt []int32) *sequence.Sequence {
+	t.Helper()
+	s, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prefill(context.Background(), prompt); err != nil {
+		s.Release()
+		t.Fatal(err)
+	}
+	return s
+}
+
 func open(t *testing.T, dir string) *sequence.Pool {
 	t.Helper()
 	p, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: 1})
@@ -46,14 +61,8 @@ func TestVariantsAndPages(t *testing.T) {
 	ctx := context.Background()
 	prompt := []int32{1, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309} // chunks of 8 and 3 rows
 	run := func(p *sequence.Pool) []float32 {
-		s, err := p.NewSequence()
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := prefilled(t, p, prompt)
 		defer s.Release()
-		if _, err := s.Prefill(ctx, prompt); err != nil {
-			t.Fatal(err)
-		}
 		l, err := s.Decode(ctx, 310)
 		if err != nil {
 			t.Fatal(err)
@@ -166,14 +175,8 @@ func TestVerify(t *testing.T) {
 	}
 	one.Release()
 
-	s, err := p.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := prefilled(t, p, prompt)
 	defer s.Release()
-	if _, err := s.Prefill(ctx, prompt); err != nil {
-		t.Fatal(err)
-	}
 	if got := p.VerifyRows(); got != 8 {
 		t.Errorf("VerifyRows = %d with 7 free slots and decode variants up to 8 rows, want 8", got)
 	}

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,7 +19,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server"
@@ -90,19 +89,7 @@ func compileStories(t testing.TB, modelConfig string) string {
 // without it) with the model config text and returns the bundle's path.
 func compileShared(t testing.TB, file, modelConfig string) string {
 	t.Helper()
-	model := filepath.Join(reference.SharedDir(), "models", file)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
-	dir := t.TempDir()
-	cfgPath, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	if err := os.WriteFile(cfgPath, []byte(modelConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfgPath}); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testmodel.CompileShared(t, file, modelConfig, compiler.Options{})
 }
 
 // serveStories serves stories260K on T-CPU with two threads, with a usage

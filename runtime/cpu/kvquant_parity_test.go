@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -141,12 +140,5 @@ func TestParityQ8KV(t *testing.T) {
 			worst[key] = math.Max(worst[key], d)
 		}
 	}
-	var keys []string
-	for k := range worst {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		t.Logf("%-50s largest step-0 |Δlogit| %.2e", k, worst[k])
-	}
+	logWorst(t, worst, 50)
 }

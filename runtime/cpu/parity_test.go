@@ -2,10 +2,10 @@ package cpu_test
 
 import (
 	"context"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -108,13 +108,14 @@ func TestParityWithLlamaCpp(t *testing.T) {
 		d := checkReference(t, dir, ref, ref.Name, toleranceFor(t, model))
 		worst[name] = math.Max(worst[name], d)
 	}
-	var names []string
-	for n := range worst {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		t.Logf("%-28s largest step-0 |Δlogit| %.2e", n, worst[n])
+	logWorst(t, worst, 28)
+}
+
+// logWorst logs each model's largest step-0 logit difference, in name
+// order, the names padded to width.
+func logWorst(t *testing.T, worst map[string]float64, width int) {
+	for _, n := range slices.Sorted(maps.Keys(worst)) {
+		t.Logf("%-*s largest step-0 |Δlogit| %.2e", width, n, worst[n])
 	}
 }
 

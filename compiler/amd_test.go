@@ -1,7 +1,6 @@
 package compiler_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -111,15 +110,7 @@ func TestAMDBuilds(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				ta, tb := readTree(t, a), readTree(t, b)
-				if len(ta) != len(tb) || len(ta) < 3 {
-					t.Fatalf("%d vs %d files", len(ta), len(tb))
-				}
-				for f, x := range ta {
-					if !bytes.Equal(x, tb[f]) {
-						t.Errorf("%s differs between two builds", f)
-					}
-				}
+				testmodel.SameTree(t, a, b, 3)
 				checkAMDBundle(t, a, gfx, tg.code)
 			})
 		}

@@ -20,24 +20,6 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 )
 
-// readTree returns every file under dir by relative path.
-func readTree(t *testing.T, dir string) map[string][]byte {
-	out := map[string][]byte{}
-	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = b
-		return nil
-	})
-	return out
-}
-
 func TestReproducibleBuild(t *testing.T) {
 	for _, s := range []synth.Shape{synth.Tiny, {Arch: "qwen2", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 96, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 2},
 		{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, Seed: 3}} {
@@ -48,15 +30,7 @@ func TestReproducibleBuild(t *testing.T) {
 				t.Fatalf("%s: %v", s.Arch, err)
 			}
 		}
-		ta, tb := readTree(t, a), readTree(t, b)
-		if len(ta) != len(tb) || len(ta) < 3 {
-			t.Fatalf("%s: %d vs %d files", s.Arch, len(ta), len(tb))
-		}
-		for name, x := range ta {
-			if !bytes.Equal(x, tb[name]) {
-				t.Errorf("%s: %s differs between two builds", s.Arch, name)
-			}
-		}
+		testmodel.SameTree(t, a, b, 3)
 	}
 }
 
@@ -72,13 +46,13 @@ func TestRebuildReplacesAtomically(t *testing.T) {
 	if err := compiler.Compile(ctx, model, out, compiler.Options{}); err != nil {
 		t.Fatalf("rebuild over an existing bundle: %v", err)
 	}
-	before := readTree(t, out)
+	before := testmodel.ReadTree(t, out)
 	bad := filepath.Join(t.TempDir(), "bad.gguf")
 	os.WriteFile(bad, []byte("GGUF\x03\x00\x00\x00"), 0o644)
 	if err := compiler.Compile(ctx, bad, out, compiler.Options{}); err == nil {
 		t.Fatal("compiled a truncated GGUF")
 	}
-	after := readTree(t, out)
+	after := testmodel.ReadTree(t, out)
 	for k, v := range before {
 		if !bytes.Equal(v, after[k]) {
 			t.Errorf("%s changed after a failed build", k)
@@ -233,40 +207,11 @@ func TestHostileModels(t *testing.T) {
 // builds for cpu only.
 func TestWeightTypesPerTarget(t *testing.T) {
 	// IQ3_S blocks hold 256 elements, so the rows must be that long.
-	good, err := synth.Write(synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(good)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// with writes the model with blk.0.attn_q.weight as all-zero blocks
-	// of typ (a valid block of zeros in every type).
+	// of typ.
 	with := func(typ ggml.Type) string {
-		w := gguf.NewWriter()
-		for _, kv := range f.KV {
-			w.Set(kv.Key, kv.Value)
-		}
-		for i := range f.Tensors {
-			ti := &f.Tensors[i]
-			tt, data := ti.Type, f.TensorData(ti)
-			if ti.Name == "blk.0.attn_q.weight" {
-				n, err := typ.RowBytes(ti.Elements())
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt, data = typ, make([]byte, n)
-			}
-			if err := w.AddTensor(ti.Name, tt, ti.Dims, data); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p := filepath.Join(t.TempDir(), typ.String()+".gguf")
-		if err := os.WriteFile(p, w.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return testmodel.Retyped(t, synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 4},
+			"blk.0.attn_q.weight", typ)
 	}
 	ctx := context.Background()
 	iq3s := with(ggml.IQ3_S)
@@ -279,7 +224,7 @@ func TestWeightTypesPerTarget(t *testing.T) {
 	if err := compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cpu"), compiler.Options{VerifyEach: true}); err != nil {
 		t.Errorf("BF16 weight for cpu: %v", err)
 	}
-	err = compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90"})
+	err := compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90"})
 	const want = "unsupported tensor type BF16 (id 30) in blk.0.attn_q.weight: target cuda:sm_90 computes"
 	if err == nil || !strings.Contains(err.Error(), want) || !support.Is(err) {
 		t.Errorf("BF16 weight for cuda:sm_90: got %v (support.Is %v), want an unsupported error containing %q", err, support.Is(err), want)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"github.com/zrtdev/zrt/compiler/build"
 	"os"
@@ -50,38 +49,6 @@ func oldModel(t *testing.T) string {
 	return m
 }
 
-// files reads every file under dir by relative path.
-func files(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		out[rel], err = os.ReadFile(p)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// sameBytes fails unless the two trees hold the same files, byte for byte.
-func sameBytes(t *testing.T, a, b string) {
-	t.Helper()
-	fa, fb := files(t, a), files(t, b)
-	if len(fa) == 0 || len(fa) != len(fb) {
-		t.Fatalf("%s holds %d files, %s %d", a, len(fa), b, len(fb))
-	}
-	for name, data := range fa {
-		if !bytes.Equal(data, fb[name]) {
-			t.Fatalf("%s differs between %s and %s", name, a, b)
-		}
-	}
-}
-
 func TestCacheHitEqualsFreshBuild(t *testing.T) {
 	t.Setenv(cacheEnv, "")
 	model := oldModel(t)
@@ -106,8 +73,8 @@ func TestCacheHitEqualsFreshBuild(t *testing.T) {
 	if _, stderr, err := run(t, "build", model, "-q", "--no-cache", "-o", at("fresh")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("fresh"), at("hit"))
-	sameBytes(t, at("fresh"), at("first"))
+	testmodel.SameTree(t, at("fresh"), at("hit"), 1)
+	testmodel.SameTree(t, at("fresh"), at("first"), 1)
 
 	// The same content under another name, touched: a hit, equal to a
 	// fresh build of the renamed file (which records its new name).
@@ -123,7 +90,7 @@ func TestCacheHitEqualsFreshBuild(t *testing.T) {
 	if _, stderr, err := run(t, "build", renamed, "-q", "-o", at("renamed-fresh")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("renamed-fresh"), at("renamed-hit"))
+	testmodel.SameTree(t, at("renamed-fresh"), at("renamed-hit"), 1)
 	if g, _, _ := bundle.ReadGraph(at("renamed-hit")); g == nil || g.Ident.SourceName != "renamed.gguf" {
 		t.Fatal("the hit does not record the renamed GGUF's name")
 	}
@@ -206,7 +173,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 	}
 	b.Close()
 	for i := 1; i < n; i++ {
-		sameBytes(t, filepath.Join(dir, "out", "a"), filepath.Join(dir, "out", string(rune('a'+i))))
+		testmodel.SameTree(t, filepath.Join(dir, "out", "a"), filepath.Join(dir, "out", string(rune('a'+i))), 1)
 	}
 }
 
@@ -241,7 +208,7 @@ func TestBuildSet(t *testing.T) {
 	if _, stderr, err := run(t, "build", model, "-q", "--target", "cuda:sm_90", "-o", at("cuda")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("cuda"), cuda.Path(at("set")))
+	testmodel.SameTree(t, at("cuda"), cuda.Path(at("set")), 1)
 	keys, _, err := run(t, "key", model, "--target", "cpu,cuda:sm_90")
 	if err != nil || !strings.Contains(keys, s.Outputs[0].Key+" cpu\n") || !strings.Contains(keys, cuda.Key+" cuda:sm_90\n") {
 		t.Fatalf("zrtc key for two targets: %v\n%s", err, keys)
@@ -255,8 +222,8 @@ func TestBuildSet(t *testing.T) {
 	if _, stderr, err := run(t, "build", model, "-q", "--target", "cpu,cuda:sm_90", "-o", at("nocache")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("set"), at("again"))
-	sameBytes(t, at("set"), at("nocache"))
+	testmodel.SameTree(t, at("set"), at("again"), 1)
+	testmodel.SameTree(t, at("set"), at("nocache"), 1)
 
 	dump, _, err := run(t, "dump", "set", at("set"))
 	if err != nil || !strings.Contains(dump, "cuda_sm_90") || !strings.Contains(dump, "CUDA compute capability >= 9.0") || strings.Count(dump, "  ok") != 2 {

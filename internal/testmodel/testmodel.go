@@ -9,6 +9,7 @@
 package testmodel
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/internal/reference"
 )
 
@@ -28,6 +31,45 @@ func Write(t testing.TB, dir, name string, s synth.Shape) string {
 	}
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Retyped writes the GGUF of shape s to a fresh temporary directory with
+// the tensor named stored as all-zero blocks of typ (a valid block in
+// every type), and returns its path: a model with one weight of a type
+// the build may refuse.
+func Retyped(t testing.TB, s synth.Shape, tensor string, typ ggml.Type) string {
+	t.Helper()
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := gguf.NewWriter()
+	for _, kv := range f.KV {
+		w.Set(kv.Key, kv.Value)
+	}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		tt, data := ti.Type, f.TensorData(ti)
+		if ti.Name == tensor {
+			n, err := typ.RowBytes(ti.Elements())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt, data = typ, make([]byte, n)
+		}
+		if err := w.AddTensor(ti.Name, tt, ti.Dims, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), typ.String()+".gguf")
+	if err := os.WriteFile(path, w.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -81,6 +123,41 @@ func Shared(t testing.TB, file string) string {
 func CompileShared(t testing.TB, file, config string, opt compiler.Options) string {
 	t.Helper()
 	return Compile(t, Shared(t, file), filepath.Join(t.TempDir(), "b"), config, opt)
+}
+
+// ReadTree returns every file under dir (a bundle, a set, a cache entry)
+// by its path relative to dir.
+func ReadTree(t testing.TB, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[rel], err = os.ReadFile(p)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// SameTree fails t unless the trees a and b hold the same files, at
+// least least of them, byte for byte: builds are reproducible, and a
+// cached or resumed build is the fresh one.
+func SameTree(t testing.TB, a, b string, least int) {
+	t.Helper()
+	ta, tb := ReadTree(t, a), ReadTree(t, b)
+	if len(ta) != len(tb) || len(ta) < least {
+		t.Fatalf("%s holds %d files, %s %d", a, len(ta), b, len(tb))
+	}
+	for name, data := range ta {
+		if !bytes.Equal(data, tb[name]) {
+			t.Errorf("%s differs between %s and %s", name, a, b)
+		}
+	}
 }
 
 // Bundle writes synth.Tiny (Tiny) and compiles it with config and opt

@@ -71,10 +71,7 @@ func TestRebuildReplacesAtomically(t *testing.T) {
 // problem it is: valid input zrtc does not support yet (support.Is), or a
 // malformed file (anything else).
 func TestHostileModels(t *testing.T) {
-	good, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := testmodel.Bytes(t, synth.Tiny)
 	f, err := gguf.Parse(good)
 	if err != nil {
 		t.Fatal(err)

@@ -22,15 +22,31 @@ import (
 	"github.com/zrtdev/zrt/internal/reference"
 )
 
-// Write writes the GGUF of shape s to dir/name and returns its path.
-func Write(t testing.TB, dir, name string, s synth.Shape) string {
+// Bytes returns the GGUF of shape s.
+func Bytes(t testing.TB, s synth.Shape) []byte {
 	t.Helper()
 	b, err := synth.Write(s)
 	if err != nil {
+		t.Fatalf("synthetic model %+v: %v", s, err)
+	}
+	return b
+}
+
+// Parsed returns the GGUF of shape s, parsed.
+func Parsed(t testing.TB, s synth.Shape) *gguf.File {
+	t.Helper()
+	f, err := gguf.Parse(Bytes(t, s))
+	if err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+// Write writes the GGUF of shape s to dir/name and returns its path.
+func Write(t testing.TB, dir, name string, s synth.Shape) string {
+	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := os.WriteFile(path, Bytes(t, s), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -42,14 +58,7 @@ func Write(t testing.TB, dir, name string, s synth.Shape) string {
 // the build may refuse.
 func Retyped(t testing.TB, s synth.Shape, tensor string, typ ggml.Type) string {
 	t.Helper()
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := Parsed(t, s)
 	w := gguf.NewWriter()
 	for _, kv := range f.KV {
 		w.Set(kv.Key, kv.Value)

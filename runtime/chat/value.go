@@ -208,15 +208,7 @@ func pyQuote(s string) string {
 	b.WriteByte(q)
 	for _, r := range s {
 		switch {
-		case r == rune(q) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
+		case escapeCommon(&b, r, rune(q)):
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
 		default:
@@ -338,20 +330,32 @@ func reprItems(open, close string, n int, item func(i int) string) string {
 	return b.String()
 }
 
+// escapeCommon writes the escapes Python's repr and JSON share — the
+// quote q and the backslash behind a backslash, \n, \r and \t — and
+// reports whether r was one of them.
+func escapeCommon(b *strings.Builder, r, q rune) bool {
+	switch r {
+	case q, '\\':
+		b.WriteByte('\\')
+		b.WriteRune(r)
+	case '\n':
+		b.WriteString(`\n`)
+	case '\r':
+		b.WriteString(`\r`)
+	case '\t':
+		b.WriteString(`\t`)
+	default:
+		return false
+	}
+	return true
+}
+
 func jsonQuote(b *strings.Builder, s string) {
 	b.WriteByte('"')
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
+		case escapeCommon(b, r, '"'):
 		case r == '\b':
 			b.WriteString(`\b`)
 		case r == '\f':

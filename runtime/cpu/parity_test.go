@@ -79,29 +79,23 @@ func TestParityWithLlamaCpp(t *testing.T) {
 	if len(refs) == 0 {
 		t.Skipf("no reference files under %s", shared)
 	}
-	bundles := map[string]string{}
+	bundles := bundleCache{}
 	worst := map[string]float64{}
 	for _, ref := range refs {
 		name := filepath.Base(ref.Model)
-		model := reference.Model(shared, ref)
-		if model == "" {
-			t.Errorf("%s: model %s not found", ref.Name, name)
-			continue
-		}
-		dir, ok := bundles[name]
-		if !ok {
-			dir = filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
+		dir, model := bundles.get(t, shared, ref, func(model string) string {
+			dir := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
 			// The references ran at n_ctx 2048 (../shared/reference's
 			// README); phi3 takes its long RoPE factors past 4096.
 			err := compiler.Compile(context.Background(), model, dir, compiler.Options{VerifyEach: true, ContextLength: referenceContext})
 			if support.Is(err) {
 				t.Logf("%s: skipped: %v", name, err)
-				dir = ""
+				return ""
 			} else if err != nil {
 				t.Fatalf("compile %s: %v", name, err)
 			}
-			bundles[name] = dir
-		}
+			return dir
+		})
 		if dir == "" {
 			continue
 		}
@@ -109,6 +103,29 @@ func TestParityWithLlamaCpp(t *testing.T) {
 		worst[name] = math.Max(worst[name], d)
 	}
 	logWorst(t, worst, 28)
+}
+
+// bundleCache holds the bundle compiled for each reference model, by
+// file name ("" for a model that cannot be compiled).
+type bundleCache map[string]string
+
+// get returns ref's model and its bundle, compiled by compile the first
+// time the model is asked for; the bundle is "" (reported) when the model
+// is not in shared or cannot be compiled.
+func (c bundleCache) get(t *testing.T, shared string, ref *reference.File, compile func(model string) string) (dir, model string) {
+	t.Helper()
+	name := filepath.Base(ref.Model)
+	model = reference.Model(shared, ref)
+	if model == "" {
+		t.Errorf("%s: model %s not found", ref.Name, name)
+		return "", ""
+	}
+	dir, ok := c[name]
+	if !ok {
+		dir = compile(model)
+		c[name] = dir
+	}
+	return dir, model
 }
 
 // logWorst logs each model's largest step-0 logit difference, in name

@@ -208,7 +208,7 @@ func pyQuote(s string) string {
 	b.WriteByte(q)
 	for _, r := range s {
 		switch {
-		case escapeCommon(&b, r, rune(q)):
+		case WriteEscape(&b, r, rune(q)):
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
 		default:
@@ -330,10 +330,11 @@ func reprItems(open, close string, n int, item func(i int) string) string {
 	return b.String()
 }
 
-// escapeCommon writes the escapes Python's repr and JSON share — the
-// quote q and the backslash behind a backslash, \n, \r and \t — and
-// reports whether r was one of them.
-func escapeCommon(b *strings.Builder, r, q rune) bool {
+// WriteEscape writes the escape of r that Python's repr, JSON and GBNF
+// string literals share — the quote q and the backslash behind a
+// backslash, \n, \r and \t — and reports whether r was one of them; the
+// caller writes any other rune its own way.
+func WriteEscape(b *strings.Builder, r, q rune) bool {
 	switch r {
 	case q, '\\':
 		b.WriteByte('\\')
@@ -355,7 +356,7 @@ func jsonQuote(b *strings.Builder, s string) {
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case escapeCommon(b, r, '"'):
+		case WriteEscape(b, r, '"'):
 		case r == '\b':
 			b.WriteString(`\b`)
 		case r == '\f':

@@ -49,11 +49,17 @@ func oldModel(t *testing.T) string {
 	return m
 }
 
-func TestCacheHitEqualsFreshBuild(t *testing.T) {
+// cacheTest starts a test of the build cache: $ZRTC_CACHE unset, an old
+// model, a directory and a cache in it.
+func cacheTest(t *testing.T) (model, dir, cache string) {
+	t.Helper()
 	t.Setenv(cacheEnv, "")
-	model := oldModel(t)
-	dir := t.TempDir()
-	cache := filepath.Join(dir, "cache")
+	dir = t.TempDir()
+	return oldModel(t), dir, filepath.Join(dir, "cache")
+}
+
+func TestCacheHitEqualsFreshBuild(t *testing.T) {
+	model, dir, cache := cacheTest(t)
 	at := func(n string) string { return filepath.Join(dir, n) }
 
 	first := buildJSON(t, model, "--cache", cache, "-o", at("first"))
@@ -142,10 +148,7 @@ func TestCacheFromEnvironment(t *testing.T) {
 // TestConcurrentBuildsOfOneKey: builds of one key racing on one cache all
 // succeed and leave one valid entry.
 func TestConcurrentBuildsOfOneKey(t *testing.T) {
-	t.Setenv(cacheEnv, "")
-	model := oldModel(t)
-	dir := t.TempDir()
-	cache := filepath.Join(dir, "cache")
+	model, dir, cache := cacheTest(t)
 	const n = 4
 	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
 	var wg sync.WaitGroup
@@ -255,10 +258,7 @@ func TestBuildSet(t *testing.T) {
 // every byte anyway, notices, keys the entry by what it read and forgets
 // the memo.
 func TestMissVerifiesTheRememberedDigest(t *testing.T) {
-	t.Setenv(cacheEnv, "")
-	model := oldModel(t)
-	dir := t.TempDir()
-	cache := filepath.Join(dir, "cache")
+	model, dir, cache := cacheTest(t)
 	before := buildJSON(t, model, "--cache", cache, "-o", filepath.Join(dir, "a")).Outputs[0]
 	if _, _, err := run(t, "cache", "prune", cache, "--max-size", "0"); err != nil {
 		t.Fatal(err)

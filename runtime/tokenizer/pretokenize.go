@@ -267,65 +267,25 @@ func gpt2Split(t *text, lo, hi int, out []int) []int {
 	sp := &span{t: t, lo: lo, hi: hi, prev: lo, out: out}
 	flags, add := sp.flags, sp.add
 	for pos := lo; pos < hi; {
-		c := t.cps[pos]
-		f := flags(pos)
 		if e := sp.contraction(pos, func(r rune) rune { return r }); e > 0 {
 			pos += add(e)
 			continue
 		}
-		f2 := f
-		if c == ' ' {
-			f2 = flags(pos + 1)
-		}
-		if f2&fLetter != 0 {
-			if c == ' ' {
-				pos++
-			}
-			for f2&fLetter != 0 {
-				pos++
-				f2 = flags(pos)
-			}
-			add(pos)
+		var cut bool
+		if pos, cut = sp.spaceRun(pos, func(f uint16) bool { return f&fLetter != 0 }); cut {
 			continue
 		}
-		if f2&fNumber != 0 {
-			if c == ' ' {
-				pos++
-			}
-			for f2&fNumber != 0 {
-				pos++
-				f2 = flags(pos)
-			}
-			add(pos)
+		if pos, cut = sp.spaceRun(pos, func(f uint16) bool { return f&fNumber != 0 }); cut {
 			continue
 		}
-		if f2&(fWhitespace|fLetter|fNumber) == 0 && f2 != 0 {
-			if c == ' ' {
-				pos++
-			}
-			for f2&(fWhitespace|fLetter|fNumber) == 0 && f2 != 0 {
-				pos++
-				f2 = flags(pos)
-			}
-			add(pos)
+		if pos, cut = sp.spaceRun(pos, func(f uint16) bool { return f&(fWhitespace|fLetter|fNumber) == 0 && f != 0 }); cut {
 			continue
 		}
 		nws := 0
 		for flags(pos+nws)&fWhitespace != 0 {
 			nws++
 		}
-		if nws > 1 && pos+nws < hi {
-			pos += nws - 1
-			add(pos)
-			continue
-		}
-		if nws > 0 {
-			pos += nws
-			add(pos)
-			continue
-		}
-		pos++
-		add(pos)
+		pos = sp.spaces(pos, nws)
 	}
 	return sp.out
 }
@@ -397,18 +357,7 @@ func llama3Split(t *text, lo, hi int, out []int) []int {
 			add(pos)
 			continue
 		}
-		if nws > 1 && cpt(pos+nws) != oor {
-			pos += nws - 1
-			add(pos)
-			continue
-		}
-		if nws > 0 {
-			pos += nws
-			add(pos)
-			continue
-		}
-		pos++
-		add(pos)
+		pos = sp.spaces(pos, nws)
 	}
 	return sp.out
 }
@@ -448,6 +397,44 @@ func (s *span) add(end int) int {
 	}
 	s.prev = end
 	return n
+}
+
+// spaceRun cuts ` ?X+` at pos, X the codepoints whose flags in accepts,
+// when the codepoint at pos (or, after a space there, the next one) is
+// one; it returns where the next piece starts and whether it cut.
+func (s *span) spaceRun(pos int, in func(flags uint16) bool) (int, bool) {
+	space := s.cpt(pos) == ' '
+	f := s.flags(pos)
+	if space {
+		f = s.flags(pos + 1)
+	}
+	if !in(f) {
+		return pos, false
+	}
+	if space {
+		pos++
+	}
+	for in(s.flags(pos)) {
+		pos++
+	}
+	s.add(pos)
+	return pos, true
+}
+
+// spaces cuts the nws whitespace codepoints at pos as \s+(?!\S)|\s+
+// does — all but the last when a codepoint follows them — or, with none,
+// the one codepoint at pos; it returns where the next piece starts.
+func (s *span) spaces(pos, nws int) int {
+	switch {
+	case nws > 1 && pos+nws < s.hi:
+		pos += nws - 1
+	case nws > 0:
+		pos += nws
+	default:
+		pos++
+	}
+	s.add(pos)
+	return pos
 }
 
 // contraction returns the end of 's, 't, 're, 've, 'm, 'll or 'd at pos

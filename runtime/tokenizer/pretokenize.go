@@ -687,9 +687,9 @@ func bloomMatch(t *text, i, hi int) int {
 	return -1
 }
 
-// chameleon's regexes besides the shared ones.
-func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
-	const p = "<sentinel:"
+// prefix returns the end of the ASCII text p at i, or -1 where it is not
+// there.
+func prefix(t *text, i, hi int, p string) int {
 	if i+len(p) > hi {
 		return -1
 	}
@@ -698,7 +698,15 @@ func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
 			return -1
 		}
 	}
-	j := i + len(p)
+	return i + len(p)
+}
+
+// chameleon's regexes besides the shared ones.
+func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
+	j := prefix(t, i, hi, "<sentinel:")
+	if j < 0 {
+		return -1
+	}
 	e := wrun(t, j, hi, func(c rune) bool { return c >= '0' && c <= '9' })
 	if e == j || e >= hi || t.wide[e] != '>' {
 		return -1
@@ -707,16 +715,10 @@ func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
 }
 
 func chameleonImage(t *text, i, hi int) int { // (IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z
-	const p = "IMGIMG"
-	if i+len(p) > hi {
+	j := prefix(t, i, hi, "IMGIMG")
+	if j < 0 {
 		return -1
 	}
-	for k := 0; k < len(p); k++ {
-		if t.wide[i+k] != rune(p[k]) {
-			return -1
-		}
-	}
-	j := i + len(p)
 	e := j
 	for e < hi && e-j < 4 && t.wide[e] >= 'A' && t.wide[e] <= 'I' {
 		e++

@@ -11,12 +11,7 @@ import (
 // TestVersion: zrt-run --version prints its release and the artifact
 // versions it reads, once each, the way zrtc --version does.
 func TestVersion(t *testing.T) {
-	root := clitest.Root("zrt-run")
-	setVersion(root)
-	got, _, err := clitest.Exec(root, "--version")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := clitest.Version(t, "zrt-run", setVersion)
 	if !strings.HasPrefix(got, "zrt-run "+version.Release+";") || strings.Count(got, "zrt-run") != 1 || !strings.Contains(got, "graph format") {
 		t.Errorf("--version printed %q", got)
 	}

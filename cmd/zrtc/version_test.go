@@ -11,12 +11,7 @@ import (
 // TestVersion: zrtc --version prints its version once, with the artifact
 // versions its bundles carry, not cobra's "zrtc version zrtc 0.1.0".
 func TestVersion(t *testing.T) {
-	root := clitest.Root("zrtc")
-	setVersion(root)
-	got, _, err := clitest.Exec(root, "--version")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := clitest.Version(t, "zrtc", setVersion)
 	if got != compiler.Toolchain()+"\n" || strings.Count(got, "zrtc") != 1 {
 		t.Errorf("--version printed %q", got)
 	}

@@ -8,6 +8,7 @@ package clitest
 
 import (
 	"bytes"
+	"testing"
 
 	"github.com/spf13/cobra"
 )
@@ -34,4 +35,17 @@ func Exec(root *cobra.Command, args ...string) (stdout, stderr string, err error
 // Run is Exec of args on Root(name, cmds...).
 func Run(name string, args []string, cmds ...*cobra.Command) (stdout, stderr string, err error) {
 	return Exec(Root(name, cmds...), args...)
+}
+
+// Version returns what name --version prints, its root's version set up
+// by set as the binary's main does it.
+func Version(t testing.TB, name string, set func(root *cobra.Command)) string {
+	t.Helper()
+	root := Root(name)
+	set(root)
+	out, _, err := Exec(root, "--version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

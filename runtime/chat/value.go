@@ -72,6 +72,15 @@ func (d *dict) set(k string, v any) {
 	d.m[k] = v
 }
 
+// dictOf is a dict of the keys and values in kv, alternating, in order.
+func dictOf(kv ...any) *dict {
+	d := newDict()
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.set(kv[i].(string), kv[i+1])
+	}
+	return d
+}
+
 // update sets every key of src (none when src is nil) in src's order,
 // as Python's dict.update does.
 func (d *dict) update(src *dict) {

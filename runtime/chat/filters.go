@@ -465,7 +465,7 @@ func wantStr(v any) (string, error) {
 	return toStr(v), nil
 }
 
-// evalApplied evaluates what a filter or test applies to, then its
+// evalApplied evaluates what a call, filter or test applies to, then its
 // arguments.
 func (r *renderer) evalApplied(arg expr, ca callArgs) (any, *args, error) {
 	v, err := r.eval(arg)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,6 +78,29 @@ func TestRunSingle(t *testing.T) {
 	}
 	if rows[0]["test"] != "pp8" || rows[1]["test"] != "tg4" || rows[1]["avg_ts"].(float64) <= 0 || rows[1]["bytes_per_token"].(float64) <= 0 {
 		t.Errorf("rows %v", rows)
+	}
+}
+
+// TestRunDepth runs the single-sequence tests after a filled cache, as
+// llama-bench's -d does, and refuses a depth past the bundle's context.
+func TestRunDepth(t *testing.T) {
+	pool := batchedBundle(t)
+	var out bytes.Buffer
+	if err := Run(context.Background(), pool, Options{Prompt: 8, Gen: 4, Depth: 40, Reps: 1, Threads: 1, JSON: true, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if rows[0]["test"] != "pp8 @ d40" || rows[1]["test"] != "tg4 @ d40" || rows[1]["avg_ts"].(float64) <= 0 {
+		t.Errorf("rows %v", rows)
+	}
+	var oe *OptionError
+	c := pool.Hparams.ContextLength
+	err := Run(context.Background(), pool, Options{Prompt: 8, Gen: 4, Depth: c, Reps: 1, Out: &out})
+	if !errors.As(err, &oe) || !strings.Contains(err.Error(), fmt.Sprint(c)) {
+		t.Errorf("a depth of the whole context: %v", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 )
 
 func TestReproducibleBuild(t *testing.T) {
@@ -303,8 +305,31 @@ func TestKVCacheTypes(t *testing.T) {
 	if _, err := kernels.CheckBundle(q); err == nil || !strings.Contains(err.Error(), "addresses a k=q8_0 v=q8_0") {
 		t.Errorf("q8_0 kernels in a bundle recorded as F16: %v", err)
 	}
+	// T-CUDA builds a q8_0 cache where its PTX archive has the layout's
+	// instances (kernels/cuda's KVLayouts, after make ptx), and refuses it
+	// as unsupported, saying how to build them, where not.
 	err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90", ConfigPath: q8})
+	want := q.Hparams
+	lay := kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: want.CacheRotK, RotV: want.CacheRotV}
+	if slices.Contains(ptx.KVLayouts("sm_90"), lay) {
+		if err != nil {
+			t.Errorf("q8_0 cache for cuda:sm_90, whose PTX the archive has: %v", err)
+		}
+	} else if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "build_ptx.sh") {
+		t.Errorf("q8_0 cache for cuda:sm_90 without its PTX: got %v, want an unsupported error saying how to build it", err)
+	}
+	// A cache of q8_0 K over F16 V has no T-CUDA instance, and the AMD
+	// targets address F16 caches only: both refused, naming the option.
+	mixed := filepath.Join(t.TempDir(), "mixed.toml")
+	if err := os.WriteFile(mixed, []byte("cache_type_k = \"q8_0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda-mixed"), compiler.Options{Target: "cuda:sm_90", ConfigPath: mixed})
+	if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") || !strings.Contains(err.Error(), "q8_0 K with q8_0 V") {
+		t.Errorf("q8_0 K over F16 V for cuda:sm_90: got %v, want an unsupported error naming cache_type_k and the layout T-CUDA has", err)
+	}
+	err = compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "amd"), compiler.Options{Target: "amd:gfx1201", ConfigPath: q8})
 	if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") {
-		t.Errorf("q8_0 cache for cuda:sm_90: got %v, want an unsupported error naming cache_type_k", err)
+		t.Errorf("q8_0 cache for amd:gfx1201: got %v, want an unsupported error naming cache_type_k", err)
 	}
 }

@@ -33,6 +33,7 @@ type RunOptions struct {
 // re-running a rewrite on its own output finds nothing more to do, while
 // skipping an analysis would leave later passes without their input.
 var Transforms = map[string]bool{
+	"shard": true,
 	"fuse":  true,
 	"lower": true, // its streams are not in the text, so resuming after it is refused
 }

@@ -22,6 +22,9 @@ type Unit struct {
 	Target string
 	// NoFuse turns fusion off (zrtc build --no-fuse), for bisecting.
 	NoFuse bool
+	// TP is the tensor-parallel rank the unit is compiled for (zrtc
+	// build --tp): the shard pass splits the graphs for it.
+	TP TP
 	// State sizes the graph builder computed; memplan turns them into regions.
 	State StateSizes
 	// KV is the KV cache's element types (cache_type_k, cache_type_v):
@@ -93,6 +96,7 @@ type Pass struct {
 // in flags and dump file names.
 var Pipeline = []Pass{
 	{"verify", verifyUnit, "check operands, roles, shapes and in-place writes against the opcode and kernel tables"},
+	{"shard", shard, "split the graphs for one rank of a tensor-parallel set: heads and FFN columns over the ranks, ALL_REDUCE_SUM after row-parallel projections, a vocabulary-parallel LM head and ALL_GATHER (only with --tp)"},
 	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+gate/up, residual+norm, K norm+RoPE+KV write"},
 	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
 	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
@@ -109,6 +113,9 @@ type Constraint struct {
 // Constraints are checked by the pipeline test.
 var Constraints = []Constraint{
 	{"verify", "fuse", "fusion pattern-matches well-formed IR only"},
+	{"verify", "shard", "the split rewrites well-formed IR only"},
+	{"shard", "fuse", "the split slices separate projections; a fused QKV or gate|up weight is one tensor it cannot slice per projection"},
+	{"shard", "memplan", "a rank's weights and KV pages are sized by its split"},
 	{"fuse", "liveness", "fusion removes registers and changes live ranges"},
 	{"verify", "liveness", "liveness assumes every read has a reaching write"},
 	{"liveness", "regalloc", "registers are packed by their live ranges"},

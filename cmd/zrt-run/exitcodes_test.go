@@ -30,6 +30,8 @@ func TestExitCodes(t *testing.T) {
 		{"serve B --config " + badValue, exitcode.Usage},
 		{"serve B --config " + filepath.Join(dir, "absent.toml"), exitcode.Failure},
 		{"serve B B --model-alias a", exitcode.Usage},
+		{"serve B --speculative ngram:0", exitcode.Usage},
+		{"serve B --speculative eagle", exitcode.Usage},
 		{"generate B --tokens 1,x", exitcode.Usage},
 		{"bench B --slots 1,2 -p 4 -n 2 -r 1 --threads 1", exitcode.OK},
 	} {

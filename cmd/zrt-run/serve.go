@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime/server"
+	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 func serveCmd() *cobra.Command {
@@ -64,6 +65,9 @@ as the requests themselves. With several bundles, numbered as --trace.
 			if len(aliases) > 0 && len(aliases) != len(args) {
 				return exitcode.Usagef("--model-alias given %d times for %d bundles", len(aliases), len(args))
 			}
+			if _, err := spec.ParseMode(opt.Speculative); err != nil {
+				return exitcode.Usagef("--speculative: %v", err)
+			}
 			if opt.Runtime, err = ef.options(); err != nil {
 				return err
 			}
@@ -96,6 +100,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 	c.Flags().DurationVar(&opt.DrainTimeout, "drain-timeout", 30*time.Second, "how long running requests may finish after SIGTERM")
 	c.Flags().StringVar(&opt.CertFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
 	c.Flags().StringVar(&opt.KeyFile, "tls-key", "", "the certificate's key")
+	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]] or self[:K[:fixed]] (a bundle built with --draft-layers; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; the output is the same")
 	c.Flags().StringVar(&opt.Trace, "trace", "", "write a Chrome trace-event file of the engine's steps to this path")
 	c.Flags().StringVar(&opt.StepLog, "step-log", "", "write every engine step's inputs and sampled tokens to this path, for zrt-run rerun")
 	return c

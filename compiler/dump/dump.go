@@ -367,9 +367,10 @@ func BlobFiles(w io.Writer, paths []string) error {
 // Stage compiles model (with the config at cfg, "" for none) in memory
 // and prints one stage's result (zrtc dump): "ir", the text IR as built
 // or after the pass after; "memplan", the memory plan as JSON;
-// "liveness", each variant's registers and buffers (Liveness).
-func Stage(ctx context.Context, w io.Writer, stage, model, cfg, after string) error {
-	fe, err := compiler.Load(model, compiler.Options{ConfigPath: cfg})
+// "liveness", each variant's registers and buffers (Liveness). A tp of
+// more than one rank compiles that rank of a tensor-parallel set.
+func Stage(ctx context.Context, w io.Writer, stage, model, cfg, after string, tp passes.TP) error {
+	fe, err := compiler.Load(model, compiler.Options{ConfigPath: cfg, TP: tp})
 	if err != nil {
 		return err
 	}

@@ -98,6 +98,10 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 	t.Helper()
 	if o.model == "" {
 		o.model = defaultModel
+		if testSpeculation.On() {
+			// Slots beyond the engine's for the draft rows.
+			o.model = strings.Replace(o.model, "decode_slots = [1, 2, 4]", "decode_slots = [1, 2, 4, 8]", 1)
+		}
 	}
 	if o.file == "" {
 		o.file = "stories260K.gguf"
@@ -114,6 +118,9 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 	policy := server.NewPolicy(cfg)
 	ec := policy.EngineConfig(cfg)
 	ec.Slots, ec.ChunkCap, ec.ContextLength = o.slots, o.chunkCap, p.Hparams.ContextLength
+	if testSpeculation.On() && !ec.Speculative.On() && !p.SlotState() {
+		ec.Speculative = testSpeculation
+	}
 	var m engine.Model = p
 	if o.wrap != nil {
 		m = o.wrap(p)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -22,17 +22,7 @@ import (
 // 1 and 2 slots and opens it on T-CPU.
 func batchedBundle(t *testing.T) *sequence.Pool {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
-	os.WriteFile(cfg, []byte("decode_slots = [1, 2]\nprefill_rows = [16]\n"), 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "decode_slots = [1, 2]\nprefill_rows = [16]\n", compiler.Options{})
 	pool, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -139,16 +129,9 @@ func TestPrintComparison(t *testing.T) {
 func TestWeightStatsTied(t *testing.T) {
 	shape := synth.Tiny
 	shape.Arch = "gemma2" // tied output
-	b, err := synth.Write(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, dir, "m.gguf", shape)
+	out := testmodel.Compile(t, model, filepath.Join(dir, "b"), "", compiler.Options{})
 	f, err := gguf.Open(model)
 	if err != nil {
 		t.Fatal(err)

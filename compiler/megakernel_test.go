@@ -11,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestMegakernelSchedules: a default cuda:sm_90 build carries a schedule
@@ -18,7 +19,7 @@ import (
 // in two builds; a cpu build carries none, and the packet streams are the
 // same whether or not the schedules are built (the pass only reads them).
 func TestMegakernelSchedules(t *testing.T) {
-	model := writeModel(t, synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q4_K, Seed: 5})
+	model := testmodel.New(t, synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q4_K, Seed: 5})
 	ctx := context.Background()
 	read := func(dir string) *bundle.Graph {
 		b, err := os.ReadFile(filepath.Join(dir, bundle.GraphFile))

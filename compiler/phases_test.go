@@ -1,7 +1,6 @@
 package compiler_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,11 +10,12 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/passes"
 )
 
 func TestDumpAfterAll(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	dir := filepath.Join(t.TempDir(), "dump")
 	out := filepath.Join(t.TempDir(), "b")
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{DumpAfter: "all", DumpDir: dir}); err != nil {
@@ -75,37 +75,28 @@ func TestDumpAfterAll(t *testing.T) {
 // TestCompileToFrom stops the pipeline at every phase, resumes from the
 // text, and checks the bundle matches a straight build byte for byte.
 func TestCompileToFrom(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	ctx := context.Background()
 	straight := filepath.Join(t.TempDir(), "straight")
 	if err := compiler.Compile(ctx, model, straight, compiler.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	want := readTree(t, straight)
 	lower, _ := passes.PassIndex("lower") // text IR lacks its streams: resuming stops before it
 	for _, p := range passes.Pipeline[:lower] {
 		ir := filepath.Join(t.TempDir(), p.Name+".zir")
 		if err := compiler.Compile(ctx, model, ir, compiler.Options{CompileTo: p.Name}); err != nil {
 			t.Fatalf("compile-to=%s: %v", p.Name, err)
 		}
-		out := filepath.Join(t.TempDir(), "resumed")
+		out := filepath.Join(t.TempDir(), "resumed-from-"+p.Name)
 		if err := compiler.Compile(ctx, model, out, compiler.Options{CompileFrom: p.Name, IRPath: ir, VerifyEach: true}); err != nil {
 			t.Fatalf("compile-from=%s: %v", p.Name, err)
 		}
-		got := readTree(t, out)
-		if len(got) != len(want) {
-			t.Fatalf("compile-from=%s: %d files, straight build %d", p.Name, len(got), len(want))
-		}
-		for name, b := range want {
-			if !bytes.Equal(b, got[name]) {
-				t.Errorf("compile-from=%s: %s differs from a straight build", p.Name, name)
-			}
-		}
+		testmodel.SameTree(t, straight, out, 1)
 	}
 }
 
 func TestPhaseErrors(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	ctx := context.Background()
 	ir := filepath.Join(t.TempDir(), "x.zir")
 	if err := compiler.Compile(ctx, model, ir, compiler.Options{CompileTo: "verify"}); err != nil {

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestDumpGraphSchedules: a cuda:sm_90 bundle's dump graph prints each
@@ -11,7 +13,7 @@ import (
 // counters and tasks); a cpu bundle's says it has none.
 func TestDumpGraphSchedules(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cuda")
-	if _, _, err := zrtcArtifacts(t, "build", tinyModel(t), "-q", "--target", "cuda:sm_90", "--slots", "2", "-o", dir); err != nil {
+	if _, _, err := zrtcArtifacts(t, "build", testmodel.Tiny(t), "-q", "--target", "cuda:sm_90", "--slots", "2", "-o", dir); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := zrtcArtifacts(t, "dump", "graph", dir)

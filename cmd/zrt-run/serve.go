@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/runtime/server"
-	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 func serveCmd() *cobra.Command {
@@ -64,9 +63,6 @@ as the requests themselves. With several bundles, numbered as --trace.
 			}
 			if len(aliases) > 0 && len(aliases) != len(args) {
 				return exitcode.Usagef("--model-alias given %d times for %d bundles", len(aliases), len(args))
-			}
-			if _, err := spec.ParseMode(opt.Speculative); err != nil {
-				return exitcode.Usagef("--speculative: %v", err)
 			}
 			if opt.Runtime, err = ef.options(); err != nil {
 				return err

@@ -72,6 +72,13 @@ func Run(ctx context.Context, opt Options) error {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
+	var flagSpec engine.Speculation
+	if opt.Speculative != "" { // checked before any bundle loads
+		var err error
+		if flagSpec, err = engine.ParseSpeculation(opt.Speculative); err != nil {
+			return usageError{fmt.Errorf("--speculative: %w", err)}
+		}
+	}
 	cfg := opt.Config
 	policy := NewPolicy(cfg)
 	var models []*Model
@@ -105,9 +112,7 @@ func Run(ctx context.Context, opt Options) error {
 		}
 		sp := cfg.SpeculationFor(name)
 		if opt.Speculative != "" {
-			if sp, err = engine.ParseSpeculation(opt.Speculative); err != nil {
-				return fmt.Errorf("--speculative: %w", err)
-			}
+			sp = flagSpec
 		}
 		e, err := newEngine(p, cfg, policy, sp, trace, stepLog)
 		if err != nil {
@@ -248,3 +253,12 @@ func closeFile(w io.Writer) {
 		f.Close()
 	}
 }
+
+// usageError marks a mistake in Options as the caller's (the commands'
+// exit status 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// Usage reports that the error is the caller's.
+func (e usageError) Usage() bool { return true }

@@ -43,7 +43,7 @@ const longDir = "../../testdata/longctx"
 
 // longCI is the longest prompt TestLongContext runs without -long: the
 // CI machine's two cores prefill a 4k prompt of the tiny models in
-// seconds, a 32k one in minutes.
+// seconds, a 32k one in a minute and a 130k one in several.
 const longCI = 8192
 
 // TestCases replays every recorded case: the model from its synth command

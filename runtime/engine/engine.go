@@ -1199,7 +1199,7 @@ func (e *Engine) alloc(tenant string) uint32 {
 		var pg uint32
 		ok := e.prefix != nil
 		if ok {
-			pg, ok = e.prefix.Evict(func(pg uint32) bool { return !e.idle(pg) })
+			_, pg, ok = e.prefix.Evict(func(pg uint32) bool { return !e.idle(pg) })
 		}
 		if !ok {
 			panic("engine: the scheduler planned a page that is not available")

@@ -94,6 +94,15 @@ func (c *Cache) Peek(keys []uint64) []uint32 {
 	return out
 }
 
+// Page returns the page cached under key, without marking it used.
+func (c *Cache) Page(key uint64) (uint32, bool) {
+	el, ok := c.pages[key]
+	if !ok {
+		return 0, false
+	}
+	return el.Value.(*entry).page, true
+}
+
 // Refs is how many pool references the cache holds to page (one per key
 // it is cached under).
 func (c *Cache) Refs(page uint32) int { return c.held[page] }

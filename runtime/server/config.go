@@ -50,9 +50,9 @@ type Config struct {
 	// operator's to give, and on T-CPU the KV pool is in RAM already, so
 	// kv_pages is the better knob there. zrt-run serve's --host-kv-mib
 	// overrides it.
-	HostKVMiB   int           `toml:"host_kv_mib"`
-	Models      []ModelConfig `toml:"model"`
-	Tenants     []Tenant      `toml:"tenant"`
+	HostKVMiB int           `toml:"host_kv_mib"`
+	Models    []ModelConfig `toml:"model"`
+	Tenants   []Tenant      `toml:"tenant"`
 
 	speculative engine.Speculation
 }

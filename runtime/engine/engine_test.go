@@ -915,8 +915,13 @@ func TestHostTier(t *testing.T) {
 				stats            engine.Stats
 				computed, cached int
 			}
+			var log bytes.Buffer
 			converse := func(hostKV int64) result {
-				e, err := engine.New(p, p.Tok, engine.Config{Slots: 2, ChunkCap: 64, HostKVBytes: hostKV})
+				cfg := engine.Config{Slots: 2, ChunkCap: 64, HostKVBytes: hostKV}
+				if hostKV > 0 {
+					cfg.StepLog = &log
+				}
+				e, err := engine.New(p, p.Tok, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -957,6 +962,10 @@ func TestHostTier(t *testing.T) {
 			}
 			if on.computed >= off.computed || on.cached <= off.cached {
 				t.Errorf("with the host tier %d prompt tokens computed and %d cached, without it %d and %d: the tier saved nothing", on.computed, on.cached, off.computed, off.cached)
+			}
+			// The step log replays with the host tier's swap-ins alike.
+			if n, err := engine.Rerun(context.Background(), p, p.Tok, &log); err != nil || n == 0 {
+				t.Errorf("rerun of the host tier's step log: %d steps, %v", n, err)
 			}
 		})
 	}

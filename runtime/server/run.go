@@ -53,7 +53,7 @@ type Options struct {
 	Speculative string
 	// HostKVMiB, when > 0, is every model's host KV tier in MiB, over
 	// the config's host_kv_mib; < 0 turns the tier off; 0 leaves the
-	// config's.
+	// config's (zrt-run serve's --host-kv-mib).
 	HostKVMiB int
 	// Trace and StepLog are paths of each engine's Chrome trace and step
 	// log ("": none); with several bundles, bundle i's has .i before the

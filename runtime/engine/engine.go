@@ -191,6 +191,12 @@ type Engine struct {
 	// Owned by the step loop.
 	pool   *kvpool.Pool
 	prefix *prefix.Cache // nil when off
+	reqs   []*request    // admitted and waiting, in arrival order
+	slots  []*request    // by slot; nil = free
+	nextID uint64
+	logits []float32
+	meters map[string]*meters // tenants' recent token rates
+	cost   stepCost
 	// host is the prefix cache's host tier (nil when off): the bytes of
 	// evicted pages, under layout; pager copies them; pageBuf holds a
 	// page on its way out, swapBufs pages on their way in.
@@ -199,12 +205,6 @@ type Engine struct {
 	layout   string
 	pageBuf  []byte
 	swapBufs [][]byte
-	reqs     []*request // admitted and waiting, in arrival order
-	slots    []*request // by slot; nil = free
-	nextID   uint64
-	logits   []float32
-	meters   map[string]*meters // tenants' recent token rates
-	cost     stepCost
 	// pinLatency, set by Rerun, replaces the latency budget the engine
 	// would compute with the logged one.
 	pinLatency func() int
@@ -323,6 +323,12 @@ type Stats struct {
 	// PrefixQueried and PrefixHit count prompt tokens looked up in the
 	// prefix cache and found there (vLLM counts its cache in tokens too).
 	PrefixQueried, PrefixHit uint64
+	PrefixPages              int
+	// PrefixIdle counts the cached pages no request maps: the engine
+	// evicts them as soon as a request needs the room, so they are as good
+	// as free (vLLM's KV-cache usage counts them free too).
+	PrefixIdle int
+
 	// PrefixHostHit counts prompt tokens found in the prefix cache's host
 	// tier and copied back (not counted in PrefixHit); HostPages and
 	// HostBytes are what the tier holds, HostStored and HostEvicted the
@@ -334,11 +340,7 @@ type Stats struct {
 	// HostReadErrors counts evicted pages the tier failed to read, which
 	// the host tier therefore lacks.
 	HostReadErrors uint64
-	PrefixPages    int
-	// PrefixIdle counts the cached pages no request maps: the engine
-	// evicts them as soon as a request needs the room, so they are as good
-	// as free (vLLM's KV-cache usage counts them free too).
-	PrefixIdle int
+
 	// ChoiceShared counts prompt tokens a SubmitN choice mapped from its
 	// group's first choice instead of computing them.
 	ChoiceShared uint64

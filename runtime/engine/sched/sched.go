@@ -101,13 +101,7 @@ type Seq struct {
 	// would map on admission (its group's first choice, or requests on
 	// the same cached prefix): it is not admitted in a step in which one
 	// of them gives up its pages, so Frees may count those pages.
-	From []uint64
-	// Host, for a waiting request, is how many of the pages covering its
-	// Done tokens the prefix cache's host tier holds (not counted in
-	// Held): admission takes them fresh from the pool, like the pages of
-	// its prompt's rest, and the engine copies their bytes in before the
-	// step, which then computes from Done on.
-	Host    int  `json:",omitempty"`
+	From    []uint64
 	Running bool // admitted: holds a slot and its pages
 	// Paged is set for a request that holds its pages without a slot:
 	// preempted for a slot, it resumes where it stopped.
@@ -118,6 +112,12 @@ type Seq struct {
 	// own, in a slot no request holds, and may take a page that the
 	// engine gives back after the step if the draft is rejected.
 	Draft int `json:",omitempty"`
+	// Host, for a waiting request, is how many of the pages covering its
+	// Done tokens the prefix cache's host tier holds (not counted in
+	// Held): admission takes them fresh from the pool, like the pages of
+	// its prompt's rest, and the engine copies their bytes in before the
+	// step, which then computes from Done on.
+	Host int `json:",omitempty"`
 }
 
 // Prefilling reports whether the request still has prompt rows to compute.
@@ -191,14 +191,14 @@ type Plan struct {
 	// (its stream goes on where it stopped). Never an interactive one.
 	Release []uint64 `json:",omitempty"`
 	Admit   []uint64 // newly admitted or resumed, in admission order
+	Rows    []Chunk  // decode rows first, then prefill chunks
+	NRows   int      // sum of Rows' N
 	// SwapIn are the admitted requests that start with pages from the
 	// host tier (Seq.Host), for the engine to copy in before the step.
 	// A copy is not a query row: it takes none of the budget (a page's
 	// bytes move in a memcpy, or one DMA, in far less time than its 16
 	// rows take to compute).
 	SwapIn []SwapIn `json:",omitempty"`
-	Rows   []Chunk  // decode rows first, then prefill chunks
-	NRows  int      // sum of Rows' N
 }
 
 func (p Plan) String() string {

@@ -855,3 +855,30 @@ func TestEvictRefillsFreeSlots(t *testing.T) {
 	}
 	drain(evs)
 }
+
+// TestHostTierNeedsPages: a host tier is refused, naming why, on a model
+// whose pages cannot be copied and when it cannot hold one page; a model
+// without a prefix cache has no use for one and runs without it.
+func TestHostTierNeedsPages(t *testing.T) {
+	m := &scripted{t: t, slots: 2, maxPages: 16, kvPages: 40, last: map[int]int32{}}
+	cfg := Config{Slots: 2, ChunkCap: 64, HostKVBytes: 1 << 20}
+	if _, err := New(m, simTokenizer(t), cfg); err == nil || !strings.Contains(err.Error(), "cannot") {
+		t.Errorf("pages that cannot be copied: %v", err)
+	}
+	m.kv = make([][]byte, m.kvPages)
+	for i := range m.kv {
+		m.kv[i] = make([]byte, m.KVPageBytes())
+	}
+	cfg.HostKVBytes = int64(m.KVPageBytes() - 1)
+	if _, err := New(m, simTokenizer(t), cfg); err == nil || !strings.Contains(err.Error(), "cannot hold one KV page") {
+		t.Errorf("a tier smaller than a page: %v", err)
+	}
+	cfg.HostKVBytes = 1 << 20
+	if e, err := New(m, simTokenizer(t), cfg); err != nil || e.host == nil {
+		t.Errorf("a tier of 1 MiB: %v", err)
+	}
+	m.slotState = true
+	if e, err := New(m, simTokenizer(t), cfg); err != nil || e.host != nil {
+		t.Errorf("a model without a prefix cache: host tier %v, %v", e != nil && e.host != nil, err)
+	}
+}

@@ -117,7 +117,13 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 			want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec)
 			if l.Staging > 0 { // and the staging buffer, after a stage launch of the same kernel or a product of the same input
 				want++
-				if l.Shape.Entry != kcuda.EntryStage {
+				if l.Shape.Entry == kcuda.EntrySplit {
+					// The split decode attention keeps its partial
+					// states there, and has no stage launch.
+					if l.Shape.Stage != nil || l.Staging != l.Shape.Staged {
+						t.Errorf("variant %d: launch %d (%s): split attention %+v with a stage launch or another buffer", vi, i, l.Name, l.Shape)
+					}
+				} else if l.Shape.Entry != kcuda.EntryStage {
 					staged++
 					switch {
 					case i > 0 && ls[i-1].Shape.Entry == kcuda.EntryStage && ls[i-1].Kernel == l.Kernel:

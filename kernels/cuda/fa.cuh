@@ -10,7 +10,9 @@
 // Flash decoding in F32: the block's warps split the row's keys (warp w
 // takes the w-th chunk of each W), each keeps an online softmax
 // (running maximum, sum and V accumulator) over its keys, and the warps'
-// states are merged at the end. A lane scores one key at a time against
+// states are merged at the end (and for the _split entries, whose grid's
+// z splits a long row's keys into ranges, the blocks' states after that:
+// fa_split_range). A lane scores one key at a time against
 // the whole query (16-byte K loads), then the warp accumulates the chunk's
 // V rows with each lane owning dimension pairs (half2 loads).
 //

@@ -34,7 +34,9 @@ type kgpu struct {
 	// to launch as the tier keeps it: what one launch leaves there (its
 	// records, split-k's partials) must not upset the next.
 	staging *staging
-	// entry, when set, replaces the entry point Shape picks.
+	// entry, when set, replaces the entry point Shape picks; replacing
+	// the _split entry launches the unsplit grid (one block per head
+	// group and row, no staging buffer).
 	entry *kcuda.EntryPoint
 }
 
@@ -114,6 +116,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 		t.Fatal(err)
 	}
 	if g.entry != nil {
+		if shape.Entry == kcuda.EntrySplit && *g.entry != kcuda.EntrySplit {
+			shape.Grid[2], shape.Staged = 1, 0
+		}
 		shape.Entry = *g.entry
 	}
 	var vals []uint64

@@ -273,7 +273,7 @@ __device__ __forceinline__ float* fa_part(u8* stg, int row, int z, int G, int D)
 // whether it was the last of the row's nch ranges to do so. The last sets
 // the counter back to zero for the next launch (the others are done with
 // it) and sees every other block's partial state.
-__device__ __forceinline__ bool fa_split_last(u8* stg, int row, int nch) {
+__device__ bool fa_split_last(u8* stg, int row, int nch) {
     __shared__ int last;
     u32* count = (u32*)stg + (size_t)row * gridDim.x + blockIdx.x;
     __threadfence();

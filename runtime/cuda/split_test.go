@@ -2,15 +2,22 @@ package cuda_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/quant"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
 // The split decode attention (the _split entries of flash_attn and
@@ -333,4 +340,80 @@ func TestKernelQ8KVAttentionSplit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecodeSplitWithCPU decodes a 2 000-token sequence of a qwen3 (GQA,
+// a 4k context) one token a step on T-CUDA, whose captured one-row decode
+// graph is replayed at every length (the split attention's ranges, 1 to
+// 4 of its 32 blocks a head group, follow the length on the device), and
+// on T-CPU: every step's logits within the parity suite's relTolerance
+// of T-CPU's. A second sequence over the same tokens, in another slot and
+// other pages, replays the graph to the same bits at every step.
+func TestDecodeSplitWithCPU(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 8, HeadsKV: 4, HeadDim: 64, FF: 512, Vocab: 320, Context: 4096,
+		Type: ggml.Q8_0, Seed: 43}
+	const config = "max_slots = 2\ndecode_slots = [1]\n"
+	gpu, err := sequence.Open(compileSynth(t, shape, "cuda:sm_90", config), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Close()
+	cpu, err := sequence.Open(compileSynth(t, shape, "cpu", config), runtime.Options{Tier: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	ctx := context.Background()
+	const n = 2000
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32(2 + (i*131+i*i*7)%300)
+	}
+	seq := func(p *sequence.Pool) *sequence.Sequence {
+		s, err := p.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b, c := seq(gpu), seq(gpu), seq(cpu)
+	defer a.Release()
+	defer b.Release()
+	defer c.Release()
+	worst, at := 0.0, 0
+	for i, tok := range toks {
+		got, err := a.Decode(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append([]float32(nil), got...)
+		again, err := b.Decode(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, again) {
+			t.Fatalf("step %d (%d keys): a second sequence's logits differ", i, i+1)
+		}
+		want, err := c.Decode(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scale := 1.0
+		for _, v := range want {
+			scale = math.Max(scale, math.Abs(float64(v)))
+		}
+		for j := range want {
+			d := math.Abs(float64(got[j])-float64(want[j])) / scale
+			if !(d <= relTolerance) { // NaN fails too
+				t.Fatalf("step %d (%d keys): logit %d: %v on T-CUDA, %v on T-CPU", i, i+1, j, got[j], want[j])
+			}
+			if d > worst {
+				worst, at = d, i
+			}
+		}
+	}
+	t.Logf("worst difference %.3g of the largest logit, at step %d", worst, at)
 }

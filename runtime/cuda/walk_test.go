@@ -86,7 +86,7 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 	}
 	mem := &cuda.Memory{}
 	fence := -1
-	totalReused := 0
+	totalReused, splits := 0, 0
 	for i, r := range b.Graph.Regions {
 		mem.Base = append(mem.Base, uint64(i+1)<<36)
 		mem.Size = append(mem.Size, uint64(r.Bytes))
@@ -119,9 +119,11 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 				want++
 				if l.Shape.Entry == kcuda.EntrySplit {
 					// The split decode attention keeps its partial
-					// states there, and has no stage launch.
-					if l.Shape.Stage != nil || l.Staging != l.Shape.Staged {
-						t.Errorf("variant %d: launch %d (%s): split attention %+v with a stage launch or another buffer", vi, i, l.Name, l.Shape)
+					// states there, and has no stage launch; only decode
+					// variants split.
+					splits++
+					if l.Shape.Stage != nil || l.Staging != l.Shape.Staged || v.Stage == bundle.StagePrefill {
+						t.Errorf("variant %d (%s): launch %d (%s): split attention %+v with a stage launch or another buffer, or in a prefill variant", vi, v.Key(), i, l.Name, l.Shape)
 					}
 				} else if l.Shape.Entry != kcuda.EntryStage {
 					staged++
@@ -158,6 +160,9 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged, %d of those on the records before, %d tiles' other rows", vi, len(ls), v.Dispatches, staged, reused, rest)
 		}
 		totalReused += reused
+	}
+	if splits == 0 { // a decode step of few rows over these few heads is few blocks
+		t.Error("no decode attention launch splits its rows' keys")
 	}
 	if reuseStages && totalReused == 0 {
 		t.Error("no staged launch reuses the records of the one before it")

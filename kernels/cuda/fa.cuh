@@ -316,7 +316,8 @@ __device__ __forceinline__ void fa_split_merge(u8* stg, int row, int nch, int D,
         const int g = i / D;
         const float* f = zf + g * FA_MAX_SPLIT;
         float o = 0.f;
-#pragma unroll 8 // eight ranges' loads in flight; the sum stays in range order
+        // Eight ranges' loads in flight; the sum stays in range order.
+#pragma unroll 8
         for (int z = 0; z < nch; z++) o += __ldcg(p0 + z * ps + 2 * G + i) * f[z];
         out(i, o * zinv[g]);
     }

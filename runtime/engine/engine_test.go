@@ -279,29 +279,17 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for i, ev := range streams {
-			for drained := false; !drained && ev != nil; {
-				select {
-				case x, ok := <-ev:
-					if !ok {
-						streams[i], open = nil, open-1
-						drained = true
-						continue
-					}
-					if x.Token >= 0 {
-						got[i] = append(got[i], x.Token)
-					}
-					if x.Preempted {
-						if i >= len(jobs)/2 {
-							t.Errorf("interactive request %d was preempted", i)
-						}
-						preempted++
-					}
-				default:
-					drained = true
-				}
+		open -= drain(streams, func(i int, x engine.Event) {
+			if x.Token >= 0 {
+				got[i] = append(got[i], x.Token)
 			}
-		}
+			if x.Preempted {
+				if i >= len(jobs)/2 {
+					t.Errorf("interactive request %d was preempted", i)
+				}
+				preempted++
+			}
+		})
 	}
 	for i, j := range jobs {
 		if !slices.Equal(got[i], j.want) {
@@ -768,23 +756,11 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for i, ev := range streams {
-			for drained := false; !drained && ev != nil; {
-				select {
-				case x, ok := <-ev:
-					if !ok {
-						streams[i], open = nil, open-1
-						drained = true
-						continue
-					}
-					if x.Token >= 0 {
-						got[i] = append(got[i], x)
-					}
-				default:
-					drained = true
-				}
+		open -= drain(streams, func(i int, x engine.Event) {
+			if x.Token >= 0 {
+				got[i] = append(got[i], x)
 			}
-		}
+		})
 	}
 	same := func(a *decode.Logprobs, b *decode.Logprobs) bool {
 		if a == nil || b == nil || math.Float64bits(a.Logprob) != math.Float64bits(b.Logprob) || len(a.Top) != len(b.Top) {
@@ -886,4 +862,26 @@ func TestChoicesLikeAlone(t *testing.T) {
 	if len(distinct) < 2 {
 		t.Errorf("the four seeds gave one sequence: the test does not tell the choices apart")
 	}
+}
+
+// drain passes every event ready on streams to each, without waiting for
+// more, and sets each stream that has closed to nil, returning how many
+// did.
+func drain(streams []<-chan engine.Event, each func(i int, x engine.Event)) (closed int) {
+	for i, ev := range streams {
+		for ev != nil {
+			select {
+			case x, ok := <-ev:
+				if !ok {
+					streams[i], ev = nil, nil
+					closed++
+					continue
+				}
+				each(i, x)
+			default:
+				ev = nil
+			}
+		}
+	}
+	return closed
 }

@@ -150,17 +150,30 @@ func dotIQ4_NL(n int, w, x []byte) float32 {
 	nb := n / qk
 	w = w[:nb*iq4_NLLen]
 	x = x[:nb*q8_0Len]
+	blocks := func(ib int) (*[iq4_NLLen]byte, *[q8_0Len]byte) {
+		return (*[iq4_NLLen]byte)(w[ib*iq4_NLLen:]), (*[q8_0Len]byte)(x[ib*q8_0Len:])
+	}
+	return dotPairs(nb, func(ib int) ([8]int32, float32) {
+		a, b := blocks(ib)
+		return iq4Lanes((*[16]byte)(a[2:]), (*[qk]byte)(b[2:])), fp16(b[0:]) * fp16(a[0:])
+	}, func(ib int, sum float32) float32 {
+		a, b := blocks(ib)
+		return iq4NLTail(a, b, sum)
+	})
+}
+
+// dotPairs is the float part of ggml's AVX2 dot products of 32-element
+// blocks against Q8_0 (IQ4_NL, MXFP4): the blocks in pairs, the even block
+// of each pair into one eight-lane accumulator and the odd one into
+// another, each lane acc = fma(d, float(lane), acc) with block(ib) giving
+// block ib's lanes and d; then the two accumulators added lane-wise and
+// reduced by hsum8, and an odd last block added by tail.
+func dotPairs(nb int, block func(ib int) ([8]int32, float32), tail func(ib int, sum float32) float32) float32 {
 	var acc1, acc2 [8]float32
 	ib := 0
 	for ; ib+1 < nb; ib += 2 {
-		a0 := (*[iq4_NLLen]byte)(w[ib*iq4_NLLen:])
-		b0 := (*[q8_0Len]byte)(x[ib*q8_0Len:])
-		a1 := (*[iq4_NLLen]byte)(w[(ib+1)*iq4_NLLen:])
-		b1 := (*[q8_0Len]byte)(x[(ib+1)*q8_0Len:])
-		l0 := iq4Lanes((*[16]byte)(a0[2:]), (*[qk]byte)(b0[2:]))
-		l1 := iq4Lanes((*[16]byte)(a1[2:]), (*[qk]byte)(b1[2:]))
-		d0 := fp16(b0[0:]) * fp16(a0[0:])
-		d1 := fp16(b1[0:]) * fp16(a1[0:])
+		l0, d0 := block(ib)
+		l1, d1 := block(ib + 1)
 		for k := range acc1 {
 			acc1[k] = fma32(d0, float32(l0[k]), acc1[k])
 			acc2[k] = fma32(d1, float32(l1[k]), acc2[k])
@@ -172,7 +185,7 @@ func dotIQ4_NL(n int, w, x []byte) float32 {
 	}
 	sum := hsum8(&t)
 	if ib < nb {
-		sum = iq4NLTail((*[iq4_NLLen]byte)(w[ib*iq4_NLLen:]), (*[q8_0Len]byte)(x[ib*q8_0Len:]), sum)
+		sum = tail(ib, sum)
 	}
 	return sum
 }

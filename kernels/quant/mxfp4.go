@@ -114,31 +114,16 @@ func dotMXFP4(n int, w, x []byte) float32 {
 	nb := n / qk
 	w = w[:nb*mxfp4Len]
 	x = x[:nb*q8_0Len]
-	var acc1, acc2 [8]float32
-	ib := 0
-	for ; ib+1 < nb; ib += 2 {
-		a0 := (*[mxfp4Len]byte)(w[ib*mxfp4Len:])
-		b0 := (*[q8_0Len]byte)(x[ib*q8_0Len:])
-		a1 := (*[mxfp4Len]byte)(w[(ib+1)*mxfp4Len:])
-		b1 := (*[q8_0Len]byte)(x[(ib+1)*q8_0Len:])
-		l0 := mxfp4Lanes((*[16]byte)(a0[1:]), (*[qk]byte)(b0[2:]))
-		l1 := mxfp4Lanes((*[16]byte)(a1[1:]), (*[qk]byte)(b1[2:]))
-		d0 := mxfp4Scale(a0, b0)
-		d1 := mxfp4Scale(a1, b1)
-		for k := range acc1 {
-			acc1[k] = fma32(d0, float32(l0[k]), acc1[k])
-			acc2[k] = fma32(d1, float32(l1[k]), acc2[k])
-		}
+	blocks := func(ib int) (*[mxfp4Len]byte, *[q8_0Len]byte) {
+		return (*[mxfp4Len]byte)(w[ib*mxfp4Len:]), (*[q8_0Len]byte)(x[ib*q8_0Len:])
 	}
-	var t [8]float32
-	for k := range t {
-		t[k] = acc1[k] + acc2[k]
-	}
-	sum := hsum8(&t)
-	if ib < nb {
-		sum = mxfp4Tail((*[mxfp4Len]byte)(w[ib*mxfp4Len:]), (*[q8_0Len]byte)(x[ib*q8_0Len:]), sum)
-	}
-	return sum
+	return dotPairs(nb, func(ib int) ([8]int32, float32) {
+		a, b := blocks(ib)
+		return mxfp4Lanes((*[16]byte)(a[1:]), (*[qk]byte)(b[2:])), mxfp4Scale(a, b)
+	}, func(ib int, sum float32) float32 {
+		a, b := blocks(ib)
+		return mxfp4Tail(a, b, sum)
+	})
 }
 
 // mxfp4Tail adds the odd last block of an MXFP4 row (a) times its Q8_0

@@ -147,33 +147,29 @@ func fma32(a, b, c float32) float32 {
 // block is added after the reduction as sum + d*float(sumi), fused as
 // GCC/Clang contract it (ggml builds as gnu11 with FMA enabled).
 func dotIQ4_NL(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*iq4_NLLen]
-	x = x[:nb*q8_0Len]
-	blocks := func(ib int) (*[iq4_NLLen]byte, *[q8_0Len]byte) {
-		return (*[iq4_NLLen]byte)(w[ib*iq4_NLLen:]), (*[q8_0Len]byte)(x[ib*q8_0Len:])
-	}
-	return dotPairs(nb, func(ib int) ([8]int32, float32) {
-		a, b := blocks(ib)
+	return dotPairs(n, w, x, iq4_NLLen, func(a, b []byte) ([8]int32, float32) {
 		return iq4Lanes((*[16]byte)(a[2:]), (*[qk]byte)(b[2:])), fp16(b[0:]) * fp16(a[0:])
-	}, func(ib int, sum float32) float32 {
-		a, b := blocks(ib)
-		return iq4NLTail(a, b, sum)
+	}, func(a, b []byte, sum float32) float32 {
+		return iq4NLTail((*[iq4_NLLen]byte)(a), (*[q8_0Len]byte)(b), sum)
 	})
 }
 
-// dotPairs is the float part of ggml's AVX2 dot products of 32-element
-// blocks against Q8_0 (IQ4_NL, MXFP4): the blocks in pairs, the even block
-// of each pair into one eight-lane accumulator and the odd one into
-// another, each lane acc = fma(d, float(lane), acc) with block(ib) giving
-// block ib's lanes and d; then the two accumulators added lane-wise and
-// reduced by hsum8, and an odd last block added by tail.
-func dotPairs(nb int, block func(ib int) ([8]int32, float32), tail func(ib int, sum float32) float32) float32 {
+// dotPairs is the float part of ggml's AVX2 dot products of a row of n
+// elements in 32-element blocks of size bytes (w) against Q8_0 (x), for
+// IQ4_NL and MXFP4: the blocks in pairs, the even block of each pair into
+// one eight-lane accumulator and the odd one into another, each lane
+// acc = fma(d, float(lane), acc) with block giving a block's lanes and d;
+// then the two accumulators added lane-wise and reduced by hsum8, and an
+// odd last block added by tail.
+func dotPairs(n int, w, x []byte, size int, block func(a, b []byte) ([8]int32, float32), tail func(a, b []byte, sum float32) float32) float32 {
+	nb := n / qk
+	w = w[:nb*size]
+	x = x[:nb*q8_0Len]
 	var acc1, acc2 [8]float32
 	ib := 0
 	for ; ib+1 < nb; ib += 2 {
-		l0, d0 := block(ib)
-		l1, d1 := block(ib + 1)
+		l0, d0 := block(w[ib*size:], x[ib*q8_0Len:])
+		l1, d1 := block(w[(ib+1)*size:], x[(ib+1)*q8_0Len:])
 		for k := range acc1 {
 			acc1[k] = fma32(d0, float32(l0[k]), acc1[k])
 			acc2[k] = fma32(d1, float32(l1[k]), acc2[k])
@@ -185,7 +181,7 @@ func dotPairs(nb int, block func(ib int) ([8]int32, float32), tail func(ib int, 
 	}
 	sum := hsum8(&t)
 	if ib < nb {
-		sum = tail(ib, sum)
+		sum = tail(w[ib*size:], x[ib*q8_0Len:], sum)
 	}
 	return sum
 }

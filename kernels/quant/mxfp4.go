@@ -111,18 +111,10 @@ func mxfp4Scale(a *[mxfp4Len]byte, b *[q8_0Len]byte) float32 {
 // accumulators are added lane-wise and reduced by hsum8, and an odd last
 // block is added by mxfp4Tail.
 func dotMXFP4(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*mxfp4Len]
-	x = x[:nb*q8_0Len]
-	blocks := func(ib int) (*[mxfp4Len]byte, *[q8_0Len]byte) {
-		return (*[mxfp4Len]byte)(w[ib*mxfp4Len:]), (*[q8_0Len]byte)(x[ib*q8_0Len:])
-	}
-	return dotPairs(nb, func(ib int) ([8]int32, float32) {
-		a, b := blocks(ib)
-		return mxfp4Lanes((*[16]byte)(a[1:]), (*[qk]byte)(b[2:])), mxfp4Scale(a, b)
-	}, func(ib int, sum float32) float32 {
-		a, b := blocks(ib)
-		return mxfp4Tail(a, b, sum)
+	return dotPairs(n, w, x, mxfp4Len, func(a, b []byte) ([8]int32, float32) {
+		return mxfp4Lanes((*[16]byte)(a[1:]), (*[qk]byte)(b[2:])), mxfp4Scale((*[mxfp4Len]byte)(a), (*[q8_0Len]byte)(b))
+	}, func(a, b []byte, sum float32) float32 {
+		return mxfp4Tail((*[mxfp4Len]byte)(a), (*[q8_0Len]byte)(b), sum)
 	})
 }
 

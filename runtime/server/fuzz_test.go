@@ -1,15 +1,12 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/zrtdev/zrt/runtime/server"
 )
@@ -52,31 +49,6 @@ func FuzzRequest(f *testing.F) {
 			wantAPIError(t, rec)
 		}
 	})
-}
-
-// serveJSON sends body as JSON to path through h, bounded against a request
-// that never ends (the tiny model's context bounds every generation long
-// before), and returns the answer.
-func serveJSON(h http.Handler, path, body string) *httptest.ResponseRecorder {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req := httptest.NewRequestWithContext(ctx, "POST", path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
-// wantAPIError fails the test unless rec's body is an OpenAI error object
-// with a message.
-func wantAPIError(t *testing.T, rec *httptest.ResponseRecorder) {
-	t.Helper()
-	var e struct {
-		Error apiErr `json:"error"`
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
-		t.Fatalf("status %d with body %q: not an OpenAI error object", rec.Code, rec.Body.String())
-	}
 }
 
 // FuzzTokenize: any body sent to /tokenize (llama-server's or vLLM's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,31 @@ func post(t *testing.T, url, method, path, body string) (int, string, apiErr, ht
 	}
 	json.Unmarshal(b, &e)
 	return resp.StatusCode, string(b), e.Error, resp.Header
+}
+
+// serveJSON sends body as JSON to path through h, bounded against a request
+// that never ends (the tiny model's context bounds every generation long
+// before), and returns the answer.
+func serveJSON(h http.Handler, path, body string) *httptest.ResponseRecorder {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, "POST", path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// wantAPIError fails the test unless rec's body is an OpenAI error object
+// with a message.
+func wantAPIError(t *testing.T, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	var e struct {
+		Error apiErr `json:"error"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("status %d with body %q: not an OpenAI error object", rec.Code, rec.Body.String())
+	}
 }
 
 // TestTokenizeVLLM: /tokenize takes vLLM's body (prompt, add_special_tokens

@@ -394,6 +394,17 @@ func randomActivations(rng *rand.Rand, n int) []float32 {
 	return x
 }
 
+// quantizedRandom returns n random activations quantized to vt.
+func quantizedRandom(tb testing.TB, rng *rand.Rand, vt ggml.Type, n int) []byte {
+	tb.Helper()
+	vti, _ := vt.Info()
+	xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
+	if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
+		tb.Fatal(err)
+	}
+	return xq
+}
+
 func TestVecDotMatchesDequantized(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	for _, typ := range weightTypes {
@@ -455,12 +466,7 @@ func TestVecDotDoesNotAllocate(t *testing.T) {
 	for _, typ := range weightTypes {
 		const n = 512
 		w := randomRow(rng, typ, n)
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-		if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-			t.Fatal(err)
-		}
+		xq := quantizedRandom(t, rng, VecDotType(typ), n)
 		if a := testing.AllocsPerRun(10, func() { VecDot(typ, n, w, xq) }); a != 0 {
 			t.Errorf("%v: VecDot allocates %v times", typ, a)
 		}
@@ -780,12 +786,7 @@ func BenchmarkVecDot(b *testing.B) {
 	rng := rand.New(rand.NewSource(5))
 	for _, typ := range weightTypes {
 		w := randomRow(rng, typ, n)
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-		if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-			b.Fatal(err)
-		}
+		xq := quantizedRandom(b, rng, VecDotType(typ), n)
 		b.Run(fmt.Sprint(typ), func(b *testing.B) {
 			b.SetBytes(int64(len(w)))
 			var s float32

@@ -782,19 +782,33 @@ func TestErrors(t *testing.T) {
 // ---- benchmarks
 
 func BenchmarkVecDot(b *testing.B) {
+	vecDotRows(b, func(typ ggml.Type, n int, w, xq []byte) {
+		b.Run(fmt.Sprint(typ), benchVecDot(typ, n, w, xq))
+	})
+}
+
+// vecDotRows calls f with a random row of n = 4096 elements of each
+// weight type and random activations quantized to its vec-dot type, the
+// same rows on every call.
+func vecDotRows(b *testing.B, f func(typ ggml.Type, n int, w, xq []byte)) {
 	const n = 4096
 	rng := rand.New(rand.NewSource(5))
 	for _, typ := range weightTypes {
 		w := randomRow(rng, typ, n)
-		xq := quantizedRandom(b, rng, VecDotType(typ), n)
-		b.Run(fmt.Sprint(typ), func(b *testing.B) {
-			b.SetBytes(int64(len(w)))
-			var s float32
-			for b.Loop() {
-				s += VecDot(typ, n, w, xq)
-			}
-			sink = s
-		})
+		f(typ, n, w, quantizedRandom(b, rng, VecDotType(typ), n))
+	}
+}
+
+// benchVecDot is a benchmark of VecDot of the weight row w (n elements of
+// typ) with the activations xq.
+func benchVecDot(typ ggml.Type, n int, w, xq []byte) func(*testing.B) {
+	return func(b *testing.B) {
+		b.SetBytes(int64(len(w)))
+		var s float32
+		for b.Loop() {
+			s += VecDot(typ, n, w, xq)
+		}
+		sink = s
 	}
 }
 

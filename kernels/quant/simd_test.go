@@ -329,24 +329,11 @@ func TestSIMDLevelsMatchDequantized(t *testing.T) {
 // BenchmarkVecDotLevels compares every SIMD level with the generic
 // kernels on n = 4096 rows.
 func BenchmarkVecDotLevels(b *testing.B) {
-	const n = 4096
-	rng := rand.New(rand.NewSource(5))
-	for _, typ := range weightTypes {
-		w := randomRow(rng, typ, n)
-		xq := quantizedRandom(b, rng, VecDotType(typ), n)
+	vecDotRows(b, func(typ ggml.Type, n int, w, xq []byte) {
 		for _, l := range levels() {
-			b.Run(fmt.Sprintf("%v/%s", typ, levelNames[l]), func(b *testing.B) {
-				prev := setSIMDLevel(l)
-				defer setSIMDLevel(prev)
-				b.SetBytes(int64(len(w)))
-				var s float32
-				for b.Loop() {
-					s += VecDot(typ, n, w, xq)
-				}
-				sink = s
-			})
+			atLevel(l, func() { b.Run(fmt.Sprintf("%v/%s", typ, levelNames[l]), benchVecDot(typ, n, w, xq)) })
 		}
-	}
+	})
 }
 
 // BenchmarkVecDotRows measures one weight row of 4096 against 16

@@ -26,15 +26,6 @@ func dotIQ4_NLAVX2(n int, w, x []byte) float32 {
 	return sum
 }
 
-func dotIQ4_XSAVX2(n int, w, x []byte) float32 {
-	nb := n / qkK
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*iq4_XSLen-1], x[nb*q8_KLen-1]
-	return dotIQ4_XSAVX2Asm(&w[0], &x[0], nb)
-}
-
 //go:noescape
 func dotIQ4_NLAVX2Asm(w, x *byte, npairs int) float32
 

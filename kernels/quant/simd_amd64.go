@@ -73,8 +73,8 @@ func simdKernels(level int) (tab simdTable) {
 		return
 	}
 	dot, rows, mv := &tab.dot, &tab.rows, &tab.matVec
-	dot[ggml.F32] = dotF32AVX2
-	dot[ggml.F16] = dotF16AVX2
+	dot[ggml.F32] = floatDot(4, dotF32x32, dotF32)
+	dot[ggml.F16] = floatDot(2, dotF16x32, dotF16)
 	dot[ggml.Q4_K] = blockDot(qkK, q4_KLen, q8_KLen, dotQ4_KAVX2Asm)
 	dot[ggml.Q5_K] = blockDot(qkK, q5_KLen, q8_KLen, dotQ5_KAVX2Asm)
 	dot[ggml.Q6_K] = blockDot(qkK, q6_KLen, q8_KLen, dotQ6_KAVX2Asm)
@@ -113,30 +113,21 @@ func simdKernels(level int) (tab simdTable) {
 // ---- wrappers: bounds-check in Go (so a bad size panics instead of
 // reading out of bounds), then hand whole blocks to the assembly.
 
-func dotF32AVX2(n int, w, x []byte) float32 {
-	w, x = w[:4*n], x[:4*n]
-	m := n &^ 31
-	var s float32
-	if m > 0 {
-		s = dotF32x32(&w[0], &x[0], m)
+// floatDot is a float dot kernel (elements of size bytes) on the
+// elements up to the last multiple of 32, the rest by tail in Go.
+func floatDot(size int, kernel func(w, x *byte, n int) float32, tail func(n int, w, x []byte) float32) func(n int, w, x []byte) float32 {
+	return func(n int, w, x []byte) float32 {
+		w, x = w[:size*n], x[:size*n]
+		m := n &^ 31
+		var s float32
+		if m > 0 {
+			s = kernel(&w[0], &x[0], m)
+		}
+		if m < n {
+			s += tail(n-m, w[size*m:], x[size*m:])
+		}
+		return s
 	}
-	if m < n {
-		s += dotF32(n-m, w[4*m:], x[4*m:])
-	}
-	return s
-}
-
-func dotF16AVX2(n int, w, x []byte) float32 {
-	w, x = w[:2*n], x[:2*n]
-	m := n &^ 31
-	var s float32
-	if m > 0 {
-		s = dotF16x32(&w[0], &x[0], m)
-	}
-	if m < n {
-		s += dotF16(n-m, w[2*m:], x[2*m:])
-	}
-	return s
 }
 
 // prepQ8_0x8 is the eight-row Q8_0 VNNI kernel on prepared groups: per

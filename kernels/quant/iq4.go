@@ -149,9 +149,7 @@ func fma32(a, b, c float32) float32 {
 func dotIQ4_NL(n int, w, x []byte) float32 {
 	return dotPairs(n, w, x, iq4_NLLen, func(a, b []byte) ([8]int32, float32) {
 		return iq4Lanes((*[16]byte)(a[2:]), (*[qk]byte)(b[2:])), fp16(b[0:]) * fp16(a[0:])
-	}, func(a, b []byte, sum float32) float32 {
-		return iq4NLTail((*[iq4_NLLen]byte)(a), (*[q8_0Len]byte)(b), sum)
-	})
+	}, iq4NLTail)
 }
 
 // dotPairs is the float part of ggml's AVX2 dot products of a row of n
@@ -189,7 +187,8 @@ func dotPairs(n int, w, x []byte, size int, block func(a, b []byte) ([8]int32, f
 // iq4NLTail adds the odd last block of an IQ4_NL row (a) times its Q8_0
 // activations (b) to sum the way ggml's scalar tail loop does, after the
 // vector part's reduction: sum + (d_x*d_w)*float(sumi), fused.
-func iq4NLTail(a *[iq4_NLLen]byte, b *[q8_0Len]byte, sum float32) float32 {
+func iq4NLTail(wb, xb []byte, sum float32) float32 {
+	a, b := (*[iq4_NLLen]byte)(wb), (*[q8_0Len]byte)(xb)
 	l := iq4Lanes((*[16]byte)(a[2:]), (*[qk]byte)(b[2:]))
 	var sumi int32
 	for _, v := range l {

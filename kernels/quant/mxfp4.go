@@ -113,9 +113,7 @@ func mxfp4Scale(a *[mxfp4Len]byte, b *[q8_0Len]byte) float32 {
 func dotMXFP4(n int, w, x []byte) float32 {
 	return dotPairs(n, w, x, mxfp4Len, func(a, b []byte) ([8]int32, float32) {
 		return mxfp4Lanes((*[16]byte)(a[1:]), (*[qk]byte)(b[2:])), mxfp4Scale((*[mxfp4Len]byte)(a), (*[q8_0Len]byte)(b))
-	}, func(a, b []byte, sum float32) float32 {
-		return mxfp4Tail((*[mxfp4Len]byte)(a), (*[q8_0Len]byte)(b), sum)
-	})
+	}, mxfp4Tail)
 }
 
 // mxfp4Tail adds the odd last block of an MXFP4 row (a) times its Q8_0
@@ -123,7 +121,8 @@ func dotMXFP4(n int, w, x []byte) float32 {
 // products (no VPSIGNB wrap), sumi1 over the low nibbles plus sumi2 over
 // the high ones, then sum + d*float(sumi1+sumi2), fused as GCC and Clang
 // contract it.
-func mxfp4Tail(a *[mxfp4Len]byte, b *[q8_0Len]byte, sum float32) float32 {
+func mxfp4Tail(wb, xb []byte, sum float32) float32 {
+	a, b := (*[mxfp4Len]byte)(wb), (*[q8_0Len]byte)(xb)
 	var sumi int32
 	for j := 0; j < qk/2; j++ {
 		v := a[1+j]

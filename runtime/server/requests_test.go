@@ -65,6 +65,24 @@ func wantAPIError(t *testing.T, rec *httptest.ResponseRecorder) {
 	}
 }
 
+// TestTypeErrorsNameTheField: a field of the wrong JSON type is named as
+// the request names it, whichever embedded group of fields holds it.
+func TestTypeErrorsNameTheField(t *testing.T) {
+	url, _ := start(t)
+	for _, c := range []struct{ path, body, param string }{
+		{"/v1/completions", `{"prompt":"x","temperature":"hot"}`, "temperature"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"seed":"s"}`, "seed"},
+		{"/v1/completions", `{"prompt":"x","grammar":7}`, "grammar"},
+		{"/v1/completions", `{"prompt":"x","n":"two"}`, "n"},
+		{"/v1/responses", `{"input":"x","top_k":"k"}`, "top_k"},
+	} {
+		code, raw, e, _ := post(t, url, "POST", c.path, c.body)
+		if code != http.StatusBadRequest || e.Param == nil || *e.Param != c.param || !strings.HasPrefix(e.Message, c.param+" must be") {
+			t.Errorf("%s %s: %d %s, want a 400 naming %s", c.path, c.body, code, raw, c.param)
+		}
+	}
+}
+
 // TestTokenizeVLLM: /tokenize takes vLLM's body (prompt, add_special_tokens
 // defaulting to true, or messages) as well as llama-server's (content,
 // add_special defaulting to false), answers with vLLM's count and

@@ -224,26 +224,9 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 	ctx := context.Background()
 	for i := range jobs {
 		j := &jobs[i]
-		s, err := solo.NewSequence()
-		if err != nil {
-			t.Fatal(err)
+		for _, st := range alone(t, solo, j.prompt, decode.Params{MaxTokens: j.params.MaxTokens, Sampling: j.params.Sampling, ContextLength: 256}) {
+			j.want = append(j.want, st.Token)
 		}
-		d := decode.New(p.Tok, decode.Params{MaxTokens: j.params.MaxTokens, Sampling: j.params.Sampling, ContextLength: 256})
-		logits, err := s.Prefill(ctx, j.prompt)
-		for err == nil {
-			st := d.Next(logits, s.Tokens, s.Pos())
-			if st.Token >= 0 {
-				j.want = append(j.want, st.Token)
-			}
-			if st.Finish != decode.Running {
-				break
-			}
-			logits, err = s.Decode(ctx, st.Token)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Release()
 	}
 
 	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp})
@@ -279,29 +262,17 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for i, ev := range streams {
-			for drained := false; !drained && ev != nil; {
-				select {
-				case x, ok := <-ev:
-					if !ok {
-						streams[i], open = nil, open-1
-						drained = true
-						continue
-					}
-					if x.Token >= 0 {
-						got[i] = append(got[i], x.Token)
-					}
-					if x.Preempted {
-						if i >= len(jobs)/2 {
-							t.Errorf("interactive request %d was preempted", i)
-						}
-						preempted++
-					}
-				default:
-					drained = true
-				}
+		open -= drain(streams, func(i int, x engine.Event) {
+			if x.Token >= 0 {
+				got[i] = append(got[i], x.Token)
 			}
-		}
+			if x.Preempted {
+				if i >= len(jobs)/2 {
+					t.Errorf("interactive request %d was preempted", i)
+				}
+				preempted++
+			}
+		})
 	}
 	for i, j := range jobs {
 		if !slices.Equal(got[i], j.want) {
@@ -703,28 +674,9 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 		if len(j.prompt) >= 64 {
 			long++
 		}
-		s, err := solo.NewSequence()
-		if err != nil {
-			t.Fatal(err)
-		}
 		params := j.params
 		params.ContextLength = 512
-		d := decode.New(p.Tok, params)
-		logits, err := s.Prefill(ctx, j.prompt)
-		for err == nil {
-			st := d.Next(logits, s.Tokens, s.Pos())
-			if st.Token >= 0 {
-				j.want = append(j.want, st)
-			}
-			if st.Finish != decode.Running {
-				break
-			}
-			logits, err = s.Decode(ctx, st.Token)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Release()
+		j.want = alone(t, solo, j.prompt, params)
 	}
 	if long < 8 {
 		t.Fatalf("only %d prompts of 64 tokens or more: the test would not chunk long prompts", long)
@@ -768,23 +720,11 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for i, ev := range streams {
-			for drained := false; !drained && ev != nil; {
-				select {
-				case x, ok := <-ev:
-					if !ok {
-						streams[i], open = nil, open-1
-						drained = true
-						continue
-					}
-					if x.Token >= 0 {
-						got[i] = append(got[i], x)
-					}
-				default:
-					drained = true
-				}
+		open -= drain(streams, func(i int, x engine.Event) {
+			if x.Token >= 0 {
+				got[i] = append(got[i], x)
 			}
-		}
+		})
 	}
 	same := func(a *decode.Logprobs, b *decode.Logprobs) bool {
 		if a == nil || b == nil || math.Float64bits(a.Logprob) != math.Float64bits(b.Logprob) || len(a.Top) != len(b.Top) {
@@ -1014,4 +954,56 @@ func runAll(t *testing.T, e *engine.Engine, prompts [][]int32, maxTokens int) ([
 		}
 	}
 	return toks, last
+}
+
+// drain passes every event ready on streams to each, without waiting for
+// more, and sets each stream that has closed to nil, returning how many
+// did.
+func drain(streams []<-chan engine.Event, each func(i int, x engine.Event)) (closed int) {
+	for i, ev := range streams {
+		for ev != nil {
+			select {
+			case x, ok := <-ev:
+				if !ok {
+					streams[i], ev = nil, nil
+					closed++
+					continue
+				}
+				each(i, x)
+			default:
+				ev = nil
+			}
+		}
+	}
+	return closed
+}
+
+// alone decodes prompt with params on a sequence of its own in solo, the
+// reference a request served beside others must match, and returns the
+// steps that took a token.
+func alone(t *testing.T, solo *sequence.Pool, prompt []int32, params decode.Params) []decode.Step {
+	t.Helper()
+	ctx := context.Background()
+	s, err := solo.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release()
+	var out []decode.Step
+	d := decode.New(solo.Tok, params)
+	logits, err := s.Prefill(ctx, prompt)
+	for err == nil {
+		st := d.Next(logits, s.Tokens, s.Pos())
+		if st.Token >= 0 {
+			out = append(out, st)
+		}
+		if st.Finish != decode.Running {
+			break
+		}
+		logits, err = s.Decode(ctx, st.Token)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -231,9 +231,9 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // one captured graph serves every length up to the context's: the grid is
 // fixed (launch.go's faSplits), the ranges are not. A row of at most
 // FA_SPLIT_MIN keys is one range, and its block runs exactly the unsplit
-// kernel's arithmetic (same bits): below that, the merge's latency cost
-// more than the few idle multiprocessors (H200, the qwen3 0.6B shape's
-// tg128 from a 512-token prompt, split from 513 keys: 3% slower). Each block of a split row merges its
+// kernel's arithmetic (same bits). Splitting from 513 keys left the qwen3
+// 0.6B shape's tg128 after a 512-token prompt 3% slower (H200), which the
+// merge's latency would explain; the threshold is not yet measured. Each block of a split row merges its
 // warps' states without the sink and stores the result — per head its
 // maximum M, its sum L and its accumulator relative to M — in the staging
 // buffer (fa_part); the last block of the row's head group to count

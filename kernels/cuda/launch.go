@@ -458,7 +458,8 @@ const faLeanWarps = 8
 // an H200 (zrt-run bench --tier cuda, Q4_K_M, same run), tg64 at depth
 // 4096 / 16384 / 32000 went 293.9 / 95.0 / 51.7 → 840.2 / 500.1 / 415.2
 // tok/s; tg128 from depth 0 (a 512-token prompt first) lost 3%
-// (1229 → 1185) with splits from 513 keys, hence faSplitMin.
+// (1229 → 1185) with splits from 513 keys, hence faSplitMin (its own
+// effect not yet measured; the blocks without a range may cost too).
 func faSplits(blocks uint32) uint32 {
 	if blocks == 0 {
 		return 1

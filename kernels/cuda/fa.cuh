@@ -224,14 +224,16 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // Flash decoding across blocks: the _split entries (launch.go's
 // EntrySplit, for decode steps of few blocks) give each (head group, row)
 // gridDim.z blocks, which split a long row's keys between them. The keys
-// first..pos (n of them) are cut into units of FA_CHUNK; past one unit,
-// each block takes ceil(units / gridDim.z) consecutive units (the last
+// first..pos (n of them), past FA_SPLIT_MIN, are cut into units of
+// FA_CHUNK, and each block takes ceil(units / gridDim.z) consecutive units (the last
 // block's range ends at pos), and blocks past the last range leave at
 // once. All of it follows from the row's position, read on the device, so
 // one captured graph serves every length up to the context's: the grid is
 // fixed (launch.go's faSplits), the ranges are not. A row of at most
-// FA_CHUNK keys is one range, and its block runs exactly the unsplit
-// kernel's arithmetic (same bits). Each block of a split row merges its
+// FA_SPLIT_MIN keys is one range, and its block runs exactly the unsplit
+// kernel's arithmetic (same bits). Splitting from 513 keys left the qwen3
+// 0.6B shape's tg128 after a 512-token prompt 3% slower (H200), which the
+// merge's latency would explain; the threshold is not yet measured. Each block of a split row merges its
 // warps' states without the sink and stores the result — per head its
 // maximum M, its sum L and its accumulator relative to M — in the staging
 // buffer (fa_part); the last block of the row's head group to count
@@ -239,6 +241,7 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // (fa_split_merge), so the bits depend on the row's length and the grid,
 // never on which block finishes when.
 #define FA_CHUNK 512
+#define FA_SPLIT_MIN 1024 // keys a row has at most without being split
 #define FA_MAX_SPLIT 32 // blocks a split row's head group takes at most: a lane each in the merge
 // FA_COUNTERS is MT_COUNTERS in mmt.cuh: the staging buffer starts with
 // that many counters, zero between launches, one per (row, head group)
@@ -250,8 +253,8 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // not split (block 0 takes all its keys), 0 when block z has none.
 __device__ __forceinline__ int fa_split_range(int& first, int& pos, int z, int nz) {
     const int n = pos + 1 - first;
+    if (nz <= 1 || n <= FA_SPLIT_MIN) return z == 0 ? 1 : 0;
     const int units = (n + FA_CHUNK - 1) / FA_CHUNK;
-    if (nz <= 1 || units <= 1) return z == 0 ? 1 : 0;
     const int chunk = (units + nz - 1) / nz * FA_CHUNK;
     const int nch = (n + chunk - 1) / chunk;
     if (z >= nch) return 0;

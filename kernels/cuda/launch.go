@@ -450,12 +450,16 @@ const faLeanWarps = 8
 // a whole one), at most faMaxSplit; 1, no split, where that is fewer
 // than two. The blocks take a long row's keys in ranges of whole
 // faChunk units that the kernel derives from the row's position, so one
-// captured graph serves every length; a row of at most faChunk keys is
-// not split (its bits are the main entry's), and the blocks that get no
-// range leave at once, so the grid is sized for the GPU rather than for
-// the longest context. The qwen3 0.6B shape's one-row step (8 blocks of
-// two heads) walked a 16k cache with 8 of the H100's 132
-// multiprocessors: tg64 at depth 16384, 90.6 tok/s.
+// captured graph serves every length; a row of at most faSplitMin keys
+// is not split (its bits are the main entry's), and the blocks that get
+// no range leave at once, so the grid is sized for the GPU rather than
+// for the longest context. The qwen3 0.6B shape's one-row step (8 blocks
+// of two heads) walked a 16k cache with 8 of the 132 multiprocessors. On
+// an H200 (zrt-run bench --tier cuda, Q4_K_M, same run), tg64 at depth
+// 4096 / 16384 / 32000 went 293.9 / 95.0 / 51.7 → 840.2 / 500.1 / 415.2
+// tok/s; tg128 from depth 0 (a 512-token prompt first) lost 3%
+// (1229 → 1185) with splits from 513 keys, hence faSplitMin (its own
+// effect not yet measured; the blocks without a range may cost too).
 func faSplits(blocks uint32) uint32 {
 	if blocks == 0 {
 		return 1
@@ -475,12 +479,14 @@ func faStaged(rows, nHead, hd, splits uint32) int {
 }
 
 // faChunk is FA_CHUNK in fa.cuh, the keys of the units a split row's
-// ranges are made of; faMaxSplit FA_MAX_SPLIT, the most blocks a row's
+// ranges are made of; faSplitMin FA_SPLIT_MIN, the most keys a row has
+// without being split; faMaxSplit FA_MAX_SPLIT, the most blocks a row's
 // head group is split over; faCounters FA_COUNTERS, mmtCounters: the
 // split launches' counters, one per (head group, row), where split-k's
 // lie.
 const (
 	faChunk    = 512
+	faSplitMin = 1024
 	faMaxSplit = 32
 	faCounters = mmtCounters
 )

@@ -243,12 +243,12 @@ func TestKernelFlashAttnSplit(t *testing.T) {
 				if c.window != 0 && int(r.pos)+1 > int(c.window) {
 					first = int(r.pos) + 1 - int(c.window)
 				}
-				if int(r.pos)+1-first > 512 { // kcuda's faChunk: split
+				if int(r.pos)+1-first > 1024 { // kcuda's faSplitMin: split
 					continue
 				}
 				if a, b := got[ri*rowBytes:(ri+1)*rowBytes], whole[ri*rowBytes:(ri+1)*rowBytes]; !bytes.Equal(a, b) {
 					compareF32(t, fmt.Sprintf("row %d (%d keys), split launch vs unsplit", ri, int(r.pos)+1-first), a, b, 0)
-					t.Errorf("row %d: a row of at most 512 keys has other bits in the split launch", ri)
+					t.Errorf("row %d: a row of at most 1024 keys has other bits in the split launch", ri)
 				}
 			}
 		})
@@ -330,12 +330,12 @@ func TestKernelQ8KVAttentionSplit(t *testing.T) {
 			compareF32(t, inst+" "+c.name+" split vs unsplit", got, whole, q8AttnTolerance)
 			rowBytes := 4 * c.nHead * c.hd
 			for ri, r := range c.rows {
-				if r.pos+1 > 512 || c.window != 0 { // kcuda's faChunk: split
+				if r.pos+1 > 1024 || c.window != 0 { // kcuda's faSplitMin: split
 					continue
 				}
 				if a, b := got[ri*rowBytes:(ri+1)*rowBytes], whole[ri*rowBytes:(ri+1)*rowBytes]; !bytes.Equal(a, b) {
 					compareF32(t, fmt.Sprintf("row %d, split launch vs unsplit", ri), a, b, 0)
-					t.Errorf("row %d: a row of at most 512 keys has other bits in the split launch", ri)
+					t.Errorf("row %d: a row of at most 1024 keys has other bits in the split launch", ri)
 				}
 			}
 		})

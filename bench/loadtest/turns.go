@@ -1,13 +1,11 @@
 package loadtest
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,23 +133,8 @@ func (lt *loadtest) tokenize(ctx context.Context, text string) ([]int, error) {
 // counters reads the named counters from the server's GET /metrics,
 // summed over their label sets; a counter the server lacks is absent.
 func (lt *loadtest) counters(ctx context.Context, names ...string) map[string]float64 {
-	req, err := http.NewRequestWithContext(ctx, "GET", lt.url+"/metrics", nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := loadClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	ok := lt.scrapeMetrics(ctx, func(line string) {
 		for _, n := range names {
 			rest, ok := strings.CutPrefix(line, n)
 			if !ok || rest == "" || rest[0] != '{' && rest[0] != ' ' {
@@ -163,6 +146,9 @@ func (lt *loadtest) counters(ctx context.Context, names ...string) map[string]fl
 				}
 			}
 		}
+	})
+	if !ok {
+		return nil
 	}
 	return out
 }

@@ -8,10 +8,6 @@
 #include "../faq.cuh" // a quantized cache's instance (kv.cuh's KV_QUANT)
 #endif
 
-#ifndef CAT
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-#endif
 // The tensor-core prefill tile's constants and fragments (flash_attn_tile,
 // below).
 #define FAT_WARPS 4

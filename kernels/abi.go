@@ -7,7 +7,8 @@ package kernels
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/ggml"
@@ -277,10 +278,5 @@ func SplitInstance(name string) (*ABI, ggml.Type, error) {
 
 // Families lists the kernel families in name order.
 func Families() []string {
-	var out []string
-	for n := range byName {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(byName))
 }

@@ -51,6 +51,11 @@ type genParams struct {
 	constraintFields
 }
 
+// includeUsage is whether a stream ends with a usage chunk.
+func (g *genParams) includeUsage() bool {
+	return g.StreamOptions != nil && g.StreamOptions.IncludeUsage
+}
+
 // decodeParams validates the shared fields into the engine's terms; chat
 // says which endpoint's logprobs fields to read.
 func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError) {

@@ -115,16 +115,28 @@ const (
 	StageDraft Stage = 3
 )
 
-func (s Stage) String() string {
-	switch s {
-	case StagePrefill:
-		return "prefill"
-	case StageDecode:
-		return "decode"
-	case StageDraft:
-		return "draft"
+// stageNames names the stages, for String and ParseStage.
+var stageNames = [...]string{StagePrefill: "prefill", StageDecode: "decode", StageDraft: "draft"}
+
+func (s Stage) String() string { return enumName(s, stageNames[:], "stage") }
+
+// ParseStage is the stage String names name; false for none.
+func ParseStage(name string) (Stage, bool) {
+	for s, n := range stageNames {
+		if n != "" && n == name {
+			return Stage(s), true
+		}
 	}
-	return fmt.Sprintf("stage(%d)", uint8(s))
+	return 0, false
+}
+
+// enumName is the name of v in names (indexed by value), or kind(v) for
+// a value that has none.
+func enumName[T ~uint8](v T, names []string, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }
 
 // ShapeKey identifies a variant exactly: its stage, the slots its page

@@ -46,19 +46,10 @@ const (
 	TaskHeads TaskKind = 4
 )
 
-func (k TaskKind) String() string {
-	switch k {
-	case TaskWhole:
-		return "whole"
-	case TaskRows:
-		return "rows"
-	case TaskTile:
-		return "tile"
-	case TaskHeads:
-		return "heads"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+// taskKindNames names the task kinds, for String.
+var taskKindNames = [...]string{TaskWhole: "whole", TaskRows: "rows", TaskTile: "tile", TaskHeads: "heads"}
+
+func (k TaskKind) String() string { return enumName(k, taskKindNames[:], "kind") }
 
 // Task is one unit of a persistent kernel's work.
 type Task struct {

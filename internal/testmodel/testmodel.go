@@ -163,7 +163,7 @@ func SameTree(t testing.TB, a, b string, least int) {
 		t.Fatalf("%s holds %d files, %s %d", a, len(ta), b, len(tb))
 	}
 	for name, data := range ta {
-		if !bytes.Equal(data, tb[name]) {
+		if y, ok := tb[name]; !ok || !bytes.Equal(data, y) {
 			t.Errorf("%s differs between %s and %s", name, a, b)
 		}
 	}

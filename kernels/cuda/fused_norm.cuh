@@ -37,28 +37,3 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
     float v = dot_row<T>(w + (size_t)j * row_bytes<T>(k), xs + k, k);
     if ((threadIdx.x & 31) == 0) o.store(row, j, v);
 }
-
-// The fused families' entries. The family's file defines FN_ARGS(stage)
-// (the entries' parameters, stage: the staged entries' extra one) and
-// FN_BODY(entry, q8) (the call of fused_norm_mm) before it includes this.
-#ifdef FN_BODY
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) NAME FN_ARGS() { FN_BODY(ENTRY_MAIN, nullptr); }
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) FN_ARGS(STAGE_PARAM) {
-    FN_BODY(ENTRY_TILE, STAGE_ARG);
-}
-#if MMQ_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) CAT(NAME, _rows) FN_ARGS() { FN_BODY(ENTRY_ROWS, nullptr); }
-#endif
-#if MMT_TYPE(WT)
-extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) FN_ARGS(STAGE_PARAM) {
-    FN_BODY(ENTRY_TILE16, q8);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile32) FN_ARGS(STAGE_PARAM) {
-    FN_BODY(ENTRY_TILE32, q8);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _dp4a) FN_ARGS() { FN_BODY(ENTRY_DP4A, nullptr); }
-extern "C" __global__ void __launch_bounds__(256) CAT(NAME, _stage) FN_ARGS(STAGE_PARAM) {
-    mt_stage<VT>(x, io, k, (u8*)q8, w_norm, __uint_as_float(eps_bits));
-}
-#endif
-#endif

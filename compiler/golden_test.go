@@ -14,6 +14,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/passes"
 )
@@ -28,17 +29,6 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/*.pkt from the 
 
 // goldenDir is the repository's golden folder, from this package.
 const goldenDir = "../testdata/golden"
-
-// sharedModels lists the shared test models (../shared beside the
-// repository), real ones first.
-func sharedModels() []string {
-	var out []string
-	for _, pat := range []string{"../../shared/models/*.gguf", "../../shared/models/synthetic/*.gguf"} {
-		m, _ := filepath.Glob(pat)
-		out = append(out, m...)
-	}
-	return out
-}
 
 // goldenOptions pins the settings the goldens were written with, so a
 // change of zrtc's serving defaults leaves them alone: one slot, and the
@@ -72,9 +62,9 @@ func goldenOptions(t *testing.T, path string) compiler.Options {
 //     after "//";
 //   - the stream passes pm4.Check against the model's memory plan and ABIs.
 func TestGolden(t *testing.T) {
-	models := sharedModels()
+	models := testmodel.SharedModels()
 	if len(models) == 0 {
-		t.Skip("no shared models under ../../shared/models (../shared beside the repository)")
+		t.Skip("no shared models under ../shared/models beside the repository")
 	}
 	rewrite := *update || os.Getenv("ZRT_UPDATE_GOLDEN") == "1"
 	if rewrite {

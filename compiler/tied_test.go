@@ -22,7 +22,7 @@ func TestTiedEmbeddingStoredOnce(t *testing.T) {
 	tied := synth.Tiny
 	tied.Arch = "gemma2" // gemma ties its output to the embeddings
 	models := []string{testmodel.Write(t, dir, "tied.gguf", tied)}
-	for _, m := range sharedModels() {
+	for _, m := range testmodel.SharedModels() {
 		if filepath.Base(m) == "TinyStories-656K.Q8_0.gguf" {
 			models = append(models, m)
 		}

@@ -7,7 +7,8 @@ package kernels
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/ggml"
@@ -275,12 +276,29 @@ func SplitInstance(name string) (*ABI, ggml.Type, error) {
 	return a, t, nil
 }
 
+// CompleteTypes lists, in id order, the weight types t for which has
+// holds of the instance of every typed family of families at t: the
+// types a tier's compiled kernels (PTX, code objects) cover, so that a
+// model of them can be built for it.
+func CompleteTypes(families []string, has func(instance string) bool) []ggml.Type {
+	var out []ggml.Type
+	for _, t := range ggml.Types() {
+		complete := true
+		for _, fam := range families {
+			abi, _ := Lookup(fam)
+			if abi.Typed && !has(InstanceName(abi, t)) {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Families lists the kernel families in name order.
 func Families() []string {
-	var out []string
-	for n := range byName {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(byName))
 }

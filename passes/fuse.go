@@ -109,6 +109,7 @@ func reg(in *ir.Inst, role string) int {
 	return -1
 }
 
+// buf returns the buffer in role, or -1.
 func buf(in *ir.Inst, role string) int {
 	if o, ok := in.Operand(role); ok && o.Kind == ir.BufOperand {
 		return o.ID

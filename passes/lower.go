@@ -33,14 +33,6 @@ func lower(_ context.Context, u *Unit) error {
 	return nil
 }
 
-// storage identifies memory for dependence tracking: a region and a byte range.
-type storage struct {
-	region int
-	lo, hi int64
-}
-
-func (a storage) overlaps(b storage) bool { return a.region == b.region && a.lo < b.hi && b.lo < a.hi }
-
 func lowerGraph(u *Unit, gi int) (Stream, error) {
 	g, pm, plan := u.Graphs[gi], u.Physical[gi], u.Plan
 	weightAt := map[string]Placement{}
@@ -48,12 +40,12 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 		weightAt[p.Buffer] = p
 	}
 	// locate resolves an operand to its symbol and storage range.
-	locate := func(o ir.Operand) (pm4.Symbol, storage, error) {
+	locate := func(o ir.Operand) (pm4.Symbol, span, error) {
 		if o.Kind == ir.RegOperand {
 			p := pm.RegisterToPhysical[o.ID]
 			off := pm.PhysicalOffsets[p]
 			return pm4.Symbol{Space: pm4.SpaceRegion, Index: uint32(plan.Scratch), Addend: uint64(off)},
-				storage{plan.Scratch, off, off + g.Regs[o.ID].Bytes()}, nil
+				span{plan.Scratch, off, off + g.Regs[o.ID].Bytes()}, nil
 		}
 		b := &g.Buffers[o.ID]
 		var region int
@@ -62,14 +54,14 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 		case ir.Weight:
 			p, ok := weightAt[b.Name]
 			if !ok {
-				return pm4.Symbol{}, storage{}, fmt.Errorf("weight %s has no placement", b.Name)
+				return pm4.Symbol{}, span{}, fmt.Errorf("weight %s has no placement", b.Name)
 			}
 			region, off = p.Region, p.Offset
 		case ir.KV:
 			region = plan.KV
 		case ir.Recurrent:
 			if plan.Recurrent < 0 {
-				return pm4.Symbol{}, storage{}, fmt.Errorf("buffer %s: the plan has no recurrent region", b.Name)
+				return pm4.Symbol{}, span{}, fmt.Errorf("buffer %s: the plan has no recurrent region", b.Name)
 			}
 			region = plan.Recurrent
 		case ir.IO:
@@ -80,7 +72,7 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 				region = plan.IOWindow
 			}
 			if region < 0 {
-				return pm4.Symbol{}, storage{}, fmt.Errorf("buffer %s: the plan has no window ring", b.Name)
+				return pm4.Symbol{}, span{}, fmt.Errorf("buffer %s: the plan has no window ring", b.Name)
 			}
 		case ir.Out:
 			switch b.Name {
@@ -89,18 +81,18 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 			case "out.tokens":
 				region = plan.Tokens
 			default:
-				return pm4.Symbol{}, storage{}, fmt.Errorf("unknown output buffer %s", b.Name)
+				return pm4.Symbol{}, span{}, fmt.Errorf("unknown output buffer %s", b.Name)
 			}
 		default:
-			return pm4.Symbol{}, storage{}, fmt.Errorf("buffer %s has class %s", b.Name, b.Class)
+			return pm4.Symbol{}, span{}, fmt.Errorf("buffer %s has class %s", b.Name, b.Class)
 		}
 		return pm4.Symbol{Space: pm4.SpaceRegion, Index: uint32(region), Addend: uint64(off)},
-			storage{region, 0, math.MaxInt64}, nil
+			span{region, 0, math.MaxInt64}, nil
 	}
 
 	var bld pm4.Builder
 	s := Stream{Key: g.Key}
-	var dirty, readSince []storage
+	var dirty, readSince []span
 	for ii := range g.Insts {
 		in := &g.Insts[ii]
 		ki := u.InstKernel[gi][ii]
@@ -111,7 +103,7 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 
 		// Dependences: read-after-write, write-after-write and
 		// write-after-read on overlapping storage need a barrier.
-		var reads, writes []storage
+		var reads, writes []span
 		var userData []pm4.Value
 		for _, role := range abi.Bufs {
 			o, ok := in.Operand(role)
@@ -139,7 +131,7 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 		for _, p := range abi.Push {
 			userData = append(userData, pm4.C(encodeParam(p, in.Attrs[p.Name])))
 		}
-		if conflicts(reads, dirty) || conflicts(writes, dirty) || conflicts(writes, readSince) {
+		if anyOverlap(reads, dirty) || anyOverlap(writes, dirty) || anyOverlap(writes, readSince) {
 			bld.Barrier()
 			s.Barriers++
 			dirty, readSince = nil, nil
@@ -162,17 +154,6 @@ func lowerGraph(u *Unit, gi int) (Stream, error) {
 	bld.ReleaseMem(pm4.Symbol{Space: pm4.SpaceRegion, Index: uint32(plan.Fence)}, 1)
 	s.Words, s.Relocs = bld.Words, bld.Relocs
 	return s, nil
-}
-
-func conflicts(a, b []storage) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x.overlaps(y) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func encodeParam(p kernels.Param, v float64) uint32 {

@@ -73,11 +73,12 @@ func megakernel(_ context.Context, u *Unit) error {
 // queues are balanced for steps at about this many tokens of KV.
 const attnTokens = 1024
 
-// span is bytes [lo, hi) of a region; KV regions are addressed by the
-// layer's place in a page instead ([layer, layer+1), the kernels'
-// "layer": its index among the layers of its width, so that layers of two
-// widths at one index conflict, which is safe), and a whole region is
-// [0, MaxInt64).
+// span is bytes [lo, hi) of a region, for dependence tracking (lowering's
+// barriers, the schedule's counters); a whole region is [0, MaxInt64). In
+// the schedule, KV regions are addressed by the layer's place in a page
+// instead ([layer, layer+1), the kernels' "layer": its index among the
+// layers of its width, so that layers of two widths at one index
+// conflict, which is safe).
 type span struct {
 	region int
 	lo, hi int64
@@ -85,6 +86,7 @@ type span struct {
 
 func (a span) overlaps(b span) bool { return a.region == b.region && a.lo < b.hi && b.lo < a.hi }
 
+// anyOverlap reports whether a span of a overlaps one of b.
 func anyOverlap(a, b []span) bool {
 	for _, x := range a {
 		for _, y := range b {

@@ -136,22 +136,6 @@ func unsupported(in *ir.Inst, detail string) error {
 	return &support.Error{What: "tensor-parallel split of", Value: in.Op.String(), Detail: detail}
 }
 
-// regOf returns the register of role, or -1.
-func regOf(in *ir.Inst, role string) int {
-	if o, ok := in.Operand(role); ok && o.Kind == ir.RegOperand {
-		return o.ID
-	}
-	return -1
-}
-
-// bufOf returns the buffer of role, or -1.
-func bufOf(in *ir.Inst, role string) int {
-	if o, ok := in.Operand(role); ok && o.Kind == ir.BufOperand {
-		return o.ID
-	}
-	return -1
-}
-
 // headPart is rank r's heads [lo, hi) of n over ranks ranks, with q
 // heads of a KV head group: query heads split evenly (they must
 // divide); KV heads too where they divide, else (fewer KV heads than
@@ -202,8 +186,8 @@ func (s *sharder) prescan() error {
 				return &support.Error{What: "tensor-parallel split of", Value: fmt.Sprintf("%d heads over %d KV heads", a.heads, a.kvHeads),
 					Detail: fmt.Sprintf("a rank's query heads must share one KV head at %d ranks", s.n)}
 			}
-			byLayer[[2]int{bufOf(in, "kv"), int(in.Attrs["layer"])}] = a
-			q := regOf(in, "q")
+			byLayer[[2]int{buf(in, "kv"), int(in.Attrs["layer"])}] = a
+			q := reg(in, "q")
 			s.planned[q] = split{lo: s.rank * a.heads / s.n * a.headDim, hi: (s.rank + 1) * a.heads / s.n * a.headDim,
 				width: a.heads * a.headDim, groups: 1, heads: a.heads / s.n}
 			num, den := khi-klo, a.kvHeads
@@ -219,13 +203,13 @@ func (s *sharder) prescan() error {
 		in := &g.Insts[i]
 		switch in.Op {
 		case ir.KV_WRITE, ir.KV_WRITE_BATCHED:
-			a, ok := byLayer[[2]int{bufOf(in, "kv"), int(in.Attrs["layer"])}]
+			a, ok := byLayer[[2]int{buf(in, "kv"), int(in.Attrs["layer"])}]
 			if !ok {
 				return unsupported(in, "a KV write of a layer no attention op reads")
 			}
 			klo, khi, _ := headPart(a.kvHeads, s.rank, s.n)
 			for _, role := range []string{"k", "v"} {
-				s.planned[regOf(in, role)] = split{lo: klo * a.headDim, hi: khi * a.headDim, width: a.kvHeads * a.headDim, groups: 1, heads: khi - klo}
+				s.planned[reg(in, role)] = split{lo: klo * a.headDim, hi: khi * a.headDim, width: a.kvHeads * a.headDim, groups: 1, heads: khi - klo}
 			}
 		case ir.SWIGLU, ir.GEGLU, ir.MOE_SWIGLU, ir.MOE_SWIGLU_OAI:
 			if err := s.planFFN(i); err != nil {
@@ -240,11 +224,11 @@ func (s *sharder) prescan() error {
 // gate, up and output, along the blocks of the projection that reads it.
 func (s *sharder) planFFN(i int) error {
 	g, in := s.g, &s.g.Insts[i]
-	act := regOf(in, "y")
+	act := reg(in, "y")
 	var down *ir.Inst
 	for j := i + 1; j < len(g.Insts) && down == nil; j++ {
 		d := &g.Insts[j]
-		if (d.Op == ir.MATMUL && regOf(d, "x") == act) || (d.Op == ir.MOE_DOWN_ACC && regOf(d, "h") == act) {
+		if (d.Op == ir.MATMUL && reg(d, "x") == act) || (d.Op == ir.MOE_DOWN_ACC && reg(d, "h") == act) {
 			down = d
 		}
 	}
@@ -255,7 +239,7 @@ func (s *sharder) planFFN(i int) error {
 	if down.Op == ir.MOE_DOWN_ACC {
 		width, groups = int(down.Attrs["f"]), int(in.Attrs["cols"])/int(down.Attrs["f"])
 	}
-	blk := blockOf(g.Buffers[bufOf(down, "w")].Type)
+	blk := blockOf(g.Buffers[buf(down, "w")].Type)
 	if width%blk != 0 {
 		return nil
 	}
@@ -266,7 +250,7 @@ func (s *sharder) planFFN(i int) error {
 	lo, hi := s.rank*units/s.n*blk, (s.rank+1)*units/s.n*blk
 	p := split{lo: lo, hi: hi, width: width, groups: groups}
 	for _, role := range []string{"gate", "up", "y"} {
-		if r := regOf(in, role); r >= 0 {
+		if r := reg(in, role); r >= 0 {
 			s.planned[r] = p
 		}
 	}
@@ -361,22 +345,22 @@ func (s *sharder) run() error {
 // rewrite emits in as the rank runs it.
 func (s *sharder) rewrite(in *ir.Inst) error {
 	g := s.g
-	io := bufOf(in, "io")
+	io := buf(in, "io")
 	reads := func(role string) (split, bool) {
-		p, ok := s.split[regOf(in, role)]
+		p, ok := s.split[reg(in, role)]
 		return p, ok
 	}
 	// keep marks in's outputs of roles as split like p.
 	keep := func(p split, roles ...string) {
 		for _, role := range roles {
-			if r := regOf(in, role); r >= 0 {
+			if r := reg(in, role); r >= 0 {
 				s.split[r] = p
 			}
 		}
 	}
 	switch in.Op {
 	case ir.MATMUL:
-		y, x := regOf(in, "y"), regOf(in, "x")
+		y, x := reg(in, "y"), reg(in, "x")
 		if p, ok := s.planned[y]; ok {
 			return s.columnParallel(in, y, p)
 		}
@@ -414,7 +398,7 @@ func (s *sharder) rewrite(in *ir.Inst) error {
 		heads, kvHeads := int(in.Attrs["n_head"]), int(in.Attrs["n_head_kv"])
 		klo, khi, _ := headPart(kvHeads, s.rank, s.n)
 		in.Attrs["n_head"], in.Attrs["n_head_kv"] = float64(p.heads), float64(khi-klo)
-		if b := bufOf(in, "sinks"); b >= 0 {
+		if b := buf(in, "sinks"); b >= 0 {
 			lo := s.rank * heads / s.n
 			w, err := s.slice(in, b, lo, lo+p.heads, heads, true, []int64{int64(p.heads)})
 			if err != nil {
@@ -433,16 +417,16 @@ func (s *sharder) rewrite(in *ir.Inst) error {
 			keep(p, "y")
 		}
 	case ir.MOE_GATE_UP:
-		gate := regOf(in, "gate")
+		gate := reg(in, "gate")
 		p, ok := s.planned[gate]
 		if !ok {
 			break
 		}
-		if pu := s.planned[regOf(in, "up")]; pu != p {
+		if pu := s.planned[reg(in, "up")]; pu != p {
 			return unsupported(in, "gate and up split differently")
 		}
 		for _, role := range []string{"w_gate", "w_up"} {
-			b := bufOf(in, role)
+			b := buf(in, role)
 			d := g.Buffers[b].Dims
 			w, err := s.slice(in, b, p.lo, p.hi, p.width, false, []int64{d[0], int64(p.hi - p.lo), d[2]})
 			if err != nil {
@@ -454,7 +438,7 @@ func (s *sharder) rewrite(in *ir.Inst) error {
 		keep(p, "gate", "up")
 	case ir.MOE_ADD_BIAS:
 		if p, ok := reads("x"); ok {
-			b := bufOf(in, "b")
+			b := buf(in, "b")
 			d := g.Buffers[b].Dims
 			w, err := s.slice(in, b, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo), d[1]})
 			if err != nil {
@@ -499,17 +483,17 @@ func (s *sharder) handles(op ir.Op) bool {
 
 // columnParallel emits a projection to the rank's output columns p of y.
 func (s *sharder) columnParallel(in *ir.Inst, y int, p split) error {
-	if _, ok := s.split[regOf(in, "x")]; ok {
+	if _, ok := s.split[reg(in, "x")]; ok {
 		return unsupported(in, "a projection of a split value to a split value")
 	}
-	b := bufOf(in, "w")
+	b := buf(in, "w")
 	d := s.g.Buffers[b].Dims
 	w, err := s.slice(in, b, p.lo, p.hi, p.width, false, []int64{d[0], int64(p.hi - p.lo)})
 	if err != nil {
 		return err
 	}
 	setBuf(in, "w", w, false)
-	if bias := bufOf(in, "bias"); bias >= 0 {
+	if bias := buf(in, "bias"); bias >= 0 {
 		bw, err := s.slice(in, bias, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo)})
 		if err != nil {
 			return err
@@ -527,7 +511,7 @@ func (s *sharder) columnParallel(in *ir.Inst, y int, p split) error {
 // weight's type, it gathers x whole and projects it whole instead.
 func (s *sharder) rowParallel(in *ir.Inst, x, y, io int, p split) error {
 	g := s.g
-	b := bufOf(in, "w")
+	b := buf(in, "w")
 	d := g.Buffers[b].Dims
 	blk := blockOf(g.Buffers[b].Type)
 	if p.groups != 1 || p.lo%blk != 0 || p.hi%blk != 0 {
@@ -546,7 +530,7 @@ func (s *sharder) rowParallel(in *ir.Inst, x, y, io int, p split) error {
 		return err
 	}
 	setBuf(in, "w", w, false)
-	if bias := bufOf(in, "bias"); bias >= 0 && s.rank != 0 {
+	if bias := buf(in, "bias"); bias >= 0 && s.rank != 0 {
 		setBuf(in, "bias", -1, true) // the bias is added once, by rank 0
 	}
 	in.Attrs["k"] = float64(p.hi - p.lo)
@@ -561,22 +545,22 @@ func (s *sharder) rowParallel(in *ir.Inst, x, y, io int, p split) error {
 // the residual the unsplit op accumulates into.
 func (s *sharder) expertsDown(in *ir.Inst, io int, p split) error {
 	g := s.g
-	b := bufOf(in, "w")
+	b := buf(in, "w")
 	d := g.Buffers[b].Dims
 	w, err := s.slice(in, b, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo), d[1], d[2]})
 	if err != nil {
 		return err
 	}
 	setBuf(in, "w", w, false)
-	if bias := bufOf(in, "bias"); bias >= 0 && s.rank != 0 {
+	if bias := buf(in, "bias"); bias >= 0 && s.rank != 0 {
 		setBuf(in, "bias", -1, true)
 	}
 	in.Attrs["f"] = float64(p.hi - p.lo)
-	x := regOf(in, "y")
+	x := reg(in, "y")
 	cols := int(in.Attrs["n"])
 	// Named after the activation (l3.moe_act → l3.moe_act.down), unique
 	// per layer as the dumps need.
-	part := g.NewReg(g.Regs[regOf(in, "h")].Name+".down", g.Key.Rows, cols, 4)
+	part := g.NewReg(g.Regs[reg(in, "h")].Name+".down", g.Key.Rows, cols, 4)
 	setReg(in, "y", part)
 	s.emit(ir.Inst{Op: ir.ZERO, Reads: []ir.Operand{ir.B("io", io)}, Writes: []ir.Operand{ir.R("y", part)}, Attrs: ir.Attrs{"cols": float64(cols)}})
 	s.emit(*in)
@@ -589,10 +573,10 @@ func (s *sharder) expertsDown(in *ir.Inst, io int, p split) error {
 // vocabParallel emits the LM head over the rank's part of the
 // vocabulary, then the gather of the logits rows the step returns.
 func (s *sharder) vocabParallel(in *ir.Inst, io int) error {
-	if _, ok := s.split[regOf(in, "x")]; ok {
+	if _, ok := s.split[reg(in, "x")]; ok {
 		return unsupported(in, "the LM head of a split value")
 	}
-	b := bufOf(in, "w")
+	b := buf(in, "w")
 	d := s.g.Buffers[b].Dims
 	nv := int(in.Attrs["n_vocab"])
 	lo, hi := kernels.Part(nv, s.rank, s.n)
@@ -606,7 +590,7 @@ func (s *sharder) vocabParallel(in *ir.Inst, io int) error {
 	setBuf(in, "w", w, false)
 	in.Attrs["n_vocab"] = float64(hi - lo)
 	s.emit(*in)
-	logits := bufOf(in, "logits")
+	logits := buf(in, "logits")
 	s.emit(ir.Inst{Op: ir.ALL_GATHER, Reads: []ir.Operand{ir.B("x", logits), ir.B("io", io)}, Writes: []ir.Operand{ir.B("y", logits)},
 		Attrs: ir.Attrs{"cols": float64(nv), "by_slot": 1}})
 	return nil

@@ -9,15 +9,23 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 )
 
-// TestStepChecksBatch: Step refuses, before any kernel runs, every batch
-// field a kernel would index with unchecked, and runs a well-formed batch
-// with pages given in any order of ids.
-func TestStepChecksBatch(t *testing.T) {
+// openTiny opens buildTiny's bundle on T-CPU, one thread, closed when the
+// test ends.
+func openTiny(t *testing.T) *runtime.Program {
+	t.Helper()
 	p, err := runtime.Open(buildTiny(t), runtime.Options{Tier: "cpu", Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// TestStepChecksBatch: Step refuses, before any kernel runs, every batch
+// field a kernel would index with unchecked, and runs a well-formed batch
+// with pages given in any order of ids.
+func TestStepChecksBatch(t *testing.T) {
+	p := openTiny(t)
 	decode, ok := p.Key(runtime.Decode, 1)
 	if !ok {
 		t.Fatalf("no decode variant in %v", p.Keys())
@@ -74,11 +82,7 @@ func TestStepChecksBatch(t *testing.T) {
 // allows — the largest allowed logit, whatever the unmasked argmax — and
 // a mask on a row that wants no logits is refused.
 func TestStepMask(t *testing.T) {
-	p, err := runtime.Open(buildTiny(t), runtime.Options{Tier: "cpu", Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openTiny(t)
 	decode, _ := p.Key(runtime.Decode, 1)
 	pages := []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}
 	ctx := context.Background()
@@ -126,11 +130,7 @@ func TestStepMask(t *testing.T) {
 // sees, and a page outside the pool or a buffer of another size is
 // refused.
 func TestKVPageCopy(t *testing.T) {
-	p, err := runtime.Open(buildTiny(t), runtime.Options{Tier: "cpu", Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openTiny(t)
 	if p.KVLayout() == "" || len(p.KVLayout()) != 64 {
 		t.Fatalf("T-CPU's KV layout is %q", p.KVLayout())
 	}

@@ -11,11 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -101,19 +99,11 @@ func (lt *loadtest) post(ctx context.Context, path string, body any) (*http.Resp
 // vocabIDs asks the server to tokenize some text, for prompt ids that are
 // valid in its vocabulary.
 func (lt *loadtest) vocabIDs(ctx context.Context) ([]int, error) {
-	text := strings.Repeat("Once upon a time, there was a little girl named Lily who loved to play in the park with her friends. ", 8)
-	resp, err := lt.post(ctx, "/tokenize", map[string]any{"content": text})
-	if err != nil {
-		return nil, err
+	ids, err := lt.tokenize(ctx, strings.Repeat("Once upon a time, there was a little girl named Lily who loved to play in the park with her friends. ", 8))
+	if err == nil && len(ids) == 0 {
+		err = fmt.Errorf("%s/tokenize: no tokens", lt.url)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Tokens []int `json:"tokens"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Tokens) == 0 {
-		return nil, fmt.Errorf("%s/tokenize: status %d, %d tokens, %v", lt.url, resp.StatusCode, len(out.Tokens), err)
-	}
-	return out.Tokens, nil
+	return ids, err
 }
 
 // outcome is one request's measurements.
@@ -230,37 +220,13 @@ type loadResult struct {
 }
 
 func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, promptTokens int, seed uint64) loadResult {
-	jobs := make(chan int)
-	var mu sync.Mutex
-	var res loadResult
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				// each request its own prompt, with no prefix shared with
-				// another request
-				rng := rand.New(rand.NewPCG(seed, uint64(j)))
-				prompt := make([]int, promptTokens)
-				for i := range prompt {
-					prompt[i] = ids[rng.IntN(len(ids))]
-				}
-				o := lt.one(ctx, j, prompt)
-				mu.Lock()
-				res.outcomes = append(res.outcomes, o)
-				mu.Unlock()
-			}
-		}()
+	// each request its own prompt, with no prefix shared with another
+	// request
+	prompts := make([][]int, requests)
+	for j := range prompts {
+		prompts[j] = draw(ids, seed, uint64(j), promptTokens)
 	}
-	for j := range requests {
-		jobs <- j
-	}
-	close(jobs)
-	wg.Wait()
-	res.wall = time.Since(t0)
-	return res
+	return lt.turn(ctx, prompts, concurrency)
 }
 
 func percentiles(ds []time.Duration) string {

@@ -29,7 +29,7 @@ var prefixCounters = []string{"vllm:prefix_cache_queries_total", "vllm:prefix_ca
 func (lt *loadtest) runTurns(ctx context.Context, ids []int, opt Options, w io.Writer) error {
 	prompts := make([][]int, opt.Requests)
 	for j := range prompts {
-		prompts[j] = draw(ids, opt.Seed, uint64(j), 0, opt.PromptTokens)
+		prompts[j] = draw(ids, opt.Seed, uint64(j)<<20, opt.PromptTokens)
 	}
 	var all loadResult
 	var rows []string
@@ -60,7 +60,7 @@ func (lt *loadtest) runTurns(ctx context.Context, ids []int, opt Options, w io.W
 			if err != nil {
 				return err
 			}
-			prompts[j] = append(append(prompts[j], reply...), draw(ids, opt.Seed, uint64(j), uint64(turn+1), opt.TurnTokens)...)
+			prompts[j] = append(append(prompts[j], reply...), draw(ids, opt.Seed, uint64(j)<<20|uint64(turn+1), opt.TurnTokens)...)
 		}
 	}
 	all.wall = time.Since(t0)
@@ -74,10 +74,11 @@ func (lt *loadtest) runTurns(ctx context.Context, ids []int, opt Options, w io.W
 	return nil
 }
 
-// draw is n ids of ids, drawn from (seed, conversation, turn): the same
-// run sends the same prompts, and no two conversations share a prefix.
-func draw(ids []int, seed, conversation, turn uint64, n int) []int {
-	rng := rand.New(rand.NewPCG(seed, conversation<<20|turn))
+// draw is n ids of ids, drawn from (seed, stream): the same run sends the
+// same prompts. A single-turn run's request j is stream j; a conversation
+// j's turn t is stream j<<20|t, so no two conversations share a prefix.
+func draw(ids []int, seed, stream uint64, n int) []int {
+	rng := rand.New(rand.NewPCG(seed, stream))
 	out := make([]int, n)
 	for i := range out {
 		out[i] = ids[rng.IntN(len(ids))]
@@ -125,7 +126,7 @@ func (lt *loadtest) tokenize(ctx context.Context, text string) ([]int, error) {
 		Tokens []int `json:"tokens"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
-		return nil, fmt.Errorf("%s/tokenize of a reply: status %d, %v", lt.url, resp.StatusCode, err)
+		return nil, fmt.Errorf("%s/tokenize: status %d, %v", lt.url, resp.StatusCode, err)
 	}
 	return out.Tokens, nil
 }

@@ -6,7 +6,8 @@ package arch
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,10 +94,5 @@ func builder(f *gguf.File) (Builder, error) {
 
 // Supported lists the architectures with a builder.
 func Supported() []string {
-	var out []string
-	for a := range families {
-		out = append(out, a)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(families))
 }

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -121,12 +122,7 @@ var opTable = map[Op]OpInfo{
 
 // Ops lists every opcode in numeric order.
 func Ops() []Op {
-	var out []Op
-	for o := range opTable {
-		out = append(out, o)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(opTable))
 }
 
 // Info returns the opcode's table entry.

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 )
 
@@ -223,16 +224,11 @@ func parseKey(s string) (ShapeKey, bool) {
 		return ShapeKey{}, false
 	}
 	var k ShapeKey
-	switch parts[0] {
-	case "prefill":
-		k.Stage = Prefill
-	case "decode":
-		k.Stage = Decode
-	case "draft":
-		k.Stage = Draft
-	default:
+	st, ok := bundle.ParseStage(parts[0])
+	if !ok {
 		return k, false
 	}
+	k.Stage = st
 	var err1, err2 error
 	k.Slots, err1 = strconv.Atoi(parts[1][1:])
 	k.Rows, err2 = strconv.Atoi(parts[2][1:])

@@ -34,9 +34,7 @@ func encodeQ45K(x []float32, five bool) []byte {
 	if five {
 		levels, bb = 31, 176
 	}
-	out := make([]byte, 0, len(x)/qk*bb)
-	for b := 0; b < len(x); b += qk {
-		blk := x[b : b+qk]
+	return superBlocks(x, bb, func(out []byte, blk []float32) []byte {
 		var scale, mval [8]float64
 		maxScale, maxMin := 0.0, 0.0
 		for j := 0; j < 8; j++ {
@@ -87,6 +85,16 @@ func encodeQ45K(x []float32, five bool) []byte {
 			out = append(out, qh[:]...)
 		}
 		out = append(out, qs[:]...)
+		return out
+	})
+}
+
+// superBlocks encodes x a super-block of qk elements at a time: enc
+// appends the bb bytes of block blk to out.
+func superBlocks(x []float32, bb int, enc func(out []byte, blk []float32) []byte) []byte {
+	out := make([]byte, 0, len(x)/qk*bb)
+	for b := 0; b < len(x); b += qk {
+		out = enc(out, x[b:b+qk])
 	}
 	return out
 }
@@ -95,8 +103,9 @@ func encodeQ45K(x []float32, five bool) []byte {
 var kvaluesIQ4NL = [16]float64{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // subScales returns, for each sub-block of n elements of blk, the scale
-// that puts its largest magnitude at level top, and the largest of them.
-func subScales(blk []float32, n int, top float64) ([]float64, float64) {
+// that puts its largest magnitude at level top, and the block's d: the
+// largest of them over dlevels, rounded through F16 as stored.
+func subScales(blk []float32, n int, top, dlevels float64) ([]float64, float32) {
 	scale := make([]float64, len(blk)/n)
 	maxScale := 0.0
 	for j := range scale {
@@ -105,18 +114,15 @@ func subScales(blk []float32, n int, top float64) ([]float64, float64) {
 		}
 		maxScale = math.Max(maxScale, scale[j])
 	}
-	return scale, maxScale
+	return scale, quant.F16ToF32(f16(float32(maxScale / dlevels)))
 }
 
 // encodeIQ4XS encodes x as IQ4_XS: per 32-element sub-block a 6-bit
 // scale (biased by 32) relative to the block's d, and per element the
 // nearest of the 16 non-linear levels.
 func encodeIQ4XS(x []float32) []byte {
-	out := make([]byte, 0, len(x)/qk*136)
-	for b := 0; b < len(x); b += qk {
-		blk := x[b : b+qk]
-		scale, maxScale := subScales(blk, 32, 113)
-		d := quant.F16ToF32(f16(float32(maxScale / 31)))
+	return superBlocks(x, 136, func(out []byte, blk []float32) []byte {
+		scale, d := subScales(blk, 32, 113, 31)
 		var blkOut [136]byte
 		binary.LittleEndian.PutUint16(blkOut[0:], f16(d))
 		var sh uint16
@@ -148,18 +154,15 @@ func encodeIQ4XS(x []float32) []byte {
 		}
 		binary.LittleEndian.PutUint16(blkOut[2:], sh)
 		out = append(out, blkOut[:]...)
-	}
-	return out
+		return out
+	})
 }
 
 // encodeQ6K encodes x as Q6_K: 6-bit values around 32 with an int8 scale
 // per 16-element sub-block relative to the block's d.
 func encodeQ6K(x []float32) []byte {
-	out := make([]byte, 0, len(x)/qk*210)
-	for b := 0; b < len(x); b += qk {
-		blk := x[b : b+qk]
-		scale, maxScale := subScales(blk, 16, 31)
-		d := quant.F16ToF32(f16(float32(maxScale / 127)))
+	return superBlocks(x, 210, func(out []byte, blk []float32) []byte {
+		scale, d := subScales(blk, 16, 31, 127)
 		var sc [16]int
 		for i := range sc {
 			if d > 0 {
@@ -194,6 +197,6 @@ func encodeQ6K(x []float32) []byte {
 			out = append(out, byte(int8(s)))
 		}
 		out = binary.LittleEndian.AppendUint16(out, f16(d))
-	}
-	return out
+		return out
+	})
 }

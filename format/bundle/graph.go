@@ -115,16 +115,28 @@ const (
 	StageDraft Stage = 3
 )
 
-func (s Stage) String() string {
-	switch s {
-	case StagePrefill:
-		return "prefill"
-	case StageDecode:
-		return "decode"
-	case StageDraft:
-		return "draft"
+// stageNames names the stages, for String and ParseStage.
+var stageNames = [...]string{StagePrefill: "prefill", StageDecode: "decode", StageDraft: "draft"}
+
+func (s Stage) String() string { return enumName(s, stageNames[:], "stage") }
+
+// ParseStage is the stage String names name; false for none.
+func ParseStage(name string) (Stage, bool) {
+	for s, n := range stageNames {
+		if n != "" && n == name {
+			return Stage(s), true
+		}
 	}
-	return fmt.Sprintf("stage(%d)", uint8(s))
+	return 0, false
+}
+
+// enumName is the name of v in names (indexed by value), or kind(v) for
+// a value that has none.
+func enumName[T ~uint8](v T, names []string, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }
 
 // ShapeKey identifies a variant exactly: its stage, the slots its page
@@ -409,25 +421,25 @@ func DecodeGraph(b []byte) (*Graph, error) {
 		return nil, err
 	}
 	g := &Graph{Major: major, Minor: minor, ConfigTOML: string(secs[tagConfig]), Vocab: secs[tagVocab]}
-	d := &dec{b: secs[tagIdent], what: tagIdent}
+	d := newDec(secs[tagIdent], tagIdent)
 	g.Ident.Producer, g.Ident.Flags, g.Ident.Target, g.Ident.SourceName = d.str(), d.str(), d.str(), d.str()
-	copy(g.Ident.SourceHash[:], d.take(32))
-	copy(g.Ident.WeightsHash[:], d.take(32))
+	copy(g.Ident.SourceHash[:], d.Take(32))
+	copy(g.Ident.WeightsHash[:], d.Take(32))
 	if err := d.done(); err != nil {
 		return nil, err
 	}
 
-	d = &dec{b: secs[tagHparams], what: tagHparams}
+	d = newDec(secs[tagHparams], tagHparams)
 	decodeHparams(d, &g.Hparams)
 	if err := d.done(); err != nil {
 		return nil, err
 	}
 
-	d = &dec{b: secs[tagRegions], what: tagRegions}
+	d = newDec(secs[tagRegions], tagRegions)
 	g.Regions = make([]Region, d.count(21))
 	for i := range g.Regions {
-		g.Regions[i] = Region{Name: d.str(), Heap: d.u8(), Bytes: d.i64(), Align: d.i64()}
-		if r := g.Regions[i]; d.err == nil && (r.Bytes < 0 || r.Align <= 0 || r.Align&(r.Align-1) != 0) {
+		g.Regions[i] = Region{Name: d.str(), Heap: d.U8(), Bytes: d.i64(), Align: d.i64()}
+		if r := g.Regions[i]; d.Err == nil && (r.Bytes < 0 || r.Align <= 0 || r.Align&(r.Align-1) != 0) {
 			return nil, fmt.Errorf("%w: region %q has size %d, alignment %d", ErrFormat, r.Name, r.Bytes, r.Align)
 		}
 	}
@@ -435,17 +447,17 @@ func DecodeGraph(b []byte) (*Graph, error) {
 		return nil, err
 	}
 
-	d = &dec{b: secs[tagWeights], what: tagWeights}
+	d = newDec(secs[tagWeights], tagWeights)
 	g.Weights = make([]Weight, d.count(40))
 	for i := range g.Weights {
 		w := &g.Weights[i]
-		w.Buffer, w.Tensor, w.Type = d.str(), d.str(), d.u32()
+		w.Buffer, w.Tensor, w.Type = d.str(), d.str(), d.U32()
 		w.Dims = make([]int64, d.count(8))
 		for j := range w.Dims {
 			w.Dims[j] = d.i64()
 		}
-		w.Region, w.Offset, w.Bytes = d.u32(), d.i64(), d.i64()
-		if d.err == nil && (int(w.Region) >= len(g.Regions) || w.Offset < 0 || w.Bytes < 0 || w.Offset > g.Regions[w.Region].Bytes-w.Bytes) {
+		w.Region, w.Offset, w.Bytes = d.U32(), d.i64(), d.i64()
+		if d.Err == nil && (int(w.Region) >= len(g.Regions) || w.Offset < 0 || w.Bytes < 0 || w.Offset > g.Regions[w.Region].Bytes-w.Bytes) {
 			return nil, fmt.Errorf("%w: weight %q lies outside its region", ErrFormat, w.Buffer)
 		}
 	}
@@ -453,11 +465,11 @@ func DecodeGraph(b []byte) (*Graph, error) {
 		return nil, err
 	}
 
-	d = &dec{b: secs[tagKernels], what: tagKernels}
+	d = newDec(secs[tagKernels], tagKernels)
 	g.Kernels = make([]Kernel, d.count(40))
 	for i := range g.Kernels {
 		g.Kernels[i].Name, g.Kernels[i].File = d.str(), d.str()
-		copy(g.Kernels[i].Hash[:], d.take(32))
+		copy(g.Kernels[i].Hash[:], d.Take(32))
 	}
 	if err := d.done(); err != nil {
 		return nil, err
@@ -467,14 +479,14 @@ func DecodeGraph(b []byte) (*Graph, error) {
 	if len(stream)%4 != 0 || len(relocs)%relocBytes != 0 {
 		return nil, fmt.Errorf("%w: stream or relocation section has a partial record", ErrFormat)
 	}
-	d = &dec{b: secs[tagVariants], what: tagVariants}
+	d = newDec(secs[tagVariants], tagVariants)
 	g.Variants = make([]Variant, d.count(60))
 	for i := range g.Variants {
 		v := &g.Variants[i]
-		v.Stage, v.Slots, v.Rows, v.Dispatches = Stage(d.u8()), d.u32(), d.u32(), d.u32()
+		v.Stage, v.Slots, v.Rows, v.Dispatches = Stage(d.U8()), d.U32(), d.U32(), d.U32()
 		v.ScratchBytes, v.PeakBytes = d.i64(), d.i64()
-		wOff, wLen, rOff, rLen, lOff, lLen := d.u64(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64()
-		if d.err != nil {
+		wOff, wLen, rOff, rLen, lOff, lLen := d.U64(), d.U64(), d.U64(), d.U64(), d.U64(), d.U64()
+		if d.Err != nil {
 			break
 		}
 		if wOff > uint64(len(stream)/4) || wLen > uint64(len(stream)/4)-wOff ||
@@ -492,10 +504,10 @@ func DecodeGraph(b []byte) (*Graph, error) {
 			v.Relocs[j] = pm4.Reloc{Word: binary.LittleEndian.Uint32(rb), Kind: pm4.RelocKind(rb[4]),
 				Sym: pm4.Symbol{Space: pm4.Space(rb[5]), Index: binary.LittleEndian.Uint32(rb[8:]), Addend: binary.LittleEndian.Uint64(rb[12:])}}
 		}
-		ld := &dec{b: live[lOff : lOff+lLen], what: tagLiveness}
+		ld := newDec(live[lOff:lOff+lLen], tagLiveness)
 		v.Liveness = make([]RegLive, ld.count(32))
 		for j := range v.Liveness {
-			v.Liveness[j] = RegLive{Name: ld.str(), Bytes: ld.i64(), Def: int32(ld.u32()), LastRead: int32(ld.u32()), Physical: int32(ld.u32()), Offset: ld.i64()}
+			v.Liveness[j] = RegLive{Name: ld.str(), Bytes: ld.i64(), Def: int32(ld.U32()), LastRead: int32(ld.U32()), Physical: int32(ld.U32()), Offset: ld.i64()}
 		}
 		if err := ld.done(); err != nil {
 			return nil, err

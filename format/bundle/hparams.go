@@ -136,7 +136,7 @@ func decodeHparams(d *dec, h *Hparams) {
 	seen := map[string]bool{}
 	n := d.count(6)
 	for range n {
-		key, kind := d.str(), int(d.u8())
+		key, kind := d.str(), int(d.U8())
 		var i int64
 		var f float32
 		var s string
@@ -150,7 +150,7 @@ func decodeHparams(d *dec, h *Hparams) {
 		default:
 			d.fail(fmt.Sprintf("hyperparameter %q has value kind %d", key, kind))
 		}
-		if d.err != nil {
+		if d.Err != nil {
 			return
 		}
 		if seen[key] {

@@ -11,7 +11,7 @@ func TestHparamsKeyValues(t *testing.T) {
 	var e enc
 	encodeHparams(&e, &h)
 	var got Hparams
-	d := &dec{b: e.b, what: tagHparams}
+	d := newDec(e.b, tagHparams)
 	if decodeHparams(d, &got); d.done() != nil || got != h {
 		t.Fatalf("round trip: %+v, %v", got, d.done())
 	}
@@ -27,7 +27,7 @@ func TestHparamsKeyValues(t *testing.T) {
 	}
 	decode := func(b []byte) (Hparams, error) {
 		var h Hparams
-		d := &dec{b: b, what: tagHparams}
+		d := newDec(b, tagHparams)
 		decodeHparams(d, &h)
 		return h, d.done()
 	}

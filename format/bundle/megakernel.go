@@ -46,19 +46,10 @@ const (
 	TaskHeads TaskKind = 4
 )
 
-func (k TaskKind) String() string {
-	switch k {
-	case TaskWhole:
-		return "whole"
-	case TaskRows:
-		return "rows"
-	case TaskTile:
-		return "tile"
-	case TaskHeads:
-		return "heads"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+// taskKindNames names the task kinds, for String.
+var taskKindNames = [...]string{TaskWhole: "whole", TaskRows: "rows", TaskTile: "tile", TaskHeads: "heads"}
+
+func (k TaskKind) String() string { return enumName(k, taskKindNames[:], "kind") }
 
 // Task is one unit of a persistent kernel's work.
 type Task struct {
@@ -160,45 +151,45 @@ func encodeSchedules(ss []Schedule) []byte {
 // decodeSchedules reads the MEGA section; a version it does not know
 // gives no schedules and no error.
 func decodeSchedules(b []byte, variants []Variant) ([]Schedule, error) {
-	d := &dec{b: b, what: tagMegakernel}
-	if v := d.u32(); d.err == nil && v != ScheduleVersion {
+	d := newDec(b, tagMegakernel)
+	if v := d.U32(); d.Err == nil && v != ScheduleVersion {
 		return nil, nil
 	}
 	ss := make([]Schedule, d.count(16))
 	for i := range ss {
 		s := &ss[i]
-		s.Variant, s.SMs = d.u32(), d.u32()
+		s.Variant, s.SMs = d.U32(), d.U32()
 		s.Ops = make([]Op, d.count(4))
 		for j := range s.Ops {
 			s.Ops[j].Strides = make([]uint32, d.count(4))
 			for k := range s.Ops[j].Strides {
-				s.Ops[j].Strides[k] = d.u32()
+				s.Ops[j].Strides[k] = d.U32()
 			}
 		}
 		s.Tasks = make([]Task, d.count(taskBytes))
 		for j := range s.Tasks {
 			t := &s.Tasks[j]
-			t.Op, t.Kind = d.u32(), TaskKind(d.u8())
-			t.RowLo, t.RowHi, t.Lo, t.Hi = d.u32(), d.u32(), d.u32(), d.u32()
-			t.Bytes = d.u64()
-			t.WaitOff, t.WaitLen, t.Signal, t.SM = d.u32(), d.u32(), d.u32(), d.u32()
+			t.Op, t.Kind = d.U32(), TaskKind(d.U8())
+			t.RowLo, t.RowHi, t.Lo, t.Hi = d.U32(), d.U32(), d.U32(), d.U32()
+			t.Bytes = d.U64()
+			t.WaitOff, t.WaitLen, t.Signal, t.SM = d.U32(), d.U32(), d.U32(), d.U32()
 		}
 		s.Waits = make([]Wait, d.count(8))
 		for j := range s.Waits {
-			s.Waits[j] = Wait{d.u32(), d.u32()}
+			s.Waits[j] = Wait{d.U32(), d.U32()}
 		}
 		s.Counters = make([]uint32, d.count(4))
 		for j := range s.Counters {
-			s.Counters[j] = d.u32()
+			s.Counters[j] = d.U32()
 		}
 		s.Queues = make([][]uint32, d.count(4))
 		for j := range s.Queues {
 			s.Queues[j] = make([]uint32, d.count(4))
 			for k := range s.Queues[j] {
-				s.Queues[j][k] = d.u32()
+				s.Queues[j][k] = d.U32()
 			}
 		}
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		if int(s.Variant) >= len(variants) {

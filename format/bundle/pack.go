@@ -212,14 +212,14 @@ func decodePackTable(b []byte, hash *[32]byte) ([]PackRegion, error) {
 	if packChecksum(*hash, table) != le.Uint32(b[12:]) {
 		return nil, fmt.Errorf("%w: weights pack header checksum mismatch (corrupt, or a build that did not finish)", ErrFormat)
 	}
-	d := &dec{b: table, what: "pack table"}
+	d := newDec(table, "pack table")
 	regs := make([]PackRegion, d.count(20))
 	end := int64(packHeaderBytes) + int64(n) // the first byte a region may use
 	size := int64(len(b))
 	for i := range regs {
 		regs[i] = PackRegion{Name: d.str(), Offset: d.i64(), Bytes: d.i64()}
 		r := regs[i]
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		if r.Offset < end || r.Bytes < 0 || r.Offset%PackPageSize != 0 || r.Offset > size || r.Bytes > size-r.Offset {
@@ -227,7 +227,7 @@ func decodePackTable(b []byte, hash *[32]byte) ([]PackRegion, error) {
 		}
 		end = alignTo(r.Offset+r.Bytes, PackPageSize)
 	}
-	if d.err == nil && end != size {
+	if d.Err == nil && end != size {
 		return nil, fmt.Errorf("%w: weights pack of %d bytes, its regions end at %d (trailing bytes or truncated)", ErrFormat, size, end)
 	}
 	return regs, d.done()

@@ -17,6 +17,7 @@ import (
 	"sort"
 
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/lebin"
 )
 
 // Magic is "GGUF" read as a little-endian uint32.
@@ -150,78 +151,45 @@ func keyed[T any](f *File, key string, get func(Value) (T, error)) (T, error) {
 	return x, nil
 }
 
-// reader is a bounds-checked cursor over the header.
-type reader struct {
-	b   []byte
-	off int64
-	err error
+// reader is a bounds-checked cursor over the header (lebin's, whose
+// first overrun or fail sets Err).
+type reader struct{ lebin.Reader }
+
+func newReader(b []byte) *reader {
+	r := &reader{lebin.Reader{B: b}}
+	r.Short = func(lr *lebin.Reader, n int) error {
+		return fmt.Errorf("%w: at byte %d: need %d bytes, %d remain (truncated file?)", ErrFormat, lr.Off, n, lr.Left())
+	}
+	return r
 }
 
 func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: at byte %d: %s", ErrFormat, r.off, fmt.Sprintf(format, args...))
+	if r.Err == nil {
+		r.Err = fmt.Errorf("%w: at byte %d: %s", ErrFormat, r.Off, fmt.Sprintf(format, args...))
 	}
-}
-
-func (r *reader) take(n int64) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n < 0 || n > int64(len(r.b))-r.off {
-		r.fail("need %d bytes, %d remain (truncated file?)", n, int64(len(r.b))-r.off)
-		return nil
-	}
-	s := r.b[r.off : r.off+n]
-	r.off += n
-	return s
-}
-
-func (r *reader) u8() uint8 {
-	if s := r.take(1); s != nil {
-		return s[0]
-	}
-	return 0
-}
-func (r *reader) u16() uint16 {
-	if s := r.take(2); s != nil {
-		return binary.LittleEndian.Uint16(s)
-	}
-	return 0
-}
-func (r *reader) u32() uint32 {
-	if s := r.take(4); s != nil {
-		return binary.LittleEndian.Uint32(s)
-	}
-	return 0
-}
-func (r *reader) u64() uint64 {
-	if s := r.take(8); s != nil {
-		return binary.LittleEndian.Uint64(s)
-	}
-	return 0
 }
 
 func (r *reader) str() string {
-	n := r.u64()
-	if r.err != nil {
+	n := r.U64()
+	if r.Err != nil {
 		return ""
 	}
 	if n > maxStringBytes {
 		r.fail("string length %d too large", n)
 		return ""
 	}
-	return string(r.take(int64(n)))
+	return string(r.Take(int(n)))
 }
 
 // count reads an element count and checks that count elements of at least
 // minSize bytes each could fit in what remains, so a hostile count cannot
 // make us allocate gigabytes before failing.
 func (r *reader) count(minSize int64, what string) int {
-	n := r.u64()
-	if r.err != nil {
+	n := r.U64()
+	if r.Err != nil {
 		return 0
 	}
-	remain := uint64(int64(len(r.b)) - r.off)
+	remain := uint64(r.Left())
 	if minSize > 0 && n > remain/uint64(minSize) {
 		r.fail("%s count %d cannot fit in the %d bytes that remain", what, n, remain)
 		return 0
@@ -231,23 +199,23 @@ func (r *reader) count(minSize int64, what string) int {
 
 // Parse parses a GGUF file held in b. The returned File aliases b.
 func Parse(b []byte) (*File, error) {
-	r := &reader{b: b}
-	if magic := r.u32(); r.err == nil && magic != Magic {
+	r := newReader(b)
+	if magic := r.U32(); r.Err == nil && magic != Magic {
 		return nil, fmt.Errorf("%w: bad magic %#08x (want \"GGUF\")", ErrFormat, magic)
 	}
 	f := &File{data: b, kvIndex: map[string]int{}, tIndex: map[string]int{}}
-	f.Version = r.u32()
-	if r.err == nil && f.Version != 2 && f.Version != 3 {
+	f.Version = r.U32()
+	if r.Err == nil && f.Version != 2 && f.Version != 3 {
 		return nil, fmt.Errorf("%w: unsupported version %d (zrt reads GGUF v2 and v3)", ErrFormat, f.Version)
 	}
 	// Each tensor info is at least 8+4+8+4+8 bytes, each KV at least 8+4+1.
 	nTensors := r.count(32, "tensor")
 	nKV := r.count(13, "metadata")
-	for i := 0; i < nKV && r.err == nil; i++ {
+	for i := 0; i < nKV && r.Err == nil; i++ {
 		key := r.str()
-		v := r.value(ValueType(r.u32()), 0)
-		if r.err != nil {
-			return nil, fmt.Errorf("gguf: metadata entry %d (%q): %w", i, key, r.err)
+		v := r.value(ValueType(r.U32()), 0)
+		if r.Err != nil {
+			return nil, fmt.Errorf("gguf: metadata entry %d (%q): %w", i, key, r.Err)
 		}
 		if _, dup := f.kvIndex[key]; dup {
 			return nil, fmt.Errorf("%w: duplicate metadata key %q", ErrFormat, key)
@@ -255,8 +223,8 @@ func Parse(b []byte) (*File, error) {
 		f.kvIndex[key] = len(f.KV)
 		f.KV = append(f.KV, KV{Key: key, Value: v})
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
 
 	f.Alignment = DefaultAlignment
@@ -268,15 +236,15 @@ func Parse(b []byte) (*File, error) {
 		f.Alignment = int64(a)
 	}
 
-	for i := 0; i < nTensors && r.err == nil; i++ {
+	for i := 0; i < nTensors && r.Err == nil; i++ {
 		t := TensorInfo{Name: r.str()}
-		nd := r.u32()
-		if r.err == nil && (nd == 0 || nd > maxDims) {
+		nd := r.U32()
+		if r.Err == nil && (nd == 0 || nd > maxDims) {
 			r.fail("tensor %q has %d dimensions", t.Name, nd)
 		}
 		elems := int64(1)
-		for d := uint32(0); d < nd && r.err == nil; d++ {
-			x := r.u64()
+		for d := uint32(0); d < nd && r.Err == nil; d++ {
+			x := r.U64()
 			if x == 0 || x > math.MaxInt32*16 || elems > math.MaxInt64/int64(x) {
 				r.fail("tensor %q dimension %d is %d", t.Name, d, x)
 				break
@@ -284,9 +252,9 @@ func Parse(b []byte) (*File, error) {
 			elems *= int64(x)
 			t.Dims = append(t.Dims, int64(x))
 		}
-		t.Type = ggml.Type(r.u32())
-		off := r.u64()
-		if r.err != nil {
+		t.Type = ggml.Type(r.U32())
+		off := r.U64()
+		if r.Err != nil {
 			break
 		}
 		if !t.Type.Known() {
@@ -311,11 +279,11 @@ func Parse(b []byte) (*File, error) {
 		f.tIndex[t.Name] = len(f.Tensors)
 		f.Tensors = append(f.Tensors, t)
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
 
-	f.DataOffset = (r.off + f.Alignment - 1) / f.Alignment * f.Alignment
+	f.DataOffset = (int64(r.Off) + f.Alignment - 1) / f.Alignment * f.Alignment
 	if f.DataOffset > int64(len(b)) && len(f.Tensors) > 0 {
 		return nil, fmt.Errorf("%w: data section starts at %d beyond the end of the %d-byte file", ErrFormat, f.DataOffset, len(b))
 	}
@@ -346,27 +314,27 @@ func (r *reader) value(t ValueType, depth int) Value {
 	v := Value{Type: t}
 	switch t {
 	case TypeUint8:
-		v.v = uint64(r.u8())
+		v.v = uint64(r.U8())
 	case TypeInt8:
-		v.v = int64(int8(r.u8()))
+		v.v = int64(int8(r.U8()))
 	case TypeUint16:
-		v.v = uint64(r.u16())
+		v.v = uint64(r.U16())
 	case TypeInt16:
-		v.v = int64(int16(r.u16()))
+		v.v = int64(int16(r.U16()))
 	case TypeUint32:
-		v.v = uint64(r.u32())
+		v.v = uint64(r.U32())
 	case TypeInt32:
-		v.v = int64(int32(r.u32()))
+		v.v = int64(int32(r.U32()))
 	case TypeUint64:
-		v.v = r.u64()
+		v.v = r.U64()
 	case TypeInt64:
-		v.v = int64(r.u64())
+		v.v = int64(r.U64())
 	case TypeFloat32:
-		v.v = float64(math.Float32frombits(r.u32()))
+		v.v = float64(math.Float32frombits(r.U32()))
 	case TypeFloat64:
-		v.v = math.Float64frombits(r.u64())
+		v.v = math.Float64frombits(r.U64())
 	case TypeBool:
-		b := r.u8()
+		b := r.U8()
 		if b > 1 {
 			r.fail("bool value %d", b)
 		}
@@ -378,7 +346,7 @@ func (r *reader) value(t ValueType, depth int) Value {
 			r.fail("arrays nested too deeply")
 			return v
 		}
-		v.Elem = ValueType(r.u32())
+		v.Elem = ValueType(r.U32())
 		v.v = r.array(v.Elem, depth)
 	default:
 		r.fail("unknown value type %d", uint32(t))
@@ -395,7 +363,7 @@ func (r *reader) array(et ValueType, depth int) any {
 		return nil
 	}
 	n := r.count(minSize, "array element")
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
 	switch et {
@@ -422,7 +390,7 @@ func (r *reader) array(et ValueType, depth int) any {
 	case TypeBool:
 		out := make([]bool, n)
 		for i := range out {
-			b := r.u8()
+			b := r.U8()
 			if b > 1 {
 				r.fail("bool array element %d is %d", i, b)
 			}
@@ -433,7 +401,7 @@ func (r *reader) array(et ValueType, depth int) any {
 		out := make([]string, n)
 		for i := range out {
 			out[i] = r.str()
-			if r.err != nil {
+			if r.Err != nil {
 				return nil
 			}
 		}
@@ -442,7 +410,7 @@ func (r *reader) array(et ValueType, depth int) any {
 		out := make([]Value, n)
 		for i := range out {
 			out[i] = r.value(TypeArray, depth+1)
-			if r.err != nil {
+			if r.Err != nil {
 				return nil
 			}
 		}
@@ -451,7 +419,7 @@ func (r *reader) array(et ValueType, depth int) any {
 }
 
 func fixed[T any](r *reader, n, size int, dec func([]byte) T) []T {
-	raw := r.take(int64(n) * int64(size))
+	raw := r.Take(int(int64(n) * int64(size)))
 	if raw == nil {
 		return nil
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/zrtdev/zrt/format/lebin"
 )
 
 // Serialized form (all integers little-endian):
@@ -85,52 +87,26 @@ func (v *Vocab) MarshalBinary() ([]byte, error) {
 
 var errTruncated = errors.New("tokenizer: vocab data truncated")
 
-// decoder is a bounds-checked cursor; the first failure sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder is a bounds-checked cursor (lebin's; the first failure sticks).
+type decoder struct{ lebin.Reader }
 
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.err = errTruncated
-		return nil
-	}
-	x := d.b[:n]
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *decoder) u8() byte {
-	if x := d.take(1); x != nil {
-		return x[0]
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if x := d.take(4); x != nil {
-		return binary.LittleEndian.Uint32(x)
-	}
-	return 0
+func newDecoder(b []byte) *decoder {
+	return &decoder{lebin.Reader{B: b, Short: func(*lebin.Reader, int) error { return errTruncated }}}
 }
 
 func (d *decoder) str() string {
-	n := d.u32()
-	return string(d.take(int(min(n, math.MaxInt32))))
+	n := d.U32()
+	return string(d.Take(int(min(n, math.MaxInt32))))
 }
 
 // count reads an element count and checks that at least minSize bytes per
 // element remain, so corrupt counts cannot trigger huge allocations.
 func (d *decoder) count(minSize int) int {
-	n := d.u32()
-	if d.err == nil && uint64(n)*uint64(minSize) > uint64(len(d.b)) {
-		d.err = errTruncated
+	n := d.U32()
+	if d.Err == nil && uint64(n)*uint64(minSize) > uint64(d.Left()) {
+		d.Err = errTruncated
 	}
-	if d.err != nil {
+	if d.Err != nil {
 		return 0
 	}
 	return int(n)
@@ -139,14 +115,14 @@ func (d *decoder) count(minSize int) int {
 // Unmarshal decodes data written by MarshalBinary. Truncated or corrupt
 // data is an error.
 func Unmarshal(data []byte) (*Vocab, error) {
-	d := &decoder{b: data}
-	if string(d.take(4)) != marshalMagic {
-		if d.err != nil {
-			return nil, d.err
+	d := newDecoder(data)
+	if string(d.Take(4)) != marshalMagic {
+		if d.Err != nil {
+			return nil, d.Err
 		}
 		return nil, errors.New("tokenizer: not a vocab (bad magic)")
 	}
-	if ver := d.u32(); d.err == nil && ver != marshalVersion {
+	if ver := d.U32(); d.Err == nil && ver != marshalVersion {
 		return nil, fmt.Errorf("tokenizer: vocab version %d, want %d", ver, marshalVersion)
 	}
 	v := &Vocab{}
@@ -157,11 +133,11 @@ func Unmarshal(data []byte) (*Vocab, error) {
 		v.Tokens[i] = d.str()
 	}
 	readArr := func(what string) []uint32 {
-		switch d.u8() {
+		switch d.U8() {
 		case 0:
 			return nil
 		case 1:
-			x := d.take(4 * n)
+			x := d.Take(4 * n)
 			if x == nil {
 				return nil
 			}
@@ -171,8 +147,8 @@ func Unmarshal(data []byte) (*Vocab, error) {
 			}
 			return out
 		}
-		if d.err == nil {
-			d.err = fmt.Errorf("tokenizer: corrupt vocab data (%s flag)", what)
+		if d.Err == nil {
+			d.Err = fmt.Errorf("tokenizer: corrupt vocab data (%s flag)", what)
 		}
 		return nil
 	}
@@ -197,18 +173,18 @@ func Unmarshal(data []byte) (*Vocab, error) {
 		v.Merges = nil
 	}
 	for _, p := range v.specialIDs() {
-		*p = int32(d.u32())
+		*p = int32(d.U32())
 	}
-	flags := d.u8()
-	if d.err != nil {
-		return nil, d.err
+	flags := d.U8()
+	if d.Err != nil {
+		return nil, d.Err
 	}
 	if flags&^7 != 0 {
 		return nil, errors.New("tokenizer: corrupt vocab data (flags)")
 	}
 	v.AddBOS, v.AddEOS, v.AddSpacePrefix = flags&1 != 0, flags&2 != 0, flags&4 != 0
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("tokenizer: %d trailing bytes after vocab data", len(d.b))
+	if d.Left() != 0 {
+		return nil, fmt.Errorf("tokenizer: %d trailing bytes after vocab data", d.Left())
 	}
 	if err := v.Validate(); err != nil {
 		return nil, err

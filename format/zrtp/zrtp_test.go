@@ -12,6 +12,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // writeBundle fills dir with a bundle's files: a graph file for target,
@@ -59,36 +60,6 @@ func writeSet(t *testing.T, dir string) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// sameTree fails unless the trees at a and b hold the same files with
-// the same bytes.
-func sameTree(t *testing.T, a, b string) {
-	t.Helper()
-	read := func(root string) map[string][]byte {
-		out := map[string][]byte{}
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			rel, _ := filepath.Rel(root, p)
-			out[rel], err = os.ReadFile(p)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	ta, tb := read(a), read(b)
-	if len(ta) != len(tb) {
-		t.Fatalf("%s has %d files, %s has %d", a, len(ta), b, len(tb))
-	}
-	for name, x := range ta {
-		if y, ok := tb[name]; !ok || !bytes.Equal(x, y) {
-			t.Fatalf("%s differs between %s and %s", name, a, b)
-		}
 	}
 }
 
@@ -146,14 +117,14 @@ func TestRoundTripAndReproducible(t *testing.T) {
 			if err := r.Unpack(out); err != nil {
 				t.Fatal(err)
 			}
-			sameTree(t, src, out)
+			testmodel.SameTree(t, src, out, 0)
 			// One member alone is that member's bundle.
 			m := r.Index().Members[len(r.Index().Members)-1]
 			one := filepath.Join(dir, "one")
 			if err := r.UnpackMember(m, one); err != nil {
 				t.Fatal(err)
 			}
-			sameTree(t, filepath.Join(src, m.Dir), one)
+			testmodel.SameTree(t, filepath.Join(src, m.Dir), one, 0)
 		})
 	}
 }

@@ -126,6 +126,17 @@ func Shared(t testing.TB, file string) string {
 	return model
 }
 
+// SharedModels lists the GGUF models of ../shared/models and of its
+// synthetic/ (see reference.SharedDir), none where it is not there.
+func SharedModels() []string {
+	var out []string
+	for _, pat := range []string{"*.gguf", filepath.Join("synthetic", "*.gguf")} {
+		m, _ := filepath.Glob(filepath.Join(reference.SharedDir(), "models", pat))
+		out = append(out, m...)
+	}
+	return out
+}
+
 // CompileShared compiles file of ../shared/models (Shared) with config
 // and opt (Compile) into a fresh temporary directory and returns the
 // bundle's path.
@@ -163,7 +174,7 @@ func SameTree(t testing.TB, a, b string, least int) {
 		t.Fatalf("%s holds %d files, %s %d", a, len(ta), b, len(tb))
 	}
 	for name, data := range ta {
-		if !bytes.Equal(data, tb[name]) {
+		if y, ok := tb[name]; !ok || !bytes.Equal(data, y) {
 			t.Errorf("%s differs between %s and %s", name, a, b)
 		}
 	}

@@ -158,12 +158,7 @@ func ropeKVWrite(c *kvCache, a *Args) error {
 // go to scratch (after gemm's quantized activations) and are added in
 // float32, so the result is the unfused pair's to the bit.
 func matmulResidual(t ggml.Type, a *Args) error {
-	x, w, bias, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], req(a.Bufs[3]), f32s(a.Bufs[4])
-	k, n := int(a.Push[0]), int(a.Push[1])
-	var b []float32
-	if bias != nil {
-		b = f32s(bias)[:n]
-	}
+	x, w, b, r, y, k, n := matmulArgs(a)
 	rows := r.rows()
 	q := gemmWorkBytes(t, rows, k)
 	p := f32s(a.work(q + 4*rows*n)[q:])[:rows*n]

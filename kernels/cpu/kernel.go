@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
@@ -52,6 +53,20 @@ func Bind(instance string) (Func, error) {
 		return nil, fmt.Errorf("cpu: no implementation of kernel family %s", abi.Name)
 	}
 	return mk(binding{t, kv})
+}
+
+// BindBlobs binds the kernel instance each of a bundle's blobs names, in
+// the blobs' order (a dispatch's kernel index).
+func BindBlobs(blobs []*zrt.Blob) ([]Func, error) {
+	fns := make([]Func, len(blobs))
+	for i, blob := range blobs {
+		f, err := Bind(blob.Name)
+		if err != nil {
+			return nil, err
+		}
+		fns[i] = f
+	}
+	return fns, nil
 }
 
 // binding is what an instance's name fixes: the weight type of a typed

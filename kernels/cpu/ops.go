@@ -79,13 +79,20 @@ func normRow(xs, ys, w []float32, eps float32) {
 // The prompt rows of an F16 product go through tinyBLAS's arithmetic
 // where ggml takes it (gemmPrompt).
 func matmul(t ggml.Type, a *Args) error {
-	x, w, bias, r, y := f32s(a.Bufs[0]), a.Bufs[1], a.Bufs[2], req(a.Bufs[3]), f32s(a.Bufs[4])
-	k, n := int(a.Push[0]), int(a.Push[1])
-	var b []float32
-	if bias != nil {
+	x, w, b, r, y, k, n := matmulArgs(a)
+	return gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
+}
+
+// matmulArgs unpacks matmul's and matmul_residual's buffers (x, w, bias,
+// the request table, y) and push constants (k, n); b is the bias's n
+// floats, nil without one.
+func matmulArgs(a *Args) (x []float32, w []byte, b []float32, r request, y []float32, k, n int) {
+	x, w, r, y = f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[3]), f32s(a.Bufs[4])
+	k, n = int(a.Push[0]), int(a.Push[1])
+	if bias := a.Bufs[2]; bias != nil {
 		b = f32s(bias)[:n]
 	}
-	return gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
+	return x, w, b, r, y, k, n
 }
 
 // gemmPrompt is gemm over the rows of the request table r, with the

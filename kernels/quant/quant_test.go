@@ -203,28 +203,24 @@ func encodeScalesK4(sc, mn *[8]int) [12]byte {
 	return s
 }
 
-func encodeQ4K(q *[256]int, sc, mn *[8]int, d, dmin uint16) []byte {
-	b := make([]byte, 144)
+// encodeQ45K is a Q4_K block (five false) or a Q5_K one (five: each
+// element's fifth bit in qh, bit e/32 of qh[e%32], before the nibbles).
+func encodeQ45K(q *[256]int, sc, mn *[8]int, d, dmin uint16, five bool) []byte {
+	size, qs := 144, 16
+	if five {
+		size, qs = 176, 48
+	}
+	b := make([]byte, size)
 	put16(b[0:], d)
 	put16(b[2:], dmin)
 	s := encodeScalesK4(sc, mn)
 	copy(b[4:], s[:])
 	for e := 0; e < 256; e++ {
 		// chunk e/64: low nibbles hold its first 32 elements, high the rest
-		b[16+32*(e/64)+e%32] |= byte(q[e]&15) << (4 * ((e % 64) / 32))
-	}
-	return b
-}
-
-func encodeQ5K(q *[256]int, sc, mn *[8]int, d, dmin uint16) []byte {
-	b := make([]byte, 176)
-	put16(b[0:], d)
-	put16(b[2:], dmin)
-	s := encodeScalesK4(sc, mn)
-	copy(b[4:], s[:])
-	for e := 0; e < 256; e++ {
-		b[48+32*(e/64)+e%32] |= byte(q[e]&15) << (4 * ((e % 64) / 32))
-		b[16+e%32] |= byte(q[e]>>4) << (e / 32)
+		b[qs+32*(e/64)+e%32] |= byte(q[e]&15) << (4 * ((e % 64) / 32))
+		if five {
+			b[16+e%32] |= byte(q[e]>>4) << (e / 32)
+		}
 	}
 	return b
 }
@@ -260,7 +256,7 @@ func TestDequantizeKQuantsHandBuilt(t *testing.T) {
 		q[e] = rng.Intn(16)
 	}
 	q[5*32] = 7
-	got := dequant(t, ggml.Q4_K, encodeQ4K(&q, &sc8, &mn8, hHalf, hQuarter), 256)
+	got := dequant(t, ggml.Q4_K, encodeQ45K(&q, &sc8, &mn8, hHalf, hQuarter, false), 256)
 	for e := range want {
 		want[e] = float32(0.5*float64(k4Sc[e/32])*float64(q[e]) - 0.25*float64(k4Mn[e/32]))
 	}
@@ -273,7 +269,7 @@ func TestDequantizeKQuantsHandBuilt(t *testing.T) {
 	for e := range q {
 		q[e] = rng.Intn(32)
 	}
-	got = dequant(t, ggml.Q5_K, encodeQ5K(&q, &sc8, &mn8, hHalf, hQuarter), 256)
+	got = dequant(t, ggml.Q5_K, encodeQ45K(&q, &sc8, &mn8, hHalf, hQuarter, true), 256)
 	for e := range want {
 		want[e] = float32(0.5*float64(k4Sc[e/32])*float64(q[e]) - 0.25*float64(k4Mn[e/32]))
 	}

@@ -135,26 +135,34 @@ func floatDot(size int, kernel func(w, x *byte, n int) float32, tail func(n int,
 // VPDPBUSD; 32 bytes a row, row after row) and then their f16 scales as
 // eight float32 (exact conversions, what VCVTPH2PS gives), q80PrepBlock
 // bytes in all.
-var prepQ8_0x8 = prepKernel{
-	groupBytes: func(n int) int { return n / qk * q80PrepBlock },
-	prepare: func(n int, xq []byte, xStride int, dst []byte) {
-		nb := n / qk
-		_ = dst[nb*q80PrepBlock-1]
-		_ = xq[7*xStride+nb*q8_0Len-1]
-		for r := 0; r < 8; r++ {
-			x := xq[r*xStride:]
-			for b := 0; b < nb; b++ {
-				src := x[b*q8_0Len : (b+1)*q8_0Len]
-				d := dst[b*q80PrepBlock:]
-				q := d[r*qk : (r+1)*qk]
-				for i := 0; i < qk; i += 8 {
-					binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(src[2+i:])^0x8080808080808080)
+var prepQ8_0x8 = prepBlocks(qk, q8_0Len, q8_0Len, q80PrepBlock, func(r int, src, d []byte) {
+	q := d[r*qk : (r+1)*qk]
+	for i := 0; i < qk; i += 8 {
+		binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(src[2+i:])^0x8080808080808080)
+	}
+	binary.LittleEndian.PutUint32(d[8*qk+4*r:], math.Float32bits(F16ToF32(binary.LittleEndian.Uint16(src))))
+}, dotQ8_0x8PrepAsm)
+
+// prepBlocks is the prepKernel of an eight-row kernel on blocks of bs
+// elements (wLen bytes a weight block, xLen an activation block, pLen a
+// prepared block of the eight rows): put lays row r's activation block
+// src into its prepared block d.
+func prepBlocks(bs, wLen, xLen, pLen int, put func(r int, src, d []byte), kernel func(w, xp *byte, nb int, out *float32)) prepKernel {
+	return prepKernel{
+		groupBytes: func(n int) int { return n / bs * pLen },
+		prepare: func(n int, xq []byte, xStride int, dst []byte) {
+			nb := n / bs
+			_ = dst[nb*pLen-1]
+			_ = xq[7*xStride+nb*xLen-1]
+			for r := 0; r < 8; r++ {
+				x := xq[r*xStride:]
+				for b := 0; b < nb; b++ {
+					put(r, x[b*xLen:(b+1)*xLen], dst[b*pLen:])
 				}
-				binary.LittleEndian.PutUint32(d[8*qk+4*r:], math.Float32bits(F16ToF32(binary.LittleEndian.Uint16(src))))
 			}
-		}
-	},
-	dot: prepDot(qk, q8_0Len, q80PrepBlock, dotQ8_0x8PrepAsm),
+		},
+		dot: prepDot(bs, wLen, pLen, kernel),
+	}
 }
 
 // blockDot is a one-row dot kernel on nb whole blocks of bs elements
@@ -253,29 +261,15 @@ const q80PrepBlock = 8*qk + 8*4
 // that the mins multiply; within ±4064, exactly what the one-row
 // kernel's VPHADDW forms), then the rows' scales as float32: what every
 // weight row would otherwise gather again from the Q8_K rows.
-var prepQ4_Kx8 = prepKernel{
-	groupBytes: func(n int) int { return n / qkK * q4kPrepBlock },
-	prepare: func(n int, xq []byte, xStride int, dst []byte) {
-		nb := n / qkK
-		_ = dst[nb*q4kPrepBlock-1]
-		_ = xq[7*xStride+nb*q8_KLen-1]
-		for r := 0; r < 8; r++ {
-			x := xq[r*xStride:]
-			for b := 0; b < nb; b++ {
-				src := x[b*q8_KLen : (b+1)*q8_KLen]
-				d := dst[b*q4kPrepBlock:]
-				copy(d[r*qkK:(r+1)*qkK], src[4:4+qkK])
-				bs := src[4+qkK:]
-				for j := 0; j < 8; j++ {
-					s := int16(binary.LittleEndian.Uint16(bs[4*j:])) + int16(binary.LittleEndian.Uint16(bs[4*j+2:]))
-					binary.LittleEndian.PutUint16(d[8*qkK+16*r+2*j:], uint16(s))
-				}
-				copy(d[8*qkK+8*16+4*r:8*qkK+8*16+4*r+4], src[:4])
-			}
-		}
-	},
-	dot: prepDot(qkK, q4_KLen, q4kPrepBlock, dotQ4_Kx8PrepAsm),
-}
+var prepQ4_Kx8 = prepBlocks(qkK, q4_KLen, q8_KLen, q4kPrepBlock, func(r int, src, d []byte) {
+	copy(d[r*qkK:(r+1)*qkK], src[4:4+qkK])
+	bs := src[4+qkK:]
+	for j := 0; j < 8; j++ {
+		s := int16(binary.LittleEndian.Uint16(bs[4*j:])) + int16(binary.LittleEndian.Uint16(bs[4*j+2:]))
+		binary.LittleEndian.PutUint16(d[8*qkK+16*r+2*j:], uint16(s))
+	}
+	copy(d[8*qkK+8*16+4*r:8*qkK+8*16+4*r+4], src[:4])
+}, dotQ4_Kx8PrepAsm)
 
 // q4kPrepBlock is the size of one super-block of a prepared Q4_K group.
 const q4kPrepBlock = 8*qkK + 8*16 + 8*4

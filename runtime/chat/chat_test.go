@@ -135,6 +135,25 @@ func TestModelTemplates(t *testing.T) {
 	}
 }
 
+// ggufTemplate is the chat template a model file carries, read with the
+// project's GGUF reader; the test is skipped where the file is missing.
+func ggufTemplate(t *testing.T, path string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("%s not available: %v", path, err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	src, err := f.String("tokenizer.chat_template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
 // TestGGUFTemplates checks the template constants against the model files
 // they were taken from, read with the project's GGUF reader.
 func TestGGUFTemplates(t *testing.T) {
@@ -144,19 +163,7 @@ func TestGGUFTemplates(t *testing.T) {
 		"ggml-vocab-llama-bpe.gguf": llama3Template,
 		"ggml-vocab-phi-3.gguf":     phi3Template,
 	} {
-		path := filepath.Join(dir, file)
-		if _, err := os.Stat(path); err != nil {
-			t.Skipf("%s not available: %v", path, err)
-		}
-		f, err := gguf.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := f.String("tokenizer.chat_template")
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := ggufTemplate(t, filepath.Join(dir, file))
 		if got != want {
 			t.Errorf("%s: chat template differs from the test's constant", file)
 		}

@@ -741,6 +741,20 @@ func strTimes(l, r any) (string, int64, bool) {
 	return "", 0, false
 }
 
+// ring is +, - or * (ok false for another op) of two numbers of one kind,
+// Python's int or float.
+func ring[T int64 | float64](op string, l, r T) (v T, ok bool) {
+	switch op {
+	case "+":
+		return l + r, true
+	case "-":
+		return l - r, true
+	case "*":
+		return l * r, true
+	}
+	return 0, false
+}
+
 // arith does number arithmetic with Python's int/float rules.
 func arith(op string, l, r any) (any, error) {
 	li, lInt := l.(int64)
@@ -753,13 +767,10 @@ func arith(op string, l, r any) (any, error) {
 		return nil, errors.New("unsupported operand types for " + op + ": " + typeName(l) + " and " + typeName(r))
 	}
 	if lInt && rInt {
+		if v, ok := ring(op, li, ri); ok {
+			return v, nil
+		}
 		switch op {
-		case "+":
-			return li + ri, nil
-		case "-":
-			return li - ri, nil
-		case "*":
-			return li * ri, nil
 		case "//", "%":
 			if ri == 0 {
 				return nil, errors.New("integer division or modulo by zero")
@@ -779,13 +790,10 @@ func arith(op string, l, r any) (any, error) {
 			}
 		}
 	}
+	if v, ok := ring(op, lf, rf); ok {
+		return v, nil
+	}
 	switch op {
-	case "+":
-		return lf + rf, nil
-	case "-":
-		return lf - rf, nil
-	case "*":
-		return lf * rf, nil
 	case "/":
 		if rf == 0 {
 			return nil, errors.New("division by zero")

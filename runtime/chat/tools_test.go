@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/zrtdev/zrt/format/gguf"
 )
 
 // toolCase is one entry of testdata/tools.json: a conversation with tools,
@@ -134,19 +132,7 @@ func TestToolFamilies(t *testing.T) {
 // does) and requires llama.cpp's prompt for the same conversation with
 // Qwen3-0.6B's template, which the fixture carries.
 func TestToolFixture(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "shared", "models", "synthetic", "syn-qwen3-chat-q8_0.gguf")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("%s not available: %v", path, err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := f.String("tokenizer.chat_template")
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := ggufTemplate(t, filepath.Join("..", "..", "..", "shared", "models", "synthetic", "syn-qwen3-chat-q8_0.gguf"))
 	if src != familyTemplate(t, "Qwen-Qwen3-0.6B.jinja") {
 		t.Fatal("the fixture's template is no longer Qwen3-0.6B's")
 	}

@@ -86,14 +86,10 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		t.Close()
 		return nil, fmt.Errorf("cpu: memory plan has no fence region")
 	}
-	fns := make([]kcpu.Func, len(b.Blobs))
-	for i, blob := range b.Blobs {
-		f, err := kcpu.Bind(blob.Name)
-		if err != nil {
-			t.Close()
-			return nil, err
-		}
-		fns[i] = f
+	fns, err := kcpu.BindBlobs(b.Blobs)
+	if err != nil {
+		t.Close()
+		return nil, err
 	}
 	for vi := range g.Variants {
 		s, err := replay.Walk(&g.Variants[vi], b.Blobs, mem, t.fence)

@@ -80,14 +80,10 @@ func New(b *bundle.Bundle, threads int) (*Machine, error) {
 		m.Close()
 		return nil, fmt.Errorf("megakernel: memory plan has no fence region")
 	}
-	fns := make([]kcpu.Func, len(b.Blobs))
-	for i, blob := range b.Blobs {
-		f, err := kcpu.Bind(blob.Name)
-		if err != nil {
-			m.Close()
-			return nil, fmt.Errorf("megakernel: %w", err)
-		}
-		fns[i] = f
+	fns, err := kcpu.BindBlobs(b.Blobs)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("megakernel: %w", err)
 	}
 	for vi := range g.Variants {
 		s, err := replay.Walk(&g.Variants[vi], b.Blobs, m.mem, fence)

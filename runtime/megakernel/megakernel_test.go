@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/megakernel"
 )
@@ -33,15 +34,6 @@ var (
 // steps is the decode steps each run takes, so attention reads KV that
 // earlier steps wrote.
 const steps = 3
-
-func sharedModels() []string {
-	var out []string
-	for _, pat := range []string{"../../../shared/models/*.gguf", "../../../shared/models/synthetic/*.gguf"} {
-		m, _ := filepath.Glob(pat)
-		out = append(out, m...)
-	}
-	return out
-}
 
 // build compiles model for cuda:sm_90 with three slots (decode variants
 // of one to three rows) and a short context.
@@ -161,9 +153,9 @@ func simulate(t *testing.T, b *bundle.Bundle, s *bundle.Schedule, o megakernel.O
 }
 
 func TestSchedules(t *testing.T) {
-	models := sharedModels()
+	models := testmodel.SharedModels()
 	if len(models) == 0 {
-		t.Skip("no shared models under ../../../shared/models (../shared beside the repository)")
+		t.Skip("no shared models under ../shared/models beside the repository")
 	}
 	for _, model := range models {
 		name := strings.TrimSuffix(filepath.Base(model), ".gguf")

@@ -38,11 +38,18 @@ func choose(t *testing.T, x *bundleset.Index, probe Probe, tier string) (Choice,
 	return Choose("SET", x, Detect([]Probe{probe}), tier)
 }
 
-func TestNoGPUPicksCPUAndSaysWhy(t *testing.T) {
-	c, err := choose(t, cpuAndCUDA(), noGPU, "")
+// mustChoose is choose where the choice must succeed.
+func mustChoose(t *testing.T, x *bundleset.Index, probe Probe, tier string) Choice {
+	t.Helper()
+	c, err := choose(t, x, probe, tier)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestNoGPUPicksCPUAndSaysWhy(t *testing.T) {
+	c := mustChoose(t, cpuAndCUDA(), noGPU, "")
 	if c.Member.Target != "cpu" || c.Path != filepath.Join("SET", "cpu") {
 		t.Fatalf("chose %s at %s, want cpu", c.Member.Target, c.Path)
 	}
@@ -58,24 +65,18 @@ func TestNoGPUPicksCPUAndSaysWhy(t *testing.T) {
 }
 
 func TestGPUThatFitsPicksCUDA(t *testing.T) {
-	c, err := choose(t, cpuAndCUDA(), h100, "auto")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustChoose(t, cpuAndCUDA(), h100, "auto")
 	if c.Member.Target != "cuda:sm_90" || !strings.Contains(c.Explain(), "H100") {
 		t.Fatalf("chose %s:\n%s", c.Member.Target, c.Explain())
 	}
 	// The user's tier choice wins over the preference.
-	if c, err = choose(t, cpuAndCUDA(), h100, "cpu"); err != nil || c.Member.Target != "cpu" {
+	if c, err := choose(t, cpuAndCUDA(), h100, "cpu"); err != nil || c.Member.Target != "cpu" {
 		t.Fatalf("--tier cpu on a GPU machine: %s %v", c.Member.Target, err)
 	}
 }
 
 func TestOlderGPUFallsBackToCPU(t *testing.T) {
-	c, err := choose(t, cpuAndCUDA(), a100, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustChoose(t, cpuAndCUDA(), a100, "")
 	if c.Member.Target != "cpu" || !strings.Contains(c.Explain(), "needs compute capability 9.0 or later; NVIDIA A100 has 8.0") {
 		t.Fatalf("chose %s:\n%s", c.Member.Target, c.Explain())
 	}

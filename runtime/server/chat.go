@@ -2,9 +2,7 @@ package server
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/zrtdev/zrt/runtime/chat"
 	"github.com/zrtdev/zrt/runtime/chat/reply"
@@ -59,12 +57,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
-	g, aerr := s.submit(r.Context(), m, prompt, ps)
-	if aerr != nil {
-		s.reject(w, r, aerr)
+	g, a, ok := s.start(w, r, m, prompt, ps, "chatcmpl", "chat.completion", "chat.completion.chunk")
+	if !ok {
 		return
 	}
-	id, created := fmt.Sprintf("chatcmpl-%d", s.requests.Add(1)), time.Now().Unix()
 	// logprobs is the choice's logprobs object: null without logprobs.
 	logprobs := func(lps []decode.Logprobs) any {
 		if !p.Logprobs {
@@ -79,7 +75,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			if !started[i] {
 				delta["role"], started[i] = "assistant", true
 			}
-			return envelope(id, "chat.completion.chunk", created, m.Name, map[string]any{"index": i, "delta": delta, "finish_reason": finish, "logprobs": logprobs(lps)}, nil)
+			return a.envelope(map[string]any{"index": i, "delta": delta, "finish_reason": finish, "logprobs": logprobs(lps)}, nil)
 		}
 		// A choice's logprobs go with its first chunk of a step; the
 		// deltas a step's text completes may be several (reasoning
@@ -95,7 +91,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			}
 			return out
 		}
-		stream(w, g, streamer{
+		a.stream(w, g, streamer{
 			text: func(i int, t string, lps []decode.Logprobs) []any {
 				return chunks(i, chatDeltas(replies[i].add(t)), lps)
 			},
@@ -107,25 +103,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 				}
 				return append(out, chunk(i, map[string]any{}, &reason, lps))
 			},
-			usage: func(u usage) any { return envelope(id, "chat.completion.chunk", created, m.Name, nil, &u) },
-		}, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		}, req.includeUsage())
 		return
 	}
-	res, lasts, bad := collect(g)
-	if bad {
-		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
-		return
-	}
-	var choices []map[string]any
-	for i, c := range res {
+	s.whole(w, r, g, a, func(i int, c choiceResult) map[string]any {
 		msg, calls := chatMessage(replies[i].parse(c.text))
 		reason := c.last.Finish.OpenAI()
 		if calls && reason == "stop" {
 			reason = "tool_calls"
 		}
-		choices = append(choices, map[string]any{"index": i, "message": msg, "finish_reason": reason, "logprobs": logprobs(c.lps)})
-	}
-	writeJSON(w, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})
+		return map[string]any{"index": i, "message": msg, "finish_reason": reason, "logprobs": logprobs(c.lps)}
+	})
 }
 
 // chatDeltas are d as OpenAI's chunk deltas: reasoning and content in

@@ -2,9 +2,7 @@ package server
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
@@ -50,12 +48,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g, aerr := s.submit(r.Context(), m, prompt, ps)
-	if aerr != nil {
-		s.reject(w, r, aerr)
+	g, a, ok := s.start(w, r, m, prompt, ps, "cmpl", "text_completion", "text_completion")
+	if !ok {
 		return
 	}
-	id, created := fmt.Sprintf("cmpl-%d", s.requests.Add(1)), time.Now().Unix()
 	// Each choice's logprobs count their text offsets on from its own
 	// text.
 	legacy := make([]*legacyLogprobs, len(ps))
@@ -75,32 +71,24 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 				g.chans[i] = prepend(g.chans[i], text)
 			}
 		}
-		stream(w, g, streamer{
+		a.stream(w, g, streamer{
 			text: func(i int, t string, lps []decode.Logprobs) []any {
-				return []any{envelope(id, "text_completion", created, m.Name, choice(i, t, nil, lps), nil)}
+				return []any{a.envelope(choice(i, t, nil, lps), nil)}
 			},
 			end: func(i int, reason string, lps []decode.Logprobs) []any {
-				return []any{envelope(id, "text_completion", created, m.Name, choice(i, "", &reason, lps), nil)}
+				return []any{a.envelope(choice(i, "", &reason, lps), nil)}
 			},
-			usage: func(u usage) any { return envelope(id, "text_completion", created, m.Name, nil, &u) },
-		}, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		}, req.includeUsage())
 		return
 	}
-	res, lasts, bad := collect(g)
-	if bad {
-		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
-		return
-	}
-	var choices []map[string]any
-	for i, c := range res {
+	s.whole(w, r, g, a, func(i int, c choiceResult) map[string]any {
 		out := c.text
 		if req.Echo {
 			out = text + out
 		}
 		reason := c.last.Finish.OpenAI()
-		choices = append(choices, choice(i, out, &reason, c.lps))
-	}
-	writeJSON(w, map[string]any{"id": id, "object": "text_completion", "created": created, "model": m.Name, "choices": choices, "usage": usageOf(lasts)})
+		return choice(i, out, &reason, c.lps)
+	})
 }
 
 // prepend emits text as the first event, then the engine's.

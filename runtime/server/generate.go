@@ -16,14 +16,56 @@ import (
 	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
 
-// envelope is one stream chunk (or a completion's response): choice is
-// its only choice, or none in the usage chunk that u marks.
-func envelope(id, object string, created int64, model string, choice map[string]any, u *usage) map[string]any {
-	o := map[string]any{"id": id, "object": object, "created": created, "model": model, "choices": []map[string]any{choice}}
+// answer names one reply of the completion endpoints: its id, its object
+// type (a whole reply's; a stream's chunks are chunk's), its model and
+// when it was created.
+type answer struct {
+	id, object, chunk, model string
+	created                  int64
+}
+
+// start submits the choices ps of prompt and names the reply (prefix: its
+// id's; object and chunk: its types); false when the engine refused the
+// request, which the client has then been told.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, m *Model, prompt []int32, ps []decode.Params, prefix, object, chunk string) (*generation, answer, bool) {
+	g, aerr := s.submit(r.Context(), m, prompt, ps)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return nil, answer{}, false
+	}
+	return g, answer{id: fmt.Sprintf("%s-%d", prefix, s.requests.Add(1)), object: object, chunk: chunk, model: m.Name, created: time.Now().Unix()}, true
+}
+
+// envelope is one stream chunk of the reply: choice is its only choice,
+// or none in the usage chunk that u marks.
+func (a answer) envelope(choice map[string]any, u *usage) map[string]any {
+	o := map[string]any{"id": a.id, "object": a.chunk, "created": a.created, "model": a.model, "choices": []map[string]any{choice}}
 	if u != nil {
 		o["choices"], o["usage"] = []map[string]any{}, u
 	}
 	return o
+}
+
+// stream streams the reply (stream's events from out), its usage chunk
+// the reply's envelope when includeUsage.
+func (a answer) stream(w http.ResponseWriter, g *generation, out streamer, includeUsage bool) {
+	out.usage = func(u usage) any { return a.envelope(nil, &u) }
+	stream(w, g, out, includeUsage)
+}
+
+// whole waits for the reply's choices and writes it as one object, choice
+// i being choice(i, its result), or a server error if one failed.
+func (s *Server) whole(w http.ResponseWriter, r *http.Request, g *generation, a answer, choice func(i int, c choiceResult) map[string]any) {
+	res, lasts, bad := collect(g)
+	if bad {
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
+		return
+	}
+	var choices []map[string]any
+	for i, c := range res {
+		choices = append(choices, choice(i, c))
+	}
+	writeJSON(w, map[string]any{"id": a.id, "object": a.object, "created": a.created, "model": a.model, "choices": choices, "usage": usageOf(lasts)})
 }
 
 // reject answers a generation request with an error, counting it against

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server/ledger"
 )
@@ -57,28 +58,28 @@ type outcome struct {
 	done       bool  // a stream that reached its end rather than being cut
 }
 
-func (c loadCase) completionParams() openai.CompletionNewParams {
-	p := openai.CompletionNewParams{Model: "stories260K", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(c.prompt)},
-		MaxTokens: openai.Int(c.maxTokens), Temperature: openai.Float(c.temperature)}
+// seedStop is c's seed (sampled cases only) and stop string, each unset
+// where c has none, as both endpoints' parameters take them.
+func (c loadCase) seedStop() (seed param.Opt[int64], stop param.Opt[string]) {
 	if c.temperature > 0 {
-		p.Seed = openai.Int(c.seed)
+		seed = openai.Int(c.seed)
 	}
 	if c.stop != "" {
-		p.Stop = openai.CompletionNewParamsStopUnion{OfString: openai.String(c.stop)}
+		stop = openai.String(c.stop)
 	}
-	return p
+	return seed, stop
+}
+
+func (c loadCase) completionParams() openai.CompletionNewParams {
+	seed, stop := c.seedStop()
+	return openai.CompletionNewParams{Model: "stories260K", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(c.prompt)},
+		MaxTokens: openai.Int(c.maxTokens), Temperature: openai.Float(c.temperature), Seed: seed, Stop: openai.CompletionNewParamsStopUnion{OfString: stop}}
 }
 
 func (c loadCase) chatParams() openai.ChatCompletionNewParams {
-	p := openai.ChatCompletionNewParams{Model: "stories260K", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(c.prompt)},
-		MaxTokens: openai.Int(c.maxTokens), Temperature: openai.Float(c.temperature)}
-	if c.temperature > 0 {
-		p.Seed = openai.Int(c.seed)
-	}
-	if c.stop != "" {
-		p.Stop = openai.ChatCompletionNewParamsStopUnion{OfString: openai.String(c.stop)}
-	}
-	return p
+	seed, stop := c.seedStop()
+	return openai.ChatCompletionNewParams{Model: "stories260K", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(c.prompt)},
+		MaxTokens: openai.Int(c.maxTokens), Temperature: openai.Float(c.temperature), Seed: seed, Stop: openai.ChatCompletionNewParamsStopUnion{OfString: stop}}
 }
 
 // run sends c without streaming.

@@ -51,6 +51,11 @@ type genParams struct {
 	constraintFields
 }
 
+// includeUsage is whether a stream ends with a usage chunk.
+func (g *genParams) includeUsage() bool {
+	return g.StreamOptions != nil && g.StreamOptions.IncludeUsage
+}
+
 // decodeParams validates the shared fields into the engine's terms; chat
 // says which endpoint's logprobs fields to read.
 func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError) {
@@ -69,27 +74,14 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 			return p, maxTokensError("max_tokens", m)
 		}
 	}
-	if g.Temperature != nil {
-		p.Sampling.Temperature = *g.Temperature
-	}
-	if g.TopP != nil {
-		p.Sampling.TopP = *g.TopP
-	}
-	if g.TopK != nil {
-		p.Sampling.TopK = *g.TopK
-	}
-	if g.MinP != nil {
-		p.Sampling.MinP = *g.MinP
-	}
-	if g.RepeatPenalty != nil {
-		p.Sampling.RepeatPenalty = *g.RepeatPenalty
-	}
-	if g.PresencePenalty != nil {
-		p.Sampling.PresencePenalty = *g.PresencePenalty
-	}
-	if g.FrequencyPenalty != nil {
-		p.Sampling.FrequencyPenalty = *g.FrequencyPenalty
-	}
+	s := &p.Sampling
+	setIf(&s.Temperature, g.Temperature)
+	setIf(&s.TopP, g.TopP)
+	setIf(&s.TopK, g.TopK)
+	setIf(&s.MinP, g.MinP)
+	setIf(&s.RepeatPenalty, g.RepeatPenalty)
+	setIf(&s.PresencePenalty, g.PresencePenalty)
+	setIf(&s.FrequencyPenalty, g.FrequencyPenalty)
 	bias, aerr := logitBias(g.LogitBias, m.Tok.NVocab())
 	if aerr != nil {
 		return p, aerr
@@ -113,6 +105,13 @@ func (g *genParams) decodeParams(m *Model, chat bool) (decode.Params, *apiError)
 	}
 	p.Stops = stops
 	return p, nil
+}
+
+// setIf sets *dst to the request's value v, where the request has one.
+func setIf[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 // maxChoices bounds n: each choice is a request of its own in the engine.

@@ -52,6 +52,16 @@ func streamResponse(t *testing.T, c openai.Client, params responses.ResponseNewP
 	return types, text.String(), args, final
 }
 
+// hello is one brief, greedy, unthinking conversation as a Responses
+// request and as the chat completion the server must answer alike.
+func hello() (responses.ResponseNewParams, openai.ChatCompletionNewParams) {
+	return responses.ResponseNewParams{Model: agentName, Instructions: openai.String("Be brief."),
+			Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")},
+			MaxOutputTokens: openai.Int(12), Temperature: openai.Float(0), Reasoning: noThinking},
+		openai.ChatCompletionNewParams{Model: agentName, MaxTokens: openai.Int(12), Temperature: openai.Float(0),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Say hello.")}, ReasoningEffort: "none"}
+}
+
 // TestResponsesText: a plain text response through openai-go's Responses
 // client, whole and streamed (the stream's deltas add up to the whole
 // response's output_text, its events start with response.created and end
@@ -62,9 +72,7 @@ func TestResponsesText(t *testing.T) {
 	ts := serveAgent(t)
 	c := client(ts.URL, "")
 	ctx := context.Background()
-	params := responses.ResponseNewParams{Model: agentName, Instructions: openai.String("Be brief."),
-		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")},
-		MaxOutputTokens: openai.Int(12), Temperature: openai.Float(0), Reasoning: noThinking}
+	params, chatParams := hello()
 	res, err := c.Responses.New(ctx, params)
 	if err != nil {
 		t.Fatal(err)
@@ -90,8 +98,7 @@ func TestResponsesText(t *testing.T) {
 		t.Errorf("event types %v", types)
 	}
 
-	chat, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: agentName, MaxTokens: openai.Int(12), Temperature: openai.Float(0),
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Say hello.")}, ReasoningEffort: "none"})
+	chat, err := c.Chat.Completions.New(ctx, chatParams)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,10 +256,9 @@ func TestResponsesLogprobs(t *testing.T) {
 	ts := serveAgent(t)
 	c := client(ts.URL, "")
 	ctx := context.Background()
-	params := responses.ResponseNewParams{Model: agentName, Instructions: openai.String("Be brief."),
-		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")},
-		MaxOutputTokens: openai.Int(12), Temperature: openai.Float(0), Reasoning: noThinking,
-		Include: []responses.ResponseIncludable{responses.ResponseIncludableMessageOutputTextLogprobs}, TopLogprobs: openai.Int(3)}
+	params, chatParams := hello()
+	params.Include, params.TopLogprobs = []responses.ResponseIncludable{responses.ResponseIncludableMessageOutputTextLogprobs}, openai.Int(3)
+	chatParams.Logprobs, chatParams.TopLogprobs = openai.Bool(true), openai.Int(3)
 	res, err := c.Responses.New(ctx, params)
 	if err != nil {
 		t.Fatal(err)
@@ -261,9 +267,7 @@ func TestResponsesLogprobs(t *testing.T) {
 		t.Fatalf("output %s", res.RawJSON())
 	}
 	got := res.Output[0].Content[0].Logprobs
-	chat, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: agentName, MaxTokens: openai.Int(12), Temperature: openai.Float(0),
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Say hello.")}, ReasoningEffort: "none",
-		Logprobs: openai.Bool(true), TopLogprobs: openai.Int(3)})
+	chat, err := c.Chat.Completions.New(ctx, chatParams)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,31 +41,78 @@ func merge(syms []symbol, left, right, size int) bool {
 	return true
 }
 
-// spmBigram is a candidate merge of two adjacent symbols.
-type spmBigram struct {
+// bigram is a candidate merge of two adjacent symbols: prio orders the
+// queue, size is the pair's total length when it was pushed.
+type bigram struct {
 	left, right int
-	score       float32
+	prio        float64
 	size        int
 }
 
-// spmQueue pops the highest score first and, on ties, the leftmost pair, as
-// llama.cpp's llm_bigram_spm comparator does.
-type spmQueue []spmBigram
+// bigramQueue pops the lowest prio first and, on ties, the leftmost pair,
+// as llama.cpp's llm_bigram_bpe and llm_bigram_spm comparators do (BPE's
+// prio is the merge's rank, SPM's the negated score of the token).
+type bigramQueue []bigram
 
-func (q spmQueue) Len() int { return len(q) }
-func (q spmQueue) Less(i, j int) bool {
-	if q[i].score != q[j].score {
-		return q[i].score > q[j].score
+func (q bigramQueue) Len() int { return len(q) }
+func (q bigramQueue) Less(i, j int) bool {
+	if q[i].prio != q[j].prio {
+		return q[i].prio < q[j].prio
 	}
 	return q[i].left < q[j].left
 }
-func (q spmQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *spmQueue) Push(x any)   { *q = append(*q, x.(spmBigram)) }
-func (q *spmQueue) Pop() any {
+func (q bigramQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *bigramQueue) Push(x any)   { *q = append(*q, x.(bigram)) }
+func (q *bigramQueue) Pop() any {
 	old := *q
 	x := old[len(old)-1]
 	*q = old[:len(old)-1]
 	return x
+}
+
+// mergeSymbols merges adjacent symbols of syms while any pair can merge,
+// the best first: prio(l, r) is the priority of merging symbols l and r
+// (the lowest merges first), false when they cannot merge.
+func mergeSymbols(syms []symbol, prio func(l, r int) (float64, bool)) {
+	q := make(bigramQueue, 0, len(syms))
+	try := func(l, r int) {
+		if l < 0 || r < 0 {
+			return
+		}
+		p, ok := prio(l, r)
+		if !ok {
+			return
+		}
+		heap.Push(&q, bigram{left: l, right: r, prio: p, size: syms[l].n + syms[r].n})
+	}
+	for i := 1; i < len(syms); i++ {
+		try(i-1, i)
+	}
+	for q.Len() > 0 {
+		b := heap.Pop(&q).(bigram)
+		if !merge(syms, b.left, b.right, b.size) {
+			continue
+		}
+		try(syms[b.left].prev, b.left)
+		try(b.left, syms[b.left].next)
+	}
+}
+
+// appendSymbols appends the token of each symbol of text left after
+// merging; a symbol that is no token gives what fallback makes of each of
+// its bytes (as a one-byte string).
+func (t *Tokenizer) appendSymbols(out []int32, syms []symbol, text string, fallback func(out []int32, b string) []int32) []int32 {
+	for i := 0; i != -1; i = syms[i].next {
+		s := text[syms[i].off : syms[i].off+syms[i].n]
+		if id, ok := t.ids[s]; ok {
+			out = append(out, id)
+			continue
+		}
+		for k := 0; k < len(s); k++ {
+			out = fallback(out, s[k:k+1])
+		}
+	}
+	return out
 }
 
 // spm tokenizes text (spaces already escaped) like llm_tokenizer_spm: start
@@ -77,49 +124,21 @@ func (t *Tokenizer) spm(text string, out []int32) []int32 {
 		return out
 	}
 	syms := splitSymbols(text)
-
-	q := make(spmQueue, 0, len(syms))
-	try := func(l, r int) {
-		if l < 0 || r < 0 {
-			return
-		}
-		s := text[syms[l].off : syms[l].off+syms[l].n+syms[r].n]
-		id, ok := t.ids[s]
+	mergeSymbols(syms, func(l, r int) (float64, bool) {
+		id, ok := t.ids[text[syms[l].off:syms[l].off+syms[l].n+syms[r].n]]
 		if !ok {
-			return
+			return 0, false
 		}
 		var score float32
 		if t.scores != nil {
 			score = t.scores[id]
 		}
-		heap.Push(&q, spmBigram{left: l, right: r, score: score, size: len(s)})
-	}
-	for i := 1; i < len(syms); i++ {
-		try(i-1, i)
-	}
-	for q.Len() > 0 {
-		b := heap.Pop(&q).(spmBigram)
-		if !merge(syms, b.left, b.right, b.size) {
-			continue
-		}
-		try(syms[b.left].prev, b.left)
-		try(b.left, syms[b.left].next)
-	}
-
-	for i := 0; i != -1; i = syms[i].next {
-		s := text[syms[i].off : syms[i].off+syms[i].n]
-		if id, ok := t.ids[s]; ok {
-			out = append(out, id)
-			continue
-		}
-		// llama.cpp's resegment would look the text up in its reverse merge
-		// map, but only texts that are tokens are ever put there, so an
-		// unknown symbol always falls back to bytes.
-		for k := 0; k < len(s); k++ {
-			out = t.appendByteToken(out, s[k])
-		}
-	}
-	return out
+		return -float64(score), true
+	})
+	// llama.cpp's resegment would look an unknown symbol's text up in its
+	// reverse merge map, but only texts that are tokens are ever put
+	// there, so an unknown symbol always falls back to bytes.
+	return t.appendSymbols(out, syms, text, func(out []int32, b string) []int32 { return t.appendByteToken(out, b[0]) })
 }
 
 const hexDigits = "0123456789ABCDEF"

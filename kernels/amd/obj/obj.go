@@ -30,24 +30,10 @@ func Source(gfx, instance string) ([]byte, error) {
 // WeightTypes lists, in id order, the weight types for which this zrtc
 // embeds every typed AMD family's code object for gfx.
 func WeightTypes(gfx string) []ggml.Type {
-	var out []ggml.Type
-	for _, t := range ggml.Types() {
-		complete := true
-		for _, fam := range amd.Families() {
-			abi, _ := kernels.Lookup(fam)
-			if !abi.Typed {
-				continue
-			}
-			if _, err := files.Open(gfx + "/" + amd.Entry(kernels.InstanceName(abi, t)) + ".co"); err != nil {
-				complete = false
-				break
-			}
-		}
-		if complete {
-			out = append(out, t)
-		}
-	}
-	return out
+	return kernels.CompleteTypes(amd.Families(), func(instance string) bool {
+		_, err := files.Open(gfx + "/" + amd.Entry(instance) + ".co")
+		return err == nil
+	})
 }
 
 // Sources is the SOURCES manifest: the source hash each object was built from.

@@ -19,12 +19,12 @@ const generator = "kernels/cpu/gen"
 func main() { asmgen.Main("kernels/cpu", render) }
 
 // render returns the generated files by base name.
-func render() map[string][]byte {
+func render() (map[string][]byte, error) {
 	return map[string][]byte{
 		"fattn_amd64.s":  fattnFile(),
 		"silu_amd64.s":   siluFile(),
 		"vecf32_amd64.s": vecf32File(),
-	}
+	}, nil
 }
 
 // z is the ZMM register n.

@@ -27,6 +27,7 @@ import (
 	"sort"
 
 	"github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
 
@@ -106,15 +107,8 @@ func iq3sGridHeader() []byte {
 
 static __constant__ u32 iq3s_grid[512] = {
 `)
-	for i, w := range quant.IQ3SGrid() {
-		if i%8 == 0 {
-			b.WriteString("   ")
-		}
-		fmt.Fprintf(&b, " %#08x,", w)
-		if i%8 == 7 {
-			b.WriteString("\n")
-		}
-	}
+	grid := quant.IQ3SGrid()
+	asmgen.WordRows(&b, grid[:], " %#08x,")
 	b.WriteString("};\n")
 	return b.Bytes()
 }
@@ -180,19 +174,5 @@ func write(dir string, files map[string][]byte) error {
 			return err
 		}
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		p := filepath.Join(dir, n)
-		if cur, err := os.ReadFile(p); err == nil && bytes.Equal(cur, files[n]) {
-			continue
-		}
-		if err := os.WriteFile(p, files[n], 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return asmgen.Write(dir, files)
 }

@@ -9,55 +9,23 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
 
 // TestGeneratedFresh fails when the committed families.cuh, iq3s_grid.cuh
 // or instance .cu files are not what the generator writes from the
-// current tables (the family table, kernels/quant's IQ3_S grid), or
-// a generated .cu no instance wants is left behind: run make generate
-// (and then make ptx). CI also checks this by running make generate on a
-// clean clone; this test says so sooner, in go test.
+// current tables (the family table, kernels/quant's IQ3_S grid), when two
+// renders differ, or when a generated .cu no instance wants is left
+// behind: run make generate (and then make ptx). CI also checks this by
+// running make generate on a clean clone; this test says so sooner, in go
+// test.
 func TestGeneratedFresh(t *testing.T) {
-	files, err := render()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range files {
-		got, err := os.ReadFile(filepath.Join("..", name))
-		if err != nil {
-			t.Errorf("%v: run make generate", err)
-			continue
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("kernels/cuda/%s differs from the generator's output: run make generate", name)
-		}
-	}
-	old, err := stale("..", files)
+	old, err := stale("..", asmgen.CheckFresh(t, "kernels/cuda", render))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range old {
 		t.Errorf("%s is generated but no instance wants it: run make generate", p)
-	}
-}
-
-// TestRenderDeterministic guards the CI check: output that varied between
-// runs (map order, say) would make make generate dirty a clean tree.
-func TestRenderDeterministic(t *testing.T) {
-	a, err := render()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 3; i++ {
-		b, _ := render()
-		if len(a) != len(b) {
-			t.Fatalf("render gave %d then %d files", len(a), len(b))
-		}
-		for n := range a {
-			if !bytes.Equal(a[n], b[n]) {
-				t.Fatalf("render of %s differs between runs", n)
-			}
-		}
 	}
 }
 

@@ -76,24 +76,10 @@ func WeightTypes(arch string) []ggml.Type {
 	if err != nil {
 		return nil
 	}
-	var out []ggml.Type
-	for _, t := range ggml.Types() {
-		complete := true
-		for _, fam := range kernels.Families() {
-			abi, _ := kernels.Lookup(fam)
-			if !abi.Typed {
-				continue
-			}
-			if _, ok := files[File(arch, kernels.InstanceName(abi, t))]; !ok {
-				complete = false
-				break
-			}
-		}
-		if complete {
-			out = append(out, t)
-		}
-	}
-	return out
+	return kernels.CompleteTypes(kernels.Families(), func(instance string) bool {
+		_, ok := files[File(arch, instance)]
+		return ok
+	})
 }
 
 // KVLayouts lists the quantized KV cache layouts (of T-CUDA's

@@ -316,13 +316,21 @@ func parseIns(line string) (in ins, ok bool) {
 	return in, true
 }
 
+// Render is a generator's output: its files by base name, or why it
+// could not make them (a table that does not check out).
+type Render func() (map[string][]byte, error)
+
 // Main is a generator's main: it writes render's files into -dir (the
 // package its go:generate line sits in, by default), saying what went
 // wrong and exiting 1 on a failure. pkg names that package in -help.
-func Main(pkg string, render func() map[string][]byte) {
+func Main(pkg string, render Render) {
 	dir := flag.String("dir", ".", "the "+pkg+" directory to write")
 	flag.Parse()
-	if err := Write(*dir, render()); err != nil {
+	files, err := render()
+	if err == nil {
+		err = Write(*dir, files)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
@@ -332,10 +340,14 @@ func Main(pkg string, render func() map[string][]byte) {
 // every committed file of pkg is what render writes from the current
 // tables (else run make generate; CI checks the same on a clean clone,
 // this says so sooner), and render writes the same twice (output that
-// varied would make make generate dirty a clean tree).
-func CheckFresh(t testing.TB, pkg string, render func() map[string][]byte) {
+// varied would make make generate dirty a clean tree). It returns the
+// files, for a generator's further checks.
+func CheckFresh(t testing.TB, pkg string, render Render) map[string][]byte {
 	t.Helper()
-	files := render()
+	files, err := render()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stale, err := Stale("..", files)
 	if err != nil {
 		t.Fatal(err)
@@ -343,22 +355,46 @@ func CheckFresh(t testing.TB, pkg string, render func() map[string][]byte) {
 	for _, name := range stale {
 		t.Errorf("%s/%s differs from the generator's output: run make generate", pkg, name)
 	}
-	again := render()
+	again, err := render()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range sortedNames(files) {
 		if !bytes.Equal(files[name], again[name]) {
 			t.Errorf("%s differs between two runs", name)
 		}
 	}
+	return files
 }
 
-// Write writes the generated files (by base name) into dir.
+// Write writes the generated files (by base name) into dir, only those
+// whose content differs, so that an unchanged tree keeps its timestamps.
 func Write(dir string, files map[string][]byte) error {
-	for _, name := range sortedNames(files) {
+	stale, err := Stale(dir, files)
+	if err != nil {
+		return err
+	}
+	for _, name := range stale {
 		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// WordRows writes words eight to a row, each row indented three spaces
+// and each word formatted by cell (" %#08x," for a C array, say): a
+// table of constants in a generated C, CUDA or OpenCL source.
+func WordRows(b *bytes.Buffer, words []uint32, cell string) {
+	for i, w := range words {
+		if i%8 == 0 {
+			b.WriteString("   ")
+		}
+		fmt.Fprintf(b, cell, w)
+		if i%8 == 7 {
+			b.WriteString("\n")
+		}
+	}
 }
 
 // Stale returns the names of the files that differ from, or are missing

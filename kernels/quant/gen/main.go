@@ -23,12 +23,12 @@ const generator = "kernels/quant/gen"
 func main() { asmgen.Main("kernels/quant", render) }
 
 // render returns the generated files by base name.
-func render() map[string][]byte {
+func render() (map[string][]byte, error) {
 	return map[string][]byte{
 		"simd_amd64.s":  simdFile(),
 		"iq4_amd64.s":   iq4File(),
 		"mxfp4_amd64.s": mxfp4File(),
-	}
+	}, nil
 }
 
 // loopTail advances each pointer register by its step and closes the

@@ -9,100 +9,91 @@ import (
 	"github.com/zrtdev/zrt/runtime/amd/internal/cfacts"
 )
 
-// fact is one checked fact: a C expression, the value Go has for it, and
-// the macro that must be defined for the header to know it ("" always).
-type off struct {
-	n string
-	o uintptr
-}
+// off is one member offset the facts check (cfacts.Layout).
+type off = cfacts.Off
 
 func uapiFacts() []cfacts.Fact {
 	var f []cfacts.Fact
 	add := func(guard, c string, v uintptr) { f = append(f, cfacts.Fact{C: c, Go: uint64(v), Guard: guard}) }
 	fields := func(guard, s string, size uintptr, offs []off) {
-		if size != 0 {
-			add(guard, "sizeof("+s+")", size)
-		}
-		for _, x := range offs {
-			add(guard, "offsetof("+s+", "+x.n+")", x.o)
-		}
+		f = append(f, cfacts.Layout(guard, s, size, offs...)...)
 	}
 	var v Version
-	fields("", "struct drm_version", unsafe.Sizeof(v), []off{{"version_major", unsafe.Offsetof(v.Major)},
-		{"version_minor", unsafe.Offsetof(v.Minor)}, {"version_patchlevel", unsafe.Offsetof(v.Patch)},
-		{"name_len", unsafe.Offsetof(v.NameLen)}, {"name", unsafe.Offsetof(v.Name)}, {"date_len", unsafe.Offsetof(v.DateLen)},
-		{"date", unsafe.Offsetof(v.Date)}, {"desc_len", unsafe.Offsetof(v.DescLen)}, {"desc", unsafe.Offsetof(v.Desc)}})
+	fields("", "struct drm_version", unsafe.Sizeof(v), []off{{C: "version_major", At: unsafe.Offsetof(v.Major)},
+		{C: "version_minor", At: unsafe.Offsetof(v.Minor)}, {C: "version_patchlevel", At: unsafe.Offsetof(v.Patch)},
+		{C: "name_len", At: unsafe.Offsetof(v.NameLen)}, {C: "name", At: unsafe.Offsetof(v.Name)}, {C: "date_len", At: unsafe.Offsetof(v.DateLen)},
+		{C: "date", At: unsafe.Offsetof(v.Date)}, {C: "desc_len", At: unsafe.Offsetof(v.DescLen)}, {C: "desc", At: unsafe.Offsetof(v.Desc)}})
 	var gc GemClose
-	fields("", "struct drm_gem_close", unsafe.Sizeof(gc), []off{{"handle", unsafe.Offsetof(gc.Handle)}})
+	fields("", "struct drm_gem_close", unsafe.Sizeof(gc), []off{{C: "handle", At: unsafe.Offsetof(gc.Handle)}})
 	var ci GemCreateIn
-	fields("", "struct drm_amdgpu_gem_create_in", unsafe.Sizeof(ci), []off{{"bo_size", unsafe.Offsetof(ci.BOSize)},
-		{"alignment", unsafe.Offsetof(ci.Alignment)}, {"domains", unsafe.Offsetof(ci.Domains)}, {"domain_flags", unsafe.Offsetof(ci.DomainFlags)}})
-	fields("", "union drm_amdgpu_gem_create", unsafe.Sizeof(ci), []off{{"out.handle", 0}})
+	fields("", "struct drm_amdgpu_gem_create_in", unsafe.Sizeof(ci), []off{{C: "bo_size", At: unsafe.Offsetof(ci.BOSize)},
+		{C: "alignment", At: unsafe.Offsetof(ci.Alignment)}, {C: "domains", At: unsafe.Offsetof(ci.Domains)}, {C: "domain_flags", At: unsafe.Offsetof(ci.DomainFlags)}})
+	fields("", "union drm_amdgpu_gem_create", unsafe.Sizeof(ci), []off{{C: "out.handle", At: 0}})
 	var mm GemMmap
-	fields("", "union drm_amdgpu_gem_mmap", unsafe.Sizeof(mm), []off{{"in.handle", 0}, {"out.addr_ptr", 0}})
+	fields("", "union drm_amdgpu_gem_mmap", unsafe.Sizeof(mm), []off{{C: "in.handle", At: 0}, {C: "out.addr_ptr", At: 0}})
 	var va GemVA
-	fields("", "struct drm_amdgpu_gem_va", 0, []off{{"handle", unsafe.Offsetof(va.Handle)}, {"operation", unsafe.Offsetof(va.Operation)},
-		{"flags", unsafe.Offsetof(va.Flags)}, {"va_address", unsafe.Offsetof(va.VAAddress)}, {"offset_in_bo", unsafe.Offsetof(va.OffsetInBO)},
-		{"map_size", unsafe.Offsetof(va.MapSize)}})
+	fields("", "struct drm_amdgpu_gem_va", 0, []off{{C: "handle", At: unsafe.Offsetof(va.Handle)}, {C: "operation", At: unsafe.Offsetof(va.Operation)},
+		{C: "flags", At: unsafe.Offsetof(va.Flags)}, {C: "va_address", At: unsafe.Offsetof(va.VAAddress)}, {C: "offset_in_bo", At: unsafe.Offsetof(va.OffsetInBO)},
+		{C: "map_size", At: unsafe.Offsetof(va.MapSize)}})
 	var in InfoArgs
-	fields("", "struct drm_amdgpu_info", unsafe.Sizeof(in), []off{{"return_pointer", unsafe.Offsetof(in.ReturnPointer)},
-		{"return_size", unsafe.Offsetof(in.ReturnSize)}, {"query", unsafe.Offsetof(in.Query)},
-		{"query_hw_ip.type", unsafe.Offsetof(in.IPType)}, {"query_hw_ip.ip_instance", unsafe.Offsetof(in.IPInstance)}})
+	fields("", "struct drm_amdgpu_info", unsafe.Sizeof(in), []off{{C: "return_pointer", At: unsafe.Offsetof(in.ReturnPointer)},
+		{C: "return_size", At: unsafe.Offsetof(in.ReturnSize)}, {C: "query", At: unsafe.Offsetof(in.Query)},
+		{C: "query_hw_ip.type", At: unsafe.Offsetof(in.IPType)}, {C: "query_hw_ip.ip_instance", At: unsafe.Offsetof(in.IPInstance)}})
 	var hw InfoHWIP
-	fields("", "struct drm_amdgpu_info_hw_ip", unsafe.Sizeof(hw), []off{{"hw_ip_version_major", unsafe.Offsetof(hw.VersionMajor)},
-		{"hw_ip_version_minor", unsafe.Offsetof(hw.VersionMinor)}, {"capabilities_flags", unsafe.Offsetof(hw.CapabilitiesFlags)},
-		{"ib_start_alignment", unsafe.Offsetof(hw.IBStartAlignment)}, {"ib_size_alignment", unsafe.Offsetof(hw.IBSizeAlignment)},
-		{"available_rings", unsafe.Offsetof(hw.AvailableRings)}})
+	fields("", "struct drm_amdgpu_info_hw_ip", unsafe.Sizeof(hw), []off{{C: "hw_ip_version_major", At: unsafe.Offsetof(hw.VersionMajor)},
+		{C: "hw_ip_version_minor", At: unsafe.Offsetof(hw.VersionMinor)}, {C: "capabilities_flags", At: unsafe.Offsetof(hw.CapabilitiesFlags)},
+		{C: "ib_start_alignment", At: unsafe.Offsetof(hw.IBStartAlignment)}, {C: "ib_size_alignment", At: unsafe.Offsetof(hw.IBSizeAlignment)},
+		{C: "available_rings", At: unsafe.Offsetof(hw.AvailableRings)}})
 	// ip_discovery_version replaced the trailing _pad: the last 4 bytes.
 	add("", "sizeof(struct drm_amdgpu_info_hw_ip) - 4", unsafe.Offsetof(hw.IPDiscoveryVersion))
 	var di InfoDevice
 	s := "struct drm_amdgpu_info_device"
-	fields("", s, 0, []off{{"device_id", unsafe.Offsetof(di.DeviceID)}, {"chip_rev", unsafe.Offsetof(di.ChipRev)},
-		{"external_rev", unsafe.Offsetof(di.ExternalRev)}, {"pci_rev", unsafe.Offsetof(di.PCIRev)}, {"family", unsafe.Offsetof(di.Family)},
-		{"num_shader_engines", unsafe.Offsetof(di.NumShaderEngines)}, {"gpu_counter_freq", unsafe.Offsetof(di.GPUCounterFreq)},
-		{"max_engine_clock", unsafe.Offsetof(di.MaxEngineClock)}, {"cu_active_number", unsafe.Offsetof(di.CUActiveNumber)},
-		{"cu_bitmap", unsafe.Offsetof(di.CUBitmap)}, {"enabled_rb_pipes_mask", unsafe.Offsetof(di.EnabledRBPipesMask)},
-		{"num_hw_gfx_contexts", unsafe.Offsetof(di.NumHWGfxContexts)}, {"ids_flags", unsafe.Offsetof(di.IDsFlags)},
-		{"virtual_address_offset", unsafe.Offsetof(di.VirtualAddressOffset)}, {"virtual_address_max", unsafe.Offsetof(di.VirtualAddressMax)},
-		{"virtual_address_alignment", unsafe.Offsetof(di.VirtualAddressAlignment)}, {"pte_fragment_size", unsafe.Offsetof(di.PTEFragmentSize)},
-		{"gart_page_size", unsafe.Offsetof(di.GARTPageSize)}, {"vram_type", unsafe.Offsetof(di.VRAMType)},
-		{"gc_double_offchip_lds_buf", unsafe.Offsetof(di.GCDoubleOffchipLDSBuf)}, {"prim_buf_gpu_addr", unsafe.Offsetof(di.PrimBufGPUAddr)},
-		{"param_buf_size", unsafe.Offsetof(di.ParamBufSize)}, {"wave_front_size", unsafe.Offsetof(di.WaveFrontSize)},
-		{"max_gs_waves_per_vgt", unsafe.Offsetof(di.MaxGSWavesPerVGT)}, {"cu_ao_bitmap", unsafe.Offsetof(di.CUAOBitmap)},
-		{"high_va_offset", unsafe.Offsetof(di.HighVAOffset)}, {"high_va_max", unsafe.Offsetof(di.HighVAMax)},
-		{"pa_sc_tile_steering_override", unsafe.Offsetof(di.PASCTileSteeringOverride)},
-		{"tcc_disabled_mask", unsafe.Offsetof(di.TCCDisabledMask)}})
+	fields("", s, 0, []off{{C: "device_id", At: unsafe.Offsetof(di.DeviceID)}, {C: "chip_rev", At: unsafe.Offsetof(di.ChipRev)},
+		{C: "external_rev", At: unsafe.Offsetof(di.ExternalRev)}, {C: "pci_rev", At: unsafe.Offsetof(di.PCIRev)}, {C: "family", At: unsafe.Offsetof(di.Family)},
+		{C: "num_shader_engines", At: unsafe.Offsetof(di.NumShaderEngines)}, {C: "gpu_counter_freq", At: unsafe.Offsetof(di.GPUCounterFreq)},
+		{C: "max_engine_clock", At: unsafe.Offsetof(di.MaxEngineClock)}, {C: "cu_active_number", At: unsafe.Offsetof(di.CUActiveNumber)},
+		{C: "cu_bitmap", At: unsafe.Offsetof(di.CUBitmap)}, {C: "enabled_rb_pipes_mask", At: unsafe.Offsetof(di.EnabledRBPipesMask)},
+		{C: "num_hw_gfx_contexts", At: unsafe.Offsetof(di.NumHWGfxContexts)}, {C: "ids_flags", At: unsafe.Offsetof(di.IDsFlags)},
+		{C: "virtual_address_offset", At: unsafe.Offsetof(di.VirtualAddressOffset)}, {C: "virtual_address_max", At: unsafe.Offsetof(di.VirtualAddressMax)},
+		{C: "virtual_address_alignment", At: unsafe.Offsetof(di.VirtualAddressAlignment)}, {C: "pte_fragment_size", At: unsafe.Offsetof(di.PTEFragmentSize)},
+		{C: "gart_page_size", At: unsafe.Offsetof(di.GARTPageSize)}, {C: "vram_type", At: unsafe.Offsetof(di.VRAMType)},
+		{C: "gc_double_offchip_lds_buf", At: unsafe.Offsetof(di.GCDoubleOffchipLDSBuf)}, {C: "prim_buf_gpu_addr", At: unsafe.Offsetof(di.PrimBufGPUAddr)},
+		{C: "param_buf_size", At: unsafe.Offsetof(di.ParamBufSize)}, {C: "wave_front_size", At: unsafe.Offsetof(di.WaveFrontSize)},
+		{C: "max_gs_waves_per_vgt", At: unsafe.Offsetof(di.MaxGSWavesPerVGT)}, {C: "cu_ao_bitmap", At: unsafe.Offsetof(di.CUAOBitmap)},
+		{C: "high_va_offset", At: unsafe.Offsetof(di.HighVAOffset)}, {C: "high_va_max", At: unsafe.Offsetof(di.HighVAMax)},
+		{C: "pa_sc_tile_steering_override", At: unsafe.Offsetof(di.PASCTileSteeringOverride)},
+		{C: "tcc_disabled_mask", At: unsafe.Offsetof(di.TCCDisabledMask)}})
 	// What follows tcc_disabled_mask is knowledge (Linux 6.16), checked
 	// only against a header that has the user-queue uapi.
 	const uq = "DRM_AMDGPU_USERQ"
-	fields(uq, s, unsafe.Sizeof(di), []off{{"min_engine_clock", unsafe.Offsetof(di.MinEngineClock)},
-		{"tcp_cache_size", unsafe.Offsetof(di.TCPCacheSize)}, {"mall_size", unsafe.Offsetof(di.MallSize)},
-		{"csa_alignment", unsafe.Offsetof(di.CSAAlignment)}, {"userq_ip_mask", unsafe.Offsetof(di.UserqIPMask)}})
+	fields(uq, s, unsafe.Sizeof(di), []off{{C: "min_engine_clock", At: unsafe.Offsetof(di.MinEngineClock)},
+		{C: "tcp_cache_size", At: unsafe.Offsetof(di.TCPCacheSize)}, {C: "mall_size", At: unsafe.Offsetof(di.MallSize)},
+		{C: "csa_alignment", At: unsafe.Offsetof(di.CSAAlignment)}, {C: "userq_ip_mask", At: unsafe.Offsetof(di.UserqIPMask)}})
 	add(uq, "offsetof(struct drm_amdgpu_info_hw_ip, ip_discovery_version)", unsafe.Offsetof(hw.IPDiscoveryVersion))
 	var u UserqIn
-	fields(uq, "struct drm_amdgpu_userq_in", unsafe.Sizeof(u), []off{{"op", unsafe.Offsetof(u.Op)}, {"queue_id", unsafe.Offsetof(u.QueueID)},
-		{"ip_type", unsafe.Offsetof(u.IPType)}, {"doorbell_handle", unsafe.Offsetof(u.DoorbellHandle)},
-		{"doorbell_offset", unsafe.Offsetof(u.DoorbellOffset)}, {"flags", unsafe.Offsetof(u.Flags)}, {"queue_va", unsafe.Offsetof(u.QueueVA)},
-		{"queue_size", unsafe.Offsetof(u.QueueSize)}, {"rptr_va", unsafe.Offsetof(u.RptrVA)}, {"wptr_va", unsafe.Offsetof(u.WptrVA)},
-		{"mqd", unsafe.Offsetof(u.MQD)}, {"mqd_size", unsafe.Offsetof(u.MQDSize)}})
-	fields(uq, "union drm_amdgpu_userq", unsafe.Sizeof(u), []off{{"out.queue_id", 0}})
+	fields(uq, "struct drm_amdgpu_userq_in", unsafe.Sizeof(u), []off{{C: "op", At: unsafe.Offsetof(u.Op)}, {C: "queue_id", At: unsafe.Offsetof(u.QueueID)},
+		{C: "ip_type", At: unsafe.Offsetof(u.IPType)}, {C: "doorbell_handle", At: unsafe.Offsetof(u.DoorbellHandle)},
+		{C: "doorbell_offset", At: unsafe.Offsetof(u.DoorbellOffset)}, {C: "flags", At: unsafe.Offsetof(u.Flags)}, {C: "queue_va", At: unsafe.Offsetof(u.QueueVA)},
+		{C: "queue_size", At: unsafe.Offsetof(u.QueueSize)}, {C: "rptr_va", At: unsafe.Offsetof(u.RptrVA)}, {C: "wptr_va", At: unsafe.Offsetof(u.WptrVA)},
+		{C: "mqd", At: unsafe.Offsetof(u.MQD)}, {C: "mqd_size", At: unsafe.Offsetof(u.MQDSize)}})
+	fields(uq, "union drm_amdgpu_userq", unsafe.Sizeof(u), []off{{C: "out.queue_id", At: 0}})
 	var mqd MQDComputeGfx11
-	fields(uq, "struct drm_amdgpu_userq_mqd_compute_gfx11", unsafe.Sizeof(mqd), []off{{"eop_va", unsafe.Offsetof(mqd.EOPVA)}})
+	fields(uq, "struct drm_amdgpu_userq_mqd_compute_gfx11", unsafe.Sizeof(mqd), []off{{C: "eop_va", At: unsafe.Offsetof(mqd.EOPVA)}})
 	var sg UserqSignal
-	fields(uq, "struct drm_amdgpu_userq_signal", unsafe.Sizeof(sg), []off{{"queue_id", unsafe.Offsetof(sg.QueueID)},
-		{"syncobj_handles", unsafe.Offsetof(sg.SyncobjHandles)}, {"num_syncobj_handles", unsafe.Offsetof(sg.NumSyncobjHandles)},
-		{"bo_read_handles", unsafe.Offsetof(sg.BOReadHandles)}, {"bo_write_handles", unsafe.Offsetof(sg.BOWriteHandles)},
-		{"num_bo_read_handles", unsafe.Offsetof(sg.NumBOReadHandles)}, {"num_bo_write_handles", unsafe.Offsetof(sg.NumBOWriteHandles)}})
+	fields(uq, "struct drm_amdgpu_userq_signal", unsafe.Sizeof(sg), []off{{C: "queue_id", At: unsafe.Offsetof(sg.QueueID)},
+		{C: "syncobj_handles", At: unsafe.Offsetof(sg.SyncobjHandles)}, {C: "num_syncobj_handles", At: unsafe.Offsetof(sg.NumSyncobjHandles)},
+		{C: "bo_read_handles", At: unsafe.Offsetof(sg.BOReadHandles)}, {C: "bo_write_handles", At: unsafe.Offsetof(sg.BOWriteHandles)},
+		{C: "num_bo_read_handles", At: unsafe.Offsetof(sg.NumBOReadHandles)}, {C: "num_bo_write_handles", At: unsafe.Offsetof(sg.NumBOWriteHandles)}})
 	var fi UserqFenceInfo
-	fields(uq, "struct drm_amdgpu_userq_fence_info", unsafe.Sizeof(fi), []off{{"va", unsafe.Offsetof(fi.VA)}, {"value", unsafe.Offsetof(fi.Value)}})
+	fields(uq, "struct drm_amdgpu_userq_fence_info", unsafe.Sizeof(fi), []off{{C: "va", At: unsafe.Offsetof(fi.VA)}, {C: "value", At: unsafe.Offsetof(fi.Value)}})
 	var w UserqWait
-	fields(uq, "struct drm_amdgpu_userq_wait", unsafe.Sizeof(w), []off{{"waitq_id", unsafe.Offsetof(w.WaitqID)},
-		{"syncobj_handles", unsafe.Offsetof(w.SyncobjHandles)}, {"syncobj_timeline_handles", unsafe.Offsetof(w.SyncobjTimelineHandles)},
-		{"syncobj_timeline_points", unsafe.Offsetof(w.SyncobjTimelinePoints)}, {"bo_read_handles", unsafe.Offsetof(w.BOReadHandles)},
-		{"bo_write_handles", unsafe.Offsetof(w.BOWriteHandles)}, {"num_syncobj_timeline_handles", unsafe.Offsetof(w.NumSyncobjTimelineHandles)},
-		{"num_fences", unsafe.Offsetof(w.NumFences)}, {"num_syncobj_handles", unsafe.Offsetof(w.NumSyncobjHandles)},
-		{"num_bo_read_handles", unsafe.Offsetof(w.NumBOReadHandles)}, {"num_bo_write_handles", unsafe.Offsetof(w.NumBOWriteHandles)},
-		{"out_fences", unsafe.Offsetof(w.OutFences)}})
+	fields(uq, "struct drm_amdgpu_userq_wait", unsafe.Sizeof(w), []off{{C: "waitq_id", At: unsafe.Offsetof(w.WaitqID)},
+		{C: "syncobj_handles", At: unsafe.Offsetof(w.SyncobjHandles)}, {C: "syncobj_timeline_handles", At: unsafe.Offsetof(w.SyncobjTimelineHandles)},
+		{C: "syncobj_timeline_points", At: unsafe.Offsetof(w.SyncobjTimelinePoints)}, {C: "bo_read_handles", At: unsafe.Offsetof(w.BOReadHandles)},
+		{C: "bo_write_handles", At: unsafe.Offsetof(w.BOWriteHandles)}, {C: "num_syncobj_timeline_handles", At: unsafe.Offsetof(w.NumSyncobjTimelineHandles)},
+		{C: "num_fences", At: unsafe.Offsetof(w.NumFences)}, {C: "num_syncobj_handles", At: unsafe.Offsetof(w.NumSyncobjHandles)},
+		{C: "num_bo_read_handles", At: unsafe.Offsetof(w.NumBOReadHandles)}, {C: "num_bo_write_handles", At: unsafe.Offsetof(w.NumBOWriteHandles)},
+		{C: "out_fences", At: unsafe.Offsetof(w.OutFences)}})
 	for _, x := range []struct {
 		guard, n string
 		v        uintptr

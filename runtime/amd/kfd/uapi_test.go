@@ -12,39 +12,30 @@ import (
 func layoutFacts() []cfacts.Fact {
 	var f []cfacts.Fact
 	add := func(c string, v uintptr) { f = append(f, cfacts.Fact{C: c, Go: uint64(v)}) }
+	layout := func(s string, size uintptr, offs ...cfacts.Off) {
+		f = append(f, cfacts.Layout("", s, size, offs...)...)
+	}
 	var ver GetVersionArgs
 	add("sizeof(struct kfd_ioctl_get_version_args)", unsafe.Sizeof(ver))
 	add("offsetof(struct kfd_ioctl_get_version_args, major_version)", unsafe.Offsetof(ver.Major))
 	add("offsetof(struct kfd_ioctl_get_version_args, minor_version)", unsafe.Offsetof(ver.Minor))
 	var q CreateQueueArgs
 	s := "struct kfd_ioctl_create_queue_args"
-	add("sizeof("+s+")", unsafe.Sizeof(q))
-	for _, x := range []struct {
-		n string
-		o uintptr
-	}{{"ring_base_address", unsafe.Offsetof(q.RingBase)}, {"write_pointer_address", unsafe.Offsetof(q.WritePtrAddr)},
-		{"read_pointer_address", unsafe.Offsetof(q.ReadPtrAddr)}, {"doorbell_offset", unsafe.Offsetof(q.DoorbellOffset)},
-		{"ring_size", unsafe.Offsetof(q.RingSize)}, {"gpu_id", unsafe.Offsetof(q.GPUID)}, {"queue_type", unsafe.Offsetof(q.QueueType)},
-		{"queue_percentage", unsafe.Offsetof(q.QueuePercentage)}, {"queue_priority", unsafe.Offsetof(q.QueuePriority)},
-		{"queue_id", unsafe.Offsetof(q.QueueID)}, {"eop_buffer_address", unsafe.Offsetof(q.EOPAddr)},
-		{"eop_buffer_size", unsafe.Offsetof(q.EOPSize)}, {"ctx_save_restore_address", unsafe.Offsetof(q.CtxSaveAddr)},
-		{"ctx_save_restore_size", unsafe.Offsetof(q.CtxSaveSize)}, {"ctl_stack_size", unsafe.Offsetof(q.CtlStackSize)}} {
-		add("offsetof("+s+", "+x.n+")", x.o)
-	}
+	layout(s, unsafe.Sizeof(q), []cfacts.Off{{C: "ring_base_address", At: unsafe.Offsetof(q.RingBase)}, {C: "write_pointer_address", At: unsafe.Offsetof(q.WritePtrAddr)},
+		{C: "read_pointer_address", At: unsafe.Offsetof(q.ReadPtrAddr)}, {C: "doorbell_offset", At: unsafe.Offsetof(q.DoorbellOffset)},
+		{C: "ring_size", At: unsafe.Offsetof(q.RingSize)}, {C: "gpu_id", At: unsafe.Offsetof(q.GPUID)}, {C: "queue_type", At: unsafe.Offsetof(q.QueueType)},
+		{C: "queue_percentage", At: unsafe.Offsetof(q.QueuePercentage)}, {C: "queue_priority", At: unsafe.Offsetof(q.QueuePriority)},
+		{C: "queue_id", At: unsafe.Offsetof(q.QueueID)}, {C: "eop_buffer_address", At: unsafe.Offsetof(q.EOPAddr)},
+		{C: "eop_buffer_size", At: unsafe.Offsetof(q.EOPSize)}, {C: "ctx_save_restore_address", At: unsafe.Offsetof(q.CtxSaveAddr)},
+		{C: "ctx_save_restore_size", At: unsafe.Offsetof(q.CtxSaveSize)}, {C: "ctl_stack_size", At: unsafe.Offsetof(q.CtlStackSize)}}...)
 	var dq DestroyQueueArgs
 	add("sizeof(struct kfd_ioctl_destroy_queue_args)", unsafe.Sizeof(dq))
 	add("offsetof(struct kfd_ioctl_destroy_queue_args, queue_id)", unsafe.Offsetof(dq.QueueID))
 	var ap ProcessDeviceApertures
 	s = "struct kfd_process_device_apertures"
-	add("sizeof("+s+")", unsafe.Sizeof(ap))
-	for _, x := range []struct {
-		n string
-		o uintptr
-	}{{"lds_base", unsafe.Offsetof(ap.LDSBase)}, {"lds_limit", unsafe.Offsetof(ap.LDSLimit)}, {"scratch_base", unsafe.Offsetof(ap.ScratchBase)},
-		{"scratch_limit", unsafe.Offsetof(ap.ScratchLimit)}, {"gpuvm_base", unsafe.Offsetof(ap.GPUVMBase)},
-		{"gpuvm_limit", unsafe.Offsetof(ap.GPUVMLimit)}, {"gpu_id", unsafe.Offsetof(ap.GPUID)}} {
-		add("offsetof("+s+", "+x.n+")", x.o)
-	}
+	layout(s, unsafe.Sizeof(ap), []cfacts.Off{{C: "lds_base", At: unsafe.Offsetof(ap.LDSBase)}, {C: "lds_limit", At: unsafe.Offsetof(ap.LDSLimit)}, {C: "scratch_base", At: unsafe.Offsetof(ap.ScratchBase)},
+		{C: "scratch_limit", At: unsafe.Offsetof(ap.ScratchLimit)}, {C: "gpuvm_base", At: unsafe.Offsetof(ap.GPUVMBase)},
+		{C: "gpuvm_limit", At: unsafe.Offsetof(ap.GPUVMLimit)}, {C: "gpu_id", At: unsafe.Offsetof(ap.GPUID)}}...)
 	var an GetProcessAperturesNewArgs
 	s = "struct kfd_ioctl_get_process_apertures_new_args"
 	add("sizeof("+s+")", unsafe.Sizeof(an))
@@ -56,36 +47,21 @@ func layoutFacts() []cfacts.Fact {
 	add("offsetof(struct kfd_ioctl_acquire_vm_args, gpu_id)", unsafe.Offsetof(vm.GPUID))
 	var am AllocMemoryArgs
 	s = "struct kfd_ioctl_alloc_memory_of_gpu_args"
-	add("sizeof("+s+")", unsafe.Sizeof(am))
-	for _, x := range []struct {
-		n string
-		o uintptr
-	}{{"va_addr", unsafe.Offsetof(am.VA)}, {"size", unsafe.Offsetof(am.Size)}, {"handle", unsafe.Offsetof(am.Handle)},
-		{"mmap_offset", unsafe.Offsetof(am.MmapOffset)}, {"gpu_id", unsafe.Offsetof(am.GPUID)}, {"flags", unsafe.Offsetof(am.Flags)}} {
-		add("offsetof("+s+", "+x.n+")", x.o)
-	}
+	layout(s, unsafe.Sizeof(am), []cfacts.Off{{C: "va_addr", At: unsafe.Offsetof(am.VA)}, {C: "size", At: unsafe.Offsetof(am.Size)}, {C: "handle", At: unsafe.Offsetof(am.Handle)},
+		{C: "mmap_offset", At: unsafe.Offsetof(am.MmapOffset)}, {C: "gpu_id", At: unsafe.Offsetof(am.GPUID)}, {C: "flags", At: unsafe.Offsetof(am.Flags)}}...)
 	var fm FreeMemoryArgs
 	add("sizeof(struct kfd_ioctl_free_memory_of_gpu_args)", unsafe.Sizeof(fm))
 	add("offsetof(struct kfd_ioctl_free_memory_of_gpu_args, handle)", unsafe.Offsetof(fm.Handle))
 	var mm MapMemoryArgs
 	for _, s := range []string{"struct kfd_ioctl_map_memory_to_gpu_args", "struct kfd_ioctl_unmap_memory_from_gpu_args"} {
-		add("sizeof("+s+")", unsafe.Sizeof(mm))
-		add("offsetof("+s+", handle)", unsafe.Offsetof(mm.Handle))
-		add("offsetof("+s+", device_ids_array_ptr)", unsafe.Offsetof(mm.DevicesPtr))
-		add("offsetof("+s+", n_devices)", unsafe.Offsetof(mm.NDevices))
-		add("offsetof("+s+", n_success)", unsafe.Offsetof(mm.NSuccess))
+		layout(s, unsafe.Sizeof(mm), cfacts.Off{C: "handle", At: unsafe.Offsetof(mm.Handle)}, cfacts.Off{C: "device_ids_array_ptr", At: unsafe.Offsetof(mm.DevicesPtr)},
+			cfacts.Off{C: "n_devices", At: unsafe.Offsetof(mm.NDevices)}, cfacts.Off{C: "n_success", At: unsafe.Offsetof(mm.NSuccess)})
 	}
 	var ce CreateEventArgs
 	s = "struct kfd_ioctl_create_event_args"
-	add("sizeof("+s+")", unsafe.Sizeof(ce))
-	for _, x := range []struct {
-		n string
-		o uintptr
-	}{{"event_page_offset", unsafe.Offsetof(ce.EventPageOffset)}, {"event_trigger_data", unsafe.Offsetof(ce.EventTriggerData)},
-		{"event_type", unsafe.Offsetof(ce.EventType)}, {"auto_reset", unsafe.Offsetof(ce.AutoReset)}, {"node_id", unsafe.Offsetof(ce.NodeID)},
-		{"event_id", unsafe.Offsetof(ce.EventID)}, {"event_slot_index", unsafe.Offsetof(ce.EventSlotIndex)}} {
-		add("offsetof("+s+", "+x.n+")", x.o)
-	}
+	layout(s, unsafe.Sizeof(ce), []cfacts.Off{{C: "event_page_offset", At: unsafe.Offsetof(ce.EventPageOffset)}, {C: "event_trigger_data", At: unsafe.Offsetof(ce.EventTriggerData)},
+		{C: "event_type", At: unsafe.Offsetof(ce.EventType)}, {C: "auto_reset", At: unsafe.Offsetof(ce.AutoReset)}, {C: "node_id", At: unsafe.Offsetof(ce.NodeID)},
+		{C: "event_id", At: unsafe.Offsetof(ce.EventID)}, {C: "event_slot_index", At: unsafe.Offsetof(ce.EventSlotIndex)}}...)
 	var de DestroyEventArgs
 	add("sizeof(struct kfd_ioctl_destroy_event_args)", unsafe.Sizeof(de))
 	add("offsetof(struct kfd_ioctl_destroy_event_args, event_id)", unsafe.Offsetof(de.EventID))
@@ -95,14 +71,8 @@ func layoutFacts() []cfacts.Fact {
 	add("offsetof(struct kfd_event_data, event_id)", unsafe.Offsetof(ed.EventID))
 	var we WaitEventsArgs
 	s = "struct kfd_ioctl_wait_events_args"
-	add("sizeof("+s+")", unsafe.Sizeof(we))
-	for _, x := range []struct {
-		n string
-		o uintptr
-	}{{"events_ptr", unsafe.Offsetof(we.EventsPtr)}, {"num_events", unsafe.Offsetof(we.NumEvents)},
-		{"wait_for_all", unsafe.Offsetof(we.WaitForAll)}, {"timeout", unsafe.Offsetof(we.TimeoutMs)}, {"wait_result", unsafe.Offsetof(we.WaitResult)}} {
-		add("offsetof("+s+", "+x.n+")", x.o)
-	}
+	layout(s, unsafe.Sizeof(we), []cfacts.Off{{C: "events_ptr", At: unsafe.Offsetof(we.EventsPtr)}, {C: "num_events", At: unsafe.Offsetof(we.NumEvents)},
+		{C: "wait_for_all", At: unsafe.Offsetof(we.WaitForAll)}, {C: "timeout", At: unsafe.Offsetof(we.TimeoutMs)}, {C: "wait_result", At: unsafe.Offsetof(we.WaitResult)}}...)
 	for _, x := range []struct {
 		n string
 		v uintptr

@@ -61,18 +61,23 @@ func loadSimFor(t *testing.T, target string) *Tier {
 	return tt
 }
 
+// wantErr fails t unless err names want, and logs it.
+func wantErr(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("want an error about %q, got %v", want, err)
+	}
+	t.Log(err)
+}
+
 // mustFault runs variant 0 and wants an error naming want; a second run
 // must fail too (the queue stays faulted, as a hung GPU queue would).
 func mustFault(t *testing.T, tt *Tier, want string) {
 	t.Helper()
-	err := tt.Run(context.Background(), 0)
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("want an error about %q, got %v", want, err)
-	}
+	wantErr(t, tt.Run(context.Background(), 0), want)
 	if err2 := tt.Run(context.Background(), 0); err2 == nil {
 		t.Fatal("a faulted queue ran the next submission")
 	}
-	t.Log(err)
 }
 
 // packets decodes variant vi's patched stream.
@@ -180,10 +185,7 @@ func TestSimCatchesHeaderBeforeBody(t *testing.T) {
 	r.w += uint64(len(words))
 	r.ptrs.Store64(kfd.WritePtrOff, r.w)
 	err := r.db.Ring(r.w)
-	if err == nil || !strings.Contains(err.Error(), "header written before its body") {
-		t.Fatalf("want the header-order error, got %v", err)
-	}
-	t.Log(err)
+	wantErr(t, err, "header written before its body")
 }
 
 // A doorbell rung with a write pointer past what was written.
@@ -201,10 +203,7 @@ func TestSimCatchesDoorbellPastData(t *testing.T) {
 	w := r.w + 8 // four dwords more than written
 	r.ptrs.Store64(kfd.WritePtrOff, w)
 	err := r.db.Ring(w)
-	if err == nil || !strings.Contains(err.Error(), "past the written data") {
-		t.Fatalf("want the doorbell error, got %v", err)
-	}
-	t.Log(err)
+	wantErr(t, err, "past the written data")
 }
 
 // A doorbell whose value differs from the write pointer in memory.
@@ -212,9 +211,7 @@ func TestSimCatchesDoorbellMismatch(t *testing.T) {
 	tt := loadSim(t)
 	r := tt.ring
 	err := r.db.Ring(r.w + 4)
-	if err == nil || !strings.Contains(err.Error(), "write pointer in memory") {
-		t.Fatalf("want the write-pointer error, got %v", err)
-	}
+	wantErr(t, err, "write pointer in memory")
 }
 
 // The hardware form of a gfx bundle: the simulated device holds each

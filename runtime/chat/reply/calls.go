@@ -499,6 +499,31 @@ const gemmaQuote = `<|"|>`
 
 func (g *gemmaReader) ws() { g.s = strings.TrimLeft(g.s, spaces) }
 
+// seq reads an object or array from its opener open (at g.s) to its
+// closer end, writing it to b: items, each read and written by item,
+// separated by commas (written ", ").
+func (g *gemmaReader) seq(b *strings.Builder, open, end byte, item func() bool) bool {
+	g.s = g.s[1:]
+	b.WriteByte(open)
+	g.ws()
+	for n := 0; !strings.HasPrefix(g.s, string(end)); n++ {
+		if n > 0 {
+			if !strings.HasPrefix(g.s, ",") {
+				return false
+			}
+			g.s = g.s[1:]
+			b.WriteString(", ")
+		}
+		if !item() {
+			return false
+		}
+		g.ws()
+	}
+	g.s = g.s[1:]
+	b.WriteByte(end)
+	return true
+}
+
 func (g *gemmaReader) value(b *strings.Builder, depth int) bool {
 	if depth > maxDepth {
 		return false
@@ -516,18 +541,8 @@ func (g *gemmaReader) value(b *strings.Builder, depth int) bool {
 		g.s = rest[j+len(gemmaQuote):]
 		return true
 	case strings.HasPrefix(g.s, "{"):
-		g.s = g.s[1:]
-		b.WriteByte('{')
-		g.ws()
-		for n := 0; !strings.HasPrefix(g.s, "}"); n++ {
-			if n > 0 {
-				if !strings.HasPrefix(g.s, ",") {
-					return false
-				}
-				g.s = g.s[1:]
-				g.ws()
-				b.WriteString(", ")
-			}
+		return g.seq(b, '{', '}', func() bool {
+			g.ws()
 			k := strings.IndexAny(g.s, ":}")
 			if k <= 0 || g.s[k] != ':' {
 				return false
@@ -536,34 +551,10 @@ func (g *gemmaReader) value(b *strings.Builder, depth int) bool {
 			b.Write(key)
 			b.WriteString(": ")
 			g.s = g.s[k+1:]
-			if !g.value(b, depth+1) {
-				return false
-			}
-			g.ws()
-		}
-		g.s = g.s[1:]
-		b.WriteByte('}')
-		return true
+			return g.value(b, depth+1)
+		})
 	case strings.HasPrefix(g.s, "["):
-		g.s = g.s[1:]
-		b.WriteByte('[')
-		g.ws()
-		for n := 0; !strings.HasPrefix(g.s, "]"); n++ {
-			if n > 0 {
-				if !strings.HasPrefix(g.s, ",") {
-					return false
-				}
-				g.s = g.s[1:]
-				b.WriteString(", ")
-			}
-			if !g.value(b, depth+1) {
-				return false
-			}
-			g.ws()
-		}
-		g.s = g.s[1:]
-		b.WriteByte(']')
-		return true
+		return g.seq(b, '[', ']', func() bool { return g.value(b, depth+1) })
 	}
 	end := strings.IndexAny(g.s, ",}] \t\r\n")
 	if end < 0 {

@@ -67,27 +67,22 @@ func (c *Cache) Keys(scope string, tokens []int32) []uint64 {
 
 // Lookup returns the pages of the longest cached run of keys from the
 // first, marking them recently used.
-func (c *Cache) Lookup(keys []uint64) []uint32 {
+func (c *Cache) Lookup(keys []uint64) []uint32 { return c.run(keys, true) }
+
+// Peek returns the pages of the longest cached run of keys from the
+// first, like Lookup, without marking them used.
+func (c *Cache) Peek(keys []uint64) []uint32 { return c.run(keys, false) }
+
+// run is Lookup (use: marking the pages recently used) or Peek.
+func (c *Cache) run(keys []uint64, use bool) []uint32 {
 	var out []uint32
 	for _, k := range keys {
 		el, ok := c.pages[k]
 		if !ok {
 			break
 		}
-		c.lru.MoveToBack(el)
-		out = append(out, el.Value.(*entry).page)
-	}
-	return out
-}
-
-// Peek returns the pages of the longest cached run of keys from the
-// first, like Lookup, without marking them used.
-func (c *Cache) Peek(keys []uint64) []uint32 {
-	var out []uint32
-	for _, k := range keys {
-		el, ok := c.pages[k]
-		if !ok {
-			break
+		if use {
+			c.lru.MoveToBack(el)
 		}
 		out = append(out, el.Value.(*entry).page)
 	}

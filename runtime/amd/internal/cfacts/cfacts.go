@@ -23,6 +23,25 @@ type Fact struct {
 	Guard string
 }
 
+// Off is a struct member's C name and its offset in Go.
+type Off struct {
+	C  string
+	At uintptr
+}
+
+// Layout is the facts of a C struct or union s that Go mirrors: its size
+// (none where size is 0) and each member's offset, all under guard.
+func Layout(guard, s string, size uintptr, offs ...Off) []Fact {
+	var f []Fact
+	if size != 0 {
+		f = append(f, Fact{C: "sizeof(" + s + ")", Go: uint64(size), Guard: guard})
+	}
+	for _, o := range offs {
+		f = append(f, Fact{C: "offsetof(" + s + ", " + o.C + ")", Go: uint64(o.At), Guard: guard})
+	}
+	return f
+}
+
 // Check compiles a program including headers (with gcc's extra args, such
 // as -I), runs it and compares every fact, failing t on a difference. It
 // skips t without gcc and returns how many facts were checked and how

@@ -49,11 +49,12 @@ func TestConstraintGreedy(t *testing.T) {
 
 // TestConstraintDeviceMask: after DeviceMask, a constrained greedy request
 // takes the step's greedy choice (the device's, under that mask) without
-// reading the logits; the mask is the grammar's; a sampled request or
-// one without a constraint gets none.
+// reading the logits; the mask is the grammar's once MaskReady returned;
+// a sampled request or one without a constraint gets none.
 func TestConstraintDeviceMask(t *testing.T) {
 	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"? "!"`)})
 	m := d.DeviceMask()
+	d.MaskReady()
 	for id := range int32(9) {
 		if got, want := m[0]>>id&1 == 1, id == 3; got != want {
 			t.Errorf("mask bit of token %d = %v, want %v", id, got, want)

@@ -268,21 +268,32 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	return st
 }
 
-// DeviceMask returns the tokens the next token may be (the bits of
-// runtime.Row.Mask), for a step that takes the request's greedy choice
-// under them on the device; nil when that is not the token Next would
-// take (no constraint, a sampled request, one that wants logprobs). It
-// waits for the mask being computed since the last token. After it
-// returned a mask, the next NextFrom takes src.Greedy() as the choice
-// under it and reads no logits.
+// DeviceMask returns the buffer of the tokens the next token may be (the
+// bits of runtime.Row.Mask), for a step that takes the request's greedy
+// choice under them on the device; nil when that is not the token Next
+// would take (no constraint, a sampled request, one that wants
+// logprobs). The mask may still be being computed (since the last
+// token): read it only once MaskReady has returned, which a tier does
+// after it started the step's forward pass, so that the mask's time on
+// the host overlaps the device's. After it returned a mask, the next
+// NextFrom takes src.Greedy() as the choice under it and reads no
+// logits.
 func (d *Decoder) DeviceMask() []uint64 {
 	if d.p.Constraint == nil || !d.sampler.Greedy() || d.p.Logprobs || d.finish != Running {
 		return nil
 	}
-	d.waitMask()
-	d.dropBanned()
 	d.onDevice = true
 	return d.allowed
+}
+
+// MaskReady waits until the mask DeviceMask returned holds the next
+// token's tokens, end-of-generation ids banned (IgnoreEOS) cleared.
+func (d *Decoder) MaskReady() {
+	if d.masked == nil {
+		return
+	}
+	d.waitMask()
+	d.dropBanned()
 }
 
 // dropBanned clears the banned tokens' bits in the mask.

@@ -1140,6 +1140,7 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	var b runtime.Batch
 	free := e.borrowSlots()
 	var borrowed []int
+	var masked []*decode.Decoder
 	decodeOnly := true
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
@@ -1178,9 +1179,21 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 				Prompt: prompt})
 		}
 		if e.deviceMasks && c.Logits {
-			b.Rows[len(b.Rows)-1].Mask = r.dec.DeviceMask()
+			if m := r.dec.DeviceMask(); m != nil {
+				b.Rows[len(b.Rows)-1].Mask = m
+				masked = append(masked, r.dec)
+			}
 		}
 		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})
+	}
+	if len(masked) > 0 {
+		// The masks of the tokens just sampled are still being computed:
+		// the model waits for them after it launched the step.
+		b.MasksReady = func() {
+			for _, d := range masked {
+				d.MaskReady()
+			}
+		}
 	}
 	var ok bool
 	if decodeOnly {

@@ -67,6 +67,9 @@ func mix(x uint64) uint64 {
 
 func (m *maskModel) Step(_ context.Context, b runtime.Batch) error {
 	t0 := time.Now() // the forward pass starts; the masks are read after
+	if b.MasksReady != nil {
+		b.MasksReady()
+	}
 	for _, r := range b.Rows {
 		if !r.Logits {
 			continue

@@ -119,6 +119,16 @@ type Config struct {
 	// cuts standard and batch prefill to fit (sched.Input.LatencyRows).
 	// 0 means the default, 0.2; a negative value turns the limit off.
 	InteractiveSlack float64
+	// PrefillHold is how many steps a request that has computed no
+	// prompt row yet may wait while others decode, for more arrivals to
+	// join its prefill: a step that carries any prompt row runs a prefill
+	// variant, which costs about the same however few of its rows are
+	// used, so prompts that arrive one by one (requests of many lengths
+	// ending at different steps) would otherwise make most steps such a
+	// step. Prompts are held only while they and the decoding rows fill
+	// less than ChunkCap and no other prompt is being computed. 0 means
+	// the default, 4; a negative value holds none.
+	PrefillHold int
 	// StepLog, when set, receives a JSON line per step of everything the
 	// step depended on and sampled (StepRecord), for Rerun. It holds the
 	// prompts' tokens.
@@ -263,6 +273,9 @@ type request struct {
 	// group's first choice, whose prompt pages it maps instead of
 	// computing them (see shares).
 	lead *request
+	// held counts the steps it was held back before its prefill
+	// (Config.PrefillHold).
+	held int
 	// spec is its speculative state; nil when it does not speculate
 	// (speculation off, or a constrained request).
 	spec *speculating
@@ -394,6 +407,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.InteractiveSlack == 0 {
 		cfg.InteractiveSlack = 0.2
 	}
+	if cfg.PrefillHold == 0 {
+		cfg.PrefillHold = 4
+	}
 	if testHookSpeculative != nil && !cfg.Speculative.On() {
 		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
 			cfg.Speculative, cfg.Drafter = sp, d
@@ -444,7 +460,8 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.StepLog != nil {
 		e.slog = &stepLog{w: cfg.StepLog}
 		e.slog.write(&StepRecord{Config: &StepLogConfig{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: cfg.ContextLength,
-			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String(), HostKVBytes: cfg.HostKVBytes}})
+			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String(), HostKVBytes: cfg.HostKVBytes,
+			PrefillHold: max(cfg.PrefillHold, 0)}})
 	}
 	for _, t := range slices.Sorted(maps.Keys(reserved)) {
 		if err := e.pool.Reserve(t, reserved[t]); err != nil {
@@ -925,9 +942,14 @@ func (e *Engine) input(now time.Time) sched.Input {
 			}
 		}
 	}
+	hold := e.holdPrefill()
 	for _, r := range e.reqs {
 		if r.waitsForLead() {
 			continue // admitted once its lead has computed the pages it maps
+		}
+		if hold && r.fresh() {
+			r.held++
+			continue
 		}
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
 			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
@@ -956,6 +978,43 @@ func (e *Engine) input(now time.Time) sched.Input {
 		in.Seqs = append(in.Seqs, s)
 	}
 	return in
+}
+
+// fresh says r has computed nothing yet and holds no slot or page: its
+// prefill is all to come.
+func (r *request) fresh() bool {
+	return r.slot < 0 && len(r.pages) == 0 && r.done == 0 && !r.admitted
+}
+
+// holdPrefill says whether this step leaves out the fresh requests
+// (Config.PrefillHold): while requests decode and none is computing its
+// prompt, fresh ones that the decoding rows leave room for wait up to
+// PrefillHold steps for more to arrive, so that their prompts share
+// one step of the prefill variant instead of making several.
+func (e *Engine) holdPrefill() bool {
+	if e.cfg.PrefillHold <= 0 {
+		return false
+	}
+	rows, decoding, fresh := 0, 0, false
+	for _, r := range e.reqs {
+		switch {
+		case r.waitsForLead():
+		case r.slot >= 0 && r.done < max(len(r.Prompt), r.replay):
+			return false // a prompt is being computed: the step is a prefill step anyway
+		case r.slot >= 0:
+			decoding++
+			rows++
+		case r.fresh():
+			if r.held >= e.cfg.PrefillHold {
+				return false
+			}
+			fresh = true
+			rows += len(r.Prompt)
+		default:
+			return false // preempted: let it back in
+		}
+	}
+	return fresh && decoding > 0 && rows < e.cfg.ChunkCap
 }
 
 // preempt takes r's slot at a step boundary; r keeps its pages, tokens

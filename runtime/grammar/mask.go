@@ -94,8 +94,8 @@ func (g *Grammar) NewMatcher() *Matcher {
 type Matcher struct {
 	g        *Grammar
 	m        *machine
-	st       int32 // current state; dead when nothing can follow
-	finished bool  // an end-of-generation token was accepted
+	st       int32  // current state; dead when nothing can follow
+	finished bool   // an end-of-generation token was accepted
 	eog      []bool // by token id: an end-of-generation token (the vocabulary's, read-only)
 
 	tops   []int32

@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zrtdev/zrt/kernels"
@@ -221,10 +223,12 @@ type Engine struct {
 	tr         *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
-	slog        *stepLog
-	onStep      func(*StepRecord) // Rerun's view of each step
-	drafter     draft.Drafter
-	specPolicy  specPolicy
+	// advancing are the requests advance works on (reused).
+	advancing  []*request
+	slog       *stepLog
+	onStep     func(*StepRecord) // Rerun's view of each step
+	drafter    draft.Drafter
+	specPolicy specPolicy
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
@@ -806,6 +810,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.traceCounters()
 		return true, err
 	}
+	e.advance(plan, byID)
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
 		if c.Draft > 0 {
@@ -826,6 +831,41 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.publish(true)
 	e.traceCounters()
 	return true, nil
+}
+
+// advance advances the constraints of the step's device-masked rows
+// past their tokens (decode.Decoder.Advance) on several cores at once,
+// before route takes the rows one by one: a constrained row's token
+// costs its grammar a walk, which would otherwise add up over the batch
+// on this goroutine.
+func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
+	e.advancing = e.advancing[:0]
+	for _, c := range plan.Rows {
+		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.OnDevice() {
+			e.advancing = append(e.advancing, r)
+		}
+	}
+	n := len(e.advancing)
+	if n == 0 {
+		return
+	}
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+			r := e.advancing[i]
+			r.dec.Advance(slotSource{e, r.slot})
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(goruntime.GOMAXPROCS(0), n) - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
 }
 
 // traceStep records the step that started at start with its plan, split

@@ -124,9 +124,11 @@ type Masker interface {
 	// tier's masked argmax existed has no kernel for it).
 	Masks() bool
 	// MaskGreedy makes the next Run replace the greedy token of each slot
-	// in slots by its largest logit among the tokens allowed[i] sets. It
-	// copies the masks.
-	MaskGreedy(slots []int, allowed [][]uint64) error
+	// in slots by its largest logit among the tokens allowed[i] sets.
+	// Run reads the masks after it has launched the step's forward pass,
+	// once ready (when not nil) has returned; they must stay unchanged
+	// from then until Run returns.
+	MaskGreedy(slots []int, allowed [][]uint64, ready func()) error
 }
 
 // SlotPages is a slot's page table: Pages[i] is the KV page holding its
@@ -143,6 +145,12 @@ type Batch struct {
 	Key   ShapeKey
 	Rows  []Row
 	Pages []SlotPages
+	// MasksReady, when set, waits until the rows' masks (Row.Mask) hold
+	// their tokens: the caller may still be computing them when it calls
+	// Step. Step calls it once, before anything reads a mask, and on a
+	// Masker tier after the step's forward pass was launched, so that the
+	// host's work on the masks overlaps the device's.
+	MasksReady func() `json:"-"`
 }
 
 // Program is a loaded bundle on a tier.
@@ -169,10 +177,12 @@ type Program struct {
 	err error
 	// masked are the slots and masks of the step being written whose
 	// greedy choice Step takes on the host (the tier is no Masker);
-	// scratch holds a slot's logits for it.
-	maskSlots []int
-	masks     [][]uint64
-	scratch   []float32
+	// scratch holds a slot's logits for it; masksReady is the batch's
+	// MasksReady, called before the masks are read.
+	maskSlots  []int
+	masks      [][]uint64
+	masksReady func()
+	scratch    []float32
 }
 
 // Open loads a bundle and its tier.
@@ -506,7 +516,7 @@ func (p *Program) MasksOnDevice() bool {
 // mask sends the masks of b's rows to the tier, or keeps them for
 // maskOnHost.
 func (p *Program) mask(b Batch) error {
-	p.maskSlots, p.masks = p.maskSlots[:0], p.masks[:0]
+	p.maskSlots, p.masks, p.masksReady = p.maskSlots[:0], p.masks[:0], nil
 	for i, r := range b.Rows {
 		if r.Mask == nil {
 			continue
@@ -517,10 +527,13 @@ func (p *Program) mask(b Batch) error {
 		p.maskSlots = append(p.maskSlots, r.Slot)
 		p.masks = append(p.masks, r.Mask)
 	}
-	if len(p.maskSlots) == 0 || !p.MasksOnDevice() {
+	if !p.MasksOnDevice() {
+		p.masksReady = b.MasksReady
 		return nil
 	}
-	err := p.tier.(Masker).MaskGreedy(p.maskSlots, p.masks)
+	// Also with no masks, so that a Run that failed before it read the
+	// last ones leaves none for the next.
+	err := p.tier.(Masker).MaskGreedy(p.maskSlots, p.masks, b.MasksReady)
 	p.maskSlots, p.masks = p.maskSlots[:0], p.masks[:0]
 	return err
 }
@@ -528,6 +541,10 @@ func (p *Program) mask(b Batch) error {
 // maskOnHost takes the greedy choice of the masked rows the tier did not
 // take, from their logits, into the tokens Greedy reads.
 func (p *Program) maskOnHost() error {
+	if p.masksReady != nil && len(p.maskSlots) > 0 {
+		p.masksReady()
+	}
+	p.masksReady = nil
 	toks := p.tier.Region(p.toks)
 	for i, slot := range p.maskSlots {
 		p.scratch = p.Logits(slot, p.scratch)

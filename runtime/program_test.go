@@ -123,6 +123,23 @@ func TestStepMask(t *testing.T) {
 	if err := step(mask, false); err == nil || !strings.Contains(err.Error(), "wants no logits") {
 		t.Errorf("a mask on a row without logits: %v", err)
 	}
+	// A mask still being written when Step starts: Step reads it only
+	// after MasksReady, once.
+	late := make([]uint64, len(mask))
+	filled := make(chan struct{})
+	go func() {
+		copy(late, mask)
+		close(filled)
+	}()
+	calls := 0
+	b := runtime.Batch{Key: decode, Pages: pages, Rows: []runtime.Row{{Slot: 0, Token: 1, Logits: true, Mask: late}},
+		MasksReady: func() { calls++; <-filled }}
+	if err := p.Step(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Greedy(0); got != want || calls != 1 {
+		t.Errorf("greedy choice under a late mask %d after %d MasksReady calls, want %d after 1", got, calls, want)
+	}
 }
 
 // TestKVPageCopy: a KV page's bytes go out and back exactly through the

@@ -62,9 +62,10 @@ func Run(ctx context.Context, opt Options, w io.Writer) error {
 	if opt.Turns > 1 {
 		return lt.runTurns(ctx, ids, opt, w)
 	}
-	before := lt.maskBuckets(ctx)
+	before, stepsBefore := lt.maskBuckets(ctx), lt.steps(ctx)
 	res := lt.run(ctx, ids, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.Seed)
 	res.mask = maskLine(before, lt.maskBuckets(ctx))
+	res.steps = stepLines(stepsBefore, lt.steps(ctx), res.wall)
 	res.print(w, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.MaxTokens, opt.Stream)
 	return nil
 }
@@ -217,6 +218,7 @@ type loadResult struct {
 	wall     time.Duration
 	outcomes []outcome
 	mask     string // the report's mask-cost row; "" when none was timed
+	steps    string // the report's rows of the server's steps; "" when it has no counters
 }
 
 func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, promptTokens int, seed uint64) loadResult {
@@ -270,6 +272,7 @@ func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxT
 	fmt.Fprintf(w, "| inter-token p50 / p95 / p99 ms | %s |\n", percentiles(gaps))
 	fmt.Fprintf(w, "| end-to-end p50 / p95 / p99 ms | %s |\n", percentiles(e2e))
 	fmt.Fprint(w, r.mask)
+	fmt.Fprint(w, r.steps)
 	var statuses []int
 	for s := range byStatus {
 		statuses = append(statuses, s)

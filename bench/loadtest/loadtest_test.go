@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestLoadtestResponseFormats: with several --response-format objects,
@@ -159,5 +160,34 @@ func TestLoadtestTurns(t *testing.T) {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
+	}
+}
+
+// TestStepLines: the step rows are the counters' differences between two
+// scrapes, per step, with the wall time no step took as idle.
+func TestStepLines(t *testing.T) {
+	scrapes := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scrapes++
+		k := float64(scrapes - 1) // the second scrape: 100 decode steps in 0.4 s + 0.05 s, 10 mixed in 0.2 s + 0.01 s
+		fmt.Fprintf(w, "zrt_steps_by_kind_total{kind=\"decode\",model_name=\"m\"} %g\n", 7+100*k)
+		fmt.Fprintf(w, "zrt_steps_by_kind_total{kind=\"mixed\",model_name=\"m\"} %g\n", 3+10*k)
+		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"decode\",model_name=\"m\",part=\"replay\"} %g\n", 1+0.4*k)
+		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"decode\",model_name=\"m\",part=\"host\"} %g\n", 1+0.05*k)
+		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"mixed\",model_name=\"m\",part=\"replay\"} %g\n", 1+0.2*k)
+		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"mixed\",model_name=\"m\",part=\"host\"} %g\n", 1+0.01*k)
+	}))
+	defer srv.Close()
+	lt := &loadtest{url: srv.URL}
+	before := lt.steps(context.Background())
+	after := lt.steps(context.Background())
+	got := stepLines(before, after, time.Second)
+	for _, want := range []string{"| decode steps: count, replay / host ms a step | 100, 4.000 / 0.500 |", "| mixed steps: count, replay / host ms a step | 10, 20.000 / 1.000 |", "| engine idle (wall time in no step) | 0.34 s |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rows %q lack %q", got, want)
+		}
+	}
+	if rows := stepLines(nil, (&loadtest{url: "http://127.0.0.1:1"}).steps(context.Background()), time.Second); rows != "" {
+		t.Errorf("no server: rows %q", rows)
 	}
 }

@@ -25,7 +25,11 @@ type masker struct {
 	maxRows        int
 	host           []byte // pinned: the slot list (maxRows words), then the masks
 	dev            driver.DevPtr
-	rows           int // rows masked in the next Run
+	// The next Run's masked rows: their slots and masks, read once ready
+	// (when set) has returned, after the step's graph was launched.
+	slots   []int
+	allowed [][]uint64
+	ready   func()
 }
 
 // initMasker finds argmax's _masked entry and allocates the masks'
@@ -69,8 +73,10 @@ func (t *Tier) Masks() bool { return t.mask.fn != 0 }
 
 // MaskGreedy makes the next Run take each slot's greedy token among the
 // tokens allowed[i] sets (bit t%64 of word t/64; words past the slice are
-// clear, bits past the vocabulary ignored).
-func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64) error {
+// clear, bits past the vocabulary ignored). Run reads the masks after it
+// launched the step's graph, once ready (when not nil) has returned, so
+// that the host may still compute them while the device runs the step.
+func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64, ready func()) error {
 	m := &t.mask
 	switch {
 	case m.fn == 0:
@@ -78,41 +84,50 @@ func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64) error {
 	case len(slots) != len(allowed) || len(slots) > m.maxRows:
 		return fmt.Errorf("cuda: %d masks for %d slots (at most %d)", len(allowed), len(slots), m.maxRows)
 	}
-	masks := m.host[4*m.maxRows:]
-	for i, slot := range slots {
+	for _, slot := range slots {
 		if slot < 0 || slot >= m.maxRows {
 			return fmt.Errorf("cuda: mask for slot %d (slots 0..%d)", slot, m.maxRows-1)
 		}
-		binary.LittleEndian.PutUint32(m.host[4*i:], uint32(slot))
-		row := masks[4*i*m.words : 4*(i+1)*m.words]
-		// A uint64 word is two uint32 words in little-endian order: the
-		// same bits, token t at bit t%32 of word t/32.
-		n := copy(row, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(allowed[i]))), 8*len(allowed[i])))
-		clear(row[n:])
 	}
-	m.rows = len(slots)
+	m.slots = append(m.slots[:0], slots...)
+	m.allowed = append(m.allowed[:0], allowed...)
+	m.ready = ready
 	return nil
 }
 
 // maskedArgmax queues the masked rows' argmax and the tokens' copy back
-// after the step's kernels on the stream, when MaskGreedy asked for it.
+// after the step's kernels on the stream, when MaskGreedy asked for it:
+// it waits for the masks (the graph already runs), copies them into the
+// pinned buffer and queues their upload.
 func (t *Tier) maskedArgmax() error {
 	m := &t.mask
-	if m.rows == 0 {
+	n := len(m.slots)
+	if n == 0 {
 		return nil
 	}
-	n := m.rows
-	m.rows = 0
+	if m.ready != nil {
+		m.ready()
+	}
+	masks := m.host[4*m.maxRows:]
+	for i, slot := range m.slots {
+		binary.LittleEndian.PutUint32(m.host[4*i:], uint32(slot))
+		row := masks[4*i*m.words : 4*(i+1)*m.words]
+		// A uint64 word is two uint32 words in little-endian order: the
+		// same bits, token t at bit t%32 of word t/32.
+		c := copy(row, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(m.allowed[i]))), 8*len(m.allowed[i])))
+		clear(row[c:])
+	}
+	m.slots, m.allowed, m.ready = m.slots[:0], m.allowed[:0], nil
 	if err := driver.MemcpyHtoDAsync(m.dev, m.host[:4*n], t.stream); err != nil {
 		return err
 	}
-	masks := 4 * m.maxRows
-	if err := driver.MemcpyHtoDAsync(m.dev+driver.DevPtr(masks), m.host[masks:masks+4*n*m.words], t.stream); err != nil {
+	off := 4 * m.maxRows
+	if err := driver.MemcpyHtoDAsync(m.dev+driver.DevPtr(off), m.host[off:off+4*n*m.words], t.stream); err != nil {
 		return err
 	}
 	logits, tokens := &t.regions[m.logits], &t.regions[m.tokens]
 	l := Launch{Name: "argmax (masked)", Shape: kcuda.Launch{Grid: [3]uint32{uint32(n), 1, 1}, Block: [3]uint32{1024, 1, 1}},
-		Params: []uint64{uint64(logits.dev), uint64(m.dev), uint64(m.dev) + uint64(masks), uint64(tokens.dev), uint64(m.nVocab), uint64(m.words)}}
+		Params: []uint64{uint64(logits.dev), uint64(m.dev), uint64(m.dev) + uint64(off), uint64(tokens.dev), uint64(m.nVocab), uint64(m.words)}}
 	// A plain launch, not an overlapped one: the kernel does not wait for
 	// the graph before it (it has no dep_sync).
 	if err := t.launchFn(m.fn, &l, false); err != nil {

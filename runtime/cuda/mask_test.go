@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
@@ -62,6 +63,74 @@ func TestMaskedGreedy(t *testing.T) {
 		}
 		if err := p.Step(ctx, b); err != nil {
 			t.Fatal(err)
+		}
+		for _, r := range b.Rows {
+			logits := p.Logits(r.Slot, nil)
+			want := sample.Argmax(logits)
+			if r.Mask != nil {
+				want = sample.MaskedArgmax(logits, r.Mask)
+			}
+			if got := p.Greedy(r.Slot); got != want {
+				t.Errorf("step %d slot %d (mask %v): greedy %d, want %d", step, r.Slot, r.Mask != nil, got, want)
+			}
+		}
+	}
+}
+
+// TestMaskedGreedyLate: masks that are still being computed when Step
+// starts (Batch.MasksReady waits for them, as the engine's are while the
+// device runs the step) are read only after MasksReady, which Step calls
+// once; the device takes the same tokens as the host's masked argmax.
+func TestMaskedGreedyLate(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 4}
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.MasksOnDevice() {
+		t.Fatal("the bundle's argmax has no masked entry")
+	}
+	nv := p.Hparams.NVocab
+	rng := rand.New(rand.NewPCG(3, 4))
+	ctx := context.Background()
+	for step := range 8 {
+		key, _ := p.Key(runtime.Decode, 4)
+		b := runtime.Batch{Key: key}
+		want := make([][]uint64, 4) // each row's mask as it will be
+		for s := range 4 {
+			b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
+			r := runtime.Row{Slot: s, Pos: step, Token: int32(rng.IntN(nv)), Logits: true}
+			if (step+s)%3 != 0 {
+				r.Mask = make([]uint64, (nv+63)/64) // clear until written
+				want[s] = make([]uint64, len(r.Mask))
+				for range 50 {
+					tok := rng.IntN(nv)
+					want[s][tok/64] |= 1 << (tok % 64)
+				}
+			}
+			b.Rows = append(b.Rows, r)
+		}
+		written := make(chan struct{})
+		go func() {
+			time.Sleep(2 * time.Millisecond) // past the graph's launch
+			for s, r := range b.Rows {
+				if r.Mask != nil {
+					copy(r.Mask, want[s])
+				}
+			}
+			close(written)
+		}()
+		calls := 0
+		b.MasksReady = func() { calls++; <-written }
+		if err := p.Step(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if calls != 1 {
+			t.Errorf("step %d: MasksReady called %d times, want 1", step, calls)
 		}
 		for _, r := range b.Rows {
 			logits := p.Logits(r.Slot, nil)

@@ -49,11 +49,12 @@ func TestConstraintGreedy(t *testing.T) {
 
 // TestConstraintDeviceMask: after DeviceMask, a constrained greedy request
 // takes the step's greedy choice (the device's, under that mask) without
-// reading the logits; the mask is the grammar's; a sampled request or
-// one without a constraint gets none.
+// reading the logits; the mask is the grammar's once MaskReady returned;
+// a sampled request or one without a constraint gets none.
 func TestConstraintDeviceMask(t *testing.T) {
 	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"? "!"`)})
 	m := d.DeviceMask()
+	d.MaskReady()
 	for id := range int32(9) {
 		if got, want := m[0]>>id&1 == 1, id == 3; got != want {
 			t.Errorf("mask bit of token %d = %v, want %v", id, got, want)
@@ -137,5 +138,81 @@ func TestConstraintLength(t *testing.T) {
 	d := New(tiny(t), Params{MaxTokens: 1, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"`)})
 	if st := d.Next(prefer(3), nil, 0); st.Token != 3 || st.Finish != Length {
 		t.Fatalf("got %+v, want token 3 finishing with length", st)
+	}
+}
+
+// countingConstraint counts its Accept calls.
+type countingConstraint struct {
+	Constraint
+	accepts int
+}
+
+func (c *countingConstraint) Accept(tok int32) error {
+	c.accepts++
+	return c.Constraint.Accept(tok)
+}
+
+// TestConstraintAdvance: Advance accepts the device's choice ahead of
+// NextFrom, which then takes the same step without accepting it again;
+// a choice the mask does not allow is left to NextFrom, which ends the
+// request as it would have; without a device mask Advance does nothing.
+func TestConstraintAdvance(t *testing.T) {
+	run := func(advance bool) ([]Step, int) {
+		c := &countingConstraint{Constraint: matcher(t, `root ::= " hello" " world"? "!"`)}
+		d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+		var steps []Step
+		for i, g := range []int32{3, 4, 8} {
+			if d.DeviceMask() == nil {
+				t.Fatalf("step %d: no device mask", i)
+			}
+			d.MaskReady()
+			src := &source{greedy: g, logits: prefer(5)}
+			if advance {
+				d.Advance(src)
+			}
+			st := d.NextFrom(src, nil, i)
+			if src.fetched != 0 {
+				t.Errorf("step %d read the logits", i)
+			}
+			steps = append(steps, st)
+			if st.Finish != Running {
+				break
+			}
+		}
+		return steps, c.accepts
+	}
+	plain, n := run(false)
+	ahead, m := run(true)
+	if len(plain) != 3 || plain[2].Finish != EOG || plain[2].Text != "!" {
+		t.Fatalf("steps %+v, want hello, world, then ! finishing", plain)
+	}
+	if len(ahead) != len(plain) || n != m || n != 3 {
+		t.Fatalf("with Advance: %+v after %d accepts; without: %+v after %d", ahead, m, plain, n)
+	}
+	for i := range plain {
+		if ahead[i] != plain[i] {
+			t.Errorf("step %d: %+v with Advance, %+v without", i, ahead[i], plain[i])
+		}
+	}
+	// A choice outside the mask (5: STOP) is not accepted ahead; NextFrom
+	// refuses it and ends the request.
+	c := &countingConstraint{Constraint: matcher(t, `root ::= " hello" "!"`)}
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+	d.DeviceMask()
+	d.MaskReady()
+	src := &source{greedy: 5, logits: prefer(5)}
+	d.Advance(src)
+	if c.accepts != 0 {
+		t.Errorf("Advance accepted a token the mask refuses")
+	}
+	if st := d.NextFrom(src, nil, 0); st.Token != -1 || st.Finish != EOG {
+		t.Errorf("a refused device choice: %+v, want the request ended", st)
+	}
+	// No device mask: nothing to do.
+	d = New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+	before := c.accepts
+	d.Advance(&source{greedy: 3})
+	if c.accepts != before {
+		t.Errorf("Advance without a device mask accepted a token")
 	}
 }

@@ -102,6 +102,11 @@ type Decoder struct {
 	// onDevice: the step that follows DeviceMask takes the greedy choice
 	// under the mask it returned, so NextFrom reads that choice.
 	onDevice bool
+	// advanced: Advance has accepted token accepted into the constraint
+	// (with error acceptErr) for the next NextFrom.
+	advanced  bool
+	accepted  int32
+	acceptErr error
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -188,15 +193,17 @@ func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
 // per sequence, are never copied out for it.
 func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	d.waitMask()
-	onDevice := d.onDevice
-	d.onDevice = false
+	onDevice, advanced := d.onDevice, d.advanced
+	d.onDevice, d.advanced = false, false
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
 	}
-	if d.p.Constraint != nil && d.p.Constraint.Done() {
+	if d.p.Constraint != nil && !advanced && d.p.Constraint.Done() {
+		// (An advanced constraint was not done before the token Advance
+		// took: that token is this step's.)
 		return d.end(Step{Token: -1}, EOG)
 	}
 	tok := int32(-1)
@@ -239,7 +246,11 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		// A token the constraint refuses can only be sampled when it
 		// allows none (a dead end of the grammar): the output cannot go
 		// on, so the request ends.
-		if err := d.p.Constraint.Accept(tok); err != nil {
+		err := d.acceptErr
+		if !advanced || tok != d.accepted {
+			err = d.p.Constraint.Accept(tok)
+		}
+		if err != nil {
 			return d.end(Step{Token: -1}, EOG)
 		}
 	}
@@ -268,21 +279,59 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	return st
 }
 
-// DeviceMask returns the tokens the next token may be (the bits of
-// runtime.Row.Mask), for a step that takes the request's greedy choice
-// under them on the device; nil when that is not the token Next would
-// take (no constraint, a sampled request, one that wants logprobs). It
-// waits for the mask being computed since the last token. After it
-// returned a mask, the next NextFrom takes src.Greedy() as the choice
-// under it and reads no logits.
+// DeviceMask returns the buffer of the tokens the next token may be (the
+// bits of runtime.Row.Mask), for a step that takes the request's greedy
+// choice under them on the device; nil when that is not the token Next
+// would take (no constraint, a sampled request, one that wants
+// logprobs). The mask may still be being computed (since the last
+// token): read it only once MaskReady has returned, which a tier does
+// after it started the step's forward pass, so that the mask's time on
+// the host overlaps the device's. After it returned a mask, the next
+// NextFrom takes src.Greedy() as the choice under it and reads no
+// logits.
 func (d *Decoder) DeviceMask() []uint64 {
 	if d.p.Constraint == nil || !d.sampler.Greedy() || d.p.Logprobs || d.finish != Running {
 		return nil
 	}
-	d.waitMask()
-	d.dropBanned()
 	d.onDevice = true
 	return d.allowed
+}
+
+// OnDevice says that the step after DeviceMask takes this request's
+// token on the device: Advance then has work to do.
+func (d *Decoder) OnDevice() bool { return d.onDevice }
+
+// Advance, after a step that took the request's greedy choice under the
+// mask DeviceMask returned, advances the constraint past that choice
+// (src.Greedy()), which NextFrom would otherwise do: the decoders of a
+// batch's requests may Advance at once, each touching only its own
+// request's state, before their NextFrom calls, which must follow one
+// by one. It does nothing where NextFrom would not accept that token
+// (no device mask, a request that ends before it, a choice the mask
+// does not allow).
+func (d *Decoder) Advance(src Source) {
+	if !d.onDevice || d.advanced || d.finish != Running || d.generated >= d.p.MaxTokens {
+		return
+	}
+	d.waitMask()
+	if d.p.Constraint.Done() {
+		return
+	}
+	tok := src.Greedy()
+	if tok < 0 || int(tok>>6) >= len(d.allowed) || d.allowed[tok>>6]&(1<<(tok&63)) == 0 {
+		return
+	}
+	d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
+}
+
+// MaskReady waits until the mask DeviceMask returned holds the next
+// token's tokens, end-of-generation ids banned (IgnoreEOS) cleared.
+func (d *Decoder) MaskReady() {
+	if d.masked == nil {
+		return
+	}
+	d.waitMask()
+	d.dropBanned()
 }
 
 // dropBanned clears the banned tokens' bits in the mask.

@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	goruntime "runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zrtdev/zrt/kernels"
@@ -119,6 +121,16 @@ type Config struct {
 	// cuts standard and batch prefill to fit (sched.Input.LatencyRows).
 	// 0 means the default, 0.2; a negative value turns the limit off.
 	InteractiveSlack float64
+	// PrefillHold is how many steps a request that has computed no
+	// prompt row yet may wait while others decode, for more arrivals to
+	// join its prefill: a step that carries any prompt row runs a prefill
+	// variant, which costs about the same however few of its rows are
+	// used, so prompts that arrive one by one (requests of many lengths
+	// ending at different steps) would otherwise make most steps such a
+	// step. Prompts are held only while they and the decoding rows fill
+	// less than ChunkCap and no other prompt is being computed. 0 means
+	// the default, 4; a negative value holds none.
+	PrefillHold int
 	// StepLog, when set, receives a JSON line per step of everything the
 	// step depended on and sampled (StepRecord), for Rerun. It holds the
 	// prompts' tokens.
@@ -211,10 +223,12 @@ type Engine struct {
 	tr         *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
-	slog        *stepLog
-	onStep      func(*StepRecord) // Rerun's view of each step
-	drafter     draft.Drafter
-	specPolicy  specPolicy
+	// advancing are the requests advance works on (reused).
+	advancing  []*request
+	slog       *stepLog
+	onStep     func(*StepRecord) // Rerun's view of each step
+	drafter    draft.Drafter
+	specPolicy specPolicy
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
@@ -263,6 +277,9 @@ type request struct {
 	// group's first choice, whose prompt pages it maps instead of
 	// computing them (see shares).
 	lead *request
+	// held counts the steps it was held back before its prefill
+	// (Config.PrefillHold).
+	held int
 	// spec is its speculative state; nil when it does not speculate
 	// (speculation off, or a constrained request).
 	spec *speculating
@@ -394,6 +411,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.InteractiveSlack == 0 {
 		cfg.InteractiveSlack = 0.2
 	}
+	if cfg.PrefillHold == 0 {
+		cfg.PrefillHold = 4
+	}
 	if testHookSpeculative != nil && !cfg.Speculative.On() {
 		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
 			cfg.Speculative, cfg.Drafter = sp, d
@@ -444,7 +464,8 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.StepLog != nil {
 		e.slog = &stepLog{w: cfg.StepLog}
 		e.slog.write(&StepRecord{Config: &StepLogConfig{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: cfg.ContextLength,
-			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String(), HostKVBytes: cfg.HostKVBytes}})
+			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String(), HostKVBytes: cfg.HostKVBytes,
+			PrefillHold: max(cfg.PrefillHold, 0)}})
 	}
 	for _, t := range slices.Sorted(maps.Keys(reserved)) {
 		if err := e.pool.Reserve(t, reserved[t]); err != nil {
@@ -789,6 +810,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.traceCounters()
 		return true, err
 	}
+	e.advance(plan, byID)
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
 		if c.Draft > 0 {
@@ -809,6 +831,41 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.publish(true)
 	e.traceCounters()
 	return true, nil
+}
+
+// advance advances the constraints of the step's device-masked rows
+// past their tokens (decode.Decoder.Advance) on several cores at once,
+// before route takes the rows one by one: a constrained row's token
+// costs its grammar a walk, which would otherwise add up over the batch
+// on this goroutine.
+func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
+	e.advancing = e.advancing[:0]
+	for _, c := range plan.Rows {
+		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.OnDevice() {
+			e.advancing = append(e.advancing, r)
+		}
+	}
+	n := len(e.advancing)
+	if n == 0 {
+		return
+	}
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+			r := e.advancing[i]
+			r.dec.Advance(slotSource{e, r.slot})
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(goruntime.GOMAXPROCS(0), n) - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
 }
 
 // traceStep records the step that started at start with its plan, split
@@ -925,9 +982,14 @@ func (e *Engine) input(now time.Time) sched.Input {
 			}
 		}
 	}
+	hold := e.holdPrefill()
 	for _, r := range e.reqs {
 		if r.waitsForLead() {
 			continue // admitted once its lead has computed the pages it maps
+		}
+		if hold && r.fresh() {
+			r.held++
+			continue
 		}
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
 			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
@@ -956,6 +1018,43 @@ func (e *Engine) input(now time.Time) sched.Input {
 		in.Seqs = append(in.Seqs, s)
 	}
 	return in
+}
+
+// fresh says r has computed nothing yet and holds no slot or page: its
+// prefill is all to come.
+func (r *request) fresh() bool {
+	return r.slot < 0 && len(r.pages) == 0 && r.done == 0 && !r.admitted
+}
+
+// holdPrefill says whether this step leaves out the fresh requests
+// (Config.PrefillHold): while requests decode and none is computing its
+// prompt, fresh ones that the decoding rows leave room for wait up to
+// PrefillHold steps for more to arrive, so that their prompts share
+// one step of the prefill variant instead of making several.
+func (e *Engine) holdPrefill() bool {
+	if e.cfg.PrefillHold <= 0 {
+		return false
+	}
+	rows, decoding, fresh := 0, 0, false
+	for _, r := range e.reqs {
+		switch {
+		case r.waitsForLead():
+		case r.slot >= 0 && r.done < max(len(r.Prompt), r.replay):
+			return false // a prompt is being computed: the step is a prefill step anyway
+		case r.slot >= 0:
+			decoding++
+			rows++
+		case r.fresh():
+			if r.held >= e.cfg.PrefillHold {
+				return false
+			}
+			fresh = true
+			rows += len(r.Prompt)
+		default:
+			return false // preempted: let it back in
+		}
+	}
+	return fresh && decoding > 0 && rows < e.cfg.ChunkCap
 }
 
 // preempt takes r's slot at a step boundary; r keeps its pages, tokens
@@ -1140,6 +1239,7 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	var b runtime.Batch
 	free := e.borrowSlots()
 	var borrowed []int
+	var masked []*decode.Decoder
 	decodeOnly := true
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
@@ -1178,9 +1278,21 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 				Prompt: prompt})
 		}
 		if e.deviceMasks && c.Logits {
-			b.Rows[len(b.Rows)-1].Mask = r.dec.DeviceMask()
+			if m := r.dec.DeviceMask(); m != nil {
+				b.Rows[len(b.Rows)-1].Mask = m
+				masked = append(masked, r.dec)
+			}
 		}
 		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})
+	}
+	if len(masked) > 0 {
+		// The masks of the tokens just sampled are still being computed:
+		// the model waits for them after it launched the step.
+		b.MasksReady = func() {
+			for _, d := range masked {
+				d.MaskReady()
+			}
+		}
 	}
 	var ok bool
 	if decodeOnly {

@@ -60,6 +60,9 @@ type StepLogConfig struct {
 	Reserved      map[string]int `json:"reserved,omitempty"`
 	Speculative   string         `json:"speculative,omitempty"`
 	HostKVBytes   int64          `json:"host_kv_bytes,omitempty"`
+	// PrefillHold is Config.PrefillHold in effect (0: none; logs from
+	// before it held none).
+	PrefillHold int `json:"prefill_hold,omitempty"`
 }
 
 // LoggedDraft is a request's proposed draft of a step: its tokens (an
@@ -201,7 +204,10 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		}
 	}
 	cfg := Config{Speculative: sp, Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
-		HostKVBytes: lc.HostKVBytes, EventBuffer: 1 << 20, Policy: policy}
+		HostKVBytes: lc.HostKVBytes, EventBuffer: 1 << 20, Policy: policy, PrefillHold: -1}
+	if lc.PrefillHold > 0 {
+		cfg.PrefillHold = lc.PrefillHold
+	}
 	e, err := New(m, tok, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("rerun: %w", err)

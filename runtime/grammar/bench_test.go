@@ -107,3 +107,75 @@ func BenchmarkMask(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAccept times a token's Accept (thread CPU time) on the Qwen
+// vocabulary along random runs of a few schemas, the position caches
+// warm: the serving engine accepts each constrained row's token on its
+// own goroutine, one row after another, so this is per-row host time of
+// every step.
+func BenchmarkAccept(b *testing.B) {
+	tok, _ := qwen(b)
+	c := NewCompiler(tok, Limits{})
+	for _, name := range []string{"01_person.json", "03_nested_arrays.json", "10_openai_tool.json", "12_open_object.json"} {
+		raw, err := os.ReadFile(filepath.Join("testdata/schemas", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		g, err := c.Compile(context.Background(), Spec{JSONSchema: raw})
+		if err != nil {
+			b.Fatal(err)
+		}
+		maskTimes(b, tok, g, 0, 300) // warm the position caches
+		b.Run(name, func(b *testing.B) {
+			var accept, mask []time.Duration
+			for i := 0; i < b.N; i++ {
+				a, m := acceptTimes(b, tok, g, int64(i), 300)
+				accept, mask = append(accept, a...), append(mask, m...)
+			}
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			mean := func(ds []time.Duration) float64 {
+				var t time.Duration
+				for _, d := range ds {
+					t += d
+				}
+				return us(t) / float64(max(len(ds), 1))
+			}
+			b.ReportMetric(mean(accept), "mean-µs/accept")
+			b.ReportMetric(us(quantile(accept, 0.99)), "p99-µs/accept")
+			b.ReportMetric(mean(mask), "mean-µs/mask")
+		})
+	}
+}
+
+// acceptTimes drives a matcher with random allowed tokens and returns the
+// time of each Accept and each Mask.
+func acceptTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) (accept, masks []time.Duration) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	m := g.NewMatcher()
+	n := v.NVocab()
+	mask := make([]uint64, (n+63)/64)
+	rng := rand.New(rand.NewSource(seed))
+	var allowed []int32
+	for step := 0; step < steps && !m.Done(); step++ {
+		t0 := threadCPU()
+		m.Mask(mask)
+		masks = append(masks, threadCPU()-t0)
+		allowed = allowed[:0]
+		for id := 0; id < n; id++ {
+			if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
+				allowed = append(allowed, int32(id))
+			}
+		}
+		if len(allowed) == 0 {
+			break
+		}
+		t0 = threadCPU()
+		err := m.Accept(allowed[rng.Intn(len(allowed))])
+		accept = append(accept, threadCPU()-t0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return accept, masks
+}

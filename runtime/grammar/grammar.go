@@ -186,6 +186,7 @@ type vocabTrie struct {
 	maxDepth int      // longest token in bytes
 	pieces   [][]byte // by token id
 	eog      []int32  // end-of-generation tokens
+	isEOG    []bool   // by token id: one of eog (shared by every matcher)
 	toks     []int32  // token ids with bytes, in byte order
 	sorted   [][]byte // their bytes
 	// Trie nodes in preorder; node 0 is the root (the empty prefix).
@@ -198,10 +199,11 @@ type vocabTrie struct {
 
 func newVocabTrie(v Vocab) *vocabTrie {
 	n := v.NVocab()
-	vt := &vocabTrie{nvocab: n, pieces: make([][]byte, n)}
+	vt := &vocabTrie{nvocab: n, pieces: make([][]byte, n), isEOG: make([]bool, n)}
 	for id := 0; id < n; id++ {
 		if v.IsEOG(int32(id)) {
 			vt.eog = append(vt.eog, int32(id))
+			vt.isEOG[id] = true
 			continue
 		}
 		p := v.Piece(int32(id))

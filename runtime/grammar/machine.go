@@ -198,6 +198,23 @@ func (m *machine) reset() {
 	clear(m.byKey)
 }
 
+// keepStates bounds the states (and so the memoized transitions, 1 KB a
+// state) a matcher's machine keeps between tokens: below it the states a
+// request walked stay, so that the next tokens' walks, which mostly
+// retrace them (the same string loop, the same object's keys), hit the
+// memo instead of recomputing closures; past it compact forgets them.
+const keepStates = 256
+
+// compact rebases st when the machine holds more than keepStates states
+// or 16 times as many stacks; otherwise it keeps everything and returns
+// st.
+func (m *machine) compact(st int32) int32 {
+	if len(m.states) <= keepStates && len(m.frames) <= 16*keepStates {
+		return st
+	}
+	return m.rebase(st)
+}
+
 // rebase makes state st the only state kept: its stacks are copied into
 // a fresh arena and everything else is forgotten. It returns st's new id.
 func (m *machine) rebase(st int32) int32 {

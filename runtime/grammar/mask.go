@@ -86,10 +86,7 @@ func (g *Grammar) computePosCache(q int32) *posCache {
 func (g *Grammar) NewMatcher() *Matcher {
 	mt := &Matcher{g: g, m: newMachine(g)}
 	mt.st = mt.m.start()
-	mt.eog = make([]bool, g.vt.nvocab)
-	for _, id := range g.vt.eog {
-		mt.eog[id] = true
-	}
+	mt.eog = g.vt.isEOG
 	return mt
 }
 
@@ -97,9 +94,9 @@ func (g *Grammar) NewMatcher() *Matcher {
 type Matcher struct {
 	g        *Grammar
 	m        *machine
-	st       int32 // current state; dead when nothing can follow
-	finished bool  // an end-of-generation token was accepted
-	eog      []bool
+	st       int32  // current state; dead when nothing can follow
+	finished bool   // an end-of-generation token was accepted
+	eog      []bool // by token id: an end-of-generation token (the vocabulary's, read-only)
 
 	tops   []int32
 	unc    []int32
@@ -172,7 +169,7 @@ func (mt *Matcher) Mask(allowed []uint64) {
 
 // checkUncertain walks the uncertain tokens (in byte order, so that a
 // shared prefix is stepped once) from the real state, then forgets the
-// stacks the walk made.
+// stacks the walk made once they are many (machine.compact).
 func (mt *Matcher) checkUncertain(allowed []uint64) {
 	vt := mt.g.vt
 	m := mt.m
@@ -205,7 +202,7 @@ func (mt *Matcher) checkUncertain(allowed []uint64) {
 		}
 		prev = b
 	}
-	mt.st = m.rebase(mt.st)
+	mt.st = m.compact(mt.st)
 }
 
 // sortUnique sorts a list of small non-negative ints and drops repeats.
@@ -267,10 +264,10 @@ func (mt *Matcher) AcceptBytes(b []byte) error {
 	}
 	ns := mt.m.walk(mt.st, b)
 	if ns == dead {
-		mt.st = mt.m.rebase(mt.st)
+		mt.st = mt.m.compact(mt.st)
 		return fmt.Errorf("grammar: %q does not continue the match", b)
 	}
-	mt.st = mt.m.rebase(ns)
+	mt.st = mt.m.compact(ns)
 	return nil
 }
 

@@ -28,6 +28,10 @@ type Config struct {
 	// step may take while an interactive request decodes, as a fraction
 	// (engine.Config.InteractiveSlack; default 0.2, negative: no limit).
 	InteractiveSlack float64 `toml:"interactive_slack"`
+	// PrefillHold is the steps a new prompt may wait while others decode
+	// for more to share its prefill step (engine.Config.PrefillHold;
+	// default 4, negative: none).
+	PrefillHold int `toml:"prefill_hold"`
 	// QueueDepth bounds waiting requests; beyond it: 503 (default 1024).
 	QueueDepth int `toml:"queue_depth"`
 	// Ledger is the usage ledger's path ("": none), one record per
@@ -273,7 +277,7 @@ func (p *Policy) tenant(id string) engine.TenantPolicy { return p.live.Load().Te
 // (0 where the file leaves them to the bundle), and the policy, read from
 // p as it is updated (reserved pages are fixed when the engine starts).
 func (p *Policy) EngineConfig(c *Config) engine.Config {
-	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Policy: p.live, Speculative: c.speculative,
+	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, PrefillHold: c.PrefillHold, Policy: p.live, Speculative: c.speculative,
 		HostKVBytes: int64(c.HostKVMiB) << 20}
 }
 

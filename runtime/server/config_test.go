@@ -37,4 +37,11 @@ func TestLoadConfig(t *testing.T) {
 	if lim := NewPolicy(c).EngineConfig(c).Policy.Load().Tenant("a"); lim.DecodeTokensPerSecond != 50 || lim.PrefillTokensPerSecond != 900 {
 		t.Fatalf("soft rate limits not passed to the engine: %+v", lim)
 	}
+	os.WriteFile(path, []byte("prefill_hold = -1\n"), 0o644)
+	if c, err = LoadConfig(path); err != nil {
+		t.Fatal(err)
+	}
+	if got := NewPolicy(c).EngineConfig(c).PrefillHold; got != -1 {
+		t.Errorf("prefill_hold -1 reaches the engine as %d", got)
+	}
 }

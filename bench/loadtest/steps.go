@@ -1,0 +1,78 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// stepLine is a sample of zrt's engine step counters: steps by kind
+// (zrt_steps_by_kind_total) and their seconds by kind and part
+// (zrt_step_seconds_total).
+var stepLine = regexp.MustCompile(`^zrt_(steps_by_kind_total|step_seconds_total)\{(.*)\} (\S+)`)
+
+var (
+	kindLabel = regexp.MustCompile(`(?:^|,)kind="([^"]+)"`)
+	partLabel = regexp.MustCompile(`(?:^|,)part="([^"]+)"`)
+)
+
+// stepCounters are the engine's step counters summed over models, keyed
+// "KIND steps" and "KIND PART" (PART replay or host, in seconds).
+type stepCounters map[string]float64
+
+// steps reads the step counters from GET /metrics; nil from a server
+// without them (llama-server, or zrt before them).
+func (lt *loadtest) steps(ctx context.Context) stepCounters {
+	out := stepCounters{}
+	ok := lt.scrapeMetrics(ctx, func(line string) {
+		m := stepLine.FindStringSubmatch(line)
+		if m == nil {
+			return
+		}
+		kind := kindLabel.FindStringSubmatch(m[2])
+		v, err := strconv.ParseFloat(m[3], 64)
+		if kind == nil || err != nil {
+			return
+		}
+		if m[1] == "steps_by_kind_total" {
+			out[kind[1]+" steps"] += v
+			return
+		}
+		if part := partLabel.FindStringSubmatch(m[2]); part != nil {
+			out[kind[1]+" "+part[1]] += v
+		}
+	})
+	if !ok || len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// stepLines are the report's rows for where the server's steps went
+// between two reads of the counters over a run of wall time: per kind of
+// step (decode rows only, or prompt rows too) how many, and the device's
+// (replay) and the engine's own (host) milliseconds a step; and the time
+// the engine spent in no step (idle: waiting for requests). "" when the
+// server has no such counters or ran no step.
+func stepLines(before, after stepCounters, wall time.Duration) string {
+	if after == nil {
+		return ""
+	}
+	d := func(k string) float64 { return after[k] - before[k] }
+	busy := 0.0
+	s := ""
+	for _, kind := range []string{"decode", "mixed"} {
+		n := d(kind + " steps")
+		busy += d(kind+" replay") + d(kind+" host")
+		if n <= 0 {
+			continue
+		}
+		s += fmt.Sprintf("| %s steps: count, replay / host ms a step | %.0f, %.3f / %.3f |\n", kind, n, 1e3*d(kind+" replay")/n, 1e3*d(kind+" host")/n)
+	}
+	if s == "" {
+		return ""
+	}
+	return s + fmt.Sprintf("| engine idle (wall time in no step) | %.2f s |\n", wall.Seconds()-busy)
+}

@@ -1,0 +1,363 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/vocab"
+	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine"
+	"github.com/zrtdev/zrt/runtime/grammar"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
+)
+
+// maskModel is a model without a model: a step sleeps for the time
+// device gives its variant (nothing when nil), so that a load measures
+// the engine's host cost per step apart from the device's, and the
+// throughput a device of those costs would give. Like T-CUDA it takes a masked row's greedy choice
+// under the row's mask "on the device"; its choices look like random
+// weights': a pseudo-random token from the row's slot, position and
+// token (under the mask: the first allowed token from there on), never
+// an end-of-generation token where no mask asks for one.
+type maskModel struct {
+	slots, nvocab int
+	eog           map[int32]bool
+	device        func(runtime.ShapeKey) time.Duration // a step's time on the device
+	greedy        []int32                              // by slot: the last step's choice
+
+	mu     sync.Mutex
+	masked int           // rows that came with a mask
+	words  int           // mask words those rows carried
+	busy   time.Duration // the steps' device time, summed
+}
+
+func (m *maskModel) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
+	// T-CUDA's default variants for 64 slots.
+	caps := map[runtime.Stage][]int{runtime.Decode: {1, 4, 16, 64}, runtime.Prefill: {128, 512}}[stage]
+	for _, c := range caps {
+		if rows <= c {
+			return runtime.ShapeKey{Stage: stage, Slots: m.slots, Rows: c}, true
+		}
+	}
+	return runtime.ShapeKey{}, false
+}
+func (m *maskModel) Slots() int          { return m.slots }
+func (m *maskModel) MaxPages() int       { return 64 }
+func (m *maskModel) KVPages() int        { return 64 * m.slots * 4 }
+func (m *maskModel) SlotState() bool     { return false }
+func (m *maskModel) MasksOnDevice() bool { return true }
+
+// mix is a 64-bit finalizer (splitmix64's): the "random weights".
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+func (m *maskModel) Step(_ context.Context, b runtime.Batch) error {
+	t0 := time.Now() // the forward pass starts; the masks are read after
+	if b.MasksReady != nil {
+		b.MasksReady()
+	}
+	for _, r := range b.Rows {
+		if !r.Logits {
+			continue
+		}
+		h := mix(uint64(r.Slot)<<40 ^ uint64(r.Pos)<<20 ^ uint64(r.Token))
+		if r.Mask == nil {
+			tok := int32(h % uint64(m.nvocab))
+			for m.eog[tok] {
+				tok = (tok + 1) % int32(m.nvocab)
+			}
+			m.greedy[r.Slot] = tok
+			continue
+		}
+		m.mu.Lock()
+		m.masked++
+		m.words += len(r.Mask)
+		m.mu.Unlock()
+		m.greedy[r.Slot] = firstAllowed(r.Mask, int(h%uint64(m.nvocab)), m.nvocab)
+	}
+	if m.device != nil {
+		m.busy += m.device(b.Key)
+		if d := m.device(b.Key) - time.Since(t0); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	return nil
+}
+
+// firstAllowed is the first token at or after from (cyclically) that
+// mask allows; -1 when it allows none.
+func firstAllowed(mask []uint64, from, nvocab int) int32 {
+	w := from / 64
+	if x := mask[w] >> (from % 64) << (from % 64); x != 0 {
+		if t := w*64 + bits.TrailingZeros64(x); t < nvocab {
+			return int32(t)
+		}
+	}
+	for i := 1; i <= len(mask); i++ {
+		k := (w + i) % len(mask)
+		if x := mask[k]; x != 0 {
+			if t := k*64 + bits.TrailingZeros64(x); t < nvocab {
+				return int32(t)
+			}
+		}
+	}
+	return -1
+}
+
+func (m *maskModel) Logits(slot int, dst []float32) []float32 {
+	// Read only when a mask allows nothing: every logit the same.
+	return append(dst[:0], make([]float32, m.nvocab)...)
+}
+
+func (m *maskModel) Greedy(slot int) int32 { return m.greedy[slot] }
+
+// qwenTokenizer is the real Qwen tokenizer (151 936 tokens) of a
+// synthetic model in ../shared; the test skips without it.
+func qwenTokenizer(tb testing.TB) *tokenizer.Tokenizer {
+	tb.Helper()
+	path := filepath.Join(reference.SharedDir(), "models/synthetic/syn-qwen3-chat-q8_0.gguf")
+	if _, err := os.Stat(path); err != nil {
+		tb.Skipf("shared model %s not available: %v", path, err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	v, err := vocab.FromGGUF(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+// loadSchemas compiles the grammar library's test schemas (the loadtest's
+// json_schema formats) for tok.
+func loadSchemas(tb testing.TB, tok *tokenizer.Tokenizer) []*grammar.Grammar {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "grammar", "testdata", "schemas", "*.json"))
+	if err != nil || len(files) == 0 {
+		tb.Fatalf("no schemas: %v", err)
+	}
+	c := grammar.NewCompiler(tok, grammar.Limits{})
+	var gs []*grammar.Grammar
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		g, err := c.Compile(context.Background(), grammar.Spec{JSONSchema: json.RawMessage(raw)})
+		if err != nil {
+			tb.Fatalf("%s: %v", f, err)
+		}
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// h200 is a step's time by variant on T-CUDA for a qwen3 0.6B-shaped
+// model of the Qwen vocabulary at 64 slots, as the H200 measured it
+// (session 21: a decode step of up to 64 rows about 4.7 ms, the
+// 512-row prefill variant about 9 ms), the prefill variants between
+// them linear in their rows.
+func h200(k runtime.ShapeKey) time.Duration {
+	const decode, r512 = 4700 * time.Microsecond, 9000 * time.Microsecond
+	if k.Stage == runtime.Decode {
+		return decode
+	}
+	return decode + (r512-decode)*time.Duration(k.Rows-64)/(512-64)
+}
+
+// loadResult is what one load did.
+type loadResult struct {
+	wall       time.Duration
+	tokens     int
+	stats      engine.Stats
+	maskedRows int
+	maskWords  int
+	busy       time.Duration  // the model's device time
+	outputs    map[int]string // request → its text, for constrained loads
+}
+
+// runLoad serves requests greedy requests of a prompt of promptTokens
+// and at most maxTokens each, clients at a time, on a fresh engine over
+// m (Config.PrefillHold hold): under grammars[j % len] when grammars is set (stopping when the
+// output is complete), with ignore_eos otherwise, as bench/loadtest sends
+// them.
+func runLoad(tb testing.TB, m *maskModel, tok *tokenizer.Tokenizer, grammars []*grammar.Grammar, hold, clients, requests, promptTokens, maxTokens int) loadResult {
+	tb.Helper()
+	e, err := engine.New(m, tok, engine.Config{Slots: m.slots, ChunkCap: 512, PrefillHold: hold})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	m.masked, m.words, m.busy = 0, 0, 0
+	res := loadResult{outputs: map[int]string{}}
+	var mu sync.Mutex
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				prompt := make([]int32, promptTokens)
+				for i := range prompt {
+					prompt[i] = int32(mix(uint64(j)<<20^uint64(i)) % 100000)
+				}
+				p := decode.Params{MaxTokens: maxTokens, ContextLength: 4096}
+				if grammars != nil {
+					p.Constraint = grammars[j%len(grammars)].NewMatcher()
+				} else {
+					p.IgnoreEOS = true
+				}
+				ch, err := e.Submit(ctx, engine.Request{Prompt: prompt, Decode: p})
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				text, n := "", 0
+				for ev := range ch {
+					if ev.Token >= 0 {
+						n++
+					}
+					text += ev.Text
+					if ev.Finish != "" {
+						if ev.Err != nil {
+							tb.Errorf("request %d: %v", j, ev.Err)
+						}
+						break
+					}
+				}
+				mu.Lock()
+				res.tokens += n
+				if grammars != nil {
+					res.outputs[j] = text
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for j := range requests {
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	res.wall = time.Since(t0)
+	res.stats = e.Stats()
+	res.maskedRows, res.maskWords, res.busy = m.masked, m.words, m.busy
+	cancel()
+	<-done
+	return res
+}
+
+// BenchmarkHostStep is the engine's host cost per step under the loadtest's
+// load (64 clients, 512 requests, 128-token prompts, 64 tokens at most,
+// greedy) on a model that costs nothing, on the real Qwen vocabulary:
+// unconstrained (ignore_eos) and under the 12 test schemas (strict
+// json_schema, masks taken on the device, as on T-CUDA). Every constrained
+// step of a T-CUDA server adds this host time to the device's, since the
+// device waits for it. The grammars' position caches are warmed by one
+// load first, as a server's are after its first requests. The nohold
+// runs hold no prompt back (Config.PrefillHold -1).
+func BenchmarkHostStep(b *testing.B) {
+	tok := qwenTokenizer(b)
+	grammars := loadSchemas(b, tok)
+	eog := map[int32]bool{}
+	for _, id := range tok.Vocab().EOGTokens() {
+		eog[id] = true
+	}
+	newModel := func() *maskModel {
+		return &maskModel{slots: 64, nvocab: tok.NVocab(), eog: eog, greedy: make([]int32, 64), device: h200}
+	}
+	const clients, requests, prompt, maxTokens = 64, 512, 128, 64
+	runLoad(b, newModel(), tok, grammars, 0, clients, requests, prompt, maxTokens) // warm the position caches
+	for _, c := range []struct {
+		name string
+		gs   []*grammar.Grammar
+		hold int
+	}{{"unconstrained", nil, 0}, {"json_schema", grammars, 0}, {"unconstrained/nohold", nil, -1}, {"json_schema/nohold", grammars, -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			var r loadResult
+			var agg engine.Stats
+			for range b.N {
+				r = runLoad(b, newModel(), tok, c.gs, c.hold, clients, requests, prompt, maxTokens)
+				agg.Decode.Steps += r.stats.Decode.Steps
+				agg.Decode.Host += r.stats.Decode.Host
+				agg.Mixed.Steps += r.stats.Mixed.Steps
+				agg.Mixed.Host += r.stats.Mixed.Host
+				agg.PromptTokens += r.stats.PromptTokens
+			}
+			b.ReportMetric(1e6*agg.Decode.Host/float64(agg.Decode.Steps), "host-µs/decode-step")
+			b.ReportMetric(1e6*agg.Mixed.Host/float64(agg.Mixed.Steps), "host-µs/mixed-step")
+			b.ReportMetric(float64(agg.Decode.Steps)/float64(b.N), "decode-steps")
+			b.ReportMetric(float64(agg.Mixed.Steps)/float64(b.N), "mixed-steps")
+			b.ReportMetric(float64(agg.PromptTokens)/float64(agg.Mixed.Steps), "prompt-rows/mixed-step")
+			b.ReportMetric(float64(r.tokens), "tokens")
+			b.ReportMetric(float64(r.tokens)/r.wall.Seconds(), "tok/s")
+			// The throughput were the host free: the device's time alone.
+			b.ReportMetric(float64(r.tokens)/r.busy.Seconds(), "device-tok/s")
+			if r.maskedRows > 0 {
+				b.ReportMetric(float64(8*r.maskWords)/float64(r.maskedRows), "mask-bytes/row")
+			}
+		})
+	}
+}
+
+// TestHostStepLoadValid: the constrained load the benchmark runs gives
+// outputs that each schema's grammar accepts whole (a fresh matcher takes
+// every reply that ended before max_tokens), so the benchmark measures
+// real constrained decoding.
+func TestHostStepLoadValid(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the Qwen vocabulary")
+	}
+	tok := qwenTokenizer(t)
+	grammars := loadSchemas(t, tok)
+	m := &maskModel{slots: 16, nvocab: tok.NVocab(), eog: map[int32]bool{}, greedy: make([]int32, 16)}
+	for _, id := range tok.Vocab().EOGTokens() {
+		m.eog[id] = true
+	}
+	r := runLoad(t, m, tok, grammars, 0, 16, 48, 32, 400)
+	if r.maskedRows == 0 {
+		t.Fatal("no row carried a mask")
+	}
+	complete := 0
+	for j, text := range r.outputs {
+		mt := grammars[j%len(grammars)].NewMatcher()
+		if err := mt.AcceptBytes([]byte(text)); err != nil {
+			t.Errorf("request %d: %q: %v", j, text, err)
+			continue
+		}
+		if mt.Complete() {
+			complete++
+		}
+	}
+	if complete == 0 {
+		t.Errorf("none of %d outputs is a complete match", len(r.outputs))
+	}
+	t.Logf("%d requests, %d complete, %d tokens, %s", len(r.outputs), complete, r.tokens, fmt.Sprint(r.wall))
+}

@@ -85,14 +85,24 @@ func matmul(t ggml.Type, a *Args) error {
 	if bias != nil {
 		b = f32s(bias)[:n]
 	}
-	return gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
+	return gemmPrompt(a, t, x, w, r, k, n, quant.Repacked(t, n), func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
 }
 
 // gemmPrompt is gemm over the rows of the request table r, with the
 // prompt rows of an F16 product in tinyBLAS's arithmetic where ggml
-// would take it (tinyBLASFits).
-func gemmPrompt(a *Args, t ggml.Type, x []float32, w []byte, r request, k, n int, dst func(i, j int) []float32, b []float32) error {
+// would take it (tinyBLASFits), and the product of a weight ggml repacks
+// (repacked: quant.Repacked for each of the matrices w concatenates) in
+// the repacked kernels' orders (gemmRepacked).
+func gemmPrompt(a *Args, t ggml.Type, x []float32, w []byte, r request, k, n int, repacked bool, dst func(i, j int) []float32, b []float32) error {
 	rows := r.rows()
+	if repacked {
+		return gemmRepacked(a, t, x, w, rows, k, n, dst, b, nil, func(i int) quant.Order {
+			if r.row(i, kernels.IORowFlags)&(kernels.RowPrompt|kernels.RowPromptTail) == kernels.RowPrompt {
+				return quant.OrderGEMM
+			}
+			return quant.OrderGEMV
+		})
+	}
 	if !tinyBLASFits(t, rows, k, n) {
 		return gemm(a, t, x, w, rows, k, n, dst, b, nil)
 	}
@@ -414,10 +424,17 @@ const (
 func lmHead(t ggml.Type, a *Args) error {
 	x, w, r, logits := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), f32s(a.Bufs[3])
 	k, nv := int(a.Push[0]), int(a.Push[1])
-	return gemm(a, t, x, w, r.rows(), k, nv, func(i, j int) []float32 {
+	dst := func(i, j int) []float32 {
 		s := int(r.row(i, kernels.IORowSlot))
 		return logits[s*nv+j : (s+1)*nv]
-	}, nil, func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits != 0 })
+	}
+	wants := func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits != 0 }
+	if quant.Repacked(t, nv) {
+		// llama.cpp's output product takes only the rows that want logits
+		// (one per request): the repacked GEMV's.
+		return gemmRepacked(a, t, x, w, r.rows(), k, nv, dst, nil, wants, func(int) quant.Order { return quant.OrderGEMV })
+	}
+	return gemm(a, t, x, w, r.rows(), k, nv, dst, nil, wants)
 }
 
 // argmax picks each logits row's largest entry (the first on ties).
@@ -695,3 +712,74 @@ func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v
 // gemmTiles recycles the tiles of gemm's chunks (a loop has several per
 // thread), so that a step allocates none.
 var gemmTiles sync.Pool
+
+// gemmRepacked is gemm for a weight ggml repacks (quant.Repacked): row i
+// (of those keep passes, all when keep is nil) in order(i), the repacked
+// GEMM's or GEMV's arithmetic. The rows are quantized GEMM rows first, so
+// that each order's rows are evenly strided for VecDotRowsOrder.
+func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, keep func(i int) bool, order func(i int) quant.Order) error {
+	vt := quant.VecDotType(t)
+	xb, wb := rowBytes(vt, k), rowBytes(t, k)
+	idx := make([]int, 0, rows)
+	for _, o := range []quant.Order{quant.OrderGEMM, quant.OrderGEMV} {
+		for i := 0; i < rows; i++ {
+			if (keep == nil || keep(i)) && order(i) == o {
+				idx = append(idx, i)
+			}
+		}
+	}
+	ng := 0
+	for ng < len(idx) && order(idx[ng]) == quant.OrderGEMM {
+		ng++
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	xq := a.work(len(idx) * xb)[:len(idx)*xb]
+	quantize := func(p int) {
+		i := idx[p]
+		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[p*xb:(p+1)*xb]); err != nil {
+			panic(err) // sizes come from the kernel's own arguments
+		}
+	}
+	if len(idx) == 1 {
+		quantize(0)
+		i, o := idx[0], order(idx[0])
+		return a.Pool.For(n, 16, func(_, lo, hi int) {
+			for j := lo; j < hi; {
+				d := dst(i, j)
+				m := min(len(d), hi-j)
+				d = d[:m]
+				quant.MatVecOrder(t, o, k, w[j*wb:(j+m)*wb], xq, d)
+				if bias != nil {
+					for jj, bv := range bias[j : j+m] {
+						d[jj] += bv
+					}
+				}
+				j += m
+			}
+		})
+	}
+	if err := a.Pool.For(len(idx), 4, func(_, lo, hi int) {
+		for p := lo; p < hi; p++ {
+			quantize(p)
+		}
+	}); err != nil {
+		return err
+	}
+	return a.Pool.For(n, 16, func(_, lo, hi int) {
+		out := make([]float32, len(idx))
+		for j := lo; j < hi; j++ {
+			wr := w[j*wb : (j+1)*wb]
+			quant.VecDotRowsOrder(t, quant.OrderGEMM, k, wr, xq, xb, ng, out[:ng])
+			quant.VecDotRowsOrder(t, quant.OrderGEMV, k, wr, xq[ng*xb:], xb, len(idx)-ng, out[ng:])
+			for p, i := range idx {
+				v := out[p]
+				if bias != nil {
+					v += bias[j]
+				}
+				dst(i, j)[0] = v
+			}
+		}
+	})
+}

@@ -35,14 +35,18 @@ import (
 //     saturation). The k-quants stay on the AVX2 sequence at this level:
 //     their per-sub-block scales are applied by the VPMADDWD that follows
 //     VPMADDUBSW for free, whereas VPDPBUSD would need an extra VPMULLD per
-//     sub-block, so VNNI saves nothing there. The four-row Q4_K kernel of
-//     this level does use AVX-512 (EVEX forms of the same instructions):
-//     Y16-Y31 hold a super-block's unpacked quants and scales for all
-//     four rows.
+//     sub-block, so VNNI saves nothing there. The four- and eight-row Q4_K
+//     kernels of this level do use AVX-512 (EVEX forms of the same
+//     instructions): Y16-Y31 hold a super-block's unpacked quants and
+//     scales for all the rows.
 //
 // IQ4_NL and IQ4_XS (iq4_amd64.s) and MXFP4 (mxfp4_amd64.s) have AVX2
 // kernels only, used at both levels; unlike the others they keep ggml's
 // float order exactly and so are bit-identical to their pure-Go kernels.
+// So do Q4_K and Q5_K (k4.go): their vec_dot order and Q4_K's two
+// repacked orders (Order), whose multi-row and many-row kernels exist
+// for the repacked orders only (Q4_K's OrderDot is for the rare matrices
+// ggml does not repack, and loops over its one-row kernel).
 // IQ3_S has no assembly: its pure-Go kernel (iq3.go) runs at every level.
 //
 // AMX is never used: it faults on the machines this runs on.
@@ -77,6 +81,8 @@ func simdKernels(level int) (tab simdTable) {
 	dot[ggml.F16] = dotF16AVX2
 	dot[ggml.Q4_K] = dotQ4_KAVX2
 	dot[ggml.Q5_K] = dotQ5_KAVX2
+	tab.q4kOrder[OrderGEMV-1].dot = oneRowK4(dotQ4_KGEMVAVX2Asm)
+	tab.q4kOrder[OrderGEMM-1].dot = oneRowK4(dotQ4_KGEMMAVX2Asm)
 	dot[ggml.Q6_K] = dotQ6_KAVX2
 	dot[ggml.IQ4_NL] = dotIQ4_NLAVX2 // iq4_amd64.go; AVX2 at every level
 	dot[ggml.IQ4_XS] = dotIQ4_XSAVX2
@@ -89,10 +95,10 @@ func simdKernels(level int) (tab simdTable) {
 		dot[ggml.Q4_0] = dotQ4_0VNNI
 		rows[ggml.Q8_0] = rowsQ8_0VNNI
 		tab.prep[ggml.Q8_0] = &prepQ8_0x8
-		tab.prep[ggml.Q4_K] = &prepQ4_Kx8
-		rows[ggml.Q4_K] = rowsQ4_KVNNI
 		rows[ggml.Q6_K] = rowsQ6_KVNNI
-		mv[ggml.Q4_K] = matVecQ4_KVNNI
+		tab.q4kOrder[OrderGEMV-1].rows = rowsQ4_K(dotQ4_KGEMVx8Asm, dotQ4_KGEMVx4Asm, dotQ4_KGEMVAVX2Asm)
+		tab.q4kOrder[OrderGEMM-1].rows = rowsQ4_K(dotQ4_KGEMMx8Asm, dotQ4_KGEMMx4Asm, dotQ4_KGEMMAVX2Asm)
+		tab.q4kOrder[OrderGEMV-1].matVec = matVecQ4_KGEMV
 		mv[ggml.Q6_K] = matVecQ6_KVNNI
 		mv[ggml.Q8_0] = matVecQ8_0VNNI
 		mv[ggml.Q4_0] = matVecQ4_0VNNI
@@ -177,6 +183,19 @@ func dotQ4_KAVX2(n int, w, x []byte) float32 {
 	}
 	_, _ = w[nb*q4_KLen-1], x[nb*q8_KLen-1]
 	return dotQ4_KAVX2Asm(&w[0], &x[0], nb)
+}
+
+// oneRowK4 wraps a Q4_K one-row kernel: bounds checked here, whole
+// blocks to the assembly.
+func oneRowK4(kernel func(w, x *byte, nb int) float32) func(n int, w, x []byte) float32 {
+	return func(n int, w, x []byte) float32 {
+		nb := n / qkK
+		if nb == 0 {
+			return 0
+		}
+		_, _ = w[nb*q4_KLen-1], x[nb*q8_KLen-1]
+		return kernel(&w[0], &x[0], nb)
+	}
 }
 
 func dotQ5_KAVX2(n int, w, x []byte) float32 {
@@ -270,61 +289,30 @@ func prepDot(bs, wLen, pLen int, kernel func(w, xp *byte, nb int, out *float32))
 // q80PrepBlock is the size of one block of a prepared Q8_0 group.
 const q80PrepBlock = 8*qk + 8*4
 
-// prepQ4_Kx8 is the eight-row Q4_K kernel on prepared groups: per
-// super-block, the eight rows' quants (256 bytes each, row after row),
-// then the pair sums of each row's bsums (eight int16, the sums of 32
-// that the mins multiply; within ±4064, exactly what the one-row
-// kernel's VPHADDW forms), then the rows' scales as float32: what every
-// weight row would otherwise gather again from the Q8_K rows.
-var prepQ4_Kx8 = prepKernel{
-	groupBytes: func(n int) int { return n / qkK * q4kPrepBlock },
-	prepare: func(n int, xq []byte, xStride int, dst []byte) {
+// rowsQ4_K returns the multi-row form of a Q4_K order: its eight- and
+// four-row kernels (scales, mins and nibbles of each weight super-block
+// unpacked once per group of rows) and the one-row kernel over what is
+// left; all give the one-row kernel's bits.
+func rowsQ4_K(x8, x4 func(w, x *byte, stride, nb int, out *float32), one func(w, x *byte, nb int) float32) rowsFunc {
+	return func(n int, w, x []byte, xStride, rows int, out []float32) {
 		nb := n / qkK
-		_ = dst[nb*q4kPrepBlock-1]
-		_ = xq[7*xStride+nb*q8_KLen-1]
-		for r := 0; r < 8; r++ {
-			x := xq[r*xStride:]
-			for b := 0; b < nb; b++ {
-				src := x[b*q8_KLen : (b+1)*q8_KLen]
-				d := dst[b*q4kPrepBlock:]
-				copy(d[r*qkK:(r+1)*qkK], src[4:4+qkK])
-				bs := src[4+qkK:]
-				for j := 0; j < 8; j++ {
-					s := int16(binary.LittleEndian.Uint16(bs[4*j:])) + int16(binary.LittleEndian.Uint16(bs[4*j+2:]))
-					binary.LittleEndian.PutUint16(d[8*qkK+16*r+2*j:], uint16(s))
-				}
-				copy(d[8*qkK+8*16+4*r:8*qkK+8*16+4*r+4], src[:4])
-			}
+		if nb == 0 || rows <= 0 {
+			clear(out[:rows])
+			return
 		}
-	},
-	dot: prepDot(qkK, q4_KLen, q4kPrepBlock, dotQ4_Kx8PrepAsm),
-}
-
-// q4kPrepBlock is the size of one super-block of a prepared Q4_K group.
-const q4kPrepBlock = 8*qkK + 8*16 + 8*4
-
-// rowsQ4_KVNNI runs the eight- and four-row Q4_K kernels (scales, mins and
-// nibbles of each weight super-block unpacked once per group of rows) and
-// the one-row kernel over what is left; all give the one-row kernel's
-// bits.
-func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
-	nb := n / qkK
-	if nb == 0 || rows <= 0 {
-		clear(out[:rows])
-		return
-	}
-	_ = w[nb*q4_KLen-1]
-	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
-	out = out[:rows]
-	r := 0
-	for ; r+8 <= rows; r += 8 {
-		dotQ4_Kx8Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r+4 <= rows; r += 4 {
-		dotQ4_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r < rows; r++ {
-		out[r] = dotQ4_KAVX2Asm(&w[0], &x[r*xStride], nb)
+		_ = w[nb*q4_KLen-1]
+		_ = x[(rows-1)*xStride+nb*q8_KLen-1]
+		out = out[:rows]
+		r := 0
+		for ; r+8 <= rows; r += 8 {
+			x8(&w[0], &x[r*xStride], xStride, nb, &out[r])
+		}
+		for ; r+4 <= rows; r += 4 {
+			x4(&w[0], &x[r*xStride], xStride, nb, &out[r])
+		}
+		for ; r < rows; r++ {
+			out[r] = one(&w[0], &x[r*xStride], nb)
+		}
 	}
 }
 
@@ -387,6 +375,12 @@ func dotQ4_0AVX2Asm(w, x *byte, nb int) float32
 //go:noescape
 func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
 
+//go:noescape
+func dotQ4_KGEMVAVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_KGEMMAVX2Asm(w, x *byte, nb int) float32
+
 // quantF16AVX2 is quantF16 eight values at a time (VCVTPS2PH), the tail
 // in Go: the same IEEE rounding, so the same bytes.
 func quantF16AVX2(x []float32, dst []byte) {
@@ -402,13 +396,16 @@ func quantF16AVX2(x []float32, dst []byte) {
 func quantF16AVX2Asm(x *float32, dst *byte, n int)
 
 //go:noescape
-func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+func dotQ4_KGEMMx4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
-func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
+func dotQ4_KGEMMx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
-func dotQ4_Kx8PrepAsm(w, xp *byte, nb int, out *float32)
+func dotQ4_KGEMVx4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
@@ -422,9 +419,10 @@ func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
 //go:noescape
 func dotQ6_KAVX2Asm(w, x *byte, nb int) float32
 
-// matVecQ4_KVNNI runs the AVX-512 many-row Q4_K kernel over all the rows
-// in one call; each row's result is dotQ4_KAVX2Asm's, bit for bit.
-func matVecQ4_KVNNI(n int, w, x []byte, out []float32) {
+// matVecQ4_KGEMV runs the AVX-512 many-row Q4_K kernel of the repacked
+// GEMV's order over all the rows in one call; each row's result is
+// dotQ4_KGEMVAVX2Asm's, bit for bit.
+func matVecQ4_KGEMV(n int, w, x []byte, out []float32) {
 	nb := n / qkK
 	if nb == 0 {
 		clear(out)
@@ -432,11 +430,11 @@ func matVecQ4_KVNNI(n int, w, x []byte, out []float32) {
 	}
 	_ = w[len(out)*nb*q4_KLen-1]
 	_ = x[nb*q8_KLen-1]
-	matVecQ4_KAsm(&w[0], &x[0], nb, len(out), &out[0])
+	matVecQ4_KGEMVAsm(&w[0], &x[0], nb, len(out), &out[0])
 }
 
 //go:noescape
-func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
+func matVecQ4_KGEMVAsm(w, x *byte, nb, rows int, out *float32)
 
 // matVecQ6_KVNNI runs the AVX-512 many-row Q6_K kernel over all the rows
 // in one call; each row's result is dotQ6_KAVX2Asm's, bit for bit.

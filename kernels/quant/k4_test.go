@@ -1,0 +1,124 @@
+package quant
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/ggml"
+)
+
+// k4Case is a Q4_K or Q5_K product in one order, with its pure-Go oracle.
+type k4Case struct {
+	typ    ggml.Type
+	order  Order
+	oracle func(n int, w, x []byte) float32
+}
+
+var k4Cases = []k4Case{
+	{ggml.Q4_K, OrderDot, dotQ4_K},
+	{ggml.Q5_K, OrderDot, dotQ5_K},
+	{ggml.Q4_K, OrderGEMV, dotQ4_KGEMV},
+	{ggml.Q4_K, OrderGEMM, dotQ4_KGEMM},
+}
+
+// TestK4OrdersBitwise holds every Q4_K/Q5_K kernel — one row, several
+// activation rows, several weight rows, at every level — to its order's
+// pure-Go kernel bit for bit: the assembly must keep ggml's float order,
+// not only come close to it.
+func TestK4OrdersBitwise(t *testing.T) {
+	rng := rand.New(rand.NewSource(45))
+	for _, c := range k4Cases {
+		ti, _ := c.typ.Info()
+		for _, nb := range []int{1, 2, 3, 7, 9} {
+			n := nb * qkK
+			rb := nb * ti.BlockBytes
+			const nw, nx = 11, 13
+			w := make([]byte, nw*rb)
+			for r := 0; r < nw; r++ {
+				copy(w[r*rb:], awkwardRow(rng, c.typ, n))
+			}
+			xb := nb * q8_KLen
+			xq := make([]byte, nx*xb)
+			for r := 0; r < nx; r++ {
+				copy(xq[r*xb:], quantizedActivations(t, rng, ggml.Q8_K, n))
+			}
+			for _, l := range levels() {
+				atLevel(l, func() {
+					for r := 0; r < nw; r++ {
+						wr := w[r*rb : (r+1)*rb]
+						for i := 0; i < nx; i++ {
+							x := xq[i*xb : (i+1)*xb]
+							want := c.oracle(n, wr, x)
+							if got := VecDotOrder(c.typ, c.order, n, wr, x); math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("%v order %d nb=%d level %s: VecDotOrder %v, pure Go %v", c.typ, c.order, nb, levelNames[l], got, want)
+							}
+						}
+						for _, rows := range []int{1, 3, 4, 5, 8, 9, 12, 13} {
+							out := make([]float32, rows+1)
+							out[rows] = 42
+							VecDotRowsOrder(c.typ, c.order, n, wr, xq, xb, rows, out)
+							if out[rows] != 42 {
+								t.Fatalf("%v order %d level %s: VecDotRowsOrder wrote past %d rows", c.typ, c.order, levelNames[l], rows)
+							}
+							for i := 0; i < rows; i++ {
+								if want := c.oracle(n, wr, xq[i*xb:(i+1)*xb]); math.Float32bits(out[i]) != math.Float32bits(want) {
+									t.Fatalf("%v order %d nb=%d level %s rows=%d row %d: VecDotRowsOrder %v, pure Go %v", c.typ, c.order, nb, levelNames[l], rows, i, out[i], want)
+								}
+							}
+						}
+					}
+					for i := 0; i < nx; i++ {
+						x := xq[i*xb : (i+1)*xb]
+						out := make([]float32, nw+1)
+						out[nw] = 42
+						MatVecOrder(c.typ, c.order, n, w, x, out[:nw])
+						if out[nw] != 42 {
+							t.Fatalf("%v order %d level %s: MatVecOrder wrote past its rows", c.typ, c.order, levelNames[l])
+						}
+						for r := 0; r < nw; r++ {
+							if want := c.oracle(n, w[r*rb:(r+1)*rb], x); math.Float32bits(out[r]) != math.Float32bits(want) {
+								t.Fatalf("%v order %d nb=%d level %s weight row %d: MatVecOrder %v, pure Go %v", c.typ, c.order, nb, levelNames[l], r, out[r], want)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestK4OrdersDiffer checks that the three Q4_K orders are three
+// arithmetics (each a few ulps from the others on most rows, not
+// accidentally one), and that Repacked names the matrices ggml repacks.
+func TestK4OrdersDiffer(t *testing.T) {
+	rng := rand.New(rand.NewSource(46))
+	n := 8 * qkK
+	differ := map[[2]int]int{}
+	for trial := 0; trial < 200; trial++ {
+		w := randomRow(rng, ggml.Q4_K, n)
+		x := quantizedActivations(t, rng, ggml.Q8_K, n)
+		v := [3]float32{dotQ4_K(n, w, x), dotQ4_KGEMV(n, w, x), dotQ4_KGEMM(n, w, x)}
+		for a := 0; a < 3; a++ {
+			for b := a + 1; b < 3; b++ {
+				if v[a] != v[b] {
+					differ[[2]int{a, b}]++
+				}
+			}
+		}
+	}
+	for _, p := range [][2]int{{0, 1}, {0, 2}, {1, 2}} {
+		if differ[p] < 20 {
+			t.Errorf("orders %d and %d differ on %d of 200 rows only", p[0], p[1], differ[p])
+		}
+	}
+	for _, c := range []struct {
+		typ  ggml.Type
+		rows int
+		want bool
+	}{{ggml.Q4_K, 256, true}, {ggml.Q4_K, 8, true}, {ggml.Q4_K, 12, false}, {ggml.Q4_K, 0, false}, {ggml.Q5_K, 256, false}, {ggml.Q6_K, 256, false}} {
+		if got := Repacked(c.typ, c.rows); got != c.want {
+			t.Errorf("Repacked(%v, %d) = %v, want %v", c.typ, c.rows, got, c.want)
+		}
+	}
+}

@@ -565,9 +565,6 @@ func reduceAdd16(a *[16]float32) float32 {
 	return (t6[0] + t6[2]) + (t6[1] + t6[3])
 }
 
-// tanhf is libm's tanhf, correctly rounded in practice.
-func tanhf(x float32) float32 { return float32(math.Tanh(float64(x))) }
-
 // sqrtf is a float32 square root (exact rounding: the float64 square root
 // of a float32 rounds to the same float32).
 func sqrtf(x float32) float32 { return float32(math.Sqrt(float64(x))) }

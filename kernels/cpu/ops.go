@@ -767,18 +767,35 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 	}); err != nil {
 		return err
 	}
+	// Tiled as gemm's prefill: each worker takes a share of the output
+	// features, and for each block of gemmCols weight rows sweeps the
+	// activations in blocks of ib rows that stay in L1, GEMM rows apart
+	// from GEMV rows (each block in one order).
+	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
+	type span struct {
+		lo, hi int
+		o      quant.Order
+	}
+	var spans []span
+	for _, s := range []span{{0, ng, quant.OrderGEMM}, {ng, len(idx), quant.OrderGEMV}} {
+		for i0 := s.lo; i0 < s.hi; i0 += ib {
+			spans = append(spans, span{i0, min(s.hi, i0+ib), s.o})
+		}
+	}
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
-		out := make([]float32, len(idx))
-		for j := lo; j < hi; j++ {
-			wr := w[j*wb : (j+1)*wb]
-			quant.VecDotRowsOrder(t, quant.OrderGEMM, k, wr, xq, xb, ng, out[:ng])
-			quant.VecDotRowsOrder(t, quant.OrderGEMV, k, wr, xq[ng*xb:], xb, len(idx)-ng, out[ng:])
-			for p, i := range idx {
-				v := out[p]
-				if bias != nil {
-					v += bias[j]
+		var out [gemmTileRows]float32
+		for j0 := lo; j0 < hi; j0 += gemmCols {
+			for _, sp := range spans {
+				for j := j0; j < min(hi, j0+gemmCols); j++ {
+					res := out[:sp.hi-sp.lo]
+					quant.VecDotRowsOrder(t, sp.o, k, w[j*wb:(j+1)*wb], xq[sp.lo*xb:], xb, len(res), res)
+					for p, v := range res {
+						if bias != nil {
+							v += bias[j]
+						}
+						dst(idx[sp.lo+p], j)[0] = v
+					}
 				}
-				dst(i, j)[0] = v
 			}
 		}
 	})

@@ -19,9 +19,13 @@ import (
 func TestMatmulRepackedOrders(t *testing.T) {
 	rng := rand.New(rand.NewSource(45))
 	const k = 512
-	// rows: five prompt rows in the GEMM, two in the tail, two decode rows
-	flags := []uint32{kernels.RowPrompt, kernels.RowPrompt, kernels.RowPrompt, kernels.RowPrompt, kernels.RowPrompt,
-		kernels.RowPrompt | kernels.RowPromptTail, kernels.RowPrompt | kernels.RowPromptTail, 0, 0}
+	// rows: 64 prompt rows in the GEMM (several of gemmRepacked's row
+	// blocks), three in the tail, two decode rows
+	var flags []uint32
+	for i := 0; i < 64; i++ {
+		flags = append(flags, kernels.RowPrompt)
+	}
+	flags = append(flags, kernels.RowPrompt|kernels.RowPromptTail, kernels.RowPrompt|kernels.RowPromptTail, kernels.RowPrompt|kernels.RowPromptTail, 0, 0)
 	for _, n := range []int{24, 20} {
 		for _, rows := range []int{len(flags), 1} {
 			w := make([]byte, n*rowBytes(ggml.Q4_K, k))

@@ -792,33 +792,34 @@ q4kloopGEMM:
 // unsigned quants of two sub-blocks, the even one in the low half) and
 // VPMADDWD by Z24/Z26/Z28/Z30 (their scales), then int32 adds (exact in
 // any order) down to one sum per chunk. X14 holds the eight mins as
-// words; pb is the pair sums of x's bsums as a memory operand when
-// prepared, empty to form them from x. Z0-Z3, Y8-Y11, X1 scratch.
+// words and Z15 the dword indices 0, 4, 8, 12 (k4gather). Z0-Z3, Z8-Z11
+// scratch.
 #define K4SM(x, q0, q1, q2, q3) \
-	VPMADDUBSW    q0, Z16, Z0 \
-	VPMADDWD      Z24, Z0, Z0 \
-	VPMADDUBSW    q1, Z18, Z1 \
-	VPMADDWD      Z26, Z1, Z1 \
-	VPMADDUBSW    q2, Z20, Z2 \
-	VPMADDWD      Z28, Z2, Z2 \
-	VPMADDUBSW    q3, Z22, Z3 \
-	VPMADDWD      Z30, Z3, Z3 \
-	VEXTRACTI64X4 $1, Z0, Y8 \
-	VPADDD        Y8, Y0, Y0 \
-	VEXTRACTI64X4 $1, Z1, Y9 \
-	VPADDD        Y9, Y1, Y1 \
-	VEXTRACTI64X4 $1, Z2, Y10 \
-	VPADDD        Y10, Y2, Y2 \
-	VEXTRACTI64X4 $1, Z3, Y11 \
-	VPADDD        Y11, Y3, Y3 \
-	VPHADDD       Y1, Y0, Y0 \
-	VPHADDD       Y3, Y2, Y2 \
-	VPHADDD       Y2, Y0, Y0 \
-	VEXTRACTI128  $1, Y0, X1 \
-	VPADDD        X1, X0, X0 \
-	VMOVDQU       260(x), X2 \
-	VPHADDW       276(x), X2, X2 \
-	VPMADDWD      X14, X2, X2
+	VPMADDUBSW q0, Z16, Z0 \
+	VPMADDWD   Z24, Z0, Z0 \
+	VPMADDUBSW q1, Z18, Z1 \
+	VPMADDWD   Z26, Z1, Z1 \
+	VPMADDUBSW q2, Z20, Z2 \
+	VPMADDWD   Z28, Z2, Z2 \
+	VPMADDUBSW q3, Z22, Z3 \
+	VPMADDWD   Z30, Z3, Z3 \
+	VSHUFI64X2 $0x44, Z1, Z0, Z8 \
+	VSHUFI64X2 $0xee, Z1, Z0, Z9 \
+	VPADDD     Z9, Z8, Z8 \
+	VSHUFI64X2 $0x44, Z3, Z2, Z10 \
+	VSHUFI64X2 $0xee, Z3, Z2, Z11 \
+	VPADDD     Z11, Z10, Z10 \
+	VSHUFI64X2 $0x88, Z10, Z8, Z0 \
+	VSHUFI64X2 $0xdd, Z10, Z8, Z1 \
+	VPADDD     Z1, Z0, Z0 \
+	VPSHUFD    $0x4e, Z0, Z1 \
+	VPADDD     Z1, Z0, Z0 \
+	VPSHUFD    $0xb1, Z0, Z1 \
+	VPADDD     Z1, Z0, Z0 \
+	VPERMD     Z0, Z15, Z0 \
+	VMOVDQU    260(x), X2 \
+	VPHADDW    276(x), X2, X2 \
+	VPMADDWD   X14, X2, X2
 
 // K4ROWGEMM adds one activation row's block (at x) to its accumulator A in
 // the GEMM's order: chunk by chunk, [S_c, M_c] times [d*xd, dmin*xd]. X13
@@ -915,10 +916,11 @@ q4kloopGEMM:
 // func dotQ4_KGEMMx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ4_KGEMMx4Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VPXORD X4, X4, X4
-	VPXORD X5, X5, X5
-	VPXORD X6, X6, X6
-	VPXORD X7, X7, X7
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VMOVDQU64 k4gather<>(SB), Z15
 
 q4kgemmx4loop:
 	Q4KPREP
@@ -960,14 +962,15 @@ q4kgemmx4loop:
 // which uses those registers), accumulating into X17-X23 (odd).
 TEXT ·dotQ4_KGEMMx8Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VPXORD X4, X4, X4
-	VPXORD X5, X5, X5
-	VPXORD X6, X6, X6
-	VPXORD X7, X7, X7
-	VPXORD X17, X17, X17
-	VPXORD X19, X19, X19
-	VPXORD X21, X21, X21
-	VPXORD X23, X23, X23
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VPXORD    X17, X17, X17
+	VPXORD    X19, X19, X19
+	VPXORD    X21, X21, X21
+	VPXORD    X23, X23, X23
+	VMOVDQU64 k4gather<>(SB), Z15
 
 q4kgemmx8loop:
 	Q4KPREP
@@ -1025,10 +1028,11 @@ q4kgemmx8loop:
 // func dotQ4_KGEMVx4Asm(w, x *byte, stride, nb int, out *float32)
 TEXT ·dotQ4_KGEMVx4Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VPXORD X4, X4, X4
-	VPXORD X5, X5, X5
-	VPXORD X6, X6, X6
-	VPXORD X7, X7, X7
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VMOVDQU64 k4gather<>(SB), Z15
 
 q4kgemvx4loop:
 	Q4KPREP
@@ -1070,14 +1074,15 @@ q4kgemvx4loop:
 // which uses those registers), accumulating into X17-X23 (odd).
 TEXT ·dotQ4_KGEMVx8Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VPXORD X4, X4, X4
-	VPXORD X5, X5, X5
-	VPXORD X6, X6, X6
-	VPXORD X7, X7, X7
-	VPXORD X17, X17, X17
-	VPXORD X19, X19, X19
-	VPXORD X21, X21, X21
-	VPXORD X23, X23, X23
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VPXORD    X17, X17, X17
+	VPXORD    X19, X19, X19
+	VPXORD    X21, X21, X21
+	VPXORD    X23, X23, X23
+	VMOVDQU64 k4gather<>(SB), Z15
 
 q4kgemvx8loop:
 	Q4KPREP
@@ -1131,6 +1136,17 @@ q4kgemvx8loop:
 	VMOVSS    X0, 28(AX)
 	VZEROUPPER
 	RET
+
+// k4gather: VPERMD indices taking dword 0 of each 128-bit lane (K4SM).
+DATA k4gather<>+0(SB)/8, $0x0000000400000000
+DATA k4gather<>+8(SB)/8, $0x0000000c00000008
+DATA k4gather<>+16(SB)/8, $0x0000000000000000
+DATA k4gather<>+24(SB)/8, $0x0000000000000000
+DATA k4gather<>+32(SB)/8, $0x0000000000000000
+DATA k4gather<>+40(SB)/8, $0x0000000000000000
+DATA k4gather<>+48(SB)/8, $0x0000000000000000
+DATA k4gather<>+56(SB)/8, $0x0000000000000000
+GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 
 // Q5KHIGH ORs the fifth bits into Y4/Y5: bit 0 of each byte of Y8 (qh,
 // shifted right once per sub-block so far) is the low nibble's, bit 1 the

@@ -358,23 +358,33 @@ func q4kRows(f *asmgen.File) {
 // unsigned quants of two sub-blocks, the even one in the low half) and
 // VPMADDWD by Z24/Z26/Z28/Z30 (their scales), then int32 adds (exact in
 // any order) down to one sum per chunk. X14 holds the eight mins as
-// words; pb is the pair sums of x's bsums as a memory operand when
-// prepared, empty to form them from x. Z0-Z3, Y8-Y11, X1 scratch.`)
+// words and Z15 the dword indices 0, 4, 8, 12 (k4gather). Z0-Z3, Z8-Z11
+// scratch.`)
 	f.Define("K4SM(x, q0, q1, q2, q3)", func(f *asmgen.File) {
 		for c, q := range []string{"q0", "q1", "q2", "q3"} {
 			z := asmgen.Reg("Z", c)
 			f.Ins("VPMADDUBSW", q, asmgen.Reg("Z", 16+2*c), z)
 			f.Ins("VPMADDWD", asmgen.Reg("Z", 24+2*c), z, z)
 		}
-		for c := 0; c < 4; c++ {
-			f.Ins("VEXTRACTI64X4", "$1", asmgen.Reg("Z", c), asmgen.Reg("Y", 8+c))
-			f.Ins("VPADDD", asmgen.Reg("Y", 8+c), asmgen.Reg("Y", c), asmgen.Reg("Y", c))
+		// Z8 = [c0.l0+c0.l2, c0.l1+c0.l3, c1.l0+c1.l2, c1.l1+c1.l3] (l:
+		// 128-bit lanes), Z10 the same of chunks 2 and 3, then Z0 = four
+		// partial sums of chunk c in lane c.
+		for i := 0; i < 2; i++ {
+			lo, hi, t := asmgen.Reg("Z", 2*i), asmgen.Reg("Z", 2*i+1), asmgen.Reg("Z", 8+2*i)
+			f.Ins("VSHUFI64X2", "$0x44", hi, lo, t)
+			f.Ins("VSHUFI64X2", "$0xee", hi, lo, asmgen.Reg("Z", 9+2*i))
+			f.Ins("VPADDD", asmgen.Reg("Z", 9+2*i), t, t)
 		}
-		f.Ins("VPHADDD", "Y1", "Y0", "Y0")
-		f.Ins("VPHADDD", "Y3", "Y2", "Y2")
-		f.Ins("VPHADDD", "Y2", "Y0", "Y0")
-		f.Ins("VEXTRACTI128", "$1", "Y0", "X1")
-		f.Ins("VPADDD", "X1", "X0", "X0")
+		f.Ins("VSHUFI64X2", "$0x88", "Z10", "Z8", "Z0")
+		f.Ins("VSHUFI64X2", "$0xdd", "Z10", "Z8", "Z1")
+		f.Ins("VPADDD", "Z1", "Z0", "Z0")
+		// Each lane's four to its total, in every dword; Z15's indices
+		// gather dword 0 of each lane: X0 = [S0, S1, S2, S3].
+		for _, imm := range []string{"$0x4e", "$0xb1"} {
+			f.Ins("VPSHUFD", imm, "Z0", "Z1")
+			f.Ins("VPADDD", "Z1", "Z0", "Z0")
+		}
+		f.Ins("VPERMD", "Z0", "Z15", "Z0")
 		f.Ins("VMOVDQU", "260(x)", "X2")
 		f.Ins("VPHADDW", "276(x)", "X2", "X2")
 		f.Ins("VPMADDWD", "X14", "X2", "X2")
@@ -467,6 +477,7 @@ func q4kRows(f *asmgen.File) {
 // strides further (their pointers rebuilt after each block's preparation,
 // which uses those registers), accumulating into X17-X23 (odd).`, sfx)
 			}
+			init += "\tVMOVDQU64 k4gather<>(SB), Z15\n"
 			(&rowsKernel{
 				name: fmt.Sprintf("dotQ4_K%sx%dAsm", sfx, rows), frame: 32, rows: rows, doc: doc,
 				init: init, label: fmt.Sprintf("q4k%sx%dloop", strings.ToLower(sfx), rows), prep: "Q4KPREP",
@@ -475,6 +486,8 @@ func q4kRows(f *asmgen.File) {
 			}).write(f)
 		}
 	}
+	f.P("// k4gather: VPERMD indices taking dword 0 of each 128-bit lane (K4SM).")
+	f.Quads("k4gather", asmgen.Dwords(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)...)
 }
 
 // q5k writes dotQ5_KAVX2Asm: Q4_K's kernel with the fifth bits ORed in.

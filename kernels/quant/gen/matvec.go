@@ -166,9 +166,9 @@ func matVec(f *asmgen.File) {
 // mins term pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums
 // are exact (same ranges as dotQ4_KAVX2Asm); the block's scaled sums and
 // its mins term are each reduced to one exact integer, and the float work
-// is one FMA of each into its own accumulator (X0 by d*xd, X1 by
-// dmin*xd), X0 - X1 at the end: dotQ4_KGEMVAVX2Asm's operations, so
-// every row's result is bit-identical to it.`,
+// is one FMA of each into its own accumulator (lanes 0 and 1 of X0, by
+// d*xd and dmin*xd), their difference at the end: dotQ4_KGEMVAVX2Asm's
+// operations, so every row's result is bit-identical to it.`,
 		init: init, label: "mvq4k", zero: []string{"X0", "X1"},
 		body: func(f *asmgen.File) {
 			f.Raw(`
@@ -185,39 +185,44 @@ func matVec(f *asmgen.File) {
 			permScales(f, 27, 16)
 			f.Raw(`
 
-	// mins: sum_j m_j*(bsum[2j]+bsum[2j+1]), one exact int32
+	// mins: m_j*(bsum[2j]+bsum[2j+1]) in four int32 lanes
 	VMOVDQU      260(DI), X5
 	VPHADDW      276(DI), X5, X5
 	VEXTRACTI128 $1, Y3, X6
 	VPMADDWD     X6, X5, X5
-	ISUM4(X5, X6)
-	VCVTDQ2PS    X5, X5
 
-	// [d, dmin]*xd
+	// [d, dmin]*xd (lanes 2-3 zero)
 	VMOVD        (SI), X7
 	VCVTPH2PS    X7, X7
 	VBROADCASTSS (DI), X8
 	VMULPS       X8, X7, X7
-	VMOVSHDUP    X7, X9
-	VFMADD231SS  X9, X5, X1
 
 	VPXORD      Z15, Z15, Z15
 	K4Q128(16, 4, Z16, Z17)
 	K4Q128(80, 132, Z18, Z19)
 
-	// the block's scaled sums, one exact int32, times d*xd
+	// [S, M, -, -]: the block's scaled sums and mins term, each one
+	// exact int32 (int adds in any order), then one packed FMA by
+	// [d*xd, dmin*xd, 0, 0] into X0 = [acc, accm, 0, 0]
 	VEXTRACTI64X4 $1, Z15, Y14
 	VPADDD        Y14, Y15, Y15
-	ISUM8(Y15, X15, X14)
+	VEXTRACTI128  $1, Y15, X14
+	VPADDD        X14, X15, X15
+	VPUNPCKLDQ    X5, X15, X14
+	VPUNPCKHDQ    X5, X15, X15
+	VPADDD        X14, X15, X15
+	VMOVHLPS      X15, X15, X14
+	VPADDD        X14, X15, X15
 	VCVTDQ2PS     X15, X15
-	VFMADD231SS   X7, X15, X0
+	VFMADD231PS   X7, X15, X0
 `)
 		},
 		wLen: 144, xLen: 292,
 		end: `
-	// The accumulators' difference (the upper lanes of X0 stay zero, so
-	// the HSUM below adds only zeros to it).
-	VSUBSS X1, X0, X0`,
+	// acc - accm alone in X0 (the HSUM below adds only zeros to it).
+	VMOVSHDUP X0, X1
+	VSUBSS    X1, X0, X1
+	VINSERTPS $0x0e, X1, X1, X0`,
 	}).write(f)
 	f.P("// k4perm: VPERMW indices making chunk c's scale vector (words 0-15 take\n// scale 2c, words 16-31 scale 2c+1).")
 	f.Quads("k4perm", spread(8, 16)...)

@@ -5,7 +5,7 @@ SHARED   ?= ../shared
 MODEL    ?= $(SHARED)/models/stories260K.gguf
 export CGO_ENABLED = 0
 
-.PHONY: all build image cli-docs test race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate sweep
+.PHONY: all build image cli-docs test test-speculative race vet fmt fuzz demo serve bench kbench clean ptx amd golden generate sweep
 
 all: build
 
@@ -32,6 +32,12 @@ image:
 # tokenizer suites read ../shared when it is there).
 test: vet fmt
 	$(GO) test -count=1 ./...
+
+# test-speculative: the engine's and the server's tests with every engine
+# speculating (n-gram drafts, every one verified; the output must not
+# change).
+test-speculative:
+	$(GO) test -count=1 ./runtime/engine/ ./runtime/server/ -args -speculative ngram:4:fixed
 
 # sweep: T-CPU against llama.cpp over every family's options (issue 45):
 # internal/sweep's layouts (head widths, grouped and multi-head attention,

@@ -31,6 +31,10 @@ type Options struct {
 	Prompt, Gen int
 	// Reps is how many times each single-sequence test runs.
 	Reps int
+	// Depth is llama-bench's -d: the tokens already in the sequence's
+	// cache (prefilled, untimed) before each single-sequence test, whose
+	// name then says "@ dN".
+	Depth int
 	// Threads is the T-CPU worker count in effect, for the report and the
 	// bandwidth measurement.
 	Threads int
@@ -80,6 +84,15 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	}
 	if opt.Speculative.On() && opt.Gen == 0 {
 		return optionErrorf("--speculative measures a generation: give -n and no --slots")
+	}
+	if opt.Depth < 0 {
+		return optionErrorf("-d %d: want a depth of 0 or more tokens", opt.Depth)
+	}
+	if n, c := opt.Depth+max(opt.Prompt, opt.Gen+1), pool.Hparams.ContextLength; opt.Depth > 0 && n > c {
+		return optionErrorf("-d %d with -p %d and -n %d needs %d tokens of context, the bundle has %d", opt.Depth, opt.Prompt, opt.Gen, n, c)
+	}
+	if opt.Depth > 0 && (len(opt.Slots) > 0 || opt.Speculative.On()) {
+		return optionErrorf("-d is for the single-sequence tests (no --slots or --speculative)")
 	}
 	rows, err := single(ctx, pool, opt)
 	if err != nil {
@@ -150,19 +163,29 @@ type Result struct {
 func single(ctx context.Context, e *sequence.Pool, opt Options) ([]Result, error) {
 	nv := int32(e.Hparams.NVocab)
 	size, params, perToken := weightStats(e)
-	run := func(prompt, gen int) (float64, error) {
+	// run times a prefill of prompt tokens (gen = 0) or gen decode
+	// steps after depth tokens, prefilled untimed (after one token when
+	// depth is 0, for the first step's logits).
+	run := func(prompt, gen, depth int) (float64, error) {
 		seq, err := e.NewSequence()
 		if err != nil {
 			return 0, err
 		}
 		defer seq.Release()
-		toks := make([]int32, prompt)
+		toks := make([]int32, depth+prompt)
 		for i := range toks {
 			toks[i] = int32(1+i*7919) % nv
 		}
+		if depth > 0 {
+			if _, err := seq.Prefill(ctx, toks[:depth]); err != nil {
+				return 0, err
+			}
+		}
 		t0 := time.Now()
-		if _, err := seq.Prefill(ctx, toks); err != nil {
-			return 0, err
+		if prompt > 0 {
+			if _, err := seq.Prefill(ctx, toks[depth:]); err != nil {
+				return 0, err
+			}
 		}
 		if gen == 0 {
 			return float64(prompt) / time.Since(t0).Seconds(), nil
@@ -184,12 +207,19 @@ func single(ctx context.Context, e *sequence.Pool, opt Options) ([]Result, error
 		if test.p == 0 || (test.g == 0 && test.name[:2] == "tg") {
 			continue
 		}
-		if _, err := run(test.p, min(test.g, 2)); err != nil { // warm up
+		if _, err := run(test.p, min(test.g, 2), 0); err != nil { // warm up (the depth only fills the cache)
 			return nil, err
+		}
+		p := test.p
+		if opt.Depth > 0 {
+			test.name += fmt.Sprintf(" @ d%d", opt.Depth) // llama-bench's name
+			if test.g > 0 {
+				p = 0 // the depth's prefill gives the first step's logits
+			}
 		}
 		var rs []float64
 		for r := 0; r < opt.Reps; r++ {
-			v, err := run(test.p, test.g)
+			v, err := run(p, test.g, opt.Depth)
 			if err != nil {
 				return nil, err
 			}

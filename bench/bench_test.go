@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -21,17 +22,7 @@ import (
 // 1 and 2 slots and opens it on T-CPU.
 func batchedBundle(t *testing.T) *sequence.Pool {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
-	os.WriteFile(cfg, []byte("decode_slots = [1, 2]\nprefill_rows = [16]\n"), 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "decode_slots = [1, 2]\nprefill_rows = [16]\n", compiler.Options{})
 	pool, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +81,29 @@ func TestRunSingle(t *testing.T) {
 	}
 }
 
+// TestRunDepth runs the single-sequence tests after a filled cache, as
+// llama-bench's -d does, and refuses a depth past the bundle's context.
+func TestRunDepth(t *testing.T) {
+	pool := batchedBundle(t)
+	var out bytes.Buffer
+	if err := Run(context.Background(), pool, Options{Prompt: 8, Gen: 4, Depth: 40, Reps: 1, Threads: 1, JSON: true, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if rows[0]["test"] != "pp8 @ d40" || rows[1]["test"] != "tg4 @ d40" || rows[1]["avg_ts"].(float64) <= 0 {
+		t.Errorf("rows %v", rows)
+	}
+	var oe *OptionError
+	c := pool.Hparams.ContextLength
+	err := Run(context.Background(), pool, Options{Prompt: 8, Gen: 4, Depth: c, Reps: 1, Out: &out})
+	if !errors.As(err, &oe) || !strings.Contains(err.Error(), fmt.Sprint(c)) {
+		t.Errorf("a depth of the whole context: %v", err)
+	}
+}
+
 // TestPrintComparison pairs the two benches' rows by B: a B that
 // llama-batched-bench left out gets no line.
 func TestPrintComparison(t *testing.T) {
@@ -115,16 +129,9 @@ func TestPrintComparison(t *testing.T) {
 func TestWeightStatsTied(t *testing.T) {
 	shape := synth.Tiny
 	shape.Arch = "gemma2" // tied output
-	b, err := synth.Write(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, dir, "m.gguf", shape)
+	out := testmodel.Compile(t, model, filepath.Join(dir, "b"), "", compiler.Options{})
 	f, err := gguf.Open(model)
 	if err != nil {
 		t.Fatal(err)

@@ -24,13 +24,14 @@ func compareLlama(ctx context.Context, w io.Writer, rows []Result, opt Options, 
 		ngl = "99"
 	}
 	out, err := exec.CommandContext(ctx, opt.LlamaBench, "-m", opt.GGUF, "-p", strconv.Itoa(opt.Prompt), "-n", strconv.Itoa(opt.Gen),
-		"-r", strconv.Itoa(opt.Reps), "-t", strconv.Itoa(opt.Threads), "-ngl", ngl, "-o", "json").Output()
+		"-d", strconv.Itoa(opt.Depth), "-r", strconv.Itoa(opt.Reps), "-t", strconv.Itoa(opt.Threads), "-ngl", ngl, "-o", "json").Output()
 	if err != nil {
 		return fmt.Errorf("llama-bench: %w", err)
 	}
 	var lb []struct {
 		NPrompt int     `json:"n_prompt"`
 		NGen    int     `json:"n_gen"`
+		NDepth  int     `json:"n_depth"`
 		AvgTS   float64 `json:"avg_ts"`
 		StdTS   float64 `json:"stddev_ts"`
 	}
@@ -44,6 +45,9 @@ func compareLlama(ctx context.Context, w io.Writer, rows []Result, opt Options, 
 			name := fmt.Sprintf("pp%d", l.NPrompt)
 			if l.NGen > 0 {
 				name = fmt.Sprintf("tg%d", l.NGen)
+			}
+			if l.NDepth > 0 {
+				name += fmt.Sprintf(" @ d%d", l.NDepth)
 			}
 			if name == r.Test && l.AvgTS > 0 {
 				fmt.Fprintf(w, "| %s | %.2f ± %.2f | %.2f ± %.2f | %.2f× |\n", name, r.TokS, r.StdDev, l.AvgTS, l.StdTS, r.TokS/l.AvgTS)

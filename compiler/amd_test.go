@@ -1,7 +1,6 @@
 package compiler_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels/amd"
 )
 
@@ -86,7 +86,7 @@ func checkAMDBundle(t *testing.T, dir, gfx string, target zrt.Target) {
 func TestAMDBuilds(t *testing.T) {
 	var models []string
 	for _, s := range []synth.Shape{synth.Tiny, {Arch: "qwen3", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q4_K, Seed: 5}} {
-		models = append(models, writeModel(t, s))
+		models = append(models, testmodel.New(t, s))
 	}
 	shared := amdModels()
 	if len(shared) == 0 {
@@ -110,15 +110,7 @@ func TestAMDBuilds(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				ta, tb := readTree(t, a), readTree(t, b)
-				if len(ta) != len(tb) || len(ta) < 3 {
-					t.Fatalf("%d vs %d files", len(ta), len(tb))
-				}
-				for f, x := range ta {
-					if !bytes.Equal(x, tb[f]) {
-						t.Errorf("%s differs between two builds", f)
-					}
-				}
+				testmodel.SameTree(t, a, b, 3)
 				checkAMDBundle(t, a, gfx, tg.code)
 			})
 		}
@@ -129,15 +121,10 @@ func TestAMDBuilds(t *testing.T) {
 // unsupported there, not malformed: the build says which operation,
 // before any pass runs.
 func TestAMDRefusesMissingKernels(t *testing.T) {
-	b, err := synth.Write(synth.Shape{Arch: "gemma2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300,
-		Context: 64, Type: ggml.Q8_0, Window: 8, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model := filepath.Join(dir, "g.gguf")
-	os.WriteFile(model, b, 0o644)
-	err = compiler.Compile(context.Background(), model, filepath.Join(dir, "b"), compiler.Options{Target: "amd:gfx1201"})
+	model := testmodel.Write(t, dir, "g.gguf", synth.Shape{Arch: "gemma2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 300,
+		Context: 64, Type: ggml.Q8_0, Window: 8, Seed: 1})
+	err := compiler.Compile(context.Background(), model, filepath.Join(dir, "b"), compiler.Options{Target: "amd:gfx1201"})
 	if !support.Is(err) || !strings.Contains(err.Error(), "unsupported operation SCALE in architecture gemma2: target amd:gfx1201 has no scale kernel") {
 		t.Fatalf("gemma2 for amd:gfx1201: %v", err)
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// context_length and max_slots (with the decode variants up to it):
 	// zrtc build --ctx-size and --slots.
 	ContextLength, Slots int
+	// TP, when TP.Ranks > 1, compiles rank TP.Rank of a tensor-parallel
+	// set (the shard pass); compiler/build writes the whole set.
+	TP passes.TP
 	// DraftLayers, when positive, overrides the config's draft_layers
 	// (zrtc build --draft-layers).
 	DraftLayers int
@@ -119,11 +122,11 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := checkKernelFamilies(m, cfg.Target); err != nil {
 		return nil, err
 	}
-	if err := checkKVTypes(m, cfg.Target); err != nil {
+	if err := checkKVTypes(m, cfg.Target, opt.PTXDir); err != nil {
 		return nil, err
 	}
 	u := NewUnit(m)
-	u.NoFuse, u.Templates = opt.NoFuse, templates
+	u.NoFuse, u.Templates, u.TP = opt.NoFuse, templates, opt.TP
 	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u}, nil
 }
 
@@ -323,7 +326,7 @@ func reportPlan(opt Options, plan *passes.MemPlan) {
 			plan.KVPages, plan.KVTypeK, plan.KVTypeV, mib(other), mib(total))
 	}
 	if opt.MemoryBudget > 0 && total > opt.MemoryBudget && opt.Warn != nil {
-		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config, or set cache_type_k and cache_type_v to q8_0 on cpu)",
+		opt.Warn("the plan keeps %s resident (KV %s), more than the %s budget: zrt-run will refuse it on a machine without that much memory (lower kv_pages or max_slots in the config, or set cache_type_k and cache_type_v to q8_0 on cpu and cuda)",
 			mib(total), mib(kv), mib(opt.MemoryBudget))
 	}
 }
@@ -334,8 +337,16 @@ func graphFile(fe *Frontend, vocabBytes []byte, srcName string) *bundle.Graph {
 	u, c := fe.Unit, fe.Config
 	h := fe.Model.Hparams
 	h.MaxSlots, h.PrefillChunk, h.ContextLength = c.MaxSlots, c.PrefillChunk, c.ContextLength
+	if u.TP.Split() {
+		// A rank's KV pages hold its heads only (the shard pass sized them).
+		h.TPRanks, h.TPRank = u.TP.Ranks, u.TP.Rank
+		h.KVPageBytes = int(u.State.KVPageBytes)
+		if u.TP.KVDen > 0 {
+			h.KVWindowPageBytes = h.KVWindowPageBytes * u.TP.KVNum / u.TP.KVDen
+		}
+	}
 	g := &bundle.Graph{
-		Ident:      bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse), Target: c.Target, SourceName: srcName},
+		Ident:      bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse, u.TP), Target: c.Target, SourceName: srcName},
 		Hparams:    h,
 		ConfigTOML: c.TOML(),
 		Vocab:      vocabBytes,
@@ -362,6 +373,7 @@ func graphFile(fe *Frontend, vocabBytes []byte, srcName string) *bundle.Graph {
 		}
 		g.Variants = append(g.Variants, v)
 	}
+	g.Schedules = u.Schedules
 	return g
 }
 
@@ -381,15 +393,18 @@ func Toolchain() string {
 // model, the config and the kernels' source. The rest of Options
 // (progress, dumps, the memory budget, VerifyEach) leaves the bundle as
 // it is.
-func RecordedFlags(target string, opt Options) string { return buildFlags(target, opt.NoFuse) }
+func RecordedFlags(target string, opt Options) string { return buildFlags(target, opt.NoFuse, opt.TP) }
 
 // buildFlags records the options that change what a build produces (the
 // effective config is recorded whole in its own section). Paths are left
 // out so the same inputs give the same bytes wherever they live.
-func buildFlags(target string, noFuse bool) string {
+func buildFlags(target string, noFuse bool, tp passes.TP) string {
 	f := "--target " + target
 	if noFuse {
 		f += " --no-fuse"
+	}
+	if tp.Split() {
+		f += fmt.Sprintf(" --tp %d (rank %d)", tp.Ranks, tp.Rank)
 	}
 	return f
 }
@@ -490,7 +505,7 @@ func sourceData(f *gguf.File, text string) ([][]byte, error) {
 	for _, d := range t.Dims[1:] {
 		rows *= d
 	}
-	ranges, err := src.Ranges(rows, t.Size)
+	ranges, err := src.Ranges(rows, t.Size, t.Type.RowBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,66 +17,29 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 )
-
-func writeModel(t *testing.T, s synth.Shape) string {
-	t.Helper()
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "m.gguf")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// readTree returns every file under dir by relative path.
-func readTree(t *testing.T, dir string) map[string][]byte {
-	out := map[string][]byte{}
-	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || info.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = b
-		return nil
-	})
-	return out
-}
 
 func TestReproducibleBuild(t *testing.T) {
 	for _, s := range []synth.Shape{synth.Tiny, {Arch: "qwen2", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 96, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 2},
 		{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, Seed: 3}} {
-		model := writeModel(t, s)
+		model := testmodel.New(t, s)
 		a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 		for _, out := range []string{a, b} {
 			if err := compiler.Compile(context.Background(), model, out, compiler.Options{VerifyEach: true}); err != nil {
 				t.Fatalf("%s: %v", s.Arch, err)
 			}
 		}
-		ta, tb := readTree(t, a), readTree(t, b)
-		if len(ta) != len(tb) || len(ta) < 3 {
-			t.Fatalf("%s: %d vs %d files", s.Arch, len(ta), len(tb))
-		}
-		for name, x := range ta {
-			if !bytes.Equal(x, tb[name]) {
-				t.Errorf("%s: %s differs between two builds", s.Arch, name)
-			}
-		}
+		testmodel.SameTree(t, a, b, 3)
 	}
 }
 
 // TestRebuildReplacesAtomically overwrites an existing bundle and checks a
 // failed build leaves the old one untouched.
 func TestRebuildReplacesAtomically(t *testing.T) {
-	model := writeModel(t, synth.Tiny)
+	model := testmodel.New(t, synth.Tiny)
 	out := filepath.Join(t.TempDir(), "b")
 	ctx := context.Background()
 	if err := compiler.Compile(ctx, model, out, compiler.Options{}); err != nil {
@@ -84,13 +48,13 @@ func TestRebuildReplacesAtomically(t *testing.T) {
 	if err := compiler.Compile(ctx, model, out, compiler.Options{}); err != nil {
 		t.Fatalf("rebuild over an existing bundle: %v", err)
 	}
-	before := readTree(t, out)
+	before := testmodel.ReadTree(t, out)
 	bad := filepath.Join(t.TempDir(), "bad.gguf")
 	os.WriteFile(bad, []byte("GGUF\x03\x00\x00\x00"), 0o644)
 	if err := compiler.Compile(ctx, bad, out, compiler.Options{}); err == nil {
 		t.Fatal("compiled a truncated GGUF")
 	}
-	after := readTree(t, out)
+	after := testmodel.ReadTree(t, out)
 	for k, v := range before {
 		if !bytes.Equal(v, after[k]) {
 			t.Errorf("%s changed after a failed build", k)
@@ -109,10 +73,7 @@ func TestRebuildReplacesAtomically(t *testing.T) {
 // problem it is: valid input zrtc does not support yet (support.Is), or a
 // malformed file (anything else).
 func TestHostileModels(t *testing.T) {
-	good, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := testmodel.Bytes(t, synth.Tiny)
 	f, err := gguf.Parse(good)
 	if err != nil {
 		t.Fatal(err)
@@ -245,40 +206,11 @@ func TestHostileModels(t *testing.T) {
 // builds for cpu only.
 func TestWeightTypesPerTarget(t *testing.T) {
 	// IQ3_S blocks hold 256 elements, so the rows must be that long.
-	good, err := synth.Write(synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(good)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// with writes the model with blk.0.attn_q.weight as all-zero blocks
-	// of typ (a valid block of zeros in every type).
+	// of typ.
 	with := func(typ ggml.Type) string {
-		w := gguf.NewWriter()
-		for _, kv := range f.KV {
-			w.Set(kv.Key, kv.Value)
-		}
-		for i := range f.Tensors {
-			ti := &f.Tensors[i]
-			tt, data := ti.Type, f.TensorData(ti)
-			if ti.Name == "blk.0.attn_q.weight" {
-				n, err := typ.RowBytes(ti.Elements())
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt, data = typ, make([]byte, n)
-			}
-			if err := w.AddTensor(ti.Name, tt, ti.Dims, data); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p := filepath.Join(t.TempDir(), typ.String()+".gguf")
-		if err := os.WriteFile(p, w.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return testmodel.Retyped(t, synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 4},
+			"blk.0.attn_q.weight", typ)
 	}
 	ctx := context.Background()
 	iq3s := with(ggml.IQ3_S)
@@ -291,7 +223,7 @@ func TestWeightTypesPerTarget(t *testing.T) {
 	if err := compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cpu"), compiler.Options{VerifyEach: true}); err != nil {
 		t.Errorf("BF16 weight for cpu: %v", err)
 	}
-	err = compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90"})
+	err := compiler.Compile(ctx, bf16, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90"})
 	const want = "unsupported tensor type BF16 (id 30) in blk.0.attn_q.weight: target cuda:sm_90 computes"
 	if err == nil || !strings.Contains(err.Error(), want) || !support.Is(err) {
 		t.Errorf("BF16 weight for cuda:sm_90: got %v (support.Is %v), want an unsupported error containing %q", err, support.Is(err), want)
@@ -312,7 +244,7 @@ func elements(dims []int64) int64 {
 // rotation, heads being 64 wide), the F16 bundle's name none, and a
 // target without q8_0 kernels refuses it naming the option.
 func TestKVCacheTypes(t *testing.T) {
-	model := writeModel(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
+	model := testmodel.New(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
 	q8 := filepath.Join(t.TempDir(), "q8.toml")
 	if err := os.WriteFile(q8, []byte("cache_type_k = \"q8_0\"\ncache_type_v = \"q8_0\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -373,8 +305,31 @@ func TestKVCacheTypes(t *testing.T) {
 	if _, err := kernels.CheckBundle(q); err == nil || !strings.Contains(err.Error(), "addresses a k=q8_0 v=q8_0") {
 		t.Errorf("q8_0 kernels in a bundle recorded as F16: %v", err)
 	}
+	// T-CUDA builds a q8_0 cache where its PTX archive has the layout's
+	// instances (kernels/cuda's KVLayouts, after make ptx), and refuses it
+	// as unsupported, saying how to build them, where not.
 	err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: "cuda:sm_90", ConfigPath: q8})
+	want := q.Hparams
+	lay := kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: want.CacheRotK, RotV: want.CacheRotV}
+	if slices.Contains(ptx.KVLayouts("sm_90"), lay) {
+		if err != nil {
+			t.Errorf("q8_0 cache for cuda:sm_90, whose PTX the archive has: %v", err)
+		}
+	} else if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "build_ptx.sh") {
+		t.Errorf("q8_0 cache for cuda:sm_90 without its PTX: got %v, want an unsupported error saying how to build it", err)
+	}
+	// A cache of q8_0 K over F16 V has no T-CUDA instance, and the AMD
+	// targets address F16 caches only: both refused, naming the option.
+	mixed := filepath.Join(t.TempDir(), "mixed.toml")
+	if err := os.WriteFile(mixed, []byte("cache_type_k = \"q8_0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda-mixed"), compiler.Options{Target: "cuda:sm_90", ConfigPath: mixed})
+	if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") || !strings.Contains(err.Error(), "q8_0 K with q8_0 V") {
+		t.Errorf("q8_0 K over F16 V for cuda:sm_90: got %v, want an unsupported error naming cache_type_k and the layout T-CUDA has", err)
+	}
+	err = compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "amd"), compiler.Options{Target: "amd:gfx1201", ConfigPath: q8})
 	if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") {
-		t.Errorf("q8_0 cache for cuda:sm_90: got %v, want an unsupported error naming cache_type_k", err)
+		t.Errorf("q8_0 cache for amd:gfx1201: got %v, want an unsupported error naming cache_type_k", err)
 	}
 }

@@ -51,8 +51,8 @@ func (o *Options) CheckPhases() error {
 			return fmt.Errorf("--compile-from: %w", err)
 		}
 		from, _ = passes.PassIndex(o.CompileFrom)
-		if from == len(passes.Pipeline)-1 {
-			return fmt.Errorf("--compile-from=%s: it is the last pass, and a bundle needs its packet streams, which text IR does not carry", o.CompileFrom)
+		if low, _ := passes.PassIndex("lower"); from >= low {
+			return fmt.Errorf("--compile-from=%s: a bundle needs the packet streams of lower, which text IR does not carry: resume before lower", o.CompileFrom)
 		}
 	}
 	if to >= 0 && from >= 0 && to <= from {
@@ -149,7 +149,8 @@ func (fe *Frontend) resume(path string) error {
 // dumpFiles writes, after a pass, DIR/NN-pass.VARIANT.zir for every variant
 // (NN numbers passes from 1, as `zrtc passes` lists them) and the tables
 // the pass made: .liveness.txt after liveness, .physical.txt after
-// regalloc and memplan, and NN-memplan.json after memplan.
+// regalloc and memplan, NN-memplan.json after memplan, and a
+// .megakernel.txt per scheduled variant after megakernel.
 func dumpFiles(dir string) func(int, string, *passes.Unit) error {
 	return func(i int, pass string, u *passes.Unit) error {
 		prefix := filepath.Join(dir, fmt.Sprintf("%02d-%s", i+1, pass))
@@ -176,6 +177,17 @@ func dumpFiles(dir string) func(int, string, *passes.Unit) error {
 				return err
 			}
 		}
+		if pass == "megakernel" {
+			for _, sc := range u.Schedules {
+				g := u.Graphs[sc.Variant]
+				err := write("."+g.Key.String()+".megakernel.txt", func(w io.Writer) error {
+					return sc.WriteText(w, g.Key.String(), instKernels(u, int(sc.Variant)))
+				})
+				if err != nil {
+					return err
+				}
+			}
+		}
 		if pass == "memplan" && u.Plan != nil {
 			return write(".json", func(w io.Writer) error {
 				b, err := u.Plan.JSON()
@@ -187,6 +199,15 @@ func dumpFiles(dir string) func(int, string, *passes.Unit) error {
 		}
 		return nil
 	}
+}
+
+// instKernels names each instruction of graph gi by its kernel instance.
+func instKernels(u *passes.Unit, gi int) []string {
+	var out []string
+	for _, ki := range u.InstKernel[gi] {
+		out = append(out, u.Kernels[ki].Name)
+	}
+	return out
 }
 
 // CompileIR loads the model, runs the pipeline through opt.CompileTo (or

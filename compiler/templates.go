@@ -32,20 +32,27 @@ var tierKernels = map[kernels.TierKind]struct {
 	weightTypes func(t kernels.Target) []ggml.Type
 	families    func() []string // nil: every catalog family
 	kvTypes     []ggml.Type
+	// kvLayouts, where not nil, lists the caches other than F16 the
+	// target's kernels address, with their rotations (T-CUDA instantiates
+	// whole layouts: q8_0 K with q8_0 V); nil: any K and V of kvTypes.
+	kvLayouts func(t kernels.Target) []kernels.KVTypes
 }{
 	kernels.TierCPU: {func(kernels.Target, Options) passes.Templates { return cpuTemplate },
-		func(kernels.Target) []ggml.Type { return quant.WeightTypes() }, nil, []ggml.Type{ggml.F16, ggml.Q8_0}},
+		func(kernels.Target) []ggml.Type { return quant.WeightTypes() }, nil, []ggml.Type{ggml.F16, ggml.Q8_0}, nil},
 	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) },
-		func(t kernels.Target) []ggml.Type { return ptx.WeightTypes(ptx.TargetArch(t.Name)) }, nil, []ggml.Type{ggml.F16}},
+		func(t kernels.Target) []ggml.Type { return ptx.WeightTypes(ptx.TargetArch(t.Name)) }, nil, []ggml.Type{ggml.F16, ggml.Q8_0},
+		func(t kernels.Target) []kernels.KVTypes { return ptx.KVLayouts(ptx.TargetArch(t.Name)) }},
 	kernels.TierAMD: {func(t kernels.Target, _ Options) passes.Templates { return amdTemplate(t.Code) },
-		func(kernels.Target) []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families, []ggml.Type{ggml.F16}},
+		func(kernels.Target) []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families, []ggml.Type{ggml.F16}, nil},
 }
 
 // checkKVTypes refuses, as unsupported, a KV cache element type
 // (cache_type_k, cache_type_v) that the target's attention kernels cannot
 // address, naming the option: a bundle never runs with its cache read
-// in another layout.
-func checkKVTypes(m *arch.Model, target string) error {
+// in another layout. With ptxDir (Options.PTXDir) a cuda target's
+// layouts are all of T-CUDA's: the PTX comes from that directory, and a
+// missing file is the template's error.
+func checkKVTypes(m *arch.Model, target, ptxDir string) error {
 	t, ok := kernels.LookupTarget(target)
 	k, has := tierKernels[t.Tier]
 	if !ok || !has {
@@ -68,7 +75,23 @@ func checkKVTypes(m *arch.Model, target string) error {
 				Detail: fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)}
 		}
 	}
-	return nil
+	layouts := k.kvLayouts
+	if t.Tier == kernels.TierCUDA && ptxDir != "" {
+		layouts = func(kernels.Target) []kernels.KVTypes { return cuda.KVLayouts() }
+	}
+	if layouts == nil || kv.IsF16() || slices.Contains(layouts(t), kv) {
+		return nil
+	}
+	names := []string{kernels.F16KV.String()}
+	for _, l := range layouts(t) {
+		names = append(names, l.String())
+	}
+	detail := fmt.Sprintf("target %s's kernels address the caches %s only; set cache_type_k and cache_type_v alike (q8_0 K with q8_0 V), or build for cpu", target, strings.Join(names, "; "))
+	if t.Tier == kernels.TierCUDA && slices.Contains(cuda.KVLayouts(), kv) {
+		detail = fmt.Sprintf("this zrtc has no %s PTX for a %s cache: run kernels/cuda/build_ptx.sh on a machine with nvcc, then go run ./kernels/cuda/gen -pack",
+			ptx.TargetArch(target), kv)
+	}
+	return &support.Error{What: "KV cache", Value: kv.String(), Where: support.Key("cache_type_k, cache_type_v"), Detail: detail}
 }
 
 // checkKernelFamilies refuses, as unsupported, the first operation of the

@@ -10,6 +10,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestTiedEmbeddingStoredOnce: a model whose output reuses token_embd
@@ -20,14 +21,7 @@ func TestTiedEmbeddingStoredOnce(t *testing.T) {
 	dir := t.TempDir()
 	tied := synth.Tiny
 	tied.Arch = "gemma2" // gemma ties its output to the embeddings
-	b, err := synth.Write(tied)
-	if err != nil {
-		t.Fatal(err)
-	}
-	models := []string{filepath.Join(dir, "tied.gguf")}
-	if err := os.WriteFile(models[0], b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	models := []string{testmodel.Write(t, dir, "tied.gguf", tied)}
 	for _, m := range sharedModels() {
 		if filepath.Base(m) == "TinyStories-656K.Q8_0.gguf" {
 			models = append(models, m)

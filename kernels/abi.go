@@ -49,6 +49,11 @@ type ABI struct {
 	KVTyped bool
 }
 
+// Part is rank r's columns [lo, hi) of a value cols wide split over n
+// ranks of a tensor-parallel set: the balanced partition the shard pass
+// splits the vocabulary by and the collectives gather by.
+func Part(cols, r, n int) (lo, hi int) { return r * cols / n, (r + 1) * cols / n }
+
 // UserDataDwords is the number of dwords a dispatch of this ABI passes.
 func (a *ABI) UserDataDwords() int { return 2*len(a.Bufs) + len(a.Push) }
 
@@ -179,6 +184,16 @@ var catalog = []ABI{
 		Spec: []Param{{"alpha", F32}, {"limit", F32}}},
 	{Name: "lm_head", Typed: true, Bufs: []string{"x", "w", "io", "logits"}, Push: []Param{{"k", U32}, {"n_vocab", U32}}},
 	{Name: "argmax", Bufs: []string{"logits", "io", "tokens"}, Push: []Param{{"n_vocab", U32}}},
+	// all_reduce_sum replaces cols columns of each active row of x by
+	// their sum over the ranks of a tensor-parallel set, in rank order
+	// (so every rank holds the same bits). all_gather assembles y, cols
+	// wide, from every rank's x, which holds rank r's columns
+	// [r·cols/R, (r+1)·cols/R) packed; with by_slot the rows are those of
+	// the active rows that want logits, at their slot's row (the logits
+	// of a vocabulary-parallel LM head; x may then be y). Both are
+	// collectives: a tier runs them only for a rank of a set.
+	{Name: "all_reduce_sum", Bufs: []string{"x", "io"}, Push: []Param{{"cols", U32}}},
+	{Name: "all_gather", Bufs: []string{"x", "io", "y"}, Push: []Param{{"cols", U32}, {"by_slot", U32}}},
 
 	// Fused kernels (seed 000, Appendix B). Their weights are concatenated
 	// by zrtc so that the pointers fit the user-data registers; shapes are

@@ -28,8 +28,11 @@ type Target struct {
 	Code zrt.Target
 	// Tier is the tier that runs its bundles.
 	Tier TierKind
-	// Fused lists the fused kernel families its kernels implement; the
-	// fuse pass forms exactly the fused ops whose family is here.
+	// Fused lists the kernel families beyond the base set that its
+	// kernels implement: fused ops (the fuse pass forms exactly those
+	// whose family is here) and tensor parallelism's collectives
+	// (all_reduce_sum, all_gather: the shard pass splits a model only for
+	// a target that lists them).
 	Fused []string
 }
 
@@ -37,7 +40,8 @@ type Target struct {
 // them.
 var targets = []Target{
 	{Name: "cpu", Code: zrt.CPU, Tier: TierCPU,
-		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
+			"all_reduce_sum", "all_gather"}},
 	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual"}},
 	// Ampere and Ada (sm_80, sm_86, sm_89): compute_80 PTX, which the

@@ -58,8 +58,15 @@ func TestVerifyRejects(t *testing.T) {
 		"out of range":       func(g *ir.Graph) { g.Insts[1].Reads[1].ID = 99 },
 		"not an argument of": func(g *ir.Graph) { g.Insts[3].Reads = append(g.Insts[3].Reads, ir.B("bias", 1)) },
 	}
+	verifyRejects(t, small, cases)
+}
+
+// verifyRejects checks that Verify refuses each graph build gives after
+// the case's change, with an error containing the case's key.
+func verifyRejects(t *testing.T, build func() *ir.Graph, cases map[string]func(g *ir.Graph)) {
+	t.Helper()
 	for want, mod := range cases {
-		g := small()
+		g := build()
 		mod(g)
 		if err := Verify(g); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
@@ -105,13 +112,7 @@ func TestVerifyExtendedOps(t *testing.T) {
 		"missing attribute":  func(g *ir.Graph) { delete(g.Insts[2].Attrs, "attn_factor") },
 		"not an argument of": func(g *ir.Graph) { g.Insts[2].Reads = append(g.Insts[2].Reads, ir.B("bias", 4)) },
 	}
-	for want, mod := range cases {
-		g := extended()
-		mod(g)
-		if err := Verify(g); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: got %v", want, err)
-		}
-	}
+	verifyRejects(t, extended, cases)
 	// Without factors (a null optional buffer) ROPE_EXT is valid.
 	g := extended()
 	g.Insts[2].Reads = append(g.Insts[2].Reads[:1], g.Insts[2].Reads[2])

@@ -33,6 +33,7 @@ type RunOptions struct {
 // re-running a rewrite on its own output finds nothing more to do, while
 // skipping an analysis would leave later passes without their input.
 var Transforms = map[string]bool{
+	"shard": true,
 	"fuse":  true,
 	"lower": true, // its streams are not in the text, so resuming after it is refused
 }
@@ -78,6 +79,9 @@ func RunWith(ctx context.Context, u *Unit, opt RunOptions) ([]Timing, error) {
 			return nil, err
 		}
 		resume, _ = PassIndex(opt.ResumeAfter)
+		if low, _ := PassIndex("lower"); resume >= low {
+			return nil, fmt.Errorf("resuming after %s leaves nothing to run: the passes from lower on need the packet streams, which text IR does not carry", opt.ResumeAfter)
+		}
 		if stop <= resume {
 			return nil, fmt.Errorf("stopping after %s leaves nothing to run when resuming after %s", Pipeline[stop].Name, opt.ResumeAfter)
 		}

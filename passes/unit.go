@@ -9,6 +9,7 @@ import (
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
 	"github.com/zrtdev/zrt/kernels"
 )
@@ -22,6 +23,9 @@ type Unit struct {
 	Target string
 	// NoFuse turns fusion off (zrtc build --no-fuse), for bisecting.
 	NoFuse bool
+	// TP is the tensor-parallel rank the unit is compiled for (zrtc
+	// build --tp): the shard pass splits the graphs for it.
+	TP TP
 	// State sizes the graph builder computed; memplan turns them into regions.
 	State StateSizes
 	// KV is the KV cache's element types (cache_type_k, cache_type_v):
@@ -40,6 +44,14 @@ type Unit struct {
 	Blobs      []*zrt.Blob
 	InstKernel [][]int
 	Streams    []Stream // per graph, by lower
+	// MegakernelSMs, when positive, has megakernel schedule the decode
+	// variants for that many multiprocessors whatever the target; 0
+	// schedules them for a CUDA target's GPU (cuda.Multiprocessors) and
+	// not at all for other targets.
+	MegakernelSMs int
+	// Schedules are the decode variants' megakernel schedules, in variant
+	// order, by megakernel.
+	Schedules []bundle.Schedule
 }
 
 // kvTypes is u.KV, the zero value read as F16.
@@ -93,12 +105,14 @@ type Pass struct {
 // in flags and dump file names.
 var Pipeline = []Pass{
 	{"verify", verifyUnit, "check operands, roles, shapes and in-place writes against the opcode and kernel tables"},
+	{"shard", shard, "split the graphs for one rank of a tensor-parallel set: heads and FFN columns over the ranks, ALL_REDUCE_SUM after row-parallel projections, a vocabulary-parallel LM head and ALL_GATHER (only with --tp)"},
 	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+gate/up, residual+norm, K norm+RoPE+KV write"},
 	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
 	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
 	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},
 	{"specialize", specialize, "pick each instruction's kernel instance and patch its specialization slots into the target's blob"},
 	{"lower", lower, "emit each variant's PM4 stream with relocations, kernels and barriers"},
+	{"megakernel", megakernel, "schedule each decode variant's dispatches as tasks with dependency counters for a persistent kernel (CUDA targets)"},
 }
 
 // Constraint is an ordering rule between two passes, with its reason.
@@ -109,12 +123,16 @@ type Constraint struct {
 // Constraints are checked by the pipeline test.
 var Constraints = []Constraint{
 	{"verify", "fuse", "fusion pattern-matches well-formed IR only"},
+	{"verify", "shard", "the split rewrites well-formed IR only"},
+	{"shard", "fuse", "the split slices separate projections; a fused QKV or gate|up weight is one tensor it cannot slice per projection"},
+	{"shard", "memplan", "a rank's weights and KV pages are sized by its split"},
 	{"fuse", "liveness", "fusion removes registers and changes live ranges"},
 	{"verify", "liveness", "liveness assumes every read has a reaching write"},
 	{"liveness", "regalloc", "registers are packed by their live ranges"},
 	{"regalloc", "memplan", "the scratch region is sized from the physical buffers"},
 	{"memplan", "lower", "lowering turns operands into region offsets"},
 	{"specialize", "lower", "the stream's program addresses are relocations to specialized blobs"},
+	{"lower", "megakernel", "a schedule's tasks are pieces of the stream's dispatches, one per instruction"},
 }
 
 // Timing is one pass's wall time.

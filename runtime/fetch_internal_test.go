@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // fetchFails is a tier whose logits live elsewhere and cannot be fetched
@@ -23,16 +21,7 @@ func (fetchFails) Fetch(int, int64, int64) error { return errors.New("device los
 // error, so it gives NaN, and the next Step (and every one after) reports
 // it instead of running on.
 func TestLogitsFetchFailure(t *testing.T) {
-	m, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
-	os.WriteFile(model, m, 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "", compiler.Options{})
 	p, err := Open(out, Options{Tier: "cpu", Threads: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ var onlyRules = []struct {
 // testSupport are packages that only tests import (the test checks that):
 // they may build bundles with the compiler and read the environment to
 // find ../shared, as tests do.
-var testSupport = []string{"internal/conformance", "internal/reference", "internal/sweep"}
+var testSupport = []string{"internal/conformance", "internal/reference", "internal/sweep", "internal/testmodel", "internal/clitest"}
 
 const module = "github.com/zrtdev/zrt/"
 

@@ -15,6 +15,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/sysmem"
@@ -22,18 +23,8 @@ import (
 
 func buildTiny(t testing.TB) string {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
-	os.WriteFile(model, b, 0o644)
-	out := filepath.Join(dir, "bundle")
 	// One slot: the tests run out of slots on purpose.
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{Slots: 1}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "", compiler.Options{Slots: 1})
 	return out
 }
 
@@ -179,20 +170,12 @@ func TestMixedBuildsRefused(t *testing.T) {
 	a := buildTiny(t)
 	s := synth.Tiny
 	s.Seed++
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := filepath.Join(t.TempDir(), "other.gguf")
-	os.WriteFile(model, b, 0o644)
-	other := filepath.Join(t.TempDir(), "other")
-	if err := compiler.Compile(context.Background(), model, other, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, t.TempDir(), "other.gguf", s)
+	other := testmodel.Compile(t, model, filepath.Join(t.TempDir(), "other"), "", compiler.Options{})
 	mixed := copyBundle(t, a)
 	w, _ := os.ReadFile(filepath.Join(other, bundle.WeightsFile))
 	os.WriteFile(filepath.Join(mixed, bundle.WeightsFile), w, 0o644)
-	_, err = runtime.Open(mixed, runtime.Options{Tier: "cpu", Threads: 1})
+	_, err := runtime.Open(mixed, runtime.Options{Tier: "cpu", Threads: 1})
 	if err == nil || !strings.Contains(err.Error(), "not from the build of") {
 		t.Fatalf("mixed bundle: %v", err)
 	}
@@ -204,34 +187,17 @@ func TestMixedBuildsRefused(t *testing.T) {
 // slot (which must carry across prefill chunks, start over for a new
 // sequence in a used slot, and not leak between slots).
 func TestDecodeBatchMatchesSingle(t *testing.T) {
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
-	os.WriteFile(model, b, 0o644)
+	model := testmodel.Tiny(t)
 	t.Run("llama", func(t *testing.T) { decodeBatchMatchesSingle(t, model) })
 	t.Run("qwen35", func(t *testing.T) {
-		b, err := synth.Write(synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 320,
+		hybrid := testmodel.Write(t, filepath.Dir(model), "hybrid.gguf", synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 320,
 			Context: 64, Type: ggml.Q8_0, Seed: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hybrid := filepath.Join(dir, "hybrid.gguf")
-		os.WriteFile(hybrid, b, 0o644)
 		decodeBatchMatchesSingle(t, hybrid)
 	})
 }
 
 func decodeBatchMatchesSingle(t *testing.T, model string) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "m.toml")
-	os.WriteFile(cfg, []byte("max_slots = 2\nprefill_chunk = 8\n"), 0o644)
-	out := filepath.Join(dir, "bundle")
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
+	out := testmodel.Compile(t, model, filepath.Join(t.TempDir(), "bundle"), "max_slots = 2\nprefill_chunk = 8\n", compiler.Options{})
 	e, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -300,13 +266,8 @@ func TestFusionPreservesResults(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, s := range shapes {
-		b, err := synth.Write(s)
-		if err != nil {
-			t.Fatal(err)
-		}
 		dir := t.TempDir()
-		model := filepath.Join(dir, "m.gguf")
-		os.WriteFile(model, b, 0o644)
+		model := testmodel.Write(t, dir, "m.gguf", s)
 		var results [2][]float32
 		for i, noFuse := range []bool{false, true} {
 			out := filepath.Join(dir, "b"+strconv.Itoa(i))
@@ -413,21 +374,11 @@ func TestReadDuringReplace(t *testing.T) {
 // TestPlanLargerThanMemoryRefused: a plan whose KV cache cannot be resident
 // is refused at load with both figures, before anything is allocated.
 func TestPlanLargerThanMemoryRefused(t *testing.T) {
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "big.toml"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
-	os.WriteFile(cfg, []byte("kv_pages = 16777216\n"), 0o644) // 64 GiB of KV for the tiny model
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "kv_pages = 16777216\n", compiler.Options{}) // 64 GiB of KV for the tiny model
 	if avail, ok := sysmem.Available(); !ok || avail > 64<<30 {
 		t.Skip("this machine could hold the plan")
 	}
-	_, err = runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
+	_, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
 	if err == nil || !strings.Contains(err.Error(), "the bundle's memory plan needs 64.0 GiB of memory") || !strings.Contains(err.Error(), "is available") {
 		t.Fatalf("got %v", err)
 	}
@@ -440,17 +391,9 @@ func TestPlanLargerThanMemoryRefused(t *testing.T) {
 // request's, the decode row would have been tiled in F32 instead of run
 // through one_chunk's F16 accumulator, and its bits would differ.
 func TestBatchInvariance(t *testing.T) {
-	b, err := synth.Write(synth.Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "bundle")
-	os.WriteFile(model, b, 0o644)
-	os.WriteFile(cfg, []byte("context_length = 256\nmax_slots = 2\ndecode_slots = [1, 2]\nprefill_rows = [32, 80]\nkv_pages = 16\n"), 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, dir, "m.gguf", synth.Shape{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 128, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 7})
+	out := testmodel.Compile(t, model, filepath.Join(dir, "bundle"), "context_length = 256\nmax_slots = 2\ndecode_slots = [1, 2]\nprefill_rows = [32, 80]\nkv_pages = 16\n", compiler.Options{})
 	p, err := runtime.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
 	if err != nil {
 		t.Fatal(err)

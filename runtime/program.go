@@ -11,10 +11,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"path/filepath"
 	"time"
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/sample"
@@ -137,6 +139,9 @@ type Program struct {
 	Hparams bundle.Hparams
 	Tok     *tokenizer.Tokenizer
 	tier    Tier
+	// ranks are the other ranks' bundles of a tensor-parallel set, whose
+	// rank 0 is Bundle: one tier runs them all.
+	ranks []*bundle.Bundle
 
 	keys             []ShapeKey // by variant index
 	table            kernels.RequestTable
@@ -174,6 +179,11 @@ func Open(dir string, opt Options) (*Program, error) {
 	}
 	p := &Program{Bundle: b, Hparams: b.Graph.Hparams, ioRing: -1}
 	fail := func(err error) (*Program, error) { p.Close(); return nil, err }
+	if b.Graph.Hparams.TPRanks > 1 {
+		if p.ranks, err = openRanks(dir, b, opt); err != nil {
+			return fail(err)
+		}
+	}
 	if _, err := kernels.CheckBundle(b.Graph); err != nil {
 		return fail(fmt.Errorf("bundle %s: %w", dir, err))
 	}
@@ -214,7 +224,7 @@ func Open(dir string, opt Options) (*Program, error) {
 	if pb := int64(kernels.PageBytes(h)); pb > 0 {
 		p.kvPages = int(b.Graph.Regions[kv].Bytes / pb)
 	}
-	tier, err := openTier(b, opt)
+	tier, err := openTier(b, p.ranks, opt)
 	if err != nil {
 		return fail(err) // tier may be a typed nil: never keep it
 	}
@@ -231,6 +241,60 @@ func Open(dir string, opt Options) (*Program, error) {
 		w[kernels.IOWordPageTable] = uint32(p.table.PageTable())
 	}
 	return p, nil
+}
+
+// openRanks opens ranks 1.. of the tensor-parallel set whose rank 0 is
+// b, at dir: a set runs only whole, so the bundle must be its set's
+// member (the set's index beside it names the others) and every rank
+// must be there, built from the same model for the same set.
+func openRanks(dir string, b *bundle.Bundle, opt Options) ([]*bundle.Bundle, error) {
+	h := &b.Graph.Hparams
+	set := filepath.Dir(filepath.Clean(dir))
+	if h.TPRank != 0 {
+		return nil, fmt.Errorf("bundle %s is rank %d of a tensor-parallel set of %d: open the set %s (or its rank 0)", dir, h.TPRank, h.TPRanks, set)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s is rank 0 of a tensor-parallel set of %d, which runs only with every rank: %w", dir, h.TPRanks, err)
+	}
+	if x.TPRanks != h.TPRanks {
+		return nil, fmt.Errorf("bundle set %s: tp_ranks %d, its bundle %s says %d", set, x.TPRanks, dir, h.TPRanks)
+	}
+	target := b.Graph.Ident.Target
+	var ranks []*bundle.Bundle
+	fail := func(err error) ([]*bundle.Bundle, error) {
+		for _, r := range ranks {
+			r.Close()
+		}
+		return nil, err
+	}
+	for r := 1; r < h.TPRanks; r++ {
+		m, ok := x.Rank(target, r)
+		if !ok {
+			return fail(fmt.Errorf("bundle set %s: no rank %d of target %s (the set runs only with all %d)", set, r, target, h.TPRanks))
+		}
+		if err := bundleset.VerifyMember(set, m); err != nil {
+			return fail(err)
+		}
+		rb, err := bundle.Open(m.Path(set), false)
+		if err != nil {
+			return fail(fmt.Errorf("bundle set %s: rank %d: %w", set, r, err))
+		}
+		ranks = append(ranks, rb)
+		rh, id := &rb.Graph.Hparams, &rb.Graph.Ident
+		if rh.TPRanks != h.TPRanks || rh.TPRank != r || id.SourceHash != b.Graph.Ident.SourceHash || id.Target != target {
+			return fail(fmt.Errorf("bundle set %s: %s is not rank %d of the set of %d that %s begins (a member of another build?)", set, m.Dir, r, h.TPRanks, dir))
+		}
+		if _, err := kernels.CheckBundle(rb.Graph); err != nil {
+			return fail(fmt.Errorf("bundle %s: %w", m.Path(set), err))
+		}
+		if opt.Verify {
+			if err := bundle.VerifyWeights(rb.Pack, rb.Graph.Ident.WeightsHash); err != nil {
+				return fail(fmt.Errorf("bundle %s: %s: %w", m.Path(set), bundle.WeightsFile, err))
+			}
+		}
+	}
+	return ranks, nil
 }
 
 // logf reports through opt.Log when it is set.
@@ -252,7 +316,7 @@ func loadTokenizer(b []byte) (*tokenizer.Tokenizer, error) {
 // table (opt.Table, else runtime/tiers.Table): the row that runs the
 // bundle's target, which an explicit choice must name; a choice that
 // cannot run fails with the reason.
-func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
+func openTier(b *bundle.Bundle, ranks []*bundle.Bundle, opt Options) (Tier, error) {
 	target, ok := kernels.LookupTarget(b.Graph.Ident.Target)
 	if !ok {
 		return nil, fmt.Errorf("bundle target %s: this zrt-run knows %v; rebuild the bundle for one of them", b.Graph.Ident.Target, kernels.TargetNames())
@@ -264,6 +328,9 @@ func openTier(b *bundle.Bundle, opt Options) (Tier, error) {
 	row, err := tiers.Select(rows, opt.Tier, target)
 	if err != nil {
 		return nil, err
+	}
+	if len(ranks) > 0 {
+		return tiers.LoadSet(row, append([]*bundle.Bundle{b}, ranks...), opt.TierOptions())
 	}
 	return row.Load(b, opt.TierOptions())
 }
@@ -324,6 +391,9 @@ func (p *Program) TierName() string { return p.tier.Name() }
 func (p *Program) Close() error {
 	if p.tier != nil {
 		p.tier.Close()
+	}
+	for _, b := range p.ranks {
+		b.Close()
 	}
 	return p.Bundle.Close()
 }

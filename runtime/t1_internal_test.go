@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/tiers"
 )
@@ -26,15 +26,9 @@ func TestT1SimMatchesCPU(t *testing.T) {
 		target = "cpu"
 		t.Logf("no target amd:gfx1201 yet: running a cpu bundle through the T1 loader")
 	}
-	m, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
-	os.WriteFile(model, m, 0o644)
-	out := filepath.Join(dir, "bundle")
-	err = compiler.Compile(context.Background(), model, out, compiler.Options{Target: target})
+	model := testmodel.Tiny(t)
+	out := filepath.Join(filepath.Dir(model), "bundle")
+	err := compiler.Compile(context.Background(), model, out, compiler.Options{Target: target})
 	if err != nil && amd {
 		// The AMD kernels are someone else's test; this one is about T1.
 		t.Logf("zrtc build --target %s: %v; running a cpu bundle through the T1 loader instead", target, err)
@@ -101,13 +95,7 @@ func TestT1SimMatchesCPU(t *testing.T) {
 // TestT1Reasons: ZRT_TIER=t1 on a bundle of another tier, and an unknown
 // KFD device, fail with the reason.
 func TestT1Reasons(t *testing.T) {
-	m, _ := synth.Write(synth.Tiny)
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "m.gguf"), m, 0o644)
-	out := filepath.Join(dir, "b")
-	if err := compiler.Compile(context.Background(), filepath.Join(dir, "m.gguf"), out, compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "", compiler.Options{})
 	if _, err := Open(out, Options{Tier: "t1", KFD: "sim"}); err == nil {
 		t.Fatal("t1 opened a cpu bundle")
 	} else {

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/clitest"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/tiers"
 )
@@ -19,12 +15,8 @@ import (
 // TestProbeSaysWhyAMD: the probe's T1 and T2 lines are the tier table
 // rows' own probes.
 func TestProbeSaysWhyAMD(t *testing.T) {
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(probeCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs([]string{"probe"})
-	if err := root.Execute(); err != nil {
+	out, _, err := clitest.Run("zrt-run", []string{"probe"}, probeCmd())
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"t1", "t2"} {
@@ -33,8 +25,8 @@ func TestProbeSaysWhyAMD(t *testing.T) {
 		if !r.Available {
 			want = name + "     missing    " + r.Detail
 		}
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("probe output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("probe output lacks %q:\n%s", want, out)
 		}
 	}
 }
@@ -56,18 +48,7 @@ func gfx1201Bundle(t *testing.T) string {
 	if _, ok := kernels.LookupTarget("amd:gfx1201"); !ok {
 		t.Skip("this zrtc has no target amd:gfx1201")
 	}
-	m, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, b := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b")
-	if err := os.WriteFile(model, m, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := compiler.Compile(context.Background(), model, b, compiler.Options{Target: "amd:gfx1201"}); err != nil {
-		t.Fatal(err)
-	}
+	_, b := testmodel.Bundle(t, "", compiler.Options{Target: "amd:gfx1201"})
 	return b
 }
 

@@ -1,32 +1,20 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // batchedBundle compiles the tiny synthetic model with decode variants of
 // 1 and 2 slots and returns its GGUF and the bundle.
 func batchedBundle(t *testing.T) (model, out string) {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
-	os.WriteFile(cfg, []byte("decode_slots = [1, 2]\nprefill_rows = [16]\n"), 0o644)
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
-	return model, out
+	return testmodel.Bundle(t, "decode_slots = [1, 2]\nprefill_rows = [16]\n", compiler.Options{})
 }
 
 // TestBenchSlotsAgainstLlama runs `zrt-run bench --slots` beside a stand-in

@@ -99,6 +99,7 @@ decode step, the speedup those predict and the speedup measured.`,
 	c.Flags().IntVarP(&opt.Prompt, "p", "p", 512, "prompt tokens for the pp test (0: skip)")
 	c.Flags().IntVarP(&opt.Gen, "n", "n", 128, "generated tokens for the tg test (0: skip)")
 	c.Flags().IntVarP(&opt.Reps, "r", "r", 3, "repetitions")
+	c.Flags().IntVarP(&opt.Depth, "d", "d", 0, "tokens in the cache before each test (llama-bench's -d; given a GGUF, pass --ctx-size ≥ d + max(p, n+1))")
 	c.Flags().BoolVar(&opt.JSON, "json", false, "print the results as JSON")
 	c.Flags().StringVar(&opt.LlamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
 	c.Flags().StringVar(&opt.GGUF, "gguf", "", "the GGUF the bundle was built from, for --llama-bench (default: BUNDLE itself when it is a GGUF)")

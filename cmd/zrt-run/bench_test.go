@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/spf13/cobra"
 )
 
 // TestGenerateContextNote: generate says on stderr when it stopped at the
@@ -13,16 +10,11 @@ import (
 func TestGenerateContextNote(t *testing.T) {
 	_, bundle := batchedBundle(t) // context 256
 	run := func(n string) string {
-		root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-		root.AddCommand(generateCmd())
-		var errb bytes.Buffer
-		root.SetOut(&bytes.Buffer{})
-		root.SetErr(&errb)
-		root.SetArgs([]string{"generate", bundle, "--tokens", "1,5,9", "-n", n, "--threads", "1", "--temp", "0"})
-		if err := root.Execute(); err != nil {
+		_, stderr, err := execGenerate(bundle, "--tokens", "1,5,9", "-n", n, "--threads", "1", "--temp", "0")
+		if err != nil {
 			t.Fatal(err)
 		}
-		return errb.String()
+		return stderr
 	}
 	if note := run("100000"); !strings.Contains(note, "context") || !strings.Contains(note, "256") || !strings.Contains(note, "100000") {
 		t.Errorf("-n 100000 on a 256-token context: stderr %q", note)

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/internal/clitest"
 )
 
 // TestExitCodes: a mistake in the call, a flag value the bundle cannot
@@ -31,17 +30,15 @@ func TestExitCodes(t *testing.T) {
 		{"serve B --config " + badValue, exitcode.Usage},
 		{"serve B --config " + filepath.Join(dir, "absent.toml"), exitcode.Failure},
 		{"serve B B --model-alias a", exitcode.Usage},
+		{"serve B --speculative ngram:0", exitcode.Usage},
+		{"serve B --speculative eagle", exitcode.Usage},
 		{"generate B --tokens 1,x", exitcode.Usage},
 		{"bench B --slots 1,2 -p 4 -n 2 -r 1 --threads 1", exitcode.OK},
 	} {
-		root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-		root.AddCommand(benchCmd(), serveCmd(), generateCmd())
+		root := clitest.Root("zrt-run", benchCmd(), serveCmd(), generateCmd())
 		exitcode.Wire(root)
-		root.SetOut(&bytes.Buffer{})
-		root.SetErr(&bytes.Buffer{})
-		root.SetArgs(strings.Fields(strings.ReplaceAll(c.args, "B", bundle)))
-		err := exitcode.Classify(root.Execute())
-		if got := exitcode.Code(err); got != c.code {
+		_, _, err := clitest.Exec(root, strings.Fields(strings.ReplaceAll(c.args, "B", bundle))...)
+		if got := exitcode.Code(exitcode.Classify(err)); got != c.code {
 			t.Errorf("zrt-run %s: exit %d (%v), want %d", c.args, got, err, c.code)
 		}
 	}

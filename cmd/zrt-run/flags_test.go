@@ -1,11 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/internal/clitest"
 )
 
 // TestFlagRanges: every numeric flag out of its range is refused, naming
@@ -24,12 +23,7 @@ func TestFlagRanges(t *testing.T) {
 		"eval B --tokens 1,2 --from 3":     "--from 3 must be in [1, 2]",
 		"loadtest --url x --concurrency 0": "must be at least 1",
 	} {
-		root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-		root.AddCommand(generateCmd(), benchCmd(), evalCmd(), loadtestCmd())
-		root.SetOut(&bytes.Buffer{})
-		root.SetErr(&bytes.Buffer{})
-		root.SetArgs(strings.Fields(args))
-		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), want) {
+		if _, _, err := clitest.Run("zrt-run", strings.Fields(args), generateCmd(), benchCmd(), evalCmd(), loadtestCmd()); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", args, err, want)
 		}
 	}

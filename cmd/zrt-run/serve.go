@@ -96,6 +96,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 	c.Flags().DurationVar(&opt.DrainTimeout, "drain-timeout", 30*time.Second, "how long running requests may finish after SIGTERM")
 	c.Flags().StringVar(&opt.CertFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
 	c.Flags().StringVar(&opt.KeyFile, "tls-key", "", "the certificate's key")
+	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]] or self[:K[:fixed]] (a bundle built with --draft-layers; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; the output is the same")
 	c.Flags().StringVar(&opt.Trace, "trace", "", "write a Chrome trace-event file of the engine's steps to this path")
 	c.Flags().StringVar(&opt.StepLog, "step-log", "", "write every engine step's inputs and sampled tokens to this path, for zrt-run rerun")
 	return c

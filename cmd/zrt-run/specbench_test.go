@@ -11,23 +11,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/internal/clitest"
 	"github.com/zrtdev/zrt/internal/reference"
 )
 
 // runCmd runs zrt-run with args and returns its stdout and stderr.
 func runCmd(t *testing.T, args ...string) (string, string) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(generateCmd(), benchCmd())
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	stdout, stderr, err := clitest.Run("zrt-run", args, generateCmd(), benchCmd())
+	if err != nil {
 		t.Fatalf("%v: %v", args, err)
 	}
-	return out.String(), errb.String()
+	return stdout, stderr
 }
 
 // TestGenerateSpeculative: generate prints the same text with
@@ -59,10 +54,7 @@ func TestGenerateSpeculative(t *testing.T) {
 			t.Errorf("drafts of one token (2 rows): %d verify steps of %d draft tokens", m.VerifySteps, m.DraftTokens)
 		}
 	}
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(generateCmd())
-	root.SetArgs([]string{"generate", bundle, "-p", "hi", "--speculative", "ngram:0"})
-	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--speculative") {
+	if _, _, err := execGenerate(bundle, "-p", "hi", "--speculative", "ngram:0"); err == nil || !strings.Contains(err.Error(), "--speculative") {
 		t.Errorf("--speculative ngram:0: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/zrtp"
+	"github.com/zrtdev/zrt/internal/clitest"
 )
 
 // sharedModel is ../shared/models/NAME beside the module root ($ZRT_SHARED
@@ -51,14 +51,7 @@ func execGenerate(args ...string) (stdout, stderr string, err error) {
 // execCommand runs the subcommand c under a root command with args and
 // returns both output streams and its error.
 func execCommand(c *cobra.Command, args ...string) (stdout, stderr string, err error) {
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(c)
-	var o, e bytes.Buffer
-	root.SetOut(&o)
-	root.SetErr(&e)
-	root.SetArgs(append([]string{c.Name()}, args...))
-	err = root.Execute()
-	return o.String(), e.String(), err
+	return clitest.Run("zrt-run", append([]string{c.Name()}, args...), c)
 }
 
 func inode(t *testing.T, p string) uint64 {

@@ -1,36 +1,24 @@
 package main
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestValidateCommand compares two cpu builds of one synthetic model with
 // different variants (equal bit for bit), one slot and then two a decode
 // step, and checks the flags' errors.
 func TestValidateCommand(t *testing.T) {
-	g, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
-	os.WriteFile(model, g, 0o644)
+	model := testmodel.Tiny(t)
 	var bundles []string
 	for i, config := range []string{"max_slots = 4\n", "max_slots = 4\ndecode_slots = [1, 2]\nprefill_rows = [16]\n"} {
-		cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, string(rune('a'+i)))
-		os.WriteFile(cfg, []byte(config), 0o644)
-		if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-			t.Fatal(err)
-		}
-		bundles = append(bundles, out)
+		out := filepath.Join(filepath.Dir(model), string(rune('a'+i)))
+		bundles = append(bundles, testmodel.Compile(t, model, out, config, compiler.Options{}))
 	}
 	out, _, err := execCommand(validateCmd(), bundles[0], "--oracle", bundles[1], "--steps", "2", "--threads", "1")
 	if err != nil {

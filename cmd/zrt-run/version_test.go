@@ -1,26 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
+	"github.com/zrtdev/zrt/internal/clitest"
 	"github.com/zrtdev/zrt/version"
 )
 
 // TestVersion: zrt-run --version prints its release and the artifact
 // versions it reads, once each, the way zrtc --version does.
 func TestVersion(t *testing.T) {
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	setVersion(root)
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs([]string{"--version"})
-	if err := root.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
+	got := clitest.Version(t, "zrt-run", setVersion)
 	if !strings.HasPrefix(got, "zrt-run "+version.Release+";") || strings.Count(got, "zrt-run") != 1 || !strings.Contains(got, "graph format") {
 		t.Errorf("--version printed %q", got)
 	}
@@ -30,15 +21,10 @@ func TestVersion(t *testing.T) {
 // lists for each bundle target the tiers that run it (t1 and t2 for the
 // AMD targets), not a tier kind no ZRT_TIER names.
 func TestProbe(t *testing.T) {
-	root := &cobra.Command{Use: "zrt-run", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(probeCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetArgs([]string{"probe"})
-	if err := root.Execute(); err != nil {
+	text, _, err := clitest.Run("zrt-run", []string{"probe"}, probeCmd())
+	if err != nil {
 		t.Fatal(err)
 	}
-	text := out.String()
 	for _, l := range strings.Split(text, "\n") {
 		if strings.HasPrefix(l, "cuda   missing") && strings.Count(l, "libcuda.so.1") > 1 {
 			t.Errorf("the library named twice: %q", l)

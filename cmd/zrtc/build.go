@@ -18,6 +18,7 @@ const cacheEnv = "ZRTC_CACHE"
 
 func buildCmd() *cobra.Command {
 	var cfg, target, out, cacheDir string
+	var tp int
 	var quiet, verifyEach, noFuse, noCache, asJSON bool
 	var budget byteSize
 	var phases phaseFlags
@@ -99,7 +100,7 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 				opt.Target = target
 			}
 			sum, err := build.Run(cmd.Context(), build.Options{Model: args[0], Targets: targets, Compiler: opt, Out: out, IR: cmd.OutOrStdout(),
-				Cache: cacheDir, WantKey: asJSON, Say: opt.Progress})
+				Cache: cacheDir, WantKey: asJSON, Say: opt.Progress, TP: tp})
 			if err != nil || !asJSON || opt.CompileTo != "" {
 				return err
 			}
@@ -116,6 +117,7 @@ built into zrtc, for trying new kernels without rebuilding zrtc.`,
 	c.Flags().Var(&budget, "memory-budget", "warn when the plan keeps more than this resident, e.g. 16GiB (default: this machine's available memory)")
 	c.Flags().BoolVar(&verifyEach, "verify-each", false, "re-verify the IR after every pass")
 	c.Flags().BoolVar(&noFuse, "no-fuse", false, "skip the fuse pass (for bisecting a numerical difference)")
+	c.Flags().IntVar(&tp, "tp", 0, "build a tensor-parallel set of this many rank bundles (2, 4, 8): heads, FFN columns and vocabulary split over the ranks, which run together")
 	c.Flags().StringVar(&cacheDir, "cache", "", "build cache directory: reuse a bundle built before from the same inputs (default $"+cacheEnv+")")
 	c.Flags().BoolVar(&noCache, "no-cache", false, "use no build cache, even if $"+cacheEnv+" is set")
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON summary on stdout: outputs, keys, cache hit or miss, phase timings, plan sizes")

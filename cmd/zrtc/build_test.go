@@ -7,39 +7,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/compiler/ir"
-	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/internal/clitest"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // zrtc runs the command line in-process and returns its stdout.
 func zrtc(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), inspectCmd(), dumpCmd(), synthCmd())
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&bytes.Buffer{})
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
-}
-
-func tinyModel(t *testing.T) string {
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	out, _, err := clitest.Run("zrtc", args, buildCmd(), inspectCmd(), dumpCmd(), synthCmd())
+	return out, err
 }
 
 func TestBuildPhaseFlags(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	dir := t.TempDir()
 	straight, resumed, dumps := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "dumps")
 	if _, err := zrtc(t, "build", model, "-q", "-o", straight, "--dump-after=all", "--dump-dir", dumps); err != nil {
@@ -89,7 +71,7 @@ func TestBuildPhaseFlags(t *testing.T) {
 }
 
 func TestDumpIR(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	built, err := zrtc(t, "dump", "ir", model)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +92,7 @@ func TestDumpIR(t *testing.T) {
 // bundle, or a file that is not of the kind written, is refused and left
 // as it was.
 func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	dir := t.TempDir()
 	notes := filepath.Join(dir, "notes")
 	os.Mkdir(notes, 0o755)
@@ -154,19 +136,14 @@ func TestWritersKeepWhatTheyDidNotWrite(t *testing.T) {
 // and a plan past --memory-budget gets a warning (the bundle is still
 // written: it may be meant for a larger machine).
 func TestBuildWarnsPastMemoryBudget(t *testing.T) {
-	model := tinyModel(t)
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd())
-	var stderr bytes.Buffer
-	root.SetOut(&bytes.Buffer{})
-	root.SetErr(&stderr)
-	root.SetArgs([]string{"build", model, "--memory-budget", "64KiB", "-o", filepath.Join(t.TempDir(), "b")})
-	if err := root.Execute(); err != nil {
+	model := testmodel.Tiny(t)
+	_, stderr, err := clitest.Run("zrtc", []string{"build", model, "--memory-budget", "64KiB", "-o", filepath.Join(t.TempDir(), "b")}, buildCmd())
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"zrtc: plan: weights", "resident", "zrtc: warning: the plan keeps", "more than the 0.1 MiB budget"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
 	if _, err := zrtc(t, "build", model, "--memory-budget", "lots", "-o", filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "is not a size") {

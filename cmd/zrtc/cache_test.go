@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"github.com/zrtdev/zrt/compiler/build"
 	"os"
@@ -11,23 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/internal/clitest"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // run runs zrtc in-process with every command and returns stdout and
 // stderr.
 func run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), keyCmd(), cacheCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), errb.String(), err
+	return clitest.Run("zrtc", args, buildCmd(), keyCmd(), cacheCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
 }
 
 // buildJSON runs zrtc build --json and decodes its summary.
@@ -48,7 +41,7 @@ func buildJSON(t *testing.T, args ...string) build.Summary {
 // downloaded model has (a file modified just now is never memoised).
 func oldModel(t *testing.T) string {
 	t.Helper()
-	m := tinyModel(t)
+	m := testmodel.Tiny(t)
 	past := time.Now().Add(-time.Hour)
 	if err := os.Chtimes(m, past, past); err != nil {
 		t.Fatal(err)
@@ -56,43 +49,17 @@ func oldModel(t *testing.T) string {
 	return m
 }
 
-// files reads every file under dir by relative path.
-func files(t *testing.T, dir string) map[string][]byte {
+// cacheTest starts a test of the build cache: $ZRTC_CACHE unset, an old
+// model, a directory and a cache in it.
+func cacheTest(t *testing.T) (model, dir, cache string) {
 	t.Helper()
-	out := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		out[rel], err = os.ReadFile(p)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// sameBytes fails unless the two trees hold the same files, byte for byte.
-func sameBytes(t *testing.T, a, b string) {
-	t.Helper()
-	fa, fb := files(t, a), files(t, b)
-	if len(fa) == 0 || len(fa) != len(fb) {
-		t.Fatalf("%s holds %d files, %s %d", a, len(fa), b, len(fb))
-	}
-	for name, data := range fa {
-		if !bytes.Equal(data, fb[name]) {
-			t.Fatalf("%s differs between %s and %s", name, a, b)
-		}
-	}
+	t.Setenv(cacheEnv, "")
+	dir = t.TempDir()
+	return oldModel(t), dir, filepath.Join(dir, "cache")
 }
 
 func TestCacheHitEqualsFreshBuild(t *testing.T) {
-	t.Setenv(cacheEnv, "")
-	model := oldModel(t)
-	dir := t.TempDir()
-	cache := filepath.Join(dir, "cache")
+	model, dir, cache := cacheTest(t)
 	at := func(n string) string { return filepath.Join(dir, n) }
 
 	first := buildJSON(t, model, "--cache", cache, "-o", at("first"))
@@ -112,8 +79,8 @@ func TestCacheHitEqualsFreshBuild(t *testing.T) {
 	if _, stderr, err := run(t, "build", model, "-q", "--no-cache", "-o", at("fresh")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("fresh"), at("hit"))
-	sameBytes(t, at("fresh"), at("first"))
+	testmodel.SameTree(t, at("fresh"), at("hit"), 1)
+	testmodel.SameTree(t, at("fresh"), at("first"), 1)
 
 	// The same content under another name, touched: a hit, equal to a
 	// fresh build of the renamed file (which records its new name).
@@ -129,7 +96,7 @@ func TestCacheHitEqualsFreshBuild(t *testing.T) {
 	if _, stderr, err := run(t, "build", renamed, "-q", "-o", at("renamed-fresh")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("renamed-fresh"), at("renamed-hit"))
+	testmodel.SameTree(t, at("renamed-fresh"), at("renamed-hit"), 1)
 	if g, _, _ := bundle.ReadGraph(at("renamed-hit")); g == nil || g.Ident.SourceName != "renamed.gguf" {
 		t.Fatal("the hit does not record the renamed GGUF's name")
 	}
@@ -181,10 +148,7 @@ func TestCacheFromEnvironment(t *testing.T) {
 // TestConcurrentBuildsOfOneKey: builds of one key racing on one cache all
 // succeed and leave one valid entry.
 func TestConcurrentBuildsOfOneKey(t *testing.T) {
-	t.Setenv(cacheEnv, "")
-	model := oldModel(t)
-	dir := t.TempDir()
-	cache := filepath.Join(dir, "cache")
+	model, dir, cache := cacheTest(t)
 	const n = 4
 	os.MkdirAll(filepath.Join(dir, "out"), 0o755)
 	var wg sync.WaitGroup
@@ -212,7 +176,7 @@ func TestConcurrentBuildsOfOneKey(t *testing.T) {
 	}
 	b.Close()
 	for i := 1; i < n; i++ {
-		sameBytes(t, filepath.Join(dir, "out", "a"), filepath.Join(dir, "out", string(rune('a'+i))))
+		testmodel.SameTree(t, filepath.Join(dir, "out", "a"), filepath.Join(dir, "out", string(rune('a'+i))), 1)
 	}
 }
 
@@ -231,7 +195,7 @@ func TestBuildSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x.Model.Source != "tiny.gguf" || x.Model.Architecture == "" || len(x.Model.SHA256) != 64 || len(x.Model.ConfigSHA256) != 64 {
+	if x.Model.Source != filepath.Base(model) || x.Model.Architecture == "" || len(x.Model.SHA256) != 64 || len(x.Model.ConfigSHA256) != 64 {
 		t.Fatalf("set model: %+v", x.Model)
 	}
 	cuda, ok := x.Member("cuda:sm_90")
@@ -247,7 +211,7 @@ func TestBuildSet(t *testing.T) {
 	if _, stderr, err := run(t, "build", model, "-q", "--target", "cuda:sm_90", "-o", at("cuda")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("cuda"), cuda.Path(at("set")))
+	testmodel.SameTree(t, at("cuda"), cuda.Path(at("set")), 1)
 	keys, _, err := run(t, "key", model, "--target", "cpu,cuda:sm_90")
 	if err != nil || !strings.Contains(keys, s.Outputs[0].Key+" cpu\n") || !strings.Contains(keys, cuda.Key+" cuda:sm_90\n") {
 		t.Fatalf("zrtc key for two targets: %v\n%s", err, keys)
@@ -261,8 +225,8 @@ func TestBuildSet(t *testing.T) {
 	if _, stderr, err := run(t, "build", model, "-q", "--target", "cpu,cuda:sm_90", "-o", at("nocache")); err != nil {
 		t.Fatal(err, stderr)
 	}
-	sameBytes(t, at("set"), at("again"))
-	sameBytes(t, at("set"), at("nocache"))
+	testmodel.SameTree(t, at("set"), at("again"), 1)
+	testmodel.SameTree(t, at("set"), at("nocache"), 1)
 
 	dump, _, err := run(t, "dump", "set", at("set"))
 	if err != nil || !strings.Contains(dump, "cuda_sm_90") || !strings.Contains(dump, "CUDA compute capability >= 9.0") || strings.Count(dump, "  ok") != 2 {
@@ -294,10 +258,7 @@ func TestBuildSet(t *testing.T) {
 // every byte anyway, notices, keys the entry by what it read and forgets
 // the memo.
 func TestMissVerifiesTheRememberedDigest(t *testing.T) {
-	t.Setenv(cacheEnv, "")
-	model := oldModel(t)
-	dir := t.TempDir()
-	cache := filepath.Join(dir, "cache")
+	model, dir, cache := cacheTest(t)
 	before := buildJSON(t, model, "--cache", cache, "-o", filepath.Join(dir, "a")).Outputs[0]
 	if _, _, err := run(t, "cache", "prune", cache, "--max-size", "0"); err != nil {
 		t.Fatal(err)
@@ -340,7 +301,7 @@ func TestMissVerifiesTheRememberedDigest(t *testing.T) {
 // into the cache only, the summary names the entry, and a second build
 // hits it there. Both keep the key zrtc key prints for the same flags.
 func TestBuildIntoCacheAlone(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	cache := t.TempDir()
 	first := buildJSON(t, model, "--cache", cache, "--slots", "2")
 	if len(first.Outputs) != 1 || first.Outputs[0].Cache != "miss" {
@@ -376,7 +337,7 @@ func TestBuildIntoCacheAlone(t *testing.T) {
 // TestBuildSaysDefaults checks that a build without a config prints the
 // defaults it chose, one line each, and -q keeps them quiet.
 func TestBuildSaysDefaults(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	_, stderr, err := run(t, "build", model, "-o", filepath.Join(t.TempDir(), "b"))
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func dumpZrtCmd() *cobra.Command {
 func dumpGraphCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "graph BUNDLE",
-		Short: "Print a bundle's graph file: version, sections, ident, hparams, regions, weights, kernels, variants",
+		Short: "Print a bundle's graph file: version, sections, ident, hparams, regions, weights, kernels, variants, megakernel schedules",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g, raw, err := bundle.ReadGraph(args[0])

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"github.com/zrtdev/zrt/compiler/dump"
 	"os"
@@ -11,30 +10,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/internal/clitest"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // zrtcArtifacts runs the command line in-process with the artifact dumps
 // and verify registered, returning stdout and stderr.
 func zrtcArtifacts(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
-	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), errb.String(), err
+	return clitest.Run("zrtc", args, buildCmd(), withArtifactDumps(dumpCmd()), verifyCmd())
 }
 
 func builtBundle(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "b")
-	if _, _, err := zrtcArtifacts(t, "build", tinyModel(t), "-q", "--slots", "1", "-o", dir); err != nil {
+	if _, _, err := zrtcArtifacts(t, "build", testmodel.Tiny(t), "-q", "--slots", "1", "-o", dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -78,7 +71,7 @@ func TestDumpArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"graph file version 2.0", "STRM", "RELO", "source_sha256", "NEmbd", "fence", "BAR", g.Kernels[0].File, "decode.s1.r1"} {
+	for _, want := range []string{"graph file version 2.1", "STRM", "RELO", "source_sha256", "NEmbd", "fence", "BAR", g.Kernels[0].File, "decode.s1.r1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dump graph lacks %q", want)
 		}
@@ -100,7 +93,7 @@ func TestDumpArtifacts(t *testing.T) {
 	}
 
 	// The stage dumps still work beside the artifact dumps.
-	if _, _, err := zrtcArtifacts(t, "dump", "memplan", tinyModel(t)); err != nil {
+	if _, _, err := zrtcArtifacts(t, "dump", "memplan", testmodel.Tiny(t)); err != nil {
 		t.Errorf("dump memplan: %v", err)
 	}
 }

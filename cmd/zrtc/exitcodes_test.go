@@ -1,19 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/internal/clitest"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // TestExitCodes: a mistake in the call exits 2, a target zrtc does not
 // compile for 3, as the README's exit-status table says.
 func TestExitCodes(t *testing.T) {
-	model := tinyModel(t)
+	model := testmodel.Tiny(t)
 	dir := t.TempDir()
 	out, ir := filepath.Join(dir, "b"), filepath.Join(dir, "x.zir")
 	for _, c := range []struct {
@@ -35,14 +35,10 @@ func TestExitCodes(t *testing.T) {
 		{"dump ir M --after fuse", exitcode.OK},
 	} {
 		args := strings.Fields(strings.NewReplacer("OUT", out, "IR", ir, "M", model).Replace(c.args))
-		root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-		root.AddCommand(buildCmd(), dumpCmd())
+		root := clitest.Root("zrtc", buildCmd(), dumpCmd())
 		exitcode.Wire(root)
-		root.SetOut(&bytes.Buffer{})
-		root.SetErr(&bytes.Buffer{})
-		root.SetArgs(args)
-		err := exitcode.Classify(root.Execute())
-		if got := exitcode.Code(err); got != c.code {
+		_, _, err := clitest.Exec(root, args...)
+		if got := exitcode.Code(exitcode.Classify(err)); got != c.code {
 			t.Errorf("zrtc %s: exit %d (%v), want %d", c.args, got, err, c.code)
 		}
 	}

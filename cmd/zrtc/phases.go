@@ -16,7 +16,7 @@ type phaseFlags struct {
 func (p *phaseFlags) register(c *cobra.Command) {
 	names := passes.PassNames()
 	c.Flags().StringVar(&p.dumpAfter, "dump-after", "", "write the text IR (and tables) after these passes, comma-separated, or all ("+names+")")
-	c.Flags().StringVar(&p.dumpDir, "dump-dir", "", "directory for --dump-after files: NN-pass.VARIANT.zir, .liveness.txt, .physical.txt, NN-memplan.json")
+	c.Flags().StringVar(&p.dumpDir, "dump-dir", "", "directory for --dump-after files: NN-pass.VARIANT.zir, .liveness.txt, .physical.txt, NN-memplan.json, .megakernel.txt")
 	c.Flags().StringVar(&p.to, "compile-to", "", "stop after this pass and write text IR to -o, or stdout without -o ("+names+")")
 	c.Flags().StringVar(&p.from, "compile-from", "", "resume after this pass from the text IR file given after MODEL.gguf")
 }

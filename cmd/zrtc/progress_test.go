@@ -1,27 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/internal/clitest"
 )
 
 // zrtcStderr runs the command line in-process and returns its stderr.
 func zrtcStderr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := &cobra.Command{Use: "zrtc", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(buildCmd(), synthCmd(), packCmd(), unpackCmd())
+	root := clitest.Root("zrtc", buildCmd(), synthCmd(), packCmd(), unpackCmd())
 	exitcode.Wire(root)
-	var errb bytes.Buffer
-	root.SetOut(&bytes.Buffer{})
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	return errb.String(), err
+	_, stderr, err := clitest.Exec(root, args...)
+	return stderr, err
 }
 
 // TestLongWorkSpeaks: synth and unpack say on stderr what they are doing

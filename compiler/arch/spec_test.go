@@ -13,6 +13,22 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 )
 
+// openSynthetic opens a synthetic model of ../shared (skipping without
+// it), closed when the test ends, and its default config.
+func openSynthetic(t *testing.T, name string) (*gguf.File, *config.Config) {
+	t.Helper()
+	f, err := gguf.Open(filepath.Join("..", "..", "..", "shared", "models", "synthetic", name))
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cfg, err := config.Load(f, "", config.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, cfg
+}
+
 // uniformSpec is a small valid spec: n full-attention layers with dense
 // FFNs.
 func uniformSpec(n int) *Spec {
@@ -142,15 +158,7 @@ func TestFamilySpecs(t *testing.T) {
 // phi3 picks LongRoPE's long factors, as llama.cpp does, once a sequence
 // may outgrow the original pre-training context.
 func TestPhi3LongFactors(t *testing.T) {
-	f, err := gguf.Open("../../../shared/models/synthetic/syn-phi3-q6k.gguf")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer f.Close()
-	cfg, err := config.Load(f, "", config.Overrides{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg := openSynthetic(t, "syn-phi3-q6k.gguf")
 	for ctx, want := range map[int]string{4096: "rope_factors_short", 4097: "rope_factors_long"} {
 		cfg.ContextLength = ctx
 		s, err := phi3(f, cfg)
@@ -219,15 +227,7 @@ func TestPlaceKV(t *testing.T) {
 // and rotation, the layers that share a cache and the global layers whose
 // V is K.
 func TestGemma4Spec(t *testing.T) {
-	f, err := gguf.Open("../../../shared/models/synthetic/syn-gemma4-q8_0.gguf")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer f.Close()
-	cfg, err := config.Load(f, "", config.Overrides{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg := openSynthetic(t, "syn-gemma4-q8_0.gguf")
 	s, err := gemma4(f, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/publish"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/passes"
 )
 
 // Options say what to build and where.
@@ -37,6 +38,9 @@ type Options struct {
 	Model    string
 	Targets  []string
 	Compiler compiler.Options
+	// TP, above 1, builds a tensor-parallel set: TP rank bundles of each
+	// target (compiler.Options.TP is set per rank).
+	TP int
 	// Out is where the bundle or set goes ("" with a cache: into the
 	// cache alone, the entry's path in the summary).
 	Out string
@@ -76,8 +80,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if len(o.Targets) == 0 {
 		o.Targets = []string{""} // the config's target
 	}
-	set := len(o.Targets) > 1
+	set := len(o.Targets) > 1 || o.TP > 1
 	switch c := o.Compiler; {
+	case o.TP < 0 || o.TP == 1 || o.TP > 64:
+		return nil, &OptionError{fmt.Errorf("build: --tp %d: a tensor-parallel set has 2 to 64 ranks", o.TP)}
+	case o.TP > 1 && (c.CompileTo != "" || c.CompileFrom != ""):
+		return nil, &OptionError{errors.New("build: --tp builds every rank's bundle from the GGUF; --compile-to and --compile-from take one bundle")}
 	case c.CompileTo != "" && (set || o.WantKey):
 		return nil, &OptionError{errors.New("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")}
 	case c.CompileTo != "" && o.Out == "":
@@ -86,11 +94,13 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return nil, compiler.Compile(ctx, o.Model, o.Out, c)
 	case set && c.CompileFrom != "":
 		return nil, &OptionError{errors.New("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")}
+	case o.TP > 1 && c.DumpAfter != "":
+		return nil, &OptionError{errors.New("build: --dump-after with --tp would write every rank's dumps over each other; dump one rank with zrtc dump ir --after PASS --tp N --tp-rank R")}
 	case set && c.DumpAfter != "":
 		return nil, &OptionError{errors.New("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")}
 	}
 	b := &builder{model: o.Model, opt: o.Compiler, say: say, warn: warn, forceBuild: o.Compiler.DumpAfter != "",
-		wantKey: o.WantKey || len(o.Targets) > 1}
+		wantKey: o.WantKey || set, tp: o.TP}
 	if o.Cache != "" {
 		if why := buildkey.Uncacheable(o.Compiler); why != nil {
 			say("not using the cache: %v", why)
@@ -101,7 +111,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			}
 		}
 	}
-	sum := &Summary{Model: o.Model, Out: o.Out, Set: len(o.Targets) > 1}
+	sum := &Summary{Model: o.Model, Out: o.Out, Set: set}
 	if b.cache != nil {
 		sum.CacheDir = b.cache.Dir()
 	}
@@ -113,7 +123,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			return nil, err
 		}
 	} else {
-		out, err := b.build(ctx, o.Targets[0], dest{path: o.Out})
+		out, err := b.build(ctx, o.Targets[0], passes.TP{}, dest{path: o.Out})
 		if out != nil {
 			sum.Outputs = append(sum.Outputs, out)
 		}
@@ -152,7 +162,7 @@ func Keys(o Options) ([]buildkey.Inputs, error) {
 	}
 	var out []buildkey.Inputs
 	for _, t := range o.Targets {
-		in, err := b.inputs(t, sum)
+		in, err := b.inputs(t, passes.TP{}, sum)
 		if err != nil {
 			return nil, err
 		}
@@ -247,6 +257,7 @@ type builder struct {
 	forceBuild bool   // run the passes even on a hit (--dump-after)
 	wantKey    bool   // report the key without a cache (--json, a set's index)
 	toolchain  string // compiler.Toolchain plus the executable digest, once computed
+	tp         int    // ranks of a tensor-parallel set (≤ 1: none)
 }
 
 // dest is where a bundle goes: published at path, or, for a member of a
@@ -302,22 +313,22 @@ func (b *builder) identity() (string, error) {
 
 // inputs resolves the key's inputs for a build of target, given the
 // GGUF's digest.
-func (b *builder) inputs(target string, model [32]byte) (buildkey.Inputs, error) {
+func (b *builder) inputs(target string, tp passes.TP, model [32]byte) (buildkey.Inputs, error) {
 	tc, err := b.identity()
 	if err != nil {
 		return buildkey.Inputs{}, err
 	}
 	opt := b.opt
-	opt.Target = target
+	opt.Target, opt.TP = target, tp
 	return buildkey.Resolve(b.model, model, opt, tc)
 }
 
 // build builds the model for target into d: from the cache on a hit,
 // else by compiling (and adding the result to the cache when there is
 // one).
-func (b *builder) build(ctx context.Context, target string, d dest) (*Outcome, error) {
+func (b *builder) build(ctx context.Context, target string, tp passes.TP, d dest) (*Outcome, error) {
 	opt := b.opt
-	opt.Target = target
+	opt.Target, opt.TP = target, tp
 	o := &Outcome{Path: d.path, Cache: "off"}
 	var in buildkey.Inputs
 	var parts []string // the GGUF's files, when a cache keys the build
@@ -333,7 +344,7 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*Outcome, e
 		}
 		o.phase("digest", t)
 		t = time.Now()
-		if in, err = b.inputs(target, sum); err != nil {
+		if in, err = b.inputs(target, tp, sum); err != nil {
 			return nil, err
 		}
 		o.Key = in.Key().String()
@@ -389,7 +400,7 @@ func (b *builder) build(ctx context.Context, target string, d dest) (*Outcome, e
 		}
 		o.Phases = append(o.Phases, compiled(c)...)
 		if b.wantKey {
-			if in, err = b.inputs(target, c.SourceHash()); err != nil {
+			if in, err = b.inputs(target, tp, c.SourceHash()); err != nil {
 				return nil, err
 			}
 			o.Key = in.Key().String()
@@ -494,12 +505,24 @@ func (o *Outcome) describe(dir string) error {
 // holds its key.
 func (b *builder) buildSet(ctx context.Context, targets []string, out string, sum *Summary) error {
 	x := &bundleset.Index{Producer: compiler.Version}
+	if b.tp > 1 {
+		x.TPRanks = b.tp
+	}
 	for _, t := range targets {
 		req, err := requirementsFor(t)
 		if err != nil {
 			return err
 		}
-		x.Bundles = append(x.Bundles, bundleset.Member{Target: t, Dir: bundleset.SanitizeTarget(t), Requires: req})
+		if b.tp <= 1 {
+			x.Bundles = append(x.Bundles, bundleset.Member{Target: t, Dir: bundleset.SanitizeTarget(t), Requires: req})
+			continue
+		}
+		if t2, _ := kernels.LookupTarget(t); t2.Tier != kernels.TierCPU {
+			req.Devices = b.tp // a GPU a rank
+		}
+		for r := range b.tp {
+			x.Bundles = append(x.Bundles, bundleset.Member{Target: t, Rank: r, Dir: fmt.Sprintf("%s.tp%d", bundleset.SanitizeTarget(t), r), Requires: req})
+		}
 	}
 	cfgSum, err := sharedConfig(b.model, b.opt)
 	if err != nil {
@@ -512,12 +535,20 @@ func (b *builder) buildSet(ctx context.Context, targets []string, out string, su
 			m := &x.Bundles[i]
 			// Each line of progress says which member it is about.
 			prefix := "[" + m.Target + "] "
+			var tp passes.TP
+			if x.TPRanks > 1 {
+				tp = passes.TP{Rank: m.Rank, Ranks: x.TPRanks}
+				prefix = fmt.Sprintf("[%s rank %d/%d] ", m.Target, m.Rank, x.TPRanks)
+			}
 			b.say = func(f string, a ...any) { say(prefix+f, a...) }
 			if progress != nil {
 				b.opt.Progress = func(f string, a ...any) { progress(prefix+f, a...) }
 			}
-			o, err := b.build(ctx, m.Target, dest{path: m.Path(out), into: m.Path(tmp)})
+			o, err := b.build(ctx, m.Target, tp, dest{path: m.Path(out), into: m.Path(tmp)})
 			if err != nil {
+				if tp.Split() {
+					return fmt.Errorf("target %s, rank %d of %d: %w", m.Target, m.Rank, tp.Ranks, err)
+				}
 				return fmt.Errorf("target %s: %w", m.Target, err)
 			}
 			sum.Outputs = append(sum.Outputs, o)

@@ -166,6 +166,62 @@ func Graph(w io.Writer, size int, secs []bundle.Section, g *bundle.Graph) {
 			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", i, v.Key(), v.Dispatches, len(v.Words), len(v.Relocs), v.ScratchBytes, v.PeakBytes, len(v.Liveness))
 		}
 	})
+	Schedules(w, g)
+}
+
+// Schedules prints g's megakernel schedules, each whole: its
+// multiprocessors' loads, its counters and every task (format/bundle's
+// Schedule.WriteText), the tasks named by their dispatches' kernels.
+func Schedules(w io.Writer, g *bundle.Graph) {
+	fmt.Fprintf(w, "\nmegakernel schedules (%d)", len(g.Schedules))
+	if len(g.Schedules) == 0 {
+		fmt.Fprintln(w, ": the variants replay their streams")
+		return
+	}
+	fmt.Fprintln(w, ":")
+	for _, s := range g.Schedules {
+		v := &g.Variants[s.Variant]
+		ops, err := dispatchKernels(g, v)
+		if err != nil {
+			fmt.Fprintf(w, "  %s: %v\n", v.Key(), err)
+		}
+		fmt.Fprintln(w)
+		s.WriteText(w, v.Key(), ops)
+	}
+}
+
+// dispatchKernels names each dispatch of v's stream by its kernel.
+func dispatchKernels(g *bundle.Graph, v *bundle.Variant) ([]string, error) {
+	pkts, err := pm4.Decode(v.Words)
+	if err != nil {
+		return nil, err
+	}
+	pgm := map[uint32]uint32{} // dword of a PGM_LO value → kernel
+	for _, r := range v.Relocs {
+		if r.Sym.Space == pm4.SpaceKernel && r.Kind == pm4.RelocLo {
+			pgm[r.Word] = r.Sym.Index
+		}
+	}
+	var out []string
+	kernel := -1
+	for _, p := range pkts {
+		switch p.Op {
+		case pm4.SET_SH_REG:
+			if p.Body[0] == pm4.COMPUTE_PGM_LO {
+				if k, ok := pgm[uint32(p.Offset+2)]; ok && int(k) < len(g.Kernels) {
+					kernel = int(k)
+				}
+			}
+		case pm4.DISPATCH_DIRECT:
+			name := "?"
+			if kernel >= 0 {
+				name = g.Kernels[kernel].Name
+			}
+			out = append(out, name)
+			kernel = -1
+		}
+	}
+	return out, nil
 }
 
 // Symbols names a bundle's regions and kernels for the disassembler.
@@ -367,9 +423,10 @@ func BlobFiles(w io.Writer, paths []string) error {
 // Stage compiles model (with the config at cfg, "" for none) in memory
 // and prints one stage's result (zrtc dump): "ir", the text IR as built
 // or after the pass after; "memplan", the memory plan as JSON;
-// "liveness", each variant's registers and buffers (Liveness).
-func Stage(ctx context.Context, w io.Writer, stage, model, cfg, after string) error {
-	fe, err := compiler.Load(model, compiler.Options{ConfigPath: cfg})
+// "liveness", each variant's registers and buffers (Liveness). A tp of
+// more than one rank compiles that rank of a tensor-parallel set.
+func Stage(ctx context.Context, w io.Writer, stage, model, cfg, after string, tp passes.TP) error {
+	fe, err := compiler.Load(model, compiler.Options{ConfigPath: cfg, TP: tp})
 	if err != nil {
 		return err
 	}

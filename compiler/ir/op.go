@@ -53,6 +53,13 @@ const (
 	ZERO
 	MUL_VEC
 	MOE_ROUTE_SCALE
+	// ALL_REDUCE_SUM and ALL_GATHER are tensor parallelism's collectives
+	// (passes' shard): every rank of a set meets at them. The first sums
+	// a register across the ranks in place; the second assembles a value
+	// whose columns the ranks split (a balanced partition of cols) into
+	// the full width on every rank.
+	ALL_REDUCE_SUM
+	ALL_GATHER
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -101,6 +108,8 @@ var opTable = map[Op]OpInfo{
 	MOE_DOWN_ACC:       {Name: "MOE_DOWN_ACC", Kernel: "moe_down_acc", InPlace: []string{"y"}, TypedBy: "w"},
 	LM_HEAD:            {Name: "LM_HEAD", Kernel: "lm_head", TypedBy: "w"},
 	ARGMAX:             {Name: "ARGMAX", Kernel: "argmax"},
+	ALL_REDUCE_SUM:     {Name: "ALL_REDUCE_SUM", Kernel: "all_reduce_sum", InPlace: []string{"x"}},
+	ALL_GATHER:         {Name: "ALL_GATHER", Kernel: "all_gather"},
 
 	RMS_NORM_FUSED_QKV:           {Name: "RMS_NORM_FUSED_QKV", Kernel: "rms_norm_qkv", TypedBy: "w_qkv"},
 	RMS_NORM_FUSED_MLP_GATE_UP:   {Name: "RMS_NORM_FUSED_MLP_GATE_UP", Kernel: "rms_norm_gate_up", TypedBy: "w_gate_up"},

@@ -7,28 +7,46 @@ import (
 )
 
 // Source is one part of a derived weight's bytes (Buffer.Sources): a GGUF
-// tensor whole, or a strided slice of its rows. Written "T[lo:hi/period]",
-// the slice is rows lo..hi-1 of every block of period consecutive rows of
-// T (a row being Dims[0] elements): the gate half of each expert's rows
-// of a fused gate|up expert tensor, say. Weight-layout changes like this
-// happen when the pack is written, so kernels see an ordinary tensor.
+// tensor whole, a strided slice of its rows, or a slice of every row's
+// columns. Written "T[lo:hi/period]", the slice is rows lo..hi-1 of every
+// block of period consecutive rows of T (a row being Dims[0] elements):
+// the gate half of each expert's rows of a fused gate|up expert tensor,
+// or one rank's output rows of a column-parallel projection. Written
+// "T{lo:hi/cols}", it is columns lo..hi-1 of every row of cols columns
+// (cols is Dims[0]): one rank's inputs of a row-parallel projection,
+// which must start and end on the weight type's blocks. Weight-layout
+// changes like these happen when the pack is written, so kernels see an
+// ordinary tensor.
 type Source struct {
 	Tensor         string
 	Lo, Hi, Period int64
+	// Cols marks a column slice: Lo..Hi-1 of rows of Period columns.
+	Cols bool
 }
 
 // Whole reports whether the source is its tensor entire.
 func (s Source) Whole() bool { return s.Period == 0 }
 
 func (s Source) String() string {
-	if s.Whole() {
+	switch {
+	case s.Whole():
 		return s.Tensor
+	case s.Cols:
+		return fmt.Sprintf("%s{%d:%d/%d}", s.Tensor, s.Lo, s.Hi, s.Period)
 	}
 	return fmt.Sprintf("%s[%d:%d/%d]", s.Tensor, s.Lo, s.Hi, s.Period)
 }
 
 // ParseSource reads a source as String writes it.
 func ParseSource(text string) (Source, error) {
+	if open := strings.LastIndexByte(text, '{'); open >= 0 && strings.HasSuffix(text, "}") {
+		s, err := ParseSource(text[:open] + "[" + text[open+1:len(text)-1] + "]")
+		if err != nil {
+			return Source{}, fmt.Errorf("source %q: want TENSOR{lo:hi/cols}", text)
+		}
+		s.Cols = true
+		return s, nil
+	}
 	open := strings.LastIndexByte(text, '[')
 	if open < 0 || !strings.HasSuffix(text, "]") {
 		return Source{Tensor: text}, nil
@@ -52,11 +70,15 @@ func ParseSource(text string) (Source, error) {
 }
 
 // Ranges returns the byte ranges of the source in its tensor's data, in
-// order, given the tensor's rows and its size in bytes; it fails when the
-// slice does not fit the tensor.
-func (s Source) Ranges(rows, size int64) ([][2]int64, error) {
+// order, given the tensor's rows, its size in bytes and the bytes of its
+// first n elements of a row (an error where n ends inside a block of
+// its type); it fails when the slice does not fit the tensor.
+func (s Source) Ranges(rows, size int64, rowBytes func(n int64) (int64, error)) ([][2]int64, error) {
 	if s.Whole() {
 		return [][2]int64{{0, size}}, nil
+	}
+	if s.Cols {
+		return s.colRanges(rows, size, rowBytes)
 	}
 	if rows < 1 || size%rows != 0 || rows%s.Period != 0 {
 		return nil, fmt.Errorf("source %s: tensor of %d rows (%d bytes) is not made of blocks of %d rows", s, rows, size, s.Period)
@@ -65,6 +87,27 @@ func (s Source) Ranges(rows, size int64) ([][2]int64, error) {
 	var out [][2]int64
 	for b := int64(0); b < rows; b += s.Period {
 		out = append(out, [2]int64{(b + s.Lo) * rb, (b + s.Hi) * rb})
+	}
+	return out, nil
+}
+
+// colRanges is Ranges of a column slice.
+func (s Source) colRanges(rows, size int64, rowBytes func(n int64) (int64, error)) ([][2]int64, error) {
+	rb, err := rowBytes(s.Period)
+	if err != nil || rows < 1 || rb*rows != size {
+		return nil, fmt.Errorf("source %s: tensor of %d rows (%d bytes) is not made of rows of %d columns", s, rows, size, s.Period)
+	}
+	lo, err := rowBytes(s.Lo)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", s, err)
+	}
+	hi, err := rowBytes(s.Hi)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", s, err)
+	}
+	out := make([][2]int64, rows)
+	for r := range rows {
+		out[r] = [2]int64{r*rb + lo, r*rb + hi}
 	}
 	return out, nil
 }

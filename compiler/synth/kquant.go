@@ -94,6 +94,20 @@ func encodeQ45K(x []float32, five bool) []byte {
 // kvaluesIQ4NL are the 16 levels of ggml's IQ4_NL and IQ4_XS.
 var kvaluesIQ4NL = [16]float64{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
+// subScales returns, for each sub-block of n elements of blk, the scale
+// that puts its largest magnitude at level top, and the largest of them.
+func subScales(blk []float32, n int, top float64) ([]float64, float64) {
+	scale := make([]float64, len(blk)/n)
+	maxScale := 0.0
+	for j := range scale {
+		for _, v := range blk[n*j : n*j+n] {
+			scale[j] = math.Max(scale[j], math.Abs(float64(v))/top)
+		}
+		maxScale = math.Max(maxScale, scale[j])
+	}
+	return scale, maxScale
+}
+
 // encodeIQ4XS encodes x as IQ4_XS: per 32-element sub-block a 6-bit
 // scale (biased by 32) relative to the block's d, and per element the
 // nearest of the 16 non-linear levels.
@@ -101,14 +115,7 @@ func encodeIQ4XS(x []float32) []byte {
 	out := make([]byte, 0, len(x)/qk*136)
 	for b := 0; b < len(x); b += qk {
 		blk := x[b : b+qk]
-		var scale [8]float64
-		maxScale := 0.0
-		for j := range scale {
-			for _, v := range blk[32*j : 32*j+32] {
-				scale[j] = math.Max(scale[j], math.Abs(float64(v))/113)
-			}
-			maxScale = math.Max(maxScale, scale[j])
-		}
+		scale, maxScale := subScales(blk, 32, 113)
 		d := quant.F16ToF32(f16(float32(maxScale / 31)))
 		var blkOut [136]byte
 		binary.LittleEndian.PutUint16(blkOut[0:], f16(d))
@@ -151,14 +158,7 @@ func encodeQ6K(x []float32) []byte {
 	out := make([]byte, 0, len(x)/qk*210)
 	for b := 0; b < len(x); b += qk {
 		blk := x[b : b+qk]
-		var scale [16]float64
-		maxScale := 0.0
-		for i := range scale {
-			for _, v := range blk[16*i : 16*i+16] {
-				scale[i] = math.Max(scale[i], math.Abs(float64(v))/31)
-			}
-			maxScale = math.Max(maxScale, scale[i])
-		}
+		scale, maxScale := subScales(blk, 16, 31)
 		d := quant.F16ToF32(f16(float32(maxScale / 127)))
 		var sc [16]int
 		for i := range sc {

@@ -58,14 +58,7 @@ func TestEncodersDecode(t *testing.T) {
 func TestMixAndShapes(t *testing.T) {
 	s := Tiny
 	s.Embd, s.Heads, s.HeadsKV, s.FF, s.Vocab, s.Type, s.Mix = 256, 4, 2, 512, 512, ggml.Q4_K, "Q4_K_M"
-	b, err := Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := parsed(t, s)
 	want := map[string]ggml.Type{"token_embd.weight": ggml.Q4_K, "output.weight": ggml.Q6_K,
 		"blk.0.attn_v.weight": ggml.Q4_K, "blk.1.attn_v.weight": ggml.Q6_K, "blk.0.attn_q.weight": ggml.Q4_K, "blk.1.ffn_down.weight": ggml.Q6_K}
 	for name, typ := range want {
@@ -96,14 +89,7 @@ func TestMixes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := Write(s)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		f, err := gguf.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := parsed(t, s)
 		for name, typ := range map[string]ggml.Type{"blk.0.attn_q.weight": c.q, "blk.1.attn_v.weight": c.v1,
 			"output.weight": c.out, "blk.0.ffn_up.weight": c.up} {
 			if ti, ok := f.Tensor(name); !ok || ti.Type != typ {
@@ -119,6 +105,20 @@ func TestMixes(t *testing.T) {
 	}
 }
 
+// parsed writes s and parses it back.
+func parsed(t *testing.T, s Shape) *gguf.File {
+	t.Helper()
+	b, err := Write(s)
+	if err != nil {
+		t.Fatalf("%+v: %v", s, err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatalf("%+v: %v", s, err)
+	}
+	return f
+}
+
 // TestFamilies writes a model of each family and has its graph builder
 // build it: the tensors and metadata Write gives each are those the
 // family reads.
@@ -129,14 +129,7 @@ func TestFamilies(t *testing.T) {
 		{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Mix: "Q4_K_M", Seed: 4},
 		{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 64, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 5},
 	} {
-		b, err := Write(s)
-		if err != nil {
-			t.Fatalf("%s: %v", s.Arch, err)
-		}
-		f, err := gguf.Parse(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := parsed(t, s)
 		c, err := config.Load(f, "", config.Overrides{})
 		if err != nil {
 			t.Fatal(err)

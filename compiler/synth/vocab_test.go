@@ -24,14 +24,7 @@ func TestTokenizerFrom(t *testing.T) {
 	if err := s.TokenizerFrom(vf); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := gguf.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := parsed(t, s)
 	want, _ := vf.Lookup("tokenizer.ggml.tokens")
 	got, ok := m.Lookup("tokenizer.ggml.tokens")
 	if !ok || got.Len() != want.Len() || got.String() != want.String() {

@@ -127,13 +127,7 @@ func (c *Cache) lock(exclusive bool) (release func(), err error) {
 	if exclusive {
 		how = unix.LOCK_EX
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := publish.Flock(f, how); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("cache %s: lock: %w", c.dir, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/publish"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // fill returns a fill function writing a small bundle-shaped directory: a
@@ -38,38 +39,6 @@ func key(b byte) Key {
 	var k Key
 	k[0] = b
 	return k
-}
-
-// tree reads every file under dir by relative path.
-func tree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = string(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func equalTrees(t *testing.T, a, b string) {
-	t.Helper()
-	ta, tb := tree(t, a), tree(t, b)
-	if len(ta) != len(tb) {
-		t.Fatalf("%s has %d files, %s %d", a, len(ta), b, len(tb))
-	}
-	for name, data := range ta {
-		if tb[name] != data {
-			t.Fatalf("%s differs between %s and %s", name, a, b)
-		}
-	}
 }
 
 func TestInsertMaterialise(t *testing.T) {
@@ -106,7 +75,7 @@ func TestInsertMaterialise(t *testing.T) {
 	if placed.Linked+placed.Cloned+placed.Copied != 3 || placed.Written != 0 {
 		t.Errorf("placed %+v, want 3 files placed and none rewritten", placed)
 	}
-	equalTrees(t, fresh, out)
+	testmodel.SameTree(t, fresh, out, 0)
 
 	// Asked for under another file name, the graph file records that
 	// name, as a fresh build of the renamed file would.
@@ -117,7 +86,7 @@ func TestInsertMaterialise(t *testing.T) {
 	if placed, err = c.Materialise(k, out, MaterialiseOptions{SourceName: "other.gguf"}); err != nil || placed.Written != 1 {
 		t.Fatalf("restamped materialise: %+v %v", placed, err)
 	}
-	equalTrees(t, renamed, out)
+	testmodel.SameTree(t, renamed, out, 0)
 
 	// The destination's rules are publish's: a directory that is not a
 	// bundle is refused and kept.
@@ -165,8 +134,8 @@ func TestConcurrentInsertOfOneKey(t *testing.T) {
 	}
 	want := filepath.Join(dir, "want")
 	bundle.WriteDir(want, fill("m.gguf", 1<<16))
-	equalTrees(t, want, filepath.Join(c.entries, k.String()))
-	equalTrees(t, want, filepath.Join(dir, "out", "h"))
+	testmodel.SameTree(t, want, filepath.Join(c.entries, k.String()), 0)
+	testmodel.SameTree(t, want, filepath.Join(dir, "out", "h"), 0)
 }
 
 func TestListAndPruneLRU(t *testing.T) {

@@ -24,7 +24,7 @@ import (
 const (
 	GraphMagic   = 0x4752545A // "ZTRG"
 	VersionMajor = 2          // 2: hyperparameters as key/value entries
-	VersionMinor = 0
+	VersionMinor = 1          // 1: megakernel schedules (MEGA)
 )
 
 // ErrFormat is wrapped by every error about a malformed bundle.
@@ -45,6 +45,9 @@ const (
 	tagStream   = "STRM"
 	tagRelocs   = "RELO"
 	tagLiveness = "LIVE"
+	// tagMegakernel holds the decode variants' megakernel schedules
+	// (megakernel.go); optional, since 2.1.
+	tagMegakernel = "MEGA"
 )
 
 // requiredSections must all be present in a graph file.
@@ -168,6 +171,9 @@ type Graph struct {
 	Weights      []Weight
 	Kernels      []Kernel
 	Variants     []Variant
+	// Schedules are megakernel schedules of some variants (megakernel.go),
+	// in variant order; none where the target has no persistent kernel.
+	Schedules []Schedule
 }
 
 // Encode writes the graph file. The output depends only on g.
@@ -261,6 +267,9 @@ func (g *Graph) Encode() []byte {
 	sections[tagStream] = stream.b
 	sections[tagRelocs] = relocs.b
 	sections[tagLiveness] = live.b
+	if len(g.Schedules) > 0 {
+		sections[tagMegakernel] = encodeSchedules(g.Schedules)
+	}
 	return assemble(sections)
 }
 
@@ -290,7 +299,7 @@ func assemble(sections map[string][]byte) []byte {
 	out.u16(VersionMajor)
 	out.u16(VersionMinor)
 	out.u32(uint32(len(tags)))
-	out.u32(crc32.Checksum(table.b, castagnoli))
+	out.u32(tableChecksum(out.b[4:8], table.b))
 	out.b = append(out.b, table.b...)
 	for _, t := range tags {
 		for len(out.b)%8 != 0 {
@@ -299,6 +308,16 @@ func assemble(sections map[string][]byte) []byte {
 		out.b = append(out.b, sections[t]...)
 	}
 	return out.b
+}
+
+// tableChecksum is the header's checksum: of the section table, and from
+// 2.1 on of the version before it too, so that a flipped version bit
+// (2.1 read as 2.0, which would drop its new sections) is caught as well.
+func tableChecksum(version, table []byte) uint32 {
+	if binary.LittleEndian.Uint16(version[2:]) == 0 {
+		return crc32.Checksum(table, castagnoli)
+	}
+	return crc32.Update(crc32.Checksum(version, castagnoli), castagnoli, table)
 }
 
 // sectionTable checks the header and returns each section's bytes,
@@ -321,7 +340,7 @@ func sectionTable(b []byte) (major, minor uint16, _ map[string][]byte, _ error) 
 		return major, minor, nil, fmt.Errorf("%w: section table of %d entries does not fit", ErrFormat, n)
 	}
 	table := b[headerBytes : headerBytes+n*entryBytes]
-	if crc32.Checksum(table, castagnoli) != le.Uint32(b[12:]) {
+	if tableChecksum(b[4:8], table) != le.Uint32(b[12:]) {
 		return major, minor, nil, fmt.Errorf("%w: section table checksum mismatch (corrupt file)", ErrFormat)
 	}
 	secs := map[string][]byte{}
@@ -484,6 +503,11 @@ func DecodeGraph(b []byte) (*Graph, error) {
 	}
 	if err := d.done(); err != nil {
 		return nil, err
+	}
+	if b, ok := secs[tagMegakernel]; ok {
+		if g.Schedules, err = decodeSchedules(b, g.Variants); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }

@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/zrtdev/zrt/asm/pm4"
@@ -59,12 +60,13 @@ func TestGraphVersionMessage(t *testing.T) {
 	enc := sampleGraph().Encode()
 	enc[4] = 3 // major 3
 	_, err := DecodeGraph(enc)
-	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("version 3.0, this zrt reads 2.0")) {
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte(fmt.Sprintf("version 3.%d, this zrt reads 2.0", VersionMinor))) {
 		t.Errorf("version error: %v", err)
 	}
 }
 
 func FuzzDecodeGraph(f *testing.F) {
 	f.Add(sampleGraph().Encode())
+	f.Add(scheduledGraph().Encode())
 	f.Fuzz(func(t *testing.T, b []byte) { DecodeGraph(b) })
 }

@@ -60,6 +60,13 @@ type Hparams struct {
 	// llama.cpp stores them (kernels.KVTypes).
 	CacheRotK int `kv:"cache_rot_k,omitempty"`
 	CacheRotV int `kv:"cache_rot_v,omitempty"`
+	// TPRanks, when above 1, says the bundle is rank TPRank of a
+	// tensor-parallel set of TPRanks bundles (zrtc build --tp), each
+	// holding its share of the heads, FFN columns and vocabulary; it runs
+	// only with every other rank of its set. The other fields describe
+	// the whole model but the KV page sizes, which are the rank's.
+	TPRanks int `kv:"tp_ranks,omitempty"`
+	TPRank  int `kv:"tp_rank,omitempty"`
 }
 
 // KVDim is the width of one token's K (or V) across the KV heads.

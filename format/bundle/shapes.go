@@ -36,17 +36,50 @@ func layerOf(buffer string) int {
 }
 
 // baseName strips a per-layer buffer's "[L]": "model.attn.norm[3]" →
-// "model.attn.norm".
+// "model.attn.norm", and a rank's slice's "/tpRofN" (passes' shard):
+// "model.lm_head/tp1of2" → "model.lm_head".
 func baseName(buffer string) string {
+	if i := strings.Index(buffer, "/tp"); i >= 0 {
+		buffer = buffer[:i]
+	}
 	if i := strings.IndexByte(buffer, '['); i >= 0 {
 		return buffer[:i]
 	}
 	return buffer
 }
 
+// rankView is the hyperparameters as rank TPRank of a tensor-parallel
+// set holds the model (zrtc build --tp): its share of the query heads,
+// the KV heads it keeps (its share, or the one it replicates where there
+// are fewer than ranks) and its part of the vocabulary, which its LM
+// head computes. A rank's FFN may be any part of n_ff (split on the
+// weight type's blocks), so partFF reports that n_ff is then a bound.
+// Outside a set it is the hyperparameters as they are.
+func (g *Graph) rankView() (h Hparams, partFF bool) {
+	h = g.Hparams
+	n := h.TPRanks
+	if n <= 1 {
+		return h, false
+	}
+	if h.NHead%n == 0 {
+		h.NHead /= n
+	}
+	switch {
+	case h.NHeadKV%n == 0:
+		h.NHeadKV /= n
+	case h.NHeadKV > 0 && n%h.NHeadKV == 0:
+		h.NHeadKV = 1
+	}
+	// The vocabulary's balanced partition (kernels.Part, which format
+	// may not import).
+	h.NVocab = (h.TPRank+1)*h.NVocab/n - h.TPRank*h.NVocab/n
+	return h, true
+}
+
 // checkShapes holds the hyperparameters to the weights' shapes.
 func (g *Graph) checkShapes() error {
-	h := &g.Hparams
+	h, partFF := g.rankView()
+	whole := g.Hparams
 	layers := map[int]bool{}
 	var maxHeadDim, maxFF int64
 	for i := range g.Weights {
@@ -68,7 +101,7 @@ func (g *Graph) checkShapes() error {
 		switch baseName(w.Buffer) {
 		case "model.embed_table":
 			if err = want(0, "n_embd", h.NEmbd); err == nil {
-				err = want(1, "n_vocab", h.NVocab)
+				err = want(1, "n_vocab", whole.NVocab) // every rank's whole
 			}
 		case "model.lm_head":
 			if err = want(0, "n_embd", h.NEmbd); err == nil {
@@ -79,10 +112,16 @@ func (g *Graph) checkShapes() error {
 		case "model.attn.o_weight":
 			// Input: the heads' outputs side by side; a layer's heads may be
 			// narrower than head_dim (Gemma's sliding layers), never wider.
-			if err = want(1, "n_embd", h.NEmbd); err == nil && (d[0]%int64(h.NHead) != 0 || d[0]/int64(h.NHead) > int64(h.HeadDim)) {
-				err = fmt.Errorf("weight %q has shape %v: its input of %d is not n_head = %d heads of at most head_dim = %d", w.Buffer, d, d[0], h.NHead, h.HeadDim)
+			// A rank that gathers the heads' outputs (where its part would
+			// cut a quantization block) holds the projection whole.
+			nh := int64(h.NHead)
+			if partFF && len(d) > 0 && d[0] > nh*int64(h.HeadDim) {
+				nh = int64(whole.NHead)
 			}
-			maxHeadDim = max(maxHeadDim, d[0]/int64(h.NHead))
+			if err = want(1, "n_embd", h.NEmbd); err == nil && (d[0]%nh != 0 || d[0]/nh > int64(h.HeadDim)) {
+				err = fmt.Errorf("weight %q has shape %v: its input of %d is not n_head = %d heads of at most head_dim = %d", w.Buffer, d, d[0], nh, h.HeadDim)
+			}
+			maxHeadDim = max(maxHeadDim, d[0]/nh)
 		case "model.ffn.down_weight":
 			if err = want(1, "n_embd", h.NEmbd); err == nil && d[0] > int64(h.NFF) {
 				err = fmt.Errorf("weight %q has shape %v, wider than n_ff = %d", w.Buffer, d, h.NFF)
@@ -102,7 +141,7 @@ func (g *Graph) checkShapes() error {
 		return fmt.Errorf("n_head = %d heads of head_dim = %d make %d, but the widest layer's attention output takes %d",
 			h.NHead, h.HeadDim, h.NHead*h.HeadDim, maxHeadDim*int64(h.NHead))
 	}
-	if maxFF > 0 && maxFF != int64(h.NFF) {
+	if maxFF > 0 && maxFF != int64(h.NFF) && !partFF {
 		return fmt.Errorf("n_ff = %d, but the widest layer's down projection takes %d", h.NFF, maxFF)
 	}
 	return nil
@@ -114,7 +153,7 @@ func (g *Graph) checkShapes() error {
 // n_layer counts the cache placements of its region, which is not the
 // model's n_layer: that one the weights' layers tell.)
 func (g *Graph) checkSlots(blobs []*zrt.Blob) error {
-	h := &g.Hparams
+	h, _ := g.rankView()
 	widest := map[string]uint32{}
 	for _, b := range blobs {
 		for _, s := range b.Slots {

@@ -53,7 +53,12 @@ type Index struct {
 	Version  int    `json:"version"`
 	Producer string `json:"producer"` // the zrtc that wrote it
 	Model    Model  `json:"model"`
-	// Bundles are the members in the target registry's order.
+	// TPRanks, when above 1, makes the set tensor-parallel: every target
+	// has TPRanks members, ranks 0..TPRanks-1 of one split model, and
+	// runs only with all of them (zrtc build --tp).
+	TPRanks int `json:"tp_ranks,omitempty"`
+	// Bundles are the members in the target registry's order (ranks in
+	// order within a target).
 	Bundles []Member `json:"bundles"`
 }
 
@@ -75,6 +80,8 @@ type Member struct {
 	Key string `json:"key"`
 	// GraphSHA256 is the SHA-256 of the member's graph file.
 	GraphSHA256 string `json:"graph_sha256"`
+	// Rank is the member's rank in a tensor-parallel set (Index.TPRanks).
+	Rank int `json:"rank,omitempty"`
 }
 
 // Requires is what a machine must have to run a member.
@@ -89,6 +96,9 @@ type Requires struct {
 	// AMDGfx, for the amd tier, is the GPU's gfx target ("gfx1201"): the
 	// code objects run on that processor only.
 	AMDGfx string `json:"amd_gfx,omitempty"`
+	// Devices, for a GPU tier's member of a tensor-parallel set, is the
+	// GPUs of one host its ranks need: one each.
+	Devices int `json:"devices,omitempty"`
 }
 
 // SanitizeTarget names a target's directory: every byte outside
@@ -111,21 +121,41 @@ func SanitizeTarget(target string) string {
 // Path is the member's bundle directory inside the set at dir.
 func (m Member) Path(dir string) string { return filepath.Join(dir, m.Dir) }
 
-// Member returns the member built for target.
+// Member returns the member built for target (rank 0 of a
+// tensor-parallel set's).
 func (x *Index) Member(target string) (Member, bool) {
+	return x.Rank(target, 0)
+}
+
+// Rank returns rank r of target's members.
+func (x *Index) Rank(target string, r int) (Member, bool) {
 	for _, m := range x.Bundles {
-		if m.Target == target {
+		if m.Target == target && m.Rank == r {
 			return m, true
 		}
 	}
 	return Member{}, false
 }
 
-// Targets lists the members' targets in order.
+// Ranks returns target's members in rank order: one for a set that is
+// not tensor-parallel.
+func (x *Index) Ranks(target string) []Member {
+	var out []Member
+	for r := range max(x.TPRanks, 1) {
+		if m, ok := x.Rank(target, r); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Targets lists the members' targets in order, each once.
 func (x *Index) Targets() []string {
-	out := make([]string, len(x.Bundles))
-	for i, m := range x.Bundles {
-		out[i] = m.Target
+	var out []string
+	for _, m := range x.Bundles {
+		if m.Rank == 0 {
+			out = append(out, m.Target)
+		}
 	}
 	return out
 }
@@ -142,17 +172,36 @@ func (x *Index) Check() error {
 	if len(x.Bundles) == 0 {
 		return fmt.Errorf("%s: %w: the set has no bundles", IndexFile, ErrFormat)
 	}
-	targets, dirs := map[string]bool{}, map[string]bool{}
+	if x.TPRanks < 0 || x.TPRanks == 1 {
+		return fmt.Errorf("%s: %w: tp_ranks %d (a tensor-parallel set has 2 or more)", IndexFile, ErrFormat, x.TPRanks)
+	}
+	type member struct {
+		target string
+		rank   int
+	}
+	targets, dirs, ranks := map[member]bool{}, map[string]bool{}, map[string]int{}
 	for _, m := range x.Bundles {
-		if m.Target == "" || targets[m.Target] {
-			return fmt.Errorf("%s: %w: target %q empty or listed twice", IndexFile, ErrFormat, m.Target)
+		if m.Rank < 0 || m.Rank >= max(x.TPRanks, 1) {
+			return fmt.Errorf("%s: %w: member %s: rank %d of a set of %d", IndexFile, ErrFormat, m.Target, m.Rank, max(x.TPRanks, 1))
 		}
+		if m.Target == "" || targets[member{m.Target, m.Rank}] {
+			return fmt.Errorf("%s: %w: target %q (rank %d) empty or listed twice", IndexFile, ErrFormat, m.Target, m.Rank)
+		}
+		targets[member{m.Target, m.Rank}] = true
+		ranks[m.Target]++
 		// A member's directory is one name inside the set: never a path
 		// that climbs out of it.
 		if m.Dir == "" || m.Dir == "." || m.Dir == ".." || strings.ContainsAny(m.Dir, `/\`) || dirs[m.Dir] {
 			return fmt.Errorf("%s: %w: member %s: directory %q is not a plain name unique in the set", IndexFile, ErrFormat, m.Target, m.Dir)
 		}
-		targets[m.Target], dirs[m.Dir] = true, true
+		dirs[m.Dir] = true
+	}
+	// A tensor-parallel set runs only with every rank: a target missing
+	// one is refused here rather than at load.
+	for t, n := range ranks {
+		if n != max(x.TPRanks, 1) {
+			return fmt.Errorf("%s: %w: target %s has %d of the set's %d ranks", IndexFile, ErrFormat, t, n, x.TPRanks)
+		}
 	}
 	return nil
 }

@@ -114,3 +114,37 @@ func TestSanitizeTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestTensorParallelIndex holds a tensor-parallel index to its rules:
+// every target has all its ranks, each once, and Targets and Member see
+// a target once, through its rank 0.
+func TestTensorParallelIndex(t *testing.T) {
+	x := &Index{Format: FormatName, Version: Version, TPRanks: 2, Bundles: []Member{
+		{Target: "cpu", Dir: "cpu.tp0"}, {Target: "cpu", Dir: "cpu.tp1", Rank: 1}}}
+	if err := x.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Targets(); len(got) != 1 || got[0] != "cpu" {
+		t.Errorf("targets %v", got)
+	}
+	if m, ok := x.Member("cpu"); !ok || m.Dir != "cpu.tp0" {
+		t.Errorf("member %+v", m)
+	}
+	if r := x.Ranks("cpu"); len(r) != 2 || r[1].Dir != "cpu.tp1" {
+		t.Errorf("ranks %+v", r)
+	}
+	for name, bad := range map[string]func(*Index){
+		"missing rank":   func(x *Index) { x.Bundles = x.Bundles[:1] },
+		"rank twice":     func(x *Index) { x.Bundles[1].Rank = 0 },
+		"rank past set":  func(x *Index) { x.Bundles[1].Rank = 2 },
+		"one rank":       func(x *Index) { x.TPRanks = 1 },
+		"rank, no ranks": func(x *Index) { x.TPRanks = 0 },
+	} {
+		y := *x
+		y.Bundles = append([]Member(nil), x.Bundles...)
+		bad(&y)
+		if err := y.Check(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -25,6 +25,16 @@ func write(t *testing.T, path, text string) {
 	}
 }
 
+// memoAnd returns a memo in a fresh directory and the path of the file
+// name beside it, written with text.
+func memoAnd(t *testing.T, name, text string) (Memo, string) {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, name)
+	write(t, p, text)
+	return Memo{Dir: filepath.Join(dir, "memo")}, p
+}
+
 func sum(t *testing.T, m Memo, path string) ([32]byte, bool) {
 	t.Helper()
 	s, memoised, err := m.Sum(path)
@@ -35,10 +45,8 @@ func sum(t *testing.T, m Memo, path string) ([32]byte, bool) {
 }
 
 func TestMemoFollowsTheFileNotItsName(t *testing.T) {
-	dir := t.TempDir()
-	m := Memo{Dir: filepath.Join(dir, "memo")}
-	a := filepath.Join(dir, "a.gguf")
-	write(t, a, "weights")
+	m, a := memoAnd(t, "a.gguf", "weights")
+	dir := filepath.Dir(a)
 	old(t, a)
 	want := sha256.Sum256([]byte("weights"))
 	if s, memoised := sum(t, m, a); s != want || memoised {
@@ -70,10 +78,7 @@ func TestMemoFollowsTheFileNotItsName(t *testing.T) {
 }
 
 func TestRacyFileIsNotRemembered(t *testing.T) {
-	dir := t.TempDir()
-	m := Memo{Dir: filepath.Join(dir, "memo")}
-	p := filepath.Join(dir, "m.gguf")
-	write(t, p, "fresh") // mtime now: a rewrite could land in the same tick
+	m, p := memoAnd(t, "m.gguf", "fresh") // mtime now: a rewrite could land in the same tick
 	sum(t, m, p)
 	if _, memoised := sum(t, m, p); memoised {
 		t.Fatal("a file modified just now was remembered")
@@ -90,10 +95,7 @@ func TestRacyFileIsNotRemembered(t *testing.T) {
 // fools the memo (the documented limit); Forget, which a build calls when
 // the bytes it read disagree, makes the next Sum read the file.
 func TestForget(t *testing.T) {
-	dir := t.TempDir()
-	m := Memo{Dir: filepath.Join(dir, "memo")}
-	p := filepath.Join(dir, "m.gguf")
-	write(t, p, "aaaa")
+	m, p := memoAnd(t, "m.gguf", "aaaa")
 	old(t, p)
 	sum(t, m, p)
 	fi, _ := os.Stat(p)

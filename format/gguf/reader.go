@@ -128,40 +128,24 @@ func (f *File) Close() error {
 // Typed lookups used throughout the compiler. Each names the key in its error.
 
 // String returns the string at key.
-func (f *File) String(key string) (string, error) {
-	v, ok := f.Lookup(key)
-	if !ok {
-		return "", fmt.Errorf("gguf: missing key %q", key)
-	}
-	s, err := v.StringValue()
-	if err != nil {
-		return "", fmt.Errorf("gguf: key %q: %w", key, err)
-	}
-	return s, nil
-}
+func (f *File) String(key string) (string, error) { return keyed(f, key, Value.StringValue) }
 
 // Uint returns the non-negative integer at key.
-func (f *File) Uint(key string) (uint64, error) {
-	v, ok := f.Lookup(key)
-	if !ok {
-		return 0, fmt.Errorf("gguf: missing key %q", key)
-	}
-	u, err := v.Uint()
-	if err != nil {
-		return 0, fmt.Errorf("gguf: key %q: %w", key, err)
-	}
-	return u, nil
-}
+func (f *File) Uint(key string) (uint64, error) { return keyed(f, key, Value.Uint) }
 
 // Float returns the number at key.
-func (f *File) Float(key string) (float64, error) {
+func (f *File) Float(key string) (float64, error) { return keyed(f, key, Value.Float) }
+
+// keyed reads the value at key with get, naming the key in the error.
+func keyed[T any](f *File, key string, get func(Value) (T, error)) (T, error) {
+	var zero T
 	v, ok := f.Lookup(key)
 	if !ok {
-		return 0, fmt.Errorf("gguf: missing key %q", key)
+		return zero, fmt.Errorf("gguf: missing key %q", key)
 	}
-	x, err := v.Float()
+	x, err := get(v)
 	if err != nil {
-		return 0, fmt.Errorf("gguf: key %q: %w", key, err)
+		return zero, fmt.Errorf("gguf: key %q: %w", key, err)
 	}
 	return x, nil
 }

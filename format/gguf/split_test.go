@@ -10,6 +10,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // writeSplit writes model as n parts named as llama-gguf-split names them
@@ -36,10 +37,7 @@ func writeSplit(t *testing.T, dir string, model []byte, n int) string {
 // TestOpenSplit: the parts of a split model read back as the model: its
 // metadata, and every tensor with the same bytes.
 func TestOpenSplit(t *testing.T) {
-	model, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Bytes(t, synth.Tiny)
 	whole, err := gguf.Parse(model)
 	if err != nil {
 		t.Fatal(err)
@@ -75,10 +73,7 @@ func TestOpenSplit(t *testing.T) {
 // TestSplitErrors: a later part named, a part missing, or parts whose
 // split keys disagree with their names are refused with the reason.
 func TestSplitErrors(t *testing.T) {
-	model, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Bytes(t, synth.Tiny)
 	dir := t.TempDir()
 	first := writeSplit(t, dir, model, 3)
 	second := strings.Replace(first, "-00001-", "-00002-", 1)

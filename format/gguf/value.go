@@ -216,45 +216,40 @@ func (v Value) Bools() ([]bool, error) {
 // Ints returns an array of any integer element type as int64s. Unsigned
 // 64-bit values above MaxInt64 are an error.
 func (v Value) Ints() ([]int64, error) {
-	out := make([]int64, 0, v.Len())
 	switch x := v.v.(type) {
 	case []uint8:
-		for _, e := range x {
-			out = append(out, int64(e))
-		}
+		return widen(x), nil
 	case []int8:
-		for _, e := range x {
-			out = append(out, int64(e))
-		}
+		return widen(x), nil
 	case []uint16:
-		for _, e := range x {
-			out = append(out, int64(e))
-		}
+		return widen(x), nil
 	case []int16:
-		for _, e := range x {
-			out = append(out, int64(e))
-		}
+		return widen(x), nil
 	case []uint32:
-		for _, e := range x {
-			out = append(out, int64(e))
-		}
+		return widen(x), nil
 	case []int32:
-		for _, e := range x {
-			out = append(out, int64(e))
-		}
+		return widen(x), nil
 	case []int64:
-		out = append(out, x...)
+		return append(make([]int64, 0, len(x)), x...), nil
 	case []uint64:
 		for _, e := range x {
 			if e > math.MaxInt64 {
 				return nil, fmt.Errorf("array element %d out of range", e)
 			}
-			out = append(out, int64(e))
 		}
+		return widen(x), nil
 	default:
 		return nil, fmt.Errorf("want an integer array, have %s", v.describe())
 	}
-	return out, nil
+}
+
+// widen converts integers that fit an int64 (the caller checks uint64s).
+func widen[T uint8 | int8 | uint16 | int16 | uint32 | int32 | uint64](x []T) []int64 {
+	out := make([]int64, len(x))
+	for i, e := range x {
+		out[i] = int64(e)
+	}
+	return out
 }
 
 func (v Value) describe() string {

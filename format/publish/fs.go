@@ -154,6 +154,17 @@ func (OS) Exchange(a, b string) error {
 // RemoveAll implements FS.
 func (OS) RemoveAll(path string) error { return os.RemoveAll(path) }
 
+// Flock applies flock(2) operation how (unix.LOCK_SH, LOCK_EX, with
+// LOCK_NB or not) to f, again when a signal interrupts it: the lock lasts
+// until f is closed.
+func Flock(f *os.File, how int) error {
+	for {
+		if err := unix.Flock(int(f.Fd()), how); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
 // Lock implements FS. The lock belongs to a new open file description of
 // path, so it conflicts with every other Lock, in this process or another.
 func (OS) Lock(path string, wait bool) (func(), error) {
@@ -165,13 +176,7 @@ func (OS) Lock(path string, wait bool) (func(), error) {
 	if !wait {
 		how |= unix.LOCK_NB
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
+	if err := Flock(f, how); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, ErrLocked

@@ -33,6 +33,10 @@ type Tier struct {
 	// Config, when set, is a model config (TOML) for the tier's bundles,
 	// for instance to compile several variants.
 	Config string
+	// OracleConfig, when set, is the model config of the oracle's T-CPU
+	// bundles: the same computation where the config changes what is
+	// computed (a q8_0 KV cache, cache_type_k and cache_type_v).
+	OracleConfig string
 	// OracleThreads are T-CPU's workers for the oracle (default 2). T-CPU
 	// splits some reductions by worker count, so the oracle's last bits
 	// depend on it: a tier's runner keeps the count its tolerance was
@@ -67,13 +71,17 @@ func Run(t *testing.T, tier Tier) {
 	if len(refs) == 0 {
 		t.Skipf("no reference files under %s (set ZRT_SHARED)", shared)
 	}
-	cfg := ""
-	if tier.Config != "" {
-		cfg = filepath.Join(t.TempDir(), "tier.toml")
-		if err := os.WriteFile(cfg, []byte(tier.Config), 0o644); err != nil {
+	writeConfig := func(name, text string) string {
+		if text == "" {
+			return ""
+		}
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		return p
 	}
+	cfg, oracleCfg := writeConfig("tier.toml", tier.Config), writeConfig("oracle.toml", tier.OracleConfig)
 	type bundles struct{ oracle, tier string }
 	built := map[string]*bundles{}
 	report := map[string]string{}
@@ -88,7 +96,7 @@ func Run(t *testing.T, tier Tier) {
 		if !ok {
 			base := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
 			bs = &bundles{base + ".oracle", base + ".tier"}
-			for _, b := range []struct{ dir, target, config string }{{bs.oracle, "cpu", ""}, {bs.tier, tier.Target, cfg}} {
+			for _, b := range []struct{ dir, target, config string }{{bs.oracle, "cpu", oracleCfg}, {bs.tier, tier.Target, cfg}} {
 				err := compiler.Compile(context.Background(), model, b.dir, compiler.Options{Target: b.target, ConfigPath: b.config, PTXDir: os.Getenv("ZRT_PTX_DIR")})
 				if support.Is(err) {
 					t.Logf("%s: skipped: %v", name, err)

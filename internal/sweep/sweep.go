@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,8 +58,41 @@ type Case struct {
 	// misses, and fails once it passes (so the mark is dropped with the
 	// fix).
 	Open string `json:"open,omitempty"`
+	// Context, when set, is the context length llama.cpp's reference ran
+	// with, and T-CPU's bundle is built for (default ReferenceContext).
+	Context int `json:"ctx,omitempty"`
+	// Tolerance, when set, replaces the weights' step-0 tolerance and
+	// also bounds every step's top logits (Result.Top): for cases whose
+	// arithmetic is llama.cpp's to float noise, so that a small drift in
+	// position-dependent code (RoPE, long-cache attention) shows.
+	Tolerance float64 `json:"tolerance,omitempty"`
+	// Stream, when set, generates the prompt's tokens (the reference then
+	// omits them): a long prompt kept out of the file.
+	Stream *Stream `json:"stream,omitempty"`
 	// Reference is llama.cpp's output for the model and a prompt.
 	Reference reference.File `json:"reference"`
+}
+
+// Stream is a generated prompt: N token ids drawn uniformly from
+// [First, Vocab) by a PCG seeded with Seed.
+type Stream struct {
+	N     int    `json:"n"`
+	Seed  uint64 `json:"seed"`
+	First int    `json:"first"`
+	Vocab int    `json:"vocab"`
+}
+
+// Tokens returns the stream's token ids.
+func (s *Stream) Tokens() ([]int32, error) {
+	if s.N < 1 || s.First < 0 || s.Vocab <= s.First {
+		return nil, fmt.Errorf("sweep: a stream of %d tokens from [%d, %d)", s.N, s.First, s.Vocab)
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0x70CE))
+	out := make([]int32, s.N)
+	for i := range out {
+		out[i] = int32(s.First + rng.IntN(s.Vocab-s.First))
+	}
+	return out, nil
 }
 
 // LoadCases reads every *.json case under dir (none when dir does not
@@ -77,6 +111,20 @@ func LoadCases(dir string) ([]*Case, error) {
 		c := &Case{}
 		if err := json.Unmarshal(b, c); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if c.Stream != nil {
+			if len(c.Reference.PromptTokens) > 0 {
+				return nil, fmt.Errorf("%s: a case has a stream or prompt tokens, not both", p)
+			}
+			if c.Reference.PromptTokens, err = c.Stream.Tokens(); err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+		}
+		if c.Tolerance < 0 || math.IsNaN(c.Tolerance) {
+			return nil, fmt.Errorf("%s: tolerance %v", p, c.Tolerance)
+		}
+		if c.Context < 0 || c.Context > 1<<24 {
+			return nil, fmt.Errorf("%s: context %d out of range", p, c.Context)
 		}
 		if len(c.Synth) == 0 || len(c.Reference.PromptTokens) == 0 || len(c.Reference.Steps) == 0 || len(c.Reference.Steps[0].Logits) != c.Reference.NVocab {
 			return nil, fmt.Errorf("%s: a case needs synth flags and a reference with prompt tokens, steps and step 0's %d logits", p, c.Reference.NVocab)
@@ -131,13 +179,21 @@ type Result struct {
 	Steps     int // steps compared
 	Decisive  int // steps whose llama.cpp margin exceeds DecisiveMargin
 	Flips     []Flip
+	// Top is the largest |Δlogit| over the reference's top logits of
+	// every step; TopTolerance bounds it when set (Case.Tolerance).
+	Top, TopTolerance float64
 }
 
 // OK reports whether the result meets the criteria.
-func (r Result) OK() bool { return r.Step0 <= r.Tolerance && len(r.Flips) == 0 }
+func (r Result) OK() bool {
+	return r.Step0 <= r.Tolerance && len(r.Flips) == 0 && (r.TopTolerance == 0 || r.Top <= r.TopTolerance)
+}
 
 func (r Result) String() string {
 	s := fmt.Sprintf("step-0 |Δ| %.3g (tolerance %g), %d/%d decisive steps agree", r.Step0, r.Tolerance, r.Decisive-len(r.Flips), r.Decisive)
+	if r.TopTolerance > 0 {
+		s += fmt.Sprintf(", top logits of %d steps |Δ| %.3g (tolerance %g)", r.Steps, r.Top, r.TopTolerance)
+	}
 	for _, f := range r.Flips {
 		s += fmt.Sprintf("; step %d: %d, llama.cpp %d (margin %.3f)", f.Step, f.Got, f.Want, f.Margin)
 	}
@@ -147,12 +203,18 @@ func (r Result) String() string {
 // Compare compiles the GGUF at model for T-CPU into dir and teacher-forces
 // ref's tokens through it on threads workers.
 func Compare(ctx context.Context, model, dir string, ref *reference.File, threads int) (Result, error) {
+	return CompareContext(ctx, model, dir, ref, threads, ReferenceContext)
+}
+
+// CompareContext is Compare with a bundle built for nCtx tokens of
+// context, as the reference's context was.
+func CompareContext(ctx context.Context, model, dir string, ref *reference.File, threads, nCtx int) (Result, error) {
 	tol, err := Tolerance(model)
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Tolerance: tol}
-	if err := compiler.Compile(ctx, model, dir, compiler.Options{ContextLength: ReferenceContext}); err != nil {
+	if err := compiler.Compile(ctx, model, dir, compiler.Options{ContextLength: nCtx}); err != nil {
 		return res, fmt.Errorf("compile: %w", err)
 	}
 	e, err := sequence.Open(dir, runtime.Options{Tier: "cpu", Threads: threads})
@@ -182,6 +244,11 @@ func Compare(ctx context.Context, model, dir string, ref *reference.File, thread
 			}
 		}
 		res.Steps++
+		for _, tv := range st.Top {
+			if id := int(tv[0]); id >= 0 && id < len(logits) {
+				res.Top = math.Max(res.Top, math.Abs(tv[1]-float64(logits[id])))
+			}
+		}
 		if len(st.Top) < 2 || st.Top[0][1]-st.Top[1][1] <= DecisiveMargin {
 			continue // a near tie: either token is right
 		}

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -29,31 +30,64 @@ var (
 	prompt  = flag.Int("prompt", 0, "TestSweep with -synth: which of Prompts")
 	name    = flag.String("name", "adhoc", "TestSweep with -synth: the case's name")
 	always  = flag.Bool("record-all", false, "TestSweep with -record: write every layout run, within the criteria or not (a regression case for a fix)")
+	long    = flag.Bool("long", false, "TestLongContext: also run the cases whose prompts are longer than longCI tokens")
 )
 
 // casesDir is the recorded cases' folder, from this package's directory.
 const casesDir = "../../testdata/sweep"
 
+// longDir holds the long-context cases: prompts of thousands of tokens
+// on models built for a context of 131072, so that logits at positions
+// 4k, 32k and beyond are held to llama.cpp's.
+const longDir = "../../testdata/longctx"
+
+// longCI is the longest prompt TestLongContext runs without -long: the
+// CI machine's two cores prefill a 4k prompt of the tiny models in
+// seconds, a 32k one in a minute and a 130k one in several.
+const longCI = 8192
+
 // TestCases replays every recorded case: the model from its synth command
 // line, compared with its llama.cpp reference.
-func TestCases(t *testing.T) {
-	cases, err := LoadCases(casesDir)
+func TestCases(t *testing.T) { testCases(t, casesDir, 0) }
+
+// TestLongContext replays the long-context cases (longDir) as TestCases
+// does; those with prompts over longCI tokens only with -long:
+//
+//	go test ./internal/sweep -run TestLongContext -long -timeout 30m
+func TestLongContext(t *testing.T) {
+	limit := longCI
+	if *long {
+		limit = 0
+	}
+	testCases(t, longDir, limit)
+}
+
+// testCases replays the cases under dir, skipping those whose prompts
+// are longer than limit tokens (0: none).
+func testCases(t *testing.T, dir string, limit int) {
+	cases, err := LoadCases(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cases) == 0 {
-		t.Skipf("no cases under %s", casesDir)
+		t.Skipf("no cases under %s", dir)
 	}
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
+			if n := len(c.Reference.PromptTokens); limit > 0 && n > limit {
+				t.Skipf("a prompt of %d tokens: run with -long", n)
+			}
 			dir := t.TempDir()
 			model := filepath.Join(dir, "model.gguf")
 			if err := WriteModel(c.Synth, model); err != nil {
 				t.Fatalf("synth %s: %v", strings.Join(c.Synth, " "), err)
 			}
-			res, err := Compare(context.Background(), model, filepath.Join(dir, "bundle"), &c.Reference, *threads)
+			res, err := CompareContext(context.Background(), model, filepath.Join(dir, "bundle"), &c.Reference, *threads, cmp.Or(c.Context, ReferenceContext))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.Tolerance > 0 {
+				res.Tolerance, res.TopTolerance = c.Tolerance, c.Tolerance
 			}
 			switch {
 			case c.Open != "" && !res.OK():
@@ -265,4 +299,40 @@ func recordCase(l Layout, res Result, ref []byte) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(*record, name+".json"), b, 0o644)
+}
+
+// TestStream holds a generated prompt to its definition: the same ids
+// for the same stream, each in [First, Vocab), a longer stream extending
+// a shorter one (the 130000-token case's prompt is the 131072-token
+// stream's start), and a stream that cannot be drawn refused.
+func TestStream(t *testing.T) {
+	a, err := (&Stream{N: 1000, Seed: 1, First: 3, Vocab: 320}).Tokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := (&Stream{N: 2000, Seed: 1, First: 3, Vocab: 320}).Tokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a, b[:1000]) {
+		t.Error("a longer stream does not extend the shorter one")
+	}
+	seen := map[int32]bool{}
+	for _, x := range b {
+		if x < 3 || x >= 320 {
+			t.Fatalf("token %d outside [3, 320)", x)
+		}
+		seen[x] = true
+	}
+	if len(seen) < 300 {
+		t.Errorf("only %d distinct tokens in 2000", len(seen))
+	}
+	if c, _ := (&Stream{N: 1000, Seed: 2, First: 3, Vocab: 320}).Tokens(); slices.Equal(a, c) {
+		t.Error("another seed gives the same tokens")
+	}
+	for _, s := range []Stream{{N: 0, Vocab: 10}, {N: 5, First: 10, Vocab: 10}, {N: 5, First: -1, Vocab: 10}} {
+		if _, err := s.Tokens(); err == nil {
+			t.Errorf("%+v: no error", s)
+		}
+	}
 }

@@ -14,13 +14,7 @@ import (
 func TestAddGated(t *testing.T) {
 	const rows, active, cols, k = 4, 3, 40, 24
 	rng := rand.New(rand.NewSource(5))
-	vec := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	x, y, g, w := vec(rows*cols), vec(rows*cols), vec(rows*k), vec(k)
 	x0 := slices.Clone(x)
 	table := kernels.RequestTable{Rows: rows, Slots: 1, MaxPages: 1}

@@ -30,6 +30,10 @@ import (
 //   - a single query row over a cache view of faSplitMinKV keys or more: the
 //     split-KV path, the one_chunk loop over faSplitChunks key ranges whose
 //     F32 partial results ggml_flash_attn_ext_reduce_partials then combines.
+//     The ranges are separate work items (flash-decoding: one long cache
+//     on several threads) merged afterwards in range order; ggml's count
+//     of ranges is its thread count, zrt's is fixed at the references'
+//     (faSplitChunks), so the bits depend on no thread count.
 //
 // The cache view ggml attends over (n_kv) is the used length rounded up to
 // a multiple of 256 (llama_kv_cache::get_n_kv); keys past a row's position
@@ -188,11 +192,40 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			rest[i] = i
 		}
 	}
-	return a.Pool.For(len(rest)*nHead, 1, func(_, lo, hi int) {
+	// Work items: one per (row, head), and faSplitChunks per (row, head)
+	// of a split decode row (flash-decoding: a long cache's chunks run on
+	// different threads). A split row's chunks leave their partial
+	// softmax states in parts; a second loop merges each row's chunks in
+	// chunk order, so the bits depend on neither the thread count nor
+	// which thread ran which chunk.
+	var items []faItem
+	var firsts []int // the items of split rows' first chunks
+	nSplit := 0
+	for _, i := range rest {
+		pos := int(r.row(i, kernels.IORowPos))
+		split := !tiled(i) && !flag(i, kernels.RowPrompt) && faNKV(pos) >= faSplitMinKV
+		for h := range nHead {
+			if !split {
+				items = append(items, faItem{row: int32(i), head: int32(h), chunk: -1})
+				continue
+			}
+			firsts = append(firsts, len(items))
+			for c := range faSplitChunks {
+				items = append(items, faItem{row: int32(i), head: int32(h), chunk: int8(c), part: int32(nSplit*faSplitChunks + c)})
+			}
+			nSplit++
+		}
+	}
+	partLen := hd + 2 // M, S, then the chunk's F32 accumulator
+	var parts []float32
+	if nSplit > 0 {
+		parts = make([]float32, nSplit*faSplitChunks*partLen)
+	}
+	err := a.Pool.For(len(items), 1, func(_, lo, hi int) {
 		w := getFaWork(hd)
 		defer faWorkPool.Put(w)
-		for item := lo; item < hi; item++ {
-			i, h := rest[item/nHead], item%nHead
+		for _, it := range items[lo:hi] {
+			i, h := int(it.row), int(it.head)
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
 			kvh := h / group
 			cache := func(which, t int) []uint16 {
@@ -203,12 +236,12 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			w.simd = simd
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-			nKV := max(faKVPad, (pos+1+faKVPad-1)/faKVPad*faKVPad)
 			switch {
+			case it.chunk >= 0:
+				p := parts[int(it.part)*partLen : int(it.part+1)*partLen]
+				p[0], p[1] = w.splitChunk(qh, p[2:], h, pos, faNKV(pos), int(it.chunk), &o, cache)
 			case tiled(i):
 				w.tiled(qh, out, h, pos, &o, cache)
-			case !flag(i, kernels.RowPrompt) && nKV >= faSplitMinKV:
-				w.split(qh, out, h, pos, nKV, &o, cache)
 			default:
 				toF16(w.q16, qh)
 				m, s := w.oneChunk(o.first(pos), pos+1, &o, cache)
@@ -227,7 +260,33 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			}
 		}
 	})
+	if err != nil || nSplit == 0 {
+		return err
+	}
+	return a.Pool.For(nSplit, 1, func(_, lo, hi int) {
+		w := getFaWork(hd)
+		defer faWorkPool.Put(w)
+		for _, k := range firsts[lo:hi] {
+			it := items[k]
+			i, h := int(it.row), int(it.head)
+			p := parts[int(it.part)*partLen : int(it.part+faSplitChunks)*partLen]
+			w.merge(p, partLen, y[(i*nHead+h)*hd:(i*nHead+h+1)*hd])
+		}
+	})
 }
+
+// faItem is one work item of attend: query head head of row row, and
+// for a split decode row one chunk of its cache and where its partial
+// state goes (chunk -1: the whole row).
+type faItem struct {
+	row, head int32
+	part      int32
+	chunk     int8
+}
+
+// faNKV is the cache view ggml attends over for a query at pos: the used
+// length rounded up to faKVPad.
+func faNKV(pos int) int { return max(faKVPad, (pos+1+faKVPad-1)/faKVPad*faKVPad) }
 
 // kvView locates one slot's cached keys and values of one KV head in one
 // layer.
@@ -260,7 +319,7 @@ func getFaWork(hd int) *faWork {
 	if w == nil || len(w.acc) != hd {
 		w = &faWork{
 			q16: make([]uint16, hd), qf: make([]float32, hd), acc16: make([]uint16, hd),
-			acc: make([]float32, hd), part: make([]float32, hd),
+			acc: make([]float32, hd),
 		}
 	}
 	return w
@@ -272,7 +331,6 @@ type faWork struct {
 	qf    []float32 // q16 widened (the SIMD path)
 	acc16 []uint16  // one_chunk's F16 accumulator (VKQ16)
 	acc   []float32 // F32 accumulator (tiled, and the split path's reduction)
-	part  []float32 // a split chunk's partial result
 	kq    [faTileKV]float32
 
 	// The SIMD path's state: whether it is on, the keys and values, and
@@ -365,35 +423,7 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 		}
 		t, k = t+run, next
 	}
-	// oneChunk's softmax loop, with its exponentials taken out: the
-	// running maximum is sequential but they are not, so the first pass
-	// leaves each key's argument in sc, expfs evaluates them all, and the
-	// second pass forms (ms, vs) and S in ggml's order.
-	newMax := w.newMax[:n]
-	m = float32(math.Inf(-1))
-	for j, x := range sc {
-		x = o.score(x)
-		if newMax[j] = x > m; newMax[j] {
-			sc[j], m = m-x, x
-		} else {
-			sc[j] = x - m
-		}
-	}
-	n8 := n &^ 7
-	if n8 > 0 {
-		expfs(&sc[0], n8)
-	}
-	for j := n8; j < n; j++ {
-		sc[j] = expf(sc[j])
-	}
-	for j, e := range sc {
-		ms, vs := float32(1), e
-		if newMax[j] {
-			ms, vs = e, 1
-		}
-		coef[2*j], coef[2*j+1] = ms, vs
-		s = fma32(s, ms, vs)
-	}
+	m, s = onlineCoefs(sc, coef, w.newMax[:n], float32(math.Inf(-1)), 0, o, true)
 	clear(w.acc16)
 	for t := lo; t < hi; {
 		run := pageRun(t, hi)
@@ -404,38 +434,48 @@ func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
 	return m, s
 }
 
-// split is ggml's split-KV path for one query row over nKV cached keys:
-// faSplitChunks key ranges each run through oneChunk (the first with
-// head h's sink), then are merged as ggml_flash_attn_ext_reduce_partials
-// does, in F32.
-func (w *faWork) split(q, out []float32, h, pos, nKV int, o *faOpts, cache func(which, t int) []uint16) {
+// splitChunk is chunk c of ggml's split-KV path for one query row over
+// nKV cached keys: the keys of one of faSplitChunks equal ranges (past
+// pos masked) run through oneChunk, the first chunk with head h's sink.
+// It leaves the chunk's F32 accumulator in part and returns its M and S
+// (S = 0: no key of the chunk is seen).
+func (w *faWork) splitChunk(q, part []float32, h, pos, nKV, c int, o *faOpts, cache func(which, t int) []uint16) (float32, float32) {
 	toF16(w.q16, q)
 	chunk := (nKV + faSplitChunks - 1) / faSplitChunks
+	lo := c * chunk
+	hi := min(lo+chunk, nKV, pos+1) // keys past pos are masked out
+	mc, sc := float32(math.Inf(-1)), float32(0)
+	if first := o.first(pos); max(lo, first) < hi {
+		mc, sc = w.oneChunk(max(lo, first), hi, o, cache)
+	} else {
+		clear(w.acc16) // an all-masked chunk: S = 0
+	}
+	for d, v := range w.acc16 {
+		part[d] = quant.F16ToF32(v)
+	}
+	if c == 0 {
+		mc, sc = o.sink(h, mc, sc, part)
+	}
+	return mc, sc
+}
+
+// merge combines the faSplitChunks partial states of one split row,
+// each partLen floats of parts (M, S, accumulator), in chunk order as
+// ggml_flash_attn_ext_reduce_partials does, in F32, and writes the
+// normalized output to out.
+func (w *faWork) merge(parts []float32, partLen int, out []float32) {
 	mf, sf := float32(math.Inf(-1)), float32(0)
 	clear(w.acc)
-	first := o.first(pos)
-	for c := 0; c < faSplitChunks; c++ {
-		lo := c * chunk
-		hi := min(lo+chunk, nKV, pos+1) // keys past pos are masked out
-		mc, sc := float32(math.Inf(-1)), float32(0)
-		if max(lo, first) < hi {
-			mc, sc = w.oneChunk(max(lo, first), hi, o, cache)
-		} else {
-			clear(w.acc16) // an all-masked chunk: S = 0
-		}
-		for d, v := range w.acc16 {
-			w.part[d] = quant.F16ToF32(v)
-		}
-		if c == 0 {
-			mc, sc = o.sink(h, mc, sc, w.part)
-		}
+	for c := range faSplitChunks {
+		p := parts[c*partLen : (c+1)*partLen]
+		mc, sc, part := p[0], p[1], p[2:]
 		if sc == 0 {
 			continue
 		}
 		mNew := max(mf, mc)
 		scaleOld, scaleNew := expf(mf-mNew), expf(mc-mNew)
 		for d := range w.acc {
-			w.acc[d] = w.acc[d]*scaleOld + w.part[d]*scaleNew
+			w.acc[d] = w.acc[d]*scaleOld + part[d]*scaleNew
 		}
 		sf = sf*scaleOld + sc*scaleNew
 		mf = mNew

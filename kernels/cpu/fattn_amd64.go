@@ -33,3 +33,9 @@ func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) flo
 
 //go:noescape
 func expfs(x *float32, n int)
+
+//go:noescape
+func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
+
+//go:noescape
+func faRotate(h *float32, n int, x, out *float32)

@@ -199,6 +199,165 @@ maddone:
 	VZEROUPPER
 	RET
 
+// func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
+//
+// faMadF16 for Q8_0 value rows and an F32 accumulator (VKQ32): for each
+// of n keys (V rows vstride bytes apart, blocks of 32 int8s after an F16
+// scale) with coefficients (ms, vs) at coef: if ms != 1, acc *= ms
+// (ggml_vec_scale_f32); then acc = fma(float32(q)*d, vs, acc)
+// (dequantize_row_q8_0, then ggml_vec_mad_f32). The accumulator of a
+// column group stays in registers across the keys. hd is a multiple of
+// 32: groups of two blocks, then of one.
+TEXT ·faMadQ8(SB), NOSPLIT, $0-48
+	MOVQ  acc+0(FP), DI
+	MOVQ  v+8(FP), SI
+	MOVQ  vstride+16(FP), R8
+	MOVQ  coef+24(FP), DX
+	MOVQ  n+32(FP), R11
+	MOVQ  hd+40(FP), R9
+	MOVL  $0x3f800000, AX
+	VMOVD AX, X15
+
+q8mad2:
+	CMPQ    R9, $64
+	JLT     q8mad1
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	MOVQ    SI, AX
+	MOVQ    DX, BX
+	MOVQ    R11, CX
+
+q8mad2key:
+	VMOVSS   (BX), X4
+	VUCOMISS X15, X4
+	JNE      q8mad2scale
+
+q8mad2mad:
+	VBROADCASTSS 4(BX), Z5
+	VPBROADCASTW (AX), Y12
+	VCVTPH2PS    Y12, Z12
+	VPMOVSXBD    2(AX), Z6
+	VCVTDQ2PS    Z6, Z6
+	VMULPS       Z12, Z6, Z6
+	VPMOVSXBD    18(AX), Z7
+	VCVTDQ2PS    Z7, Z7
+	VMULPS       Z12, Z7, Z7
+	VPBROADCASTW 34(AX), Y12
+	VCVTPH2PS    Y12, Z12
+	VPMOVSXBD    36(AX), Z8
+	VCVTDQ2PS    Z8, Z8
+	VMULPS       Z12, Z8, Z8
+	VPMOVSXBD    52(AX), Z9
+	VCVTDQ2PS    Z9, Z9
+	VMULPS       Z12, Z9, Z9
+	VFMADD231PS  Z5, Z6, Z0
+	VFMADD231PS  Z5, Z7, Z1
+	VFMADD231PS  Z5, Z8, Z2
+	VFMADD231PS  Z5, Z9, Z3
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX
+	JNZ          q8mad2key
+
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	ADDQ    $256, DI
+	ADDQ    $68, SI
+	SUBQ    $64, R9
+	JMP     q8mad2
+
+q8mad2scale:
+	VBROADCASTSS X4, Z4
+	VMULPS       Z4, Z0, Z0
+	VMULPS       Z4, Z1, Z1
+	VMULPS       Z4, Z2, Z2
+	VMULPS       Z4, Z3, Z3
+	JMP          q8mad2mad
+
+q8mad1:
+	CMPQ    R9, $32
+	JLT     q8maddone
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	MOVQ    SI, AX
+	MOVQ    DX, BX
+	MOVQ    R11, CX
+
+q8mad1key:
+	VMOVSS   (BX), X4
+	VUCOMISS X15, X4
+	JNE      q8mad1scale
+
+q8mad1mad:
+	VBROADCASTSS 4(BX), Z5
+	VPBROADCASTW (AX), Y12
+	VCVTPH2PS    Y12, Z12
+	VPMOVSXBD    2(AX), Z6
+	VCVTDQ2PS    Z6, Z6
+	VMULPS       Z12, Z6, Z6
+	VPMOVSXBD    18(AX), Z7
+	VCVTDQ2PS    Z7, Z7
+	VMULPS       Z12, Z7, Z7
+	VFMADD231PS  Z5, Z6, Z0
+	VFMADD231PS  Z5, Z7, Z1
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX
+	JNZ          q8mad1key
+
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	ADDQ    $128, DI
+	ADDQ    $34, SI
+	SUBQ    $32, R9
+	JMP     q8mad1
+
+q8mad1scale:
+	VBROADCASTSS X4, Z4
+	VMULPS       Z4, Z0, Z0
+	VMULPS       Z4, Z1, Z1
+	JMP          q8mad1mad
+
+q8maddone:
+	VZEROUPPER
+	RET
+
+// func faRotate(h *float32, n int, x, out *float32)
+//
+// out = h·x for an n×n matrix h (rows n floats apart) and n values x, n
+// a multiple of 16, as rotate computes it: per output one 16-lane FMA
+// chain over the row, then _mm512_reduce_add_ps (REDUCE16).
+TEXT ·faRotate(SB), NOSPLIT, $0-32
+	MOVQ h+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ x+16(FP), DX
+	MOVQ out+24(FP), DI
+	MOVQ CX, R8
+
+rotrow:
+	VPXORD Z0, Z0, Z0
+	MOVQ   DX, AX
+	MOVQ   CX, R9
+
+rotcol:
+	VMOVUPS     (SI), Z2
+	VFMADD231PS (AX), Z2, Z0
+	ADDQ        $64, SI
+	ADDQ        $64, AX
+	SUBQ        $16, R9
+	JNZ         rotcol
+	REDUCE16
+	VMOVSS      X0, (DI)
+	ADDQ        $4, DI
+	DECQ        R8
+	JNZ         rotrow
+	VZEROUPPER
+	RET
+
 // func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
 //
 // Converts n rows of hd halves (sstride bytes apart) to float32 rows

@@ -18,3 +18,5 @@ func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float3
 func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64 {
 	panic("no SIMD")
 }
+func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int) { panic("no SIMD") }
+func faRotate(h *float32, n int, x, out *float32)                          { panic("no SIMD") }

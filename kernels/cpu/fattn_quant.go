@@ -81,11 +81,17 @@ func hadamard(n int) []float32 {
 // rotate replaces each run of n values of x by the matrix h (n×n) times
 // it, as llama.cpp's ggml_mul_mat(h, x) computes it in F32 on an AVX-512
 // CPU (llamafile's tinyBLAS): per output, 16 lanes of FMAs over the run in
-// order, then _mm512_reduce_add_ps. tmp holds n values.
+// order, then _mm512_reduce_add_ps (faRotate where the CPU has AVX-512).
+// tmp holds n values.
 func rotate(h []float32, n int, x, tmp []float32) {
+	_ = h[n*n-1]
 	for o := 0; o+n <= len(x); o += n {
 		run := x[o : o+n]
 		copy(tmp[:n], run)
+		if faUseSIMD && n%16 == 0 {
+			faRotate(&h[0], n, &tmp[0], &run[0])
+			continue
+		}
 		for i := range n {
 			row := h[i*n : (i+1)*n]
 			var acc [16]float32
@@ -101,17 +107,19 @@ func rotate(h []float32, n int, x, tmp []float32) {
 
 // faQuantWork is one worker's scratch on the quantized-cache path.
 type faQuantWork struct {
-	hd    int
-	kt    kernels.KVTypes
-	qr    []float32 // the query, rotated
-	tmp   []float32 // a run being rotated
-	view  quantView // the keys and values being attended
-	sc    [kernels.KVPageTokens]float32
-	qq    []byte    // the query in K's vec_dot_type
-	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
-	acc   []float32 // VKQ32
-	acc16 []uint16  // VKQ16 (an F16 V)
-	v32   []float32 // one value row in F32
+	hd     int
+	kt     kernels.KVTypes
+	qr     []float32 // the query, rotated
+	tmp    []float32 // a run being rotated
+	view   quantView // the keys and values being attended
+	sc     [kernels.KVPageTokens]float32
+	coef   [2 * kernels.KVPageTokens]float32 // a page's (ms, vs) pairs
+	newMax [kernels.KVPageTokens]bool
+	qq     []byte    // the query in K's vec_dot_type
+	q16    []uint16  // the query in F16 (an F16 K): qq's bytes
+	acc    []float32 // VKQ32
+	acc16  []uint16  // VKQ16 (an F16 V)
+	v32    []float32 // one value row in F32
 }
 
 var faQuantPool sync.Pool
@@ -147,13 +155,18 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	}
 	kvDim, group := nHeadKV*hd, nHead/nHeadKV
 	lay := kernels.KVLayout{Slots: nLayer, Width: kvDim, Types: kt}
+	views := make([]quantView, nHeadKV)
+	for kvh := range views {
+		views[kvh] = newQuantView(kv, r, lay, layer, kvh, hd)
+	}
 	return a.Pool.For(r.rows()*nHead, 1, func(_, lo, hi int) {
 		w := getFaQuantWork(hd, kt)
 		defer faQuantPool.Put(w)
 		for item := lo; item < hi; item++ {
 			i, h := item/nHead, item%nHead
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
-			w.view = quantView{kv: kv, r: r, lay: lay, slot: slot, layer: layer, kvh: h / group, hd: hd}
+			w.view = views[h/group]
+			w.view.slot = slot
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			if c.hk != nil {
 				copy(w.qr, qh)
@@ -169,33 +182,44 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	})
 }
 
-// quantView locates one slot's cached rows of one KV head in one layer.
+// quantView locates one slot's cached rows of one KV head in one layer,
+// with kernels.KVLayout's offsets worked out once (they are per page
+// otherwise, twice a page of every query head).
 type quantView struct {
-	kv                   []byte
-	r                    request
-	lay                  kernels.KVLayout
-	slot, layer, kvh, hd int
+	kv           []byte
+	r            request
+	slot         int
+	pageBytes    int    // a page's bytes
+	base         [2]int // K's (0) and V's (1) rows of the layer and head, from a page's start
+	stride, head [2]int // one row's bytes, and the head's bytes in it
+}
+
+// newQuantView is the view of KV head kvh of layer in a cache laid out
+// as lay, for heads of hd elements; its slot is set per query.
+func newQuantView(kv []byte, r request, lay kernels.KVLayout, layer, kvh, hd int) quantView {
+	v := quantView{kv: kv, r: r, pageBytes: lay.PageBytes()}
+	for which, typ := range [2]ggml.Type{lay.Types.K, lay.Types.V} {
+		v.head[which] = kernels.KVRowBytes(typ, hd)
+		v.stride[which] = kernels.KVRowBytes(typ, lay.Width)
+		v.base[which] = lay.Offset(0, layer, which, 0) + kvh*v.head[which]
+	}
+	return v
 }
 
 // run returns the bytes from the head's K (which = 0) or V (1) row at
 // position t on, through the row of position t+n-1 (all in t's page), and
 // the stride from one row to the next.
 func (v *quantView) run(which, t, n int) ([]byte, int) {
-	typ := v.lay.Types.K
-	if which == 1 {
-		typ = v.lay.Types.V
-	}
-	head := kernels.KVRowBytes(typ, v.hd)
-	stride := kernels.KVRowBytes(typ, v.lay.Width)
-	off := v.lay.Offset(v.r.page(v.slot, t), v.layer, which, t%kernels.KVPageTokens) + v.kvh*head
-	return v.kv[off : off+(n-1)*stride+head], stride
+	off := v.r.page(v.slot, t)*v.pageBytes + v.base[which] + t%kernels.KVPageTokens*v.stride[which]
+	return v.kv[off : off+(n-1)*v.stride[which]+v.head[which]], v.stride[which]
 }
 
 // attend is one_chunk for one query head q over keys [lo, hi) of w.view,
 // written to out. The scores of a page's keys are taken together (one
 // multi-row dot product; q8_0 × q8_0 is symmetric, so the query may stand
-// as the "weight" row), then the softmax and the value updates run key by
-// key in ggml's order.
+// as the "weight" row), then their softmax coefficients (onlineCoefs, in
+// ggml's key order), then the value updates of the page in one kernel
+// call (madQ8Rows, or faMadF16 for an F16 V).
 func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	hd, kt, v := w.hd, w.kt, &w.view
 	if kt.K == ggml.Q8_0 {
@@ -206,6 +230,7 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 		toF16(w.q16, q)
 	}
 	f32V := kt.V != ggml.F16
+	simd := faUseSIMD && hd%16 == 0
 	clear(w.acc)
 	clear(w.acc16)
 	m, s := float32(math.Inf(-1)), float32(0)
@@ -220,33 +245,18 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 				sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
 			}
 		}
+		coef := w.coef[:2*n]
+		m, s = onlineCoefs(sc, coef, w.newMax[:n], m, s, o, simd)
 		vb, vs0 := v.run(1, t, n)
-		for j, dot := range sc {
-			score := o.score(dot)
-			ms, vs := float32(1), float32(1)
-			if score > m {
-				ms = expf(m - score)
-				m = score
-				if f32V {
-					scaleF32(w.acc, ms)
-				} else {
-					for d, x := range w.acc16 {
-						w.acc16[d] = quant.F32ToF16(quant.F16ToF32(x) * ms)
-					}
-				}
-			} else {
-				vs = expf(score - m)
-			}
-			row := vb[j*vs0:]
-			if f32V {
-				dequantQ8Row(row, w.v32)
-				madF32(w.acc, w.v32, vs)
-			} else {
-				for d, x := range u16s(row)[:hd] {
-					w.acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(x), vs, quant.F16ToF32(w.acc16[d])))
-				}
-			}
-			s = fma32(s, ms, vs) // S = S*ms + vs, contracted as on the F16 path
+		switch {
+		case f32V && simd:
+			faMadQ8(&w.acc[0], &vb[0], vs0, &coef[0], n, hd)
+		case f32V:
+			madQ8Rows(w.acc, vb, vs0, coef, w.v32)
+		case simd:
+			faMadF16(&w.acc16[0], (*uint16)(unsafe.Pointer(&vb[0])), vs0, &coef[0], n, hd)
+		default:
+			madF16Rows(w.acc16, vb, vs0, coef)
 		}
 		t += n
 	}
@@ -262,6 +272,84 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	}
 	for d := range out {
 		out[d] = w.acc[d] * sInv
+	}
+}
+
+// onlineCoefs is one_chunk's online softmax over the raw dot products sc
+// of a run of keys, from the running maximum m and sum s: it writes each
+// key's (ms, vs) to coef (ms rescales the accumulator before the key's
+// value joins it times vs) and returns the new m and s. The running
+// maximum is sequential but the exponentials are not: the first pass
+// leaves each key's argument in sc (clobbering it), the exponentials are
+// taken together (expfs, libm's expf in AVX-512 lanes, when simd), and
+// the second pass forms (ms, vs) and S in ggml's order. newMax is
+// scratch of len(sc).
+func onlineCoefs(sc, coef []float32, newMax []bool, m, s float32, o *faOpts, simd bool) (float32, float32) {
+	n := len(sc)
+	for j, x := range sc {
+		x = o.score(x)
+		if newMax[j] = x > m; newMax[j] {
+			sc[j], m = m-x, x
+		} else {
+			sc[j] = x - m
+		}
+	}
+	n8 := 0
+	if simd {
+		n8 = n &^ 7
+	}
+	if n8 > 0 {
+		expfs(&sc[0], n8)
+	}
+	for j := n8; j < n; j++ {
+		sc[j] = expf(sc[j])
+	}
+	for j, e := range sc {
+		ms, vs := float32(1), e
+		if newMax[j] {
+			ms, vs = e, 1
+		}
+		coef[2*j], coef[2*j+1] = ms, vs
+		s = fma32(s, ms, vs)
+	}
+	return m, s
+}
+
+// madQ8Rows is faMadQ8 in Go (the fallback and the tests' oracle): for
+// each key j of the run of Q8_0 value rows at vb (stride bytes apart),
+// acc *= ms when ms != 1 (ggml_vec_scale_f32), then the row dequantized
+// (dequantize_row_q8_0) joins acc times vs (ggml_vec_mad_f32). v32 is
+// scratch of len(acc).
+func madQ8Rows(acc []float32, vb []byte, stride int, coef, v32 []float32) {
+	for j := 0; 2*j < len(coef); j++ {
+		ms, vs := coef[2*j], coef[2*j+1]
+		if ms != 1 {
+			for d := range acc {
+				acc[d] *= ms
+			}
+		}
+		dequantQ8Row(vb[j*stride:], v32)
+		for d, x := range v32 {
+			acc[d] = fma32(x, vs, acc[d])
+		}
+	}
+}
+
+// madF16Rows is faMadF16 in Go over a run of F16 value rows at vb (stride
+// bytes apart): the F16 accumulator (VKQ16) rescaled by ms when ms != 1,
+// then each value times vs added with one FMA, rounded to F16 at every
+// step (ggml_vec_scale_f16, ggml_vec_mad_f16).
+func madF16Rows(acc16 []uint16, vb []byte, stride int, coef []float32) {
+	for j := 0; 2*j < len(coef); j++ {
+		ms, vs := coef[2*j], coef[2*j+1]
+		if ms != 1 {
+			for d, x := range acc16 {
+				acc16[d] = quant.F32ToF16(quant.F16ToF32(x) * ms)
+			}
+		}
+		for d, x := range u16s(vb[j*stride:])[:len(acc16)] {
+			acc16[d] = quant.F32ToF16(fma32(quant.F16ToF32(x), vs, quant.F16ToF32(acc16[d])))
+		}
 	}
 }
 

@@ -30,11 +30,12 @@ type quantFixture struct {
 	kv, io   []byte
 	maxPages int
 	pool     *Pool
+	flags    uint32 // the rows' flags (kernels.RowPrompt, …)
 }
 
 const quantLayers, quantLayer = 3, 1
 
-func newQuantFixture(t *testing.T, c quantCase, rng *rand.Rand) *quantFixture {
+func newQuantFixture(t testing.TB, c quantCase, rng *rand.Rand) *quantFixture {
 	t.Helper()
 	kvDim := c.nHeadKV * c.hd
 	f := &quantFixture{c: c, maxPages: c.n/kernels.KVPageTokens + 1, pool: NewPool(2)}
@@ -67,14 +68,14 @@ func newQuantFixture(t *testing.T, c quantCase, rng *rand.Rand) *quantFixture {
 
 // attend runs flash attention for queries q (rows of nHead×hd) at
 // positions pos, all in one dispatch, and returns the output.
-func (f *quantFixture) attend(t *testing.T, q []float32, pos []int, sinks []float32) []float32 {
+func (f *quantFixture) attend(t testing.TB, q []float32, pos []int, sinks []float32) []float32 {
 	t.Helper()
 	c := f.c
 	io := append([]uint32(nil), u32s(f.io)...)
 	io[kernels.IOWordRows] = uint32(len(pos))
 	for i, p := range pos {
 		base := kernels.IOWordRowBase + i*kernels.IORowWords
-		io[base+kernels.IORowPos], io[base+kernels.IORowSlot], io[base+kernels.IORowFlags] = uint32(p), 0, 0
+		io[base+kernels.IORowPos], io[base+kernels.IORowSlot], io[base+kernels.IORowFlags] = uint32(p), 0, f.flags
 	}
 	y := make([]float32, len(q))
 	scale := float32(1 / math.Sqrt(float64(c.hd)))
@@ -253,6 +254,7 @@ func TestFlashAttnQuant(t *testing.T) {
 		{kt: q8, hd: 64, nHead: 4, nHeadKV: 2, n: 50},
 		{kt: q8, hd: 128, nHead: 8, nHeadKV: 2, n: 300},
 		{kt: q8, hd: 32, nHead: 2, nHeadKV: 2, n: 20},
+		{kt: q8, hd: 96, nHead: 3, nHeadKV: 1, n: 45},
 		{kt: kernels.KVTypes{K: ggml.Q8_0, V: ggml.F16}, hd: 64, nHead: 4, nHeadKV: 4, n: 40},
 		{kt: kernels.KVTypes{K: ggml.F16, V: ggml.Q8_0}, hd: 64, nHead: 4, nHeadKV: 1, n: 40},
 		{kt: q8, hd: 64, nHead: 4, nHeadKV: 2, n: 90, window: 17, softcap: 30, sinks: true},
@@ -291,6 +293,17 @@ func TestFlashAttnQuant(t *testing.T) {
 						if got := float64(y[o+d]); math.Abs(got-w) > tol*(1+math.Abs(w)) {
 							t.Fatalf("row at %d, head %d, dim %d: %v, want %v", p, h, d, got, w)
 						}
+					}
+				}
+			}
+			// The AVX-512 kernels give the Go code's bits.
+			if faSIMDOK {
+				faUseSIMD = false
+				slow := f.attend(t, q, pos, sinks)
+				faUseSIMD = true
+				for d, v := range slow {
+					if math.Float32bits(v) != math.Float32bits(y[d]) {
+						t.Fatalf("y[%d] = %v (SIMD), want %v (Go)", d, y[d], v)
 					}
 				}
 			}
@@ -340,5 +353,85 @@ func TestHadamard(t *testing.T) {
 				t.Fatalf("n %d: x[%d] = %v rotated twice is %v", n, i, x[i], y[i])
 			}
 		}
+	}
+}
+
+// BenchmarkFlashAttnPrompt times flash attention for a prompt's last
+// rows (the 110M shape's heads) over an F16 and a Q8_0 cache: the
+// quantized cache runs one_chunk per row where F16 runs the tiled path.
+func BenchmarkFlashAttnPrompt(b *testing.B) {
+	for _, kt := range []kernels.KVTypes{kernels.F16KV, {K: ggml.Q8_0, V: ggml.Q8_0}} {
+		b.Run(kt.String(), func(b *testing.B) {
+			const n, rows = 1024, 64
+			c := quantCase{kt: kt, hd: 64, nHead: 12, nHeadKV: 12, n: n}
+			rng := rand.New(rand.NewSource(1))
+			f := newQuantFixture(b, c, rng)
+			pos := make([]int, rows)
+			for i := range pos {
+				pos[i] = n - rows + i
+			}
+			q := make([]float32, rows*c.nHead*c.hd)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			f.flags = kernels.RowPrompt | kernels.RowLongPrompt
+			b.ResetTimer()
+			for range b.N {
+				f.attend(b, q, pos, nil)
+			}
+		})
+	}
+}
+
+// TestRotateSIMD holds faRotate to rotate's Go arithmetic bit for bit,
+// over random matrices (the Walsh-Hadamard ones have too few distinct
+// entries to show a slip in the lanes' order).
+func TestRotateSIMD(t *testing.T) {
+	if !faSIMDOK {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewSource(3))
+	for _, n := range []int{16, 64, 128} {
+		h := make([]float32, n*n)
+		for i := range h {
+			h[i] = float32(rng.NormFloat64())
+		}
+		x := make([]float32, 3*n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * 10)
+		}
+		tmp := make([]float32, n)
+		want, got := append([]float32(nil), x...), append([]float32(nil), x...)
+		faUseSIMD = false
+		rotate(h, n, want, tmp)
+		faUseSIMD = true
+		rotate(h, n, got, tmp)
+		for i := range want {
+			if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+				t.Fatalf("n %d: x[%d] = %v (SIMD), want %v (Go)", n, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// BenchmarkFlashAttnDecode times one decode row's attention (the 110M
+// shape's heads) over 8192 cached positions: the split-KV path for F16,
+// one_chunk for Q8_0.
+func BenchmarkFlashAttnDecode(b *testing.B) {
+	for _, kt := range []kernels.KVTypes{kernels.F16KV, {K: ggml.Q8_0, V: ggml.Q8_0}} {
+		b.Run(kt.String(), func(b *testing.B) {
+			const n = 8192
+			c := quantCase{kt: kt, hd: 64, nHead: 12, nHeadKV: 12, n: n}
+			rng := rand.New(rand.NewSource(1))
+			f := newQuantFixture(b, c, rng)
+			q := make([]float32, c.nHead*c.hd)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			b.ResetTimer()
+			for range b.N {
+				f.attend(b, q, []int{n - 1}, nil)
+			}
+		})
 	}
 }

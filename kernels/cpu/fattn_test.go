@@ -25,6 +25,11 @@ type faCase struct {
 // runFA runs flash_attn on random data for c, with the SIMD kernels on or
 // off, and returns the output.
 func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
+	return runFAThreads(t, c, simd, seed, 2)
+}
+
+// runFAThreads is runFA on a pool of threads workers.
+func runFAThreads(t *testing.T, c faCase, simd bool, seed int64, threads int) []float32 {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	const nLayer, layer = 2, 1
@@ -78,7 +83,7 @@ func runFA(t *testing.T, c faCase, simd bool, seed int64) []float32 {
 	prev := faUseSIMD
 	faUseSIMD = simd
 	defer func() { faUseSIMD = prev }()
-	pool := NewPool(2)
+	pool := NewPool(threads)
 	defer pool.Close()
 	a := &Args{
 		Bufs: [][]byte{f32bytes(q), kv, u32bytes(io), f32bytes(y)},
@@ -159,5 +164,39 @@ func TestFlashAttnSIMD(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFlashAttnThreads holds flash attention's bits to be those of one
+// thread on any number of threads: decode rows over long caches, whose
+// split-KV chunks run as separate work items and are merged afterwards,
+// alone and beside other slots' rows and prompts, with the SIMD kernels
+// and without.
+func TestFlashAttnThreads(t *testing.T) {
+	cases := []faCase{
+		{hd: 64, nHead: 4, nHeadKV: 2, rows: 1, start: []int{5000}},
+		{hd: 64, nHead: 2, nHeadKV: 1, rows: 3, start: []int{600, 2000, 40}},          // split, split, one_chunk
+		{hd: 128, nHead: 4, nHeadKV: 4, rows: 2, start: []int{1500, 511}},             // split over 1536 and 512
+		{hd: 64, nHead: 4, nHeadKV: 2, rows: 2, start: []int{3000, 900}, window: 700}, // a window inside the first chunk
+		{hd: 64, nHead: 4, nHeadKV: 2, rows: 1, start: []int{1000}, sinks: true, softcap: 20},
+		{hd: 48, nHead: 3, nHeadKV: 1, rows: 1, start: []int{777}},
+	}
+	for i, c := range cases {
+		for _, simd := range []bool{false, true} {
+			if simd && !faSIMDOK {
+				continue
+			}
+			t.Run(fmt.Sprintf("%d_simd%v", i, simd), func(t *testing.T) {
+				want := runFAThreads(t, c, simd, int64(i), 1)
+				for _, threads := range []int{2, 3, 8} {
+					got := runFAThreads(t, c, simd, int64(i), threads)
+					for j := range want {
+						if math.Float32bits(want[j]) != math.Float32bits(got[j]) {
+							t.Fatalf("%d threads: y[%d] = %v, one thread %v", threads, j, got[j], want[j])
+						}
+					}
+				}
+			})
+		}
 	}
 }

@@ -29,6 +29,9 @@ type Args struct {
 	Pool *Pool
 	// Work is scratch memory the executor owns, reused across dispatches.
 	Work *[]byte
+	// Comm is the tensor-parallel set the tier is a rank of; nil outside
+	// one, where a collective kernel fails.
+	Comm Comm
 }
 
 // Func is a kernel implementation.
@@ -92,6 +95,8 @@ var families = map[string]func(binding) (Func, error){
 	"swiglu_oai":      plain(swigluOAI),
 	"lm_head":         typed(lmHead),
 	"argmax":          plain(argmax),
+	"all_reduce_sum":  plain(allReduceSum),
+	"all_gather":      plain(allGather),
 
 	"rms_norm_qkv":           typed(rmsNormQKV),
 	"rms_norm_gate_up":       typed(rmsNormGateUp),

@@ -516,15 +516,7 @@ func rope(a *Args) error {
 	x, r := f32s(a.Bufs[0]), req(a.Bufs[1])
 	nHead, hd := int(a.Push[0]), int(a.Push[1])
 	rp := ropeParams(a.Spec[0:4])
-	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
-		cs := make([]float32, rp.nRot)
-		for i := lo; i < hi; i++ {
-			rp.table(cs, int(r.row(i, kernels.IORowPos)))
-			for h := 0; h < nHead; h++ {
-				rp.rotate(x[(i*nHead+h)*hd:(i*nHead+h+1)*hd], cs)
-			}
-		}
-	})
+	return rp.rows(a, x, r, nHead, hd)
 }
 
 // ropeExt is rope with per-pair frequency factors (when freq is bound),
@@ -543,6 +535,12 @@ func ropeExt(a *Args) error {
 	if freq != nil {
 		rp.freq = f32s(freq)[:rp.nRot/2]
 	}
+	return rp.rows(a, x, r, nHead, hd)
+}
+
+// rows rotates every head of every row of x in place, at the row's
+// position, each worker building its own cos/sin table.
+func (rp ropeSpec) rows(a *Args, x []float32, r request, nHead, hd int) error {
 	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
 		cs := make([]float32, rp.nRot)
 		for i := lo; i < hi; i++ {

@@ -14,13 +14,7 @@ func TestVecF32SIMDMatchesGo(t *testing.T) {
 	}
 	defer func(v bool) { vecUseSIMD = v }(vecUseSIMD)
 	rng := rand.New(rand.NewSource(5))
-	vec := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	for _, n := range []int{1, 15, 16, 17, 63, 64, 65, 128, 200, 256} {
 		x, y, v := vec(n), vec(n), float32(rng.NormFloat64())
 		var dot [2]float32
@@ -74,4 +68,13 @@ func TestWriteTile(t *testing.T) {
 			}
 		}
 	}
+}
+
+// normals returns n standard normal values from rng.
+func normals(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
 }

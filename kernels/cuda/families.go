@@ -103,6 +103,24 @@ var instanceTypes = []ggml.Type{
 	ggml.IQ4_XS, ggml.MXFP4,
 }
 
+// kvLayouts are the KV cache layouts, besides F16's, for which every
+// KV-typed family (kv_write, the attention families, the fused rope
+// writes) is instantiated: Q8_0 K and V (llama.cpp's -ctk q8_0 -ctv
+// q8_0), unrotated (heads that are no multiple of 64) and with each
+// rotation kernels.KVRotation gives the heads T-CUDA attends over (64,
+// 128, 256 wide). A cache of Q8_0 K over F16 V, or the reverse, has no
+// instance: zrtc refuses it for a cuda target.
+var kvLayouts = []kernels.KVTypes{
+	{K: ggml.Q8_0, V: ggml.Q8_0},
+	{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 64, RotV: 64},
+	{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 128, RotV: 64},
+	{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 256, RotV: 64},
+}
+
+// KVLayouts returns the KV cache layouts other than F16's that T-CUDA
+// instantiates every KV-typed family for.
+func KVLayouts() []kernels.KVTypes { return append([]kernels.KVTypes(nil), kvLayouts...) }
+
 // lookupFamily returns the family table's row for a catalog family.
 func lookupFamily(name string) (Family, bool) {
 	for _, f := range families {
@@ -130,7 +148,10 @@ type Instance struct {
 	Family Family
 	ABI    *kernels.ABI
 	Type   ggml.Type // the weight type; meaningful only where ABI.Typed
-	Name   string    // the catalog instance name: matmul.q4_k
+	// KV is the cache layout a KV-typed family's instance addresses
+	// (kernels.F16KV for every other instance).
+	KV   kernels.KVTypes
+	Name string // the catalog instance name: matmul.q4_k, flash_attn.kv-q8_0-q8_0-rk128-rv64
 }
 
 // Entry is the instance's PTX entry point and the base name of its .cu
@@ -138,7 +159,8 @@ type Instance struct {
 func (i Instance) Entry() string { return Entry(i.Name) }
 
 // Instances lists every instance T-CUDA compiles, by family number and
-// then weight type id. It fails where a family of the table is not in the
+// then weight type id (a KV-typed family: F16's instance, then
+// kvLayouts' in order). It fails where a family of the table is not in the
 // catalog, so that nothing is generated for a kernel zrtc cannot lower to.
 func Instances() ([]Instance, error) {
 	var out []Instance
@@ -148,11 +170,16 @@ func Instances() ([]Instance, error) {
 			return nil, fmt.Errorf("cuda: family %s (%d) is not in the kernel catalog", f.Name, f.ID)
 		}
 		if !abi.Typed {
-			out = append(out, Instance{Family: f, ABI: abi, Name: kernels.InstanceName(abi, 0)})
+			out = append(out, Instance{Family: f, ABI: abi, KV: kernels.F16KV, Name: kernels.InstanceName(abi, 0)})
+			if abi.KVTyped {
+				for _, kv := range kvLayouts {
+					out = append(out, Instance{Family: f, ABI: abi, KV: kv, Name: kernels.KVInstanceName(abi, kv)})
+				}
+			}
 			continue
 		}
 		for _, t := range instanceTypes {
-			out = append(out, Instance{Family: f, ABI: abi, Type: t, Name: kernels.InstanceName(abi, t)})
+			out = append(out, Instance{Family: f, ABI: abi, Type: t, KV: kernels.F16KV, Name: kernels.InstanceName(abi, t)})
 		}
 	}
 	return out, nil

@@ -58,7 +58,8 @@ func TestFamiliesCoverTargets(t *testing.T) {
 }
 
 // TestInstances checks that every typed family is instantiated for every
-// T-CUDA weight type and every plain family once, that each instance's
+// T-CUDA weight type, every KV-typed family for F16 and every layout of
+// KVLayouts, and every plain family once, that each instance's
 // source is in this directory, and that Shape knows its launch.
 func TestInstances(t *testing.T) {
 	insts, err := Instances()
@@ -75,6 +76,12 @@ func TestInstances(t *testing.T) {
 		if err != nil || abi != in.ABI || (abi.Typed && typ != in.Type) {
 			t.Errorf("instance %s does not split back into its family and type: %v", in.Name, err)
 		}
+		if kv, err := kernels.InstanceKV(in.Name); err != nil || kv != in.KV {
+			t.Errorf("instance %s addresses a %v cache, its row says %v (%v)", in.Name, kv, in.KV, err)
+		}
+		if e := in.Entry(); !regexp.MustCompile(`^[a-z][a-z0-9_]*$`).MatchString(e) {
+			t.Errorf("instance %s: entry %q is no C identifier", in.Name, e)
+		}
 		// Values large enough for every family's shape arithmetic.
 		vals := make([]uint32, 16)
 		for i := range vals {
@@ -87,8 +94,11 @@ func TestInstances(t *testing.T) {
 	for _, f := range Families() {
 		abi, _ := kernels.Lookup(f.Name)
 		want := 1
-		if abi.Typed {
+		switch {
+		case abi.Typed:
 			want = len(InstanceTypes())
+		case abi.KVTyped:
+			want = 1 + len(KVLayouts())
 		}
 		if per[f.Name] != want {
 			t.Errorf("family %s: %d instances, want %d", f.Name, per[f.Name], want)

@@ -176,7 +176,9 @@ func moeDownAcc(d Dispatch) (Launch, error) {
 // attention: spec n_layer, n_head, n_head_kv, head_dim, …: a block per
 // (head group, row) of faWarps warps; flash_attn takes its lean entry for
 // launches of many one-head blocks and its tensor-core entry in prefill
-// (with Launch.Rest for the rows that are no prompt's).
+// (with Launch.Rest for the rows that are no prompt's). The instances of
+// a quantized cache (Dispatch.Type kv-…) have no lean entry, and their
+// decode kernel's shared memory is faqShared.
 func attention(d Dispatch) (Launch, error) {
 	l := d.base()
 	spec := d.Spec
@@ -188,9 +190,17 @@ func attention(d Dispatch) (Launch, error) {
 	}
 	g := faGroup(spec[1], spec[2], spec[3])
 	l.Grid = [3]uint32{spec[1] / g, d.Rows, 1}
-	w := faWarps(l.Grid[0]*d.Rows, g, spec[3])
-	l.Block[0], l.Shared = 32*w, faShared(g, w, spec[3])
-	if d.Family == "flash_attn" && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
+	quant := d.Type != "" // a quantized cache's instance (flash_attn.kv-q8_0-q8_0…): faq.cuh's kernels
+	shared := faShared
+	if quant {
+		if spec[3]%32 != 0 || spec[3] > faMaxHead {
+			return l, fmt.Errorf("cuda: %s: heads of %d: a Q8_0 cache's attention takes whole blocks of 32, at most %d", d.Family, spec[3], faMaxHead)
+		}
+		shared = faqShared
+	}
+	w := faWarps(l.Grid[0]*d.Rows, g, spec[3], shared)
+	l.Block[0], l.Shared = 32*w, shared(g, w, spec[3])
+	if d.Family == "flash_attn" && !quant && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
 		l.Entry = EntryLean
 	}
 	if hd := spec[3]; d.Family == "flash_attn" && d.Prefill && d.Rows >= fatRows && (hd == 64 || hd == 128) {

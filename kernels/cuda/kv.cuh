@@ -8,3 +8,98 @@ __device__ __forceinline__ __half* kv_at(u8* kv, u32 page, u32 layer, u32 n_laye
     size_t page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * kv_dim * 2;
     return (__half*)(kv + page * page_bytes + ((size_t)(layer * 2 + which) * KV_PAGE_TOKENS + tok) * kv_dim * 2);
 }
+
+// A quantized cache's instances (kernels/cuda/gen, from families.go's
+// kvLayouts) define KV_K and KV_V, the K and V rows' element types by
+// ggml id (T_Q8_0), and KV_RK and KV_RV, the runs of llama.cpp's
+// Walsh-Hadamard rotation of K and of V (0: not rotated; see
+// kernels.KVTypes). An F16 cache's instances define none of them and
+// compile only the code above.
+#if defined(KV_K)
+#define KV_QUANT 1
+#if KV_K != T_Q8_0 || KV_V != T_Q8_0
+#error "T-CUDA's quantized caches hold Q8_0 K and V rows"
+#endif
+#define Q8_BYTES 34 // a Q8_0 block: an F16 scale, 32 int8 quants
+
+// kvq_row_bytes is the bytes of a Q8_0 row of n values (kernels.KVRowBytes).
+__device__ __forceinline__ size_t kvq_row_bytes(u32 n) { return (size_t)(n / 32) * Q8_BYTES; }
+
+// kvq_page_bytes is a page's bytes (kernels.KVLayout.PageBytes): n_layer
+// regions of KV_PAGE_TOKENS K rows then as many V rows, padded to 64.
+__device__ __forceinline__ size_t kvq_page_bytes(u32 n_layer, u32 kv_dim) {
+    return ((size_t)n_layer * 2 * KV_PAGE_TOKENS * kvq_row_bytes(kv_dim) + 63) & ~(size_t)63;
+}
+
+// kvq_at is the address of the row of (page, layer, k|v, token)
+// (kernels.KVLayout.Offset).
+__device__ __forceinline__ u8* kvq_at(u8* kv, u32 page, u32 layer, u32 n_layer, u32 kv_dim, int which, int tok) {
+    return kv + (size_t)page * kvq_page_bytes(n_layer, kv_dim) +
+        ((size_t)(layer * 2 + which) * KV_PAGE_TOKENS + tok) * kvq_row_bytes(kv_dim);
+}
+
+// hadamard_scale is the magnitude of every entry of ggml_gen_hadamard's
+// orthonormal matrix of order n, 1/sqrtf(n) divided in double and
+// rounded, as T-CPU's hadamard makes it.
+__device__ __forceinline__ float hadamard_scale(int n) { return (float)(1.0 / (double)sqrtf((float)n)); }
+
+// hadamard_out is output i of that matrix (entry (i, j) is ±h by the
+// parity of i&j: Sylvester's construction) times the run x of n values,
+// summed as T-CPU's rotate sums it (llamafile's tinyBLAS on AVX-512): 16
+// lanes of FMAs over the run in order, then _mm512_reduce_add_ps's tree.
+// The same bits as T-CPU. x may be shared or global memory; every lane of
+// a warp reads the same x[k] at once.
+__device__ __forceinline__ float hadamard_out(const float* x, int i, int n, float h) {
+    float acc[16];
+#pragma unroll
+    for (int l = 0; l < 16; l++) acc[l] = 0.f;
+    for (int k = 0; k < n; k += 16) {
+#pragma unroll
+        for (int l = 0; l < 16; l++) {
+            float s = (__popc(i & (k + l)) & 1) ? -h : h;
+            acc[l] = fmaf(s, x[k + l], acc[l]);
+        }
+    }
+    float t3[8], t6[4];
+#pragma unroll
+    for (int l = 0; l < 8; l++) t3[l] = acc[l + 8] + acc[l];
+#pragma unroll
+    for (int l = 0; l < 4; l++) t6[l] = t3[l + 4] + t3[l];
+    return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
+// kvq_block: the warp quantizes one block of 32 values (lane j's v is
+// value j) into the Q8_0 block at dst, as T-CPU's quantQ8_0 (ggml's AVX2
+// quantize_row_q8_0): the scale amax/127 stored as F16, each quant
+// v·(127/amax) rounded half to even. The same bits as T-CPU.
+__device__ __forceinline__ void kvq_block(u8* dst, float v) {
+    int lane = threadIdx.x & 31;
+    float amax = warp_max(fabsf(v));
+    float id = amax != 0.f ? 127.f / amax : 0.f;
+    dst[2 + lane] = (u8)(signed char)__float2int_rn(v * id);
+    // One 16-bit store of the scale (a block starts on an even byte: rows
+    // and pages are whole blocks of 34 bytes from a 64-byte boundary). Two
+    // byte stores of the F16's halves lost the low byte on an H100
+    // (ptxas kept the F16 in a register's upper half and stored its low
+    // byte), so the cache's scales were coarser than T-CPU's.
+    if (lane == 0) *(unsigned short*)dst = __half_as_ushort(__float2half_rn(amax / 127.f));
+}
+
+// kvq_store: the warp stores the n values x (a multiple of 32 and of rot)
+// as Q8_0 blocks from dst on, each run of rot values rotated first (rot
+// 0: none), as T-CPU's storeKV. x is read by every lane (the caller has
+// made it visible to the warp: __syncwarp).
+__device__ __forceinline__ void kvq_store(u8* dst, const float* x, int n, int rot) {
+    int lane = threadIdx.x & 31, run = rot > 0 ? rot : 32;
+    float h = rot > 0 ? hadamard_scale(rot) : 0.f;
+    for (int r0 = 0; r0 < n; r0 += run)
+        for (int c = 0; c < run; c += 32) {
+            float v = rot > 0 ? hadamard_out(x + r0, c + lane, rot, h) : x[r0 + c + lane];
+            kvq_block(dst + (size_t)(r0 + c) / 32 * Q8_BYTES, v);
+        }
+}
+
+// kvq_run is the run of K (which 0) or V (1) rows a quantized cache
+// rotates: its rotation, else a block.
+__host__ __device__ constexpr int kvq_run(int which) { return which == 0 ? (KV_RK > 0 ? KV_RK : 32) : (KV_RV > 0 ? KV_RV : 32); }
+#endif

@@ -53,12 +53,13 @@ const (
 	EntryLean                     // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
 	EntryMasked                   // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
 	EntryRest                     // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
+	EntryRows                     // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
@@ -278,9 +279,23 @@ func SameStage(a, b string) bool {
 // 806 against 476 / 492, qwen3 0.6B 2 473 / 2 458 against 2 043 / 2 043.
 // At 2 rows this kernel stays (qwen3: 1 533 / 1 520 tok/s at 2 rows, a
 // 1.3 ms step where the tile's at 4 rows took 1.6 ms).
+//
+// Steps of mmvRows rows (MMV_MR in mmq.cuh) over matrices of k ≥ mmvRowsK
+// take the _rows entry, a block per output features for both rows, which
+// loads and unpacks each weight block once for them: on an H100, the llama
+// 7B shape's S_TG at 2 slots went 478 → 565 tok/s (zrt-run bench --tier
+// cuda --slots 1,2,3,4,5,8,16 -p 128 -n 64, same run), a 2-row step 1.64
+// → 1.39× a 1-row one, which is what a speculative verify step of one
+// draft token costs. The qwen3 0.6B shape's smaller matrices (k of 1 024
+// to 3 072) lost with it (1 589 → 1 422 at 2 slots): a block per row keeps
+// twice the blocks in flight, and their second reads of the weights come
+// from L2. Taking four rows a block lost to the 16-row tile at 4 to 8
+// slots (7B: 916 → 772 at 4).
 const (
 	mmvMaxRows   = 8
 	mmvMaxRowsTC = 2
+	mmvRows      = 2
+	mmvRowsK     = 4096
 )
 
 // integerMatrix is the launch of an integer-path matrix kernel (matmul,
@@ -304,6 +319,9 @@ func integerMatrix(family, typ string, k, n, r uint32, prefill bool) Launch {
 	_, tc := mmtTypes[typ]
 	if r <= mmvMaxRows && (prefill || !tc || k%256 != 0 || r <= mmvMaxRowsTC) {
 		grid, block := mmvShape(typ, k, n)
+		if r == mmvRows && k >= mmvRowsK {
+			return Launch{Grid: grid, Block: block, Shared: mmvRows * mmqStride(k), Entry: EntryRows}
+		}
 		grid[1] = r
 		return Launch{Grid: grid, Block: block, Shared: mmqStride(k)}
 	}
@@ -375,10 +393,15 @@ func faGroup(nHead, nHeadKV, headDim uint32) uint32 {
 // memory for g heads a block, w warps and heads of d.
 func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1)) }
 
+// faqShared is faq_smem in faq.cuh: faShared's for a quantized (Q8_0)
+// cache, whose query is kept rotated in F32 and quantized beside.
+func faqShared(g, w, d uint32) int { return int(4 * g * (d + d/4 + d/32 + 3*w + w*d + 1)) }
+
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // fa.cuh at most) for a launch of blocks blocks: 8, doubled while the
-// launch has fewer than faBusyWarps warps and the shared memory stays
-// within the default 48 KiB. A step of few rows then splits each row's
+// launch has fewer than faBusyWarps warps and the shared memory (shared:
+// faShared, or faqShared for a quantized cache) stays within the default
+// 48 KiB. A step of few rows then splits each row's
 // keys over more warps instead of leaving most of the GPU idle; a block's
 // warps take fewer keys each, so its latency falls too.
 //
@@ -392,9 +415,9 @@ func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1
 // 64 slots of qwen3 went 925 / 1 979 / 5 039 / 13 481 → 985 / 2 070 /
 // 5 024 / 14 654, and of the 7B 316 / 513 / 2 105 / 3 900 → 317 / 503 /
 // 2 123 / 3 853 (H100, same run).
-func faWarps(blocks, g, d uint32) uint32 {
+func faWarps(blocks, g, d uint32, shared func(g, w, d uint32) int) uint32 {
 	w := uint32(8)
-	for w < faMaxWarps && blocks*w < faBusyWarps && faShared(g, 2*w, d) <= 48<<10 {
+	for w < faMaxWarps && blocks*w < faBusyWarps && shared(g, 2*w, d) <= 48<<10 {
 		w *= 2
 	}
 	return w
@@ -416,8 +439,11 @@ const faBusyWarps = 4096
 // up; 2 931 / 5 096 and 2 890 / 5 117 with 4 from 512 up.
 const faLeanWarps = 8
 
-// faMaxWarps is FA_MAX_WARPS in fa.cuh.
-const faMaxWarps = 16
+// faMaxWarps is FA_MAX_WARPS in fa.cuh, faMaxHead FA_MAX_D.
+const (
+	faMaxWarps = 16
+	faMaxHead  = 256
+)
 
 // fatRows is FAT_ROWS in family/flash_attn.cuh: the rows one block of flash_attn's
 // tensor-core entry takes (a warp per 16), and the fewest a prefill
@@ -459,5 +485,9 @@ func Shape(instance string, push, spec []uint32, rows int, prefill bool) (Launch
 	return l, nil
 }
 
-// Entry is the PTX entry point of a catalog instance: matmul.q4_k → matmul_q4_k.
-func Entry(instance string) string { return strings.ReplaceAll(instance, ".", "_") }
+// Entry is the PTX entry point of a catalog instance: matmul.q4_k →
+// matmul_q4_k, flash_attn.kv-q8_0-q8_0-rk64-rv64 →
+// flash_attn_kv_q8_0_q8_0_rk64_rv64 (a C identifier).
+func Entry(instance string) string { return entryName.Replace(instance) }
+
+var entryName = strings.NewReplacer(".", "_", "-", "_")

@@ -28,7 +28,8 @@ func TestShapeMatmul(t *testing.T) {
 		// bounded to mmqMaxBlocks, otherwise.
 		{"matmul.q4_k", 4096, 4096, 128, [3]uint32{2, 32, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 4096, 4096, 4, [3]uint32{1, 32, 8}, [3]uint32{256, 1, 1}, true, false},   // decode past 2 rows: the tile
-		{"matmul.q4_k", 4096, 4096, 2, [3]uint32{256, 2, 1}, [3]uint32{32, 16, 1}, false, false}, // 2 rows: matrix-vector
+		{"matmul.q4_k", 4096, 4096, 2, [3]uint32{256, 1, 1}, [3]uint32{32, 16, 1}, false, false}, // 2 rows: matrix-vector, both in a block
+		{"matmul.q4_k", 2048, 4096, 2, [3]uint32{256, 2, 1}, [3]uint32{32, 16, 1}, false, false}, // a block a row below k = 4096
 		{"matmul.q4_0", 4096, 4096, 4, [3]uint32{256, 4, 1}, [3]uint32{32, 16, 1}, false, false}, // no tensor-core tile: up to 8
 		{"matmul.q4_k", 1024, 1024, 64, [3]uint32{4, 8, 4}, [3]uint32{256, 1, 1}, true, false},
 		{"matmul.q4_k", 1024, 1024, 16, [3]uint32{1, 8, 4}, [3]uint32{256, 1, 1}, true, false},
@@ -57,7 +58,7 @@ func TestShapeMatmul(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Grid != c.grid || l.Block != c.block || (l.Entry != EntryMain) != c.tile {
+		if l.Grid != c.grid || l.Block != c.block || (l.Entry != EntryMain && l.Entry != EntryRows) != c.tile {
 			t.Errorf("%s k=%d n=%d rows=%d: grid %v block %v entry %v, want %v %v tile=%v", c.inst, c.k, c.n, c.rows, l.Grid, l.Block, l.Entry, c.grid, c.block, c.tile)
 		}
 		// The matrix-vector kernel runs MMV_WARPS warps a block, the others 256 threads.
@@ -220,5 +221,60 @@ func TestFaWarps(t *testing.T) {
 			t.Errorf("%d heads of %d on %d KV heads, %d rows: block %d, %d bytes shared; want %d warps, %d bytes",
 				c.heads, c.hd, c.kv, c.rows, l.Block[0], l.Shared, c.want, faShared(g, c.want, c.hd))
 		}
+	}
+}
+
+// TestShapeRows: the _rows entry takes 2-row steps over matrices of k ≥
+// 4096, in decode and prefill variants alike, with shared memory for both
+// rows; other row counts and smaller k keep a block a row.
+func TestShapeRows(t *testing.T) {
+	for _, c := range []struct {
+		inst    string
+		k, rows uint32
+		prefill bool
+		want    EntryPoint
+	}{
+		{"matmul.q4_k", 4096, 2, false, EntryRows}, {"matmul.q6_k", 11008, 2, true, EntryRows}, {"lm_head.q8_0", 4096, 2, false, EntryRows},
+		{"matmul.q4_k", 4096, 1, false, EntryMain}, {"matmul.q4_0", 4096, 3, false, EntryMain}, {"matmul.q4_k", 1024, 2, false, EntryMain},
+	} {
+		l, err := Shape(c.inst, []uint32{c.k, 4096}, nil, int(c.rows), c.prefill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Entry != c.want || c.want == EntryRows && (l.Grid[1] != 1 || l.Shared != 2*mmqStride(c.k)) {
+			t.Errorf("%s k=%d rows=%d: entry %v grid %v shared %d, want entry %v", c.inst, c.k, c.rows, l.Entry, l.Grid, l.Shared, c.want)
+		}
+	}
+}
+
+// TestFlashAttnQ8KV: the attention instances of a q8_0 cache take faq.cuh's
+// decode kernel (never the lean entry) with faqShared's memory, and in
+// prefill variants of heads of 64 or 128 the tile with _rest beside it;
+// heads that are no whole Q8_0 blocks are refused, naming the width.
+func TestFlashAttnQ8KV(t *testing.T) {
+	const inst = "flash_attn.kv-q8_0-q8_0-rk128-rv64"
+	// Decode, one head a block: the F16 instance would take the lean entry.
+	l, err := Shape(inst, []uint32{0}, []uint32{2, 32, 32, 128}, 64, false)
+	if err != nil || l.Entry != EntryMain || l.Rest != nil {
+		t.Fatalf("q8_0 decode: %+v, %v: want the main entry alone", l, err)
+	}
+	if w := l.Block[0] / 32; l.Shared != faqShared(1, w, 128) || l.Shared <= faShared(1, w, 128) {
+		t.Errorf("q8_0 decode: %d bytes of shared memory for %d warps, want faqShared's %d", l.Shared, w, faqShared(1, w, 128))
+	}
+	for _, w := range []uint32{8, 16} {
+		if faqShared(4, w, 128) > 48<<10 {
+			t.Errorf("faqShared(4, %d, 128) = %d: past the default 48 KiB", w, faqShared(4, w, 128))
+		}
+	}
+	l, err = Shape(inst, []uint32{0}, []uint32{2, 8, 2, 128}, 128, true)
+	if err != nil || l.Entry != EntryTile || l.Rest == nil || l.Rest.Entry != EntryRest || l.Rest.Shared != faqShared(4, l.Rest.Block[0]/32, 128) {
+		t.Errorf("q8_0 prefill: %+v, %v: want the tile with the q8_0 decode kernel's _rest", l, err)
+	}
+	l, err = Shape("flash_attn_ext.kv-q8_0-q8_0", []uint32{0}, []uint32{2, 8, 2, 96, 0, 0, 0}, 128, true)
+	if err != nil || l.Entry != EntryMain || l.Shared != faqShared(4, l.Block[0]/32, 96) {
+		t.Errorf("q8_0 flash_attn_ext, heads of 96: %+v, %v: want the main entry", l, err)
+	}
+	if _, err := Shape("flash_attn.kv-q8_0-q8_0", []uint32{0}, []uint32{2, 8, 2, 80}, 4, false); err == nil || !strings.Contains(err.Error(), "80") {
+		t.Errorf("q8_0 heads of 80: %v, want an error naming the width", err)
 	}
 }

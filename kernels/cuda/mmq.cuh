@@ -27,6 +27,9 @@ template <> struct Fast<T_Q8_0> { enum { OK = 1, TPB = 4, U = 4 }; };
 template <> struct Fast<T_Q4_0> { enum { OK = 1, TPB = 4, U = 4 }; };
 template <> struct Fast<T_Q4_K> { enum { OK = 1, TPB = 8, U = 2 }; };
 template <> struct Fast<T_Q6_K> { enum { OK = 1, TPB = 8, U = 1 }; };
+// MMQ_TYPE(t) is Fast<t>::OK for the preprocessor, which decides the
+// entries an instance has (the _rows entry).
+#define MMQ_TYPE(t) ((t) == T_Q8_0 || (t) == T_Q4_0 || (t) == T_Q4_K || (t) == T_Q6_K)
 
 // mm_xstride is the shared-memory bytes of one quantized activation row:
 // k int8 quants, then k/32 float scales (Q8_0; Q8_K uses k/256 of them),
@@ -431,25 +434,30 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
         mm_rows<TW, MM_MR>(w, smem, xst, k, n, nr, orow, o, j0, jstep);
 }
 
-// mmv is the decode kernel: one activation row per blockIdx.y, blocks of
-// (32·WPR, RPB) threads, RPB·WPR = MMV_WARPS — RPB output features at a
-// time, each split over WPR warps (launch.go picks WPR so that small
-// matrices still spread over the GPU), partial sums combined through
-// shared memory. A warp's work is a stream of chunks, U weight blocks per
-// lane each: the batches of one row, then the next row's. The loads of
-// the next chunk are issued before the current one is computed, so the
-// memory system always has a chunk in flight; the first chunk's loads
-// are issued before the activation row is quantized, overlapping that.
+// mmv is the decode kernel: R activation rows per blockIdx.y (rows
+// R·blockIdx.y…, at most R), blocks of (32·WPR, RPB) threads, RPB·WPR =
+// MMV_WARPS — RPB output features at a time, each split over WPR warps
+// (launch.go picks WPR so that small matrices still spread over the GPU),
+// partial sums combined through shared memory. A warp's work is a stream of
+// chunks, U weight blocks per lane each: the batches of one row, then the
+// next row's. The loads of the next chunk are issued before the current one
+// is computed, so the memory system always has a chunk in flight; the first
+// chunk's loads are issued before the activation rows are quantized,
+// overlapping that. Each weight block is loaded and unpacked once for the
+// block's R rows (the _rows entry, R = MMV_MR, for 2-row steps over large
+// matrices: see launch.go), and each row's sum is taken in the same
+// order as with R = 1, so a row's result does not depend on its neighbours.
 #define MMV_WARPS 16
 #define MMV_THREADS (32 * MMV_WARPS)
 #define MMV_BLOCKS (32 / MMV_WARPS) // blocks a multiprocessor keeps (launch bounds): 32 warps, 64 registers a thread
-template <int TW, int U = Fast<TW>::U>
+#define MMV_MR 2 // rows a block of the _rows entry takes (launch.go's mmvRows)
+template <int TW, int U = Fast<TW>::U, int R = 1>
 __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
     const float* wn = nullptr, float eps = 0.f) {
     extern __shared__ __align__(16) u8 smem[];
-    __shared__ float red[MMV_WARPS];
+    __shared__ float red[R][MMV_WARPS];
     constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB;
-    int row = blockIdx.y;
+    int row0 = blockIdx.y * R;
     int rows = io[IO_ROWS];
     const int wpr = blockDim.x >> 5, rpb = blockDim.y;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, sub = lane % TPB;
@@ -472,26 +480,40 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     int base = blockIdx.x * rpb;
     load(cur, base, 0);
     dep_sync(); // the weights are not the previous kernel's
-    if (row >= rows) return;
-    size_t orow = row;
-    if (lm) {
-        if (!(io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS)) return;
-        orow = io_row(io, row, ROW_SLOT);
+    if (row0 >= rows) return;
+    const int nr = min(R, rows - row0);
+    int orow[R]; // where row r's outputs go (its slot for lm_head), -1: nowhere
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        orow[r] = -1;
+        if (r >= nr) continue;
+        int row = row0 + r;
+        if (!lm) orow[r] = row;
+        else if (io_row(io, row, ROW_FLAGS) & ROW_WANTS_LOGITS) orow[r] = io_row(io, row, ROW_SLOT);
+        any |= orow[r] >= 0;
     }
-    const float* xr = x + (size_t)row * k;
-    if (Geom<TW>::VT == T_Q8_K && wn && k <= 256 * MMV_WARPS) {
-        rms_quant_q8k(xr, (signed char*)smem, mm_xd(smem, k), mm_bs(smem, k), k, eps, wn);
-    } else {
-        float scale = wn ? rms_scale(xr, k, eps) : 1.f;
-        quant_x<Geom<TW>::VT>(xr, (signed char*)smem, mm_xd(smem, k), mm_bs(smem, k), k, scale, wn);
+    if (!any) return; // uniform over the block
+    const int xst = R == 1 ? 0 : mm_xstride(k);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (orow[r] < 0) continue;
+        if (r > 0) __syncthreads(); // the row quantizers' reduction scratch is shared
+        const float* xr = x + (size_t)(row0 + r) * k;
+        u8* xs = smem + r * xst;
+        if (Geom<TW>::VT == T_Q8_K && wn && k <= 256 * MMV_WARPS) {
+            rms_quant_q8k(xr, (signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), k, eps, wn);
+        } else {
+            float scale = wn ? rms_scale(xr, k, eps) : 1.f;
+            quant_x<Geom<TW>::VT>(xr, (signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), k, scale, wn);
+        }
     }
     __syncthreads();
-    const signed char* xq = (const signed char*)smem;
-    const float* xd = mm_xd(smem, k);
-    const short* bs = mm_bs(smem, k);
     for (; base < n; base += jstep) { // uniform over the block: the barriers below
         int j = base + threadIdx.y;
-        float acc = 0.f;
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.f;
         for (int c = 0; c < nchunk; c++) {
             if (c + 1 < nchunk) load(nxt, base, c + 1);
             else if (base + jstep < n) load(nxt, base + jstep, 0);
@@ -501,25 +523,41 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
                     int b = bfirst + c * per + u * bstep;
                     if (b < nb) {
                         cur[u].prep(sub);
-                        acc += cur[u].dot(xq, xd, bs, b, sub);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            u8* xs = smem + r * xst;
+                            if (orow[r] >= 0) acc[r] += cur[u].dot((const signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), b, sub);
+                        }
                     }
                 }
             }
 #pragma unroll
             for (int u = 0; u < U; u++) cur[u] = nxt[u];
         }
-        acc = warp_sum(acc);
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
         if (wpr == 1) {
-            if (lane == 0 && j < n) o.store(orow, j, acc);
+            if (lane == 0 && j < n) {
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (orow[r] >= 0) o.store(orow[r], j, acc[r]);
+            }
             continue;
         }
         int wi = threadIdx.y * wpr + part;
-        if (lane == 0) red[wi] = acc;
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; r++) red[r][wi] = acc[r];
+        }
         __syncthreads();
         if (part == 0 && lane == 0 && j < n) {
-            float v = 0.f;
-            for (int i = 0; i < wpr; i++) v += red[threadIdx.y * wpr + i];
-            o.store(orow, j, v);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (orow[r] < 0) continue;
+                float v = 0.f;
+                for (int i = 0; i < wpr; i++) v += red[r][threadIdx.y * wpr + i];
+                o.store(orow[r], j, v);
+            }
         }
         __syncthreads();
     }

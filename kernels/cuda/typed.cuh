@@ -21,12 +21,15 @@
 // the three mmt entries take the staging buffer as one more parameter
 // (STAGE_PARAM), which the tier appends; and NAME_dp4a, mmq for MMT_TYPE
 // types: lm_head's in prefill, and every family's for Q8_0 rows whose k
-// is not a multiple of 256 (mmt walks k by 256).
+// is not a multiple of 256 (mmt walks k by 256). MMQ_TYPE types have
+// NAME_rows too: the matrix-vector kernel taking MMV_MR rows a block, for
+// steps of a few rows.
 #define ENTRY_MAIN 0
 #define ENTRY_TILE 1
 #define ENTRY_DP4A 2
 #define ENTRY_TILE16 4
 #define ENTRY_TILE32 5
+#define ENTRY_ROWS 9
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 #if MMT_TYPE(WT)

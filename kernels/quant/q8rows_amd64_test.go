@@ -20,7 +20,33 @@ func TestQ8_0x8MatchesX4(t *testing.T) {
 	if simdBest < simdVNNI {
 		t.Skip("no VNNI")
 	}
-	rng := rand.New(rand.NewSource(5))
+	eightRows(t, 5, func(nb, trial, n, stride int, w, xq []byte) {
+		xb := nb * q8_0Len
+		var got, want [9]float32
+		got[8], want[8] = 42, 42
+		dotQ8_0x8VNNIAsm(&w[0], &xq[0], stride, nb, &got[0])
+		dotQ8_0x4VNNIAsm(&w[0], &xq[0], stride, nb, &want[0])
+		dotQ8_0x4VNNIAsm(&w[0], &xq[4*stride], stride, nb, &want[4])
+		if got != want {
+			t.Fatalf("nb=%d trial %d: eight-row %v, four-row %v", nb, trial, got, want)
+		}
+		for r := 0; r < 8; r++ {
+			x := xq[r*stride : r*stride+xb]
+			oracle := genericDot[ggml.Q8_0](n, w, x)
+			tol := 1e-5*absTerms(t, ggml.Q8_0, n, w, x) + 1e-30
+			if d := math.Abs(float64(got[r]) - float64(oracle)); d > tol {
+				t.Fatalf("nb=%d row %d: eight-row %v, pure Go %v", nb, r, got[r], oracle)
+			}
+		}
+	})
+}
+
+// eightRows calls check with one Q8_0 weight row of 1..17 blocks against
+// eight quantized activation rows stride bytes apart (strides a few
+// blocks longer than a row), four trials each from seed; the first trial's
+// quants are all -128, the exactness edge.
+func eightRows(t *testing.T, seed int64, check func(nb, trial, n, stride int, w, xq []byte)) {
+	rng := rand.New(rand.NewSource(seed))
 	for nb := 1; nb <= 17; nb++ {
 		n := nb * qk
 		xb := nb * q8_0Len
@@ -32,7 +58,7 @@ func TestQ8_0x8MatchesX4(t *testing.T) {
 				copy(xq[r*stride:], quantizedActivations(t, rng, ggml.Q8_0, n))
 			}
 			if trial == 0 {
-				for r := 0; r < 8; r++ { // all -128: the exactness edge
+				for r := 0; r < 8; r++ {
 					for b := 0; b < nb; b++ {
 						for i := 0; i < qk; i++ {
 							xq[r*stride+b*q8_0Len+2+i] = 0x80
@@ -40,22 +66,7 @@ func TestQ8_0x8MatchesX4(t *testing.T) {
 					}
 				}
 			}
-			var got, want [9]float32
-			got[8], want[8] = 42, 42
-			dotQ8_0x8VNNIAsm(&w[0], &xq[0], stride, nb, &got[0])
-			dotQ8_0x4VNNIAsm(&w[0], &xq[0], stride, nb, &want[0])
-			dotQ8_0x4VNNIAsm(&w[0], &xq[4*stride], stride, nb, &want[4])
-			if got != want {
-				t.Fatalf("nb=%d trial %d: eight-row %v, four-row %v", nb, trial, got, want)
-			}
-			for r := 0; r < 8; r++ {
-				x := xq[r*stride : r*stride+xb]
-				oracle := genericDot[ggml.Q8_0](n, w, x)
-				tol := 1e-5*absTerms(t, ggml.Q8_0, n, w, x) + 1e-30
-				if d := math.Abs(float64(got[r]) - float64(oracle)); d > tol {
-					t.Fatalf("nb=%d row %d: eight-row %v, pure Go %v", nb, r, got[r], oracle)
-				}
-			}
+			check(nb, trial, n, stride, w, xq)
 		}
 	}
 }
@@ -111,39 +122,19 @@ func TestQ8_0PreparedMatchesX8(t *testing.T) {
 	if simdBest < simdVNNI {
 		t.Skip("no VNNI")
 	}
-	rng := rand.New(rand.NewSource(7))
-	for nb := 1; nb <= 17; nb++ {
-		n := nb * qk
-		xb := nb * q8_0Len
-		for trial := 0; trial < 4; trial++ {
-			stride := xb + rng.Intn(3)*q8_0Len
-			w := awkwardRow(rng, ggml.Q8_0, n)
-			xq := make([]byte, 8*stride)
-			for r := 0; r < 8; r++ {
-				copy(xq[r*stride:], quantizedActivations(t, rng, ggml.Q8_0, n))
-			}
-			if trial == 0 {
-				for r := 0; r < 8; r++ {
-					for b := 0; b < nb; b++ {
-						for i := 0; i < qk; i++ {
-							xq[r*stride+b*q8_0Len+2+i] = 0x80
-						}
-					}
-				}
-			}
-			xp := make([]byte, PrepGroupBytes(ggml.Q8_0, n))
-			PrepareRows(ggml.Q8_0, n, xq, stride, xp)
-			got, want := make([]float32, 9), make([]float32, 9)
-			got[8], want[8] = 42, 42
-			VecDotPrepared(ggml.Q8_0, n, w, xp, got)
-			dotQ8_0x8VNNIAsm(&w[0], &xq[0], stride, nb, &want[0])
-			for r := range got {
-				if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
-					t.Fatalf("nb=%d trial %d: prepared %v, eight-row %v", nb, trial, got, want)
-				}
+	eightRows(t, 7, func(nb, trial, n, stride int, w, xq []byte) {
+		xp := make([]byte, PrepGroupBytes(ggml.Q8_0, n))
+		PrepareRows(ggml.Q8_0, n, xq, stride, xp)
+		got, want := make([]float32, 9), make([]float32, 9)
+		got[8], want[8] = 42, 42
+		VecDotPrepared(ggml.Q8_0, n, w, xp, got)
+		dotQ8_0x8VNNIAsm(&w[0], &xq[0], stride, nb, &want[0])
+		for r := range got {
+			if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+				t.Fatalf("nb=%d trial %d: prepared %v, eight-row %v", nb, trial, got, want)
 			}
 		}
-	}
+	})
 }
 
 // BenchmarkPrepared is the eight-row kernel of each type that has

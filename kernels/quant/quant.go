@@ -142,6 +142,20 @@ func (k *kernel) rowBytes(t ggml.Type, n int) (int, error) {
 	return n / k.blockSize * k.blockBytes, nil
 }
 
+// held is rowBytes for a buffer of have bytes, which must hold the row:
+// the error names it as what (a row, a weight row, activations) and says
+// what it needs.
+func (k *kernel) held(t ggml.Type, n, have int, what, needs string) (int, error) {
+	nb, err := k.rowBytes(t, n)
+	if err != nil {
+		return 0, err
+	}
+	if have < nb {
+		return 0, fmt.Errorf("quant: %v %s of %d elements %s %d bytes, have %d", t, what, n, needs, nb, have)
+	}
+	return nb, nil
+}
+
 // Dequantize decodes n = len(dst) elements of type t from src, which must
 // hold at least the row's bytes (extra bytes are ignored). Supported: F32,
 // F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
@@ -154,12 +168,9 @@ func Dequantize(t ggml.Type, src []byte, dst []float32) error {
 	if k == nil || k.dequant == nil {
 		return fmt.Errorf("quant: cannot dequantize type %v", t)
 	}
-	nb, err := k.rowBytes(t, len(dst))
+	nb, err := k.held(t, len(dst), len(src), "row", "needs")
 	if err != nil {
 		return err
-	}
-	if len(src) < nb {
-		return fmt.Errorf("quant: %v row of %d elements needs %d bytes, have %d", t, len(dst), nb, len(src))
 	}
 	k.dequant(src[:nb], dst)
 	return nil
@@ -207,12 +218,9 @@ func QuantizeRow(vt ggml.Type, x []float32, dst []byte) error {
 	if k == nil || k.quant == nil {
 		return fmt.Errorf("quant: cannot quantize activations to type %v", vt)
 	}
-	nb, err := k.rowBytes(vt, len(x))
+	nb, err := k.held(vt, len(x), len(dst), "row", "needs")
 	if err != nil {
 		return err
-	}
-	if len(dst) < nb {
-		return fmt.Errorf("quant: %v row of %d elements needs %d bytes, have %d", vt, len(x), nb, len(dst))
 	}
 	k.quant(x, dst[:nb])
 	return nil
@@ -227,22 +235,11 @@ func CheckVecDot(t ggml.Type, n, wLen, xqLen int) error {
 	if k == nil || k.dot == nil {
 		return fmt.Errorf("quant: no dot product for weight type %v", t)
 	}
-	wb, err := k.rowBytes(t, n)
-	if err != nil {
+	if _, err := k.held(t, n, wLen, "weight row", "needs"); err != nil {
 		return err
 	}
-	if wLen < wb {
-		return fmt.Errorf("quant: %v weight row of %d elements needs %d bytes, have %d", t, n, wb, wLen)
-	}
-	xk := &kernels[k.vecDot]
-	xb, err := xk.rowBytes(k.vecDot, n)
-	if err != nil {
-		return err
-	}
-	if xqLen < xb {
-		return fmt.Errorf("quant: %v activations of %d elements need %d bytes, have %d", k.vecDot, n, xb, xqLen)
-	}
-	return nil
+	_, err := kernels[k.vecDot].held(k.vecDot, n, xqLen, "activations", "need")
+	return err
 }
 
 // VecDot returns the dot product of the n-element weight row w (type t)

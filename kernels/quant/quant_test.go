@@ -346,7 +346,6 @@ func randomRow(rng *rand.Rand, t ggml.Type, n int) []byte {
 		}
 		return F32ToF16(v)
 	}
-	var fields []int
 	switch t {
 	case ggml.F32:
 		for i := 0; i < n; i++ {
@@ -360,23 +359,31 @@ func randomRow(rng *rand.Rand, t ggml.Type, n int) []byte {
 		for i := 0; i < n; i++ {
 			put16(b[2*i:], F32ToBF16(float32(rng.NormFloat64())))
 		}
-	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ3_S, ggml.IQ4_NL, ggml.IQ4_XS:
-		fields = []int{0}
-	case ggml.Q4_1, ggml.Q5_1, ggml.Q4_K, ggml.Q5_K:
-		fields = []int{0, 2}
-	case ggml.Q2_K:
-		fields = []int{80, 82}
-	case ggml.Q3_K:
-		fields = []int{108}
-	case ggml.Q6_K:
-		fields = []int{208}
 	}
 	for o := 0; o < len(b); o += ti.BlockBytes {
-		for _, f := range fields {
+		for _, f := range scaleFields(t) {
 			put16(b[o+f:], scale())
 		}
 	}
 	return b
+}
+
+// scaleFields are the byte offsets of the F16 scales (d, and dmin where
+// there is one) in a block of t; none for the float types.
+func scaleFields(t ggml.Type) []int {
+	switch t {
+	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ3_S, ggml.IQ4_NL, ggml.IQ4_XS:
+		return []int{0}
+	case ggml.Q4_1, ggml.Q5_1, ggml.Q4_K, ggml.Q5_K:
+		return []int{0, 2}
+	case ggml.Q2_K:
+		return []int{80, 82}
+	case ggml.Q3_K:
+		return []int{108}
+	case ggml.Q6_K:
+		return []int{208}
+	}
+	return nil
 }
 
 func randomActivations(rng *rand.Rand, n int) []float32 {

@@ -35,21 +35,8 @@ func atLevel(level int, f func()) {
 func awkwardRow(rng *rand.Rand, t ggml.Type, n int) []byte {
 	b := randomRow(rng, t, n)
 	ti, _ := t.Info()
-	var scales []int
-	switch t {
-	case ggml.Q4_0, ggml.Q5_0, ggml.Q8_0, ggml.IQ3_S, ggml.IQ4_NL, ggml.IQ4_XS:
-		scales = []int{0}
-	case ggml.Q4_1, ggml.Q5_1, ggml.Q4_K, ggml.Q5_K:
-		scales = []int{0, 2}
-	case ggml.Q2_K:
-		scales = []int{80, 82}
-	case ggml.Q3_K:
-		scales = []int{108}
-	case ggml.Q6_K:
-		scales = []int{208}
-	}
 	for o := 0; o < len(b); o += ti.BlockBytes {
-		for _, f := range scales {
+		for _, f := range scaleFields(t) {
 			switch rng.Intn(6) {
 			case 0:
 				put16(b[o+f:], 0)

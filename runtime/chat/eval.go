@@ -397,11 +397,7 @@ func (r *renderer) eval(e expr) (any, error) {
 	case *sliceExpr:
 		return r.evalSlice(e)
 	case *callExpr:
-		fn, err := r.eval(e.fn)
-		if err != nil {
-			return nil, err
-		}
-		a, err := r.evalArgs(e.args)
+		fn, a, err := r.evalApplied(e.fn, e.args)
 		if err != nil {
 			return nil, err
 		}

@@ -31,25 +31,15 @@ func globals(now func() time.Time) map[string]any {
 			d.ns = true
 			for _, p := range a.pos { // namespace({'a': 1}) is allowed too
 				if src, ok := p.(*dict); ok {
-					for _, k := range src.keys {
-						d.set(k, src.m[k])
-					}
+					d.update(src)
 				}
 			}
-			if a.kw != nil {
-				for _, k := range a.kw.keys {
-					d.set(k, a.kw.m[k])
-				}
-			}
+			d.update(a.kw)
 			return d, nil
 		}},
 		"dict": &function{name: "dict", fn: func(_ *renderer, a *args) (any, error) {
 			d := newDict()
-			if a.kw != nil {
-				for _, k := range a.kw.keys {
-					d.set(k, a.kw.m[k])
-				}
-			}
+			d.update(a.kw)
 			return d, nil
 		}},
 		"strftime_now": &function{name: "strftime_now", fn: func(_ *renderer, a *args) (any, error) {
@@ -168,11 +158,7 @@ func strftime(t time.Time, f string) string {
 }
 
 func (r *renderer) evalFilter(e *filterExpr) (any, error) {
-	v, err := r.eval(e.arg)
-	if err != nil {
-		return nil, err
-	}
-	a, err := r.evalArgs(e.args)
+	v, a, err := r.evalApplied(e.arg, e.args)
 	if err != nil {
 		return nil, err
 	}
@@ -479,12 +465,19 @@ func wantStr(v any) (string, error) {
 	return toStr(v), nil
 }
 
-func (r *renderer) evalTest(e *testExpr) (any, error) {
-	v, err := r.eval(e.arg)
+// evalApplied evaluates what a call, filter or test applies to, then its
+// arguments.
+func (r *renderer) evalApplied(arg expr, ca callArgs) (any, *args, error) {
+	v, err := r.eval(arg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a, err := r.evalArgs(e.args)
+	a, err := r.evalArgs(ca)
+	return v, a, err
+}
+
+func (r *renderer) evalTest(e *testExpr) (any, error) {
+	v, a, err := r.evalApplied(e.arg, e.args)
 	if err != nil {
 		return nil, err
 	}
@@ -674,15 +667,9 @@ func method(obj any, name string) *function {
 		case "update":
 			return &function{name: "dict.update", fn: func(_ *renderer, a *args) (any, error) {
 				if src, ok := a.get(0, "", nil).(*dict); ok {
-					for _, k := range src.keys {
-						x.set(k, src.m[k])
-					}
+					x.update(src)
 				}
-				if a.kw != nil {
-					for _, k := range a.kw.keys {
-						x.set(k, a.kw.m[k])
-					}
-				}
+				x.update(a.kw)
 				return nil, nil
 			}}
 		}

@@ -512,20 +512,32 @@ func (p *parser) parseExpr() expr {
 	return e
 }
 
-func (p *parser) parseOr() expr {
-	e := p.parseAnd()
-	for p.isName("or") {
-		t := p.next()
-		e = &binaryExpr{op: "or", l: e, r: p.parseAnd(), pos: t.pos}
+// parseItems parses a literal's items up to close, each by item, comma
+// separated with an optional trailing comma, the opening bracket already
+// taken.
+func (p *parser) parseItems(close string, item func()) {
+	for n := 0; !p.acceptOp(close); n++ {
+		if n > 0 {
+			p.expectOp(",")
+			if p.acceptOp(close) {
+				break
+			}
+		}
+		item()
 	}
-	return e
 }
 
-func (p *parser) parseAnd() expr {
-	e := p.parseNot()
-	for p.isName("and") {
+func (p *parser) parseOr() expr { return p.parseWord("or", p.parseAnd) }
+
+func (p *parser) parseAnd() expr { return p.parseWord("and", p.parseNot) }
+
+// parseWord is parseBinary for an operator that is a word (or, and):
+// operands of sub joined left to right by op.
+func (p *parser) parseWord(op string, sub func() expr) expr {
+	e := sub()
+	for p.isName(op) {
 		t := p.next()
-		e = &binaryExpr{op: "and", l: e, r: p.parseNot(), pos: t.pos}
+		e = &binaryExpr{op: op, l: e, r: sub(), pos: t.pos}
 	}
 	return e
 }
@@ -806,29 +818,15 @@ func (p *parser) parsePrimary() expr {
 			return e
 		case "[":
 			l := &listExpr{pos: t.pos}
-			for !p.acceptOp("]") {
-				if len(l.items) > 0 {
-					p.expectOp(",")
-					if p.acceptOp("]") {
-						break
-					}
-				}
-				l.items = append(l.items, p.parseExpr())
-			}
+			p.parseItems("]", func() { l.items = append(l.items, p.parseExpr()) })
 			return l
 		case "{":
 			d := &dictExpr{pos: t.pos}
-			for !p.acceptOp("}") {
-				if len(d.keys) > 0 {
-					p.expectOp(",")
-					if p.acceptOp("}") {
-						break
-					}
-				}
+			p.parseItems("}", func() {
 				d.keys = append(d.keys, p.parseExpr())
 				p.expectOp(":")
 				d.vals = append(d.vals, p.parseExpr())
-			}
+			})
 			return d
 		}
 	}

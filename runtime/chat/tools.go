@@ -86,14 +86,8 @@ func toolsValue(tools []Tool) (*list, error) {
 			}
 			params = v
 		}
-		fn := newDict()
-		fn.set("name", t.Name)
-		fn.set("description", t.Description)
-		fn.set("parameters", params)
-		d := newDict()
-		d.set("type", "function")
-		d.set("function", fn)
-		l.items = append(l.items, d)
+		fn := dictOf("name", t.Name, "description", t.Description, "parameters", params)
+		l.items = append(l.items, dictOf("type", "function", "function", fn))
 	}
 	return l, nil
 }
@@ -106,9 +100,7 @@ func toolsValue(tools []Tool) (*list, error) {
 // llama.cpp does for templates that read them as one
 // (workaround::func_args_not_string).
 func messageValue(m Message, objectArgs bool) (*dict, error) {
-	d := newDict()
-	d.set("role", m.Role)
-	d.set("content", m.Content)
+	d := dictOf("role", m.Role, "content", m.Content)
 	if m.ReasoningContent != "" {
 		d.set("reasoning_content", m.ReasoningContent)
 	}
@@ -129,12 +121,7 @@ func messageValue(m Message, objectArgs bool) (*dict, error) {
 				}
 				args = v
 			}
-			fn := newDict()
-			fn.set("name", tc.Name)
-			fn.set("arguments", args)
-			c := newDict()
-			c.set("type", "function")
-			c.set("function", fn)
+			c := dictOf("type", "function", "function", dictOf("name", tc.Name, "arguments", args))
 			if tc.ID != "" {
 				c.set("id", tc.ID)
 			}
@@ -186,15 +173,9 @@ func ministralMessage(d *dict) *dict {
 	}
 	blocks := &list{}
 	if r, ok := d.m["reasoning_content"]; ok {
-		b := newDict()
-		b.set("type", "thinking")
-		b.set("thinking", r)
-		blocks.items = append(blocks.items, b)
+		blocks.items = append(blocks.items, dictOf("type", "thinking", "thinking", r))
 	}
-	b := newDict()
-	b.set("type", "text")
-	b.set("text", d.m["content"])
-	blocks.items = append(blocks.items, b)
+	blocks.items = append(blocks.items, dictOf("type", "text", "text", d.m["content"]))
 	out := newDict()
 	for _, k := range d.keys {
 		switch k {
@@ -255,10 +236,7 @@ func gemma4ToolResponses(msgs *list) *list {
 			if name == "" {
 				name = str(r, "tool_call_id")
 			}
-			e := newDict()
-			e.set("name", name)
-			e.set("response", resp)
-			responses.items = append(responses.items, e)
+			responses.items = append(responses.items, dictOf("name", name, "response", resp))
 		}
 		var content any
 		if i < len(msgs.items) {
@@ -379,21 +357,9 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 // that object's content (by key, by iterating it, or through tojson). An
 // error counts as "no".
 func (t *Template) objectArguments() bool {
-	args := newDict()
-	args.set("arg", "value")
-	fn := newDict()
-	fn.set("name", "tool1")
-	fn.set("arguments", args)
-	call := newDict()
-	call.set("id", "call00001")
-	call.set("type", "function")
-	call.set("function", fn)
-	msg := func(role, content string) *dict {
-		d := newDict()
-		d.set("role", role)
-		d.set("content", content)
-		return d
-	}
+	args := dictOf("arg", "value")
+	call := dictOf("id", "call00001", "type", "function", "function", dictOf("name", "tool1", "arguments", args))
+	msg := func(role, content string) *dict { return dictOf("role", role, "content", content) }
 	asst := msg("assistant", "")
 	asst.set("tool_calls", &list{items: []any{call}})
 	tool := msg("tool", "Tool response")
@@ -407,14 +373,8 @@ func (t *Template) objectArguments() bool {
 	if err != nil {
 		panic(err) // a constant
 	}
-	tfn := newDict()
-	tfn.set("name", "tool1")
-	tfn.set("description", "Tool description")
-	tfn.set("parameters", params)
-	td := newDict()
-	td.set("name", "tool")
-	td.set("type", "function")
-	td.set("function", tfn)
+	td := dictOf("name", "tool", "type", "function",
+		"function", dictOf("name", "tool1", "description", "Tool description", "parameters", params))
 	root := globals(now)
 	root["messages"] = msgs
 	root["tools"] = &list{items: []any{td}}

@@ -28,6 +28,20 @@ type toolCase struct {
 	Want           string          `json:"want"`
 }
 
+// parse reads the case's messages and tools as the server would.
+func (c toolCase) parse(t *testing.T) ([]Message, []Tool) {
+	t.Helper()
+	msgs, err := ParseMessages(c.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := ParseTools(c.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs, tools
+}
+
 type toolData struct {
 	Commit string     `json:"llama_cpp_commit"`
 	Now    time.Time  `json:"now"`
@@ -101,14 +115,7 @@ func TestToolFamilies(t *testing.T) {
 			if src == "" {
 				src = familyTemplate(t, c.TemplateFile)
 			}
-			msgs, err := ParseMessages(c.Messages)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tools, err := ParseTools(c.Tools)
-			if err != nil {
-				t.Fatal(err)
-			}
+			msgs, tools := c.parse(t)
 			opt := Options{AddGenerationPrompt: true, BOSToken: c.BOS, EOSToken: c.EOS, KeepBOS: true, KeepEOS: true,
 				Tools: tools, Vars: map[string]any{"enable_thinking": c.EnableThinking}}
 			got, _, err := Apply(src, msgs, opt)
@@ -152,14 +159,7 @@ func TestToolFixture(t *testing.T) {
 			continue
 		}
 		n++
-		msgs, err := ParseMessages(c.Messages)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tools, err := ParseTools(c.Tools)
-		if err != nil {
-			t.Fatal(err)
-		}
+		msgs, tools := c.parse(t)
 		got, _, err := Apply(src, msgs, Options{AddGenerationPrompt: true, Tools: tools, Vars: map[string]any{"enable_thinking": c.EnableThinking}})
 		if err != nil {
 			t.Fatal(err)

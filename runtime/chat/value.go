@@ -72,6 +72,26 @@ func (d *dict) set(k string, v any) {
 	d.m[k] = v
 }
 
+// dictOf is a dict of the keys and values in kv, alternating, in order.
+func dictOf(kv ...any) *dict {
+	d := newDict()
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.set(kv[i].(string), kv[i+1])
+	}
+	return d
+}
+
+// update sets every key of src (none when src is nil) in src's order,
+// as Python's dict.update does.
+func (d *dict) update(src *dict) {
+	if src == nil {
+		return
+	}
+	for _, k := range src.keys {
+		d.set(k, src.m[k])
+	}
+}
+
 func (d *dict) get(k string) (any, bool) {
 	v, ok := d.m[k]
 	return v, ok
@@ -177,29 +197,9 @@ func repr(v any) string {
 	case string:
 		return pyQuote(x)
 	case *list:
-		var b strings.Builder
-		b.WriteByte('[')
-		for i, e := range x.items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(repr(e))
-		}
-		b.WriteByte(']')
-		return b.String()
+		return reprItems("[", "]", len(x.items), func(i int) string { return repr(x.items[i]) })
 	case *dict:
-		var b strings.Builder
-		b.WriteByte('{')
-		for i, k := range x.keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(pyQuote(k))
-			b.WriteString(": ")
-			b.WriteString(repr(x.m[k]))
-		}
-		b.WriteByte('}')
-		return b.String()
+		return reprItems("{", "}", len(x.keys), func(i int) string { return pyQuote(x.keys[i]) + ": " + repr(x.m[x.keys[i]]) })
 	case *function:
 		return "<function " + x.name + ">"
 	}
@@ -217,15 +217,7 @@ func pyQuote(s string) string {
 	b.WriteByte(q)
 	for _, r := range s {
 		switch {
-		case r == rune(q) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
+		case WriteEscape(&b, r, rune(q)):
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
 		default:
@@ -273,6 +265,27 @@ func toJSON(b *strings.Builder, v any, indent int, level int) error {
 	if indent > 0 {
 		sep = ","
 	}
+	// container writes n items between open and close, each on its own
+	// line when indenting; an empty one is open and close alone.
+	container := func(open, close string, n int, item func(i int) error) error {
+		if n == 0 {
+			b.WriteString(open + close)
+			return nil
+		}
+		b.WriteString(open)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			nl(level + 1)
+			if err := item(i); err != nil {
+				return err
+			}
+		}
+		nl(level)
+		b.WriteString(close)
+		return nil
+	}
 	switch x := v.(type) {
 	case nil, undefined:
 		b.WriteString("null")
@@ -298,45 +311,53 @@ func toJSON(b *strings.Builder, v any, indent int, level int) error {
 	case string:
 		jsonQuote(b, x)
 	case *list:
-		if len(x.items) == 0 {
-			b.WriteString("[]")
-			return nil
-		}
-		b.WriteByte('[')
-		for i, e := range x.items {
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			nl(level + 1)
-			if err := toJSON(b, e, indent, level+1); err != nil {
-				return err
-			}
-		}
-		nl(level)
-		b.WriteByte(']')
+		return container("[", "]", len(x.items), func(i int) error { return toJSON(b, x.items[i], indent, level+1) })
 	case *dict:
-		if len(x.keys) == 0 {
-			b.WriteString("{}")
-			return nil
-		}
-		b.WriteByte('{')
-		for i, k := range x.keys {
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			nl(level + 1)
-			jsonQuote(b, k)
+		return container("{", "}", len(x.keys), func(i int) error {
+			jsonQuote(b, x.keys[i])
 			b.WriteString(": ")
-			if err := toJSON(b, x.m[k], indent, level+1); err != nil {
-				return err
-			}
-		}
-		nl(level)
-		b.WriteByte('}')
+			return toJSON(b, x.m[x.keys[i]], indent, level+1)
+		})
 	default:
 		return fmt.Errorf("cannot convert %s to JSON", typeName(v))
 	}
 	return nil
+}
+
+// reprItems is Python's repr of a container of n items: item(i) of each
+// between open and close, separated by ", ".
+func reprItems(open, close string, n int, item func(i int) string) string {
+	var b strings.Builder
+	b.WriteString(open)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(item(i))
+	}
+	b.WriteString(close)
+	return b.String()
+}
+
+// WriteEscape writes the escape of r that Python's repr, JSON and GBNF
+// string literals share — the quote q and the backslash behind a
+// backslash, \n, \r and \t — and reports whether r was one of them; the
+// caller writes any other rune its own way.
+func WriteEscape(b *strings.Builder, r, q rune) bool {
+	switch r {
+	case q, '\\':
+		b.WriteByte('\\')
+		b.WriteRune(r)
+	case '\n':
+		b.WriteString(`\n`)
+	case '\r':
+		b.WriteString(`\r`)
+	case '\t':
+		b.WriteString(`\t`)
+	default:
+		return false
+	}
+	return true
 }
 
 func jsonQuote(b *strings.Builder, s string) {
@@ -344,15 +365,7 @@ func jsonQuote(b *strings.Builder, s string) {
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
+		case WriteEscape(b, r, '"'):
 		case r == '\b':
 			b.WriteString(`\b`)
 		case r == '\f':

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -114,7 +113,7 @@ func TestParityQ8KV(t *testing.T) {
 		{"llama.cpp q8_0 KV", q8Refs, func(m string) float64 { return toleranceFor(t, m) }, true},
 		{"llama.cpp F16 KV", f16Refs, func(string) float64 { return toleranceQ8VsF16 }, false},
 	}
-	bundles := map[string]string{}
+	bundles := bundleCache{}
 	worst := map[string]float64{}
 	for _, s := range sets {
 		for _, ref := range s.refs {
@@ -123,16 +122,7 @@ func TestParityQ8KV(t *testing.T) {
 				t.Logf("%s: not compared with llama.cpp's q8_0 cache: llama.cpp rotates its two caches, zrt neither", name)
 				continue
 			}
-			model := reference.Model(shared, ref)
-			if model == "" {
-				t.Errorf("%s: model %s not found", ref.Name, name)
-				continue
-			}
-			dir, ok := bundles[name]
-			if !ok {
-				dir = compileQ8KV(t, model)
-				bundles[name] = dir
-			}
+			dir, model := bundles.get(t, shared, ref, func(model string) string { return compileQ8KV(t, model) })
 			if dir == "" {
 				continue
 			}
@@ -141,12 +131,5 @@ func TestParityQ8KV(t *testing.T) {
 			worst[key] = math.Max(worst[key], d)
 		}
 	}
-	var keys []string
-	for k := range worst {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		t.Logf("%-50s largest step-0 |Δlogit| %.2e", k, worst[k])
-	}
+	logWorst(t, worst, 50)
 }

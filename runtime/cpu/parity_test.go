@@ -2,9 +2,10 @@ package cpu_test
 
 import (
 	"context"
+	"maps"
 	"math"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,42 +79,60 @@ func TestParityWithLlamaCpp(t *testing.T) {
 	if len(refs) == 0 {
 		t.Skipf("no reference files under %s", shared)
 	}
-	bundles := map[string]string{}
+	bundles := bundleCache{}
 	worst := map[string]float64{}
 	for _, ref := range refs {
 		name := filepath.Base(ref.Model)
-		model := reference.Model(shared, ref)
-		if model == "" {
-			t.Errorf("%s: model %s not found", ref.Name, name)
-			continue
-		}
-		dir, ok := bundles[name]
-		if !ok {
-			dir = filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
+		dir, model := bundles.get(t, shared, ref, func(model string) string {
+			dir := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
 			// The references ran at n_ctx 2048 (../shared/reference's
 			// README); phi3 takes its long RoPE factors past 4096.
 			err := compiler.Compile(context.Background(), model, dir, compiler.Options{VerifyEach: true, ContextLength: referenceContext})
 			if support.Is(err) {
 				t.Logf("%s: skipped: %v", name, err)
-				dir = ""
+				return ""
 			} else if err != nil {
 				t.Fatalf("compile %s: %v", name, err)
 			}
-			bundles[name] = dir
-		}
+			return dir
+		})
 		if dir == "" {
 			continue
 		}
 		d := checkReference(t, dir, ref, ref.Name, toleranceFor(t, model))
 		worst[name] = math.Max(worst[name], d)
 	}
-	var names []string
-	for n := range worst {
-		names = append(names, n)
+	logWorst(t, worst, 28)
+}
+
+// bundleCache holds the bundle compiled for each reference model, by
+// file name ("" for a model that cannot be compiled).
+type bundleCache map[string]string
+
+// get returns ref's model and its bundle, compiled by compile the first
+// time the model is asked for; the bundle is "" (reported) when the model
+// is not in shared or cannot be compiled.
+func (c bundleCache) get(t *testing.T, shared string, ref *reference.File, compile func(model string) string) (dir, model string) {
+	t.Helper()
+	name := filepath.Base(ref.Model)
+	model = reference.Model(shared, ref)
+	if model == "" {
+		t.Errorf("%s: model %s not found", ref.Name, name)
+		return "", ""
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		t.Logf("%-28s largest step-0 |Δlogit| %.2e", n, worst[n])
+	dir, ok := c[name]
+	if !ok {
+		dir = compile(model)
+		c[name] = dir
+	}
+	return dir, model
+}
+
+// logWorst logs each model's largest step-0 logit difference, in name
+// order, the names padded to width.
+func logWorst(t *testing.T, worst map[string]float64, width int) {
+	for _, n := range slices.Sorted(maps.Keys(worst)) {
+		t.Logf("%-*s largest step-0 |Δlogit| %.2e", width, n, worst[n])
 	}
 }
 
@@ -184,7 +203,7 @@ func TestGreedyStories260K(t *testing.T) {
 	}
 	defer e.Close()
 	for _, ref := range refs {
-		if got := e.Tok.Encode(ref.Prompt, true, true); !equal(got, ref.PromptTokens) {
+		if got := e.Tok.Encode(ref.Prompt, true, true); !slices.Equal(got, ref.PromptTokens) {
 			t.Errorf("%s: prompt tokens %v, llama.cpp %v", ref.Name, got, ref.PromptTokens)
 		}
 		seq, err := e.NewSequence()
@@ -210,22 +229,10 @@ func TestGreedyStories260K(t *testing.T) {
 		for _, s := range ref.Steps {
 			want = append(want, s.Token)
 		}
-		if !equal(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("%s: greedy tokens\n got %v\nwant %v", ref.Name, got, want)
 		}
 	}
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // compileStories260K builds stories260K for T-CPU into a temporary

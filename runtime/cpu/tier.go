@@ -28,6 +28,7 @@ type Tier struct {
 	fence    int
 	trace    func(i int, kernel string, out []byte)
 	release  []func() error // the huge-page arenas' unmaps
+	comm     kcpu.Comm      // the tensor-parallel set this tier is a rank of
 }
 
 type variant struct {
@@ -54,6 +55,9 @@ type Options struct {
 	MapWeights bool
 	// Log, when set, hears about the copy of the weights.
 	Log func(format string, args ...any)
+	// Comm, for a rank bundle of a tensor-parallel set, is the set its
+	// collective kernels meet the other ranks at (runtime/tp).
+	Comm kcpu.Comm
 }
 
 // Load prepares a bundle for replay: it maps weight regions from the pack,
@@ -61,7 +65,10 @@ type Options struct {
 // walks each variant's stream once into a list of resolved calls.
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	g := b.Graph
-	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1, trace: opt.Trace}
+	if tp := b.Graph.Hparams.TPRanks; tp > 1 && (opt.Comm == nil || opt.Comm.Ranks() != tp || opt.Comm.Rank() != b.Graph.Hparams.TPRank) {
+		return nil, fmt.Errorf("cpu: the bundle is rank %d of a tensor-parallel set of %d: it runs only with every rank of its set (open the set)", b.Graph.Hparams.TPRank, tp)
+	}
+	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1, trace: opt.Trace, comm: opt.Comm}
 	mem := &replay.Memory{}
 	var err error
 	if t.regions, err = t.place(b, opt); err != nil {
@@ -114,7 +121,7 @@ func (t *Tier) bind(d replay.Dispatch, mem *replay.Memory, fn kcpu.Func) dispatc
 		}
 	}
 	out.args.Push, out.args.Spec, out.args.Grid = d.Push, d.Spec, d.Grid
-	out.args.Pool, out.args.Work = t.pool, &t.work
+	out.args.Pool, out.args.Work, out.args.Comm = t.pool, &t.work, t.comm
 	return out
 }
 

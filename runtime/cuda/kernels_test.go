@@ -624,7 +624,7 @@ func kweights(t *testing.T, rng *rand.Rand, typ ggml.Type, rows, k int) []byte {
 			t.Fatal(err)
 		}
 		return b
-	case ggml.IQ4_NL, ggml.IQ4_XS, ggml.IQ3_S:
+	case ggml.IQ4_NL, ggml.IQ4_XS, ggml.IQ3_S, ggml.Q4_0:
 		// Every bit pattern past a block's leading f16 scale is a valid
 		// block (indices, scales, signs), so random bytes with a sane d
 		// cover the decode.
@@ -1177,4 +1177,56 @@ func testArch() string {
 		return a
 	}
 	return "sm_90"
+}
+
+// TestKernelMatrixRows holds the matrix-vector kernel's _rows entry (a
+// block takes two activation rows, loading each weight block once for
+// them) to T-CPU, for 2-row steps of every integer type, plain
+// (added to a residual) and fused (norm + gate/up), and to itself: each
+// row's result is bit for bit the one-row kernel's on that row alone, so a
+// row's logits do not depend on how many rows share its step.
+func TestKernelMatrixRows(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(23))
+	const n = 300
+	for _, tk := range []struct {
+		typ ggml.Type
+		k   int
+	}{{ggml.Q4_K, 4096}, {ggml.Q6_K, 11008}, {ggml.Q8_0, 4096}, {ggml.Q4_0, 4096}} {
+		typ, k := tk.typ, tk.k
+		w := kweights(t, rng, typ, n, k)
+		wn := f32bytes(randF32(rng, k, 0.5, 1.5))
+		for _, nr := range []int{2} {
+			inst := kernels.InstanceName(mustLookup(t, "matmul_residual"), typ)
+			push := []uint32{uint32(k), n}
+			if l, err := kcuda.Shape(inst, push, nil, nr, false); err != nil || l.Entry != kcuda.EntryRows {
+				t.Fatalf("%s k=%d, %d rows: launch %+v (%v), want the _rows entry", inst, k, nr, l, err)
+			}
+			rows := make([]krow, nr)
+			for i := range rows {
+				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
+			}
+			x := f32bytes(randF32(rng, nr*k, -2, 2))
+			res := f32bytes(randF32(rng, nr*n, -1, 1))
+			bufs := [][]byte{x, w, nil, ioTable(rows, nr, 1, nil), res}
+			what := fmt.Sprintf("%s k=%d, %d rows", inst, k, nr)
+			got, want := g.runAs(inst, bufs, push, nil, nr, false), cpuRun(t, inst, bufs, push, nil)
+			compareF32(t, what, got[4], want[4], 1e-3)
+			for i := range nr {
+				one := [][]byte{x[i*k*4 : (i+1)*k*4], w, nil, ioTable([]krow{{slot: 0}}, 1, 1, nil), res[i*n*4 : (i+1)*n*4]}
+				alone := g.runAs(inst, one, push, nil, 1, false)
+				if !bytes.Equal(alone[4], got[4][i*n*4:(i+1)*n*4]) {
+					t.Errorf("%s: row %d differs from the one-row kernel's result on it alone", what, i)
+				}
+			}
+			inst = kernels.InstanceName(mustLookup(t, "rms_norm_gate_up"), typ)
+			half := make([]byte, nr*n/2*4)
+			bufs = [][]byte{x, wn, w, ioTable(rows, nr, 1, nil), half, append([]byte(nil), half...)}
+			spec := []uint32{uint32(k), n / 2, math.Float32bits(1e-5)}
+			got, want = g.runAs(inst, bufs, nil, spec, nr, false), cpuRun(t, inst, bufs, nil, spec)
+			for o := 4; o < 6; o++ {
+				compareF32(t, fmt.Sprintf("%s k=%d, %d rows, buffer %d", inst, k, nr, o), got[o], want[o], 1e-3)
+			}
+		}
+	}
 }

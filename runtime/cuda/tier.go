@@ -110,9 +110,10 @@ const regionSlack = 16
 
 // Load prepares a bundle for replay on device 0.
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
-	// T-CUDA's attention addresses F16 pages only: a bundle with another
-	// cache layout is refused, never read wrongly.
-	if err := kernels.RequireF16KV(&b.Graph.Hparams, "T-CUDA"); err != nil {
+	// T-CUDA's kernels address F16 pages and the quantized layouts of
+	// kcuda.KVLayouts: a bundle with another cache layout is refused,
+	// never read wrongly.
+	if err := checkKV(&b.Graph.Hparams); err != nil {
 		return nil, err
 	}
 	info, err := driver.Probe()
@@ -137,6 +138,23 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// checkKV refuses a bundle whose KV cache layout T-CUDA has no kernels
+// for, naming it and the ones it has.
+func checkKV(h *bundle.Hparams) error {
+	kv, err := kernels.BundleKV(h)
+	if err != nil {
+		return err
+	}
+	if kv.IsF16() || slices.Contains(kcuda.KVLayouts(), kv) {
+		return nil
+	}
+	names := []string{kernels.F16KV.String()}
+	for _, l := range kcuda.KVLayouts() {
+		names = append(names, l.String())
+	}
+	return fmt.Errorf("T-CUDA has no kernels for a %s KV cache (cache_type_k, cache_type_v; it has %s): rebuild the bundle with one of those, or run it on the cpu tier", kv, strings.Join(names, "; "))
 }
 
 func (t *Tier) load(b *bundle.Bundle) error {

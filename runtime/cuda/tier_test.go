@@ -1,7 +1,10 @@
 package cuda
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/zrtdev/zrt/format/bundle"
 
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 )
@@ -30,6 +33,35 @@ func TestOmits(t *testing.T) {
 	} {
 		if got := omits(c.item, c.l); got != c.want {
 			t.Errorf("omits(%q, %s%s) = %v, want %v", c.item, c.l.Name, c.l.Shape.Entry.Suffix(), got, c.want)
+		}
+	}
+}
+
+// TestCheckKV: Load accepts F16 caches and the quantized layouts T-CUDA
+// instantiates (kcuda.KVLayouts), and refuses any other layout naming it,
+// before it touches a GPU.
+func TestCheckKV(t *testing.T) {
+	for _, c := range []struct {
+		k, v       string
+		rotK, rotV int
+		ok         bool
+	}{
+		{"", "", 0, 0, true},
+		{"q8_0", "q8_0", 0, 0, true},
+		{"q8_0", "q8_0", 64, 64, true},
+		{"q8_0", "q8_0", 128, 64, true},
+		{"q8_0", "q8_0", 256, 64, true},
+		{"q8_0", "q8_0", 512, 64, false},
+		{"q8_0", "f16", 128, 0, false},
+		{"f16", "q8_0", 0, 64, false},
+	} {
+		h := &bundle.Hparams{HeadDim: 512, CacheTypeK: c.k, CacheTypeV: c.v, CacheRotK: c.rotK, CacheRotV: c.rotV}
+		err := checkKV(h)
+		if (err == nil) != c.ok {
+			t.Errorf("cache %s/%s rotated %d/%d: checkKV = %v, want ok %v", c.k, c.v, c.rotK, c.rotV, err, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "cache_type_k") {
+			t.Errorf("checkKV's error does not name the option: %v", err)
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/engine/prefix"
 	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/spec/draft"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
@@ -93,6 +94,15 @@ type Config struct {
 	// step depended on and sampled (StepRecord), for Rerun. It holds the
 	// prompts' tokens.
 	StepLog io.Writer
+	// Speculative is speculative decoding (speculate.go): off (the zero
+	// value), or drafts of up to K tokens a step — n-gram lookups, or the
+	// bundle's draft variant (self) — for each request that decodes
+	// without a constraint, as many as the measured acceptance and step
+	// costs pay for (all of them when Fixed).
+	Speculative Speculation
+	// Drafter, when set, proposes the drafts instead of the mode's
+	// (n-gram prompt lookup): a test's, whose acceptance it chooses.
+	Drafter draft.Drafter
 }
 
 // Request is one generation request.
@@ -166,9 +176,14 @@ type Engine struct {
 	deviceMasks bool
 	slog        *stepLog
 	onStep      func(*StepRecord) // Rerun's view of each step
-	rec         *StepRecord       // the step's record while logging
-	logged      int               // steps logged
-	stepping    sync.Mutex        // one Step at a time
+	drafter     draft.Drafter
+	specPolicy  specPolicy
+	// pinDrafts, set by Rerun, replaces each request's proposed draft
+	// with the logged one.
+	pinDrafts func(id uint64) []int32
+	rec       *StepRecord // the step's record while logging
+	logged    int         // steps logged
+	stepping  sync.Mutex  // one Step at a time
 }
 
 // request is the engine's state for one Request.
@@ -206,6 +221,9 @@ type request struct {
 	// group's first choice, whose prompt pages it maps instead of
 	// computing them (see shares).
 	lead *request
+	// spec is its speculative state; nil when it does not speculate
+	// (speculation off, or a constrained request).
+	spec *speculating
 }
 
 // stepCost estimates a replay's time from its rows, for the interactive
@@ -277,6 +295,14 @@ type Stats struct {
 	// bounds serving: the device (Replay) or the host (Host); the time
 	// between steps is idle.
 	Decode, Mixed StepTimes
+	// Speculative decoding (vLLM's spec_decode counters): SpecDrafts
+	// counts the drafts verified (one a request a step), SpecDraftTokens
+	// their tokens, SpecAccepted the tokens accepted, and
+	// SpecAcceptedAt[i] the drafts whose token at position i was
+	// accepted. The mean acceptance length is 1 + SpecAccepted /
+	// SpecDrafts.
+	SpecDrafts, SpecDraftTokens, SpecAccepted uint64
+	SpecAcceptedAt                            []uint64
 }
 
 // StepTimes adds up steps of one kind.
@@ -313,8 +339,20 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.InteractiveSlack == 0 {
 		cfg.InteractiveSlack = 0.2
 	}
+	if testHookSpeculative != nil && !cfg.Speculative.On() {
+		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
+			cfg.Speculative, cfg.Drafter = sp, d
+		}
+	}
+	if err := checkSpeculation(m, cfg.Speculative); err != nil {
+		return nil, err
+	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
 		meters: map[string]*meters{}, waitingBy: map[string]int{}}
+	e.drafter = cfg.Drafter
+	if e.drafter == nil {
+		e.drafter = defaultDrafter(cfg.Speculative)
+	}
 	e.rates = quota.New(func(tenant string) quota.Rates { return e.tenant(tenant).rates() })
 	if dm, ok := m.(DeviceMasker); ok {
 		e.deviceMasks = dm.MasksOnDevice()
@@ -340,7 +378,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.StepLog != nil {
 		e.slog = &stepLog{w: cfg.StepLog}
 		e.slog.write(&StepRecord{Config: &StepLogConfig{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: cfg.ContextLength,
-			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved}})
+			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String()}})
 	}
 	for _, t := range slices.Sorted(maps.Keys(reserved)) {
 		if err := e.pool.Reserve(t, reserved[t]); err != nil {
@@ -402,6 +440,9 @@ func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params
 			tokens: append([]int32(nil), r.Prompt...), dec: decode.New(e.tok, c.Decode)}
 		if len(reqs) > 0 && !e.m.SlotState() {
 			req.lead = reqs[0]
+		}
+		if e.cfg.Speculative.On() && p.Constraint == nil {
+			req.spec = &speculating{}
 		}
 		reqs = append(reqs, req)
 	}
@@ -595,6 +636,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	}
 	e.compact()
 
+	e.propose()
 	in := e.input(start)
 	if e.pinLatency != nil {
 		in.LatencyRows = e.pinLatency()
@@ -646,7 +688,12 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		prefill += byID[c.ID].prefillRows(c)
 	}
 	var replay time.Duration
-	batch, err := e.batch(plan, byID)
+	err := e.selfDraft(ctx, plan, byID)
+	var batch runtime.Batch
+	var borrowed []int
+	if err == nil {
+		batch, borrowed, err = e.batch(plan, byID)
+	}
 	if err == nil {
 		if e.rec != nil {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
@@ -655,6 +702,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		err = e.m.Step(ctx, batch)
 		replay = e.cfg.Now().Sub(at)
 		e.cost.observe(replay, prefill)
+		if prefill == 0 {
+			e.specPolicy.observe(len(batch.Rows), replay)
+		}
 	}
 	if err != nil && e.rec != nil {
 		e.rec.Err = err.Error()
@@ -672,10 +722,16 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	}
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
+		if c.Draft > 0 {
+			slots := append([]int{r.slot}, borrowed[:c.Draft]...)
+			borrowed = borrowed[c.Draft:]
+			e.count(r.Tenant, 0, e.verify(r, c.From, slots), start)
+			continue
+		}
 		e.count(r.Tenant, r.prefillRows(c), c.N, start)
 		r.done += c.N
 		if c.Logits {
-			e.route(r)
+			e.route(r, r.slot)
 		}
 	}
 	e.traceStep(start, plan, prefill, batch, nil) // after sampling, which the step's time includes
@@ -749,6 +805,9 @@ func (e *Engine) input(now time.Time) sched.Input {
 	if e.cfg.InteractiveSlack > 0 {
 		in.LatencyRows = e.cost.rows(e.cfg.InteractiveSlack)
 	}
+	if e.cfg.Speculative.On() {
+		in.VerifySlots = e.m.Slots()
+	}
 	active := map[string]bool{}
 	for _, r := range e.reqs {
 		active[r.Tenant] = true
@@ -803,6 +862,9 @@ func (e *Engine) input(now time.Time) sched.Input {
 		}
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
 			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
+		if r.spec != nil && r.slot >= 0 {
+			s.Draft = len(r.spec.draft)
+		}
 		for _, pg := range r.pages {
 			// No other request maps it, and it is charged to r's tenant or
 			// one without a reservation (freeing another's reserved page
@@ -931,12 +993,37 @@ func (e *Engine) admit(r *request, paged bool) {
 }
 
 // batch turns the plan into the program's batch, on the smallest variant
-// that holds its rows: a decode variant when every row decodes.
-func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch, error) {
+// that holds its rows: a decode variant when every row decodes (a draft
+// row is a decode row). It returns the slots the draft rows take, in the
+// order of the plan's chunks with drafts.
+func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch, []int, error) {
 	var b runtime.Batch
+	free := e.borrowSlots()
+	var borrowed []int
 	decodeOnly := true
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
+		if c.Draft > 0 {
+			// The pending token in r's slot, then each draft token in a
+			// free slot mapping r's page table, every row with logits:
+			// row i sees the rows before it through the pages, as a
+			// decode of them one by one would.
+			if len(free) < c.Draft || c.N != c.Draft+1 {
+				return b, nil, fmt.Errorf("engine: a verify chunk of %d rows (%d drafted) with %d free slots", c.N, c.Draft, len(free))
+			}
+			slots := append([]int{r.slot}, free[:c.Draft]...)
+			free = free[c.Draft:]
+			borrowed = append(borrowed, slots[1:]...)
+			for i, slot := range slots {
+				tok := r.tokens[c.From]
+				if i > 0 {
+					tok = r.spec.draft[i-1]
+				}
+				b.Rows = append(b.Rows, runtime.Row{Slot: slot, Pos: c.From + i, Token: tok, Logits: true})
+				b.Pages = append(b.Pages, runtime.SlotPages{Slot: slot, Pages: r.pages})
+			}
+			continue
+		}
 		if c.From < len(r.Prompt) || c.N > 1 {
 			decodeOnly = false
 		}
@@ -961,24 +1048,26 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	}
 	if !ok {
 		if b.Key, ok = e.m.Key(runtime.Prefill, len(b.Rows)); !ok {
-			return b, fmt.Errorf("engine: no variant for a step of %d rows", len(b.Rows))
+			return b, nil, fmt.Errorf("engine: no variant for a step of %d rows", len(b.Rows))
 		}
 	}
-	return b, nil
+	return b, borrowed, nil
 }
 
-// route samples r's next token from its slot's outcome and sends it.
-func (e *Engine) route(r *request) {
-	st := r.dec.NextFrom(slotSource{e, r.slot}, r.tokens, r.done)
+// route samples r's next token from the outcome of the row in slot and
+// sends it; it reports whether r goes on.
+func (e *Engine) route(r *request, slot int) bool {
+	st := r.dec.NextFrom(slotSource{e, slot}, r.tokens, r.done)
 	if e.rec != nil {
 		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: finishOf(st.Finish)})
 	}
 	if st.Finish != decode.Running {
 		e.finish(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs, Finish: finishOf(st.Finish)})
-		return
+		return false
 	}
 	r.tokens = append(r.tokens, st.Token)
 	e.send(r, Event{Token: st.Token, Text: st.Text, Logprobs: st.Logprobs})
+	return r.events != nil
 }
 
 // slotSource is a slot's outcome of the last step: its greedy token, and
@@ -1191,6 +1280,7 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.stats
+	s.SpecAcceptedAt = slices.Clone(e.stats.SpecAcceptedAt)
 	s.Finished = make(map[Finish]uint64, len(e.stats.Finished))
 	for k, v := range e.stats.Finished {
 		s.Finished[k] = v

@@ -198,6 +198,12 @@ func windowRing(t *testing.T, tr tier) {
 }
 
 func servesLikeAlone(t *testing.T, p *runtime.Program) {
+	servesLikeAloneWith(t, p, engine.Speculation{})
+}
+
+// servesLikeAloneWith is servesLikeAlone with the engine speculating as
+// sp says; it returns the engine's stats at the end.
+func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation) engine.Stats {
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +246,7 @@ func servesLikeAlone(t *testing.T, p *runtime.Program) {
 		s.Release()
 	}
 
-	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64})
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +315,30 @@ func servesLikeAlone(t *testing.T, p *runtime.Program) {
 	}
 	if s.PagesFree+s.PrefixPages != s.PagesTotal {
 		t.Errorf("%d pages still in use besides the %d the prefix cache keeps", s.PagesTotal-s.PagesFree-s.PrefixPages, s.PrefixPages)
+	}
+	return s
+}
+
+// TestSpeculativeLikeAlone is TestServesLikeAlone with the engine
+// speculating, for each kind of draft: n-gram drafts, and the bundle's
+// draft variant (four of its five layers and its head, self-speculation), of up
+// to 4 tokens verified at every step that has free slots for their rows
+// (the bundle has 16 slots, the engine runs 8 requests), batched with
+// the other requests' decode rows and prefill chunks. Every request's
+// tokens, greedy and sampled, must still equal its solo run's without
+// speculation — bit for bit on T-CPU.
+func TestSpeculativeLikeAlone(t *testing.T) {
+	for _, tr := range tiers {
+		for _, kind := range []string{"ngram", "self"} {
+			t.Run(tr.name+"/"+kind, func(t *testing.T) {
+				p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\ndraft_layers = 4\n", tr)
+				s := servesLikeAloneWith(t, p, engine.Speculation{Kind: kind, K: 4, Fixed: true})
+				t.Logf("%d drafts, %d draft tokens, %d accepted", s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted)
+				if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 {
+					t.Errorf("%d draft tokens verified, %d accepted: the test does not exercise speculation", s.SpecDraftTokens, s.SpecAccepted)
+				}
+			})
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,10 +31,21 @@ type scripted struct {
 	last     map[int]int32 // slot → token of its newest logits row
 	batch    runtime.Batch
 	fail     bool // the next Step fails
+	// slotState makes it a model with per-slot state.
+	slotState bool
+	// draftAccept, when set, gives it a draft variant (self-speculation)
+	// whose greedy choice is the model's own with that probability,
+	// drawn from draftRng, and another token otherwise.
+	draftAccept float64
+	draftRng    *rand.Rand
+	drafted     map[int]int32 // slot → the draft variant's choice, until its next step
 }
 
 func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 	caps := map[runtime.Stage][]int{runtime.Decode: {1, 2, 4, 8}, runtime.Prefill: {16, 64}}[stage]
+	if stage == runtime.Draft && m.draftAccept > 0 {
+		caps = []int{1}
+	}
 	for _, c := range caps {
 		if rows <= c {
 			return runtime.ShapeKey{Stage: stage, Slots: m.slots, Rows: c}, true
@@ -44,7 +56,7 @@ func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 func (m *scripted) Slots() int      { return m.slots }
 func (m *scripted) MaxPages() int   { return m.maxPages }
 func (m *scripted) KVPages() int    { return m.kvPages }
-func (m *scripted) SlotState() bool { return false }
+func (m *scripted) SlotState() bool { return m.slotState }
 
 func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 	if m.fail {
@@ -54,9 +66,18 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
 		m.t.Fatalf("step of %d rows on %s", len(b.Rows), b.Key)
 	}
-	mappers := map[uint32]int{} // page → slots mapping it (prefix pages are shared)
+	// page → requests mapping it (prefix pages are shared); the slots of
+	// one request's verify rows map the same table, which counts once.
+	mappers := map[uint32]int{}
 	tables := map[int][]uint32{}
+	seen := map[string]bool{}
 	for _, sp := range b.Pages {
+		key := fmt.Sprint(sp.Pages)
+		if seen[key] {
+			tables[sp.Slot] = sp.Pages
+			continue
+		}
+		seen[key] = true
 		for _, pg := range sp.Pages {
 			mappers[pg]++
 			if int(pg) >= m.kvPages {
@@ -65,7 +86,24 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 		}
 		tables[sp.Slot] = sp.Pages
 	}
+	if b.Key.Stage == runtime.Draft {
+		if len(b.Rows) != 1 || m.draftAccept == 0 {
+			m.t.Fatalf("a draft step of %d rows on a model with draft variant %v", len(b.Rows), m.draftAccept > 0)
+		}
+	}
 	for _, r := range b.Rows {
+		if b.Key.Stage == runtime.Draft {
+			if m.drafted == nil {
+				m.drafted = map[int]int32{}
+			}
+			next := simNext(r.Token, r.Pos)
+			if m.draftRng.Float64() >= m.draftAccept {
+				next = 3 + (next-3+1+int32(m.draftRng.IntN(simVocab-4)))%(simVocab-3)
+			}
+			m.drafted[r.Slot] = next
+		} else {
+			delete(m.drafted, r.Slot)
+		}
 		if r.Pos >= len(tables[r.Slot])*kernels.KVPageTokens {
 			m.t.Fatalf("row at position %d of slot %d beyond its %d pages", r.Pos, r.Slot, len(tables[r.Slot]))
 		}
@@ -90,6 +128,9 @@ func (m *scripted) Logits(slot int, dst []float32) []float32 {
 }
 
 func (m *scripted) Greedy(slot int) int32 {
+	if t, ok := m.drafted[slot]; ok {
+		return t
+	}
 	l := m.Logits(slot, nil)
 	best := 0
 	for i, v := range l {
@@ -126,14 +167,43 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // would produce alone (none lost or repeated across preemptions), every
 // request ending exactly once with its usage adding up. Seeds 1-3 have a
 // roomy pool; in seeds 4-6 it runs dry, and requests give up their pages.
+//
+// Seeds 7-12 run the same with speculative decoding: every decoding
+// request proposes up to 3 draft tokens a step, each the model's next
+// greedy token with a probability the seed draws (n-gram drafts from
+// simDrafter on even seeds, the model's draft variant on odd ones), and
+// the same invariants hold — the draft rows' pages go back when the draft is
+// rejected, and every greedy stream is still its model chain.
 func TestSimulation(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12} {
 		pages := 100
-		if seed > 3 {
+		if (seed-1)%6 > 2 {
 			pages = 40
 		}
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500, pages) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500, pages, seed > 6) })
 	}
+}
+
+// simDrafter proposes the scripted model's greedy chain after a
+// history, each token right with probability accept and otherwise a
+// wrong one, drawn from its seeded source.
+type simDrafter struct {
+	rng    *rand.Rand
+	accept float64
+}
+
+func (d *simDrafter) Draft(history []int32, k int) []int32 {
+	var out []int32
+	prev, pos := history[len(history)-1], len(history)-1
+	for range k {
+		next := simNext(prev, pos)
+		if d.rng.Float64() >= d.accept {
+			next = 3 + (next-3+1+int32(d.rng.IntN(simVocab-4)))%(simVocab-3) // any other but EOS
+		}
+		out = append(out, next)
+		prev, pos = next, pos+1
+	}
+	return out
 }
 
 // simNext is the token the scripted model's greedy choice gives after
@@ -146,9 +216,28 @@ func simNext(prev int32, pos int) int32 {
 	return 3 + last%(simVocab-3)
 }
 
-func simulate(t *testing.T, seed uint64, steps, kvPages int) {
+func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: kvPages, last: map[int]int32{}}
+	var sp Speculation
+	var drafter *simDrafter
+	if speculate {
+		// The model has slots beyond the engine's, which draft rows
+		// borrow too.
+		m.slots = 10
+		sp = Speculation{Kind: "ngram", K: 3, Fixed: true}
+		drafter = &simDrafter{rng: rand.New(rand.NewPCG(seed, 7)), accept: 0.3 + 0.6*rng.Float64()}
+		if seed%2 == 1 {
+			// Odd seeds draft with the model's draft variant.
+			sp.Kind = "self"
+			m.draftAccept, m.draftRng = drafter.accept, rand.New(rand.NewPCG(seed, 8))
+		}
+	} else if testHookSpeculative != nil {
+		sp, _ = testHookSpeculative()
+		if sp.Kind == "self" {
+			m.draftAccept, m.draftRng = 0.6, rand.New(rand.NewPCG(seed, 9))
+		}
+	}
 	limits := map[string]sched.Limits{"a": {MaxSlots: 3, DecodeTokensPerSecond: 200}, "b": {MaxPages: 12}, "c": {PrefillTokensPerSecond: 1000}}
 	clock := time.Unix(1_700_000_000, 0) // moved forward by each step
 	policy := Policy{Tenants: map[string]TenantPolicy{}}
@@ -159,8 +248,12 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int) {
 	c := policy.Tenants["c"]
 	c.ReservedPages = 6
 	policy.Tenants["c"] = c
-	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
-		Policy: NewLivePolicy(policy), Now: func() time.Time { return clock }})
+	cfg := Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
+		Policy: NewLivePolicy(policy), Now: func() time.Time { return clock }, Speculative: sp}
+	if drafter != nil {
+		cfg.Drafter = drafter
+	}
+	e, err := New(m, simTokenizer(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +377,7 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int) {
 			}
 		}
 		did, err := e.Step(ctx)
-		if err != nil && err.Error() != "scripted failure" {
+		if err != nil && !strings.HasSuffix(err.Error(), "scripted failure") {
 			t.Fatalf("seed %d step %d: %v", seed, step, err)
 		}
 		if did && err == nil {
@@ -339,6 +432,13 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int) {
 	}
 	if s.ChoiceShared == 0 {
 		t.Errorf("seed %d: no choice mapped its group's prompt pages: the simulation does not exercise it", seed)
+	}
+	if speculate {
+		if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 || s.SpecAccepted == s.SpecDraftTokens {
+			t.Errorf("seed %d: %d draft tokens verified, %d accepted: the simulation does not exercise acceptance and rejection", seed, s.SpecDraftTokens, s.SpecAccepted)
+		}
+		t.Logf("seed %d: drafts accepted with probability %.2f: %d drafts, %d tokens, %d accepted (mean acceptance length %.2f)",
+			seed, drafter.accept, s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted, 1+float64(s.SpecAccepted)/float64(max(s.SpecDrafts, 1)))
 	}
 	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens, %d shared by choices, endings %v",
 		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.ChoiceShared, s.Finished)
@@ -478,10 +578,33 @@ func TestStepCost(t *testing.T) {
 // later, and every stream still has the tokens it has alone. The step log
 // of it reruns step for step, and the pool ends full.
 func TestPagesOnDemand(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { pagesOnDemand(t, Speculation{}, nil) })
+	// With drafts of 3 tokens, right with probability 0.7: draft rows
+	// take pages the pool has free and give back those of rejected
+	// tokens, and the step log (which holds the drafts) reruns.
+	t.Run("speculative", func(t *testing.T) {
+		pagesOnDemand(t, Speculation{Kind: "ngram", K: 3, Fixed: true}, &simDrafter{rng: rand.New(rand.NewPCG(1, 2)), accept: 0.7})
+	})
+	// The same with the model's draft variant making the drafts (right
+	// with probability 0.7), which the rerun's model makes again.
+	t.Run("self", func(t *testing.T) {
+		pagesOnDemand(t, Speculation{Kind: "self", K: 3, Fixed: true}, &simDrafter{rng: rand.New(rand.NewPCG(1, 2)), accept: 0.7})
+	})
+}
+
+func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
 	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 56, last: map[int]int32{}}
 	var log bytes.Buffer
 	clock := time.Unix(1_700_000_000, 0)
-	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, StepLog: &log, Now: func() time.Time { return clock }})
+	cfg := Config{Slots: 8, ChunkCap: 64, StepLog: &log, Now: func() time.Time { return clock }, Speculative: sp}
+	if drafter != nil {
+		m.slots = 12
+		cfg.Drafter = drafter
+		if sp.Kind == "self" {
+			m.draftAccept, m.draftRng = drafter.accept, rand.New(rand.NewPCG(5, 6))
+		}
+	}
+	e, err := New(m, simTokenizer(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +688,10 @@ func TestPagesOnDemand(t *testing.T) {
 	if st.PagesFree+st.PrefixIdle != st.PagesTotal {
 		t.Errorf("at the end %d pages free and %d idle in the prefix cache, of %d", st.PagesFree, st.PrefixIdle, st.PagesTotal)
 	}
-	m2 := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 56, last: map[int]int32{}}
+	if sp.On() && (st.SpecAccepted == 0 || st.SpecAccepted == st.SpecDraftTokens) {
+		t.Errorf("%d of %d draft tokens accepted: the test does not exercise acceptance and rejection", st.SpecAccepted, st.SpecDraftTokens)
+	}
+	m2 := &scripted{t: t, slots: m.slots, maxPages: 16, kvPages: 56, last: map[int]int32{}, draftAccept: m.draftAccept, draftRng: rand.New(rand.NewPCG(5, 6))}
 	if n, err := Rerun(ctx, m2, simTokenizer(t), &log); err != nil {
 		t.Fatalf("rerun: %v", err)
 	} else {

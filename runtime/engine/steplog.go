@@ -45,7 +45,10 @@ type StepRecord struct {
 	Variant     string        `json:"variant,omitempty"`
 	Rows        []runtime.Row `json:"rows,omitempty"` // the query rows the step computed
 	Sampled     []Sampled     `json:"sampled,omitempty"`
-	Err         string        `json:"error,omitempty"` // the step failed
+	// Drafts are the draft tokens proposed for requests before the step
+	// was planned (speculative decoding), which a rerun proposes again.
+	Drafts []LoggedDraft `json:"drafts,omitempty"`
+	Err    string        `json:"error,omitempty"` // the step failed
 }
 
 // StepLogConfig is the engine's configuration as far as a rerun needs it.
@@ -55,6 +58,15 @@ type StepLogConfig struct {
 	ContextLength int            `json:"context_length"`
 	NoPrefixCache bool           `json:"no_prefix_cache,omitempty"`
 	Reserved      map[string]int `json:"reserved,omitempty"`
+	Speculative   string         `json:"speculative,omitempty"`
+}
+
+// LoggedDraft is a request's proposed draft of a step: its tokens (an
+// n-gram draft), or how many the draft variant was to make (N).
+type LoggedDraft struct {
+	ID     uint64  `json:"id"`
+	Tokens []int32 `json:"tokens,omitempty"`
+	N      int     `json:"n,omitempty"`
 }
 
 // LoggedRequest is an arrival with its id and the policy it met: its
@@ -180,7 +192,14 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 	}
 	policy := NewLivePolicy(Policy{Tenants: maps.Clone(tenants)})
 	var clock time.Time
-	cfg := Config{Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
+	var sp Speculation
+	if lc.Speculative != "" {
+		var err error
+		if sp, err = ParseSpeculation(lc.Speculative); err != nil {
+			return 0, fmt.Errorf("rerun: the step log's config: %w", err)
+		}
+	}
+	cfg := Config{Speculative: sp, Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
 		EventBuffer: 1 << 20, Policy: policy}
 	e, err := New(m, tok, cfg)
 	if err != nil {
@@ -190,6 +209,8 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 	e.onStep = func(r *StepRecord) { got = r }
 	var latency int
 	e.pinLatency = func() int { return latency }
+	drafts := map[uint64][]int32{}
+	e.pinDrafts = func(id uint64) []int32 { return drafts[id] }
 	cancels := map[uint64]context.CancelFunc{}
 	defer func() {
 		for _, c := range cancels {
@@ -230,6 +251,13 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		}
 		got = nil
 		clock, latency = time.Unix(0, want.Time), want.LatencyRows
+		clear(drafts)
+		for _, d := range want.Drafts {
+			drafts[d.ID] = d.Tokens
+			for range d.N {
+				drafts[d.ID] = append(drafts[d.ID], -1) // the rerun's draft variant makes them
+			}
+		}
 		if _, err := e.Step(ctx); err != nil && want.Err == "" {
 			return i, &RerunError{Step: want.Step, Msg: fmt.Sprintf("the step failed: %v", err)}
 		}
@@ -259,22 +287,26 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 // compareStep compares a rerun's step with the log's: tokens first, as
 // they are what a client saw, then the plan.
 func compareStep(want, got *StepRecord) error {
-	gotTok := map[uint64]Sampled{}
+	// A request may take several tokens in a step (a verified draft):
+	// they are compared in order.
+	gotTok := map[uint64][]Sampled{}
 	for _, s := range got.Sampled {
-		gotTok[s.ID] = s
+		gotTok[s.ID] = append(gotTok[s.ID], s)
 	}
 	for _, w := range want.Sampled {
-		g, ok := gotTok[w.ID]
-		if !ok {
+		gs := gotTok[w.ID]
+		if len(gs) == 0 {
 			return &RerunError{Step: want.Step, Request: w.ID, Msg: fmt.Sprintf("the log has token %d, the rerun sampled none", w.Token)}
 		}
-		if g != w {
+		if g := gs[0]; g != w {
 			return &RerunError{Step: want.Step, Request: w.ID, Msg: fmt.Sprintf("sampled token %d (finish %q), the log has %d (finish %q)", g.Token, g.Finish, w.Token, w.Finish)}
 		}
-		delete(gotTok, w.ID)
+		gotTok[w.ID] = gs[1:]
 	}
-	for id, g := range gotTok {
-		return &RerunError{Step: want.Step, Request: id, Msg: fmt.Sprintf("sampled token %d, the log has none", g.Token)}
+	for _, id := range slices.Sorted(maps.Keys(gotTok)) {
+		if gs := gotTok[id]; len(gs) > 0 {
+			return &RerunError{Step: want.Step, Request: id, Msg: fmt.Sprintf("sampled token %d, the log has none", gs[0].Token)}
+		}
 	}
 	wp, gp := "none", "none"
 	if want.Plan != nil {

@@ -827,6 +827,22 @@ func (g *schemaGen) extraKey(names []string, path string) (string, error) {
 	return g.rule(hintOf(path, "extra-key"), `"\"" `+k+` "\""`)
 }
 
+// bounds reads the pair of keywords minKey and maxKey (minItems and
+// maxItems, minLength and maxLength): the minimum defaults to 0, the maximum
+// to -1 for none, and the maximum may not be below the minimum.
+func (g *schemaGen) bounds(o *jobj, path, minKey, maxKey string) (lo, hi int, err error) {
+	if lo, err = g.intKeyword(o, path, minKey, 0); err != nil {
+		return 0, 0, err
+	}
+	if hi, err = g.intKeyword(o, path, maxKey, -1); err != nil {
+		return 0, 0, err
+	}
+	if hi >= 0 && hi < lo {
+		return 0, 0, g.errf(path, "%s %d is below %s %d", maxKey, hi, minKey, lo)
+	}
+	return lo, hi, nil
+}
+
 func (g *schemaGen) intKeyword(o *jobj, path, k string, def int) (int, error) {
 	v, ok := o.get(k)
 	if !ok {
@@ -847,16 +863,9 @@ func (g *schemaGen) intKeyword(o *jobj, path, k string, def int) (int, error) {
 }
 
 func (g *schemaGen) array(o *jobj, path string, depth int) (string, error) {
-	lo, err := g.intKeyword(o, path, "minItems", 0)
+	lo, hi, err := g.bounds(o, path, "minItems", "maxItems")
 	if err != nil {
 		return "", err
-	}
-	hi, err := g.intKeyword(o, path, "maxItems", -1)
-	if err != nil {
-		return "", err
-	}
-	if hi >= 0 && hi < lo {
-		return "", g.errf(path, "maxItems %d is below minItems %d", hi, lo)
 	}
 	items, ok := o.get("items")
 	if !ok {
@@ -900,16 +909,9 @@ var formatBodies = map[string]string{
 }
 
 func (g *schemaGen) str(o *jobj, path string) (string, error) {
-	lo, err := g.intKeyword(o, path, "minLength", 0)
+	lo, hi, err := g.bounds(o, path, "minLength", "maxLength")
 	if err != nil {
 		return "", err
-	}
-	hi, err := g.intKeyword(o, path, "maxLength", -1)
-	if err != nil {
-		return "", err
-	}
-	if hi >= 0 && hi < lo {
-		return "", g.errf(path, "maxLength %d is below minLength %d", hi, lo)
 	}
 	_, hasLen := o.get("minLength")
 	if _, ok := o.get("maxLength"); ok {

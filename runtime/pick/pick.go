@@ -153,7 +153,14 @@ func Choose(dir string, x *bundleset.Index, m Machine, tier string) (Choice, err
 	if tier == "auto" {
 		tier = ""
 	}
-	order := append([]bundleset.Member(nil), x.Bundles...)
+	// A tensor-parallel set's target is chosen by its rank 0, which the
+	// runtime opens with the other ranks beside it.
+	var order []bundleset.Member
+	for _, m := range x.Bundles {
+		if m.Rank == 0 {
+			order = append(order, m)
+		}
+	}
 	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) > rank(order[j]) })
 	c := Choice{Machine: m}
 	found := false

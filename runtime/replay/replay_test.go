@@ -1,31 +1,20 @@
 package replay_test
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime/replay"
 )
 
 func open(t *testing.T) (*bundle.Bundle, *replay.Memory, int) {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "m.gguf"), b, 0o644)
-	if err := compiler.Compile(context.Background(), filepath.Join(dir, "m.gguf"), filepath.Join(dir, "b"), compiler.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	bb, err := bundle.Open(filepath.Join(dir, "b"), false)
+	_, out := testmodel.Bundle(t, "", compiler.Options{})
+	bb, err := bundle.Open(out, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,12 @@ package sequence_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -17,22 +15,23 @@ import (
 // build compiles the tiny synthetic model with the given model config.
 func build(t *testing.T, config string) string {
 	t.Helper()
-	b, err := synth.Write(synth.Tiny)
+	_, out := testmodel.Bundle(t, config, compiler.Options{})
+	return out
+}
+
+// prefilled starts a sequence on p and prefills prompt; the caller
+// releases it.
+func prefilled(t *testing.T, p *sequence.Pool, prompt []int32) *sequence.Sequence {
+	t.Helper()
+	s, err := p.NewSequence()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	if err := os.WriteFile(model, b, 0o644); err != nil {
+	if _, err := s.Prefill(context.Background(), prompt); err != nil {
+		s.Release()
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return s
 }
 
 func open(t *testing.T, dir string) *sequence.Pool {
@@ -62,14 +61,8 @@ func TestVariantsAndPages(t *testing.T) {
 	ctx := context.Background()
 	prompt := []int32{1, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309} // chunks of 8 and 3 rows
 	run := func(p *sequence.Pool) []float32 {
-		s, err := p.NewSequence()
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := prefilled(t, p, prompt)
 		defer s.Release()
-		if _, err := s.Prefill(ctx, prompt); err != nil {
-			t.Fatal(err)
-		}
 		l, err := s.Decode(ctx, 310)
 		if err != nil {
 			t.Fatal(err)
@@ -182,14 +175,8 @@ func TestVerify(t *testing.T) {
 	}
 	one.Release()
 
-	s, err := p.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := prefilled(t, p, prompt)
 	defer s.Release()
-	if _, err := s.Prefill(ctx, prompt); err != nil {
-		t.Fatal(err)
-	}
 	if got := p.VerifyRows(); got != 8 {
 		t.Errorf("VerifyRows = %d with 7 free slots and decode variants up to 8 rows, want 8", got)
 	}

@@ -104,15 +104,7 @@ func (p *browserPage) poll(what, expr string) string {
 	if err != nil {
 		p.t.Fatalf("page: waiting for %s (%s): %v", what, expr, err)
 	}
-	switch v := v.(type) {
-	case string:
-		return v
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case bool:
-		return strconv.FormatBool(v)
-	}
-	return ""
+	return jsString(v)
 }
 
 // eval returns a JavaScript expression's value as a string.
@@ -122,6 +114,13 @@ func (p *browserPage) eval(expr string) string {
 	if err != nil {
 		p.t.Fatalf("page: %s: %v", expr, err)
 	}
+	return jsString(v)
+}
+
+// jsString is a JavaScript value as a string: a string as it is, a
+// number or boolean as JavaScript would print it, null as "", anything
+// else as JSON.
+func jsString(v any) string {
 	switch v := v.(type) {
 	case string:
 		return v

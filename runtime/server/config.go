@@ -38,7 +38,24 @@ type Config struct {
 	// CORS is off, so a browser lets only the server's own page (GET /)
 	// call it.
 	CORSOrigins []string `toml:"cors_origins"`
-	Tenants     []Tenant `toml:"tenant"`
+	// Speculative is every model's speculative decoding (off,
+	// ngram[:K[:fixed]] or self[:K[:fixed]]; default off), unless its [[model]] table or
+	// zrt-run serve's --speculative says otherwise.
+	Speculative string        `toml:"speculative"`
+	Models      []ModelConfig `toml:"model"`
+	Tenants     []Tenant      `toml:"tenant"`
+
+	speculative engine.Speculation
+}
+
+// ModelConfig is one [[model]] table: settings of the model of that name.
+type ModelConfig struct {
+	Name string `toml:"name"`
+	// Speculative is the model's speculative decoding, as the top-level
+	// key.
+	Speculative string `toml:"speculative"`
+
+	speculative engine.Speculation
 }
 
 // Tenant is one [[tenant]] table.
@@ -116,6 +133,24 @@ func (c *Config) validate() error {
 	}
 	if math.IsNaN(c.InteractiveSlack) || math.IsInf(c.InteractiveSlack, 0) {
 		return fmt.Errorf("server config: interactive_slack must be a finite number")
+	}
+	var err error
+	if c.speculative, err = engine.ParseSpeculation(c.Speculative); err != nil {
+		return fmt.Errorf("server config: speculative: %w", err)
+	}
+	names := map[string]bool{}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.Name == "" || names[m.Name] {
+			return fmt.Errorf("server config: model %d: name %q is empty or repeated", i, m.Name)
+		}
+		names[m.Name] = true
+		if m.speculative, err = engine.ParseSpeculation(m.Speculative); err != nil {
+			return fmt.Errorf("server config: model %s: speculative: %w", m.Name, err)
+		}
+		if m.Speculative == "" {
+			m.speculative = c.speculative
+		}
 	}
 	for _, o := range c.CORSOrigins {
 		if err := checkOrigin(o); err != nil {
@@ -229,5 +264,16 @@ func (p *Policy) tenant(id string) engine.TenantPolicy { return p.live.Load().Te
 // (0 where the file leaves them to the bundle), and the policy, read from
 // p as it is updated (reserved pages are fixed when the engine starts).
 func (p *Policy) EngineConfig(c *Config) engine.Config {
-	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Policy: p.live}
+	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Policy: p.live, Speculative: c.speculative}
+}
+
+// SpeculationFor is model name's speculative decoding under c: its
+// [[model]] table's, else the top-level key's.
+func (c *Config) SpeculationFor(name string) engine.Speculation {
+	for _, m := range c.Models {
+		if m.Name == name {
+			return m.speculative
+		}
+	}
+	return c.speculative
 }

@@ -45,10 +45,10 @@ func TestServerDocs(t *testing.T) {
 	for _, k := range regexp.MustCompile(`(?m)^([a-z_]+) =`).FindAllStringSubmatch(m[1], -1) {
 		sampled[k[1]] = true
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[Config](), reflect.TypeFor[Tenant]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[Config](), reflect.TypeFor[Tenant](), reflect.TypeFor[ModelConfig]()} {
 		for i := range typ.NumField() {
 			key := typ.Field(i).Tag.Get("toml")
-			if key == "" || key == "tenant" {
+			if key == "" || key == "tenant" || key == "model" {
 				continue
 			}
 			if !documented[key] {

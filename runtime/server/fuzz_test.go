@@ -114,6 +114,7 @@ func FuzzLoadConfig(f *testing.F) {
 		"[[tenant]]\nid = \"alpha\"\napi_keys = [\"sk-a\"]\nqos = \"interactive\"\nmax_concurrent = 2\nmax_kv_pages = 10\nreserved_kv_pages = 2\ndecode_tokens_per_second = 50\nprefill_tokens_per_second = 500\nmax_context_tokens = 64\nmax_queued = 3\ntokens_per_minute = 100\nrequests_per_minute = 5\nisolation_group = \"g\"\nadmin = true\n",
 		"[[tenant]]\nid = \"b\"\napi_key_hashes = [\"sha256:00\"]\nqos = \"batch\"\n",
 		"slots = -1\n", "[[tenant]]\n", "cors_origins = [\"ftp://x/y\"]\n", "= =", "",
+		"speculative = \"ngram:4\"\n[[model]]\nname = \"m\"\nspeculative = \"self:2:fixed\"\n", "[[model]]\nname = \"\"\n",
 	} {
 		f.Add(s)
 	}
@@ -127,5 +128,6 @@ func FuzzLoadConfig(f *testing.F) {
 			return
 		}
 		server.NewPolicy(cfg).EngineConfig(cfg)
+		cfg.SpeculationFor("m")
 	})
 }

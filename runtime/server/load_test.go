@@ -413,6 +413,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // usageOf reads a tenant's totals from GET /v1/tenants/{id}/usage.
 func usageOf(t *testing.T, url, key, tenant string) ledger.Totals {
 	t.Helper()
+	code, b := getUsage(t, url, key, tenant)
+	var body struct {
+		Usage ledger.Totals `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil || code != http.StatusOK {
+		t.Fatalf("usage of %s: %d %v", tenant, code, err)
+	}
+	return body.Usage
+}
+
+// getUsage asks GET /v1/tenants/{id}/usage with key and returns the
+// status and the body.
+func getUsage(t *testing.T, url, key, tenant string) (int, []byte) {
+	t.Helper()
 	req, _ := http.NewRequest("GET", url+"/v1/tenants/"+tenant+"/usage", nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
@@ -420,13 +434,8 @@ func usageOf(t *testing.T, url, key, tenant string) ledger.Totals {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Usage ledger.Totals `json:"usage"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("usage of %s: %d %v", tenant, resp.StatusCode, err)
-	}
-	return body.Usage
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

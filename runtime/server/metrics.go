@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,10 +99,17 @@ var (
 	descStepTime  = prometheus.NewDesc("zrt_step_seconds_total", "Time in engine steps by step kind and part: replay (the model's step: the device's work and the wait for it) or host (scheduling, batching, sampling, sending).", []string{"model_name", "kind", "part"}, nil)
 	descPreempt   = prometheus.NewDesc("vllm:num_preemptions_total", "Requests preempted: their slot taken by a more urgent request, or their KV pages when the pool ran dry.", []string{"model_name"}, nil)
 	descReleased  = prometheus.NewDesc("zrt_kv_released_total", "Preemptions that took a request's KV pages because the pool ran dry (it computes its tokens again).", []string{"model_name"}, nil)
+	// Speculative decoding, with vLLM's spec_decode names.
+	descSpecDrafts   = prometheus.NewDesc("vllm:spec_decode_num_drafts_total", "Drafts verified: one a request a step that verified draft tokens.", []string{"model_name"}, nil)
+	descSpecTokens   = prometheus.NewDesc("vllm:spec_decode_num_draft_tokens_total", "Draft tokens verified.", []string{"model_name"}, nil)
+	descSpecAccepted = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", []string{"model_name"}, nil)
+	descSpecAtPos    = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_per_pos_total", "Drafts whose token at a position (0 the first) was accepted.", []string{"model_name", "position"}, nil)
+	descSpecLength   = prometheus.NewDesc("zrt_spec_decode_mean_acceptance_length", "Tokens a verified draft's step produced on average: 1 + accepted draft tokens / drafts (0 before any draft).", []string{"model_name"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descPreempt, descReleased, descStepKind, descStepTime} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descPreempt, descReleased, descStepKind, descStepTime,
+		descSpecDrafts, descSpecTokens, descSpecAccepted, descSpecAtPos, descSpecLength} {
 		ch <- d
 	}
 }
@@ -132,6 +140,17 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), name)
 		ch <- prometheus.MustNewConstMetric(descReleased, prometheus.CounterValue, float64(st.Released), name)
+		ch <- prometheus.MustNewConstMetric(descSpecDrafts, prometheus.CounterValue, float64(st.SpecDrafts), name)
+		ch <- prometheus.MustNewConstMetric(descSpecTokens, prometheus.CounterValue, float64(st.SpecDraftTokens), name)
+		ch <- prometheus.MustNewConstMetric(descSpecAccepted, prometheus.CounterValue, float64(st.SpecAccepted), name)
+		for pos, n := range st.SpecAcceptedAt {
+			ch <- prometheus.MustNewConstMetric(descSpecAtPos, prometheus.CounterValue, float64(n), name, strconv.Itoa(pos))
+		}
+		length := 0.0
+		if st.SpecDrafts > 0 {
+			length = 1 + float64(st.SpecAccepted)/float64(st.SpecDrafts)
+		}
+		ch <- prometheus.MustNewConstMetric(descSpecLength, prometheus.GaugeValue, length, name)
 		for reason, n := range st.Finished {
 			ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(n), name, string(reason))
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,16 +66,16 @@ func TestTokenizeVLLM(t *testing.T) {
 	// stories260K's "Once upon a time" is [1 403 407 261 378] with BOS.
 	want := []int32{1, 403, 407, 261, 378}
 	got, all := tokens(`{"prompt": "Once upon a time"}`)
-	if !equal(got, want) || all["count"] != float64(5) || all["max_model_len"] != float64(256) {
+	if !slices.Equal(got, want) || all["count"] != float64(5) || all["max_model_len"] != float64(256) {
 		t.Errorf("vLLM body: %v %v, want %v with count 5 and max_model_len 256", got, all, want)
 	}
-	if got, _ := tokens(`{"prompt": "Once upon a time", "add_special_tokens": false}`); !equal(got, want[1:]) {
+	if got, _ := tokens(`{"prompt": "Once upon a time", "add_special_tokens": false}`); !slices.Equal(got, want[1:]) {
 		t.Errorf("vLLM body without special tokens: %v, want %v", got, want[1:])
 	}
-	if got, _ := tokens(`{"content": "Once upon a time"}`); !equal(got, want[1:]) {
+	if got, _ := tokens(`{"content": "Once upon a time"}`); !slices.Equal(got, want[1:]) {
 		t.Errorf("llama-server body: %v, want %v", got, want[1:])
 	}
-	if got, _ := tokens(`{"content": "Once upon a time", "add_special": true}`); !equal(got, want) {
+	if got, _ := tokens(`{"content": "Once upon a time", "add_special": true}`); !slices.Equal(got, want) {
 		t.Errorf("llama-server body with add_special: %v, want %v", got, want)
 	}
 	if got, _ := tokens(`{"content": ""}`); len(got) != 0 {
@@ -86,7 +87,7 @@ func TestTokenizeVLLM(t *testing.T) {
 	// Content parts are joined with "\n", as llama.cpp joins them, by the
 	// one messages parser (chat.ParseMessages).
 	parts, _ := tokens(`{"messages": [{"role": "user", "content": [{"type": "text", "text": "Once upon"}, {"type": "text", "text": "a time"}]}]}`)
-	if joined, _ := tokens(`{"messages": [{"role": "user", "content": "Once upon\na time"}]}`); !equal(parts, joined) {
+	if joined, _ := tokens(`{"messages": [{"role": "user", "content": "Once upon\na time"}]}`); !slices.Equal(parts, joined) {
 		t.Errorf("text parts render as %v, their text joined with a newline as %v", parts, joined)
 	}
 	for _, body := range []string{`{}`, `{"text": "Once"}`, `{"prompt": "a", "content": "b"}`, `{"messages": [{"role": "wizard", "content": "x"}]}`, `{"messages": []}`} {
@@ -101,18 +102,6 @@ func TestTokenizeVLLM(t *testing.T) {
 	if code != 200 || d.Content != "Once upon a time" || d.Prompt != d.Content {
 		t.Errorf("detokenize: %d %s", code, raw)
 	}
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // plainWords fails unless msg is free of Go's and the engine's wording.

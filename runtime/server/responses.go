@@ -45,6 +45,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		Background         bool            `json:"background"`
 		Metadata           json.RawMessage `json:"metadata"`
 		ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
+		Include            []string        `json:"include"`
+		TopLogprobs        *int            `json:"top_logprobs"`
 	}
 	if aerr := decodeBody(w, r, &req); aerr != nil {
 		s.reject(w, r, aerr)
@@ -67,6 +69,11 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.MaxOutputTokens != nil && (*req.MaxOutputTokens < 1 || *req.MaxOutputTokens > m.ContextLength):
 		s.reject(w, r, maxTokensError("max_output_tokens", m))
+		return
+	}
+	logprobs, aerr := responsesInclude(req.Include)
+	if aerr != nil {
+		s.reject(w, r, aerr)
 		return
 	}
 	msgs, aerr := responsesInput(req.Input, req.Instructions)
@@ -101,7 +108,11 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		t.effort = *req.Reasoning.Effort
 	}
 	// The sampling fields are chat's, validated as chat validates them.
-	g := genParams{MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP, Seed: req.Seed}
+	g := genParams{MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP, Seed: req.Seed,
+		TopLogprobs: req.TopLogprobs}
+	if logprobs || req.TopLogprobs != nil && *req.TopLogprobs > 0 {
+		g.Logprobs = json.RawMessage("true") // the message's output_text carries them
+	}
 	p, aerr := g.decodeParams(m, true)
 	if aerr != nil {
 		s.reject(w, r, aerr)
@@ -138,6 +149,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		id: fmt.Sprintf("resp_%d", n), created: time.Now().Unix(), reply: newReplies(rf, ps)[0],
 		countTokens: func(text string) int { return len(m.Tok.Encode(text, false, false)) },
 	}
+	if p.Logprobs {
+		o.logprobs = func(lps []decode.Logprobs) []chatLogprob { return chatLogprobs(m.Tok, lps)["content"].([]chatLogprob) }
+	}
 	effort := any(nil)
 	if t.effort != "" {
 		effort = t.effort
@@ -168,13 +182,38 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		o.stream(w, gen)
 		return
 	}
-	res, lasts, bad := collect(gen)
-	if bad {
-		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure(lasts), Type: "server_error"})
+	// Fed event by event as the stream is, so each token's logprob goes
+	// with the part its text went to.
+	var last engine.Event
+	for ce := range gen.merged() {
+		gen.observe(ce.i, ce.ev)
+		o.event(ce.ev)
+		last = ce.ev
+	}
+	if last.Finish.Aborted() {
+		s.reject(w, r, &apiError{status: http.StatusInternalServerError, Message: "generation ended: " + failure([]engine.Event{last}), Type: "server_error"})
 		return
 	}
-	o.add(res[0].text)
-	writeJSON(w, o.finish(res[0].last))
+	writeJSON(w, o.finish(last))
+}
+
+// responsesIncludable are the include values a response can carry here:
+// the message's token logprobs, and reasoning's encrypted content, which
+// the Agents SDK asks for when store is false — this server's reasoning
+// items carry their text instead, which comes back as input as it is.
+var responsesIncludable = map[string]bool{"message.output_text.logprobs": true, "reasoning.encrypted_content": true}
+
+// responsesInclude reads include: whether the message's output_text
+// carries logprobs. A value naming what this server has no items for
+// (hosted tools' outputs, input images) is a 400.
+func responsesInclude(include []string) (logprobs bool, aerr *apiError) {
+	for _, v := range include {
+		if !responsesIncludable[v] {
+			return false, badRequest("include", "include: %q is not available here (this server has no hosted tools or stored inputs); it can include message.output_text.logprobs and reasoning.encrypted_content", v)
+		}
+		logprobs = logprobs || v == "message.output_text.logprobs"
+	}
+	return logprobs, nil
 }
 
 // responseOut builds one response's output items from its reply, as the
@@ -190,6 +229,12 @@ type responseOut struct {
 	countTokens func(string) int
 	// emit sends a stream event (nil when not streaming).
 	emit func(typ string, ev map[string]any)
+	// logprobs formats tokens' logprobs (nil when not asked for); pending
+	// are those of the tokens since the last text delta, lps the open
+	// message's.
+	logprobs func([]decode.Logprobs) []chatLogprob
+	pending  []decode.Logprobs
+	lps      []decode.Logprobs
 
 	items []map[string]any // output items, the last perhaps open
 	open  string           // the open item's type; "" when none
@@ -217,11 +262,38 @@ func (o *responseOut) send(typ string, ev map[string]any) {
 	}
 }
 
-// add feeds the reply's next text.
-func (o *responseOut) add(t string) { o.delta(o.reply.add(t)) }
+// event feeds one engine event: its token's logprobs, then its text.
+func (o *responseOut) event(ev engine.Event) {
+	if ev.Logprobs != nil && o.logprobs != nil {
+		o.pending = append(o.pending, *ev.Logprobs)
+	}
+	if ev.Text != "" {
+		o.delta(o.reply.add(ev.Text))
+	}
+}
+
+// takeLogprobs hands the pending tokens' logprobs to the part a delta
+// went to: the message's output_text (kept for its done event), or
+// reasoning and calls, which carry none. A token whose text the parser
+// held back counts for the part it is shown in.
+func (o *responseOut) takeLogprobs(content bool) []chatLogprob {
+	if o.logprobs == nil {
+		return []chatLogprob{}
+	}
+	lps := o.pending
+	o.pending = nil
+	if !content {
+		return nil
+	}
+	o.lps = append(o.lps, lps...)
+	return o.logprobs(lps)
+}
 
 // delta turns what the reply parser decided into output items and events.
 func (o *responseOut) delta(d reply.Delta) {
+	if len(d.ToolCalls) > 0 || d.Reasoning != "" && d.Content == "" {
+		o.takeLogprobs(false) // held-back text before a call is mostly its marker's
+	}
 	if d.Reasoning != "" {
 		o.think.WriteString(d.Reasoning)
 		if o.open != "reasoning" {
@@ -235,7 +307,8 @@ func (o *responseOut) delta(d reply.Delta) {
 			o.openItem("message")
 		}
 		o.text.WriteString(d.Content)
-		o.send("response.output_text.delta", map[string]any{"item_id": o.itemID(), "output_index": len(o.items) - 1, "content_index": 0, "delta": d.Content, "logprobs": []any{}})
+		o.send("response.output_text.delta", map[string]any{"item_id": o.itemID(), "output_index": len(o.items) - 1, "content_index": 0, "delta": d.Content,
+			"logprobs": o.takeLogprobs(true)})
 	}
 	for _, c := range d.ToolCalls {
 		o.calls = true
@@ -287,8 +360,13 @@ func (o *responseOut) closeItem() {
 		o.send("response.content_part.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "part": part})
 		item["content"] = []any{part}
 	case "message":
-		part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": []any{}}
-		o.send("response.output_text.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "text": text, "logprobs": []any{}})
+		lps := []chatLogprob{}
+		if o.logprobs != nil {
+			lps = o.logprobs(o.lps)
+			o.lps = nil
+		}
+		part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": lps}
+		o.send("response.output_text.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "text": text, "logprobs": lps})
 		o.send("response.content_part.done", map[string]any{"item_id": id, "output_index": k, "content_index": 0, "part": part})
 		item["content"] = []any{part}
 	case "function_call":
@@ -365,9 +443,7 @@ func (o *responseOut) stream(w http.ResponseWriter, g *generation) {
 	o.emit("response.in_progress", map[string]any{"response": o.object("in_progress", nil)})
 	s.flush()
 	s.relay(g, func(_ int, ev engine.Event) bool {
-		if ev.Text != "" {
-			o.add(ev.Text)
-		}
+		o.event(ev)
 		if ev.Finish != "" {
 			if ev.Finish.Aborted() {
 				msg := "generation ended: " + string(ev.Finish)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestResponseEvents(t *testing.T) {
 		return &responseOut{id: "resp_1", reply: c, fields: map[string]any{}, countTokens: func(s string) int { return len(strings.Fields(s)) }}
 	}
 	whole := out()
-	whole.add(text)
+	whole.event(engine.Event{Text: text})
 	want := whole.finish(last)
 
 	type event struct {
@@ -43,7 +44,7 @@ func TestResponseEvents(t *testing.T) {
 		events = append(events, event{typ, ev})
 	}
 	for i := 0; i < len(text); i += 3 {
-		streamed.add(text[i:min(i+3, len(text))])
+		streamed.event(engine.Event{Text: text[i:min(i+3, len(text))]})
 	}
 	got := streamed.finish(last)
 	gb, _ := json.Marshal(got)
@@ -147,5 +148,57 @@ func TestResponsesInput(t *testing.T) {
 	}
 	if msgs, aerr := responsesInput(json.RawMessage(`"hi"`), nil); aerr != nil || !reflect.DeepEqual(msgs, []chat.Message{{Role: "user", Content: "hi"}}) {
 		t.Errorf("a string input: %+v %v", msgs, aerr)
+	}
+}
+
+// TestResponseLogprobs: with logprobs asked for, a token's logprob goes
+// with the output_text delta that shows its text — none with reasoning or
+// calls — and the deltas' logprobs add up to the done event's and the
+// part's.
+func TestResponseLogprobs(t *testing.T) {
+	f := reply.Format{Kind: reply.Hermes, ThinkStart: "<think>", ThinkEnd: "</think>"}
+	text := "<think>\nThe user wants weather.\n</think>\n\nLet me check the forecast for you.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>"
+	c := &chatReply{f: f.WithIDs(7)}
+	c.s = c.f.NewStream()
+	o := &responseOut{id: "resp_1", reply: c, fields: map[string]any{}, countTokens: func(s string) int { return len(strings.Fields(s)) },
+		logprobs: func(lps []decode.Logprobs) []chatLogprob {
+			out := []chatLogprob{}
+			for _, l := range lps {
+				out = append(out, chatLogprob{Token: strconv.Itoa(int(l.Token)), Logprob: l.Logprob})
+			}
+			return out
+		}}
+	var deltas, done []chatLogprob
+	o.emit = func(typ string, ev map[string]any) {
+		switch typ {
+		case "response.output_text.delta":
+			deltas = append(deltas, ev["logprobs"].([]chatLogprob)...)
+		case "response.output_text.done":
+			done = ev["logprobs"].([]chatLogprob)
+		}
+	}
+	// Token i is the text's bytes 3i … 3i+2.
+	for i := 0; 3*i < len(text); i++ {
+		o.event(engine.Event{Token: int32(i), Text: text[3*i : min(3*i+3, len(text))], Logprobs: &decode.Logprobs{Token: int32(i), Logprob: -float64(i)}})
+	}
+	res := o.finish(engine.Event{Finish: engine.Finish(decode.EOG), CompletionTokens: len(text) / 3})
+	var part []chatLogprob
+	for _, it := range res["output"].([]map[string]any) {
+		if it["type"] == "message" {
+			part = it["content"].([]any)[0].(map[string]any)["logprobs"].([]chatLogprob)
+		}
+	}
+	if len(done) == 0 || !reflect.DeepEqual(deltas, done) || !reflect.DeepEqual(part, done) {
+		t.Fatalf("deltas' logprobs %v, done's %v, the part's %v", deltas, done, part)
+	}
+	thinkEnd := strings.Index(text, "</think>")
+	callStart := strings.Index(text, "<tool_call>")
+	prev := -1
+	for _, l := range done {
+		i, _ := strconv.Atoi(l.Token)
+		if i <= prev || 3*i+3 <= thinkEnd || 3*i >= callStart+len("<tool_call>") {
+			t.Fatalf("token %d (bytes %d-%d) in the message's logprobs %v: reasoning ends at %d, the call starts at %d", i, 3*i, 3*i+2, done, thinkEnd, callStart)
+		}
+		prev = i
 	}
 }

@@ -3,7 +3,10 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -234,5 +237,86 @@ func TestResponsesBadInput(t *testing.T) {
 		if code != http.StatusBadRequest || e.Param == nil || *e.Param != c.param || !strings.Contains(e.Message, c.says) {
 			t.Errorf("%s: %d %s, want a 400 about %s saying %s", c.body, code, raw, c.param, c.says)
 		}
+	}
+}
+
+// TestResponsesLogprobs: include message.output_text.logprobs with
+// top_logprobs gives the message's tokens' logprobs, equal to what chat
+// completions reports for the same conversation; streamed, the deltas'
+// logprobs add up to them; an include this server has nothing for is a
+// 400 naming it.
+func TestResponsesLogprobs(t *testing.T) {
+	ts := serveAgent(t)
+	c := client(ts.URL, "")
+	ctx := context.Background()
+	params := responses.ResponseNewParams{Model: agentName, Instructions: openai.String("Be brief."),
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")},
+		MaxOutputTokens: openai.Int(12), Temperature: openai.Float(0), Reasoning: noThinking,
+		Include: []responses.ResponseIncludable{responses.ResponseIncludableMessageOutputTextLogprobs}, TopLogprobs: openai.Int(3)}
+	res, err := c.Responses.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Output) != 1 || len(res.Output[0].Content) != 1 {
+		t.Fatalf("output %s", res.RawJSON())
+	}
+	got := res.Output[0].Content[0].Logprobs
+	chat, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: agentName, MaxTokens: openai.Int(12), Temperature: openai.Float(0),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Say hello.")}, ReasoningEffort: "none",
+		Logprobs: openai.Bool(true), TopLogprobs: openai.Int(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := chat.Choices[0].Logprobs.Content
+	if len(got) == 0 || len(got) != len(want) || int64(len(got)) != res.Usage.OutputTokens {
+		t.Fatalf("%d logprobs (%d output tokens), chat completions %d", len(got), res.Usage.OutputTokens, len(want))
+	}
+	var text strings.Builder
+	for i, g := range got {
+		w := want[i]
+		if g.Token != w.Token || g.Logprob != w.Logprob || !slices.Equal(g.Bytes, w.Bytes) || len(g.TopLogprobs) != 3 || len(w.TopLogprobs) != 3 {
+			t.Fatalf("token %d: %+v, chat completions %+v", i, g, w)
+		}
+		for j, top := range g.TopLogprobs {
+			if top.Token != w.TopLogprobs[j].Token || top.Logprob != w.TopLogprobs[j].Logprob {
+				t.Fatalf("token %d alternative %d: %+v, chat completions %+v", i, j, top, w.TopLogprobs[j])
+			}
+		}
+		text.WriteString(g.Token)
+	}
+	if strings.TrimSpace(text.String()) != res.OutputText() { // the reply parser trims the content's ends
+		t.Errorf("the logprobs' tokens spell %q, output_text %q", text.String(), res.OutputText())
+	}
+
+	st := c.Responses.NewStreaming(ctx, params)
+	deltas := 0
+	var final responses.Response
+	for st.Next() {
+		ev := st.Current()
+		switch ev.Type {
+		case "response.output_text.delta":
+			var d struct {
+				Logprobs []json.RawMessage `json:"logprobs"`
+			}
+			if err := json.Unmarshal([]byte(ev.RawJSON()), &d); err != nil {
+				t.Fatal(err)
+			}
+			deltas += len(d.Logprobs)
+		case "response.completed", "response.incomplete":
+			final = ev.Response
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if deltas != len(got) || len(final.Output) != 1 || !reflect.DeepEqual(final.Output[0].Content[0].Logprobs, got) {
+		t.Errorf("streamed: %d logprobs in deltas, final %+v; not streamed %d", deltas, final.Output, len(got))
+	}
+
+	params.Include = []responses.ResponseIncludable{responses.ResponseIncludableFileSearchCallResults}
+	_, err = c.Responses.New(ctx, params)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "include" || !strings.Contains(apiErr.Message, "file_search_call.results") {
+		t.Errorf("include file_search_call.results: %v", err)
 	}
 }

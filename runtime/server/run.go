@@ -47,6 +47,10 @@ type Options struct {
 	// DrainTimeout bounds how long running requests may finish once ctx
 	// is cancelled.
 	DrainTimeout time.Duration
+	// Speculative, when set, is every model's speculative decoding (off,
+	// ngram[:K[:fixed]], self[:K[:fixed]]), over the config's speculative
+	// keys.
+	Speculative string
 	// Trace and StepLog are paths of each engine's Chrome trace and step
 	// log ("": none); with several bundles, bundle i's has .i before the
 	// extension.
@@ -68,6 +72,13 @@ func Run(ctx context.Context, opt Options) error {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
+	var flagSpec engine.Speculation
+	if opt.Speculative != "" { // checked before any bundle loads
+		var err error
+		if flagSpec, err = engine.ParseSpeculation(opt.Speculative); err != nil {
+			return usageError{fmt.Errorf("--speculative: %w", err)}
+		}
+	}
 	cfg := opt.Config
 	policy := NewPolicy(cfg)
 	var models []*Model
@@ -87,7 +98,23 @@ func Run(ctx context.Context, opt Options) error {
 			return err
 		}
 		defer closeFile(stepLog)
-		e, err := newEngine(p, cfg, policy, trace, stepLog)
+		name := b.Name
+		switch {
+		case name == "" && autobuild.IsGGUF(b.Path):
+			// A cache entry keeps the name of the GGUF first built into
+			// it, which may have been a copy of this one.
+			name = strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path))
+		case name == "":
+			name = strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
+		}
+		if name == "" {
+			name = filepath.Base(b.Path)
+		}
+		sp := cfg.SpeculationFor(name)
+		if opt.Speculative != "" {
+			sp = flagSpec
+		}
+		e, err := newEngine(p, cfg, policy, sp, trace, stepLog)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.Path, err)
 		}
@@ -105,20 +132,11 @@ func Run(ctx context.Context, opt Options) error {
 				opt.Log("%s: %v", b.Path, err)
 			}
 		}()
-		name := b.Name
-		switch {
-		case name == "" && autobuild.IsGGUF(b.Path):
-			// A cache entry keeps the name of the GGUF first built into
-			// it, which may have been a copy of this one.
-			name = strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path))
-		case name == "":
-			name = strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
-		}
-		if name == "" {
-			name = filepath.Base(b.Path)
-		}
 		models = append(models, &Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
 		opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
+		if sp.On() {
+			opt.Log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
+		}
 		if h := p.Hparams; h.KVWindowRing > 0 {
 			opt.Log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",
 				name, h.KVWindowRing)
@@ -198,8 +216,9 @@ wait:
 // newEngine makes a model's engine from the server config and policy,
 // with the program's slots and largest prefill variant where the config is
 // silent.
-func newEngine(p *runtime.Program, cfg *Config, policy *Policy, trace, stepLog io.Writer) (*engine.Engine, error) {
+func newEngine(p *runtime.Program, cfg *Config, policy *Policy, sp engine.Speculation, trace, stepLog io.Writer) (*engine.Engine, error) {
 	ec := policy.EngineConfig(cfg)
+	ec.Speculative = sp
 	ec.Trace, ec.StepLog = trace, stepLog
 	ec.ContextLength = p.Hparams.ContextLength
 	if ec.Slots == 0 {
@@ -234,3 +253,12 @@ func closeFile(w io.Writer) {
 		f.Close()
 	}
 }
+
+// usageError marks a mistake in Options as the caller's (the commands'
+// exit status 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// Usage reports that the error is the caller's.
+func (e usageError) Usage() bool { return true }

@@ -42,7 +42,7 @@ func TestRun(t *testing.T) {
 	go func() {
 		done <- server.Run(ctx, server.Options{
 			Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 1},
-			Config: cfg, ConfigPath: cfgPath, Reload: reload, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Trace: trace,
+			Config: cfg, ConfigPath: cfgPath, Reload: reload, Speculative: *speculativeFlag, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Trace: trace,
 			Log: func(f string, a ...any) {
 				line := fmt.Sprintf(f, a...)
 				mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,7 +19,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server"
@@ -90,19 +89,7 @@ func compileStories(t testing.TB, modelConfig string) string {
 // without it) with the model config text and returns the bundle's path.
 func compileShared(t testing.TB, file, modelConfig string) string {
 	t.Helper()
-	model := filepath.Join(reference.SharedDir(), "models", file)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
-	dir := t.TempDir()
-	cfgPath, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	if err := os.WriteFile(cfgPath, []byte(modelConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfgPath}); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testmodel.CompileShared(t, file, modelConfig, compiler.Options{})
 }
 
 // serveStories serves stories260K on T-CPU with two threads, with a usage
@@ -111,6 +98,10 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 	t.Helper()
 	if o.model == "" {
 		o.model = defaultModel
+		if testSpeculation.On() {
+			// Slots beyond the engine's for the draft rows.
+			o.model = strings.Replace(o.model, "decode_slots = [1, 2, 4]", "decode_slots = [1, 2, 4, 8]", 1)
+		}
 	}
 	if o.file == "" {
 		o.file = "stories260K.gguf"
@@ -127,6 +118,9 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 	policy := server.NewPolicy(cfg)
 	ec := policy.EngineConfig(cfg)
 	ec.Slots, ec.ChunkCap, ec.ContextLength = o.slots, o.chunkCap, p.Hparams.ContextLength
+	if testSpeculation.On() && !ec.Speculative.On() && !p.SlotState() {
+		ec.Speculative = testSpeculation
+	}
 	var m engine.Model = p
 	if o.wrap != nil {
 		m = o.wrap(p)
@@ -303,21 +297,10 @@ func TestOpenAIClient(t *testing.T) {
 	generated := 3*24 + stopped.Usage.CompletionTokens + 2*16 + 1 // alpha's
 
 	// Usage: the ledger agrees with the requests; a tenant reads only its own.
-	getUsage := func(key, tenant string) (int, string) {
-		req, _ := http.NewRequest("GET", url+"/v1/tenants/"+tenant+"/usage", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := getUsage("sk-alpha", "alpha"); code != 200 || !strings.Contains(body, fmt.Sprintf(`"completion_tokens":%d`, generated)) {
+	if code, body := getUsage(t, url, "sk-alpha", "alpha"); code != 200 || !strings.Contains(string(body), fmt.Sprintf(`"completion_tokens":%d`, generated)) {
 		t.Errorf("alpha's usage: %d %s (want %d completion tokens)", code, body, generated)
 	}
-	if code, _ := getUsage("sk-beta", "alpha"); code != http.StatusForbidden {
+	if code, _ := getUsage(t, url, "sk-beta", "alpha"); code != http.StatusForbidden {
 		t.Errorf("beta read alpha's usage: %d", code)
 	}
 

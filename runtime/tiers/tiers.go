@@ -31,6 +31,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/sysmem"
+	"github.com/zrtdev/zrt/runtime/tp"
 )
 
 // Tier is what a program needs of an execution tier (seed 000 §8.2,
@@ -60,6 +61,10 @@ type Options struct {
 	// KFD picks T1's device: "" or "kfd" the real /dev/kfd, "sim" the
 	// simulated device of runtime/amd/kfdsim.
 	KFD string
+	// Comm is set by LoadSet for each rank of a tensor-parallel set: the
+	// group its collectives meet at. A row whose tier has no collectives
+	// refuses a bundle loaded with one.
+	Comm *tp.Member
 }
 
 // Device is a kind of GPU a tier found, with how many of it: a machine
@@ -263,10 +268,17 @@ func fitsCUDA(req bundleset.Requires, m Machine) (bool, string) {
 	if gMajor < major || gMajor == major && gMinor < minor {
 		return false, fmt.Sprintf("needs compute capability %d.%d or later; %s has %d.%d", major, minor, g.Name, gMajor, gMinor)
 	}
+	// A tensor-parallel set's member takes a GPU a rank, all alike.
+	if req.Devices > g.Count {
+		return false, fmt.Sprintf("a tensor-parallel set of %d ranks needs %d GPUs of one kind; this machine has %d × %s", req.Devices, req.Devices, g.Count, g.Name)
+	}
 	return true, fmt.Sprintf("%s has compute capability %d.%d, at least the %d.%d it needs", g.Name, gMajor, gMinor, major, minor)
 }
 
 func needsCUDA(req bundleset.Requires) string {
+	if req.Devices > 1 {
+		return fmt.Sprintf("tier cuda, %d CUDA devices of compute capability %s or later", req.Devices, req.CUDAComputeCapability)
+	}
 	return fmt.Sprintf("tier cuda, a CUDA device of compute capability %s or later", req.CUDAComputeCapability)
 }
 
@@ -316,7 +328,67 @@ func loadCPU(b *bundle.Bundle, opt Options) (Tier, error) {
 	if err := sysmem.Check("the bundle's memory plan", need); err != nil {
 		return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots; given a GGUF, zrt-run takes --slots and --ctx-size)", err, sysmem.Bytes(kv))
 	}
-	return cpu.Load(b, cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log})
+	co := cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log}
+	if opt.Comm != nil {
+		co.Comm = opt.Comm
+	}
+	return cpu.Load(b, co)
+}
+
+// LoadSet loads the ranks of a tensor-parallel set (rank r's bundle
+// bs[r]) on row's tier as one Tier: the ranks run side by side and meet
+// at their collectives (runtime/tp). The worker threads are shared out
+// among the ranks. Only T-CPU runs a set so far.
+func LoadSet(row Row, bs []*bundle.Bundle, opt Options) (Tier, error) {
+	if row.Kind != kernels.TierCPU {
+		return nil, fmt.Errorf("tier %s cannot run a tensor-parallel set yet (T-CPU can: rebuild with --target cpu)", row.Name)
+	}
+	n := len(bs)
+	g := tp.NewGroup(n)
+	threads := opt.Threads
+	if threads <= 0 {
+		threads = goruntime.NumCPU()
+	}
+	opt.Threads = max(1, threads/n)
+	var ranks []tp.Rank
+	fail := func(err error) (Tier, error) {
+		for _, r := range ranks {
+			r.Close()
+		}
+		return nil, err
+	}
+	for r, b := range bs {
+		o := opt
+		o.Comm = g.Member(r)
+		t, err := row.Load(b, o)
+		if err != nil {
+			return fail(fmt.Errorf("rank %d: %w", r, err))
+		}
+		ranks = append(ranks, t)
+	}
+	// The request tables are the host's input: rank 0's are copied to
+	// every rank before each step, by name (the ranks' plans list the
+	// same regions).
+	var inputs []int
+	for i, reg := range bs[0].Graph.Regions {
+		if reg.Name == kernels.RegionIO || reg.Name == kernels.RegionIOWindow {
+			inputs = append(inputs, i)
+		}
+	}
+	inputOf := func(r, i int) (int, error) {
+		name := bs[0].Graph.Regions[i].Name
+		for j, reg := range bs[r].Graph.Regions {
+			if reg.Name == name {
+				return j, nil
+			}
+		}
+		return 0, fmt.Errorf("rank %d's memory plan lacks region %s", r, name)
+	}
+	t, err := tp.NewTier(g, ranks, inputs, inputOf)
+	if err != nil {
+		return fail(err)
+	}
+	return t, nil
 }
 
 func probeCUDA() []Report {

@@ -140,51 +140,50 @@ func cleanSpaces(b []byte) []byte {
 		return b
 	}
 	// pass 1: " ?", " !", " .", " ,"
+	b = squeeze(b, func(i int) (bool, int) {
+		x := b[i]
+		return b[i-1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','), 0
+	})
+	// pass 2: " ' " -> "'"
+	b = squeeze(b, func(i int) (bool, int) {
+		if b[i] == '\'' && i+1 < len(b) && b[i-1] == ' ' && b[i+1] == ' ' {
+			b[i+1] = 0 // llama.cpp blanks the next space; the loop then skips it
+			return true, 1
+		}
+		return false, 0
+	})
+	// pass 3: " 's", " 'm", " 're", " 've"
+	return squeeze(b, func(i int) (bool, int) {
+		if b[i-1] != ' ' || b[i] != '\'' || i+1 >= len(b) {
+			return false, 0
+		}
+		switch x1 := b[i+1]; {
+		case x1 == 's' || x1 == 'm':
+			return true, 0
+		case x1 == 't' || x1 == 'd':
+		case i+2 < len(b):
+			x2 := b[i+2]
+			return (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e'), 0
+		}
+		return false, 0
+	})
+}
+
+// squeeze is one pass of cleanSpaces over b in place: each byte after
+// the first is kept, the byte before it dropped when drop says so (drop
+// reads b as it was when the pass reached i), and skip more bytes after
+// it passed over.
+func squeeze(b []byte, drop func(i int) (dropPrev bool, skip int)) []byte {
 	n := 1
 	for i := 1; i < len(b); i++ {
 		x := b[i]
-		if b[i-1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',') {
+		prev, skip := drop(i)
+		if prev {
 			n--
 		}
 		b[n] = x
 		n++
-	}
-	b = b[:n]
-	// pass 2: " ' " -> "'"
-	n = 1
-	for i := 1; i < len(b); i++ {
-		x := b[i]
-		if x == '\'' && i+1 < len(b) && b[i-1] == ' ' && b[i+1] == ' ' {
-			n--
-			b[i+1] = 0 // llama.cpp blanks the next space; the loop then skips it
-			i++
-			b[n] = x
-			n++
-			continue
-		}
-		b[n] = x
-		n++
-	}
-	b = b[:n]
-	// pass 3: " 's", " 'm", " 're", " 've"
-	n = 1
-	for i := 1; i < len(b); i++ {
-		x := b[i]
-		if b[i-1] == ' ' && x == '\'' && i+1 < len(b) {
-			x1 := b[i+1]
-			switch {
-			case x1 == 's' || x1 == 'm':
-				n--
-			case x1 == 't' || x1 == 'd':
-			case i+2 < len(b):
-				x2 := b[i+2]
-				if (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e') {
-					n--
-				}
-			}
-		}
-		b[n] = x
-		n++
+		i += skip
 	}
 	return b[:n]
 }

@@ -264,93 +264,30 @@ func newlines(t *text, e, hi int, slash bool) int {
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 // using the full codepoint flags (not the collapsed view).
 func gpt2Split(t *text, lo, hi int, out []int) []int {
-	flags := func(i int) uint16 {
-		if i < lo || i >= hi {
-			return 0
-		}
-		return cptFlags(t.cps[i])
-	}
-	prev := lo
-	add := func(end int) int {
-		n := end - prev
-		if n > 0 {
-			out = append(out, n)
-		}
-		prev = end
-		return n
-	}
+	sp := &span{t: t, lo: lo, hi: hi, prev: lo, out: out}
+	flags, add := sp.flags, sp.add
 	for pos := lo; pos < hi; {
-		c := t.cps[pos]
-		f := flags(pos)
-		if c == '\'' && pos+1 < hi {
-			n := t.cps[pos+1]
-			if n == 's' || n == 't' || n == 'm' || n == 'd' {
-				pos += add(pos + 2)
-				continue
-			}
-			if pos+2 < hi {
-				nn := t.cps[pos+2]
-				if (n == 'r' && nn == 'e') || (n == 'v' && nn == 'e') || (n == 'l' && nn == 'l') {
-					pos += add(pos + 3)
-					continue
-				}
-			}
-		}
-		f2 := f
-		if c == ' ' {
-			f2 = flags(pos + 1)
-		}
-		if f2&fLetter != 0 {
-			if c == ' ' {
-				pos++
-			}
-			for f2&fLetter != 0 {
-				pos++
-				f2 = flags(pos)
-			}
-			add(pos)
+		if e := sp.contraction(pos, func(r rune) rune { return r }); e > 0 {
+			pos += add(e)
 			continue
 		}
-		if f2&fNumber != 0 {
-			if c == ' ' {
-				pos++
-			}
-			for f2&fNumber != 0 {
-				pos++
-				f2 = flags(pos)
-			}
-			add(pos)
+		var cut bool
+		if pos, cut = sp.spaceRun(pos, func(f uint16) bool { return f&fLetter != 0 }); cut {
 			continue
 		}
-		if f2&(fWhitespace|fLetter|fNumber) == 0 && f2 != 0 {
-			if c == ' ' {
-				pos++
-			}
-			for f2&(fWhitespace|fLetter|fNumber) == 0 && f2 != 0 {
-				pos++
-				f2 = flags(pos)
-			}
-			add(pos)
+		if pos, cut = sp.spaceRun(pos, func(f uint16) bool { return f&fNumber != 0 }); cut {
+			continue
+		}
+		if pos, cut = sp.spaceRun(pos, func(f uint16) bool { return f&(fWhitespace|fLetter|fNumber) == 0 && f != 0 }); cut {
 			continue
 		}
 		nws := 0
 		for flags(pos+nws)&fWhitespace != 0 {
 			nws++
 		}
-		if nws > 1 && pos+nws < hi {
-			pos += nws - 1
-			add(pos)
-			continue
-		}
-		if nws > 0 {
-			pos += nws
-			add(pos)
-			continue
-		}
-		pos++
-		add(pos)
+		pos = sp.spaces(pos, nws)
 	}
-	return out
+	return sp.out
 }
 
 // llama3Split is llama.cpp's unicode_regex_split_custom_llama3 for
@@ -358,43 +295,14 @@ func gpt2Split(t *text, lo, hi int, out []int) []int {
 // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func llama3Split(t *text, lo, hi int, out []int) []int {
 	const oor = -1
-	cpt := func(i int) rune {
-		if i < lo || i >= hi {
-			return oor
-		}
-		return t.cps[i]
-	}
-	flags := func(i int) uint16 {
-		if i < lo || i >= hi {
-			return 0
-		}
-		return cptFlags(t.cps[i])
-	}
-	prev := lo
-	add := func(end int) int {
-		n := end - prev
-		if n > 0 {
-			out = append(out, n)
-		}
-		prev = end
-		return n
-	}
+	sp := &span{t: t, lo: lo, hi: hi, prev: lo, out: out}
+	cpt, flags, add := sp.cpt, sp.flags, sp.add
 	for pos := lo; pos < hi; {
 		c := cpt(pos)
 		f := flags(pos)
-		if c == '\'' && pos+1 < hi {
-			n := toLower(cpt(pos + 1))
-			if n == 's' || n == 't' || n == 'm' || n == 'd' {
-				pos += add(pos + 2)
-				continue
-			}
-			if pos+2 < hi {
-				nn := toLower(cpt(pos + 2))
-				if (n == 'r' && nn == 'e') || (n == 'v' && nn == 'e') || (n == 'l' && nn == 'l') {
-					pos += add(pos + 3)
-					continue
-				}
-			}
+		if e := sp.contraction(pos, toLower); e > 0 {
+			pos += add(e)
+			continue
 		}
 		if !(c == '\r' || c == '\n' || f&fNumber != 0) {
 			if f&fLetter != 0 || flags(pos+1)&fLetter != 0 {
@@ -449,20 +357,103 @@ func llama3Split(t *text, lo, hi int, out []int) []int {
 			add(pos)
 			continue
 		}
-		if nws > 1 && cpt(pos+nws) != oor {
-			pos += nws - 1
-			add(pos)
-			continue
-		}
-		if nws > 0 {
-			pos += nws
-			add(pos)
-			continue
-		}
-		pos++
-		add(pos)
+		pos = sp.spaces(pos, nws)
 	}
-	return out
+	return sp.out
+}
+
+// span is a custom splitter's view of the codepoints lo..hi of t (outside
+// them there is nothing: no codepoint, no flags) and the lengths of the
+// pieces it has cut, the last ending at prev.
+type span struct {
+	t      *text
+	lo, hi int
+	prev   int
+	out    []int
+}
+
+// cpt is codepoint i, or -1 outside the span.
+func (s *span) cpt(i int) rune {
+	if i < s.lo || i >= s.hi {
+		return -1
+	}
+	return s.t.cps[i]
+}
+
+// flags are codepoint i's full flags, 0 outside the span.
+func (s *span) flags(i int) uint16 {
+	if i < s.lo || i >= s.hi {
+		return 0
+	}
+	return cptFlags(s.t.cps[i])
+}
+
+// add cuts a piece from the previous cut to end (none when empty) and
+// returns its length.
+func (s *span) add(end int) int {
+	n := end - s.prev
+	if n > 0 {
+		s.out = append(s.out, n)
+	}
+	s.prev = end
+	return n
+}
+
+// spaceRun cuts ` ?X+` at pos, X the codepoints whose flags in accepts,
+// when the codepoint at pos (or, after a space there, the next one) is
+// one; it returns where the next piece starts and whether it cut.
+func (s *span) spaceRun(pos int, in func(flags uint16) bool) (int, bool) {
+	space := s.cpt(pos) == ' '
+	f := s.flags(pos)
+	if space {
+		f = s.flags(pos + 1)
+	}
+	if !in(f) {
+		return pos, false
+	}
+	if space {
+		pos++
+	}
+	for in(s.flags(pos)) {
+		pos++
+	}
+	s.add(pos)
+	return pos, true
+}
+
+// spaces cuts the nws whitespace codepoints at pos as \s+(?!\S)|\s+
+// does — all but the last when a codepoint follows them — or, with none,
+// the one codepoint at pos; it returns where the next piece starts.
+func (s *span) spaces(pos, nws int) int {
+	switch {
+	case nws > 1 && pos+nws < s.hi:
+		pos += nws - 1
+	case nws > 0:
+		pos += nws
+	default:
+		pos++
+	}
+	s.add(pos)
+	return pos
+}
+
+// contraction returns the end of 's, 't, 're, 've, 'm, 'll or 'd at pos
+// (the letters compared after fold), or -1.
+func (s *span) contraction(pos int, fold func(rune) rune) int {
+	if s.cpt(pos) != '\'' || pos+1 >= s.hi {
+		return -1
+	}
+	n := fold(s.cpt(pos + 1))
+	if n == 's' || n == 't' || n == 'm' || n == 'd' {
+		return pos + 2
+	}
+	if pos+2 < s.hi {
+		nn := fold(s.cpt(pos + 2))
+		if (n == 'r' && nn == 'e') || (n == 'v' && nn == 'e') || (n == 'l' && nn == 'l') {
+			return pos + 3
+		}
+	}
+	return -1
 }
 
 // ---- std::regex emulations (collapsed view) ----
@@ -696,9 +687,9 @@ func bloomMatch(t *text, i, hi int) int {
 	return -1
 }
 
-// chameleon's regexes besides the shared ones.
-func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
-	const p = "<sentinel:"
+// prefix returns the end of the ASCII text p at i, or -1 where it is not
+// there.
+func prefix(t *text, i, hi int, p string) int {
 	if i+len(p) > hi {
 		return -1
 	}
@@ -707,7 +698,15 @@ func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
 			return -1
 		}
 	}
-	j := i + len(p)
+	return i + len(p)
+}
+
+// chameleon's regexes besides the shared ones.
+func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
+	j := prefix(t, i, hi, "<sentinel:")
+	if j < 0 {
+		return -1
+	}
 	e := wrun(t, j, hi, func(c rune) bool { return c >= '0' && c <= '9' })
 	if e == j || e >= hi || t.wide[e] != '>' {
 		return -1
@@ -716,16 +715,10 @@ func chameleonSentinel(t *text, i, hi int) int { // <sentinel:[0-9]+>
 }
 
 func chameleonImage(t *text, i, hi int) int { // (IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z
-	const p = "IMGIMG"
-	if i+len(p) > hi {
+	j := prefix(t, i, hi, "IMGIMG")
+	if j < 0 {
 		return -1
 	}
-	for k := 0; k < len(p); k++ {
-		if t.wide[i+k] != rune(p[k]) {
-			return -1
-		}
-	}
-	j := i + len(p)
 	e := j
 	for e < hi && e-j < 4 && t.wide[e] >= 'A' && t.wide[e] <= 'I' {
 		e++

@@ -253,13 +253,7 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 		if addSpecial && v.AddBOS && v.BOS >= 0 {
 			out = append(out, v.BOS)
 		}
-		for _, f := range frags {
-			if f.tok >= 0 {
-				out = append(out, f.tok)
-				continue
-			}
-			out = t.bpe(text[f.off:f.off+f.n], out)
-		}
+		out = pieces(text, frags, out, t.bpe)
 		if addSpecial && v.AddEOS && v.EOS >= 0 {
 			out = append(out, v.EOS)
 		}
@@ -269,16 +263,23 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 		if addSpecial && v.BOS >= 0 {
 			out = append(out, v.BOS)
 		}
-		for _, f := range frags {
-			if f.tok >= 0 {
-				out = append(out, f.tok)
-				continue
-			}
-			out = t.wpm(text[f.off:f.off+f.n], out)
-		}
+		out = pieces(text, frags, out, t.wpm)
 		if addSpecial && v.SEP >= 0 {
 			out = append(out, v.SEP)
 		}
+	}
+	return out
+}
+
+// pieces appends the tokens of frags: a special token as it is, the text
+// between them as model tokenizes it.
+func pieces(text string, frags []fragment, out []int32, model func(string, []int32) []int32) []int32 {
+	for _, f := range frags {
+		if f.tok >= 0 {
+			out = append(out, f.tok)
+			continue
+		}
+		out = model(text[f.off:f.off+f.n], out)
 	}
 	return out
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/bundle"
-	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/validate"
@@ -21,19 +21,7 @@ import (
 // build compiles stories260K for target with the config text.
 func build(t *testing.T, target, config string) string {
 	t.Helper()
-	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
-	dir := t.TempDir()
-	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")}); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testmodel.CompileShared(t, "stories260K.gguf", config, compiler.Options{Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")})
 }
 
 func open(t *testing.T, dir, tier string) *runtime.Program {
@@ -179,14 +167,7 @@ func TestCUDAWithinTolerance(t *testing.T) {
 
 // TestRefusesOtherModels refuses bundles of different GGUF files.
 func TestRefusesOtherModels(t *testing.T) {
-	other := filepath.Join(reference.SharedDir(), "models", "TinyStories-656K.Q8_0.gguf")
-	if _, err := os.Stat(other); err != nil {
-		t.Skip(err)
-	}
-	dir := filepath.Join(t.TempDir(), "b")
-	if err := compiler.Compile(context.Background(), other, dir, compiler.Options{Target: "cpu"}); err != nil {
-		t.Fatal(err)
-	}
+	dir := testmodel.CompileShared(t, "TinyStories-656K.Q8_0.gguf", "", compiler.Options{Target: "cpu"})
 	_, err := validate.Run(context.Background(), open(t, build(t, "cpu", ""), "cpu"), open(t, dir, "cpu"), prompt, 1, 1)
 	if err == nil || !strings.Contains(err.Error(), "different GGUF files") {
 		t.Fatalf("got %v, want a refusal naming different GGUF files", err)

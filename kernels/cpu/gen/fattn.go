@@ -94,6 +94,58 @@ maddone:
 	VZEROUPPER
 	RET
 
+// func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
+//
+// faMadF16 for Q8_0 value rows and an F32 accumulator (VKQ32): for each
+// of n keys (V rows vstride bytes apart, blocks of 32 int8s after an F16
+// scale) with coefficients (ms, vs) at coef: if ms != 1, acc *= ms
+// (ggml_vec_scale_f32); then acc = fma(float32(q)*d, vs, acc)
+// (dequantize_row_q8_0, then ggml_vec_mad_f32). The accumulator of a
+// column group stays in registers across the keys. hd is a multiple of
+// 32: groups of two blocks, then of one.
+TEXT ·faMadQ8(SB), NOSPLIT, $0-48`)
+	f.Args(asmgen.Arg{Name: "acc", Reg: "DI"}, asmgen.Arg{Name: "v", Reg: "SI"}, asmgen.Arg{Name: "vstride", Reg: "R8"},
+		asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"}, asmgen.Arg{Name: "hd", Reg: "R9"})
+	f.Ins("MOVL", "$0x3f800000", "AX")
+	f.Ins("VMOVD", "AX", "X15")
+	madQ8Cols(f, 2, "q8mad1")
+	madQ8Cols(f, 1, "q8maddone")
+	f.Raw(`
+q8maddone:
+	VZEROUPPER
+	RET
+
+// func faRotate(h *float32, n int, x, out *float32)
+//
+// out = h·x for an n×n matrix h (rows n floats apart) and n values x, n
+// a multiple of 16, as rotate computes it: per output one 16-lane FMA
+// chain over the row, then _mm512_reduce_add_ps (REDUCE16).
+TEXT ·faRotate(SB), NOSPLIT, $0-32`)
+	f.Args(asmgen.Arg{Name: "h", Reg: "SI"}, asmgen.Arg{Name: "n", Reg: "CX"}, asmgen.Arg{Name: "x", Reg: "DX"},
+		asmgen.Arg{Name: "out", Reg: "DI"})
+	f.Raw(`
+	MOVQ CX, R8
+
+rotrow:
+	VPXORD Z0, Z0, Z0
+	MOVQ   DX, AX
+	MOVQ   CX, R9
+
+rotcol:
+	VMOVUPS     (SI), Z2
+	VFMADD231PS (AX), Z2, Z0
+	ADDQ        $64, SI
+	ADDQ        $64, AX
+	SUBQ        $16, R9
+	JNZ         rotcol
+	REDUCE16
+	VMOVSS      X0, (DI)
+	ADDQ        $4, DI
+	DECQ        R8
+	JNZ         rotrow
+	VZEROUPPER
+	RET
+
 // func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
 //
 // Converts n rows of hd halves (sstride bytes apart) to float32 rows
@@ -474,4 +526,62 @@ exploop:
 expdone:
 	VZEROUPPER
 	RET`)
+}
+
+// madQ8Cols writes faMadQ8's loop over column groups of nb Q8_0 blocks
+// (32nb columns, nb = 2 or 1), jumping to next once fewer are left: per
+// group, the accumulator in Z0..Z(2nb-1) across all the keys, scaled by
+// ms when it is not 1; each block's int8s are widened to float32 and
+// multiplied by its scale (one rounding, as dequantize_row_q8_0) before
+// the FMA.
+func madQ8Cols(f *asmgen.File, nb int, next string) {
+	l := fmt.Sprintf("q8mad%d", nb)
+	f.P("\n%s:", l)
+	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 32*nb))
+	f.Ins("JLT", next)
+	for i := 0; i < 2*nb; i++ {
+		f.Ins("VMOVUPS", asmgen.Mem(64*i, "DI"), z(i))
+	}
+	f.Raw(`
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX`)
+	f.P("\n%skey:", l)
+	f.Ins("VMOVSS", "(BX)", "X4")
+	f.Ins("VUCOMISS", "X15", "X4")
+	f.Ins("JNE", l+"scale")
+	f.P("\n%smad:", l)
+	f.Ins("VBROADCASTSS", "4(BX)", "Z5")
+	for b := 0; b < nb; b++ {
+		f.Ins("VPBROADCASTW", asmgen.Mem(34*b, "AX"), "Y12")
+		f.Ins("VCVTPH2PS", "Y12", "Z12")
+		for h := 0; h < 2; h++ {
+			r := z(6 + 2*b + h)
+			f.Ins("VPMOVSXBD", asmgen.Mem(34*b+2+16*h, "AX"), r)
+			f.Ins("VCVTDQ2PS", r, r)
+			f.Ins("VMULPS", "Z12", r, r)
+		}
+	}
+	for i := 0; i < 2*nb; i++ {
+		f.Ins("VFMADD231PS", "Z5", z(6+i), z(i))
+	}
+	f.Raw(`
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX`)
+	f.Ins("JNZ", l+"key")
+	f.P("")
+	for i := 0; i < 2*nb; i++ {
+		f.Ins("VMOVUPS", z(i), asmgen.Mem(64*i, "DI"))
+	}
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 128*nb), "DI")
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 34*nb), "SI")
+	f.Ins("SUBQ", fmt.Sprintf("$%d", 32*nb), "R9")
+	f.Ins("JMP", l)
+	f.P("\n%sscale:", l)
+	f.Ins("VBROADCASTSS", "X4", "Z4")
+	for i := 0; i < 2*nb; i++ {
+		f.Ins("VMULPS", "Z4", z(i), z(i))
+	}
+	f.Ins("JMP", l+"mad")
 }

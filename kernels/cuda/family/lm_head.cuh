@@ -25,6 +25,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
     if constexpr (Tc<WT>::OK) mmt<WT, 64>(w, io, k, nv, mm_out(logits, nv, nullptr), true, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
+#if MMQ_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
+    CAT(NAME, _rows)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
+    mmv<WT, Fast<WT>::U, MMV_MR>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
+}
+#endif
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill variants (few of whose rows want logits)
 extern "C" __global__ void __launch_bounds__(256, 3)
     CAT(NAME, _tile16)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv, const u8* q8) {

@@ -32,6 +32,12 @@ extern "C" __global__ void __launch_bounds__(256, 2)
         mmt<WT, 64>(w, io, k, n, mm_out(y, n, bias, MM_ACC), false, STAGE_ARG);
     else if constexpr (Fast<WT>::OK) mmq<WT>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false); // grid (mmqWidth, rows/MM_MR)
 }
+#if MMQ_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
+    CAT(NAME, _rows)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    mmv<WT, Fast<WT>::U, MMV_MR>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
+}
+#endif
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3)
     CAT(NAME, _tile16)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, const u8* q8) {

@@ -14,6 +14,9 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) NAME GU_PA
 extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(STAGE_PARAM) {
     GU_BODY(ENTRY_TILE, STAGE_ARG);
 }
+#if MMQ_TYPE(WT)
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) CAT(NAME, _rows) GU_PARAMS { GU_BODY(ENTRY_ROWS, nullptr); }
+#endif
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) GU_ARGS(STAGE_PARAM) {
     GU_BODY(ENTRY_TILE16, q8);

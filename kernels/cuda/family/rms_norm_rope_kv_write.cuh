@@ -13,7 +13,8 @@
 // barriers, cost more than their arithmetic). A head is normalized with
 // its norm weight (q_norm for Q heads, k_norm for K heads): the norm's
 // arithmetic is rms_norm's (sum of squares in double, then scale and
-// weight), the rotation rope's, the rounding kv_write's. K is normalized
+// weight), the rotation rope's, the rounding kv_write's (or its Hadamard
+// rotation and Q8_0 blocks, in a quantized cache's instances). K is normalized
 // and rotated in place (the unfused sequence leaves it so; nothing reads
 // it after).
 extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const float* v, const float* wq, const float* wk,
@@ -39,6 +40,22 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, float* k, const
         float scale = 1.f / sqrtf((float)(ss / (double)head_dim) + eps);
         for (int d = lane; d < (int)head_dim; d += 32) xn[d] = (x[d] * scale) * w[d];
         __syncwarp();
+#ifdef KV_QUANT
+        // A quantized cache: K normalized and roped in place, then read
+        // back by the warp and, with V, rotated and quantized as
+        // kv_write's (kvq_store).
+        if (head_dim % kvq_run(0) != 0 || head_dim % kvq_run(1) != 0) return;
+        for (int d = lane; d < (int)head_dim; d += 32) x[d] = rope_elem(xn, d, n_rot, neox, cs, sn);
+        if (isq) return;
+        __syncwarp();
+        int hk = h - n_head;
+        u32 page = io_page(io, slot, pos);
+        size_t hofs = (size_t)hk * kvq_row_bytes(head_dim);
+        kvq_store(kvq_at(kv, page, layer, n_layer, kv_dim, 0, pos % KV_PAGE_TOKENS) + hofs, x, head_dim, KV_RK);
+        kvq_store(kvq_at(kv, page, layer, n_layer, kv_dim, 1, pos % KV_PAGE_TOKENS) + hofs, v + (size_t)row * kv_dim + hk * head_dim,
+            head_dim, KV_RV);
+        return;
+#endif
         __half *dk = nullptr, *dv = nullptr;
         const float* vr = nullptr;
         if (!isq) {

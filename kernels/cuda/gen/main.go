@@ -127,6 +127,11 @@ func instance(in cuda.Instance) []byte {
 	if in.ABI.Typed {
 		fmt.Fprintf(&b, "#define WT %d // %s\n", uint32(in.Type), in.Type)
 	}
+	if !in.KV.IsF16() {
+		// The cache's element types by ggml id, and its rotations (kv.cuh).
+		fmt.Fprintf(&b, "#define KV_K %d // %s\n#define KV_V %d // %s\n#define KV_RK %d\n#define KV_RV %d\n",
+			uint32(in.KV.K), in.KV.K, uint32(in.KV.V), in.KV.V, in.KV.RotK, in.KV.RotV)
+	}
 	fmt.Fprintf(&b, "#define NAME %s\n#include %q\n", in.Entry(), in.Family.File())
 	return b.Bytes()
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/zrtdev/zrt/kernels/cuda"
 )
 
 // TestGeneratedFresh fails when the committed families.cuh, iq3s_grid.cuh
@@ -77,5 +81,39 @@ func TestWriteSweepsStale(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "a.cu")); err != nil || !bytes.Equal(b, files["a.cu"]) {
 		t.Errorf("a.cu = %q, %v", b, err)
+	}
+}
+
+// TestKVInstanceMacros: a quantized cache's instance .cu defines the
+// cache's element types (ggml ids, which kv.cuh holds to T_Q8_0) and
+// rotations as its name says, and an F16 cache's instance defines none
+// (its source stays the one F16 bundles were built from).
+func TestKVInstanceMacros(t *testing.T) {
+	insts, err := cuda.Instances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	quantized := 0
+	for _, in := range insts {
+		src := string(instance(in))
+		has := strings.Contains(src, "#define KV_K ")
+		if !in.ABI.KVTyped || in.KV.IsF16() {
+			if has {
+				t.Errorf("%s: an F16 instance defines KV_K:\n%s", in.Name, src)
+			}
+			continue
+		}
+		quantized++
+		for _, want := range []string{
+			fmt.Sprintf("#define KV_K %d ", uint32(in.KV.K)), fmt.Sprintf("#define KV_V %d ", uint32(in.KV.V)),
+			fmt.Sprintf("#define KV_RK %d\n", in.KV.RotK), fmt.Sprintf("#define KV_RV %d\n", in.KV.RotV),
+		} {
+			if !strings.Contains(src, want) {
+				t.Errorf("%s: no %q in\n%s", in.Name, want, src)
+			}
+		}
+	}
+	if quantized == 0 {
+		t.Error("no quantized cache's instance")
 	}
 }

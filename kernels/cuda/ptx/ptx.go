@@ -95,3 +95,31 @@ func WeightTypes(arch string) []ggml.Type {
 	}
 	return out
 }
+
+// KVLayouts lists the quantized KV cache layouts (of T-CUDA's
+// cuda.KVLayouts) for which this zrtc has the PTX of every instance for
+// arch: the caches a model may use to be built for that target.
+func KVLayouts(arch string) []kernels.KVTypes {
+	files, err := embedded.Files()
+	if err != nil {
+		return nil
+	}
+	insts, err := cuda.Instances()
+	if err != nil {
+		return nil
+	}
+	var out []kernels.KVTypes
+	for _, kv := range cuda.KVLayouts() {
+		complete := true
+		for _, in := range insts {
+			if _, ok := files[File(arch, in.Name)]; in.KV == kv && !ok {
+				complete = false
+				break
+			}
+		}
+		if complete {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

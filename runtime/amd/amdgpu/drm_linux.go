@@ -20,25 +20,12 @@ import (
 // DRIDir is where render nodes live.
 var DRIDir = "/dev/dri"
 
-func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
-	for {
-		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
-		if e == unix.EINTR || e == unix.EAGAIN {
-			continue
-		}
-		if e != 0 {
-			return e
-		}
-		return nil
-	}
-}
-
 // drm is the real driver: one open render node.
 type drm struct{ fd int }
 
 func (r drm) GemCreate(size, align, domains, flags uint64) (uint32, error) {
 	a := GemCreateIn{BOSize: size, Alignment: align, Domains: domains, DomainFlags: flags}
-	if err := ioctl(r.fd, IocGemCreate, unsafe.Pointer(&a)); err != nil {
+	if err := kfd.Ioctl(r.fd, IocGemCreate, unsafe.Pointer(&a)); err != nil {
 		return 0, err
 	}
 	return *(*uint32)(unsafe.Pointer(&a)), nil // out.handle overlays in.bo_size
@@ -46,7 +33,7 @@ func (r drm) GemCreate(size, align, domains, flags uint64) (uint32, error) {
 
 func (r drm) Map(handle uint32, size uint64) ([]byte, error) {
 	a := GemMmap{HandleOrOffset: uint64(handle)}
-	if err := ioctl(r.fd, IocGemMmap, unsafe.Pointer(&a)); err != nil {
+	if err := kfd.Ioctl(r.fd, IocGemMmap, unsafe.Pointer(&a)); err != nil {
 		return nil, fmt.Errorf("DRM_IOCTL_AMDGPU_GEM_MMAP: %w", err)
 	}
 	return unix.Mmap(r.fd, int64(a.HandleOrOffset), int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -56,16 +43,16 @@ func (r drm) Unmap(b []byte) error { return unix.Munmap(b) }
 
 func (r drm) GemVA(op, handle, flags uint32, va, size uint64) error {
 	a := GemVA{Handle: handle, Operation: op, Flags: flags, VAAddress: va, MapSize: size}
-	return ioctl(r.fd, IocGemVA, unsafe.Pointer(&a))
+	return kfd.Ioctl(r.fd, IocGemVA, unsafe.Pointer(&a))
 }
 
 func (r drm) GemClose(handle uint32) error {
 	a := GemClose{Handle: handle}
-	return ioctl(r.fd, IocGemClose, unsafe.Pointer(&a))
+	return kfd.Ioctl(r.fd, IocGemClose, unsafe.Pointer(&a))
 }
 
 func (r drm) UserqCreate(in *UserqIn, mqd *MQDComputeGfx11) (uint32, error) {
-	err := ioctl(r.fd, IocUserq, unsafe.Pointer(in))
+	err := kfd.Ioctl(r.fd, IocUserq, unsafe.Pointer(in))
 	runtime.KeepAlive(mqd)
 	if err != nil {
 		return 0, userqError(err)
@@ -75,15 +62,17 @@ func (r drm) UserqCreate(in *UserqIn, mqd *MQDComputeGfx11) (uint32, error) {
 
 func (r drm) UserqFree(id uint32) error {
 	a := UserqIn{Op: UserqOpFree, QueueID: id}
-	return ioctl(r.fd, IocUserq, unsafe.Pointer(&a))
+	return kfd.Ioctl(r.fd, IocUserq, unsafe.Pointer(&a))
 }
 
 // UserqSignal issues DRM_IOCTL_AMDGPU_USERQ_SIGNAL (T2 does not use it:
 // it waits on mailboxes).
-func (r drm) UserqSignal(a *UserqSignal) error { return ioctl(r.fd, IocUserqSignal, unsafe.Pointer(a)) }
+func (r drm) UserqSignal(a *UserqSignal) error {
+	return kfd.Ioctl(r.fd, IocUserqSignal, unsafe.Pointer(a))
+}
 
 // UserqWait issues DRM_IOCTL_AMDGPU_USERQ_WAIT (unused by T2, as above).
-func (r drm) UserqWait(a *UserqWait) error { return ioctl(r.fd, IocUserqWait, unsafe.Pointer(a)) }
+func (r drm) UserqWait(a *UserqWait) error { return kfd.Ioctl(r.fd, IocUserqWait, unsafe.Pointer(a)) }
 
 func (r drm) Close() error { return unix.Close(r.fd) }
 
@@ -115,7 +104,7 @@ func RenderNodes() ([]string, error) {
 func DriverVersion(fd int) (name string, v Version, err error) {
 	buf := make([]byte, 64)
 	v = Version{NameLen: uint64(len(buf)), Name: uint64(uintptr(unsafe.Pointer(&buf[0])))}
-	if err := ioctl(fd, IocVersion, unsafe.Pointer(&v)); err != nil {
+	if err := kfd.Ioctl(fd, IocVersion, unsafe.Pointer(&v)); err != nil {
 		return "", Version{}, fmt.Errorf("DRM_IOCTL_VERSION: %w", err)
 	}
 	n := min(int(v.NameLen), len(buf))
@@ -126,7 +115,7 @@ func DriverVersion(fd int) (name string, v Version, err error) {
 // info runs one AMDGPU_INFO query into out.
 func info(fd int, query, ipType uint32, out unsafe.Pointer, size uintptr) error {
 	a := InfoArgs{ReturnPointer: uint64(uintptr(out)), ReturnSize: uint32(size), Query: query, IPType: ipType}
-	return ioctl(fd, IocInfo, unsafe.Pointer(&a))
+	return kfd.Ioctl(fd, IocInfo, unsafe.Pointer(&a))
 }
 
 // OpenOptions configure Open.

@@ -1,31 +1,24 @@
 package amdgpu
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/zrtdev/zrt/runtime/amd/internal/cfacts"
 )
 
 // fact is one checked fact: a C expression, the value Go has for it, and
 // the macro that must be defined for the header to know it ("" always).
-type fact struct {
-	c     string
-	goVal uint64
-	guard string
-}
-
 type off struct {
 	n string
 	o uintptr
 }
 
-func uapiFacts() []fact {
-	var f []fact
-	add := func(guard, c string, v uintptr) { f = append(f, fact{c, uint64(v), guard}) }
+func uapiFacts() []cfacts.Fact {
+	var f []cfacts.Fact
+	add := func(guard, c string, v uintptr) { f = append(f, cfacts.Fact{C: c, Go: uint64(v), Guard: guard}) }
 	fields := func(guard, s string, size uintptr, offs []off) {
 		if size != 0 {
 			add(guard, "sizeof("+s+")", size)
@@ -157,50 +150,7 @@ func TestUAPILayout(t *testing.T) {
 	if dir == "" {
 		t.Skip("skipping: amdgpu_drm.h is missing (install libdrm-dev, or a linux-libc-dev that ships /usr/include/drm)")
 	}
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("skipping: gcc is not installed; the layout check needs a C compiler")
-	}
-	facts := uapiFacts()
-	var src strings.Builder
-	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include <drm.h>\n#include <amdgpu_drm.h>\nint main(void) {\n")
-	for _, f := range facts {
-		if f.guard != "" {
-			fmt.Fprintf(&src, "#ifdef %s\n", f.guard)
-		}
-		fmt.Fprintf(&src, "\tprintf(\"%%llu\\n\", (unsigned long long)(%s));\n", f.c)
-		if f.guard != "" {
-			src.WriteString("#else\n\tputs(\"-\");\n#endif\n")
-		}
-	}
-	src.WriteString("\treturn 0;\n}\n")
-	tmp := t.TempDir()
-	c, bin := filepath.Join(tmp, "layout.c"), filepath.Join(tmp, "layout")
-	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-I", dir, "-o", bin, c).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Fields(string(out))
-	if len(lines) != len(facts) {
-		t.Fatalf("C program printed %d values for %d facts", len(lines), len(facts))
-	}
-	checked, unchecked := 0, 0
-	for i, f := range facts {
-		if lines[i] == "-" {
-			unchecked++
-			continue
-		}
-		checked++
-		if want := fmt.Sprint(f.goVal); lines[i] != want {
-			t.Errorf("%s: C says %s, Go has %s", f.c, lines[i], want)
-		}
-	}
+	checked, unchecked := cfacts.Check(t, []string{"drm.h", "amdgpu_drm.h"}, []string{"-I", dir}, uapiFacts())
 	if t.Failed() {
 		return
 	}

@@ -120,7 +120,10 @@ type Real struct {
 	node     Node // context-save sizes for CreateQueue
 }
 
-func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
+// Ioctl issues ioctl request req on fd with arg, again when a signal
+// interrupts it or the driver asks for a retry (EINTR, EAGAIN), as
+// libdrm's drmIoctl does. The amdgpu package's DRM calls use it too.
+func Ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
 	for {
 		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
 		if e == unix.EINTR || e == unix.EAGAIN {
@@ -156,7 +159,7 @@ func Open(o OpenOptions) (*Real, error) {
 	d := &Real{fd: fd, drm: -1, pageSize: uint64(unix.Getpagesize())}
 	fail := func(err error) (*Real, error) { d.Close(); return nil, err }
 	var v GetVersionArgs
-	if err := ioctl(fd, IocGetVersion, unsafe.Pointer(&v)); err != nil {
+	if err := Ioctl(fd, IocGetVersion, unsafe.Pointer(&v)); err != nil {
 		return fail(fmt.Errorf("%s: AMDKFD_IOC_GET_VERSION: %w", DevicePath, err))
 	}
 	if v.Major != MajorVersion || v.Minor < MinMinor {
@@ -183,7 +186,7 @@ func Open(o OpenOptions) (*Real, error) {
 	}
 	ap := make([]ProcessDeviceApertures, len(nodes))
 	pa := GetProcessAperturesNewArgs{AperturesPtr: uint64(uintptr(unsafe.Pointer(&ap[0]))), NumNodes: uint32(len(ap))}
-	if err := ioctl(fd, IocGetProcessAperturesN, unsafe.Pointer(&pa)); err != nil {
+	if err := Ioctl(fd, IocGetProcessAperturesN, unsafe.Pointer(&pa)); err != nil {
 		return fail(fmt.Errorf("AMDKFD_IOC_GET_PROCESS_APERTURES_NEW: %w", err))
 	}
 	d.info = Info{Name: fmt.Sprintf("kfd gpu_id %#x %s (%s)", n.GPUID, gfx, render), GPUID: n.GPUID, GfxVersion: n.GfxVersion, Major: v.Major, Minor: v.Minor, EOPBytes: uint64(n.EOPBytes)}
@@ -193,7 +196,7 @@ func Open(o OpenOptions) (*Real, error) {
 		}
 	}
 	vm := AcquireVMArgs{DRMFD: uint32(d.drm), GPUID: n.GPUID}
-	if err := ioctl(fd, IocAcquireVM, unsafe.Pointer(&vm)); err != nil {
+	if err := Ioctl(fd, IocAcquireVM, unsafe.Pointer(&vm)); err != nil {
 		return fail(fmt.Errorf("AMDKFD_IOC_ACQUIRE_VM on %s: %w", render, err))
 	}
 	d.node = n
@@ -238,7 +241,7 @@ func (d *Real) Alloc(size uint64, kind MemKind) (*Mem, error) {
 		return nil, fmt.Errorf("kfd: reserving %d bytes of address space: %w", size, err)
 	}
 	a := AllocMemoryArgs{VA: uint64(uintptr(va)), Size: size, GPUID: d.info.GPUID, Flags: flags}
-	if err := ioctl(d.fd, IocAllocMemoryOfGPU, unsafe.Pointer(&a)); err != nil {
+	if err := Ioctl(d.fd, IocAllocMemoryOfGPU, unsafe.Pointer(&a)); err != nil {
 		unix.MunmapPtr(va, uintptr(size))
 		return nil, fmt.Errorf("kfd: AMDKFD_IOC_ALLOC_MEMORY_OF_GPU of %d bytes (%s): %w", size, kind, err)
 	}
@@ -249,7 +252,7 @@ func (d *Real) Alloc(size uint64, kind MemKind) (*Mem, error) {
 	}
 	ids := []uint32{d.info.GPUID}
 	mm := MapMemoryArgs{Handle: a.Handle, DevicesPtr: uint64(uintptr(unsafe.Pointer(&ids[0]))), NDevices: 1}
-	if err := ioctl(d.fd, IocMapMemoryToGPU, unsafe.Pointer(&mm)); err != nil || mm.NSuccess != 1 {
+	if err := Ioctl(d.fd, IocMapMemoryToGPU, unsafe.Pointer(&mm)); err != nil || mm.NSuccess != 1 {
 		d.Free(m)
 		return nil, fmt.Errorf("kfd: AMDKFD_IOC_MAP_MEMORY_TO_GPU: %v (%d of 1 mapped)", err, mm.NSuccess)
 	}
@@ -260,9 +263,9 @@ func (d *Real) Alloc(size uint64, kind MemKind) (*Mem, error) {
 func (d *Real) Free(m *Mem) error {
 	ids := []uint32{d.info.GPUID}
 	um := MapMemoryArgs{Handle: m.Handle, DevicesPtr: uint64(uintptr(unsafe.Pointer(&ids[0]))), NDevices: 1}
-	ioctl(d.fd, IocUnmapMemoryFromGPU, unsafe.Pointer(&um)) // fails harmlessly when never mapped
+	Ioctl(d.fd, IocUnmapMemoryFromGPU, unsafe.Pointer(&um)) // fails harmlessly when never mapped
 	f := FreeMemoryArgs{Handle: m.Handle}
-	err := ioctl(d.fd, IocFreeMemoryOfGPU, unsafe.Pointer(&f))
+	err := Ioctl(d.fd, IocFreeMemoryOfGPU, unsafe.Pointer(&f))
 	unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(m.Host)), uintptr(m.Size))
 	if err != nil {
 		return fmt.Errorf("kfd: AMDKFD_IOC_FREE_MEMORY_OF_GPU: %w", err)
@@ -295,7 +298,7 @@ func (d *Real) CreateQueue(s QueueSpec) (*Queue, error) {
 		}
 		a.CtxSaveAddr, a.CtxSaveSize, a.CtlStackSize = save.VA, d.node.CWSRSize, d.node.CtlStack
 	}
-	if err := ioctl(d.fd, IocCreateQueue, unsafe.Pointer(&a)); err != nil {
+	if err := Ioctl(d.fd, IocCreateQueue, unsafe.Pointer(&a)); err != nil {
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
 			return nil, fmt.Errorf("kfd: AMDKFD_IOC_CREATE_QUEUE: no compute queue slots left (%w)", err)
 		}
@@ -316,7 +319,7 @@ func (d *Real) CreateQueue(s QueueSpec) (*Queue, error) {
 // DestroyQueue destroys a queue.
 func (d *Real) DestroyQueue(q *Queue) error {
 	a := DestroyQueueArgs{QueueID: q.ID}
-	if err := ioctl(d.fd, IocDestroyQueue, unsafe.Pointer(&a)); err != nil {
+	if err := Ioctl(d.fd, IocDestroyQueue, unsafe.Pointer(&a)); err != nil {
 		return fmt.Errorf("kfd: AMDKFD_IOC_DESTROY_QUEUE: %w", err)
 	}
 	return nil
@@ -333,7 +336,7 @@ func (d *Real) CreateEvent() (Event, error) {
 		}
 		d.evPage, a.EventPageOffset = p, p.Handle
 	}
-	if err := ioctl(d.fd, IocCreateEvent, unsafe.Pointer(&a)); err != nil {
+	if err := Ioctl(d.fd, IocCreateEvent, unsafe.Pointer(&a)); err != nil {
 		return Event{}, fmt.Errorf("kfd: AMDKFD_IOC_CREATE_EVENT: %w", err)
 	}
 	return Event{ID: a.EventID, Mailbox: d.evPage.VA + uint64(a.EventSlotIndex)*eventSlotBytes}, nil
@@ -343,7 +346,7 @@ func (d *Real) CreateEvent() (Event, error) {
 func (d *Real) WaitEvent(e Event, timeout time.Duration) error {
 	ev := EventData{EventID: e.ID}
 	a := WaitEventsArgs{EventsPtr: uint64(uintptr(unsafe.Pointer(&ev))), NumEvents: 1, WaitForAll: 1, TimeoutMs: uint32(timeout.Milliseconds())}
-	if err := ioctl(d.fd, IocWaitEvents, unsafe.Pointer(&a)); err != nil {
+	if err := Ioctl(d.fd, IocWaitEvents, unsafe.Pointer(&a)); err != nil {
 		return fmt.Errorf("kfd: AMDKFD_IOC_WAIT_EVENTS: %w", err)
 	}
 	switch a.WaitResult {
@@ -358,7 +361,7 @@ func (d *Real) WaitEvent(e Event, timeout time.Duration) error {
 // DestroyEvent destroys an event.
 func (d *Real) DestroyEvent(e Event) error {
 	a := DestroyEventArgs{EventID: e.ID}
-	return ioctl(d.fd, IocDestroyEvent, unsafe.Pointer(&a))
+	return Ioctl(d.fd, IocDestroyEvent, unsafe.Pointer(&a))
 }
 
 // Close releases the device (KFD frees what the process still holds).

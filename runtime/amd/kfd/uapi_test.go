@@ -1,24 +1,17 @@
 package kfd
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/zrtdev/zrt/runtime/amd/internal/cfacts"
 )
 
-// field is one checked fact: a C expression and the value Go has for it.
-type field struct {
-	c     string
-	goVal uint64
-}
-
-func layoutFacts() []field {
-	var f []field
-	add := func(c string, v uintptr) { f = append(f, field{c, uint64(v)}) }
+func layoutFacts() []cfacts.Fact {
+	var f []cfacts.Fact
+	add := func(c string, v uintptr) { f = append(f, cfacts.Fact{C: c, Go: uint64(v)}) }
 	var ver GetVersionArgs
 	add("sizeof(struct kfd_ioctl_get_version_args)", unsafe.Sizeof(ver))
 	add("offsetof(struct kfd_ioctl_get_version_args, major_version)", unsafe.Offsetof(ver.Major))
@@ -141,48 +134,18 @@ func TestUAPILayout(t *testing.T) {
 	if _, err := os.Stat(header); err != nil {
 		t.Skipf("skipping: %s is missing (install linux-libc-dev)", header)
 	}
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("skipping: gcc is not installed; the layout check needs a C compiler")
-	}
-	facts := layoutFacts()
-	var src strings.Builder
-	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include <linux/kfd_ioctl.h>\nint main(void) {\n")
-	for _, f := range facts {
-		fmt.Fprintf(&src, "\tprintf(\"%%llu\\n\", (unsigned long long)(%s));\n", f.c)
-	}
-	src.WriteString("\treturn 0;\n}\n")
-	dir := t.TempDir()
-	c, bin := filepath.Join(dir, "layout.c"), filepath.Join(dir, "layout")
-	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-o", bin, c}
+	args := []string{}
 	if _, err := os.Stat("/usr/include/drm/drm.h"); err != nil {
 		// kfd_ioctl.h includes drm/drm.h only for the __u32/__u64 types;
 		// some images ship linux-libc-dev without the drm directory.
-		stub := filepath.Join(dir, "inc", "drm")
+		stub := filepath.Join(t.TempDir(), "inc", "drm")
 		os.MkdirAll(stub, 0o755)
 		os.WriteFile(filepath.Join(stub, "drm.h"), []byte("#include <linux/types.h>\n"), 0o644)
-		args = append(args, "-I", filepath.Join(dir, "inc"))
+		args = append(args, "-I", filepath.Dir(stub))
 		t.Log("drm/drm.h is missing: compiling with a stub that includes linux/types.h")
 	}
-	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Fields(string(out))
-	if len(lines) != len(facts) {
-		t.Fatalf("C program printed %d values for %d facts", len(lines), len(facts))
-	}
-	for i, f := range facts {
-		if want := fmt.Sprint(f.goVal); lines[i] != want {
-			t.Errorf("%s: C says %s, Go has %s", f.c, lines[i], want)
-		}
-	}
+	facts := layoutFacts()
+	cfacts.Check(t, []string{"linux/kfd_ioctl.h"}, args, facts)
 	if t.Failed() {
 		return
 	}

@@ -3,15 +3,13 @@ package t1
 import (
 	"context"
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/asm/pm4"
 	"github.com/zrtdev/zrt/compiler"
-	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/amd/kfd"
 	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
@@ -22,17 +20,7 @@ import (
 // kernels either way).
 func BuildTiny(t testing.TB, target string) *bundle.Bundle {
 	t.Helper()
-	m, err := synth.Write(synth.Tiny)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
-	os.WriteFile(model, m, 0o644)
-	out := filepath.Join(dir, "bundle")
-	if err := compiler.Compile(context.Background(), model, out, compiler.Options{Target: target}); err != nil {
-		t.Fatal(err)
-	}
+	_, out := testmodel.Bundle(t, "", compiler.Options{Target: target})
 	b, err := bundle.Open(out, false)
 	if err != nil {
 		t.Fatal(err)

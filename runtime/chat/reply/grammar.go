@@ -3,6 +3,8 @@ package reply
 import (
 	"fmt"
 	"strings"
+
+	"github.com/zrtdev/zrt/runtime/chat"
 )
 
 // ArgGrammar is the GBNF that constrains one tool's arguments: GBNF
@@ -142,23 +144,12 @@ func lit(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
+		switch {
+		case chat.WriteEscape(&b, r, '"'):
+		case r < 0x20:
+			fmt.Fprintf(&b, `\x%02X`, r)
 		default:
-			if r < 0x20 {
-				fmt.Fprintf(&b, `\x%02X`, r)
-			} else {
-				b.WriteRune(r)
-			}
+			b.WriteRune(r)
 		}
 	}
 	b.WriteByte('"')

@@ -106,6 +106,12 @@ type Seq struct {
 	// Paged is set for a request that holds its pages without a slot:
 	// preempted for a slot, it resumes where it stopped.
 	Paged bool
+	// Draft, for a running request that decodes, is how many draft
+	// tokens the engine proposes to verify after its pending token this
+	// step (speculative decoding, seed 000 §20): each is a row of its
+	// own, in a slot no request holds, and may take a page that the
+	// engine gives back after the step if the draft is rejected.
+	Draft int `json:",omitempty"`
 }
 
 // Prefilling reports whether the request still has prompt rows to compute.
@@ -141,6 +147,10 @@ type Input struct {
 	// such a step takes little longer than one without prefill).
 	// Interactive prefill is not limited.
 	LatencyRows int
+	// VerifySlots is the slots the model has for a step's rows (its
+	// slots, running requests' and free): a draft row takes one no
+	// request holds after the step's admissions. 0: no draft rows.
+	VerifySlots int `json:",omitempty"`
 }
 
 // Chunk is one request's rows of a step: positions From … From+N-1.
@@ -150,6 +160,12 @@ type Chunk struct {
 	ID      uint64
 	From, N int
 	Logits  bool
+	// Draft is how many of the last of the N rows are draft tokens to
+	// verify (speculative decoding): every row of such a chunk wants
+	// logits, each in a slot of its own, and the request's pages for the
+	// positions of the rows it rejects go back to the pool after the
+	// step.
+	Draft int `json:",omitempty"`
 }
 
 // Plan is one step's decision. The engine gives each chunk's request
@@ -176,6 +192,9 @@ func (p Plan) String() string {
 	fmt.Fprintf(&b, "admit %v rows %d:", p.Admit, p.NRows)
 	for _, c := range p.Rows {
 		fmt.Fprintf(&b, " %d@%d+%d", c.ID, c.From, c.N)
+		if c.Draft > 0 {
+			fmt.Fprintf(&b, "~%d", c.Draft)
+		}
 		if c.Logits {
 			b.WriteString("*")
 		}
@@ -200,6 +219,13 @@ func (p Plan) String() string {
 // running requests before newly admitted ones; while an interactive
 // request decodes, other classes' prefill takes at most LatencyRows of
 // it.
+//
+// Draft rows (Seq.Draft) come last, from what is left of the budget, most
+// urgent first: a step that carries prefill is bound by its compute
+// already, and a draft row is worth less than a prompt row. Each takes a
+// slot no request holds (VerifySlots) and pages only as far as the pool
+// has them free: a draft never makes anyone give up pages, and other
+// classes' drafts count under the latency budget like their prefill.
 //
 // Pages are taken as rows reach them. When a row finds the pool (or its
 // tenant's page limit) dry, requests that rank below it give up their
@@ -247,7 +273,48 @@ func Schedule(in Input) Plan {
 			pl.prefill(s)
 		}
 	}
+	pl.drafts()
 	return pl.plan()
+}
+
+// drafts extends the decode rows of running requests that propose draft
+// tokens by as many as the budget, the free slots and the free pages
+// allow (see Schedule).
+func (pl *planner) drafts() {
+	spare := pl.in.VerifySlots
+	for _, s := range pl.seqs {
+		if s.Running {
+			spare--
+		}
+	}
+	for _, s := range pl.seqs {
+		i := pl.chunk[s]
+		if s.Draft <= 0 || !s.Running || s.Prefilling() || i < 0 || pl.p.Rows[i].N != 1 {
+			continue
+		}
+		// Within its longest sequence, so an interactive request stays
+		// within the pages it was admitted for.
+		d := min(s.Draft, pl.budget, spare, s.Pages*pl.in.PageTokens-s.Done-1)
+		limited := pl.latency >= 0 && s.QoS != Interactive
+		if limited {
+			d = min(d, pl.latency)
+		}
+		d = min(d, (pl.holds(s)+pl.avail(s))*pl.in.PageTokens-s.Done-1)
+		if d <= 0 {
+			continue
+		}
+		if k := pl.pagesFor(s.Done+1+d) - pl.holds(s); k > 0 {
+			pl.take(s, k)
+		}
+		pl.p.Rows[i].N += d
+		pl.p.Rows[i].Draft = d
+		pl.budget -= d
+		spare -= d
+		if limited {
+			pl.latency -= d
+			pl.latencyRows[s] += d
+		}
+	}
 }
 
 // planner is one step's decision while it is made.

@@ -204,3 +204,49 @@ func TestPoolDry(t *testing.T) {
 		})
 	}
 }
+
+// TestDrafts checks the draft rows of speculative decoding: they follow
+// a running decode row (most urgent first) from what is left of the
+// budget after prefill, one free slot each, within the pages the pool
+// has free — a draft never makes anyone give up pages — and other
+// classes' drafts count under the latency budget.
+func TestDrafts(t *testing.T) {
+	dec := func(id uint64, q QoS, done, held, draft int) Seq {
+		return Seq{ID: id, Tenant: "a", QoS: q, Arrival: id, Prompt: 4, Done: done, Pages: 10, Held: held, Frees: held, Running: true, Draft: draft}
+	}
+	paged := Seq{ID: 9, Tenant: "b", QoS: Batch, Arrival: 9, Prompt: 4, Done: 40, Pages: 10, Held: 3, Frees: 3, Paged: true}
+	prefilling := Seq{ID: 8, Tenant: "b", QoS: Standard, Arrival: 8, Prompt: 60, Pages: 7, Running: true}
+	for _, tc := range []struct {
+		name                     string
+		slots, free, budget, lat int
+		seqs                     []Seq
+		want                     string
+	}{
+		{"all of it", 8, 10, 64, 0, []Seq{dec(1, Standard, 20, 2, 3), dec(2, Batch, 5, 1, 2)},
+			"preempt [] admit [] rows 7: 1@20+4~3* 2@5+3~2*"},
+		{"no draft without free slots", 2, 10, 64, 0, []Seq{dec(1, Standard, 20, 2, 3), dec(2, Batch, 5, 1, 2)},
+			"preempt [] admit [] rows 2: 1@20+1* 2@5+1*"},
+		{"free slots, urgent first", 4, 10, 64, 0, []Seq{dec(2, Batch, 5, 1, 2), dec(1, Interactive, 20, 2, 3)},
+			"preempt [] admit [] rows 4: 1@20+3~2* 2@5+1*"},
+		{"what the budget leaves after prefill", 8, 10, 62, 0, []Seq{dec(1, Standard, 20, 2, 3), prefilling},
+			"preempt [] admit [] rows 62: 1@20+2~1* 8@0+60*"},
+		{"the pages free", 10, 0, 64, 0, []Seq{dec(1, Standard, 30, 2, 4), dec(2, Standard, 44, 3, 4)},
+			"preempt [] admit [] rows 6: 1@30+2~1* 2@44+4~3*"},
+		{"a free page", 10, 1, 64, 0, []Seq{dec(1, Standard, 30, 2, 4), dec(2, Standard, 44, 3, 4)},
+			"preempt [] admit [] rows 9: 1@30+5~4* 2@44+4~3*"},
+		{"never another's pages", 8, 0, 64, 0, []Seq{dec(1, Standard, 30, 2, 4), paged},
+			"preempt [] admit [] rows 2: 1@30+2~1*"},
+		{"within its longest sequence", 8, 10, 64, 0, []Seq{dec(1, Standard, 157, 10, 4)},
+			"preempt [] admit [] rows 3: 1@157+3~2*"},
+		{"other classes under the latency budget", 8, 10, 64, 1, []Seq{dec(1, Interactive, 20, 2, 3), dec(2, Batch, 5, 1, 2)},
+			"preempt [] admit [] rows 6: 1@20+4~3* 2@5+2~1*"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := input(0, nil, tc.seqs...)
+			in.VerifySlots, in.FreePages, in.Budget, in.LatencyRows = tc.slots, tc.free, tc.budget, tc.lat
+			if got := Schedule(in).String(); got != tc.want {
+				t.Fatalf("%s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,40 @@
+package cuda
+
+import "testing"
+
+// TestBlockFeatures holds the megakernel's tiles to the graph path's
+// blocks: 16 features a matrix-vector block of a 4096-square Q4_K matrix
+// (256 blocks of RPB 16), MT_N for the tensor-core tiles of a four-row
+// step, MM_WARPS on the float path, and the fused projections' outputs
+// counted together.
+func TestBlockFeatures(t *testing.T) {
+	for _, c := range []struct {
+		instance   string
+		push, spec []uint32
+		rows       int
+		n, per     uint32
+	}{
+		{"matmul.q4_k", []uint32{4096, 4096}, nil, 1, 4096, 16},
+		{"matmul.q4_k", []uint32{4096, 4096}, nil, 4, 4096, 128},
+		{"matmul.q5_k", []uint32{4096, 4096}, nil, 1, 4096, 8},
+		{"lm_head.q6_k", []uint32{1024, 32000}, nil, 1, 32000, 0},
+		{"rms_norm_qkv.q8_0", nil, []uint32{1024, 2048, 512, 0}, 1, 3072, 0},
+	} {
+		n, per, err := BlockFeatures(c.instance, c.push, c.spec, c.rows)
+		if err != nil {
+			t.Errorf("%s: %v", c.instance, err)
+			continue
+		}
+		l, _ := Shape(c.instance, c.push, c.spec, c.rows, false)
+		blocks := (n + per - 1) / per
+		if n != c.n || (c.per != 0 && per != c.per) || (l.Entry == EntryMain && blocks != l.Grid[0]) {
+			t.Errorf("%s at %d rows: %d features, %d a block (%d blocks, the launch's %d); want %d, %d", c.instance, c.rows, n, per, blocks, l.Grid[0], c.n, c.per)
+		}
+	}
+	if _, _, err := BlockFeatures("rms_norm", []uint32{64, 64}, nil, 1); err == nil {
+		t.Error("rms_norm has block features")
+	}
+	if Multiprocessors("cuda:sm_90") != 132 || Multiprocessors("cpu") != 0 {
+		t.Error("multiprocessors of cuda:sm_90 and cpu")
+	}
+}

@@ -1,0 +1,613 @@
+package passes
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/kernels"
+)
+
+// TP is the tensor-parallel split a unit is compiled for: rank Rank of
+// Ranks. Ranks ≤ 1 is the whole model, and the shard pass leaves it be.
+type TP struct {
+	Rank, Ranks int
+	// KVNum/KVDen is the share of the model's KV cache (heads) one rank
+	// holds, set by the shard pass: 1/Ranks when the KV heads divide,
+	// more where ranks replicate a KV head.
+	KVNum, KVDen int
+}
+
+// Split reports whether the unit is one rank of several.
+func (t TP) Split() bool { return t.Ranks > 1 }
+
+// The shard pass splits each graph for one rank of a tensor-parallel set
+// (Megatron-LM's layout, as vLLM runs it):
+//
+//   - attention: the Q, K and V projections column-parallel by heads (a
+//     rank holds n_head/R query heads and the KV heads they read: n_head_kv/R,
+//     or one replicated KV head where there are fewer KV heads than ranks),
+//     RoPE, norms, the KV write and attention over the rank's heads only,
+//     so the KV pages of a rank hold its heads; the output projection
+//     row-parallel (the rank's input columns) and ALL_REDUCE_SUM after it;
+//   - FFN (dense, and each routed expert's, and a shared expert's): gate
+//     and up column-parallel, the down projection row-parallel and
+//     ALL_REDUCE_SUM after it. The split of the hidden width follows the
+//     down projection's quantization blocks, so no block is cut: ranks
+//     get whole blocks, as evenly as they divide (the 7B's 11 008 columns
+//     of Q4_K, 43 blocks, split 22 + 21 over two ranks). An FFN with fewer
+//     blocks than ranks is replicated;
+//   - the LM head vocabulary-parallel (rank r computes the logits
+//     [r·V/R, (r+1)·V/R)), then ALL_GATHER of the logits rows that the
+//     step returns; the embedding is replicated.
+//
+// Where the attention output's split would cut a block, the rank gathers
+// the heads' output (ALL_GATHER) and computes the whole output projection
+// instead. Everything else (norms, residuals, the router, recurrent
+// layers) runs replicated on every rank. What is split is decided by
+// operand roles and op kinds: a projection writing a register that an
+// attention op reads as q (or a KV write as k, v), or that a gated
+// activation reads, is column-parallel; the projection reading that
+// activation (or the attention's output) is row-parallel. An op the pass
+// does not know reading a split value is refused as unsupported, never
+// run on a part as if it were the whole.
+func shard(_ context.Context, u *Unit) error {
+	if !u.TP.Split() {
+		return nil
+	}
+	n := u.TP.Ranks
+	if u.TP.Rank < 0 || u.TP.Rank >= n {
+		return fmt.Errorf("rank %d of a set of %d", u.TP.Rank, n)
+	}
+	t, ok := kernels.LookupTarget(u.Target)
+	if !ok || !t.Fuses("all_reduce_sum") || !t.Fuses("all_gather") {
+		return &support.Error{What: "tensor parallelism on target", Value: u.Target, Detail: "its kernels have no collectives (all_reduce_sum, all_gather) yet"}
+	}
+	kvNum, kvDen := 0, 0
+	for _, g := range u.Graphs {
+		s := &sharder{g: g, rank: u.TP.Rank, n: n, split: map[int]split{}, planned: map[int]split{}}
+		if err := s.run(); err != nil {
+			return fmt.Errorf("variant %s: %w", g.Key, err)
+		}
+		if s.kvDen > 0 {
+			if kvDen > 0 && s.kvNum*kvDen != kvNum*s.kvDen {
+				return fmt.Errorf("variant %s: ranks hold %d/%d of the KV cache, other variants %d/%d", g.Key, s.kvNum, s.kvDen, kvNum, kvDen)
+			}
+			kvNum, kvDen = s.kvNum, s.kvDen
+		}
+	}
+	if kvDen == 0 {
+		kvNum, kvDen = 1, 1
+	}
+	st := &u.State
+	scale := func(b int64, what string) (int64, error) {
+		if b*int64(kvNum)%int64(kvDen) != 0 {
+			return 0, &support.Error{What: "tensor-parallel KV split", Value: fmt.Sprintf("%d/%d of %s", kvNum, kvDen, what),
+				Detail: fmt.Sprintf("%d bytes do not divide into whole rank shares", b)}
+		}
+		return b * int64(kvNum) / int64(kvDen), nil
+	}
+	if st.KVPageBytes > 0 {
+		pages := st.KV / st.KVPageBytes
+		page, err := scale(st.KVPageBytes, "a KV page")
+		if err != nil {
+			return err
+		}
+		st.KVPageBytes, st.KV = page, pages*page
+	}
+	if st.KVWindow > 0 {
+		w, err := scale(st.KVWindow, "the window ring")
+		if err != nil {
+			return err
+		}
+		st.KVWindow = w
+	}
+	u.TP.KVNum, u.TP.KVDen = kvNum, kvDen
+	return nil
+}
+
+// split is a rank's part of a register: columns [lo, hi) of each of
+// groups runs of width columns (groups > 1 for the routed experts' rows:
+// n_used experts of f columns each). heads is the part's heads, where
+// the value is an attention's.
+type split struct {
+	lo, hi, width, groups int
+	heads                 int
+}
+
+func (s split) cols() int { return s.groups * (s.hi - s.lo) }
+
+// sharder rewrites one graph.
+type sharder struct {
+	g       *ir.Graph
+	rank, n int
+	// split holds the registers already split; planned those the
+	// prescan decided to split, which their producer must split.
+	split, planned map[int]split
+	// rowParallel maps a row-parallel weight's reader register to the
+	// part it reads (the attention output, the activation).
+	kvNum, kvDen int
+	out          []ir.Inst
+}
+
+func unsupported(in *ir.Inst, detail string) error {
+	return &support.Error{What: "tensor-parallel split of", Value: in.Op.String(), Detail: detail}
+}
+
+// regOf returns the register of role, or -1.
+func regOf(in *ir.Inst, role string) int {
+	if o, ok := in.Operand(role); ok && o.Kind == ir.RegOperand {
+		return o.ID
+	}
+	return -1
+}
+
+// bufOf returns the buffer of role, or -1.
+func bufOf(in *ir.Inst, role string) int {
+	if o, ok := in.Operand(role); ok && o.Kind == ir.BufOperand {
+		return o.ID
+	}
+	return -1
+}
+
+// headPart is rank r's heads [lo, hi) of n over ranks ranks, with q
+// heads of a KV head group: query heads split evenly (they must
+// divide); KV heads too where they divide, else (fewer KV heads than
+// ranks, ranks a multiple of them) each rank holds the one KV head its
+// query heads read, replicated on the ranks that share it.
+func headPart(heads, rank, ranks int) (lo, hi int, ok bool) {
+	switch {
+	case heads%ranks == 0:
+		return rank * heads / ranks, (rank + 1) * heads / ranks, true
+	case ranks%heads == 0:
+		j := rank * heads / ranks
+		return j, j + 1, true
+	}
+	return 0, 0, false
+}
+
+// blockOf is the columns of one quantization block of t.
+func blockOf(t ggml.Type) int {
+	if info, ok := t.Info(); ok && info.BlockSize > 0 {
+		return info.BlockSize
+	}
+	return 1
+}
+
+// prescan decides which registers are split: attention's q, k and v
+// (from the attention and KV-write ops that read them) and the gated
+// FFNs' gate, up and activation (split along the down projection's
+// blocks, or left whole where they are fewer than the ranks).
+func (s *sharder) prescan() error {
+	g := s.g
+	type attn struct{ heads, kvHeads, headDim int }
+	byLayer := map[[2]int]attn{} // (kv buffer, layer) → its attention's heads
+	for i := range g.Insts {
+		in := &g.Insts[i]
+		switch in.Op {
+		case ir.FLASH_ATTN, ir.FLASH_ATTN_BATCHED, ir.FLASH_ATTN_EXT:
+			a := attn{int(in.Attrs["n_head"]), int(in.Attrs["n_head_kv"]), int(in.Attrs["head_dim"])}
+			if a.heads%s.n != 0 {
+				return &support.Error{What: "tensor-parallel split of", Value: fmt.Sprintf("%d attention heads", a.heads),
+					Detail: fmt.Sprintf("the query heads must divide over the %d ranks", s.n)}
+			}
+			klo, khi, ok := headPart(a.kvHeads, s.rank, s.n)
+			if !ok {
+				return &support.Error{What: "tensor-parallel split of", Value: fmt.Sprintf("%d KV heads", a.kvHeads),
+					Detail: fmt.Sprintf("the KV heads must divide over the %d ranks, or the ranks over them", s.n)}
+			}
+			if a.kvHeads%s.n != 0 && (a.heads/a.kvHeads)%(a.heads/s.n) != 0 {
+				return &support.Error{What: "tensor-parallel split of", Value: fmt.Sprintf("%d heads over %d KV heads", a.heads, a.kvHeads),
+					Detail: fmt.Sprintf("a rank's query heads must share one KV head at %d ranks", s.n)}
+			}
+			byLayer[[2]int{bufOf(in, "kv"), int(in.Attrs["layer"])}] = a
+			q := regOf(in, "q")
+			s.planned[q] = split{lo: s.rank * a.heads / s.n * a.headDim, hi: (s.rank + 1) * a.heads / s.n * a.headDim,
+				width: a.heads * a.headDim, groups: 1, heads: a.heads / s.n}
+			num, den := khi-klo, a.kvHeads
+			if s.kvDen == 0 {
+				s.kvNum, s.kvDen = num, den
+			} else if num*s.kvDen != s.kvNum*den {
+				return &support.Error{What: "tensor-parallel split of", Value: "attention layers of different KV head counts",
+					Detail: "every layer's rank must hold the same share of the KV pages"}
+			}
+		}
+	}
+	for i := range g.Insts {
+		in := &g.Insts[i]
+		switch in.Op {
+		case ir.KV_WRITE, ir.KV_WRITE_BATCHED:
+			a, ok := byLayer[[2]int{bufOf(in, "kv"), int(in.Attrs["layer"])}]
+			if !ok {
+				return unsupported(in, "a KV write of a layer no attention op reads")
+			}
+			klo, khi, _ := headPart(a.kvHeads, s.rank, s.n)
+			for _, role := range []string{"k", "v"} {
+				s.planned[regOf(in, role)] = split{lo: klo * a.headDim, hi: khi * a.headDim, width: a.kvHeads * a.headDim, groups: 1, heads: khi - klo}
+			}
+		case ir.SWIGLU, ir.GEGLU, ir.MOE_SWIGLU, ir.MOE_SWIGLU_OAI:
+			if err := s.planFFN(i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// planFFN plans the split of the gated activation at instruction i: its
+// gate, up and output, along the blocks of the projection that reads it.
+func (s *sharder) planFFN(i int) error {
+	g, in := s.g, &s.g.Insts[i]
+	act := regOf(in, "y")
+	var down *ir.Inst
+	for j := i + 1; j < len(g.Insts) && down == nil; j++ {
+		d := &g.Insts[j]
+		if (d.Op == ir.MATMUL && regOf(d, "x") == act) || (d.Op == ir.MOE_DOWN_ACC && regOf(d, "h") == act) {
+			down = d
+		}
+	}
+	if down == nil {
+		return nil // not an FFN's activation: replicated
+	}
+	width, groups := int(down.Attrs["k"]), 1
+	if down.Op == ir.MOE_DOWN_ACC {
+		width, groups = int(down.Attrs["f"]), int(in.Attrs["cols"])/int(down.Attrs["f"])
+	}
+	blk := blockOf(g.Buffers[bufOf(down, "w")].Type)
+	if width%blk != 0 {
+		return nil
+	}
+	units := width / blk
+	if units < s.n {
+		return nil // fewer blocks than ranks: the FFN runs whole on every rank
+	}
+	lo, hi := s.rank*units/s.n*blk, (s.rank+1)*units/s.n*blk
+	p := split{lo: lo, hi: hi, width: width, groups: groups}
+	for _, role := range []string{"gate", "up", "y"} {
+		if r := regOf(in, role); r >= 0 {
+			s.planned[r] = p
+		}
+	}
+	return nil
+}
+
+// slice adds (or finds) the rank's slice of weight buffer b: rows lo..hi
+// of every block of period rows (cols false), or columns lo..hi of its
+// rows of period columns, with dims its shape.
+func (s *sharder) slice(in *ir.Inst, b int, lo, hi, period int, cols bool, dims []int64) (int, error) {
+	w := s.g.Buffers[b]
+	if w.Tensor == "" || len(w.Sources) > 0 {
+		return 0, unsupported(in, fmt.Sprintf("weight %s is derived from several tensors", w.Name))
+	}
+	src := ir.Source{Tensor: w.Tensor, Lo: int64(lo), Hi: int64(hi), Period: int64(period), Cols: cols}
+	rows := int64(1)
+	for _, d := range dims[1:] {
+		rows *= d
+	}
+	rb, err := w.Type.RowBytes(dims[0])
+	if err != nil {
+		return 0, unsupported(in, fmt.Sprintf("weight %s: %v", w.Name, err))
+	}
+	return s.g.Buffer(ir.Buffer{Name: fmt.Sprintf("%s/tp%dof%d", w.Name, s.rank, s.n), Class: ir.Weight, Sources: []string{src.String()},
+		Type: w.Type, Dims: dims, LayerClass: w.LayerClass, Bytes: rb * rows}), nil
+}
+
+// setBuf points role of in at buffer b; drop removes the operand.
+func setBuf(in *ir.Inst, role string, b int, drop bool) {
+	var reads []ir.Operand
+	for _, o := range in.Reads {
+		if o.Role == role && o.Kind == ir.BufOperand {
+			if drop {
+				continue
+			}
+			o.ID = b
+		}
+		reads = append(reads, o)
+	}
+	in.Reads = reads
+}
+
+// setReg points role of in (reads and writes) at register r.
+func setReg(in *ir.Inst, role string, r int) {
+	for _, l := range [][]ir.Operand{in.Reads, in.Writes} {
+		for k := range l {
+			if l[k].Role == role && l[k].Kind == ir.RegOperand {
+				l[k].ID = r
+			}
+		}
+	}
+}
+
+// cloneInst copies in with its own operand slices and attributes.
+func cloneInst(in *ir.Inst) ir.Inst {
+	c := *in
+	c.Reads = append([]ir.Operand(nil), in.Reads...)
+	c.Writes = append([]ir.Operand(nil), in.Writes...)
+	c.Attrs = ir.Attrs{}
+	for k, v := range in.Attrs {
+		c.Attrs[k] = v
+	}
+	return c
+}
+
+func (s *sharder) emit(in ir.Inst) { s.out = append(s.out, in) }
+
+// allReduce emits the sum over the ranks of register r.
+func (s *sharder) allReduce(r, io int) {
+	s.emit(ir.Inst{Op: ir.ALL_REDUCE_SUM, Reads: []ir.Operand{ir.R("x", r), ir.B("io", io)}, Writes: []ir.Operand{ir.R("x", r)},
+		Attrs: ir.Attrs{"cols": float64(s.g.Regs[r].Cols)}})
+}
+
+func (s *sharder) run() error {
+	if err := s.prescan(); err != nil {
+		return err
+	}
+	g := s.g
+	for i := range g.Insts {
+		in := cloneInst(&g.Insts[i])
+		if err := s.rewrite(&in); err != nil {
+			return fmt.Errorf("inst %d (%s): %w", i, in.Op, err)
+		}
+	}
+	for r, p := range s.split {
+		g.Regs[r].Cols = p.cols()
+	}
+	g.Insts = s.out
+	return nil
+}
+
+// rewrite emits in as the rank runs it.
+func (s *sharder) rewrite(in *ir.Inst) error {
+	g := s.g
+	io := bufOf(in, "io")
+	reads := func(role string) (split, bool) {
+		p, ok := s.split[regOf(in, role)]
+		return p, ok
+	}
+	// keep marks in's outputs of roles as split like p.
+	keep := func(p split, roles ...string) {
+		for _, role := range roles {
+			if r := regOf(in, role); r >= 0 {
+				s.split[r] = p
+			}
+		}
+	}
+	switch in.Op {
+	case ir.MATMUL:
+		y, x := regOf(in, "y"), regOf(in, "x")
+		if p, ok := s.planned[y]; ok {
+			return s.columnParallel(in, y, p)
+		}
+		if p, ok := s.split[x]; ok {
+			return s.rowParallel(in, x, y, io, p)
+		}
+	case ir.RMS_NORM:
+		if p, ok := reads("x"); ok {
+			group := int(in.Attrs["group"])
+			if group < 1 || p.lo%group != 0 || (p.hi-p.lo)%group != 0 {
+				return unsupported(in, "a norm across the heads of a value split over ranks")
+			}
+			in.Attrs["cols"] = float64(p.cols())
+			keep(p, "y")
+		}
+	case ir.ROPE, ir.ROPE_EXT:
+		if p, ok := reads("x"); ok {
+			in.Attrs["n_head"] = float64(p.heads)
+		}
+	case ir.SCALE, ir.ATTN_TEMP:
+		if p, ok := reads("x"); ok {
+			in.Attrs["cols"] = float64(p.cols())
+		}
+	case ir.KV_WRITE, ir.KV_WRITE_BATCHED:
+		p, ok := reads("k")
+		if pv, okv := reads("v"); !ok || !okv || pv != p {
+			return unsupported(in, "K or V not split by the projections (a fused or shared K/V projection)")
+		}
+		in.Attrs["kv_dim"] = float64(p.cols())
+	case ir.FLASH_ATTN, ir.FLASH_ATTN_BATCHED, ir.FLASH_ATTN_EXT:
+		p, ok := reads("q")
+		if !ok {
+			return unsupported(in, "Q not split by its projection (a fused or gated Q projection)")
+		}
+		heads, kvHeads := int(in.Attrs["n_head"]), int(in.Attrs["n_head_kv"])
+		klo, khi, _ := headPart(kvHeads, s.rank, s.n)
+		in.Attrs["n_head"], in.Attrs["n_head_kv"] = float64(p.heads), float64(khi-klo)
+		if b := bufOf(in, "sinks"); b >= 0 {
+			lo := s.rank * heads / s.n
+			w, err := s.slice(in, b, lo, lo+p.heads, heads, true, []int64{int64(p.heads)})
+			if err != nil {
+				return err
+			}
+			setBuf(in, "sinks", w, false)
+		}
+		keep(p, "y")
+	case ir.SWIGLU, ir.GEGLU, ir.MOE_SWIGLU, ir.MOE_SWIGLU_OAI:
+		p, ok := reads("gate")
+		if pu, oku := reads("up"); ok != oku || ok && pu != p {
+			return unsupported(in, "gate and up split differently")
+		}
+		if ok {
+			in.Attrs["cols"] = float64(p.cols())
+			keep(p, "y")
+		}
+	case ir.MOE_GATE_UP:
+		gate := regOf(in, "gate")
+		p, ok := s.planned[gate]
+		if !ok {
+			break
+		}
+		if pu := s.planned[regOf(in, "up")]; pu != p {
+			return unsupported(in, "gate and up split differently")
+		}
+		for _, role := range []string{"w_gate", "w_up"} {
+			b := bufOf(in, role)
+			d := g.Buffers[b].Dims
+			w, err := s.slice(in, b, p.lo, p.hi, p.width, false, []int64{d[0], int64(p.hi - p.lo), d[2]})
+			if err != nil {
+				return err
+			}
+			setBuf(in, role, w, false)
+		}
+		in.Attrs["f"] = float64(p.hi - p.lo)
+		keep(p, "gate", "up")
+	case ir.MOE_ADD_BIAS:
+		if p, ok := reads("x"); ok {
+			b := bufOf(in, "b")
+			d := g.Buffers[b].Dims
+			w, err := s.slice(in, b, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo), d[1]})
+			if err != nil {
+				return err
+			}
+			setBuf(in, "b", w, false)
+			in.Attrs["f"] = float64(p.hi - p.lo)
+		}
+	case ir.MOE_DOWN_ACC:
+		if p, ok := reads("h"); ok {
+			return s.expertsDown(in, io, p)
+		}
+	case ir.LM_HEAD:
+		return s.vocabParallel(in, io)
+	}
+	for _, o := range in.Reads {
+		if _, ok := s.split[o.ID]; ok && o.Kind == ir.RegOperand && !s.handles(in.Op) {
+			return unsupported(in, fmt.Sprintf("it reads %s, which is split over the ranks", g.OperandName(o)))
+		}
+	}
+	for _, o := range in.Writes {
+		if _, ok := s.planned[o.ID]; ok && o.Kind == ir.RegOperand {
+			if _, done := s.split[o.ID]; !done {
+				return unsupported(in, fmt.Sprintf("it writes %s, which the ranks split, and cannot split its output", g.OperandName(o)))
+			}
+		}
+	}
+	s.emit(*in)
+	return nil
+}
+
+// handles reports whether rewrite takes op's split reads into account.
+func (s *sharder) handles(op ir.Op) bool {
+	switch op {
+	case ir.RMS_NORM, ir.ROPE, ir.ROPE_EXT, ir.SCALE, ir.ATTN_TEMP, ir.KV_WRITE, ir.KV_WRITE_BATCHED,
+		ir.FLASH_ATTN, ir.FLASH_ATTN_BATCHED, ir.FLASH_ATTN_EXT, ir.SWIGLU, ir.GEGLU, ir.MOE_SWIGLU, ir.MOE_SWIGLU_OAI,
+		ir.MOE_GATE_UP, ir.MOE_ADD_BIAS:
+		return true
+	}
+	return false
+}
+
+// columnParallel emits a projection to the rank's output columns p of y.
+func (s *sharder) columnParallel(in *ir.Inst, y int, p split) error {
+	if _, ok := s.split[regOf(in, "x")]; ok {
+		return unsupported(in, "a projection of a split value to a split value")
+	}
+	b := bufOf(in, "w")
+	d := s.g.Buffers[b].Dims
+	w, err := s.slice(in, b, p.lo, p.hi, p.width, false, []int64{d[0], int64(p.hi - p.lo)})
+	if err != nil {
+		return err
+	}
+	setBuf(in, "w", w, false)
+	if bias := bufOf(in, "bias"); bias >= 0 {
+		bw, err := s.slice(in, bias, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo)})
+		if err != nil {
+			return err
+		}
+		setBuf(in, "bias", bw, false)
+	}
+	in.Attrs["n"] = float64(p.hi - p.lo)
+	s.split[y] = p
+	s.emit(*in)
+	return nil
+}
+
+// rowParallel emits a projection of the rank's input columns p of x to
+// a partial y, summed over the ranks; where p would cut a block of the
+// weight's type, it gathers x whole and projects it whole instead.
+func (s *sharder) rowParallel(in *ir.Inst, x, y, io int, p split) error {
+	g := s.g
+	b := bufOf(in, "w")
+	d := g.Buffers[b].Dims
+	blk := blockOf(g.Buffers[b].Type)
+	if p.groups != 1 || p.lo%blk != 0 || p.hi%blk != 0 {
+		if lo, hi := kernels.Part(p.width, s.rank, s.n); lo != p.lo || hi != p.hi || p.groups != 1 {
+			return unsupported(in, "a gather of parts that are not an even split")
+		}
+		full := g.NewReg(g.Regs[x].Name+".gathered", g.Key.Rows, p.width, 4)
+		s.emit(ir.Inst{Op: ir.ALL_GATHER, Reads: []ir.Operand{ir.R("x", x), ir.B("io", io)}, Writes: []ir.Operand{ir.R("y", full)},
+			Attrs: ir.Attrs{"cols": float64(p.width), "by_slot": 0}})
+		setReg(in, "x", full)
+		s.emit(*in)
+		return nil
+	}
+	w, err := s.slice(in, b, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo), d[1]})
+	if err != nil {
+		return err
+	}
+	setBuf(in, "w", w, false)
+	if bias := bufOf(in, "bias"); bias >= 0 && s.rank != 0 {
+		setBuf(in, "bias", -1, true) // the bias is added once, by rank 0
+	}
+	in.Attrs["k"] = float64(p.hi - p.lo)
+	s.emit(*in)
+	s.allReduce(y, io)
+	return nil
+}
+
+// expertsDown emits the routed experts' down projection of the rank's
+// part p of their activations: accumulated into a register of its own
+// (each rank's is a partial sum), summed over the ranks, then added to
+// the residual the unsplit op accumulates into.
+func (s *sharder) expertsDown(in *ir.Inst, io int, p split) error {
+	g := s.g
+	b := bufOf(in, "w")
+	d := g.Buffers[b].Dims
+	w, err := s.slice(in, b, p.lo, p.hi, p.width, true, []int64{int64(p.hi - p.lo), d[1], d[2]})
+	if err != nil {
+		return err
+	}
+	setBuf(in, "w", w, false)
+	if bias := bufOf(in, "bias"); bias >= 0 && s.rank != 0 {
+		setBuf(in, "bias", -1, true)
+	}
+	in.Attrs["f"] = float64(p.hi - p.lo)
+	x := regOf(in, "y")
+	cols := int(in.Attrs["n"])
+	// Named after the activation (l3.moe_act → l3.moe_act.down), unique
+	// per layer as the dumps need.
+	part := g.NewReg(g.Regs[regOf(in, "h")].Name+".down", g.Key.Rows, cols, 4)
+	setReg(in, "y", part)
+	s.emit(ir.Inst{Op: ir.ZERO, Reads: []ir.Operand{ir.B("io", io)}, Writes: []ir.Operand{ir.R("y", part)}, Attrs: ir.Attrs{"cols": float64(cols)}})
+	s.emit(*in)
+	s.allReduce(part, io)
+	s.emit(ir.Inst{Op: ir.RESIDUAL, Reads: []ir.Operand{ir.R("x", x), ir.R("y", part), ir.B("io", io)}, Writes: []ir.Operand{ir.R("x", x)},
+		Attrs: ir.Attrs{"cols": float64(cols)}})
+	return nil
+}
+
+// vocabParallel emits the LM head over the rank's part of the
+// vocabulary, then the gather of the logits rows the step returns.
+func (s *sharder) vocabParallel(in *ir.Inst, io int) error {
+	if _, ok := s.split[regOf(in, "x")]; ok {
+		return unsupported(in, "the LM head of a split value")
+	}
+	b := bufOf(in, "w")
+	d := s.g.Buffers[b].Dims
+	nv := int(in.Attrs["n_vocab"])
+	lo, hi := kernels.Part(nv, s.rank, s.n)
+	if hi == lo {
+		return unsupported(in, fmt.Sprintf("a vocabulary of %d tokens over %d ranks", nv, s.n))
+	}
+	w, err := s.slice(in, b, lo, hi, nv, false, []int64{d[0], int64(hi - lo)})
+	if err != nil {
+		return err
+	}
+	setBuf(in, "w", w, false)
+	in.Attrs["n_vocab"] = float64(hi - lo)
+	s.emit(*in)
+	logits := bufOf(in, "logits")
+	s.emit(ir.Inst{Op: ir.ALL_GATHER, Reads: []ir.Operand{ir.B("x", logits), ir.B("io", io)}, Writes: []ir.Operand{ir.B("y", logits)},
+		Attrs: ir.Attrs{"cols": float64(nv), "by_slot": 1}})
+	return nil
+}

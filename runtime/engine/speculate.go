@@ -1,0 +1,481 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
+	"github.com/zrtdev/zrt/runtime/spec/draft"
+)
+
+// Speculation is a --speculative setting (runtime/spec's Mode): off, or
+// a kind of draft, the most tokens a step drafts for a request (K), and
+// whether every step verifies all the draft offers (Fixed) rather than
+// what the engine's policy finds worth their rows.
+type Speculation = spec.Mode
+
+// ParseSpeculation reads a --speculative setting: off, ngram[:K[:fixed]]
+// or self[:K[:fixed]].
+func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) }
+
+// Speculative decoding in the engine (seed 000 §20). Each step, before
+// the scheduler decides, the engine proposes drafts for the running
+// requests that decode, greedy or sampled — n-gram lookups, or for
+// self-speculation a length, whose tokens the bundle's draft variant
+// makes once the plan has given the rows their pages (selfDraft) — and
+// its policy (specPolicy) keeps as many as pay for their rows. Requests
+// under a constraint do not speculate: a grammar's matcher advances a
+// token at a time. The scheduler gives each kept draft token a row of
+// its own after the request's decode row (sched.Chunk.Draft), in a slot
+// no request holds, mapping the request's page table; the pages the
+// draft rows reach are taken from what is free. After the step the
+// request's decoder takes tokens from the rows in order for as long as
+// the draft agrees with what it takes, exactly as it would one step at a
+// time, and the pages past the tokens it keeps go back to the pool. So
+// greedy output is the same bit for bit on a batch-invariant tier, and
+// sampled output token for token given the seed: both drafts propose one
+// token a position with probability one, and for such a draft taking the
+// target's sample and accepting the draft token when they are equal is
+// the rejection rule of speculative sampling (runtime/spec).
+
+const pageTokens = kernels.KVPageTokens
+
+// Tuning of the engine's speculation policy.
+const (
+	specDecay  = 0.9  // weight of the past in a request's acceptance counts, per verify step
+	costWindow = 8    // the recent decode steps of a row count whose least time is its cost
+	specMargin = 1.05 // how much faster than without drafts a step must promise to be
+	// specProbe is how many steps in a row without a draft, while some
+	// request could draft, pass before one draft token is verified
+	// anyway: it measures a step of one more row, and follows text that
+	// turns repetitive. Once a step of one more row has been timed
+	// specTrust times, each probe after which the policy still drafts
+	// nothing doubles the wait, up to specProbeMax, so where drafts never
+	// pay the probes cost next to nothing.
+	specProbe    = 16
+	specProbeMax = 512
+	// specTrust is how many steps of a row count must have been timed
+	// before their cost may make a step look cheaper than the counts
+	// timed that often say (cost): one lucky measurement on a busy
+	// machine must not pass for free rows.
+	specTrust = 3
+)
+
+// speculating is a request's speculative state.
+type speculating struct {
+	// tried and accepted count the draft tokens the target judged and
+	// those it accepted, decayed, for the request's acceptance rate.
+	tried, accepted float64
+	// draft is the tokens proposed this step (after the pending one);
+	// the plan's chunk says how many of them are verified.
+	draft []int32
+}
+
+// alpha is the estimated acceptance rate of a draft token (0.5 before
+// any is judged).
+func (s *speculating) alpha() float64 { return (s.accepted + 1) / (s.tried + 2) }
+
+// observe records a verify step that judged a draft of n tokens,
+// accepting the first accepted.
+func (s *speculating) observe(n, accepted int) {
+	judged := accepted
+	if accepted < n {
+		judged++ // the first rejected
+	}
+	s.tried = specDecay*s.tried + float64(judged)
+	s.accepted = specDecay*s.accepted + float64(accepted)
+}
+
+// specPolicy is the engine's choice of draft lengths from measured
+// acceptance and its step cost by rows.
+type specPolicy struct {
+	// recent[r] are the replay times of the last decode-only steps of r
+	// rows (a ring of costWindow, the newest at next[r]); a step's cost
+	// is the least of them, as other work on the machine only ever adds
+	// time.
+	recent map[int][]float64
+	next   map[int]int
+	idle   int // steps since a draft was last verified
+	// draft is the time a model draft token costs (a replay of the
+	// bundle's draft variant; a moving average, 0 until measured and
+	// for n-gram drafts, which cost nothing next to a step).
+	draft float64
+	// probeAt is the idle steps before the next probe (0: specProbe).
+	probeAt int
+}
+
+// observe records a decode-only step of rows rows that took d.
+func (p *specPolicy) observe(rows int, d time.Duration) {
+	if d <= 0 {
+		return // a simulation's clock: nothing measured
+	}
+	if p.recent == nil {
+		p.recent, p.next = map[int][]float64{}, map[int]int{}
+	}
+	if r := p.recent[rows]; len(r) < costWindow {
+		p.recent[rows] = append(r, d.Seconds())
+	} else {
+		r[p.next[rows]] = d.Seconds()
+		p.next[rows] = (p.next[rows] + 1) % costWindow
+	}
+}
+
+// observeDraft records a replay of the draft variant that took d.
+func (p *specPolicy) observeDraft(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if p.draft == 0 {
+		p.draft = d.Seconds()
+	} else {
+		p.draft += 0.2 * (d.Seconds() - p.draft)
+	}
+}
+
+// least is the fewest rows of a measured step (0: none measured).
+func (p *specPolicy) least() int {
+	lo := 0
+	for r := range p.recent {
+		if lo == 0 || r < lo {
+			lo = r
+		}
+	}
+	return lo
+}
+
+// cost is a step of rows rows' estimated time: from the row counts
+// timed specTrust times or more where they say it takes longer than all
+// the counts timed do, so that a lucky measurement or two on a busy
+// machine cannot make rows look cheaper than the steps timed often say.
+func (p *specPolicy) cost(rows int) float64 {
+	return max(p.costFrom(rows, 1), p.costFrom(rows, specTrust))
+}
+
+// costFrom is a step of rows rows' estimated time from the row counts
+// timed at least min times: measured, interpolated between the nearest
+// such counts, or past the largest extrapolated along the last two (with
+// one, every row costing as much as the rows measured: a compute-bound
+// step, which drafts never pay for). 0 when no count qualifies.
+func (p *specPolicy) costFrom(rows, min int) float64 {
+	var known []int
+	for r, t := range p.recent {
+		if len(t) >= min {
+			known = append(known, r)
+		}
+	}
+	if len(known) == 0 {
+		return 0
+	}
+	sort.Ints(known)
+	at := func(r int) float64 { return slices.Min(p.recent[r]) }
+	i := sort.SearchInts(known, rows)
+	switch {
+	case i < len(known) && known[i] == rows:
+		return at(rows)
+	case i == 0: // below every measured count: proportional
+		return at(known[0]) * float64(rows) / float64(known[0])
+	case i < len(known):
+		lo, hi := known[i-1], known[i]
+		return at(lo) + (at(hi)-at(lo))*float64(rows-lo)/float64(hi-lo)
+	case len(known) == 1:
+		return at(known[0]) * float64(rows) / float64(known[0])
+	}
+	lo, hi := known[len(known)-2], known[len(known)-1]
+	slope := max((at(hi)-at(lo))/float64(hi-lo), 0)
+	return at(hi) + slope*float64(rows-hi)
+}
+
+// choose cuts each request's proposed draft to the tokens worth their
+// rows in a step of base decode rows: the draft tokens are taken in the
+// order of their expected yield (a request's j-th is accepted with
+// probability α^j), each while it adds more to the step's expected
+// tokens than its row adds to the step's time, in proportion; the whole
+// must beat the step without drafts by specMargin, else nothing is
+// drafted. At a high batch a row costs about what a step costs per
+// request, so nothing is. At most rows draft tokens are taken in all
+// (the slots free for their rows). It returns the draft lengths by
+// request.
+func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
+	out := map[*request]int{}
+	type cand struct {
+		r     *request
+		j     int
+		yield float64
+	}
+	var cands []cand
+	for _, r := range reqs {
+		a, y := r.spec.alpha(), 1.0
+		for j := 1; j <= len(r.spec.draft); j++ {
+			y *= a
+			cands = append(cands, cand{r, j, y})
+		}
+	}
+	if len(cands) == 0 {
+		return out
+	}
+	c0 := p.cost(base)
+	if c0 > 0 {
+		// Yield descending; a request's j-th before its (j+1)-th (equal
+		// yields keep their order), then earlier requests first.
+		sort.SliceStable(cands, func(a, b int) bool { return cands[a].yield > cands[b].yield })
+		maxRows := rows
+		// A step's time grows at least as fast past base rows as it
+		// did up to them from the fewest rows measured (step costs
+		// are convex in rows: flat while the weights' reads bound the
+		// step, then a row's compute each), which keeps a noisy
+		// measurement of a step of a row or two more than base from
+		// passing for free rows.
+		slope := 0.0
+		if lo := p.least(); lo < base {
+			slope = max(0, (c0-p.cost(lo))/float64(base-lo))
+		}
+		step := func(n int) float64 { return max(p.cost(n), c0+slope*float64(n-base)) }
+		tokens, rows, c := float64(base), base, c0
+		taken := map[*request]int{}
+		for _, x := range cands {
+			if rows == base+maxRows {
+				break
+			}
+			if taken[x.r] != x.j-1 {
+				continue // its earlier token was not taken
+			}
+			// A model's draft token costs a replay of its own beside the
+			// verify row.
+			cn := step(rows+1) + float64(rows+1-base)*p.draft
+			if (tokens+x.yield)/cn <= tokens/c {
+				continue
+			}
+			taken[x.r] = x.j
+			tokens, rows, c = tokens+x.yield, rows+1, cn
+		}
+		if tokens/c > specMargin*float64(base)/c0 {
+			out = taken
+		}
+	}
+	if p.probeAt == 0 || len(out) > 0 {
+		p.probeAt = specProbe
+	}
+	if len(out) == 0 {
+		p.idle++
+		if p.idle >= p.probeAt {
+			if len(p.recent[base+1]) >= specTrust {
+				// Back off once a step of one more row is timed often
+				// enough to trust.
+				p.probeAt = min(2*p.probeAt, specProbeMax)
+			}
+			best := cands[0] // one draft token of the likeliest request
+			for _, x := range cands {
+				if x.j == 1 && x.yield > best.yield {
+					best = x
+				}
+			}
+			out[best.r] = 1
+		}
+	}
+	if len(out) > 0 {
+		p.idle = 0
+	}
+	return out
+}
+
+// propose drafts for the running requests that decode, keeping what the
+// policy chooses (all of it with Fixed): each one's spec.draft is its
+// proposal for the step.
+func (e *Engine) propose() {
+	if !e.cfg.Speculative.On() {
+		return
+	}
+	var reqs []*request
+	base := 0
+	self := e.cfg.Speculative.Kind == spec.Self
+	for _, r := range e.reqs {
+		if r.spec == nil || r.slot < 0 {
+			continue
+		}
+		r.spec.draft = r.spec.draft[:0]
+		if r.done < max(len(r.Prompt), r.replay) || r.done != len(r.tokens)-1 {
+			continue // prefilling
+		}
+		base++
+		k := min(e.cfg.Speculative.K, r.Decode.MaxTokens-r.dec.Generated()-1, e.cfg.ContextLength-r.done-1, r.need*pageTokens-r.done-1)
+		if k <= 0 {
+			continue
+		}
+		switch {
+		case e.pinDrafts != nil:
+			r.spec.draft = append(r.spec.draft, e.pinDrafts(r.id)...)
+		case self:
+			// The draft variant makes the tokens once the step's plan
+			// says how many (selfDraft): a placeholder each until then.
+			for range k {
+				r.spec.draft = append(r.spec.draft, -1)
+			}
+		default:
+			d := e.drafter.Draft(r.tokens, k)
+			r.spec.draft = append(r.spec.draft, d[:min(len(d), k)]...)
+		}
+		if len(r.spec.draft) > 0 {
+			reqs = append(reqs, r)
+		}
+	}
+	if e.cfg.Speculative.Fixed || e.pinDrafts != nil || len(reqs) == 0 {
+		e.logDrafts()
+		return
+	}
+	keep := e.specPolicy.choose(base, len(e.borrowSlots()), reqs)
+	for _, r := range reqs {
+		r.spec.draft = r.spec.draft[:keep[r]]
+	}
+	e.logDrafts()
+}
+
+// logDrafts records the step's proposals for a rerun: n-gram drafts'
+// tokens, a model draft's length (the rerun's model makes the same
+// tokens).
+func (e *Engine) logDrafts() {
+	if e.rec == nil {
+		return
+	}
+	for _, r := range e.reqs {
+		if r.spec == nil || r.slot < 0 || len(r.spec.draft) == 0 {
+			continue
+		}
+		d := LoggedDraft{ID: r.id}
+		if e.cfg.Speculative.Kind == spec.Self {
+			d.N = len(r.spec.draft)
+		} else {
+			d.Tokens = slices.Clone(r.spec.draft)
+		}
+		e.rec.Drafts = append(e.rec.Drafts, d)
+	}
+}
+
+// selfDraft makes the draft tokens of the plan's verify chunks with the
+// bundle's draft variant (the model's first layers and its head): for
+// each, one replay a token in the request's slot, at the positions its
+// verify rows take next — whose pages the step has given it — starting
+// from its pending token. They write the first layers' K and V of those
+// positions, which the verify step writes again through every layer.
+func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64]*request) error {
+	if e.cfg.Speculative.Kind != spec.Self {
+		return nil
+	}
+	key, _ := e.m.Key(runtime.Draft, 1)
+	for _, c := range plan.Rows {
+		if c.Draft == 0 {
+			continue
+		}
+		r := byID[c.ID]
+		prev := r.tokens[c.From]
+		for j := range c.Draft {
+			b := runtime.Batch{Key: key, Rows: []runtime.Row{{Slot: r.slot, Pos: c.From + j, Token: prev, Logits: true}},
+				Pages: []runtime.SlotPages{{Slot: r.slot, Pages: r.pages}}}
+			at := e.cfg.Now()
+			if err := e.m.Step(ctx, b); err != nil {
+				return fmt.Errorf("engine: draft step: %w", err)
+			}
+			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
+			prev = e.m.Greedy(r.slot)
+			r.spec.draft[j] = prev
+		}
+	}
+	return nil
+}
+
+// borrowSlots are the model's slots no request holds during the step,
+// for draft rows.
+func (e *Engine) borrowSlots() []int {
+	var free []int
+	for i := range e.m.Slots() {
+		if i >= len(e.slots) || e.slots[i] == nil {
+			free = append(free, i)
+		}
+	}
+	return free
+}
+
+// verify takes r's tokens from the rows of its chunk c with draft tokens
+// (rows[0] its pending token in its own slot, rows[i] its i-th draft
+// token in slots[i]): the decoder takes a token from each row in turn for
+// as long as the draft agrees with it; then r keeps the KV of the tokens
+// taken and gives back the pages past them. It returns the tokens taken.
+func (e *Engine) verify(r *request, from int, slots []int) int {
+	d := len(slots) - 1
+	accepted, taken := 0, 0
+	for i, slot := range slots {
+		r.done = from + i + 1
+		if !e.route(r, slot) {
+			taken++
+			break // finished
+		}
+		taken++
+		if i == d || r.tokens[len(r.tokens)-1] != r.spec.draft[i] {
+			break
+		}
+		accepted++
+	}
+	r.spec.observe(d, accepted)
+	e.mu.Lock()
+	e.stats.SpecDrafts++
+	e.stats.SpecDraftTokens += uint64(d)
+	e.stats.SpecAccepted += uint64(accepted)
+	for len(e.stats.SpecAcceptedAt) < d {
+		e.stats.SpecAcceptedAt = append(e.stats.SpecAcceptedAt, 0)
+	}
+	for i := range accepted {
+		e.stats.SpecAcceptedAt[i]++
+	}
+	e.mu.Unlock()
+	if r.events == nil {
+		return taken // finished: its pages are gone
+	}
+	// The rows past the tokens kept wrote KV that later rows overwrite;
+	// the pages only they reached go back.
+	keep := (r.done + pageTokens - 1) / pageTokens
+	for _, pg := range r.pages[keep:] {
+		e.pool.Release(pg)
+	}
+	r.pages = r.pages[:keep]
+	return taken
+}
+
+// checkSpeculation refuses a speculative setting the model cannot serve.
+func checkSpeculation(m Model, s Speculation) error {
+	if !s.On() {
+		return nil
+	}
+	if s.K < 1 || s.K > spec.MaxK {
+		return fmt.Errorf("engine: speculative %s: draft length %d outside [1, %d]", s, s.K, spec.MaxK)
+	}
+	if m.SlotState() {
+		return fmt.Errorf("engine: speculative %s: %w", s, sequence.ErrSlotState)
+	}
+	switch s.Kind {
+	case spec.NGram:
+	case spec.Self:
+		if _, ok := m.Key(runtime.Draft, 1); !ok {
+			return fmt.Errorf("engine: speculative %s: the bundle has no draft variant; build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", s)
+		}
+	default:
+		return fmt.Errorf("engine: speculative mode %q: nothing to draft with", s.Kind)
+	}
+	if _, ok := m.Key(runtime.Decode, 2); !ok {
+		return fmt.Errorf("engine: speculative %s: the bundle has no decode variant of 2 rows or more for a verify step", s)
+	}
+	return nil
+}
+
+// testHookSpeculative, set by the package's tests when they run with
+// speculation on (go test -args -speculative MODE), gives every engine
+// made without speculation the mode and drafter it returns.
+var testHookSpeculative func() (Speculation, draft.Drafter)
+
+// defaultDrafter is the drafter of a mode without Config.Drafter.
+func defaultDrafter(s Speculation) draft.Drafter { return draft.DefaultNGram }

@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/sample"
+	"github.com/zrtdev/zrt/runtime/sequence"
+)
+
+// TestSpecPolicy checks the engine's choice of draft lengths from
+// acceptance and step costs: where a step's rows are nearly free (a
+// memory-bound GPU at low batch) likely drafts are verified; where every
+// row costs what a request's share of the step costs (a compute-bound
+// CPU, or a GPU at high batch) nothing is; nothing is drafted before a
+// step was measured, except a one-token probe after specProbe steps.
+func TestSpecPolicy(t *testing.T) {
+	req := func(alpha float64, n int) *request {
+		s := &speculating{tried: 20, accepted: alpha*22 - 1}
+		for range n {
+			s.draft = append(s.draft, 5)
+		}
+		return &request{spec: s}
+	}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	gpu := func(rows int) time.Duration { return ms(10 + 0.5*float64(max(rows-32, 0))) } // flat to 32 rows, then 0.5 ms a row
+	cpu := func(rows int) time.Duration { return ms(float64(rows)) }                     // every row a millisecond
+	policy := func(cost func(int) time.Duration, rows ...int) *specPolicy {
+		var p specPolicy
+		for range specTrust {
+			for _, r := range rows {
+				p.observe(r, cost(r))
+			}
+		}
+		return &p
+	}
+	for _, tc := range []struct {
+		name  string
+		p     *specPolicy
+		base  int
+		alpha float64
+		want  int // draft tokens of the first request
+	}{
+		{"gpu, batch 1, likely drafts", policy(gpu, 1, 8, 32, 64), 1, 0.8, 4},
+		{"gpu, batch 1, unlikely drafts still nearly free", policy(gpu, 1, 8, 32, 64), 1, 0.1, 4},
+		{"gpu, batch 64", policy(gpu, 1, 8, 32, 64, 96), 64, 0.8, 0},
+		{"cpu, batch 1", policy(cpu, 1, 2, 4), 1, 0.9, 0},
+		{"cpu, batch 8", policy(cpu, 1, 4, 8, 16), 8, 0.9, 0},
+		{"cpu, batch 8, a 9-row step measured as fast as 8", func() *specPolicy {
+			p := policy(cpu, 1, 4, 8)
+			for range specTrust {
+				p.observe(9, cpu(8))
+			}
+			return p
+		}(), 8, 0.9, 0},
+		{"cpu, batch 8 alone measured, one lucky 9-row step", func() *specPolicy {
+			p := policy(cpu, 8)
+			p.observe(9, cpu(8))
+			return p
+		}(), 8, 0.9, 0},
+		{"unmeasured", policy(cpu), 1, 0.9, 0},
+		{"one step measured: proportional", policy(gpu, 1), 1, 0.9, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs := []*request{req(tc.alpha, 4)}
+			for range tc.base - 1 {
+				reqs = append(reqs, req(tc.alpha, 4))
+			}
+			got := tc.p.choose(tc.base, 100, reqs)[reqs[0]]
+			if got != tc.want {
+				t.Fatalf("α %.1f at batch %d: %d draft tokens, want %d", tc.alpha, tc.base, got, tc.want)
+			}
+		})
+	}
+	// A probe after specProbe steps without a draft, the next after
+	// twice as many.
+	p := policy(cpu, 1, 2)
+	r := req(0.9, 4)
+	for i := 1; i <= 3*specProbe; i++ {
+		got := p.choose(1, 100, []*request{r})[r]
+		if want := map[bool]int{true: 1, false: 0}[i == specProbe || i == 3*specProbe]; got != want {
+			t.Fatalf("step %d without drafts: %d draft tokens, want %d", i, got, want)
+		}
+	}
+}
+
+// timedModel is the scripted model on a clock that each step moves on
+// by the step's cost by rows.
+type timedModel struct {
+	*scripted
+	clock *time.Time
+	cost  func(rows int) time.Duration
+}
+
+func (m *timedModel) Step(ctx context.Context, b runtime.Batch) error {
+	*m.clock = m.clock.Add(m.cost(len(b.Rows)))
+	return m.scripted.Step(ctx, b)
+}
+
+// TestSpeculationNeverALoss serves the same greedy requests with and
+// without speculation (drafts right with probability 0.7) on a model
+// whose steps take the time a cost function of their rows gives, and
+// compares the time to finish them all: where rows are nearly free the
+// speculative engine is faster, and where they cost their share of the
+// step (compute-bound, one or many requests) it turns speculation off by
+// itself and is no slower than 0.98× of it off.
+func TestSpeculationNeverALoss(t *testing.T) {
+	memory := func(rows int) time.Duration { return 10*time.Millisecond + time.Duration(rows)*100*time.Microsecond }
+	compute := func(rows int) time.Duration { return time.Duration(rows) * time.Millisecond }
+	for _, tc := range []struct {
+		name    string
+		cost    func(int) time.Duration
+		clients int
+		faster  bool
+	}{
+		{"memory-bound, 1 client", memory, 1, true},
+		{"memory-bound, 8 clients", memory, 8, true},
+		{"compute-bound, 1 client", compute, 1, false},
+		{"compute-bound, 8 clients", compute, 8, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(sp Speculation) (time.Duration, Stats) {
+				clock := time.Unix(1_700_000_000, 0)
+				start := clock
+				m := &timedModel{scripted: &scripted{t: t, slots: 16, maxPages: 32, kvPages: 400, last: map[int]int32{}}, clock: &clock, cost: tc.cost}
+				cfg := Config{Slots: 8, ChunkCap: 64, Now: func() time.Time { return clock }, Speculative: sp,
+					Drafter: &simDrafter{rng: rand.New(rand.NewPCG(3, 4)), accept: 0.7}}
+				e, err := New(m, simTokenizer(t), cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var streams []<-chan Event
+				for i := range tc.clients {
+					ev, err := e.Submit(context.Background(), Request{Tenant: "t", Prompt: []int32{1, int32(5 + i), 9},
+						Decode: decode.Params{MaxTokens: 300, IgnoreEOS: true}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					streams = append(streams, ev)
+				}
+				for open := len(streams); open > 0; {
+					if _, err := e.Step(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					for i, ch := range streams {
+						for ch != nil && len(ch) > 0 {
+							if _, ok := <-ch; !ok {
+								streams[i], ch = nil, nil
+								open--
+							}
+						}
+						if ch != nil {
+							select {
+							case _, ok := <-ch:
+								if !ok {
+									streams[i] = nil
+									open--
+								}
+							default:
+							}
+						}
+					}
+				}
+				return clock.Sub(start), e.Stats()
+			}
+			off, _ := run(Speculation{})
+			on, st := run(Speculation{Kind: "ngram", K: 4})
+			speedup := off.Seconds() / on.Seconds()
+			t.Logf("off %v, on %v: %.2f× (%d drafts, %d tokens, %d accepted)", off, on, speedup, st.SpecDrafts, st.SpecDraftTokens, st.SpecAccepted)
+			switch {
+			case tc.faster && speedup < 1.2:
+				t.Errorf("%.2f× with drafts accepted with probability 0.7 on nearly free rows: want faster", speedup)
+			case !tc.faster && speedup < 0.98:
+				t.Errorf("%.2f×: speculation cost more than 2%% where it cannot pay", speedup)
+			}
+		})
+	}
+}
+
+// probModel is the scripted model with logits that make a real
+// distribution over four tokens (3 … 6): after token x the logit of
+// token 3+i is probLogits[(x-3) mod 4][i], every other token's -Inf.
+type probModel struct {
+	*scripted
+	tok map[int]int32 // slot → token of its newest logits row
+}
+
+var probLogits = [4][4]float32{{0.5, 1.5, 0, -1}, {1, 0.2, 0.8, 0.1}, {-0.5, 0, 1.2, 0.4}, {0.3, 0.9, 0.1, 1}}
+
+func (m *probModel) Step(ctx context.Context, b runtime.Batch) error {
+	for _, r := range b.Rows {
+		if r.Logits {
+			m.tok[r.Slot] = r.Token
+		}
+	}
+	return m.scripted.Step(ctx, b)
+}
+
+func (m *probModel) Logits(slot int, dst []float32) []float32 {
+	dst = append(dst[:0], make([]float32, simVocab)...)
+	for i := range dst {
+		dst[i] = float32(math.Inf(-1))
+	}
+	row := probLogits[((m.tok[slot]-3)%4+4)%4]
+	copy(dst[3:7], row[:])
+	return dst
+}
+
+func (m *probModel) Greedy(slot int) int32 {
+	l := m.Logits(slot, nil)
+	return int32(3 + slices.Index(l[3:7], slices.Max(l[3:7])))
+}
+
+// probTarget is the target's probability of token 3+i after token x.
+func probTarget(x int32, i int) float64 {
+	row := probLogits[((x-3)%4+4)%4]
+	sum := 0.0
+	for _, l := range row {
+		sum += math.Exp(float64(l))
+	}
+	return math.Exp(float64(row[i])) / sum
+}
+
+// fixedDrafter proposes the same tokens whatever the history.
+type fixedDrafter []int32
+
+func (d fixedDrafter) Draft(history []int32, k int) []int32 { return d[:min(k, len(d))] }
+
+// TestSampledDistribution is the statistical test of speculative
+// sampling: 24 000 requests with distinct seeds each sample four tokens
+// (temperature 1) from a model whose next-token distribution over four
+// tokens is known, through an engine that verifies a two-token draft at
+// every step; a chi-square test over the 256 sequences of four tokens
+// must not tell their counts from the target's probabilities (the
+// statistic under the 0.1% critical value of 255 degrees of freedom,
+// 330.5). The seeds are fixed, so the test cannot flake; a verify row
+// read for the wrong position, or a token taken past a rejected draft,
+// skews the counts far past it (see the control below).
+func TestSampledDistribution(t *testing.T) {
+	const requests = 24000
+	counts := map[[4]int32]int{}
+	m := &probModel{scripted: &scripted{t: t, slots: 32, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}}
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 16,
+		Speculative: Speculation{Kind: "ngram", K: 2, Fixed: true}, Drafter: fixedDrafter{4, 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	next := 0
+	var streams []<-chan Event
+	var got [][]int32
+	for done := 0; done < requests; {
+		for next < requests && len(streams) < 8 {
+			ev, err := e.Submit(ctx, Request{Tenant: "t", Prompt: []int32{1, 3},
+				Decode: decode.Params{MaxTokens: 4, Sampling: sample.Params{Temperature: 1, Seed: uint64(next + 1)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			streams, got = append(streams, ev), append(got, nil)
+			next++
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(streams); i++ {
+			for closed := false; !closed && len(streams[i]) > 0; {
+				ev := <-streams[i]
+				if ev.Token >= 0 {
+					got[i] = append(got[i], ev.Token)
+				}
+				if ev.Finish != "" {
+					if len(got[i]) != 4 {
+						t.Fatalf("a request of 4 tokens ended with %v (%s)", got[i], ev.Finish)
+					}
+					counts[[4]int32(got[i])]++
+					streams, got = slices.Delete(streams, i, i+1), slices.Delete(got, i, i+1)
+					i--
+					closed = true
+					done++
+				}
+			}
+		}
+	}
+	st := e.Stats()
+	if st.SpecAccepted < requests/4 {
+		t.Fatalf("%d draft tokens accepted in %d requests: too few tokens come from draft rows for the test to mean much", st.SpecAccepted, requests)
+	}
+	chi := func(counts map[[4]int32]int) float64 {
+		x := 0.0
+		for a := range 4 {
+			for b := range 4 {
+				for c := range 4 {
+					for d := range 4 {
+						seq := [4]int32{int32(3 + a), int32(3 + b), int32(3 + c), int32(3 + d)}
+						p := probTarget(3, a) * probTarget(seq[0], b) * probTarget(seq[1], c) * probTarget(seq[2], d)
+						want := p * requests
+						diff := float64(counts[seq]) - want
+						x += diff * diff / want
+					}
+				}
+			}
+		}
+		return x
+	}
+	x := chi(counts)
+	t.Logf("χ² = %.1f over 256 cells (255 degrees of freedom; 0.1%% critical value 330.5); %d drafts, %d draft tokens, %d accepted",
+		x, st.SpecDrafts, st.SpecDraftTokens, st.SpecAccepted)
+	if x > 330.5 {
+		t.Errorf("χ² = %.1f: the sampled sequences do not follow the target's distribution", x)
+	}
+	// The control: the same counts with the last token taken after the
+	// wrong position (as reading the row before it would) are rejected.
+	skewed := map[[4]int32]int{}
+	for seq, n := range counts {
+		seq[3] = 3 + (seq[3]-3+1)%4
+		skewed[seq] += n
+	}
+	if x := chi(skewed); x <= 330.5 {
+		t.Errorf("χ² = %.1f for a skewed sample: the test cannot tell", x)
+	}
+}
+
+// allowAll is a constraint that allows every token and is never done.
+type allowAll struct{}
+
+func (allowAll) Mask(allowed []uint64) {
+	for i := range allowed {
+		allowed[i] = ^uint64(0)
+	}
+}
+func (allowAll) Accept(int32) error { return nil }
+func (allowAll) Done() bool         { return false }
+
+// TestConstrainedRowsDoNotSpeculate: a request under a constraint (a
+// grammar's matcher advances a token at a time) gets no draft rows; an
+// unconstrained one beside the same engine does; both streams are the
+// model's greedy chain.
+func TestConstrainedRowsDoNotSpeculate(t *testing.T) {
+	for _, constrained := range []bool{true, false} {
+		m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}}
+		e, err := New(m, simTokenizer(t), Config{Slots: 2, ChunkCap: 64, Speculative: Speculation{Kind: "ngram", K: 3, Fixed: true},
+			Drafter: &simDrafter{rng: rand.New(rand.NewPCG(1, 1)), accept: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decode.Params{MaxTokens: 40, IgnoreEOS: true}
+		if constrained {
+			p.Constraint = allowAll{}
+		}
+		prompt := []int32{1, 7, 9}
+		ev, err := e.Submit(context.Background(), Request{Tenant: "t", Prompt: prompt, Decode: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		for done := false; !done; {
+			if _, err := e.Step(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for len(ev) > 0 {
+				x := <-ev
+				if x.Token >= 0 {
+					got = append(got, x.Token)
+				}
+				done = done || x.Finish != ""
+			}
+		}
+		prev, pos := prompt[2], 2
+		for i, tok := range got {
+			want := simNext(prev, pos)
+			if want == 2 {
+				want = 3 + (prev*7+int32(pos))%(simVocab-3)
+			}
+			if tok != want {
+				t.Fatalf("constrained %v: token %d is %d, want %d", constrained, i, tok, want)
+			}
+			prev, pos = tok, pos+1
+		}
+		st := e.Stats()
+		if constrained != (st.SpecDraftTokens == 0) {
+			t.Errorf("constrained %v: %d draft tokens verified", constrained, st.SpecDraftTokens)
+		}
+	}
+}
+
+// TestSpeculationRefused: a model with per-slot state cannot roll back
+// (sequence.ErrSlotState), self needs a draft variant, and K is bounded.
+func TestSpeculationRefused(t *testing.T) {
+	for _, tc := range []struct {
+		sp        Speculation
+		slotState bool
+		want      string
+	}{
+		{Speculation{Kind: "ngram", K: 4}, true, "per-slot state"},
+		{Speculation{Kind: "self", K: 4}, false, "draft_layers"},
+		{Speculation{Kind: "ngram", K: 99}, false, "outside [1, 32]"},
+		{Speculation{Kind: "eagle", K: 4}, false, "nothing to draft with"},
+	} {
+		m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 100, last: map[int]int32{}, slotState: tc.slotState}
+		_, err := New(m, simTokenizer(t), Config{Slots: 2, ChunkCap: 64, Speculative: tc.sp})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s (slot state %v): %v, want an error saying %q", tc.sp, tc.slotState, err, tc.want)
+		}
+		if tc.slotState && !errors.Is(err, sequence.ErrSlotState) {
+			t.Errorf("%s on a model with slot state: %v is not sequence.ErrSlotState", tc.sp, err)
+		}
+	}
+}

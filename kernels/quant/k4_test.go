@@ -122,3 +122,62 @@ func TestK4OrdersDiffer(t *testing.T) {
 		}
 	}
 }
+
+// TestQ4KInterleavedBitwise holds the kernels on interleaved Q4_K groups
+// (the pure-Go one and every level's) to OrderGEMM's pure-Go kernel on
+// each original weight row, bit for bit, for row counts that exercise
+// the four-row kernel and the one-row tail.
+func TestQ4KInterleavedBitwise(t *testing.T) {
+	rng := rand.New(rand.NewSource(46))
+	for _, nb := range []int{1, 2, 3, 7} {
+		n := nb * qkK
+		rb := nb * q4_KLen
+		w := make([]byte, Q4KInterleaveRows*rb)
+		for r := 0; r < Q4KInterleaveRows; r++ {
+			copy(w[r*rb:], awkwardRow(rng, ggml.Q4_K, n))
+		}
+		g := make([]byte, Q4KGroupBytes(n))
+		if err := InterleaveQ4K(n, w, g); err != nil {
+			t.Fatal(err)
+		}
+		const nx = 11
+		xb := nb*q8_KLen + 4 // strided rows
+		xq := make([]byte, nx*xb)
+		for r := 0; r < nx; r++ {
+			copy(xq[r*xb:], quantizedActivations(t, rng, ggml.Q8_K, n))
+		}
+		check := func(name string, rows int, out []float32) {
+			for r := 0; r < rows; r++ {
+				for j := 0; j < Q4KInterleaveRows; j++ {
+					want := dotQ4_KGEMM(n, w[j*rb:(j+1)*rb], xq[r*xb:])
+					if got := out[8*r+j]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("%s nb=%d rows=%d: activation row %d, weight row %d: %v, OrderGEMM %v", name, nb, rows, r, j, got, want)
+					}
+				}
+			}
+			if out[8*rows] != 42 {
+				t.Fatalf("%s nb=%d rows=%d wrote past its rows", name, nb, rows)
+			}
+		}
+		for _, rows := range []int{1, 3, 4, 5, 9, 11} {
+			out := make([]float32, 8*rows+1)
+			out[8*rows] = 42
+			dotQ4KInterleavedGo(n, g, xq, xb, rows, out)
+			check("pure Go", rows, out)
+			for _, l := range levels() {
+				atLevel(l, func() {
+					out := make([]float32, 8*rows+1)
+					out[8*rows] = 42
+					VecDotQ4KInterleaved(n, g, xq, xb, rows, out)
+					check(levelNames[l], rows, out)
+				})
+			}
+		}
+	}
+	if err := InterleaveQ4K(100, nil, nil); err == nil {
+		t.Fatal("InterleaveQ4K of 100-element rows: no error")
+	}
+	if err := InterleaveQ4K(qkK, make([]byte, q4_KLen), make([]byte, Q4KInterleaveBlock)); err == nil {
+		t.Fatal("InterleaveQ4K of one row for eight: no error")
+	}
+}

@@ -27,6 +27,8 @@ type simdTable struct {
 	// q4kOrder holds Q4_K's OrderGEMV and OrderGEMM kernels (index
 	// order-1); nil entries keep the pure-Go ones
 	q4kOrder [2]orderKernels
+	// q4kI8 is the kernel on interleaved Q4_K groups (nil: none)
+	q4kI8 q4kInterleavedKernel
 }
 
 // orderKernels are the kernels of one Order of a type: the dot product
@@ -65,6 +67,8 @@ var (
 	// q4kOrders holds Q4_K's OrderGEMV and OrderGEMM kernels of the
 	// current level (index order-1).
 	q4kOrders [2]orderKernels
+	// q4kInterleaved is the interleaved Q4_K kernel of the current level.
+	q4kInterleaved q4kInterleavedKernel
 	// simdLevel is the level installed now.
 	simdLevel = simdNone
 )
@@ -108,6 +112,7 @@ func setSIMDLevel(level int) int {
 		q4kOrders[o] = k
 	}
 	prepKernels = tab.prep
+	q4kInterleaved = tab.q4kI8
 	simdLevel = level
 	return prev
 }

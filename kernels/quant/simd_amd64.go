@@ -99,6 +99,7 @@ func simdKernels(level int) (tab simdTable) {
 		tab.q4kOrder[OrderGEMV-1].rows = rowsQ4_K(dotQ4_KGEMVx8Asm, dotQ4_KGEMVx4Asm, dotQ4_KGEMVAVX2Asm)
 		tab.q4kOrder[OrderGEMM-1].rows = rowsQ4_K(dotQ4_KGEMMx8Asm, dotQ4_KGEMMx4Asm, dotQ4_KGEMMAVX2Asm)
 		tab.q4kOrder[OrderGEMV-1].matVec = matVecQ4_KGEMV
+		tab.q4kI8 = dotQ4KInterleavedVNNI
 		mv[ggml.Q6_K] = matVecQ6_KVNNI
 		mv[ggml.Q8_0] = matVecQ8_0VNNI
 		mv[ggml.Q4_0] = matVecQ4_0VNNI
@@ -510,3 +511,23 @@ func quantQ8_0AVX512(x []float32, dst []byte) {
 
 //go:noescape
 func quantQ8_0Asm(x *float32, dst *byte, nb int)
+
+// dotQ4KInterleavedVNNI runs the interleaved Q4_K kernels (VPDPBUSD, one
+// float lane per weight row) on four activation rows at a time and one at
+// a time on the rest; arguments checked by VecDotQ4KInterleaved.
+func dotQ4KInterleavedVNNI(n int, g, xq []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		dotQ4_KGEMMi8x4Asm(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+	}
+	for ; r < rows; r++ {
+		dotQ4_KGEMMi8x1Asm(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+	}
+}
+
+//go:noescape
+func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)

@@ -1148,6 +1148,196 @@ DATA k4gather<>+48(SB)/8, $0x0000000000000000
 DATA k4gather<>+56(SB)/8, $0x0000000000000000
 GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 
+// ---- Q4_K · Q8_K on interleaved groups of eight weight rows
+// (quant.Q4KInterleave, AVX-512 VNNI level), in the repacked GEMM's order:
+// every float lane is one weight row, so no integer sum is ever reduced
+// across lanes. Per 64-element chunk c of a block the quants are 4 x 64
+// bytes, each 64 bytes eight qwords (qword j: row j's eight quant bytes
+// 8p..8p+7 of the chunk); their low nibbles are sub-block 2c's elements
+// 8p..8p+7 and their high ones sub-block 2c+1's. VPDPBUSD against the
+// activations' matching eight bytes broadcast to every qword leaves row j's
+// partial sums in dwords 2j and 2j+1; the scales (1024: per chunk, the even
+// and the odd sub-block's, in both dwords of row j) multiply them
+// (VPMULLD), and the two dwords of each row are added: the chunk's exact
+// scaled sum S_c, as an integer, in lane j after VPMOVQD. The mins term
+// M_c is two VPDPWSSD of the Q8_K block's bsums (two words broadcast) by
+// each row's min of the even and the odd sub-block (1536, as two equal
+// words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
+// S_c by d*xd into the scales' accumulator and one of M_c by dmin*xd into
+// the mins' (d at 1792, dmin at 1824, eight float32), each product of d (dmin)
+// with xd rounded once: every lane's result is bit-identical to the
+// one-row kernel's on that weight row.
+//
+// Registers: Z0-Z3 the even sub-block's unpacked quants, Z4-Z7 the odd's,
+// Z8/Z9 the chunk's scales, Y10/Y11 its mins, Y12 d, Y13 dmin, Z14 the
+// nibble mask, Y16-Y23 the rows' accumulators (scales', mins'), Z15 and
+// Z24-Z31 scratch.
+
+// K4I8CHUNK unpacks chunk c of the interleaved block at SI.
+#define K4I8CHUNK(c) \
+	VMOVDQU64 256*c(SI), Z0 \
+	VMOVDQU64 256*c+64(SI), Z1 \
+	VMOVDQU64 256*c+128(SI), Z2 \
+	VMOVDQU64 256*c+192(SI), Z3 \
+	VPSRLW    $4, Z0, Z4 \
+	VPSRLW    $4, Z1, Z5 \
+	VPSRLW    $4, Z2, Z6 \
+	VPSRLW    $4, Z3, Z7 \
+	VPANDQ    Z14, Z0, Z0 \
+	VPANDQ    Z14, Z1, Z1 \
+	VPANDQ    Z14, Z2, Z2 \
+	VPANDQ    Z14, Z3, Z3 \
+	VPANDQ    Z14, Z4, Z4 \
+	VPANDQ    Z14, Z5, Z5 \
+	VPANDQ    Z14, Z6, Z6 \
+	VPANDQ    Z14, Z7, Z7 \
+	VMOVDQU64 1024+128*c(SI), Z8 \
+	VMOVDQU64 1024+128*c+64(SI), Z9 \
+	VMOVDQU   1536+64*c(SI), Y10 \
+	VMOVDQU   1536+64*c+32(SI), Y11
+
+// K4I8ROW adds chunk c of the activation row block at x to the
+// accumulators A (scales') and M (mins').
+#define K4I8ROW(c, x, A, M) \
+	VPBROADCASTQ  4+64*c(x), Z26 \
+	VPBROADCASTQ  4+64*c+32(x), Z27 \
+	VPBROADCASTQ  4+64*c+8(x), Z28 \
+	VPBROADCASTQ  4+64*c+40(x), Z29 \
+	VPXORD        Z24, Z24, Z24 \
+	VPXORD        Z25, Z25, Z25 \
+	VPDPBUSD      Z26, Z0, Z24 \
+	VPDPBUSD      Z27, Z4, Z25 \
+	VPBROADCASTQ  4+64*c+16(x), Z26 \
+	VPBROADCASTQ  4+64*c+48(x), Z27 \
+	VPDPBUSD      Z28, Z1, Z24 \
+	VPDPBUSD      Z29, Z5, Z25 \
+	VPBROADCASTQ  4+64*c+24(x), Z28 \
+	VPBROADCASTQ  4+64*c+56(x), Z29 \
+	VPDPBUSD      Z26, Z2, Z24 \
+	VPDPBUSD      Z27, Z6, Z25 \
+	VPDPBUSD      Z28, Z3, Z24 \
+	VPDPBUSD      Z29, Z7, Z25 \
+	VPMULLD       Z8, Z24, Z24 \
+	VPMULLD       Z9, Z25, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPSHUFD       $0xb1, Z24, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPMOVQD       Z24, Y24 \
+	VCVTDQ2PS     Y24, Y24 \
+	VMULPS.BCST   (x), Y12, Y30 \
+	VFMADD231PS   Y30, Y24, A \
+	VPXORD        Y31, Y31, Y31 \
+	VPDPWSSD.BCST 260+8*c(x), Y10, Y31 \
+	VPDPWSSD.BCST 264+8*c(x), Y11, Y31 \
+	VCVTDQ2PS     Y31, Y31 \
+	VMULPS.BCST   (x), Y13, Y30 \
+	VFMADD231PS   Y30, Y31, M
+
+// func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 4 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w: out[8r+j] is row r's product with weight row j.
+TEXT ·dotQ4_KGEMMi8x4Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+	VPXORD       Y18, Y18, Y18
+	VPXORD       Y19, Y19, Y19
+	VPXORD       Y20, Y20, Y20
+	VPXORD       Y21, Y21, Y21
+	VPXORD       Y22, Y22, Y22
+	VPXORD       Y23, Y23, Y23
+
+q4ki8x4loop:
+	VMOVUPS 1792(SI), Y12
+	VMOVUPS 1824(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROW(0, DI, Y16, Y17)
+	K4I8ROW(0, R8, Y18, Y19)
+	K4I8ROW(0, R9, Y20, Y21)
+	K4I8ROW(0, R13, Y22, Y23)
+	K4I8CHUNK(1)
+	K4I8ROW(1, DI, Y16, Y17)
+	K4I8ROW(1, R8, Y18, Y19)
+	K4I8ROW(1, R9, Y20, Y21)
+	K4I8ROW(1, R13, Y22, Y23)
+	K4I8CHUNK(2)
+	K4I8ROW(2, DI, Y16, Y17)
+	K4I8ROW(2, R8, Y18, Y19)
+	K4I8ROW(2, R9, Y20, Y21)
+	K4I8ROW(2, R13, Y22, Y23)
+	K4I8CHUNK(3)
+	K4I8ROW(3, DI, Y16, Y17)
+	K4I8ROW(3, R8, Y18, Y19)
+	K4I8ROW(3, R9, Y20, Y21)
+	K4I8ROW(3, R13, Y22, Y23)
+	ADDQ    $1856, SI
+	ADDQ    $292, DI
+	ADDQ    $292, R8
+	ADDQ    $292, R9
+	ADDQ    $292, R13
+	DECQ    CX
+	JNZ     q4ki8x4loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VSUBPS  Y19, Y18, Y18
+	VMOVUPS Y18, 32(AX)
+	VSUBPS  Y21, Y20, Y20
+	VMOVUPS Y20, 64(AX)
+	VSUBPS  Y23, Y22, Y22
+	VMOVUPS Y22, 96(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 1 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w: out[8r+j] is row r's product with weight row j.
+TEXT ·dotQ4_KGEMMi8x1Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+
+q4ki8x1loop:
+	VMOVUPS 1792(SI), Y12
+	VMOVUPS 1824(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROW(0, DI, Y16, Y17)
+	K4I8CHUNK(1)
+	K4I8ROW(1, DI, Y16, Y17)
+	K4I8CHUNK(2)
+	K4I8ROW(2, DI, Y16, Y17)
+	K4I8CHUNK(3)
+	K4I8ROW(3, DI, Y16, Y17)
+	ADDQ    $1856, SI
+	ADDQ    $292, DI
+	DECQ    CX
+	JNZ     q4ki8x1loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VZEROUPPER
+	RET
+
 // Q5KHIGH ORs the fifth bits into Y4/Y5: bit 0 of each byte of Y8 (qh,
 // shifted right once per sub-block so far) is the low nibble's, bit 1 the
 // high nibble's. VPSRLW moves bits across bytes only into the top bits of

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/kernels/internal/asmgen"
+)
+
+// Layout of an interleaved Q4_K group (quant.Q4KInterleave): eight weight
+// rows, super-block after super-block, each block k4i8Block bytes.
+const (
+	k4i8Scales = 1024 // 4 chunks x {even, odd} x 16 dwords
+	k4i8Mins   = 1536 // 4 chunks x {even, odd} x 8 dwords of two words
+	k4i8D      = 1792 // 8 float32 d
+	k4i8Dmin   = 1824 // 8 float32 dmin
+	k4i8Block  = 1856
+)
+
+// q4kInterleaved writes the Q4_K kernels on interleaved groups of eight
+// weight rows, in the repacked GEMM's order, for four activation rows and
+// for one.
+func q4kInterleaved(f *asmgen.File) {
+	f.Raw(fmt.Sprintf(`
+// ---- Q4_K · Q8_K on interleaved groups of eight weight rows
+// (quant.Q4KInterleave, AVX-512 VNNI level), in the repacked GEMM's order:
+// every float lane is one weight row, so no integer sum is ever reduced
+// across lanes. Per 64-element chunk c of a block the quants are 4 x 64
+// bytes, each 64 bytes eight qwords (qword j: row j's eight quant bytes
+// 8p..8p+7 of the chunk); their low nibbles are sub-block 2c's elements
+// 8p..8p+7 and their high ones sub-block 2c+1's. VPDPBUSD against the
+// activations' matching eight bytes broadcast to every qword leaves row j's
+// partial sums in dwords 2j and 2j+1; the scales (%d: per chunk, the even
+// and the odd sub-block's, in both dwords of row j) multiply them
+// (VPMULLD), and the two dwords of each row are added: the chunk's exact
+// scaled sum S_c, as an integer, in lane j after VPMOVQD. The mins term
+// M_c is two VPDPWSSD of the Q8_K block's bsums (two words broadcast) by
+// each row's min of the even and the odd sub-block (%d, as two equal
+// words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
+// S_c by d*xd into the scales' accumulator and one of M_c by dmin*xd into
+// the mins' (d at %d, dmin at %d, eight float32), each product of d (dmin)
+// with xd rounded once: every lane's result is bit-identical to the
+// one-row kernel's on that weight row.
+//
+// Registers: Z0-Z3 the even sub-block's unpacked quants, Z4-Z7 the odd's,
+// Z8/Z9 the chunk's scales, Y10/Y11 its mins, Y12 d, Y13 dmin, Z14 the
+// nibble mask, Y16-Y23 the rows' accumulators (scales', mins'), Z15 and
+// Z24-Z31 scratch.
+
+// K4I8CHUNK unpacks chunk c of the interleaved block at SI.
+#define K4I8CHUNK(c) \
+	VMOVDQU64 256*c(SI), Z0 \
+	VMOVDQU64 256*c+64(SI), Z1 \
+	VMOVDQU64 256*c+128(SI), Z2 \
+	VMOVDQU64 256*c+192(SI), Z3 \
+	VPSRLW    $4, Z0, Z4 \
+	VPSRLW    $4, Z1, Z5 \
+	VPSRLW    $4, Z2, Z6 \
+	VPSRLW    $4, Z3, Z7 \
+	VPANDQ    Z14, Z0, Z0 \
+	VPANDQ    Z14, Z1, Z1 \
+	VPANDQ    Z14, Z2, Z2 \
+	VPANDQ    Z14, Z3, Z3 \
+	VPANDQ    Z14, Z4, Z4 \
+	VPANDQ    Z14, Z5, Z5 \
+	VPANDQ    Z14, Z6, Z6 \
+	VPANDQ    Z14, Z7, Z7 \
+	VMOVDQU64 %d+128*c(SI), Z8 \
+	VMOVDQU64 %d+128*c+64(SI), Z9 \
+	VMOVDQU   %d+64*c(SI), Y10 \
+	VMOVDQU   %d+64*c+32(SI), Y11
+
+// K4I8ROW adds chunk c of the activation row block at x to the
+// accumulators A (scales') and M (mins').
+#define K4I8ROW(c, x, A, M) \
+	VPBROADCASTQ 4+64*c(x), Z26 \
+	VPBROADCASTQ 4+64*c+32(x), Z27 \
+	VPBROADCASTQ 4+64*c+8(x), Z28 \
+	VPBROADCASTQ 4+64*c+40(x), Z29 \
+	VPXORD       Z24, Z24, Z24 \
+	VPXORD       Z25, Z25, Z25 \
+	VPDPBUSD     Z26, Z0, Z24 \
+	VPDPBUSD     Z27, Z4, Z25 \
+	VPBROADCASTQ 4+64*c+16(x), Z26 \
+	VPBROADCASTQ 4+64*c+48(x), Z27 \
+	VPDPBUSD     Z28, Z1, Z24 \
+	VPDPBUSD     Z29, Z5, Z25 \
+	VPBROADCASTQ 4+64*c+24(x), Z28 \
+	VPBROADCASTQ 4+64*c+56(x), Z29 \
+	VPDPBUSD     Z26, Z2, Z24 \
+	VPDPBUSD     Z27, Z6, Z25 \
+	VPDPBUSD     Z28, Z3, Z24 \
+	VPDPBUSD     Z29, Z7, Z25 \
+	VPMULLD      Z8, Z24, Z24 \
+	VPMULLD      Z9, Z25, Z25 \
+	VPADDD       Z25, Z24, Z24 \
+	VPSHUFD      $0xb1, Z24, Z25 \
+	VPADDD       Z25, Z24, Z24 \
+	VPMOVQD      Z24, Y24 \
+	VCVTDQ2PS    Y24, Y24 \
+	VMULPS.BCST  (x), Y12, Y30 \
+	VFMADD231PS  Y30, Y24, A \
+	VPXORD       Y31, Y31, Y31 \
+	VPDPWSSD.BCST 260+8*c(x), Y10, Y31 \
+	VPDPWSSD.BCST 264+8*c(x), Y11, Y31 \
+	VCVTDQ2PS    Y31, Y31 \
+	VMULPS.BCST  (x), Y13, Y30 \
+	VFMADD231PS  Y30, Y31, M
+`, k4i8Scales, k4i8Mins, k4i8D, k4i8Dmin, k4i8Scales, k4i8Scales, k4i8Mins, k4i8Mins))
+	for _, rows := range []int{4, 1} {
+		name := fmt.Sprintf("dotQ4_KGEMMi8x%dAsm", rows)
+		f.P("")
+		f.P("// func %s(w, x *byte, stride, nb int, out *float32)", name)
+		f.P("//")
+		f.P("// %d activation row(s) at x (stride bytes apart) against the interleaved", rows)
+		f.P("// group at w: out[8r+j] is row r's product with weight row j.")
+		f.Text(name, 0, 40)
+		f.Raw(`
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ stride+16(FP), DX
+	MOVQ nb+24(FP), CX
+	LEAQ (DI)(DX*1), R8
+	LEAQ (DI)(DX*2), R9
+	LEAQ (R9)(DX*1), R13
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14`)
+		for r := 0; r < 2*rows; r++ {
+			a := asmgen.Reg("Y", 16+r)
+			f.Ins("VPXORD", a, a, a)
+		}
+		label := fmt.Sprintf("q4ki8x%dloop", rows)
+		f.P("")
+		f.P("%s:", label)
+		f.Ins("VMOVUPS", fmt.Sprintf("%d(SI)", k4i8D), "Y12")
+		f.Ins("VMOVUPS", fmt.Sprintf("%d(SI)", k4i8Dmin), "Y13")
+		xs := []string{"DI", "R8", "R9", "R13"}
+		for c := 0; c < 4; c++ {
+			f.P("\tK4I8CHUNK(%d)", c)
+			for r := 0; r < rows; r++ {
+				f.P("\tK4I8ROW(%d, %s, %s, %s)", c, xs[r], asmgen.Reg("Y", 16+2*r), asmgen.Reg("Y", 17+2*r))
+			}
+		}
+		var st []step
+		st = append(st, step{"SI", k4i8Block})
+		st = append(st, steps(292, xs[:rows]...)...)
+		loopTail(f, label, st...)
+		f.P("")
+		f.Ins("MOVQ", "out+32(FP)", "AX")
+		for r := 0; r < rows; r++ {
+			a, m := asmgen.Reg("Y", 16+2*r), asmgen.Reg("Y", 17+2*r)
+			f.Ins("VSUBPS", m, a, a)
+			f.Ins("VMOVUPS", a, fmt.Sprintf("%d(AX)", 32*r))
+		}
+		f.Ins("VZEROUPPER")
+		f.Ins("RET")
+	}
+}

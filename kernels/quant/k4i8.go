@@ -1,0 +1,148 @@
+package quant
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Q4_K interleaved in groups of eight weight rows, as ggml repacks it
+// (block_q4_Kx8) so that its GEMM's order costs nothing: with one float
+// lane per weight row, the kernel never sums integers across lanes, and
+// the per-chunk FMAs of OrderGEMM are one vector FMA for eight outputs.
+//
+// A group holds, per super-block, Q4KInterleaveBlock bytes:
+//
+//	0     quants: for chunk c (64 elements), for p in 0..3, for row j,
+//	      row j's quant bytes 32c+8p..32c+8p+7 (low nibbles sub-block 2c,
+//	      high nibbles 2c+1)
+//	1024  scales: for chunk c, 16 int32 of sub-block 2c's scale (row j
+//	      in dwords 2j and 2j+1), then 16 of sub-block 2c+1's
+//	1536  mins: for chunk c, 8 dwords of two int16 of sub-block 2c's
+//	      min (row j in dword j), then 8 of sub-block 2c+1's
+//	1792  d of the eight rows, float32
+//	1824  dmin of the eight rows, float32
+//
+// The layout is T-CPU's own, built at run time from the weights pack's
+// Q4_K rows (the pack format does not change).
+
+// Q4KInterleaveRows is the number of weight rows of an interleaved group.
+const Q4KInterleaveRows = 8
+
+// Q4KInterleaveBlock is the size of one super-block of an interleaved
+// group.
+const Q4KInterleaveBlock = 1856
+
+const (
+	k4iScales = 1024
+	k4iMins   = 1536
+	k4iD      = 1792
+	k4iDmin   = 1824
+)
+
+// Q4KGroupBytes is the size of an interleaved group of rows of n elements.
+func Q4KGroupBytes(n int) int { return n / qkK * Q4KInterleaveBlock }
+
+// InterleaveQ4K writes the interleaved group of the eight Q4_K rows of n
+// elements at w (row after row) into dst (Q4KGroupBytes(n) bytes).
+func InterleaveQ4K(n int, w, dst []byte) error {
+	if n <= 0 || n%qkK != 0 {
+		return fmt.Errorf("quant: Q4_K interleave: row length %d is not a positive multiple of %d", n, qkK)
+	}
+	nb := n / qkK
+	rb := nb * q4_KLen
+	if len(w) < Q4KInterleaveRows*rb || len(dst) < nb*Q4KInterleaveBlock {
+		return fmt.Errorf("quant: Q4_K interleave of rows of %d: %d weight bytes (want %d), %d destination bytes (want %d)",
+			n, len(w), Q4KInterleaveRows*rb, len(dst), nb*Q4KInterleaveBlock)
+	}
+	le := binary.LittleEndian
+	for b := 0; b < nb; b++ {
+		d := dst[b*Q4KInterleaveBlock : (b+1)*Q4KInterleaveBlock]
+		for j := 0; j < Q4KInterleaveRows; j++ {
+			a := w[j*rb+b*q4_KLen : j*rb+(b+1)*q4_KLen]
+			qs := a[q4KQs:]
+			for c := 0; c < 4; c++ {
+				for p := 0; p < 4; p++ {
+					le.PutUint64(d[256*c+64*p+8*j:], le.Uint64(qs[32*c+8*p:]))
+				}
+			}
+			sc, mn := scaleMinK4((*[12]byte)(a[q4KScales:]))
+			for c := 0; c < 4; c++ {
+				for h := 0; h < 2; h++ {
+					s := d[k4iScales+128*c+64*h+8*j:]
+					le.PutUint32(s, uint32(sc[2*c+h]))
+					le.PutUint32(s[4:], uint32(sc[2*c+h]))
+					m := uint32(mn[2*c+h])
+					le.PutUint32(d[k4iMins+64*c+32*h+4*j:], m|m<<16)
+				}
+			}
+			le.PutUint32(d[k4iD+4*j:], math.Float32bits(fp16(a[q4KD:])))
+			le.PutUint32(d[k4iDmin+4*j:], math.Float32bits(fp16(a[q4KDmin:])))
+		}
+	}
+	return nil
+}
+
+// dotQ4KInterleavedGo is the portable kernel on an interleaved group in
+// OrderGEMM: out[8r+j] is activation row r's product with weight row j,
+// each OrderGEMM's (dotQ4_KGEMM's) float operations.
+func dotQ4KInterleavedGo(n int, g, xq []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	le := binary.LittleEndian
+	for r := 0; r < rows; r++ {
+		x := xq[r*xStride:]
+		for j := 0; j < Q4KInterleaveRows; j++ {
+			var acc, accm float32
+			for b := 0; b < nb; b++ {
+				d := g[b*Q4KInterleaveBlock:]
+				xd, y, bs := q8KHeader((*[q8_KLen]byte)(x[b*q8_KLen:]))
+				dd := math.Float32frombits(le.Uint32(d[k4iD+4*j:])) * xd
+				dm := math.Float32frombits(le.Uint32(d[k4iDmin+4*j:])) * xd
+				for c := 0; c < 4; c++ {
+					var s, m int32
+					for h := 0; h < 2; h++ {
+						var p int32
+						for e := 0; e < 32; e++ {
+							q := int32(d[256*c+64*(e/8)+8*j+e%8] >> (4 * h) & 15)
+							p += q * int32(int8(y[64*c+32*h+e]))
+						}
+						s += int32(le.Uint32(d[k4iScales+128*c+64*h+8*j:])) * p
+						sb := 2*c + h
+						m += int32(le.Uint16(d[k4iMins+64*c+32*h+4*j:])) * (bsum(bs, 2*sb) + bsum(bs, 2*sb+1))
+					}
+					acc = fma32(float32(s), dd, acc)
+					accm = fma32(float32(m), dm, accm)
+				}
+			}
+			out[8*r+j] = acc - accm
+		}
+	}
+}
+
+// q4kInterleavedKernel is the kernel of the current level on interleaved
+// groups (nil: none faster than the one-row kernels).
+type q4kInterleavedKernel func(n int, g, xq []byte, xStride, rows int, out []float32)
+
+// Q4KInterleavedFast reports whether this CPU has a kernel on interleaved
+// Q4_K groups, which makes interleaving worth its cost.
+func Q4KInterleavedFast() bool { return q4kInterleaved != nil }
+
+// VecDotQ4KInterleaved multiplies the interleaved group g (rows of n
+// elements, see InterleaveQ4K) by rows Q8_K activation rows at xq,
+// xStride bytes apart, in OrderGEMM: out[8r+j] is row r's product with
+// weight row j, bit-identical to VecDotOrder(Q4_K, OrderGEMM, ...) on it.
+func VecDotQ4KInterleaved(n int, g, xq []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	if nb == 0 || rows <= 0 {
+		clear(out[:max(0, rows)*Q4KInterleaveRows])
+		return
+	}
+	_ = g[nb*Q4KInterleaveBlock-1]
+	_ = xq[(rows-1)*xStride+nb*q8_KLen-1]
+	_ = out[rows*Q4KInterleaveRows-1]
+	if q4kInterleaved != nil {
+		q4kInterleaved(n, g, xq, xStride, rows, out)
+		return
+	}
+	dotQ4KInterleavedGo(n, g, xq, xStride, rows, out)
+}

@@ -711,6 +711,10 @@ func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v
 // thread), so that a step allocates none.
 var gemmTiles sync.Pool
 
+// q4kGroups recycles gemmRepacked's interleaved Q4_K groups (one block of
+// gemmCols weight rows per worker).
+var q4kGroups sync.Pool
+
 // gemmRepacked is gemm for a weight ggml repacks (quant.Repacked): row i
 // (of those keep passes, all when keep is nil) in order(i), the repacked
 // GEMM's or GEMV's arithmetic. The rows are quantized GEMM rows first, so
@@ -780,11 +784,59 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 			spans = append(spans, span{i0, min(s.hi, i0+ib), s.o})
 		}
 	}
+	// Q4_K's GEMM rows take the kernels on interleaved groups of eight
+	// weight rows where the CPU has them (quant.Q4KInterleavedFast): each
+	// block of gemmCols weight rows is interleaved once per call, as
+	// ggml repacks at load, and its cost is shared by every activation
+	// row of the prompt.
+	inter := t == ggml.Q4_K && ng > 0 && quant.Q4KInterleavedFast()
+	gb := quant.Q4KGroupBytes(k)
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		var out [gemmTileRows]float32
+		var gp *[]byte
+		var grp []byte
+		if inter {
+			gp, _ = q4kGroups.Get().(*[]byte)
+			if gp == nil {
+				gp = new([]byte)
+			}
+			if cap(*gp) < gemmCols/quant.Q4KInterleaveRows*gb {
+				*gp = make([]byte, gemmCols/quant.Q4KInterleaveRows*gb)
+			}
+			grp = (*gp)[:gemmCols/quant.Q4KInterleaveRows*gb]
+			defer q4kGroups.Put(gp)
+		}
+		var out8 [gemmTileRows * quant.Q4KInterleaveRows]float32
 		for j0 := lo; j0 < hi; j0 += gemmCols {
+			// jg: the end of the interleaved rows of this block.
+			jg := j0
+			if inter {
+				for ; jg+quant.Q4KInterleaveRows <= min(hi, j0+gemmCols); jg += quant.Q4KInterleaveRows {
+					g := grp[(jg-j0)/quant.Q4KInterleaveRows*gb:][:gb]
+					if err := quant.InterleaveQ4K(k, w[jg*wb:(jg+quant.Q4KInterleaveRows)*wb], g); err != nil {
+						panic(err) // sizes come from the kernel's own arguments
+					}
+				}
+			}
 			for _, sp := range spans {
-				for j := j0; j < min(hi, j0+gemmCols); j++ {
+				j := j0
+				if inter && sp.o == quant.OrderGEMM {
+					for ; j < jg; j += quant.Q4KInterleaveRows {
+						nr := sp.hi - sp.lo
+						res := out8[:nr*quant.Q4KInterleaveRows]
+						quant.VecDotQ4KInterleaved(k, grp[(j-j0)/quant.Q4KInterleaveRows*gb:][:gb], xq[sp.lo*xb:], xb, nr, res)
+						for p := 0; p < nr; p++ {
+							for jj := 0; jj < quant.Q4KInterleaveRows; jj++ {
+								v := res[p*quant.Q4KInterleaveRows+jj]
+								if bias != nil {
+									v += bias[j+jj]
+								}
+								dst(idx[sp.lo+p], j+jj)[0] = v
+							}
+						}
+					}
+				}
+				for ; j < min(hi, j0+gemmCols); j++ {
 					res := out[:sp.hi-sp.lo]
 					quant.VecDotRowsOrder(t, sp.o, k, w[j*wb:(j+1)*wb], xq[sp.lo*xb:], xb, len(res), res)
 					for p, v := range res {

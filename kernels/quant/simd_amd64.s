@@ -1156,15 +1156,16 @@ GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 // 8p..8p+7 of the chunk); their low nibbles are sub-block 2c's elements
 // 8p..8p+7 and their high ones sub-block 2c+1's. VPDPBUSD against the
 // activations' matching eight bytes broadcast to every qword leaves row j's
-// partial sums in dwords 2j and 2j+1; the scales (1024: per chunk, the even
-// and the odd sub-block's, in both dwords of row j) multiply them
+// partial sums in dwords 2j and 2j+1; the scales (bytes at 1024: per chunk,
+// the even and the odd sub-block's of each row, widened into both dwords
+// of row j) multiply them
 // (VPMULLD), and the two dwords of each row are added: the chunk's exact
 // scaled sum S_c, as an integer, in lane j after VPMOVQD. The mins term
 // M_c is two VPDPWSSD of the Q8_K block's bsums (two words broadcast) by
-// each row's min of the even and the odd sub-block (1536, as two equal
-// words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
+// each row's min of the even and the odd sub-block (bytes at 1088, widened
+// to two equal words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
 // S_c by d*xd into the scales' accumulator and one of M_c by dmin*xd into
-// the mins' (d at 1792, dmin at 1824, eight float32), each product of d (dmin)
+// the mins' (d at 1152, dmin at 1168, eight float16 each, widened exactly), each product of d (dmin)
 // with xd rounded once: every lane's result is bit-identical to the
 // one-row kernel's on that weight row.
 //
@@ -1191,10 +1192,16 @@ GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 	VPANDQ    Z14, Z5, Z5 \
 	VPANDQ    Z14, Z6, Z6 \
 	VPANDQ    Z14, Z7, Z7 \
-	VMOVDQU64 1024+128*c(SI), Z8 \
-	VMOVDQU64 1024+128*c+64(SI), Z9 \
-	VMOVDQU   1536+64*c(SI), Y10 \
-	VMOVDQU   1536+64*c+32(SI), Y11
+	VPMOVZXBQ 1024+16*c(SI), Z8 \
+	VPMOVZXBQ 1024+16*c+8(SI), Z9 \
+	VPSHUFD   $0xa0, Z8, Z8 \
+	VPSHUFD   $0xa0, Z9, Z9 \
+	VPMOVZXBD 1088+16*c(SI), Y10 \
+	VPMOVZXBD 1088+16*c+8(SI), Y11 \
+	VPSLLD    $16, Y10, Y15 \
+	VPSLLD    $16, Y11, Y24 \
+	VPORD     Y15, Y10, Y10 \
+	VPORD     Y24, Y11, Y11
 
 // K4I8ROW adds chunk c of the activation row block at x to the
 // accumulators A (scales') and M (mins').
@@ -1257,8 +1264,8 @@ TEXT ·dotQ4_KGEMMi8x4Asm(SB), NOSPLIT, $0-40
 	VPXORD       Y23, Y23, Y23
 
 q4ki8x4loop:
-	VMOVUPS 1792(SI), Y12
-	VMOVUPS 1824(SI), Y13
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
 	K4I8CHUNK(0)
 	K4I8ROW(0, DI, Y16, Y17)
 	K4I8ROW(0, R8, Y18, Y19)
@@ -1279,13 +1286,13 @@ q4ki8x4loop:
 	K4I8ROW(3, R8, Y18, Y19)
 	K4I8ROW(3, R9, Y20, Y21)
 	K4I8ROW(3, R13, Y22, Y23)
-	ADDQ    $1856, SI
-	ADDQ    $292, DI
-	ADDQ    $292, R8
-	ADDQ    $292, R9
-	ADDQ    $292, R13
-	DECQ    CX
-	JNZ     q4ki8x4loop
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	ADDQ      $292, R8
+	ADDQ      $292, R9
+	ADDQ      $292, R13
+	DECQ      CX
+	JNZ       q4ki8x4loop
 
 	MOVQ    out+32(FP), AX
 	VSUBPS  Y17, Y16, Y16
@@ -1317,8 +1324,8 @@ TEXT ·dotQ4_KGEMMi8x1Asm(SB), NOSPLIT, $0-40
 	VPXORD       Y17, Y17, Y17
 
 q4ki8x1loop:
-	VMOVUPS 1792(SI), Y12
-	VMOVUPS 1824(SI), Y13
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
 	K4I8CHUNK(0)
 	K4I8ROW(0, DI, Y16, Y17)
 	K4I8CHUNK(1)
@@ -1327,10 +1334,10 @@ q4ki8x1loop:
 	K4I8ROW(2, DI, Y16, Y17)
 	K4I8CHUNK(3)
 	K4I8ROW(3, DI, Y16, Y17)
-	ADDQ    $1856, SI
-	ADDQ    $292, DI
-	DECQ    CX
-	JNZ     q4ki8x1loop
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	DECQ      CX
+	JNZ       q4ki8x1loop
 
 	MOVQ    out+32(FP), AX
 	VSUBPS  Y17, Y16, Y16

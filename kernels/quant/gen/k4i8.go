@@ -9,11 +9,11 @@ import (
 // Layout of an interleaved Q4_K group (quant.Q4KInterleave): eight weight
 // rows, super-block after super-block, each block k4i8Block bytes.
 const (
-	k4i8Scales = 1024 // 4 chunks x {even, odd} x 16 dwords
-	k4i8Mins   = 1536 // 4 chunks x {even, odd} x 8 dwords of two words
-	k4i8D      = 1792 // 8 float32 d
-	k4i8Dmin   = 1824 // 8 float32 dmin
-	k4i8Block  = 1856
+	k4i8Scales = 1024 // 4 chunks x {even, odd} x 8 bytes
+	k4i8Mins   = 1088 // the same of the mins
+	k4i8D      = 1152 // 8 float16 d
+	k4i8Dmin   = 1168 // 8 float16 dmin
+	k4i8Block  = 1184
 )
 
 // q4kInterleaved writes the Q4_K kernels on interleaved groups of eight
@@ -29,15 +29,16 @@ func q4kInterleaved(f *asmgen.File) {
 // 8p..8p+7 of the chunk); their low nibbles are sub-block 2c's elements
 // 8p..8p+7 and their high ones sub-block 2c+1's. VPDPBUSD against the
 // activations' matching eight bytes broadcast to every qword leaves row j's
-// partial sums in dwords 2j and 2j+1; the scales (%d: per chunk, the even
-// and the odd sub-block's, in both dwords of row j) multiply them
+// partial sums in dwords 2j and 2j+1; the scales (bytes at %d: per chunk,
+// the even and the odd sub-block's of each row, widened into both dwords
+// of row j) multiply them
 // (VPMULLD), and the two dwords of each row are added: the chunk's exact
 // scaled sum S_c, as an integer, in lane j after VPMOVQD. The mins term
 // M_c is two VPDPWSSD of the Q8_K block's bsums (two words broadcast) by
-// each row's min of the even and the odd sub-block (%d, as two equal
-// words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
+// each row's min of the even and the odd sub-block (bytes at %d, widened
+// to two equal words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
 // S_c by d*xd into the scales' accumulator and one of M_c by dmin*xd into
-// the mins' (d at %d, dmin at %d, eight float32), each product of d (dmin)
+// the mins' (d at %d, dmin at %d, eight float16 each, widened exactly), each product of d (dmin)
 // with xd rounded once: every lane's result is bit-identical to the
 // one-row kernel's on that weight row.
 //
@@ -64,10 +65,16 @@ func q4kInterleaved(f *asmgen.File) {
 	VPANDQ    Z14, Z5, Z5 \
 	VPANDQ    Z14, Z6, Z6 \
 	VPANDQ    Z14, Z7, Z7 \
-	VMOVDQU64 %d+128*c(SI), Z8 \
-	VMOVDQU64 %d+128*c+64(SI), Z9 \
-	VMOVDQU   %d+64*c(SI), Y10 \
-	VMOVDQU   %d+64*c+32(SI), Y11
+	VPMOVZXBQ %d+16*c(SI), Z8 \
+	VPMOVZXBQ %d+16*c+8(SI), Z9 \
+	VPSHUFD   $0xa0, Z8, Z8 \
+	VPSHUFD   $0xa0, Z9, Z9 \
+	VPMOVZXBD %d+16*c(SI), Y10 \
+	VPMOVZXBD %d+16*c+8(SI), Y11 \
+	VPSLLD    $16, Y10, Y15 \
+	VPSLLD    $16, Y11, Y24 \
+	VPORD     Y15, Y10, Y10 \
+	VPORD     Y24, Y11, Y11
 
 // K4I8ROW adds chunk c of the activation row block at x to the
 // accumulators A (scales') and M (mins').
@@ -131,8 +138,8 @@ func q4kInterleaved(f *asmgen.File) {
 		label := fmt.Sprintf("q4ki8x%dloop", rows)
 		f.P("")
 		f.P("%s:", label)
-		f.Ins("VMOVUPS", fmt.Sprintf("%d(SI)", k4i8D), "Y12")
-		f.Ins("VMOVUPS", fmt.Sprintf("%d(SI)", k4i8Dmin), "Y13")
+		f.Ins("VCVTPH2PS", fmt.Sprintf("%d(SI)", k4i8D), "Y12")
+		f.Ins("VCVTPH2PS", fmt.Sprintf("%d(SI)", k4i8Dmin), "Y13")
 		xs := []string{"DI", "R8", "R9", "R13"}
 		for c := 0; c < 4; c++ {
 			f.P("\tK4I8CHUNK(%d)", c)

@@ -826,8 +826,21 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 						res := out8[:nr*quant.Q4KInterleaveRows]
 						quant.VecDotQ4KInterleaved(k, grp[(j-j0)/quant.Q4KInterleaveRows*gb:][:gb], xq[sp.lo*xb:], xb, nr, res)
 						for p := 0; p < nr; p++ {
-							for jj := 0; jj < quant.Q4KInterleaveRows; jj++ {
-								v := res[p*quant.Q4KInterleaveRows+jj]
+							r8 := res[p*quant.Q4KInterleaveRows : (p+1)*quant.Q4KInterleaveRows]
+							// dst's slice may end within the eight (the
+							// outputs of fused products are several
+							// buffers): then feature by feature.
+							if d := dst(idx[sp.lo+p], j); len(d) >= len(r8) {
+								d = d[:len(r8)]
+								copy(d, r8)
+								if bias != nil {
+									for jj, bv := range bias[j : j+len(r8)] {
+										d[jj] += bv
+									}
+								}
+								continue
+							}
+							for jj, v := range r8 {
 								if bias != nil {
 									v += bias[j+jj]
 								}

@@ -440,6 +440,16 @@ func BenchmarkMatVecStream(b *testing.B) {
 					MatVecOrder(typ, decodeOrder(typ), n, w, xq, out)
 				}
 			})
+			if r8 := rows &^ (RepackRows - 1); Repacked(typ, r8) {
+				// the repacked GEMV's order, which decode takes (on
+				// the rows' multiple of eight)
+				b.Run(fmt.Sprintf("%v/n=%d/matvec-gemv", typ, n), func(b *testing.B) {
+					b.SetBytes(int64(r8 * wb))
+					for b.Loop() {
+						MatVecOrder(typ, OrderGEMV, n, w[:r8*wb], xq, out[:r8])
+					}
+				})
+			}
 			// two threads on the two halves, as decode runs it
 			b.Run(fmt.Sprintf("%v/n=%d/matvec-2t", typ, n), func(b *testing.B) {
 				b.SetBytes(int64(len(w)))

@@ -711,6 +711,11 @@ func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v
 // thread), so that a step allocates none.
 var gemmTiles sync.Pool
 
+// q4kInterleaveMinRows is the fewest activation rows for which
+// gemmRepacked interleaves Q4_K weight rows: interleaving a block costs
+// about what four rows' products on it do.
+const q4kInterleaveMinRows = 4
+
 // q4kGroups recycles gemmRepacked's interleaved Q4_K groups (one block of
 // gemmCols weight rows per worker).
 var q4kGroups sync.Pool
@@ -784,12 +789,12 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 			spans = append(spans, span{i0, min(s.hi, i0+ib), s.o})
 		}
 	}
-	// Q4_K's GEMM rows take the kernels on interleaved groups of eight
-	// weight rows where the CPU has them (quant.Q4KInterleavedFast): each
-	// block of gemmCols weight rows is interleaved once per call, as
-	// ggml repacks at load, and its cost is shared by every activation
-	// row of the prompt.
-	inter := t == ggml.Q4_K && ng > 0 && quant.Q4KInterleavedFast()
+	// Q4_K's rows take the kernels on interleaved groups of eight weight
+	// rows where the CPU has them (quant.Q4KInterleavedFast) and there are
+	// enough rows to share the interleaving: each block of gemmCols
+	// weight rows is interleaved once per call (ggml repacks at load),
+	// then serves every activation row, in either order.
+	inter := t == ggml.Q4_K && len(idx) >= q4kInterleaveMinRows && quant.Q4KInterleavedFast()
 	gb := quant.Q4KGroupBytes(k)
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		var out [gemmTileRows]float32
@@ -820,11 +825,13 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 			}
 			for _, sp := range spans {
 				j := j0
-				if inter && sp.o == quant.OrderGEMM {
+				if inter {
 					for ; j < jg; j += quant.Q4KInterleaveRows {
 						nr := sp.hi - sp.lo
 						res := out8[:nr*quant.Q4KInterleaveRows]
-						quant.VecDotQ4KInterleaved(k, grp[(j-j0)/quant.Q4KInterleaveRows*gb:][:gb], xq[sp.lo*xb:], xb, nr, res)
+						if err := quant.VecDotQ4KInterleaved(sp.o, k, grp[(j-j0)/quant.Q4KInterleaveRows*gb:][:gb], xq[sp.lo*xb:], xb, nr, res); err != nil {
+							panic(err) // the orders are the repacked ones
+						}
 						for p := 0; p < nr; p++ {
 							r8 := res[p*quant.Q4KInterleaveRows : (p+1)*quant.Q4KInterleaveRows]
 							// dst's slice may end within the eight (the

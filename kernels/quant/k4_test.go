@@ -146,12 +146,16 @@ func TestQ4KInterleavedBitwise(t *testing.T) {
 		for r := 0; r < nx; r++ {
 			copy(xq[r*xb:], quantizedActivations(t, rng, ggml.Q8_K, n))
 		}
-		check := func(name string, rows int, out []float32) {
+		check := func(name string, o Order, rows int, out []float32) {
+			oracle := dotQ4_KGEMM
+			if o == OrderGEMV {
+				oracle = dotQ4_KGEMV
+			}
 			for r := 0; r < rows; r++ {
 				for j := 0; j < Q4KInterleaveRows; j++ {
-					want := dotQ4_KGEMM(n, w[j*rb:(j+1)*rb], xq[r*xb:])
+					want := oracle(n, w[j*rb:(j+1)*rb], xq[r*xb:])
 					if got := out[8*r+j]; math.Float32bits(got) != math.Float32bits(want) {
-						t.Fatalf("%s nb=%d rows=%d: activation row %d, weight row %d: %v, OrderGEMM %v", name, nb, rows, r, j, got, want)
+						t.Fatalf("%s order %d nb=%d rows=%d: activation row %d, weight row %d: %v, pure Go %v", name, o, nb, rows, r, j, got, want)
 					}
 				}
 			}
@@ -159,19 +163,26 @@ func TestQ4KInterleavedBitwise(t *testing.T) {
 				t.Fatalf("%s nb=%d rows=%d wrote past its rows", name, nb, rows)
 			}
 		}
-		for _, rows := range []int{1, 3, 4, 5, 9, 11} {
-			out := make([]float32, 8*rows+1)
-			out[8*rows] = 42
-			dotQ4KInterleavedGo(n, g, xq, xb, rows, out)
-			check("pure Go", rows, out)
-			for _, l := range levels() {
-				atLevel(l, func() {
-					out := make([]float32, 8*rows+1)
-					out[8*rows] = 42
-					VecDotQ4KInterleaved(n, g, xq, xb, rows, out)
-					check(levelNames[l], rows, out)
-				})
+		for _, o := range []Order{OrderGEMM, OrderGEMV} {
+			for _, rows := range []int{1, 2, 3, 4, 5, 9, 11} {
+				out := make([]float32, 8*rows+1)
+				out[8*rows] = 42
+				dotQ4KInterleavedGo(o, n, g, xq, xb, rows, out)
+				check("pure Go", o, rows, out)
+				for _, l := range levels() {
+					atLevel(l, func() {
+						out := make([]float32, 8*rows+1)
+						out[8*rows] = 42
+						if err := VecDotQ4KInterleaved(o, n, g, xq, xb, rows, out); err != nil {
+							t.Fatal(err)
+						}
+						check(levelNames[l], o, rows, out)
+					})
+				}
 			}
+		}
+		if err := VecDotQ4KInterleaved(OrderDot, n, g, xq, xb, 1, make([]float32, 8)); err == nil {
+			t.Fatal("VecDotQ4KInterleaved in OrderDot: no error")
 		}
 	}
 	if err := InterleaveQ4K(100, nil, nil); err == nil {
@@ -217,7 +228,9 @@ func BenchmarkQ4KGEMM(b *testing.B) {
 				if err := InterleaveQ4K(n, w[j*rb:], g); err != nil {
 					b.Fatal(err)
 				}
-				VecDotQ4KInterleaved(n, g, xq, xb, rows, out)
+				if err := VecDotQ4KInterleaved(OrderGEMM, n, g, xq, xb, rows, out); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 	})

@@ -78,9 +78,10 @@ func InterleaveQ4K(n int, w, dst []byte) error {
 }
 
 // dotQ4KInterleavedGo is the portable kernel on an interleaved group in
-// OrderGEMM: out[8r+j] is activation row r's product with weight row j,
-// each OrderGEMM's (dotQ4_KGEMM's) float operations.
-func dotQ4KInterleavedGo(n int, g, xq []byte, xStride, rows int, out []float32) {
+// order o (OrderGEMM or OrderGEMV): out[8r+j] is activation row r's
+// product with weight row j, each dotQ4_KGEMM's (dotQ4_KGEMV's) float
+// operations.
+func dotQ4KInterleavedGo(o Order, n int, g, xq []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
 	for r := 0; r < rows; r++ {
 		x := xq[r*xStride:]
@@ -91,6 +92,7 @@ func dotQ4KInterleavedGo(n int, g, xq []byte, xStride, rows int, out []float32) 
 				xd, y, bs := q8KHeader((*[q8_KLen]byte)(x[b*q8_KLen:]))
 				dd := fp16(d[k4iD+2*j:]) * xd
 				dm := fp16(d[k4iDmin+2*j:]) * xd
+				var st, mt int32
 				for c := 0; c < 4; c++ {
 					var s, m int32
 					for h := 0; h < 2; h++ {
@@ -103,8 +105,17 @@ func dotQ4KInterleavedGo(n int, g, xq []byte, xStride, rows int, out []float32) 
 						s += int32(d[k4iScales+8*sb+j]) * p
 						m += int32(d[k4iMins+8*sb+j]) * (bsum(bs, 2*sb) + bsum(bs, 2*sb+1))
 					}
+					if o == OrderGEMV {
+						st += s
+						mt += m
+						continue
+					}
 					acc = fma32(float32(s), dd, acc)
 					accm = fma32(float32(m), dm, accm)
+				}
+				if o == OrderGEMV {
+					acc = fma32(float32(st), dd, acc)
+					accm = fma32(float32(mt), dm, accm)
 				}
 			}
 			out[8*r+j] = acc - accm
@@ -114,7 +125,7 @@ func dotQ4KInterleavedGo(n int, g, xq []byte, xStride, rows int, out []float32) 
 
 // q4kInterleavedKernel is the kernel of the current level on interleaved
 // groups (nil: none faster than the one-row kernels).
-type q4kInterleavedKernel func(n int, g, xq []byte, xStride, rows int, out []float32)
+type q4kInterleavedKernel func(o Order, n int, g, xq []byte, xStride, rows int, out []float32)
 
 // Q4KInterleavedFast reports whether this CPU has a kernel on interleaved
 // Q4_K groups, which makes interleaving worth its cost.
@@ -122,20 +133,25 @@ func Q4KInterleavedFast() bool { return q4kInterleaved != nil }
 
 // VecDotQ4KInterleaved multiplies the interleaved group g (rows of n
 // elements, see InterleaveQ4K) by rows Q8_K activation rows at xq,
-// xStride bytes apart, in OrderGEMM: out[8r+j] is row r's product with
-// weight row j, bit-identical to VecDotOrder(Q4_K, OrderGEMM, ...) on it.
-func VecDotQ4KInterleaved(n int, g, xq []byte, xStride, rows int, out []float32) {
+// xStride bytes apart, in order o, OrderGEMM or OrderGEMV (OrderDot is
+// refused: ggml never interleaves for it): out[8r+j] is row r's product
+// with weight row j, bit-identical to VecDotOrder(Q4_K, o, ...) on it.
+func VecDotQ4KInterleaved(o Order, n int, g, xq []byte, xStride, rows int, out []float32) error {
+	if o != OrderGEMM && o != OrderGEMV {
+		return fmt.Errorf("quant: Q4_K interleaved product in order %d: only the repacked GEMM's and GEMV's", o)
+	}
 	nb := n / qkK
 	if nb == 0 || rows <= 0 {
 		clear(out[:max(0, rows)*Q4KInterleaveRows])
-		return
+		return nil
 	}
 	_ = g[nb*Q4KInterleaveBlock-1]
 	_ = xq[(rows-1)*xStride+nb*q8_KLen-1]
 	_ = out[rows*Q4KInterleaveRows-1]
 	if q4kInterleaved != nil {
-		q4kInterleaved(n, g, xq, xStride, rows, out)
-		return
+		q4kInterleaved(o, n, g, xq, xStride, rows, out)
+		return nil
 	}
-	dotQ4KInterleavedGo(n, g, xq, xStride, rows, out)
+	dotQ4KInterleavedGo(o, n, g, xq, xStride, rows, out)
+	return nil
 }

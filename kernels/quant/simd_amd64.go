@@ -513,16 +513,21 @@ func quantQ8_0AVX512(x []float32, dst []byte) {
 func quantQ8_0Asm(x *float32, dst *byte, nb int)
 
 // dotQ4KInterleavedVNNI runs the interleaved Q4_K kernels (VPDPBUSD, one
-// float lane per weight row) on four activation rows at a time and one at
-// a time on the rest; arguments checked by VecDotQ4KInterleaved.
-func dotQ4KInterleavedVNNI(n int, g, xq []byte, xStride, rows int, out []float32) {
+// float lane per weight row) of order o on four (GEMM) or two (GEMV)
+// activation rows at a time and one at a time on the rest; arguments
+// checked by VecDotQ4KInterleaved.
+func dotQ4KInterleavedVNNI(o Order, n int, g, xq []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
+	many, per, one := dotQ4_KGEMMi8x4Asm, 4, dotQ4_KGEMMi8x1Asm
+	if o == OrderGEMV {
+		many, per, one = dotQ4_KGEMVi8x2Asm, 2, dotQ4_KGEMVi8x1Asm
+	}
 	r := 0
-	for ; r+4 <= rows; r += 4 {
-		dotQ4_KGEMMi8x4Asm(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+	for ; r+per <= rows; r += per {
+		many(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
 	}
 	for ; r < rows; r++ {
-		dotQ4_KGEMMi8x1Asm(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+		one(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
 	}
 }
 
@@ -531,3 +536,9 @@ func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)

@@ -1240,10 +1240,55 @@ GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 	VMULPS.BCST   (x), Y13, Y30 \
 	VFMADD231PS   Y30, Y31, M
 
+// K4I8ROWV is K4I8ROW in the repacked GEMV's order: the chunk's S_c and
+// M_c added to the row's int32 totals of the block, S and M.
+#define K4I8ROWV(c, x, S, M) \
+	VPBROADCASTQ  4+64*c(x), Z26 \
+	VPBROADCASTQ  4+64*c+32(x), Z27 \
+	VPBROADCASTQ  4+64*c+8(x), Z28 \
+	VPBROADCASTQ  4+64*c+40(x), Z29 \
+	VPXORD        Z24, Z24, Z24 \
+	VPXORD        Z25, Z25, Z25 \
+	VPDPBUSD      Z26, Z0, Z24 \
+	VPDPBUSD      Z27, Z4, Z25 \
+	VPBROADCASTQ  4+64*c+16(x), Z26 \
+	VPBROADCASTQ  4+64*c+48(x), Z27 \
+	VPDPBUSD      Z28, Z1, Z24 \
+	VPDPBUSD      Z29, Z5, Z25 \
+	VPBROADCASTQ  4+64*c+24(x), Z28 \
+	VPBROADCASTQ  4+64*c+56(x), Z29 \
+	VPDPBUSD      Z26, Z2, Z24 \
+	VPDPBUSD      Z27, Z6, Z25 \
+	VPDPBUSD      Z28, Z3, Z24 \
+	VPDPBUSD      Z29, Z7, Z25 \
+	VPMULLD       Z8, Z24, Z24 \
+	VPMULLD       Z9, Z25, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPSHUFD       $0xb1, Z24, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPMOVQD       Z24, Y24 \
+	VPADDD        Y24, S, S \
+	VPDPWSSD.BCST 260+8*c(x), Y10, M \
+	VPDPWSSD.BCST 264+8*c(x), Y11, M
+
+// K4I8FMAV ends a block of the activation row at x in the GEMV's order:
+// its totals S and M, one FMA each by d*xd and dmin*xd into A and AM, and
+// clears S and M.
+#define K4I8FMAV(x, S, M, A, AM) \
+	VCVTDQ2PS   S, Y24 \
+	VMULPS.BCST (x), Y12, Y30 \
+	VFMADD231PS Y30, Y24, A \
+	VCVTDQ2PS   M, Y31 \
+	VMULPS.BCST (x), Y13, Y30 \
+	VFMADD231PS Y30, Y31, AM \
+	VPXORD      S, S, S \
+	VPXORD      M, M, M
+
 // func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
 //
 // 4 activation row(s) at x (stride bytes apart) against the interleaved
-// group at w: out[8r+j] is row r's product with weight row j.
+// group at w in the repacked GEMM's order: out[8r+j] is row r's product
+// with weight row j.
 TEXT ·dotQ4_KGEMMi8x4Asm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), DI
@@ -1263,7 +1308,7 @@ TEXT ·dotQ4_KGEMMi8x4Asm(SB), NOSPLIT, $0-40
 	VPXORD       Y22, Y22, Y22
 	VPXORD       Y23, Y23, Y23
 
-q4ki8x4loop:
+q4kGEMMi8x4loop:
 	VCVTPH2PS 1152(SI), Y12
 	VCVTPH2PS 1168(SI), Y13
 	K4I8CHUNK(0)
@@ -1292,7 +1337,7 @@ q4ki8x4loop:
 	ADDQ      $292, R9
 	ADDQ      $292, R13
 	DECQ      CX
-	JNZ       q4ki8x4loop
+	JNZ       q4kGEMMi8x4loop
 
 	MOVQ    out+32(FP), AX
 	VSUBPS  Y17, Y16, Y16
@@ -1309,7 +1354,8 @@ q4ki8x4loop:
 // func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)
 //
 // 1 activation row(s) at x (stride bytes apart) against the interleaved
-// group at w: out[8r+j] is row r's product with weight row j.
+// group at w in the repacked GEMM's order: out[8r+j] is row r's product
+// with weight row j.
 TEXT ·dotQ4_KGEMMi8x1Asm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), DI
@@ -1323,7 +1369,7 @@ TEXT ·dotQ4_KGEMMi8x1Asm(SB), NOSPLIT, $0-40
 	VPXORD       Y16, Y16, Y16
 	VPXORD       Y17, Y17, Y17
 
-q4ki8x1loop:
+q4kGEMMi8x1loop:
 	VCVTPH2PS 1152(SI), Y12
 	VCVTPH2PS 1168(SI), Y13
 	K4I8CHUNK(0)
@@ -1337,7 +1383,105 @@ q4ki8x1loop:
 	ADDQ      $1184, SI
 	ADDQ      $292, DI
 	DECQ      CX
-	JNZ       q4ki8x1loop
+	JNZ       q4kGEMMi8x1loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 2 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w in the repacked GEMV's order: out[8r+j] is row r's product
+// with weight row j.
+TEXT ·dotQ4_KGEMVi8x2Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+	VPXORD       Y18, Y18, Y18
+	VPXORD       Y19, Y19, Y19
+	VPXORD       Y20, Y20, Y20
+	VPXORD       Y21, Y21, Y21
+	VPXORD       Y22, Y22, Y22
+	VPXORD       Y23, Y23, Y23
+
+q4kGEMVi8x2loop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROWV(0, DI, Y18, Y19)
+	K4I8ROWV(0, R8, Y22, Y23)
+	K4I8CHUNK(1)
+	K4I8ROWV(1, DI, Y18, Y19)
+	K4I8ROWV(1, R8, Y22, Y23)
+	K4I8CHUNK(2)
+	K4I8ROWV(2, DI, Y18, Y19)
+	K4I8ROWV(2, R8, Y22, Y23)
+	K4I8CHUNK(3)
+	K4I8ROWV(3, DI, Y18, Y19)
+	K4I8ROWV(3, R8, Y22, Y23)
+	K4I8FMAV(DI, Y18, Y19, Y16, Y17)
+	K4I8FMAV(R8, Y22, Y23, Y20, Y21)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	ADDQ      $292, R8
+	DECQ      CX
+	JNZ       q4kGEMVi8x2loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VSUBPS  Y21, Y20, Y20
+	VMOVUPS Y20, 32(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 1 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w in the repacked GEMV's order: out[8r+j] is row r's product
+// with weight row j.
+TEXT ·dotQ4_KGEMVi8x1Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+	VPXORD       Y18, Y18, Y18
+	VPXORD       Y19, Y19, Y19
+
+q4kGEMVi8x1loop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROWV(0, DI, Y18, Y19)
+	K4I8CHUNK(1)
+	K4I8ROWV(1, DI, Y18, Y19)
+	K4I8CHUNK(2)
+	K4I8ROWV(2, DI, Y18, Y19)
+	K4I8CHUNK(3)
+	K4I8ROWV(3, DI, Y18, Y19)
+	K4I8FMAV(DI, Y18, Y19, Y16, Y17)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	DECQ      CX
+	JNZ       q4kGEMVi8x1loop
 
 	MOVQ    out+32(FP), AX
 	VSUBPS  Y17, Y16, Y16

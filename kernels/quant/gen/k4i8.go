@@ -17,8 +17,8 @@ const (
 )
 
 // q4kInterleaved writes the Q4_K kernels on interleaved groups of eight
-// weight rows, in the repacked GEMM's order, for four activation rows and
-// for one.
+// weight rows: in the repacked GEMM's order for four activation rows and
+// for one, in the GEMV's (two more int32 totals per row) for two and one.
 func q4kInterleaved(f *asmgen.File) {
 	f.Raw(fmt.Sprintf(`
 // ---- Q4_K · Q8_K on interleaved groups of eight weight rows
@@ -112,14 +112,68 @@ func q4kInterleaved(f *asmgen.File) {
 	VCVTDQ2PS    Y31, Y31 \
 	VMULPS.BCST  (x), Y13, Y30 \
 	VFMADD231PS  Y30, Y31, M
+
+// K4I8ROWV is K4I8ROW in the repacked GEMV's order: the chunk's S_c and
+// M_c added to the row's int32 totals of the block, S and M.
+#define K4I8ROWV(c, x, S, M) \
+	VPBROADCASTQ 4+64*c(x), Z26 \
+	VPBROADCASTQ 4+64*c+32(x), Z27 \
+	VPBROADCASTQ 4+64*c+8(x), Z28 \
+	VPBROADCASTQ 4+64*c+40(x), Z29 \
+	VPXORD       Z24, Z24, Z24 \
+	VPXORD       Z25, Z25, Z25 \
+	VPDPBUSD     Z26, Z0, Z24 \
+	VPDPBUSD     Z27, Z4, Z25 \
+	VPBROADCASTQ 4+64*c+16(x), Z26 \
+	VPBROADCASTQ 4+64*c+48(x), Z27 \
+	VPDPBUSD     Z28, Z1, Z24 \
+	VPDPBUSD     Z29, Z5, Z25 \
+	VPBROADCASTQ 4+64*c+24(x), Z28 \
+	VPBROADCASTQ 4+64*c+56(x), Z29 \
+	VPDPBUSD     Z26, Z2, Z24 \
+	VPDPBUSD     Z27, Z6, Z25 \
+	VPDPBUSD     Z28, Z3, Z24 \
+	VPDPBUSD     Z29, Z7, Z25 \
+	VPMULLD      Z8, Z24, Z24 \
+	VPMULLD      Z9, Z25, Z25 \
+	VPADDD       Z25, Z24, Z24 \
+	VPSHUFD      $0xb1, Z24, Z25 \
+	VPADDD       Z25, Z24, Z24 \
+	VPMOVQD      Z24, Y24 \
+	VPADDD       Y24, S, S \
+	VPDPWSSD.BCST 260+8*c(x), Y10, M \
+	VPDPWSSD.BCST 264+8*c(x), Y11, M
+
+// K4I8FMAV ends a block of the activation row at x in the GEMV's order:
+// its totals S and M, one FMA each by d*xd and dmin*xd into A and AM, and
+// clears S and M.
+#define K4I8FMAV(x, S, M, A, AM) \
+	VCVTDQ2PS    S, Y24 \
+	VMULPS.BCST  (x), Y12, Y30 \
+	VFMADD231PS  Y30, Y24, A \
+	VCVTDQ2PS    M, Y31 \
+	VMULPS.BCST  (x), Y13, Y30 \
+	VFMADD231PS  Y30, Y31, AM \
+	VPXORD       S, S, S \
+	VPXORD       M, M, M
 `, k4i8Scales, k4i8Mins, k4i8D, k4i8Dmin, k4i8Scales, k4i8Scales, k4i8Mins, k4i8Mins))
-	for _, rows := range []int{4, 1} {
-		name := fmt.Sprintf("dotQ4_KGEMMi8x%dAsm", rows)
+	type kern struct {
+		gemv bool
+		rows int
+	}
+	for _, k := range []kern{{false, 4}, {false, 1}, {true, 2}, {true, 1}} {
+		mode, per := "GEMM", 2 // accumulators per row
+		if k.gemv {
+			mode, per = "GEMV", 4
+		}
+		rows := k.rows
+		name := fmt.Sprintf("dotQ4_K%si8x%dAsm", mode, rows)
 		f.P("")
 		f.P("// func %s(w, x *byte, stride, nb int, out *float32)", name)
 		f.P("//")
 		f.P("// %d activation row(s) at x (stride bytes apart) against the interleaved", rows)
-		f.P("// group at w: out[8r+j] is row r's product with weight row j.")
+		f.P("// group at w in the repacked %s's order: out[8r+j] is row r's product", mode)
+		f.P("// with weight row j.")
 		f.Text(name, 0, 40)
 		f.Raw(`
 	MOVQ w+0(FP), SI
@@ -131,11 +185,12 @@ func q4kInterleaved(f *asmgen.File) {
 	LEAQ (R9)(DX*1), R13
 	MOVL $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z14`)
-		for r := 0; r < 2*rows; r++ {
+		for r := 0; r < per*rows; r++ {
 			a := asmgen.Reg("Y", 16+r)
 			f.Ins("VPXORD", a, a, a)
 		}
-		label := fmt.Sprintf("q4ki8x%dloop", rows)
+		reg := func(r, i int) string { return asmgen.Reg("Y", 16+per*r+i) }
+		label := fmt.Sprintf("q4k%si8x%dloop", mode, rows)
 		f.P("")
 		f.P("%s:", label)
 		f.Ins("VCVTPH2PS", fmt.Sprintf("%d(SI)", k4i8D), "Y12")
@@ -144,7 +199,16 @@ func q4kInterleaved(f *asmgen.File) {
 		for c := 0; c < 4; c++ {
 			f.P("\tK4I8CHUNK(%d)", c)
 			for r := 0; r < rows; r++ {
-				f.P("\tK4I8ROW(%d, %s, %s, %s)", c, xs[r], asmgen.Reg("Y", 16+2*r), asmgen.Reg("Y", 17+2*r))
+				if k.gemv {
+					f.P("\tK4I8ROWV(%d, %s, %s, %s)", c, xs[r], reg(r, 2), reg(r, 3))
+				} else {
+					f.P("\tK4I8ROW(%d, %s, %s, %s)", c, xs[r], reg(r, 0), reg(r, 1))
+				}
+			}
+		}
+		if k.gemv {
+			for r := 0; r < rows; r++ {
+				f.P("\tK4I8FMAV(%s, %s, %s, %s, %s)", xs[r], reg(r, 2), reg(r, 3), reg(r, 0), reg(r, 1))
 			}
 		}
 		var st []step
@@ -154,9 +218,8 @@ func q4kInterleaved(f *asmgen.File) {
 		f.P("")
 		f.Ins("MOVQ", "out+32(FP)", "AX")
 		for r := 0; r < rows; r++ {
-			a, m := asmgen.Reg("Y", 16+2*r), asmgen.Reg("Y", 17+2*r)
-			f.Ins("VSUBPS", m, a, a)
-			f.Ins("VMOVUPS", a, fmt.Sprintf("%d(AX)", 32*r))
+			f.Ins("VSUBPS", reg(r, 1), reg(r, 0), reg(r, 0))
+			f.Ins("VMOVUPS", reg(r, 0), fmt.Sprintf("%d(AX)", 32*r))
 		}
 		f.Ins("VZEROUPPER")
 		f.Ins("RET")

@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -193,54 +194,48 @@ func TestQ4KInterleavedBitwise(t *testing.T) {
 	}
 }
 
-// BenchmarkQ4KGEMM measures a prompt tile in OrderGEMM: 16 weight rows of
-// 4096 against 16 activation rows, by the multi-row kernels on the
-// original rows and by interleaving the rows (included) and the kernels
-// on interleaved groups; ns/op over 256 compares with BenchmarkVecDotRows'
-// Q4_K per row.
-func BenchmarkQ4KGEMM(b *testing.B) {
-	const n, rows, wrows = 4096, 16, 16
+// BenchmarkQ4KInterleaved measures a tile in each repacked order: 16
+// weight rows of n against 16 activation rows, by the multi-row kernels on
+// the original rows and by interleaving the rows (included) and the
+// kernels on interleaved groups.
+func BenchmarkQ4KInterleaved(b *testing.B) {
+	const rows, wrows = 16, 16
 	rng := rand.New(rand.NewSource(8))
-	rb := n / qkK * q4_KLen
-	w := make([]byte, wrows*rb)
-	for r := 0; r < wrows; r++ {
-		copy(w[r*rb:], randomRow(rng, ggml.Q4_K, n))
+	for _, n := range []int{1024, 3072} {
+		rb := n / qkK * q4_KLen
+		w := make([]byte, wrows*rb)
+		for r := 0; r < wrows; r++ {
+			copy(w[r*rb:], randomRow(rng, ggml.Q4_K, n))
+		}
+		xb := n / qkK * q8_KLen
+		xq := make([]byte, rows*xb)
+		for r := 0; r < rows; r++ {
+			if err := QuantizeRow(ggml.Q8_K, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		out := make([]float32, rows*Q4KInterleaveRows)
+		g := make([]byte, Q4KGroupBytes(n))
+		for _, o := range []Order{OrderGEMM, OrderGEMV} {
+			b.Run(fmt.Sprintf("n=%d/order=%d/rows", n, o), func(b *testing.B) {
+				for b.Loop() {
+					for j := 0; j < wrows; j++ {
+						VecDotRowsOrder(ggml.Q4_K, o, n, w[j*rb:(j+1)*rb], xq, xb, rows, out)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("n=%d/order=%d/interleaved", n, o), func(b *testing.B) {
+				for b.Loop() {
+					for j := 0; j < wrows; j += Q4KInterleaveRows {
+						if err := InterleaveQ4K(n, w[j*rb:], g); err != nil {
+							b.Fatal(err)
+						}
+						if err := VecDotQ4KInterleaved(o, n, g, xq, xb, rows, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
 	}
-	xb := n / qkK * q8_KLen
-	xq := make([]byte, rows*xb)
-	for r := 0; r < rows; r++ {
-		if err := QuantizeRow(ggml.Q8_K, randomActivations(rng, n), xq[r*xb:(r+1)*xb]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	out := make([]float32, rows*Q4KInterleaveRows)
-	b.Run("rows", func(b *testing.B) {
-		for b.Loop() {
-			for j := 0; j < wrows; j++ {
-				VecDotRowsOrder(ggml.Q4_K, OrderGEMM, n, w[j*rb:(j+1)*rb], xq, xb, rows, out)
-			}
-		}
-	})
-	g := make([]byte, Q4KGroupBytes(n))
-	b.Run("interleaved", func(b *testing.B) {
-		for b.Loop() {
-			for j := 0; j < wrows; j += Q4KInterleaveRows {
-				if err := InterleaveQ4K(n, w[j*rb:], g); err != nil {
-					b.Fatal(err)
-				}
-				if err := VecDotQ4KInterleaved(OrderGEMM, n, g, xq, xb, rows, out); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	})
-	b.Run("interleave-only", func(b *testing.B) {
-		for b.Loop() {
-			for j := 0; j < wrows; j += Q4KInterleaveRows {
-				if err := InterleaveQ4K(n, w[j*rb:], g); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	})
 }

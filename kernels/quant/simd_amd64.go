@@ -100,6 +100,7 @@ func simdKernels(level int) (tab simdTable) {
 		tab.q4kOrder[OrderGEMM-1].rows = rowsQ4_K(dotQ4_KGEMMx8Asm, dotQ4_KGEMMx4Asm, dotQ4_KGEMMAVX2Asm)
 		tab.q4kOrder[OrderGEMV-1].matVec = matVecQ4_KGEMV
 		tab.q4kI8 = dotQ4KInterleavedVNNI
+		rows[ggml.Q4_K] = rowsQ4_KDot
 		mv[ggml.Q6_K] = matVecQ6_KVNNI
 		mv[ggml.Q8_0] = matVecQ8_0VNNI
 		mv[ggml.Q4_0] = matVecQ4_0VNNI
@@ -542,3 +543,28 @@ func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)
+
+// rowsQ4_KDot is Q4_K's multi-row kernel in vec_dot's order (OrderDot,
+// for the matrices ggml does not repack, such as a tied output of an odd
+// vocabulary): four rows at a time with each weight block prepared once,
+// the one-row kernel on the rest; all give the one-row kernel's bits.
+func rowsQ4_KDot(n int, w, x []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	if nb == 0 || rows <= 0 {
+		clear(out[:rows])
+		return
+	}
+	_ = w[nb*q4_KLen-1]
+	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
+	out = out[:rows]
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		dotQ4_KDotx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
+	for ; r < rows; r++ {
+		out[r] = dotQ4_KAVX2Asm(&w[0], &x[r*xStride], nb)
+	}
+}
+
+//go:noescape
+func dotQ4_KDotx4Asm(w, x *byte, stride, nb int, out *float32)

@@ -1489,6 +1489,92 @@ q4kGEMVi8x1loop:
 	VZEROUPPER
 	RET
 
+// K4ROWDOT adds one activation row's block (at x) to its eight float
+// lanes F and four mins lanes M as dotQ4_KAVX2Asm does: the same int32
+// lanes (pairedInt), FMAed by d*xd (Y13 holds d in every lane), and the
+// chunks' mins terms FMAed by dmin*xd (X15 holds dmin). Z0, Z1, Y2, Y3,
+// Z12 scratch.
+#define K4ROWDOT(x, F, M) \
+	VPMADDUBSW    4(x), Z16, Z0 \
+	VPMADDWD      Z24, Z0, Z12 \
+	VPMADDUBSW    68(x), Z18, Z1 \
+	VPDPWSSD      Z26, Z1, Z12 \
+	VPMADDUBSW    132(x), Z20, Z0 \
+	VPDPWSSD      Z28, Z0, Z12 \
+	VPMADDUBSW    196(x), Z22, Z1 \
+	VPDPWSSD      Z30, Z1, Z12 \
+	VEXTRACTI64X4 $1, Z12, Y3 \
+	VPADDD        Y3, Y12, Y12 \
+	VCVTDQ2PS     Y12, Y12 \
+	VMULPS.BCST   (x), Y13, Y2 \
+	VFMADD231PS   Y2, Y12, F \
+	VMOVDQU       260(x), X2 \
+	VMOVDQU       276(x), X3 \
+	VPHADDW       X3, X2, X2 \
+	VPMADDWD      X14, X2, X2 \
+	VCVTDQ2PS     X2, X2 \
+	VMULPS.BCST   (x), X15, X1 \
+	VFMADD231PS   X1, X2, M
+
+// func dotQ4_KDotx4Asm(w, x *byte, stride, nb int, out *float32)
+TEXT ·dotQ4_KDotx4Asm(SB), NOSPLIT, $32-40
+	ROWSARGS
+	VXORPS X4, X4, X4
+	VXORPS X8, X8, X8
+	VXORPS X5, X5, X5
+	VXORPS X9, X9, X9
+	VXORPS X6, X6, X6
+	VXORPS X10, X10, X10
+	VXORPS X7, X7, X7
+	VXORPS X11, X11, X11
+
+q4kdotx4loop:
+	Q4KPREP
+	VMOVSHDUP    X13, X15
+	VBROADCASTSS X15, X15
+	VBROADCASTSS X13, Y13
+
+	K4ROWDOT(DI, Y4, X8)
+	K4ROWDOT(R8, Y5, X9)
+	K4ROWDOT(R9, Y6, X10)
+	K4ROWDOT(R13, Y7, X11)
+
+	ADDQ $144, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q4kdotx4loop
+
+	// As dotQ4_KAVX2Asm ends, row by row: the mins lanes reduced as
+	// (m0+m2) + (m1+m3), HSUM of the lanes, their difference.
+	VMOVHLPS  X8, X8, X12
+	VADDPS    X12, X8, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X8
+	VMOVHLPS  X9, X9, X12
+	VADDPS    X12, X9, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X9
+	VMOVHLPS  X10, X10, X12
+	VADDPS    X12, X10, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X10
+	VMOVHLPS  X11, X11, X12
+	VADDPS    X12, X11, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X11
+	VINSERTPS $0x10, X9, X8, X8
+	VINSERTPS $0x20, X10, X8, X8
+	VINSERTPS $0x30, X11, X8, X8
+	MOVQ      out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VSUBPS    X8, X0, X0
+	VMOVUPS   X0, (AX)
+	VZEROUPPER
+	RET
+
 // Q5KHIGH ORs the fifth bits into Y4/Y5: bit 0 of each byte of Y8 (qh,
 // shifted right once per sub-block so far) is the low nibble's, bit 1 the
 // high nibble's. VPSRLW moves bits across bytes only into the top bits of

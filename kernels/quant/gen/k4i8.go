@@ -225,3 +225,47 @@ func q4kInterleaved(f *asmgen.File) {
 		f.Ins("RET")
 	}
 }
+
+// q4kDotRows writes dotQ4_KDotx4Asm: Q4_K in vec_dot's order (OrderDot)
+// for four activation rows, each weight block prepared once (Q4KPREP).
+func q4kDotRows(f *asmgen.File) {
+	f.Raw(`
+// K4ROWDOT adds one activation row's block (at x) to its eight float
+// lanes F and four mins lanes M as dotQ4_KAVX2Asm does: the same int32
+// lanes (pairedInt), FMAed by d*xd (Y13 holds d in every lane), and the
+// chunks' mins terms FMAed by dmin*xd (X15 holds dmin). Z0, Z1, Y2, Y3,
+// Z12 scratch.`)
+	f.Define("K4ROWDOT(x, F, M)", func(f *asmgen.File) {
+		pairedInt(f, [4]string{"4(x)", "68(x)", "132(x)", "196(x)"})
+		f.Ins("VCVTDQ2PS", "Y12", "Y12")
+		f.Ins("VMULPS.BCST", "(x)", "Y13", "Y2")
+		f.Ins("VFMADD231PS", "Y2", "Y12", "F")
+		f.Ins("VMOVDQU", "260(x)", "X2")
+		f.Ins("VMOVDQU", "276(x)", "X3")
+		f.Ins("VPHADDW", "X3", "X2", "X2")
+		f.Ins("VPMADDWD", "X14", "X2", "X2")
+		f.Ins("VCVTDQ2PS", "X2", "X2")
+		f.Ins("VMULPS.BCST", "(x)", "X15", "X1")
+		f.Ins("VFMADD231PS", "X1", "X2", "M")
+	})
+	var init, end string
+	for r := 0; r < 4; r++ {
+		init += fmt.Sprintf("\tVXORPS X%d, X%d, X%d\n\tVXORPS X%d, X%d, X%d\n", 4+r, 4+r, 4+r, 8+r, 8+r, 8+r)
+	}
+	end = "\t// As dotQ4_KAVX2Asm ends, row by row: the mins lanes reduced as\n\t// (m0+m2) + (m1+m3), HSUM of the lanes, their difference.\n"
+	for r := 0; r < 4; r++ {
+		m := fmt.Sprintf("X%d", 8+r)
+		end += fmt.Sprintf("\tVMOVHLPS %s, %s, X12\n\tVADDPS X12, %s, X12\n\tVMOVSHDUP X12, X13\n\tVADDSS X13, X12, %s\n", m, m, m, m)
+	}
+	end += "\tVINSERTPS $0x10, X9, X8, X8\n\tVINSERTPS $0x20, X10, X8, X8\n\tVINSERTPS $0x30, X11, X8, X8\n"
+	end += "\tMOVQ out+32(FP), AX\n\tHSUM4(Y4, Y5, Y6, Y7)\n\tVSUBPS X8, X0, X0\n\tVMOVUPS X0, (AX)\n"
+	(&rowsKernel{
+		name: "dotQ4_KDotx4Asm", frame: 32, rows: 4,
+		init: init, label: "q4kdotx4loop",
+		prep: "Q4KPREP\n\tVMOVSHDUP X13, X15\n\tVBROADCASTSS X15, X15\n\tVBROADCASTSS X13, Y13",
+		row: func(f *asmgen.File, x string, r int) {
+			f.P("\tK4ROWDOT(%s, Y%d, X%d)", x, 4+r, 8+r)
+		},
+		wLen: 144, end: end,
+	}).write(f)
+}

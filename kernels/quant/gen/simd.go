@@ -52,6 +52,7 @@ func simdFile() []byte {
 	kquants(f)
 	q4kRows(f)
 	q4kInterleaved(f)
+	q4kDotRows(f)
 	q5k(f)
 	q6k(f)
 	q6kRows(f)

@@ -79,9 +79,10 @@ __device__ __forceinline__ void kvq_block(u8* dst, float v) {
     dst[2 + lane] = (u8)(signed char)__float2int_rn(v * id);
     // One 16-bit store of the scale (a block starts on an even byte: rows
     // and pages are whole blocks of 34 bytes from a 64-byte boundary). Two
-    // byte stores of the F16's halves lost the low byte on an H100
-    // (ptxas kept the F16 in a register's upper half and stored its low
-    // byte), so the cache's scales were coarser than T-CPU's.
+    // byte stores of the F16's halves went wrong: ptxas (CUDA 13.0, seen
+    // for sm_90) compiled the low byte's st.global.u8 of the F16's register
+    // as F2I.U8.F16.TRUNC, the half's value converted to an integer (0 for
+    // a scale below 1), so the cache's scales lost their low byte.
     if (lane == 0) *(unsigned short*)dst = __half_as_ushort(__float2half_rn(amax / 127.f));
 }
 

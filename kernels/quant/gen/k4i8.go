@@ -175,11 +175,8 @@ func q4kInterleaved(f *asmgen.File) {
 		f.P("// group at w in the repacked %s's order: out[8r+j] is row r's product", mode)
 		f.P("// with weight row j.")
 		f.Text(name, 0, 40)
+		f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "stride", Reg: "DX"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 		f.Raw(`
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ stride+16(FP), DX
-	MOVQ nb+24(FP), CX
 	LEAQ (DI)(DX*1), R8
 	LEAQ (DI)(DX*2), R9
 	LEAQ (R9)(DX*1), R13

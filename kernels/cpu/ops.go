@@ -716,6 +716,65 @@ var gemmTiles sync.Pool
 // about what four rows' products on it do.
 const q4kInterleaveMinRows = 4
 
+// span is a block of the quantized activation rows of gemmRepacked, all
+// in order o.
+type span struct {
+	lo, hi int
+	o      quant.Order
+}
+
+// gemmPacked is gemmRepacked on a Q4_K matrix of n rows of k elements
+// held interleaved (g, see Packs): each worker takes a share of the
+// groups of eight weight rows and, two groups at a time (gemmCols rows),
+// sweeps the spans of quantized rows xq (xb bytes apart, row p the
+// product's row idx[p]).
+func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans []span, dst func(i, j int) []float32, bias []float32) error {
+	const per = gemmCols / quant.Q4KInterleaveRows
+	gb := quant.Q4KGroupBytes(k)
+	return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(_, lo, hi int) {
+		var out8 [gemmTileRows * quant.Q4KInterleaveRows]float32
+		for g0 := lo; g0 < hi; g0 += per {
+			for _, sp := range spans {
+				nr := sp.hi - sp.lo
+				res := out8[:nr*quant.Q4KInterleaveRows]
+				for gi := g0; gi < min(hi, g0+per); gi++ {
+					if err := quant.VecDotQ4KInterleaved(sp.o, k, g[gi*gb:(gi+1)*gb], xq[sp.lo*xb:], xb, nr, res); err != nil {
+						panic(err) // the orders are the repacked ones
+					}
+					putGroups(dst, idx[sp.lo:sp.hi], gi*quant.Q4KInterleaveRows, res, bias)
+				}
+			}
+		}
+	})
+}
+
+// putGroups writes the products of an interleaved group, weight rows j
+// to j+7, with rows (res[8p:8p+8] is row rows[p]'s) through dst, adding
+// bias.
+func putGroups(dst func(i, j int) []float32, rows []int, j int, res, bias []float32) {
+	for p, i := range rows {
+		r8 := res[p*quant.Q4KInterleaveRows : (p+1)*quant.Q4KInterleaveRows]
+		// dst's slice may end within the eight (the outputs of fused
+		// products are several buffers): then feature by feature.
+		if d := dst(i, j); len(d) >= len(r8) {
+			d = d[:len(r8)]
+			copy(d, r8)
+			if bias != nil {
+				for jj, bv := range bias[j : j+len(r8)] {
+					d[jj] += bv
+				}
+			}
+			continue
+		}
+		for jj, v := range r8 {
+			if bias != nil {
+				v += bias[j+jj]
+			}
+			dst(i, j+jj)[0] = v
+		}
+	}
+}
+
 // q4kGroups recycles gemmRepacked's interleaved Q4_K groups (one block of
 // gemmCols weight rows per worker).
 var q4kGroups sync.Pool
@@ -749,7 +808,13 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 			panic(err) // sizes come from the kernel's own arguments
 		}
 	}
-	if len(idx) == 1 {
+	// Where the tier holds the matrix interleaved (Packs), every row,
+	// a decode step's one included, takes the kernels on the groups.
+	g, err := a.Packs.q4kGroups(a, t, w, k, n)
+	if err != nil {
+		return err
+	}
+	if g == nil && len(idx) == 1 {
 		quantize(0)
 		i, o := idx[0], order(idx[0])
 		return a.Pool.For(n, 16, func(_, lo, hi int) {
@@ -779,15 +844,14 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 	// activations in blocks of ib rows that stay in L1, GEMM rows apart
 	// from GEMV rows (each block in one order).
 	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
-	type span struct {
-		lo, hi int
-		o      quant.Order
-	}
 	var spans []span
 	for _, s := range []span{{0, ng, quant.OrderGEMM}, {ng, len(idx), quant.OrderGEMV}} {
 		for i0 := s.lo; i0 < s.hi; i0 += ib {
 			spans = append(spans, span{i0, min(s.hi, i0+ib), s.o})
 		}
+	}
+	if g != nil {
+		return gemmPacked(a, g, k, n, xq, xb, idx, spans, dst, bias)
 	}
 	// Q4_K's rows take the kernels on interleaved groups of eight weight
 	// rows where the CPU has them (quant.Q4KInterleavedFast) and there are
@@ -832,28 +896,7 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 						if err := quant.VecDotQ4KInterleaved(sp.o, k, grp[(j-j0)/quant.Q4KInterleaveRows*gb:][:gb], xq[sp.lo*xb:], xb, nr, res); err != nil {
 							panic(err) // the orders are the repacked ones
 						}
-						for p := 0; p < nr; p++ {
-							r8 := res[p*quant.Q4KInterleaveRows : (p+1)*quant.Q4KInterleaveRows]
-							// dst's slice may end within the eight (the
-							// outputs of fused products are several
-							// buffers): then feature by feature.
-							if d := dst(idx[sp.lo+p], j); len(d) >= len(r8) {
-								d = d[:len(r8)]
-								copy(d, r8)
-								if bias != nil {
-									for jj, bv := range bias[j : j+len(r8)] {
-										d[jj] += bv
-									}
-								}
-								continue
-							}
-							for jj, v := range r8 {
-								if bias != nil {
-									v += bias[j+jj]
-								}
-								dst(idx[sp.lo+p], j+jj)[0] = v
-							}
-						}
+						putGroups(dst, idx[sp.lo:sp.hi], j, res, bias)
 					}
 				}
 				for ; j < min(hi, j0+gemmCols); j++ {

@@ -239,3 +239,47 @@ func BenchmarkQ4KInterleaved(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQ4KGEMVOneRow times single-sequence decode's product in the
+// repacked GEMV's order: the many-row kernel on the rows as stored
+// against the one-row kernel on groups interleaved beforehand (once, as
+// at load).
+func BenchmarkQ4KGEMVOneRow(b *testing.B) {
+	const wrows = 256
+	rng := rand.New(rand.NewSource(9))
+	for _, n := range []int{768, 1024, 3072} {
+		rb := n / qkK * q4_KLen
+		w := make([]byte, wrows*rb)
+		for r := 0; r < wrows; r++ {
+			copy(w[r*rb:], randomRow(rng, ggml.Q4_K, n))
+		}
+		xq := make([]byte, n/qkK*q8_KLen)
+		if err := QuantizeRow(ggml.Q8_K, randomActivations(rng, n), xq); err != nil {
+			b.Fatal(err)
+		}
+		out := make([]float32, wrows)
+		gb := Q4KGroupBytes(n)
+		g := make([]byte, wrows/Q4KInterleaveRows*gb)
+		for j := 0; j < wrows; j += Q4KInterleaveRows {
+			if err := InterleaveQ4K(n, w[j*rb:], g[j/Q4KInterleaveRows*gb:]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("n=%d/rows", n), func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				MatVecOrder(ggml.Q4_K, OrderGEMV, n, w, xq, out)
+			}
+		})
+		b.Run(fmt.Sprintf("n=%d/interleaved", n), func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				for j := 0; j < wrows; j += Q4KInterleaveRows {
+					if err := VecDotQ4KInterleaved(OrderGEMV, n, g[j/Q4KInterleaveRows*gb:][:gb], xq, len(xq), 1, out[j:j+Q4KInterleaveRows]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

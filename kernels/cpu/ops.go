@@ -731,6 +731,24 @@ type span struct {
 func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans []span, dst func(i, j int) []float32, bias []float32) error {
 	const per = gemmCols / quant.Q4KInterleaveRows
 	gb := quant.Q4KGroupBytes(k)
+	if len(spans) == 1 && spans[0].hi-spans[0].lo == 1 && spans[0].o == quant.OrderGEMV {
+		// A decode step's one row: the GEMV over each worker's run of
+		// groups in one call (up to mvGroups at a time).
+		const mvGroups = 64
+		return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(_, lo, hi int) {
+			var out [mvGroups * quant.Q4KInterleaveRows]float32
+			for g0 := lo; g0 < hi; g0 += mvGroups {
+				m := min(mvGroups, hi-g0)
+				res := out[:m*quant.Q4KInterleaveRows]
+				if err := quant.MatVecQ4KInterleaved(k, g[g0*gb:(g0+m)*gb], xq[spans[0].lo*xb:], res); err != nil {
+					panic(err) // sizes come from the kernel's own arguments
+				}
+				for i := 0; i < m; i++ {
+					putGroups(dst, idx[spans[0].lo:spans[0].hi], (g0+i)*quant.Q4KInterleaveRows, res[i*quant.Q4KInterleaveRows:(i+1)*quant.Q4KInterleaveRows], bias)
+				}
+			}
+		})
+	}
 	return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(_, lo, hi int) {
 		var out8 [gemmTileRows * quant.Q4KInterleaveRows]float32
 		for g0 := lo; g0 < hi; g0 += per {

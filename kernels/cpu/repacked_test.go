@@ -30,7 +30,8 @@ func TestMatmulRepackedOrders(t *testing.T) {
 	}
 	flags = append(flags, kernels.RowPrompt|kernels.RowPromptTail, kernels.RowPrompt|kernels.RowPromptTail, kernels.RowPrompt|kernels.RowPromptTail, 0, 0)
 	for _, n := range []int{24, 20, 64} {
-		for _, rows := range []int{len(flags), 1} {
+		for _, fl := range [][]uint32{flags, flags[:1], {0}} { // all, a lone prompt row, a lone decode row
+			rows := len(fl)
 			for _, packs := range []string{"none", "packs", "other"} {
 				w := make([]byte, n*rowBytes(ggml.Q4_K, k))
 				rng.Read(w)
@@ -45,7 +46,7 @@ func TestMatmulRepackedOrders(t *testing.T) {
 				io := make([]uint32, kernels.IOWordRowBase+rows*kernels.IORowWords)
 				io[kernels.IOWordRows] = uint32(rows)
 				for i := 0; i < rows; i++ {
-					io[kernels.IOWordRowBase+i*kernels.IORowWords+kernels.IORowFlags] = flags[i]
+					io[kernels.IOWordRowBase+i*kernels.IORowWords+kernels.IORowFlags] = fl[i]
 				}
 				y := make([]float32, rows*n)
 				pool := NewPool(2)
@@ -88,7 +89,7 @@ func TestMatmulRepackedOrders(t *testing.T) {
 					o := quant.OrderDot
 					switch {
 					case n%8 != 0:
-					case flags[i]&(kernels.RowPrompt|kernels.RowPromptTail) == kernels.RowPrompt:
+					case fl[i]&(kernels.RowPrompt|kernels.RowPromptTail) == kernels.RowPrompt:
 						o = quant.OrderGEMM
 					default:
 						o = quant.OrderGEMV
@@ -96,7 +97,7 @@ func TestMatmulRepackedOrders(t *testing.T) {
 					for j := 0; j < n; j++ {
 						want := quant.VecDotOrder(ggml.Q4_K, o, k, w[j*rb:(j+1)*rb], xq)
 						if got := y[i*n+j]; math.Float32bits(got) != math.Float32bits(want) {
-							t.Fatalf("n=%d rows=%d packs %s row %d (flags %d) feature %d: %v, order %d gives %v", n, rows, packs, i, flags[i], j, got, o, want)
+							t.Fatalf("n=%d rows=%d packs %s row %d (flags %d) feature %d: %v, order %d gives %v", n, rows, packs, i, fl[i], j, got, o, want)
 						}
 					}
 				}

@@ -194,6 +194,57 @@ func TestQ4KInterleavedBitwise(t *testing.T) {
 	}
 }
 
+// TestMatVecQ4KInterleaved holds the one-row GEMV over many interleaved
+// groups (every level's) to the repacked GEMV's pure-Go kernel on each
+// original weight row, bit for bit, and refuses outputs that are not
+// whole groups or groups shorter than their count.
+func TestMatVecQ4KInterleaved(t *testing.T) {
+	rng := rand.New(rand.NewSource(47))
+	for _, nb := range []int{1, 3, 12} {
+		for _, ng := range []int{1, 2, 5} {
+			n := nb * qkK
+			rb := nb * q4_KLen
+			rows := ng * Q4KInterleaveRows
+			w := make([]byte, rows*rb)
+			for r := 0; r < rows; r++ {
+				copy(w[r*rb:], awkwardRow(rng, ggml.Q4_K, n))
+			}
+			gb := Q4KGroupBytes(n)
+			g := make([]byte, ng*gb)
+			for i := 0; i < ng; i++ {
+				if err := InterleaveQ4K(n, w[i*Q4KInterleaveRows*rb:], g[i*gb:]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			xq := quantizedActivations(t, rng, ggml.Q8_K, n)
+			for _, l := range levels() {
+				atLevel(l, func() {
+					out := make([]float32, rows+1)
+					out[rows] = 42
+					if err := MatVecQ4KInterleaved(n, g, xq, out[:rows]); err != nil {
+						t.Fatal(err)
+					}
+					for j := 0; j < rows; j++ {
+						want := dotQ4_KGEMV(n, w[j*rb:(j+1)*rb], xq)
+						if got := out[j]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s nb=%d groups=%d: weight row %d: %v, pure Go %v", levelNames[l], nb, ng, j, got, want)
+						}
+					}
+					if out[rows] != 42 {
+						t.Fatalf("%s nb=%d groups=%d wrote past its outputs", levelNames[l], nb, ng)
+					}
+				})
+			}
+			if err := MatVecQ4KInterleaved(n, g, xq, make([]float32, rows+3)); err == nil {
+				t.Fatal("MatVecQ4KInterleaved of outputs not whole groups: no error")
+			}
+			if err := MatVecQ4KInterleaved(n, g[:len(g)-1], xq, make([]float32, rows)); err == nil {
+				t.Fatal("MatVecQ4KInterleaved of a short group: no error")
+			}
+		}
+	}
+}
+
 // BenchmarkQ4KInterleaved measures a tile in each repacked order: 16
 // weight rows of n against 16 activation rows, by the multi-row kernels on
 // the original rows and by interleaving the rows (included) and the
@@ -269,6 +320,14 @@ func BenchmarkQ4KGEMVOneRow(b *testing.B) {
 			b.SetBytes(int64(len(w)))
 			for b.Loop() {
 				MatVecOrder(ggml.Q4_K, OrderGEMV, n, w, xq, out)
+			}
+		})
+		b.Run(fmt.Sprintf("n=%d/interleaved-matvec", n), func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				if err := MatVecQ4KInterleaved(n, g, xq, out); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 		b.Run(fmt.Sprintf("n=%d/interleaved", n), func(b *testing.B) {

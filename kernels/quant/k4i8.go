@@ -127,6 +127,43 @@ func dotQ4KInterleavedGo(o Order, n int, g, xq []byte, xStride, rows int, out []
 // groups (nil: none faster than the one-row kernels).
 type q4kInterleavedKernel func(o Order, n int, g, xq []byte, xStride, rows int, out []float32)
 
+// q4kInterleavedMatVec is the kernel of the current level for one
+// activation row against len(out)/8 consecutive interleaved groups in the
+// repacked GEMV's order (arguments checked by MatVecQ4KInterleaved).
+type q4kInterleavedMatVec func(n int, g, xq []byte, out []float32)
+
+// MatVecQ4KInterleaved multiplies the interleaved groups at g (one after
+// another, Q4KGroupBytes(n) bytes each; len(out)/8 of them) by the one
+// Q8_K activation row xq in the repacked GEMV's order, as a decode step
+// does: out[8i+j] is the product with group i's weight row j, bit-identical
+// to VecDotQ4KInterleaved(OrderGEMV, ...) on each group.
+func MatVecQ4KInterleaved(n int, g, xq []byte, out []float32) error {
+	if len(out)%Q4KInterleaveRows != 0 {
+		return fmt.Errorf("quant: Q4_K interleaved GEMV: %d outputs are not whole groups of %d", len(out), Q4KInterleaveRows)
+	}
+	ng := len(out) / Q4KInterleaveRows
+	nb := n / qkK
+	if nb == 0 || ng == 0 {
+		clear(out)
+		return nil
+	}
+	gb := nb * Q4KInterleaveBlock
+	if len(g) < ng*gb || len(xq) < nb*q8_KLen {
+		return fmt.Errorf("quant: Q4_K interleaved GEMV of %d groups of rows of %d: %d group bytes (want %d), %d activation bytes (want %d)",
+			ng, n, len(g), ng*gb, len(xq), nb*q8_KLen)
+	}
+	if q4kInterleavedMV != nil {
+		q4kInterleavedMV(n, g, xq, out)
+		return nil
+	}
+	for i := 0; i < ng; i++ {
+		if err := VecDotQ4KInterleaved(OrderGEMV, n, g[i*gb:(i+1)*gb], xq, len(xq), 1, out[i*Q4KInterleaveRows:(i+1)*Q4KInterleaveRows]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Q4KInterleavedFast reports whether this CPU has a kernel on interleaved
 // Q4_K groups, which makes interleaving worth its cost.
 func Q4KInterleavedFast() bool { return q4kInterleaved != nil }

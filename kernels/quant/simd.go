@@ -29,6 +29,9 @@ type simdTable struct {
 	q4kOrder [2]orderKernels
 	// q4kI8 is the kernel on interleaved Q4_K groups (nil: none)
 	q4kI8 q4kInterleavedKernel
+	// q4kI8MV is the one-row GEMV over many interleaved Q4_K groups
+	// (nil: q4kI8 group by group)
+	q4kI8MV q4kInterleavedMatVec
 }
 
 // orderKernels are the kernels of one Order of a type: the dot product
@@ -69,6 +72,9 @@ var (
 	q4kOrders [2]orderKernels
 	// q4kInterleaved is the interleaved Q4_K kernel of the current level.
 	q4kInterleaved q4kInterleavedKernel
+	// q4kInterleavedMV is the one-row GEMV over many interleaved Q4_K
+	// groups of the current level.
+	q4kInterleavedMV q4kInterleavedMatVec
 	// simdLevel is the level installed now.
 	simdLevel = simdNone
 )
@@ -113,6 +119,7 @@ func setSIMDLevel(level int) int {
 	}
 	prepKernels = tab.prep
 	q4kInterleaved = tab.q4kI8
+	q4kInterleavedMV = tab.q4kI8MV
 	simdLevel = level
 	return prev
 }

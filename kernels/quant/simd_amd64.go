@@ -105,6 +105,9 @@ func simdKernels(level int) (tab simdTable) {
 		// kernel's of the level, bit for bit.
 		tab.q4kOrder[OrderGEMV-1].matVec = blockMatVec(qkK, q4_KLen, q8_KLen, matVecQ4_KGEMVAsm)
 		tab.q4kI8 = dotQ4KInterleavedVNNI
+		tab.q4kI8MV = func(n int, g, xq []byte, out []float32) {
+			dotQ4_KGEMVi8MAsm(&g[0], &xq[0], n/qkK, len(out)/Q4KInterleaveRows, &out[0])
+		}
 		mv[ggml.Q6_K] = blockMatVec(qkK, q6_KLen, q8_KLen, matVecQ6_KAsm)
 		mv[ggml.Q8_0] = blockMatVec(qk, q8_0Len, q8_0Len, matVecQ8_0Asm)
 		mv[ggml.Q4_0] = blockMatVec(qk, q4_0Len, q8_0Len, matVecQ4_0Asm)
@@ -381,6 +384,9 @@ func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8MAsm(w, x *byte, nb, groups int, out *float32)
 
 // rowsQ4_KDot is Q4_K's multi-row kernel in vec_dot's order (OrderDot,
 // for the matrices ggml does not repack, such as a tied output of an odd

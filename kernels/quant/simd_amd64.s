@@ -1489,6 +1489,53 @@ q4kGEMVi8x1loop:
 	VZEROUPPER
 	RET
 
+// func dotQ4_KGEMVi8MAsm(w, x *byte, nb, groups int, out *float32)
+//
+// One activation row at x against groups interleaved groups from w (nb
+// blocks each, one after another): out[8g+j] is its product with group
+// g's weight row j, bit for bit dotQ4_KGEMVi8x1Asm's.
+TEXT ·dotQ4_KGEMVi8MAsm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), R11
+	MOVQ         nb+16(FP), R12
+	MOVQ         groups+24(FP), R10
+	MOVQ         out+32(FP), BX
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+
+q4kGEMVi8mgroup:
+	MOVQ   R11, DI
+	MOVQ   R12, CX
+	VPXORD Y16, Y16, Y16
+	VPXORD Y17, Y17, Y17
+	VPXORD Y18, Y18, Y18
+	VPXORD Y19, Y19, Y19
+
+q4kGEMVi8mloop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROWV(0, DI, Y18, Y19)
+	K4I8CHUNK(1)
+	K4I8ROWV(1, DI, Y18, Y19)
+	K4I8CHUNK(2)
+	K4I8ROWV(2, DI, Y18, Y19)
+	K4I8CHUNK(3)
+	K4I8ROWV(3, DI, Y18, Y19)
+	K4I8FMAV(DI, Y18, Y19, Y16, Y17)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	DECQ      CX
+	JNZ       q4kGEMVi8mloop
+
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, (BX)
+	ADDQ    $32, BX
+	DECQ    R10
+	JNZ     q4kGEMVi8mgroup
+	VZEROUPPER
+	RET
+
 // K4ROWDOT adds one activation row's block (at x) to its eight float
 // lanes F and four mins lanes M as dotQ4_KAVX2Asm does: the same int32
 // lanes (pairedInt), FMAed by d*xd (Y13 holds d in every lane), and the

@@ -221,6 +221,48 @@ func q4kInterleaved(f *asmgen.File) {
 		f.Ins("VZEROUPPER")
 		f.Ins("RET")
 	}
+	// One activation row against a run of groups, as a decode step's
+	// product over a whole matrix: per group, dotQ4_KGEMVi8x1Asm's
+	// operations in its order (the accumulators cleared, the blocks,
+	// acc - accm), without a call per group.
+	f.P("")
+	f.P("// func dotQ4_KGEMVi8MAsm(w, x *byte, nb, groups int, out *float32)")
+	f.P("//")
+	f.P("// One activation row at x against groups interleaved groups from w (nb")
+	f.P("// blocks each, one after another): out[8g+j] is its product with group")
+	f.P("// g's weight row j, bit for bit dotQ4_KGEMVi8x1Asm's.")
+	f.Text("dotQ4_KGEMVi8MAsm", 0, 40)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "x", Reg: "R11"}, asmgen.Arg{Name: "nb", Reg: "R12"},
+		asmgen.Arg{Name: "groups", Reg: "R10"}, asmgen.Arg{Name: "out", Reg: "BX"})
+	f.Raw(`
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+
+q4kGEMVi8mgroup:
+	MOVQ R11, DI
+	MOVQ R12, CX`)
+	for r := 0; r < 4; r++ {
+		a := asmgen.Reg("Y", 16+r)
+		f.Ins("VPXORD", a, a, a)
+	}
+	f.P("")
+	f.P("q4kGEMVi8mloop:")
+	f.Ins("VCVTPH2PS", fmt.Sprintf("%d(SI)", k4i8D), "Y12")
+	f.Ins("VCVTPH2PS", fmt.Sprintf("%d(SI)", k4i8Dmin), "Y13")
+	for c := 0; c < 4; c++ {
+		f.P("\tK4I8CHUNK(%d)", c)
+		f.P("\tK4I8ROWV(%d, DI, Y18, Y19)", c)
+	}
+	f.P("\tK4I8FMAV(DI, Y18, Y19, Y16, Y17)")
+	loopTail(f, "q4kGEMVi8mloop", step{"SI", k4i8Block}, step{"DI", 292})
+	f.P("")
+	f.Ins("VSUBPS", "Y17", "Y16", "Y16")
+	f.Ins("VMOVUPS", "Y16", "(BX)")
+	f.Ins("ADDQ", "$32", "BX")
+	f.Ins("DECQ", "R10")
+	f.Ins("JNZ", "q4kGEMVi8mgroup")
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
 }
 
 // q4kDotRows writes dotQ4_KDotx4Asm: Q4_K in vec_dot's order (OrderDot)

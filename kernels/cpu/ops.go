@@ -731,12 +731,13 @@ type span struct {
 func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans []span, dst func(i, j int) []float32, bias []float32) error {
 	const per = gemmCols / quant.Q4KInterleaveRows
 	gb := quant.Q4KGroupBytes(k)
+	outs := a.Packs.results(a.Pool.Threads())
 	if len(spans) == 1 && spans[0].hi-spans[0].lo == 1 && spans[0].o == quant.OrderGEMV {
 		// A decode step's one row: the GEMV over each worker's run of
 		// groups in one call (up to mvGroups at a time).
-		const mvGroups = 64
-		return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(_, lo, hi int) {
-			var out [mvGroups * quant.Q4KInterleaveRows]float32
+		const mvGroups = gemmTileRows
+		return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(worker, lo, hi int) {
+			out := outs[worker]
 			for g0 := lo; g0 < hi; g0 += mvGroups {
 				m := min(mvGroups, hi-g0)
 				res := out[:m*quant.Q4KInterleaveRows]
@@ -749,8 +750,8 @@ func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans
 			}
 		})
 	}
-	return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(_, lo, hi int) {
-		var out8 [gemmTileRows * quant.Q4KInterleaveRows]float32
+	return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(worker, lo, hi int) {
+		out8 := outs[worker]
 		for g0 := lo; g0 < hi; g0 += per {
 			for _, sp := range spans {
 				nr := sp.hi - sp.lo

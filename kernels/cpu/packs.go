@@ -32,6 +32,10 @@ type Packs struct {
 
 	mu  sync.Mutex
 	q4k map[packKey][]byte
+	// out holds each worker's results of the products on the packs
+	// (a result array of a kernel's own would escape to the heap on
+	// every call, through the quant kernels' indirect calls).
+	out [][]float32
 }
 
 // packKey names a packed matrix: its first byte, row length and rows.
@@ -89,6 +93,17 @@ func (p *Packs) q4kGroups(a *Args, t ggml.Type, w []byte, k, n int) ([]byte, err
 	}
 	p.q4k[key] = g
 	return g, nil
+}
+
+// results returns a buffer of gemmTileRows×8 results per worker, for
+// threads workers; worker w of a Pool.For alone uses the w-th.
+func (p *Packs) results(threads int) [][]float32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.out) < threads {
+		p.out = append(p.out, make([]float32, gemmTileRows*quant.Q4KInterleaveRows))
+	}
+	return p.out
 }
 
 // inWeights says whether b lies within one of the weight regions.

@@ -744,9 +744,7 @@ func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans
 				if err := quant.MatVecQ4KInterleaved(k, g[g0*gb:(g0+m)*gb], xq[spans[0].lo*xb:], res); err != nil {
 					panic(err) // sizes come from the kernel's own arguments
 				}
-				for i := 0; i < m; i++ {
-					putGroups(dst, idx[spans[0].lo:spans[0].hi], (g0+i)*quant.Q4KInterleaveRows, res[i*quant.Q4KInterleaveRows:(i+1)*quant.Q4KInterleaveRows], bias)
-				}
+				putRun(dst, idx[spans[0].lo], g0*quant.Q4KInterleaveRows, res, bias)
 			}
 		})
 	}
@@ -765,6 +763,23 @@ func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans
 			}
 		}
 	})
+}
+
+// putRun writes row i's products with weight rows j onwards, res, through
+// dst, adding bias: as many at a time as dst's slice holds.
+func putRun(dst func(i, j int) []float32, i, j int, res, bias []float32) {
+	for len(res) > 0 {
+		d := dst(i, j)
+		m := min(len(d), len(res))
+		d = d[:m]
+		copy(d, res[:m])
+		if bias != nil {
+			for jj, bv := range bias[j : j+m] {
+				d[jj] += bv
+			}
+		}
+		res, j = res[m:], j+m
+	}
 }
 
 // putGroups writes the products of an interleaved group, weight rows j

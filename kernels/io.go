@@ -49,6 +49,16 @@ const (
 	// request the same bits however the scheduler chunked or batched it.
 	RowPrompt     = 2
 	RowLongPrompt = 4
+	// RowPromptTail marks a prompt row among the last (n mod 4) rows of
+	// the n rows of the ubatch (PromptUbatchRows at most, the prompt
+	// evaluated from its start) llama.cpp would evaluate it in: ggml's
+	// repacked matrix products take their GEMV for those rows and their
+	// GEMM for the others (quant.OrderGEMV, OrderGEMM). Like RowPrompt it
+	// describes the request, not the step.
+	RowPromptTail = 8
+	// PromptUbatchRows is llama.cpp's n_ubatch in the references: a
+	// prompt is evaluated in ubatches of at most this many rows.
+	PromptUbatchRows = 512
 	// LongPromptRows is the batch size from which llama.cpp's CPU
 	// backend attends on its tiled path (GGML_FA_TILE_Q).
 	LongPromptRows   = 64

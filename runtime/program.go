@@ -638,6 +638,9 @@ func (p *Program) write(b Batch) (int, error) {
 		if r.Prompt >= kernels.LongPromptRows {
 			flags |= kernels.RowLongPrompt
 		}
+		if promptTail(r) {
+			flags |= kernels.RowPromptTail
+		}
 		rec[kernels.IORowFlags] = flags
 	}
 	w[kernels.IOWordRows] = uint32(len(b.Rows))
@@ -702,4 +705,16 @@ func (p *Program) Logits(slot int, dst []float32) []float32 {
 // that asked for its logits.
 func (p *Program) Greedy(slot int) int32 {
 	return int32(binary.LittleEndian.Uint32(p.tier.Region(p.toks)[4*slot:]))
+}
+
+// promptTail says whether prompt row r is among the last (n mod 4) rows of
+// the ubatch of n rows llama.cpp evaluates it in, the prompt evaluated from
+// position 0 in ubatches of kernels.PromptUbatchRows (kernels.RowPromptTail).
+func promptTail(r Row) bool {
+	if r.Prompt <= 0 || r.Pos < 0 || r.Pos >= r.Prompt {
+		return false
+	}
+	u := r.Pos / kernels.PromptUbatchRows * kernels.PromptUbatchRows
+	n := min(kernels.PromptUbatchRows, r.Prompt-u)
+	return r.Pos-u >= n-n%4
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // The fused kernels do what their unfused sequences do, in the same
@@ -44,7 +45,7 @@ func rmsNormQKV(t ggml.Type, a *Args) error {
 	if b != nil {
 		bias = f32s(b)[:nq+2*nkv]
 	}
-	return gemmPrompt(a, t, n, w, r, K, nq+2*nkv, func(i, j int) []float32 {
+	return gemmPrompt(a, t, n, w, r, K, nq+2*nkv, quant.Repacked(t, nq) && quant.Repacked(t, nkv), func(i, j int) []float32 {
 		switch {
 		case j < nq:
 			return q[i*nq+j : (i+1)*nq]
@@ -68,7 +69,7 @@ func rmsNormGateUp(t ggml.Type, a *Args) error {
 	if err := normRows(a, x, wn, n, rows, K, eps); err != nil {
 		return err
 	}
-	return gemmPrompt(a, t, n, w, r, K, 2*f, func(i, j int) []float32 {
+	return gemmPrompt(a, t, n, w, r, K, 2*f, quant.Repacked(t, f), func(i, j int) []float32 {
 		if j < f {
 			return gate[i*f+j : (i+1)*f]
 		}
@@ -162,7 +163,7 @@ func matmulResidual(t ggml.Type, a *Args) error {
 	rows := r.rows()
 	q := gemmWorkBytes(t, rows, k)
 	p := f32s(a.work(q + 4*rows*n)[q:])[:rows*n]
-	if err := gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return p[i*n+j : (i+1)*n] }, b); err != nil {
+	if err := gemmPrompt(a, t, x, w, r, k, n, quant.Repacked(t, n), func(i, j int) []float32 { return p[i*n+j : (i+1)*n] }, b); err != nil {
 		return err
 	}
 	if rows == 1 {

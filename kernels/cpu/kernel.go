@@ -33,6 +33,10 @@ type Args struct {
 	// Comm is the tensor-parallel set the tier is a rank of; nil outside
 	// one, where a collective kernel fails.
 	Comm Comm
+	// Packs holds the repacked forms of the tier's weights, derived once
+	// and shared by every dispatch; nil: each product reads the weights
+	// as stored.
+	Packs *Packs
 }
 
 // Func is a kernel implementation.

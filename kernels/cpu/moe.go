@@ -169,9 +169,11 @@ type moeProjection struct {
 // every feature j of its f and each projection, VecDot(W_e row j, x_p)
 // for each of e's pairs p, whose quantized activations (xb bytes each)
 // gathered holds in order's order. Each result is VecDot's bits
-// (VecDotRows is batch-invariant), whatever the grouping.
+// (VecDotRows is batch-invariant), whatever the grouping — in the
+// repacked GEMV's order where ggml repacks the experts (moeOrder).
 func moeExpertDots(a *Args, t ggml.Type, k, f int, gathered []byte, xb int, order, start []int32, projs ...moeProjection) error {
 	wb := rowBytes(t, k)
+	o := moeOrder(t, f)
 	// Work items are (expert, block of moeFeatures features) pairs.
 	const moeFeatures = 16
 	var items [][2]int
@@ -193,7 +195,7 @@ func moeExpertDots(a *Args, t ggml.Type, k, f int, gathered []byte, xb int, orde
 					wr := pr.w[(e*f+j)*wb : (e*f+j+1)*wb]
 					for c0 := 0; c0 < len(ps); c0 += moeTileRows {
 						n := min(moeTileRows, len(ps)-c0)
-						quant.VecDotRows(t, k, wr, xs[c0*xb:], xb, n, tile[:n])
+						quant.VecDotRowsOrder(t, o, k, wr, xs[c0*xb:], xb, n, tile[:n])
 						for c, v := range tile[:n] {
 							pr.put(int(ps[c0+c]), j, v)
 						}
@@ -202,6 +204,15 @@ func moeExpertDots(a *Args, t ggml.Type, k, f int, gathered []byte, xb int, orde
 			}
 		}
 	})
+}
+
+// moeOrder is the order of an expert product with f rows an expert:
+// ggml's repacked MUL_MAT_ID takes every row through its GEMV.
+func moeOrder(t ggml.Type, f int) quant.Order {
+	if quant.Repacked(t, f) {
+		return quant.OrderGEMV
+	}
+	return quant.OrderDot
 }
 
 // moeGateUp computes the gate and up projections of each row's selected

@@ -77,10 +77,10 @@ func TestMoEGroupedDots(t *testing.T) {
 				for j := range f {
 					rb := rowBytes(typ, k)
 					p := (i*nUsed+u)*f + j
-					if g := quant.VecDot(typ, k, wg[(e*f+j)*rb:(e*f+j+1)*rb], xq); math.Float32bits(g) != math.Float32bits(gate[p]) {
+					if g := quant.VecDotOrder(typ, moeOrder(typ, f), k, wg[(e*f+j)*rb:(e*f+j+1)*rb], xq); math.Float32bits(g) != math.Float32bits(gate[p]) {
 						t.Fatalf("%s: gate[%d] = %v, want %v", typ, p, gate[p], g)
 					}
-					if v := quant.VecDot(typ, k, wu[(e*f+j)*rb:(e*f+j+1)*rb], xq); math.Float32bits(v) != math.Float32bits(up[p]) {
+					if v := quant.VecDotOrder(typ, moeOrder(typ, f), k, wu[(e*f+j)*rb:(e*f+j+1)*rb], xq); math.Float32bits(v) != math.Float32bits(up[p]) {
 						t.Fatalf("%s: up[%d] = %v, want %v", typ, p, up[p], v)
 					}
 				}
@@ -91,7 +91,7 @@ func TestMoEGroupedDots(t *testing.T) {
 					rr := routes[i*nUsed+u]
 					rb := rowBytes(typ, f)
 					hq := quantize(gate[(i*nUsed+u)*f : (i*nUsed+u+1)*f])
-					sum += rr.Weight * quant.VecDot(typ, f, wd[(int(rr.Expert)*n+j)*rb:(int(rr.Expert)*n+j+1)*rb], hq)
+					sum += rr.Weight * quant.VecDotOrder(typ, moeOrder(typ, n), f, wd[(int(rr.Expert)*n+j)*rb:(int(rr.Expert)*n+j+1)*rb], hq)
 				}
 				if math.Float32bits(sum) != math.Float32bits(y[i*n+j]) {
 					t.Fatalf("%s: y[%d] = %v, want %v", typ, i*n+j, y[i*n+j], sum)

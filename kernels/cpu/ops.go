@@ -80,7 +80,7 @@ func normRow(xs, ys, w []float32, eps float32) {
 // where ggml takes it (gemmPrompt).
 func matmul(t ggml.Type, a *Args) error {
 	x, w, b, r, y, k, n := matmulArgs(a)
-	return gemmPrompt(a, t, x, w, r, k, n, func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
+	return gemmPrompt(a, t, x, w, r, k, n, quant.Repacked(t, n), func(i, j int) []float32 { return y[i*n+j : (i+1)*n] }, b)
 }
 
 // matmulArgs unpacks matmul's and matmul_residual's buffers (x, w, bias,
@@ -97,9 +97,19 @@ func matmulArgs(a *Args) (x []float32, w []byte, b []float32, r request, y []flo
 
 // gemmPrompt is gemm over the rows of the request table r, with the
 // prompt rows of an F16 product in tinyBLAS's arithmetic where ggml
-// would take it (tinyBLASFits).
-func gemmPrompt(a *Args, t ggml.Type, x []float32, w []byte, r request, k, n int, dst func(i, j int) []float32, b []float32) error {
+// would take it (tinyBLASFits), and the product of a weight ggml repacks
+// (repacked: quant.Repacked for each of the matrices w concatenates) in
+// the repacked kernels' orders (gemmRepacked).
+func gemmPrompt(a *Args, t ggml.Type, x []float32, w []byte, r request, k, n int, repacked bool, dst func(i, j int) []float32, b []float32) error {
 	rows := r.rows()
+	if repacked {
+		return gemmRepacked(a, t, x, w, rows, k, n, dst, b, nil, func(i int) quant.Order {
+			if r.row(i, kernels.IORowFlags)&(kernels.RowPrompt|kernels.RowPromptTail) == kernels.RowPrompt {
+				return quant.OrderGEMM
+			}
+			return quant.OrderGEMV
+		})
+	}
 	if !tinyBLASFits(t, rows, k, n) {
 		return gemm(a, t, x, w, rows, k, n, dst, b, nil)
 	}
@@ -421,10 +431,17 @@ const (
 func lmHead(t ggml.Type, a *Args) error {
 	x, w, r, logits := f32s(a.Bufs[0]), a.Bufs[1], req(a.Bufs[2]), f32s(a.Bufs[3])
 	k, nv := int(a.Push[0]), int(a.Push[1])
-	return gemm(a, t, x, w, r.rows(), k, nv, func(i, j int) []float32 {
+	dst := func(i, j int) []float32 {
 		s := int(r.row(i, kernels.IORowSlot))
 		return logits[s*nv+j : (s+1)*nv]
-	}, nil, func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits != 0 })
+	}
+	wants := func(i int) bool { return r.row(i, kernels.IORowFlags)&kernels.RowWantsLogits != 0 }
+	if quant.Repacked(t, nv) {
+		// llama.cpp's output product takes only the rows that want logits
+		// (one per request): the repacked GEMV's.
+		return gemmRepacked(a, t, x, w, r.rows(), k, nv, dst, nil, wants, func(int) quant.Order { return quant.OrderGEMV })
+	}
+	return gemm(a, t, x, w, r.rows(), k, nv, dst, nil, wants)
 }
 
 // argmax picks each logits row's largest entry (the first on ties).
@@ -700,3 +717,240 @@ func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v
 // gemmTiles recycles the tiles of gemm's chunks (a loop has several per
 // thread), so that a step allocates none.
 var gemmTiles sync.Pool
+
+// q4kInterleaveMinRows is the fewest activation rows for which
+// gemmRepacked interleaves Q4_K weight rows: interleaving a block costs
+// about what four rows' products on it do.
+const q4kInterleaveMinRows = 4
+
+// span is a block of the quantized activation rows of gemmRepacked, all
+// in order o.
+type span struct {
+	lo, hi int
+	o      quant.Order
+}
+
+// gemmPacked is gemmRepacked on a Q4_K matrix of n rows of k elements
+// held interleaved (g, see Packs): each worker takes a share of the
+// groups of eight weight rows and, two groups at a time (gemmCols rows),
+// sweeps the spans of quantized rows xq (xb bytes apart, row p the
+// product's row idx[p]).
+func gemmPacked(a *Args, g []byte, k, n int, xq []byte, xb int, idx []int, spans []span, dst func(i, j int) []float32, bias []float32) error {
+	const per = gemmCols / quant.Q4KInterleaveRows
+	gb := quant.Q4KGroupBytes(k)
+	outs := a.Packs.results(a.Pool.Threads())
+	if len(spans) == 1 && spans[0].hi-spans[0].lo == 1 && spans[0].o == quant.OrderGEMV {
+		// A decode step's one row: the GEMV over each worker's run of
+		// groups in one call (up to mvGroups at a time).
+		const mvGroups = gemmTileRows
+		return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(worker, lo, hi int) {
+			out := outs[worker]
+			for g0 := lo; g0 < hi; g0 += mvGroups {
+				m := min(mvGroups, hi-g0)
+				res := out[:m*quant.Q4KInterleaveRows]
+				if err := quant.MatVecQ4KInterleaved(k, g[g0*gb:(g0+m)*gb], xq[spans[0].lo*xb:], res); err != nil {
+					panic(err) // sizes come from the kernel's own arguments
+				}
+				putRun(dst, idx[spans[0].lo], g0*quant.Q4KInterleaveRows, res, bias)
+			}
+		})
+	}
+	return a.Pool.For(n/quant.Q4KInterleaveRows, per, func(worker, lo, hi int) {
+		out8 := outs[worker]
+		for g0 := lo; g0 < hi; g0 += per {
+			for _, sp := range spans {
+				nr := sp.hi - sp.lo
+				res := out8[:nr*quant.Q4KInterleaveRows]
+				for gi := g0; gi < min(hi, g0+per); gi++ {
+					if err := quant.VecDotQ4KInterleaved(sp.o, k, g[gi*gb:(gi+1)*gb], xq[sp.lo*xb:], xb, nr, res); err != nil {
+						panic(err) // the orders are the repacked ones
+					}
+					putGroups(dst, idx[sp.lo:sp.hi], gi*quant.Q4KInterleaveRows, res, bias)
+				}
+			}
+		}
+	})
+}
+
+// putRun writes row i's products with weight rows j onwards, res, through
+// dst, adding bias: as many at a time as dst's slice holds.
+func putRun(dst func(i, j int) []float32, i, j int, res, bias []float32) {
+	for len(res) > 0 {
+		d := dst(i, j)
+		m := min(len(d), len(res))
+		d = d[:m]
+		copy(d, res[:m])
+		if bias != nil {
+			for jj, bv := range bias[j : j+m] {
+				d[jj] += bv
+			}
+		}
+		res, j = res[m:], j+m
+	}
+}
+
+// putGroups writes the products of an interleaved group, weight rows j
+// to j+7, with rows (res[8p:8p+8] is row rows[p]'s) through dst, adding
+// bias.
+func putGroups(dst func(i, j int) []float32, rows []int, j int, res, bias []float32) {
+	for p, i := range rows {
+		r8 := res[p*quant.Q4KInterleaveRows : (p+1)*quant.Q4KInterleaveRows]
+		// dst's slice may end within the eight (the outputs of fused
+		// products are several buffers): then feature by feature.
+		if d := dst(i, j); len(d) >= len(r8) {
+			d = d[:len(r8)]
+			copy(d, r8)
+			if bias != nil {
+				for jj, bv := range bias[j : j+len(r8)] {
+					d[jj] += bv
+				}
+			}
+			continue
+		}
+		for jj, v := range r8 {
+			if bias != nil {
+				v += bias[j+jj]
+			}
+			dst(i, j+jj)[0] = v
+		}
+	}
+}
+
+// q4kGroups recycles gemmRepacked's interleaved Q4_K groups (one block of
+// gemmCols weight rows per worker).
+var q4kGroups sync.Pool
+
+// gemmRepacked is gemm for a weight ggml repacks (quant.Repacked): row i
+// (of those keep passes, all when keep is nil) in order(i), the repacked
+// GEMM's or GEMV's arithmetic. The rows are quantized GEMM rows first, so
+// that each order's rows are evenly strided for VecDotRowsOrder.
+func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, keep func(i int) bool, order func(i int) quant.Order) error {
+	vt := quant.VecDotType(t)
+	xb, wb := rowBytes(vt, k), rowBytes(t, k)
+	idx := make([]int, 0, rows)
+	for _, o := range []quant.Order{quant.OrderGEMM, quant.OrderGEMV} {
+		for i := 0; i < rows; i++ {
+			if (keep == nil || keep(i)) && order(i) == o {
+				idx = append(idx, i)
+			}
+		}
+	}
+	ng := 0
+	for ng < len(idx) && order(idx[ng]) == quant.OrderGEMM {
+		ng++
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	xq := a.work(len(idx) * xb)[:len(idx)*xb]
+	quantize := func(p int) {
+		i := idx[p]
+		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[p*xb:(p+1)*xb]); err != nil {
+			panic(err) // sizes come from the kernel's own arguments
+		}
+	}
+	// Where the tier holds the matrix interleaved (Packs), every row,
+	// a decode step's one included, takes the kernels on the groups.
+	g, err := a.Packs.q4kGroups(a, t, w, k, n)
+	if err != nil {
+		return err
+	}
+	if g == nil && len(idx) == 1 {
+		quantize(0)
+		i, o := idx[0], order(idx[0])
+		return a.Pool.For(n, 16, func(_, lo, hi int) {
+			for j := lo; j < hi; {
+				d := dst(i, j)
+				m := min(len(d), hi-j)
+				d = d[:m]
+				quant.MatVecOrder(t, o, k, w[j*wb:(j+m)*wb], xq, d)
+				if bias != nil {
+					for jj, bv := range bias[j : j+m] {
+						d[jj] += bv
+					}
+				}
+				j += m
+			}
+		})
+	}
+	if err := a.Pool.For(len(idx), 4, func(_, lo, hi int) {
+		for p := lo; p < hi; p++ {
+			quantize(p)
+		}
+	}); err != nil {
+		return err
+	}
+	// Tiled as gemm's prefill: each worker takes a share of the output
+	// features, and for each block of gemmCols weight rows sweeps the
+	// activations in blocks of ib rows that stay in L1, GEMM rows apart
+	// from GEMV rows (each block in one order).
+	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
+	var spans []span
+	for _, s := range []span{{0, ng, quant.OrderGEMM}, {ng, len(idx), quant.OrderGEMV}} {
+		for i0 := s.lo; i0 < s.hi; i0 += ib {
+			spans = append(spans, span{i0, min(s.hi, i0+ib), s.o})
+		}
+	}
+	if g != nil {
+		return gemmPacked(a, g, k, n, xq, xb, idx, spans, dst, bias)
+	}
+	// Q4_K's rows take the kernels on interleaved groups of eight weight
+	// rows where the CPU has them (quant.Q4KInterleavedFast) and there are
+	// enough rows to share the interleaving: each block of gemmCols
+	// weight rows is interleaved once per call (ggml repacks at load),
+	// then serves every activation row, in either order.
+	inter := t == ggml.Q4_K && len(idx) >= q4kInterleaveMinRows && quant.Q4KInterleavedFast()
+	gb := quant.Q4KGroupBytes(k)
+	return a.Pool.For(n, 16, func(_, lo, hi int) {
+		var out [gemmTileRows]float32
+		var gp *[]byte
+		var grp []byte
+		if inter {
+			gp, _ = q4kGroups.Get().(*[]byte)
+			if gp == nil {
+				gp = new([]byte)
+			}
+			if cap(*gp) < gemmCols/quant.Q4KInterleaveRows*gb {
+				*gp = make([]byte, gemmCols/quant.Q4KInterleaveRows*gb)
+			}
+			grp = (*gp)[:gemmCols/quant.Q4KInterleaveRows*gb]
+			defer q4kGroups.Put(gp)
+		}
+		var out8 [gemmTileRows * quant.Q4KInterleaveRows]float32
+		for j0 := lo; j0 < hi; j0 += gemmCols {
+			// jg: the end of the interleaved rows of this block.
+			jg := j0
+			if inter {
+				for ; jg+quant.Q4KInterleaveRows <= min(hi, j0+gemmCols); jg += quant.Q4KInterleaveRows {
+					g := grp[(jg-j0)/quant.Q4KInterleaveRows*gb:][:gb]
+					if err := quant.InterleaveQ4K(k, w[jg*wb:(jg+quant.Q4KInterleaveRows)*wb], g); err != nil {
+						panic(err) // sizes come from the kernel's own arguments
+					}
+				}
+			}
+			for _, sp := range spans {
+				j := j0
+				if inter {
+					for ; j < jg; j += quant.Q4KInterleaveRows {
+						nr := sp.hi - sp.lo
+						res := out8[:nr*quant.Q4KInterleaveRows]
+						if err := quant.VecDotQ4KInterleaved(sp.o, k, grp[(j-j0)/quant.Q4KInterleaveRows*gb:][:gb], xq[sp.lo*xb:], xb, nr, res); err != nil {
+							panic(err) // the orders are the repacked ones
+						}
+						putGroups(dst, idx[sp.lo:sp.hi], j, res, bias)
+					}
+				}
+				for ; j < min(hi, j0+gemmCols); j++ {
+					res := out[:sp.hi-sp.lo]
+					quant.VecDotRowsOrder(t, sp.o, k, w[j*wb:(j+1)*wb], xq[sp.lo*xb:], xb, len(res), res)
+					for p, v := range res {
+						if bias != nil {
+							v += bias[j]
+						}
+						dst(idx[sp.lo+p], j)[0] = v
+					}
+				}
+			}
+		}
+	})
+}

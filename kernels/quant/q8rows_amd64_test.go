@@ -144,7 +144,7 @@ func BenchmarkPrepared(b *testing.B) {
 	if simdBest < simdVNNI {
 		b.Skip("no VNNI")
 	}
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_K} {
+	for _, typ := range []ggml.Type{ggml.Q8_0} {
 		vt := VecDotType(typ)
 		for _, n := range []int{1024, 4096} {
 			const rows = 16

@@ -24,6 +24,22 @@ type simdTable struct {
 	quant [maxType]func(x []float32, dst []byte)
 	// prep holds the prepared-group kernels (see PrepGroupBytes)
 	prep [maxType]*prepKernel
+	// q4kOrder holds Q4_K's OrderGEMV and OrderGEMM kernels (index
+	// order-1); nil entries keep the pure-Go ones
+	q4kOrder [2]orderKernels
+	// q4kI8 is the kernel on interleaved Q4_K groups (nil: none)
+	q4kI8 q4kInterleavedKernel
+	// q4kI8MV is the one-row GEMV over many interleaved Q4_K groups
+	// (nil: q4kI8 group by group)
+	q4kI8MV q4kInterleavedMatVec
+}
+
+// orderKernels are the kernels of one Order of a type: the dot product
+// and its multi-row and many-weight-rows forms (nil: loops over dot).
+type orderKernels struct {
+	dot    func(n int, w, x []byte) float32
+	rows   rowsFunc
+	matVec matVecFunc
 }
 
 // prepKernel is a type's prepared-group form of its multi-row kernel:
@@ -51,9 +67,20 @@ var (
 	matVecKernels [maxType]matVecFunc
 	// prepKernels holds the prepared-group kernels of the current level.
 	prepKernels [maxType]*prepKernel
+	// q4kOrders holds Q4_K's OrderGEMV and OrderGEMM kernels of the
+	// current level (index order-1).
+	q4kOrders [2]orderKernels
+	// q4kInterleaved is the interleaved Q4_K kernel of the current level.
+	q4kInterleaved q4kInterleavedKernel
+	// q4kInterleavedMV is the one-row GEMV over many interleaved Q4_K
+	// groups of the current level.
+	q4kInterleavedMV q4kInterleavedMatVec
 	// simdLevel is the level installed now.
 	simdLevel = simdNone
 )
+
+// genericQ4KOrders are the pure-Go OrderGEMV and OrderGEMM dot products.
+var genericQ4KOrders = [2]func(n int, w, x []byte) float32{dotQ4_KGEMV, dotQ4_KGEMM}
 
 // installSIMD records the pure-Go kernels and installs the best SIMD
 // kernels the CPU supports. The kernel table's init calls it last.
@@ -84,7 +111,15 @@ func setSIMDLevel(level int) int {
 	}
 	rowsKernels = tab.rows
 	matVecKernels = tab.matVec
+	for o, k := range tab.q4kOrder {
+		if k.dot == nil {
+			k.dot = genericQ4KOrders[o]
+		}
+		q4kOrders[o] = k
+	}
 	prepKernels = tab.prep
+	q4kInterleaved = tab.q4kI8
+	q4kInterleavedMV = tab.q4kI8MV
 	simdLevel = level
 	return prev
 }
@@ -162,4 +197,53 @@ func PrepareRows(t ggml.Type, n int, xq []byte, xStride int, dst []byte) {
 // rows it was prepared from. Only valid where PrepGroupBytes(t, n) > 0.
 func VecDotPrepared(t ggml.Type, n int, w, xp []byte, out []float32) {
 	prepKernels[t].dot(n, w, xp, out)
+}
+
+// VecDotOrder is VecDot in order o: for a type ggml repacks (Q4_K, see
+// Repacked) OrderGEMV and OrderGEMM give its repacked kernels'
+// arithmetic; every other type and OrderDot give VecDot's.
+func VecDotOrder(t ggml.Type, o Order, n int, w, xq []byte) float32 {
+	if o == OrderDot || t != ggml.Q4_K || int(o) > len(q4kOrders) {
+		return VecDot(t, n, w, xq)
+	}
+	return q4kOrders[o-1].dot(n, w, xq)
+}
+
+// VecDotRowsOrder is VecDotRows in order o: each result bit-identical to
+// VecDotOrder's on that row.
+func VecDotRowsOrder(t ggml.Type, o Order, n int, w []byte, xq []byte, xStride int, rows int, out []float32) {
+	if o == OrderDot || t != ggml.Q4_K || int(o) > len(q4kOrders) {
+		VecDotRows(t, n, w, xq, xStride, rows, out)
+		return
+	}
+	k := &q4kOrders[o-1]
+	if k.rows != nil {
+		k.rows(n, w, xq, xStride, rows, out)
+		return
+	}
+	out = out[:rows]
+	for r := range out {
+		out[r] = k.dot(n, w, xq[r*xStride:])
+	}
+}
+
+// MatVecOrder is MatVec in order o: each result bit-identical to
+// VecDotOrder's on that weight row.
+func MatVecOrder(t ggml.Type, o Order, n int, w []byte, xq []byte, out []float32) {
+	if o == OrderDot || t != ggml.Q4_K || int(o) > len(q4kOrders) {
+		MatVec(t, n, w, xq, out)
+		return
+	}
+	if len(out) == 0 {
+		return
+	}
+	k := &q4kOrders[o-1]
+	if k.matVec != nil {
+		k.matVec(n, w, xq, out)
+		return
+	}
+	rb := n / qkK * q4_KLen
+	for r := range out {
+		out[r] = k.dot(n, w[r*rb:(r+1)*rb], xq)
+	}
 }

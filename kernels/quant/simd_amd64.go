@@ -35,14 +35,18 @@ import (
 //     saturation). The k-quants stay on the AVX2 sequence at this level:
 //     their per-sub-block scales are applied by the VPMADDWD that follows
 //     VPMADDUBSW for free, whereas VPDPBUSD would need an extra VPMULLD per
-//     sub-block, so VNNI saves nothing there. The four-row Q4_K kernel of
-//     this level does use AVX-512 (EVEX forms of the same instructions):
-//     Y16-Y31 hold a super-block's unpacked quants and scales for all
-//     four rows.
+//     sub-block, so VNNI saves nothing there. The four- and eight-row Q4_K
+//     kernels of this level do use AVX-512 (EVEX forms of the same
+//     instructions): Y16-Y31 hold a super-block's unpacked quants and
+//     scales for all the rows.
 //
 // IQ4_NL and IQ4_XS (iq4_amd64.s) and MXFP4 (mxfp4_amd64.s) have AVX2
 // kernels only, used at both levels; unlike the others they keep ggml's
 // float order exactly and so are bit-identical to their pure-Go kernels.
+// So do Q4_K and Q5_K (k4.go): their vec_dot order and Q4_K's two
+// repacked orders (Order), whose eight-row and many-row kernels exist
+// for the repacked orders only (Q4_K's OrderDot is for the rare matrices
+// ggml does not repack, and has a four-row kernel only).
 // IQ3_S has no assembly: its pure-Go kernel (iq3.go) runs at every level.
 //
 // AMX is never used: it faults on the machines this runs on.
@@ -76,6 +80,8 @@ func simdKernels(level int) (tab simdTable) {
 	dot[ggml.F32] = floatDot(4, dotF32x32, dotF32)
 	dot[ggml.F16] = floatDot(2, dotF16x32, dotF16)
 	dot[ggml.Q4_K] = blockDot(qkK, q4_KLen, q8_KLen, dotQ4_KAVX2Asm)
+	tab.q4kOrder[OrderGEMV-1].dot = blockDot(qkK, q4_KLen, q8_KLen, dotQ4_KGEMVAVX2Asm)
+	tab.q4kOrder[OrderGEMM-1].dot = blockDot(qkK, q4_KLen, q8_KLen, dotQ4_KGEMMAVX2Asm)
 	dot[ggml.Q5_K] = blockDot(qkK, q5_KLen, q8_KLen, dotQ5_KAVX2Asm)
 	dot[ggml.Q6_K] = blockDot(qkK, q6_KLen, q8_KLen, dotQ6_KAVX2Asm)
 	dot[ggml.IQ4_NL] = dotIQ4_NLAVX2 // iq4_amd64.go; AVX2 at every level
@@ -88,15 +94,20 @@ func simdKernels(level int) (tab simdTable) {
 		dot[ggml.Q8_0] = blockDot(qk, q8_0Len, q8_0Len, dotQ8_0VNNIAsm)
 		dot[ggml.Q4_0] = blockDot(qk, q4_0Len, q8_0Len, dotQ4_0VNNIAsm)
 		tab.prep[ggml.Q8_0] = &prepQ8_0x8
-		tab.prep[ggml.Q4_K] = &prepQ4_Kx8
 		// The eight- and four-row kernels load and prepare (unpack the
 		// scales, mins and quants of) each weight block once per group.
 		rows[ggml.Q8_0] = blockRows(qk, q8_0Len, q8_0Len, dotQ8_0x8VNNIAsm, dotQ8_0x4VNNIAsm, dotQ8_0VNNIAsm)
-		rows[ggml.Q4_K] = blockRows(qkK, q4_KLen, q8_KLen, dotQ4_Kx8Asm, dotQ4_Kx4Asm, dotQ4_KAVX2Asm)
+		tab.q4kOrder[OrderGEMV-1].rows = blockRows(qkK, q4_KLen, q8_KLen, dotQ4_KGEMVx8Asm, dotQ4_KGEMVx4Asm, dotQ4_KGEMVAVX2Asm)
+		tab.q4kOrder[OrderGEMM-1].rows = blockRows(qkK, q4_KLen, q8_KLen, dotQ4_KGEMMx8Asm, dotQ4_KGEMMx4Asm, dotQ4_KGEMMAVX2Asm)
+		rows[ggml.Q4_K] = rowsQ4_KDot
 		rows[ggml.Q6_K] = blockRows(qkK, q6_KLen, q8_KLen, dotQ6_Kx8Asm, dotQ6_Kx4Asm, dotQ6_KAVX2Asm)
 		// The AVX-512 many-row kernels: each row's result is the one-row
 		// kernel's of the level, bit for bit.
-		mv[ggml.Q4_K] = blockMatVec(qkK, q4_KLen, q8_KLen, matVecQ4_KAsm)
+		tab.q4kOrder[OrderGEMV-1].matVec = blockMatVec(qkK, q4_KLen, q8_KLen, matVecQ4_KGEMVAsm)
+		tab.q4kI8 = dotQ4KInterleavedVNNI
+		tab.q4kI8MV = func(n int, g, xq []byte, out []float32) {
+			dotQ4_KGEMVi8MAsm(&g[0], &xq[0], n/qkK, len(out)/Q4KInterleaveRows, &out[0])
+		}
 		mv[ggml.Q6_K] = blockMatVec(qkK, q6_KLen, q8_KLen, matVecQ6_KAsm)
 		mv[ggml.Q8_0] = blockMatVec(qk, q8_0Len, q8_0Len, matVecQ8_0Asm)
 		mv[ggml.Q4_0] = blockMatVec(qk, q4_0Len, q8_0Len, matVecQ4_0Asm)
@@ -255,25 +266,6 @@ func prepDot(bs, wLen, pLen int, kernel func(w, xp *byte, nb int, out *float32))
 // q80PrepBlock is the size of one block of a prepared Q8_0 group.
 const q80PrepBlock = 8*qk + 8*4
 
-// prepQ4_Kx8 is the eight-row Q4_K kernel on prepared groups: per
-// super-block, the eight rows' quants (256 bytes each, row after row),
-// then the pair sums of each row's bsums (eight int16, the sums of 32
-// that the mins multiply; within ±4064, exactly what the one-row
-// kernel's VPHADDW forms), then the rows' scales as float32: what every
-// weight row would otherwise gather again from the Q8_K rows.
-var prepQ4_Kx8 = prepBlocks(qkK, q4_KLen, q8_KLen, q4kPrepBlock, func(r int, src, d []byte) {
-	copy(d[r*qkK:(r+1)*qkK], src[4:4+qkK])
-	bs := src[4+qkK:]
-	for j := 0; j < 8; j++ {
-		s := int16(binary.LittleEndian.Uint16(bs[4*j:])) + int16(binary.LittleEndian.Uint16(bs[4*j+2:]))
-		binary.LittleEndian.PutUint16(d[8*qkK+16*r+2*j:], uint16(s))
-	}
-	copy(d[8*qkK+8*16+4*r:8*qkK+8*16+4*r+4], src[:4])
-}, dotQ4_Kx8PrepAsm)
-
-// q4kPrepBlock is the size of one super-block of a prepared Q4_K group.
-const q4kPrepBlock = 8*qkK + 8*16 + 8*4
-
 // Assembly kernels (ABI0). Pointers address the first block; nb counts
 // blocks (n counts elements for the float kernels and is a multiple of
 // 32). The callers above guarantee the memory is there.
@@ -308,6 +300,12 @@ func dotQ4_0AVX2Asm(w, x *byte, nb int) float32
 //go:noescape
 func dotQ4_KAVX2Asm(w, x *byte, nb int) float32
 
+//go:noescape
+func dotQ4_KGEMVAVX2Asm(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_KGEMMAVX2Asm(w, x *byte, nb int) float32
+
 // quantF16AVX2 is quantF16 eight values at a time (VCVTPS2PH), the tail
 // in Go: the same IEEE rounding, so the same bytes.
 func quantF16AVX2(x []float32, dst []byte) {
@@ -323,13 +321,16 @@ func quantF16AVX2(x []float32, dst []byte) {
 func quantF16AVX2Asm(x *float32, dst *byte, n int)
 
 //go:noescape
-func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
+func dotQ4_KGEMMx4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
-func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
+func dotQ4_KGEMMx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
-func dotQ4_Kx8PrepAsm(w, xp *byte, nb int, out *float32)
+func dotQ4_KGEMVx4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVx8Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ6_Kx4Asm(w, x *byte, stride, nb int, out *float32)
@@ -344,7 +345,7 @@ func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
 func dotQ6_KAVX2Asm(w, x *byte, nb int) float32
 
 //go:noescape
-func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
+func matVecQ4_KGEMVAsm(w, x *byte, nb, rows int, out *float32)
 
 //go:noescape
 func matVecQ6_KAsm(w, x *byte, nb, rows int, out *float32)
@@ -360,3 +361,62 @@ func quantQ8_KAsm(x *float32, dst *byte, nb int)
 
 //go:noescape
 func quantQ8_0Asm(x *float32, dst *byte, nb int)
+
+// dotQ4KInterleavedVNNI runs the interleaved Q4_K kernels (VPDPBUSD, one
+// float lane per weight row) of order o on four (GEMM) or two (GEMV)
+// activation rows at a time and one at a time on the rest; arguments
+// checked by VecDotQ4KInterleaved.
+func dotQ4KInterleavedVNNI(o Order, n int, g, xq []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	many, per, one := dotQ4_KGEMMi8x4Asm, 4, dotQ4_KGEMMi8x1Asm
+	if o == OrderGEMV {
+		many, per, one = dotQ4_KGEMVi8x2Asm, 2, dotQ4_KGEMVi8x1Asm
+	}
+	r := 0
+	for ; r+per <= rows; r += per {
+		many(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+	}
+	for ; r < rows; r++ {
+		one(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+	}
+}
+
+//go:noescape
+func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8MAsm(w, x *byte, nb, groups int, out *float32)
+
+// rowsQ4_KDot is Q4_K's multi-row kernel in vec_dot's order (OrderDot,
+// for the matrices ggml does not repack, such as a tied output of an odd
+// vocabulary): four rows at a time with each weight block prepared once,
+// the one-row kernel on the rest; all give the one-row kernel's bits.
+func rowsQ4_KDot(n int, w, x []byte, xStride, rows int, out []float32) {
+	nb := n / qkK
+	if nb == 0 || rows <= 0 {
+		clear(out[:rows])
+		return
+	}
+	_ = w[nb*q4_KLen-1]
+	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
+	out = out[:rows]
+	r := 0
+	for ; r+4 <= rows; r += 4 {
+		dotQ4_KDotx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
+	}
+	for ; r < rows; r++ {
+		out[r] = dotQ4_KAVX2Asm(&w[0], &x[r*xStride], nb)
+	}
+}
+
+//go:noescape
+func dotQ4_KDotx4Asm(w, x *byte, stride, nb int, out *float32)

@@ -574,19 +574,27 @@ q40aloop:
 	VPMOVZXBW X0, Y0 \
 	VMOVDQU   Y0, (SP)
 
-// K4MINS adds to Y13 the float mins term of a Q4_K/Q5_K block,
-// dmin*xd * sum_j min_j*(bsum[2j]+bsum[2j+1]), in four lanes, and sets Y3
-// to d*xd (all lanes). The mins are the high half of Y0 (K4SCALES). Pair
-// sums of bsums are within ±4096 and the VPMADDWD with 6-bit mins is
-// exact; VEX-encoded 128-bit ops zero the upper lanes, so Y1's upper four
-// lanes add 0.
+// K4MINS adds to Y13 the float mins term of a Q4_K block as
+// ggml_vec_dot_q4_K_q8_K does, dmin*xd * sum_j min_j*(bsum[2j]+bsum[2j+1])
+// in four lanes (lane c: chunk c's two sub-blocks), and sets Y3 to d*xd
+// (all lanes) and X2 to dmin*xd (low lane). The mins are the high half of
+// Y0 (K4SCALES). Pair sums of bsums are within ±4096 and the VPMADDWD
+// with 6-bit mins is exact; VEX-encoded 128-bit ops zero the upper lanes,
+// so Y1's upper four lanes add 0.
 #define K4MINS \
+	K4MINSINT \
+	VCVTDQ2PS    Y1, Y1 \
+	VBROADCASTSS X2, Y2 \
+	VFMADD231PS  Y2, Y1, Y13
+
+// K4MINSINT leaves in X1 the four int32 chunk mins terms of a Q4_K/Q5_K
+// block, in Y3 d*xd (all lanes) and in X2 dmin*xd (low lane).
+#define K4MINSINT \
 	VMOVDQU      260(DI), X1 \
 	VMOVDQU      276(DI), X2 \
 	VPHADDW      X2, X1, X1 \
 	VEXTRACTI128 $1, Y0, X2 \
 	VPMADDWD     X2, X1, X1 \
-	VCVTDQ2PS    Y1, Y1 \
 	MOVWLZX      (SI), AX \
 	VMOVD        AX, X2 \
 	VPINSRW      $1, 2(SI), X2, X2 \
@@ -594,9 +602,52 @@ q40aloop:
 	VBROADCASTSS (DI), X3 \
 	VMULPS       X3, X2, X2 \
 	VBROADCASTSS X2, Y3 \
-	VMOVSHDUP    X2, X2 \
-	VBROADCASTSS X2, Y2 \
-	VFMADD231PS  Y2, Y1, Y13
+	VMOVSHDUP    X2, X2
+
+// ISUM4 leaves in the low lane of X the sum of its four int32 lanes
+// (exact); T is scratch.
+#define ISUM4(X, T) \
+	VPSHUFD $0x4e, X, T \
+	VPADDD  T, X, X \
+	VPSHUFD $0xb1, X, T \
+	VPADDD  T, X, X
+
+// ISUM8 leaves in the low lane of X the sum of Y's eight int32 lanes (X is
+// Y's low half); T is scratch.
+#define ISUM8(Y, X, T) \
+	VEXTRACTI128 $1, Y, T \
+	VPADDD       T, X, X \
+	ISUM4(X, T)
+
+// K4MINS1 adds the whole block's mins term to the scalar X13 as one FMA of
+// its exact integer total by dmin*xd: Q5_K's vec_dot and Q4_K's repacked
+// GEMV. Y3 and X2 as K4MINSINT leaves them.
+#define K4MINS1 \
+	K4MINSINT \
+	ISUM4(X1, X11) \
+	VCVTDQ2PS   X1, X1 \
+	VFMADD231SS X2, X1, X13
+
+// K4MINSC adds the four chunks' mins terms to the scalar X13 in chunk
+// order, one FMA each by dmin*xd: Q4_K's repacked GEMM.
+#define K4MINSC \
+	K4MINSINT \
+	VCVTDQ2PS   X1, X1 \
+	VFMADD231SS X2, X1, X13 \
+	VMOVSHDUP   X1, X11 \
+	VFMADD231SS X2, X11, X13 \
+	VMOVHLPS    X1, X1, X11 \
+	VFMADD231SS X2, X11, X13 \
+	VPERMILPS   $3, X1, X11 \
+	VFMADD231SS X2, X11, X13
+
+// K4FMA1 adds to the scalar X14 the exact total of Y12's int32 lanes
+// times d*xd (Y3), and clears Y12.
+#define K4FMA1 \
+	ISUM8(Y12, X12, X11) \
+	VCVTDQ2PS   X12, X12 \
+	VFMADD231SS X3, X12, X14 \
+	VPXOR       Y12, Y12, Y12
 
 // K4CHUNK adds to Y12 the scaled sums of one 64-element chunk c of a
 // Q4_K/Q5_K block whose unsigned quants are in Y4 (elements 64c..64c+31)
@@ -647,70 +698,158 @@ q4kloop:
 	DECQ        CX
 	JNZ         q4kloop
 
-	VSUBPS Y13, Y14, Y0
-	HSUM(Y0, X0, X1)
+	HSUM(Y14, X14, X1)
+	VMOVHLPS  X13, X13, X1
+	VADDPS    X1, X13, X1
+	VMOVSHDUP X1, X2
+	VADDSS    X2, X1, X1
+	VSUBSS    X1, X14, X0
+	VMOVSS    X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVAVX2Asm(w, x *byte, nb int) float32
+TEXT ·dotQ4_KGEMVAVX2Asm(SB), NOSPLIT, $32-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VXORPS  Y14, Y14, Y14
+	VXORPS  Y13, Y13, Y13
+
+q4kloopGEMV:
+	K4SCALES
+	K4MINS1
+	VPXOR Y12, Y12, Y12
+	Q4KNIB(16(SI))
+	K4CHUNK(4, 0)
+	Q4KNIB(48(SI))
+	K4CHUNK(68, 4)
+	Q4KNIB(80(SI))
+	K4CHUNK(132, 8)
+	Q4KNIB(112(SI))
+	K4CHUNK(196, 12)
+	K4FMA1
+	ADDQ  $144, SI
+	ADDQ  $292, DI
+	DECQ  CX
+	JNZ   q4kloopGEMV
+
+	VSUBSS X13, X14, X0
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
 
-// ---- Q4_K · Q8_K, four and eight activation rows (AVX-512 level: the
-// EVEX forms reach Z16-Z31, which hold the block's unpacked quants and
-// broadcast scales so that they are prepared once for all the rows). Each row's
-// int32 lanes, FMAs and final reduction are dotQ4_KAVX2Asm's, so every
-// result is bit-identical to the one-row kernel's on that row.
+// func dotQ4_KGEMMAVX2Asm(w, x *byte, nb int) float32
+TEXT ·dotQ4_KGEMMAVX2Asm(SB), NOSPLIT, $32-28
+	MOVQ    w+0(FP), SI
+	MOVQ    x+8(FP), DI
+	MOVQ    nb+16(FP), CX
+	VMOVDQU c0F<>(SB), Y15
+	VXORPS  Y14, Y14, Y14
+	VXORPS  Y13, Y13, Y13
 
-// K4ROW adds one activation row's block (at x) to the float accumulator F
-// and the mins accumulator M (used in its low four lanes): the integer
-// sums of the four 64-element chunks against Z16/Z18/Z20/Z22 (each the
-// unsigned quants of two sub-blocks, the even one in the low half) scaled
-// by Z24/Z26/Z28/Z30 (the two sub-blocks' scales, broadcast to their
-// halves): VPDPWSSD fuses VPMADDWD and the add, the low half gathering the
-// even sub-blocks and the high half the odd ones, which are joined once
-// (int32 adds, exact in any order, so the lanes are the one-row kernel's);
-// times d*xd; and dmin*xd times the mins dotted with the pair sums of x's
-// bsums. Y13 holds d and X15 dmin in every lane (each product with xd is
-// the one-row kernel's, a single rounding of the same two floats), X14 the
-// eight mins as words. Z0, Z1, Y2, Y3, Z12 scratch.
-#define K4ROW(x, F, M) \
-	K4INT(4(x), 68(x), 132(x), 196(x)) \
-	VMULPS.BCST (x), Y13, Y2 \
-	VFMADD231PS Y2, Y12, F \
-	VMOVDQU     260(x), X2 \
-	VMOVDQU     276(x), X3 \
-	VPHADDW     X3, X2, X2 \
-	VPMADDWD    X14, X2, X2 \
-	VCVTDQ2PS   X2, X2 \
-	VMULPS.BCST (x), X15, X1 \
-	VFMADD231PS X1, X2, M
+q4kloopGEMM:
+	K4SCALES
+	K4MINSC
+	VPXOR Y12, Y12, Y12
+	Q4KNIB(16(SI))
+	K4CHUNK(4, 0)
+	K4FMA1
+	Q4KNIB(48(SI))
+	K4CHUNK(68, 4)
+	K4FMA1
+	Q4KNIB(80(SI))
+	K4CHUNK(132, 8)
+	K4FMA1
+	Q4KNIB(112(SI))
+	K4CHUNK(196, 12)
+	K4FMA1
+	ADDQ  $144, SI
+	ADDQ  $292, DI
+	DECQ  CX
+	JNZ   q4kloopGEMM
 
-// K4INT leaves in Y12, as floats, the scaled integer sums of one
-// activation row's super-block whose quants are the 64-byte chunks q0-q3
-// (see K4ROW).
-#define K4INT(q0, q1, q2, q3) \
-	VPMADDUBSW    q0, Z16, Z0 \
-	VPMADDWD      Z24, Z0, Z12 \
-	VPMADDUBSW    q1, Z18, Z1 \
-	VPDPWSSD      Z26, Z1, Z12 \
-	VPMADDUBSW    q2, Z20, Z0 \
-	VPDPWSSD      Z28, Z0, Z12 \
-	VPMADDUBSW    q3, Z22, Z1 \
-	VPDPWSSD      Z30, Z1, Z12 \
-	VEXTRACTI64X4 $1, Z12, Y3 \
-	VPADDD        Y3, Y12, Y12 \
-	VCVTDQ2PS     Y12, Y12
+	VSUBSS X13, X14, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
 
-// K4ROWP is K4ROW on row r of a prepared group (see prepQ4_Kx8) whose
-// super-block is at DI: the quants at 256r, the pair sums of the bsums
-// already formed at 2048+16r (VPMADDWD takes them from memory), xd at
-// 2176+4r. The same integers and float operations as K4ROW, except that
-// the products of the weight's d and dmin with the row's xd come from
-// 32+4r(SP) and 64+4r(SP), formed for all eight rows at once.
-#define K4ROWP(r, F, M) \
-	K4INT(256*r(DI), 256*r+64(DI), 256*r+128(DI), 256*r+192(DI)) \
-	VFMADD231PS.BCST 32+4*r(SP), Y12, F \
-	VPMADDWD         2048+16*r(DI), X14, X2 \
-	VCVTDQ2PS        X2, X2 \
-	VFMADD231PS.BCST 64+4*r(SP), X2, M
+// ---- Q4_K · Q8_K in the repacked orders, four and eight activation rows
+// (AVX-512 level: the EVEX forms reach Z16-Z31, which hold the block's
+// unpacked quants and broadcast scales so that they are prepared once for
+// all the rows). Each row keeps its two accumulators, the scales' and the
+// mins', in the low two lanes of one XMM (Xrow = [acc, accm, -, -]): a
+// packed FMA by [d*xd, dmin*xd] advances both at once, each lane rounded
+// as the one-row kernels' scalar FMAs round it, so every result is
+// bit-identical to dotQ4_KGEMMAVX2Asm's (dotQ4_KGEMVAVX2Asm's) on that row.
+// Lanes 2-3 of the accumulators are never read.
+
+// K4SM leaves in X0 the four chunks' exact scaled sums [S0, S1, S2, S3]
+// and in X2 their mins terms [M0, M1, M2, M3] for one activation row's
+// super-block whose quants are the 64-byte chunks q0-q3 and whose Q8_K
+// block is at x: per chunk VPMADDUBSW against Z16/Z18/Z20/Z22 (each the
+// unsigned quants of two sub-blocks, the even one in the low half) and
+// VPMADDWD by Z24/Z26/Z28/Z30 (their scales), then int32 adds (exact in
+// any order) down to one sum per chunk. X14 holds the eight mins as
+// words and Z15 the dword indices 0, 4, 8, 12 (k4gather). Z0-Z3, Z8-Z11
+// scratch.
+#define K4SM(x, q0, q1, q2, q3) \
+	VPMADDUBSW q0, Z16, Z0 \
+	VPMADDWD   Z24, Z0, Z0 \
+	VPMADDUBSW q1, Z18, Z1 \
+	VPMADDWD   Z26, Z1, Z1 \
+	VPMADDUBSW q2, Z20, Z2 \
+	VPMADDWD   Z28, Z2, Z2 \
+	VPMADDUBSW q3, Z22, Z3 \
+	VPMADDWD   Z30, Z3, Z3 \
+	VSHUFI64X2 $0x44, Z1, Z0, Z8 \
+	VSHUFI64X2 $0xee, Z1, Z0, Z9 \
+	VPADDD     Z9, Z8, Z8 \
+	VSHUFI64X2 $0x44, Z3, Z2, Z10 \
+	VSHUFI64X2 $0xee, Z3, Z2, Z11 \
+	VPADDD     Z11, Z10, Z10 \
+	VSHUFI64X2 $0x88, Z10, Z8, Z0 \
+	VSHUFI64X2 $0xdd, Z10, Z8, Z1 \
+	VPADDD     Z1, Z0, Z0 \
+	VPSHUFD    $0x4e, Z0, Z1 \
+	VPADDD     Z1, Z0, Z0 \
+	VPSHUFD    $0xb1, Z0, Z1 \
+	VPADDD     Z1, Z0, Z0 \
+	VPERMD     Z0, Z15, Z0 \
+	VMOVDQU    260(x), X2 \
+	VPHADDW    276(x), X2, X2 \
+	VPMADDWD   X14, X2, X2
+
+// K4ROWGEMM adds one activation row's block (at x) to its accumulator A in
+// the GEMM's order: chunk by chunk, [S_c, M_c] times [d*xd, dmin*xd]. X13
+// holds [d, dmin, d, dmin] of the weight block.
+#define K4ROWGEMM(x, A) \
+	K4SM(x, 4(x), 68(x), 132(x), 196(x)) \
+	VPUNPCKLDQ  X2, X0, X1 \
+	VPUNPCKHDQ  X2, X0, X0 \
+	VCVTDQ2PS   X1, X1 \
+	VCVTDQ2PS   X0, X0 \
+	VMULPS.BCST (x), X13, X2 \
+	VFMADD231PS X2, X1, A \
+	VMOVHLPS    X1, X1, X1 \
+	VFMADD231PS X2, X1, A \
+	VFMADD231PS X2, X0, A \
+	VMOVHLPS    X0, X0, X0 \
+	VFMADD231PS X2, X0, A
+
+// K4ROWGEMV is K4ROWGEMM in the GEMV's order: the block's totals [S, M]
+// (exact int32 adds) times [d*xd, dmin*xd], one FMA.
+#define K4ROWGEMV(x, A) \
+	K4SM(x, 4(x), 68(x), 132(x), 196(x)) \
+	VPUNPCKLDQ  X2, X0, X1 \
+	VPUNPCKHDQ  X2, X0, X0 \
+	VPADDD      X1, X0, X0 \
+	VMOVHLPS    X0, X0, X1 \
+	VPADDD      X1, X0, X0 \
+	VCVTDQ2PS   X0, X0 \
+	VMULPS.BCST (x), X13, X2 \
+	VFMADD231PS X2, X0, A
 
 // Q4KPAIR unpacks the 32 bytes at q into the 64 quants of two sub-blocks:
 // low nibbles into the low half of Z (whose low half Ylo names), high
@@ -731,9 +870,8 @@ q4kloop:
 
 // Q4KPREP prepares the Q4_K block at SI for the multi-row kernels: its
 // scales as words at 0(SP) and broadcast in pairs to Z24/Z26/Z28/Z30, its
-// mins as words in X14, d in every lane of Y13 and dmin in every lane of
-// X15, and its quants in Z16/Z18/Z20/Z22 (K4ROW's layout). It uses AX,
-// BX, R10-R12, Y0-Y3.
+// mins as words in X14, [d, dmin, d, dmin] in X13, and its quants in
+// Z16/Z18/Z20/Z22 (K4SM's layout). It uses AX, BX, R10-R12, Y0-Y3.
 #define Q4KPREP \
 	MOVL         4(SI), AX \
 	MOVL         8(SI), BX \
@@ -769,33 +907,28 @@ q4kloop:
 	VMOVD        AX, X13 \
 	VPINSRW      $1, 2(SI), X13, X13 \
 	VCVTPH2PS    X13, X13 \
-	VMOVSHDUP    X13, X15 \
-	VBROADCASTSS X15, X15 \
-	VBROADCASTSS X13, Y13 \
+	VMOVDDUP     X13, X13 \
 	Q4KPAIR(16(SI), Y16, Z16, Y2) \
 	Q4KPAIR(48(SI), Y18, Z18, Y2) \
 	Q4KPAIR(80(SI), Y20, Z20, Y2) \
 	Q4KPAIR(112(SI), Y22, Z22, Y2)
 
-// func dotQ4_Kx4Asm(w, x *byte, stride, nb int, out *float32)
-TEXT ·dotQ4_Kx4Asm(SB), NOSPLIT, $32-40
+// func dotQ4_KGEMMx4Asm(w, x *byte, stride, nb int, out *float32)
+TEXT ·dotQ4_KGEMMx4Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	VXORPS X6, X6, X6
-	VXORPS X7, X7, X7
-	VXORPS X8, X8, X8
-	VXORPS X9, X9, X9
-	VXORPS X10, X10, X10
-	VXORPS X11, X11, X11
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VMOVDQU64 k4gather<>(SB), Z15
 
-q4kx4loop:
+q4kgemmx4loop:
 	Q4KPREP
 
-	K4ROW(DI, Y4, X8)
-	K4ROW(R8, Y5, X9)
-	K4ROW(R9, Y6, X10)
-	K4ROW(R13, Y7, X11)
+	K4ROWGEMM(DI, X4)
+	K4ROWGEMM(R8, X5)
+	K4ROWGEMM(R9, X6)
+	K4ROWGEMM(R13, X7)
 
 	ADDQ $144, SI
 	ADDQ $292, DI
@@ -803,81 +936,57 @@ q4kx4loop:
 	ADDQ $292, R9
 	ADDQ $292, R13
 	DECQ CX
-	JNZ  q4kx4loop
+	JNZ  q4kgemmx4loop
 
-	// As dotQ4_KAVX2Asm ends: the mins subtracted lane by lane (their
-	// upper four lanes are zero), then each row's HSUM.
-	VSUBPS  Y8, Y4, Y4
-	VSUBPS  Y9, Y5, Y5
-	VSUBPS  Y10, Y6, Y6
-	VSUBPS  Y11, Y7, Y7
-	MOVQ    out+32(FP), AX
-	HSUM4(Y4, Y5, Y6, Y7)
-	VMOVUPS X0, (AX)
+	// Each row's acc - accm.
+	MOVQ      out+32(FP), AX
+	VMOVSHDUP X4, X1
+	VSUBSS    X1, X4, X0
+	VMOVSS    X0, 0(AX)
+	VMOVSHDUP X5, X1
+	VSUBSS    X1, X5, X0
+	VMOVSS    X0, 4(AX)
+	VMOVSHDUP X6, X1
+	VSUBSS    X1, X6, X0
+	VMOVSS    X0, 8(AX)
+	VMOVSHDUP X7, X1
+	VSUBSS    X1, X7, X0
+	VMOVSS    X0, 12(AX)
 	VZEROUPPER
 	RET
 
-// K4X8ZERO clears the eight-row Q4_K kernels' accumulators: rows 0-3 in
-// Y4-Y7 (mins X8-X11), rows 4-7 in Y17-Y23 (mins X25-X31), odd registers.
-#define K4X8ZERO \
-	VXORPS X4, X4, X4 \
-	VXORPS X5, X5, X5 \
-	VXORPS X6, X6, X6 \
-	VXORPS X7, X7, X7 \
-	VXORPS X8, X8, X8 \
-	VXORPS X9, X9, X9 \
-	VXORPS X10, X10, X10 \
-	VXORPS X11, X11, X11 \
-	VPXORD Y17, Y17, Y17 \
-	VPXORD Y19, Y19, Y19 \
-	VPXORD Y21, Y21, Y21 \
-	VPXORD Y23, Y23, Y23 \
-	VPXORD X25, X25, X25 \
-	VPXORD X27, X27, X27 \
-	VPXORD X29, X29, X29 \
-	VPXORD X31, X31, X31
-
-// K4X8END ends the eight-row Q4_K kernels as dotQ4_KAVX2Asm ends, row by
-// row: the mins subtracted lane by lane, then HSUM, the eight results
-// stored at AX.
-#define K4X8END \
-	VSUBPS  Y8, Y4, Y4 \
-	VSUBPS  Y9, Y5, Y5 \
-	VSUBPS  Y10, Y6, Y6 \
-	VSUBPS  Y11, Y7, Y7 \
-	HSUM4(Y4, Y5, Y6, Y7) \
-	VMOVUPS X0, (AX) \
-	VSUBPS  Y25, Y17, Y4 \
-	VSUBPS  Y27, Y19, Y5 \
-	VSUBPS  Y29, Y21, Y6 \
-	VSUBPS  Y31, Y23, Y7 \
-	HSUM4(Y4, Y5, Y6, Y7) \
-	VMOVUPS X0, 16(AX)
-
-// func dotQ4_Kx8Asm(w, x *byte, stride, nb int, out *float32)
+// func dotQ4_KGEMMx8Asm(w, x *byte, stride, nb int, out *float32)
 //
-// Eight activation rows: rows 0-3 as dotQ4_Kx4Asm, rows 4-7 at four
+// Eight activation rows: rows 0-3 as dotQ4_KGEMMx4Asm, rows 4-7 at four
 // strides further (their pointers rebuilt after each block's preparation,
-// which uses those registers), accumulating into Y17-Y23 and X25-X31.
-TEXT ·dotQ4_Kx8Asm(SB), NOSPLIT, $32-40
+// which uses those registers), accumulating into X17-X23 (odd).
+TEXT ·dotQ4_KGEMMx8Asm(SB), NOSPLIT, $32-40
 	ROWSARGS
-	K4X8ZERO
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VPXORD    X17, X17, X17
+	VPXORD    X19, X19, X19
+	VPXORD    X21, X21, X21
+	VPXORD    X23, X23, X23
+	VMOVDQU64 k4gather<>(SB), Z15
 
-q4kx8loop:
+q4kgemmx8loop:
 	Q4KPREP
 
-	K4ROW(DI, Y4, X8)
-	K4ROW(R8, Y5, X9)
-	K4ROW(R9, Y6, X10)
-	K4ROW(R13, Y7, X11)
+	K4ROWGEMM(DI, X4)
+	K4ROWGEMM(R8, X5)
+	K4ROWGEMM(R9, X6)
+	K4ROWGEMM(R13, X7)
 	LEAQ (DI)(DX*4), AX
 	LEAQ (R8)(DX*4), BX
 	LEAQ (R9)(DX*4), R10
 	LEAQ (R13)(DX*4), R11
-	K4ROW(AX, Y17, X25)
-	K4ROW(BX, Y19, X27)
-	K4ROW(R10, Y21, X29)
-	K4ROW(R11, Y23, X31)
+	K4ROWGEMM(AX, X17)
+	K4ROWGEMM(BX, X19)
+	K4ROWGEMM(R10, X21)
+	K4ROWGEMM(R11, X23)
 
 	ADDQ $144, SI
 	ADDQ $292, DI
@@ -885,49 +994,631 @@ q4kx8loop:
 	ADDQ $292, R9
 	ADDQ $292, R13
 	DECQ CX
-	JNZ  q4kx8loop
+	JNZ  q4kgemmx8loop
 
-	MOVQ out+32(FP), AX
-	K4X8END
+	// Each row's acc - accm.
+	MOVQ      out+32(FP), AX
+	VMOVSHDUP X4, X1
+	VSUBSS    X1, X4, X0
+	VMOVSS    X0, 0(AX)
+	VMOVSHDUP X5, X1
+	VSUBSS    X1, X5, X0
+	VMOVSS    X0, 4(AX)
+	VMOVSHDUP X6, X1
+	VSUBSS    X1, X6, X0
+	VMOVSS    X0, 8(AX)
+	VMOVSHDUP X7, X1
+	VSUBSS    X1, X7, X0
+	VMOVSS    X0, 12(AX)
+	VMOVSHDUP X17, X1
+	VSUBSS    X1, X17, X0
+	VMOVSS    X0, 16(AX)
+	VMOVSHDUP X19, X1
+	VSUBSS    X1, X19, X0
+	VMOVSS    X0, 20(AX)
+	VMOVSHDUP X21, X1
+	VSUBSS    X1, X21, X0
+	VMOVSS    X0, 24(AX)
+	VMOVSHDUP X23, X1
+	VSUBSS    X1, X23, X0
+	VMOVSS    X0, 28(AX)
 	VZEROUPPER
 	RET
 
-// func dotQ4_Kx8PrepAsm(w, xp *byte, nb int, out *float32)
-//
-// dotQ4_Kx8Asm on a prepared group of eight activation rows (see
-// prepQ4_Kx8): the same weight preparation, and each row's K4ROWP gives it
-// K4ROW's integers and float operations in their order, so the results are
-// bit-identical to dotQ4_Kx8Asm's.
-TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $96-32
-	MOVQ w+0(FP), SI
-	MOVQ xp+8(FP), DI
-	MOVQ nb+16(FP), CX
-	K4X8ZERO
+// func dotQ4_KGEMVx4Asm(w, x *byte, stride, nb int, out *float32)
+TEXT ·dotQ4_KGEMVx4Asm(SB), NOSPLIT, $32-40
+	ROWSARGS
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VMOVDQU64 k4gather<>(SB), Z15
 
-q4kx8ploop:
+q4kgemvx4loop:
 	Q4KPREP
-	VMULPS       2176(DI), Y13, Y0
-	VMOVUPS      Y0, 32(SP)
-	VBROADCASTSS X15, Y1
-	VMULPS       2176(DI), Y1, Y0
-	VMOVUPS      Y0, 64(SP)
 
-	K4ROWP(0, Y4, X8)
-	K4ROWP(1, Y5, X9)
-	K4ROWP(2, Y6, X10)
-	K4ROWP(3, Y7, X11)
-	K4ROWP(4, Y17, X25)
-	K4ROWP(5, Y19, X27)
-	K4ROWP(6, Y21, X29)
-	K4ROWP(7, Y23, X31)
+	K4ROWGEMV(DI, X4)
+	K4ROWGEMV(R8, X5)
+	K4ROWGEMV(R9, X6)
+	K4ROWGEMV(R13, X7)
 
 	ADDQ $144, SI
-	ADDQ $2208, DI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
 	DECQ CX
-	JNZ  q4kx8ploop
+	JNZ  q4kgemvx4loop
 
-	MOVQ out+24(FP), AX
-	K4X8END
+	// Each row's acc - accm.
+	MOVQ      out+32(FP), AX
+	VMOVSHDUP X4, X1
+	VSUBSS    X1, X4, X0
+	VMOVSS    X0, 0(AX)
+	VMOVSHDUP X5, X1
+	VSUBSS    X1, X5, X0
+	VMOVSS    X0, 4(AX)
+	VMOVSHDUP X6, X1
+	VSUBSS    X1, X6, X0
+	VMOVSS    X0, 8(AX)
+	VMOVSHDUP X7, X1
+	VSUBSS    X1, X7, X0
+	VMOVSS    X0, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVx8Asm(w, x *byte, stride, nb int, out *float32)
+//
+// Eight activation rows: rows 0-3 as dotQ4_KGEMVx4Asm, rows 4-7 at four
+// strides further (their pointers rebuilt after each block's preparation,
+// which uses those registers), accumulating into X17-X23 (odd).
+TEXT ·dotQ4_KGEMVx8Asm(SB), NOSPLIT, $32-40
+	ROWSARGS
+	VPXORD    X4, X4, X4
+	VPXORD    X5, X5, X5
+	VPXORD    X6, X6, X6
+	VPXORD    X7, X7, X7
+	VPXORD    X17, X17, X17
+	VPXORD    X19, X19, X19
+	VPXORD    X21, X21, X21
+	VPXORD    X23, X23, X23
+	VMOVDQU64 k4gather<>(SB), Z15
+
+q4kgemvx8loop:
+	Q4KPREP
+
+	K4ROWGEMV(DI, X4)
+	K4ROWGEMV(R8, X5)
+	K4ROWGEMV(R9, X6)
+	K4ROWGEMV(R13, X7)
+	LEAQ (DI)(DX*4), AX
+	LEAQ (R8)(DX*4), BX
+	LEAQ (R9)(DX*4), R10
+	LEAQ (R13)(DX*4), R11
+	K4ROWGEMV(AX, X17)
+	K4ROWGEMV(BX, X19)
+	K4ROWGEMV(R10, X21)
+	K4ROWGEMV(R11, X23)
+
+	ADDQ $144, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q4kgemvx8loop
+
+	// Each row's acc - accm.
+	MOVQ      out+32(FP), AX
+	VMOVSHDUP X4, X1
+	VSUBSS    X1, X4, X0
+	VMOVSS    X0, 0(AX)
+	VMOVSHDUP X5, X1
+	VSUBSS    X1, X5, X0
+	VMOVSS    X0, 4(AX)
+	VMOVSHDUP X6, X1
+	VSUBSS    X1, X6, X0
+	VMOVSS    X0, 8(AX)
+	VMOVSHDUP X7, X1
+	VSUBSS    X1, X7, X0
+	VMOVSS    X0, 12(AX)
+	VMOVSHDUP X17, X1
+	VSUBSS    X1, X17, X0
+	VMOVSS    X0, 16(AX)
+	VMOVSHDUP X19, X1
+	VSUBSS    X1, X19, X0
+	VMOVSS    X0, 20(AX)
+	VMOVSHDUP X21, X1
+	VSUBSS    X1, X21, X0
+	VMOVSS    X0, 24(AX)
+	VMOVSHDUP X23, X1
+	VSUBSS    X1, X23, X0
+	VMOVSS    X0, 28(AX)
+	VZEROUPPER
+	RET
+
+// k4gather: VPERMD indices taking dword 0 of each 128-bit lane (K4SM).
+DATA k4gather<>+0(SB)/8, $0x0000000400000000
+DATA k4gather<>+8(SB)/8, $0x0000000c00000008
+DATA k4gather<>+16(SB)/8, $0x0000000000000000
+DATA k4gather<>+24(SB)/8, $0x0000000000000000
+DATA k4gather<>+32(SB)/8, $0x0000000000000000
+DATA k4gather<>+40(SB)/8, $0x0000000000000000
+DATA k4gather<>+48(SB)/8, $0x0000000000000000
+DATA k4gather<>+56(SB)/8, $0x0000000000000000
+GLOBL k4gather<>(SB), RODATA|NOPTR, $64
+
+// ---- Q4_K · Q8_K on interleaved groups of eight weight rows
+// (quant.Q4KInterleave, AVX-512 VNNI level), in the repacked GEMM's order:
+// every float lane is one weight row, so no integer sum is ever reduced
+// across lanes. Per 64-element chunk c of a block the quants are 4 x 64
+// bytes, each 64 bytes eight qwords (qword j: row j's eight quant bytes
+// 8p..8p+7 of the chunk); their low nibbles are sub-block 2c's elements
+// 8p..8p+7 and their high ones sub-block 2c+1's. VPDPBUSD against the
+// activations' matching eight bytes broadcast to every qword leaves row j's
+// partial sums in dwords 2j and 2j+1; the scales (bytes at 1024: per chunk,
+// the even and the odd sub-block's of each row, widened into both dwords
+// of row j) multiply them
+// (VPMULLD), and the two dwords of each row are added: the chunk's exact
+// scaled sum S_c, as an integer, in lane j after VPMOVQD. The mins term
+// M_c is two VPDPWSSD of the Q8_K block's bsums (two words broadcast) by
+// each row's min of the even and the odd sub-block (bytes at 1088, widened
+// to two equal words per dword). Then, as dotQ4_KGEMMAVX2Asm does per row, one FMA of
+// S_c by d*xd into the scales' accumulator and one of M_c by dmin*xd into
+// the mins' (d at 1152, dmin at 1168, eight float16 each, widened exactly), each product of d (dmin)
+// with xd rounded once: every lane's result is bit-identical to the
+// one-row kernel's on that weight row.
+//
+// Registers: Z0-Z3 the even sub-block's unpacked quants, Z4-Z7 the odd's,
+// Z8/Z9 the chunk's scales, Y10/Y11 its mins, Y12 d, Y13 dmin, Z14 the
+// nibble mask, Y16-Y23 the rows' accumulators (scales', mins'), Z15 and
+// Z24-Z31 scratch.
+
+// K4I8CHUNK unpacks chunk c of the interleaved block at SI.
+#define K4I8CHUNK(c) \
+	VMOVDQU64 256*c(SI), Z0 \
+	VMOVDQU64 256*c+64(SI), Z1 \
+	VMOVDQU64 256*c+128(SI), Z2 \
+	VMOVDQU64 256*c+192(SI), Z3 \
+	VPSRLW    $4, Z0, Z4 \
+	VPSRLW    $4, Z1, Z5 \
+	VPSRLW    $4, Z2, Z6 \
+	VPSRLW    $4, Z3, Z7 \
+	VPANDQ    Z14, Z0, Z0 \
+	VPANDQ    Z14, Z1, Z1 \
+	VPANDQ    Z14, Z2, Z2 \
+	VPANDQ    Z14, Z3, Z3 \
+	VPANDQ    Z14, Z4, Z4 \
+	VPANDQ    Z14, Z5, Z5 \
+	VPANDQ    Z14, Z6, Z6 \
+	VPANDQ    Z14, Z7, Z7 \
+	VPMOVZXBQ 1024+16*c(SI), Z8 \
+	VPMOVZXBQ 1024+16*c+8(SI), Z9 \
+	VPSHUFD   $0xa0, Z8, Z8 \
+	VPSHUFD   $0xa0, Z9, Z9 \
+	VPMOVZXBD 1088+16*c(SI), Y10 \
+	VPMOVZXBD 1088+16*c+8(SI), Y11 \
+	VPSLLD    $16, Y10, Y15 \
+	VPSLLD    $16, Y11, Y24 \
+	VPORD     Y15, Y10, Y10 \
+	VPORD     Y24, Y11, Y11
+
+// K4I8ROW adds chunk c of the activation row block at x to the
+// accumulators A (scales') and M (mins').
+#define K4I8ROW(c, x, A, M) \
+	VPBROADCASTQ  4+64*c(x), Z26 \
+	VPBROADCASTQ  4+64*c+32(x), Z27 \
+	VPBROADCASTQ  4+64*c+8(x), Z28 \
+	VPBROADCASTQ  4+64*c+40(x), Z29 \
+	VPXORD        Z24, Z24, Z24 \
+	VPXORD        Z25, Z25, Z25 \
+	VPDPBUSD      Z26, Z0, Z24 \
+	VPDPBUSD      Z27, Z4, Z25 \
+	VPBROADCASTQ  4+64*c+16(x), Z26 \
+	VPBROADCASTQ  4+64*c+48(x), Z27 \
+	VPDPBUSD      Z28, Z1, Z24 \
+	VPDPBUSD      Z29, Z5, Z25 \
+	VPBROADCASTQ  4+64*c+24(x), Z28 \
+	VPBROADCASTQ  4+64*c+56(x), Z29 \
+	VPDPBUSD      Z26, Z2, Z24 \
+	VPDPBUSD      Z27, Z6, Z25 \
+	VPDPBUSD      Z28, Z3, Z24 \
+	VPDPBUSD      Z29, Z7, Z25 \
+	VPMULLD       Z8, Z24, Z24 \
+	VPMULLD       Z9, Z25, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPSHUFD       $0xb1, Z24, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPMOVQD       Z24, Y24 \
+	VCVTDQ2PS     Y24, Y24 \
+	VMULPS.BCST   (x), Y12, Y30 \
+	VFMADD231PS   Y30, Y24, A \
+	VPXORD        Y31, Y31, Y31 \
+	VPDPWSSD.BCST 260+8*c(x), Y10, Y31 \
+	VPDPWSSD.BCST 264+8*c(x), Y11, Y31 \
+	VCVTDQ2PS     Y31, Y31 \
+	VMULPS.BCST   (x), Y13, Y30 \
+	VFMADD231PS   Y30, Y31, M
+
+// K4I8ROWV is K4I8ROW in the repacked GEMV's order: the chunk's S_c and
+// M_c added to the row's int32 totals of the block, S and M.
+#define K4I8ROWV(c, x, S, M) \
+	VPBROADCASTQ  4+64*c(x), Z26 \
+	VPBROADCASTQ  4+64*c+32(x), Z27 \
+	VPBROADCASTQ  4+64*c+8(x), Z28 \
+	VPBROADCASTQ  4+64*c+40(x), Z29 \
+	VPXORD        Z24, Z24, Z24 \
+	VPXORD        Z25, Z25, Z25 \
+	VPDPBUSD      Z26, Z0, Z24 \
+	VPDPBUSD      Z27, Z4, Z25 \
+	VPBROADCASTQ  4+64*c+16(x), Z26 \
+	VPBROADCASTQ  4+64*c+48(x), Z27 \
+	VPDPBUSD      Z28, Z1, Z24 \
+	VPDPBUSD      Z29, Z5, Z25 \
+	VPBROADCASTQ  4+64*c+24(x), Z28 \
+	VPBROADCASTQ  4+64*c+56(x), Z29 \
+	VPDPBUSD      Z26, Z2, Z24 \
+	VPDPBUSD      Z27, Z6, Z25 \
+	VPDPBUSD      Z28, Z3, Z24 \
+	VPDPBUSD      Z29, Z7, Z25 \
+	VPMULLD       Z8, Z24, Z24 \
+	VPMULLD       Z9, Z25, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPSHUFD       $0xb1, Z24, Z25 \
+	VPADDD        Z25, Z24, Z24 \
+	VPMOVQD       Z24, Y24 \
+	VPADDD        Y24, S, S \
+	VPDPWSSD.BCST 260+8*c(x), Y10, M \
+	VPDPWSSD.BCST 264+8*c(x), Y11, M
+
+// K4I8FMAV ends a block of the activation row at x in the GEMV's order:
+// its totals S and M, one FMA each by d*xd and dmin*xd into A and AM, and
+// clears S and M.
+#define K4I8FMAV(x, S, M, A, AM) \
+	VCVTDQ2PS   S, Y24 \
+	VMULPS.BCST (x), Y12, Y30 \
+	VFMADD231PS Y30, Y24, A \
+	VCVTDQ2PS   M, Y31 \
+	VMULPS.BCST (x), Y13, Y30 \
+	VFMADD231PS Y30, Y31, AM \
+	VPXORD      S, S, S \
+	VPXORD      M, M, M
+
+// func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 4 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w in the repacked GEMM's order: out[8r+j] is row r's product
+// with weight row j.
+TEXT ·dotQ4_KGEMMi8x4Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+	VPXORD       Y18, Y18, Y18
+	VPXORD       Y19, Y19, Y19
+	VPXORD       Y20, Y20, Y20
+	VPXORD       Y21, Y21, Y21
+	VPXORD       Y22, Y22, Y22
+	VPXORD       Y23, Y23, Y23
+
+q4kGEMMi8x4loop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROW(0, DI, Y16, Y17)
+	K4I8ROW(0, R8, Y18, Y19)
+	K4I8ROW(0, R9, Y20, Y21)
+	K4I8ROW(0, R13, Y22, Y23)
+	K4I8CHUNK(1)
+	K4I8ROW(1, DI, Y16, Y17)
+	K4I8ROW(1, R8, Y18, Y19)
+	K4I8ROW(1, R9, Y20, Y21)
+	K4I8ROW(1, R13, Y22, Y23)
+	K4I8CHUNK(2)
+	K4I8ROW(2, DI, Y16, Y17)
+	K4I8ROW(2, R8, Y18, Y19)
+	K4I8ROW(2, R9, Y20, Y21)
+	K4I8ROW(2, R13, Y22, Y23)
+	K4I8CHUNK(3)
+	K4I8ROW(3, DI, Y16, Y17)
+	K4I8ROW(3, R8, Y18, Y19)
+	K4I8ROW(3, R9, Y20, Y21)
+	K4I8ROW(3, R13, Y22, Y23)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	ADDQ      $292, R8
+	ADDQ      $292, R9
+	ADDQ      $292, R13
+	DECQ      CX
+	JNZ       q4kGEMMi8x4loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VSUBPS  Y19, Y18, Y18
+	VMOVUPS Y18, 32(AX)
+	VSUBPS  Y21, Y20, Y20
+	VMOVUPS Y20, 64(AX)
+	VSUBPS  Y23, Y22, Y22
+	VMOVUPS Y22, 96(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 1 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w in the repacked GEMM's order: out[8r+j] is row r's product
+// with weight row j.
+TEXT ·dotQ4_KGEMMi8x1Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+
+q4kGEMMi8x1loop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROW(0, DI, Y16, Y17)
+	K4I8CHUNK(1)
+	K4I8ROW(1, DI, Y16, Y17)
+	K4I8CHUNK(2)
+	K4I8ROW(2, DI, Y16, Y17)
+	K4I8CHUNK(3)
+	K4I8ROW(3, DI, Y16, Y17)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	DECQ      CX
+	JNZ       q4kGEMMi8x1loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 2 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w in the repacked GEMV's order: out[8r+j] is row r's product
+// with weight row j.
+TEXT ·dotQ4_KGEMVi8x2Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+	VPXORD       Y18, Y18, Y18
+	VPXORD       Y19, Y19, Y19
+	VPXORD       Y20, Y20, Y20
+	VPXORD       Y21, Y21, Y21
+	VPXORD       Y22, Y22, Y22
+	VPXORD       Y23, Y23, Y23
+
+q4kGEMVi8x2loop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROWV(0, DI, Y18, Y19)
+	K4I8ROWV(0, R8, Y22, Y23)
+	K4I8CHUNK(1)
+	K4I8ROWV(1, DI, Y18, Y19)
+	K4I8ROWV(1, R8, Y22, Y23)
+	K4I8CHUNK(2)
+	K4I8ROWV(2, DI, Y18, Y19)
+	K4I8ROWV(2, R8, Y22, Y23)
+	K4I8CHUNK(3)
+	K4I8ROWV(3, DI, Y18, Y19)
+	K4I8ROWV(3, R8, Y22, Y23)
+	K4I8FMAV(DI, Y18, Y19, Y16, Y17)
+	K4I8FMAV(R8, Y22, Y23, Y20, Y21)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	ADDQ      $292, R8
+	DECQ      CX
+	JNZ       q4kGEMVi8x2loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VSUBPS  Y21, Y20, Y20
+	VMOVUPS Y20, 32(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)
+//
+// 1 activation row(s) at x (stride bytes apart) against the interleaved
+// group at w in the repacked GEMV's order: out[8r+j] is row r's product
+// with weight row j.
+TEXT ·dotQ4_KGEMVi8x1Asm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         stride+16(FP), DX
+	MOVQ         nb+24(FP), CX
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (DI)(DX*2), R9
+	LEAQ         (R9)(DX*1), R13
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+	VPXORD       Y16, Y16, Y16
+	VPXORD       Y17, Y17, Y17
+	VPXORD       Y18, Y18, Y18
+	VPXORD       Y19, Y19, Y19
+
+q4kGEMVi8x1loop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROWV(0, DI, Y18, Y19)
+	K4I8CHUNK(1)
+	K4I8ROWV(1, DI, Y18, Y19)
+	K4I8CHUNK(2)
+	K4I8ROWV(2, DI, Y18, Y19)
+	K4I8CHUNK(3)
+	K4I8ROWV(3, DI, Y18, Y19)
+	K4I8FMAV(DI, Y18, Y19, Y16, Y17)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	DECQ      CX
+	JNZ       q4kGEMVi8x1loop
+
+	MOVQ    out+32(FP), AX
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, 0(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KGEMVi8MAsm(w, x *byte, nb, groups int, out *float32)
+//
+// One activation row at x against groups interleaved groups from w (nb
+// blocks each, one after another): out[8g+j] is its product with group
+// g's weight row j, bit for bit dotQ4_KGEMVi8x1Asm's.
+TEXT ·dotQ4_KGEMVi8MAsm(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), R11
+	MOVQ         nb+16(FP), R12
+	MOVQ         groups+24(FP), R10
+	MOVQ         out+32(FP), BX
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z14
+
+q4kGEMVi8mgroup:
+	MOVQ   R11, DI
+	MOVQ   R12, CX
+	VPXORD Y16, Y16, Y16
+	VPXORD Y17, Y17, Y17
+	VPXORD Y18, Y18, Y18
+	VPXORD Y19, Y19, Y19
+
+q4kGEMVi8mloop:
+	VCVTPH2PS 1152(SI), Y12
+	VCVTPH2PS 1168(SI), Y13
+	K4I8CHUNK(0)
+	K4I8ROWV(0, DI, Y18, Y19)
+	K4I8CHUNK(1)
+	K4I8ROWV(1, DI, Y18, Y19)
+	K4I8CHUNK(2)
+	K4I8ROWV(2, DI, Y18, Y19)
+	K4I8CHUNK(3)
+	K4I8ROWV(3, DI, Y18, Y19)
+	K4I8FMAV(DI, Y18, Y19, Y16, Y17)
+	ADDQ      $1184, SI
+	ADDQ      $292, DI
+	DECQ      CX
+	JNZ       q4kGEMVi8mloop
+
+	VSUBPS  Y17, Y16, Y16
+	VMOVUPS Y16, (BX)
+	ADDQ    $32, BX
+	DECQ    R10
+	JNZ     q4kGEMVi8mgroup
+	VZEROUPPER
+	RET
+
+// K4ROWDOT adds one activation row's block (at x) to its eight float
+// lanes F and four mins lanes M as dotQ4_KAVX2Asm does: the same int32
+// lanes (pairedInt), FMAed by d*xd (Y13 holds d in every lane), and the
+// chunks' mins terms FMAed by dmin*xd (X15 holds dmin). Z0, Z1, Y2, Y3,
+// Z12 scratch.
+#define K4ROWDOT(x, F, M) \
+	VPMADDUBSW    4(x), Z16, Z0 \
+	VPMADDWD      Z24, Z0, Z12 \
+	VPMADDUBSW    68(x), Z18, Z1 \
+	VPDPWSSD      Z26, Z1, Z12 \
+	VPMADDUBSW    132(x), Z20, Z0 \
+	VPDPWSSD      Z28, Z0, Z12 \
+	VPMADDUBSW    196(x), Z22, Z1 \
+	VPDPWSSD      Z30, Z1, Z12 \
+	VEXTRACTI64X4 $1, Z12, Y3 \
+	VPADDD        Y3, Y12, Y12 \
+	VCVTDQ2PS     Y12, Y12 \
+	VMULPS.BCST   (x), Y13, Y2 \
+	VFMADD231PS   Y2, Y12, F \
+	VMOVDQU       260(x), X2 \
+	VMOVDQU       276(x), X3 \
+	VPHADDW       X3, X2, X2 \
+	VPMADDWD      X14, X2, X2 \
+	VCVTDQ2PS     X2, X2 \
+	VMULPS.BCST   (x), X15, X1 \
+	VFMADD231PS   X1, X2, M
+
+// func dotQ4_KDotx4Asm(w, x *byte, stride, nb int, out *float32)
+TEXT ·dotQ4_KDotx4Asm(SB), NOSPLIT, $32-40
+	ROWSARGS
+	VXORPS X4, X4, X4
+	VXORPS X8, X8, X8
+	VXORPS X5, X5, X5
+	VXORPS X9, X9, X9
+	VXORPS X6, X6, X6
+	VXORPS X10, X10, X10
+	VXORPS X7, X7, X7
+	VXORPS X11, X11, X11
+
+q4kdotx4loop:
+	Q4KPREP
+	VMOVSHDUP    X13, X15
+	VBROADCASTSS X15, X15
+	VBROADCASTSS X13, Y13
+
+	K4ROWDOT(DI, Y4, X8)
+	K4ROWDOT(R8, Y5, X9)
+	K4ROWDOT(R9, Y6, X10)
+	K4ROWDOT(R13, Y7, X11)
+
+	ADDQ $144, SI
+	ADDQ $292, DI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R13
+	DECQ CX
+	JNZ  q4kdotx4loop
+
+	// As dotQ4_KAVX2Asm ends, row by row: the mins lanes reduced as
+	// (m0+m2) + (m1+m3), HSUM of the lanes, their difference.
+	VMOVHLPS  X8, X8, X12
+	VADDPS    X12, X8, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X8
+	VMOVHLPS  X9, X9, X12
+	VADDPS    X12, X9, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X9
+	VMOVHLPS  X10, X10, X12
+	VADDPS    X12, X10, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X10
+	VMOVHLPS  X11, X11, X12
+	VADDPS    X12, X11, X12
+	VMOVSHDUP X12, X13
+	VADDSS    X13, X12, X11
+	VINSERTPS $0x10, X9, X8, X8
+	VINSERTPS $0x20, X10, X8, X8
+	VINSERTPS $0x30, X11, X8, X8
+	MOVQ      out+32(FP), AX
+	HSUM4(Y4, Y5, Y6, Y7)
+	VSUBPS    X8, X0, X0
+	VMOVUPS   X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -957,7 +1648,7 @@ TEXT ·dotQ5_KAVX2Asm(SB), NOSPLIT, $32-28
 
 q5kloop:
 	K4SCALES
-	K4MINS
+	K4MINS1
 	VPXOR       Y12, Y12, Y12
 	VMOVDQU     16(SI), Y8
 	Q4KNIB(48(SI))
@@ -979,8 +1670,8 @@ q5kloop:
 	DECQ        CX
 	JNZ         q5kloop
 
-	VSUBPS Y13, Y14, Y0
-	HSUM(Y0, X0, X1)
+	HSUM(Y14, X14, X1)
+	VSUBSS X13, X14, X0
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
@@ -1348,18 +2039,19 @@ GLOBL lane4<>(SB), RODATA|NOPTR, $128
 	VPDPWSSD   SA, Z13, Z15 \
 	VPDPWSSD   SB, Z14, Z15
 
-// func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
+// func matVecQ4_KGEMVAsm(w, x *byte, nb, rows int, out *float32)
 //
-// Per block: the 12 scale bytes are unpacked in one XMM (the same field
-// extraction as K4SCALES, one 32-bit word per lane), widened to words, and
-// VPERMW spreads them into the four chunks' scale vectors; the mins term
-// pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums are exact
-// (same ranges as dotQ4_KAVX2Asm) and the float work is d*xd times the
-// block's int32 lanes (folded to eight: the same eight sums as
-// dotQ4_KAVX2Asm's lanes), dmin*xd times the mins' four lanes, and the
-// end is dotQ4_KAVX2Asm's (lanes minus mins, then HSUM): every row's
-// result is bit-identical to the one-row kernel's.
-TEXT ·matVecQ4_KAsm(SB), NOSPLIT, $0-40
+// Q4_K in the repacked GEMV's order (ggml_gemv_q4_K_8x8_q8_K), per weight
+// row. Per block: the 12 scale bytes are unpacked in one XMM (the same
+// field extraction as K4SCALES, one 32-bit word per lane), widened to
+// words, and VPERMW spreads them into the four chunks' scale vectors; the
+// mins term pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums
+// are exact (same ranges as dotQ4_KAVX2Asm); the block's scaled sums and
+// its mins term are each reduced to one exact integer, and the float work
+// is one FMA of each into its own accumulator (lanes 0 and 1 of X0, by
+// d*xd and dmin*xd), their difference at the end: dotQ4_KGEMVAVX2Asm's
+// operations, so every row's result is bit-identical to it.
+TEXT ·matVecQ4_KGEMVAsm(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), R8
 	MOVQ         nb+16(FP), R9
@@ -1396,43 +2088,50 @@ mvq4kblock:
 	VPERMW     Z3, Z29, Z18
 	VPERMW     Z3, Z30, Z19
 
-	// mins: sum_j m_j*(bsum[2j]+bsum[2j+1]) in four int32 lanes
+	// mins: m_j*(bsum[2j]+bsum[2j+1]) in four int32 lanes
 	VMOVDQU      260(DI), X5
 	VPHADDW      276(DI), X5, X5
 	VEXTRACTI128 $1, Y3, X6
 	VPMADDWD     X6, X5, X5
-	VCVTDQ2PS    X5, X5
 
-	// [d, dmin]*xd
+	// [d, dmin]*xd (lanes 2-3 zero)
 	VMOVD        (SI), X7
 	VCVTPH2PS    X7, X7
 	VBROADCASTSS (DI), X8
 	VMULPS       X8, X7, X7
-	VPERMILPS    $0x55, X7, X9
-	VFMADD231PS  X9, X5, X1
-	VBROADCASTSS X7, Y10
 
-	VPXORD        Z15, Z15, Z15
+	VPXORD Z15, Z15, Z15
 	K4Q128(16, 4, Z16, Z17)
 	K4Q128(80, 132, Z18, Z19)
+
+	// [S, M, -, -]: the block's scaled sums and mins term, each one
+	// exact int32 (int adds in any order), then one packed FMA by
+	// [d*xd, dmin*xd, 0, 0] into X0 = [acc, accm, 0, 0]
 	VEXTRACTI64X4 $1, Z15, Y14
 	VPADDD        Y14, Y15, Y15
-	VCVTDQ2PS     Y15, Y15
-	VFMADD231PS   Y10, Y15, Y0
+	VEXTRACTI128  $1, Y15, X14
+	VPADDD        X14, X15, X15
+	VPUNPCKLDQ    X5, X15, X14
+	VPUNPCKHDQ    X5, X15, X15
+	VPADDD        X14, X15, X15
+	VMOVHLPS      X15, X15, X14
+	VPADDD        X14, X15, X15
+	VCVTDQ2PS     X15, X15
+	VFMADD231PS   X7, X15, X0
+	ADDQ          $144, SI
+	ADDQ          $292, DI
+	DECQ          CX
+	JNZ           mvq4kblock
 
-	ADDQ $144, SI
-	ADDQ $292, DI
-	DECQ CX
-	JNZ  mvq4kblock
-
-	// As dotQ4_KAVX2Asm ends: the mins (upper four lanes zero, as the
-	// VEX-encoded FMA left them) subtracted lane by lane, then HSUM.
-	VSUBPS Y1, Y0, Y0
+	// acc - accm alone in X0 (the HSUM below adds only zeros to it).
+	VMOVSHDUP X0, X1
+	VSUBSS    X1, X0, X1
+	VINSERTPS $0x0e, X1, X1, X0
 	HSUM(Y0, X0, X11)
-	VMOVSS X0, (R11)
-	ADDQ   $4, R11
-	DECQ   R10
-	JNZ    mvq4krow
+	VMOVSS    X0, (R11)
+	ADDQ      $4, R11
+	DECQ      R10
+	JNZ       mvq4krow
 	VZEROUPPER
 	RET
 

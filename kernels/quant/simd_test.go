@@ -336,6 +336,22 @@ func BenchmarkVecDotLevels(b *testing.B) {
 	})
 }
 
+// decodeOrder and prefillOrder are the orders T-CPU's decode and prefill
+// products of a type's (repacked, where ggml repacks it) matrices take.
+func decodeOrder(t ggml.Type) Order {
+	if Repacked(t, RepackRows) {
+		return OrderGEMV
+	}
+	return OrderDot
+}
+
+func prefillOrder(t ggml.Type) Order {
+	if Repacked(t, RepackRows) {
+		return OrderGEMM
+	}
+	return OrderDot
+}
+
 // BenchmarkVecDotRows measures one weight row of 4096 against 16
 // activation rows, per row (ns/op divided by 16 compares with VecDot).
 func BenchmarkVecDotRows(b *testing.B) {
@@ -359,7 +375,7 @@ func BenchmarkVecDotRows(b *testing.B) {
 				defer setSIMDLevel(prev)
 				b.SetBytes(int64(len(w)) * rows)
 				for b.Loop() {
-					VecDotRows(typ, n, w, xq, xb, rows, out)
+					VecDotRowsOrder(typ, prefillOrder(typ), n, w, xq, xb, rows, out)
 				}
 			})
 		}
@@ -395,9 +411,19 @@ func BenchmarkMatVecStream(b *testing.B) {
 			b.Run(fmt.Sprintf("%v/n=%d/matvec", typ, n), func(b *testing.B) {
 				b.SetBytes(int64(len(w)))
 				for b.Loop() {
-					MatVec(typ, n, w, xq, out)
+					MatVecOrder(typ, decodeOrder(typ), n, w, xq, out)
 				}
 			})
+			if r8 := rows &^ (RepackRows - 1); Repacked(typ, r8) {
+				// the repacked GEMV's order, which decode takes (on
+				// the rows' multiple of eight)
+				b.Run(fmt.Sprintf("%v/n=%d/matvec-gemv", typ, n), func(b *testing.B) {
+					b.SetBytes(int64(r8 * wb))
+					for b.Loop() {
+						MatVecOrder(typ, OrderGEMV, n, w[:r8*wb], xq, out[:r8])
+					}
+				})
+			}
 			// two threads on the two halves, as decode runs it
 			b.Run(fmt.Sprintf("%v/n=%d/matvec-2t", typ, n), func(b *testing.B) {
 				b.SetBytes(int64(len(w)))
@@ -407,9 +433,9 @@ func BenchmarkMatVecStream(b *testing.B) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						MatVec(typ, n, w[h*wb:], xq, out[h:])
+						MatVecOrder(typ, decodeOrder(typ), n, w[h*wb:], xq, out[h:])
 					}()
-					MatVec(typ, n, w, xq, out[:h])
+					MatVecOrder(typ, decodeOrder(typ), n, w, xq, out[:h])
 					wg.Wait()
 				}
 			})
@@ -419,7 +445,7 @@ func BenchmarkMatVecStream(b *testing.B) {
 				m := cached / wb
 				b.SetBytes(int64(m * wb))
 				for b.Loop() {
-					MatVec(typ, n, w[:m*wb], xq, out[:m])
+					MatVecOrder(typ, decodeOrder(typ), n, w[:m*wb], xq, out[:m])
 				}
 			})
 		}

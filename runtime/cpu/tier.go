@@ -29,6 +29,8 @@ type Tier struct {
 	trace    func(i int, kernel string, out []byte)
 	release  []func() error // the huge-page arenas' unmaps
 	comm     kcpu.Comm      // the tensor-parallel set this tier is a rank of
+	packs    *kcpu.Packs    // the weights' repacked forms, built on first use
+	packFree []byte         // the rest of the arena the packs are carved from
 }
 
 type variant struct {
@@ -86,6 +88,13 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		t.Close()
 		return nil, fmt.Errorf("cpu: memory plan has no fence region")
 	}
+	var weights [][]byte
+	for i, r := range g.Regions {
+		if _, ok := b.Weights[r.Name]; ok {
+			weights = append(weights, t.regions[i])
+		}
+	}
+	t.packs = kcpu.NewPacks(weights, t.packAlloc)
 	fns, err := kcpu.BindBlobs(b.Blobs)
 	if err != nil {
 		t.Close()
@@ -117,8 +126,27 @@ func (t *Tier) bind(d replay.Dispatch, mem *replay.Memory, fn kcpu.Func) dispatc
 		}
 	}
 	out.args.Push, out.args.Spec, out.args.Grid = d.Push, d.Spec, d.Grid
-	out.args.Pool, out.args.Work, out.args.Comm = t.pool, &t.work, t.comm
+	out.args.Pool, out.args.Work, out.args.Comm, out.args.Packs = t.pool, &t.work, t.comm, t.packs
 	return out
+}
+
+// packChunk is the size of the huge-page arenas the weights' packs are
+// carved from (one pack larger than it gets an arena of its own).
+const packChunk = 32 << 20
+
+// packAlloc returns n bytes of huge-page memory for a weight's pack
+// (kcpu.Packs), released by Close.
+func (t *Tier) packAlloc(n int) ([]byte, error) {
+	if len(t.packFree) < n {
+		a, err := t.arena(max(n, packChunk))
+		if err != nil {
+			return nil, err
+		}
+		t.packFree = a
+	}
+	b := t.packFree[:n:n]
+	t.packFree = t.packFree[min(len(t.packFree), alignUp(n, 64)):]
+	return b, nil
 }
 
 // Name is the tier's name.
@@ -197,6 +225,6 @@ func (t *Tier) Close() error {
 			first = err
 		}
 	}
-	t.release, t.regions = nil, nil
+	t.release, t.regions, t.packs, t.packFree = nil, nil, nil, nil
 	return first
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // kquants writes the shared pieces of the Q4_K and Q5_K one-row kernels
-// and dotQ4_KAVX2Asm.
+// and Q4_K's one-row kernels of its three orders (k4Mode).
 func kquants(f *asmgen.File) {
 	f.Raw(`
 // ---- k-quants · Q8_K
@@ -28,19 +28,27 @@ func kquants(f *asmgen.File) {
 // words; AX, BX, DX, R8, R9 are clobbered.`)
 	f.Define("K4SCALES", func(f *asmgen.File) { k4Unpack(f, "DX", "R8", "R9") })
 	f.Raw(`
-// K4MINS adds to Y13 the float mins term of a Q4_K/Q5_K block,
-// dmin*xd * sum_j min_j*(bsum[2j]+bsum[2j+1]), in four lanes, and sets Y3
-// to d*xd (all lanes). The mins are the high half of Y0 (K4SCALES). Pair
-// sums of bsums are within ±4096 and the VPMADDWD with 6-bit mins is
-// exact; VEX-encoded 128-bit ops zero the upper lanes, so Y1's upper four
-// lanes add 0.
+// K4MINS adds to Y13 the float mins term of a Q4_K block as
+// ggml_vec_dot_q4_K_q8_K does, dmin*xd * sum_j min_j*(bsum[2j]+bsum[2j+1])
+// in four lanes (lane c: chunk c's two sub-blocks), and sets Y3 to d*xd
+// (all lanes) and X2 to dmin*xd (low lane). The mins are the high half of
+// Y0 (K4SCALES). Pair sums of bsums are within ±4096 and the VPMADDWD
+// with 6-bit mins is exact; VEX-encoded 128-bit ops zero the upper lanes,
+// so Y1's upper four lanes add 0.
 #define K4MINS \
+	K4MINSINT \
+	VCVTDQ2PS    Y1, Y1 \
+	VBROADCASTSS X2, Y2 \
+	VFMADD231PS  Y2, Y1, Y13
+
+// K4MINSINT leaves in X1 the four int32 chunk mins terms of a Q4_K/Q5_K
+// block, in Y3 d*xd (all lanes) and in X2 dmin*xd (low lane).
+#define K4MINSINT \
 	VMOVDQU      260(DI), X1 \
 	VMOVDQU      276(DI), X2 \
 	VPHADDW      X2, X1, X1 \
 	VEXTRACTI128 $1, Y0, X2 \
 	VPMADDWD     X2, X1, X1 \
-	VCVTDQ2PS    Y1, Y1 \
 	MOVWLZX      (SI), AX \
 	VMOVD        AX, X2 \
 	VPINSRW      $1, 2(SI), X2, X2 \
@@ -48,9 +56,52 @@ func kquants(f *asmgen.File) {
 	VBROADCASTSS (DI), X3 \
 	VMULPS       X3, X2, X2 \
 	VBROADCASTSS X2, Y3 \
-	VMOVSHDUP    X2, X2 \
-	VBROADCASTSS X2, Y2 \
-	VFMADD231PS  Y2, Y1, Y13
+	VMOVSHDUP    X2, X2
+
+// ISUM4 leaves in the low lane of X the sum of its four int32 lanes
+// (exact); T is scratch.
+#define ISUM4(X, T) \
+	VPSHUFD $0x4e, X, T \
+	VPADDD  T, X, X \
+	VPSHUFD $0xb1, X, T \
+	VPADDD  T, X, X
+
+// ISUM8 leaves in the low lane of X the sum of Y's eight int32 lanes (X is
+// Y's low half); T is scratch.
+#define ISUM8(Y, X, T) \
+	VEXTRACTI128 $1, Y, T \
+	VPADDD       T, X, X \
+	ISUM4(X, T)
+
+// K4MINS1 adds the whole block's mins term to the scalar X13 as one FMA of
+// its exact integer total by dmin*xd: Q5_K's vec_dot and Q4_K's repacked
+// GEMV. Y3 and X2 as K4MINSINT leaves them.
+#define K4MINS1 \
+	K4MINSINT \
+	ISUM4(X1, X11) \
+	VCVTDQ2PS    X1, X1 \
+	VFMADD231SS  X2, X1, X13
+
+// K4MINSC adds the four chunks' mins terms to the scalar X13 in chunk
+// order, one FMA each by dmin*xd: Q4_K's repacked GEMM.
+#define K4MINSC \
+	K4MINSINT \
+	VCVTDQ2PS    X1, X1 \
+	VFMADD231SS  X2, X1, X13 \
+	VMOVSHDUP    X1, X11 \
+	VFMADD231SS  X2, X11, X13 \
+	VMOVHLPS     X1, X1, X11 \
+	VFMADD231SS  X2, X11, X13 \
+	VPERMILPS    $3, X1, X11 \
+	VFMADD231SS  X2, X11, X13
+
+// K4FMA1 adds to the scalar X14 the exact total of Y12's int32 lanes
+// times d*xd (Y3), and clears Y12.
+#define K4FMA1 \
+	ISUM8(Y12, X12, X11) \
+	VCVTDQ2PS    X12, X12 \
+	VFMADD231SS  X3, X12, X14 \
+	VPXOR        Y12, Y12, Y12
 
 // K4CHUNK adds to Y12 the scaled sums of one 64-element chunk c of a
 // Q4_K/Q5_K block whose unsigned quants are in Y4 (elements 64c..64c+31)
@@ -73,15 +124,38 @@ func kquants(f *asmgen.File) {
 	VPAND   Y15, Y4, Y4 \
 	VPAND   Y15, Y5, Y5
 `)
-	k4Dot(f, "dotQ4_KAVX2Asm", nil, "q4kloop", 144, func(f *asmgen.File, c int) {
-		f.P("\tQ4KNIB(%d(SI))", 16+32*c)
-	})
+	for _, m := range []k4Mode{k4VecDot, k4GEMV, k4GEMM} {
+		k4Dot(f, "dotQ4_K"+m.suffix()+"AVX2Asm", nil, "q4kloop"+m.suffix(), 144, m, func(f *asmgen.File, c int) {
+			f.P("\tQ4KNIB(%d(SI))", 16+32*c)
+		})
+	}
 }
 
+// k4Mode is the float order of a Q4_K/Q5_K one-row kernel.
+type k4Mode int
+
+const (
+	// k4VecDot is ggml_vec_dot_q4_K_q8_K's (with q5, _q5_K_q8_K's): eight
+	// float lanes of FMAs by d*xd, reduced by HSUM; the mins in four
+	// lanes (Q4_K) or one float (Q5_K), subtracted last.
+	k4VecDot k4Mode = iota
+	// k4GEMV is the repacked GEMV's: per block one FMA of the exact
+	// integer total by d*xd, one of the mins total by dmin*xd.
+	k4GEMV
+	// k4GEMM is the repacked GEMM's: those FMAs per 64-element chunk.
+	k4GEMM
+)
+
+// suffix names the mode in kernel symbols and labels.
+func (m k4Mode) suffix() string { return [...]string{"", "GEMV", "GEMM"}[m] }
+
 // k4Dot writes the one-row kernel of a format with Q4_K's scales and mins
-// (Q4_K, Q5_K): per block K4SCALES and K4MINS, then the four 64-element
-// chunks, each unpacked by chunk into Y4/Y5 and summed by K4CHUNK.
-func k4Dot(f *asmgen.File, name string, consts []konst, label string, wLen int, chunk func(f *asmgen.File, c int)) {
+// (Q4_K, Q5_K: q5 when consts holds Q5_K's) in mode m: per block K4SCALES
+// and the mins, then the four 64-element chunks, each unpacked by chunk
+// into Y4/Y5 and summed by K4CHUNK into Y12, whose int32 lanes go to the
+// float accumulator Y14 as m says.
+func k4Dot(f *asmgen.File, name string, consts []konst, label string, wLen int, m k4Mode, chunk func(f *asmgen.File, c int)) {
+	q5 := len(consts) > 0
 	(&dotKernel{
 		sig:    name + "(w, x *byte, nb int) float32",
 		frame:  32,
@@ -90,21 +164,52 @@ func k4Dot(f *asmgen.File, name string, consts []konst, label string, wLen int, 
 		zero:   []string{"Y14", "Y13"},
 		label:  label,
 		body: func(f *asmgen.File) {
-			f.Raw(`
-	K4SCALES
-	K4MINS
-	VPXOR Y12, Y12, Y12`)
+			f.P("\tK4SCALES")
+			switch {
+			case m == k4GEMM:
+				f.P("\tK4MINSC")
+			case m == k4GEMV || q5:
+				f.P("\tK4MINS1")
+			default:
+				f.P("\tK4MINS")
+			}
+			f.Ins("VPXOR", "Y12", "Y12", "Y12")
 			for c := 0; c < 4; c++ {
 				chunk(f, c)
 				f.P("\tK4CHUNK(%d, %d)", 4+64*c, 4*c)
+				if m == k4GEMM {
+					f.P("\tK4FMA1")
+				}
 			}
-			f.Ins("VCVTDQ2PS", "Y12", "Y12")
-			f.Ins("VFMADD231PS", "Y3", "Y12", "Y14")
+			switch m {
+			case k4VecDot:
+				f.Ins("VCVTDQ2PS", "Y12", "Y12")
+				f.Ins("VFMADD231PS", "Y3", "Y12", "Y14")
+			case k4GEMV:
+				f.P("\tK4FMA1")
+			}
 		},
 		wLen: wLen, xLen: 292,
 		end: func(f *asmgen.File) {
-			f.Ins("VSUBPS", "Y13", "Y14", "Y0")
-			f.P("\tHSUM(Y0, X0, X1)")
+			switch {
+			case m != k4VecDot:
+				// The scalar accumulators' difference.
+				f.Ins("VSUBSS", "X13", "X14", "X0")
+			case q5:
+				// hsum_float_8 of the lanes, then the mins (ggml adds
+				// its FMAs by -dmin: these, negated exactly).
+				f.P("\tHSUM(Y14, X14, X1)")
+				f.Ins("VSUBSS", "X13", "X14", "X0")
+			default:
+				// hsum_float_8 of the lanes, then the mins lanes
+				// reduced as ggml reduces acc_m: (m0+m2) + (m1+m3).
+				f.P("\tHSUM(Y14, X14, X1)")
+				f.Ins("VMOVHLPS", "X13", "X13", "X1")
+				f.Ins("VADDPS", "X1", "X13", "X1")
+				f.Ins("VMOVSHDUP", "X1", "X2")
+				f.Ins("VADDSS", "X2", "X1", "X1")
+				f.Ins("VSUBSS", "X1", "X14", "X0")
+			}
 			f.Ins("VMOVSS", "X0", "ret+24(FP)")
 		},
 	}).write(f)
@@ -232,68 +337,88 @@ func rowAcc(r int) string {
 	return asmgen.Reg("Y", 17+2*(r-4))
 }
 
-// minsAcc is row r's mins accumulator in the multi-row Q4_K kernels.
-func minsAcc(r int) string {
-	if r < 4 {
-		return asmgen.Reg("X", 8+r)
-	}
-	return asmgen.Reg("X", 25+2*(r-4))
-}
-
-// q4kRows writes the four- and eight-row Q4_K kernels and the eight-row
-// one on prepared groups.
+// q4kRows writes the four- and eight-row Q4_K kernels of the repacked
+// orders (GEMM and GEMV).
 func q4kRows(f *asmgen.File) {
 	f.Raw(`
-// ---- Q4_K · Q8_K, four and eight activation rows (AVX-512 level: the
-// EVEX forms reach Z16-Z31, which hold the block's unpacked quants and
-// broadcast scales so that they are prepared once for all the rows). Each row's
-// int32 lanes, FMAs and final reduction are dotQ4_KAVX2Asm's, so every
-// result is bit-identical to the one-row kernel's on that row.
+// ---- Q4_K · Q8_K in the repacked orders, four and eight activation rows
+// (AVX-512 level: the EVEX forms reach Z16-Z31, which hold the block's
+// unpacked quants and broadcast scales so that they are prepared once for
+// all the rows). Each row keeps its two accumulators, the scales' and the
+// mins', in the low two lanes of one XMM (Xrow = [acc, accm, -, -]): a
+// packed FMA by [d*xd, dmin*xd] advances both at once, each lane rounded
+// as the one-row kernels' scalar FMAs round it, so every result is
+// bit-identical to dotQ4_KGEMMAVX2Asm's (dotQ4_KGEMVAVX2Asm's) on that row.
+// Lanes 2-3 of the accumulators are never read.
 
-// K4ROW adds one activation row's block (at x) to the float accumulator F
-// and the mins accumulator M (used in its low four lanes): the integer
-// sums of the four 64-element chunks against Z16/Z18/Z20/Z22 (each the
-// unsigned quants of two sub-blocks, the even one in the low half) scaled
-// by Z24/Z26/Z28/Z30 (the two sub-blocks' scales, broadcast to their
-// halves): VPDPWSSD fuses VPMADDWD and the add, the low half gathering the
-// even sub-blocks and the high half the odd ones, which are joined once
-// (int32 adds, exact in any order, so the lanes are the one-row kernel's);
-// times d*xd; and dmin*xd times the mins dotted with the pair sums of x's
-// bsums. Y13 holds d and X15 dmin in every lane (each product with xd is
-// the one-row kernel's, a single rounding of the same two floats), X14 the
-// eight mins as words. Z0, Z1, Y2, Y3, Z12 scratch.
-#define K4ROW(x, F, M) \
-	K4INT(4(x), 68(x), 132(x), 196(x)) \
-	VMULPS.BCST   (x), Y13, Y2 \
-	VFMADD231PS   Y2, Y12, F \
-	VMOVDQU       260(x), X2 \
-	VMOVDQU       276(x), X3 \
-	VPHADDW       X3, X2, X2 \
-	VPMADDWD      X14, X2, X2 \
-	VCVTDQ2PS     X2, X2 \
-	VMULPS.BCST   (x), X15, X1 \
-	VFMADD231PS   X1, X2, M
-
-// K4INT leaves in Y12, as floats, the scaled integer sums of one
-// activation row's super-block whose quants are the 64-byte chunks q0-q3
-// (see K4ROW).`)
-	f.Define("K4INT(q0, q1, q2, q3)", func(f *asmgen.File) {
-		pairedInt(f, [4]string{"q0", "q1", "q2", "q3"})
-		f.Ins("VCVTDQ2PS", "Y12", "Y12")
+// K4SM leaves in X0 the four chunks' exact scaled sums [S0, S1, S2, S3]
+// and in X2 their mins terms [M0, M1, M2, M3] for one activation row's
+// super-block whose quants are the 64-byte chunks q0-q3 and whose Q8_K
+// block is at x: per chunk VPMADDUBSW against Z16/Z18/Z20/Z22 (each the
+// unsigned quants of two sub-blocks, the even one in the low half) and
+// VPMADDWD by Z24/Z26/Z28/Z30 (their scales), then int32 adds (exact in
+// any order) down to one sum per chunk. X14 holds the eight mins as
+// words and Z15 the dword indices 0, 4, 8, 12 (k4gather). Z0-Z3, Z8-Z11
+// scratch.`)
+	f.Define("K4SM(x, q0, q1, q2, q3)", func(f *asmgen.File) {
+		for c, q := range []string{"q0", "q1", "q2", "q3"} {
+			z := asmgen.Reg("Z", c)
+			f.Ins("VPMADDUBSW", q, asmgen.Reg("Z", 16+2*c), z)
+			f.Ins("VPMADDWD", asmgen.Reg("Z", 24+2*c), z, z)
+		}
+		// Z8 = [c0.l0+c0.l2, c0.l1+c0.l3, c1.l0+c1.l2, c1.l1+c1.l3] (l:
+		// 128-bit lanes), Z10 the same of chunks 2 and 3, then Z0 = four
+		// partial sums of chunk c in lane c.
+		for i := 0; i < 2; i++ {
+			lo, hi, t := asmgen.Reg("Z", 2*i), asmgen.Reg("Z", 2*i+1), asmgen.Reg("Z", 8+2*i)
+			f.Ins("VSHUFI64X2", "$0x44", hi, lo, t)
+			f.Ins("VSHUFI64X2", "$0xee", hi, lo, asmgen.Reg("Z", 9+2*i))
+			f.Ins("VPADDD", asmgen.Reg("Z", 9+2*i), t, t)
+		}
+		f.Ins("VSHUFI64X2", "$0x88", "Z10", "Z8", "Z0")
+		f.Ins("VSHUFI64X2", "$0xdd", "Z10", "Z8", "Z1")
+		f.Ins("VPADDD", "Z1", "Z0", "Z0")
+		// Each lane's four to its total, in every dword; Z15's indices
+		// gather dword 0 of each lane: X0 = [S0, S1, S2, S3].
+		for _, imm := range []string{"$0x4e", "$0xb1"} {
+			f.Ins("VPSHUFD", imm, "Z0", "Z1")
+			f.Ins("VPADDD", "Z1", "Z0", "Z0")
+		}
+		f.Ins("VPERMD", "Z0", "Z15", "Z0")
+		f.Ins("VMOVDQU", "260(x)", "X2")
+		f.Ins("VPHADDW", "276(x)", "X2", "X2")
+		f.Ins("VPMADDWD", "X14", "X2", "X2")
 	})
 	f.Raw(`
-// K4ROWP is K4ROW on row r of a prepared group (see prepQ4_Kx8) whose
-// super-block is at DI: the quants at 256r, the pair sums of the bsums
-// already formed at 2048+16r (VPMADDWD takes them from memory), xd at
-// 2176+4r. The same integers and float operations as K4ROW, except that
-// the products of the weight's d and dmin with the row's xd come from
-// 32+4r(SP) and 64+4r(SP), formed for all eight rows at once.
-#define K4ROWP(r, F, M) \
-	K4INT(256*r(DI), 256*r+64(DI), 256*r+128(DI), 256*r+192(DI)) \
-	VFMADD231PS.BCST 32+4*r(SP), Y12, F \
-	VPMADDWD      2048+16*r(DI), X14, X2 \
-	VCVTDQ2PS     X2, X2 \
-	VFMADD231PS.BCST 64+4*r(SP), X2, M
+// K4ROWGEMM adds one activation row's block (at x) to its accumulator A in
+// the GEMM's order: chunk by chunk, [S_c, M_c] times [d*xd, dmin*xd]. X13
+// holds [d, dmin, d, dmin] of the weight block.
+#define K4ROWGEMM(x, A) \
+	K4SM(x, 4(x), 68(x), 132(x), 196(x)) \
+	VPUNPCKLDQ   X2, X0, X1 \
+	VPUNPCKHDQ   X2, X0, X0 \
+	VCVTDQ2PS    X1, X1 \
+	VCVTDQ2PS    X0, X0 \
+	VMULPS.BCST  (x), X13, X2 \
+	VFMADD231PS  X2, X1, A \
+	VMOVHLPS     X1, X1, X1 \
+	VFMADD231PS  X2, X1, A \
+	VFMADD231PS  X2, X0, A \
+	VMOVHLPS     X0, X0, X0 \
+	VFMADD231PS  X2, X0, A
+
+// K4ROWGEMV is K4ROWGEMM in the GEMV's order: the block's totals [S, M]
+// (exact int32 adds) times [d*xd, dmin*xd], one FMA.
+#define K4ROWGEMV(x, A) \
+	K4SM(x, 4(x), 68(x), 132(x), 196(x)) \
+	VPUNPCKLDQ   X2, X0, X1 \
+	VPUNPCKHDQ   X2, X0, X0 \
+	VPADDD       X1, X0, X0 \
+	VMOVHLPS     X0, X0, X1 \
+	VPADDD       X1, X0, X0 \
+	VCVTDQ2PS    X0, X0 \
+	VMULPS.BCST  (x), X13, X2 \
+	VFMADD231PS  X2, X0, A
 
 // Q4KPAIR unpacks the 32 bytes at q into the 64 quants of two sub-blocks:
 // low nibbles into the low half of Z (whose low half Ylo names), high
@@ -314,9 +439,8 @@ func q4kRows(f *asmgen.File) {
 
 // Q4KPREP prepares the Q4_K block at SI for the multi-row kernels: its
 // scales as words at 0(SP) and broadcast in pairs to Z24/Z26/Z28/Z30, its
-// mins as words in X14, d in every lane of Y13 and dmin in every lane of
-// X15, and its quants in Z16/Z18/Z20/Z22 (K4ROW's layout). It uses AX,
-// BX, R10-R12, Y0-Y3.`)
+// mins as words in X14, [d, dmin, d, dmin] in X13, and its quants in
+// Z16/Z18/Z20/Z22 (K4SM's layout). It uses AX, BX, R10-R12, Y0-Y3.`)
 	f.Define("Q4KPREP", func(f *asmgen.File) {
 		k4Unpack(f, "R10", "R11", "R12")
 		f.Ins("VEXTRACTI128", "$1", "Y0", "X14")
@@ -328,97 +452,42 @@ func q4kRows(f *asmgen.File) {
 	VMOVD        AX, X13
 	VPINSRW      $1, 2(SI), X13, X13
 	VCVTPH2PS    X13, X13
-	VMOVSHDUP    X13, X15
-	VBROADCASTSS X15, X15
-	VBROADCASTSS X13, Y13`)
+	VMOVDDUP     X13, X13`)
 		for c := 0; c < 4; c++ {
 			f.P("\tQ4KPAIR(%d(SI), Y%d, Z%d, Y2)", 16+32*c, 16+2*c, 16+2*c)
 		}
 	})
 	f.P("")
-	k4row := func(f *asmgen.File, x string, r int) {
-		f.P("\tK4ROW(%s, %s, %s)", x, rowAcc(r), minsAcc(r))
-	}
-	var x4init, x4end string
-	for r := 0; r < 8; r++ {
-		x4init += fmt.Sprintf("\tVXORPS X%d, X%d, X%d\n", 4+r, 4+r, 4+r)
-	}
-	x4end = "\t// As dotQ4_KAVX2Asm ends: the mins subtracted lane by lane (their\n\t// upper four lanes are zero), then each row's HSUM.\n"
-	for r := 0; r < 4; r++ {
-		x4end += fmt.Sprintf("\tVSUBPS Y%d, Y%d, Y%d\n", 8+r, 4+r, 4+r)
-	}
-	x4end += "\tMOVQ out+32(FP), AX\n\tHSUM4(Y4, Y5, Y6, Y7)\n\tVMOVUPS X0, (AX)"
-	(&rowsKernel{
-		name: "dotQ4_Kx4Asm", frame: 32, rows: 4,
-		init: x4init, label: "q4kx4loop", prep: "Q4KPREP",
-		row: k4row, wLen: 144, end: x4end,
-	}).write(f)
-
-	f.Raw(`
-// K4X8ZERO clears the eight-row Q4_K kernels' accumulators: rows 0-3 in
-// Y4-Y7 (mins X8-X11), rows 4-7 in Y17-Y23 (mins X25-X31), odd registers.`)
-	f.Define("K4X8ZERO", func(f *asmgen.File) {
-		f.Zero("VXORPS", asmgen.Regs("X", 4, 1, 8)...)
-		f.Zero("VPXORD", asmgen.Regs("Y", 17, 2, 4)...)
-		f.Zero("VPXORD", asmgen.Regs("X", 25, 2, 4)...)
-	})
-	f.Raw(`
-// K4X8END ends the eight-row Q4_K kernels as dotQ4_KAVX2Asm ends, row by
-// row: the mins subtracted lane by lane, then HSUM, the eight results
-// stored at AX.`)
-	f.Define("K4X8END", func(f *asmgen.File) {
-		for h := 0; h < 2; h++ {
-			for r := 4 * h; r < 4*h+4; r++ {
-				f.Ins("VSUBPS", "Y"+minsAcc(r)[1:], rowAcc(r), asmgen.Reg("Y", 4+r%4))
-			}
-			f.P("\tHSUM4(Y4, Y5, Y6, Y7)")
-			f.Ins("VMOVUPS", "X0", asmgen.Mem(16*h, "AX"))
+	for _, m := range []k4Mode{k4GEMM, k4GEMV} {
+		sfx := m.suffix()
+		row := func(f *asmgen.File, x string, r int) {
+			f.P("\tK4ROW%s(%s, X%s)", sfx, x, rowAcc(r)[1:])
 		}
-	})
-	f.P("")
-	(&rowsKernel{
-		name: "dotQ4_Kx8Asm", frame: 32, rows: 8,
-		doc: `
-// Eight activation rows: rows 0-3 as dotQ4_Kx4Asm, rows 4-7 at four
+		for _, rows := range []int{4, 8} {
+			var init, end string
+			for r := 0; r < rows; r++ {
+				a := "X" + rowAcc(r)[1:]
+				init += fmt.Sprintf("\tVPXORD %s, %s, %s\n", a, a, a)
+				end += fmt.Sprintf("\tVMOVSHDUP %s, X1\n\tVSUBSS X1, %s, X0\n\tVMOVSS X0, %d(AX)\n", a, a, 4*r)
+			}
+			doc := ""
+			if rows == 8 {
+				doc = fmt.Sprintf(`
+// Eight activation rows: rows 0-3 as dotQ4_K%sx4Asm, rows 4-7 at four
 // strides further (their pointers rebuilt after each block's preparation,
-// which uses those registers), accumulating into Y17-Y23 and X25-X31.`,
-		init: "\tK4X8ZERO", label: "q4kx8loop", prep: "Q4KPREP",
-		row: k4row, wLen: 144, end: "\tMOVQ out+32(FP), AX\n\tK4X8END",
-	}).write(f)
-
-	f.Raw(`
-// func dotQ4_Kx8PrepAsm(w, xp *byte, nb int, out *float32)
-//
-// dotQ4_Kx8Asm on a prepared group of eight activation rows (see
-// prepQ4_Kx8): the same weight preparation, and each row's K4ROWP gives it
-// K4ROW's integers and float operations in their order, so the results are
-// bit-identical to dotQ4_Kx8Asm's.`)
-	f.Text("dotQ4_Kx8PrepAsm", 96, 32)
-	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
-	f.Raw(`
-	K4X8ZERO
-
-q4kx8ploop:
-	Q4KPREP
-	VMULPS       2176(DI), Y13, Y0
-	VMOVUPS      Y0, 32(SP)
-	VBROADCASTSS X15, Y1
-	VMULPS       2176(DI), Y1, Y0
-	VMOVUPS      Y0, 64(SP)
-
-`)
-	for r := 0; r < 8; r++ {
-		f.P("\tK4ROWP(%d, %s, %s)", r, rowAcc(r), minsAcc(r))
+// which uses those registers), accumulating into X17-X23 (odd).`, sfx)
+			}
+			init += "\tVMOVDQU64 k4gather<>(SB), Z15\n"
+			(&rowsKernel{
+				name: fmt.Sprintf("dotQ4_K%sx%dAsm", sfx, rows), frame: 32, rows: rows, doc: doc,
+				init: init, label: fmt.Sprintf("q4k%sx%dloop", strings.ToLower(sfx), rows), prep: "Q4KPREP",
+				row: row, wLen: 144,
+				end: "\t// Each row's acc - accm.\n\tMOVQ out+32(FP), AX\n" + end,
+			}).write(f)
+		}
 	}
-	f.P("")
-	loopTail(f, "q4kx8ploop", step{"SI", 144}, step{"DI", 2208})
-	f.Raw(`
-
-	MOVQ out+24(FP), AX
-	K4X8END
-	VZEROUPPER
-	RET
-`)
+	f.P("// k4gather: VPERMD indices taking dword 0 of each 128-bit lane (K4SM).")
+	f.Quads("k4gather", asmgen.Dwords(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)...)
 }
 
 // q5k writes dotQ5_KAVX2Asm: Q4_K's kernel with the fifth bits ORed in.
@@ -437,7 +506,7 @@ func q5k(f *asmgen.File) {
 		}
 	})
 	f.P("")
-	k4Dot(f, "dotQ5_KAVX2Asm", []konst{{"c01<>", "Y9"}}, "q5kloop", 176, func(f *asmgen.File, c int) {
+	k4Dot(f, "dotQ5_KAVX2Asm", []konst{{"c01<>", "Y9"}}, "q5kloop", 176, k4VecDot, func(f *asmgen.File, c int) {
 		if c == 0 {
 			f.Ins("VMOVDQU", "16(SI)", "Y8")
 		}

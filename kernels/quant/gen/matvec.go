@@ -157,17 +157,18 @@ func matVec(f *asmgen.File) {
 		init += fmt.Sprintf("\tVMOVDQU64 k4unpack<>+%d(SB), X%d\n", 16*i, 26-i)
 	}
 	(&mvKernel{
-		name: "matVecQ4_KAsm",
+		name: "matVecQ4_KGEMVAsm",
 		doc: `
-// Per block: the 12 scale bytes are unpacked in one XMM (the same field
-// extraction as K4SCALES, one 32-bit word per lane), widened to words, and
-// VPERMW spreads them into the four chunks' scale vectors; the mins term
-// pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums are exact
-// (same ranges as dotQ4_KAVX2Asm) and the float work is d*xd times the
-// block's int32 lanes (folded to eight: the same eight sums as
-// dotQ4_KAVX2Asm's lanes), dmin*xd times the mins' four lanes, and the
-// end is dotQ4_KAVX2Asm's (lanes minus mins, then HSUM): every row's
-// result is bit-identical to the one-row kernel's.`,
+// Q4_K in the repacked GEMV's order (ggml_gemv_q4_K_8x8_q8_K), per weight
+// row. Per block: the 12 scale bytes are unpacked in one XMM (the same
+// field extraction as K4SCALES, one 32-bit word per lane), widened to
+// words, and VPERMW spreads them into the four chunks' scale vectors; the
+// mins term pairs the Q8_K bsums with VPHADDW as K4MINS does. Integer sums
+// are exact (same ranges as dotQ4_KAVX2Asm); the block's scaled sums and
+// its mins term are each reduced to one exact integer, and the float work
+// is one FMA of each into its own accumulator (lanes 0 and 1 of X0, by
+// d*xd and dmin*xd), their difference at the end: dotQ4_KGEMVAVX2Asm's
+// operations, so every row's result is bit-identical to it.`,
 		init: init, label: "mvq4k", zero: []string{"X0", "X1"},
 		body: func(f *asmgen.File) {
 			f.Raw(`
@@ -184,32 +185,44 @@ func matVec(f *asmgen.File) {
 			permScales(f, 27, 16)
 			f.Raw(`
 
-	// mins: sum_j m_j*(bsum[2j]+bsum[2j+1]) in four int32 lanes
+	// mins: m_j*(bsum[2j]+bsum[2j+1]) in four int32 lanes
 	VMOVDQU      260(DI), X5
 	VPHADDW      276(DI), X5, X5
 	VEXTRACTI128 $1, Y3, X6
 	VPMADDWD     X6, X5, X5
-	VCVTDQ2PS    X5, X5
 
-	// [d, dmin]*xd
+	// [d, dmin]*xd (lanes 2-3 zero)
 	VMOVD        (SI), X7
 	VCVTPH2PS    X7, X7
 	VBROADCASTSS (DI), X8
 	VMULPS       X8, X7, X7
-	VPERMILPS    $0x55, X7, X9
-	VFMADD231PS  X9, X5, X1
-	VBROADCASTSS X7, Y10
 
 	VPXORD      Z15, Z15, Z15
 	K4Q128(16, 4, Z16, Z17)
-	K4Q128(80, 132, Z18, Z19)`)
-			foldFMA(f)
+	K4Q128(80, 132, Z18, Z19)
+
+	// [S, M, -, -]: the block's scaled sums and mins term, each one
+	// exact int32 (int adds in any order), then one packed FMA by
+	// [d*xd, dmin*xd, 0, 0] into X0 = [acc, accm, 0, 0]
+	VEXTRACTI64X4 $1, Z15, Y14
+	VPADDD        Y14, Y15, Y15
+	VEXTRACTI128  $1, Y15, X14
+	VPADDD        X14, X15, X15
+	VPUNPCKLDQ    X5, X15, X14
+	VPUNPCKHDQ    X5, X15, X15
+	VPADDD        X14, X15, X15
+	VMOVHLPS      X15, X15, X14
+	VPADDD        X14, X15, X15
+	VCVTDQ2PS     X15, X15
+	VFMADD231PS   X7, X15, X0
+`)
 		},
 		wLen: 144, xLen: 292,
 		end: `
-	// As dotQ4_KAVX2Asm ends: the mins (upper four lanes zero, as the
-	// VEX-encoded FMA left them) subtracted lane by lane, then HSUM.
-	VSUBPS Y1, Y0, Y0`,
+	// acc - accm alone in X0 (the HSUM below adds only zeros to it).
+	VMOVSHDUP X0, X1
+	VSUBSS    X1, X0, X1
+	VINSERTPS $0x0e, X1, X1, X0`,
 	}).write(f)
 	f.P("// k4perm: VPERMW indices making chunk c's scale vector (words 0-15 take\n// scale 2c, words 16-31 scale 2c+1).")
 	f.Quads("k4perm", spread(8, 16)...)

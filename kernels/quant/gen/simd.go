@@ -51,6 +51,8 @@ func simdFile() []byte {
 	q40(f)
 	kquants(f)
 	q4kRows(f)
+	q4kInterleaved(f)
+	q4kDotRows(f)
 	q5k(f)
 	q6k(f)
 	q6kRows(f)

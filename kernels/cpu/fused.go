@@ -45,7 +45,7 @@ func rmsNormQKV(t ggml.Type, a *Args) error {
 	if b != nil {
 		bias = f32s(b)[:nq+2*nkv]
 	}
-	return gemmPrompt(a, t, n, w, r, K, nq+2*nkv, quant.Repacked(t, nq) && quant.Repacked(t, nkv), func(i, j int) []float32 {
+	return gemmPrompt(a, t, n, w, r, K, nq+2*nkv, quant.Repacked(t, nq) && (nkv == 0 || quant.Repacked(t, nkv)), func(i, j int) []float32 {
 		switch {
 		case j < nq:
 			return q[i*nq+j : (i+1)*nq]

@@ -23,6 +23,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 	kcpu "github.com/zrtdev/zrt/kernels/cpu"
+	"github.com/zrtdev/zrt/kernels/quant"
 	"github.com/zrtdev/zrt/runtime/replay"
 )
 
@@ -337,6 +338,17 @@ func (m *Machine) cols(s *bundle.Schedule, c *call, tk bundle.Task) error {
 // it.
 type column func(j int) (buf, width, col int)
 
+// repackWindow widens the features [lo, hi) of a matrix that T-CPU
+// computes in ggml's repacked order (quant.Repacked: whole groups of
+// quant.RepackRows weight rows) to whole groups, so the window's product
+// takes that order too and keeps the stream's bits: the order follows
+// the matrix's feature count, which a ragged window would change.
+func repackWindow(lo, hi int) (start, win int) {
+	g := quant.RepackRows
+	start = lo / g * g
+	return start, (hi+g-1)/g*g - start
+}
+
 // tile runs a matrix call for the output features [Lo, Hi) of every row:
 // the kernel computes a window of features from the rows of the weight
 // matrix that make them into scratch outputs (gathered from the real
@@ -365,11 +377,17 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 			// logits are by slot: as many rows as the region holds
 			rows = len(a.Bufs[out]) / 4 / n
 		}
+		if quant.Repacked(c.typ, n) {
+			start, win = repackWindow(lo, hi)
+		}
 		a.Push[1] = uint32(win)
 		col = func(j int) (int, int, int) { return out, n, j }
 	case "rms_norm_qkv":
 		nq, nkv := int(a.Spec[1]), int(a.Spec[2])
 		k, start, win, total = int(a.Spec[0]), lo, width, nq+2*nkv
+		if quant.Repacked(c.typ, nq) && quant.Repacked(c.typ, nkv) {
+			start, win = repackWindow(lo, hi)
+		}
 		outs, w, bias = []int{5}, 2, 3
 		// One output of the window's width: every feature goes to q.
 		a.Spec[1], a.Spec[2] = uint32(win), 0
@@ -389,6 +407,9 @@ func (m *Machine) tile(s *bundle.Schedule, c *call, tk bundle.Task) error {
 		// consecutive weight rows: a window of 2·f' features, placed
 		// within the matrix.
 		half := (width + 1) / 2
+		if quant.Repacked(c.typ, f) {
+			half = (half + quant.RepackRows - 1) / quant.RepackRows * quant.RepackRows
+		}
 		k, start, win, total = int(a.Spec[0]), min(lo, 2*f-2*half), 2*half, 2*f
 		outs, w = []int{4, 5}, 2
 		a.Spec[1] = uint32(half)

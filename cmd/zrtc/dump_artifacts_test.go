@@ -141,33 +141,11 @@ func TestVerify(t *testing.T) {
 // names the hyperparameter and the weight or kernel that disagrees.
 func TestVerifyEditedHparams(t *testing.T) {
 	good := builtBundle(t)
-	for _, c := range []struct {
-		field string
-		edit  func(h *bundle.Hparams)
-		want  string
-	}{
-		{"n_embd", func(h *bundle.Hparams) { h.NEmbd *= 2 }, "n_embd = "},
-		{"n_head", func(h *bundle.Hparams) { h.NHead *= 2 }, "n_head = "},
-		{"n_layer", func(h *bundle.Hparams) { h.NLayer *= 2 }, "has no weights"},
-		{"head_dim", func(h *bundle.Hparams) { h.HeadDim *= 2; h.NRot = h.HeadDim }, "head_dim = "},
-		{"n_ff", func(h *bundle.Hparams) { h.NFF *= 2 }, "n_ff = "},
-	} {
-		t.Run(c.field, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "b")
-			if err := os.CopyFS(dir, os.DirFS(good)); err != nil {
-				t.Fatal(err)
-			}
-			g, _, err := bundle.ReadGraph(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.edit(&g.Hparams)
-			if err := os.WriteFile(filepath.Join(dir, bundle.GraphFile), g.Encode(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, _, err := zrtcArtifacts(t, "verify", dir)
-			if err == nil || out != "" || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("verify of an edited %s: %q %v (want an error containing %q)", c.field, out, err, c.want)
+	for _, c := range testmodel.HparamEdits() {
+		t.Run(c.Field, func(t *testing.T) {
+			out, _, err := zrtcArtifacts(t, "verify", testmodel.Edited(t, good, c.Edit))
+			if err == nil || out != "" || !strings.Contains(err.Error(), c.Want) {
+				t.Errorf("verify of an edited %s: %q %v (want an error containing %q)", c.Field, out, err, c.Want)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/internal/reference"
@@ -187,4 +188,44 @@ func Bundle(t testing.TB, config string, opt compiler.Options) (model, bundle st
 	t.Helper()
 	model = Tiny(t)
 	return model, Compile(t, model, filepath.Join(filepath.Dir(model), "b"), config, opt)
+}
+
+// HparamEdit is an edit of a bundle's hyperparameters that its weights
+// and kernels contradict, and a piece of the error that refuses it.
+type HparamEdit struct {
+	Field string
+	Edit  func(h *bundle.Hparams)
+	Want  string
+}
+
+// HparamEdits are the edits of n_embd, n_head, n_layer, head_dim and n_ff
+// that `zrtc verify` and every loader must refuse (issue 45).
+func HparamEdits() []HparamEdit {
+	return []HparamEdit{
+		{"n_embd", func(h *bundle.Hparams) { h.NEmbd *= 2 }, "n_embd = "},
+		{"n_head", func(h *bundle.Hparams) { h.NHead *= 2 }, "n_head = "},
+		{"n_layer", func(h *bundle.Hparams) { h.NLayer *= 2 }, "has no weights"},
+		{"head_dim", func(h *bundle.Hparams) { h.HeadDim *= 2; h.NRot = h.HeadDim }, "head_dim = "},
+		{"n_ff", func(h *bundle.Hparams) { h.NFF *= 2 }, "n_ff = "},
+	}
+}
+
+// Edited copies the bundle at good into a temporary directory with its
+// graph file's hyperparameters changed by edit — checksums valid, since
+// Encode recomputes them — and returns the copy.
+func Edited(t testing.TB, good string, edit func(h *bundle.Hparams)) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "b")
+	if err := os.CopyFS(dir, os.DirFS(good)); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := bundle.ReadGraph(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(&g.Hparams)
+	if err := os.WriteFile(filepath.Join(dir, bundle.GraphFile), g.Encode(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

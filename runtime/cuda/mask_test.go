@@ -20,18 +20,8 @@ import (
 // rows and a vocabulary that is no multiple of 4 (the kernel's scalar
 // tail) or of 64 (a partial last mask word).
 func TestMaskedGreedy(t *testing.T) {
-	if _, err := driver.Probe(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 4}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := openMasked(t)
 	defer p.Close()
-	if !p.MasksOnDevice() {
-		t.Fatal("the bundle's argmax has no masked entry")
-	}
 	nv := p.Hparams.NVocab
 	rng := rand.New(rand.NewPCG(1, 2))
 	ctx := context.Background()
@@ -82,18 +72,8 @@ func TestMaskedGreedy(t *testing.T) {
 // device runs the step) are read only after MasksReady, which Step calls
 // once; the device takes the same tokens as the host's masked argmax.
 func TestMaskedGreedyLate(t *testing.T) {
-	if _, err := driver.Probe(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 4}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := openMasked(t)
 	defer p.Close()
-	if !p.MasksOnDevice() {
-		t.Fatal("the bundle's argmax has no masked entry")
-	}
 	nv := p.Hparams.NVocab
 	rng := rand.New(rand.NewPCG(3, 4))
 	ctx := context.Background()
@@ -143,4 +123,24 @@ func TestMaskedGreedyLate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openMasked opens, on T-CUDA, a model whose vocabulary is no multiple of
+// 4 (the masked argmax's scalar tail) or of 64 (a partial last mask
+// word), with decode steps of 1 and 4 rows; it skips without a GPU.
+func openMasked(t *testing.T) *runtime.Program {
+	t.Helper()
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 4}
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.MasksOnDevice() {
+		p.Close()
+		t.Fatal("the bundle's argmax has no masked entry")
+	}
+	return p
 }

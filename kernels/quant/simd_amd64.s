@@ -1203,33 +1203,40 @@ GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 	VPORD     Y15, Y10, Y10 \
 	VPORD     Y24, Y11, Y11
 
+// K4I8SUMS forms, in Y24, each of the eight weight rows' scaled sum over
+// chunk c of the activation row block at x (the quants' dot products
+// times their sub-block scales, both halves added), the part K4I8ROW and
+// K4I8ROWV share.
+#define K4I8SUMS(c, x) \
+	VPBROADCASTQ 4+64*c(x), Z26 \
+	VPBROADCASTQ 4+64*c+32(x), Z27 \
+	VPBROADCASTQ 4+64*c+8(x), Z28 \
+	VPBROADCASTQ 4+64*c+40(x), Z29 \
+	VPXORD       Z24, Z24, Z24 \
+	VPXORD       Z25, Z25, Z25 \
+	VPDPBUSD     Z26, Z0, Z24 \
+	VPDPBUSD     Z27, Z4, Z25 \
+	VPBROADCASTQ 4+64*c+16(x), Z26 \
+	VPBROADCASTQ 4+64*c+48(x), Z27 \
+	VPDPBUSD     Z28, Z1, Z24 \
+	VPDPBUSD     Z29, Z5, Z25 \
+	VPBROADCASTQ 4+64*c+24(x), Z28 \
+	VPBROADCASTQ 4+64*c+56(x), Z29 \
+	VPDPBUSD     Z26, Z2, Z24 \
+	VPDPBUSD     Z27, Z6, Z25 \
+	VPDPBUSD     Z28, Z3, Z24 \
+	VPDPBUSD     Z29, Z7, Z25 \
+	VPMULLD      Z8, Z24, Z24 \
+	VPMULLD      Z9, Z25, Z25 \
+	VPADDD       Z25, Z24, Z24 \
+	VPSHUFD      $0xb1, Z24, Z25 \
+	VPADDD       Z25, Z24, Z24 \
+	VPMOVQD      Z24, Y24
+
 // K4I8ROW adds chunk c of the activation row block at x to the
 // accumulators A (scales') and M (mins').
 #define K4I8ROW(c, x, A, M) \
-	VPBROADCASTQ  4+64*c(x), Z26 \
-	VPBROADCASTQ  4+64*c+32(x), Z27 \
-	VPBROADCASTQ  4+64*c+8(x), Z28 \
-	VPBROADCASTQ  4+64*c+40(x), Z29 \
-	VPXORD        Z24, Z24, Z24 \
-	VPXORD        Z25, Z25, Z25 \
-	VPDPBUSD      Z26, Z0, Z24 \
-	VPDPBUSD      Z27, Z4, Z25 \
-	VPBROADCASTQ  4+64*c+16(x), Z26 \
-	VPBROADCASTQ  4+64*c+48(x), Z27 \
-	VPDPBUSD      Z28, Z1, Z24 \
-	VPDPBUSD      Z29, Z5, Z25 \
-	VPBROADCASTQ  4+64*c+24(x), Z28 \
-	VPBROADCASTQ  4+64*c+56(x), Z29 \
-	VPDPBUSD      Z26, Z2, Z24 \
-	VPDPBUSD      Z27, Z6, Z25 \
-	VPDPBUSD      Z28, Z3, Z24 \
-	VPDPBUSD      Z29, Z7, Z25 \
-	VPMULLD       Z8, Z24, Z24 \
-	VPMULLD       Z9, Z25, Z25 \
-	VPADDD        Z25, Z24, Z24 \
-	VPSHUFD       $0xb1, Z24, Z25 \
-	VPADDD        Z25, Z24, Z24 \
-	VPMOVQD       Z24, Y24 \
+	K4I8SUMS(c, x) \
 	VCVTDQ2PS     Y24, Y24 \
 	VMULPS.BCST   (x), Y12, Y30 \
 	VFMADD231PS   Y30, Y24, A \
@@ -1243,30 +1250,7 @@ GLOBL k4gather<>(SB), RODATA|NOPTR, $64
 // K4I8ROWV is K4I8ROW in the repacked GEMV's order: the chunk's S_c and
 // M_c added to the row's int32 totals of the block, S and M.
 #define K4I8ROWV(c, x, S, M) \
-	VPBROADCASTQ  4+64*c(x), Z26 \
-	VPBROADCASTQ  4+64*c+32(x), Z27 \
-	VPBROADCASTQ  4+64*c+8(x), Z28 \
-	VPBROADCASTQ  4+64*c+40(x), Z29 \
-	VPXORD        Z24, Z24, Z24 \
-	VPXORD        Z25, Z25, Z25 \
-	VPDPBUSD      Z26, Z0, Z24 \
-	VPDPBUSD      Z27, Z4, Z25 \
-	VPBROADCASTQ  4+64*c+16(x), Z26 \
-	VPBROADCASTQ  4+64*c+48(x), Z27 \
-	VPDPBUSD      Z28, Z1, Z24 \
-	VPDPBUSD      Z29, Z5, Z25 \
-	VPBROADCASTQ  4+64*c+24(x), Z28 \
-	VPBROADCASTQ  4+64*c+56(x), Z29 \
-	VPDPBUSD      Z26, Z2, Z24 \
-	VPDPBUSD      Z27, Z6, Z25 \
-	VPDPBUSD      Z28, Z3, Z24 \
-	VPDPBUSD      Z29, Z7, Z25 \
-	VPMULLD       Z8, Z24, Z24 \
-	VPMULLD       Z9, Z25, Z25 \
-	VPADDD        Z25, Z24, Z24 \
-	VPSHUFD       $0xb1, Z24, Z25 \
-	VPADDD        Z25, Z24, Z24 \
-	VPMOVQD       Z24, Y24 \
+	K4I8SUMS(c, x) \
 	VPADDD        Y24, S, S \
 	VPDPWSSD.BCST 260+8*c(x), Y10, M \
 	VPDPWSSD.BCST 264+8*c(x), Y11, M

@@ -33,14 +33,19 @@
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 
-struct FaArgs {
+// FaKeys is what a decode block's warps share about the keys they walk,
+// over either cache (FaArgs, faq.cuh's FaqArgs); fa_keys sets it.
+struct FaKeys {
     const u8* kv;
     const u32* ptab; // the slot's page table
-    size_t page_bytes, head_ofs, vofs; // offsets in halves, but page_bytes
-    u32 kv_dim;
+    size_t page_bytes, head_ofs, vofs; // offsets in halves (F16) or bytes (Q8_0), but page_bytes
     int D, pos, W;
     int first; // the first key the query sees
     float scale, softcap;
+};
+
+struct FaArgs : FaKeys {
+    u32 kv_dim;
     const float* qs; // the queries, in shared memory ([G][fa_qs(D)])
     __device__ __forceinline__ const __half* row(int t) const {
         return (const __half*)(kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes) + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * kv_dim;
@@ -50,6 +55,55 @@ struct FaArgs {
 // fa_qs is a query's floats in shared memory: head_dim rounded up to 8,
 // so that each starts 32-byte aligned for the float4 loads.
 __host__ __device__ constexpr int fa_qs(int head_dim) { return (head_dim + 7) & ~7; }
+
+// fa_start begins a warp's walk over its keys: its online softmax state
+// for G heads has no keys yet, and it returns the walk's chunk of ch ≤ 32
+// keys, one a lane, so that short contexts still spread over every warp
+// (the warp takes chunks warp, warp + W, … from the first key).
+template <int P2, int G> __device__ __forceinline__ int fa_start(const FaKeys& a, float* m, float* l, float2 (*acc)[P2]) {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0.f;
+#pragma unroll
+        for (int i = 0; i < P2; i++) acc[g][i] = make_float2(0.f, 0.f);
+    }
+    return min(32, (a.pos - a.first + a.W) / a.W);
+}
+
+// fa_weigh takes a chunk's scores into the warp's online softmax, a lane a
+// key (live: the lane has one): each head's score is dot·scale (soft
+// capped), the running maximum m and sum l take the chunk's, the
+// accumulators are rescaled, and p gets the lane's key's weight.
+template <int P2, int G>
+__device__ __forceinline__ void fa_weigh(const float* dot, bool live, float scale, float softcap, float* m, float* l,
+    float2 (*acc)[P2], float* p) {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float s = -INFINITY;
+        if (live) {
+            s = dot[g] * scale;
+            if (softcap != 0.f) s = softcap * (float)tanh((double)s);
+        }
+        float mn = fmaxf(m[g], warp_max(s)); // finite: the chunk's first key is live
+        float alpha = expf(m[g] - mn);
+        p[g] = live ? expf(s - mn) : 0.f;
+        l[g] = l[g] * alpha + warp_sum(p[g]);
+#pragma unroll
+        for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
+        m[g] = mn;
+    }
+}
+
+// fa_add_v adds the chunk's key j's V row v (the lane's dimension pairs)
+// to each head's accumulators, weighed by the key's p (lane j's).
+template <int P2, int G> __device__ __forceinline__ void fa_add_v(float2 (*acc)[P2], const float* p, int j, const float2* v) {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float pj = __shfl_sync(0xffffffffu, p[g], j);
+#pragma unroll
+        for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
+    }
+}
 
 // fa_warp runs one warp's online softmax over its keys for the G query
 // heads of one KV head the block serves (each key's K and V rows are loaded
@@ -69,15 +123,7 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
     bool vec8 = D % 8 == 0, even = D % 2 == 0;
     float m[G], l[G];
     const __half* kv0 = (const __half*)a.kv;
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY, l[g] = 0.f;
-#pragma unroll
-        for (int i = 0; i < P2; i++) acc[g][i] = make_float2(0.f, 0.f);
-    }
-    // Chunks of ch ≤ 32 keys, one a lane, so that short contexts still
-    // spread over every warp.
-    const int ch = min(32, (a.pos - a.first + a.W) / a.W);
+    const int ch = fa_start<P2, G>(a, m, l, acc);
     for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
@@ -161,26 +207,8 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
                 for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
             }
         }
-        float s[G];
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            s[g] = -INFINITY;
-            if (live) {
-                s[g] = dot[g] * a.scale;
-                if (a.softcap != 0.f) s[g] = a.softcap * (float)tanh((double)s[g]);
-            }
-        }
         float p[G];
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float mn = fmaxf(m[g], warp_max(s[g])); // finite: key base ≤ pos is valid
-            float alpha = expf(m[g] - mn);
-            p[g] = live ? expf(s[g] - mn) : 0.f;
-            l[g] = l[g] * alpha + warp_sum(p[g]);
-#pragma unroll
-            for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
-            m[g] = mn;
-        }
+        fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
         for (int j0 = 0; j0 < nk; j0 += NV) {
             if (j0 > 0) vload(j0);
 #pragma unroll
@@ -189,12 +217,7 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
                 float2 v[P2];
 #pragma unroll
                 for (int i = 0; i < P2; i++) v[i] = __half22float2(*(const __half2*)&vr[u][i]);
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float pj = __shfl_sync(0xffffffffu, p[g], (j0 + u) & 31);
-#pragma unroll
-                    for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
-                }
+                fa_add_v<P2, G>(acc, p, (j0 + u) & 31, v);
             }
         }
     }
@@ -213,6 +236,22 @@ __host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv, u32 head_d
         : (n_head / n_head_kv) % 3 == 0 && head_dim <= 128  ? 3
         : (n_head / n_head_kv) % 2 == 0                     ? 2
                                                             : 1;
+}
+
+// FaGroup is fa_group's G as a type, for the body fa_grouped calls.
+template <int N> struct FaGroup {
+    static constexpr int G = N;
+};
+
+// fa_grouped calls body(FaGroup<G>()) with the launch's fa_group G: the
+// decode kernels' bodies (fa_block, faq_block) are templates of G.
+template <typename Body> __device__ __forceinline__ void fa_grouped(u32 n_head, u32 n_head_kv, u32 head_dim, Body body) {
+    switch (fa_group(n_head, n_head_kv, head_dim)) {
+    case 4: body(FaGroup<4>()); break;
+    case 3: body(FaGroup<3>()); break;
+    case 2: body(FaGroup<2>()); break;
+    default: body(FaGroup<1>());
+    }
 }
 
 // fa_smem is the decode kernels' dynamic shared memory for G heads a
@@ -261,6 +300,24 @@ __device__ __forceinline__ int fa_split_range(int& first, int& pos, int z, int n
     first += z * chunk;
     pos = min(pos, first + chunk - 1);
     return nch;
+}
+
+// fa_keys sets a decode block's keys: the slot's page table ptab, the
+// query's scale and soft cap, the W warps, heads of D, and the keys
+// first..pos the row at pos sees (a sliding window's, then the block's
+// range of a split row: stg is the _split entries' staging buffer). It
+// returns the row's ranges (fa_split_range: 0 when the block has none).
+__device__ __forceinline__ int fa_keys(FaKeys& a, const u8* kv, const u32* ptab, int D, int W, float scale, float softcap,
+    u32 window, int pos, u8* stg) {
+    a.kv = kv;
+    a.ptab = ptab;
+    a.D = D;
+    a.W = W;
+    a.scale = scale;
+    a.softcap = softcap;
+    a.pos = pos;
+    a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
+    return stg ? fa_split_range(a.first, a.pos, blockIdx.z, gridDim.z) : 1;
 }
 
 // fa_part is the partial state of range z of the block's head group in
@@ -340,64 +397,15 @@ template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P
         }
 }
 
-// fa_block is the kernels' body for G query heads a block (blockIdx.x is
-// the group, blockIdx.y the row, blockIdx.z the range of a split row);
-// flash_attn passes softcap 0, window 0 and no sinks, which inlining
-// folds away, and every entry but _split no staging buffer stg (no split).
-// Heads wider than 64·MAXP2 are left out of the instance
-// (flash_attn_lean's).
-template <int G, int MAXP2 = FA_P2>
-__device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
-    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window,
-    u8* stg) {
-    const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
-    float* qs = sm;                  // [G][QS]
-    float* wm = qs + G * QS;         // [G][W] each warp's maximum,
-    float* wl = wm + G * W;          // its sum,
-    float* wf = wl + G * W;          // and its weight in the merge
-    float* wacc = wf + G * W;        // [G][W][D]
-    float* winv = wacc + G * W * D;  // [G] 1 / the merged sum
-    int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // Every load the block needs first is issued before any is used (the
-    // request table and q have rows for the variant's whole capacity); the
-    // request table's before dep_sync.
-    int rows = io[IO_ROWS];
-    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
-    u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
-    dep_sync();
-    const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
-    float qv[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) qv[g] = tid < D ? qr[g * D + tid] : 0.f;
-    if (row >= rows || h0 >= (int)n_head || D > 64 * MAXP2 || W > FA_MAX_WARPS) return;
-    FaArgs a;
-    a.D = D;
-    a.W = W;
-    a.scale = scale;
-    a.softcap = softcap;
-    a.pos = pos;
-    a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
-    int nch = 1; // the row's ranges (fa_split_range)
-    if (stg) {
-        nch = fa_split_range(a.first, a.pos, blockIdx.z, gridDim.z);
-        if (nch == 0) return;
-    }
-    int kvh = h0 / (n_head / n_head_kv);
-    a.kv = kv;
-    a.kv_dim = n_head_kv * head_dim;
-    a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
-    a.ptab = io + pt + slot * mp;
-    a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
-    a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
-    a.qs = qs;
-    // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
-    // long prompt's rows: decided by the row's request, never by how many
-    // rows share the step, so a request's bits do not depend on its batch.
-    bool f16q = !(flags & ROW_LONG_PROMPT);
-#pragma unroll
-    for (int g = 0; g < G; g++)
-        if (tid < D) qs[g * QS + tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ 256 ≤ blockDim.x
-    __syncthreads();
+// fa_warps runs the block's W warps over their keys (fa_warp, over an F16
+// cache's FaArgs or a Q8_0 cache's FaqArgs, faq.cuh) with the dimension
+// pairs a lane the head needs, and keeps each warp's maxima, sums and
+// accumulators in sm (fa_merge's layout). Heads wider than 64·MAXP2 are
+// left out of the instance.
+template <int G, int MAXP2, typename Args>
+__device__ __forceinline__ void fa_warps(const Args& a, float* sm) {
+    const int W = a.W, D = a.D, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* wacc = sm + 3 * G * W;
     float m[G], l[G];
     int p2 = (D + 63) / 64;
     if (p2 <= 1) {
@@ -415,16 +423,31 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     }
 #pragma unroll
     for (int g = 0; g < G; g++)
-        if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
+        if (lane == 0) sm[g * W + warp] = m[g], sm[(G + g) * W + warp] = l[g];
+}
+
+// fa_merge merges the block's W warps' states (fa_warps': sm holds [G][W]
+// maxima, [G][W] sums, then room for [G][W] merge weights, the [G][W][D]
+// accumulators and [G] inverse sums) and hands each output i (head i / D,
+// dimension i % D) to out(i, o), normalized. Each warp's state weighs
+// exp(its maximum − the overall one), the sink's too. Warp g merges head
+// g's maxima and sums, a lane a warp (W ≤ 32, G ≤ 4 ≤ W); then every
+// thread sums its outputs' W accumulators in warp order. (A thread looping
+// over all W states, as this did, made a chain of dependent shared loads
+// as long as the keys' phase at one row of the llama 7B shape.) A range
+// of a split row (nch > 1) stores its merged state unnormalized, without
+// the sink, which joins the merge of the ranges (fa_split_merge, which the
+// last range's block runs). It returns whether the block gave the
+// outputs: false for a split row's block that was not the last.
+template <int G, typename Out>
+__device__ __forceinline__ bool fa_merge(float* sm, int W, int D, const float* sinks, int h0, u8* stg, int row, int nch, Out out) {
+    float* wm = sm;                 // [G][W] each warp's maximum,
+    float* wl = wm + G * W;         // its sum,
+    float* wf = wl + G * W;         // and its weight in the merge
+    float* wacc = wf + G * W;       // [G][W][D]
+    float* winv = wacc + G * W * D; // [G] 1 / the merged sum
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __syncthreads();
-    // The merge: each warp's state weighs exp(its maximum − the overall
-    // one), the sink's too. Warp g merges head g's maxima and sums, a lane
-    // a warp (W ≤ 32, G ≤ 4 ≤ W); then every thread sums its outputs' W
-    // accumulators in warp order. (A thread looping over all W states, as
-    // this did, made a chain of dependent shared loads as long as the
-    // keys' phase at one row of the llama 7B shape.) A range of a split
-    // row stores its merged state unnormalized, without the sink, which
-    // joins the merge of the ranges (fa_split_merge).
     float* part = nch > 1 ? fa_part(stg, row, blockIdx.z, G, D) : nullptr;
     if (warp < G) {
         const int g = warp;
@@ -439,7 +462,6 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
         if (lane == 0 && part) part[g] = M, part[G + g] = L;
     }
     __syncthreads();
-    float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
     for (int i = tid; i < G * D; i += blockDim.x) {
         const int g = i / D, d = i % D;
         const float* f = wf + g * W;
@@ -449,10 +471,60 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
         for (int w = 0; w < W; w++)
             if (f[w] != 0.f) o += a[(size_t)w * D] * f[w];
         if (part) part[2 * G + i] = o;
-        else yr[i] = o * winv[g];
+        else out(i, o * winv[g]);
     }
-    if (part && fa_split_last(stg, row, nch))
-        fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, [&](int i, float o) { yr[i] = o; });
+    if (!part) return true;
+    if (!fa_split_last(stg, row, nch)) return false;
+    fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, out);
+    return true;
+}
+
+// fa_block is the kernels' body for G query heads a block (blockIdx.x is
+// the group, blockIdx.y the row, blockIdx.z the range of a split row);
+// flash_attn passes softcap 0, window 0 and no sinks, which inlining
+// folds away, and every entry but _split no staging buffer stg (no split).
+// Heads wider than 64·MAXP2 are left out of the instance
+// (flash_attn_lean's).
+template <int G, int MAXP2 = FA_P2>
+__device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window,
+    u8* stg) {
+    const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
+    float* qs = sm;          // [G][QS]
+    float* ws = qs + G * QS; // the warps' states (fa_merge's)
+    int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x;
+    // Every load the block needs first is issued before any is used (the
+    // request table and q have rows for the variant's whole capacity); the
+    // request table's before dep_sync.
+    int rows = io[IO_ROWS];
+    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
+    u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
+    dep_sync();
+    const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
+    float qv[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) qv[g] = tid < D ? qr[g * D + tid] : 0.f;
+    if (row >= rows || h0 >= (int)n_head || D > 64 * MAXP2 || W > FA_MAX_WARPS) return;
+    FaArgs a;
+    const int nch = fa_keys(a, kv, io + pt + slot * mp, D, W, scale, softcap, window, pos, stg); // the row's ranges
+    if (nch == 0) return;
+    int kvh = h0 / (n_head / n_head_kv);
+    a.kv_dim = n_head_kv * head_dim;
+    a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
+    a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
+    a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
+    a.qs = qs;
+    // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
+    // long prompt's rows: decided by the row's request, never by how many
+    // rows share the step, so a request's bits do not depend on its batch.
+    bool f16q = !(flags & ROW_LONG_PROMPT);
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        if (tid < D) qs[g * QS + tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ 256 ≤ blockDim.x
+    __syncthreads();
+    fa_warps<G, MAXP2>(a, ws);
+    float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
+    fa_merge<G>(ws, W, D, sinks, h0, stg, row, nch, [&](int i, float o) { yr[i] = o; });
 }
 
 // fa_run is the kernels' body: blocks of fa_group query heads, W warps
@@ -461,10 +533,7 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
 __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window, u8* stg) {
     extern __shared__ __align__(16) float fa_sm[];
-    switch (fa_group(n_head, n_head_kv, head_dim)) {
-    case 4: fa_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 3: fa_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 2: fa_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    default: fa_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
-    }
+    fa_grouped(n_head, n_head_kv, head_dim, [&](auto grp) {
+        fa_block<decltype(grp)::G>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
+    });
 }

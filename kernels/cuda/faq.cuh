@@ -29,12 +29,8 @@
 // warp's accumulators; [G] 1/sum. launch.go's faqShared is the same.
 __host__ __device__ constexpr int faq_smem(int G, int W, int D) { return 4 * G * (D + D / 4 + D / 32 + 3 * W + W * D + 1); }
 
-struct FaqArgs {
-    const u8* kv;
-    const u32* ptab; // the slot's page table
-    size_t page_bytes, head_ofs, vofs, rb; // bytes: a page, the head's K in its page, K row to V row, a row
-    int D, pos, W, first;
-    float scale, softcap;
+struct FaqArgs : FaKeys { // FaKeys' offsets in bytes
+    size_t rb;       // a row's bytes
     const int* qq;   // the query's quants ([G][D/4], shared)
     const float* qd; // its block scales ([G][D/32], shared)
     __device__ __forceinline__ const u8* row(int t) const {
@@ -65,23 +61,18 @@ __device__ __forceinline__ float q8_block_load(const u8* p, int* w) {
     return __half2float(__ushort_as_half((unsigned short)d));
 }
 
-// faq_warp runs one warp's online softmax over its keys (fa_warp's
-// chunks: ch ≤ 32 keys a chunk, a lane a key) for the G query heads the
-// block serves; P2 dimension pairs a lane. A lane scores its key against
-// every head; then each key's V row (its address handed round by
-// shuffle) is dequantized, each lane its dimension pairs.
+// fa_warp over a Q8_0 cache runs one warp's online softmax over its keys
+// (the F16 fa_warp's chunks: ch ≤ 32 keys a chunk, a lane a key) for the G
+// query heads the block serves; P2 dimension pairs a lane. A lane scores
+// its key against every head; then each key's V row (its address handed
+// round by shuffle) is dequantized, each lane its dimension pairs.
+// fa_warps calls it for FaqArgs.
 template <int P2, int G>
-__device__ __forceinline__ void faq_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+__device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D, nb = D / 32;
     float m[G], l[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY, l[g] = 0.f;
-#pragma unroll
-        for (int i = 0; i < P2; i++) acc[g][i] = make_float2(0.f, 0.f);
-    }
-    const int ch = min(32, (a.pos - a.first + a.W) / a.W);
+    const int ch = fa_start<P2, G>(a, m, l, acc);
     for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
         int t = base + lane;
         bool live = lane < ch && t <= a.pos;
@@ -105,21 +96,7 @@ __device__ __forceinline__ void faq_warp(const FaqArgs& a, float* pm, float* pl,
             }
         }
         float p[G];
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            float s = -INFINITY;
-            if (live) {
-                s = dot[g] * a.scale;
-                if (a.softcap != 0.f) s = a.softcap * (float)tanh((double)s);
-            }
-            float mn = fmaxf(m[g], warp_max(s)); // finite: key base ≤ pos is live
-            float alpha = expf(m[g] - mn);
-            p[g] = live ? expf(s - mn) : 0.f;
-            l[g] = l[g] * alpha + warp_sum(p[g]);
-#pragma unroll
-            for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
-            m[g] = mn;
-        }
+        fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
         const size_t vo = (size_t)(kp - a.kv) + a.vofs; // this lane's V row
         const u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
         for (int j = 0; j < nk; j++) {
@@ -137,12 +114,7 @@ __device__ __forceinline__ void faq_warp(const FaqArgs& a, float* pm, float* pl,
                     v[i].y = (float)(signed char)(qv >> 8) * dv;
                 }
             }
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float pj = __shfl_sync(0xffffffffu, p[g], j);
-#pragma unroll
-                for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
-            }
+            fa_add_v<P2, G>(acc, p, j, v);
         }
     }
 #pragma unroll
@@ -162,23 +134,16 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
     float* qr = sm;                       // [G][D]
     int* qq = (int*)(qr + G * D);         // [G][D/4]
     float* qd = (float*)(qq + G * D / 4); // [G][D/32]
-    float* wm = qd + G * nb;              // [G][W] each warp's maximum,
-    float* wl = wm + G * W;               // its sum,
-    float* wf = wl + G * W;               // and its weight in the merge
-    float* wacc = wf + G * W;             // [G][W][D]
-    float* winv = wacc + G * W * D;       // [G] 1 / the merged sum
+    float* ws = qd + G * nb;              // the warps' states (fa_merge's)
     int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int rows = io[IO_ROWS];
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
     u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
     dep_sync();
     if (row >= rows || h0 >= (int)n_head || D > FA_MAX_D || D % kvq_run(0) != 0 || D % kvq_run(1) != 0 || W > FA_MAX_WARPS) return;
-    int first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0, hi = pos;
-    int nch = 1; // the row's ranges (fa_split_range)
-    if (stg) {
-        nch = fa_split_range(first, hi, blockIdx.z, gridDim.z);
-        if (nch == 0) return;
-    }
+    FaqArgs a;
+    const int nch = fa_keys(a, kv, io + pt + (size_t)slot * mp, D, W, scale, softcap, window, pos, stg); // the row's ranges
+    if (nch == 0) return;
     // The query, rotated by K's runs (T-CPU's bits) …
     const float* qrow = q + ((size_t)row * n_head + h0) * D;
     const float hk = KV_RK > 0 ? hadamard_scale(KV_RK) : 0.f;
@@ -197,83 +162,23 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
         if (lane == 0) qd[b] = __half2float(__float2half_rn(amax / 127.f));
     }
     __syncthreads();
-    FaqArgs a;
-    a.kv = kv;
-    a.D = D;
-    a.W = W;
-    a.pos = hi;
-    a.scale = scale;
-    a.softcap = softcap;
-    a.first = first;
     const u32 kv_dim = n_head_kv * head_dim;
     const int kvh = h0 / (n_head / n_head_kv);
     a.rb = kvq_row_bytes(kv_dim);
     a.page_bytes = kvq_page_bytes(n_layer, kv_dim);
-    a.ptab = io + pt + (size_t)slot * mp;
     a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.rb + (size_t)kvh * kvq_row_bytes(head_dim);
     a.vofs = (size_t)KV_PAGE_TOKENS * a.rb;
     a.qq = qq;
     a.qd = qd;
-    float m[G], l[G];
-    int p2 = (D + 63) / 64;
-    if (p2 <= 1) {
-        float2 acc[G][1];
-        faq_warp<1, G>(a, m, l, acc);
-        fa_keep<1, G>(acc, wacc, W, D);
-    } else if (p2 == 2) {
-        float2 acc[G][2];
-        faq_warp<2, G>(a, m, l, acc);
-        fa_keep<2, G>(acc, wacc, W, D);
-    } else if constexpr (G <= 2) { // fa_group: wider heads come in groups of at most 2
-        float2 acc[G][FA_P2];
-        faq_warp<FA_P2, G>(a, m, l, acc);
-        fa_keep<FA_P2, G>(acc, wacc, W, D);
-    }
-#pragma unroll
-    for (int g = 0; g < G; g++)
-        if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
-    __syncthreads();
-    // The merge, as fa_block's: each warp's state weighs exp(its maximum −
-    // the overall one), the sink's too; a range of a split row stores its
-    // state for fa_split_merge, as fa_block's.
-    float* part = nch > 1 ? fa_part(stg, row, blockIdx.z, G, D) : nullptr;
-    if (warp < G) {
-        const int g = warp;
-        float mw = lane < W ? wm[g * W + lane] : -INFINITY;
-        float M = warp_max(mw);
-        if (sinks && !part) M = fmaxf(M, sinks[h0 + g]);
-        float f = mw == -INFINITY ? 0.f : expf(mw - M);
-        if (lane < W) wf[g * W + lane] = f;
-        float L = warp_sum(lane < W ? wl[g * W + lane] * f : 0.f);
-        if (sinks && !part) L += expf(sinks[h0 + g] - M);
-        if (lane == 0) winv[g] = L != 0.f ? 1.f / L : 0.f;
-        if (lane == 0 && part) part[g] = M, part[G + g] = L;
-    }
-    __syncthreads();
+    fa_warps<G, FA_P2>(a, ws);
+    // The merge, as fa_block's; a range of a split row stores its state
+    // for fa_split_merge, and only the last range's block goes on.
     float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
-    for (int i = tid; i < G * D; i += blockDim.x) {
-        const int g = i / D, d = i % D;
-        const float* f = wf + g * W;
-        const float* acc = wacc + (size_t)g * W * D + d;
-        float o = 0.f;
-#pragma unroll 8
-        for (int w = 0; w < W; w++)
-            if (f[w] != 0.f) o += acc[(size_t)w * D] * f[w];
-        if (part) {
-            part[2 * G + i] = o;
-            continue;
-        }
-        o = o * winv[g];
+    auto out = [&](int i, float o) {
         if (KV_RV > 0) qr[i] = o;
         else yr[i] = o;
-    }
-    if (part) {
-        if (!fa_split_last(stg, row, nch)) return;
-        fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, [&](int i, float o) {
-            if (KV_RV > 0) qr[i] = o;
-            else yr[i] = o;
-        });
-    }
+    };
+    if (!fa_merge<G>(ws, W, D, sinks, h0, stg, row, nch, out)) return;
     if (KV_RV > 0) {
         // The output rotated back by V's runs (T-CPU's arithmetic).
         __syncthreads();
@@ -291,10 +196,7 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
 __device__ __forceinline__ void faq_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window, u8* stg) {
     extern __shared__ __align__(16) float fa_sm[];
-    switch (fa_group(n_head, n_head_kv, head_dim)) {
-    case 4: faq_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 3: faq_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 2: faq_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    default: faq_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
-    }
+    fa_grouped(n_head, n_head_kv, head_dim, [&](auto grp) {
+        faq_block<decltype(grp)::G>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
+    });
 }

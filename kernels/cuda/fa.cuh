@@ -107,25 +107,32 @@ template <int P2, int G> __device__ __forceinline__ void fa_add_v(float2 (*acc)[
     }
 }
 
+// fa_batches is S for fa_warp and faq_warp: 1 where a lane's
+// accumulators (G·P2 pairs) leave room for a whole chunk's loads in the
+// main entries' 128 registers, else 2; 2 in the lean entry (MAXP2 2, 64
+// registers). The batches change no arithmetic, only when loads go out.
+__host__ __device__ constexpr int fa_batches(int G, int P2, int MAXP2) { return MAXP2 > 2 && G * P2 <= 4 ? 1 : 2; }
+
 // fa_warp runs one warp's online softmax over its keys for the G query
 // heads of one KV head the block serves (each key's K and V rows are loaded
 // once for all of them); P2 dimension pairs a lane (head_dim ≤ 64·P2). It
-// returns each head's maximum and sum, and its accumulator in acc.
-// A warp takes chunks of at most NK = 32/P2 keys: LP = P2 lanes a key
-// load its K row, 16 bytes at a time (KC = 8 pieces a lane), and each
-// lane loads its dimension pairs of every V row as raw half2s (32
-// words). The chunk's loads come in S batches: with S = 1 (the main
-// entries, 128 registers) every one of them is issued before any is
-// used, one memory round trip a chunk; the lean entry (64 registers)
-// takes S = 2, half the registers, in the same order of arithmetic (its
-// bits are the main entry's). Four lanes a key in passes of eight keys,
-// then the V rows eight at a time, made seven or eight round trips a
-// chunk of 32, and the qwen3 0.6B shape's decode at depth 32768 read its
-// cache at a quarter of the H200's bandwidth. The products are fused
-// (__fmaf_rn; the PTX is built with --fmad=false): half the instructions
-// of a multiply and an add, and closer to the exact sums (fa_add_v's too). Each lane
-// finds the cache row of the chunk's key lane once (the page lookup) and
-// hands it to the others by shuffle.
+// returns each head's maximum and sum, and its accumulator in acc. A warp
+// takes chunks of at most NK = 32/P2 keys: LP = P2 lanes a key load its K
+// row, 16 bytes at a time (KC = 8 pieces a lane), and each lane loads its
+// dimension pairs of every V row as raw half2s (32 words). The chunk's
+// loads come in S batches: with S = 1 (the main entries, 128 registers)
+// every one of them is issued before any is used, one memory round trip a
+// chunk; S = 2 (the lean entry's 64 registers, and groups of many
+// accumulators: fa_batches) keeps half the loads in registers at once, in
+// the same order of arithmetic (the lean entry's bits are the main
+// entry's). Four lanes a key in passes of eight keys, then the V rows
+// eight at a time, made seven or eight round trips a chunk of 32, and the
+// qwen3 0.6B shape's decode at depth 32768 read its cache at a quarter of
+// the H200's bandwidth. The products are fused (__fmaf_rn; the PTX is
+// built with --fmad=false): half the instructions of a multiply and an
+// add, and closer to the exact sums (fa_add_v's too). Each lane finds the cache row of the
+// chunk's key lane once (the page lookup) and hands it to the others by
+// shuffle.
 template <int P2, int G, int S = 1>
 __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
     constexpr int NK = 32 / P2, LP = P2, KC = 8, KB = KC / S, VB = NK / S;
@@ -429,18 +436,17 @@ __device__ __forceinline__ void fa_warps(const Args& a, float* sm) {
     float* wacc = sm + 3 * G * W;
     float m[G], l[G];
     int p2 = (D + 63) / 64;
-    constexpr int S = MAXP2 > 2 ? 1 : 2; // fa_warp's load batches: the lean entry's registers are half
     if (p2 <= 1) {
         float2 acc[G][1];
-        fa_warp<1, G, S>(a, m, l, acc);
+        fa_warp<1, G, fa_batches(G, 1, MAXP2)>(a, m, l, acc);
         fa_keep<1, G>(acc, wacc, W, D);
     } else if (p2 == 2) {
         float2 acc[G][2];
-        fa_warp<2, G, S>(a, m, l, acc);
+        fa_warp<2, G, fa_batches(G, 2, MAXP2)>(a, m, l, acc);
         fa_keep<2, G>(acc, wacc, W, D);
     } else if constexpr (G <= 2 && MAXP2 > 2) { // fa_group: wider heads come in groups of at most 2
         float2 acc[G][FA_P2];
-        fa_warp<FA_P2, G>(a, m, l, acc);
+        fa_warp<FA_P2, G, fa_batches(G, FA_P2, MAXP2)>(a, m, l, acc);
         fa_keep<FA_P2, G>(acc, wacc, W, D);
     }
 #pragma unroll

@@ -66,8 +66,7 @@ __device__ __forceinline__ float q8_block_unpack(const u8* p, const u32* x, int*
 // fa_warp over a Q8_0 cache runs one warp's online softmax over its keys
 // (the F16 fa_warp's chunks, of at most NK = 32/P2 keys) for the G query
 // heads the block serves; P2 dimension pairs a lane. fa_warps calls it
-// for FaqArgs (S, the F16 fa_warp's load batches, is 1: the Q8_0
-// instances have no lean entry). Every load of a chunk is issued
+// for FaqArgs. Every load of a chunk is issued
 // before any is used (one memory round trip a chunk, as fa_warp's): its
 // K rows, LP = 2·P2 lanes a key, a lane a Q8_0 block (a head of at most
 // 64·P2 has at most 2·P2), in two passes of 32/LP keys; and its V rows,
@@ -76,13 +75,13 @@ __device__ __forceinline__ float q8_block_unpack(const u8* p, const u32* x, int*
 // shuffle (T-CPU's order: the bits of a lane walking its key's blocks,
 // which made four round trips a chunk for K and one a key for V, and
 // held the llama 7B shape's q8_0 decode at depth 32768 to 60% of its F16
-// speed). Each lane finds the cache row of the chunk's key lane once and
-// hands it to the others by shuffle.
+// speed). The V rows come in S batches, as fa_warp's (fa_batches). Each
+// lane finds the cache row of the chunk's key lane once and hands it to
+// the others by shuffle.
 template <int P2, int G, int S = 1>
 __device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
-    constexpr int NK = 32 / P2, LP = 2 * P2, KPP = 32 / LP, NP = NK / KPP;
-    static_assert(NP * KPP == NK && NK <= 32, "a chunk's keys are a warp's lanes");
-    static_assert(S == 1, "one batch");
+    constexpr int NK = 32 / P2, LP = 2 * P2, KPP = 32 / LP, NP = NK / KPP, VB = NK / S;
+    static_assert(NP * KPP == NK && NK <= 32 && NK % S == 0, "a chunk's keys are a warp's lanes");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D, nb = D / 32;
     float m[G], l[G];
@@ -105,22 +104,27 @@ __device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, 
             kb[pp] = rowof(KPP * pp + kq) + (size_t)part * Q8_BYTES;
             if (KPP * pp + kq < nk && part < nb) q8_block_raw(kb[pp], kr[pp]);
         }
-        // … and the V rows' dimension pairs: the scale in the low half of
-        // a word, the two quants in the high; rows past the chunk's last
-        // key (stale bytes, NaN scales perhaps) are not read.
-        u32 vr[NK][P2];
+        // … and the V rows' dimension pairs (batch 0 now, the others of
+        // S after the scores): the scale in the low half of a word, the
+        // two quants in the high; rows past the chunk's last key (stale
+        // bytes, NaN scales perhaps) are not read.
+        u32 vr[VB][P2];
+        auto vload = [&](int b) {
 #pragma unroll
-        for (int j = 0; j < NK; j++) {
-            const u8* vp = rowof(j) + a.vofs;
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                const u8* vp = rowof(j) + a.vofs;
 #pragma unroll
-            for (int i = 0; i < P2; i++) {
-                const int d = 64 * i + 2 * lane;
-                vr[j][i] = 0;
-                if (j >= nk || d >= D) continue;
-                const u8* blk = vp + (size_t)(d / 32) * Q8_BYTES;
-                vr[j][i] = (u32)*(const unsigned short*)blk | (u32)*(const unsigned short*)(blk + 2 + d % 32) << 16;
+                for (int i = 0; i < P2; i++) {
+                    const int d = 64 * i + 2 * lane;
+                    vr[u][i] = 0;
+                    if (j >= nk || d >= D) continue;
+                    const u8* blk = vp + (size_t)(d / 32) * Q8_BYTES;
+                    vr[u][i] = (u32)*(const unsigned short*)blk | (u32)*(const unsigned short*)(blk + 2 + d % 32) << 16;
+                }
             }
-        }
+        };
+        vload(0);
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; g++) dot[g] = 0.f;
@@ -161,16 +165,22 @@ __device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, 
         // Each V row dequantized (dequantize_row_q8_0: int8 × scale) and
         // accumulated in F32.
 #pragma unroll
-        for (int j = 0; j < NK; j++) {
-            if (j >= nk) break;
-            float2 v[P2];
+        for (int b = 0; b < S; b++) {
+            if (VB * b >= nk) break;
+            if (b > 0) vload(b);
 #pragma unroll
-            for (int i = 0; i < P2; i++) {
-                const float dv = __half2float(__ushort_as_half((unsigned short)(vr[j][i] & 0xffffu)));
-                v[i].x = (float)(signed char)((vr[j][i] >> 16) & 0xff) * dv;
-                v[i].y = (float)(signed char)(vr[j][i] >> 24) * dv;
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                if (j >= nk) break;
+                float2 v[P2];
+#pragma unroll
+                for (int i = 0; i < P2; i++) {
+                    const float dv = __half2float(__ushort_as_half((unsigned short)(vr[u][i] & 0xffffu)));
+                    v[i].x = (float)(signed char)((vr[u][i] >> 16) & 0xff) * dv;
+                    v[i].y = (float)(signed char)(vr[u][i] >> 24) * dv;
+                }
+                fa_add_v<P2, G>(acc, p, j, v);
             }
-            fa_add_v<P2, G>(acc, p, j, v);
         }
     }
 #pragma unroll

@@ -95,129 +95,153 @@ __device__ __forceinline__ void fa_weigh(const float* dot, bool live, float scal
 }
 
 // fa_add_v adds the chunk's key j's V row v (the lane's dimension pairs)
-// to each head's accumulators, weighed by the key's p (lane j's).
+// to each head's accumulators, weighed by the key's p (lane j's); the
+// products are fused (__fmaf_rn; the PTX is built with --fmad=false).
 template <int P2, int G> __device__ __forceinline__ void fa_add_v(float2 (*acc)[P2], const float* p, int j, const float2* v) {
 #pragma unroll
     for (int g = 0; g < G; g++) {
         float pj = __shfl_sync(0xffffffffu, p[g], j);
 #pragma unroll
-        for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
+        for (int i = 0; i < P2; i++)
+            acc[g][i].x = __fmaf_rn(pj, v[i].x, acc[g][i].x), acc[g][i].y = __fmaf_rn(pj, v[i].y, acc[g][i].y);
     }
 }
+
+// fa_batches is S for fa_warp and faq_warp: 1 where a lane's
+// accumulators (G·P2 pairs) leave room for a whole chunk's loads in the
+// main entries' 128 registers, else 2; 2 in the lean entry (MAXP2 2, 64
+// registers). The batches change no arithmetic, only when loads go out.
+__host__ __device__ constexpr int fa_batches(int G, int P2, int MAXP2) { return MAXP2 > 2 && G * P2 <= 4 ? 1 : 2; }
 
 // fa_warp runs one warp's online softmax over its keys for the G query
 // heads of one KV head the block serves (each key's K and V rows are loaded
 // once for all of them); P2 dimension pairs a lane (head_dim ≤ 64·P2). It
-// returns each head's maximum and sum, and its accumulator in acc. Each
-// lane finds its key's cache row once (the page lookup) and hands the V
-// row's offset to the others by shuffle, so a chunk's V loads are all
-// independent. NV = 16/P2 V rows are loaded at once, kept as raw half2s
-// (half the registers of floats), and the chunk's first NV are issued with
-// its keys.
-template <int P2, int G>
+// returns each head's maximum and sum, and its accumulator in acc. A warp
+// takes chunks of at most NK = 32/P2 keys: LP = P2 lanes a key load its K
+// row, 16 bytes at a time (KC = 8 pieces a lane), and each lane loads its
+// dimension pairs of every V row as raw half2s (32 words). The chunk's
+// loads come in S batches: with S = 1 (the main entries, 128 registers)
+// every one of them is issued before any is used, one memory round trip a
+// chunk; S = 2 (the lean entry's 64 registers, and groups of many
+// accumulators: fa_batches) keeps half the loads in registers at once, in
+// the same order of arithmetic (the lean entry's bits are the main
+// entry's). Four lanes a key in passes of eight keys, then the V rows
+// eight at a time, made seven or eight round trips a chunk of 32, and the
+// qwen3 0.6B shape's decode at depth 32768 read its cache at a quarter of
+// the H200's bandwidth. The products are fused (__fmaf_rn; the PTX is
+// built with --fmad=false): half the instructions of a multiply and an
+// add, and closer to the exact sums (fa_add_v's too). Each lane finds the cache row of the
+// chunk's key lane once (the page lookup) and hands it to the others by
+// shuffle.
+template <int P2, int G, int S = 1>
 __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
-    constexpr int NV = 16 / P2;
+    constexpr int NK = 32 / P2, LP = P2, KC = 8, KB = KC / S, VB = NK / S;
     static_assert(G * P2 <= 8, "fa_group keeps a block's accumulators small");
+    static_assert(KC % S == 0 && NK % S == 0, "whole batches");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D, QS = fa_qs(D);
     bool vec8 = D % 8 == 0, even = D % 2 == 0;
     float m[G], l[G];
     const __half* kv0 = (const __half*)a.kv;
-    const int ch = fa_start<P2, G>(a, m, l, acc);
+    const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
+    const int part = lane % LP, kk = lane / LP; // this lane's pieces of key kk in the K loads
     for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
-        int t = base + lane;
-        bool live = lane < ch && t <= a.pos;
-        const __half* kp = a.row(min(t, a.pos));
-        size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
-        const u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
         const int nk = min(ch, a.pos + 1 - base);
-        // vload loads V rows j0 … j0+NV−1 of the chunk (those before nk),
-        // each lane its dimension pairs as raw half2s. The first NV go out
-        // before the scores are taken, so that their round trip overlaps
-        // the keys'.
-        u32 vr[NV][P2];
-        auto vload = [&](int j0) {
+        const bool live = lane < nk;
+        const __half* kp = a.row(base + min(lane, nk - 1)); // key lane's K row
+        const size_t ko = (size_t)(kp - kv0);
+        const u32 klo = (u32)ko, khi = (u32)(ko >> 32);
+        // rowof is key j's K row (every lane calls it: a shuffle).
+        auto rowof = [&](int j) {
+            return kv0 + ((size_t)__shfl_sync(0xffffffffu, klo, j) | ((size_t)__shfl_sync(0xffffffffu, khi, j) << 32));
+        };
+        const __half* kq = rowof(kk);
+        // vload loads V batch b (rows VB·b …), each lane its dimension
+        // pairs; rows past the chunk's last key (stale bytes, NaN
+        // perhaps) are not read.
+        u32 vr[VB][P2];
+        auto vload = [&](int b) {
 #pragma unroll
-            for (int u = 0; u < NV; u++) {
-                int j = (j0 + u) & 31;
-                size_t o = (size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32);
-                const __half* vp = kv0 + o;
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                const __half* vp = rowof(j) + a.vofs;
 #pragma unroll
                 for (int i = 0; i < P2; i++) {
                     int d = 64 * i + 2 * lane;
                     vr[u][i] = 0;
-                    if (j0 + u >= nk || d >= D) continue;
+                    if (j >= nk || d >= D) continue;
                     if (d + 1 < D && even) vr[u][i] = *(const u32*)(vp + d);
                     else vr[u][i] = (u32)__half_as_ushort(vp[d]) | (d + 1 < D ? (u32)__half_as_ushort(vp[d + 1]) << 16 : 0u);
                 }
             }
         };
-        vload(0);
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; g++) dot[g] = 0.f;
         if (vec8) {
-            // Four lanes a key: lane 4q + part takes the 16-byte pieces
-            // part, part + 4, … of key k0 + q's row (at most 2·P2 of them,
-            // all loads in flight at once), eight keys a pass; the parts'
-            // sums meet by shuffle and lane j takes key j's. (A lane a
-            // key walked its row's 16 pieces four at a time: four memory
-            // round trips where a step of one row gives each warp a few
-            // keys.)
-            const int part = lane & 3;
-            for (int k0 = 0; k0 < ch; k0 += 8) {
-                const int tk = base + k0 + (lane >> 2);
-                float pd[G];
+            // Each lane's pieces part, part + LP, … of key kk against the
+            // queries (the first V batch issued with the first K batch);
+            // the LP parts' sums meet by shuffle and lane j takes key j's.
+            float pd[G];
 #pragma unroll
-                for (int g = 0; g < G; g++) pd[g] = 0.f;
-                if (k0 + (lane >> 2) < ch && tk <= a.pos) {
-                    const __half* kq = a.row(tk);
-                    uint4 raw[2 * P2];
+            for (int g = 0; g < G; g++) pd[g] = 0.f;
 #pragma unroll
-                    for (int c = 0; c < 2 * P2; c++)
-                        if (8 * (part + 4 * c) < D) raw[c] = *(const uint4*)(kq + 8 * (part + 4 * c));
+            for (int b = 0; b < S; b++) {
+                uint4 kr[KB];
+                if (kk < nk) {
 #pragma unroll
-                    for (int c = 0; c < 2 * P2; c++) {
-                        const int i = 8 * (part + 4 * c);
-                        if (i >= D) break;
-                        const __half2* hp = (const __half2*)&raw[c];
-                        float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]),
-                               k3v = __half22float2(hp[3]);
+                    for (int c = 0; c < KB; c++)
+                        if (8 * (part + LP * (KB * b + c)) < D) kr[c] = *(const uint4*)(kq + 8 * (part + LP * (KB * b + c)));
+                }
+                if (b == 0) vload(0);
+                if (kk >= nk) continue;
 #pragma unroll
-                        for (int g = 0; g < G; g++) {
-                            const float* qg = a.qs + g * QS;
-                            float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
-                            pd[g] += qa.x * k0v.x + qa.y * k0v.y + qa.z * k1v.x + qa.w * k1v.y + qb.x * k2v.x +
-                                qb.y * k2v.y + qb.z * k3v.x + qb.w * k3v.y;
-                        }
+                for (int c = 0; c < KB; c++) {
+                    const int i = 8 * (part + LP * (KB * b + c));
+                    if (i >= D) break;
+                    const __half2* hp = (const __half2*)&kr[c];
+                    float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]),
+                           k3v = __half22float2(hp[3]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float* qg = a.qs + g * QS;
+                        float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
+                        float t = pd[g];
+                        t = __fmaf_rn(qa.x, k0v.x, t), t = __fmaf_rn(qa.y, k0v.y, t), t = __fmaf_rn(qa.z, k1v.x, t);
+                        t = __fmaf_rn(qa.w, k1v.y, t), t = __fmaf_rn(qb.x, k2v.x, t), t = __fmaf_rn(qb.y, k2v.y, t);
+                        pd[g] = __fmaf_rn(qb.w, k3v.y, __fmaf_rn(qb.z, k3v.x, t));
                     }
                 }
+            }
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], 1);
-                    pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], 2);
-                    float v = __shfl_sync(0xffffffffu, pd[g], 4 * (lane & 7));
-                    if ((lane >> 3) == (k0 >> 3)) dot[g] = v;
+            for (int g = 0; g < G; g++) {
+#pragma unroll
+                for (int o = 1; o < LP; o <<= 1) pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], o);
+                dot[g] = __shfl_sync(0xffffffffu, pd[g], (lane % NK) * LP);
+            }
+        } else {
+            vload(0);
+            if (live)
+                for (int i = 0; i < D; i++) {
+                    float k = __half2float(kp[i]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
                 }
-            }
-        } else if (live) {
-            for (int i = 0; i < D; i++) {
-                float k = __half2float(kp[i]);
-#pragma unroll
-                for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
-            }
         }
         float p[G];
         fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
-        for (int j0 = 0; j0 < nk; j0 += NV) {
-            if (j0 > 0) vload(j0);
 #pragma unroll
-            for (int u = 0; u < NV; u++) {
-                if (j0 + u >= nk) break;
+        for (int b = 0; b < S; b++) {
+            if (VB * b >= nk) break;
+            if (b > 0) vload(b);
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                if (j >= nk) break;
                 float2 v[P2];
 #pragma unroll
                 for (int i = 0; i < P2; i++) v[i] = __half22float2(*(const __half2*)&vr[u][i]);
-                fa_add_v<P2, G>(acc, p, (j0 + u) & 31, v);
+                fa_add_v<P2, G>(acc, p, j, v);
             }
         }
     }
@@ -278,8 +302,12 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // buffer (fa_part); the last block of the row's head group to count
 // itself in (fa_split_last) merges the ranges' states in range order
 // (fa_split_merge), so the bits depend on the row's length and the grid,
-// never on which block finishes when.
-#define FA_CHUNK 512
+// never on which block finishes when. FA_CHUNK is the keys a block's
+// warps take in one step of fa_warp's chunks at heads of 128 (16 warps
+// of 16 keys): ranges of whole steps, and at the qwen3 0.6B shape's
+// depth 32768 (16 blocks a head group) 15 ranges of 2304 keys where
+// units of 512 made 13 of 2560.
+#define FA_CHUNK 256
 #define FA_SPLIT_MIN 1024 // keys a row has at most without being split
 #define FA_MAX_SPLIT 32 // blocks a split row's head group takes at most: a lane each in the merge
 // FA_COUNTERS is MT_COUNTERS in mmt.cuh: the staging buffer starts with
@@ -410,15 +438,15 @@ __device__ __forceinline__ void fa_warps(const Args& a, float* sm) {
     int p2 = (D + 63) / 64;
     if (p2 <= 1) {
         float2 acc[G][1];
-        fa_warp<1, G>(a, m, l, acc);
+        fa_warp<1, G, fa_batches(G, 1, MAXP2)>(a, m, l, acc);
         fa_keep<1, G>(acc, wacc, W, D);
     } else if (p2 == 2) {
         float2 acc[G][2];
-        fa_warp<2, G>(a, m, l, acc);
+        fa_warp<2, G, fa_batches(G, 2, MAXP2)>(a, m, l, acc);
         fa_keep<2, G>(acc, wacc, W, D);
     } else if constexpr (G <= 2 && MAXP2 > 2) { // fa_group: wider heads come in groups of at most 2
         float2 acc[G][FA_P2];
-        fa_warp<FA_P2, G>(a, m, l, acc);
+        fa_warp<FA_P2, G, fa_batches(G, FA_P2, MAXP2)>(a, m, l, acc);
         fa_keep<FA_P2, G>(acc, wacc, W, D);
     }
 #pragma unroll

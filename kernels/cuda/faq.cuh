@@ -38,16 +38,18 @@ struct FaqArgs : FaKeys { // FaKeys' offsets in bytes
     }
 };
 
-// q8_block_load returns the scale of the Q8_0 block at p and its 32
-// quants as 8 words in w. Blocks are 34 bytes, so p is only 2-byte
-// aligned: 9 aligned word loads cover the block and the quants are
-// shifted into place (the last load may read 2 bytes past the block,
-// within the slack the tier leaves past each region).
-__device__ __forceinline__ float q8_block_load(const u8* p, int* w) {
+// q8_block_raw loads the Q8_0 block at p as the 9 aligned words that
+// cover it, and q8_block_unpack returns its scale and its 32 quants as 8
+// words in w: blocks are 34 bytes, so p is only 2-byte aligned, and the
+// quants are shifted into place (the last load may read 2 bytes past the
+// block, within the slack the tier leaves past each region). Apart, so
+// that a warp issues all its loads before it waits on any.
+__device__ __forceinline__ void q8_block_raw(const u8* p, u32* x) {
     const u32* a = (const u32*)((size_t)p & ~(size_t)3);
-    u32 x[9];
 #pragma unroll
     for (int i = 0; i < 9; i++) x[i] = a[i];
+}
+__device__ __forceinline__ float q8_block_unpack(const u8* p, const u32* x, int* w) {
     u32 d;
     if (((size_t)p & 2) == 0) {
         d = x[0] & 0xffffu;
@@ -62,59 +64,123 @@ __device__ __forceinline__ float q8_block_load(const u8* p, int* w) {
 }
 
 // fa_warp over a Q8_0 cache runs one warp's online softmax over its keys
-// (the F16 fa_warp's chunks: ch ≤ 32 keys a chunk, a lane a key) for the G
-// query heads the block serves; P2 dimension pairs a lane. A lane scores
-// its key against every head; then each key's V row (its address handed
-// round by shuffle) is dequantized, each lane its dimension pairs.
-// fa_warps calls it for FaqArgs.
-template <int P2, int G>
+// (the F16 fa_warp's chunks, of at most NK = 32/P2 keys) for the G query
+// heads the block serves; P2 dimension pairs a lane. fa_warps calls it
+// for FaqArgs. Every load of a chunk is issued
+// before any is used (one memory round trip a chunk, as fa_warp's): its
+// K rows, LP = 2·P2 lanes a key, a lane a Q8_0 block (a head of at most
+// 64·P2 has at most 2·P2), in two passes of 32/LP keys; and its V rows,
+// each lane its dimension pairs, a pair's scale and quants packed in a
+// word. A key's score is its blocks' products summed in block order by
+// shuffle (T-CPU's order: the bits of a lane walking its key's blocks,
+// which made four round trips a chunk for K and one a key for V, and
+// held the llama 7B shape's q8_0 decode at depth 32768 to 60% of its F16
+// speed). The V rows come in S batches, as fa_warp's (fa_batches). Each
+// lane finds the cache row of the chunk's key lane once and hands it to
+// the others by shuffle.
+template <int P2, int G, int S = 1>
 __device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    constexpr int NK = 32 / P2, LP = 2 * P2, KPP = 32 / LP, NP = NK / KPP, VB = NK / S;
+    static_assert(NP * KPP == NK && NK <= 32 && NK % S == 0, "a chunk's keys are a warp's lanes");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D, nb = D / 32;
     float m[G], l[G];
-    const int ch = fa_start<P2, G>(a, m, l, acc);
+    const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
+    const int part = lane % LP, kq = lane / LP; // this lane's block of key kq of each pass
     for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
-        int t = base + lane;
-        bool live = lane < ch && t <= a.pos;
-        const u8* kp = a.row(min(t, a.pos));
         const int nk = min(ch, a.pos + 1 - base);
+        const bool live = lane < nk;
+        const size_t ko = (size_t)(a.row(base + min(lane, nk - 1)) - a.kv); // key lane's K row
+        const u32 klo = (u32)ko, khi = (u32)(ko >> 32);
+        // rowof is key j's K row (every lane calls it: a shuffle).
+        auto rowof = [&](int j) {
+            return a.kv + ((size_t)__shfl_sync(0xffffffffu, klo, j) | ((size_t)__shfl_sync(0xffffffffu, khi, j) << 32));
+        };
+        // The chunk's loads: block part of key KPP·pp + kq, each pass pp …
+        u32 kr[NP][9];
+        const u8* kb[NP];
+#pragma unroll
+        for (int pp = 0; pp < NP; pp++) {
+            kb[pp] = rowof(KPP * pp + kq) + (size_t)part * Q8_BYTES;
+            if (KPP * pp + kq < nk && part < nb) q8_block_raw(kb[pp], kr[pp]);
+        }
+        // … and the V rows' dimension pairs (batch 0 now, the others of
+        // S after the scores): the scale in the low half of a word, the
+        // two quants in the high; rows past the chunk's last key (stale
+        // bytes, NaN scales perhaps) are not read.
+        u32 vr[VB][P2];
+        auto vload = [&](int b) {
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                const u8* vp = rowof(j) + a.vofs;
+#pragma unroll
+                for (int i = 0; i < P2; i++) {
+                    const int d = 64 * i + 2 * lane;
+                    vr[u][i] = 0;
+                    if (j >= nk || d >= D) continue;
+                    const u8* blk = vp + (size_t)(d / 32) * Q8_BYTES;
+                    vr[u][i] = (u32)*(const unsigned short*)blk | (u32)*(const unsigned short*)(blk + 2 + d % 32) << 16;
+                }
+            }
+        };
+        vload(0);
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; g++) dot[g] = 0.f;
-        if (live) {
-            for (int b = 0; b < nb; b++) {
+#pragma unroll
+        for (int pp = 0; pp < NP; pp++) {
+            // This lane's block's product for each head: the exact
+            // integer sum (dp4a) times the two blocks' scales …
+            float pr[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) pr[g] = 0.f;
+            if (KPP * pp + kq < nk && part < nb) {
                 int kw[8];
-                float dk = q8_block_load(kp + (size_t)b * Q8_BYTES, kw);
+                const float dk = q8_block_unpack(kb[pp], kr[pp], kw);
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    const int* qw = a.qq + (g * D + 32 * b) / 4;
+                    const int* qw = a.qq + (g * D + 32 * part) / 4;
                     int s = 0;
 #pragma unroll
                     for (int j = 0; j < 8; j++) s = __dp4a(kw[j], qw[j], s);
-                    dot[g] = dot[g] + (float)s * (a.qd[g * nb + b] * dk);
+                    pr[g] = (float)s * (a.qd[g * nb + part] * dk);
                 }
+            }
+            // … summed over the key's blocks in order, which lane j of
+            // the pass's keys takes.
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float t = 0.f;
+#pragma unroll
+                for (int b = 0; b < LP; b++) {
+                    if (b >= nb) break;
+                    t = t + __shfl_sync(0xffffffffu, pr[g], (lane % KPP) * LP + b);
+                }
+                if (lane / KPP == pp) dot[g] = t;
             }
         }
         float p[G];
         fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
-        const size_t vo = (size_t)(kp - a.kv) + a.vofs; // this lane's V row
-        const u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
-        for (int j = 0; j < nk; j++) {
-            const u8* vp = a.kv + ((size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32));
-            float2 v[P2];
+        // Each V row dequantized (dequantize_row_q8_0: int8 × scale) and
+        // accumulated in F32.
 #pragma unroll
-            for (int i = 0; i < P2; i++) {
-                const int d = 64 * i + 2 * lane;
-                v[i] = make_float2(0.f, 0.f);
-                if (d < D) {
-                    const u8* blk = vp + (size_t)(d / 32) * Q8_BYTES;
-                    float dv = __half2float(__ushort_as_half(*(const unsigned short*)blk));
-                    unsigned short qv = *(const unsigned short*)(blk + 2 + d % 32);
-                    v[i].x = (float)(signed char)(qv & 0xff) * dv;
-                    v[i].y = (float)(signed char)(qv >> 8) * dv;
+        for (int b = 0; b < S; b++) {
+            if (VB * b >= nk) break;
+            if (b > 0) vload(b);
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                if (j >= nk) break;
+                float2 v[P2];
+#pragma unroll
+                for (int i = 0; i < P2; i++) {
+                    const float dv = __half2float(__ushort_as_half((unsigned short)(vr[u][i] & 0xffffu)));
+                    v[i].x = (float)(signed char)((vr[u][i] >> 16) & 0xff) * dv;
+                    v[i].y = (float)(signed char)(vr[u][i] >> 24) * dv;
                 }
+                fa_add_v<P2, G>(acc, p, j, v);
             }
-            fa_add_v<P2, G>(acc, p, j, v);
         }
     }
 #pragma unroll

@@ -485,7 +485,7 @@ func faStaged(rows, nHead, hd, splits uint32) int {
 // split launches' counters, one per (head group, row), where split-k's
 // lie.
 const (
-	faChunk    = 512
+	faChunk    = 256
 	faSplitMin = 1024
 	faMaxSplit = 32
 	faCounters = mmtCounters

@@ -161,12 +161,17 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 // NUL-terminated for cuModuleLoadData. The tier passes
 // the slot values as the kernel's trailing parameters, so one PTX serves
 // every shape and the blob is specialized, like every target's, by
-// patching slots.
+// patching slots. A collective's blob (kernels/cuda.Collective) holds
+// no PTX, only its name: the tier runs it through NCCL.
 func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 	return func(instance string) (*zrt.Blob, error) {
 		abi, _, err := kernels.SplitInstance(instance)
 		if err != nil {
 			return nil, err
+		}
+		if cuda.Collective(abi.Name) {
+			// NCCL's, enqueued by the tier: no PTX, the blob names it.
+			return template(instance, target, []byte("nccl "+instance), 32, 1)
 		}
 		src, err := ptx.Source(ptx.TargetArch(target.String()), instance, ptxDir)
 		if err != nil {

@@ -94,6 +94,25 @@ var families = []Family{
 	{Name: "moe_route_scale", ID: 37, Launch: elementwise(1)},
 }
 
+// collectives are the catalog families T-CUDA runs through NCCL
+// (runtime/cuda/nccl) instead of a kernel of its own: tensor
+// parallelism's all_reduce_sum and all_gather. They have no row in the
+// family table and no PTX; a cuda bundle's blob of one carries only its
+// name, and the tier enqueues the NCCL collective (and the copies that
+// place its rows) where the stream dispatches it.
+var collectives = []string{"all_reduce_sum", "all_gather"}
+
+// Collective reports whether the catalog family is a collective T-CUDA
+// runs through NCCL.
+func Collective(family string) bool {
+	for _, c := range collectives {
+		if c == family {
+			return true
+		}
+	}
+	return false
+}
+
 // instanceTypes are the weight types for which every typed family is
 // instantiated, in ggml id order. ptx.WeightTypes reports the subset whose
 // PTX a given zrtc embeds, which is all of them once `make ptx` has run.

@@ -254,6 +254,48 @@ func (t *Tier) run(ctx context.Context, vi int, after func(dispatch int) error) 
 	return nil
 }
 
+// fetcher is a rank's tier that leaves some host views stale until
+// read (runtime.Fetcher).
+type fetcher interface {
+	Fetch(i int, off, n int64) error
+}
+
+// Fetch brings bytes [off, off+n) of rank 0's region i's host view up
+// to date, where its tier leaves some on the device until read (T-CUDA's
+// logits: runtime.Fetcher); a tier whose host views are always current
+// has nothing to do.
+func (t *Tier) Fetch(i int, off, n int64) error {
+	if f, ok := t.ranks[0].(fetcher); ok {
+		return f.Fetch(i, off, n)
+	}
+	return nil
+}
+
+// masker is a rank's tier that takes masked greedy choices on its device
+// (runtime.Masker).
+type masker interface {
+	Masks() bool
+	MaskGreedy(slots []int, allowed [][]uint64) error
+}
+
+// Masks reports whether rank 0's tier takes masked greedy choices
+// (runtime.Masker): every rank holds the whole logits after their
+// gather, and the host reads rank 0's tokens, so rank 0's choice is the
+// set's.
+func (t *Tier) Masks() bool {
+	m, ok := t.ranks[0].(masker)
+	return ok && m.Masks()
+}
+
+// MaskGreedy hands the masks of the next Run to rank 0's tier.
+func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64) error {
+	m, ok := t.ranks[0].(masker)
+	if !ok {
+		return fmt.Errorf("tier %s takes no token masks", t.ranks[0].Name())
+	}
+	return m.MaskGreedy(slots, allowed)
+}
+
 // Close closes every rank's tier.
 func (t *Tier) Close() error {
 	var first error

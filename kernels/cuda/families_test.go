@@ -14,8 +14,7 @@ import (
 // catalog family no target lists as fused, and each fused family the
 // target lists) has a number, numbers are distinct, and every family in
 // the table is in the catalog. A new catalog family or a new fusion for
-// cuda:sm_90 thus cannot go without a CUDA kernel unnoticed. The
-// collectives, which T-CUDA runs through NCCL, need none.
+// cuda:sm_90 thus cannot go without a CUDA kernel unnoticed.
 func TestFamiliesCoverTargets(t *testing.T) {
 	ids := map[int]string{}
 	implemented := map[string]bool{}
@@ -48,7 +47,7 @@ func TestFamiliesCoverTargets(t *testing.T) {
 		}
 		cudaTargets++
 		for _, fam := range kernels.Families() {
-			if (!fused[fam] || tg.Fuses(fam)) && !implemented[fam] && !Collective(fam) {
+			if (!fused[fam] || tg.Fuses(fam)) && !implemented[fam] {
 				t.Errorf("target %s lowers onto family %s, which has no CUDA family number in families.go", tg.Name, fam)
 			}
 		}

@@ -35,8 +35,8 @@ func (t *Tier) checkCollective(c *Collective, mem *Memory) error {
 	}
 	lo, hi := kernels.Part(c.Cols, t.comm.Rank(), t.comm.Ranks())
 	xr := mem.Region(c.X)
-	if xr < 0 || c.X+uint64(4*c.Rows*(hi-lo)) > mem.Base[xr]+mem.Size[xr] {
-		return fmt.Errorf("rank %d's part of %d rows × columns [%d, %d) runs past x's region", t.comm.Rank(), c.Rows, lo, hi)
+	if xr < 0 || c.X+uint64(4*c.ncclRows()*(hi-lo)) > mem.Base[xr]+mem.Size[xr] {
+		return fmt.Errorf("rank %d's part of %d rows × columns [%d, %d) runs past x's region", t.comm.Rank(), c.ncclRows(), lo, hi)
 	}
 	return nil
 }
@@ -60,9 +60,9 @@ func (t *Tier) allocGather() error {
 	n := 0
 	for _, ls := range t.variants {
 		for _, l := range ls {
-			if c := l.Collective; c != nil && c.Gather {
+			if c := l.Collective; c != nil && c.Gather && !c.Peer {
 				w, _ := partWidths(c.Cols, t.comm.Ranks())
-				n = max(n, 4*t.comm.Ranks()*c.Rows*w)
+				n = max(n, 4*t.comm.Ranks()*c.ncclRows()*w)
 			}
 		}
 	}
@@ -82,22 +82,23 @@ func (t *Tier) collective(c *Collective) error {
 	if !c.Gather {
 		return t.comm.AllReduceSum(x, x, c.Rows*c.Cols, nccl.Float32, t.stream)
 	}
+	rows := c.ncclRows()
 	n, r := t.comm.Ranks(), t.comm.Rank()
 	lo, hi := kernels.Part(c.Cols, r, n)
 	w := hi - lo
 	widest, even := partWidths(c.Cols, n)
-	if even && c.Rows == 1 && (x+driver.DevPtr(4*w) <= y || y+driver.DevPtr(4*c.Cols) <= x) {
+	if even && rows == 1 && (x+driver.DevPtr(4*w) <= y || y+driver.DevPtr(4*c.Cols) <= x) {
 		return t.comm.AllGather(x, y, w, nccl.Float32, t.stream)
 	}
-	stride := driver.DevPtr(4 * c.Rows * widest)
+	stride := driver.DevPtr(4 * rows * widest)
 	if even {
-		if err := t.comm.AllGather(x, t.gather, c.Rows*w, nccl.Float32, t.stream); err != nil {
+		if err := t.comm.AllGather(x, t.gather, rows*w, nccl.Float32, t.stream); err != nil {
 			return err
 		}
 	} else if err := t.comm.Library().Group(func() error {
 		for k := range n {
 			klo, khi := kernels.Part(c.Cols, k, n)
-			if err := t.comm.Broadcast(x, t.gather+driver.DevPtr(k)*stride, c.Rows*(khi-klo), nccl.Float32, k, t.stream); err != nil {
+			if err := t.comm.Broadcast(x, t.gather+driver.DevPtr(k)*stride, rows*(khi-klo), nccl.Float32, k, t.stream); err != nil {
 				return err
 			}
 		}
@@ -108,7 +109,7 @@ func (t *Tier) collective(c *Collective) error {
 	for k := range n {
 		klo, khi := kernels.Part(c.Cols, k, n)
 		kw := khi - klo
-		if err := driver.Memcpy2DAsync(y+driver.DevPtr(4*klo), 4*c.Cols, t.gather+driver.DevPtr(k)*stride, 4*kw, 4*kw, c.Rows, t.stream); err != nil {
+		if err := driver.Memcpy2DAsync(y+driver.DevPtr(4*klo), 4*c.Cols, t.gather+driver.DevPtr(k)*stride, 4*kw, 4*kw, rows, t.stream); err != nil {
 			return fmt.Errorf("placing rank %d's part: %w", k, err)
 		}
 	}

@@ -60,6 +60,9 @@ type Options struct {
 	// find it, NVLS): read by the loader of a set (runtime/tiers), which
 	// makes the communicators.
 	NCCL nccl.Options
+	// Collectives picks how a rank runs its collectives: CollectivesAuto
+	// (""), CollectivesNCCL or CollectivesPeer (peer.go).
+	Collectives string
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -121,6 +124,10 @@ type Tier struct {
 	// gather receives the ranks' parts of an all_gather before copies
 	// place them in its output (collective), sized for the largest.
 	gather driver.DevPtr
+	// peer is the exchange of the one-shot collectives (peer.go); nil
+	// where every collective runs through NCCL.
+	peer        *peer
+	collectives string // Options.Collectives
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -144,7 +151,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		return nil, fmt.Errorf("cuda: no device %d (%d visible)", opt.Device, info.Devices)
 	}
 	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info, omit: opt.Omit,
-		device: opt.Device, comm: opt.Comm}
+		device: opt.Device, comm: opt.Comm, collectives: opt.Collectives}
 	if t.maxGr <= 0 {
 		t.maxGr = 16
 	}
@@ -289,6 +296,9 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			return fmt.Errorf("cuda: omit %q: no launch of the bundle is that kernel family, instance or entry point", item)
 		}
 	}
+	if err := t.planCollectives(t.collectives); err != nil {
+		return err
+	}
 	if err := t.allocStaging(); err != nil {
 		return err
 	}
@@ -354,8 +364,8 @@ func (t *Tier) allocStaging() error {
 // loadKernel JIT-loads a blob's PTX (its code up to the NUL) and finds the
 // instance's entry point.
 func (t *Tier) loadKernel(name string, code []byte) error {
-	if family, _, _ := strings.Cut(name, "."); kcuda.Collective(family) {
-		// NCCL's: nothing to load (collective runs it).
+	if family, _, _ := strings.Cut(name, "."); kcuda.Collective(family) && bytes.HasPrefix(code, []byte(kcuda.NCCLBlobPrefix)) {
+		// No PTX: NCCL's only (collective runs it).
 		for e := range kcuda.NumEntries {
 			t.entries[e] = append(t.entries[e], 0)
 		}
@@ -435,6 +445,9 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 func (t *Tier) replay(vi int, run func() error) error {
 	if vi < 0 || vi >= len(t.variants) {
 		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
+	}
+	if t.peer != nil && !t.peer.connected {
+		return fmt.Errorf("cuda: rank %d's one-shot collectives have no peers yet (the set's loader connects them: ConnectPeers)", t.comm.Rank())
 	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
@@ -703,7 +716,7 @@ func omits(item string, l *Launch) bool {
 // pointers): values in 8-byte slots, then the array of pointers to them.
 // The driver copies them during the call, so the scratch is reused.
 func (t *Tier) launch(l *Launch) error {
-	if l.Collective != nil {
+	if l.Collective != nil && !l.Collective.Peer {
 		return t.collective(l.Collective)
 	}
 	return t.launchFn(t.entries[l.Shape.Entry][l.Kernel], l, t.overlap[l.Kernel])
@@ -772,6 +785,10 @@ func (t *Tier) close() {
 	if t.gather != 0 {
 		driver.MemFree(t.gather)
 		t.gather = 0
+	}
+	if t.peer != nil {
+		t.peer.free()
+		t.peer = nil
 	}
 	driver.MemFreeHost(t.params)
 	t.params = nil

@@ -173,8 +173,8 @@ func batchLogits(t *testing.T, dir string, opt runtime.Options, prompts, forced 
 
 // TestWalkCollectives walks every variant of both ranks of a T-CUDA set
 // against a made-up address map (no GPU needed): each collective's
-// dispatch becomes a launch with Collective set, its blob carries no
-// PTX, an all-reduce covers the variant's rows of the model's width, the
+// dispatch becomes a launch with Collective set, its blob carries the
+// one-shot kernel or names NCCL, an all-reduce covers the variant's rows of the model's width, the
 // logits' gather every slot's row of the vocabulary, and the attention
 // output's gather (heads of half a Q4_K block a rank) the variant's rows
 // of the heads' width.
@@ -209,8 +209,15 @@ func TestWalkCollectives(t *testing.T) {
 		}
 		defer bd.Close()
 		for _, blob := range bd.Blobs {
-			if family, _, _ := strings.Cut(blob.Name, "."); kcuda.Collective(family) && !strings.HasPrefix(string(blob.Code), "nccl "+blob.Name+"\x00") {
-				t.Errorf("rank %d: blob %s holds %q, want its name for NCCL", r, blob.Name, blob.Code)
+			family, _, _ := strings.Cut(blob.Name, ".")
+			if !kcuda.Collective(family) {
+				continue
+			}
+			// The one-shot kernel's PTX where this zrtc's archive has it,
+			// else the instance's name for NCCL.
+			code := string(blob.Code)
+			if !strings.HasPrefix(code, kcuda.NCCLBlobPrefix+blob.Name+"\x00") && !strings.Contains(code, ".entry "+kcuda.Entry(blob.Name)+"(") {
+				t.Errorf("rank %d: blob %s holds %.60q…, want the one-shot kernel's PTX or its name for NCCL", r, blob.Name, code)
 			}
 		}
 		mem := &cuda.Memory{}
@@ -245,12 +252,12 @@ func TestWalkCollectives(t *testing.T) {
 					}
 				case c.Cols == s.Vocab:
 					logits++
-					if c.Rows != maxSlots || c.X != c.Y {
-						t.Errorf("rank %d variant %s: logits gather of %d rows (x %#x, y %#x), want the %d slots' in place", r, v.Key(), c.Rows, c.X, c.Y, maxSlots)
+					if !c.BySlot || c.SlotRows != maxSlots || c.Rows != int(v.Rows) || c.X != c.Y {
+						t.Errorf("rank %d variant %s: logits gather %+v, want the variant's %d rows by slot, the %d slots' through NCCL, in place", r, v.Key(), c, v.Rows, maxSlots)
 					}
 				default:
 					heads++
-					if c.Rows != int(v.Rows) || c.Cols != s.Embd || c.X == c.Y {
+					if c.Rows != int(v.Rows) || c.Cols != s.Embd || c.X == c.Y || c.BySlot {
 						t.Errorf("rank %d variant %s: gather of %d × %d, want the heads' %d × %d into another register", r, v.Key(), c.Rows, c.Cols, v.Rows, s.Embd)
 					}
 				}

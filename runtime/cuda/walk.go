@@ -34,10 +34,12 @@ type Launch struct {
 	Collective *Collective
 }
 
-// Collective is a tensor-parallel collective as a rank runs it on the
-// device: every row of the variant, active or not, since a captured
-// graph's NCCL calls have fixed sizes (an inactive row's sum or copy is
-// harmless: nothing reads it).
+// Collective is a tensor-parallel collective as a rank runs it: through
+// NCCL, or (Peer) as the one-shot kernel of its blob over NVLink peer
+// access (peer.go). NCCL's calls in a captured graph have fixed sizes, so
+// they cover every row of the variant, active or not (an inactive row's
+// sum or copy is harmless: nothing reads it); the kernels read the
+// request table and move the active rows only.
 type Collective struct {
 	// Gather: all_gather; else all_reduce_sum.
 	Gather bool
@@ -46,14 +48,29 @@ type Collective struct {
 	// into Y's Rows × Cols.
 	X, Y       uint64
 	Rows, Cols int
+	// BySlot: a gather of logits, whose rows are the active rows that
+	// want logits, each at its slot's row of X and Y; through NCCL it
+	// covers SlotRows rows, every slot's row of the logits region, since
+	// which slots a step's rows are is in the request table, which a
+	// graph's copies cannot read.
+	BySlot   bool
+	SlotRows int
+	// Peer makes the launch the collective's one-shot kernel (set by the
+	// tier, which then gives it a kernel's Shape and its exchange
+	// descriptor as a last parameter).
+	Peer bool
+}
+
+// ncclRows is the rows the collective covers through NCCL.
+func (c *Collective) ncclRows() int {
+	if c.BySlot {
+		return c.SlotRows
+	}
+	return c.Rows
 }
 
 // collective resolves dispatch d of a collective family: its buffers,
-// and the rows it covers, checked against the regions they lie in. An
-// all_reduce_sum and a gather of values cover the variant's rows; a
-// gather of logits (by_slot) covers every slot's row of the logits
-// region, since which slots a step's rows are is in the request table,
-// which a graph's copies cannot read.
+// and the rows it covers, checked against the regions they lie in.
 func collective(d *replay.Dispatch, rows int, mem *Memory) (*Collective, error) {
 	family, _, _ := strings.Cut(d.Name, ".")
 	c := &Collective{Gather: family == "all_gather", X: d.Bufs[0], Rows: rows}
@@ -75,16 +92,16 @@ func collective(d *replay.Dispatch, rows int, mem *Memory) (*Collective, error) 
 	if len(d.Bufs) < 3 || len(d.Push) < 2 {
 		return nil, fmt.Errorf("%s: want x, io, y and cols, by_slot", d.Name)
 	}
-	c.Y = d.Bufs[2]
+	c.Y, c.BySlot = d.Bufs[2], d.Push[1] != 0
 	yr := mem.Region(c.Y)
 	if yr < 0 {
 		return nil, fmt.Errorf("%s: y outside the memory plan", d.Name)
 	}
-	if d.Push[1] != 0 {
-		c.Rows = int((end(yr) - c.Y) / uint64(4*c.Cols))
+	if c.BySlot {
+		c.SlotRows = int((end(yr) - c.Y) / uint64(4*c.Cols))
 	}
-	if c.Rows == 0 || c.Y+uint64(4*c.Rows*c.Cols) > end(yr) {
-		return nil, fmt.Errorf("%s: %d rows of %d columns do not fit y's region", d.Name, c.Rows, c.Cols)
+	if n := c.ncclRows(); n == 0 || c.Y+uint64(4*n*c.Cols) > end(yr) {
+		return nil, fmt.Errorf("%s: %d rows of %d columns do not fit y's region", d.Name, n, c.Cols)
 	}
 	// A rank's part is at most ⌈cols/ranks⌉ wide; the tier checks its own
 	// against x's region when it knows its rank.
@@ -111,18 +128,18 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 	out := make([]Launch, 0, len(s.Dispatches))
 	for i, d := range s.Dispatches {
 		l := Launch{Kernel: d.Kernel, Name: d.Name}
+		for _, addr := range d.Bufs {
+			l.Params, l.Sizes = append(l.Params, addr), append(l.Sizes, 8)
+		}
+		for _, x := range append(append([]uint32(nil), d.Push...), d.Spec...) {
+			l.Params, l.Sizes = append(l.Params, uint64(x)), append(l.Sizes, 4)
+		}
 		if family, _, _ := strings.Cut(d.Name, "."); kcuda.Collective(family) {
 			if l.Collective, err = collective(&d, int(v.Rows), mem); err != nil {
 				return nil, fmt.Errorf("dispatch %d: %w", i, err)
 			}
 			out = append(out, l)
 			continue
-		}
-		for _, addr := range d.Bufs {
-			l.Params, l.Sizes = append(l.Params, addr), append(l.Sizes, 8)
-		}
-		for _, x := range append(append([]uint32(nil), d.Push...), d.Spec...) {
-			l.Params, l.Sizes = append(l.Params, uint64(x)), append(l.Sizes, 4)
 		}
 		if l.Shape, err = kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows), v.Stage == bundle.StagePrefill); err != nil {
 			return nil, fmt.Errorf("dispatch %d: %w", i, err)

@@ -474,6 +474,10 @@ func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
 		})
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err == nil {
+		err = connectPeers(ranks)
+		errs = []error{err}
+	}
 	if err := errors.Join(errs...); err != nil {
 		for r, rk := range ranks {
 			if rk != nil {
@@ -484,7 +488,36 @@ func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
 		}
 		return nil, err
 	}
+	if opt.Log != nil {
+		opt.Log("tier cuda: a tensor-parallel set of %d ranks on devices %v, NCCL %s at %s; collectives: %s",
+			n, devices, lib.VersionString(), lib.Path(), ranks[0].(*cudaRank).Collectives())
+	}
 	return ranks, nil
+}
+
+// connectPeers hands every rank the exchanges of its one-shot
+// collectives' peers (cuda.Tier.ConnectPeers), where the ranks run any.
+func connectPeers(ranks []tp.Rank) error {
+	ex := make([]cuda.PeerExchange, len(ranks))
+	with := 0
+	for r, rk := range ranks {
+		if e, ok := rk.(*cudaRank).PeerExchange(); ok {
+			ex[r] = e
+			with++
+		}
+	}
+	if with == 0 {
+		return nil
+	}
+	if with != len(ranks) {
+		return fmt.Errorf("tier cuda: %d of %d ranks run one-shot collectives (the rank bundles differ?)", with, len(ranks))
+	}
+	for r, rk := range ranks {
+		if err := rk.(*cudaRank).ConnectPeers(ex); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
 }
 
 // initComms makes the ranks' communicators on a thread of its own:

@@ -86,6 +86,8 @@ var api struct {
 	cuMemcpyDtoHAsync           func(unsafe.Pointer, DevPtr, uintptr, Stream) Result
 	cuMemsetD8                  func(DevPtr, uint8, uintptr) Result
 	cuMemcpy2DAsync             func(unsafe.Pointer, Stream) Result
+	cuDeviceCanAccessPeer       func(*int32, Device, Device) Result
+	cuCtxEnablePeerAccess       func(Context, uint32) Result
 	cuModuleLoadDataEx          func(*Module, unsafe.Pointer, uint32, *int32, *unsafe.Pointer) Result
 	cuModuleUnload              func(Module) Result
 	cuModuleGetFunction         func(*Function, Module, *byte) Result
@@ -135,6 +137,8 @@ var symbols = []struct {
 	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
 	{&api.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2"},
+	{&api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer"},
+	{&api.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess"},
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
@@ -321,6 +325,28 @@ func (d Device) PrimaryContext() (Context, error) {
 // ReleasePrimaryContext drops the reference PrimaryContext took.
 func (d Device) ReleasePrimaryContext() error {
 	return check("cuDevicePrimaryCtxRelease", api.cuDevicePrimaryCtxRelease(d))
+}
+
+// CanAccessPeer reports whether device d can map peer's memory
+// (NVLink or PCIe peer-to-peer).
+func (d Device) CanAccessPeer(peer Device) (bool, error) {
+	var v int32
+	err := check("cuDeviceCanAccessPeer", api.cuDeviceCanAccessPeer(&v, d, peer))
+	return v != 0, err
+}
+
+// peerAccessAlreadyEnabled is CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
+const peerAccessAlreadyEnabled Result = 704
+
+// EnablePeerAccess lets the current context address peer's memory
+// directly (its device pointers, through unified addressing). Access
+// another user of the contexts (NCCL) already enabled is no error.
+func EnablePeerAccess(peer Context) error {
+	r := api.cuCtxEnablePeerAccess(peer, 0)
+	if r == peerAccessAlreadyEnabled {
+		return nil
+	}
+	return check("cuCtxEnablePeerAccess", r)
 }
 
 // SetCurrent binds c to the calling OS thread.

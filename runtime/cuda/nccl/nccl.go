@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -325,7 +326,7 @@ type Comm struct {
 	lib         *Library
 	h           uintptr
 	rank, ranks int
-	device      int
+	devices     []int // every rank's device
 }
 
 // InitAll creates a communicator for each of devices (CUDA device
@@ -348,7 +349,7 @@ func (l *Library) InitAll(devices []int) ([]*Comm, error) {
 	}
 	comms := make([]*Comm, len(devices))
 	for r, h := range hs {
-		comms[r] = &Comm{lib: l, h: h, rank: r, ranks: len(devices), device: devices[r]}
+		comms[r] = &Comm{lib: l, h: h, rank: r, ranks: len(devices), devices: slices.Clone(devices)}
 	}
 	return comms, nil
 }
@@ -360,7 +361,10 @@ func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Ranks() int { return c.ranks }
 
 // Device is the CUDA device ordinal of the rank.
-func (c *Comm) Device() int { return c.device }
+func (c *Comm) Device() int { return c.devices[c.rank] }
+
+// Devices lists every rank's CUDA device ordinal, by rank.
+func (c *Comm) Devices() []int { return slices.Clone(c.devices) }
 
 // Library is the library the communicator belongs to.
 func (c *Comm) Library() *Library { return c.lib }

@@ -1,0 +1,33 @@
+// all_reduce_sum.cuh: T-CUDA's one-shot all-reduce over NVLink peer
+// access (peer.cuh): x's active rows (cols each) summed over the ranks of
+// a tensor-parallel set, in place, in rank order, so every rank holds the
+// same bits. runtime/cuda launches it for the small sums of a decode step
+// (grid PEER_BLOCKS, block PEER_THREADS) and NCCL's for the rest; its
+// last parameter is the rank's exchange descriptor.
+// An instance .cu (written by kernels/cuda/gen from the family table in
+// families.go) defines FAMILY and NAME, then includes this file.
+#include "../peer.cuh"
+
+extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc) {
+    dep_sync();
+    const u32 e = peer_begin(pc);
+    const u32 R = pc->ranks, r = pc->rank;
+    const size_t n = (size_t)io[IO_ROWS] * cols;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    float* dst[PEER_MAX_RANKS];
+    peer_slots(pc, e, dst);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = x[i];
+#pragma unroll
+        for (u32 q = 0; q < PEER_MAX_RANKS; q++)
+            if (q < R) dst[q][i] = v;
+    }
+    peer_barrier(pc, e);
+    const float* mine = peer_slot(pc, r, 0, e);
+    const size_t floats = pc->slot_bytes / 4;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float s = __ldcg(mine + i);
+        for (u32 k = 1; k < R; k++) s += __ldcg(mine + k * floats + i);
+        x[i] = s;
+    }
+}

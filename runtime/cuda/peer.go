@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 	"strings"
 
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
@@ -243,8 +244,52 @@ func (t *Tier) planCollectives(mode string) error {
 		l.Collective.Peer = true
 		l.Shape = kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}}
 		l.Params, l.Sizes = append(l.Params, uint64(p.desc)), append(l.Sizes, 8)
+		if !l.Collective.Gather {
+			l.Params, l.Sizes = append(l.Params, 0), append(l.Sizes, 8) // residual: none yet
+		}
+	}
+	// RunEach stops after every dispatch: it keeps the adds apart.
+	t.unfused = make([][]Launch, len(t.variants))
+	for vi, ls := range t.variants {
+		t.unfused[vi] = ls
+		t.variants[vi] = fuseResiduals(ls)
 	}
 	return nil
+}
+
+// Parameters of the launches fuseResiduals joins: the one-shot
+// all-reduce's x, io, cols, then (after the descriptor) residual; add's
+// x, y, io and cols.
+const (
+	reduceX, reduceIO, reduceCols, reduceResidual = 0, 1, 2, 4
+	addX, addY, addIO, addCols                    = 0, 1, 2, 3
+)
+
+// fuseResiduals folds into a one-shot all-reduce the residual add that
+// follows it in the stream and adds its result to the residual stream
+// (RESIDUAL after a row-parallel projection's ALL_REDUCE_SUM, which the
+// shard pass leaves where the unsplit graph has one MATMUL_RESIDUAL):
+// the kernel adds each sum to the residual with the same float addition
+// add does, after storing it, so every byte ends as the two launches
+// leave it, and a layer's two collectives cost no extra launch for their
+// adds.
+func fuseResiduals(ls []Launch) []Launch {
+	var out []Launch
+	for i := 0; i < len(ls); i++ {
+		l := ls[i]
+		if c := l.Collective; c != nil && c.Peer && !c.Gather && i+1 < len(ls) {
+			n := &ls[i+1]
+			if family, _, _ := strings.Cut(n.Name, "."); family == "add" && n.Collective == nil && len(n.Params) > addCols &&
+				n.Params[addY] == c.X && n.Params[addIO] == l.Params[reduceIO] && n.Params[addCols] == l.Params[reduceCols] &&
+				n.Params[addX] != c.X {
+				l.Params = slices.Clone(l.Params)
+				l.Params[reduceResidual] = n.Params[addX]
+				i++
+			}
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // PeerExchange returns where the rank's peers push its one-shot

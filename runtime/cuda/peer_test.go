@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -175,11 +176,27 @@ func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
 }
 
 // launch enqueues a one-shot kernel as the tier does (its PDL launch on
-// sm_90) with params followed by the rank's descriptor.
-func (p *peerRank) launch(f driver.Function, params ...uint64) error {
+// sm_90): params, the rank's descriptor, then after (the all-reduce's
+// residual).
+func (p *peerRank) launch(f driver.Function, params []uint64, after ...uint64) error {
 	l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
-		Params: append(params, uint64(p.peer.desc))}
+		Params: append(append(params, uint64(p.peer.desc)), after...)}
 	return p.t.launchFn(f, l, p.overlap)
+}
+
+// allReduce enqueues the one-shot all-reduce of x's active rows, adding
+// the sums to residual where it is not 0.
+func (p *peerRank) allReduce(x, io driver.DevPtr, cols int, residual driver.DevPtr) error {
+	return p.launch(p.reduce, []uint64{uint64(x), uint64(io), uint64(cols)}, uint64(residual))
+}
+
+// allGather enqueues the one-shot gather of x's parts into y.
+func (p *peerRank) allGather(x, io, y driver.DevPtr, cols int, bySlot bool) error {
+	b := uint64(0)
+	if bySlot {
+		b = 1
+	}
+	return p.launch(p.gather, []uint64{uint64(x), uint64(io), uint64(y), uint64(cols), b})
 }
 
 // ioTable writes a request table of rows (slot, flags) at a new device
@@ -280,7 +297,17 @@ func TestPeerCollectives(t *testing.T) {
 			return err
 		}
 		defer driver.MemFree(io)
-		exec, err := p.capture(func() error { return p.launch(p.reduce, uint64(xd), uint64(io), cols) })
+		// The residual takes every sum: it ends as res + Σ replays' sums.
+		res := make([]float32, capRows*cols)
+		for i := range res {
+			res[i] = float32(1000 * (i % 7))
+		}
+		rd, err := upload(res)
+		if err != nil {
+			return err
+		}
+		defer driver.MemFree(rd)
+		exec, err := p.capture(func() error { return p.allReduce(xd, io, cols, rd) })
 		if err != nil {
 			return err
 		}
@@ -302,9 +329,19 @@ func TestPeerCollectives(t *testing.T) {
 				want := x[i]
 				if i < active*cols {
 					want = scale * f(i)
+					res[i] += want
 				}
 				if v != want {
 					return fmt.Errorf("all-reduce, replay %d: x[%d] = %v, want %v", rep, i, v, want)
+				}
+			}
+			gotRes, err := download(rd, len(res))
+			if err != nil {
+				return err
+			}
+			for i, v := range gotRes {
+				if v != res[i] {
+					return fmt.Errorf("all-reduce, replay %d: residual[%d] = %v, want %v", rep, i, v, res[i])
 				}
 			}
 		}
@@ -329,7 +366,7 @@ func TestPeerCollectives(t *testing.T) {
 		}
 		defer driver.MemFree(gio)
 		gexec, err := p.capture(func() error {
-			return p.launch(p.gather, uint64(ld), uint64(gio), uint64(ld), vocab, 1)
+			return p.allGather(ld, gio, ld, vocab, true)
 		})
 		if err != nil {
 			return err
@@ -392,7 +429,7 @@ func TestPeerCollectives(t *testing.T) {
 			return err
 		}
 		defer driver.MemFree(vio)
-		if err := p.launch(p.gather, uint64(pd), uint64(vio), uint64(yd), cols, 0); err != nil {
+		if err := p.allGather(pd, vio, yd, cols, false); err != nil {
 			return err
 		}
 		if err := p.t.stream.Synchronize(); err != nil {
@@ -497,7 +534,7 @@ func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err er
 		}
 		peerExec[p.rank], err = p.capture(func() error {
 			for range chain {
-				if err := p.launch(p.reduce, uint64(xs[p.rank]), uint64(ios[p.rank]), uint64(cols)); err != nil {
+				if err := p.allReduce(xs[p.rank], ios[p.rank], cols, 0); err != nil {
 					return err
 				}
 			}
@@ -576,4 +613,39 @@ func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err er
 		}
 	}
 	return ncclOp, peerOp, nil
+}
+
+// TestFuseResiduals: a one-shot all-reduce takes in the add of its sum
+// into the residual stream right after it, and nothing else.
+func TestFuseResiduals(t *testing.T) {
+	const x, io, hidden, other, desc = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000
+	reduce := func() Launch {
+		return Launch{Name: "all_reduce_sum", Params: []uint64{x, io, 64, desc, 0}, Collective: &Collective{X: x, Rows: 1, Cols: 64, Peer: true}}
+	}
+	add := func(dst, y, cols uint64) Launch { return Launch{Name: "add", Params: []uint64{dst, y, io, cols}} }
+	norm := Launch{Name: "rms_norm"}
+	viaNCCL := reduce()
+	viaNCCL.Collective = &Collective{X: x, Rows: 1, Cols: 64}
+	for _, c := range []struct {
+		name     string
+		in       []Launch
+		launches int
+		residual uint64
+	}{
+		{"fused", []Launch{reduce(), add(hidden, x, 64), norm}, 2, hidden},
+		{"another value's add", []Launch{reduce(), add(hidden, other, 64), norm}, 3, 0},
+		{"other columns", []Launch{reduce(), add(hidden, x, 32), norm}, 3, 0},
+		{"in place", []Launch{reduce(), add(x, x, 64), norm}, 3, 0},
+		{"not next", []Launch{reduce(), norm, add(hidden, x, 64)}, 3, 0},
+		{"through NCCL", []Launch{viaNCCL, add(hidden, x, 64), norm}, 3, 0},
+	} {
+		in := slices.Clone(c.in)
+		out := fuseResiduals(in)
+		if len(out) != c.launches || out[0].Params[reduceResidual] != c.residual {
+			t.Errorf("%s: %d launches, residual %#x; want %d, %#x", c.name, len(out), out[0].Params[reduceResidual], c.launches, c.residual)
+		}
+		if in[0].Params[reduceResidual] != 0 {
+			t.Errorf("%s: the unfused launch's residual changed to %#x", c.name, in[0].Params[reduceResidual])
+		}
+	}
 }

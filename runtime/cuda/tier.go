@@ -128,6 +128,10 @@ type Tier struct {
 	// where every collective runs through NCCL.
 	peer        *peer
 	collectives string // Options.Collectives
+	// unfused holds, where the one-shot all-reduces took in the residual
+	// adds after them (fuseResiduals), each variant's launches before
+	// that, which RunEach replays.
+	unfused [][]Launch
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -476,6 +480,9 @@ func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) err
 			}
 		}
 		ls := t.variants[vi]
+		if t.unfused != nil {
+			ls = t.unfused[vi]
+		}
 		for i := range ls {
 			if err := ctx.Err(); err != nil {
 				return err

@@ -2,13 +2,16 @@
 // access (peer.cuh): x's active rows (cols each) summed over the ranks of
 // a tensor-parallel set, in place, in rank order, so every rank holds the
 // same bits. runtime/cuda launches it for the small sums of a decode step
-// (grid PEER_BLOCKS, block PEER_THREADS) and NCCL's for the rest; its
-// last parameter is the rank's exchange descriptor.
+// (grid PEER_BLOCKS, block PEER_THREADS) and NCCL's for the rest; after
+// the ABI's parameters come the rank's exchange descriptor and residual:
+// where not null, the residual add that follows the sum in the stream
+// (residual += x over the active rows) is done here too, with the same
+// float addition, and the tier leaves that add's launch out.
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../peer.cuh"
 
-extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc) {
+extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc, float* residual) {
     dep_sync();
     const u32 e = peer_begin(pc);
     const u32 R = pc->ranks, r = pc->rank;
@@ -29,5 +32,6 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const 
         float s = __ldcg(mine + i);
         for (u32 k = 1; k < R; k++) s += __ldcg(mine + k * floats + i);
         x[i] = s;
+        if (residual) residual[i] += s;
     }
 }

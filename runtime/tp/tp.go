@@ -191,9 +191,9 @@ type inspector interface {
 }
 
 // RunEach is Run calling after once each of rank 0's dispatches is done
-// (the others run on meanwhile, meeting it at the collectives), so a
-// layer-by-layer comparison reads rank 0's values: the residual stream
-// and the logits, which every rank holds whole.
+// (the others run on meanwhile, kernel by kernel as well, meeting it at
+// the collectives), so a layer-by-layer comparison reads rank 0's values:
+// the residual stream and the logits, which every rank holds whole.
 func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
 	if _, ok := t.ranks[0].(inspector); !ok {
 		return fmt.Errorf("tier %s cannot stop between dispatches", t.ranks[0].Name())
@@ -225,9 +225,15 @@ func (t *Tier) run(ctx context.Context, vi int, after func(dispatch int) error) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r == 0 && after != nil {
-				errs[r] = rk.(inspector).RunEach(ctx, vi, after)
-			} else {
+			switch in, ok := rk.(inspector); {
+			case r == 0 && after != nil:
+				errs[r] = in.RunEach(ctx, vi, after)
+			case after != nil && ok:
+				// Kernel by kernel too: NCCL holds whether a collective
+				// is run from a captured graph to be the same on every
+				// rank.
+				errs[r] = in.RunEach(ctx, vi, nil)
+			default:
 				errs[r] = rk.Run(ctx, vi)
 			}
 			if errs[r] != nil {

@@ -32,6 +32,17 @@ struct peer_comm {
     u32* epoch;                     // this rank's per-block epochs
 };
 
+// PEER_TIMEOUT_NS bounds a barrier's wait for its peers: far longer
+// than ranks replaying the same graph side by side ever drift apart.
+#define PEER_TIMEOUT_NS 60000000000ull
+
+// peer_clock is the GPU's global timer, in nanoseconds.
+__device__ __forceinline__ unsigned long long peer_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // peer_begin counts the block's epoch and returns it; the caller has
 // passed dep_sync (the previous kernel, maybe the previous collective,
 // has finished).
@@ -75,8 +86,13 @@ __device__ __forceinline__ void peer_barrier(const peer_comm* pc, u32 e) {
     for (u32 t = threadIdx.x; t < R * gridDim.x; t += blockDim.x) {
         const u32* f = pc->flags[r] + t / gridDim.x * PEER_BLOCKS + t % gridDim.x;
         u32 v;
+        unsigned long long start = peer_clock(), polls = 0;
         do {
             asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+            // A peer that never comes (its rank failed) would hold this
+            // GPU forever, and the process with it: trap after
+            // PEER_TIMEOUT_NS, so the replay fails instead.
+            if ((++polls & 1023) == 0 && peer_clock() - start > PEER_TIMEOUT_NS) __trap();
         } while ((int)(v - e) < 0);
     }
     __syncthreads();

@@ -63,7 +63,7 @@ func elementwise(n int) Geometry {
 // PeerBlocks and PeerThreads are the launch of the one-shot collectives
 // (peer.cuh's PEER_BLOCKS, PEER_THREADS).
 const (
-	PeerBlocks  = 32
+	PeerBlocks  = 16
 	PeerThreads = 512
 )
 

@@ -20,7 +20,7 @@
 #include "common.cuh"
 
 #define PEER_MAX_RANKS 8
-#define PEER_BLOCKS 32
+#define PEER_BLOCKS 16
 #define PEER_THREADS 512
 
 // peer_comm is runtime/cuda's peerDesc, byte for byte.
@@ -71,13 +71,14 @@ __device__ __forceinline__ void peer_slots(const peer_comm* pc, u32 e, float* ds
 }
 
 // peer_barrier returns once every block of every rank has called it for
-// epoch e, with their pushes before it visible here. Every thread fences
-// its own pushes (they are remote stores); the block's first ranks
-// threads then release a flag on each rank, and the block's threads
-// together acquire every rank's every block's flag on this rank.
+// epoch e, with their pushes before it visible here. After the block's
+// barrier, its first ranks threads release a flag on each rank at system
+// scope, which orders the whole block's pushes before it (the barrier
+// puts them before the release, and release is cumulative: the pattern
+// of a grid-wide sync, one thread fencing for its block); the block's
+// threads together acquire every rank's every block's flag on this rank.
 __device__ __forceinline__ void peer_barrier(const peer_comm* pc, u32 e) {
     const u32 R = pc->ranks, r = pc->rank;
-    __threadfence_system();
     __syncthreads();
     if (threadIdx.x < R) {
         u32* f = pc->flags[threadIdx.x] + r * PEER_BLOCKS + blockIdx.x;

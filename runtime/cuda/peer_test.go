@@ -477,28 +477,52 @@ func TestPeerLatency(t *testing.T) {
 		t.Run(fmt.Sprintf("%dgpus", n), func(t *testing.T) {
 			const maxFloats = 256 << 10 / 4
 			rs := peerRanks(t, n, 4*maxFloats)
-			t.Logf("%-8s %16s %16s", "bytes", "NCCL µs/op", "one-shot µs/op")
+			// alone: the same kernel on each GPU by itself (a set of one
+			// rank, its barrier local), the floor of launch, epoch and
+			// barrier that the NVLink traffic adds to.
+			alone := make([]*peer, len(rs))
+			err := allRanks(rs, func(p *peerRank) error {
+				var err error
+				if alone[p.rank], err = newPeer([]int{p.dev}, 0, 4*maxFloats); err != nil {
+					return err
+				}
+				return alone[p.rank].connect([]PeerExchange{{Buf: alone[p.rank].buf, Flags: alone[p.rank].flags}})
+			})
+			defer allRanks(rs, func(p *peerRank) error {
+				if alone[p.rank] != nil {
+					alone[p.rank].free()
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("µs per all-reduce of one row, in a graph of 64 back to back (replayed 50 times, wall time / 3200):")
+			t.Logf("%-8s %12s %12s %14s", "bytes", "NCCL", "one-shot", "one GPU alone")
 			for _, size := range []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
-				nc, pe, err := peerLatency(rs, size/4)
+				nc, pe, al, err := peerLatency(rs, alone, size/4)
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("%-8d %16.2f %16.2f", size, nc.Seconds()*1e6, pe.Seconds()*1e6)
+				t.Logf("%-8d %12.2f %12.2f %14.2f", size, nc.Seconds()*1e6, pe.Seconds()*1e6, al.Seconds()*1e6)
 			}
 		})
 	}
 }
 
 // peerLatency returns the time per all-reduce of one row of cols floats
-// through NCCL and through the one-shot kernel, each in a graph of 64.
-func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err error) {
+// through NCCL, through the one-shot kernel, and through the kernel on
+// each GPU alone (alone: each rank's exchange of one), each in a graph of
+// 64.
+func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, aloneOp time.Duration, err error) {
 	const chain, replays = 64, 50
 	xs := make([]driver.DevPtr, len(rs))
 	ios := make([]driver.DevPtr, len(rs))
 	ncclExec := make([]driver.GraphExec, len(rs))
 	peerExec := make([]driver.GraphExec, len(rs))
+	aloneExec := make([]driver.GraphExec, len(rs))
 	defer allRanks(rs, func(p *peerRank) error {
-		for _, g := range []driver.GraphExec{ncclExec[p.rank], peerExec[p.rank]} {
+		for _, g := range []driver.GraphExec{ncclExec[p.rank], peerExec[p.rank], aloneExec[p.rank]} {
 			if g != 0 {
 				g.Destroy()
 			}
@@ -532,9 +556,21 @@ func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err er
 		}); err != nil {
 			return err
 		}
-		peerExec[p.rank], err = p.capture(func() error {
+		if peerExec[p.rank], err = p.capture(func() error {
 			for range chain {
 				if err := p.allReduce(xs[p.rank], ios[p.rank], cols, 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		aloneExec[p.rank], err = p.capture(func() error {
+			l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
+				Params: []uint64{uint64(xs[p.rank]), uint64(ios[p.rank]), uint64(cols), uint64(alone[p.rank].desc), 0}}
+			for range chain {
+				if err := p.t.launchFn(p.reduce, l, p.overlap); err != nil {
 					return err
 				}
 			}
@@ -543,7 +579,7 @@ func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err er
 		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	timed := func(execs []driver.GraphExec) (time.Duration, error) {
 		var ready, start, wg sync.WaitGroup
@@ -584,10 +620,13 @@ func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err er
 	}
 	for range 2 { // warm up, then measure
 		if ncclOp, err = timed(ncclExec); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		if peerOp, err = timed(peerExec); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
+		}
+		if aloneOp, err = timed(aloneExec); err != nil {
+			return 0, 0, 0, err
 		}
 	}
 	// The values doubled (×n) at every all-reduce: any n^k is a power of
@@ -601,18 +640,18 @@ func peerLatency(rs []*peerRank, cols int) (ncclOp, peerOp time.Duration, err er
 			got, err = download(xs[p.rank], cols)
 			return err
 		}); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		for i, v := range got {
 			if v != got[0] || (first != nil && v != first[i]) {
-				return 0, 0, fmt.Errorf("after the timing runs rank %d's x[%d] = %v, x[0] = %v, rank 0's %v", p.rank, i, v, got[0], first[i])
+				return 0, 0, 0, fmt.Errorf("after the timing runs rank %d's x[%d] = %v, x[0] = %v, rank 0's %v", p.rank, i, v, got[0], first[i])
 			}
 		}
 		if first == nil {
 			first = got
 		}
 	}
-	return ncclOp, peerOp, nil
+	return ncclOp, peerOp, aloneOp, nil
 }
 
 // TestFuseResiduals: a one-shot all-reduce takes in the add of its sum

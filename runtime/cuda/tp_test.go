@@ -275,6 +275,17 @@ func TestWalkCollectives(t *testing.T) {
 			if reduces != s.Layers || heads != s.Layers || logits != 1 {
 				t.Errorf("rank %d variant %s: %d all-reduces, %d head gathers, %d logits gathers; want %d, %d, 1", r, v.Key(), reduces, heads, logits, s.Layers, s.Layers)
 			}
+			// Run one-shot, every all-reduce takes in the residual add
+			// after it: the FFN's sum goes into the residual stream.
+			fused := cuda.OneShotForTest(ls)
+			if want := len(ls) - reduces; len(fused) != want {
+				t.Errorf("rank %d variant %s: %d launches with the adds taken in, want %d", r, v.Key(), len(fused), want)
+			}
+			for _, l := range fused {
+				if c := l.Collective; c != nil && !c.Gather && l.Params[len(l.Params)-1] == 0 {
+					t.Errorf("rank %d variant %s: an all-reduce without its residual", r, v.Key())
+				}
+			}
 		}
 	}
 }

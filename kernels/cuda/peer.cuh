@@ -23,7 +23,8 @@
 #define PEER_BLOCKS 16
 #define PEER_THREADS 512
 
-// peer_comm is runtime/cuda's peerDesc, byte for byte.
+// peer_comm is runtime/cuda's descriptor (peer.go's connect), byte for
+// byte.
 struct peer_comm {
     unsigned long long slot_bytes;  // one rank's slot in a half
     u32 rank, ranks;
@@ -43,31 +44,49 @@ __device__ __forceinline__ unsigned long long peer_clock() {
     return t;
 }
 
-// peer_begin counts the block's epoch and returns it; the caller has
-// passed dep_sync (the previous kernel, maybe the previous collective,
-// has finished).
-__device__ __forceinline__ u32 peer_begin(const peer_comm* pc) {
-    __shared__ u32 e;
-    if (threadIdx.x == 0) {
-        e = pc->epoch[blockIdx.x] + 1;
-        pc->epoch[blockIdx.x] = e;
-    }
-    __syncthreads();
-    return e;
+// peer is what a block reads of its descriptor. The descriptor does not
+// change once the tier has connected the set, so peer_load reads it
+// before dep_sync, while the previous kernel still runs; only the epoch,
+// which the previous collective counted, waits (peer_epoch).
+struct peer {
+    u32 R, r;
+    size_t floats;                // one slot
+    float* bufs[PEER_MAX_RANKS];  // each rank's exchange buffer (0 past R), indexed by constants only
+    float* own;                   // this rank's
+    u32* signal;                  // the flag this thread releases: this block's on rank threadIdx.x (0 past R)
+    const u32* mine;              // this rank's flags
+    u32* epoch;                   // this block's epoch counter
+};
+
+__device__ __forceinline__ void peer_load(const peer_comm* pc, peer& p) {
+    p.R = pc->ranks;
+    p.r = pc->rank;
+    p.floats = pc->slot_bytes / 4;
+#pragma unroll
+    for (u32 q = 0; q < PEER_MAX_RANKS; q++) p.bufs[q] = q < p.R ? pc->bufs[q] : (float*)0;
+    p.own = pc->bufs[p.r];
+    p.signal = threadIdx.x < p.R ? pc->flags[threadIdx.x] + p.r * PEER_BLOCKS + blockIdx.x : (u32*)0;
+    p.mine = pc->flags[p.r];
+    p.epoch = pc->epoch + blockIdx.x;
 }
 
-// peer_slot is slot k of rank q's half for epoch e.
-__device__ __forceinline__ float* peer_slot(const peer_comm* pc, u32 q, u32 k, u32 e) {
-    size_t floats = pc->slot_bytes / 4;
-    return pc->bufs[q] + ((size_t)(e & 1) * pc->ranks + k) * floats;
+// peer_epoch is this collective's epoch: one past the block's count,
+// which every thread reads (after dep_sync: the previous collective may
+// have counted it) and thread 0 stores back in peer_barrier, once every
+// thread has read it.
+__device__ __forceinline__ u32 peer_epoch(const peer& p) { return *(volatile const u32*)p.epoch + 1; }
+
+// peer_slot is slot k of the exchange buffer buf's half for epoch e.
+__device__ __forceinline__ float* peer_slot(const peer& p, float* buf, u32 k, u32 e) {
+    return buf + ((size_t)(e & 1) * p.R + k) * p.floats;
 }
 
 // peer_slots fills dst with slot `rank` of every rank's half for epoch
 // e (the places this rank pushes to), 0 past the set's ranks; unrolled
 // over PEER_MAX_RANKS so dst stays in registers.
-__device__ __forceinline__ void peer_slots(const peer_comm* pc, u32 e, float* dst[PEER_MAX_RANKS]) {
+__device__ __forceinline__ void peer_slots(const peer& p, u32 e, float* dst[PEER_MAX_RANKS]) {
 #pragma unroll
-    for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < pc->ranks ? peer_slot(pc, q, pc->rank, e) : (float*)0;
+    for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < p.R ? peer_slot(p, p.bufs[q], p.r, e) : (float*)0;
 }
 
 // peer_barrier returns once every block of every rank has called it for
@@ -77,15 +96,11 @@ __device__ __forceinline__ void peer_slots(const peer_comm* pc, u32 e, float* ds
 // puts them before the release, and release is cumulative: the pattern
 // of a grid-wide sync, one thread fencing for its block); the block's
 // threads together acquire every rank's every block's flag on this rank.
-__device__ __forceinline__ void peer_barrier(const peer_comm* pc, u32 e) {
-    const u32 R = pc->ranks, r = pc->rank;
+__device__ __forceinline__ void peer_barrier(const peer& p, u32 e) {
     __syncthreads();
-    if (threadIdx.x < R) {
-        u32* f = pc->flags[threadIdx.x] + r * PEER_BLOCKS + blockIdx.x;
-        asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(f), "r"(e) : "memory");
-    }
-    for (u32 t = threadIdx.x; t < R * gridDim.x; t += blockDim.x) {
-        const u32* f = pc->flags[r] + t / gridDim.x * PEER_BLOCKS + t % gridDim.x;
+    if (p.signal) asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p.signal), "r"(e) : "memory");
+    for (u32 t = threadIdx.x; t < p.R * gridDim.x; t += blockDim.x) {
+        const u32* f = p.mine + t / gridDim.x * PEER_BLOCKS + t % gridDim.x;
         u32 v;
         unsigned long long start = peer_clock(), polls = 0;
         do {
@@ -97,4 +112,5 @@ __device__ __forceinline__ void peer_barrier(const peer_comm* pc, u32 e) {
         } while ((int)(v - e) < 0);
     }
     __syncthreads();
+    if (threadIdx.x == 0) *p.epoch = e;
 }

@@ -12,25 +12,25 @@
 #include "../peer.cuh"
 
 extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc, float* residual) {
+    peer p;
+    peer_load(pc, p);
+    const size_t n = (size_t)io[IO_ROWS] * cols;  // the request table is fixed during a replay
     dep_sync();
-    const u32 e = peer_begin(pc);
-    const u32 R = pc->ranks, r = pc->rank;
-    const size_t n = (size_t)io[IO_ROWS] * cols;
+    const u32 e = peer_epoch(p);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     float* dst[PEER_MAX_RANKS];
-    peer_slots(pc, e, dst);
+    peer_slots(p, e, dst);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float v = x[i];
 #pragma unroll
         for (u32 q = 0; q < PEER_MAX_RANKS; q++)
-            if (q < R) dst[q][i] = v;
+            if (q < p.R) dst[q][i] = v;
     }
-    peer_barrier(pc, e);
-    const float* mine = peer_slot(pc, r, 0, e);
-    const size_t floats = pc->slot_bytes / 4;
+    peer_barrier(p, e);
+    const float* mine = peer_slot(p, p.own, 0, e);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float s = __ldcg(mine + i);
-        for (u32 k = 1; k < R; k++) s += __ldcg(mine + k * floats + i);
+        for (u32 k = 1; k < p.R; k++) s += __ldcg(mine + k * p.floats + i);
         x[i] = s;
         if (residual) residual[i] += s;
     }

@@ -60,6 +60,20 @@ func elementwise(n int) Geometry {
 	}
 }
 
+// PeerBlocks and PeerThreads are the launch of the one-shot collectives
+// (peer.cuh's PEER_BLOCKS, PEER_THREADS).
+const (
+	PeerBlocks  = 16
+	PeerThreads = 512
+)
+
+// peer is the one-shot collectives' launch: PeerBlocks blocks whatever
+// the rows, since every block of every rank meets every other at their
+// barrier and each block counts the collectives it ran.
+func peer(Dispatch) (Launch, error) {
+	return Launch{Grid: [3]uint32{PeerBlocks, 1, 1}, Block: [3]uint32{PeerThreads, 1, 1}}, nil
+}
+
 // rowsBy is a block per (row, y) with y from the dispatch's values:
 // grid (rows, y).
 func rowsBy(y func(d Dispatch) (uint32, error)) Geometry {

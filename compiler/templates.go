@@ -161,7 +161,9 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 // NUL-terminated for cuModuleLoadData. The tier passes
 // the slot values as the kernel's trailing parameters, so one PTX serves
 // every shape and the blob is specialized, like every target's, by
-// patching slots.
+// patching slots. A collective's blob (kernels/cuda.Collective) holds
+// its one-shot kernel's PTX where the archive has it, else only its name
+// after NCCLBlobPrefix: the tier then runs it through NCCL.
 func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 	return func(instance string) (*zrt.Blob, error) {
 		abi, _, err := kernels.SplitInstance(instance)
@@ -169,6 +171,11 @@ func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 			return nil, err
 		}
 		src, err := ptx.Source(ptx.TargetArch(target.String()), instance, ptxDir)
+		if err != nil && cuda.Collective(abi.Name) {
+			// No one-shot kernel in this zrtc's PTX: the tier runs the
+			// collective through NCCL, which the blob names.
+			return template(instance, target, []byte(cuda.NCCLBlobPrefix+instance), 32, 1)
+		}
 		if err != nil {
 			return nil, err
 		}

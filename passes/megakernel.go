@@ -53,7 +53,10 @@ func (u *Unit) scheduleSMs() int {
 func megakernel(_ context.Context, u *Unit) error {
 	u.Schedules = nil
 	sms := u.scheduleSMs()
-	if sms <= 0 {
+	// A tensor-parallel rank's decode variants meet the other GPUs at
+	// their collectives, which no task of a persistent kernel waits for:
+	// they keep the graph path.
+	if sms <= 0 || u.TP.Split() {
 		return nil
 	}
 	for gi, g := range u.Graphs {

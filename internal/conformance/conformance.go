@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
+	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/internal/reference"
@@ -57,6 +59,11 @@ type Tier struct {
 	// syn-qwen3moe-q8_0 between steps within 2–6e-2). Step 0 is held to
 	// RelTolerance regardless.
 	RoutedSpikes int
+	// TP, above 1, builds the tier's bundles as tensor-parallel sets of
+	// TP ranks (zrtc build --tp), opened as one model; the oracle stays
+	// one unsplit T-CPU bundle. A model whose heads do not divide is
+	// skipped, as zrtc refuses it.
+	TP int
 }
 
 // Run runs the suite: it skips when ../shared has no references, skips a
@@ -90,8 +97,17 @@ func Run(t *testing.T, tier Tier) {
 		if !ok {
 			base := filepath.Join(t.TempDir(), strings.TrimSuffix(name, ".gguf"))
 			bs = &bundles{base + ".oracle", base + ".tier"}
-			for _, b := range []struct{ dir, target, config string }{{bs.oracle, "cpu", oracleCfg}, {bs.tier, tier.Target, cfg}} {
-				err := compiler.Compile(context.Background(), model, b.dir, compiler.Options{Target: b.target, ConfigPath: b.config, PTXDir: os.Getenv("ZRT_PTX_DIR")})
+			for _, b := range []struct {
+				dir, target, config string
+				tp                  int
+			}{{bs.oracle, "cpu", oracleCfg, 0}, {bs.tier, tier.Target, cfg, tier.TP}} {
+				opt := compiler.Options{Target: b.target, ConfigPath: b.config, PTXDir: os.Getenv("ZRT_PTX_DIR")}
+				var err error
+				if b.tp > 1 {
+					bs.tier, err = buildSet(model, b.dir, b.target, b.tp, opt)
+				} else {
+					err = compiler.Compile(context.Background(), model, b.dir, opt)
+				}
 				if support.Is(err) {
 					t.Logf("%s: skipped: %v", name, err)
 					bs = nil
@@ -117,6 +133,24 @@ func Run(t *testing.T, tier Tier) {
 	for _, n := range names {
 		t.Logf("%-34s %s", n, report[n])
 	}
+}
+
+// buildSet builds model for target as a tensor-parallel set of ranks at
+// dir and returns the path that opens it: its rank 0's bundle.
+func buildSet(model, dir, target string, ranks int, opt compiler.Options) (string, error) {
+	opt.Target = ""
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{target}, TP: ranks, Compiler: opt, Out: dir}); err != nil {
+		return "", err
+	}
+	x, err := bundleset.Read(dir)
+	if err != nil {
+		return "", err
+	}
+	m, ok := x.Member(target)
+	if !ok || x.TPRanks != ranks {
+		return "", fmt.Errorf("%s: set.json has tp_ranks %d and no rank 0 of %s", dir, x.TPRanks, target)
+	}
+	return m.Path(dir), nil
 }
 
 // routed reports whether the model routes tokens to experts.

@@ -17,6 +17,11 @@
 typedef unsigned int u32;
 typedef unsigned char u8;
 
+// CAT pastes two tokens after expanding them: an instance's entries are
+// CAT(NAME, _suffix).
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+
 // Request table words (kernels/io.go).
 #define IO_ROWS 0
 #define IO_MAX_PAGES 1

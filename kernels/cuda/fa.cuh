@@ -33,14 +33,19 @@
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 
-struct FaArgs {
+// FaKeys is what a decode block's warps share about the keys they walk,
+// over either cache (FaArgs, faq.cuh's FaqArgs); fa_keys sets it.
+struct FaKeys {
     const u8* kv;
     const u32* ptab; // the slot's page table
-    size_t page_bytes, head_ofs, vofs; // offsets in halves, but page_bytes
-    u32 kv_dim;
+    size_t page_bytes, head_ofs, vofs; // offsets in halves (F16) or bytes (Q8_0), but page_bytes
     int D, pos, W;
     int first; // the first key the query sees
     float scale, softcap;
+};
+
+struct FaArgs : FaKeys {
+    u32 kv_dim;
     const float* qs; // the queries, in shared memory ([G][fa_qs(D)])
     __device__ __forceinline__ const __half* row(int t) const {
         return (const __half*)(kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes) + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * kv_dim;
@@ -51,150 +56,192 @@ struct FaArgs {
 // so that each starts 32-byte aligned for the float4 loads.
 __host__ __device__ constexpr int fa_qs(int head_dim) { return (head_dim + 7) & ~7; }
 
-// fa_warp runs one warp's online softmax over its keys for the G query
-// heads of one KV head the block serves (each key's K and V rows are loaded
-// once for all of them); P2 dimension pairs a lane (head_dim ≤ 64·P2). It
-// returns each head's maximum and sum, and its accumulator in acc. Each
-// lane finds its key's cache row once (the page lookup) and hands the V
-// row's offset to the others by shuffle, so a chunk's V loads are all
-// independent. NV = 16/P2 V rows are loaded at once, kept as raw half2s
-// (half the registers of floats), and the chunk's first NV are issued with
-// its keys.
-template <int P2, int G>
-__device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
-    constexpr int NV = 16 / P2;
-    static_assert(G * P2 <= 8, "fa_group keeps a block's accumulators small");
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int D = a.D, QS = fa_qs(D);
-    bool vec8 = D % 8 == 0, even = D % 2 == 0;
-    float m[G], l[G];
-    const __half* kv0 = (const __half*)a.kv;
+// fa_start begins a warp's walk over its keys: its online softmax state
+// for G heads has no keys yet, and it returns the walk's chunk of ch ≤ 32
+// keys, one a lane, so that short contexts still spread over every warp
+// (the warp takes chunks warp, warp + W, … from the first key).
+template <int P2, int G> __device__ __forceinline__ int fa_start(const FaKeys& a, float* m, float* l, float2 (*acc)[P2]) {
 #pragma unroll
     for (int g = 0; g < G; g++) {
         m[g] = -INFINITY, l[g] = 0.f;
 #pragma unroll
         for (int i = 0; i < P2; i++) acc[g][i] = make_float2(0.f, 0.f);
     }
-    // Chunks of ch ≤ 32 keys, one a lane, so that short contexts still
-    // spread over every warp.
-    const int ch = min(32, (a.pos - a.first + a.W) / a.W);
-    for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
-        int t = base + lane;
-        bool live = lane < ch && t <= a.pos;
-        const __half* kp = a.row(min(t, a.pos));
-        size_t vo = (size_t)(kp - kv0) + a.vofs; // this lane's V row, in halves
-        const u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
-        const int nk = min(ch, a.pos + 1 - base);
-        // vload loads V rows j0 … j0+NV−1 of the chunk (those before nk),
-        // each lane its dimension pairs as raw half2s. The first NV go out
-        // before the scores are taken, so that their round trip overlaps
-        // the keys'.
-        u32 vr[NV][P2];
-        auto vload = [&](int j0) {
+    return min(32, (a.pos - a.first + a.W) / a.W);
+}
+
+// fa_weigh takes a chunk's scores into the warp's online softmax, a lane a
+// key (live: the lane has one): each head's score is dot·scale (soft
+// capped), the running maximum m and sum l take the chunk's, the
+// accumulators are rescaled, and p gets the lane's key's weight.
+template <int P2, int G>
+__device__ __forceinline__ void fa_weigh(const float* dot, bool live, float scale, float softcap, float* m, float* l,
+    float2 (*acc)[P2], float* p) {
 #pragma unroll
-            for (int u = 0; u < NV; u++) {
-                int j = (j0 + u) & 31;
-                size_t o = (size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32);
-                const __half* vp = kv0 + o;
+    for (int g = 0; g < G; g++) {
+        float s = -INFINITY;
+        if (live) {
+            s = dot[g] * scale;
+            if (softcap != 0.f) s = softcap * (float)tanh((double)s);
+        }
+        float mn = fmaxf(m[g], warp_max(s)); // finite: the chunk's first key is live
+        float alpha = expf(m[g] - mn);
+        p[g] = live ? expf(s - mn) : 0.f;
+        l[g] = l[g] * alpha + warp_sum(p[g]);
+#pragma unroll
+        for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
+        m[g] = mn;
+    }
+}
+
+// fa_add_v adds the chunk's key j's V row v (the lane's dimension pairs)
+// to each head's accumulators, weighed by the key's p (lane j's); the
+// products are fused (__fmaf_rn; the PTX is built with --fmad=false).
+template <int P2, int G> __device__ __forceinline__ void fa_add_v(float2 (*acc)[P2], const float* p, int j, const float2* v) {
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float pj = __shfl_sync(0xffffffffu, p[g], j);
+#pragma unroll
+        for (int i = 0; i < P2; i++)
+            acc[g][i].x = __fmaf_rn(pj, v[i].x, acc[g][i].x), acc[g][i].y = __fmaf_rn(pj, v[i].y, acc[g][i].y);
+    }
+}
+
+// fa_batches is S for fa_warp and faq_warp: 1 where a lane's
+// accumulators (G·P2 pairs) leave room for a whole chunk's loads in the
+// main entries' 128 registers, else 2; 2 in the lean entry (MAXP2 2, 64
+// registers). The batches change no arithmetic, only when loads go out.
+__host__ __device__ constexpr int fa_batches(int G, int P2, int MAXP2) { return MAXP2 > 2 && G * P2 <= 4 ? 1 : 2; }
+
+// fa_warp runs one warp's online softmax over its keys for the G query
+// heads of one KV head the block serves (each key's K and V rows are loaded
+// once for all of them); P2 dimension pairs a lane (head_dim ≤ 64·P2). It
+// returns each head's maximum and sum, and its accumulator in acc. A warp
+// takes chunks of at most NK = 32/P2 keys: LP = P2 lanes a key load its K
+// row, 16 bytes at a time (KC = 8 pieces a lane), and each lane loads its
+// dimension pairs of every V row as raw half2s (32 words). The chunk's
+// loads come in S batches: with S = 1 (the main entries, 128 registers)
+// every one of them is issued before any is used, one memory round trip a
+// chunk; S = 2 (the lean entry's 64 registers, and groups of many
+// accumulators: fa_batches) keeps half the loads in registers at once, in
+// the same order of arithmetic (the lean entry's bits are the main
+// entry's). Four lanes a key in passes of eight keys, then the V rows
+// eight at a time, made seven or eight round trips a chunk of 32, and the
+// qwen3 0.6B shape's decode at depth 32768 read its cache at a quarter of
+// the H200's bandwidth. The products are fused (__fmaf_rn; the PTX is
+// built with --fmad=false): half the instructions of a multiply and an
+// add, and closer to the exact sums (fa_add_v's too). Each lane finds the cache row of the
+// chunk's key lane once (the page lookup) and hands it to the others by
+// shuffle.
+template <int P2, int G, int S = 1>
+__device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    constexpr int NK = 32 / P2, LP = P2, KC = 8, KB = KC / S, VB = NK / S;
+    static_assert(G * P2 <= 8, "fa_group keeps a block's accumulators small");
+    static_assert(KC % S == 0 && NK % S == 0, "whole batches");
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int D = a.D, QS = fa_qs(D);
+    bool vec8 = D % 8 == 0, even = D % 2 == 0;
+    float m[G], l[G];
+    const __half* kv0 = (const __half*)a.kv;
+    const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
+    const int part = lane % LP, kk = lane / LP; // this lane's pieces of key kk in the K loads
+    for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
+        const int nk = min(ch, a.pos + 1 - base);
+        const bool live = lane < nk;
+        const __half* kp = a.row(base + min(lane, nk - 1)); // key lane's K row
+        const size_t ko = (size_t)(kp - kv0);
+        const u32 klo = (u32)ko, khi = (u32)(ko >> 32);
+        // rowof is key j's K row (every lane calls it: a shuffle).
+        auto rowof = [&](int j) {
+            return kv0 + ((size_t)__shfl_sync(0xffffffffu, klo, j) | ((size_t)__shfl_sync(0xffffffffu, khi, j) << 32));
+        };
+        const __half* kq = rowof(kk);
+        // vload loads V batch b (rows VB·b …), each lane its dimension
+        // pairs; rows past the chunk's last key (stale bytes, NaN
+        // perhaps) are not read.
+        u32 vr[VB][P2];
+        auto vload = [&](int b) {
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                const __half* vp = rowof(j) + a.vofs;
 #pragma unroll
                 for (int i = 0; i < P2; i++) {
                     int d = 64 * i + 2 * lane;
                     vr[u][i] = 0;
-                    if (j0 + u >= nk || d >= D) continue;
+                    if (j >= nk || d >= D) continue;
                     if (d + 1 < D && even) vr[u][i] = *(const u32*)(vp + d);
                     else vr[u][i] = (u32)__half_as_ushort(vp[d]) | (d + 1 < D ? (u32)__half_as_ushort(vp[d + 1]) << 16 : 0u);
                 }
             }
         };
-        vload(0);
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; g++) dot[g] = 0.f;
         if (vec8) {
-            // Four lanes a key: lane 4q + part takes the 16-byte pieces
-            // part, part + 4, … of key k0 + q's row (at most 2·P2 of them,
-            // all loads in flight at once), eight keys a pass; the parts'
-            // sums meet by shuffle and lane j takes key j's. (A lane a
-            // key walked its row's 16 pieces four at a time: four memory
-            // round trips where a step of one row gives each warp a few
-            // keys.)
-            const int part = lane & 3;
-            for (int k0 = 0; k0 < ch; k0 += 8) {
-                const int tk = base + k0 + (lane >> 2);
-                float pd[G];
+            // Each lane's pieces part, part + LP, … of key kk against the
+            // queries (the first V batch issued with the first K batch);
+            // the LP parts' sums meet by shuffle and lane j takes key j's.
+            float pd[G];
 #pragma unroll
-                for (int g = 0; g < G; g++) pd[g] = 0.f;
-                if (k0 + (lane >> 2) < ch && tk <= a.pos) {
-                    const __half* kq = a.row(tk);
-                    uint4 raw[2 * P2];
+            for (int g = 0; g < G; g++) pd[g] = 0.f;
 #pragma unroll
-                    for (int c = 0; c < 2 * P2; c++)
-                        if (8 * (part + 4 * c) < D) raw[c] = *(const uint4*)(kq + 8 * (part + 4 * c));
+            for (int b = 0; b < S; b++) {
+                uint4 kr[KB];
+                if (kk < nk) {
 #pragma unroll
-                    for (int c = 0; c < 2 * P2; c++) {
-                        const int i = 8 * (part + 4 * c);
-                        if (i >= D) break;
-                        const __half2* hp = (const __half2*)&raw[c];
-                        float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]),
-                               k3v = __half22float2(hp[3]);
+                    for (int c = 0; c < KB; c++)
+                        if (8 * (part + LP * (KB * b + c)) < D) kr[c] = *(const uint4*)(kq + 8 * (part + LP * (KB * b + c)));
+                }
+                if (b == 0) vload(0);
+                if (kk >= nk) continue;
 #pragma unroll
-                        for (int g = 0; g < G; g++) {
-                            const float* qg = a.qs + g * QS;
-                            float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
-                            pd[g] += qa.x * k0v.x + qa.y * k0v.y + qa.z * k1v.x + qa.w * k1v.y + qb.x * k2v.x +
-                                qb.y * k2v.y + qb.z * k3v.x + qb.w * k3v.y;
-                        }
+                for (int c = 0; c < KB; c++) {
+                    const int i = 8 * (part + LP * (KB * b + c));
+                    if (i >= D) break;
+                    const __half2* hp = (const __half2*)&kr[c];
+                    float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]),
+                           k3v = __half22float2(hp[3]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        const float* qg = a.qs + g * QS;
+                        float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
+                        float t = pd[g];
+                        t = __fmaf_rn(qa.x, k0v.x, t), t = __fmaf_rn(qa.y, k0v.y, t), t = __fmaf_rn(qa.z, k1v.x, t);
+                        t = __fmaf_rn(qa.w, k1v.y, t), t = __fmaf_rn(qb.x, k2v.x, t), t = __fmaf_rn(qb.y, k2v.y, t);
+                        pd[g] = __fmaf_rn(qb.w, k3v.y, __fmaf_rn(qb.z, k3v.x, t));
                     }
                 }
+            }
 #pragma unroll
-                for (int g = 0; g < G; g++) {
-                    pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], 1);
-                    pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], 2);
-                    float v = __shfl_sync(0xffffffffu, pd[g], 4 * (lane & 7));
-                    if ((lane >> 3) == (k0 >> 3)) dot[g] = v;
+            for (int g = 0; g < G; g++) {
+#pragma unroll
+                for (int o = 1; o < LP; o <<= 1) pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], o);
+                dot[g] = __shfl_sync(0xffffffffu, pd[g], (lane % NK) * LP);
+            }
+        } else {
+            vload(0);
+            if (live)
+                for (int i = 0; i < D; i++) {
+                    float k = __half2float(kp[i]);
+#pragma unroll
+                    for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
                 }
-            }
-        } else if (live) {
-            for (int i = 0; i < D; i++) {
-                float k = __half2float(kp[i]);
-#pragma unroll
-                for (int g = 0; g < G; g++) dot[g] += a.qs[g * QS + i] * k;
-            }
-        }
-        float s[G];
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            s[g] = -INFINITY;
-            if (live) {
-                s[g] = dot[g] * a.scale;
-                if (a.softcap != 0.f) s[g] = a.softcap * (float)tanh((double)s[g]);
-            }
         }
         float p[G];
+        fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float mn = fmaxf(m[g], warp_max(s[g])); // finite: key base ≤ pos is valid
-            float alpha = expf(m[g] - mn);
-            p[g] = live ? expf(s[g] - mn) : 0.f;
-            l[g] = l[g] * alpha + warp_sum(p[g]);
+        for (int b = 0; b < S; b++) {
+            if (VB * b >= nk) break;
+            if (b > 0) vload(b);
 #pragma unroll
-            for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
-            m[g] = mn;
-        }
-        for (int j0 = 0; j0 < nk; j0 += NV) {
-            if (j0 > 0) vload(j0);
-#pragma unroll
-            for (int u = 0; u < NV; u++) {
-                if (j0 + u >= nk) break;
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                if (j >= nk) break;
                 float2 v[P2];
 #pragma unroll
                 for (int i = 0; i < P2; i++) v[i] = __half22float2(*(const __half2*)&vr[u][i]);
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float pj = __shfl_sync(0xffffffffu, p[g], (j0 + u) & 31);
-#pragma unroll
-                    for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
-                }
+                fa_add_v<P2, G>(acc, p, j, v);
             }
         }
     }
@@ -213,6 +260,22 @@ __host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv, u32 head_d
         : (n_head / n_head_kv) % 3 == 0 && head_dim <= 128  ? 3
         : (n_head / n_head_kv) % 2 == 0                     ? 2
                                                             : 1;
+}
+
+// FaGroup is fa_group's G as a type, for the body fa_grouped calls.
+template <int N> struct FaGroup {
+    static constexpr int G = N;
+};
+
+// fa_grouped calls body(FaGroup<G>()) with the launch's fa_group G: the
+// decode kernels' bodies (fa_block, faq_block) are templates of G.
+template <typename Body> __device__ __forceinline__ void fa_grouped(u32 n_head, u32 n_head_kv, u32 head_dim, Body body) {
+    switch (fa_group(n_head, n_head_kv, head_dim)) {
+    case 4: body(FaGroup<4>()); break;
+    case 3: body(FaGroup<3>()); break;
+    case 2: body(FaGroup<2>()); break;
+    default: body(FaGroup<1>());
+    }
 }
 
 // fa_smem is the decode kernels' dynamic shared memory for G heads a
@@ -239,8 +302,12 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // buffer (fa_part); the last block of the row's head group to count
 // itself in (fa_split_last) merges the ranges' states in range order
 // (fa_split_merge), so the bits depend on the row's length and the grid,
-// never on which block finishes when.
-#define FA_CHUNK 512
+// never on which block finishes when. FA_CHUNK is the keys a block's
+// warps take in one step of fa_warp's chunks at heads of 128 (16 warps
+// of 16 keys): ranges of whole steps, and at the qwen3 0.6B shape's
+// depth 32768 (16 blocks a head group) 15 ranges of 2304 keys where
+// units of 512 made 13 of 2560.
+#define FA_CHUNK 256
 #define FA_SPLIT_MIN 1024 // keys a row has at most without being split
 #define FA_MAX_SPLIT 32 // blocks a split row's head group takes at most: a lane each in the merge
 // FA_COUNTERS is MT_COUNTERS in mmt.cuh: the staging buffer starts with
@@ -261,6 +328,24 @@ __device__ __forceinline__ int fa_split_range(int& first, int& pos, int z, int n
     first += z * chunk;
     pos = min(pos, first + chunk - 1);
     return nch;
+}
+
+// fa_keys sets a decode block's keys: the slot's page table ptab, the
+// query's scale and soft cap, the W warps, heads of D, and the keys
+// first..pos the row at pos sees (a sliding window's, then the block's
+// range of a split row: stg is the _split entries' staging buffer). It
+// returns the row's ranges (fa_split_range: 0 when the block has none).
+__device__ __forceinline__ int fa_keys(FaKeys& a, const u8* kv, const u32* ptab, int D, int W, float scale, float softcap,
+    u32 window, int pos, u8* stg) {
+    a.kv = kv;
+    a.ptab = ptab;
+    a.D = D;
+    a.W = W;
+    a.scale = scale;
+    a.softcap = softcap;
+    a.pos = pos;
+    a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
+    return stg ? fa_split_range(a.first, a.pos, blockIdx.z, gridDim.z) : 1;
 }
 
 // fa_part is the partial state of range z of the block's head group in
@@ -340,91 +425,57 @@ template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P
         }
 }
 
-// fa_block is the kernels' body for G query heads a block (blockIdx.x is
-// the group, blockIdx.y the row, blockIdx.z the range of a split row);
-// flash_attn passes softcap 0, window 0 and no sinks, which inlining
-// folds away, and every entry but _split no staging buffer stg (no split).
-// Heads wider than 64·MAXP2 are left out of the instance
-// (flash_attn_lean's).
-template <int G, int MAXP2 = FA_P2>
-__device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
-    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window,
-    u8* stg) {
-    const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
-    float* qs = sm;                  // [G][QS]
-    float* wm = qs + G * QS;         // [G][W] each warp's maximum,
-    float* wl = wm + G * W;          // its sum,
-    float* wf = wl + G * W;          // and its weight in the merge
-    float* wacc = wf + G * W;        // [G][W][D]
-    float* winv = wacc + G * W * D;  // [G] 1 / the merged sum
-    int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // Every load the block needs first is issued before any is used (the
-    // request table and q have rows for the variant's whole capacity); the
-    // request table's before dep_sync.
-    int rows = io[IO_ROWS];
-    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
-    u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
-    dep_sync();
-    const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
-    float qv[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) qv[g] = tid < D ? qr[g * D + tid] : 0.f;
-    if (row >= rows || h0 >= (int)n_head || D > 64 * MAXP2 || W > FA_MAX_WARPS) return;
-    FaArgs a;
-    a.D = D;
-    a.W = W;
-    a.scale = scale;
-    a.softcap = softcap;
-    a.pos = pos;
-    a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
-    int nch = 1; // the row's ranges (fa_split_range)
-    if (stg) {
-        nch = fa_split_range(a.first, a.pos, blockIdx.z, gridDim.z);
-        if (nch == 0) return;
-    }
-    int kvh = h0 / (n_head / n_head_kv);
-    a.kv = kv;
-    a.kv_dim = n_head_kv * head_dim;
-    a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
-    a.ptab = io + pt + slot * mp;
-    a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
-    a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
-    a.qs = qs;
-    // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
-    // long prompt's rows: decided by the row's request, never by how many
-    // rows share the step, so a request's bits do not depend on its batch.
-    bool f16q = !(flags & ROW_LONG_PROMPT);
-#pragma unroll
-    for (int g = 0; g < G; g++)
-        if (tid < D) qs[g * QS + tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ 256 ≤ blockDim.x
-    __syncthreads();
+// fa_warps runs the block's W warps over their keys (fa_warp, over an F16
+// cache's FaArgs or a Q8_0 cache's FaqArgs, faq.cuh) with the dimension
+// pairs a lane the head needs, and keeps each warp's maxima, sums and
+// accumulators in sm (fa_merge's layout). Heads wider than 64·MAXP2 are
+// left out of the instance.
+template <int G, int MAXP2, typename Args>
+__device__ __forceinline__ void fa_warps(const Args& a, float* sm) {
+    const int W = a.W, D = a.D, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* wacc = sm + 3 * G * W;
     float m[G], l[G];
     int p2 = (D + 63) / 64;
     if (p2 <= 1) {
         float2 acc[G][1];
-        fa_warp<1, G>(a, m, l, acc);
+        fa_warp<1, G, fa_batches(G, 1, MAXP2)>(a, m, l, acc);
         fa_keep<1, G>(acc, wacc, W, D);
     } else if (p2 == 2) {
         float2 acc[G][2];
-        fa_warp<2, G>(a, m, l, acc);
+        fa_warp<2, G, fa_batches(G, 2, MAXP2)>(a, m, l, acc);
         fa_keep<2, G>(acc, wacc, W, D);
     } else if constexpr (G <= 2 && MAXP2 > 2) { // fa_group: wider heads come in groups of at most 2
         float2 acc[G][FA_P2];
-        fa_warp<FA_P2, G>(a, m, l, acc);
+        fa_warp<FA_P2, G, fa_batches(G, FA_P2, MAXP2)>(a, m, l, acc);
         fa_keep<FA_P2, G>(acc, wacc, W, D);
     }
 #pragma unroll
     for (int g = 0; g < G; g++)
-        if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
+        if (lane == 0) sm[g * W + warp] = m[g], sm[(G + g) * W + warp] = l[g];
+}
+
+// fa_merge merges the block's W warps' states (fa_warps': sm holds [G][W]
+// maxima, [G][W] sums, then room for [G][W] merge weights, the [G][W][D]
+// accumulators and [G] inverse sums) and hands each output i (head i / D,
+// dimension i % D) to out(i, o), normalized. Each warp's state weighs
+// exp(its maximum − the overall one), the sink's too. Warp g merges head
+// g's maxima and sums, a lane a warp (W ≤ 32, G ≤ 4 ≤ W); then every
+// thread sums its outputs' W accumulators in warp order. (A thread looping
+// over all W states, as this did, made a chain of dependent shared loads
+// as long as the keys' phase at one row of the llama 7B shape.) A range
+// of a split row (nch > 1) stores its merged state unnormalized, without
+// the sink, which joins the merge of the ranges (fa_split_merge, which the
+// last range's block runs). It returns whether the block gave the
+// outputs: false for a split row's block that was not the last.
+template <int G, typename Out>
+__device__ __forceinline__ bool fa_merge(float* sm, int W, int D, const float* sinks, int h0, u8* stg, int row, int nch, Out out) {
+    float* wm = sm;                 // [G][W] each warp's maximum,
+    float* wl = wm + G * W;         // its sum,
+    float* wf = wl + G * W;         // and its weight in the merge
+    float* wacc = wf + G * W;       // [G][W][D]
+    float* winv = wacc + G * W * D; // [G] 1 / the merged sum
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __syncthreads();
-    // The merge: each warp's state weighs exp(its maximum − the overall
-    // one), the sink's too. Warp g merges head g's maxima and sums, a lane
-    // a warp (W ≤ 32, G ≤ 4 ≤ W); then every thread sums its outputs' W
-    // accumulators in warp order. (A thread looping over all W states, as
-    // this did, made a chain of dependent shared loads as long as the
-    // keys' phase at one row of the llama 7B shape.) A range of a split
-    // row stores its merged state unnormalized, without the sink, which
-    // joins the merge of the ranges (fa_split_merge).
     float* part = nch > 1 ? fa_part(stg, row, blockIdx.z, G, D) : nullptr;
     if (warp < G) {
         const int g = warp;
@@ -439,7 +490,6 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
         if (lane == 0 && part) part[g] = M, part[G + g] = L;
     }
     __syncthreads();
-    float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
     for (int i = tid; i < G * D; i += blockDim.x) {
         const int g = i / D, d = i % D;
         const float* f = wf + g * W;
@@ -449,10 +499,60 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
         for (int w = 0; w < W; w++)
             if (f[w] != 0.f) o += a[(size_t)w * D] * f[w];
         if (part) part[2 * G + i] = o;
-        else yr[i] = o * winv[g];
+        else out(i, o * winv[g]);
     }
-    if (part && fa_split_last(stg, row, nch))
-        fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, [&](int i, float o) { yr[i] = o; });
+    if (!part) return true;
+    if (!fa_split_last(stg, row, nch)) return false;
+    fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, out);
+    return true;
+}
+
+// fa_block is the kernels' body for G query heads a block (blockIdx.x is
+// the group, blockIdx.y the row, blockIdx.z the range of a split row);
+// flash_attn passes softcap 0, window 0 and no sinks, which inlining
+// folds away, and every entry but _split no staging buffer stg (no split).
+// Heads wider than 64·MAXP2 are left out of the instance
+// (flash_attn_lean's).
+template <int G, int MAXP2 = FA_P2>
+__device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window,
+    u8* stg) {
+    const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
+    float* qs = sm;          // [G][QS]
+    float* ws = qs + G * QS; // the warps' states (fa_merge's)
+    int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x;
+    // Every load the block needs first is issued before any is used (the
+    // request table and q have rows for the variant's whole capacity); the
+    // request table's before dep_sync.
+    int rows = io[IO_ROWS];
+    int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT), flags = io_row(io, row, ROW_FLAGS);
+    u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
+    dep_sync();
+    const float* qr = q + ((size_t)row * n_head + h0) * head_dim;
+    float qv[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) qv[g] = tid < D ? qr[g * D + tid] : 0.f;
+    if (row >= rows || h0 >= (int)n_head || D > 64 * MAXP2 || W > FA_MAX_WARPS) return;
+    FaArgs a;
+    const int nch = fa_keys(a, kv, io + pt + slot * mp, D, W, scale, softcap, window, pos, stg); // the row's ranges
+    if (nch == 0) return;
+    int kvh = h0 / (n_head / n_head_kv);
+    a.kv_dim = n_head_kv * head_dim;
+    a.page_bytes = (size_t)n_layer * 2 * KV_PAGE_TOKENS * a.kv_dim * 2;
+    a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
+    a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
+    a.qs = qs;
+    // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
+    // long prompt's rows: decided by the row's request, never by how many
+    // rows share the step, so a request's bits do not depend on its batch.
+    bool f16q = !(flags & ROW_LONG_PROMPT);
+#pragma unroll
+    for (int g = 0; g < G; g++)
+        if (tid < D) qs[g * QS + tid] = f16q ? round_f16(qv[g]) : qv[g]; // head_dim ≤ 256 ≤ blockDim.x
+    __syncthreads();
+    fa_warps<G, MAXP2>(a, ws);
+    float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
+    fa_merge<G>(ws, W, D, sinks, h0, stg, row, nch, [&](int i, float o) { yr[i] = o; });
 }
 
 // fa_run is the kernels' body: blocks of fa_group query heads, W warps
@@ -461,10 +561,7 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
 __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window, u8* stg) {
     extern __shared__ __align__(16) float fa_sm[];
-    switch (fa_group(n_head, n_head_kv, head_dim)) {
-    case 4: fa_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 3: fa_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 2: fa_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    default: fa_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
-    }
+    fa_grouped(n_head, n_head_kv, head_dim, [&](auto grp) {
+        fa_block<decltype(grp)::G>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
+    });
 }

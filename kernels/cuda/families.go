@@ -92,6 +92,32 @@ var families = []Family{
 	{Name: "zero", ID: 35, Launch: elementwise(1)},
 	{Name: "mul_vec", ID: 36, Launch: elementwise(1)},
 	{Name: "moe_route_scale", ID: 37, Launch: elementwise(1)},
+	{Name: "all_reduce_sum", ID: 38, Launch: peer},
+	{Name: "all_gather", ID: 39, Launch: peer},
+}
+
+// collectives are tensor parallelism's catalog families, all_reduce_sum
+// and all_gather. T-CUDA runs them either through NCCL
+// (runtime/cuda/nccl) or, for the small messages of a decode step, as
+// its own one-shot kernels over NVLink peer access (family/*.cuh,
+// peer.cuh); a bundle built while the PTX archive lacked those kernels
+// carries a blob of only the collective's name, which the tier runs
+// through NCCL.
+var collectives = []string{"all_reduce_sum", "all_gather"}
+
+// NCCLBlobPrefix begins the code of a collective's blob that holds no
+// PTX (a zrtc whose archive lacked the one-shot kernels): the rest is the
+// instance's name, and the tier runs it through NCCL.
+const NCCLBlobPrefix = "nccl "
+
+// Collective reports whether the catalog family is a collective.
+func Collective(family string) bool {
+	for _, c := range collectives {
+		if c == family {
+			return true
+		}
+	}
+	return false
 }
 
 // instanceTypes are the weight types for which every typed family is

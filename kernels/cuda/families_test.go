@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -175,5 +176,25 @@ func TestSourcesUseFamilyNames(t *testing.T) {
 				macros[m] = true // once
 			}
 		}
+	}
+}
+
+// TestPeerLaunch holds PeerBlocks and PeerThreads to peer.cuh's
+// PEER_BLOCKS and PEER_THREADS: the one-shot collectives' flags have room
+// for that many blocks, and every launch must run exactly that many.
+func TestPeerLaunch(t *testing.T) {
+	src, err := os.ReadFile("peer.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{"PEER_BLOCKS": PeerBlocks, "PEER_THREADS": PeerThreads} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindSubmatch(src)
+		if m == nil || string(m[1]) != fmt.Sprint(want) {
+			t.Errorf("peer.cuh's %s is %q, kernels/cuda says %d", name, m, want)
+		}
+	}
+	l, err := peer(Dispatch{Family: "all_reduce_sum", Rows: 64})
+	if err != nil || l.Grid != [3]uint32{PeerBlocks, 1, 1} || l.Block != [3]uint32{PeerThreads, 1, 1} {
+		t.Errorf("peer launch %+v, %v", l, err)
 	}
 }

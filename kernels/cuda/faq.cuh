@@ -29,12 +29,8 @@
 // warp's accumulators; [G] 1/sum. launch.go's faqShared is the same.
 __host__ __device__ constexpr int faq_smem(int G, int W, int D) { return 4 * G * (D + D / 4 + D / 32 + 3 * W + W * D + 1); }
 
-struct FaqArgs {
-    const u8* kv;
-    const u32* ptab; // the slot's page table
-    size_t page_bytes, head_ofs, vofs, rb; // bytes: a page, the head's K in its page, K row to V row, a row
-    int D, pos, W, first;
-    float scale, softcap;
+struct FaqArgs : FaKeys { // FaKeys' offsets in bytes
+    size_t rb;       // a row's bytes
     const int* qq;   // the query's quants ([G][D/4], shared)
     const float* qd; // its block scales ([G][D/32], shared)
     __device__ __forceinline__ const u8* row(int t) const {
@@ -42,16 +38,18 @@ struct FaqArgs {
     }
 };
 
-// q8_block_load returns the scale of the Q8_0 block at p and its 32
-// quants as 8 words in w. Blocks are 34 bytes, so p is only 2-byte
-// aligned: 9 aligned word loads cover the block and the quants are
-// shifted into place (the last load may read 2 bytes past the block,
-// within the slack the tier leaves past each region).
-__device__ __forceinline__ float q8_block_load(const u8* p, int* w) {
+// q8_block_raw loads the Q8_0 block at p as the 9 aligned words that
+// cover it, and q8_block_unpack returns its scale and its 32 quants as 8
+// words in w: blocks are 34 bytes, so p is only 2-byte aligned, and the
+// quants are shifted into place (the last load may read 2 bytes past the
+// block, within the slack the tier leaves past each region). Apart, so
+// that a warp issues all its loads before it waits on any.
+__device__ __forceinline__ void q8_block_raw(const u8* p, u32* x) {
     const u32* a = (const u32*)((size_t)p & ~(size_t)3);
-    u32 x[9];
 #pragma unroll
     for (int i = 0; i < 9; i++) x[i] = a[i];
+}
+__device__ __forceinline__ float q8_block_unpack(const u8* p, const u32* x, int* w) {
     u32 d;
     if (((size_t)p & 2) == 0) {
         d = x[0] & 0xffffu;
@@ -65,83 +63,123 @@ __device__ __forceinline__ float q8_block_load(const u8* p, int* w) {
     return __half2float(__ushort_as_half((unsigned short)d));
 }
 
-// faq_warp runs one warp's online softmax over its keys (fa_warp's
-// chunks: ch ≤ 32 keys a chunk, a lane a key) for the G query heads the
-// block serves; P2 dimension pairs a lane. A lane scores its key against
-// every head; then each key's V row (its address handed round by
-// shuffle) is dequantized, each lane its dimension pairs.
-template <int P2, int G>
-__device__ __forceinline__ void faq_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+// fa_warp over a Q8_0 cache runs one warp's online softmax over its keys
+// (the F16 fa_warp's chunks, of at most NK = 32/P2 keys) for the G query
+// heads the block serves; P2 dimension pairs a lane. fa_warps calls it
+// for FaqArgs. Every load of a chunk is issued
+// before any is used (one memory round trip a chunk, as fa_warp's): its
+// K rows, LP = 2·P2 lanes a key, a lane a Q8_0 block (a head of at most
+// 64·P2 has at most 2·P2), in two passes of 32/LP keys; and its V rows,
+// each lane its dimension pairs, a pair's scale and quants packed in a
+// word. A key's score is its blocks' products summed in block order by
+// shuffle (T-CPU's order: the bits of a lane walking its key's blocks,
+// which made four round trips a chunk for K and one a key for V, and
+// held the llama 7B shape's q8_0 decode at depth 32768 to 60% of its F16
+// speed). The V rows come in S batches, as fa_warp's (fa_batches). Each
+// lane finds the cache row of the chunk's key lane once and hands it to
+// the others by shuffle.
+template <int P2, int G, int S = 1>
+__device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    constexpr int NK = 32 / P2, LP = 2 * P2, KPP = 32 / LP, NP = NK / KPP, VB = NK / S;
+    static_assert(NP * KPP == NK && NK <= 32 && NK % S == 0, "a chunk's keys are a warp's lanes");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int D = a.D, nb = D / 32;
     float m[G], l[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY, l[g] = 0.f;
-#pragma unroll
-        for (int i = 0; i < P2; i++) acc[g][i] = make_float2(0.f, 0.f);
-    }
-    const int ch = min(32, (a.pos - a.first + a.W) / a.W);
+    const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
+    const int part = lane % LP, kq = lane / LP; // this lane's block of key kq of each pass
     for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch) {
-        int t = base + lane;
-        bool live = lane < ch && t <= a.pos;
-        const u8* kp = a.row(min(t, a.pos));
         const int nk = min(ch, a.pos + 1 - base);
+        const bool live = lane < nk;
+        const size_t ko = (size_t)(a.row(base + min(lane, nk - 1)) - a.kv); // key lane's K row
+        const u32 klo = (u32)ko, khi = (u32)(ko >> 32);
+        // rowof is key j's K row (every lane calls it: a shuffle).
+        auto rowof = [&](int j) {
+            return a.kv + ((size_t)__shfl_sync(0xffffffffu, klo, j) | ((size_t)__shfl_sync(0xffffffffu, khi, j) << 32));
+        };
+        // The chunk's loads: block part of key KPP·pp + kq, each pass pp …
+        u32 kr[NP][9];
+        const u8* kb[NP];
+#pragma unroll
+        for (int pp = 0; pp < NP; pp++) {
+            kb[pp] = rowof(KPP * pp + kq) + (size_t)part * Q8_BYTES;
+            if (KPP * pp + kq < nk && part < nb) q8_block_raw(kb[pp], kr[pp]);
+        }
+        // … and the V rows' dimension pairs (batch 0 now, the others of
+        // S after the scores): the scale in the low half of a word, the
+        // two quants in the high; rows past the chunk's last key (stale
+        // bytes, NaN scales perhaps) are not read.
+        u32 vr[VB][P2];
+        auto vload = [&](int b) {
+#pragma unroll
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                const u8* vp = rowof(j) + a.vofs;
+#pragma unroll
+                for (int i = 0; i < P2; i++) {
+                    const int d = 64 * i + 2 * lane;
+                    vr[u][i] = 0;
+                    if (j >= nk || d >= D) continue;
+                    const u8* blk = vp + (size_t)(d / 32) * Q8_BYTES;
+                    vr[u][i] = (u32)*(const unsigned short*)blk | (u32)*(const unsigned short*)(blk + 2 + d % 32) << 16;
+                }
+            }
+        };
+        vload(0);
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; g++) dot[g] = 0.f;
-        if (live) {
-            for (int b = 0; b < nb; b++) {
+#pragma unroll
+        for (int pp = 0; pp < NP; pp++) {
+            // This lane's block's product for each head: the exact
+            // integer sum (dp4a) times the two blocks' scales …
+            float pr[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) pr[g] = 0.f;
+            if (KPP * pp + kq < nk && part < nb) {
                 int kw[8];
-                float dk = q8_block_load(kp + (size_t)b * Q8_BYTES, kw);
+                const float dk = q8_block_unpack(kb[pp], kr[pp], kw);
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    const int* qw = a.qq + (g * D + 32 * b) / 4;
+                    const int* qw = a.qq + (g * D + 32 * part) / 4;
                     int s = 0;
 #pragma unroll
                     for (int j = 0; j < 8; j++) s = __dp4a(kw[j], qw[j], s);
-                    dot[g] = dot[g] + (float)s * (a.qd[g * nb + b] * dk);
+                    pr[g] = (float)s * (a.qd[g * nb + part] * dk);
                 }
+            }
+            // … summed over the key's blocks in order, which lane j of
+            // the pass's keys takes.
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float t = 0.f;
+#pragma unroll
+                for (int b = 0; b < LP; b++) {
+                    if (b >= nb) break;
+                    t = t + __shfl_sync(0xffffffffu, pr[g], (lane % KPP) * LP + b);
+                }
+                if (lane / KPP == pp) dot[g] = t;
             }
         }
         float p[G];
+        fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
+        // Each V row dequantized (dequantize_row_q8_0: int8 × scale) and
+        // accumulated in F32.
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float s = -INFINITY;
-            if (live) {
-                s = dot[g] * a.scale;
-                if (a.softcap != 0.f) s = a.softcap * (float)tanh((double)s);
-            }
-            float mn = fmaxf(m[g], warp_max(s)); // finite: key base ≤ pos is live
-            float alpha = expf(m[g] - mn);
-            p[g] = live ? expf(s - mn) : 0.f;
-            l[g] = l[g] * alpha + warp_sum(p[g]);
+        for (int b = 0; b < S; b++) {
+            if (VB * b >= nk) break;
+            if (b > 0) vload(b);
 #pragma unroll
-            for (int i = 0; i < P2; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha;
-            m[g] = mn;
-        }
-        const size_t vo = (size_t)(kp - a.kv) + a.vofs; // this lane's V row
-        const u32 vlo = (u32)vo, vhi = (u32)(vo >> 32);
-        for (int j = 0; j < nk; j++) {
-            const u8* vp = a.kv + ((size_t)__shfl_sync(0xffffffffu, vlo, j) | ((size_t)__shfl_sync(0xffffffffu, vhi, j) << 32));
-            float2 v[P2];
+            for (int u = 0; u < VB; u++) {
+                const int j = VB * b + u;
+                if (j >= nk) break;
+                float2 v[P2];
 #pragma unroll
-            for (int i = 0; i < P2; i++) {
-                const int d = 64 * i + 2 * lane;
-                v[i] = make_float2(0.f, 0.f);
-                if (d < D) {
-                    const u8* blk = vp + (size_t)(d / 32) * Q8_BYTES;
-                    float dv = __half2float(__ushort_as_half(*(const unsigned short*)blk));
-                    unsigned short qv = *(const unsigned short*)(blk + 2 + d % 32);
-                    v[i].x = (float)(signed char)(qv & 0xff) * dv;
-                    v[i].y = (float)(signed char)(qv >> 8) * dv;
+                for (int i = 0; i < P2; i++) {
+                    const float dv = __half2float(__ushort_as_half((unsigned short)(vr[u][i] & 0xffffu)));
+                    v[i].x = (float)(signed char)((vr[u][i] >> 16) & 0xff) * dv;
+                    v[i].y = (float)(signed char)(vr[u][i] >> 24) * dv;
                 }
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float pj = __shfl_sync(0xffffffffu, p[g], j);
-#pragma unroll
-                for (int i = 0; i < P2; i++) acc[g][i].x += pj * v[i].x, acc[g][i].y += pj * v[i].y;
+                fa_add_v<P2, G>(acc, p, j, v);
             }
         }
     }
@@ -162,23 +200,16 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
     float* qr = sm;                       // [G][D]
     int* qq = (int*)(qr + G * D);         // [G][D/4]
     float* qd = (float*)(qq + G * D / 4); // [G][D/32]
-    float* wm = qd + G * nb;              // [G][W] each warp's maximum,
-    float* wl = wm + G * W;               // its sum,
-    float* wf = wl + G * W;               // and its weight in the merge
-    float* wacc = wf + G * W;             // [G][W][D]
-    float* winv = wacc + G * W * D;       // [G] 1 / the merged sum
+    float* ws = qd + G * nb;              // the warps' states (fa_merge's)
     int row = blockIdx.y, h0 = blockIdx.x * G, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int rows = io[IO_ROWS];
     int pos = io_row(io, row, ROW_POS), slot = io_row(io, row, ROW_SLOT);
     u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
     dep_sync();
     if (row >= rows || h0 >= (int)n_head || D > FA_MAX_D || D % kvq_run(0) != 0 || D % kvq_run(1) != 0 || W > FA_MAX_WARPS) return;
-    int first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0, hi = pos;
-    int nch = 1; // the row's ranges (fa_split_range)
-    if (stg) {
-        nch = fa_split_range(first, hi, blockIdx.z, gridDim.z);
-        if (nch == 0) return;
-    }
+    FaqArgs a;
+    const int nch = fa_keys(a, kv, io + pt + (size_t)slot * mp, D, W, scale, softcap, window, pos, stg); // the row's ranges
+    if (nch == 0) return;
     // The query, rotated by K's runs (T-CPU's bits) …
     const float* qrow = q + ((size_t)row * n_head + h0) * D;
     const float hk = KV_RK > 0 ? hadamard_scale(KV_RK) : 0.f;
@@ -197,83 +228,23 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
         if (lane == 0) qd[b] = __half2float(__float2half_rn(amax / 127.f));
     }
     __syncthreads();
-    FaqArgs a;
-    a.kv = kv;
-    a.D = D;
-    a.W = W;
-    a.pos = hi;
-    a.scale = scale;
-    a.softcap = softcap;
-    a.first = first;
     const u32 kv_dim = n_head_kv * head_dim;
     const int kvh = h0 / (n_head / n_head_kv);
     a.rb = kvq_row_bytes(kv_dim);
     a.page_bytes = kvq_page_bytes(n_layer, kv_dim);
-    a.ptab = io + pt + (size_t)slot * mp;
     a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.rb + (size_t)kvh * kvq_row_bytes(head_dim);
     a.vofs = (size_t)KV_PAGE_TOKENS * a.rb;
     a.qq = qq;
     a.qd = qd;
-    float m[G], l[G];
-    int p2 = (D + 63) / 64;
-    if (p2 <= 1) {
-        float2 acc[G][1];
-        faq_warp<1, G>(a, m, l, acc);
-        fa_keep<1, G>(acc, wacc, W, D);
-    } else if (p2 == 2) {
-        float2 acc[G][2];
-        faq_warp<2, G>(a, m, l, acc);
-        fa_keep<2, G>(acc, wacc, W, D);
-    } else if constexpr (G <= 2) { // fa_group: wider heads come in groups of at most 2
-        float2 acc[G][FA_P2];
-        faq_warp<FA_P2, G>(a, m, l, acc);
-        fa_keep<FA_P2, G>(acc, wacc, W, D);
-    }
-#pragma unroll
-    for (int g = 0; g < G; g++)
-        if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
-    __syncthreads();
-    // The merge, as fa_block's: each warp's state weighs exp(its maximum −
-    // the overall one), the sink's too; a range of a split row stores its
-    // state for fa_split_merge, as fa_block's.
-    float* part = nch > 1 ? fa_part(stg, row, blockIdx.z, G, D) : nullptr;
-    if (warp < G) {
-        const int g = warp;
-        float mw = lane < W ? wm[g * W + lane] : -INFINITY;
-        float M = warp_max(mw);
-        if (sinks && !part) M = fmaxf(M, sinks[h0 + g]);
-        float f = mw == -INFINITY ? 0.f : expf(mw - M);
-        if (lane < W) wf[g * W + lane] = f;
-        float L = warp_sum(lane < W ? wl[g * W + lane] * f : 0.f);
-        if (sinks && !part) L += expf(sinks[h0 + g] - M);
-        if (lane == 0) winv[g] = L != 0.f ? 1.f / L : 0.f;
-        if (lane == 0 && part) part[g] = M, part[G + g] = L;
-    }
-    __syncthreads();
+    fa_warps<G, FA_P2>(a, ws);
+    // The merge, as fa_block's; a range of a split row stores its state
+    // for fa_split_merge, and only the last range's block goes on.
     float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
-    for (int i = tid; i < G * D; i += blockDim.x) {
-        const int g = i / D, d = i % D;
-        const float* f = wf + g * W;
-        const float* acc = wacc + (size_t)g * W * D + d;
-        float o = 0.f;
-#pragma unroll 8
-        for (int w = 0; w < W; w++)
-            if (f[w] != 0.f) o += acc[(size_t)w * D] * f[w];
-        if (part) {
-            part[2 * G + i] = o;
-            continue;
-        }
-        o = o * winv[g];
+    auto out = [&](int i, float o) {
         if (KV_RV > 0) qr[i] = o;
         else yr[i] = o;
-    }
-    if (part) {
-        if (!fa_split_last(stg, row, nch)) return;
-        fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, [&](int i, float o) {
-            if (KV_RV > 0) qr[i] = o;
-            else yr[i] = o;
-        });
-    }
+    };
+    if (!fa_merge<G>(ws, W, D, sinks, h0, stg, row, nch, out)) return;
     if (KV_RV > 0) {
         // The output rotated back by V's runs (T-CPU's arithmetic).
         __syncthreads();
@@ -291,10 +262,7 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
 __device__ __forceinline__ void faq_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window, u8* stg) {
     extern __shared__ __align__(16) float fa_sm[];
-    switch (fa_group(n_head, n_head_kv, head_dim)) {
-    case 4: faq_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 3: faq_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    case 2: faq_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
-    default: faq_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
-    }
+    fa_grouped(n_head, n_head_kv, head_dim, [&](auto grp) {
+        faq_block<decltype(grp)::G>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
+    });
 }

@@ -60,6 +60,20 @@ func elementwise(n int) Geometry {
 	}
 }
 
+// PeerBlocks and PeerThreads are the launch of the one-shot collectives
+// (peer.cuh's PEER_BLOCKS, PEER_THREADS).
+const (
+	PeerBlocks  = 16
+	PeerThreads = 512
+)
+
+// peer is the one-shot collectives' launch: PeerBlocks blocks whatever
+// the rows, since every block of every rank meets every other at their
+// barrier and each block counts the collectives it ran.
+func peer(Dispatch) (Launch, error) {
+	return Launch{Grid: [3]uint32{PeerBlocks, 1, 1}, Block: [3]uint32{PeerThreads, 1, 1}}, nil
+}
+
 // rowsBy is a block per (row, y) with y from the dispatch's values:
 // grid (rows, y).
 func rowsBy(y func(d Dispatch) (uint32, error)) Geometry {
@@ -210,11 +224,16 @@ func attention(d Dispatch) (Launch, error) {
 		l.Grid[2], l.Entry, l.Staged = z, EntrySplit, faStaged(d.Rows, spec[1], spec[3], z)
 	}
 	if hd := spec[3]; d.Family == "flash_attn" && d.Prefill && d.Rows >= fatRows && (hd == 64 || hd == 128) {
-		// Prefill on tensor cores: a warp per 16 rows of a head, for
-		// the prompt rows; the others take the decode kernel.
+		// Prefill on tensor cores: a warp per 16 rows of a head (two
+		// for launches of few blocks: fatSplit), for the prompt rows; the
+		// others take the decode kernel.
 		rest := l
 		rest.Entry = EntryRest
-		l = Launch{Grid: [3]uint32{spec[1], ceilDiv(d.Rows, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1}, Entry: EntryTile, Rest: &rest}
+		l = Launch{Grid: [3]uint32{spec[1], ceilDiv(d.Rows, fatRows), 1}, Block: [3]uint32{32 * fatRows / 16, 1, 1},
+			Shared: fatShared(hd, quant), Entry: EntryTile, Rest: &rest}
+		if l.Grid[0]*l.Grid[1] <= fatSplitBlocks {
+			l.Block[0] *= fatSplit
+		}
 	}
 	return l, nil
 }

@@ -485,7 +485,7 @@ func faStaged(rows, nHead, hd, splits uint32) int {
 // split launches' counters, one per (head group, row), where split-k's
 // lie.
 const (
-	faChunk    = 512
+	faChunk    = 256
 	faSplitMin = 1024
 	faMaxSplit = 32
 	faCounters = mmtCounters
@@ -503,6 +503,33 @@ const (
 // kernel, which spreads each row's keys over a block: the tile kernel
 // would take a pass over the keys per slot in a warp's 16 rows.
 const fatRows = 64
+
+// fatKeys is FAT_KEYS in family/flash_attn.cuh: the keys of the tiles a
+// block of the tensor-core prefill entry shares in shared memory.
+// fatShared is fat_smem there: that entry's dynamic shared memory for
+// heads of hd, an F16 cache's two buffers of a K and a V tile (rows of
+// hd+8 halves), or a quantized cache's one F16 K and V tile and one
+// buffer of its raw Q8_0 rows (hd/32 blocks of 34 bytes).
+const fatKeys = 64
+
+// fatSplit is FAT_SPLIT in family/flash_attn.cuh: a launch of the
+// tensor-core prefill entry with at most fatSplitBlocks blocks (one a
+// multiprocessor at most) gives each block fatSplit times the warps, which
+// share every tile's keys. The qwen3 0.6B shape's 512-row prefill step
+// (16 heads × 8 blocks of rows) otherwise left four warps a
+// multiprocessor to the whole attention.
+const (
+	fatSplit       = 2
+	fatSplitBlocks = mmtSMs
+)
+
+func fatShared(hd uint32, quant bool) int {
+	tile := fatKeys * int(hd+8) * 2
+	if quant {
+		return 2*tile + 2*fatKeys*int(hd/32*34)
+	}
+	return 2 * 2 * tile
+}
 
 // softcapChunk is SOFTCAP_CHUNK in family/logit_softcap.cuh: the logits one block of
 // logit_softcap caps.

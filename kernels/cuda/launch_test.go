@@ -131,8 +131,13 @@ func TestFlashAttnEntry(t *testing.T) {
 		if tile := l.Entry == EntryTile; tile != c.tile {
 			t.Errorf("rows %d prefill %v head_dim %d: entry %q, want tile %v", c.rows, c.prefill, c.hd, l.Entry.Suffix(), c.tile)
 		}
-		if want := ceilDiv(uint32(c.rows), fatRows); c.tile && (l.Grid != [3]uint32{16, want, 1} || l.Block != [3]uint32{128, 1, 1}) {
+		// 16 heads × rows/64 blocks: few enough (≤ 132) for two warps a 16 rows.
+		if want := ceilDiv(uint32(c.rows), fatRows); c.tile && (l.Grid != [3]uint32{16, want, 1} || l.Block != [3]uint32{256, 1, 1}) {
 			t.Errorf("rows %d: grid %v block %v", c.rows, l.Grid, l.Block)
+		}
+		// fat_smem: two buffers of a K and a V tile of 64 rows of hd+8 halves.
+		if want := map[uint32]int{128: 69632, 64: 36864}[c.hd]; c.tile && l.Shared != want {
+			t.Errorf("rows %d head_dim %d: tile shared memory %d, want %d", c.rows, c.hd, l.Shared, want)
 		}
 		if !c.tile && l.Grid != [3]uint32{8, uint32(c.rows), 1} { // 16 heads on 8 KV heads: blocks of 2
 			t.Errorf("rows %d: decode grid %v, want a block per pair of heads and row", c.rows, l.Grid)
@@ -336,6 +341,16 @@ func TestFlashAttnQ8KV(t *testing.T) {
 	l, err = Shape(inst, []uint32{0}, []uint32{2, 8, 2, 128}, 128, true)
 	if err != nil || l.Entry != EntryTile || l.Rest == nil || l.Rest.Entry != EntryRest || l.Rest.Shared != faqShared(4, l.Rest.Block[0]/32, 128) {
 		t.Errorf("q8_0 prefill: %+v, %v: want the tile with the q8_0 decode kernel's _rest", l, err)
+	}
+	// A 2048-row step of the 32-head 7B shape: 1024 blocks, four warps each.
+	if l, err := Shape("flash_attn", []uint32{0}, []uint32{2, 32, 32, 128, 0}, 2048, true); err != nil || l.Entry != EntryTile ||
+		l.Grid != [3]uint32{32, 32, 1} || l.Block != [3]uint32{128, 1, 1} {
+		t.Errorf("7B prefill of 2048 rows: %+v, %v: want 32×32 blocks of 4 warps", l, err)
+	}
+	// fat_smem: one F16 K and V tile (64 rows of 136 halves), one buffer
+	// of 64 raw K and V rows (4 blocks of 34 bytes).
+	if l.Shared != 2*64*136*2+2*64*136 {
+		t.Errorf("q8_0 prefill: tile shared memory %d, want %d", l.Shared, 2*64*136*2+2*64*136)
 	}
 	l, err = Shape("flash_attn_ext.kv-q8_0-q8_0", []uint32{0}, []uint32{2, 8, 2, 96, 0, 0, 0}, 128, true)
 	if err != nil || l.Entry != EntryMain || l.Shared != faqShared(4, l.Block[0]/32, 96) {

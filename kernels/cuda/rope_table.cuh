@@ -1,4 +1,4 @@
-// rope_table.cuh: the rope table and rotation shared by rope,
+// rope_table.cuh: the rope table and rotation shared by rope, rope_ext,
 // rope_kv_write and rms_norm_rope_kv_write.
 #pragma once
 #include "common.cuh"
@@ -20,6 +20,16 @@ __device__ void rope_table(u32 pos, u32 n_rot, u32 base_bits, u32 scale_bits, fl
         cs[p] = (float)cd, sn[p] = (float)sd;
     }
     __syncthreads();
+}
+
+// rope_pair rotates pair p of head v in place by the angle whose cos and
+// sin are c and s: elements 2p and 2p+1, or p and p+pairs (NeoX).
+__device__ __forceinline__ void rope_pair(float* v, int p, int pairs, u32 neox, float c, float s) {
+    int i0 = 2 * p, i1 = 2 * p + 1;
+    if (neox) i0 = p, i1 = p + pairs;
+    float x0 = v[i0], x1 = v[i1];
+    v[i0] = x0 * c - x1 * s;
+    v[i1] = x0 * s + x1 * c;
 }
 
 // rope_elem is element d of head x rotated by rope's expressions (rope

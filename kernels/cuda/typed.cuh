@@ -30,8 +30,6 @@
 #define ENTRY_TILE16 4
 #define ENTRY_TILE32 5
 #define ENTRY_ROWS 9
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
 #if MMT_TYPE(WT)
 #define STAGE_PARAM , const u8* q8
 #define STAGE_ARG q8

@@ -38,6 +38,10 @@ type kgpu struct {
 	// the _split entry launches the unsplit grid (one block per head
 	// group and row, no staging buffer).
 	entry *kcuda.EntryPoint
+	// threads, when not 0, replaces the launch's threads a block: the
+	// flash_attn tile's blocks come in two sizes (kcuda's fatSplit), and
+	// a test's few rows would otherwise only ever see the larger.
+	threads uint32
 }
 
 // staging is a device buffer of n bytes, zeroed when allocated.
@@ -120,6 +124,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 			shape.Grid[2], shape.Staged = 1, 0
 		}
 		shape.Entry = *g.entry
+	}
+	if g.threads != 0 {
+		shape.Block[0] = g.threads
 	}
 	var vals []uint64
 	var devs []driver.DevPtr
@@ -485,8 +492,10 @@ func TestKernelFlashAttnExt(t *testing.T) {
 // (variants of at least 64 rows, head widths 64 and 128) against T-CPU:
 // one long prompt; prompts of three slots meeting inside a warp's 16 rows
 // beside a decode row; grouped and ungrouped heads; row counts that leave
-// a warp partly empty. Stale cache bytes past every slot's last position
-// are NaN, which must not reach any output.
+// a warp partly empty; a chunk of a prompt deep in its context, whose
+// blocks of 64 rows start mid-page and walk many tiles of 64 keys. Stale
+// cache bytes past every slot's last position are NaN, which must not
+// reach any output.
 func TestKernelFlashAttnTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(7))
@@ -511,6 +520,8 @@ func TestKernelFlashAttnTile(t *testing.T) {
 		{"long-64", 12, 4, 64, long},
 		{"mixed-128", 16, 8, 128, mixed},
 		{"mixed-64", 4, 4, 64, mixed},
+		{"deep-128", 16, 8, 128, prompt(1, 1500, 200)},
+		{"deep-64", 8, 2, 64, prompt(0, 1001, 130)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -524,6 +535,13 @@ func TestKernelFlashAttnTile(t *testing.T) {
 			// Q and P rounded to F16 for the tensor cores: outputs
 			// (averages of values in ±1) agree to a few 1e-3.
 			compareF32(t, "flash_attn tile "+c.name, got[3], want[3], 1e-2)
+			// These launches are few blocks, which split each tile's keys
+			// between two warps of the same rows; a launch of many takes
+			// a warp per 16 rows (128 threads a block).
+			one := g.with(t)
+			one.threads = 128
+			got = one.run("flash_attn", bufs, push, spec, len(c.rows))
+			compareF32(t, "flash_attn tile, unsplit blocks, "+c.name, got[3], want[3], 1e-2)
 		})
 	}
 }
@@ -575,6 +593,7 @@ func faInputs(t *testing.T, rng *rand.Rand, nLayer, layer, nHead, nKV, hd int, r
 	slots, maxPages := 3, 48
 	for _, r := range rows {
 		slots = max(slots, int(r.slot)+1)
+		maxPages = max(maxPages, int(r.pos)/kernels.KVPageTokens+1)
 	}
 	kv := make([]byte, slots*maxPages*kernels.KVPageBytes(nLayer, kvDim))
 	for i := 0; i < len(kv); i += 2 {

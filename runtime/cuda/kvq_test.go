@@ -376,11 +376,12 @@ func TestKernelQ8KVAttention(t *testing.T) {
 // and P to F16 for the tensor cores, as the F16 tile rounds Q and P
 // (TestKernelFlashAttnTile): a few 1e-3 of outputs that average values in
 // ±1, held to 1e-2. Stale cache blocks (NaN scales) past every slot's
-// last position must not reach any output.
+// last position must not reach any output. The deep cases are chunks of
+// prompts far into their context: blocks starting mid-page, many tiles.
 func TestKernelQ8KVAttentionTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(24))
-	const nLayer, layer, maxPages = 2, 1, 48
+	const nLayer, layer = 2, 1
 	prompt := func(slot, from, n int) []krow {
 		var rows []krow
 		for i := range n {
@@ -402,6 +403,8 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 		{"mixed-rk128", 16, 8, 128, q8Layout(128, 64), mixed},
 		{"mixed-rk64-mha", 4, 4, 64, q8Layout(64, 64), mixed},
 		{"mixed-plain128", 8, 2, 128, q8Layout(0, 0), mixed},
+		{"deep-rk128", 16, 8, 128, q8Layout(128, 64), prompt(1, 1500, 200)},
+		{"deep-plain64", 8, 2, 64, q8Layout(0, 0), prompt(0, 1001, 130)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := g.with(t)
@@ -410,7 +413,10 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 			if l, err := kcuda.Shape(inst, push, spec, len(c.rows), true); err != nil || l.Entry != kcuda.EntryTile || l.Rest == nil {
 				t.Fatalf("launch %+v, %v: want the tile entry with _rest", l, err)
 			}
-			slots := 5
+			slots, maxPages := 5, 48
+			for _, r := range c.rows {
+				maxPages = max(maxPages, int(r.pos)/kernels.KVPageTokens+1)
+			}
 			lay := kernels.KVLayout{Slots: nLayer, Width: c.nKV * c.hd, Types: c.kv}
 			perm := rng.Perm(slots * maxPages)
 			last := map[uint32]uint32{}
@@ -424,6 +430,10 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 			got := g.run(inst, bufs, push, spec, len(c.rows))
 			want := cpuRun(t, inst, bufs, push, spec)
 			compareF32(t, inst+" tile "+c.name, got[3], want[3], 1e-2)
+			one := g.with(t) // the blocks of a launch of many (TestKernelFlashAttnTile)
+			one.threads = 128
+			got = one.run(inst, bufs, push, spec, len(c.rows))
+			compareF32(t, inst+" tile, unsplit blocks, "+c.name, got[3], want[3], 1e-2)
 		})
 	}
 }

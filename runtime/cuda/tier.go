@@ -25,6 +25,7 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/cuda/nccl"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 )
 
@@ -48,6 +49,20 @@ type Options struct {
 	// launch overlaps them with their neighbours, which the profiler's
 	// launch-by-launch replay cannot show.
 	Omit []string
+	// Device is the CUDA device ordinal to run on (default 0).
+	Device int
+	// Comm is the communicator of the tensor-parallel set the bundle is
+	// a rank of (its rank's): its collectives run through it, recorded in
+	// the captured graphs like the kernels. A rank bundle loaded without
+	// one is refused; Close leaves it to its owner.
+	Comm *nccl.Comm
+	// NCCL configures the library a set's ranks meet through (where to
+	// find it, NVLS): read by the loader of a set (runtime/tiers), which
+	// makes the communicators.
+	NCCL nccl.Options
+	// Collectives picks how a rank runs its collectives: CollectivesAuto
+	// (""), CollectivesNCCL or CollectivesPeer (peer.go).
+	Collectives string
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -104,12 +119,25 @@ type Tier struct {
 	prof    *profiler
 	omit    []string // Options.Omit
 	mask    masker
+	device  int        // Options.Device
+	comm    *nccl.Comm // Options.Comm
+	// gather receives the ranks' parts of an all_gather before copies
+	// place them in its output (collective), sized for the largest.
+	gather driver.DevPtr
+	// peer is the exchange of the one-shot collectives (peer.go); nil
+	// where every collective runs through NCCL.
+	peer        *peer
+	collectives string // Options.Collectives
+	// unfused holds, where the one-shot all-reduces took in the residual
+	// adds after them (fuseResiduals), each variant's launches before
+	// that, which RunEach replays.
+	unfused [][]Launch
 }
 
 // regionSlack is the bytes allocated past each region's end.
 const regionSlack = 16
 
-// Load prepares a bundle for replay on device 0.
+// Load prepares a bundle for replay on device opt.Device (0 by default).
 func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	// T-CUDA's kernels address F16 pages and the quantized layouts of
 	// kcuda.KVLayouts: a bundle with another cache layout is refused,
@@ -123,7 +151,11 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
-	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info, omit: opt.Omit}
+	if opt.Device < 0 || opt.Device >= info.Devices {
+		return nil, fmt.Errorf("cuda: no device %d (%d visible)", opt.Device, info.Devices)
+	}
+	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info, omit: opt.Omit,
+		device: opt.Device, comm: opt.Comm, collectives: opt.Collectives}
 	if t.maxGr <= 0 {
 		t.maxGr = 16
 	}
@@ -160,7 +192,7 @@ func checkKV(h *bundle.Hparams) error {
 
 func (t *Tier) load(b *bundle.Bundle) error {
 	var err error
-	if t.dev, err = driver.GetDevice(0); err != nil {
+	if t.dev, err = driver.GetDevice(t.device); err != nil {
 		return err
 	}
 	if t.ctx, err = t.dev.PrimaryContext(); err != nil {
@@ -246,6 +278,12 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			return fmt.Errorf("cuda: variant %d: %w", vi, err)
 		}
 		for _, l := range ls {
+			if l.Collective != nil {
+				if err := t.checkCollective(l.Collective, mem); err != nil {
+					return fmt.Errorf("cuda: variant %d: %s: %w", vi, l.Name, err)
+				}
+				continue
+			}
 			e := l.Shape.Entry
 			if t.entries[e][l.Kernel] == 0 {
 				return fmt.Errorf("cuda: variant %d: kernel %s has no %q entry: the bundle's PTX is older than this zrt-run, rebuild it with the zrtc of the same version", vi, l.Name, e.Suffix())
@@ -262,7 +300,13 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			return fmt.Errorf("cuda: omit %q: no launch of the bundle is that kernel family, instance or entry point", item)
 		}
 	}
+	if err := t.planCollectives(t.collectives); err != nil {
+		return err
+	}
 	if err := t.allocStaging(); err != nil {
+		return err
+	}
+	if err := t.allocGather(); err != nil {
 		return err
 	}
 	// Past 48 KiB a kernel must opt in to dynamic shared memory.
@@ -324,6 +368,14 @@ func (t *Tier) allocStaging() error {
 // loadKernel JIT-loads a blob's PTX (its code up to the NUL) and finds the
 // instance's entry point.
 func (t *Tier) loadKernel(name string, code []byte) error {
+	if family, _, _ := strings.Cut(name, "."); kcuda.Collective(family) && bytes.HasPrefix(code, []byte(kcuda.NCCLBlobPrefix)) {
+		// No PTX: NCCL's only (collective runs it).
+		for e := range kcuda.NumEntries {
+			t.entries[e] = append(t.entries[e], 0)
+		}
+		t.overlap = append(t.overlap, false)
+		return nil
+	}
 	n := 0
 	for n < len(code) && code[n] != 0 {
 		n++
@@ -398,6 +450,9 @@ func (t *Tier) replay(vi int, run func() error) error {
 	if vi < 0 || vi >= len(t.variants) {
 		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.variants))
 	}
+	if t.peer != nil && !t.peer.connected {
+		return fmt.Errorf("cuda: rank %d's one-shot collectives have no peers yet (the set's loader connects them: ConnectPeers)", t.comm.Rank())
+	}
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	if err := t.ctx.SetCurrent(); err != nil {
@@ -425,6 +480,9 @@ func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) err
 			}
 		}
 		ls := t.variants[vi]
+		if t.unfused != nil {
+			ls = t.unfused[vi]
+		}
 		for i := range ls {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -665,6 +723,9 @@ func omits(item string, l *Launch) bool {
 // pointers): values in 8-byte slots, then the array of pointers to them.
 // The driver copies them during the call, so the scratch is reused.
 func (t *Tier) launch(l *Launch) error {
+	if l.Collective != nil && !l.Collective.Peer {
+		return t.collective(l.Collective)
+	}
 	return t.launchFn(t.entries[l.Shape.Entry][l.Kernel], l, t.overlap[l.Kernel])
 }
 
@@ -727,6 +788,14 @@ func (t *Tier) close() {
 	if t.staging != 0 {
 		driver.MemFree(t.staging)
 		t.staging = 0
+	}
+	if t.gather != 0 {
+		driver.MemFree(t.gather)
+		t.gather = 0
+	}
+	if t.peer != nil {
+		t.peer.free()
+		t.peer = nil
 	}
 	driver.MemFreeHost(t.params)
 	t.params = nil

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/zrt"
@@ -27,6 +28,84 @@ type Launch struct {
 	// address, which Walk leaves 0 for Load to fill in (one buffer serves
 	// every variant: launches on one stream run one after another).
 	Staging int
+	// Collective, where not nil, makes the launch a collective that the
+	// tier runs through NCCL instead of a kernel (kernels/cuda.Collective);
+	// Shape is then zero.
+	Collective *Collective
+}
+
+// Collective is a tensor-parallel collective as a rank runs it: through
+// NCCL, or (Peer) as the one-shot kernel of its blob over NVLink peer
+// access (peer.go). NCCL's calls in a captured graph have fixed sizes, so
+// they cover every row of the variant, active or not (an inactive row's
+// sum or copy is harmless: nothing reads it); the kernels read the
+// request table and move the active rows only.
+type Collective struct {
+	// Gather: all_gather; else all_reduce_sum.
+	Gather bool
+	// X is the rank's value: Rows × Cols floats to sum in place, or the
+	// rank's part of each row (kernels.Part's columns), packed, to gather
+	// into Y's Rows × Cols.
+	X, Y       uint64
+	Rows, Cols int
+	// BySlot: a gather of logits, whose rows are the active rows that
+	// want logits, each at its slot's row of X and Y; through NCCL it
+	// covers SlotRows rows, every slot's row of the logits region, since
+	// which slots a step's rows are is in the request table, which a
+	// graph's copies cannot read.
+	BySlot   bool
+	SlotRows int
+	// Peer makes the launch the collective's one-shot kernel (set by the
+	// tier, which then gives it a kernel's Shape and its exchange
+	// descriptor as a last parameter).
+	Peer bool
+}
+
+// ncclRows is the rows the collective covers through NCCL.
+func (c *Collective) ncclRows() int {
+	if c.BySlot {
+		return c.SlotRows
+	}
+	return c.Rows
+}
+
+// collective resolves dispatch d of a collective family: its buffers,
+// and the rows it covers, checked against the regions they lie in.
+func collective(d *replay.Dispatch, rows int, mem *Memory) (*Collective, error) {
+	family, _, _ := strings.Cut(d.Name, ".")
+	c := &Collective{Gather: family == "all_gather", X: d.Bufs[0], Rows: rows}
+	if len(d.Push) < 1 || d.Push[0] == 0 {
+		return nil, fmt.Errorf("%s without a column count", d.Name)
+	}
+	c.Cols = int(d.Push[0])
+	xr := mem.Region(c.X)
+	if xr < 0 {
+		return nil, fmt.Errorf("%s: x outside the memory plan", d.Name)
+	}
+	end := func(r int) uint64 { return mem.Base[r] + mem.Size[r] }
+	if !c.Gather {
+		if n := uint64(4 * c.Rows * c.Cols); c.X+n > end(xr) {
+			return nil, fmt.Errorf("%s: %d rows of %d columns run past x's region", d.Name, c.Rows, c.Cols)
+		}
+		return c, nil
+	}
+	if len(d.Bufs) < 3 || len(d.Push) < 2 {
+		return nil, fmt.Errorf("%s: want x, io, y and cols, by_slot", d.Name)
+	}
+	c.Y, c.BySlot = d.Bufs[2], d.Push[1] != 0
+	yr := mem.Region(c.Y)
+	if yr < 0 {
+		return nil, fmt.Errorf("%s: y outside the memory plan", d.Name)
+	}
+	if c.BySlot {
+		c.SlotRows = int((end(yr) - c.Y) / uint64(4*c.Cols))
+	}
+	if n := c.ncclRows(); n == 0 || c.Y+uint64(4*n*c.Cols) > end(yr) {
+		return nil, fmt.Errorf("%s: %d rows of %d columns do not fit y's region", d.Name, n, c.Cols)
+	}
+	// A rank's part is at most ⌈cols/ranks⌉ wide; the tier checks its own
+	// against x's region when it knows its rank.
+	return c, nil
 }
 
 // Memory is where the walker finds regions: device addresses.
@@ -39,7 +118,8 @@ type Memory = replay.Memory
 // its activation rows becomes two launches, the stage then the kernel,
 // unless it reuses the records of the launch before it (reusesStage); a
 // shape with a staging buffer and no stage launch (the split decode
-// attention, which keeps its partial states there) stays one.
+// attention, which keeps its partial states there) stays one. A
+// collective's dispatch becomes a launch with Collective set.
 func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
 	s, err := replay.Walk(v, blobs, mem, fence)
 	if err != nil {
@@ -53,6 +133,13 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 		}
 		for _, x := range append(append([]uint32(nil), d.Push...), d.Spec...) {
 			l.Params, l.Sizes = append(l.Params, uint64(x)), append(l.Sizes, 4)
+		}
+		if family, _, _ := strings.Cut(d.Name, "."); kcuda.Collective(family) {
+			if l.Collective, err = collective(&d, int(v.Rows), mem); err != nil {
+				return nil, fmt.Errorf("dispatch %d: %w", i, err)
+			}
+			out = append(out, l)
+			continue
 		}
 		if l.Shape, err = kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows), v.Stage == bundle.StagePrefill); err != nil {
 			return nil, fmt.Errorf("dispatch %d: %w", i, err)

@@ -14,11 +14,13 @@ package tiers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
@@ -30,6 +32,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/cpu"
 	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/cuda/nccl"
 	"github.com/zrtdev/zrt/runtime/sysmem"
 	"github.com/zrtdev/zrt/runtime/tp"
 )
@@ -337,34 +340,25 @@ func loadCPU(b *bundle.Bundle, opt Options) (Tier, error) {
 
 // LoadSet loads the ranks of a tensor-parallel set (rank r's bundle
 // bs[r]) on row's tier as one Tier: the ranks run side by side and meet
-// at their collectives (runtime/tp). The worker threads are shared out
-// among the ranks. Only T-CPU runs a set so far.
+// at their collectives (runtime/tp). On T-CPU the worker threads are
+// shared out among the ranks, which meet at an in-process exchange; on
+// T-CUDA rank r runs on CUDA device r (of those CUDA_VISIBLE_DEVICES
+// shows) and the ranks meet through NCCL, inside their captured graphs.
 func LoadSet(row Row, bs []*bundle.Bundle, opt Options) (Tier, error) {
-	if row.Kind != kernels.TierCPU {
-		return nil, fmt.Errorf("tier %s cannot run a tensor-parallel set yet (T-CPU can: rebuild with --target cpu)", row.Name)
-	}
 	n := len(bs)
 	g := tp.NewGroup(n)
-	threads := opt.Threads
-	if threads <= 0 {
-		threads = goruntime.NumCPU()
-	}
-	opt.Threads = max(1, threads/n)
 	var ranks []tp.Rank
-	fail := func(err error) (Tier, error) {
-		for _, r := range ranks {
-			r.Close()
-		}
-		return nil, err
+	var err error
+	switch row.Kind {
+	case kernels.TierCPU:
+		ranks, err = cpuRanks(row, g, bs, opt)
+	case kernels.TierCUDA:
+		ranks, err = cudaRanks(row, bs, opt)
+	default:
+		return nil, fmt.Errorf("tier %s cannot run a tensor-parallel set (T-CPU and T-CUDA can: rebuild with --target cpu or cuda:sm_90)", row.Name)
 	}
-	for r, b := range bs {
-		o := opt
-		o.Comm = g.Member(r)
-		t, err := row.Load(b, o)
-		if err != nil {
-			return fail(fmt.Errorf("rank %d: %w", r, err))
-		}
-		ranks = append(ranks, t)
+	if err != nil {
+		return nil, err
 	}
 	// The request tables are the host's input: rank 0's are copied to
 	// every rank before each step, by name (the ranks' plans list the
@@ -386,17 +380,176 @@ func LoadSet(row Row, bs []*bundle.Bundle, opt Options) (Tier, error) {
 	}
 	t, err := tp.NewTier(g, ranks, inputs, inputOf)
 	if err != nil {
-		return fail(err)
+		for _, r := range ranks {
+			r.Close()
+		}
+		return nil, err
 	}
 	return t, nil
 }
 
-func probeCUDA() []Report {
+// cpuRanks loads a set's ranks on T-CPU, each with its member of g.
+func cpuRanks(row Row, g *tp.Group, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
+	threads := opt.Threads
+	if threads <= 0 {
+		threads = goruntime.NumCPU()
+	}
+	opt.Threads = max(1, threads/len(bs))
+	var ranks []tp.Rank
+	for r, b := range bs {
+		o := opt
+		o.Comm = g.Member(r)
+		t, err := row.Load(b, o)
+		if err != nil {
+			for _, rk := range ranks {
+				rk.Close()
+			}
+			return nil, fmt.Errorf("rank %d: %w", r, err)
+		}
+		ranks = append(ranks, t)
+	}
+	return ranks, nil
+}
+
+// cudaRank is a T-CUDA rank of a set with the communicator it owns.
+type cudaRank struct {
+	*cuda.Tier
+	comm *nccl.Comm
+}
+
+// Close closes the rank's tier, then its communicator (the graphs that
+// enqueue on it go first).
+func (r *cudaRank) Close() error {
+	err := r.Tier.Close()
+	if e := r.comm.Destroy(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// cudaRanks loads a set's ranks on T-CUDA, rank r on device r, all at
+// once: each loads and captures its graphs on a goroutine of its own
+// (its own OS thread, context and stream), so that NCCL calls a rank
+// makes while capturing meet its peers'.
+func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
+	n := len(bs)
 	info, err := driver.Probe()
 	if err != nil {
-		return []Report{{"cuda", false, err.Error()}}
+		return nil, fmt.Errorf("tier cuda: %w", err)
 	}
-	return []Report{{"cuda", true, fmt.Sprintf("%s, %d device(s); %s", info, info.Devices, cudaRuns(info.Major, info.Minor))}}
+	if info.Devices < n {
+		return nil, fmt.Errorf("tier cuda: a tensor-parallel set of %d ranks needs %d GPUs; %d visible", n, n, info.Devices)
+	}
+	lib, err := nccl.Open(opt.CUDA.NCCL)
+	if err != nil {
+		return nil, fmt.Errorf("tier cuda: a tensor-parallel set's ranks meet through NCCL: %w", err)
+	}
+	devices := make([]int, n)
+	for r := range devices {
+		devices[r] = r
+	}
+	comms, err := initComms(lib, devices)
+	if err != nil {
+		return nil, fmt.Errorf("tier cuda: %w", err)
+	}
+	ranks := make([]tp.Rank, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, b := range bs {
+		wg.Go(func() {
+			o := opt
+			o.CUDA.Device, o.CUDA.Comm = r, comms[r]
+			t, err := row.Load(b, o)
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d (device %d): %w", r, r, err)
+				return
+			}
+			ct, ok := t.(*cuda.Tier)
+			if !ok {
+				t.Close()
+				errs[r] = fmt.Errorf("rank %d: tier %s is not T-CUDA", r, t.Name())
+				return
+			}
+			ranks[r] = &cudaRank{Tier: ct, comm: comms[r]}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err == nil {
+		err = connectPeers(ranks)
+		errs = []error{err}
+	}
+	if err := errors.Join(errs...); err != nil {
+		for r, rk := range ranks {
+			if rk != nil {
+				rk.Close()
+			} else {
+				comms[r].Destroy()
+			}
+		}
+		return nil, err
+	}
+	if opt.Log != nil {
+		opt.Log("tier cuda: a tensor-parallel set of %d ranks on devices %v, NCCL %s at %s; collectives: %s",
+			n, devices, lib.VersionString(), lib.Path(), ranks[0].(*cudaRank).Collectives())
+	}
+	return ranks, nil
+}
+
+// connectPeers hands every rank the exchanges of its one-shot
+// collectives' peers (cuda.Tier.ConnectPeers), where the ranks run any.
+func connectPeers(ranks []tp.Rank) error {
+	ex := make([]cuda.PeerExchange, len(ranks))
+	with := 0
+	for r, rk := range ranks {
+		if e, ok := rk.(*cudaRank).PeerExchange(); ok {
+			ex[r] = e
+			with++
+		}
+	}
+	if with == 0 {
+		return nil
+	}
+	if with != len(ranks) {
+		return fmt.Errorf("tier cuda: %d of %d ranks run one-shot collectives (the rank bundles differ?)", with, len(ranks))
+	}
+	for r, rk := range ranks {
+		if err := rk.(*cudaRank).ConnectPeers(ex); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// initComms makes the ranks' communicators on a thread of its own:
+// ncclCommInitAll makes each device current on the calling thread in
+// turn.
+func initComms(lib *nccl.Library, devices []int) ([]*nccl.Comm, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	return lib.InitAll(devices)
+}
+
+// probeCUDA reports the driver and, on its own line, NCCL, which a
+// tensor-parallel set's ranks meet through: where it was found, or where
+// it was looked for.
+func probeCUDA() []Report {
+	var out []Report
+	info, err := driver.Probe()
+	if err != nil {
+		out = append(out, Report{"cuda", false, err.Error()})
+	} else {
+		out = append(out, Report{"cuda", true, fmt.Sprintf("%s, %d device(s); %s", info, info.Devices, cudaRuns(info.Major, info.Minor))})
+	}
+	lib, err := nccl.Open(nccl.Options{})
+	switch {
+	case err != nil:
+		out = append(out, Report{"nccl", false, err.Error() + "; tensor-parallel sets on T-CUDA need it"})
+	case info.Devices < 2:
+		out = append(out, Report{"nccl", true, fmt.Sprintf("NCCL %s at %s; a tensor-parallel set needs 2 or more GPUs, %d visible", lib.VersionString(), lib.Path(), info.Devices)})
+	default:
+		out = append(out, Report{"nccl", true, fmt.Sprintf("NCCL %s at %s: tensor-parallel sets of up to %d ranks", lib.VersionString(), lib.Path(), info.Devices)})
+	}
+	return out
 }
 
 // cudaRuns says which CUDA targets a GPU of compute capability

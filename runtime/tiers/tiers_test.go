@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/tiers"
@@ -179,5 +180,41 @@ func TestCUDARuns(t *testing.T) {
 		if got := tiers.CUDARunsForTest(c.major, c.minor); got != c.want {
 			t.Errorf("%d.%d: %q, want %q", c.major, c.minor, got, c.want)
 		}
+	}
+}
+
+// TestLoadSetRows: a set loads on T-CPU and T-CUDA only; without a GPU
+// (or with fewer than its ranks) T-CUDA's loader says why before it
+// touches a bundle; and the probe reports NCCL on a line of its own.
+func TestLoadSetRows(t *testing.T) {
+	rows := tiers.Table()
+	t1, _ := tiers.Lookup(rows, "t1")
+	if _, err := tiers.LoadSet(t1, nil, tiers.Options{}); err == nil || !strings.Contains(err.Error(), "cannot run a tensor-parallel set") {
+		t.Errorf("a set on t1: %v", err)
+	}
+	cuda, _ := tiers.Lookup(rows, "cuda")
+	info, probeErr := driver.Probe()
+	if probeErr == nil && info.Devices >= 64 {
+		t.Skip("64 GPUs here")
+	}
+	_, err := tiers.LoadSet(cuda, make([]*bundle.Bundle, 64), tiers.Options{})
+	switch {
+	case err == nil:
+		t.Error("a set of 64 ranks loaded")
+	case probeErr != nil && !strings.Contains(err.Error(), probeErr.Error()):
+		t.Errorf("without CUDA: %v, want the probe's reason %q", err, probeErr)
+	case probeErr == nil && !strings.Contains(err.Error(), "needs 64 GPUs"):
+		t.Errorf("64 ranks on %d GPUs: %v", info.Devices, err)
+	}
+	var nccl *tiers.Report
+	for _, row := range rows {
+		for _, r := range row.Probe() {
+			if r.Name == "nccl" {
+				nccl = &r
+			}
+		}
+	}
+	if nccl == nil || !strings.Contains(nccl.Detail, "libnccl.so.2") {
+		t.Errorf("probe's NCCL line: %+v", nccl)
 	}
 }

@@ -191,9 +191,9 @@ type inspector interface {
 }
 
 // RunEach is Run calling after once each of rank 0's dispatches is done
-// (the others run on meanwhile, meeting it at the collectives), so a
-// layer-by-layer comparison reads rank 0's values: the residual stream
-// and the logits, which every rank holds whole.
+// (the others run on meanwhile, kernel by kernel as well, meeting it at
+// the collectives), so a layer-by-layer comparison reads rank 0's values:
+// the residual stream and the logits, which every rank holds whole.
 func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) error) error {
 	if _, ok := t.ranks[0].(inspector); !ok {
 		return fmt.Errorf("tier %s cannot stop between dispatches", t.ranks[0].Name())
@@ -225,9 +225,15 @@ func (t *Tier) run(ctx context.Context, vi int, after func(dispatch int) error) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r == 0 && after != nil {
-				errs[r] = rk.(inspector).RunEach(ctx, vi, after)
-			} else {
+			switch in, ok := rk.(inspector); {
+			case r == 0 && after != nil:
+				errs[r] = in.RunEach(ctx, vi, after)
+			case after != nil && ok:
+				// Kernel by kernel too: NCCL holds whether a collective
+				// is run from a captured graph to be the same on every
+				// rank.
+				errs[r] = in.RunEach(ctx, vi, nil)
+			default:
 				errs[r] = rk.Run(ctx, vi)
 			}
 			if errs[r] != nil {
@@ -252,6 +258,48 @@ func (t *Tier) run(ctx context.Context, vi int, after func(dispatch int) error) 
 		}
 	}
 	return nil
+}
+
+// fetcher is a rank's tier that leaves some host views stale until
+// read (runtime.Fetcher).
+type fetcher interface {
+	Fetch(i int, off, n int64) error
+}
+
+// Fetch brings bytes [off, off+n) of rank 0's region i's host view up
+// to date, where its tier leaves some on the device until read (T-CUDA's
+// logits: runtime.Fetcher); a tier whose host views are always current
+// has nothing to do.
+func (t *Tier) Fetch(i int, off, n int64) error {
+	if f, ok := t.ranks[0].(fetcher); ok {
+		return f.Fetch(i, off, n)
+	}
+	return nil
+}
+
+// masker is a rank's tier that takes masked greedy choices on its device
+// (runtime.Masker).
+type masker interface {
+	Masks() bool
+	MaskGreedy(slots []int, allowed [][]uint64) error
+}
+
+// Masks reports whether rank 0's tier takes masked greedy choices
+// (runtime.Masker): every rank holds the whole logits after their
+// gather, and the host reads rank 0's tokens, so rank 0's choice is the
+// set's.
+func (t *Tier) Masks() bool {
+	m, ok := t.ranks[0].(masker)
+	return ok && m.Masks()
+}
+
+// MaskGreedy hands the masks of the next Run to rank 0's tier.
+func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64) error {
+	m, ok := t.ranks[0].(masker)
+	if !ok {
+		return fmt.Errorf("tier %s takes no token masks", t.ranks[0].Name())
+	}
+	return m.MaskGreedy(slots, allowed)
 }
 
 // Close closes every rank's tier.

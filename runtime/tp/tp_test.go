@@ -141,3 +141,54 @@ func (w waitRank) Run(ctx context.Context, _ int) error {
 	<-ctx.Done()
 	return fmt.Errorf("waited: %w", ctx.Err())
 }
+
+// deviceRank is a rank whose logits stay on its device until fetched and
+// which takes masked greedy choices (as a T-CUDA rank).
+type deviceRank struct {
+	fake
+	fetched [][3]int64
+	masked  []int
+}
+
+func (d *deviceRank) Fetch(i int, off, n int64) error {
+	d.fetched = append(d.fetched, [3]int64{int64(i), off, n})
+	return nil
+}
+func (d *deviceRank) Masks() bool { return true }
+func (d *deviceRank) MaskGreedy(slots []int, _ [][]uint64) error {
+	d.masked = append(d.masked, slots...)
+	return nil
+}
+
+// TestDeviceRanks: a set of ranks that keep their logits on the device
+// fetches rank 0's (which every rank holds whole after the gather) and
+// hands the masks to rank 0, whose tokens the host reads; a set of ranks
+// without either has nothing to fetch and takes no masks.
+func TestDeviceRanks(t *testing.T) {
+	g := NewGroup(2)
+	r0, r1 := &deviceRank{fake: fake{m: g.Member(0)}}, &deviceRank{fake: fake{m: g.Member(1)}}
+	tier, err := NewTier(g, []Rank{r0, r1}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tier.Fetch(3, 8, 16); err != nil || len(r0.fetched) != 1 || r0.fetched[0] != [3]int64{3, 8, 16} || len(r1.fetched) != 0 {
+		t.Errorf("fetch: %v; rank 0 fetched %v, rank 1 %v", err, r0.fetched, r1.fetched)
+	}
+	if !tier.Masks() {
+		t.Error("a set of masking ranks takes no masks")
+	}
+	if err := tier.MaskGreedy([]int{2, 5}, make([][]uint64, 2)); err != nil || len(r0.masked) != 2 || len(r1.masked) != 0 {
+		t.Errorf("masks: %v; rank 0 got %v, rank 1 %v", err, r0.masked, r1.masked)
+	}
+	h := NewGroup(2)
+	host, err := NewTier(h, []Rank{&fake{m: h.Member(0)}, &fake{m: h.Member(1)}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Fetch(0, 0, 4); err != nil {
+		t.Errorf("fetch from host-memory ranks: %v", err)
+	}
+	if host.Masks() || host.MaskGreedy([]int{0}, make([][]uint64, 1)) == nil {
+		t.Error("ranks without masks take them")
+	}
+}

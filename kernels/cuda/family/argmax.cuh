@@ -4,10 +4,6 @@
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../common.cuh"
 
-#ifndef CAT
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-#endif
 // argmax_allowed is the first largest of l[0..n_vocab) among the tokens
 // whose bit is set in mask (every token where mask is null), -1 where none
 // is: a block of 1024 threads a row, so a single-row step's argmax is one

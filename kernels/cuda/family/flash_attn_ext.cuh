@@ -8,10 +8,6 @@
 #include "../faq.cuh" // a quantized cache's instance (kv.cuh's KV_QUANT)
 #endif
 
-#ifndef CAT
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-#endif
 
 // fae_run is the entries' body. The oracle's scale is the spec's divided
 // by softcap when there is one (ggml_flash_attn_ext's), rounded to float.

@@ -14,12 +14,6 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const u32* io, 
     if (row >= (int)io[IO_ROWS]) return;
     for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
         int h = it / pairs, p = it % pairs;
-        float c = cs[p], s = sn[p];
-        float* v = x + ((size_t)row * n_head + h) * head_dim;
-        int i0 = 2 * p, i1 = 2 * p + 1;
-        if (neox) i0 = p, i1 = p + pairs;
-        float x0 = v[i0], x1 = v[i1];
-        v[i0] = x0 * c - x1 * s;
-        v[i1] = x0 * s + x1 * c;
+        rope_pair(x + ((size_t)row * n_head + h) * head_dim, p, pairs, neox, cs[p], sn[p]);
     }
 }

@@ -3,6 +3,7 @@
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../common.cuh"
+#include "../rope_table.cuh"
 
 // The table is rope_table's with pair p's angle divided by freq[p] (when
 // freq is not null) before the scale and cos and sin multiplied by the
@@ -12,7 +13,7 @@
 // between the correction dims, and the attention factor is multiplied by
 // 1 + 0.1·ln(1/freq_scale), the mix and that factor each one fused
 // multiply-add as ggml's compiled rope_yarn has them (and the oracle). The
-// rotation is rope's.
+// rotation is rope's (rope_pair).
 extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* freq, const u32* io, u32 n_head,
     u32 head_dim, u32 n_rot, u32 neox, u32 base_bits, u32 scale_bits, u32 attn_bits, u32 ext_bits, u32 lo_bits,
     u32 hi_bits) {
@@ -43,12 +44,6 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* x, const float* fr
     if (row >= (int)io[IO_ROWS]) return;
     for (int it = threadIdx.x; it < (int)n_head * pairs; it += blockDim.x) {
         int h = it / pairs, p = it % pairs;
-        float c = cs[p], s = sn[p];
-        float* v = x + ((size_t)row * n_head + h) * head_dim;
-        int i0 = 2 * p, i1 = 2 * p + 1;
-        if (neox) i0 = p, i1 = p + pairs;
-        float x0 = v[i0], x1 = v[i1];
-        v[i0] = x0 * c - x1 * s;
-        v[i1] = x0 * s + x1 * c;
+        rope_pair(x + ((size_t)row * n_head + h) * head_dim, p, pairs, neox, cs[p], sn[p]);
     }
 }

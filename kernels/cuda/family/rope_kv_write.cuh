@@ -29,14 +29,7 @@ extern "C" __global__ void __launch_bounds__(256) NAME(float* q, const float* k,
     if (h >= (int)(n_head + n_head_kv)) return;
     if (h < (int)n_head) {
         float* x = q + ((size_t)row * n_head + h) * head_dim;
-        for (int p = lane; p < pairs; p += 32) {
-            float c = cs[p], s = sn[p];
-            int i0 = 2 * p, i1 = 2 * p + 1;
-            if (neox) i0 = p, i1 = p + pairs;
-            float x0 = x[i0], x1 = x[i1];
-            x[i0] = x0 * c - x1 * s;
-            x[i1] = x0 * s + x1 * c;
-        }
+        for (int p = lane; p < pairs; p += 32) rope_pair(x, p, pairs, neox, cs[p], sn[p]);
         return;
     }
     h -= n_head;

@@ -85,6 +85,9 @@ var api struct {
 	cuMemcpyHtoDAsync           func(DevPtr, unsafe.Pointer, uintptr, Stream) Result
 	cuMemcpyDtoHAsync           func(unsafe.Pointer, DevPtr, uintptr, Stream) Result
 	cuMemsetD8                  func(DevPtr, uint8, uintptr) Result
+	cuMemcpy2DAsync             func(unsafe.Pointer, Stream) Result
+	cuDeviceCanAccessPeer       func(*int32, Device, Device) Result
+	cuCtxEnablePeerAccess       func(Context, uint32) Result
 	cuModuleLoadDataEx          func(*Module, unsafe.Pointer, uint32, *int32, *unsafe.Pointer) Result
 	cuModuleUnload              func(Module) Result
 	cuModuleGetFunction         func(*Function, Module, *byte) Result
@@ -133,6 +136,9 @@ var symbols = []struct {
 	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
+	{&api.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2"},
+	{&api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer"},
+	{&api.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess"},
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
@@ -321,6 +327,28 @@ func (d Device) ReleasePrimaryContext() error {
 	return check("cuDevicePrimaryCtxRelease", api.cuDevicePrimaryCtxRelease(d))
 }
 
+// CanAccessPeer reports whether device d can map peer's memory
+// (NVLink or PCIe peer-to-peer).
+func (d Device) CanAccessPeer(peer Device) (bool, error) {
+	var v int32
+	err := check("cuDeviceCanAccessPeer", api.cuDeviceCanAccessPeer(&v, d, peer))
+	return v != 0, err
+}
+
+// peerAccessAlreadyEnabled is CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
+const peerAccessAlreadyEnabled Result = 704
+
+// EnablePeerAccess lets the current context address peer's memory
+// directly (its device pointers, through unified addressing). Access
+// another user of the contexts (NCCL) already enabled is no error.
+func EnablePeerAccess(peer Context) error {
+	r := api.cuCtxEnablePeerAccess(peer, 0)
+	if r == peerAccessAlreadyEnabled {
+		return nil
+	}
+	return check("cuCtxEnablePeerAccess", r)
+}
+
 // SetCurrent binds c to the calling OS thread.
 func (c Context) SetCurrent() error { return check("cuCtxSetCurrent", api.cuCtxSetCurrent(c)) }
 
@@ -397,6 +425,45 @@ func MemcpyDtoHAsync(dst []byte, src DevPtr, s Stream) error {
 // MemsetD8 fills n bytes of device memory with v.
 func MemsetD8(p DevPtr, v uint8, n int) error {
 	return check("cuMemsetD8", api.cuMemsetD8(p, v, uintptr(n)))
+}
+
+// memcpy2D is CUDA_MEMCPY2D: source and destination (memory type,
+// address, pitch, starting byte and row), then the width in bytes and
+// the rows. The CUmemorytype fields are 32-bit enums padded to 8 bytes.
+type memcpy2D struct {
+	srcXInBytes, srcY uintptr
+	srcMemoryType     uint32
+	_                 uint32
+	srcHost           uintptr
+	srcDevice         DevPtr
+	srcArray          uintptr
+	srcPitch          uintptr
+	dstXInBytes, dstY uintptr
+	dstMemoryType     uint32
+	_                 uint32
+	dstHost           uintptr
+	dstDevice         DevPtr
+	dstArray          uintptr
+	dstPitch          uintptr
+	widthInBytes      uintptr
+	height            uintptr
+}
+
+// memoryTypeDevice is CU_MEMORYTYPE_DEVICE.
+const memoryTypeDevice = 2
+
+// Memcpy2DAsync enqueues on s a copy of rows rows of width bytes from
+// device memory src, rows srcPitch bytes apart, to device memory dst,
+// rows dstPitch bytes apart (a graph captured from s records it as a
+// copy node).
+func Memcpy2DAsync(dst DevPtr, dstPitch int, src DevPtr, srcPitch int, width, rows int, s Stream) error {
+	if width == 0 || rows == 0 {
+		return nil
+	}
+	c := memcpy2D{srcMemoryType: memoryTypeDevice, srcDevice: src, srcPitch: uintptr(srcPitch),
+		dstMemoryType: memoryTypeDevice, dstDevice: dst, dstPitch: uintptr(dstPitch),
+		widthInBytes: uintptr(width), height: uintptr(rows)}
+	return check(fmt.Sprintf("cuMemcpy2DAsync(%d rows of %d bytes)", rows, width), api.cuMemcpy2DAsync(unsafe.Pointer(&c), s))
 }
 
 // JIT options of cuModuleLoadDataEx (CUjit_option).

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"testing"
+	"unsafe"
 )
 
 // TestProbe must not panic on machines without CUDA; where a device is
@@ -25,5 +26,30 @@ func TestErrorText(t *testing.T) {
 	}
 	if IsNotReady(e) || !IsNotReady(&Error{Code: NotReady}) || IsNotReady(errors.New("x")) {
 		t.Error("IsNotReady misclassifies")
+	}
+}
+
+// TestMemcpy2DLayout holds memcpy2D to CUDA_MEMCPY2D's layout in cuda.h
+// (128 bytes; the destination's fields from byte 56, the width at 112).
+func TestMemcpy2DLayout(t *testing.T) {
+	var c memcpy2D
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"size", unsafe.Sizeof(c), 128},
+		{"srcMemoryType", unsafe.Offsetof(c.srcMemoryType), 16},
+		{"srcDevice", unsafe.Offsetof(c.srcDevice), 32},
+		{"srcPitch", unsafe.Offsetof(c.srcPitch), 48},
+		{"dstXInBytes", unsafe.Offsetof(c.dstXInBytes), 56},
+		{"dstMemoryType", unsafe.Offsetof(c.dstMemoryType), 72},
+		{"dstDevice", unsafe.Offsetof(c.dstDevice), 88},
+		{"dstPitch", unsafe.Offsetof(c.dstPitch), 104},
+		{"widthInBytes", unsafe.Offsetof(c.widthInBytes), 112},
+		{"height", unsafe.Offsetof(c.height), 120},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s at %d, want %d", f.name, f.got, f.want)
+		}
 	}
 }

@@ -1,0 +1,116 @@
+// peer.cuh: what T-CUDA's one-shot collectives share (all_reduce_sum and
+// all_gather over NVLink peer access, runtime/cuda's peer.go): the
+// exchange descriptor the tier writes in device memory and the barrier
+// that meets every block of every rank.
+//
+// Each rank owns an exchange buffer of two halves, each a slot per rank
+// (slot_bytes each): a collective's phase 1 pushes this rank's values
+// into slot `rank` of every rank's current half (remote stores over
+// NVLink, which do not wait for a reply), the barrier waits until every
+// block of every rank has pushed, and phase 2 reads the local half only.
+// The halves alternate by the collective's epoch: a rank overwrites a
+// half two collectives after it last used it, and between the two it has
+// passed a barrier every peer reached only after finishing the earlier
+// collective (each rank's kernels run in stream order), so no peer still
+// reads it. The epoch is counted by every block in device memory
+// (epoch[block]), so a captured graph replays with fixed parameters;
+// every collective runs PEER_BLOCKS blocks (at most that many: the flags
+// have room for no more), so the blocks' counts agree.
+#pragma once
+#include "common.cuh"
+
+#define PEER_MAX_RANKS 8
+#define PEER_BLOCKS 16
+#define PEER_THREADS 512
+
+// peer_comm is runtime/cuda's descriptor (peer.go's connect), byte for
+// byte.
+struct peer_comm {
+    unsigned long long slot_bytes;  // one rank's slot in a half
+    u32 rank, ranks;
+    float* bufs[PEER_MAX_RANKS];    // each rank's exchange buffer
+    u32* flags[PEER_MAX_RANKS];     // each rank's flags: [from rank][block]
+    u32* epoch;                     // this rank's per-block epochs
+};
+
+// PEER_TIMEOUT_NS bounds a barrier's wait for its peers: far longer
+// than ranks replaying the same graph side by side ever drift apart.
+#define PEER_TIMEOUT_NS 60000000000ull
+
+// peer_clock is the GPU's global timer, in nanoseconds.
+__device__ __forceinline__ unsigned long long peer_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// peer is what a block reads of its descriptor. The descriptor does not
+// change once the tier has connected the set, so peer_load reads it
+// before dep_sync, while the previous kernel still runs; only the epoch,
+// which the previous collective counted, waits (peer_epoch).
+struct peer {
+    u32 R, r;
+    size_t floats;                // one slot
+    float* bufs[PEER_MAX_RANKS];  // each rank's exchange buffer (0 past R), indexed by constants only
+    float* own;                   // this rank's
+    u32* signal;                  // the flag this thread releases: this block's on rank threadIdx.x (0 past R)
+    const u32* mine;              // this rank's flags
+    u32* epoch;                   // this block's epoch counter
+};
+
+__device__ __forceinline__ void peer_load(const peer_comm* pc, peer& p) {
+    p.R = pc->ranks;
+    p.r = pc->rank;
+    p.floats = pc->slot_bytes / 4;
+#pragma unroll
+    for (u32 q = 0; q < PEER_MAX_RANKS; q++) p.bufs[q] = q < p.R ? pc->bufs[q] : (float*)0;
+    p.own = pc->bufs[p.r];
+    p.signal = threadIdx.x < p.R ? pc->flags[threadIdx.x] + p.r * PEER_BLOCKS + blockIdx.x : (u32*)0;
+    p.mine = pc->flags[p.r];
+    p.epoch = pc->epoch + blockIdx.x;
+}
+
+// peer_epoch is this collective's epoch: one past the block's count,
+// which every thread reads (after dep_sync: the previous collective may
+// have counted it) and thread 0 stores back in peer_barrier, once every
+// thread has read it.
+__device__ __forceinline__ u32 peer_epoch(const peer& p) { return *(volatile const u32*)p.epoch + 1; }
+
+// peer_slot is slot k of the exchange buffer buf's half for epoch e.
+__device__ __forceinline__ float* peer_slot(const peer& p, float* buf, u32 k, u32 e) {
+    return buf + ((size_t)(e & 1) * p.R + k) * p.floats;
+}
+
+// peer_slots fills dst with slot `rank` of every rank's half for epoch
+// e (the places this rank pushes to), 0 past the set's ranks; unrolled
+// over PEER_MAX_RANKS so dst stays in registers.
+__device__ __forceinline__ void peer_slots(const peer& p, u32 e, float* dst[PEER_MAX_RANKS]) {
+#pragma unroll
+    for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < p.R ? peer_slot(p, p.bufs[q], p.r, e) : (float*)0;
+}
+
+// peer_barrier returns once every block of every rank has called it for
+// epoch e, with their pushes before it visible here. After the block's
+// barrier, its first ranks threads release a flag on each rank at system
+// scope, which orders the whole block's pushes before it (the barrier
+// puts them before the release, and release is cumulative: the pattern
+// of a grid-wide sync, one thread fencing for its block); the block's
+// threads together acquire every rank's every block's flag on this rank.
+__device__ __forceinline__ void peer_barrier(const peer& p, u32 e) {
+    __syncthreads();
+    if (p.signal) asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p.signal), "r"(e) : "memory");
+    for (u32 t = threadIdx.x; t < p.R * gridDim.x; t += blockDim.x) {
+        const u32* f = p.mine + t / gridDim.x * PEER_BLOCKS + t % gridDim.x;
+        u32 v;
+        unsigned long long start = peer_clock(), polls = 0;
+        do {
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+            // A peer that never comes (its rank failed) would hold this
+            // GPU forever, and the process with it: trap after
+            // PEER_TIMEOUT_NS, so the replay fails instead.
+            if ((++polls & 1023) == 0 && peer_clock() - start > PEER_TIMEOUT_NS) __trap();
+        } while ((int)(v - e) < 0);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) *p.epoch = e;
+}

@@ -1,0 +1,342 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	goruntime "runtime"
+	"slices"
+	"strings"
+
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+)
+
+// A rank of a tensor-parallel set runs the small collectives of a step —
+// a decode step's all-reduces of a few KB, and the logits' gather of the
+// rows that want logits — as one-shot kernels of its own over NVLink peer
+// access (kernels/cuda/peer.cuh), as vLLM's and TensorRT-LLM's custom
+// all-reduce do: each rank pushes its values straight into every rank's
+// exchange buffer, the ranks' blocks meet at flags in device memory, and
+// each rank reads its own buffer. NCCL takes the rest (a prompt's
+// all-reduces of megabytes), and everything where the bundle's blob has
+// no kernel or the GPUs cannot reach each other. Both are recorded in the
+// captured graphs alike.
+
+// Options.Collectives values.
+const (
+	// CollectivesAuto (or ""): the one-shot kernels for messages up to
+	// peerAutoBytes (an all-reduce) or peerGatherBytes (a gather's rows of
+	// one rank's part), where the bundle has them and every GPU of the
+	// set can reach every other; NCCL for the rest.
+	CollectivesAuto = "auto"
+	// CollectivesNCCL runs every collective through NCCL.
+	CollectivesNCCL = "nccl"
+	// CollectivesPeer runs every collective up to peerMaxBytes as a
+	// one-shot kernel, and fails Load where it cannot.
+	CollectivesPeer = "peer"
+)
+
+const (
+	// peerAutoBytes bounds an all-reduce the one-shot kernel takes in
+	// auto mode: a decode step's rows of a model's width (64 slots of a
+	// 4096 wide 7B are 1 MiB). Measured on 2 H200s (TestPeerLatency, a
+	// graph of 64): 6.35–6.46 µs at 4–16 KB against NCCL's 6.12–6.49, a
+	// tie; in a decode step the kernel wins by what it takes in (the
+	// residual add, the logits' rows): the 7B shape's 8 layers at TP=2
+	// decode at 1585 tok/s with it, 1242 with NCCL alone.
+	peerAutoBytes = 1 << 20
+	// peerGatherBytes bounds a gather's rows of one rank's part in auto
+	// mode: the logits of a decode step's rows. NCCL's gather in a graph
+	// moves every slot's row, which the kernel does not.
+	peerGatherBytes = 16 << 20
+	// peerMaxBytes bounds any one-shot message (the exchange buffers are
+	// two halves of a slot this size for every rank).
+	peerMaxBytes = 64 << 20
+	// peerMaxRanks is peer.cuh's PEER_MAX_RANKS.
+	peerMaxRanks = 8
+	// peerFlagWords is a rank's flags, [from rank][block], then its
+	// blocks' epochs.
+	peerFlagWords = peerMaxRanks*kcuda.PeerBlocks + kcuda.PeerBlocks
+	// peerDescBytes is peer.cuh's struct peer_comm: slot_bytes, rank and
+	// ranks, bufs[8], flags[8], epoch.
+	peerDescBytes = 8 + 4 + 4 + 8*peerMaxRanks + 8*peerMaxRanks + 8
+)
+
+// peer is a rank's exchange: its buffer, flags and descriptor in device
+// memory, and the other ranks' contexts it holds peer access to.
+type peer struct {
+	rank, ranks int
+	slotBytes   int
+	buf, flags  driver.DevPtr
+	desc        driver.DevPtr
+	devs        []driver.Device // the other ranks' devices, whose primary contexts it retained
+	connected   bool
+}
+
+// PeerExchange is where a rank's peers push the values and flags of its
+// one-shot collectives (ConnectPeers).
+type PeerExchange struct {
+	Buf, Flags driver.DevPtr
+}
+
+// newPeer allocates a rank's exchange for slots of slotBytes and enables
+// peer access from the current context to every other rank's device
+// (devs by rank); the descriptor is written by connect.
+func newPeer(devs []int, rank, slotBytes int) (*peer, error) {
+	p := &peer{rank: rank, ranks: len(devs), slotBytes: (slotBytes + 255) &^ 255}
+	for k, d := range devs {
+		if k == rank {
+			continue
+		}
+		dev, err := driver.GetDevice(d)
+		if err != nil {
+			return p, err
+		}
+		ctx, err := dev.PrimaryContext()
+		if err != nil {
+			return p, err
+		}
+		p.devs = append(p.devs, dev)
+		if err := driver.EnablePeerAccess(ctx); err != nil {
+			return p, fmt.Errorf("peer access to device %d: %w", d, err)
+		}
+	}
+	var err error
+	n := 2 * p.ranks * p.slotBytes
+	if p.buf, err = driver.MemAlloc(n); err != nil {
+		return p, fmt.Errorf("exchange buffer of %d bytes: %w", n, err)
+	}
+	if p.flags, err = driver.MemAlloc(4 * peerFlagWords); err != nil {
+		return p, err
+	}
+	if err := driver.MemsetD8(p.flags, 0, 4*peerFlagWords); err != nil {
+		return p, err
+	}
+	if p.desc, err = driver.MemAlloc(peerDescBytes); err != nil {
+		return p, err
+	}
+	return p, driver.MemsetD8(p.desc, 0, peerDescBytes)
+}
+
+// connect writes the descriptor the kernels read: every rank's exchange
+// (all, by rank), this rank's place and its epochs.
+func (p *peer) connect(all []PeerExchange) error {
+	if len(all) != p.ranks {
+		return fmt.Errorf("cuda: %d exchanges for a set of %d ranks", len(all), p.ranks)
+	}
+	d := make([]byte, peerDescBytes)
+	binary.LittleEndian.PutUint64(d[0:], uint64(p.slotBytes))
+	binary.LittleEndian.PutUint32(d[8:], uint32(p.rank))
+	binary.LittleEndian.PutUint32(d[12:], uint32(p.ranks))
+	for k, e := range all {
+		if e.Buf == 0 || e.Flags == 0 {
+			return fmt.Errorf("cuda: rank %d has no exchange", k)
+		}
+		binary.LittleEndian.PutUint64(d[16+8*k:], uint64(e.Buf))
+		binary.LittleEndian.PutUint64(d[16+8*peerMaxRanks+8*k:], uint64(e.Flags))
+	}
+	binary.LittleEndian.PutUint64(d[16+16*peerMaxRanks:], uint64(p.flags)+4*peerMaxRanks*kcuda.PeerBlocks)
+	if err := driver.MemcpyHtoD(p.desc, d); err != nil {
+		return err
+	}
+	p.connected = true
+	return nil
+}
+
+// free releases the exchange and the peers' contexts.
+func (p *peer) free() {
+	for _, a := range []driver.DevPtr{p.buf, p.flags, p.desc} {
+		if a != 0 {
+			driver.MemFree(a)
+		}
+	}
+	for _, d := range p.devs {
+		d.ReleasePrimaryContext()
+	}
+	*p = peer{}
+}
+
+// peerBytes is the slot a one-shot collective needs: an all-reduce's
+// rows, or a gather's rows of the widest rank part.
+func peerBytes(c *Collective, ranks int) int {
+	if !c.Gather {
+		return 4 * c.Rows * c.Cols
+	}
+	w, _ := partWidths(c.Cols, ranks)
+	return 4 * c.Rows * w
+}
+
+// planCollectives decides, for every collective launch, NCCL or the
+// one-shot kernel (Options.Collectives), and sets up the exchange the
+// kernels need. The decision depends only on the bundle, the options and
+// the GPUs, which a set's ranks share, so every rank decides alike.
+func (t *Tier) planCollectives(mode string) error {
+	switch mode {
+	case "", CollectivesAuto, CollectivesNCCL, CollectivesPeer:
+	default:
+		return fmt.Errorf("cuda: collectives %q: want auto, nccl or peer", mode)
+	}
+	if t.comm == nil || mode == CollectivesNCCL {
+		return nil
+	}
+	ranks, rank := t.comm.Ranks(), t.comm.Rank()
+	refuse := func(format string, args ...any) error {
+		if mode == CollectivesPeer {
+			return fmt.Errorf("cuda: one-shot collectives: "+format, args...)
+		}
+		return nil
+	}
+	if ranks > peerMaxRanks {
+		return refuse("a set of %d ranks, more than %d", ranks, peerMaxRanks)
+	}
+	var ls []*Launch
+	slot := 0
+	for vi := range t.variants {
+		for i := range t.variants[vi] {
+			l := &t.variants[vi][i]
+			c := l.Collective
+			if c == nil {
+				continue
+			}
+			if t.entries[kcuda.EntryMain][l.Kernel] == 0 {
+				return refuse("the bundle's %s holds no kernel (a zrtc whose PTX lacked it built it): rebuild the set", l.Name)
+			}
+			n, limit := peerBytes(c, ranks), peerMaxBytes
+			if mode != CollectivesPeer {
+				limit = peerAutoBytes
+				if c.Gather {
+					limit = peerGatherBytes
+				}
+			}
+			if n > limit {
+				if mode == CollectivesPeer {
+					return refuse("%s of %d bytes a rank, more than %d", l.Name, n, limit)
+				}
+				continue
+			}
+			ls, slot = append(ls, l), max(slot, n)
+		}
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	devs := t.comm.Devices()
+	for k, d := range devs {
+		if k == rank {
+			continue
+		}
+		pd, err := driver.GetDevice(d)
+		if err != nil {
+			return err
+		}
+		ok, err := t.dev.CanAccessPeer(pd)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return refuse("device %d cannot reach device %d's memory (no NVLink or PCIe peer access)", devs[rank], d)
+		}
+	}
+	p, err := newPeer(devs, rank, slot)
+	if err != nil {
+		p.free()
+		return fmt.Errorf("cuda: one-shot collectives: %w", err)
+	}
+	t.peer = p
+	for _, l := range ls {
+		l.Collective.Peer = true
+		l.Shape = kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}}
+		l.Params, l.Sizes = append(l.Params, uint64(p.desc)), append(l.Sizes, 8)
+		if !l.Collective.Gather {
+			l.Params, l.Sizes = append(l.Params, 0), append(l.Sizes, 8) // residual: none yet
+		}
+	}
+	// RunEach stops after every dispatch: it keeps the adds apart.
+	t.unfused = make([][]Launch, len(t.variants))
+	for vi, ls := range t.variants {
+		t.unfused[vi] = ls
+		t.variants[vi] = fuseResiduals(ls)
+	}
+	return nil
+}
+
+// Parameters of the launches fuseResiduals joins: the one-shot
+// all-reduce's x, io, cols, then (after the descriptor) residual; add's
+// x, y, io and cols.
+const (
+	reduceX, reduceIO, reduceCols, reduceResidual = 0, 1, 2, 4
+	addX, addY, addIO, addCols                    = 0, 1, 2, 3
+)
+
+// fuseResiduals folds into a one-shot all-reduce the residual add that
+// follows it in the stream and adds its result to the residual stream
+// (RESIDUAL after a row-parallel projection's ALL_REDUCE_SUM, which the
+// shard pass leaves where the unsplit graph has one MATMUL_RESIDUAL):
+// the kernel adds each sum to the residual with the same float addition
+// add does, after storing it, so every byte ends as the two launches
+// leave it, and a layer's two collectives cost no extra launch for their
+// adds.
+func fuseResiduals(ls []Launch) []Launch {
+	var out []Launch
+	for i := 0; i < len(ls); i++ {
+		l := ls[i]
+		if c := l.Collective; c != nil && c.Peer && !c.Gather && i+1 < len(ls) {
+			n := &ls[i+1]
+			if family, _, _ := strings.Cut(n.Name, "."); family == "add" && n.Collective == nil && len(n.Params) > addCols &&
+				n.Params[addY] == c.X && n.Params[addIO] == l.Params[reduceIO] && n.Params[addCols] == l.Params[reduceCols] &&
+				n.Params[addX] != c.X {
+				l.Params = slices.Clone(l.Params)
+				l.Params[reduceResidual] = n.Params[addX]
+				i++
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// PeerExchange returns where the rank's peers push its one-shot
+// collectives' values, or false where it runs none.
+func (t *Tier) PeerExchange() (PeerExchange, bool) {
+	if t.peer == nil {
+		return PeerExchange{}, false
+	}
+	return PeerExchange{Buf: t.peer.buf, Flags: t.peer.flags}, true
+}
+
+// ConnectPeers gives the rank every rank's exchange (by rank), which its
+// one-shot collectives push to; a set's loader calls it on every rank
+// once all are loaded, before any runs. A rank whose collectives all run
+// through NCCL has nothing to connect.
+func (t *Tier) ConnectPeers(all []PeerExchange) error {
+	if t.peer == nil {
+		return nil
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	return t.peer.connect(all)
+}
+
+// Collectives describes how the rank runs its collectives, for logs:
+// "nccl", "peer" or "peer+nccl"; "" outside a set.
+func (t *Tier) Collectives() string {
+	var peer, nccl bool
+	for _, ls := range t.variants {
+		for _, l := range ls {
+			if c := l.Collective; c != nil {
+				peer, nccl = peer || c.Peer, nccl || !c.Peer
+			}
+		}
+	}
+	var s []string
+	if peer {
+		s = append(s, "peer")
+	}
+	if nccl {
+		s = append(s, "nccl")
+	}
+	return strings.Join(s, "+")
+}

@@ -1,0 +1,291 @@
+package cuda_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/internal/conformance"
+	"github.com/zrtdev/zrt/kernels"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/cuda/nccl"
+	"github.com/zrtdev/zrt/runtime/sequence"
+)
+
+// needGPUs skips the test unless n CUDA devices and NCCL are here.
+func needGPUs(t *testing.T, n int) {
+	t.Helper()
+	info, err := driver.Probe()
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	if info.Devices < n {
+		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
+	}
+	lib, err := nccl.Open(nccl.Options{})
+	if err != nil {
+		t.Skipf("no NCCL: %v", err)
+	}
+	t.Logf("%d × %s; NCCL %s at %s", info.Devices, info.Name, lib.VersionString(), lib.Path())
+}
+
+// TestTPParityWithCPU runs the conformance suite on tensor-parallel sets
+// on T-CUDA: every shared model whose heads divide, built for cuda:sm_90
+// as a set of 2 ranks (and of 4 where 4 GPUs are here), teacher-forced
+// against T-CPU's unsplit bundle within T-CUDA's tolerance. A set adds
+// only the reordering of the row-parallel sums (NCCL's order, not one
+// matmul's) to what TestParityWithCPU allows, which on T-CPU's sets is
+// far inside it (runtime/cpu's TestTensorParallel).
+func TestTPParityWithCPU(t *testing.T) {
+	needGPUs(t, 2)
+	for _, n := range []int{2, 4} {
+		t.Run(fmt.Sprintf("tp%d", n), func(t *testing.T) {
+			if n > 2 {
+				needGPUs(t, n)
+			}
+			conformance.Run(t, conformance.Tier{Target: "cuda:sm_90", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8,
+				RelTolerance: relTolerance, RoutedSpikes: 2, TP: n})
+		})
+	}
+}
+
+// TestTPShapes holds T-CUDA sets of synthetic shapes that take each of
+// the collectives' paths to T-CPU's unsplit bundle, prompts prefilled
+// together and decoded as one batch (several slots' logits gathered in
+// one step):
+//
+//   - ffn-3-blocks: heads whose outputs at 2 ranks are half a Q4_K block
+//     (the ranks gather them, ALL_GATHER of values, and project them
+//     whole) and an FFN of 3 blocks split 2 + 1;
+//   - odd-vocab: a vocabulary of 321 splits 160 + 161, so the logits'
+//     gather broadcasts each rank's part instead of ncclAllGather;
+//   - moe: routed experts, each expert's FFN split.
+//
+// Each set runs with its collectives through NCCL, then as T-CUDA's
+// default has them (the one-shot kernels for the small ones, where the
+// bundle has their PTX).
+func TestTPShapes(t *testing.T) {
+	needGPUs(t, 2)
+	cases := []struct {
+		name  string
+		shape synth.Shape
+	}{
+		{"ffn-3-blocks", synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}},
+		{"odd-vocab", synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 321, Context: 256, Type: ggml.Q8_0, Seed: 7}},
+		{"moe", synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 5}},
+	}
+	prompts := [][]int32{{1, 17, 42, 99, 7, 250, 3, 64}, {1, 5, 9, 300, 12}}
+	forced := [][]int32{{5, 200, 31}, {77, 2, 140}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			b, err := synth.Write(c.shape)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := filepath.Join(tmp, "model.gguf")
+			if err := os.WriteFile(model, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			whole := filepath.Join(tmp, "whole")
+			if err := compiler.Compile(context.Background(), model, whole, compiler.Options{Target: "cpu"}); err != nil {
+				t.Fatal(err)
+			}
+			want := batchLogits(t, whole, runtime.Options{Tier: "cpu", Threads: 8}, prompts, forced)
+			set := filepath.Join(tmp, "tp2")
+			if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
+				Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
+				t.Fatal(err)
+			}
+			x, err := bundleset.Read(set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := x.Member("cuda:sm_90")
+			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto} {
+				opt := runtime.Options{Tier: "cuda"}
+				opt.CUDA.Collectives = mode
+				got := batchLogits(t, m.Path(set), opt, prompts, forced)
+				worst := 0.0
+				for s := range want {
+					for step := range want[s] {
+						d, scale := 0.0, 1.0
+						for j, w := range want[s][step] {
+							d = math.Max(d, math.Abs(float64(w-got[s][step][j])))
+							scale = math.Max(scale, math.Abs(float64(w)))
+						}
+						if d/scale > relTolerance {
+							t.Errorf("%s: sequence %d step %d: logits differ by %.3g (relative %.3g, tolerance %g)", mode, s, step, d, d/scale, relTolerance)
+						}
+						worst = math.Max(worst, d/scale)
+					}
+				}
+				t.Logf("collectives %s: largest relative |Δlogit| against T-CPU's unsplit bundle: %.2e", mode, worst)
+			}
+		})
+	}
+}
+
+// batchLogits prefills prompts together through the bundle at dir, then
+// decodes forced[i][k] for every sequence i in one batch per step k, and
+// returns each sequence's logits after its prompt and after each step.
+func batchLogits(t *testing.T, dir string, opt runtime.Options, prompts, forced [][]int32) [][][]float32 {
+	t.Helper()
+	ctx := context.Background()
+	p, err := sequence.Open(dir, opt)
+	if err != nil {
+		t.Fatalf("open %s on %s: %v", dir, opt.Tier, err)
+	}
+	defer p.Close()
+	seqs := make([]*sequence.Sequence, len(prompts))
+	for i := range seqs {
+		if seqs[i], err = p.NewSequence(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.PrefillBatch(ctx, seqs, prompts); err != nil {
+		t.Fatalf("%s: prefill: %v", dir, err)
+	}
+	out := make([][][]float32, len(seqs))
+	keep := func() {
+		for i, s := range seqs {
+			out[i] = append(out[i], append([]float32(nil), s.Logits()...))
+		}
+	}
+	keep()
+	for k := range forced[0] {
+		toks := make([]int32, len(seqs))
+		for i := range seqs {
+			toks[i] = forced[i][k]
+		}
+		if err := p.DecodeBatch(ctx, seqs, toks); err != nil {
+			t.Fatalf("%s: decode %d: %v", dir, k, err)
+		}
+		keep()
+	}
+	return out
+}
+
+// TestWalkCollectives walks every variant of both ranks of a T-CUDA set
+// against a made-up address map (no GPU needed): each collective's
+// dispatch becomes a launch with Collective set, its blob carries the
+// one-shot kernel or names NCCL, an all-reduce covers the variant's rows of the model's width, the
+// logits' gather every slot's row of the vocabulary, and the attention
+// output's gather (heads of half a Q4_K block a rank) the variant's rows
+// of the heads' width.
+func TestWalkCollectives(t *testing.T) {
+	s := synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "model.gguf")
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set := filepath.Join(tmp, "tp2")
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
+		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		m, ok := x.Rank("cuda:sm_90", r)
+		if !ok {
+			t.Fatalf("no rank %d", r)
+		}
+		bd, err := bundle.Open(m.Path(set), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bd.Close()
+		for _, blob := range bd.Blobs {
+			family, _, _ := strings.Cut(blob.Name, ".")
+			if !kcuda.Collective(family) {
+				continue
+			}
+			// The one-shot kernel's PTX where this zrtc's archive has it,
+			// else the instance's name for NCCL.
+			code := string(blob.Code)
+			if !strings.HasPrefix(code, kcuda.NCCLBlobPrefix+blob.Name+"\x00") && !strings.Contains(code, ".entry "+kcuda.Entry(blob.Name)+"(") {
+				t.Errorf("rank %d: blob %s holds %.60q…, want the one-shot kernel's PTX or its name for NCCL", r, blob.Name, code)
+			}
+		}
+		mem := &cuda.Memory{}
+		fence := -1
+		for i, reg := range bd.Graph.Regions {
+			mem.Base = append(mem.Base, uint64(i+1)<<36)
+			mem.Size = append(mem.Size, uint64(reg.Bytes))
+			if reg.Name == kernels.RegionFence {
+				fence = i
+			}
+		}
+		maxSlots := bd.Graph.Hparams.MaxSlots
+		for vi := range bd.Graph.Variants {
+			v := &bd.Graph.Variants[vi]
+			ls, err := cuda.Walk(v, bd.Blobs, mem, fence)
+			if err != nil {
+				t.Fatalf("rank %d variant %d: %v", r, vi, err)
+			}
+			var reduces, logits, heads int
+			for _, l := range ls {
+				c := l.Collective
+				family, _, _ := strings.Cut(l.Name, ".")
+				if (c != nil) != kcuda.Collective(family) {
+					t.Fatalf("rank %d variant %d: %s with collective %+v", r, vi, l.Name, c)
+				}
+				switch {
+				case c == nil:
+				case !c.Gather:
+					reduces++
+					if c.Rows != int(v.Rows) || c.Cols != s.Embd {
+						t.Errorf("rank %d variant %s: all-reduce of %d × %d, want %d × %d", r, v.Key(), c.Rows, c.Cols, v.Rows, s.Embd)
+					}
+				case c.Cols == s.Vocab:
+					logits++
+					if !c.BySlot || c.SlotRows != maxSlots || c.Rows != int(v.Rows) || c.X != c.Y {
+						t.Errorf("rank %d variant %s: logits gather %+v, want the variant's %d rows by slot, the %d slots' through NCCL, in place", r, v.Key(), c, v.Rows, maxSlots)
+					}
+				default:
+					heads++
+					if c.Rows != int(v.Rows) || c.Cols != s.Embd || c.X == c.Y || c.BySlot {
+						t.Errorf("rank %d variant %s: gather of %d × %d, want the heads' %d × %d into another register", r, v.Key(), c.Rows, c.Cols, v.Rows, s.Embd)
+					}
+				}
+			}
+			// Each layer gathers its heads and sums its FFN's parts; the
+			// LM head's logits are gathered once.
+			if reduces != s.Layers || heads != s.Layers || logits != 1 {
+				t.Errorf("rank %d variant %s: %d all-reduces, %d head gathers, %d logits gathers; want %d, %d, 1", r, v.Key(), reduces, heads, logits, s.Layers, s.Layers)
+			}
+			// Run one-shot, every all-reduce takes in the residual add
+			// after it: the FFN's sum goes into the residual stream.
+			fused := cuda.OneShotForTest(ls)
+			if want := len(ls) - reduces; len(fused) != want {
+				t.Errorf("rank %d variant %s: %d launches with the adds taken in, want %d", r, v.Key(), len(fused), want)
+			}
+			for _, l := range fused {
+				if c := l.Collective; c != nil && !c.Gather && l.Params[len(l.Params)-1] == 0 {
+					t.Errorf("rank %d variant %s: an all-reduce without its residual", r, v.Key())
+				}
+			}
+		}
+	}
+}

@@ -658,35 +658,13 @@ func (t *Tier) graph(vi int) (*graph, error) {
 		t.graphs[oldest].exec.Destroy()
 		delete(t.graphs, oldest)
 	}
-	exec, err := t.capture(vi)
+	exec, err := t.stream.Capture(func() error { return t.record(vi) })
 	if err != nil {
 		return nil, err
 	}
 	g := &graph{exec: exec, lastUsed: t.clock}
 	t.graphs[vi] = g
 	return g, nil
-}
-
-// capture records variant vi on the stream into an executable graph.
-// Relaxed mode: the capturing goroutine is locked to its thread anyway,
-// and other CUDA users in the process must not be disturbed.
-func (t *Tier) capture(vi int) (driver.GraphExec, error) {
-	if err := t.stream.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := t.record(vi)
-	g, err := t.stream.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
 }
 
 func (t *Tier) record(vi int) error {

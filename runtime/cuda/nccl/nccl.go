@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
@@ -298,27 +297,14 @@ func (l *Library) check(call string, comm uintptr, r Result) error {
 	}
 	e := &Error{Call: call, Code: r, Text: "unknown NCCL error"}
 	if p := l.ncclGetErrorString(r); p != nil {
-		e.Text = cString(p)
+		e.Text = driver.GoString(p)
 	}
 	if l.ncclGetLastError != nil {
 		if p := l.ncclGetLastError(comm); p != nil {
-			e.Last = cString(p)
+			e.Last = driver.GoString(p)
 		}
 	}
 	return e
-}
-
-// cString copies a NUL-terminated C string NCCL owns.
-func cString(p *byte) string {
-	var b []byte
-	for i := uintptr(0); i < 4096; i++ {
-		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
 }
 
 // Comm is one rank's communicator.

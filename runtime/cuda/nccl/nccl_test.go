@@ -286,7 +286,7 @@ func TestCollectives(t *testing.T) {
 		if err := driver.MemcpyHtoD(b[r].x, bytesOf(x)); err != nil {
 			return err
 		}
-		exec, err := captured(rk, func() error { return rk.comm.AllReduceSum(b[r].x, b[r].x, count, Float32, rk.stream) })
+		exec, err := rk.stream.Capture(func() error { return rk.comm.AllReduceSum(b[r].x, b[r].x, count, Float32, rk.stream) })
 		if err != nil {
 			return err
 		}
@@ -316,27 +316,6 @@ func TestCollectives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// captured records what enqueue puts on the rank's stream into an
-// executable graph (relaxed capture, as T-CUDA's).
-func captured(rk *rank, enqueue func() error) (driver.GraphExec, error) {
-	if err := rk.stream.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := enqueue()
-	g, err := rk.stream.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
 }
 
 // TestAllReduceLatency measures NCCL's all-reduce of decode's message
@@ -395,7 +374,7 @@ func latency(rs []*rank, count int) (eager, graph time.Duration, err error) {
 		if err := driver.MemsetD8(bufs[r], 0, 4*count); err != nil {
 			return err
 		}
-		execs[r], err = captured(rk, func() error {
+		execs[r], err = rk.stream.Capture(func() error {
 			for range chain {
 				if err := rk.comm.AllReduceSum(bufs[r], bufs[r], count, Float32, rk.stream); err != nil {
 					return err

@@ -106,14 +106,7 @@ func TestTPShapes(t *testing.T) {
 			}
 			want := batchLogits(t, whole, runtime.Options{Tier: "cpu", Threads: 8}, prompts, forced)
 			set := filepath.Join(tmp, "tp2")
-			if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
-				Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
-				t.Fatal(err)
-			}
-			x, err := bundleset.Read(set)
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := buildTP2(t, model, set)
 			m, _ := x.Member("cuda:sm_90")
 			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto} {
 				opt := runtime.Options{Tier: "cuda"}
@@ -137,6 +130,21 @@ func TestTPShapes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildTP2 builds model's tensor-parallel set of two sm_90 ranks into set
+// and reads its index.
+func buildTP2(t *testing.T, model, set string) *bundleset.Index {
+	t.Helper()
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
+		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // batchLogits prefills prompts together through the bundle at dir, then
@@ -198,14 +206,7 @@ func TestWalkCollectives(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := filepath.Join(tmp, "tp2")
-	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
-		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
-		t.Fatal(err)
-	}
-	x, err := bundleset.Read(set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	x := buildTP2(t, model, set)
 	for r := range 2 {
 		m, ok := x.Rank("cuda:sm_90", r)
 		if !ok {

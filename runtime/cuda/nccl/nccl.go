@@ -392,23 +392,20 @@ func (l *Library) Group(enqueue func() error) error {
 }
 
 // Destroy frees the communicator once its enqueued work is done.
-func (c *Comm) Destroy() error {
-	if c.h == 0 {
-		return nil
-	}
-	err := c.lib.check("ncclCommDestroy", 0, c.lib.ncclCommDestroy(c.h))
-	c.h = 0
-	return err
-}
+func (c *Comm) Destroy() error { return c.free("ncclCommDestroy", c.lib.ncclCommDestroy) }
 
 // Abort frees the communicator at once, ending its pending work: for a
 // set one of whose ranks failed, whose peers would otherwise wait on the
 // GPU for it.
-func (c *Comm) Abort() error {
+func (c *Comm) Abort() error { return c.free("ncclCommAbort", c.lib.ncclCommAbort) }
+
+// free ends the communicator through fn, NCCL's call of that name, once:
+// a freed Comm's handle is 0.
+func (c *Comm) free(call string, fn func(uintptr) Result) error {
 	if c.h == 0 {
 		return nil
 	}
-	err := c.lib.check("ncclCommAbort", 0, c.lib.ncclCommAbort(c.h))
+	err := c.lib.check(call, 0, fn(c.h))
 	c.h = 0
 	return err
 }

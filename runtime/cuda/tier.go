@@ -585,18 +585,12 @@ func (t *Tier) Fetch(i int, off, n int64) error {
 	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) || t.regions[i].host == nil {
 		return fmt.Errorf("cuda: no host bytes [%d, %d) in region %d", off, off+n, i)
 	}
-	if n == 0 {
+	return t.regionCopy(i, off, int(n), func(p driver.DevPtr) error {
+		if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], p); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
 		return nil
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], t.regions[i].dev+driver.DevPtr(off)); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
-	}
-	return nil
+	})
 }
 
 // waitSpin and waitSpinMax bound how long wait polls without sleeping.

@@ -268,6 +268,22 @@ func fbits(x float32) uint32 { return math.Float32bits(x) }
 // krow is one row of a request table.
 type krow struct{ pos, slot, flags uint32 }
 
+// longPrompt is n rows of a long prompt in slot s at positions from on
+// (the flash-attention tile's rows).
+func longPrompt(slot, from, n int) []krow {
+	rows := make([]krow, n)
+	for i := range rows {
+		rows[i] = krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt}
+	}
+	return rows
+}
+
+// mixedTileRows is the prompts of three slots meeting inside a warp's 16
+// rows, with decode rows (no RowPrompt: flash_attn_rest's) among them.
+func mixedTileRows() []krow {
+	return append(append(append(append(longPrompt(0, 0, 21), longPrompt(1, 100, 50)...), krow{700, 2, 1}), longPrompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+}
+
 // ioTable builds a request table for rows, slots of maxPages pages each;
 // slot s's page j is page s*maxPages+j permuted by perm (nil: identity).
 func ioTable(rows []krow, slots, maxPages int, perm []int) []byte {
@@ -500,16 +516,8 @@ func TestKernelFlashAttnTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(7))
 	const nLayer, layer = 2, 1
-	prompt := func(slot, from, n int) []krow {
-		var rows []krow
-		for i := 0; i < n; i++ {
-			rows = append(rows, krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt})
-		}
-		return rows
-	}
-	long := prompt(1, 200, 70)
-	// Decode rows (no RowPrompt) among the prompts: flash_attn_rest's.
-	mixed := append(append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+	long := longPrompt(1, 200, 70)
+	mixed := mixedTileRows()
 	cases := []struct {
 		name       string
 		nHead, nKV int
@@ -520,8 +528,8 @@ func TestKernelFlashAttnTile(t *testing.T) {
 		{"long-64", 12, 4, 64, long},
 		{"mixed-128", 16, 8, 128, mixed},
 		{"mixed-64", 4, 4, 64, mixed},
-		{"deep-128", 16, 8, 128, prompt(1, 1500, 200)},
-		{"deep-64", 8, 2, 64, prompt(0, 1001, 130)},
+		{"deep-128", 16, 8, 128, longPrompt(1, 1500, 200)},
+		{"deep-64", 8, 2, 64, longPrompt(0, 1001, 130)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -382,15 +382,8 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(24))
 	const nLayer, layer = 2, 1
-	prompt := func(slot, from, n int) []krow {
-		var rows []krow
-		for i := range n {
-			rows = append(rows, krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt})
-		}
-		return rows
-	}
-	long := prompt(1, 200, 70)
-	mixed := append(append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+	long := longPrompt(1, 200, 70)
+	mixed := mixedTileRows()
 	for _, c := range []struct {
 		name       string
 		nHead, nKV int
@@ -403,8 +396,8 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 		{"mixed-rk128", 16, 8, 128, q8Layout(128, 64), mixed},
 		{"mixed-rk64-mha", 4, 4, 64, q8Layout(64, 64), mixed},
 		{"mixed-plain128", 8, 2, 128, q8Layout(0, 0), mixed},
-		{"deep-rk128", 16, 8, 128, q8Layout(128, 64), prompt(1, 1500, 200)},
-		{"deep-plain64", 8, 2, 64, q8Layout(0, 0), prompt(0, 1001, 130)},
+		{"deep-rk128", 16, 8, 128, q8Layout(128, 64), longPrompt(1, 1500, 200)},
+		{"deep-plain64", 8, 2, 64, q8Layout(0, 0), longPrompt(0, 1001, 130)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := g.with(t)

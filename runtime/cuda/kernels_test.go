@@ -263,10 +263,11 @@ func longPrompt(slot, from, n int) []krow {
 	return rows
 }
 
-// mixedTileRows is the prompts of three slots meeting inside a warp's 16
-// rows, with decode rows (no RowPrompt: flash_attn_rest's) among them.
-func mixedTileRows() []krow {
-	return append(append(append(append(longPrompt(0, 0, 21), longPrompt(1, 100, 50)...), krow{700, 2, 1}), longPrompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+// tileRows is the rows of the flash-attention tile's tests: one long
+// prompt, and the prompts of three slots meeting inside a warp's 16 rows
+// with decode rows (no RowPrompt: flash_attn_rest's) among them.
+func tileRows() (long, mixed []krow) {
+	return longPrompt(1, 200, 70), append(append(append(append(longPrompt(0, 0, 21), longPrompt(1, 100, 50)...), krow{700, 2, 1}), longPrompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
 }
 
 // ioTable builds a request table for rows, slots of maxPages pages each;
@@ -501,8 +502,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(7))
 	const nLayer, layer = 2, 1
-	long := longPrompt(1, 200, 70)
-	mixed := mixedTileRows()
+	long, mixed := tileRows()
 	cases := []struct {
 		name       string
 		nHead, nKV int

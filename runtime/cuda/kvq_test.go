@@ -383,8 +383,7 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(24))
 	const nLayer, layer = 2, 1
-	long := longPrompt(1, 200, 70)
-	mixed := mixedTileRows()
+	long, mixed := tileRows()
 	for _, c := range []struct {
 		name       string
 		nHead, nKV int

@@ -218,6 +218,21 @@ func (g *kgpu) launch(m driver.Module, instance string, shape kcuda.Launch, vals
 	}
 }
 
+// matchCPU runs instance on the GPU and on T-CPU (vsCPU) and holds buffer
+// out of the GPU's result to T-CPU's within tol.
+func (g *kgpu) matchCPU(instance string, bufs [][]byte, push, spec []uint32, rows, out int, tol float64) {
+	g.t.Helper()
+	got, want := g.vsCPU(instance, bufs, push, spec, rows)
+	compareF32(g.t, instance, got[out], want[out], tol)
+}
+
+// vsCPU runs instance on the GPU (run) and T-CPU's kernel of the name
+// (cpuRun) over copies of the same buffers and returns both results.
+func (g *kgpu) vsCPU(instance string, bufs [][]byte, push, spec []uint32, rows int) (got, want [][]byte) {
+	g.t.Helper()
+	return g.run(instance, bufs, push, spec, rows), cpuRun(g.t, instance, bufs, push, spec)
+}
+
 // cpuRun runs T-CPU's kernel on copies of bufs and returns them.
 func cpuRun(t *testing.T, instance string, bufs [][]byte, push, spec []uint32) [][]byte {
 	t.Helper()
@@ -336,9 +351,7 @@ func TestKernelGeglu(t *testing.T) {
 	y := make([]float32, rows*cols)
 	bufs := [][]byte{lebin.Float32Bytes(gate), lebin.Float32Bytes(up), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push := []uint32{uint32(cols)}
-	got := g.run("geglu", bufs, push, nil, rows)
-	want := cpuRun(t, "geglu", bufs, push, nil)
-	compareF32(t, "geglu", got[3], want[3], 1e-6)
+	g.matchCPU("geglu", bufs, push, nil, rows, 3, 1e-6)
 }
 
 func TestKernelScale(t *testing.T) {
@@ -348,9 +361,7 @@ func TestKernelScale(t *testing.T) {
 	x := randF32(rng, (rows+1)*cols, -5, 5) // one row past the active ones stays
 	bufs := [][]byte{lebin.Float32Bytes(x), ioTable(make([]krow, rows), rows, 1, nil)}
 	push, spec := []uint32{uint32(cols)}, []uint32{fbits(float32(math.Sqrt(2304)))}
-	got := g.run("scale", bufs, push, spec, rows)
-	want := cpuRun(t, "scale", bufs, push, spec)
-	compareF32(t, "scale", got[0], want[0], 0)
+	g.matchCPU("scale", bufs, push, spec, rows, 0, 0)
 }
 
 func TestKernelLogitSoftcap(t *testing.T) {
@@ -361,9 +372,7 @@ func TestKernelLogitSoftcap(t *testing.T) {
 	rows := []krow{{0, 2, 0}, {5, 1, kernels.RowWantsLogits}, {9, 3, kernels.RowWantsLogits}}
 	bufs := [][]byte{lebin.Float32Bytes(logits), ioTable(rows, slots, 1, nil)}
 	push, spec := []uint32{uint32(nv)}, []uint32{fbits(30)}
-	got := g.run("logit_softcap", bufs, push, spec, len(rows))
-	want := cpuRun(t, "logit_softcap", bufs, push, spec)
-	compareF32(t, "logit_softcap", got[0], want[0], 1e-6)
+	g.matchCPU("logit_softcap", bufs, push, spec, len(rows), 0, 1e-6)
 }
 
 func TestKernelAttnTemp(t *testing.T) {
@@ -375,9 +384,7 @@ func TestKernelAttnTemp(t *testing.T) {
 	for _, floor := range []uint32{4, 8192} {
 		bufs := [][]byte{lebin.Float32Bytes(x), ioTable(rows, 4, 1, nil)}
 		push, spec := []uint32{uint32(cols)}, []uint32{fbits(0.1), floor}
-		got := g.run("attn_temp", bufs, push, spec, len(rows))
-		want := cpuRun(t, "attn_temp", bufs, push, spec)
-		compareF32(t, "attn_temp", got[0], want[0], 1e-6)
+		g.matchCPU("attn_temp", bufs, push, spec, len(rows), 0, 1e-6)
 	}
 }
 
@@ -406,8 +413,7 @@ func TestKernelRopeExtYaRN(t *testing.T) {
 		bufs := [][]byte{lebin.Float32Bytes(x), fb, ioTable(rows, 3, 1, nil)}
 		push := []uint32{uint32(nHead), uint32(hd)}
 		spec := []uint32{uint32(nRot), c.neox, fbits(10000), fbits(c.fscale), fbits(c.attn), fbits(c.ext), fbits(c.lo), fbits(c.hi)}
-		got := g.run("rope_ext", bufs, push, spec, len(rows))
-		want := cpuRun(t, "rope_ext", bufs, push, spec)
+		got, want := g.vsCPU("rope_ext", bufs, push, spec, len(rows))
 		compareF32(t, "rope_ext "+c.name, got[0], want[0], 1e-5)
 	}
 }
@@ -470,8 +476,7 @@ func TestKernelFlashAttnExt(t *testing.T) {
 			bufs := [][]byte{lebin.Float32Bytes(q), kv, sinks, io, lebin.Float32Bytes(y)}
 			push := []uint32{layer}
 			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale), fbits(c.softcap), c.window}
-			got := g.run("flash_attn_ext", bufs, push, spec, len(c.rows))
-			want := cpuRun(t, "flash_attn_ext", bufs, push, spec)
+			got, want := g.vsCPU("flash_attn_ext", bufs, push, spec, len(c.rows))
 			// T-CUDA attends in F32, T-CPU with ggml's F16 accumulator on
 			// short steps (decode, mixed): outputs (averages of values in
 			// ±1) agree to a few 1e-3 (measured on an H200: 6e-3 worst,
@@ -523,8 +528,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 				t.Fatalf("launch %+v, %v: want the tile entry", l, err)
 			}
 			bufs, push, spec := faInputs(t, rng, nLayer, layer, c.nHead, c.nKV, c.hd, c.rows)
-			got := g.run("flash_attn", bufs, push, spec, len(c.rows))
-			want := cpuRun(t, "flash_attn", bufs, push, spec)
+			got, want := g.vsCPU("flash_attn", bufs, push, spec, len(c.rows))
 			// Q and P rounded to F16 for the tensor cores: outputs
 			// (averages of values in ±1) agree to a few 1e-3.
 			compareF32(t, "flash_attn tile "+c.name, got[3], want[3], 1e-2)
@@ -696,9 +700,7 @@ func TestKernelMoeAddBias(t *testing.T) {
 	b := randF32(rng, nExp*f, -1, 1)
 	bufs := [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(b), kroutes(rng, rows+1, nUsed, nExp), ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(f), uint32(nUsed)}
-	got := g.run("moe_add_bias", bufs, push, nil, rows)
-	want := cpuRun(t, "moe_add_bias", bufs, push, nil)
-	compareF32(t, "moe_add_bias", got[0], want[0], 0)
+	g.matchCPU("moe_add_bias", bufs, push, nil, rows, 0, 0)
 }
 
 func TestKernelSwigluOAI(t *testing.T) {
@@ -711,9 +713,7 @@ func TestKernelSwigluOAI(t *testing.T) {
 	y := make([]float32, rows*cols)
 	bufs := [][]byte{lebin.Float32Bytes(gate), lebin.Float32Bytes(up), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push, spec := []uint32{uint32(cols)}, []uint32{fbits(1.702), fbits(7)}
-	got := g.run("swiglu_oai", bufs, push, spec, rows)
-	want := cpuRun(t, "swiglu_oai", bufs, push, spec)
-	compareF32(t, "swiglu_oai", got[3], want[3], 1e-6)
+	g.matchCPU("swiglu_oai", bufs, push, spec, rows, 3, 1e-6)
 }
 
 // TestKernelMoeGateTopK holds the router to T-CPU for both gatings, with
@@ -735,8 +735,8 @@ func TestKernelMoeGateTopK(t *testing.T) {
 			inst := kernels.InstanceName(mustLookup(t, "moe_gate_topk"), typ)
 			bufs := [][]byte{lebin.Float32Bytes(x), w, c.bias, ioTable(make([]krow, rows), rows, 1, nil), make([]byte, 8*rows*nUsed)}
 			push := []uint32{uint32(k), uint32(nExp), uint32(nUsed), c.norm, c.gating}
-			got := g.run(inst, bufs, push, nil, rows)[4]
-			want := cpuRun(t, inst, bufs, push, nil)[4]
+			gotBufs, wantBufs := g.vsCPU(inst, bufs, push, nil, rows)
+			got, want := gotBufs[4], wantBufs[4]
 			what := inst + " " + c.name
 			for i := 0; i < rows*nUsed; i++ {
 				ge, we := binary.LittleEndian.Uint32(got[8*i:]), binary.LittleEndian.Uint32(want[8*i:])
@@ -778,8 +778,7 @@ func TestKernelMoeDownAcc(t *testing.T) {
 			inst := kernels.InstanceName(mustLookup(t, "moe_down_acc"), typ)
 			bufs := [][]byte{lebin.Float32Bytes(h), w, bias, rt, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 			push := []uint32{uint32(f), uint32(n), uint32(nUsed)}
-			got := g.run(inst, bufs, push, nil, rows)
-			want := cpuRun(t, inst, bufs, push, nil)
+			got, want := g.vsCPU(inst, bufs, push, nil, rows)
 			what := inst
 			if bias != nil {
 				what += " bias"
@@ -805,8 +804,7 @@ func TestKernelMXFP4(t *testing.T) {
 	cols := k
 	y := make([]float32, rows*cols)
 	bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
-	got := g.run(inst("embed"), bufs, []uint32{uint32(cols)}, nil, rows)
-	want := cpuRun(t, inst("embed"), bufs, []uint32{uint32(cols)}, nil)
+	got, want := g.vsCPU(inst("embed"), bufs, []uint32{uint32(cols)}, nil, rows)
 	compareF32(t, "embed.mxfp4", got[2], want[2], 0)
 
 	w[0], w[17], w[34] = 127, 126, 128
@@ -816,8 +814,7 @@ func TestKernelMXFP4(t *testing.T) {
 		out := make([]float32, r*n)
 		bufs := [][]byte{lebin.Float32Bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), lebin.Float32Bytes(out)}
 		push := []uint32{uint32(k), uint32(n)}
-		got := g.run(inst("matmul"), bufs, push, nil, r)
-		want := cpuRun(t, inst("matmul"), bufs, push, nil)
+		got, want := g.vsCPU(inst("matmul"), bufs, push, nil, r)
 		compareF32(t, "matmul.mxfp4", got[4], want[4], 1e-4)
 	}
 	lrows := []krow{{0, 1, kernels.RowWantsLogits}, {1, 0, 0}, {2, 2, kernels.RowWantsLogits}}
@@ -858,8 +855,7 @@ func TestKernelIQuants(t *testing.T) {
 
 		y := make([]float32, rows*k)
 		bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
-		got := g.run(inst("embed"), bufs, []uint32{uint32(k)}, nil, rows)
-		want := cpuRun(t, inst("embed"), bufs, []uint32{uint32(k)}, nil)
+		got, want := g.vsCPU(inst("embed"), bufs, []uint32{uint32(k)}, nil, rows)
 		compareF32(t, "embed."+name, got[2], want[2], 0)
 
 		for _, r := range []int{1, rows} {
@@ -868,8 +864,7 @@ func TestKernelIQuants(t *testing.T) {
 			out := make([]float32, r*n)
 			bufs := [][]byte{lebin.Float32Bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), lebin.Float32Bytes(out)}
 			push := []uint32{uint32(k), uint32(n)}
-			got := g.run(inst("matmul"), bufs, push, nil, r)
-			want := cpuRun(t, inst("matmul"), bufs, push, nil)
+			got, want := g.vsCPU(inst("matmul"), bufs, push, nil, r)
 			compareF32(t, "matmul."+name, got[4], want[4], 1e-4)
 		}
 		lrows := []krow{{0, 1, kernels.RowWantsLogits}, {1, 0, 0}, {2, 2, kernels.RowWantsLogits}}
@@ -1047,8 +1042,7 @@ func TestKernelGDNGates(t *testing.T) {
 	bufs := [][]byte{lebin.Float32Bytes(alpha), lebin.Float32Bytes(beta), lebin.Float32Bytes(randF32(rng, heads, -2, 2)), lebin.Float32Bytes(randF32(rng, heads, -1, 0)),
 		ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(heads)}
-	got := g.run("gdn_gates", bufs, push, nil, rows)
-	want := cpuRun(t, "gdn_gates", bufs, push, nil)
+	got, want := g.vsCPU("gdn_gates", bufs, push, nil, rows)
 	compareF32(t, "gdn_gates alpha", got[0], want[0], 1e-6)
 	compareF32(t, "gdn_gates beta", got[1], want[1], 1e-6)
 }
@@ -1092,8 +1086,7 @@ func TestKernelRMSNormGated(t *testing.T) {
 		y := make([]float32, rows*c.cols)
 		bufs := [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(w), lebin.Float32Bytes(z), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 		push, spec := []uint32{uint32(c.cols), uint32(c.group)}, []uint32{fbits(1e-6)}
-		got := g.run("rms_norm_gated", bufs, push, spec, rows)
-		want := cpuRun(t, "rms_norm_gated", bufs, push, spec)
+		got, want := g.vsCPU("rms_norm_gated", bufs, push, spec, rows)
 		compareF32(t, fmt.Sprintf("rms_norm_gated group %d", c.group), got[4], want[4], 1e-5)
 	}
 }
@@ -1106,8 +1099,7 @@ func TestKernelSplitHalves(t *testing.T) {
 	a, b := randF32(rng, (rows+1)*heads*width, -1, 1), randF32(rng, (rows+1)*heads*width, -1, 1) // a row past the active ones stays
 	bufs := [][]byte{lebin.Float32Bytes(x), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(a), lebin.Float32Bytes(b)}
 	push := []uint32{uint32(heads), uint32(width)}
-	got := g.run("split_halves", bufs, push, nil, rows)
-	want := cpuRun(t, "split_halves", bufs, push, nil)
+	got, want := g.vsCPU("split_halves", bufs, push, nil, rows)
 	compareF32(t, "split_halves a", got[2], want[2], 0)
 	compareF32(t, "split_halves b", got[3], want[3], 0)
 }
@@ -1120,9 +1112,7 @@ func TestKernelMulSigmoid(t *testing.T) {
 	gt := randF32(rng, (rows+1)*cols, -20, 20)
 	bufs := [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(gt), ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(cols)}
-	got := g.run("mul_sigmoid", bufs, push, nil, rows)
-	want := cpuRun(t, "mul_sigmoid", bufs, push, nil)
-	compareF32(t, "mul_sigmoid", got[0], want[0], 1e-6)
+	g.matchCPU("mul_sigmoid", bufs, push, nil, rows, 0, 1e-6)
 }
 
 func TestKernelCopyCols(t *testing.T) {
@@ -1133,9 +1123,7 @@ func TestKernelCopyCols(t *testing.T) {
 	y := randF32(rng, (rows+1)*cols, -1, 1) // a row past the active ones stays
 	bufs := [][]byte{lebin.Float32Bytes(x), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push, spec := []uint32{uint32(cols), uint32(off)}, []uint32{uint32(stride)}
-	got := g.run("copy_cols", bufs, push, spec, rows)
-	want := cpuRun(t, "copy_cols", bufs, push, spec)
-	compareF32(t, "copy_cols", got[2], want[2], 0)
+	g.matchCPU("copy_cols", bufs, push, spec, rows, 2, 0)
 }
 
 // rms_norm without a weight (Gemma 4's V norm) is the weighted kernel
@@ -1148,8 +1136,7 @@ func TestKernelRMSNormUnweighted(t *testing.T) {
 	y := make([]float32, rows*cols)
 	bufs := [][]byte{lebin.Float32Bytes(x), nil, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push, spec := []uint32{uint32(cols), uint32(group)}, []uint32{fbits(1e-6)}
-	got := g.run("rms_norm", bufs, push, spec, rows)
-	want := cpuRun(t, "rms_norm", bufs, push, spec)
+	got, want := g.vsCPU("rms_norm", bufs, push, spec, rows)
 	compareF32(t, "rms_norm unweighted", got[3], want[3], 1e-5)
 }
 
@@ -1161,12 +1148,8 @@ func TestKernelZeroMulVec(t *testing.T) {
 	w := randF32(rng, cols, -2, 2)
 	io := ioTable(make([]krow, rows), rows, 1, nil)
 	push := []uint32{uint32(cols)}
-	got := g.run("mul_vec", [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(w), io}, push, nil, rows)
-	want := cpuRun(t, "mul_vec", [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(w), io}, push, nil)
-	compareF32(t, "mul_vec", got[0], want[0], 0)
-	got = g.run("zero", [][]byte{lebin.Float32Bytes(x), io}, push, nil, rows)
-	want = cpuRun(t, "zero", [][]byte{lebin.Float32Bytes(x), io}, push, nil)
-	compareF32(t, "zero", got[0], want[0], 0)
+	g.matchCPU("mul_vec", [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(w), io}, push, nil, rows, 0, 0)
+	g.matchCPU("zero", [][]byte{lebin.Float32Bytes(x), io}, push, nil, rows, 0, 0)
 }
 
 func TestKernelMoeRouteScale(t *testing.T) {
@@ -1181,8 +1164,7 @@ func TestKernelMoeRouteScale(t *testing.T) {
 	s := randF32(rng, nExpert, 0.5, 2)
 	bufs := [][]byte{route, lebin.Float32Bytes(s), ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(nUsed)}
-	got := g.run("moe_route_scale", bufs, push, nil, rows)
-	want := cpuRun(t, "moe_route_scale", bufs, push, nil)
+	got, want := g.vsCPU("moe_route_scale", bufs, push, nil, rows)
 	if !bytes.Equal(got[0], want[0]) {
 		t.Errorf("moe_route_scale: routes differ")
 	}

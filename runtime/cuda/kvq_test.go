@@ -174,8 +174,7 @@ func TestKernelQ8KVWrite(t *testing.T) {
 			bufs := [][]byte{lebin.Float32Bytes(k), lebin.Float32Bytes(v), io, kv}
 			push, spec := []uint32{layer, uint32(c.kvDim)}, []uint32{nLayer}
 			inst := kvInstance(t, "kv_write", c.kv)
-			got := g.run(inst, bufs, push, spec, rows)
-			want := cpuRun(t, inst, bufs, push, spec)
+			got, want := g.vsCPU(inst, bufs, push, spec, rows)
 			compareQ8Cache(t, inst, lay, layer, nPages, got[3], want[3], true)
 		})
 	}
@@ -236,8 +235,7 @@ func TestKernelQ8KVRopeWrite(t *testing.T) {
 				}
 				push := []uint32{layer}
 				inst := kvInstance(t, family, c.kv)
-				got := g.run(inst, bufs, push, spec, len(rows))
-				want := cpuRun(t, inst, bufs, push, spec)
+				got, want := g.vsCPU(inst, bufs, push, spec, len(rows))
 				compareF32(t, inst+" q", got[qi], want[qi], 1e-5)
 				compareQ8Cache(t, inst, lay, layer, nPages, got[kvi], want[kvi], false)
 			})
@@ -350,8 +348,7 @@ func TestKernelQ8KVAttention(t *testing.T) {
 			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale), fbits(c.softcap), c.window}
 			ext := kvInstance(t, "flash_attn_ext", c.kv)
 			bufs := [][]byte{lebin.Float32Bytes(q), kv, sinks, io, lebin.Float32Bytes(y)}
-			got := g.run(ext, bufs, push, spec, len(c.rows))
-			want := cpuRun(t, ext, bufs, push, spec)
+			got, want := g.vsCPU(ext, bufs, push, spec, len(c.rows))
 			compareF32(t, ext+" "+c.name, got[4], want[4], q8AttnTolerance)
 			if c.softcap == 0 && c.window == 0 && !c.sinks {
 				// flash_attn: the same body, unless a prefill step takes
@@ -420,8 +417,7 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -1, 1)
 			y := make([]float32, len(c.rows)*c.nHead*c.hd)
 			bufs := [][]byte{lebin.Float32Bytes(q), kv, ioTable(c.rows, slots, maxPages, perm), lebin.Float32Bytes(y)}
-			got := g.run(inst, bufs, push, spec, len(c.rows))
-			want := cpuRun(t, inst, bufs, push, spec)
+			got, want := g.vsCPU(inst, bufs, push, spec, len(c.rows))
 			compareF32(t, inst+" tile "+c.name, got[3], want[3], 1e-2)
 			one := g.with(t) // the blocks of a launch of many (TestKernelFlashAttnTile)
 			one.threads = 128

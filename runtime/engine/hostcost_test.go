@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zrtdev/zrt/format/gguf"
-	"github.com/zrtdev/zrt/format/vocab"
 	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -134,16 +132,7 @@ func qwenTokenizer(tb testing.TB) *tokenizer.Tokenizer {
 	if _, err := os.Stat(path); err != nil {
 		tb.Skipf("shared model %s not available: %v", path, err)
 	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	v, err := vocab.FromGGUF(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tok, err := tokenizer.New(v)
+	tok, err := tokenizer.FromGGUF(path)
 	if err != nil {
 		tb.Fatal(err)
 	}

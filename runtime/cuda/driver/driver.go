@@ -269,11 +269,19 @@ func Probe() (Info, error) {
 	if err := check("cuDriverGetVersion", api.cuDriverGetVersion(&v)); err != nil {
 		return info, err
 	}
-	d, err := GetDevice(0)
+	info, err := Describe(0)
+	info.Devices, info.DriverVersion = int(n), int(v)
+	return info, err
+}
+
+// Describe returns device ordinal i's name, compute capability and
+// memory (Info's fields of a device; the driver is loaded).
+func Describe(i int) (Info, error) {
+	var info Info
+	d, err := GetDevice(i)
 	if err != nil {
 		return info, err
 	}
-	info.Devices, info.DriverVersion = int(n), int(v)
 	if info.Name, err = d.Name(); err != nil {
 		return info, err
 	}

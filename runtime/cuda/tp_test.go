@@ -16,6 +16,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/conformance"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
@@ -92,14 +93,7 @@ func TestTPShapes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			b, err := synth.Write(c.shape)
-			if err != nil {
-				t.Fatal(err)
-			}
-			model := filepath.Join(tmp, "model.gguf")
-			if err := os.WriteFile(model, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			model := testmodel.Write(t, tmp, "model.gguf", c.shape)
 			whole := filepath.Join(tmp, "whole")
 			if err := compiler.Compile(context.Background(), model, whole, compiler.Options{Target: "cpu"}); err != nil {
 				t.Fatal(err)
@@ -196,15 +190,8 @@ func batchLogits(t *testing.T, dir string, opt runtime.Options, prompts, forced 
 // of the heads' width.
 func TestWalkCollectives(t *testing.T) {
 	s := synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	model := filepath.Join(tmp, "model.gguf")
-	if err := os.WriteFile(model, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, tmp, "model.gguf", s)
 	set := filepath.Join(tmp, "tp2")
 	x := buildTP2(t, model, set)
 	for r := range 2 {

@@ -58,17 +58,25 @@ func allRanks(rs []*peerRank, fn func(p *peerRank) error) error {
 	return nil
 }
 
-// peerRanks sets up n ranks with exchanges of slotBytes, connected, or
-// skips: without n GPUs that reach each other, NCCL, or the kernels' PTX.
-func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
+// needDevices skips the test unless n CUDA devices are here, and
+// describes device 0.
+func needDevices(t *testing.T, n int) driver.Info {
 	t.Helper()
 	info, err := driver.Probe()
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	if info.Devices < n {
-		t.Skipf("%d GPU(s), the test needs %d", info.Devices, n)
+		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
 	}
+	return info
+}
+
+// peerRanks sets up n ranks with exchanges of slotBytes, connected, or
+// skips: without n GPUs that reach each other, NCCL, or the kernels' PTX.
+func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
+	t.Helper()
+	info := needDevices(t, n)
 	arch := "sm_80"
 	if info.Major >= 9 {
 		arch = "sm_90"

@@ -21,7 +21,6 @@ import (
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda"
-	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/cuda/nccl"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -29,13 +28,7 @@ import (
 // needGPUs skips the test unless n CUDA devices and NCCL are here.
 func needGPUs(t *testing.T, n int) {
 	t.Helper()
-	info, err := driver.Probe()
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	if info.Devices < n {
-		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
-	}
+	info := cuda.NeedDevices(t, n)
 	lib, err := nccl.Open(nccl.Options{})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)

@@ -13,3 +13,6 @@ func OneShotForTest(ls []Launch) []Launch {
 	}
 	return fuseResiduals(ls)
 }
+
+// NeedDevices is needDevices for the package's external tests.
+var NeedDevices = needDevices

@@ -30,8 +30,7 @@ func TestMaskedGreedy(t *testing.T) {
 		key, _ := p.Key(runtime.Decode, rows)
 		b := runtime.Batch{Key: key}
 		for s := range rows {
-			b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
-			r := runtime.Row{Slot: s, Pos: step, Token: int32(rng.IntN(nv)), Logits: true}
+			r := decodeRow(&b, s, step, int32(rng.IntN(nv)))
 			switch (step + s) % 4 {
 			case 1: // a sparse mask
 				r.Mask = make([]uint64, (nv+63)/64)
@@ -54,16 +53,7 @@ func TestMaskedGreedy(t *testing.T) {
 		if err := p.Step(ctx, b); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range b.Rows {
-			logits := p.Logits(r.Slot, nil)
-			want := sample.Argmax(logits)
-			if r.Mask != nil {
-				want = sample.MaskedArgmax(logits, r.Mask)
-			}
-			if got := p.Greedy(r.Slot); got != want {
-				t.Errorf("step %d slot %d (mask %v): greedy %d, want %d", step, r.Slot, r.Mask != nil, got, want)
-			}
-		}
+		checkGreedy(t, p, b, step)
 	}
 }
 
@@ -82,8 +72,7 @@ func TestMaskedGreedyLate(t *testing.T) {
 		b := runtime.Batch{Key: key}
 		want := make([][]uint64, 4) // each row's mask as it will be
 		for s := range 4 {
-			b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
-			r := runtime.Row{Slot: s, Pos: step, Token: int32(rng.IntN(nv)), Logits: true}
+			r := decodeRow(&b, s, step, int32(rng.IntN(nv)))
 			if (step+s)%3 != 0 {
 				r.Mask = make([]uint64, (nv+63)/64) // clear until written
 				want[s] = make([]uint64, len(r.Mask))
@@ -112,15 +101,29 @@ func TestMaskedGreedyLate(t *testing.T) {
 		if calls != 1 {
 			t.Errorf("step %d: MasksReady called %d times, want 1", step, calls)
 		}
-		for _, r := range b.Rows {
-			logits := p.Logits(r.Slot, nil)
-			want := sample.Argmax(logits)
-			if r.Mask != nil {
-				want = sample.MaskedArgmax(logits, r.Mask)
-			}
-			if got := p.Greedy(r.Slot); got != want {
-				t.Errorf("step %d slot %d (mask %v): greedy %d, want %d", step, r.Slot, r.Mask != nil, got, want)
-			}
+		checkGreedy(t, p, b, step)
+	}
+}
+
+// decodeRow gives slot s of b its own page and returns the slot's decode
+// row at pos, taking tok and wanting logits.
+func decodeRow(b *runtime.Batch, s, pos int, tok int32) runtime.Row {
+	b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
+	return runtime.Row{Slot: s, Pos: pos, Token: tok, Logits: true}
+}
+
+// checkGreedy holds the device's greedy token of every row of step b to
+// the host's argmax of the row's logits, masked where the row has a mask.
+func checkGreedy(t *testing.T, p *runtime.Program, b runtime.Batch, step int) {
+	t.Helper()
+	for _, r := range b.Rows {
+		logits := p.Logits(r.Slot, nil)
+		want := sample.Argmax(logits)
+		if r.Mask != nil {
+			want = sample.MaskedArgmax(logits, r.Mask)
+		}
+		if got := p.Greedy(r.Slot); got != want {
+			t.Errorf("step %d slot %d (mask %v): greedy %d, want %d", step, r.Slot, r.Mask != nil, got, want)
 		}
 	}
 }

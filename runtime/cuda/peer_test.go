@@ -58,17 +58,25 @@ func allRanks(rs []*peerRank, fn func(p *peerRank) error) error {
 	return nil
 }
 
-// peerRanks sets up n ranks with exchanges of slotBytes, connected, or
-// skips: without n GPUs that reach each other, NCCL, or the kernels' PTX.
-func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
+// needDevices skips the test unless n CUDA devices are here, and
+// describes device 0.
+func needDevices(t *testing.T, n int) driver.Info {
 	t.Helper()
 	info, err := driver.Probe()
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	if info.Devices < n {
-		t.Skipf("%d GPU(s), the test needs %d", info.Devices, n)
+		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
 	}
+	return info
+}
+
+// peerRanks sets up n ranks with exchanges of slotBytes, connected, or
+// skips: without n GPUs that reach each other, NCCL, or the kernels' PTX.
+func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
+	t.Helper()
+	info := needDevices(t, n)
 	arch := "sm_80"
 	if info.Major >= 9 {
 		arch = "sm_90"
@@ -240,27 +248,6 @@ func download(p driver.DevPtr, n int) ([]float32, error) {
 	return v, nil
 }
 
-// capture records enqueue on the rank's stream into an executable graph.
-func (p *peerRank) capture(enqueue func() error) (driver.GraphExec, error) {
-	s := p.t.stream
-	if err := s.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := enqueue()
-	g, err := s.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
-}
-
 // TestPeerCollectives runs the one-shot kernels on 2, 4 or 8 GPUs (as
 // many as are here) inside captured graphs replayed several times (the epochs advance,
 // the halves alternate) and checks every value, small integers being
@@ -307,7 +294,7 @@ func TestPeerCollectives(t *testing.T) {
 			return err
 		}
 		defer driver.MemFree(rd)
-		exec, err := p.capture(func() error { return p.allReduce(xd, io, cols, rd) })
+		exec, err := p.t.stream.Capture(func() error { return p.allReduce(xd, io, cols, rd) })
 		if err != nil {
 			return err
 		}
@@ -365,7 +352,7 @@ func TestPeerCollectives(t *testing.T) {
 			return err
 		}
 		defer driver.MemFree(gio)
-		gexec, err := p.capture(func() error {
+		gexec, err := p.t.stream.Capture(func() error {
 			return p.allGather(ld, gio, ld, vocab, true)
 		})
 		if err != nil {
@@ -546,7 +533,7 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 		if ios[p.rank], err = ioTable(make([][2]uint32, 1)); err != nil {
 			return err
 		}
-		if ncclExec[p.rank], err = p.capture(func() error {
+		if ncclExec[p.rank], err = p.t.stream.Capture(func() error {
 			for range chain {
 				if err := p.comm.AllReduceSum(xs[p.rank], xs[p.rank], cols, nccl.Float32, p.t.stream); err != nil {
 					return err
@@ -556,7 +543,7 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 		}); err != nil {
 			return err
 		}
-		if peerExec[p.rank], err = p.capture(func() error {
+		if peerExec[p.rank], err = p.t.stream.Capture(func() error {
 			for range chain {
 				if err := p.allReduce(xs[p.rank], ios[p.rank], cols, 0); err != nil {
 					return err
@@ -566,7 +553,7 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 		}); err != nil {
 			return err
 		}
-		aloneExec[p.rank], err = p.capture(func() error {
+		aloneExec[p.rank], err = p.t.stream.Capture(func() error {
 			l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
 				Params: []uint64{uint64(xs[p.rank]), uint64(ios[p.rank]), uint64(cols), uint64(alone[p.rank].desc), 0}}
 			for range chain {

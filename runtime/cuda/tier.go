@@ -536,24 +536,15 @@ func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
 // device into dst, after everything queued on the tier's stream (the
 // prefix cache's host tier reads KV pages so, between replays).
 func (t *Tier) CopyFromRegion(i int, off int64, dst []byte) error {
-	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(dst)) > int64(t.regions[i].size) {
-		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(len(dst)), i)
-	}
-	if len(dst) == 0 {
+	return t.regionCopy(i, off, len(dst), func(p driver.DevPtr) error {
+		if err := driver.MemcpyDtoHAsync(dst, p, t.stream); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
+		if err := t.stream.Synchronize(); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
 		return nil
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	if err := driver.MemcpyDtoHAsync(dst, t.regions[i].dev+driver.DevPtr(off), t.stream); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
-	}
-	if err := t.stream.Synchronize(); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
-	}
-	return nil
+	})
 }
 
 // CopyToRegion queues a copy of src into region i at off on the tier's
@@ -562,28 +553,20 @@ func (t *Tier) CopyFromRegion(i int, off int64, dst []byte) error {
 // return: a copy from pageable memory returns once the driver has staged
 // it.
 func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
-	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(src)) > int64(t.regions[i].size) {
-		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(len(src)), i)
-	}
-	if len(src) == 0 {
+	return t.regionCopy(i, off, len(src), func(p driver.DevPtr) error {
+		if err := driver.MemcpyHtoDAsync(p, src, t.stream); err != nil {
+			return fmt.Errorf("cuda: writing region %d: %w", i, err)
+		}
 		return nil
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	if err := driver.MemcpyHtoDAsync(t.regions[i].dev+driver.DevPtr(off), src, t.stream); err != nil {
-		return fmt.Errorf("cuda: writing region %d: %w", i, err)
-	}
-	return nil
+	})
 }
 
-// Fetch brings bytes [off, off+n) of region i's host view up to date
-// with the device (the logits, which Run leaves on the device).
-func (t *Tier) Fetch(i int, off, n int64) error {
-	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) || t.regions[i].host == nil {
-		return fmt.Errorf("cuda: no host bytes [%d, %d) in region %d", off, off+n, i)
+// regionCopy checks that the n bytes at off lie in region i and, unless n
+// is 0, runs do on the device address of the first of them, on this
+// thread with the tier's context current.
+func (t *Tier) regionCopy(i int, off int64, n int, do func(p driver.DevPtr) error) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(n) > int64(t.regions[i].size) {
+		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(n), i)
 	}
 	if n == 0 {
 		return nil
@@ -593,10 +576,21 @@ func (t *Tier) Fetch(i int, off, n int64) error {
 	if err := t.ctx.SetCurrent(); err != nil {
 		return err
 	}
-	if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], t.regions[i].dev+driver.DevPtr(off)); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
+	return do(t.regions[i].dev + driver.DevPtr(off))
+}
+
+// Fetch brings bytes [off, off+n) of region i's host view up to date
+// with the device (the logits, which Run leaves on the device).
+func (t *Tier) Fetch(i int, off, n int64) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) || t.regions[i].host == nil {
+		return fmt.Errorf("cuda: no host bytes [%d, %d) in region %d", off, off+n, i)
 	}
-	return nil
+	return t.regionCopy(i, off, int(n), func(p driver.DevPtr) error {
+		if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], p); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
+		return nil
+	})
 }
 
 // waitSpin and waitSpinMax bound how long wait polls without sleeping.
@@ -658,35 +652,13 @@ func (t *Tier) graph(vi int) (*graph, error) {
 		t.graphs[oldest].exec.Destroy()
 		delete(t.graphs, oldest)
 	}
-	exec, err := t.capture(vi)
+	exec, err := t.stream.Capture(func() error { return t.record(vi) })
 	if err != nil {
 		return nil, err
 	}
 	g := &graph{exec: exec, lastUsed: t.clock}
 	t.graphs[vi] = g
 	return g, nil
-}
-
-// capture records variant vi on the stream into an executable graph.
-// Relaxed mode: the capturing goroutine is locked to its thread anyway,
-// and other CUDA users in the process must not be disturbed.
-func (t *Tier) capture(vi int) (driver.GraphExec, error) {
-	if err := t.stream.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := t.record(vi)
-	g, err := t.stream.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
 }
 
 func (t *Tier) record(vi int) error {

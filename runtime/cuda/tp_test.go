@@ -16,11 +16,11 @@ import (
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/conformance"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda"
-	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/cuda/nccl"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -28,13 +28,7 @@ import (
 // needGPUs skips the test unless n CUDA devices and NCCL are here.
 func needGPUs(t *testing.T, n int) {
 	t.Helper()
-	info, err := driver.Probe()
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	if info.Devices < n {
-		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
-	}
+	info := cuda.NeedDevices(t, n)
 	lib, err := nccl.Open(nccl.Options{})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
@@ -92,28 +86,14 @@ func TestTPShapes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			b, err := synth.Write(c.shape)
-			if err != nil {
-				t.Fatal(err)
-			}
-			model := filepath.Join(tmp, "model.gguf")
-			if err := os.WriteFile(model, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			model := testmodel.Write(t, tmp, "model.gguf", c.shape)
 			whole := filepath.Join(tmp, "whole")
 			if err := compiler.Compile(context.Background(), model, whole, compiler.Options{Target: "cpu"}); err != nil {
 				t.Fatal(err)
 			}
 			want := batchLogits(t, whole, runtime.Options{Tier: "cpu", Threads: 8}, prompts, forced)
 			set := filepath.Join(tmp, "tp2")
-			if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
-				Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
-				t.Fatal(err)
-			}
-			x, err := bundleset.Read(set)
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := buildTP2(t, model, set)
 			m, _ := x.Member("cuda:sm_90")
 			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto} {
 				opt := runtime.Options{Tier: "cuda"}
@@ -137,6 +117,21 @@ func TestTPShapes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildTP2 builds model's tensor-parallel set of two sm_90 ranks into set
+// and reads its index.
+func buildTP2(t *testing.T, model, set string) *bundleset.Index {
+	t.Helper()
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
+		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // batchLogits prefills prompts together through the bundle at dir, then
@@ -188,24 +183,10 @@ func batchLogits(t *testing.T, dir string, opt runtime.Options, prompts, forced 
 // of the heads' width.
 func TestWalkCollectives(t *testing.T) {
 	s := synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	model := filepath.Join(tmp, "model.gguf")
-	if err := os.WriteFile(model, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, tmp, "model.gguf", s)
 	set := filepath.Join(tmp, "tp2")
-	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
-		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
-		t.Fatal(err)
-	}
-	x, err := bundleset.Read(set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	x := buildTP2(t, model, set)
 	for r := range 2 {
 		m, ok := x.Rank("cuda:sm_90", r)
 		if !ok {

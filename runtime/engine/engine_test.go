@@ -17,6 +17,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -103,14 +104,10 @@ const servesConfig = "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill
 // which a preempted request loses with its slot and the engine rebuilds
 // by recomputing the request's tokens on resume.
 func TestServesLikeAloneHybrid(t *testing.T) {
-	b, err := synth.Write(synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 512,
-		Context: 256, Type: ggml.Q8_0, Seed: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
+	model := testmodel.Write(t, dir, "m.gguf", synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 512,
+		Context: 256, Type: ggml.Q8_0, Seed: 9})
+	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
 	os.WriteFile(cfg, []byte(servesConfig), 0o644)
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
 		t.Fatal(err)
@@ -146,13 +143,8 @@ func windowRing(t *testing.T, tr tier) {
 			t.Skipf("no GPU: %v", err)
 		}
 	}
-	b, err := synth.Write(synth.Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 512,
+	model := testmodel.Write(t, t.TempDir(), "m.gguf", synth.Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 512,
 		Context: 256, Type: ggml.Q8_0, Window: 8, PerLayer: 32, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Seed: 13})
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := filepath.Join(t.TempDir(), "m.gguf")
-	os.WriteFile(model, b, 0o644)
 	ringed, full := compileOn(t, model, servesConfig, tr), compileOn(t, model, servesConfig+"swa_full = true\n", tr)
 	// A ring of a window and a 64-row chunk: ceil((8-1+64)/16) + 1 pages.
 	if r := ringed.Hparams.KVWindowRing; r != 6 || !ringed.SlotState() || full.Hparams.KVWindowRing != 0 || full.SlotState() {

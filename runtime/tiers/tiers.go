@@ -581,23 +581,11 @@ func cudaDevices(Options) ([]Device, error) {
 	}
 	devs := []Device{{Kind: kernels.TierCUDA, Name: info.Name, Arch: fmt.Sprintf("%d.%d", info.Major, info.Minor), Count: 1}}
 	for i := 1; i < info.Devices; i++ {
-		d, err := driver.GetDevice(i)
+		d, err := driver.Describe(i)
 		if err != nil {
 			return nil, err
 		}
-		name, err := d.Name()
-		if err != nil {
-			return nil, err
-		}
-		major, err := d.Attribute(driver.AttrComputeCapabilityMajor)
-		if err != nil {
-			return nil, err
-		}
-		minor, err := d.Attribute(driver.AttrComputeCapabilityMinor)
-		if err != nil {
-			return nil, err
-		}
-		devs = Add(devs, Device{Kind: kernels.TierCUDA, Name: name, Arch: fmt.Sprintf("%d.%d", major, minor), Count: 1})
+		devs = Add(devs, Device{Kind: kernels.TierCUDA, Name: d.Name, Arch: fmt.Sprintf("%d.%d", d.Major, d.Minor), Count: 1})
 	}
 	return devs, nil
 }

@@ -398,8 +398,49 @@ func faGroup(nHead, nHeadKV, headDim uint32) uint32 {
 func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1)) }
 
 // faqShared is faq_smem in faq.cuh: faShared's for a quantized (Q8_0)
-// cache, whose query is kept rotated in F32 and quantized beside.
+// cache, whose query is kept rotated in F32 and quantized beside. It
+// decides the block's warps (faWarps); the stages come on top
+// (faqStaged).
 func faqShared(g, w, d uint32) int { return int(4 * g * (d + d/4 + d/32 + 3*w + w*d + 1)) }
+
+// faqStaged is the whole shared memory of a Q8_0 cache's decode block: faqShared's,
+// rounded to 16 bytes (faq_stage_at), then for heads of 128 and 256
+// (faq_staged) each warp's stages of faqStage bytes (faq.cuh's staged
+// walk: a chunk's K and V rows copied into shared memory): two where the
+// block stays within faqMaxShared, else one, else none (the register
+// walk). The kernel counts its stages from the shared memory it is
+// given.
+func faqStaged(g, w, d uint32) int {
+	at := (faqShared(g, w, d) + 15) &^ 15
+	if d != 128 && d != 256 {
+		return at
+	}
+	for st := 2; st > 0; st-- {
+		if n := at + int(w)*st*faqStage; n <= faqMaxShared {
+			return n
+		}
+	}
+	return at
+}
+
+// Q8AttnShared is the shared memory of a Q8_0 cache's decode attention
+// block (flash_attn's and flash_attn_ext's quantized instances) of warps
+// warps with the given stages a warp (0: the register walk; at most 2),
+// for tests that launch the kernel with fewer stages than Shape gives.
+func Q8AttnShared(nHead, nHeadKV, headDim, warps, stages uint32) int {
+	return (faqShared(faGroup(nHead, nHeadKV, headDim), warps, headDim)+15)&^15 + int(warps*stages)*faqStage
+}
+
+// faqStage is FAQ_STAGE in faq.cuh: a warp's stage, a chunk's K and V
+// rows (2·32/P2 rows of 68·P2 bytes). faqMaxShared bounds a block's
+// shared memory with its stages: within an A100's 163 KiB a block (the
+// compute_80 PTX runs there too), which a qwen3 0.6B or a llama 7B
+// shape's one-row step (16 warps) meets with two stages; four heads a
+// block at 16 warps take one. (Ampere's consumer parts allow 99 KiB.)
+const (
+	faqStage     = 4352
+	faqMaxShared = 160 << 10
+)
 
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // fa.cuh at most) for a launch of blocks blocks: 8, doubled while the

@@ -199,6 +199,15 @@ __device__ __forceinline__ void faq_warp_regs(const FaqArgs& a, float* pm, float
     for (int g = 0; g < G; g++) pm[g] = m[g], pl[g] = l[g];
 }
 
+// q8_i2f is the int8 quant in byte sel & 3 of w as a float, exactly
+// (float)(signed char): the byte plus 128 set into the mantissa of 2^23,
+// less 2^23 + 128 (a byte permute and an add, where the conversion
+// instruction runs at a fraction of their rate). sel is a __byte_perm
+// selector: the byte, two zero bytes, then 0x4b.
+__device__ __forceinline__ float q8_i2f(u32 w, u32 sel) {
+    return __int_as_float((int)__byte_perm(w ^ 0x8080u, 0x4b000000u, sel)) - 8388736.f;
+}
+
 // faq_cp8 copies 8 bytes from global src to shared dst asynchronously
 // (cp.async, cached in L1: the rows' pieces are only 8-byte aligned);
 // faq_commit closes the thread's group of copies, faq_wait<N> waits until
@@ -314,8 +323,8 @@ __device__ __forceinline__ void faq_warp_staged(const FaqArgs& a, float* pm, flo
                 const u8* blk = vp + (d / 32) * Q8_BYTES;
                 const float dv = __half2float(__ushort_as_half(*(const unsigned short*)blk));
                 const u32 qv = *(const unsigned short*)(blk + 2 + d % 32);
-                v[i].x = (float)(signed char)(qv & 0xffu) * dv;
-                v[i].y = (float)(signed char)(qv >> 8) * dv;
+                v[i].x = q8_i2f(qv, 0x7440) * dv;
+                v[i].y = q8_i2f(qv, 0x7441) * dv;
             }
             fa_add_v<P2, G>(acc, p, j, v);
         }

@@ -320,9 +320,8 @@ func TestShapeRows(t *testing.T) {
 }
 
 // TestFlashAttnQ8KV: the attention instances of a q8_0 cache take faq.cuh's
-// decode kernel (never the lean entry) with faqStaged's memory (two
-// stages a warp for heads of 128 and 256 where they fit, one where only
-// that does, none for other widths), and in
+// decode kernel (never the lean entry) with faqStaged's memory (a stage
+// a warp for heads of 128 and 256, none for other widths), and in
 // prefill variants of heads of 64 or 128 the tile with _rest beside it;
 // heads that are no whole Q8_0 blocks are refused, naming the width.
 func TestFlashAttnQ8KV(t *testing.T) {
@@ -336,7 +335,7 @@ func TestFlashAttnQ8KV(t *testing.T) {
 		t.Errorf("q8_0 decode: %d bytes of shared memory for %d warps, want faqStaged's %d", l.Shared, w, faqStaged(1, w, 128))
 	}
 	for _, c := range []struct{ g, w, d, stages uint32 }{
-		{1, 16, 128, 2}, {2, 16, 128, 2}, {4, 16, 128, 1}, {4, 8, 128, 2}, {2, 16, 256, 1}, {2, 8, 256, 2}, {1, 16, 64, 0}, {2, 8, 96, 0}, {2, 16, 160, 0},
+		{1, 16, 128, 1}, {2, 16, 128, 1}, {4, 16, 128, 1}, {4, 8, 128, 1}, {2, 16, 256, 1}, {2, 8, 256, 1}, {1, 16, 64, 0}, {2, 8, 96, 0}, {2, 16, 160, 0},
 	} {
 		at := (faqShared(c.g, c.w, c.d) + 15) &^ 15
 		if got := faqStaged(c.g, c.w, c.d); got != at+int(c.w*c.stages)*faqStage || got > faqMaxShared {

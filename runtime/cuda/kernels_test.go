@@ -43,6 +43,10 @@ type kgpu struct {
 	// flash_attn tile's blocks come in two sizes (kcuda's fatSplit), and
 	// a test's few rows would otherwise only ever see the larger.
 	threads uint32
+	// shared, when not 0, replaces the launch's shared memory: the q8_0
+	// decode kernel takes as many stages a warp as it is given
+	// (kcuda.Q8AttnShared).
+	shared int
 }
 
 // staging is a device buffer of n bytes, zeroed when allocated.
@@ -128,6 +132,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	}
 	if g.threads != 0 {
 		shape.Block[0] = g.threads
+	}
+	if g.shared != 0 {
+		shape.Shared = g.shared
 	}
 	var vals []uint64
 	var devs []driver.DevPtr

@@ -33,6 +33,8 @@ const envRest = `  ZRT_THREADS=N                        T-CPU workers (default a
   ZRT_TRACE=1                          print every dispatch's output (compare with llama-eval-callback)
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
+  ZRT_CUDA_MEGAKERNEL=0                keep decode steps on the graph path, off the persistent kernel
+  ZRT_PTX_DIR=DIR                      T-CUDA's persistent kernel's PTX from a build_ptx.sh directory
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
   ZRT_CUDA_OMIT=flash_attn,stage       leave kernel families, instances or entry points out of the captured
                                        graphs: wrong outputs, for measuring what they cost inside the graph
@@ -124,6 +126,8 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		opt.CUDA.Timeout = d
 	}
 	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
+	opt.CUDA.NoMegakernel = os.Getenv("ZRT_CUDA_MEGAKERNEL") == "0"
+	opt.CUDA.PTXDir = os.Getenv("ZRT_PTX_DIR")
 	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
 	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {
 		opt.CUDA.Omit = strings.Split(s, ",")

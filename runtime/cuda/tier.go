@@ -48,6 +48,14 @@ type Options struct {
 	// launch overlaps them with their neighbours, which the profiler's
 	// launch-by-launch replay cannot show.
 	Omit []string
+	// NoMegakernel keeps every variant on the graph path, also those whose
+	// bundle schedules them for the persistent kernel (megakernel.go):
+	// for A/B runs and as the second oracle.
+	NoMegakernel bool
+	// PTXDir, when set, supplies the persistent kernel's PTX from a
+	// directory (kernels/cuda/build_ptx.sh DIR), as zrtc's ZRT_PTX_DIR
+	// does the instances', instead of this build's archive.
+	PTXDir string
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -103,6 +111,14 @@ type Tier struct {
 	prof    *profiler
 	omit    []string // Options.Omit
 	mask    masker
+	// The persistent kernel (megakernel.go): each variant's plan (nil:
+	// the graph path, for the reason in mkWhy), its function, the dynamic
+	// shared memory it is allowed, and the tables' allocations.
+	mk       []*mkPlan
+	mkWhy    []string
+	mkFn     driver.Function
+	mkShared int
+	mkMem    []driver.DevPtr
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -133,7 +149,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	if opt.Profile {
 		t.prof = newProfiler(os.Stderr)
 	}
-	if err := t.load(b); err != nil {
+	if err := t.load(b, opt); err != nil {
 		t.close()
 		return nil, err
 	}
@@ -157,7 +173,7 @@ func checkKV(h *bundle.Hparams) error {
 	return fmt.Errorf("T-CUDA has no kernels for a %s KV cache (cache_type_k, cache_type_v; it has %s): rebuild the bundle with one of those, or run it on the cpu tier", kv, strings.Join(names, "; "))
 }
 
-func (t *Tier) load(b *bundle.Bundle) error {
+func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	var err error
 	if t.dev, err = driver.GetDevice(0); err != nil {
 		return err
@@ -280,6 +296,9 @@ func (t *Tier) load(b *bundle.Bundle) error {
 				}
 			}
 		}
+	}
+	if err := t.initMegakernel(b, opt); err != nil {
+		return err
 	}
 	// Capture up front, so the first step of a request does not pay for
 	// it; variants past the bound are captured when first run.
@@ -587,6 +606,12 @@ func (t *Tier) record(vi int) error {
 	if err := t.upload(); err != nil {
 		return err
 	}
+	if p := t.mk[vi]; p != nil {
+		if err := t.recordMk(p); err != nil {
+			return fmt.Errorf("the megakernel: %w", err)
+		}
+		return t.recordCopyOut()
+	}
 	for i := range t.variants[vi] {
 		l := &t.variants[vi][i]
 		if slices.ContainsFunc(t.omit, func(item string) bool { return omits(item, l) }) {
@@ -596,6 +621,11 @@ func (t *Tier) record(vi int) error {
 			return fmt.Errorf("launch %d (%s): %w", i, l.Name, err)
 		}
 	}
+	return t.recordCopyOut()
+}
+
+// recordCopyOut queues the tokens' copy to the host.
+func (t *Tier) recordCopyOut() error {
 	for _, ri := range t.copyOut {
 		r := &t.regions[ri]
 		if err := driver.MemcpyDtoHAsync(r.host, r.dev, t.stream); err != nil {
@@ -676,6 +706,10 @@ func (t *Tier) close() {
 		}
 	}
 	t.regions = nil
+	for _, p := range t.mkMem {
+		driver.MemFree(p)
+	}
+	t.mkMem, t.mk = nil, nil
 	if t.staging != 0 {
 		driver.MemFree(t.staging)
 		t.staging = 0

@@ -85,6 +85,8 @@ var api struct {
 	cuMemcpyHtoDAsync           func(DevPtr, unsafe.Pointer, uintptr, Stream) Result
 	cuMemcpyDtoHAsync           func(unsafe.Pointer, DevPtr, uintptr, Stream) Result
 	cuMemsetD8                  func(DevPtr, uint8, uintptr) Result
+	cuMemsetD32Async            func(DevPtr, uint32, uintptr, Stream) Result
+	cuOccupancyMaxActiveBlocks  func(*int32, Function, int32, uintptr) Result
 	cuModuleLoadDataEx          func(*Module, unsafe.Pointer, uint32, *int32, *unsafe.Pointer) Result
 	cuModuleUnload              func(Module) Result
 	cuModuleGetFunction         func(*Function, Module, *byte) Result
@@ -133,6 +135,8 @@ var symbols = []struct {
 	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
+	{&api.cuMemsetD32Async, "cuMemsetD32Async"},
+	{&api.cuOccupancyMaxActiveBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
@@ -283,6 +287,7 @@ func Probe() (Info, error) {
 // Device attributes (CUdevice_attribute).
 const (
 	AttrMaxSharedMemoryPerBlockOptin = 97
+	AttrMultiprocessorCount          = 16
 	AttrComputeCapabilityMajor       = 75
 	AttrComputeCapabilityMinor       = 76
 )
@@ -399,6 +404,12 @@ func MemsetD8(p DevPtr, v uint8, n int) error {
 	return check("cuMemsetD8", api.cuMemsetD8(p, v, uintptr(n)))
 }
 
+// MemsetD32Async queues the filling of n 32-bit words of device memory
+// with v on stream s (a memset node when s is capturing).
+func MemsetD32Async(p DevPtr, v uint32, n int, s Stream) error {
+	return check("cuMemsetD32Async", api.cuMemsetD32Async(p, v, uintptr(n), s))
+}
+
 // JIT options of cuModuleLoadDataEx (CUjit_option).
 const (
 	jitErrorLogBuffer          = 5
@@ -447,6 +458,15 @@ func (m Module) Function(name string) (Function, error) {
 	var f Function
 	n := append([]byte(name), 0)
 	return f, check("cuModuleGetFunction("+name+")", api.cuModuleGetFunction(&f, m, &n[0]))
+}
+
+// MaxActiveBlocks is how many blocks of f, of block threads and
+// sharedBytes of dynamic shared memory, one multiprocessor keeps resident
+// at once (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+func (f Function) MaxActiveBlocks(block, sharedBytes int) (int, error) {
+	var n int32
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", api.cuOccupancyMaxActiveBlocks(&n, f, int32(block), uintptr(sharedBytes)))
+	return int(n), err
 }
 
 // FuncAttrMaxDynamicSharedSize is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.

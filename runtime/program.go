@@ -434,6 +434,22 @@ func (p *Program) MasksOnDevice() bool {
 	return ok && m.Masks()
 }
 
+// StepPath says how the steps of variant key run, for a tier that has
+// more than one way (T-CUDA's persistent decode kernel or its graph path,
+// docs/design/megakernel.md): "megakernel", or "graph: " and why not the
+// megakernel; "" for a tier with one way.
+func (p *Program) StepPath(key ShapeKey) string {
+	m, ok := p.tier.(interface{ Megakernel(vi int) (bool, string) })
+	if !ok {
+		return ""
+	}
+	on, why := m.Megakernel(p.VariantIndex(key))
+	if on {
+		return "megakernel"
+	}
+	return "graph: " + why
+}
+
 // mask sends the masks of b's rows to the tier, or keeps them for
 // maskOnHost.
 func (p *Program) mask(b Batch) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -9,13 +10,14 @@ import (
 	"github.com/zrtdev/zrt/bench"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/autobuild"
+	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var opt bench.Options
-	var cpuProfile, slotList, format, speculative string
+	var cpuProfile, slotList, format, speculative, megakernel string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE|MODEL.gguf",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -42,7 +44,12 @@ generates -n tokens greedily after --prompt through a request's decoder,
 without speculation and with it (tests "tgN off" and "tgN MODE"), and
 reports the draft tokens' acceptance rate and the tokens per verify step
 (which depend on the text), the cost of a step by its rows relative to a
-decode step, the speedup those predict and the speedup measured.`,
+decode step, the speedup those predict and the speedup measured.
+
+On T-CUDA, decode steps whose variant the persistent kernel serves run on
+it (docs/design/megakernel.md); --megakernel off keeps them on the graph
+path, and --megakernel both runs the whole bench twice, with it and
+then without, each table after a line naming the path.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -73,11 +80,17 @@ decode step, the speedup those predict and the speedup measured.`,
 			if len(opt.Slots) > 0 {
 				ef.build.slots = slices.Max(opt.Slots) // given a GGUF, build it for the largest batch asked for
 			}
-			pool, err := ef.open(cmd.Context(), args[0])
-			if err != nil {
-				return err
+			var paths []bool // graphPath per run
+			switch megakernel {
+			case "on":
+				paths = []bool{false}
+			case "off":
+				paths = []bool{true}
+			case "both":
+				paths = []bool{false, true}
+			default:
+				return exitcode.Usagef("--megakernel %q: want on, off or both", megakernel)
 			}
-			defer pool.Close()
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -89,10 +102,17 @@ decode step, the speedup those predict and the speedup measured.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
-			eo, _ := ef.options() // ef.open has checked them
-			opt.Threads, opt.JSONL, opt.Out = eo.Threads, format == "jsonl", cmd.OutOrStdout()
-			opt.Warn = func(f string, a ...any) { cmd.PrintErrf("zrt-run: "+f+"\n", a...) }
-			return bench.Run(cmd.Context(), pool, opt)
+			for _, graph := range paths {
+				ef.graphPath = graph
+				if len(paths) > 1 {
+					name := map[bool]string{false: "the persistent kernel (where the variant allows)", true: "the graph path"}[graph]
+					fmt.Fprintf(cmd.OutOrStdout(), "\nzrt-run bench: decode steps on %s\n", name)
+				}
+				if err := benchOnce(cmd, &ef, args[0], opt, format); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	ef.add(c)
@@ -108,6 +128,25 @@ decode step, the speedup those predict and the speedup measured.`,
 	c.Flags().StringVar(&opt.SpecPrompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
+	c.Flags().StringVar(&megakernel, "megakernel", "on", "T-CUDA decode steps on the persistent kernel: on, off (the graph path) or both (the bench twice)")
 	c.Flags().StringVar(&opt.LlamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
 	return c
+}
+
+// benchOnce opens the bundle with ef's options and runs the bench on it.
+func benchOnce(cmd *cobra.Command, ef *engineFlags, path string, opt bench.Options, format string) error {
+	pool, err := ef.open(cmd.Context(), path)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if key, ok := pool.Key(runtime.Decode, 1); ok {
+		if path := pool.StepPath(key); path != "" {
+			cmd.PrintErrf("zrt-run: bench: %s steps: %s\n", key, path)
+		}
+	}
+	eo, _ := ef.options() // ef.open has checked them
+	opt.Threads, opt.JSONL, opt.Out = eo.Threads, format == "jsonl", cmd.OutOrStdout()
+	opt.Warn = func(f string, a ...any) { cmd.PrintErrf("zrt-run: "+f+"\n", a...) }
+	return bench.Run(cmd.Context(), pool, opt)
 }

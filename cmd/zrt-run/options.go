@@ -50,6 +50,9 @@ type engineFlags struct {
 	explain       bool
 	unpackDir     string
 	build         buildFlags
+	// graphPath keeps T-CUDA's decode steps off the persistent kernel
+	// (bench --megakernel off), as ZRT_CUDA_MEGAKERNEL=0 does.
+	graphPath bool
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
@@ -126,7 +129,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		opt.CUDA.Timeout = d
 	}
 	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
-	opt.CUDA.NoMegakernel = os.Getenv("ZRT_CUDA_MEGAKERNEL") == "0"
+	opt.CUDA.NoMegakernel = os.Getenv("ZRT_CUDA_MEGAKERNEL") == "0" || f.graphPath
 	opt.CUDA.PTXDir = os.Getenv("ZRT_PTX_DIR")
 	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
 	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {

@@ -450,6 +450,17 @@ func (p *Program) StepPath(key ShapeKey) string {
 	return "graph: " + why
 }
 
+// SetMegakernel switches a tier's persistent decode kernel on or off
+// (T-CUDA's Tier.SetMegakernel), for A/B runs in one process; false for a
+// tier without one.
+func (p *Program) SetMegakernel(on bool) (bool, error) {
+	m, ok := p.tier.(interface{ SetMegakernel(on bool) error })
+	if !ok {
+		return false, nil
+	}
+	return true, m.SetMegakernel(on)
+}
+
 // mask sends the masks of b's rows to the tier, or keeps them for
 // maskOnHost.
 func (p *Program) mask(b Batch) error {

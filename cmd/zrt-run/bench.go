@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -10,14 +9,13 @@ import (
 	"github.com/zrtdev/zrt/bench"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/autobuild"
-	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var opt bench.Options
-	var cpuProfile, slotList, format, speculative, megakernel string
+	var cpuProfile, slotList, format, speculative string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE|MODEL.gguf",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -44,12 +42,7 @@ generates -n tokens greedily after --prompt through a request's decoder,
 without speculation and with it (tests "tgN off" and "tgN MODE"), and
 reports the draft tokens' acceptance rate and the tokens per verify step
 (which depend on the text), the cost of a step by its rows relative to a
-decode step, the speedup those predict and the speedup measured.
-
-On T-CUDA, decode steps whose variant the persistent kernel serves run on
-it (docs/design/megakernel.md); --megakernel off keeps them on the graph
-path, and --megakernel both runs the whole bench twice, with it and
-then without, each table after a line naming the path.`,
+decode step, the speedup those predict and the speedup measured.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -80,17 +73,11 @@ then without, each table after a line naming the path.`,
 			if len(opt.Slots) > 0 {
 				ef.build.slots = slices.Max(opt.Slots) // given a GGUF, build it for the largest batch asked for
 			}
-			var paths []bool // graphPath per run
-			switch megakernel {
-			case "on":
-				paths = []bool{false}
-			case "off":
-				paths = []bool{true}
-			case "both":
-				paths = []bool{false, true}
-			default:
-				return exitcode.Usagef("--megakernel %q: want on, off or both", megakernel)
+			pool, err := ef.open(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
+			defer pool.Close()
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -102,17 +89,10 @@ then without, each table after a line naming the path.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
-			for _, graph := range paths {
-				ef.graphPath = graph
-				if len(paths) > 1 {
-					name := map[bool]string{false: "the persistent kernel (where the variant allows)", true: "the graph path"}[graph]
-					fmt.Fprintf(cmd.OutOrStdout(), "\nzrt-run bench: decode steps on %s\n", name)
-				}
-				if err := benchOnce(cmd, &ef, args[0], opt, format); err != nil {
-					return err
-				}
-			}
-			return nil
+			eo, _ := ef.options() // ef.open has checked them
+			opt.Threads, opt.JSONL, opt.Out = eo.Threads, format == "jsonl", cmd.OutOrStdout()
+			opt.Warn = func(f string, a ...any) { cmd.PrintErrf("zrt-run: "+f+"\n", a...) }
+			return bench.Run(cmd.Context(), pool, opt)
 		},
 	}
 	ef.add(c)
@@ -128,25 +108,7 @@ then without, each table after a line naming the path.`,
 	c.Flags().StringVar(&opt.SpecPrompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
-	c.Flags().StringVar(&megakernel, "megakernel", "on", "T-CUDA decode steps on the persistent kernel: on, off (the graph path) or both (the bench twice)")
+	c.Flags().StringVar(&opt.Megakernel, "megakernel", "on", "T-CUDA's tg steps on its persistent kernel (on), on the graph path (off), or both, as tests tgN and tgN graph")
 	c.Flags().StringVar(&opt.LlamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
 	return c
-}
-
-// benchOnce opens the bundle with ef's options and runs the bench on it.
-func benchOnce(cmd *cobra.Command, ef *engineFlags, path string, opt bench.Options, format string) error {
-	pool, err := ef.open(cmd.Context(), path)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if key, ok := pool.Key(runtime.Decode, 1); ok {
-		if path := pool.StepPath(key); path != "" {
-			cmd.PrintErrf("zrt-run: bench: %s steps: %s\n", key, path)
-		}
-	}
-	eo, _ := ef.options() // ef.open has checked them
-	opt.Threads, opt.JSONL, opt.Out = eo.Threads, format == "jsonl", cmd.OutOrStdout()
-	opt.Warn = func(f string, a ...any) { cmd.PrintErrf("zrt-run: "+f+"\n", a...) }
-	return bench.Run(cmd.Context(), pool, opt)
 }

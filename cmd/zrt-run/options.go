@@ -34,7 +34,6 @@ const envRest = `  ZRT_THREADS=N                        T-CPU workers (default a
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
   ZRT_CUDA_MEGAKERNEL=0                keep decode steps on the graph path, off the persistent kernel
-  ZRT_PTX_DIR=DIR                      T-CUDA's persistent kernel's PTX from a build_ptx.sh directory
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
   ZRT_CUDA_OMIT=flash_attn,stage       leave kernel families, instances or entry points out of the captured
                                        graphs: wrong outputs, for measuring what they cost inside the graph
@@ -50,9 +49,6 @@ type engineFlags struct {
 	explain       bool
 	unpackDir     string
 	build         buildFlags
-	// graphPath keeps T-CUDA's decode steps off the persistent kernel
-	// (bench --megakernel off), as ZRT_CUDA_MEGAKERNEL=0 does.
-	graphPath bool
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
@@ -128,9 +124,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		}
 		opt.CUDA.Timeout = d
 	}
-	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
-	opt.CUDA.NoMegakernel = os.Getenv("ZRT_CUDA_MEGAKERNEL") == "0" || f.graphPath
-	opt.CUDA.PTXDir = os.Getenv("ZRT_PTX_DIR")
+	opt.CUDA.NoPDL, opt.CUDA.NoMegakernel = os.Getenv("ZRT_CUDA_PDL") == "0", os.Getenv("ZRT_CUDA_MEGAKERNEL") == "0"
 	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
 	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {
 		opt.CUDA.Omit = strings.Split(s, ",")

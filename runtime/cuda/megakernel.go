@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
+	goruntime "runtime"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/bundle"
@@ -419,8 +420,37 @@ func (t *Tier) recordMk(p *mkPlan) error {
 // Megakernel reports whether variant vi's steps run on the persistent
 // kernel, and if not, why (for zrt-run bench and --explain).
 func (t *Tier) Megakernel(vi int) (bool, string) {
-	if vi < 0 || vi >= len(t.mk) {
+	switch {
+	case vi < 0 || vi >= len(t.mk):
 		return false, fmt.Sprintf("no variant %d", vi)
+	case t.mk[vi] != nil && t.mkOff:
+		return false, "switched off (SetMegakernel)"
 	}
 	return t.mk[vi] != nil, t.mkWhy[vi]
+}
+
+// SetMegakernel switches the persistent kernel on (as loaded) or off for
+// the variants it runs: their captured graphs are dropped, so the next
+// step of each captures the other path. For A/B runs in one process
+// (zrt-run bench --megakernel both); not while a step runs.
+func (t *Tier) SetMegakernel(on bool) error {
+	if t.mkOff == !on {
+		return nil
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	if err := t.stream.Synchronize(); err != nil {
+		return err
+	}
+	t.mkOff = !on
+	for vi, g := range t.graphs {
+		if t.mk[vi] != nil {
+			g.exec.Destroy()
+			delete(t.graphs, vi)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package cuda_test
 import (
 	"context"
 	"math"
+	"os"
 	"slices"
 	"testing"
 
@@ -128,8 +129,9 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 		t.Run(s.Arch+s.Mix, func(t *testing.T) {
 			dir := compileSynth(t, s, "cuda:sm_90", megakernelConfig)
 			requireMegakernel(t, dir)
-			on := greedyRun(t, dir, runtime.Options{Tier: "cuda"}, nil)
-			again := greedyRun(t, dir, runtime.Options{Tier: "cuda"}, nil)
+			ptxDir := os.Getenv("ZRT_PTX_DIR") // the kernel compiles the families in: from where the bundle's come
+			on := greedyRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{PTXDir: ptxDir}}, nil)
+			again := greedyRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{PTXDir: ptxDir}}, nil)
 			off := greedyRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{NoMegakernel: true}}, nil)
 			cpu := greedyRun(t, compileSynth(t, s, "cpu", megakernelConfig), runtime.Options{Tier: "cpu"}, on.tokens)
 			t.Logf("tokens %v", on.tokens)
@@ -172,7 +174,7 @@ func requireMegakernel(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	tier, err := cuda.Load(b, cuda.Options{})
+	tier, err := cuda.Load(b, cuda.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ func requireMegakernel(t *testing.T, dir string) {
 	}
 }
 
-// greedyStep is a run of greedyRun: the token each decode step fed and
+// greedyRun_ is a run of greedyRun: the token each decode step fed and
 // the logits after it.
 type greedyRun_ struct {
 	tokens []int32

@@ -54,7 +54,9 @@ type Options struct {
 	NoMegakernel bool
 	// PTXDir, when set, supplies the persistent kernel's PTX from a
 	// directory (kernels/cuda/build_ptx.sh DIR), as zrtc's ZRT_PTX_DIR
-	// does the instances', instead of this build's archive.
+	// does the instances', instead of this build's archive: the kernel
+	// compiles the families' sources in, so a bundle built from such a
+	// directory wants the kernel from it too.
 	PTXDir string
 }
 
@@ -116,6 +118,7 @@ type Tier struct {
 	// shared memory it is allowed, and the tables' allocations.
 	mk       []*mkPlan
 	mkWhy    []string
+	mkOff    bool // SetMegakernel(false)
 	mkFn     driver.Function
 	mkShared int
 	mkMem    []driver.DevPtr
@@ -606,7 +609,7 @@ func (t *Tier) record(vi int) error {
 	if err := t.upload(); err != nil {
 		return err
 	}
-	if p := t.mk[vi]; p != nil {
+	if p := t.mk[vi]; p != nil && !t.mkOff {
 		if err := t.recordMk(p); err != nil {
 			return fmt.Errorf("the megakernel: %w", err)
 		}

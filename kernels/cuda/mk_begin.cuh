@@ -12,8 +12,8 @@
 // hardware numbers a block's threads, so warps are made of the same
 // threads), and a barrier over the virtual block's threads only (named
 // barrier 1; the persistent block's other threads wait at barrier 0 in the
-// task loop). __global__ and __launch_bounds__ become a device function's
-// and nothing, so each family's entries compile unchanged into device
+// task loop). __global__ and __launch_bounds__ become an inline device
+// function's and nothing, so each family's entries compile unchanged into device
 // functions that the task loop calls with a dispatch's parameters: the
 // task runs the very code of the graph path's launch, block by block,
 // with the same blockDim and gridDim, and so writes the same bits.
@@ -67,7 +67,7 @@ __device__ __forceinline__ void mk_vsync() { asm volatile("bar.sync 1, %0;" ::"r
 #pragma push_macro("__launch_bounds__")
 #undef __global__
 #undef __launch_bounds__
-#define __global__ __device__
+#define __global__ __device__ inline // an entry no task calls is not even emitted (the tile entries' static shared memory)
 #define __launch_bounds__(...)
 #define threadIdx (mk_vtid())
 #define blockIdx (mk_v.bid)

@@ -360,7 +360,9 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 			t.mkWhy[vi] = fmt.Sprintf("%d bytes of shared memory, the device allows %d", tabs.shared, limit)
 			continue
 		}
-		if tabs.shared > t.mkShared && tabs.shared > 48<<10 {
+		// Always opted in: the default allowance is 48 KiB less the
+		// kernel's static shared memory, which is large (every family's).
+		if tabs.shared > t.mkShared {
 			if err := t.mkFn.SetAttribute(driver.FuncAttrMaxDynamicSharedSize, tabs.shared); err != nil {
 				t.mkWhy[vi] = fmt.Sprintf("the megakernel's shared memory: %v", err)
 				continue

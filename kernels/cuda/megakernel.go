@@ -108,8 +108,9 @@ func (o MegakernelOp) Func() string { return "mk_" + Entry(o.Instance) + o.Entry
 var megakernelTypes = []ggml.Type{ggml.Q4_K, ggml.Q6_K, ggml.Q8_0}
 
 // megakernelTyped and megakernelPlain are the families it serves: their
-// main entry (matrix-vector for the matrix families), and flash_attn's
-// lean one too. The F16 KV cache's instances only.
+// main entry (matrix-vector for the matrix families, whose _rows entry
+// for two-row steps too), and flash_attn's lean one. The F16 KV cache's
+// instances only.
 var (
 	megakernelTyped = []string{"embed", "matmul", "matmul_residual", "lm_head", "rms_norm_qkv", "rms_norm_gate_up"}
 	megakernelPlain = []string{"rms_norm", "rope_kv_write", "rms_norm_rope_kv_write", "flash_attn", "swiglu", "add", "argmax"}
@@ -122,6 +123,9 @@ func MegakernelOps() []MegakernelOp {
 	for _, f := range megakernelTyped {
 		for _, t := range megakernelTypes {
 			out = append(out, MegakernelOp{Instance: f + "." + strings.ToLower(t.String()), Entry: EntryMain})
+			if MatrixFamily(f) {
+				out = append(out, MegakernelOp{Instance: f + "." + strings.ToLower(t.String()), Entry: EntryRows})
+			}
 		}
 	}
 	for _, f := range megakernelPlain {
@@ -131,6 +135,15 @@ func MegakernelOps() []MegakernelOp {
 		}
 	}
 	return out
+}
+
+// RowsPerBlock is the activation rows one block of a matrix family's
+// matrix-vector entry takes: MMV_MR for _rows, else one.
+func RowsPerBlock(e EntryPoint) uint32 {
+	if e == EntryRows {
+		return mmvRows
+	}
+	return 1
 }
 
 // MegakernelCode returns the persistent kernel's code for an instance's

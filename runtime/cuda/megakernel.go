@@ -158,6 +158,16 @@ func mkBox(o *mkOp, l *Launch, t bundle.Task, rows int) ([6]uint32, error) {
 	case bundle.TaskWhole:
 		return all, nil
 	case bundle.TaskRows:
+		if family, _, _ := strings.Cut(l.Name, "."); (family == "swiglu" || family == "add") && len(l.Push) > 0 {
+			// A thread an element in blocks of block.x: whole rows are
+			// whole blocks when a row is.
+			cols, b := l.Push[0], o.block[0]
+			if cols%b != 0 || g[0] != uint32(rows)*cols/b || t.RowLo >= t.RowHi || t.RowHi > uint32(rows) {
+				return all, fmt.Errorf("rows [%d, %d) of %d columns are no whole blocks of %d", t.RowLo, t.RowHi, cols, b)
+			}
+			all[0], all[1] = t.RowLo*cols/b, t.RowHi*cols/b
+			return all, nil
+		}
 		// A block a row (and as many more as the grid's y): grid.x is the
 		// step's rows.
 		if o.matrix || g[0] != uint32(rows) || t.RowLo >= t.RowHi || t.RowHi > g[0] {
@@ -172,7 +182,8 @@ func mkBox(o *mkOp, l *Launch, t bundle.Task, rows int) ([6]uint32, error) {
 				return all, fmt.Errorf("features [%d, %d) are no whole blocks of %d of %d", t.Lo, t.Hi, rpb, o.features)
 			}
 			all[0], all[1] = t.Lo/rpb, (t.Hi+rpb-1)/rpb
-			return rowsIn(all, t.RowLo, t.RowHi)
+			r := kcuda.RowsPerBlock(l.Shape.Entry) // a block's rows
+			return rowsIn(all, t.RowLo/r, (t.RowHi+r-1)/r)
 		}
 		// An elementwise dispatch of a one-row step: a thread a column in
 		// blocks of block.x.

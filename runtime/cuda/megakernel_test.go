@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
@@ -28,7 +30,9 @@ var megakernelShapes = []synth.Shape{
 const megakernelConfig = "max_slots = 4\ndecode_slots = [1, 2, 4]\n"
 
 // TestMegakernelTables builds, without a GPU, the persistent kernel's
-// tables for every one-row decode variant of megakernelShapes (launches
+// tables for every one- and two-row decode variant of megakernelShapes
+// (and of a llama as wide as the 7B shape, whose two-row products of
+// k = 4096 take the _rows entry) (launches
 // walked against made-up addresses): every dispatch must be one the
 // kernel serves and every task a box of its launch's blocks, the boxes of
 // a dispatch covering each block once (buildMkTables checks that). Then
@@ -36,20 +40,30 @@ const megakernelConfig = "max_slots = 4\ndecode_slots = [1, 2, 4]\n"
 // schedule's queues and holds every grouping to the deadlock rule: each
 // task in one queue, each queue in task order.
 func TestMegakernelTables(t *testing.T) {
-	for _, s := range megakernelShapes {
-		t.Run(s.Arch+s.Mix, func(t *testing.T) {
+	wide := synth.Shape{Arch: "llama", Layers: 1, Embd: 4096, Heads: 32, HeadsKV: 8, FF: 512, Vocab: 320, Context: 128, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 23}
+	for _, s := range append(slices.Clone(megakernelShapes), wide) {
+		t.Run(fmt.Sprintf("%s%s-%d", s.Arch, s.Mix, s.Embd), func(t *testing.T) {
 			b, ls := walkedBundle(t, s, megakernelConfig)
-			ones := 0
+			ones := 0 // variants of one and two rows
 			for _, sc := range b.Graph.Schedules {
 				v := &b.Graph.Variants[sc.Variant]
 				qs, size, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), 0)
-				if v.Rows > 1 {
-					t.Logf("%s: %d rows: %v", v.Key(), v.Rows, err) // more rows may take the tiles, which the kernel does not serve
+				if v.Rows > 2 {
+					t.Logf("%s: %d rows: %v", v.Key(), v.Rows, err) // more rows take the tensor-core tiles, which the kernel does not serve
 					continue
 				}
 				ones++
 				if err != nil {
 					t.Fatalf("%s: %v", v.Key(), err)
+				}
+				rowsEntries := 0
+				for _, l := range ls[sc.Variant] {
+					if l.Shape.Entry == kcuda.EntryRows {
+						rowsEntries++
+					}
+				}
+				if s.Embd >= 4096 && v.Rows == 2 && rowsEntries == 0 {
+					t.Fatalf("%s: no product takes the _rows entry", v.Key())
 				}
 				if len(qs) != int(sc.SMs) || size == 0 {
 					t.Fatalf("%s: %d queues, %d bytes of tables; want the schedule's %d", v.Key(), len(qs), size, sc.SMs)
@@ -76,8 +90,8 @@ func TestMegakernelTables(t *testing.T) {
 					}
 				}
 			}
-			if ones == 0 {
-				t.Fatal("no one-row decode variant has a schedule")
+			if ones < 2 {
+				t.Fatal("no one-row and two-row decode variants with schedules")
 			}
 		})
 	}
@@ -114,13 +128,15 @@ func walkedBundle(t *testing.T, s synth.Shape, config string) (*bundle.Bundle, [
 
 // TestMegakernelMatchesGraphAndCPU runs megakernelShapes on the GPU: a
 // prompt, then eight greedy decode steps, with the persistent kernel (its
-// one-row decode variant must run on it: Tier.Megakernel), with it
+// one- and two-row decode variants must run on it: Tier.Megakernel), with it
 // switched off (the graph path), and on T-CPU teacher-forced with the
 // megakernel's tokens. The persistent kernel runs the graph path's code
 // block by block, so its logits and greedy tokens (the device's argmax)
 // must be the graph path's bit for bit; against T-CPU they are held to the
 // parity tolerance (relTolerance). A second run of the megakernel must
 // repeat the first exactly (no race between its tasks shows as noise).
+// Two sequences decoded together (the two-row variant) must match the
+// graph path bit for bit too.
 func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -161,12 +177,57 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 				}
 				t.Logf("step %d: %.2e of the largest logit from T-CPU", step, worst)
 			}
+			// Two sequences a step: the two-row variant.
+			pair, pairOff := pairRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{PTXDir: ptxDir}}),
+				pairRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{NoMegakernel: true}})
+			for i := range pair {
+				for j := range pair[i] {
+					if math.Float32bits(pair[i][j]) != math.Float32bits(pairOff[i][j]) {
+						t.Fatalf("two rows a step: result %d logit %d: %v with the megakernel, %v on the graph path", i, j, pair[i][j], pairOff[i][j])
+					}
+				}
+			}
 		})
 	}
 }
 
-// requireMegakernel fails the test unless the bundle's one-row decode
-// variant runs on the persistent kernel.
+// pairRun decodes two sequences together for four steps, each feeding its
+// greedy token, and returns every sequence's logits after every step.
+func pairRun(t *testing.T, dir string, opt runtime.Options) [][]float32 {
+	t.Helper()
+	p, err := sequence.Open(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	var seqs []*sequence.Sequence
+	for i := range 2 {
+		s, err := p.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Release()
+		if _, err := s.Prefill(ctx, []int32{1, int32(30 + 11*i), int32(200 - 7*i)}); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	var out [][]float32
+	for range 4 {
+		toks := []int32{seqs[0].Greedy(), seqs[1].Greedy()}
+		if err := p.DecodeBatch(ctx, seqs, toks); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range seqs {
+			out = append(out, append([]float32(nil), s.Logits()...))
+		}
+	}
+	return out
+}
+
+// requireMegakernel fails the test unless the bundle's one- and two-row
+// decode variants run on the persistent kernel.
 func requireMegakernel(t *testing.T, dir string) {
 	t.Helper()
 	b, err := bundle.Open(dir, false)
@@ -183,7 +244,7 @@ func requireMegakernel(t *testing.T, dir string) {
 	for vi, v := range b.Graph.Variants {
 		on, why := tier.Megakernel(vi)
 		t.Logf("%s: megakernel %v %s", v.Key(), on, why)
-		if v.Stage != bundle.StagePrefill && v.Rows == 1 {
+		if v.Stage != bundle.StagePrefill && v.Rows <= 2 {
 			found = true
 			if !on {
 				t.Fatalf("%s keeps the graph path: %s", v.Key(), why)

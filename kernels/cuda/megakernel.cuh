@@ -68,25 +68,33 @@ __device__ __forceinline__ void mk_add_release(u32* p) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 
-// MK_SPIN_LIMIT bounds a wait's polls (each at least a microsecond once
-// backed off): a schedule that cannot complete traps, which the tier
-// reports as the step's error, instead of hanging the GPU.
-#define MK_SPIN_LIMIT (1u << 25)
+// MK_WAIT_LIMIT_NS bounds a wait (by the GPU's global timer): a schedule
+// that cannot complete traps, which the tier reports as the step's error,
+// instead of hanging the GPU.
+#define MK_WAIT_LIMIT_NS 10000000000ull
+
+__device__ __forceinline__ unsigned long long mk_now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 
 // mk_wait blocks the whole block until every wait of a task is met:
-// thread 0 spins on each counter (backing off, so that the spinning does
-// not take the memory system from the blocks doing work), then the
-// barrier hands what it acquired to the other threads, as cooperative
-// groups' grid sync does.
+// thread 0 spins on each counter (backing off a little, so that the
+// spinning does not take the memory system from the blocks doing work),
+// then the barrier hands what it acquired to the other threads, as
+// cooperative groups' grid sync does.
 __device__ __forceinline__ void mk_wait(const u32* counters, const MkWait* waits, u32 n, u32 epoch) {
     if (threadIdx.x == 0) {
         for (u32 i = 0; i < n; i++) {
             const u32* c = counters + waits[i].counter;
-            u32 want = waits[i].count * epoch, ns = 32, polls = 0;
+            u32 want = waits[i].count * epoch, ns = 32;
+            if ((int)(mk_load_acquire(c) - want) >= 0) continue;
+            unsigned long long t0 = mk_now_ns();
             while ((int)(mk_load_acquire(c) - want) < 0) { // wraps as the tier's reset allows
                 __nanosleep(ns);
-                if (ns < 1024) ns *= 2;
-                if (++polls > MK_SPIN_LIMIT) __trap();
+                if (ns < 256) ns *= 2; // a release is seen within a quarter microsecond or so
+                if (mk_now_ns() - t0 > MK_WAIT_LIMIT_NS) __trap();
             }
         }
     }
@@ -110,6 +118,10 @@ __device__ __forceinline__ void mk_task(const MkTask& t, const MkOp* ops, const 
     for (u32 z = t.z0; z < t.z1; z++)
         for (u32 y = t.y0; y < t.y1; y++)
             for (u32 x = t.x0; x < t.x1; x++) {
+                if (threadIdx.x < nthreads) { // read by this thread only (mk_vtid)
+                    u32 t = threadIdx.x;
+                    mk_tid[t] = make_uint3(t % op.block[0], (t / op.block[0]) % op.block[1], t / (op.block[0] * op.block[1]));
+                }
                 if (threadIdx.x == 0) {
                     mk_v.bid = make_uint3(x, y, z);
                     mk_v.grid = make_uint3(op.grid[0], op.grid[1], op.grid[2]);

@@ -54,11 +54,13 @@ __device__ __forceinline__ unsigned mk_flat_tid() {
     return t;
 }
 
+// mk_tid holds each thread's place in the current virtual block, which
+// the task loop writes (each thread its own) before the block runs: one
+// shared load where threadIdx is read, not two divisions.
+__shared__ uint3 mk_tid[MK_THREADS];
+
 // mk_vtid is the thread's place in the virtual block.
-__device__ __forceinline__ uint3 mk_vtid() {
-    unsigned t = mk_flat_tid(), bx = mk_v.block.x, by = mk_v.block.y;
-    return make_uint3(t % bx, (t / bx) % by, t / (bx * by));
-}
+__device__ __forceinline__ uint3 mk_vtid() { return mk_tid[mk_flat_tid()]; }
 
 // mk_vsync is __syncthreads for the virtual block's threads.
 __device__ __forceinline__ void mk_vsync() { asm volatile("bar.sync 1, %0;" ::"r"(mk_v.nthreads) : "memory"); }

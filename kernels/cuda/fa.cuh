@@ -10,7 +10,9 @@
 // Flash decoding in F32: the block's warps split the row's keys (warp w
 // takes the w-th chunk of each W), each keeps an online softmax
 // (running maximum, sum and V accumulator) over its keys, and the warps'
-// states are merged at the end. A lane scores one key at a time against
+// states are merged at the end (and for the _split entries, whose grid's
+// z splits a long row's keys into ranges, the blocks' states after that:
+// fa_split_range). A lane scores one key at a time against
 // the whole query (16-byte K loads), then the warp accumulates the chunk's
 // V rows with each lane owning dimension pairs (half2 loads).
 //
@@ -219,6 +221,111 @@ __host__ __device__ constexpr int fa_group(u32 n_head, u32 n_head_kv, u32 head_d
 // head's 1/sum. launch.go's faShared is the same.
 __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * (fa_qs(D) + 3 * W + W * D + 1); }
 
+// Flash decoding across blocks: the _split entries (launch.go's
+// EntrySplit, for decode steps of few blocks) give each (head group, row)
+// gridDim.z blocks, which split a long row's keys between them. The keys
+// first..pos (n of them), past FA_SPLIT_MIN, are cut into units of
+// FA_CHUNK, and each block takes ceil(units / gridDim.z) consecutive units (the last
+// block's range ends at pos), and blocks past the last range leave at
+// once. All of it follows from the row's position, read on the device, so
+// one captured graph serves every length up to the context's: the grid is
+// fixed (launch.go's faSplits), the ranges are not. A row of at most
+// FA_SPLIT_MIN keys is one range, and its block runs exactly the unsplit
+// kernel's arithmetic (same bits). Splitting from 513 keys left the qwen3
+// 0.6B shape's tg128 after a 512-token prompt 3% slower (H200), which the
+// merge's latency would explain; the threshold is not yet measured. Each block of a split row merges its
+// warps' states without the sink and stores the result — per head its
+// maximum M, its sum L and its accumulator relative to M — in the staging
+// buffer (fa_part); the last block of the row's head group to count
+// itself in (fa_split_last) merges the ranges' states in range order
+// (fa_split_merge), so the bits depend on the row's length and the grid,
+// never on which block finishes when.
+#define FA_CHUNK 512
+#define FA_SPLIT_MIN 1024 // keys a row has at most without being split
+#define FA_MAX_SPLIT 32 // blocks a split row's head group takes at most: a lane each in the merge
+// FA_COUNTERS is MT_COUNTERS in mmt.cuh: the staging buffer starts with
+// that many counters, zero between launches, one per (row, head group)
+// here (launch.go splits launches of at most that many blocks).
+#define FA_COUNTERS 256
+
+// fa_split_range narrows a row's keys first..pos to block z's range of
+// nz blocks and returns how many ranges the row has: 1 when the row is
+// not split (block 0 takes all its keys), 0 when block z has none.
+__device__ __forceinline__ int fa_split_range(int& first, int& pos, int z, int nz) {
+    const int n = pos + 1 - first;
+    if (nz <= 1 || n <= FA_SPLIT_MIN) return z == 0 ? 1 : 0;
+    const int units = (n + FA_CHUNK - 1) / FA_CHUNK;
+    const int chunk = (units + nz - 1) / nz * FA_CHUNK;
+    const int nch = (n + chunk - 1) / chunk;
+    if (z >= nch) return 0;
+    first += z * chunk;
+    pos = min(pos, first + chunk - 1);
+    return nch;
+}
+
+// fa_part is the partial state of range z of the block's head group in
+// row row, past the staging buffer's counters: [G] maxima, [G] sums, [G][D]
+// accumulators. launch.go's faStaged sizes the buffer.
+__device__ __forceinline__ float* fa_part(u8* stg, int row, int z, int G, int D) {
+    const size_t cell = (size_t)row * gridDim.x + blockIdx.x;
+    return (float*)(stg + 4 * FA_COUNTERS) + (cell * gridDim.z + z) * (size_t)G * (D + 2);
+}
+
+// fa_split_last counts the block in for its row's head group, once all
+// its threads have stored its partial state, and tells the whole block
+// whether it was the last of the row's nch ranges to do so. The last sets
+// the counter back to zero for the next launch (the others are done with
+// it) and sees every other block's partial state.
+__device__ bool fa_split_last(u8* stg, int row, int nch) {
+    __shared__ int last;
+    u32* count = (u32*)stg + (size_t)row * gridDim.x + blockIdx.x;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(count, 1u) == (u32)nch - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// fa_split_merge merges the nch partial states of the block's G heads in
+// row row in range order: each range weighs exp(its maximum − the overall
+// one), head h's sink joins as a key with no value, and out(i, o) gets
+// output i (head i / D, dimension i % D) normalized. sm is shared memory
+// for G·(FA_MAX_SPLIT + 1) floats; the block's W ≥ G warps all call it.
+// The partial states are read past L1 (__ldcg): other blocks wrote them.
+template <int G, typename Out>
+__device__ __forceinline__ void fa_split_merge(u8* stg, int row, int nch, int D, const float* sinks, int h0, float* sm, Out out) {
+    const float* p0 = fa_part(stg, row, 0, G, D);
+    const size_t ps = (size_t)G * (D + 2); // one range's state
+    float* zf = sm;                        // [G][FA_MAX_SPLIT] each range's weight
+    float* zinv = zf + G * FA_MAX_SPLIT;   // [G] 1 / the merged sum
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp < G) {
+        const int g = warp;
+        float mz = lane < nch ? __ldcg(p0 + lane * ps + g) : -INFINITY; // finite: every range has keys
+        float M = warp_max(mz);
+        if (sinks) M = fmaxf(M, sinks[h0 + g]);
+        float f = lane < nch ? expf(mz - M) : 0.f;
+        zf[g * FA_MAX_SPLIT + lane] = f;
+        float L = warp_sum(lane < nch ? __ldcg(p0 + lane * ps + G + g) * f : 0.f);
+        if (sinks) L += expf(sinks[h0 + g] - M);
+        if (lane == 0) zinv[g] = L != 0.f ? 1.f / L : 0.f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int g = i / D;
+        const float* f = zf + g * FA_MAX_SPLIT;
+        float o = 0.f;
+        // Eight ranges' loads in flight; the sum stays in range order.
+#pragma unroll 8
+        for (int z = 0; z < nch; z++) o += __ldcg(p0 + z * ps + 2 * G + i) * f[z];
+        out(i, o * zinv[g]);
+    }
+}
+
 // fa_keep stores a warp's accumulators into its rows of wacc ([G][W][D]).
 template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P2], float* wacc, int W, int D) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -234,12 +341,15 @@ template <int P2, int G> __device__ __forceinline__ void fa_keep(float2 (*acc)[P
 }
 
 // fa_block is the kernels' body for G query heads a block (blockIdx.x is
-// the group, blockIdx.y the row); flash_attn passes softcap 0, window 0
-// and no sinks, which inlining folds away. Heads wider than 64·MAXP2 are
-// left out of the instance (flash_attn_lean's).
+// the group, blockIdx.y the row, blockIdx.z the range of a split row);
+// flash_attn passes softcap 0, window 0 and no sinks, which inlining
+// folds away, and every entry but _split no staging buffer stg (no split).
+// Heads wider than 64·MAXP2 are left out of the instance
+// (flash_attn_lean's).
 template <int G, int MAXP2 = FA_P2>
 __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
-    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window,
+    u8* stg) {
     const int W = blockDim.x >> 5, D = head_dim, QS = fa_qs(D);
     float* qs = sm;                  // [G][QS]
     float* wm = qs + G * QS;         // [G][W] each warp's maximum,
@@ -267,6 +377,11 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     a.softcap = softcap;
     a.pos = pos;
     a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
+    int nch = 1; // the row's ranges (fa_split_range)
+    if (stg) {
+        nch = fa_split_range(a.first, a.pos, blockIdx.z, gridDim.z);
+        if (nch == 0) return;
+    }
     int kvh = h0 / (n_head / n_head_kv);
     a.kv = kv;
     a.kv_dim = n_head_kv * head_dim;
@@ -307,19 +422,24 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     // a warp (W ≤ 32, G ≤ 4 ≤ W); then every thread sums its outputs' W
     // accumulators in warp order. (A thread looping over all W states, as
     // this did, made a chain of dependent shared loads as long as the
-    // keys' phase at one row of the llama 7B shape.)
+    // keys' phase at one row of the llama 7B shape.) A range of a split
+    // row stores its merged state unnormalized, without the sink, which
+    // joins the merge of the ranges (fa_split_merge).
+    float* part = nch > 1 ? fa_part(stg, row, blockIdx.z, G, D) : nullptr;
     if (warp < G) {
         const int g = warp;
         float mw = lane < W ? wm[g * W + lane] : -INFINITY;
         float M = warp_max(mw);
-        if (sinks) M = fmaxf(M, sinks[h0 + g]); // finite: key pos is always seen
+        if (sinks && !part) M = fmaxf(M, sinks[h0 + g]); // finite: key pos is always seen
         float f = mw == -INFINITY ? 0.f : expf(mw - M);
         if (lane < W) wf[g * W + lane] = f;
         float L = warp_sum(lane < W ? wl[g * W + lane] * f : 0.f);
-        if (sinks) L += expf(sinks[h0 + g] - M);
+        if (sinks && !part) L += expf(sinks[h0 + g] - M);
         if (lane == 0) winv[g] = L != 0.f ? 1.f / L : 0.f;
+        if (lane == 0 && part) part[g] = M, part[G + g] = L;
     }
     __syncthreads();
+    float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
     for (int i = tid; i < G * D; i += blockDim.x) {
         const int g = i / D, d = i % D;
         const float* f = wf + g * W;
@@ -328,19 +448,23 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
 #pragma unroll 8
         for (int w = 0; w < W; w++)
             if (f[w] != 0.f) o += a[(size_t)w * D] * f[w];
-        y[((size_t)row * n_head + h0 + g) * D + d] = o * winv[g];
+        if (part) part[2 * G + i] = o;
+        else yr[i] = o * winv[g];
     }
+    if (part && fa_split_last(stg, row, nch))
+        fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, [&](int i, float o) { yr[i] = o; });
 }
 
 // fa_run is the kernels' body: blocks of fa_group query heads, W warps
-// each, in fa_smem's dynamic shared memory.
+// each, in fa_smem's dynamic shared memory; stg is the _split entries'
+// staging buffer (nullptr: no split).
 __device__ __forceinline__ void fa_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
-    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window, u8* stg) {
     extern __shared__ __align__(16) float fa_sm[];
     switch (fa_group(n_head, n_head_kv, head_dim)) {
-    case 4: fa_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    case 3: fa_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    case 2: fa_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    default: fa_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window);
+    case 4: fa_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
+    case 3: fa_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
+    case 2: fa_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
+    default: fa_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
     }
 }

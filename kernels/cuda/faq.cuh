@@ -19,7 +19,8 @@
 // are merged, as in fa.cuh, where T-CPU takes the keys in one pass. The
 // output is rotated back by V's runs (KV_RV) with T-CPU's arithmetic.
 // The geometry is fa.cuh's (fa_group heads a block, W warps splitting the
-// keys), in faq_smem's shared memory.
+// keys; the _split entries' ranges of a long row over blocks, merged as
+// fa_block merges them), in faq_smem's shared memory.
 
 // faq_smem is the shared memory of G heads a block, W warps and heads of
 // D: [G][D] the rotated query, later the output before its rotation;
@@ -149,12 +150,14 @@ __device__ __forceinline__ void faq_warp(const FaqArgs& a, float* pm, float* pl,
 }
 
 // faq_block is the kernels' body for G query heads a block (blockIdx.x is
-// the group, blockIdx.y the row); flash_attn passes softcap 0, window 0
-// and no sinks. Heads must be whole Q8_0 blocks and rotation runs, at
-// most FA_MAX_D wide (zrtc builds no other).
+// the group, blockIdx.y the row, blockIdx.z the range of a split row);
+// flash_attn passes softcap 0, window 0 and no sinks, every entry but
+// _split no staging buffer stg (no split). Heads must be whole Q8_0
+// blocks and rotation runs, at most FA_MAX_D wide (zrtc builds no other).
 template <int G>
 __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* kv, const float* sinks, const u32* io,
-    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window,
+    u8* stg) {
     const int W = blockDim.x >> 5, D = head_dim, nb = D / 32;
     float* qr = sm;                       // [G][D]
     int* qq = (int*)(qr + G * D);         // [G][D/4]
@@ -170,6 +173,12 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
     u32 pt = io[IO_PAGE_TABLE], mp = io[IO_MAX_PAGES];
     dep_sync();
     if (row >= rows || h0 >= (int)n_head || D > FA_MAX_D || D % kvq_run(0) != 0 || D % kvq_run(1) != 0 || W > FA_MAX_WARPS) return;
+    int first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0, hi = pos;
+    int nch = 1; // the row's ranges (fa_split_range)
+    if (stg) {
+        nch = fa_split_range(first, hi, blockIdx.z, gridDim.z);
+        if (nch == 0) return;
+    }
     // The query, rotated by K's runs (T-CPU's bits) …
     const float* qrow = q + ((size_t)row * n_head + h0) * D;
     const float hk = KV_RK > 0 ? hadamard_scale(KV_RK) : 0.f;
@@ -192,10 +201,10 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
     a.kv = kv;
     a.D = D;
     a.W = W;
-    a.pos = pos;
+    a.pos = hi;
     a.scale = scale;
     a.softcap = softcap;
-    a.first = window != 0 && pos + 1 > (int)window ? pos + 1 - (int)window : 0;
+    a.first = first;
     const u32 kv_dim = n_head_kv * head_dim;
     const int kvh = h0 / (n_head / n_head_kv);
     a.rb = kvq_row_bytes(kv_dim);
@@ -225,19 +234,23 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
         if (lane == 0) wm[g * W + warp] = m[g], wl[g * W + warp] = l[g];
     __syncthreads();
     // The merge, as fa_block's: each warp's state weighs exp(its maximum −
-    // the overall one), the sink's too.
+    // the overall one), the sink's too; a range of a split row stores its
+    // state for fa_split_merge, as fa_block's.
+    float* part = nch > 1 ? fa_part(stg, row, blockIdx.z, G, D) : nullptr;
     if (warp < G) {
         const int g = warp;
         float mw = lane < W ? wm[g * W + lane] : -INFINITY;
         float M = warp_max(mw);
-        if (sinks) M = fmaxf(M, sinks[h0 + g]);
+        if (sinks && !part) M = fmaxf(M, sinks[h0 + g]);
         float f = mw == -INFINITY ? 0.f : expf(mw - M);
         if (lane < W) wf[g * W + lane] = f;
         float L = warp_sum(lane < W ? wl[g * W + lane] * f : 0.f);
-        if (sinks) L += expf(sinks[h0 + g] - M);
+        if (sinks && !part) L += expf(sinks[h0 + g] - M);
         if (lane == 0) winv[g] = L != 0.f ? 1.f / L : 0.f;
+        if (lane == 0 && part) part[g] = M, part[G + g] = L;
     }
     __syncthreads();
+    float* yr = y + ((size_t)row * n_head + h0) * D; // the group's outputs, head g's at g·D
     for (int i = tid; i < G * D; i += blockDim.x) {
         const int g = i / D, d = i % D;
         const float* f = wf + g * W;
@@ -246,9 +259,20 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
 #pragma unroll 8
         for (int w = 0; w < W; w++)
             if (f[w] != 0.f) o += acc[(size_t)w * D] * f[w];
+        if (part) {
+            part[2 * G + i] = o;
+            continue;
+        }
         o = o * winv[g];
         if (KV_RV > 0) qr[i] = o;
-        else y[((size_t)row * n_head + h0 + g) * D + d] = o;
+        else yr[i] = o;
+    }
+    if (part) {
+        if (!fa_split_last(stg, row, nch)) return;
+        fa_split_merge<G>(stg, row, nch, D, sinks, h0, wacc, [&](int i, float o) {
+            if (KV_RV > 0) qr[i] = o;
+            else yr[i] = o;
+        });
     }
     if (KV_RV > 0) {
         // The output rotated back by V's runs (T-CPU's arithmetic).
@@ -262,14 +286,15 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
 }
 
 // faq_run is the kernels' body: blocks of fa_group query heads, W warps
-// each, in faq_smem's dynamic shared memory.
+// each, in faq_smem's dynamic shared memory; stg is the _split entries'
+// staging buffer (nullptr: no split).
 __device__ __forceinline__ void faq_run(const float* q, const u8* kv, const float* sinks, const u32* io, float* y,
-    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window) {
+    u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, float scale, float softcap, u32 window, u8* stg) {
     extern __shared__ __align__(16) float fa_sm[];
     switch (fa_group(n_head, n_head_kv, head_dim)) {
-    case 4: faq_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    case 3: faq_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    case 2: faq_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window); break;
-    default: faq_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window);
+    case 4: faq_block<4>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
+    case 3: faq_block<3>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
+    case 2: faq_block<2>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg); break;
+    default: faq_block<1>(fa_sm, q, kv, sinks, io, y, layer, n_layer, n_head, n_head_kv, head_dim, scale, softcap, window, stg);
     }
 }

@@ -176,8 +176,11 @@ func moeDownAcc(d Dispatch) (Launch, error) {
 // attention: spec n_layer, n_head, n_head_kv, head_dim, …: a block per
 // (head group, row) of faWarps warps; flash_attn takes its lean entry for
 // launches of many one-head blocks and its tensor-core entry in prefill
-// (with Launch.Rest for the rows that are no prompt's). The instances of
-// a quantized cache (Dispatch.Type kv-…) have no lean entry, and their
+// (with Launch.Rest for the rows that are no prompt's). Decode launches of
+// few blocks take the _split entry, faSplits blocks per (head group,
+// row) along z, with the warps the unsplit launch would have (so a row
+// short enough not to be split gets the main entry's bits). The instances
+// of a quantized cache (Dispatch.Type kv-…) have no lean entry, and their
 // decode kernel's shared memory is faqShared.
 func attention(d Dispatch) (Launch, error) {
 	l := d.base()
@@ -202,6 +205,9 @@ func attention(d Dispatch) (Launch, error) {
 	l.Block[0], l.Shared = 32*w, shared(g, w, spec[3])
 	if d.Family == "flash_attn" && !quant && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
 		l.Entry = EntryLean
+	}
+	if z := faSplits(l.Grid[0] * d.Rows); !d.Prefill && l.Entry == EntryMain && z > 1 {
+		l.Grid[2], l.Entry, l.Staged = z, EntrySplit, faStaged(d.Rows, spec[1], spec[3], z)
 	}
 	if hd := spec[3]; d.Family == "flash_attn" && d.Prefill && d.Rows >= fatRows && (hd == 64 || hd == 128) {
 		// Prefill on tensor cores: a warp per 16 rows of a head, for

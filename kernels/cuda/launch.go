@@ -28,7 +28,10 @@ type Launch struct {
 	// rows from, quantized once for the whole matrix by the Stage launch
 	// (the instance's EntryStage) just before it; 0 and nil when it
 	// quantizes its own. Both take that buffer's address as one more
-	// parameter, after the others.
+	// parameter, after the others. The split decode attention
+	// (EntrySplit) has Staged and no Stage: its blocks leave their
+	// partial softmax states there, and its counters lie where split-k's
+	// do (the buffer's first mmtCounters words, zero between launches).
 	Staged int
 	Stage  *Launch
 	// Rest, for flash_attn's tensor-core prefill tile, which takes only
@@ -54,12 +57,13 @@ const (
 	EntryMasked                   // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
 	EntryRest                     // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
 	EntryRows                     // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
+	EntrySplit                    // _split: the attention families' decode kernel with a long row's keys split over blocks (faSplits), Launch.Staged its partial states
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the
@@ -438,6 +442,54 @@ const faBusyWarps = 4096
 // 5 140 with 8; 2 943 / 5 111 and 2 951 / 5 114 with 4 from 2 048 blocks
 // up; 2 931 / 5 096 and 2 890 / 5 117 with 4 from 512 up.
 const faLeanWarps = 8
+
+// faSplits is the blocks a decode attention launch of blocks blocks
+// (head groups × rows) gives each of them for its keys (the _split entry,
+// grid z; fa.cuh's flash decoding across blocks): as many as fill the
+// multiprocessors once (a block of up to 16 warps at 128 registers takes
+// a whole one), at most faMaxSplit; 1, no split, where that is fewer
+// than two. The blocks take a long row's keys in ranges of whole
+// faChunk units that the kernel derives from the row's position, so one
+// captured graph serves every length; a row of at most faSplitMin keys
+// is not split (its bits are the main entry's), and the blocks that get
+// no range leave at once, so the grid is sized for the GPU rather than
+// for the longest context. The qwen3 0.6B shape's one-row step (8 blocks
+// of two heads) walked a 16k cache with 8 of the 132 multiprocessors. On
+// an H200 (zrt-run bench --tier cuda, Q4_K_M, same run), tg64 at depth
+// 4096 / 16384 / 32000 went 293.9 / 95.0 / 51.7 → 840.2 / 500.1 / 415.2
+// tok/s; tg128 from depth 0 (a 512-token prompt first) lost 3%
+// (1229 → 1185) with splits from 513 keys, hence faSplitMin (its own
+// effect not yet measured; the blocks without a range may cost too).
+func faSplits(blocks uint32) uint32 {
+	if blocks == 0 {
+		return 1
+	}
+	z := min(faMaxSplit, mmtSMs/blocks)
+	if z < 2 || blocks > faCounters {
+		return 1
+	}
+	return z
+}
+
+// faStaged is the staging buffer of a split launch (fa_part in fa.cuh):
+// the counters, then a partial state per block of the grid — per head
+// of its group a maximum, a sum and hd accumulators.
+func faStaged(rows, nHead, hd, splits uint32) int {
+	return 4*faCounters + 4*int(rows*nHead*splits)*int(hd+2)
+}
+
+// faChunk is FA_CHUNK in fa.cuh, the keys of the units a split row's
+// ranges are made of; faSplitMin FA_SPLIT_MIN, the most keys a row has
+// without being split; faMaxSplit FA_MAX_SPLIT, the most blocks a row's
+// head group is split over; faCounters FA_COUNTERS, mmtCounters: the
+// split launches' counters, one per (head group, row), where split-k's
+// lie.
+const (
+	faChunk    = 512
+	faSplitMin = 1024
+	faMaxSplit = 32
+	faCounters = mmtCounters
+)
 
 // faMaxWarps is FA_MAX_WARPS in fa.cuh, faMaxHead FA_MAX_D.
 const (

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -142,7 +143,8 @@ func TestFlashAttnEntry(t *testing.T) {
 // TestFlashAttnLean: decode launches of one head a block, heads of at
 // most 128 and blocks of faLeanWarps warps (many blocks) take the _lean
 // entry; grouped or wider heads, and few blocks (more warps each), the
-// main one.
+// main one, or its _split form where the blocks are few enough to split
+// (TestFlashAttnSplit).
 func TestFlashAttnLean(t *testing.T) {
 	for _, c := range []struct {
 		heads, kv, hd uint32
@@ -150,7 +152,7 @@ func TestFlashAttnLean(t *testing.T) {
 		want          EntryPoint
 	}{
 		{32, 32, 128, 16, EntryLean}, {32, 32, 128, 64, EntryLean}, {16, 16, 64, 40, EntryLean},
-		{32, 32, 128, 1, EntryMain}, {32, 32, 128, 4, EntryMain}, // few blocks: 16 warps each
+		{32, 32, 128, 1, EntrySplit}, {32, 32, 128, 4, EntryMain}, // few blocks: 16 warps each
 		{16, 8, 128, 64, EntryMain}, {32, 32, 256, 64, EntryMain}, // grouped; wide
 	} {
 		l, err := Shape("flash_attn", []uint32{0}, []uint32{2, c.heads, c.kv, c.hd, 0}, c.rows, false)
@@ -162,6 +164,71 @@ func TestFlashAttnLean(t *testing.T) {
 		}
 		if l.Entry == EntryLean && l.Block[0] > 32*faLeanWarps {
 			t.Errorf("%d rows: lean block of %d threads", c.rows, l.Block[0])
+		}
+	}
+}
+
+// TestFlashAttnSplit: decode launches of few blocks take the _split
+// entry with as many blocks per (head group, row) along z as fill the
+// multiprocessors once (at most faMaxSplit), the unsplit launch's warps
+// and shared memory, and a staging buffer of a partial state per block;
+// prefill launches, launches of many blocks and the lean entry's are
+// never split.
+func TestFlashAttnSplit(t *testing.T) {
+	for _, c := range []struct {
+		inst             string
+		heads, kv, hd    uint32
+		rows             int
+		prefill          bool
+		splits           uint32 // 1: not split
+		gridX, warps     uint32
+		quant, extension bool
+	}{
+		{"flash_attn", 16, 8, 128, 1, false, 16, 8, 16, false, false},  // the qwen3 0.6B shape, one row
+		{"flash_attn", 16, 8, 128, 2, false, 8, 8, 16, false, false},   // two rows: 16 blocks
+		{"flash_attn", 16, 8, 128, 8, false, 2, 8, 16, false, false},   // 64 blocks
+		{"flash_attn", 16, 8, 128, 16, false, 1, 8, 16, false, false},  // 128 blocks fill them already
+		{"flash_attn", 16, 8, 128, 1, true, 1, 8, 16, false, false},    // prefill variants keep the main entry
+		{"flash_attn", 32, 32, 128, 1, false, 4, 32, 16, false, false}, // the llama 7B shape
+		{"flash_attn", 4, 1, 64, 1, false, 32, 1, 16, false, false},    // one block: faMaxSplit
+		{"flash_attn", 32, 32, 128, 64, false, 1, 32, 8, false, false}, // many blocks: the lean entry
+		{"flash_attn.kv-q8_0-q8_0-rk128-rv64", 16, 8, 128, 1, false, 16, 8, 16, true, false},
+		{"flash_attn_ext", 16, 8, 256, 1, false, 16, 8, 16, false, true},
+		{"flash_attn_ext.kv-q8_0-q8_0-rk256-rv64", 8, 4, 256, 3, false, 11, 4, 16, true, true},
+	} {
+		spec := []uint32{2, c.heads, c.kv, c.hd, 0}
+		if c.extension {
+			spec = append(spec, 0, 0)
+		}
+		l, err := Shape(c.inst, []uint32{0}, spec, c.rows, c.prefill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("%s %d/%d heads of %d, %d rows (prefill %v)", c.inst, c.heads, c.kv, c.hd, c.rows, c.prefill)
+		if l.Grid[2] != c.splits || l.Grid[0] != c.gridX || l.Grid[1] != uint32(c.rows) || l.Block[0] != 32*c.warps {
+			t.Errorf("%s: grid %v block %v, want (%d, %d, %d) and %d warps", name, l.Grid, l.Block, c.gridX, c.rows, c.splits, c.warps)
+		}
+		if c.splits > 1 {
+			shared := faShared(c.heads/c.gridX, c.warps, c.hd)
+			if c.quant {
+				shared = faqShared(c.heads/c.gridX, c.warps, c.hd)
+			}
+			if l.Entry != EntrySplit || l.Stage != nil || l.Shared != shared ||
+				l.Staged != 4*mmtCounters+4*c.rows*int(c.heads*c.splits*(c.hd+2)) {
+				t.Errorf("%s: %+v, want the _split entry, %d bytes of shared memory and a staging buffer of its partial states", name, l, shared)
+			}
+			// fa_split_merge's shared weights lie in the warps' accumulators.
+			if g := c.heads / c.gridX; g*(faMaxSplit+1) > g*c.warps*c.hd {
+				t.Errorf("%s: the merge's weights overflow the accumulators' shared memory", name)
+			}
+		} else if l.Entry == EntrySplit || l.Staged != 0 {
+			t.Errorf("%s: %+v, want no split", name, l)
+		}
+	}
+	for blocks := uint32(1); blocks <= 2*mmtSMs; blocks++ {
+		z := faSplits(blocks)
+		if z < 1 || z > faMaxSplit || z > 1 && (blocks*z > mmtSMs || blocks > faCounters) {
+			t.Errorf("faSplits(%d) = %d", blocks, z)
 		}
 	}
 }

@@ -34,7 +34,9 @@ type kgpu struct {
 	// to launch as the tier keeps it: what one launch leaves there (its
 	// records, split-k's partials) must not upset the next.
 	staging *staging
-	// entry, when set, replaces the entry point Shape picks.
+	// entry, when set, replaces the entry point Shape picks; replacing
+	// the _split entry launches the unsplit grid (one block per head
+	// group and row, no staging buffer).
 	entry *kcuda.EntryPoint
 }
 
@@ -114,6 +116,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 		t.Fatal(err)
 	}
 	if g.entry != nil {
+		if shape.Entry == kcuda.EntrySplit && *g.entry != kcuda.EntrySplit {
+			shape.Grid[2], shape.Staged = 1, 0
+		}
 		shape.Entry = *g.entry
 	}
 	var vals []uint64
@@ -137,7 +142,7 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	for _, x := range append(append([]uint32(nil), push...), spec...) {
 		vals = append(vals, uint64(x))
 	}
-	if shape.Staged > 0 { // the stage launch first, as Walk makes it
+	if shape.Staged > 0 { // the staging buffer, and the stage launch first where there is one, as Walk makes it
 		st := g.staging
 		if st.n < shape.Staged { // grown as the tier sizes it: for the largest launch, zeroed
 			if st.p != 0 {
@@ -153,7 +158,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 			}
 		}
 		vals = append(vals, uint64(st.p))
-		g.launch(m, instance, *shape.Stage, vals)
+		if shape.Stage != nil {
+			g.launch(m, instance, *shape.Stage, vals)
+		}
 	}
 	g.launch(m, instance, shape, vals)
 	if shape.Rest != nil && g.entry == nil { // the tile's other rows, as Walk launches them

@@ -106,8 +106,9 @@ type Tier struct {
 	timeout  time.Duration
 	params   []byte // pinned scratch for kernel parameters
 	// staging holds the activation rows staged for the tensor-core tiles
-	// and their split-k partials (Launch.Staging), sized for the largest
-	// launch; 0 when no launch stages.
+	// and their split-k partials, and the split decode attention's
+	// partial states (Launch.Staging), sized for the largest launch; 0
+	// when no launch stages.
 	staging driver.DevPtr
 	info    driver.Info
 	prof    *profiler

@@ -40,7 +40,9 @@ type Memory = replay.Memory
 // Barriers need no translation: launches on one stream (and the graph
 // captured from it) already run in order. A dispatch whose shape stages
 // its activation rows becomes two launches, the stage then the kernel,
-// unless it reuses the records of the launch before it (reusesStage).
+// unless it reuses the records of the launch before it (reusesStage); a
+// shape with a staging buffer and no stage launch (the split decode
+// attention, which keeps its partial states there) stays one.
 func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
 	s, err := replay.Walk(v, blobs, mem, fence)
 	if err != nil {
@@ -60,7 +62,7 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 		}
 		if n := l.Shape.Staged; n > 0 {
 			l.Params, l.Sizes, l.Staging = append(l.Params, 0), append(l.Sizes, 8), n
-			if len(out) == 0 || !reusesStage(out[len(out)-1], l) {
+			if l.Shape.Stage != nil && (len(out) == 0 || !reusesStage(out[len(out)-1], l)) {
 				stage := l
 				stage.Params, stage.Shape = append([]uint64(nil), l.Params...), *l.Shape.Stage
 				out = append(out, stage)
@@ -93,7 +95,7 @@ const (
 // three times. The records outlive prev: its split-k partial tiles lie
 // past them in the buffer.
 func reusesStage(prev, l Launch) bool {
-	return prev.Staging > 0 && prev.Shape.Entry != kcuda.EntryStage && kcuda.SameStage(prev.Name, l.Name) &&
+	return prev.Staging > 0 && prev.Shape.Stage != nil && prev.Shape.Entry != kcuda.EntryStage && kcuda.SameStage(prev.Name, l.Name) &&
 		*prev.Shape.Stage == *l.Shape.Stage && prev.Params[paramX] == l.Params[paramX] &&
 		prev.Params[paramK] == l.Params[paramK] && prev.Params[paramY] != prev.Params[paramX]
 }

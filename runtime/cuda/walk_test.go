@@ -86,7 +86,7 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 	}
 	mem := &cuda.Memory{}
 	fence := -1
-	totalReused := 0
+	totalReused, splits := 0, 0
 	for i, r := range b.Graph.Regions {
 		mem.Base = append(mem.Base, uint64(i+1)<<36)
 		mem.Size = append(mem.Size, uint64(r.Bytes))
@@ -117,7 +117,15 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 			want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec)
 			if l.Staging > 0 { // and the staging buffer, after a stage launch of the same kernel or a product of the same input
 				want++
-				if l.Shape.Entry != kcuda.EntryStage {
+				if l.Shape.Entry == kcuda.EntrySplit {
+					// The split decode attention keeps its partial
+					// states there, and has no stage launch; only decode
+					// variants split.
+					splits++
+					if l.Shape.Stage != nil || l.Staging != l.Shape.Staged || v.Stage == bundle.StagePrefill {
+						t.Errorf("variant %d (%s): launch %d (%s): split attention %+v with a stage launch or another buffer, or in a prefill variant", vi, v.Key(), i, l.Name, l.Shape)
+					}
+				} else if l.Shape.Entry != kcuda.EntryStage {
 					staged++
 					switch {
 					case i > 0 && ls[i-1].Shape.Entry == kcuda.EntryStage && ls[i-1].Kernel == l.Kernel:
@@ -152,6 +160,9 @@ func walkFakeMemory(t *testing.T, s synth.Shape, config string, reuseStages bool
 			t.Errorf("variant %d: %d launches for %d dispatches, %d of them staged, %d of those on the records before, %d tiles' other rows", vi, len(ls), v.Dispatches, staged, reused, rest)
 		}
 		totalReused += reused
+	}
+	if splits == 0 { // a decode step of few rows over these few heads is few blocks
+		t.Error("no decode attention launch splits its rows' keys")
 	}
 	if reuseStages && totalReused == 0 {
 		t.Error("no staged launch reuses the records of the one before it")

@@ -46,7 +46,15 @@ __device__ __forceinline__ void ldsm4t(u32* r, const __half* p) {
 #include "../faq.cuh"
 extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
-    faq_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+    faq_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, nullptr);
+}
+
+// flash_attn_split: the main kernel with a long row's keys split over
+// gridDim.z blocks (fa.cuh's flash decoding across blocks), their partial
+// states in the staging buffer stg (launch.go's EntrySplit).
+extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) CAT(NAME, _split)(const float* q, const u8* kv, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits, u8* stg) {
+    faq_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, stg);
 }
 
 // flash_attn_rest: the main kernel for the rows that are no prompt's,
@@ -55,7 +63,7 @@ extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) CAT(NAME, _rest)
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
     int row = blockIdx.y;
     if (row < (int)io[IO_ROWS] && (io_row(io, row, ROW_FLAGS) & ROW_PROMPT)) return; // the request table is not written during a replay
-    faq_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+    faq_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, nullptr);
 }
 
 // q8_deq8 is values o … o+7 of the Q8_0 block at blk (o a multiple of
@@ -252,7 +260,16 @@ extern "C" __global__ void __launch_bounds__(32 * FAT_WARPS) CAT(NAME, _tile)(co
 #else
 extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) NAME(const float* q, const u8* kv, const u32* io, float* y,
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
-    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, nullptr);
+}
+
+// flash_attn_split is the main kernel with a long row's keys split over
+// gridDim.z blocks (fa.cuh's flash decoding across blocks), their partial
+// states in the staging buffer stg: launch.go's EntrySplit, for decode
+// steps of few blocks.
+extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) CAT(NAME, _split)(const float* q, const u8* kv, const u32* io,
+    float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits, u8* stg) {
+    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, stg);
 }
 
 // flash_attn_rest is the main kernel for the rows that are no prompt's
@@ -264,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) CAT(NAME, _rest)
     u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
     int row = blockIdx.y;
     if (row < (int)io[IO_ROWS] && (io_row(io, row, ROW_FLAGS) & ROW_PROMPT)) return; // the request table is not written during a replay
-    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+    fa_run(q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, nullptr);
 }
 
 // flash_attn_lean is the same for one query head a block, heads of at
@@ -277,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(32 * FA_MAX_WARPS) CAT(NAME, _rest)
 extern "C" __global__ void __launch_bounds__(32 * FA_LEAN_WARPS, 4) CAT(NAME, _lean)(const float* q, const u8* kv, const u32* io,
     float* y, u32 layer, u32 n_layer, u32 n_head, u32 n_head_kv, u32 head_dim, u32 scale_bits) {
     extern __shared__ __align__(16) float fa_sm[];
-    fa_block<1, 2>(fa_sm, q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0);
+    fa_block<1, 2>(fa_sm, q, kv, nullptr, io, y, layer, n_layer, n_head, n_head_kv, head_dim, __uint_as_float(scale_bits), 0.f, 0, nullptr);
 }
 
 // flash_attn_tile: prefill on tensor cores, for head widths 64 and 128

@@ -256,9 +256,10 @@ __device__ __forceinline__ bool mk_run(u32 code, const unsigned long long* p) {
     case 36: mk_call(mk_rms_norm_rope_kv_write, p); return true;
     case 37: mk_call(mk_flash_attn, p); return true;
     case 38: mk_call(mk_flash_attn_lean, p); return true;
-    case 39: mk_call(mk_swiglu, p); return true;
-    case 40: mk_call(mk_add, p); return true;
-    case 41: mk_call(mk_argmax, p); return true;
+    case 39: mk_call(mk_flash_attn_split, p); return true;
+    case 40: mk_call(mk_swiglu, p); return true;
+    case 41: mk_call(mk_add, p); return true;
+    case 42: mk_call(mk_argmax, p); return true;
     }
     return false;
 }

@@ -131,7 +131,7 @@ func MegakernelOps() []MegakernelOp {
 	for _, f := range megakernelPlain {
 		out = append(out, MegakernelOp{Instance: f, Entry: EntryMain})
 		if f == "flash_attn" {
-			out = append(out, MegakernelOp{Instance: f, Entry: EntryLean})
+			out = append(out, MegakernelOp{Instance: f, Entry: EntryLean}, MegakernelOp{Instance: f, Entry: EntrySplit})
 		}
 	}
 	return out

@@ -74,7 +74,12 @@ func buildMkTables(s *bundle.Schedule, ls []Launch, rows int) (*mkTables, error)
 	m := &mkTables{waits: s.Waits, counters: len(s.Counters)}
 	for i := range ls {
 		l := &ls[i]
-		if l.Staging > 0 || l.Shape.Rest != nil || l.Shape.Stage != nil {
+		// The split attention's partial states and their counts lie in
+		// the staging buffer, each (head group, row) its own: a heads
+		// task runs all of a group's ranges, the last one merging, as
+		// the graph path's blocks do.
+		split := l.Shape.Entry == kcuda.EntrySplit
+		if (l.Staging > 0 && !split) || l.Shape.Rest != nil || l.Shape.Stage != nil {
 			return nil, fmt.Errorf("dispatch %d (%s) stages its rows or has a rest launch", i, l.Name)
 		}
 		code, ok := kcuda.MegakernelCode(l.Name, l.Shape.Entry)

@@ -4,17 +4,15 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/ir"
-	"github.com/zrtdev/zrt/format/ggml"
 )
 
 // attnTail is ROPE(q), ROPE(k), KV_WRITE(k, v), then MATMUL(q→o) and
 // RESIDUAL(x += o); extra adds an instruction reading reg extra (k or o).
 func attnTail(extra string) *ir.Graph {
-	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: 1, Rows: 1})
-	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+	g, io := decodeGraph()
 	kv := g.Buffer(ir.Buffer{Name: "state.kv", Class: ir.KV})
-	w := g.Buffer(ir.Buffer{Name: "w", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 8}, LayerClass: "w", Bytes: 256})
-	emb := g.Buffer(ir.Buffer{Name: "emb", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 4}, LayerClass: "e", Bytes: 128})
+	w := f32Weight(g, "w", "w", 8, 8)
+	emb := f32Weight(g, "emb", "e", 8, 4)
 	x, q, k, v, o := g.NewReg("x", 1, 8, 4), g.NewReg("q", 1, 8, 4), g.NewReg("k", 1, 4, 4), g.NewReg("v", 1, 4, 4), g.NewReg("o", 1, 8, 4)
 	for _, r := range []int{x, q, k, v} {
 		g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", r)}, ir.Attrs{"cols": 8})

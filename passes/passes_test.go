@@ -29,13 +29,28 @@ func TestPipelineHonorsConstraints(t *testing.T) {
 	}
 }
 
+// decodeGraph starts a one-row decode graph and its request table.
+func decodeGraph() (*ir.Graph, int) {
+	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: 1, Rows: 1})
+	return g, g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+}
+
+// f32Weight adds to g the F32 weight name of layer class class and
+// dims, returning its buffer.
+func f32Weight(g *ir.Graph, name, class string, dims ...int64) int {
+	bytes := int64(4)
+	for _, d := range dims {
+		bytes *= d
+	}
+	return g.Buffer(ir.Buffer{Name: name, Class: ir.Weight, Type: ggml.F32, Dims: dims, LayerClass: class, Bytes: bytes})
+}
+
 // small builds x → RMS_NORM → MATMUL → RESIDUAL over a tiny graph.
 func small() *ir.Graph {
-	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: 1, Rows: 1})
-	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
-	w := g.Buffer(ir.Buffer{Name: "w", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 8}, LayerClass: "w", Bytes: 256})
-	nw := g.Buffer(ir.Buffer{Name: "nw", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8}, LayerClass: "n", Bytes: 32})
-	emb := g.Buffer(ir.Buffer{Name: "emb", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 4}, LayerClass: "e", Bytes: 128})
+	g, io := decodeGraph()
+	w := f32Weight(g, "w", "w", 8, 8)
+	nw := f32Weight(g, "nw", "n", 8)
+	emb := f32Weight(g, "emb", "e", 8, 4)
 	x, y, z := g.NewReg("x", 1, 8, 4), g.NewReg("y", 1, 8, 4), g.NewReg("z", 1, 8, 4)
 	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 8})
 	g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", x), ir.B("w", nw), ir.B("io", io)}, []ir.Operand{ir.R("y", y)}, ir.Attrs{"cols": 8, "group": 8, "eps": 1e-5})
@@ -77,13 +92,12 @@ func verifyRejects(t *testing.T, build func() *ir.Graph, cases map[string]func(g
 // extended builds x → RMS_NORM_FUSED_QKV (q 8, k and v 4) → ROPE_EXT of
 // q with frequency factors → RESIDUAL_GATED of q into x, gated by x.
 func extended() *ir.Graph {
-	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: 1, Rows: 1})
-	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
-	emb := g.Buffer(ir.Buffer{Name: "emb", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 4}, LayerClass: "e", Bytes: 128})
-	nw := g.Buffer(ir.Buffer{Name: "nw", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8}, LayerClass: "n", Bytes: 32})
-	qkv := g.Buffer(ir.Buffer{Name: "qkv", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8, 16}, LayerClass: "qkv", Bytes: 512})
-	ff := g.Buffer(ir.Buffer{Name: "ff", Class: ir.Weight, Type: ggml.F32, Dims: []int64{2}, LayerClass: "ff", Bytes: 8})
-	gw := g.Buffer(ir.Buffer{Name: "gw", Class: ir.Weight, Type: ggml.F32, Dims: []int64{8}, LayerClass: "gw", Bytes: 32})
+	g, io := decodeGraph()
+	emb := f32Weight(g, "emb", "e", 8, 4)
+	nw := f32Weight(g, "nw", "n", 8)
+	qkv := f32Weight(g, "qkv", "qkv", 8, 16)
+	ff := f32Weight(g, "ff", "ff", 2)
+	gw := f32Weight(g, "gw", "gw", 8)
 	x, q, k, v := g.NewReg("x", 1, 8, 4), g.NewReg("q", 1, 8, 4), g.NewReg("k", 1, 4, 4), g.NewReg("v", 1, 4, 4)
 	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 8})
 	g.Emit(ir.RMS_NORM_FUSED_QKV, []ir.Operand{ir.R("x", x), ir.B("w_norm", nw), ir.B("w_qkv", qkv), ir.B("io", io)},

@@ -8,7 +8,9 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -35,6 +37,16 @@ type Tier = tiers.Tier
 // of region i from the device.
 type Fetcher interface {
 	Fetch(i int, off, n int64) error
+}
+
+// RegionCopier is a tier whose regions the host can copy to and from
+// between replays: the prefix cache's host tier moves KV pages through it
+// (Program.ReadKVPage, WriteKVPage). T-CPU copies within memory; T-CUDA
+// queues its copies on its stream, so a write lands before the next
+// replay and a read sees the last one's bytes.
+type RegionCopier interface {
+	CopyFromRegion(i int, off int64, dst []byte) error
+	CopyToRegion(i int, off int64, src []byte) error
 }
 
 // Options configure Open. Every setting is here: the runtime reads no
@@ -146,6 +158,7 @@ type Program struct {
 	keys             []ShapeKey // by variant index
 	table            kernels.RequestTable
 	kvPages          int
+	kv               int // the KV pool's region
 	io, logits, toks int // region indices
 	// ioRing is the window ring's request table region, -1 without one:
 	// a copy of io's header and rows whose page tables put a slot's
@@ -221,6 +234,7 @@ func Open(dir string, opt Options) (*Program, error) {
 	if kv < 0 {
 		return fail(fmt.Errorf("bundle %s: memory plan lacks region %s", dir, kernels.RegionKV))
 	}
+	p.kv = kv
 	if pb := int64(kernels.PageBytes(h)); pb > 0 {
 		p.kvPages = int(b.Graph.Regions[kv].Bytes / pb)
 	}
@@ -338,6 +352,61 @@ func openTier(b *bundle.Bundle, ranks []*bundle.Bundle, opt Options) (Tier, erro
 // TierOptions are the settings a tier's loader and device probe take.
 func (opt Options) TierOptions() tiers.Options {
 	return tiers.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log, CUDA: opt.CUDA, KFD: opt.KFD}
+}
+
+// KVPageBytes is one KV page's bytes.
+func (p *Program) KVPageBytes() int { return kernels.PageBytes(&p.Hparams) }
+
+// KVLayout identifies how this program's KV pages hold their bytes, for
+// the prefix cache's host tier, which never writes bytes stored under one
+// layout into pages of another: a hash of the weights, the target, the
+// tier and every hyperparameter (the cache types, rotations and page size
+// among them). It is "" where pages cannot be copied: a tier that is no
+// RegionCopier, or a tensor-parallel set, whose KV is split across
+// devices.
+func (p *Program) KVLayout() string {
+	if _, ok := p.tier.(RegionCopier); !ok || len(p.ranks) > 0 || p.kvPages == 0 {
+		return ""
+	}
+	id := &p.Bundle.Graph.Ident
+	h := sha256.New()
+	fmt.Fprintf(h, "%x\x00%x\x00%s\x00%s\x00%d\x00%+v", id.WeightsHash, id.SourceHash, id.Target, p.tier.Name(), p.KVPageBytes(), p.Hparams)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ReadKVPage copies KV page page's bytes into dst (KVPageBytes long), as
+// the last Step left them.
+func (p *Program) ReadKVPage(page uint32, dst []byte) error {
+	c, off, err := p.kvPage(page, len(dst))
+	if err != nil {
+		return err
+	}
+	return c.CopyFromRegion(p.kv, off, dst)
+}
+
+// WriteKVPage copies src (KVPageBytes long) into KV page page, in time for
+// the next Step.
+func (p *Program) WriteKVPage(page uint32, src []byte) error {
+	c, off, err := p.kvPage(page, len(src))
+	if err != nil {
+		return err
+	}
+	return c.CopyToRegion(p.kv, off, src)
+}
+
+// kvPage checks a page copy of n bytes and returns the tier that makes it
+// and the page's offset in the KV region.
+func (p *Program) kvPage(page uint32, n int) (RegionCopier, int64, error) {
+	c, ok := p.tier.(RegionCopier)
+	switch {
+	case !ok || len(p.ranks) > 0:
+		return nil, 0, fmt.Errorf("runtime: tier %s cannot copy KV pages to and from host memory", p.tier.Name())
+	case int(page) >= p.kvPages:
+		return nil, 0, fmt.Errorf("runtime: KV page %d outside the pool of %d", page, p.kvPages)
+	case n != p.KVPageBytes():
+		return nil, 0, fmt.Errorf("runtime: a KV page copy of %d bytes, a page is %d", n, p.KVPageBytes())
+	}
+	return c, int64(page) * int64(n), nil
 }
 
 // Keys lists the compiled variants.

@@ -120,3 +120,58 @@ func TestStepMask(t *testing.T) {
 		t.Errorf("a mask on a row without logits: %v", err)
 	}
 }
+
+// TestKVPageCopy: a KV page's bytes go out and back exactly through the
+// tier (the prefix cache's host tier), a step's KV writes are what a read
+// sees, and a page outside the pool or a buffer of another size is
+// refused.
+func TestKVPageCopy(t *testing.T) {
+	p, err := runtime.Open(buildTiny(t), runtime.Options{Tier: "cpu", Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.KVLayout() == "" || len(p.KVLayout()) != 64 {
+		t.Fatalf("T-CPU's KV layout is %q", p.KVLayout())
+	}
+	n, last := p.KVPageBytes(), uint32(p.KVPages()-1)
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*7 + 3)
+	}
+	if err := p.WriteKVPage(last, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, n)
+	if err := p.ReadKVPage(last, dst); err != nil || !slices.Equal(src, dst) {
+		t.Fatalf("page %d came back different (%v)", last, err)
+	}
+	// A prompt's step writes its KV into page 0.
+	if err := p.ReadKVPage(0, dst); err != nil {
+		t.Fatal(err)
+	}
+	before := slices.Clone(dst)
+	prefill, _ := p.Key(runtime.Prefill, 4)
+	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+	for i, tok := range []int32{1, 300, 301, 302} {
+		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
+	}
+	if err := p.Step(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ReadKVPage(0, dst); err != nil || slices.Equal(before, dst) {
+		t.Errorf("page 0 reads the same after a step wrote its KV (%v)", err)
+	}
+	for _, c := range []struct {
+		page uint32
+		n    int
+		want string
+	}{{last + 1, n, "outside the pool"}, {0, n - 1, "a page is"}} {
+		if err := p.ReadKVPage(c.page, make([]byte, c.n)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("read of page %d, %d bytes: %v, want %q", c.page, c.n, err, c.want)
+		}
+		if err := p.WriteKVPage(c.page, make([]byte, c.n)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("write of page %d, %d bytes: %v, want %q", c.page, c.n, err, c.want)
+		}
+	}
+}

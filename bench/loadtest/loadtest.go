@@ -36,6 +36,13 @@ type Options struct {
 	// Formats[j % len(Formats)], and none of them ignore_eos (none: every
 	// request ignores end of generation and generates MaxTokens).
 	Formats []map[string]any
+	// Turns > 1 makes it a multi-turn chat load (turns.go): Requests
+	// conversations, each Turns requests long, turn by turn — every
+	// conversation's turn k, then every one's turn k+1 — each turn's
+	// prompt its conversation's previous prompt and reply and TurnTokens
+	// new ids. The report adds a row per turn with the prefix cache's hit
+	// rate (from the server's /metrics) and time to first token.
+	Turns, TurnTokens int
 }
 
 // Run checks opt, runs the load test and writes its report to w.
@@ -46,10 +53,16 @@ func Run(ctx context.Context, opt Options, w io.Writer) error {
 	if opt.Concurrency < 1 || opt.Requests < 1 || opt.PromptTokens < 1 || opt.MaxTokens < 1 {
 		return errors.New("--concurrency, --requests, --prompt-tokens and --max-tokens must be at least 1")
 	}
+	if opt.Turns < 0 || opt.Turns > 1 && opt.TurnTokens < 1 {
+		return errors.New("--turns must not be negative, and with more than one turn --turn-tokens must be at least 1")
+	}
 	lt := &loadtest{url: strings.TrimRight(opt.URL, "/"), key: opt.Key, model: opt.Model, maxTokens: opt.MaxTokens, stream: opt.Stream, formats: opt.Formats}
 	ids, err := lt.vocabIDs(ctx)
 	if err != nil {
 		return err
+	}
+	if opt.Turns > 1 {
+		return lt.runTurns(ctx, ids, opt, w)
 	}
 	before := lt.maskBuckets(ctx)
 	res := lt.run(ctx, ids, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.Seed)
@@ -108,6 +121,7 @@ type outcome struct {
 	status   int    // 0: transport error
 	err      string // the transport error
 	tokens   int
+	text     string // the reply (the next turn's history)
 	ttft     time.Duration
 	gaps     []time.Duration
 	duration time.Duration
@@ -141,12 +155,18 @@ func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 	}
 	if !lt.stream {
 		var out struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
 			Usage struct {
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
 		}
 		json.NewDecoder(resp.Body).Decode(&out)
 		o.tokens, o.duration = out.Usage.CompletionTokens, time.Since(t0)
+		if len(out.Choices) > 0 {
+			o.text = out.Choices[0].Text
+		}
 		return o
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -178,6 +198,7 @@ func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 		if len(ev.Choices) == 0 || ev.Choices[0].Text == "" {
 			continue
 		}
+		o.text += ev.Choices[0].Text
 		now := time.Now()
 		if chunks == 0 {
 			o.ttft = now.Sub(t0)

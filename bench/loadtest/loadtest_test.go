@@ -93,3 +93,71 @@ func TestLoadtestMaskCost(t *testing.T) {
 		t.Errorf("no server: row %q", line)
 	}
 }
+
+// TestLoadtestTurns: a multi-turn load sends every conversation's turn
+// before any next turn, each later prompt its conversation's previous
+// prompt, the reply's ids and new ids; the report's rows per turn carry
+// the prefix hits the server's counters moved by in that turn.
+func TestLoadtestTurns(t *testing.T) {
+	var mu sync.Mutex
+	var sent [][]int
+	queries, hits, host := 0, 0, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/tokenize":
+			var body struct {
+				Content string `json:"content"`
+			}
+			json.NewDecoder(r.Body).Decode(&body)
+			if body.Content == "reply" {
+				json.NewEncoder(w).Encode(map[string]any{"tokens": []int{90, 91}})
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]any{"tokens": []int{5, 6, 7}})
+		case "/v1/completions":
+			var body struct {
+				Prompt []int `json:"prompt"`
+			}
+			json.NewDecoder(r.Body).Decode(&body)
+			sent = append(sent, body.Prompt)
+			queries += len(body.Prompt)
+			if len(sent) > 3 { // the second turn: its history found, half of it in the host tier
+				hits += 2
+				host += 2
+			}
+			json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"text": "reply"}}, "usage": map[string]any{"completion_tokens": 2}})
+		case "/metrics":
+			fmt.Fprintf(w, "vllm:prefix_cache_queries_total{model_name=\"m\"} %d\nvllm:prefix_cache_hits_total{model_name=\"m\"} %d\nzrt_prefix_cache_host_hits_total{model_name=\"m\"} %d\n", queries, hits, host)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	var out strings.Builder
+	opt := Options{URL: srv.URL, Concurrency: 2, Requests: 3, PromptTokens: 4, MaxTokens: 2, Seed: 1, Turns: 2, TurnTokens: 3}
+	if err := Run(context.Background(), opt, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 6 {
+		t.Fatalf("%d requests, want 6", len(sent))
+	}
+	for _, second := range sent[3:] {
+		var first []int
+		for _, p := range sent[:3] {
+			if len(second) == len(p)+5 && fmt.Sprint(second[:len(p)]) == fmt.Sprint(p) {
+				first = p
+			}
+		}
+		if first == nil || second[4] != 90 || second[5] != 91 {
+			t.Errorf("second turn %v does not continue any first turn %v with the reply [90 91]", second, sent[:3])
+		}
+	}
+	report := out.String()
+	for _, want := range []string{"| 1 | 3/3 | 4 |", "| - |", "| 2 | 3/3 | 9 |", "44.4% (6 device + 6 host of 27)"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+}

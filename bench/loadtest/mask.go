@@ -1,11 +1,9 @@
 package loadtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
@@ -22,35 +20,24 @@ var leLabel = regexp.MustCompile(`(?:^|,)le="([^"]+)"`)
 // cumulative count at each upper bound, summed over models. A server that
 // has no such histogram (llama-server, or zrt before it) gives none.
 func (lt *loadtest) maskBuckets(ctx context.Context) map[float64]float64 {
-	req, err := http.NewRequestWithContext(ctx, "GET", lt.url+"/metrics", nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := loadClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil
-	}
 	out := map[float64]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		m := maskBucketLine.FindStringSubmatch(sc.Text())
+	ok := lt.scrapeMetrics(ctx, func(line string) {
+		m := maskBucketLine.FindStringSubmatch(line)
 		if m == nil {
-			continue
+			return
 		}
 		le := leLabel.FindStringSubmatch(m[1])
 		if le == nil {
-			continue
+			return
 		}
 		bound, err1 := strconv.ParseFloat(le[1], 64) // "+Inf" parses as +Inf
 		n, err2 := strconv.ParseFloat(m[2], 64)
 		if err1 == nil && err2 == nil {
 			out[bound] += n
 		}
+	})
+	if !ok {
+		return nil
 	}
 	return out
 }

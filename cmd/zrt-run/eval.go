@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/cmd/internal/tokcmd"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
 func evalCmd() *cobra.Command {
@@ -55,28 +57,13 @@ full logit vector.`,
 
 func tokenizeCmd(reverse bool) *cobra.Command {
 	var ef engineFlags
-	var bos, special bool
-	use, short := "tokenize BUNDLE", "Read text on stdin, print token ids separated by spaces"
-	if reverse {
-		use, short = "detokenize BUNDLE", "Read token ids on stdin, print the text"
-	}
-	c := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := ef.open(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			return e.Tok.Filter(cmd.InOrStdin(), cmd.OutOrStdout(), reverse, bos, special)
-		},
-	}
+	c := tokcmd.New(reverse, "BUNDLE", func(cmd *cobra.Command, path string) (*tokenizer.Tokenizer, func() error, error) {
+		e, err := ef.open(cmd.Context(), path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return e.Tok, e.Close, nil
+	})
 	ef.add(c)
-	if !reverse {
-		c.Flags().BoolVar(&bos, "bos", false, "add BOS (and EOS) as the model's vocabulary says")
-		c.Flags().BoolVar(&special, "parse-special", false, "turn special-token text such as <|im_start|> into its id")
-	}
 	return c
 }

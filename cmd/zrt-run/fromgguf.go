@@ -16,8 +16,6 @@ const cacheEnv = "ZRTC_CACHE"
 
 // buildFlags are how a GGUF given where a bundle goes is built: the
 // common model-config settings as flags, so no config file is needed.
-// There is no KV type flag: the model config has no KV type key (the KV
-// cache is F16).
 type buildFlags struct {
 	cache  string
 	target string

@@ -30,7 +30,7 @@ set beside an unconstrained one; given several files, request j takes file
 j mod their number. Such requests go without ignore_eos: one whose output
 completes its format stops before --max-tokens. Against a zrt server the
 report adds the constraint mask's cost per token (p50 and p99 over the
-run, from the server's zrt_constraint_mask_seconds histogram).`,
+run, from the server's zrt_constraint_mask_seconds histogram). --turns: a multi-turn chat load.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range formats {
@@ -56,6 +56,8 @@ run, from the server's zrt_constraint_mask_seconds histogram).`,
 	c.Flags().IntVar(&opt.MaxTokens, "max-tokens", 128, "tokens each request generates")
 	c.Flags().Uint64Var(&opt.Seed, "seed", 1, "seed of the prompts' token ids")
 	c.Flags().BoolVar(&opt.Stream, "stream", false, "stream (server-sent events), measuring TTFT and inter-token latency")
+	c.Flags().IntVar(&opt.Turns, "turns", 1, "turns of each conversation: more than 1 makes --requests conversations, every one's turn k before any turn k+1, each later prompt its history (prompt and reply) and --turn-tokens new ids; a row per turn reports TTFT and the prefix hit rate, device + host tier, from /metrics")
+	c.Flags().IntVar(&opt.TurnTokens, "turn-tokens", 32, "new prompt tokens of each turn after the first")
 	c.Flags().StringSliceVar(&formats, "response-format", nil, "JSON files holding response_format objects, taken by the requests in turn")
 	return c
 }

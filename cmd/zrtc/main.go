@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
+	"github.com/zrtdev/zrt/cmd/internal/tokcmd"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/passes"
@@ -69,28 +70,10 @@ func passesCmd() *cobra.Command {
 }
 
 func tokCmd(reverse bool) *cobra.Command {
-	var bos, special bool
-	use, short := "tokenize MODEL.gguf", "Read text on stdin, print token ids separated by spaces"
-	if reverse {
-		use, short = "detokenize MODEL.gguf", "Read token ids on stdin, print the text"
-	}
-	c := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := tokenizer.FromGGUF(args[0])
-			if err != nil {
-				return err
-			}
-			return t.Filter(cmd.InOrStdin(), cmd.OutOrStdout(), reverse, bos, special)
-		},
-	}
-	if !reverse {
-		c.Flags().BoolVar(&bos, "bos", false, "add BOS (and EOS) as the model's vocabulary says")
-		c.Flags().BoolVar(&special, "parse-special", false, "turn special-token text such as <|im_start|> into its id")
-	}
-	return c
+	return tokcmd.New(reverse, "MODEL.gguf", func(_ *cobra.Command, path string) (*tokenizer.Tokenizer, func() error, error) {
+		t, err := tokenizer.FromGGUF(path)
+		return t, func() error { return nil }, err
+	})
 }
 
 // sizeFlags are the config settings build, key and config take as flags,

@@ -36,9 +36,25 @@ type Model struct {
 // Builder builds IR for one architecture.
 type Builder func(f *gguf.File, c *config.Config) (*Model, error)
 
-var builders = map[string]Builder{}
-
-func register(arch string, b Builder) { builders[arch] = b }
+// families are the architectures zrtc builds, by GGUF
+// general.architecture: one row each, its Family in its lineage's file
+// (llama.go, gemma.go, gptoss.go, qwen35.go).
+var families = map[string]Family{
+	"llama":     llama,
+	"qwen2":     qwen2,
+	"qwen3":     qwen3,
+	"qwen3moe":  qwen3moe,
+	"qwen2moe":  qwen2moe,
+	"phi3":      phi3,
+	"mistral3":  mistral3,
+	"gemma2":    gemma2,
+	"gemma3":    gemma3,
+	"gemma4":    gemma4,
+	"gpt-oss":   gptOSS,
+	"qwen35":    qwen35,
+	"qwen35moe": qwen35moe,
+	"qwen3next": qwen3next,
+}
 
 // Build dispatches on general.architecture.
 func Build(f *gguf.File, c *config.Config) (*Model, error) {
@@ -67,18 +83,18 @@ func builder(f *gguf.File) (Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, ok := builders[a]
+	fam, ok := families[a]
 	if !ok {
 		return nil, &support.Error{What: "architecture", Value: strconv.Quote(a), Where: support.Key("general.architecture"),
 			Detail: "zrtc builds " + strings.Join(Supported(), ", ")}
 	}
-	return b, nil
+	return specBuilder(fam), nil
 }
 
 // Supported lists the architectures with a builder.
 func Supported() []string {
 	var out []string
-	for a := range builders {
+	for a := range families {
 		out = append(out, a)
 	}
 	sort.Strings(out)

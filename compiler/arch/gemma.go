@@ -11,12 +11,6 @@ import (
 	"github.com/zrtdev/zrt/format/support"
 )
 
-func init() {
-	register("gemma2", specBuilder(gemma2))
-	register("gemma3", specBuilder(gemma3))
-	register("gemma4", specBuilder(gemma4))
-}
-
 // gemma2 is the llama lineage with Gemma's changes: token embeddings
 // scaled by √n_embd, Q scaled before attention by 1/√head_dim (by
 // 1/√(n_embd/n_head) in the 27B, which llama.cpp recognises by its 46

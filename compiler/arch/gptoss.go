@@ -5,10 +5,6 @@ import (
 	"github.com/zrtdev/zrt/format/gguf"
 )
 
-func init() {
-	register("gpt-oss", specBuilder(gptOSS))
-}
-
 // gptOSS (gpt-oss-20b, -120b) is a MoE of the llama lineage: Q/K/V and
 // output projections with biases, per-head attention sinks, sliding-window
 // layers (attention.sliding_window) alternating with full ones

@@ -11,16 +11,6 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 )
 
-func init() {
-	register("llama", specBuilder(llama))
-	register("qwen2", specBuilder(qwen2))
-	register("qwen3", specBuilder(qwen3))
-	register("qwen3moe", specBuilder(qwen3moe))
-	register("phi3", specBuilder(phi3))
-	register("qwen2moe", specBuilder(qwen2moe))
-	register("mistral3", specBuilder(mistral3))
-}
-
 // Tensor names in GGUF, by the logical weight they hold. %d is the layer.
 // One table serves every family: llama.cpp names a weight the same way in
 // every architecture that has it.

@@ -7,12 +7,6 @@ import (
 	"github.com/zrtdev/zrt/format/gguf"
 )
 
-func init() {
-	register("qwen35", specBuilder(qwen35))
-	register("qwen35moe", specBuilder(qwen35moe))
-	register("qwen3next", specBuilder(qwen3next))
-}
-
 // qwen35 (Qwen3.5) is a hybrid: of every full_attention_interval layers
 // (default 4) the last is gated attention (qwen3's per-head Q/K norms,
 // NeoX RoPE over rope.dimension_count dims, a sigmoid gate from the Q

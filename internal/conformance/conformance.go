@@ -64,13 +64,7 @@ type Tier struct {
 // logs each reference's worst difference.
 func Run(t *testing.T, tier Tier) {
 	shared := reference.SharedDir()
-	refs, err := reference.Load(shared, "*.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(refs) == 0 {
-		t.Skipf("no reference files under %s (set ZRT_SHARED)", shared)
-	}
+	refs := reference.Shared(t, "*.json")
 	writeConfig := func(name, text string) string {
 		if text == "" {
 			return ""

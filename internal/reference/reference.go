@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // File is one reference: a model, a prompt, and what llama.cpp produced.
@@ -66,6 +67,21 @@ func Load(shared, glob string) ([]*File, error) {
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// Shared returns the references under SharedDir whose names match glob,
+// failing t when one cannot be read and skipping it when there are none.
+func Shared(t testing.TB, glob string) []*File {
+	t.Helper()
+	shared := SharedDir()
+	refs, err := Load(shared, glob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 {
+		t.Skipf("no reference files %s under %s (set ZRT_SHARED)", glob, shared)
+	}
+	return refs
 }
 
 // Model returns the path of the GGUF a reference was made from, or "".

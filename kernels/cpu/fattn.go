@@ -132,6 +132,20 @@ func (o *faOpts) sink(h int, m, s float32, acc []float32) (float32, float32) {
 	return m, s*ms + vs
 }
 
+// finish ends head h's softmax (M, S) over the F32 accumulator acc: it
+// adds the head's sink, then writes V /= S to out, as a multiplication by
+// 1/S (0 when S is 0).
+func (o *faOpts) finish(h int, m, s float32, acc, out []float32) {
+	_, s = o.sink(h, m, s, acc)
+	sInv := float32(0)
+	if s != 0 {
+		sInv = 1 / s
+	}
+	for d := range out {
+		out[d] = acc[d] * sInv
+	}
+}
+
 // flashAttn attends each row's query heads over its slot's keys at
 // positions 0..pos, by whichever of ggml's paths llama.cpp would take for
 // the rows of the row's request (see above).
@@ -248,15 +262,7 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 				for d, v := range w.acc16 {
 					w.acc[d] = quant.F16ToF32(v)
 				}
-				_, s = o.sink(h, m, s, w.acc)
-				// V /= S, as a multiplication by 1/S.
-				sInv := float32(0)
-				if s != 0 {
-					sInv = 1 / s
-				}
-				for d := range out {
-					out[d] = w.acc[d] * sInv
-				}
+				o.finish(h, m, s, w.acc, out)
 			}
 		}
 	})
@@ -548,14 +554,7 @@ func (w *faWork) tiled(q, out []float32, h, pos int, o *faOpts, cache func(which
 			}
 		}
 	}
-	_, s = o.sink(h, m, s, w.acc)
-	sInv := float32(0)
-	if s != 0 {
-		sInv = 1 / s
-	}
-	for d := range out {
-		out[d] = w.acc[d] * sInv
-	}
+	o.finish(h, m, s, w.acc, out)
 }
 
 // dotF16 is ggml_vec_dot_f16 on AVX-512: whole groups of 64 go through four
@@ -748,15 +747,7 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 		for g := range group {
 			h := kvh*group + g
 			j := b*group + g
-			_, s[j] = o.sink(h, m[j], s[j], acc[j*hd:(j+1)*hd])
-			sInv := float32(0)
-			if s[j] != 0 {
-				sInv = 1 / s[j]
-			}
-			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-			for d, v := range acc[j*hd : (j+1)*hd] {
-				out[d] = v * sInv
-			}
+			o.finish(h, m[j], s[j], acc[j*hd:(j+1)*hd], y[(i*nHead+h)*hd:(i*nHead+h+1)*hd])
 		}
 	}
 }

@@ -265,14 +265,7 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 			w.acc[d] = quant.F16ToF32(x)
 		}
 	}
-	_, s = o.sink(h, m, s, w.acc)
-	sInv := float32(0)
-	if s != 0 {
-		sInv = 1 / s
-	}
-	for d := range out {
-		out[d] = w.acc[d] * sInv
-	}
+	o.finish(h, m, s, w.acc, out)
 }
 
 // onlineCoefs is one_chunk's online softmax over the raw dot products sc

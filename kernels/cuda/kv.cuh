@@ -77,10 +77,13 @@ __device__ __forceinline__ void kvq_block(u8* dst, float v) {
     float amax = warp_max(fabsf(v));
     float id = amax != 0.f ? 127.f / amax : 0.f;
     dst[2 + lane] = (u8)(signed char)__float2int_rn(v * id);
-    if (lane == 0) {
-        unsigned short d = __half_as_ushort(__float2half_rn(amax / 127.f));
-        dst[0] = (u8)(d & 0xff), dst[1] = (u8)(d >> 8);
-    }
+    // One 16-bit store of the scale (a block starts on an even byte: rows
+    // and pages are whole blocks of 34 bytes from a 64-byte boundary). Two
+    // byte stores of the F16's halves went wrong: ptxas (CUDA 13.0, seen
+    // for sm_90) compiled the low byte's st.global.u8 of the F16's register
+    // as F2I.U8.F16.TRUNC, the half's value converted to an integer (0 for
+    // a scale below 1), so the cache's scales lost their low byte.
+    if (lane == 0) *(unsigned short*)dst = __half_as_ushort(__float2half_rn(amax / 127.f));
 }
 
 // kvq_store: the warp stores the n values x (a multiple of 32 and of rot)

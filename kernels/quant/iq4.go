@@ -147,20 +147,27 @@ func fma32(a, b, c float32) float32 {
 // block is added after the reduction as sum + d*float(sumi), fused as
 // GCC/Clang contract it (ggml builds as gnu11 with FMA enabled).
 func dotIQ4_NL(n int, w, x []byte) float32 {
+	return dotPairs(n, w, x, iq4_NLLen, func(a, b []byte) ([8]int32, float32) {
+		return iq4Lanes((*[16]byte)(a[2:]), (*[qk]byte)(b[2:])), fp16(b[0:]) * fp16(a[0:])
+	}, iq4NLTail)
+}
+
+// dotPairs is the float part of ggml's AVX2 dot products of a row of n
+// elements in 32-element blocks of size bytes (w) against Q8_0 (x), for
+// IQ4_NL and MXFP4: the blocks in pairs, the even block of each pair into
+// one eight-lane accumulator and the odd one into another, each lane
+// acc = fma(d, float(lane), acc) with block giving a block's lanes and d;
+// then the two accumulators added lane-wise and reduced by hsum8, and an
+// odd last block added by tail.
+func dotPairs(n int, w, x []byte, size int, block func(a, b []byte) ([8]int32, float32), tail func(a, b []byte, sum float32) float32) float32 {
 	nb := n / qk
-	w = w[:nb*iq4_NLLen]
+	w = w[:nb*size]
 	x = x[:nb*q8_0Len]
 	var acc1, acc2 [8]float32
 	ib := 0
 	for ; ib+1 < nb; ib += 2 {
-		a0 := (*[iq4_NLLen]byte)(w[ib*iq4_NLLen:])
-		b0 := (*[q8_0Len]byte)(x[ib*q8_0Len:])
-		a1 := (*[iq4_NLLen]byte)(w[(ib+1)*iq4_NLLen:])
-		b1 := (*[q8_0Len]byte)(x[(ib+1)*q8_0Len:])
-		l0 := iq4Lanes((*[16]byte)(a0[2:]), (*[qk]byte)(b0[2:]))
-		l1 := iq4Lanes((*[16]byte)(a1[2:]), (*[qk]byte)(b1[2:]))
-		d0 := fp16(b0[0:]) * fp16(a0[0:])
-		d1 := fp16(b1[0:]) * fp16(a1[0:])
+		l0, d0 := block(w[ib*size:], x[ib*q8_0Len:])
+		l1, d1 := block(w[(ib+1)*size:], x[(ib+1)*q8_0Len:])
 		for k := range acc1 {
 			acc1[k] = fma32(d0, float32(l0[k]), acc1[k])
 			acc2[k] = fma32(d1, float32(l1[k]), acc2[k])
@@ -172,7 +179,7 @@ func dotIQ4_NL(n int, w, x []byte) float32 {
 	}
 	sum := hsum8(&t)
 	if ib < nb {
-		sum = iq4NLTail((*[iq4_NLLen]byte)(w[ib*iq4_NLLen:]), (*[q8_0Len]byte)(x[ib*q8_0Len:]), sum)
+		sum = tail(w[ib*size:], x[ib*q8_0Len:], sum)
 	}
 	return sum
 }
@@ -180,7 +187,8 @@ func dotIQ4_NL(n int, w, x []byte) float32 {
 // iq4NLTail adds the odd last block of an IQ4_NL row (a) times its Q8_0
 // activations (b) to sum the way ggml's scalar tail loop does, after the
 // vector part's reduction: sum + (d_x*d_w)*float(sumi), fused.
-func iq4NLTail(a *[iq4_NLLen]byte, b *[q8_0Len]byte, sum float32) float32 {
+func iq4NLTail(wb, xb []byte, sum float32) float32 {
+	a, b := (*[iq4_NLLen]byte)(wb), (*[q8_0Len]byte)(xb)
 	l := iq4Lanes((*[16]byte)(a[2:]), (*[qk]byte)(b[2:]))
 	var sumi int32
 	for _, v := range l {

@@ -111,34 +111,9 @@ func mxfp4Scale(a *[mxfp4Len]byte, b *[q8_0Len]byte) float32 {
 // accumulators are added lane-wise and reduced by hsum8, and an odd last
 // block is added by mxfp4Tail.
 func dotMXFP4(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*mxfp4Len]
-	x = x[:nb*q8_0Len]
-	var acc1, acc2 [8]float32
-	ib := 0
-	for ; ib+1 < nb; ib += 2 {
-		a0 := (*[mxfp4Len]byte)(w[ib*mxfp4Len:])
-		b0 := (*[q8_0Len]byte)(x[ib*q8_0Len:])
-		a1 := (*[mxfp4Len]byte)(w[(ib+1)*mxfp4Len:])
-		b1 := (*[q8_0Len]byte)(x[(ib+1)*q8_0Len:])
-		l0 := mxfp4Lanes((*[16]byte)(a0[1:]), (*[qk]byte)(b0[2:]))
-		l1 := mxfp4Lanes((*[16]byte)(a1[1:]), (*[qk]byte)(b1[2:]))
-		d0 := mxfp4Scale(a0, b0)
-		d1 := mxfp4Scale(a1, b1)
-		for k := range acc1 {
-			acc1[k] = fma32(d0, float32(l0[k]), acc1[k])
-			acc2[k] = fma32(d1, float32(l1[k]), acc2[k])
-		}
-	}
-	var t [8]float32
-	for k := range t {
-		t[k] = acc1[k] + acc2[k]
-	}
-	sum := hsum8(&t)
-	if ib < nb {
-		sum = mxfp4Tail((*[mxfp4Len]byte)(w[ib*mxfp4Len:]), (*[q8_0Len]byte)(x[ib*q8_0Len:]), sum)
-	}
-	return sum
+	return dotPairs(n, w, x, mxfp4Len, func(a, b []byte) ([8]int32, float32) {
+		return mxfp4Lanes((*[16]byte)(a[1:]), (*[qk]byte)(b[2:])), mxfp4Scale((*[mxfp4Len]byte)(a), (*[q8_0Len]byte)(b))
+	}, mxfp4Tail)
 }
 
 // mxfp4Tail adds the odd last block of an MXFP4 row (a) times its Q8_0
@@ -146,7 +121,8 @@ func dotMXFP4(n int, w, x []byte) float32 {
 // products (no VPSIGNB wrap), sumi1 over the low nibbles plus sumi2 over
 // the high ones, then sum + d*float(sumi1+sumi2), fused as GCC and Clang
 // contract it.
-func mxfp4Tail(a *[mxfp4Len]byte, b *[q8_0Len]byte, sum float32) float32 {
+func mxfp4Tail(wb, xb []byte, sum float32) float32 {
+	a, b := (*[mxfp4Len]byte)(wb), (*[q8_0Len]byte)(xb)
 	var sumi int32
 	for j := 0; j < qk/2; j++ {
 		v := a[1+j]

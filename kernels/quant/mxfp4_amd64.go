@@ -14,19 +14,9 @@ package quant
 // negative level wraps as dotMXFP4 emulates), the lanes and the float
 // order are ggml's, and the block scale comes from e8m0HalfTable.
 func dotMXFP4AVX2(n int, w, x []byte) float32 {
-	nb := n / qk
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*mxfp4Len-1], x[nb*q8_0Len-1]
-	var sum float32
-	if np := nb / 2; np > 0 {
-		sum = dotMXFP4AVX2Asm(&w[0], &x[0], np, &e8m0HalfTable)
-	}
-	if nb%2 != 0 {
-		sum = mxfp4Tail((*[mxfp4Len]byte)(w[(nb-1)*mxfp4Len:]), (*[q8_0Len]byte)(x[(nb-1)*q8_0Len:]), sum)
-	}
-	return sum
+	return pairDot(n, w, x, mxfp4Len, func(w, x *byte, np int) float32 {
+		return dotMXFP4AVX2Asm(w, x, np, &e8m0HalfTable)
+	}, mxfp4Tail)
 }
 
 // matVecMXFP4AVX2 is MatVec for MXFP4: out[r] = dotMXFP4AVX2 of weight row
@@ -47,7 +37,7 @@ func matVecMXFP4AVX2(n int, w, x []byte, out []float32) {
 			sum = dotMXFP4AVX2Asm(&w[r*rb], &x[0], np, &e8m0HalfTable)
 		}
 		if nb%2 != 0 {
-			sum = mxfp4Tail((*[mxfp4Len]byte)(w[r*rb+(nb-1)*mxfp4Len:]), (*[q8_0Len]byte)(x[(nb-1)*q8_0Len:]), sum)
+			sum = mxfp4Tail(w[r*rb+(nb-1)*mxfp4Len:], x[(nb-1)*q8_0Len:], sum)
 		}
 		out[r] = sum
 	}
@@ -71,7 +61,7 @@ func rowsMXFP4AVX2(n int, w, x []byte, xStride, rows int, out []float32) {
 			dotMXFP4x4AVX2Asm(&w[0], &x[r*xStride], xStride, np, &e8m0HalfTable, &out[r])
 			if nb%2 != 0 {
 				for i := r; i < r+4; i++ {
-					out[i] = mxfp4Tail((*[mxfp4Len]byte)(w[(nb-1)*mxfp4Len:]), (*[q8_0Len]byte)(x[i*xStride+(nb-1)*q8_0Len:]), out[i])
+					out[i] = mxfp4Tail(w[(nb-1)*mxfp4Len:], x[i*xStride+(nb-1)*q8_0Len:], out[i])
 				}
 			}
 		}

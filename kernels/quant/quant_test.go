@@ -394,6 +394,17 @@ func randomActivations(rng *rand.Rand, n int) []float32 {
 	return x
 }
 
+// quantizedRandom returns n random activations quantized to vt.
+func quantizedRandom(tb testing.TB, rng *rand.Rand, vt ggml.Type, n int) []byte {
+	tb.Helper()
+	vti, _ := vt.Info()
+	xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
+	if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
+		tb.Fatal(err)
+	}
+	return xq
+}
+
 func TestVecDotMatchesDequantized(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	for _, typ := range weightTypes {
@@ -455,12 +466,7 @@ func TestVecDotDoesNotAllocate(t *testing.T) {
 	for _, typ := range weightTypes {
 		const n = 512
 		w := randomRow(rng, typ, n)
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-		if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-			t.Fatal(err)
-		}
+		xq := quantizedRandom(t, rng, VecDotType(typ), n)
 		if a := testing.AllocsPerRun(10, func() { VecDot(typ, n, w, xq) }); a != 0 {
 			t.Errorf("%v: VecDot allocates %v times", typ, a)
 		}
@@ -776,24 +782,33 @@ func TestErrors(t *testing.T) {
 // ---- benchmarks
 
 func BenchmarkVecDot(b *testing.B) {
+	vecDotRows(b, func(typ ggml.Type, n int, w, xq []byte) {
+		b.Run(fmt.Sprint(typ), benchVecDot(typ, n, w, xq))
+	})
+}
+
+// vecDotRows calls f with a random row of n = 4096 elements of each
+// weight type and random activations quantized to its vec-dot type, the
+// same rows on every call.
+func vecDotRows(b *testing.B, f func(typ ggml.Type, n int, w, xq []byte)) {
 	const n = 4096
 	rng := rand.New(rand.NewSource(5))
 	for _, typ := range weightTypes {
 		w := randomRow(rng, typ, n)
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-		if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-			b.Fatal(err)
+		f(typ, n, w, quantizedRandom(b, rng, VecDotType(typ), n))
+	}
+}
+
+// benchVecDot is a benchmark of VecDot of the weight row w (n elements of
+// typ) with the activations xq.
+func benchVecDot(typ ggml.Type, n int, w, xq []byte) func(*testing.B) {
+	return func(b *testing.B) {
+		b.SetBytes(int64(len(w)))
+		var s float32
+		for b.Loop() {
+			s += VecDot(typ, n, w, xq)
 		}
-		b.Run(fmt.Sprint(typ), func(b *testing.B) {
-			b.SetBytes(int64(len(w)))
-			var s float32
-			for b.Loop() {
-				s += VecDot(typ, n, w, xq)
-			}
-			sink = s
-		})
+		sink = s
 	}
 }
 

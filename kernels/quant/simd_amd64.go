@@ -73,34 +73,39 @@ func simdKernels(level int) (tab simdTable) {
 		return
 	}
 	dot, rows, mv := &tab.dot, &tab.rows, &tab.matVec
-	dot[ggml.F32] = dotF32AVX2
-	dot[ggml.F16] = dotF16AVX2
-	dot[ggml.Q4_K] = dotQ4_KAVX2
-	dot[ggml.Q5_K] = dotQ5_KAVX2
-	dot[ggml.Q6_K] = dotQ6_KAVX2
+	dot[ggml.F32] = floatDot(4, dotF32x32, dotF32)
+	dot[ggml.F16] = floatDot(2, dotF16x32, dotF16)
+	dot[ggml.Q4_K] = blockDot(qkK, q4_KLen, q8_KLen, dotQ4_KAVX2Asm)
+	dot[ggml.Q5_K] = blockDot(qkK, q5_KLen, q8_KLen, dotQ5_KAVX2Asm)
+	dot[ggml.Q6_K] = blockDot(qkK, q6_KLen, q8_KLen, dotQ6_KAVX2Asm)
 	dot[ggml.IQ4_NL] = dotIQ4_NLAVX2 // iq4_amd64.go; AVX2 at every level
-	dot[ggml.IQ4_XS] = dotIQ4_XSAVX2
+	dot[ggml.IQ4_XS] = blockDot(qkK, iq4_XSLen, q8_KLen, dotIQ4_XSAVX2Asm)
 	dot[ggml.MXFP4] = dotMXFP4AVX2 // mxfp4_amd64.go; AVX2 at every level
 	mv[ggml.MXFP4] = matVecMXFP4AVX2
 	rows[ggml.MXFP4] = rowsMXFP4AVX2
 	tab.quant[ggml.F16] = quantF16AVX2 // F16C, which every AVX2 CPU has
 	if level >= simdVNNI {
-		dot[ggml.Q8_0] = dotQ8_0VNNI
-		dot[ggml.Q4_0] = dotQ4_0VNNI
-		rows[ggml.Q8_0] = rowsQ8_0VNNI
+		dot[ggml.Q8_0] = blockDot(qk, q8_0Len, q8_0Len, dotQ8_0VNNIAsm)
+		dot[ggml.Q4_0] = blockDot(qk, q4_0Len, q8_0Len, dotQ4_0VNNIAsm)
 		tab.prep[ggml.Q8_0] = &prepQ8_0x8
 		tab.prep[ggml.Q4_K] = &prepQ4_Kx8
-		rows[ggml.Q4_K] = rowsQ4_KVNNI
-		rows[ggml.Q6_K] = rowsQ6_KVNNI
-		mv[ggml.Q4_K] = matVecQ4_KVNNI
-		mv[ggml.Q6_K] = matVecQ6_KVNNI
-		mv[ggml.Q8_0] = matVecQ8_0VNNI
-		mv[ggml.Q4_0] = matVecQ4_0VNNI
-		tab.quant[ggml.Q8_K] = quantQ8_KAVX512
-		tab.quant[ggml.Q8_0] = quantQ8_0AVX512
+		// The eight- and four-row kernels load and prepare (unpack the
+		// scales, mins and quants of) each weight block once per group.
+		rows[ggml.Q8_0] = blockRows(qk, q8_0Len, q8_0Len, dotQ8_0x8VNNIAsm, dotQ8_0x4VNNIAsm, dotQ8_0VNNIAsm)
+		rows[ggml.Q4_K] = blockRows(qkK, q4_KLen, q8_KLen, dotQ4_Kx8Asm, dotQ4_Kx4Asm, dotQ4_KAVX2Asm)
+		rows[ggml.Q6_K] = blockRows(qkK, q6_KLen, q8_KLen, dotQ6_Kx8Asm, dotQ6_Kx4Asm, dotQ6_KAVX2Asm)
+		// The AVX-512 many-row kernels: each row's result is the one-row
+		// kernel's of the level, bit for bit.
+		mv[ggml.Q4_K] = blockMatVec(qkK, q4_KLen, q8_KLen, matVecQ4_KAsm)
+		mv[ggml.Q6_K] = blockMatVec(qkK, q6_KLen, q8_KLen, matVecQ6_KAsm)
+		mv[ggml.Q8_0] = blockMatVec(qk, q8_0Len, q8_0Len, matVecQ8_0Asm)
+		mv[ggml.Q4_0] = blockMatVec(qk, q4_0Len, q8_0Len, matVecQ4_0Asm)
+		// quantQ8_K and quantQ8_0 in AVX-512, byte for byte.
+		tab.quant[ggml.Q8_K] = blockQuant(qkK, q8_KLen, quantQ8_KAsm)
+		tab.quant[ggml.Q8_0] = blockQuant(qk, q8_0Len, quantQ8_0Asm)
 	} else {
-		dot[ggml.Q8_0] = dotQ8_0AVX2
-		dot[ggml.Q4_0] = dotQ4_0AVX2
+		dot[ggml.Q8_0] = blockDot(qk, q8_0Len, q8_0Len, dotQ8_0AVX2Asm)
+		dot[ggml.Q4_0] = blockDot(qk, q4_0Len, q8_0Len, dotQ4_0AVX2Asm)
 	}
 	return
 }
@@ -108,118 +113,20 @@ func simdKernels(level int) (tab simdTable) {
 // ---- wrappers: bounds-check in Go (so a bad size panics instead of
 // reading out of bounds), then hand whole blocks to the assembly.
 
-func dotF32AVX2(n int, w, x []byte) float32 {
-	w, x = w[:4*n], x[:4*n]
-	m := n &^ 31
-	var s float32
-	if m > 0 {
-		s = dotF32x32(&w[0], &x[0], m)
-	}
-	if m < n {
-		s += dotF32(n-m, w[4*m:], x[4*m:])
-	}
-	return s
-}
-
-func dotF16AVX2(n int, w, x []byte) float32 {
-	w, x = w[:2*n], x[:2*n]
-	m := n &^ 31
-	var s float32
-	if m > 0 {
-		s = dotF16x32(&w[0], &x[0], m)
-	}
-	if m < n {
-		s += dotF16(n-m, w[2*m:], x[2*m:])
-	}
-	return s
-}
-
-func dotQ8_0VNNI(n int, w, x []byte) float32 {
-	nb := n / qk
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q8_0Len-1], x[nb*q8_0Len-1]
-	return dotQ8_0VNNIAsm(&w[0], &x[0], nb)
-}
-
-func dotQ8_0AVX2(n int, w, x []byte) float32 {
-	nb := n / qk
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q8_0Len-1], x[nb*q8_0Len-1]
-	return dotQ8_0AVX2Asm(&w[0], &x[0], nb)
-}
-
-func dotQ4_0VNNI(n int, w, x []byte) float32 {
-	nb := n / qk
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q4_0Len-1], x[nb*q8_0Len-1]
-	return dotQ4_0VNNIAsm(&w[0], &x[0], nb)
-}
-
-func dotQ4_0AVX2(n int, w, x []byte) float32 {
-	nb := n / qk
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q4_0Len-1], x[nb*q8_0Len-1]
-	return dotQ4_0AVX2Asm(&w[0], &x[0], nb)
-}
-
-func dotQ4_KAVX2(n int, w, x []byte) float32 {
-	nb := n / qkK
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q4_KLen-1], x[nb*q8_KLen-1]
-	return dotQ4_KAVX2Asm(&w[0], &x[0], nb)
-}
-
-func dotQ5_KAVX2(n int, w, x []byte) float32 {
-	nb := n / qkK
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q5_KLen-1], x[nb*q8_KLen-1]
-	return dotQ5_KAVX2Asm(&w[0], &x[0], nb)
-}
-
-func dotQ6_KAVX2(n int, w, x []byte) float32 {
-	nb := n / qkK
-	if nb == 0 {
-		return 0
-	}
-	_, _ = w[nb*q6_KLen-1], x[nb*q8_KLen-1]
-	return dotQ6_KAVX2Asm(&w[0], &x[0], nb)
-}
-
-// rowsQ8_0VNNI runs the eight-row Q8_0 kernel over groups of eight
-// activation rows and the four-row one over a group of four, loading and
-// preparing each weight block once per group, and the one-row kernel over
-// what is left. All three give every row the one-row kernel's bits, so
-// which rows take which kernel does not matter.
-func rowsQ8_0VNNI(n int, w, x []byte, xStride, rows int, out []float32) {
-	nb := n / qk
-	if nb == 0 || rows <= 0 {
-		clear(out[:rows])
-		return
-	}
-	_ = w[nb*q8_0Len-1]
-	_ = x[(rows-1)*xStride+nb*q8_0Len-1]
-	out = out[:rows]
-	r := 0
-	for ; r+8 <= rows; r += 8 {
-		dotQ8_0x8VNNIAsm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r+4 <= rows; r += 4 {
-		dotQ8_0x4VNNIAsm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r < rows; r++ {
-		out[r] = dotQ8_0VNNIAsm(&w[0], &x[r*xStride], nb)
+// floatDot is a float dot kernel (elements of size bytes) on the
+// elements up to the last multiple of 32, the rest by tail in Go.
+func floatDot(size int, kernel func(w, x *byte, n int) float32, tail func(n int, w, x []byte) float32) func(n int, w, x []byte) float32 {
+	return func(n int, w, x []byte) float32 {
+		w, x = w[:size*n], x[:size*n]
+		m := n &^ 31
+		var s float32
+		if m > 0 {
+			s = kernel(&w[0], &x[0], m)
+		}
+		if m < n {
+			s += tail(n-m, w[size*m:], x[size*m:])
+		}
+		return s
 	}
 }
 
@@ -248,6 +155,76 @@ var prepQ8_0x8 = prepKernel{
 		}
 	},
 	dot: prepDot(qk, q8_0Len, q80PrepBlock, dotQ8_0x8PrepAsm),
+}
+
+// blockDot is a one-row dot kernel on nb whole blocks of bs elements
+// (wLen bytes a weight block, xLen an activation block), its bounds
+// checked here.
+func blockDot(bs, wLen, xLen int, kernel func(w, x *byte, nb int) float32) func(n int, w, x []byte) float32 {
+	return func(n int, w, x []byte) float32 {
+		nb := n / bs
+		if nb == 0 {
+			return 0
+		}
+		_, _ = w[nb*wLen-1], x[nb*xLen-1]
+		return kernel(&w[0], &x[0], nb)
+	}
+}
+
+// blockRows runs the eight-row kernel x8 over groups of eight activation
+// rows, the four-row x4 over a group of four and the one-row one over
+// what is left (blocks as blockDot's). All three give every row the
+// one-row kernel's bits, so which rows take which kernel does not matter.
+func blockRows(bs, wLen, xLen int, x8, x4 func(w, x *byte, stride, nb int, out *float32), one func(w, x *byte, nb int) float32) rowsFunc {
+	return func(n int, w, x []byte, xStride, rows int, out []float32) {
+		nb := n / bs
+		if nb == 0 || rows <= 0 {
+			clear(out[:rows])
+			return
+		}
+		_ = w[nb*wLen-1]
+		_ = x[(rows-1)*xStride+nb*xLen-1]
+		out = out[:rows]
+		r := 0
+		for ; r+8 <= rows; r += 8 {
+			x8(&w[0], &x[r*xStride], xStride, nb, &out[r])
+		}
+		for ; r+4 <= rows; r += 4 {
+			x4(&w[0], &x[r*xStride], xStride, nb, &out[r])
+		}
+		for ; r < rows; r++ {
+			out[r] = one(&w[0], &x[r*xStride], nb)
+		}
+	}
+}
+
+// blockMatVec runs a many-row kernel over all the rows of w in one call
+// (blocks as blockDot's).
+func blockMatVec(bs, wLen, xLen int, kernel func(w, x *byte, nb, rows int, out *float32)) matVecFunc {
+	return func(n int, w, x []byte, out []float32) {
+		nb := n / bs
+		if nb == 0 {
+			clear(out)
+			return
+		}
+		_ = w[len(out)*nb*wLen-1]
+		_ = x[nb*xLen-1]
+		kernel(&w[0], &x[0], nb, len(out), &out[0])
+	}
+}
+
+// blockQuant is an activation quantizer on whole blocks of bs values
+// (dLen bytes a quantized block), its bounds checked here.
+func blockQuant(bs, dLen int, kernel func(x *float32, dst *byte, nb int)) func(x []float32, dst []byte) {
+	return func(x []float32, dst []byte) {
+		nb := len(x) / bs
+		if nb == 0 {
+			return
+		}
+		_ = x[nb*bs-1]
+		_ = dst[nb*dLen-1]
+		kernel(&x[0], &dst[0], nb)
+	}
 }
 
 // prepDot is the dot of a prepKernel: kernel on nb whole blocks of bs
@@ -302,56 +279,6 @@ var prepQ4_Kx8 = prepKernel{
 
 // q4kPrepBlock is the size of one super-block of a prepared Q4_K group.
 const q4kPrepBlock = 8*qkK + 8*16 + 8*4
-
-// rowsQ4_KVNNI runs the eight- and four-row Q4_K kernels (scales, mins and
-// nibbles of each weight super-block unpacked once per group of rows) and
-// the one-row kernel over what is left; all give the one-row kernel's
-// bits.
-func rowsQ4_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
-	nb := n / qkK
-	if nb == 0 || rows <= 0 {
-		clear(out[:rows])
-		return
-	}
-	_ = w[nb*q4_KLen-1]
-	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
-	out = out[:rows]
-	r := 0
-	for ; r+8 <= rows; r += 8 {
-		dotQ4_Kx8Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r+4 <= rows; r += 4 {
-		dotQ4_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r < rows; r++ {
-		out[r] = dotQ4_KAVX2Asm(&w[0], &x[r*xStride], nb)
-	}
-}
-
-// rowsQ6_KVNNI runs the eight- and four-row Q6_K kernels (quants and
-// scales of each weight super-block unpacked once per group of rows) and
-// the one-row kernel over what is left; all give the one-row kernel's
-// bits.
-func rowsQ6_KVNNI(n int, w, x []byte, xStride, rows int, out []float32) {
-	nb := n / qkK
-	if nb == 0 || rows <= 0 {
-		clear(out[:rows])
-		return
-	}
-	_ = w[nb*q6_KLen-1]
-	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
-	out = out[:rows]
-	r := 0
-	for ; r+8 <= rows; r += 8 {
-		dotQ6_Kx8Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r+4 <= rows; r += 4 {
-		dotQ6_Kx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r < rows; r++ {
-		out[r] = dotQ6_KAVX2Asm(&w[0], &x[r*xStride], nb)
-	}
-}
 
 // Assembly kernels (ABI0). Pointers address the first block; nb counts
 // blocks (n counts elements for the float kernels and is a multiple of
@@ -422,62 +349,11 @@ func dotQ5_KAVX2Asm(w, x *byte, nb int) float32
 //go:noescape
 func dotQ6_KAVX2Asm(w, x *byte, nb int) float32
 
-// matVecQ4_KVNNI runs the AVX-512 many-row Q4_K kernel over all the rows
-// in one call; each row's result is dotQ4_KAVX2Asm's, bit for bit.
-func matVecQ4_KVNNI(n int, w, x []byte, out []float32) {
-	nb := n / qkK
-	if nb == 0 {
-		clear(out)
-		return
-	}
-	_ = w[len(out)*nb*q4_KLen-1]
-	_ = x[nb*q8_KLen-1]
-	matVecQ4_KAsm(&w[0], &x[0], nb, len(out), &out[0])
-}
-
 //go:noescape
 func matVecQ4_KAsm(w, x *byte, nb, rows int, out *float32)
 
-// matVecQ6_KVNNI runs the AVX-512 many-row Q6_K kernel over all the rows
-// in one call; each row's result is dotQ6_KAVX2Asm's, bit for bit.
-func matVecQ6_KVNNI(n int, w, x []byte, out []float32) {
-	nb := n / qkK
-	if nb == 0 {
-		clear(out)
-		return
-	}
-	_ = w[len(out)*nb*q6_KLen-1]
-	_ = x[nb*q8_KLen-1]
-	matVecQ6_KAsm(&w[0], &x[0], nb, len(out), &out[0])
-}
-
 //go:noescape
 func matVecQ6_KAsm(w, x *byte, nb, rows int, out *float32)
-
-// matVecQ8_0VNNI and matVecQ4_0VNNI run the AVX-512 many-row kernels for
-// the 32-element formats over all the rows in one call; each row's result
-// is the one-row VNNI kernel's, bit for bit.
-func matVecQ8_0VNNI(n int, w, x []byte, out []float32) {
-	nb := n / qk
-	if nb == 0 {
-		clear(out)
-		return
-	}
-	_ = w[len(out)*nb*q8_0Len-1]
-	_ = x[nb*q8_0Len-1]
-	matVecQ8_0Asm(&w[0], &x[0], nb, len(out), &out[0])
-}
-
-func matVecQ4_0VNNI(n int, w, x []byte, out []float32) {
-	nb := n / qk
-	if nb == 0 {
-		clear(out)
-		return
-	}
-	_ = w[len(out)*nb*q4_0Len-1]
-	_ = x[nb*q8_0Len-1]
-	matVecQ4_0Asm(&w[0], &x[0], nb, len(out), &out[0])
-}
 
 //go:noescape
 func matVecQ8_0Asm(w, x *byte, nb, rows int, out *float32)
@@ -485,30 +361,8 @@ func matVecQ8_0Asm(w, x *byte, nb, rows int, out *float32)
 //go:noescape
 func matVecQ4_0Asm(w, x *byte, nb, rows int, out *float32)
 
-// quantQ8_KAVX512 is quantQ8_K in AVX-512, byte for byte.
-func quantQ8_KAVX512(x []float32, dst []byte) {
-	nb := len(x) / qkK
-	if nb == 0 {
-		return
-	}
-	_ = x[nb*qkK-1]
-	_ = dst[nb*q8_KLen-1]
-	quantQ8_KAsm(&x[0], &dst[0], nb)
-}
-
 //go:noescape
 func quantQ8_KAsm(x *float32, dst *byte, nb int)
-
-// quantQ8_0AVX512 is quantQ8_0 in AVX-512, byte for byte.
-func quantQ8_0AVX512(x []float32, dst []byte) {
-	nb := len(x) / qk
-	if nb == 0 {
-		return
-	}
-	_ = x[nb*qk-1]
-	_ = dst[nb*q8_0Len-1]
-	quantQ8_0Asm(&x[0], &dst[0], nb)
-}
 
 //go:noescape
 func quantQ8_0Asm(x *float32, dst *byte, nb int)

@@ -54,11 +54,7 @@ func awkwardRow(rng *rand.Rand, t ggml.Type, n int) []byte {
 // quantizers never produce -128, but the format allows it.
 func quantizedActivations(t *testing.T, rng *rand.Rand, vt ggml.Type, n int) []byte {
 	t.Helper()
-	vti, _ := vt.Info()
-	xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-	if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-		t.Fatal(err)
-	}
+	xq := quantizedRandom(t, rng, vt, n)
 	var off, m int // offset of the quants in a block, and their count
 	switch vt {
 	case ggml.Q8_0:
@@ -70,6 +66,7 @@ func quantizedActivations(t *testing.T, rng *rand.Rand, vt ggml.Type, n int) []b
 	default:
 		return xq
 	}
+	vti, _ := vt.Info()
 	for o := 0; o < len(xq); o += vti.BlockBytes {
 		for k := 0; k < 4; k++ {
 			v := int8(-128)
@@ -332,29 +329,11 @@ func TestSIMDLevelsMatchDequantized(t *testing.T) {
 // BenchmarkVecDotLevels compares every SIMD level with the generic
 // kernels on n = 4096 rows.
 func BenchmarkVecDotLevels(b *testing.B) {
-	const n = 4096
-	rng := rand.New(rand.NewSource(5))
-	for _, typ := range weightTypes {
-		w := randomRow(rng, typ, n)
-		vt := VecDotType(typ)
-		vti, _ := vt.Info()
-		xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-		if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-			b.Fatal(err)
-		}
+	vecDotRows(b, func(typ ggml.Type, n int, w, xq []byte) {
 		for _, l := range levels() {
-			b.Run(fmt.Sprintf("%v/%s", typ, levelNames[l]), func(b *testing.B) {
-				prev := setSIMDLevel(l)
-				defer setSIMDLevel(prev)
-				b.SetBytes(int64(len(w)))
-				var s float32
-				for b.Loop() {
-					s += VecDot(typ, n, w, xq)
-				}
-				sink = s
-			})
+			atLevel(l, func() { b.Run(fmt.Sprintf("%v/%s", typ, levelNames[l]), benchVecDot(typ, n, w, xq)) })
 		}
-	}
+	})
 }
 
 // BenchmarkVecDotRows measures one weight row of 4096 against 16
@@ -403,12 +382,7 @@ func BenchmarkMatVecStream(b *testing.B) {
 			for r := 0; r < rows; r++ {
 				copy(w[r*wb:], one)
 			}
-			vt := VecDotType(typ)
-			vti, _ := vt.Info()
-			xq := make([]byte, n/vti.BlockSize*vti.BlockBytes)
-			if err := QuantizeRow(vt, randomActivations(rng, n), xq); err != nil {
-				b.Fatal(err)
-			}
+			xq := quantizedRandom(b, rng, VecDotType(typ), n)
 			out := make([]float32, rows)
 			b.Run(fmt.Sprintf("%v/n=%d/rowwise", typ, n), func(b *testing.B) {
 				b.SetBytes(int64(len(w)))

@@ -220,6 +220,19 @@ func (p *parser) expectOp(op string) token {
 	return t
 }
 
+// names reads a comma-separated list of names (a for loop's variables).
+func (p *parser) names() []string {
+	return p.moreNames([]string{p.expectName().val})
+}
+
+// moreNames appends to names those that follow, each after a comma.
+func (p *parser) moreNames(names []string) []string {
+	for p.acceptOp(",") {
+		names = append(names, p.expectName().val)
+	}
+	return names
+}
+
 func (p *parser) expectName() token {
 	t := p.next()
 	if t.kind != tName {
@@ -355,11 +368,7 @@ func (p *parser) parseStatement(pos int, kw token) node {
 			return n
 		}
 	case "for":
-		n := &forNode{pos: pos}
-		n.vars = append(n.vars, p.expectName().val)
-		for p.acceptOp(",") {
-			n.vars = append(n.vars, p.expectName().val)
-		}
+		n := &forNode{pos: pos, vars: p.names()}
 		if !p.acceptName("in") {
 			p.fail(p.peek().pos, "expected \"in\" in for loop, found %s", describe(p.peek()))
 		}
@@ -383,14 +392,11 @@ func (p *parser) parseStatement(pos int, kw token) node {
 		p.endBlock()
 		return n
 	case "set":
-		n := &setNode{pos: pos}
-		n.names = append(n.names, p.expectName().val)
+		n := &setNode{pos: pos, names: []string{p.expectName().val}}
 		if p.acceptOp(".") {
 			n.attr = p.expectName().val
 		} else {
-			for p.acceptOp(",") {
-				n.names = append(n.names, p.expectName().val)
-			}
+			n.names = p.moreNames(n.names)
 		}
 		if p.acceptOp("=") {
 			n.value = p.parseTupleOrExpr()

@@ -72,13 +72,7 @@ const referenceContext = 2048
 // and every step's argmax to llama.cpp's.
 func TestParityWithLlamaCpp(t *testing.T) {
 	shared := reference.SharedDir()
-	refs, err := reference.Load(shared, "*.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(refs) == 0 {
-		t.Skipf("no reference files under %s", shared)
-	}
+	refs := reference.Shared(t, "*.json")
 	bundles := bundleCache{}
 	worst := map[string]float64{}
 	for _, ref := range refs {

@@ -170,6 +170,25 @@ func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
 	return append([]byte(nil), t.regions[i][off:off+n]...), nil
 }
 
+// CopyFromRegion copies len(dst) bytes at off of region i into dst
+// (between replays: the prefix cache's host tier reads KV pages so).
+func (t *Tier) CopyFromRegion(i int, off int64, dst []byte) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(dst)) > int64(len(t.regions[i])) {
+		return fmt.Errorf("cpu: no bytes [%d, %d) in region %d", off, off+int64(len(dst)), i)
+	}
+	copy(dst, t.regions[i][off:])
+	return nil
+}
+
+// CopyToRegion copies src into region i at off (between replays).
+func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(src)) > int64(len(t.regions[i])) {
+		return fmt.Errorf("cpu: no bytes [%d, %d) in region %d", off, off+int64(len(src)), i)
+	}
+	copy(t.regions[i][off:], src)
+	return nil
+}
+
 // Threads is the worker count.
 func (t *Tier) Threads() int { return t.pool.Threads() }
 

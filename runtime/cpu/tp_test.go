@@ -154,13 +154,7 @@ func TestTensorParallelParity(t *testing.T) {
 	// One prompt per model (p0; TestParityWithLlamaCpp runs every prompt
 	// on the unsplit bundles): each model is built three times over, and
 	// CI's time matters more than a second and third prompt here.
-	refs, err := reference.Load(shared, "*.p0.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(refs) == 0 {
-		t.Skipf("no reference files under %s", shared)
-	}
+	refs := reference.Shared(t, "*.p0.json")
 	byModel := map[string][]*reference.File{}
 	for _, ref := range refs {
 		if reference.Model(shared, ref) != "" {

@@ -496,6 +496,53 @@ func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
 	return b, nil
 }
 
+// CopyFromRegion copies len(dst) bytes at off of region i from the
+// device into dst, after everything queued on the tier's stream (the
+// prefix cache's host tier reads KV pages so, between replays).
+func (t *Tier) CopyFromRegion(i int, off int64, dst []byte) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(dst)) > int64(t.regions[i].size) {
+		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(len(dst)), i)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	if err := driver.MemcpyDtoHAsync(dst, t.regions[i].dev+driver.DevPtr(off), t.stream); err != nil {
+		return fmt.Errorf("cuda: reading region %d: %w", i, err)
+	}
+	if err := t.stream.Synchronize(); err != nil {
+		return fmt.Errorf("cuda: reading region %d: %w", i, err)
+	}
+	return nil
+}
+
+// CopyToRegion queues a copy of src into region i at off on the tier's
+// stream, so the next replay, queued after it, reads the bytes (the
+// prefix cache's host tier writes KV pages back so). src may be reused on
+// return: a copy from pageable memory returns once the driver has staged
+// it.
+func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(src)) > int64(t.regions[i].size) {
+		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(len(src)), i)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	if err := driver.MemcpyHtoDAsync(t.regions[i].dev+driver.DevPtr(off), src, t.stream); err != nil {
+		return fmt.Errorf("cuda: writing region %d: %w", i, err)
+	}
+	return nil
+}
+
 // Fetch brings bytes [off, off+n) of region i's host view up to date
 // with the device (the logits, which Run leaves on the device).
 func (t *Tier) Fetch(i int, off, n int64) error {

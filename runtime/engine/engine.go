@@ -23,6 +23,7 @@ import (
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
+	"github.com/zrtdev/zrt/runtime/engine/hostkv"
 	"github.com/zrtdev/zrt/runtime/engine/kvpool"
 	"github.com/zrtdev/zrt/runtime/engine/prefix"
 	"github.com/zrtdev/zrt/runtime/engine/quota"
@@ -49,6 +50,27 @@ type Model interface {
 	// Greedy is the token the step's ARGMAX picked for slot: the first
 	// largest of its logits.
 	Greedy(slot int) int32
+}
+
+// KVPager is a Model whose KV pages the engine can copy to and from host
+// memory, between steps: the prefix cache's host tier (Config.HostKVBytes)
+// keeps the bytes of pages the pool evicts and copies them back into
+// fresh pages when a request's prefix finds them.
+type KVPager interface {
+	// KVLayout identifies how the model's KV pages hold their bytes
+	// (the model, its build, the target, the cache types, the page
+	// size): bytes stored under one layout are never written into pages
+	// of another. "" means the pages cannot be copied (the tier has no
+	// way to, or the KV is split across devices).
+	KVLayout() string
+	// KVPageBytes is one page's bytes.
+	KVPageBytes() int
+	// ReadKVPage copies page's bytes into dst (KVPageBytes long), as the
+	// last step left them.
+	ReadKVPage(page uint32, dst []byte) error
+	// WriteKVPage copies src into page, in time for the next step to
+	// read it.
+	WriteKVPage(page uint32, src []byte) error
 }
 
 // DeviceMasker is a Model whose steps take a constrained row's greedy
@@ -79,6 +101,13 @@ type Config struct {
 	Now func() time.Time
 	// NoPrefixCache turns the prefix cache off.
 	NoPrefixCache bool
+	// HostKVBytes, when > 0, gives the prefix cache a host-memory tier
+	// of that many bytes: pages the pool evicts keep their bytes there
+	// (least recently used out first), and a request whose prefix they
+	// hold gets fresh pages with the bytes copied back instead of
+	// computing them. It needs a model that is a KVPager with a layout;
+	// a model without a prefix cache has no use for it.
+	HostKVBytes int64
 	// Trace, when set, receives a Chrome trace-event file of the engine's
 	// steps, slot and page counters, admissions, preemptions and finishes
 	// (chrome://tracing, Perfetto); Close writes its end. Timestamps come
@@ -130,7 +159,7 @@ type Event struct {
 	Finish   Finish // set on the last event
 	Err      error  // why the request failed (Finish == Failed)
 	// Usage, on the last event: CachedTokens of the prompt came from the
-	// prefix cache instead of being computed.
+	// prefix cache (its host tier included) instead of being computed.
 	PromptTokens, CompletionTokens, CachedTokens int
 }
 
@@ -168,6 +197,14 @@ type Engine struct {
 	logits []float32
 	meters map[string]*meters // tenants' recent token rates
 	cost   stepCost
+	// host is the prefix cache's host tier (nil when off): the bytes of
+	// evicted pages, under layout; pager copies them; pageBuf holds a
+	// page on its way out, swapBufs pages on their way in.
+	host     *hostkv.Store
+	pager    KVPager
+	layout   string
+	pageBuf  []byte
+	swapBufs [][]byte
 	// pinLatency, set by Rerun, replaces the latency budget the engine
 	// would compute with the logged one.
 	pinLatency func() int
@@ -204,6 +241,11 @@ type request struct {
 	// says they are its lead's.
 	hits     []uint32
 	fromLead bool
+	// swap are the indexes of the leading chunks it would take from the
+	// host tier on admission (the others before the last of them are in
+	// hits, in order): it maps hits, gets fresh pages for swap and
+	// starts after them all.
+	swap     []int
 	tokens   []int32  // prompt, then generated tokens
 	done     int      // tokens in the KV cache
 	need     int      // pages for its longest possible sequence
@@ -286,6 +328,19 @@ type Stats struct {
 	// evicts them as soon as a request needs the room, so they are as good
 	// as free (vLLM's KV-cache usage counts them free too).
 	PrefixIdle int
+
+	// PrefixHostHit counts prompt tokens found in the prefix cache's host
+	// tier and copied back (not counted in PrefixHit); HostPages and
+	// HostBytes are what the tier holds, HostStored and HostEvicted the
+	// pages it took in and pushed out for room.
+	PrefixHostHit           uint64
+	HostPages               int
+	HostBytes               int64
+	HostStored, HostEvicted uint64
+	// HostReadErrors counts evicted pages the tier failed to read, which
+	// the host tier therefore lacks.
+	HostReadErrors uint64
+
 	// ChoiceShared counts prompt tokens a SubmitN choice mapped from its
 	// group's first choice instead of computing them.
 	ChoiceShared uint64
@@ -366,6 +421,17 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if !cfg.NoPrefixCache {
 		e.prefix = prefix.New()
 	}
+	if cfg.HostKVBytes > 0 && e.prefix != nil {
+		pg, ok := m.(KVPager)
+		if !ok || pg.KVLayout() == "" || pg.KVPageBytes() <= 0 {
+			return nil, errors.New("engine: a host KV tier needs a tier that can copy KV pages to and from host memory, and this model's cannot")
+		}
+		if int64(pg.KVPageBytes()) > cfg.HostKVBytes {
+			return nil, fmt.Errorf("engine: a host KV tier of %d bytes cannot hold one KV page of %d bytes", cfg.HostKVBytes, pg.KVPageBytes())
+		}
+		e.host, e.pager, e.layout = hostkv.New(cfg.HostKVBytes), pg, pg.KVLayout()
+		e.pageBuf = make([]byte, pg.KVPageBytes())
+	}
 	if cfg.Trace != nil {
 		e.tr = newTracer(cfg.Trace, cfg.Now)
 	}
@@ -378,7 +444,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if cfg.StepLog != nil {
 		e.slog = &stepLog{w: cfg.StepLog}
 		e.slog.write(&StepRecord{Config: &StepLogConfig{Slots: cfg.Slots, ChunkCap: cfg.ChunkCap, ContextLength: cfg.ContextLength,
-			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String()}})
+			NoPrefixCache: cfg.NoPrefixCache, Reserved: reserved, Speculative: cfg.Speculative.String(), HostKVBytes: cfg.HostKVBytes}})
 	}
 	for _, t := range slices.Sorted(maps.Keys(reserved)) {
 		if err := e.pool.Reserve(t, reserved[t]); err != nil {
@@ -663,6 +729,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	for _, id := range plan.Admit {
 		e.admit(byID[id], paged[id])
 	}
+	if len(plan.SwapIn) > 0 {
+		plan = e.swapIn(plan, byID)
+	}
 	// Pages as the rows reach them, once every admitted request has
 	// mapped its cached pages (which allocating may otherwise evict).
 	for _, c := range plan.Rows {
@@ -839,14 +908,14 @@ func (e *Engine) input(now time.Time) sched.Input {
 	}
 	from := map[*request][]uint64{}
 	for _, r := range e.reqs {
-		r.hits, r.fromLead = nil, false
+		r.hits, r.swap, r.fromLead = nil, nil, false
 		if r.waitsForLead() {
 			continue
 		}
 		if k := r.shares(); k > 0 && r.slot < 0 && len(r.pages) == 0 {
 			r.hits, r.fromLead = slices.Clone(r.lead.pages[:k]), true
 		} else {
-			r.hits = e.hits(r)
+			r.hits, r.swap = e.hits(r)
 		}
 		for _, pg := range r.hits {
 			for _, id := range mappers[pg] {
@@ -874,9 +943,10 @@ func (e *Engine) input(now time.Time) sched.Input {
 			}
 		}
 		s.From = from[r]
-		if len(r.hits) > 0 {
-			// It would start after its cached chunks, mapping them.
-			s.Done, s.Held, s.Shared = len(r.hits)*kernels.KVPageTokens, len(r.hits), len(r.hits)
+		if len(r.hits)+len(r.swap) > 0 {
+			// It would start after its cached chunks, mapping those on
+			// the device and taking the host tier's into fresh pages.
+			s.Done, s.Held, s.Shared, s.Host = (len(r.hits)+len(r.swap))*kernels.KVPageTokens, len(r.hits), len(r.hits), len(r.swap)
 			for _, pg := range r.hits {
 				if e.idle(pg) {
 					s.Idle++
@@ -941,28 +1011,98 @@ func (e *Engine) release(r *request) {
 // its lead's full prompt pages or its prompt's cached chunks, read-only
 // (r writes only the positions after them). It runs before anyone gives
 // up pages in the step, so they are all still there.
+//
+// The chunks it takes from the host tier get a placeholder (noPage) in
+// its page table until swapIn gives them pages, once everyone who gives
+// up pages in the step has.
 func (e *Engine) mapHits(r *request) {
-	if len(r.pages) > 0 || len(r.hits) == 0 {
+	if len(r.pages) > 0 || len(r.hits)+len(r.swap) == 0 {
 		return
 	}
 	for _, pg := range r.hits {
 		e.pool.Ref(pg)
 	}
-	if !r.fromLead {
-		e.prefix.Lookup(r.keys[:len(r.hits)]) // used now, for the eviction order
+	hits, swap := r.hits, r.swap
+	for i := range len(hits) + len(swap) {
+		if len(swap) > 0 && swap[0] == i {
+			r.pages = append(r.pages, noPage)
+			swap = swap[1:]
+			continue
+		}
+		if !r.fromLead {
+			e.prefix.Lookup(r.keys[i : i+1]) // used now, for the eviction order
+		}
+		r.pages = append(r.pages, hits[0])
+		hits = hits[1:]
 	}
-	r.pages = append(r.pages, r.hits...)
-	r.mapped = len(r.pages)
-	r.done = r.mapped * kernels.KVPageTokens
+	r.mapped = len(r.hits)
+	r.done = len(r.pages) * kernels.KVPageTokens
 	if !r.admitted {
 		e.mu.Lock()
 		if r.fromLead {
 			e.stats.ChoiceShared += uint64(r.done)
 		} else {
-			e.stats.PrefixHit += uint64(r.done)
+			e.stats.PrefixHit += uint64(len(r.hits) * kernels.KVPageTokens)
+			e.stats.PrefixHostHit += uint64(len(r.swap) * kernels.KVPageTokens)
 		}
 		e.mu.Unlock()
 	}
+}
+
+// noPage marks a page-table entry a swap-in has yet to fill.
+const noPage = ^uint32(0)
+
+// swapIn gives the plan's swapped-in requests their host-tier pages: it
+// reads every such page's bytes from the tier first (the allocations
+// after may evict device pages into it, pushing others out), then takes a
+// fresh page for each and copies the bytes in. A request whose copy fails
+// fails, and its rows leave the plan.
+func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
+	n := 0
+	for _, sw := range plan.SwapIn {
+		n += len(byID[sw.ID].swap)
+	}
+	for len(e.swapBufs) < n {
+		e.swapBufs = append(e.swapBufs, make([]byte, len(e.pageBuf)))
+	}
+	bufs := e.swapBufs
+	failed := map[uint64]error{}
+	for _, sw := range plan.SwapIn {
+		r := byID[sw.ID]
+		for _, i := range r.swap {
+			if !e.host.Get(hostkv.Key{Layout: e.layout, Chunk: r.keys[i]}, bufs[0]) && failed[r.id] == nil {
+				failed[r.id] = fmt.Errorf("engine: the host KV tier lost chunk %d of request %d between the step's plan and its swap-in", i, r.id)
+			}
+			bufs = bufs[1:]
+		}
+	}
+	bufs = e.swapBufs
+	for _, sw := range plan.SwapIn {
+		r := byID[sw.ID]
+		for _, i := range r.swap {
+			r.pages[i] = e.alloc(r.Tenant)
+			if failed[r.id] == nil {
+				if err := e.pager.WriteKVPage(r.pages[i], bufs[0]); err != nil {
+					failed[r.id] = fmt.Errorf("engine: copying chunk %d of request %d from the host KV tier: %w", i, r.id, err)
+				}
+			}
+			bufs = bufs[1:]
+		}
+		e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
+		r.swap = nil
+	}
+	if len(failed) == 0 {
+		return plan
+	}
+	for id, err := range failed {
+		e.finish(byID[id], Event{Token: -1, Finish: Failed, Err: err})
+	}
+	plan.Rows = slices.DeleteFunc(slices.Clone(plan.Rows), func(c sched.Chunk) bool { return failed[c.ID] != nil })
+	plan.NRows = 0
+	for _, c := range plan.Rows {
+		plan.NRows += c.N
+	}
+	return plan
 }
 
 // admit gives r a slot (mapHits has mapped the pages it starts with;
@@ -1142,12 +1282,30 @@ func (e *Engine) finish(r *request, last Event) {
 }
 
 // hits are the pages of a waiting request's leading chunks that are
-// cached now, which it would map.
-func (e *Engine) hits(r *request) []uint32 {
+// cached now, which it would map, and the indexes of those of the chunks
+// that only the host tier holds, which it would take from there: the
+// longest run of chunks from the first that are in either. (The device
+// cache evicts a conversation's oldest chunks first, so the host tier
+// tends to hold a prefix's head while the device holds its tail.)
+func (e *Engine) hits(r *request) ([]uint32, []int) {
 	if r.slot >= 0 || len(r.pages) > 0 || e.prefix == nil {
-		return nil
+		return nil, nil
 	}
-	return e.prefix.Peek(r.keys)
+	if e.host == nil {
+		return e.prefix.Peek(r.keys), nil
+	}
+	var pages []uint32
+	var swap []int
+	for i, k := range r.keys {
+		if pg, ok := e.prefix.Page(k); ok {
+			pages = append(pages, pg)
+		} else if e.host.Has(hostkv.Key{Layout: e.layout, Chunk: k}) {
+			swap = append(swap, i)
+		} else {
+			break
+		}
+	}
+	return pages, swap
 }
 
 // cacheRefs is how many references the prefix cache holds to pg.
@@ -1197,15 +1355,37 @@ func (e *Engine) alloc(tenant string) uint32 {
 			return pg
 		}
 		var pg uint32
+		var key uint64
 		ok := e.prefix != nil
 		if ok {
-			pg, ok = e.prefix.Evict(func(pg uint32) bool { return !e.idle(pg) })
+			key, pg, ok = e.prefix.Evict(func(pg uint32) bool { return !e.idle(pg) })
 		}
 		if !ok {
 			panic("engine: the scheduler planned a page that is not available")
 		}
+		if e.host != nil {
+			e.keep(key, pg)
+		}
 		e.pool.Release(pg)
 	}
+}
+
+// keep copies the bytes of page pg, which the device cache evicts, into
+// the host tier under key. A page it cannot read is simply not kept: a
+// later request computes its tokens.
+func (e *Engine) keep(key uint64, pg uint32) {
+	k := hostkv.Key{Layout: e.layout, Chunk: key}
+	if e.host.Has(k) {
+		e.host.Put(k, nil) // its bytes came from there: only mark it used
+		return
+	}
+	if err := e.pager.ReadKVPage(pg, e.pageBuf); err != nil {
+		e.mu.Lock()
+		e.stats.HostReadErrors++
+		e.mu.Unlock()
+		return
+	}
+	e.host.Put(k, e.pageBuf)
 }
 
 // compact drops finished requests.
@@ -1245,6 +1425,10 @@ func (e *Engine) publish(computed bool) {
 	e.countWaiting()
 	e.stats.Running, e.stats.Waiting = e.running, e.waiting+len(e.arrivals)
 	e.stats.PagesFree, e.stats.PagesTotal = e.pool.Free(), e.pool.Pages()
+	if e.host != nil {
+		st := e.host.Stats()
+		e.stats.HostPages, e.stats.HostBytes, e.stats.HostStored, e.stats.HostEvicted = e.host.Len(), e.host.Bytes(), st.Stored, st.Evicted
+	}
 	if e.prefix != nil {
 		e.stats.PrefixPages, e.stats.PrefixIdle = e.prefix.Len(), 0
 		e.prefix.Pages(func(pg uint32) {

@@ -224,26 +224,9 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 	ctx := context.Background()
 	for i := range jobs {
 		j := &jobs[i]
-		s, err := solo.NewSequence()
-		if err != nil {
-			t.Fatal(err)
+		for _, st := range alone(t, solo, j.prompt, decode.Params{MaxTokens: j.params.MaxTokens, Sampling: j.params.Sampling, ContextLength: 256}) {
+			j.want = append(j.want, st.Token)
 		}
-		d := decode.New(p.Tok, decode.Params{MaxTokens: j.params.MaxTokens, Sampling: j.params.Sampling, ContextLength: 256})
-		logits, err := s.Prefill(ctx, j.prompt)
-		for err == nil {
-			st := d.Next(logits, s.Tokens, s.Pos())
-			if st.Token >= 0 {
-				j.want = append(j.want, st.Token)
-			}
-			if st.Finish != decode.Running {
-				break
-			}
-			logits, err = s.Decode(ctx, st.Token)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Release()
 	}
 
 	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp})
@@ -279,29 +262,17 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for i, ev := range streams {
-			for drained := false; !drained && ev != nil; {
-				select {
-				case x, ok := <-ev:
-					if !ok {
-						streams[i], open = nil, open-1
-						drained = true
-						continue
-					}
-					if x.Token >= 0 {
-						got[i] = append(got[i], x.Token)
-					}
-					if x.Preempted {
-						if i >= len(jobs)/2 {
-							t.Errorf("interactive request %d was preempted", i)
-						}
-						preempted++
-					}
-				default:
-					drained = true
-				}
+		open -= drain(streams, func(i int, x engine.Event) {
+			if x.Token >= 0 {
+				got[i] = append(got[i], x.Token)
 			}
-		}
+			if x.Preempted {
+				if i >= len(jobs)/2 {
+					t.Errorf("interactive request %d was preempted", i)
+				}
+				preempted++
+			}
+		})
 	}
 	for i, j := range jobs {
 		if !slices.Equal(got[i], j.want) {
@@ -703,28 +674,9 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 		if len(j.prompt) >= 64 {
 			long++
 		}
-		s, err := solo.NewSequence()
-		if err != nil {
-			t.Fatal(err)
-		}
 		params := j.params
 		params.ContextLength = 512
-		d := decode.New(p.Tok, params)
-		logits, err := s.Prefill(ctx, j.prompt)
-		for err == nil {
-			st := d.Next(logits, s.Tokens, s.Pos())
-			if st.Token >= 0 {
-				j.want = append(j.want, st)
-			}
-			if st.Finish != decode.Running {
-				break
-			}
-			logits, err = s.Decode(ctx, st.Token)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Release()
+		j.want = alone(t, solo, j.prompt, params)
 	}
 	if long < 8 {
 		t.Fatalf("only %d prompts of 64 tokens or more: the test would not chunk long prompts", long)
@@ -768,23 +720,11 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 		if _, err := e.Step(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for i, ev := range streams {
-			for drained := false; !drained && ev != nil; {
-				select {
-				case x, ok := <-ev:
-					if !ok {
-						streams[i], open = nil, open-1
-						drained = true
-						continue
-					}
-					if x.Token >= 0 {
-						got[i] = append(got[i], x)
-					}
-				default:
-					drained = true
-				}
+		open -= drain(streams, func(i int, x engine.Event) {
+			if x.Token >= 0 {
+				got[i] = append(got[i], x)
 			}
-		}
+		})
 	}
 	same := func(a *decode.Logprobs, b *decode.Logprobs) bool {
 		if a == nil || b == nil || math.Float64bits(a.Logprob) != math.Float64bits(b.Logprob) || len(a.Top) != len(b.Top) {
@@ -886,4 +826,184 @@ func TestChoicesLikeAlone(t *testing.T) {
 	if len(distinct) < 2 {
 		t.Errorf("the four seeds gave one sequence: the test does not tell the choices apart")
 	}
+}
+
+// TestHostTier: more conversations than the KV pool holds come back for a
+// second turn (their first turn's prompt and reply, then a new message).
+// Without a host tier the pool has evicted most of their pages and they
+// compute their history again; with one, the evicted pages' bytes come
+// back from host memory. The second turns' greedy tokens are the same
+// either way, and with the tier fewer prompt tokens are computed and
+// more are cached, some of them from the host tier.
+func TestHostTier(t *testing.T) {
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) {
+			p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2]\nprefill_rows = [64]\nkv_pages = 24\n", tr)
+			if p.KVLayout() == "" {
+				t.Fatalf("tier %s cannot copy KV pages", tr.name)
+			}
+			openers := []string{
+				"Lily and Ben went to the park to play with a big red ball. They ran and laughed all day long",
+				"Once upon a time there was a little cat who lived in a small house near the woods with her mom",
+				"Tom had a toy truck that he loved very much. Every day he took it outside to play in the sand",
+				"The sun was shining and the birds were singing when Sue found a shiny stone under the old tree",
+				"A big dog named Max wanted to find a bone. He looked in the garden and under the bed and the car",
+				"Mia liked to paint pictures of flowers. One day her friend asked her to paint a picture of a bird",
+			}
+			type result struct {
+				toks             [][]int32
+				stats            engine.Stats
+				computed, cached int
+			}
+			var log bytes.Buffer
+			converse := func(hostKV int64) result {
+				cfg := engine.Config{Slots: 2, ChunkCap: 64, HostKVBytes: hostKV}
+				if hostKV > 0 {
+					cfg.StepLog = &log
+				}
+				e, err := engine.New(p, p.Tok, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var res result
+				prompts := make([][]int32, len(openers))
+				for i, o := range openers {
+					// Long enough that both turns' prompts are long ones
+					// (kernels.LongPromptRows), whose pages a short prompt
+					// never shares.
+					prompts[i] = p.Tok.Encode(o+". "+openers[(i+1)%len(openers)], true, false)
+				}
+				for turn := range 2 {
+					toks, last := runAll(t, e, prompts, 12)
+					for i := range prompts {
+						if turn == 1 {
+							res.toks = append(res.toks, toks[i])
+							res.computed += last[i].PromptTokens - last[i].CachedTokens
+							res.cached += last[i].CachedTokens
+						}
+						// The next turn: the history, then a new message.
+						prompts[i] = append(append(prompts[i], toks[i]...), p.Tok.Encode(" Then they said hello to a friend.", false, false)...)
+					}
+				}
+				res.stats = e.Stats()
+				return res
+			}
+			page := int64(p.KVPageBytes())
+			off, on := converse(0), converse(64*page)
+			for i := range off.toks {
+				if !slices.Equal(off.toks[i], on.toks[i]) {
+					t.Errorf("conversation %d's second turn: %v without the host tier, %v with it", i, off.toks[i], on.toks[i])
+				}
+			}
+			t.Logf("second turns: without the host tier %d prompt tokens computed, %d cached (%d hit of %d queried); with it %d computed, %d cached (%d hit on the device, %d from the host; %d pages stored)",
+				off.computed, off.cached, off.stats.PrefixHit, off.stats.PrefixQueried, on.computed, on.cached, on.stats.PrefixHit, on.stats.PrefixHostHit, on.stats.HostStored)
+			if off.stats.PrefixHostHit != 0 || on.stats.PrefixHostHit == 0 || on.stats.HostStored == 0 {
+				t.Errorf("host hits %d without the tier, %d with it (%d pages stored)", off.stats.PrefixHostHit, on.stats.PrefixHostHit, on.stats.HostStored)
+			}
+			if on.computed >= off.computed || on.cached <= off.cached {
+				t.Errorf("with the host tier %d prompt tokens computed and %d cached, without it %d and %d: the tier saved nothing", on.computed, on.cached, off.computed, off.cached)
+			}
+			// The step log replays with the host tier's swap-ins alike.
+			if n, err := engine.Rerun(context.Background(), p, p.Tok, &log); err != nil || n == 0 {
+				t.Errorf("rerun of the host tier's step log: %d steps, %v", n, err)
+			}
+		})
+	}
+}
+
+// runAll submits every prompt at once and steps e until all have ended,
+// returning each one's greedy tokens and last event.
+func runAll(t *testing.T, e *engine.Engine, prompts [][]int32, maxTokens int) ([][]int32, []engine.Event) {
+	t.Helper()
+	ctx := context.Background()
+	evs := make([]<-chan engine.Event, len(prompts))
+	for i, pr := range prompts {
+		ev, err := e.Submit(ctx, engine.Request{Tenant: "t", Prompt: pr, Decode: decode.Params{MaxTokens: maxTokens, IgnoreEOS: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs[i] = ev
+	}
+	toks := make([][]int32, len(prompts))
+	last := make([]engine.Event, len(prompts))
+	for done, steps := 0, 0; done < len(prompts); steps++ {
+		if steps > 10000 {
+			t.Fatalf("%d of %d requests ended after %d steps", done, len(prompts), steps)
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, ev := range evs {
+			for more := ev != nil; more; {
+				select {
+				case x := <-ev:
+					if x.Token >= 0 {
+						toks[i] = append(toks[i], x.Token)
+					}
+					if x.Finish != "" {
+						if x.Finish != engine.Length {
+							t.Fatalf("request %d ended %s: %v", i, x.Finish, x.Err)
+						}
+						last[i], evs[i], more = x, nil, false
+						done++
+					}
+				default:
+					more = false
+				}
+			}
+		}
+	}
+	return toks, last
+}
+
+// drain passes every event ready on streams to each, without waiting for
+// more, and sets each stream that has closed to nil, returning how many
+// did.
+func drain(streams []<-chan engine.Event, each func(i int, x engine.Event)) (closed int) {
+	for i, ev := range streams {
+		for ev != nil {
+			select {
+			case x, ok := <-ev:
+				if !ok {
+					streams[i], ev = nil, nil
+					closed++
+					continue
+				}
+				each(i, x)
+			default:
+				ev = nil
+			}
+		}
+	}
+	return closed
+}
+
+// alone decodes prompt with params on a sequence of its own in solo, the
+// reference a request served beside others must match, and returns the
+// steps that took a token.
+func alone(t *testing.T, solo *sequence.Pool, prompt []int32, params decode.Params) []decode.Step {
+	t.Helper()
+	ctx := context.Background()
+	s, err := solo.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release()
+	var out []decode.Step
+	d := decode.New(solo.Tok, params)
+	logits, err := s.Prefill(ctx, prompt)
+	for err == nil {
+		st := d.Next(logits, s.Tokens, s.Pos())
+		if st.Token >= 0 {
+			out = append(out, st)
+		}
+		if st.Finish != decode.Running {
+			break
+		}
+		logits, err = s.Decode(ctx, st.Token)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

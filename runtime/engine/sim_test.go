@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -39,6 +40,43 @@ type scripted struct {
 	draftAccept float64
 	draftRng    *rand.Rand
 	drafted     map[int]int32 // slot → the draft variant's choice, until its next step
+	// kv, when set, is its KV pool's bytes: each row writes its token and
+	// position+1 at its slot's page and offset (simEntry bytes an entry),
+	// so a test can check that every request's pages hold its tokens,
+	// host-tier round trips included. It makes the model a KVPager.
+	kv [][]byte
+}
+
+// simEntry is the bytes a scripted KV page gives one position.
+const simEntry = 8
+
+func (m *scripted) KVLayout() string {
+	if m.kv == nil {
+		return ""
+	}
+	return "scripted"
+}
+func (m *scripted) KVPageBytes() int { return kernels.KVPageTokens * simEntry }
+func (m *scripted) ReadKVPage(page uint32, dst []byte) error {
+	if int(page) >= len(m.kv) || len(dst) != m.KVPageBytes() {
+		return fmt.Errorf("scripted: no page %d of %d bytes", page, len(dst))
+	}
+	copy(dst, m.kv[page])
+	return nil
+}
+func (m *scripted) WriteKVPage(page uint32, src []byte) error {
+	if int(page) >= len(m.kv) || len(src) != m.KVPageBytes() {
+		return fmt.Errorf("scripted: no page %d of %d bytes", page, len(src))
+	}
+	copy(m.kv[page], src)
+	return nil
+}
+
+// kvEntry is what the scripted KV holds for position pos of page pg:
+// the token, and pos+1 (0: never written).
+func (m *scripted) kvEntry(pg uint32, pos int) (int32, int) {
+	b := m.kv[pg][pos%kernels.KVPageTokens*simEntry:]
+	return int32(binary.LittleEndian.Uint32(b)), int(binary.LittleEndian.Uint32(b[4:]))
 }
 
 func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
@@ -113,6 +151,11 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 		if r.Logits {
 			m.last[r.Slot] = r.Token*7 + int32(r.Pos)
 		}
+		if m.kv != nil {
+			e := m.kv[tables[r.Slot][r.Pos/kernels.KVPageTokens]][r.Pos%kernels.KVPageTokens*simEntry:]
+			binary.LittleEndian.PutUint32(e, uint32(r.Token))
+			binary.LittleEndian.PutUint32(e[4:], uint32(r.Pos+1))
+		}
 	}
 	m.batch = b
 	return nil
@@ -174,13 +217,27 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // simDrafter on even seeds, the model's draft variant on odd ones), and
 // the same invariants hold — the draft rows' pages go back when the draft is
 // rejected, and every greedy stream is still its model chain.
+//
+// Seeds 13-15 run a dry pool with the prefix cache's host tier: evicted
+// pages keep their bytes in host memory and come back into fresh pages
+// when a prompt's prefix finds them there; the tier holds 24 pages in
+// seeds 13 and 14, and 3 in seed 15, so it is full and pushes pages out.
+// In every seed the model's KV holds each position's token, and every
+// request's pages hold exactly its tokens after every step, so a page
+// copied to the host and back must come back byte for byte.
 func TestSimulation(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12} {
-		pages := 100
-		if (seed-1)%6 > 2 {
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} {
+		pages, host := 100, int64(0)
+		if (seed-1)%6 > 2 || seed > 12 {
 			pages = 40
 		}
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500, pages, seed > 6) })
+		switch seed {
+		case 13, 14:
+			host = 24 * kernels.KVPageTokens * simEntry
+		case 15:
+			host = 3 * kernels.KVPageTokens * simEntry
+		}
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { simulate(t, seed, 3500, pages, seed > 6 && seed <= 12, host) })
 	}
 }
 
@@ -216,9 +273,13 @@ func simNext(prev int32, pos int) int32 {
 	return 3 + last%(simVocab-3)
 }
 
-func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
+func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hostKV int64) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: kvPages, last: map[int]int32{}}
+	m.kv = make([][]byte, kvPages)
+	for i := range m.kv {
+		m.kv[i] = make([]byte, m.KVPageBytes())
+	}
 	var sp Speculation
 	var drafter *simDrafter
 	if speculate {
@@ -249,7 +310,7 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 	c.ReservedPages = 6
 	policy.Tenants["c"] = c
 	cfg := Config{Slots: 8, ChunkCap: 64, EventBuffer: 8,
-		Policy: NewLivePolicy(policy), Now: func() time.Time { return clock }, Speculative: sp}
+		Policy: NewLivePolicy(policy), Now: func() time.Time { return clock }, Speculative: sp, HostKVBytes: hostKV}
 	if drafter != nil {
 		cfg.Drafter = drafter
 	}
@@ -393,6 +454,7 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 			}
 		}
 		check(t, e, limits, seed, step)
+		checkKV(t, e, m, seed, step)
 		mostRunning = max(mostRunning, e.Stats().Running)
 		for _, c := range clients {
 			if !c.slow {
@@ -433,6 +495,16 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 	if s.ChoiceShared == 0 {
 		t.Errorf("seed %d: no choice mapped its group's prompt pages: the simulation does not exercise it", seed)
 	}
+	switch {
+	case hostKV == 0 && (s.PrefixHostHit > 0 || s.HostStored > 0):
+		t.Errorf("seed %d: no host tier, yet %d host hits and %d pages stored", seed, s.PrefixHostHit, s.HostStored)
+	case hostKV > 0 && (s.PrefixHostHit == 0 || s.HostStored == 0):
+		t.Errorf("seed %d: %d tokens from the host tier, %d pages stored: the simulation does not exercise it", seed, s.PrefixHostHit, s.HostStored)
+	case hostKV > 0 && hostKV < 4*int64(m.KVPageBytes()) && s.HostEvicted == 0:
+		t.Errorf("seed %d: a host tier of %d pages never pushed one out", seed, hostKV/int64(m.KVPageBytes()))
+	case hostKV > 0 && s.HostBytes > hostKV:
+		t.Errorf("seed %d: the host tier holds %d bytes, over its %d", seed, s.HostBytes, hostKV)
+	}
 	if speculate {
 		if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 || s.SpecAccepted == s.SpecDraftTokens {
 			t.Errorf("seed %d: %d draft tokens verified, %d accepted: the simulation does not exercise acceptance and rejection", seed, s.SpecDraftTokens, s.SpecAccepted)
@@ -440,8 +512,8 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool) {
 		t.Logf("seed %d: drafts accepted with probability %.2f: %d drafts, %d tokens, %d accepted (mean acceptance length %.2f)",
 			seed, drafter.accept, s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted, 1+float64(s.SpecAccepted)/float64(max(s.SpecDrafts, 1)))
 	}
-	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens, %d shared by choices, endings %v",
-		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.ChoiceShared, s.Finished)
+	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices, endings %v",
+		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, s.Finished)
 }
 
 func btoi(b bool) int {
@@ -449,6 +521,21 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// checkKV verifies that every request's pages hold its tokens at the
+// positions in its KV cache, as the scripted model's rows wrote them
+// (or a swap-in copied them back).
+func checkKV(t *testing.T, e *Engine, m *scripted, seed uint64, step int) {
+	t.Helper()
+	for _, r := range e.reqs {
+		for pos := range r.done {
+			if tok, at := m.kvEntry(r.pages[pos/kernels.KVPageTokens], pos); at != pos+1 || tok != r.tokens[pos] {
+				t.Fatalf("seed %d step %d: request %d's page %d holds token %d of position %d at position %d, want token %d",
+					seed, step, r.id, r.pages[pos/kernels.KVPageTokens], tok, at-1, pos, r.tokens[pos])
+			}
+		}
+	}
 }
 
 // check verifies the engine's invariants between steps.
@@ -767,4 +854,31 @@ func TestEvictRefillsFreeSlots(t *testing.T) {
 		t.Errorf("after one step of a wave of %d onto a pool of cached pages: %d running, %d waiting", slots, s.Running, s.Waiting)
 	}
 	drain(evs)
+}
+
+// TestHostTierNeedsPages: a host tier is refused, naming why, on a model
+// whose pages cannot be copied and when it cannot hold one page; a model
+// without a prefix cache has no use for one and runs without it.
+func TestHostTierNeedsPages(t *testing.T) {
+	m := &scripted{t: t, slots: 2, maxPages: 16, kvPages: 40, last: map[int]int32{}}
+	cfg := Config{Slots: 2, ChunkCap: 64, HostKVBytes: 1 << 20}
+	if _, err := New(m, simTokenizer(t), cfg); err == nil || !strings.Contains(err.Error(), "cannot") {
+		t.Errorf("pages that cannot be copied: %v", err)
+	}
+	m.kv = make([][]byte, m.kvPages)
+	for i := range m.kv {
+		m.kv[i] = make([]byte, m.KVPageBytes())
+	}
+	cfg.HostKVBytes = int64(m.KVPageBytes() - 1)
+	if _, err := New(m, simTokenizer(t), cfg); err == nil || !strings.Contains(err.Error(), "cannot hold one KV page") {
+		t.Errorf("a tier smaller than a page: %v", err)
+	}
+	cfg.HostKVBytes = 1 << 20
+	if e, err := New(m, simTokenizer(t), cfg); err != nil || e.host == nil {
+		t.Errorf("a tier of 1 MiB: %v", err)
+	}
+	m.slotState = true
+	if e, err := New(m, simTokenizer(t), cfg); err != nil || e.host != nil {
+		t.Errorf("a model without a prefix cache: host tier %v, %v", e != nil && e.host != nil, err)
+	}
 }

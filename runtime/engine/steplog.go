@@ -59,6 +59,7 @@ type StepLogConfig struct {
 	NoPrefixCache bool           `json:"no_prefix_cache,omitempty"`
 	Reserved      map[string]int `json:"reserved,omitempty"`
 	Speculative   string         `json:"speculative,omitempty"`
+	HostKVBytes   int64          `json:"host_kv_bytes,omitempty"`
 }
 
 // LoggedDraft is a request's proposed draft of a step: its tokens (an
@@ -200,7 +201,7 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		}
 	}
 	cfg := Config{Speculative: sp, Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
-		EventBuffer: 1 << 20, Policy: policy}
+		HostKVBytes: lc.HostKVBytes, EventBuffer: 1 << 20, Policy: policy}
 	e, err := New(m, tok, cfg)
 	if err != nil {
 		return 0, fmt.Errorf("rerun: %w", err)

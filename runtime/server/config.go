@@ -41,9 +41,18 @@ type Config struct {
 	// Speculative is every model's speculative decoding (off,
 	// ngram[:K[:fixed]] or self[:K[:fixed]]; default off), unless its [[model]] table or
 	// zrt-run serve's --speculative says otherwise.
-	Speculative string        `toml:"speculative"`
-	Models      []ModelConfig `toml:"model"`
-	Tenants     []Tenant      `toml:"tenant"`
+	Speculative string `toml:"speculative"`
+	// HostKVMiB is each model's host-memory tier of the prefix cache, in
+	// MiB (engine.Config.HostKVBytes): KV pages the device's pool evicts
+	// keep their bytes in RAM up to that bound and come back on a prefix
+	// hit, so conversations that resend their history do not compute it
+	// again (llama.cpp's --cache-ram). Default 0, off: the RAM is the
+	// operator's to give, and on T-CPU the KV pool is in RAM already, so
+	// kv_pages is the better knob there. zrt-run serve's --host-kv-mib
+	// overrides it.
+	HostKVMiB int           `toml:"host_kv_mib"`
+	Models    []ModelConfig `toml:"model"`
+	Tenants   []Tenant      `toml:"tenant"`
 
 	speculative engine.Speculation
 }
@@ -128,8 +137,8 @@ func (c *Config) validate() error {
 	if c.QueueDepth == 0 {
 		c.QueueDepth = 1024
 	}
-	if c.Slots < 0 || c.ChunkCap < 0 || c.QueueDepth < 0 {
-		return fmt.Errorf("server config: slots, chunk_cap and queue_depth must not be negative")
+	if c.Slots < 0 || c.ChunkCap < 0 || c.QueueDepth < 0 || c.HostKVMiB < 0 {
+		return fmt.Errorf("server config: slots, chunk_cap, queue_depth and host_kv_mib must not be negative")
 	}
 	if math.IsNaN(c.InteractiveSlack) || math.IsInf(c.InteractiveSlack, 0) {
 		return fmt.Errorf("server config: interactive_slack must be a finite number")
@@ -264,7 +273,8 @@ func (p *Policy) tenant(id string) engine.TenantPolicy { return p.live.Load().Te
 // (0 where the file leaves them to the bundle), and the policy, read from
 // p as it is updated (reserved pages are fixed when the engine starts).
 func (p *Policy) EngineConfig(c *Config) engine.Config {
-	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Policy: p.live, Speculative: c.speculative}
+	return engine.Config{Slots: c.Slots, ChunkCap: c.ChunkCap, InteractiveSlack: c.InteractiveSlack, Policy: p.live, Speculative: c.speculative,
+		HostKVBytes: int64(c.HostKVMiB) << 20}
 }
 
 // SpeculationFor is model name's speculative decoding under c: its

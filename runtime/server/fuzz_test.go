@@ -1,14 +1,12 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/zrtdev/zrt/runtime/server"
 )
@@ -47,24 +45,8 @@ func FuzzRequest(f *testing.F) {
 		if chat {
 			path = "/v1/chat/completions"
 		}
-		// A bound against a request that never ends; the tiny model's
-		// context bounds every generation long before it.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		req := httptest.NewRequestWithContext(ctx, "POST", path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code < 400 {
-			return
-		}
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
-			t.Fatalf("status %d with body %q: not an OpenAI error object", rec.Code, rec.Body.String())
+		if rec := serveJSON(h, path, body); rec.Code >= 400 {
+			wantAPIError(t, rec)
 		}
 	})
 }

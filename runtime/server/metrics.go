@@ -95,6 +95,13 @@ var (
 	descFinished  = prometheus.NewDesc("zrt_requests_finished_total", "Finished requests by reason.", []string{"model_name", "reason"}, nil)
 	descPrefixQ   = prometheus.NewDesc("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", []string{"model_name"}, nil)
 	descPrefixHit = prometheus.NewDesc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", []string{"model_name"}, nil)
+	// The prefix cache's host tier: its hits are not in
+	// vllm:prefix_cache_hits_total, which counts the device's, so the two
+	// over vllm:prefix_cache_queries_total are the whole hit rate.
+	descHostHit   = prometheus.NewDesc("zrt_prefix_cache_host_hits_total", "Prompt tokens found in the prefix cache's host-memory tier and copied back to the device (not counted in vllm:prefix_cache_hits_total).", []string{"model_name"}, nil)
+	descHostPages = prometheus.NewDesc("zrt_host_kv_pages", "KV pages the prefix cache's host-memory tier holds.", []string{"model_name"}, nil)
+	descHostBytes = prometheus.NewDesc("zrt_host_kv_bytes", "Bytes the prefix cache's host-memory tier holds.", []string{"model_name"}, nil)
+	descHostEvict = prometheus.NewDesc("zrt_host_kv_evicted_total", "KV pages the host-memory tier pushed out for room (least recently used first).", []string{"model_name"}, nil)
 	descStepKind  = prometheus.NewDesc("zrt_steps_by_kind_total", "Engine steps that computed rows, by kind: decode (decode rows only) or mixed (prompt rows too).", []string{"model_name", "kind"}, nil)
 	descStepTime  = prometheus.NewDesc("zrt_step_seconds_total", "Time in engine steps by step kind and part: replay (the model's step: the device's work and the wait for it) or host (scheduling, batching, sampling, sending).", []string{"model_name", "kind", "part"}, nil)
 	descPreempt   = prometheus.NewDesc("vllm:num_preemptions_total", "Requests preempted: their slot taken by a more urgent request, or their KV pages when the pool ran dry.", []string{"model_name"}, nil)
@@ -108,7 +115,7 @@ var (
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descPreempt, descReleased, descStepKind, descStepTime,
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descPages, descFinished, descPrefixQ, descPrefixHit, descHostHit, descHostPages, descHostBytes, descHostEvict, descPreempt, descReleased, descStepKind, descStepTime,
 		descSpecDrafts, descSpecTokens, descSpecAccepted, descSpecAtPos, descSpecLength} {
 		ch <- d
 	}
@@ -133,6 +140,10 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(st.PrefixPages), name, "prefix")
 		ch <- prometheus.MustNewConstMetric(descPrefixQ, prometheus.CounterValue, float64(st.PrefixQueried), name)
 		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.PrefixHit), name)
+		ch <- prometheus.MustNewConstMetric(descHostHit, prometheus.CounterValue, float64(st.PrefixHostHit), name)
+		ch <- prometheus.MustNewConstMetric(descHostPages, prometheus.GaugeValue, float64(st.HostPages), name)
+		ch <- prometheus.MustNewConstMetric(descHostBytes, prometheus.GaugeValue, float64(st.HostBytes), name)
+		ch <- prometheus.MustNewConstMetric(descHostEvict, prometheus.CounterValue, float64(st.HostEvicted), name)
 		for kind, t := range map[string]engine.StepTimes{"decode": st.Decode, "mixed": st.Mixed} {
 			ch <- prometheus.MustNewConstMetric(descStepKind, prometheus.CounterValue, float64(t.Steps), name, kind)
 			ch <- prometheus.MustNewConstMetric(descStepTime, prometheus.CounterValue, t.Replay, name, kind, "replay")

@@ -16,16 +16,22 @@ import (
 	"github.com/zrtdev/zrt/runtime/sample"
 )
 
+// samplingFields are the sampling fields of every generating endpoint,
+// /v1/responses among them.
+type samplingFields struct {
+	Temperature *float64 `json:"temperature"`
+	TopP        *float64 `json:"top_p"`
+	TopK        *int     `json:"top_k"`
+	MinP        *float64 `json:"min_p"`
+	Seed        *int64   `json:"seed"`
+}
+
 // genParams are the sampling fields both completion endpoints share.
 type genParams struct {
-	Model         string          `json:"model"`
-	MaxTokens     *int            `json:"max_tokens"`
-	MaxCompletion *int            `json:"max_completion_tokens"`
-	Temperature   *float64        `json:"temperature"`
-	TopP          *float64        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	MinP          *float64        `json:"min_p"`
-	Seed          *int64          `json:"seed"`
+	Model         string `json:"model"`
+	MaxTokens     *int   `json:"max_tokens"`
+	MaxCompletion *int   `json:"max_completion_tokens"`
+	samplingFields
 	Stop          json.RawMessage `json:"stop"`
 	Stream        bool            `json:"stream"`
 	StreamOptions *struct {
@@ -225,9 +231,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *apiError {
 		}
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			// The shared fields are those of the embedded genParams: name
-			// them as the request does.
-			field := strings.TrimPrefix(typeErr.Field, "genParams.")
+			// The shared fields are those of the embedded field groups:
+			// name them as the request does.
+			field := typeErr.Field
+			for _, group := range []string{"genParams.", "samplingFields.", "constraintFields."} {
+				field = strings.TrimPrefix(field, group)
+			}
 			return badRequest(field, "%s must be %s, not %s", field, jsonKind(typeErr.Type), typeErr.Value)
 		}
 		return badRequest("", "malformed JSON body: %v", err)

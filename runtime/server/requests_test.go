@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,49 @@ func post(t *testing.T, url, method, path, body string) (int, string, apiErr, ht
 	}
 	json.Unmarshal(b, &e)
 	return resp.StatusCode, string(b), e.Error, resp.Header
+}
+
+// serveJSON sends body as JSON to path through h, bounded against a request
+// that never ends (the tiny model's context bounds every generation long
+// before), and returns the answer.
+func serveJSON(h http.Handler, path, body string) *httptest.ResponseRecorder {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, "POST", path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// wantAPIError fails the test unless rec's body is an OpenAI error object
+// with a message.
+func wantAPIError(t *testing.T, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	var e struct {
+		Error apiErr `json:"error"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("status %d with body %q: not an OpenAI error object", rec.Code, rec.Body.String())
+	}
+}
+
+// TestTypeErrorsNameTheField: a field of the wrong JSON type is named as
+// the request names it, whichever embedded group of fields holds it.
+func TestTypeErrorsNameTheField(t *testing.T) {
+	url, _ := start(t)
+	for _, c := range []struct{ path, body, param string }{
+		{"/v1/completions", `{"prompt":"x","temperature":"hot"}`, "temperature"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],"seed":"s"}`, "seed"},
+		{"/v1/completions", `{"prompt":"x","grammar":7}`, "grammar"},
+		{"/v1/completions", `{"prompt":"x","n":"two"}`, "n"},
+		{"/v1/responses", `{"input":"x","top_k":"k"}`, "top_k"},
+	} {
+		code, raw, e, _ := post(t, url, "POST", c.path, c.body)
+		if code != http.StatusBadRequest || e.Param == nil || *e.Param != c.param || !strings.HasPrefix(e.Message, c.param+" must be") {
+			t.Errorf("%s %s: %d %s, want a 400 naming %s", c.path, c.body, code, raw, c.param)
+		}
+	}
 }
 
 // TestTokenizeVLLM: /tokenize takes vLLM's body (prompt, add_special_tokens

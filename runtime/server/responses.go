@@ -33,12 +33,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		Reasoning *struct {
 			Effort *string `json:"effort"`
 		} `json:"reasoning"`
-		MaxOutputTokens    *int            `json:"max_output_tokens"`
-		Temperature        *float64        `json:"temperature"`
-		TopP               *float64        `json:"top_p"`
-		TopK               *int            `json:"top_k"`
-		MinP               *float64        `json:"min_p"`
-		Seed               *int64          `json:"seed"`
+		MaxOutputTokens *int `json:"max_output_tokens"`
+		samplingFields
 		Stream             bool            `json:"stream"`
 		PreviousResponseID *string         `json:"previous_response_id"`
 		Conversation       json.RawMessage `json:"conversation"`
@@ -108,8 +104,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		t.effort = *req.Reasoning.Effort
 	}
 	// The sampling fields are chat's, validated as chat validates them.
-	g := genParams{MaxTokens: req.MaxOutputTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, MinP: req.MinP, Seed: req.Seed,
-		TopLogprobs: req.TopLogprobs}
+	g := genParams{MaxTokens: req.MaxOutputTokens, samplingFields: req.samplingFields, TopLogprobs: req.TopLogprobs}
 	if logprobs || req.TopLogprobs != nil && *req.TopLogprobs > 0 {
 		g.Logprobs = json.RawMessage("true") // the message's output_text carries them
 	}

@@ -1,12 +1,8 @@
 package server_test
 
 import (
-	"context"
-	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 )
 
 // FuzzResponses sends arbitrary bodies to /v1/responses through the
@@ -32,12 +28,7 @@ func FuzzResponses(f *testing.F) {
 	ts := serveStories(f, serveOptions{slots: 2, chunkCap: 64})
 	h := ts.srv.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		req := httptest.NewRequestWithContext(ctx, "POST", "/v1/responses", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		rec := serveJSON(h, "/v1/responses", body)
 		if rec.Code < 400 {
 			out := rec.Body.String()
 			if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") &&
@@ -46,13 +37,6 @@ func FuzzResponses(f *testing.F) {
 			}
 			return
 		}
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
-			t.Fatalf("status %d with body %q: not an OpenAI error object", rec.Code, rec.Body.String())
-		}
+		wantAPIError(t, rec)
 	})
 }

@@ -51,6 +51,10 @@ type Options struct {
 	// ngram[:K[:fixed]], self[:K[:fixed]]), over the config's speculative
 	// keys.
 	Speculative string
+	// HostKVMiB, when > 0, is every model's host KV tier in MiB, over
+	// the config's host_kv_mib; < 0 turns the tier off; 0 leaves the
+	// config's (zrt-run serve's --host-kv-mib).
+	HostKVMiB int
 	// Trace and StepLog are paths of each engine's Chrome trace and step
 	// log ("": none); with several bundles, bundle i's has .i before the
 	// extension.
@@ -114,7 +118,11 @@ func Run(ctx context.Context, opt Options) error {
 		if opt.Speculative != "" {
 			sp = flagSpec
 		}
-		e, err := newEngine(p, cfg, policy, sp, trace, stepLog)
+		hostKV := int64(cfg.HostKVMiB) << 20
+		if opt.HostKVMiB != 0 {
+			hostKV = max(0, int64(opt.HostKVMiB)<<20)
+		}
+		e, err := newEngine(p, cfg, policy, sp, hostKV, trace, stepLog)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.Path, err)
 		}
@@ -134,6 +142,11 @@ func Run(ctx context.Context, opt Options) error {
 		}()
 		models = append(models, &Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
 		opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
+		if hostKV > 0 && p.SlotState() {
+			opt.Log("model %s: no prefix cache, so no host KV tier", name)
+		} else if hostKV > 0 {
+			opt.Log("model %s: host KV tier of %d MiB (%d pages of %d KiB)", name, hostKV>>20, hostKV/int64(p.KVPageBytes()), p.KVPageBytes()>>10)
+		}
 		if sp.On() {
 			opt.Log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
 		}
@@ -216,9 +229,9 @@ wait:
 // newEngine makes a model's engine from the server config and policy,
 // with the program's slots and largest prefill variant where the config is
 // silent.
-func newEngine(p *runtime.Program, cfg *Config, policy *Policy, sp engine.Speculation, trace, stepLog io.Writer) (*engine.Engine, error) {
+func newEngine(p *runtime.Program, cfg *Config, policy *Policy, sp engine.Speculation, hostKV int64, trace, stepLog io.Writer) (*engine.Engine, error) {
 	ec := policy.EngineConfig(cfg)
-	ec.Speculative = sp
+	ec.Speculative, ec.HostKVBytes = sp, hostKV
 	ec.Trace, ec.StepLog = trace, stepLog
 	ec.ContextLength = p.Hparams.ContextLength
 	if ec.Slots == 0 {

@@ -395,6 +395,22 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"tenant": id, "usage": s.ledger.Totals(id)})
 }
 
+// decodeFor decodes the request body into req and returns the model that
+// its field *model names; when either fails it answers the request with
+// the error and returns false.
+func (s *Server) decodeFor(w http.ResponseWriter, r *http.Request, req any, model *string) (*Model, bool) {
+	if err := decodeBody(w, r, req); err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	m, err := s.model(*model)
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return m, true
+}
+
 // tokenize takes llama-server's body (content, with add_special off
 // unless asked) and vLLM's (prompt, with add_special_tokens on unless
 // turned off; or messages, rendered by the chat template with the
@@ -409,13 +425,8 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		AddSpecialTokens *bool           `json:"add_special_tokens"`
 		Messages         json.RawMessage `json:"messages"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	m, aerr := s.model(req.Model)
-	if aerr != nil {
-		writeError(w, aerr)
+	m, ok := s.decodeFor(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	var toks []int32
@@ -457,13 +468,8 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 		Model  string  `json:"model"`
 		Tokens []int32 `json:"tokens"`
 	}
-	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	m, aerr := s.model(req.Model)
-	if aerr != nil {
-		writeError(w, aerr)
+	m, ok := s.decodeFor(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	for _, id := range req.Tokens {

@@ -29,7 +29,13 @@ const config = "context_length = 160\ndecode_slots = [1, 2, 4, 8]\nprefill_rows 
 // skipping without the file.
 func shared(t *testing.T, file string) *sequence.Pool {
 	t.Helper()
-	out, err := compile(t, file, config)
+	return openWith(t, file, config)
+}
+
+// openWith is shared with the model config text cfg.
+func openWith(t *testing.T, file, cfg string) *sequence.Pool {
+	t.Helper()
+	out, err := compile(t, file, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +45,18 @@ func shared(t *testing.T, file string) *sequence.Pool {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// newSequence returns a fresh sequence of p, released when the test
+// ends, and a decoder of four tokens at most over p's vocabulary.
+func newSequence(t *testing.T, p *sequence.Pool) (*sequence.Sequence, *decode.Decoder) {
+	t.Helper()
+	seq, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(seq.Release)
+	return seq, decode.New(p.Tok, decode.Params{MaxTokens: 4})
 }
 
 // compile compiles a model of ../shared/models with the model config
@@ -209,21 +227,8 @@ func TestSlotStateRefused(t *testing.T) {
 	if _, err := compile(t, file, config); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), "recurrent") {
 		t.Errorf("a draft variant of recurrent layers: %v, want an unsupported-feature error", err)
 	}
-	out, err := compile(t, file, strings.Replace(config, "draft_layers = 1\n", "", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	seq, err := p.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seq.Release()
-	d := decode.New(p.Tok, decode.Params{MaxTokens: 4})
+	p := openWith(t, file, strings.Replace(config, "draft_layers = 1\n", "", 1))
+	seq, d := newSequence(t, p)
 	if _, err := spec.New(p, seq, d, spec.Mode{Kind: spec.NGram, K: 4}, 4); !errors.Is(err, sequence.ErrSlotState) {
 		t.Errorf("spec.New on a recurrent model: %v, want ErrSlotState", err)
 	}
@@ -244,21 +249,8 @@ func firstDiff(a, b []int32) int {
 // TestSelfNeedsDraftVariant: self-speculation on a bundle built without
 // draft_layers is refused, saying how to build one.
 func TestSelfNeedsDraftVariant(t *testing.T) {
-	out, err := compile(t, "stories260K.gguf", strings.Replace(config, "draft_layers = 1\n", "", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := sequence.Open(out, runtime.Options{Tier: "cpu", Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	seq, err := p.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seq.Release()
-	d := decode.New(p.Tok, decode.Params{MaxTokens: 4})
+	p := openWith(t, "stories260K.gguf", strings.Replace(config, "draft_layers = 1\n", "", 1))
+	seq, d := newSequence(t, p)
 	if _, err := spec.New(p, seq, d, spec.Mode{Kind: spec.Self, K: 4}, 4); err == nil || !strings.Contains(err.Error(), "draft_layers") {
 		t.Errorf("self on a bundle without a draft variant: %v", err)
 	}

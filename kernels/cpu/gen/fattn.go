@@ -149,13 +149,10 @@ rotcol:
 // func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
 //
 // Converts n rows of hd halves (sstride bytes apart) to float32 rows
-// packed hd apart. hd is a multiple of 16.
-TEXT ·faCvtRows(SB), NOSPLIT, $0-40
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ sstride+16(FP), R8
-	MOVQ hd+24(FP), R9
-	MOVQ n+32(FP), CX
+// packed hd apart. hd is a multiple of 16.`)
+	f.Text("faCvtRows", 0, 40)
+	f.Args(asmgen.Arg{Name: "dst", Reg: "DI"}, asmgen.Arg{Name: "src", Reg: "SI"}, asmgen.Arg{Name: "sstride", Reg: "R8"}, asmgen.Arg{Name: "hd", Reg: "R9"}, asmgen.Arg{Name: "n", Reg: "CX"})
+	f.Raw(`
 	SHRQ $4, R9
 
 cvtrow:
@@ -178,11 +175,10 @@ cvtcol:
 // func faTransposeTile(dst, src *float32, hd int)
 //
 // dst[d*64+k] = src[k*hd+d] for 64 keys k and d < hd, by gathers of 16
-// keys at a time.
-TEXT ·faTransposeTile(SB), NOSPLIT, $0-24
-	MOVQ         dst+0(FP), DI
-	MOVQ         src+8(FP), SI
-	MOVQ         hd+16(FP), R9
+// keys at a time.`)
+	f.Text("faTransposeTile", 0, 24)
+	f.Args(asmgen.Arg{Name: "dst", Reg: "DI"}, asmgen.Arg{Name: "src", Reg: "SI"}, asmgen.Arg{Name: "hd", Reg: "R9"})
+	f.Raw(`
 	VMOVDQU32    faIota<>(SB), Z31
 	VPBROADCASTD R9, Z30
 	VPMULLD      Z30, Z31, Z31 // lane l: l*hd
@@ -213,11 +209,9 @@ trd:
 //
 // The tiled path's scores of one query row against a tile of 64 keys
 // stored transposed (kt[d*64+k]): per key an FMA chain over d from 0, then
-// times scale; keys from nvalid on are set to -Inf. Returns the maximum.
-TEXT ·faTileScores(SB), NOSPLIT, $0-52
-	MOVQ   q+0(FP), SI
-	MOVQ   kt+8(FP), DI
-	MOVQ   hd+16(FP), CX`)
+// times scale; keys from nvalid on are set to -Inf. Returns the maximum.`)
+	f.Text("faTileScores", 0, 52)
+	f.Args(asmgen.Arg{Name: "q", Reg: "SI"}, asmgen.Arg{Name: "kt", Reg: "DI"}, asmgen.Arg{Name: "hd", Reg: "CX"})
 	f.Zero("VXORPS", asmgen.Regs("Z", 0, 1, 4)...)
 	f.Raw(`
 tsd:
@@ -287,9 +281,9 @@ tsd:
 // ggml_v_expf(kq[k] - m) for the 64 keys, summed per 16 lanes
 // (_mm512_reduce_add_ps) into a float64 total, which is returned; then
 // acc = acc*ms and acc += p_k * V_k as FMA chains over the first nvalid
-// keys (vt holds the tile's values as float32 rows of hd).
-TEXT ·faTileAcc(SB), NOSPLIT, $0-56
-	MOVQ         kq+0(FP), SI`)
+// keys (vt holds the tile's values as float32 rows of hd).`)
+	f.Text("faTileAcc", 0, 56)
+	f.Args(asmgen.Arg{Name: "kq", Reg: "SI"})
 	// faExpC's first twelve constants go to Z16-Z27, +Inf to Z14.
 	consts := expfOrder()
 	for i := range consts {
@@ -487,10 +481,10 @@ func expfs(f *asmgen.File) {
 //
 // expf in place on n floats, n a multiple of 8, eight float64 lanes at a
 // time with expf's operations in its order (min and max pick x when it is
-// NaN, as Go's min and max do).
-TEXT ·expfs(SB), NOSPLIT, $0-16
-	MOVQ         x+0(FP), DI
-	MOVQ         n+8(FP), CX
+// NaN, as Go's min and max do).`)
+	f.Text("expfs", 0, 16)
+	f.Args(asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"})
+	f.Raw(`
 	SHRQ         $3, CX
 	JZ           expdone`)
 	for i := 0; i < 7; i++ {

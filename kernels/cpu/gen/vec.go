@@ -14,12 +14,9 @@ func siluFile() []byte {
 //
 // ggml_v_silu (ggml-cpu/vec.h, AVX-512 form) times u, instruction for
 // instruction: e = ggml_v_expf(0 - x), silu = x / (1 + e). The |n| > 192
-// fix-up is done without a branch (the same values as ggml's blend).
-TEXT ·swigluAVX512(SB), NOSPLIT, $0-32
-	MOVQ y+0(FP), DI
-	MOVQ gate+8(FP), SI
-	MOVQ up+16(FP), DX
-	MOVQ nb+24(FP), CX`)
+// fix-up is done without a branch (the same values as ggml's blend).`)
+	f.Text("swigluAVX512", 0, 32)
+	f.Args(asmgen.Arg{Name: "y", Reg: "DI"}, asmgen.Arg{Name: "gate", Reg: "SI"}, asmgen.Arg{Name: "up", Reg: "DX"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 	// The constants in Z16-Z28: faExpC's order but the abs mask last.
 	consts := []expfConst{expR, expLog2e, expC1, expC2}
 	consts = append(consts, expPoly...)
@@ -83,12 +80,9 @@ func vecf32File() []byte {
 // ggml_vec_dot_f32's AVX-512 body over np elements (a multiple of 64):
 // four 16-lane accumulators, sum[j] = fma(x, y, sum[j]) for each group of
 // 64, then GGML_F32x16_REDUCE's folds (sum0 += sum2, sum1 += sum3,
-// sum0 += sum1), stored to out for the final 16-lane reduction.
-TEXT ·dotF32AVX512(SB), NOSPLIT, $0-32
-	MOVQ x+0(FP), SI
-	MOVQ y+8(FP), DX
-	MOVQ np+16(FP), CX
-	MOVQ out+24(FP), DI`)
+// sum0 += sum1), stored to out for the final 16-lane reduction.`)
+	f.Text("dotF32AVX512", 0, 32)
+	f.Args(asmgen.Arg{Name: "x", Reg: "SI"}, asmgen.Arg{Name: "y", Reg: "DX"}, asmgen.Arg{Name: "np", Reg: "CX"}, asmgen.Arg{Name: "out", Reg: "DI"})
 	f.Zero("VPXORD", asmgen.Regs("Z", 0, 1, 4)...)
 	f.P("\ndotloop:")
 	loads4(f, "VMOVUPS", "SI", 64, 4)
@@ -107,10 +101,10 @@ TEXT ·dotF32AVX512(SB), NOSPLIT, $0-32
 // func madF32AVX512(y, x *float32, v float32, n int)
 //
 // y[i] = fma(x[i], v, y[i]) over n elements (a multiple of 16):
-// ggml_vec_mad_f32, lane by lane.
-TEXT ·madF32AVX512(SB), NOSPLIT, $0-32
-	MOVQ         y+0(FP), DI
-	MOVQ         x+8(FP), SI
+// ggml_vec_mad_f32, lane by lane.`)
+	f.Text("madF32AVX512", 0, 32)
+	f.Args(asmgen.Arg{Name: "y", Reg: "DI"}, asmgen.Arg{Name: "x", Reg: "SI"})
+	f.Raw(`
 	VBROADCASTSS v+16(FP), Z1
 	MOVQ         n+24(FP), CX
 
@@ -127,9 +121,10 @@ madloop:
 
 // func scaleF32AVX512(y *float32, v float32, n int)
 //
-// y[i] *= v over n elements (a multiple of 16): ggml_vec_scale_f32.
-TEXT ·scaleF32AVX512(SB), NOSPLIT, $0-24
-	MOVQ         y+0(FP), DI
+// y[i] *= v over n elements (a multiple of 16): ggml_vec_scale_f32.`)
+	f.Text("scaleF32AVX512", 0, 24)
+	f.Args(asmgen.Arg{Name: "y", Reg: "DI"})
+	f.Raw(`
 	VBROADCASTSS v+8(FP), Z1
 	MOVQ         n+16(FP), CX
 
@@ -188,11 +183,10 @@ scaleloop:
 //
 // dst[i][j] = src[j*stride+i] for i, j < 16: a 16x16 block of a tile
 // (rows j stride floats apart) stored as 16 rows, by interleaving 32-bit
-// then 64-bit elements and then 128-bit lanes.
-TEXT ·transposeF32x16(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ stride+16(FP), AX
+// then 64-bit elements and then 128-bit lanes.`)
+	f.Text("transposeF32x16", 0, 24)
+	f.Args(asmgen.Arg{Name: "dst", Reg: "DI"}, asmgen.Arg{Name: "src", Reg: "SI"}, asmgen.Arg{Name: "stride", Reg: "AX"})
+	f.Raw(`
 	SHLQ $2, AX`)
 	for r := 0; r < 16; r++ {
 		if r > 0 {

@@ -392,11 +392,10 @@ func q4kRows(f *asmgen.File) {
 // dotQ4_Kx8Asm on a prepared group of eight activation rows (see
 // prepQ4_Kx8): the same weight preparation, and each row's K4ROWP gives it
 // K4ROW's integers and float operations in their order, so the results are
-// bit-identical to dotQ4_Kx8Asm's.
-TEXT ·dotQ4_Kx8PrepAsm(SB), NOSPLIT, $96-32
-	MOVQ    w+0(FP), SI
-	MOVQ    xp+8(FP), DI
-	MOVQ    nb+16(FP), CX
+// bit-identical to dotQ4_Kx8Asm's.`)
+	f.Text("dotQ4_Kx8PrepAsm", 96, 32)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Raw(`
 	K4X8ZERO
 
 q4kx8ploop:

@@ -33,11 +33,9 @@ func quantizers(f *asmgen.File) {
 // iscale = -127/mx, q = min(127, nearestInt(iscale*x)) with nearestInt's
 // 1.5*2^23 trick, d = 1/iscale. bsums come from the stored quants:
 // VPDPBUSD against 0x01 bytes sums them by four, two rounds of
-// VPACKSSDW/VPMADDWD by sixteen, and VPERMD restores group order.
-TEXT ·quantQ8_KAsm(SB), NOSPLIT, $0-24
-	MOVQ         x+0(FP), SI
-	MOVQ         dst+8(FP), DI
-	MOVQ         nb+16(FP), CX`)
+// VPACKSSDW/VPMADDWD by sixteen, and VPERMD restores group order.`)
+	f.Text("quantQ8_KAsm", 0, 24)
+	f.Args(asmgen.Arg{Name: "x", Reg: "SI"}, asmgen.Arg{Name: "dst", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 	for i, c := range []string{"absmask", "q8kmagic", "mant23", "q8kbias", "c127", "c01", "ones16"} {
 		f.Ins("VPBROADCASTD", c+"<>(SB)", asmgen.Reg("Z", 16+i))
 	}
@@ -155,11 +153,10 @@ q8kzero:
 // quantQ8_0 (q8Block) block by block with the same float operations: amax
 // by a max tree, d = amax/127, id = 127/amax (0 for an all-zero block),
 // q = x*id rounded half to even by VCVTPS2DQ under the default rounding
-// mode, d stored by VCVTPS2PH with round-to-nearest-even, as F32ToF16.
-TEXT ·quantQ8_0Asm(SB), NOSPLIT, $0-24
-	MOVQ         x+0(FP), SI
-	MOVQ         dst+8(FP), DI
-	MOVQ         nb+16(FP), CX
+// mode, d stored by VCVTPS2PH with round-to-nearest-even, as F32ToF16.`)
+	f.Text("quantQ8_0Asm", 0, 24)
+	f.Args(asmgen.Arg{Name: "x", Reg: "SI"}, asmgen.Arg{Name: "dst", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Raw(`
 	VPBROADCASTD absmask<>(SB), Z16
 	VMOVSS       c127f<>(SB), X17
 
@@ -200,11 +197,10 @@ q80qid:
 //
 // Converts n float32 values (a multiple of 8) to F16 with VCVTPS2PH's
 // immediate round-to-nearest-even: IEEE conversion, as F32ToF16 computes
-// it (subnormal results, infinities and NaN payloads included).
-TEXT ·quantF16AVX2Asm(SB), NOSPLIT, $0-24
-	MOVQ x+0(FP), SI
-	MOVQ dst+8(FP), DI
-	MOVQ n+16(FP), CX
+// it (subnormal results, infinities and NaN payloads included).`)
+	f.Text("quantF16AVX2Asm", 0, 24)
+	f.Args(asmgen.Arg{Name: "x", Reg: "SI"}, asmgen.Arg{Name: "dst", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"})
+	f.Raw(`
 	SHRQ $3, CX
 	JZ   f16done
 

@@ -229,12 +229,9 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 // of 8, acc[i] = fma(float(sum_i), dx*dw, acc[i]) over the blocks in
 // order, then HSUM's ((acc[0]+acc[4])+(acc[2]+acc[6])) +
 // ((acc[1]+acc[5])+(acc[3]+acc[7])), so its results are bit-identical to
-// the one-row and four-row kernels'.
-TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
-	MOVQ      w+0(FP), SI
-	MOVQ      x+8(FP), DI
-	MOVQ      stride+16(FP), DX
-	MOVQ      nb+24(FP), CX`)
+// the one-row and four-row kernels'.`)
+	f.Text("dotQ8_0x8VNNIAsm", 32, 40)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "stride", Reg: "DX"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 	// Row r's pointer from row r-1's or r-2's: one LEAQ each, DX (the
 	// stride) last, as row 7's register.
 	for r := 1; r < 8; r++ {
@@ -280,11 +277,10 @@ TEXT ·dotQ8_0x8VNNIAsm(SB), NOSPLIT, $32-40
 // prepQ8_0x8): per block, the eight rows' quants already XORed with 0x80
 // (32 bytes each, row after row) and then their scales as eight float32.
 // The weight side and every output's operations and their order are
-// dotQ8_0x8VNNIAsm's, so the results are bit-identical to it.
-TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $32-32
-	MOVQ    w+0(FP), SI
-	MOVQ    xp+8(FP), DI
-	MOVQ    nb+16(FP), CX
+// dotQ8_0x8VNNIAsm's, so the results are bit-identical to it.`)
+	f.Text("dotQ8_0x8PrepAsm", 32, 32)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Raw(`
 	VMOVDQU c80<>(SB), Y15`)
 	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
 	f.P("\nq80p8loop:")

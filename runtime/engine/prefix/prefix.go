@@ -94,6 +94,15 @@ func (c *Cache) Peek(keys []uint64) []uint32 {
 	return out
 }
 
+// Page returns the page cached under key, without marking it used.
+func (c *Cache) Page(key uint64) (uint32, bool) {
+	el, ok := c.pages[key]
+	if !ok {
+		return 0, false
+	}
+	return el.Value.(*entry).page, true
+}
+
 // Refs is how many pool references the cache holds to page (one per key
 // it is cached under).
 func (c *Cache) Refs(page uint32) int { return c.held[page] }
@@ -113,8 +122,9 @@ func (c *Cache) Len() int { return c.lru.Len() }
 
 // Evict removes the least recently used entry whose page no request maps
 // (inUse says whether one does) and returns its page, for the caller to
-// release; ok is false when every cached page is in use.
-func (c *Cache) Evict(inUse func(page uint32) bool) (page uint32, ok bool) {
+// release, and the key it was cached under (a host tier keeps the page's
+// bytes by it); ok is false when every cached page is in use.
+func (c *Cache) Evict(inUse func(page uint32) bool) (key uint64, page uint32, ok bool) {
 	for el := c.lru.Front(); el != nil; el = el.Next() {
 		e := el.Value.(*entry)
 		if !inUse(e.page) {
@@ -123,10 +133,10 @@ func (c *Cache) Evict(inUse func(page uint32) bool) (page uint32, ok bool) {
 			if c.held[e.page]--; c.held[e.page] == 0 {
 				delete(c.held, e.page)
 			}
-			return e.page, true
+			return e.key, e.page, true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // Pages calls f for every cached page (for invariant checks).

@@ -35,10 +35,10 @@ func TestKeysAndLookup(t *testing.T) {
 	}
 	// Eviction takes the least recently used page no request maps.
 	c.Lookup(ka[:1]) // page 10 now most recent
-	if pg, ok := c.Evict(func(p uint32) bool { return false }); !ok || pg != 11 {
-		t.Errorf("evicted %d %v, want 11", pg, ok)
+	if k, pg, ok := c.Evict(func(p uint32) bool { return false }); !ok || pg != 11 || k != ka[1] {
+		t.Errorf("evicted %d %v under %x, want 11 under %x", pg, ok, k, ka[1])
 	}
-	if _, ok := c.Evict(func(p uint32) bool { return true }); ok {
+	if _, _, ok := c.Evict(func(p uint32) bool { return true }); ok {
 		t.Error("evicted a page in use")
 	}
 	if c.Len() != 1 || c.Has(ka[1]) {

@@ -112,6 +112,12 @@ type Seq struct {
 	// own, in a slot no request holds, and may take a page that the
 	// engine gives back after the step if the draft is rejected.
 	Draft int `json:",omitempty"`
+	// Host, for a waiting request, is how many of the pages covering its
+	// Done tokens the prefix cache's host tier holds (not counted in
+	// Held): admission takes them fresh from the pool, like the pages of
+	// its prompt's rest, and the engine copies their bytes in before the
+	// step, which then computes from Done on.
+	Host int `json:",omitempty"`
 }
 
 // Prefilling reports whether the request still has prompt rows to compute.
@@ -168,6 +174,12 @@ type Chunk struct {
 	Draft int `json:",omitempty"`
 }
 
+// SwapIn is an admitted request's pages that come from the host tier.
+type SwapIn struct {
+	ID    uint64
+	Pages int
+}
+
 // Plan is one step's decision. The engine gives each chunk's request
 // the pages its rows reach before the step runs.
 type Plan struct {
@@ -181,6 +193,12 @@ type Plan struct {
 	Admit   []uint64 // newly admitted or resumed, in admission order
 	Rows    []Chunk  // decode rows first, then prefill chunks
 	NRows   int      // sum of Rows' N
+	// SwapIn are the admitted requests that start with pages from the
+	// host tier (Seq.Host), for the engine to copy in before the step.
+	// A copy is not a query row: it takes none of the budget (a page's
+	// bytes move in a memcpy, or one DMA, in far less time than its 16
+	// rows take to compute).
+	SwapIn []SwapIn `json:",omitempty"`
 }
 
 func (p Plan) String() string {
@@ -189,7 +207,11 @@ func (p Plan) String() string {
 	if len(p.Release) > 0 {
 		fmt.Fprintf(&b, "release %v ", p.Release)
 	}
-	fmt.Fprintf(&b, "admit %v rows %d:", p.Admit, p.NRows)
+	fmt.Fprintf(&b, "admit %v ", p.Admit)
+	for _, sw := range p.SwapIn {
+		fmt.Fprintf(&b, "swap-in %d:%d ", sw.ID, sw.Pages)
+	}
+	fmt.Fprintf(&b, "rows %d:", p.NRows)
 	for _, c := range p.Rows {
 		fmt.Fprintf(&b, " %d@%d+%d", c.ID, c.From, c.N)
 		if c.Draft > 0 {
@@ -519,6 +541,7 @@ func (pl *planner) release(v *Seq) {
 		pl.victims = slices.DeleteFunc(pl.victims, func(x *Seq) bool { return x == v })
 	}
 	pl.p.Admit = slices.DeleteFunc(pl.p.Admit, func(id uint64) bool { return id == v.ID })
+	pl.p.SwapIn = slices.DeleteFunc(pl.p.SwapIn, func(sw SwapIn) bool { return sw.ID == v.ID })
 	pl.p.Preempt = slices.DeleteFunc(pl.p.Preempt, func(id uint64) bool { return id == v.ID })
 	if pl.was[v] {
 		pl.p.Release = append(pl.p.Release, v.ID)
@@ -702,10 +725,13 @@ func (pl *planner) admit() {
 			pl.over += max(0, pl.commit[s.Tenant]+s.Pages-pl.in.Reservations[s.Tenant]) - max(0, pl.commit[s.Tenant]-pl.in.Reservations[s.Tenant])
 			pl.commit[s.Tenant] += s.Pages
 		}
-		pl.take(s, first)
+		pl.take(s, first) // its host pages among them: Held leaves them out
 		s.Running = true
 		pl.admitted[s] = true
 		pl.p.Admit = append(pl.p.Admit, s.ID)
+		if s.Host > 0 && !pl.was[s] {
+			pl.p.SwapIn = append(pl.p.SwapIn, SwapIn{ID: s.ID, Pages: s.Host})
+		}
 	}
 }
 

@@ -250,3 +250,28 @@ func TestDrafts(t *testing.T) {
 		})
 	}
 }
+
+// TestSwapIn: a waiting request whose prefix the host tier holds is
+// admitted with fresh pages for those chunks besides its prompt's rest
+// (its Held leaves them out), the plan names the swap-in, and its prefill
+// starts after the swapped chunks; one the pool cannot give the swapped
+// pages to waits, and the plan names no swap-in.
+func TestSwapIn(t *testing.T) {
+	s := Seq{ID: 1, Tenant: "a", QoS: Standard, Arrival: 1, Prompt: 60, Pages: 5, Done: 48, Held: 1, Shared: 1, Host: 2}
+	in := input(1, nil, s)
+	p := Schedule(in)
+	want := []Chunk{{ID: 1, From: 48, N: 12, Logits: true}}
+	if !slices.Equal(p.Admit, []uint64{1}) || !slices.Equal(p.SwapIn, []SwapIn{{ID: 1, Pages: 2}}) || !slices.Equal(p.Rows, want) {
+		t.Fatalf("%v, want admit [1] swap-in 1:2 rows %v", p, want)
+	}
+	// It needs three pages: two to swap in and one for the rest of its
+	// prompt and its first token.
+	in.FreePages = 2
+	if p := Schedule(in); len(p.Admit) > 0 || len(p.SwapIn) > 0 {
+		t.Fatalf("with 2 free pages: %v, want nothing admitted", p)
+	}
+	in.FreePages = 3
+	if p := Schedule(in); !slices.Equal(p.SwapIn, []SwapIn{{ID: 1, Pages: 2}}) {
+		t.Fatalf("with 3 free pages: %v, want swap-in 1:2", p)
+	}
+}

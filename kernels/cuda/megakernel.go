@@ -88,6 +88,10 @@ func Multiprocessors(target string) int {
 // ptx.Source(arch, MegakernelModule, dir) finds it like an instance's.
 const MegakernelModule = "megakernel"
 
+// MegakernelThreads is the persistent block's threads (MK_THREADS in
+// mk_begin.cuh): the largest block a family it serves uses.
+const MegakernelThreads = 512
+
 // MegakernelOp is a dispatch the persistent kernel can run as tasks: an
 // instance's entry point, compiled into the kernel as a device function of
 // a virtual block (mk_begin.cuh).

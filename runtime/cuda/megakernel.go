@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	goruntime "runtime"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/zrtdev/zrt/format/bundle"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
-	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -25,7 +25,7 @@ import (
 // why.
 
 // mkThreads is MK_THREADS in mk_begin.cuh: the persistent block's threads.
-const mkThreads = 512
+const mkThreads = kcuda.MegakernelThreads
 
 // The records the kernel reads (megakernel.cuh), in u32 words.
 const (
@@ -340,11 +340,11 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 	case len(opt.Omit) > 0:
 		return off("kernels are omitted from the graph path (ZRT_CUDA_OMIT)")
 	}
-	src, err := ptx.Source(ptx.TargetArch(g.Ident.Target), kcuda.MegakernelModule, opt.PTXDir)
-	if err != nil {
-		return off(fmt.Sprintf("no megakernel PTX: %v", err))
+	n := bytes.IndexByte(t.mkCode, 0)
+	if n < 0 {
+		return off("the bundle has no megakernel (build it with megakernel = true in the model config)")
 	}
-	m, err := driver.ModuleLoadData(append(append([]byte(nil), src...), 0))
+	m, err := driver.ModuleLoadData(t.mkCode[:n+1])
 	if err != nil {
 		return off(fmt.Sprintf("loading the megakernel: %v", err))
 	}

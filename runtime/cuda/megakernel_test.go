@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/synth"
@@ -28,6 +28,10 @@ var megakernelShapes = []synth.Shape{
 }
 
 const megakernelConfig = "max_slots = 4\ndecode_slots = [1, 2, 4]\n"
+
+// megakernelOn is megakernelConfig with the persistent kernel in the
+// bundle (its PTX from ZRT_PTX_DIR, as the instances', or zrtc's archive).
+const megakernelOn = megakernelConfig + "megakernel = true\n"
 
 // TestMegakernelTables builds, without a GPU, the persistent kernel's
 // tables for every one- and two-row decode variant of megakernelShapes
@@ -143,11 +147,10 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 	}
 	for _, s := range megakernelShapes {
 		t.Run(s.Arch+s.Mix, func(t *testing.T) {
-			dir := compileSynth(t, s, "cuda:sm_90", megakernelConfig)
+			dir := compileSynth(t, s, "cuda:sm_90", megakernelOn)
 			requireMegakernel(t, dir)
-			ptxDir := os.Getenv("ZRT_PTX_DIR") // the kernel compiles the families in: from where the bundle's come
-			on := greedyRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{PTXDir: ptxDir}}, nil)
-			again := greedyRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{PTXDir: ptxDir}}, nil)
+			on := greedyRun(t, dir, runtime.Options{Tier: "cuda"}, nil)
+			again := greedyRun(t, dir, runtime.Options{Tier: "cuda"}, nil)
 			off := greedyRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{NoMegakernel: true}}, nil)
 			cpu := greedyRun(t, compileSynth(t, s, "cpu", megakernelConfig), runtime.Options{Tier: "cpu"}, on.tokens)
 			t.Logf("tokens %v", on.tokens)
@@ -178,7 +181,7 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 				t.Logf("step %d: %.2e of the largest logit from T-CPU", step, worst)
 			}
 			// Two sequences a step: the two-row variant.
-			pair, pairOff := pairRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{PTXDir: ptxDir}}),
+			pair, pairOff := pairRun(t, dir, runtime.Options{Tier: "cuda"}),
 				pairRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{NoMegakernel: true}})
 			for i := range pair {
 				for j := range pair[i] {
@@ -226,6 +229,34 @@ func pairRun(t *testing.T, dir string, opt runtime.Options) [][]float32 {
 	return out
 }
 
+// TestMegakernelOffByDefault: a bundle built without megakernel = true
+// carries no persistent kernel, so every variant keeps the graph path and
+// says why.
+func TestMegakernelOffByDefault(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	dir := compileSynth(t, megakernelShapes[0], "cuda:sm_90", megakernelConfig)
+	b, err := bundle.Open(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if len(b.Graph.Schedules) == 0 {
+		t.Fatal("no megakernel schedules in a cuda build")
+	}
+	tier, err := cuda.Load(b, cuda.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	for vi, v := range b.Graph.Variants {
+		if on, why := tier.Megakernel(vi); on || (v.Stage != bundle.StagePrefill && !strings.Contains(why, "megakernel = true")) {
+			t.Fatalf("%s: megakernel %v (%s) in a bundle built without it", v.Key(), on, why)
+		}
+	}
+}
+
 // requireMegakernel fails the test unless the bundle's one- and two-row
 // decode variants run on the persistent kernel.
 func requireMegakernel(t *testing.T, dir string) {
@@ -235,7 +266,7 @@ func requireMegakernel(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	tier, err := cuda.Load(b, cuda.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")})
+	tier, err := cuda.Load(b, cuda.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

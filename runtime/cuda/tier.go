@@ -52,12 +52,6 @@ type Options struct {
 	// bundle schedules them for the persistent kernel (megakernel.go):
 	// for A/B runs and as the second oracle.
 	NoMegakernel bool
-	// PTXDir, when set, supplies the persistent kernel's PTX from a
-	// directory (kernels/cuda/build_ptx.sh DIR), as zrtc's ZRT_PTX_DIR
-	// does the instances', instead of this build's archive: the kernel
-	// compiles the families' sources in, so a bundle built from such a
-	// directory wants the kernel from it too.
-	PTXDir string
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -119,7 +113,8 @@ type Tier struct {
 	// shared memory it is allowed, and the tables' allocations.
 	mk       []*mkPlan
 	mkWhy    []string
-	mkOff    bool // SetMegakernel(false)
+	mkOff    bool   // SetMegakernel(false)
+	mkCode   []byte // the bundle's megakernel blob's code, if it has one
 	mkFn     driver.Function
 	mkShared int
 	mkMem    []driver.DevPtr
@@ -248,6 +243,16 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 		return fmt.Errorf("cuda: memory plan lacks the io or fence region")
 	}
 	for _, blob := range b.Blobs {
+		if blob.Name == kcuda.MegakernelModule {
+			// No dispatch names it: initMegakernel loads it, and its
+			// place in the entry tables stays empty.
+			t.mkCode = blob.Code
+			for e := range kcuda.NumEntries {
+				t.entries[e] = append(t.entries[e], 0)
+			}
+			t.overlap = append(t.overlap, false)
+			continue
+		}
 		if err := t.loadKernel(blob.Name, blob.Code); err != nil {
 			return err
 		}

@@ -37,14 +37,28 @@ struct MkOp {
 
 // MkTask is a task as the tier uploads it: its dispatch and the box of
 // that dispatch's virtual blocks it runs ([x0, x1) × [y0, y1) × [z0, z1),
-// from the task's rows, features or KV heads), its waits and the counter
-// it signals.
+// from the task's rows, features or KV heads), its waits, the counter it
+// signals, and the weight bytes it reads (a tile's rows of its matrix, at
+// pf_hi:pf_lo; pf_bytes 0 for a task without weights).
 struct MkTask {
     u32 op;
     u32 x0, x1, y0, y1, z0, z1;
     u32 wait_off, wait_len;
     u32 signal;
+    u32 pf_lo, pf_hi, pf_bytes;
 };
+
+// mk_prefetch asks L2 for a task's weights, a 128-byte line a thread at a
+// time. Weights never wait on a counter, so their bytes can stream from
+// memory while the block waits for the task's inputs or computes the task
+// before it: the wait then costs the counter's latency, not the weights'.
+// A prefetch is a hint; the task's own loads are as before.
+__device__ __forceinline__ void mk_prefetch(const MkTask& t) {
+    if (t.pf_bytes == 0) return;
+    const char* base = (const char*)(uintptr_t)(((unsigned long long)t.pf_hi << 32) | t.pf_lo);
+    for (u32 o = threadIdx.x * 128u; o < t.pf_bytes; o += MK_THREADS * 128u)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
+}
 
 // MkWait: counter `counter` has reached `count` times the step's epoch.
 struct MkWait {
@@ -139,13 +153,27 @@ __device__ __forceinline__ void mk_task(const MkTask& t, const MkOp* ops, const 
 // launches exactly as many blocks as queues, no more than the GPU keeps
 // resident at once (a block spinning on a counter must not hold the place
 // of the block that would release it).
-extern "C" __global__ void __launch_bounds__(MK_THREADS, 1)
+//
+// Each task's weights are prefetched into L2 ahead of it: the first
+// task's before its waits, every later one's after the waits of the task
+// before it, so they stream while that task computes.
+//
+// MK_MIN_BLOCKS is the blocks a multiprocessor is to keep (launch bounds):
+// 1 lets a thread have 128 registers; 2 caps it at 64 (the graph path's
+// matrix-vector kernel's) for twice the warps, if the tier's occupancy
+// query then finds room for two (nvcc -DMK_MIN_BLOCKS=2 to try).
+#ifndef MK_MIN_BLOCKS
+#define MK_MIN_BLOCKS 1
+#endif
+extern "C" __global__ void __launch_bounds__(MK_THREADS, MK_MIN_BLOCKS)
     megakernel(const MkTask* tasks, const MkWait* waits, const u32* queue_off, const u32* queue, const MkOp* ops,
         const unsigned long long* params, u32* counters, u32 epoch) {
     u32 q0 = queue_off[blockIdx.x], q1 = queue_off[blockIdx.x + 1];
+    if (q0 < q1) mk_prefetch(tasks[queue[q0]]);
     for (u32 qi = q0; qi < q1; qi++) {
         const MkTask t = tasks[queue[qi]];
         mk_wait(counters, waits + t.wait_off, t.wait_len, epoch);
+        if (qi + 1 < q1) mk_prefetch(tasks[queue[qi + 1]]);
         mk_task(t, ops, params);
         mk_signal(counters, t.signal);
     }

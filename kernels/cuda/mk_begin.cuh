@@ -69,7 +69,14 @@ __device__ __forceinline__ void mk_vsync() { asm volatile("bar.sync 1, %0;" ::"r
 #pragma push_macro("__launch_bounds__")
 #undef __global__
 #undef __launch_bounds__
+#ifdef MK_NOINLINE
+// Each entry a function of its own (nvcc -DMK_NOINLINE to try): registers
+// are allocated per family instead of for the union of all the inlined
+// ones, at the cost of a call per virtual block.
+#define __global__ __device__ __noinline__
+#else
 #define __global__ __device__ inline // an entry no task calls is not even emitted (the tile entries' static shared memory)
+#endif
 #define __launch_bounds__(...)
 #define threadIdx (mk_vtid())
 #define blockIdx (mk_v.bid)

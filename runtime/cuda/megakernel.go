@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 	"strings"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
@@ -29,7 +31,7 @@ const mkThreads = kcuda.MegakernelThreads
 
 // The records the kernel reads (megakernel.cuh), in u32 words.
 const (
-	mkTaskWords = 10 // MkTask: op, x0 x1 y0 y1 z0 z1, wait_off, wait_len, signal
+	mkTaskWords = 13 // MkTask: op, x0 x1 y0 y1 z0 z1, wait_off, wait_len, signal, pf_lo, pf_hi, pf_bytes
 	mkOpWords   = 8  // MkOp: code, param_off, grid[3], block[3]
 )
 
@@ -39,6 +41,10 @@ type mkOp struct {
 	grid, block    [3]uint32
 	features       uint32 // a matrix family's output features; 0 otherwise
 	matrix         bool
+	// w and rowBytes are a matrix family's weights (a feature's row each,
+	// rowBytes long, features rows in all), 0 where unknown: a tile's
+	// rows are prefetched into L2 while its block waits.
+	w, rowBytes uint64
 }
 
 // mkTask is a task's MkTask, with the bytes the queues are balanced by.
@@ -47,6 +53,12 @@ type mkTask struct {
 	box                   [6]uint32 // x0 x1 y0 y1 z0 z1
 	waitOff, waitLen, sig uint32
 	bytes                 uint64
+	// pf and pfBytes are the weight bytes the task reads (a tile's rows
+	// of its matrix), which the kernel prefetches into L2 before the
+	// task's waits and while the task before it in the queue computes;
+	// none for other tasks.
+	pf      uint64
+	pfBytes uint32
 }
 
 // mkTables is a decode variant's schedule as the persistent kernel reads
@@ -100,6 +112,7 @@ func buildMkTables(s *bundle.Schedule, ls []Launch, rows int) (*mkTables, error)
 			}
 			o.matrix, o.features = true, n
 			o.grid[0] = (n + o.block[1] - 1) / o.block[1]
+			o.w, o.rowBytes = mkWeights(l)
 		}
 		if threads := o.block[0] * o.block[1] * o.block[2]; threads > mkThreads && family == "argmax" {
 			o.block = [3]uint32{mkThreads, 1, 1} // the first largest logit whatever the block
@@ -135,7 +148,16 @@ func buildMkTables(s *bundle.Schedule, ls []Launch, rows int) (*mkTables, error)
 				}
 			}
 		}
-		m.tasks = append(m.tasks, mkTask{op: t.Op, box: box, waitOff: t.WaitOff, waitLen: t.WaitLen, sig: t.Signal, bytes: t.Bytes})
+		mt := mkTask{op: t.Op, box: box, waitOff: t.WaitOff, waitLen: t.WaitLen, sig: t.Signal, bytes: t.Bytes}
+		if o.matrix && o.rowBytes > 0 {
+			// The box's features: whole blocks of block.y, the last
+			// cut at the matrix's end, so the range stays inside it.
+			lo, hi := uint64(box[0]*o.block[1]), uint64(min(box[1]*o.block[1], o.features))
+			if n := (hi - lo) * o.rowBytes; hi > lo && n < 1<<31 {
+				mt.pf, mt.pfBytes = o.w+lo*o.rowBytes, uint32(n)
+			}
+		}
+		m.tasks = append(m.tasks, mt)
 	}
 	for i, c := range covered {
 		for b, v := range c {
@@ -146,6 +168,34 @@ func buildMkTables(s *bundle.Schedule, ls []Launch, rows int) (*mkTables, error)
 	}
 	m.queues = s.Queues
 	return m, nil
+}
+
+// mkWeights is a matrix launch's weights and the bytes of one output
+// feature's row of them (its k inputs in its weight type), or zeros where
+// the launch's kernel names no such buffer.
+func mkWeights(l *Launch) (w, rowBytes uint64) {
+	abi, typ, err := kernels.SplitInstance(l.Name)
+	if err != nil {
+		return 0, 0
+	}
+	wi := slices.IndexFunc(abi.Bufs, func(b string) bool { return b == "w" || b == "w_qkv" || b == "w_gate_up" })
+	if wi < 0 || wi >= len(l.Params) {
+		return 0, 0
+	}
+	k, ok := uint32(0), false
+	if i := slices.IndexFunc(abi.Push, func(p kernels.Param) bool { return p.Name == "k" }); i >= 0 && i < len(l.Push) {
+		k, ok = l.Push[i], true
+	} else if i := slices.IndexFunc(abi.Spec, func(p kernels.Param) bool { return p.Name == "k" }); i >= 0 && i < len(l.Spec) {
+		k, ok = l.Spec[i], true
+	}
+	if !ok || l.Params[wi] == 0 {
+		return 0, 0
+	}
+	rb, err := typ.RowBytes(int64(k))
+	if err != nil || rb <= 0 {
+		return 0, 0
+	}
+	return l.Params[wi], uint64(rb)
 }
 
 // mkBox is the box of o's blocks that task t runs.
@@ -216,13 +266,14 @@ func mkBox(o *mkOp, l *Launch, t bundle.Task, rows int) ([6]uint32, error) {
 	return all, fmt.Errorf("task kind %s", t.Kind)
 }
 
-// regroup reassigns the tasks to n queues when the GPU keeps fewer blocks
-// resident than the schedule has queues: in task order, each to the queue
-// with the fewest bytes so far, the rule the compiler balanced by. Every
-// queue stays in task order, so the lowest unfinished task is still at the
-// head of its queue with its waits met, and no assignment deadlocks.
+// regroup reassigns the tasks to n queues, the blocks the GPU keeps
+// resident, when that is not the schedule's queues (fewer multiprocessors,
+// or more than one block on each): in task order, each to the queue with
+// the fewest bytes so far, the rule the compiler balanced by. Every queue
+// stays in task order, so the lowest unfinished task is still at the head
+// of its queue with its waits met, and no assignment deadlocks.
 func (m *mkTables) regroup(n int) {
-	if n >= len(m.queues) {
+	if n == len(m.queues) || n < 1 {
 		return
 	}
 	qs := make([][]uint32, n)
@@ -274,7 +325,8 @@ func (m *mkTables) image(l mkLayout) []byte {
 	b := make([]byte, l.size)
 	put := func(at int, v uint32) { binary.LittleEndian.PutUint32(b[at:], v) }
 	for i, t := range m.tasks {
-		w := []uint32{t.op, t.box[0], t.box[1], t.box[2], t.box[3], t.box[4], t.box[5], t.waitOff, t.waitLen, t.sig}
+		w := []uint32{t.op, t.box[0], t.box[1], t.box[2], t.box[3], t.box[4], t.box[5], t.waitOff, t.waitLen, t.sig,
+			uint32(t.pf), uint32(t.pf >> 32), t.pfBytes}
 		for j, v := range w {
 			put(l.tasks+4*(mkTaskWords*i+j), v)
 		}

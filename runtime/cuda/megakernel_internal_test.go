@@ -8,7 +8,8 @@ import (
 )
 
 // TestMkImage reads the persistent kernel's tables back from their image
-// as megakernel.cuh's structs lay them out: MkTask of ten words, MkWait
+// as megakernel.cuh's structs lay them out: MkTask of 13 words (the
+// prefetch's address in two), MkWait
 // of two, the queues' offsets and task indices, MkOp of eight words, the
 // parameters in 8-byte slots, the counters zero; every table 16-byte
 // aligned.
@@ -19,7 +20,7 @@ func TestMkImage(t *testing.T) {
 		tasks: []mkTask{
 			{op: 0, box: [6]uint32{0, 1, 0, 1, 0, 1}, waitOff: 0, waitLen: 0, sig: 0},
 			{op: 0, box: [6]uint32{1, 2, 0, 1, 0, 1}, waitOff: 0, waitLen: 0, sig: 0},
-			{op: 1, box: [6]uint32{0, 1, 0, 1, 0, 1}, waitOff: 0, waitLen: 1, sig: 1},
+			{op: 1, box: [6]uint32{0, 1, 0, 1, 0, 1}, waitOff: 0, waitLen: 1, sig: 1, pf: 0x7f0000002240, pfBytes: 4608},
 		},
 		waits:    []bundle.Wait{{Counter: 0, Count: 2}},
 		counters: 2,
@@ -35,8 +36,12 @@ func TestMkImage(t *testing.T) {
 	}
 	for i, tk := range m.tasks {
 		at := l.tasks + 4*mkTaskWords*i
-		got := []uint32{u32(at), u32(at + 4), u32(at + 8), u32(at + 12), u32(at + 16), u32(at + 20), u32(at + 24), u32(at + 28), u32(at + 32), u32(at + 36)}
-		want := []uint32{tk.op, tk.box[0], tk.box[1], tk.box[2], tk.box[3], tk.box[4], tk.box[5], tk.waitOff, tk.waitLen, tk.sig}
+		var got []uint32
+		for j := range mkTaskWords {
+			got = append(got, u32(at+4*j))
+		}
+		want := []uint32{tk.op, tk.box[0], tk.box[1], tk.box[2], tk.box[3], tk.box[4], tk.box[5], tk.waitOff, tk.waitLen, tk.sig,
+			uint32(tk.pf), uint32(tk.pf >> 32), tk.pfBytes}
 		for j := range want {
 			if got[j] != want[j] {
 				t.Fatalf("task %d word %d: %d, want %d", i, j, got[j], want[j])

@@ -39,10 +39,11 @@ const megakernelOn = megakernelConfig + "megakernel = true\n"
 // k = 4096 take the _rows entry) (launches
 // walked against made-up addresses): every dispatch must be one the
 // kernel serves and every task a box of its launch's blocks, the boxes of
-// a dispatch covering each block once (buildMkTables checks that). Then
+// a dispatch covering each block once (buildMkTables checks that), and
+// every tile of a matrix product prefetching weights inside a region. Then
 // it regroups the tasks for GPUs that keep fewer blocks resident than the
-// schedule's queues and holds every grouping to the deadlock rule: each
-// task in one queue, each queue in task order.
+// schedule's queues (or two a multiprocessor) and holds every grouping to
+// the deadlock rule: each task in one queue, each queue in task order.
 func TestMegakernelTables(t *testing.T) {
 	wide := synth.Shape{Arch: "llama", Layers: 1, Embd: 4096, Heads: 32, HeadsKV: 8, FF: 512, Vocab: 320, Context: 128, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 23}
 	for _, s := range append(slices.Clone(megakernelShapes), wide) {
@@ -72,7 +73,25 @@ func TestMegakernelTables(t *testing.T) {
 				if len(qs) != int(sc.SMs) || size == 0 {
 					t.Fatalf("%s: %d queues, %d bytes of tables; want the schedule's %d", v.Key(), len(qs), size, sc.SMs)
 				}
-				for _, blocks := range []int{1, 7, 66} {
+				// Every tile of a matrix product prefetches its weights: a
+				// range inside one region (the weights'), none elsewhere.
+				addr, n, matrix, err := cuda.MkPrefetch(&sc, ls[sc.Variant], int(v.Rows))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for ti := range addr {
+					if matrix[ti] != (n[ti] > 0) {
+						t.Fatalf("%s: task %d (matrix %v) prefetches %d bytes", v.Key(), ti, matrix[ti], n[ti])
+					}
+					if n[ti] == 0 {
+						continue
+					}
+					r := int(addr[ti]>>36) - 1 // walkedBundle's made-up bases
+					if r < 0 || r >= len(b.Graph.Regions) || (addr[ti]-uint64(r+1)<<36)+uint64(n[ti]) > uint64(b.Graph.Regions[r].Bytes) {
+						t.Fatalf("%s: task %d prefetches [%#x, +%d), outside every region", v.Key(), ti, addr[ti], n[ti])
+					}
+				}
+				for _, blocks := range []int{1, 7, 66, 2 * int(sc.SMs)} {
 					qs, _, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), blocks)
 					if err != nil {
 						t.Fatal(err)
@@ -89,7 +108,7 @@ func TestMegakernelTables(t *testing.T) {
 							seen[ti] = true
 						}
 					}
-					if i := slices.Index(seen, false); i >= 0 || len(qs) != min(blocks, int(sc.SMs)) {
+					if i := slices.Index(seen, false); i >= 0 || len(qs) != blocks {
 						t.Fatalf("%s at %d blocks: %d queues, task %d in none", v.Key(), blocks, len(qs), i)
 					}
 				}

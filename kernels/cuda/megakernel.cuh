@@ -129,13 +129,13 @@ __device__ __forceinline__ void mk_signal(u32* counters, u32 c) {
 __device__ __forceinline__ void mk_task(const MkTask& t, const MkOp* ops, const unsigned long long* params) {
     const MkOp op = ops[t.op];
     const u32 nthreads = op.block[0] * op.block[1] * op.block[2];
+    if (threadIdx.x < nthreads) { // read by this thread only (mk_vtid), the same in every block of the task
+        u32 i = threadIdx.x;
+        mk_tid[i] = make_uint3(i % op.block[0], (i / op.block[0]) % op.block[1], i / (op.block[0] * op.block[1]));
+    }
     for (u32 z = t.z0; z < t.z1; z++)
         for (u32 y = t.y0; y < t.y1; y++)
             for (u32 x = t.x0; x < t.x1; x++) {
-                if (threadIdx.x < nthreads) { // read by this thread only (mk_vtid)
-                    u32 t = threadIdx.x;
-                    mk_tid[t] = make_uint3(t % op.block[0], (t / op.block[0]) % op.block[1], t / (op.block[0] * op.block[1]));
-                }
                 if (threadIdx.x == 0) {
                     mk_v.bid = make_uint3(x, y, z);
                     mk_v.grid = make_uint3(op.grid[0], op.grid[1], op.grid[2]);

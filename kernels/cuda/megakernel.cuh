@@ -52,8 +52,12 @@ struct MkTask {
 // time. Weights never wait on a counter, so their bytes can stream from
 // memory while the block waits for the task's inputs or computes the task
 // before it: the wait then costs the counter's latency, not the weights'.
-// A prefetch is a hint; the task's own loads are as before.
+// A prefetch is a hint; the task's own loads are as before
+// (nvcc -DMK_NO_PREFETCH leaves it out, to measure what it gives).
 __device__ __forceinline__ void mk_prefetch(const MkTask& t) {
+#ifdef MK_NO_PREFETCH
+    return;
+#endif
     if (t.pf_bytes == 0) return;
     const char* base = (const char*)(uintptr_t)(((unsigned long long)t.pf_hi << 32) | t.pf_lo);
     for (u32 o = threadIdx.x * 128u; o < t.pf_bytes; o += MK_THREADS * 128u)

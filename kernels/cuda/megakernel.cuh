@@ -55,13 +55,11 @@ struct MkTask {
 // A prefetch is a hint; the task's own loads are as before
 // (nvcc -DMK_NO_PREFETCH leaves it out, to measure what it gives).
 __device__ __forceinline__ void mk_prefetch(const MkTask& t) {
-#ifdef MK_NO_PREFETCH
-    return;
-#endif
-    if (t.pf_bytes == 0) return;
+#ifndef MK_NO_PREFETCH
     const char* base = (const char*)(uintptr_t)(((unsigned long long)t.pf_hi << 32) | t.pf_lo);
     for (u32 o = threadIdx.x * 128u; o < t.pf_bytes; o += MK_THREADS * 128u)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
+#endif
 }
 
 // MkWait: counter `counter` has reached `count` times the step's epoch.

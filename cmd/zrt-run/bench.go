@@ -46,10 +46,8 @@ decode step, the speedup those predict and the speedup measured.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
-			case opt.Prompt < 0 || opt.Prompt > 1<<20:
-				return exitcode.Usagef("-p %d out of range [0, 1048576]", opt.Prompt)
-			case opt.Gen < 0 || opt.Gen > 1<<20:
-				return exitcode.Usagef("-n %d out of range [0, 1048576]", opt.Gen)
+			case opt.Prompt < 0 || opt.Prompt > 1<<20 || opt.Gen < 0 || opt.Gen > 1<<20:
+				return exitcode.Usagef("-p %d, -n %d: each must be in [0, 1048576]", opt.Prompt, opt.Gen)
 			case opt.Reps < 1 || opt.Reps > 1000:
 				return exitcode.Usagef("-r %d out of range [1, 1000]", opt.Reps)
 			case slotList != "" && format != "md" && format != "jsonl":

@@ -32,7 +32,7 @@ const envRest = `  ZRT_THREADS=N                        T-CPU workers (default a
   ZRT_BATCHED_PREFILL=on|off|validate  prompt evaluation (validate runs both and reports the difference)
   ZRT_TRACE=1                          print every dispatch's output (compare with llama-eval-callback)
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
-  ZRT_CUDA_PDL=0, ZRT_CUDA_MEGAKERNEL=0  turn off programmatic dependent launch; the persistent decode kernel
+  ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
   ZRT_CUDA_OMIT=flash_attn,stage       leave kernel families, instances or entry points out of the captured
                                        graphs: wrong outputs, for measuring what they cost inside the graph
@@ -123,7 +123,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		}
 		opt.CUDA.Timeout = d
 	}
-	opt.CUDA.NoPDL, opt.CUDA.NoMegakernel = os.Getenv("ZRT_CUDA_PDL") == "0", os.Getenv("ZRT_CUDA_MEGAKERNEL") == "0"
+	opt.CUDA.NoPDL = os.Getenv("ZRT_CUDA_PDL") == "0"
 	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
 	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {
 		opt.CUDA.Omit = strings.Split(s, ",")

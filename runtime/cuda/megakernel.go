@@ -386,7 +386,7 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 	}
 	switch {
 	case opt.NoMegakernel:
-		return off("switched off (ZRT_CUDA_MEGAKERNEL=0)")
+		return off("switched off (Options.NoMegakernel)")
 	case opt.Profile:
 		return off("the profiler times the graph path's launches")
 	case len(opt.Omit) > 0:

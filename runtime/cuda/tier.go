@@ -40,6 +40,10 @@ type Options struct {
 	// NoPDL turns programmatic dependent launch off: each kernel then
 	// starts only after the previous one ends.
 	NoPDL bool
+	// NoMegakernel keeps every variant on the graph path, also those whose
+	// bundle schedules them for the persistent kernel (megakernel.go):
+	// for A/B runs and as the second oracle.
+	NoMegakernel bool
 	// Omit leaves launches out of the captured graphs, each item naming a
 	// kernel family (flash_attn), an instance (matmul.q4_k) or an entry
 	// point (stage, tile16, …); an item that names no launch of the bundle
@@ -48,10 +52,6 @@ type Options struct {
 	// launch overlaps them with their neighbours, which the profiler's
 	// launch-by-launch replay cannot show.
 	Omit []string
-	// NoMegakernel keeps every variant on the graph path, also those whose
-	// bundle schedules them for the persistent kernel (megakernel.go):
-	// for A/B runs and as the second oracle.
-	NoMegakernel bool
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -99,15 +99,6 @@ type Tier struct {
 	maxGr    int
 	timeout  time.Duration
 	params   []byte // pinned scratch for kernel parameters
-	// staging holds the activation rows staged for the tensor-core tiles
-	// and their split-k partials, and the split decode attention's
-	// partial states (Launch.Staging), sized for the largest launch; 0
-	// when no launch stages.
-	staging driver.DevPtr
-	info    driver.Info
-	prof    *profiler
-	omit    []string // Options.Omit
-	mask    masker
 	// The persistent kernel (megakernel.go): each variant's plan (nil:
 	// the graph path, for the reason in mkWhy), its function, the dynamic
 	// shared memory it is allowed, and the tables' allocations.
@@ -118,6 +109,15 @@ type Tier struct {
 	mkFn     driver.Function
 	mkShared int
 	mkMem    []driver.DevPtr
+	// staging holds the activation rows staged for the tensor-core tiles
+	// and their split-k partials, and the split decode attention's
+	// partial states (Launch.Staging), sized for the largest launch; 0
+	// when no launch stages.
+	staging driver.DevPtr
+	info    driver.Info
+	prof    *profiler
+	omit    []string // Options.Omit
+	mask    masker
 }
 
 // regionSlack is the bytes allocated past each region's end.

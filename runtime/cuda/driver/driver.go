@@ -76,6 +76,8 @@ var api struct {
 	cuCtxSetCurrent             func(Context) Result
 	cuCtxSynchronize            func() Result
 	cuMemAlloc                  func(*DevPtr, uintptr) Result
+	cuMemsetD32Async            func(DevPtr, uint32, uintptr, Stream) Result
+	cuOccupancyMaxActiveBlocks  func(*int32, Function, int32, uintptr) Result
 	cuMemGetInfo                func(*uintptr, *uintptr) Result
 	cuMemFree                   func(DevPtr) Result
 	cuMemHostAlloc              func(*unsafe.Pointer, uintptr, uint32) Result
@@ -85,8 +87,6 @@ var api struct {
 	cuMemcpyHtoDAsync           func(DevPtr, unsafe.Pointer, uintptr, Stream) Result
 	cuMemcpyDtoHAsync           func(unsafe.Pointer, DevPtr, uintptr, Stream) Result
 	cuMemsetD8                  func(DevPtr, uint8, uintptr) Result
-	cuMemsetD32Async            func(DevPtr, uint32, uintptr, Stream) Result
-	cuOccupancyMaxActiveBlocks  func(*int32, Function, int32, uintptr) Result
 	cuModuleLoadDataEx          func(*Module, unsafe.Pointer, uint32, *int32, *unsafe.Pointer) Result
 	cuModuleUnload              func(Module) Result
 	cuModuleGetFunction         func(*Function, Module, *byte) Result
@@ -126,6 +126,8 @@ var symbols = []struct {
 	{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
 	{&api.cuCtxSynchronize, "cuCtxSynchronize"},
 	{&api.cuMemAlloc, "cuMemAlloc_v2"},
+	{&api.cuMemsetD32Async, "cuMemsetD32Async"},
+	{&api.cuOccupancyMaxActiveBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 	{&api.cuMemFree, "cuMemFree_v2"},
 	{&api.cuMemHostAlloc, "cuMemHostAlloc"},
@@ -135,8 +137,6 @@ var symbols = []struct {
 	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
-	{&api.cuMemsetD32Async, "cuMemsetD32Async"},
-	{&api.cuOccupancyMaxActiveBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuModuleLoadDataEx, "cuModuleLoadDataEx"},
 	{&api.cuModuleUnload, "cuModuleUnload"},
 	{&api.cuModuleGetFunction, "cuModuleGetFunction"},
@@ -404,12 +404,6 @@ func MemsetD8(p DevPtr, v uint8, n int) error {
 	return check("cuMemsetD8", api.cuMemsetD8(p, v, uintptr(n)))
 }
 
-// MemsetD32Async queues the filling of n 32-bit words of device memory
-// with v on stream s (a memset node when s is capturing).
-func MemsetD32Async(p DevPtr, v uint32, n int, s Stream) error {
-	return check("cuMemsetD32Async", api.cuMemsetD32Async(p, v, uintptr(n), s))
-}
-
 // JIT options of cuModuleLoadDataEx (CUjit_option).
 const (
 	jitErrorLogBuffer          = 5
@@ -458,6 +452,12 @@ func (m Module) Function(name string) (Function, error) {
 	var f Function
 	n := append([]byte(name), 0)
 	return f, check("cuModuleGetFunction("+name+")", api.cuModuleGetFunction(&f, m, &n[0]))
+}
+
+// MemsetD32Async queues the filling of n 32-bit words of device memory
+// with v on stream s (a memset node when s is capturing).
+func MemsetD32Async(p DevPtr, v uint32, n int, s Stream) error {
+	return check("cuMemsetD32Async", api.cuMemsetD32Async(p, v, uintptr(n), s))
 }
 
 // MaxActiveBlocks is how many blocks of f, of block threads and

@@ -13,6 +13,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/testmodel"
+	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 )
@@ -157,6 +158,11 @@ func TestMegakernelInBundle(t *testing.T) {
 	last := with.Blobs[len(with.Blobs)-1]
 	if last.Name != cuda.MegakernelModule || !bytes.HasPrefix(last.Code, append(mkPTX, 0)) {
 		t.Fatalf("last kernel of a megakernel = true build: %q, code %q", last.Name, last.Code[:min(len(last.Code), 40)])
+	}
+	// The loader's check of meaning (zrt-run's open, zrtc verify) takes
+	// it: the streams are checked against the instances only.
+	if _, err := kernels.CheckBundle(with.Graph); err != nil {
+		t.Fatalf("a megakernel = true bundle fails the loader's check: %v", err)
 	}
 	if len(with.Blobs) != len(without.Blobs)+1 {
 		t.Fatalf("%d kernels with the megakernel, %d without", len(with.Blobs), len(without.Blobs))

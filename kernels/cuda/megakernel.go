@@ -86,7 +86,7 @@ func Multiprocessors(target string) int {
 // MegakernelModule is the PTX module of the persistent decode kernel
 // (megakernel.cu, written by gen from MegakernelOps) and its entry point:
 // ptx.Source(arch, MegakernelModule, dir) finds it like an instance's.
-const MegakernelModule = "megakernel"
+const MegakernelModule = kernels.PersistentKernel
 
 // MegakernelThreads is the persistent block's threads (MK_THREADS in
 // mk_begin.cuh): the largest block a family it serves uses.

@@ -68,7 +68,14 @@ type Config struct {
 	// and Draft & Verify draft), sharing the model's weights and, for
 	// those layers, its KV pages (default 0: none; left out of the
 	// recorded config then, so builds without one keep their bytes).
-	DraftLayers  int    `toml:"draft_layers,omitzero"`
+	DraftLayers int `toml:"draft_layers,omitzero"`
+	// Megakernel, on a cuda target, puts T-CUDA's persistent decode
+	// kernel (docs/design/megakernel.md) into the bundle, and the tier
+	// runs each decode variant it can serve on it instead of the
+	// variant's CUDA graph. Off by default until it is measured faster
+	// than the graph path (left out of the recorded config then, so
+	// builds without it keep their bytes).
+	Megakernel   bool   `toml:"megakernel,omitzero"`
 	Rope         Rope   `toml:"rope"`
 	ChatTemplate string `toml:"chat_template"`
 
@@ -382,6 +389,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
 	case c.DraftLayers < 0:
 		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.DraftLayers)
+	case c.Megakernel && !strings.HasPrefix(c.Target, "cuda:"):
+		return fmt.Errorf("config: megakernel = true is for cuda targets only, not %s", c.Target)
 	case !positiveFinite(c.Rope.FreqBase):
 		return fmt.Errorf("config: rope.freq_base %v must be positive and finite", c.Rope.FreqBase)
 	case !ropeScalings[c.Rope.Scaling]:

@@ -2,8 +2,10 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/kernels"
 )
 
@@ -79,4 +81,103 @@ func Multiprocessors(target string) int {
 		return mmtSMs
 	}
 	return 108
+}
+
+// MegakernelModule is the PTX module of the persistent decode kernel
+// (megakernel.cu, written by gen from MegakernelOps) and its entry point:
+// ptx.Source(arch, MegakernelModule, dir) finds it like an instance's.
+const MegakernelModule = kernels.PersistentKernel
+
+// MegakernelThreads is the persistent block's threads (MK_THREADS in
+// mk_begin.cuh): the largest block a family it serves uses.
+const MegakernelThreads = 512
+
+// MegakernelOp is a dispatch the persistent kernel can run as tasks: an
+// instance's entry point, compiled into the kernel as a device function of
+// a virtual block (mk_begin.cuh).
+type MegakernelOp struct {
+	Instance string
+	Entry    EntryPoint
+}
+
+// Func is the op's device function in megakernel.cu: mk_matmul_q4_k,
+// mk_flash_attn_lean.
+func (o MegakernelOp) Func() string { return "mk_" + Entry(o.Instance) + o.Entry.Suffix() }
+
+// megakernelTypes are the weight types of the matrix families the
+// persistent kernel serves: Q4_K_M's two and Q8_0, the integer
+// matrix-vector path's (mmv). Q4_K comes first: the typed sources'
+// shared macros (typed.cuh's STAGE_PARAM) are those of the first type
+// included, which must be a tensor-core type.
+var megakernelTypes = []ggml.Type{ggml.Q4_K, ggml.Q6_K, ggml.Q8_0}
+
+// megakernelTyped and megakernelPlain are the families it serves: their
+// main entry (matrix-vector for the matrix families, whose _rows entry
+// for two-row steps too), and flash_attn's lean one. The F16 KV cache's
+// instances only.
+var (
+	megakernelTyped = []string{"embed", "matmul", "matmul_residual", "lm_head", "rms_norm_qkv", "rms_norm_gate_up"}
+	megakernelPlain = []string{"rms_norm", "rope_kv_write", "rms_norm_rope_kv_write", "flash_attn", "swiglu", "add", "argmax"}
+)
+
+// MegakernelOps lists the ops of the persistent kernel in code order: op
+// i has code i+1 in megakernel.cu's mk_run (0 is no op).
+func MegakernelOps() []MegakernelOp {
+	var out []MegakernelOp
+	for _, f := range megakernelTyped {
+		for _, t := range megakernelTypes {
+			out = append(out, MegakernelOp{Instance: f + "." + strings.ToLower(t.String()), Entry: EntryMain})
+			if MatrixFamily(f) {
+				out = append(out, MegakernelOp{Instance: f + "." + strings.ToLower(t.String()), Entry: EntryRows})
+			}
+		}
+	}
+	for _, f := range megakernelPlain {
+		out = append(out, MegakernelOp{Instance: f, Entry: EntryMain})
+		if f == "flash_attn" {
+			out = append(out, MegakernelOp{Instance: f, Entry: EntryLean}, MegakernelOp{Instance: f, Entry: EntrySplit})
+		}
+	}
+	return out
+}
+
+// RowsPerBlock is the activation rows one block of a matrix family's
+// matrix-vector entry takes: MMV_MR for _rows, else one.
+func RowsPerBlock(e EntryPoint) uint32 {
+	if e == EntryRows {
+		return mmvRows
+	}
+	return 1
+}
+
+// MegakernelCode returns the persistent kernel's code for an instance's
+// entry point, false where the kernel does not serve it.
+func MegakernelCode(instance string, e EntryPoint) (uint32, bool) {
+	for i, o := range MegakernelOps() {
+		if o.Instance == instance && o.Entry == e {
+			return uint32(i + 1), true
+		}
+	}
+	return 0, false
+}
+
+// MegakernelInstances lists the instances whose sources megakernel.cu
+// includes, in the order it includes them.
+func MegakernelInstances() ([]Instance, error) {
+	all, err := Instances()
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	for _, o := range MegakernelOps() {
+		if len(out) > 0 && out[len(out)-1].Name == o.Instance {
+			continue
+		}
+		i := slices.IndexFunc(all, func(in Instance) bool { return in.Name == o.Instance })
+		if i < 0 {
+			return nil, fmt.Errorf("cuda: the megakernel's op %s is no instance", o.Instance)
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
 }

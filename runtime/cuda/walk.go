@@ -19,7 +19,10 @@ type Launch struct {
 	Kernel int
 	Name   string
 	Shape  kcuda.Launch
-	Params []uint64
+	// Push and Spec are the dispatch's push constants and specialization
+	// values (also in Params), which the megakernel's tables read.
+	Push, Spec []uint32
+	Params     []uint64
 	// Sizes are the byte sizes of the parameters (8 for pointers, 4 for
 	// dwords), which is how the kernel reads them.
 	Sizes []int
@@ -127,7 +130,7 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 	}
 	out := make([]Launch, 0, len(s.Dispatches))
 	for i, d := range s.Dispatches {
-		l := Launch{Kernel: d.Kernel, Name: d.Name}
+		l := Launch{Kernel: d.Kernel, Name: d.Name, Push: d.Push, Spec: d.Spec}
 		for _, addr := range d.Bufs {
 			l.Params, l.Sizes = append(l.Params, addr), append(l.Sizes, 8)
 		}

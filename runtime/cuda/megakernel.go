@@ -1,0 +1,526 @@
+package cuda
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	goruntime "runtime"
+	"slices"
+	"strings"
+
+	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/kernels"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+)
+
+// The persistent decode kernel (docs/design/megakernel.md): a decode
+// variant whose bundle carries a megakernel schedule, every dispatch of
+// which the kernel serves (kcuda.MegakernelOps), runs as one launch of
+// kernels/cuda/megakernel.cu instead of its few hundred, captured in the
+// variant's CUDA graph like the launches it replaces (a memset of the
+// counters, then the kernel). Each task runs its dispatch's graph-path
+// code over a box of that launch's blocks (mk_begin.cuh's virtual launch),
+// so the outputs are the graph path's bits. What the kernel does not serve
+// (more rows than the matrix-vector kernels take, a quantized KV cache,
+// mixtures of experts, …) keeps the graph path, and Tier.Megakernel says
+// why.
+
+// mkThreads is MK_THREADS in mk_begin.cuh: the persistent block's threads.
+const mkThreads = kcuda.MegakernelThreads
+
+// The records the kernel reads (megakernel.cuh), in u32 words.
+const (
+	mkTaskWords = 13 // MkTask: op, x0 x1 y0 y1 z0 z1, wait_off, wait_len, signal, pf_lo, pf_hi, pf_bytes
+	mkOpWords   = 8  // MkOp: code, param_off, grid[3], block[3]
+)
+
+// mkOp is a dispatch's MkOp.
+type mkOp struct {
+	code, paramOff uint32
+	grid, block    [3]uint32
+	features       uint32 // a matrix family's output features; 0 otherwise
+	matrix         bool
+	// w and rowBytes are a matrix family's weights (a feature's row each,
+	// rowBytes long, features rows in all), 0 where unknown: a tile's
+	// rows are prefetched into L2 while its block waits.
+	w, rowBytes uint64
+}
+
+// mkTask is a task's MkTask, with the bytes the queues are balanced by.
+type mkTask struct {
+	op                    uint32
+	box                   [6]uint32 // x0 x1 y0 y1 z0 z1
+	waitOff, waitLen, sig uint32
+	bytes                 uint64
+	// pf and pfBytes are the weight bytes the task reads (a tile's rows
+	// of its matrix), which the kernel prefetches into L2 before the
+	// task's waits and while the task before it in the queue computes;
+	// none for other tasks.
+	pf      uint64
+	pfBytes uint32
+}
+
+// mkTables is a decode variant's schedule as the persistent kernel reads
+// it, before it is laid out in device memory.
+type mkTables struct {
+	ops      []mkOp
+	params   []uint64
+	tasks    []mkTask
+	waits    []bundle.Wait
+	counters int
+	queues   [][]uint32
+	shared   int // dynamic shared memory: the most any dispatch's launch takes
+}
+
+// buildMkTables turns schedule s of a variant of rows rows, whose
+// dispatches walked into launches ls, into the kernel's tables, or says
+// why the kernel cannot run it: a dispatch it does not serve, a launch
+// that is more than one (a stage, a rest), a task whose piece is no box of
+// its launch's blocks. It checks that the tasks of every dispatch cover
+// each of its blocks exactly once.
+func buildMkTables(s *bundle.Schedule, ls []Launch, rows int) (*mkTables, error) {
+	if len(ls) != len(s.Ops) {
+		return nil, fmt.Errorf("%d launches for %d dispatches (a stage or rest launch)", len(ls), len(s.Ops))
+	}
+	m := &mkTables{waits: s.Waits, counters: len(s.Counters)}
+	for i := range ls {
+		l := &ls[i]
+		// The split attention's partial states and their counts lie in
+		// the staging buffer, each (head group, row) its own: a heads
+		// task runs all of a group's ranges, the last one merging, as
+		// the graph path's blocks do.
+		split := l.Shape.Entry == kcuda.EntrySplit
+		if (l.Staging > 0 && !split) || l.Shape.Rest != nil || l.Shape.Stage != nil {
+			return nil, fmt.Errorf("dispatch %d (%s) stages its rows or has a rest launch", i, l.Name)
+		}
+		code, ok := kcuda.MegakernelCode(l.Name, l.Shape.Entry)
+		if !ok {
+			return nil, fmt.Errorf("dispatch %d: the megakernel has no task for %s%s", i, l.Name, l.Shape.Entry.Suffix())
+		}
+		o := mkOp{code: code, paramOff: uint32(len(m.params)), grid: l.Shape.Grid, block: l.Shape.Block}
+		family, _, _ := strings.Cut(l.Name, ".")
+		if kcuda.MatrixFamily(family) {
+			// The matrix-vector kernel's blocks take RPB features a pass,
+			// striding by the grid's: a grid of one pass a block makes a
+			// tile of features a range of blocks. A feature's sum does not
+			// depend on the grid (its warps and their order are the
+			// block's), so the bits stay the graph path's.
+			n, _, err := kcuda.BlockFeatures(l.Name, l.Push, l.Spec, rows)
+			if err != nil {
+				return nil, fmt.Errorf("dispatch %d: %w", i, err)
+			}
+			o.matrix, o.features = true, n
+			o.grid[0] = (n + o.block[1] - 1) / o.block[1]
+			o.w, o.rowBytes = mkWeights(l)
+		}
+		if threads := o.block[0] * o.block[1] * o.block[2]; threads > mkThreads && family == "argmax" {
+			o.block = [3]uint32{mkThreads, 1, 1} // the first largest logit whatever the block
+		}
+		if threads := o.block[0] * o.block[1] * o.block[2]; threads > mkThreads || threads%32 != 0 || threads == 0 {
+			return nil, fmt.Errorf("dispatch %d (%s): a block of %v threads", i, l.Name, o.block)
+		}
+		m.params = append(m.params, l.Params...)
+		m.shared = max(m.shared, l.Shape.Shared)
+		m.ops = append(m.ops, o)
+	}
+	covered := make([][]uint8, len(m.ops))
+	for i, o := range m.ops {
+		covered[i] = make([]uint8, o.grid[0]*o.grid[1]*o.grid[2])
+	}
+	for ti, t := range s.Tasks {
+		if int(t.Op) >= len(m.ops) {
+			return nil, fmt.Errorf("task %d: no dispatch %d", ti, t.Op)
+		}
+		o := &m.ops[t.Op]
+		box, err := mkBox(o, &ls[t.Op], t, rows)
+		if err != nil {
+			return nil, fmt.Errorf("task %d (%s %s): %w", ti, ls[t.Op].Name, t.Kind, err)
+		}
+		for z := box[4]; z < box[5]; z++ {
+			for y := box[2]; y < box[3]; y++ {
+				for x := box[0]; x < box[1]; x++ {
+					c := &covered[t.Op][(z*o.grid[1]+y)*o.grid[0]+x]
+					if *c != 0 {
+						return nil, fmt.Errorf("task %d (%s): block (%d, %d, %d) is another task's too", ti, ls[t.Op].Name, x, y, z)
+					}
+					*c = 1
+				}
+			}
+		}
+		mt := mkTask{op: t.Op, box: box, waitOff: t.WaitOff, waitLen: t.WaitLen, sig: t.Signal, bytes: t.Bytes}
+		if o.matrix && o.rowBytes > 0 {
+			// The box's features: whole blocks of block.y, the last
+			// cut at the matrix's end, so the range stays inside it.
+			lo, hi := uint64(box[0]*o.block[1]), uint64(min(box[1]*o.block[1], o.features))
+			if n := (hi - lo) * o.rowBytes; hi > lo && n < 1<<31 {
+				mt.pf, mt.pfBytes = o.w+lo*o.rowBytes, uint32(n)
+			}
+		}
+		m.tasks = append(m.tasks, mt)
+	}
+	for i, c := range covered {
+		for b, v := range c {
+			if v == 0 {
+				return nil, fmt.Errorf("dispatch %d (%s): no task runs block %d", i, ls[i].Name, b)
+			}
+		}
+	}
+	m.queues = s.Queues
+	return m, nil
+}
+
+// mkWeights is a matrix launch's weights and the bytes of one output
+// feature's row of them (its k inputs in its weight type), or zeros where
+// the launch's kernel names no such buffer.
+func mkWeights(l *Launch) (w, rowBytes uint64) {
+	abi, typ, err := kernels.SplitInstance(l.Name)
+	if err != nil {
+		return 0, 0
+	}
+	wi := slices.IndexFunc(abi.Bufs, func(b string) bool { return b == "w" || b == "w_qkv" || b == "w_gate_up" })
+	if wi < 0 || wi >= len(l.Params) {
+		return 0, 0
+	}
+	k, ok := uint32(0), false
+	if i := slices.IndexFunc(abi.Push, func(p kernels.Param) bool { return p.Name == "k" }); i >= 0 && i < len(l.Push) {
+		k, ok = l.Push[i], true
+	} else if i := slices.IndexFunc(abi.Spec, func(p kernels.Param) bool { return p.Name == "k" }); i >= 0 && i < len(l.Spec) {
+		k, ok = l.Spec[i], true
+	}
+	if !ok || l.Params[wi] == 0 {
+		return 0, 0
+	}
+	rb, err := typ.RowBytes(int64(k))
+	if err != nil || rb <= 0 {
+		return 0, 0
+	}
+	return l.Params[wi], uint64(rb)
+}
+
+// mkBox is the box of o's blocks that task t runs.
+func mkBox(o *mkOp, l *Launch, t bundle.Task, rows int) ([6]uint32, error) {
+	g := o.grid
+	all := [6]uint32{0, g[0], 0, g[1], 0, g[2]}
+	rowsIn := func(b [6]uint32, lo, hi uint32) ([6]uint32, error) { // rows [lo, hi) as y
+		if lo >= hi || hi > g[1] {
+			return b, fmt.Errorf("rows [%d, %d) of a grid of %d", lo, hi, g[1])
+		}
+		b[2], b[3] = lo, hi
+		return b, nil
+	}
+	switch t.Kind {
+	case bundle.TaskWhole:
+		return all, nil
+	case bundle.TaskRows:
+		if family, _, _ := strings.Cut(l.Name, "."); (family == "swiglu" || family == "add") && len(l.Push) > 0 {
+			// A thread an element in blocks of block.x: whole rows are
+			// whole blocks when a row is.
+			cols, b := l.Push[0], o.block[0]
+			if cols%b != 0 || g[0] != uint32(rows)*cols/b || t.RowLo >= t.RowHi || t.RowHi > uint32(rows) {
+				return all, fmt.Errorf("rows [%d, %d) of %d columns are no whole blocks of %d", t.RowLo, t.RowHi, cols, b)
+			}
+			all[0], all[1] = t.RowLo*cols/b, t.RowHi*cols/b
+			return all, nil
+		}
+		// A block a row (and as many more as the grid's y): grid.x is the
+		// step's rows.
+		if o.matrix || g[0] != uint32(rows) || t.RowLo >= t.RowHi || t.RowHi > g[0] {
+			return all, fmt.Errorf("rows [%d, %d) of a grid %v", t.RowLo, t.RowHi, g)
+		}
+		all[0], all[1] = t.RowLo, t.RowHi
+		return all, nil
+	case bundle.TaskTile:
+		if o.matrix {
+			rpb := o.block[1]
+			if t.Lo%rpb != 0 || (t.Hi%rpb != 0 && t.Hi != o.features) || t.Lo >= t.Hi || t.Hi > o.features {
+				return all, fmt.Errorf("features [%d, %d) are no whole blocks of %d of %d", t.Lo, t.Hi, rpb, o.features)
+			}
+			all[0], all[1] = t.Lo/rpb, (t.Hi+rpb-1)/rpb
+			r := kcuda.RowsPerBlock(l.Shape.Entry) // a block's rows
+			return rowsIn(all, t.RowLo/r, (t.RowHi+r-1)/r)
+		}
+		// An elementwise dispatch of a one-row step: a thread a column in
+		// blocks of block.x.
+		b := o.block[0]
+		if rows != 1 || g[1] != 1 || g[2] != 1 || o.block[1] != 1 || o.block[2] != 1 || t.Lo >= t.Hi || t.Lo%b != 0 ||
+			(t.Hi%b != 0 && (t.Hi+b-1)/b != g[0]) || (t.Hi+b-1)/b > g[0] {
+			return all, fmt.Errorf("columns [%d, %d) are no whole blocks of a grid %v of %d threads", t.Lo, t.Hi, g, b)
+		}
+		all[0], all[1] = t.Lo/b, (t.Hi+b-1)/b
+		return all, nil
+	case bundle.TaskHeads:
+		// Attention's blocks are (query-head group, row); the KV heads
+		// [Lo, Hi) are the groups of their query heads.
+		if len(l.Spec) < 3 || l.Spec[2] == 0 || g[0] == 0 || l.Spec[1]%l.Spec[2] != 0 || l.Spec[1]%g[0] != 0 {
+			return all, fmt.Errorf("no attention grid %v for spec %v", g, l.Spec)
+		}
+		perKV, group := l.Spec[1]/l.Spec[2], l.Spec[1]/g[0]
+		q0, q1 := t.Lo*perKV, t.Hi*perKV
+		if q0%group != 0 || q1%group != 0 || q0 >= q1 || q1 > l.Spec[1] {
+			return all, fmt.Errorf("KV heads [%d, %d) are no whole groups of %d query heads", t.Lo, t.Hi, group)
+		}
+		all[0], all[1] = q0/group, q1/group
+		return rowsIn(all, t.RowLo, t.RowHi)
+	}
+	return all, fmt.Errorf("task kind %s", t.Kind)
+}
+
+// regroup reassigns the tasks to n queues, the blocks the GPU keeps
+// resident, when that is not the schedule's queues (fewer multiprocessors,
+// or more than one block on each): in task order, each to the queue with
+// the fewest bytes so far, the rule the compiler balanced by. Every queue
+// stays in task order, so the lowest unfinished task is still at the head
+// of its queue with its waits met, and no assignment deadlocks.
+func (m *mkTables) regroup(n int) {
+	if n == len(m.queues) || n < 1 {
+		return
+	}
+	qs := make([][]uint32, n)
+	load := make([]uint64, n)
+	for ti, t := range m.tasks {
+		best := 0
+		for q := range load {
+			if load[q] < load[best] {
+				best = q
+			}
+		}
+		qs[best] = append(qs[best], uint32(ti))
+		load[best] += max(t.bytes, 1)
+	}
+	m.queues = qs
+}
+
+// mkLayout is where each table lies in the one device allocation.
+type mkLayout struct {
+	tasks, waits, queueOff, queue, ops, params, counters, size int
+}
+
+func (m *mkTables) layout() mkLayout {
+	var l mkLayout
+	at := 0
+	next := func(n int) int {
+		p := at
+		at += (n + 15) &^ 15
+		return p
+	}
+	total := 0
+	for _, q := range m.queues {
+		total += len(q)
+	}
+	l.tasks = next(4 * mkTaskWords * len(m.tasks))
+	l.waits = next(8 * len(m.waits))
+	l.queueOff = next(4 * (len(m.queues) + 1))
+	l.queue = next(4 * total)
+	l.ops = next(4 * mkOpWords * len(m.ops))
+	l.params = next(8 * len(m.params))
+	l.counters = next(4 * max(m.counters, 1))
+	l.size = at
+	return l
+}
+
+// image is the tables' bytes as the kernel reads them (little-endian, as
+// the GPU), the counters zero.
+func (m *mkTables) image(l mkLayout) []byte {
+	b := make([]byte, l.size)
+	put := func(at int, v uint32) { binary.LittleEndian.PutUint32(b[at:], v) }
+	for i, t := range m.tasks {
+		w := []uint32{t.op, t.box[0], t.box[1], t.box[2], t.box[3], t.box[4], t.box[5], t.waitOff, t.waitLen, t.sig,
+			uint32(t.pf), uint32(t.pf >> 32), t.pfBytes}
+		for j, v := range w {
+			put(l.tasks+4*(mkTaskWords*i+j), v)
+		}
+	}
+	for i, w := range m.waits {
+		put(l.waits+8*i, w.Counter)
+		put(l.waits+8*i+4, w.Count)
+	}
+	n := 0
+	for i, q := range m.queues {
+		put(l.queueOff+4*i, uint32(n))
+		for _, ti := range q {
+			put(l.queue+4*n, ti)
+			n++
+		}
+	}
+	put(l.queueOff+4*len(m.queues), uint32(n))
+	for i, o := range m.ops {
+		w := []uint32{o.code, o.paramOff, o.grid[0], o.grid[1], o.grid[2], o.block[0], o.block[1], o.block[2]}
+		for j, v := range w {
+			put(l.ops+4*(mkOpWords*i+j), v)
+		}
+	}
+	for i, p := range m.params {
+		binary.LittleEndian.PutUint64(b[l.params+8*i:], p)
+	}
+	return b
+}
+
+// mkPlan is a variant's persistent kernel on the device: its tables and
+// its launch.
+type mkPlan struct {
+	mem      driver.DevPtr
+	counters driver.DevPtr
+	nCounter int
+	launch   Launch
+}
+
+// initMegakernel loads the persistent kernel and builds each decode
+// variant's plan where its schedule allows; t.mkWhy says why a variant
+// keeps the graph path.
+func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
+	g := b.Graph
+	t.mk = make([]*mkPlan, len(g.Variants))
+	t.mkWhy = make([]string, len(g.Variants))
+	for vi := range g.Variants {
+		t.mkWhy[vi] = "no megakernel schedule in the bundle"
+	}
+	if len(g.Schedules) == 0 {
+		return nil
+	}
+	off := func(why string) error {
+		for _, s := range g.Schedules {
+			t.mkWhy[s.Variant] = why
+		}
+		return nil
+	}
+	switch {
+	case opt.NoMegakernel:
+		return off("switched off (Options.NoMegakernel)")
+	case opt.Profile:
+		return off("the profiler times the graph path's launches")
+	case len(opt.Omit) > 0:
+		return off("kernels are omitted from the graph path (ZRT_CUDA_OMIT)")
+	}
+	n := bytes.IndexByte(t.mkCode, 0)
+	if n < 0 {
+		return off("the bundle has no megakernel (build it with megakernel = true in the model config)")
+	}
+	m, err := driver.ModuleLoadData(t.mkCode[:n+1])
+	if err != nil {
+		return off(fmt.Sprintf("loading the megakernel: %v", err))
+	}
+	t.modules = append(t.modules, m)
+	if t.mkFn, err = m.Function(kcuda.MegakernelModule); err != nil {
+		return off(fmt.Sprintf("the megakernel's entry: %v", err))
+	}
+	sms, err := t.dev.Attribute(driver.AttrMultiprocessorCount)
+	if err != nil {
+		return err
+	}
+	limit, err := t.dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
+	if err != nil {
+		return err
+	}
+	for _, s := range g.Schedules {
+		vi := int(s.Variant)
+		v := &g.Variants[vi]
+		if v.Stage == bundle.StagePrefill {
+			t.mkWhy[vi] = "a prefill variant"
+			continue
+		}
+		tabs, err := buildMkTables(&s, t.variants[vi], int(v.Rows))
+		if err != nil {
+			t.mkWhy[vi] = err.Error()
+			continue
+		}
+		if tabs.shared > limit {
+			t.mkWhy[vi] = fmt.Sprintf("%d bytes of shared memory, the device allows %d", tabs.shared, limit)
+			continue
+		}
+		// Always opted in: the default allowance is 48 KiB less the
+		// kernel's static shared memory, which is large (every family's).
+		if tabs.shared > t.mkShared {
+			if err := t.mkFn.SetAttribute(driver.FuncAttrMaxDynamicSharedSize, tabs.shared); err != nil {
+				t.mkWhy[vi] = fmt.Sprintf("the megakernel's shared memory: %v", err)
+				continue
+			}
+			t.mkShared = tabs.shared
+		}
+		occ, err := t.mkFn.MaxActiveBlocks(mkThreads, tabs.shared)
+		if err != nil {
+			return err
+		}
+		if occ == 0 {
+			t.mkWhy[vi] = fmt.Sprintf("no block of %d threads and %d bytes of shared memory fits a multiprocessor", mkThreads, tabs.shared)
+			continue
+		}
+		tabs.regroup(occ * sms)
+		p, err := t.uploadMk(tabs)
+		if err != nil {
+			return err
+		}
+		t.mk[vi], t.mkWhy[vi] = p, ""
+	}
+	return nil
+}
+
+// uploadMk lays a variant's tables out in device memory and prepares its
+// launch: as many blocks as queues, the counters zeroed before each step
+// (record), so every step's epoch is 1.
+func (t *Tier) uploadMk(m *mkTables) (*mkPlan, error) {
+	l := m.layout()
+	mem, err := driver.MemAlloc(l.size)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: the megakernel's tables of %d bytes: %w", l.size, err)
+	}
+	if err := driver.MemcpyHtoD(mem, m.image(l)); err != nil {
+		driver.MemFree(mem)
+		return nil, err
+	}
+	t.mkMem = append(t.mkMem, mem)
+	at := func(off int) uint64 { return uint64(mem) + uint64(off) }
+	p := &mkPlan{mem: mem, counters: mem + driver.DevPtr(l.counters), nCounter: max(m.counters, 1)}
+	p.launch = Launch{Name: kcuda.MegakernelModule,
+		Shape:  kcuda.Launch{Grid: [3]uint32{uint32(len(m.queues)), 1, 1}, Block: [3]uint32{mkThreads, 1, 1}, Shared: m.shared},
+		Params: []uint64{at(l.tasks), at(l.waits), at(l.queueOff), at(l.queue), at(l.ops), at(l.params), at(l.counters), 1},
+		Sizes:  []int{8, 8, 8, 8, 8, 8, 8, 4}}
+	return p, nil
+}
+
+// recordMk records variant vi's step on the persistent kernel: the
+// counters zeroed, then the one launch.
+func (t *Tier) recordMk(p *mkPlan) error {
+	if err := driver.MemsetD32Async(p.counters, 0, p.nCounter, t.stream); err != nil {
+		return err
+	}
+	return t.launchFn(t.mkFn, &p.launch, false)
+}
+
+// Megakernel reports whether variant vi's steps run on the persistent
+// kernel, and if not, why (for zrt-run bench and --explain).
+func (t *Tier) Megakernel(vi int) (bool, string) {
+	switch {
+	case vi < 0 || vi >= len(t.mk):
+		return false, fmt.Sprintf("no variant %d", vi)
+	case t.mk[vi] != nil && t.mkOff:
+		return false, "switched off (SetMegakernel)"
+	}
+	return t.mk[vi] != nil, t.mkWhy[vi]
+}
+
+// SetMegakernel switches the persistent kernel on (as loaded) or off for
+// the variants it runs: their captured graphs are dropped, so the next
+// step of each captures the other path. For A/B runs in one process
+// (zrt-run bench --megakernel both); not while a step runs.
+func (t *Tier) SetMegakernel(on bool) error {
+	if t.mkOff == !on {
+		return nil
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if err := t.ctx.SetCurrent(); err != nil {
+		return err
+	}
+	if err := t.stream.Synchronize(); err != nil {
+		return err
+	}
+	t.mkOff = !on
+	for vi, g := range t.graphs {
+		if t.mk[vi] != nil {
+			g.exec.Destroy()
+			delete(t.graphs, vi)
+		}
+	}
+	return nil
+}

@@ -108,8 +108,10 @@ __device__ __forceinline__ void mk_wait(const u32* counters, const MkWait* waits
             if ((int)(mk_load_acquire(c) - want) >= 0) continue;
             unsigned long long t0 = mk_now_ns();
             while ((int)(mk_load_acquire(c) - want) < 0) { // wraps as the tier's reset allows
+#ifndef MK_NO_SLEEP // nvcc -DMK_NO_SLEEP spins without backing off, to measure what the sleeps cost a hop
                 __nanosleep(ns);
                 if (ns < 256) ns *= 2; // a release is seen within a quarter microsecond or so
+#endif
                 if (mk_now_ns() - t0 > MK_WAIT_LIMIT_NS) __trap();
             }
         }
@@ -150,6 +152,23 @@ __device__ __forceinline__ void mk_task(const MkTask& t, const MkOp* ops, const 
             }
 }
 
+// The step's trace (the tier's profile, Options.Profile): where trace is
+// not null, each block adds to its MK_TRACE_WORDS words of it, per step:
+// word 0 one (the steps), 1 its cycles from start to end, 3 and 4 (set,
+// not added) its start and end on the global timer in ns (2, 5, 6, 7
+// unused); then per
+// function code c < MK_TRACE_CODES (mk_run's) three words at
+// MK_TRACE_HEAD + 3c: its tasks, the cycles thread 0 waited on their
+// counters, and the cycles from their waits' end to their signal. The
+// block accumulates a step's in shared memory (mk_tr) and adds them to
+// the trace once, at its end, so that tracing adds no global memory
+// traffic to the step's critical path. runtime/cuda/megakernel.go reads
+// the same layout.
+#define MK_TRACE_CODES 64
+#define MK_TRACE_HEAD 8
+#define MK_TRACE_WORDS (MK_TRACE_HEAD + 3 * MK_TRACE_CODES)
+__shared__ unsigned long long mk_tr[3 * MK_TRACE_CODES];
+
 // megakernel runs a decode step: block b runs queue b's tasks in order,
 // each after its waits, each signalling its counter when done. The tier
 // launches exactly as many blocks as queues, no more than the GPU keeps
@@ -169,14 +188,37 @@ __device__ __forceinline__ void mk_task(const MkTask& t, const MkOp* ops, const 
 #endif
 extern "C" __global__ void __launch_bounds__(MK_THREADS, MK_MIN_BLOCKS)
     megakernel(const MkTask* tasks, const MkWait* waits, const u32* queue_off, const u32* queue, const MkOp* ops,
-        const unsigned long long* params, u32* counters, u32 epoch) {
+        const unsigned long long* params, u32* counters, unsigned long long* trace, u32 epoch) {
+    const unsigned long long ns0 = mk_now_ns();
+    const long long c0 = clock64();
+    if (trace != nullptr) // zero before mk_wait's barrier; thread 0 adds after it
+        for (u32 i = threadIdx.x; i < 3 * MK_TRACE_CODES; i += MK_THREADS) mk_tr[i] = 0;
     u32 q0 = queue_off[blockIdx.x], q1 = queue_off[blockIdx.x + 1];
     if (q0 < q1) mk_prefetch(tasks[queue[q0]]);
     for (u32 qi = q0; qi < q1; qi++) {
         const MkTask t = tasks[queue[qi]];
+        const long long ca = clock64();
         mk_wait(counters, waits + t.wait_off, t.wait_len, epoch);
+        const long long cb = clock64();
         if (qi + 1 < q1) mk_prefetch(tasks[queue[qi + 1]]);
         mk_task(t, ops, params);
         mk_signal(counters, t.signal);
+        if (trace != nullptr && threadIdx.x == 0) {
+            const u32 c = 3 * (ops[t.op].code % MK_TRACE_CODES);
+            mk_tr[c] += 1;
+            mk_tr[c + 1] += (unsigned long long)(cb - ca);
+            mk_tr[c + 2] += (unsigned long long)(clock64() - cb);
+        }
+    }
+    if (trace != nullptr) {
+        __syncthreads(); // thread 0's last additions
+        unsigned long long* p = trace + (size_t)blockIdx.x * MK_TRACE_WORDS;
+        if (threadIdx.x == 0) {
+            p[0] += 1;
+            p[1] += (unsigned long long)(clock64() - c0);
+            p[3] = ns0;
+            p[4] = mk_now_ns();
+        }
+        for (u32 i = threadIdx.x; i < 3 * MK_TRACE_CODES; i += MK_THREADS) p[MK_TRACE_HEAD + i] += mk_tr[i];
     }
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -363,6 +364,12 @@ type mkPlan struct {
 	counters driver.DevPtr
 	nCounter int
 	launch   Launch
+	// trace is the kernel's trace (megakernel.cuh's MK_TRACE_WORDS words a
+	// block, blocks of them) when the tier profiles, else 0; key is the
+	// variant's, for the report.
+	trace  driver.DevPtr
+	blocks int
+	key    string
 }
 
 // initMegakernel loads the persistent kernel and builds each decode
@@ -387,8 +394,6 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 	switch {
 	case opt.NoMegakernel:
 		return off("switched off (Options.NoMegakernel)")
-	case opt.Profile:
-		return off("the profiler times the graph path's launches")
 	case len(opt.Omit) > 0:
 		return off("kernels are omitted from the graph path (ZRT_CUDA_OMIT)")
 	}
@@ -446,10 +451,11 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 			continue
 		}
 		tabs.regroup(occ * sms)
-		p, err := t.uploadMk(tabs)
+		p, err := t.uploadMk(tabs, t.prof != nil)
 		if err != nil {
 			return err
 		}
+		p.key = v.Key()
 		t.mk[vi], t.mkWhy[vi] = p, ""
 	}
 	return nil
@@ -457,8 +463,9 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 
 // uploadMk lays a variant's tables out in device memory and prepares its
 // launch: as many blocks as queues, the counters zeroed before each step
-// (record), so every step's epoch is 1.
-func (t *Tier) uploadMk(m *mkTables) (*mkPlan, error) {
+// (record), so every step's epoch is 1. With trace, the kernel also adds
+// each step's timings to a trace of its own (mkTraceReport).
+func (t *Tier) uploadMk(m *mkTables, trace bool) (*mkPlan, error) {
 	l := m.layout()
 	mem, err := driver.MemAlloc(l.size)
 	if err != nil {
@@ -470,12 +477,146 @@ func (t *Tier) uploadMk(m *mkTables) (*mkPlan, error) {
 	}
 	t.mkMem = append(t.mkMem, mem)
 	at := func(off int) uint64 { return uint64(mem) + uint64(off) }
-	p := &mkPlan{mem: mem, counters: mem + driver.DevPtr(l.counters), nCounter: max(m.counters, 1)}
+	p := &mkPlan{mem: mem, counters: mem + driver.DevPtr(l.counters), nCounter: max(m.counters, 1), blocks: len(m.queues)}
+	if trace {
+		n := 8 * mkTraceWords * p.blocks
+		if p.trace, err = driver.MemAlloc(n); err != nil {
+			return nil, fmt.Errorf("cuda: the megakernel's trace of %d bytes: %w", n, err)
+		}
+		t.mkMem = append(t.mkMem, p.trace)
+		if err := driver.MemsetD8(p.trace, 0, n); err != nil {
+			return nil, err
+		}
+	}
 	p.launch = Launch{Name: kcuda.MegakernelModule,
-		Shape:  kcuda.Launch{Grid: [3]uint32{uint32(len(m.queues)), 1, 1}, Block: [3]uint32{mkThreads, 1, 1}, Shared: m.shared},
-		Params: []uint64{at(l.tasks), at(l.waits), at(l.queueOff), at(l.queue), at(l.ops), at(l.params), at(l.counters), 1},
-		Sizes:  []int{8, 8, 8, 8, 8, 8, 8, 4}}
+		Shape: kcuda.Launch{Grid: [3]uint32{uint32(len(m.queues)), 1, 1}, Block: [3]uint32{mkThreads, 1, 1}, Shared: m.shared},
+		Params: []uint64{at(l.tasks), at(l.waits), at(l.queueOff), at(l.queue), at(l.ops), at(l.params), at(l.counters),
+			uint64(p.trace), 1},
+		Sizes: []int{8, 8, 8, 8, 8, 8, 8, 8, 4}}
 	return p, nil
+}
+
+// The trace's layout (megakernel.cuh): per block, a head of mkTraceHead
+// words (steps, cycles, -, start ns, end ns), then three words per
+// function code (tasks, wait cycles, run cycles).
+const (
+	mkTraceCodes = 64
+	mkTraceHead  = 8
+	mkTraceWords = mkTraceHead + 3*mkTraceCodes
+)
+
+// reportMk prints the trace of every variant that ran on the persistent
+// kernel (the tier profiles), for Close.
+func (t *Tier) reportMk(w io.Writer) {
+	khz := -1
+	for _, p := range t.mk {
+		if p == nil || p.trace == 0 {
+			continue
+		}
+		if khz < 0 {
+			var err error
+			if khz, err = t.dev.Attribute(driver.AttrClockRate); err != nil {
+				khz = 0
+			}
+		}
+		b := make([]byte, 8*mkTraceWords*p.blocks)
+		if err := driver.MemcpyDtoH(b, p.trace); err != nil {
+			fmt.Fprintf(w, "megakernel %s: reading the trace: %v\n", p.key, err)
+			continue
+		}
+		tr := make([]uint64, len(b)/8)
+		for i := range tr {
+			tr[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
+		mkTraceReport(w, p.key, tr, p.blocks, khz)
+	}
+}
+
+// mkTraceReport prints a persistent kernel's trace (p.blocks blocks of
+// mkTraceWords words) for variant key, with the GPU's clock in kHz (0:
+// unknown, cycles only): the steps, a block's time a step and its shares
+// waiting on counters and running tasks, the last step's spread of
+// starts and ends over the blocks, and per function its tasks a step and
+// its waits' and runs' time, the most time first. It says what the
+// schedule's critical path and the tasks' cost are, which the graph
+// path's profile cannot.
+func mkTraceReport(w io.Writer, key string, tr []uint64, blocks int, khz int) {
+	steps := tr[0]
+	if steps == 0 || len(tr) < blocks*mkTraceWords {
+		fmt.Fprintf(w, "megakernel %s: no step traced\n", key)
+		return
+	}
+	type fn struct {
+		code             int
+		tasks, wait, run uint64
+	}
+	fns := make([]fn, mkTraceCodes)
+	var cycles, wait, run uint64
+	var first, lastStart, firstEnd, last uint64
+	for b := range blocks {
+		h := tr[b*mkTraceWords:]
+		cycles += h[1]
+		start, end := h[3], h[4]
+		if b == 0 || start < first {
+			first = start
+		}
+		if b == 0 || start > lastStart {
+			lastStart = start
+		}
+		if b == 0 || end < firstEnd {
+			firstEnd = end
+		}
+		if b == 0 || end > last {
+			last = end
+		}
+		for c := range mkTraceCodes {
+			f := &fns[c]
+			f.code = c
+			f.tasks += h[mkTraceHead+3*c]
+			f.wait += h[mkTraceHead+3*c+1]
+			f.run += h[mkTraceHead+3*c+2]
+			wait += h[mkTraceHead+3*c+1]
+			run += h[mkTraceHead+3*c+2]
+		}
+	}
+	us := func(c float64) string { // cycles as µs where the clock is known
+		if khz <= 0 {
+			return fmt.Sprintf("%.0f cy", c)
+		}
+		return fmt.Sprintf("%.2f µs", c/float64(khz)*1e3)
+	}
+	per := float64(steps) * float64(blocks) // block steps
+	pct := func(c uint64) float64 { return 100 * float64(c) / float64(max(cycles, 1)) }
+	fmt.Fprintf(w, "megakernel %s: %d steps, %d blocks; a block's step %s: %.1f%% waiting on counters, %.1f%% in tasks, %.1f%% between\n",
+		key, steps, blocks, us(float64(cycles)/per), pct(wait), pct(run), 100-pct(wait)-pct(run))
+	fmt.Fprintf(w, "  last step: %.2f µs from the first block's start to the last one's end; starts over %.2f µs, ends over %.2f µs\n",
+		float64(last-first)/1e3, float64(lastStart-first)/1e3, float64(last-firstEnd)/1e3)
+	slices.SortStableFunc(fns, func(a, b fn) int { return cmpDesc(a.wait+a.run, b.wait+b.run) })
+	ops := kcuda.MegakernelOps()
+	fmt.Fprintf(w, "  %-34s %10s %12s %12s %7s %7s\n", "function", "tasks/step", "wait/task", "run/task", "wait%", "run%")
+	for _, f := range fns {
+		if f.tasks == 0 {
+			continue
+		}
+		name := fmt.Sprintf("code %d", f.code)
+		if f.code >= 1 && f.code <= len(ops) {
+			name = ops[f.code-1].Func()
+		}
+		n := float64(f.tasks)
+		fmt.Fprintf(w, "  %-34s %10.1f %12s %12s %6.1f%% %6.1f%%\n", name, n/float64(steps), us(float64(f.wait)/n),
+			us(float64(f.run)/n), pct(f.wait), pct(f.run))
+	}
+}
+
+// cmpDesc orders larger values first.
+func cmpDesc(a, b uint64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }
 
 // recordMk records variant vi's step on the persistent kernel: the

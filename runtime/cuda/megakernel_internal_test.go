@@ -2,9 +2,11 @@ package cuda
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 )
 
 // TestMkImage reads the persistent kernel's tables back from their image
@@ -65,5 +67,47 @@ func TestMkImage(t *testing.T) {
 	}
 	if u32(l.counters) != 0 || u32(l.counters+4) != 0 || l.size < l.counters+8 {
 		t.Fatal("counters")
+	}
+}
+
+// TestMkTraceReport reads a made-up trace of two blocks and two steps as
+// megakernel.cuh writes it: the block's time and its shares, the last
+// step's spread, and the functions by their time.
+func TestMkTraceReport(t *testing.T) {
+	tr := make([]uint64, 2*mkTraceWords)
+	for b, h := range [][]uint64{{2, 4000, 0, 1000, 3000}, {2, 2000, 0, 1500, 2500}} {
+		copy(tr[b*mkTraceWords:], h)
+	}
+	put := func(b, code int, tasks, wait, run uint64) {
+		at := b*mkTraceWords + mkTraceHead + 3*code
+		tr[at], tr[at+1], tr[at+2] = tasks, wait, run
+	}
+	put(0, 4, 6, 1200, 1800) // mk_matmul_q4_k
+	put(1, 4, 2, 200, 600)
+	put(1, 42, 2, 100, 900) // mk_argmax
+	var out strings.Builder
+	mkTraceReport(&out, "decode.s4.r1", tr, 2, 1000000) // 1 GHz: a cycle a ns
+	got := out.String()
+	t.Log("\n" + got)
+	for _, want := range []string{
+		"megakernel decode.s4.r1: 2 steps, 2 blocks; a block's step 1.50 µs: 25.0% waiting on counters, 55.0% in tasks, 20.0% between",
+		"last step: 2.00 µs from the first block's start to the last one's end; starts over 0.50 µs, ends over 0.50 µs",
+		"mk_matmul_q4_k",
+		"mk_argmax",
+	} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "mk_matmul_q4_k") > strings.Index(got, "mk_argmax") {
+		t.Fatalf("the function of the most time not first:\n%s", got)
+	}
+	if ops := kcuda.MegakernelOps(); len(ops) >= mkTraceCodes || ops[3].Func() != "mk_matmul_q4_k" || ops[41].Func() != "mk_argmax" {
+		t.Fatalf("the trace's codes: %d ops (at most %d), code 4 %s, code 42 %s", len(ops), mkTraceCodes-1, ops[3].Func(), ops[41].Func())
+	}
+	out.Reset()
+	mkTraceReport(&out, "decode.s4.r1", make([]uint64, mkTraceWords), 1, 0)
+	if !strings.Contains(out.String(), "no step traced") {
+		t.Fatalf("an empty trace: %s", out.String())
 	}
 }

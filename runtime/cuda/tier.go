@@ -36,7 +36,9 @@ type Options struct {
 	// Timeout bounds one replay (default 60s): past it Run fails instead
 	// of waiting on a hung GPU.
 	Timeout time.Duration
-	// Profile times every kernel (see profiler).
+	// Profile times every kernel of the graph path (see profiler), and
+	// the persistent kernel's tasks where a variant runs on it (its
+	// trace, megakernel.go's reportMk); both are printed at Close.
 	Profile bool
 	// NoPDL turns programmatic dependent launch off: each kernel then
 	// starts only after the previous one ends.
@@ -448,8 +450,8 @@ func (t *Tier) Launches(vi int) []Launch { return t.variants[vi] }
 // signalled. The logits come back when read (Fetch).
 func (t *Tier) Run(ctx context.Context, vi int) error {
 	return t.replay(vi, func() error {
-		if t.prof != nil {
-			return t.runProfiled(ctx, vi)
+		if t.prof != nil && (t.mk == nil || t.mk[vi] == nil || t.mkOff) {
+			return t.runProfiled(ctx, vi) // a megakernel step traces itself (reportMk)
 		}
 		g, err := t.graph(vi)
 		if err != nil {
@@ -805,6 +807,9 @@ func (t *Tier) close() {
 	}
 	if t.prof != nil {
 		t.prof.report()
+		if t.ctx != 0 {
+			t.reportMk(t.prof.out)
+		}
 		t.prof.close()
 	}
 	for k, g := range t.graphs {

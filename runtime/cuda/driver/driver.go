@@ -296,6 +296,7 @@ const (
 	AttrMultiprocessorCount          = 16
 	AttrComputeCapabilityMajor       = 75
 	AttrComputeCapabilityMinor       = 76
+	AttrClockRate                    = 13 // the multiprocessors' peak clock, kHz
 )
 
 // GetDevice returns device ordinal i.

@@ -175,9 +175,10 @@ __shared__ unsigned long long mk_tr[3 * MK_TRACE_CODES];
 // resident at once (a block spinning on a counter must not hold the place
 // of the block that would release it).
 //
-// Each task's weights are prefetched into L2 ahead of it: the first
-// task's before its waits, every later one's after the waits of the task
-// before it, so they stream while that task computes.
+// Each task's weights are prefetched into L2 ahead of it (MK_AHEAD
+// tasks ahead, below): the first task's before its waits, every later
+// one's after the waits of the task MK_AHEAD before it, so they stream
+// while the tasks before it compute.
 //
 // MK_MIN_BLOCKS is the blocks a multiprocessor is to keep (launch bounds):
 // 1 lets a thread have 128 registers; 2 caps it at 64 (the graph path's
@@ -185,6 +186,12 @@ __shared__ unsigned long long mk_tr[3 * MK_TRACE_CODES];
 // query then finds room for two (nvcc -DMK_MIN_BLOCKS=2 to try).
 #ifndef MK_MIN_BLOCKS
 #define MK_MIN_BLOCKS 1
+#endif
+// MK_AHEAD is how many tasks ahead of the one it runs a block prefetches
+// (nvcc -DMK_AHEAD=4 to try): the first MK_AHEAD tasks' weights at the
+// start, then task i + MK_AHEAD's after task i's waits.
+#ifndef MK_AHEAD
+#define MK_AHEAD 1
 #endif
 extern "C" __global__ void __launch_bounds__(MK_THREADS, MK_MIN_BLOCKS)
     megakernel(const MkTask* tasks, const MkWait* waits, const u32* queue_off, const u32* queue, const MkOp* ops,
@@ -194,13 +201,13 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, MK_MIN_BLOCKS)
     if (trace != nullptr) // zero before mk_wait's barrier; thread 0 adds after it
         for (u32 i = threadIdx.x; i < 3 * MK_TRACE_CODES; i += MK_THREADS) mk_tr[i] = 0;
     u32 q0 = queue_off[blockIdx.x], q1 = queue_off[blockIdx.x + 1];
-    if (q0 < q1) mk_prefetch(tasks[queue[q0]]);
+    for (u32 a = 0; a < MK_AHEAD && q0 + a < q1; a++) mk_prefetch(tasks[queue[q0 + a]]);
     for (u32 qi = q0; qi < q1; qi++) {
         const MkTask t = tasks[queue[qi]];
         const long long ca = clock64();
         mk_wait(counters, waits + t.wait_off, t.wait_len, epoch);
         const long long cb = clock64();
-        if (qi + 1 < q1) mk_prefetch(tasks[queue[qi + 1]]);
+        if (qi + MK_AHEAD < q1) mk_prefetch(tasks[queue[qi + MK_AHEAD]]);
         mk_task(t, ops, params);
         mk_signal(counters, t.signal);
         if (trace != nullptr && threadIdx.x == 0) {

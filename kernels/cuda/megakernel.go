@@ -29,31 +29,24 @@ func MatrixFamily(family string) bool {
 // BlockFeatures returns, for a dispatch of a matrix family's instance
 // (push constants and specialization values in ABI order, a decode
 // variant of rows rows), its output features n (of the fused projections,
-// all of them, concatenated) and the features one block of its launch
-// makes: MT_N for the tensor-core tiles, n over the grid's width for the
-// matrix-vector and dp4a kernels (in whole warps' worth, MM_WARPS), and a
-// block's MM_WARPS on the float path.
+// all of them, concatenated) and the features one block of its launch in
+// the persistent kernel (MegakernelShape) makes: MT_N for the tensor-core
+// tiles, n over the grid's width for the matrix-vector and dp4a kernels
+// (in whole warps' worth, MM_WARPS), and a block's MM_WARPS on the float
+// path.
 func BlockFeatures(instance string, push, spec []uint32, rows int) (n, perBlock uint32, err error) {
 	family, typ, _ := strings.Cut(instance, ".")
 	if !MatrixFamily(family) {
 		return 0, 0, fmt.Errorf("cuda: %s is not a matrix family", family)
 	}
-	d := Dispatch{Family: family, Type: typ, Push: push, Spec: spec, Rows: uint32(rows)}
-	switch family {
-	case "rms_norm_qkv":
-		_, n, err = qkvKN(d)
-	case "rms_norm_gate_up":
-		_, n, err = gateUpKN(d)
-	default:
-		_, n, err = pushKN(d)
-	}
+	_, n, err = matrixKN(family, typ, push, spec, rows)
 	if err != nil {
 		return 0, 0, err
 	}
 	if n == 0 {
 		return 0, 0, fmt.Errorf("cuda: %s: no output features", instance)
 	}
-	l, err := Shape(instance, push, spec, rows, false)
+	l, err := MegakernelShape(instance, push, spec, rows)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -66,6 +59,53 @@ func BlockFeatures(instance string, push, spec []uint32, rows int) (n, perBlock 
 		perBlock = ceilDiv(perBlock, mmWarps) * mmWarps
 	}
 	return n, min(max(perBlock, 1), n), nil
+}
+
+// matrixKN is a matrix family's inputs k and output features n (of the
+// fused projections, all of them).
+func matrixKN(family, typ string, push, spec []uint32, rows int) (k, n uint32, err error) {
+	d := Dispatch{Family: family, Type: typ, Push: push, Spec: spec, Rows: uint32(rows)}
+	switch family {
+	case "rms_norm_qkv":
+		return qkvKN(d)
+	case "rms_norm_gate_up":
+		return gateUpKN(d)
+	}
+	return pushKN(d)
+}
+
+// MegakernelShape is the launch whose blocks the persistent kernel's
+// tasks run for a dispatch of a decode variant of rows rows: the graph
+// path's (Shape), but for the integer matrix products of 3 to mmvMaxRows
+// rows that the graph path gives the tensor-core or dp4a tiles — with a
+// stage launch before them and k split over blocks, which a task's box
+// of blocks cannot be — the matrix-vector kernel's _rows entry, mmvRows
+// rows a block and ⌈rows/mmvRows⌉ blocks down the grid's y. Each weight
+// block is then unpacked once for two rows, and a task's rows after the
+// first find its weights in L2. Its sums are the matrix-vector kernel's,
+// not the tiles': such a step's bits differ from the graph path's, within
+// the parity tolerance of both against T-CPU.
+func MegakernelShape(instance string, push, spec []uint32, rows int) (Launch, error) {
+	l, err := Shape(instance, push, spec, rows, false)
+	if err != nil || rows <= mmvRows || rows > mmvMaxRows {
+		return l, err
+	}
+	switch l.Entry {
+	case EntryTile, EntryTile16, EntryTile32, EntryDP4A:
+	default:
+		return l, nil
+	}
+	family, typ, _ := strings.Cut(instance, ".")
+	if _, ok := mmqTypes[typ]; !ok || !MatrixFamily(family) {
+		return l, nil
+	}
+	k, n, err := matrixKN(family, typ, push, spec, rows)
+	if err != nil {
+		return l, err
+	}
+	grid, block := mmvShape(typ, k, n)
+	grid[1] = ceilDiv(uint32(rows), mmvRows)
+	return Launch{Grid: grid, Block: block, Shared: mmvRows * mmqStride(k), Entry: EntryRows}, nil
 }
 
 // Multiprocessors is the multiprocessors of the GPU a CUDA target's

@@ -375,7 +375,7 @@ type mkPlan struct {
 // initMegakernel loads the persistent kernel and builds each decode
 // variant's plan where its schedule allows; t.mkWhy says why a variant
 // keeps the graph path.
-func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
+func (t *Tier) initMegakernel(b *bundle.Bundle, mem *Memory, opt Options) error {
 	g := b.Graph
 	t.mk = make([]*mkPlan, len(g.Variants))
 	t.mkWhy = make([]string, len(g.Variants))
@@ -424,7 +424,15 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 			t.mkWhy[vi] = "a prefill variant"
 			continue
 		}
-		tabs, err := buildMkTables(&s, t.variants[vi], int(v.Rows))
+		ls, err := WalkMegakernel(v, b.Blobs, mem, t.fence)
+		if err != nil {
+			return fmt.Errorf("cuda: variant %d: %w", vi, err)
+		}
+		if err := t.giveStaging(ls); err != nil {
+			t.mkWhy[vi] = err.Error()
+			continue
+		}
+		tabs, err := buildMkTables(&s, ls, int(v.Rows))
 		if err != nil {
 			t.mkWhy[vi] = err.Error()
 			continue
@@ -457,6 +465,23 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, opt Options) error {
 		}
 		p.key = v.Key()
 		t.mk[vi], t.mkWhy[vi] = p, ""
+	}
+	return nil
+}
+
+// giveStaging gives the persistent kernel's launches that keep state in
+// the staging buffer (the split decode attention's partial states) its
+// address. The graph path's launch of the same dispatch has the same
+// shape, so the buffer (sized for the graph path's launches) holds them;
+// a launch it does not hold is refused.
+func (t *Tier) giveStaging(ls []Launch) error {
+	for i := range ls {
+		if n := ls[i].Staging; n > 0 {
+			if n > t.stagingBytes {
+				return fmt.Errorf("dispatch %d (%s) stages %d bytes, the staging buffer holds %d", i, ls[i].Name, n, t.stagingBytes)
+			}
+			ls[i].Params[len(ls[i].Params)-1] = uint64(t.staging)
+		}
 	}
 	return nil
 }

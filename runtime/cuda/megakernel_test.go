@@ -27,17 +27,18 @@ var megakernelShapes = []synth.Shape{
 	{Arch: "qwen3", Layers: 3, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320, Context: 128, Type: ggml.Q4_K, Seed: 22},
 }
 
-const megakernelConfig = "max_slots = 4\ndecode_slots = [1, 2, 4]\n"
+const megakernelConfig = "max_slots = 8\ndecode_slots = [1, 2, 4, 8]\n"
 
 // megakernelOn is megakernelConfig with the persistent kernel in the
 // bundle (its PTX from ZRT_PTX_DIR, as the instances', or zrtc's archive).
 const megakernelOn = megakernelConfig + "megakernel = true\n"
 
 // TestMegakernelTables builds, without a GPU, the persistent kernel's
-// tables for every one- and two-row decode variant of megakernelShapes
-// (and of a llama as wide as the 7B shape, whose two-row products of
-// k = 4096 take the _rows entry) (launches
-// walked against made-up addresses): every dispatch must be one the
+// tables for every decode variant of megakernelShapes, of one to eight
+// rows (and of a llama as wide as the 7B shape, whose two-row products of
+// k = 4096 take the _rows entry, as every product of more rows does in
+// the kernel) (launches walked against made-up addresses as the kernel
+// runs them, WalkMegakernel): every dispatch must be one the
 // kernel serves and every task a box of its launch's blocks, the boxes of
 // a dispatch covering each block once (buildMkTables checks that), and
 // every tile of a matrix product prefetching weights inside a region. Then
@@ -53,23 +54,22 @@ func TestMegakernelTables(t *testing.T) {
 			for _, sc := range b.Graph.Schedules {
 				v := &b.Graph.Variants[sc.Variant]
 				qs, size, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), 0)
-				if v.Rows > 2 {
-					t.Logf("%s: %d rows: %v", v.Key(), v.Rows, err) // more rows take the tensor-core tiles, which the kernel does not serve
-					continue
-				}
-				ones++
 				if err != nil {
 					t.Fatalf("%s: %v", v.Key(), err)
 				}
-				rowsEntries := 0
+				rowsEntries, matrices := 0, 0
 				for _, l := range ls[sc.Variant] {
+					if family, _, _ := strings.Cut(l.Name, "."); kcuda.MatrixFamily(family) {
+						matrices++
+					}
 					if l.Shape.Entry == kcuda.EntryRows {
 						rowsEntries++
 					}
 				}
-				if s.Embd >= 4096 && v.Rows == 2 && rowsEntries == 0 {
-					t.Fatalf("%s: no product takes the _rows entry", v.Key())
+				if s.Embd >= 4096 && v.Rows == 2 && rowsEntries == 0 || v.Rows > 2 && rowsEntries != matrices {
+					t.Fatalf("%s: %d of %d products take the _rows entry", v.Key(), rowsEntries, matrices)
 				}
+				ones += int(v.Rows)
 				if len(qs) != int(sc.SMs) || size == 0 {
 					t.Fatalf("%s: %d queues, %d bytes of tables; want the schedule's %d", v.Key(), len(qs), size, sc.SMs)
 				}
@@ -113,15 +113,16 @@ func TestMegakernelTables(t *testing.T) {
 					}
 				}
 			}
-			if ones < 2 {
-				t.Fatal("no one-row and two-row decode variants with schedules")
+			if ones != 1+2+4+8 {
+				t.Fatalf("decode variants of %d rows in all with schedules; want those of 1, 2, 4 and 8", ones)
 			}
 		})
 	}
 }
 
 // walkedBundle compiles s for cuda:sm_90 and walks every variant against
-// made-up addresses.
+// made-up addresses, the decode variants as the persistent kernel runs
+// them.
 func walkedBundle(t *testing.T, s synth.Shape, config string) (*bundle.Bundle, [][]cuda.Launch) {
 	t.Helper()
 	b, err := bundle.Open(compileSynth(t, s, "cuda:sm_90", config), true)
@@ -140,7 +141,11 @@ func walkedBundle(t *testing.T, s synth.Shape, config string) (*bundle.Bundle, [
 	}
 	var out [][]cuda.Launch
 	for vi := range b.Graph.Variants {
-		ls, err := cuda.Walk(&b.Graph.Variants[vi], b.Blobs, mem, fence)
+		walk := cuda.Walk
+		if b.Graph.Variants[vi].Stage != bundle.StagePrefill {
+			walk = cuda.WalkMegakernel
+		}
+		ls, err := walk(&b.Graph.Variants[vi], b.Blobs, mem, fence)
 		if err != nil {
 			t.Fatalf("variant %d: %v", vi, err)
 		}
@@ -200,8 +205,8 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 				t.Logf("step %d: %.2e of the largest logit from T-CPU", step, worst)
 			}
 			// Two sequences a step: the two-row variant.
-			pair, pairOff := pairRun(t, dir, runtime.Options{Tier: "cuda"}),
-				pairRun(t, dir, runtime.Options{Tier: "cuda", CUDA: cuda.Options{NoMegakernel: true}})
+			offOpt := runtime.Options{Tier: "cuda", CUDA: cuda.Options{NoMegakernel: true}}
+			pair, pairOff := batchRun(t, dir, runtime.Options{Tier: "cuda"}, 2, false), batchRun(t, dir, offOpt, 2, false)
 			for i := range pair {
 				for j := range pair[i] {
 					if math.Float32bits(pair[i][j]) != math.Float32bits(pairOff[i][j]) {
@@ -209,13 +214,42 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 					}
 				}
 			}
+			// Three, four and eight sequences a step (the four- and
+			// eight-row variants): the kernel's products take the _rows
+			// entry where the graph path takes the tensor-core tiles, so
+			// its logits are held to the parity tolerance against the
+			// graph path's, and to themselves bit for bit (fed fixed
+			// tokens: greedy ones could part at a near tie).
+			for _, n := range []int{3, 4, 8} {
+				mk, mk2, gr := batchRun(t, dir, runtime.Options{Tier: "cuda"}, n, true), batchRun(t, dir, runtime.Options{Tier: "cuda"}, n, true),
+					batchRun(t, dir, offOpt, n, true)
+				worst := 0.0
+				for i := range mk {
+					scale := 1.0
+					for _, v := range gr[i] {
+						scale = math.Max(scale, math.Abs(float64(v)))
+					}
+					for j := range mk[i] {
+						if math.Float32bits(mk[i][j]) != math.Float32bits(mk2[i][j]) {
+							t.Fatalf("%d rows a step: result %d logit %d: %v, then %v with the megakernel", n, i, j, mk[i][j], mk2[i][j])
+						}
+						d := math.Abs(float64(mk[i][j])-float64(gr[i][j])) / scale
+						if !(d <= relTolerance) {
+							t.Fatalf("%d rows a step: result %d logit %d: %v with the megakernel, %v on the graph path", n, i, j, mk[i][j], gr[i][j])
+						}
+						worst = math.Max(worst, d)
+					}
+				}
+				t.Logf("%d rows a step: %.2e of the largest logit from the graph path", n, worst)
+			}
 		})
 	}
 }
 
-// pairRun decodes two sequences together for four steps, each feeding its
-// greedy token, and returns every sequence's logits after every step.
-func pairRun(t *testing.T, dir string, opt runtime.Options) [][]float32 {
+// batchRun decodes n sequences together for four steps, each feeding its
+// greedy token (or, fixed, a token of the step and sequence), and returns
+// every sequence's logits after every step.
+func batchRun(t *testing.T, dir string, opt runtime.Options, n int, fixed bool) [][]float32 {
 	t.Helper()
 	p, err := sequence.Open(dir, opt)
 	if err != nil {
@@ -224,7 +258,7 @@ func pairRun(t *testing.T, dir string, opt runtime.Options) [][]float32 {
 	defer p.Close()
 	ctx := context.Background()
 	var seqs []*sequence.Sequence
-	for i := range 2 {
+	for i := range n {
 		s, err := p.NewSequence()
 		if err != nil {
 			t.Fatal(err)
@@ -236,8 +270,15 @@ func pairRun(t *testing.T, dir string, opt runtime.Options) [][]float32 {
 		seqs = append(seqs, s)
 	}
 	var out [][]float32
-	for range 4 {
-		toks := []int32{seqs[0].Greedy(), seqs[1].Greedy()}
+	for step := range 4 {
+		var toks []int32
+		for i, s := range seqs {
+			tok := s.Greedy()
+			if fixed {
+				tok = int32(5 + 37*step + 11*i)
+			}
+			toks = append(toks, tok)
+		}
 		if err := p.DecodeBatch(ctx, seqs, toks); err != nil {
 			t.Fatal(err)
 		}
@@ -276,8 +317,8 @@ func TestMegakernelOffByDefault(t *testing.T) {
 	}
 }
 
-// requireMegakernel fails the test unless the bundle's one- and two-row
-// decode variants run on the persistent kernel.
+// requireMegakernel fails the test unless the bundle's decode variants
+// (one to eight rows) run on the persistent kernel.
 func requireMegakernel(t *testing.T, dir string) {
 	t.Helper()
 	b, err := bundle.Open(dir, false)
@@ -294,7 +335,7 @@ func requireMegakernel(t *testing.T, dir string) {
 	for vi, v := range b.Graph.Variants {
 		on, why := tier.Megakernel(vi)
 		t.Logf("%s: megakernel %v %s", v.Key(), on, why)
-		if v.Stage != bundle.StagePrefill && v.Rows <= 2 {
+		if v.Stage != bundle.StagePrefill && v.Rows <= 8 {
 			found = true
 			if !on {
 				t.Fatalf("%s keeps the graph path: %s", v.Key(), why)

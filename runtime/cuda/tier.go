@@ -137,6 +137,9 @@ type Tier struct {
 	mask    masker
 	device  int        // Options.Device
 	comm    *nccl.Comm // Options.Comm
+	// stagingBytes is the staging buffer's size.
+	stagingBytes int
+
 	// gather receives the ranks' parts of an all_gather before copies
 	// place them in its output (collective), sized for the largest.
 	gather driver.DevPtr
@@ -352,7 +355,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 			}
 		}
 	}
-	if err := t.initMegakernel(b, opt); err != nil {
+	if err := t.initMegakernel(b, mem, opt); err != nil {
 		return err
 	}
 	// Capture up front, so the first step of a request does not pay for
@@ -381,6 +384,7 @@ func (t *Tier) allocStaging() error {
 	if t.staging, err = driver.MemAlloc(n); err != nil {
 		return fmt.Errorf("cuda: staging buffer of %d bytes: %w", n, err)
 	}
+	t.stagingBytes = n
 	if err := driver.MemsetD8(t.staging, 0, n); err != nil { // split-k's counters start at zero
 		return err
 	}

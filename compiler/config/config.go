@@ -75,9 +75,14 @@ type Config struct {
 	// variant's CUDA graph. Off by default until it is measured faster
 	// than the graph path (left out of the recorded config then, so
 	// builds without it keep their bytes).
-	Megakernel   bool   `toml:"megakernel,omitzero"`
-	Rope         Rope   `toml:"rope"`
-	ChatTemplate string `toml:"chat_template"`
+	Megakernel bool `toml:"megakernel,omitzero"`
+	// MegakernelTiles is the tiles a multiprocessor the megakernel
+	// schedules of a cuda target split a matrix product into at most, 1
+	// to 8 (default 0: 2; left out of the recorded config then): fewer,
+	// longer tasks a step, or more in flight at once.
+	MegakernelTiles int    `toml:"megakernel_tiles,omitzero"`
+	Rope            Rope   `toml:"rope"`
+	ChatTemplate    string `toml:"chat_template"`
 
 	// scalingFrom names where Rope.Scaling came from (a GGUF key or the
 	// TOML file), so an unsupported value is reported where the user can
@@ -389,6 +394,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
 	case c.DraftLayers < 0:
 		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.DraftLayers)
+	case c.MegakernelTiles < 0 || c.MegakernelTiles > 8:
+		return fmt.Errorf("config: megakernel_tiles %d out of range [1, 8] (0: the default, 2)", c.MegakernelTiles)
 	case c.Megakernel && !strings.HasPrefix(c.Target, "cuda:"):
 		return fmt.Errorf("config: megakernel = true is for cuda targets only, not %s", c.Target)
 	case !positiveFinite(c.Rope.FreqBase):

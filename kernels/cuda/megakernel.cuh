@@ -130,8 +130,7 @@ __device__ __forceinline__ void mk_signal(u32* counters, u32 c) {
 // mk_task runs one task's box of virtual blocks, one after another: thread
 // 0 sets the virtual block, and the virtual block's threads run the
 // dispatch's function (mk_run) while the others wait at the barrier.
-__device__ __forceinline__ void mk_task(const MkTask& t, const MkOp* ops, const unsigned long long* params) {
-    const MkOp op = ops[t.op];
+__device__ __forceinline__ void mk_task(const MkTask& t, const MkOp& op, const unsigned long long* params) {
     const u32 nthreads = op.block[0] * op.block[1] * op.block[2];
     if (threadIdx.x < nthreads) { // read by this thread only (mk_vtid), the same in every block of the task
         u32 i = threadIdx.x;
@@ -202,16 +201,41 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS, MK_MIN_BLOCKS)
         for (u32 i = threadIdx.x; i < 3 * MK_TRACE_CODES; i += MK_THREADS) mk_tr[i] = 0;
     u32 q0 = queue_off[blockIdx.x], q1 = queue_off[blockIdx.x + 1];
     for (u32 a = 0; a < MK_AHEAD && q0 + a < q1; a++) mk_prefetch(tasks[queue[q0 + a]]);
+#ifdef MK_PIPE
+    // nvcc -DMK_PIPE: a task's record and op are loaded during the task
+    // before it (registers), and its parameters' line asked of L1 before
+    // its waits, so that the chain queue → task → op → parameters of
+    // dependent loads is off the path from a counter's release to the
+    // task's work.
+    MkTask tn{};
+    MkOp on{};
+    if (q0 < q1) {
+        tn = tasks[queue[q0]];
+        on = ops[tn.op];
+    }
+#endif
     for (u32 qi = q0; qi < q1; qi++) {
+#ifdef MK_PIPE
+        const MkTask t = tn;
+        const MkOp op = on;
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(params + op.param_off));
+        if (qi + 1 < q1) tn = tasks[queue[qi + 1]];
+#else
         const MkTask t = tasks[queue[qi]];
+#endif
         const long long ca = clock64();
         mk_wait(counters, waits + t.wait_off, t.wait_len, epoch);
         const long long cb = clock64();
         if (qi + MK_AHEAD < q1) mk_prefetch(tasks[queue[qi + MK_AHEAD]]);
-        mk_task(t, ops, params);
+#ifdef MK_PIPE
+        if (qi + 1 < q1) on = ops[tn.op];
+#else
+        const MkOp op = ops[t.op];
+#endif
+        mk_task(t, op, params);
         mk_signal(counters, t.signal);
         if (trace != nullptr && threadIdx.x == 0) {
-            const u32 c = 3 * (ops[t.op].code % MK_TRACE_CODES);
+            const u32 c = 3 * (op.code % MK_TRACE_CODES);
             mk_tr[c] += 1;
             mk_tr[c + 1] += (unsigned long long)(cb - ca);
             mk_tr[c + 2] += (unsigned long long)(clock64() - cb);

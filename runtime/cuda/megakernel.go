@@ -168,7 +168,86 @@ func buildMkTables(s *bundle.Schedule, ls []Launch, rows int) (*mkTables, error)
 		}
 	}
 	m.queues = s.Queues
+	if m.spread() {
+		m.regroup(len(s.Queues), true)
+	}
 	return m, nil
+}
+
+// mkSpreadMax bounds the tasks spread makes of one.
+const mkSpreadMax = 32
+
+// spread makes each task of more than one block that is no tile of a
+// matrix product (those are sized by the schedule) into tasks of a block
+// each, up to mkSpreadMax: the same waits and counter, so each counter's
+// count grows by the tasks added and every wait on it with it. A block
+// runs its task's blocks one after another, which for a split
+// attention's heads task (the _split entry's blocks of a head group along
+// z, the first of which takes all the keys of a short row while the
+// others return at once) or a one-row step's RoPE and KV write (its head
+// chunks) puts them all on the path from the producers to the consumers;
+// spread, they run side by side on as many multiprocessors, which a
+// launch's blocks are free to (they meet only through their own atomics,
+// as the split attention's last block merges). It reports whether it
+// changed the tasks (the queues must then be made again), and changes
+// nothing where a wait is not for its counter's whole count.
+func (m *mkTables) spread() bool {
+	count := make([]uint32, m.counters)
+	for _, t := range m.tasks {
+		if int(t.sig) >= len(count) {
+			return false
+		}
+		count[t.sig]++
+	}
+	for _, w := range m.waits {
+		if int(w.Counter) >= len(count) || w.Count != count[w.Counter] {
+			return false
+		}
+	}
+	var out []mkTask
+	changed := false
+	for _, t := range m.tasks {
+		b := t.box
+		nx, ny, nz := b[1]-b[0], b[3]-b[2], b[5]-b[4]
+		n := nx * ny * nz
+		if m.ops[t.op].matrix || n <= 1 {
+			out = append(out, t)
+			continue
+		}
+		// Pieces of whole blocks: along z, then y, then x, as many as
+		// fit mkSpreadMax (a piece of several blocks past it).
+		parts := min(n, mkSpreadMax)
+		per := (n + parts - 1) / parts
+		for lo := uint32(0); lo < n; lo += per {
+			hi := min(lo+per, n)
+			// Blocks lo..hi-1 in x-fastest order over the box; a piece
+			// must be a box: take whole rows of x unless within one.
+			for i := lo; i < hi; {
+				x, y, z := i%nx, (i/nx)%ny, i/(nx*ny)
+				w := min(hi-i, nx-x) // along x, within the row
+				p := t
+				p.box = [6]uint32{b[0] + x, b[0] + x + w, b[2] + y, b[2] + y + 1, b[4] + z, b[4] + z + 1}
+				p.bytes = max(t.bytes*uint64(w)/uint64(n), 1)
+				out = append(out, p)
+				i += w
+			}
+		}
+		changed = true
+	}
+	if !changed {
+		return false
+	}
+	m.tasks = out
+	clear(count)
+	for _, t := range out {
+		count[t.sig]++
+	}
+	waits := slices.Clone(m.waits)
+	for i := range waits {
+		waits[i].Count = count[waits[i].Counter]
+	}
+	m.waits = waits
+	return true
 }
 
 // mkWeights is a matrix launch's weights and the bytes of one output
@@ -269,12 +348,13 @@ func mkBox(o *mkOp, l *Launch, t bundle.Task, rows int) ([6]uint32, error) {
 
 // regroup reassigns the tasks to n queues, the blocks the GPU keeps
 // resident, when that is not the schedule's queues (fewer multiprocessors,
-// or more than one block on each): in task order, each to the queue with
-// the fewest bytes so far, the rule the compiler balanced by. Every queue
-// stays in task order, so the lowest unfinished task is still at the head
-// of its queue with its waits met, and no assignment deadlocks.
-func (m *mkTables) regroup(n int) {
-	if n == len(m.queues) || n < 1 {
+// or more than one block on each) or force: in task order, each to the
+// queue with the fewest bytes so far, the rule the compiler balanced by.
+// Every queue stays in task order, so the lowest unfinished task is still
+// at the head of its queue with its waits met, and no assignment
+// deadlocks.
+func (m *mkTables) regroup(n int, force bool) {
+	if (n == len(m.queues) && !force) || n < 1 {
 		return
 	}
 	qs := make([][]uint32, n)
@@ -458,7 +538,7 @@ func (t *Tier) initMegakernel(b *bundle.Bundle, mem *Memory, opt Options) error 
 			t.mkWhy[vi] = fmt.Sprintf("no block of %d threads and %d bytes of shared memory fits a multiprocessor", mkThreads, tabs.shared)
 			continue
 		}
-		tabs.regroup(occ * sms)
+		tabs.regroup(occ*sms, false)
 		p, err := t.uploadMk(tabs, t.prof != nil)
 		if err != nil {
 			return err

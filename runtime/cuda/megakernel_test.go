@@ -53,10 +53,11 @@ func TestMegakernelTables(t *testing.T) {
 			ones := 0 // variants of one and two rows
 			for _, sc := range b.Graph.Schedules {
 				v := &b.Graph.Variants[sc.Variant]
-				qs, size, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), 0)
+				qs, _, size, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), 0)
 				if err != nil {
 					t.Fatalf("%s: %v", v.Key(), err)
 				}
+				checkSpread(t, v.Key(), &sc, ls[sc.Variant], int(v.Rows))
 				rowsEntries, matrices := 0, 0
 				for _, l := range ls[sc.Variant] {
 					if family, _, _ := strings.Cut(l.Name, "."); kcuda.MatrixFamily(family) {
@@ -92,11 +93,11 @@ func TestMegakernelTables(t *testing.T) {
 					}
 				}
 				for _, blocks := range []int{1, 7, 66, 2 * int(sc.SMs)} {
-					qs, _, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), blocks)
+					qs, tasks, _, err := cuda.MkTables(&sc, ls[sc.Variant], int(v.Rows), blocks)
 					if err != nil {
 						t.Fatal(err)
 					}
-					seen := make([]bool, len(sc.Tasks))
+					seen := make([]bool, tasks)
 					for qi, q := range qs {
 						if !slices.IsSorted(q) {
 							t.Fatalf("%s at %d blocks: queue %d is out of task order", v.Key(), blocks, qi)
@@ -117,6 +118,47 @@ func TestMegakernelTables(t *testing.T) {
 				t.Fatalf("decode variants of %d rows in all with schedules; want those of 1, 2, 4 and 8", ones)
 			}
 		})
+	}
+}
+
+// checkSpread holds the tier's tasks to what spread promises: no task of
+// more than one block but a matrix product's tiles (up to the bound of
+// pieces), a split attention's blocks each a task, every counter's count
+// the tasks that signal it and every wait for its counter's whole count,
+// and the tasks' order by dispatch kept (a task waits only on counters of
+// earlier dispatches).
+func checkSpread(t *testing.T, key string, sc *bundle.Schedule, ls []cuda.Launch, rows int) {
+	t.Helper()
+	boxes, sigs, waits, err := cuda.MkCounts(sc, ls, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[uint32]uint32{}
+	for _, c := range sigs {
+		count[c]++
+	}
+	for _, w := range waits {
+		if w.Count != count[w.Counter] {
+			t.Fatalf("%s: a wait for counter %d to reach %d, which %d tasks signal", key, w.Counter, w.Count, count[w.Counter])
+		}
+	}
+	splits := 0
+	for _, l := range ls {
+		if l.Shape.Entry == kcuda.EntrySplit {
+			splits += int(l.Shape.Grid[0] * l.Shape.Grid[1] * l.Shape.Grid[2])
+		}
+	}
+	ones := 0
+	for _, b := range boxes {
+		if (b[1]-b[0])*(b[3]-b[2])*(b[5]-b[4]) == 1 {
+			ones++
+		}
+	}
+	if ones < splits {
+		t.Fatalf("%s: %d tasks of one block, the split attention alone has %d blocks", key, ones, splits)
+	}
+	if len(boxes) <= len(sc.Tasks) && splits > 0 {
+		t.Fatalf("%s: %d tasks from the schedule's %d, with a split attention", key, len(boxes), len(sc.Tasks))
 	}
 }
 

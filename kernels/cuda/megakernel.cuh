@@ -76,6 +76,22 @@ __device__ __forceinline__ u32 mk_load_acquire(const u32* p) {
     return v;
 }
 
+// mk_load_relaxed reads a counter without ordering (at GPU scope, so not
+// from a stale L1 line): nvcc -DMK_RELAXED_POLL polls with it and orders
+// once, by a fence after the last wait is met, instead of every poll
+// being an acquire.
+__device__ __forceinline__ u32 mk_load_relaxed(const u32* p) {
+    u32 v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+#ifdef MK_RELAXED_POLL
+#define MK_POLL mk_load_relaxed
+#else
+#define MK_POLL mk_load_acquire
+#endif
+
 // mk_add_release adds one to a counter with release semantics at GPU
 // scope: every write the thread made before it, and (through the barrier
 // that precedes it in mk_signal) every write of its block, is visible to
@@ -105,9 +121,9 @@ __device__ __forceinline__ void mk_wait(const u32* counters, const MkWait* waits
         for (u32 i = 0; i < n; i++) {
             const u32* c = counters + waits[i].counter;
             u32 want = waits[i].count * epoch, ns = 32;
-            if ((int)(mk_load_acquire(c) - want) >= 0) continue;
+            if ((int)(MK_POLL(c) - want) >= 0) continue;
             unsigned long long t0 = mk_now_ns();
-            while ((int)(mk_load_acquire(c) - want) < 0) { // wraps as the tier's reset allows
+            while ((int)(MK_POLL(c) - want) < 0) { // wraps as the tier's reset allows
 #ifndef MK_NO_SLEEP // nvcc -DMK_NO_SLEEP spins without backing off, to measure what the sleeps cost a hop
                 __nanosleep(ns);
                 if (ns < 256) ns *= 2; // a release is seen within a quarter microsecond or so
@@ -115,6 +131,11 @@ __device__ __forceinline__ void mk_wait(const u32* counters, const MkWait* waits
                 if (mk_now_ns() - t0 > MK_WAIT_LIMIT_NS) __trap();
             }
         }
+#ifdef MK_RELAXED_POLL
+        // The relaxed reads saw the releases: this fence makes them
+        // acquire (the PTX model's fence-based synchronization).
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
     }
     __syncthreads();
 }

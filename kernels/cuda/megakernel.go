@@ -85,8 +85,22 @@ func matrixKN(family, typ string, push, spec []uint32, rows int) (k, n uint32, e
 // first find its weights in L2. Its sums are the matrix-vector kernel's,
 // not the tiles': such a step's bits differ from the graph path's, within
 // the parity tolerance of both against T-CPU.
+//
+// Decode attention keeps its main entry, never the _split one: a split
+// head group's blocks along z run as tasks of their own, and on rows of
+// up to FA_SPLIT_MIN keys all but the first return at once, which on an
+// H200 (the qwen3 0.6B shape's one-row step, ZRT_CUDA_PROFILE's trace)
+// still took 4.2 µs a task, 120 such tasks a layer. The first block of a
+// split row runs the unsplit kernel's arithmetic, so the bits stay the
+// graph path's up to that length; a longer row takes one multiprocessor
+// a head group (and its own bits) until the schedule splits attention
+// over keys itself.
 func MegakernelShape(instance string, push, spec []uint32, rows int) (Launch, error) {
 	l, err := Shape(instance, push, spec, rows, false)
+	if err == nil && l.Entry == EntrySplit {
+		l.Grid[2], l.Entry, l.Staged = 1, EntryMain, 0
+		return l, nil
+	}
 	if err != nil || rows <= mmvRows || rows > mmvMaxRows {
 		return l, err
 	}

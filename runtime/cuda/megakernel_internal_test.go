@@ -113,8 +113,8 @@ func TestMkTraceReport(t *testing.T) {
 }
 
 // TestMkStride: the tiles of a matrix op with the same waits and rows
-// become one block each of a grid of as many blocks, prefetching nothing;
-// tiles whose waits differ keep their boxes.
+// become one block each of a grid of as many blocks, each prefetching its
+// tile's rows still; tiles whose waits differ keep their boxes.
 func TestMkStride(t *testing.T) {
 	s := &bundle.Schedule{
 		Tasks: []bundle.Task{
@@ -133,7 +133,7 @@ func TestMkStride(t *testing.T) {
 	m := tables()
 	m.stride(s, 0)
 	if m.ops[0].grid[0] != 2 || m.tasks[0].box != [6]uint32{0, 1, 0, 1, 0, 1} || m.tasks[1].box != [6]uint32{1, 2, 0, 1, 0, 1} ||
-		m.tasks[0].pfBytes != 0 || m.tasks[1].pfBytes != 0 {
+		m.tasks[0].pfBytes != 4096 || m.tasks[1].pf != 1<<36+4096 {
 		t.Fatalf("strided: grid %v, tasks %+v", m.ops[0].grid, m.tasks)
 	}
 	s.Waits[1].Counter = 1

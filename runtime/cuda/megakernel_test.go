@@ -81,7 +81,7 @@ func TestMegakernelTables(t *testing.T) {
 					t.Fatal(err)
 				}
 				for ti := range addr {
-					if !matrix[ti] && n[ti] > 0 { // a matrix tile's strided tasks (stride) prefetch nothing either
+					if matrix[ti] != (n[ti] > 0) {
 						t.Fatalf("%s: task %d (matrix %v) prefetches %d bytes", v.Key(), ti, matrix[ti], n[ti])
 					}
 					if n[ti] == 0 {

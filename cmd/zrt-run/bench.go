@@ -46,10 +46,8 @@ decode step, the speedup those predict and the speedup measured.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
-			case opt.Prompt < 0 || opt.Prompt > 1<<20:
-				return exitcode.Usagef("-p %d out of range [0, 1048576]", opt.Prompt)
-			case opt.Gen < 0 || opt.Gen > 1<<20:
-				return exitcode.Usagef("-n %d out of range [0, 1048576]", opt.Gen)
+			case opt.Prompt < 0 || opt.Prompt > 1<<20 || opt.Gen < 0 || opt.Gen > 1<<20:
+				return exitcode.Usagef("-p %d, -n %d: each must be in [0, 1048576]", opt.Prompt, opt.Gen)
 			case opt.Reps < 1 || opt.Reps > 1000:
 				return exitcode.Usagef("-r %d out of range [1, 1000]", opt.Reps)
 			case slotList != "" && format != "md" && format != "jsonl":
@@ -108,6 +106,7 @@ decode step, the speedup those predict and the speedup measured.`,
 	c.Flags().StringVar(&opt.SpecPrompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
+	c.Flags().StringVar(&opt.Megakernel, "megakernel", "on", "T-CUDA's tg steps on the persistent kernel of a bundle built with megakernel = true (on), on the graph path (off), or both, as tests tgN and tgN graph")
 	c.Flags().StringVar(&opt.LlamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
 	return c
 }

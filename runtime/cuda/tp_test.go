@@ -289,3 +289,39 @@ func TestWalkCollectives(t *testing.T) {
 		}
 	}
 }
+
+// compileSynthTP writes a synthetic model and builds it for target as a
+// tensor-parallel set of n ranks, with config (a model config's TOML)
+// when it is not empty; it returns rank 0's bundle, which opens the set.
+func compileSynthTP(t *testing.T, s synth.Shape, target, config string, n int) string {
+	t.Helper()
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opt := compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}
+	if config != "" {
+		opt.ConfigPath = filepath.Join(dir, "m.toml")
+		if err := os.WriteFile(opt.ConfigPath, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := filepath.Join(dir, "set")
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{target}, TP: n, Compiler: opt, Out: set}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := x.Rank(target, 0)
+	if !ok {
+		t.Fatalf("set %s has no rank 0 of %s", set, target)
+	}
+	return m.Path(set)
+}

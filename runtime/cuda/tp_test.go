@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -276,15 +277,33 @@ func TestWalkCollectives(t *testing.T) {
 				t.Errorf("rank %d variant %s: %d all-reduces, %d head gathers, %d logits gathers; want %d, %d, 1", r, v.Key(), reduces, heads, logits, s.Layers, s.Layers)
 			}
 			// Run one-shot, every all-reduce takes in the residual add
-			// after it: the FFN's sum goes into the residual stream.
-			fused := cuda.OneShotForTest(ls)
-			if want := len(ls) - reduces; len(fused) != want {
-				t.Errorf("rank %d variant %s: %d launches with the adds taken in, want %d", r, v.Key(), len(fused), want)
-			}
-			for _, l := range fused {
-				if c := l.Collective; c != nil && !c.Gather && l.Params[len(l.Params)-1] == 0 {
-					t.Errorf("rank %d variant %s: an all-reduce without its residual", r, v.Key())
+			// after it: the FFN's sum goes into the residual stream; and
+			// the kernel takes in the output norm after the last layer's
+			// (the shape's Q, K and V are fused with their norm, so that
+			// is the one rms_norm of the stream).
+			norms := 0
+			for _, l := range ls {
+				if family, _, _ := strings.Cut(l.Name, "."); family == "rms_norm" {
+					norms++
 				}
+			}
+			fused := cuda.OneShotForTest(slices.Clone(ls), true)
+			taken := 0
+			for _, l := range fused {
+				if c := l.Collective; c != nil && !c.Gather {
+					if l.Params[cuda.ReduceResidual] == 0 {
+						t.Errorf("rank %d variant %s: an all-reduce without its residual", r, v.Key())
+					}
+					if l.Params[cuda.ReduceNormY] != 0 {
+						taken++
+					}
+				}
+			}
+			if norms != 1 || taken != 1 {
+				t.Errorf("rank %d variant %s: %d rms_norm launches, %d taken into an all-reduce; want 1, 1", r, v.Key(), norms, taken)
+			}
+			if want := len(ls) - reduces - taken; len(fused) != want {
+				t.Errorf("rank %d variant %s: %d launches with the adds and norms taken in, want %d", r, v.Key(), len(fused), want)
 			}
 		}
 	}

@@ -73,7 +73,11 @@ func TestTPParityWithCPU(t *testing.T) {
 //     whole) and an FFN of 3 blocks split 2 + 1;
 //   - odd-vocab: a vocabulary of 321 splits 160 + 161, so the logits'
 //     gather broadcasts each rank's part instead of ncclAllGather;
-//   - moe: routed experts, each expert's FFN split.
+//   - moe: routed experts, each expert's FFN split;
+//   - q4_k_m: llama-quantize's Q4_K_M mix over 4 layers, whose last two
+//     have Q6_K values, so their Q, K and V are not fused and each
+//     normalizes on its own: the one-shot all-reduce before takes that
+//     norm in (fuseResiduals), as in half the 7B's layers.
 //
 // Each set runs with its collectives through NCCL, then as T-CUDA's
 // default has them (the one-shot kernels for the small ones, where the
@@ -87,6 +91,7 @@ func TestTPShapes(t *testing.T) {
 		{"ffn-3-blocks", synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}},
 		{"odd-vocab", synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 321, Context: 256, Type: ggml.Q8_0, Seed: 7}},
 		{"moe", synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 5}},
+		{"q4_k_m", synth.Shape{Arch: "llama", Layers: 4, Embd: 512, Heads: 4, HeadsKV: 4, FF: 1536, Vocab: 1000, Context: 256, Mix: "Q4_K_M", Seed: 11}},
 	}
 	prompts := [][]int32{{1, 17, 42, 99, 7, 250, 3, 64}, {1, 5, 9, 300, 12}}
 	forced := [][]int32{{5, 200, 31}, {77, 2, 140}}

@@ -151,6 +151,11 @@ type Tier struct {
 	// adds after them (fuseResiduals), each variant's launches before
 	// that, which RunEach replays.
 	unfused [][]Launch
+	// reduceNorms: the bundle's one-shot all-reduce can also take in the
+	// RMS norm after its residual add (its PTX has the norm's parameters,
+	// kernels/cuda/family/all_reduce_sum.cuh; a bundle built before has
+	// not).
+	reduceNorms bool
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -432,6 +437,9 @@ func (t *Tier) loadKernel(name string, code []byte) error {
 		t.entries[e] = append(t.entries[e], f)
 	}
 	t.overlap = append(t.overlap, t.pdl && bytes.Contains(code[:n], []byte("griddepcontrol.wait")))
+	if family, _, _ := strings.Cut(name, "."); family == "all_reduce_sum" {
+		t.reduceNorms = ReduceTakesNorm(name, code[:n])
+	}
 	return nil
 }
 

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/internal/testmodel"
@@ -98,6 +100,63 @@ func TestServesLikeAlone(t *testing.T) {
 
 // servesConfig is the model config of the servesLikeAlone tests.
 const servesConfig = "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n"
+
+// TestServesLikeAloneTP is TestServesLikeAlone on a tensor-parallel set
+// of 2 ranks (zrtc build --tp 2), opened as one model: the engine's
+// slots, KV pages (each rank's holding its heads, at the page numbers
+// rank 0's request table gives every rank), preemption and prefix
+// cache work on the set as on one bundle. T-CUDA runs it on two GPUs
+// (skipping with fewer), a rank each.
+func TestServesLikeAloneTP(t *testing.T) {
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) { servesLikeAlone(t, setOn(t, "stories260K.gguf", servesConfig, tr, 2)) })
+	}
+}
+
+// setOn is sharedOn for a tensor-parallel set of n ranks, skipping
+// T-CUDA with fewer than n GPUs.
+func setOn(t *testing.T, file, config string, tr tier, n int) *runtime.Program {
+	t.Helper()
+	if tr.name == "cuda" {
+		info, err := driver.Probe()
+		if err != nil {
+			t.Skipf("no GPU: %v", err)
+		}
+		if info.Devices < n {
+			t.Skipf("%d GPU(s) here, a set of %d ranks needs %d", info.Devices, n, n)
+		}
+	}
+	model := filepath.Join(reference.SharedDir(), "models", file)
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	dir := t.TempDir()
+	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "set")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{tr.target}, TP: n, Out: out,
+		Compiler: compiler.Options{ConfigPath: cfg, PTXDir: os.Getenv("ZRT_PTX_DIR")}}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := x.Rank(tr.target, 0)
+	if !ok {
+		t.Fatalf("set %s has no rank 0 of %s", out, tr.target)
+	}
+	p, err := runtime.Open(m.Path(out), runtime.Options{Tier: tr.name, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if p.Hparams.TPRanks != n {
+		t.Fatalf("opened a bundle of %d ranks, want %d", p.Hparams.TPRanks, n)
+	}
+	return p
+}
 
 // TestServesLikeAloneHybrid is TestServesLikeAlone on a Qwen3.5-shaped
 // hybrid (synthetic weights): its DeltaNet layers keep per-slot state,

@@ -224,12 +224,10 @@ type Engine struct {
 	tr         *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
-	// advancing are the requests advance works on (reused).
-	advancing  []*request
-	slog       *stepLog
-	onStep     func(*StepRecord) // Rerun's view of each step
-	drafter    draft.Drafter
-	specPolicy specPolicy
+	slog        *stepLog
+	onStep      func(*StepRecord) // Rerun's view of each step
+	drafter     draft.Drafter
+	specPolicy  specPolicy
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
@@ -838,35 +836,53 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // past their tokens (decode.Decoder.Advance) on several cores at once,
 // before route takes the rows one by one: a constrained row's token
 // costs its grammar a walk, which would otherwise add up over the batch
-// on this goroutine.
+// on this goroutine. The same goroutines then compute the rows' next
+// masks (decode.Decoder.MaskNext) while this one routes the rows and
+// plans the next step, so it starts no goroutine a row for them (each
+// start may wake a thread, a system call on this goroutine's path).
 func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
-	e.advancing = e.advancing[:0]
+	// The workers read these after advance returns: not reused.
+	var rows []*decode.Decoder
+	var srcs []slotSource
 	for _, c := range plan.Rows {
 		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.OnDevice() {
-			e.advancing = append(e.advancing, r)
+			rows, srcs = append(rows, r.dec), append(srcs, slotSource{e, r.slot})
 		}
 	}
-	n := len(e.advancing)
+	n := len(rows)
 	if n == 0 {
 		return
 	}
-	var next atomic.Int64
-	work := func() {
+	due := make([]bool, n)
+	var next, nextMask atomic.Int64
+	var accepted sync.WaitGroup
+	accepted.Add(n)
+	accept := func() {
 		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-			r := e.advancing[i]
-			r.dec.Advance(slotSource{e, r.slot})
+			due[i] = rows[i].Advance(srcs[i])
+			accepted.Done()
 		}
 	}
-	var wg sync.WaitGroup
-	for range min(goruntime.GOMAXPROCS(0), n) - 1 {
-		wg.Add(1)
+	mask := func() {
+		accepted.Wait() // due is complete, and no constraint is advancing
+		for i := int(nextMask.Add(1)) - 1; i < n; i = int(nextMask.Add(1)) - 1 {
+			if due[i] {
+				rows[i].MaskNext()
+			}
+		}
+	}
+	workers := min(goruntime.GOMAXPROCS(0), n) - 1
+	for range workers {
 		go func() {
-			defer wg.Done()
-			work()
+			accept()
+			mask()
 		}()
 	}
-	work()
-	wg.Wait()
+	accept()
+	accepted.Wait()
+	if workers == 0 {
+		mask() // nobody else would
+	}
 }
 
 // traceStep records the step that started at start with its plan, split

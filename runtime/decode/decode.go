@@ -418,6 +418,23 @@ func (d *Decoder) end(st Step, f Finish) Step {
 	return st
 }
 
+// Release, once the request is finished, waits for any mask still being
+// computed and lets the constraint give back what it holds (one with a
+// Release method: a grammar matcher hands its memoized machine to its
+// grammar's next request). A constraint released allows no token, so a
+// NextFrom after it ends the request.
+func (d *Decoder) Release() {
+	r, ok := d.p.Constraint.(interface{ Release() })
+	if !ok {
+		return
+	}
+	d.waitMask()
+	if d.due != nil {
+		<-d.due // MaskNext's, when the request ended at the token Advance took
+	}
+	r.Release()
+}
+
 // Generated returns the tokens generated so far (an end-of-generation
 // token is not counted).
 func (d *Decoder) Generated() int { return d.generated }

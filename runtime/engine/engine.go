@@ -1407,6 +1407,7 @@ func (e *Engine) finish(r *request, last Event) {
 	close(r.events)
 	r.events = nil
 	r.unwake()
+	r.dec.Release()
 	if last.Finish != Failed {
 		e.remember(r)
 	}

@@ -211,7 +211,7 @@ func BenchmarkAcceptRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		var outputs [][]int32
-		for seed := range int64(16) {
+		for seed := range int64(64) {
 			outputs = append(outputs, randomOutput(b, tok, g, seed, 200))
 		}
 		for _, release := range []bool{false, true} {

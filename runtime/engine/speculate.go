@@ -459,6 +459,8 @@ func checkSpeculation(m Model, s Speculation) error {
 	}
 	switch s.Kind {
 	case spec.NGram:
+	case spec.Draft:
+		return fmt.Errorf("engine: speculative %s: the serving engine drafts with ngram or self; a draft model (--draft) drafts in zrt-run generate and bench", s)
 	case spec.Self:
 		if _, ok := m.Key(runtime.Draft, 1); !ok {
 			return fmt.Errorf("engine: speculative %s: the bundle has no draft variant; build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", s)

@@ -262,7 +262,7 @@ func TestDraftModelRefused(t *testing.T) {
 		t.Errorf("ngram with a draft model: %v", err)
 	}
 	t.Run("stories260K", func(t *testing.T) {
-		if err := spec.CheckDraft(target, openGGUF(t, testmodel.Shared(t, "stories260K.gguf"))); err == nil || !strings.Contains(err.Error(), "differ") {
+		if err := spec.CheckDraft(target.Program, openGGUF(t, testmodel.Shared(t, "stories260K.gguf")).Program); err == nil || !strings.Contains(err.Error(), "differ") {
 			t.Errorf("stories260K drafting for a synthetic model: %v", err)
 		}
 	})

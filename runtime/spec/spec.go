@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
@@ -181,7 +182,7 @@ func CheckWithDraft(pool, model *sequence.Pool, m Mode) error {
 		if model.SlotState() {
 			return fmt.Errorf("draft model: %w", sequence.ErrSlotState)
 		}
-		return CheckDraft(pool, model)
+		return CheckDraft(pool.Program, model.Program)
 	default:
 		return fmt.Errorf("speculative mode %q: nothing to draft with", m.Kind)
 	}
@@ -195,7 +196,7 @@ func CheckWithDraft(pool, model *sequence.Pool, m Mode) error {
 // be the target's tokens — the same vocabulary, token for token, the
 // same logits width and the same special tokens — or its guesses would
 // be other tokens' ids.
-func CheckDraft(target, draft *sequence.Pool) error {
+func CheckDraft(target, draft *runtime.Program) error {
 	tv, dv := target.Tok.Vocab(), draft.Tok.Vocab()
 	switch {
 	case target.Hparams.NVocab != draft.Hparams.NVocab:

@@ -71,9 +71,9 @@ func specGen(ctx context.Context, e, model *sequence.Pool, prompt []int32, gen i
 }
 
 // stepCosts times steps of 1 to rows rows of one sequence after prompt
-// (each verified and rolled back), reps times each, and returns each one's
-// median time (robust to other processes on a shared machine): cost[r] is
-// a step of r rows.
+// (each verified and rolled back), reps rounds of each row count in turn,
+// and returns each one's median time (robust to other processes on a
+// shared machine): cost[r] is a step of r rows.
 func stepCosts(ctx context.Context, e *sequence.Pool, prompt []int32, rows, reps int) ([]time.Duration, error) {
 	seq, err := e.NewSequence()
 	if err != nil {
@@ -90,26 +90,26 @@ func stepCosts(ctx context.Context, e *sequence.Pool, prompt []int32, rows, reps
 		toks[i] = prompt[i%len(prompt)]
 	}
 	cost := make([]time.Duration, rows+1)
-	for r := 1; r <= rows; r++ {
-		if _, err := seq.Verify(ctx, toks[:r]); err != nil { // warm up
-			return nil, err
-		}
-		if err := seq.Truncate(start); err != nil {
-			return nil, err
-		}
-		ts := make([]time.Duration, reps)
-		for i := range ts {
+	ts := make([][]time.Duration, rows+1)
+	// Every row count once a round, so that a busy spell of the machine
+	// falls on all of them alike; the first round warms up.
+	for i := -1; i < reps; i++ {
+		for r := 1; r <= rows; r++ {
 			t0 := time.Now()
 			if _, err := seq.Verify(ctx, toks[:r]); err != nil {
 				return nil, err
 			}
-			ts[i] = time.Since(t0)
+			if i >= 0 {
+				ts[r] = append(ts[r], time.Since(t0))
+			}
 			if err := seq.Truncate(start); err != nil {
 				return nil, err
 			}
 		}
-		slices.Sort(ts)
-		cost[r] = ts[reps/2]
+	}
+	for r := 1; r <= rows; r++ {
+		slices.Sort(ts[r])
+		cost[r] = ts[r][reps/2]
 	}
 	return cost, nil
 }
@@ -156,8 +156,12 @@ func specReport(w io.Writer, mode spec.Mode, s spec.Stats, cost []time.Duration,
 			draftCost = cd
 		}
 		formula := tokens / (draftCost + float64(cost[k+1])/float64(cost[1]))
-		fmt.Fprintf(w, "standard formula: α %.3f, K %d: %.2f tokens a step for %.2f draft + %.2f verify = predicted %.2f×\n",
-			a, k, tokens, draftCost, float64(cost[k+1])/float64(cost[1]), formula)
+		note := ""
+		if !mode.Fixed {
+			note = " (at K every step; the policy chose the run's lengths, so the run's own mix below is the prediction)"
+		}
+		fmt.Fprintf(w, "standard formula: α %.3f, K %d: %.2f tokens a step for %.2f draft + %.2f verify = predicted %.2f×%s\n",
+			a, k, tokens, draftCost, float64(cost[k+1])/float64(cost[1]), formula, note)
 	}
 	// The run's steps at their measured costs, and the draft time,
 	// against a decode step a token.

@@ -71,7 +71,7 @@ decode step, the predicted speedups and the measured one of every round.`,
 				return err
 			}
 			defer pool.Close()
-			if draft != "" {
+			if ef.beside = pool.Program; draft != "" {
 				if opt.Draft, err = ef.open(cmd.Context(), draft); err != nil {
 					return fmt.Errorf("--draft %s: %w", draft, err)
 				}

@@ -298,6 +298,7 @@ func newEngine(p, draft *runtime.Program, cfg *Config, policy *Policy, sp engine
 // openDraft opens b's draft model beside its target p, refusing one
 // whose vocabulary differs.
 func openDraft(p *runtime.Program, b Bundle, opt runtime.Options) (*runtime.Program, error) {
+	opt.Beside = p // one step at a time: on T-CPU, one worker pool
 	d, err := runtime.Open(b.Draft, opt)
 	if err != nil {
 		return nil, fmt.Errorf("--draft %s: %w", b.DraftPath, err)

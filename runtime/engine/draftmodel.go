@@ -155,7 +155,11 @@ func (e *Engine) draftTokens(ctx context.Context, r *request, s *draftSeq) error
 		if err := d.m.Step(ctx, b); err != nil {
 			return fmt.Errorf("engine: draft model step: %w", err)
 		}
-		e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
+		if stage == runtime.Decode {
+			// A draft token's cost: a prompt's catch-up, once a request,
+			// is not what the next draft costs.
+			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
+		}
 		s.tokens = append(s.tokens, toks...)
 		return nil
 	}

@@ -425,7 +425,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 		cfg.PrefillHold = 4
 	}
 	if testHookSpeculative != nil && !cfg.Speculative.On() {
-		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
+		if sp, d := testHookSpeculative(); sp.Kind != spec.Draft && checkSpeculation(m, sp) == nil { // (a draft model is no test-wide setting)
 			cfg.Speculative, cfg.Drafter = sp, d
 		}
 	}

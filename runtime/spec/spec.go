@@ -426,6 +426,32 @@ func (d *Decoding) modelDraft(ctx context.Context, pending int32, k int) ([]int3
 	return rows, qs, nil
 }
 
+// Speculator is a run's speculative decoding for sequence's Generate
+// (GenerateOptions.Speculate): it checks mode over pool and the draft
+// model (kind draft; a draft model with mode off means draft with
+// DefaultK) now, and for the run warns through warn when the bundle's
+// verify steps hold fewer rows than the draft length, then speculates on
+// the run's sequence. The draft model's sequence stays taken until the
+// draft pool closes.
+func Speculator(pool, model *sequence.Pool, m Mode, maxTokens int, warn func(format string, a ...any)) (func(*sequence.Sequence, *decode.Decoder) (sequence.Speculator, error), error) {
+	if model != nil && !m.On() {
+		m = Mode{Kind: Draft, K: DefaultK}
+	}
+	if err := CheckWithDraft(pool, model, m); err != nil {
+		return nil, fmt.Errorf("--speculative %s: %w", m, err)
+	}
+	return func(seq *sequence.Sequence, d *decode.Decoder) (sequence.Speculator, error) {
+		if rows := pool.VerifyRows(); rows <= m.K {
+			warn("--speculative %s: verify steps of this bundle hold %d rows (a free slot each, within the largest decode variant); drafts are cut to %d tokens", m, rows, rows-1)
+		}
+		sd, err := NewWithDraft(pool, model, seq, d, m, maxTokens)
+		if err != nil {
+			return nil, fmt.Errorf("--speculative %s: %w", m, err)
+		}
+		return sd, nil
+	}, nil
+}
+
 // Report adds the run's speculative figures to m (sequence.Speculator).
 func (d *Decoding) Report(m *sequence.Metrics) {
 	s := d.Stats

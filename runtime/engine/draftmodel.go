@@ -6,6 +6,7 @@ import (
 
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine/kvpool"
+	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 // draftModel is a draft bundle served beside the target (Config.DraftModel,
@@ -192,6 +193,10 @@ func (e *Engine) draftTokens(ctx context.Context, r *request, s *draftSeq) error
 	}
 	return nil
 }
+
+// CheckDraft says whether program draft can draft for target: the same
+// vocabulary, token for token (runtime/spec's CheckDraft).
+func CheckDraft(target, draft *runtime.Program) error { return spec.CheckDraft(target, draft) }
 
 // checkDraftModel refuses a draft model the engine cannot draft with.
 func checkDraftModel(dm Model, slots int) error {

@@ -17,7 +17,6 @@ import (
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine"
 	"github.com/zrtdev/zrt/runtime/server/ledger"
-	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 // Bundle is one model Run serves.
@@ -164,7 +163,7 @@ func Run(ctx context.Context, opt Options) error {
 			}
 			defer draft.Close()
 			if !sp.On() {
-				sp = engine.Speculation{Kind: spec.Draft, K: spec.DefaultK}
+				sp, _ = engine.ParseSpeculation("draft") // --draft alone
 			}
 		}
 		hostKV := int64(cfg.HostKVMiB) << 20
@@ -303,7 +302,7 @@ func openDraft(p *runtime.Program, b Bundle, opt runtime.Options) (*runtime.Prog
 	if err != nil {
 		return nil, fmt.Errorf("--draft %s: %w", b.DraftPath, err)
 	}
-	if err := spec.CheckDraft(p, d); err != nil {
+	if err := engine.CheckDraft(p, d); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("--draft %s for %s: %w", b.DraftPath, b.Path, err)
 	}

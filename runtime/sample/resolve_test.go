@@ -1,37 +1,11 @@
 package sample
 
 import (
+	"github.com/zrtdev/zrt/internal/chisq"
 	"math"
 	"math/rand/v2"
 	"testing"
 )
-
-// chiSquare is Pearson's statistic of counts against the distribution p
-// over n draws, and its degrees of freedom (cells of positive p, less
-// one). A count where p is 0 makes it infinite.
-func chiSquare(counts []int, p Dist, n int) (float64, int) {
-	x2, cells := 0.0, 0
-	for t, c := range counts {
-		e := p[t] * float64(n)
-		if e == 0 {
-			if c > 0 {
-				return math.Inf(1), cells
-			}
-			continue
-		}
-		cells++
-		x2 += (float64(c) - e) * (float64(c) - e) / e
-	}
-	return x2, cells - 1
-}
-
-// critical is the χ² value a statistic of df degrees of freedom exceeds
-// with probability 0.001 (Wilson–Hilferty).
-func critical(df int) float64 {
-	k := float64(df)
-	a := 2 / (9 * k)
-	return k * math.Pow(1-a+3.0902*math.Sqrt(a), 3)
-}
 
 // TestResolveFollowsTarget: tokens that Resolve returns for drafts drawn
 // from a draft's distribution follow the target's distribution (χ² over
@@ -82,17 +56,17 @@ func TestResolveFollowsTarget(t *testing.T) {
 		for v := range p {
 			wantKept += math.Min(p[v], q[v])
 		}
-		x2, df := chiSquare(counts, p, n)
-		if df > 0 && x2 > critical(df) {
-			t.Errorf("setting %+v: χ² %.1f over %d degrees of freedom, critical %.1f: the tokens do not follow the target", sp, x2, df, critical(df))
+		x2, df := chisq.Statistic(counts, p, n)
+		if df > 0 && x2 > chisq.Critical(df) {
+			t.Errorf("setting %+v: χ² %.1f over %d degrees of freedom, critical %.1f: the tokens do not follow the target", sp, x2, df, chisq.Critical(df))
 		}
 		if got := float64(kept) / n; math.Abs(got-wantKept) > 0.01 {
 			t.Errorf("setting %+v: kept %.4f of the drafts, want Σ min(p, q) = %.4f", sp, got, wantKept)
 		}
-		if cx2, _ := chiSquare(bad, p, n); cx2 <= critical(max(df, 1)) {
-			t.Errorf("setting %+v: keeping every draft scored χ² %.1f ≤ %.1f: the test cannot tell the draft from the target", sp, cx2, critical(max(df, 1)))
+		if cx2, _ := chisq.Statistic(bad, p, n); cx2 <= chisq.Critical(max(df, 1)) {
+			t.Errorf("setting %+v: keeping every draft scored χ² %.1f ≤ %.1f: the test cannot tell the draft from the target", sp, cx2, chisq.Critical(max(df, 1)))
 		}
-		t.Logf("setting %+v: χ² %.1f (df %d, critical %.1f), kept %.3f (Σ min(p,q) %.3f)", sp, x2, df, critical(max(df, 1)), float64(kept)/n, wantKept)
+		t.Logf("setting %+v: χ² %.1f (df %d, critical %.1f), kept %.3f (Σ min(p,q) %.3f)", sp, x2, df, chisq.Critical(max(df, 1)), float64(kept)/n, wantKept)
 	}
 }
 
@@ -120,7 +94,7 @@ func TestResolvePointDraft(t *testing.T) {
 			t.Fatal("a rejected draft came back")
 		}
 	}
-	if x2, df := chiSquare(counts, p, n); x2 > critical(df) {
+	if x2, df := chisq.Statistic(counts, p, n); x2 > chisq.Critical(df) {
 		t.Errorf("χ² %.1f over %d degrees of freedom: not the target's distribution", x2, df)
 	}
 	if got := float64(kept) / n; math.Abs(got-p[2]) > 0.01 {

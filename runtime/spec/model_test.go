@@ -2,7 +2,7 @@ package spec_test
 
 import (
 	"context"
-	"math"
+	"github.com/zrtdev/zrt/internal/chisq"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -203,43 +203,17 @@ func TestDraftModelSampledDistribution(t *testing.T) {
 				sd.Close()
 				seq.Release()
 			}
-			x2, df := chiSquare(counts, p, n)
-			crit := critical(df)
+			x2, df := chisq.Statistic(counts, p, n)
+			crit := chisq.Critical(df)
 			if x2 > crit {
 				t.Errorf("χ² %.1f over %d degrees of freedom, critical %.1f: the tokens do not follow the target", x2, df, crit)
 			}
-			if px2, _ := chiSquare(proposed, p, n); px2 <= crit && c.name == "other weights" {
+			if px2, _ := chisq.Statistic(proposed, p, n); px2 <= crit && c.name == "other weights" {
 				t.Errorf("the draft's own proposals score χ² %.1f ≤ %.1f: the test cannot tell the draft from the target", px2, crit)
 			}
 			t.Logf("χ² %.1f (df %d, critical %.1f); %d of %d drafts kept", x2, df, crit, kept, n)
 		})
 	}
-}
-
-// chiSquare is Pearson's statistic of counts against p over n draws and
-// its degrees of freedom; a count where p is 0 makes it infinite.
-func chiSquare(counts []int, p sample.Dist, n int) (float64, int) {
-	x2, cells := 0.0, 0
-	for t, c := range counts {
-		e := p[t] * float64(n)
-		if e == 0 {
-			if c > 0 {
-				return math.Inf(1), cells
-			}
-			continue
-		}
-		cells++
-		x2 += (float64(c) - e) * (float64(c) - e) / e
-	}
-	return x2, cells - 1
-}
-
-// critical is the χ² value exceeded with probability 0.001 at df degrees
-// of freedom (Wilson–Hilferty).
-func critical(df int) float64 {
-	k := float64(max(df, 1))
-	a := 2 / (9 * k)
-	return k * math.Pow(1-a+3.0902*math.Sqrt(a), 3)
 }
 
 // TestDraftModelRefused: a draft model whose vocabulary differs from the

@@ -103,10 +103,17 @@ type Decoder struct {
 	// under the mask it returned, so NextFrom reads that choice.
 	onDevice bool
 	// advanced: Advance has accepted token accepted into the constraint
-	// (with error acceptErr) for the next NextFrom.
+	// (with error acceptErr, leaving it Done or not: advDone) for the
+	// next NextFrom.
 	advanced  bool
 	accepted  int32
 	acceptErr error
+	advDone   bool
+	// due, set by an Advance that reported the next mask due, is closed
+	// by MaskNext once allowed holds it; NextFrom then takes it as the
+	// mask being computed instead of starting one. Only Advance writes
+	// it, so MaskNext may read it while NextFrom runs.
+	due chan struct{}
 	// proposal is NextDrafted's draft for the token being decided.
 	proposal *proposal
 }
@@ -253,13 +260,25 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 			tok = d.sampler.Sample(logits, history)
 		}
 	}
+	due := false // MaskNext computes the next mask: the constraint is its
+	done := false
 	if d.p.Constraint != nil {
 		// A token the constraint refuses can only be sampled when it
 		// allows none (a dead end of the grammar): the output cannot go
 		// on, so the request ends.
 		err := d.acceptErr
+		due, done = advanced && d.due != nil, d.advDone
 		if !advanced || tok != d.accepted {
+			if due {
+				// (Not a choice Advance took: never with a device mask's
+				// greedy choice.) The constraint is MaskNext's until it
+				// is done.
+				d.masked = d.due
+				d.waitMask()
+				due = false
+			}
 			err = d.p.Constraint.Accept(tok)
+			done = err == nil && d.p.Constraint.Done()
 		}
 		if err != nil {
 			return d.end(Step{Token: -1}, EOG)
@@ -279,12 +298,16 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	case stopped:
 		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown
 		return st
-	case d.p.Constraint != nil && d.p.Constraint.Done():
+	case done:
 		return d.end(st, EOG)
 	case d.generated >= d.p.MaxTokens:
 		return d.end(st, Length)
 	case pos >= d.p.ContextLength:
 		return d.end(st, Context)
+	}
+	if due {
+		d.masked = d.due
+		return st
 	}
 	d.prefetchMask()
 	return st
@@ -344,19 +367,42 @@ func (d *Decoder) OnDevice() bool { return d.onDevice }
 // by one. It does nothing where NextFrom would not accept that token
 // (no device mask, a request that ends before it, a choice the mask
 // does not allow).
-func (d *Decoder) Advance(src Source) {
+//
+// It reports whether the mask of the token after is due: the request
+// goes on as far as its constraint and MaxTokens tell. The caller then
+// calls MaskNext, on any goroutine, before or while NextFrom runs
+// (instead of NextFrom starting a goroutine for the mask), so that the
+// goroutines that advanced a batch compute its next masks too.
+func (d *Decoder) Advance(src Source) bool {
 	if !d.onDevice || d.advanced || d.finish != Running || d.generated >= d.p.MaxTokens {
-		return
+		return false
 	}
 	d.waitMask()
 	if d.p.Constraint.Done() {
-		return
+		return false
 	}
 	tok := src.Greedy()
 	if tok < 0 || int(tok>>6) >= len(d.allowed) || d.allowed[tok>>6]&(1<<(tok&63)) == 0 {
-		return
+		return false
 	}
 	d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
+	d.advDone, d.due = d.acceptErr == nil && d.p.Constraint.Done(), nil
+	if d.acceptErr != nil || d.advDone || d.generated+1 >= d.p.MaxTokens || d.tok.IsEOG(tok) {
+		return false
+	}
+	d.due = make(chan struct{})
+	return true
+}
+
+// MaskNext computes the mask of the token after the one Advance took,
+// when Advance reported it due. It touches only the constraint and the
+// mask, which nothing else does until NextFrom or the next step waits
+// for it; if the request ends at NextFrom instead (a stop string, its
+// context), the mask goes unused.
+func (d *Decoder) MaskNext() {
+	ch := d.due
+	d.p.Constraint.Mask(d.allowed)
+	close(ch)
 }
 
 // MaskReady waits until the mask DeviceMask returned holds the next
@@ -405,6 +451,23 @@ func (d *Decoder) end(st Step, f Finish) Step {
 	st.Text += rest + d.filter.Flush()
 	d.finish, st.Finish = f, f
 	return st
+}
+
+// Release, once the request is finished, waits for any mask still being
+// computed and lets the constraint give back what it holds (one with a
+// Release method: a grammar matcher hands its memoized machine to its
+// grammar's next request). A constraint released allows no token, so a
+// NextFrom after it ends the request.
+func (d *Decoder) Release() {
+	r, ok := d.p.Constraint.(interface{ Release() })
+	if !ok {
+		return
+	}
+	d.waitMask()
+	if d.due != nil {
+		<-d.due // MaskNext's, when the request ended at the token Advance took
+	}
+	r.Release()
 }
 
 // Generated returns the tokens generated so far (an end-of-generation

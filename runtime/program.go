@@ -522,6 +522,33 @@ func (p *Program) MasksOnDevice() bool {
 	return ok && m.Masks()
 }
 
+// StepPath says how the steps of variant key run, for a tier that has
+// more than one way (T-CUDA's persistent decode kernel or its graph path,
+// docs/design/megakernel.md): "megakernel", or "graph: " and why not the
+// megakernel; "" for a tier with one way.
+func (p *Program) StepPath(key ShapeKey) string {
+	m, ok := p.tier.(interface{ Megakernel(vi int) (bool, string) })
+	if !ok {
+		return ""
+	}
+	on, why := m.Megakernel(p.VariantIndex(key))
+	if on {
+		return "megakernel"
+	}
+	return "graph: " + why
+}
+
+// SetMegakernel switches a tier's persistent decode kernel on or off
+// (T-CUDA's Tier.SetMegakernel), for A/B runs in one process; false for a
+// tier without one.
+func (p *Program) SetMegakernel(on bool) (bool, error) {
+	m, ok := p.tier.(interface{ SetMegakernel(on bool) error })
+	if !ok {
+		return false, nil
+	}
+	return true, m.SetMegakernel(on)
+}
+
 // mask sends the masks of b's rows to the tier, or keeps them for
 // maskOnHost.
 func (p *Program) mask(b Batch) error {

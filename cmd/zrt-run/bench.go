@@ -108,6 +108,7 @@ decode step, the predicted speedups and the measured one of every round.`,
 	c.Flags().StringVar(&opt.SpecPrompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
+	c.Flags().StringVar(&opt.Megakernel, "megakernel", "on", "T-CUDA's tg steps on the persistent kernel of a bundle built with megakernel = true (on), on the graph path (off), or both, as tests tgN and tgN graph")
 	c.Flags().StringVar(&opt.LlamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
 	return c
 }

@@ -76,6 +76,8 @@ var api struct {
 	cuCtxSetCurrent             func(Context) Result
 	cuCtxSynchronize            func() Result
 	cuMemAlloc                  func(*DevPtr, uintptr) Result
+	cuMemsetD32Async            func(DevPtr, uint32, uintptr, Stream) Result
+	cuOccupancyMaxActiveBlocks  func(*int32, Function, int32, uintptr) Result
 	cuMemGetInfo                func(*uintptr, *uintptr) Result
 	cuMemFree                   func(DevPtr) Result
 	cuMemHostAlloc              func(*unsafe.Pointer, uintptr, uint32) Result
@@ -127,6 +129,8 @@ var symbols = []struct {
 	{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
 	{&api.cuCtxSynchronize, "cuCtxSynchronize"},
 	{&api.cuMemAlloc, "cuMemAlloc_v2"},
+	{&api.cuMemsetD32Async, "cuMemsetD32Async"},
+	{&api.cuOccupancyMaxActiveBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 	{&api.cuMemFree, "cuMemFree_v2"},
 	{&api.cuMemHostAlloc, "cuMemHostAlloc"},
@@ -289,8 +293,10 @@ func Probe() (Info, error) {
 // Device attributes (CUdevice_attribute).
 const (
 	AttrMaxSharedMemoryPerBlockOptin = 97
+	AttrMultiprocessorCount          = 16
 	AttrComputeCapabilityMajor       = 75
 	AttrComputeCapabilityMinor       = 76
+	AttrClockRate                    = 13 // the multiprocessors' peak clock, kHz
 )
 
 // GetDevice returns device ordinal i.
@@ -514,6 +520,21 @@ func (m Module) Function(name string) (Function, error) {
 	var f Function
 	n := append([]byte(name), 0)
 	return f, check("cuModuleGetFunction("+name+")", api.cuModuleGetFunction(&f, m, &n[0]))
+}
+
+// MemsetD32Async queues the filling of n 32-bit words of device memory
+// with v on stream s (a memset node when s is capturing).
+func MemsetD32Async(p DevPtr, v uint32, n int, s Stream) error {
+	return check("cuMemsetD32Async", api.cuMemsetD32Async(p, v, uintptr(n), s))
+}
+
+// MaxActiveBlocks is how many blocks of f, of block threads and
+// sharedBytes of dynamic shared memory, one multiprocessor keeps resident
+// at once (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+func (f Function) MaxActiveBlocks(block, sharedBytes int) (int, error) {
+	var n int32
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", api.cuOccupancyMaxActiveBlocks(&n, f, int32(block), uintptr(sharedBytes)))
+	return int(n), err
 }
 
 // FuncAttrMaxDynamicSharedSize is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.

@@ -54,6 +54,9 @@ type Options struct {
 	// with this mode, and a report of its acceptance and step costs.
 	Speculative spec.Mode
 	SpecPrompt  string
+	// Draft is the draft model of Speculative's kind draft (nil for the
+	// others): a bundle sharing the target's vocabulary.
+	Draft *sequence.Pool
 	// Megakernel says where a GPU tier's tg steps run: "on" or "" (its
 	// persistent decode kernel where the variant allows), "off" (the
 	// graph path), or "both" (tgN on the kernel, then "tgN graph").
@@ -75,8 +78,24 @@ func (e *OptionError) Usage() bool { return true }
 
 func optionErrorf(format string, a ...any) error { return &OptionError{fmt.Errorf(format, a...)} }
 
+// Check refuses the settings no bundle can run, before one is opened:
+// counts out of range, and a speculative generation with the batched
+// test.
+func (opt Options) Check() error {
+	switch {
+	case opt.Prompt < 0 || opt.Prompt > 1<<20 || opt.Gen < 0 || opt.Gen > 1<<20:
+		return optionErrorf("-p %d, -n %d: each must be in [0, 1048576]", opt.Prompt, opt.Gen)
+	case opt.Reps < 1 || opt.Reps > 1000:
+		return optionErrorf("-r %d out of range [1, 1000]", opt.Reps)
+	case (opt.Speculative.On() || opt.Draft != nil) && len(opt.Slots) > 0:
+		return optionErrorf("--speculative measures a generation: give -n and no --slots")
+	}
+	return nil
+}
+
 // Run measures pool's bundle as opt says and writes the report to
-// opt.Out.
+// opt.Out. A draft model (Draft) without a speculative mode means
+// --speculative draft.
 func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	if opt.Warn == nil {
 		opt.Warn = func(string, ...any) {}
@@ -84,8 +103,19 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	if opt.Threads <= 0 {
 		opt.Threads = goruntime.NumCPU()
 	}
+	if err := opt.Check(); err != nil {
+		return err
+	}
 	if len(opt.Slots) > 0 {
 		return runBatched(ctx, pool, opt)
+	}
+	if opt.Draft != nil && !opt.Speculative.On() {
+		opt.Speculative = spec.Mode{Kind: spec.Draft, K: spec.DefaultK}
+	}
+	if opt.Speculative.On() {
+		if err := spec.CheckWithDraft(pool, opt.Draft, opt.Speculative); err != nil {
+			return fmt.Errorf("--speculative %s: %w", opt.Speculative, err)
+		}
 	}
 	if opt.Speculative.On() && opt.Gen == 0 {
 		return optionErrorf("--speculative measures a generation: give -n and no --slots")

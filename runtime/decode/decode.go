@@ -114,6 +114,14 @@ type Decoder struct {
 	// mask being computed instead of starting one. Only Advance writes
 	// it, so MaskNext may read it while NextFrom runs.
 	due chan struct{}
+	// proposal is NextDrafted's draft for the token being decided.
+	proposal *proposal
+}
+
+// proposal is a draft token and the distribution it was drawn from.
+type proposal struct {
+	tok int32
+	q   sample.Dist
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -242,10 +250,13 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		if d.p.Constraint != nil {
 			d.maskLogits(logits)
 		}
-		if d.p.Logprobs {
+		switch {
+		case d.p.Logprobs:
 			id, l, top := d.sampler.SampleLogprobs(logits, history, d.p.TopLogprobs)
 			tok, lp = id, &Logprobs{Token: id, Logprob: l, Top: top}
-		} else {
+		case d.proposal != nil && d.proposal.q != nil:
+			tok, _ = d.sampler.Resolve(logits, history, d.proposal.tok, d.proposal.q)
+		default:
 			tok = d.sampler.Sample(logits, history)
 		}
 	}
@@ -301,6 +312,30 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	d.prefetchMask()
 	return st
 }
+
+// NextDrafted is NextFrom for a row whose next token a draft model
+// proposed: draft, drawn from the draft's distribution q. A sampled
+// request decides by speculative sampling's rule (sample.Resolve): the
+// draft is kept with probability min(1, p/q) and otherwise replaced by a
+// draw from the residual, so the token follows the target's distribution
+// p as NextFrom's would, and equals the draft as often as p and q allow.
+// A greedy request, or a nil q (a draft of probability one), decides as
+// NextFrom does: for a point draft, taking the target's own sample and
+// comparing it with the draft is that same rule. The caller keeps the
+// draft when the step's Token equals it.
+func (d *Decoder) NextDrafted(src Source, history []int32, pos int, draft int32, q sample.Dist) Step {
+	d.proposal = &proposal{draft, q}
+	defer func() { d.proposal = nil }()
+	return d.NextFrom(src, history, pos)
+}
+
+// Greedy reports whether the request decodes greedily (the sampler's
+// Greedy): a draft model then proposes its own most likely tokens.
+func (d *Decoder) Greedy() bool { return d.sampler.Greedy() }
+
+// Sampling is the request's sampling parameters, for a draft model that
+// proposes tokens the way the request samples them.
+func (d *Decoder) Sampling() sample.Params { return d.p.Sampling }
 
 // DeviceMask returns the buffer of the tokens the next token may be (the
 // bits of runtime.Row.Mask), for a step that takes the request's greedy

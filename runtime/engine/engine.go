@@ -30,6 +30,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/engine/prefix"
 	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/spec"
 	"github.com/zrtdev/zrt/runtime/spec/draft"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -145,6 +146,10 @@ type Config struct {
 	// Drafter, when set, proposes the drafts instead of the mode's
 	// (n-gram prompt lookup): a test's, whose acceptance it chooses.
 	Drafter draft.Drafter
+	// DraftModel is the draft bundle of speculative kind draft
+	// (draftmodel.go): a second model of the same vocabulary, with at
+	// least Slots slots, on the same tier; nil for the other kinds.
+	DraftModel Model
 }
 
 // Request is one generation request.
@@ -228,6 +233,7 @@ type Engine struct {
 	onStep      func(*StepRecord) // Rerun's view of each step
 	drafter     draft.Drafter
 	specPolicy  specPolicy
+	dm          *draftModel // the draft model of kind draft
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
@@ -374,6 +380,10 @@ type Stats struct {
 	// SpecDrafts.
 	SpecDrafts, SpecDraftTokens, SpecAccepted uint64
 	SpecAcceptedAt                            []uint64
+	// SpecDraftErrors counts a draft model's failed steps (the request
+	// went on without a draft), SpecDraftError the last one's error.
+	SpecDraftErrors uint64
+	SpecDraftError  string
 }
 
 // StepTimes adds up steps of one kind.
@@ -414,7 +424,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 		cfg.PrefillHold = 4
 	}
 	if testHookSpeculative != nil && !cfg.Speculative.On() {
-		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
+		if sp, d := testHookSpeculative(); sp.Kind != spec.Draft && checkSpeculation(m, sp) == nil { // (a draft model is no test-wide setting)
 			cfg.Speculative, cfg.Drafter = sp, d
 		}
 	}
@@ -423,6 +433,14 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
 		meters: map[string]*meters{}, waitingBy: map[string]int{}}
+	if cfg.Speculative.Kind == spec.Draft {
+		if err := checkDraftModel(cfg.DraftModel, cfg.Slots); err != nil {
+			return nil, fmt.Errorf("engine: speculative %s: %w", cfg.Speculative, err)
+		}
+		e.dm = newDraftModel(cfg.DraftModel)
+	} else if cfg.DraftModel != nil {
+		return nil, fmt.Errorf("engine: a draft model goes with speculative kind draft, not %s", cfg.Speculative)
+	}
 	e.drafter = cfg.Drafter
 	if e.drafter == nil {
 		e.drafter = defaultDrafter(cfg.Speculative)
@@ -723,6 +741,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.compact()
 
 	e.propose()
+	e.modelDraft(ctx)
 	in := e.input(start)
 	if e.pinLatency != nil {
 		in.LatencyRows = e.pinLatency()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,12 +250,12 @@ func windowRing(t *testing.T, tr tier) {
 }
 
 func servesLikeAlone(t *testing.T, p *runtime.Program) {
-	servesLikeAloneWith(t, p, engine.Speculation{})
+	servesLikeAloneWith(t, p, engine.Speculation{}, nil)
 }
 
 // servesLikeAloneWith is servesLikeAlone with the engine speculating as
 // sp says; it returns the engine's stats at the end.
-func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation) engine.Stats {
+func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation, draft engine.Model) engine.Stats {
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +281,7 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 		}
 	}
 
-	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp})
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp, DraftModel: draft})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,18 +344,30 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 
 // TestSpeculativeLikeAlone is TestServesLikeAlone with the engine
 // speculating, for each kind of draft: n-gram drafts, and the bundle's
-// draft variant (four of its five layers and its head, self-speculation), of up
-// to 4 tokens verified at every step that has free slots for their rows
+// draft variant (four of its five layers and its head, self-speculation),
+// and a draft model (the TinyStories-656K's F16 file drafting for its
+// Q8_0 file, which shares its vocabulary), of up to 4 tokens verified at every step that has free slots for their rows
 // (the bundle has 16 slots, the engine runs 8 requests), batched with
 // the other requests' decode rows and prefill chunks. Every request's
 // tokens, greedy and sampled, must still equal its solo run's without
 // speculation — bit for bit on T-CPU.
 func TestSpeculativeLikeAlone(t *testing.T) {
 	for _, tr := range tiers {
-		for _, kind := range []string{"ngram", "self"} {
+		for _, kind := range []string{"ngram", "self", "draft"} {
 			t.Run(tr.name+"/"+kind, func(t *testing.T) {
-				p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\ndraft_layers = 4\n", tr)
-				s := servesLikeAloneWith(t, p, engine.Speculation{Kind: kind, K: 4, Fixed: true})
+				const config = "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\ndraft_layers = 4\n"
+				var p, draft *runtime.Program
+				if kind == "draft" {
+					two := strings.Replace(config, "draft_layers = 4", "draft_layers = 1", 1) // TinyStories-656K has 2 layers
+					p, draft = sharedOn(t, "TinyStories-656K.Q8_0.gguf", two, tr), sharedOn(t, "TinyStories-656K.F16.gguf", two, tr)
+				} else {
+					p = storiesOn(t, config, tr)
+				}
+				var dm engine.Model
+				if draft != nil {
+					dm = draft
+				}
+				s := servesLikeAloneWith(t, p, engine.Speculation{Kind: kind, K: 4, Fixed: true}, dm)
 				t.Logf("%d drafts, %d draft tokens, %d accepted", s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted)
 				if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 {
 					t.Errorf("%d draft tokens verified, %d accepted: the test does not exercise speculation", s.SpecDraftTokens, s.SpecAccepted)

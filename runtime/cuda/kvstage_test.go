@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
+	"github.com/zrtdev/zrt/format/lebin"
 	"math"
 	"math/rand"
 	goruntime "runtime"
@@ -76,14 +77,14 @@ func TestKernelQ8KVAttentionStages(t *testing.T) {
 			kv := q8Cache(t, rng, lay, layer, slots, maxPages, perm, last, 3)
 			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
 			io := ioTable(c.rows, slots, maxPages, perm)
-			y := f32bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
-			bufs, yi := [][]byte{f32bytes(q), kv, io, y}, 3
+			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
+			bufs, yi := [][]byte{lebin.Float32Bytes(q), kv, io, y}, 3
 			if ext {
 				var sinks []byte
 				if c.sinks {
-					sinks = f32bytes(randF32(rng, c.nHead, -1, 5))
+					sinks = lebin.Float32Bytes(randF32(rng, c.nHead, -1, 5))
 				}
-				bufs, yi = [][]byte{f32bytes(q), kv, sinks, io, y}, 4
+				bufs, yi = [][]byte{lebin.Float32Bytes(q), kv, sinks, io, y}, 4
 			}
 			got := g.with(t).run(inst, bufs, push, spec, len(c.rows))[yi]
 			compareF32(t, inst+" "+c.name+" vs T-CPU", got, cpuRun(t, inst, bufs, push, spec)[yi], q8AttnTolerance)
@@ -134,7 +135,7 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 				scale := float32(1 / math.Sqrt(float64(sh.hd)))
 				spec := []uint32{1, uint32(sh.nHead), uint32(sh.nKV), uint32(sh.hd), fbits(scale)}
 				push := []uint32{0}
-				bufs := [][]byte{f32bytes(randF32(rng, sh.nHead*sh.hd, -3, 3)), cache, ioTable(rows, 1, maxPages, rng.Perm(maxPages)), make([]byte, 4*sh.nHead*sh.hd)}
+				bufs := [][]byte{lebin.Float32Bytes(randF32(rng, sh.nHead*sh.hd, -3, 3)), cache, ioTable(rows, 1, maxPages, rng.Perm(maxPages)), make([]byte, 4*sh.nHead*sh.hd)}
 				read := float64(depth+1) * float64(2*lay.Width)
 				if quant {
 					read *= 34.0 / 32
@@ -165,7 +166,7 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 						l.Shared = kcuda.Q8AttnShared(uint32(sh.nHead), uint32(sh.nKV), uint32(sh.hd), v.warps, v.stages)
 					}
 					us, out := timeLaunch(t, g, inst, l, bufs, push, spec, 10)
-					for _, x := range bytesF32(out) {
+					for _, x := range lebin.Float32s(out) {
 						if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 							t.Fatalf("%s %s d=%d %+v: output %v", sh.name, inst, depth, v, x)
 						}

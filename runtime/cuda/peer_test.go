@@ -527,7 +527,7 @@ func TestPeerAllReduceNorm(t *testing.T) {
 			if !c.weighted {
 				wp = 0
 			}
-			exec, err := p.capture(func() error { return p.allReduceNorm(xd, io, cols, rd, wp, out, eps) })
+			exec, err := p.t.stream.Capture(func() error { return p.allReduceNorm(xd, io, cols, rd, wp, out, eps) })
 			if err != nil {
 				return err
 			}

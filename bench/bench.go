@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
 )
@@ -53,6 +54,13 @@ type Options struct {
 	// with this mode, and a report of its acceptance and step costs.
 	Speculative spec.Mode
 	SpecPrompt  string
+	// Draft is the draft model of Speculative's kind draft (nil for the
+	// others): a bundle sharing the target's vocabulary.
+	Draft *sequence.Pool
+	// Megakernel says where a GPU tier's tg steps run: "on" or "" (its
+	// persistent decode kernel where the variant allows), "off" (the
+	// graph path), or "both" (tgN on the kernel, then "tgN graph").
+	Megakernel string
 	// Out receives the results; Warn the warnings about noisy rates.
 	Out  io.Writer
 	Warn func(format string, a ...any)
@@ -70,8 +78,24 @@ func (e *OptionError) Usage() bool { return true }
 
 func optionErrorf(format string, a ...any) error { return &OptionError{fmt.Errorf(format, a...)} }
 
+// Check refuses the settings no bundle can run, before one is opened:
+// counts out of range, and a speculative generation with the batched
+// test.
+func (opt Options) Check() error {
+	switch {
+	case opt.Prompt < 0 || opt.Prompt > 1<<20 || opt.Gen < 0 || opt.Gen > 1<<20:
+		return optionErrorf("-p %d, -n %d: each must be in [0, 1048576]", opt.Prompt, opt.Gen)
+	case opt.Reps < 1 || opt.Reps > 1000:
+		return optionErrorf("-r %d out of range [1, 1000]", opt.Reps)
+	case (opt.Speculative.On() || opt.Draft != nil) && len(opt.Slots) > 0:
+		return optionErrorf("--speculative measures a generation: give -n and no --slots")
+	}
+	return nil
+}
+
 // Run measures pool's bundle as opt says and writes the report to
-// opt.Out.
+// opt.Out. A draft model (Draft) without a speculative mode means
+// --speculative draft.
 func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	if opt.Warn == nil {
 		opt.Warn = func(string, ...any) {}
@@ -79,8 +103,19 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	if opt.Threads <= 0 {
 		opt.Threads = goruntime.NumCPU()
 	}
+	if err := opt.Check(); err != nil {
+		return err
+	}
 	if len(opt.Slots) > 0 {
 		return runBatched(ctx, pool, opt)
+	}
+	if opt.Draft != nil && !opt.Speculative.On() {
+		opt.Speculative = spec.Mode{Kind: spec.Draft, K: spec.DefaultK}
+	}
+	if opt.Speculative.On() {
+		if err := spec.CheckWithDraft(pool, opt.Draft, opt.Speculative); err != nil {
+			return fmt.Errorf("--speculative %s: %w", opt.Speculative, err)
+		}
 	}
 	if opt.Speculative.On() && opt.Gen == 0 {
 		return optionErrorf("--speculative measures a generation: give -n and no --slots")
@@ -93,6 +128,11 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	}
 	if opt.Depth > 0 && (len(opt.Slots) > 0 || opt.Speculative.On()) {
 		return optionErrorf("-d is for the single-sequence tests (no --slots or --speculative)")
+	}
+	switch opt.Megakernel {
+	case "", "on", "off", "both":
+	default:
+		return optionErrorf("--megakernel %q: want on, off or both", opt.Megakernel)
 	}
 	rows, err := single(ctx, pool, opt)
 	if err != nil {
@@ -199,13 +239,27 @@ func single(ctx context.Context, e *sequence.Pool, opt Options) ([]Result, error
 		return float64(gen) / time.Since(t0).Seconds(), nil
 	}
 	var rows []Result
-	tests := []struct {
+	type benchTest struct {
 		name string
 		p, g int
-	}{{fmt.Sprintf("pp%d", opt.Prompt), opt.Prompt, 0}, {fmt.Sprintf("tg%d", opt.Gen), 1, opt.Gen}}
+		mk   bool // the tier's persistent decode kernel on
+	}
+	tg := fmt.Sprintf("tg%d", opt.Gen)
+	tests := []benchTest{{fmt.Sprintf("pp%d", opt.Prompt), opt.Prompt, 0, true}, {tg, 1, opt.Gen, opt.Megakernel != "off"}}
+	if has, err := e.SetMegakernel(true); err != nil {
+		return nil, err
+	} else if has && opt.Megakernel == "both" {
+		tests = append(tests, benchTest{tg + " graph", 1, opt.Gen, false})
+	}
+	defer e.SetMegakernel(true)
 	for _, test := range tests {
 		if test.p == 0 || (test.g == 0 && test.name[:2] == "tg") {
 			continue
+		}
+		if has, err := e.SetMegakernel(test.mk); err != nil {
+			return nil, err
+		} else if key, ok := e.Key(runtime.Decode, 1); has && ok && test.g > 0 {
+			opt.Warn("%s: %s steps: %s", test.name, key, e.StepPath(key))
 		}
 		if _, err := run(test.p, min(test.g, 2), 0); err != nil { // warm up (the depth only fills the cache)
 			return nil, err

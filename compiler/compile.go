@@ -82,6 +82,9 @@ type Frontend struct {
 	Config *config.Config
 	Model  *arch.Model
 	Unit   *passes.Unit
+	// Megakernel is T-CUDA's persistent decode kernel when the config
+	// asks for it (megakernel = true), written after the instances.
+	Megakernel *zrt.Blob
 }
 
 // Load opens the GGUF, resolves the config and builds the IR. Valid input
@@ -125,9 +128,15 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	if err := checkKVTypes(m, cfg.Target, opt.PTXDir); err != nil {
 		return nil, err
 	}
+	var mk *zrt.Blob
+	if cfg.Megakernel {
+		if mk, err = megakernelBlob(cfg.Target, opt.PTXDir); err != nil {
+			return nil, err
+		}
+	}
 	u := NewUnit(m)
-	u.NoFuse, u.Templates, u.TP = opt.NoFuse, templates, opt.TP
-	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u}, nil
+	u.NoFuse, u.Templates, u.TP, u.MegakernelTiles = opt.NoFuse, templates, opt.TP, cfg.MegakernelTiles
+	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u, Megakernel: mk}, nil
 }
 
 // NewUnit wraps a built model for the passes, sizing the state buffers
@@ -278,7 +287,7 @@ func (c *Compiled) Write(ctx context.Context, dir string) error {
 	start := time.Now()
 	g := c.graph
 	c.graph = nil
-	if err := writeKernels(dir, c.fe.Unit, g); err != nil {
+	if err := writeKernels(dir, c.fe, g); err != nil {
 		return err
 	}
 	c.progress("writing weights pack")
@@ -409,18 +418,27 @@ func buildFlags(target string, noFuse bool, tp passes.TP) string {
 	return f
 }
 
-func writeKernels(dir string, u *passes.Unit, g *bundle.Graph) error {
+// writeKernels writes every instance's blob and, after them where the
+// build has megakernel schedules and asked for the kernel, the persistent
+// kernel's: a kernel no dispatch names, so the instances keep their
+// indices.
+func writeKernels(dir string, fe *Frontend, g *bundle.Graph) error {
 	kdir := filepath.Join(dir, bundle.KernelDir)
 	if err := os.Mkdir(kdir, 0o755); err != nil {
 		return err
 	}
-	for i, k := range u.Kernels {
-		data := u.Blobs[i].Encode()
-		file := fmt.Sprintf("%03d_%s.zrt", i, strings.ReplaceAll(k.Name, ".", "_"))
+	u := fe.Unit
+	blobs := u.Blobs[:len(u.Kernels)]
+	if fe.Megakernel != nil && len(g.Schedules) > 0 {
+		blobs = append(blobs[:len(blobs):len(blobs)], fe.Megakernel)
+	}
+	for i, b := range blobs {
+		data := b.Encode()
+		file := fmt.Sprintf("%03d_%s.zrt", i, strings.ReplaceAll(b.Name, ".", "_"))
 		if err := os.WriteFile(filepath.Join(kdir, file), data, 0o644); err != nil {
 			return err
 		}
-		g.Kernels = append(g.Kernels, bundle.Kernel{Name: k.Name, File: file, Hash: sha256.Sum256(data)})
+		g.Kernels = append(g.Kernels, bundle.Kernel{Name: b.Name, File: file, Hash: sha256.Sum256(data)})
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
@@ -12,6 +13,9 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/testmodel"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 )
 
 // TestMegakernelSchedules: a default cuda:sm_90 build carries a schedule
@@ -100,5 +104,75 @@ func TestMegakernelSchedules(t *testing.T) {
 				t.Fatalf("variant %s: dword %d differs without the pass", s.Key, j)
 			}
 		}
+	}
+}
+
+// TestMegakernelInBundle: megakernel = true puts the persistent kernel's
+// PTX, from ZRT_PTX_DIR's directory as every instance's, into the bundle
+// as its last kernel (no dispatch names it, so the instances keep their
+// places and bytes); a default build carries none, and a cpu build that
+// asks for it is refused.
+func TestMegakernelInBundle(t *testing.T) {
+	model := testmodel.New(t, synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q4_K, Seed: 6})
+	files, err := ptx.Embedded().Files()
+	if err != nil {
+		t.Skipf("no PTX archive: %v", err)
+	}
+	// A kernel directory: the archive's PTX and a stand-in megakernel.
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkPTX := []byte("// stand-in megakernel PTX\n.version 8.0\n")
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(ptx.File("sm_90", cuda.MegakernelModule))), mkPTX, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	on := filepath.Join(t.TempDir(), "on.toml")
+	if err := os.WriteFile(on, []byte("megakernel = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := func(target, config string) (*bundle.Bundle, error) {
+		out := filepath.Join(t.TempDir(), "b")
+		if err := compiler.Compile(context.Background(), model, out, compiler.Options{Target: target, ConfigPath: config, PTXDir: dir}); err != nil {
+			return nil, err
+		}
+		b, err := bundle.Open(out, false)
+		if err == nil {
+			t.Cleanup(func() { b.Close() })
+		}
+		return b, err
+	}
+	with, err := build("cuda:sm_90", on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := build("cuda:sm_90", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := with.Blobs[len(with.Blobs)-1]
+	if last.Name != cuda.MegakernelModule || !bytes.HasPrefix(last.Code, append(mkPTX, 0)) {
+		t.Fatalf("last kernel of a megakernel = true build: %q, code %q", last.Name, last.Code[:min(len(last.Code), 40)])
+	}
+	// The loader's check of meaning (zrt-run's open, zrtc verify) takes
+	// it: the streams are checked against the instances only.
+	if _, err := kernels.CheckBundle(with.Graph); err != nil {
+		t.Fatalf("a megakernel = true bundle fails the loader's check: %v", err)
+	}
+	if len(with.Blobs) != len(without.Blobs)+1 {
+		t.Fatalf("%d kernels with the megakernel, %d without", len(with.Blobs), len(without.Blobs))
+	}
+	for i, b := range without.Blobs {
+		if b.Name == cuda.MegakernelModule || with.Blobs[i].Name != b.Name || !bytes.Equal(with.Blobs[i].Code, b.Code) {
+			t.Fatalf("kernel %d: %s in the default build, %s with the megakernel", i, b.Name, with.Blobs[i].Name)
+		}
+	}
+	if _, err := build("cpu", on); err == nil || !strings.Contains(err.Error(), "megakernel") {
+		t.Fatalf("cpu build with megakernel = true: %v, want a refusal naming megakernel", err)
 	}
 }

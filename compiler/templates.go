@@ -183,6 +183,29 @@ func cudaTemplate(target zrt.Target, ptxDir string) passes.Templates {
 	}
 }
 
+// megakernelBlob is T-CUDA's persistent decode kernel for target (a
+// build with the config's megakernel = true): its PTX for the target's
+// architecture, from ptxDir as every instance's is, else from this
+// zrtc's archive, NUL-terminated. The bundle carries it as one more
+// kernel, which no dispatch names: the runtime loads every PTX it runs
+// from the bundle, never from an archive of its own.
+func megakernelBlob(target string, ptxDir string) (*zrt.Blob, error) {
+	t, err := zrt.ParseTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	src, err := ptx.Source(ptx.TargetArch(target), cuda.MegakernelModule, ptxDir)
+	if err != nil {
+		return nil, fmt.Errorf("megakernel = true: %w", err)
+	}
+	code := append(append([]byte(nil), src...), 0)
+	for len(code)%4 != 0 {
+		code = append(code, 0)
+	}
+	return &zrt.Blob{Name: cuda.MegakernelModule, Code: code, Header: zrt.Header{ABIVersion: zrt.ABIVersion, Target: t,
+		SubgroupSize: 32, Workgroup: [3]uint32{cuda.MegakernelThreads, 1, 1}}}, nil
+}
+
 // amdTemplate: the code is the instance's HSA code object v5 for the
 // target's processor (embedded in zrtc from kernels/amd/obj), followed by
 // the slot placeholders. The header's workgroup size, wavefront size, LDS

@@ -3,8 +3,6 @@ package compiler_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -23,14 +22,7 @@ import (
 // whole tensors, and a rank's KV page holding its half of the heads.
 func TestShardSplitsEveryRank(t *testing.T) {
 	s := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 321, Context: 256, Type: ggml.Q8_0, Seed: 2}
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := filepath.Join(t.TempDir(), "m.gguf")
-	if err := os.WriteFile(model, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, t.TempDir(), "m.gguf", s)
 	ctx := context.Background()
 	load := func(tp passes.TP) *compiler.Frontend {
 		fe, err := compiler.Load(model, compiler.Options{TP: tp, NoFuse: true}) // unfused: each weight by its own name
@@ -82,7 +74,7 @@ func TestShardSplitsEveryRank(t *testing.T) {
 	}
 	// A target without collectives (the AMD targets') refuses a split,
 	// typed.
-	_, err = compiler.Load(model, compiler.Options{Target: "amd:gfx1201", TP: passes.TP{Ranks: 2}})
+	_, err := compiler.Load(model, compiler.Options{Target: "amd:gfx1201", TP: passes.TP{Ranks: 2}})
 	if err == nil {
 		fe, _ := compiler.Load(model, compiler.Options{Target: "amd:gfx1201", TP: passes.TP{Ranks: 2}})
 		_, err = passes.RunWith(ctx, fe.Unit, passes.RunOptions{})

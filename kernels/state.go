@@ -7,6 +7,12 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 )
 
+// PersistentKernel names the kernel a bundle may carry after its
+// instances for the megakernel schedules of its graph file (T-CUDA's
+// persistent decode kernel): not an instance of the catalog, and named by
+// no dispatch.
+const PersistentKernel = "megakernel"
+
 // CheckBundle is the check of meaning that the loader and zrtc verify
 // share, after bundle.Graph.Check: the state regions (CheckState), and
 // every variant's packet stream against the kernel ABIs with pm4.Check —
@@ -27,7 +33,14 @@ func CheckBundle(g *bundle.Graph) (dispatches int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, k := range g.Kernels {
+	for i, k := range g.Kernels {
+		if k.Name == PersistentKernel && i == len(g.Kernels)-1 && len(g.Schedules) > 0 {
+			// The persistent decode kernel a build with megakernel = true
+			// carries after the instances: no dispatch names it, and
+			// leaving it out of the stream's kernels holds every stream to
+			// that.
+			break
+		}
 		kernelNames = append(kernelNames, k.Name)
 		// A kernel that addresses the cache must address the layout the
 		// hyperparameters (and so the page sizes) say it has.

@@ -20,7 +20,7 @@ import (
 //     projections) becomes tiles of its output features, each the features
 //     of whole blocks of the graph path's launch (cuda.BlockFeatures),
 //     blocks taken together so that a product has at most two tiles a
-//     multiprocessor;
+//     multiprocessor (Unit.MegakernelTiles);
 //   - attention becomes a task per row and KV head (with the query heads
 //     that share it);
 //   - the ops that work row by row (norms, RoPE and the KV write, the
@@ -48,6 +48,14 @@ func (u *Unit) scheduleSMs() int {
 		return u.MegakernelSMs
 	}
 	return cuda.Multiprocessors(u.Target)
+}
+
+// tilesPerSM is Unit.MegakernelTiles, 2 when unset.
+func (u *Unit) tilesPerSM() int {
+	if u.MegakernelTiles > 0 {
+		return u.MegakernelTiles
+	}
+	return 2
 }
 
 func megakernel(_ context.Context, u *Unit) error {
@@ -347,7 +355,8 @@ func (s *sched) split(ii, sms int) ([]pending, error) {
 		return out, nil
 	case colFamilies[abi.Name] && rowsOK && s.rows == 1 && in.Attrs["cols"] > colTile:
 		cols := int64(in.Attrs["cols"])
-		width := int64(colTile) * ((cols + int64(colTile)*int64(2*sms) - 1) / (int64(colTile) * int64(2*sms)))
+		per := int64(s.u.tilesPerSM() * sms)
+		width := int64(colTile) * ((cols + int64(colTile)*per - 1) / (int64(colTile) * per))
 		var out []pending
 		for lo := int64(0); lo < cols; lo += width {
 			hi := min(lo+width, cols)
@@ -402,7 +411,8 @@ func (s *sched) tiles(ii int, in *ir.Inst, abi *kernels.ABI, inst KernelInstance
 		return nil, fmt.Errorf("%d output features, its outputs hold %d", n, w.base+w.width)
 	}
 	blocks := (n + per - 1) / per
-	perTile := per * ((blocks + uint32(2*sms) - 1) / uint32(2*sms))
+	tiles := uint32(s.u.tilesPerSM() * sms)
+	perTile := per * ((blocks + tiles - 1) / tiles)
 	// The weight matrix is the one weight whose rows are the outputs.
 	var wBytes int64
 	for _, o := range in.Reads {

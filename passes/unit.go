@@ -49,6 +49,11 @@ type Unit struct {
 	// schedules them for a CUDA target's GPU (cuda.Multiprocessors) and
 	// not at all for other targets.
 	MegakernelSMs int
+	// MegakernelTiles is the tiles a multiprocessor that megakernel
+	// splits a decode variant's matrix product (and a one-row elementwise
+	// op) into at most: fewer, longer tasks a step, or more of them, in
+	// flight at once; 0 is 2 (the config's megakernel_tiles).
+	MegakernelTiles int
 	// Schedules are the decode variants' megakernel schedules, in variant
 	// order, by megakernel.
 	Schedules []bundle.Schedule

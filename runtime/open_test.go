@@ -319,15 +319,11 @@ func TestReadDuringReplace(t *testing.T) {
 	for i := range models {
 		s := synth.Tiny
 		s.Seed += uint64(i)
-		b, err := synth.Write(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		models[i] = filepath.Join(dir, "m"+strconv.Itoa(i)+".gguf")
-		os.WriteFile(models[i], b, 0o644)
+		models[i] = testmodel.Write(t, dir, "m"+strconv.Itoa(i)+".gguf", s)
 		if err := compiler.Compile(context.Background(), models[i], out, compiler.Options{}); err != nil {
 			t.Fatal(err)
 		}
+		var err error
 		if want[i], err = run(); err != nil {
 			t.Fatal(err)
 		}

@@ -73,6 +73,11 @@ type Options struct {
 	// simulated device of runtime/amd/kfdsim (T-CPU kernels behind the
 	// whole T1 path: ring, doorbell, packets, relocations, fences).
 	KFD string
+	// Beside, when set, is a program this one runs beside, one step at a
+	// time (a draft model beside its target): on T-CPU the two share
+	// Beside's worker pool, so neither's idle workers spin while the
+	// other's run.
+	Beside *Program
 	// Table is the tier table to choose from; nil is runtime/tiers.Table.
 	// Tests give their own rows (T1 on the simulated KFD standing in for
 	// a kind it does not run).
@@ -361,7 +366,11 @@ func openTier(b *bundle.Bundle, ranks []*bundle.Bundle, opt Options) (Tier, erro
 
 // TierOptions are the settings a tier's loader and device probe take.
 func (opt Options) TierOptions() tiers.Options {
-	return tiers.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log, CUDA: opt.CUDA, KFD: opt.KFD}
+	o := tiers.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log, CUDA: opt.CUDA, KFD: opt.KFD}
+	if opt.Beside != nil {
+		o.CPUPool = tiers.CPUWorkers(opt.Beside.tier)
+	}
+	return o
 }
 
 // KVPageBytes is one KV page's bytes.
@@ -511,6 +520,33 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 func (p *Program) MasksOnDevice() bool {
 	m, ok := p.tier.(Masker)
 	return ok && m.Masks()
+}
+
+// StepPath says how the steps of variant key run, for a tier that has
+// more than one way (T-CUDA's persistent decode kernel or its graph path,
+// docs/design/megakernel.md): "megakernel", or "graph: " and why not the
+// megakernel; "" for a tier with one way.
+func (p *Program) StepPath(key ShapeKey) string {
+	m, ok := p.tier.(interface{ Megakernel(vi int) (bool, string) })
+	if !ok {
+		return ""
+	}
+	on, why := m.Megakernel(p.VariantIndex(key))
+	if on {
+		return "megakernel"
+	}
+	return "graph: " + why
+}
+
+// SetMegakernel switches a tier's persistent decode kernel on or off
+// (T-CUDA's Tier.SetMegakernel), for A/B runs in one process; false for a
+// tier without one.
+func (p *Program) SetMegakernel(on bool) (bool, error) {
+	m, ok := p.tier.(interface{ SetMegakernel(on bool) error })
+	if !ok {
+		return false, nil
+	}
+	return true, m.SetMegakernel(on)
 }
 
 // mask sends the masks of b's rows to the tier, or keeps them for

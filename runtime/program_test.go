@@ -192,3 +192,47 @@ func TestKVPageCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestBeside: a program opened beside another (a draft model beside its
+// target) runs on the other's T-CPU worker pool with two threads: the two
+// step in turn with the logits each gets alone, and closing the one
+// opened beside leaves the other running.
+func TestBeside(t *testing.T) {
+	dir := buildTiny(t)
+	ctx := context.Background()
+	open := func(beside *runtime.Program) *runtime.Program {
+		p, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 2, Beside: beside})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	step := func(p *runtime.Program, tok int32) []float32 {
+		key, _ := p.Key(runtime.Decode, 1)
+		b := runtime.Batch{Key: key, Rows: []runtime.Row{{Slot: 0, Pos: 0, Token: tok, Logits: true}}, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+		if err := p.Step(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		return p.Logits(0, nil)
+	}
+	alone := open(nil)
+	defer alone.Close()
+	want3, want5 := step(alone, 3), step(alone, 5)
+	target := open(nil)
+	defer target.Close()
+	draft := open(target)
+	for range 3 {
+		if got := step(target, 3); !slices.Equal(got, want3) {
+			t.Fatal("the target's logits beside a draft differ from its logits alone")
+		}
+		if got := step(draft, 5); !slices.Equal(got, want5) {
+			t.Fatal("the draft's logits on the target's workers differ from its logits alone")
+		}
+	}
+	if err := draft.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := step(target, 3); !slices.Equal(got, want3) {
+		t.Fatal("the target's logits after the draft closed differ")
+	}
+}

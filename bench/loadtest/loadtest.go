@@ -65,7 +65,7 @@ func Run(ctx context.Context, opt Options, w io.Writer) error {
 	before, stepsBefore := lt.maskBuckets(ctx), lt.steps(ctx)
 	res := lt.run(ctx, ids, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.Seed)
 	res.mask = maskLine(before, lt.maskBuckets(ctx))
-	res.steps = stepLines(stepsBefore, lt.steps(ctx), res.wall)
+	res.steps = stepLines(stepsBefore, lt.steps(ctx), res.wall, res.tokens())
 	res.print(w, opt.Concurrency, opt.Requests, opt.PromptTokens, opt.MaxTokens, opt.Stream)
 	return nil
 }
@@ -112,6 +112,7 @@ type outcome struct {
 	status   int    // 0: transport error
 	err      string // the transport error
 	tokens   int
+	finish   string // the reply's finish_reason
 	text     string // the reply (the next turn's history)
 	ttft     time.Duration
 	gaps     []time.Duration
@@ -147,7 +148,8 @@ func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 	if !lt.stream {
 		var out struct {
 			Choices []struct {
-				Text string `json:"text"`
+				Text         string `json:"text"`
+				FinishReason string `json:"finish_reason"`
 			} `json:"choices"`
 			Usage struct {
 				CompletionTokens int `json:"completion_tokens"`
@@ -156,7 +158,7 @@ func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 		json.NewDecoder(resp.Body).Decode(&out)
 		o.tokens, o.duration = out.Usage.CompletionTokens, time.Since(t0)
 		if len(out.Choices) > 0 {
-			o.text = out.Choices[0].Text
+			o.text, o.finish = out.Choices[0].Text, out.Choices[0].FinishReason
 		}
 		return o
 	}
@@ -209,7 +211,7 @@ func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
 	default:
 		o.tokens = chunks
 	}
-	o.duration = time.Since(t0)
+	o.duration, o.finish = time.Since(t0), finish
 	return o
 }
 
@@ -231,6 +233,17 @@ func (lt *loadtest) run(ctx context.Context, ids []int, concurrency, requests, p
 	return lt.turn(ctx, prompts, concurrency)
 }
 
+// tokens are the generated tokens of the requests that succeeded.
+func (r loadResult) tokens() int {
+	n := 0
+	for _, o := range r.outcomes {
+		if o.status == 200 {
+			n += o.tokens
+		}
+	}
+	return n
+}
+
 func percentiles(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "-"
@@ -244,9 +257,9 @@ func percentiles(ds []time.Duration) string {
 
 func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxTokens int, stream bool) {
 	var ttft, gaps, e2e []time.Duration
-	byStatus := map[int]int{}
+	byStatus, byFinish := map[int]int{}, map[string]int{}
 	firstErr := ""
-	tokens := 0
+	tokens, ok, least, most := 0, 0, 0, 0
 	for _, o := range r.outcomes {
 		byStatus[o.status]++
 		if o.status != 200 {
@@ -255,6 +268,12 @@ func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxT
 			}
 			continue
 		}
+		if ok == 0 || o.tokens < least {
+			least = o.tokens
+		}
+		most = max(most, o.tokens)
+		ok++
+		byFinish[o.finish]++
 		tokens += o.tokens
 		e2e = append(e2e, o.duration)
 		if stream {
@@ -268,6 +287,24 @@ func (r loadResult) print(w io.Writer, concurrency, requests, promptTokens, maxT
 	fmt.Fprintf(w, "| wall time | %.2f s |\n", r.wall.Seconds())
 	fmt.Fprintf(w, "| generated tokens | %d |\n", tokens)
 	fmt.Fprintf(w, "| aggregate tokens/s | %.1f |\n", float64(tokens)/r.wall.Seconds())
+	if ok > 0 {
+		// Replies that end before max_tokens (a constrained reply ends
+		// when its format is complete) give fewer tokens for the same
+		// prompts: the rate above counts only the tokens generated.
+		fmt.Fprintf(w, "| generated tokens a request: mean / min / max | %.1f / %d / %d |\n", float64(tokens)/float64(ok), least, most)
+		var reasons []string
+		for f := range byFinish {
+			reasons = append(reasons, f)
+		}
+		sort.Strings(reasons)
+		for i, f := range reasons {
+			if f == "" {
+				f = "none"
+			}
+			reasons[i] = fmt.Sprintf("%s %d", f, byFinish[reasons[i]])
+		}
+		fmt.Fprintf(w, "| finish reasons | %s |\n", strings.Join(reasons, ", "))
+	}
 	fmt.Fprintf(w, "| TTFT p50 / p95 / p99 ms | %s |\n", percentiles(ttft))
 	fmt.Fprintf(w, "| inter-token p50 / p95 / p99 ms | %s |\n", percentiles(gaps))
 	fmt.Fprintf(w, "| end-to-end p50 / p95 / p99 ms | %s |\n", percentiles(e2e))

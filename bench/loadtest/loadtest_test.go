@@ -15,7 +15,8 @@ import (
 
 // TestLoadtestResponseFormats: with several --response-format objects,
 // request j carries object j mod their number, and the tokens the server
-// reports are what the run counts.
+// reports are what the run counts; the report gives the tokens a request
+// and the replies' finish reasons.
 func TestLoadtestResponseFormats(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -31,7 +32,13 @@ func TestLoadtestResponseFormats(t *testing.T) {
 			mu.Lock()
 			seen[body.ResponseFormat["type"].(string)]++
 			mu.Unlock()
-			json.NewEncoder(w).Encode(map[string]any{"usage": map[string]any{"completion_tokens": 3}})
+			// json_object replies stop after 2 tokens, text ones run to 4.
+			n, finish := 2, "stop"
+			if body.ResponseFormat["type"] == "text" {
+				n, finish = 4, "length"
+			}
+			json.NewEncoder(w).Encode(map[string]any{"usage": map[string]any{"completion_tokens": n},
+				"choices": []map[string]any{{"text": "x", "finish_reason": finish}}})
 		default:
 			http.NotFound(w, r)
 		}
@@ -52,6 +59,13 @@ func TestLoadtestResponseFormats(t *testing.T) {
 	}
 	if tokens != 30 {
 		t.Errorf("counted %d tokens, want 30", tokens)
+	}
+	var out strings.Builder
+	res.print(&out, 3, 10, 4, 8, false)
+	for _, want := range []string{"| generated tokens | 30 |", "| generated tokens a request: mean / min / max | 3.0 / 2 / 4 |", "| finish reasons | length 5, stop 5 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 
@@ -181,13 +195,14 @@ func TestStepLines(t *testing.T) {
 	lt := &loadtest{url: srv.URL}
 	before := lt.steps(context.Background())
 	after := lt.steps(context.Background())
-	got := stepLines(before, after, time.Second)
-	for _, want := range []string{"| decode steps: count, replay / host ms a step | 100, 4.000 / 0.500 |", "| mixed steps: count, replay / host ms a step | 10, 20.000 / 1.000 |", "| engine idle (wall time in no step) | 0.34 s |"} {
+	got := stepLines(before, after, time.Second, 1320)
+	for _, want := range []string{"| decode steps: count, replay / host ms a step | 100, 4.000 / 0.500 |", "| mixed steps: count, replay / host ms a step | 10, 20.000 / 1.000 |", "| engine idle (wall time in no step) | 0.34 s |",
+		"| generated tokens a step; a second of replay | 12.0; 2200.0 |"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("rows %q lack %q", got, want)
 		}
 	}
-	if rows := stepLines(nil, (&loadtest{url: "http://127.0.0.1:1"}).steps(context.Background()), time.Second); rows != "" {
+	if rows := stepLines(nil, (&loadtest{url: "http://127.0.0.1:1"}).steps(context.Background()), time.Second, 10); rows != "" {
 		t.Errorf("no server: rows %q", rows)
 	}
 }

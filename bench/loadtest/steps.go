@@ -54,18 +54,25 @@ func (lt *loadtest) steps(ctx context.Context) stepCounters {
 // between two reads of the counters over a run of wall time: per kind of
 // step (decode rows only, or prompt rows too) how many, and the device's
 // (replay) and the engine's own (host) milliseconds a step; and the time
-// the engine spent in no step (idle: waiting for requests). "" when the
-// server has no such counters or ran no step.
-func stepLines(before, after stepCounters, wall time.Duration) string {
+// the engine spent in no step (idle: waiting for requests); and, for
+// the run's tokens generated tokens, how many a step gave and how many a
+// second of the steps' replay time (the rate were the engine's own work
+// free: a constrained run that ends its replies early shows there how
+// much of its rate it loses to their prompts' share of the steps rather
+// than to host work). "" when the server has no such counters or ran no
+// step.
+func stepLines(before, after stepCounters, wall time.Duration, tokens int) string {
 	if after == nil {
 		return ""
 	}
 	d := func(k string) float64 { return after[k] - before[k] }
-	busy := 0.0
+	busy, replay, steps := 0.0, 0.0, 0.0
 	s := ""
 	for _, kind := range []string{"decode", "mixed"} {
 		n := d(kind + " steps")
 		busy += d(kind+" replay") + d(kind+" host")
+		replay += d(kind + " replay")
+		steps += n
 		if n <= 0 {
 			continue
 		}
@@ -74,5 +81,9 @@ func stepLines(before, after stepCounters, wall time.Duration) string {
 	if s == "" {
 		return ""
 	}
-	return s + fmt.Sprintf("| engine idle (wall time in no step) | %.2f s |\n", wall.Seconds()-busy)
+	s += fmt.Sprintf("| engine idle (wall time in no step) | %.2f s |\n", wall.Seconds()-busy)
+	if tokens > 0 && replay > 0 {
+		s += fmt.Sprintf("| generated tokens a step; a second of replay | %.1f; %.1f |\n", float64(tokens)/steps, float64(tokens)/replay)
+	}
+	return s
 }

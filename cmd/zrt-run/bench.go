@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -15,7 +16,7 @@ import (
 func benchCmd() *cobra.Command {
 	var ef engineFlags
 	var opt bench.Options
-	var cpuProfile, slotList, format, speculative string
+	var cpuProfile, slotList, format, speculative, draft string
 	c := &cobra.Command{
 		Use:   "bench BUNDLE|MODEL.gguf",
 		Short: "Measure prompt processing (pp) and generation (tg) speed, llama-bench style",
@@ -37,21 +38,14 @@ one JSON object per row with llama-batched-bench's keys;
 --llama-batched-bench PATH --gguf FILE runs that tool on the same model,
 threads and test and prints its table below.
 
-With --speculative ngram[:K[:fixed]] or self[:K[:fixed]] it also
-generates -n tokens greedily after --prompt through a request's decoder,
-without speculation and with it (tests "tgN off" and "tgN MODE"), and
-reports the draft tokens' acceptance rate and the tokens per verify step
-(which depend on the text), the cost of a step by its rows relative to a
-decode step, the speedup those predict and the speedup measured.`,
+With --speculative ngram|self|draft[:K[:fixed]] (draft: --draft's model,
+which shares the target's vocabulary) it also generates -n tokens greedily
+after --prompt, without speculation and with it in turn, -r rounds (tests
+"tgN off" and "tgN MODE"), and reports α, K, the step costs relative to a
+decode step, the predicted speedups and the measured one of every round.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
-			case opt.Prompt < 0 || opt.Prompt > 1<<20:
-				return exitcode.Usagef("-p %d out of range [0, 1048576]", opt.Prompt)
-			case opt.Gen < 0 || opt.Gen > 1<<20:
-				return exitcode.Usagef("-n %d out of range [0, 1048576]", opt.Gen)
-			case opt.Reps < 1 || opt.Reps > 1000:
-				return exitcode.Usagef("-r %d out of range [1, 1000]", opt.Reps)
 			case slotList != "" && format != "md" && format != "jsonl":
 				return exitcode.Usagef("--output-format %q: want md or jsonl", format)
 			case (opt.LlamaBench != "" || opt.LlamaBatched != "") && opt.GGUF == "":
@@ -61,13 +55,12 @@ decode step, the speedup those predict and the speedup measured.`,
 			if opt.Speculative, err = spec.ParseMode(speculative); err != nil {
 				return exitcode.Usagef("--speculative: %v", err)
 			}
-			if opt.Speculative.On() && slotList != "" {
-				return exitcode.Usagef("--speculative measures a generation: give -n and no --slots")
-			}
 			if opt.Slots, err = bench.ParseSlots(slotList); err != nil {
 				return err
 			}
-			if opt.GGUF == "" && autobuild.IsGGUF(args[0]) {
+			if err := opt.Check(); err != nil {
+				return err
+			} else if opt.GGUF == "" && autobuild.IsGGUF(args[0]) {
 				opt.GGUF = args[0] // the model llama-bench runs, given one
 			}
 			if len(opt.Slots) > 0 {
@@ -78,6 +71,12 @@ decode step, the speedup those predict and the speedup measured.`,
 				return err
 			}
 			defer pool.Close()
+			if ef.beside = pool.Program; draft != "" {
+				if opt.Draft, err = ef.open(cmd.Context(), draft); err != nil {
+					return fmt.Errorf("--draft %s: %w", draft, err)
+				}
+				defer opt.Draft.Close()
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -104,10 +103,12 @@ decode step, the speedup those predict and the speedup measured.`,
 	c.Flags().StringVar(&opt.LlamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
 	c.Flags().StringVar(&opt.GGUF, "gguf", "", "the GGUF the bundle was built from, for --llama-bench (default: BUNDLE itself when it is a GGUF)")
 	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
-	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]] or self[:K[:fixed]]")
+	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]], self[:K[:fixed]] or draft[:K[:fixed]]")
+	c.Flags().StringVar(&draft, "draft", "", "--speculative draft: the draft model, a bundle or GGUF with the target's vocabulary (alone: --speculative draft)")
 	c.Flags().StringVar(&opt.SpecPrompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
+	c.Flags().StringVar(&opt.Megakernel, "megakernel", "on", "T-CUDA's tg steps on the persistent kernel of a bundle built with megakernel = true (on), on the graph path (off), or both, as tests tgN and tgN graph")
 	c.Flags().StringVar(&opt.LlamaBatched, "llama-batched-bench", "", "batched test: also run this llama-batched-bench binary on --gguf")
 	return c
 }

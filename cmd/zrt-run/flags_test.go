@@ -17,7 +17,7 @@ func TestFlagRanges(t *testing.T) {
 		"generate B -p hi --min-p 2":       "--min-p: min_p 2 out of range [0, 1]",
 		"generate B -p hi --threads -3":    "--threads -3 out of range",
 		"generate B -p hi --threads 70000": "--threads 70000 out of range",
-		"bench B -p -5":                    "-p -5 out of range",
+		"bench B -p -5":                    "-p -5, -n 128: each must be in [0, 1048576]",
 		"bench B -r 0":                     "-r 0 out of range [1, 1000]",
 		"eval B --tokens 1,2 --top -1":     "--top -1 out of range",
 		"eval B --tokens 1,2 --from 3":     "--from 3 must be in [1, 2]",

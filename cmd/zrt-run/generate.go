@@ -31,7 +31,7 @@ func parseTokens(s string) ([]int32, error) {
 
 func generateCmd() *cobra.Command {
 	var ef engineFlags
-	var prompt, tokens, system, messages, speculative string
+	var prompt, tokens, system, messages, speculative, draft string
 	var n int
 	var useChat, asJSON, noEcho bool
 	var stops []string
@@ -64,19 +64,16 @@ func generateCmd() *cobra.Command {
 					return err
 				}
 			}
-			if mode.On() {
-				if err := spec.Check(e, mode); err != nil {
-					return fmt.Errorf("--speculative %s: %w", mode, err)
+			if mode.On() || draft != "" {
+				var dm *sequence.Pool
+				if ef.beside = e.Program; draft != "" {
+					if dm, err = ef.open(cmd.Context(), draft); err != nil {
+						return fmt.Errorf("--draft %s: %w", draft, err)
+					}
+					defer dm.Close()
 				}
-				opt.Speculate = func(seq *sequence.Sequence, d *decode.Decoder) (sequence.Speculator, error) {
-					if rows := e.VerifyRows(); rows <= mode.K {
-						opt.Warn("--speculative %s: verify steps of this bundle hold %d rows (a free slot each, within the largest decode variant); drafts are cut to %d tokens", mode, rows, rows-1)
-					}
-					sd, err := spec.New(e, seq, d, mode, n)
-					if err != nil {
-						return nil, fmt.Errorf("--speculative %s: %w", mode, err)
-					}
-					return sd, nil
+				if opt.Speculate, err = spec.Speculator(e, dm, mode, n, opt.Warn); err != nil {
+					return err
 				}
 			}
 			m, err := e.Generate(cmd.Context(), opt)
@@ -110,6 +107,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
-	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, ngram[:K[:fixed]] (drafts looked up in the prompt and output) or self[:K[:fixed]] (drafted by the bundle's draft variant, see --draft-layers): up to K tokens (default 4) verified in one step, as many as pay for their cost by the measured acceptance and step times (all of them with :fixed); the output is the same")
+	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, ngram[:K[:fixed]] (drafts looked up in the prompt and output) self[:K[:fixed]] (drafted by the bundle's draft variant, see --draft-layers) or draft[:K[:fixed]] (by --draft's model): up to K tokens (default 4) verified in one step, as many as pay for their cost by the measured acceptance and step times (all of them with :fixed); the output is the same")
+	c.Flags().StringVar(&draft, "draft", "", "--speculative draft: the draft model, a bundle or GGUF with the target's vocabulary (alone: --speculative draft)")
 	return c
 }

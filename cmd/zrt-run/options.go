@@ -49,6 +49,7 @@ type engineFlags struct {
 	explain       bool
 	unpackDir     string
 	build         buildFlags
+	beside        *runtime.Program // runtime.Options.Beside: the target of a draft model opened next
 }
 
 func (f *engineFlags) add(c *cobra.Command) {
@@ -102,7 +103,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 	if err := checkThreads(f.threads); err != nil {
 		return runtime.Options{}, err
 	}
-	opt := runtime.Options{Tier: f.tier, Threads: f.threads, Verify: f.verifyWeights, MapWeights: f.mmap,
+	opt := runtime.Options{Tier: f.tier, Threads: f.threads, Verify: f.verifyWeights, MapWeights: f.mmap, Beside: f.beside,
 		Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }}
 	if opt.Tier == "" {
 		opt.Tier = os.Getenv("ZRT_TIER")

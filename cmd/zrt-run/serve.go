@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -18,7 +19,7 @@ func serveCmd() *cobra.Command {
 	var ef engineFlags
 	var opt server.Options
 	var configPath string
-	var aliases []string
+	var aliases, drafts []string
 	c := &cobra.Command{
 		Use:   "serve BUNDLE|MODEL.gguf [...]",
 		Short: "Serve bundles over an OpenAI-compatible HTTP API, many requests at once",
@@ -61,23 +62,14 @@ as the requests themselves. With several bundles, numbered as --trace.
 				// An unknown key, a bad value: a mistake in --config.
 				return &exitcode.UsageError{Err: err}
 			}
-			if len(aliases) > 0 && len(aliases) != len(args) {
-				return exitcode.Usagef("--model-alias given %d times for %d bundles", len(aliases), len(args))
-			}
 			if opt.Runtime, err = ef.options(); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			for i, path := range args {
-				b := server.Bundle{Path: path}
-				if b.Dir, err = ef.bundleDir(ctx, path, opt.Runtime); err != nil {
-					return err
-				}
-				if len(aliases) > 0 {
-					b.Name = aliases[i]
-				}
-				opt.Bundles = append(opt.Bundles, b)
+			locate := func(ctx context.Context, path string) (string, error) { return ef.bundleDir(ctx, path, opt.Runtime) }
+			if opt.Bundles, err = server.Locate(ctx, args, aliases, drafts, locate); err != nil {
+				return err
 			}
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
@@ -93,10 +85,11 @@ as the requests themselves. With several bundles, numbered as --trace.
 	c.Flags().StringVar(&opt.Listen, "listen", "127.0.0.1:8080", "address to listen on")
 	c.Flags().StringVar(&configPath, "config", "", "server config (TOML): tenants, keys, limits, slots, chunk_cap")
 	c.Flags().StringArrayVar(&aliases, "model-alias", nil, "name of each bundle's model, in order (default: its GGUF's name)")
+	c.Flags().StringArrayVar(&drafts, "draft", nil, "draft model of each bundle, in order (\"\": none), for --speculative draft[:K[:fixed]] (alone: draft:4): a bundle or GGUF of the same vocabulary and slots")
 	c.Flags().DurationVar(&opt.DrainTimeout, "drain-timeout", 30*time.Second, "how long running requests may finish after SIGTERM")
 	c.Flags().StringVar(&opt.CertFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
 	c.Flags().StringVar(&opt.KeyFile, "tls-key", "", "the certificate's key")
-	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]] or self[:K[:fixed]] (a bundle built with --draft-layers; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; the output is the same")
+	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]], self[:K[:fixed]] (a bundle built with --draft-layers) or draft[:K[:fixed]] (--draft; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; the output is the same")
 	c.Flags().IntVar(&opt.HostKVMiB, "host-kv-mib", 0, "host-memory tier of each model's prefix cache, in MiB: KV pages the device's pool evicts keep their bytes in RAM and come back on a prefix hit (0: the config's host_kv_mib, else off; -1: off)")
 	c.Flags().StringVar(&opt.Trace, "trace", "", "write a Chrome trace-event file of the engine's steps to this path")
 	c.Flags().StringVar(&opt.StepLog, "step-log", "", "write every engine step's inputs and sampled tokens to this path, for zrt-run rerun")

@@ -106,3 +106,36 @@ func TestGenerateSelfFromGGUF(t *testing.T) {
 		t.Errorf("self without a draft variant: %v, output %q", err, out)
 	}
 }
+
+// TestDraftModelFlags: generate and bench take a draft model with
+// --draft (here the bundle itself, which agrees with every token):
+// generate prints the text plain decoding prints, --draft alone meaning
+// --speculative draft:4, and bench reports the draft's α and the
+// standard formula's prediction; --draft with another kind is refused.
+func TestDraftModelFlags(t *testing.T) {
+	_, bundle := batchedBundle(t)
+	gen := func(args ...string) (string, string) {
+		return runCmd(t, append([]string{"generate", bundle, "--tokens", "1,5,9", "-n", "40", "--threads", "1", "--temp", "0", "--json"}, args...)...)
+	}
+	off, _ := gen()
+	on, stderr := gen("--draft", bundle)
+	if on != off {
+		t.Errorf("--draft printed other text:\n%q\nwithout:\n%q", on, off)
+	}
+	var m sequence.Metrics
+	if err := json.Unmarshal([]byte(stderr[strings.LastIndexByte(stderr[:len(stderr)-1], '\n')+1:]), &m); err != nil {
+		t.Fatalf("metrics line: %v in %q", err, stderr)
+	}
+	if m.Speculative != "draft:4" || m.Accepted == 0 {
+		t.Errorf("--draft alone: speculative %q, %d draft tokens accepted; want draft:4 accepting its own tokens", m.Speculative, m.Accepted)
+	}
+	out, _ := runCmd(t, "bench", bundle, "-p", "0", "-n", "30", "-r", "2", "--threads", "1", "--speculative", "draft:1:fixed", "--draft", bundle)
+	for _, want := range []string{"| tg30 draft:1:fixed |", "α = 1.000 per token", "standard formula: α 1.000, K 1", "a draft token ", "rounds: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench --draft output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, _, err := execGenerate(bundle, "--tokens", "1", "--speculative", "ngram", "--draft", bundle); err == nil || !strings.Contains(err.Error(), "--draft goes with") {
+		t.Errorf("--speculative ngram with --draft: %v", err)
+	}
+}

@@ -95,17 +95,9 @@ func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
 	if shared >= h.NLayer {
 		return nil, fmt.Errorf("%s.attention.shared_kv_layers %d leaves no layer its own KV cache", h.Arch, shared)
 	}
-	local := AttnShape{NHead: h.NHead, HeadDim: h.HeadDim}
-	if err := m.get("attention.key_length_swa", &local.HeadDim, h.HeadDim); err != nil {
+	local := AttnShape{NHead: h.NHead}
+	if local.HeadDim, err = m.headDim("_swa", h.HeadDim); err != nil {
 		return nil, err
-	}
-	vdim := local.HeadDim
-	if err := m.get("attention.value_length_swa", &vdim, local.HeadDim); err != nil {
-		return nil, err
-	}
-	if vdim != local.HeadDim {
-		return nil, &support.Error{What: "attention shape", Value: fmt.Sprintf("value_length_swa %d != key_length_swa %d", vdim, local.HeadDim),
-			Where: support.Key(h.Arch + ".attention.value_length_swa"), Detail: "zrt's attention kernels need equal K and V head widths"}
 	}
 	localRot := h.NRot
 	if err := m.get("rope.dimension_count_swa", &localRot, h.NRot); err != nil {

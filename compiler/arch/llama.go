@@ -301,6 +301,24 @@ func (m archMeta) get(key string, dst *int, def int) error {
 	return nil
 }
 
+// headDim reads the K head width, ARCH.attention.key_length plus suffix
+// (def where absent), and holds the V width, value_length plus suffix, to
+// it.
+func (m archMeta) headDim(suffix string, def int) (int, error) {
+	hd, vdim := def, 0
+	if err := m.get("attention.key_length"+suffix, &hd, def); err != nil {
+		return 0, err
+	}
+	if err := m.get("attention.value_length"+suffix, &vdim, hd); err != nil {
+		return 0, err
+	}
+	if vdim != hd {
+		return 0, &support.Error{What: "attention shape", Value: fmt.Sprintf("value_length%s %d != key_length%s %d", suffix, vdim, suffix, hd),
+			Where: support.Key(m.arch + ".attention.value_length" + suffix), Detail: "zrt's attention kernels need equal K and V head widths"}
+	}
+	return hd, nil
+}
+
 // count reads ARCH.key as a count that may be 0 (get refuses 0, a size):
 // 0 when absent, at most 2^24.
 func (m archMeta) count(key string) (int, error) {
@@ -393,16 +411,8 @@ func llamaLineage(f *gguf.File, c *config.Config, kind LayerSpec) (*Spec, error)
 		return nil, err
 	}
 	h.NHeadKV = slices.Max(headsKV)
-	if err := m.get("attention.key_length", &h.HeadDim, h.NEmbd/h.NHead); err != nil {
+	if h.HeadDim, err = m.headDim("", h.NEmbd/h.NHead); err != nil {
 		return nil, err
-	}
-	vdim := h.HeadDim
-	if err := m.get("attention.value_length", &vdim, h.HeadDim); err != nil {
-		return nil, err
-	}
-	if vdim != h.HeadDim {
-		return nil, &support.Error{What: "attention shape", Value: fmt.Sprintf("value_length %d != key_length %d", vdim, h.HeadDim),
-			Where: support.Key(a + ".attention.value_length"), Detail: "zrt's attention kernels need equal K and V head widths"}
 	}
 	if err := m.get("rope.dimension_count", &h.NRot, h.HeadDim); err != nil {
 		return nil, err

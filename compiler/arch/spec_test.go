@@ -302,3 +302,40 @@ func TestWindowRing(t *testing.T) {
 		t.Errorf("pages of %d and %d bytes, want one and two regions of width %d", page, ring, width)
 	}
 }
+
+// TestHeadDim: the K head width defaults where absent, the V width
+// defaults to it, and a V width unlike K's is refused naming its key
+// (llama's plain keys and gemma4's _swa ones alike).
+func TestHeadDim(t *testing.T) {
+	for _, c := range []struct {
+		suffix string
+		keys   map[string]uint32
+		want   int
+		err    string
+	}{
+		{"", nil, 48, ""},
+		{"", map[string]uint32{"key_length": 64}, 64, ""},
+		{"_swa", map[string]uint32{"key_length_swa": 32, "value_length_swa": 32}, 32, ""},
+		{"", map[string]uint32{"key_length": 64, "value_length": 32}, 0, "llama.attention.value_length"},
+		{"_swa", map[string]uint32{"value_length_swa": 32}, 0, "llama.attention.value_length_swa"},
+	} {
+		w := gguf.NewWriter()
+		for k, v := range c.keys {
+			w.Set("llama.attention."+k, gguf.U32(v))
+		}
+		f, err := gguf.Parse(w.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := archMeta{f: f, arch: "llama"}.headDim(c.suffix, 48)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s %v: error %v, want one naming %s", c.suffix, c.keys, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s %v: %d, %v; want %d", c.suffix, c.keys, got, err, c.want)
+		}
+	}
+}

@@ -68,9 +68,21 @@ type Config struct {
 	// and Draft & Verify draft), sharing the model's weights and, for
 	// those layers, its KV pages (default 0: none; left out of the
 	// recorded config then, so builds without one keep their bytes).
-	DraftLayers  int    `toml:"draft_layers,omitzero"`
-	Rope         Rope   `toml:"rope"`
-	ChatTemplate string `toml:"chat_template"`
+	DraftLayers int `toml:"draft_layers,omitzero"`
+	// Megakernel, on a cuda target, puts T-CUDA's persistent decode
+	// kernel (docs/design/megakernel.md) into the bundle, and the tier
+	// runs each decode variant it can serve on it instead of the
+	// variant's CUDA graph. Off by default until it is measured faster
+	// than the graph path (left out of the recorded config then, so
+	// builds without it keep their bytes).
+	Megakernel bool `toml:"megakernel,omitzero"`
+	// MegakernelTiles is the tiles a multiprocessor the megakernel
+	// schedules of a cuda target split a matrix product into at most, 1
+	// to 8 (default 0: 2; left out of the recorded config then): fewer,
+	// longer tasks a step, or more in flight at once.
+	MegakernelTiles int    `toml:"megakernel_tiles,omitzero"`
+	Rope            Rope   `toml:"rope"`
+	ChatTemplate    string `toml:"chat_template"`
 
 	// scalingFrom names where Rope.Scaling came from (a GGUF key or the
 	// TOML file), so an unsupported value is reported where the user can
@@ -382,6 +394,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
 	case c.DraftLayers < 0:
 		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.DraftLayers)
+	case c.MegakernelTiles < 0 || c.MegakernelTiles > 8:
+		return fmt.Errorf("config: megakernel_tiles %d out of range [1, 8] (0: the default, 2)", c.MegakernelTiles)
+	case c.Megakernel && !strings.HasPrefix(c.Target, "cuda:"):
+		return fmt.Errorf("config: megakernel = true is for cuda targets only, not %s", c.Target)
 	case !positiveFinite(c.Rope.FreqBase):
 		return fmt.Errorf("config: rope.freq_base %v must be positive and finite", c.Rope.FreqBase)
 	case !ropeScalings[c.Rope.Scaling]:

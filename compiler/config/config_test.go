@@ -243,3 +243,20 @@ func TestDraftLayers(t *testing.T) {
 		t.Errorf("recorded config of a build without a draft names draft_layers:\n%s", c.TOML())
 	}
 }
+
+// TestMegakernelTiles: megakernel_tiles is recorded when set, absent from
+// the recorded config when not, and refused out of [1, 8].
+func TestMegakernelTiles(t *testing.T) {
+	c, err := load(t, "megakernel_tiles = 1\n")
+	if err != nil || c.MegakernelTiles != 1 || !strings.Contains(c.TOML(), "megakernel_tiles = 1") {
+		t.Fatalf("megakernel_tiles = 1: %v, recorded:\n%s", err, c.TOML())
+	}
+	if c, err = load(t, ""); err != nil || strings.Contains(c.TOML(), "megakernel_tiles") {
+		t.Fatalf("no megakernel_tiles: %v, recorded:\n%s", err, c.TOML())
+	}
+	for _, bad := range []string{"megakernel_tiles = 9\n", "megakernel_tiles = -1\n"} {
+		if _, err := load(t, bad); err == nil || !strings.Contains(err.Error(), "megakernel_tiles") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

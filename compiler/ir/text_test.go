@@ -2,7 +2,6 @@ package ir_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/support"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -24,15 +24,7 @@ func models(t *testing.T) []string {
 	for i, s := range []synth.Shape{synth.Tiny,
 		{Arch: "qwen2", Layers: 1, Embd: 64, Heads: 2, HeadsKV: 1, FF: 96, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 2},
 		{Arch: "qwen3", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 64, Vocab: 300, Context: 64, Type: ggml.F16, Seed: 3}} {
-		b, err := synth.Write(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, s.Arch+string(rune('a'+i))+".gguf")
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, p)
+		paths = append(paths, testmodel.Write(t, dir, s.Arch+string(rune('a'+i))+".gguf", s))
 	}
 	shared, _ := filepath.Glob("../../../shared/models/*.gguf")
 	more, _ := filepath.Glob("../../../shared/models/synthetic/*.gguf")

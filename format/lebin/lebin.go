@@ -2,11 +2,13 @@
 // (a bundle graph's sections, a GGUF header, a vocabulary blob) with a
 // sticky error: the first read past the end sets Err, and every later
 // read returns zero values, so a decoder checks Err once, at the end.
+// Float32s and Float32Bytes convert whole rows of little-endian float32s.
 package lebin
 
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 )
 
 // ErrShort is a read past the end, where the Reader has no Short.
@@ -73,4 +75,24 @@ func (r *Reader) U64() uint64 {
 		return binary.LittleEndian.Uint64(s)
 	}
 	return 0
+}
+
+// Float32s decodes the whole little-endian float32s of b (a region of
+// activations or logits read back from a device), ignoring a partial
+// last one.
+func Float32s(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+// Float32Bytes encodes v as little-endian float32s, Float32s' inverse.
+func Float32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
 }

@@ -43,80 +43,56 @@ func (c *crashFS) step() error {
 }
 
 func (c *crashFS) Lstat(p string) (fs.FileInfo, error) {
-	if err := c.step(); err != nil {
-		return nil, err
-	}
-	return c.OS.Lstat(p)
+	return stepThen(c, func() (fs.FileInfo, error) { return c.OS.Lstat(p) })
 }
 
 func (c *crashFS) ReadDir(p string) ([]fs.DirEntry, error) {
-	if err := c.step(); err != nil {
-		return nil, err
-	}
-	return c.OS.ReadDir(p)
+	return stepThen(c, func() ([]fs.DirEntry, error) { return c.OS.ReadDir(p) })
 }
 
 func (c *crashFS) MkdirTemp(d, p string) (string, error) {
-	if err := c.step(); err != nil {
-		return "", err
-	}
-	return c.OS.MkdirTemp(d, p)
+	return stepThen(c, func() (string, error) { return c.OS.MkdirTemp(d, p) })
 }
 
 func (c *crashFS) CreateTemp(d, p string) (string, error) {
-	if err := c.step(); err != nil {
-		return "", err
-	}
-	return c.OS.CreateTemp(d, p)
+	return stepThen(c, func() (string, error) { return c.OS.CreateTemp(d, p) })
 }
 
 func (c *crashFS) WriteFile(p string, b []byte) error {
-	if err := c.step(); err != nil {
-		return err
-	}
-	return c.OS.WriteFile(p, b)
+	return c.then(func() error { return c.OS.WriteFile(p, b) })
 }
 
-func (c *crashFS) Sync(p string) error {
-	if err := c.step(); err != nil {
-		return err
-	}
-	return c.OS.Sync(p)
-}
+func (c *crashFS) Sync(p string) error { return c.then(func() error { return c.OS.Sync(p) }) }
 
-func (c *crashFS) SyncTree(p string) error {
-	if err := c.step(); err != nil {
-		return err
-	}
-	return c.OS.SyncTree(p)
-}
+func (c *crashFS) SyncTree(p string) error { return c.then(func() error { return c.OS.SyncTree(p) }) }
 
-func (c *crashFS) Rename(a, b string) error {
-	if err := c.step(); err != nil {
-		return err
-	}
-	return c.OS.Rename(a, b)
-}
+func (c *crashFS) Rename(a, b string) error { return c.then(func() error { return c.OS.Rename(a, b) }) }
 
 func (c *crashFS) Exchange(a, b string) error {
-	if err := c.step(); err != nil {
-		return err
-	}
-	return c.OS.Exchange(a, b)
+	return c.then(func() error { return c.OS.Exchange(a, b) })
 }
 
-func (c *crashFS) RemoveAll(p string) error {
+func (c *crashFS) RemoveAll(p string) error { return c.then(func() error { return c.OS.RemoveAll(p) }) }
+
+// then runs op unless the crash has come (step's error).
+func (c *crashFS) then(op func() error) error {
 	if err := c.step(); err != nil {
 		return err
 	}
-	return c.OS.RemoveAll(p)
+	return op()
+}
+
+// stepThen runs op unless the crash has come (step's error).
+func stepThen[T any](c *crashFS, op func() (T, error)) (T, error) {
+	if err := c.step(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return op()
 }
 
 func (c *crashFS) Lock(p string, wait bool) (func(), error) {
-	if err := c.step(); err != nil {
-		return nil, err
-	}
-	release, err := c.OS.Lock(p, wait)
+	release, err := stepThen(c, func() (func(), error) { return c.OS.Lock(p, wait) })
 	if err == nil {
 		c.held = append(c.held, release)
 	}

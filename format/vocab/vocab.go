@@ -171,13 +171,12 @@ func FromGGUF(f *gguf.File) (*Vocab, error) {
 		{"tokenizer.ggml.middle_token_id", &v.FIMMid},
 	}
 	for _, e := range ids {
-		val, ok := f.Lookup(e.key)
+		x, ok, err := optional(f, e.key, gguf.Value.Int)
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			continue
-		}
-		x, err := val.Int()
-		if err != nil {
-			return nil, fmt.Errorf("tokenizer: key %q: %w", e.key, err)
 		}
 		// Converters write 0xFFFFFFFF (or -1) for "no such token"; llama.cpp
 		// warns and keeps its default there. Any other out-of-range id is a
@@ -194,15 +193,13 @@ func FromGGUF(f *gguf.File) (*Vocab, error) {
 		key string
 		dst *bool
 	}{{KeyAddBOS, &v.AddBOS}, {KeyAddEOS, &v.AddEOS}, {KeyAddPrefix, &v.AddSpacePrefix}} {
-		val, ok := f.Lookup(e.key)
-		if !ok {
-			continue
-		}
-		b, err := val.BoolValue()
+		b, ok, err := optional(f, e.key, gguf.Value.BoolValue)
 		if err != nil {
-			return nil, fmt.Errorf("tokenizer: key %q: %w", e.key, err)
+			return nil, err
 		}
-		*e.dst = b
+		if ok {
+			*e.dst = b
+		}
 	}
 
 	v.inferSpecial()
@@ -211,6 +208,20 @@ func FromGGUF(f *gguf.File) (*Vocab, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// optional reads the value of an optional key with get: ok is false where
+// f lacks the key, and the error names the key where its value is not
+// what get takes.
+func optional[T any](f *gguf.File, key string, get func(gguf.Value) (T, error)) (x T, ok bool, err error) {
+	val, ok := f.Lookup(key)
+	if !ok {
+		return x, false, nil
+	}
+	if x, err = get(val); err != nil {
+		return x, false, fmt.Errorf("tokenizer: key %q: %w", key, err)
+	}
+	return x, true, nil
 }
 
 // applyDefaults sets llama.cpp's per-model defaults for the special ids and

@@ -21,6 +21,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
 // Bytes returns the GGUF of shape s.
@@ -125,6 +126,17 @@ func Shared(t testing.TB, file string) string {
 		t.Skipf("%s not present", model)
 	}
 	return model
+}
+
+// Tokenizer returns the tokenizer of file in ../shared/models (Shared),
+// skipping the test when it is not there.
+func Tokenizer(t testing.TB, file string) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.FromGGUF(Shared(t, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 // SharedModels lists the GGUF models of ../shared/models and of its

@@ -217,6 +217,9 @@ func attention(d Dispatch) (Launch, error) {
 	}
 	w := faWarps(l.Grid[0]*d.Rows, g, spec[3], shared)
 	l.Block[0], l.Shared = 32*w, shared(g, w, spec[3])
+	if quant {
+		l.Shared = faqStaged(g, w, spec[3])
+	}
 	if d.Family == "flash_attn" && !quant && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
 		l.Entry = EntryLean
 	}

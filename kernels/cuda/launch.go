@@ -398,8 +398,50 @@ func faGroup(nHead, nHeadKV, headDim uint32) uint32 {
 func faShared(g, w, d uint32) int { return int(4 * g * ((d+7)&^7 + 3*w + w*d + 1)) }
 
 // faqShared is faq_smem in faq.cuh: faShared's for a quantized (Q8_0)
-// cache, whose query is kept rotated in F32 and quantized beside.
+// cache, whose query is kept rotated in F32 and quantized beside. It
+// decides the block's warps (faWarps); the stages come on top
+// (faqStaged).
 func faqShared(g, w, d uint32) int { return int(4 * g * (d + d/4 + d/32 + 3*w + w*d + 1)) }
+
+// faqStaged is the whole shared memory of a Q8_0 cache's decode block: faqShared's,
+// rounded to 16 bytes (faq_stage_at), then for heads of 128 and 256
+// (faq_staged) one stage of faqStage bytes a warp (faq.cuh's staged walk:
+// a chunk's K and V rows copied into shared memory) where the block stays
+// within faqMaxShared, else none (the register walk). The kernel counts
+// its stages from the shared memory it is given, and takes two where it
+// has them, which gained nothing. One layer's one-row decode attention on
+// an H200 (TestDecodeAttentionSpeed, 16 warps; µs without stages / one /
+// two): qwen3 0.6B shape at depth 32768 94.2 / 50.1 / 48.7, at 130000
+// 303.3 / 138.9 / 141.8; llama 7B shape at 32768 292.6 / 126.4 / 125.7,
+// at 130000 1074.2 / 414.3 / 458.5 (F16 cache: 61.5, 192.7, 152.7,
+// 540.8). Blocks of 8 warps lost (7B at 32768: 178.1 with one stage,
+// 160.4 with two).
+func faqStaged(g, w, d uint32) int {
+	at := (faqShared(g, w, d) + 15) &^ 15
+	if n := at + int(w)*faqStage; (d == 128 || d == 256) && n <= faqMaxShared {
+		return n
+	}
+	return at
+}
+
+// Q8AttnShared is the shared memory of a Q8_0 cache's decode attention
+// block (flash_attn's and flash_attn_ext's quantized instances) of warps
+// warps with the given stages a warp (0: the register walk; at most 2),
+// for tests that launch the kernel with fewer stages than Shape gives.
+func Q8AttnShared(nHead, nHeadKV, headDim, warps, stages uint32) int {
+	return (faqShared(faGroup(nHead, nHeadKV, headDim), warps, headDim)+15)&^15 + int(warps*stages)*faqStage
+}
+
+// faqStage is FAQ_STAGE in faq.cuh: a warp's stage, a chunk's K and V
+// rows (2·32/P2 rows of 68·P2 bytes). faqMaxShared bounds a block's
+// shared memory with its stage: within an A100's 163 KiB a block (the
+// compute_80 PTX runs there too); the qwen3 0.6B and llama 7B shapes'
+// one-row steps (16 warps) take 88 and 79 KiB, four heads a block at 16
+// warps 106 KiB.
+const (
+	faqStage     = 4352
+	faqMaxShared = 160 << 10
+)
 
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // fa.cuh at most) for a launch of blocks blocks: 8, doubled while the

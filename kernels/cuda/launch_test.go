@@ -216,7 +216,7 @@ func TestFlashAttnSplit(t *testing.T) {
 		if c.splits > 1 {
 			shared := faShared(c.heads/c.gridX, c.warps, c.hd)
 			if c.quant {
-				shared = faqShared(c.heads/c.gridX, c.warps, c.hd)
+				shared = faqStaged(c.heads/c.gridX, c.warps, c.hd)
 			}
 			if l.Entry != EntrySplit || l.Stage != nil || l.Shared != shared ||
 				l.Staged != 4*mmtCounters+4*c.rows*int(c.heads*c.splits*(c.hd+2)) {
@@ -320,7 +320,8 @@ func TestShapeRows(t *testing.T) {
 }
 
 // TestFlashAttnQ8KV: the attention instances of a q8_0 cache take faq.cuh's
-// decode kernel (never the lean entry) with faqShared's memory, and in
+// decode kernel (never the lean entry) with faqStaged's memory (a stage
+// a warp for heads of 128 and 256, none for other widths), and in
 // prefill variants of heads of 64 or 128 the tile with _rest beside it;
 // heads that are no whole Q8_0 blocks are refused, naming the width.
 func TestFlashAttnQ8KV(t *testing.T) {
@@ -330,8 +331,16 @@ func TestFlashAttnQ8KV(t *testing.T) {
 	if err != nil || l.Entry != EntryMain || l.Rest != nil {
 		t.Fatalf("q8_0 decode: %+v, %v: want the main entry alone", l, err)
 	}
-	if w := l.Block[0] / 32; l.Shared != faqShared(1, w, 128) || l.Shared <= faShared(1, w, 128) {
-		t.Errorf("q8_0 decode: %d bytes of shared memory for %d warps, want faqShared's %d", l.Shared, w, faqShared(1, w, 128))
+	if w := l.Block[0] / 32; l.Shared != faqStaged(1, w, 128) || l.Shared <= faShared(1, w, 128) {
+		t.Errorf("q8_0 decode: %d bytes of shared memory for %d warps, want faqStaged's %d", l.Shared, w, faqStaged(1, w, 128))
+	}
+	for _, c := range []struct{ g, w, d, stages uint32 }{
+		{1, 16, 128, 1}, {2, 16, 128, 1}, {4, 16, 128, 1}, {4, 8, 128, 1}, {2, 16, 256, 1}, {2, 8, 256, 1}, {1, 16, 64, 0}, {2, 8, 96, 0}, {2, 16, 160, 0},
+	} {
+		at := (faqShared(c.g, c.w, c.d) + 15) &^ 15
+		if got := faqStaged(c.g, c.w, c.d); got != at+int(c.w*c.stages)*faqStage || got > faqMaxShared {
+			t.Errorf("faqStaged(%d, %d, %d) = %d, want %d stages a warp past %d, within %d", c.g, c.w, c.d, got, c.stages, at, faqMaxShared)
+		}
 	}
 	for _, w := range []uint32{8, 16} {
 		if faqShared(4, w, 128) > 48<<10 {
@@ -339,7 +348,7 @@ func TestFlashAttnQ8KV(t *testing.T) {
 		}
 	}
 	l, err = Shape(inst, []uint32{0}, []uint32{2, 8, 2, 128}, 128, true)
-	if err != nil || l.Entry != EntryTile || l.Rest == nil || l.Rest.Entry != EntryRest || l.Rest.Shared != faqShared(4, l.Rest.Block[0]/32, 128) {
+	if err != nil || l.Entry != EntryTile || l.Rest == nil || l.Rest.Entry != EntryRest || l.Rest.Shared != faqStaged(4, l.Rest.Block[0]/32, 128) {
 		t.Errorf("q8_0 prefill: %+v, %v: want the tile with the q8_0 decode kernel's _rest", l, err)
 	}
 	// A 2048-row step of the 32-head 7B shape: 1024 blocks, four warps each.

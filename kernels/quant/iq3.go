@@ -37,33 +37,31 @@ func iq3SPoint(b *[iq3_SLen]byte, s, g int) uint32 {
 	return iq3sGrid[idx]
 }
 
-func dequantIQ3_S(src []byte, dst []float32) {
-	for i := 0; i+qkK <= len(dst); i += qkK {
-		b := (*[iq3_SLen]byte)(src[i/qkK*iq3_SLen:])
-		y := (*[qkK]float32)(dst[i:])
-		d := fp16(b[iq3SD:])
-		for s := 0; s < qkK/32; s++ {
-			// ggml rounds d*(1+2*sc) to float32 once per sub-block, then
-			// scales each magnitude by it. Its multiply by -1.f for a set
-			// sign bit is a negation as GCC compiles it (the two differ only
-			// in a NaN's sign bit), so negate.
-			db := d * float32(iq3SFactor(b, s))
-			signs := (*[4]byte)(b[iq3SSigns+4*s:])
-			ys := (*[32]float32)(y[32*s:])
-			for g := 0; g < 8; g++ {
-				p := iq3SPoint(b, s, g)
-				for j := 0; j < 4; j++ {
-					e := 4*g + j
-					v := db * float32(byte(p>>(8*j)))
-					if signs[e/8]>>(e%8)&1 != 0 {
-						v = -v
-					}
-					ys[e] = v
+var dequantIQ3_S = dequantBlocks(qkK, iq3_SLen, func(src []byte, dst []float32) {
+	b := (*[iq3_SLen]byte)(src)
+	y := (*[qkK]float32)(dst)
+	d := fp16(b[iq3SD:])
+	for s := 0; s < qkK/32; s++ {
+		// ggml rounds d*(1+2*sc) to float32 once per sub-block, then
+		// scales each magnitude by it. Its multiply by -1.f for a set
+		// sign bit is a negation as GCC compiles it (the two differ only
+		// in a NaN's sign bit), so negate.
+		db := d * float32(iq3SFactor(b, s))
+		signs := (*[4]byte)(b[iq3SSigns+4*s:])
+		ys := (*[32]float32)(y[32*s:])
+		for g := 0; g < 8; g++ {
+			p := iq3SPoint(b, s, g)
+			for j := 0; j < 4; j++ {
+				e := 4*g + j
+				v := db * float32(byte(p>>(8*j)))
+				if signs[e/8]>>(e%8)&1 != 0 {
+					v = -v
 				}
+				ys[e] = v
 			}
 		}
 	}
-}
+})
 
 // iq3SSubSum returns the exact sum, over sub-block s of an IQ3_S block, of
 // signed magnitude times int8 activation (ggml's sumi before the scale).
@@ -89,22 +87,15 @@ func iq3SSubSum(b *[iq3_SLen]byte, s int, y *[32]byte) int32 {
 // int32 bsum of factor-weighted sub-block sums (|bsum| < 8*31*32*15*128,
 // under 2^24, so its float conversion is exact too), then
 // sum = fma(d_w*d_x, float(bsum), sum).
-func dotIQ3_S(n int, w, x []byte) float32 {
-	nb := n / qkK
-	w = w[:nb*iq3_SLen]
-	x = x[:nb*q8_KLen]
-	var sum float32
-	for i := 0; i < nb; i++ {
-		a := (*[iq3_SLen]byte)(w[i*iq3_SLen:])
-		xd, y, _ := q8KHeader((*[q8_KLen]byte)(x[i*q8_KLen:]))
-		var bsum int32
-		for s := 0; s < qkK/32; s++ {
-			bsum += iq3SFactor(a, s) * iq3SSubSum(a, s, (*[32]byte)(y[32*s:]))
-		}
-		sum = fma32(fp16(a[iq3SD:])*xd, float32(bsum), sum)
+var dotIQ3_S = dotBlocks(qkK, iq3_SLen, q8_KLen, func(w, x []byte, sum float32) float32 {
+	a := (*[iq3_SLen]byte)(w)
+	xd, y, _ := q8KHeader((*[q8_KLen]byte)(x))
+	var bsum int32
+	for s := 0; s < qkK/32; s++ {
+		bsum += iq3SFactor(a, s) * iq3SSubSum(a, s, (*[32]byte)(y[32*s:]))
 	}
-	return sum
-}
+	return fma32(fp16(a[iq3SD:])*xd, float32(bsum), sum)
+})
 
 // Compile-time check that the IQ3_S offsets add up to the block size.
 var _ = [1]struct{}{}[iq3SScales+qkK/64-iq3_SLen]

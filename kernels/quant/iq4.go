@@ -42,18 +42,16 @@ const (
 	iq4XSD, iq4XSScalesH, iq4XSScalesL, iq4XSQs = 0, 2, 4, 8
 )
 
-func dequantIQ4_NL(src []byte, dst []float32) {
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[iq4_NLLen]byte)(src[i/qk*iq4_NLLen:])
-		y := (*[qk]float32)(dst[i:])
-		d := fp16(b[0:])
-		for j := 0; j < qk/2; j++ {
-			q := b[2+j]
-			y[j] = d * float32(kvaluesIQ4NL[q&15])
-			y[j+16] = d * float32(kvaluesIQ4NL[q>>4])
-		}
+var dequantIQ4_NL = dequantBlocks(qk, iq4_NLLen, func(src []byte, dst []float32) {
+	b := (*[iq4_NLLen]byte)(src)
+	y := (*[qk]float32)(dst)
+	d := fp16(b[0:])
+	for j := 0; j < qk/2; j++ {
+		q := b[2+j]
+		y[j] = d * float32(kvaluesIQ4NL[q&15])
+		y[j+16] = d * float32(kvaluesIQ4NL[q>>4])
 	}
-}
+})
 
 // scaleIQ4XS returns sub-block s's scale of an IQ4_XS block with its bias
 // of 32 removed (ggml's ls - 32).
@@ -64,24 +62,22 @@ func scaleIQ4XS(b *[iq4_XSLen]byte, s int) int32 {
 	return int32(lo|hi<<4) - 32
 }
 
-func dequantIQ4_XS(src []byte, dst []float32) {
-	for i := 0; i+qkK <= len(dst); i += qkK {
-		b := (*[iq4_XSLen]byte)(src[i/qkK*iq4_XSLen:])
-		y := (*[qkK]float32)(dst[i:])
-		d := fp16(b[iq4XSD:])
-		for s := 0; s < qkK/32; s++ {
-			// ggml rounds d*(ls-32) to float32 once per sub-block and then
-			// scales the level by it.
-			dl := d * float32(scaleIQ4XS(b, s))
-			q := (*[16]byte)(b[iq4XSQs+16*s:])
-			ys := (*[32]float32)(y[32*s:])
-			for j := 0; j < 16; j++ {
-				ys[j] = dl * float32(kvaluesIQ4NL[q[j]&15])
-				ys[j+16] = dl * float32(kvaluesIQ4NL[q[j]>>4])
-			}
+var dequantIQ4_XS = dequantBlocks(qkK, iq4_XSLen, func(src []byte, dst []float32) {
+	b := (*[iq4_XSLen]byte)(src)
+	y := (*[qkK]float32)(dst)
+	d := fp16(b[iq4XSD:])
+	for s := 0; s < qkK/32; s++ {
+		// ggml rounds d*(ls-32) to float32 once per sub-block and then
+		// scales the level by it.
+		dl := d * float32(scaleIQ4XS(b, s))
+		q := (*[16]byte)(b[iq4XSQs+16*s:])
+		ys := (*[32]float32)(y[32*s:])
+		for j := 0; j < 16; j++ {
+			ys[j] = dl * float32(kvaluesIQ4NL[q[j]&15])
+			ys[j+16] = dl * float32(kvaluesIQ4NL[q[j]>>4])
 		}
 	}
-}
+})
 
 // iq4Lanes returns the eight int32 lanes that ggml's AVX2 kernels hold for
 // one 32-element block of nibbles q against 32 int8 activations y: the

@@ -52,18 +52,16 @@ var e8m0HalfTable = func() (t [256]float32) {
 	return t
 }()
 
-func dequantMXFP4(src []byte, dst []float32) {
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[mxfp4Len]byte)(src[i/qk*mxfp4Len:])
-		y := (*[qk]float32)(dst[i:])
-		d := e8m0HalfTable[b[0]]
-		for j := 0; j < qk/2; j++ {
-			q := b[1+j]
-			y[j] = float32(kvaluesMXFP4[q&15]) * d
-			y[j+16] = float32(kvaluesMXFP4[q>>4]) * d
-		}
+var dequantMXFP4 = dequantBlocks(qk, mxfp4Len, func(src []byte, dst []float32) {
+	b := (*[mxfp4Len]byte)(src)
+	y := (*[qk]float32)(dst)
+	d := e8m0HalfTable[b[0]]
+	for j := 0; j < qk/2; j++ {
+		q := b[1+j]
+		y[j] = float32(kvaluesMXFP4[q&15]) * d
+		y[j+16] = float32(kvaluesMXFP4[q>>4]) * d
 	}
-}
+})
 
 // mxfp4Lanes returns the eight int32 lanes ggml's AVX2 kernel holds for one
 // block of nibbles q against 32 int8 activations y, lane k being the sum of

@@ -4,31 +4,25 @@ package quant
 // element j+16 the high nibble; value = (q-8)*d.
 // Q4_1 {d f16; m f16; qs[16]}: same nibbles, value = q*d + m.
 
-func dequantQ4_0(src []byte, dst []float32) {
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[q4_0Len]byte)(src[i/qk*q4_0Len:])
-		y := (*[qk]float32)(dst[i:])
-		d := fp16(b[0:])
-		for j := 0; j < qk/2; j++ {
-			q := b[2+j]
-			y[j] = float32(int32(q&15)-8) * d
-			y[j+16] = float32(int32(q>>4)-8) * d
-		}
+var dequantQ4_0 = dequantBlocks(qk, q4_0Len, func(src []byte, dst []float32) {
+	b, y := (*[q4_0Len]byte)(src), (*[qk]float32)(dst)
+	d := fp16(b[0:])
+	for j := 0; j < qk/2; j++ {
+		q := b[2+j]
+		y[j] = float32(int32(q&15)-8) * d
+		y[j+16] = float32(int32(q>>4)-8) * d
 	}
-}
+})
 
-func dequantQ4_1(src []byte, dst []float32) {
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[q4_1Len]byte)(src[i/qk*q4_1Len:])
-		y := (*[qk]float32)(dst[i:])
-		d, m := fp16(b[0:]), fp16(b[2:])
-		for j := 0; j < qk/2; j++ {
-			q := b[4+j]
-			y[j] = float32(q&15)*d + m
-			y[j+16] = float32(q>>4)*d + m
-		}
+var dequantQ4_1 = dequantBlocks(qk, q4_1Len, func(src []byte, dst []float32) {
+	b, y := (*[q4_1Len]byte)(src), (*[qk]float32)(dst)
+	d, m := fp16(b[0:]), fp16(b[2:])
+	for j := 0; j < qk/2; j++ {
+		q := b[4+j]
+		y[j] = float32(q&15)*d + m
+		y[j+16] = float32(q>>4)*d + m
 	}
-}
+})
 
 // dotNib16 returns sum((q-off)*y) over one block of 16 packed nibble bytes
 // and 32 int8 activations: element j < 16 is the low nibble of q[j], element
@@ -48,32 +42,16 @@ func dotNib16(q *[16]byte, y *[qk]byte, off int32) int32 {
 
 // dotQ4_0 is ggml_vec_dot_q4_0_q8_0: per block the exact integer
 // sum((q-8)*y), scaled by d_w*d_x.
-func dotQ4_0(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*q4_0Len]
-	x = x[:nb*q8_0Len]
-	var sum float32
-	for i := 0; i < nb; i++ {
-		a := (*[q4_0Len]byte)(w[i*q4_0Len:])
-		b := (*[q8_0Len]byte)(x[i*q8_0Len:])
-		sumi := dotNib16((*[16]byte)(a[2:]), (*[qk]byte)(b[2:]), 8)
-		sum += float32(sumi) * (fp16(a[0:]) * fp16(b[0:]))
-	}
-	return sum
-}
+var dotQ4_0 = dotBlocks(qk, q4_0Len, q8_0Len, func(w, x []byte, sum float32) float32 {
+	a, b := (*[q4_0Len]byte)(w), (*[q8_0Len]byte)(x)
+	sumi := dotNib16((*[16]byte)(a[2:]), (*[qk]byte)(b[2:]), 8)
+	return sum + float32(sumi)*(fp16(a[0:])*fp16(b[0:]))
+})
 
 // dotQ4_1 is ggml_vec_dot_q4_1_q8_1: d_w*d_x*sum(q*y) + m*s, where s is the
 // activation block's stored d*sum(y).
-func dotQ4_1(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*q4_1Len]
-	x = x[:nb*q8_1Len]
-	var sum float32
-	for i := 0; i < nb; i++ {
-		a := (*[q4_1Len]byte)(w[i*q4_1Len:])
-		b := (*[q8_1Len]byte)(x[i*q8_1Len:])
-		sumi := dotNib16((*[16]byte)(a[4:]), (*[qk]byte)(b[4:]), 0)
-		sum += (fp16(a[0:])*fp16(b[0:]))*float32(sumi) + fp16(a[2:])*fp16(b[2:])
-	}
-	return sum
-}
+var dotQ4_1 = dotBlocks(qk, q4_1Len, q8_1Len, func(w, x []byte, sum float32) float32 {
+	a, b := (*[q4_1Len]byte)(w), (*[q8_1Len]byte)(x)
+	sumi := dotNib16((*[16]byte)(a[4:]), (*[qk]byte)(b[4:]), 0)
+	return sum + ((fp16(a[0:])*fp16(b[0:]))*float32(sumi) + fp16(a[2:])*fp16(b[2:]))
+})

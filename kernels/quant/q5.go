@@ -16,31 +16,25 @@ func unpackQ5(qs *[16]byte, qh uint32, out *[qk]int32) {
 	}
 }
 
-func dequantQ5_0(src []byte, dst []float32) {
+var dequantQ5_0 = dequantBlocks(qk, q5_0Len, func(src []byte, dst []float32) {
+	b, y := (*[q5_0Len]byte)(src), (*[qk]float32)(dst)
+	d := fp16(b[0:])
 	var u [qk]int32
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[q5_0Len]byte)(src[i/qk*q5_0Len:])
-		y := (*[qk]float32)(dst[i:])
-		d := fp16(b[0:])
-		unpackQ5((*[16]byte)(b[6:]), binary.LittleEndian.Uint32(b[2:]), &u)
-		for j, q := range u {
-			y[j] = float32(q-16) * d
-		}
+	unpackQ5((*[16]byte)(b[6:]), binary.LittleEndian.Uint32(b[2:]), &u)
+	for j, q := range u {
+		y[j] = float32(q-16) * d
 	}
-}
+})
 
-func dequantQ5_1(src []byte, dst []float32) {
+var dequantQ5_1 = dequantBlocks(qk, q5_1Len, func(src []byte, dst []float32) {
+	b, y := (*[q5_1Len]byte)(src), (*[qk]float32)(dst)
+	d, m := fp16(b[0:]), fp16(b[2:])
 	var u [qk]int32
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[q5_1Len]byte)(src[i/qk*q5_1Len:])
-		y := (*[qk]float32)(dst[i:])
-		d, m := fp16(b[0:]), fp16(b[2:])
-		unpackQ5((*[16]byte)(b[8:]), binary.LittleEndian.Uint32(b[4:]), &u)
-		for j, q := range u {
-			y[j] = float32(q)*d + m
-		}
+	unpackQ5((*[16]byte)(b[8:]), binary.LittleEndian.Uint32(b[4:]), &u)
+	for j, q := range u {
+		y[j] = float32(q)*d + m
 	}
-}
+})
 
 // dotNib16H is dotNib16 for 5-bit quants: bit j of qh is bit 4 of element
 // j's quant. qh moves right one bit per step so that every shift below is by
@@ -60,31 +54,15 @@ func dotNib16H(q *[16]byte, qh uint32, y *[qk]byte, off int32) int32 {
 
 // dotQ5_0 is ggml_vec_dot_q5_0_q8_0: exact sum((q-16)*y) per block, scaled
 // by d_w*d_x.
-func dotQ5_0(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*q5_0Len]
-	x = x[:nb*q8_0Len]
-	var sum float32
-	for i := 0; i < nb; i++ {
-		a := (*[q5_0Len]byte)(w[i*q5_0Len:])
-		b := (*[q8_0Len]byte)(x[i*q8_0Len:])
-		sumi := dotNib16H((*[16]byte)(a[6:]), binary.LittleEndian.Uint32(a[2:]), (*[qk]byte)(b[2:]), 16)
-		sum += float32(sumi) * (fp16(a[0:]) * fp16(b[0:]))
-	}
-	return sum
-}
+var dotQ5_0 = dotBlocks(qk, q5_0Len, q8_0Len, func(w, x []byte, sum float32) float32 {
+	a, b := (*[q5_0Len]byte)(w), (*[q8_0Len]byte)(x)
+	sumi := dotNib16H((*[16]byte)(a[6:]), binary.LittleEndian.Uint32(a[2:]), (*[qk]byte)(b[2:]), 16)
+	return sum + float32(sumi)*(fp16(a[0:])*fp16(b[0:]))
+})
 
 // dotQ5_1 is ggml_vec_dot_q5_1_q8_1: d_w*d_x*sum(q*y) + m*s.
-func dotQ5_1(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*q5_1Len]
-	x = x[:nb*q8_1Len]
-	var sum float32
-	for i := 0; i < nb; i++ {
-		a := (*[q5_1Len]byte)(w[i*q5_1Len:])
-		b := (*[q8_1Len]byte)(x[i*q8_1Len:])
-		sumi := dotNib16H((*[16]byte)(a[8:]), binary.LittleEndian.Uint32(a[4:]), (*[qk]byte)(b[4:]), 0)
-		sum += (fp16(a[0:])*fp16(b[0:]))*float32(sumi) + fp16(a[2:])*fp16(b[2:])
-	}
-	return sum
-}
+var dotQ5_1 = dotBlocks(qk, q5_1Len, q8_1Len, func(w, x []byte, sum float32) float32 {
+	a, b := (*[q5_1Len]byte)(w), (*[q8_1Len]byte)(x)
+	sumi := dotNib16H((*[16]byte)(a[8:]), binary.LittleEndian.Uint32(a[4:]), (*[qk]byte)(b[4:]), 0)
+	return sum + ((fp16(a[0:])*fp16(b[0:]))*float32(sumi) + fp16(a[2:])*fp16(b[2:]))
+})

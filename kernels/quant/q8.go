@@ -10,27 +10,21 @@ import (
 // so that dot products with Q4_1/Q5_1 can apply the weight's offset m to
 // the whole block at once.
 
-func dequantQ8_0(src []byte, dst []float32) {
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[q8_0Len]byte)(src[i/qk*q8_0Len:])
-		y := (*[qk]float32)(dst[i:])
-		d := fp16(b[0:])
-		for j := range y {
-			y[j] = float32(int8(b[2+j])) * d
-		}
+var dequantQ8_0 = dequantBlocks(qk, q8_0Len, func(src []byte, dst []float32) {
+	b, y := (*[q8_0Len]byte)(src), (*[qk]float32)(dst)
+	d := fp16(b[0:])
+	for j := range y {
+		y[j] = float32(int8(b[2+j])) * d
 	}
-}
+})
 
-func dequantQ8_1(src []byte, dst []float32) {
-	for i := 0; i+qk <= len(dst); i += qk {
-		b := (*[q8_1Len]byte)(src[i/qk*q8_1Len:])
-		y := (*[qk]float32)(dst[i:])
-		d := fp16(b[0:])
-		for j := range y {
-			y[j] = float32(int8(b[4+j])) * d
-		}
+var dequantQ8_1 = dequantBlocks(qk, q8_1Len, func(src []byte, dst []float32) {
+	b, y := (*[q8_1Len]byte)(src), (*[qk]float32)(dst)
+	d := fp16(b[0:])
+	for j := range y {
+		y[j] = float32(int8(b[4+j])) * d
 	}
-}
+})
 
 // q8Block quantizes one block of 32 activations into qs and returns the
 // unrounded scale d and the sum of the quants.
@@ -62,39 +56,27 @@ func abs32(v float32) float32 {
 	return math.Float32frombits(math.Float32bits(v) &^ (1 << 31))
 }
 
-func quantQ8_0(x []float32, dst []byte) {
-	for i := 0; i+qk <= len(x); i += qk {
-		b := (*[q8_0Len]byte)(dst[i/qk*q8_0Len:])
-		d, _ := q8Block((*[qk]float32)(x[i:]), (*[qk]byte)(b[2:]))
-		binary.LittleEndian.PutUint16(b[0:], F32ToF16(d))
-	}
-}
+var quantQ8_0 = quantBlocks(qk, q8_0Len, func(x []float32, dst []byte) {
+	b := (*[q8_0Len]byte)(dst)
+	d, _ := q8Block((*[qk]float32)(x), (*[qk]byte)(b[2:]))
+	binary.LittleEndian.PutUint16(b[0:], F32ToF16(d))
+})
 
-func quantQ8_1(x []float32, dst []byte) {
-	for i := 0; i+qk <= len(x); i += qk {
-		b := (*[q8_1Len]byte)(dst[i/qk*q8_1Len:])
-		d, sum := q8Block((*[qk]float32)(x[i:]), (*[qk]byte)(b[4:]))
-		binary.LittleEndian.PutUint16(b[0:], F32ToF16(d))
-		// ggml stores s from the float32 d (before it is rounded to f16).
-		binary.LittleEndian.PutUint16(b[2:], F32ToF16(d*float32(sum)))
-	}
-}
+var quantQ8_1 = quantBlocks(qk, q8_1Len, func(x []float32, dst []byte) {
+	b := (*[q8_1Len]byte)(dst)
+	d, sum := q8Block((*[qk]float32)(x), (*[qk]byte)(b[4:]))
+	binary.LittleEndian.PutUint16(b[0:], F32ToF16(d))
+	// ggml stores s from the float32 d (before it is rounded to f16).
+	binary.LittleEndian.PutUint16(b[2:], F32ToF16(d*float32(sum)))
+})
 
 // dotQ8_0 is ggml_vec_dot_q8_0_q8_0: per block an exact int32 sum of the
 // 32 products, scaled by d_w*d_x.
-func dotQ8_0(n int, w, x []byte) float32 {
-	nb := n / qk
-	w = w[:nb*q8_0Len]
-	x = x[:nb*q8_0Len]
-	var sum float32
-	for i := 0; i < nb; i++ {
-		a := (*[q8_0Len]byte)(w[i*q8_0Len:])
-		b := (*[q8_0Len]byte)(x[i*q8_0Len:])
-		sumi := dotI8x32((*[qk]byte)(a[2:]), (*[qk]byte)(b[2:]))
-		sum += float32(sumi) * (fp16(a[0:]) * fp16(b[0:]))
-	}
-	return sum
-}
+var dotQ8_0 = dotBlocks(qk, q8_0Len, q8_0Len, func(w, x []byte, sum float32) float32 {
+	a, b := (*[q8_0Len]byte)(w), (*[q8_0Len]byte)(x)
+	sumi := dotI8x32((*[qk]byte)(a[2:]), (*[qk]byte)(b[2:]))
+	return sum + float32(sumi)*(fp16(a[0:])*fp16(b[0:]))
+})
 
 // dotI8x32 returns the sum of the products of two blocks of 32 int8s. Four
 // independent accumulators let the CPU overlap the multiply-adds.

@@ -16,16 +16,14 @@ const (
 	q8KGroup = qkK / 16 // number of bsums
 )
 
-func dequantQ8_K(src []byte, dst []float32) {
-	for i := 0; i+qkK <= len(dst); i += qkK {
-		b := (*[q8_KLen]byte)(src[i/qkK*q8_KLen:])
-		y := (*[qkK]float32)(dst[i:])
-		d := math.Float32frombits(binary.LittleEndian.Uint32(b[0:]))
-		for j := range y {
-			y[j] = d * float32(int8(b[q8KQs+j]))
-		}
+var dequantQ8_K = dequantBlocks(qkK, q8_KLen, func(src []byte, dst []float32) {
+	b := (*[q8_KLen]byte)(src)
+	y := (*[qkK]float32)(dst)
+	d := math.Float32frombits(binary.LittleEndian.Uint32(b[0:]))
+	for j := range y {
+		y[j] = d * float32(int8(b[q8KQs+j]))
 	}
-}
+})
 
 // nearestInt rounds to nearest, ties to even, exactly as ggml's nearest_int:
 // adding 1.5*2^23 leaves the rounded integer in the low mantissa bits.
@@ -40,33 +38,31 @@ func nearestInt(f float32) int32 {
 // so that element maps to -127 and nothing exceeds 127; d = 1/iscale is
 // stored as float32. An all-zero block gets d = 0, zero quants and (unlike
 // ggml, which leaves them unwritten) zero bsums.
-func quantQ8_K(x []float32, dst []byte) {
-	for i := 0; i+qkK <= len(x); i += qkK {
-		v := (*[qkK]float32)(x[i:])
-		b := (*[q8_KLen]byte)(dst[i/qkK*q8_KLen:])
-		var amax, mx float32
-		for _, f := range v {
-			if a := abs32(f); a > amax {
-				amax, mx = a, f
-			}
+var quantQ8_K = quantBlocks(qkK, q8_KLen, func(x []float32, dst []byte) {
+	v := (*[qkK]float32)(x)
+	b := (*[q8_KLen]byte)(dst)
+	var amax, mx float32
+	for _, f := range v {
+		if a := abs32(f); a > amax {
+			amax, mx = a, f
 		}
-		if amax == 0 {
-			clear(b[:])
-			continue
-		}
-		iscale := -127 / mx
-		for g := 0; g < q8KGroup; g++ {
-			var s int32
-			for l := 0; l < 16; l++ {
-				q := min(127, nearestInt(iscale*v[16*g+l]))
-				b[q8KQs+16*g+l] = byte(int8(q))
-				s += q
-			}
-			binary.LittleEndian.PutUint16(b[q8KBsums+2*g:], uint16(int16(s)))
-		}
-		binary.LittleEndian.PutUint32(b[0:], math.Float32bits(1/iscale))
 	}
-}
+	if amax == 0 {
+		clear(b[:])
+		return
+	}
+	iscale := -127 / mx
+	for g := 0; g < q8KGroup; g++ {
+		var s int32
+		for l := 0; l < 16; l++ {
+			q := min(127, nearestInt(iscale*v[16*g+l]))
+			b[q8KQs+16*g+l] = byte(int8(q))
+			s += q
+		}
+		binary.LittleEndian.PutUint16(b[q8KBsums+2*g:], uint16(int16(s)))
+	}
+	binary.LittleEndian.PutUint32(b[0:], math.Float32bits(1/iscale))
+})
 
 // q8KHeader returns a Q8_K block's scale, its quants and its bsums.
 func q8KHeader(b *[q8_KLen]byte) (d float32, y *[qkK]byte, bs *[32]byte) {

@@ -85,6 +85,50 @@ type kernel struct {
 	vecDot ggml.Type
 }
 
+// The block loops of the pure-Go kernels, written once: each type gives
+// only what it does with one block. A block function receives slices of
+// exactly one block's bytes and elements, which it views as fixed-size
+// arrays so that the compiler drops the bounds checks inside.
+
+// dequantBlocks is the dequantizer of a type whose blocks hold bs elements
+// in bLen bytes: block decodes the block b into its elements y, for every
+// whole block dst holds.
+func dequantBlocks(bs, bLen int, block func(b []byte, y []float32)) func(src []byte, dst []float32) {
+	return func(src []byte, dst []float32) {
+		for i := 0; i+bs <= len(dst); i += bs {
+			block(src[i/bs*bLen:][:bLen], dst[i:i+bs])
+		}
+	}
+}
+
+// quantBlocks is the quantizer of an activation type whose blocks hold bs
+// elements in bLen bytes: block encodes the elements x into the block b,
+// for every whole block x holds.
+func quantBlocks(bs, bLen int, block func(x []float32, b []byte)) func(x []float32, dst []byte) {
+	return func(x []float32, dst []byte) {
+		for i := 0; i+bs <= len(x); i += bs {
+			block(x[i:i+bs], dst[i/bs*bLen:][:bLen])
+		}
+	}
+}
+
+// dotBlocks is the dot product of a weight type whose blocks hold bs
+// elements in wLen bytes with activations of xLen bytes a block, as
+// ggml's block loops compute it: one float32 sum, to which block adds the
+// product of each weight block w with its activation block x in turn.
+func dotBlocks(bs, wLen, xLen int, block func(w, x []byte, sum float32) float32) func(n int, w, x []byte) float32 {
+	return func(n int, w, x []byte) float32 {
+		nb := n / bs
+		w = w[:nb*wLen]
+		x = x[:nb*xLen]
+		var sum float32
+		for i := 0; i < nb; i++ {
+			sum = block(w[i*wLen:(i+1)*wLen], x[i*xLen:(i+1)*xLen], sum)
+		}
+		return sum
+	}
+}
+
 // maxType bounds the kernel table: every ggml type id is below it.
 const maxType = ggml.TypeCount
 

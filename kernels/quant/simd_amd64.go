@@ -99,7 +99,10 @@ func simdKernels(level int) (tab simdTable) {
 		rows[ggml.Q8_0] = blockRows(qk, q8_0Len, q8_0Len, dotQ8_0x8VNNIAsm, dotQ8_0x4VNNIAsm, dotQ8_0VNNIAsm)
 		tab.q4kOrder[OrderGEMV-1].rows = blockRows(qkK, q4_KLen, q8_KLen, dotQ4_KGEMVx8Asm, dotQ4_KGEMVx4Asm, dotQ4_KGEMVAVX2Asm)
 		tab.q4kOrder[OrderGEMM-1].rows = blockRows(qkK, q4_KLen, q8_KLen, dotQ4_KGEMMx8Asm, dotQ4_KGEMMx4Asm, dotQ4_KGEMMAVX2Asm)
-		rows[ggml.Q4_K] = rowsQ4_KDot
+		// Q4_K in vec_dot's order (OrderDot, for the matrices ggml does
+		// not repack, such as a tied output of an odd vocabulary): four
+		// rows at a time with each weight block prepared once.
+		rows[ggml.Q4_K] = blockRows(qkK, q4_KLen, q8_KLen, nil, dotQ4_KDotx4Asm, dotQ4_KAVX2Asm)
 		rows[ggml.Q6_K] = blockRows(qkK, q6_KLen, q8_KLen, dotQ6_Kx8Asm, dotQ6_Kx4Asm, dotQ6_KAVX2Asm)
 		// The AVX-512 many-row kernels: each row's result is the one-row
 		// kernel's of the level, bit for bit.
@@ -191,9 +194,10 @@ func blockDot(bs, wLen, xLen int, kernel func(w, x *byte, nb int) float32) func(
 }
 
 // blockRows runs the eight-row kernel x8 over groups of eight activation
-// rows, the four-row x4 over a group of four and the one-row one over
-// what is left (blocks as blockDot's). All three give every row the
-// one-row kernel's bits, so which rows take which kernel does not matter.
+// rows (none where x8 is nil), the four-row x4 over groups of four and
+// the one-row one over what is left (blocks as blockDot's). All three
+// give every row the one-row kernel's bits, so which rows take which
+// kernel does not matter.
 func blockRows(bs, wLen, xLen int, x8, x4 func(w, x *byte, stride, nb int, out *float32), one func(w, x *byte, nb int) float32) rowsFunc {
 	return func(n int, w, x []byte, xStride, rows int, out []float32) {
 		nb := n / bs
@@ -205,7 +209,7 @@ func blockRows(bs, wLen, xLen int, x8, x4 func(w, x *byte, stride, nb int, out *
 		_ = x[(rows-1)*xStride+nb*xLen-1]
 		out = out[:rows]
 		r := 0
-		for ; r+8 <= rows; r += 8 {
+		for ; x8 != nil && r+8 <= rows; r += 8 {
 			x8(&w[0], &x[r*xStride], xStride, nb, &out[r])
 		}
 		for ; r+4 <= rows; r += 4 {
@@ -395,28 +399,6 @@ func dotQ4_KGEMVi8x1Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_KGEMVi8MAsm(w, x *byte, nb, groups int, out *float32)
-
-// rowsQ4_KDot is Q4_K's multi-row kernel in vec_dot's order (OrderDot,
-// for the matrices ggml does not repack, such as a tied output of an odd
-// vocabulary): four rows at a time with each weight block prepared once,
-// the one-row kernel on the rest; all give the one-row kernel's bits.
-func rowsQ4_KDot(n int, w, x []byte, xStride, rows int, out []float32) {
-	nb := n / qkK
-	if nb == 0 || rows <= 0 {
-		clear(out[:rows])
-		return
-	}
-	_ = w[nb*q4_KLen-1]
-	_ = x[(rows-1)*xStride+nb*q8_KLen-1]
-	out = out[:rows]
-	r := 0
-	for ; r+4 <= rows; r += 4 {
-		dotQ4_KDotx4Asm(&w[0], &x[r*xStride], xStride, nb, &out[r])
-	}
-	for ; r < rows; r++ {
-		out[r] = dotQ4_KAVX2Asm(&w[0], &x[r*xStride], nb)
-	}
-}
 
 //go:noescape
 func dotQ4_KDotx4Asm(w, x *byte, stride, nb int, out *float32)

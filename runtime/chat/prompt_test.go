@@ -1,33 +1,12 @@
 package chat_test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/zrtdev/zrt/format/gguf"
-	"github.com/zrtdev/zrt/format/vocab"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime/chat"
-	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
-
-func vocabTokenizer(t *testing.T, name string) *tokenizer.Tokenizer {
-	t.Helper()
-	f, err := gguf.Open(filepath.Join("..", "..", "..", "shared", "models", "vocab", name))
-	if err != nil {
-		t.Skipf("vocab %s not present: %v", name, err)
-	}
-	defer f.Close()
-	v, err := vocab.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.New(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
 
 var twoTurns = []chat.Message{
 	{Role: "system", Content: "You are a helpful assistant."},
@@ -66,7 +45,7 @@ func TestChatPromptTokens(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		tok := vocabTokenizer(t, c.vocab)
+		tok := testmodel.Tokenizer(t, "vocab/"+c.vocab)
 		got, fallback, err := chat.Prompt(tok, twoTurns)
 		if err != nil || fallback {
 			t.Fatalf("%s: fallback=%v err=%v", c.vocab, fallback, err)
@@ -107,7 +86,7 @@ func TestChatPromptTokens(t *testing.T) {
 // what Apply renders and what its ids encode, and that the tool call and
 // the tool result reach the prompt.
 func TestPromptWithTools(t *testing.T) {
-	tok := vocabTokenizer(t, "ggml-vocab-qwen2.gguf")
+	tok := testmodel.Tokenizer(t, "vocab/ggml-vocab-qwen2.gguf")
 	tools, err := chat.ParseTools([]byte(`[{"type": "function", "function": {"name": "get_time", "description": "Time in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]`))
 	if err != nil {
 		t.Fatal(err)

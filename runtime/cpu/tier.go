@@ -24,6 +24,7 @@ type Tier struct {
 	regions  [][]byte
 	variants []*variant
 	pool     *kcpu.Pool
+	ownPool  bool // pool is the Tier's own (not Options.Pool)
 	work     []byte
 	fence    int
 	trace    func(i int, kernel string, out []byte)
@@ -60,6 +61,12 @@ type Options struct {
 	// Comm, for a rank bundle of a tensor-parallel set, is the set its
 	// collective kernels meet the other ranks at (runtime/tp).
 	Comm kcpu.Comm
+	// Pool, when set, is the worker pool to run on, shared with another
+	// tier that replays one step at a time with this one (a draft model
+	// beside its target): two pools would each keep workers spinning
+	// while the other's run, on the same cores. The Tier does not close
+	// it.
+	Pool *kcpu.Pool
 }
 
 // Load prepares a bundle for replay: it maps weight regions from the pack,
@@ -70,7 +77,10 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	if tp := b.Graph.Hparams.TPRanks; tp > 1 && (opt.Comm == nil || opt.Comm.Ranks() != tp || opt.Comm.Rank() != b.Graph.Hparams.TPRank) {
 		return nil, fmt.Errorf("cpu: the bundle is rank %d of a tensor-parallel set of %d: it runs only with every rank of its set (open the set)", b.Graph.Hparams.TPRank, tp)
 	}
-	t := &Tier{pool: kcpu.NewPool(opt.Threads), fence: -1, trace: opt.Trace, comm: opt.Comm}
+	t := &Tier{pool: opt.Pool, fence: -1, trace: opt.Trace, comm: opt.Comm}
+	if t.pool == nil {
+		t.pool, t.ownPool = kcpu.NewPool(opt.Threads), true
+	}
 	mem := &replay.Memory{}
 	var err error
 	if t.regions, err = t.place(b, opt); err != nil {
@@ -216,9 +226,16 @@ func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
 // Threads is the worker count.
 func (t *Tier) Threads() int { return t.pool.Threads() }
 
-// Close stops the workers.
+// Workers is the worker pool the tier runs on, for a tier that shares it
+// (Options.Pool).
+func (t *Tier) Workers() *kcpu.Pool { return t.pool }
+
+// Close stops the workers (unless the pool is shared: Options.Pool) and
+// releases the memory.
 func (t *Tier) Close() error {
-	t.pool.Close()
+	if t.ownPool {
+		t.pool.Close()
+	}
 	var first error
 	for _, f := range t.release {
 		if err := f(); err != nil && first == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/support"
 	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 )
 
@@ -237,7 +238,7 @@ func TestTensorParallelShapes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			model := writeSynth(t, tmp, c.shape)
+			model := testmodel.Write(t, tmp, "model.gguf", c.shape)
 			whole := filepath.Join(tmp, "whole")
 			if err := compiler.Compile(ctx, model, whole, compiler.Options{}); err != nil {
 				t.Fatal(err)
@@ -255,7 +256,7 @@ func TestTensorParallelShapes(t *testing.T) {
 	}
 	t.Run("heads-not-dividing", func(t *testing.T) {
 		tmp := t.TempDir()
-		model := writeSynth(t, tmp, synth.Shape{Arch: "llama", Layers: 1, Embd: 96, Heads: 3, HeadsKV: 3, FF: 128, Vocab: 320, Context: 256, Type: ggml.F32, Seed: 6})
+		model := testmodel.Write(t, tmp, "model.gguf", synth.Shape{Arch: "llama", Layers: 1, Embd: 96, Heads: 3, HeadsKV: 3, FF: 128, Vocab: 320, Context: 256, Type: ggml.F32, Seed: 6})
 		_, err := buildSet(t, model, filepath.Join(tmp, "tp2"), 2, compiler.Options{})
 		var se *support.Error
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), "3 attention heads") {
@@ -264,25 +265,11 @@ func TestTensorParallelShapes(t *testing.T) {
 	})
 }
 
-// writeSynth writes a synthetic model of shape s under dir.
-func writeSynth(t *testing.T, dir string, s synth.Shape) string {
-	t.Helper()
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "model.gguf")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestTensorParallelNeedsEveryRank opens a rank bundle alone and a set
 // with a rank missing: both are refused, saying why.
 func TestTensorParallelNeedsEveryRank(t *testing.T) {
 	tmp := t.TempDir()
-	model := writeSynth(t, tmp, synth.Tiny)
+	model := testmodel.Write(t, tmp, "model.gguf", synth.Tiny)
 	set := filepath.Join(tmp, "tp2")
 	dir, err := buildSet(t, model, set, 2, compiler.Options{})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/cpu"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
@@ -42,6 +43,10 @@ type kgpu struct {
 	// flash_attn tile's blocks come in two sizes (kcuda's fatSplit), and
 	// a test's few rows would otherwise only ever see the larger.
 	threads uint32
+	// shared, when not 0, replaces the launch's shared memory: the q8_0
+	// decode kernel takes as many stages a warp as it is given
+	// (kcuda.Q8AttnShared).
+	shared int
 }
 
 // staging is a device buffer of n bytes, zeroed when allocated.
@@ -127,6 +132,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	}
 	if g.threads != 0 {
 		shape.Block[0] = g.threads
+	}
+	if g.shared != 0 {
+		shape.Shared = g.shared
 	}
 	var vals []uint64
 	var devs []driver.DevPtr
@@ -217,6 +225,21 @@ func (g *kgpu) launch(m driver.Module, instance string, shape kcuda.Launch, vals
 	}
 }
 
+// matchCPU runs instance on the GPU and on T-CPU (vsCPU) and holds buffer
+// out of the GPU's result to T-CPU's within tol.
+func (g *kgpu) matchCPU(instance string, bufs [][]byte, push, spec []uint32, rows, out int, tol float64) {
+	g.t.Helper()
+	got, want := g.vsCPU(instance, bufs, push, spec, rows)
+	compareF32(g.t, instance, got[out], want[out], tol)
+}
+
+// vsCPU runs instance on the GPU (run) and T-CPU's kernel of the name
+// (cpuRun) over copies of the same buffers and returns both results.
+func (g *kgpu) vsCPU(instance string, bufs [][]byte, push, spec []uint32, rows int) (got, want [][]byte) {
+	g.t.Helper()
+	return g.run(instance, bufs, push, spec, rows), cpuRun(g.t, instance, bufs, push, spec)
+}
+
 // cpuRun runs T-CPU's kernel on copies of bufs and returns them.
 func cpuRun(t *testing.T, instance string, bufs [][]byte, push, spec []uint32) [][]byte {
 	t.Helper()
@@ -239,22 +262,6 @@ func cpuRun(t *testing.T, instance string, bufs [][]byte, push, spec []uint32) [
 	return cp
 }
 
-func f32bytes(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func bytesF32(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
-}
-
 func randF32(rng *rand.Rand, n int, lo, hi float32) []float32 {
 	v := make([]float32, n)
 	for i := range v {
@@ -267,6 +274,23 @@ func fbits(x float32) uint32 { return math.Float32bits(x) }
 
 // krow is one row of a request table.
 type krow struct{ pos, slot, flags uint32 }
+
+// longPrompt is n rows of a long prompt in slot s at positions from on
+// (the flash-attention tile's rows).
+func longPrompt(slot, from, n int) []krow {
+	rows := make([]krow, n)
+	for i := range rows {
+		rows[i] = krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt}
+	}
+	return rows
+}
+
+// tileRows is the rows of the flash-attention tile's tests: one long
+// prompt, and the prompts of three slots meeting inside a warp's 16 rows
+// with decode rows (no RowPrompt: flash_attn_rest's) among them.
+func tileRows() (long, mixed []krow) {
+	return longPrompt(1, 200, 70), append(append(append(append(longPrompt(0, 0, 21), longPrompt(1, 100, 50)...), krow{700, 2, 1}), longPrompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+}
 
 // ioTable builds a request table for rows, slots of maxPages pages each;
 // slot s's page j is page s*maxPages+j permuted by perm (nil: identity).
@@ -301,7 +325,7 @@ func ioTable(rows []krow, slots, maxPages int, perm []int) []byte {
 // max(1, |want|) elementwise, failing past tol.
 func compareF32(t *testing.T, what string, got, want []byte, tol float64) {
 	t.Helper()
-	g, w := bytesF32(got), bytesF32(want)
+	g, w := lebin.Float32s(got), lebin.Float32s(want)
 	worst, at := 0.0, -1
 	for i := range w {
 		d := math.Abs(float64(g[i]) - float64(w[i]))
@@ -332,11 +356,9 @@ func TestKernelGeglu(t *testing.T) {
 	gate[0], gate[1], gate[2], gate[3] = -10, 10, 0, -3.5
 	up := randF32(rng, rows*cols, -2, 2)
 	y := make([]float32, rows*cols)
-	bufs := [][]byte{f32bytes(gate), f32bytes(up), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	bufs := [][]byte{lebin.Float32Bytes(gate), lebin.Float32Bytes(up), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push := []uint32{uint32(cols)}
-	got := g.run("geglu", bufs, push, nil, rows)
-	want := cpuRun(t, "geglu", bufs, push, nil)
-	compareF32(t, "geglu", got[3], want[3], 1e-6)
+	g.matchCPU("geglu", bufs, push, nil, rows, 3, 1e-6)
 }
 
 func TestKernelScale(t *testing.T) {
@@ -344,11 +366,9 @@ func TestKernelScale(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	rows, cols := 3, 777
 	x := randF32(rng, (rows+1)*cols, -5, 5) // one row past the active ones stays
-	bufs := [][]byte{f32bytes(x), ioTable(make([]krow, rows), rows, 1, nil)}
+	bufs := [][]byte{lebin.Float32Bytes(x), ioTable(make([]krow, rows), rows, 1, nil)}
 	push, spec := []uint32{uint32(cols)}, []uint32{fbits(float32(math.Sqrt(2304)))}
-	got := g.run("scale", bufs, push, spec, rows)
-	want := cpuRun(t, "scale", bufs, push, spec)
-	compareF32(t, "scale", got[0], want[0], 0)
+	g.matchCPU("scale", bufs, push, spec, rows, 0, 0)
 }
 
 func TestKernelLogitSoftcap(t *testing.T) {
@@ -357,11 +377,9 @@ func TestKernelLogitSoftcap(t *testing.T) {
 	nv, slots := 10000, 4
 	logits := randF32(rng, slots*nv, -80, 80)
 	rows := []krow{{0, 2, 0}, {5, 1, kernels.RowWantsLogits}, {9, 3, kernels.RowWantsLogits}}
-	bufs := [][]byte{f32bytes(logits), ioTable(rows, slots, 1, nil)}
+	bufs := [][]byte{lebin.Float32Bytes(logits), ioTable(rows, slots, 1, nil)}
 	push, spec := []uint32{uint32(nv)}, []uint32{fbits(30)}
-	got := g.run("logit_softcap", bufs, push, spec, len(rows))
-	want := cpuRun(t, "logit_softcap", bufs, push, spec)
-	compareF32(t, "logit_softcap", got[0], want[0], 1e-6)
+	g.matchCPU("logit_softcap", bufs, push, spec, len(rows), 0, 1e-6)
 }
 
 func TestKernelAttnTemp(t *testing.T) {
@@ -371,11 +389,9 @@ func TestKernelAttnTemp(t *testing.T) {
 	rows := []krow{{0, 0, 0}, {3, 0, 0}, {4, 1, 0}, {8191, 1, 0}, {8192, 2, 0}, {100000, 2, 0}, {rng.Uint32() % 50000, 3, 0}}
 	x := randF32(rng, len(rows)*cols, -3, 3)
 	for _, floor := range []uint32{4, 8192} {
-		bufs := [][]byte{f32bytes(x), ioTable(rows, 4, 1, nil)}
+		bufs := [][]byte{lebin.Float32Bytes(x), ioTable(rows, 4, 1, nil)}
 		push, spec := []uint32{uint32(cols)}, []uint32{fbits(0.1), floor}
-		got := g.run("attn_temp", bufs, push, spec, len(rows))
-		want := cpuRun(t, "attn_temp", bufs, push, spec)
-		compareF32(t, "attn_temp", got[0], want[0], 1e-6)
+		g.matchCPU("attn_temp", bufs, push, spec, len(rows), 0, 1e-6)
 	}
 }
 
@@ -399,13 +415,12 @@ func TestKernelRopeExtYaRN(t *testing.T) {
 	} {
 		var fb []byte
 		if c.freq != nil {
-			fb = f32bytes(c.freq)
+			fb = lebin.Float32Bytes(c.freq)
 		}
-		bufs := [][]byte{f32bytes(x), fb, ioTable(rows, 3, 1, nil)}
+		bufs := [][]byte{lebin.Float32Bytes(x), fb, ioTable(rows, 3, 1, nil)}
 		push := []uint32{uint32(nHead), uint32(hd)}
 		spec := []uint32{uint32(nRot), c.neox, fbits(10000), fbits(c.fscale), fbits(c.attn), fbits(c.ext), fbits(c.lo), fbits(c.hi)}
-		got := g.run("rope_ext", bufs, push, spec, len(rows))
-		want := cpuRun(t, "rope_ext", bufs, push, spec)
+		got, want := g.vsCPU("rope_ext", bufs, push, spec, len(rows))
 		compareF32(t, "rope_ext "+c.name, got[0], want[0], 1e-5)
 	}
 }
@@ -460,16 +475,15 @@ func TestKernelFlashAttnExt(t *testing.T) {
 			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -c.qScale, c.qScale)
 			var sinks []byte
 			if c.sinks {
-				sinks = f32bytes(randF32(rng, c.nHead, -1, 5))
+				sinks = lebin.Float32Bytes(randF32(rng, c.nHead, -1, 5))
 			}
 			y := make([]float32, len(c.rows)*c.nHead*c.hd)
 			io := ioTable(c.rows, slots, maxPages, perm)
 			scale := float32(1 / math.Sqrt(float64(c.hd)))
-			bufs := [][]byte{f32bytes(q), kv, sinks, io, f32bytes(y)}
+			bufs := [][]byte{lebin.Float32Bytes(q), kv, sinks, io, lebin.Float32Bytes(y)}
 			push := []uint32{layer}
 			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale), fbits(c.softcap), c.window}
-			got := g.run("flash_attn_ext", bufs, push, spec, len(c.rows))
-			want := cpuRun(t, "flash_attn_ext", bufs, push, spec)
+			got, want := g.vsCPU("flash_attn_ext", bufs, push, spec, len(c.rows))
 			// T-CUDA attends in F32, T-CPU with ggml's F16 accumulator on
 			// short steps (decode, mixed): outputs (averages of values in
 			// ±1) agree to a few 1e-3 (measured on an H200: 6e-3 worst,
@@ -500,16 +514,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(7))
 	const nLayer, layer = 2, 1
-	prompt := func(slot, from, n int) []krow {
-		var rows []krow
-		for i := 0; i < n; i++ {
-			rows = append(rows, krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt})
-		}
-		return rows
-	}
-	long := prompt(1, 200, 70)
-	// Decode rows (no RowPrompt) among the prompts: flash_attn_rest's.
-	mixed := append(append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+	long, mixed := tileRows()
 	cases := []struct {
 		name       string
 		nHead, nKV int
@@ -520,8 +525,8 @@ func TestKernelFlashAttnTile(t *testing.T) {
 		{"long-64", 12, 4, 64, long},
 		{"mixed-128", 16, 8, 128, mixed},
 		{"mixed-64", 4, 4, 64, mixed},
-		{"deep-128", 16, 8, 128, prompt(1, 1500, 200)},
-		{"deep-64", 8, 2, 64, prompt(0, 1001, 130)},
+		{"deep-128", 16, 8, 128, longPrompt(1, 1500, 200)},
+		{"deep-64", 8, 2, 64, longPrompt(0, 1001, 130)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -530,8 +535,7 @@ func TestKernelFlashAttnTile(t *testing.T) {
 				t.Fatalf("launch %+v, %v: want the tile entry", l, err)
 			}
 			bufs, push, spec := faInputs(t, rng, nLayer, layer, c.nHead, c.nKV, c.hd, c.rows)
-			got := g.run("flash_attn", bufs, push, spec, len(c.rows))
-			want := cpuRun(t, "flash_attn", bufs, push, spec)
+			got, want := g.vsCPU("flash_attn", bufs, push, spec, len(c.rows))
 			// Q and P rounded to F16 for the tensor cores: outputs
 			// (averages of values in ±1) agree to a few 1e-3.
 			compareF32(t, "flash_attn tile "+c.name, got[3], want[3], 1e-2)
@@ -621,7 +625,7 @@ func faInputs(t *testing.T, rng *rand.Rand, nLayer, layer, nHead, nKV, hd int, r
 	y := make([]float32, len(rows)*nHead*hd)
 	io := ioTable(rows, slots, maxPages, perm)
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	bufs = [][]byte{f32bytes(q), kv, io, f32bytes(y)}
+	bufs = [][]byte{lebin.Float32Bytes(q), kv, io, lebin.Float32Bytes(y)}
 	push = []uint32{uint32(layer)}
 	spec = []uint32{uint32(nLayer), uint32(nHead), uint32(nKV), uint32(hd), fbits(scale)}
 	return bufs, push, spec
@@ -634,7 +638,7 @@ func kweights(t *testing.T, rng *rand.Rand, typ ggml.Type, rows, k int) []byte {
 	x := randF32(rng, rows*k, -1, 1)
 	switch typ {
 	case ggml.F32:
-		return f32bytes(x)
+		return lebin.Float32Bytes(x)
 	case ggml.Q8_0:
 		rb := k / 32 * 34
 		b := make([]byte, rows*rb)
@@ -701,11 +705,9 @@ func TestKernelMoeAddBias(t *testing.T) {
 	rows, nUsed, f, nExp := 3, 4, 300, 8
 	x := randF32(rng, (rows+1)*nUsed*f, -3, 3) // one row past the active ones stays
 	b := randF32(rng, nExp*f, -1, 1)
-	bufs := [][]byte{f32bytes(x), f32bytes(b), kroutes(rng, rows+1, nUsed, nExp), ioTable(make([]krow, rows), rows, 1, nil)}
+	bufs := [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(b), kroutes(rng, rows+1, nUsed, nExp), ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(f), uint32(nUsed)}
-	got := g.run("moe_add_bias", bufs, push, nil, rows)
-	want := cpuRun(t, "moe_add_bias", bufs, push, nil)
-	compareF32(t, "moe_add_bias", got[0], want[0], 0)
+	g.matchCPU("moe_add_bias", bufs, push, nil, rows, 0, 0)
 }
 
 func TestKernelSwigluOAI(t *testing.T) {
@@ -716,11 +718,9 @@ func TestKernelSwigluOAI(t *testing.T) {
 	up := randF32(rng, rows*cols, -10, 10)
 	gate[0], gate[1], gate[2], up[0], up[1] = 0, 7, -7, 7, -7
 	y := make([]float32, rows*cols)
-	bufs := [][]byte{f32bytes(gate), f32bytes(up), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	bufs := [][]byte{lebin.Float32Bytes(gate), lebin.Float32Bytes(up), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push, spec := []uint32{uint32(cols)}, []uint32{fbits(1.702), fbits(7)}
-	got := g.run("swiglu_oai", bufs, push, spec, rows)
-	want := cpuRun(t, "swiglu_oai", bufs, push, spec)
-	compareF32(t, "swiglu_oai", got[3], want[3], 1e-6)
+	g.matchCPU("swiglu_oai", bufs, push, spec, rows, 3, 1e-6)
 }
 
 // TestKernelMoeGateTopK holds the router to T-CPU for both gatings, with
@@ -733,17 +733,17 @@ func TestKernelMoeGateTopK(t *testing.T) {
 	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.MXFP4, ggml.F32} {
 		w := kweights(t, rng, typ, nExp, k)
 		x := randF32(rng, rows*k, -2, 2)
-		bias := f32bytes(randF32(rng, nExp, -0.5, 0.5))
+		bias := lebin.Float32Bytes(randF32(rng, nExp, -0.5, 0.5))
 		for _, c := range []struct {
 			name         string
 			bias         []byte
 			norm, gating uint32
 		}{{"softmax-norm", nil, 1, 0}, {"softmax-bias", bias, 0, 0}, {"oai-bias", bias, 0, 1}, {"oai", nil, 1, 1}} {
 			inst := kernels.InstanceName(mustLookup(t, "moe_gate_topk"), typ)
-			bufs := [][]byte{f32bytes(x), w, c.bias, ioTable(make([]krow, rows), rows, 1, nil), make([]byte, 8*rows*nUsed)}
+			bufs := [][]byte{lebin.Float32Bytes(x), w, c.bias, ioTable(make([]krow, rows), rows, 1, nil), make([]byte, 8*rows*nUsed)}
 			push := []uint32{uint32(k), uint32(nExp), uint32(nUsed), c.norm, c.gating}
-			got := g.run(inst, bufs, push, nil, rows)[4]
-			want := cpuRun(t, inst, bufs, push, nil)[4]
+			gotBufs, wantBufs := g.vsCPU(inst, bufs, push, nil, rows)
+			got, want := gotBufs[4], wantBufs[4]
 			what := inst + " " + c.name
 			for i := 0; i < rows*nUsed; i++ {
 				ge, we := binary.LittleEndian.Uint32(got[8*i:]), binary.LittleEndian.Uint32(want[8*i:])
@@ -781,12 +781,11 @@ func TestKernelMoeDownAcc(t *testing.T) {
 		h := randF32(rng, rows*nUsed*f, -2, 2)
 		y := randF32(rng, (rows+1)*n, -5, 5)
 		rt := kroutes(rng, rows, nUsed, nExp)
-		for _, bias := range [][]byte{nil, f32bytes(randF32(rng, nExp*n, -1, 1))} {
+		for _, bias := range [][]byte{nil, lebin.Float32Bytes(randF32(rng, nExp*n, -1, 1))} {
 			inst := kernels.InstanceName(mustLookup(t, "moe_down_acc"), typ)
-			bufs := [][]byte{f32bytes(h), w, bias, rt, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+			bufs := [][]byte{lebin.Float32Bytes(h), w, bias, rt, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 			push := []uint32{uint32(f), uint32(n), uint32(nUsed)}
-			got := g.run(inst, bufs, push, nil, rows)
-			want := cpuRun(t, inst, bufs, push, nil)
+			got, want := g.vsCPU(inst, bufs, push, nil, rows)
 			what := inst
 			if bias != nil {
 				what += " bias"
@@ -811,26 +810,24 @@ func TestKernelMXFP4(t *testing.T) {
 
 	cols := k
 	y := make([]float32, rows*cols)
-	bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
-	got := g.run(inst("embed"), bufs, []uint32{uint32(cols)}, nil, rows)
-	want := cpuRun(t, inst("embed"), bufs, []uint32{uint32(cols)}, nil)
+	bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
+	got, want := g.vsCPU(inst("embed"), bufs, []uint32{uint32(cols)}, nil, rows)
 	compareF32(t, "embed.mxfp4", got[2], want[2], 0)
 
 	w[0], w[17], w[34] = 127, 126, 128
 	for _, r := range []int{1, rows} {
 		x := randF32(rng, r*k, -2, 2)
-		bias := f32bytes(randF32(rng, n, -1, 1))
+		bias := lebin.Float32Bytes(randF32(rng, n, -1, 1))
 		out := make([]float32, r*n)
-		bufs := [][]byte{f32bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), f32bytes(out)}
+		bufs := [][]byte{lebin.Float32Bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), lebin.Float32Bytes(out)}
 		push := []uint32{uint32(k), uint32(n)}
-		got := g.run(inst("matmul"), bufs, push, nil, r)
-		want := cpuRun(t, inst("matmul"), bufs, push, nil)
+		got, want := g.vsCPU(inst("matmul"), bufs, push, nil, r)
 		compareF32(t, "matmul.mxfp4", got[4], want[4], 1e-4)
 	}
 	lrows := []krow{{0, 1, kernels.RowWantsLogits}, {1, 0, 0}, {2, 2, kernels.RowWantsLogits}}
 	x := randF32(rng, len(lrows)*k, -2, 2)
 	logits := make([]float32, 3*n)
-	lbufs := [][]byte{f32bytes(x), w, ioTable(lrows, 3, 1, nil), f32bytes(logits)}
+	lbufs := [][]byte{lebin.Float32Bytes(x), w, ioTable(lrows, 3, 1, nil), lebin.Float32Bytes(logits)}
 	push := []uint32{uint32(k), uint32(n)}
 	got = g.run(inst("lm_head"), lbufs, push, nil, len(lrows))
 	want = cpuRun(t, inst("lm_head"), lbufs, push, nil)
@@ -839,8 +836,8 @@ func TestKernelMXFP4(t *testing.T) {
 	nUsed, ff, nExp := 2, 64, 4
 	wg, wu := kweights(t, rng, typ, nExp*ff, k), kweights(t, rng, typ, nExp*ff, k)
 	gate, up := make([]float32, rows*nUsed*ff), make([]float32, rows*nUsed*ff)
-	gbufs := [][]byte{f32bytes(randF32(rng, rows*k, -2, 2)), wg, wu, kroutes(rng, rows, nUsed, nExp),
-		ioTable(make([]krow, rows), rows, 1, nil), f32bytes(gate), f32bytes(up)}
+	gbufs := [][]byte{lebin.Float32Bytes(randF32(rng, rows*k, -2, 2)), wg, wu, kroutes(rng, rows, nUsed, nExp),
+		ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(gate), lebin.Float32Bytes(up)}
 	spec := []uint32{uint32(k), uint32(ff), uint32(nUsed)}
 	got = g.run(inst("moe_gate_up"), gbufs, nil, spec, rows)
 	want = cpuRun(t, inst("moe_gate_up"), gbufs, nil, spec)
@@ -864,25 +861,23 @@ func TestKernelIQuants(t *testing.T) {
 		w := kweights(t, rng, typ, n, k)
 
 		y := make([]float32, rows*k)
-		bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
-		got := g.run(inst("embed"), bufs, []uint32{uint32(k)}, nil, rows)
-		want := cpuRun(t, inst("embed"), bufs, []uint32{uint32(k)}, nil)
+		bufs := [][]byte{w, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
+		got, want := g.vsCPU(inst("embed"), bufs, []uint32{uint32(k)}, nil, rows)
 		compareF32(t, "embed."+name, got[2], want[2], 0)
 
 		for _, r := range []int{1, rows} {
 			x := randF32(rng, r*k, -2, 2)
-			bias := f32bytes(randF32(rng, n, -1, 1))
+			bias := lebin.Float32Bytes(randF32(rng, n, -1, 1))
 			out := make([]float32, r*n)
-			bufs := [][]byte{f32bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), f32bytes(out)}
+			bufs := [][]byte{lebin.Float32Bytes(x), w, bias, ioTable(make([]krow, r), r, 1, nil), lebin.Float32Bytes(out)}
 			push := []uint32{uint32(k), uint32(n)}
-			got := g.run(inst("matmul"), bufs, push, nil, r)
-			want := cpuRun(t, inst("matmul"), bufs, push, nil)
+			got, want := g.vsCPU(inst("matmul"), bufs, push, nil, r)
 			compareF32(t, "matmul."+name, got[4], want[4], 1e-4)
 		}
 		lrows := []krow{{0, 1, kernels.RowWantsLogits}, {1, 0, 0}, {2, 2, kernels.RowWantsLogits}}
 		x := randF32(rng, len(lrows)*k, -2, 2)
 		logits := make([]float32, 3*n)
-		lbufs := [][]byte{f32bytes(x), w, ioTable(lrows, 3, 1, nil), f32bytes(logits)}
+		lbufs := [][]byte{lebin.Float32Bytes(x), w, ioTable(lrows, 3, 1, nil), lebin.Float32Bytes(logits)}
 		push := []uint32{uint32(k), uint32(n)}
 		got = g.run(inst("lm_head"), lbufs, push, nil, len(lrows))
 		want = cpuRun(t, inst("lm_head"), lbufs, push, nil)
@@ -924,7 +919,7 @@ func TestKernelLMHeadRows(t *testing.T) {
 				}
 			}
 			x := randF32(rng, nr*k, -2, 2)
-			bufs := [][]byte{f32bytes(x), w, ioTable(rows, nr, 1, nil), f32bytes(make([]float32, nr*n))}
+			bufs := [][]byte{lebin.Float32Bytes(x), w, ioTable(rows, nr, 1, nil), lebin.Float32Bytes(make([]float32, nr*n))}
 			push := []uint32{uint32(k), uint32(n)}
 			got := g.runAs(inst, bufs, push, nil, nr, c.prefill)
 			want := cpuRun(t, inst, bufs, push, nil)
@@ -953,7 +948,7 @@ func TestKernelMatrixTiles(t *testing.T) {
 		{ggml.Q4_K, 4096}, {ggml.Q6_K, 4096}, {ggml.Q8_0, 4096}} { // 4096: 33 to 64 rows take the 32-row tile
 		typ, k := tk.typ, tk.k
 		w := kweights(t, rng, typ, n, k)
-		wn := f32bytes(randF32(rng, k, 0.5, 1.5))
+		wn := lebin.Float32Bytes(randF32(rng, k, 0.5, 1.5))
 		for _, c := range []struct {
 			active, capacity int
 			prefill          bool
@@ -963,8 +958,8 @@ func TestKernelMatrixTiles(t *testing.T) {
 				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
 			}
 			io := ioTable(rows, c.capacity, 1, nil)
-			x := f32bytes(randF32(rng, c.capacity*k, -2, 2))
-			res := f32bytes(randF32(rng, c.capacity*n, -1, 1))
+			x := lebin.Float32Bytes(randF32(rng, c.capacity*k, -2, 2))
+			res := lebin.Float32Bytes(randF32(rng, c.capacity*n, -1, 1))
 			inst := kernels.InstanceName(mustLookup(t, "matmul_residual"), typ)
 			bufs := [][]byte{x, w, nil, io, res}
 			push := []uint32{uint32(k), n}
@@ -1032,12 +1027,12 @@ func TestKernelSSMConv(t *testing.T) {
 	const slots = 4
 	for _, c := range []struct{ cols, k, off int }{{300, 4, 64}, {1040, 4, 0}, {70, 3, 12}} {
 		slotBytes := c.off + (c.k-1)*c.cols*4 + 36
-		state := f32bytes(randF32(rng, slots*slotBytes/4, -2, 2))
-		w := f32bytes(randF32(rng, c.k*c.cols, -1, 1))
+		state := lebin.Float32Bytes(randF32(rng, slots*slotBytes/4, -2, 2))
+		w := lebin.Float32Bytes(randF32(rng, c.k*c.cols, -1, 1))
 		inputs := func(rows []krow) [][]byte {
 			x := randF32(rng, len(rows)*c.cols, -3, 3)
 			y := make([]float32, len(rows)*c.cols)
-			return [][]byte{f32bytes(x), w, nil, ioTable(rows, slots, 1, nil), f32bytes(y)}
+			return [][]byte{lebin.Float32Bytes(x), w, nil, ioTable(rows, slots, 1, nil), lebin.Float32Bytes(y)}
 		}
 		push, spec := []uint32{uint32(c.cols), uint32(c.off)}, []uint32{uint32(c.k), uint32(slotBytes)}
 		runRecurrent(t, g, "ssm_conv", state, 2, []int{4}, inputs, push, spec, 1e-5)
@@ -1051,11 +1046,10 @@ func TestKernelGDNGates(t *testing.T) {
 	alpha := randF32(rng, rows*heads, -25, 25)
 	beta := randF32(rng, rows*heads, -8, 8)
 	alpha[0], alpha[1] = 20, 19.5
-	bufs := [][]byte{f32bytes(alpha), f32bytes(beta), f32bytes(randF32(rng, heads, -2, 2)), f32bytes(randF32(rng, heads, -1, 0)),
+	bufs := [][]byte{lebin.Float32Bytes(alpha), lebin.Float32Bytes(beta), lebin.Float32Bytes(randF32(rng, heads, -2, 2)), lebin.Float32Bytes(randF32(rng, heads, -1, 0)),
 		ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(heads)}
-	got := g.run("gdn_gates", bufs, push, nil, rows)
-	want := cpuRun(t, "gdn_gates", bufs, push, nil)
+	got, want := g.vsCPU("gdn_gates", bufs, push, nil, rows)
 	compareF32(t, "gdn_gates alpha", got[0], want[0], 1e-6)
 	compareF32(t, "gdn_gates beta", got[1], want[1], 1e-6)
 }
@@ -1072,14 +1066,14 @@ func TestKernelGatedDeltaNet(t *testing.T) {
 		t.Run(fmt.Sprintf("s%d-hv%d-grouped%d", c.s, c.hv, c.grouped), func(t *testing.T) {
 			g := g.with(t)
 			slotBytes := c.off + c.hv*c.s*c.s*4 + 128
-			state := f32bytes(randF32(rng, slots*slotBytes/4, -0.5, 0.5))
+			state := lebin.Float32Bytes(randF32(rng, slots*slotBytes/4, -0.5, 0.5))
 			cols := (2*c.hk + c.hv) * c.s
 			inputs := func(rows []krow) [][]byte {
 				qkv := randF32(rng, len(rows)*cols, -1, 1)
 				alpha := randF32(rng, len(rows)*c.hv, -1.5, 0)
 				beta := randF32(rng, len(rows)*c.hv, 0, 1)
 				y := make([]float32, len(rows)*c.hv*c.s)
-				return [][]byte{f32bytes(qkv), f32bytes(alpha), f32bytes(beta), nil, ioTable(rows, slots, 1, nil), f32bytes(y)}
+				return [][]byte{lebin.Float32Bytes(qkv), lebin.Float32Bytes(alpha), lebin.Float32Bytes(beta), nil, ioTable(rows, slots, 1, nil), lebin.Float32Bytes(y)}
 			}
 			push := []uint32{uint32(c.off)}
 			spec := []uint32{uint32(c.hk), uint32(c.hv), uint32(c.s), fbits(1e-6), uint32(slotBytes), uint32(c.grouped)}
@@ -1097,10 +1091,9 @@ func TestKernelRMSNormGated(t *testing.T) {
 		z := randF32(rng, rows*c.cols, -6, 6)
 		w := randF32(rng, c.group, 0.5, 1.5)
 		y := make([]float32, rows*c.cols)
-		bufs := [][]byte{f32bytes(x), f32bytes(w), f32bytes(z), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+		bufs := [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(w), lebin.Float32Bytes(z), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 		push, spec := []uint32{uint32(c.cols), uint32(c.group)}, []uint32{fbits(1e-6)}
-		got := g.run("rms_norm_gated", bufs, push, spec, rows)
-		want := cpuRun(t, "rms_norm_gated", bufs, push, spec)
+		got, want := g.vsCPU("rms_norm_gated", bufs, push, spec, rows)
 		compareF32(t, fmt.Sprintf("rms_norm_gated group %d", c.group), got[4], want[4], 1e-5)
 	}
 }
@@ -1111,10 +1104,9 @@ func TestKernelSplitHalves(t *testing.T) {
 	rows, heads, width := 3, 5, 96
 	x := randF32(rng, rows*heads*2*width, -3, 3)
 	a, b := randF32(rng, (rows+1)*heads*width, -1, 1), randF32(rng, (rows+1)*heads*width, -1, 1) // a row past the active ones stays
-	bufs := [][]byte{f32bytes(x), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(a), f32bytes(b)}
+	bufs := [][]byte{lebin.Float32Bytes(x), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(a), lebin.Float32Bytes(b)}
 	push := []uint32{uint32(heads), uint32(width)}
-	got := g.run("split_halves", bufs, push, nil, rows)
-	want := cpuRun(t, "split_halves", bufs, push, nil)
+	got, want := g.vsCPU("split_halves", bufs, push, nil, rows)
 	compareF32(t, "split_halves a", got[2], want[2], 0)
 	compareF32(t, "split_halves b", got[3], want[3], 0)
 }
@@ -1125,11 +1117,9 @@ func TestKernelMulSigmoid(t *testing.T) {
 	rows, cols := 3, 1000
 	x := randF32(rng, (rows+1)*cols, -3, 3)
 	gt := randF32(rng, (rows+1)*cols, -20, 20)
-	bufs := [][]byte{f32bytes(x), f32bytes(gt), ioTable(make([]krow, rows), rows, 1, nil)}
+	bufs := [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(gt), ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(cols)}
-	got := g.run("mul_sigmoid", bufs, push, nil, rows)
-	want := cpuRun(t, "mul_sigmoid", bufs, push, nil)
-	compareF32(t, "mul_sigmoid", got[0], want[0], 1e-6)
+	g.matchCPU("mul_sigmoid", bufs, push, nil, rows, 0, 1e-6)
 }
 
 func TestKernelCopyCols(t *testing.T) {
@@ -1138,11 +1128,9 @@ func TestKernelCopyCols(t *testing.T) {
 	rows, stride, cols, off := 3, 192, 32, 96
 	x := randF32(rng, rows*stride, -3, 3)
 	y := randF32(rng, (rows+1)*cols, -1, 1) // a row past the active ones stays
-	bufs := [][]byte{f32bytes(x), ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	bufs := [][]byte{lebin.Float32Bytes(x), ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push, spec := []uint32{uint32(cols), uint32(off)}, []uint32{uint32(stride)}
-	got := g.run("copy_cols", bufs, push, spec, rows)
-	want := cpuRun(t, "copy_cols", bufs, push, spec)
-	compareF32(t, "copy_cols", got[2], want[2], 0)
+	g.matchCPU("copy_cols", bufs, push, spec, rows, 2, 0)
 }
 
 // rms_norm without a weight (Gemma 4's V norm) is the weighted kernel
@@ -1153,10 +1141,9 @@ func TestKernelRMSNormUnweighted(t *testing.T) {
 	rows, cols, group := 3, 4*64, 64
 	x := randF32(rng, rows*cols, -3, 3)
 	y := make([]float32, rows*cols)
-	bufs := [][]byte{f32bytes(x), nil, ioTable(make([]krow, rows), rows, 1, nil), f32bytes(y)}
+	bufs := [][]byte{lebin.Float32Bytes(x), nil, ioTable(make([]krow, rows), rows, 1, nil), lebin.Float32Bytes(y)}
 	push, spec := []uint32{uint32(cols), uint32(group)}, []uint32{fbits(1e-6)}
-	got := g.run("rms_norm", bufs, push, spec, rows)
-	want := cpuRun(t, "rms_norm", bufs, push, spec)
+	got, want := g.vsCPU("rms_norm", bufs, push, spec, rows)
 	compareF32(t, "rms_norm unweighted", got[3], want[3], 1e-5)
 }
 
@@ -1168,12 +1155,8 @@ func TestKernelZeroMulVec(t *testing.T) {
 	w := randF32(rng, cols, -2, 2)
 	io := ioTable(make([]krow, rows), rows, 1, nil)
 	push := []uint32{uint32(cols)}
-	got := g.run("mul_vec", [][]byte{f32bytes(x), f32bytes(w), io}, push, nil, rows)
-	want := cpuRun(t, "mul_vec", [][]byte{f32bytes(x), f32bytes(w), io}, push, nil)
-	compareF32(t, "mul_vec", got[0], want[0], 0)
-	got = g.run("zero", [][]byte{f32bytes(x), io}, push, nil, rows)
-	want = cpuRun(t, "zero", [][]byte{f32bytes(x), io}, push, nil)
-	compareF32(t, "zero", got[0], want[0], 0)
+	g.matchCPU("mul_vec", [][]byte{lebin.Float32Bytes(x), lebin.Float32Bytes(w), io}, push, nil, rows, 0, 0)
+	g.matchCPU("zero", [][]byte{lebin.Float32Bytes(x), io}, push, nil, rows, 0, 0)
 }
 
 func TestKernelMoeRouteScale(t *testing.T) {
@@ -1186,10 +1169,9 @@ func TestKernelMoeRouteScale(t *testing.T) {
 		binary.LittleEndian.PutUint32(route[8*i+4:], math.Float32bits(rng.Float32()))
 	}
 	s := randF32(rng, nExpert, 0.5, 2)
-	bufs := [][]byte{route, f32bytes(s), ioTable(make([]krow, rows), rows, 1, nil)}
+	bufs := [][]byte{route, lebin.Float32Bytes(s), ioTable(make([]krow, rows), rows, 1, nil)}
 	push := []uint32{uint32(nUsed)}
-	got := g.run("moe_route_scale", bufs, push, nil, rows)
-	want := cpuRun(t, "moe_route_scale", bufs, push, nil)
+	got, want := g.vsCPU("moe_route_scale", bufs, push, nil, rows)
 	if !bytes.Equal(got[0], want[0]) {
 		t.Errorf("moe_route_scale: routes differ")
 	}
@@ -1221,7 +1203,7 @@ func TestKernelMatrixRows(t *testing.T) {
 	}{{ggml.Q4_K, 4096}, {ggml.Q6_K, 11008}, {ggml.Q8_0, 4096}, {ggml.Q4_0, 4096}} {
 		typ, k := tk.typ, tk.k
 		w := kweights(t, rng, typ, n, k)
-		wn := f32bytes(randF32(rng, k, 0.5, 1.5))
+		wn := lebin.Float32Bytes(randF32(rng, k, 0.5, 1.5))
 		for _, nr := range []int{2} {
 			inst := kernels.InstanceName(mustLookup(t, "matmul_residual"), typ)
 			push := []uint32{uint32(k), n}
@@ -1232,8 +1214,8 @@ func TestKernelMatrixRows(t *testing.T) {
 			for i := range rows {
 				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
 			}
-			x := f32bytes(randF32(rng, nr*k, -2, 2))
-			res := f32bytes(randF32(rng, nr*n, -1, 1))
+			x := lebin.Float32Bytes(randF32(rng, nr*k, -2, 2))
+			res := lebin.Float32Bytes(randF32(rng, nr*n, -1, 1))
 			bufs := [][]byte{x, w, nil, ioTable(rows, nr, 1, nil), res}
 			what := fmt.Sprintf("%s k=%d, %d rows", inst, k, nr)
 			got, want := g.runAs(inst, bufs, push, nil, nr, false), cpuRun(t, inst, bufs, push, nil)

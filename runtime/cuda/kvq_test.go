@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -170,11 +171,10 @@ func TestKernelQ8KVWrite(t *testing.T) {
 			}
 			k, v := q8Values(rng, rows*c.kvDim, 3), q8Values(rng, rows*c.kvDim, 1)
 			io := ioTable(q8WriteRows, slots, maxPages, rng.Perm(nPages))
-			bufs := [][]byte{f32bytes(k), f32bytes(v), io, kv}
+			bufs := [][]byte{lebin.Float32Bytes(k), lebin.Float32Bytes(v), io, kv}
 			push, spec := []uint32{layer, uint32(c.kvDim)}, []uint32{nLayer}
 			inst := kvInstance(t, "kv_write", c.kv)
-			got := g.run(inst, bufs, push, spec, rows)
-			want := cpuRun(t, inst, bufs, push, spec)
+			got, want := g.vsCPU(inst, bufs, push, spec, rows)
 			compareQ8Cache(t, inst, lay, layer, nPages, got[3], want[3], true)
 		})
 	}
@@ -225,18 +225,17 @@ func TestKernelQ8KVRopeWrite(t *testing.T) {
 				k, v := q8Values(rng, len(rows)*kvDim, 2), q8Values(rng, len(rows)*kvDim, 1)
 				io := ioTable(rows, slots, maxPages, rng.Perm(nPages))
 				spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), uint32(c.nRot), c.neox, fbits(10000), fbits(1)}
-				bufs := [][]byte{f32bytes(q), f32bytes(k), f32bytes(v), io, kv}
+				bufs := [][]byte{lebin.Float32Bytes(q), lebin.Float32Bytes(k), lebin.Float32Bytes(v), io, kv}
 				qi, kvi := 0, 4
 				if family == "rms_norm_rope_kv_write" {
 					spec = append(spec, fbits(1e-6))
 					wq, wk := randF32(rng, c.hd, 0.5, 1.5), randF32(rng, c.hd, 0.5, 1.5)
-					bufs = [][]byte{f32bytes(q), f32bytes(k), f32bytes(v), f32bytes(wq), f32bytes(wk), io, kv}
+					bufs = [][]byte{lebin.Float32Bytes(q), lebin.Float32Bytes(k), lebin.Float32Bytes(v), lebin.Float32Bytes(wq), lebin.Float32Bytes(wk), io, kv}
 					kvi = 6
 				}
 				push := []uint32{layer}
 				inst := kvInstance(t, family, c.kv)
-				got := g.run(inst, bufs, push, spec, len(rows))
-				want := cpuRun(t, inst, bufs, push, spec)
+				got, want := g.vsCPU(inst, bufs, push, spec, len(rows))
 				compareF32(t, inst+" q", got[qi], want[qi], 1e-5)
 				compareQ8Cache(t, inst, lay, layer, nPages, got[kvi], want[kvi], false)
 			})
@@ -266,7 +265,7 @@ func q8Cache(t *testing.T, rng *rand.Rand, lay kernels.KVLayout, layer, slots, m
 	k := randF32(rng, len(rows)*lay.Width, -kScale, kScale)
 	v := randF32(rng, len(rows)*lay.Width, -1, 1)
 	io := ioTable(rows, slots, maxPages, perm)
-	out := cpuRun(t, kernels.KVInstanceName(mustLookup(t, "kv_write"), lay.Types), [][]byte{f32bytes(k), f32bytes(v), io, kv},
+	out := cpuRun(t, kernels.KVInstanceName(mustLookup(t, "kv_write"), lay.Types), [][]byte{lebin.Float32Bytes(k), lebin.Float32Bytes(v), io, kv},
 		[]uint32{uint32(layer), uint32(lay.Width)}, []uint32{uint32(lay.Slots)})
 	return out[3]
 }
@@ -341,16 +340,15 @@ func TestKernelQ8KVAttention(t *testing.T) {
 			y := make([]float32, len(c.rows)*c.nHead*c.hd)
 			var sinks []byte
 			if c.sinks {
-				sinks = f32bytes(randF32(rng, c.nHead, -1, 5))
+				sinks = lebin.Float32Bytes(randF32(rng, c.nHead, -1, 5))
 			}
 			io := ioTable(c.rows, slots, maxPages, perm)
 			scale := float32(1 / math.Sqrt(float64(c.hd)))
 			push := []uint32{layer}
 			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale), fbits(c.softcap), c.window}
 			ext := kvInstance(t, "flash_attn_ext", c.kv)
-			bufs := [][]byte{f32bytes(q), kv, sinks, io, f32bytes(y)}
-			got := g.run(ext, bufs, push, spec, len(c.rows))
-			want := cpuRun(t, ext, bufs, push, spec)
+			bufs := [][]byte{lebin.Float32Bytes(q), kv, sinks, io, lebin.Float32Bytes(y)}
+			got, want := g.vsCPU(ext, bufs, push, spec, len(c.rows))
 			compareF32(t, ext+" "+c.name, got[4], want[4], q8AttnTolerance)
 			if c.softcap == 0 && c.window == 0 && !c.sinks {
 				// flash_attn: the same body, unless a prefill step takes
@@ -382,15 +380,7 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(24))
 	const nLayer, layer = 2, 1
-	prompt := func(slot, from, n int) []krow {
-		var rows []krow
-		for i := range n {
-			rows = append(rows, krow{uint32(from + i), uint32(slot), kernels.RowPrompt | kernels.RowLongPrompt})
-		}
-		return rows
-	}
-	long := prompt(1, 200, 70)
-	mixed := append(append(append(append(prompt(0, 0, 21), prompt(1, 100, 50)...), krow{700, 2, 1}), prompt(2, 701, 3)...), krow{90, 3, 1}, krow{40, 4, 1})
+	long, mixed := tileRows()
 	for _, c := range []struct {
 		name       string
 		nHead, nKV int
@@ -403,8 +393,8 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 		{"mixed-rk128", 16, 8, 128, q8Layout(128, 64), mixed},
 		{"mixed-rk64-mha", 4, 4, 64, q8Layout(64, 64), mixed},
 		{"mixed-plain128", 8, 2, 128, q8Layout(0, 0), mixed},
-		{"deep-rk128", 16, 8, 128, q8Layout(128, 64), prompt(1, 1500, 200)},
-		{"deep-plain64", 8, 2, 64, q8Layout(0, 0), prompt(0, 1001, 130)},
+		{"deep-rk128", 16, 8, 128, q8Layout(128, 64), longPrompt(1, 1500, 200)},
+		{"deep-plain64", 8, 2, 64, q8Layout(0, 0), longPrompt(0, 1001, 130)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := g.with(t)
@@ -426,9 +416,8 @@ func TestKernelQ8KVAttentionTile(t *testing.T) {
 			kv := q8Cache(t, rng, lay, layer, slots, maxPages, perm, last, 1)
 			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -1, 1)
 			y := make([]float32, len(c.rows)*c.nHead*c.hd)
-			bufs := [][]byte{f32bytes(q), kv, ioTable(c.rows, slots, maxPages, perm), f32bytes(y)}
-			got := g.run(inst, bufs, push, spec, len(c.rows))
-			want := cpuRun(t, inst, bufs, push, spec)
+			bufs := [][]byte{lebin.Float32Bytes(q), kv, ioTable(c.rows, slots, maxPages, perm), lebin.Float32Bytes(y)}
+			got, want := g.vsCPU(inst, bufs, push, spec, len(c.rows))
 			compareF32(t, inst+" tile "+c.name, got[3], want[3], 1e-2)
 			one := g.with(t) // the blocks of a launch of many (TestKernelFlashAttnTile)
 			one.threads = 128

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	goruntime "runtime"
@@ -248,24 +249,39 @@ func (t *Tier) planCollectives(mode string) error {
 		l.Shape = kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}}
 		l.Params, l.Sizes = append(l.Params, uint64(p.desc)), append(l.Sizes, 8)
 		if !l.Collective.Gather {
-			l.Params, l.Sizes = append(l.Params, 0), append(l.Sizes, 8) // residual: none yet
+			// residual, norm_w, norm_y, eps: none yet.
+			l.Params, l.Sizes = append(l.Params, 0, 0, 0, 0), append(l.Sizes, 8, 8, 8, 4)
 		}
 	}
-	// RunEach stops after every dispatch: it keeps the adds apart.
+	// RunEach stops after every dispatch: it keeps the adds and norms
+	// apart.
 	t.unfused = make([][]Launch, len(t.variants))
 	for vi, ls := range t.variants {
 		t.unfused[vi] = ls
-		t.variants[vi] = fuseResiduals(ls)
+		t.variants[vi] = fuseResiduals(ls, t.reduceNorms)
 	}
 	return nil
 }
 
+// ReduceTakesNorm reports whether the PTX of the one-shot all-reduce
+// instance (all_reduce_sum) has the RMS norm's parameters after the
+// residual (norm_w, norm_y, eps: its eighth), which zrtc's kernels have
+// had since the norm was taken in; a bundle built before keeps the norm's
+// launch.
+func ReduceTakesNorm(instance string, ptx []byte) bool {
+	return bytes.Contains(ptx, []byte(".param .u32 "+kcuda.Entry(instance)+"_param_7"))
+}
+
 // Parameters of the launches fuseResiduals joins: the one-shot
-// all-reduce's x, io, cols, then (after the descriptor) residual; add's
-// x, y, io and cols.
+// all-reduce's x, io, cols, then (after the descriptor) residual, norm_w,
+// norm_y and eps; add's x, y, io and cols; rms_norm's x, w, io, y, cols,
+// group and eps.
 const (
 	reduceX, reduceIO, reduceCols, reduceResidual = 0, 1, 2, 4
+	reduceNormW, reduceNormY, reduceEps           = 5, 6, 7
 	addX, addY, addIO, addCols                    = 0, 1, 2, 3
+	normX, normW, normIO, normY, normCols         = 0, 1, 2, 3, 4
+	normGroup, normEps                            = 5, 6
 )
 
 // fuseResiduals folds into a one-shot all-reduce the residual add that
@@ -275,8 +291,13 @@ const (
 // the kernel adds each sum to the residual with the same float addition
 // add does, after storing it, so every byte ends as the two launches
 // leave it, and a layer's two collectives cost no extra launch for their
-// adds.
-func fuseResiduals(ls []Launch) []Launch {
+// adds. With norms (the kernel has them: ReduceTakesNorm), an rms_norm of
+// the residual's whole rows right after the add is taken in as well (a
+// layer whose Q, K and V the fuse pass could not join normalizes on its
+// own, and so does the output norm before the LM head): the kernel
+// normalizes with rms_norm's scale and products, into the norm's output,
+// which must not be the residual.
+func fuseResiduals(ls []Launch, norms bool) []Launch {
 	var out []Launch
 	for i := 0; i < len(ls); i++ {
 		l := ls[i]
@@ -288,11 +309,31 @@ func fuseResiduals(ls []Launch) []Launch {
 				l.Params = slices.Clone(l.Params)
 				l.Params[reduceResidual] = n.Params[addX]
 				i++
+				if norms && i+1 < len(ls) && takesNorm(&l, &ls[i+1]) {
+					m := &ls[i+1]
+					l.Params[reduceNormW], l.Params[reduceNormY], l.Params[reduceEps] = m.Params[normW], m.Params[normY], m.Params[normEps]
+					i++
+				}
 			}
 		}
 		out = append(out, l)
 	}
 	return out
+}
+
+// takesNorm reports whether the one-shot all-reduce l, its residual add
+// taken in, can take in the launch m after it: an rms_norm of l's
+// residual over whole rows (one group of the reduce's columns) of the
+// same request table, into another buffer.
+func takesNorm(l, m *Launch) bool {
+	family, _, _ := strings.Cut(m.Name, ".")
+	if family != "rms_norm" || m.Collective != nil || len(m.Params) <= normEps || len(l.Params) <= reduceEps {
+		return false
+	}
+	res := l.Params[reduceResidual]
+	return res != 0 && m.Params[normX] == res && m.Params[normIO] == l.Params[reduceIO] &&
+		m.Params[normCols] == l.Params[reduceCols] && m.Params[normGroup] == l.Params[reduceCols] &&
+		m.Params[normY] != res && m.Params[normY] != 0
 }
 
 // PeerExchange returns where the rank's peers push its one-shot

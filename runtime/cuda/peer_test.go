@@ -58,17 +58,25 @@ func allRanks(rs []*peerRank, fn func(p *peerRank) error) error {
 	return nil
 }
 
-// peerRanks sets up n ranks with exchanges of slotBytes, connected, or
-// skips: without n GPUs that reach each other, NCCL, or the kernels' PTX.
-func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
+// needDevices skips the test unless n CUDA devices are here, and
+// describes device 0.
+func needDevices(t *testing.T, n int) driver.Info {
 	t.Helper()
 	info, err := driver.Probe()
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	if info.Devices < n {
-		t.Skipf("%d GPU(s), the test needs %d", info.Devices, n)
+		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
 	}
+	return info
+}
+
+// peerRanks sets up n ranks with exchanges of slotBytes, connected, or
+// skips: without n GPUs that reach each other, NCCL, or the kernels' PTX.
+func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
+	t.Helper()
+	info := needDevices(t, n)
 	arch := "sm_80"
 	if info.Major >= 9 {
 		arch = "sm_90"
@@ -187,7 +195,13 @@ func (p *peerRank) launch(f driver.Function, params []uint64, after ...uint64) e
 // allReduce enqueues the one-shot all-reduce of x's active rows, adding
 // the sums to residual where it is not 0.
 func (p *peerRank) allReduce(x, io driver.DevPtr, cols int, residual driver.DevPtr) error {
-	return p.launch(p.reduce, []uint64{uint64(x), uint64(io), uint64(cols)}, uint64(residual))
+	return p.allReduceNorm(x, io, cols, residual, 0, 0, 0)
+}
+
+// allReduceNorm is allReduce taking in the RMS norm of the residual's
+// rows into y (with weights w, 0 for none) where y is not 0.
+func (p *peerRank) allReduceNorm(x, io driver.DevPtr, cols int, residual, w, y driver.DevPtr, eps float32) error {
+	return p.launch(p.reduce, []uint64{uint64(x), uint64(io), uint64(cols)}, uint64(residual), uint64(w), uint64(y), uint64(math.Float32bits(eps)))
 }
 
 // allGather enqueues the one-shot gather of x's parts into y.
@@ -240,27 +254,6 @@ func download(p driver.DevPtr, n int) ([]float32, error) {
 	return v, nil
 }
 
-// capture records enqueue on the rank's stream into an executable graph.
-func (p *peerRank) capture(enqueue func() error) (driver.GraphExec, error) {
-	s := p.t.stream
-	if err := s.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := enqueue()
-	g, err := s.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
-}
-
 // TestPeerCollectives runs the one-shot kernels on 2, 4 or 8 GPUs (as
 // many as are here) inside captured graphs replayed several times (the epochs advance,
 // the halves alternate) and checks every value, small integers being
@@ -307,7 +300,7 @@ func TestPeerCollectives(t *testing.T) {
 			return err
 		}
 		defer driver.MemFree(rd)
-		exec, err := p.capture(func() error { return p.allReduce(xd, io, cols, rd) })
+		exec, err := p.t.stream.Capture(func() error { return p.allReduce(xd, io, cols, rd) })
 		if err != nil {
 			return err
 		}
@@ -365,7 +358,7 @@ func TestPeerCollectives(t *testing.T) {
 			return err
 		}
 		defer driver.MemFree(gio)
-		gexec, err := p.capture(func() error {
+		gexec, err := p.t.stream.Capture(func() error {
 			return p.allGather(ld, gio, ld, vocab, true)
 		})
 		if err != nil {
@@ -448,6 +441,159 @@ func TestPeerCollectives(t *testing.T) {
 					}
 					if v := got[row*cols+k*vw+c]; v != want {
 						return fmt.Errorf("values gather: row %d column %d = %v, want %v", row, k*vw+c, v, want)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPeerAllReduceNorm runs the one-shot all-reduce with its residual
+// add and the RMS norm after it taken in (fuseResiduals), on 2, 4 or 8
+// GPUs, in a captured graph replayed twice: 21 active rows of 24 (more
+// than the kernel's blocks, so a block takes several rows), the sums and
+// the residual exact (small integers), the norm within 1e-6 relative
+// of the host's in double (the scale's and products' roundings), the inactive rows untouched; once with weights into
+// another buffer, once without weights into x itself (the norm's output
+// may share the sums' register).
+func TestPeerAllReduceNorm(t *testing.T) {
+	info, err := driver.Probe()
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	n := 2
+	for n*2 <= min(info.Devices, peerMaxRanks) {
+		n *= 2
+	}
+	const cols, capRows, active = 4096, 24, 21
+	const eps = float32(1e-5)
+	rs := peerRanks(t, n, 4*capRows*cols)
+	f := func(i int) float32 { return float32(i%13 - 6) }
+	err = allRanks(rs, func(p *peerRank) error {
+		x := make([]float32, capRows*cols)
+		for i := range x {
+			x[i] = float32(p.rank+1) * f(i)
+		}
+		w := make([]float32, cols)
+		for i := range w {
+			w[i] = 0.5 + float32(i%7)/8
+		}
+		wd, err := upload(w)
+		if err != nil {
+			return err
+		}
+		defer driver.MemFree(wd)
+		io, err := ioTable(make([][2]uint32, active))
+		if err != nil {
+			return err
+		}
+		defer driver.MemFree(io)
+		for _, c := range []struct {
+			name     string
+			weighted bool
+			intoX    bool
+		}{{"weights, into y", true, false}, {"no weights, into x", false, true}} {
+			xd, err := upload(x)
+			if err != nil {
+				return err
+			}
+			defer driver.MemFree(xd)
+			res := make([]float32, capRows*cols)
+			for i := range res {
+				res[i] = float32(i%5 + 1)
+			}
+			rd, err := upload(res)
+			if err != nil {
+				return err
+			}
+			defer driver.MemFree(rd)
+			y0 := make([]float32, capRows*cols)
+			for i := range y0 {
+				y0[i] = -7
+			}
+			yd, err := upload(y0)
+			if err != nil {
+				return err
+			}
+			defer driver.MemFree(yd)
+			out, wp := yd, wd
+			if c.intoX {
+				out = xd
+			}
+			if !c.weighted {
+				wp = 0
+			}
+			exec, err := p.t.stream.Capture(func() error { return p.allReduceNorm(xd, io, cols, rd, wp, out, eps) })
+			if err != nil {
+				return err
+			}
+			defer exec.Destroy()
+			sum := float32(n * (n + 1) / 2)
+			for rep := range 2 {
+				if rep > 0 { // x holds the norm or the sums: put the rank's values back
+					b := make([]byte, 4*len(x))
+					for i, v := range x {
+						binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+					}
+					if err := driver.MemcpyHtoD(xd, b); err != nil {
+						return err
+					}
+				}
+				if err := exec.Launch(p.t.stream); err != nil {
+					return err
+				}
+				if err := p.t.stream.Synchronize(); err != nil {
+					return err
+				}
+				for i := range active * cols {
+					res[i] += sum * f(i)
+				}
+				gotX, err := download(xd, len(x))
+				if err != nil {
+					return err
+				}
+				gotRes, err := download(rd, len(res))
+				if err != nil {
+					return err
+				}
+				gotY, err := download(out, len(x))
+				if err != nil {
+					return err
+				}
+				for i := range res {
+					if gotRes[i] != res[i] {
+						return fmt.Errorf("%s, replay %d: residual[%d] = %v, want %v", c.name, rep, i, gotRes[i], res[i])
+					}
+				}
+				for row := range capRows {
+					var ss float64
+					for j := range cols {
+						v := float64(res[row*cols+j])
+						ss += v * v
+					}
+					scale := float32(1 / math.Sqrt(ss/cols+float64(eps)))
+					for j := range cols {
+						i := row*cols + j
+						if row >= active {
+							if gotX[i] != x[i] || (!c.intoX && gotY[i] != y0[i]) {
+								return fmt.Errorf("%s, replay %d: inactive row %d changed at %d: x %v, y %v", c.name, rep, row, j, gotX[i], gotY[i])
+							}
+							continue
+						}
+						if !c.intoX && gotX[i] != sum*f(i) {
+							return fmt.Errorf("%s, replay %d: x[%d] = %v, want the sum %v", c.name, rep, i, gotX[i], sum*f(i))
+						}
+						want := res[i] * scale
+						if c.weighted {
+							want *= w[j]
+						}
+						if d := math.Abs(float64(gotY[i] - want)); d > 1e-6*math.Abs(float64(want))+1e-30 {
+							return fmt.Errorf("%s, replay %d: row %d norm[%d] = %v, want %v", c.name, rep, row, j, gotY[i], want)
+						}
 					}
 				}
 			}
@@ -546,7 +692,7 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 		if ios[p.rank], err = ioTable(make([][2]uint32, 1)); err != nil {
 			return err
 		}
-		if ncclExec[p.rank], err = p.capture(func() error {
+		if ncclExec[p.rank], err = p.t.stream.Capture(func() error {
 			for range chain {
 				if err := p.comm.AllReduceSum(xs[p.rank], xs[p.rank], cols, nccl.Float32, p.t.stream); err != nil {
 					return err
@@ -556,7 +702,7 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 		}); err != nil {
 			return err
 		}
-		if peerExec[p.rank], err = p.capture(func() error {
+		if peerExec[p.rank], err = p.t.stream.Capture(func() error {
 			for range chain {
 				if err := p.allReduce(xs[p.rank], ios[p.rank], cols, 0); err != nil {
 					return err
@@ -566,9 +712,9 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 		}); err != nil {
 			return err
 		}
-		aloneExec[p.rank], err = p.capture(func() error {
+		aloneExec[p.rank], err = p.t.stream.Capture(func() error {
 			l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
-				Params: []uint64{uint64(xs[p.rank]), uint64(ios[p.rank]), uint64(cols), uint64(alone[p.rank].desc), 0}}
+				Params: []uint64{uint64(xs[p.rank]), uint64(ios[p.rank]), uint64(cols), uint64(alone[p.rank].desc), 0, 0, 0, 0}}
 			for range chain {
 				if err := p.t.launchFn(p.reduce, l, p.overlap); err != nil {
 					return err
@@ -655,36 +801,54 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 }
 
 // TestFuseResiduals: a one-shot all-reduce takes in the add of its sum
-// into the residual stream right after it, and nothing else.
+// into the residual stream right after it, and nothing else; with norms,
+// also the RMS norm of the residual's whole rows right after the add,
+// into another buffer.
 func TestFuseResiduals(t *testing.T) {
-	const x, io, hidden, other, desc = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000
+	const x, io, hidden, other, desc, w, y, eps = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x3727c5ac
 	reduce := func() Launch {
-		return Launch{Name: "all_reduce_sum", Params: []uint64{x, io, 64, desc, 0}, Collective: &Collective{X: x, Rows: 1, Cols: 64, Peer: true}}
+		return Launch{Name: "all_reduce_sum", Params: []uint64{x, io, 64, desc, 0, 0, 0, 0}, Collective: &Collective{X: x, Rows: 1, Cols: 64, Peer: true}}
 	}
 	add := func(dst, y, cols uint64) Launch { return Launch{Name: "add", Params: []uint64{dst, y, io, cols}} }
-	norm := Launch{Name: "rms_norm"}
+	norm := func(src, dst, group uint64) Launch {
+		return Launch{Name: "rms_norm", Params: []uint64{src, w, io, dst, 64, group, eps}}
+	}
+	matmul := Launch{Name: "matmul.q4_k"}
 	viaNCCL := reduce()
 	viaNCCL.Collective = &Collective{X: x, Rows: 1, Cols: 64}
 	for _, c := range []struct {
 		name     string
 		in       []Launch
+		norms    bool
 		launches int
 		residual uint64
+		normY    uint64
 	}{
-		{"fused", []Launch{reduce(), add(hidden, x, 64), norm}, 2, hidden},
-		{"another value's add", []Launch{reduce(), add(hidden, other, 64), norm}, 3, 0},
-		{"other columns", []Launch{reduce(), add(hidden, x, 32), norm}, 3, 0},
-		{"in place", []Launch{reduce(), add(x, x, 64), norm}, 3, 0},
-		{"not next", []Launch{reduce(), norm, add(hidden, x, 64)}, 3, 0},
-		{"through NCCL", []Launch{viaNCCL, add(hidden, x, 64), norm}, 3, 0},
+		{"fused", []Launch{reduce(), add(hidden, x, 64), matmul}, true, 2, hidden, 0},
+		{"another value's add", []Launch{reduce(), add(hidden, other, 64), matmul}, true, 3, 0, 0},
+		{"other columns", []Launch{reduce(), add(hidden, x, 32), matmul}, true, 3, 0, 0},
+		{"in place", []Launch{reduce(), add(x, x, 64), matmul}, true, 3, 0, 0},
+		{"not next", []Launch{reduce(), matmul, add(hidden, x, 64)}, true, 3, 0, 0},
+		{"through NCCL", []Launch{viaNCCL, add(hidden, x, 64), norm(hidden, y, 64)}, true, 3, 0, 0},
+		{"norm", []Launch{reduce(), add(hidden, x, 64), norm(hidden, y, 64), matmul}, true, 2, hidden, y},
+		{"norm, kernel without", []Launch{reduce(), add(hidden, x, 64), norm(hidden, y, 64), matmul}, false, 3, hidden, 0},
+		{"norm into the sums", []Launch{reduce(), add(hidden, x, 64), norm(hidden, x, 64)}, true, 1, hidden, x},
+		{"norm in place", []Launch{reduce(), add(hidden, x, 64), norm(hidden, hidden, 64)}, true, 2, hidden, 0},
+		{"norm of groups", []Launch{reduce(), add(hidden, x, 64), norm(hidden, y, 32)}, true, 2, hidden, 0},
+		{"norm of another value", []Launch{reduce(), add(hidden, x, 64), norm(other, y, 64)}, true, 2, hidden, 0},
+		{"norm without the add", []Launch{reduce(), norm(x, y, 64)}, true, 2, 0, 0},
 	} {
 		in := slices.Clone(c.in)
-		out := fuseResiduals(in)
-		if len(out) != c.launches || out[0].Params[reduceResidual] != c.residual {
-			t.Errorf("%s: %d launches, residual %#x; want %d, %#x", c.name, len(out), out[0].Params[reduceResidual], c.launches, c.residual)
+		out := fuseResiduals(in, c.norms)
+		r := out[0].Params
+		if len(out) != c.launches || r[reduceResidual] != c.residual || r[reduceNormY] != c.normY {
+			t.Errorf("%s: %d launches, residual %#x, norm into %#x; want %d, %#x, %#x", c.name, len(out), r[reduceResidual], r[reduceNormY], c.launches, c.residual, c.normY)
 		}
-		if in[0].Params[reduceResidual] != 0 {
-			t.Errorf("%s: the unfused launch's residual changed to %#x", c.name, in[0].Params[reduceResidual])
+		if c.normY != 0 && (r[reduceNormW] != w || r[reduceEps] != eps) {
+			t.Errorf("%s: norm weights %#x, eps %#x; want %#x, %#x", c.name, r[reduceNormW], r[reduceEps], w, eps)
+		}
+		if in[0].Params[reduceResidual] != 0 || in[0].Params[reduceNormY] != 0 {
+			t.Errorf("%s: the unfused launch changed: %#x", c.name, in[0].Params)
 		}
 	}
 }

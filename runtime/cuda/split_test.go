@@ -12,6 +12,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -217,20 +218,20 @@ func TestKernelFlashAttnSplit(t *testing.T) {
 			var sinkBytes []byte
 			if c.sinks {
 				sinks = randF32(rng, c.nHead, -1, 5)
-				sinkBytes = f32bytes(sinks)
+				sinkBytes = lebin.Float32Bytes(sinks)
 			}
 			io := ioTable(c.rows, len(cache.perm)/cache.maxPages, cache.maxPages, cache.perm)
-			y := f32bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
-			bufs, yi := [][]byte{f32bytes(q), cache.kv, io, y}, 3
+			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
+			bufs, yi := [][]byte{lebin.Float32Bytes(q), cache.kv, io, y}, 3
 			if ext {
-				bufs, yi = [][]byte{f32bytes(q), cache.kv, sinkBytes, io, y}, 4
+				bufs, yi = [][]byte{lebin.Float32Bytes(q), cache.kv, sinkBytes, io, y}, 4
 			}
 			got := g.run(c.family, bufs, push, spec, len(c.rows))[yi]
 			if again := g.run(c.family, bufs, push, spec, len(c.rows))[yi]; !bytes.Equal(got, again) {
 				compareF32(t, "second run", again, got, 0)
 				t.Fatal("two runs of the split attention differ")
 			}
-			ref := f32bytes(cache.attend(q, c.rows, c.nHead, scale, c.softcap, c.window, sinks))
+			ref := lebin.Float32Bytes(cache.attend(q, c.rows, c.nHead, scale, c.softcap, c.window, sinks))
 			compareF32(t, c.name+" vs reference", got, ref, splitRefTolerance)
 			compareF32(t, c.name+" vs T-CPU", got, cpuRun(t, c.family, bufs, push, spec)[yi], 1e-2)
 			main := g.with(t)
@@ -310,13 +311,13 @@ func TestKernelQ8KVAttentionSplit(t *testing.T) {
 			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
 			var sinks []byte
 			if c.sinks {
-				sinks = f32bytes(randF32(rng, c.nHead, -1, 5))
+				sinks = lebin.Float32Bytes(randF32(rng, c.nHead, -1, 5))
 			}
 			io := ioTable(c.rows, slots, maxPages, perm)
-			y := f32bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
-			bufs, yi := [][]byte{f32bytes(q), kv, io, y}, 3
+			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
+			bufs, yi := [][]byte{lebin.Float32Bytes(q), kv, io, y}, 3
 			if ext {
-				bufs, yi = [][]byte{f32bytes(q), kv, sinks, io, y}, 4
+				bufs, yi = [][]byte{lebin.Float32Bytes(q), kv, sinks, io, y}, 4
 			}
 			got := g.run(inst, bufs, push, spec, len(c.rows))[yi]
 			if again := g.run(inst, bufs, push, spec, len(c.rows))[yi]; !bytes.Equal(got, again) {

@@ -36,11 +36,17 @@ type Options struct {
 	// Timeout bounds one replay (default 60s): past it Run fails instead
 	// of waiting on a hung GPU.
 	Timeout time.Duration
-	// Profile times every kernel (see profiler).
+	// Profile times every kernel of the graph path (see profiler), and
+	// the persistent kernel's tasks where a variant runs on it (its
+	// trace, megakernel.go's reportMk); both are printed at Close.
 	Profile bool
 	// NoPDL turns programmatic dependent launch off: each kernel then
 	// starts only after the previous one ends.
 	NoPDL bool
+	// NoMegakernel keeps every variant on the graph path, also those whose
+	// bundle schedules them for the persistent kernel (megakernel.go):
+	// for A/B runs and as the second oracle.
+	NoMegakernel bool
 	// Omit leaves launches out of the captured graphs, each item naming a
 	// kernel family (flash_attn), an instance (matmul.q4_k) or an entry
 	// point (stage, tile16, …); an item that names no launch of the bundle
@@ -110,6 +116,16 @@ type Tier struct {
 	maxGr    int
 	timeout  time.Duration
 	params   []byte // pinned scratch for kernel parameters
+	// The persistent kernel (megakernel.go): each variant's plan (nil:
+	// the graph path, for the reason in mkWhy), its function, the dynamic
+	// shared memory it is allowed, and the tables' allocations.
+	mk       []*mkPlan
+	mkWhy    []string
+	mkOff    bool   // SetMegakernel(false)
+	mkCode   []byte // the bundle's megakernel blob's code, if it has one
+	mkFn     driver.Function
+	mkShared int
+	mkMem    []driver.DevPtr
 	// staging holds the activation rows staged for the tensor-core tiles
 	// and their split-k partials, and the split decode attention's
 	// partial states (Launch.Staging), sized for the largest launch; 0
@@ -121,6 +137,9 @@ type Tier struct {
 	mask    masker
 	device  int        // Options.Device
 	comm    *nccl.Comm // Options.Comm
+	// stagingBytes is the staging buffer's size.
+	stagingBytes int
+
 	// gather receives the ranks' parts of an all_gather before copies
 	// place them in its output (collective), sized for the largest.
 	gather driver.DevPtr
@@ -132,6 +151,11 @@ type Tier struct {
 	// adds after them (fuseResiduals), each variant's launches before
 	// that, which RunEach replays.
 	unfused [][]Launch
+	// reduceNorms: the bundle's one-shot all-reduce can also take in the
+	// RMS norm after its residual add (its PTX has the norm's parameters,
+	// kernels/cuda/family/all_reduce_sum.cuh; a bundle built before has
+	// not).
+	reduceNorms bool
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -166,7 +190,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 	if opt.Profile {
 		t.prof = newProfiler(os.Stderr)
 	}
-	if err := t.load(b); err != nil {
+	if err := t.load(b, opt); err != nil {
 		t.close()
 		return nil, err
 	}
@@ -190,7 +214,7 @@ func checkKV(h *bundle.Hparams) error {
 	return fmt.Errorf("T-CUDA has no kernels for a %s KV cache (cache_type_k, cache_type_v; it has %s): rebuild the bundle with one of those, or run it on the cpu tier", kv, strings.Join(names, "; "))
 }
 
-func (t *Tier) load(b *bundle.Bundle) error {
+func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	var err error
 	if t.dev, err = driver.GetDevice(t.device); err != nil {
 		return err
@@ -261,6 +285,16 @@ func (t *Tier) load(b *bundle.Bundle) error {
 		return fmt.Errorf("cuda: memory plan lacks the io or fence region")
 	}
 	for _, blob := range b.Blobs {
+		if blob.Name == kcuda.MegakernelModule {
+			// No dispatch names it: initMegakernel loads it, and its
+			// place in the entry tables stays empty.
+			t.mkCode = blob.Code
+			for e := range kcuda.NumEntries {
+				t.entries[e] = append(t.entries[e], 0)
+			}
+			t.overlap = append(t.overlap, false)
+			continue
+		}
 		if err := t.loadKernel(blob.Name, blob.Code); err != nil {
 			return err
 		}
@@ -326,6 +360,9 @@ func (t *Tier) load(b *bundle.Bundle) error {
 			}
 		}
 	}
+	if err := t.initMegakernel(b, mem, opt); err != nil {
+		return err
+	}
 	// Capture up front, so the first step of a request does not pay for
 	// it; variants past the bound are captured when first run.
 	for vi := range min(len(t.variants), t.maxGr) {
@@ -352,6 +389,7 @@ func (t *Tier) allocStaging() error {
 	if t.staging, err = driver.MemAlloc(n); err != nil {
 		return fmt.Errorf("cuda: staging buffer of %d bytes: %w", n, err)
 	}
+	t.stagingBytes = n
 	if err := driver.MemsetD8(t.staging, 0, n); err != nil { // split-k's counters start at zero
 		return err
 	}
@@ -399,6 +437,9 @@ func (t *Tier) loadKernel(name string, code []byte) error {
 		t.entries[e] = append(t.entries[e], f)
 	}
 	t.overlap = append(t.overlap, t.pdl && bytes.Contains(code[:n], []byte("griddepcontrol.wait")))
+	if family, _, _ := strings.Cut(name, "."); family == "all_reduce_sum" {
+		t.reduceNorms = ReduceTakesNorm(name, code[:n])
+	}
 	return nil
 }
 
@@ -421,8 +462,8 @@ func (t *Tier) Launches(vi int) []Launch { return t.variants[vi] }
 // signalled. The logits come back when read (Fetch).
 func (t *Tier) Run(ctx context.Context, vi int) error {
 	return t.replay(vi, func() error {
-		if t.prof != nil {
-			return t.runProfiled(ctx, vi)
+		if t.prof != nil && (t.mk == nil || t.mk[vi] == nil || t.mkOff) {
+			return t.runProfiled(ctx, vi) // a megakernel step traces itself (reportMk)
 		}
 		g, err := t.graph(vi)
 		if err != nil {
@@ -536,24 +577,15 @@ func (t *Tier) ReadRegion(i int, off, n int64) ([]byte, error) {
 // device into dst, after everything queued on the tier's stream (the
 // prefix cache's host tier reads KV pages so, between replays).
 func (t *Tier) CopyFromRegion(i int, off int64, dst []byte) error {
-	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(dst)) > int64(t.regions[i].size) {
-		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(len(dst)), i)
-	}
-	if len(dst) == 0 {
+	return t.regionCopy(i, off, len(dst), func(p driver.DevPtr) error {
+		if err := driver.MemcpyDtoHAsync(dst, p, t.stream); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
+		if err := t.stream.Synchronize(); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
 		return nil
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	if err := driver.MemcpyDtoHAsync(dst, t.regions[i].dev+driver.DevPtr(off), t.stream); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
-	}
-	if err := t.stream.Synchronize(); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
-	}
-	return nil
+	})
 }
 
 // CopyToRegion queues a copy of src into region i at off on the tier's
@@ -562,28 +594,20 @@ func (t *Tier) CopyFromRegion(i int, off int64, dst []byte) error {
 // return: a copy from pageable memory returns once the driver has staged
 // it.
 func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
-	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(len(src)) > int64(t.regions[i].size) {
-		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(len(src)), i)
-	}
-	if len(src) == 0 {
+	return t.regionCopy(i, off, len(src), func(p driver.DevPtr) error {
+		if err := driver.MemcpyHtoDAsync(p, src, t.stream); err != nil {
+			return fmt.Errorf("cuda: writing region %d: %w", i, err)
+		}
 		return nil
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := t.ctx.SetCurrent(); err != nil {
-		return err
-	}
-	if err := driver.MemcpyHtoDAsync(t.regions[i].dev+driver.DevPtr(off), src, t.stream); err != nil {
-		return fmt.Errorf("cuda: writing region %d: %w", i, err)
-	}
-	return nil
+	})
 }
 
-// Fetch brings bytes [off, off+n) of region i's host view up to date
-// with the device (the logits, which Run leaves on the device).
-func (t *Tier) Fetch(i int, off, n int64) error {
-	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) || t.regions[i].host == nil {
-		return fmt.Errorf("cuda: no host bytes [%d, %d) in region %d", off, off+n, i)
+// regionCopy checks that the n bytes at off lie in region i and, unless n
+// is 0, runs do on the device address of the first of them, on this
+// thread with the tier's context current.
+func (t *Tier) regionCopy(i int, off int64, n int, do func(p driver.DevPtr) error) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || off+int64(n) > int64(t.regions[i].size) {
+		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", off, off+int64(n), i)
 	}
 	if n == 0 {
 		return nil
@@ -593,10 +617,21 @@ func (t *Tier) Fetch(i int, off, n int64) error {
 	if err := t.ctx.SetCurrent(); err != nil {
 		return err
 	}
-	if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], t.regions[i].dev+driver.DevPtr(off)); err != nil {
-		return fmt.Errorf("cuda: reading region %d: %w", i, err)
+	return do(t.regions[i].dev + driver.DevPtr(off))
+}
+
+// Fetch brings bytes [off, off+n) of region i's host view up to date
+// with the device (the logits, which Run leaves on the device).
+func (t *Tier) Fetch(i int, off, n int64) error {
+	if i < 0 || i >= len(t.regions) || off < 0 || n < 0 || off+n > int64(t.regions[i].size) || t.regions[i].host == nil {
+		return fmt.Errorf("cuda: no host bytes [%d, %d) in region %d", off, off+n, i)
 	}
-	return nil
+	return t.regionCopy(i, off, int(n), func(p driver.DevPtr) error {
+		if err := driver.MemcpyDtoH(t.regions[i].host[off:off+n], p); err != nil {
+			return fmt.Errorf("cuda: reading region %d: %w", i, err)
+		}
+		return nil
+	})
 }
 
 // waitSpin and waitSpinMax bound how long wait polls without sleeping.
@@ -658,7 +693,7 @@ func (t *Tier) graph(vi int) (*graph, error) {
 		t.graphs[oldest].exec.Destroy()
 		delete(t.graphs, oldest)
 	}
-	exec, err := t.capture(vi)
+	exec, err := t.stream.Capture(func() error { return t.record(vi) })
 	if err != nil {
 		return nil, err
 	}
@@ -667,31 +702,15 @@ func (t *Tier) graph(vi int) (*graph, error) {
 	return g, nil
 }
 
-// capture records variant vi on the stream into an executable graph.
-// Relaxed mode: the capturing goroutine is locked to its thread anyway,
-// and other CUDA users in the process must not be disturbed.
-func (t *Tier) capture(vi int) (driver.GraphExec, error) {
-	if err := t.stream.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := t.record(vi)
-	g, err := t.stream.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
-}
-
 func (t *Tier) record(vi int) error {
 	if err := t.upload(); err != nil {
 		return err
+	}
+	if p := t.mk[vi]; p != nil && !t.mkOff {
+		if err := t.recordMk(p); err != nil {
+			return fmt.Errorf("the megakernel: %w", err)
+		}
+		return t.recordCopyOut()
 	}
 	for i := range t.variants[vi] {
 		l := &t.variants[vi][i]
@@ -702,6 +721,11 @@ func (t *Tier) record(vi int) error {
 			return fmt.Errorf("launch %d (%s): %w", i, l.Name, err)
 		}
 	}
+	return t.recordCopyOut()
+}
+
+// recordCopyOut queues the tokens' copy to the host.
+func (t *Tier) recordCopyOut() error {
 	for _, ri := range t.copyOut {
 		r := &t.regions[ri]
 		if err := driver.MemcpyDtoHAsync(r.host, r.dev, t.stream); err != nil {
@@ -767,6 +791,9 @@ func (t *Tier) close() {
 	}
 	if t.prof != nil {
 		t.prof.report()
+		if t.ctx != 0 {
+			t.reportMk(t.prof.out)
+		}
 		t.prof.close()
 	}
 	for k, g := range t.graphs {
@@ -785,6 +812,10 @@ func (t *Tier) close() {
 		}
 	}
 	t.regions = nil
+	for _, p := range t.mkMem {
+		driver.MemFree(p)
+	}
+	t.mkMem, t.mk = nil, nil
 	if t.staging != 0 {
 		driver.MemFree(t.staging)
 		t.staging = 0

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,11 +17,11 @@ import (
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/conformance"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda"
-	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/cuda/nccl"
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
@@ -28,13 +29,7 @@ import (
 // needGPUs skips the test unless n CUDA devices and NCCL are here.
 func needGPUs(t *testing.T, n int) {
 	t.Helper()
-	info, err := driver.Probe()
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	if info.Devices < n {
-		t.Skipf("%d GPU(s) here, the test needs %d", info.Devices, n)
-	}
+	info := cuda.NeedDevices(t, n)
 	lib, err := nccl.Open(nccl.Options{})
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)
@@ -72,7 +67,11 @@ func TestTPParityWithCPU(t *testing.T) {
 //     whole) and an FFN of 3 blocks split 2 + 1;
 //   - odd-vocab: a vocabulary of 321 splits 160 + 161, so the logits'
 //     gather broadcasts each rank's part instead of ncclAllGather;
-//   - moe: routed experts, each expert's FFN split.
+//   - moe: routed experts, each expert's FFN split;
+//   - q4_k_m: llama-quantize's Q4_K_M mix over 4 layers, whose last two
+//     have Q6_K values, so their Q, K and V are not fused and each
+//     normalizes on its own: the one-shot all-reduce before takes that
+//     norm in (fuseResiduals), as in half the 7B's layers.
 //
 // Each set runs with its collectives through NCCL, then as T-CUDA's
 // default has them (the one-shot kernels for the small ones, where the
@@ -86,34 +85,21 @@ func TestTPShapes(t *testing.T) {
 		{"ffn-3-blocks", synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}},
 		{"odd-vocab", synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 321, Context: 256, Type: ggml.Q8_0, Seed: 7}},
 		{"moe", synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 5}},
+		{"q4_k_m", synth.Shape{Arch: "llama", Layers: 4, Embd: 512, Heads: 4, HeadsKV: 4, FF: 1536, Vocab: 1000, Context: 256, Mix: "Q4_K_M", Seed: 11}},
 	}
 	prompts := [][]int32{{1, 17, 42, 99, 7, 250, 3, 64}, {1, 5, 9, 300, 12}}
 	forced := [][]int32{{5, 200, 31}, {77, 2, 140}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			b, err := synth.Write(c.shape)
-			if err != nil {
-				t.Fatal(err)
-			}
-			model := filepath.Join(tmp, "model.gguf")
-			if err := os.WriteFile(model, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			model := testmodel.Write(t, tmp, "model.gguf", c.shape)
 			whole := filepath.Join(tmp, "whole")
 			if err := compiler.Compile(context.Background(), model, whole, compiler.Options{Target: "cpu"}); err != nil {
 				t.Fatal(err)
 			}
 			want := batchLogits(t, whole, runtime.Options{Tier: "cpu", Threads: 8}, prompts, forced)
 			set := filepath.Join(tmp, "tp2")
-			if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
-				Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
-				t.Fatal(err)
-			}
-			x, err := bundleset.Read(set)
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := buildTP2(t, model, set)
 			m, _ := x.Member("cuda:sm_90")
 			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto} {
 				opt := runtime.Options{Tier: "cuda"}
@@ -137,6 +123,21 @@ func TestTPShapes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildTP2 builds model's tensor-parallel set of two sm_90 ranks into set
+// and reads its index.
+func buildTP2(t *testing.T, model, set string) *bundleset.Index {
+	t.Helper()
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
+		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // batchLogits prefills prompts together through the bundle at dir, then
@@ -188,24 +189,10 @@ func batchLogits(t *testing.T, dir string, opt runtime.Options, prompts, forced 
 // of the heads' width.
 func TestWalkCollectives(t *testing.T) {
 	s := synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	model := filepath.Join(tmp, "model.gguf")
-	if err := os.WriteFile(model, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, tmp, "model.gguf", s)
 	set := filepath.Join(tmp, "tp2")
-	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{"cuda:sm_90"}, TP: 2,
-		Compiler: compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}, Out: set}); err != nil {
-		t.Fatal(err)
-	}
-	x, err := bundleset.Read(set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	x := buildTP2(t, model, set)
 	for r := range 2 {
 		m, ok := x.Rank("cuda:sm_90", r)
 		if !ok {
@@ -276,16 +263,70 @@ func TestWalkCollectives(t *testing.T) {
 				t.Errorf("rank %d variant %s: %d all-reduces, %d head gathers, %d logits gathers; want %d, %d, 1", r, v.Key(), reduces, heads, logits, s.Layers, s.Layers)
 			}
 			// Run one-shot, every all-reduce takes in the residual add
-			// after it: the FFN's sum goes into the residual stream.
-			fused := cuda.OneShotForTest(ls)
-			if want := len(ls) - reduces; len(fused) != want {
-				t.Errorf("rank %d variant %s: %d launches with the adds taken in, want %d", r, v.Key(), len(fused), want)
-			}
-			for _, l := range fused {
-				if c := l.Collective; c != nil && !c.Gather && l.Params[len(l.Params)-1] == 0 {
-					t.Errorf("rank %d variant %s: an all-reduce without its residual", r, v.Key())
+			// after it: the FFN's sum goes into the residual stream; and
+			// the kernel takes in the output norm after the last layer's
+			// (the shape's Q, K and V are fused with their norm, so that
+			// is the one rms_norm of the stream).
+			norms := 0
+			for _, l := range ls {
+				if family, _, _ := strings.Cut(l.Name, "."); family == "rms_norm" {
+					norms++
 				}
+			}
+			fused := cuda.OneShotForTest(slices.Clone(ls), true)
+			taken := 0
+			for _, l := range fused {
+				if c := l.Collective; c != nil && !c.Gather {
+					if l.Params[cuda.ReduceResidual] == 0 {
+						t.Errorf("rank %d variant %s: an all-reduce without its residual", r, v.Key())
+					}
+					if l.Params[cuda.ReduceNormY] != 0 {
+						taken++
+					}
+				}
+			}
+			if norms != 1 || taken != 1 {
+				t.Errorf("rank %d variant %s: %d rms_norm launches, %d taken into an all-reduce; want 1, 1", r, v.Key(), norms, taken)
+			}
+			if want := len(ls) - reduces - taken; len(fused) != want {
+				t.Errorf("rank %d variant %s: %d launches with the adds and norms taken in, want %d", r, v.Key(), len(fused), want)
 			}
 		}
 	}
+}
+
+// compileSynthTP writes a synthetic model and builds it for target as a
+// tensor-parallel set of n ranks, with config (a model config's TOML)
+// when it is not empty; it returns rank 0's bundle, which opens the set.
+func compileSynthTP(t *testing.T, s synth.Shape, target, config string, n int) string {
+	t.Helper()
+	b, err := synth.Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opt := compiler.Options{PTXDir: os.Getenv("ZRT_PTX_DIR")}
+	if config != "" {
+		opt.ConfigPath = filepath.Join(dir, "m.toml")
+		if err := os.WriteFile(opt.ConfigPath, []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := filepath.Join(dir, "set")
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{target}, TP: n, Compiler: opt, Out: set}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := x.Rank(target, 0)
+	if !ok {
+		t.Fatalf("set %s has no rank 0 of %s", set, target)
+	}
+	return m.Path(set)
 }

@@ -19,7 +19,10 @@ type Launch struct {
 	Kernel int
 	Name   string
 	Shape  kcuda.Launch
-	Params []uint64
+	// Push and Spec are the dispatch's push constants and specialization
+	// values (also in Params), which the megakernel's tables read.
+	Push, Spec []uint32
+	Params     []uint64
 	// Sizes are the byte sizes of the parameters (8 for pointers, 4 for
 	// dwords), which is how the kernel reads them.
 	Sizes []int
@@ -121,13 +124,28 @@ type Memory = replay.Memory
 // attention, which keeps its partial states there) stays one. A
 // collective's dispatch becomes a launch with Collective set.
 func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
+	return walk(v, blobs, mem, fence, func(d *replay.Dispatch) (kcuda.Launch, error) {
+		return kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows), v.Stage == bundle.StagePrefill)
+	})
+}
+
+// WalkMegakernel is Walk for a decode variant's persistent kernel: each
+// dispatch shaped as the kernel's tasks run it (kcuda.MegakernelShape),
+// which for up to eight rows is one launch a dispatch, no stage.
+func WalkMegakernel(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
+	return walk(v, blobs, mem, fence, func(d *replay.Dispatch) (kcuda.Launch, error) {
+		return kcuda.MegakernelShape(d.Name, d.Push, d.Spec, int(v.Rows))
+	})
+}
+
+func walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int, shape func(d *replay.Dispatch) (kcuda.Launch, error)) ([]Launch, error) {
 	s, err := replay.Walk(v, blobs, mem, fence)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Launch, 0, len(s.Dispatches))
 	for i, d := range s.Dispatches {
-		l := Launch{Kernel: d.Kernel, Name: d.Name}
+		l := Launch{Kernel: d.Kernel, Name: d.Name, Push: d.Push, Spec: d.Spec}
 		for _, addr := range d.Bufs {
 			l.Params, l.Sizes = append(l.Params, addr), append(l.Sizes, 8)
 		}
@@ -141,7 +159,7 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 			out = append(out, l)
 			continue
 		}
-		if l.Shape, err = kcuda.Shape(d.Name, d.Push, d.Spec, int(v.Rows), v.Stage == bundle.StagePrefill); err != nil {
+		if l.Shape, err = shape(&d); err != nil {
 			return nil, fmt.Errorf("dispatch %d: %w", i, err)
 		}
 		if n := l.Shape.Staged; n > 0 {

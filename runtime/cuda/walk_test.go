@@ -12,6 +12,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/zrt"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
@@ -23,15 +24,8 @@ import (
 // config (a model config's TOML) when it is not empty.
 func compileSynth(t *testing.T, s synth.Shape, target, config string) string {
 	t.Helper()
-	b, err := synth.Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model := filepath.Join(dir, "m.gguf")
-	if err := os.WriteFile(model, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := testmodel.Write(t, dir, "m.gguf", s)
 	opt := compiler.Options{Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")}
 	if config != "" {
 		opt.ConfigPath = filepath.Join(dir, "m.toml")

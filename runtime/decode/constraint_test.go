@@ -153,11 +153,18 @@ func (c *countingConstraint) Accept(tok int32) error {
 }
 
 // TestConstraintAdvance: Advance accepts the device's choice ahead of
-// NextFrom, which then takes the same step without accepting it again;
-// a choice the mask does not allow is left to NextFrom, which ends the
-// request as it would have; without a device mask Advance does nothing.
+// NextFrom, which then takes the same step without accepting it again
+// (the next mask computed by MaskNext, before NextFrom or while it runs,
+// when Advance says it is due); a choice the mask does not allow is left
+// to NextFrom, which ends the request as it would have; without a device
+// mask Advance does nothing.
 func TestConstraintAdvance(t *testing.T) {
-	run := func(advance bool) ([]Step, int) {
+	const (
+		plain = iota
+		ahead
+		concurrent // MaskNext on another goroutine while NextFrom runs
+	)
+	run := func(mode int) ([]Step, int) {
 		c := &countingConstraint{Constraint: matcher(t, `root ::= " hello" " world"? "!"`)}
 		d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
 		var steps []Step
@@ -167,8 +174,15 @@ func TestConstraintAdvance(t *testing.T) {
 			}
 			d.MaskReady()
 			src := &source{greedy: g, logits: prefer(5)}
-			if advance {
-				d.Advance(src)
+			due := mode != plain && d.Advance(src)
+			if due && i == 2 {
+				t.Errorf("step %d: Advance says a mask is due after the last token", i)
+			}
+			if due && mode == ahead {
+				d.MaskNext()
+			}
+			if due && mode == concurrent {
+				go d.MaskNext()
 			}
 			st := d.NextFrom(src, nil, i)
 			if src.fetched != 0 {
@@ -181,17 +195,19 @@ func TestConstraintAdvance(t *testing.T) {
 		}
 		return steps, c.accepts
 	}
-	plain, n := run(false)
-	ahead, m := run(true)
-	if len(plain) != 3 || plain[2].Finish != EOG || plain[2].Text != "!" {
-		t.Fatalf("steps %+v, want hello, world, then ! finishing", plain)
+	want, n := run(plain)
+	if len(want) != 3 || want[2].Finish != EOG || want[2].Text != "!" {
+		t.Fatalf("steps %+v, want hello, world, then ! finishing", want)
 	}
-	if len(ahead) != len(plain) || n != m || n != 3 {
-		t.Fatalf("with Advance: %+v after %d accepts; without: %+v after %d", ahead, m, plain, n)
-	}
-	for i := range plain {
-		if ahead[i] != plain[i] {
-			t.Errorf("step %d: %+v with Advance, %+v without", i, ahead[i], plain[i])
+	for _, mode := range []int{ahead, concurrent} {
+		got, m := run(mode)
+		if len(got) != len(want) || n != m || n != 3 {
+			t.Fatalf("mode %d: with Advance: %+v after %d accepts; without: %+v after %d", mode, got, m, want, n)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("mode %d step %d: %+v with Advance, %+v without", mode, i, got[i], want[i])
+			}
 		}
 	}
 	// A choice outside the mask (5: STOP) is not accepted ahead; NextFrom
@@ -214,5 +230,46 @@ func TestConstraintAdvance(t *testing.T) {
 	d.Advance(&source{greedy: 3})
 	if c.accepts != before {
 		t.Errorf("Advance without a device mask accepted a token")
+	}
+}
+
+// slowConstraint's masks wait for gate; Release reports on released.
+type slowConstraint struct {
+	Constraint
+	gate     chan struct{}
+	released chan struct{}
+}
+
+func (c *slowConstraint) Mask(allowed []uint64) {
+	<-c.gate
+	c.Constraint.Mask(allowed)
+}
+
+func (c *slowConstraint) Release() { close(c.released) }
+
+// TestConstraintRelease: Release gives the constraint back at once when
+// no mask is being computed, and after the mask in flight otherwise,
+// without waiting for it.
+func TestConstraintRelease(t *testing.T) {
+	c := &slowConstraint{Constraint: matcher(t, `root ::= " hello"`), gate: make(chan struct{}), released: make(chan struct{})}
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c}) // its first mask waits for the gate
+	d.Release()
+	select {
+	case <-c.released:
+		t.Fatal("released while its mask was being computed")
+	default:
+	}
+	close(c.gate)
+	<-c.released // after the mask: the test times out otherwise
+
+	c = &slowConstraint{Constraint: matcher(t, `root ::= " hello"`), gate: make(chan struct{}), released: make(chan struct{})}
+	close(c.gate)
+	d = New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+	d.MaskReady()
+	d.Release()
+	select {
+	case <-c.released:
+	default:
+		t.Fatal("no mask in flight, yet not released at once")
 	}
 }

@@ -103,10 +103,25 @@ type Decoder struct {
 	// under the mask it returned, so NextFrom reads that choice.
 	onDevice bool
 	// advanced: Advance has accepted token accepted into the constraint
-	// (with error acceptErr) for the next NextFrom.
+	// (with error acceptErr, leaving it Done or not: advDone) for the
+	// next NextFrom.
 	advanced  bool
 	accepted  int32
 	acceptErr error
+	advDone   bool
+	// due, set by an Advance that reported the next mask due, is closed
+	// by MaskNext once allowed holds it; NextFrom then takes it as the
+	// mask being computed instead of starting one. Only Advance writes
+	// it, so MaskNext may read it while NextFrom runs.
+	due chan struct{}
+	// proposal is NextDrafted's draft for the token being decided.
+	proposal *proposal
+}
+
+// proposal is a draft token and the distribution it was drawn from.
+type proposal struct {
+	tok int32
+	q   sample.Dist
 }
 
 // New returns a decoder for one request of a model with tokenizer tok.
@@ -235,20 +250,35 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		if d.p.Constraint != nil {
 			d.maskLogits(logits)
 		}
-		if d.p.Logprobs {
+		switch {
+		case d.p.Logprobs:
 			id, l, top := d.sampler.SampleLogprobs(logits, history, d.p.TopLogprobs)
 			tok, lp = id, &Logprobs{Token: id, Logprob: l, Top: top}
-		} else {
+		case d.proposal != nil && d.proposal.q != nil:
+			tok, _ = d.sampler.Resolve(logits, history, d.proposal.tok, d.proposal.q)
+		default:
 			tok = d.sampler.Sample(logits, history)
 		}
 	}
+	due := false // MaskNext computes the next mask: the constraint is its
+	done := false
 	if d.p.Constraint != nil {
 		// A token the constraint refuses can only be sampled when it
 		// allows none (a dead end of the grammar): the output cannot go
 		// on, so the request ends.
 		err := d.acceptErr
+		due, done = advanced && d.due != nil, d.advDone
 		if !advanced || tok != d.accepted {
+			if due {
+				// (Not a choice Advance took: never with a device mask's
+				// greedy choice.) The constraint is MaskNext's until it
+				// is done.
+				d.masked = d.due
+				d.waitMask()
+				due = false
+			}
 			err = d.p.Constraint.Accept(tok)
+			done = err == nil && d.p.Constraint.Done()
 		}
 		if err != nil {
 			return d.end(Step{Token: -1}, EOG)
@@ -268,16 +298,44 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	case stopped:
 		d.finish, st.Finish = StopString, StopString // the held text is the stop string: never shown
 		return st
-	case d.p.Constraint != nil && d.p.Constraint.Done():
+	case done:
 		return d.end(st, EOG)
 	case d.generated >= d.p.MaxTokens:
 		return d.end(st, Length)
 	case pos >= d.p.ContextLength:
 		return d.end(st, Context)
 	}
+	if due {
+		d.masked = d.due
+		return st
+	}
 	d.prefetchMask()
 	return st
 }
+
+// NextDrafted is NextFrom for a row whose next token a draft model
+// proposed: draft, drawn from the draft's distribution q. A sampled
+// request decides by speculative sampling's rule (sample.Resolve): the
+// draft is kept with probability min(1, p/q) and otherwise replaced by a
+// draw from the residual, so the token follows the target's distribution
+// p as NextFrom's would, and equals the draft as often as p and q allow.
+// A greedy request, or a nil q (a draft of probability one), decides as
+// NextFrom does: for a point draft, taking the target's own sample and
+// comparing it with the draft is that same rule. The caller keeps the
+// draft when the step's Token equals it.
+func (d *Decoder) NextDrafted(src Source, history []int32, pos int, draft int32, q sample.Dist) Step {
+	d.proposal = &proposal{draft, q}
+	defer func() { d.proposal = nil }()
+	return d.NextFrom(src, history, pos)
+}
+
+// Greedy reports whether the request decodes greedily (the sampler's
+// Greedy): a draft model then proposes its own most likely tokens.
+func (d *Decoder) Greedy() bool { return d.sampler.Greedy() }
+
+// Sampling is the request's sampling parameters, for a draft model that
+// proposes tokens the way the request samples them.
+func (d *Decoder) Sampling() sample.Params { return d.p.Sampling }
 
 // DeviceMask returns the buffer of the tokens the next token may be (the
 // bits of runtime.Row.Mask), for a step that takes the request's greedy
@@ -309,19 +367,42 @@ func (d *Decoder) OnDevice() bool { return d.onDevice }
 // by one. It does nothing where NextFrom would not accept that token
 // (no device mask, a request that ends before it, a choice the mask
 // does not allow).
-func (d *Decoder) Advance(src Source) {
+//
+// It reports whether the mask of the token after is due: the request
+// goes on as far as its constraint and MaxTokens tell. The caller then
+// calls MaskNext, on any goroutine, before or while NextFrom runs
+// (instead of NextFrom starting a goroutine for the mask), so that the
+// goroutines that advanced a batch compute its next masks too.
+func (d *Decoder) Advance(src Source) bool {
 	if !d.onDevice || d.advanced || d.finish != Running || d.generated >= d.p.MaxTokens {
-		return
+		return false
 	}
 	d.waitMask()
 	if d.p.Constraint.Done() {
-		return
+		return false
 	}
 	tok := src.Greedy()
 	if tok < 0 || int(tok>>6) >= len(d.allowed) || d.allowed[tok>>6]&(1<<(tok&63)) == 0 {
-		return
+		return false
 	}
 	d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
+	d.advDone, d.due = d.acceptErr == nil && d.p.Constraint.Done(), nil
+	if d.acceptErr != nil || d.advDone || d.generated+1 >= d.p.MaxTokens || d.tok.IsEOG(tok) {
+		return false
+	}
+	d.due = make(chan struct{})
+	return true
+}
+
+// MaskNext computes the mask of the token after the one Advance took,
+// when Advance reported it due. It touches only the constraint and the
+// mask, which nothing else does until NextFrom or the next step waits
+// for it; if the request ends at NextFrom instead (a stop string, its
+// context), the mask goes unused.
+func (d *Decoder) MaskNext() {
+	ch := d.due
+	d.p.Constraint.Mask(d.allowed)
+	close(ch)
 }
 
 // MaskReady waits until the mask DeviceMask returned holds the next
@@ -370,6 +451,42 @@ func (d *Decoder) end(st Step, f Finish) Step {
 	st.Text += rest + d.filter.Flush()
 	d.finish, st.Finish = f, f
 	return st
+}
+
+// Release, once the request is finished, lets the constraint give back
+// what it holds (one with a Release method: a grammar matcher hands its
+// memoized machine to its grammar's next request), as soon as no mask is
+// being computed for it: it does not wait for one (a goroutine releases
+// it after), so a request ended while a slow mask runs holds up no
+// caller. The decoder must not be used after it.
+func (d *Decoder) Release() {
+	r, ok := d.p.Constraint.(interface{ Release() })
+	if !ok {
+		return
+	}
+	// The mask prefetched or taken from MaskNext, and MaskNext's when
+	// the request ended at the token Advance took.
+	pending := []chan struct{}{d.masked, d.due}
+	d.masked = nil
+	for _, ch := range pending {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		default:
+			go func() {
+				for _, ch := range pending {
+					if ch != nil {
+						<-ch
+					}
+				}
+				r.Release()
+			}()
+			return
+		}
+	}
+	r.Release()
 }
 
 // Generated returns the tokens generated so far (an end-of-generation

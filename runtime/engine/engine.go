@@ -30,6 +30,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/engine/prefix"
 	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/spec"
 	"github.com/zrtdev/zrt/runtime/spec/draft"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -121,15 +122,16 @@ type Config struct {
 	// cuts standard and batch prefill to fit (sched.Input.LatencyRows).
 	// 0 means the default, 0.2; a negative value turns the limit off.
 	InteractiveSlack float64
-	// PrefillHold is how many steps a request that has computed no
-	// prompt row yet may wait while others decode, for more arrivals to
-	// join its prefill: a step that carries any prompt row runs a prefill
-	// variant, which costs about the same however few of its rows are
-	// used, so prompts that arrive one by one (requests of many lengths
-	// ending at different steps) would otherwise make most steps such a
-	// step. Prompts are held only while they and the decoding rows fill
-	// less than ChunkCap and no other prompt is being computed. 0 means
-	// the default, 4; a negative value holds none.
+	// PrefillHold is how many steps in all a request's prompt rows may
+	// wait while others decode, for more arrivals to join its prefill: a
+	// step that carries any prompt row runs a prefill variant, which
+	// costs about the same however few of its rows are used, so prompts
+	// that arrive one by one (requests of many lengths ending at
+	// different steps), or the short rest of one that a full step split,
+	// would otherwise make most steps such a step. Prompts are held only
+	// while they (fresh ones and the rests of admitted ones) and the
+	// decoding rows fill less than ChunkCap. 0 means the default, 4; a
+	// negative value holds none.
 	PrefillHold int
 	// StepLog, when set, receives a JSON line per step of everything the
 	// step depended on and sampled (StepRecord), for Rerun. It holds the
@@ -144,6 +146,10 @@ type Config struct {
 	// Drafter, when set, proposes the drafts instead of the mode's
 	// (n-gram prompt lookup): a test's, whose acceptance it chooses.
 	Drafter draft.Drafter
+	// DraftModel is the draft bundle of speculative kind draft
+	// (draftmodel.go): a second model of the same vocabulary, with at
+	// least Slots slots, on the same tier; nil for the other kinds.
+	DraftModel Model
 }
 
 // Request is one generation request.
@@ -223,12 +229,11 @@ type Engine struct {
 	tr         *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
-	// advancing are the requests advance works on (reused).
-	advancing  []*request
-	slog       *stepLog
-	onStep     func(*StepRecord) // Rerun's view of each step
-	drafter    draft.Drafter
-	specPolicy specPolicy
+	slog        *stepLog
+	onStep      func(*StepRecord) // Rerun's view of each step
+	drafter     draft.Drafter
+	specPolicy  specPolicy
+	dm          *draftModel // the draft model of kind draft
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
@@ -375,6 +380,10 @@ type Stats struct {
 	// SpecDrafts.
 	SpecDrafts, SpecDraftTokens, SpecAccepted uint64
 	SpecAcceptedAt                            []uint64
+	// SpecDraftErrors counts a draft model's failed steps (the request
+	// went on without a draft), SpecDraftError the last one's error.
+	SpecDraftErrors uint64
+	SpecDraftError  string
 }
 
 // StepTimes adds up steps of one kind.
@@ -415,7 +424,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 		cfg.PrefillHold = 4
 	}
 	if testHookSpeculative != nil && !cfg.Speculative.On() {
-		if sp, d := testHookSpeculative(); checkSpeculation(m, sp) == nil {
+		if sp, d := testHookSpeculative(); sp.Kind != spec.Draft && checkSpeculation(m, sp) == nil { // (a draft model is no test-wide setting)
 			cfg.Speculative, cfg.Drafter = sp, d
 		}
 	}
@@ -424,6 +433,14 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
 		meters: map[string]*meters{}, waitingBy: map[string]int{}}
+	if cfg.Speculative.Kind == spec.Draft {
+		if err := checkDraftModel(cfg.DraftModel, cfg.Slots); err != nil {
+			return nil, fmt.Errorf("engine: speculative %s: %w", cfg.Speculative, err)
+		}
+		e.dm = newDraftModel(cfg.DraftModel)
+	} else if cfg.DraftModel != nil {
+		return nil, fmt.Errorf("engine: a draft model goes with speculative kind draft, not %s", cfg.Speculative)
+	}
 	e.drafter = cfg.Drafter
 	if e.drafter == nil {
 		e.drafter = defaultDrafter(cfg.Speculative)
@@ -724,6 +741,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.compact()
 
 	e.propose()
+	e.modelDraft(ctx)
 	in := e.input(start)
 	if e.pinLatency != nil {
 		in.LatencyRows = e.pinLatency()
@@ -837,35 +855,53 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // past their tokens (decode.Decoder.Advance) on several cores at once,
 // before route takes the rows one by one: a constrained row's token
 // costs its grammar a walk, which would otherwise add up over the batch
-// on this goroutine.
+// on this goroutine. The same goroutines then compute the rows' next
+// masks (decode.Decoder.MaskNext) while this one routes the rows and
+// plans the next step, so it starts no goroutine a row for them (each
+// start may wake a thread, a system call on this goroutine's path).
 func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
-	e.advancing = e.advancing[:0]
+	// The workers read these after advance returns: not reused.
+	var rows []*decode.Decoder
+	var srcs []slotSource
 	for _, c := range plan.Rows {
 		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.OnDevice() {
-			e.advancing = append(e.advancing, r)
+			rows, srcs = append(rows, r.dec), append(srcs, slotSource{e, r.slot})
 		}
 	}
-	n := len(e.advancing)
+	n := len(rows)
 	if n == 0 {
 		return
 	}
-	var next atomic.Int64
-	work := func() {
+	due := make([]bool, n)
+	var next, nextMask atomic.Int64
+	var accepted sync.WaitGroup
+	accepted.Add(n)
+	accept := func() {
 		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-			r := e.advancing[i]
-			r.dec.Advance(slotSource{e, r.slot})
+			due[i] = rows[i].Advance(srcs[i])
+			accepted.Done()
 		}
 	}
-	var wg sync.WaitGroup
-	for range min(goruntime.GOMAXPROCS(0), n) - 1 {
-		wg.Add(1)
+	mask := func() {
+		accepted.Wait() // due is complete, and no constraint is advancing
+		for i := int(nextMask.Add(1)) - 1; i < n; i = int(nextMask.Add(1)) - 1 {
+			if due[i] {
+				rows[i].MaskNext()
+			}
+		}
+	}
+	workers := min(goruntime.GOMAXPROCS(0), n) - 1
+	for range workers {
 		go func() {
-			defer wg.Done()
-			work()
+			accept()
+			mask()
 		}()
 	}
-	work()
-	wg.Wait()
+	accept()
+	accepted.Wait()
+	if workers == 0 {
+		mask() // nobody else would
+	}
 }
 
 // traceStep records the step that started at start with its plan, split
@@ -993,6 +1029,10 @@ func (e *Engine) input(now time.Time) sched.Input {
 		}
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
 			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
+		if hold && r.prompting() {
+			s.Hold = true
+			r.held++
+		}
 		if r.spec != nil && r.slot >= 0 {
 			s.Draft = len(r.spec.draft)
 		}
@@ -1026,21 +1066,36 @@ func (r *request) fresh() bool {
 	return r.slot < 0 && len(r.pages) == 0 && r.done == 0 && !r.admitted
 }
 
-// holdPrefill says whether this step leaves out the fresh requests
-// (Config.PrefillHold): while requests decode and none is computing its
-// prompt, fresh ones that the decoding rows leave room for wait up to
-// PrefillHold steps for more to arrive, so that their prompts share
-// one step of the prefill variant instead of making several.
+// prompting says r runs and has prompt rows left to compute (not
+// tokens it recomputes after giving up its pages).
+func (r *request) prompting() bool {
+	return r.slot >= 0 && r.replay == 0 && r.done < len(r.Prompt)
+}
+
+// holdPrefill says whether this step computes no prompt rows
+// (Config.PrefillHold): while requests decode, the prompts still to
+// compute — fresh requests' and the rest of those admitted before —
+// wait while they and the decoding rows fill less than a step, each at
+// most PrefillHold steps in all, for more to arrive, so that every step
+// of the prefill variant is full. (A step that computed as much of the
+// prompts as the budget allowed would otherwise leave a short rest that
+// makes the next step one of the prefill variant too.)
 func (e *Engine) holdPrefill() bool {
 	if e.cfg.PrefillHold <= 0 {
 		return false
 	}
-	rows, decoding, fresh := 0, 0, false
+	rows, decoding, waiting := 0, 0, false
 	for _, r := range e.reqs {
 		switch {
 		case r.waitsForLead():
-		case r.slot >= 0 && r.done < max(len(r.Prompt), r.replay):
-			return false // a prompt is being computed: the step is a prefill step anyway
+		case r.prompting():
+			if r.held >= e.cfg.PrefillHold {
+				return false
+			}
+			waiting = true
+			rows += len(r.Prompt) - r.done
+		case r.slot >= 0 && r.replay > 0 && r.done < r.replay:
+			return false // recomputing its tokens: let it go on
 		case r.slot >= 0:
 			decoding++
 			rows++
@@ -1048,13 +1103,13 @@ func (e *Engine) holdPrefill() bool {
 			if r.held >= e.cfg.PrefillHold {
 				return false
 			}
-			fresh = true
+			waiting = true
 			rows += len(r.Prompt)
 		default:
 			return false // preempted: let it back in
 		}
 	}
-	return fresh && decoding > 0 && rows < e.cfg.ChunkCap
+	return waiting && decoding > 0 && rows < e.cfg.ChunkCap
 }
 
 // preempt takes r's slot at a step boundary; r keeps its pages, tokens
@@ -1371,6 +1426,7 @@ func (e *Engine) finish(r *request, last Event) {
 	close(r.events)
 	r.events = nil
 	r.unwake()
+	r.dec.Release()
 	if last.Finish != Failed {
 		e.remember(r)
 	}

@@ -10,13 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -98,19 +102,72 @@ func TestServesLikeAlone(t *testing.T) {
 // servesConfig is the model config of the servesLikeAlone tests.
 const servesConfig = "context_length = 256\ndecode_slots = [1, 2, 4, 8]\nprefill_rows = [16, 64]\nkv_pages = 80\n"
 
+// TestServesLikeAloneTP is TestServesLikeAlone on a tensor-parallel set
+// of 2 ranks (zrtc build --tp 2), opened as one model: the engine's
+// slots, KV pages (each rank's holding its heads, at the page numbers
+// rank 0's request table gives every rank), preemption and prefix
+// cache work on the set as on one bundle. T-CUDA runs it on two GPUs
+// (skipping with fewer), a rank each.
+func TestServesLikeAloneTP(t *testing.T) {
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) { servesLikeAlone(t, setOn(t, "stories260K.gguf", servesConfig, tr, 2)) })
+	}
+}
+
+// setOn is sharedOn for a tensor-parallel set of n ranks, skipping
+// T-CUDA with fewer than n GPUs.
+func setOn(t *testing.T, file, config string, tr tier, n int) *runtime.Program {
+	t.Helper()
+	if tr.name == "cuda" {
+		info, err := driver.Probe()
+		if err != nil {
+			t.Skipf("no GPU: %v", err)
+		}
+		if info.Devices < n {
+			t.Skipf("%d GPU(s) here, a set of %d ranks needs %d", info.Devices, n, n)
+		}
+	}
+	model := filepath.Join(reference.SharedDir(), "models", file)
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("%s not present", model)
+	}
+	dir := t.TempDir()
+	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "set")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := build.Run(context.Background(), build.Options{Model: model, Targets: []string{tr.target}, TP: n, Out: out,
+		Compiler: compiler.Options{ConfigPath: cfg, PTXDir: os.Getenv("ZRT_PTX_DIR")}}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := bundleset.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := x.Rank(tr.target, 0)
+	if !ok {
+		t.Fatalf("set %s has no rank 0 of %s", out, tr.target)
+	}
+	p, err := runtime.Open(m.Path(out), runtime.Options{Tier: tr.name, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if p.Hparams.TPRanks != n {
+		t.Fatalf("opened a bundle of %d ranks, want %d", p.Hparams.TPRanks, n)
+	}
+	return p
+}
+
 // TestServesLikeAloneHybrid is TestServesLikeAlone on a Qwen3.5-shaped
 // hybrid (synthetic weights): its DeltaNet layers keep per-slot state,
 // which a preempted request loses with its slot and the engine rebuilds
 // by recomputing the request's tokens on resume.
 func TestServesLikeAloneHybrid(t *testing.T) {
-	b, err := synth.Write(synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 512,
-		Context: 256, Type: ggml.Q8_0, Seed: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	model, cfg, out := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
-	os.WriteFile(model, b, 0o644)
+	model := testmodel.Write(t, dir, "m.gguf", synth.Shape{Arch: "qwen35", Layers: 4, Embd: 64, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 128, Vocab: 512,
+		Context: 256, Type: ggml.Q8_0, Seed: 9})
+	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
 	os.WriteFile(cfg, []byte(servesConfig), 0o644)
 	if err := compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg}); err != nil {
 		t.Fatal(err)
@@ -146,13 +203,8 @@ func windowRing(t *testing.T, tr tier) {
 			t.Skipf("no GPU: %v", err)
 		}
 	}
-	b, err := synth.Write(synth.Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 512,
+	model := testmodel.Write(t, t.TempDir(), "m.gguf", synth.Shape{Arch: "gemma4", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 1, HeadDim: 32, FF: 128, Vocab: 512,
 		Context: 256, Type: ggml.Q8_0, Window: 8, PerLayer: 32, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Seed: 13})
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := filepath.Join(t.TempDir(), "m.gguf")
-	os.WriteFile(model, b, 0o644)
 	ringed, full := compileOn(t, model, servesConfig, tr), compileOn(t, model, servesConfig+"swa_full = true\n", tr)
 	// A ring of a window and a 64-row chunk: ceil((8-1+64)/16) + 1 pages.
 	if r := ringed.Hparams.KVWindowRing; r != 6 || !ringed.SlotState() || full.Hparams.KVWindowRing != 0 || full.SlotState() {
@@ -198,12 +250,12 @@ func windowRing(t *testing.T, tr tier) {
 }
 
 func servesLikeAlone(t *testing.T, p *runtime.Program) {
-	servesLikeAloneWith(t, p, engine.Speculation{})
+	servesLikeAloneWith(t, p, engine.Speculation{}, nil)
 }
 
 // servesLikeAloneWith is servesLikeAlone with the engine speculating as
 // sp says; it returns the engine's stats at the end.
-func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation) engine.Stats {
+func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation, draft engine.Model) engine.Stats {
 	solo, err := sequence.New(p, sequence.PrefillBatched, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +281,7 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 		}
 	}
 
-	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp})
+	e, err := engine.New(p, p.Tok, engine.Config{Slots: 8, ChunkCap: 64, Speculative: sp, DraftModel: draft})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,18 +344,30 @@ func servesLikeAloneWith(t *testing.T, p *runtime.Program, sp engine.Speculation
 
 // TestSpeculativeLikeAlone is TestServesLikeAlone with the engine
 // speculating, for each kind of draft: n-gram drafts, and the bundle's
-// draft variant (four of its five layers and its head, self-speculation), of up
-// to 4 tokens verified at every step that has free slots for their rows
+// draft variant (four of its five layers and its head, self-speculation),
+// and a draft model (the TinyStories-656K's F16 file drafting for its
+// Q8_0 file, which shares its vocabulary), of up to 4 tokens verified at every step that has free slots for their rows
 // (the bundle has 16 slots, the engine runs 8 requests), batched with
 // the other requests' decode rows and prefill chunks. Every request's
 // tokens, greedy and sampled, must still equal its solo run's without
 // speculation — bit for bit on T-CPU.
 func TestSpeculativeLikeAlone(t *testing.T) {
 	for _, tr := range tiers {
-		for _, kind := range []string{"ngram", "self"} {
+		for _, kind := range []string{"ngram", "self", "draft"} {
 			t.Run(tr.name+"/"+kind, func(t *testing.T) {
-				p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\ndraft_layers = 4\n", tr)
-				s := servesLikeAloneWith(t, p, engine.Speculation{Kind: kind, K: 4, Fixed: true})
+				const config = "context_length = 256\ndecode_slots = [1, 2, 4, 8, 16]\nprefill_rows = [16, 64]\nkv_pages = 80\ndraft_layers = 4\n"
+				var p, draft *runtime.Program
+				if kind == "draft" {
+					two := strings.Replace(config, "draft_layers = 4", "draft_layers = 1", 1) // TinyStories-656K has 2 layers
+					p, draft = sharedOn(t, "TinyStories-656K.Q8_0.gguf", two, tr), sharedOn(t, "TinyStories-656K.F16.gguf", two, tr)
+				} else {
+					p = storiesOn(t, config, tr)
+				}
+				var dm engine.Model
+				if draft != nil {
+					dm = draft
+				}
+				s := servesLikeAloneWith(t, p, engine.Speculation{Kind: kind, K: 4, Fixed: true}, dm)
 				t.Logf("%d drafts, %d draft tokens, %d accepted", s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted)
 				if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 {
 					t.Errorf("%d draft tokens verified, %d accepted: the test does not exercise speculation", s.SpecDraftTokens, s.SpecAccepted)

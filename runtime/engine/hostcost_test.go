@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zrtdev/zrt/format/gguf"
-	"github.com/zrtdev/zrt/format/vocab"
-	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
@@ -126,29 +124,9 @@ func (m *maskModel) Logits(slot int, dst []float32) []float32 {
 
 func (m *maskModel) Greedy(slot int) int32 { return m.greedy[slot] }
 
-// qwenTokenizer is the real Qwen tokenizer (151 936 tokens) of a
-// synthetic model in ../shared; the test skips without it.
-func qwenTokenizer(tb testing.TB) *tokenizer.Tokenizer {
-	tb.Helper()
-	path := filepath.Join(reference.SharedDir(), "models/synthetic/syn-qwen3-chat-q8_0.gguf")
-	if _, err := os.Stat(path); err != nil {
-		tb.Skipf("shared model %s not available: %v", path, err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	v, err := vocab.FromGGUF(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tok, err := tokenizer.New(v)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
-}
+// qwenChatModel is a synthetic model of ../shared/models with the real
+// Qwen tokenizer (151 936 tokens).
+const qwenChatModel = "synthetic/syn-qwen3-chat-q8_0.gguf"
 
 // loadSchemas compiles the grammar library's test schemas (the loadtest's
 // json_schema formats) for tok.
@@ -284,7 +262,7 @@ func runLoad(tb testing.TB, m *maskModel, tok *tokenizer.Tokenizer, grammars []*
 // load first, as a server's are after its first requests. The nohold
 // runs hold no prompt back (Config.PrefillHold -1).
 func BenchmarkHostStep(b *testing.B) {
-	tok := qwenTokenizer(b)
+	tok := testmodel.Tokenizer(b, qwenChatModel)
 	grammars := loadSchemas(b, tok)
 	eog := map[int32]bool{}
 	for _, id := range tok.Vocab().EOGTokens() {
@@ -317,6 +295,9 @@ func BenchmarkHostStep(b *testing.B) {
 			b.ReportMetric(float64(agg.Mixed.Steps)/float64(b.N), "mixed-steps")
 			b.ReportMetric(float64(agg.PromptTokens)/float64(agg.Mixed.Steps), "prompt-rows/mixed-step")
 			b.ReportMetric(float64(r.tokens), "tokens")
+			// Tokens a step: idle slots (replies that ended, prompts held
+			// back) lower it.
+			b.ReportMetric(float64(r.tokens)/float64(r.stats.Decode.Steps+r.stats.Mixed.Steps), "tokens/step")
 			b.ReportMetric(float64(r.tokens)/r.wall.Seconds(), "tok/s")
 			// The throughput were the host free: the device's time alone.
 			b.ReportMetric(float64(r.tokens)/r.busy.Seconds(), "device-tok/s")
@@ -335,7 +316,7 @@ func TestHostStepLoadValid(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads the Qwen vocabulary")
 	}
-	tok := qwenTokenizer(t)
+	tok := testmodel.Tokenizer(t, qwenChatModel)
 	grammars := loadSchemas(t, tok)
 	m := &maskModel{slots: 16, nvocab: tok.NVocab(), eog: map[int32]bool{}, greedy: make([]int32, 16)}
 	for _, id := range tok.Vocab().EOGTokens() {

@@ -677,6 +677,29 @@ func TestPagesOnDemand(t *testing.T) {
 	t.Run("self", func(t *testing.T) {
 		pagesOnDemand(t, Speculation{Kind: "self", K: 3, Fixed: true}, &simDrafter{rng: rand.New(rand.NewPCG(1, 2)), accept: 0.7})
 	})
+	// The same with a draft model (a scripted model of its own pages
+	// whose greedy token is the target's with probability 0.7): its pages
+	// are not the target's, and the step log, which holds its tokens,
+	// reruns without it.
+	t.Run("draft", func(t *testing.T) {
+		pagesOnDemand(t, Speculation{Kind: "draft", K: 3, Fixed: true}, &simDrafter{rng: rand.New(rand.NewPCG(1, 2)), accept: 0.7})
+	})
+}
+
+// noisyDraft is a scripted draft model whose greedy token is the
+// scripted target's with probability accept, another token otherwise.
+type noisyDraft struct {
+	*scripted
+	rng    *rand.Rand
+	accept float64
+}
+
+func (m *noisyDraft) Greedy(slot int) int32 {
+	t := m.scripted.Greedy(slot)
+	if m.rng.Float64() >= m.accept {
+		t = 3 + (t-3+1+int32(m.rng.IntN(simVocab-4)))%(simVocab-3)
+	}
+	return t
 }
 
 func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
@@ -689,6 +712,10 @@ func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
 		cfg.Drafter = drafter
 		if sp.Kind == "self" {
 			m.draftAccept, m.draftRng = drafter.accept, rand.New(rand.NewPCG(5, 6))
+		}
+		if sp.Kind == "draft" {
+			cfg.Drafter = nil
+			cfg.DraftModel = &noisyDraft{&scripted{t: t, slots: 12, maxPages: 16, kvPages: 120, last: map[int]int32{}}, rand.New(rand.NewPCG(7, 8)), drafter.accept}
 		}
 	}
 	e, err := New(m, simTokenizer(t), cfg)

@@ -294,7 +294,10 @@ func (e *Engine) propose() {
 	}
 	var reqs []*request
 	base := 0
-	self := e.cfg.Speculative.Kind == spec.Self
+	// A model's draft (the bundle's draft variant, or a draft model)
+	// costs a step a token: the policy decides how many before any is
+	// made.
+	self := e.cfg.Speculative.Kind == spec.Self || e.dm != nil
 	for _, r := range e.reqs {
 		if r.spec == nil || r.slot < 0 {
 			continue
@@ -313,7 +316,8 @@ func (e *Engine) propose() {
 			r.spec.draft = append(r.spec.draft, e.pinDrafts(r.id)...)
 		case self:
 			// The draft variant makes the tokens once the step's plan
-			// says how many (selfDraft): a placeholder each until then.
+			// says how many (selfDraft), a draft model once the policy
+			// has (modelDraft): a placeholder each until then.
 			for range k {
 				r.spec.draft = append(r.spec.draft, -1)
 			}
@@ -325,15 +329,15 @@ func (e *Engine) propose() {
 			reqs = append(reqs, r)
 		}
 	}
-	if e.cfg.Speculative.Fixed || e.pinDrafts != nil || len(reqs) == 0 {
-		e.logDrafts()
-		return
+	if !e.cfg.Speculative.Fixed && e.pinDrafts == nil && len(reqs) > 0 {
+		keep := e.specPolicy.choose(base, len(e.borrowSlots()), reqs)
+		for _, r := range reqs {
+			r.spec.draft = r.spec.draft[:keep[r]]
+		}
 	}
-	keep := e.specPolicy.choose(base, len(e.borrowSlots()), reqs)
-	for _, r := range reqs {
-		r.spec.draft = r.spec.draft[:keep[r]]
+	if e.dm == nil {
+		e.logDrafts() // (modelDraft logs a draft model's once made)
 	}
-	e.logDrafts()
 }
 
 // logDrafts records the step's proposals for a rerun: n-gram drafts'
@@ -459,6 +463,7 @@ func checkSpeculation(m Model, s Speculation) error {
 	}
 	switch s.Kind {
 	case spec.NGram:
+	case spec.Draft: // the draft model: New checks it
 	case spec.Self:
 		if _, ok := m.Key(runtime.Draft, 1); !ok {
 			return fmt.Errorf("engine: speculative %s: the bundle has no draft variant; build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", s)

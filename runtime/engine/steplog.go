@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zrtdev/zrt/runtime/spec"
 	"io"
 	"maps"
 	"slices"
@@ -201,6 +202,9 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		var err error
 		if sp, err = ParseSpeculation(lc.Speculative); err != nil {
 			return 0, fmt.Errorf("rerun: the step log's config: %w", err)
+		}
+		if sp.Kind == spec.Draft {
+			sp.Kind = spec.NGram // a draft model's tokens are logged: the rerun pins them, needing no draft model
 		}
 	}
 	cfg := Config{Speculative: sp, Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,

@@ -126,33 +126,46 @@ func BenchmarkAccept(b *testing.B) {
 			b.Fatal(err)
 		}
 		maskTimes(b, tok, g, 0, 300) // warm the position caches
-		b.Run(name, func(b *testing.B) {
-			var accept, mask []time.Duration
-			for i := 0; i < b.N; i++ {
-				a, m := acceptTimes(b, tok, g, int64(i), 300)
-				accept, mask = append(accept, a...), append(mask, m...)
+		for _, release := range []bool{true, false} {
+			name := name
+			if release {
+				// Each matcher released at its end (as the engine does
+				// when a request finishes), so the next one starts
+				// with its machine's memoized states.
+				name += "/released"
 			}
-			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-			mean := func(ds []time.Duration) float64 {
-				var t time.Duration
-				for _, d := range ds {
-					t += d
+			b.Run(name, func(b *testing.B) {
+				var accept, mask []time.Duration
+				for i := 0; i < b.N; i++ {
+					a, m := acceptTimes(b, tok, g, int64(i), 300, release)
+					accept, mask = append(accept, a...), append(mask, m...)
 				}
-				return us(t) / float64(max(len(ds), 1))
-			}
-			b.ReportMetric(mean(accept), "mean-µs/accept")
-			b.ReportMetric(us(quantile(accept, 0.99)), "p99-µs/accept")
-			b.ReportMetric(mean(mask), "mean-µs/mask")
-		})
+				us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+				mean := func(ds []time.Duration) float64 {
+					var t time.Duration
+					for _, d := range ds {
+						t += d
+					}
+					return us(t) / float64(max(len(ds), 1))
+				}
+				b.ReportMetric(mean(accept), "mean-µs/accept")
+				b.ReportMetric(us(quantile(accept, 0.99)), "p99-µs/accept")
+				b.ReportMetric(mean(mask), "mean-µs/mask")
+			})
+		}
 	}
 }
 
 // acceptTimes drives a matcher with random allowed tokens and returns the
-// time of each Accept and each Mask.
-func acceptTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) (accept, masks []time.Duration) {
+// time of each Accept and each Mask; release releases the matcher at the
+// end.
+func acceptTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int, release bool) (accept, masks []time.Duration) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	m := g.NewMatcher()
+	if release {
+		defer m.Release()
+	}
 	n := v.NVocab()
 	mask := make([]uint64, (n+63)/64)
 	rng := rand.New(rand.NewSource(seed))
@@ -178,4 +191,81 @@ func acceptTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) (acc
 		}
 	}
 	return accept, masks
+}
+
+// BenchmarkAcceptRun times the Accepts of whole outputs (wall time over
+// each output, a thread clock read per token costing as much as an
+// Accept): outputs drawn once by random runs, then accepted by fresh
+// matchers (cold: every transition computed) or by matchers on a
+// released machine of earlier outputs (released: the engine's case).
+func BenchmarkAcceptRun(b *testing.B) {
+	tok, _ := qwen(b)
+	c := NewCompiler(tok, Limits{})
+	for _, name := range []string{"01_person.json", "10_openai_tool.json"} {
+		raw, err := os.ReadFile(filepath.Join("testdata/schemas", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		g, err := c.Compile(context.Background(), Spec{JSONSchema: raw})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var outputs [][]int32
+		for seed := range int64(64) {
+			outputs = append(outputs, randomOutput(b, tok, g, seed, 200))
+		}
+		for _, release := range []bool{false, true} {
+			mode := "cold"
+			if release {
+				mode = "released"
+			}
+			b.Run(name+"/"+mode, func(b *testing.B) {
+				n := 0
+				t0 := time.Now()
+				for i := 0; i < b.N; i++ {
+					for _, out := range outputs {
+						m := g.NewMatcher()
+						for _, t := range out {
+							if err := m.Accept(t); err != nil {
+								b.Fatal(err)
+							}
+						}
+						n += len(out)
+						if release {
+							m.Release()
+						}
+					}
+				}
+				b.ReportMetric(float64(time.Since(t0).Nanoseconds())/1e3/float64(n), "µs/accept")
+			})
+		}
+	}
+}
+
+// randomOutput is the tokens of a random run of g (random allowed
+// tokens), at most steps.
+func randomOutput(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) []int32 {
+	m := g.NewMatcher()
+	n := v.NVocab()
+	mask := make([]uint64, (n+63)/64)
+	rng := rand.New(rand.NewSource(seed))
+	var out, allowed []int32
+	for step := 0; step < steps && !m.Done(); step++ {
+		m.Mask(mask)
+		allowed = allowed[:0]
+		for id := 0; id < n; id++ {
+			if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
+				allowed = append(allowed, int32(id))
+			}
+		}
+		if len(allowed) == 0 {
+			break
+		}
+		t := allowed[rng.Intn(len(allowed))]
+		if err := m.Accept(t); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, t)
+	}
+	return out
 }

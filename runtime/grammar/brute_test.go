@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
@@ -111,4 +112,64 @@ func TestConcurrentMatchers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestReleasedMachine: a matcher on a machine released by earlier
+// matchers (with their memoized states) gives the same masks as one on a
+// fresh machine along random runs; a released matcher is finished.
+func TestReleasedMachine(t *testing.T) {
+	tok, comp := qwen(t)
+	n := tok.NVocab()
+	pooled, fresh := make([]uint64, (n+63)/64), make([]uint64, (n+63)/64)
+	for _, f := range []string{"01_person.json", "05_refs_recursive.json", "10_openai_tool.json"} {
+		raw, err := os.ReadFile("testdata/schemas/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := comp.Compile(context.Background(), Spec{JSONSchema: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[*machine]bool{}
+		reused := 0
+		for seed := range int64(8) {
+			m := g.NewMatcher()
+			if seen[m.m] {
+				reused++
+			}
+			seen[m.m] = true
+			ref := &Matcher{g: g, m: newMachine(g), eog: g.vt.isEOG}
+			ref.st = ref.m.start()
+			rng := rand.New(rand.NewSource(seed))
+			for step := 0; step < 60 && !m.Done(); step++ {
+				m.Mask(pooled)
+				ref.Mask(fresh)
+				var allowed []int32
+				for id := 0; id < n; id++ {
+					p, q := pooled[id/64]&(1<<(id%64)) != 0, fresh[id/64]&(1<<(id%64)) != 0
+					if p != q {
+						t.Fatalf("%s seed %d step %d: token %d %q: released machine %v, fresh %v", f, seed, step, id, tok.Piece(int32(id)), p, q)
+					}
+					if p && !tok.IsEOG(int32(id)) {
+						allowed = append(allowed, int32(id))
+					}
+				}
+				if len(allowed) == 0 {
+					break
+				}
+				pick := allowed[rng.Intn(len(allowed))]
+				if err, want := m.Accept(pick), ref.Accept(pick); (err == nil) != (want == nil) || m.Done() != ref.Done() {
+					t.Fatalf("%s seed %d step %d: accept %v, fresh %v", f, seed, step, err, want)
+				}
+			}
+			m.Release()
+			m.Mask(pooled)
+			if slices.ContainsFunc(pooled, func(w uint64) bool { return w != 0 }) || !m.Done() || m.Accept(220) == nil {
+				t.Fatalf("%s seed %d: a released matcher is not finished", f, seed)
+			}
+		}
+		if reused == 0 {
+			t.Errorf("%s: no matcher took a released machine", f)
+		}
+	}
 }

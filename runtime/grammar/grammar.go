@@ -173,6 +173,10 @@ type Grammar struct {
 	cacheMu    sync.Mutex
 	cache      []*posCache // by position, filled as matching reaches them
 	cacheBytes int
+
+	// machines are released matchers' machines (Matcher.Release), whose
+	// memoized states and transitions the next matchers start with.
+	machines sync.Pool
 }
 
 // Positions returns the size of the compiled grammar.

@@ -82,12 +82,32 @@ func (g *Grammar) computePosCache(q int32) *posCache {
 }
 
 // NewMatcher returns a matcher at the start of the grammar, for one
-// request. A Matcher is not safe for concurrent use.
+// request. A Matcher is not safe for concurrent use. It takes the
+// machine of a released matcher when there is one: the states and
+// transitions earlier requests walked are memoized there (up to
+// keepStates), so its walks mostly look them up instead of computing
+// them.
 func (g *Grammar) NewMatcher() *Matcher {
-	mt := &Matcher{g: g, m: newMachine(g)}
+	m, _ := g.machines.Get().(*machine)
+	if m == nil {
+		m = newMachine(g)
+	}
+	mt := &Matcher{g: g, m: m}
 	mt.st = mt.m.start()
 	mt.eog = g.vt.isEOG
 	return mt
+}
+
+// Release hands the matcher's machine to the grammar's next matcher.
+// The matcher is finished after it (Done; Mask allows nothing, Accept
+// fails); it must not be in use by another goroutine.
+func (mt *Matcher) Release() {
+	if mt.m == nil {
+		return
+	}
+	m := mt.m
+	mt.m, mt.st, mt.finished = nil, dead, true
+	mt.g.machines.Put(m)
 }
 
 // Matcher follows one request's output through a grammar.

@@ -158,6 +158,19 @@ func (s *Sampler) adjust(logits []float32, history []int32) {
 // pick chooses from the adjusted buf, returning the token with its
 // adjusted logit.
 func (s *Sampler) pick() cand {
+	c, w := s.weights()
+	if w == nil {
+		return c[0]
+	}
+	return c[s.draw(w)]
+}
+
+// weights orders the adjusted buf as pick chooses from it and returns it
+// with the weights of its candidates after the temperature and the cuts
+// (w[i] is c[i]'s; the candidates past len(w) are cut), not normalized
+// to 1 after the cuts. At temperature ≤ 0 it returns the first largest
+// alone as c[0] and no weights.
+func (s *Sampler) weights() ([]cand, []float64) {
 	p := s.p
 	if p.Temperature <= 0 {
 		best := 0
@@ -166,7 +179,7 @@ func (s *Sampler) pick() cand {
 				best = i
 			}
 		}
-		return s.buf[best]
+		return s.buf[best : best+1], nil
 	}
 	c := s.buf
 	sort.SliceStable(c, func(i, j int) bool { return c[i].v > c[j].v })
@@ -203,6 +216,12 @@ func (s *Sampler) pick() cand {
 		}
 		w = w[:n]
 	}
+	return c, w
+}
+
+// draw picks an index of w with probability proportional to its weight,
+// one draw of the generator.
+func (s *Sampler) draw(w []float64) int {
 	total := 0.0
 	for _, x := range w {
 		total += x
@@ -211,10 +230,114 @@ func (s *Sampler) pick() cand {
 	for i, x := range w {
 		r -= x
 		if r < 0 {
-			return c[i]
+			return i
 		}
 	}
-	return c[len(w)-1]
+	return len(w) - 1
+}
+
+// Dist is the distribution a Sampler draws one token from: Dist[t] is
+// token t's probability after the logit bias, the penalties, the
+// temperature and the top-k, top-p and min-p cuts (a greedy sampler's is
+// 1 at the first largest logit). Speculative sampling compares a draft
+// model's Dist with the target's (Resolve).
+type Dist []float64
+
+// dist is the distribution of the adjusted buf, over n tokens.
+func (s *Sampler) dist(n int) Dist {
+	d := make(Dist, n)
+	c, w := s.weights()
+	if w == nil {
+		d[c[0].id] = 1
+		return d
+	}
+	total := 0.0
+	for _, x := range w {
+		total += x
+	}
+	for i, x := range w {
+		d[c[i].id] = x / total
+	}
+	return d
+}
+
+// SampleDist is Sample that also returns the distribution the token was
+// drawn from: a draft model's proposal and its Dist for Resolve. It draws
+// from the generator as Sample does.
+func (s *Sampler) SampleDist(logits []float32, history []int32) (int32, Dist) {
+	s.adjust(logits, history)
+	d := s.dist(len(logits))
+	if s.p.Temperature <= 0 {
+		return s.pick().id, d
+	}
+	return s.drawDist(d), d
+}
+
+// drawDist picks a token with probability d[t] (d need not sum to 1).
+func (s *Sampler) drawDist(d Dist) int32 {
+	total := 0.0
+	last := -1
+	for t, x := range d {
+		if x > 0 {
+			total += x
+			last = t
+		}
+	}
+	r := s.rng.Float64() * total
+	for t, x := range d {
+		if x > 0 {
+			if r -= x; r < 0 {
+				return int32(t)
+			}
+		}
+	}
+	return int32(last)
+}
+
+// Resolve is speculative sampling's rule (Leviathan et al., Chen et al.)
+// for one position: given the target's logits there and a draft token
+// drawn from the draft's distribution q, it keeps the draft with
+// probability min(1, p(draft)/q(draft)), where p is this sampler's
+// distribution over the logits; otherwise it draws from max(p − q, 0)
+// renormalized. Either way the token it returns follows p exactly,
+// whatever q is, and it is the draft as often as the two distributions
+// allow (Σ min(p, q)). A nil q is a draft proposed with probability one
+// (greedy drafts, lookups). It reports whether the draft was kept.
+func (s *Sampler) Resolve(logits []float32, history []int32, draft int32, q Dist) (int32, bool) {
+	s.adjust(logits, history)
+	p := s.dist(len(logits))
+	qd := 1.0
+	if q != nil {
+		qd = 0
+		if int(draft) < len(q) && draft >= 0 {
+			qd = q[draft]
+		}
+	}
+	if draft >= 0 && int(draft) < len(p) && qd > 0 {
+		if s.rng.Float64()*qd < p[draft] {
+			return draft, true
+		}
+	}
+	// The residual: p where it exceeds q. For a draft of probability one
+	// it is p without the draft token.
+	r := make(Dist, len(p))
+	any := false
+	for t, x := range p {
+		qt := 0.0
+		switch {
+		case q != nil && t < len(q):
+			qt = q[t]
+		case q == nil && int32(t) == draft:
+			qt = 1
+		}
+		if x > qt {
+			r[t], any = x-qt, true
+		}
+	}
+	if !any { // p ≤ q everywhere means p = q: the draft was kept above unless p(draft) = 0
+		return s.drawDist(p), false
+	}
+	return s.drawDist(r), false
 }
 
 // mostLikely returns the n largest of the adjusted buf, largest first and

@@ -34,3 +34,11 @@ func (c timedConstraint) Mask(allowed []uint64) {
 	c.Constraint.Mask(allowed)
 	c.obs.Observe(time.Since(t0).Seconds())
 }
+
+// Release hands the constraint's resources back (a grammar matcher's
+// machine to the next request of its grammar) once the request ended.
+func (c timedConstraint) Release() {
+	if r, ok := c.Constraint.(interface{ Release() }); ok {
+		r.Release()
+	}
+}

@@ -28,6 +28,44 @@ type Bundle struct {
 	// a GGUF, else that of the GGUF the bundle was built from, else the
 	// directory's).
 	Name string
+	// Draft, when set, is the directory of a draft model for speculative
+	// kind draft (alone it means draft with the default draft length):
+	// a bundle of the same vocabulary with as many slots, on the same
+	// tier; DraftPath what the caller was given for it.
+	Draft, DraftPath string
+}
+
+// Locate makes the Bundles of the paths zrt-run serve is given: each
+// path's directory by locate (a set's member, a pack unpacked, a GGUF
+// built), named by names[i] and drafted for by drafts[i]'s where those
+// are given. names and drafts are empty or one a path (else a usage
+// error).
+func Locate(ctx context.Context, paths, names, drafts []string, locate func(context.Context, string) (string, error)) ([]Bundle, error) {
+	switch {
+	case len(names) > 0 && len(names) != len(paths):
+		return nil, usageError{fmt.Errorf("--model-alias given %d times for %d bundles", len(names), len(paths))}
+	case len(drafts) > 0 && len(drafts) != len(paths):
+		return nil, usageError{fmt.Errorf("--draft given %d times for %d bundles (one a bundle, in order)", len(drafts), len(paths))}
+	}
+	var out []Bundle
+	for i, path := range paths {
+		b := Bundle{Path: path}
+		var err error
+		if b.Dir, err = locate(ctx, path); err != nil {
+			return nil, err
+		}
+		if len(names) > 0 {
+			b.Name = names[i]
+		}
+		if len(drafts) > 0 && drafts[i] != "" {
+			if b.Draft, err = locate(ctx, drafts[i]); err != nil {
+				return nil, fmt.Errorf("--draft %s: %w", drafts[i], err)
+			}
+			b.DraftPath = drafts[i]
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // Options are everything Run needs: the runtime reads no environment, so
@@ -48,8 +86,8 @@ type Options struct {
 	// is cancelled.
 	DrainTimeout time.Duration
 	// Speculative, when set, is every model's speculative decoding (off,
-	// ngram[:K[:fixed]], self[:K[:fixed]]), over the config's speculative
-	// keys.
+	// ngram[:K[:fixed]], self[:K[:fixed]], draft[:K[:fixed]] with a
+	// Bundle's Draft), over the config's speculative keys.
 	Speculative string
 	// HostKVMiB, when > 0, is every model's host KV tier in MiB, over
 	// the config's host_kv_mib; < 0 turns the tier off; 0 leaves the
@@ -118,11 +156,21 @@ func Run(ctx context.Context, opt Options) error {
 		if opt.Speculative != "" {
 			sp = flagSpec
 		}
+		var draft *runtime.Program
+		if b.Draft != "" {
+			if draft, err = openDraft(p, b, opt.Runtime); err != nil {
+				return err
+			}
+			defer draft.Close()
+			if !sp.On() {
+				sp, _ = engine.ParseSpeculation("draft") // --draft alone
+			}
+		}
 		hostKV := int64(cfg.HostKVMiB) << 20
 		if opt.HostKVMiB != 0 {
 			hostKV = max(0, int64(opt.HostKVMiB)<<20)
 		}
-		e, err := newEngine(p, cfg, policy, sp, hostKV, trace, stepLog)
+		e, err := newEngine(p, draft, cfg, policy, sp, hostKV, trace, stepLog)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.Path, err)
 		}
@@ -229,9 +277,12 @@ wait:
 // newEngine makes a model's engine from the server config and policy,
 // with the program's slots and largest prefill variant where the config is
 // silent.
-func newEngine(p *runtime.Program, cfg *Config, policy *Policy, sp engine.Speculation, hostKV int64, trace, stepLog io.Writer) (*engine.Engine, error) {
+func newEngine(p, draft *runtime.Program, cfg *Config, policy *Policy, sp engine.Speculation, hostKV int64, trace, stepLog io.Writer) (*engine.Engine, error) {
 	ec := policy.EngineConfig(cfg)
 	ec.Speculative, ec.HostKVBytes = sp, hostKV
+	if draft != nil {
+		ec.DraftModel = draft
+	}
 	ec.Trace, ec.StepLog = trace, stepLog
 	ec.ContextLength = p.Hparams.ContextLength
 	if ec.Slots == 0 {
@@ -241,6 +292,21 @@ func newEngine(p *runtime.Program, cfg *Config, policy *Policy, sp engine.Specul
 		ec.ChunkCap = k.Rows
 	}
 	return engine.New(p, p.Tok, ec)
+}
+
+// openDraft opens b's draft model beside its target p, refusing one
+// whose vocabulary differs.
+func openDraft(p *runtime.Program, b Bundle, opt runtime.Options) (*runtime.Program, error) {
+	opt.Beside = p // one step at a time: on T-CPU, one worker pool
+	d, err := runtime.Open(b.Draft, opt)
+	if err != nil {
+		return nil, fmt.Errorf("--draft %s: %w", b.DraftPath, err)
+	}
+	if err := engine.CheckDraft(p, d); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("--draft %s for %s: %w", b.DraftPath, b.Path, err)
+	}
+	return d, nil
 }
 
 // create makes engine i of n's file at path (flag names it in errors):

@@ -13,6 +13,9 @@ const (
 	// Self drafts through the bundle's draft variant: the model's first
 	// layers and its own head (a bundle built with draft_layers).
 	Self = "self"
+	// Draft drafts through a second, smaller model that shares the
+	// target's vocabulary (a draft bundle: NewWithDraft).
+	Draft = "draft"
 )
 
 // MaxK bounds the draft length a Mode may ask for: a verify step takes a
@@ -45,8 +48,8 @@ func (m Mode) String() string {
 func (m Mode) On() bool { return m.Kind != Off && m.Kind != "" }
 
 // ParseMode reads KIND[:K[:fixed]]: "off" (or ""), or KIND ngram or
-// self, alone, with K in [1, MaxK] (DefaultK when absent), or with K and
-// fixed.
+// self or draft, alone, with K in [1, MaxK] (DefaultK when absent), or with K and
+// fixed. Kind draft needs a draft model beside the target (--draft).
 func ParseMode(s string) (Mode, error) {
 	kind, k, hasK := strings.Cut(s, ":")
 	k, fixed, hasFixed := strings.Cut(k, ":")
@@ -56,9 +59,9 @@ func ParseMode(s string) (Mode, error) {
 			return Mode{}, fmt.Errorf("speculative mode %q: off takes no draft length", s)
 		}
 		return Mode{Kind: Off}, nil
-	case NGram, Self:
+	case NGram, Self, Draft:
 	default:
-		return Mode{}, fmt.Errorf("speculative mode %q: want off, ngram[:K[:fixed]] or self[:K[:fixed]]", s)
+		return Mode{}, fmt.Errorf("speculative mode %q: want off, ngram[:K[:fixed]], self[:K[:fixed]] or draft[:K[:fixed]]", s)
 	}
 	if hasFixed && fixed != "fixed" {
 		return Mode{}, fmt.Errorf("speculative mode %q: %q after the draft length, want fixed", s, fixed)

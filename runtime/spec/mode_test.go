@@ -10,12 +10,13 @@ func TestParseMode(t *testing.T) {
 		"": {Kind: Off}, "off": {Kind: Off}, "ngram": {Kind: NGram, K: DefaultK},
 		"ngram:1": {Kind: NGram, K: 1}, "ngram:32": {Kind: NGram, K: 32}, "ngram:3:fixed": {Kind: NGram, K: 3, Fixed: true},
 		"self": {Kind: Self, K: DefaultK}, "self:2:fixed": {Kind: Self, K: 2, Fixed: true},
+		"draft": {Kind: Draft, K: DefaultK}, "draft:6:fixed": {Kind: Draft, K: 6, Fixed: true},
 	} {
 		if got, err := ParseMode(in); err != nil || got != want {
 			t.Errorf("ParseMode(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"ngram:0", "ngram:33", "ngram:", "ngram:x", "off:2", "draft", "NGRAM", "self:0", "ngram:4:5", "ngram::fixed", "ngram:4:fixed:", "ngram:4:"} {
+	for _, in := range []string{"ngram:0", "ngram:33", "ngram:", "ngram:x", "off:2", "drafts", "draft:0", "NGRAM", "self:0", "ngram:4:5", "ngram::fixed", "ngram:4:fixed:", "ngram:4:"} {
 		if m, err := ParseMode(in); err == nil {
 			t.Errorf("ParseMode(%q) = %+v, want an error", in, m)
 		}
@@ -25,7 +26,7 @@ func TestParseMode(t *testing.T) {
 // FuzzParseMode: any input parses to a valid mode that prints back to
 // itself, or fails with an error naming the input.
 func FuzzParseMode(f *testing.F) {
-	for _, s := range []string{"", "off", "ngram", "ngram:4", "ngram:99", "ngram:-1", "x:y:z"} {
+	for _, s := range []string{"", "off", "ngram", "ngram:4", "ngram:99", "ngram:-1", "x:y:z", "draft:3:fixed"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -25,6 +25,7 @@ import (
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/kernels"
+	kcpu "github.com/zrtdev/zrt/kernels/cpu"
 	"github.com/zrtdev/zrt/runtime/amd/kfd"
 	"github.com/zrtdev/zrt/runtime/amd/kfdsim"
 	"github.com/zrtdev/zrt/runtime/amd/t1"
@@ -68,6 +69,9 @@ type Options struct {
 	// group its collectives meet at. A row whose tier has no collectives
 	// refuses a bundle loaded with one.
 	Comm *tp.Member
+	// CPUPool, when set, is T-CPU's worker pool, shared with the tier of
+	// another program that runs beside this one (cpu.Options.Pool).
+	CPUPool *kcpu.Pool
 }
 
 // Device is a kind of GPU a tier found, with how many of it: a machine
@@ -331,7 +335,7 @@ func loadCPU(b *bundle.Bundle, opt Options) (Tier, error) {
 	if err := sysmem.Check("the bundle's memory plan", need); err != nil {
 		return nil, fmt.Errorf("tier cpu: %w (KV cache %s: rebuild with fewer kv_pages or max_slots; given a GGUF, zrt-run takes --slots and --ctx-size)", err, sysmem.Bytes(kv))
 	}
-	co := cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log}
+	co := cpu.Options{Threads: opt.Threads, Trace: opt.Trace, MapWeights: opt.MapWeights, Log: opt.Log, Pool: opt.CPUPool}
 	if opt.Comm != nil {
 		co.Comm = opt.Comm
 	}
@@ -581,23 +585,11 @@ func cudaDevices(Options) ([]Device, error) {
 	}
 	devs := []Device{{Kind: kernels.TierCUDA, Name: info.Name, Arch: fmt.Sprintf("%d.%d", info.Major, info.Minor), Count: 1}}
 	for i := 1; i < info.Devices; i++ {
-		d, err := driver.GetDevice(i)
+		d, err := driver.Describe(i)
 		if err != nil {
 			return nil, err
 		}
-		name, err := d.Name()
-		if err != nil {
-			return nil, err
-		}
-		major, err := d.Attribute(driver.AttrComputeCapabilityMajor)
-		if err != nil {
-			return nil, err
-		}
-		minor, err := d.Attribute(driver.AttrComputeCapabilityMinor)
-		if err != nil {
-			return nil, err
-		}
-		devs = Add(devs, Device{Kind: kernels.TierCUDA, Name: name, Arch: fmt.Sprintf("%d.%d", major, minor), Count: 1})
+		devs = Add(devs, Device{Kind: kernels.TierCUDA, Name: d.Name, Arch: fmt.Sprintf("%d.%d", d.Major, d.Minor), Count: 1})
 	}
 	return devs, nil
 }
@@ -710,4 +702,13 @@ func probeMetal() []Report {
 		return []Report{{"metal", false, "this build has no Metal tier"}}
 	}
 	return []Report{{"metal", false, fmt.Sprintf("not macOS (%s)", goruntime.GOOS)}}
+}
+
+// CPUWorkers is t's worker pool when t is T-CPU's (nil otherwise), for a
+// program loaded beside it to share (Options.CPUPool).
+func CPUWorkers(t Tier) *kcpu.Pool {
+	if c, ok := t.(*cpu.Tier); ok {
+		return c.Workers()
+	}
+	return nil
 }

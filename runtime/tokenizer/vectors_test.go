@@ -2,15 +2,12 @@ package tokenizer
 
 import (
 	"fmt"
-	"github.com/zrtdev/zrt/format/vocab"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/zrtdev/zrt/format/gguf"
 )
 
 // vocabDir is the shared test data, relative to this package.
@@ -73,16 +70,7 @@ func loadTok(t testing.TB, name string) *Tokenizer {
 	if tk, ok := tokCache[name]; ok {
 		return tk
 	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	v, err := vocab.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk, err := New(v)
+	tk, err := FromGGUF(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -281,7 +281,7 @@ func (t *Tier) Fetch(i int, off, n int64) error {
 // (runtime.Masker).
 type masker interface {
 	Masks() bool
-	MaskGreedy(slots []int, allowed [][]uint64) error
+	MaskGreedy(slots []int, allowed [][]uint64, ready func()) error
 }
 
 // Masks reports whether rank 0's tier takes masked greedy choices
@@ -293,13 +293,14 @@ func (t *Tier) Masks() bool {
 	return ok && m.Masks()
 }
 
-// MaskGreedy hands the masks of the next Run to rank 0's tier.
-func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64) error {
+// MaskGreedy hands the masks of the next Run to rank 0's tier, which
+// waits for ready (when not nil) once its step is under way.
+func (t *Tier) MaskGreedy(slots []int, allowed [][]uint64, ready func()) error {
 	m, ok := t.ranks[0].(masker)
 	if !ok {
 		return fmt.Errorf("tier %s takes no token masks", t.ranks[0].Name())
 	}
-	return m.MaskGreedy(slots, allowed)
+	return m.MaskGreedy(slots, allowed, ready)
 }
 
 // Close closes every rank's tier.

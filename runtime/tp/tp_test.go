@@ -155,7 +155,7 @@ func (d *deviceRank) Fetch(i int, off, n int64) error {
 	return nil
 }
 func (d *deviceRank) Masks() bool { return true }
-func (d *deviceRank) MaskGreedy(slots []int, _ [][]uint64) error {
+func (d *deviceRank) MaskGreedy(slots []int, _ [][]uint64, _ func()) error {
 	d.masked = append(d.masked, slots...)
 	return nil
 }
@@ -177,7 +177,7 @@ func TestDeviceRanks(t *testing.T) {
 	if !tier.Masks() {
 		t.Error("a set of masking ranks takes no masks")
 	}
-	if err := tier.MaskGreedy([]int{2, 5}, make([][]uint64, 2)); err != nil || len(r0.masked) != 2 || len(r1.masked) != 0 {
+	if err := tier.MaskGreedy([]int{2, 5}, make([][]uint64, 2), nil); err != nil || len(r0.masked) != 2 || len(r1.masked) != 0 {
 		t.Errorf("masks: %v; rank 0 got %v, rank 1 %v", err, r0.masked, r1.masked)
 	}
 	h := NewGroup(2)
@@ -188,7 +188,7 @@ func TestDeviceRanks(t *testing.T) {
 	if err := host.Fetch(0, 0, 4); err != nil {
 		t.Errorf("fetch from host-memory ranks: %v", err)
 	}
-	if host.Masks() || host.MaskGreedy([]int{0}, make([][]uint64, 1)) == nil {
+	if host.Masks() || host.MaskGreedy([]int{0}, make([][]uint64, 1), nil) == nil {
 		t.Error("ranks without masks take them")
 	}
 }

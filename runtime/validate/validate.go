@@ -8,7 +8,6 @@ package validate
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sample"
@@ -353,7 +353,7 @@ func capture(ctx context.Context, p *runtime.Program, b runtime.Batch) (map[stri
 			if err != nil {
 				return fmt.Errorf("reading %s after dispatch %d: %w", name, d, err)
 			}
-			vals[name] = floats(raw)
+			vals[name] = lebin.Float32s(raw)
 		}
 		return nil
 	})
@@ -368,14 +368,6 @@ func capture(ctx context.Context, p *runtime.Program, b runtime.Batch) (map[stri
 		}
 	}
 	return vals, nil
-}
-
-func floats(b []byte) []float32 {
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return f
 }
 
 // diff is the largest |a−b| and the largest |b|; a value that is not

@@ -6,15 +6,23 @@
 // the ABI's parameters come the rank's exchange descriptor and residual:
 // where not null, the residual add that follows the sum in the stream
 // (residual += x over the active rows) is done here too, with the same
-// float addition, and the tier leaves that add's launch out.
+// float addition, and the tier leaves that add's launch out. Then, where
+// norm_y is not null (and residual is), the RMS norm of the residual
+// stream that follows the add (rms_norm over whole rows: norm_y =
+// residual · rms_scale · norm_w, norm_w null for none) is done here as
+// well, a block a row, and the tier leaves that launch out too: a
+// layer's collective then costs no launch of its own where the layer
+// after it normalizes on its own.
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../peer.cuh"
 
-extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc, float* residual) {
+extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc, float* residual,
+                                                                const float* norm_w, float* norm_y, u32 eps_bits) {
     peer p;
     peer_load(pc, p);
-    const size_t n = (size_t)io[IO_ROWS] * cols;  // the request table is fixed during a replay
+    const u32 rows = io[IO_ROWS];  // the request table is fixed during a replay
+    const size_t n = (size_t)rows * cols;
     dep_sync();
     const u32 e = peer_epoch(p);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -28,10 +36,31 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const 
     }
     peer_barrier(p, e);
     const float* mine = peer_slot(p, p.own, 0, e);
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float s = __ldcg(mine + i);
-        for (u32 k = 1; k < p.R; k++) s += __ldcg(mine + k * p.floats + i);
-        x[i] = s;
-        if (residual) residual[i] += s;
+    if (!norm_y || !residual) {
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+            float s = __ldcg(mine + i);
+            for (u32 k = 1; k < p.R; k++) s += __ldcg(mine + k * p.floats + i);
+            x[i] = s;
+            if (residual) residual[i] += s;
+        }
+        return;
+    }
+    // With the norm, a block takes whole rows: the row's sums and adds,
+    // then its norm, as rms_norm's block does (its scale, its products).
+    const float eps = __uint_as_float(eps_bits);
+    for (u32 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const size_t base = (size_t)row * cols;
+        for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
+            float s = __ldcg(mine + base + i);
+            for (u32 k = 1; k < p.R; k++) s += __ldcg(mine + k * p.floats + base + i);
+            x[base + i] = s;
+            residual[base + i] += s;
+        }
+        __syncthreads();  // every thread's adds before the row's sum of squares
+        const float* h = residual + base;
+        const float scale = rms_scale(h, (int)cols, eps);
+        // norm_y may alias x: each thread writes the columns whose sums
+        // it stored, after them.
+        for (u32 i = threadIdx.x; i < cols; i += blockDim.x) norm_y[base + i] = (h[i] * scale) * (norm_w ? norm_w[i] : 1.f);
     }
 }

@@ -69,7 +69,45 @@ func render() (map[string][]byte, error) {
 	for _, in := range insts {
 		files[in.Entry()+".cu"] = instance(in)
 	}
+	mk, err := megakernel()
+	if err != nil {
+		return nil, err
+	}
+	files[cuda.MegakernelModule+".cu"] = mk
 	return files, nil
+}
+
+// megakernel is megakernel.cu, the persistent decode kernel: the virtual
+// launch (mk_begin.cuh), each served instance's family source as an
+// instance .cu includes it (its entries become device functions named
+// mk_<entry>), mk_run, which maps an op's code (cuda.MegakernelOps) to its
+// function, and the task loop (megakernel.cuh).
+func megakernel() ([]byte, error) {
+	insts, err := cuda.MegakernelInstances()
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("// The persistent decode kernel: the families of cuda.MegakernelOps as\n// device functions of a virtual block, and the task loop.\n")
+	b.WriteString("#include \"mk_begin.cuh\"\n")
+	for _, in := range insts {
+		fmt.Fprintf(&b, "\n// %s\n#define FAMILY %s\n", in.Name, in.Family.Macro())
+		if in.ABI.Typed {
+			fmt.Fprintf(&b, "#define WT %d // %s\n", uint32(in.Type), in.Type)
+		}
+		fmt.Fprintf(&b, "#define NAME mk_%s\n#include %q\n#undef FAMILY\n#undef NAME\n", in.Entry(), in.Family.File())
+		if in.ABI.Typed {
+			b.WriteString("#undef WT\n")
+		}
+	}
+	b.WriteString("\n// mk_run runs op code's device function with its parameters p, false\n// for a code it does not know.\n")
+	b.WriteString("__device__ __forceinline__ bool mk_run(u32 code, const unsigned long long* p) {\n    switch (code) {\n")
+	for i, o := range cuda.MegakernelOps() {
+		fmt.Fprintf(&b, "    case %d: mk_call(%s, p); return true;\n", i+1, o.Func())
+	}
+	b.WriteString("    }\n    return false;\n}\n\n#include \"megakernel.cuh\"\n")
+	return b.Bytes(), nil
 }
 
 // familiesHeader is families.cuh: a constant per family number, so the

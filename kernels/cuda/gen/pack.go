@@ -161,7 +161,7 @@ func pack(dir, dst string, outs []string) error {
 			files[p] = src
 		}
 	}
-	if err := complete(arches, files); err != nil {
+	if err := complete(arches, files, builds); err != nil {
 		return err
 	}
 	m, err := ptx.BuildManifest(dir, arches, files)
@@ -183,23 +183,34 @@ func pack(dir, dst string, outs []string) error {
 }
 
 // complete checks that every architecture has a PTX, with its entry
-// point, for every instance, and no other.
-func complete(arches []ptx.Arch, files map[string][]byte) error {
+// point, for every instance, and no other; and that every architecture
+// built now has the persistent decode kernel's (one kept from an archive
+// older than it may lack it: the tier then runs the graph path).
+func complete(arches []ptx.Arch, files map[string][]byte, built map[string]build) error {
 	insts, err := cuda.Instances()
 	if err != nil {
 		return err
 	}
 	want := map[string]bool{}
 	for _, a := range arches {
+		// The persistent decode kernel is a module of its own beside the
+		// instances' (megakernel.cu), with one entry of the same name.
+		var modules []string
+		if _, now := built[a.Name]; now || files[ptx.File(a.Name, cuda.MegakernelModule)] != nil {
+			modules = append(modules, cuda.MegakernelModule)
+		}
 		for _, in := range insts {
-			p := ptx.File(a.Name, in.Name)
+			modules = append(modules, in.Name)
+		}
+		for _, name := range modules {
+			p := ptx.File(a.Name, name)
 			want[p] = true
 			src, ok := files[p]
 			if !ok {
-				return fmt.Errorf("no PTX %s for instance %s", p, in.Name)
+				return fmt.Errorf("no PTX %s for instance %s", p, name)
 			}
-			if !bytes.Contains(src, []byte(".entry "+in.Entry()+"(")) {
-				return fmt.Errorf("%s lacks the entry %s", p, in.Entry())
+			if entry := cuda.Entry(name); !bytes.Contains(src, []byte(".entry "+entry+"(")) {
+				return fmt.Errorf("%s lacks the entry %s", p, entry)
 			}
 		}
 	}

@@ -16,9 +16,7 @@ func layoutFacts() []cfacts.Fact {
 		f = append(f, cfacts.Layout("", s, size, offs...)...)
 	}
 	var ver GetVersionArgs
-	add("sizeof(struct kfd_ioctl_get_version_args)", unsafe.Sizeof(ver))
-	add("offsetof(struct kfd_ioctl_get_version_args, major_version)", unsafe.Offsetof(ver.Major))
-	add("offsetof(struct kfd_ioctl_get_version_args, minor_version)", unsafe.Offsetof(ver.Minor))
+	layout("struct kfd_ioctl_get_version_args", unsafe.Sizeof(ver), []cfacts.Off{{C: "major_version", At: unsafe.Offsetof(ver.Major)}, {C: "minor_version", At: unsafe.Offsetof(ver.Minor)}}...)
 	var q CreateQueueArgs
 	s := "struct kfd_ioctl_create_queue_args"
 	layout(s, unsafe.Sizeof(q), []cfacts.Off{{C: "ring_base_address", At: unsafe.Offsetof(q.RingBase)}, {C: "write_pointer_address", At: unsafe.Offsetof(q.WritePtrAddr)},
@@ -29,8 +27,7 @@ func layoutFacts() []cfacts.Fact {
 		{C: "eop_buffer_size", At: unsafe.Offsetof(q.EOPSize)}, {C: "ctx_save_restore_address", At: unsafe.Offsetof(q.CtxSaveAddr)},
 		{C: "ctx_save_restore_size", At: unsafe.Offsetof(q.CtxSaveSize)}, {C: "ctl_stack_size", At: unsafe.Offsetof(q.CtlStackSize)}}...)
 	var dq DestroyQueueArgs
-	add("sizeof(struct kfd_ioctl_destroy_queue_args)", unsafe.Sizeof(dq))
-	add("offsetof(struct kfd_ioctl_destroy_queue_args, queue_id)", unsafe.Offsetof(dq.QueueID))
+	layout("struct kfd_ioctl_destroy_queue_args", unsafe.Sizeof(dq), []cfacts.Off{{C: "queue_id", At: unsafe.Offsetof(dq.QueueID)}}...)
 	var ap ProcessDeviceApertures
 	s = "struct kfd_process_device_apertures"
 	layout(s, unsafe.Sizeof(ap), []cfacts.Off{{C: "lds_base", At: unsafe.Offsetof(ap.LDSBase)}, {C: "lds_limit", At: unsafe.Offsetof(ap.LDSLimit)}, {C: "scratch_base", At: unsafe.Offsetof(ap.ScratchBase)},
@@ -38,20 +35,15 @@ func layoutFacts() []cfacts.Fact {
 		{C: "gpuvm_limit", At: unsafe.Offsetof(ap.GPUVMLimit)}, {C: "gpu_id", At: unsafe.Offsetof(ap.GPUID)}}...)
 	var an GetProcessAperturesNewArgs
 	s = "struct kfd_ioctl_get_process_apertures_new_args"
-	add("sizeof("+s+")", unsafe.Sizeof(an))
-	add("offsetof("+s+", kfd_process_device_apertures_ptr)", unsafe.Offsetof(an.AperturesPtr))
-	add("offsetof("+s+", num_of_nodes)", unsafe.Offsetof(an.NumNodes))
+	layout(s, unsafe.Sizeof(an), []cfacts.Off{{C: "kfd_process_device_apertures_ptr", At: unsafe.Offsetof(an.AperturesPtr)}, {C: "num_of_nodes", At: unsafe.Offsetof(an.NumNodes)}}...)
 	var vm AcquireVMArgs
-	add("sizeof(struct kfd_ioctl_acquire_vm_args)", unsafe.Sizeof(vm))
-	add("offsetof(struct kfd_ioctl_acquire_vm_args, drm_fd)", unsafe.Offsetof(vm.DRMFD))
-	add("offsetof(struct kfd_ioctl_acquire_vm_args, gpu_id)", unsafe.Offsetof(vm.GPUID))
+	layout("struct kfd_ioctl_acquire_vm_args", unsafe.Sizeof(vm), []cfacts.Off{{C: "drm_fd", At: unsafe.Offsetof(vm.DRMFD)}, {C: "gpu_id", At: unsafe.Offsetof(vm.GPUID)}}...)
 	var am AllocMemoryArgs
 	s = "struct kfd_ioctl_alloc_memory_of_gpu_args"
 	layout(s, unsafe.Sizeof(am), []cfacts.Off{{C: "va_addr", At: unsafe.Offsetof(am.VA)}, {C: "size", At: unsafe.Offsetof(am.Size)}, {C: "handle", At: unsafe.Offsetof(am.Handle)},
 		{C: "mmap_offset", At: unsafe.Offsetof(am.MmapOffset)}, {C: "gpu_id", At: unsafe.Offsetof(am.GPUID)}, {C: "flags", At: unsafe.Offsetof(am.Flags)}}...)
 	var fm FreeMemoryArgs
-	add("sizeof(struct kfd_ioctl_free_memory_of_gpu_args)", unsafe.Sizeof(fm))
-	add("offsetof(struct kfd_ioctl_free_memory_of_gpu_args, handle)", unsafe.Offsetof(fm.Handle))
+	layout("struct kfd_ioctl_free_memory_of_gpu_args", unsafe.Sizeof(fm), []cfacts.Off{{C: "handle", At: unsafe.Offsetof(fm.Handle)}}...)
 	var mm MapMemoryArgs
 	for _, s := range []string{"struct kfd_ioctl_map_memory_to_gpu_args", "struct kfd_ioctl_unmap_memory_from_gpu_args"} {
 		layout(s, unsafe.Sizeof(mm), cfacts.Off{C: "handle", At: unsafe.Offsetof(mm.Handle)}, cfacts.Off{C: "device_ids_array_ptr", At: unsafe.Offsetof(mm.DevicesPtr)},
@@ -63,12 +55,9 @@ func layoutFacts() []cfacts.Fact {
 		{C: "event_type", At: unsafe.Offsetof(ce.EventType)}, {C: "auto_reset", At: unsafe.Offsetof(ce.AutoReset)}, {C: "node_id", At: unsafe.Offsetof(ce.NodeID)},
 		{C: "event_id", At: unsafe.Offsetof(ce.EventID)}, {C: "event_slot_index", At: unsafe.Offsetof(ce.EventSlotIndex)}}...)
 	var de DestroyEventArgs
-	add("sizeof(struct kfd_ioctl_destroy_event_args)", unsafe.Sizeof(de))
-	add("offsetof(struct kfd_ioctl_destroy_event_args, event_id)", unsafe.Offsetof(de.EventID))
+	layout("struct kfd_ioctl_destroy_event_args", unsafe.Sizeof(de), []cfacts.Off{{C: "event_id", At: unsafe.Offsetof(de.EventID)}}...)
 	var ed EventData
-	add("sizeof(struct kfd_event_data)", unsafe.Sizeof(ed))
-	add("offsetof(struct kfd_event_data, kfd_event_data_ext)", unsafe.Offsetof(ed.Ext))
-	add("offsetof(struct kfd_event_data, event_id)", unsafe.Offsetof(ed.EventID))
+	layout("struct kfd_event_data", unsafe.Sizeof(ed), []cfacts.Off{{C: "kfd_event_data_ext", At: unsafe.Offsetof(ed.Ext)}, {C: "event_id", At: unsafe.Offsetof(ed.EventID)}}...)
 	var we WaitEventsArgs
 	s = "struct kfd_ioctl_wait_events_args"
 	layout(s, unsafe.Sizeof(we), []cfacts.Off{{C: "events_ptr", At: unsafe.Offsetof(we.EventsPtr)}, {C: "num_events", At: unsafe.Offsetof(we.NumEvents)},

@@ -1,8 +1,6 @@
 package reply
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -16,10 +14,6 @@ import (
 // the reply with that call's parser. Contents are compared exactly,
 // arguments as JSON, and ids where llama.cpp read one from the reply.
 func TestLlamaCppReplies(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "llamacpp_replies.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var data struct {
 		Cases []struct {
 			Name         string `json:"name"`
@@ -37,9 +31,7 @@ func TestLlamaCppReplies(t *testing.T) {
 			} `json:"want"`
 		} `json:"cases"`
 	}
-	if err := json.Unmarshal(b, &data); err != nil {
-		t.Fatal(err)
-	}
+	loadTestData(t, filepath.Join("testdata", "llamacpp_replies.json"), &data)
 	if len(data.Cases) == 0 {
 		t.Fatal("no cases")
 	}

@@ -15,24 +15,30 @@ import (
 // testdata/families.json by llama.cpp file name.
 func familyTemplates(t testing.TB) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "families.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var data struct {
 		Cases []struct {
 			File     string `json:"template_file"`
 			Template string `json:"template"`
 		} `json:"cases"`
 	}
-	if err := json.Unmarshal(b, &data); err != nil {
-		t.Fatal(err)
-	}
+	loadTestData(t, filepath.Join("..", "testdata", "families.json"), &data)
 	out := map[string]string{}
 	for _, c := range data.Cases {
 		out[c.File] = c.Template
 	}
 	return out
+}
+
+// loadTestData decodes the JSON test data file at path into v.
+func loadTestData(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDetect(t *testing.T) {

@@ -76,6 +76,8 @@ var api struct {
 	cuCtxSetCurrent             func(Context) Result
 	cuCtxSynchronize            func() Result
 	cuMemAlloc                  func(*DevPtr, uintptr) Result
+	cuMemsetD32Async            func(DevPtr, uint32, uintptr, Stream) Result
+	cuOccupancyMaxActiveBlocks  func(*int32, Function, int32, uintptr) Result
 	cuMemGetInfo                func(*uintptr, *uintptr) Result
 	cuMemFree                   func(DevPtr) Result
 	cuMemHostAlloc              func(*unsafe.Pointer, uintptr, uint32) Result
@@ -127,6 +129,8 @@ var symbols = []struct {
 	{&api.cuCtxSetCurrent, "cuCtxSetCurrent"},
 	{&api.cuCtxSynchronize, "cuCtxSynchronize"},
 	{&api.cuMemAlloc, "cuMemAlloc_v2"},
+	{&api.cuMemsetD32Async, "cuMemsetD32Async"},
+	{&api.cuOccupancyMaxActiveBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor"},
 	{&api.cuMemGetInfo, "cuMemGetInfo_v2"},
 	{&api.cuMemFree, "cuMemFree_v2"},
 	{&api.cuMemHostAlloc, "cuMemHostAlloc"},
@@ -219,11 +223,12 @@ func errorName(r Result) string {
 	if api.cuGetErrorName == nil || api.cuGetErrorName(r, &p) != Success || p == nil {
 		return "CUDA_ERROR_UNKNOWN_CODE"
 	}
-	return cString(p)
+	return GoString(p)
 }
 
-// cString copies a NUL-terminated C string the driver owns.
-func cString(p *byte) string {
+// GoString copies a NUL-terminated C string that a CUDA library (the
+// driver, NCCL) owns, reading at most 4096 bytes.
+func GoString(p *byte) string {
 	var b []byte
 	for i := uintptr(0); i < 4096; i++ {
 		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
@@ -268,11 +273,19 @@ func Probe() (Info, error) {
 	if err := check("cuDriverGetVersion", api.cuDriverGetVersion(&v)); err != nil {
 		return info, err
 	}
-	d, err := GetDevice(0)
+	info, err := Describe(0)
+	info.Devices, info.DriverVersion = int(n), int(v)
+	return info, err
+}
+
+// Describe returns device ordinal i's name, compute capability and
+// memory (Info's fields of a device; the driver is loaded).
+func Describe(i int) (Info, error) {
+	var info Info
+	d, err := GetDevice(i)
 	if err != nil {
 		return info, err
 	}
-	info.Devices, info.DriverVersion = int(n), int(v)
 	if info.Name, err = d.Name(); err != nil {
 		return info, err
 	}
@@ -289,8 +302,10 @@ func Probe() (Info, error) {
 // Device attributes (CUdevice_attribute).
 const (
 	AttrMaxSharedMemoryPerBlockOptin = 97
+	AttrMultiprocessorCount          = 16
 	AttrComputeCapabilityMajor       = 75
 	AttrComputeCapabilityMinor       = 76
+	AttrClockRate                    = 13 // the multiprocessors' peak clock, kHz
 )
 
 // GetDevice returns device ordinal i.
@@ -305,7 +320,7 @@ func (d Device) Name() (string, error) {
 	if err := check("cuDeviceGetName", api.cuDeviceGetName(&buf[0], int32(len(buf)), d)); err != nil {
 		return "", err
 	}
-	return cString(&buf[0]), nil
+	return GoString(&buf[0]), nil
 }
 
 // Attribute reads a device attribute.
@@ -498,7 +513,7 @@ func ModuleLoadData(image []byte) (Module, error) {
 	var m Module
 	r := api.cuModuleLoadDataEx(&m, unsafe.Pointer(&image[0]), 2, &opts[0], &pv[0])
 	if err := check("cuModuleLoadDataEx", r); err != nil {
-		if log := cString(&logBuf[0]); log != "" {
+		if log := GoString(&logBuf[0]); log != "" {
 			return 0, fmt.Errorf("%w: %s", err, log)
 		}
 		return 0, err
@@ -514,6 +529,21 @@ func (m Module) Function(name string) (Function, error) {
 	var f Function
 	n := append([]byte(name), 0)
 	return f, check("cuModuleGetFunction("+name+")", api.cuModuleGetFunction(&f, m, &n[0]))
+}
+
+// MemsetD32Async queues the filling of n 32-bit words of device memory
+// with v on stream s (a memset node when s is capturing).
+func MemsetD32Async(p DevPtr, v uint32, n int, s Stream) error {
+	return check("cuMemsetD32Async", api.cuMemsetD32Async(p, v, uintptr(n), s))
+}
+
+// MaxActiveBlocks is how many blocks of f, of block threads and
+// sharedBytes of dynamic shared memory, one multiprocessor keeps resident
+// at once (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+func (f Function) MaxActiveBlocks(block, sharedBytes int) (int, error) {
+	var n int32
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", api.cuOccupancyMaxActiveBlocks(&n, f, int32(block), uintptr(sharedBytes)))
+	return int(n), err
 }
 
 // FuncAttrMaxDynamicSharedSize is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
@@ -604,6 +634,29 @@ func (s Stream) BeginCapture(mode int) error {
 func (s Stream) EndCapture() (Graph, error) {
 	var g Graph
 	return g, check("cuStreamEndCapture", api.cuStreamEndCapture(s, &g))
+}
+
+// Capture records what enqueue puts on the stream into an executable
+// graph, in relaxed mode: the capturing goroutine is locked to its thread
+// anyway, and other CUDA users in the process must not be disturbed. An
+// error of enqueue's is returned before one of the capture's.
+func (s Stream) Capture(enqueue func() error) (GraphExec, error) {
+	if err := s.BeginCapture(CaptureRelaxed); err != nil {
+		return 0, err
+	}
+	recErr := enqueue()
+	g, err := s.EndCapture()
+	if recErr != nil {
+		if err == nil {
+			g.Destroy()
+		}
+		return 0, recErr
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer g.Destroy()
+	return g.Instantiate()
 }
 
 // EventDisableTiming is CU_EVENT_DISABLE_TIMING, the cheapest event to query.

@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
@@ -298,27 +297,14 @@ func (l *Library) check(call string, comm uintptr, r Result) error {
 	}
 	e := &Error{Call: call, Code: r, Text: "unknown NCCL error"}
 	if p := l.ncclGetErrorString(r); p != nil {
-		e.Text = cString(p)
+		e.Text = driver.GoString(p)
 	}
 	if l.ncclGetLastError != nil {
 		if p := l.ncclGetLastError(comm); p != nil {
-			e.Last = cString(p)
+			e.Last = driver.GoString(p)
 		}
 	}
 	return e
-}
-
-// cString copies a NUL-terminated C string NCCL owns.
-func cString(p *byte) string {
-	var b []byte
-	for i := uintptr(0); i < 4096; i++ {
-		c := *(*byte)(unsafe.Add(unsafe.Pointer(p), i))
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
 }
 
 // Comm is one rank's communicator.
@@ -406,23 +392,20 @@ func (l *Library) Group(enqueue func() error) error {
 }
 
 // Destroy frees the communicator once its enqueued work is done.
-func (c *Comm) Destroy() error {
-	if c.h == 0 {
-		return nil
-	}
-	err := c.lib.check("ncclCommDestroy", 0, c.lib.ncclCommDestroy(c.h))
-	c.h = 0
-	return err
-}
+func (c *Comm) Destroy() error { return c.free("ncclCommDestroy", c.lib.ncclCommDestroy) }
 
 // Abort frees the communicator at once, ending its pending work: for a
 // set one of whose ranks failed, whose peers would otherwise wait on the
 // GPU for it.
-func (c *Comm) Abort() error {
+func (c *Comm) Abort() error { return c.free("ncclCommAbort", c.lib.ncclCommAbort) }
+
+// free ends the communicator through fn, NCCL's call of that name, once:
+// a freed Comm's handle is 0.
+func (c *Comm) free(call string, fn func(uintptr) Result) error {
 	if c.h == 0 {
 		return nil
 	}
-	err := c.lib.check("ncclCommAbort", 0, c.lib.ncclCommAbort(c.h))
+	err := c.lib.check(call, 0, fn(c.h))
 	c.h = 0
 	return err
 }

@@ -1,9 +1,7 @@
 package nccl
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ebitengine/purego"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -162,22 +161,6 @@ func all(rs []*rank, fn func(i int, r *rank) error) error {
 	return nil
 }
 
-func floats(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-func bytesOf(f []float32) []byte {
-	b := make([]byte, 4*len(f))
-	for i, v := range f {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return b
-}
-
 // TestCollectives runs each collective the tier uses on every GPU here
 // (at least 2), eagerly and an all-reduce inside a captured graph
 // replayed twice, and checks the values (small integers: exact in any
@@ -215,13 +198,13 @@ func TestCollectives(t *testing.T) {
 		for i := range x {
 			x[i] = float32((r + 1) * (i % 7))
 		}
-		if err := driver.MemcpyHtoD(b[r].x, bytesOf(x)); err != nil {
+		if err := driver.MemcpyHtoD(b[r].x, lebin.Float32Bytes(x)); err != nil {
 			return err
 		}
 		for i := range x {
 			x[i] = float32(100*r + i)
 		}
-		if err := driver.MemcpyHtoD(b[r].parts, bytesOf(x)); err != nil {
+		if err := driver.MemcpyHtoD(b[r].parts, lebin.Float32Bytes(x)); err != nil {
 			return err
 		}
 		if err := rk.comm.AllReduceSum(b[r].x, b[r].x, count, Float32, rk.stream); err != nil {
@@ -237,7 +220,7 @@ func TestCollectives(t *testing.T) {
 		if err := driver.MemcpyDtoH(got, b[r].x); err != nil {
 			return err
 		}
-		for i, v := range floats(got) {
+		for i, v := range lebin.Float32s(got) {
 			if want := float32(n * (n + 1) / 2 * (i % 7)); v != want {
 				return fmt.Errorf("all-reduce: x[%d] = %v, want %v", i, v, want)
 			}
@@ -246,7 +229,7 @@ func TestCollectives(t *testing.T) {
 		if err := driver.MemcpyDtoH(got, b[r].gathered); err != nil {
 			return err
 		}
-		for i, v := range floats(got) {
+		for i, v := range lebin.Float32s(got) {
 			if want := float32(100*(i/5) + i%5); v != want {
 				return fmt.Errorf("all-gather: element %d = %v, want %v", i, v, want)
 			}
@@ -270,7 +253,7 @@ func TestCollectives(t *testing.T) {
 		if err := driver.MemcpyDtoH(got, b[r].gathered); err != nil {
 			return err
 		}
-		g := floats(got)
+		g := lebin.Float32s(got)
 		for k := range n {
 			for i := range partOf(k) {
 				if v, want := g[offset(k)+i], float32(100*k+i); v != want {
@@ -283,10 +266,10 @@ func TestCollectives(t *testing.T) {
 		for i := range x {
 			x[i] = float32(r + 1)
 		}
-		if err := driver.MemcpyHtoD(b[r].x, bytesOf(x)); err != nil {
+		if err := driver.MemcpyHtoD(b[r].x, lebin.Float32Bytes(x)); err != nil {
 			return err
 		}
-		exec, err := captured(rk, func() error { return rk.comm.AllReduceSum(b[r].x, b[r].x, count, Float32, rk.stream) })
+		exec, err := rk.stream.Capture(func() error { return rk.comm.AllReduceSum(b[r].x, b[r].x, count, Float32, rk.stream) })
 		if err != nil {
 			return err
 		}
@@ -303,7 +286,7 @@ func TestCollectives(t *testing.T) {
 		if err := driver.MemcpyDtoH(got, b[r].x); err != nil {
 			return err
 		}
-		for i, v := range floats(got) {
+		for i, v := range lebin.Float32s(got) {
 			if want := float32(n * n * (n + 1) / 2); v != want {
 				return fmt.Errorf("captured all-reduce replayed twice: x[%d] = %v, want %v", i, v, want)
 			}
@@ -316,27 +299,6 @@ func TestCollectives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// captured records what enqueue puts on the rank's stream into an
-// executable graph (relaxed capture, as T-CUDA's).
-func captured(rk *rank, enqueue func() error) (driver.GraphExec, error) {
-	if err := rk.stream.BeginCapture(driver.CaptureRelaxed); err != nil {
-		return 0, err
-	}
-	recErr := enqueue()
-	g, err := rk.stream.EndCapture()
-	if recErr != nil {
-		if err == nil {
-			g.Destroy()
-		}
-		return 0, recErr
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	return g.Instantiate()
 }
 
 // TestAllReduceLatency measures NCCL's all-reduce of decode's message
@@ -395,7 +357,7 @@ func latency(rs []*rank, count int) (eager, graph time.Duration, err error) {
 		if err := driver.MemsetD8(bufs[r], 0, 4*count); err != nil {
 			return err
 		}
-		execs[r], err = captured(rk, func() error {
+		execs[r], err = rk.stream.Capture(func() error {
 			for range chain {
 				if err := rk.comm.AllReduceSum(bufs[r], bufs[r], count, Float32, rk.stream); err != nil {
 					return err

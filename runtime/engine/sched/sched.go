@@ -118,6 +118,10 @@ type Seq struct {
 	// its prompt's rest, and the engine copies their bytes in before the
 	// step, which then computes from Done on.
 	Host int `json:",omitempty"`
+	// Hold, for a running request that still has prompt rows, says that
+	// they wait this step (the engine holds prompts back until enough of
+	// them fill a step): it keeps its slot and pages and gets no rows.
+	Hold bool `json:",omitempty"`
 }
 
 // Prefilling reports whether the request still has prompt rows to compute.
@@ -238,7 +242,8 @@ func (p Plan) String() string {
 // urgent class is preempted for it: batch before standard, then the
 // tenant with the highest dominant share, then the latest arrival; never
 // an interactive one. Prefill chunks fill the rest of the budget,
-// running requests before newly admitted ones; while an interactive
+// running requests before newly admitted ones (but those whose prompt
+// rows the engine holds back, Seq.Hold); while an interactive
 // request decodes, other classes' prefill takes at most LatencyRows of
 // it.
 //
@@ -291,7 +296,7 @@ func Schedule(in Input) Plan {
 		}
 	}
 	for _, s := range seqs {
-		if s.Running && s.Prefilling() {
+		if s.Running && s.Prefilling() && !s.Hold {
 			pl.prefill(s)
 		}
 	}

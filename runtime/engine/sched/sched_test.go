@@ -275,3 +275,15 @@ func TestSwapIn(t *testing.T) {
 		t.Fatalf("with 3 free pages: %v, want swap-in 1:2", p)
 	}
 }
+
+// TestHold: a running request whose prompt rows are held gets no rows
+// and keeps its slot; the prompt of one not held fills the budget.
+func TestHold(t *testing.T) {
+	a := Seq{ID: 1, Tenant: "a", QoS: Standard, Arrival: 1, Prompt: 40, Done: 16, Pages: 4, Held: 1, Running: true, Hold: true}
+	b := Seq{ID: 2, Tenant: "a", QoS: Standard, Arrival: 2, Prompt: 100, Done: 16, Pages: 8, Held: 1, Running: true}
+	p := Schedule(input(0, nil, running(3, "a", Standard), a, b))
+	want := []Chunk{{ID: 3, From: 5, N: 1, Logits: true}, {ID: 2, From: 16, N: 63}}
+	if !slices.Equal(p.Rows, want) || len(p.Preempt)+len(p.Release) > 0 {
+		t.Fatalf("%v, want rows %v", p, want)
+	}
+}

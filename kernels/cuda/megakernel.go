@@ -58,6 +58,12 @@ func BlockFeatures(instance string, push, spec []uint32, rows int) (n, perBlock 
 	if _, ok := mmqTypes[typ]; ok && l.Entry == EntryDP4A {
 		perBlock = ceilDiv(perBlock, mmWarps) * mmWarps
 	}
+	if rpb := l.Block[1]; (l.Entry == EntryMain || l.Entry == EntryRows) && rpb > 1 {
+		// The persistent kernel runs the matrix-vector kernel one pass
+		// of RPB features a block: a tile is whole passes (a lm_head of
+		// 151 669 features over the launch's 264 blocks is 575 a block).
+		perBlock = ceilDiv(perBlock, rpb) * rpb
+	}
 	return n, min(max(perBlock, 1), n), nil
 }
 

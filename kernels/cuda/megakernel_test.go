@@ -21,6 +21,7 @@ func TestBlockFeatures(t *testing.T) {
 		{"matmul.q4_k", []uint32{4096, 4096}, nil, 9, 4096, 128},
 		{"matmul.q5_k", []uint32{4096, 4096}, nil, 1, 4096, 8},
 		{"lm_head.q6_k", []uint32{1024, 32000}, nil, 1, 32000, 0},
+		{"lm_head.q6_k", []uint32{1024, 151669}, nil, 1, 151669, 576}, // 264 blocks of 575: whole passes of RPB 16
 		{"rms_norm_qkv.q8_0", nil, []uint32{1024, 2048, 512, 0}, 1, 3072, 0},
 	} {
 		n, per, err := BlockFeatures(c.instance, c.push, c.spec, c.rows)

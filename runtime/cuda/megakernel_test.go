@@ -35,7 +35,8 @@ const megakernelOn = megakernelConfig + "megakernel = true\n"
 
 // TestMegakernelTables builds, without a GPU, the persistent kernel's
 // tables for every decode variant of megakernelShapes, of one to eight
-// rows (and of a llama as wide as the 7B shape, whose two-row products of
+// rows (and of a llama of the qwen2 tokenizer's vocabulary, whose lm_head
+// blocks are no whole passes, and of a llama as wide as the 7B shape, whose two-row products of
 // k = 4096 take the _rows entry, as every product of more rows does in
 // the kernel) (launches walked against made-up addresses as the kernel
 // runs them, WalkMegakernel): every dispatch must be one the
@@ -47,7 +48,10 @@ const megakernelOn = megakernelConfig + "megakernel = true\n"
 // the deadlock rule: each task in one queue, each queue in task order.
 func TestMegakernelTables(t *testing.T) {
 	wide := synth.Shape{Arch: "llama", Layers: 1, Embd: 4096, Heads: 32, HeadsKV: 8, FF: 512, Vocab: 320, Context: 128, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 23}
-	for _, s := range append(slices.Clone(megakernelShapes), wide) {
+	// A vocabulary of the qwen2 tokenizer's 151 669 tokens: the lm_head's
+	// launch (capped blocks) makes 575 features a block, no whole passes.
+	vocab := synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 151669, Context: 128, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 24}
+	for _, s := range append(slices.Clone(megakernelShapes), wide, vocab) {
 		t.Run(fmt.Sprintf("%s%s-%d", s.Arch, s.Mix, s.Embd), func(t *testing.T) {
 			b, ls := walkedBundle(t, s, megakernelConfig)
 			ones := 0 // variants of one and two rows

@@ -23,18 +23,14 @@ drawn at random from --seed: requests share no prefix, while two runs with
 the same seed send the same prompts (give runs different seeds when a
 server's prefix cache must not serve one run from another). It prints time to
 first token and inter-token latency percentiles (streamed requests),
-end-to-end latency, aggregate generated tokens per second, the tokens a
-request generated (mean, min, max) and the replies' finish reasons, and
-errors by status. With --response-format FILE every request carries that
-JSON object as its response_format (a json_schema, say), so a constrained
-load can be set beside an unconstrained one; given several files, request j
-takes file j mod their number. Such requests go without ignore_eos: one
-whose output completes its format stops before --max-tokens (finish reason
-stop), so the same prompts give fewer tokens. Against a zrt server the
-report adds the constraint mask's cost per token (p50 and p99 over the
-run, from the server's zrt_constraint_mask_seconds histogram), the engine's
-steps by kind (count, replay and host ms a step), its idle time, and the
-generated tokens a step and a second of replay. --turns: a multi-turn chat load.`,
+end-to-end latency, generated tokens per second and a request, finish
+reasons, and errors by status. With --response-format FILE every request
+carries that JSON object as its response_format (a json_schema, say);
+given several files, request j takes file j mod their number. Such
+requests go without ignore_eos: one whose output completes its format
+stops before --max-tokens. Against a zrt server the report adds the mask's
+cost per token (p50, p99: zrt_constraint_mask_seconds) and the engine's
+steps (by kind, replay and host ms, tokens a step). --turns: multi-turn.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range formats {

@@ -232,3 +232,44 @@ func TestConstraintAdvance(t *testing.T) {
 		t.Errorf("Advance without a device mask accepted a token")
 	}
 }
+
+// slowConstraint's masks wait for gate; Release reports on released.
+type slowConstraint struct {
+	Constraint
+	gate     chan struct{}
+	released chan struct{}
+}
+
+func (c *slowConstraint) Mask(allowed []uint64) {
+	<-c.gate
+	c.Constraint.Mask(allowed)
+}
+
+func (c *slowConstraint) Release() { close(c.released) }
+
+// TestConstraintRelease: Release gives the constraint back at once when
+// no mask is being computed, and after the mask in flight otherwise,
+// without waiting for it.
+func TestConstraintRelease(t *testing.T) {
+	c := &slowConstraint{Constraint: matcher(t, `root ::= " hello"`), gate: make(chan struct{}), released: make(chan struct{})}
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c}) // its first mask waits for the gate
+	d.Release()
+	select {
+	case <-c.released:
+		t.Fatal("released while its mask was being computed")
+	default:
+	}
+	close(c.gate)
+	<-c.released // after the mask: the test times out otherwise
+
+	c = &slowConstraint{Constraint: matcher(t, `root ::= " hello"`), gate: make(chan struct{}), released: make(chan struct{})}
+	close(c.gate)
+	d = New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+	d.MaskReady()
+	d.Release()
+	select {
+	case <-c.released:
+	default:
+		t.Fatal("no mask in flight, yet not released at once")
+	}
+}

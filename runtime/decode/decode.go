@@ -453,19 +453,38 @@ func (d *Decoder) end(st Step, f Finish) Step {
 	return st
 }
 
-// Release, once the request is finished, waits for any mask still being
-// computed and lets the constraint give back what it holds (one with a
-// Release method: a grammar matcher hands its memoized machine to its
-// grammar's next request). A constraint released allows no token, so a
-// NextFrom after it ends the request.
+// Release, once the request is finished, lets the constraint give back
+// what it holds (one with a Release method: a grammar matcher hands its
+// memoized machine to its grammar's next request), as soon as no mask is
+// being computed for it: it does not wait for one (a goroutine releases
+// it after), so a request ended while a slow mask runs holds up no
+// caller. The decoder must not be used after it.
 func (d *Decoder) Release() {
 	r, ok := d.p.Constraint.(interface{ Release() })
 	if !ok {
 		return
 	}
-	d.waitMask()
-	if d.due != nil {
-		<-d.due // MaskNext's, when the request ended at the token Advance took
+	// The mask prefetched or taken from MaskNext, and MaskNext's when
+	// the request ended at the token Advance took.
+	pending := []chan struct{}{d.masked, d.due}
+	d.masked = nil
+	for _, ch := range pending {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		default:
+			go func() {
+				for _, ch := range pending {
+					if ch != nil {
+						<-ch
+					}
+				}
+				r.Release()
+			}()
+			return
+		}
 	}
 	r.Release()
 }

@@ -317,6 +317,9 @@ func BenchmarkHostStep(b *testing.B) {
 			b.ReportMetric(float64(agg.Mixed.Steps)/float64(b.N), "mixed-steps")
 			b.ReportMetric(float64(agg.PromptTokens)/float64(agg.Mixed.Steps), "prompt-rows/mixed-step")
 			b.ReportMetric(float64(r.tokens), "tokens")
+			// Tokens a step: idle slots (replies that ended, prompts held
+			// back) lower it.
+			b.ReportMetric(float64(r.tokens)/float64(r.stats.Decode.Steps+r.stats.Mixed.Steps), "tokens/step")
 			b.ReportMetric(float64(r.tokens)/r.wall.Seconds(), "tok/s")
 			// The throughput were the host free: the device's time alone.
 			b.ReportMetric(float64(r.tokens)/r.busy.Seconds(), "device-tok/s")

@@ -111,3 +111,35 @@ func TestMkTraceReport(t *testing.T) {
 		t.Fatalf("an empty trace: %s", out.String())
 	}
 }
+
+// TestMkStride: the tiles of a matrix op with the same waits and rows
+// become one block each of a grid of as many blocks, each prefetching its
+// tile's rows still; tiles whose waits differ keep their boxes.
+func TestMkStride(t *testing.T) {
+	s := &bundle.Schedule{
+		Tasks: []bundle.Task{
+			{Op: 0, Kind: bundle.TaskTile, RowLo: 0, RowHi: 1, Lo: 0, Hi: 80, WaitOff: 0, WaitLen: 1},
+			{Op: 0, Kind: bundle.TaskTile, RowLo: 0, RowHi: 1, Lo: 80, Hi: 160, WaitOff: 1, WaitLen: 1},
+		},
+		Waits: []bundle.Wait{{Counter: 0, Count: 1}, {Counter: 0, Count: 1}},
+	}
+	tables := func() *mkTables {
+		return &mkTables{
+			ops: []mkOp{{matrix: true, features: 160, grid: [3]uint32{10, 1, 1}, block: [3]uint32{32, 16, 1}}},
+			tasks: []mkTask{{op: 0, box: [6]uint32{0, 5, 0, 1, 0, 1}, pf: 1 << 36, pfBytes: 4096},
+				{op: 0, box: [6]uint32{5, 10, 0, 1, 0, 1}, pf: 1<<36 + 4096, pfBytes: 4096}},
+		}
+	}
+	m := tables()
+	m.stride(s, 0)
+	if m.ops[0].grid[0] != 2 || m.tasks[0].box != [6]uint32{0, 1, 0, 1, 0, 1} || m.tasks[1].box != [6]uint32{1, 2, 0, 1, 0, 1} ||
+		m.tasks[0].pfBytes != 4096 || m.tasks[1].pf != 1<<36+4096 {
+		t.Fatalf("strided: grid %v, tasks %+v", m.ops[0].grid, m.tasks)
+	}
+	s.Waits[1].Counter = 1
+	m = tables()
+	m.stride(s, 0)
+	if m.ops[0].grid[0] != 10 || m.tasks[1].box != [6]uint32{5, 10, 0, 1, 0, 1} || m.tasks[1].pfBytes != 4096 {
+		t.Fatalf("tiles of other waits: grid %v, tasks %+v", m.ops[0].grid, m.tasks)
+	}
+}

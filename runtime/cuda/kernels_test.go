@@ -102,6 +102,21 @@ func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int
 	return g.runAs(instance, bufs, push, spec, rows, rows >= 64)
 }
 
+// module loads instance's PTX (ZRT_PTX_DIR's, else the embedded
+// archive's) into the current context.
+func (g *kgpu) module(instance string) driver.Module {
+	g.t.Helper()
+	src, err := ptx.Source(testArch(), instance, os.Getenv("ZRT_PTX_DIR"))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	m, err := driver.ModuleLoadData(src)
+	if err != nil {
+		g.t.Fatalf("%s: %v", instance, err)
+	}
+	return m
+}
+
 // runAs is run for a prefill or a decode variant of rows rows.
 func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows int, prefill bool) [][]byte {
 	t := g.t
@@ -111,14 +126,7 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	if err := g.ctx.SetCurrent(); err != nil {
 		t.Fatal(err)
 	}
-	src, err := ptx.Source(testArch(), instance, os.Getenv("ZRT_PTX_DIR"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := driver.ModuleLoadData(src)
-	if err != nil {
-		t.Fatalf("%s: %v", instance, err)
-	}
+	m := g.module(instance)
 	defer m.Unload()
 	shape, err := kcuda.Shape(instance, push, spec, rows, prefill)
 	if err != nil {

@@ -4,18 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
-	"github.com/zrtdev/zrt/format/lebin"
 	"math"
 	"math/rand"
 	goruntime "runtime"
 	"testing"
 	"time"
 
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
-	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
-	"os"
 )
 
 // TestKernelQ8KVAttentionStages runs the q8_0 decode attention at heads of
@@ -32,16 +30,7 @@ func TestKernelQ8KVAttentionStages(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(45))
 	const nLayer, layer = 2, 1
-	cases := []struct {
-		name           string
-		family         string
-		nHead, nKV, hd int
-		kv             kernels.KVTypes
-		rows           []krow
-		softcap        float32
-		window         uint32
-		sinks          bool
-	}{
+	cases := []q8AttnCase{
 		{"qwen06-ctx20000", "flash_attn", 16, 8, 128, q8Layout(0, 0), []krow{{19999, 0, 1}}, 0, 0, false},
 		{"llama7b-ctx6000", "flash_attn", 32, 32, 128, q8Layout(128, 64), []krow{{5999, 0, 1}}, 0, 0, false},
 		{"gqa4-few", "flash_attn", 32, 8, 128, q8Layout(128, 64), []krow{{3000, 0, 1}, {77, 1, 1}, {1500, 2, 1}}, 0, 0, false},
@@ -220,14 +209,7 @@ func timeLaunch(t *testing.T, g *kgpu, instance string, l kcuda.Launch, bufs [][
 	if err := g.ctx.SetCurrent(); err != nil {
 		t.Fatal(err)
 	}
-	src, err := ptx.Source(testArch(), instance, os.Getenv("ZRT_PTX_DIR"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := driver.ModuleLoadData(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := g.module(instance)
 	defer m.Unload()
 	var vals []uint64
 	var devs []driver.DevPtr

@@ -256,6 +256,20 @@ func TestKernelFlashAttnSplit(t *testing.T) {
 	}
 }
 
+// q8AttnCase is a q8_0 decode attention launch of the kernel tests: the
+// family's entry, the head layout, the KV types and the rows, with
+// flash_attn_ext's soft cap, window and sinks.
+type q8AttnCase struct {
+	name           string
+	family         string
+	nHead, nKV, hd int
+	kv             kernels.KVTypes
+	rows           []krow
+	softcap        float32
+	window         uint32
+	sinks          bool
+}
+
 // TestKernelQ8KVAttentionSplit is TestKernelFlashAttnSplit for q8_0
 // caches (faq.cuh's body): flash_attn's and flash_attn_ext's q8_0
 // instances over caches T-CPU wrote, against T-CPU's q8_0 attention
@@ -267,16 +281,7 @@ func TestKernelQ8KVAttentionSplit(t *testing.T) {
 	rng := rand.New(rand.NewSource(44))
 	const nLayer, layer = 1, 0
 	few := []krow{{9000, 0, 1}, {300, 1, 1}, {4100, 2, 1}}
-	cases := []struct {
-		name           string
-		family         string
-		nHead, nKV, hd int
-		kv             kernels.KVTypes
-		rows           []krow
-		softcap        float32
-		window         uint32
-		sinks          bool
-	}{
+	cases := []q8AttnCase{
 		{"rk128-gqa16-8-ctx4096", "flash_attn", 16, 8, 128, q8Layout(128, 64), []krow{{4095, 0, 1}}, 0, 0, false},
 		{"rk128-gqa16-8-ctx32768", "flash_attn", 16, 8, 128, q8Layout(128, 64), []krow{{32767, 0, 1}}, 0, 0, false},
 		{"rk64-gqa16-8-hd64-few", "flash_attn", 16, 8, 64, q8Layout(64, 64), few, 0, 0, false},

@@ -174,12 +174,7 @@ func acceptTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int, rele
 		t0 := threadCPU()
 		m.Mask(mask)
 		masks = append(masks, threadCPU()-t0)
-		allowed = allowed[:0]
-		for id := 0; id < n; id++ {
-			if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
-				allowed = append(allowed, int32(id))
-			}
-		}
+		allowed = allowedIDs(allowed[:0], mask, v, n)
 		if len(allowed) == 0 {
 			break
 		}
@@ -252,12 +247,7 @@ func randomOutput(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) []i
 	var out, allowed []int32
 	for step := 0; step < steps && !m.Done(); step++ {
 		m.Mask(mask)
-		allowed = allowed[:0]
-		for id := 0; id < n; id++ {
-			if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
-				allowed = append(allowed, int32(id))
-			}
-		}
+		allowed = allowedIDs(allowed[:0], mask, v, n)
 		if len(allowed) == 0 {
 			break
 		}
@@ -269,3 +259,17 @@ func randomOutput(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) []i
 	}
 	return out
 }
+
+// allowedIDs appends to allowed the ids below n that mask allows, less the
+// vocabulary's end-of-generation tokens.
+func allowedIDs(allowed []int32, mask []uint64, v eogVocab, n int) []int32 {
+	for id := 0; id < n; id++ {
+		if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
+			allowed = append(allowed, int32(id))
+		}
+	}
+	return allowed
+}
+
+// eogVocab is the part of a vocabulary allowedIDs reads.
+type eogVocab interface{ IsEOG(int32) bool }

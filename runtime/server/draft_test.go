@@ -2,11 +2,9 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,31 +30,16 @@ func runDraft(ctx context.Context, t *testing.T, target, draft, speculative stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var said []string
-	addr, done := make(chan string, 1), make(chan error, 1)
+	said, done := newRunLog(), make(chan error, 1)
 	go func() {
 		done <- server.Run(ctx, server.Options{Bundles: bundles, Runtime: runtime.Options{Tier: "cpu", Threads: 2}, Config: cfg, Speculative: speculative,
-			Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Log: func(f string, a ...any) {
-				line := fmt.Sprintf(f, a...)
-				mu.Lock()
-				said = append(said, line)
-				mu.Unlock()
-				if rest, ok := strings.CutPrefix(line, "serving on http://"); ok {
-					addr <- strings.Fields(rest)[0]
-				}
-			}})
+			Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Log: said.log})
 	}()
-	log := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return strings.Join(said, "\n")
-	}
 	select {
-	case a := <-addr:
-		return "http://" + a, done, log, nil
+	case a := <-said.addr:
+		return "http://" + a, done, said.String, nil
 	case err := <-done:
-		return "", done, log, err
+		return "", done, said.String, err
 	}
 }
 

@@ -33,9 +33,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var said []string
-	addr := make(chan string, 1)
+	said := newRunLog()
 	reload := make(chan os.Signal, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -43,19 +41,11 @@ func TestRun(t *testing.T) {
 		done <- server.Run(ctx, server.Options{
 			Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 1},
 			Config: cfg, ConfigPath: cfgPath, Reload: reload, Speculative: *speculativeFlag, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Trace: trace,
-			Log: func(f string, a ...any) {
-				line := fmt.Sprintf(f, a...)
-				mu.Lock()
-				said = append(said, line)
-				mu.Unlock()
-				if rest, ok := strings.CutPrefix(line, "serving on http://"); ok {
-					addr <- strings.Fields(rest)[0]
-				}
-			}})
+			Log: said.log})
 	}()
 	var base string
 	select {
-	case a := <-addr:
+	case a := <-said.addr:
 		base = "http://" + a
 	case err := <-done:
 		t.Fatalf("Run returned before serving: %v", err)
@@ -79,9 +69,7 @@ func TestRun(t *testing.T) {
 	write("bogus_key = 1\n")
 	reload <- os.Interrupt
 	waitFor(t, "the refused reload", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return strings.Contains(strings.Join(said, "\n"), "keeping the running config")
+		return strings.Contains(said.String(), "keeping the running config")
 	})
 	if got := get("kb"); got != 200 {
 		t.Errorf("after a bad config, b's key: %d", got)
@@ -95,9 +83,7 @@ func TestRun(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after cancellation")
 	}
-	mu.Lock()
-	log := strings.Join(said, "\n")
-	mu.Unlock()
+	log := said.String()
 	for _, want := range []string{"model m: ", "on tier cpu", "reloaded 1 tenants", "draining (up to 5s)"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("Run said nothing with %q:\n%s", want, log)
@@ -106,4 +92,32 @@ func TestRun(t *testing.T) {
 	if b, err := os.ReadFile(trace); err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), "]}") {
 		t.Errorf("trace: %v, %d bytes, not closed", err, len(b))
 	}
+}
+
+// runLog collects the lines server.Run logs and sends the address of its
+// "serving on" line to addr.
+type runLog struct {
+	mu   sync.Mutex
+	said []string
+	addr chan string
+}
+
+func newRunLog() *runLog { return &runLog{addr: make(chan string, 1)} }
+
+// log is server.Options.Log.
+func (l *runLog) log(f string, a ...any) {
+	line := fmt.Sprintf(f, a...)
+	l.mu.Lock()
+	l.said = append(l.said, line)
+	l.mu.Unlock()
+	if rest, ok := strings.CutPrefix(line, "serving on http://"); ok {
+		l.addr <- strings.Fields(rest)[0]
+	}
+}
+
+// String is every line logged so far.
+func (l *runLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.said, "\n")
 }

@@ -69,23 +69,8 @@ func generateDraft(t *testing.T, p, model *sequence.Pool, prompt []int32, params
 	if err := sp.Prime(ctx, prompt); err != nil {
 		t.Fatal(err)
 	}
-	st := d.Next(logits, seq.Tokens, seq.Pos())
-	var out []int32
-	for st.Finish == decode.Running {
-		out = append(out, st.Token)
-		steps, err := sp.Step(ctx, st.Token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range steps[:len(steps)-1] {
-			out = append(out, s.Token)
-		}
-		st = steps[len(steps)-1]
-		if want := len(prompt) + len(out); seq.Pos() != want {
-			t.Fatalf("the sequence holds %d tokens after a step, want %d", seq.Pos(), want)
-		}
-	}
-	return out, st.Finish, sp.Stats
+	out, finish := speculate(t, sp, seq, d.Next(logits, seq.Tokens, seq.Pos()), len(prompt))
+	return out, finish, sp.Stats
 }
 
 // TestDraftModelGreedyExact: with a draft model — the trained

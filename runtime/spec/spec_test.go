@@ -114,9 +114,19 @@ func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Para
 	if err != nil {
 		t.Fatal(err)
 	}
+	out, finish := speculate(t, sp, seq, st, len(prompt))
+	return out, finish, sp.Stats
+}
+
+// speculate takes tokens from st on with sp's steps until the generation
+// finishes, checking after every step that seq holds the prompt's
+// promptLen tokens and every token taken.
+func speculate(t *testing.T, sp *spec.Decoding, seq *sequence.Sequence, st decode.Step, promptLen int) ([]int32, decode.Finish) {
+	t.Helper()
+	var out []int32
 	for st.Finish == decode.Running {
 		out = append(out, st.Token)
-		steps, err := sp.Step(ctx, st.Token)
+		steps, err := sp.Step(context.Background(), st.Token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,11 +134,11 @@ func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Para
 			out = append(out, s.Token)
 		}
 		st = steps[len(steps)-1]
-		if want := len(prompt) + len(out); seq.Pos() != want {
+		if want := promptLen + len(out); seq.Pos() != want {
 			t.Fatalf("the sequence holds %d tokens after a step, want %d (prompt and tokens taken)", seq.Pos(), want)
 		}
 	}
-	return out, st.Finish, sp.Stats
+	return out, st.Finish
 }
 
 // TestGreedyExact: on every shared model a speculative generation takes

@@ -102,6 +102,19 @@ func (g *kgpu) run(instance string, bufs [][]byte, push, spec []uint32, rows int
 	return g.runAs(instance, bufs, push, spec, rows, rows >= 64)
 }
 
+// current locks the calling goroutine to its thread and makes g's
+// context current there (subtests run on goroutines of their own); the
+// caller defers the function it returns, which unlocks the thread.
+func (g *kgpu) current() func() {
+	g.t.Helper()
+	goruntime.LockOSThread()
+	if err := g.ctx.SetCurrent(); err != nil {
+		goruntime.UnlockOSThread()
+		g.t.Fatal(err)
+	}
+	return goruntime.UnlockOSThread
+}
+
 // module loads instance's PTX (ZRT_PTX_DIR's, else the embedded
 // archive's) into the current context.
 func (g *kgpu) module(instance string) driver.Module {
@@ -121,11 +134,7 @@ func (g *kgpu) module(instance string) driver.Module {
 func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows int, prefill bool) [][]byte {
 	t := g.t
 	t.Helper()
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := g.ctx.SetCurrent(); err != nil {
-		t.Fatal(err)
-	}
+	defer g.current()()
 	m := g.module(instance)
 	defer m.Unload()
 	shape, err := kcuda.Shape(instance, push, spec, rows, prefill)

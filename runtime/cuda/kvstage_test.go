@@ -6,7 +6,6 @@ import (
 	"flag"
 	"math"
 	"math/rand"
-	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -204,11 +203,7 @@ func speedCache(rng *rand.Rand, lay kernels.KVLayout, maxPages int, quant bool) 
 // and the last buffer's contents after.
 func timeLaunch(t *testing.T, g *kgpu, instance string, l kcuda.Launch, bufs [][]byte, push, spec []uint32, n int) (float64, []byte) {
 	t.Helper()
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if err := g.ctx.SetCurrent(); err != nil {
-		t.Fatal(err)
-	}
+	defer g.current()()
 	m := g.module(instance)
 	defer m.Unload()
 	var vals []uint64

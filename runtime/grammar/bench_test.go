@@ -117,14 +117,7 @@ func BenchmarkAccept(b *testing.B) {
 	tok, _ := qwen(b)
 	c := NewCompiler(tok, Limits{})
 	for _, name := range []string{"01_person.json", "03_nested_arrays.json", "10_openai_tool.json", "12_open_object.json"} {
-		raw, err := os.ReadFile(filepath.Join("testdata/schemas", name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		g, err := c.Compile(context.Background(), Spec{JSONSchema: raw})
-		if err != nil {
-			b.Fatal(err)
-		}
+		g := schemaGrammar(b, c, name)
 		maskTimes(b, tok, g, 0, 300) // warm the position caches
 		for _, release := range []bool{true, false} {
 			name := name
@@ -197,14 +190,7 @@ func BenchmarkAcceptRun(b *testing.B) {
 	tok, _ := qwen(b)
 	c := NewCompiler(tok, Limits{})
 	for _, name := range []string{"01_person.json", "10_openai_tool.json"} {
-		raw, err := os.ReadFile(filepath.Join("testdata/schemas", name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		g, err := c.Compile(context.Background(), Spec{JSONSchema: raw})
-		if err != nil {
-			b.Fatal(err)
-		}
+		g := schemaGrammar(b, c, name)
 		var outputs [][]int32
 		for seed := range int64(64) {
 			outputs = append(outputs, randomOutput(b, tok, g, seed, 200))
@@ -273,3 +259,17 @@ func allowedIDs(allowed []int32, mask []uint64, v eogVocab, n int) []int32 {
 
 // eogVocab is the part of a vocabulary allowedIDs reads.
 type eogVocab interface{ IsEOG(int32) bool }
+
+// schemaGrammar compiles testdata/schemas' file name with c.
+func schemaGrammar(b *testing.B, c *Compiler, name string) *Grammar {
+	b.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata/schemas", name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := c.Compile(context.Background(), Spec{JSONSchema: raw})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g
+}

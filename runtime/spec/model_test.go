@@ -50,13 +50,8 @@ func synthPool(t *testing.T, typ ggml.Type, seed uint64) *sequence.Pool {
 func generateDraft(t *testing.T, p, model *sequence.Pool, prompt []int32, params decode.Params, mode spec.Mode) ([]int32, decode.Finish, spec.Stats) {
 	t.Helper()
 	ctx := context.Background()
-	seq, err := p.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
+	seq, d := startSequence(t, p, params)
 	defer seq.Release()
-	params.ContextLength = p.Hparams.ContextLength
-	d := decode.New(p.Tok, params)
 	sp, err := spec.NewWithDraft(p, model, seq, d, mode, params.MaxTokens)
 	if err != nil {
 		t.Fatal(err)

@@ -81,19 +81,26 @@ func compileFor(t *testing.T, file, config, target string) (string, error) {
 	return out, compiler.Compile(context.Background(), model, out, compiler.Options{ConfigPath: cfg, Target: target, PTXDir: os.Getenv("ZRT_PTX_DIR")})
 }
 
+// startSequence returns a fresh sequence of p, for the caller to release,
+// and a decoder with params over p's context.
+func startSequence(t *testing.T, p *sequence.Pool, params decode.Params) (*sequence.Sequence, *decode.Decoder) {
+	t.Helper()
+	seq, err := p.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	params.ContextLength = p.Hparams.ContextLength
+	return seq, decode.New(p.Tok, params)
+}
+
 // generate decodes from prompt with params, speculating with mode (off:
 // one decode step a token), and returns the tokens taken and why it
 // finished.
 func generate(t *testing.T, p *sequence.Pool, prompt []int32, params decode.Params, mode spec.Mode) ([]int32, decode.Finish, spec.Stats) {
 	t.Helper()
 	ctx := context.Background()
-	seq, err := p.NewSequence()
-	if err != nil {
-		t.Fatal(err)
-	}
+	seq, d := startSequence(t, p, params)
 	defer seq.Release()
-	params.ContextLength = p.Hparams.ContextLength
-	d := decode.New(p.Tok, params)
 	logits, err := seq.Prefill(ctx, prompt)
 	if err != nil {
 		t.Fatal(err)

@@ -98,12 +98,8 @@ func TestDraftModelGreedyExact(t *testing.T) {
 			if model = p; pr.draft != nil {
 				model = pr.draft(t)
 			}
-			prompt := p.Tok.Encode("Once upon a time, there was a little girl named Lily. Lily", true, false)
-			for _, params := range []decode.Params{
-				{MaxTokens: 1 << 20},
-				{MaxTokens: 37},
-				{MaxTokens: 1 << 20, Stops: []string{"Lily was"}},
-			} {
+			prompt := p.Tok.Encode(greedyPrompt, true, false)
+			for _, params := range greedyEnds {
 				want, wantFinish, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
 				for _, mode := range []spec.Mode{{Kind: spec.Draft, K: 1, Fixed: true}, {Kind: spec.Draft, K: 4, Fixed: true},
 					{Kind: spec.Draft, K: 7, Fixed: true}, {Kind: spec.Draft, K: 4}} {

@@ -148,6 +148,17 @@ func speculate(t *testing.T, sp *spec.Decoding, seq *sequence.Sequence, st decod
 	return out, st.Finish
 }
 
+// greedyPrompt is the greedy-exactness tests' prompt, and greedyEnds
+// their generations' three ends: the context's end, a token limit and a
+// stop string.
+const greedyPrompt = "Once upon a time, there was a little girl named Lily. Lily"
+
+var greedyEnds = []decode.Params{
+	{MaxTokens: 1 << 20},
+	{MaxTokens: 37},
+	{MaxTokens: 1 << 20, Stops: []string{"Lily was"}},
+}
+
 // TestGreedyExact: on every shared model a speculative generation takes
 // exactly the tokens of plain greedy decoding, with n-gram drafts of 1, 4
 // and 7 tokens, self-speculation's of 3 (the model's first layer and its
@@ -159,12 +170,8 @@ func TestGreedyExact(t *testing.T) {
 		"synthetic/syn-qwen3-q5km.gguf", "synthetic/syn-phi3-q6k.gguf", "synthetic/syn-qwen2moe-q5km.gguf", "synthetic/syn-mistral3-f16.gguf"} {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			p := shared(t, file)
-			prompt := p.Tok.Encode("Once upon a time, there was a little girl named Lily. Lily", true, false)
-			for _, params := range []decode.Params{
-				{MaxTokens: 1 << 20},
-				{MaxTokens: 37},
-				{MaxTokens: 1 << 20, Stops: []string{"Lily was"}},
-			} {
+			prompt := p.Tok.Encode(greedyPrompt, true, false)
+			for _, params := range greedyEnds {
 				want, wantFinish, _ := generate(t, p, prompt, params, spec.Mode{Kind: spec.Off})
 				for _, mode := range []spec.Mode{{Kind: spec.NGram, K: 1, Fixed: true}, {Kind: spec.NGram, K: 4, Fixed: true},
 					{Kind: spec.NGram, K: 7, Fixed: true}, {Kind: spec.NGram, K: 4},

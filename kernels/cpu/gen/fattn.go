@@ -83,10 +83,7 @@ dkgrp:`)
 // kept in float32 lanes between keys, rounded to F16 after every step.
 // hd is a multiple of 16: groups of 64 columns, then of 16.
 TEXT ·faMadF16(SB), NOSPLIT, $0-48`)
-	f.Args(asmgen.Arg{Name: "acc", Reg: "DI"}, asmgen.Arg{Name: "v", Reg: "SI"}, asmgen.Arg{Name: "vstride", Reg: "R8"},
-		asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"}, asmgen.Arg{Name: "hd", Reg: "R9"})
-	f.Ins("MOVL", "$0x3f800000", "AX")
-	f.Ins("VMOVD", "AX", "X15")
+	madPrologue(f)
 	madCols(f, 4, "mad1")
 	madCols(f, 1, "maddone")
 	f.Raw(`
@@ -104,10 +101,7 @@ maddone:
 // column group stays in registers across the keys. hd is a multiple of
 // 32: groups of two blocks, then of one.
 TEXT ·faMadQ8(SB), NOSPLIT, $0-48`)
-	f.Args(asmgen.Arg{Name: "acc", Reg: "DI"}, asmgen.Arg{Name: "v", Reg: "SI"}, asmgen.Arg{Name: "vstride", Reg: "R8"},
-		asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"}, asmgen.Arg{Name: "hd", Reg: "R9"})
-	f.Ins("MOVL", "$0x3f800000", "AX")
-	f.Ins("VMOVD", "AX", "X15")
+	madPrologue(f)
 	madQ8Cols(f, 2, "q8mad1")
 	madQ8Cols(f, 1, "q8maddone")
 	f.Raw(`
@@ -578,4 +572,13 @@ func madQ8Cols(f *asmgen.File, nb int, next string) {
 		f.Ins("VMULPS", "Z4", z(i), z(i))
 	}
 	f.Ins("JMP", l+"mad")
+}
+
+// madPrologue loads the arguments the value-accumulating kernels (faMadF16,
+// faMadQ8) share, and 1.0 into X15 for the "ms != 1" test.
+func madPrologue(f *asmgen.File) {
+	f.Args(asmgen.Arg{Name: "acc", Reg: "DI"}, asmgen.Arg{Name: "v", Reg: "SI"}, asmgen.Arg{Name: "vstride", Reg: "R8"},
+		asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"}, asmgen.Arg{Name: "hd", Reg: "R9"})
+	f.Ins("MOVL", "$0x3f800000", "AX")
+	f.Ins("VMOVD", "AX", "X15")
 }

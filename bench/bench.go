@@ -259,7 +259,11 @@ func single(ctx context.Context, e *sequence.Pool, opt Options) ([]Result, error
 		if has, err := e.SetMegakernel(test.mk); err != nil {
 			return nil, err
 		} else if key, ok := e.Key(runtime.Decode, 1); has && ok && test.g > 0 {
-			opt.Warn("%s: %s steps: %s", test.name, key, e.StepPath(key))
+			// Said when asked for, or when the steps leave the graph path:
+			// a default bundle has no megakernel, and saying so every run is noise.
+			if path := e.StepPath(key); opt.Megakernel != "" || path == "megakernel" {
+				opt.Warn("%s: %s steps: %s", test.name, key, path)
+			}
 		}
 		if _, err := run(test.p, min(test.g, 2), 0); err != nil { // warm up (the depth only fills the cache)
 			return nil, err

@@ -167,7 +167,7 @@ func acceptTimes(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int, rele
 		t0 := threadCPU()
 		m.Mask(mask)
 		masks = append(masks, threadCPU()-t0)
-		allowed = allowedIDs(allowed[:0], mask, v, n)
+		allowed = allowedIDs(allowed[:0], mask, v)
 		if len(allowed) == 0 {
 			break
 		}
@@ -233,7 +233,7 @@ func randomOutput(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) []i
 	var out, allowed []int32
 	for step := 0; step < steps && !m.Done(); step++ {
 		m.Mask(mask)
-		allowed = allowedIDs(allowed[:0], mask, v, n)
+		allowed = allowedIDs(allowed[:0], mask, v)
 		if len(allowed) == 0 {
 			break
 		}
@@ -246,19 +246,16 @@ func randomOutput(tb testing.TB, v Vocab, g *Grammar, seed int64, steps int) []i
 	return out
 }
 
-// allowedIDs appends to allowed the ids below n that mask allows, less the
-// vocabulary's end-of-generation tokens.
-func allowedIDs(allowed []int32, mask []uint64, v eogVocab, n int) []int32 {
-	for id := 0; id < n; id++ {
+// allowedIDs appends to allowed the ids of v that mask allows, less its
+// end-of-generation tokens.
+func allowedIDs(allowed []int32, mask []uint64, v Vocab) []int32 {
+	for id := range v.NVocab() {
 		if mask[id/64]&(1<<(id%64)) != 0 && !v.IsEOG(int32(id)) {
 			allowed = append(allowed, int32(id))
 		}
 	}
 	return allowed
 }
-
-// eogVocab is the part of a vocabulary allowedIDs reads.
-type eogVocab interface{ IsEOG(int32) bool }
 
 // schemaGrammar compiles testdata/schemas' file name with c.
 func schemaGrammar(b *testing.B, c *Compiler, name string) *Grammar {

@@ -1,8 +1,15 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"math"
+	"math/rand"
 	"testing"
+	"unsafe"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // TestTinyBLASDot holds tinyBLASDot to tinyBLAS's own arithmetic: the
@@ -26,6 +33,204 @@ func TestTinyBLASDot(t *testing.T) {
 		}
 		if got := math.Float32bits(tinyBLASDot(w, x)); got != c.bits {
 			t.Errorf("k %d: %#08x (%v), tinyBLAS %#08x (%v)", c.k, got, math.Float32frombits(got), c.bits, math.Float32frombits(c.bits))
+		}
+	}
+}
+
+// randHalves returns n random F16 values as their bits: mostly normals
+// over the whole exponent range, some subnormals, zeros and the largest
+// finite values, the inputs whose products stretch float32 the most.
+func randHalves(rng *rand.Rand, n int) []uint16 {
+	h := make([]uint16, n)
+	for i := range h {
+		sign := uint16(rng.Intn(2)) << 15
+		switch p := rng.Intn(20); {
+		case p == 0:
+			h[i] = sign | uint16(rng.Intn(0x400)) // subnormal or zero
+		case p == 1:
+			h[i] = sign | 0x7bff // ±65504
+		case p < 10:
+			h[i] = sign | uint16(rng.Intn(0x7c00)) // any finite
+		default:
+			h[i] = quant.F32ToF16(float32(rng.NormFloat64())) // weight-like
+		}
+	}
+	return h
+}
+
+func halvesF32(h []uint16) []float32 {
+	f := make([]float32, len(h))
+	for i, v := range h {
+		f[i] = quant.F16ToF32(v)
+	}
+	return f
+}
+
+// TestTinyBLASDotF16: on F16 values the multiply-then-add form gives the
+// fused form's bits.
+func TestTinyBLASDotF16(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	for _, k := range []int{16, 48, 768, 2048} {
+		for round := 0; round < 200; round++ {
+			w, x := halvesF32(randHalves(rng, k)), halvesF32(randHalves(rng, k))
+			got, want := tinyBLASDotF16(w, x), tinyBLASDot(w, x)
+			if math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("k %d round %d: %v, fused %v", k, round, got, want)
+			}
+		}
+	}
+}
+
+// TestTinyBLASTiles: every AVX-512 micro-tile gives tinyBLASDot's bits for
+// each of its outputs, and so does tinyBLASTileGo, with rows strided
+// wider than k.
+func TestTinyBLASTiles(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	for _, k := range []int{16, 64, 784} {
+		const m = 4
+		ldw, ldx := k+24, k+16 // in elements
+		wh := randHalves(rng, m*ldw)
+		wb := make([]byte, 2*len(wh))
+		for i, v := range wh {
+			binary.LittleEndian.PutUint16(wb[2*i:], v)
+		}
+		wf := halvesF32(wh)
+		wk := make([]float32, m*k) // the weight rows packed, as gemmTinyBLAS converts them
+		for r := 0; r < m; r++ {
+			copy(wk[r*k:(r+1)*k], wf[r*ldw:])
+		}
+		x := halvesF32(randHalves(rng, tinyBLASRows*ldx))
+		xk := make([]float32, tinyBLASRows*k)
+		for r := 0; r < tinyBLASRows; r++ {
+			copy(xk[r*k:(r+1)*k], x[r*ldx:])
+		}
+		for n := 1; n <= tinyBLASRows; n++ {
+			goOut := make([]float32, 4*n)
+			tinyBLASTileGo(wk, xk[:n*k], k, goOut)
+			var simdOut [4 * tinyBLASRows]float32
+			if tinyBLASSIMDOK {
+				tinyBLASTiles[n-1]((*uint16)(unsafe.Pointer(&wb[0])), 2*ldw, &x[0], 4*ldx, k, &simdOut[0])
+			}
+			for r := 0; r < n; r++ {
+				for j := 0; j < m; j++ {
+					want := tinyBLASDot(wk[j*k:(j+1)*k], xk[r*k:(r+1)*k])
+					if got := goOut[4*r+j]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Errorf("k %d n %d: Go tile's output (%d, %d) %v, tinyBLASDot %v", k, n, r, j, got, want)
+					}
+					if got := simdOut[4*r+j]; tinyBLASSIMDOK && math.Float32bits(got) != math.Float32bits(want) {
+						t.Errorf("k %d n %d: AVX-512 tile's output (%d, %d) %v, tinyBLASDot %v", k, n, r, j, got, want)
+					}
+				}
+			}
+			for i := 4 * n; i < len(simdOut); i++ {
+				if simdOut[i] != 0 {
+					t.Fatalf("k %d n %d: the tile wrote out[%d], past its %d outputs", k, n, i, 4*n)
+				}
+			}
+		}
+	}
+}
+
+// TestRoundF16: the AVX-512 rounding gives quant.F32ToF16's bits (and back
+// through F16ToF32) for every kind of float32: normals in and out of F16's
+// range, halfway cases, subnormal results, infinities and NaNs.
+func TestRoundF16(t *testing.T) {
+	if !tinyBLASSIMDOK {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	defer func(v bool) { tinyBLASUseSIMD = v }(tinyBLASUseSIMD)
+	rng := rand.New(rand.NewSource(3))
+	src := []float32{0, float32(math.Copysign(0, -1)), 65504, 65519.99, 65520, -65520, 0x1p-24, 0x1p-25, 0x1.8p-25, 0x1p-26, 0x1.002p0, 0x1.003p0,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.Float32frombits(0x7f812345), math.Float32frombits(0xffc00001), math.Float32frombits(1)}
+	for len(src)%16 != 0 || len(src) < 1<<14 {
+		src = append(src, math.Float32frombits(rng.Uint32()), float32(rng.NormFloat64())*float32(math.Pow(2, float64(rng.Intn(50)-30))))
+	}
+	src = src[:len(src)&^15]
+	var got [2][]float32
+	for i, simd := range []bool{false, true} {
+		tinyBLASUseSIMD = simd
+		got[i] = make([]float32, len(src))
+		roundF16(got[i], src)
+	}
+	for i, v := range src {
+		if g, w := math.Float32bits(got[1][i]), math.Float32bits(got[0][i]); g != w {
+			t.Fatalf("%v (%#08x): AVX-512 %#08x, Go %#08x", v, math.Float32bits(v), g, w)
+		}
+	}
+}
+
+// TestGemmTinyBLAS: an F16 product of prompt and decode rows gives each
+// prompt row tinyBLASDot's bits on its F16-rounded activations (plus the
+// bias) and each decode row vec_dot_f16's, on the AVX-512 and the Go
+// micro-tiles alike, whatever the number of prompt rows (several blocks
+// of activation rows, partial micro-tiles) and with outputs split into
+// arrays at a feature that is not a multiple of four.
+func TestGemmTinyBLAS(t *testing.T) {
+	defer func(v bool) { tinyBLASUseSIMD = v }(tinyBLASUseSIMD)
+	rng := rand.New(rand.NewSource(13))
+	const n, split = 28, 6
+	for _, k := range []int{64, 1024} {
+		for _, prompts := range []int{2, 7, 13, 61} {
+			for _, simd := range []bool{false, true} {
+				if simd && !tinyBLASSIMDOK {
+					continue
+				}
+				tinyBLASUseSIMD = simd
+				rows := prompts + 2
+				w := make([]byte, 2*n*k)
+				for i, v := range randHalves(rng, n*k) {
+					binary.LittleEndian.PutUint16(w[2*i:], v)
+				}
+				x := normals(rng, rows*k)
+				bias := normals(rng, n)
+				io := make([]uint32, kernels.IOWordRowBase+rows*kernels.IORowWords)
+				io[kernels.IOWordRows] = uint32(rows)
+				for i := 0; i < prompts; i++ {
+					io[kernels.IOWordRowBase+(i+1)*kernels.IORowWords+kernels.IORowFlags] = kernels.RowPrompt
+				}
+				// row 0 and the last row decode
+				lo, hi := make([]float32, rows*split), make([]float32, rows*(n-split))
+				dst := func(i, j int) []float32 {
+					if j < split {
+						return lo[i*split+j : (i+1)*split]
+					}
+					return hi[i*(n-split)+j-split : (i+1)*(n-split)]
+				}
+				pool := NewPool(2)
+				var work []byte
+				a := &Args{Pool: pool, Work: &work}
+				err := gemmPrompt(a, ggml.F16, x, w, req(u32bytes(io)), k, n, false, dst, bias)
+				pool.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				wf := make([]float32, k)
+				xh := make([]float32, k)
+				xq := make([]byte, 2*k)
+				for i := 0; i < rows; i++ {
+					prompt := i > 0 && i <= prompts
+					for c, v := range x[i*k : (i+1)*k] {
+						xh[c] = quant.F16ToF32(quant.F32ToF16(v))
+					}
+					if err := quant.QuantizeRow(ggml.F16, x[i*k:(i+1)*k], xq); err != nil {
+						t.Fatal(err)
+					}
+					for j := 0; j < n; j++ {
+						var want float32
+						if prompt {
+							for c := range wf {
+								wf[c] = quant.F16ToF32(binary.LittleEndian.Uint16(w[2*(j*k+c):]))
+							}
+							want = tinyBLASDot(wf, xh) + bias[j]
+						} else {
+							want = quant.VecDot(ggml.F16, k, w[2*j*k:2*(j+1)*k], xq) + bias[j]
+						}
+						if got := dst(i, j)[0]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("k %d, %d prompt rows, SIMD %v: row %d (prompt %v) feature %d: %v, want %v", k, prompts, simd, i, prompt, j, got, want)
+						}
+					}
+				}
+			}
 		}
 	}
 }

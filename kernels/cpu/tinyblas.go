@@ -29,9 +29,29 @@ const tinyBLASRows = 6
 // each group's four weight rows stay in L1 across the block.
 const tinyBLASBlockBytes = 192 << 10
 
-// tinyBLASUseSIMD selects the AVX-512 micro-tiles and rounding where the
-// CPU has them; the tests turn it off to run the Go forms on the same CPU.
-var tinyBLASUseSIMD = tinyBLASSIMDOK
+// tinyBLASTile is a micro-kernel: out[4*r+m] = tinyBLASDot of the weight
+// row m (F16, at w plus m*ldw bytes) and the activation row r (rounded to
+// F16, at x plus r*ldx bytes) over k columns, for the tile's activation
+// rows r (its index in tinyBLASKernels.tiles, plus one).
+type tinyBLASTile func(w *uint16, ldw int, x *float32, ldx int, k int, out *float32)
+
+// tinyBLASKernels is one instruction set's micro-tiles, by activation
+// rows, and its roundF16.
+type tinyBLASKernels struct {
+	name  string
+	tiles [tinyBLASRows]tinyBLASTile
+	round func(x *float32, n int)
+}
+
+// tinyBLASUse is the kernel set gemmTinyBLAS runs: the fastest this CPU
+// has, nil for the Go forms. The tests switch it to run every set on the
+// same CPU.
+var tinyBLASUse = func() *tinyBLASKernels {
+	if s := tinyBLASSets(); len(s) > 0 {
+		return s[0]
+	}
+	return nil
+}()
 
 // tinyBLASActs recycles the rounded activations of gemmTinyBLAS, so that a
 // step allocates none once warm. (The executor scratch cannot hold them:
@@ -50,8 +70,8 @@ var tinyBLASActs sync.Pool
 //
 // The product is tiled as tinyBLAS tiles it: workers split the output
 // features in groups of four weight rows, and each group meets the
-// activation rows six at a time in a micro-tile (tinyBLASTiles where the
-// CPU has AVX-512, tinyBLASTileGo elsewhere) that reads each weight
+// activation rows six at a time in a micro-tile (tinyBLASUse's where the
+// CPU has AVX-512 or AVX2, tinyBLASTileGo elsewhere) that reads each weight
 // vector once for all six rows. Every output is computed on its own in
 // the same order whatever the tile, so the tiling changes no bits.
 func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, prompt func(i int) bool) error {
@@ -65,6 +85,7 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 		return nil
 	}
 	np := len(ps)
+	ks := tinyBLASUse
 	w = w[:n*2*k]
 	xp, _ := tinyBLASActs.Get().(*[]float32)
 	if xp == nil || cap(*xp) < np*k {
@@ -75,7 +96,7 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 	if err := a.Pool.For(np, 4, func(_, lo, hi int) {
 		for pi := lo; pi < hi; pi++ {
 			i := ps[pi]
-			roundF16(xh[pi*k:(pi+1)*k], x[i*k:(i+1)*k])
+			roundF16(ks, xh[pi*k:(pi+1)*k], x[i*k:(i+1)*k])
 		}
 	}); err != nil {
 		return err
@@ -84,7 +105,7 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 	return a.Pool.For(n/4, 4, func(_, lo, hi int) {
 		var out [4 * tinyBLASRows]float32
 		var wf []float32
-		if !tinyBLASUseSIMD {
+		if ks == nil {
 			wf = make([]float32, 4*k)
 		}
 		for i0 := 0; i0 < np; i0 += ib {
@@ -99,7 +120,7 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 					if wf != nil {
 						tinyBLASTileGo(wf, xh[i*k:(i+m)*k], k, out[:4*m])
 					} else {
-						tinyBLASTiles[m-1]((*uint16)(unsafe.Pointer(&w[j*2*k])), 2*k, &xh[i*k], 4*k, k, &out[0])
+						ks.tiles[m-1]((*uint16)(unsafe.Pointer(&w[j*2*k])), 2*k, &xh[i*k], 4*k, k, &out[0])
 					}
 					for r := 0; r < m; r++ {
 						storeTile4(dst, ps[i+r], j, out[4*r:4*r+4], bias)
@@ -133,12 +154,13 @@ func storeTile4(dst func(i, j int) []float32, i, j int, v []float32, bias []floa
 }
 
 // roundF16 sets dst[i] = float32(float16(src[i])) (len(src) a multiple of
-// 16), rounding to nearest even as quant.F32ToF16 does.
-func roundF16(dst, src []float32) {
+// 16), rounding to nearest even as quant.F32ToF16 does, with ks's
+// rounding (in Go when ks is nil).
+func roundF16(ks *tinyBLASKernels, dst, src []float32) {
 	dst = dst[:len(src)]
-	if tinyBLASUseSIMD && len(src) > 0 {
+	if ks != nil && len(src) > 0 {
 		copy(dst, src)
-		roundF16AVX512(&dst[0], len(dst))
+		ks.round(&dst[0], len(dst))
 		return
 	}
 	for c, v := range src {

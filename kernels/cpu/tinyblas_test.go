@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -81,9 +82,9 @@ func TestTinyBLASDotF16(t *testing.T) {
 	}
 }
 
-// TestTinyBLASTiles: every AVX-512 micro-tile gives tinyBLASDot's bits for
-// each of its outputs, and so does tinyBLASTileGo, with rows strided
-// wider than k.
+// TestTinyBLASTiles: every micro-tile of every kernel set this CPU runs
+// gives tinyBLASDot's bits for each of its outputs, and so does
+// tinyBLASTileGo, with rows strided wider than k.
 func TestTinyBLASTiles(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	for _, k := range []int{16, 64, 784} {
@@ -105,40 +106,40 @@ func TestTinyBLASTiles(t *testing.T) {
 			copy(xk[r*k:(r+1)*k], x[r*ldx:])
 		}
 		for n := 1; n <= tinyBLASRows; n++ {
-			goOut := make([]float32, 4*n)
-			tinyBLASTileGo(wk, xk[:n*k], k, goOut)
-			var simdOut [4 * tinyBLASRows]float32
-			if tinyBLASSIMDOK {
-				tinyBLASTiles[n-1]((*uint16)(unsafe.Pointer(&wb[0])), 2*ldw, &x[0], 4*ldx, k, &simdOut[0])
+			outs := map[string][]float32{"go": make([]float32, 4*tinyBLASRows)}
+			tinyBLASTileGo(wk, xk[:n*k], k, outs["go"][:4*n])
+			for _, ks := range tinyBLASSets() {
+				out := make([]float32, 4*tinyBLASRows)
+				ks.tiles[n-1]((*uint16)(unsafe.Pointer(&wb[0])), 2*ldw, &x[0], 4*ldx, k, &out[0])
+				outs[ks.name] = out
 			}
-			for r := 0; r < n; r++ {
-				for j := 0; j < m; j++ {
-					want := tinyBLASDot(wk[j*k:(j+1)*k], xk[r*k:(r+1)*k])
-					if got := goOut[4*r+j]; math.Float32bits(got) != math.Float32bits(want) {
-						t.Errorf("k %d n %d: Go tile's output (%d, %d) %v, tinyBLASDot %v", k, n, r, j, got, want)
-					}
-					if got := simdOut[4*r+j]; tinyBLASSIMDOK && math.Float32bits(got) != math.Float32bits(want) {
-						t.Errorf("k %d n %d: AVX-512 tile's output (%d, %d) %v, tinyBLASDot %v", k, n, r, j, got, want)
+			for name, out := range outs {
+				for r := 0; r < n; r++ {
+					for j := 0; j < m; j++ {
+						want := tinyBLASDot(wk[j*k:(j+1)*k], xk[r*k:(r+1)*k])
+						if got := out[4*r+j]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Errorf("%s k %d n %d: output (%d, %d) %v, tinyBLASDot %v", name, k, n, r, j, got, want)
+						}
 					}
 				}
-			}
-			for i := 4 * n; i < len(simdOut); i++ {
-				if simdOut[i] != 0 {
-					t.Fatalf("k %d n %d: the tile wrote out[%d], past its %d outputs", k, n, i, 4*n)
+				for i := 4 * n; i < len(out); i++ {
+					if out[i] != 0 {
+						t.Fatalf("%s k %d n %d: the tile wrote out[%d], past its %d outputs", name, k, n, i, 4*n)
+					}
 				}
 			}
 		}
 	}
 }
 
-// TestRoundF16: the AVX-512 rounding gives quant.F32ToF16's bits (and back
-// through F16ToF32) for every kind of float32: normals in and out of F16's
-// range, halfway cases, subnormal results, infinities and NaNs.
+// TestRoundF16: every kernel set's rounding gives quant.F32ToF16's bits
+// (and back through F16ToF32) for every kind of float32: normals in and
+// out of F16's range, halfway cases, subnormal results, infinities and
+// NaNs.
 func TestRoundF16(t *testing.T) {
-	if !tinyBLASSIMDOK {
-		t.Skip("no AVX-512 on this CPU")
+	if len(tinyBLASSets()) == 0 {
+		t.Skip("no AVX2 or AVX-512 on this CPU")
 	}
-	defer func(v bool) { tinyBLASUseSIMD = v }(tinyBLASUseSIMD)
 	rng := rand.New(rand.NewSource(3))
 	src := []float32{0, float32(math.Copysign(0, -1)), 65504, 65519.99, 65520, -65520, 0x1p-24, 0x1p-25, 0x1.8p-25, 0x1p-26, 0x1.002p0, 0x1.003p0,
 		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.Float32frombits(0x7f812345), math.Float32frombits(0xffc00001), math.Float32frombits(1)}
@@ -146,36 +147,37 @@ func TestRoundF16(t *testing.T) {
 		src = append(src, math.Float32frombits(rng.Uint32()), float32(rng.NormFloat64())*float32(math.Pow(2, float64(rng.Intn(50)-30))))
 	}
 	src = src[:len(src)&^15]
-	var got [2][]float32
-	for i, simd := range []bool{false, true} {
-		tinyBLASUseSIMD = simd
-		got[i] = make([]float32, len(src))
-		roundF16(got[i], src)
-	}
-	for i, v := range src {
-		if g, w := math.Float32bits(got[1][i]), math.Float32bits(got[0][i]); g != w {
-			t.Fatalf("%v (%#08x): AVX-512 %#08x, Go %#08x", v, math.Float32bits(v), g, w)
+	want := make([]float32, len(src))
+	roundF16(nil, want, src)
+	for _, ks := range tinyBLASSets() {
+		got := make([]float32, len(src))
+		roundF16(ks, got, src)
+		for i, v := range src {
+			if g, w := math.Float32bits(got[i]), math.Float32bits(want[i]); g != w {
+				t.Fatalf("%s: %v (%#08x): %#08x, Go %#08x", ks.name, v, math.Float32bits(v), g, w)
+			}
 		}
 	}
 }
 
 // TestGemmTinyBLAS: an F16 product of prompt and decode rows gives each
 // prompt row tinyBLASDot's bits on its F16-rounded activations (plus the
-// bias) and each decode row vec_dot_f16's, on the AVX-512 and the Go
-// micro-tiles alike, whatever the number of prompt rows (several blocks
+// bias) and each decode row vec_dot_f16's, on every kernel set's
+// micro-tiles and the Go ones alike, whatever the number of prompt rows (several blocks
 // of activation rows, partial micro-tiles) and with outputs split into
 // arrays at a feature that is not a multiple of four.
 func TestGemmTinyBLAS(t *testing.T) {
-	defer func(v bool) { tinyBLASUseSIMD = v }(tinyBLASUseSIMD)
+	defer func(ks *tinyBLASKernels) { tinyBLASUse = ks }(tinyBLASUse)
 	rng := rand.New(rand.NewSource(13))
 	const n, split = 28, 6
 	for _, k := range []int{64, 1024} {
 		for _, prompts := range []int{2, 7, 13, 61} {
-			for _, simd := range []bool{false, true} {
-				if simd && !tinyBLASSIMDOK {
-					continue
+			for _, ks := range append(tinyBLASSets(), nil) {
+				tinyBLASUse = ks
+				name := "go"
+				if ks != nil {
+					name = ks.name
 				}
-				tinyBLASUseSIMD = simd
 				rows := prompts + 2
 				w := make([]byte, 2*n*k)
 				for i, v := range randHalves(rng, n*k) {
@@ -226,11 +228,53 @@ func TestGemmTinyBLAS(t *testing.T) {
 							want = quant.VecDot(ggml.F16, k, w[2*j*k:2*(j+1)*k], xq) + bias[j]
 						}
 						if got := dst(i, j)[0]; math.Float32bits(got) != math.Float32bits(want) {
-							t.Fatalf("k %d, %d prompt rows, SIMD %v: row %d (prompt %v) feature %d: %v, want %v", k, prompts, simd, i, prompt, j, got, want)
+							t.Fatalf("%s: k %d, %d prompt rows: row %d (prompt %v) feature %d: %v, want %v", name, k, prompts, i, prompt, j, got, want)
 						}
 					}
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkGemmTinyBLAS times an F16 prompt product of the 110M llama
+// shape's FFN (k 768, n 2048) on one thread, on every kernel set's
+// micro-tiles and on the Go ones, in GFLOP/s.
+func BenchmarkGemmTinyBLAS(b *testing.B) {
+	defer func(ks *tinyBLASKernels) { tinyBLASUse = ks }(tinyBLASUse)
+	const k, n = 768, 2048
+	rng := rand.New(rand.NewSource(1))
+	w := make([]byte, 2*n*k)
+	for i, v := range randHalves(rng, n*k) {
+		binary.LittleEndian.PutUint16(w[2*i:], v)
+	}
+	for _, ks := range append(tinyBLASSets(), nil) {
+		set := "go"
+		if ks != nil {
+			set = ks.name
+		}
+		for _, rows := range []int{32, 128} {
+			b.Run(fmt.Sprintf("rows=%d/%s", rows, set), func(b *testing.B) {
+				tinyBLASUse = ks
+				x := normals(rng, rows*k)
+				y := make([]float32, rows*n)
+				io := make([]uint32, kernels.IOWordRowBase+rows*kernels.IORowWords)
+				io[kernels.IOWordRows] = uint32(rows)
+				for i := 0; i < rows; i++ {
+					io[kernels.IOWordRowBase+i*kernels.IORowWords+kernels.IORowFlags] = kernels.RowPrompt
+				}
+				pool := NewPool(1)
+				defer pool.Close()
+				var work []byte
+				a := &Args{Bufs: [][]byte{f32bytes(x), w, nil, u32bytes(io), f32bytes(y)}, Push: []uint32{k, n}, Pool: pool, Work: &work}
+				b.ResetTimer()
+				for b.Loop() {
+					if err := matmul(ggml.F16, a); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(rows*k*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		}
 	}
 }

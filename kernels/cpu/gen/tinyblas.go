@@ -128,3 +128,114 @@ func reduceTile4(f *asmgen.File, a, off int) {
 	VPERMPS    Z26, Z31, Z27
 	VMOVUPS    X27, %[5]s`, A, B, C, D, asmgen.Mem(off, "DI")))
 }
+
+// tinyBLASAVX2File is tinyblas_avx2_amd64.s: the same micro-tiles and
+// rounding for CPUs with AVX2, FMA and F16C but not AVX-512, in the same
+// 16-lane arithmetic: each output's accumulator is two YMM registers
+// (lanes 0-7 and 8-15) that see exactly the AVX-512 lanes' products in
+// the same order, and the reduction's first fold adds the two.
+func tinyBLASAVX2File() []byte {
+	f := asmgen.NewFile(generator)
+	f.Raw(`
+// The 16 YMM registers hold 2 weight rows times up to 3 activation rows at
+// a time (12 accumulators, Y((2r+m)*2+h) for activation row r, weight row
+// m, lane half h; Y12-Y13 the weight rows' 8 columns, Y14 an activation
+// row's, Y15 scratch), so a tile of 4 weight rows times n activation rows
+// is computed in blocks: each group of up to 3 activation rows with each
+// pair of weight rows, every block a pass over k of its own. The weight
+// rows are at SI, BX, R8, R9 and the activation rows at DX, R10-R13, DI;
+// AX is the byte offset into a weight row (twice that into an activation
+// row), CX a weight row's length in bytes. out is as the AVX-512 kernels
+// write it: out[4*r+m].`)
+	for n := 1; n <= tinyBLASRows; n++ {
+		tinyBLASTileAVX2(f, n)
+	}
+	f.Raw(`
+// func roundF16AVX2(x *float32, n int)
+//
+// roundF16AVX512 eight values at a time.`)
+	f.Text("roundF16AVX2", 0, 16)
+	f.Args(asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"})
+	f.Raw(`
+round2loop:
+	VMOVUPS   (DI), Y0
+	VCVTPS2PH $0, Y0, X1
+	VCVTPH2PS X1, Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $32, DI
+	SUBQ      $8, CX
+	JNZ       round2loop
+	VZEROUPPER
+	RET
+`)
+	return f.Bytes()
+}
+
+// tinyBLASTileAVX2 writes tinyBLAS4x<n>AVX2.
+func tinyBLASTileAVX2(f *asmgen.File, n int) {
+	name := fmt.Sprintf("tinyBLAS4x%dAVX2", n)
+	f.P("\n// func %s(w *uint16, ldw int, x *float32, ldx int, k int, out *float32)", name)
+	f.Text(name, 0, 48)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "ldw", Reg: "R8"}, asmgen.Arg{Name: "x", Reg: "DX"},
+		asmgen.Arg{Name: "ldx", Reg: "R10"}, asmgen.Arg{Name: "k", Reg: "CX"})
+	wRow := []string{"SI", "BX", "R8", "R9"}
+	xRow := []string{"DX", "R10", "R11", "R12", "R13", "DI"}
+	// row pointers from the bases and strides (R8 and R10 hold the strides
+	// until their own rows' pointers replace them)
+	f.Ins("LEAQ", "(SI)(R8*1)", "BX")
+	f.Ins("LEAQ", "(SI)(R8*2)", "R9")
+	f.Ins("ADDQ", "R8", "R9")
+	f.Ins("LEAQ", "(SI)(R8*2)", "R8")
+	for r := 2; r < n; r++ {
+		if r == 2 {
+			f.Ins("LEAQ", "(DX)(R10*2)", "R11")
+		} else {
+			f.Ins("LEAQ", fmt.Sprintf("(%s)(R10*1)", xRow[r-1]), xRow[r])
+		}
+	}
+	if n > 1 {
+		f.Ins("ADDQ", "DX", "R10")
+	}
+	f.Ins("ADDQ", "CX", "CX")
+	for r0 := 0; r0 < n; r0 += 3 {
+		g := min(3, n-r0)
+		for p := 0; p < 2; p++ {
+			acc := func(r, m, h int) string { return asmgen.Reg("Y", (2*r+m)*2+h) }
+			f.Zero("VPXOR", asmgen.Regs("Y", 0, 1, 4*g)...)
+			f.Ins("XORL", "AX", "AX")
+			loop := fmt.Sprintf("tb2x%d_%d_%d", n, r0, p)
+			f.P("\n%s:", loop)
+			for h := 0; h < 2; h++ {
+				for m := 0; m < 2; m++ {
+					f.Ins("VCVTPH2PS", asmgen.Mem(16*h, wRow[2*p+m])+"(AX*1)", asmgen.Reg("Y", 12+m))
+				}
+				for r := 0; r < g; r++ {
+					f.Ins("VMOVUPS", asmgen.Mem(32*h, xRow[r0+r])+"(AX*2)", "Y14")
+					for m := 0; m < 2; m++ {
+						f.Ins("VFMADD231PS", "Y14", asmgen.Reg("Y", 12+m), acc(r, m, h))
+					}
+				}
+			}
+			f.Ins("ADDQ", "$32", "AX")
+			f.Ins("CMPQ", "AX", "CX")
+			f.Ins("JNE", loop)
+			f.Ins("MOVQ", "out+40(FP)", "AX")
+			for r := 0; r < g; r++ {
+				for m := 0; m < 2; m++ {
+					lo, hi := acc(r, m, 0), acc(r, m, 1)
+					x := "X" + lo[1:]
+					f.Ins("VADDPS", hi, lo, lo)
+					f.Ins("VEXTRACTF128", "$1", lo, "X15")
+					f.Ins("VADDPS", "X15", x, x)
+					f.Ins("VPERMILPS", "$0x4e", x, "X15")
+					f.Ins("VADDPS", "X15", x, x)
+					f.Ins("VPERMILPS", "$0xb1", x, "X15")
+					f.Ins("VADDPS", "X15", x, x)
+					f.Ins("VMOVSS", x, asmgen.Mem(4*(4*(r0+r)+2*p+m), "AX"))
+				}
+			}
+		}
+	}
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+}

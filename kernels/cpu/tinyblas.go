@@ -53,6 +53,11 @@ var tinyBLASUse = func() *tinyBLASKernels {
 	return nil
 }()
 
+// tinyBLASMaxBlock caps the activation rows of a block (a multiple of
+// tinyBLASRows): for small k tinyBLASBlockBytes would allow thousands,
+// and the block's outputs are staged on the stack.
+const tinyBLASMaxBlock = 96
+
 // tinyBLASActs recycles the rounded activations of gemmTinyBLAS, so that a
 // step allocates none once warm. (The executor scratch cannot hold them:
 // the fused kernels keep their normalized rows right after the bytes gemm
@@ -101,55 +106,58 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 	}); err != nil {
 		return err
 	}
-	ib := max(tinyBLASRows, tinyBLASBlockBytes/(4*k)/tinyBLASRows*tinyBLASRows)
+	ib := min(tinyBLASMaxBlock, max(tinyBLASRows, tinyBLASBlockBytes/(4*k)/tinyBLASRows*tinyBLASRows))
 	return a.Pool.For(n/4, 4, func(_, lo, hi int) {
+		// tile holds a block's outputs for 16 features (four groups), so
+		// that each row's go to dst in one run, not four
 		var out [4 * tinyBLASRows]float32
+		var tile [tinyBLASMaxBlock * 16]float32
 		var wf []float32
 		if ks == nil {
 			wf = make([]float32, 4*k)
 		}
 		for i0 := 0; i0 < np; i0 += ib {
 			iend := min(np, i0+ib)
-			for g := lo; g < hi; g++ {
-				j := 4 * g
-				if wf != nil {
-					dequantF16Rows(wf, w[j*2*k:(j+4)*2*k])
-				}
-				for i := i0; i < iend; i += tinyBLASRows {
-					m := min(tinyBLASRows, iend-i)
+			for g0 := lo; g0 < hi; g0 += 4 {
+				gn := min(4, hi-g0)
+				for gg := 0; gg < gn; gg++ {
+					j := 4 * (g0 + gg)
 					if wf != nil {
-						tinyBLASTileGo(wf, xh[i*k:(i+m)*k], k, out[:4*m])
-					} else {
-						ks.tiles[m-1]((*uint16)(unsafe.Pointer(&w[j*2*k])), 2*k, &xh[i*k], 4*k, k, &out[0])
+						dequantF16Rows(wf, w[j*2*k:(j+4)*2*k])
 					}
-					for r := 0; r < m; r++ {
-						storeTile4(dst, ps[i+r], j, out[4*r:4*r+4], bias)
+					for i := i0; i < iend; i += tinyBLASRows {
+						m := min(tinyBLASRows, iend-i)
+						if wf != nil {
+							tinyBLASTileGo(wf, xh[i*k:(i+m)*k], k, out[:4*m])
+						} else {
+							ks.tiles[m-1]((*uint16)(unsafe.Pointer(&w[j*2*k])), 2*k, &xh[i*k], 4*k, k, &out[0])
+						}
+						for r := 0; r < m; r++ {
+							copy(tile[(i-i0+r)*16+4*gg:], out[4*r:4*r+4])
+						}
 					}
+				}
+				for r := 0; r < iend-i0; r++ {
+					storeRun(dst, ps[i0+r], 4*g0, tile[r*16:r*16+4*gn], bias)
 				}
 			}
 		}
 	})
 }
 
-// storeTile4 stores row i's outputs of the four weight rows from j on,
-// plus their bias when there is one.
-func storeTile4(dst func(i, j int) []float32, i, j int, v []float32, bias []float32) {
-	if d := dst(i, j); len(d) >= 4 {
-		d = d[:4]
+// storeRun stores row i's outputs v of the features from j on, plus their
+// bias when there is one, through as many of dst's runs as they span.
+func storeRun(dst func(i, j int) []float32, i, j int, v []float32, bias []float32) {
+	for len(v) > 0 {
+		d := dst(i, j)
+		d = d[:min(len(d), len(v))]
 		copy(d, v)
 		if bias != nil {
-			for c, b := range bias[j : j+4] {
+			for c, b := range bias[j : j+len(d)] {
 				d[c] += b
 			}
 		}
-		return
-	}
-	// four outputs that straddle two of the caller's arrays
-	for c, s := range v {
-		if bias != nil {
-			s += bias[j+c]
-		}
-		dst(i, j+c)[0] = s
+		v, j = v[len(d):], j+len(d)
 	}
 }
 

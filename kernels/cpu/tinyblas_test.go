@@ -164,13 +164,15 @@ func TestRoundF16(t *testing.T) {
 // prompt row tinyBLASDot's bits on its F16-rounded activations (plus the
 // bias) and each decode row vec_dot_f16's, on every kernel set's
 // micro-tiles and the Go ones alike, whatever the number of prompt rows (several blocks
-// of activation rows, partial micro-tiles) and with outputs split into
-// arrays at a feature that is not a multiple of four.
+// of activation rows, partial micro-tiles), however the workers split
+// the features, and with outputs split into arrays at a feature that is
+// not a multiple of four.
 func TestGemmTinyBLAS(t *testing.T) {
 	defer func(ks *tinyBLASKernels) { tinyBLASUse = ks }(tinyBLASUse)
 	rng := rand.New(rand.NewSource(13))
-	const n, split = 28, 6
-	for _, k := range []int{64, 1024} {
+	const split = 6
+	for _, c := range []struct{ k, n int }{{64, 28}, {1024, 28}, {64, 100}} {
+		k, n := c.k, c.n
 		for _, prompts := range []int{2, 7, 13, 61} {
 			for _, ks := range append(tinyBLASSets(), nil) {
 				tinyBLASUse = ks

@@ -125,8 +125,15 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 					if wf != nil {
 						dequantF16Rows(wf, w[j*2*k:(j+4)*2*k])
 					}
-					for i := i0; i < iend; i += tinyBLASRows {
-						m := min(tinyBLASRows, iend-i)
+					// the block's rows in as few micro-tiles as fit, of
+					// sizes that differ by at most one (32 rows: 6, 6, 5,
+					// 5, 5, 5, not five of 6 and a thin one of 2)
+					nt := (iend - i0 + tinyBLASRows - 1) / tinyBLASRows
+					for t, i := 0, i0; t < nt; t++ {
+						m := (iend - i0) / nt
+						if t < (iend-i0)%nt {
+							m++
+						}
 						if wf != nil {
 							tinyBLASTileGo(wf, xh[i*k:(i+m)*k], k, out[:4*m])
 						} else {
@@ -135,6 +142,7 @@ func gemmTinyBLAS(a *Args, x []float32, w []byte, rows, k, n int, dst func(i, j 
 						for r := 0; r < m; r++ {
 							copy(tile[(i-i0+r)*16+4*gg:], out[4*r:4*r+4])
 						}
+						i += m
 					}
 				}
 				for r := 0; r < iend-i0; r++ {

@@ -173,7 +173,7 @@ func TestGemmTinyBLAS(t *testing.T) {
 	const split = 6
 	for _, c := range []struct{ k, n int }{{64, 28}, {1024, 28}, {64, 100}} {
 		k, n := c.k, c.n
-		for _, prompts := range []int{2, 7, 13, 61} {
+		for _, prompts := range []int{1, 2, 7, 13, 61} {
 			for _, ks := range append(tinyBLASSets(), nil) {
 				tinyBLASUse = ks
 				name := "go"

@@ -4,8 +4,8 @@
 // matters for agreement with ggml.
 package cpu
 
-// The amd64 assembly (fattn_amd64.s, silu_amd64.s, vecf32_amd64.s) is
-// written by ./gen.
+// The amd64 assembly (fattn_amd64.s, silu_amd64.s, tinyblas_amd64.s,
+// tinyblas_avx2_amd64.s, vecf32_amd64.s) is written by ./gen.
 //go:generate go run ./gen -dir .
 
 import (

@@ -1,9 +1,10 @@
 // Command gen writes the amd64 assembly of package cpu — fattn_amd64.s,
-// silu_amd64.s and vecf32_amd64.s — from the tables and loops here: the
-// four-way unrolled column groups, the constant loads and tables, and the
-// 16x16 transpose's rounds come from loops, and ggml_v_expf's constants
-// from one table that both the flash-attention and the SwiGLU kernels
-// read.
+// silu_amd64.s, tinyblas_amd64.s, tinyblas_avx2_amd64.s and
+// vecf32_amd64.s — from the tables and loops here: the four-way unrolled
+// column groups, the constant loads and tables, the 16x16 transpose's
+// rounds and the tinyBLAS micro-tiles come from loops, and ggml_v_expf's
+// constants from one table that both the flash-attention and the SwiGLU
+// kernels read.
 //
 // Run it through `make generate` (go generate) after changing a kernel;
 // its output depends on nothing else, so CI can check that the committed
@@ -21,9 +22,11 @@ func main() { asmgen.Main("kernels/cpu", render) }
 // render returns the generated files by base name.
 func render() (map[string][]byte, error) {
 	return map[string][]byte{
-		"fattn_amd64.s":  fattnFile(),
-		"silu_amd64.s":   siluFile(),
-		"vecf32_amd64.s": vecf32File(),
+		"fattn_amd64.s":         fattnFile(),
+		"silu_amd64.s":          siluFile(),
+		"vecf32_amd64.s":        vecf32File(),
+		"tinyblas_amd64.s":      tinyBLASFile(),
+		"tinyblas_avx2_amd64.s": tinyBLASAVX2File(),
 	}, nil
 }
 

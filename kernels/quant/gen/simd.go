@@ -124,6 +124,18 @@ var rowPtrs = []string{"DI", "R8", "R9", "R10", "R11", "R12", "R13", "DX"}
 // rows4 are ROWSARGS's activation row registers.
 var rows4 = []string{"DI", "R8", "R9", "R13"}
 
+// q80Block is one Q8_0 block of a one-row product, the weight block at SI
+// and the activation block at DI, added to Y0: the weight quants made
+// unsigned with c80 (in Y15), the two scales' product in Y5, then
+// Q80VNNI. It is dotQ8_0VNNIAsm's loop body and matVecQ8_0Asm's odd last
+// block, so that both give the same bits.
+func q80Block(f *asmgen.File) {
+	f.Raw(`
+	VPXOR 2(SI), Y15, Y1
+	F16MUL((SI), (DI), X5, Y5, X6)
+	Q80VNNI(2(DI), Y0)`)
+}
+
 // q80 writes the Q8_0 · Q8_0 kernels.
 func q80(f *asmgen.File) {
 	f.Raw(`
@@ -149,13 +161,8 @@ func q80(f *asmgen.File) {
 		consts: []konst{{"c80<>", "Y15"}},
 		zero:   []string{"Y0"},
 		label:  "q80vloop",
-		body: func(f *asmgen.File) {
-			f.Raw(`
-	VPXOR 2(SI), Y15, Y1
-	F16MUL((SI), (DI), X5, Y5, X6)
-	Q80VNNI(2(DI), Y0)`)
-		},
-		wLen: 34, xLen: 34,
+		body:   q80Block,
+		wLen:   34, xLen: 34,
 	}).write(f)
 
 	f.Raw(`

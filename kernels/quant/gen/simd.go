@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
@@ -268,12 +269,9 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	CMPQ         BX, CX
 	JNE          q80x8loop
 
-	// Each row's lane sum in dotQ8_0VNNIAsm's order (HSUM).
-	MOVQ    out+32(FP), AX
-	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
-	VMOVUPS Y0, (AX)
-	VZEROUPPER
-	RET
+	// Each row's lane sum in dotQ8_0VNNIAsm's order (HSUM).`)
+	eightRowSums(f, 32)
+	f.Raw(`
 
 // Q80P8ROW adds the prepared activation row at off(DI) to acc (see
 // dotQ8_0x8PrepAsm); as Q80X8ROW, with the flipped quants loaded rather
@@ -303,14 +301,9 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 		f.P("\tQ80P8ROW(%d, Y%d, Y%d, %d, Y%d)", 32*r, 4+r, 24+r, 4*r, 16+r)
 	}
 	loopTail(f, "q80p8loop", step{"SI", 34}, step{"DI", 288})
-	f.Raw(`
-
-	MOVQ    out+24(FP), AX
-	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
-	VMOVUPS Y0, (AX)
-	VZEROUPPER
-	RET
-`)
+	f.P("")
+	eightRowSums(f, 24)
+	f.P("")
 	(&dotKernel{
 		sig: "dotQ8_0AVX2Asm(w, x *byte, nb int) float32",
 		doc: `
@@ -349,6 +342,17 @@ func vnniCorrected(f *asmgen.File, k, s, u, c string) {
 	f.Ins(xor, k+"4", k+"4", k+"4")
 	f.Ins("VPDPBUSD", s, c, k+"4")
 	f.Ins("VPSUBD", k+"4", k+"3", k+"3")
+}
+
+// eightRowSums ends an eight-row Q8_0 kernel: the rows' accumulators
+// Y16-Y23 reduced with HSUM's operations (HSUM8) and stored to out, the
+// argument at off(FP); then it returns.
+func eightRowSums(f *asmgen.File, off int) {
+	f.Ins("MOVQ", fmt.Sprintf("out+%d(FP)", off), "AX")
+	f.P("\tHSUM8(%s)", strings.Join(asmgen.Regs("Y", 16, 1, 8), ", "))
+	f.Ins("VMOVUPS", "Y0", "(AX)")
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
 }
 
 // q80Correction loads the weight quants of the Q8_0 block at SI (indexed

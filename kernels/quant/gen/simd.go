@@ -319,10 +319,8 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 			f.Raw(`
 	VPMADDWD    Y3, Y1, Y1
 	VPMADDWD    Y4, Y2, Y2
-	VPADDD      Y2, Y1, Y1
-	VCVTDQ2PS   Y1, Y1
-	F16MUL((SI), (DI), X5, Y5, X6)
-	VFMADD231PS Y5, Y1, Y0`)
+	VPADDD      Y2, Y1, Y1`)
+			scaledAcc(f, "Y1")
 		},
 		wLen: 34, xLen: 34,
 	}).write(f)
@@ -435,10 +433,8 @@ func q40(f *asmgen.File) {
 	VPMADDUBSW  2(DI), Y1, Y3
 	VPMADDUBSW  2(DI), Y14, Y4
 	VPSUBW      Y4, Y3, Y3
-	VPMADDWD    Y13, Y3, Y3
-	VCVTDQ2PS   Y3, Y3
-	F16MUL((SI), (DI), X5, Y5, X6)
-	VFMADD231PS Y5, Y3, Y0`)
+	VPMADDWD    Y13, Y3, Y3`)
+			scaledAcc(f, "Y3")
 		},
 		wLen: 18, xLen: 34,
 	}).write(f)
@@ -450,7 +446,14 @@ func q40(f *asmgen.File) {
 func q40VNNI(f *asmgen.File, eights string) {
 	f.Ins("VMOVDQU", "2(DI)", "Y2")
 	vnniCorrected(f, "Y", "Y2", "Y1", eights)
-	f.Ins("VCVTDQ2PS", "Y3", "Y3")
+	scaledAcc(f, "Y3")
+}
+
+// scaledAcc ends a one-row kernel's block: its eight int32 lane sums in
+// sums made float, times the weight and activation blocks' f16 scales
+// (at SI and DI: F16MUL's one rounding), added to Y0.
+func scaledAcc(f *asmgen.File, sums string) {
+	f.Ins("VCVTDQ2PS", sums, sums)
 	f.P("\tF16MUL((SI), (DI), X5, Y5, X6)")
-	f.Ins("VFMADD231PS", "Y5", "Y3", "Y0")
+	f.Ins("VFMADD231PS", "Y5", sums, "Y0")
 }

@@ -197,9 +197,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	for r := 0; r < 4; r++ {
 		f.Ins("VMOVDQU32", fmt.Sprintf("lane4<>+%d(SB)", 32*r), asmgen.Reg("Y", 16+r))
 	}
-	f.Zero("VXORPS", asmgen.Regs("Y", 10, 1, 4)...)
-	f.P("\nq80x4loop:")
-	q80Correction(f, "")
+	q80Loop(f, "VXORPS", asmgen.Regs("Y", 10, 1, 4), "q80x4loop", "")
 	gatherScales(f, rows4, "")
 	f.Raw(`
 	VCVTPH2PS    X0, X0
@@ -251,9 +249,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	IMUL3Q    $34, CX, CX
 	XORQ      BX, BX
 	VMOVDQU   c80<>(SB), Y15`)
-	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
-	f.P("\nq80x8loop:")
-	q80Correction(f, "(BX*1)")
+	q80Loop(f, "VPXORD", asmgen.Regs("Y", 16, 1, 8), "q80x8loop", "(BX*1)")
 	gatherScales(f, rowPtrs, "(BX*1)")
 	f.Raw(`
 	VCVTPH2PS    X0, Y0
@@ -289,9 +285,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 	f.Raw(`
 	VMOVDQU c80<>(SB), Y15`)
-	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
-	f.P("\nq80p8loop:")
-	q80Correction(f, "")
+	q80Loop(f, "VPXORD", asmgen.Regs("Y", 16, 1, 8), "q80p8loop", "")
 	f.Raw(`
 	VPBROADCASTW (SI), X3
 	VCVTPH2PS    X3, Y3
@@ -353,10 +347,14 @@ func eightRowSums(f *asmgen.File, off int) {
 	f.Ins("RET")
 }
 
-// q80Correction loads the weight quants of the Q8_0 block at SI (indexed
-// by idx) into Y1 and leaves the negated correction -128*sum(w) in Y2, as
-// the multi-row Q8_0 kernels start every block.
-func q80Correction(f *asmgen.File, idx string) {
+// q80Loop opens a multi-row Q8_0 kernel's block loop: its accumulators
+// accs cleared with the instruction clear, the loop's label, and what
+// every block starts with: the weight quants of the Q8_0 block at SI
+// (indexed by idx) loaded into Y1 and the negated correction -128*sum(w)
+// left in Y2.
+func q80Loop(f *asmgen.File, clear string, accs []string, label, idx string) {
+	f.Zero(clear, accs...)
+	f.P("\n%s:", label)
 	f.Ins("VMOVDQU", "2(SI)"+idx, "Y1")
 	f.Raw(`
 	VPXOR        Y2, Y2, Y2

@@ -82,14 +82,19 @@ vet:
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# demo_model is the shell that sets $model to MODEL or, where that file
+# is missing, to a synthetic random-weight model zrtc writes (its text is
+# noise), saying so for target $(1): the demo and serve targets' model.
+demo_model = model="$(MODEL)"; \
+	if [ ! -f "$$model" ]; then \
+		echo "$(1): $$model not found; writing a synthetic random-weight model (its text is noise)"; \
+		$(GO) run ./cmd/zrtc synth -o $(BIN)/synthetic.gguf && model=$(BIN)/synthetic.gguf; \
+	fi
+
 # demo: build both tools, compile a model, and tell a story. Uses the shared
 # stories260K when present, otherwise a synthetic model zrt writes itself.
 demo: build
-	@model="$(MODEL)"; \
-	if [ ! -f "$$model" ]; then \
-		echo "demo: $$model not found; writing a synthetic random-weight model (its text is noise)"; \
-		$(GO) run ./cmd/zrtc synth -o $(BIN)/synthetic.gguf && model=$(BIN)/synthetic.gguf; \
-	fi; \
+	@$(call demo_model,demo); \
 	$(BIN)/zrtc build "$$model" -o $(BIN)/demo.bundle && \
 	$(BIN)/zrt-run generate $(BIN)/demo.bundle --prompt "Once upon a time" -n 64 --json
 
@@ -97,11 +102,7 @@ demo: build
 # and serve it on loopback; open the printed URL for the chat playground.
 SERVE_ADDR ?= 127.0.0.1:8080
 serve: build
-	@model="$(MODEL)"; \
-	if [ ! -f "$$model" ]; then \
-		echo "serve: $$model not found; writing a synthetic random-weight model (its text is noise)"; \
-		$(GO) run ./cmd/zrtc synth -o $(BIN)/synthetic.gguf && model=$(BIN)/synthetic.gguf; \
-	fi; \
+	@$(call demo_model,serve); \
 	printf 'decode_slots = [1, 2, 4, 8]\nprefill_rows = [64]\n' > $(BIN)/serve.toml && \
 	$(BIN)/zrtc build -q "$$model" --config $(BIN)/serve.toml -o $(BIN)/serve.bundle && \
 	echo "serve: open http://$(SERVE_ADDR)/ (Ctrl-C stops)" && \

@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/internal/usage"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
@@ -68,15 +69,9 @@ type Options struct {
 
 // OptionError is a value Options cannot take: a mistake in the call,
 // which the commands report as a usage error.
-type OptionError struct{ Err error }
+type OptionError = usage.Error
 
-func (e *OptionError) Error() string { return e.Err.Error() }
-func (e *OptionError) Unwrap() error { return e.Err }
-
-// Usage marks the error as a mistake in the call (cmd/internal/exitcode).
-func (e *OptionError) Usage() bool { return true }
-
-func optionErrorf(format string, a ...any) error { return &OptionError{fmt.Errorf(format, a...)} }
+func optionErrorf(format string, a ...any) error { return &OptionError{Err: fmt.Errorf(format, a...)} }
 
 // Check refuses the settings no bundle can run, before one is opened:
 // counts out of range, and a speculative generation with the batched

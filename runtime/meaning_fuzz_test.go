@@ -24,6 +24,13 @@ import (
 // the values and the kernels.
 func mutateGraph(g *bundle.Graph, what uint8, at uint32, v int64) string {
 	pick := func(n int) int { return int(at) % n }
+	// setOne runs the setter sel picks (modulo their number) and returns
+	// its index.
+	setOne := func(sel uint32, set ...func()) uint32 {
+		i := sel % uint32(len(set))
+		set[i]()
+		return i
+	}
 	switch what % 10 {
 	case 0: // an integer hyperparameter
 		h := reflect.ValueOf(&g.Hparams).Elem()
@@ -59,46 +66,23 @@ func mutateGraph(g *bundle.Graph, what uint8, at uint32, v int64) string {
 	case 6:
 		vr := &g.Variants[pick(len(g.Variants))]
 		r := &vr.Relocs[int(at>>8)%len(vr.Relocs)]
-		switch (at >> 4) % 4 {
-		case 0:
-			r.Word = uint32(v)
-		case 1:
-			r.Sym.Index = uint32(v)
-		case 2:
-			r.Sym.Addend = uint64(v)
-		case 3:
-			r.Sym.Space = pm4.Space(uint8(v))
-		}
-		return fmt.Sprintf("reloc field %d = %d", (at>>4)%4, v)
+		f := setOne(at>>4, func() { r.Word = uint32(v) }, func() { r.Sym.Index = uint32(v) },
+			func() { r.Sym.Addend = uint64(v) }, func() { r.Sym.Space = pm4.Space(uint8(v)) })
+		return fmt.Sprintf("reloc field %d = %d", f, v)
 	case 7:
 		vr := &g.Variants[pick(len(g.Variants))]
 		l := &vr.Liveness[int(at>>8)%len(vr.Liveness)]
-		switch (at >> 4) % 3 {
-		case 0:
-			l.Offset = v
-		case 1:
-			l.Bytes = v
-		case 2:
-			l.Physical = int32(v)
-		}
-		return fmt.Sprintf("liveness %s field %d = %d", l.Name, (at>>4)%3, v)
+		f := setOne(at>>4, func() { l.Offset = v }, func() { l.Bytes = v }, func() { l.Physical = int32(v) })
+		return fmt.Sprintf("liveness %s field %d = %d", l.Name, f, v)
 	case 8:
 		i := pick(len(g.Variants))
 		g.Variants[i].Stage = bundle.Stage(v)
 		return fmt.Sprintf("variant %d stage = %d", i, uint8(v))
 	case 9:
 		w := &g.Weights[pick(len(g.Weights))]
-		switch (at >> 8) % 4 {
-		case 0:
-			w.Dims[int(at>>4)%len(w.Dims)] = v
-		case 1:
-			w.Offset = v
-		case 2:
-			w.Bytes = v
-		case 3:
-			w.Type = uint32(v)
-		}
-		return fmt.Sprintf("weight %s field %d = %d", w.Buffer, (at>>8)%4, v)
+		f := setOne(at>>8, func() { w.Dims[int(at>>4)%len(w.Dims)] = v }, func() { w.Offset = v }, func() { w.Bytes = v },
+			func() { w.Type = uint32(v) })
+		return fmt.Sprintf("weight %s field %d = %d", w.Buffer, f, v)
 	}
 	return ""
 }

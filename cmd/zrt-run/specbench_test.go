@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/zrtdev/zrt/runtime/sequence"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/internal/clitest"
-	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 )
 
 // runCmd runs zrt-run with args and returns its stdout and stderr.
@@ -75,10 +74,7 @@ func TestBenchSpeculative(t *testing.T) {
 // draft variant, and --speculative self prints what plain decoding
 // prints; without the variant self is refused before any output.
 func TestGenerateSelfFromGGUF(t *testing.T) {
-	model := filepath.Join(reference.SharedDir(), "models", "stories260K.gguf")
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
+	model := testmodel.Shared(t, "stories260K.gguf")
 	bin := filepath.Join(buildTools(t), "zrt-run")
 	cache := t.TempDir()
 	run := func(args ...string) (string, error) {

@@ -21,22 +21,7 @@ import (
 // FFN outputs, a GeGLU FFN, the output tied to the embeddings, and the
 // final logits soft-capped (final_logit_softcapping, default 30).
 func gemma2(f *gguf.File, c *config.Config) (*Spec, error) {
-	s, err := gemmaLineage(f, c, 46, 2, 4096, true)
-	if err != nil {
-		return nil, err
-	}
-	m := archMeta{f: f, arch: s.Hparams.Arch}
-	attnCap, err := m.float("attn_logit_softcapping", 50)
-	if err != nil {
-		return nil, err
-	}
-	if s.LogitSoftcap, err = m.float("final_logit_softcapping", 30); err != nil {
-		return nil, err
-	}
-	for l := range s.Layers {
-		s.Layers[l].Softcap = attnCap
-	}
-	return s, nil
+	return gemmaLineage(f, c, gemmaDefaults{big: 46, pattern: 2, window: 4096, swaBaseTrain: true, attnSoftcap: 50, softcap: 30})
 }
 
 // gemma3 is gemma2 without attention soft-capping and with qwen3's
@@ -47,18 +32,7 @@ func gemma2(f *gguf.File, c *config.Config) (*Spec, error) {
 // 27B is recognised by its 62 layers; final logits are soft-capped only
 // when the file says so.
 func gemma3(f *gguf.File, c *config.Config) (*Spec, error) {
-	s, err := gemmaLineage(f, c, 62, 6, 0, false)
-	if err != nil {
-		return nil, err
-	}
-	m := archMeta{f: f, arch: s.Hparams.Arch}
-	if s.LogitSoftcap, err = m.float("final_logit_softcapping", 0); err != nil {
-		return nil, err
-	}
-	for l := range s.Layers {
-		s.Layers[l].QKNorm = true
-	}
-	return s, nil
+	return gemmaLineage(f, c, gemmaDefaults{big: 62, pattern: 6, qkNorm: true})
 }
 
 // gemma4 is gemma3 with local and global layers of their own shapes
@@ -74,15 +48,12 @@ func gemma3(f *gguf.File, c *config.Config) (*Spec, error) {
 // layers with a router (ffn_gate_inp), routed experts beside the dense FFN
 // (GemmaMoEFFN).
 func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
-	s, err := gemmaLineage(f, c, -1, 2, 0, false)
+	s, err := gemmaLineage(f, c, gemmaDefaults{big: -1, pattern: 2, qkNorm: true, softcap: 30})
 	if err != nil {
 		return nil, err
 	}
 	h := &s.Hparams
 	m := archMeta{f: f, arch: h.Arch}
-	if s.LogitSoftcap, err = m.float("final_logit_softcapping", 30); err != nil {
-		return nil, err
-	}
 	// The checkpoints without per-layer inputs or shared KV layers (the
 	// large ones) may say 0.
 	if s.PerLayerInput, err = m.count("embedding_length_per_layer_input"); err != nil {
@@ -113,7 +84,7 @@ func gemma4(f *gguf.File, c *config.Config) (*Spec, error) {
 				return nil, err
 			}
 		}
-		ls.QScale, ls.QKNorm, ls.VNorm = 1, true, true
+		ls.QScale, ls.VNorm = 1, true
 		if isLocal {
 			local.NHeadKV = ls.Attn.NHeadKV
 			ls.Attn, ls.Rope.NRot = local, localRot
@@ -203,13 +174,30 @@ func (m archMeta) slidingLayers(n, window, pattern int) ([]bool, error) {
 	return out, nil
 }
 
-// gemmaLineage reads what gemma2 and gemma3 share. big is the layer count
-// by which llama.cpp recognises the 27B, whose query scale differs;
-// pattern and window are the family's default sliding-window period and
-// width (window 0: no sliding window unless the file sets one); swaBaseTrain
-// says whether local layers default to the model's RoPE base and scale
-// (gemma2) or to base 10000 unscaled (gemma3).
-func gemmaLineage(f *gguf.File, c *config.Config, big, pattern, window int, swaBaseTrain bool) (*Spec, error) {
+// gemmaDefaults are what a Gemma generation assumes where the file says
+// nothing, and how llama.cpp recognises its 27B.
+type gemmaDefaults struct {
+	// big is the layer count by which llama.cpp recognises the 27B, whose
+	// query scale differs (-1: none).
+	big int
+	// pattern and window are the sliding-window period and width
+	// (window 0: no sliding window unless the file sets one).
+	pattern, window int
+	// swaBaseTrain says whether local layers default to the model's RoPE
+	// base and scale (gemma2) or to base 10000 unscaled (gemma3).
+	swaBaseTrain bool
+	// attnSoftcap is attn_logit_softcapping's default; 0: the generation
+	// has no attention soft-capping (the key is not read).
+	attnSoftcap float64
+	// qkNorm says whether Q and K are RMS-normed per head (qwen3's norms).
+	qkNorm bool
+	// softcap is final_logit_softcapping's default (0: none).
+	softcap float64
+}
+
+// gemmaLineage reads what the Gemma generations share, with the
+// generation's defaults def.
+func gemmaLineage(f *gguf.File, c *config.Config, def gemmaDefaults) (*Spec, error) {
 	s, err := llamaLineage(f, c, LayerSpec{Mixer: FullAttention{}, Rope: Rope{NeoX: true}, PostNorms: true, FFN: DenseFFN{GELU: true}})
 	if err != nil {
 		return nil, err
@@ -219,19 +207,20 @@ func gemmaLineage(f *gguf.File, c *config.Config, big, pattern, window int, swaB
 	s.EmbedScale = float64(float32(math.Sqrt(float64(h.NEmbd))))
 	// 1.0f / std::sqrt(float(d)), in float32 as llama.cpp computes it.
 	d := h.HeadDim
-	if h.NLayer == big {
+	if h.NLayer == def.big {
 		d = h.NEmbd / h.NHead
 	}
 	qscale := 1 / float32(math.Sqrt(float64(d)))
+	window := def.window
 	if err := m.get("attention.sliding_window", &window, window); err != nil {
 		return nil, err
 	}
-	local, err := m.slidingLayers(h.NLayer, window, pattern)
+	local, err := m.slidingLayers(h.NLayer, window, def.pattern)
 	if err != nil {
 		return nil, err
 	}
 	swa := Rope{NeoX: true, NRot: h.NRot, Base: 10000, Scale: 1}
-	if swaBaseTrain {
+	if def.swaBaseTrain {
 		swa.Base, swa.Scale = s.Layers[0].Rope.Base, s.Layers[0].Rope.Scale
 	}
 	if swa.Base, err = m.float("rope.freq_base_swa", swa.Base); err != nil {
@@ -240,13 +229,24 @@ func gemmaLineage(f *gguf.File, c *config.Config, big, pattern, window int, swaB
 	if !(swa.Base > 0) {
 		return nil, fmt.Errorf("%s.rope.freq_base_swa %v must be positive", h.Arch, swa.Base)
 	}
+	var attnCap float64
+	if def.attnSoftcap > 0 {
+		if attnCap, err = m.float("attn_logit_softcapping", def.attnSoftcap); err != nil {
+			return nil, err
+		}
+	}
 	for l := range s.Layers {
 		ls := &s.Layers[l]
 		ls.QScale = float64(qscale)
+		ls.Softcap = attnCap
+		ls.QKNorm = def.qkNorm
 		if local[l] {
 			ls.Mixer = SlidingWindowAttention{Window: window}
 			ls.Rope = swa
 		}
+	}
+	if s.LogitSoftcap, err = m.float("final_logit_softcapping", def.softcap); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/zrtdev/zrt/format/filedigest"
 	"github.com/zrtdev/zrt/format/gguf"
 	"github.com/zrtdev/zrt/format/publish"
+	"github.com/zrtdev/zrt/internal/usage"
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/passes"
 )
@@ -57,14 +58,7 @@ type Options struct {
 
 // OptionError is a combination of Options Run cannot take: a mistake in
 // the call.
-type OptionError struct{ Err error }
-
-func (e *OptionError) Error() string { return e.Err.Error() }
-func (e *OptionError) Unwrap() error { return e.Err }
-
-// Usage marks the error as a mistake in the call (the commands' exit
-// status 2).
-func (e *OptionError) Usage() bool { return true }
+type OptionError = usage.Error
 
 // Run builds o.Model as o says (with Compiler.CompileTo, only its text
 // IR, and no summary) and returns what it did.
@@ -83,21 +77,21 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	set := len(o.Targets) > 1 || o.TP > 1
 	switch c := o.Compiler; {
 	case o.TP < 0 || o.TP == 1 || o.TP > 64:
-		return nil, &OptionError{fmt.Errorf("build: --tp %d: a tensor-parallel set has 2 to 64 ranks", o.TP)}
+		return nil, &OptionError{Err: fmt.Errorf("build: --tp %d: a tensor-parallel set has 2 to 64 ranks", o.TP)}
 	case o.TP > 1 && (c.CompileTo != "" || c.CompileFrom != ""):
-		return nil, &OptionError{errors.New("build: --tp builds every rank's bundle from the GGUF; --compile-to and --compile-from take one bundle")}
+		return nil, &OptionError{Err: errors.New("build: --tp builds every rank's bundle from the GGUF; --compile-to and --compile-from take one bundle")}
 	case c.CompileTo != "" && (set || o.WantKey):
-		return nil, &OptionError{errors.New("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")}
+		return nil, &OptionError{Err: errors.New("build: --compile-to writes text IR for one target; it takes neither several targets nor --json")}
 	case c.CompileTo != "" && o.Out == "":
 		return nil, compiler.CompileIR(ctx, o.Model, o.IR, c)
 	case c.CompileTo != "":
 		return nil, compiler.Compile(ctx, o.Model, o.Out, c)
 	case set && c.CompileFrom != "":
-		return nil, &OptionError{errors.New("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")}
+		return nil, &OptionError{Err: errors.New("build: --compile-from resumes one target's IR; build the set's targets from the GGUF")}
 	case o.TP > 1 && c.DumpAfter != "":
-		return nil, &OptionError{errors.New("build: --dump-after with --tp would write every rank's dumps over each other; dump one rank with zrtc dump ir --after PASS --tp N --tp-rank R")}
+		return nil, &OptionError{Err: errors.New("build: --dump-after with --tp would write every rank's dumps over each other; dump one rank with zrtc dump ir --after PASS --tp N --tp-rank R")}
 	case set && c.DumpAfter != "":
-		return nil, &OptionError{errors.New("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")}
+		return nil, &OptionError{Err: errors.New("build: --dump-after with several targets would write every target's dumps over each other; dump one target at a time")}
 	}
 	b := &builder{model: o.Model, opt: o.Compiler, say: say, warn: warn, forceBuild: o.Compiler.DumpAfter != "",
 		wantKey: o.WantKey || set, tp: o.TP}

@@ -138,6 +138,22 @@ func describe(t token) string {
 }
 
 // word reads a bare word.
+// parseWord reads a word (what names what it should be) and parses it
+// with parse; a word parse refuses is an error at its column, bad
+// formatted with the word.
+func parseWord[T any](p *parser, what string, parse func(string) (T, bool), bad string) (T, error) {
+	t, err := p.word(what)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, ok := parse(t.text)
+	if !ok {
+		return v, p.errAt(t.col, bad, t.text)
+	}
+	return v, nil
+}
+
 func (p *parser) word(what string) (token, error) {
 	t := p.next()
 	if t.kind != tWord {
@@ -200,13 +216,9 @@ func (p *parser) finish() {
 }
 
 func (p *parser) parseGraph() error {
-	t, err := p.word("shape key (stage.sN.rN)")
+	k, err := parseWord(p, "shape key (stage.sN.rN)", parseKey, "bad shape key %q, want prefill|decode.sSLOTS.rROWS")
 	if err != nil {
 		return err
-	}
-	k, ok := parseKey(t.text)
-	if !ok {
-		return p.errAt(t.col, "bad shape key %q, want prefill|decode.sSLOTS.rROWS", t.text)
 	}
 	if err := p.end(); err != nil {
 		return err
@@ -293,21 +305,12 @@ func (p *parser) parseBuffer() error {
 				b.Type = ty
 			}
 		case "dims":
-			var t token
-			if t, err = p.word("dims"); err == nil {
-				d, ok := splitInts(t.text, 0)
-				if !ok {
-					return p.errAt(t.col, "bad dims %q, want AxB…", t.text)
-				}
-				b.Dims = d
-			}
+			b.Dims, err = parseWord(p, "dims", func(s string) ([]int64, bool) { return splitInts(s, 0) }, "bad dims %q, want AxB…")
 		case "bytes":
-			var t token
-			if t, err = p.word("byte count"); err == nil {
-				if b.Bytes, err = strconv.ParseInt(t.text, 10, 64); err != nil {
-					return p.errAt(t.col, "bad byte count %q", t.text)
-				}
-			}
+			b.Bytes, err = parseWord(p, "byte count", func(s string) (int64, bool) {
+				n, err := strconv.ParseInt(s, 10, 64)
+				return n, err == nil
+			}, "bad byte count %q")
 		default:
 			return p.errAt(kt.col, "unknown buffer field %q (tensor, source, type, dims, layerclass, bytes)", kt.text)
 		}
@@ -328,13 +331,10 @@ func (p *parser) parseReg() error {
 	if err != nil {
 		return err
 	}
-	t, err := p.word("register shape RxCxE")
+	s, err := parseWord(p, "register shape RxCxE", func(s string) ([]int64, bool) { return splitInts(s, 3) },
+		"bad register shape %q, want ROWSxCOLSxELEMBYTES")
 	if err != nil {
 		return err
-	}
-	s, ok := splitInts(t.text, 3)
-	if !ok {
-		return p.errAt(t.col, "bad register shape %q, want ROWSxCOLSxELEMBYTES", t.text)
 	}
 	if err := p.end(); err != nil {
 		return err
@@ -349,13 +349,9 @@ func (p *parser) parseInst() error {
 	if t.kind == tWord && t.text != "" && strings.Trim(t.text, "0123456789") == "" {
 		p.next() // the instruction number: a reading aid only
 	}
-	ot, err := p.word("opcode")
+	op, err := parseWord(p, "opcode", ParseOp, "unknown opcode %q")
 	if err != nil {
 		return err
-	}
-	op, ok := ParseOp(ot.text)
-	if !ok {
-		return p.errAt(ot.col, "unknown opcode %q", ot.text)
 	}
 	in := Inst{Op: op}
 	list := &in.Reads

@@ -21,6 +21,7 @@ import (
 	"github.com/zrtdev/zrt/format/bytesize"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/internal/usage"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
 
@@ -843,7 +844,7 @@ func (s *Shape) SetType(name string) error {
 	}
 	t, ok := ggml.ParseType(name)
 	if !ok {
-		return &ShapeError{fmt.Errorf("synth: unknown weight type %q", name)}
+		return &ShapeError{Err: fmt.Errorf("synth: unknown weight type %q", name)}
 	}
 	s.Type = t
 	return nil
@@ -864,14 +865,7 @@ func (s *Shape) TokenizerFromFile(path string) error {
 }
 
 // ShapeError is a shape synth cannot write: a mistake in the call.
-type ShapeError struct{ Err error }
-
-func (e *ShapeError) Error() string { return e.Err.Error() }
-func (e *ShapeError) Unwrap() error { return e.Err }
-
-// Usage marks the error as a mistake in the call (the commands' exit
-// status 2).
-func (e *ShapeError) Usage() bool { return true }
+type ShapeError = usage.Error
 
 // WriteFile writes the model of shape s to path atomically (zrt synth -o).
 // A large shape takes a while (45 s for 500 MB), so say (nil: quiet)

@@ -77,6 +77,17 @@ type Region struct {
 	Align int64
 }
 
+// RegionIndex is the index in g.Regions of the region named name (names
+// are unique in a checked graph), or -1 when the plan has none.
+func (g *Graph) RegionIndex(name string) int {
+	for i, r := range g.Regions {
+		if r.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 // Weight places a tensor in a weights region.
 type Weight struct {
 	Buffer, Tensor string

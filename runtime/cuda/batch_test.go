@@ -50,10 +50,7 @@ func TestDecodeBatchNearSingle(t *testing.T) {
 
 func decodeBatchNearSingle(t *testing.T, shape synth.Shape) {
 	out := compileSynth(t, shape, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 4, 16, 64]\nkv_pages = 600\n")
-	e, err := sequence.Open(out, runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := openPool(t, out, runtime.Options{Tier: "cuda"})
 	defer e.Close()
 	ctx := context.Background()
 	prompt := func(i int) []int32 { // distinct prompts of 3 to 9 tokens

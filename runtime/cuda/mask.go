@@ -36,15 +36,7 @@ type masker struct {
 // buffers, for a bundle whose PTX has it.
 func (t *Tier) initMasker(b *bundle.Bundle) error {
 	m := &t.mask
-	m.logits, m.tokens = -1, -1
-	for i, r := range b.Graph.Regions {
-		switch r.Name {
-		case kernels.RegionLogits:
-			m.logits = i
-		case kernels.RegionTokens:
-			m.tokens = i
-		}
-	}
+	m.logits, m.tokens = b.Graph.RegionIndex(kernels.RegionLogits), b.Graph.RegionIndex(kernels.RegionTokens)
 	for k, blob := range b.Blobs {
 		if family, _, _ := strings.Cut(blob.Name, "."); family == "argmax" && t.entries[kcuda.EntryMasked][k] != 0 {
 			m.fn = t.entries[kcuda.EntryMasked][k]

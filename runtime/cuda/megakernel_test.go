@@ -297,10 +297,7 @@ func TestMegakernelMatchesGraphAndCPU(t *testing.T) {
 // every sequence's logits after every step.
 func batchRun(t *testing.T, dir string, opt runtime.Options, n int, fixed bool) [][]float32 {
 	t.Helper()
-	p, err := sequence.Open(dir, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := openPool(t, dir, opt)
 	defer p.Close()
 	ctx := context.Background()
 	var seqs []*sequence.Sequence
@@ -405,10 +402,7 @@ type greedyRun_ struct {
 // (or force[i], when given), and returns the tokens fed and the logits.
 func greedyRun(t *testing.T, dir string, opt runtime.Options, force []int32) greedyRun_ {
 	t.Helper()
-	p, err := sequence.Open(dir, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := openPool(t, dir, opt)
 	defer p.Close()
 	ctx := context.Background()
 	s, err := p.NewSequence()

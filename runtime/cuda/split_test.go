@@ -362,15 +362,9 @@ func TestDecodeSplitWithCPU(t *testing.T) {
 	shape := synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 8, HeadsKV: 4, HeadDim: 64, FF: 512, Vocab: 320, Context: 4096,
 		Type: ggml.Q8_0, Seed: 43}
 	const config = "max_slots = 2\ndecode_slots = [1]\n"
-	gpu, err := sequence.Open(compileSynth(t, shape, "cuda:sm_90", config), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gpu := openPool(t, compileSynth(t, shape, "cuda:sm_90", config), runtime.Options{Tier: "cuda"})
 	defer gpu.Close()
-	cpu, err := sequence.Open(compileSynth(t, shape, "cpu", config), runtime.Options{Tier: "cpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cpu := openPool(t, compileSynth(t, shape, "cpu", config), runtime.Options{Tier: "cpu"})
 	defer cpu.Close()
 	ctx := context.Background()
 	const n = 2000

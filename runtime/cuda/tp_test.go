@@ -146,16 +146,15 @@ func buildTP2(t *testing.T, model, set string) *bundleset.Index {
 func batchLogits(t *testing.T, dir string, opt runtime.Options, prompts, forced [][]int32) [][][]float32 {
 	t.Helper()
 	ctx := context.Background()
-	p, err := sequence.Open(dir, opt)
-	if err != nil {
-		t.Fatalf("open %s on %s: %v", dir, opt.Tier, err)
-	}
+	p := openPool(t, dir, opt)
 	defer p.Close()
 	seqs := make([]*sequence.Sequence, len(prompts))
 	for i := range seqs {
-		if seqs[i], err = p.NewSequence(); err != nil {
+		s, err := p.NewSequence()
+		if err != nil {
 			t.Fatal(err)
 		}
+		seqs[i] = s
 	}
 	if err := p.PrefillBatch(ctx, seqs, prompts); err != nil {
 		t.Fatalf("%s: prefill: %v", dir, err)

@@ -20,6 +20,18 @@ import (
 	"github.com/zrtdev/zrt/runtime/sequence"
 )
 
+// openPool opens the bundle at dir with opt as a sequence pool, failing
+// the test (naming the bundle and the tier) when it cannot; the caller
+// closes it.
+func openPool(t *testing.T, dir string, opt runtime.Options) *sequence.Pool {
+	t.Helper()
+	p, err := sequence.Open(dir, opt)
+	if err != nil {
+		t.Fatalf("open %s on %s: %v", dir, opt.Tier, err)
+	}
+	return p
+}
+
 // compileSynth writes a synthetic model and compiles it for target, with
 // config (a model config's TOML) when it is not empty.
 func compileSynth(t *testing.T, s synth.Shape, target, config string) string {

@@ -19,7 +19,6 @@ import (
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/bundleset"
 	"github.com/zrtdev/zrt/format/ggml"
-	"github.com/zrtdev/zrt/internal/reference"
 	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
@@ -60,10 +59,7 @@ func sharedOn(t *testing.T, file, config string, tr tier) *runtime.Program {
 			t.Skipf("no GPU: %v", err)
 		}
 	}
-	model := filepath.Join(reference.SharedDir(), "models", file)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
+	model := testmodel.Shared(t, file)
 	return compileOn(t, model, config, tr)
 }
 
@@ -127,10 +123,7 @@ func setOn(t *testing.T, file, config string, tr tier, n int) *runtime.Program {
 			t.Skipf("%d GPU(s) here, a set of %d ranks needs %d", info.Devices, n, n)
 		}
 	}
-	model := filepath.Join(reference.SharedDir(), "models", file)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
+	model := testmodel.Shared(t, file)
 	dir := t.TempDir()
 	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "set")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {

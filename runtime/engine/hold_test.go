@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -121,34 +122,30 @@ func TestPrefillHoldRest(t *testing.T) {
 		}
 		return held - prompt, prompt
 	}
-	submit(8)
-	if _, p := step(); p != 8 {
-		t.Fatalf("first step: %d prompt rows, want the whole prompt of 8", p)
+	// wantStep runs a step and fails unless it has the rows given:
+	// decoding ones (any number when decoding < 0) and prompt ones.
+	wantStep := func(what string, decoding, prompt int) {
+		t.Helper()
+		if d, p := step(); (decoding >= 0 && d != decoding) || p != prompt {
+			t.Fatalf("%s: %d decode and %d prompt rows, want %d and %d", what, d, p, decoding, prompt)
+		}
 	}
+	submit(8)
+	wantStep("first step (the whole prompt of 8)", -1, 8)
 	// 1 decoding row and 70 prompt rows: the step takes 63 of them; the
 	// 7 left wait.
 	submit(40)
 	submit(30)
-	if d, p := step(); d != 1 || p != 63 {
-		t.Fatalf("the prompts' step has %d decode and %d prompt rows, want 1 and 63", d, p)
-	}
+	wantStep("the prompts' step", 1, 63)
 	for i := range 3 {
-		if d, p := step(); d != 2 || p != 0 {
-			t.Fatalf("held step %d: %d decode and %d prompt rows, want 2 and 0", i, d, p)
-		}
+		wantStep(fmt.Sprintf("held step %d", i), 2, 0)
 	}
-	if _, p := step(); p != 7 {
-		t.Fatalf("after the bound: %d prompt rows, want the 7 left", p)
-	}
+	wantStep("after the bound (the 7 left)", -1, 7)
 	// The rest of a prompt goes as soon as newer prompts fill the step
 	// with it: 3 decoding rows, then 60+40 prompt rows.
 	submit(60)
 	submit(40)
-	if d, p := step(); d != 3 || p != 61 {
-		t.Fatalf("the next prompts' step: %d decode and %d prompt rows, want 3 and 61", d, p)
-	}
+	wantStep("the next prompts' step", 3, 61)
 	submit(30)
-	if d, p := step(); d != 4 || p != 60 {
-		t.Fatalf("the rest with a newer prompt: %d decode and %d prompt rows, want 4 and 60 (39 + 21)", d, p)
-	}
+	wantStep("the rest with a newer prompt (39 + 21)", 4, 60)
 }

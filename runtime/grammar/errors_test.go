@@ -65,6 +65,28 @@ func TestCompileTimeLimit(t *testing.T) {
 	}
 }
 
+// TestGBNFDelimiters: a literal or class the text ends inside, an escape
+// at its very end, and a class range upside down each say so, at the
+// offset where the parser stopped.
+func TestGBNFDelimiters(t *testing.T) {
+	for src, want := range map[string]string{
+		`root ::= "abc`:  "grammar: gbnf: at offset 13: unterminated literal",
+		`root ::= "ab\`:  "grammar: gbnf: at offset 13: escape at end of text",
+		`root ::= [a-`:   "grammar: gbnf: at offset 12: unterminated character class",
+		`root ::= [ab`:   "grammar: gbnf: at offset 12: unterminated character class",
+		`root ::= [z-a]`: "grammar: gbnf: at offset 13: class range 'z'-'a' is reversed",
+	} {
+		if err := compileErr(t, Spec{GBNF: src}, Limits{}); err == nil || err.Error() != want {
+			t.Errorf("gbnf %q: got %v, want %q", src, err, want)
+		}
+	}
+	for _, src := range []string{`root ::= [^a-c]+ "x\"y" [\]-]`, `root ::= "é\x41" [α-ω-]`} {
+		if err := compileErr(t, Spec{GBNF: src}, Limits{}); err != nil {
+			t.Errorf("gbnf %q: %v", src, err)
+		}
+	}
+}
+
 // TestBadSpecs: malformed specs give SyntaxError or SchemaError naming
 // the place.
 func TestBadSpecs(t *testing.T) {

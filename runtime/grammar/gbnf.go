@@ -172,19 +172,8 @@ func (p *gbnfParser) sequence(nested bool, depth int) (*expr, error) {
 		case c == '"':
 			p.pos++
 			var lit []byte
-			for {
-				if p.pos >= len(p.src) {
-					return nil, p.errf("unterminated literal")
-				}
-				if p.src[p.pos] == '"' {
-					p.pos++
-					break
-				}
-				r, err := p.char()
-				if err != nil {
-					return nil, err
-				}
-				lit = utf8.AppendRune(lit, r)
+			if err := p.until('"', "literal", func(r rune) error { lit = utf8.AppendRune(lit, r); return nil }); err != nil {
+				return nil, err
 			}
 			items = append(items, &expr{kind: eLit, lit: lit})
 		case c == '[':
@@ -300,31 +289,47 @@ func (p *gbnfParser) class() (*expr, error) {
 		p.pos++
 	}
 	var rs []runeRange
-	for {
-		if p.pos >= len(p.src) {
-			return nil, p.errf("unterminated character class")
-		}
-		if p.src[p.pos] == ']' {
-			p.pos++
-			break
-		}
-		lo, err := p.char()
-		if err != nil {
-			return nil, err
-		}
+	err := p.until(']', "character class", func(lo rune) error {
 		hi := lo
 		if p.pos+1 < len(p.src) && p.src[p.pos] == '-' && p.src[p.pos+1] != ']' {
 			p.pos++
+			var err error
 			if hi, err = p.char(); err != nil {
-				return nil, err
+				return err
 			}
 			if hi < lo {
-				return nil, p.errf("class range %q-%q is reversed", lo, hi)
+				return p.errf("class range %q-%q is reversed", lo, hi)
 			}
 		}
 		rs = append(rs, runeRange{lo, hi})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return classOf(rs, negate), nil
+}
+
+// until reads the code points of a literal or class up to its closing
+// byte end, which it takes, handing each to add; text that ends first is
+// an error naming what was left open.
+func (p *gbnfParser) until(end byte, what string, add func(r rune) error) error {
+	for {
+		if p.pos >= len(p.src) {
+			return p.errf("unterminated %s", what)
+		}
+		if p.src[p.pos] == end {
+			p.pos++
+			return nil
+		}
+		r, err := p.char()
+		if err != nil {
+			return err
+		}
+		if err := add(r); err != nil {
+			return err
+		}
+	}
 }
 
 // char reads one code point of a literal or class, with llama.cpp's

@@ -53,6 +53,24 @@ func (g *tgraph) node() (int32, error) {
 	return int32(len(g.nodes) - 1), nil
 }
 
+// eps adds an epsilon edge from node from to node to.
+func (g *tgraph) eps(from, to int32) { g.nodes[from].eps = append(g.nodes[from].eps, to) }
+
+// enter builds e after a fresh node that node from reaches by an epsilon
+// edge (so that e's own epsilon edges cannot leak into what came before
+// from) and returns that node and the node after e: an alternative's
+// branch, a loop's body.
+func (g *tgraph) enter(e *expr, from int32) (start, end int32, err error) {
+	if start, err = g.node(); err != nil {
+		return 0, 0, err
+	}
+	g.eps(from, start)
+	if end, err = g.build(e, start); err != nil {
+		return 0, 0, err
+	}
+	return start, end, nil
+}
+
 // build adds e after node in and returns the node after it.
 func (g *tgraph) build(e *expr, in int32) (int32, error) {
 	switch e.kind {
@@ -71,16 +89,11 @@ func (g *tgraph) build(e *expr, in int32) (int32, error) {
 			return 0, err
 		}
 		for _, s := range e.subs {
-			start, err := g.node()
+			_, end, err := g.enter(s, in)
 			if err != nil {
 				return 0, err
 			}
-			g.nodes[in].eps = append(g.nodes[in].eps, start)
-			end, err := g.build(s, start)
-			if err != nil {
-				return 0, err
-			}
-			g.nodes[end].eps = append(g.nodes[end].eps, out)
+			g.eps(end, out)
 		}
 		return out, nil
 	case eLit:
@@ -135,16 +148,11 @@ func (g *tgraph) build(e *expr, in int32) (int32, error) {
 		if e.max < 0 {
 			// A loop through a fresh node, so that the body's epsilon
 			// edges cannot leak into what came before.
-			loop, err := g.node()
+			loop, end, err := g.enter(sub, cur)
 			if err != nil {
 				return 0, err
 			}
-			g.nodes[cur].eps = append(g.nodes[cur].eps, loop)
-			end, err := g.build(sub, loop)
-			if err != nil {
-				return 0, err
-			}
-			g.nodes[end].eps = append(g.nodes[end].eps, loop)
+			g.eps(end, loop)
 			return loop, nil
 		}
 		if e.max == e.min {
@@ -155,12 +163,12 @@ func (g *tgraph) build(e *expr, in int32) (int32, error) {
 			return 0, err
 		}
 		for i := e.min; i < e.max; i++ {
-			g.nodes[cur].eps = append(g.nodes[cur].eps, out)
+			g.eps(cur, out)
 			if cur, err = g.build(sub, cur); err != nil {
 				return 0, err
 			}
 		}
-		g.nodes[cur].eps = append(g.nodes[cur].eps, out)
+		g.eps(cur, out)
 		return out, nil
 	}
 	return 0, fmt.Errorf("grammar: unknown expression kind %d", e.kind)

@@ -16,14 +16,20 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// randomRun drives a matcher with random choices among the allowed tokens
-// until it is done or picks an allowed end-of-generation token, and
+// randomRun compiles spec (a failure names it as what) and drives a
+// matcher of it with random choices among the allowed tokens, seeded with
+// seed, until it is done or picks an allowed end-of-generation token, and
 // returns the text and whether it completed within maxSteps. Half of the
 // choices are among the allowed tokens made only of ASCII punctuation,
 // so that strings and containers close as a model's would rather than
 // running on as uniform choices over 151k tokens do.
-func randomRun(t *testing.T, v Vocab, g *Grammar, rng *rand.Rand, maxSteps int) (string, bool) {
+func randomRun(t *testing.T, v Vocab, comp *Compiler, spec Spec, what string, seed int64, maxSteps int) (string, bool) {
 	t.Helper()
+	g, err := comp.Compile(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	rng := rand.New(rand.NewSource(seed))
 	m := g.NewMatcher()
 	n := v.NVocab()
 	mask := make([]uint64, (n+63)/64)
@@ -129,11 +135,7 @@ func TestSchemasRandom(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		g, err := comp.Compile(context.Background(), Spec{JSONSchema: raw})
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		out, done := randomRun(t, tok, g, rand.New(rand.NewSource(int64(i))), 3000)
+		out, done := randomRun(t, tok, comp, Spec{JSONSchema: raw}, file, int64(i), 3000)
 		if !done {
 			t.Logf("%s seed %d: not complete in 3000 tokens: %.200q", file, i, out)
 			continue
@@ -174,11 +176,7 @@ func TestRegexRandom(t *testing.T) {
 	}
 	for i := 0; i < 50; i++ {
 		re := res[i%len(res)]
-		g, err := comp.Compile(context.Background(), Spec{Regex: re})
-		if err != nil {
-			t.Fatalf("%s: %v", re, err)
-		}
-		out, done := randomRun(t, tok, g, rand.New(rand.NewSource(int64(i))), 200)
+		out, done := randomRun(t, tok, comp, Spec{Regex: re}, re, int64(i), 200)
 		if !done {
 			t.Errorf("%s seed %d: not complete: %q", re, i, out)
 			continue
@@ -227,11 +225,7 @@ call2 ::= "{\"name\":\"b\",\"arguments\":{}}"`, func(s string) error {
 	}
 	for i := 0; i < 40; i++ {
 		c := cases[i%len(cases)]
-		g, err := comp.Compile(context.Background(), Spec{GBNF: c.gbnf})
-		if err != nil {
-			t.Fatalf("case %d: %v", i%len(cases), err)
-		}
-		out, done := randomRun(t, tok, g, rand.New(rand.NewSource(int64(i))), 600)
+		out, done := randomRun(t, tok, comp, Spec{GBNF: c.gbnf}, fmt.Sprintf("case %d", i%len(cases)), int64(i), 600)
 		if !done {
 			t.Logf("case %d seed %d: not complete: %.100q", i%len(cases), i, out)
 			continue

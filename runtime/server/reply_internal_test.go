@@ -8,16 +8,29 @@ import (
 	"github.com/zrtdev/zrt/runtime/chat/reply"
 )
 
+// qwen3Format is the reply format of a Qwen3-style chat template: Hermes
+// tool calls, reasoning between <think> and </think>.
+var qwen3Format = reply.Format{Kind: reply.Hermes, ThinkStart: "<think>", ThinkEnd: "</think>"}
+
+// weatherReply is a reply in qwen3Format: reasoning, content, a call.
+const weatherReply = "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+
+// streamingReply is a chatReply of qwen3Format (call ids from seed 7)
+// with its stream started.
+func streamingReply() *chatReply {
+	c := &chatReply{f: qwen3Format.WithIDs(7)}
+	c.s = c.f.NewStream()
+	return c
+}
+
 // TestChatReplyDeltas streams a Qwen3-style reply (reasoning, content, a
 // tool call) through chatReply in small pieces: the deltas carry
 // reasoning_content and content apart, the call arrives as delta.tool_calls
 // with its index, id, type and name first, and they add up to the
 // non-streamed message, which has the call and finish tool_calls.
 func TestChatReplyDeltas(t *testing.T) {
-	f := reply.Format{Kind: reply.Hermes, ThinkStart: "<think>", ThinkEnd: "</think>"}
-	text := "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
-	c := &chatReply{f: f.WithIDs(7)}
-	c.s = c.f.NewStream()
+	f, text := qwen3Format, weatherReply
+	c := streamingReply()
 	var deltas []map[string]any
 	for i := 0; i < len(text); i += 3 {
 		deltas = append(deltas, chatDeltas(c.add(text[i:min(i+3, len(text))]))...)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/runtime/chat"
-	"github.com/zrtdev/zrt/runtime/chat/reply"
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine"
 )
@@ -21,15 +20,9 @@ import (
 // items, and the streamed response equals the one built without a
 // stream.
 func TestResponseEvents(t *testing.T) {
-	f := reply.Format{Kind: reply.Hermes, ThinkStart: "<think>", ThinkEnd: "</think>"}
-	text := "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>"
+	text := weatherReply + "\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>"
 	last := engine.Event{Finish: engine.Finish(decode.EOG), PromptTokens: 10, CompletionTokens: 40}
-	out := func() *responseOut {
-		c := &chatReply{f: f.WithIDs(7)}
-		c.s = c.f.NewStream()
-		return &responseOut{id: "resp_1", reply: c, fields: map[string]any{}, countTokens: func(s string) int { return len(strings.Fields(s)) }}
-	}
-	whole := out()
+	whole := testResponseOut()
 	whole.event(engine.Event{Text: text})
 	want := whole.finish(last)
 
@@ -38,7 +31,7 @@ func TestResponseEvents(t *testing.T) {
 		ev  map[string]any
 	}
 	var events []event
-	streamed := out()
+	streamed := testResponseOut()
 	streamed.emit = func(typ string, ev map[string]any) {
 		ev["sequence_number"] = len(events)
 		events = append(events, event{typ, ev})
@@ -106,7 +99,7 @@ func TestResponseEvents(t *testing.T) {
 	}
 
 	// A reply with no text still has a message, with output_text "".
-	empty := out()
+	empty := testResponseOut()
 	res := empty.finish(engine.Event{Finish: engine.Finish(decode.Length)})
 	if items := res["output"].([]map[string]any); len(items) != 1 || items[0]["type"] != "message" || res["status"] != "incomplete" {
 		t.Errorf("an empty reply cut by max_output_tokens: %v", res)
@@ -151,23 +144,26 @@ func TestResponsesInput(t *testing.T) {
 	}
 }
 
+// testResponseOut is a responseOut of a streamingReply that counts a
+// text's tokens as its words.
+func testResponseOut() *responseOut {
+	return &responseOut{id: "resp_1", reply: streamingReply(), fields: map[string]any{}, countTokens: func(s string) int { return len(strings.Fields(s)) }}
+}
+
 // TestResponseLogprobs: with logprobs asked for, a token's logprob goes
 // with the output_text delta that shows its text — none with reasoning or
 // calls — and the deltas' logprobs add up to the done event's and the
 // part's.
 func TestResponseLogprobs(t *testing.T) {
-	f := reply.Format{Kind: reply.Hermes, ThinkStart: "<think>", ThinkEnd: "</think>"}
 	text := "<think>\nThe user wants weather.\n</think>\n\nLet me check the forecast for you.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>"
-	c := &chatReply{f: f.WithIDs(7)}
-	c.s = c.f.NewStream()
-	o := &responseOut{id: "resp_1", reply: c, fields: map[string]any{}, countTokens: func(s string) int { return len(strings.Fields(s)) },
-		logprobs: func(lps []decode.Logprobs) []chatLogprob {
-			out := []chatLogprob{}
-			for _, l := range lps {
-				out = append(out, chatLogprob{Token: strconv.Itoa(int(l.Token)), Logprob: l.Logprob})
-			}
-			return out
-		}}
+	o := testResponseOut()
+	o.logprobs = func(lps []decode.Logprobs) []chatLogprob {
+		out := []chatLogprob{}
+		for _, l := range lps {
+			out = append(out, chatLogprob{Token: strconv.Itoa(int(l.Token)), Logprob: l.Logprob})
+		}
+		return out
+	}
 	var deltas, done []chatLogprob
 	o.emit = func(typ string, ev map[string]any) {
 		switch typ {

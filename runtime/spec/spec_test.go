@@ -11,7 +11,7 @@ import (
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/format/support"
-	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 	"github.com/zrtdev/zrt/runtime/decode"
@@ -69,10 +69,7 @@ func compile(t *testing.T, file, config string) (string, error) {
 // compileFor is compile for a target ("" is cpu).
 func compileFor(t *testing.T, file, config, target string) (string, error) {
 	t.Helper()
-	model := filepath.Join(reference.SharedDir(), "models", file)
-	if _, err := os.Stat(model); err != nil {
-		t.Skipf("%s not present", model)
-	}
+	model := testmodel.Shared(t, file)
 	dir := t.TempDir()
 	cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "b")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {

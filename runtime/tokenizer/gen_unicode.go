@@ -36,17 +36,11 @@ func main() {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		if name := tableStart(line); name != "" {
+			cur = name
+			continue
+		}
 		switch {
-		case strings.Contains(line, "unicode_ranges_flags ="):
-			cur = "flags"
-		case strings.Contains(line, "unicode_set_whitespace ="):
-			cur = "ws"
-		case strings.Contains(line, "unicode_map_lowercase ="):
-			cur = "lower"
-		case strings.Contains(line, "unicode_map_uppercase ="):
-			cur = "upper"
-		case strings.Contains(line, "unicode_ranges_nfd ="):
-			cur = "nfd"
 		case strings.HasPrefix(line, "};"):
 			cur = ""
 		case cur != "" && strings.HasPrefix(line, "0x"), cur != "" && strings.HasPrefix(line, "{0x"):
@@ -107,6 +101,27 @@ func main() {
 		flat = append(flat, r[0], r[1], r[2])
 	}
 	emit("nfdRanges", "nfdRanges holds (first, last, nfd) triples: llama.cpp's one-codepoint NFD approximation.", flat)
+}
+
+// cppTables names the arrays of unicode-data.cpp that are read, by the text
+// of their declarations; their rows are kept under the names given.
+var cppTables = []struct{ decl, name string }{
+	{"unicode_ranges_flags =", "flags"},
+	{"unicode_set_whitespace =", "ws"},
+	{"unicode_map_lowercase =", "lower"},
+	{"unicode_map_uppercase =", "upper"},
+	{"unicode_ranges_nfd =", "nfd"},
+}
+
+// tableStart is the name of the table whose declaration line is line, or
+// "" when line declares none.
+func tableStart(line string) string {
+	for _, t := range cppTables {
+		if strings.Contains(line, t.decl) {
+			return t.name
+		}
+	}
+	return ""
 }
 
 // The last table is followed by a blank line that gofmt removes; callers

@@ -297,12 +297,7 @@ var layerValue = regexp.MustCompile(`^%?l(\d+)\.`)
 func capture(ctx context.Context, p *runtime.Program, b runtime.Batch) (map[string][]float32, error) {
 	g := p.Bundle.Graph
 	v := &g.Variants[p.VariantIndex(b.Key)]
-	scratch := -1
-	for i, r := range g.Regions {
-		if r.Name == kernels.RegionScratch {
-			scratch = i
-		}
-	}
+	scratch := g.RegionIndex(kernels.RegionScratch)
 	regs := map[string]bundle.RegLive{}
 	first := map[int]int{} // layer → first defining dispatch
 	for _, r := range v.Liveness {

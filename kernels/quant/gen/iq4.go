@@ -14,6 +14,29 @@ func hsumRet(f *asmgen.File, off int) {
 	f.Ins("VMOVSS", "X0", fmt.Sprintf("ret+%d(FP)", off))
 }
 
+// pairsKernel is the one-row dot kernel of a 32-element format whose
+// blocks (wBlock bytes each) ggml's loop takes in pairs against two Q8_0
+// activation blocks: the block macro blk(woff, xoff, acc) adds the even
+// block to Y10 and the odd one to Y11, and end combines and stores them.
+func pairsKernel(sig string, args []string, consts []konst, label, blk string, wBlock int, end func(f *asmgen.File)) *dotKernel {
+	return &dotKernel{
+		sig: sig,
+		doc: `
+// ggml's loop over pairs of blocks: the even block of each pair goes to
+// one accumulator (Y10), the odd one to another (Y11); they are added
+// lane-wise and reduced as hsum_float_8. An odd last block is the caller's.`,
+		args:   args,
+		consts: consts,
+		zero:   []string{"Y10", "Y11"},
+		label:  label,
+		body: func(f *asmgen.File) {
+			f.P("\t%s(0, 0, Y10)\n\t%s(%d, 34, Y11)", blk, blk, wBlock)
+		},
+		wLen: 2 * wBlock, xLen: 68,
+		end: end,
+	}
+}
+
 // nibbleLevels looks up the levels of the 16 nibble bytes at q with
 // VPSHUFB: X1 gets the low nibbles' and X2 the high nibbles', from the
 // 0x0f mask in X15 and the level table in X14.
@@ -87,25 +110,11 @@ func iq4File() []byte {
 	VFMADD231PS Y5, Y1, acc
 `)
 	iq4Consts := []konst{{"iq4mask<>", "X15"}, {"iq4levels<>", "X14"}}
-	(&dotKernel{
-		sig: "dotIQ4_NLAVX2Asm(w, x *byte, npairs int) float32",
-		doc: `
-// ggml's loop over pairs of blocks: the even block of each pair goes to
-// one accumulator (Y10), the odd one to another (Y11); they are added
-// lane-wise and reduced as hsum_float_8. An odd last block is the caller's.`,
-		args:   []string{"w", "x", "npairs"},
-		consts: iq4Consts,
-		zero:   []string{"Y10", "Y11"},
-		label:  "iq4nlloop",
-		body: func(f *asmgen.File) {
-			f.P("\tIQ4NLBLK(0, 0, Y10)\n\tIQ4NLBLK(18, 34, Y11)")
-		},
-		wLen: 36, xLen: 68,
-		end: func(f *asmgen.File) {
+	pairsKernel("dotIQ4_NLAVX2Asm(w, x *byte, npairs int) float32", []string{"w", "x", "npairs"}, iq4Consts,
+		"iq4nlloop", "IQ4NLBLK", 18, func(f *asmgen.File) {
 			f.Ins("VADDPS", "Y11", "Y10", "Y0")
 			hsumRet(f, 24)
-		},
-	}).write(f)
+		}).write(f)
 	f.Raw(`
 // IQ4XSSUB adds sub-block s of an IQ4_XS block to the pair-sum
 // accumulators Y8 (elements 0..15 of each sub-block) and Y9 (16..31). The
@@ -235,22 +244,8 @@ func mxfp4File() []byte {
 	})
 	f.P("")
 	mxConsts := []konst{{"mxfp4mask<>", "X15"}, {"mxfp4levels<>", "X14"}, {"mxfp4ones<>", "Y13"}}
-	(&dotKernel{
-		sig: "dotMXFP4AVX2Asm(w, x *byte, npairs int, scales *[256]float32) float32",
-		doc: `
-// ggml's loop over pairs of blocks: the even block of each pair goes to
-// one accumulator (Y10), the odd one to another (Y11); they are added
-// lane-wise and reduced as hsum_float_8. An odd last block is the caller's.`,
-		args:   []string{"w", "x", "npairs", "scales"},
-		consts: mxConsts,
-		zero:   []string{"Y10", "Y11"},
-		label:  "mxfp4loop",
-		body: func(f *asmgen.File) {
-			f.P("\tMXFP4BLK(0, 0, Y10)\n\tMXFP4BLK(17, 34, Y11)")
-		},
-		wLen: 34, xLen: 68,
-		end: func(f *asmgen.File) { f.P("\tMXFP4HSUM(Y10, Y11, ret+32(FP))") },
-	}).write(f)
+	pairsKernel("dotMXFP4AVX2Asm(w, x *byte, npairs int, scales *[256]float32) float32", []string{"w", "x", "npairs", "scales"}, mxConsts,
+		"mxfp4loop", "MXFP4BLK", 17, func(f *asmgen.File) { f.P("\tMXFP4HSUM(Y10, Y11, ret+32(FP))") }).write(f)
 	f.Raw(`
 // func dotMXFP4x4AVX2Asm(w, x *byte, stride, npairs int, scales *[256]float32, out *float32)
 //

@@ -75,37 +75,14 @@ func q4kInterleaved(f *asmgen.File) {
 	VPSLLD    $16, Y11, Y24 \
 	VPORD     Y15, Y10, Y10 \
 	VPORD     Y24, Y11, Y11
-
+`, k4i8Scales, k4i8Mins, k4i8D, k4i8Dmin, k4i8Scales, k4i8Scales, k4i8Mins, k4i8Mins))
+	f.Raw(`
 // K4I8SUMS forms, in Y24, each of the eight weight rows' scaled sum over
 // chunk c of the activation row block at x (the quants' dot products
 // times their sub-block scales, both halves added), the part K4I8ROW and
-// K4I8ROWV share.
-#define K4I8SUMS(c, x) \
-	VPBROADCASTQ 4+64*c(x), Z26 \
-	VPBROADCASTQ 4+64*c+32(x), Z27 \
-	VPBROADCASTQ 4+64*c+8(x), Z28 \
-	VPBROADCASTQ 4+64*c+40(x), Z29 \
-	VPXORD       Z24, Z24, Z24 \
-	VPXORD       Z25, Z25, Z25 \
-	VPDPBUSD     Z26, Z0, Z24 \
-	VPDPBUSD     Z27, Z4, Z25 \
-	VPBROADCASTQ 4+64*c+16(x), Z26 \
-	VPBROADCASTQ 4+64*c+48(x), Z27 \
-	VPDPBUSD     Z28, Z1, Z24 \
-	VPDPBUSD     Z29, Z5, Z25 \
-	VPBROADCASTQ 4+64*c+24(x), Z28 \
-	VPBROADCASTQ 4+64*c+56(x), Z29 \
-	VPDPBUSD     Z26, Z2, Z24 \
-	VPDPBUSD     Z27, Z6, Z25 \
-	VPDPBUSD     Z28, Z3, Z24 \
-	VPDPBUSD     Z29, Z7, Z25 \
-	VPMULLD      Z8, Z24, Z24 \
-	VPMULLD      Z9, Z25, Z25 \
-	VPADDD       Z25, Z24, Z24 \
-	VPSHUFD      $0xb1, Z24, Z25 \
-	VPADDD       Z25, Z24, Z24 \
-	VPMOVQD      Z24, Y24
-
+// K4I8ROWV share.`)
+	f.Define("K4I8SUMS(c, x)", k4i8Sums)
+	f.Raw(`
 // K4I8ROW adds chunk c of the activation row block at x to the
 // accumulators A (scales') and M (mins').
 #define K4I8ROW(c, x, A, M) \
@@ -140,7 +117,7 @@ func q4kInterleaved(f *asmgen.File) {
 	VFMADD231PS  Y30, Y31, AM \
 	VPXORD       S, S, S \
 	VPXORD       M, M, M
-`, k4i8Scales, k4i8Mins, k4i8D, k4i8Dmin, k4i8Scales, k4i8Scales, k4i8Mins, k4i8Mins))
+`)
 	type kern struct {
 		gemv bool
 		rows int
@@ -291,4 +268,41 @@ func q4kDotRows(f *asmgen.File) {
 		},
 		wLen: 144, end: end,
 	}).write(f)
+}
+
+// k4i8Sums is K4I8SUMS's body. Quant register k (Z0-Z3 the even
+// sub-blocks', Z4-Z7 the odd ones') meets the activations' eight bytes
+// at 4+64*c+8k (even) and +32 (odd) of x, broadcast to every qword; the
+// broadcasts run two steps ahead of their VPDPBUSDs through two register
+// pairs, so that each load has a step's work to hide behind.
+func k4i8Sums(f *asmgen.File) {
+	pairs := [2][2]string{{"Z26", "Z27"}, {"Z28", "Z29"}}
+	bcast := func(k int) {
+		for i, off := range []int{8 * k, 32 + 8*k} {
+			at := "4+64*c"
+			if off > 0 {
+				at += fmt.Sprintf("+%d", off)
+			}
+			f.Ins("VPBROADCASTQ", at+"(x)", pairs[k%2][i])
+		}
+	}
+	bcast(0)
+	bcast(1)
+	f.Ins("VPXORD", "Z24", "Z24", "Z24")
+	f.Ins("VPXORD", "Z25", "Z25", "Z25")
+	for k := 0; k < 4; k++ {
+		f.Ins("VPDPBUSD", pairs[k%2][0], asmgen.Reg("Z", k), "Z24")
+		f.Ins("VPDPBUSD", pairs[k%2][1], asmgen.Reg("Z", 4+k), "Z25")
+		if k+2 < 4 {
+			bcast(k + 2)
+		}
+	}
+	// The eight rows' scales, then each row's two dwords added.
+	f.Raw(`
+	VPMULLD      Z8, Z24, Z24
+	VPMULLD      Z9, Z25, Z25
+	VPADDD       Z25, Z24, Z24
+	VPSHUFD      $0xb1, Z24, Z25
+	VPADDD       Z25, Z24, Z24
+	VPMOVQD      Z24, Y24`)
 }

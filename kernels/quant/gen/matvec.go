@@ -346,12 +346,7 @@ func matVec(f *asmgen.File) {
 			vnniCorrected(f, "Z", "Z2", "Z1", "Z15")
 			f.P("\tPAIRSCALE(34)\n\tPAIRACC")
 		},
-		tail: func(f *asmgen.File) {
-			f.Raw(`
-	VPXOR         2(SI), Y15, Y1
-	F16MUL((SI), (DI), X5, Y5, X6)
-	Q80VNNI(2(DI), Y0)`)
-		},
+		tail: q80Block,
 		wLen: 68, xLen: 68,
 	}).write(f)
 	(&mvKernel{

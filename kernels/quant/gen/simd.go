@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 )
@@ -124,6 +125,18 @@ var rowPtrs = []string{"DI", "R8", "R9", "R10", "R11", "R12", "R13", "DX"}
 // rows4 are ROWSARGS's activation row registers.
 var rows4 = []string{"DI", "R8", "R9", "R13"}
 
+// q80Block is one Q8_0 block of a one-row product, the weight block at SI
+// and the activation block at DI, added to Y0: the weight quants made
+// unsigned with c80 (in Y15), the two scales' product in Y5, then
+// Q80VNNI. It is dotQ8_0VNNIAsm's loop body and matVecQ8_0Asm's odd last
+// block, so that both give the same bits.
+func q80Block(f *asmgen.File) {
+	f.Raw(`
+	VPXOR 2(SI), Y15, Y1
+	F16MUL((SI), (DI), X5, Y5, X6)
+	Q80VNNI(2(DI), Y0)`)
+}
+
 // q80 writes the Q8_0 · Q8_0 kernels.
 func q80(f *asmgen.File) {
 	f.Raw(`
@@ -149,13 +162,8 @@ func q80(f *asmgen.File) {
 		consts: []konst{{"c80<>", "Y15"}},
 		zero:   []string{"Y0"},
 		label:  "q80vloop",
-		body: func(f *asmgen.File) {
-			f.Raw(`
-	VPXOR 2(SI), Y15, Y1
-	F16MUL((SI), (DI), X5, Y5, X6)
-	Q80VNNI(2(DI), Y0)`)
-		},
-		wLen: 34, xLen: 34,
+		body:   q80Block,
+		wLen:   34, xLen: 34,
 	}).write(f)
 
 	f.Raw(`
@@ -189,9 +197,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	for r := 0; r < 4; r++ {
 		f.Ins("VMOVDQU32", fmt.Sprintf("lane4<>+%d(SB)", 32*r), asmgen.Reg("Y", 16+r))
 	}
-	f.Zero("VXORPS", asmgen.Regs("Y", 10, 1, 4)...)
-	f.P("\nq80x4loop:")
-	q80Correction(f, "")
+	q80Loop(f, "VXORPS", asmgen.Regs("Y", 10, 1, 4), "q80x4loop", "")
 	gatherScales(f, rows4, "")
 	f.Raw(`
 	VCVTPH2PS    X0, X0
@@ -243,9 +249,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	IMUL3Q    $34, CX, CX
 	XORQ      BX, BX
 	VMOVDQU   c80<>(SB), Y15`)
-	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
-	f.P("\nq80x8loop:")
-	q80Correction(f, "(BX*1)")
+	q80Loop(f, "VPXORD", asmgen.Regs("Y", 16, 1, 8), "q80x8loop", "(BX*1)")
 	gatherScales(f, rowPtrs, "(BX*1)")
 	f.Raw(`
 	VCVTPH2PS    X0, Y0
@@ -261,12 +265,9 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	CMPQ         BX, CX
 	JNE          q80x8loop
 
-	// Each row's lane sum in dotQ8_0VNNIAsm's order (HSUM).
-	MOVQ    out+32(FP), AX
-	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
-	VMOVUPS Y0, (AX)
-	VZEROUPPER
-	RET
+	// Each row's lane sum in dotQ8_0VNNIAsm's order (HSUM).`)
+	eightRowSums(f, 32)
+	f.Raw(`
 
 // Q80P8ROW adds the prepared activation row at off(DI) to acc (see
 // dotQ8_0x8PrepAsm); as Q80X8ROW, with the flipped quants loaded rather
@@ -284,9 +285,7 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 	f.Raw(`
 	VMOVDQU c80<>(SB), Y15`)
-	f.Zero("VPXORD", asmgen.Regs("Y", 16, 1, 8)...)
-	f.P("\nq80p8loop:")
-	q80Correction(f, "")
+	q80Loop(f, "VPXORD", asmgen.Regs("Y", 16, 1, 8), "q80p8loop", "")
 	f.Raw(`
 	VPBROADCASTW (SI), X3
 	VCVTPH2PS    X3, Y3
@@ -296,14 +295,9 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 		f.P("\tQ80P8ROW(%d, Y%d, Y%d, %d, Y%d)", 32*r, 4+r, 24+r, 4*r, 16+r)
 	}
 	loopTail(f, "q80p8loop", step{"SI", 34}, step{"DI", 288})
-	f.Raw(`
-
-	MOVQ    out+24(FP), AX
-	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
-	VMOVUPS Y0, (AX)
-	VZEROUPPER
-	RET
-`)
+	f.P("")
+	eightRowSums(f, 24)
+	f.P("")
 	(&dotKernel{
 		sig: "dotQ8_0AVX2Asm(w, x *byte, nb int) float32",
 		doc: `
@@ -319,10 +313,8 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 			f.Raw(`
 	VPMADDWD    Y3, Y1, Y1
 	VPMADDWD    Y4, Y2, Y2
-	VPADDD      Y2, Y1, Y1
-	VCVTDQ2PS   Y1, Y1
-	F16MUL((SI), (DI), X5, Y5, X6)
-	VFMADD231PS Y5, Y1, Y0`)
+	VPADDD      Y2, Y1, Y1`)
+			scaledAcc(f, "Y1")
 		},
 		wLen: 34, xLen: 34,
 	}).write(f)
@@ -344,10 +336,25 @@ func vnniCorrected(f *asmgen.File, k, s, u, c string) {
 	f.Ins("VPSUBD", k+"4", k+"3", k+"3")
 }
 
-// q80Correction loads the weight quants of the Q8_0 block at SI (indexed
-// by idx) into Y1 and leaves the negated correction -128*sum(w) in Y2, as
-// the multi-row Q8_0 kernels start every block.
-func q80Correction(f *asmgen.File, idx string) {
+// eightRowSums ends an eight-row Q8_0 kernel: the rows' accumulators
+// Y16-Y23 reduced with HSUM's operations (HSUM8) and stored to out, the
+// argument at off(FP); then it returns.
+func eightRowSums(f *asmgen.File, off int) {
+	f.Ins("MOVQ", fmt.Sprintf("out+%d(FP)", off), "AX")
+	f.P("\tHSUM8(%s)", strings.Join(asmgen.Regs("Y", 16, 1, 8), ", "))
+	f.Ins("VMOVUPS", "Y0", "(AX)")
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+}
+
+// q80Loop opens a multi-row Q8_0 kernel's block loop: its accumulators
+// accs cleared with the instruction clear, the loop's label, and what
+// every block starts with: the weight quants of the Q8_0 block at SI
+// (indexed by idx) loaded into Y1 and the negated correction -128*sum(w)
+// left in Y2.
+func q80Loop(f *asmgen.File, clear string, accs []string, label, idx string) {
+	f.Zero(clear, accs...)
+	f.P("\n%s:", label)
 	f.Ins("VMOVDQU", "2(SI)"+idx, "Y1")
 	f.Raw(`
 	VPXOR        Y2, Y2, Y2
@@ -424,10 +431,8 @@ func q40(f *asmgen.File) {
 	VPMADDUBSW  2(DI), Y1, Y3
 	VPMADDUBSW  2(DI), Y14, Y4
 	VPSUBW      Y4, Y3, Y3
-	VPMADDWD    Y13, Y3, Y3
-	VCVTDQ2PS   Y3, Y3
-	F16MUL((SI), (DI), X5, Y5, X6)
-	VFMADD231PS Y5, Y3, Y0`)
+	VPMADDWD    Y13, Y3, Y3`)
+			scaledAcc(f, "Y3")
 		},
 		wLen: 18, xLen: 34,
 	}).write(f)
@@ -439,7 +444,14 @@ func q40(f *asmgen.File) {
 func q40VNNI(f *asmgen.File, eights string) {
 	f.Ins("VMOVDQU", "2(DI)", "Y2")
 	vnniCorrected(f, "Y", "Y2", "Y1", eights)
-	f.Ins("VCVTDQ2PS", "Y3", "Y3")
+	scaledAcc(f, "Y3")
+}
+
+// scaledAcc ends a one-row kernel's block: its eight int32 lane sums in
+// sums made float, times the weight and activation blocks' f16 scales
+// (at SI and DI: F16MUL's one rounding), added to Y0.
+func scaledAcc(f *asmgen.File, sums string) {
+	f.Ins("VCVTDQ2PS", sums, sums)
 	f.P("\tF16MUL((SI), (DI), X5, Y5, X6)")
-	f.Ins("VFMADD231PS", "Y5", "Y3", "Y0")
+	f.Ins("VFMADD231PS", "Y5", sums, "Y0")
 }

@@ -39,16 +39,8 @@ func newDriver(t *testing.T, b *bundle.Bundle, tr tier) *driver {
 	d := &driver{b: b, t: tr, prefill: -1, decode: -1}
 	h := b.Graph.Hparams
 	d.table = kernels.NewRequestTable(h.PrefillChunk, h.MaxSlots, h.MaxPages)
-	for i, r := range b.Graph.Regions {
-		switch r.Name {
-		case kernels.RegionIO:
-			d.io = i
-		case kernels.RegionLogits:
-			d.logits = i
-		case kernels.RegionTokens:
-			d.toks = i
-		}
-	}
+	g := b.Graph
+	d.io, d.logits, d.toks = g.RegionIndex(kernels.RegionIO), g.RegionIndex(kernels.RegionLogits), g.RegionIndex(kernels.RegionTokens)
 	for i, v := range b.Graph.Variants {
 		if v.Stage == bundle.StagePrefill && d.prefill < 0 {
 			d.prefill = i

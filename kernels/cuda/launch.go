@@ -416,30 +416,53 @@ func faqShared(g, w, d uint32) int { return int(4 * g * (d + d/4 + d/32 + 3*w + 
 // at 130000 1074.2 / 414.3 / 458.5 (F16 cache: 61.5, 192.7, 152.7,
 // 540.8). Blocks of 8 warps lost (7B at 32768: 178.1 with one stage,
 // 160.4 with two).
-func faqStaged(g, w, d uint32) int {
-	at := (faqShared(g, w, d) + 15) &^ 15
-	if n := at + int(w)*faqStage; (d == 128 || d == 256) && n <= faqMaxShared {
+func faqStaged(g, w, d uint32) int { return withStage(faqShared(g, w, d), w, d, faqStage) }
+
+// faStagedShared is faqStaged for an F16 cache: faShared's, rounded to
+// 16 bytes (fa_stage_at in fa.cuh), then for heads of 128 and 256
+// (fa_staged) one stage of faStage bytes a warp (fa.cuh's staged walk,
+// faq.cuh's made for F16 rows: a chunk's K and V rows copied into shared
+// memory with cp.async) where the block stays within faqMaxShared, else
+// none (the register walk). The kernel counts its stages from the shared
+// memory it is given; its bits are the register walk's.
+func faStagedShared(g, w, d uint32) int { return withStage(faShared(g, w, d), w, d, faStage) }
+
+// withStage is a decode attention block's shared memory of base bytes
+// rounded to 16, then one stage of stage bytes for each of its w warps
+// where heads of d have a staged walk (128 and 256) and the block stays
+// within faqMaxShared.
+func withStage(base int, w, d uint32, stage int) int {
+	at := (base + 15) &^ 15
+	if n := at + int(w)*stage; (d == 128 || d == 256) && n <= faqMaxShared {
 		return n
 	}
 	return at
 }
 
-// Q8AttnShared is the shared memory of a Q8_0 cache's decode attention
-// block (flash_attn's and flash_attn_ext's quantized instances) of warps
-// warps with the given stages a warp (0: the register walk; at most 2),
-// for tests that launch the kernel with fewer stages than Shape gives.
-func Q8AttnShared(nHead, nHeadKV, headDim, warps, stages uint32) int {
-	return (faqShared(faGroup(nHead, nHeadKV, headDim), warps, headDim)+15)&^15 + int(warps*stages)*faqStage
+// AttnShared is the shared memory of a decode attention block (flash_attn's
+// and flash_attn_ext's main and _split entries; quant: a Q8_0 cache's
+// instances) of warps warps with the given stages a warp (0: the register
+// walk; at most 2), for tests that launch the kernel with other stages
+// than Shape gives.
+func AttnShared(quant bool, nHead, nHeadKV, headDim, warps, stages uint32) int {
+	g := faGroup(nHead, nHeadKV, headDim)
+	if quant {
+		return (faqShared(g, warps, headDim)+15)&^15 + int(warps*stages)*faqStage
+	}
+	return (faShared(g, warps, headDim)+15)&^15 + int(warps*stages)*faStage
 }
 
 // faqStage is FAQ_STAGE in faq.cuh: a warp's stage, a chunk's K and V
-// rows (2·32/P2 rows of 68·P2 bytes). faqMaxShared bounds a block's
-// shared memory with its stage: within an A100's 163 KiB a block (the
+// rows (2·32/P2 rows of 68·P2 bytes); faStage FA_STAGE in fa.cuh, an F16
+// cache's (2·32/P2 rows of 128·P2 bytes). faqMaxShared bounds a block's
+// shared memory with its stages: within an A100's 163 KiB a block (the
 // compute_80 PTX runs there too); the qwen3 0.6B and llama 7B shapes'
-// one-row steps (16 warps) take 88 and 79 KiB, four heads a block at 16
-// warps 106 KiB.
+// one-row steps (16 warps) take 88 and 79 KiB over a Q8_0 cache, 145
+// and 137 KiB over an F16 one, four heads a block at 16 warps 106 KiB
+// (Q8_0) and, past the bound, none (F16).
 const (
 	faqStage     = 4352
+	faStage      = 8192
 	faqMaxShared = 160 << 10
 )
 

@@ -33,6 +33,7 @@
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
 #define FA_STAGE 8192 // a warp's stage of the F16 staged walk (fa_stage_at)
+#define FA_MAX_STAGES 4 // a warp's stages at most (fa_stage_walk's ring)
 
 // FaKeys is what a decode block's warps share about the keys they walk,
 // over either cache (FaArgs, faq.cuh's FaqArgs); fa_keys sets it.
@@ -44,7 +45,7 @@ struct FaKeys {
     int first; // the first key the query sees
     float scale, softcap;
     u8* stage; // the warp's stages (shared; fa_stage_walk)
-    int nst;   // how many: 0 (the register walk), 1 or 2
+    int nst;   // how many: 0 (the register walk) to FA_MAX_STAGES
 };
 
 struct FaArgs : FaKeys {
@@ -101,41 +102,49 @@ __device__ __forceinline__ void fa_stage_copy(const FaKeys& a, size_t head_ofs, 
 }
 
 // fa_stage_walk is a warp's staged walk over its chunks of ch keys
-// (fa_start's: chunks warp, warp + W, …), in a.nst stages of SB bytes
-// from a.stage: fetch(base, st) copies the chunk from key base into
-// stage st (fa_stage_copy), and body(base, nk, st) runs the arithmetic
-// of its nk keys once every lane's copies have landed. With two stages
-// the next chunk's copies go out before this chunk's arithmetic, with one
-// after it.
+// (fa_start's: chunks warp, warp + W, …), in a ring of a.nst stages of SB
+// bytes from a.stage: fetch(base, st) copies the chunk from key base into
+// stage st (fa_stage_copy, one group of copies), and body(base, nk, st)
+// runs the arithmetic of its nk keys once every lane's copies have
+// landed. The copies of the chunk nst − 1 ahead go out before a chunk's
+// arithmetic (with one stage, the chunk's own, after the previous
+// chunk's arithmetic); past the last chunk an empty group keeps the
+// count, so that waiting until nst − 1 groups are in flight always means
+// this chunk's have landed.
 template <int SB, typename Fetch, typename Body>
 __device__ __forceinline__ void fa_stage_walk(const FaKeys& a, int ch, Fetch fetch, Body body) {
     const int warp = threadIdx.x >> 5, step = a.W * ch, nst = a.nst;
     int base = a.first + warp * ch;
-    if (base <= a.pos) fetch(base, a.stage);
-    for (int s = 0; base <= a.pos; base += step, s ^= nst - 1) {
-        const int nxt = base + step;
-        if (nst > 1 && nxt <= a.pos) {
-            fetch(nxt, a.stage + (s ^ 1) * SB);
-            fa_wait<1>();
-        } else {
-            fa_wait<0>();
+    if (base > a.pos) return;
+    for (int i = 0; i + 1 < nst; i++) {
+        if (base + i * step <= a.pos) fetch(base + i * step, a.stage + i * SB);
+        else fa_commit();
+    }
+    for (int s = 0; base <= a.pos; base += step, s = s + 1 == nst ? 0 : s + 1) {
+        const int ahead = base + (nst - 1) * step, sa = s + nst - 1 < nst ? s + nst - 1 : s - 1; // its stage: (s + nst − 1) mod nst
+        if (ahead <= a.pos) fetch(ahead, a.stage + sa * SB);
+        else fa_commit();
+        switch (nst) {
+        case 1: fa_wait<0>(); break;
+        case 2: fa_wait<1>(); break;
+        case 3: fa_wait<2>(); break;
+        default: fa_wait<3>();
         }
         __syncwarp(); // every lane's copies of this chunk have landed
         body(base, min(ch, a.pos + 1 - base), (const u8*)(a.stage + s * SB));
         __syncwarp(); // the stage is read before a copy overwrites it
-        if (nst == 1 && nxt <= a.pos) fetch(nxt, a.stage);
     }
 }
 
-// fa_stages is a decode block's stages a warp (0, 1 or 2) for heads of
-// D: as many as its dynamic shared memory holds past at bytes (W warps,
-// SB bytes a stage) where the kernel has a staged walk for D, so that
-// launch.go alone decides (faqStaged, faStagedShared). It points
+// fa_stages is a decode block's stages a warp (0 to FA_MAX_STAGES) for
+// heads of D: as many as its dynamic shared memory holds past at bytes (W
+// warps, SB bytes a stage) where the kernel has a staged walk for D, so
+// that launch.go alone decides (faqStaged, faStagedShared). It points
 // a.stage at the warp's.
 template <int SB> __device__ __forceinline__ void fa_stages(FaKeys& a, u8* sm, int at, bool staged) {
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    a.nst = staged && (int)dyn > at ? min(2, ((int)dyn - at) / (a.W * SB)) : 0;
+    a.nst = staged && (int)dyn > at ? min(FA_MAX_STAGES, ((int)dyn - at) / (a.W * SB)) : 0;
     a.stage = sm + at + (size_t)(threadIdx.x >> 5) * a.nst * SB;
 }
 
@@ -347,8 +356,8 @@ __device__ __forceinline__ void fa_warp_regs(const FaArgs& a, float* pm, float* 
 // walk: the warp copies a chunk's K rows and V rows into its stage in
 // shared memory with cp.async, 16 bytes a lane, consecutive lanes taking
 // consecutive pieces (fa_stage_copy, fa_stage_walk), and reads the keys'
-// pieces and the value pairs from there; with two stages the next
-// chunk's copies go out before this chunk's arithmetic. Piece c of a
+// pieces and the value pairs from there; with more than one stage the
+// copies of the chunks ahead go out before this chunk's arithmetic. Piece c of a
 // stage row r lies at piece c ^ (r·LP mod 8) of it (at), so that the eight
 // lanes of a quarter warp, which read 16 bytes each of four or two keys'
 // rows, find eight different banks' quads; a V row's 32 words stay in
@@ -452,7 +461,7 @@ __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * 
 // The staged walk (fa_warp_staged) of heads of 128 and 256 copies each
 // chunk's K and V rows into the warp's stages past fa_smem's layout
 // (from fa_stage_at, 16-byte aligned): FA_STAGE bytes a stage, 2·(32/P2)
-// rows of 128·P2 bytes. The kernel takes as many stages a warp (1 or 2,
+// rows of 128·P2 bytes. The kernel takes as many stages a warp (1 to 4,
 // else 0: the register walk) as its dynamic shared memory holds
 // (fa_stages), so launch.go alone decides (faStagedShared); the lean entry
 // takes none.

@@ -32,7 +32,7 @@ __host__ __device__ constexpr int faq_smem(int G, int W, int D) { return 4 * G *
 // The staged walk (faq_warp_staged) of heads of 128 and 256 copies each
 // chunk's K and V rows into the warp's stages past faq_smem's layout
 // (from faq_stage_at, 16-byte aligned): FAQ_STAGE bytes a stage, 2·(32/P2)
-// rows of 68·P2 bytes. The kernel takes as many stages a warp (1 or 2,
+// rows of 68·P2 bytes. The kernel takes as many stages a warp (1 to 4,
 // else 0: the register walk) as its dynamic shared memory holds
 // (faq_block), so launch.go alone decides (faqStaged).
 #define FAQ_STAGE 4352
@@ -216,9 +216,10 @@ __device__ __forceinline__ float q8_i2f(u32 w, u32 sel) {
 // and the value pairs from there. The
 // register walk's loads of 4 and 2 bytes, each warp instruction touching
 // eight keys' rows, made about 80 load instructions a chunk against the
-// 17 copies here; and with two stages (nst 2) the next chunk's copies go
-// out before this chunk's arithmetic. A chunk's ≤ NK ≤ 16 keys lie in at
-// most two pages. K row j is at j·R of the stage, V row j at (NK + j)·R.
+// 17 copies here; and with more than one stage the copies of the chunks
+// ahead go out before this chunk's arithmetic (fa_stage_walk's ring). A
+// chunk's ≤ NK ≤ 16 keys lie in at most two pages. K row j is at j·R of
+// the stage, V row j at (NK + j)·R.
 template <int P2, int G>
 __device__ __forceinline__ void faq_warp_staged(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
     constexpr int NK = 32 / P2, LP = 2 * P2, KPP = 32 / LP, NP = NK / KPP;

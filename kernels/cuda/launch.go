@@ -442,8 +442,8 @@ func withStage(base int, w, d uint32, stage int) int {
 // AttnShared is the shared memory of a decode attention block (flash_attn's
 // and flash_attn_ext's main and _split entries; quant: a Q8_0 cache's
 // instances) of warps warps with the given stages a warp (0: the register
-// walk; at most 2), for tests that launch the kernel with other stages
-// than Shape gives.
+// walk; at most AttnMaxStages), for tests that launch the kernel with
+// other stages than Shape gives.
 func AttnShared(quant bool, nHead, nHeadKV, headDim, warps, stages uint32) int {
 	g := faGroup(nHead, nHeadKV, headDim)
 	if quant {
@@ -465,6 +465,11 @@ const (
 	faStage      = 8192
 	faqMaxShared = 160 << 10
 )
+
+// AttnMaxStages is FA_MAX_STAGES in fa.cuh: the stages a warp of the
+// decode attention's staged walks takes at most (a ring: the copies of
+// the chunk stages − 1 ahead go out before a chunk's arithmetic).
+const AttnMaxStages = 4
 
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // fa.cuh at most) for a launch of blocks blocks: 8, doubled while the

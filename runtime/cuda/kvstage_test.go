@@ -19,8 +19,8 @@ import (
 // TestKernelQ8KVAttentionStages runs the q8_0 decode attention at heads of
 // 128 and 256, whose warps copy each chunk's rows into stages in shared
 // memory (kernels/cuda/faq.cuh's staged walk), with the shared memory for
-// no stage (the register walk), one and two stages a warp: the three
-// must give the same bits (one order of arithmetic), and the launch's
+// no stage (the register walk) and one to four stages a warp (those the
+// device holds): all must give the same bits (one order of arithmetic), and the launch's
 // own, T-CPU's outputs within q8AttnTolerance. The cases: the qwen3 0.6B
 // shape's one-row step over 20k keys (split), the llama 7B shape's (one
 // head a block), four heads a block, heads of 256 with a soft cap, a
@@ -87,9 +87,9 @@ func TestKernelQ8KVAttentionStages(t *testing.T) {
 
 // TestKernelF16KVAttentionStages is TestKernelQ8KVAttentionStages for an
 // F16 cache (fa.cuh's staged walk, heads of 128 and 256): at the launch's
-// warps and at 8, no stage (the register walk), one and two stages a warp
-// (where the device's shared memory holds them: two at 16 warps do not
-// fit) must give the same bits, and the launch's own outputs agree with
+// warps and at 8, no stage (the register walk) and one to four stages a
+// warp (where the device's shared memory holds them: two at 16 warps do
+// not fit) must give the same bits, and the launch's own outputs agree with
 // the float64 reference within splitRefTolerance and T-CPU within decode
 // attention's 1e-2 (TestKernelFlashAttnSplit's). The cache's other bytes
 // are NaN: a stale row read anywhere shows. The cases: the qwen3 0.6B
@@ -163,9 +163,9 @@ func TestKernelF16KVAttentionStages(t *testing.T) {
 }
 
 // stagesAgree launches a decode attention instance (quant: over a Q8_0
-// cache) with each of warps warps a block and 0, 1 and 2 stages a warp
-// (kcuda.AttnShared; those past the device's shared memory a block are
-// left out) and fails where one warp count's stages give other bits than
+// cache) with each of warps warps a block and 0 to kcuda.AttnMaxStages
+// stages a warp (kcuda.AttnShared; those past the device's shared memory
+// a block are left out) and fails where one warp count's stages give other bits than
 // its register walk's. It returns each warp count's bits without stages
 // and how many launches had stages.
 func stagesAgree(t *testing.T, g *kgpu, inst string, quant bool, bufs [][]byte, push, spec []uint32, rows, yi int, warps ...uint32) ([][]byte, int) {
@@ -182,7 +182,7 @@ func stagesAgree(t *testing.T, g *kgpu, inst string, quant bool, bufs [][]byte, 
 	staged := 0
 	for _, w := range warps {
 		var want []byte
-		for st := uint32(0); st <= 2; st++ {
+		for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
 			gs := g.with(t)
 			gs.threads = 32 * w
 			gs.shared = kcuda.AttnShared(quant, spec[1], spec[2], spec[3], w, st)
@@ -210,8 +210,9 @@ var attnSpeed = flag.Bool("attnspeed", false, "TestDecodeAttentionSpeed: time th
 // TestDecodeAttentionSpeed times one layer's one-row decode attention (the
 // _split entry, as a decode step launches it) over caches of 32768 and
 // 130000 keys at the qwen3 0.6B and llama 7B shapes, F16 and q8_0, each
-// as Shape launches it and with 0, 1 and 2 stages a warp and 8 and 16
-// warps (those within the device's shared memory a block), and logs each
+// as Shape launches it and with 0 to kcuda.AttnMaxStages stages a warp
+// and 16, 12 and 8 warps (those within the device's shared memory a
+// block), and logs each
 // launch's time and the bytes of K and V it read a second. It runs only
 // with -attnspeed (the caches take gigabytes); every variant's outputs
 // must be finite, and the variants of 16 warps the same bits.
@@ -264,8 +265,8 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 					warps, stages uint32
 				}
 				vs := []variant{{"default", 0, 0}}
-				for _, w := range []uint32{16, 8} {
-					for st := uint32(0); st <= 2; st++ {
+				for _, w := range []uint32{16, 12, 8} {
+					for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
 						vs = append(vs, variant{"", w, st})
 					}
 				}

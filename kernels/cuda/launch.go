@@ -439,6 +439,36 @@ func withStage(base int, w, d uint32, stage int) int {
 	return at
 }
 
+// FitShared is launch l of instance (its specialization values spec)
+// within limit bytes of shared memory a block where it can be: a decode
+// attention launch (flash_attn's and flash_attn_ext's main, _split and
+// _rest entries) past it keeps as many of its stages a warp as fit, none
+// at worst, which its kernel counts from the memory it is given (the same
+// bits: faqStaged, faStagedShared). The stages are sized for the largest
+// of the GPUs the PTX runs on (faqMaxShared); an sm_86 or sm_89 card
+// allows 99 KiB a block. Other launches come back as they are.
+func FitShared(instance string, spec []uint32, l Launch, limit int) Launch {
+	family, typ, _ := strings.Cut(instance, ".")
+	if l.Shared <= limit || family != "flash_attn" && family != "flash_attn_ext" || len(spec) < 4 {
+		return l
+	}
+	switch l.Entry {
+	case EntryMain, EntrySplit, EntryRest:
+	default:
+		return l
+	}
+	w, d := l.Block[0]/32, spec[3]
+	base, stage := faShared(faGroup(spec[1], spec[2], d), w, d), faStage
+	if typ != "" {
+		base, stage = faqShared(faGroup(spec[1], spec[2], d), w, d), faqStage
+	}
+	at := (base + 15) &^ 15
+	for l.Shared > limit && l.Shared-int(w)*stage >= at {
+		l.Shared -= int(w) * stage
+	}
+	return l
+}
+
 // AttnShared is the shared memory of a decode attention block (flash_attn's
 // and flash_attn_ext's main and _split entries; quant: a Q8_0 cache's
 // instances) of warps warps with the given stages a warp (0: the register

@@ -408,3 +408,49 @@ func TestFlashAttnQ8KV(t *testing.T) {
 		t.Errorf("q8_0 heads of 80: %v, want an error naming the width", err)
 	}
 }
+
+// TestFitShared: a decode attention launch past a device's shared memory
+// a block keeps the stages that fit (an sm_89 card's 99 KiB holds none of
+// the qwen3 0.6B shape's F16 one-row step, two of a q8_0 step's three at
+// 8 warps; the prefill's _rest), within the limit keeps them all, and
+// other launches (the prefill tile, a matrix product) come back as they
+// are.
+func TestFitShared(t *testing.T) {
+	const sm89, sm90 = 99 << 10, 227 << 10
+	spec := []uint32{2, 16, 8, 128, 0}
+	l, err := Shape("flash_attn", []uint32{0}, spec, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FitShared("flash_attn", spec, l, sm89); got.Shared != (faShared(2, 16, 128)+15)&^15 || got.Grid != l.Grid || got.Entry != l.Entry {
+		t.Errorf("F16 one-row step on 99 KiB: %+v, want no stages (%d bytes)", got, (faShared(2, 16, 128)+15)&^15)
+	}
+	if got := FitShared("flash_attn", spec, l, sm90); got.Shared != l.Shared {
+		t.Errorf("F16 one-row step on 227 KiB: %d bytes, want the launch's %d", got.Shared, l.Shared)
+	}
+	q := l
+	q.Block[0] = 32 * 8
+	q.Shared = AttnShared(true, 16, 8, 128, 8, 3)
+	limit := AttnShared(true, 16, 8, 128, 8, 2) + 100
+	if got := FitShared("flash_attn.kv-q8_0-q8_0", spec, q, limit); got.Shared != AttnShared(true, 16, 8, 128, 8, 2) {
+		t.Errorf("q8_0, 3 stages of 8 warps within %d bytes: %d, want 2 stages' %d", limit, got.Shared, AttnShared(true, 16, 8, 128, 8, 2))
+	}
+	tile, err := Shape("flash_attn", []uint32{0}, spec, 128, true)
+	if err != nil || tile.Entry != EntryTile {
+		t.Fatalf("prefill: %+v, %v", tile, err)
+	}
+	if got := FitShared("flash_attn", spec, tile, 1024); got.Shared != tile.Shared {
+		t.Errorf("the prefill tile: %d bytes, want its own %d", got.Shared, tile.Shared)
+	}
+	w := tile.Rest.Block[0] / 32
+	if got := FitShared("flash_attn", spec, *tile.Rest, 40<<10); tile.Rest.Shared <= 40<<10 || got.Shared != (faShared(2, w, 128)+15)&^15 {
+		t.Errorf("the prefill's _rest (%d bytes) within 40 KiB: %d, want no stages", tile.Rest.Shared, got.Shared)
+	}
+	mm, err := Shape("matmul.q4_k", []uint32{4096, 4096}, nil, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FitShared("matmul.q4_k", nil, mm, 0); got.Shared != mm.Shared {
+		t.Errorf("matmul: %d bytes, want its own %d", got.Shared, mm.Shared)
+	}
+}

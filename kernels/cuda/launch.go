@@ -578,6 +578,11 @@ func faStaged(rows, nHead, hd, splits uint32) int {
 	return 4*faCounters + 4*int(rows*nHead*splits)*int(hd+2)
 }
 
+// AttnSplitStaged is faStaged for tests that launch a split decode
+// attention with another number of blocks a head group than Shape gives
+// (at most 32, fa.cuh's FA_MAX_SPLIT).
+func AttnSplitStaged(rows, nHead, hd, splits uint32) int { return faStaged(rows, nHead, hd, splits) }
+
 // faChunk is FA_CHUNK in fa.cuh, the keys of the units a split row's
 // ranges are made of; faSplitMin FA_SPLIT_MIN, the most keys a row has
 // without being split; faMaxSplit FA_MAX_SPLIT, the most blocks a row's

@@ -212,7 +212,7 @@ var attnSpeed = flag.Bool("attnspeed", false, "TestDecodeAttentionSpeed: time th
 // 130000 keys at the qwen3 0.6B and llama 7B shapes, F16 and q8_0, each
 // as Shape launches it and with 0 to kcuda.AttnMaxStages stages a warp
 // and 16, 12 and 8 warps (those within the device's shared memory a
-// block), and logs each
+// block), and 8 warps with twice Shape's blocks a head group, and logs each
 // launch's time and the bytes of K and V it read a second. It runs only
 // with -attnspeed (the caches take gigabytes); every variant's outputs
 // must be finite, and the variants of 16 warps the same bits.
@@ -261,14 +261,19 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 					t.Fatal(err)
 				}
 				type variant struct {
-					name          string
-					warps, stages uint32
+					name                  string
+					warps, stages, splits uint32
 				}
-				vs := []variant{{"default", 0, 0}}
+				vs := []variant{{"default", 0, 0, 0}}
 				for _, w := range []uint32{16, 12, 8} {
 					for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
-						vs = append(vs, variant{"", w, st})
+						vs = append(vs, variant{"", w, st, 0})
 					}
+				}
+				// Blocks of 8 warps with a stage fit two a multiprocessor:
+				// twice the blocks a head group.
+				for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
+					vs = append(vs, variant{"", 8, st, min(32, 2*base.Grid[2])})
 				}
 				var want []byte
 				for _, v := range vs {
@@ -279,6 +284,9 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 						if l.Shared > limit {
 							continue
 						}
+					}
+					if v.splits != 0 {
+						l.Grid[2], l.Staged = v.splits, kcuda.AttnSplitStaged(1, uint32(sh.nHead), uint32(sh.hd), v.splits)
 					}
 					us, out := timeLaunch(t, g, inst, l, bufs, push, spec, 10)
 					for _, x := range lebin.Float32s(out) {

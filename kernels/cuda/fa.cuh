@@ -32,6 +32,8 @@
 #define FA_MAX_WARPS 16
 #define FA_MAX_D 256
 #define FA_P2 (FA_MAX_D / 64) // dimension pairs a lane owns
+#define FA_STAGE 8192 // a warp's stage of the F16 staged walk (fa_stage_at)
+#define FA_MAX_STAGES 4 // a warp's stages at most (fa_stage_walk's ring)
 
 // FaKeys is what a decode block's warps share about the keys they walk,
 // over either cache (FaArgs, faq.cuh's FaqArgs); fa_keys sets it.
@@ -42,6 +44,8 @@ struct FaKeys {
     int D, pos, W;
     int first; // the first key the query sees
     float scale, softcap;
+    u8* stage; // the warp's stages (shared; fa_stage_walk)
+    int nst;   // how many: 0 (the register walk) to FA_MAX_STAGES
 };
 
 struct FaArgs : FaKeys {
@@ -51,6 +55,98 @@ struct FaArgs : FaKeys {
         return (const __half*)(kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes) + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * kv_dim;
     }
 };
+
+// fa_cp copies N (8 or 16) bytes from global src to shared dst
+// asynchronously (cp.async: 8 cached in L1, the Q8_0 rows' pieces being
+// only 8-byte aligned; 16 past it); fa_commit closes the thread's group
+// of copies, fa_wait<N> waits until at most N of its groups are still in
+// flight.
+template <int N> __device__ __forceinline__ void fa_cp(void* dst, const void* src) {
+    static_assert(N == 8 || N == 16, "copies of 8 or 16 bytes");
+    if constexpr (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// fa_stage_copy sends the K and V rows of the nk ≤ NK keys from key base
+// (a chunk of a warp's walk: at most two pages) into stage st, R bytes a
+// row: K row j is the stage's row j, V row j its row NK + j, in pieces of
+// N bytes, piece c of stage row r at byte at(r, c) of the stage;
+// consecutive lanes take consecutive pieces (piece f = lane + 32·i of
+// the rows', r = f / (R/N)), each copy instruction a contiguous run of
+// the rows. It closes the lane's group of copies. Offsets are in bytes:
+// the head's slice of the layer at head_ofs in a page, rows rb apart,
+// V's vofs past K's. Rows past the chunk's last key are left as they are
+// (never read).
+template <int NK, int R, int N, typename At>
+__device__ __forceinline__ void fa_stage_copy(const FaKeys& a, size_t head_ofs, size_t rb, size_t vofs, int base, int nk, u8* st, At at) {
+    constexpr int NG = R / N, NC = 2 * NK * NG / 32;
+    static_assert(R % N == 0 && NC * 32 == 2 * NK * NG && NK <= KV_PAGE_TOKENS, "a chunk's rows in whole copies, within two pages");
+    const int lane = threadIdx.x & 31;
+    // Key o0 + j of the first page's count is row o of page b0's slice,
+    // or past it row o − KV_PAGE_TOKENS of page b1's, b1 taken
+    // KV_PAGE_TOKENS rows back (unsigned: wraps, never read there).
+    const int o0 = base % KV_PAGE_TOKENS;
+    const size_t b0 = (size_t)a.ptab[base / KV_PAGE_TOKENS] * a.page_bytes + head_ofs;
+    const size_t b1 = (size_t)a.ptab[(base + nk - 1) / KV_PAGE_TOKENS] * a.page_bytes + head_ofs - (size_t)KV_PAGE_TOKENS * rb;
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        const int f = lane + 32 * i, r = f / NG, c = f % NG;
+        const int j = r < NK ? r : r - NK, o = o0 + j;
+        if (j < nk) fa_cp<N>(st + at(r, c), a.kv + (o < KV_PAGE_TOKENS ? b0 : b1) + (size_t)o * rb + (r < NK ? 0 : vofs) + N * c);
+    }
+    fa_commit();
+}
+
+// fa_stage_walk is a warp's staged walk over its chunks of ch keys
+// (fa_start's: chunks warp, warp + W, …), in a ring of a.nst stages of SB
+// bytes from a.stage: fetch(base, st) copies the chunk from key base into
+// stage st (fa_stage_copy, one group of copies), and body(base, nk, st)
+// runs the arithmetic of its nk keys once every lane's copies have
+// landed. The copies of the chunk nst − 1 ahead go out before a chunk's
+// arithmetic (with one stage, the chunk's own, after the previous
+// chunk's arithmetic); past the last chunk an empty group keeps the
+// count, so that waiting until nst − 1 groups are in flight always means
+// this chunk's have landed.
+template <int SB, typename Fetch, typename Body>
+__device__ __forceinline__ void fa_stage_walk(const FaKeys& a, int ch, Fetch fetch, Body body) {
+    const int warp = threadIdx.x >> 5, step = a.W * ch, nst = a.nst;
+    int base = a.first + warp * ch;
+    if (base > a.pos) return;
+    for (int i = 0; i + 1 < nst; i++) {
+        if (base + i * step <= a.pos) fetch(base + i * step, a.stage + i * SB);
+        else fa_commit();
+    }
+    for (int s = 0; base <= a.pos; base += step, s = s + 1 == nst ? 0 : s + 1) {
+        const int ahead = base + (nst - 1) * step, sa = s + nst - 1 < nst ? s + nst - 1 : s - 1; // its stage: (s + nst − 1) mod nst
+        if (ahead <= a.pos) fetch(ahead, a.stage + sa * SB);
+        else fa_commit();
+        switch (nst) {
+        case 1: fa_wait<0>(); break;
+        case 2: fa_wait<1>(); break;
+        case 3: fa_wait<2>(); break;
+        default: fa_wait<3>();
+        }
+        __syncwarp(); // every lane's copies of this chunk have landed
+        body(base, min(ch, a.pos + 1 - base), (const u8*)(a.stage + s * SB));
+        __syncwarp(); // the stage is read before a copy overwrites it
+    }
+}
+
+// fa_stages is a decode block's stages a warp (0 to FA_MAX_STAGES) for
+// heads of D: as many as its dynamic shared memory holds past at bytes (W
+// warps, SB bytes a stage) where the kernel has a staged walk for D, so
+// that launch.go alone decides (faqStaged, faStagedShared). It points
+// a.stage at the warp's.
+template <int SB> __device__ __forceinline__ void fa_stages(FaKeys& a, u8* sm, int at, bool staged) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    a.nst = staged && (int)dyn > at ? min(FA_MAX_STAGES, ((int)dyn - at) / (a.W * SB)) : 0;
+    a.stage = sm + at + (size_t)(threadIdx.x >> 5) * a.nst * SB;
+}
 
 // fa_qs is a query's floats in shared memory: head_dim rounded up to 8,
 // so that each starts 32-byte aligned for the float4 loads.
@@ -107,13 +203,29 @@ template <int P2, int G> __device__ __forceinline__ void fa_add_v(float2 (*acc)[
     }
 }
 
+// fa_dot8 adds the products of the 8 halves in k (a key's dimensions
+// i … i+7) with G queries' (qs, QS floats apart) to pd, in order, fused.
+template <int G> __device__ __forceinline__ void fa_dot8(const float* qs, int QS, int i, uint4 k, float* pd) {
+    const __half2* hp = (const __half2*)&k;
+    float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]), k3v = __half22float2(hp[3]);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float* qg = qs + g * QS;
+        float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
+        float t = pd[g];
+        t = __fmaf_rn(qa.x, k0v.x, t), t = __fmaf_rn(qa.y, k0v.y, t), t = __fmaf_rn(qa.z, k1v.x, t);
+        t = __fmaf_rn(qa.w, k1v.y, t), t = __fmaf_rn(qb.x, k2v.x, t), t = __fmaf_rn(qb.y, k2v.y, t);
+        pd[g] = __fmaf_rn(qb.w, k3v.y, __fmaf_rn(qb.z, k3v.x, t));
+    }
+}
+
 // fa_batches is S for fa_warp and faq_warp: 1 where a lane's
 // accumulators (G·P2 pairs) leave room for a whole chunk's loads in the
 // main entries' 128 registers, else 2; 2 in the lean entry (MAXP2 2, 64
 // registers). The batches change no arithmetic, only when loads go out.
 __host__ __device__ constexpr int fa_batches(int G, int P2, int MAXP2) { return MAXP2 > 2 && G * P2 <= 4 ? 1 : 2; }
 
-// fa_warp runs one warp's online softmax over its keys for the G query
+// fa_warp_regs runs one warp's online softmax over its keys for the G query
 // heads of one KV head the block serves (each key's K and V rows are loaded
 // once for all of them); P2 dimension pairs a lane (head_dim ≤ 64·P2). It
 // returns each head's maximum and sum, and its accumulator in acc. A warp
@@ -132,9 +244,9 @@ __host__ __device__ constexpr int fa_batches(int G, int P2, int MAXP2) { return 
 // built with --fmad=false): half the instructions of a multiply and an
 // add, and closer to the exact sums (fa_add_v's too). Each lane finds the cache row of the
 // chunk's key lane once (the page lookup) and hands it to the others by
-// shuffle.
+// shuffle. fa_warp takes it where the staged walk does not.
 template <int P2, int G, int S = 1>
-__device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+__device__ __forceinline__ void fa_warp_regs(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
     constexpr int NK = 32 / P2, LP = P2, KC = 8, KB = KC / S, VB = NK / S;
     static_assert(G * P2 <= 8, "fa_group keeps a block's accumulators small");
     static_assert(KC % S == 0 && NK % S == 0, "whole batches");
@@ -199,18 +311,7 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
                 for (int c = 0; c < KB; c++) {
                     const int i = 8 * (part + LP * (KB * b + c));
                     if (i >= D) break;
-                    const __half2* hp = (const __half2*)&kr[c];
-                    float2 k0v = __half22float2(hp[0]), k1v = __half22float2(hp[1]), k2v = __half22float2(hp[2]),
-                           k3v = __half22float2(hp[3]);
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        const float* qg = a.qs + g * QS;
-                        float4 qa = *(const float4*)(qg + i), qb = *(const float4*)(qg + i + 4);
-                        float t = pd[g];
-                        t = __fmaf_rn(qa.x, k0v.x, t), t = __fmaf_rn(qa.y, k0v.y, t), t = __fmaf_rn(qa.z, k1v.x, t);
-                        t = __fmaf_rn(qa.w, k1v.y, t), t = __fmaf_rn(qb.x, k2v.x, t), t = __fmaf_rn(qb.y, k2v.y, t);
-                        pd[g] = __fmaf_rn(qb.w, k3v.y, __fmaf_rn(qb.z, k3v.x, t));
-                    }
+                    fa_dot8<G>(a.qs, QS, i, kr[c], pd);
                 }
             }
 #pragma unroll
@@ -249,6 +350,79 @@ __device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, f
     for (int g = 0; g < G; g++) pm[g] = m[g], pl[g] = l[g];
 }
 
+// fa_warp_staged is fa_warp_regs for heads of D = 64·P2 (128 or 256:
+// rows of 128·P2 bytes, 16-byte aligned), with its arithmetic in the same
+// order (the same bits) but its loads made otherwise, as faq.cuh's staged
+// walk: the warp copies a chunk's K rows and V rows into its stage in
+// shared memory with cp.async, 16 bytes a lane, consecutive lanes taking
+// consecutive pieces (fa_stage_copy, fa_stage_walk), and reads the keys'
+// pieces and the value pairs from there; with more than one stage the
+// copies of the chunks ahead go out before this chunk's arithmetic. Piece c of a
+// stage row r lies at piece c ^ (r·LP mod 8) of it (at), so that the eight
+// lanes of a quarter warp, which read 16 bytes each of four or two keys'
+// rows, find eight different banks' quads; a V row's 32 words stay in
+// their 128 bytes. A chunk's ≤ NK ≤ 16 keys lie in at most two pages.
+template <int P2, int G>
+__device__ __forceinline__ void fa_warp_staged(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    constexpr int NK = 32 / P2, LP = P2, KC = 8, D = 64 * P2, QS = fa_qs(D), R = 2 * D, NG = R / 16;
+    static_assert(P2 == 2 || P2 == 4, "heads of 128 or 256");
+    static_assert(2 * NK * R == FA_STAGE && NG == LP * KC && NG % 8 == 0, "a chunk's rows fill a stage");
+    const int lane = threadIdx.x & 31;
+    float m[G], l[G];
+    const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
+    const int part = lane % LP, kk = lane / LP; // this lane's pieces part, part + LP, … of key kk
+    auto at = [&](int r, int c) { return 16 * (r * NG + (c ^ ((r * LP) & 7))); };
+    auto fetch = [&](int base, u8* st) {
+        fa_stage_copy<NK, R, 16>(a, 2 * a.head_ofs, 2 * (size_t)a.kv_dim, 2 * a.vofs, base, min(ch, a.pos + 1 - base), st, at);
+    };
+    fa_stage_walk<FA_STAGE>(a, ch, fetch, [&](int base, int nk, const u8* st) {
+        const bool live = lane < nk;
+        // fa_warp_regs' products and sums (same order, same bits).
+        float dot[G], pd[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) pd[g] = 0.f;
+        if (kk < nk) {
+#pragma unroll
+            for (int c = 0; c < KC; c++) fa_dot8<G>(a.qs, QS, 8 * (part + LP * c), *(const uint4*)(st + at(kk, part + LP * c)), pd);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int o = 1; o < LP; o <<= 1) pd[g] += __shfl_xor_sync(0xffffffffu, pd[g], o);
+            dot[g] = __shfl_sync(0xffffffffu, pd[g], (lane % NK) * LP);
+        }
+        float p[G];
+        fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
+#pragma unroll
+        for (int j = 0; j < NK; j++) {
+            if (j >= nk) break;
+            float2 v[P2];
+#pragma unroll
+            for (int i = 0; i < P2; i++) {
+                const int b = 128 * i + 4 * lane; // the byte of the lane's pair (dimensions 64·i + 2·lane) in the row
+                v[i] = __half22float2(*(const __half2*)(st + at(NK + j, b / 16) + b % 16));
+            }
+            fa_add_v<P2, G>(acc, p, j, v);
+        }
+    });
+#pragma unroll
+    for (int g = 0; g < G; g++) pm[g] = m[g], pl[g] = l[g];
+}
+
+// fa_warp over an F16 cache (fa_warps calls it for FaArgs): the staged
+// walk where the head's rows suit it and the block has stages, else the
+// register walk.
+template <int P2, int G, int S = 1>
+__device__ __forceinline__ void fa_warp(const FaArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    if constexpr (P2 == 2 || P2 == 4) {
+        if (a.D == 64 * P2 && a.nst > 0) {
+            fa_warp_staged<P2, G>(a, pm, pl, acc);
+            return;
+        }
+    }
+    fa_warp_regs<P2, G, S>(a, pm, pl, acc);
+}
+
 // fa_group is how many query heads one block of the decode kernels
 // serves: all of them share their KV head, whose rows it loads once. The
 // largest of 4, 3, 2 that divides the heads a KV head serves and keeps
@@ -283,6 +457,16 @@ template <typename Body> __device__ __forceinline__ void fa_grouped(u32 n_head, 
 // and merge weight per head, each warp's accumulators per head, and each
 // head's 1/sum. launch.go's faShared is the same.
 __host__ __device__ constexpr int fa_smem(int G, int W, int D) { return 4 * G * (fa_qs(D) + 3 * W + W * D + 1); }
+
+// The staged walk (fa_warp_staged) of heads of 128 and 256 copies each
+// chunk's K and V rows into the warp's stages past fa_smem's layout
+// (from fa_stage_at, 16-byte aligned): FA_STAGE bytes a stage, 2·(32/P2)
+// rows of 128·P2 bytes. The kernel takes as many stages a warp (1 to 4,
+// else 0: the register walk) as its dynamic shared memory holds
+// (fa_stages), so launch.go alone decides (faStagedShared); the lean entry
+// takes none.
+__host__ __device__ constexpr int fa_stage_at(int G, int W, int D) { return (fa_smem(G, W, D) + 15) & ~15; }
+__host__ __device__ constexpr bool fa_staged(int D) { return D == 128 || D == 256; }
 
 // Flash decoding across blocks: the _split entries (launch.go's
 // EntrySplit, for decode steps of few blocks) give each (head group, row)
@@ -542,6 +726,10 @@ __device__ __forceinline__ void fa_block(float* sm, const float* q, const u8* kv
     a.head_ofs = (size_t)(layer * 2) * KV_PAGE_TOKENS * a.kv_dim + (size_t)kvh * head_dim;
     a.vofs = (size_t)KV_PAGE_TOKENS * a.kv_dim;
     a.qs = qs;
+    // The warps' stages: as many as the block's shared memory holds
+    // (launch.go's faStagedShared), past fa_smem's layout; none in the lean
+    // entry (MAXP2 2), compiled for 64 registers.
+    fa_stages<FA_STAGE>(a, (u8*)sm, fa_stage_at(G, W, D), MAXP2 > 2 && fa_staged(D));
     // As T-CPU (ggml's CPU paths), the query is rounded to F16 except in a
     // long prompt's rows: decided by the row's request, never by how many
     // rows share the step, so a request's bits do not depend on its batch.

@@ -32,7 +32,7 @@ __host__ __device__ constexpr int faq_smem(int G, int W, int D) { return 4 * G *
 // The staged walk (faq_warp_staged) of heads of 128 and 256 copies each
 // chunk's K and V rows into the warp's stages past faq_smem's layout
 // (from faq_stage_at, 16-byte aligned): FAQ_STAGE bytes a stage, 2·(32/P2)
-// rows of 68·P2 bytes. The kernel takes as many stages a warp (1 or 2,
+// rows of 68·P2 bytes. The kernel takes as many stages a warp (1 to 4,
 // else 0: the register walk) as its dynamic shared memory holds
 // (faq_block), so launch.go alone decides (faqStaged).
 #define FAQ_STAGE 4352
@@ -43,8 +43,6 @@ struct FaqArgs : FaKeys { // FaKeys' offsets in bytes
     size_t rb;       // a row's bytes
     const int* qq;   // the query's quants ([G][D/4], shared)
     const float* qd; // its block scales ([G][D/32], shared)
-    u8* stage;       // the warp's stages (shared; faq_warp_staged)
-    int nst;         // how many: 0, 1 or 2
     __device__ __forceinline__ const u8* row(int t) const {
         return kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * rb;
     }
@@ -208,75 +206,35 @@ __device__ __forceinline__ float q8_i2f(u32 w, u32 sel) {
     return __int_as_float((int)__byte_perm(w ^ 0x8080u, 0x4b000000u, sel)) - 8388736.f;
 }
 
-// faq_cp8 copies 8 bytes from global src to shared dst asynchronously
-// (cp.async, cached in L1: the rows' pieces are only 8-byte aligned);
-// faq_commit closes the thread's group of copies, faq_wait<N> waits until
-// at most N of its groups are still in flight.
-__device__ __forceinline__ void faq_cp8(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void faq_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void faq_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // faq_warp_staged is fa_warp over a Q8_0 cache for heads of D = 64·P2
 // (128 or 256: rows of 68·P2 bytes, 8-byte aligned), with the register
 // walk's arithmetic in the same order (the same bits) but its loads made
 // otherwise: the warp copies a chunk's K rows and V rows into its stage in
 // shared memory with cp.async, 8 bytes a lane, consecutive lanes taking
 // consecutive pieces (each copy instruction covers 256 bytes of one or two
-// rows), and reads the blocks and the value pairs from there. The
+// rows: fa_stage_copy, in fa.cuh's fa_stage_walk), and reads the blocks
+// and the value pairs from there. The
 // register walk's loads of 4 and 2 bytes, each warp instruction touching
 // eight keys' rows, made about 80 load instructions a chunk against the
-// 17 copies here; and with two stages (nst 2) the next chunk's copies go
-// out before this chunk's arithmetic. A chunk's ≤ NK ≤ 16 keys lie in at
-// most two pages (p0, and p1 for the keys past p0's last).
+// 17 copies here; and with more than one stage the copies of the chunks
+// ahead go out before this chunk's arithmetic (fa_stage_walk's ring). A
+// chunk's ≤ NK ≤ 16 keys lie in at most two pages. K row j is at j·R of
+// the stage, V row j at (NK + j)·R.
 template <int P2, int G>
 __device__ __forceinline__ void faq_warp_staged(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
     constexpr int NK = 32 / P2, LP = 2 * P2, KPP = 32 / LP, NP = NK / KPP;
-    constexpr int D = 64 * P2, NB = D / 32, R = NB * Q8_BYTES, NG = R / 8, NC = 2 * NK * NG / 32;
+    constexpr int D = 64 * P2, NB = D / 32, R = NB * Q8_BYTES;
     static_assert(P2 == 2 || P2 == 4, "heads of 128 or 256");
-    static_assert(NP * KPP == NK && LP == NB && R % 8 == 0 && NC * 32 == 2 * NK * NG && 2 * NK * R == FAQ_STAGE,
-        "a chunk's rows fill a stage in whole copies");
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    static_assert(NP * KPP == NK && LP == NB && 2 * NK * R == FAQ_STAGE, "a chunk's rows fill a stage");
+    const int lane = threadIdx.x & 31;
     float m[G], l[G];
     const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
     const int part = lane % LP, kq = lane / LP; // this lane's block of key kq of each pass
-    const int step = a.W * ch, nst = a.nst;
-    // fetch sends the rows of the chunk from key base into stage st (K row
-    // j at j·R, V row j at (NK + j)·R), piece f = lane + 32·i of them this
-    // lane's, and closes the group. Rows past the chunk's last key are
-    // left as they are (never read).
     auto fetch = [&](int base, u8* st) {
-        const int nk = min(ch, a.pos + 1 - base);
-        // Key o0 + j of the first page's count is row o of page b0's
-        // slice, or past it row o − KV_PAGE_TOKENS of page b1's, b1 taken
-        // KV_PAGE_TOKENS rows back (unsigned: wraps, never read there).
-        const int o0 = base % KV_PAGE_TOKENS;
-        const size_t b0 = (size_t)a.ptab[base / KV_PAGE_TOKENS] * a.page_bytes + a.head_ofs;
-        const size_t b1 = (size_t)a.ptab[(base + nk - 1) / KV_PAGE_TOKENS] * a.page_bytes + a.head_ofs -
-            (size_t)KV_PAGE_TOKENS * a.rb;
-#pragma unroll
-        for (int i = 0; i < NC; i++) {
-            const int f = lane + 32 * i, r = f / NG, c = f % NG;
-            const int j = r < NK ? r : r - NK, o = o0 + j;
-            if (j < nk)
-                faq_cp8(st + 8 * f, a.kv + (o < KV_PAGE_TOKENS ? b0 : b1) + (size_t)o * a.rb + (r < NK ? 0 : a.vofs) + 8 * c);
-        }
-        faq_commit();
+        fa_stage_copy<NK, R, 8>(a, a.head_ofs, a.rb, a.vofs, base, min(ch, a.pos + 1 - base), st,
+            [&](int r, int c) { return 8 * (r * (R / 8) + c); });
     };
-    int base = a.first + warp * ch;
-    if (base <= a.pos) fetch(base, a.stage);
-    for (int s = 0; base <= a.pos; base += step, s ^= nst - 1) {
-        const int nxt = base + step;
-        if (nst > 1 && nxt <= a.pos) {
-            fetch(nxt, a.stage + (s ^ 1) * FAQ_STAGE);
-            faq_wait<1>();
-        } else {
-            faq_wait<0>();
-        }
-        __syncwarp(); // every lane's copies of this chunk have landed
-        const u8* st = a.stage + s * FAQ_STAGE;
-        const int nk = min(ch, a.pos + 1 - base);
+    fa_stage_walk<FAQ_STAGE>(a, ch, fetch, [&](int base, int nk, const u8* st) {
         const bool live = lane < nk;
         float dot[G];
 #pragma unroll
@@ -328,9 +286,7 @@ __device__ __forceinline__ void faq_warp_staged(const FaqArgs& a, float* pm, flo
             }
             fa_add_v<P2, G>(acc, p, j, v);
         }
-        __syncwarp(); // the stage is read before a copy overwrites it
-        if (nst == 1 && nxt <= a.pos) fetch(nxt, a.stage);
-    }
+    });
 #pragma unroll
     for (int g = 0; g < G; g++) pm[g] = m[g], pl[g] = l[g];
 }
@@ -400,11 +356,7 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
     a.qd = qd;
     // The warps' stages: as many as the block's shared memory holds
     // (launch.go's faqStaged), past faq_smem's layout.
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const int at = faq_stage_at(G, W, D);
-    a.nst = faq_staged(D) && (int)dyn > at ? min(2, ((int)dyn - at) / (W * FAQ_STAGE)) : 0;
-    a.stage = (u8*)sm + at + (size_t)warp * a.nst * FAQ_STAGE;
+    fa_stages<FAQ_STAGE>(a, (u8*)sm, faq_stage_at(G, W, D), faq_staged(D));
     fa_warps<G, FA_P2>(a, ws);
     // The merge, as fa_block's; a range of a split row stores its state
     // for fa_split_merge, and only the last range's block goes on.

@@ -195,7 +195,8 @@ func moeDownAcc(d Dispatch) (Launch, error) {
 // row) along z, with the warps the unsplit launch would have (so a row
 // short enough not to be split gets the main entry's bits). The instances
 // of a quantized cache (Dispatch.Type kv-…) have no lean entry, and their
-// decode kernel's shared memory is faqShared.
+// decode kernel's shared memory is faqStaged's; an F16 cache's decode
+// kernel (but the lean entry) takes faStagedShared's.
 func attention(d Dispatch) (Launch, error) {
 	l := d.base()
 	spec := d.Spec
@@ -222,6 +223,9 @@ func attention(d Dispatch) (Launch, error) {
 	}
 	if d.Family == "flash_attn" && !quant && g == 1 && spec[3] <= 128 && w <= faLeanWarps {
 		l.Entry = EntryLean
+	}
+	if !quant && l.Entry != EntryLean {
+		l.Shared = faStagedShared(g, w, spec[3])
 	}
 	if z := faSplits(l.Grid[0] * d.Rows); !d.Prefill && l.Entry == EntryMain && z > 1 {
 		l.Grid[2], l.Entry, l.Staged = z, EntrySplit, faStaged(d.Rows, spec[1], spec[3], z)

@@ -416,32 +416,100 @@ func faqShared(g, w, d uint32) int { return int(4 * g * (d + d/4 + d/32 + 3*w + 
 // at 130000 1074.2 / 414.3 / 458.5 (F16 cache: 61.5, 192.7, 152.7,
 // 540.8). Blocks of 8 warps lost (7B at 32768: 178.1 with one stage,
 // 160.4 with two).
-func faqStaged(g, w, d uint32) int {
-	at := (faqShared(g, w, d) + 15) &^ 15
-	if n := at + int(w)*faqStage; (d == 128 || d == 256) && n <= faqMaxShared {
+func faqStaged(g, w, d uint32) int { return withStage(faqShared(g, w, d), w, d, faqStage) }
+
+// faStagedShared is faqStaged for an F16 cache: faShared's, rounded to
+// 16 bytes (fa_stage_at in fa.cuh), then for heads of 128 and 256
+// (fa_staged) one stage of faStage bytes a warp (fa.cuh's staged walk,
+// faq.cuh's made for F16 rows: a chunk's K and V rows copied into shared
+// memory with cp.async) where the block stays within faqMaxShared, else
+// none (the register walk). The kernel counts its stages from the shared
+// memory it is given; its bits are the register walk's. One layer's
+// one-row decode attention on an H200 (TestDecodeAttentionSpeed, run
+// 24b; µs without stages / with this one): the qwen3 0.6B shape at depth
+// 32768 61.5 / 51.7, at 130000 172.9 / 142.0; the llama 7B shape at 32768
+// 165.0 / 167.2, at 130000 599.0 / 561.4. Blocks of 8 warps with twice
+// the blocks a head group and a stage did better for the 7B (134.8 and
+// 495.8) and worse for the 0.6B (60.9 and 151.4); more stages a warp
+// gained nothing at 16 warps and little at 8. End to end (zrt-run bench
+// --tier cuda -p 0 -n 128, the qwen3 0.6B shape, Q4_K_M, F16 cache, run
+// 24c), tg128 at depth 32768 went 395.80 → 448.03 tok/s, at 130000 to
+// 209.86 (llama.cpp on the same machine: 356.27 and 155.20).
+func faStagedShared(g, w, d uint32) int { return withStage(faShared(g, w, d), w, d, faStage) }
+
+// withStage is a decode attention block's shared memory of base bytes
+// rounded to 16, then one stage of stage bytes for each of its w warps
+// where heads of d have a staged walk (128 and 256) and the block stays
+// within faqMaxShared.
+func withStage(base int, w, d uint32, stage int) int {
+	at := (base + 15) &^ 15
+	if n := at + int(w)*stage; (d == 128 || d == 256) && n <= faqMaxShared {
 		return n
 	}
 	return at
 }
 
-// Q8AttnShared is the shared memory of a Q8_0 cache's decode attention
-// block (flash_attn's and flash_attn_ext's quantized instances) of warps
-// warps with the given stages a warp (0: the register walk; at most 2),
-// for tests that launch the kernel with fewer stages than Shape gives.
-func Q8AttnShared(nHead, nHeadKV, headDim, warps, stages uint32) int {
-	return (faqShared(faGroup(nHead, nHeadKV, headDim), warps, headDim)+15)&^15 + int(warps*stages)*faqStage
+// FitShared is launch l of instance (its specialization values spec)
+// within limit bytes of shared memory a block where it can be: a decode
+// attention launch (flash_attn's and flash_attn_ext's main, _split and
+// _rest entries) past it keeps as many of its stages a warp as fit, none
+// at worst, which its kernel counts from the memory it is given (the same
+// bits: faqStaged, faStagedShared). The stages are sized for the largest
+// of the GPUs the PTX runs on (faqMaxShared); an sm_86 or sm_89 card
+// allows 99 KiB a block. Other launches come back as they are.
+func FitShared(instance string, spec []uint32, l Launch, limit int) Launch {
+	family, typ, _ := strings.Cut(instance, ".")
+	if l.Shared <= limit || family != "flash_attn" && family != "flash_attn_ext" || len(spec) < 4 {
+		return l
+	}
+	switch l.Entry {
+	case EntryMain, EntrySplit, EntryRest:
+	default:
+		return l
+	}
+	w, d := l.Block[0]/32, spec[3]
+	base, stage := faShared(faGroup(spec[1], spec[2], d), w, d), faStage
+	if typ != "" {
+		base, stage = faqShared(faGroup(spec[1], spec[2], d), w, d), faqStage
+	}
+	at := (base + 15) &^ 15
+	for l.Shared > limit && l.Shared-int(w)*stage >= at {
+		l.Shared -= int(w) * stage
+	}
+	return l
+}
+
+// AttnShared is the shared memory of a decode attention block (flash_attn's
+// and flash_attn_ext's main and _split entries; quant: a Q8_0 cache's
+// instances) of warps warps with the given stages a warp (0: the register
+// walk; at most AttnMaxStages), for tests that launch the kernel with
+// other stages than Shape gives.
+func AttnShared(quant bool, nHead, nHeadKV, headDim, warps, stages uint32) int {
+	g := faGroup(nHead, nHeadKV, headDim)
+	if quant {
+		return (faqShared(g, warps, headDim)+15)&^15 + int(warps*stages)*faqStage
+	}
+	return (faShared(g, warps, headDim)+15)&^15 + int(warps*stages)*faStage
 }
 
 // faqStage is FAQ_STAGE in faq.cuh: a warp's stage, a chunk's K and V
-// rows (2·32/P2 rows of 68·P2 bytes). faqMaxShared bounds a block's
-// shared memory with its stage: within an A100's 163 KiB a block (the
+// rows (2·32/P2 rows of 68·P2 bytes); faStage FA_STAGE in fa.cuh, an F16
+// cache's (2·32/P2 rows of 128·P2 bytes). faqMaxShared bounds a block's
+// shared memory with its stages: within an A100's 163 KiB a block (the
 // compute_80 PTX runs there too); the qwen3 0.6B and llama 7B shapes'
-// one-row steps (16 warps) take 88 and 79 KiB, four heads a block at 16
-// warps 106 KiB.
+// one-row steps (16 warps) take 88 and 79 KiB over a Q8_0 cache, 145
+// and 137 KiB over an F16 one, four heads a block at 16 warps 106 KiB
+// (Q8_0) and, past the bound, none (F16).
 const (
 	faqStage     = 4352
+	faStage      = 8192
 	faqMaxShared = 160 << 10
 )
+
+// AttnMaxStages is FA_MAX_STAGES in fa.cuh: the stages a warp of the
+// decode attention's staged walks takes at most (a ring: the copies of
+// the chunk stages − 1 ahead go out before a chunk's arithmetic).
+const AttnMaxStages = 4
 
 // faWarps is the warps of a decode attention block (FA_MAX_WARPS in
 // fa.cuh at most) for a launch of blocks blocks: 8, doubled while the
@@ -519,6 +587,11 @@ func faSplits(blocks uint32) uint32 {
 func faStaged(rows, nHead, hd, splits uint32) int {
 	return 4*faCounters + 4*int(rows*nHead*splits)*int(hd+2)
 }
+
+// AttnSplitStaged is faStaged for tests that launch a split decode
+// attention with another number of blocks a head group than Shape gives
+// (at most 32, fa.cuh's FA_MAX_SPLIT).
+func AttnSplitStaged(rows, nHead, hd, splits uint32) int { return faStaged(rows, nHead, hd, splits) }
 
 // faChunk is FA_CHUNK in fa.cuh, the keys of the units a split row's
 // ranges are made of; faSplitMin FA_SPLIT_MIN, the most keys a row has

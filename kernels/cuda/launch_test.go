@@ -214,7 +214,7 @@ func TestFlashAttnSplit(t *testing.T) {
 			t.Errorf("%s: grid %v block %v, want (%d, %d, %d) and %d warps", name, l.Grid, l.Block, c.gridX, c.rows, c.splits, c.warps)
 		}
 		if c.splits > 1 {
-			shared := faShared(c.heads/c.gridX, c.warps, c.hd)
+			shared := faStagedShared(c.heads/c.gridX, c.warps, c.hd)
 			if c.quant {
 				shared = faqStaged(c.heads/c.gridX, c.warps, c.hd)
 			}
@@ -276,8 +276,8 @@ func TestMmtSplits(t *testing.T) {
 }
 
 // TestFaWarps: a decode attention launch of few blocks gets more warps a
-// block, up to faMaxWarps, within 48 KiB of shared memory; one of many
-// keeps 8.
+// block, up to faMaxWarps, within 48 KiB of shared memory (the stages
+// come on top: faStagedShared); one of many keeps 8.
 func TestFaWarps(t *testing.T) {
 	for _, c := range []struct{ heads, kv, hd, rows, want uint32 }{
 		{16, 8, 128, 16, 16}, {16, 8, 128, 32, 16}, {16, 8, 128, 64, 8}, // qwen3 0.6B: 128 blocks at 16 rows
@@ -289,10 +289,49 @@ func TestFaWarps(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := faGroup(c.heads, c.kv, c.hd)
-		if l.Block[0] != 32*c.want || l.Shared != faShared(g, c.want, c.hd) || l.Shared > 48<<10 {
-			t.Errorf("%d heads of %d on %d KV heads, %d rows: block %d, %d bytes shared; want %d warps, %d bytes",
-				c.heads, c.hd, c.kv, c.rows, l.Block[0], l.Shared, c.want, faShared(g, c.want, c.hd))
+		shared := faStagedShared(g, c.want, c.hd)
+		if l.Entry == EntryLean {
+			shared = faShared(g, c.want, c.hd)
 		}
+		if l.Block[0] != 32*c.want || l.Shared != shared || faShared(g, c.want, c.hd) > 48<<10 {
+			t.Errorf("%d heads of %d on %d KV heads, %d rows: block %d, %d bytes shared; want %d warps, %d bytes",
+				c.heads, c.hd, c.kv, c.rows, l.Block[0], l.Shared, c.want, shared)
+		}
+	}
+}
+
+// TestFaStagedShared: an F16 cache's decode attention blocks (but the
+// lean entry's, compiled for 64 registers) get a stage a warp (fa.cuh's
+// FA_STAGE) for heads of 128 and 256 where the block stays within
+// faqMaxShared, past faShared's memory rounded to 16 bytes; heads of
+// other widths and blocks that would pass the bound get none.
+func TestFaStagedShared(t *testing.T) {
+	for _, c := range []struct{ g, w, d, stages uint32 }{
+		{2, 16, 128, 1}, {1, 16, 128, 1}, {4, 8, 128, 1}, {2, 8, 256, 1}, {1, 16, 256, 1},
+		{4, 16, 128, 0}, {2, 16, 256, 0}, {2, 16, 64, 0}, {2, 8, 96, 0},
+	} {
+		at := (faShared(c.g, c.w, c.d) + 15) &^ 15
+		if got := faStagedShared(c.g, c.w, c.d); got != at+int(c.w*c.stages)*faStage || got > faqMaxShared {
+			t.Errorf("faStagedShared(%d, %d, %d) = %d, want %d stages a warp past %d, within %d", c.g, c.w, c.d, got, c.stages, at, faqMaxShared)
+		}
+		if got := AttnShared(false, 8*c.g, 8, c.d, c.w, c.stages); c.stages > 0 && got != faStagedShared(c.g, c.w, c.d) {
+			t.Errorf("AttnShared(F16, groups of %d, %d warps, heads of %d, %d stages) = %d, want %d", c.g, c.w, c.d, c.stages, got, faStagedShared(c.g, c.w, c.d))
+		}
+	}
+	// The qwen3 0.6B shape's one-row decode step: the _split entry with
+	// a stage a warp; a many-row step of one head a block: the lean entry
+	// without.
+	if l, err := Shape("flash_attn", []uint32{0}, []uint32{2, 16, 8, 128, 0}, 1, false); err != nil || l.Entry != EntrySplit ||
+		l.Shared != faStagedShared(2, 16, 128) || l.Shared <= faShared(2, 16, 128) {
+		t.Errorf("qwen3 0.6B one-row decode: %+v, %v: want the _split entry with stages", l, err)
+	}
+	if l, err := Shape("flash_attn", []uint32{0}, []uint32{2, 32, 32, 128, 0}, 64, false); err != nil || l.Entry != EntryLean ||
+		l.Shared != faShared(1, l.Block[0]/32, 128) {
+		t.Errorf("llama 7B 64-row decode: %+v, %v: want the lean entry without stages", l, err)
+	}
+	if l, err := Shape("flash_attn_ext", []uint32{0}, []uint32{2, 32, 8, 128, 0, 0, 0}, 16, false); err != nil ||
+		l.Shared != faStagedShared(4, l.Block[0]/32, 128) {
+		t.Errorf("flash_attn_ext four heads a block: %+v, %v: want faStagedShared's memory", l, err)
 	}
 }
 
@@ -367,5 +406,51 @@ func TestFlashAttnQ8KV(t *testing.T) {
 	}
 	if _, err := Shape("flash_attn.kv-q8_0-q8_0", []uint32{0}, []uint32{2, 8, 2, 80}, 4, false); err == nil || !strings.Contains(err.Error(), "80") {
 		t.Errorf("q8_0 heads of 80: %v, want an error naming the width", err)
+	}
+}
+
+// TestFitShared: a decode attention launch past a device's shared memory
+// a block keeps the stages that fit (an sm_89 card's 99 KiB holds none of
+// the qwen3 0.6B shape's F16 one-row step, two of a q8_0 step's three at
+// 8 warps; the prefill's _rest), within the limit keeps them all, and
+// other launches (the prefill tile, a matrix product) come back as they
+// are.
+func TestFitShared(t *testing.T) {
+	const sm89, sm90 = 99 << 10, 227 << 10
+	spec := []uint32{2, 16, 8, 128, 0}
+	l, err := Shape("flash_attn", []uint32{0}, spec, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FitShared("flash_attn", spec, l, sm89); got.Shared != (faShared(2, 16, 128)+15)&^15 || got.Grid != l.Grid || got.Entry != l.Entry {
+		t.Errorf("F16 one-row step on 99 KiB: %+v, want no stages (%d bytes)", got, (faShared(2, 16, 128)+15)&^15)
+	}
+	if got := FitShared("flash_attn", spec, l, sm90); got.Shared != l.Shared {
+		t.Errorf("F16 one-row step on 227 KiB: %d bytes, want the launch's %d", got.Shared, l.Shared)
+	}
+	q := l
+	q.Block[0] = 32 * 8
+	q.Shared = AttnShared(true, 16, 8, 128, 8, 3)
+	limit := AttnShared(true, 16, 8, 128, 8, 2) + 100
+	if got := FitShared("flash_attn.kv-q8_0-q8_0", spec, q, limit); got.Shared != AttnShared(true, 16, 8, 128, 8, 2) {
+		t.Errorf("q8_0, 3 stages of 8 warps within %d bytes: %d, want 2 stages' %d", limit, got.Shared, AttnShared(true, 16, 8, 128, 8, 2))
+	}
+	tile, err := Shape("flash_attn", []uint32{0}, spec, 128, true)
+	if err != nil || tile.Entry != EntryTile {
+		t.Fatalf("prefill: %+v, %v", tile, err)
+	}
+	if got := FitShared("flash_attn", spec, tile, 1024); got.Shared != tile.Shared {
+		t.Errorf("the prefill tile: %d bytes, want its own %d", got.Shared, tile.Shared)
+	}
+	w := tile.Rest.Block[0] / 32
+	if got := FitShared("flash_attn", spec, *tile.Rest, 40<<10); tile.Rest.Shared <= 40<<10 || got.Shared != (faShared(2, w, 128)+15)&^15 {
+		t.Errorf("the prefill's _rest (%d bytes) within 40 KiB: %d, want no stages", tile.Rest.Shared, got.Shared)
+	}
+	mm, err := Shape("matmul.q4_k", []uint32{4096, 4096}, nil, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FitShared("matmul.q4_k", nil, mm, 0); got.Shared != mm.Shared {
+		t.Errorf("matmul: %d bytes, want its own %d", got.Shared, mm.Shared)
 	}
 }

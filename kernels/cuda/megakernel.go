@@ -100,9 +100,15 @@ func matrixKN(family, typ string, push, spec []uint32, rows int) (k, n uint32, e
 // split row runs the unsplit kernel's arithmetic, so the bits stay the
 // graph path's up to that length; a longer row takes one multiprocessor
 // a head group (and its own bits) until the schedule splits attention
-// over keys itself.
+// over keys itself. Over an F16 cache it takes no stages (fa.cuh's
+// staged walk, the register walk's bits): the persistent block would
+// hold a step's largest shared memory for every task.
 func MegakernelShape(instance string, push, spec []uint32, rows int) (Launch, error) {
 	l, err := Shape(instance, push, spec, rows, false)
+	family, typ, _ := strings.Cut(instance, ".")
+	if err == nil && (family == "flash_attn" || family == "flash_attn_ext") && typ == "" && l.Entry != EntryLean {
+		l.Shared = faShared(faGroup(spec[1], spec[2], spec[3]), l.Block[0]/32, spec[3])
+	}
 	if err == nil && l.Entry == EntrySplit {
 		l.Grid[2], l.Entry, l.Staged = 1, EntryMain, 0
 		return l, nil
@@ -115,7 +121,6 @@ func MegakernelShape(instance string, push, spec []uint32, rows int) (Launch, er
 	default:
 		return l, nil
 	}
-	family, typ, _ := strings.Cut(instance, ".")
 	if _, ok := mmqTypes[typ]; !ok || !MatrixFamily(family) {
 		return l, nil
 	}

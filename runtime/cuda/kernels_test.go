@@ -43,9 +43,9 @@ type kgpu struct {
 	// flash_attn tile's blocks come in two sizes (kcuda's fatSplit), and
 	// a test's few rows would otherwise only ever see the larger.
 	threads uint32
-	// shared, when not 0, replaces the launch's shared memory: the q8_0
-	// decode kernel takes as many stages a warp as it is given
-	// (kcuda.Q8AttnShared).
+	// shared, when not 0, replaces the launch's shared memory: the decode
+	// attention kernels take as many stages a warp as they are given
+	// (kcuda.AttnShared).
 	shared int
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -18,8 +19,8 @@ import (
 // TestKernelQ8KVAttentionStages runs the q8_0 decode attention at heads of
 // 128 and 256, whose warps copy each chunk's rows into stages in shared
 // memory (kernels/cuda/faq.cuh's staged walk), with the shared memory for
-// no stage (the register walk), one and two stages a warp: the three
-// must give the same bits (one order of arithmetic), and the launch's
+// no stage (the register walk) and one to four stages a warp (those the
+// device holds): all must give the same bits (one order of arithmetic), and the launch's
 // own, T-CPU's outputs within q8AttnTolerance. The cases: the qwen3 0.6B
 // shape's one-row step over 20k keys (split), the llama 7B shape's (one
 // head a block), four heads a block, heads of 256 with a soft cap, a
@@ -51,7 +52,7 @@ func TestKernelQ8KVAttentionStages(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := l.Block[0] / 32
-			if l.Shared <= kcuda.Q8AttnShared(uint32(c.nHead), uint32(c.nKV), uint32(c.hd), w, 0) {
+			if l.Shared <= kcuda.AttnShared(true, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), w, 0) {
 				t.Fatalf("launch %+v: no stages for heads of %d", l, c.hd)
 			}
 			lay := kernels.KVLayout{Slots: nLayer, Width: c.nKV * c.hd, Types: c.kv}
@@ -76,33 +77,158 @@ func TestKernelQ8KVAttentionStages(t *testing.T) {
 			}
 			got := g.with(t).run(inst, bufs, push, spec, len(c.rows))[yi]
 			compareF32(t, inst+" "+c.name+" vs T-CPU", got, cpuRun(t, inst, bufs, push, spec)[yi], q8AttnTolerance)
-			for st := uint32(0); st <= 2; st++ {
-				gs := g.with(t)
-				gs.shared = kcuda.Q8AttnShared(uint32(c.nHead), uint32(c.nKV), uint32(c.hd), w, st)
-				if other := gs.run(inst, bufs, push, spec, len(c.rows))[yi]; !bytes.Equal(other, got) {
-					compareF32(t, inst+" "+c.name+" stages", other, got, 0)
-					t.Errorf("%d stages a warp: other bits than the launch's %d bytes of shared memory", st, l.Shared)
-				}
+			if regs, _ := stagesAgree(t, g, inst, true, bufs, push, spec, len(c.rows), yi, w); !bytes.Equal(regs[0], got) {
+				compareF32(t, inst+" "+c.name+" no stages", regs[0], got, 0)
+				t.Errorf("no stages: other bits than the launch's %d bytes of shared memory", l.Shared)
 			}
 		})
 	}
+}
+
+// TestKernelF16KVAttentionStages is TestKernelQ8KVAttentionStages for an
+// F16 cache (fa.cuh's staged walk, heads of 128 and 256): at the launch's
+// warps and at 8, no stage (the register walk) and one to four stages a
+// warp (where the device's shared memory holds them: two at 16 warps do
+// not fit) must give the same bits, and the launch's own outputs agree with
+// the float64 reference within splitRefTolerance and T-CPU within decode
+// attention's 1e-2 (TestKernelFlashAttnSplit's). The cache's other bytes
+// are NaN: a stale row read anywhere shows. The cases: the qwen3 0.6B
+// shape's one-row step over 20k keys (split), the llama 7B shape's (one
+// head a block), four heads a block beside short rows, heads of 256 with
+// a soft cap, a window and sinks (two heads a block, whose 16 warps take
+// no stage in the launch), a window that starts chunks mid-page, and
+// heads of 64, which have no staged walk (stages given: the register
+// walk's bits still).
+func TestKernelF16KVAttentionStages(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(47))
+	type fcase struct {
+		name           string
+		family         string
+		nHead, nKV, hd int
+		rows           []krow
+		softcap        float32
+		window         uint32
+		sinks          bool
+	}
+	for _, c := range []fcase{
+		{"qwen06-ctx20000", "flash_attn", 16, 8, 128, []krow{{19999, 0, 1}}, 0, 0, false},
+		{"llama7b-ctx6000", "flash_attn", 32, 32, 128, []krow{{5999, 0, 1}}, 0, 0, false},
+		{"gqa4-few", "flash_attn", 32, 8, 128, []krow{{3000, 0, 1}, {77, 1, 1}, {1500, 2, 1}}, 0, 0, false},
+		{"ext-hd256-all", "flash_attn_ext", 8, 4, 256, []krow{{4000, 0, 1}, {9, 1, 1}}, 30, 2500, true},
+		{"ext-window-midpage", "flash_attn_ext", 16, 8, 128, []krow{{2999, 0, 1}, {40, 1, 1}, {700, 2, 1}}, 0, 1001, false},
+		{"hd64-few", "flash_attn", 16, 8, 64, []krow{{2500, 0, 1}, {30, 1, 1}}, 0, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ext := c.family == "flash_attn_ext"
+			scale := float32(1 / math.Sqrt(float64(c.hd)))
+			spec := []uint32{1, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale)}
+			if ext {
+				spec = append(spec, fbits(c.softcap), c.window)
+			}
+			push := []uint32{0}
+			l, err := kcuda.Shape(c.family, push, spec, len(c.rows), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := l.Block[0] / 32
+			cache := newLongCache(rng, c.nKV, c.hd, c.rows)
+			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
+			var sinks []float32
+			var sinkBytes []byte
+			if c.sinks {
+				sinks = randF32(rng, c.nHead, -1, 5)
+				sinkBytes = lebin.Float32Bytes(sinks)
+			}
+			io := ioTable(c.rows, len(cache.perm)/cache.maxPages, cache.maxPages, cache.perm)
+			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
+			bufs, yi := [][]byte{lebin.Float32Bytes(q), cache.kv, io, y}, 3
+			if ext {
+				bufs, yi = [][]byte{lebin.Float32Bytes(q), cache.kv, sinkBytes, io, y}, 4
+			}
+			got := g.with(t).run(c.family, bufs, push, spec, len(c.rows))[yi]
+			ref := lebin.Float32Bytes(cache.attend(q, c.rows, c.nHead, scale, c.softcap, c.window, sinks))
+			compareF32(t, c.name+" vs reference", got, ref, splitRefTolerance)
+			compareF32(t, c.name+" vs T-CPU", got, cpuRun(t, c.family, bufs, push, spec)[yi], 1e-2)
+			regs, staged := stagesAgree(t, g, c.family, false, bufs, push, spec, len(c.rows), yi, w, 8)
+			if !bytes.Equal(regs[0], got) {
+				compareF32(t, c.name+" no stages", regs[0], got, 0)
+				t.Errorf("no stages: other bits than the launch's %d bytes of shared memory", l.Shared)
+			}
+			if staged < 2 {
+				t.Errorf("%d launches with stages, want at least one at each warp count", staged)
+			}
+		})
+	}
+}
+
+// stagesAgree launches a decode attention instance (quant: over a Q8_0
+// cache) with each of warps warps a block and 0 to kcuda.AttnMaxStages
+// stages a warp (kcuda.AttnShared; those past the device's shared memory
+// a block are left out) and fails where one warp count's stages give other bits than
+// its register walk's. It returns each warp count's bits without stages
+// and how many launches had stages.
+func stagesAgree(t *testing.T, g *kgpu, inst string, quant bool, bufs [][]byte, push, spec []uint32, rows, yi int, warps ...uint32) ([][]byte, int) {
+	t.Helper()
+	dev, err := driver.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, err := dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regs [][]byte
+	staged := 0
+	for _, w := range warps {
+		var want []byte
+		for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
+			gs := g.with(t)
+			gs.threads = 32 * w
+			gs.shared = kcuda.AttnShared(quant, spec[1], spec[2], spec[3], w, st)
+			if gs.shared > limit {
+				continue
+			}
+			out := gs.run(inst, bufs, push, spec, rows)[yi]
+			if st == 0 {
+				want = out
+				regs = append(regs, out)
+				continue
+			}
+			staged++
+			if !bytes.Equal(out, want) {
+				compareF32(t, fmt.Sprintf("%s, %d warps, %d stages a warp", inst, w, st), out, want, 0)
+				t.Errorf("%d warps, %d stages a warp: other bits than no stages'", w, st)
+			}
+		}
+	}
+	return regs, staged
 }
 
 var attnSpeed = flag.Bool("attnspeed", false, "TestDecodeAttentionSpeed: time the decode attention over long caches")
 
 // TestDecodeAttentionSpeed times one layer's one-row decode attention (the
 // _split entry, as a decode step launches it) over caches of 32768 and
-// 130000 keys at the qwen3 0.6B and llama 7B shapes, F16 and q8_0, and
-// for q8_0 with 0, 1 and 2 stages a warp and 8 and 16 warps, and logs
-// each launch's time and the bytes of K and V it read a second. It runs
-// only with -attnspeed (the caches take gigabytes); every variant's
-// outputs must be finite, and a q8_0 cache's variants of one warp count
-// the same bits.
+// 130000 keys at the qwen3 0.6B and llama 7B shapes, F16 and q8_0, each
+// as Shape launches it and with 0 to kcuda.AttnMaxStages stages a warp
+// and 16, 12 and 8 warps (those within the device's shared memory a
+// block), and 8 warps with twice Shape's blocks a head group, and logs each
+// launch's time and the bytes of K and V it read a second. It runs only
+// with -attnspeed (the caches take gigabytes); every variant's outputs
+// must be finite, and the variants of 16 warps the same bits.
 func TestDecodeAttentionSpeed(t *testing.T) {
 	if !*attnSpeed {
 		t.Skip("timing: run with -attnspeed")
 	}
 	g := newKGPU(t)
+	dev, err := driver.GetDevice(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit, err := dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rng := rand.New(rand.NewSource(46))
 	for _, sh := range []struct {
 		name           string
@@ -135,23 +261,32 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 					t.Fatal(err)
 				}
 				type variant struct {
-					name          string
-					warps, stages uint32
+					name                  string
+					warps, stages, splits uint32
 				}
-				vs := []variant{{"default", 0, 0}}
-				if quant {
-					for _, w := range []uint32{16, 8} {
-						for st := uint32(0); st <= 2; st++ {
-							vs = append(vs, variant{"", w, st})
-						}
+				vs := []variant{{"default", 0, 0, 0}}
+				for _, w := range []uint32{16, 12, 8} {
+					for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
+						vs = append(vs, variant{"", w, st, 0})
 					}
+				}
+				// Blocks of 8 warps with a stage fit two a multiprocessor:
+				// twice the blocks a head group.
+				for st := uint32(0); st <= kcuda.AttnMaxStages; st++ {
+					vs = append(vs, variant{"", 8, st, min(32, 2*base.Grid[2])})
 				}
 				var want []byte
 				for _, v := range vs {
 					l := base
 					if v.warps != 0 {
 						l.Block[0] = 32 * v.warps
-						l.Shared = kcuda.Q8AttnShared(uint32(sh.nHead), uint32(sh.nKV), uint32(sh.hd), v.warps, v.stages)
+						l.Shared = kcuda.AttnShared(quant, uint32(sh.nHead), uint32(sh.nKV), uint32(sh.hd), v.warps, v.stages)
+						if l.Shared > limit {
+							continue
+						}
+					}
+					if v.splits != 0 {
+						l.Grid[2], l.Staged = v.splits, kcuda.AttnSplitStaged(1, uint32(sh.nHead), uint32(sh.hd), v.splits)
 					}
 					us, out := timeLaunch(t, g, inst, l, bufs, push, spec, 10)
 					for _, x := range lebin.Float32s(out) {

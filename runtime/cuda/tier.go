@@ -302,6 +302,13 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	if err := t.initMasker(b); err != nil {
 		return err
 	}
+	// Past 48 KiB a kernel must opt in to dynamic shared memory, up to
+	// the device's limit, within which the decode attention's stages are
+	// fitted (kcuda.FitShared: fewer, the same bits).
+	limit, err := t.dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
+	if err != nil {
+		return err
+	}
 	var smem [kcuda.NumEntries][]int // the most any launch of each entry point needs
 	for e := range smem {
 		smem[e] = make([]int, len(b.Blobs))
@@ -311,13 +318,15 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 		if err != nil {
 			return fmt.Errorf("cuda: variant %d: %w", vi, err)
 		}
-		for _, l := range ls {
+		for i := range ls {
+			l := &ls[i]
 			if l.Collective != nil {
 				if err := t.checkCollective(l.Collective, mem); err != nil {
 					return fmt.Errorf("cuda: variant %d: %s: %w", vi, l.Name, err)
 				}
 				continue
 			}
+			l.Shape = kcuda.FitShared(l.Name, l.Spec, l.Shape, limit)
 			e := l.Shape.Entry
 			if t.entries[e][l.Kernel] == 0 {
 				return fmt.Errorf("cuda: variant %d: kernel %s has no %q entry: the bundle's PTX is older than this zrt-run, rebuild it with the zrtc of the same version", vi, l.Name, e.Suffix())
@@ -341,11 +350,6 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 		return err
 	}
 	if err := t.allocGather(); err != nil {
-		return err
-	}
-	// Past 48 KiB a kernel must opt in to dynamic shared memory.
-	limit, err := t.dev.Attribute(driver.AttrMaxSharedMemoryPerBlockOptin)
-	if err != nil {
 		return err
 	}
 	for e, ns := range smem {

@@ -241,10 +241,10 @@ type Engine struct {
 	// resolve decides a row's token whose draft was drawn from a draft
 	// model's distribution q (decode.Decoder.NextDrafted); a test
 	// replaces it with a wrong rule to show that its statistics tell.
-	resolve func(d *decode.Decoder, src decode.Source, history []int32, pos int, draft int32, q sample.Dist) decode.Step
-	rec       *StepRecord // the step's record while logging
-	logged    int         // steps logged
-	stepping  sync.Mutex  // one Step at a time
+	resolve  func(d *decode.Decoder, src decode.Source, history []int32, pos int, draft int32, q sample.Dist) decode.Step
+	rec      *StepRecord // the step's record while logging
+	logged   int         // steps logged
+	stepping sync.Mutex  // one Step at a time
 }
 
 // request is the engine's state for one Request.

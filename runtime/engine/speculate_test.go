@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -513,4 +515,116 @@ func TestSpeculationRefused(t *testing.T) {
 			t.Errorf("%s on a model with slot state: %v is not sequence.ErrSlotState", tc.sp, err)
 		}
 	}
+}
+
+// TestRerunSampledDrafts: a step log of requests greedy and sampled
+// served with a draft model reruns with the draft model (which makes
+// every draft again, a sampled request's from its position's own stream
+// of the request's seed), and without it refuses at the first step with
+// a sampled draft, saying that it needs the draft model; a draft token
+// changed in the log fails the rerun at that step, naming the request.
+func TestRerunSampledDrafts(t *testing.T) {
+	models := func() (*probModel, *probModel) {
+		return &probModel{scripted: &scripted{t: t, slots: 16, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}},
+			&probModel{scripted: &scripted{t: t, slots: 16, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}, table: &probDraftLogits}
+	}
+	m, dm := models()
+	var log bytes.Buffer
+	e, err := New(m, simTokenizer(t), Config{Slots: 4, ChunkCap: 64, StepLog: &log, Speculative: Speculation{Kind: "draft", K: 3, Fixed: true}, DraftModel: dm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var streams []<-chan Event
+	for i := range 6 {
+		sp := sample.Params{Temperature: 1, Seed: uint64(i + 1)}
+		if i%3 == 0 {
+			sp = sample.Params{}
+		}
+		ev, err := e.Submit(ctx, Request{Tenant: "t", Prompt: []int32{1, int32(3 + i%4)}, Decode: decode.Params{MaxTokens: 40, Sampling: sp}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, ev)
+	}
+	for open, steps := len(streams), 0; open > 0; steps++ {
+		if steps > 2000 {
+			t.Fatal("the engine did not finish")
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		open -= drainAll(streams)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stats()
+	if st.SpecAccepted == 0 || st.SpecAccepted == st.SpecDraftTokens {
+		t.Fatalf("%d of %d draft tokens accepted: the test wants some kept and some rejected", st.SpecAccepted, st.SpecDraftTokens)
+	}
+	m2, dm2 := models()
+	n, err := RerunDraft(ctx, m2, dm2, simTokenizer(t), bytes.NewReader(log.Bytes()))
+	if err != nil || n == 0 {
+		t.Fatalf("rerun with the draft model: %d steps, %v", n, err)
+	}
+	t.Logf("reran %d steps; %d of %d draft tokens accepted", n, st.SpecAccepted, st.SpecDraftTokens)
+	m3, _ := models()
+	_, err = Rerun(ctx, m3, simTokenizer(t), bytes.NewReader(log.Bytes()))
+	var re *RerunError
+	if !errors.As(err, &re) || !strings.Contains(re.Msg, "rerun --draft") {
+		t.Errorf("rerun without the draft model: %v, want it refused for the sampled drafts", err)
+	}
+
+	// Change one sampled draft token, halfway through the log.
+	lines := bytes.Split(bytes.TrimSuffix(log.Bytes(), []byte("\n")), []byte("\n"))
+	var wantStep int
+	var wantID uint64
+	for i := len(lines) / 2; i < len(lines) && wantStep == 0; i++ {
+		var rec StepRecord
+		if err := json.Unmarshal(lines[i], &rec); err != nil {
+			t.Fatal(err)
+		}
+		for j, d := range rec.Drafts {
+			if d.Sampled && len(d.Tokens) > 0 {
+				rec.Drafts[j].Tokens[0] = 3 + (d.Tokens[0]-3+1)%4
+				wantStep, wantID = rec.Step, d.ID
+				break
+			}
+		}
+		if wantStep != 0 {
+			if lines[i], err = json.Marshal(rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if wantStep == 0 {
+		t.Fatal("no step with a sampled draft in the second half of the log")
+	}
+	m4, dm4 := models()
+	_, err = RerunDraft(ctx, m4, dm4, simTokenizer(t), bytes.NewReader(bytes.Join(lines, []byte("\n"))))
+	if !errors.As(err, &re) || re.Step != wantStep || re.Request != wantID || !strings.Contains(re.Msg, "drafted") {
+		t.Fatalf("rerun of a log with a changed draft token at step %d, request %d: %v", wantStep, wantID, err)
+	}
+	t.Logf("changed log: %v", err)
+}
+
+// drainAll reads every event waiting on the streams, setting each one
+// that closed to nil, and returns how many closed.
+func drainAll(streams []<-chan Event) int {
+	closed := 0
+	for i, ch := range streams {
+		for drained := false; ch != nil && !drained; {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					streams[i], ch = nil, nil
+					closed++
+				}
+			default:
+				drained = true
+			}
+		}
+	}
+	return closed
 }

@@ -10,6 +10,7 @@ import (
 
 func rerunCmd() *cobra.Command {
 	var ef engineFlags
+	var draft string
 	c := &cobra.Command{
 		Use:   "rerun BUNDLE LOG",
 		Short: "Re-run a serving engine's step log on a fresh engine, failing on the first step whose tokens differ",
@@ -23,7 +24,11 @@ exits non-zero at the first difference, naming the step and the request.
 T-CPU computes a request's tokens bit for bit the same whatever its batch,
 so a log from T-CPU reruns exactly; rerun runs on T-CPU unless --tier says
 otherwise. BUNDLE must be the one (or built from the same GGUF and config
-as the one) that served the log.
+as the one) that served the log. A log served with a draft model
+(--speculative draft) holds its draft tokens: rerun takes them from the log,
+except those it drew for sampled requests, which verifying them needs the
+draft model's distribution for: give the draft model with --draft, and
+rerun makes every draft again and compares it with the log's.
 
 ` + envHelp,
 		Args: cobra.ExactArgs(2),
@@ -45,7 +50,21 @@ as the one) that served the log.
 				return err
 			}
 			defer f.Close()
-			n, err := engine.Rerun(cmd.Context(), p, p.Tok, f)
+			var dm engine.Model
+			if draft != "" {
+				dopt := opt
+				dopt.Beside = p // (on T-CPU it shares the target's workers)
+				dp, err := ef.program(cmd.Context(), draft, dopt)
+				if err != nil {
+					return fmt.Errorf("--draft %s: %w", draft, err)
+				}
+				defer dp.Close()
+				if err := engine.CheckDraft(p, dp); err != nil {
+					return fmt.Errorf("--draft %s: %w", draft, err)
+				}
+				dm = dp
+			}
+			n, err := engine.RerunDraft(cmd.Context(), p, dm, p.Tok, f)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[1], err)
 			}
@@ -54,5 +73,6 @@ as the one) that served the log.
 		},
 	}
 	ef.add(c)
+	c.Flags().StringVar(&draft, "draft", "", "the draft model the log was served with (--speculative draft), a bundle or GGUF: needed for the drafts of sampled requests")
 	return c
 }

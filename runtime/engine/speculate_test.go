@@ -572,7 +572,7 @@ func TestRerunSampledDrafts(t *testing.T) {
 	m3, _ := models()
 	_, err = Rerun(ctx, m3, simTokenizer(t), bytes.NewReader(log.Bytes()))
 	var re *RerunError
-	if !errors.As(err, &re) || !strings.Contains(re.Msg, "rerun --draft") {
+	if !errors.As(err, &re) || !strings.Contains(re.Msg, "rerun BUNDLE LOG DRAFT") {
 		t.Errorf("rerun without the draft model: %v, want it refused for the sampled drafts", err)
 	}
 

@@ -287,7 +287,7 @@ func RerunDraft(ctx context.Context, m, draft Model, tok *tokenizer.Tokenizer, l
 				drafts[d.ID] = slices.Repeat([]int32{-1}, len(d.Tokens)) // the rerun's draft model makes them
 			case d.Sampled:
 				return i, &RerunError{Step: want.Step, Request: d.ID, Msg: "its draft tokens were drawn from the draft model's distribution, " +
-					"which verifying them needs: rerun with the draft model (zrt-run rerun --draft)"}
+					"which verifying them needs: rerun with the draft model (zrt-run rerun BUNDLE LOG DRAFT)"}
 			default:
 				drafts[d.ID] = d.Tokens
 			}

@@ -107,7 +107,7 @@ func generateCmd() *cobra.Command {
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON metrics line to stderr after the text")
 	c.Flags().BoolVar(&noEcho, "no-echo", false, "do not print the prompt before the generated text")
 	c.Flags().StringArrayVar(&stops, "stop", nil, "stop when the output contains this text (repeatable); it is not printed")
-	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, ngram[:K[:fixed]] (drafts looked up in the prompt and output) self[:K[:fixed]] (drafted by the bundle's draft variant, see --draft-layers) or draft[:K[:fixed]] (by --draft's model): up to K tokens (default 4) verified in one step, as many as pay for their cost by the measured acceptance and step times (all of them with :fixed); the output is the same")
+	c.Flags().StringVar(&speculative, "speculative", "off", "speculative decoding: off, ngram[:K[:fixed]] (drafts looked up in the prompt and output) self[:K[:fixed]] (drafted by the bundle's draft variant, see --draft-layers) or draft[:K[:fixed]] (by --draft's model): up to K tokens (default 4) verified in one step, as many as pay for their cost by the measured acceptance and step times (all of them with :fixed); greedy output is the same, sampled output follows the same distribution (a draft model's drafts are kept by speculative sampling)")
 	c.Flags().StringVar(&draft, "draft", "", "--speculative draft: the draft model, a bundle or GGUF with the target's vocabulary (alone: --speculative draft)")
 	return c
 }

@@ -11,22 +11,20 @@ import (
 func rerunCmd() *cobra.Command {
 	var ef engineFlags
 	c := &cobra.Command{
-		Use:   "rerun BUNDLE LOG",
+		Use:   "rerun BUNDLE LOG [DRAFT]",
 		Short: "Re-run a serving engine's step log on a fresh engine, failing on the first step whose tokens differ",
 		Long: `rerun reads a step log that zrt-run serve --step-log wrote (a JSON line per
-engine step: its arrivals with their prompt tokens and sampling parameters,
-cancellations, the scheduler's plan and slot table, the query rows and the
-sampled tokens), runs the same steps on a fresh engine over BUNDLE, and
-compares each step's sampled tokens, then its plan, with the log's. It
-exits non-zero at the first difference, naming the step and the request.
-
-T-CPU computes a request's tokens bit for bit the same whatever its batch,
-so a log from T-CPU reruns exactly; rerun runs on T-CPU unless --tier says
-otherwise. BUNDLE must be the one (or built from the same GGUF and config
-as the one) that served the log.
+engine step: arrivals with their prompt tokens and sampling parameters,
+cancellations, the plan and slot table, query rows and sampled tokens), runs
+the same steps on a fresh engine over BUNDLE (the one that served the log or
+one built from the same GGUF and config; DRAFT the draft model it served
+with, which sampled requests' drafts need) and exits non-zero at the first
+step whose sampled tokens, then plan, differ from the log's, naming it and
+the request. T-CPU computes a request's tokens the same whatever its batch,
+so a log from T-CPU reruns exactly: rerun runs there unless --tier says not.
 
 ` + envHelp,
-		Args: cobra.ExactArgs(2),
+		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt, err := ef.options()
 			if err != nil {
@@ -45,7 +43,16 @@ as the one) that served the log.
 				return err
 			}
 			defer f.Close()
-			n, err := engine.Rerun(cmd.Context(), p, p.Tok, f)
+			var dm engine.Model
+			if opt.Beside = p; len(args) == 3 { // (on T-CPU the draft shares the target's workers)
+				dp, err := ef.program(cmd.Context(), args[2], opt)
+				if err != nil {
+					return fmt.Errorf("draft model %s: %w", args[2], err)
+				}
+				defer dp.Close()
+				dm = dp
+			}
+			n, err := engine.RerunDraft(cmd.Context(), p, dm, p.Tok, f)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[1], err)
 			}

@@ -89,7 +89,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 	c.Flags().DurationVar(&opt.DrainTimeout, "drain-timeout", 30*time.Second, "how long running requests may finish after SIGTERM")
 	c.Flags().StringVar(&opt.CertFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
 	c.Flags().StringVar(&opt.KeyFile, "tls-key", "", "the certificate's key")
-	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]], self[:K[:fixed]] (a bundle built with --draft-layers) or draft[:K[:fixed]] (--draft; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; the output is the same")
+	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]], self[:K[:fixed]] (a bundle built with --draft-layers) or draft[:K[:fixed]] (--draft; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; greedy output is the same, sampled output follows the same distribution (a draft model's drafts are kept by speculative sampling)")
 	c.Flags().IntVar(&opt.HostKVMiB, "host-kv-mib", 0, "host-memory tier of each model's prefix cache, in MiB: KV pages the device's pool evicts keep their bytes in RAM and come back on a prefix hit (0: the config's host_kv_mib, else off; -1: off)")
 	c.Flags().StringVar(&opt.Trace, "trace", "", "write a Chrome trace-event file of the engine's steps to this path")
 	c.Flags().StringVar(&opt.StepLog, "step-log", "", "write every engine step's inputs and sampled tokens to this path, for zrt-run rerun")

@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/engine/kvpool"
+	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/spec"
 )
 
@@ -14,9 +16,15 @@ import (
 // its own KV pages, and for each request that drafted the tokens its KV
 // holds. A request drafts in the draft model's slot of the same number as
 // its own; the draft's KV lives in its pages, so a request that moves to
-// another slot keeps it. The draft proposes its greedy tokens, which the
-// target's decoder takes or not as it takes an n-gram's (the rejection
-// rule for a draft of probability one), so sampled streams stay exact.
+// another slot keeps it. For a greedy request the draft proposes its
+// greedy tokens, which the target's decoder takes or not as it takes an
+// n-gram's, so its output is the target's alone bit for bit. For a
+// sampled one it draws them from its own distribution q as the request
+// samples, and the target's decoder keeps each with probability
+// min(1, p/q) or else draws from the residual max(p − q, 0) (speculative
+// sampling): the output follows the target's distribution p exactly,
+// while the draft is kept as often as p and q overlap (Σ min(p, q)),
+// where a greedy draft is kept only with probability p of its token.
 type draftModel struct {
 	m    Model
 	pool *kvpool.Pool
@@ -81,8 +89,8 @@ func (d *draftModel) grow(s *draftSeq, n int) bool {
 // step's drafts by their tokens, so that a rerun needs no draft model.
 func (e *Engine) modelDraft(ctx context.Context) {
 	d := e.dm
-	if d == nil || e.pinDrafts != nil {
-		return
+	if d == nil {
+		return // (a rerun without the draft model pins its tokens)
 	}
 	running := map[uint64]bool{}
 	live := map[uint64]bool{}
@@ -113,13 +121,13 @@ func (e *Engine) modelDraft(ctx context.Context) {
 			}
 			if !d.grow(s, end) {
 				d.truncate(s, min(len(s.tokens), len(s.pages)*pageTokens))
-				r.spec.draft = r.spec.draft[:0]
+				r.spec.draft, r.spec.q = r.spec.draft[:0], r.spec.q[:0]
 				continue
 			}
 		}
 		if err := e.draftTokens(ctx, r, s); err != nil {
 			d.drop(r.id)
-			r.spec.draft = r.spec.draft[:0]
+			r.spec.draft, r.spec.q = r.spec.draft[:0], r.spec.q[:0]
 			e.mu.Lock()
 			e.stats.SpecDraftErrors++
 			e.stats.SpecDraftError = err.Error()
@@ -189,9 +197,35 @@ func (e *Engine) draftTokens(ctx context.Context, r *request, s *draftSeq) error
 				return err
 			}
 		}
-		r.spec.draft[j] = d.m.Greedy(r.slot)
+		if r.spec.sampler == nil {
+			r.spec.draft[j] = d.m.Greedy(r.slot)
+			continue
+		}
+		tok, q := e.sampleDraft(r, j)
+		r.spec.draft[j], r.spec.q = tok, append(r.spec.q, q)
 	}
 	return nil
+}
+
+// sampleDraft draws r's j-th draft token from the draft model's logits of
+// the last step in r's slot, as r's sampling parameters shape them (end-of-
+// generation tokens banned where the request bans them), and returns it
+// with the distribution it was drawn from. The generator restarts at the
+// token's position, so that a position's draft is the same however often
+// and at whatever draft length it is made (a rerun makes it again).
+func (e *Engine) sampleDraft(r *request, j int) (int32, sample.Dist) {
+	logits := e.dm.m.Logits(r.slot, e.logits)
+	e.logits = logits
+	if r.Decode.IgnoreEOS {
+		for _, id := range e.tok.Vocab().EOGTokens() {
+			if int(id) < len(logits) {
+				logits[id] = float32(math.Inf(-1))
+			}
+		}
+	}
+	history := append(r.tokens[:r.done+1:r.done+1], r.spec.draft[:j]...)
+	r.spec.sampler.Restart(uint64(r.done + 1 + j))
+	return r.spec.sampler.SampleDist(logits, history)
 }
 
 // CheckDraft says whether program draft can draft for target: the same

@@ -30,6 +30,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/engine/prefix"
 	"github.com/zrtdev/zrt/runtime/engine/quota"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/spec"
 	"github.com/zrtdev/zrt/runtime/spec/draft"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
@@ -237,9 +238,13 @@ type Engine struct {
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
-	rec       *StepRecord // the step's record while logging
-	logged    int         // steps logged
-	stepping  sync.Mutex  // one Step at a time
+	// resolve decides a row's token whose draft was drawn from a draft
+	// model's distribution q (decode.Decoder.NextDrafted); a test
+	// replaces it with a wrong rule to show that its statistics tell.
+	resolve  func(d *decode.Decoder, src decode.Source, history []int32, pos int, draft int32, q sample.Dist) decode.Step
+	rec      *StepRecord // the step's record while logging
+	logged   int         // steps logged
+	stepping sync.Mutex  // one Step at a time
 }
 
 // request is the engine's state for one Request.
@@ -441,6 +446,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	} else if cfg.DraftModel != nil {
 		return nil, fmt.Errorf("engine: a draft model goes with speculative kind draft, not %s", cfg.Speculative)
 	}
+	e.resolve = (*decode.Decoder).NextDrafted
 	e.drafter = cfg.Drafter
 	if e.drafter == nil {
 		e.drafter = defaultDrafter(cfg.Speculative)
@@ -546,7 +552,7 @@ func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params
 			req.lead = reqs[0]
 		}
 		if e.cfg.Speculative.On() && p.Constraint == nil {
-			req.spec = &speculating{}
+			req.spec = e.newSpeculating(req.dec)
 		}
 		reqs = append(reqs, req)
 	}
@@ -1364,7 +1370,12 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 // route samples r's next token from the outcome of the row in slot and
 // sends it; it reports whether r goes on.
 func (e *Engine) route(r *request, slot int) bool {
-	st := r.dec.NextFrom(slotSource{e, slot}, r.tokens, r.done)
+	return e.take(r, r.dec.NextFrom(slotSource{e, slot}, r.tokens, r.done))
+}
+
+// take records and sends the token r's decoder decided in st; it reports
+// whether r goes on.
+func (e *Engine) take(r *request, st decode.Step) bool {
 	if e.rec != nil {
 		e.rec.Sampled = append(e.rec.Sampled, Sampled{ID: r.id, Token: st.Token, Finish: finishOf(st.Finish)})
 	}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/engine/sched"
+	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
 	"github.com/zrtdev/zrt/runtime/spec"
 	"github.com/zrtdev/zrt/runtime/spec/draft"
@@ -39,11 +41,15 @@ func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) 
 // request's decoder takes tokens from the rows in order for as long as
 // the draft agrees with what it takes, exactly as it would one step at a
 // time, and the pages past the tokens it keeps go back to the pool. So
-// greedy output is the same bit for bit on a batch-invariant tier, and
-// sampled output token for token given the seed: both drafts propose one
-// token a position with probability one, and for such a draft taking the
-// target's sample and accepting the draft token when they are equal is
-// the rejection rule of speculative sampling (runtime/spec).
+// greedy output is the same bit for bit on a batch-invariant tier. So is
+// sampled output token for token given the seed with n-gram and self
+// drafts: they propose one token a position with probability one, and
+// for such a draft taking the target's sample and accepting the draft
+// token when they are equal is the rejection rule of speculative
+// sampling (runtime/spec). A draft model draws a sampled request's draft
+// tokens from its own distribution, which the rule weighs them by
+// (draftmodel.go): that output follows the target's distribution
+// exactly, but not the same tokens for a seed as without speculation.
 
 const pageTokens = kernels.KVPageTokens
 
@@ -76,6 +82,29 @@ type speculating struct {
 	// draft is the tokens proposed this step (after the pending one);
 	// the plan's chunk says how many of them are verified.
 	draft []int32
+	// sampler draws a sampled request's draft tokens from the draft
+	// model's distribution (nil: the draft proposes its greedy tokens,
+	// with probability one); q[i] is the distribution draft[i] was drawn
+	// from, which the rejection rule weighs it by.
+	sampler *sample.Sampler
+	q       []sample.Dist
+}
+
+// draftSeed is mixed into a request's seed for its draft model's
+// sampler, so that the draft's draws are not the target's.
+const draftSeed = 0x5DEC0DE5
+
+// newSpeculating is the speculative state of a request decoded by dec:
+// with a draft model, a sampled request's drafts are drawn as it samples
+// (its sampling parameters, another seed).
+func (e *Engine) newSpeculating(dec *decode.Decoder) *speculating {
+	s := &speculating{}
+	if e.dm != nil && !dec.Greedy() {
+		sp := dec.Sampling()
+		sp.Seed ^= draftSeed
+		s.sampler = sample.New(sp)
+	}
+	return s
 }
 
 // alpha is the estimated acceptance rate of a draft token (0.5 before
@@ -302,7 +331,7 @@ func (e *Engine) propose() {
 		if r.spec == nil || r.slot < 0 {
 			continue
 		}
-		r.spec.draft = r.spec.draft[:0]
+		r.spec.draft, r.spec.q = r.spec.draft[:0], r.spec.q[:0]
 		if r.done < max(len(r.Prompt), r.replay) || r.done != len(r.tokens)-1 {
 			continue // prefilling
 		}
@@ -351,7 +380,7 @@ func (e *Engine) logDrafts() {
 		if r.spec == nil || r.slot < 0 || len(r.spec.draft) == 0 {
 			continue
 		}
-		d := LoggedDraft{ID: r.id}
+		d := LoggedDraft{ID: r.id, Sampled: len(r.spec.q) > 0}
 		if e.cfg.Speculative.Kind == spec.Self {
 			d.N = len(r.spec.draft)
 		} else {
@@ -408,18 +437,27 @@ func (e *Engine) borrowSlots() []int {
 // verify takes r's tokens from the rows of its chunk c with draft tokens
 // (rows[0] its pending token in its own slot, rows[i] its i-th draft
 // token in slots[i]): the decoder takes a token from each row in turn for
-// as long as the draft agrees with it; then r keeps the KV of the tokens
-// taken and gives back the pages past them. It returns the tokens taken.
+// as long as the draft agrees with it — a token drawn from a draft
+// model's distribution by speculative sampling's rule (decode's
+// NextDrafted), any other by taking its own and comparing — then r keeps
+// the KV of the tokens taken and gives back the pages past them. It
+// returns the tokens taken.
 func (e *Engine) verify(r *request, from int, slots []int) int {
 	d := len(slots) - 1
 	accepted, taken := 0, 0
 	for i, slot := range slots {
 		r.done = from + i + 1
-		if !e.route(r, slot) {
-			taken++
-			break // finished
+		src := slotSource{e, slot}
+		var st decode.Step
+		if i < d && i < len(r.spec.q) {
+			st = e.resolve(r.dec, src, r.tokens, r.done, r.spec.draft[i], r.spec.q[i])
+		} else {
+			st = r.dec.NextFrom(src, r.tokens, r.done)
 		}
 		taken++
+		if !e.take(r, st) {
+			break // finished
+		}
 		if i == d || r.tokens[len(r.tokens)-1] != r.spec.draft[i] {
 			break
 		}

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -187,10 +189,12 @@ func TestSpeculationNeverALoss(t *testing.T) {
 
 // probModel is the scripted model with logits that make a real
 // distribution over four tokens (3 … 6): after token x the logit of
-// token 3+i is probLogits[(x-3) mod 4][i], every other token's -Inf.
+// token 3+i is table[(x-3) mod 4][i] (probLogits when table is nil),
+// every other token's -Inf.
 type probModel struct {
 	*scripted
-	tok map[int]int32 // slot → token of its newest logits row
+	tok   map[int]int32 // slot → token of its newest logits row
+	table *[4][4]float32
 }
 
 var probLogits = [4][4]float32{{0.5, 1.5, 0, -1}, {1, 0.2, 0.8, 0.1}, {-0.5, 0, 1.2, 0.4}, {0.3, 0.9, 0.1, 1}}
@@ -209,7 +213,11 @@ func (m *probModel) Logits(slot int, dst []float32) []float32 {
 	for i := range dst {
 		dst[i] = float32(math.Inf(-1))
 	}
-	row := probLogits[((m.tok[slot]-3)%4+4)%4]
+	table := &probLogits
+	if m.table != nil {
+		table = m.table
+	}
+	row := table[((m.tok[slot]-3)%4+4)%4]
 	copy(dst[3:7], row[:])
 	return dst
 }
@@ -219,9 +227,10 @@ func (m *probModel) Greedy(slot int) int32 {
 	return int32(3 + slices.Index(l[3:7], slices.Max(l[3:7])))
 }
 
-// probTarget is the target's probability of token 3+i after token x.
-func probTarget(x int32, i int) float64 {
-	row := probLogits[((x-3)%4+4)%4]
+// probOf is a table's probability of token 3+i after token x, at
+// temperature 1.
+func probOf(table *[4][4]float32, x int32, i int) float64 {
+	row := table[((x-3)%4+4)%4]
 	sum := 0.0
 	for _, l := range row {
 		sum += math.Exp(float64(l))
@@ -229,30 +238,20 @@ func probTarget(x int32, i int) float64 {
 	return math.Exp(float64(row[i])) / sum
 }
 
+// probTarget is the target's probability of token 3+i after token x.
+func probTarget(x int32, i int) float64 { return probOf(&probLogits, x, i) }
+
 // fixedDrafter proposes the same tokens whatever the history.
 type fixedDrafter []int32
 
 func (d fixedDrafter) Draft(history []int32, k int) []int32 { return d[:min(k, len(d))] }
 
-// TestSampledDistribution is the statistical test of speculative
-// sampling: 24 000 requests with distinct seeds each sample four tokens
-// (temperature 1) from a model whose next-token distribution over four
-// tokens is known, through an engine that verifies a two-token draft at
-// every step; a chi-square test over the 256 sequences of four tokens
-// must not tell their counts from the target's probabilities (the
-// statistic under the 0.1% critical value of 255 degrees of freedom,
-// 330.5). The seeds are fixed, so the test cannot flake; a verify row
-// read for the wrong position, or a token taken past a rejected draft,
-// skews the counts far past it (see the control below).
-func TestSampledDistribution(t *testing.T) {
-	const requests = 24000
+// sampledSequences submits requests requests with distinct seeds, each
+// sampling four tokens (temperature 1) after the prompt 1 3, eight at a
+// time, steps e until all have ended, and counts the sequences.
+func sampledSequences(t *testing.T, e *Engine, requests int) map[[4]int32]int {
+	t.Helper()
 	counts := map[[4]int32]int{}
-	m := &probModel{scripted: &scripted{t: t, slots: 32, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}}
-	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 16,
-		Speculative: Speculation{Kind: "ngram", K: 2, Fixed: true}, Drafter: fixedDrafter{4, 5}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	next := 0
 	var streams []<-chan Event
@@ -289,31 +288,60 @@ func TestSampledDistribution(t *testing.T) {
 			}
 		}
 	}
+	return counts
+}
+
+// chiTarget is the χ² statistic of counts of n sequences of four tokens
+// after token 3 against the target's probabilities of the 256 sequences.
+func chiTarget(counts map[[4]int32]int, n int) float64 {
+	x := 0.0
+	for a := range 4 {
+		for b := range 4 {
+			for c := range 4 {
+				for d := range 4 {
+					seq := [4]int32{int32(3 + a), int32(3 + b), int32(3 + c), int32(3 + d)}
+					p := probTarget(3, a) * probTarget(seq[0], b) * probTarget(seq[1], c) * probTarget(seq[2], d)
+					want := p * float64(n)
+					diff := float64(counts[seq]) - want
+					x += diff * diff / want
+				}
+			}
+		}
+	}
+	return x
+}
+
+// chiCritical is the 0.1% critical value of χ² with 255 degrees of
+// freedom (256 sequences of four tokens).
+const chiCritical = 330.5
+
+// TestSampledDistribution is the statistical test of speculative
+// sampling: 24 000 requests with distinct seeds each sample four tokens
+// (temperature 1) from a model whose next-token distribution over four
+// tokens is known, through an engine that verifies a two-token draft at
+// every step; a chi-square test over the 256 sequences of four tokens
+// must not tell their counts from the target's probabilities (the
+// statistic under the 0.1% critical value of 255 degrees of freedom,
+// 330.5). The seeds are fixed, so the test cannot flake; a verify row
+// read for the wrong position, or a token taken past a rejected draft,
+// skews the counts far past it (see the control below).
+func TestSampledDistribution(t *testing.T) {
+	const requests = 24000
+	m := &probModel{scripted: &scripted{t: t, slots: 32, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}}
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 16,
+		Speculative: Speculation{Kind: "ngram", K: 2, Fixed: true}, Drafter: fixedDrafter{4, 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := sampledSequences(t, e, requests)
 	st := e.Stats()
 	if st.SpecAccepted < requests/4 {
 		t.Fatalf("%d draft tokens accepted in %d requests: too few tokens come from draft rows for the test to mean much", st.SpecAccepted, requests)
 	}
-	chi := func(counts map[[4]int32]int) float64 {
-		x := 0.0
-		for a := range 4 {
-			for b := range 4 {
-				for c := range 4 {
-					for d := range 4 {
-						seq := [4]int32{int32(3 + a), int32(3 + b), int32(3 + c), int32(3 + d)}
-						p := probTarget(3, a) * probTarget(seq[0], b) * probTarget(seq[1], c) * probTarget(seq[2], d)
-						want := p * requests
-						diff := float64(counts[seq]) - want
-						x += diff * diff / want
-					}
-				}
-			}
-		}
-		return x
-	}
-	x := chi(counts)
+	x := chiTarget(counts, requests)
 	t.Logf("χ² = %.1f over 256 cells (255 degrees of freedom; 0.1%% critical value 330.5); %d drafts, %d draft tokens, %d accepted",
 		x, st.SpecDrafts, st.SpecDraftTokens, st.SpecAccepted)
-	if x > 330.5 {
+	if x > chiCritical {
 		t.Errorf("χ² = %.1f: the sampled sequences do not follow the target's distribution", x)
 	}
 	// The control: the same counts with the last token taken after the
@@ -323,9 +351,83 @@ func TestSampledDistribution(t *testing.T) {
 		seq[3] = 3 + (seq[3]-3+1)%4
 		skewed[seq] += n
 	}
-	if x := chi(skewed); x <= 330.5 {
+	if x := chiTarget(skewed, requests); x <= chiCritical {
 		t.Errorf("χ² = %.1f for a skewed sample: the test cannot tell", x)
 	}
+}
+
+// probDraftLogits are the draft model's logits in
+// TestDraftModelSampledDistribution: another distribution over the same
+// four tokens, which overlaps the target's by about three quarters.
+var probDraftLogits = [4][4]float32{{1.2, 0.8, -0.5, 0}, {0.3, 0.9, 0.2, 0.6}, {0.4, -0.6, 0.2, 1.1}, {0.9, 0.2, 0.6, 0.4}}
+
+// TestDraftModelSampledDistribution is TestSampledDistribution with a
+// draft model (another known distribution over the four tokens) that
+// draws each sampled request's two draft tokens from its own
+// distribution, which the engine verifies by speculative sampling's
+// rule: the 24 000 sequences must follow the target's distribution
+// (χ² under the 0.1% critical value), with many draft tokens kept. The
+// control runs the same requests under a rule with the classic mistake —
+// a rejected draft replaced by a draw from the target's distribution
+// instead of the residual max(p − q, 0) — and requires χ² far past the
+// critical value: the test tells a wrong rule.
+func TestDraftModelSampledDistribution(t *testing.T) {
+	const requests = 24000
+	run := func(rule func(d *decode.Decoder, src decode.Source, history []int32, pos int, draft int32, q sample.Dist) decode.Step) (float64, Stats) {
+		m := &probModel{scripted: &scripted{t: t, slots: 32, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}}
+		dm := &probModel{scripted: &scripted{t: t, slots: 32, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}, table: &probDraftLogits}
+		e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, EventBuffer: 16,
+			Speculative: Speculation{Kind: "draft", K: 2, Fixed: true}, DraftModel: dm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rule != nil {
+			e.resolve = rule
+		}
+		counts := sampledSequences(t, e, requests)
+		return chiTarget(counts, requests), e.Stats()
+	}
+	x, st := run(nil)
+	t.Logf("χ² = %.1f over 256 cells (0.1%% critical value %.1f); %d drafts, %d draft tokens, %d accepted (%.3f)",
+		x, chiCritical, st.SpecDrafts, st.SpecDraftTokens, st.SpecAccepted, float64(st.SpecAccepted)/float64(st.SpecDraftTokens))
+	if st.SpecAccepted < requests/2 || st.SpecAccepted == st.SpecDraftTokens {
+		t.Fatalf("%d of %d draft tokens accepted in %d requests: the test wants many kept and some rejected", st.SpecAccepted, st.SpecDraftTokens, requests)
+	}
+	if x > chiCritical {
+		t.Errorf("χ² = %.1f: the sampled sequences do not follow the target's distribution", x)
+	}
+
+	// The wrong rule: keep the draft with probability min(1, p/q), else
+	// draw from p itself, which over-weights the draft's favourites.
+	rng := rand.New(rand.NewPCG(9, 9))
+	wrong := func(d *decode.Decoder, src decode.Source, history []int32, pos int, draft int32, q sample.Dist) decode.Step {
+		logits := slices.Clone(src.Logits())
+		p := math.Exp(float64(logits[draft]-slices.Max(logits))) / sumExp(logits)
+		if rng.Float64()*q[draft] < p {
+			only := make(decode.Logits, len(logits))
+			for i := range only {
+				only[i] = float32(math.Inf(-1))
+			}
+			only[draft] = 0
+			return d.NextFrom(only, history, pos) // the draft, certainly
+		}
+		return d.NextFrom(decode.Logits(logits), history, pos)
+	}
+	bad, bst := run(wrong)
+	t.Logf("the wrong rule: χ² = %.1f; %d of %d draft tokens kept", bad, bst.SpecAccepted, bst.SpecDraftTokens)
+	if bad <= 2*chiCritical {
+		t.Errorf("χ² = %.1f under a rule that draws a rejected draft's token from p: the test cannot tell it", bad)
+	}
+}
+
+// sumExp is Σ exp(l − max l) over logits.
+func sumExp(logits []float32) float64 {
+	mx := slices.Max(logits)
+	s := 0.0
+	for _, l := range logits {
+		s += math.Exp(float64(l - mx))
+	}
+	return s
 }
 
 // allowAll is a constraint that allows every token and is never done.
@@ -413,4 +515,116 @@ func TestSpeculationRefused(t *testing.T) {
 			t.Errorf("%s on a model with slot state: %v is not sequence.ErrSlotState", tc.sp, err)
 		}
 	}
+}
+
+// TestRerunSampledDrafts: a step log of requests greedy and sampled
+// served with a draft model reruns with the draft model (which makes
+// every draft again, a sampled request's from its position's own stream
+// of the request's seed), and without it refuses at the first step with
+// a sampled draft, saying that it needs the draft model; a draft token
+// changed in the log fails the rerun at that step, naming the request.
+func TestRerunSampledDrafts(t *testing.T) {
+	models := func() (*probModel, *probModel) {
+		return &probModel{scripted: &scripted{t: t, slots: 16, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}},
+			&probModel{scripted: &scripted{t: t, slots: 16, maxPages: 4, kvPages: 64, last: map[int]int32{}}, tok: map[int]int32{}, table: &probDraftLogits}
+	}
+	m, dm := models()
+	var log bytes.Buffer
+	e, err := New(m, simTokenizer(t), Config{Slots: 4, ChunkCap: 64, StepLog: &log, Speculative: Speculation{Kind: "draft", K: 3, Fixed: true}, DraftModel: dm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var streams []<-chan Event
+	for i := range 6 {
+		sp := sample.Params{Temperature: 1, Seed: uint64(i + 1)}
+		if i%3 == 0 {
+			sp = sample.Params{}
+		}
+		ev, err := e.Submit(ctx, Request{Tenant: "t", Prompt: []int32{1, int32(3 + i%4)}, Decode: decode.Params{MaxTokens: 40, Sampling: sp}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, ev)
+	}
+	for open, steps := len(streams), 0; open > 0; steps++ {
+		if steps > 2000 {
+			t.Fatal("the engine did not finish")
+		}
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		open -= drainAll(streams)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stats()
+	if st.SpecAccepted == 0 || st.SpecAccepted == st.SpecDraftTokens {
+		t.Fatalf("%d of %d draft tokens accepted: the test wants some kept and some rejected", st.SpecAccepted, st.SpecDraftTokens)
+	}
+	m2, dm2 := models()
+	n, err := RerunDraft(ctx, m2, dm2, simTokenizer(t), bytes.NewReader(log.Bytes()))
+	if err != nil || n == 0 {
+		t.Fatalf("rerun with the draft model: %d steps, %v", n, err)
+	}
+	t.Logf("reran %d steps; %d of %d draft tokens accepted", n, st.SpecAccepted, st.SpecDraftTokens)
+	m3, _ := models()
+	_, err = Rerun(ctx, m3, simTokenizer(t), bytes.NewReader(log.Bytes()))
+	var re *RerunError
+	if !errors.As(err, &re) || !strings.Contains(re.Msg, "rerun BUNDLE LOG DRAFT") {
+		t.Errorf("rerun without the draft model: %v, want it refused for the sampled drafts", err)
+	}
+
+	// Change one sampled draft token, halfway through the log.
+	lines := bytes.Split(bytes.TrimSuffix(log.Bytes(), []byte("\n")), []byte("\n"))
+	var wantStep int
+	var wantID uint64
+	for i := len(lines) / 2; i < len(lines) && wantStep == 0; i++ {
+		var rec StepRecord
+		if err := json.Unmarshal(lines[i], &rec); err != nil {
+			t.Fatal(err)
+		}
+		for j, d := range rec.Drafts {
+			if d.Sampled && len(d.Tokens) > 0 {
+				rec.Drafts[j].Tokens[0] = 3 + (d.Tokens[0]-3+1)%4
+				wantStep, wantID = rec.Step, d.ID
+				break
+			}
+		}
+		if wantStep != 0 {
+			if lines[i], err = json.Marshal(rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if wantStep == 0 {
+		t.Fatal("no step with a sampled draft in the second half of the log")
+	}
+	m4, dm4 := models()
+	_, err = RerunDraft(ctx, m4, dm4, simTokenizer(t), bytes.NewReader(bytes.Join(lines, []byte("\n"))))
+	if !errors.As(err, &re) || re.Step != wantStep || re.Request != wantID || !strings.Contains(re.Msg, "drafted") {
+		t.Fatalf("rerun of a log with a changed draft token at step %d, request %d: %v", wantStep, wantID, err)
+	}
+	t.Logf("changed log: %v", err)
+}
+
+// drainAll reads every event waiting on the streams, setting each one
+// that closed to nil, and returns how many closed.
+func drainAll(streams []<-chan Event) int {
+	closed := 0
+	for i, ch := range streams {
+		for drained := false; ch != nil && !drained; {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					streams[i], ch = nil, nil
+					closed++
+				}
+			default:
+				drained = true
+			}
+		}
+	}
+	return closed
 }

@@ -67,11 +67,16 @@ type StepLogConfig struct {
 }
 
 // LoggedDraft is a request's proposed draft of a step: its tokens (an
-// n-gram draft), or how many the draft variant was to make (N).
+// n-gram draft, a draft model's), or how many the draft variant was to
+// make (N). Sampled says a draft model drew the tokens from its
+// distribution for a sampled request: verifying them weighs each by its
+// probability there, which the log does not hold, so a rerun makes them
+// again with the draft model (RerunDraft) and compares.
 type LoggedDraft struct {
-	ID     uint64  `json:"id"`
-	Tokens []int32 `json:"tokens,omitempty"`
-	N      int     `json:"n,omitempty"`
+	ID      uint64  `json:"id"`
+	Tokens  []int32 `json:"tokens,omitempty"`
+	N       int     `json:"n,omitempty"`
+	Sampled bool    `json:"sampled,omitempty"`
 }
 
 // LoggedRequest is an arrival with its id and the policy it met: its
@@ -171,7 +176,17 @@ func (e *RerunError) Error() string {
 // returns a *RerunError at the first step whose sampled tokens (or,
 // failing that, plan) differ from the log's. It returns the steps replayed.
 // Requests the original engine cut off as too slow are not reproduced.
+// A draft model's tokens are taken from the log, except those it drew for
+// sampled requests (LoggedDraft.Sampled), which need RerunDraft.
 func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader) (int, error) {
+	return RerunDraft(ctx, m, nil, tok, log)
+}
+
+// RerunDraft is Rerun with draft the draft model of a log served with
+// one (speculative kind draft): it makes each logged draft again, greedy
+// or sampled, and fails at the first step whose draft tokens differ from
+// the log's. With draft nil it is Rerun.
+func RerunDraft(ctx context.Context, m, draft Model, tok *tokenizer.Tokenizer, log io.Reader) (int, error) {
 	sc := bufio.NewScanner(log)
 	sc.Buffer(nil, 1<<28) // a record carries whole prompts
 	var recs []StepRecord
@@ -203,11 +218,14 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		if sp, err = ParseSpeculation(lc.Speculative); err != nil {
 			return 0, fmt.Errorf("rerun: the step log's config: %w", err)
 		}
-		if sp.Kind == spec.Draft {
+		if sp.Kind == spec.Draft && draft == nil {
 			sp.Kind = spec.NGram // a draft model's tokens are logged: the rerun pins them, needing no draft model
 		}
 	}
-	cfg := Config{Speculative: sp, Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
+	if draft != nil && sp.Kind != spec.Draft {
+		return 0, fmt.Errorf("rerun: a draft model was given, but the step log's engine speculated %q", lc.Speculative)
+	}
+	cfg := Config{Speculative: sp, DraftModel: draft, Now: func() time.Time { return clock }, Slots: lc.Slots, ChunkCap: lc.ChunkCap, ContextLength: lc.ContextLength, NoPrefixCache: lc.NoPrefixCache,
 		HostKVBytes: lc.HostKVBytes, EventBuffer: 1 << 20, Policy: policy, PrefillHold: -1}
 	if lc.PrefillHold > 0 {
 		cfg.PrefillHold = lc.PrefillHold
@@ -264,7 +282,15 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 		clock, latency = time.Unix(0, want.Time), want.LatencyRows
 		clear(drafts)
 		for _, d := range want.Drafts {
-			drafts[d.ID] = d.Tokens
+			switch {
+			case draft != nil:
+				drafts[d.ID] = slices.Repeat([]int32{-1}, len(d.Tokens)) // the rerun's draft model makes them
+			case d.Sampled:
+				return i, &RerunError{Step: want.Step, Request: d.ID, Msg: "its draft tokens were drawn from the draft model's distribution, " +
+					"which verifying them needs: rerun with the draft model (zrt-run rerun BUNDLE LOG DRAFT)"}
+			default:
+				drafts[d.ID] = d.Tokens
+			}
 			for range d.N {
 				drafts[d.ID] = append(drafts[d.ID], -1) // the rerun's draft variant makes them
 			}
@@ -298,6 +324,17 @@ func Rerun(ctx context.Context, m Model, tok *tokenizer.Tokenizer, log io.Reader
 // compareStep compares a rerun's step with the log's: tokens first, as
 // they are what a client saw, then the plan.
 func compareStep(want, got *StepRecord) error {
+	// The drafts first: a token of a row past a draft that differs is
+	// that difference's consequence.
+	gotDraft := map[uint64]LoggedDraft{}
+	for _, d := range got.Drafts {
+		gotDraft[d.ID] = d
+	}
+	for _, w := range want.Drafts {
+		if g := gotDraft[w.ID]; !slices.Equal(g.Tokens, w.Tokens) || g.N != w.N {
+			return &RerunError{Step: want.Step, Request: w.ID, Msg: fmt.Sprintf("drafted %v (%d made by the draft variant), the log has %v (%d)", g.Tokens, g.N, w.Tokens, w.N)}
+		}
+	}
 	// A request may take several tokens in a step (a verified draft):
 	// they are compared in order.
 	gotTok := map[uint64][]Sampled{}

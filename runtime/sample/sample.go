@@ -48,6 +48,7 @@ type Logprob struct {
 // it reuses between calls).
 type Sampler struct {
 	p      Params
+	src    *rand.PCG // rng's source, which Restart seeds again
 	rng    *rand.Rand
 	buf    []cand
 	w      []float64     // the temperature path's weights, by buf's order
@@ -62,7 +63,30 @@ type cand struct {
 
 // New returns a sampler.
 func New(p Params) *Sampler {
-	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9E3779B97F4A7C15))}
+	src := rand.NewPCG(p.Seed, p.Seed^streamMix)
+	return &Sampler{p: p, src: src, rng: rand.New(src)}
+}
+
+// streamMix makes the generator's second seed word from the first.
+const streamMix = 0x9E3779B97F4A7C15
+
+// Restart sets the generator to the start of the seed's stream number
+// stream (a state of its own, mixed from the seed and the number): a
+// caller that draws for positions of a sequence in an order it does not
+// control (a speculative draft, made again after a rejection) restarts
+// at each position's stream, so that a position's draw does not depend
+// on how many draws came before it.
+func (s *Sampler) Restart(stream uint64) {
+	s.src.Seed(s.p.Seed^splitmix(stream), s.p.Seed^streamMix^splitmix(^stream))
+}
+
+// splitmix is SplitMix64's output function: nearby inputs give
+// unrelated outputs.
+func splitmix(x uint64) uint64 {
+	x += streamMix
+	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
+	x = (x ^ x>>27) * 0x94D049BB133111EB
+	return x ^ x>>31
 }
 
 // adjusts reports whether the sampler changes any logit before choosing.

@@ -46,7 +46,8 @@ func runDraft(ctx context.Context, t *testing.T, target, draft, speculative stri
 // TestServeDraftModel: zrt-run serve with --draft serves with a draft
 // model (TinyStories-656K's F16 file drafting for its Q8_0 file), alone
 // meaning draft:4 and with every draft verified (draft:4:fixed): the same
-// greedy and seeded texts as the target alone, drafts counted in
+// greedy text as the target alone, a seeded one with draft tokens kept
+// (drawn from the draft's distribution: not the same text), drafts counted in
 // /metrics; a draft of another vocabulary is refused before serving, and
 // --draft given for some of the bundles is a usage error.
 func TestServeDraftModel(t *testing.T) {
@@ -76,10 +77,20 @@ func serveDraft(t *testing.T, target, draft, mode, offURL string) {
 		t.Fatalf("serving with a draft model: %v", err)
 	}
 	con, coff := client(base, ""), client(offURL, "")
+	accepted := func() string {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return grepLines(string(body), "vllm:spec_decode_num_accepted_tokens_total")
+	}
 	for _, temp := range []float64{0, 0.8} {
-		params := openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time, there was a little girl named Lily.")},
+		params := openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
 			MaxTokens: openai.Int(60), Temperature: openai.Float(temp), Seed: openai.Int(5)}
 		params.Model = "m"
+		before := accepted()
 		a, err := con.Completions.New(ctx, params)
 		if err != nil {
 			t.Fatal(err)
@@ -88,6 +99,18 @@ func serveDraft(t *testing.T, target, draft, mode, offURL string) {
 		b, err := coff.Completions.New(ctx, params)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if temp > 0 {
+			// A sampled request's draft tokens are drawn from the draft
+			// model's distribution and kept by speculative sampling's
+			// rule: the target's distribution, not the same tokens as
+			// alone (the engine's TestDraftModelSampledDistribution).
+			// Every draft verified, some are kept.
+			t.Logf("temperature %g: with the draft model %q (accepted before %s, after %s), alone %q", temp, a.Choices[0].Text, before, accepted(), b.Choices[0].Text)
+			if a.Choices[0].Text == "" || mode != "" && accepted() == before {
+				t.Errorf("temperature %g: with the draft model %q, no draft token kept (%s)", temp, a.Choices[0].Text, accepted())
+			}
+			continue
 		}
 		if a.Choices[0].Text != b.Choices[0].Text {
 			t.Errorf("temperature %g: with the draft model %q, alone %q", temp, a.Choices[0].Text, b.Choices[0].Text)

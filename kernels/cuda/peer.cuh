@@ -89,6 +89,41 @@ __device__ __forceinline__ void peer_slots(const peer& p, u32 e, float* dst[PEER
     for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < p.R ? peer_slot(p, p.bufs[q], p.r, e) : (float*)0;
 }
 
+// The all-reduce's exchange is a second area of each rank's buffer,
+// after the two halves of slots: two halves again, each a slot per rank,
+// each slot a pair of words per float of a plain slot — the value's bits
+// and the epoch that wrote it — stored together in one 8-byte store
+// (NCCL's LL protocol). A reader polls the pair until its epoch is the
+// collective's: the value came with it, so no barrier, fence or flag is
+// needed, and each element waits only for its own arrival. A half's
+// pairs are rewritten two epochs after they were, under the same
+// argument as the slots'; the area is zeroed when allocated and epochs
+// start at 1, so no stale pair carries the current epoch.
+
+// peer_ll is slot k of the pair area of buf's half for epoch e.
+__device__ __forceinline__ uint2* peer_ll(const peer& p, float* buf, u32 k, u32 e) {
+    return (uint2*)(buf + (size_t)2 * p.R * p.floats) + ((size_t)(e & 1) * p.R + k) * p.floats;
+}
+
+// peer_ll_put stores value v with epoch e in pair a, one 8-byte store
+// (over NVLink where a is a peer's), which no cache keeps.
+__device__ __forceinline__ void peer_ll_put(uint2* a, float v, u32 e) {
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(a), "r"(__float_as_uint(v)), "r"(e) : "memory");
+}
+
+// peer_ll_get waits until pair a carries epoch e and returns its value;
+// like peer_barrier it traps after PEER_TIMEOUT_NS without it.
+__device__ __forceinline__ float peer_ll_get(const uint2* a, u32 e) {
+    u32 v, f;
+    unsigned long long start = 0, polls = 0;
+    for (;;) {
+        asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(v), "=r"(f) : "l"(a) : "memory");
+        if (f == e) return __uint_as_float(v);
+        if (polls++ == 0) start = peer_clock();
+        else if ((polls & 1023) == 0 && peer_clock() - start > PEER_TIMEOUT_NS) __trap();
+    }
+}
+
 // peer_barrier returns once every block of every rank has called it for
 // epoch e, with their pushes before it visible here. After the block's
 // barrier, its first ranks threads release a flag on each rank at system

@@ -51,7 +51,8 @@ const (
 	// moves every slot's row, which the kernel does not.
 	peerGatherBytes = 16 << 20
 	// peerMaxBytes bounds any one-shot message (the exchange buffers are
-	// two halves of a slot this size for every rank).
+	// two halves of a slot this size for every rank, and the all-reduce's
+	// two halves of pairs, twice that).
 	peerMaxBytes = 64 << 20
 	// peerMaxRanks is peer.cuh's PEER_MAX_RANKS.
 	peerMaxRanks = 8
@@ -103,9 +104,15 @@ func newPeer(devs []int, rank, slotBytes int) (*peer, error) {
 		}
 	}
 	var err error
-	n := 2 * p.ranks * p.slotBytes
+	// Two halves of a slot per rank, then the all-reduce's pairs (value,
+	// epoch: peer.cuh's peer_ll), two words a float of a slot, zeroed so
+	// that no pair carries an epoch before one writes it.
+	n := 2*p.ranks*p.slotBytes + 2*p.ranks*2*p.slotBytes
 	if p.buf, err = driver.MemAlloc(n); err != nil {
 		return p, fmt.Errorf("exchange buffer of %d bytes: %w", n, err)
+	}
+	if err := driver.MemsetD8(p.buf, 0, n); err != nil {
+		return p, err
 	}
 	if p.flags, err = driver.MemAlloc(4 * peerFlagWords); err != nil {
 		return p, err

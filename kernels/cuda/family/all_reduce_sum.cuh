@@ -13,6 +13,10 @@
 // well, a block a row, and the tier leaves that launch out too: a
 // layer's collective then costs no launch of its own where the layer
 // after it normalizes on its own.
+// The values travel as peer.cuh's pairs (value, epoch), one 8-byte store
+// each into every rank's pair area: a rank's sum of an element waits for
+// that element's pairs only, with no barrier between the ranks' blocks.
+// The sum is in rank order, as before, so the bits are the same.
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../peer.cuh"
@@ -26,20 +30,27 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const 
     dep_sync();
     const u32 e = peer_epoch(p);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    float* dst[PEER_MAX_RANKS];
-    peer_slots(p, e, dst);
+    uint2* dst[PEER_MAX_RANKS];
+#pragma unroll
+    for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < p.R ? peer_ll(p, p.bufs[q], p.r, e) : (uint2*)0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float v = x[i];
 #pragma unroll
         for (u32 q = 0; q < PEER_MAX_RANKS; q++)
-            if (q < p.R) dst[q][i] = v;
+            if (q < p.R) peer_ll_put(dst[q] + i, v, e);
     }
-    peer_barrier(p, e);
-    const float* mine = peer_slot(p, p.own, 0, e);
+    // Every thread has read the epoch: count it. The next collective
+    // reads the count after dep_sync, once this grid has finished.
+    __syncthreads();
+    if (threadIdx.x == 0) *p.epoch = e;
+    // An element's sum waits for its pair from every rank, this one's
+    // included, whose push read x's element: so x is written only after
+    // it was read.
+    const uint2* mine = peer_ll(p, p.own, 0, e);
     if (!norm_y || !residual) {
         for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-            float s = __ldcg(mine + i);
-            for (u32 k = 1; k < p.R; k++) s += __ldcg(mine + k * p.floats + i);
+            float s = peer_ll_get(mine + i, e);
+            for (u32 k = 1; k < p.R; k++) s += peer_ll_get(mine + k * p.floats + i, e);
             x[i] = s;
             if (residual) residual[i] += s;
         }
@@ -51,8 +62,8 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const 
     for (u32 row = blockIdx.x; row < rows; row += gridDim.x) {
         const size_t base = (size_t)row * cols;
         for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
-            float s = __ldcg(mine + base + i);
-            for (u32 k = 1; k < p.R; k++) s += __ldcg(mine + k * p.floats + base + i);
+            float s = peer_ll_get(mine + base + i, e);
+            for (u32 k = 1; k < p.R; k++) s += peer_ll_get(mine + k * p.floats + base + i, e);
             x[base + i] = s;
             residual[base + i] += s;
         }

@@ -124,6 +124,33 @@ __device__ __forceinline__ float peer_ll_get(const uint2* a, u32 e) {
     }
 }
 
+// peer_ll_load reads pair a as it is now, without waiting.
+__device__ __forceinline__ uint2 peer_ll_load(const uint2* a) {
+    uint2 v;
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(a) : "memory");
+    return v;
+}
+
+// peer_ll_sum sets s[u], for the U indices i = i0 + u·step below n, to
+// the sum in rank order of the pairs of epoch e at src + i of every
+// rank's slot (p.floats pairs apart), waiting for each: a rank's U loads
+// are in flight together, and only a pair not yet there is polled again.
+template <int U>
+__device__ __forceinline__ void peer_ll_sum(const peer& p, const uint2* src, size_t i0, size_t step, size_t n, u32 e, float s[U]) {
+    for (u32 k = 0; k < p.R; k++) {
+        const uint2* slot = src + (size_t)k * p.floats;
+        uint2 a[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) a[u] = i0 + u * step < n ? peer_ll_load(slot + i0 + u * step) : make_uint2(0, e);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (a[u].y != e) a[u].x = __float_as_uint(peer_ll_get(slot + i0 + u * step, e));
+            const float v = __uint_as_float(a[u].x);
+            s[u] = k == 0 ? v : s[u] + v;
+        }
+    }
+}
+
 // peer_barrier returns once every block of every rank has called it for
 // epoch e, with their pushes before it visible here. After the block's
 // barrier, its first ranks threads release a flag on each rank at system

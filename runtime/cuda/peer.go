@@ -17,8 +17,10 @@ import (
 // rows that want logits — as one-shot kernels of its own over NVLink peer
 // access (kernels/cuda/peer.cuh), as vLLM's and TensorRT-LLM's custom
 // all-reduce do: each rank pushes its values straight into every rank's
-// exchange buffer, the ranks' blocks meet at flags in device memory, and
-// each rank reads its own buffer. NCCL takes the rest (a prompt's
+// exchange buffer and each rank reads its own buffer. A gather's blocks
+// meet at flags in device memory between the two; an all-reduce's values
+// travel with their epoch in one 8-byte store (NCCL's LL protocol), so
+// each sum waits only for its own elements. NCCL takes the rest (a prompt's
 // all-reduces of megabytes), and everything where the bundle's blob has
 // no kernel or the GPUs cannot reach each other. Both are recorded in the
 // captured graphs alike.

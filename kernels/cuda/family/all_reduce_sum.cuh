@@ -21,6 +21,10 @@
 // families.go) defines FAMILY and NAME, then includes this file.
 #include "../peer.cuh"
 
+// ALL_REDUCE_U is the elements a thread sums at a time, their pairs'
+// loads in flight together.
+#define ALL_REDUCE_U 8
+
 extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const u32* io, u32 cols, const peer_comm* pc, float* residual,
                                                                 const float* norm_w, float* norm_y, u32 eps_bits) {
     peer p;
@@ -48,11 +52,16 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const 
     // it was read.
     const uint2* mine = peer_ll(p, p.own, 0, e);
     if (!norm_y || !residual) {
-        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-            float s = peer_ll_get(mine + i, e);
-            for (u32 k = 1; k < p.R; k++) s += peer_ll_get(mine + k * p.floats + i, e);
-            x[i] = s;
-            if (residual) residual[i] += s;
+        for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += ALL_REDUCE_U * stride) {
+            float s[ALL_REDUCE_U];
+            peer_ll_sum<ALL_REDUCE_U>(p, mine, i0, stride, n, e, s);
+#pragma unroll
+            for (int u = 0; u < ALL_REDUCE_U; u++) {
+                const size_t i = i0 + u * stride;
+                if (i >= n) break;
+                x[i] = s[u];
+                if (residual) residual[i] += s[u];
+            }
         }
         return;
     }
@@ -61,11 +70,16 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS) NAME(float* x, const 
     const float eps = __uint_as_float(eps_bits);
     for (u32 row = blockIdx.x; row < rows; row += gridDim.x) {
         const size_t base = (size_t)row * cols;
-        for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
-            float s = peer_ll_get(mine + base + i, e);
-            for (u32 k = 1; k < p.R; k++) s += peer_ll_get(mine + k * p.floats + base + i, e);
-            x[base + i] = s;
-            residual[base + i] += s;
+        for (u32 i0 = threadIdx.x; i0 < cols; i0 += ALL_REDUCE_U * blockDim.x) {
+            float s[ALL_REDUCE_U];
+            peer_ll_sum<ALL_REDUCE_U>(p, mine + base, i0, blockDim.x, cols, e, s);
+#pragma unroll
+            for (int u = 0; u < ALL_REDUCE_U; u++) {
+                const u32 i = i0 + u * blockDim.x;
+                if (i >= cols) break;
+                x[base + i] = s[u];
+                residual[base + i] += s[u];
+            }
         }
         __syncthreads();  // every thread's adds before the row's sum of squares
         const float* h = residual + base;

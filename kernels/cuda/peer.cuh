@@ -15,7 +15,11 @@
 // reads it. The epoch is counted by every block in device memory
 // (epoch[block]), so a captured graph replays with fixed parameters;
 // every collective runs PEER_BLOCKS blocks (at most that many: the flags
-// have room for no more), so the blocks' counts agree.
+// have room for no more), so the blocks' counts agree. A matmul's _peer
+// entry (family/matmul.cuh: a product with the all-reduce after it taken
+// in) runs more blocks: they all take block 0's count, and the last of
+// them to finish (a count of its finished blocks in the word past the
+// epochs) stores the next for every block.
 #pragma once
 #include "common.cuh"
 
@@ -30,7 +34,7 @@ struct peer_comm {
     u32 rank, ranks;
     float* bufs[PEER_MAX_RANKS];    // each rank's exchange buffer
     u32* flags[PEER_MAX_RANKS];     // each rank's flags: [from rank][block]
-    u32* epoch;                     // this rank's per-block epochs
+    u32* epoch;                     // this rank's per-block epochs, then the _peer entry's finished blocks
 };
 
 // PEER_TIMEOUT_NS bounds a barrier's wait for its peers: far longer

@@ -59,8 +59,9 @@ const (
 	// peerMaxRanks is peer.cuh's PEER_MAX_RANKS.
 	peerMaxRanks = 8
 	// peerFlagWords is a rank's flags, [from rank][block], then its
-	// blocks' epochs.
-	peerFlagWords = peerMaxRanks*kcuda.PeerBlocks + kcuda.PeerBlocks
+	// blocks' epochs, then the blocks of a matmul's _peer entry that have
+	// finished (the last counts the epoch for all).
+	peerFlagWords = peerMaxRanks*kcuda.PeerBlocks + kcuda.PeerBlocks + 1
 	// peerDescBytes is peer.cuh's struct peer_comm: slot_bytes, rank and
 	// ranks, bufs[8], flags[8], epoch.
 	peerDescBytes = 8 + 4 + 4 + 8*peerMaxRanks + 8*peerMaxRanks + 8
@@ -265,11 +266,80 @@ func (t *Tier) planCollectives(mode string) error {
 	// RunEach stops after every dispatch: it keeps the adds and norms
 	// apart.
 	t.unfused = make([][]Launch, len(t.variants))
+	resident, err := t.residentBlocks()
+	if err != nil {
+		return err
+	}
 	for vi, ls := range t.variants {
 		t.unfused[vi] = ls
-		t.variants[vi] = fuseResiduals(ls, t.reduceNorms)
+		t.variants[vi] = fuseProducts(fuseResiduals(ls, t.reduceNorms), resident)
 	}
 	return nil
+}
+
+// residentBlocks returns a function that reports whether every block of
+// matmul launch l's _peer entry is resident on the GPU at once (its
+// blocks wait for the other ranks' blocks, which wait for theirs), or
+// false where the kernel has no such entry.
+func (t *Tier) residentBlocks() (func(l *Launch) bool, error) {
+	sms, err := t.dev.Attribute(driver.AttrMultiprocessorCount)
+	if err != nil {
+		return nil, err
+	}
+	return func(l *Launch) bool {
+		f := t.entries[kcuda.EntryPeer][l.Kernel]
+		if f == 0 || l.Shape.Shared > 48<<10 {
+			return false // no entry, or one that would need the opt-in to more shared memory
+		}
+		g, b := l.Shape.Grid, l.Shape.Block
+		n, err := f.MaxActiveBlocks(int(b[0]*b[1]*b[2]), l.Shape.Shared)
+		return err == nil && int(g[0]*g[1]*g[2]) <= n*sms
+	}, nil
+}
+
+// Parameters of matmul (x, w, bias, io, y, k, n) that fuseProducts reads.
+const (
+	matmulIO, matmulY, matmulN = 3, 4, 6
+)
+
+// fuseProducts folds into a matmul's _peer entry the one-shot all-reduce
+// right after it that sums the matmul's output (a row-parallel
+// projection: the attention output's and the FFN's down projection), with
+// the residual add the all-reduce took in (fuseResiduals): the kernel's
+// blocks push their products straight to every rank and sum each one's
+// pairs in rank order, as the all-reduce does, so a layer's two
+// collectives cost no launch of their own. An all-reduce that took in a
+// norm stays (the norm needs whole rows, which no block of the matmul
+// has), and so does one after a matmul whose blocks are not all resident
+// at once (fits: the _peer entry's grid fits the GPU; a step of more
+// rows), or whose launch is not its matrix-vector entry.
+func fuseProducts(ls []Launch, fits func(l *Launch) bool) []Launch {
+	var out []Launch
+	for i := 0; i < len(ls); i++ {
+		l := ls[i]
+		if i+1 < len(ls) && fusesProduct(&l, &ls[i+1]) && fits(&l) {
+			r := &ls[i+1]
+			l.Shape.Entry = kcuda.EntryPeer
+			l.Params = append(slices.Clone(l.Params), r.Params[reduceDesc], r.Params[reduceResidual])
+			l.Sizes = append(slices.Clone(l.Sizes), 8, 8)
+			i++
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// fusesProduct reports whether launch l, a matmul's matrix-vector
+// kernel, and the one-shot all-reduce r after it are a pair fuseProducts
+// joins: r sums l's whole output (its columns are l's features, its io
+// is l's) and takes in no norm.
+func fusesProduct(l, r *Launch) bool {
+	family, _, _ := strings.Cut(l.Name, ".")
+	c := r.Collective
+	return family == "matmul" && l.Collective == nil && l.Shape.Entry == kcuda.EntryMain && len(l.Params) == matmulN+1 &&
+		c != nil && c.Peer && !c.Gather && len(r.Params) > reduceEps && r.Params[reduceNormY] == 0 &&
+		r.Params[reduceX] == l.Params[matmulY] && r.Params[reduceIO] == l.Params[matmulIO] &&
+		r.Params[reduceCols] == l.Params[matmulN] && c.Rows == int(l.Shape.Grid[1])
 }
 
 // ReduceTakesNorm reports whether the PTX of the one-shot all-reduce
@@ -286,11 +356,12 @@ func ReduceTakesNorm(instance string, ptx []byte) bool {
 // norm_y and eps; add's x, y, io and cols; rms_norm's x, w, io, y, cols,
 // group and eps.
 const (
-	reduceX, reduceIO, reduceCols, reduceResidual = 0, 1, 2, 4
-	reduceNormW, reduceNormY, reduceEps           = 5, 6, 7
-	addX, addY, addIO, addCols                    = 0, 1, 2, 3
-	normX, normW, normIO, normY, normCols         = 0, 1, 2, 3, 4
-	normGroup, normEps                            = 5, 6
+	reduceX, reduceIO, reduceCols, reduceDesc = 0, 1, 2, 3
+	reduceResidual                            = 4
+	reduceNormW, reduceNormY, reduceEps       = 5, 6, 7
+	addX, addY, addIO, addCols                = 0, 1, 2, 3
+	normX, normW, normIO, normY, normCols     = 0, 1, 2, 3, 4
+	normGroup, normEps                        = 5, 6
 )
 
 // fuseResiduals folds into a one-shot all-reduce the residual add that

@@ -101,10 +101,16 @@ func TestTPShapes(t *testing.T) {
 			set := filepath.Join(tmp, "tp2")
 			x := buildTP2(t, model, set)
 			m, _ := x.Member("cuda:sm_90")
+			// Two ranks' sums are the same bits in either order, so
+			// NCCL's collectives and the one-shot kernels (with the
+			// matmuls that take them in) give the same logits: a batch,
+			// and one sequence alone (the one-row steps).
+			same := map[string][2][][][]float32{}
 			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto} {
 				opt := runtime.Options{Tier: "cuda"}
 				opt.CUDA.Collectives = mode
 				got := batchLogits(t, m.Path(set), opt, prompts, forced)
+				same[mode] = [2][][][]float32{got, batchLogits(t, m.Path(set), opt, prompts[:1], forced[:1])}
 				worst := 0.0
 				for s := range want {
 					for step := range want[s] {
@@ -120,6 +126,16 @@ func TestTPShapes(t *testing.T) {
 					}
 				}
 				t.Logf("collectives %s: largest relative |Δlogit| against T-CPU's unsplit bundle: %.2e", mode, worst)
+			}
+			for k, what := range []string{"batch", "one sequence"} {
+				a, b := same[cuda.CollectivesNCCL][k], same[cuda.CollectivesAuto][k]
+				for s := range a {
+					for step := range a[s] {
+						if !slices.Equal(a[s][step], b[s][step]) {
+							t.Errorf("%s: sequence %d step %d: logits through NCCL and through the one-shot kernels differ", what, s, step)
+						}
+					}
+				}
 			}
 		})
 	}

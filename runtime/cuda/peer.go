@@ -270,6 +270,9 @@ func (t *Tier) planCollectives(mode string) error {
 	if err != nil {
 		return err
 	}
+	if t.keepReduces {
+		resident = func(*Launch) bool { return false }
+	}
 	for vi, ls := range t.variants {
 		t.unfused[vi] = ls
 		t.variants[vi] = fuseProducts(fuseResiduals(ls, t.reduceNorms), resident)

@@ -69,6 +69,10 @@ type Options struct {
 	// Collectives picks how a rank runs its collectives: CollectivesAuto
 	// (""), CollectivesNCCL or CollectivesPeer (peer.go).
 	Collectives string
+	// KeepReduces keeps every one-shot all-reduce a launch of its own,
+	// where a matmul before it would take it in (peer.go's
+	// fuseProducts): for A/B runs.
+	KeepReduces bool
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -147,6 +151,7 @@ type Tier struct {
 	// where every collective runs through NCCL.
 	peer        *peer
 	collectives string // Options.Collectives
+	keepReduces bool   // Options.KeepReduces
 	// unfused holds, where the one-shot all-reduces took in the residual
 	// adds after them (fuseResiduals), each variant's launches before
 	// that, which RunEach replays.
@@ -179,7 +184,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		return nil, fmt.Errorf("cuda: no device %d (%d visible)", opt.Device, info.Devices)
 	}
 	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info, omit: opt.Omit,
-		device: opt.Device, comm: opt.Comm, collectives: opt.Collectives}
+		device: opt.Device, comm: opt.Comm, collectives: opt.Collectives, keepReduces: opt.KeepReduces}
 	if t.maxGr <= 0 {
 		t.maxGr = 16
 	}

@@ -447,38 +447,6 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 // block's R rows (the _rows entry, R = MMV_MR, for 2-row steps over large
 // matrices: see launch.go), and each row's sum is taken in the same
 // order as with R = 1, so a row's result does not depend on its neighbours.
-// MMV_PREFETCH is the bytes of its weight rows a block of mmv asks L2
-// for before dep_sync (mmv_prefetch): 256 blocks take 24 MiB, half of an
-// H100's or H200's L2, so what they fetch is still there when they read
-// it.
-#define MMV_PREFETCH (96 * 1024)
-
-// mmv_prefetch asks L2 for the weight rows the block will read (rows
-// base + m·jstep onwards, rpb at a time, rb bytes each; n in all), up to
-// MMV_PREFETCH bytes, a 128-byte line a thread at a time. It runs before
-// dep_sync, while the kernel before still runs (programmatic dependent
-// launch): behind a kernel that waits more than it reads (an all-reduce,
-// attention over a short context, an element-wise kernel) the weights
-// then stream from memory, and the block's loads after dep_sync find
-// them in L2. Only the blocks of the first activation rows ask: the
-// others read the same weights. A prefetch is a hint; the loads are as
-// before (nvcc -DMMV_NO_PREFETCH leaves it out, to measure what it gives).
-__device__ __forceinline__ void mmv_prefetch(const u8* w, size_t rb, int n, int base, int jstep, int rpb) {
-#ifndef MMV_NO_PREFETCH
-    if (blockIdx.y != 0) return;
-    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
-    size_t left = MMV_PREFETCH;
-    for (int b = base; b < n && left > 0; b += jstep) {
-        const int end = b + rpb < n ? b + rpb : n;
-        const uintptr_t lo = (uintptr_t)(w + (size_t)b * rb) & ~(uintptr_t)127;
-        const uintptr_t hi = (uintptr_t)(w + (size_t)end * rb);
-        const size_t len = hi - lo < left ? hi - lo : left;
-        for (size_t o = (size_t)tid * 128; o < len; o += (size_t)nt * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(lo + o));
-        left -= len;
-    }
-#endif
-}
-
 #define MMV_WARPS 16
 #define MMV_THREADS (32 * MMV_WARPS)
 #define MMV_BLOCKS (32 / MMV_WARPS) // blocks a multiprocessor keeps (launch bounds): 32 warps, 64 registers a thread
@@ -511,7 +479,6 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     };
     int base = blockIdx.x * rpb;
     load(cur, base, 0);
-    mmv_prefetch(w, rb, n, base, jstep, rpb);
     dep_sync(); // the weights are not the previous kernel's
     if (row0 >= rows) return;
     const int nr = min(R, rows - row0);

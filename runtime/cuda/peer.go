@@ -43,10 +43,13 @@ const (
 	// peerAutoBytes bounds an all-reduce the one-shot kernel takes in
 	// auto mode: a decode step's rows of a model's width (64 slots of a
 	// 4096 wide 7B are 1 MiB). Measured on 2 H200s (TestPeerLatency, a
-	// graph of 64): 6.35–6.46 µs at 4–16 KB against NCCL's 6.12–6.49, a
-	// tie; in a decode step the kernel wins by what it takes in (the
-	// residual add, the logits' rows): the 7B shape's 8 layers at TP=2
-	// decode at 1585 tok/s with it, 1242 with NCCL alone.
+	// graph of 64): with the flag barrier 6.35–6.46 µs at 4–16 KB against
+	// NCCL's 6.12–6.49, a tie; with the values as pairs (value, epoch)
+	// and no barrier 2.52–2.83 µs against NCCL's 6.03–6.53 (the kernel
+	// alone on one GPU: 1.85–1.91), 3.52 at 64 KB and 5.13 at 256 KB
+	// against 6.82 and 8.12. In a decode step the kernel also wins by what
+	// it takes in (the residual add, the logits' rows): the 7B shape's 8
+	// layers at TP=2 decoded at 1585 tok/s with it, 1242 with NCCL alone.
 	peerAutoBytes = 1 << 20
 	// peerGatherBytes bounds a gather's rows of one rank's part in auto
 	// mode: the logits of a decode step's rows. NCCL's gather in a graph

@@ -311,14 +311,14 @@ const (
 // fuseProducts folds into a matmul's _peer entry the one-shot all-reduce
 // right after it that sums the matmul's output (a row-parallel
 // projection: the attention output's and the FFN's down projection), with
-// the residual add the all-reduce took in (fuseResiduals): the kernel's
-// blocks push their products straight to every rank and sum each one's
-// pairs in rank order, as the all-reduce does, so a layer's two
-// collectives cost no launch of their own. An all-reduce that took in a
-// norm stays (the norm needs whole rows, which no block of the matmul
-// has), and so does one after a matmul whose blocks are not all resident
-// at once (fits: the _peer entry's grid fits the GPU; a step of more
-// rows), or whose launch is not its matrix-vector entry.
+// the residual add and RMS norm the all-reduce took in (fuseResiduals):
+// the kernel's blocks push their products straight to every rank and sum
+// each one's pairs in rank order, as the all-reduce does, and the last
+// block to finish normalizes the rows, so a layer's two collectives cost
+// no launch of their own. An all-reduce after a matmul whose blocks are
+// not all resident at once (fits: the _peer entry's grid fits the GPU; a
+// step of more rows), or whose launch is not its matrix-vector entry,
+// stays.
 func fuseProducts(ls []Launch, fits func(l *Launch) bool) []Launch {
 	var out []Launch
 	for i := 0; i < len(ls); i++ {
@@ -326,8 +326,9 @@ func fuseProducts(ls []Launch, fits func(l *Launch) bool) []Launch {
 		if i+1 < len(ls) && fusesProduct(&l, &ls[i+1]) && fits(&l) {
 			r := &ls[i+1]
 			l.Shape.Entry = kcuda.EntryPeer
-			l.Params = append(slices.Clone(l.Params), r.Params[reduceDesc], r.Params[reduceResidual])
-			l.Sizes = append(slices.Clone(l.Sizes), 8, 8)
+			l.Params = append(slices.Clone(l.Params), r.Params[reduceDesc], r.Params[reduceResidual],
+				r.Params[reduceNormW], r.Params[reduceNormY], r.Params[reduceEps])
+			l.Sizes = append(slices.Clone(l.Sizes), 8, 8, 8, 8, 4)
 			i++
 		}
 		out = append(out, l)
@@ -338,12 +339,12 @@ func fuseProducts(ls []Launch, fits func(l *Launch) bool) []Launch {
 // fusesProduct reports whether launch l, a matmul's matrix-vector
 // kernel, and the one-shot all-reduce r after it are a pair fuseProducts
 // joins: r sums l's whole output (its columns are l's features, its io
-// is l's) and takes in no norm.
+// is l's).
 func fusesProduct(l, r *Launch) bool {
 	family, _, _ := strings.Cut(l.Name, ".")
 	c := r.Collective
 	return family == "matmul" && l.Collective == nil && l.Shape.Entry == kcuda.EntryMain && len(l.Params) == matmulN+1 &&
-		c != nil && c.Peer && !c.Gather && len(r.Params) > reduceEps && r.Params[reduceNormY] == 0 &&
+		c != nil && c.Peer && !c.Gather && len(r.Params) > reduceEps &&
 		r.Params[reduceX] == l.Params[matmulY] && r.Params[reduceIO] == l.Params[matmulIO] &&
 		r.Params[reduceCols] == l.Params[matmulN] && c.Rows == int(l.Shape.Grid[1])
 }

@@ -60,19 +60,23 @@ extern "C" __global__ void __launch_bounds__(256)
 #if MMQ_TYPE(WT) && FAMILY == FAMILY_MATMUL
 // NAME_peer is NAME for a one-row step's row-parallel product of a
 // tensor-parallel set, with the one-shot all-reduce after it (and the
-// residual add the all-reduce takes in) taken in: runtime/cuda launches
-// it in place of the pair where every block of the grid is resident at
-// once on every rank (the blocks wait for each other's ranks). Each block
-// computes its features as NAME does, then pushes them as pairs (value,
-// epoch: peer.cuh's peer_ll) to every rank, sums each feature's pairs in
-// rank order (the all-reduce's order, so the same bits) into y, and adds
-// the sum to residual where it is not null. The epoch is the
-// collectives' (every block of theirs holds the same count between two
-// collectives); the grid's last block to finish counts it for all of
-// them, in a word past their counters.
+// residual add and RMS norm the all-reduce takes in) taken in:
+// runtime/cuda launches it in place of the pair where every block of the
+// grid is resident at once on every rank (the blocks wait for each
+// other's ranks). Each block computes its features as NAME does, then
+// pushes them as pairs (value, epoch: peer.cuh's peer_ll) to every rank,
+// sums each feature's pairs in rank order (the all-reduce's order, so the
+// same bits) into y, and adds the sum to residual where it is not null.
+// The grid's last block to finish then normalizes the residual's rows
+// into norm_y where it is not null (and residual is), with the
+// all-reduce's scale (rms_scale over the same 512 threads) and products.
+// The epoch is the collectives' (every block of theirs holds the same
+// count between two collectives); the last block counts it for all of
+// them, having counted the finished blocks in the word past their
+// counters.
 extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     CAT(NAME, _peer)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, const peer_comm* pc,
-        float* residual) {
+        float* residual, const float* norm_w, float* norm_y, u32 eps_bits) {
     mmv<WT>(x, w, io, k, n, mm_out(y, n, bias, false), false);
     peer p;
     peer_load(pc, p);
@@ -106,14 +110,32 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
             if (residual) residual[i] += s[0];
         }
     }
-    __syncthreads(); // every thread of the block has read the epoch
+    // Count the block in (as fa_split_last does): every thread of it has
+    // read the epoch and stored its sums.
+    __shared__ int last;
+    u32* done = pc->epoch + PEER_BLOCKS;
+    __threadfence();
+    __syncthreads();
     if (tid == 0) {
-        __threadfence();
-        u32* done = pc->epoch + PEER_BLOCKS;
-        if (atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1) {
-            *done = 0;
-            for (u32 b = 0; b < PEER_BLOCKS; b++) pc->epoch[b] = e;
+        last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
+        if (last) *done = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); // every block's sums and adds are visible: read them past L1
+    if (norm_y && residual) {
+        const float eps = __uint_as_float(eps_bits);
+        for (u32 r = 0; r < rows; r++) {
+            const size_t base = (size_t)r * n;
+            // The row into norm_y first (norm_y may alias y, whose sums no
+            // one reads any more), from L2: other blocks added to it.
+            for (u32 i = tid; i < n; i += nt) norm_y[base + i] = __ldcg(residual + base + i);
+            __syncthreads();
+            const float scale = rms_scale(norm_y + base, (int)n, eps); // ends with a barrier: read before overwritten
+            for (u32 i = tid; i < n; i += nt) norm_y[base + i] = (norm_y[base + i] * scale) * (norm_w ? norm_w[i] : 1.f);
         }
     }
+    if (tid == 0)
+        for (u32 b = 0; b < PEER_BLOCKS; b++) pc->epoch[b] = e;
 }
 #endif

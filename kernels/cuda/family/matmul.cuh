@@ -84,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     const u32 e = *(volatile const u32*)pc->epoch + 1; // after mmv's dep_sync: the last collective has counted
     const u32 rpb = blockDim.y, jstep = gridDim.x * rpb, j0 = blockIdx.x * rpb;
     const u32 tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
-    const u32 per = (n - j0 + jstep - 1) / jstep * rpb; // the block's features, j0 + m·jstep + t for t < rpb
+    const u32 per = j0 < n ? (n - j0 + jstep - 1) / jstep * rpb : 0; // the block's features, j0 + m·jstep + t for t < rpb
     __syncthreads(); // the block's products are in y
     if (row < rows) {
         uint2* dst[PEER_MAX_RANKS];

@@ -273,7 +273,7 @@ func (t *Tier) planCollectives(mode string) error {
 	if err != nil {
 		return err
 	}
-	if t.keepReduces {
+	if !t.fuseReduces {
 		resident = func(*Launch) bool { return false }
 	}
 	for vi, ls := range t.variants {
@@ -315,8 +315,11 @@ const (
 // the kernel's blocks push their products straight to every rank and sum
 // each one's pairs in rank order, as the all-reduce does, and the last
 // block to finish normalizes the rows, so a layer's two collectives cost
-// no launch of their own. An all-reduce after a matmul whose blocks are
-// not all resident at once (fits: the _peer entry's grid fits the GPU; a
+// no launch of their own. It runs with Options.FuseReduces only: on 2
+// H200s the 7B shape's tg128 at TP=2 was 460.0 and 441.2 tok/s with it,
+// 466.2 and 467.8 without (round 24c, same run; why is not yet
+// measured). An all-reduce after a matmul whose blocks are not all
+// resident at once (fits: the _peer entry's grid fits the GPU; a
 // step of more rows), or whose launch is not its matrix-vector entry,
 // stays.
 func fuseProducts(ls []Launch, fits func(l *Launch) bool) []Launch {

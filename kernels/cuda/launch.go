@@ -58,12 +58,13 @@ const (
 	EntryRest                     // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
 	EntryRows                     // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
 	EntrySplit                    // _split: the attention families' decode kernel with a long row's keys split over blocks (faSplits), Launch.Staged its partial states
+	EntryPeer                     // _peer: matmul's matrix-vector kernel with the one-shot all-reduce after it taken in, which runtime/cuda launches in place of the pair
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split", "_peer"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the

@@ -15,7 +15,11 @@
 // reads it. The epoch is counted by every block in device memory
 // (epoch[block]), so a captured graph replays with fixed parameters;
 // every collective runs PEER_BLOCKS blocks (at most that many: the flags
-// have room for no more), so the blocks' counts agree.
+// have room for no more), so the blocks' counts agree. A matmul's _peer
+// entry (family/matmul.cuh: a product with the all-reduce after it taken
+// in) runs more blocks: they all take block 0's count, and the last of
+// them to finish (a count of its finished blocks in the word past the
+// epochs) stores the next for every block.
 #pragma once
 #include "common.cuh"
 
@@ -30,7 +34,7 @@ struct peer_comm {
     u32 rank, ranks;
     float* bufs[PEER_MAX_RANKS];    // each rank's exchange buffer
     u32* flags[PEER_MAX_RANKS];     // each rank's flags: [from rank][block]
-    u32* epoch;                     // this rank's per-block epochs
+    u32* epoch;                     // this rank's per-block epochs, then the _peer entry's finished blocks
 };
 
 // PEER_TIMEOUT_NS bounds a barrier's wait for its peers: far longer
@@ -87,6 +91,68 @@ __device__ __forceinline__ float* peer_slot(const peer& p, float* buf, u32 k, u3
 __device__ __forceinline__ void peer_slots(const peer& p, u32 e, float* dst[PEER_MAX_RANKS]) {
 #pragma unroll
     for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < p.R ? peer_slot(p, p.bufs[q], p.r, e) : (float*)0;
+}
+
+// The all-reduce's exchange is a second area of each rank's buffer,
+// after the two halves of slots: two halves again, each a slot per rank,
+// each slot a pair of words per float of a plain slot — the value's bits
+// and the epoch that wrote it — stored together in one 8-byte store
+// (NCCL's LL protocol). A reader polls the pair until its epoch is the
+// collective's: the value came with it, so no barrier, fence or flag is
+// needed, and each element waits only for its own arrival. A half's
+// pairs are rewritten two epochs after they were, under the same
+// argument as the slots'; the area is zeroed when allocated and epochs
+// start at 1, so no stale pair carries the current epoch.
+
+// peer_ll is slot k of the pair area of buf's half for epoch e.
+__device__ __forceinline__ uint2* peer_ll(const peer& p, float* buf, u32 k, u32 e) {
+    return (uint2*)(buf + (size_t)2 * p.R * p.floats) + ((size_t)(e & 1) * p.R + k) * p.floats;
+}
+
+// peer_ll_put stores value v with epoch e in pair a, one 8-byte store
+// (over NVLink where a is a peer's), which no cache keeps.
+__device__ __forceinline__ void peer_ll_put(uint2* a, float v, u32 e) {
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(a), "r"(__float_as_uint(v)), "r"(e) : "memory");
+}
+
+// peer_ll_get waits until pair a carries epoch e and returns its value;
+// like peer_barrier it traps after PEER_TIMEOUT_NS without it.
+__device__ __forceinline__ float peer_ll_get(const uint2* a, u32 e) {
+    u32 v, f;
+    unsigned long long start = 0, polls = 0;
+    for (;;) {
+        asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(v), "=r"(f) : "l"(a) : "memory");
+        if (f == e) return __uint_as_float(v);
+        if (polls++ == 0) start = peer_clock();
+        else if ((polls & 1023) == 0 && peer_clock() - start > PEER_TIMEOUT_NS) __trap();
+    }
+}
+
+// peer_ll_load reads pair a as it is now, without waiting.
+__device__ __forceinline__ uint2 peer_ll_load(const uint2* a) {
+    uint2 v;
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(a) : "memory");
+    return v;
+}
+
+// peer_ll_sum sets s[u], for the U indices i = i0 + u·step below n, to
+// the sum in rank order of the pairs of epoch e at src + i of every
+// rank's slot (p.floats pairs apart), waiting for each: a rank's U loads
+// are in flight together, and only a pair not yet there is polled again.
+template <int U>
+__device__ __forceinline__ void peer_ll_sum(const peer& p, const uint2* src, size_t i0, size_t step, size_t n, u32 e, float s[U]) {
+    for (u32 k = 0; k < p.R; k++) {
+        const uint2* slot = src + (size_t)k * p.floats;
+        uint2 a[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) a[u] = i0 + u * step < n ? peer_ll_load(slot + i0 + u * step) : make_uint2(0, e);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (a[u].y != e) a[u].x = __float_as_uint(peer_ll_get(slot + i0 + u * step, e));
+            const float v = __uint_as_float(a[u].x);
+            s[u] = k == 0 ? v : s[u] + v;
+        }
+    }
 }
 
 // peer_barrier returns once every block of every rank has called it for

@@ -17,8 +17,10 @@ import (
 // rows that want logits — as one-shot kernels of its own over NVLink peer
 // access (kernels/cuda/peer.cuh), as vLLM's and TensorRT-LLM's custom
 // all-reduce do: each rank pushes its values straight into every rank's
-// exchange buffer, the ranks' blocks meet at flags in device memory, and
-// each rank reads its own buffer. NCCL takes the rest (a prompt's
+// exchange buffer and each rank reads its own buffer. A gather's blocks
+// meet at flags in device memory between the two; an all-reduce's values
+// travel with their epoch in one 8-byte store (NCCL's LL protocol), so
+// each sum waits only for its own elements. NCCL takes the rest (a prompt's
 // all-reduces of megabytes), and everything where the bundle's blob has
 // no kernel or the GPUs cannot reach each other. Both are recorded in the
 // captured graphs alike.
@@ -41,23 +43,28 @@ const (
 	// peerAutoBytes bounds an all-reduce the one-shot kernel takes in
 	// auto mode: a decode step's rows of a model's width (64 slots of a
 	// 4096 wide 7B are 1 MiB). Measured on 2 H200s (TestPeerLatency, a
-	// graph of 64): 6.35–6.46 µs at 4–16 KB against NCCL's 6.12–6.49, a
-	// tie; in a decode step the kernel wins by what it takes in (the
-	// residual add, the logits' rows): the 7B shape's 8 layers at TP=2
-	// decode at 1585 tok/s with it, 1242 with NCCL alone.
+	// graph of 64): with the flag barrier 6.35–6.46 µs at 4–16 KB against
+	// NCCL's 6.12–6.49, a tie; with the values as pairs (value, epoch)
+	// and no barrier 2.52–2.83 µs against NCCL's 6.03–6.53 (the kernel
+	// alone on one GPU: 1.85–1.91), 3.52 at 64 KB and 5.13 at 256 KB
+	// against 6.82 and 8.12. In a decode step the kernel also wins by what
+	// it takes in (the residual add, the logits' rows): the 7B shape's 8
+	// layers at TP=2 decoded at 1585 tok/s with it, 1242 with NCCL alone.
 	peerAutoBytes = 1 << 20
 	// peerGatherBytes bounds a gather's rows of one rank's part in auto
 	// mode: the logits of a decode step's rows. NCCL's gather in a graph
 	// moves every slot's row, which the kernel does not.
 	peerGatherBytes = 16 << 20
 	// peerMaxBytes bounds any one-shot message (the exchange buffers are
-	// two halves of a slot this size for every rank).
+	// two halves of a slot this size for every rank, and the all-reduce's
+	// two halves of pairs, twice that).
 	peerMaxBytes = 64 << 20
 	// peerMaxRanks is peer.cuh's PEER_MAX_RANKS.
 	peerMaxRanks = 8
 	// peerFlagWords is a rank's flags, [from rank][block], then its
-	// blocks' epochs.
-	peerFlagWords = peerMaxRanks*kcuda.PeerBlocks + kcuda.PeerBlocks
+	// blocks' epochs, then the blocks of a matmul's _peer entry that have
+	// finished (the last counts the epoch for all).
+	peerFlagWords = peerMaxRanks*kcuda.PeerBlocks + kcuda.PeerBlocks + 1
 	// peerDescBytes is peer.cuh's struct peer_comm: slot_bytes, rank and
 	// ranks, bufs[8], flags[8], epoch.
 	peerDescBytes = 8 + 4 + 4 + 8*peerMaxRanks + 8*peerMaxRanks + 8
@@ -103,9 +110,15 @@ func newPeer(devs []int, rank, slotBytes int) (*peer, error) {
 		}
 	}
 	var err error
-	n := 2 * p.ranks * p.slotBytes
+	// Two halves of a slot per rank, then the all-reduce's pairs (value,
+	// epoch: peer.cuh's peer_ll), two words a float of a slot, zeroed so
+	// that no pair carries an epoch before one writes it.
+	n := 2*p.ranks*p.slotBytes + 2*p.ranks*2*p.slotBytes
 	if p.buf, err = driver.MemAlloc(n); err != nil {
 		return p, fmt.Errorf("exchange buffer of %d bytes: %w", n, err)
+	}
+	if err := driver.MemsetD8(p.buf, 0, n); err != nil {
+		return p, err
 	}
 	if p.flags, err = driver.MemAlloc(4 * peerFlagWords); err != nil {
 		return p, err
@@ -256,11 +269,87 @@ func (t *Tier) planCollectives(mode string) error {
 	// RunEach stops after every dispatch: it keeps the adds and norms
 	// apart.
 	t.unfused = make([][]Launch, len(t.variants))
+	resident, err := t.residentBlocks()
+	if err != nil {
+		return err
+	}
+	if !t.fuseReduces {
+		resident = func(*Launch) bool { return false }
+	}
 	for vi, ls := range t.variants {
 		t.unfused[vi] = ls
-		t.variants[vi] = fuseResiduals(ls, t.reduceNorms)
+		t.variants[vi] = fuseProducts(fuseResiduals(ls, t.reduceNorms), resident)
 	}
 	return nil
+}
+
+// residentBlocks returns a function that reports whether every block of
+// matmul launch l's _peer entry is resident on the GPU at once (its
+// blocks wait for the other ranks' blocks, which wait for theirs), or
+// false where the kernel has no such entry.
+func (t *Tier) residentBlocks() (func(l *Launch) bool, error) {
+	sms, err := t.dev.Attribute(driver.AttrMultiprocessorCount)
+	if err != nil {
+		return nil, err
+	}
+	return func(l *Launch) bool {
+		f := t.entries[kcuda.EntryPeer][l.Kernel]
+		if f == 0 || l.Shape.Shared > 48<<10 {
+			return false // no entry, or one that would need the opt-in to more shared memory
+		}
+		g, b := l.Shape.Grid, l.Shape.Block
+		n, err := f.MaxActiveBlocks(int(b[0]*b[1]*b[2]), l.Shape.Shared)
+		return err == nil && int(g[0]*g[1]*g[2]) <= n*sms
+	}, nil
+}
+
+// Parameters of matmul (x, w, bias, io, y, k, n) that fuseProducts reads.
+const (
+	matmulIO, matmulY, matmulN = 3, 4, 6
+)
+
+// fuseProducts folds into a matmul's _peer entry the one-shot all-reduce
+// right after it that sums the matmul's output (a row-parallel
+// projection: the attention output's and the FFN's down projection), with
+// the residual add and RMS norm the all-reduce took in (fuseResiduals):
+// the kernel's blocks push their products straight to every rank and sum
+// each one's pairs in rank order, as the all-reduce does, and the last
+// block to finish normalizes the rows, so a layer's two collectives cost
+// no launch of their own. It runs with Options.FuseReduces only: on 2
+// H200s the 7B shape's tg128 at TP=2 was 460.0 and 441.2 tok/s with it,
+// 466.2 and 467.8 without (round 24c, same run; why is not yet
+// measured). An all-reduce after a matmul whose blocks are not all
+// resident at once (fits: the _peer entry's grid fits the GPU; a
+// step of more rows), or whose launch is not its matrix-vector entry,
+// stays.
+func fuseProducts(ls []Launch, fits func(l *Launch) bool) []Launch {
+	var out []Launch
+	for i := 0; i < len(ls); i++ {
+		l := ls[i]
+		if i+1 < len(ls) && fusesProduct(&l, &ls[i+1]) && fits(&l) {
+			r := &ls[i+1]
+			l.Shape.Entry = kcuda.EntryPeer
+			l.Params = append(slices.Clone(l.Params), r.Params[reduceDesc], r.Params[reduceResidual],
+				r.Params[reduceNormW], r.Params[reduceNormY], r.Params[reduceEps])
+			l.Sizes = append(slices.Clone(l.Sizes), 8, 8, 8, 8, 4)
+			i++
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// fusesProduct reports whether launch l, a matmul's matrix-vector
+// kernel, and the one-shot all-reduce r after it are a pair fuseProducts
+// joins: r sums l's whole output (its columns are l's features, its io
+// is l's).
+func fusesProduct(l, r *Launch) bool {
+	family, _, _ := strings.Cut(l.Name, ".")
+	c := r.Collective
+	return family == "matmul" && l.Collective == nil && l.Shape.Entry == kcuda.EntryMain && len(l.Params) == matmulN+1 &&
+		c != nil && c.Peer && !c.Gather && len(r.Params) > reduceEps &&
+		r.Params[reduceX] == l.Params[matmulY] && r.Params[reduceIO] == l.Params[matmulIO] &&
+		r.Params[reduceCols] == l.Params[matmulN] && c.Rows == int(l.Shape.Grid[1])
 }
 
 // ReduceTakesNorm reports whether the PTX of the one-shot all-reduce
@@ -277,11 +366,12 @@ func ReduceTakesNorm(instance string, ptx []byte) bool {
 // norm_y and eps; add's x, y, io and cols; rms_norm's x, w, io, y, cols,
 // group and eps.
 const (
-	reduceX, reduceIO, reduceCols, reduceResidual = 0, 1, 2, 4
-	reduceNormW, reduceNormY, reduceEps           = 5, 6, 7
-	addX, addY, addIO, addCols                    = 0, 1, 2, 3
-	normX, normW, normIO, normY, normCols         = 0, 1, 2, 3, 4
-	normGroup, normEps                            = 5, 6
+	reduceX, reduceIO, reduceCols, reduceDesc = 0, 1, 2, 3
+	reduceResidual                            = 4
+	reduceNormW, reduceNormY, reduceEps       = 5, 6, 7
+	addX, addY, addIO, addCols                = 0, 1, 2, 3
+	normX, normW, normIO, normY, normCols     = 0, 1, 2, 3, 4
+	normGroup, normEps                        = 5, 6
 )
 
 // fuseResiduals folds into a one-shot all-reduce the residual add that

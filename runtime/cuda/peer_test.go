@@ -852,3 +852,76 @@ func TestFuseResiduals(t *testing.T) {
 		}
 	}
 }
+
+// TestFuseProducts: a matmul's matrix-vector launch takes in the one-shot
+// all-reduce right after it that sums its whole output (with the
+// residual add and norm the all-reduce took in), where its grid fits;
+// nothing else does.
+func TestFuseProducts(t *testing.T) {
+	const x, w, io, y, hidden, desc, normW, normY, eps = 0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0xde5c, 0x6000, 0x7000, 0x3727c5ac
+	mm := func(name string, out uint64, n uint64, entry kcuda.EntryPoint, rows uint32) Launch {
+		return Launch{Name: name, Params: []uint64{x, w, 0, io, out, 64, n}, Sizes: []int{8, 8, 8, 8, 8, 4, 4},
+			Shape: kcuda.Launch{Grid: [3]uint32{16, rows, 1}, Block: [3]uint32{32, 16, 1}, Entry: entry}}
+	}
+	reduce := func(rows int, residual, normY uint64) Launch {
+		nw, ne := uint64(0), uint64(0)
+		if normY != 0 {
+			nw, ne = normW, eps
+		}
+		return Launch{Name: "all_reduce_sum", Params: []uint64{y, io, 256, desc, residual, nw, normY, ne},
+			Collective: &Collective{X: y, Rows: rows, Cols: 256, Peer: true}}
+	}
+	viaNCCL := reduce(1, hidden, 0)
+	viaNCCL.Collective = &Collective{X: y, Rows: 1, Cols: 256}
+	gather := reduce(1, 0, 0)
+	gather.Collective = &Collective{Gather: true, X: y, Rows: 1, Cols: 256, Peer: true}
+	fits := func(l *Launch) bool { return l.Shape.Grid[0] <= 16 }
+	wide := mm("matmul.q4_k", y, 256, kcuda.EntryMain, 1)
+	wide.Shape.Grid[0] = 17
+	for _, c := range []struct {
+		name     string
+		in       []Launch
+		launches int
+		residual uint64 // the fused launch's residual; 0: none
+		normY    uint64 // its norm's output; 0: none
+	}{
+		{"fused", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryMain, 1), reduce(1, hidden, 0)}, 1, hidden, 0},
+		{"fused, no add", []Launch{mm("matmul.q6_k", y, 256, kcuda.EntryMain, 1), reduce(1, 0, 0)}, 1, 0, 0},
+		{"norm taken in", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryMain, 1), reduce(1, hidden, normY)}, 1, hidden, normY},
+		{"norm into the sums", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryMain, 1), reduce(1, hidden, y)}, 1, hidden, y},
+		{"another output", []Launch{mm("matmul.q4_k", x, 256, kcuda.EntryMain, 1), reduce(1, hidden, 0)}, 2, 0, 0},
+		{"other columns", []Launch{mm("matmul.q4_k", y, 128, kcuda.EntryMain, 1), reduce(1, hidden, 0)}, 2, 0, 0},
+		{"rows entry", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryRows, 1), reduce(1, hidden, 0)}, 2, 0, 0},
+		{"rows differ", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryMain, 2), reduce(1, hidden, 0)}, 2, 0, 0},
+		{"residual product", []Launch{mm("matmul_residual.q4_k", y, 256, kcuda.EntryMain, 1), reduce(1, hidden, 0)}, 2, 0, 0},
+		{"grid too large", []Launch{wide, reduce(1, hidden, 0)}, 2, 0, 0},
+		{"through NCCL", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryMain, 1), viaNCCL}, 2, 0, 0},
+		{"gather", []Launch{mm("matmul.q4_k", y, 256, kcuda.EntryMain, 1), gather}, 2, 0, 0},
+	} {
+		in := slices.Clone(c.in)
+		out := fuseProducts(in, fits)
+		if len(out) != c.launches {
+			t.Errorf("%s: %d launches, want %d", c.name, len(out), c.launches)
+			continue
+		}
+		if c.launches != 1 {
+			if out[0].Shape.Entry == kcuda.EntryPeer {
+				t.Errorf("%s: the matmul became its _peer entry", c.name)
+			}
+			continue
+		}
+		l := out[0]
+		wantW, wantEps := uint64(0), uint64(0)
+		if c.normY != 0 {
+			wantW, wantEps = normW, eps
+		}
+		if l.Shape.Entry != kcuda.EntryPeer || len(l.Params) != 12 || len(l.Sizes) != 12 || l.Sizes[11] != 4 ||
+			!slices.Equal(l.Params[7:], []uint64{desc, c.residual, wantW, c.normY, wantEps}) {
+			t.Errorf("%s: entry %d, params %#x (sizes %v), want the _peer entry with the descriptor %#x, residual %#x, norm %#x into %#x (eps %#x) last",
+				c.name, l.Shape.Entry, l.Params, l.Sizes, desc, c.residual, wantW, c.normY, wantEps)
+		}
+		if len(in[0].Params) != 7 || in[0].Shape.Entry != c.in[0].Shape.Entry {
+			t.Errorf("%s: the unfused launch changed: %#x", c.name, in[0].Params)
+		}
+	}
+}

@@ -69,6 +69,12 @@ type Options struct {
 	// Collectives picks how a rank runs its collectives: CollectivesAuto
 	// (""), CollectivesNCCL or CollectivesPeer (peer.go).
 	Collectives string
+	// FuseReduces lets a one-row step's row-parallel matmul take in the
+	// one-shot all-reduce after it (peer.go's fuseProducts). Off by
+	// default: on 2 H200s (round 24c, tg128 of the 7B shape at TP=2) it
+	// decoded at 460.0 and 441.2 tok/s against 466.2 and 467.8 with the
+	// all-reduces apart.
+	FuseReduces bool
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -147,6 +153,7 @@ type Tier struct {
 	// where every collective runs through NCCL.
 	peer        *peer
 	collectives string // Options.Collectives
+	fuseReduces bool   // Options.FuseReduces
 	// unfused holds, where the one-shot all-reduces took in the residual
 	// adds after them (fuseResiduals), each variant's launches before
 	// that, which RunEach replays.
@@ -179,7 +186,7 @@ func Load(b *bundle.Bundle, opt Options) (*Tier, error) {
 		return nil, fmt.Errorf("cuda: no device %d (%d visible)", opt.Device, info.Devices)
 	}
 	t := &Tier{fence: -1, graphs: map[int]*graph{}, maxGr: opt.MaxGraphs, timeout: opt.Timeout, info: info, omit: opt.Omit,
-		device: opt.Device, comm: opt.Comm, collectives: opt.Collectives}
+		device: opt.Device, comm: opt.Comm, collectives: opt.Collectives, fuseReduces: opt.FuseReduces}
 	if t.maxGr <= 0 {
 		t.maxGr = 16
 	}

@@ -101,10 +101,17 @@ func TestTPShapes(t *testing.T) {
 			set := filepath.Join(tmp, "tp2")
 			x := buildTP2(t, model, set)
 			m, _ := x.Member("cuda:sm_90")
-			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto} {
+			// Two ranks' sums are the same bits in either order, so
+			// NCCL's collectives, the one-shot kernels and the matmuls
+			// that take them in (FuseReduces) give the same logits: a
+			// batch, and one sequence alone (the one-row steps).
+			const fused = cuda.CollectivesAuto + "+fused"
+			same := map[string][2][][][]float32{}
+			for _, mode := range []string{cuda.CollectivesNCCL, cuda.CollectivesAuto, fused} {
 				opt := runtime.Options{Tier: "cuda"}
-				opt.CUDA.Collectives = mode
+				opt.CUDA.Collectives, opt.CUDA.FuseReduces = strings.TrimSuffix(mode, "+fused"), mode == fused
 				got := batchLogits(t, m.Path(set), opt, prompts, forced)
+				same[mode] = [2][][][]float32{got, batchLogits(t, m.Path(set), opt, prompts[:1], forced[:1])}
 				worst := 0.0
 				for s := range want {
 					for step := range want[s] {
@@ -120,6 +127,18 @@ func TestTPShapes(t *testing.T) {
 					}
 				}
 				t.Logf("collectives %s: largest relative |Δlogit| against T-CPU's unsplit bundle: %.2e", mode, worst)
+			}
+			for _, mode := range []string{cuda.CollectivesAuto, fused} {
+				for k, what := range []string{"batch", "one sequence"} {
+					a, b := same[cuda.CollectivesNCCL][k], same[mode][k]
+					for s := range a {
+						for step := range a[s] {
+							if !slices.Equal(a[s][step], b[s][step]) {
+								t.Errorf("%s: sequence %d step %d: logits through NCCL and through %s differ", what, s, step, mode)
+							}
+						}
+					}
+				}
 			}
 		})
 	}

@@ -2,6 +2,7 @@
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY, WT and NAME, then includes this file.
 #include "../typed.cuh"
+#include "../peer.cuh"
 // matmul (2): y[row] = W·x[row] (+ bias). matmul_residual (9): y[row] +=
 // W·x[row] (+ bias), the product rounded to float before the add, as the
 // unfused matmul and add do; x must not alias y.
@@ -54,5 +55,87 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 extern "C" __global__ void __launch_bounds__(256)
     CAT(NAME, _stage)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, u8* q8) {
     mt_stage<VT>(x, io, k, q8, nullptr, 0.f); // grid (rows)
+}
+#endif
+#if MMQ_TYPE(WT) && FAMILY == FAMILY_MATMUL
+// NAME_peer is NAME for a one-row step's row-parallel product of a
+// tensor-parallel set, with the one-shot all-reduce after it (and the
+// residual add and RMS norm the all-reduce takes in) taken in:
+// runtime/cuda launches it in place of the pair where every block of the
+// grid is resident at once on every rank (the blocks wait for each
+// other's ranks). Each block computes its features as NAME does, then
+// pushes them as pairs (value, epoch: peer.cuh's peer_ll) to every rank,
+// sums each feature's pairs in rank order (the all-reduce's order, so the
+// same bits) into y, and adds the sum to residual where it is not null.
+// The grid's last block to finish then normalizes the residual's rows
+// into norm_y where it is not null (and residual is), with the
+// all-reduce's scale (rms_scale over the same 512 threads) and products.
+// The epoch is the collectives' (every block of theirs holds the same
+// count between two collectives); the last block counts it for all of
+// them, having counted the finished blocks in the word past their
+// counters.
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
+    CAT(NAME, _peer)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n, const peer_comm* pc,
+        float* residual, const float* norm_w, float* norm_y, u32 eps_bits) {
+    mmv<WT>(x, w, io, k, n, mm_out(y, n, bias, false), false);
+    peer p;
+    peer_load(pc, p);
+    const u32 row = blockIdx.y, rows = io[IO_ROWS];
+    const u32 e = *(volatile const u32*)pc->epoch + 1; // after mmv's dep_sync: the last collective has counted
+    const u32 rpb = blockDim.y, jstep = gridDim.x * rpb, j0 = blockIdx.x * rpb;
+    const u32 tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+    const u32 per = j0 < n ? (n - j0 + jstep - 1) / jstep * rpb : 0; // the block's features, j0 + m·jstep + t for t < rpb
+    __syncthreads(); // the block's products are in y
+    if (row < rows) {
+        uint2* dst[PEER_MAX_RANKS];
+#pragma unroll
+        for (u32 q = 0; q < PEER_MAX_RANKS; q++) dst[q] = q < p.R ? peer_ll(p, p.bufs[q], p.r, e) : (uint2*)0;
+        for (u32 f = tid; f < per; f += nt) {
+            const u32 j = j0 + f / rpb * jstep + f % rpb;
+            if (j >= n) continue;
+            const size_t i = (size_t)row * n + j;
+            const float v = y[i];
+#pragma unroll
+            for (u32 q = 0; q < PEER_MAX_RANKS; q++)
+                if (q < p.R) peer_ll_put(dst[q] + i, v, e);
+        }
+        const uint2* mine = peer_ll(p, p.own, 0, e);
+        for (u32 f = tid; f < per; f += nt) {
+            const u32 j = j0 + f / rpb * jstep + f % rpb;
+            if (j >= n) continue;
+            const size_t i = (size_t)row * n + j;
+            float s[1];
+            peer_ll_sum<1>(p, mine, i, 0, i + 1, e, s);
+            y[i] = s[0];
+            if (residual) residual[i] += s[0];
+        }
+    }
+    // Count the block in (as fa_split_last does): every thread of it has
+    // read the epoch and stored its sums.
+    __shared__ int last;
+    u32* done = pc->epoch + PEER_BLOCKS;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
+        if (last) *done = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); // every block's sums and adds are visible: read them past L1
+    if (norm_y && residual) {
+        const float eps = __uint_as_float(eps_bits);
+        for (u32 r = 0; r < rows; r++) {
+            const size_t base = (size_t)r * n;
+            // The row into norm_y first (norm_y may alias y, whose sums no
+            // one reads any more), from L2: other blocks added to it.
+            for (u32 i = tid; i < n; i += nt) norm_y[base + i] = __ldcg(residual + base + i);
+            __syncthreads();
+            const float scale = rms_scale(norm_y + base, (int)n, eps); // ends with a barrier: read before overwritten
+            for (u32 i = tid; i < n; i += nt) norm_y[base + i] = (norm_y[base + i] * scale) * (norm_w ? norm_w[i] : 1.f);
+        }
+    }
+    if (tid == 0)
+        for (u32 b = 0; b < PEER_BLOCKS; b++) pc->epoch[b] = e;
 }
 #endif

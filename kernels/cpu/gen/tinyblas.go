@@ -44,24 +44,30 @@ func tinyBLASFile() []byte {
 // x[i] = float32(float16(x[i])) over n elements (a multiple of 16): the
 // conversion rounds to nearest even (VCVTPS2PH's immediate 0), as ggml's
 // GGML_FP32_TO_FP16 does on an F16C build.`)
-	f.Text("roundF16AVX512", 0, 16)
-	f.Args(asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"})
-	f.Raw(`
-roundloop:
-	VMOVUPS   (DI), Z0
-	VCVTPS2PH $0, Z0, Y1
-	VCVTPH2PS Y1, Z0
-	VMOVUPS   Z0, (DI)
-	ADDQ      $64, DI
-	SUBQ      $16, CX
-	JNZ       roundloop
-	VZEROUPPER
-	RET
-`)
+	roundF16(f, "roundF16AVX512", "roundloop", "Z", "Y", 16)
 	// VPERMPS's indices gathering the four outputs of a reduced group (the
 	// low lane of each 128-bit lane) into the low four lanes.
 	f.Quads("tbgather", asmgen.Dwords(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)...)
 	return f.Bytes()
+}
+
+// roundF16 writes the activations' rounding through F16, lanes floats a
+// pass: wide is the register of lanes floats, half the one of their halves.
+func roundF16(f *asmgen.File, name, loop, wide, half string, lanes int) {
+	f.Text(name, 0, 16)
+	f.Args(asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"})
+	f.Raw(fmt.Sprintf(`
+%[1]s:
+	VMOVUPS   (DI), %[2]s0
+	VCVTPS2PH $0, %[2]s0, %[3]s1
+	VCVTPH2PS %[3]s1, %[2]s0
+	VMOVUPS   %[2]s0, (DI)
+	ADDQ      $%[4]d, DI
+	SUBQ      $%[5]d, CX
+	JNZ       %[1]s
+	VZEROUPPER
+	RET
+`, loop, wide, half, 4*lanes, lanes))
 }
 
 // tinyBLASTile writes tinyBLAS4x<n>AVX512, the micro-kernel of 4 weight
@@ -154,20 +160,7 @@ func tinyBLASAVX2File() []byte {
 // func roundF16AVX2(x *float32, n int)
 //
 // roundF16AVX512 eight values at a time.`)
-	f.Text("roundF16AVX2", 0, 16)
-	f.Args(asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"})
-	f.Raw(`
-round2loop:
-	VMOVUPS   (DI), Y0
-	VCVTPS2PH $0, Y0, X1
-	VCVTPH2PS X1, Y0
-	VMOVUPS   Y0, (DI)
-	ADDQ      $32, DI
-	SUBQ      $8, CX
-	JNZ       round2loop
-	VZEROUPPER
-	RET
-`)
+	roundF16(f, "roundF16AVX2", "round2loop", "Y", "X", 8)
 	return f.Bytes()
 }
 

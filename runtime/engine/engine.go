@@ -796,6 +796,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		prefill += byID[c.ID].prefillRows(c)
 	}
 	var replay time.Duration
+	var parts stepParts
 	err := e.selfDraft(ctx, plan, byID)
 	var batch runtime.Batch
 	var borrowed []int
@@ -808,7 +809,8 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		}
 		at := e.cfg.Now()
 		err = e.m.Step(ctx, batch)
-		replay = e.cfg.Now().Sub(at)
+		parts.launch, parts.replayed = at, e.cfg.Now()
+		replay = parts.replayed.Sub(at)
 		e.cost.observe(replay, prefill)
 		if prefill == 0 {
 			e.specPolicy.observe(len(batch.Rows), replay)
@@ -818,7 +820,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.rec.Err = err.Error()
 	}
 	if err != nil {
-		e.traceStep(start, plan, prefill, batch, err)
+		e.traceStep(start, plan, prefill, batch, parts, err)
 		for _, c := range plan.Rows {
 			e.finish(byID[c.ID], Event{Token: -1, Finish: Failed, Err: err})
 		}
@@ -829,6 +831,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		return true, err
 	}
 	e.advance(plan, byID)
+	parts.advanced = e.cfg.Now()
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
 		if c.Draft > 0 {
@@ -843,7 +846,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			e.route(r, r.slot)
 		}
 	}
-	e.traceStep(start, plan, prefill, batch, nil) // after sampling, which the step's time includes
+	e.traceStep(start, plan, prefill, batch, parts, nil) // after sampling, which the step's time includes
 	e.compact()
 	e.timeStep(prefill > 0, e.cfg.Now().Sub(start), replay)
 	e.publish(true)
@@ -904,9 +907,18 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 	}
 }
 
+// stepParts are the times at which a step passed its parts: the model's
+// step launched (scheduling and batching done) and returned, and the
+// constraints of the device-masked rows advanced (sampling follows). A
+// zero time: the step did not get that far.
+type stepParts struct {
+	launch, replayed, advanced time.Time
+}
+
 // traceStep records the step that started at start with its plan, split
-// into decode rows (generated tokens) and prefill rows (prompt tokens).
-func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runtime.Batch, err error) {
+// into decode rows (generated tokens) and prefill rows (prompt tokens),
+// and where its time went.
+func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runtime.Batch, parts stepParts, err error) {
 	if e.tr == nil {
 		return
 	}
@@ -917,7 +929,7 @@ func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runt
 	e.mu.Lock()
 	n := e.stats.Steps + 1 // publish counts this step after the trace records it
 	e.mu.Unlock()
-	e.tr.step(n, start, plan, plan.NRows-prefill, prefill, variant, err)
+	e.tr.step(n, start, plan, plan.NRows-prefill, prefill, variant, parts, err)
 }
 
 // prefillRows is how many of chunk c's rows are r's prompt; the rest

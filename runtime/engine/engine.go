@@ -1005,12 +1005,8 @@ func (e *Engine) input(now time.Time) sched.Input {
 	}
 	// Who maps each page: a waiting request that would map one is not
 	// admitted in a step in which they give it up (sched.Seq.From).
-	mappers := map[uint32][]uint64{}
-	for _, r := range e.reqs {
-		for _, pg := range r.pages {
-			mappers[pg] = append(mappers[pg], r.id)
-		}
-	}
+	// Built once some request has hits: most steps have none.
+	var mappers map[uint32][]uint64
 	from := map[*request][]uint64{}
 	for _, r := range e.reqs {
 		r.hits, r.swap, r.fromLead = nil, nil, false
@@ -1021,6 +1017,14 @@ func (e *Engine) input(now time.Time) sched.Input {
 			r.hits, r.fromLead = slices.Clone(r.lead.pages[:k]), true
 		} else {
 			r.hits, r.swap = e.hits(r)
+		}
+		if len(r.hits) > 0 && mappers == nil {
+			mappers = map[uint32][]uint64{}
+			for _, r := range e.reqs {
+				for _, pg := range r.pages {
+					mappers[pg] = append(mappers[pg], r.id)
+				}
+			}
 		}
 		for _, pg := range r.hits {
 			for _, id := range mappers[pg] {

@@ -118,6 +118,10 @@ type Matcher struct {
 	finished bool   // an end-of-generation token was accepted
 	eog      []bool // by token id: an end-of-generation token (the vocabulary's, read-only)
 
+	// walked is the machine's size after the last Mask's walk: Accept
+	// keeps what it made, and forgets only what it adds past it.
+	walked machineSize
+
 	tops   []int32
 	unc    []int32
 	merged []int32
@@ -146,6 +150,11 @@ func (mt *Matcher) Mask(allowed []uint64) {
 			allowed[id>>6] |= 1 << (id & 63)
 		}
 	}
+	// The last Accept left the states the last walk made for this one
+	// to look up (Accept's walk is on the step's path; this is not):
+	// forget them now if they are many.
+	mt.st, mt.walked = mt.m.compact(mt.st), machineSize{}
+	ds = &mt.m.states[mt.st]
 	mt.tops = mt.tops[:0]
 	for _, s := range ds.stacks {
 		mt.tops = append(mt.tops, mt.m.frames[s].pos)
@@ -222,7 +231,7 @@ func (mt *Matcher) checkUncertain(allowed []uint64) {
 		}
 		prev = b
 	}
-	mt.st = m.compact(mt.st)
+	mt.walked = machineSize{len(m.states), len(m.frames)}
 }
 
 // sortUnique sorts a list of small non-negative ints and drops repeats.
@@ -284,12 +293,28 @@ func (mt *Matcher) AcceptBytes(b []byte) error {
 	}
 	ns := mt.m.walk(mt.st, b)
 	if ns == dead {
-		mt.st = mt.m.compact(mt.st)
+		mt.st = mt.compact(mt.st)
 		return fmt.Errorf("grammar: %q does not continue the match", b)
 	}
-	mt.st = mt.m.compact(ns)
+	mt.st = mt.compact(ns)
 	return nil
 }
+
+// compact is machine.compact for what the matcher added since the last
+// Mask's walk: the states that walk made stay, for Accept to look up
+// where the token taken is one the walk went through, and for the next
+// Mask to forget off the engine's step path (Accept is on it).
+func (mt *Matcher) compact(st int32) int32 {
+	m := mt.m
+	if len(m.states) <= mt.walked.states+keepStates && len(m.frames) <= mt.walked.frames+16*keepStates {
+		return st
+	}
+	mt.walked = machineSize{}
+	return m.rebase(st)
+}
+
+// machineSize is a machine's states and stacks.
+type machineSize struct{ states, frames int }
 
 // Done says whether the output is complete and nothing more can follow
 // (or an end-of-generation token was accepted): the request should end.

@@ -128,7 +128,7 @@ type proposal struct {
 func New(tok *tokenizer.Tokenizer, p Params) *Decoder {
 	d := &Decoder{p: p, tok: tok, sampler: sample.New(p.Sampling), text: tok.NewStreamDecoder(), filter: NewStopFilter(p.Stops)}
 	if p.IgnoreEOS {
-		d.banned = tok.Vocab().EOGTokens()
+		d.banned = tok.EOGTokens()
 	}
 	d.prefetchMask()
 	return d

@@ -3,6 +3,7 @@ package decode
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/zrtdev/zrt/runtime/grammar"
@@ -44,6 +45,37 @@ func TestConstraintGreedy(t *testing.T) {
 	src = &source{greedy: 3, logits: prefer(3, 8, 4)}
 	if st = d.NextFrom(src, []int32{3}, 1); st.Token != 8 || st.Finish != EOG || st.Text != "!" {
 		t.Fatalf("step 2 = %+v, want token 8 '!' finishing with EOG", st)
+	}
+}
+
+// viewSource is a source that also shows its logits in place.
+type viewSource struct {
+	source
+	viewed int
+}
+
+func (s *viewSource) LogitsView() []float32 {
+	s.viewed++
+	return s.logits
+}
+
+// TestConstraintViewLogits: a constrained greedy request reads a source's
+// logits through its view, without a copy and without changing them, and
+// takes the same tokens as from a copy.
+func TestConstraintViewLogits(t *testing.T) {
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"? "!"`)})
+	src := &viewSource{source: source{greedy: 5, logits: prefer(5, 4, 3)}}
+	want := slices.Clone(src.logits)
+	st := d.NextFrom(src, nil, 0)
+	if st.Token != 3 || st.Finish != Running || src.fetched != 0 || src.viewed != 1 {
+		t.Fatalf("step 1 = %+v (copied %d, viewed %d), want token 3 through the view", st, src.fetched, src.viewed)
+	}
+	if !slices.Equal(src.logits, want) {
+		t.Errorf("the view's logits changed: %v, were %v", src.logits, want)
+	}
+	src = &viewSource{source: source{greedy: 3, logits: prefer(3, 8, 4)}}
+	if st = d.NextFrom(src, []int32{3}, 1); st.Token != 8 || st.Finish != EOG || src.fetched != 0 {
+		t.Fatalf("step 2 = %+v (copied %d), want token 8 finishing with EOG", st, src.fetched)
 	}
 }
 

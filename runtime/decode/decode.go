@@ -185,6 +185,24 @@ type Source interface {
 	Logits() []float32
 }
 
+// LogitsViewer is a Source that can also show its logits without copying
+// them, read-only (nil when it cannot), for a pass that reads only the
+// allowed tokens' logits.
+type LogitsViewer interface {
+	LogitsView() []float32
+}
+
+// viewLogits is src's logits to read, not modify: its view when it has
+// one, else its Logits.
+func viewLogits(src Source) []float32 {
+	if v, ok := src.(LogitsViewer); ok {
+		if l := v.LogitsView(); l != nil {
+			return l
+		}
+	}
+	return src.Logits()
+}
+
 // Logits is a Source of logits alone.
 type Logits []float32
 
@@ -237,7 +255,7 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		}
 		if tok < 0 {
 			d.dropBanned()
-			tok = sample.MaskedArgmax(src.Logits(), d.allowed)
+			tok = sample.MaskedArgmax(viewLogits(src), d.allowed)
 		}
 	}
 	if tok < 0 {

@@ -1408,6 +1408,16 @@ func (s slotSource) Logits() []float32 {
 	return s.e.logits
 }
 
+// LogitsView is the slot's logits in the model's own memory, read-only,
+// for a model that keeps them on the host (runtime.Program.LogitsView);
+// nil otherwise.
+func (s slotSource) LogitsView() []float32 {
+	if v, ok := s.e.m.(interface{ LogitsView(slot int) []float32 }); ok {
+		return v.LogitsView(s.slot)
+	}
+	return nil
+}
+
 // send delivers an event without blocking the step loop; a consumer that
 // has left EventBuffer events unread is cut off.
 func (e *Engine) send(r *request, ev Event) {

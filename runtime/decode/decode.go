@@ -74,6 +74,14 @@ type Constraint interface {
 	Done() bool
 }
 
+// Ender is a Constraint that can say, without advancing, whether a token
+// it allows next would leave it Done (*grammar.Matcher.Ends): Advance
+// then needs no Accept to decide the step, and leaves it to MaskNext,
+// off the caller's path.
+type Ender interface {
+	Ends(tok int32) bool
+}
+
 // Logprobs are a generated token's log-probability and the most likely
 // tokens at its position, most likely first.
 type Logprobs struct {
@@ -109,6 +117,12 @@ type Decoder struct {
 	accepted  int32
 	acceptErr error
 	advDone   bool
+	// deferred: Advance took accepted without accepting it (the
+	// constraint is an Ender); MaskNext accepts it before the mask, and
+	// sets deadEnd when the constraint refused it after all. waitMask,
+	// once that mask is in, copies it to dead, and NextFrom then ends
+	// the request, as a dead end of the grammar does.
+	deferred, deadEnd, dead bool
 	// due, set by an Advance that reported the next mask due, is closed
 	// by MaskNext once allowed holds it; NextFrom then takes it as the
 	// mask being computed instead of starting one. Only Advance writes
@@ -157,6 +171,7 @@ func (d *Decoder) waitMask() {
 	if d.masked != nil {
 		<-d.masked
 		d.masked = nil
+		d.dead = d.dead || d.deadEnd
 	}
 }
 
@@ -230,6 +245,9 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	d.onDevice, d.advanced = false, false
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
+	}
+	if d.dead {
+		return d.end(Step{Token: -1}, EOG)
 	}
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
@@ -391,6 +409,11 @@ func (d *Decoder) OnDevice() bool { return d.onDevice }
 // calls MaskNext, on any goroutine, before or while NextFrom runs
 // (instead of NextFrom starting a goroutine for the mask), so that the
 // goroutines that advanced a batch compute its next masks too.
+//
+// A constraint that is an Ender is not advanced here: Ends says whether
+// the token ends the output, which is all NextFrom needs, and MaskNext
+// accepts the token before it computes the mask, so that the grammar's
+// walk of the token is off the caller's path too.
 func (d *Decoder) Advance(src Source) bool {
 	if !d.onDevice || d.advanced || d.finish != Running || d.generated >= d.p.MaxTokens {
 		return false
@@ -403,9 +426,20 @@ func (d *Decoder) Advance(src Source) bool {
 	if tok < 0 || int(tok>>6) >= len(d.allowed) || d.allowed[tok>>6]&(1<<(tok&63)) == 0 {
 		return false
 	}
-	d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
-	d.advDone, d.due = d.acceptErr == nil && d.p.Constraint.Done(), nil
+	d.due, d.deferred = nil, false
+	if e, ok := d.p.Constraint.(Ender); ok {
+		// The token is one the mask allows, which the constraint accepts;
+		// whether it ends the output is all this step needs to know.
+		d.advanced, d.accepted, d.acceptErr, d.advDone = true, tok, nil, e.Ends(tok)
+		d.deferred = true
+	} else {
+		d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
+		d.advDone = d.acceptErr == nil && d.p.Constraint.Done()
+	}
 	if d.acceptErr != nil || d.advDone || d.generated+1 >= d.p.MaxTokens || d.tok.IsEOG(tok) {
+		// The request ends at this token: nothing follows it, so a
+		// deferred Accept is not needed.
+		d.deferred = false
 		return false
 	}
 	d.due = make(chan struct{})
@@ -419,6 +453,15 @@ func (d *Decoder) Advance(src Source) bool {
 // context), the mask goes unused.
 func (d *Decoder) MaskNext() {
 	ch := d.due
+	if d.deferred {
+		d.deferred = false
+		if err := d.p.Constraint.Accept(d.accepted); err != nil {
+			clear(d.allowed) // nothing may follow
+			d.deadEnd = true
+			close(ch)
+			return
+		}
+	}
 	d.p.Constraint.Mask(d.allowed)
 	close(ch)
 }

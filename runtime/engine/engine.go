@@ -858,7 +858,10 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // past their tokens (decode.Decoder.Advance) on several cores at once,
 // before route takes the rows one by one: a constrained row's token
 // costs its grammar a walk, which would otherwise add up over the batch
-// on this goroutine. The same goroutines then compute the rows' next
+// on this goroutine. (A grammar matcher's Advance only looks up whether
+// the token ends the output, and leaves the walk to MaskNext, so this
+// goroutine then mostly advances every row itself before the others
+// start, and waits for none of them.) The same goroutines then compute the rows' next
 // masks (decode.Decoder.MaskNext) while this one routes the rows and
 // plans the next step, so it starts no goroutine a row for them (each
 // start may wake a thread, a system call on this goroutine's path).

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -178,9 +179,10 @@ type loadResult struct {
 	stats      engine.Stats
 	maskedRows int
 	maskWords  int
-	busy       time.Duration  // the model's device time
-	cpu        time.Duration  // the step loop's own CPU time in steps that computed
-	outputs    map[int]string // request → its text, for constrained loads
+	busy       time.Duration      // the model's device time
+	cpu        time.Duration      // the step loop's own CPU time in steps that computed
+	parts      map[string]float64 // the decode steps' mean µs by part (the trace's schedule_us …)
+	outputs    map[int]string     // request → its text, for constrained loads
 }
 
 // runLoad serves requests greedy requests of a prompt of promptTokens
@@ -190,7 +192,8 @@ type loadResult struct {
 // them.
 func runLoad(tb testing.TB, m *maskModel, tok *tokenizer.Tokenizer, grammars []*grammar.Grammar, hold, clients, requests, promptTokens, maxTokens int) loadResult {
 	tb.Helper()
-	e, err := engine.New(m, tok, engine.Config{Slots: m.slots, ChunkCap: 512, PrefillHold: hold})
+	var trace bytes.Buffer // the steps' parts (Config.Trace)
+	e, err := engine.New(m, tok, engine.Config{Slots: m.slots, ChunkCap: 512, PrefillHold: hold, Trace: &trace})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -276,6 +279,10 @@ func runLoad(tb testing.TB, m *maskModel, tok *tokenizer.Tokenizer, grammars []*
 	cancel()
 	<-done
 	res.cpu = cpu - m.cpu // the model's choices are the device's work
+	if err := e.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	res.parts = decodeParts(tb, trace.Bytes())
 	return res
 }
 
@@ -331,6 +338,13 @@ func BenchmarkHostStep(b *testing.B) {
 			b.ReportMetric(float64(r.tokens)/r.wall.Seconds(), "tok/s")
 			// The throughput were the host free: the device's time alone.
 			b.ReportMetric(float64(r.tokens)/r.busy.Seconds(), "device-tok/s")
+			// Where a decode step's host time goes (wall time, of the
+			// last load): scheduling and batching before the model's
+			// step, advancing the device-masked rows' constraints after
+			// it, then sampling and sending.
+			for _, k := range []string{"schedule", "advance", "sample"} {
+				b.ReportMetric(r.parts[k+"_us"], k+"-µs/decode-step")
+			}
 			if r.maskedRows > 0 {
 				b.ReportMetric(float64(8*r.maskWords)/float64(r.maskedRows), "mask-bytes/row")
 			}
@@ -380,4 +394,36 @@ func threadCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ts.Nano())
+}
+
+// decodeParts reads an engine trace's step events and returns the mean
+// of each part (schedule_us, replay_us, advance_us, sample_us) over the
+// decode steps (no prompt rows).
+func decodeParts(tb testing.TB, trace []byte) map[string]float64 {
+	tb.Helper()
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(trace, &doc); err != nil {
+		tb.Fatalf("the trace: %v", err)
+	}
+	sum, n := map[string]float64{}, 0
+	for _, ev := range doc.TraceEvents {
+		if ev.Ph != "X" || ev.Name != "step" || ev.Args["prefill_rows"] != 0.0 {
+			continue
+		}
+		n++
+		for _, k := range []string{"schedule_us", "replay_us", "advance_us", "sample_us"} {
+			v, _ := ev.Args[k].(float64)
+			sum[k] += v
+		}
+	}
+	for k := range sum {
+		sum[k] /= float64(max(n, 1))
+	}
+	return sum
 }

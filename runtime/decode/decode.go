@@ -391,6 +391,14 @@ func (d *Decoder) DeviceMask() []uint64 {
 	return d.allowed
 }
 
+// AdvancesCheaply says that Advance does no walk of the constraint (it
+// is an Ender): a caller may Advance a batch's rows one by one, and
+// leave only MaskNext to other goroutines.
+func (d *Decoder) AdvancesCheaply() bool {
+	_, ok := d.p.Constraint.(Ender)
+	return ok
+}
+
 // OnDevice says that the step after DeviceMask takes this request's
 // token on the device: Advance then has work to do.
 func (d *Decoder) OnDevice() bool { return d.onDevice }

@@ -859,9 +859,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // before route takes the rows one by one: a constrained row's token
 // costs its grammar a walk, which would otherwise add up over the batch
 // on this goroutine. (A grammar matcher's Advance only looks up whether
-// the token ends the output, and leaves the walk to MaskNext, so this
-// goroutine then mostly advances every row itself before the others
-// start, and waits for none of them.) The same goroutines then compute the rows' next
+// the token ends the output, and leaves the walk to MaskNext: when every
+// row's is such, this goroutine advances them all itself and waits for
+// no other.) The same goroutines then compute the rows' next
 // masks (decode.Decoder.MaskNext) while this one routes the rows and
 // plans the next step, so it starts no goroutine a row for them (each
 // start may wake a thread, a system call on this goroutine's path).
@@ -876,6 +876,23 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 	}
 	n := len(rows)
 	if n == 0 {
+		return
+	}
+	cheap := true
+	for _, d := range rows {
+		cheap = cheap && d.AdvancesCheaply()
+	}
+	if cheap {
+		// No walk here: this goroutine advances them all, faster than
+		// others could start, and leaves the masks (and the walks) to
+		// them.
+		var due []*decode.Decoder
+		for i, d := range rows {
+			if d.Advance(srcs[i]) {
+				due = append(due, d)
+			}
+		}
+		maskNext(due)
 		return
 	}
 	due := make([]bool, n)
@@ -916,6 +933,26 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 // zero time: the step did not get that far.
 type stepParts struct {
 	launch, replayed, advanced time.Time
+}
+
+// maskNext computes the rows' next masks (decode.Decoder.MaskNext) on
+// other goroutines, leaving a core to this one, which goes on routing
+// the rows and planning the next step; the step after waits for them
+// (runtime.Batch.MasksReady).
+func maskNext(rows []*decode.Decoder) {
+	n := len(rows)
+	if n == 0 {
+		return
+	}
+	// The workers read rows after maskNext returns: not reused.
+	var next atomic.Int64
+	for range max(1, min(goruntime.GOMAXPROCS(0)-1, n)) {
+		go func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				rows[i].MaskNext()
+			}
+		}()
+	}
 }
 
 // traceStep records the step that started at start with its plan, split

@@ -1006,10 +1006,10 @@ func (e *Engine) input(now time.Time) sched.Input {
 	in.FreePages, in.Reservations, in.Used = e.pool.Free(), e.pool.Reservations(), map[string]int{}
 	idle := map[string]int{}
 	if e.prefix != nil {
-		e.prefix.Pages(func(pg uint32) {
-			if e.idle(pg) {
-				in.FreePages++
-				idle[e.pool.Owner(pg)]++
+		e.prefix.Held(func(pg uint32, keys int) {
+			if e.pool.Refs(pg) == keys { // e.idle(pg), for each key
+				in.FreePages += keys
+				idle[e.pool.Owner(pg)] += keys
 			}
 		})
 	}
@@ -1665,9 +1665,9 @@ func (e *Engine) publish(computed bool) {
 	}
 	if e.prefix != nil {
 		e.stats.PrefixPages, e.stats.PrefixIdle = e.prefix.Len(), 0
-		e.prefix.Pages(func(pg uint32) {
+		e.prefix.Held(func(pg uint32, keys int) {
 			if e.pool.Refs(pg) == 1 { // the cache's own reference only
-				e.stats.PrefixIdle++
+				e.stats.PrefixIdle += keys
 			}
 		})
 	}

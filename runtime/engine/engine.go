@@ -946,13 +946,20 @@ func maskNext(rows []*decode.Decoder) {
 	}
 	// The workers read rows after maskNext returns: not reused.
 	var next atomic.Int64
-	for range max(1, min(goruntime.GOMAXPROCS(0)-1, n)) {
-		go func() {
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				rows[i].MaskNext()
-			}
-		}()
+	work := func() {
+		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+			rows[i].MaskNext()
+		}
 	}
+	workers := max(1, min(goruntime.GOMAXPROCS(0)-1, n))
+	// One goroutine started here, which starts the others: a start may
+	// wake a thread (a system call), and this goroutine then pays one.
+	go func() {
+		for range workers - 1 {
+			go work()
+		}
+		work()
+	}()
 }
 
 // traceStep records the step that started at start with its plan, split

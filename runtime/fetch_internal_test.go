@@ -33,10 +33,24 @@ func TestLogitsFetchFailure(t *testing.T) {
 	if err := p.Step(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if l := p.Logits(0, nil); math.IsNaN(float64(l[0])) {
+	l := p.Logits(0, nil)
+	if math.IsNaN(float64(l[0])) {
 		t.Fatal("T-CPU logits are NaN")
 	}
+	// T-CPU keeps them on the host: the view is what Logits copies.
+	v := p.LogitsView(0)
+	if len(v) != len(l) {
+		t.Fatalf("a view of %d logits, Logits gives %d", len(v), len(l))
+	}
+	for i := range l {
+		if math.Float32bits(v[i]) != math.Float32bits(l[i]) {
+			t.Fatalf("logit %d: view %v, Logits %v", i, v[i], l[i])
+		}
+	}
 	p.tier = fetchFails{p.tier}
+	if v := p.LogitsView(0); v != nil {
+		t.Error("a tier that fetches its logits gave a view of them")
+	}
 	for _, v := range p.Logits(0, nil) {
 		if !math.IsNaN(float64(v)) {
 			t.Fatalf("a failed fetch gave logit %v, want NaN", v)

@@ -583,8 +583,12 @@ func (p *Program) maskOnHost() error {
 	p.masksReady = nil
 	toks := p.tier.Region(p.toks)
 	for i, slot := range p.maskSlots {
-		p.scratch = p.Logits(slot, p.scratch)
-		binary.LittleEndian.PutUint32(toks[4*slot:], uint32(sample.MaskedArgmax(p.scratch, p.masks[i])))
+		logits := p.LogitsView(slot)
+		if logits == nil {
+			p.scratch = p.Logits(slot, p.scratch)
+			logits = p.scratch
+		}
+		binary.LittleEndian.PutUint32(toks[4*slot:], uint32(sample.MaskedArgmax(logits, p.masks[i])))
 	}
 	p.maskSlots, p.masks = p.maskSlots[:0], p.masks[:0]
 	return p.err
@@ -735,6 +739,20 @@ func (p *Program) Logits(slot int, dst []float32) []float32 {
 	w := p.words(p.logits)[slot*nv : (slot+1)*nv]
 	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(&w[0])), nv))
 	return dst
+}
+
+// LogitsView is slot's logits of the last step where the tier keeps them,
+// read-only and valid until the next Step: a pass that reads few of them
+// (a masked argmax over a grammar's allowed tokens) then copies none of
+// the vocabulary. nil where they must be fetched (a device tier) or the
+// last step failed: Logits copies them then.
+func (p *Program) LogitsView(slot int) []float32 {
+	if _, ok := p.tier.(Fetcher); ok || p.err != nil {
+		return nil
+	}
+	nv := p.Hparams.NVocab
+	w := p.words(p.logits)[slot*nv : (slot+1)*nv]
+	return unsafe.Slice((*float32)(unsafe.Pointer(&w[0])), nv)
 }
 
 // Greedy is the token the graph's ARGMAX picked for slot in the last step

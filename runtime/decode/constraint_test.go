@@ -2,7 +2,9 @@ package decode
 
 import (
 	"context"
+	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/zrtdev/zrt/runtime/grammar"
@@ -44,6 +46,37 @@ func TestConstraintGreedy(t *testing.T) {
 	src = &source{greedy: 3, logits: prefer(3, 8, 4)}
 	if st = d.NextFrom(src, []int32{3}, 1); st.Token != 8 || st.Finish != EOG || st.Text != "!" {
 		t.Fatalf("step 2 = %+v, want token 8 '!' finishing with EOG", st)
+	}
+}
+
+// viewSource is a source that also shows its logits in place.
+type viewSource struct {
+	source
+	viewed int
+}
+
+func (s *viewSource) LogitsView() []float32 {
+	s.viewed++
+	return s.logits
+}
+
+// TestConstraintViewLogits: a constrained greedy request reads a source's
+// logits through its view, without a copy and without changing them, and
+// takes the same tokens as from a copy.
+func TestConstraintViewLogits(t *testing.T) {
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" " world"? "!"`)})
+	src := &viewSource{source: source{greedy: 5, logits: prefer(5, 4, 3)}}
+	want := slices.Clone(src.logits)
+	st := d.NextFrom(src, nil, 0)
+	if st.Token != 3 || st.Finish != Running || src.fetched != 0 || src.viewed != 1 {
+		t.Fatalf("step 1 = %+v (copied %d, viewed %d), want token 3 through the view", st, src.fetched, src.viewed)
+	}
+	if !slices.Equal(src.logits, want) {
+		t.Errorf("the view's logits changed: %v, were %v", src.logits, want)
+	}
+	src = &viewSource{source: source{greedy: 3, logits: prefer(3, 8, 4)}}
+	if st = d.NextFrom(src, []int32{3}, 1); st.Token != 8 || st.Finish != EOG || src.fetched != 0 {
+		t.Fatalf("step 2 = %+v (copied %d), want token 8 finishing with EOG", st, src.fetched)
 	}
 }
 
@@ -152,6 +185,16 @@ func (c *countingConstraint) Accept(tok int32) error {
 	return c.Constraint.Accept(tok)
 }
 
+// countingEnder is a countingConstraint that says which tokens end it
+// (the matcher's Ends): Advance leaves its Accept to MaskNext.
+type countingEnder struct {
+	*countingConstraint
+}
+
+func (c countingEnder) Ends(tok int32) bool {
+	return c.Constraint.(Ender).Ends(tok)
+}
+
 // TestConstraintAdvance: Advance accepts the device's choice ahead of
 // NextFrom, which then takes the same step without accepting it again
 // (the next mask computed by MaskNext, before NextFrom or while it runs,
@@ -163,10 +206,15 @@ func TestConstraintAdvance(t *testing.T) {
 		plain = iota
 		ahead
 		concurrent // MaskNext on another goroutine while NextFrom runs
+		deferred   // an Ender: MaskNext accepts, concurrently
 	)
 	run := func(mode int) ([]Step, int) {
 		c := &countingConstraint{Constraint: matcher(t, `root ::= " hello" " world"? "!"`)}
-		d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+		var cons Constraint = c
+		if mode == deferred {
+			cons = countingEnder{c}
+		}
+		d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: cons})
 		var steps []Step
 		for i, g := range []int32{3, 4, 8} {
 			if d.DeviceMask() == nil {
@@ -181,7 +229,7 @@ func TestConstraintAdvance(t *testing.T) {
 			if due && mode == ahead {
 				d.MaskNext()
 			}
-			if due && mode == concurrent {
+			if due && (mode == concurrent || mode == deferred) {
 				go d.MaskNext()
 			}
 			st := d.NextFrom(src, nil, i)
@@ -199,9 +247,15 @@ func TestConstraintAdvance(t *testing.T) {
 	if len(want) != 3 || want[2].Finish != EOG || want[2].Text != "!" {
 		t.Fatalf("steps %+v, want hello, world, then ! finishing", want)
 	}
-	for _, mode := range []int{ahead, concurrent} {
+	for _, mode := range []int{ahead, concurrent, deferred} {
 		got, m := run(mode)
-		if len(got) != len(want) || n != m || n != 3 {
+		// Deferred, the last token, which ends the output, is never
+		// accepted: Ends said so, and nothing follows it.
+		wantN := n
+		if mode == deferred {
+			wantN = n - 1
+		}
+		if len(got) != len(want) || m != wantN || n != 3 {
 			t.Fatalf("mode %d: with Advance: %+v after %d accepts; without: %+v after %d", mode, got, m, want, n)
 		}
 		for i := range want {
@@ -271,5 +325,48 @@ func TestConstraintRelease(t *testing.T) {
 	case <-c.released:
 	default:
 		t.Fatal("no mask in flight, yet not released at once")
+	}
+}
+
+// refusingEnder allows what its matcher allows but refuses every Accept
+// after the first: a constraint whose mask and Accept disagree.
+type refusingEnder struct {
+	Constraint
+	accepts int
+}
+
+func (c *refusingEnder) Accept(tok int32) error {
+	if c.accepts++; c.accepts > 1 {
+		return errors.New("refused")
+	}
+	return c.Constraint.Accept(tok)
+}
+
+func (c *refusingEnder) Ends(tok int32) bool { return c.Constraint.(Ender).Ends(tok) }
+
+// TestConstraintDeferredRefused: a token Advance took from an Ender that
+// MaskNext's Accept then refuses is shown (the step was decided), and the
+// next step ends the request, as a dead end of the grammar does.
+func TestConstraintDeferredRefused(t *testing.T) {
+	c := &refusingEnder{Constraint: matcher(t, `root ::= " hello" " world" "!"`)}
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
+	var steps []Step
+	for i, g := range []int32{3, 4, 8} {
+		if d.DeviceMask() == nil {
+			t.Fatalf("step %d: no device mask", i)
+		}
+		d.MaskReady()
+		src := &source{greedy: g, logits: prefer(g)}
+		if d.Advance(src) {
+			d.MaskNext()
+		}
+		st := d.NextFrom(src, nil, i)
+		steps = append(steps, st)
+		if st.Finish != Running {
+			break
+		}
+	}
+	if len(steps) != 3 || steps[1].Token != 4 || steps[2].Token != -1 || steps[2].Finish != EOG {
+		t.Fatalf("steps %+v: want hello, world (refused after), then the end", steps)
 	}
 }

@@ -74,6 +74,14 @@ type Constraint interface {
 	Done() bool
 }
 
+// Ender is a Constraint that can say, without advancing, whether a token
+// it allows next would leave it Done (*grammar.Matcher.Ends): Advance
+// then needs no Accept to decide the step, and leaves it to MaskNext,
+// off the caller's path.
+type Ender interface {
+	Ends(tok int32) bool
+}
+
 // Logprobs are a generated token's log-probability and the most likely
 // tokens at its position, most likely first.
 type Logprobs struct {
@@ -109,6 +117,12 @@ type Decoder struct {
 	accepted  int32
 	acceptErr error
 	advDone   bool
+	// deferred: Advance took accepted without accepting it (the
+	// constraint is an Ender); MaskNext accepts it before the mask, and
+	// sets deadEnd when the constraint refused it after all. waitMask,
+	// once that mask is in, copies it to dead, and NextFrom then ends
+	// the request, as a dead end of the grammar does.
+	deferred, deadEnd, dead bool
 	// due, set by an Advance that reported the next mask due, is closed
 	// by MaskNext once allowed holds it; NextFrom then takes it as the
 	// mask being computed instead of starting one. Only Advance writes
@@ -128,7 +142,7 @@ type proposal struct {
 func New(tok *tokenizer.Tokenizer, p Params) *Decoder {
 	d := &Decoder{p: p, tok: tok, sampler: sample.New(p.Sampling), text: tok.NewStreamDecoder(), filter: NewStopFilter(p.Stops)}
 	if p.IgnoreEOS {
-		d.banned = tok.Vocab().EOGTokens()
+		d.banned = tok.EOGTokens()
 	}
 	d.prefetchMask()
 	return d
@@ -157,6 +171,7 @@ func (d *Decoder) waitMask() {
 	if d.masked != nil {
 		<-d.masked
 		d.masked = nil
+		d.dead = d.dead || d.deadEnd
 	}
 }
 
@@ -183,6 +198,24 @@ type Step struct {
 type Source interface {
 	Greedy() int32
 	Logits() []float32
+}
+
+// LogitsViewer is a Source that can also show its logits without copying
+// them, read-only (nil when it cannot), for a pass that reads only the
+// allowed tokens' logits.
+type LogitsViewer interface {
+	LogitsView() []float32
+}
+
+// viewLogits is src's logits to read, not modify: its view when it has
+// one, else its Logits.
+func viewLogits(src Source) []float32 {
+	if v, ok := src.(LogitsViewer); ok {
+		if l := v.LogitsView(); l != nil {
+			return l
+		}
+	}
+	return src.Logits()
 }
 
 // Logits is a Source of logits alone.
@@ -213,6 +246,9 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
+	if d.dead {
+		return d.end(Step{Token: -1}, EOG)
+	}
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
 	}
@@ -237,7 +273,7 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		}
 		if tok < 0 {
 			d.dropBanned()
-			tok = sample.MaskedArgmax(src.Logits(), d.allowed)
+			tok = sample.MaskedArgmax(viewLogits(src), d.allowed)
 		}
 	}
 	if tok < 0 {
@@ -355,6 +391,14 @@ func (d *Decoder) DeviceMask() []uint64 {
 	return d.allowed
 }
 
+// AdvancesCheaply says that Advance does no walk of the constraint (it
+// is an Ender): a caller may Advance a batch's rows one by one, and
+// leave only MaskNext to other goroutines.
+func (d *Decoder) AdvancesCheaply() bool {
+	_, ok := d.p.Constraint.(Ender)
+	return ok
+}
+
 // OnDevice says that the step after DeviceMask takes this request's
 // token on the device: Advance then has work to do.
 func (d *Decoder) OnDevice() bool { return d.onDevice }
@@ -373,6 +417,11 @@ func (d *Decoder) OnDevice() bool { return d.onDevice }
 // calls MaskNext, on any goroutine, before or while NextFrom runs
 // (instead of NextFrom starting a goroutine for the mask), so that the
 // goroutines that advanced a batch compute its next masks too.
+//
+// A constraint that is an Ender is not advanced here: Ends says whether
+// the token ends the output, which is all NextFrom needs, and MaskNext
+// accepts the token before it computes the mask, so that the grammar's
+// walk of the token is off the caller's path too.
 func (d *Decoder) Advance(src Source) bool {
 	if !d.onDevice || d.advanced || d.finish != Running || d.generated >= d.p.MaxTokens {
 		return false
@@ -385,9 +434,20 @@ func (d *Decoder) Advance(src Source) bool {
 	if tok < 0 || int(tok>>6) >= len(d.allowed) || d.allowed[tok>>6]&(1<<(tok&63)) == 0 {
 		return false
 	}
-	d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
-	d.advDone, d.due = d.acceptErr == nil && d.p.Constraint.Done(), nil
+	d.due, d.deferred = nil, false
+	if e, ok := d.p.Constraint.(Ender); ok {
+		// The token is one the mask allows, which the constraint accepts;
+		// whether it ends the output is all this step needs to know.
+		d.advanced, d.accepted, d.acceptErr, d.advDone = true, tok, nil, e.Ends(tok)
+		d.deferred = true
+	} else {
+		d.advanced, d.accepted, d.acceptErr = true, tok, d.p.Constraint.Accept(tok)
+		d.advDone = d.acceptErr == nil && d.p.Constraint.Done()
+	}
 	if d.acceptErr != nil || d.advDone || d.generated+1 >= d.p.MaxTokens || d.tok.IsEOG(tok) {
+		// The request ends at this token: nothing follows it, so a
+		// deferred Accept is not needed.
+		d.deferred = false
 		return false
 	}
 	d.due = make(chan struct{})
@@ -401,6 +461,15 @@ func (d *Decoder) Advance(src Source) bool {
 // context), the mask goes unused.
 func (d *Decoder) MaskNext() {
 	ch := d.due
+	if d.deferred {
+		d.deferred = false
+		if err := d.p.Constraint.Accept(d.accepted); err != nil {
+			clear(d.allowed) // nothing may follow
+			d.deadEnd = true
+			close(ch)
+			return
+		}
+	}
 	d.p.Constraint.Mask(d.allowed)
 	close(ch)
 }

@@ -802,6 +802,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		prefill += byID[c.ID].prefillRows(c)
 	}
 	var replay time.Duration
+	var parts stepParts
 	err := e.selfDraft(ctx, plan, byID)
 	var batch runtime.Batch
 	var borrowed []int
@@ -814,7 +815,8 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		}
 		at := e.cfg.Now()
 		err = e.m.Step(ctx, batch)
-		replay = e.cfg.Now().Sub(at)
+		parts.launch, parts.replayed = at, e.cfg.Now()
+		replay = parts.replayed.Sub(at)
 		e.cost.observe(replay, prefill)
 		if prefill == 0 {
 			e.specPolicy.observe(len(batch.Rows), replay)
@@ -824,7 +826,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.rec.Err = err.Error()
 	}
 	if err != nil {
-		e.traceStep(start, plan, prefill, batch, err)
+		e.traceStep(start, plan, prefill, batch, parts, err)
 		for _, c := range plan.Rows {
 			e.finish(byID[c.ID], Event{Token: -1, Finish: Failed, Err: err})
 		}
@@ -835,6 +837,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		return true, err
 	}
 	e.advance(plan, byID)
+	parts.advanced = e.cfg.Now()
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
 		if c.Draft > 0 {
@@ -849,7 +852,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			e.route(r, r.slot)
 		}
 	}
-	e.traceStep(start, plan, prefill, batch, nil) // after sampling, which the step's time includes
+	e.traceStep(start, plan, prefill, batch, parts, nil) // after sampling, which the step's time includes
 	e.compact()
 	e.timeStep(prefill > 0, e.cfg.Now().Sub(start), replay)
 	e.publish(true)
@@ -861,7 +864,10 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // past their tokens (decode.Decoder.Advance) on several cores at once,
 // before route takes the rows one by one: a constrained row's token
 // costs its grammar a walk, which would otherwise add up over the batch
-// on this goroutine. The same goroutines then compute the rows' next
+// on this goroutine. (A grammar matcher's Advance only looks up whether
+// the token ends the output, and leaves the walk to MaskNext: when every
+// row's is such, this goroutine advances them all itself and waits for
+// no other.) The same goroutines then compute the rows' next
 // masks (decode.Decoder.MaskNext) while this one routes the rows and
 // plans the next step, so it starts no goroutine a row for them (each
 // start may wake a thread, a system call on this goroutine's path).
@@ -876,6 +882,23 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 	}
 	n := len(rows)
 	if n == 0 {
+		return
+	}
+	cheap := true
+	for _, d := range rows {
+		cheap = cheap && d.AdvancesCheaply()
+	}
+	if cheap {
+		// No walk here: this goroutine advances them all, faster than
+		// others could start, and leaves the masks (and the walks) to
+		// them.
+		var due []*decode.Decoder
+		for i, d := range rows {
+			if d.Advance(srcs[i]) {
+				due = append(due, d)
+			}
+		}
+		maskNext(due)
 		return
 	}
 	due := make([]bool, n)
@@ -910,9 +933,45 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 	}
 }
 
+// stepParts are the times at which a step passed its parts: the model's
+// step launched (scheduling and batching done) and returned, and the
+// constraints of the device-masked rows advanced (sampling follows). A
+// zero time: the step did not get that far.
+type stepParts struct {
+	launch, replayed, advanced time.Time
+}
+
+// maskNext computes the rows' next masks (decode.Decoder.MaskNext) on
+// other goroutines, leaving a core to this one, which goes on routing
+// the rows and planning the next step; the step after waits for them
+// (runtime.Batch.MasksReady).
+func maskNext(rows []*decode.Decoder) {
+	n := len(rows)
+	if n == 0 {
+		return
+	}
+	// The workers read rows after maskNext returns: not reused.
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+			rows[i].MaskNext()
+		}
+	}
+	workers := max(1, min(goruntime.GOMAXPROCS(0)-1, n))
+	// One goroutine started here, which starts the others: a start may
+	// wake a thread (a system call), and this goroutine then pays one.
+	go func() {
+		for range workers - 1 {
+			go work()
+		}
+		work()
+	}()
+}
+
 // traceStep records the step that started at start with its plan, split
-// into decode rows (generated tokens) and prefill rows (prompt tokens).
-func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runtime.Batch, err error) {
+// into decode rows (generated tokens) and prefill rows (prompt tokens),
+// and where its time went.
+func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runtime.Batch, parts stepParts, err error) {
 	if e.tr == nil {
 		return
 	}
@@ -923,7 +982,7 @@ func (e *Engine) traceStep(start time.Time, plan sched.Plan, prefill int, b runt
 	e.mu.Lock()
 	n := e.stats.Steps + 1 // publish counts this step after the trace records it
 	e.mu.Unlock()
-	e.tr.step(n, start, plan, plan.NRows-prefill, prefill, variant, err)
+	e.tr.step(n, start, plan, plan.NRows-prefill, prefill, variant, parts, err)
 }
 
 // prefillRows is how many of chunk c's rows are r's prompt; the rest
@@ -960,10 +1019,10 @@ func (e *Engine) input(now time.Time) sched.Input {
 	in.FreePages, in.Reservations, in.Used = e.pool.Free(), e.pool.Reservations(), map[string]int{}
 	idle := map[string]int{}
 	if e.prefix != nil {
-		e.prefix.Pages(func(pg uint32) {
-			if e.idle(pg) {
-				in.FreePages++
-				idle[e.pool.Owner(pg)]++
+		e.prefix.Held(func(pg uint32, keys int) {
+			if e.pool.Refs(pg) == keys { // e.idle(pg), for each key
+				in.FreePages += keys
+				idle[e.pool.Owner(pg)] += keys
 			}
 		})
 	}
@@ -999,12 +1058,8 @@ func (e *Engine) input(now time.Time) sched.Input {
 	}
 	// Who maps each page: a waiting request that would map one is not
 	// admitted in a step in which they give it up (sched.Seq.From).
-	mappers := map[uint32][]uint64{}
-	for _, r := range e.reqs {
-		for _, pg := range r.pages {
-			mappers[pg] = append(mappers[pg], r.id)
-		}
-	}
+	// Built once some request has hits: most steps have none.
+	var mappers map[uint32][]uint64
 	from := map[*request][]uint64{}
 	for _, r := range e.reqs {
 		r.hits, r.swap, r.fromLead = nil, nil, false
@@ -1015,6 +1070,14 @@ func (e *Engine) input(now time.Time) sched.Input {
 			r.hits, r.fromLead = slices.Clone(r.lead.pages[:k]), true
 		} else {
 			r.hits, r.swap = e.hits(r)
+		}
+		if len(r.hits) > 0 && mappers == nil {
+			mappers = map[uint32][]uint64{}
+			for _, r := range e.reqs {
+				for _, pg := range r.pages {
+					mappers[pg] = append(mappers[pg], r.id)
+				}
+			}
 		}
 		for _, pg := range r.hits {
 			for _, id := range mappers[pg] {
@@ -1403,6 +1466,16 @@ func (s slotSource) Logits() []float32 {
 	return s.e.logits
 }
 
+// LogitsView is the slot's logits in the model's own memory, read-only,
+// for a model that keeps them on the host (runtime.Program.LogitsView);
+// nil otherwise.
+func (s slotSource) LogitsView() []float32 {
+	if v, ok := s.e.m.(interface{ LogitsView(slot int) []float32 }); ok {
+		return v.LogitsView(s.slot)
+	}
+	return nil
+}
+
 // send delivers an event without blocking the step loop; a consumer that
 // has left EventBuffer events unread is cut off.
 func (e *Engine) send(r *request, ev Event) {
@@ -1610,9 +1683,9 @@ func (e *Engine) publish(computed bool) {
 	}
 	if e.prefix != nil {
 		e.stats.PrefixPages, e.stats.PrefixIdle = e.prefix.Len(), 0
-		e.prefix.Pages(func(pg uint32) {
+		e.prefix.Held(func(pg uint32, keys int) {
 			if e.pool.Refs(pg) == 1 { // the cache's own reference only
-				e.stats.PrefixIdle++
+				e.stats.PrefixIdle += keys
 			}
 		})
 	}

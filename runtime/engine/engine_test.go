@@ -538,6 +538,19 @@ func TestTrace(t *testing.T) {
 			if ev.Dur == nil || *ev.Dur < 0 || rows == 0 || rows != dec+pre || ev.Args["variant"] == "" {
 				t.Errorf("step event %v: want a duration, rows = decode + prefill rows, and a variant", ev.Args)
 			}
+			// The step's parts: each there, none negative, together its
+			// duration.
+			sum := 0.0
+			for _, k := range []string{"schedule_us", "replay_us", "advance_us", "sample_us"} {
+				v, ok := ev.Args[k].(float64)
+				if !ok || v < 0 {
+					t.Errorf("step event %v: part %s missing or negative", ev.Args, k)
+				}
+				sum += v
+			}
+			if ev.Dur != nil && math.Abs(sum-*ev.Dur) > 0.01 {
+				t.Errorf("step event %v: parts add up to %.3f µs, the step took %.3f", ev.Args, sum, *ev.Dur)
+			}
 		case "i":
 			if ev.Args["tenant"] == nil || ev.Args["id"] == nil {
 				t.Errorf("%s event without a request id or tenant: %v", ev.Name, ev.Args)

@@ -1,15 +1,19 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/bits"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
@@ -37,6 +41,7 @@ type maskModel struct {
 	masked int           // rows that came with a mask
 	words  int           // mask words those rows carried
 	busy   time.Duration // the steps' device time, summed
+	cpu    time.Duration // the steps' CPU time on the caller's thread (its "device" work), summed
 }
 
 func (m *maskModel) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
@@ -66,6 +71,8 @@ func mix(x uint64) uint64 {
 
 func (m *maskModel) Step(_ context.Context, b runtime.Batch) error {
 	t0 := time.Now() // the forward pass starts; the masks are read after
+	c0 := threadCPU()
+	defer func() { m.cpu += threadCPU() - c0 }()
 	if b.MasksReady != nil {
 		b.MasksReady()
 	}
@@ -172,8 +179,10 @@ type loadResult struct {
 	stats      engine.Stats
 	maskedRows int
 	maskWords  int
-	busy       time.Duration  // the model's device time
-	outputs    map[int]string // request → its text, for constrained loads
+	busy       time.Duration      // the model's device time
+	cpu        time.Duration      // the step loop's own CPU time in steps that computed
+	parts      map[string]float64 // the decode steps' mean µs by part (the trace's schedule_us …)
+	outputs    map[int]string     // request → its text, for constrained loads
 }
 
 // runLoad serves requests greedy requests of a prompt of promptTokens
@@ -183,15 +192,35 @@ type loadResult struct {
 // them.
 func runLoad(tb testing.TB, m *maskModel, tok *tokenizer.Tokenizer, grammars []*grammar.Grammar, hold, clients, requests, promptTokens, maxTokens int) loadResult {
 	tb.Helper()
-	e, err := engine.New(m, tok, engine.Config{Slots: m.slots, ChunkCap: 512, PrefillHold: hold})
+	var trace bytes.Buffer // the steps' parts (Config.Trace)
+	e, err := engine.New(m, tok, engine.Config{Slots: m.slots, ChunkCap: 512, PrefillHold: hold, Trace: &trace})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	m.masked, m.words, m.busy = 0, 0, 0
+	var cpu time.Duration // the step loop's thread CPU time in steps that computed
+	go func() {
+		// Engine.Run's loop on a thread of its own, whose CPU time is
+		// the engine's own work on the step's path: waits (the model's
+		// step, which sleeps, masks still being computed, other
+		// goroutines) cost it none, so the number holds on a busy
+		// machine where wall time does not.
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		for ctx.Err() == nil {
+			t0 := threadCPU()
+			did, _ := e.Step(ctx)
+			if !did {
+				time.Sleep(50 * time.Microsecond)
+				continue
+			}
+			cpu += threadCPU() - t0
+		}
+		done <- ctx.Err()
+	}()
+	m.masked, m.words, m.busy, m.cpu = 0, 0, 0, 0
 	res := loadResult{outputs: map[int]string{}}
 	var mu sync.Mutex
 	jobs := make(chan int)
@@ -249,6 +278,11 @@ func runLoad(tb testing.TB, m *maskModel, tok *tokenizer.Tokenizer, grammars []*
 	res.maskedRows, res.maskWords, res.busy = m.masked, m.words, m.busy
 	cancel()
 	<-done
+	res.cpu = cpu - m.cpu // the model's choices are the device's work
+	if err := e.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	res.parts = decodeParts(tb, trace.Bytes())
 	return res
 }
 
@@ -295,12 +329,22 @@ func BenchmarkHostStep(b *testing.B) {
 			b.ReportMetric(float64(agg.Mixed.Steps)/float64(b.N), "mixed-steps")
 			b.ReportMetric(float64(agg.PromptTokens)/float64(agg.Mixed.Steps), "prompt-rows/mixed-step")
 			b.ReportMetric(float64(r.tokens), "tokens")
+			// The step loop's CPU time a step (of the last load): the
+			// host's work on the step's path without the waits.
+			b.ReportMetric(float64(r.cpu.Microseconds())/float64(r.stats.Decode.Steps+r.stats.Mixed.Steps), "cpu-µs/step")
 			// Tokens a step: idle slots (replies that ended, prompts held
 			// back) lower it.
 			b.ReportMetric(float64(r.tokens)/float64(r.stats.Decode.Steps+r.stats.Mixed.Steps), "tokens/step")
 			b.ReportMetric(float64(r.tokens)/r.wall.Seconds(), "tok/s")
 			// The throughput were the host free: the device's time alone.
 			b.ReportMetric(float64(r.tokens)/r.busy.Seconds(), "device-tok/s")
+			// Where a decode step's host time goes (wall time, of the
+			// last load): scheduling and batching before the model's
+			// step, advancing the device-masked rows' constraints after
+			// it, then sampling and sending.
+			for _, k := range []string{"schedule", "advance", "sample"} {
+				b.ReportMetric(r.parts[k+"_us"], k+"-µs/decode-step")
+			}
 			if r.maskedRows > 0 {
 				b.ReportMetric(float64(8*r.maskWords)/float64(r.maskedRows), "mask-bytes/row")
 			}
@@ -341,4 +385,45 @@ func TestHostStepLoadValid(t *testing.T) {
 		t.Errorf("none of %d outputs is a complete match", len(r.outputs))
 	}
 	t.Logf("%d requests, %d complete, %d tokens, %s", len(r.outputs), complete, r.tokens, fmt.Sprint(r.wall))
+}
+
+// threadCPU is the calling thread's CPU time.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// decodeParts reads an engine trace's step events and returns the mean
+// of each part (schedule_us, replay_us, advance_us, sample_us) over the
+// decode steps (no prompt rows).
+func decodeParts(tb testing.TB, trace []byte) map[string]float64 {
+	tb.Helper()
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(trace, &doc); err != nil {
+		tb.Fatalf("the trace: %v", err)
+	}
+	sum, n := map[string]float64{}, 0
+	for _, ev := range doc.TraceEvents {
+		if ev.Ph != "X" || ev.Name != "step" || ev.Args["prefill_rows"] != 0.0 {
+			continue
+		}
+		n++
+		for _, k := range []string{"schedule_us", "replay_us", "advance_us", "sample_us"} {
+			v, _ := ev.Args[k].(float64)
+			sum[k] += v
+		}
+	}
+	for k := range sum {
+		sum[k] /= float64(max(n, 1))
+	}
+	return sum
 }

@@ -100,7 +100,7 @@ func (t *tracer) instant(name string, r *request, args map[string]any) {
 }
 
 // step records one computed step, from start to now, with its plan.
-func (t *tracer) step(n uint64, start time.Time, plan sched.Plan, decodeRows, prefillRows int, variant string, err error) {
+func (t *tracer) step(n uint64, start time.Time, plan sched.Plan, decodeRows, prefillRows int, variant string, parts stepParts, err error) {
 	if t == nil {
 		return
 	}
@@ -108,6 +108,21 @@ func (t *tracer) step(n uint64, start time.Time, plan sched.Plan, decodeRows, pr
 	dur := t.us(end) - t.us(start)
 	args := map[string]any{"step": n, "rows": plan.NRows, "decode_rows": decodeRows, "prefill_rows": prefillRows,
 		"variant": variant, "admitted": len(plan.Admit), "preempted": len(plan.Preempt), "plan": plan.String()}
+	// Where the step's time went, in µs: scheduling and batching, the
+	// model's step (the device and the wait for it), advancing the
+	// device-masked rows' constraints, and sampling and sending the rest
+	// (to the step's end); each part only as far as the step got.
+	from := start
+	for _, p := range []struct {
+		name string
+		at   time.Time
+	}{{"schedule_us", parts.launch}, {"replay_us", parts.replayed}, {"advance_us", parts.advanced}, {"sample_us", end}} {
+		if p.at.IsZero() {
+			break
+		}
+		args[p.name] = t.us(p.at) - t.us(from)
+		from = p.at
+	}
 	if err != nil {
 		args["error"] = err.Error()
 	}

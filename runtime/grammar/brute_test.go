@@ -173,3 +173,82 @@ func TestReleasedMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestEndsMatchesBruteForce: after a Mask, Ends names exactly the allowed
+// tokens whose walk from the matcher's state leaves it Done, both from
+// what the Mask found and, after anything invalidates that, by walking;
+// along random runs that reach the ends of their grammars.
+func TestEndsMatchesBruteForce(t *testing.T) {
+	tok, comp := qwen(t)
+	specs := []Spec{{Regex: `[a-z]{1,8}( [0-9]+)?\.`}, {GBNF: `root ::= "<tool_call>\n" [^<]{0,12} "\n</tool_call>"`}, {GBNF: `root ::= "a" | "ab" "c"?`}}
+	raw, err := os.ReadFile("testdata/schemas/02_enum_const.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs = append(specs, Spec{JSONSchema: raw})
+	n := tok.NVocab()
+	mask := make([]uint64, (n+63)/64)
+	seen := 0
+	for si, s := range specs {
+		g, err := comp.Compile(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for run := range 3 {
+			m := g.NewMatcher()
+			rng := rand.New(rand.NewSource(int64(10*si + run)))
+			punct := punctTokens(g)
+			for step := 0; step < 60 && !m.Done(); step++ {
+				m.Mask(mask)
+				var allowed, pun []int32
+				for id := 0; id < n; id++ {
+					if mask[id/64]&(1<<(id%64)) == 0 || tok.IsEOG(int32(id)) {
+						continue
+					}
+					allowed = append(allowed, int32(id))
+					if punct[id] {
+						pun = append(pun, int32(id))
+					}
+					ns := m.m.walk(m.st, g.vt.pieces[id])
+					want := ns >= 0 && m.m.states[ns].complete && len(m.m.states[ns].stacks) == 0
+					if got := m.Ends(int32(id)); got != want {
+						t.Fatalf("spec %d run %d step %d: token %d %q: Ends %v after the Mask, the walk says %v", si, run, step, id, tok.Piece(int32(id)), got, want)
+					}
+					if want {
+						seen++
+					}
+				}
+				for _, id := range tok.EOGTokens() {
+					if m.Ends(id) != m.Complete() {
+						t.Fatalf("spec %d step %d: Ends(EOG %d) = %v, Complete %v", si, step, id, m.Ends(id), m.Complete())
+					}
+				}
+				if len(allowed) == 0 {
+					break
+				}
+				if len(pun) > 0 && rng.Intn(4) != 0 {
+					allowed = pun
+				}
+				pick := allowed[rng.Intn(len(allowed))]
+				endsBefore := m.Ends(pick)
+				m.endsOK = false // as after an Accept: Ends walks
+				if m.Ends(pick) != endsBefore {
+					t.Fatalf("spec %d step %d: token %d: Ends by walking %v, from the Mask %v", si, step, pick, !endsBefore, endsBefore)
+				}
+				if err := m.Accept(pick); err != nil {
+					t.Fatal(err)
+				}
+				if m.Done() != endsBefore {
+					t.Fatalf("spec %d step %d: token %d: Done %v after Accept, Ends said %v", si, step, pick, m.Done(), endsBefore)
+				}
+				if m.Ends(pick) && m.Done() {
+					t.Fatalf("spec %d step %d: Ends true after the match is done", si, step)
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no run reached a token that ends its grammar: the test checks nothing")
+	}
+	t.Logf("%d (step, token) pairs that end their grammar", seen)
+}

@@ -3,6 +3,7 @@ package grammar
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // posCache is what a position accepts regardless of the rules below it:
@@ -118,6 +119,15 @@ type Matcher struct {
 	finished bool   // an end-of-generation token was accepted
 	eog      []bool // by token id: an end-of-generation token (the vocabulary's, read-only)
 
+	// walked is the machine's size after the last Mask's walk: Accept
+	// keeps what it made, and forgets only what it adds past it.
+	walked machineSize
+	// ends are the tokens the last Mask allowed whose Accept leaves the
+	// matcher Done (the end-of-generation tokens aside), valid while
+	// endsOK: no Accept since (Ends).
+	ends   []int32
+	endsOK bool
+
 	tops   []int32
 	unc    []int32
 	merged []int32
@@ -137,6 +147,9 @@ func (mt *Matcher) Mask(allowed []uint64) {
 	vt := mt.g.vt
 	words := (vt.nvocab + 63) / 64
 	clear(allowed[:words])
+	// A token the positions' caches accept keeps a stack going, so only
+	// the uncertain tokens checkUncertain walks can end the match.
+	mt.ends, mt.endsOK = mt.ends[:0], true
 	if mt.finished || mt.st < 0 {
 		return
 	}
@@ -146,6 +159,11 @@ func (mt *Matcher) Mask(allowed []uint64) {
 			allowed[id>>6] |= 1 << (id & 63)
 		}
 	}
+	// The last Accept left the states the last walk made for this one
+	// to look up (Accept's walk is on the step's path; this is not):
+	// forget them now if they are many.
+	mt.st, mt.walked = mt.m.compact(mt.st), machineSize{}
+	ds = &mt.m.states[mt.st]
 	mt.tops = mt.tops[:0]
 	for _, s := range ds.stacks {
 		mt.tops = append(mt.tops, mt.m.frames[s].pos)
@@ -219,10 +237,13 @@ func (mt *Matcher) checkUncertain(allowed []uint64) {
 		valid = d
 		if cur != dead && d == len(b) {
 			allowed[id>>6] |= 1 << (id & 63)
+			if ds := &m.states[cur]; ds.complete && len(ds.stacks) == 0 {
+				mt.ends = append(mt.ends, id)
+			}
 		}
 		prev = b
 	}
-	mt.st = m.compact(mt.st)
+	mt.walked = machineSize{len(m.states), len(m.frames)}
 }
 
 // sortUnique sorts a list of small non-negative ints and drops repeats.
@@ -265,7 +286,7 @@ func (mt *Matcher) Accept(tok int32) error {
 		if !mt.complete() {
 			return fmt.Errorf("grammar: end-of-generation token %d before the output is complete", tok)
 		}
-		mt.finished = true
+		mt.finished, mt.endsOK = true, false
 		return nil
 	}
 	b := vt.pieces[tok]
@@ -279,17 +300,58 @@ func (mt *Matcher) Accept(tok int32) error {
 // token (a forced prefix). It fails, leaving the matcher as it was, when
 // b cannot come next.
 func (mt *Matcher) AcceptBytes(b []byte) error {
+	mt.endsOK = false
 	if mt.finished || mt.st < 0 {
 		return fmt.Errorf("grammar: %q after the end of the match", b)
 	}
 	ns := mt.m.walk(mt.st, b)
 	if ns == dead {
-		mt.st = mt.m.compact(mt.st)
+		mt.st = mt.compact(mt.st)
 		return fmt.Errorf("grammar: %q does not continue the match", b)
 	}
-	mt.st = mt.m.compact(ns)
+	mt.st = mt.compact(ns)
 	return nil
 }
+
+// Ends says whether accepting tok would leave the matcher Done, without
+// accepting it: for a token the last Mask allowed, with no Accept since,
+// it looks the answer up in what that Mask found (so a caller that needs
+// only this before it moves on may leave the Accept for later);
+// otherwise it walks tok's bytes. A token that may not come next does
+// not end the match.
+func (mt *Matcher) Ends(tok int32) bool {
+	vt := mt.g.vt
+	switch {
+	case tok < 0 || int(tok) >= vt.nvocab || mt.finished || mt.st < 0:
+		return false
+	case mt.eog[tok]:
+		return mt.complete()
+	case mt.endsOK:
+		return slices.Contains(mt.ends, tok)
+	}
+	b := vt.pieces[tok]
+	if len(b) == 0 {
+		return false
+	}
+	ns := mt.m.walk(mt.st, b)
+	return ns >= 0 && mt.m.states[ns].complete && len(mt.m.states[ns].stacks) == 0
+}
+
+// compact is machine.compact for what the matcher added since the last
+// Mask's walk: the states that walk made stay, for Accept to look up
+// where the token taken is one the walk went through, and for the next
+// Mask to forget off the engine's step path (Accept is on it).
+func (mt *Matcher) compact(st int32) int32 {
+	m := mt.m
+	if len(m.states) <= mt.walked.states+keepStates && len(m.frames) <= mt.walked.frames+16*keepStates {
+		return st
+	}
+	mt.walked = machineSize{}
+	return m.rebase(st)
+}
+
+// machineSize is a machine's states and stacks.
+type machineSize struct{ states, frames int }
 
 // Done says whether the output is complete and nothing more can follow
 // (or an end-of-generation token was accepted): the request should end.

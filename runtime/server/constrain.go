@@ -185,7 +185,7 @@ func (s *Server) constrain(ctx context.Context, m *Model, spec grammar.Spec, fie
 	}
 	obs := s.metrics.mask.WithLabelValues(m.Name)
 	for i := range ps {
-		ps[i].Constraint = timedConstraint{Constraint: g.NewMatcher(), obs: obs}
+		ps[i].Constraint = timed(g.NewMatcher(), obs)
 	}
 	return nil
 }

@@ -42,3 +42,21 @@ func (c timedConstraint) Release() {
 		r.Release()
 	}
 }
+
+// timedEnder is a timedConstraint of a constraint that says which tokens
+// end it (decode.Ender: a grammar matcher), which it passes on, so that
+// the engine may leave a token's Accept off its step's path.
+type timedEnder struct {
+	timedConstraint
+}
+
+func (c timedEnder) Ends(tok int32) bool { return c.Constraint.(decode.Ender).Ends(tok) }
+
+// timed wraps c to time its masks.
+func timed(c decode.Constraint, obs prometheus.Observer) decode.Constraint {
+	t := timedConstraint{Constraint: c, obs: obs}
+	if _, ok := c.(decode.Ender); ok {
+		return timedEnder{t}
+	}
+	return t
+}

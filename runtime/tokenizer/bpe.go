@@ -8,6 +8,10 @@ type mergePair struct{ left, right string }
 var (
 	byteUnicode [256]string
 	unicodeByte = map[string]byte{}
+	// runeByte is unicodeByte by character, for decoding a token's
+	// piece without a map look-up a character: the byte plus one, 0
+	// for a character that stands for no byte.
+	runeByte [256 + 68]uint16
 )
 
 func init() {
@@ -20,6 +24,7 @@ func init() {
 		}
 		byteUnicode[b] = string(c)
 		unicodeByte[string(c)] = byte(b)
+		runeByte[c] = uint16(b) + 1
 	}
 }
 

@@ -71,12 +71,14 @@ func byteTokenValue(s string) byte {
 func decodeByteLevel(s string) []byte {
 	out := make([]byte, 0, len(s))
 	var buf []byte
-	for _, c := range decodeCpts(s, nil) {
-		buf = appendCpt(buf[:0], c)
-		if b, ok := unicodeByte[string(buf)]; ok {
-			out = append(out, b)
+	for i := 0; i < len(s); {
+		c, n := decodeOne(s, i)
+		i += n
+		if c >= 0 && int(c) < len(runeByte) && runeByte[c] != 0 {
+			out = append(out, byte(runeByte[c]-1))
 			continue
 		}
+		buf = appendCpt(buf[:0], c)
 		out = append(out, "[UNK_BYTE_0x"...)
 		for _, x := range buf {
 			out = fmt.Appendf(out, "%02x", x)

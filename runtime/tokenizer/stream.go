@@ -24,6 +24,13 @@ func (t *Tokenizer) NewStreamDecoder() *StreamDecoder { return &StreamDecoder{t:
 // kept for the next call.
 func (d *StreamDecoder) Add(id int32) string {
 	d.buf = append(d.buf, d.t.Piece(id)...)
+	if utf8.Valid(d.buf) {
+		// Whole characters only, the common case: all of it, as the loop
+		// below would give it.
+		s := string(d.buf)
+		d.buf = d.buf[:0]
+		return s
+	}
 	var out []byte
 	i := 0
 	for i < len(d.buf) {

@@ -6,6 +6,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,9 @@ type Tokenizer struct {
 	ids    map[string]int32
 	ranks  map[mergePair]int32
 	eog    map[int32]bool
+	// eogList is the vocabulary's EOGTokens, found once: they scan every
+	// token's text.
+	eogList []int32
 	// special holds control, user-defined and unknown tokens, longest first,
 	// for splitting text on them.
 	special []int32
@@ -130,7 +134,8 @@ func New(v *vocab.Vocab) (*Tokenizer, error) {
 	t.setStripAttrs()
 
 	t.eog = map[int32]bool{}
-	for _, id := range v.EOGTokens() {
+	t.eogList = v.EOGTokens()
+	for _, id := range t.eogList {
 		t.eog[id] = true
 	}
 	return t, nil
@@ -197,6 +202,10 @@ func (t *Tokenizer) Vocab() *vocab.Vocab { return t.v }
 // (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>,
 // <|eom_id|>, <EOT>).
 func (t *Tokenizer) IsEOG(id int32) bool { return id >= 0 && t.eog[id] }
+
+// EOGTokens is the vocabulary's end-of-generation tokens
+// (vocab.Vocab.EOGTokens), without scanning the vocabulary again.
+func (t *Tokenizer) EOGTokens() []int32 { return slices.Clone(t.eogList) }
 
 // TokenID returns the id of the token whose text is exactly text.
 func (t *Tokenizer) TokenID(text string) (int32, bool) {

@@ -449,3 +449,25 @@ func BenchmarkEncode(b *testing.B) {
 		})
 	}
 }
+
+// TestEOGTokens: the tokenizer's end-of-generation list is the
+// vocabulary's, and a caller that changes it changes no other's.
+func TestEOGTokens(t *testing.T) {
+	for _, name := range []string{"llama-bpe", "qwen2"} {
+		tk := loadTok(t, name)
+		want := tk.Vocab().EOGTokens()
+		got := tk.EOGTokens()
+		if !reflect.DeepEqual(got, want) || len(want) == 0 {
+			t.Fatalf("%s: %v, the vocabulary says %v", name, got, want)
+		}
+		got[0] = -7
+		if again := tk.EOGTokens(); !reflect.DeepEqual(again, want) {
+			t.Errorf("%s: after a caller's change %v", name, again)
+		}
+		for _, id := range want {
+			if !tk.IsEOG(id) {
+				t.Errorf("%s: %d listed but not IsEOG", name, id)
+			}
+		}
+	}
+}

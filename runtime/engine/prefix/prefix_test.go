@@ -45,3 +45,33 @@ func TestKeysAndLookup(t *testing.T) {
 		t.Error("eviction did not remove the entry")
 	}
 }
+
+// TestHeld: Held gives each cached page once with the count of keys
+// Pages gives it under and Refs says, in page order, and forgets an
+// evicted page.
+func TestHeld(t *testing.T) {
+	c := New()
+	c.Insert(1, 40, "a")
+	c.Insert(2, 3, "a")
+	c.Insert(3, 40, "b") // a second key for page 40
+	c.Insert(4, 7, "b")
+	if _, pg, ok := c.Evict(func(pg uint32) bool { return pg == 40 }); !ok || pg != 3 {
+		t.Fatalf("evicted page %d (%v), want 3", pg, ok)
+	}
+	fromPages := map[uint32]int{}
+	c.Pages(func(pg uint32) { fromPages[pg]++ })
+	var order []uint32
+	c.Held(func(pg uint32, keys int) {
+		order = append(order, pg)
+		if keys != fromPages[pg] || keys != c.Refs(pg) {
+			t.Errorf("page %d: Held says %d keys, Pages %d, Refs %d", pg, keys, fromPages[pg], c.Refs(pg))
+		}
+		delete(fromPages, pg)
+	})
+	if len(fromPages) != 0 || len(order) != 2 || order[0] != 7 || order[1] != 40 {
+		t.Errorf("Held gave pages %v, Pages also %v", order, fromPages)
+	}
+	if c.Refs(3) != 0 || c.Refs(1000) != 0 {
+		t.Errorf("an evicted or never cached page has references: %d, %d", c.Refs(3), c.Refs(1000))
+	}
+}

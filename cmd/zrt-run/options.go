@@ -34,8 +34,7 @@ const envRest = `  ZRT_THREADS=N                        T-CPU workers (default a
   ZRT_CUDA_TIMEOUT=60s                 bound on one T-CUDA replay
   ZRT_CUDA_PDL=0                       turn off programmatic dependent launch
   ZRT_CUDA_COLLECTIVES=auto|nccl|peer  a TP set's collectives (auto: one-shot peer kernels for small ones, NCCL above)
-  ZRT_CUDA_FUSE_REDUCES=1              let a TP set's row-parallel matmuls take in the one-shot all-reduces after
-                                       them (one-row steps; slower on 2 H200s so far, for A/B runs)
+  ZRT_CUDA_FUSE_REDUCES=1              fold a TP set's one-shot all-reduces into the matmuls before them (A/B runs)
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
   ZRT_CUDA_OMIT=flash_attn,stage       leave kernel families, instances or entry points out of the captured
                                        graphs: wrong outputs, for measuring what they cost inside the graph
@@ -128,8 +127,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		opt.CUDA.Timeout = d
 	}
 	opt.CUDA.NoPDL, opt.CUDA.Collectives = os.Getenv("ZRT_CUDA_PDL") == "0", os.Getenv("ZRT_CUDA_COLLECTIVES")
-	opt.CUDA.Profile = os.Getenv("ZRT_CUDA_PROFILE") == "1"
-	opt.CUDA.FuseReduces = os.Getenv("ZRT_CUDA_FUSE_REDUCES") == "1"
+	opt.CUDA.Profile, opt.CUDA.FuseReduces = os.Getenv("ZRT_CUDA_PROFILE") == "1", os.Getenv("ZRT_CUDA_FUSE_REDUCES") == "1"
 	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {
 		opt.CUDA.Omit = strings.Split(s, ",")
 		opt.Log("zrt-run: ZRT_CUDA_OMIT=%s: those kernels are left out, so outputs are wrong (for timing only)", s)

@@ -13,15 +13,12 @@ func rerunCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "rerun BUNDLE LOG [DRAFT]",
 		Short: "Re-run a serving engine's step log on a fresh engine, failing on the first step whose tokens differ",
-		Long: `rerun reads a step log that zrt-run serve --step-log wrote (a JSON line per
-engine step: arrivals with their prompt tokens and sampling parameters,
-cancellations, the plan and slot table, query rows and sampled tokens), runs
-the same steps on a fresh engine over BUNDLE (the one that served the log or
-one built from the same GGUF and config; DRAFT the draft model it served
-with, which sampled requests' drafts need) and exits non-zero at the first
-step whose sampled tokens, then plan, differ from the log's, naming it and
-the request. T-CPU computes a request's tokens the same whatever its batch,
-so a log from T-CPU reruns exactly: rerun runs there unless --tier says not.
+		Long: `rerun replays a step log that zrt-run serve --step-log wrote (a JSON line per engine step:
+arrivals with their prompts and sampling parameters, cancellations, the plan, rows and sampled
+tokens) on a fresh engine over BUNDLE (the bundle that served it, or one built from the same GGUF
+and config; DRAFT: the draft model it served with, which sampled drafts need) and exits non-zero at
+the first step whose tokens, then plan, differ, naming it and the request. T-CPU computes a
+request's tokens the same whatever its batch, so rerun runs there unless --tier says not.
 
 ` + envHelp,
 		Args: cobra.RangeArgs(2, 3),

@@ -132,20 +132,7 @@ func TestKernelF16KVAttentionStages(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := l.Block[0] / 32
-			cache := newLongCache(rng, c.nKV, c.hd, c.rows)
-			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
-			var sinks []float32
-			var sinkBytes []byte
-			if c.sinks {
-				sinks = randF32(rng, c.nHead, -1, 5)
-				sinkBytes = lebin.Float32Bytes(sinks)
-			}
-			io := ioTable(c.rows, len(cache.perm)/cache.maxPages, cache.maxPages, cache.perm)
-			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
-			bufs, yi := [][]byte{lebin.Float32Bytes(q), cache.kv, io, y}, 3
-			if ext {
-				bufs, yi = [][]byte{lebin.Float32Bytes(q), cache.kv, sinkBytes, io, y}, 4
-			}
+			cache, q, sinks, bufs, yi := attnBuffers(rng, c.nHead, c.nKV, c.hd, c.rows, c.sinks, ext)
 			got := g.with(t).run(c.family, bufs, push, spec, len(c.rows))[yi]
 			ref := lebin.Float32Bytes(cache.attend(q, c.rows, c.nHead, scale, c.softcap, c.window, sinks))
 			compareF32(t, c.name+" vs reference", got, ref, splitRefTolerance)

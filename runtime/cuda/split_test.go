@@ -94,6 +94,26 @@ func (c *longCache) row(slot, t, which int) []byte {
 // (softcap·tanh(scale·q·k/softcap) with a cap), the keys from
 // pos−window+1 with a window, head h's sink (sinks non-nil) a key with no
 // value.
+// attnBuffers makes a long F16 cache over rows, the rows' queries and
+// (withSinks) per-head sink logits, and the attention kernel's buffers in
+// its entry's order (ext takes the sinks before the I/O table); yi is the
+// output's index.
+func attnBuffers(rng *rand.Rand, nHead, nKV, hd int, rows []krow, withSinks, ext bool) (cache *longCache, q, sinks []float32, bufs [][]byte, yi int) {
+	cache = newLongCache(rng, nKV, hd, rows)
+	q = randF32(rng, len(rows)*nHead*hd, -3, 3)
+	var sinkBytes []byte
+	if withSinks {
+		sinks = randF32(rng, nHead, -1, 5)
+		sinkBytes = lebin.Float32Bytes(sinks)
+	}
+	io := ioTable(rows, len(cache.perm)/cache.maxPages, cache.maxPages, cache.perm)
+	y := lebin.Float32Bytes(make([]float32, len(rows)*nHead*hd))
+	if ext {
+		return cache, q, sinks, [][]byte{lebin.Float32Bytes(q), cache.kv, sinkBytes, io, y}, 4
+	}
+	return cache, q, sinks, [][]byte{lebin.Float32Bytes(q), cache.kv, io, y}, 3
+}
+
 func (c *longCache) attend(q []float32, rows []krow, nHead int, scale, softcap float32, window uint32, sinks []float32) []float32 {
 	hd, group := c.hd, nHead/c.nKV
 	out := make([]float32, len(rows)*nHead*hd)
@@ -212,20 +232,7 @@ func TestKernelFlashAttnSplit(t *testing.T) {
 			if err != nil || l.Entry != kcuda.EntrySplit || l.Grid[2] < 2 {
 				t.Fatalf("launch %+v, %v: want the _split entry", l, err)
 			}
-			cache := newLongCache(rng, c.nKV, c.hd, c.rows)
-			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
-			var sinks []float32
-			var sinkBytes []byte
-			if c.sinks {
-				sinks = randF32(rng, c.nHead, -1, 5)
-				sinkBytes = lebin.Float32Bytes(sinks)
-			}
-			io := ioTable(c.rows, len(cache.perm)/cache.maxPages, cache.maxPages, cache.perm)
-			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
-			bufs, yi := [][]byte{lebin.Float32Bytes(q), cache.kv, io, y}, 3
-			if ext {
-				bufs, yi = [][]byte{lebin.Float32Bytes(q), cache.kv, sinkBytes, io, y}, 4
-			}
+			cache, q, sinks, bufs, yi := attnBuffers(rng, c.nHead, c.nKV, c.hd, c.rows, c.sinks, ext)
 			got := g.run(c.family, bufs, push, spec, len(c.rows))[yi]
 			if again := g.run(c.family, bufs, push, spec, len(c.rows))[yi]; !bytes.Equal(got, again) {
 				compareF32(t, "second run", again, got, 0)

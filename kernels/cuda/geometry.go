@@ -191,9 +191,11 @@ func moeDownAcc(d Dispatch) (Launch, error) {
 // (head group, row) of faWarps warps; flash_attn takes its lean entry for
 // launches of many one-head blocks and its tensor-core entry in prefill
 // (with Launch.Rest for the rows that are no prompt's). Decode launches of
-// few blocks take the _split entry, faSplits blocks per (head group,
-// row) along z, with the warps the unsplit launch would have (so a row
-// short enough not to be split gets the main entry's bits). The instances
+// few blocks take the _split entry, with the geometry (warps, blocks per
+// head group and row along z, stages) attnGeometry gives: attnTable's
+// measured row for the shape, else the warps the unsplit launch would
+// have (so a row short enough not to be split gets the main entry's
+// bits), faSplits blocks and a stage where it fits. The instances
 // of a quantized cache (Dispatch.Type kv-…) have no lean entry, and their
 // decode kernel's shared memory is faqStaged's; an F16 cache's decode
 // kernel (but the lean entry) takes faStagedShared's.
@@ -228,7 +230,8 @@ func attention(d Dispatch) (Launch, error) {
 		l.Shared = faStagedShared(g, w, spec[3])
 	}
 	if z := faSplits(l.Grid[0] * d.Rows); !d.Prefill && l.Entry == EntryMain && z > 1 {
-		l.Grid[2], l.Entry, l.Staged = z, EntrySplit, faStaged(d.Rows, spec[1], spec[3], z)
+		k := AttnKey{Quant: quant, HeadDim: spec[3], Group: g, Blocks: l.Grid[0] * d.Rows, SMs: mmtSMs}
+		l = splitAttention(l, k, attnGeometry(k, w), d.Rows, spec[1])
 	}
 	if hd := spec[3]; d.Family == "flash_attn" && d.Prefill && d.Rows >= fatRows && (hd == 64 || hd == 128) {
 		// Prefill on tensor cores: a warp per 16 rows of a head (two

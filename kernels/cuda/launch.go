@@ -571,11 +571,14 @@ const faLeanWarps = 8
 // tok/s; tg128 from depth 0 (a 512-token prompt first) lost 3%
 // (1229 → 1185) with splits from 513 keys, hence faSplitMin (its own
 // effect not yet measured; the blocks without a range may cost too).
-func faSplits(blocks uint32) uint32 {
+func faSplits(blocks uint32) uint32 { return faSplitsFor(blocks, mmtSMs) }
+
+// faSplitsFor is faSplits for a GPU of sms multiprocessors.
+func faSplitsFor(blocks, sms uint32) uint32 {
 	if blocks == 0 {
 		return 1
 	}
-	z := min(faMaxSplit, mmtSMs/blocks)
+	z := min(faMaxSplit, sms/blocks)
 	if z < 2 || blocks > faCounters {
 		return 1
 	}

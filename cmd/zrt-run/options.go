@@ -36,6 +36,7 @@ const envRest = `  ZRT_THREADS=N                        T-CPU workers (default a
   ZRT_CUDA_COLLECTIVES=auto|nccl|peer  a TP set's collectives (auto: one-shot peer kernels for small ones, NCCL above)
   ZRT_CUDA_FUSE_REDUCES=1              fold a TP set's one-shot all-reduces into the matmuls before them (A/B runs)
   ZRT_CUDA_PROFILE=1                   time every T-CUDA kernel, per variant (replays launches one by one)
+  ZRT_CUDA_ATTN=w8z16st1               the split decode attention's warps, blocks a head group and stages (timing)
   ZRT_CUDA_OMIT=flash_attn,stage       leave kernel families, instances or entry points out of the captured
                                        graphs: wrong outputs, for measuring what they cost inside the graph
   ZRT_KFD=kfd|sim                      T1's device: /dev/kfd (default), or the simulated KFD that runs T-CPU kernels
@@ -126,7 +127,7 @@ func (f *engineFlags) options() (runtime.Options, error) {
 		}
 		opt.CUDA.Timeout = d
 	}
-	opt.CUDA.NoPDL, opt.CUDA.Collectives = os.Getenv("ZRT_CUDA_PDL") == "0", os.Getenv("ZRT_CUDA_COLLECTIVES")
+	opt.CUDA.NoPDL, opt.CUDA.Collectives, opt.CUDA.AttnGeometry = os.Getenv("ZRT_CUDA_PDL") == "0", os.Getenv("ZRT_CUDA_COLLECTIVES"), os.Getenv("ZRT_CUDA_ATTN")
 	opt.CUDA.Profile, opt.CUDA.FuseReduces = os.Getenv("ZRT_CUDA_PROFILE") == "1", os.Getenv("ZRT_CUDA_FUSE_REDUCES") == "1"
 	if s := os.Getenv("ZRT_CUDA_OMIT"); s != "" {
 		opt.CUDA.Omit = strings.Split(s, ",")

@@ -18,6 +18,20 @@ type AttnGeometry struct {
 	Warps, Splits, Stages uint32
 }
 
+// String is the geometry as ParseAttnGeometry reads it: w8z16st1.
+func (g AttnGeometry) String() string { return fmt.Sprintf("w%dz%dst%d", g.Warps, g.Splits, g.Stages) }
+
+// ParseAttnGeometry reads a geometry written as String writes it
+// (w8z16st1: 8 warps a block, 16 blocks a head group, 1 stage a warp).
+// Whether a launch can take it is AttnSplitLaunch's check.
+func ParseAttnGeometry(s string) (AttnGeometry, error) {
+	var g AttnGeometry
+	if n, err := fmt.Sscanf(s, "w%dz%dst%d", &g.Warps, &g.Splits, &g.Stages); err != nil || n != 3 || g.String() != s {
+		return g, fmt.Errorf("cuda: attention geometry %q: want warps, blocks a head group and stages a warp as w8z16st1", s)
+	}
+	return g, nil
+}
+
 // AttnKey is what a split decode attention launch's geometry is chosen
 // by: the cache's type (Quant: Q8_0, else F16), the heads' width, the
 // query heads a block serves (faGroup), the launch's blocks before the

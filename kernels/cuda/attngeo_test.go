@@ -130,3 +130,18 @@ func TestAttnSplitLaunch(t *testing.T) {
 		}
 	}
 }
+
+// TestParseAttnGeometry: String's form reads back; anything else is an
+// error naming the text.
+func TestParseAttnGeometry(t *testing.T) {
+	for _, g := range []AttnGeometry{{8, 16, 1}, {16, 4, 0}, {12, 32, 2}} {
+		if got, err := ParseAttnGeometry(g.String()); err != nil || got != g {
+			t.Errorf("ParseAttnGeometry(%q) = %+v, %v", g.String(), got, err)
+		}
+	}
+	for _, s := range []string{"", "w8z16", "w8 z16 st1", "8/16/1", "w8z16st1x", "w-1z16st1", "w08z16st1"} {
+		if _, err := ParseAttnGeometry(s); err == nil || !strings.Contains(err.Error(), "geometry") {
+			t.Errorf("ParseAttnGeometry(%q): error %v", s, err)
+		}
+	}
+}

@@ -75,6 +75,12 @@ type Options struct {
 	// decoded at 460.0 and 441.2 tok/s against 466.2 and 467.8 with the
 	// all-reduces apart.
 	FuseReduces bool
+	// AttnGeometry, when set (w8z16st1: kcuda.ParseAttnGeometry), gives
+	// every split decode attention launch that geometry instead of the
+	// one Shape chooses (kcuda's attnTable or its rule): for timing
+	// candidate geometries end to end. The outputs stay right; their bits
+	// follow the warps and blocks (the order of the softmax's sums).
+	AttnGeometry string
 }
 
 // hostRegions are the regions the engine reads or writes from the host;
@@ -316,6 +322,14 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	if err != nil {
 		return err
 	}
+	var geo *kcuda.AttnGeometry
+	if opt.AttnGeometry != "" {
+		g, err := kcuda.ParseAttnGeometry(opt.AttnGeometry)
+		if err != nil {
+			return err
+		}
+		geo = &g
+	}
 	var smem [kcuda.NumEntries][]int // the most any launch of each entry point needs
 	for e := range smem {
 		smem[e] = make([]int, len(b.Blobs))
@@ -332,6 +346,13 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 					return fmt.Errorf("cuda: variant %d: %s: %w", vi, l.Name, err)
 				}
 				continue
+			}
+			if geo != nil && l.Shape.Entry == kcuda.EntrySplit {
+				s, err := kcuda.AttnSplitLaunch(l.Name, l.Spec, int(l.Shape.Grid[1]), *geo)
+				if err != nil {
+					return fmt.Errorf("cuda: variant %d: %s: %w", vi, l.Name, err)
+				}
+				l.Shape, l.Staging = s, s.Staged
 			}
 			l.Shape = kcuda.FitShared(l.Name, l.Spec, l.Shape, limit)
 			e := l.Shape.Entry

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math"
@@ -11,10 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
+	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/tiers"
 )
 
 var (
@@ -193,9 +199,7 @@ func TestDecodeAttentionSweep(t *testing.T) {
 	}
 }
 
-func geoName(g kcuda.AttnGeometry) string {
-	return fmt.Sprintf("w%d z%d st%d", g.Warps, g.Splits, g.Stages)
-}
+func geoName(g kcuda.AttnGeometry) string { return g.String() }
 
 func cmpF(a, b float64) int {
 	switch {
@@ -332,4 +336,74 @@ func (s *sweepLaunches) free() {
 		driver.MemFree(s.staged)
 	}
 	s.m.Unload()
+}
+
+// TestDecodeAttnGeometryOption decodes 1 300 tokens of a qwen3 (GQA, a
+// 4k context) one a step twice on T-CUDA: with the split decode
+// attention's geometry Shape chooses and with Options.AttnGeometry's
+// (8 warps, 8 blocks a head group: the sweep's candidates, timed end to
+// end): every step's logits agree within the parity suite's
+// relTolerance (the softmax's sums in another order), past 1 024 keys
+// too, where the rows split. A geometry the kernel cannot run, or text
+// that is no geometry, fails Open with an error naming it.
+func TestDecodeAttnGeometryOption(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 8, HeadsKV: 4, HeadDim: 64, FF: 512, Vocab: 320, Context: 4096,
+		Type: ggml.Q8_0, Seed: 49}
+	dir := compileSynth(t, shape, "cuda:sm_90", "max_slots = 1\ndecode_slots = [1]\n")
+	for _, bad := range []struct{ geo, want string }{{"w2z8st0", "2 warps"}, {"w8z64st0", "64 blocks"}, {"eight", "geometry"}} {
+		if p, err := sequence.Open(dir, runtime.Options{Tier: "cuda", CUDA: tiers.CUDAOptions{AttnGeometry: bad.geo}}); err == nil {
+			p.Close()
+			t.Errorf("AttnGeometry %q: opened", bad.geo)
+		} else if !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("AttnGeometry %q: %v, want an error naming %q", bad.geo, err, bad.want)
+		}
+	}
+	base := openPool(t, dir, runtime.Options{Tier: "cuda"})
+	defer base.Close()
+	other := openPool(t, dir, runtime.Options{Tier: "cuda", CUDA: tiers.CUDAOptions{AttnGeometry: "w8z8st0"}})
+	defer other.Close()
+	ctx := context.Background()
+	a, err := base.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	b, err := other.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	worst, at, same := 0.0, 0, 0
+	for i := range 1300 {
+		tok := int32(2 + (i*131+i*i*7)%300)
+		want, err := a.Decode(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = slices.Clone(want)
+		got, err := b.Decode(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(got, want) {
+			same++
+		}
+		scale := 1.0
+		for _, v := range want {
+			scale = math.Max(scale, math.Abs(float64(v)))
+		}
+		for j := range want {
+			d := math.Abs(float64(got[j])-float64(want[j])) / scale
+			if !(d <= relTolerance) {
+				t.Fatalf("step %d (%d keys): logit %d: %v with w8z8st0, %v with Shape's geometry", i, i+1, j, got[j], want[j])
+			}
+			if d > worst {
+				worst, at = d, i
+			}
+		}
+	}
+	t.Logf("worst difference %.3g of the largest logit, at step %d; %d of 1300 steps the same bits", worst, at, same)
 }

@@ -210,6 +210,11 @@ func TestFlashAttnSplit(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("%s %d/%d heads of %d, %d rows (prefill %v)", c.inst, c.heads, c.kv, c.hd, c.rows, c.prefill)
+		k := attnKey(c.inst, spec, uint32(c.rows))
+		geo, row := attnTable[k] // a measured geometry replaces the rule's warps and blocks (TestAttnTable)
+		if row && c.splits > 1 {
+			c.warps, c.splits = geo.Warps, geo.Splits
+		}
 		if l.Grid[2] != c.splits || l.Grid[0] != c.gridX || l.Grid[1] != uint32(c.rows) || l.Block[0] != 32*c.warps {
 			t.Errorf("%s: grid %v block %v, want (%d, %d, %d) and %d warps", name, l.Grid, l.Block, c.gridX, c.rows, c.splits, c.warps)
 		}
@@ -217,6 +222,9 @@ func TestFlashAttnSplit(t *testing.T) {
 			shared := faStagedShared(c.heads/c.gridX, c.warps, c.hd)
 			if c.quant {
 				shared = faqStaged(c.heads/c.gridX, c.warps, c.hd)
+			}
+			if row {
+				shared = attnShared(k, geo)
 			}
 			if l.Entry != EntrySplit || l.Stage != nil || l.Shared != shared ||
 				l.Staged != 4*mmtCounters+4*c.rows*int(c.heads*c.splits*(c.hd+2)) {
@@ -293,6 +301,14 @@ func TestFaWarps(t *testing.T) {
 		if l.Entry == EntryLean {
 			shared = faShared(g, c.want, c.hd)
 		}
+		if k := attnKey("flash_attn", []uint32{2, c.heads, c.kv, c.hd}, c.rows); l.Entry == EntrySplit {
+			if geo, ok := attnTable[k]; ok { // a measured split geometry's warps (TestAttnTable); the rule keeps these
+				if w := faWarps(k.Blocks, g, c.hd, faShared); w != c.want {
+					t.Errorf("%d heads of %d on %d KV heads, %d rows: faWarps %d, want %d", c.heads, c.hd, c.kv, c.rows, w, c.want)
+				}
+				c.want, shared = geo.Warps, attnShared(k, geo)
+			}
+		}
 		if l.Block[0] != 32*c.want || l.Shared != shared || faShared(g, c.want, c.hd) > 48<<10 {
 			t.Errorf("%d heads of %d on %d KV heads, %d rows: block %d, %d bytes shared; want %d warps, %d bytes",
 				c.heads, c.hd, c.kv, c.rows, l.Block[0], l.Shared, c.want, shared)
@@ -321,8 +337,13 @@ func TestFaStagedShared(t *testing.T) {
 	// The qwen3 0.6B shape's one-row decode step: the _split entry with
 	// a stage a warp; a many-row step of one head a block: the lean entry
 	// without.
+	k06 := attnKey("flash_attn", []uint32{2, 16, 8, 128}, 1)
+	want06 := faStagedShared(2, 16, 128)
+	if geo, ok := attnTable[k06]; ok { // a measured geometry (TestAttnTable)
+		want06 = attnShared(k06, geo)
+	}
 	if l, err := Shape("flash_attn", []uint32{0}, []uint32{2, 16, 8, 128, 0}, 1, false); err != nil || l.Entry != EntrySplit ||
-		l.Shared != faStagedShared(2, 16, 128) || l.Shared <= faShared(2, 16, 128) {
+		l.Shared != want06 || l.Shared <= faShared(2, l.Block[0]/32, 128) {
 		t.Errorf("qwen3 0.6B one-row decode: %+v, %v: want the _split entry with stages", l, err)
 	}
 	if l, err := Shape("flash_attn", []uint32{0}, []uint32{2, 32, 32, 128, 0}, 64, false); err != nil || l.Entry != EntryLean ||
@@ -422,8 +443,13 @@ func TestFitShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := FitShared("flash_attn", spec, l, sm89); got.Shared != (faShared(2, 16, 128)+15)&^15 || got.Grid != l.Grid || got.Entry != l.Entry {
-		t.Errorf("F16 one-row step on 99 KiB: %+v, want no stages (%d bytes)", got, (faShared(2, 16, 128)+15)&^15)
+	// At 16 warps (the rule's) no stage fits; a measured geometry of
+	// fewer warps keeps what does.
+	w1 := l.Block[0] / 32
+	got := FitShared("flash_attn", spec, l, sm89)
+	if w1 == 16 && got.Shared != (faShared(2, 16, 128)+15)&^15 || got.Shared > sm89 || got.Shared < (faShared(2, w1, 128)+15)&^15 ||
+		got.Grid != l.Grid || got.Entry != l.Entry {
+		t.Errorf("F16 one-row step of %d warps on 99 KiB: %+v, want the stages that fit (none at 16 warps: %d bytes)", w1, got, (faShared(2, 16, 128)+15)&^15)
 	}
 	if got := FitShared("flash_attn", spec, l, sm90); got.Shared != l.Shared {
 		t.Errorf("F16 one-row step on 227 KiB: %d bytes, want the launch's %d", got.Shared, l.Shared)

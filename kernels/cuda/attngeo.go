@@ -45,10 +45,28 @@ type AttnKey struct {
 }
 
 // attnTable holds the geometries measured better than attnRule's for
-// the shapes named (TestDecodeAttentionSpeed -attnsweep in
-// runtime/cuda times every candidate at 32768 and 130000 keys; the
-// numbers are beside each row). A shape not in it takes attnRule's.
-var attnTable = map[AttnKey]AttnGeometry{}
+// the shapes named (TestDecodeAttentionSweep -attnsweep in runtime/cuda
+// times every candidate at 32768 and 130000 keys). A shape not in it
+// takes attnRule's. The sweep on an H200 (round 25a, µs a layer of one
+// row's attention, the rule's geometry → the row's):
+//
+//   - llama 7B shape, F16 cache (32 blocks of one head): 16 warps and 4
+//     blocks a head → 8 warps and 8 blocks, two blocks a multiprocessor:
+//     153.1 → 133.6 at 32768 keys, 559.2 → 493.8 at 130000.
+//   - llama 7B shape, q8_0 cache: the same with two stages a warp: 124.2
+//     → 121.5 and 430.7 → 428.9.
+//
+// The qwen3 0.6B shape (8 blocks of two heads) keeps the rule's 16 warps,
+// 16 blocks and a stage: over an F16 cache 8 warps and 32 blocks took
+// 47.5 µs against 48.9 at 32768 keys (141.3 against 139.5 at 130000), but
+// end to end (zrt-run bench -p 0 -n 128 -d 32768, same run) tg128 fell
+// from 458.14 to 453.34 tok/s; over a q8_0 cache the best (8 warps, 32
+// blocks, two stages) was 2% and 6% faster in the kernel, not measured
+// end to end, and left as it is.
+var attnTable = map[AttnKey]AttnGeometry{
+	{Quant: false, HeadDim: 128, Group: 1, Blocks: 32, SMs: 132}: {Warps: 8, Splits: 8, Stages: 1},
+	{Quant: true, HeadDim: 128, Group: 1, Blocks: 32, SMs: 132}:  {Warps: 8, Splits: 8, Stages: 2},
+}
 
 // attnGeometry is the geometry of a split launch of key k whose
 // unsplit launch has warps warps (faWarps): attnTable's row for k, else

@@ -28,6 +28,7 @@ var (
 	attnSweepCSV   = flag.String("attnsweep.csv", "", "TestDecodeAttentionSweep: also write every timing to this CSV file")
 	attnSweepOnly  = flag.String("attnsweep.only", "", "TestDecodeAttentionSweep: only the shapes named (qwen06,llama7b), comma-separated")
 	attnSweepDepth = flag.String("attnsweep.depths", "32768,130000", "TestDecodeAttentionSweep: the rows' keys, comma-separated")
+	attnSweepLays  = flag.Int("attnsweep.layers", 1, "TestDecodeAttentionSweep: layers a page holds (the bundle's: a layer's rows lie a page apart); past 1, F16 caches only, the last layer timed")
 )
 
 // sweepWarps, sweepSplits: the candidate geometries' warps a block and
@@ -95,7 +96,11 @@ func TestDecodeAttentionSweep(t *testing.T) {
 		if *attnSweepOnly != "" && !slices.Contains(strings.Split(*attnSweepOnly, ","), sh.name) {
 			continue
 		}
+		layers := max(*attnSweepLays, 1)
 		for _, quant := range []bool{false, true} {
+			if quant && layers > 1 {
+				continue // speedCache fills one layer's q8_0 rows
+			}
 			kv := kernels.KVTypes{}
 			inst, kvName := "flash_attn", "f16"
 			if quant {
@@ -103,19 +108,19 @@ func TestDecodeAttentionSweep(t *testing.T) {
 				inst = kvInstance(t, "flash_attn", kv)
 			}
 			scale := float32(1 / math.Sqrt(float64(sh.hd)))
-			spec := []uint32{1, uint32(sh.nHead), uint32(sh.nKV), uint32(sh.hd), fbits(scale)}
+			spec := []uint32{uint32(layers), uint32(sh.nHead), uint32(sh.nKV), uint32(sh.hd), fbits(scale)}
 			chosen, table, err := kcuda.AttnChosen(inst, spec, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			byDepth := map[int][]sweepTime{}
 			for _, depth := range depths {
-				lay := kernels.KVLayout{Slots: 1, Width: sh.nKV * sh.hd, Types: kv}
+				lay := kernels.KVLayout{Slots: layers, Width: sh.nKV * sh.hd, Types: kv}
 				maxPages := (depth + kernels.KVPageTokens) / kernels.KVPageTokens
 				rows := []krow{{uint32(depth), 0, 1}}
 				bufs := [][]byte{lebin.Float32Bytes(randF32(rng, sh.nHead*sh.hd, -3, 3)), speedCache(rng, lay, maxPages, quant),
 					ioTable(rows, 1, maxPages, rng.Perm(maxPages)), make([]byte, 4*sh.nHead*sh.hd)}
-				s := newSweepLaunches(t, g, inst, bufs, spec)
+				s := newSweepLaunches(t, g, inst, bufs, uint32(layers-1), spec)
 				ref := s.time(chosen, 1)
 				var ts []sweepTime
 				for _, w := range sweepWarps {
@@ -140,17 +145,17 @@ func TestDecodeAttentionSweep(t *testing.T) {
 				s.free()
 				slices.SortFunc(ts, func(a, b sweepTime) int { return cmpF(a.us, b.us) })
 				byDepth[depth] = ts
-				read := float64(depth+1) * float64(2*lay.Width) * 2
+				read := float64(depth+1) * float64(2*sh.nKV*sh.hd) * 2
 				if quant {
-					read = float64(depth+1) * float64(2*lay.Width) * 34 / 32
+					read = float64(depth+1) * float64(2*sh.nKV*sh.hd) * 34 / 32
 				}
 				at := slices.IndexFunc(ts, func(x sweepTime) bool { return x.geo == chosen })
 				chosenUS := math.NaN()
 				if at >= 0 {
 					chosenUS = ts[at].us
 				}
-				t.Logf("%s %s d=%d: chosen %s (table row %v): %.1f µs (%.2f TB/s; again at the end %.1f), rank %d of %d",
-					sh.name, kvName, depth, geoName(chosen), table, chosenUS, read/chosenUS/1e6, again.us, at+1, len(ts))
+				t.Logf("%s %s d=%d, %d layers a page: chosen %s (table row %v): %.1f µs (%.2f TB/s; again at the end %.1f), rank %d of %d",
+					sh.name, kvName, depth, layers, geoName(chosen), table, chosenUS, read/chosenUS/1e6, again.us, at+1, len(ts))
 				for i, x := range ts[:min(12, len(ts))] {
 					t.Logf("  #%-2d %-16s %8.1f µs  %.3fx the chosen  %.2f TB/s  rel %.2g", i+1, geoName(x.geo), x.us, x.us/chosenUS, read/x.us/1e6, x.rel)
 				}
@@ -186,7 +191,7 @@ func TestDecodeAttentionSweep(t *testing.T) {
 				rs = append(rs, ranked{geo, math.Exp(l / float64(len(v))), v})
 			}
 			slices.SortFunc(rs, func(a, b ranked) int { return cmpF(a.mean, b.mean) })
-			t.Logf("%s %s over depths %v: geometric mean of time / the chosen %s's (each depth's ratio):", sh.name, kvName, depths, geoName(chosen))
+			t.Logf("%s %s (%d layers a page) over depths %v: geometric mean of time / the chosen %s's (each depth's ratio):", sh.name, kvName, layers, depths, geoName(chosen))
 			for i, r := range rs[:min(8, len(rs))] {
 				t.Logf("  #%-2d %-16s %.3f  %.3f", i+1, geoName(r.geo), r.mean, r.each)
 			}
@@ -242,7 +247,7 @@ type sweepLaunches struct {
 	stagedSize int
 }
 
-func newSweepLaunches(t *testing.T, g *kgpu, inst string, bufs [][]byte, spec []uint32) *sweepLaunches {
+func newSweepLaunches(t *testing.T, g *kgpu, inst string, bufs [][]byte, layer uint32, spec []uint32) *sweepLaunches {
 	t.Helper()
 	s := &sweepLaunches{t: t, g: g, inst: inst, spec: spec, m: g.module(inst), outLen: len(bufs[len(bufs)-1])}
 	for _, b := range bufs {
@@ -256,7 +261,7 @@ func newSweepLaunches(t *testing.T, g *kgpu, inst string, bufs [][]byte, spec []
 		}
 		s.vals = append(s.vals, uint64(p))
 	}
-	for _, x := range append([]uint32{0}, spec...) {
+	for _, x := range append([]uint32{layer}, spec...) {
 		s.vals = append(s.vals, uint64(x))
 	}
 	return s

@@ -245,6 +245,9 @@ type Engine struct {
 	rec      *StepRecord // the step's record while logging
 	logged   int         // steps logged
 	stepping sync.Mutex  // one Step at a time
+	// maskWait is how long the step's model waited for the masks of its
+	// device-masked rows (runtime.Batch.MasksReady), for the trace.
+	maskWait time.Duration
 }
 
 // request is the engine's state for one Request.
@@ -814,8 +817,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
 		}
 		at := e.cfg.Now()
+		e.maskWait = 0
 		err = e.m.Step(ctx, batch)
-		parts.launch, parts.replayed = at, e.cfg.Now()
+		parts.launch, parts.replayed, parts.maskWait = at, e.cfg.Now(), e.maskWait
 		replay = parts.replayed.Sub(at)
 		e.cost.observe(replay, prefill)
 		if prefill == 0 {
@@ -939,6 +943,9 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 // zero time: the step did not get that far.
 type stepParts struct {
 	launch, replayed, advanced time.Time
+	// maskWait is the part of the replay the model spent waiting for
+	// the rows' masks (the host computes them while the device runs).
+	maskWait time.Duration
 }
 
 // maskNext computes the rows' next masks (decode.Decoder.MaskNext) on
@@ -1413,9 +1420,11 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 		// The masks of the tokens just sampled are still being computed:
 		// the model waits for them after it launched the step.
 		b.MasksReady = func() {
+			at := e.cfg.Now()
 			for _, d := range masked {
 				d.MaskReady()
 			}
+			e.maskWait = e.cfg.Now().Sub(at)
 		}
 	}
 	var ok bool

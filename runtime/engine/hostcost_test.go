@@ -342,7 +342,7 @@ func BenchmarkHostStep(b *testing.B) {
 			// last load): scheduling and batching before the model's
 			// step, advancing the device-masked rows' constraints after
 			// it, then sampling and sending.
-			for _, k := range []string{"schedule", "advance", "sample"} {
+			for _, k := range []string{"schedule", "advance", "sample", "mask_wait"} {
 				b.ReportMetric(r.parts[k+"_us"], k+"-µs/decode-step")
 			}
 			if r.maskedRows > 0 {
@@ -397,8 +397,9 @@ func threadCPU() time.Duration {
 }
 
 // decodeParts reads an engine trace's step events and returns the mean
-// of each part (schedule_us, replay_us, advance_us, sample_us) over the
-// decode steps (no prompt rows).
+// of each part (schedule_us, replay_us, advance_us, sample_us, and
+// mask_wait_us, the replay's wait for masks, 0 where a step has none)
+// over the decode steps (no prompt rows).
 func decodeParts(tb testing.TB, trace []byte) map[string]float64 {
 	tb.Helper()
 	var doc struct {
@@ -417,7 +418,10 @@ func decodeParts(tb testing.TB, trace []byte) map[string]float64 {
 			continue
 		}
 		n++
-		for _, k := range []string{"schedule_us", "replay_us", "advance_us", "sample_us"} {
+		if w, _ := ev.Args["mask_wait_us"].(float64); w < 0 || w > ev.Args["replay_us"].(float64) {
+			tb.Errorf("step %v: the mask wait is no part of the replay", ev.Args)
+		}
+		for _, k := range []string{"schedule_us", "replay_us", "advance_us", "sample_us", "mask_wait_us"} {
 			v, _ := ev.Args[k].(float64)
 			sum[k] += v
 		}

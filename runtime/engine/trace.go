@@ -123,6 +123,9 @@ func (t *tracer) step(n uint64, start time.Time, plan sched.Plan, decodeRows, pr
 		args[p.name] = t.us(p.at) - t.us(from)
 		from = p.at
 	}
+	if parts.maskWait > 0 {
+		args["mask_wait_us"] = float64(parts.maskWait.Nanoseconds()) / 1e3
+	}
 	if err != nil {
 		args["error"] = err.Error()
 	}

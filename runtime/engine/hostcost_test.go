@@ -431,3 +431,80 @@ func decodeParts(tb testing.TB, trace []byte) map[string]float64 {
 	}
 	return sum
 }
+
+// TestDeviceMasksCancelled: requests under device masks that are
+// cancelled while they decode (their next mask still due, computed only
+// by the next step) end, as do the others, whose outputs the grammars
+// accept; nothing waits forever for a mask no step computes.
+func TestDeviceMasksCancelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the Qwen vocabulary")
+	}
+	tok := testmodel.Tokenizer(t, qwenChatModel)
+	grammars := loadSchemas(t, tok)
+	m := &maskModel{slots: 4, nvocab: tok.NVocab(), eog: map[int32]bool{}, greedy: make([]int32, 4)}
+	for _, id := range tok.Vocab().EOGTokens() {
+		m.eog[id] = true
+	}
+	e, err := engine.New(m, tok, engine.Config{Slots: 4, ChunkCap: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go e.Run(ctx)
+	var wg sync.WaitGroup
+	for j := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			g := grammars[j%len(grammars)]
+			ch, err := e.Submit(rctx, engine.Request{Prompt: []int32{int32(100 + j), 7, 9}, Decode: decode.Params{MaxTokens: 200, ContextLength: 4096,
+				Constraint: g.NewMatcher()}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			text, n := "", 0
+			timeout := time.After(20 * time.Second)
+			for {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						t.Errorf("request %d: events closed without a finish", j)
+						return
+					}
+					if ev.Token >= 0 {
+						n++
+					}
+					text += ev.Text
+					if j%3 == 0 && n == 1+j%5 {
+						cancel() // while its next mask is due
+					}
+					if ev.Finish == "" {
+						continue
+					}
+					if j%3 != 0 || ev.Finish != engine.Cancelled {
+						mt := g.NewMatcher()
+						if err := mt.AcceptBytes([]byte(text)); err != nil {
+							t.Errorf("request %d (%s): %q: %v", j, ev.Finish, text, err)
+						}
+					}
+					return
+				case <-timeout:
+					t.Errorf("request %d: no finish after 20 s (%d tokens)", j, n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m.masked == 0 {
+		t.Fatal("no row carried a mask")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

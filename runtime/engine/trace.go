@@ -206,6 +206,7 @@ func (e *Engine) traceCounters() {
 func (e *Engine) Close() error {
 	e.stepping.Lock()
 	defer e.stepping.Unlock()
+	e.flushMasks() // a request that still runs may wait for its mask
 	err := e.tr.close()
 	if e.slog != nil {
 		err = errors.Join(err, e.slog.err)

@@ -160,16 +160,26 @@ func loadSchemas(tb testing.TB, tok *tokenizer.Tokenizer) []*grammar.Grammar {
 }
 
 // h200 is a step's time by variant on T-CUDA for a qwen3 0.6B-shaped
-// model of the Qwen vocabulary at 64 slots, as the H200 measured it
-// (session 21: a decode step of up to 64 rows about 4.7 ms, the
-// 512-row prefill variant about 9 ms), the prefill variants between
-// them linear in their rows.
+// model of the Qwen vocabulary at 64 slots and a 4096 context, as the
+// H200 measured it (run 24c's traces, median replay by variant: decode
+// steps of up to 1, 4, 16 and 64 rows 1.1, 1.8, 2.5 and 3.4 ms; the
+// 128-row prefill variant 5.9 ms, the 512-row one 9.0 ms), a variant
+// between them linear in its rows.
 func h200(k runtime.ShapeKey) time.Duration {
-	const decode, r512 = 4700 * time.Microsecond, 9000 * time.Microsecond
+	const ms = time.Millisecond
 	if k.Stage == runtime.Decode {
-		return decode
+		switch {
+		case k.Rows <= 1:
+			return 1100 * time.Microsecond
+		case k.Rows <= 4:
+			return 1800 * time.Microsecond
+		case k.Rows <= 16:
+			return 2500 * time.Microsecond
+		}
+		return 3400 * time.Microsecond
 	}
-	return decode + (r512-decode)*time.Duration(k.Rows-64)/(512-64)
+	const r128, r512 = 5900 * time.Microsecond, 9 * ms
+	return r128 + (r512-r128)*time.Duration(k.Rows-128)/(512-128)
 }
 
 // loadResult is what one load did.

@@ -971,11 +971,14 @@ type stepParts struct {
 // since a decoder whose mask is due waits for it.
 func (e *Engine) flushMasks() {
 	rows := e.masksDue
-	e.masksDue = nil
 	n := len(rows)
 	if n == 0 {
 		return
 	}
+	defer func() {
+		clear(rows) // the decoders of requests that may end
+		e.masksDue = rows[:0]
+	}()
 	var next atomic.Int64
 	var done sync.WaitGroup
 	work := func() {

@@ -376,7 +376,8 @@ type faWork struct {
 	gq     []float32
 	gacc   []uint16
 	gm, gs []float32
-	pages  []int // byte offsets of a chunk's pages' keys
+	gcoef  []float32 // each head's (ms, vs) of a tile, faMadCoefStride bytes apart
+	pages  []int     // byte offsets of a chunk's pages' keys
 }
 
 // oneChunk is the online-softmax loop of ggml's one_chunk kernel over keys
@@ -508,6 +509,11 @@ func (w *faWork) mad(acc16 []uint16, lo, hi int, coef []float32) {
 // through expfs as on the whole range (the same bits either way).
 const faGroupTile = 256
 
+// faMadCoefStride is the bytes from one head's coefficients to the next
+// head's that faMadF16x2 and faMadF16x3 take (w.gcoef's layout: 2 floats
+// a key of a tile); kernels/cpu/gen writes it into them.
+const faMadCoefStride = 2 * faGroupTile * 4
+
 // groupChunk is splitChunk (SIMD) for heads query heads h0.. of one row
 // that share the view's KV head, with q their queries (heads × hd): chunk
 // c of the split keys, tile by tile, every head's online softmax and F16
@@ -545,10 +551,13 @@ func (w *faWork) groupChunk(q []float32, h0, heads, pos, nKV, c int, o *faOpts, 
 	}
 	np := hd &^ (faF16Step - 1)
 	w.scratch(faGroupTile)
+	if len(w.gcoef) < heads*2*faGroupTile {
+		w.gcoef = make([]float32, heads*2*faGroupTile)
+	}
 	for t0 := lo; t0 < hi; t0 += faGroupTile {
 		t1 := min(hi, t0+faGroupTile)
 		n := t1 - t0
-		sc, coef := w.sc[:n], w.coef[:2*n]
+		sc := w.sc[:n]
 		for g := range heads {
 			qf := gq[g*hd : (g+1)*hd]
 			if np < hd {
@@ -570,14 +579,31 @@ func (w *faWork) groupChunk(q []float32, h0, heads, pos, nKV, c int, o *faOpts, 
 				}
 				t += run
 			}
+			coef := w.gcoef[g*2*faGroupTile : g*2*faGroupTile+2*n]
 			w.gm[g], w.gs[g] = onlineCoefs(sc, coef, w.newMax[:n], w.gm[g], w.gs[g], o, true)
-			acc := gacc[g*hd : (g+1)*hd]
-			for t := t0; t < t1; {
-				run := pageRun(t, t1)
-				vr := rows(t, run, 1)
-				faMadF16(&acc[0], &vr[0], stride, &coef[2*(t-t0)], run, hd)
-				t += run
+		}
+		// The values, each page's rows widened once for up to three
+		// heads at a time (faMadF16x3, x2; faMadF16 for one).
+		for t := t0; t < t1; {
+			run := pageRun(t, t1)
+			vr := rows(t, run, 1)
+			for g := 0; g < heads; {
+				k := min(3, heads-g)
+				if heads-g == 4 {
+					k = 2 // 2+2 rather than 3+1
+				}
+				acc, coef := &gacc[g*hd], &w.gcoef[g*faMadCoefStride/4+2*(t-t0)]
+				switch k {
+				case 3:
+					faMadF16x3(acc, hd*2, &vr[0], stride, coef, run, hd)
+				case 2:
+					faMadF16x2(acc, hd*2, &vr[0], stride, coef, run, hd)
+				default:
+					faMadF16(acc, &vr[0], stride, coef, run, hd)
+				}
+				g += k
 			}
+			t += run
 		}
 	}
 	for g := range heads {

@@ -212,20 +212,34 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	// softmax states in parts; a second loop merges each row's chunks in
 	// chunk order, so the bits depend on neither the thread count nor
 	// which thread ran which chunk.
+	//
+	// On the SIMD path a split row's query heads that share a KV head
+	// (grouped-query attention) are one work item per chunk: they go
+	// through the chunk's keys together, a tile at a time, so each key
+	// and value is read from memory once for the group rather than once
+	// a head (a long cache does not fit in the caches). Each head's
+	// arithmetic, and so its bits, is the per-head item's.
 	var items []faItem
-	var firsts []int // the items of split rows' first chunks
+	var merges []faItem // one per split (row, head): where its chunks' parts start
 	nSplit := 0
 	for _, i := range rest {
 		pos := int(r.row(i, kernels.IORowPos))
 		split := !tiled(i) && !flag(i, kernels.RowPrompt) && faNKV(pos) >= faSplitMinKV
+		grouped := split && simd && group > 1
 		for h := range nHead {
 			if !split {
 				items = append(items, faItem{row: int32(i), head: int32(h), chunk: -1})
 				continue
 			}
-			firsts = append(firsts, len(items))
-			for c := range faSplitChunks {
-				items = append(items, faItem{row: int32(i), head: int32(h), chunk: int8(c), part: int32(nSplit*faSplitChunks + c)})
+			merges = append(merges, faItem{row: int32(i), head: int32(h), part: int32(nSplit * faSplitChunks)})
+			if !grouped || h%group == 0 {
+				heads := int8(1)
+				if grouped {
+					heads = int8(min(group, 127))
+				}
+				for c := range faSplitChunks {
+					items = append(items, faItem{row: int32(i), head: int32(h), chunk: int8(c), heads: heads, part: int32(nSplit*faSplitChunks + c)})
+				}
 			}
 			nSplit++
 		}
@@ -251,6 +265,13 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
 			switch {
+			case it.chunk >= 0 && it.heads > 1:
+				heads := int(it.heads)
+				w.groupChunk(q[(i*nHead+h)*hd:(i*nHead+h+heads)*hd], h, heads, pos, faNKV(pos), int(it.chunk), &o,
+					func(g int) []float32 {
+						at := int(it.part) + g*faSplitChunks // head h+g's part of this chunk
+						return parts[at*partLen : (at+1)*partLen]
+					})
 			case it.chunk >= 0:
 				p := parts[int(it.part)*partLen : int(it.part+1)*partLen]
 				p[0], p[1] = w.splitChunk(qh, p[2:], h, pos, faNKV(pos), int(it.chunk), &o, cache)
@@ -272,8 +293,7 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	return a.Pool.For(nSplit, 1, func(_, lo, hi int) {
 		w := getFaWork(hd)
 		defer faWorkPool.Put(w)
-		for _, k := range firsts[lo:hi] {
-			it := items[k]
+		for _, it := range merges[lo:hi] {
 			i, h := int(it.row), int(it.head)
 			p := parts[int(it.part)*partLen : int(it.part+faSplitChunks)*partLen]
 			w.merge(p, partLen, y[(i*nHead+h)*hd:(i*nHead+h+1)*hd])
@@ -283,11 +303,14 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 
 // faItem is one work item of attend: query head head of row row, and
 // for a split decode row one chunk of its cache and where its partial
-// state goes (chunk -1: the whole row).
+// state goes (chunk -1: the whole row). heads > 1: the item is that
+// chunk for heads query heads from head on, which share a KV head; head
+// head+g's partial state goes g*faSplitChunks parts after part.
 type faItem struct {
 	row, head int32
 	part      int32
 	chunk     int8
+	heads     int8
 }
 
 // faNKV is the cache view ggml attends over for a query at pos: the used
@@ -347,6 +370,14 @@ type faWork struct {
 	sc     []float32
 	coef   []float32
 	newMax []bool
+
+	// groupChunk's state of each head of the group: the widened F16
+	// queries, the F16 accumulators, the running maxima and sums.
+	gq     []float32
+	gacc   []uint16
+	gm, gs []float32
+	gcoef  []float32 // each head's (ms, vs) of a tile, faMadCoefStride bytes apart
+	pages  []int     // byte offsets of a chunk's pages' keys
 }
 
 // oneChunk is the online-softmax loop of ggml's one_chunk kernel over keys
@@ -387,57 +418,204 @@ func (w *faWork) oneChunk(lo, hi int, o *faOpts, cache func(which, t int) []uint
 // maximum and sum in Go (expf is libm's), then the F16 accumulator
 // updates, page by page.
 func (w *faWork) oneChunkSIMD(lo, hi int, o *faOpts) (m, s float32) {
-	v := &w.view
-	hd, n := v.hd, hi-lo
+	n := hi - lo
 	if n <= 0 {
 		clear(w.acc16)
 		return float32(math.Inf(-1)), 0
 	}
-	np := hd &^ (faF16Step - 1)
+	w.scratch(n)
+	sc, coef := w.sc[:n], w.coef[:2*n]
+	faCvtRows(&w.qf[0], &w.q16[0], 0, w.view.hd, 1) // the F16 query, widened once
+	w.scores(w.qf, w.q16, lo, hi, hi, sc)
+	m, s = onlineCoefs(sc, coef, w.newMax[:n], float32(math.Inf(-1)), 0, o, true)
+	clear(w.acc16)
+	w.mad(w.acc16, lo, hi, coef)
+	return m, s
+}
+
+// scratch makes room in w.sc, w.coef and w.newMax for n keys.
+func (w *faWork) scratch(n int) {
 	if cap(w.sc) < n {
 		w.sc = make([]float32, n+n/2)
 		w.coef = make([]float32, 2*len(w.sc))
 		w.newMax = make([]bool, len(w.sc))
 	}
-	sc, coef := w.sc[:n], w.coef[:2*n]
+}
+
+// scores writes to sc the raw dot products (ggml_vec_dot_f16) of the
+// query (q16 in F16, qf widened) with the view's keys lo..hi-1, page by
+// page; the keys up to prefetchHi are prefetched a page ahead.
+func (w *faWork) scores(qf []float32, q16 []uint16, lo, hi, prefetchHi int, sc []float32) {
+	v := &w.view
+	hd := v.hd
+	np := hd &^ (faF16Step - 1)
 	stride := v.kvDim * 2
-	faCvtRows(&w.qf[0], &w.q16[0], 0, hd, 1) // the F16 query, widened once
 	k := v.run(0, lo, pageRun(lo, hi))
 	for t := lo; t < hi; {
 		run := pageRun(t, hi)
 		next := k // where the next page's keys are, to prefetch
-		if t+run < hi {
-			next = v.run(0, t+run, pageRun(t+run, hi))
+		if t+run < prefetchHi {
+			next = v.run(0, t+run, pageRun(t+run, prefetchHi))
 		}
 		out := sc[t-lo : t-lo+run]
 		if np > 0 {
-			faDotF16Keys(&k[0], stride, &w.qf[0], np, run, &out[0], kernels.KVPageTokens*stride, &next[0])
+			faDotF16Keys(&k[0], stride, &qf[0], np, run, &out[0], kernels.KVPageTokens*stride, &next[0])
 		}
 		if np < hd {
-			// ggml's scalar tail, summed in float64 after the groups.
-			for j := range out {
-				var sum float64
-				if np > 0 {
-					sum = float64(out[j])
-				}
-				kr := k[j*v.kvDim : j*v.kvDim+hd]
-				for d := np; d < hd; d++ {
-					sum += float64(quant.F16ToF32(kr[d]) * quant.F16ToF32(w.q16[d]))
-				}
-				out[j] = float32(sum)
-			}
+			scoreTail(out, k, q16, np, v.kvDim)
 		}
-		t, k = t+run, next
+		t = t + run
+		if t < hi {
+			k = v.run(0, t, pageRun(t, hi))
+		}
 	}
-	m, s = onlineCoefs(sc, coef, w.newMax[:n], float32(math.Inf(-1)), 0, o, true)
-	clear(w.acc16)
+}
+
+// scoreTail finishes the dot products out of the keys at k (rows kvDim
+// apart) with the F16 query q16 past their first np elements: ggml's
+// scalar tail, summed in float64 after the groups.
+func scoreTail(out []float32, k, q16 []uint16, np, kvDim int) {
+	hd := len(q16)
+	for j := range out {
+		var sum float64
+		if np > 0 {
+			sum = float64(out[j])
+		}
+		kr := k[j*kvDim : j*kvDim+hd]
+		for d := np; d < hd; d++ {
+			sum += float64(quant.F16ToF32(kr[d]) * quant.F16ToF32(q16[d]))
+		}
+		out[j] = float32(sum)
+	}
+}
+
+// mad adds the view's values lo..hi-1 to the F16 accumulator acc16 with
+// their (ms, vs) coefficients coef (ggml_vec_scale_f16, ggml_vec_mad_f16),
+// page by page.
+func (w *faWork) mad(acc16 []uint16, lo, hi int, coef []float32) {
+	v := &w.view
 	for t := lo; t < hi; {
 		run := pageRun(t, hi)
 		vr := v.run(1, t, run)
-		faMadF16(&w.acc16[0], &vr[0], stride, &coef[2*(t-lo)], run, hd)
+		faMadF16(&acc16[0], &vr[0], v.kvDim*2, &coef[2*(t-lo)], run, v.hd)
 		t += run
 	}
-	return m, s
+}
+
+// faGroupTile is how many keys groupChunk takes at a time: a tile's keys
+// and values (32 KiB each at head size 64) stay in the core's cache
+// while every query head of the group goes through them. A multiple of
+// 8 and of the page size, so that onlineCoefs takes the same keys
+// through expfs as on the whole range (the same bits either way).
+const faGroupTile = 256
+
+// faMadCoefStride is the bytes from one head's coefficients to the next
+// head's that faMadF16x2 and faMadF16x3 take (w.gcoef's layout: 2 floats
+// a key of a tile); kernels/cpu/gen writes it into them.
+const faMadCoefStride = 2 * faGroupTile * 4
+
+// groupChunk is splitChunk (SIMD) for heads query heads h0.. of one row
+// that share the view's KV head, with q their queries (heads × hd): chunk
+// c of the split keys, tile by tile, every head's online softmax and F16
+// accumulator carried from tile to tile, which gives each head the bits
+// of its own splitChunk. Head h0+g's M, S and F32 accumulator go to
+// part(g). The chunk's pages are located once, not once a head.
+func (w *faWork) groupChunk(q []float32, h0, heads, pos, nKV, c int, o *faOpts, part func(g int) []float32) {
+	v := &w.view
+	hd, stride := v.hd, v.kvDim*2
+	chunk := (nKV + faSplitChunks - 1) / faSplitChunks
+	lo := max(c*chunk, o.first(pos))
+	hi := min(c*chunk+chunk, nKV, pos+1) // keys past pos are masked out
+	if len(w.gq) < heads*hd {
+		w.gq, w.gacc = make([]float32, heads*hd), make([]uint16, heads*hd)
+		w.gm, w.gs = make([]float32, heads), make([]float32, heads)
+	}
+	gq, gacc := w.gq[:heads*hd], w.gacc[:heads*hd]
+	clear(gacc)
+	for g := range heads {
+		toF16(w.q16, q[g*hd:(g+1)*hd])
+		faCvtRows(&gq[g*hd], &w.q16[0], 0, hd, 1)
+		w.gm[g], w.gs[g] = float32(math.Inf(-1)), 0
+	}
+	// Where each page's keys of this layer and KV head start (its values
+	// follow the page's keys of the layer).
+	p0 := lo / kernels.KVPageTokens
+	w.pages = w.pages[:0]
+	for t := p0 * kernels.KVPageTokens; t < hi; t += kernels.KVPageTokens {
+		w.pages = append(w.pages, kvOffset(v.r.page(v.slot, t), v.layer, v.nLayer, v.kvDim, 0, 0)+v.off)
+	}
+	vRun := kernels.KVPageTokens * stride // keys to values, in bytes
+	rows := func(t, n, which int) []uint16 {
+		off := w.pages[t/kernels.KVPageTokens-p0] + which*vRun + t%kernels.KVPageTokens*stride
+		return u16s(v.kv[off : off+((n-1)*v.kvDim+hd)*2])
+	}
+	np := hd &^ (faF16Step - 1)
+	w.scratch(faGroupTile)
+	if len(w.gcoef) < heads*2*faGroupTile {
+		w.gcoef = make([]float32, heads*2*faGroupTile)
+	}
+	for t0 := lo; t0 < hi; t0 += faGroupTile {
+		t1 := min(hi, t0+faGroupTile)
+		n := t1 - t0
+		sc := w.sc[:n]
+		for g := range heads {
+			qf := gq[g*hd : (g+1)*hd]
+			if np < hd {
+				toF16(w.q16, qf) // the scalar tail reads the F16 query (qf holds its exact values)
+			}
+			for t := t0; t < t1; {
+				run := pageRun(t, t1)
+				k := rows(t, run, 0)
+				next := k // the next page's keys, to prefetch
+				if nt := (t/kernels.KVPageTokens + 1) * kernels.KVPageTokens; nt < hi {
+					next = rows(nt, 1, 0)
+				}
+				out := sc[t-t0 : t-t0+run]
+				if np > 0 {
+					faDotF16Keys(&k[0], stride, &qf[0], np, run, &out[0], vRun, &next[0])
+				}
+				if np < hd {
+					scoreTail(out, k, w.q16[:hd], np, v.kvDim)
+				}
+				t += run
+			}
+			coef := w.gcoef[g*2*faGroupTile : g*2*faGroupTile+2*n]
+			w.gm[g], w.gs[g] = onlineCoefs(sc, coef, w.newMax[:n], w.gm[g], w.gs[g], o, true)
+		}
+		// The values, each page's rows widened once for up to three
+		// heads at a time (faMadF16x3, x2; faMadF16 for one).
+		for t := t0; t < t1; {
+			run := pageRun(t, t1)
+			vr := rows(t, run, 1)
+			for g := 0; g < heads; {
+				k := min(3, heads-g)
+				if heads-g == 4 {
+					k = 2 // 2+2 rather than 3+1
+				}
+				acc, coef := &gacc[g*hd], &w.gcoef[g*faMadCoefStride/4+2*(t-t0)]
+				switch k {
+				case 3:
+					faMadF16x3(acc, hd*2, &vr[0], stride, coef, run, hd)
+				case 2:
+					faMadF16x2(acc, hd*2, &vr[0], stride, coef, run, hd)
+				default:
+					faMadF16(acc, &vr[0], stride, coef, run, hd)
+				}
+				g += k
+			}
+			t += run
+		}
+	}
+	for g := range heads {
+		p := part(g)
+		for d, x := range gacc[g*hd : (g+1)*hd] {
+			p[2+d] = quant.F16ToF32(x)
+		}
+		p[0], p[1] = w.gm[g], w.gs[g]
+		if c == 0 {
+			p[0], p[1] = o.sink(h0+g, p[0], p[1], p[2:])
+		}
+	}
 }
 
 // splitChunk is chunk c of ggml's split-KV path for one query row over

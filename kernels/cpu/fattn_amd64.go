@@ -20,6 +20,12 @@ func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, p
 func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int)
 
 //go:noescape
+func faMadF16x2(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int)
+
+//go:noescape
+func faMadF16x3(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int)
+
+//go:noescape
 func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)
 
 //go:noescape

@@ -199,6 +199,383 @@ maddone:
 	VZEROUPPER
 	RET
 
+// func faMadF16x2(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int)
+// func faMadF16x3(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int)
+//
+// faMadF16 for two or three query heads over the same value rows: head
+// h's F16 accumulator at acc+h*accStride bytes and its coefficients at
+// coef+h*faMadCoefStride bytes. Each value row is widened once for all
+// the heads, whose accumulators are independent chains; every head's
+// operations and their order are faMadF16's, so are its bits.
+TEXT ·faMadF16x2(SB), NOSPLIT, $0-56
+	MOVQ  acc+0(FP), DI
+	MOVQ  accStride+8(FP), R10
+	MOVQ  v+16(FP), SI
+	MOVQ  vstride+24(FP), R8
+	MOVQ  coef+32(FP), DX
+	MOVQ  n+40(FP), R11
+	MOVQ  hd+48(FP), R9
+	MOVL  $0x3f800000, AX
+	VMOVD AX, X15
+
+mh2c4:
+	CMPQ      R9, $64
+	JLT       mh2c1
+	LEAQ      (DI)(R10*1), R12
+	LEAQ      (DI)(R10*2), R13
+	VCVTPH2PS (DI), Z0
+	VCVTPH2PS 32(DI), Z1
+	VCVTPH2PS 64(DI), Z2
+	VCVTPH2PS 96(DI), Z3
+	VCVTPH2PS (R12), Z4
+	VCVTPH2PS 32(R12), Z5
+	VCVTPH2PS 64(R12), Z6
+	VCVTPH2PS 96(R12), Z7
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX
+
+mh2c4key:
+	VMOVSS   (BX), X22
+	VUCOMISS X15, X22
+	JNE      mh2c4scale0
+
+mh2c4mad0:
+	VMOVSS   2048(BX), X22
+	VUCOMISS X15, X22
+	JNE      mh2c4scale1
+
+mh2c4mad1:
+	VCVTPH2PS    (AX), Z16
+	VCVTPH2PS    32(AX), Z17
+	VCVTPH2PS    64(AX), Z18
+	VCVTPH2PS    96(AX), Z19
+	VBROADCASTSS 4(BX), Z20
+	VFMADD231PS  Z20, Z16, Z0
+	VFMADD231PS  Z20, Z17, Z1
+	VFMADD231PS  Z20, Z18, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	F16RT(Z0, Y24)
+	F16RT(Z1, Y25)
+	F16RT(Z2, Y26)
+	F16RT(Z3, Y27)
+	VBROADCASTSS 2052(BX), Z20
+	VFMADD231PS  Z20, Z16, Z4
+	VFMADD231PS  Z20, Z17, Z5
+	VFMADD231PS  Z20, Z18, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	F16RT(Z4, Y28)
+	F16RT(Z5, Y29)
+	F16RT(Z6, Y30)
+	F16RT(Z7, Y31)
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX
+	JNZ          mh2c4key
+
+	VCVTPS2PH $0, Z0, (DI)
+	VCVTPS2PH $0, Z1, 32(DI)
+	VCVTPS2PH $0, Z2, 64(DI)
+	VCVTPS2PH $0, Z3, 96(DI)
+	VCVTPS2PH $0, Z4, (R12)
+	VCVTPS2PH $0, Z5, 32(R12)
+	VCVTPS2PH $0, Z6, 64(R12)
+	VCVTPS2PH $0, Z7, 96(R12)
+	ADDQ      $128, DI
+	ADDQ      $128, SI
+	SUBQ      $64, R9
+	JMP       mh2c4
+
+mh2c4scale0:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z0, Z0
+	VMULPS       Z21, Z1, Z1
+	VMULPS       Z21, Z2, Z2
+	VMULPS       Z21, Z3, Z3
+	F16RT(Z0, Y24)
+	F16RT(Z1, Y25)
+	F16RT(Z2, Y26)
+	F16RT(Z3, Y27)
+	JMP          mh2c4mad0
+
+mh2c4scale1:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z4, Z4
+	VMULPS       Z21, Z5, Z5
+	VMULPS       Z21, Z6, Z6
+	VMULPS       Z21, Z7, Z7
+	F16RT(Z4, Y28)
+	F16RT(Z5, Y29)
+	F16RT(Z6, Y30)
+	F16RT(Z7, Y31)
+	JMP          mh2c4mad1
+
+mh2c1:
+	CMPQ      R9, $16
+	JLT       mh2done
+	LEAQ      (DI)(R10*1), R12
+	LEAQ      (DI)(R10*2), R13
+	VCVTPH2PS (DI), Z0
+	VCVTPH2PS (R12), Z1
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX
+
+mh2c1key:
+	VMOVSS   (BX), X22
+	VUCOMISS X15, X22
+	JNE      mh2c1scale0
+
+mh2c1mad0:
+	VMOVSS   2048(BX), X22
+	VUCOMISS X15, X22
+	JNE      mh2c1scale1
+
+mh2c1mad1:
+	VCVTPH2PS    (AX), Z16
+	VBROADCASTSS 4(BX), Z20
+	VFMADD231PS  Z20, Z16, Z0
+	F16RT(Z0, Y24)
+	VBROADCASTSS 2052(BX), Z20
+	VFMADD231PS  Z20, Z16, Z1
+	F16RT(Z1, Y25)
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX
+	JNZ          mh2c1key
+
+	VCVTPS2PH $0, Z0, (DI)
+	VCVTPS2PH $0, Z1, (R12)
+	ADDQ      $32, DI
+	ADDQ      $32, SI
+	SUBQ      $16, R9
+	JMP       mh2c1
+
+mh2c1scale0:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z0, Z0
+	F16RT(Z0, Y24)
+	JMP          mh2c1mad0
+
+mh2c1scale1:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z1, Z1
+	F16RT(Z1, Y25)
+	JMP          mh2c1mad1
+
+mh2done:
+	VZEROUPPER
+	RET
+TEXT ·faMadF16x3(SB), NOSPLIT, $0-56
+	MOVQ  acc+0(FP), DI
+	MOVQ  accStride+8(FP), R10
+	MOVQ  v+16(FP), SI
+	MOVQ  vstride+24(FP), R8
+	MOVQ  coef+32(FP), DX
+	MOVQ  n+40(FP), R11
+	MOVQ  hd+48(FP), R9
+	MOVL  $0x3f800000, AX
+	VMOVD AX, X15
+
+mh3c4:
+	CMPQ      R9, $64
+	JLT       mh3c1
+	LEAQ      (DI)(R10*1), R12
+	LEAQ      (DI)(R10*2), R13
+	VCVTPH2PS (DI), Z0
+	VCVTPH2PS 32(DI), Z1
+	VCVTPH2PS 64(DI), Z2
+	VCVTPH2PS 96(DI), Z3
+	VCVTPH2PS (R12), Z4
+	VCVTPH2PS 32(R12), Z5
+	VCVTPH2PS 64(R12), Z6
+	VCVTPH2PS 96(R12), Z7
+	VCVTPH2PS (R13), Z8
+	VCVTPH2PS 32(R13), Z9
+	VCVTPH2PS 64(R13), Z10
+	VCVTPH2PS 96(R13), Z11
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX
+
+mh3c4key:
+	VMOVSS   (BX), X22
+	VUCOMISS X15, X22
+	JNE      mh3c4scale0
+
+mh3c4mad0:
+	VMOVSS   2048(BX), X22
+	VUCOMISS X15, X22
+	JNE      mh3c4scale1
+
+mh3c4mad1:
+	VMOVSS   4096(BX), X22
+	VUCOMISS X15, X22
+	JNE      mh3c4scale2
+
+mh3c4mad2:
+	VCVTPH2PS    (AX), Z16
+	VCVTPH2PS    32(AX), Z17
+	VCVTPH2PS    64(AX), Z18
+	VCVTPH2PS    96(AX), Z19
+	VBROADCASTSS 4(BX), Z20
+	VFMADD231PS  Z20, Z16, Z0
+	VFMADD231PS  Z20, Z17, Z1
+	VFMADD231PS  Z20, Z18, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	F16RT(Z0, Y24)
+	F16RT(Z1, Y25)
+	F16RT(Z2, Y26)
+	F16RT(Z3, Y27)
+	VBROADCASTSS 2052(BX), Z20
+	VFMADD231PS  Z20, Z16, Z4
+	VFMADD231PS  Z20, Z17, Z5
+	VFMADD231PS  Z20, Z18, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	F16RT(Z4, Y28)
+	F16RT(Z5, Y29)
+	F16RT(Z6, Y30)
+	F16RT(Z7, Y31)
+	VBROADCASTSS 4100(BX), Z20
+	VFMADD231PS  Z20, Z16, Z8
+	VFMADD231PS  Z20, Z17, Z9
+	VFMADD231PS  Z20, Z18, Z10
+	VFMADD231PS  Z20, Z19, Z11
+	F16RT(Z8, Y24)
+	F16RT(Z9, Y25)
+	F16RT(Z10, Y26)
+	F16RT(Z11, Y27)
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX
+	JNZ          mh3c4key
+
+	VCVTPS2PH $0, Z0, (DI)
+	VCVTPS2PH $0, Z1, 32(DI)
+	VCVTPS2PH $0, Z2, 64(DI)
+	VCVTPS2PH $0, Z3, 96(DI)
+	VCVTPS2PH $0, Z4, (R12)
+	VCVTPS2PH $0, Z5, 32(R12)
+	VCVTPS2PH $0, Z6, 64(R12)
+	VCVTPS2PH $0, Z7, 96(R12)
+	VCVTPS2PH $0, Z8, (R13)
+	VCVTPS2PH $0, Z9, 32(R13)
+	VCVTPS2PH $0, Z10, 64(R13)
+	VCVTPS2PH $0, Z11, 96(R13)
+	ADDQ      $128, DI
+	ADDQ      $128, SI
+	SUBQ      $64, R9
+	JMP       mh3c4
+
+mh3c4scale0:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z0, Z0
+	VMULPS       Z21, Z1, Z1
+	VMULPS       Z21, Z2, Z2
+	VMULPS       Z21, Z3, Z3
+	F16RT(Z0, Y24)
+	F16RT(Z1, Y25)
+	F16RT(Z2, Y26)
+	F16RT(Z3, Y27)
+	JMP          mh3c4mad0
+
+mh3c4scale1:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z4, Z4
+	VMULPS       Z21, Z5, Z5
+	VMULPS       Z21, Z6, Z6
+	VMULPS       Z21, Z7, Z7
+	F16RT(Z4, Y28)
+	F16RT(Z5, Y29)
+	F16RT(Z6, Y30)
+	F16RT(Z7, Y31)
+	JMP          mh3c4mad1
+
+mh3c4scale2:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z8, Z8
+	VMULPS       Z21, Z9, Z9
+	VMULPS       Z21, Z10, Z10
+	VMULPS       Z21, Z11, Z11
+	F16RT(Z8, Y24)
+	F16RT(Z9, Y25)
+	F16RT(Z10, Y26)
+	F16RT(Z11, Y27)
+	JMP          mh3c4mad2
+
+mh3c1:
+	CMPQ      R9, $16
+	JLT       mh3done
+	LEAQ      (DI)(R10*1), R12
+	LEAQ      (DI)(R10*2), R13
+	VCVTPH2PS (DI), Z0
+	VCVTPH2PS (R12), Z1
+	VCVTPH2PS (R13), Z2
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX
+
+mh3c1key:
+	VMOVSS   (BX), X22
+	VUCOMISS X15, X22
+	JNE      mh3c1scale0
+
+mh3c1mad0:
+	VMOVSS   2048(BX), X22
+	VUCOMISS X15, X22
+	JNE      mh3c1scale1
+
+mh3c1mad1:
+	VMOVSS   4096(BX), X22
+	VUCOMISS X15, X22
+	JNE      mh3c1scale2
+
+mh3c1mad2:
+	VCVTPH2PS    (AX), Z16
+	VBROADCASTSS 4(BX), Z20
+	VFMADD231PS  Z20, Z16, Z0
+	F16RT(Z0, Y24)
+	VBROADCASTSS 2052(BX), Z20
+	VFMADD231PS  Z20, Z16, Z1
+	F16RT(Z1, Y25)
+	VBROADCASTSS 4100(BX), Z20
+	VFMADD231PS  Z20, Z16, Z2
+	F16RT(Z2, Y26)
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX
+	JNZ          mh3c1key
+
+	VCVTPS2PH $0, Z0, (DI)
+	VCVTPS2PH $0, Z1, (R12)
+	VCVTPS2PH $0, Z2, (R13)
+	ADDQ      $32, DI
+	ADDQ      $32, SI
+	SUBQ      $16, R9
+	JMP       mh3c1
+
+mh3c1scale0:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z0, Z0
+	F16RT(Z0, Y24)
+	JMP          mh3c1mad0
+
+mh3c1scale1:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z1, Z1
+	F16RT(Z1, Y25)
+	JMP          mh3c1mad1
+
+mh3c1scale2:
+	VBROADCASTSS X22, Z21
+	VMULPS       Z21, Z2, Z2
+	F16RT(Z2, Y26)
+	JMP          mh3c1mad2
+
+mh3done:
+	VZEROUPPER
+	RET
+
 // func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
 //
 // faMadF16 for Q8_0 value rows and an F32 accumulator (VKQ32): for each

@@ -9,9 +9,15 @@ func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, p
 	panic("no SIMD")
 }
 func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int) { panic("no SIMD") }
-func faCvtRows(dst *float32, src *uint16, sstride, hd, n int)                { panic("no SIMD") }
-func expfs(x *float32, n int)                                                { panic("no SIMD") }
-func faTransposeTile(dst, src *float32, hd int)                              { panic("no SIMD") }
+func faMadF16x2(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int) {
+	panic("no SIMD")
+}
+func faMadF16x3(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int) {
+	panic("no SIMD")
+}
+func faCvtRows(dst *float32, src *uint16, sstride, hd, n int) { panic("no SIMD") }
+func expfs(x *float32, n int)                                 { panic("no SIMD") }
+func faTransposeTile(dst, src *float32, hd int)               { panic("no SIMD") }
 func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32 {
 	panic("no SIMD")
 }

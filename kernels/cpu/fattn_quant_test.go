@@ -415,13 +415,21 @@ func TestRotateSIMD(t *testing.T) {
 }
 
 // BenchmarkFlashAttnDecode times one decode row's attention (the 110M
-// shape's heads) over 8192 cached positions: the split-KV path for F16,
-// one_chunk for Q8_0.
+// shape's heads, with 12 KV heads and with 2 as zrtc synth makes it)
+// over 8192 and 32768 cached positions: the split-KV path for F16 (per
+// query head, or per group of heads sharing a KV head), one_chunk for
+// Q8_0.
 func BenchmarkFlashAttnDecode(b *testing.B) {
-	for _, kt := range []kernels.KVTypes{kernels.F16KV, {K: ggml.Q8_0, V: ggml.Q8_0}} {
-		b.Run(kt.String(), func(b *testing.B) {
-			const n = 8192
-			c := quantCase{kt: kt, hd: 64, nHead: 12, nHeadKV: 12, n: n}
+	for _, bc := range []struct {
+		kt         kernels.KVTypes
+		nHeadKV, n int
+	}{
+		{kernels.F16KV, 12, 8192}, {kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}, 12, 8192},
+		{kernels.F16KV, 2, 8192}, {kernels.F16KV, 2, 32768},
+	} {
+		b.Run(fmt.Sprintf("%v/kv%d/n%d", bc.kt, bc.nHeadKV, bc.n), func(b *testing.B) {
+			kt, n := bc.kt, bc.n
+			c := quantCase{kt: kt, hd: 64, nHead: 12, nHeadKV: bc.nHeadKV, n: n}
 			rng := rand.New(rand.NewSource(1))
 			f := newQuantFixture(b, c, rng)
 			q := make([]float32, c.nHead*c.hd)

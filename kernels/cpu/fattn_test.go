@@ -154,6 +154,18 @@ func TestFlashAttnSIMD(t *testing.T) {
 			faCase{hd: hd, nHead: 8, nHeadKV: 2, rows: 96, start: []int{250}, window: 128, sinks: true},
 		)
 	}
+	// Split decode rows whose query heads share a KV head run as one item
+	// a group, tile by tile (groupChunk): chunks of several tiles, a
+	// ragged last tile, head sizes with a scalar tail, a window starting
+	// inside a tile, soft-capping and sinks.
+	cases = append(cases,
+		faCase{hd: 64, nHead: 12, nHeadKV: 2, rows: 1, start: []int{3000}},
+		faCase{hd: 80, nHead: 6, nHeadKV: 2, rows: 1, start: []int{1500}},
+		faCase{hd: 128, nHead: 8, nHeadKV: 1, rows: 2, start: []int{1100, 2600}},
+		faCase{hd: 64, nHead: 4, nHeadKV: 2, rows: 1, start: []int{2000}, window: 900, softcap: 30, sinks: true},
+		faCase{hd: 64, nHead: 10, nHeadKV: 2, rows: 1, start: []int{1000}}, // groups of 5: three heads, then two
+		faCase{hd: 48, nHead: 8, nHeadKV: 2, rows: 1, start: []int{900}},   // groups of 4: two and two, 16-wide columns only
+	)
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%d_hd%d_h%d-%d_rows%d_start%v_w%d_cap%v_sinks%v", i, c.hd, c.nHead, c.nHeadKV, c.rows, c.start, c.window, c.softcap, c.sinks), func(t *testing.T) {
 			want := runFA(t, c, false, int64(i))

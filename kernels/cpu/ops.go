@@ -219,16 +219,38 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 		})
 	}
 	if nact < rows {
+		// Some rows (those that want logits, say): each worker finds an
+		// active row's destination once per contiguous run rather than
+		// once per product, and reads the loop's values from its own
+		// copies: the closures and captured variables live on the
+		// caller's stack, which the caller's own thread keeps writing
+		// while it runs its share.
 		return a.Pool.For(n, 16, func(_, lo, hi int) {
+			t, k, w, wb, xq, xb, bias, act := t, k, w, wb, xq, xb, bias, active
+			type run struct {
+				d    []float32 // row's outputs from feature base on
+				base int
+			}
+			var runsBuf [64]run
+			runs := runsBuf[:0]
+			if len(act) > len(runsBuf) {
+				runs = make([]run, 0, len(act))
+			}
+			for _, i := range act {
+				runs = append(runs, run{dst(i, lo), lo})
+			}
 			for j := lo; j < hi; j++ {
 				wr := w[j*wb : (j+1)*wb]
-				for ai := 0; ai < nact; ai++ {
-					i := row(ai)
+				for ai, i := range act {
 					v := quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb])
 					if bias != nil {
 						v += bias[j]
 					}
-					dst(i, j)[0] = v
+					rn := &runs[ai]
+					if j-rn.base >= len(rn.d) {
+						rn.d, rn.base = dst(i, j), j
+					}
+					rn.d[j-rn.base] = v
 				}
 			}
 		})

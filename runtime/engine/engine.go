@@ -245,6 +245,15 @@ type Engine struct {
 	rec      *StepRecord // the step's record while logging
 	logged   int         // steps logged
 	stepping sync.Mutex  // one Step at a time
+	// maskWait is how long the step's model waited for the masks of its
+	// device-masked rows (runtime.Batch.MasksReady), for the trace.
+	maskWait time.Duration
+	// masksDue are the device-masked rows whose next masks advance left
+	// to compute: the next step's MasksReady computes them while the
+	// device runs that step (flushMasks, also wherever that step will
+	// not call it), so that starting the goroutines for them costs the
+	// step loop nothing between two replays.
+	masksDue []*decode.Decoder
 }
 
 // request is the engine's state for one Request.
@@ -794,6 +803,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.recordSlots()
 	}
 	if plan.NRows == 0 {
+		e.flushMasks()
 		e.publish(false)
 		return false, nil
 	}
@@ -813,15 +823,23 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		if e.rec != nil {
 			e.rec.Rows, e.rec.Variant = batch.Rows, batch.Key.String()
 		}
+		if batch.MasksReady == nil {
+			e.flushMasks() // due, but of rows this step does not take
+		}
 		at := e.cfg.Now()
+		e.maskWait = 0
 		err = e.m.Step(ctx, batch)
-		parts.launch, parts.replayed = at, e.cfg.Now()
+		parts.launch, parts.replayed, parts.maskWait = at, e.cfg.Now(), e.maskWait
 		replay = parts.replayed.Sub(at)
 		e.cost.observe(replay, prefill)
 		if prefill == 0 {
 			e.specPolicy.observe(len(batch.Rows), replay)
 		}
 	}
+	// A model that failed, or did not ask for the masks (none there
+	// since its MasksReady), leaves them due: their decoders wait for
+	// them.
+	e.flushMasks()
 	if err != nil && e.rec != nil {
 		e.rec.Err = err.Error()
 	}
@@ -867,7 +885,8 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // on this goroutine. (A grammar matcher's Advance only looks up whether
 // the token ends the output, and leaves the walk to MaskNext: when every
 // row's is such, this goroutine advances them all itself and waits for
-// no other.) The same goroutines then compute the rows' next
+// no other, and the next masks wait for the next step's MasksReady,
+// masksDue.) Otherwise the same goroutines then compute the rows' next
 // masks (decode.Decoder.MaskNext) while this one routes the rows and
 // plans the next step, so it starts no goroutine a row for them (each
 // start may wake a thread, a system call on this goroutine's path).
@@ -891,14 +910,12 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 	if cheap {
 		// No walk here: this goroutine advances them all, faster than
 		// others could start, and leaves the masks (and the walks) to
-		// them.
-		var due []*decode.Decoder
+		// the next step's MasksReady, while the device runs it.
 		for i, d := range rows {
 			if d.Advance(srcs[i]) {
-				due = append(due, d)
+				e.masksDue = append(e.masksDue, d)
 			}
 		}
-		maskNext(due)
 		return
 	}
 	due := make([]bool, n)
@@ -939,33 +956,51 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 // zero time: the step did not get that far.
 type stepParts struct {
 	launch, replayed, advanced time.Time
+	// maskWait is the part of the replay the model spent waiting for
+	// the rows' masks (the host computes them while the device runs).
+	maskWait time.Duration
 }
 
-// maskNext computes the rows' next masks (decode.Decoder.MaskNext) on
-// other goroutines, leaving a core to this one, which goes on routing
-// the rows and planning the next step; the step after waits for them
-// (runtime.Batch.MasksReady).
-func maskNext(rows []*decode.Decoder) {
+// flushMasks computes the masks advance left due (masksDue) on this
+// goroutine and others it starts (the first start wakes the rest, so
+// this one pays one wake-up), and returns when all are done. The model
+// calls it from the step's MasksReady, after it launched the step's
+// forward pass, so the starts and the masks take the device's time, not
+// the step loop's; the step calls it itself where no MasksReady will
+// (rows that left the batch, a step that computes nothing or fails),
+// since a decoder whose mask is due waits for it.
+func (e *Engine) flushMasks() {
+	rows := e.masksDue
 	n := len(rows)
 	if n == 0 {
 		return
 	}
-	// The workers read rows after maskNext returns: not reused.
+	defer func() {
+		clear(rows) // the decoders of requests that may end
+		e.masksDue = rows[:0]
+	}()
 	var next atomic.Int64
+	var done sync.WaitGroup
 	work := func() {
 		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 			rows[i].MaskNext()
 		}
 	}
-	workers := max(1, min(goruntime.GOMAXPROCS(0)-1, n))
-	// One goroutine started here, which starts the others: a start may
-	// wake a thread (a system call), and this goroutine then pays one.
-	go func() {
-		for range workers - 1 {
-			go work()
-		}
-		work()
-	}()
+	if helpers := min(goruntime.GOMAXPROCS(0), n) - 1; helpers > 0 {
+		done.Add(helpers)
+		go func() {
+			for range helpers - 1 {
+				go func() {
+					defer done.Done()
+					work()
+				}()
+			}
+			defer done.Done()
+			work()
+		}()
+	}
+	work()
+	done.Wait()
 }
 
 // traceStep records the step that started at start with its plan, split
@@ -1410,12 +1445,15 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})
 	}
 	if len(masked) > 0 {
-		// The masks of the tokens just sampled are still being computed:
-		// the model waits for them after it launched the step.
+		// The masks of the tokens just sampled are still to compute: the
+		// model asks for them after it launched the step.
 		b.MasksReady = func() {
+			at := e.cfg.Now()
+			e.flushMasks()
 			for _, d := range masked {
 				d.MaskReady()
 			}
+			e.maskWait = e.cfg.Now().Sub(at)
 		}
 	}
 	var ok bool

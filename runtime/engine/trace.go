@@ -123,6 +123,9 @@ func (t *tracer) step(n uint64, start time.Time, plan sched.Plan, decodeRows, pr
 		args[p.name] = t.us(p.at) - t.us(from)
 		from = p.at
 	}
+	if parts.maskWait > 0 {
+		args["mask_wait_us"] = float64(parts.maskWait.Nanoseconds()) / 1e3
+	}
 	if err != nil {
 		args["error"] = err.Error()
 	}
@@ -203,6 +206,7 @@ func (e *Engine) traceCounters() {
 func (e *Engine) Close() error {
 	e.stepping.Lock()
 	defer e.stepping.Unlock()
+	e.flushMasks() // a request that still runs may wait for its mask
 	err := e.tr.close()
 	if e.slog != nil {
 		err = errors.Join(err, e.slog.err)

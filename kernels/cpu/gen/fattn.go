@@ -91,6 +91,30 @@ maddone:
 	VZEROUPPER
 	RET
 
+// func faMadF16x2(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int)
+// func faMadF16x3(acc *uint16, accStride int, v *uint16, vstride int, coef *float32, n, hd int)
+//
+// faMadF16 for two or three query heads over the same value rows: head
+// h's F16 accumulator at acc+h*accStride bytes and its coefficients at
+// coef+h*faMadCoefStride bytes. Each value row is widened once for all
+// the heads, whose accumulators are independent chains; every head's
+// operations and their order are faMadF16's, so are its bits.`)
+	for _, heads := range []int{2, 3} {
+		f.Text(fmt.Sprintf("faMadF16x%d", heads), 0, 56)
+		f.Args(asmgen.Arg{Name: "acc", Reg: "DI"}, asmgen.Arg{Name: "accStride", Reg: "R10"}, asmgen.Arg{Name: "v", Reg: "SI"},
+			asmgen.Arg{Name: "vstride", Reg: "R8"}, asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"},
+			asmgen.Arg{Name: "hd", Reg: "R9"})
+		f.Ins("MOVL", "$0x3f800000", "AX")
+		f.Ins("VMOVD", "AX", "X15")
+		done := fmt.Sprintf("mh%ddone", heads)
+		madColsHeads(f, heads, 4, fmt.Sprintf("mh%dc1", heads))
+		madColsHeads(f, heads, 1, done)
+		f.P("\n%s:", done)
+		f.Raw(`
+	VZEROUPPER
+	RET`)
+	}
+	f.Raw(`
 // func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
 //
 // faMadF16 for Q8_0 value rows and an F32 accumulator (VKQ32): for each
@@ -581,4 +605,79 @@ func madPrologue(f *asmgen.File) {
 		asmgen.Arg{Name: "coef", Reg: "DX"}, asmgen.Arg{Name: "n", Reg: "R11"}, asmgen.Arg{Name: "hd", Reg: "R9"})
 	f.Ins("MOVL", "$0x3f800000", "AX")
 	f.Ins("VMOVD", "AX", "X15")
+}
+
+// madCoefStride is how far apart, in bytes, faMadF16x2/x3 find the
+// heads' coefficient arrays: 2 floats a key of a faGroupTile-key tile
+// (kernels/cpu's faMadCoefStride).
+const madCoefStride = 2 * 256 * 4
+
+// madColsHeads writes faMadF16xH's loop over column groups of 16n halves
+// (n = 4 or 1) for heads heads, jumping to next once fewer than 16n
+// columns are left: per group, head h's accumulator in Z(n*h).., the
+// value row widened once into Z16.. for all of them; per key each head
+// is scaled by its ms when that is not 1, then takes its value times vs,
+// rounded to F16 after every step, as madCols does for one head.
+func madColsHeads(f *asmgen.File, heads, n int, next string) {
+	l := fmt.Sprintf("mh%dc%d", heads, n)
+	ptr := []string{"DI", "R12", "R13"}
+	f.P("\n%s:", l)
+	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
+	f.Ins("JLT", next)
+	f.Ins("LEAQ", "(DI)(R10*1)", "R12")
+	f.Ins("LEAQ", "(DI)(R10*2)", "R13")
+	for h := 0; h < heads; h++ {
+		for i := 0; i < n; i++ {
+			f.Ins("VCVTPH2PS", asmgen.Mem(32*i, ptr[h]), z(n*h+i))
+		}
+	}
+	f.Raw(`
+	MOVQ      SI, AX
+	MOVQ      DX, BX
+	MOVQ      R11, CX`)
+	f.P("\n%skey:", l)
+	for h := 0; h < heads; h++ {
+		f.Ins("VMOVSS", asmgen.Mem(madCoefStride*h, "BX"), "X22")
+		f.Ins("VUCOMISS", "X15", "X22")
+		f.Ins("JNE", fmt.Sprintf("%sscale%d", l, h))
+		f.P("\n%smad%d:", l, h)
+	}
+	for i := 0; i < n; i++ {
+		f.Ins("VCVTPH2PS", asmgen.Mem(32*i, "AX"), z(16+i))
+	}
+	for h := 0; h < heads; h++ {
+		f.Ins("VBROADCASTSS", asmgen.Mem(madCoefStride*h+4, "BX"), "Z20")
+		for i := 0; i < n; i++ {
+			f.Ins("VFMADD231PS", "Z20", z(16+i), z(n*h+i))
+		}
+		for i := 0; i < n; i++ {
+			f.P("\tF16RT(Z%d, Y%d)", n*h+i, 24+(n*h+i)%8)
+		}
+	}
+	f.Raw(`
+	ADDQ         R8, AX
+	ADDQ         $8, BX
+	DECQ         CX`)
+	f.Ins("JNZ", l+"key")
+	f.P("")
+	for h := 0; h < heads; h++ {
+		for i := 0; i < n; i++ {
+			f.Ins("VCVTPS2PH", "$0", z(n*h+i), asmgen.Mem(32*i, ptr[h]))
+		}
+	}
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 32*n), "DI")
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 32*n), "SI")
+	f.Ins("SUBQ", fmt.Sprintf("$%d", 16*n), "R9")
+	f.Ins("JMP", l)
+	for h := 0; h < heads; h++ {
+		f.P("\n%sscale%d:", l, h)
+		f.Ins("VBROADCASTSS", "X22", "Z21")
+		for i := 0; i < n; i++ {
+			f.Ins("VMULPS", "Z21", z(n*h+i), z(n*h+i))
+		}
+		for i := 0; i < n; i++ {
+			f.P("\tF16RT(Z%d, Y%d)", n*h+i, 24+(n*h+i)%8)
+		}
+		f.Ins("JMP", fmt.Sprintf("%smad%d", l, h))
+	}
 }

@@ -101,6 +101,7 @@ var api struct {
 	cuStreamSynchronize         func(Stream) Result
 	cuEventCreate               func(*Event, uint32) Result
 	cuEventRecord               func(Event, Stream) Result
+	cuStreamWaitEvent           func(Stream, Event, uint32) Result
 	cuEventQuery                func(Event) Result
 	cuEventDestroy              func(Event) Result
 	cuEventElapsedTime          func(*float32, Event, Event) Result
@@ -153,6 +154,7 @@ var symbols = []struct {
 	{&api.cuStreamSynchronize, "cuStreamSynchronize"},
 	{&api.cuEventCreate, "cuEventCreate"},
 	{&api.cuEventRecord, "cuEventRecord"},
+	{&api.cuStreamWaitEvent, "cuStreamWaitEvent"},
 	{&api.cuEventQuery, "cuEventQuery"},
 	{&api.cuEventDestroy, "cuEventDestroy_v2"},
 	{&api.cuEventElapsedTime, "cuEventElapsedTime"},
@@ -670,6 +672,12 @@ func NewEvent(flags uint32) (Event, error) {
 
 // Record enqueues the event on s.
 func (e Event) Record(s Stream) error { return check("cuEventRecord", api.cuEventRecord(e, s)) }
+
+// WaitEvent makes the work s is given after it wait until e, as last
+// recorded on another stream, has completed, without the host waiting.
+func (s Stream) WaitEvent(e Event) error {
+	return check("cuStreamWaitEvent", api.cuStreamWaitEvent(s, e, 0))
+}
 
 // Query reports whether the event has completed: nil when done, an error
 // for which IsNotReady holds while pending, another error on failure (a

@@ -163,6 +163,11 @@ type Tier struct {
 	// kernels/cuda/family/all_reduce_sum.cuh; a bundle built before has
 	// not).
 	reduceNorms bool
+
+	// oneRow[vi] is the variant RunOneRow replays for the bundle's
+	// variant vi: vi itself, or past the bundle's variants its launches
+	// for one-row bits.
+	oneRow []int
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -320,11 +325,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	for e := range smem {
 		smem[e] = make([]int, len(b.Blobs))
 	}
-	for vi := range g.Variants {
-		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
-		if err != nil {
-			return fmt.Errorf("cuda: variant %d: %w", vi, err)
-		}
+	prepare := func(vi int, ls []Launch) error {
 		for i := range ls {
 			l := &ls[i]
 			if l.Collective != nil {
@@ -340,8 +341,42 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 			}
 			smem[e][l.Kernel] = max(smem[e][l.Kernel], l.Shape.Shared)
 		}
+		return nil
+	}
+	for vi := range g.Variants {
+		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
+		if err != nil {
+			return fmt.Errorf("cuda: variant %d: %w", vi, err)
+		}
+		if err := prepare(vi, ls); err != nil {
+			return err
+		}
 		t.variants = append(t.variants, ls)
 		t.keys = append(t.keys, g.Variants[vi].Key())
+	}
+	// Each decode variant of several rows whose launches for one-row bits
+	// (WalkOneRow) differ from its own gets them as one more variant past
+	// the bundle's, which RunOneRow replays.
+	t.oneRow = make([]int, len(g.Variants))
+	for vi := range g.Variants {
+		t.oneRow[vi] = vi
+		v := &g.Variants[vi]
+		if v.Stage != bundle.StageDecode || v.Rows <= 1 {
+			continue
+		}
+		ls, err := WalkOneRow(v, b.Blobs, mem, t.fence)
+		if err != nil {
+			return fmt.Errorf("cuda: variant %d, one-row bits: %w", vi, err)
+		}
+		if err := prepare(vi, ls); err != nil {
+			return err
+		}
+		if sameLaunches(ls, t.variants[vi]) {
+			continue
+		}
+		t.oneRow[vi] = len(t.variants)
+		t.variants = append(t.variants, ls)
+		t.keys = append(t.keys, v.Key()+" (one-row bits)")
 	}
 	for _, item := range t.omit {
 		if !slices.ContainsFunc(t.variants, func(ls []Launch) bool {
@@ -374,9 +409,14 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	if err := t.initMegakernel(b, mem, opt); err != nil {
 		return err
 	}
-	// Capture up front, so the first step of a request does not pay for
-	// it; variants past the bound are captured when first run.
-	for vi := range min(len(t.variants), t.maxGr) {
+	for len(t.mk) < len(t.variants) { // the one-row variants take the graph path
+		t.mk, t.mkWhy = append(t.mk, nil), append(t.mkWhy, "one-row bits (RunOneRow): the graph path")
+	}
+	// Capture the bundle's variants up front, so the first step of a
+	// request does not pay for it; variants past the bound, and the
+	// one-row variants (only speculative decoding runs them), are
+	// captured when first run.
+	for vi := range min(len(g.Variants), t.maxGr) {
 		if _, err := t.graph(vi); err != nil {
 			return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
 		}
@@ -493,6 +533,37 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		g.took = took
 		return err
 	})
+}
+
+// RunOneRow is Run for a step whose every row must come out bit for bit
+// as it does in a one-row decode step (runtime.Batch.OneRowBits: a
+// speculative verify step, whose rows stand for one-row steps). It
+// replays decode variant vi's launches for one-row bits
+// (kcuda.OneRowShape) where they differ from its own, else vi.
+func (t *Tier) RunOneRow(ctx context.Context, vi int) error {
+	if vi < 0 || vi >= len(t.oneRow) {
+		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.oneRow))
+	}
+	return t.Run(ctx, t.oneRow[vi])
+}
+
+// sameLaunches reports whether two launch lists run the same kernels
+// with the same shapes and parameters.
+func sameLaunches(a, b []Launch) bool {
+	return slices.EqualFunc(a, b, func(x, y Launch) bool {
+		return x.Kernel == y.Kernel && x.Collective == nil && y.Collective == nil && sameShape(x.Shape, y.Shape) &&
+			slices.Equal(x.Params, y.Params)
+	})
+}
+
+// sameShape reports whether two launch shapes are equal, their stage and
+// rest launches too.
+func sameShape(a, b kcuda.Launch) bool {
+	same := func(x, y *kcuda.Launch) bool {
+		return x == nil && y == nil || x != nil && y != nil && sameShape(*x, *y)
+	}
+	return a.Grid == b.Grid && a.Block == b.Block && a.Shared == b.Shared && a.Entry == b.Entry && a.Staged == b.Staged &&
+		same(a.Stage, b.Stage) && same(a.Rest, b.Rest)
 }
 
 // replay runs one replay of variant vi by run on a locked thread with the

@@ -129,6 +129,15 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 	})
 }
 
+// WalkOneRow is Walk for the steps of a decode variant whose every row
+// must come out as in a one-row decode step (kcuda.OneRowShape): the
+// speculative verify steps (Tier.RunOneRow).
+func WalkOneRow(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
+	return walk(v, blobs, mem, fence, func(d *replay.Dispatch) (kcuda.Launch, error) {
+		return kcuda.OneRowShape(d.Name, d.Push, d.Spec, int(v.Rows))
+	})
+}
+
 // WalkMegakernel is Walk for a decode variant's persistent kernel: each
 // dispatch shaped as the kernel's tasks run it (kcuda.MegakernelShape),
 // which for up to eight rows is one launch a dispatch, no stage.

@@ -1377,6 +1377,9 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 			}
 			slots := append([]int{r.slot}, free[:c.Draft]...)
 			free = free[c.Draft:]
+			// Its rows stand for one-row steps: a tier whose bits
+			// depend on a step's rows gives them a one-row step's.
+			b.OneRowBits = true
 			borrowed = append(borrowed, slots[1:]...)
 			for i, slot := range slots {
 				tok := r.tokens[c.From]

@@ -1,0 +1,65 @@
+package cuda
+
+import "strings"
+
+// OneRowShape is the launch of one dispatch of a decode variant of rows
+// rows for a step whose every row must come out bit for bit as it does
+// in a one-row decode step: a speculative verify step, whose K+1 rows of
+// one sequence stand for K+1 one-row steps, so that greedy output does
+// not change with speculation (issue 42). Shape's launches for several
+// rows sum in other orders than the one-row launch: the integer matrix
+// products of 3 rows and more (2 below mmvRowsK) take the tensor-core or
+// dp4a tiles, and the decode attention takes other warps a block (its
+// keys split between warps otherwise), the lean entry, or no split over
+// blocks, from the blocks of the launch. Here:
+//
+//   - the integer matrix products take the matrix-vector kernel's _rows
+//     entry, mmvRows rows a block, ⌈rows/mmvRows⌉ blocks down the grid's
+//     y (as MegakernelShape's do), whose every row's sum is the one-row
+//     kernel's (mmv in mmq.cuh; TestKernelMatrixRows);
+//   - the attention families take the one-row launch (its entry, warps
+//     and shared memory, and its split over blocks along z) with a block
+//     per row down y. A split launch counts each (row, head group)'s
+//     blocks in one of faCounters counters: where the variant's rows
+//     need more, the launch is not split (the main entry), whose bits are
+//     the split one's on rows of at most faSplitMin keys only;
+//   - every other family's rows are its blocks' own (a block or thread
+//     per row or element, the float matrix path's block per row), so its
+//     launch is Shape's.
+//
+// A one-row variant's launches are Shape's.
+func OneRowShape(instance string, push, spec []uint32, rows int) (Launch, error) {
+	l, err := Shape(instance, push, spec, rows, false)
+	if err != nil || rows <= 1 {
+		return l, err
+	}
+	family, typ, _ := strings.Cut(instance, ".")
+	switch {
+	case MatrixFamily(family):
+		if _, ok := mmqTypes[typ]; !ok {
+			return l, nil // the float path: a block per (features, row)
+		}
+		k, n, err := matrixKN(family, typ, push, spec, rows)
+		if err != nil {
+			return l, err
+		}
+		grid, block := mmvShape(typ, k, n)
+		grid[1] = ceilDiv(uint32(rows), mmvRows)
+		return Launch{Grid: grid, Block: block, Shared: mmvRows * mmqStride(k), Entry: EntryRows}, nil
+	case family == "flash_attn" || family == "flash_attn_ext":
+		one, err := Shape(instance, push, spec, 1, false)
+		if err != nil {
+			return one, err
+		}
+		one.Grid[1] = uint32(rows)
+		if one.Entry == EntrySplit {
+			if one.Grid[0]*uint32(rows) > faCounters {
+				one.Grid[2], one.Entry, one.Staged = 1, EntryMain, 0
+			} else {
+				one.Staged = faStaged(uint32(rows), spec[1], spec[3], one.Grid[2])
+			}
+		}
+		return one, nil
+	}
+	return l, nil
+}

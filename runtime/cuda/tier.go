@@ -356,7 +356,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	}
 	// Each decode variant of several rows whose launches for one-row bits
 	// (WalkOneRow) differ from its own gets them as one more variant past
-	// the bundle's, which RunOneRow replays.
+	// the bundle's, on the graph path, which RunOneRow replays.
 	t.oneRow = make([]int, len(g.Variants))
 	for vi := range g.Variants {
 		t.oneRow[vi] = vi
@@ -371,8 +371,8 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 		if err := prepare(vi, ls); err != nil {
 			return err
 		}
-		if sameLaunches(ls, t.variants[vi]) {
-			continue
+		if sameLaunches(ls, t.variants[vi]) && len(g.Schedules) == 0 {
+			continue // (a variant the persistent kernel runs has other launches)
 		}
 		t.oneRow[vi] = len(t.variants)
 		t.variants = append(t.variants, ls)

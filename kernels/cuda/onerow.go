@@ -2,6 +2,10 @@ package cuda
 
 import "strings"
 
+// mmvRowsWide is MMV_MR4 in mmq.cuh: the rows a block of the
+// matrix-vector kernel's _rows4 entry takes.
+const mmvRowsWide = 4
+
 // OneRowShape is the launch of one dispatch of a decode variant of rows
 // rows for a step whose every row must come out bit for bit as it does
 // in a one-row decode step: a speculative verify step, whose K+1 rows of
@@ -13,10 +17,16 @@ import "strings"
 // keys split between warps otherwise), the lean entry, or no split over
 // blocks, from the blocks of the launch. Here:
 //
-//   - the integer matrix products take the matrix-vector kernel's _rows
-//     entry, mmvRows rows a block, ⌈rows/mmvRows⌉ blocks down the grid's
-//     y (as MegakernelShape's do), whose every row's sum is the one-row
-//     kernel's (mmv in mmq.cuh; TestKernelMatrixRows);
+//   - the integer matrix products take the matrix-vector kernel's
+//     _rows4 entry, mmvRowsWide rows a block, for variants of 3 rows and
+//     more where wide (the instance's PTX has that entry: a bundle built
+//     before it lacks it), else its _rows entry, mmvRows rows a block
+//     (as MegakernelShape's do), ⌈rows/R⌉ blocks down the grid's y:
+//     each weight block is loaded and unpacked once for a block's R rows,
+//     and every row's sum is the one-row kernel's (mmv in mmq.cuh;
+//     TestKernelMatrixRows). A block of R rows reads the matrix once for
+//     them, so a verify step of 5 rows reads it twice with _rows4, three
+//     times with _rows;
 //   - the attention families take the one-row launch (its entry, warps
 //     and shared memory, and its split over blocks along z) with a block
 //     per row down y. A split launch counts each (row, head group)'s
@@ -28,7 +38,7 @@ import "strings"
 //     launch is Shape's.
 //
 // A one-row variant's launches are Shape's.
-func OneRowShape(instance string, push, spec []uint32, rows int) (Launch, error) {
+func OneRowShape(instance string, push, spec []uint32, rows int, wide bool) (Launch, error) {
 	l, err := Shape(instance, push, spec, rows, false)
 	if err != nil || rows <= 1 {
 		return l, err
@@ -44,8 +54,12 @@ func OneRowShape(instance string, push, spec []uint32, rows int) (Launch, error)
 			return l, err
 		}
 		grid, block := mmvShape(typ, k, n)
-		grid[1] = ceilDiv(uint32(rows), mmvRows)
-		return Launch{Grid: grid, Block: block, Shared: mmvRows * mmqStride(k), Entry: EntryRows}, nil
+		r, entry := uint32(mmvRows), EntryRows
+		if wide && rows > mmvRows {
+			r, entry = mmvRowsWide, EntryRows4
+		}
+		grid[1] = ceilDiv(uint32(rows), r)
+		return Launch{Grid: grid, Block: block, Shared: int(r) * mmqStride(k), Entry: entry}, nil
 	case family == "flash_attn" || family == "flash_attn_ext":
 		one, err := Shape(instance, push, spec, 1, false)
 		if err != nil {

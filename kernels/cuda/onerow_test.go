@@ -39,17 +39,25 @@ func TestOneRowShape(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, rows := range []int{2, 3, 4, 5, 8, 16, 33, 64} {
-			l, err := OneRowShape(c.inst, push, spec, rows)
-			name := fmt.Sprintf("%s k=%d n=%d, %d rows", c.inst, c.k, c.n, rows)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			want := Launch{Grid: [3]uint32{one.Grid[0], uint32(rows+1) / 2, 1}, Block: one.Block, Shared: 2 * one.Shared, Entry: EntryRows}
-			if l.Grid != want.Grid || l.Block != want.Block || l.Shared != want.Shared || l.Entry != want.Entry || l.Stage != nil || l.Staged != 0 {
-				t.Errorf("%s: %+v, want the one-row kernel's _rows entry %+v", name, l, want)
+			for _, wide := range []bool{false, true} {
+				l, err := OneRowShape(c.inst, push, spec, rows, wide)
+				name := fmt.Sprintf("%s k=%d n=%d, %d rows (wide %v)", c.inst, c.k, c.n, rows, wide)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				// Pairs of rows a block (_rows), or where the PTX has it
+				// and a step has more than two, four (_rows4).
+				r, entry := 2, EntryRows
+				if wide && rows > 2 {
+					r, entry = 4, EntryRows4
+				}
+				want := Launch{Grid: [3]uint32{one.Grid[0], uint32((rows + r - 1) / r), 1}, Block: one.Block, Shared: r * one.Shared, Entry: entry}
+				if l.Grid != want.Grid || l.Block != want.Block || l.Shared != want.Shared || l.Entry != want.Entry || l.Stage != nil || l.Staged != 0 {
+					t.Errorf("%s: %+v, want the one-row kernel's %s entry %+v", name, l, entry.Suffix(), want)
+				}
 			}
 		}
-		if l, err := OneRowShape(c.inst, push, spec, 1); err != nil || l.Grid != one.Grid || l.Entry != one.Entry || l.Shared != one.Shared {
+		if l, err := OneRowShape(c.inst, push, spec, 1, true); err != nil || l.Grid != one.Grid || l.Entry != one.Entry || l.Shared != one.Shared {
 			t.Errorf("%s: one row: %+v (%v), want Shape's %+v", c.inst, l, err, one)
 		}
 	}
@@ -65,7 +73,7 @@ func TestOneRowShape(t *testing.T) {
 		{"rope_kv_write", []uint32{0}, []uint32{32, 32, 32, 128, 0}},
 	} {
 		for _, rows := range []int{1, 5, 16} {
-			l, err := OneRowShape(c.inst, c.push, c.spec, rows)
+			l, err := OneRowShape(c.inst, c.push, c.spec, rows, true)
 			want, err2 := Shape(c.inst, c.push, c.spec, rows, false)
 			if err != nil || err2 != nil || l.Grid != want.Grid || l.Block != want.Block || l.Entry != want.Entry || l.Shared != want.Shared {
 				t.Errorf("%s, %d rows: %+v (%v), want Shape's %+v (%v)", c.inst, rows, l, err, want, err2)
@@ -95,7 +103,7 @@ func TestOneRowShape(t *testing.T) {
 		if one.Entry != EntrySplit {
 			t.Fatalf("%s: the one-row launch %+v is not split", c.inst, one)
 		}
-		l, err := OneRowShape(c.inst, []uint32{0}, spec, c.rows)
+		l, err := OneRowShape(c.inst, []uint32{0}, spec, c.rows, true)
 		name := fmt.Sprintf("%s %d/%d heads of %d, %d rows", c.inst, c.heads, c.kv, c.hd, c.rows)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -1,14 +1,18 @@
 package cuda_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"math/rand"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
+	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
@@ -139,6 +143,102 @@ func verifyOneRowBits(t *testing.T, target, tier string, shape synth.Shape, prom
 		}
 		if math.IsNaN(worst) || math.IsNaN(pw) {
 			t.Errorf("K = %d: NaN logits", k)
+		}
+	}
+}
+
+// TestKernelOneRowMatrices holds the integer matrix kernels' launches
+// for steps of one-row bits (kcuda.OneRowShape: the matrix-vector
+// kernel's _rows4 entry, four rows a block, past two rows; _rows at
+// two) to the one-row kernel on each row alone, bit for bit, and to
+// T-CPU: plain products added to a residual, the fused norm + gate/up
+// and norm + QKV, and lm_head (every row its own slot, in reverse), for
+// every integer type, at 2 to 8 active rows of variants of 4, 8 and 16
+// (the blocks past the active rows leave at once). It skips where the
+// PTX predates the _rows4 entry (the tier then takes _rows).
+func TestKernelOneRowMatrices(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(24))
+	const n = 300
+	for _, tk := range []struct {
+		typ ggml.Type
+		k   int
+	}{{ggml.Q4_K, 4096}, {ggml.Q6_K, 11008}, {ggml.Q8_0, 4096}, {ggml.Q8_0, 1024}, {ggml.Q4_0, 4096}} {
+		typ, k := tk.typ, tk.k
+		if typ == ggml.Q4_K {
+			func() {
+				defer g.current()()
+				m := g.module(kernels.InstanceName(mustLookup(t, "matmul"), typ))
+				defer m.Unload()
+				if _, err := m.Function(kcuda.Entry(kernels.InstanceName(mustLookup(t, "matmul"), typ)) + kcuda.EntryRows4.Suffix()); err != nil {
+					t.Skipf("the PTX has no _rows4 entry: %v", err)
+				}
+			}()
+		}
+		w := kweights(t, rng, typ, n, k)
+		wn := lebin.Float32Bytes(randF32(rng, k, 0.5, 1.5))
+		for _, c := range []struct{ active, capacity int }{{2, 4}, {3, 4}, {4, 4}, {5, 8}, {7, 8}, {8, 8}, {5, 16}} {
+			nr, cp := c.active, c.capacity
+			what := fmt.Sprintf("%s k=%d, %d rows of %d", typ, k, nr, cp)
+			x := lebin.Float32Bytes(randF32(rng, cp*k, -2, 2))
+			row := func(b []byte, i, width int) []byte { return b[i*width*4 : (i+1)*width*4] }
+			wide := g.with(t)
+			wide.oneRow = true
+			// run launches inst over bufs for cp rows with one-row bits,
+			// then each active row alone (buffers one(i)) on the one-row
+			// kernel, and compares output buffers outs row by row, each
+			// of width columns.
+			run := func(inst string, bufs [][]byte, one func(i int) [][]byte, push, spec []uint32, outs []int, width int) {
+				t.Helper()
+				got := wide.runAs(inst, bufs, push, spec, cp, false)
+				want := cpuRun(t, inst, bufs, push, spec)
+				for _, o := range outs {
+					compareF32(t, fmt.Sprintf("%s %s buffer %d", inst, what, o), got[o][:nr*width*4], want[o][:nr*width*4], 1e-3)
+				}
+				for i := range nr {
+					alone := g.runAs(inst, one(i), push, spec, 1, false)
+					for _, o := range outs {
+						if !bytes.Equal(row(alone[o], 0, width), row(got[o], i, width)) {
+							t.Errorf("%s %s: row %d's buffer %d differs from the one-row kernel's result on it alone", inst, what, i, o)
+						}
+					}
+				}
+			}
+			rows := make([]krow, nr)
+			for i := range rows {
+				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
+			}
+			res := lebin.Float32Bytes(randF32(rng, cp*n, -1, 1))
+			run(kernels.InstanceName(mustLookup(t, "matmul_residual"), typ), [][]byte{x, w, nil, ioTable(rows, cp, 1, nil), res},
+				func(i int) [][]byte {
+					return [][]byte{row(x, i, k), w, nil, ioTable([]krow{{slot: 0}}, 1, 1, nil), row(res, i, n)}
+				}, []uint32{uint32(k), n}, nil, []int{4}, n)
+			half := make([]byte, cp*n/2*4)
+			run(kernels.InstanceName(mustLookup(t, "rms_norm_gate_up"), typ), [][]byte{x, wn, w, ioTable(rows, cp, 1, nil), half, append([]byte(nil), half...)},
+				func(i int) [][]byte {
+					return [][]byte{row(x, i, k), wn, w, ioTable([]krow{{slot: 0}}, 1, 1, nil), make([]byte, n/2*4), make([]byte, n/2*4)}
+				}, nil, []uint32{uint32(k), n / 2, math.Float32bits(1e-5)}, []int{4, 5}, n/2)
+			third := make([]byte, cp*n/3*4)
+			run(kernels.InstanceName(mustLookup(t, "rms_norm_qkv"), typ),
+				[][]byte{x, wn, w, nil, ioTable(rows, cp, 1, nil), third, append([]byte(nil), third...), append([]byte(nil), third...)},
+				func(i int) [][]byte {
+					return [][]byte{row(x, i, k), wn, w, nil, ioTable([]krow{{slot: 0}}, 1, 1, nil), make([]byte, n/3*4), make([]byte, n/3*4), make([]byte, n/3*4)}
+				}, nil, []uint32{uint32(k), n / 3, n / 3, math.Float32bits(1e-5)}, []int{5, 6, 7}, n/3)
+			// lm_head: row i's logits at slot nr-1-i.
+			lm := make([]krow, nr)
+			for i := range lm {
+				lm[i] = krow{pos: uint32(i), slot: uint32(nr - 1 - i), flags: kernels.RowWantsLogits}
+			}
+			logits := make([]byte, cp*n*4)
+			inst := kernels.InstanceName(mustLookup(t, "lm_head"), typ)
+			push := []uint32{uint32(k), n}
+			got := wide.runAs(inst, [][]byte{x, w, ioTable(lm, cp, 1, nil), logits}, push, nil, cp, false)
+			for i := range nr {
+				alone := g.runAs(inst, [][]byte{row(x, i, k), w, ioTable([]krow{{flags: kernels.RowWantsLogits}}, 1, 1, nil), make([]byte, n*4)}, push, nil, 1, false)
+				if !bytes.Equal(row(alone[3], 0, n), row(got[3], nr-1-i, n)) {
+					t.Errorf("%s %s: row %d's logits differ from the one-row kernel's on it alone", inst, what, i)
+				}
+			}
 		}
 	}
 }

@@ -364,7 +364,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 		if v.Stage != bundle.StageDecode || v.Rows <= 1 {
 			continue
 		}
-		ls, err := WalkOneRow(v, b.Blobs, mem, t.fence)
+		ls, err := WalkOneRow(v, b.Blobs, mem, t.fence, func(k int) bool { return t.entries[kcuda.EntryRows4][k] != 0 })
 		if err != nil {
 			return fmt.Errorf("cuda: variant %d, one-row bits: %w", vi, err)
 		}

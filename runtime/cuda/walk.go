@@ -131,10 +131,11 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 
 // WalkOneRow is Walk for the steps of a decode variant whose every row
 // must come out as in a one-row decode step (kcuda.OneRowShape): the
-// speculative verify steps (Tier.RunOneRow).
-func WalkOneRow(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launch, error) {
+// speculative verify steps (Tier.RunOneRow). wide reports whether kernel
+// k (an index into blobs) has the _rows4 entry.
+func WalkOneRow(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int, wide func(k int) bool) ([]Launch, error) {
 	return walk(v, blobs, mem, fence, func(d *replay.Dispatch) (kcuda.Launch, error) {
-		return kcuda.OneRowShape(d.Name, d.Push, d.Spec, int(v.Rows))
+		return kcuda.OneRowShape(d.Name, d.Push, d.Spec, int(v.Rows), wide(d.Kernel))
 	})
 }
 

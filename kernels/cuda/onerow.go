@@ -30,9 +30,10 @@ const mmvRowsWide = 4
 //   - the attention families take the one-row launch (its entry, warps
 //     and shared memory, and its split over blocks along z) with a block
 //     per row down y. A split launch counts each (row, head group)'s
-//     blocks in one of faCounters counters: where the variant's rows
-//     need more, the launch is not split (the main entry), whose bits are
-//     the split one's on rows of at most faSplitMin keys only;
+//     blocks in one of faCounters counters, which bounds the active rows
+//     it may have (SplitRows); past them a step takes the main entry
+//     (Unsplit), whose bits are the split one's on rows of at most
+//     faSplitMin keys only;
 //   - every other family's rows are its blocks' own (a block or thread
 //     per row or element, the float matrix path's block per row), so its
 //     launch is Shape's.
@@ -67,13 +68,33 @@ func OneRowShape(instance string, push, spec []uint32, rows int, wide bool) (Lau
 		}
 		one.Grid[1] = uint32(rows)
 		if one.Entry == EntrySplit {
-			if one.Grid[0]*uint32(rows) > faCounters {
-				one.Grid[2], one.Entry, one.Staged = 1, EntryMain, 0
-			} else {
-				one.Staged = faStaged(uint32(rows), spec[1], spec[3], one.Grid[2])
-			}
+			one.Staged = faStaged(uint32(rows), spec[1], spec[3], one.Grid[2])
 		}
 		return one, nil
 	}
 	return l, nil
+}
+
+// SplitRows is the most active rows a launch of OneRowShape's may have:
+// a split decode attention counts each (row, head group)'s blocks in one
+// of faCounters counters, so its rows past faCounters / head groups must
+// not be (an active row of at most faSplitMin keys uses none, but a step
+// may hold longer ones). For every other launch it is rows, the
+// variant's.
+func SplitRows(l Launch, rows int) int {
+	if l.Entry != EntrySplit || l.Grid[0] == 0 {
+		return rows
+	}
+	return min(rows, int(faCounters/l.Grid[0]))
+}
+
+// Unsplit is OneRowShape's launch l for a step of more active rows than
+// SplitRows allows: a split decode attention's main entry, a block per
+// (head group, row), whose bits are the split one's on rows of at most
+// faSplitMin keys; any other launch as it is.
+func Unsplit(l Launch) Launch {
+	if l.Entry == EntrySplit {
+		l.Grid[2], l.Entry, l.Staged = 1, EntryMain, 0
+	}
+	return l
 }

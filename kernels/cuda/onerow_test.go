@@ -85,11 +85,11 @@ func TestOneRowShape(t *testing.T) {
 		inst          string
 		heads, kv, hd uint32
 		rows          int
-		split         bool // the one-row launch's split over blocks stays
+		split         bool // every row of the variant may be active with the split
 	}{
 		{"flash_attn", 32, 32, 128, 5, true},   // the llama 7B shape: Shape gives 16 warps, no split
 		{"flash_attn", 32, 32, 128, 8, true},   // 256 (row, head group) counters
-		{"flash_attn", 32, 32, 128, 16, false}, // past them: the main entry (Shape: the lean one, 8 warps)
+		{"flash_attn", 32, 32, 128, 16, false}, // past them: 8 of them (Shape: the lean entry, 8 warps)
 		{"flash_attn", 16, 8, 128, 16, true},   // the qwen3 0.6B shape
 		{"flash_attn", 16, 8, 128, 64, false},
 		{"flash_attn.kv-q8_0-q8_0-rk128-rv64", 16, 8, 128, 4, true},
@@ -111,14 +111,17 @@ func TestOneRowShape(t *testing.T) {
 		if l.Grid[0] != one.Grid[0] || l.Grid[1] != uint32(c.rows) || l.Block != one.Block || l.Shared != one.Shared {
 			t.Errorf("%s: %+v, want the one-row launch %+v a block per row", name, l, one)
 		}
-		switch {
-		case c.split && (l.Entry != EntrySplit || l.Grid[2] != one.Grid[2] || l.Staged != faStaged(uint32(c.rows), c.heads, c.hd, one.Grid[2])):
+		if l.Entry != EntrySplit || l.Grid[2] != one.Grid[2] || l.Staged != faStaged(uint32(c.rows), c.heads, c.hd, one.Grid[2]) {
 			t.Errorf("%s: %+v, want the one-row launch's split over %d blocks", name, l, one.Grid[2])
-		case !c.split && (l.Entry != EntryMain || l.Grid[2] != 1 || l.Staged != 0):
-			t.Errorf("%s: %+v, want the main entry: the split's counters do not hold %d rows", name, l, c.rows)
 		}
-		if l.Entry == EntrySplit && l.Grid[0]*l.Grid[1] > faCounters {
-			t.Errorf("%s: a split over %d (row, head group) counters, the kernel has %d", name, l.Grid[0]*l.Grid[1], faCounters)
+		// The active rows whose (row, head group) counters the kernel
+		// has; past them, the main entry.
+		most := SplitRows(l, c.rows)
+		if most*int(l.Grid[0]) > faCounters || c.split != (most == c.rows) || most < 1 {
+			t.Errorf("%s: SplitRows %d for %d head groups, %d counters", name, most, l.Grid[0], faCounters)
+		}
+		if u := Unsplit(l); u.Entry != EntryMain || u.Grid != [3]uint32{l.Grid[0], l.Grid[1], 1} || u.Staged != 0 || u.Block != l.Block || u.Shared != l.Shared {
+			t.Errorf("%s: unsplit %+v, want the main entry of the same blocks", name, u)
 		}
 	}
 }

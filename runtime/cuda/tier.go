@@ -13,6 +13,7 @@ package cuda
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	goruntime "runtime"
@@ -166,8 +167,12 @@ type Tier struct {
 
 	// oneRow[vi] is the variant RunOneRow replays for the bundle's
 	// variant vi: vi itself, or past the bundle's variants its launches
-	// for one-row bits.
-	oneRow []int
+	// for one-row bits; for steps of more active rows than oneRowMax[vi]
+	// (kcuda.SplitRows), oneRowUnsplit[vi], those launches with decode
+	// attention unsplit (kcuda.Unsplit). io is the request table's
+	// region, whose host view says a step's rows.
+	oneRow, oneRowMax, oneRowUnsplit []int
+	io                               int
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -279,6 +284,9 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 			clear(rp.host)
 			rp.host = rp.host[:reg.size]
 		}
+		if r.Name == kernels.RegionIO {
+			t.io = i
+		}
 		switch r.Name {
 		case kernels.RegionIO, kernels.RegionIOWindow:
 			t.uploads = append(t.uploads, i)
@@ -354,29 +362,8 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 		t.variants = append(t.variants, ls)
 		t.keys = append(t.keys, g.Variants[vi].Key())
 	}
-	// Each decode variant of several rows whose launches for one-row bits
-	// (WalkOneRow) differ from its own gets them as one more variant past
-	// the bundle's, on the graph path, which RunOneRow replays.
-	t.oneRow = make([]int, len(g.Variants))
-	for vi := range g.Variants {
-		t.oneRow[vi] = vi
-		v := &g.Variants[vi]
-		if v.Stage != bundle.StageDecode || v.Rows <= 1 {
-			continue
-		}
-		ls, err := WalkOneRow(v, b.Blobs, mem, t.fence, func(k int) bool { return t.entries[kcuda.EntryRows4][k] != 0 })
-		if err != nil {
-			return fmt.Errorf("cuda: variant %d, one-row bits: %w", vi, err)
-		}
-		if err := prepare(vi, ls); err != nil {
-			return err
-		}
-		if sameLaunches(ls, t.variants[vi]) && len(g.Schedules) == 0 {
-			continue // (a variant the persistent kernel runs has other launches)
-		}
-		t.oneRow[vi] = len(t.variants)
-		t.variants = append(t.variants, ls)
-		t.keys = append(t.keys, v.Key()+" (one-row bits)")
+	if err := t.addOneRow(b, mem, prepare); err != nil {
+		return err
 	}
 	for _, item := range t.omit {
 		if !slices.ContainsFunc(t.variants, func(ls []Launch) bool {
@@ -544,7 +531,63 @@ func (t *Tier) RunOneRow(ctx context.Context, vi int) error {
 	if vi < 0 || vi >= len(t.oneRow) {
 		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.oneRow))
 	}
+	if io := t.regions[t.io].host; len(io) >= 4*(kernels.IOWordRows+1) &&
+		int(binary.LittleEndian.Uint32(io[4*kernels.IOWordRows:])) > t.oneRowMax[vi] {
+		return t.Run(ctx, t.oneRowUnsplit[vi])
+	}
 	return t.Run(ctx, t.oneRow[vi])
+}
+
+// addOneRow gives each decode variant of several rows its launches for
+// one-row bits (WalkOneRow) as one more variant past the bundle's, on
+// the graph path, where they differ from its own; and where their split
+// decode attention bounds a step's rows below the variant's
+// (kcuda.SplitRows), one more with it unsplit. prepare checks a launch
+// list as load does the bundle's.
+func (t *Tier) addOneRow(b *bundle.Bundle, mem *Memory, prepare func(vi int, ls []Launch) error) error {
+	g := b.Graph
+	n := len(g.Variants)
+	t.oneRow, t.oneRowMax, t.oneRowUnsplit = make([]int, n), make([]int, n), make([]int, n)
+	wide := func(k int) bool { return t.entries[kcuda.EntryRows4][k] != 0 }
+	add := func(vi int, unsplit bool, key string) (int, []Launch, error) {
+		v := &g.Variants[vi]
+		ls, err := WalkOneRow(v, b.Blobs, mem, t.fence, wide, unsplit)
+		if err != nil {
+			return 0, nil, fmt.Errorf("cuda: variant %d, one-row bits: %w", vi, err)
+		}
+		if err := prepare(vi, ls); err != nil {
+			return 0, nil, err
+		}
+		// A variant the persistent kernel runs has other launches than
+		// its graph path's.
+		if sameLaunches(ls, t.variants[vi]) && len(g.Schedules) == 0 {
+			return vi, ls, nil
+		}
+		t.variants = append(t.variants, ls)
+		t.keys = append(t.keys, v.Key()+key)
+		return len(t.variants) - 1, ls, nil
+	}
+	for vi := range g.Variants {
+		v := &g.Variants[vi]
+		t.oneRow[vi], t.oneRowMax[vi], t.oneRowUnsplit[vi] = vi, int(v.Rows), vi
+		if v.Stage != bundle.StageDecode || v.Rows <= 1 {
+			continue
+		}
+		i, ls, err := add(vi, false, " (one-row bits)")
+		if err != nil {
+			return err
+		}
+		t.oneRow[vi], t.oneRowUnsplit[vi] = i, i
+		for _, l := range ls {
+			t.oneRowMax[vi] = min(t.oneRowMax[vi], kcuda.SplitRows(l.Shape, int(v.Rows)))
+		}
+		if t.oneRowMax[vi] < int(v.Rows) {
+			if t.oneRowUnsplit[vi], _, err = add(vi, true, " (one-row bits, unsplit)"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // sameLaunches reports whether two launch lists run the same kernels

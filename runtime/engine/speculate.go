@@ -42,8 +42,9 @@ func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) 
 // the draft agrees with what it takes, exactly as it would one step at a
 // time, and the pages past the tokens it keeps go back to the pool. So
 // greedy output is the same bit for bit on a batch-invariant tier, and on
-// T-CUDA, which gives a verify step's rows the one-row kernels
-// (runtime.Batch.OneRowBits). So is
+// T-CUDA for a request decoded alone, whose verify steps take the one-row
+// kernels there (runtime.Batch.OneRowBits; batched with other requests,
+// its rows have no one-row bits without speculation either). So is
 // sampled output token for token given the seed with n-gram and self
 // drafts: they propose one token a position with probability one, and
 // for such a draft taking the target's sample and accepting the draft

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
@@ -247,5 +250,85 @@ func TestKernelOneRowMatrices(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWalkOneRowFakeMemory walks the decode variants of a Q8_0 llama and
+// of a qwen3 of Q4_K_M's mix for one-row bits against a made-up address
+// map (no GPU): no launch of them is a tile, a stage or the lean
+// attention, every integer product takes _rows4 past two rows (_rows
+// without it, and at two), and the split attention keeps its staging
+// buffer, which the unsplit walk drops.
+func TestWalkOneRowFakeMemory(t *testing.T) {
+	for _, s := range []synth.Shape{
+		{Arch: "llama", Layers: 2, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.Q8_0, Seed: 41},
+		{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320, Context: 256, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 42},
+	} {
+		t.Run(s.Arch, func(t *testing.T) {
+			dir := compileSynth(t, s, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 2, 4, 16, 64]\n")
+			b, err := bundle.Open(dir, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			mem := &cuda.Memory{}
+			fence := -1
+			for i, r := range b.Graph.Regions {
+				mem.Base = append(mem.Base, uint64(i+1)<<36)
+				mem.Size = append(mem.Size, uint64(r.Bytes))
+				if r.Name == "fence" {
+					fence = i
+				}
+			}
+			for vi := range b.Graph.Variants {
+				v := &b.Graph.Variants[vi]
+				if v.Stage != bundle.StageDecode {
+					continue
+				}
+				for _, wide := range []bool{false, true} {
+					for _, unsplit := range []bool{false, true} {
+						ls, err := cuda.WalkOneRow(v, b.Blobs, mem, fence, func(int) bool { return wide }, unsplit)
+						if err != nil {
+							t.Fatalf("variant %s: %v", v.Key(), err)
+						}
+						what := fmt.Sprintf("variant %s (wide %v, unsplit %v)", v.Key(), wide, unsplit)
+						split := 0
+						for i, l := range ls {
+							if l.Shape.Entry == kcuda.EntrySplit {
+								split++
+							}
+							family, _, _ := strings.Cut(l.Name, ".")
+							e := l.Shape.Entry
+							switch {
+							case e == kcuda.EntryTile || e == kcuda.EntryTile16 || e == kcuda.EntryTile32 || e == kcuda.EntryDP4A || e == kcuda.EntryStage || e == kcuda.EntryLean:
+								t.Errorf("%s: launch %d (%s) takes the %s entry", what, i, l.Name, e.Suffix())
+							case kcuda.MatrixFamily(family) && v.Rows > 1:
+								want := kcuda.EntryRows
+								if wide && v.Rows > 2 {
+									want = kcuda.EntryRows4
+								}
+								if e != want {
+									t.Errorf("%s: launch %d (%s) takes the %q entry, want %q", what, i, l.Name, e.Suffix(), want.Suffix())
+								}
+							case e == kcuda.EntrySplit && (unsplit || l.Staging == 0 || l.Params[len(l.Params)-1] != 0):
+								t.Errorf("%s: launch %d (%s): a split attention unsplit, or without its staging buffer", what, i, l.Name)
+							}
+							abi, _, err := kernels.SplitInstance(l.Name)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if want := len(abi.Bufs) + len(abi.Push) + len(abi.Spec); len(l.Params) != want+min(l.Staging, 1) {
+								t.Errorf("%s: launch %d (%s) has %d parameters, want %d", what, i, l.Name, len(l.Params), want+min(l.Staging, 1))
+							}
+						}
+						// Both models' one-row attention splits (few head
+						// groups): every layer's, unless unsplit.
+						if (split == 0) != unsplit {
+							t.Errorf("%s: %d split attention launches", what, split)
+						}
+					}
+				}
+			}
+		})
 	}
 }

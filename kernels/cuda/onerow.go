@@ -17,11 +17,13 @@ const mmvRowsWide = 4
 // keys split between warps otherwise), the lean entry, or no split over
 // blocks, from the blocks of the launch. Here:
 //
-//   - the integer matrix products take the matrix-vector kernel's
-//     _rows4 entry, mmvRowsWide rows a block, for variants of 3 rows and
-//     more where wide (the instance's PTX has that entry: a bundle built
-//     before it lacks it), else its _rows entry, mmvRows rows a block
-//     (as MegakernelShape's do), ⌈rows/R⌉ blocks down the grid's y:
+//   - the integer matrix products that Shape gives the tiles take the
+//     matrix-vector kernel's _rows4 entry, mmvRowsWide rows a block, for
+//     variants of 3 rows and more where wide (the instance's PTX has
+//     that entry: a bundle built before it lacks it), else its _rows
+//     entry, mmvRows rows a block (as MegakernelShape's do), ⌈rows/R⌉
+//     blocks down the grid's y (those Shape gives the matrix-vector
+//     kernel keep it):
 //     each weight block is loaded and unpacked once for a block's R rows,
 //     and every row's sum is the one-row kernel's (mmv in mmq.cuh;
 //     TestKernelMatrixRows). A block of R rows reads the matrix once for
@@ -47,8 +49,11 @@ func OneRowShape(instance string, push, spec []uint32, rows int, wide bool) (Lau
 	family, typ, _ := strings.Cut(instance, ".")
 	switch {
 	case MatrixFamily(family):
-		if _, ok := mmqTypes[typ]; !ok {
-			return l, nil // the float path: a block per (features, row)
+		if _, ok := mmqTypes[typ]; !ok || l.Entry == EntryMain || l.Entry == EntryRows {
+			// The float path (a block per features and row), or the
+			// matrix-vector kernel already (a block per row, or the
+			// _rows entry Shape gives two rows over large matrices).
+			return l, nil
 		}
 		k, n, err := matrixKN(family, typ, push, spec, rows)
 		if err != nil {

@@ -45,13 +45,20 @@ func TestOneRowShape(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				// Pairs of rows a block (_rows), or where the PTX has it
+				// Shape's matrix-vector launches stay; for its tiles,
+				// pairs of rows a block (_rows), or where the PTX has it
 				// and a step has more than two, four (_rows4).
 				r, entry := 2, EntryRows
 				if wide && rows > 2 {
 					r, entry = 4, EntryRows4
 				}
 				want := Launch{Grid: [3]uint32{one.Grid[0], uint32((rows + r - 1) / r), 1}, Block: one.Block, Shared: r * one.Shared, Entry: entry}
+				if s, _ := Shape(c.inst, push, spec, rows, false); s.Entry == EntryMain || s.Entry == EntryRows {
+					want = s
+				}
+				if want.Entry == EntryMain && want.Grid != [3]uint32{one.Grid[0], uint32(rows), 1} || want.Block != one.Block {
+					t.Errorf("%s: Shape's matrix-vector launch %+v is not the one-row launch's a block per row", name, want)
+				}
 				if l.Grid != want.Grid || l.Block != want.Block || l.Shared != want.Shared || l.Entry != want.Entry || l.Stage != nil || l.Staged != 0 {
 					t.Errorf("%s: %+v, want the one-row kernel's %s entry %+v", name, l, entry.Suffix(), want)
 				}

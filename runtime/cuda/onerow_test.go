@@ -39,7 +39,7 @@ func TestVerifyOneRowBits(t *testing.T) {
 	// check, run everywhere.
 	t.Run("cpu", func(t *testing.T) {
 		verifyOneRowBits(t, "cpu", "cpu", synth.Shape{Arch: "qwen3", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320,
-			Context: 2048, Type: ggml.Q8_0, Seed: 34}, 1100, []int{1, 4, 32})
+			Context: 2048, Type: ggml.Q8_0, Seed: 34}, 1100, []int{1, 4, 32}, "")
 	})
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -49,28 +49,33 @@ func TestVerifyOneRowBits(t *testing.T) {
 		name   string
 		shape  synth.Shape
 		prompt int
-		ks     []int // the draft lengths (all: every one)
+		ks     []int  // the draft lengths (all: every one)
+		extra  string // more of the model config
 	}{
-		{"q8_0", synth.Shape{Arch: "llama", Layers: 2, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.Q8_0, Seed: 31}, 9, all},
-		{"q4_k_m", synth.Shape{Arch: "llama", Layers: 4, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 32}, 9, all},
-		{"f16", synth.Shape{Arch: "llama", Layers: 2, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.F16, Seed: 33}, 9, all},
-		{"qwen3-long", synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320, Context: 2048, Type: ggml.Q8_0, Seed: 34}, 1100, all},
+		{"q8_0", synth.Shape{Arch: "llama", Layers: 2, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.Q8_0, Seed: 31}, 9, all, ""},
+		{"q4_k_m", synth.Shape{Arch: "llama", Layers: 4, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 32}, 9, all, ""},
+		{"f16", synth.Shape{Arch: "llama", Layers: 2, Embd: 512, Heads: 8, HeadsKV: 8, FF: 1024, Vocab: 512, Context: 256, Type: ggml.F16, Seed: 33}, 9, all, ""},
+		{"qwen3-long", synth.Shape{Arch: "qwen3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 512, Vocab: 320, Context: 2048, Type: ggml.Q8_0, Seed: 34}, 1100, all, ""},
 		// 32 head groups: the 16- and 64-row variants' split attention
 		// has counters for 8 rows; a step of more takes it unsplit,
 		// which has the one-row bits up to 1024 keys a row.
-		{"7b-heads", synth.Shape{Arch: "llama", Layers: 1, Embd: 2048, Heads: 32, HeadsKV: 32, FF: 2048, Vocab: 512, Context: 256, Type: ggml.Q8_0, Seed: 35}, 20, all},
-		{"7b-heads-long", synth.Shape{Arch: "llama", Layers: 1, Embd: 2048, Heads: 32, HeadsKV: 32, FF: 2048, Vocab: 512, Context: 2048, Type: ggml.Q8_0, Seed: 36}, 1100, []int{1, 3, 4, 7}},
+		{"7b-heads", synth.Shape{Arch: "llama", Layers: 1, Embd: 2048, Heads: 32, HeadsKV: 32, FF: 2048, Vocab: 512, Context: 256, Type: ggml.Q8_0, Seed: 35}, 20, all, ""},
+		{"7b-heads-long", synth.Shape{Arch: "llama", Layers: 1, Embd: 2048, Heads: 32, HeadsKV: 32, FF: 2048, Vocab: 512, Context: 2048, Type: ggml.Q8_0, Seed: 36}, 1100, []int{1, 3, 4, 7}, ""},
+		// The one-row steps on the persistent kernel, the verify rows
+		// on the graph path's one-row launches.
+		{"megakernel", megakernelShapes[0], 9, all, "megakernel = true\n"},
 	} {
-		t.Run(c.name, func(t *testing.T) { verifyOneRowBits(t, "cuda:sm_90", "cuda", c.shape, c.prompt, c.ks) })
+		t.Run(c.name, func(t *testing.T) { verifyOneRowBits(t, "cuda:sm_90", "cuda", c.shape, c.prompt, c.ks, c.extra) })
 	}
 }
 
-// verifyOneRowBits compiles shape for target and runs the test on tier,
-// with a prompt of promptLen tokens, for drafts of ks tokens.
-func verifyOneRowBits(t *testing.T, target, tier string, shape synth.Shape, promptLen int, ks []int) {
+// verifyOneRowBits compiles shape for target (extra: more of its model
+// config) and runs the test on tier, with a prompt of promptLen tokens,
+// for drafts of ks tokens.
+func verifyOneRowBits(t *testing.T, target, tier string, shape synth.Shape, promptLen int, ks []int, extra string) {
 	const maxK = 32
 	pages := (promptLen + maxK + 1 + kernels.KVPageTokens - 1) / kernels.KVPageTokens
-	out := compileSynth(t, shape, target, fmt.Sprintf("context_length = %d\nmax_slots = 64\ndecode_slots = [1, 4, 16, 64]\nkv_pages = %d\n", shape.Context, pages+4))
+	out := compileSynth(t, shape, target, fmt.Sprintf("context_length = %d\nmax_slots = 64\ndecode_slots = [1, 4, 16, 64]\nkv_pages = %d\n%s", shape.Context, pages+4, extra))
 	p, err := runtime.Open(out, runtime.Options{Tier: tier})
 	if err != nil {
 		t.Fatal(err)

@@ -169,10 +169,12 @@ type Tier struct {
 	// variant vi: vi itself, or past the bundle's variants its launches
 	// for one-row bits; for steps of more active rows than oneRowMax[vi]
 	// (kcuda.SplitRows), oneRowUnsplit[vi], those launches with decode
-	// attention unsplit (kcuda.Unsplit). io is the request table's
-	// region, whose host view says a step's rows.
+	// attention unsplit (kcuda.Unsplit), and for all of them where the
+	// one-row decode variant, decode1, runs on the persistent kernel. io
+	// is the request table's region, whose host view says a step's rows.
 	oneRow, oneRowMax, oneRowUnsplit []int
 	io                               int
+	decode1                          int // the bundle's one-row decode variant, -1: none
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -531,7 +533,10 @@ func (t *Tier) RunOneRow(ctx context.Context, vi int) error {
 	if vi < 0 || vi >= len(t.oneRow) {
 		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.oneRow))
 	}
-	if io := t.regions[t.io].host; len(io) >= 4*(kernels.IOWordRows+1) &&
+	// A one-row step on the persistent kernel takes its decode attention
+	// unsplit (kcuda.MegakernelShape): so do the rows standing for it.
+	mk := t.decode1 >= 0 && t.mk[t.decode1] != nil && !t.mkOff
+	if io := t.regions[t.io].host; mk || len(io) >= 4*(kernels.IOWordRows+1) &&
 		int(binary.LittleEndian.Uint32(io[4*kernels.IOWordRows:])) > t.oneRowMax[vi] {
 		return t.Run(ctx, t.oneRowUnsplit[vi])
 	}
@@ -542,8 +547,9 @@ func (t *Tier) RunOneRow(ctx context.Context, vi int) error {
 // one-row bits (WalkOneRow) as one more variant past the bundle's, on
 // the graph path, where they differ from its own; and where their split
 // decode attention bounds a step's rows below the variant's
-// (kcuda.SplitRows), one more with it unsplit. prepare checks a launch
-// list as load does the bundle's.
+// (kcuda.SplitRows), or the persistent kernel may run the one-row
+// steps, one more with it unsplit. prepare checks a launch list as load
+// does the bundle's.
 func (t *Tier) addOneRow(b *bundle.Bundle, mem *Memory, prepare func(vi int, ls []Launch) error) error {
 	g := b.Graph
 	n := len(g.Variants)
@@ -567,9 +573,13 @@ func (t *Tier) addOneRow(b *bundle.Bundle, mem *Memory, prepare func(vi int, ls 
 		t.keys = append(t.keys, v.Key()+key)
 		return len(t.variants) - 1, ls, nil
 	}
+	t.decode1 = -1
 	for vi := range g.Variants {
 		v := &g.Variants[vi]
 		t.oneRow[vi], t.oneRowMax[vi], t.oneRowUnsplit[vi] = vi, int(v.Rows), vi
+		if v.Stage == bundle.StageDecode && v.Rows == 1 {
+			t.decode1 = vi
+		}
 		if v.Stage != bundle.StageDecode || v.Rows <= 1 {
 			continue
 		}
@@ -581,7 +591,7 @@ func (t *Tier) addOneRow(b *bundle.Bundle, mem *Memory, prepare func(vi int, ls 
 		for _, l := range ls {
 			t.oneRowMax[vi] = min(t.oneRowMax[vi], kcuda.SplitRows(l.Shape, int(v.Rows)))
 		}
-		if t.oneRowMax[vi] < int(v.Rows) {
+		if t.oneRowMax[vi] < int(v.Rows) || len(g.Schedules) > 0 {
 			if t.oneRowUnsplit[vi], _, err = add(vi, true, " (one-row bits, unsplit)"); err != nil {
 				return err
 			}

@@ -3,8 +3,15 @@ package cuda
 import "strings"
 
 // mmvRowsWide is MMV_MR4 in mmq.cuh: the rows a block of the
-// matrix-vector kernel's _rows4 entry takes.
-const mmvRowsWide = 4
+// matrix-vector kernel's _rows4 entry takes. oneRowShared bounds the
+// shared memory of OneRowShape's matrix-vector blocks (their activation
+// rows, quantized): within what every GPU the PTX runs on allows a block
+// (an sm_86 or sm_89 card 99 KiB), so that a bundle that loads loads with
+// them; a matrix of rows too long for four (or two) a block takes fewer.
+const (
+	mmvRowsWide  = 4
+	oneRowShared = 96 << 10
+)
 
 // OneRowShape is the launch of one dispatch of a decode variant of rows
 // rows for a step whose every row must come out bit for bit as it does
@@ -60,9 +67,12 @@ func OneRowShape(instance string, push, spec []uint32, rows int, wide bool) (Lau
 			return l, err
 		}
 		grid, block := mmvShape(typ, k, n)
-		r, entry := uint32(mmvRows), EntryRows
-		if wide && rows > mmvRows {
+		r, entry := uint32(1), EntryMain
+		switch {
+		case wide && rows > mmvRows && mmvRowsWide*mmqStride(k) <= oneRowShared:
 			r, entry = mmvRowsWide, EntryRows4
+		case mmvRows*mmqStride(k) <= oneRowShared:
+			r, entry = mmvRows, EntryRows
 		}
 		grid[1] = ceilDiv(uint32(rows), r)
 		return Launch{Grid: grid, Block: block, Shared: int(r) * mmqStride(k), Entry: entry}, nil
@@ -73,7 +83,9 @@ func OneRowShape(instance string, push, spec []uint32, rows int, wide bool) (Lau
 		}
 		one.Grid[1] = uint32(rows)
 		if one.Entry == EntrySplit {
-			one.Staged = faStaged(uint32(rows), spec[1], spec[3], one.Grid[2])
+			// Partial states for the rows it may have (SplitRows), not
+			// the variant's: a step of more takes it unsplit.
+			one.Staged = faStaged(uint32(SplitRows(one, rows)), spec[1], spec[3], one.Grid[2])
 		}
 		return one, nil
 	}

@@ -26,6 +26,8 @@ func TestOneRowShape(t *testing.T) {
 		{"matmul.q8_0", 4096 + 128, 4096},  // k not a multiple of 256: dp4a
 		{"rms_norm_qkv.q8_0", 4096, 12288}, // fused: k, n_q, n_kv
 		{"rms_norm_gate_up.q4_k", 4096, 22016},
+		{"matmul.q4_k", 28672, 4096}, // rows too long for four a block in 96 KiB: two
+		{"matmul.q8_0", 65536, 512},  // and for two: one (a block per row)
 	} {
 		push, spec := []uint32{c.k, c.n}, []uint32(nil)
 		switch {
@@ -51,6 +53,12 @@ func TestOneRowShape(t *testing.T) {
 				r, entry := 2, EntryRows
 				if wide && rows > 2 {
 					r, entry = 4, EntryRows4
+				}
+				for r > 1 && r*one.Shared > 96<<10 {
+					r, entry = r/2, EntryRows
+				}
+				if r == 1 {
+					entry = EntryMain
 				}
 				want := Launch{Grid: [3]uint32{one.Grid[0], uint32((rows + r - 1) / r), 1}, Block: one.Block, Shared: r * one.Shared, Entry: entry}
 				if s, _ := Shape(c.inst, push, spec, rows, false); s.Entry == EntryMain || s.Entry == EntryRows {
@@ -118,12 +126,12 @@ func TestOneRowShape(t *testing.T) {
 		if l.Grid[0] != one.Grid[0] || l.Grid[1] != uint32(c.rows) || l.Block != one.Block || l.Shared != one.Shared {
 			t.Errorf("%s: %+v, want the one-row launch %+v a block per row", name, l, one)
 		}
-		if l.Entry != EntrySplit || l.Grid[2] != one.Grid[2] || l.Staged != faStaged(uint32(c.rows), c.heads, c.hd, one.Grid[2]) {
+		// The active rows whose (row, head group) counters the kernel
+		// has, and partial states for them; past them, the main entry.
+		most := SplitRows(l, c.rows)
+		if l.Entry != EntrySplit || l.Grid[2] != one.Grid[2] || l.Staged != faStaged(uint32(most), c.heads, c.hd, one.Grid[2]) {
 			t.Errorf("%s: %+v, want the one-row launch's split over %d blocks", name, l, one.Grid[2])
 		}
-		// The active rows whose (row, head group) counters the kernel
-		// has; past them, the main entry.
-		most := SplitRows(l, c.rows)
 		if most*int(l.Grid[0]) > faCounters || c.split != (most == c.rows) || most < 1 {
 			t.Errorf("%s: SplitRows %d for %d head groups, %d counters", name, most, l.Grid[0], faCounters)
 		}

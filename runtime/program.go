@@ -156,6 +156,23 @@ type Batch struct {
 	// Masker tier after the step's forward pass was launched, so that the
 	// host's work on the masks overlaps the device's.
 	MasksReady func() `json:"-"`
+	// OneRowBits asks that every row come out bit for bit as it does in
+	// a one-row decode step of its own: a speculative verify step, whose
+	// rows stand for the one-row steps of decoding without speculation,
+	// so that greedy output does not change with speculation. A tier
+	// whose rows' bits depend on how many share a step (T-CUDA's
+	// tensor-core tiles) is a OneRowRunner and replays such a step with
+	// other kernels; the others (T-CPU: batch invariant) need nothing.
+	OneRowBits bool `json:",omitempty"`
+}
+
+// OneRowRunner is a tier whose rows' bits in a decode step of several
+// rows may differ from a one-row step's, and that can replay a step so
+// that they do not (Batch.OneRowBits).
+type OneRowRunner interface {
+	// RunOneRow is Run for decode variant i, every row with the bits of
+	// a one-row decode step.
+	RunOneRow(ctx context.Context, i int) error
 }
 
 // Program is a loaded bundle on a tier.
@@ -508,7 +525,11 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 	if err != nil {
 		return err
 	}
-	if err := p.tier.Run(ctx, vi); err != nil {
+	run := p.tier.Run
+	if o, ok := p.tier.(OneRowRunner); ok && b.OneRowBits {
+		run = o.RunOneRow
+	}
+	if err := run(ctx, vi); err != nil {
 		return err
 	}
 	return p.maskOnHost()

@@ -59,12 +59,13 @@ const (
 	EntryRows                     // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
 	EntrySplit                    // _split: the attention families' decode kernel with a long row's keys split over blocks (faSplits), Launch.Staged its partial states
 	EntryPeer                     // _peer: matmul's matrix-vector kernel with the one-shot all-reduce after it taken in, which runtime/cuda launches in place of the pair
+	EntryRows4                    // _rows4: the matrix-vector kernel taking mmvRowsWide rows a block, for the steps of one-row bits of 3 rows and more (OneRowShape)
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split", "_peer"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split", "_peer", "_rows4"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the

@@ -47,6 +47,9 @@ type kgpu struct {
 	// attention kernels take as many stages a warp as they are given
 	// (kcuda.AttnShared).
 	shared int
+	// oneRow launches kcuda.OneRowShape's launch (with _rows4) in place
+	// of Shape's.
+	oneRow bool
 }
 
 // staging is a device buffer of n bytes, zeroed when allocated.
@@ -138,6 +141,9 @@ func (g *kgpu) runAs(instance string, bufs [][]byte, push, spec []uint32, rows i
 	m := g.module(instance)
 	defer m.Unload()
 	shape, err := kcuda.Shape(instance, push, spec, rows, prefill)
+	if g.oneRow {
+		shape, err = kcuda.OneRowShape(instance, push, spec, rows, true)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ package cuda
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	goruntime "runtime"
@@ -169,6 +170,17 @@ type Tier struct {
 	// kernels/cuda/family/all_reduce_sum.cuh; a bundle built before has
 	// not).
 	reduceNorms bool
+
+	// oneRow[vi] is the variant RunOneRow replays for the bundle's
+	// variant vi: vi itself, or past the bundle's variants its launches
+	// for one-row bits; for steps of more active rows than oneRowMax[vi]
+	// (kcuda.SplitRows), oneRowUnsplit[vi], those launches with decode
+	// attention unsplit (kcuda.Unsplit), and for all of them where the
+	// one-row decode variant, decode1, runs on the persistent kernel. io
+	// is the request table's region, whose host view says a step's rows.
+	oneRow, oneRowMax, oneRowUnsplit []int
+	io                               int
+	decode1                          int // the bundle's one-row decode variant, -1: none
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -280,6 +292,9 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 			clear(rp.host)
 			rp.host = rp.host[:reg.size]
 		}
+		if r.Name == kernels.RegionIO {
+			t.io = i
+		}
 		switch r.Name {
 		case kernels.RegionIO, kernels.RegionIOWindow:
 			t.uploads = append(t.uploads, i)
@@ -334,11 +349,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	for e := range smem {
 		smem[e] = make([]int, len(b.Blobs))
 	}
-	for vi := range g.Variants {
-		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
-		if err != nil {
-			return fmt.Errorf("cuda: variant %d: %w", vi, err)
-		}
+	prepare := func(vi int, ls []Launch) error {
 		for i := range ls {
 			l := &ls[i]
 			if l.Collective != nil {
@@ -361,8 +372,21 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 			}
 			smem[e][l.Kernel] = max(smem[e][l.Kernel], l.Shape.Shared)
 		}
+		return nil
+	}
+	for vi := range g.Variants {
+		ls, err := Walk(&g.Variants[vi], b.Blobs, mem, t.fence)
+		if err != nil {
+			return fmt.Errorf("cuda: variant %d: %w", vi, err)
+		}
+		if err := prepare(vi, ls); err != nil {
+			return err
+		}
 		t.variants = append(t.variants, ls)
 		t.keys = append(t.keys, g.Variants[vi].Key())
+	}
+	if err := t.addOneRow(b, mem, prepare); err != nil {
+		return err
 	}
 	for _, item := range t.omit {
 		if !slices.ContainsFunc(t.variants, func(ls []Launch) bool {
@@ -395,9 +419,14 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	if err := t.initMegakernel(b, mem, opt); err != nil {
 		return err
 	}
-	// Capture up front, so the first step of a request does not pay for
-	// it; variants past the bound are captured when first run.
-	for vi := range min(len(t.variants), t.maxGr) {
+	for len(t.mk) < len(t.variants) { // the one-row variants take the graph path
+		t.mk, t.mkWhy = append(t.mk, nil), append(t.mkWhy, "one-row bits (RunOneRow): the graph path")
+	}
+	// Capture the bundle's variants up front, so the first step of a
+	// request does not pay for it; variants past the bound, and the
+	// one-row variants (only speculative decoding runs them), are
+	// captured when first run.
+	for vi := range min(len(g.Variants), t.maxGr) {
 		if _, err := t.graph(vi); err != nil {
 			return fmt.Errorf("cuda: capturing variant %d: %w", vi, err)
 		}
@@ -514,6 +543,101 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		g.took = took
 		return err
 	})
+}
+
+// RunOneRow is Run for a step whose every row must come out bit for bit
+// as it does in a one-row decode step (runtime.Batch.OneRowBits: a
+// speculative verify step, whose rows stand for one-row steps). It
+// replays decode variant vi's launches for one-row bits
+// (kcuda.OneRowShape) where they differ from its own, else vi.
+func (t *Tier) RunOneRow(ctx context.Context, vi int) error {
+	if vi < 0 || vi >= len(t.oneRow) {
+		return fmt.Errorf("cuda: no variant %d (the bundle has %d)", vi, len(t.oneRow))
+	}
+	// A one-row step on the persistent kernel takes its decode attention
+	// unsplit (kcuda.MegakernelShape): so do the rows standing for it.
+	mk := t.decode1 >= 0 && t.mk[t.decode1] != nil && !t.mkOff
+	if io := t.regions[t.io].host; mk || len(io) >= 4*(kernels.IOWordRows+1) &&
+		int(binary.LittleEndian.Uint32(io[4*kernels.IOWordRows:])) > t.oneRowMax[vi] {
+		return t.Run(ctx, t.oneRowUnsplit[vi])
+	}
+	return t.Run(ctx, t.oneRow[vi])
+}
+
+// addOneRow gives each decode variant of several rows its launches for
+// one-row bits (WalkOneRow) as one more variant past the bundle's, on
+// the graph path, where they differ from its own; and where their split
+// decode attention bounds a step's rows below the variant's
+// (kcuda.SplitRows), or the persistent kernel may run the one-row
+// steps, one more with it unsplit. prepare checks a launch list as load
+// does the bundle's.
+func (t *Tier) addOneRow(b *bundle.Bundle, mem *Memory, prepare func(vi int, ls []Launch) error) error {
+	g := b.Graph
+	n := len(g.Variants)
+	t.oneRow, t.oneRowMax, t.oneRowUnsplit = make([]int, n), make([]int, n), make([]int, n)
+	wide := func(k int) bool { return t.entries[kcuda.EntryRows4][k] != 0 }
+	add := func(vi int, unsplit bool, key string) (int, []Launch, error) {
+		v := &g.Variants[vi]
+		ls, err := WalkOneRow(v, b.Blobs, mem, t.fence, wide, unsplit)
+		if err != nil {
+			return 0, nil, fmt.Errorf("cuda: variant %d, one-row bits: %w", vi, err)
+		}
+		if err := prepare(vi, ls); err != nil {
+			return 0, nil, err
+		}
+		// A variant the persistent kernel runs has other launches than
+		// its graph path's.
+		if sameLaunches(ls, t.variants[vi]) && len(g.Schedules) == 0 {
+			return vi, ls, nil
+		}
+		t.variants = append(t.variants, ls)
+		t.keys = append(t.keys, v.Key()+key)
+		return len(t.variants) - 1, ls, nil
+	}
+	t.decode1 = -1
+	for vi := range g.Variants {
+		v := &g.Variants[vi]
+		t.oneRow[vi], t.oneRowMax[vi], t.oneRowUnsplit[vi] = vi, int(v.Rows), vi
+		if v.Stage == bundle.StageDecode && v.Rows == 1 {
+			t.decode1 = vi
+		}
+		if v.Stage != bundle.StageDecode || v.Rows <= 1 {
+			continue
+		}
+		i, ls, err := add(vi, false, " (one-row bits)")
+		if err != nil {
+			return err
+		}
+		t.oneRow[vi], t.oneRowUnsplit[vi] = i, i
+		for _, l := range ls {
+			t.oneRowMax[vi] = min(t.oneRowMax[vi], kcuda.SplitRows(l.Shape, int(v.Rows)))
+		}
+		if t.oneRowMax[vi] < int(v.Rows) || len(g.Schedules) > 0 {
+			if t.oneRowUnsplit[vi], _, err = add(vi, true, " (one-row bits, unsplit)"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sameLaunches reports whether two launch lists run the same kernels
+// with the same shapes and parameters.
+func sameLaunches(a, b []Launch) bool {
+	return slices.EqualFunc(a, b, func(x, y Launch) bool {
+		return x.Kernel == y.Kernel && x.Collective == nil && y.Collective == nil && sameShape(x.Shape, y.Shape) &&
+			slices.Equal(x.Params, y.Params)
+	})
+}
+
+// sameShape reports whether two launch shapes are equal, their stage and
+// rest launches too.
+func sameShape(a, b kcuda.Launch) bool {
+	same := func(x, y *kcuda.Launch) bool {
+		return x == nil && y == nil || x != nil && y != nil && sameShape(*x, *y)
+	}
+	return a.Grid == b.Grid && a.Block == b.Block && a.Shared == b.Shared && a.Entry == b.Entry && a.Staged == b.Staged &&
+		same(a.Stage, b.Stage) && same(a.Rest, b.Rest)
 }
 
 // replay runs one replay of variant vi by run on a locked thread with the

@@ -129,6 +129,21 @@ func Walk(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int) ([]Launc
 	})
 }
 
+// WalkOneRow is Walk for the steps of a decode variant whose every row
+// must come out as in a one-row decode step (kcuda.OneRowShape): the
+// speculative verify steps (Tier.RunOneRow). wide reports whether kernel
+// k (an index into blobs) has the _rows4 entry; unsplit gives the split
+// decode attention its main entry instead (kcuda.Unsplit).
+func WalkOneRow(v *bundle.Variant, blobs []*zrt.Blob, mem *Memory, fence int, wide func(k int) bool, unsplit bool) ([]Launch, error) {
+	return walk(v, blobs, mem, fence, func(d *replay.Dispatch) (kcuda.Launch, error) {
+		l, err := kcuda.OneRowShape(d.Name, d.Push, d.Spec, int(v.Rows), wide(d.Kernel))
+		if unsplit {
+			l = kcuda.Unsplit(l)
+		}
+		return l, err
+	})
+}
+
 // WalkMegakernel is Walk for a decode variant's persistent kernel: each
 // dispatch shaped as the kernel's tasks run it (kcuda.MegakernelShape),
 // which for up to eight rows is one launch a dispatch, no stage.

@@ -1456,6 +1456,14 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 			e.maskWait = e.cfg.Now().Sub(at)
 		}
 	}
+	// A step of one request's verify rows alone stands for its one-row
+	// steps: a tier whose bits depend on a step's rows (T-CUDA) gives
+	// them a one-row step's, so that its greedy output is the same as
+	// without speculation. A step of several requests' rows keeps the
+	// batched kernels: without speculation such a step's rows have no
+	// one-row bits on that tier either, and one-row kernels read the
+	// weights once for every few rows.
+	b.OneRowBits = len(plan.Rows) == 1 && plan.Rows[0].Draft > 0
 	var ok bool
 	if decodeOnly {
 		b.Key, ok = e.m.Key(runtime.Decode, len(b.Rows))

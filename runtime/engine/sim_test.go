@@ -45,6 +45,8 @@ type scripted struct {
 	// so a test can check that every request's pages hold its tokens,
 	// host-tier round trips included. It makes the model a KVPager.
 	kv [][]byte
+	// oneRowSteps counts the steps that asked for one-row bits.
+	oneRowSteps int
 }
 
 // simEntry is the bytes a scripted KV page gives one position.
@@ -123,6 +125,22 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 			}
 		}
 		tables[sp.Slot] = sp.Pages
+	}
+	// One-row bits are asked for exactly by the steps of one request's
+	// verify rows alone: consecutive positions, each row in a slot of
+	// its own mapping the same pages.
+	one := len(b.Rows) > 1
+	for i, r := range b.Rows {
+		r0 := b.Rows[0]
+		if i > 0 && (r.Pos != r0.Pos+i || r.Slot == r0.Slot || fmt.Sprint(tables[r.Slot]) != fmt.Sprint(tables[r0.Slot])) {
+			one = false
+		}
+	}
+	if b.OneRowBits != one {
+		m.t.Fatalf("a step of %d rows (one request's verify rows alone: %v) asks for one-row bits: %v", len(b.Rows), one, b.OneRowBits)
+	}
+	if one {
+		m.oneRowSteps++
 	}
 	if b.Key.Stage == runtime.Draft {
 		if len(b.Rows) != 1 || m.draftAccept == 0 {
@@ -722,6 +740,13 @@ func pagesOnDemand(t *testing.T, sp Speculation, drafter *simDrafter) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() {
+		// The requests that run last run alone: their verify steps ask
+		// for one-row bits (scripted.Step holds every step to that rule).
+		if sp.On() && m.oneRowSteps == 0 {
+			t.Error("no step of one request's verify rows alone asked for one-row bits")
+		}
+	}()
 	ctx := context.Background()
 	var prompts [][]int32
 	var streams []<-chan Event

@@ -41,7 +41,10 @@ func ParseSpeculation(s string) (Speculation, error) { return spec.ParseMode(s) 
 // request's decoder takes tokens from the rows in order for as long as
 // the draft agrees with what it takes, exactly as it would one step at a
 // time, and the pages past the tokens it keeps go back to the pool. So
-// greedy output is the same bit for bit on a batch-invariant tier. So is
+// greedy output is the same bit for bit on a batch-invariant tier, and on
+// T-CUDA for a request decoded alone, whose verify steps take the one-row
+// kernels there (runtime.Batch.OneRowBits; batched with other requests,
+// its rows have no one-row bits without speculation either). So is
 // sampled output token for token given the seed with n-gram and self
 // drafts: they propose one token a position with probability one, and
 // for such a draft taking the target's sample and accepting the draft

@@ -391,9 +391,11 @@ var ErrSlotState = &support.Error{What: "speculative decoding", Value: "of a mod
 // each other — and every one of those slots maps the sequence's page
 // table. Each row writes its K and V at its position through that table
 // before any row attends, and attends to the positions up to its own, so
-// row i sees the rows before it as a decode of them one by one would. On
-// a batch-invariant tier (T-CPU) its logits are those decode steps'
-// bit for bit. The borrowed slots are free again when Verify returns.
+// row i sees the rows before it as a decode of them one by one would. Its
+// logits are those decode steps' bit for bit: on a batch-invariant tier
+// (T-CPU) by that invariance, on T-CUDA by the one-row kernels it takes
+// for the step (runtime.Batch.OneRowBits). The borrowed slots are free
+// again when Verify returns.
 //
 // Rows past what the caller accepts are taken back with Truncate; their
 // KV entries are simply overwritten later.
@@ -427,7 +429,7 @@ func (s *Sequence) Verify(ctx context.Context, toks []int32) ([]Verified, error)
 			slots = append(slots, i)
 		}
 	}
-	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: make([]runtime.SlotPages, len(toks))}
+	b := runtime.Batch{Key: key, Rows: make([]runtime.Row, len(toks)), Pages: make([]runtime.SlotPages, len(toks)), OneRowBits: true}
 	for i, t := range toks {
 		b.Rows[i] = runtime.Row{Slot: slots[i], Pos: len(s.Tokens) + i, Token: t, Logits: true}
 		b.Pages[i] = runtime.SlotPages{Slot: slots[i], Pages: pages.Pages}

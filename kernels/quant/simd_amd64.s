@@ -365,63 +365,79 @@ q80x8loop:
 	VZEROUPPER
 	RET
 
-// Q80P8ROW adds the prepared activation row at off(DI) to acc (see
-// dotQ8_0x8PrepAsm); as Q80X8ROW, with the flipped quants loaded rather
-// than XORed.
-#define Q80P8ROW(off, t, u, sc, acc) \
-	VMOVDQU          off(DI), t \
-	VMOVDQA32        Y2, u \
-	VPDPBUSD         Y1, t, u \
-	VCVTDQ2PS        u, u \
-	VFMADD231PS.BCST sc(SP), u, acc
-
 // func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
 //
 // dotQ8_0x8VNNIAsm on a prepared group of eight activation rows (see
 // prepQ8_0x8): per block, the eight rows' quants already XORed with 0x80
 // (32 bytes each, row after row) and then their scales as eight float32.
-// The weight side and every output's operations and their order are
-// dotQ8_0x8VNNIAsm's, so the results are bit-identical to it.
-TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $32-32
-	MOVQ    w+0(FP), SI
-	MOVQ    xp+8(FP), DI
-	MOVQ    nb+16(FP), CX
-	VMOVDQU c80<>(SB), Y15
-	VPXORD  Y16, Y16, Y16
-	VPXORD  Y17, Y17, Y17
-	VPXORD  Y18, Y18, Y18
-	VPXORD  Y19, Y19, Y19
-	VPXORD  Y20, Y20, Y20
-	VPXORD  Y21, Y21, Y21
-	VPXORD  Y22, Y22, Y22
-	VPXORD  Y23, Y23, Y23
+// Two rows share a ZMM register: rows 2p and 2p+1 are adjacent in the
+// group, so one 64-byte load brings both, one VPDPBUSD against the weight
+// block broadcast to both halves gives both rows' eight lane sums, and
+// one VCVTDQ2PS and one FMA (the combined scales spread by VPERMPS, row
+// 2p's to the low half and 2p+1's to the high) update both rows'
+// accumulators. Every lane still gets exactly dotQ8_0x8VNNIAsm's
+// operations in its order (the exact integer sum, its conversion, the
+// FMA with dx*dw), so the results are bit-identical to it.
+TEXT ·dotQ8_0x8PrepAsm(SB), NOSPLIT, $0-32
+	MOVQ         w+0(FP), SI
+	MOVQ         xp+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VPBROADCASTD c80<>(SB), Z15
+	VMOVDQU32    lane8<>+0(SB), Z8
+	VMOVDQU32    lane8<>+64(SB), Z9
+	VMOVDQU32    lane8<>+128(SB), Z10
+	VMOVDQU32    lane8<>+192(SB), Z11
+	VPXORD       Z16, Z16, Z16
+	VPXORD       Z17, Z17, Z17
+	VPXORD       Z18, Z18, Z18
+	VPXORD       Z19, Z19, Z19
 
 q80p8loop:
-	VMOVDQU      2(SI), Y1
-	VPXOR        Y2, Y2, Y2
-	VPDPBUSD     Y1, Y15, Y2
-	VPXOR        Y3, Y3, Y3
-	VPSUBD       Y2, Y3, Y2
-	VPBROADCASTW (SI), X3
-	VCVTPH2PS    X3, Y3
-	VMULPS       256(DI), Y3, Y0
-	VMOVUPS      Y0, (SP)
-	Q80P8ROW(0, Y4, Y24, 0, Y16)
-	Q80P8ROW(32, Y5, Y25, 4, Y17)
-	Q80P8ROW(64, Y6, Y26, 8, Y18)
-	Q80P8ROW(96, Y7, Y27, 12, Y19)
-	Q80P8ROW(128, Y8, Y28, 16, Y20)
-	Q80P8ROW(160, Y9, Y29, 20, Y21)
-	Q80P8ROW(192, Y10, Y30, 24, Y22)
-	Q80P8ROW(224, Y11, Y31, 28, Y23)
-	ADDQ         $34, SI
-	ADDQ         $288, DI
-	DECQ         CX
-	JNZ          q80p8loop
+	VBROADCASTI64X4 2(SI), Z1
+	VPXORD          Z2, Z2, Z2
+	VPDPBUSD        Z1, Z15, Z2
+	VPXORD          Z3, Z3, Z3
+	VPSUBD          Z2, Z3, Z2
+	VPBROADCASTW    (SI), X3
+	VCVTPH2PS       X3, Y3
+	VMULPS          256(DI), Y3, Y0
+	VMOVDQU32       0(DI), Z4
+	VMOVDQA32       Z2, Z24
+	VPDPBUSD        Z1, Z4, Z24
+	VCVTDQ2PS       Z24, Z24
+	VPERMPS         Z0, Z8, Z4
+	VFMADD231PS     Z4, Z24, Z16
+	VMOVDQU32       64(DI), Z5
+	VMOVDQA32       Z2, Z25
+	VPDPBUSD        Z1, Z5, Z25
+	VCVTDQ2PS       Z25, Z25
+	VPERMPS         Z0, Z9, Z5
+	VFMADD231PS     Z5, Z25, Z17
+	VMOVDQU32       128(DI), Z6
+	VMOVDQA32       Z2, Z26
+	VPDPBUSD        Z1, Z6, Z26
+	VCVTDQ2PS       Z26, Z26
+	VPERMPS         Z0, Z10, Z6
+	VFMADD231PS     Z6, Z26, Z18
+	VMOVDQU32       192(DI), Z7
+	VMOVDQA32       Z2, Z27
+	VPDPBUSD        Z1, Z7, Z27
+	VCVTDQ2PS       Z27, Z27
+	VPERMPS         Z0, Z11, Z7
+	VFMADD231PS     Z7, Z27, Z19
+	ADDQ            $34, SI
+	ADDQ            $288, DI
+	DECQ            CX
+	JNZ             q80p8loop
 
-	MOVQ    out+24(FP), AX
-	HSUM8(Y16, Y17, Y18, Y19, Y20, Y21, Y22, Y23)
-	VMOVUPS Y0, (AX)
+	// Rows 2p+1 out of the high halves, then HSUM8 as eightRowSums.
+	VEXTRACTF64X4 $1, Z16, Y20
+	VEXTRACTF64X4 $1, Z17, Y21
+	VEXTRACTF64X4 $1, Z18, Y22
+	VEXTRACTF64X4 $1, Z19, Y23
+	MOVQ          out+24(FP), AX
+	HSUM8(Y16, Y20, Y17, Y21, Y18, Y22, Y19, Y23)
+	VMOVUPS       Y0, (AX)
 	VZEROUPPER
 	RET
 
@@ -1990,6 +2006,40 @@ DATA lane4<>+104(SB)/8, $0x0000000300000003
 DATA lane4<>+112(SB)/8, $0x0000000300000003
 DATA lane4<>+120(SB)/8, $0x0000000300000003
 GLOBL lane4<>(SB), RODATA|NOPTR, $128
+
+DATA lane8<>+0(SB)/8, $0x0000000000000000
+DATA lane8<>+8(SB)/8, $0x0000000000000000
+DATA lane8<>+16(SB)/8, $0x0000000000000000
+DATA lane8<>+24(SB)/8, $0x0000000000000000
+DATA lane8<>+32(SB)/8, $0x0000000100000001
+DATA lane8<>+40(SB)/8, $0x0000000100000001
+DATA lane8<>+48(SB)/8, $0x0000000100000001
+DATA lane8<>+56(SB)/8, $0x0000000100000001
+DATA lane8<>+64(SB)/8, $0x0000000200000002
+DATA lane8<>+72(SB)/8, $0x0000000200000002
+DATA lane8<>+80(SB)/8, $0x0000000200000002
+DATA lane8<>+88(SB)/8, $0x0000000200000002
+DATA lane8<>+96(SB)/8, $0x0000000300000003
+DATA lane8<>+104(SB)/8, $0x0000000300000003
+DATA lane8<>+112(SB)/8, $0x0000000300000003
+DATA lane8<>+120(SB)/8, $0x0000000300000003
+DATA lane8<>+128(SB)/8, $0x0000000400000004
+DATA lane8<>+136(SB)/8, $0x0000000400000004
+DATA lane8<>+144(SB)/8, $0x0000000400000004
+DATA lane8<>+152(SB)/8, $0x0000000400000004
+DATA lane8<>+160(SB)/8, $0x0000000500000005
+DATA lane8<>+168(SB)/8, $0x0000000500000005
+DATA lane8<>+176(SB)/8, $0x0000000500000005
+DATA lane8<>+184(SB)/8, $0x0000000500000005
+DATA lane8<>+192(SB)/8, $0x0000000600000006
+DATA lane8<>+200(SB)/8, $0x0000000600000006
+DATA lane8<>+208(SB)/8, $0x0000000600000006
+DATA lane8<>+216(SB)/8, $0x0000000600000006
+DATA lane8<>+224(SB)/8, $0x0000000700000007
+DATA lane8<>+232(SB)/8, $0x0000000700000007
+DATA lane8<>+240(SB)/8, $0x0000000700000007
+DATA lane8<>+248(SB)/8, $0x0000000700000007
+GLOBL lane8<>(SB), RODATA|NOPTR, $256
 
 // ---- many weight rows · one activation row (decode), AVX-512
 //

@@ -33,6 +33,15 @@ func constants(f *asmgen.File) {
 	}
 	f.Quads("lane4", q...)
 	f.P("")
+	// lane8: VPERMPS indices, entry r (32 bytes) selecting lane r, so
+	// that entries 2p and 2p+1 (64 bytes) spread lanes 2p and 2p+1 over a
+	// ZMM register's halves (dotQ8_0x8PrepAsm).
+	q = nil
+	for r := 0; r < 8; r++ {
+		q = append(q, asmgen.Repeat(uint64(r), 4, 8)...)
+	}
+	f.Quads("lane8", q...)
+	f.P("")
 }
 
 // spread returns VPERMW indices: n scale words, each repeated per times.

@@ -269,34 +269,55 @@ TEXT ·dotQ8_0x4VNNIAsm(SB), NOSPLIT, $0-40
 	eightRowSums(f, 32)
 	f.Raw(`
 
-// Q80P8ROW adds the prepared activation row at off(DI) to acc (see
-// dotQ8_0x8PrepAsm); as Q80X8ROW, with the flipped quants loaded rather
-// than XORed.`)
-	q80x8Row(f, "Q80P8ROW(off, t, u, sc, acc)", "VMOVDQU", "off(DI)")
-	f.Raw(`
 // func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
 //
 // dotQ8_0x8VNNIAsm on a prepared group of eight activation rows (see
 // prepQ8_0x8): per block, the eight rows' quants already XORed with 0x80
 // (32 bytes each, row after row) and then their scales as eight float32.
-// The weight side and every output's operations and their order are
-// dotQ8_0x8VNNIAsm's, so the results are bit-identical to it.`)
-	f.Text("dotQ8_0x8PrepAsm", 32, 32)
+// Two rows share a ZMM register: rows 2p and 2p+1 are adjacent in the
+// group, so one 64-byte load brings both, one VPDPBUSD against the weight
+// block broadcast to both halves gives both rows' eight lane sums, and
+// one VCVTDQ2PS and one FMA (the combined scales spread by VPERMPS, row
+// 2p's to the low half and 2p+1's to the high) update both rows'
+// accumulators. Every lane still gets exactly dotQ8_0x8VNNIAsm's
+// operations in its order (the exact integer sum, its conversion, the
+// FMA with dx*dw), so the results are bit-identical to it.`)
+	f.Text("dotQ8_0x8PrepAsm", 0, 32)
 	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Ins("VPBROADCASTD", "c80<>(SB)", "Z15")
+	for p := 0; p < 4; p++ {
+		f.Ins("VMOVDQU32", fmt.Sprintf("lane8<>+%d(SB)", 64*p), asmgen.Reg("Z", 8+p))
+	}
+	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 4)...)
 	f.Raw(`
-	VMOVDQU c80<>(SB), Y15`)
-	q80Loop(f, "VPXORD", asmgen.Regs("Y", 16, 1, 8), "q80p8loop", "")
-	f.Raw(`
-	VPBROADCASTW (SI), X3
-	VCVTPH2PS    X3, Y3
-	VMULPS       256(DI), Y3, Y0
-	VMOVUPS      Y0, (SP)`)
-	for r := 0; r < 8; r++ {
-		f.P("\tQ80P8ROW(%d, Y%d, Y%d, %d, Y%d)", 32*r, 4+r, 24+r, 4*r, 16+r)
+q80p8loop:
+	VBROADCASTI64X4 2(SI), Z1
+	VPXORD          Z2, Z2, Z2
+	VPDPBUSD        Z1, Z15, Z2
+	VPXORD          Z3, Z3, Z3
+	VPSUBD          Z2, Z3, Z2
+	VPBROADCASTW    (SI), X3
+	VCVTPH2PS       X3, Y3
+	VMULPS          256(DI), Y3, Y0`)
+	for p := 0; p < 4; p++ {
+		t, u, idx, acc := asmgen.Reg("Z", 4+p), asmgen.Reg("Z", 24+p), asmgen.Reg("Z", 8+p), asmgen.Reg("Z", 16+p)
+		f.Ins("VMOVDQU32", fmt.Sprintf("%d(DI)", 64*p), t)
+		f.Ins("VMOVDQA32", "Z2", u)
+		f.Ins("VPDPBUSD", "Z1", t, u)
+		f.Ins("VCVTDQ2PS", u, u)
+		f.Ins("VPERMPS", "Z0", idx, t)
+		f.Ins("VFMADD231PS", t, u, acc)
 	}
 	loopTail(f, "q80p8loop", step{"SI", 34}, step{"DI", 288})
-	f.P("")
-	eightRowSums(f, 24)
+	f.P("\n\t// Rows 2p+1 out of the high halves, then HSUM8 as eightRowSums.")
+	for p := 0; p < 4; p++ {
+		f.Ins("VEXTRACTF64X4", "$1", asmgen.Reg("Z", 16+p), asmgen.Reg("Y", 20+p))
+	}
+	f.Ins("MOVQ", "out+24(FP)", "AX")
+	f.P("\tHSUM8(Y16, Y20, Y17, Y21, Y18, Y22, Y19, Y23)")
+	f.Ins("VMOVUPS", "Y0", "(AX)")
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
 	f.P("")
 	(&dotKernel{
 		sig: "dotQ8_0AVX2Asm(w, x *byte, nb int) float32",

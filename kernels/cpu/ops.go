@@ -266,9 +266,9 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// which kernel computes a row then depends only on rows mod 4, as the
 	// eight-row kernel's results equal the four-row kernel's.
 	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
-	// The prepared groups (above) go through VecDotPrepared, bit-identical
-	// to VecDotRows on them; the rows past the last full group go through
-	// VecDotRows.
+	// The prepared groups (above) go through VecDotPrepared2 two at a time
+	// and VecDotPrepared, bit-identical to VecDotRows on them; the rows
+	// past the last full group go through VecDotRows.
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		tp, _ := gemmTiles.Get().(*[gemmTileRows*gemmCols + 16]float32)
 		if tp == nil {
@@ -289,7 +289,12 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 				for jj := 0; jj < jn; jj++ {
 					j := j0 + jj
 					wr := w[j*wb : (j+1)*wb]
-					for r := 0; r < np; r += quant.PrepRows {
+					r := 0
+					for ; r+2*quant.PrepRows <= np; r += 2 * quant.PrepRows {
+						g := (i0 + r) / quant.PrepRows
+						quant.VecDotPrepared2(t, k, wr, xp[g*pg:(g+2)*pg], tile[jj*ib+r:jj*ib+r+2*quant.PrepRows])
+					}
+					for ; r < np; r += quant.PrepRows {
 						g := (i0 + r) / quant.PrepRows
 						quant.VecDotPrepared(t, k, wr, xp[g*pg:(g+1)*pg], tile[jj*ib+r:jj*ib+r+quant.PrepRows])
 					}

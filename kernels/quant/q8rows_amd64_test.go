@@ -137,6 +137,40 @@ func TestQ8_0PreparedMatchesX8(t *testing.T) {
 	})
 }
 
+// TestQ8_0Prepared2MatchesPrepared checks that the sixteen-row prepared
+// kernel (two groups in one pass) gives each group's rows the bits of the
+// eight-row prepared kernel, for 1..17 blocks and extreme quants, and
+// writes no further than its sixteen outputs.
+func TestQ8_0Prepared2MatchesPrepared(t *testing.T) {
+	if simdBest < simdVNNI {
+		t.Skip("no VNNI")
+	}
+	rng := rand.New(rand.NewSource(11))
+	eightRows(t, 13, func(nb, trial, n, stride int, w, xq []byte) {
+		// the second group: the first's rows in another order, one row
+		// fresh, so that the two groups differ
+		xq2 := make([]byte, len(xq))
+		for r := 0; r < 8; r++ {
+			copy(xq2[r*stride:(r+1)*stride], xq[(7-r)*stride:(8-r)*stride])
+		}
+		copy(xq2[3*stride:], quantizedActivations(t, rng, ggml.Q8_0, n))
+		g := PrepGroupBytes(ggml.Q8_0, n)
+		xp := make([]byte, 2*g)
+		PrepareRows(ggml.Q8_0, n, xq, stride, xp[:g])
+		PrepareRows(ggml.Q8_0, n, xq2, stride, xp[g:])
+		got, want := make([]float32, 17), make([]float32, 17)
+		got[16], want[16] = 42, 42
+		VecDotPrepared2(ggml.Q8_0, n, w, xp, got)
+		VecDotPrepared(ggml.Q8_0, n, w, xp[:g], want[:8])
+		VecDotPrepared(ggml.Q8_0, n, w, xp[g:], want[8:16])
+		for r := range got {
+			if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+				t.Fatalf("nb=%d trial %d: sixteen-row %v, eight-row %v", nb, trial, got, want)
+			}
+		}
+	})
+}
+
 // BenchmarkPrepared is the eight-row kernel of each type that has
 // prepared groups, on them (the preparation not counted): sixteen
 // activation rows against one weight row.
@@ -172,6 +206,11 @@ func BenchmarkPrepared(b *testing.B) {
 					for r := 0; r < rows; r += 8 {
 						VecDotPrepared(typ, n, w, xp[r/8*g:], out[r:])
 					}
+				}
+			})
+			b.Run(fmt.Sprintf("%v/x16/n=%d", typ, n), func(b *testing.B) {
+				for b.Loop() {
+					VecDotPrepared2(typ, n, w, xp, out)
 				}
 			})
 		}

@@ -50,6 +50,9 @@ type prepKernel struct {
 	groupBytes func(n int) int
 	prepare    func(n int, xq []byte, xStride int, dst []byte)
 	dot        func(n int, w, xp []byte, out []float32)
+	// dot2, where set, computes 2*PrepRows outputs from two consecutive
+	// groups at once, each bit-identical to dot's.
+	dot2 func(n int, w, xp []byte, out []float32)
 }
 
 var (
@@ -197,6 +200,21 @@ func PrepareRows(t ggml.Type, n int, xq []byte, xStride int, dst []byte) {
 // rows it was prepared from. Only valid where PrepGroupBytes(t, n) > 0.
 func VecDotPrepared(t ggml.Type, n int, w, xp []byte, out []float32) {
 	prepKernels[t].dot(n, w, xp, out)
+}
+
+// VecDotPrepared2 computes out[r] for r < 2*PrepRows from two consecutive
+// prepared groups (xp holds 2*PrepGroupBytes(t, n) bytes): the same bits
+// as VecDotPrepared on each group, in one pass over the weight row where
+// the level has such a kernel. Only valid where PrepGroupBytes(t, n) > 0.
+func VecDotPrepared2(t ggml.Type, n int, w, xp []byte, out []float32) {
+	k := prepKernels[t]
+	if k.dot2 != nil {
+		k.dot2(n, w, xp, out)
+		return
+	}
+	g := k.groupBytes(n)
+	k.dot(n, w, xp[:g], out[:PrepRows])
+	k.dot(n, w, xp[g:2*g], out[PrepRows:2*PrepRows])
 }
 
 // VecDotOrder is VecDot in order o: for a type ggml repacks (Q4_K, see

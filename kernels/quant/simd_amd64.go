@@ -149,13 +149,31 @@ func floatDot(size int, kernel func(w, x *byte, n int) float32, tail func(n int,
 // VPDPBUSD; 32 bytes a row, row after row) and then their f16 scales as
 // eight float32 (exact conversions, what VCVTPH2PS gives), q80PrepBlock
 // bytes in all.
-var prepQ8_0x8 = prepBlocks(qk, q8_0Len, q8_0Len, q80PrepBlock, func(r int, src, d []byte) {
+// Its dot2 is the sixteen-row form (dotQ8_0x16PrepAsm), which shares the
+// weight block's work between two groups.
+var prepQ8_0x8 = withDot2(prepBlocks(qk, q8_0Len, q8_0Len, q80PrepBlock, func(r int, src, d []byte) {
 	q := d[r*qk : (r+1)*qk]
 	for i := 0; i < qk; i += 8 {
 		binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(src[2+i:])^0x8080808080808080)
 	}
 	binary.LittleEndian.PutUint32(d[8*qk+4*r:], math.Float32bits(F16ToF32(binary.LittleEndian.Uint16(src))))
-}, dotQ8_0x8PrepAsm)
+}, dotQ8_0x8PrepAsm), func(n int, w, xp []byte, out []float32) {
+	nb := n / qk
+	if nb == 0 {
+		clear(out[:16])
+		return
+	}
+	_ = w[nb*q8_0Len-1]
+	_ = xp[2*nb*q80PrepBlock-1]
+	_ = out[15]
+	dotQ8_0x16PrepAsm(&w[0], &xp[0], nb, &out[0])
+})
+
+// withDot2 returns k with its two-group kernel set to dot2.
+func withDot2(k prepKernel, dot2 func(n int, w, xp []byte, out []float32)) prepKernel {
+	k.dot2 = dot2
+	return k
+}
 
 // prepBlocks is the prepKernel of an eight-row kernel on blocks of bs
 // elements (wLen bytes a weight block, xLen an activation block, pLen a
@@ -291,6 +309,9 @@ func dotQ8_0x8VNNIAsm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
+
+//go:noescape
+func dotQ8_0x16PrepAsm(w, xp *byte, nb int, out *float32)
 
 //go:noescape
 func dotQ8_0AVX2Asm(w, x *byte, nb int) float32

@@ -319,6 +319,65 @@ q80p8loop:
 	f.Ins("VZEROUPPER")
 	f.Ins("RET")
 	f.P("")
+	f.Raw(`
+// func dotQ8_0x16PrepAsm(w, xp *byte, nb int, out *float32)
+//
+// dotQ8_0x8PrepAsm on two consecutive prepared groups (the second nb*288
+// bytes after the first), sixteen outputs: the weight block's broadcast,
+// correction and f16 scale are done once for sixteen activation rows
+// rather than eight. Each group's rows get exactly dotQ8_0x8PrepAsm's
+// operations in its order, so the results are bit-identical to it.`)
+	f.Text("dotQ8_0x16PrepAsm", 0, 32)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Ins("IMUL3Q", "$288", "CX", "R8")
+	f.Ins("VPBROADCASTD", "c80<>(SB)", "Z15")
+	for p := 0; p < 4; p++ {
+		f.Ins("VMOVDQU32", fmt.Sprintf("lane8<>+%d(SB)", 64*p), asmgen.Reg("Z", 8+p))
+	}
+	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 8)...)
+	f.Raw(`
+q80p16loop:
+	VBROADCASTI64X4 2(SI), Z1
+	VPXORD          Z2, Z2, Z2
+	VPDPBUSD        Z1, Z15, Z2
+	VPXORD          Z3, Z3, Z3
+	VPSUBD          Z2, Z3, Z2
+	VPBROADCASTW    (SI), X3
+	VCVTPH2PS       X3, Y3
+	VMULPS          256(DI), Y3, Y0
+	VMULPS          256(DI)(R8*1), Y3, Y12`)
+	for g, sc := range []string{"Z0", "Z12"} {
+		idx := ""
+		if g == 1 {
+			idx = "(R8*1)"
+		}
+		for p := 0; p < 4; p++ {
+			t, u, ix, acc := asmgen.Reg("Z", 4+p), asmgen.Reg("Z", 24+4*g+p), asmgen.Reg("Z", 8+p), asmgen.Reg("Z", 16+4*g+p)
+			f.Ins("VMOVDQU32", fmt.Sprintf("%d(DI)%s", 64*p, idx), t)
+			f.Ins("VMOVDQA32", "Z2", u)
+			f.Ins("VPDPBUSD", "Z1", t, u)
+			f.Ins("VCVTDQ2PS", u, u)
+			f.Ins("VPERMPS", sc, ix, t)
+			f.Ins("VFMADD231PS", t, u, acc)
+		}
+	}
+	loopTail(f, "q80p16loop", step{"SI", 34}, step{"DI", 288})
+	f.P("\n\t// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high\n\t// halves, then HSUM8.")
+	f.Ins("MOVQ", "out+24(FP)", "AX")
+	for g := 0; g < 2; g++ {
+		for p := 0; p < 4; p++ {
+			f.Ins("VEXTRACTF64X4", "$1", asmgen.Reg("Z", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
+		}
+		var rs []string
+		for p := 0; p < 4; p++ {
+			rs = append(rs, asmgen.Reg("Y", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
+		}
+		f.P("\tHSUM8(%s)", strings.Join(rs, ", "))
+		f.Ins("VMOVUPS", "Y0", fmt.Sprintf("%d(AX)", 32*g))
+	}
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+	f.P("")
 	(&dotKernel{
 		sig: "dotQ8_0AVX2Asm(w, x *byte, nb int) float32",
 		doc: `

@@ -156,6 +156,19 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 	return template(instance, zrt.CPU, []byte(instance), 0, 1)
 }
 
+// lacks is the Unit's Lacks for a target: a CUDA target's families with
+// no PTX in this zrtc's archive (none with ptxDir, whose files are the
+// templates' own business); nil for the other tiers.
+func lacks(target, ptxDir string) func(family string) bool {
+	t, ok := kernels.LookupTarget(target)
+	if !ok || t.Tier != kernels.TierCUDA || ptxDir != "" {
+		return nil
+	}
+	arch := ptx.TargetArch(target)
+	// A collective without PTX runs through NCCL (cudaTemplate).
+	return func(family string) bool { return !cuda.Collective(family) && !ptx.Has(arch, family) }
+}
+
 // cudaTemplate: the code is the instance's PTX for the target's
 // architecture (embedded in zrtc from kernels/cuda/ptx's archive),
 // NUL-terminated for cuModuleLoadData. The tier passes

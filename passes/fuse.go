@@ -26,6 +26,11 @@ func TargetFusions(target string) map[ir.Op]bool {
 
 func fuse(_ context.Context, u *Unit) error {
 	allowed := TargetFusions(u.Target)
+	for op := range allowed {
+		if info, _ := op.Info(); u.Lacks != nil && u.Lacks(info.Kernel) {
+			delete(allowed, op)
+		}
+	}
 	if u.NoFuse || len(allowed) == 0 {
 		return nil
 	}
@@ -56,7 +61,9 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 	startsProjection := func(i int) bool {
 		_, q := matchQKV(g, i, readers, false)
 		_, gu := matchGateUp(g, i, readers, false)
-		return (q && allowed[ir.RMS_NORM_FUSED_QKV]) || (gu && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP])
+		_, nm := matchNormMatmuls(g, i, readers, false)
+		return (q && allowed[ir.RMS_NORM_FUSED_QKV]) || (gu && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP]) ||
+			(nm > 0 && allowed[ir.RMS_NORM_FUSED_MATMUL])
 	}
 	residualNorm := func(i int) bool {
 		_, ok := matchResidualNorm(g, i)
@@ -72,6 +79,11 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 		if _, ok := matchGateUp(g, i, readers, false); ok && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP] {
 			in, _ := matchGateUp(g, i, readers, true)
 			out, i, n = append(out, in), i+3, n+1
+			continue
+		}
+		if _, m := matchNormMatmuls(g, i, readers, false); m > 0 && allowed[ir.RMS_NORM_FUSED_MATMUL] {
+			ins, _ := matchNormMatmuls(g, i, readers, true)
+			out, i, n = append(out, ins...), i+1+m, n+len(ins)
 			continue
 		}
 		if in, ok := matchResidualNorm(g, i); ok && residualNorm(i) {
@@ -229,6 +241,83 @@ func matchGateUp(g *ir.Graph, i int, readers []int, apply bool) (ir.Inst, bool) 
 		Reads:  []ir.Operand{ir.R("x", x), ir.B("w_norm", buf(norm, "w")), ir.B("w_gate_up", w), ir.B("io", buf(norm, "io"))},
 		Writes: []ir.Operand{ir.R("gate", writes(mg, "y")), ir.R("up", writes(mu, "y"))},
 		Attrs:  ir.Attrs{"k": norm.Attrs["cols"], "f": mg.Attrs["n"], "eps": norm.Attrs["eps"]}}, true
+}
+
+// matchNormMatmuls: RMS_NORM(x→n) then m ≥ 2 MATMULs of n directly after
+// it that are all of n's readers, none with a bias, writing registers
+// other than x and each other. Those of one weight type pair up, in
+// order, into an RMS_NORM_FUSED_MATMUL of their concatenated weight (one
+// left over takes its own weight alone), so that each product normalizes
+// its input itself instead of waiting for the norm's own launch: a layer
+// whose Q and K share a type and V has another (llama.cpp's Q4_K_M gives
+// half a 7B's layers Q6_K V), which matchQKV cannot take, runs two
+// launches instead of four. It returns the fused instructions (only with
+// apply) and m, 0 where the sequence does not match. A single product
+// is left alone: its norm's launch would only move, since the product
+// may fuse with the residual after it instead.
+func matchNormMatmuls(g *ir.Graph, i int, readers []int, apply bool) ([]ir.Inst, int) {
+	if i >= len(g.Insts) {
+		return nil, 0
+	}
+	norm := &g.Insts[i]
+	x, n, ok := plainNorm(norm)
+	m := 0
+	if ok {
+		m = readers[n]
+	}
+	if m < 2 || i+m >= len(g.Insts) {
+		return nil, 0
+	}
+	mms := g.Insts[i+1 : i+1+m]
+	seen := map[int]bool{x: true}
+	for j := range mms {
+		mm := &mms[j]
+		y := writes(mm, "y")
+		if mm.Op != ir.MATMUL || reg(mm, "x") != n || buf(mm, "bias") >= 0 || buf(mm, "w") < 0 || y < 0 || seen[y] ||
+			mm.Attrs["k"] != norm.Attrs["cols"] {
+			return nil, 0
+		}
+		seen[y] = true
+	}
+	if !apply {
+		return nil, m
+	}
+	// Group the products by weight type, in order of first appearance,
+	// then take each group two at a time.
+	var groups [][]*ir.Inst
+	at := map[string]int{}
+	for j := range mms {
+		t := g.Buffers[buf(&mms[j], "w")].Type.String()
+		gi, ok := at[t]
+		if !ok {
+			gi, at[t] = len(groups), len(groups)
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], &mms[j])
+	}
+	var out []ir.Inst
+	for _, grp := range groups {
+		for len(grp) > 0 {
+			take := grp[:min(2, len(grp))]
+			grp = grp[len(take):]
+			w := buf(take[0], "w")
+			attrs := ir.Attrs{"k": norm.Attrs["cols"], "n": take[0].Attrs["n"], "n2": 0, "eps": norm.Attrs["eps"]}
+			writesTo := []ir.Operand{ir.R("y", writes(take[0], "y"))}
+			if len(take) == 2 {
+				if both, ok := concat(g, true, "norm_mm", w, buf(take[1], "w")); !ok {
+					// Rows of another length: each product alone.
+					grp = append([]*ir.Inst{take[1]}, grp...)
+				} else {
+					w, attrs["n2"] = both, take[1].Attrs["n"]
+					writesTo = append(writesTo, ir.R("y2", writes(take[1], "y")))
+				}
+			}
+			out = append(out, ir.Inst{Op: ir.RMS_NORM_FUSED_MATMUL,
+				Reads:  []ir.Operand{ir.R("x", x), ir.B("w_norm", buf(norm, "w")), ir.B("w", w), ir.B("io", buf(norm, "io"))},
+				Writes: writesTo, Attrs: attrs})
+		}
+	}
+	return out, m
 }
 
 // matchResidualNorm: RESIDUAL(x += y) then a whole-row RMS_NORM of x.

@@ -1,9 +1,11 @@
 package passes
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/format/ggml"
 )
 
 // attnTail is ROPE(q), ROPE(k), KV_WRITE(k, v), then MATMUL(q→o) and
@@ -77,5 +79,95 @@ func TestFuseRopeKVWriteAndMatmulResidual(t *testing.T) {
 	g = attnTail("")
 	if n := Fuse(g, map[ir.Op]bool{ir.RESIDUAL_RMS_NORM: true}); n != 0 {
 		t.Fatalf("formed %d with the new fusions disallowed", n)
+	}
+}
+
+// mixedQKV is RMS_NORM(x→n) then the Q, K and V MATMULs of n, Q and K of
+// type qk and V of type v (llama.cpp's Q4_K_M: Q4_K Q and K, Q6_K V in
+// half the layers), K and V 4 features wide and Q 8.
+func mixedQKV(qk, v ggml.Type) *ir.Graph {
+	g, io := decodeGraph()
+	weight := func(name string, t ggml.Type, n int64) int {
+		return g.Buffer(ir.Buffer{Name: name, Class: ir.Weight, Type: t, Dims: []int64{256, n}, LayerClass: name, Bytes: 256 * n})
+	}
+	wq, wk, wv := weight("wq", qk, 8), weight("wk", qk, 4), weight("wv", v, 4)
+	nw := f32Weight(g, "nw", "n", 256)
+	emb := f32Weight(g, "emb", "e", 256, 4)
+	x, n := g.NewReg("x", 1, 256, 4), g.NewReg("n", 1, 256, 4)
+	q, k, vv := g.NewReg("q", 1, 8, 4), g.NewReg("k", 1, 4, 4), g.NewReg("v", 1, 4, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 256})
+	g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", x), ir.B("w", nw), ir.B("io", io)}, []ir.Operand{ir.R("y", n)},
+		ir.Attrs{"cols": 256, "group": 256, "eps": 1e-5})
+	for _, p := range []struct{ w, y, n int }{{wq, q, 8}, {wk, k, 4}, {wv, vv, 4}} {
+		g.Emit(ir.MATMUL, []ir.Operand{ir.R("x", n), ir.B("w", p.w), ir.B("io", io)}, []ir.Operand{ir.R("y", p.y)},
+			ir.Attrs{"k": 256, "n": float64(p.n)})
+	}
+	for _, r := range []struct{ r, n int }{{q, 8}, {k, 4}, {vv, 4}} { // readers, so that nothing is dead
+		g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", r.r), ir.R("y", r.r), ir.B("io", io)}, []ir.Operand{ir.R("x", r.r)},
+			ir.Attrs{"cols": float64(r.n)})
+	}
+	return g
+}
+
+// The fuse rules for a norm whose products do not share one type, as
+// data: the ops before, the fused ops (and their n, n2) after.
+func TestFuseNormMatmuls(t *testing.T) {
+	cuda := TargetFusions("cuda:sm_90")
+	if !cuda[ir.RMS_NORM_FUSED_MATMUL] || TargetFusions("cpu")[ir.RMS_NORM_FUSED_MATMUL] {
+		t.Fatal("RMS_NORM_FUSED_MATMUL: want it on the CUDA targets only")
+	}
+	for _, c := range []struct {
+		name   string
+		qk, v  ggml.Type
+		want   map[ir.Op]int
+		shapes [][2]float64 // each RMS_NORM_FUSED_MATMUL's n, n2
+	}{
+		// Q4_K Q and K, Q6_K V: Q|K in one launch, V in another.
+		{"q4_k q k, q6_k v", ggml.Q4_K, ggml.Q6_K, map[ir.Op]int{ir.RMS_NORM_FUSED_MATMUL: 2}, [][2]float64{{8, 4}, {4, 0}}},
+		// One type: rms_norm_qkv, as before.
+		{"one type", ggml.Q4_K, ggml.Q4_K, map[ir.Op]int{ir.RMS_NORM_FUSED_QKV: 1}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := mixedQKV(c.qk, c.v)
+			Fuse(g, cuda)
+			if err := Verify(g); err != nil {
+				t.Fatal(err)
+			}
+			m := ops(g)
+			for op, n := range c.want {
+				if m[op] != n {
+					t.Errorf("%d %s, want %d (%v)", m[op], op, n, m)
+				}
+			}
+			if m[ir.RMS_NORM] != 0 || m[ir.MATMUL] != 0 {
+				t.Errorf("left unfused: %v", m)
+			}
+			var got [][2]float64
+			for _, in := range g.Insts {
+				if in.Op == ir.RMS_NORM_FUSED_MATMUL {
+					got = append(got, [2]float64{in.Attrs["n"], in.Attrs["n2"]})
+					if w := g.Buffers[buf(&in, "w")]; in.Attrs["n2"] == 0 && w.Name != "wv" {
+						t.Errorf("a single product's weight is %s, want its own (wv)", w.Name)
+					}
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.shapes) && c.shapes != nil {
+				t.Errorf("fused shapes %v, want %v", got, c.shapes)
+			}
+		})
+	}
+	// The norm read by something other than the products: nothing forms.
+	g := mixedQKV(ggml.Q4_K, ggml.Q6_K)
+	n := writes(&g.Insts[1], "y")
+	g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", reg(&g.Insts[1], "x")), ir.R("y", n), ir.B("io", buf(&g.Insts[1], "io"))},
+		[]ir.Operand{ir.R("x", reg(&g.Insts[1], "x"))}, ir.Attrs{"cols": 256})
+	Fuse(g, cuda)
+	if m := ops(g); m[ir.RMS_NORM_FUSED_MATMUL] != 0 || m[ir.RMS_NORM] != 1 || m[ir.MATMUL] != 3 {
+		t.Errorf("norm with another reader: %v", m)
+	}
+	// Not allowed: nothing forms.
+	g = mixedQKV(ggml.Q4_K, ggml.Q6_K)
+	if n := Fuse(g, TargetFusions("cpu")); ops(g)[ir.RMS_NORM_FUSED_MATMUL] != 0 {
+		t.Errorf("formed %d ops on cpu: %v", n, ops(g))
 	}
 }

@@ -23,6 +23,10 @@ type Unit struct {
 	Target string
 	// NoFuse turns fusion off (zrtc build --no-fuse), for bisecting.
 	NoFuse bool
+	// Lacks, where not nil, reports the kernel families the target's
+	// templates have no code for (a zrtc whose PTX archive predates a
+	// fused family): fuse forms none of their ops.
+	Lacks func(family string) bool
 	// TP is the tensor-parallel rank the unit is compiled for (zrtc
 	// build --tp): the shard pass splits the graphs for it.
 	TP TP

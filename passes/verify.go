@@ -240,6 +240,14 @@ func verifyShapes(g *ir.Graph, in *ir.Inst) error {
 		return normProjection("w_qkv", "b_qkv", []string{"q", "k", "v"}, []int{a("n_q"), a("n_kv"), a("n_kv")})
 	case ir.RMS_NORM_FUSED_MLP_GATE_UP:
 		return normProjection("w_gate_up", "", []string{"gate", "up"}, []int{a("f"), a("f")})
+	case ir.RMS_NORM_FUSED_MATMUL:
+		if a("n2") == 0 {
+			if _, ok := in.Operand("y2"); ok {
+				return fmt.Errorf("y2 given with n2 = 0")
+			}
+			return normProjection("w", "", []string{"y"}, []int{a("n")})
+		}
+		return normProjection("w", "", []string{"y", "y2"}, []int{a("n"), a("n2")})
 	}
 	return nil
 }

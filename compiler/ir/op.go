@@ -61,6 +61,10 @@ const (
 	// the full width on every rank.
 	ALL_REDUCE_SUM
 	ALL_GATHER
+	// RMS_NORM_FUSED_MATMUL is a whole-row RMS_NORM with the one or two
+	// projections of its output that share a weight type (the fuse pass
+	// forms it where RMS_NORM_FUSED_QKV's one type does not hold).
+	RMS_NORM_FUSED_MATMUL
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -118,6 +122,7 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"q", "kv"}},
 	ROPE_KV_WRITE:                {Name: "ROPE_KV_WRITE", Kernel: "rope_kv_write", InPlace: []string{"q", "kv"}},
 	MATMUL_RESIDUAL:              {Name: "MATMUL_RESIDUAL", Kernel: "matmul_residual", InPlace: []string{"y"}, TypedBy: "w"},
+	RMS_NORM_FUSED_MATMUL:        {Name: "RMS_NORM_FUSED_MATMUL", Kernel: "rms_norm_matmul", TypedBy: "w"},
 }
 
 // Ops lists every opcode in numeric order.

@@ -77,6 +77,26 @@ func rmsNormGateUp(t ggml.Type, a *Args) error {
 	}, nil)
 }
 
+// rmsNormMatmul is RMS_NORM then one or two projections of the normalized
+// row over one concatenated weight: n rows into y, then n2 into y2.
+func rmsNormMatmul(t ggml.Type, a *Args) error {
+	x, wn, w, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), a.Bufs[2], req(a.Bufs[3])
+	y, y2 := f32s(a.Bufs[4]), f32s(a.Bufs[5])
+	K, n, n2 := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
+	eps := math.Float32frombits(a.Spec[3])
+	rows := r.rows()
+	xn := normScratch(a, t, rows, K)
+	if err := normRows(a, x, wn, xn, rows, K, eps); err != nil {
+		return err
+	}
+	return gemmPrompt(a, t, xn, w, r, K, n+n2, quant.Repacked(t, n) && (n2 == 0 || quant.Repacked(t, n2)), func(i, j int) []float32 {
+		if j < n {
+			return y[i*n+j : (i+1)*n]
+		}
+		return y2[i*n2+j-n : (i+1)*n2]
+	}, nil)
+}
+
 // residualRMSNorm adds y into the residual x, then normalizes x into out.
 func residualRMSNorm(a *Args) error {
 	x, y, w, r, out := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), f32s(a.Bufs[4])

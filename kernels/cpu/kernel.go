@@ -119,6 +119,7 @@ var families = map[string]func(binding) (Func, error){
 
 	"rms_norm_qkv":           typed(rmsNormQKV),
 	"rms_norm_gate_up":       typed(rmsNormGateUp),
+	"rms_norm_matmul":        typed(rmsNormMatmul),
 	"residual_rms_norm":      plain(residualRMSNorm),
 	"rms_norm_rope_kv_write": kvTyped(rmsNormRopeKVWrite),
 	"rope_kv_write":          kvTyped(ropeKVWrite),

@@ -135,6 +135,14 @@ func gateUpKN(d Dispatch) (uint32, uint32, error) {
 	return d.Spec[0], 2 * d.Spec[1], nil
 }
 
+// normMMKN: spec k, n, n2, eps (rms_norm_matmul): n + n2 outputs.
+func normMMKN(d Dispatch) (uint32, uint32, error) {
+	if err := d.need(d.Spec, 3, "spec"); err != nil {
+		return 0, 0, err
+	}
+	return d.Spec[0], d.Spec[1] + d.Spec[2], nil
+}
+
 // floats is the float path's shared row: k floats.
 func floats(k uint32) int { return 4 * int(k) }
 

@@ -1,0 +1,68 @@
+package compiler_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/ir"
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/internal/testmodel"
+	"github.com/zrtdev/zrt/passes"
+)
+
+// TestFuseMixedQKV compiles a Q4_K_M llama (llama-quantize's mix: Q6_K
+// attn_v and ffn_down in some layers) for cuda:sm_90, whole and as rank 0
+// of two, and counts each decode variant's ops after fuse: every layer's
+// norm and projections are fused, rms_norm_qkv where Q, K and V share a
+// type and two rms_norm_matmul launches (Q|K, then V) where they do not,
+// so no RMS_NORM or MATMUL is left. A zrtc whose PTX archive lacks
+// rms_norm_matmul (Lacks) forms none, and the mixed layers keep their
+// norm and three products.
+func TestFuseMixedQKV(t *testing.T) {
+	s := synth.Shape{Arch: "llama", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 256, Mix: "Q4_K_M", Seed: 3}
+	model := testmodel.Write(t, t.TempDir(), "m.gguf", s)
+	ctx := context.Background()
+	count := func(tp passes.TP, lacking bool) map[ir.Op]int {
+		t.Helper()
+		// A PTX directory: every family has code (Lacks is nil); the
+		// passes stop before any template is read.
+		fe, err := compiler.Load(model, compiler.Options{Target: "cuda:sm_90", TP: tp, PTXDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fe.Close()
+		if lacking {
+			fe.Unit.Lacks = func(f string) bool { return f == "rms_norm_matmul" }
+		}
+		if _, err := passes.RunWith(ctx, fe.Unit, passes.RunOptions{StopAfter: "fuse", VerifyEach: true}); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range fe.Unit.Graphs {
+			if g.Key.Stage == ir.Decode && g.Key.Rows == 1 {
+				m := map[ir.Op]int{}
+				for _, in := range g.Insts {
+					m[in.Op]++
+				}
+				return m
+			}
+		}
+		t.Fatal("no one-row decode variant")
+		return nil
+	}
+	for _, tp := range []passes.TP{{}, {Rank: 0, Ranks: 2}} {
+		m := count(tp, false)
+		qkv, nm := m[ir.RMS_NORM_FUSED_QKV], m[ir.RMS_NORM_FUSED_MATMUL]
+		if qkv == 0 || nm == 0 || qkv+nm/2 != s.Layers || nm%2 != 0 {
+			t.Errorf("tp %+v: %d RMS_NORM_FUSED_QKV and %d RMS_NORM_FUSED_MATMUL over %d layers: %v", tp, qkv, nm, s.Layers, m)
+		}
+		// The final norm before the LM head is the one RMS_NORM left.
+		if m[ir.MATMUL] != 0 && tp.Ranks == 0 || m[ir.RMS_NORM] > 1 {
+			t.Errorf("tp %+v: unfused ops left: %v", tp, m)
+		}
+		old := count(tp, true)
+		if old[ir.RMS_NORM_FUSED_MATMUL] != 0 || old[ir.RMS_NORM] != 1+nm/2 || old[ir.MATMUL] < 3*nm/2 {
+			t.Errorf("tp %+v, without rms_norm_matmul's code: %v", tp, old)
+		}
+	}
+}

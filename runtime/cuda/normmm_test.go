@@ -1,0 +1,82 @@
+package cuda_test
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/format/lebin"
+	"github.com/zrtdev/zrt/kernels"
+)
+
+// TestKernelNormMatmul holds rms_norm_matmul (the fuse pass's norm with
+// one or two projections of one type, where a layer's Q, K and V do not
+// share a type) to T-CPU within the matrix kernels' 1e-3, and to the
+// kernels it stands for: with two outputs of f features each it is
+// rms_norm_gate_up's body on the same concatenated weight, so its outputs
+// must be that kernel's bits; with one (n2 = 0, y2 null) it is checked
+// against T-CPU, and against the unfused rms_norm then matmul on the GPU
+// within the same tolerance (the fused kernels take the norm's scale
+// while quantizing the row, as rms_norm_qkv does). Decode steps of 1 and
+// 2 rows (the matrix-vector kernel and its _rows entry), 16 rows (the
+// tiles) and a 64-row prefill; k of one Q8_K block, of 768 and of the 7B's
+// 4096; the weight types of Q4_K_M (Q4_K, Q6_K), Q8_0 and F16.
+func TestKernelNormMatmul(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(41))
+	const f = 150 // features of each output; 300 in all
+	for _, tk := range []struct {
+		typ ggml.Type
+		k   int
+	}{{ggml.Q4_K, 4096}, {ggml.Q6_K, 4096}, {ggml.Q4_K, 768}, {ggml.Q6_K, 256}, {ggml.Q8_0, 4096}, {ggml.F16, 768}} {
+		typ, k := tk.typ, tk.k
+		w := kweights(t, rng, typ, 2*f, k)
+		wn := lebin.Float32Bytes(randF32(rng, k, 0.5, 1.5))
+		eps := math.Float32bits(1e-5)
+		for _, c := range []struct {
+			rows    int
+			prefill bool
+		}{{1, false}, {2, false}, {16, false}, {64, true}} {
+			rows := make([]krow, c.rows)
+			for i := range rows {
+				rows[i] = krow{pos: uint32(i), slot: uint32(i)}
+			}
+			io := ioTable(rows, c.rows, 1, nil)
+			x := lebin.Float32Bytes(randF32(rng, c.rows*k, -2, 2))
+			out := func() []byte { return make([]byte, c.rows*f*4) }
+			what := fmt.Sprintf("%s k=%d, %d rows, prefill %v", typ, k, c.rows, c.prefill)
+
+			// Two outputs: rms_norm_gate_up's bits, and T-CPU.
+			nm := kernels.InstanceName(mustLookup(t, "rms_norm_matmul"), typ)
+			bufs := [][]byte{x, wn, w, io, out(), out()}
+			spec := []uint32{uint32(k), f, f, eps}
+			got, want := g.runAs(nm, bufs, nil, spec, c.rows, c.prefill), cpuRun(t, nm, bufs, nil, spec)
+			for o := 4; o < 6; o++ {
+				compareF32(t, fmt.Sprintf("%s %s, output %d", nm, what, o-4), got[o], want[o], 1e-3)
+			}
+			gu := kernels.InstanceName(mustLookup(t, "rms_norm_gate_up"), typ)
+			ref := g.runAs(gu, [][]byte{x, wn, w, io, out(), out()}, nil, []uint32{uint32(k), f, eps}, c.rows, c.prefill)
+			for o := 4; o < 6; o++ {
+				if !bytes.Equal(got[o], ref[o]) {
+					t.Errorf("%s %s, output %d: not %s's bits", nm, what, o-4, gu)
+				}
+			}
+
+			// One output: the first f rows of w, y2 null.
+			w1 := w[:len(w)/2]
+			bufs = [][]byte{x, wn, w1, io, out(), nil}
+			spec = []uint32{uint32(k), f, 0, eps}
+			got, want = g.runAs(nm, bufs, nil, spec, c.rows, c.prefill), cpuRun(t, nm, bufs, nil, spec)
+			compareF32(t, fmt.Sprintf("%s %s, one output", nm, what), got[4], want[4], 1e-3)
+			// The unfused pair on the GPU: rms_norm into n, then matmul.
+			norm := g.runAs("rms_norm", [][]byte{x, wn, io, make([]byte, len(x))}, []uint32{uint32(k), uint32(k)}, []uint32{eps},
+				c.rows, c.prefill)
+			mm := kernels.InstanceName(mustLookup(t, "matmul"), typ)
+			unf := g.runAs(mm, [][]byte{norm[3], w1, nil, io, out()}, []uint32{uint32(k), f}, nil, c.rows, c.prefill)
+			compareF32(t, fmt.Sprintf("%s %s, one output against rms_norm + %s", nm, what, mm), got[4], unf[4], 1e-3)
+		}
+	}
+}

@@ -16,7 +16,8 @@ import (
 // of two, and counts each decode variant's ops after fuse: every layer's
 // norm and projections are fused, rms_norm_qkv where Q, K and V share a
 // type and two rms_norm_matmul launches (Q|K, then V) where they do not,
-// so no RMS_NORM or MATMUL is left. A zrtc whose PTX archive lacks
+// so no RMS_NORM or MATMUL is left; each FFN's norm, gate/up and SwiGLU
+// are one rms_norm_gate_up_swiglu. A zrtc whose PTX archive lacks
 // rms_norm_matmul (Lacks) forms none, and the mixed layers keep their
 // norm and three products.
 func TestFuseMixedQKV(t *testing.T) {
@@ -59,6 +60,10 @@ func TestFuseMixedQKV(t *testing.T) {
 		// The final norm before the LM head is the one RMS_NORM left.
 		if m[ir.MATMUL] != 0 && tp.Ranks == 0 || m[ir.RMS_NORM] > 1 {
 			t.Errorf("tp %+v: unfused ops left: %v", tp, m)
+		}
+		// The one-row variant's FFNs: norm, gate, up and SwiGLU in one.
+		if m[ir.RMS_NORM_FUSED_MLP_SWIGLU] != s.Layers || m[ir.SWIGLU] != 0 || m[ir.RMS_NORM_FUSED_MLP_GATE_UP] != 0 {
+			t.Errorf("tp %+v: FFNs %v", tp, m)
 		}
 		old := count(tp, true)
 		if old[ir.RMS_NORM_FUSED_MATMUL] != 0 || old[ir.RMS_NORM] != 1+nm/2 || old[ir.MATMUL] < 3*nm/2 {

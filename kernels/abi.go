@@ -213,6 +213,12 @@ var catalog = []ABI{
 	{Name: "rms_norm_matmul", Typed: true, Bufs: []string{"x", "w_norm", "w", "io", "y", "y2"},
 		Optional: map[string]bool{"y2": true},
 		Spec:     []Param{{"k", U32}, {"n", U32}, {"n2", U32}, {"eps", F32}}},
+	// rms_norm_gate_up_swiglu is rms_norm_gate_up then swiglu of its two
+	// outputs, y = silu(gate)·up, for one-row decode steps: the fuse pass
+	// forms it only in those variants, where T-CUDA's matrix-vector kernel
+	// takes gate and up features in pairs.
+	{Name: "rms_norm_gate_up_swiglu", Typed: true, Bufs: []string{"x", "w_norm", "w_gate_up", "io", "y"},
+		Spec: []Param{{"k", U32}, {"f", U32}, {"eps", F32}}},
 	{Name: "residual_rms_norm", Bufs: []string{"x", "y", "w", "io", "out"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"eps", F32}}},
 	// rms_norm_rope_kv_write is a per-head norm (qwen3's q_norm, k_norm)
 	// with rope_kv_write: each Q head normalized and rotated in place, each

@@ -98,6 +98,44 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 		i++
 	}
 	g.Insts = out
+	if allowed[ir.RMS_NORM_FUSED_MLP_SWIGLU] {
+		n += fuseSwiGLU(g)
+	}
+	return n
+}
+
+// fuseSwiGLU folds, in a one-row decode variant, the SWIGLU that directly
+// follows an RMS_NORM_FUSED_MLP_GATE_UP and reads its gate and up (which
+// nothing else reads) into it: RMS_NORM_FUSED_MLP_SWIGLU writes only the
+// SWIGLU's output. A one-row step's products are matrix-vector walks,
+// which can take each gate feature with its up feature (T-CUDA's pairs);
+// the multi-row tiles have no such epilogue, so other variants keep the
+// two ops.
+func fuseSwiGLU(g *ir.Graph) int {
+	if g.Key.Stage != ir.Decode || g.Key.Rows != 1 {
+		return 0
+	}
+	readers := countReaders(g)
+	drop := map[int]bool{}
+	n := 0
+	for j := 0; j+1 < len(g.Insts); j++ {
+		gu, act := &g.Insts[j], &g.Insts[j+1]
+		if gu.Op != ir.RMS_NORM_FUSED_MLP_GATE_UP || act.Op != ir.SWIGLU {
+			continue
+		}
+		gate, up, y := writes(gu, "gate"), writes(gu, "up"), writes(act, "y")
+		if gate < 0 || up < 0 || y < 0 || reg(act, "gate") != gate || reg(act, "up") != up || readers[gate] != 1 || readers[up] != 1 ||
+			act.Attrs["cols"] != gu.Attrs["f"] || y == reg(gu, "x") {
+			continue
+		}
+		*gu = ir.Inst{Op: ir.RMS_NORM_FUSED_MLP_SWIGLU,
+			Reads:  []ir.Operand{ir.R("x", reg(gu, "x")), ir.B("w_norm", buf(gu, "w_norm")), ir.B("w_gate_up", buf(gu, "w_gate_up")), ir.B("io", buf(gu, "io"))},
+			Writes: []ir.Operand{ir.R("y", y)},
+			Attrs:  ir.Attrs{"k": gu.Attrs["k"], "f": gu.Attrs["f"], "eps": gu.Attrs["eps"]}}
+		drop[j+1] = true
+		n++
+	}
+	dropInsts(g, drop)
 	return n
 }
 

@@ -171,3 +171,55 @@ func TestFuseNormMatmuls(t *testing.T) {
 		t.Errorf("formed %d ops on cpu: %v", n, ops(g))
 	}
 }
+
+// ffn is RMS_NORM(x→n), the gate and up MATMULs of n, SWIGLU and the down
+// MATMUL, in a decode variant of rows rows.
+func ffn(rows int) *ir.Graph {
+	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: rows, Rows: rows})
+	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+	wg, wu, wd := f32Weight(g, "wg", "g", 8, 6), f32Weight(g, "wu", "u", 8, 6), f32Weight(g, "wd", "d", 6, 8)
+	nw, emb := f32Weight(g, "nw", "n", 8), f32Weight(g, "emb", "e", 8, 4)
+	x, n, gate, up, act, y := g.NewReg("x", rows, 8, 4), g.NewReg("n", rows, 8, 4), g.NewReg("gate", rows, 6, 4), g.NewReg("up", rows, 6, 4),
+		g.NewReg("act", rows, 6, 4), g.NewReg("y", rows, 8, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 8})
+	g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", x), ir.B("w", nw), ir.B("io", io)}, []ir.Operand{ir.R("y", n)}, ir.Attrs{"cols": 8, "group": 8, "eps": 1e-5})
+	g.Emit(ir.MATMUL, []ir.Operand{ir.R("x", n), ir.B("w", wg), ir.B("io", io)}, []ir.Operand{ir.R("y", gate)}, ir.Attrs{"k": 8, "n": 6})
+	g.Emit(ir.MATMUL, []ir.Operand{ir.R("x", n), ir.B("w", wu), ir.B("io", io)}, []ir.Operand{ir.R("y", up)}, ir.Attrs{"k": 8, "n": 6})
+	g.Emit(ir.SWIGLU, []ir.Operand{ir.R("gate", gate), ir.R("up", up), ir.B("io", io)}, []ir.Operand{ir.R("y", act)}, ir.Attrs{"cols": 6})
+	g.Emit(ir.MATMUL, []ir.Operand{ir.R("x", act), ir.B("w", wd), ir.B("io", io)}, []ir.Operand{ir.R("y", y)}, ir.Attrs{"k": 6, "n": 8})
+	return g
+}
+
+// The SwiGLU fold, as data: in a one-row decode variant the norm, gate,
+// up and SWIGLU become one RMS_NORM_FUSED_MLP_SWIGLU writing the SWIGLU's
+// output; in a variant of more rows they stay rms_norm_gate_up and
+// swiglu; on a target without the kernel nothing changes.
+func TestFuseSwiGLU(t *testing.T) {
+	cuda := TargetFusions("cuda:sm_90")
+	for _, c := range []struct {
+		rows    int
+		allowed map[ir.Op]bool
+		want    []ir.Op
+	}{
+		{1, cuda, []ir.Op{ir.EMBED, ir.RMS_NORM_FUSED_MLP_SWIGLU, ir.MATMUL}},
+		{2, cuda, []ir.Op{ir.EMBED, ir.RMS_NORM_FUSED_MLP_GATE_UP, ir.SWIGLU, ir.MATMUL}},
+		{1, TargetFusions("cpu"), []ir.Op{ir.EMBED, ir.RMS_NORM_FUSED_MLP_GATE_UP, ir.SWIGLU, ir.MATMUL}},
+	} {
+		g := ffn(c.rows)
+		act := writes(&g.Insts[4], "y")
+		Fuse(g, c.allowed)
+		if err := Verify(g); err != nil {
+			t.Fatal(err)
+		}
+		var got []ir.Op
+		for _, in := range g.Insts {
+			got = append(got, in.Op)
+			if in.Op == ir.RMS_NORM_FUSED_MLP_SWIGLU && (writes(&in, "y") != act || in.Attrs["f"] != 6 || in.Attrs["k"] != 8) {
+				t.Errorf("%d rows: %v writes %d, attrs %v", c.rows, in.Op, writes(&in, "y"), in.Attrs)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%d rows: ops %v, want %v", c.rows, got, c.want)
+		}
+	}
+}

@@ -65,6 +65,9 @@ const (
 	// projections of its output that share a weight type (the fuse pass
 	// forms it where RMS_NORM_FUSED_QKV's one type does not hold).
 	RMS_NORM_FUSED_MATMUL
+	// RMS_NORM_FUSED_MLP_SWIGLU is RMS_NORM_FUSED_MLP_GATE_UP with the
+	// SWIGLU of its outputs, in one-row decode variants.
+	RMS_NORM_FUSED_MLP_SWIGLU
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -123,6 +126,7 @@ var opTable = map[Op]OpInfo{
 	ROPE_KV_WRITE:                {Name: "ROPE_KV_WRITE", Kernel: "rope_kv_write", InPlace: []string{"q", "kv"}},
 	MATMUL_RESIDUAL:              {Name: "MATMUL_RESIDUAL", Kernel: "matmul_residual", InPlace: []string{"y"}, TypedBy: "w"},
 	RMS_NORM_FUSED_MATMUL:        {Name: "RMS_NORM_FUSED_MATMUL", Kernel: "rms_norm_matmul", TypedBy: "w"},
+	RMS_NORM_FUSED_MLP_SWIGLU:    {Name: "RMS_NORM_FUSED_MLP_SWIGLU", Kernel: "rms_norm_gate_up_swiglu", TypedBy: "w_gate_up"},
 }
 
 // Ops lists every opcode in numeric order.

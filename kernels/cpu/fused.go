@@ -97,6 +97,34 @@ func rmsNormMatmul(t ggml.Type, a *Args) error {
 	}, nil)
 }
 
+// rmsNormGateUpSwiGLU is rmsNormGateUp into executor scratch, then swiglu
+// of the two into y: the unfused pair's arithmetic.
+func rmsNormGateUpSwiGLU(t ggml.Type, a *Args) error {
+	x, wn, w, io, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), a.Bufs[2], a.Bufs[3], a.Bufs[4]
+	K, f := int(a.Spec[0]), int(a.Spec[1])
+	eps := math.Float32frombits(a.Spec[2])
+	r := req(io)
+	rows := r.rows()
+	q := gemmWorkBytes(t, rows, K)
+	buf := a.work(q + 4*rows*K + 8*rows*f) // gemm's, the normalized rows, gate and up
+	xn := f32s(buf[q:])[:rows*K]
+	gate, up := buf[q+4*rows*K:q+4*rows*K+4*rows*f], buf[q+4*rows*K+4*rows*f:]
+	if err := normRows(a, x, wn, xn, rows, K, eps); err != nil {
+		return err
+	}
+	g, u := f32s(gate), f32s(up)
+	err := gemmPrompt(a, t, xn, w, r, K, 2*f, quant.Repacked(t, f), func(i, j int) []float32 {
+		if j < f {
+			return g[i*f+j : (i+1)*f]
+		}
+		return u[i*f+j-f : (i+1)*f]
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return swiglu(&Args{Bufs: [][]byte{gate, up, io, y}, Push: []uint32{uint32(f)}, Pool: a.Pool})
+}
+
 // residualRMSNorm adds y into the residual x, then normalizes x into out.
 func residualRMSNorm(a *Args) error {
 	x, y, w, r, out := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), f32s(a.Bufs[4])

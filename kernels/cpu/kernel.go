@@ -117,13 +117,14 @@ var families = map[string]func(binding) (Func, error){
 	"all_reduce_sum":  plain(allReduceSum),
 	"all_gather":      plain(allGather),
 
-	"rms_norm_qkv":           typed(rmsNormQKV),
-	"rms_norm_gate_up":       typed(rmsNormGateUp),
-	"rms_norm_matmul":        typed(rmsNormMatmul),
-	"residual_rms_norm":      plain(residualRMSNorm),
-	"rms_norm_rope_kv_write": kvTyped(rmsNormRopeKVWrite),
-	"rope_kv_write":          kvTyped(ropeKVWrite),
-	"matmul_residual":        typed(matmulResidual),
+	"rms_norm_qkv":            typed(rmsNormQKV),
+	"rms_norm_gate_up":        typed(rmsNormGateUp),
+	"rms_norm_matmul":         typed(rmsNormMatmul),
+	"rms_norm_gate_up_swiglu": typed(rmsNormGateUpSwiGLU),
+	"residual_rms_norm":       plain(residualRMSNorm),
+	"rms_norm_rope_kv_write":  kvTyped(rmsNormRopeKVWrite),
+	"rope_kv_write":           kvTyped(ropeKVWrite),
+	"matmul_residual":         typed(matmulResidual),
 }
 
 func plain(f Func) func(binding) (Func, error) {

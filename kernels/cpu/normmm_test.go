@@ -63,3 +63,44 @@ func TestRMSNormMatmul(t *testing.T) {
 		}
 	}
 }
+
+// rms_norm_gate_up_swiglu computes rms_norm_gate_up then swiglu, bit for
+// bit.
+func TestRMSNormGateUpSwiGLU(t *testing.T) {
+	const k, f = 512, 40
+	rng := rand.New(rand.NewSource(45))
+	w := make([]byte, 2*f*rowBytes(ggml.Q4_K, k))
+	rng.Read(w)
+	for b := 0; b < len(w); b += 144 {
+		binary.LittleEndian.PutUint16(w[b:], quant.F32ToF16(rng.Float32()*0.01))
+		binary.LittleEndian.PutUint16(w[b+2:], quant.F32ToF16(rng.Float32()*0.01))
+	}
+	eps := math.Float32bits(1e-5)
+	pool := NewPool(2)
+	defer pool.Close()
+	for _, rows := range []int{1, 2} {
+		x, wn := normals(rng, rows*k), normals(rng, k)
+		io := make([]uint32, kernels.IOWordRowBase+rows*kernels.IORowWords)
+		io[kernels.IOWordRows] = uint32(rows)
+		var work []byte
+		y := make([]float32, rows*f)
+		if err := rmsNormGateUpSwiGLU(ggml.Q4_K, &Args{Bufs: [][]byte{f32bytes(x), f32bytes(wn), w, u32bytes(io), f32bytes(y)},
+			Spec: []uint32{k, f, eps}, Pool: pool, Work: &work}); err != nil {
+			t.Fatal(err)
+		}
+		gate, up, ref := make([]float32, rows*f), make([]float32, rows*f), make([]float32, rows*f)
+		if err := rmsNormGateUp(ggml.Q4_K, &Args{Bufs: [][]byte{f32bytes(x), f32bytes(wn), w, u32bytes(io), f32bytes(gate), f32bytes(up)},
+			Spec: []uint32{k, f, eps}, Pool: pool, Work: &work}); err != nil {
+			t.Fatal(err)
+		}
+		if err := swiglu(&Args{Bufs: [][]byte{f32bytes(gate), f32bytes(up), u32bytes(io), f32bytes(ref)}, Push: []uint32{f}, Pool: pool}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(f32bytes(y), f32bytes(ref)) {
+			t.Fatalf("%d rows: differs from rms_norm_gate_up then swiglu", rows)
+		}
+		if y[0] == 0 && y[1] == 0 {
+			t.Fatal("no output")
+		}
+	}
+}

@@ -143,6 +143,21 @@ func normMMKN(d Dispatch) (uint32, uint32, error) {
 	return d.Spec[0], d.Spec[1] + d.Spec[2], nil
 }
 
+// oneRowFamilies are the families whose kernels serve one-row decode
+// steps only (the fuse pass forms rms_norm_gate_up_swiglu nowhere else);
+// their rows' Launch is oneRow's.
+var oneRowFamilies = map[string]bool{"rms_norm_gate_up_swiglu": true}
+
+// oneRow is g for a family of oneRowFamilies.
+func oneRow(g Geometry) Geometry {
+	return func(d Dispatch) (Launch, error) {
+		if d.Rows != 1 || d.Prefill {
+			return d.base(), fmt.Errorf("cuda: %s serves one-row decode steps, not %d rows (prefill %v)", d.Family, d.Rows, d.Prefill)
+		}
+		return g(d)
+	}
+}
+
 // floats is the float path's shared row: k floats.
 func floats(k uint32) int { return 4 * int(k) }
 

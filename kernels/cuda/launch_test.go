@@ -454,3 +454,22 @@ func TestFitShared(t *testing.T) {
 		t.Errorf("matmul: %d bytes, want its own %d", got.Shared, mm.Shared)
 	}
 }
+
+// rms_norm_gate_up_swiglu has only the matrix-vector (and float) entry of
+// one-row decode steps: a launch of more rows, or a prefill, is refused
+// rather than given an entry its instance lacks.
+func TestGateUpSwiGLUOneRow(t *testing.T) {
+	spec := []uint32{4096, 11008, 0}
+	l, err := Shape("rms_norm_gate_up_swiglu.q4_k", nil, spec, 1, false)
+	if err != nil || l.Entry != EntryMain || l.Block[1]%2 != 0 {
+		t.Fatalf("one row: %+v, %v (want the main entry, an even number of features a block)", l, err)
+	}
+	for _, c := range []struct {
+		rows    int
+		prefill bool
+	}{{2, false}, {16, false}, {1, true}} {
+		if _, err := Shape("rms_norm_gate_up_swiglu.q4_k", nil, spec, c.rows, c.prefill); err == nil {
+			t.Errorf("%d rows, prefill %v: no error", c.rows, c.prefill)
+		}
+	}
+}

@@ -2,12 +2,17 @@ package compiler_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/internal/testmodel"
+	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/cuda/ptx"
 	"github.com/zrtdev/zrt/passes"
 )
 
@@ -17,25 +22,31 @@ import (
 // norm and projections are fused, rms_norm_qkv where Q, K and V share a
 // type and two rms_norm_matmul launches (Q|K, then V) where they do not,
 // so no RMS_NORM or MATMUL is left; each FFN's norm, gate/up and SwiGLU
-// are one rms_norm_gate_up_swiglu. A zrtc whose PTX archive lacks
-// rms_norm_matmul (Lacks) forms none, and the mixed layers keep their
-// norm and three products.
+// are one rms_norm_gate_up_swiglu. With PTX that lacks the two new
+// families (Lacks) it forms neither, as zrtc did before them.
 func TestFuseMixedQKV(t *testing.T) {
 	s := synth.Shape{Arch: "llama", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 256, Mix: "Q4_K_M", Seed: 3}
 	model := testmodel.Write(t, t.TempDir(), "m.gguf", s)
 	ctx := context.Background()
 	count := func(tp passes.TP, lacking bool) map[ir.Op]int {
 		t.Helper()
-		// A PTX directory: every family has code (Lacks is nil); the
-		// passes stop before any template is read.
-		fe, err := compiler.Load(model, compiler.Options{Target: "cuda:sm_90", TP: tp, PTXDir: t.TempDir()})
+		// A PTX directory with a (Q4_K) file of every family (empty: the
+		// passes stop before any template is read), or of every family
+		// but the two new ones.
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "sm_90"), 0o755)
+		for _, f := range kernels.Families() {
+			if lacking && (f == "rms_norm_matmul" || f == "rms_norm_gate_up_swiglu") {
+				continue
+			}
+			abi, _ := kernels.Lookup(f)
+			os.WriteFile(filepath.Join(dir, filepath.FromSlash(ptx.File("sm_90", kernels.InstanceName(abi, ggml.Q4_K)))), nil, 0o644)
+		}
+		fe, err := compiler.Load(model, compiler.Options{Target: "cuda:sm_90", TP: tp, PTXDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer fe.Close()
-		if lacking {
-			fe.Unit.Lacks = func(f string) bool { return f == "rms_norm_matmul" }
-		}
 		if _, err := passes.RunWith(ctx, fe.Unit, passes.RunOptions{StopAfter: "fuse", VerifyEach: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +77,8 @@ func TestFuseMixedQKV(t *testing.T) {
 			t.Errorf("tp %+v: FFNs %v", tp, m)
 		}
 		old := count(tp, true)
-		if old[ir.RMS_NORM_FUSED_MATMUL] != 0 || old[ir.RMS_NORM] != 1+nm/2 || old[ir.MATMUL] < 3*nm/2 {
+		if old[ir.RMS_NORM_FUSED_MATMUL] != 0 || old[ir.RMS_NORM] != 1+nm/2 || old[ir.MATMUL] < 3*nm/2 ||
+			old[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 || old[ir.SWIGLU] != s.Layers {
 			t.Errorf("tp %+v, without rms_norm_matmul's code: %v", tp, old)
 		}
 	}

@@ -157,15 +157,19 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 }
 
 // lacks is the Unit's Lacks for a target: a CUDA target's families with
-// no PTX in this zrtc's archive (none with ptxDir, whose files are the
-// templates' own business); nil for the other tiers.
+// no PTX in this zrtc's archive, or in ptxDir where that is given (so
+// that a PTX directory without a fused family's files builds the bundle
+// of before that family, for A/B runs); nil for the other tiers.
 func lacks(target, ptxDir string) func(family string) bool {
 	t, ok := kernels.LookupTarget(target)
-	if !ok || t.Tier != kernels.TierCUDA || ptxDir != "" {
+	if !ok || t.Tier != kernels.TierCUDA {
 		return nil
 	}
 	arch := ptx.TargetArch(target)
 	// A collective without PTX runs through NCCL (cudaTemplate).
+	if ptxDir != "" {
+		return func(family string) bool { return !cuda.Collective(family) && !ptx.DirHas(ptxDir, arch, family) }
+	}
 	return func(family string) bool { return !cuda.Collective(family) && !ptx.Has(arch, family) }
 }
 

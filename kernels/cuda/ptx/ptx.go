@@ -98,17 +98,33 @@ func Has(arch, family string) bool {
 	return err == nil && has(files, arch, family)
 }
 
+// DirHas is Has for a directory of PTX in the archive's layout
+// (build_ptx.sh's output, $ZRT_PTX_DIR).
+func DirHas(dir, arch, family string) bool {
+	return anyInstance(family, func(instance string) bool {
+		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(File(arch, instance))))
+		return err == nil
+	})
+}
+
 func has(files map[string][]byte, arch, family string) bool {
+	return anyInstance(family, func(instance string) bool {
+		_, ok := files[File(arch, instance)]
+		return ok
+	})
+}
+
+// anyInstance reports whether present holds for one of family's instances.
+func anyInstance(family string, present func(instance string) bool) bool {
 	abi, ok := kernels.Lookup(family)
 	if !ok {
 		return false
 	}
 	if !abi.Typed {
-		_, ok := files[File(arch, family)]
-		return ok
+		return present(family)
 	}
 	for _, t := range ggml.Types() {
-		if _, ok := files[File(arch, kernels.InstanceName(abi, t))]; ok {
+		if present(kernels.InstanceName(abi, t)) {
 			return true
 		}
 	}

@@ -23,12 +23,17 @@ import (
 // type and two rms_norm_matmul launches (Q|K, then V) where they do not,
 // so no RMS_NORM or MATMUL is left; each FFN's norm, gate/up and SwiGLU
 // are one rms_norm_gate_up_swiglu. With PTX that lacks the two new
-// families (Lacks) it forms neither, as zrtc did before them.
+// families (Lacks), or for the megakernel, it forms neither, as zrtc did
+// before them.
 func TestFuseMixedQKV(t *testing.T) {
 	s := synth.Shape{Arch: "llama", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 256, Mix: "Q4_K_M", Seed: 3}
 	model := testmodel.Write(t, t.TempDir(), "m.gguf", s)
 	ctx := context.Background()
-	count := func(tp passes.TP, lacking bool) map[ir.Op]int {
+	mk := filepath.Join(t.TempDir(), "mk.toml")
+	if err := os.WriteFile(mk, []byte("megakernel = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	count := func(tp passes.TP, lacking bool, config string) map[ir.Op]int {
 		t.Helper()
 		// A PTX directory with a (Q4_K) file of every family (empty: the
 		// passes stop before any template is read), or of every family
@@ -42,7 +47,8 @@ func TestFuseMixedQKV(t *testing.T) {
 			abi, _ := kernels.Lookup(f)
 			os.WriteFile(filepath.Join(dir, filepath.FromSlash(ptx.File("sm_90", kernels.InstanceName(abi, ggml.Q4_K)))), nil, 0o644)
 		}
-		fe, err := compiler.Load(model, compiler.Options{Target: "cuda:sm_90", TP: tp, PTXDir: dir})
+		os.WriteFile(filepath.Join(dir, "sm_90", "megakernel.ptx"), []byte("//"), 0o644)
+		fe, err := compiler.Load(model, compiler.Options{Target: "cuda:sm_90", TP: tp, PTXDir: dir, ConfigPath: config})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +69,7 @@ func TestFuseMixedQKV(t *testing.T) {
 		return nil
 	}
 	for _, tp := range []passes.TP{{}, {Rank: 0, Ranks: 2}} {
-		m := count(tp, false)
+		m := count(tp, false, "")
 		qkv, nm := m[ir.RMS_NORM_FUSED_QKV], m[ir.RMS_NORM_FUSED_MATMUL]
 		if qkv == 0 || nm == 0 || qkv+nm/2 != s.Layers || nm%2 != 0 {
 			t.Errorf("tp %+v: %d RMS_NORM_FUSED_QKV and %d RMS_NORM_FUSED_MATMUL over %d layers: %v", tp, qkv, nm, s.Layers, m)
@@ -76,10 +82,17 @@ func TestFuseMixedQKV(t *testing.T) {
 		if m[ir.RMS_NORM_FUSED_MLP_SWIGLU] != s.Layers || m[ir.SWIGLU] != 0 || m[ir.RMS_NORM_FUSED_MLP_GATE_UP] != 0 {
 			t.Errorf("tp %+v: FFNs %v", tp, m)
 		}
-		old := count(tp, true)
+		old := count(tp, true, "")
 		if old[ir.RMS_NORM_FUSED_MATMUL] != 0 || old[ir.RMS_NORM] != 1+nm/2 || old[ir.MATMUL] < 3*nm/2 ||
 			old[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 || old[ir.SWIGLU] != s.Layers {
 			t.Errorf("tp %+v, without rms_norm_matmul's code: %v", tp, old)
+		}
+		// A megakernel build: the persistent kernel serves neither new
+		// family, so neither forms.
+		if tp.Ranks == 0 {
+			if m := count(tp, false, mk); m[ir.RMS_NORM_FUSED_MATMUL] != 0 || m[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 {
+				t.Errorf("megakernel build: %v", m)
+			}
 		}
 	}
 }

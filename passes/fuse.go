@@ -48,7 +48,10 @@ func fuse(_ context.Context, u *Unit) error {
 // precedence over projection+residual (the final residual, whose norm
 // feeds no fused projection: either saves one dispatch). A K with a
 // per-head norm (qwen3) fuses norm, RoPE and KV write; otherwise RoPE of
-// Q and K fuse with the KV write.
+// Q and K fuse with the KV write. A norm whose projections do not share
+// one type fuses with them two of a type at a time (matchNormMatmuls),
+// and in a one-row decode variant the SWIGLU after a fused norm+gate/up
+// joins it (fuseSwiGLU).
 func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 	n := 0
 	if allowed[ir.RMS_NORM_FUSED_ROPE_KV_WRITE] {

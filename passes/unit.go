@@ -115,7 +115,7 @@ type Pass struct {
 var Pipeline = []Pass{
 	{"verify", verifyUnit, "check operands, roles, shapes and in-place writes against the opcode and kernel tables"},
 	{"shard", shard, "split the graphs for one rank of a tensor-parallel set: heads and FFN columns over the ranks, ALL_REDUCE_SUM after row-parallel projections, a vocabulary-parallel LM head and ALL_GATHER (only with --tp)"},
-	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+gate/up, residual+norm, K norm+RoPE+KV write"},
+	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+projections of one type, norm+gate/up (+SwiGLU in one-row decode), residual+norm, K norm+RoPE+KV write"},
 	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
 	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
 	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},

@@ -22,7 +22,8 @@ import (
 // norm and projections are fused, rms_norm_qkv where Q, K and V share a
 // type and two rms_norm_matmul launches (Q|K, then V) where they do not,
 // so no RMS_NORM or MATMUL is left; each FFN's norm, gate/up and SwiGLU
-// are one rms_norm_gate_up_swiglu. With PTX that lacks the two new
+// are one rms_norm_gate_up_swiglu; the uniform layers' norm+QKV takes
+// their RoPE and KV write (rms_norm_qkv_rope_kv_write). With PTX that lacks the two new
 // families (Lacks), or for the megakernel, it forms neither, as zrtc did
 // before them.
 func TestFuseMixedQKV(t *testing.T) {
@@ -41,7 +42,7 @@ func TestFuseMixedQKV(t *testing.T) {
 		dir := t.TempDir()
 		os.MkdirAll(filepath.Join(dir, "sm_90"), 0o755)
 		for _, f := range kernels.Families() {
-			if lacking && (f == "rms_norm_matmul" || f == "rms_norm_gate_up_swiglu") {
+			if lacking && (f == "rms_norm_matmul" || f == "rms_norm_gate_up_swiglu" || f == "rms_norm_qkv_rope_kv_write") {
 				continue
 			}
 			abi, _ := kernels.Lookup(f)
@@ -70,9 +71,15 @@ func TestFuseMixedQKV(t *testing.T) {
 	}
 	for _, tp := range []passes.TP{{}, {Rank: 0, Ranks: 2}} {
 		m := count(tp, false, "")
-		qkv, nm := m[ir.RMS_NORM_FUSED_QKV], m[ir.RMS_NORM_FUSED_MATMUL]
+		// The uniform layers' norm+QKV takes their RoPE and KV write too
+		// (one-row decode, F16 cache, adjacent pairs); the mixed layers
+		// keep ROPE_KV_WRITE.
+		qkv, nm := m[ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE], m[ir.RMS_NORM_FUSED_MATMUL]
+		if m[ir.RMS_NORM_FUSED_QKV] != 0 || m[ir.ROPE_KV_WRITE] != nm/2 {
+			t.Errorf("tp %+v: RoPE and KV writes %v", tp, m)
+		}
 		if qkv == 0 || nm == 0 || qkv+nm/2 != s.Layers || nm%2 != 0 {
-			t.Errorf("tp %+v: %d RMS_NORM_FUSED_QKV and %d RMS_NORM_FUSED_MATMUL over %d layers: %v", tp, qkv, nm, s.Layers, m)
+			t.Errorf("tp %+v: %d RMS_NORM_FUSED_QKV_ROPE_KV_WRITE and %d RMS_NORM_FUSED_MATMUL over %d layers: %v", tp, qkv, nm, s.Layers, m)
 		}
 		// The final norm before the LM head is the one RMS_NORM left.
 		if m[ir.MATMUL] != 0 && tp.Ranks == 0 || m[ir.RMS_NORM] > 1 {
@@ -84,13 +91,14 @@ func TestFuseMixedQKV(t *testing.T) {
 		}
 		old := count(tp, true, "")
 		if old[ir.RMS_NORM_FUSED_MATMUL] != 0 || old[ir.RMS_NORM] != 1+nm/2 || old[ir.MATMUL] < 3*nm/2 ||
-			old[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 || old[ir.SWIGLU] != s.Layers {
+			old[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 || old[ir.SWIGLU] != s.Layers || old[ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE] != 0 {
 			t.Errorf("tp %+v, without rms_norm_matmul's code: %v", tp, old)
 		}
 		// A megakernel build: the persistent kernel serves neither new
 		// family, so neither forms.
 		if tp.Ranks == 0 {
-			if m := count(tp, false, mk); m[ir.RMS_NORM_FUSED_MATMUL] != 0 || m[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 {
+			if m := count(tp, false, mk); m[ir.RMS_NORM_FUSED_MATMUL] != 0 || m[ir.RMS_NORM_FUSED_MLP_SWIGLU] != 0 ||
+				m[ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE] != 0 {
 				t.Errorf("megakernel build: %v", m)
 			}
 		}

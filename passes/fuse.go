@@ -31,6 +31,10 @@ func fuse(_ context.Context, u *Unit) error {
 			delete(allowed, op)
 		}
 	}
+	// The rope and KV write fold stores an F16 cache's rows only.
+	if kv := u.KV; kv != (kernels.KVTypes{}) && !kv.IsF16() {
+		delete(allowed, ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE)
+	}
 	if u.NoFuse || len(allowed) == 0 {
 		return nil
 	}
@@ -104,6 +108,50 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 	if allowed[ir.RMS_NORM_FUSED_MLP_SWIGLU] {
 		n += fuseSwiGLU(g)
 	}
+	if allowed[ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE] {
+		n += fuseQKVRope(g)
+	}
+	return n
+}
+
+// fuseQKVRope folds, in a one-row decode variant, the ROPE_KV_WRITE that
+// directly follows an RMS_NORM_FUSED_QKV (without bias) and takes its Q,
+// K and V, K and V read by nothing else, into it, where the rotation
+// pairs are adjacent features (neox 0): the matrix-vector walk then holds
+// each pair in one block and rotates and stores it as it comes
+// (RMS_NORM_FUSED_QKV_ROPE_KV_WRITE writes the rotated Q and the cache).
+// The multi-row tiles have no such epilogue, so other variants keep both
+// ops; the caller allows it for an F16 cache only.
+func fuseQKVRope(g *ir.Graph) int {
+	if g.Key.Stage != ir.Decode || g.Key.Rows != 1 {
+		return 0
+	}
+	readers := countReaders(g)
+	drop := map[int]bool{}
+	n := 0
+	for j := 0; j+1 < len(g.Insts); j++ {
+		qkv, rk := &g.Insts[j], &g.Insts[j+1]
+		if qkv.Op != ir.RMS_NORM_FUSED_QKV || rk.Op != ir.ROPE_KV_WRITE || buf(qkv, "b_qkv") >= 0 || rk.Attrs["neox"] != 0 {
+			continue
+		}
+		q, k, v := writes(qkv, "q"), writes(qkv, "k"), writes(qkv, "v")
+		if q < 0 || k < 0 || v < 0 || reg(rk, "q") != q || reg(rk, "k") != k || reg(rk, "v") != v || readers[k] != 1 || readers[v] != 1 ||
+			rk.Attrs["n_head"]*rk.Attrs["head_dim"] != qkv.Attrs["n_q"] || rk.Attrs["n_head_kv"]*rk.Attrs["head_dim"] != qkv.Attrs["n_kv"] {
+			continue
+		}
+		attrs := ir.Attrs{"k": qkv.Attrs["k"], "n_q": qkv.Attrs["n_q"], "n_kv": qkv.Attrs["n_kv"], "eps": qkv.Attrs["eps"]}
+		for _, a := range []string{"layer", "n_layer", "n_head", "n_head_kv", "head_dim", "n_rot", "neox", "freq_base", "freq_scale"} {
+			attrs[a] = rk.Attrs[a]
+		}
+		kv := buf(rk, "kv")
+		*qkv = ir.Inst{Op: ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE,
+			Reads: []ir.Operand{ir.R("x", reg(qkv, "x")), ir.B("w_norm", buf(qkv, "w_norm")), ir.B("w_qkv", buf(qkv, "w_qkv")),
+				ir.B("io", buf(qkv, "io")), ir.B("kv", kv)},
+			Writes: []ir.Operand{ir.R("q", q), ir.B("kv", kv)}, Attrs: attrs}
+		drop[j+1] = true
+		n++
+	}
+	dropInsts(g, drop)
 	return n
 }
 

@@ -1,11 +1,13 @@
 package passes
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/zrtdev/zrt/compiler/ir"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
 )
 
 // attnTail is ROPE(q), ROPE(k), KV_WRITE(k, v), then MATMUL(q→o) and
@@ -221,5 +223,77 @@ func TestFuseSwiGLU(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%d rows: ops %v, want %v", c.rows, got, c.want)
 		}
+	}
+}
+
+// attnHead is RMS_NORM(x→n), the Q, K and V MATMULs of n (one type), the
+// ROPEs of Q and K (neox as given) and the KV write, then a reader of Q,
+// in a decode variant of rows rows.
+func attnHead(rows int, neox float64) *ir.Graph {
+	g := ir.NewGraph(ir.ShapeKey{Stage: ir.Decode, Slots: rows, Rows: rows})
+	io := g.Buffer(ir.Buffer{Name: "request.table", Class: ir.IO})
+	kv := g.Buffer(ir.Buffer{Name: "state.kv", Class: ir.KV})
+	wq, wk, wv := f32Weight(g, "wq", "q", 8, 8), f32Weight(g, "wk", "k", 8, 4), f32Weight(g, "wv", "v", 8, 4)
+	nw, emb := f32Weight(g, "nw", "n", 8), f32Weight(g, "emb", "e", 8, 4)
+	x, n := g.NewReg("x", rows, 8, 4), g.NewReg("n", rows, 8, 4)
+	q, k, v := g.NewReg("q", rows, 8, 4), g.NewReg("k", rows, 4, 4), g.NewReg("v", rows, 4, 4)
+	g.Emit(ir.EMBED, []ir.Operand{ir.B("table", emb), ir.B("io", io)}, []ir.Operand{ir.R("y", x)}, ir.Attrs{"cols": 8})
+	g.Emit(ir.RMS_NORM, []ir.Operand{ir.R("x", x), ir.B("w", nw), ir.B("io", io)}, []ir.Operand{ir.R("y", n)}, ir.Attrs{"cols": 8, "group": 8, "eps": 1e-5})
+	for _, p := range []struct{ w, y, n int }{{wq, q, 8}, {wk, k, 4}, {wv, v, 4}} {
+		g.Emit(ir.MATMUL, []ir.Operand{ir.R("x", n), ir.B("w", p.w), ir.B("io", io)}, []ir.Operand{ir.R("y", p.y)}, ir.Attrs{"k": 8, "n": float64(p.n)})
+	}
+	for _, r := range []struct {
+		r     int
+		heads float64
+	}{{q, 4}, {k, 2}} {
+		g.Emit(ir.ROPE, []ir.Operand{ir.R("x", r.r), ir.B("io", io)}, []ir.Operand{ir.R("x", r.r)},
+			ir.Attrs{"n_head": r.heads, "head_dim": 2, "n_rot": 2, "neox": neox, "freq_base": 10000, "freq_scale": 1})
+	}
+	g.Emit(ir.KV_WRITE, []ir.Operand{ir.R("k", k), ir.R("v", v), ir.B("io", io), ir.B("kv", kv)}, []ir.Operand{ir.B("kv", kv)},
+		ir.Attrs{"layer": 0, "n_layer": 1, "kv_dim": 4})
+	g.Emit(ir.RESIDUAL, []ir.Operand{ir.R("x", x), ir.R("y", q), ir.B("io", io)}, []ir.Operand{ir.R("x", x)}, ir.Attrs{"cols": 8})
+	return g
+}
+
+// The RoPE and KV write fold, as data: in a one-row decode variant with
+// adjacent rotation pairs, norm+QKV and the RoPE+KV write become one
+// RMS_NORM_FUSED_QKV_ROPE_KV_WRITE writing Q and the cache; with NeoX
+// pairs or more rows they stay two ops.
+func TestFuseQKVRope(t *testing.T) {
+	cuda := TargetFusions("cuda:sm_90")
+	for _, c := range []struct {
+		rows int
+		neox float64
+		want []ir.Op
+	}{
+		{1, 0, []ir.Op{ir.EMBED, ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE, ir.RESIDUAL}},
+		{1, 1, []ir.Op{ir.EMBED, ir.RMS_NORM_FUSED_QKV, ir.ROPE_KV_WRITE, ir.RESIDUAL}},
+		{2, 0, []ir.Op{ir.EMBED, ir.RMS_NORM_FUSED_QKV, ir.ROPE_KV_WRITE, ir.RESIDUAL}},
+	} {
+		g := attnHead(c.rows, c.neox)
+		q := writes(&g.Insts[2], "y")
+		Fuse(g, cuda)
+		if err := Verify(g); err != nil {
+			t.Fatal(err)
+		}
+		var got []ir.Op
+		for _, in := range g.Insts {
+			got = append(got, in.Op)
+			if in.Op == ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE && (writes(&in, "q") != q || in.Attrs["n_q"] != 8 || in.Attrs["n_kv"] != 4 ||
+				in.Attrs["n_head"] != 4 || in.Attrs["n_head_kv"] != 2 || in.Attrs["n_rot"] != 2) {
+				t.Errorf("%v: writes q %d, attrs %v", in.Op, writes(&in, "q"), in.Attrs)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%d rows, neox %v: ops %v, want %v", c.rows, c.neox, got, c.want)
+		}
+	}
+	// A Q8_0 cache: the fuse pass does not allow it.
+	u := &Unit{Graphs: []*ir.Graph{attnHead(1, 0)}, Target: "cuda:sm_90", KV: kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}}
+	if err := fuse(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	if m := ops(u.Graphs[0]); m[ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE] != 0 || m[ir.RMS_NORM_FUSED_QKV] != 1 {
+		t.Errorf("q8_0 cache: %v", m)
 	}
 }

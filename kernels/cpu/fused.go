@@ -125,6 +125,19 @@ func rmsNormGateUpSwiGLU(t ggml.Type, a *Args) error {
 	return swiglu(&Args{Bufs: [][]byte{gate, up, io, y}, Push: []uint32{uint32(f)}, Pool: a.Pool})
 }
 
+// rmsNormQKVRopeKVWrite is rmsNormQKV with K and V into scratch of their
+// own, then ropeKVWrite of the three into the cache (c: F16): the unfused
+// pair's arithmetic.
+func rmsNormQKVRopeKVWrite(t ggml.Type, c *kvCache, a *Args) error {
+	x, wn, w, io, q, kv := a.Bufs[0], a.Bufs[1], a.Bufs[2], a.Bufs[3], a.Bufs[4], a.Bufs[5]
+	rows, nkv := req(io).rows(), int(a.Spec[2])
+	k, v := make([]byte, 4*rows*nkv), make([]byte, 4*rows*nkv)
+	if err := rmsNormQKV(t, &Args{Bufs: [][]byte{x, wn, w, nil, io, q, k, v}, Spec: a.Spec[:4], Pool: a.Pool, Work: a.Work, Packs: a.Packs}); err != nil {
+		return err
+	}
+	return ropeKVWrite(c, &Args{Bufs: [][]byte{q, k, v, io, kv}, Push: a.Push, Spec: a.Spec[4:], Pool: a.Pool, Work: a.Work})
+}
+
 // residualRMSNorm adds y into the residual x, then normalizes x into out.
 func residualRMSNorm(a *Args) error {
 	x, y, w, r, out := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), f32s(a.Bufs[4])

@@ -473,3 +473,20 @@ func TestGateUpSwiGLUOneRow(t *testing.T) {
 		}
 	}
 }
+
+// rms_norm_qkv_rope_kv_write rotates adjacent feature pairs only: a NeoX
+// rotation (spec neox, the tenth) is refused, as are more rows.
+func TestQKVRopeOneRowAdjacent(t *testing.T) {
+	spec := []uint32{4096, 4096, 4096, 0, 32, 32, 32, 128, 128, 0, 0, 0}
+	if l, err := Shape("rms_norm_qkv_rope_kv_write.q4_k", []uint32{3}, spec, 1, false); err != nil || l.Entry != EntryMain || l.Block[1]%2 != 0 {
+		t.Fatalf("one row: %+v, %v", l, err)
+	}
+	neox := append([]uint32(nil), spec...)
+	neox[9] = 1
+	if _, err := Shape("rms_norm_qkv_rope_kv_write.q4_k", []uint32{3}, neox, 1, false); err == nil {
+		t.Error("NeoX pairs: no error")
+	}
+	if _, err := Shape("rms_norm_qkv_rope_kv_write.q4_k", []uint32{3}, spec, 2, false); err == nil {
+		t.Error("2 rows: no error")
+	}
+}

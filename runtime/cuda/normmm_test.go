@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand"
@@ -10,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels"
+	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // TestKernelNormMatmul holds rms_norm_matmul (the fuse pass's norm with
@@ -115,4 +117,63 @@ func TestKernelGateUpSwiGLU(t *testing.T) {
 			t.Errorf("%s: not the bits of %s then swiglu", what, gu)
 		}
 	}
+}
+
+// TestKernelQKVRopeKVWrite holds rms_norm_qkv_rope_kv_write (one-row
+// decode steps, F16 cache, adjacent rotation pairs) to the pair it
+// replaces on the GPU, rms_norm_qkv then rope_kv_write: the rotated Q and
+// the whole cache, bit for bit; and to T-CPU within 1e-3 (Q, and the
+// cache read as floats). The 7B's attention (32 heads of 128, k 4096,
+// Q4_K), grouped heads with a partial rotation (Q8_0, Q6_K) and the float
+// path (F16).
+func TestKernelQKVRopeKVWrite(t *testing.T) {
+	g := newKGPU(t)
+	rng := rand.New(rand.NewSource(47))
+	const nLayer, layer, slots, maxPages = 2, 1, 4, 8
+	eps := math.Float32bits(1e-5)
+	for _, c := range []struct {
+		typ                    ggml.Type
+		k, nHead, nKV, hd, rot int
+	}{{ggml.Q4_K, 4096, 32, 32, 128, 128}, {ggml.Q8_0, 768, 8, 2, 64, 32}, {ggml.Q6_K, 512, 4, 4, 128, 128}, {ggml.F16, 256, 4, 2, 64, 64}} {
+		nq, nkv := c.nHead*c.hd, c.nKV*c.hd
+		w := kweights(t, rng, c.typ, nq+2*nkv, c.k)
+		wn := lebin.Float32Bytes(randF32(rng, c.k, 0.5, 1.5))
+		x := lebin.Float32Bytes(randF32(rng, c.k, -2, 2))
+		io := ioTable([]krow{{pos: 37, slot: 1}}, slots, maxPages, rng.Perm(slots*maxPages))
+		lay := kernels.KVLayout{Slots: nLayer, Width: nkv}
+		kv := make([]byte, slots*maxPages*lay.PageBytes())
+		for i := range kv {
+			kv[i] = 0x3a // F16 0x3a3a: 0.78; every element the step does not write keeps it
+		}
+		rope := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), uint32(c.rot), 0, fbits(10000), fbits(1)}
+		inst := kernels.InstanceName(mustLookup(t, "rms_norm_qkv_rope_kv_write"), c.typ)
+		what := fmt.Sprintf("%s k=%d %d/%d heads of %d", inst, c.k, c.nHead, c.nKV, c.hd)
+		bufs := [][]byte{x, wn, w, io, make([]byte, 4*nq), kv}
+		spec := append([]uint32{uint32(c.k), uint32(nq), uint32(nkv), eps}, rope...)
+		got, want := g.runAs(inst, bufs, []uint32{layer}, spec, 1, false), cpuRun(t, inst, bufs, []uint32{layer}, spec)
+		compareF32(t, what+" q", got[4], want[4], 1e-3)
+		compareF32(t, what+" cache", halvesToF32(got[5]), halvesToF32(want[5]), 1e-3)
+
+		qkv := kernels.InstanceName(mustLookup(t, "rms_norm_qkv"), c.typ)
+		p := g.runAs(qkv, [][]byte{x, wn, w, nil, io, make([]byte, 4*nq), make([]byte, 4*nkv), make([]byte, 4*nkv)}, nil,
+			[]uint32{uint32(c.k), uint32(nq), uint32(nkv), eps}, 1, false)
+		ref := g.runAs("rope_kv_write", [][]byte{p[5], p[6], p[7], io, kv}, []uint32{layer}, rope, 1, false)
+		if !bytes.Equal(got[4], ref[0]) {
+			compareF32(t, what+" q against rms_norm_qkv then rope_kv_write", got[4], ref[0], 0)
+			t.Errorf("%s: q is not the bits of %s then rope_kv_write", what, qkv)
+		}
+		if !bytes.Equal(got[5], ref[4]) {
+			compareF32(t, what+" cache against rms_norm_qkv then rope_kv_write", halvesToF32(got[5]), halvesToF32(ref[4]), 0)
+			t.Errorf("%s: the cache is not the bits of %s then rope_kv_write", what, qkv)
+		}
+	}
+}
+
+// halvesToF32 is b's F16 values as float32 bytes.
+func halvesToF32(b []byte) []byte {
+	out := make([]float32, len(b)/2)
+	for i := range out {
+		out[i] = quant.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+	}
+	return lebin.Float32Bytes(out)
 }

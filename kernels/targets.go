@@ -44,16 +44,20 @@ var targets = []Target{
 			"all_reduce_sum", "all_gather"}},
 	// The CUDA targets' collectives are NCCL's (kernels/cuda.Collective).
 	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
-		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
-			"all_reduce_sum", "all_gather"}},
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_matmul", "rms_norm_gate_up_swiglu", "rms_norm_qkv_rope_kv_write",
+			"rms_norm_rope_kv_write",
+			"rope_kv_write",
+			"matmul_residual", "all_reduce_sum", "all_gather"}},
 	// Ampere and Ada (sm_80, sm_86, sm_89): compute_80 PTX, which the
 	// driver JIT-compiles for any later GPU too. The kernels are sm_90's
 	// without programmatic dependent launch (dep_sync in
 	// kernels/cuda/common.cuh); the tensor-core tiles' mma.sync and
 	// cp.async are Ampere's.
 	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA,
-		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
-			"all_reduce_sum", "all_gather"}},
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_matmul", "rms_norm_gate_up_swiglu", "rms_norm_qkv_rope_kv_write",
+			"rms_norm_rope_kv_write",
+			"rope_kv_write",
+			"matmul_residual", "all_reduce_sum", "all_gather"}},
 	// The AMD targets' kernels (kernels/amd) implement one fused family.
 	{Name: "amd:gfx1201", Code: zrt.GFX1201, Tier: TierAMD, Fused: []string{"matmul_residual"}},
 	{Name: "amd:gfx1100", Code: zrt.GFX1100, Tier: TierAMD, Fused: []string{"matmul_residual"}},

@@ -39,8 +39,8 @@ type Config struct {
 	DecodeSlots []int `toml:"decode_slots"`
 	// PrefillRows lists the prefill variants by the prompt rows one step
 	// evaluates, each a ShapeKey prefill.sS.rN (default: [prefill_chunk]
-	// when that is given, else the target's: [128], or [128, 512] on
-	// T-CUDA).
+	// when that is given, else the target's: [128], or [128, 512, 1024]
+	// on T-CUDA).
 	PrefillRows []int `toml:"prefill_rows"`
 	// KVPages sizes the KV cache: a pool of 16-token pages shared by all
 	// slots, not slots × context (default: max_slots sequences of
@@ -185,10 +185,15 @@ func DecodeLadder(target string, slots int) []int {
 }
 
 // defaultPrefillRows is the default prefill variants on target: T-CUDA
-// adds a 512-row variant, so a long prompt takes a quarter of the steps.
+// adds 512- and 1024-row variants, so a long prompt takes an eighth of the
+// steps. Measured on an H200 (qwen3 0.6B shape Q4_K_M, run 26b): a
+// 1024-row step evaluates 94 000 prompt tokens a second against 70 800
+// in 512-row steps, and 64 streamed clients got 6.7% more tokens a
+// second with TTFT p95 66 ms instead of 90; 2048 rows gained little more
+// (104 000) for twice the step a decoding row waits behind.
 func defaultPrefillRows(target string) []int {
 	if strings.HasPrefix(target, "cuda:") {
-		return []int{DefaultPrefillChunk, 4 * DefaultPrefillChunk}
+		return []int{DefaultPrefillChunk, 4 * DefaultPrefillChunk, 8 * DefaultPrefillChunk}
 	}
 	return []int{DefaultPrefillChunk}
 }

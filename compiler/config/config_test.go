@@ -111,8 +111,8 @@ func TestDefaults(t *testing.T) {
 		defaulted int // lines in Defaults
 	}{
 		{"cpu", synth.Tiny, "", Overrides{}, 256, 16, []int{1, 2, 4, 8, 16}, []int{128}, 16 * 16, 4},
-		{"cuda", synth.Tiny, "", Overrides{Target: "cuda:sm_90"}, 256, 64, []int{1, 4, 16, 64}, []int{128, 512}, 64 * 16, 4},
-		{"cuda from the config file", synth.Tiny, "target = \"cuda:sm_90\"\n", Overrides{}, 256, 64, []int{1, 4, 16, 64}, []int{128, 512}, 64 * 16, 4},
+		{"cuda", synth.Tiny, "", Overrides{Target: "cuda:sm_90"}, 256, 64, []int{1, 4, 16, 64}, []int{128, 512, 1024}, 64 * 16, 4},
+		{"cuda from the config file", synth.Tiny, "target = \"cuda:sm_90\"\n", Overrides{}, 256, 64, []int{1, 4, 16, 64}, []int{128, 512, 1024}, 64 * 16, 4},
 		{"amd", synth.Tiny, "", Overrides{Target: "amd:gfx1201"}, 256, 1, []int{1}, []int{128}, 16, 4},
 		// 131072 tokens, no cap: the pool holds one whole context, more
 		// than 16 slots × 2048 tokens.

@@ -34,6 +34,12 @@ type Target struct {
 	// (all_reduce_sum, all_gather: the shard pass splits a model only for
 	// a target that lists them).
 	Fused []string
+	// PTX, for a CUDA target, is the architecture whose PTX its bundles
+	// carry (the archive directory, sm_80): Ampere's and Ada's targets
+	// share compute_80 PTX, which the driver JIT-compiles for the card.
+	// The target's own compute capability is what its bundles require
+	// of the GPU.
+	PTX string
 }
 
 // targets is the registry of compile targets, in the order zrtc lists
@@ -43,15 +49,24 @@ var targets = []Target{
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
 			"all_reduce_sum", "all_gather"}},
 	// The CUDA targets' collectives are NCCL's (kernels/cuda.Collective).
-	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
+	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA, PTX: "sm_90",
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
 			"all_reduce_sum", "all_gather"}},
 	// Ampere and Ada (sm_80, sm_86, sm_89): compute_80 PTX, which the
 	// driver JIT-compiles for any later GPU too. The kernels are sm_90's
 	// without programmatic dependent launch (dep_sync in
 	// kernels/cuda/common.cuh); the tensor-core tiles' mma.sync and
-	// cp.async are Ampere's.
-	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA,
+	// cp.async are Ampere's. cuda:sm_86 and cuda:sm_89 carry the same PTX
+	// as cuda:sm_80 and differ only in the GPU they require, so a set
+	// that has them runs the bundle built for the card's own capability;
+	// compute_80 has no FP8 conversions, so FP8 KV is sm_90's alone.
+	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA, PTX: "sm_80",
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
+			"all_reduce_sum", "all_gather"}},
+	{Name: "cuda:sm_86", Code: zrt.SM86, Tier: TierCUDA, PTX: "sm_80",
+		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
+			"all_reduce_sum", "all_gather"}},
+	{Name: "cuda:sm_89", Code: zrt.SM89, Tier: TierCUDA, PTX: "sm_80",
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
 			"all_reduce_sum", "all_gather"}},
 	// The AMD targets' kernels (kernels/amd) implement one fused family.

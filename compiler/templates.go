@@ -73,8 +73,12 @@ func checkKVTypes(m *arch.Model, target, ptxDir string) error {
 			}
 			detail := fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)
 			if c.t == kernels.FP8E4M3 && t.Tier == kernels.TierCUDA {
-				detail = fmt.Sprintf("T-CUDA has no FP8 KV kernels yet (only T-CPU, the reference, lays out fp8_e4m3); FP8 needs compute capability 8.9 or later, and %s carries %s PTX; set %s = \"q8_0\" (about the same bytes) or \"f16\", or build for cpu",
-					target, ptx.TargetArch(target), c.key)
+				why := ""
+				if arch := ptx.TargetArch(target); arch == "sm_80" {
+					why = fmt.Sprintf("; and %s carries compute_80 PTX, which has no FP8 conversions (they need compute capability 8.9)", target)
+				}
+				detail = fmt.Sprintf("T-CUDA has no FP8 KV kernels yet (only T-CPU, the reference, lays out fp8_e4m3)%s; set %s = \"q8_0\" (the same bytes) or \"f16\", or build for cpu",
+					why, c.key)
 			}
 			return &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key), Detail: detail}
 		}

@@ -333,3 +333,71 @@ func TestKVCacheTypes(t *testing.T) {
 		t.Errorf("q8_0 cache for amd:gfx1201: got %v, want an unsupported error naming cache_type_k", err)
 	}
 }
+
+// TestFP8KVCache builds one model with an fp8_e4m3 cache for cpu: its kv
+// region takes 17/32 of the F16 one's bytes for the same pages (68-byte
+// blocks of 64 values), its hyperparameters and kernel instances name the
+// type without a rotation, and the CUDA targets refuse it as unsupported,
+// naming the option and why.
+func TestFP8KVCache(t *testing.T) {
+	model := testmodel.New(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
+	fp8 := filepath.Join(t.TempDir(), "fp8.toml")
+	if err := os.WriteFile(fp8, []byte("cache_type_k = \"fp8_e4m3\"\ncache_type_v = \"fp8_e4m3\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	build := func(opt compiler.Options) *bundle.Graph {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "b")
+		opt.VerifyEach = true
+		if err := compiler.Compile(ctx, model, out, opt); err != nil {
+			t.Fatal(err)
+		}
+		g, _, err := bundle.ReadGraph(filepath.Join(out, bundle.GraphFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	kvBytes := func(g *bundle.Graph) int64 {
+		for _, r := range g.Regions {
+			if r.Name == kernels.RegionKV {
+				return r.Bytes
+			}
+		}
+		t.Fatal("no kv region")
+		return 0
+	}
+	f16, f8 := build(compiler.Options{}), build(compiler.Options{ConfigPath: fp8})
+	if a, b := kvBytes(f16), kvBytes(f8); a*17 != b*32 {
+		t.Errorf("kv region: F16 %d bytes, fp8_e4m3 %d: want 17/32", a, b)
+	}
+	if h := f8.Hparams; h.CacheTypeK != "fp8_e4m3" || h.CacheTypeV != "fp8_e4m3" || h.CacheRotK != 0 || h.CacheRotV != 0 {
+		t.Errorf("fp8 bundle records %q %q, rotations %d %d", h.CacheTypeK, h.CacheTypeV, h.CacheRotK, h.CacheRotV)
+	}
+	n := 0
+	for _, k := range f8.Kernels {
+		if strings.HasPrefix(k.Name, "flash_attn") || strings.Contains(k.Name, "kv_write") {
+			n++
+			if !strings.HasSuffix(k.Name, ".kv-fp8_e4m3-fp8_e4m3") {
+				t.Errorf("kernel %s does not name the fp8 cache", k.Name)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no attention or KV write kernels")
+	}
+	if _, err := kernels.CheckBundle(f8); err != nil {
+		t.Errorf("the fp8 bundle fails CheckBundle: %v", err)
+	}
+	for _, target := range []string{"cuda:sm_90", "cuda:sm_89", "cuda:sm_80"} {
+		err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: target, ConfigPath: fp8})
+		if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") || !strings.Contains(err.Error(), "no FP8 KV kernels") {
+			t.Errorf("fp8 cache for %s: got %v, want an unsupported error naming cache_type_k and saying T-CUDA has no FP8 kernels", target, err)
+		}
+	}
+	err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "amd"), compiler.Options{Target: "amd:gfx1201", ConfigPath: fp8})
+	if err == nil || !strings.Contains(err.Error(), "cache_type_k") {
+		t.Errorf("fp8 cache for amd:gfx1201: got %v, want an error naming cache_type_k", err)
+	}
+}

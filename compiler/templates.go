@@ -38,7 +38,7 @@ var tierKernels = map[kernels.TierKind]struct {
 	kvLayouts func(t kernels.Target) []kernels.KVTypes
 }{
 	kernels.TierCPU: {func(kernels.Target, Options) passes.Templates { return cpuTemplate },
-		func(kernels.Target) []ggml.Type { return quant.WeightTypes() }, nil, []ggml.Type{ggml.F16, ggml.Q8_0}, nil},
+		func(kernels.Target) []ggml.Type { return quant.WeightTypes() }, nil, []ggml.Type{ggml.F16, ggml.Q8_0, kernels.FP8E4M3}, nil},
 	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) },
 		func(t kernels.Target) []ggml.Type { return ptx.WeightTypes(ptx.TargetArch(t.Name)) }, nil, []ggml.Type{ggml.F16, ggml.Q8_0},
 		func(t kernels.Target) []kernels.KVTypes { return ptx.KVLayouts(ptx.TargetArch(t.Name)) }},
@@ -71,8 +71,16 @@ func checkKVTypes(m *arch.Model, target, ptxDir string) error {
 			for i, t := range k.kvTypes {
 				names[i] = kernels.KVTypeName(t)
 			}
-			return &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key),
-				Detail: fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)}
+			detail := fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)
+			if c.t == kernels.FP8E4M3 && t.Tier == kernels.TierCUDA {
+				why := ""
+				if arch := ptx.TargetArch(target); arch == "sm_80" {
+					why = fmt.Sprintf("; and %s carries compute_80 PTX, which has no FP8 conversions (they need compute capability 8.9)", target)
+				}
+				detail = fmt.Sprintf("T-CUDA has no FP8 KV kernels yet (only T-CPU, the reference, lays out fp8_e4m3)%s; set %s = \"q8_0\" (the same bytes) or \"f16\", or build for cpu",
+					why, c.key)
+			}
+			return &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key), Detail: detail}
 		}
 	}
 	layouts := k.kvLayouts

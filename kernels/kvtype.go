@@ -7,6 +7,7 @@ import (
 
 	"github.com/zrtdev/zrt/format/bundle"
 	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels/quant"
 )
 
 // KVTypes are the element types of a KV cache's K rows and V rows, chosen
@@ -29,18 +30,35 @@ type KVTypes struct {
 // F16KV is the default cache: K and V in F16.
 var F16KV = KVTypes{K: ggml.F16, V: ggml.F16}
 
-// kvTypeNames are the cache types zrt lays out, by llama.cpp's names.
-var kvTypeNames = map[string]ggml.Type{"f16": ggml.F16, "q8_0": ggml.Q8_0}
+// FP8E4M3 is zrt's FP8 cache element type, which GGUF has no type for
+// (the value is outside ggml's numbering): blocks of quant.FP8Block
+// values, each a float32 scale (the block's largest magnitude over 448)
+// then one E4M3 code a value, 68 bytes for 64 values (53% of F16's).
+// The block is a whole head of 64 values, a head of 128 two blocks: the
+// scale is per token and KV head (or half-head), computed as the row is
+// written, so the cache needs no calibration. The scale is float32, not
+// F16, so that a quiet head (amax under 448·2^-14) keeps a normal,
+// exact-enough scale, and so that rows stay 4-byte aligned for the GPU.
+const FP8E4M3 ggml.Type = 1<<16 | 0xE4
+
+// kvTypeNames are the cache types zrt lays out, by llama.cpp's names
+// (and fp8_e4m3, zrt's).
+var kvTypeNames = map[string]ggml.Type{"f16": ggml.F16, "q8_0": ggml.Q8_0, "fp8_e4m3": FP8E4M3}
 
 // ParseKVType returns the cache element type llama.cpp calls name (f16,
-// q8_0).
+// q8_0), or fp8_e4m3.
 func ParseKVType(name string) (ggml.Type, bool) {
 	t, ok := kvTypeNames[name]
 	return t, ok
 }
 
 // KVTypeName is llama.cpp's name of a cache element type.
-func KVTypeName(t ggml.Type) string { return strings.ToLower(t.String()) }
+func KVTypeName(t ggml.Type) string {
+	if t == FP8E4M3 {
+		return "fp8_e4m3"
+	}
+	return strings.ToLower(t.String())
+}
 
 // IsF16 reports whether both K and V are F16 (every bundle older than the
 // option, and the default).
@@ -60,17 +78,20 @@ func (t KVTypes) String() string {
 // values (uniform false: several head sizes, which llama.cpp does not
 // rotate): for a quantized K with hd a multiple of 64, runs of the
 // largest power of two that divides hd; for a quantized V, runs of 64.
+// Only Q8_0 rows are rotated: FP8's codes keep a relative precision over
+// a range of 2^17, so an outlier costs the other values of its block
+// little, and the GPU writes them without a matrix product.
 func KVRotation(k, v ggml.Type, hd int, uniform bool) (rotK, rotV int) {
 	if !uniform || hd <= 0 || hd%64 != 0 {
 		return 0, 0
 	}
-	if k != ggml.F16 {
+	if k == ggml.Q8_0 {
 		rotK = 64
 		for hd%(2*rotK) == 0 {
 			rotK *= 2
 		}
 	}
-	if v != ggml.F16 {
+	if v == ggml.Q8_0 {
 		rotV = 64
 	}
 	return rotK, rotV
@@ -83,8 +104,11 @@ func validRot(n int) bool { return n == 0 || (n >= 64 && n&(n-1) == 0 && n <= 1<
 // kvBlock returns the values per block and bytes per block of a cache
 // element type.
 func kvBlock(t ggml.Type) (values, bytes int) {
-	if t == ggml.Q8_0 {
+	switch t {
+	case ggml.Q8_0:
 		return 32, 34
+	case FP8E4M3:
+		return quant.FP8Block, quant.FP8BlockBytes
 	}
 	return 1, 2
 }
@@ -156,7 +180,7 @@ func BundleKV(h *bundle.Hparams) (KVTypes, error) {
 		}
 		t, ok := ParseKVType(f.name)
 		if !ok {
-			return KVTypes{}, fmt.Errorf("bundle: %s = %q is no cache type this zrt lays out (f16, q8_0): rebuild the bundle with this zrtc or use a newer zrt-run", f.key, f.name)
+			return KVTypes{}, fmt.Errorf("bundle: %s = %q is no cache type this zrt lays out (f16, q8_0, fp8_e4m3): rebuild the bundle with this zrtc or use a newer zrt-run", f.key, f.name)
 		}
 		*f.t = t
 	}
@@ -213,7 +237,7 @@ func InstanceKV(name string) (KVTypes, error) {
 	if !ok || !a.KVTyped {
 		return F16KV, nil
 	}
-	bad := fmt.Errorf("kernels: kernel %q: want %s.%sK-V[-rkN][-rvN] with K and V each f16 or q8_0, not both f16 (that instance is %s), and rotations of quantized rows only", name, fam, kvSuffix, fam)
+	bad := fmt.Errorf("kernels: kernel %q: want %s.%sK-V[-rkN][-rvN] with K and V each f16, q8_0 or fp8_e4m3, not both f16 (that instance is %s), and rotations of quantized rows only", name, fam, kvSuffix, fam)
 	rest, ok := strings.CutPrefix(suffix, kvSuffix)
 	parts := strings.Split(rest, "-")
 	if !ok || len(parts) < 2 || len(parts) > 4 {

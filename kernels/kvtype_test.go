@@ -118,3 +118,37 @@ func FuzzInstanceKV(f *testing.F) {
 		}
 	})
 }
+
+// TestFP8KV: fp8_e4m3 is a cache type of its own (no GGUF tensor type
+// shares its value), 68 bytes a 64-value block (17/32 of F16's page),
+// never rotated, named in instances and bundles by llama.cpp-style name,
+// and refused for heads that are no whole block.
+func TestFP8KV(t *testing.T) {
+	if FP8E4M3.Known() {
+		t.Fatalf("FP8E4M3 (%d) is a GGUF tensor type", uint32(FP8E4M3))
+	}
+	if typ, ok := ParseKVType("fp8_e4m3"); !ok || typ != FP8E4M3 || KVTypeName(typ) != "fp8_e4m3" {
+		t.Errorf("ParseKVType(fp8_e4m3) = %v, %v; name %q", typ, ok, KVTypeName(typ))
+	}
+	fp8 := KVTypes{K: FP8E4M3, V: FP8E4M3}
+	f16 := KVLayout{Slots: 3, Width: 256, Types: F16KV}
+	l := KVLayout{Slots: 3, Width: 256, Types: fp8}
+	if l.PageBytes()*32 != f16.PageBytes()*17 || KVRowBytes(FP8E4M3, 128) != 136 {
+		t.Errorf("fp8 page %d bytes against F16's %d; a 128-wide row %d bytes", l.PageBytes(), f16.PageBytes(), KVRowBytes(FP8E4M3, 128))
+	}
+	if err := CheckKVWidth(FP8E4M3, 96); err == nil || !strings.Contains(err.Error(), "fp8_e4m3") {
+		t.Errorf("a 96-wide fp8 head: %v", err)
+	}
+	if k, v := KVRotation(FP8E4M3, FP8E4M3, 128, true); k != 0 || v != 0 {
+		t.Errorf("fp8 rows rotated %d, %d", k, v)
+	}
+	fa, _ := Lookup("flash_attn")
+	n := KVInstanceName(fa, fp8)
+	if got, err := InstanceKV(n); n != "flash_attn.kv-fp8_e4m3-fp8_e4m3" || err != nil || got != fp8 {
+		t.Errorf("instance %q: InstanceKV = %v, %v", n, got, err)
+	}
+	got, err := BundleKV(&bundle.Hparams{HeadDim: 128, CacheTypeK: "fp8_e4m3", CacheTypeV: "fp8_e4m3"})
+	if err != nil || got != fp8 {
+		t.Errorf("BundleKV(fp8) = %v, %v", got, err)
+	}
+}

@@ -34,7 +34,18 @@ type Target struct {
 	// (all_reduce_sum, all_gather: the shard pass splits a model only for
 	// a target that lists them).
 	Fused []string
+	// PTX, for a CUDA target, is the architecture whose PTX its bundles
+	// carry (the archive directory, sm_80): Ampere's and Ada's targets
+	// share compute_80 PTX, which the driver JIT-compiles for the card.
+	// The target's own compute capability is what its bundles require
+	// of the GPU.
+	PTX string
 }
+
+// cudaFused is the fused families every CUDA target's kernels implement
+// (the collectives are NCCL's or the peer kernels', kernels/cuda.Collective).
+var cudaFused = []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_matmul", "rms_norm_gate_up_swiglu", "rms_norm_qkv_rope_kv_write",
+	"rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual", "all_reduce_sum", "all_gather"}
 
 // targets is the registry of compile targets, in the order zrtc lists
 // them.
@@ -42,22 +53,18 @@ var targets = []Target{
 	{Name: "cpu", Code: zrt.CPU, Tier: TierCPU,
 		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "residual_rms_norm", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
 			"all_reduce_sum", "all_gather"}},
-	// The CUDA targets' collectives are NCCL's (kernels/cuda.Collective).
-	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA,
-		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_matmul", "rms_norm_gate_up_swiglu", "rms_norm_qkv_rope_kv_write",
-			"rms_norm_rope_kv_write",
-			"rope_kv_write",
-			"matmul_residual", "all_reduce_sum", "all_gather"}},
+	{Name: "cuda:sm_90", Code: zrt.SM90, Tier: TierCUDA, PTX: "sm_90", Fused: cudaFused},
 	// Ampere and Ada (sm_80, sm_86, sm_89): compute_80 PTX, which the
 	// driver JIT-compiles for any later GPU too. The kernels are sm_90's
 	// without programmatic dependent launch (dep_sync in
 	// kernels/cuda/common.cuh); the tensor-core tiles' mma.sync and
-	// cp.async are Ampere's.
-	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA,
-		Fused: []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_matmul", "rms_norm_gate_up_swiglu", "rms_norm_qkv_rope_kv_write",
-			"rms_norm_rope_kv_write",
-			"rope_kv_write",
-			"matmul_residual", "all_reduce_sum", "all_gather"}},
+	// cp.async are Ampere's. cuda:sm_86 and cuda:sm_89 carry the same PTX
+	// as cuda:sm_80 and differ only in the GPU they require, so a set
+	// that has them runs the bundle built for the card's own capability;
+	// compute_80 has no FP8 conversions, so FP8 KV is sm_90's alone.
+	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA, PTX: "sm_80", Fused: cudaFused},
+	{Name: "cuda:sm_86", Code: zrt.SM86, Tier: TierCUDA, PTX: "sm_80", Fused: cudaFused},
+	{Name: "cuda:sm_89", Code: zrt.SM89, Tier: TierCUDA, PTX: "sm_80", Fused: cudaFused},
 	// The AMD targets' kernels (kernels/amd) implement one fused family.
 	{Name: "amd:gfx1201", Code: zrt.GFX1201, Tier: TierAMD, Fused: []string{"matmul_residual"}},
 	{Name: "amd:gfx1100", Code: zrt.GFX1100, Tier: TierAMD, Fused: []string{"matmul_residual"}},

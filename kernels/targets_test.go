@@ -1,6 +1,9 @@
 package kernels
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestTargets: every target's name is its code's name in the .zrt format,
 // and every fused family it claims is in the catalog.
@@ -26,7 +29,7 @@ func TestTargets(t *testing.T) {
 }
 
 func TestComputeCapability(t *testing.T) {
-	for name, want := range map[string][2]int{"cuda:sm_90": {9, 0}, "cuda:sm_80": {8, 0}} {
+	for name, want := range map[string][2]int{"cuda:sm_90": {9, 0}, "cuda:sm_80": {8, 0}, "cuda:sm_86": {8, 6}, "cuda:sm_89": {8, 9}} {
 		tg, ok := LookupTarget(name)
 		if !ok {
 			t.Fatalf("no target %s", name)
@@ -39,5 +42,29 @@ func TestComputeCapability(t *testing.T) {
 	cpu, _ := LookupTarget("cpu")
 	if _, _, ok := cpu.ComputeCapability(); ok {
 		t.Error("cpu has a compute capability")
+	}
+}
+
+// TestPTX: every CUDA target names the archive architecture of its PTX,
+// one no later than its own compute capability (the driver compiles PTX
+// only forward), and Ampere's and Ada's targets share sm_80's.
+func TestPTX(t *testing.T) {
+	for _, tg := range Targets() {
+		if tg.Tier != TierCUDA {
+			if tg.PTX != "" {
+				t.Errorf("%s is no CUDA target but names PTX %s", tg.Name, tg.PTX)
+			}
+			continue
+		}
+		major, minor, _ := tg.ComputeCapability()
+		var n int
+		if _, err := fmt.Sscanf(tg.PTX, "sm_%d", &n); err != nil || n > 10*major+minor {
+			t.Errorf("%s (%d.%d) names PTX %q", tg.Name, major, minor, tg.PTX)
+		}
+	}
+	for _, name := range []string{"cuda:sm_80", "cuda:sm_86", "cuda:sm_89"} {
+		if tg, _ := LookupTarget(name); tg.PTX != "sm_80" {
+			t.Errorf("%s carries %s PTX, want sm_80", name, tg.PTX)
+		}
 	}
 }

@@ -45,15 +45,26 @@ func TestBuildAmpere(t *testing.T) {
 		}
 	}
 	b.Close()
-	s := buildJSON(t, model, "--no-cache", "--target", "cuda:sm_90,cuda:sm_80", "-o", at("set"))
-	if !s.Set || len(s.Outputs) != 2 {
+	s := buildJSON(t, model, "--no-cache", "--target", "cuda:sm_90,cuda:sm_89,cuda:sm_80", "-o", at("set"))
+	if !s.Set || len(s.Outputs) != 3 {
 		t.Fatalf("set summary: %+v", s)
 	}
 	x, err := bundleset.Read(at("set"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for target, cc := range map[string]string{"cuda:sm_80": "8.0", "cuda:sm_90": "9.0"} {
+	// Ada's bundle requires 8.9 but carries the compute_80 PTX.
+	if m, ok := x.Member("cuda:sm_89"); ok {
+		ada, err := bundle.Open(m.Path(at("set")), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ada.Blobs) == 0 || !strings.Contains(string(ada.Blobs[0].Code), "\n.target sm_80\n") {
+			t.Errorf("the cuda:sm_89 bundle does not carry sm_80 PTX")
+		}
+		ada.Close()
+	}
+	for target, cc := range map[string]string{"cuda:sm_80": "8.0", "cuda:sm_89": "8.9", "cuda:sm_90": "9.0"} {
 		m, ok := x.Member(target)
 		if !ok || m.Requires != (bundleset.Requires{Tier: "cuda", CUDAComputeCapability: cc}) {
 			t.Errorf("member %s: %+v (ok %v), want compute capability %s", target, m, ok, cc)

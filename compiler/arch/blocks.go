@@ -1046,7 +1046,7 @@ func cacheTypes(c *config.Config) (kernels.KVTypes, error) {
 		}
 		t, ok := kernels.ParseKVType(f.name)
 		if !ok {
-			return kv, &support.Error{What: "KV cache type", Value: f.name, Where: support.Key(f.key), Detail: "zrt lays out f16 and q8_0 caches"}
+			return kv, &support.Error{What: "KV cache type", Value: f.name, Where: support.Key(f.key), Detail: "zrt lays out f16, q8_0 and fp8_e4m3 caches"}
 		}
 		*f.t = t
 	}

@@ -126,14 +126,17 @@ const (
 
 // cacheTypes are llama.cpp's KV cache types (common/arg.cpp's
 // kv_cache_types) and fp8_e4m3, each with whether zrt lays it out, and
-// for which targets: "" for every target, else the tier prefix.
+// for which targets: none for every target, else the targets' name
+// prefixes. fp8_e4m3 is a GPU format; T-CPU lays it out too, as the
+// oracle its T-CUDA kernels are tested against (whether a target's
+// kernels address it is the compiler's check).
 var cacheTypes = map[string]struct {
 	ok   bool
-	only string
+	only []string
 }{
-	"f16": {true, ""}, "q8_0": {true, ""},
+	"f16": {true, nil}, "q8_0": {true, nil},
 	"f32": {}, "bf16": {}, "q4_0": {}, "q4_1": {}, "iq4_nl": {}, "q5_0": {}, "q5_1": {},
-	"fp8_e4m3": {false, "cuda:"},
+	"fp8_e4m3": {true, []string{"cpu", "cuda:"}},
 }
 
 // checkCacheType checks the value of cache_type_k or cache_type_v (key)
@@ -142,12 +145,16 @@ func checkCacheType(key, value, target string) error {
 	ct, known := cacheTypes[value]
 	switch {
 	case !known:
-		return fmt.Errorf("config: %s = %q: unknown KV cache type (llama.cpp's: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; and fp8_e4m3 for cuda targets)", key, value)
-	case ct.only != "" && !strings.HasPrefix(target, ct.only):
-		return fmt.Errorf("config: %s = %q is for %s targets only, not %s", key, value, strings.TrimSuffix(ct.only, ":"), target)
+		return fmt.Errorf("config: %s = %q: unknown KV cache type (llama.cpp's: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; and fp8_e4m3 for cpu and cuda targets)", key, value)
+	case ct.only != nil && !slices.ContainsFunc(ct.only, func(p string) bool { return strings.HasPrefix(target, p) }):
+		names := make([]string, len(ct.only))
+		for i, p := range ct.only {
+			names[i] = strings.TrimSuffix(p, ":")
+		}
+		return fmt.Errorf("config: %s = %q is for %s targets only, not %s", key, value, strings.Join(names, " and "), target)
 	case !ct.ok:
 		return &support.Error{What: "KV cache type", Value: strconv.Quote(value), Where: support.Key(key),
-			Detail: "zrt lays out f16 and q8_0 caches"}
+			Detail: "zrt lays out f16, q8_0 and fp8_e4m3 caches"}
 	}
 	return nil
 }

@@ -168,7 +168,8 @@ func TestDecodeLadder(t *testing.T) {
 
 // TestCacheTypes holds cache_type_k and cache_type_v to llama.cpp's names:
 // f16 by default, q8_0 accepted, the other llama.cpp types unsupported
-// (not malformed), fp8_e4m3 refused off cuda targets, anything else an
+// (not malformed), fp8_e4m3 accepted on cpu and cuda targets and refused
+// off them, anything else an
 // error naming the key.
 func TestCacheTypes(t *testing.T) {
 	cfg, err := load(t, "")
@@ -185,14 +186,19 @@ func TestCacheTypes(t *testing.T) {
 	if err != nil || cfg.CacheTypeK != "q8_0" || cfg.CacheTypeV != "q8_0" {
 		t.Fatalf("q8_0: %v %+v", err, cfg)
 	}
+	for _, target := range []string{"", "cuda:sm_90"} {
+		cfg, err = loadWith(t, synth.Tiny, "cache_type_k = \"fp8_e4m3\"\ncache_type_v = \"fp8_e4m3\"\n", Overrides{Target: target})
+		if err != nil || cfg.CacheTypeK != "fp8_e4m3" || cfg.CacheTypeV != "fp8_e4m3" {
+			t.Fatalf("fp8_e4m3 on %q: %v %+v", target, err, cfg)
+		}
+	}
 	cases := []struct {
 		toml, target string
 		unsupported  bool
 		want         string
 	}{
 		{"cache_type_v = \"q4_0\"\n", "", true, "cache_type_v"},
-		{"cache_type_k = \"fp8_e4m3\"\n", "", false, "cuda targets only"},
-		{"cache_type_k = \"fp8_e4m3\"\n", "cuda:sm_90", true, "cache_type_k"},
+		{"cache_type_k = \"fp8_e4m3\"\n", "amd:gfx1201", false, "cpu and cuda targets only"},
 		{"cache_type_k = \"q9\"\n", "", false, "unknown KV cache type"},
 	}
 	for _, c := range cases {

@@ -31,8 +31,8 @@ const ABIVersion = 5
 type Target uint16
 
 // Target codes. The AMD, Intel, NVIDIA sm_90, Apple and CPU codes are the
-// seed's; the other NVIDIA architectures are zrt's (0x21…, in order of
-// compute capability).
+// seed's; the other NVIDIA architectures are zrt's (0x21…, in the order
+// they were added).
 const (
 	GFX1201    Target = 0x01
 	GFX1200    Target = 0x02
@@ -43,13 +43,14 @@ const (
 	SM80       Target = 0x21
 	SM89       Target = 0x22
 	SM100      Target = 0x23
+	SM86       Target = 0x24 // after the others: codes, once written, stay
 	AppleMetal Target = 0x30
 	CPU        Target = 0xFF
 )
 
 var targetNames = map[Target]string{
 	GFX1201: "amd:gfx1201", GFX1200: "amd:gfx1200", GFX1151: "amd:gfx1151", GFX1100: "amd:gfx1100",
-	XE2HPG: "intel:xe2hpg", SM90: "cuda:sm_90", SM80: "cuda:sm_80", SM89: "cuda:sm_89", SM100: "cuda:sm_100",
+	XE2HPG: "intel:xe2hpg", SM90: "cuda:sm_90", SM80: "cuda:sm_80", SM86: "cuda:sm_86", SM89: "cuda:sm_89", SM100: "cuda:sm_100",
 	AppleMetal: "metal", CPU: "cpu",
 }
 
@@ -67,7 +68,7 @@ func ParseTarget(s string) (Target, error) {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown target %q (known: cpu, cuda:sm_90, cuda:sm_80, cuda:sm_89, cuda:sm_100, amd:gfx1201, amd:gfx1200, amd:gfx1151, amd:gfx1100, intel:xe2hpg, metal)", s)
+	return 0, fmt.Errorf("unknown target %q (known: cpu, cuda:sm_90, cuda:sm_80, cuda:sm_86, cuda:sm_89, cuda:sm_100, amd:gfx1201, amd:gfx1200, amd:gfx1151, amd:gfx1100, intel:xe2hpg, metal)", s)
 }
 
 // Header is the fixed 64-byte header.

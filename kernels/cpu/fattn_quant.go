@@ -120,6 +120,7 @@ type faQuantWork struct {
 	acc    []float32 // VKQ32
 	acc16  []uint16  // VKQ16 (an F16 V)
 	v32    []float32 // one value row in F32
+	k32    []float32 // one FP8 key row in F32
 }
 
 var faQuantPool sync.Pool
@@ -131,7 +132,7 @@ func getFaQuantWork(hd int, kt kernels.KVTypes) *faQuantWork {
 	if w == nil || w.hd != hd || w.kt != kt {
 		w = &faQuantWork{hd: hd, kt: kt, qq: make([]byte, max(kernels.KVRowBytes(kt.K, hd), 2*hd)),
 			qr: make([]float32, hd), tmp: make([]float32, hd),
-			acc: make([]float32, hd), acc16: make([]uint16, hd), v32: make([]float32, hd)}
+			acc: make([]float32, hd), acc16: make([]uint16, hd), v32: make([]float32, hd), k32: make([]float32, hd)}
 		w.q16 = unsafe.Slice((*uint16)(unsafe.Pointer(&w.qq[0])), hd)
 	}
 	return w
@@ -222,11 +223,12 @@ func (v *quantView) run(which, t, n int) ([]byte, int) {
 // call (madQ8Rows, or faMadF16 for an F16 V).
 func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	hd, kt, v := w.hd, w.kt, &w.view
-	if kt.K == ggml.Q8_0 {
+	switch kt.K {
+	case ggml.Q8_0:
 		if err := quant.QuantizeRow(ggml.Q8_0, q, w.qq); err != nil {
 			panic(err) // hd is a whole number of blocks (checked)
 		}
-	} else {
+	case ggml.F16:
 		toF16(w.q16, q)
 	}
 	f32V := kt.V != ggml.F16
@@ -238,9 +240,12 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 		n := pageRun(t, hi)
 		kb, ks := v.run(0, t, n)
 		sc := w.sc[:n]
-		if kt.K == ggml.Q8_0 {
+		switch kt.K {
+		case ggml.Q8_0:
 			quant.VecDotRows(ggml.Q8_0, hd, w.qq, kb, ks, n, sc)
-		} else {
+		case kernels.FP8E4M3:
+			dotFP8Rows(sc, q, kb, ks, w.k32)
+		default:
 			for j := range sc {
 				sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
 			}
@@ -249,6 +254,8 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 		m, s = onlineCoefs(sc, coef, w.newMax[:n], m, s, o, simd)
 		vb, vs0 := v.run(1, t, n)
 		switch {
+		case kt.V == kernels.FP8E4M3:
+			madFP8Rows(w.acc, vb, vs0, coef, w.v32)
 		case f32V && simd:
 			faMadQ8(&w.acc[0], &vb[0], vs0, &coef[0], n, hd)
 		case f32V:
@@ -306,6 +313,43 @@ func onlineCoefs(sc, coef []float32, newMax []bool, m, s float32, o *faOpts, sim
 		s = fma32(s, ms, vs)
 	}
 	return m, s
+}
+
+// dotFP8Rows is the scores of the query q (F32) with a run of FP8 key
+// rows at kb (stride bytes apart): each row decoded to F32 (k32, scratch
+// of len(q)) and the products summed in F32 in order. FP8 is zrt's own
+// cache (llama.cpp has none), so this is the reference the T-CUDA
+// kernels are held to, not a copy of ggml's arithmetic.
+func dotFP8Rows(sc, q []float32, kb []byte, stride int, k32 []float32) {
+	for j := range sc {
+		if err := quant.DequantizeFP8Row(kb[j*stride:], k32); err != nil {
+			panic(err) // hd is a whole number of blocks (checked)
+		}
+		var s float32
+		for d, x := range k32 {
+			s = fma32(q[d], x, s)
+		}
+		sc[j] = s
+	}
+}
+
+// madFP8Rows is madQ8Rows for FP8 value rows: acc *= ms when ms != 1,
+// then the row decoded to F32 joins acc times vs.
+func madFP8Rows(acc []float32, vb []byte, stride int, coef, v32 []float32) {
+	for j := 0; 2*j < len(coef); j++ {
+		ms, vs := coef[2*j], coef[2*j+1]
+		if ms != 1 {
+			for d := range acc {
+				acc[d] *= ms
+			}
+		}
+		if err := quant.DequantizeFP8Row(vb[j*stride:], v32); err != nil {
+			panic(err) // hd is a whole number of blocks (checked)
+		}
+		for d, x := range v32 {
+			acc[d] = fma32(x, vs, acc[d])
+		}
+	}
 }
 
 // madQ8Rows is faMadQ8 in Go (the fallback and the tests' oracle): for

@@ -119,15 +119,30 @@ func rotated(x []float32, n int) []float32 {
 	return out
 }
 
+// quantizeKV writes x as a cache row of type typ: the FP8 quantizer
+// for fp8_e4m3, ggml's for the others.
+func quantizeKV(typ ggml.Type, x []float32, b []byte) error {
+	if typ == kernels.FP8E4M3 {
+		return quant.QuantizeFP8Row(x, b)
+	}
+	return quant.QuantizeRow(typ, x, b)
+}
+
 // roundTrip is x as a cache of type t holds it: quantized, then read back.
 func roundTrip(t *testing.T, typ ggml.Type, x []float32) []float64 {
 	t.Helper()
 	b := make([]byte, kernels.KVRowBytes(typ, len(x)))
-	if err := quant.QuantizeRow(typ, x, b); err != nil {
+	if err := quantizeKV(typ, x, b); err != nil {
 		t.Fatal(err)
 	}
 	y := make([]float32, len(x))
-	if err := quant.Dequantize(typ, b, y); err != nil {
+	var err error
+	if typ == kernels.FP8E4M3 {
+		err = quant.DequantizeFP8Row(b, y)
+	} else {
+		err = quant.Dequantize(typ, b, y)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	out := make([]float64, len(x))
@@ -144,6 +159,11 @@ func (f *quantFixture) reference(t *testing.T, q []float32, h, pos int, sinks []
 	c := f.c
 	kvDim, kvh := c.nHeadKV*c.hd, h/(c.nHead/c.nHeadKV)
 	qt := roundTrip(t, c.kt.K, rotated(q, c.kt.RotK))
+	if c.kt.K == kernels.FP8E4M3 { // the query stays F32
+		for d, x := range q {
+			qt[d] = float64(x)
+		}
+	}
 	scale := 1 / math.Sqrt(float64(c.hd))
 	first := 0
 	if c.window > 0 {
@@ -201,7 +221,8 @@ func (f *quantFixture) reference(t *testing.T, q []float32, h, pos int, sinks []
 // kernels.KVLayout puts it, and nothing else in the page is written.
 func TestKVWriteQ8_0(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	for _, kt := range []kernels.KVTypes{{K: ggml.Q8_0, V: ggml.Q8_0}, {K: ggml.Q8_0, V: ggml.F16}, {K: ggml.F16, V: ggml.Q8_0}} {
+	for _, kt := range []kernels.KVTypes{{K: ggml.Q8_0, V: ggml.Q8_0}, {K: ggml.Q8_0, V: ggml.F16}, {K: ggml.F16, V: ggml.Q8_0},
+		{K: kernels.FP8E4M3, V: kernels.FP8E4M3}, {K: kernels.FP8E4M3, V: ggml.Q8_0}} {
 		c := quantCase{kt: kt, hd: 64, nHead: 4, nHeadKV: 2, n: 40}
 		f := newQuantFixture(t, c, rng)
 		kvDim := c.nHeadKV * c.hd
@@ -215,7 +236,7 @@ func TestKVWriteQ8_0(t *testing.T) {
 					src = f.v
 				}
 				want := make([]byte, kernels.KVRowBytes(typ, kvDim))
-				if err := quant.QuantizeRow(typ, src[p*kvDim:(p+1)*kvDim], want); err != nil {
+				if err := quantizeKV(typ, src[p*kvDim:(p+1)*kvDim], want); err != nil {
 					t.Fatal(err)
 				}
 				off := lay.Offset(page, quantLayer, which, p%kernels.KVPageTokens)
@@ -241,6 +262,10 @@ func TestKVWriteQ8_0(t *testing.T) {
 	if err := kvWrite(newKVCache(kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}), a); err == nil {
 		t.Errorf("kv_write of 16-wide q8_0 rows accepted")
 	}
+	a.Push[1] = 32 // a whole q8_0 block, no whole FP8 one
+	if err := kvWrite(newKVCache(kernels.KVTypes{K: kernels.FP8E4M3, V: kernels.FP8E4M3}), a); err == nil {
+		t.Errorf("kv_write of 32-wide fp8_e4m3 rows accepted")
+	}
 }
 
 // TestFlashAttnQuant checks attention over quantized caches against a
@@ -250,6 +275,7 @@ func TestKVWriteQ8_0(t *testing.T) {
 // dispatch (batch invariance).
 func TestFlashAttnQuant(t *testing.T) {
 	q8 := kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0}
+	fp8 := kernels.KVTypes{K: kernels.FP8E4M3, V: kernels.FP8E4M3}
 	cases := []quantCase{
 		{kt: q8, hd: 64, nHead: 4, nHeadKV: 2, n: 50},
 		{kt: q8, hd: 128, nHead: 8, nHeadKV: 2, n: 300},
@@ -262,6 +288,12 @@ func TestFlashAttnQuant(t *testing.T) {
 		{kt: kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 128, RotV: 64}, hd: 128, nHead: 4, nHeadKV: 2, n: 70},
 		{kt: kernels.KVTypes{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 64, RotV: 64}, hd: 64, nHead: 4, nHeadKV: 4, n: 40, window: 9, sinks: true},
 		{kt: kernels.KVTypes{K: ggml.F16, V: ggml.Q8_0, RotV: 64}, hd: 128, nHead: 2, nHeadKV: 1, n: 30},
+		// FP8 (E4M3 with a float32 scale a 64-value block).
+		{kt: fp8, hd: 64, nHead: 4, nHeadKV: 2, n: 50},
+		{kt: fp8, hd: 128, nHead: 8, nHeadKV: 2, n: 300},
+		{kt: fp8, hd: 64, nHead: 4, nHeadKV: 2, n: 90, window: 17, softcap: 30, sinks: true},
+		{kt: kernels.KVTypes{K: kernels.FP8E4M3, V: ggml.F16}, hd: 64, nHead: 4, nHeadKV: 4, n: 40},
+		{kt: kernels.KVTypes{K: ggml.Q8_0, V: kernels.FP8E4M3}, hd: 64, nHead: 4, nHeadKV: 1, n: 40},
 	}
 	for ci, c := range cases {
 		t.Run(fmt.Sprintf("%d_%v_hd%d", ci, c.kt, c.hd), func(t *testing.T) {

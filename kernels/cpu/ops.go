@@ -663,7 +663,14 @@ func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v
 		off := l.Offset(page, layer, which, pos%kernels.KVPageTokens)
 		// Through the quantizer table: SIMD where the CPU has it, the
 		// same bits as the Go code everywhere.
-		if err := quant.QuantizeRow(t, src[:kvDim], kv[off:off+kernels.KVRowBytes(t, kvDim)]); err != nil {
+		dst := kv[off : off+kernels.KVRowBytes(t, kvDim)]
+		var err error
+		if t == kernels.FP8E4M3 {
+			err = quant.QuantizeFP8Row(src[:kvDim], dst) // per block of a head: scale amax/448
+		} else {
+			err = quant.QuantizeRow(t, src[:kvDim], dst)
+		}
+		if err != nil {
 			panic(err) // sizes come from the kernel's own arguments, widths checked
 		}
 	}

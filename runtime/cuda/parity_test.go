@@ -64,6 +64,24 @@ func TestParityAmpereWithCPU(t *testing.T) {
 		RoutedSpikes: 2})
 }
 
+// TestParityAdaWithCPU runs the suite on bundles compiled for cuda:sm_89,
+// which carry the same compute_80 PTX as cuda:sm_80 and require compute
+// capability 8.9: on a Hopper card it proves that the Ada target builds,
+// loads and runs end to end like the Ampere one. (cuda:sm_86 differs
+// from it only in the capability its bundles require.)
+func TestParityAdaWithCPU(t *testing.T) {
+	info, err := driver.Probe()
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	if info.Major < 8 || info.Major == 8 && info.Minor < 9 {
+		t.Skipf("%s: cuda:sm_89 needs compute capability 8.9 or later", info)
+	}
+	t.Logf("device: %s", info)
+	conformance.Run(t, conformance.Tier{Target: "cuda:sm_89", Options: runtime.Options{Tier: "cuda"}, OracleThreads: 8, RelTolerance: relTolerance,
+		RoutedSpikes: 2})
+}
+
 // q8KVConfig is the model config of a q8_0 KV cache (llama.cpp's -ctk
 // q8_0 -ctv q8_0).
 const q8KVConfig = "cache_type_k = \"q8_0\"\ncache_type_v = \"q8_0\"\n"

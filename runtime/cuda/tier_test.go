@@ -54,6 +54,7 @@ func TestCheckKV(t *testing.T) {
 		{"q8_0", "q8_0", 512, 64, false},
 		{"q8_0", "f16", 128, 0, false},
 		{"f16", "q8_0", 0, 64, false},
+		{"fp8_e4m3", "fp8_e4m3", 0, 0, false}, // T-CPU's only, so far
 	} {
 		h := &bundle.Hparams{HeadDim: 512, CacheTypeK: c.k, CacheTypeV: c.v, CacheRotK: c.rotK, CacheRotV: c.rotV}
 		err := checkKV(h)

@@ -223,7 +223,14 @@ func fit(mem bundleset.Member, m Machine, tier string) (bool, string) {
 			tm.Devices = append(tm.Devices, d)
 		}
 	}
-	return row.Fits(req, tm)
+	fits, why := row.Fits(req, tm)
+	// Ada's and Ampere's later targets carry compute_80 PTX: say so, so
+	// the choice of cuda:sm_89 over cuda:sm_80 is not read as different
+	// kernels.
+	if major, minor, ok := target.ComputeCapability(); ok && target.PTX != "" && target.PTX != fmt.Sprintf("sm_%d%d", major, minor) {
+		why += fmt.Sprintf(" (its PTX is %s's, which the driver compiles for the card)", target.PTX)
+	}
+	return fits, why
 }
 
 // needs says what a member needs of a machine, in words.

@@ -257,3 +257,33 @@ func TestAmpereAndHopper(t *testing.T) {
 		}
 	}
 }
+
+// TestAmpereAndAda: a set of cuda:sm_80, cuda:sm_86, cuda:sm_89 and
+// cuda:sm_90 bundles gives each GPU the bundle of its own capability, or
+// the closest earlier one; the explanation of an sm_86 or sm_89 choice
+// says that its PTX is compute_80's.
+func TestAmpereAndAda(t *testing.T) {
+	x := &bundleset.Index{Format: bundleset.FormatName, Version: bundleset.Version, Bundles: []bundleset.Member{
+		{Target: "cuda:sm_80", Dir: "cuda_sm_80", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "8.0"}},
+		{Target: "cuda:sm_86", Dir: "cuda_sm_86", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "8.6"}},
+		{Target: "cuda:sm_89", Dir: "cuda_sm_89", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "8.9"}},
+		{Target: "cuda:sm_90", Dir: "cuda_sm_90", Requires: bundleset.Requires{Tier: "cuda", CUDAComputeCapability: "9.0"}},
+	}}
+	for _, c := range []struct{ name, cc, want, why string }{
+		{"NVIDIA H100 80GB HBM3", "9.0", "cuda:sm_90", "at least the 9.0 it needs\n"},
+		{"NVIDIA A100-SXM4-80GB", "8.0", "cuda:sm_80", "needs compute capability 8.6 or later; NVIDIA A100-SXM4-80GB has 8.0"},
+		{"NVIDIA A10", "8.6", "cuda:sm_86", "at least the 8.6 it needs (its PTX is sm_80's"},
+		{"NVIDIA GeForce RTX 3090 Ti", "8.7", "cuda:sm_86", "needs compute capability 8.9 or later"},
+		{"NVIDIA L40S", "8.9", "cuda:sm_89", "at least the 8.9 it needs (its PTX is sm_80's"},
+	} {
+		probe := cudaProbe(nil, tiers.Device{Kind: kernels.TierCUDA, Name: c.name, Arch: c.cc, Count: 1})
+		got, err := choose(t, x, probe, "")
+		if err != nil || got.Member.Target != c.want {
+			t.Errorf("%s (%s): chose %s, %v; want %s", c.name, c.cc, got.Member.Target, err, c.want)
+			continue
+		}
+		if explain := got.Explain(); !strings.Contains(explain, "chose "+c.want) || !strings.Contains(explain, c.why) {
+			t.Errorf("%s: explanation\n%s\nwant it to say %q", c.name, explain, c.why)
+		}
+	}
+}

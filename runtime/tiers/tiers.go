@@ -18,6 +18,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -558,22 +559,32 @@ func probeCUDA() []Report {
 
 // cudaRuns says which CUDA targets a GPU of compute capability
 // major.minor runs: those built for its capability or an earlier one (the
-// driver JIT-compiles their PTX for it).
+// driver JIT-compiles their PTX for it), the closest first, as a bundle
+// set picks them.
 func cudaRuns(major, minor int) string {
-	var runs []string
+	var runs []kernels.Target
 	for _, t := range kernels.Targets() {
 		if t.Tier != kernels.TierCUDA {
 			continue
 		}
 		tMajor, tMinor, ok := t.ComputeCapability()
 		if ok && (tMajor < major || tMajor == major && tMinor <= minor) {
-			runs = append(runs, t.Name)
+			runs = append(runs, t)
 		}
 	}
 	if len(runs) == 0 {
 		return fmt.Sprintf("compute capability %d.%d runs none of this zrt-run's CUDA targets", major, minor)
 	}
-	return fmt.Sprintf("compute capability %d.%d runs %s", major, minor, strings.Join(runs, ", "))
+	cc := func(t kernels.Target) int { a, b, _ := t.ComputeCapability(); return 10*a + b }
+	sort.SliceStable(runs, func(i, j int) bool { return cc(runs[i]) > cc(runs[j]) })
+	names := make([]string, len(runs))
+	for i, t := range runs {
+		names[i] = t.Name
+		if t.PTX != "" && t.PTX != strings.TrimPrefix(t.Name, "cuda:") {
+			names[i] += " (" + t.PTX + " PTX)"
+		}
+	}
+	return fmt.Sprintf("compute capability %d.%d runs %s", major, minor, strings.Join(names, ", "))
 }
 
 // cudaDevices lists the CUDA devices grouped by name and compute

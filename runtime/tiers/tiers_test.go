@@ -166,15 +166,17 @@ func TestCUDADevices(t *testing.T) {
 }
 
 // TestCUDARuns: probe's line for a CUDA GPU names the targets it runs:
-// those for its compute capability or an earlier one.
+// those for its compute capability or an earlier one, the closest first,
+// with the PTX that Ada's and Ampere's later targets share.
 func TestCUDARuns(t *testing.T) {
 	for _, c := range []struct {
 		major, minor int
 		want         string
 	}{
-		{9, 0, "compute capability 9.0 runs cuda:sm_90, cuda:sm_80"},
-		{8, 6, "compute capability 8.6 runs cuda:sm_80"},
-		{8, 9, "compute capability 8.9 runs cuda:sm_80"},
+		{9, 0, "compute capability 9.0 runs cuda:sm_90, cuda:sm_89 (sm_80 PTX), cuda:sm_86 (sm_80 PTX), cuda:sm_80"},
+		{8, 0, "compute capability 8.0 runs cuda:sm_80"},
+		{8, 6, "compute capability 8.6 runs cuda:sm_86 (sm_80 PTX), cuda:sm_80"},
+		{8, 9, "compute capability 8.9 runs cuda:sm_89 (sm_80 PTX), cuda:sm_86 (sm_80 PTX), cuda:sm_80"},
 		{7, 5, "compute capability 7.5 runs none of this zrt-run's CUDA targets"},
 	} {
 		if got := tiers.CUDARunsForTest(c.major, c.minor); got != c.want {

@@ -28,8 +28,15 @@ var embedded = NewArchive(packed)
 func Embedded() *Archive { return embedded }
 
 // TargetArch is the archive directory of a CUDA target's PTX: cuda:sm_80 →
-// sm_80.
-func TargetArch(target string) string { return strings.TrimPrefix(target, "cuda:") }
+// sm_80, and cuda:sm_86 and cuda:sm_89, which carry compute_80 PTX, sm_80
+// too. A name that is no registered target maps to its own spelling, so
+// the archive's error names it.
+func TargetArch(target string) string {
+	if t, ok := kernels.LookupTarget(target); ok && t.PTX != "" {
+		return t.PTX
+	}
+	return strings.TrimPrefix(target, "cuda:")
+}
 
 // File is the archive path of an instance's PTX for arch:
 // sm_90/matmul_q4_k.ptx.

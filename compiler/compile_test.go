@@ -238,6 +238,34 @@ func elements(dims []int64) int64 {
 	return n
 }
 
+// buildGraph compiles model with opt (each pass verified) and reads back
+// the bundle's graph.
+func buildGraph(t *testing.T, model string, opt compiler.Options) *bundle.Graph {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "b")
+	opt.VerifyEach = true
+	if err := compiler.Compile(context.Background(), model, out, opt); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := bundle.ReadGraph(filepath.Join(out, bundle.GraphFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// kvRegionBytes is the size of g's KV cache region.
+func kvRegionBytes(t *testing.T, g *bundle.Graph) int64 {
+	t.Helper()
+	for _, r := range g.Regions {
+		if r.Name == kernels.RegionKV {
+			return r.Bytes
+		}
+	}
+	t.Fatal("no kv region")
+	return 0
+}
+
 // TestKVCacheTypes builds one model with an F16 and a q8_0 cache: the q8_0
 // bundle's kv region is 17/32 of the F16 one's for the same pages, its
 // hyperparameters and kernel instances name the types (and llama.cpp's
@@ -250,28 +278,8 @@ func TestKVCacheTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	build := func(opt compiler.Options) *bundle.Graph {
-		t.Helper()
-		out := filepath.Join(t.TempDir(), "b")
-		opt.VerifyEach = true
-		if err := compiler.Compile(ctx, model, out, opt); err != nil {
-			t.Fatal(err)
-		}
-		g, _, err := bundle.ReadGraph(filepath.Join(out, bundle.GraphFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	kvBytes := func(g *bundle.Graph) int64 {
-		for _, r := range g.Regions {
-			if r.Name == kernels.RegionKV {
-				return r.Bytes
-			}
-		}
-		t.Fatal("no kv region")
-		return 0
-	}
+	build := func(opt compiler.Options) *bundle.Graph { return buildGraph(t, model, opt) }
+	kvBytes := func(g *bundle.Graph) int64 { return kvRegionBytes(t, g) }
 	f16, q := build(compiler.Options{}), build(compiler.Options{ConfigPath: q8})
 	if a, b := kvBytes(f16), kvBytes(q); a*17 != b*32 {
 		t.Errorf("kv region: F16 %d bytes, q8_0 %d: want 17/32", a, b)
@@ -346,28 +354,8 @@ func TestFP8KVCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	build := func(opt compiler.Options) *bundle.Graph {
-		t.Helper()
-		out := filepath.Join(t.TempDir(), "b")
-		opt.VerifyEach = true
-		if err := compiler.Compile(ctx, model, out, opt); err != nil {
-			t.Fatal(err)
-		}
-		g, _, err := bundle.ReadGraph(filepath.Join(out, bundle.GraphFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	kvBytes := func(g *bundle.Graph) int64 {
-		for _, r := range g.Regions {
-			if r.Name == kernels.RegionKV {
-				return r.Bytes
-			}
-		}
-		t.Fatal("no kv region")
-		return 0
-	}
+	build := func(opt compiler.Options) *bundle.Graph { return buildGraph(t, model, opt) }
+	kvBytes := func(g *bundle.Graph) int64 { return kvRegionBytes(t, g) }
 	f16, f8 := build(compiler.Options{}), build(compiler.Options{ConfigPath: fp8})
 	if a, b := kvBytes(f16), kvBytes(f8); a*17 != b*32 {
 		t.Errorf("kv region: F16 %d bytes, fp8_e4m3 %d: want 17/32", a, b)

@@ -57,13 +57,14 @@ var notRotatedLikeLlamaCpp = map[string]bool{"syn-gemma4-q8_0.gguf": true}
 // rotation moves logits by whole units).
 const toleranceQ8VsF16 = 0.75
 
-// compileQ8KV compiles model for T-CPU with a q8_0 cache at the
-// references' context, or returns "" where zrt refuses it as unsupported
-// (a head that is no whole number of q8_0 blocks, as llama.cpp refuses).
-func compileQ8KV(t *testing.T, model string) string {
+// compileKV compiles model for T-CPU with config (a quantized cache,
+// named cache in messages) at the references' context, or returns ""
+// where zrt refuses it as unsupported (a head that is no whole number of
+// the cache's blocks, as llama.cpp refuses).
+func compileKV(t *testing.T, model, config, cache string) string {
 	t.Helper()
-	cfg := filepath.Join(t.TempDir(), "q8.toml")
-	if err := os.WriteFile(cfg, []byte(q8KVConfig), 0o644); err != nil {
+	cfg := filepath.Join(t.TempDir(), "kv.toml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(model), ".gguf"))
@@ -73,7 +74,7 @@ func compileQ8KV(t *testing.T, model string) string {
 		return ""
 	}
 	if err != nil {
-		t.Fatalf("compile %s with a q8_0 cache: %v", model, err)
+		t.Fatalf("compile %s with %s: %v", model, cache, err)
 	}
 	return dir
 }
@@ -122,7 +123,7 @@ func TestParityQ8KV(t *testing.T) {
 				t.Logf("%s: not compared with llama.cpp's q8_0 cache: llama.cpp rotates its two caches, zrt neither", name)
 				continue
 			}
-			dir, model := bundles.get(t, shared, ref, func(model string) string { return compileQ8KV(t, model) })
+			dir, model := bundles.get(t, shared, ref, func(model string) string { return compileKV(t, model, q8KVConfig, "a q8_0 cache") })
 			if dir == "" {
 				continue
 			}
@@ -166,22 +167,7 @@ func TestParityFP8KV(t *testing.T) {
 	if len(refs) == 0 {
 		t.Skipf("no reference files under %s", shared)
 	}
-	compile := func(model string) string {
-		cfg := filepath.Join(t.TempDir(), "fp8.toml")
-		if err := os.WriteFile(cfg, []byte(fp8KVConfig), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		dir := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(model), ".gguf"))
-		err := compiler.Compile(context.Background(), model, dir, compiler.Options{ConfigPath: cfg, ContextLength: referenceContext})
-		if support.Is(err) {
-			t.Logf("%s: skipped: %v", filepath.Base(model), err)
-			return ""
-		}
-		if err != nil {
-			t.Fatalf("compile %s with an FP8 cache: %v", model, err)
-		}
-		return dir
-	}
+	compile := func(model string) string { return compileKV(t, model, fp8KVConfig, "an FP8 cache") }
 	bundles := bundleCache{}
 	worst := map[string]float64{}
 	n := 0

@@ -136,6 +136,7 @@ func frontend(f *gguf.File, opt Options) (*Frontend, error) {
 	}
 	u := NewUnit(m)
 	u.NoFuse, u.Templates, u.TP, u.MegakernelTiles = opt.NoFuse, templates, opt.TP, cfg.MegakernelTiles
+	u.Lacks = lacks(cfg.Target, opt.PTXDir, cfg.Megakernel)
 	return &Frontend{GGUF: f, Config: cfg, Model: m, Unit: u, Megakernel: mk}, nil
 }
 

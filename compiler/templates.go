@@ -164,6 +164,31 @@ func cpuTemplate(instance string) (*zrt.Blob, error) {
 	return template(instance, zrt.CPU, []byte(instance), 0, 1)
 }
 
+// lacks is the Unit's Lacks for a target: a CUDA target's families with
+// no PTX in this zrtc's archive, or in ptxDir where that is given (so
+// that a PTX directory without a fused family's files builds the bundle
+// of before that family, for A/B runs); with the megakernel, also the
+// families the persistent kernel does not serve, so that its decode
+// variants still run on it. nil for the other tiers.
+func lacks(target, ptxDir string, megakernel bool) func(family string) bool {
+	t, ok := kernels.LookupTarget(target)
+	if !ok || t.Tier != kernels.TierCUDA {
+		return nil
+	}
+	arch := ptx.TargetArch(target)
+	return func(family string) bool {
+		switch {
+		case cuda.Collective(family): // without PTX it runs through NCCL (cudaTemplate)
+			return false
+		case megakernel && !cuda.MegakernelFamily(family):
+			return true
+		case ptxDir != "":
+			return !ptx.DirHas(ptxDir, arch, family)
+		}
+		return !ptx.Has(arch, family)
+	}
+}
+
 // cudaTemplate: the code is the instance's PTX for the target's
 // architecture (embedded in zrtc from kernels/cuda/ptx's archive),
 // NUL-terminated for cuModuleLoadData. The tier passes

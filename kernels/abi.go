@@ -204,6 +204,29 @@ var catalog = []ABI{
 		Spec:     []Param{{"k", U32}, {"n_q", U32}, {"n_kv", U32}, {"eps", F32}}},
 	{Name: "rms_norm_gate_up", Typed: true, Bufs: []string{"x", "w_norm", "w_gate_up", "io", "gate", "up"},
 		Spec: []Param{{"k", U32}, {"f", U32}, {"eps", F32}}},
+	// rms_norm_matmul is RMS_NORM then the projections of the normalized
+	// row that share one weight type, over their concatenated weight: y
+	// takes the first n rows' outputs, y2 (null where n2 is 0) the next
+	// n2. The fuse pass forms it where rms_norm_qkv cannot (a layer whose
+	// V projection has another type than Q and K: llama.cpp's Q4_K_M
+	// gives half a 7B's layers Q6_K V).
+	{Name: "rms_norm_matmul", Typed: true, Bufs: []string{"x", "w_norm", "w", "io", "y", "y2"},
+		Optional: map[string]bool{"y2": true},
+		Spec:     []Param{{"k", U32}, {"n", U32}, {"n2", U32}, {"eps", F32}}},
+	// rms_norm_gate_up_swiglu is rms_norm_gate_up then swiglu of its two
+	// outputs, y = silu(gate)·up, for one-row decode steps: the fuse pass
+	// forms it only in those variants, where T-CUDA's matrix-vector kernel
+	// takes gate and up features in pairs.
+	{Name: "rms_norm_gate_up_swiglu", Typed: true, Bufs: []string{"x", "w_norm", "w_gate_up", "io", "y"},
+		Spec: []Param{{"k", U32}, {"f", U32}, {"eps", F32}}},
+	// rms_norm_qkv_rope_kv_write is rms_norm_qkv (no bias) then
+	// rope_kv_write of its outputs, for one-row decode steps over an F16
+	// cache: q comes out rotated, K rotated and V into the cache; K and V
+	// themselves are not written. T-CUDA rotates adjacent pairs only
+	// (neox = 0).
+	{Name: "rms_norm_qkv_rope_kv_write", Typed: true, Bufs: []string{"x", "w_norm", "w_qkv", "io", "q", "kv"}, Push: []Param{{"layer", U32}},
+		Spec: []Param{{"k", U32}, {"n_q", U32}, {"n_kv", U32}, {"eps", F32}, {"n_layer", U32}, {"n_head", U32}, {"n_head_kv", U32},
+			{"head_dim", U32}, {"n_rot", U32}, {"neox", U32}, {"freq_base", F32}, {"freq_scale", F32}}},
 	{Name: "residual_rms_norm", Bufs: []string{"x", "y", "w", "io", "out"}, Push: []Param{{"cols", U32}}, Spec: []Param{{"eps", F32}}},
 	// rms_norm_rope_kv_write is a per-head norm (qwen3's q_norm, k_norm)
 	// with rope_kv_write: each Q head normalized and rotated in place, each

@@ -44,8 +44,8 @@ type Target struct {
 
 // cudaFused is the fused families every CUDA target's kernels implement
 // (the collectives are NCCL's or the peer kernels', kernels/cuda.Collective).
-var cudaFused = []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual",
-	"all_reduce_sum", "all_gather"}
+var cudaFused = []string{"rms_norm_qkv", "rms_norm_gate_up", "rms_norm_matmul", "rms_norm_gate_up_swiglu", "rms_norm_qkv_rope_kv_write",
+	"rms_norm_rope_kv_write", "rope_kv_write", "matmul_residual", "all_reduce_sum", "all_gather"}
 
 // targets is the registry of compile targets, in the order zrtc lists
 // them.

@@ -26,6 +26,15 @@ func TargetFusions(target string) map[ir.Op]bool {
 
 func fuse(_ context.Context, u *Unit) error {
 	allowed := TargetFusions(u.Target)
+	for op := range allowed {
+		if info, _ := op.Info(); u.Lacks != nil && u.Lacks(info.Kernel) {
+			delete(allowed, op)
+		}
+	}
+	// The rope and KV write fold stores an F16 cache's rows only.
+	if kv := u.KV; kv != (kernels.KVTypes{}) && !kv.IsF16() {
+		delete(allowed, ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE)
+	}
 	if u.NoFuse || len(allowed) == 0 {
 		return nil
 	}
@@ -43,7 +52,10 @@ func fuse(_ context.Context, u *Unit) error {
 // precedence over projection+residual (the final residual, whose norm
 // feeds no fused projection: either saves one dispatch). A K with a
 // per-head norm (qwen3) fuses norm, RoPE and KV write; otherwise RoPE of
-// Q and K fuse with the KV write.
+// Q and K fuse with the KV write. A norm whose projections do not share
+// one type fuses with them two of a type at a time (matchNormMatmuls),
+// and in a one-row decode variant the SWIGLU after a fused norm+gate/up
+// joins it (fuseSwiGLU).
 func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 	n := 0
 	if allowed[ir.RMS_NORM_FUSED_ROPE_KV_WRITE] {
@@ -56,7 +68,9 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 	startsProjection := func(i int) bool {
 		_, q := matchQKV(g, i, readers, false)
 		_, gu := matchGateUp(g, i, readers, false)
-		return (q && allowed[ir.RMS_NORM_FUSED_QKV]) || (gu && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP])
+		_, nm := matchNormMatmuls(g, i, readers, false)
+		return (q && allowed[ir.RMS_NORM_FUSED_QKV]) || (gu && allowed[ir.RMS_NORM_FUSED_MLP_GATE_UP]) ||
+			(nm > 0 && allowed[ir.RMS_NORM_FUSED_MATMUL])
 	}
 	residualNorm := func(i int) bool {
 		_, ok := matchResidualNorm(g, i)
@@ -74,6 +88,11 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 			out, i, n = append(out, in), i+3, n+1
 			continue
 		}
+		if _, m := matchNormMatmuls(g, i, readers, false); m > 0 && allowed[ir.RMS_NORM_FUSED_MATMUL] {
+			ins, _ := matchNormMatmuls(g, i, readers, true)
+			out, i, n = append(out, ins...), i+1+m, n+len(ins)
+			continue
+		}
 		if in, ok := matchResidualNorm(g, i); ok && residualNorm(i) {
 			out, i, n = append(out, in), i+2, n+1
 			continue
@@ -86,6 +105,88 @@ func Fuse(g *ir.Graph, allowed map[ir.Op]bool) int {
 		i++
 	}
 	g.Insts = out
+	if allowed[ir.RMS_NORM_FUSED_MLP_SWIGLU] {
+		n += fuseSwiGLU(g)
+	}
+	if allowed[ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE] {
+		n += fuseQKVRope(g)
+	}
+	return n
+}
+
+// fuseQKVRope folds, in a one-row decode variant, the ROPE_KV_WRITE that
+// directly follows an RMS_NORM_FUSED_QKV (without bias) and takes its Q,
+// K and V, K and V read by nothing else, into it, where the rotation
+// pairs are adjacent features (neox 0): the matrix-vector walk then holds
+// each pair in one block and rotates and stores it as it comes
+// (RMS_NORM_FUSED_QKV_ROPE_KV_WRITE writes the rotated Q and the cache).
+// The multi-row tiles have no such epilogue, so other variants keep both
+// ops; the caller allows it for an F16 cache only.
+func fuseQKVRope(g *ir.Graph) int {
+	if g.Key.Stage != ir.Decode || g.Key.Rows != 1 {
+		return 0
+	}
+	readers := countReaders(g)
+	drop := map[int]bool{}
+	n := 0
+	for j := 0; j+1 < len(g.Insts); j++ {
+		qkv, rk := &g.Insts[j], &g.Insts[j+1]
+		if qkv.Op != ir.RMS_NORM_FUSED_QKV || rk.Op != ir.ROPE_KV_WRITE || buf(qkv, "b_qkv") >= 0 || rk.Attrs["neox"] != 0 {
+			continue
+		}
+		q, k, v := writes(qkv, "q"), writes(qkv, "k"), writes(qkv, "v")
+		if q < 0 || k < 0 || v < 0 || reg(rk, "q") != q || reg(rk, "k") != k || reg(rk, "v") != v || readers[k] != 1 || readers[v] != 1 ||
+			rk.Attrs["n_head"]*rk.Attrs["head_dim"] != qkv.Attrs["n_q"] || rk.Attrs["n_head_kv"]*rk.Attrs["head_dim"] != qkv.Attrs["n_kv"] {
+			continue
+		}
+		attrs := ir.Attrs{"k": qkv.Attrs["k"], "n_q": qkv.Attrs["n_q"], "n_kv": qkv.Attrs["n_kv"], "eps": qkv.Attrs["eps"]}
+		for _, a := range []string{"layer", "n_layer", "n_head", "n_head_kv", "head_dim", "n_rot", "neox", "freq_base", "freq_scale"} {
+			attrs[a] = rk.Attrs[a]
+		}
+		kv := buf(rk, "kv")
+		*qkv = ir.Inst{Op: ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE,
+			Reads: []ir.Operand{ir.R("x", reg(qkv, "x")), ir.B("w_norm", buf(qkv, "w_norm")), ir.B("w_qkv", buf(qkv, "w_qkv")),
+				ir.B("io", buf(qkv, "io")), ir.B("kv", kv)},
+			Writes: []ir.Operand{ir.R("q", q), ir.B("kv", kv)}, Attrs: attrs}
+		drop[j+1] = true
+		n++
+	}
+	dropInsts(g, drop)
+	return n
+}
+
+// fuseSwiGLU folds, in a one-row decode variant, the SWIGLU that directly
+// follows an RMS_NORM_FUSED_MLP_GATE_UP and reads its gate and up (which
+// nothing else reads) into it: RMS_NORM_FUSED_MLP_SWIGLU writes only the
+// SWIGLU's output. A one-row step's products are matrix-vector walks,
+// which can take each gate feature with its up feature (T-CUDA's pairs);
+// the multi-row tiles have no such epilogue, so other variants keep the
+// two ops.
+func fuseSwiGLU(g *ir.Graph) int {
+	if g.Key.Stage != ir.Decode || g.Key.Rows != 1 {
+		return 0
+	}
+	readers := countReaders(g)
+	drop := map[int]bool{}
+	n := 0
+	for j := 0; j+1 < len(g.Insts); j++ {
+		gu, act := &g.Insts[j], &g.Insts[j+1]
+		if gu.Op != ir.RMS_NORM_FUSED_MLP_GATE_UP || act.Op != ir.SWIGLU {
+			continue
+		}
+		gate, up, y := writes(gu, "gate"), writes(gu, "up"), writes(act, "y")
+		if gate < 0 || up < 0 || y < 0 || reg(act, "gate") != gate || reg(act, "up") != up || readers[gate] != 1 || readers[up] != 1 ||
+			act.Attrs["cols"] != gu.Attrs["f"] || y == reg(gu, "x") {
+			continue
+		}
+		*gu = ir.Inst{Op: ir.RMS_NORM_FUSED_MLP_SWIGLU,
+			Reads:  []ir.Operand{ir.R("x", reg(gu, "x")), ir.B("w_norm", buf(gu, "w_norm")), ir.B("w_gate_up", buf(gu, "w_gate_up")), ir.B("io", buf(gu, "io"))},
+			Writes: []ir.Operand{ir.R("y", y)},
+			Attrs:  ir.Attrs{"k": gu.Attrs["k"], "f": gu.Attrs["f"], "eps": gu.Attrs["eps"]}}
+		drop[j+1] = true
+		n++
+	}
+	dropInsts(g, drop)
 	return n
 }
 
@@ -229,6 +330,83 @@ func matchGateUp(g *ir.Graph, i int, readers []int, apply bool) (ir.Inst, bool) 
 		Reads:  []ir.Operand{ir.R("x", x), ir.B("w_norm", buf(norm, "w")), ir.B("w_gate_up", w), ir.B("io", buf(norm, "io"))},
 		Writes: []ir.Operand{ir.R("gate", writes(mg, "y")), ir.R("up", writes(mu, "y"))},
 		Attrs:  ir.Attrs{"k": norm.Attrs["cols"], "f": mg.Attrs["n"], "eps": norm.Attrs["eps"]}}, true
+}
+
+// matchNormMatmuls: RMS_NORM(x→n) then m ≥ 2 MATMULs of n directly after
+// it that are all of n's readers, none with a bias, writing registers
+// other than x and each other. Those of one weight type pair up, in
+// order, into an RMS_NORM_FUSED_MATMUL of their concatenated weight (one
+// left over takes its own weight alone), so that each product normalizes
+// its input itself instead of waiting for the norm's own launch: a layer
+// whose Q and K share a type and V has another (llama.cpp's Q4_K_M gives
+// half a 7B's layers Q6_K V), which matchQKV cannot take, runs two
+// launches instead of four. It returns the fused instructions (only with
+// apply) and m, 0 where the sequence does not match. A single product
+// is left alone: its norm's launch would only move, since the product
+// may fuse with the residual after it instead.
+func matchNormMatmuls(g *ir.Graph, i int, readers []int, apply bool) ([]ir.Inst, int) {
+	if i >= len(g.Insts) {
+		return nil, 0
+	}
+	norm := &g.Insts[i]
+	x, n, ok := plainNorm(norm)
+	m := 0
+	if ok {
+		m = readers[n]
+	}
+	if m < 2 || i+m >= len(g.Insts) {
+		return nil, 0
+	}
+	mms := g.Insts[i+1 : i+1+m]
+	seen := map[int]bool{x: true}
+	for j := range mms {
+		mm := &mms[j]
+		y := writes(mm, "y")
+		if mm.Op != ir.MATMUL || reg(mm, "x") != n || buf(mm, "bias") >= 0 || buf(mm, "w") < 0 || y < 0 || seen[y] ||
+			mm.Attrs["k"] != norm.Attrs["cols"] {
+			return nil, 0
+		}
+		seen[y] = true
+	}
+	if !apply {
+		return nil, m
+	}
+	// Group the products by weight type, in order of first appearance,
+	// then take each group two at a time.
+	var groups [][]*ir.Inst
+	at := map[string]int{}
+	for j := range mms {
+		t := g.Buffers[buf(&mms[j], "w")].Type.String()
+		gi, ok := at[t]
+		if !ok {
+			gi, at[t] = len(groups), len(groups)
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], &mms[j])
+	}
+	var out []ir.Inst
+	for _, grp := range groups {
+		for len(grp) > 0 {
+			take := grp[:min(2, len(grp))]
+			grp = grp[len(take):]
+			w := buf(take[0], "w")
+			attrs := ir.Attrs{"k": norm.Attrs["cols"], "n": take[0].Attrs["n"], "n2": 0, "eps": norm.Attrs["eps"]}
+			writesTo := []ir.Operand{ir.R("y", writes(take[0], "y"))}
+			if len(take) == 2 {
+				if both, ok := concat(g, true, "norm_mm", w, buf(take[1], "w")); !ok {
+					// Rows of another length: each product alone.
+					grp = append([]*ir.Inst{take[1]}, grp...)
+				} else {
+					w, attrs["n2"] = both, take[1].Attrs["n"]
+					writesTo = append(writesTo, ir.R("y2", writes(take[1], "y")))
+				}
+			}
+			out = append(out, ir.Inst{Op: ir.RMS_NORM_FUSED_MATMUL,
+				Reads:  []ir.Operand{ir.R("x", x), ir.B("w_norm", buf(norm, "w")), ir.B("w", w), ir.B("io", buf(norm, "io"))},
+				Writes: writesTo, Attrs: attrs})
+		}
+	}
+	return out, m
 }
 
 // matchResidualNorm: RESIDUAL(x += y) then a whole-row RMS_NORM of x.

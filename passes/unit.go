@@ -23,6 +23,10 @@ type Unit struct {
 	Target string
 	// NoFuse turns fusion off (zrtc build --no-fuse), for bisecting.
 	NoFuse bool
+	// Lacks, where not nil, reports the kernel families the target's
+	// templates have no code for (a zrtc whose PTX archive predates a
+	// fused family): fuse forms none of their ops.
+	Lacks func(family string) bool
 	// TP is the tensor-parallel rank the unit is compiled for (zrtc
 	// build --tp): the shard pass splits the graphs for it.
 	TP TP
@@ -111,7 +115,7 @@ type Pass struct {
 var Pipeline = []Pass{
 	{"verify", verifyUnit, "check operands, roles, shapes and in-place writes against the opcode and kernel tables"},
 	{"shard", shard, "split the graphs for one rank of a tensor-parallel set: heads and FFN columns over the ranks, ALL_REDUCE_SUM after row-parallel projections, a vocabulary-parallel LM head and ALL_GATHER (only with --tp)"},
-	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+gate/up, residual+norm, K norm+RoPE+KV write"},
+	{"fuse", fuse, "form the target's fused ops: norm+QKV, norm+projections of one type, norm+gate/up (+SwiGLU in one-row decode), residual+norm, K norm+RoPE+KV write"},
 	{"liveness", liveness, "per register: defining instruction, last read, and the kill set after each instruction"},
 	{"regalloc", regalloc, "map registers onto physical scratch buffers by live range"},
 	{"memplan", memplan, "place weights, KV pages, scratch, request table and output ring in heaps and regions"},

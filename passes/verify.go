@@ -240,6 +240,40 @@ func verifyShapes(g *ir.Graph, in *ir.Inst) error {
 		return normProjection("w_qkv", "b_qkv", []string{"q", "k", "v"}, []int{a("n_q"), a("n_kv"), a("n_kv")})
 	case ir.RMS_NORM_FUSED_MLP_GATE_UP:
 		return normProjection("w_gate_up", "", []string{"gate", "up"}, []int{a("f"), a("f")})
+	case ir.RMS_NORM_FUSED_MLP_SWIGLU:
+		// rms_norm_gate_up's shapes, with y (f wide) for gate and up.
+		if d := dims("w_norm"); len(d) != 1 || d[0] != int64(a("k")) {
+			return fmt.Errorf("norm weight shape %v, want [%d]", d, a("k"))
+		}
+		if d := dims("w_gate_up"); len(d) != 2 || d[0] != int64(a("k")) || d[1] != int64(2*a("f")) {
+			return fmt.Errorf("weight shape %v, want [%d %d]", d, a("k"), 2*a("f"))
+		}
+		if err := want("x", a("k")); err != nil {
+			return err
+		}
+		return want("y", a("f"))
+	case ir.RMS_NORM_FUSED_QKV_ROPE_KV_WRITE:
+		if d := dims("w_norm"); len(d) != 1 || d[0] != int64(a("k")) {
+			return fmt.Errorf("norm weight shape %v, want [%d]", d, a("k"))
+		}
+		if d := dims("w_qkv"); len(d) != 2 || d[0] != int64(a("k")) || d[1] != int64(a("n_q")+2*a("n_kv")) {
+			return fmt.Errorf("weight shape %v, want [%d %d]", d, a("k"), a("n_q")+2*a("n_kv"))
+		}
+		if a("n_head")*a("head_dim") != a("n_q") || a("n_head_kv")*a("head_dim") != a("n_kv") {
+			return fmt.Errorf("%d and %d heads of %d for %d Q and %d KV features", a("n_head"), a("n_head_kv"), a("head_dim"), a("n_q"), a("n_kv"))
+		}
+		if err := want("x", a("k")); err != nil {
+			return err
+		}
+		return want("q", a("n_q"))
+	case ir.RMS_NORM_FUSED_MATMUL:
+		if a("n2") == 0 {
+			if _, ok := in.Operand("y2"); ok {
+				return fmt.Errorf("y2 given with n2 = 0")
+			}
+			return normProjection("w", "", []string{"y"}, []int{a("n")})
+		}
+		return normProjection("w", "", []string{"y", "y2"}, []int{a("n"), a("n2")})
 	}
 	return nil
 }

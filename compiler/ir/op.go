@@ -61,6 +61,16 @@ const (
 	// the full width on every rank.
 	ALL_REDUCE_SUM
 	ALL_GATHER
+	// RMS_NORM_FUSED_MATMUL is a whole-row RMS_NORM with the one or two
+	// projections of its output that share a weight type (the fuse pass
+	// forms it where RMS_NORM_FUSED_QKV's one type does not hold).
+	RMS_NORM_FUSED_MATMUL
+	// RMS_NORM_FUSED_MLP_SWIGLU is RMS_NORM_FUSED_MLP_GATE_UP with the
+	// SWIGLU of its outputs, in one-row decode variants.
+	RMS_NORM_FUSED_MLP_SWIGLU
+	// RMS_NORM_FUSED_QKV_ROPE_KV_WRITE is RMS_NORM_FUSED_QKV with the
+	// ROPE_KV_WRITE of its outputs, in one-row decode variants.
+	RMS_NORM_FUSED_QKV_ROPE_KV_WRITE
 )
 
 // OpInfo describes an opcode: its name, the kernel family that implements
@@ -118,6 +128,10 @@ var opTable = map[Op]OpInfo{
 	RMS_NORM_FUSED_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_ROPE_KV_WRITE", Kernel: "rms_norm_rope_kv_write", InPlace: []string{"q", "kv"}},
 	ROPE_KV_WRITE:                {Name: "ROPE_KV_WRITE", Kernel: "rope_kv_write", InPlace: []string{"q", "kv"}},
 	MATMUL_RESIDUAL:              {Name: "MATMUL_RESIDUAL", Kernel: "matmul_residual", InPlace: []string{"y"}, TypedBy: "w"},
+	RMS_NORM_FUSED_MATMUL:        {Name: "RMS_NORM_FUSED_MATMUL", Kernel: "rms_norm_matmul", TypedBy: "w"},
+	RMS_NORM_FUSED_MLP_SWIGLU:    {Name: "RMS_NORM_FUSED_MLP_SWIGLU", Kernel: "rms_norm_gate_up_swiglu", TypedBy: "w_gate_up"},
+	RMS_NORM_FUSED_QKV_ROPE_KV_WRITE: {Name: "RMS_NORM_FUSED_QKV_ROPE_KV_WRITE", Kernel: "rms_norm_qkv_rope_kv_write",
+		InPlace: []string{"kv"}, TypedBy: "w_qkv"},
 }
 
 // Ops lists every opcode in numeric order.

@@ -77,6 +77,67 @@ func rmsNormGateUp(t ggml.Type, a *Args) error {
 	}, nil)
 }
 
+// rmsNormMatmul is RMS_NORM then one or two projections of the normalized
+// row over one concatenated weight: n rows into y, then n2 into y2.
+func rmsNormMatmul(t ggml.Type, a *Args) error {
+	x, wn, w, r := f32s(a.Bufs[0]), f32s(a.Bufs[1]), a.Bufs[2], req(a.Bufs[3])
+	y, y2 := f32s(a.Bufs[4]), f32s(a.Bufs[5])
+	K, n, n2 := int(a.Spec[0]), int(a.Spec[1]), int(a.Spec[2])
+	eps := math.Float32frombits(a.Spec[3])
+	rows := r.rows()
+	xn := normScratch(a, t, rows, K)
+	if err := normRows(a, x, wn, xn, rows, K, eps); err != nil {
+		return err
+	}
+	return gemmPrompt(a, t, xn, w, r, K, n+n2, quant.Repacked(t, n) && (n2 == 0 || quant.Repacked(t, n2)), func(i, j int) []float32 {
+		if j < n {
+			return y[i*n+j : (i+1)*n]
+		}
+		return y2[i*n2+j-n : (i+1)*n2]
+	}, nil)
+}
+
+// rmsNormGateUpSwiGLU is rmsNormGateUp into executor scratch, then swiglu
+// of the two into y: the unfused pair's arithmetic.
+func rmsNormGateUpSwiGLU(t ggml.Type, a *Args) error {
+	x, wn, w, io, y := f32s(a.Bufs[0]), f32s(a.Bufs[1]), a.Bufs[2], a.Bufs[3], a.Bufs[4]
+	K, f := int(a.Spec[0]), int(a.Spec[1])
+	eps := math.Float32frombits(a.Spec[2])
+	r := req(io)
+	rows := r.rows()
+	q := gemmWorkBytes(t, rows, K)
+	buf := a.work(q + 4*rows*K + 8*rows*f) // gemm's, the normalized rows, gate and up
+	xn := f32s(buf[q:])[:rows*K]
+	gate, up := buf[q+4*rows*K:q+4*rows*K+4*rows*f], buf[q+4*rows*K+4*rows*f:]
+	if err := normRows(a, x, wn, xn, rows, K, eps); err != nil {
+		return err
+	}
+	g, u := f32s(gate), f32s(up)
+	err := gemmPrompt(a, t, xn, w, r, K, 2*f, quant.Repacked(t, f), func(i, j int) []float32 {
+		if j < f {
+			return g[i*f+j : (i+1)*f]
+		}
+		return u[i*f+j-f : (i+1)*f]
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return swiglu(&Args{Bufs: [][]byte{gate, up, io, y}, Push: []uint32{uint32(f)}, Pool: a.Pool})
+}
+
+// rmsNormQKVRopeKVWrite is rmsNormQKV with K and V into scratch of their
+// own, then ropeKVWrite of the three into the cache (c: F16): the unfused
+// pair's arithmetic.
+func rmsNormQKVRopeKVWrite(t ggml.Type, c *kvCache, a *Args) error {
+	x, wn, w, io, q, kv := a.Bufs[0], a.Bufs[1], a.Bufs[2], a.Bufs[3], a.Bufs[4], a.Bufs[5]
+	rows, nkv := req(io).rows(), int(a.Spec[2])
+	k, v := make([]byte, 4*rows*nkv), make([]byte, 4*rows*nkv)
+	if err := rmsNormQKV(t, &Args{Bufs: [][]byte{x, wn, w, nil, io, q, k, v}, Spec: a.Spec[:4], Pool: a.Pool, Work: a.Work, Packs: a.Packs}); err != nil {
+		return err
+	}
+	return ropeKVWrite(c, &Args{Bufs: [][]byte{q, k, v, io, kv}, Push: a.Push, Spec: a.Spec[4:], Pool: a.Pool, Work: a.Work})
+}
+
 // residualRMSNorm adds y into the residual x, then normalizes x into out.
 func residualRMSNorm(a *Args) error {
 	x, y, w, r, out := f32s(a.Bufs[0]), f32s(a.Bufs[1]), f32s(a.Bufs[2]), req(a.Bufs[3]), f32s(a.Bufs[4])

@@ -117,8 +117,17 @@ var families = map[string]func(binding) (Func, error){
 	"all_reduce_sum":  plain(allReduceSum),
 	"all_gather":      plain(allGather),
 
-	"rms_norm_qkv":           typed(rmsNormQKV),
-	"rms_norm_gate_up":       typed(rmsNormGateUp),
+	"rms_norm_qkv":            typed(rmsNormQKV),
+	"rms_norm_gate_up":        typed(rmsNormGateUp),
+	"rms_norm_matmul":         typed(rmsNormMatmul),
+	"rms_norm_gate_up_swiglu": typed(rmsNormGateUpSwiGLU),
+	"rms_norm_qkv_rope_kv_write": func(b binding) (Func, error) {
+		if !quant.IsWeightType(b.t) {
+			return nil, fmt.Errorf("cpu: weight type %s unsupported", b.t)
+		}
+		c := newKVCache(kernels.F16KV) // the fold stores an F16 cache's rows only
+		return func(a *Args) error { return rmsNormQKVRopeKVWrite(b.t, c, a) }, nil
+	},
 	"residual_rms_norm":      plain(residualRMSNorm),
 	"rms_norm_rope_kv_write": kvTyped(rmsNormRopeKVWrite),
 	"rope_kv_write":          kvTyped(ropeKVWrite),

@@ -94,6 +94,9 @@ var families = []Family{
 	{Name: "moe_route_scale", ID: 37, Launch: elementwise(1)},
 	{Name: "all_reduce_sum", ID: 38, Launch: peer},
 	{Name: "all_gather", ID: 39, Launch: peer},
+	{Name: "rms_norm_matmul", ID: 40, Launch: matrix(normMMKN, normedFloats)},
+	{Name: "rms_norm_gate_up_swiglu", ID: 41, Launch: oneRow(matrix(gateUpKN, normedFloats))},
+	{Name: "rms_norm_qkv_rope_kv_write", ID: 42, Launch: oneRow(adjacentPairs(matrix(qkvKN, normedFloats)))},
 }
 
 // collectives are tensor parallelism's catalog families, all_reduce_sum

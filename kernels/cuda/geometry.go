@@ -135,6 +135,43 @@ func gateUpKN(d Dispatch) (uint32, uint32, error) {
 	return d.Spec[0], 2 * d.Spec[1], nil
 }
 
+// normMMKN: spec k, n, n2, eps (rms_norm_matmul): n + n2 outputs.
+func normMMKN(d Dispatch) (uint32, uint32, error) {
+	if err := d.need(d.Spec, 3, "spec"); err != nil {
+		return 0, 0, err
+	}
+	return d.Spec[0], d.Spec[1] + d.Spec[2], nil
+}
+
+// oneRowFamilies are the families whose kernels serve one-row decode
+// steps only (the fuse pass forms rms_norm_gate_up_swiglu nowhere else);
+// their rows' Launch is oneRow's.
+var oneRowFamilies = map[string]bool{"rms_norm_gate_up_swiglu": true, "rms_norm_qkv_rope_kv_write": true}
+
+// oneRow is g for a family of oneRowFamilies.
+func oneRow(g Geometry) Geometry {
+	return func(d Dispatch) (Launch, error) {
+		if d.Rows != 1 || d.Prefill {
+			return d.base(), fmt.Errorf("cuda: %s serves one-row decode steps, not %d rows (prefill %v)", d.Family, d.Rows, d.Prefill)
+		}
+		return g(d)
+	}
+}
+
+// adjacentPairs is g for rms_norm_qkv_rope_kv_write, whose epilogue
+// rotates pairs of adjacent features: spec neox (the tenth) must be 0.
+func adjacentPairs(g Geometry) Geometry {
+	return func(d Dispatch) (Launch, error) {
+		if err := d.need(d.Spec, 10, "spec"); err != nil {
+			return d.base(), err
+		}
+		if d.Spec[9] != 0 {
+			return d.base(), fmt.Errorf("cuda: %s rotates adjacent pairs, not NeoX's", d.Family)
+		}
+		return g(d)
+	}
+}
+
 // floats is the float path's shared row: k floats.
 func floats(k uint32) int { return 4 * int(k) }
 

@@ -480,3 +480,39 @@ func TestFitShared(t *testing.T) {
 		t.Errorf("matmul: %d bytes, want its own %d", got.Shared, mm.Shared)
 	}
 }
+
+// rms_norm_gate_up_swiglu has only the matrix-vector (and float) entry of
+// one-row decode steps: a launch of more rows, or a prefill, is refused
+// rather than given an entry its instance lacks.
+func TestGateUpSwiGLUOneRow(t *testing.T) {
+	spec := []uint32{4096, 11008, 0}
+	l, err := Shape("rms_norm_gate_up_swiglu.q4_k", nil, spec, 1, false)
+	if err != nil || l.Entry != EntryMain || l.Block[1]%2 != 0 {
+		t.Fatalf("one row: %+v, %v (want the main entry, an even number of features a block)", l, err)
+	}
+	for _, c := range []struct {
+		rows    int
+		prefill bool
+	}{{2, false}, {16, false}, {1, true}} {
+		if _, err := Shape("rms_norm_gate_up_swiglu.q4_k", nil, spec, c.rows, c.prefill); err == nil {
+			t.Errorf("%d rows, prefill %v: no error", c.rows, c.prefill)
+		}
+	}
+}
+
+// rms_norm_qkv_rope_kv_write rotates adjacent feature pairs only: a NeoX
+// rotation (spec neox, the tenth) is refused, as are more rows.
+func TestQKVRopeOneRowAdjacent(t *testing.T) {
+	spec := []uint32{4096, 4096, 4096, 0, 32, 32, 32, 128, 128, 0, 0, 0}
+	if l, err := Shape("rms_norm_qkv_rope_kv_write.q4_k", []uint32{3}, spec, 1, false); err != nil || l.Entry != EntryMain || l.Block[1]%2 != 0 {
+		t.Fatalf("one row: %+v, %v", l, err)
+	}
+	neox := append([]uint32(nil), spec...)
+	neox[9] = 1
+	if _, err := Shape("rms_norm_qkv_rope_kv_write.q4_k", []uint32{3}, neox, 1, false); err == nil {
+		t.Error("NeoX pairs: no error")
+	}
+	if _, err := Shape("rms_norm_qkv_rope_kv_write.q4_k", []uint32{3}, spec, 2, false); err == nil {
+		t.Error("2 rows: no error")
+	}
+}

@@ -185,6 +185,12 @@ var (
 	megakernelPlain = []string{"rms_norm", "rope_kv_write", "rms_norm_rope_kv_write", "flash_attn", "swiglu", "add", "argmax"}
 )
 
+// MegakernelFamily reports whether the persistent kernel serves a kernel
+// family (its tasks run the family's dispatches).
+func MegakernelFamily(family string) bool {
+	return slices.Contains(megakernelTyped, family) || slices.Contains(megakernelPlain, family)
+}
+
 // MegakernelOps lists the ops of the persistent kernel in code order: op
 // i has code i+1 in megakernel.cu's mk_run (0 is no op).
 func MegakernelOps() []MegakernelOp {

@@ -451,9 +451,41 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 #define MMV_THREADS (32 * MMV_WARPS)
 #define MMV_BLOCKS (32 / MMV_WARPS) // blocks a multiprocessor keeps (launch bounds): 32 warps, 64 registers a thread
 #define MMV_MR 2 // rows a block of the _rows entry takes (launch.go's mmvRows)
-template <int TW, int U = Fast<TW>::U, int R = 1>
+// mmv_sum is a feature's sum of its wpr warps' partial sums in red, as the
+// matrix-vector kernel takes it: the one warp's own where wpr is 1, else
+// added in warp order from 0.
+__device__ __forceinline__ float mmv_sum(const float* red, int at, int wpr) {
+    if (wpr == 1) return red[at];
+    float v = 0.f;
+    for (int i = 0; i < wpr; i++) v += red[at + i];
+    return v;
+}
+// mmv's epilogue (PE): NoPair stores each feature's sum through o. A pair
+// epilogue (ON) takes features 2i and 2i+1 together, both of which a
+// block holds (its features are RPB at a time, RPB even): row(j, n) is
+// the weight row of feature j, and pair(o, r, j, a, b) stores the sums a
+// and b of features j (even) and j+1 of row r, which are the sums the
+// plain walk would store.
+struct NoPair {
+    static constexpr bool ON = false;
+    __device__ __forceinline__ int row(int j, int) const { return j; }
+    __device__ __forceinline__ void pair(const MmOut&, size_t, int, float, float) const {}
+};
+// SwiGLUPair (rms_norm_gate_up_swiglu): n is 2f features of a gate|up
+// weight, features 2i and 2i+1 its rows i and f + i (gate i and up i), and
+// feature i of o gets silu(gate i)·up i formed as the swiglu kernel forms
+// it from the sums the unfused product would have stored: the same bits,
+// without their round trip through memory or the swiglu launch.
+struct SwiGLUPair {
+    static constexpr bool ON = true;
+    __device__ __forceinline__ int row(int j, int n) const { return (j & 1) ? (n >> 1) + (j >> 1) : j >> 1; }
+    __device__ __forceinline__ void pair(const MmOut& o, size_t r, int j, float g, float u) const {
+        o.store(r, j >> 1, g / (1.f + (float)exp(-(double)g)) * u);
+    }
+};
+template <int TW, int U = Fast<TW>::U, int R = 1, class PE = NoPair>
 __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, const u32* io, int k, int n, const MmOut& o, bool lm,
-    const float* wn = nullptr, float eps = 0.f) {
+    const float* wn = nullptr, float eps = 0.f, const PE& pe = PE()) {
     extern __shared__ __align__(16) u8 smem[];
     __shared__ float red[R][MMV_WARPS];
     constexpr int TPB = Fast<TW>::TPB, BPI = 32 / TPB;
@@ -470,7 +502,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     auto load = [&](WBlk<TW>* wb, int base, int c) {
         int j = base + threadIdx.y;
         if (j >= n) return;
-        const u8* wr = w + (size_t)j * rb;
+        const u8* wr = w + (size_t)pe.row(j, n) * rb;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int b = bfirst + c * per + u * bstep;
@@ -536,7 +568,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
         }
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-        if (wpr == 1) {
+        if (wpr == 1 && !PE::ON) {
             if (lane == 0 && j < n) {
 #pragma unroll
                 for (int r = 0; r < R; r++)
@@ -550,7 +582,17 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
             for (int r = 0; r < R; r++) red[r][wi] = acc[r];
         }
         __syncthreads();
-        if (part == 0 && lane == 0 && j < n) {
+        if constexpr (PE::ON) {
+            // The pair's even and odd features' warps' sums are both in
+            // red: the even one's first warp takes the pair.
+            if (part == 0 && lane == 0 && j < n && (threadIdx.y & 1) == 0) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (orow[r] < 0) continue;
+                    pe.pair(o, orow[r], j, mmv_sum(red[r], threadIdx.y * wpr, wpr), mmv_sum(red[r], (threadIdx.y + 1) * wpr, wpr));
+                }
+            }
+        } else if (part == 0 && lane == 0 && j < n) {
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (orow[r] < 0) continue;

@@ -662,6 +662,12 @@ func kweights(t *testing.T, rng *rand.Rand, typ ggml.Type, rows, k int) []byte {
 	switch typ {
 	case ggml.F32:
 		return lebin.Float32Bytes(x)
+	case ggml.F16:
+		b := make([]byte, 2*rows*k)
+		for i, v := range x {
+			binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToF16(v))
+		}
+		return b
 	case ggml.Q8_0:
 		rb := k / 32 * 34
 		b := make([]byte, rows*rb)

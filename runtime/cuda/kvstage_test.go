@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,11 +194,14 @@ func stagesAgree(t *testing.T, g *kgpu, inst string, quant bool, bufs [][]byte, 
 	return regs, staged
 }
 
-var attnSpeed = flag.Bool("attnspeed", false, "TestDecodeAttentionSpeed: time the decode attention over long caches")
+var (
+	attnSpeed  = flag.Bool("attnspeed", false, "TestDecodeAttentionSpeed: time the decode attention over long caches")
+	attnDepths = flag.String("attndepths", "32768,130000", "TestDecodeAttentionSpeed: the cache depths, comma-separated (short ones: a decode step's fixed cost)")
+)
 
 // TestDecodeAttentionSpeed times one layer's one-row decode attention (the
 // _split entry, as a decode step launches it) over caches of 32768 and
-// 130000 keys at the qwen3 0.6B and llama 7B shapes, F16 and q8_0, each
+// 130000 keys (-attndepths) at the qwen3 0.6B and llama 7B shapes, F16 and q8_0, each
 // as Shape launches it and with 0 to kcuda.AttnMaxStages stages a warp
 // and 16, 12 and 8 warps (those within the device's shared memory a
 // block), and 8 warps with twice Shape's blocks a head group, and logs each
@@ -216,12 +221,20 @@ func TestDecodeAttentionSpeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var depths []int
+	for _, d := range strings.Split(*attnDepths, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(d))
+		if err != nil || n < 1 {
+			t.Fatalf("-attndepths: %q is no depth", d)
+		}
+		depths = append(depths, n)
+	}
 	rng := rand.New(rand.NewSource(46))
 	for _, sh := range []struct {
 		name           string
 		nHead, nKV, hd int
 	}{{"qwen06", 16, 8, 128}, {"llama7b", 32, 32, 128}} {
-		for _, depth := range []int{32768, 130000} {
+		for _, depth := range depths {
 			for _, quant := range []bool{false, true} {
 				kv := kernels.KVTypes{}
 				inst := "flash_attn"

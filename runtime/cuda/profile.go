@@ -31,6 +31,11 @@ type variantProfile struct {
 	steps int
 	ms    map[string]float64
 	calls map[string]int
+	// seq is the variant's launch list in order (kernel, entry and
+	// geometry) and seqMs each launch's milliseconds over the steps: the
+	// per-layer sequence a step runs.
+	seq   []string
+	seqMs []float64
 }
 
 func newProfiler(out io.Writer) *profiler {
@@ -98,6 +103,7 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 			name += " (" + strings.TrimPrefix(e.Suffix(), "_") + ")"
 		}
 		p.add(key, name, float64(ms))
+		p.addSeq(key, i, len(ls), &ls[i], float64(ms))
 	}
 	if v := p.runs[key]; v != nil {
 		v.steps++
@@ -105,9 +111,31 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 	return nil
 }
 
+// addSeq records launch i (of n) of variant key's list: its description
+// the first time, its time every time.
+func (p *profiler) addSeq(key string, i, n int, l *Launch, ms float64) {
+	v := p.runs[key]
+	if len(v.seq) != n {
+		v.seq, v.seqMs = make([]string, n), make([]float64, n)
+	}
+	if v.seq[i] == "" {
+		sh := l.Shape
+		v.seq[i] = fmt.Sprintf("%-34s grid %d,%d,%d block %d,%d shared %d", l.Name+sh.Entry.Suffix(), sh.Grid[0], sh.Grid[1], sh.Grid[2],
+			sh.Block[0], sh.Block[1], sh.Shared)
+		if sh.Stage != nil {
+			v.seq[i] += fmt.Sprintf(" (after a stage launch, grid %d,%d,%d)", sh.Stage.Grid[0], sh.Stage.Grid[1], sh.Stage.Grid[2])
+		}
+		if l.Collective != nil {
+			v.seq[i] = fmt.Sprintf("%-34s collective", l.Name)
+		}
+	}
+	v.seqMs[i] += ms
+}
+
 // report prints each variant that ran, the most GPU time first: its
 // steps and time a step, then its kernels by total time, with their share
-// of the variant's.
+// of the variant's, then its launch list in order with each launch's
+// geometry and time.
 func (p *profiler) report() {
 	total := func(v *variantProfile) (ms float64) {
 		for _, m := range v.ms {
@@ -142,6 +170,13 @@ func (p *profiler) report() {
 		fmt.Fprintf(p.out, "%-34s %8s %10s %10s %6s\n", "kernel", "calls", "total ms", "avg µs", "share")
 		for _, n := range names {
 			fmt.Fprintf(p.out, "%-34s %8d %10.3f %10.2f %5.1f%%\n", n, v.calls[n], v.ms[n], 1000*v.ms[n]/float64(v.calls[n]), 100*v.ms[n]/sum)
+		}
+		if len(v.seq) == 0 {
+			continue
+		}
+		fmt.Fprintf(p.out, "launch list of %s (%d launches), avg µs a step:\n", k, len(v.seq))
+		for i, d := range v.seq {
+			fmt.Fprintf(p.out, "%4d %8.2f  %s\n", i, 1000*v.seqMs[i]/float64(v.steps), d)
 		}
 	}
 }

@@ -83,10 +83,59 @@ func WeightTypes(arch string) []ggml.Type {
 	if err != nil {
 		return nil
 	}
-	return kernels.CompleteTypes(kernels.Families(), func(instance string) bool {
+	var fams []string
+	for _, f := range kernels.Families() {
+		if has(files, arch, f) {
+			fams = append(fams, f)
+		}
+	}
+	return kernels.CompleteTypes(fams, func(instance string) bool {
 		_, ok := files[File(arch, instance)]
 		return ok
 	})
+}
+
+// Has reports whether this zrtc's archive holds any PTX of a kernel
+// family for arch. A family it holds none of is one added after the
+// archive was built (its PTX comes with the next `make ptx`): it holds
+// no weight type back (WeightTypes), and zrtc forms no fused op of it
+// (compiler's Lacks), so such a zrtc still builds what it built before.
+func Has(arch, family string) bool {
+	files, err := embedded.Files()
+	return err == nil && has(files, arch, family)
+}
+
+// DirHas is Has for a directory of PTX in the archive's layout
+// (build_ptx.sh's output, $ZRT_PTX_DIR).
+func DirHas(dir, arch, family string) bool {
+	return anyInstance(family, func(instance string) bool {
+		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(File(arch, instance))))
+		return err == nil
+	})
+}
+
+func has(files map[string][]byte, arch, family string) bool {
+	return anyInstance(family, func(instance string) bool {
+		_, ok := files[File(arch, instance)]
+		return ok
+	})
+}
+
+// anyInstance reports whether present holds for one of family's instances.
+func anyInstance(family string, present func(instance string) bool) bool {
+	abi, ok := kernels.Lookup(family)
+	if !ok {
+		return false
+	}
+	if !abi.Typed {
+		return present(family)
+	}
+	for _, t := range ggml.Types() {
+		if present(kernels.InstanceName(abi, t)) {
+			return true
+		}
+	}
+	return false
 }
 
 // KVLayouts lists the quantized KV cache layouts (of T-CUDA's

@@ -76,6 +76,8 @@ func matrixKN(family, typ string, push, spec []uint32, rows int) (k, n uint32, e
 		return qkvKN(d)
 	case "rms_norm_gate_up":
 		return gateUpKN(d)
+	case "rms_norm_matmul":
+		return normMMKN(d)
 	}
 	return pushKN(d)
 }

@@ -55,7 +55,10 @@ func OneRowShape(instance string, push, spec []uint32, rows int, wide bool) (Lau
 	}
 	family, typ, _ := strings.Cut(instance, ".")
 	switch {
-	case MatrixFamily(family):
+	case MatrixFamily(family) || family == "rms_norm_matmul":
+		// rms_norm_matmul has the matrix-vector entries too; the
+		// megakernel has no task for it (a megakernel build does not
+		// form it), so it is no MatrixFamily.
 		if _, ok := mmqTypes[typ]; !ok || l.Entry == EntryMain || l.Entry == EntryRows {
 			// The float path (a block per features and row), or the
 			// matrix-vector kernel already (a block per row, or the

@@ -53,7 +53,7 @@ func TestMegakernelTables(t *testing.T) {
 	vocab := synth.Shape{Arch: "llama", Layers: 1, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 151669, Context: 128, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 24}
 	for _, s := range append(slices.Clone(megakernelShapes), wide, vocab) {
 		t.Run(fmt.Sprintf("%s%s-%d", s.Arch, s.Mix, s.Embd), func(t *testing.T) {
-			b, ls := walkedBundle(t, s, megakernelConfig)
+			b, ls := walkedBundle(t, s, megakernelOn)
 			ones := 0 // variants of one and two rows
 			for _, sc := range b.Graph.Schedules {
 				v := &b.Graph.Variants[sc.Variant]

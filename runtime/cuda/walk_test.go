@@ -72,6 +72,11 @@ func TestWalkFakeMemory(t *testing.T) {
 		{s: synth.Shape{Arch: "phi3", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q6_K, Seed: 3, LongRoPE: true}},
 		{s: synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 4}},
 		{s: synth.Shape{Arch: "llama", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 5},
+			config: "max_slots = 16\ndecode_slots = [1, 16]\n"},
+		// Q, K and V with biases and of two types fuse with neither their
+		// norm (rms_norm_qkv wants one type, rms_norm_matmul no bias), so
+		// K's product takes the records Q's staged.
+		{s: synth.Shape{Arch: "qwen2", Layers: 8, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: 300, Context: 64, Type: ggml.Q4_K, Mix: "Q4_K_M", Seed: 5},
 			config: "max_slots = 16\ndecode_slots = [1, 16]\n", reuseStages: true},
 	} {
 		t.Run(c.s.Arch+c.s.Mix, func(t *testing.T) { walkFakeMemory(t, c.s, c.config, c.reuseStages) })

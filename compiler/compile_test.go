@@ -345,8 +345,8 @@ func TestKVCacheTypes(t *testing.T) {
 // TestFP8KVCache builds one model with an fp8_e4m3 cache for cpu: its kv
 // region takes 17/32 of the F16 one's bytes for the same pages (68-byte
 // blocks of 64 values), its hyperparameters and kernel instances name the
-// type without a rotation, and the CUDA targets refuse it as unsupported,
-// naming the option and why.
+// type without a rotation; cuda:sm_80 and sm_86 refuse it as unsupported,
+// naming the option and why, and sm_89 and sm_90 build it.
 func TestFP8KVCache(t *testing.T) {
 	model := testmodel.New(t, synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 256, Vocab: 300, Context: 64, Type: ggml.Q8_0, Seed: 5})
 	fp8 := filepath.Join(t.TempDir(), "fp8.toml")
@@ -378,10 +378,25 @@ func TestFP8KVCache(t *testing.T) {
 	if _, err := kernels.CheckBundle(f8); err != nil {
 		t.Errorf("the fp8 bundle fails CheckBundle: %v", err)
 	}
-	for _, target := range []string{"cuda:sm_90", "cuda:sm_89", "cuda:sm_80"} {
+	// Ampere (compute capability 8.0, 8.6) has no FP8: refused, naming the
+	// option and why.
+	for _, target := range []string{"cuda:sm_80", "cuda:sm_86"} {
 		err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: target, ConfigPath: fp8})
-		if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") || !strings.Contains(err.Error(), "no FP8 KV kernels") {
-			t.Errorf("fp8 cache for %s: got %v, want an unsupported error naming cache_type_k and saying T-CUDA has no FP8 kernels", target, err)
+		if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "cache_type_k") || !strings.Contains(err.Error(), "compute capability 8.9") {
+			t.Errorf("fp8 cache for %s: got %v, want an unsupported error naming cache_type_k and compute capability 8.9", target, err)
+		}
+	}
+	// Ada and Hopper build it where this zrtc's archive has the FP8
+	// instances' PTX, and otherwise say that the PTX is missing.
+	fp8KV := kernels.KVTypes{K: kernels.FP8E4M3, V: kernels.FP8E4M3}
+	for _, target := range []string{"cuda:sm_89", "cuda:sm_90"} {
+		err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "cuda"), compiler.Options{Target: target, ConfigPath: fp8})
+		if slices.Contains(ptx.KVLayouts(ptx.TargetArch(target)), fp8KV) {
+			if err != nil {
+				t.Errorf("fp8 cache for %s: %v", target, err)
+			}
+		} else if err == nil || !support.Is(err) || !strings.Contains(err.Error(), "PTX") {
+			t.Errorf("fp8 cache for %s without its PTX: got %v, want an unsupported error naming the PTX", target, err)
 		}
 	}
 	err := compiler.Compile(ctx, model, filepath.Join(t.TempDir(), "amd"), compiler.Options{Target: "amd:gfx1201", ConfigPath: fp8})

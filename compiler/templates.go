@@ -40,7 +40,7 @@ var tierKernels = map[kernels.TierKind]struct {
 	kernels.TierCPU: {func(kernels.Target, Options) passes.Templates { return cpuTemplate },
 		func(kernels.Target) []ggml.Type { return quant.WeightTypes() }, nil, []ggml.Type{ggml.F16, ggml.Q8_0, kernels.FP8E4M3}, nil},
 	kernels.TierCUDA: {func(t kernels.Target, opt Options) passes.Templates { return cudaTemplate(t.Code, opt.PTXDir) },
-		func(t kernels.Target) []ggml.Type { return ptx.WeightTypes(ptx.TargetArch(t.Name)) }, nil, []ggml.Type{ggml.F16, ggml.Q8_0},
+		func(t kernels.Target) []ggml.Type { return ptx.WeightTypes(ptx.TargetArch(t.Name)) }, nil, []ggml.Type{ggml.F16, ggml.Q8_0, kernels.FP8E4M3},
 		func(t kernels.Target) []kernels.KVTypes { return ptx.KVLayouts(ptx.TargetArch(t.Name)) }},
 	kernels.TierAMD: {func(t kernels.Target, _ Options) passes.Templates { return amdTemplate(t.Code) },
 		func(kernels.Target) []ggml.Type { return amdobj.WeightTypes(amd.Targets[0]) }, amd.Families, []ggml.Type{ggml.F16}, nil},
@@ -72,14 +72,15 @@ func checkKVTypes(m *arch.Model, target, ptxDir string) error {
 				names[i] = kernels.KVTypeName(t)
 			}
 			detail := fmt.Sprintf("target %s's attention kernels address %s caches only; set %s = \"f16\" or build for cpu", target, strings.Join(names, ", "), c.key)
-			if c.t == kernels.FP8E4M3 && t.Tier == kernels.TierCUDA {
-				why := ""
-				if arch := ptx.TargetArch(target); arch == "sm_80" {
-					why = fmt.Sprintf("; and %s carries compute_80 PTX, which has no FP8 conversions (they need compute capability 8.9)", target)
-				}
-				detail = fmt.Sprintf("T-CUDA has no FP8 KV kernels yet (only T-CPU, the reference, lays out fp8_e4m3)%s; set %s = \"q8_0\" (the same bytes) or \"f16\", or build for cpu",
-					why, c.key)
-			}
+			return &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key), Detail: detail}
+		}
+		// FP8 KV is for GPUs that have FP8 (Ada and Hopper on): the
+		// kernels code E4M3 in integer operations, which any GPU runs,
+		// but where FP8 is not the hardware's the cache is only q8_0's
+		// bytes at a higher cost.
+		if major, minor, ok := t.ComputeCapability(); c.t == kernels.FP8E4M3 && ok && major*10+minor < 89 {
+			detail := fmt.Sprintf("T-CUDA lays out an FP8 cache from compute capability 8.9 (cuda:sm_89, cuda:sm_90); %s is %d.%d, which has no FP8; set %s = \"q8_0\" (the same bytes) or \"f16\", or build for cuda:sm_89 or cpu",
+				target, major, minor, c.key)
 			return &support.Error{What: "KV cache type", Value: kernels.KVTypeName(c.t), Where: support.Key(c.key), Detail: detail}
 		}
 	}

@@ -137,13 +137,17 @@ var instanceTypes = []ggml.Type{
 // writes) is instantiated: Q8_0 K and V (llama.cpp's -ctk q8_0 -ctv
 // q8_0), unrotated (heads that are no multiple of 64) and with each
 // rotation kernels.KVRotation gives the heads T-CUDA attends over (64,
-// 128, 256 wide). A cache of Q8_0 K over F16 V, or the reverse, has no
-// instance: zrtc refuses it for a cuda target.
+// 128, 256 wide); and FP8 E4M3 K and V (zrt's, never rotated), which
+// zrtc builds for targets of compute capability 8.9 on (the PTX is
+// compute_80's, which codes E4M3 in integer operations: kv.cuh). A cache
+// of Q8_0 K over F16 V, or the reverse, has no instance: zrtc refuses it
+// for a cuda target.
 var kvLayouts = []kernels.KVTypes{
 	{K: ggml.Q8_0, V: ggml.Q8_0},
 	{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 64, RotV: 64},
 	{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 128, RotV: 64},
 	{K: ggml.Q8_0, V: ggml.Q8_0, RotK: 256, RotV: 64},
+	{K: kernels.FP8E4M3, V: kernels.FP8E4M3},
 }
 
 // KVLayouts returns the KV cache layouts other than F16's that T-CUDA

@@ -1,4 +1,4 @@
-// faq.cuh: decode attention over a quantized (Q8_0) cache, the body of
+// faq.cuh: decode attention over a quantized (Q8_0 or FP8) cache, the body of
 // flash_attn's and flash_attn_ext's instances for one (kv.cuh's
 // KV_QUANT; family/flash_attn.cuh, family/flash_attn_ext.cuh).
 #pragma once
@@ -43,11 +43,119 @@ struct FaqArgs : FaKeys { // FaKeys' offsets in bytes
     size_t rb;       // a row's bytes
     const int* qq;   // the query's quants ([G][D/4], shared)
     const float* qd; // its block scales ([G][D/32], shared)
+    const float* qf; // the query in F32 ([G][D], shared; an FP8 cache's walk)
     __device__ __forceinline__ const u8* row(int t) const {
         return kv + (size_t)ptab[t / KV_PAGE_TOKENS] * page_bytes + head_ofs + (size_t)(t % KV_PAGE_TOKENS) * rb;
     }
 };
 
+#ifdef KV_FP8
+// Over an FP8 cache (kv.cuh's KV_FP8) the arithmetic is T-CPU's
+// attendQuant with FP8 rows (dotFP8Rows, madFP8Rows), which is zrt's own
+// and the reference: the query stays F32; each K value is decoded to F32
+// (code · scale, rounded) and the products summed in F32, fused; each V
+// value likewise decoded and accumulated in F32. The sums differ from
+// T-CPU's in order only: a lane sums one block of 64 values of a key, the
+// blocks of a key are summed in block order by shuffle (T-CPU: one pass
+// over the head), and the softmax is fa.cuh's online one per warp,
+// merged. The geometry is fa.cuh's; a head is P2 blocks, so a key's K
+// row is P2 lanes (NK = 32/P2 keys a chunk, one pass), and a lane's V
+// dimension pairs 64·i + 2·lane are in block i.
+
+// faf_chunk scores the chunk's nk keys and adds their values: row(j) is
+// key j's K row of the head (4-byte aligned), its V row vofs bytes past.
+// A head of D < 64·P2 (192 in the lanes of 256) leaves lanes and pairs
+// of the blocks past its nb without work.
+template <int P2, int G, typename Row>
+__device__ __forceinline__ void faf_chunk(const FaqArgs& a, int nk, float* m, float* l, float2 (*acc)[P2], Row row, size_t vofs) {
+    constexpr int NK = 32 / P2, LP = P2;
+    const int lane = threadIdx.x & 31, part = lane % LP, kq = lane / LP, D = a.D, nb = D / 64;
+    const bool live = lane < nk;
+    float pr[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) pr[g] = 0.f;
+    if (kq < nk && part < nb) {
+        // This lane's block part of key kq: its scale and 16 words of codes.
+        const u32* w = (const u32*)(row(kq) + (size_t)part * KVQ_BB);
+        u32 c[17];
+#pragma unroll
+        for (int i = 0; i < 17; i++) c[i] = w[i];
+        const float sc = __uint_as_float(c[0]);
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const float x = __fmul_rn(e4m3_f32(c[1 + i] >> (8 * b)), sc);
+#pragma unroll
+                for (int g = 0; g < G; g++) pr[g] = __fmaf_rn(a.qf[g * D + 64 * part + 4 * i + b], x, pr[g]);
+            }
+    }
+    // A key's blocks summed in order; lane j takes key j's score.
+    float dot[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float t = 0.f;
+#pragma unroll
+        for (int b = 0; b < LP; b++) {
+            if (b >= nb) break;
+            t = t + __shfl_sync(0xffffffffu, pr[g], (lane % NK) * LP + b);
+        }
+        dot[g] = t;
+    }
+    float p[G];
+    fa_weigh<P2, G>(dot, live, a.scale, a.softcap, m, l, acc, p);
+#pragma unroll
+    for (int j = 0; j < NK; j++) {
+        if (j >= nk) break;
+        const u8* vp = row(j) + vofs;
+        float2 v[P2];
+#pragma unroll
+        for (int i = 0; i < P2; i++) {
+            v[i] = make_float2(0.f, 0.f);
+            if (i >= nb) continue;
+            const u8* blk = vp + (size_t)i * KVQ_BB;
+            const float sc = *(const float*)blk;
+            const u32 cv = *(const unsigned short*)(blk + 4 + 2 * lane);
+            v[i].x = __fmul_rn(e4m3_f32(cv), sc);
+            v[i].y = __fmul_rn(e4m3_f32(cv >> 8), sc);
+        }
+        fa_add_v<P2, G>(acc, p, j, v);
+    }
+}
+
+// fa_warp over an FP8 cache (fa_warps calls it for FaqArgs): for heads of
+// 128 and 256 with stages, the chunks' rows copied into the warp's stages
+// (fa_stage_walk, as faq_warp_staged: an FP8 row of a head is as many
+// bytes as a Q8_0 one, 68·P2, so the stages and launch.go's sizes are the
+// Q8_0 cache's), else read from the cache; the same arithmetic (the same
+// bits) either way.
+template <int P2, int G, int S = 1>
+__device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, float2 (*acc)[P2]) {
+    constexpr int NK = 32 / P2, R = P2 * KVQ_BB;
+    const int warp = threadIdx.x >> 5;
+    float m[G], l[G];
+    const int ch = min(NK, fa_start<P2, G>(a, m, l, acc)); // chunks of ch ≤ NK keys
+    bool staged = false;
+    if constexpr (P2 == 2 || P2 == 4) {
+        static_assert(2 * NK * R == FAQ_STAGE, "a chunk's rows fill a stage");
+        if (a.D == 64 * P2 && a.nst > 0) {
+            staged = true;
+            auto fetch = [&](int base, u8* st) {
+                fa_stage_copy<NK, R, 8>(a, a.head_ofs, a.rb, a.vofs, base, min(ch, a.pos + 1 - base), st,
+                    [&](int r, int c) { return 8 * (r * (R / 8) + c); });
+            };
+            fa_stage_walk<FAQ_STAGE>(a, ch, fetch, [&](int base, int nk, const u8* st) {
+                faf_chunk<P2, G>(a, nk, m, l, acc, [&](int j) { return st + (size_t)j * R; }, (size_t)NK * R);
+            });
+        }
+    }
+    if (!staged)
+        for (int base = a.first + warp * ch; base <= a.pos; base += a.W * ch)
+            faf_chunk<P2, G>(a, min(ch, a.pos + 1 - base), m, l, acc, [&](int j) { return a.row(base + j); }, a.vofs);
+#pragma unroll
+    for (int g = 0; g < G; g++) pm[g] = m[g], pl[g] = l[g];
+}
+#else
 // q8_block_raw loads the Q8_0 block at p as the 9 aligned words that
 // cover it, and q8_block_unpack returns its scale and its 32 quants as 8
 // words in w: blocks are 34 bytes, so p is only 2-byte aligned, and the
@@ -305,6 +413,8 @@ __device__ __forceinline__ void fa_warp(const FaqArgs& a, float* pm, float* pl, 
     faq_warp_regs<P2, G, S>(a, pm, pl, acc);
 }
 
+#endif // KV_FP8
+
 // faq_block is the kernels' body for G query heads a block (blockIdx.x is
 // the group, blockIdx.y the row, blockIdx.z the range of a split row);
 // flash_attn passes softcap 0, window 0 and no sinks, every entry but
@@ -337,7 +447,9 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
         qr[i] = KV_RK > 0 ? hadamard_out(qh + d / kvq_run(0) * kvq_run(0), d % kvq_run(0), KV_RK, hk) : qh[d];
     }
     __syncthreads();
-    // … and quantized to Q8_0 blocks (T-CPU's bits), a warp a block.
+#ifndef KV_FP8
+    // … and quantized to Q8_0 blocks (T-CPU's bits), a warp a block (an
+    // FP8 cache's walk reads the query in F32, as T-CPU).
     for (int b = warp; b < G * nb; b += W) {
         float v = qr[32 * b + lane];
         float amax = warp_max(fabsf(v));
@@ -346,6 +458,7 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
         if (lane == 0) qd[b] = __half2float(__float2half_rn(amax / 127.f));
     }
     __syncthreads();
+#endif
     const u32 kv_dim = n_head_kv * head_dim;
     const int kvh = h0 / (n_head / n_head_kv);
     a.rb = kvq_row_bytes(kv_dim);
@@ -354,6 +467,7 @@ __device__ __forceinline__ void faq_block(float* sm, const float* q, const u8* k
     a.vofs = (size_t)KV_PAGE_TOKENS * a.rb;
     a.qq = qq;
     a.qd = qd;
+    a.qf = qr;
     // The warps' stages: as many as the block's shared memory holds
     // (launch.go's faqStaged), past faq_smem's layout.
     fa_stages<FAQ_STAGE>(a, (u8*)sm, faq_stage_at(G, W, D), faq_staged(D));

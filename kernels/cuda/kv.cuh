@@ -11,19 +11,29 @@ __device__ __forceinline__ __half* kv_at(u8* kv, u32 page, u32 layer, u32 n_laye
 
 // A quantized cache's instances (kernels/cuda/gen, from families.go's
 // kvLayouts) define KV_K and KV_V, the K and V rows' element types by
-// ggml id (T_Q8_0), and KV_RK and KV_RV, the runs of llama.cpp's
-// Walsh-Hadamard rotation of K and of V (0: not rotated; see
-// kernels.KVTypes). An F16 cache's instances define none of them and
+// ggml id (T_Q8_0, or zrt's T_FP8_E4M3), and KV_RK and KV_RV, the runs
+// of llama.cpp's Walsh-Hadamard rotation of K and of V (0: not rotated;
+// see kernels.KVTypes). An F16 cache's instances define none of them and
 // compile only the code above.
 #if defined(KV_K)
 #define KV_QUANT 1
-#if KV_K != T_Q8_0 || KV_V != T_Q8_0
-#error "T-CUDA's quantized caches hold Q8_0 K and V rows"
-#endif
+#define T_FP8_E4M3 65764 // kernels.FP8E4M3: 1<<16 | 0xE4, outside ggml's ids
+#if KV_K == T_FP8_E4M3 && KV_V == T_FP8_E4M3 && KV_RK == 0 && KV_RV == 0
+// An FP8 cache (kernels/quant/fp8.go): blocks of 64 values, a float32
+// scale then 64 E4M3 codes; never rotated.
+#define KV_FP8 1
+#define KVQ_BS 64 // values a block
+#define KVQ_BB 68 // bytes a block
+#elif KV_K == T_Q8_0 && KV_V == T_Q8_0
 #define Q8_BYTES 34 // a Q8_0 block: an F16 scale, 32 int8 quants
+#define KVQ_BS 32
+#define KVQ_BB Q8_BYTES
+#else
+#error "T-CUDA's quantized caches hold Q8_0 K and V rows, or unrotated FP8 E4M3 K and V rows"
+#endif
 
-// kvq_row_bytes is the bytes of a Q8_0 row of n values (kernels.KVRowBytes).
-__device__ __forceinline__ size_t kvq_row_bytes(u32 n) { return (size_t)(n / 32) * Q8_BYTES; }
+// kvq_row_bytes is the bytes of a quantized row of n values (kernels.KVRowBytes).
+__device__ __forceinline__ size_t kvq_row_bytes(u32 n) { return (size_t)(n / KVQ_BS) * KVQ_BB; }
 
 // kvq_page_bytes is a page's bytes (kernels.KVLayout.PageBytes): n_layer
 // regions of KV_PAGE_TOKENS K rows then as many V rows, padded to 64.
@@ -68,6 +78,60 @@ __device__ __forceinline__ float hadamard_out(const float* x, int i, int n, floa
     return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
+#ifdef KV_FP8
+// e4m3_f32 decodes the E4M3 code in the low byte of b exactly as
+// quant.E4M3ToF32 (the same bits; S.1111.111 is NaN), without the
+// conversion instructions compute_80's PTX lacks: the code's exponent and
+// mantissa set into a float's low exponent bits and top mantissa bits,
+// then scaled by 2^(127-7), which is exact for the normal codes and the
+// subnormal ones alike (the PTX keeps denormals: no -ftz).
+__device__ __forceinline__ float e4m3_f32(u32 b) {
+    const float v = __int_as_float((int)(((b & 0x80u) << 24) | ((b & 0x7fu) << 20))) * 0x1p120f;
+    return (b & 0x7fu) == 0x7fu ? __int_as_float(0x7fc00000) : v;
+}
+
+// f32_e4m3 encodes x as quant.E4M3FromF32 does (the same bits): rounded
+// to the nearest code, ties to an even mantissa; beyond ±448 (infinity
+// too) saturated to ±448; NaN as 0x7F. Integer operations only.
+__device__ __forceinline__ u32 f32_e4m3(float x) {
+    if (x != x) return 0x7fu;
+    const u32 bits = __float_as_uint(x), sign = (bits >> 24) & 0x80u, ab = bits & 0x7fffffffu;
+    const float a = __uint_as_float(ab);
+    if (a >= 448.f) return sign | 0x7eu;
+    // Subnormal codes are multiples of 2^-9 (a·512 is exact); a tie
+    // rounding up to 8 is the smallest normal code, 8.
+    if (a < 0.015625f) return sign | (u32)__float2int_rn(__fmul_rn(a, 512.f));
+    const u32 m = ab & 0x7fffffu, keep = m >> 20, rem = m & 0xfffffu;
+    u32 code = (((ab >> 23) - 120u) << 3) + keep; // exponent rebiased from 127 to 7
+    if (rem > 0x80000u || (rem == 0x80000u && (keep & 1u))) code++; // a carry moves into the exponent
+    return sign | code;
+}
+
+// kvq_store over an FP8 cache: the warp stores the n values x (a
+// multiple of 64) as FP8 blocks from dst on, as quant.QuantizeFP8Row
+// (the same bits): per block, scale = amax/448 and each code
+// f32_e4m3(v·(448/amax)), the quotients and products rounded in float32;
+// an all-zero block has scale 0 and zero codes. Lane j takes values 2j
+// and 2j+1 of a block. rot is 0 (FP8 rows are never rotated). Unlike
+// Go's max, fmaxf drops a NaN: a block with a NaN gets the other values'
+// scale, where T-CPU's scale is NaN (a NaN in K or V has already broken
+// the model).
+__device__ __forceinline__ void kvq_store(u8* dst, const float* x, int n, int rot) {
+    const int lane = threadIdx.x & 31;
+    for (int b = 0; b < n; b += 64) {
+        const float v0 = x[b + 2 * lane], v1 = x[b + 2 * lane + 1];
+        const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
+        const float scale = __fdiv_rn(amax, 448.f), inv = amax != 0.f ? __fdiv_rn(448.f, amax) : 0.f;
+        u8* blk = dst + (size_t)(b / 64) * KVQ_BB; // 4-byte aligned: rows are whole blocks from a 64-byte boundary
+        *(unsigned short*)(blk + 4 + 2 * lane) = (unsigned short)(f32_e4m3(__fmul_rn(v0, inv)) | f32_e4m3(__fmul_rn(v1, inv)) << 8);
+        if (lane == 0) *(float*)blk = scale;
+    }
+}
+
+// kvq_run is the run of K (which 0) or V (1) rows a quantized cache
+// quantizes at once: a block (FP8 rows are not rotated).
+__host__ __device__ constexpr int kvq_run(int) { return 64; }
+#else
 // kvq_block: the warp quantizes one block of 32 values (lane j's v is
 // value j) into the Q8_0 block at dst, as T-CPU's quantQ8_0 (ggml's AVX2
 // quantize_row_q8_0): the scale amax/127 stored as F16, each quant
@@ -103,4 +167,5 @@ __device__ __forceinline__ void kvq_store(u8* dst, const float* x, int n, int ro
 // kvq_run is the run of K (which 0) or V (1) rows a quantized cache
 // rotates: its rotation, else a block.
 __host__ __device__ constexpr int kvq_run(int which) { return which == 0 ? (KV_RK > 0 ? KV_RK : 32) : (KV_RV > 0 ? KV_RV : 32); }
+#endif // KV_FP8
 #endif

@@ -54,7 +54,9 @@ func TestCheckKV(t *testing.T) {
 		{"q8_0", "q8_0", 512, 64, false},
 		{"q8_0", "f16", 128, 0, false},
 		{"f16", "q8_0", 0, 64, false},
-		{"fp8_e4m3", "fp8_e4m3", 0, 0, false}, // T-CPU's only, so far
+		{"fp8_e4m3", "fp8_e4m3", 0, 0, true},
+		{"fp8_e4m3", "fp8_e4m3", 64, 0, false}, // FP8 rows are never rotated
+		{"fp8_e4m3", "q8_0", 0, 0, false},
 	} {
 		h := &bundle.Hparams{HeadDim: 512, CacheTypeK: c.k, CacheTypeV: c.v, CacheRotK: c.rotK, CacheRotV: c.rotV}
 		err := checkKV(h)

@@ -310,6 +310,27 @@ __device__ __forceinline__ uint4 q8_deq8(const u8* blk, int o) {
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+#ifdef KV_FP8
+// kvq_deq8 is values col … col+7 of a head's FP8 row (col a multiple of
+// 8) as eight halves: each code decoded times its block's scale in F32
+// (quant.DequantizeFP8Row's values), rounded to F16 for the tensor cores.
+__device__ __forceinline__ uint4 kvq_deq8(const u8* row, int col) {
+    const u8* blk = row + (col / 64) * KVQ_BB;
+    const float d = *(const float*)blk;
+    const u32* cs = (const u32*)(blk + 4 + col % 64); // 4-byte aligned: blocks are 68 bytes, col % 8 == 0
+    u32 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const u32 c = cs[j / 2] >> (16 * (j % 2));
+        w[j] = pack_f16(__fmul_rn(e4m3_f32(c), d), __fmul_rn(e4m3_f32(c >> 8), d));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+#else
+// kvq_deq8 is values col … col+7 of a head's Q8_0 row (q8_deq8).
+__device__ __forceinline__ uint4 kvq_deq8(const u8* row, int col) { return q8_deq8(row + (col / 32) * Q8_BYTES, col % 32); }
+#endif
+
 // fatq_block is fat_block (the F16 instance's tile, below) over a Q8_0
 // cache: each warp's 16 query rows are staged in F32 (fs, the F16 tiles'
 // memory before the keys), each lane's fragment values rotated by K's
@@ -330,7 +351,7 @@ __device__ __forceinline__ void fatq_block(const float* q, const u8* kv, const u
     // A head's row is D/32 blocks of 34 bytes, which start 8-byte aligned
     // for heads of 128 (rows of 136 bytes) and 4-byte aligned for 64:
     // copied CP bytes at a time, CPR copies a row.
-    constexpr int QRB = D / 32 * Q8_BYTES, CP = D % 128 == 0 ? 8 : 4, CPR = QRB / CP;
+    constexpr int QRB = D / KVQ_BS * KVQ_BB, CP = D % 128 == 0 ? 8 : 4, CPR = QRB / CP;
     static_assert(fat_smem(D, true) == 2 * TILE * 2 + 2 * FAT_KEYS * QRB, "fat_smem");
     static_assert(4 * 16 * FS * FAT_WARPS <= 2 * TILE * 2, "the queries' staging fits the F16 tiles");
     static_assert(4 * FAT_WARPS * (4 * NB + 4) * 32 <= 2 * TILE * 2, "fat_merge's states fit the F16 tiles");
@@ -414,9 +435,9 @@ __device__ __forceinline__ void fatq_block(const float* q, const u8* kv, const u
 #pragma unroll
             for (int u = 0; u < FAT_KEYS * (D / 8) / NT; u++) {
                 const int c = tid + NT * u, kr = c / (D / 8), col = (c % (D / 8)) * 8;
-                const u8* blk = raw + kr * QRB + (col / 32) * Q8_BYTES;
-                *(uint4*)(kt + kr * RS + col) = q8_deq8(blk, col % 32);
-                *(uint4*)(vt + kr * RS + col) = q8_deq8(blk + FAT_KEYS * QRB, col % 32);
+                const u8* rk = raw + kr * QRB;
+                *(uint4*)(kt + kr * RS + col) = kvq_deq8(rk, col);
+                *(uint4*)(vt + kr * RS + col) = kvq_deq8(rk + FAT_KEYS * QRB, col);
             }
             __syncthreads(); // the F16 tiles are whole; raw is free
             if (n + 1 < nt) {

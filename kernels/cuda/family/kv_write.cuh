@@ -1,5 +1,5 @@
 // kv_write.cuh: T-CUDA's kernel family kv_write: store each row's K and V as
-// F16, or as Q8_0 blocks in a quantized cache's instances (kv.cuh's
+// F16, or as Q8_0 or FP8 blocks in a quantized cache's instances (kv.cuh's
 // KV_QUANT); grid (rows).
 // An instance .cu (written by kernels/cuda/gen from the family table in
 // families.go) defines FAMILY and NAME, then includes this file.
@@ -39,8 +39,8 @@ extern "C" __global__ void __launch_bounds__(256)
     const float* kr = k + (size_t)row * kv_dim;
     const float* vr = v + (size_t)row * kv_dim;
     for (int r = warp * kvq_run(0); r < (int)kv_dim; r += nw * kvq_run(0))
-        kvq_store(dk + (size_t)r / 32 * Q8_BYTES, kr + r, kvq_run(0), KV_RK);
+        kvq_store(dk + kvq_row_bytes(r), kr + r, kvq_run(0), KV_RK);
     for (int r = warp * kvq_run(1); r < (int)kv_dim; r += nw * kvq_run(1))
-        kvq_store(dv + (size_t)r / 32 * Q8_BYTES, vr + r, kvq_run(1), KV_RV);
+        kvq_store(dv + kvq_row_bytes(r), vr + r, kvq_run(1), KV_RV);
 }
 #endif

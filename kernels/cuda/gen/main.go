@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/kernels"
 	"github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/kernels/internal/asmgen"
 	"github.com/zrtdev/zrt/kernels/quant"
@@ -161,8 +163,15 @@ func instance(in cuda.Instance) []byte {
 	}
 	if !in.KV.IsF16() {
 		// The cache's element types by ggml id, and its rotations (kv.cuh).
+		// FP8E4M3 has no ggml name: zrt's (kv.cuh's T_FP8_E4M3).
+		name := func(t ggml.Type) string {
+			if t == kernels.FP8E4M3 {
+				return kernels.KVTypeName(t)
+			}
+			return t.String()
+		}
 		fmt.Fprintf(&b, "#define KV_K %d // %s\n#define KV_V %d // %s\n#define KV_RK %d\n#define KV_RV %d\n",
-			uint32(in.KV.K), in.KV.K, uint32(in.KV.V), in.KV.V, in.KV.RotK, in.KV.RotV)
+			uint32(in.KV.K), name(in.KV.K), uint32(in.KV.V), name(in.KV.V), in.KV.RotK, in.KV.RotV)
 	}
 	fmt.Fprintf(&b, "#define NAME %s\n#include %q\n", in.Entry(), in.Family.File())
 	return b.Bytes()

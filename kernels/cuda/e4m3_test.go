@@ -83,3 +83,55 @@ func TestE4M3Coding(t *testing.T) {
 		check(x)
 	}
 }
+
+// e4m3PairHalves is kv.cuh's e4m3x2_lo and e4m3x2_hi before the
+// conversion to float: the two codes of bytes (sel's) of w as the F16s
+// of their values over 256, packed.
+func e4m3PairHalves(w uint32, hi bool) uint32 {
+	t := w & 0xff | (w>>8&0xff)<<16 // __byte_perm(w, 0, 0x4140)
+	if hi {
+		t = w>>16&0xff | (w>>24&0xff)<<16 // 0x4342
+	}
+	return (t&0x00800080)<<8 | (t&0x007f007f)<<7
+}
+
+// TestE4M3PairHalves holds the two-codes-at-once decoding of the decode
+// attention's walk to quant.E4M3ToF32: every code but NaN's (0x7f, 0xff,
+// which it reads as ±480) is its value over 256 as an F16, exactly.
+func TestE4M3PairHalves(t *testing.T) {
+	for c := range uint32(256) {
+		if c&0x7f == 0x7f {
+			continue
+		}
+		for _, hi := range []bool{false, true} {
+			w := c | (c^0x80)<<8
+			if hi {
+				w = (c | (c^0x80)<<8) << 16
+			}
+			h := e4m3PairHalves(w, hi)
+			lo, up := quant.F16ToF32(uint16(h)), quant.F16ToF32(uint16(h>>16))
+			if want := quant.E4M3ToF32(uint8(c)) / 256; lo != want || math.Signbit(float64(lo)) != math.Signbit(float64(want)) {
+				t.Errorf("code %#02x (hi %v): %g, want %g", c, hi, lo, want)
+			}
+			if want := quant.E4M3ToF32(uint8(c^0x80)) / 256; up != want || math.Signbit(float64(up)) != math.Signbit(float64(want)) {
+				t.Errorf("code %#02x (hi %v, second): %g, want %g", c^0x80, hi, up, want)
+			}
+		}
+	}
+}
+
+// TestE4M3ScaledBy256 holds the walk's value (code/256 times 256·scale)
+// to T-CPU's (code times scale), bit for bit: both are the exact product
+// rounded once, for scales of every magnitude, subnormal ones too.
+func TestE4M3ScaledBy256(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	for range 20000 {
+		sc := float32(math.Ldexp(rng.Float64(), rng.Intn(260)-140))
+		for c := range uint32(0x7f) {
+			v := quant.F16ToF32(uint16(e4m3PairHalves(c, false)))
+			if got, want := v*(sc*256), quant.E4M3ToF32(uint8(c))*sc; math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("code %#02x scale %g: %g, want %g", c, sc, got, want)
+			}
+		}
+	}
+}

@@ -52,10 +52,12 @@ struct FaqArgs : FaKeys { // FaKeys' offsets in bytes
 #ifdef KV_FP8
 // Over an FP8 cache (kv.cuh's KV_FP8) the arithmetic is T-CPU's
 // attendQuant with FP8 rows (dotFP8Rows, madFP8Rows), which is zrt's own
-// and the reference: the query stays F32; each K value is decoded to F32
-// (code · scale, rounded) and the products summed in F32, fused; each V
-// value likewise decoded and accumulated in F32. The sums differ from
-// T-CPU's in order only: a lane sums one block of 64 values of a key, the
+// and the reference: the query stays F32, and each V value is decoded to
+// T-CPU's F32 value (code · scale: kv.cuh's e4m3x2, times 256·scale) and
+// accumulated in F32. A key's score is the sum of each block's products of
+// the query with the codes' values over 256 (exact), fused, times the
+// block's 256·scale: T-CPU's products of the decoded values, summed in
+// another order and rounded otherwise (about 1e-7 of the score). The
 // blocks of a key are summed in block order by shuffle (T-CPU: one pass
 // over the head), and the softmax is fa.cuh's online one per warp,
 // merged. The geometry is fa.cuh's; a head is P2 blocks, so a key's K
@@ -80,15 +82,19 @@ __device__ __forceinline__ void faf_chunk(const FaqArgs& a, int nk, float* m, fl
         u32 c[17];
 #pragma unroll
         for (int i = 0; i < 17; i++) c[i] = w[i];
-        const float sc = __uint_as_float(c[0]);
 #pragma unroll
-        for (int i = 0; i < 16; i++)
+        for (int i = 0; i < 16; i++) {
+            const float2 lo = e4m3x2(c[1 + i], 0x4140), hi = e4m3x2(c[1 + i], 0x4342);
 #pragma unroll
-            for (int b = 0; b < 4; b++) {
-                const float x = __fmul_rn(e4m3_f32(c[1 + i] >> (8 * b)), sc);
-#pragma unroll
-                for (int g = 0; g < G; g++) pr[g] = __fmaf_rn(a.qf[g * D + 64 * part + 4 * i + b], x, pr[g]);
+            for (int g = 0; g < G; g++) {
+                const float4 qv = *(const float4*)(a.qf + g * D + 64 * part + 4 * i); // 16-byte aligned: D is whole blocks
+                pr[g] = __fmaf_rn(qv.x, lo.x, pr[g]), pr[g] = __fmaf_rn(qv.y, lo.y, pr[g]);
+                pr[g] = __fmaf_rn(qv.z, hi.x, pr[g]), pr[g] = __fmaf_rn(qv.w, hi.y, pr[g]);
             }
+        }
+        const float sc256 = __fmul_rn(__uint_as_float(c[0]), 256.f);
+#pragma unroll
+        for (int g = 0; g < G; g++) pr[g] = __fmul_rn(pr[g], sc256);
     }
     // A key's blocks summed in order; lane j takes key j's score.
     float dot[G];
@@ -114,10 +120,10 @@ __device__ __forceinline__ void faf_chunk(const FaqArgs& a, int nk, float* m, fl
             v[i] = make_float2(0.f, 0.f);
             if (i >= nb) continue;
             const u8* blk = vp + (size_t)i * KVQ_BB;
-            const float sc = *(const float*)blk;
-            const u32 cv = *(const unsigned short*)(blk + 4 + 2 * lane);
-            v[i].x = __fmul_rn(e4m3_f32(cv), sc);
-            v[i].y = __fmul_rn(e4m3_f32(cv >> 8), sc);
+            const float sc256 = __fmul_rn(*(const float*)blk, 256.f);
+            const float2 f = e4m3x2(*(const unsigned short*)(blk + 4 + 2 * lane), 0x4140);
+            v[i].x = __fmul_rn(f.x, sc256);
+            v[i].y = __fmul_rn(f.y, sc256);
         }
         fa_add_v<P2, G>(acc, p, j, v);
     }

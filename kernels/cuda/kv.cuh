@@ -90,6 +90,21 @@ __device__ __forceinline__ float e4m3_f32(u32 b) {
     return (b & 0x7fu) == 0x7fu ? __int_as_float(0x7fc00000) : v;
 }
 
+// e4m3x2 decodes the two E4M3 codes of w that the __byte_perm selector
+// sel puts in bytes 0 and 2 (0x4140: w's bytes 0 and 1; 0x4342: 2 and 3)
+// as their values over 256, exactly: each code's sign, exponent and
+// mantissa set into an F16 (bias 15 against E4M3's 7, which the 256
+// makes up; the subnormal codes are F16 subnormals), then widened. The
+// decode attention's walk multiplies by 256·scale, which gives
+// quant.DequantizeFP8Row's values to the bit (the exact product rounded
+// once); a NaN code (0x7F, which the encoder writes only for a NaN) reads
+// as 480.
+__device__ __forceinline__ float2 e4m3x2(u32 w, u32 sel) {
+    const u32 t = __byte_perm(w, 0u, sel);
+    const u32 h = ((t & 0x00800080u) << 8) | ((t & 0x007f007fu) << 7);
+    return make_float2(__half2float(__ushort_as_half((unsigned short)(h & 0xffffu))), __half2float(__ushort_as_half((unsigned short)(h >> 16))));
+}
+
 // f32_e4m3 encodes x as quant.E4M3FromF32 does (the same bits): rounded
 // to the nearest code, ties to an even mantissa; beyond ±448 (infinity
 // too) saturated to ±448; NaN as 0x7F. Integer operations only.

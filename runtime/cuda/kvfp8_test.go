@@ -33,11 +33,14 @@ import (
 var fp8Layout = kernels.KVTypes{K: kernels.FP8E4M3, V: kernels.FP8E4M3}
 
 // fp8AttnTolerance bounds T-CUDA's FP8-cache attention against T-CPU's,
-// relative to max(1, |want|). Both decode the same codes and scales to the
-// same F32 values and accumulate in F32 with fused products; what differs
-// is the order of the sums (a lane's block of 64 products, then the
-// head's blocks, where T-CPU takes the head in one pass; the warps'
-// online softmax states merged) and expf's last bits: about 1e-6 of
+// relative to max(1, |want|). Both decode V to the same F32 values and
+// accumulate in F32 with fused products; a score is T-CPU's products of
+// the F32 query with the decoded K values, but T-CUDA scales each block's
+// sum of the codes' products once (kv.cuh's e4m3x2) where T-CPU scales
+// each value. What differs is that and the order of the sums (a lane's
+// block of 64 products, then the head's blocks, where T-CPU takes the
+// head in one pass; the warps' online softmax states merged) and expf's
+// last bits: about 1e-6 of
 // outputs that average values in ±1, with scores of a few units. A
 // misdecoded code or a misplaced row or block moves them by 1e-2 or more.
 const fp8AttnTolerance = 1e-4

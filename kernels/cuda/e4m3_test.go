@@ -88,7 +88,7 @@ func TestE4M3Coding(t *testing.T) {
 // conversion to float: the two codes of bytes (sel's) of w as the F16s
 // of their values over 256, packed.
 func e4m3PairHalves(w uint32, hi bool) uint32 {
-	t := w & 0xff | (w>>8&0xff)<<16 // __byte_perm(w, 0, 0x4140)
+	t := w&0xff | (w>>8&0xff)<<16 // __byte_perm(w, 0, 0x4140)
 	if hi {
 		t = w>>16&0xff | (w>>24&0xff)<<16 // 0x4342
 	}

@@ -172,6 +172,19 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// ldsm4 and ldsm2 load four and two 8×16-byte matrices of shared memory
+// (ldmatrix): lane l gives the address of row l % 8 of matrix l / 8, and
+// gets word l % 4 of row l / 4 of each, in r[0], r[1], …: the int8 mma
+// fragments, one instruction for what took four 32-bit loads.
+__device__ __forceinline__ void ldsm4(int* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm2(int* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
 // Ic<N>: the constant N as a type, for a generic lambda's argument.
 template <int N> struct Ic { static constexpr int value = N; };
 
@@ -272,19 +285,28 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
 #pragma unroll
     for (int j = 0; j < WJ; j++)
         if (tid < FPP * PPF && cf + FPP * j < MT_N && f0 + cf + FPP * j < n) wok |= 1u << j;
+    // Q6_K's 53 words a feature make 32 copies a thread: their sources
+    // are stepped one from the last and their features checked as they
+    // go, which kept its mma loop's registers from spilling.
     auto copy_w = [&](int kb, int buf) {
         if (tid >= FPP * PPF) return;
         const u32 wb = sm0 + buf * SB + MR * (MT_XS + 4 + 32) + cf * WS + cpo;
-        size_t at = wat0 + (size_t)kb * CB;
-        if (TW == T_Q6_K) at &= ~(size_t)3;
-        const u8* src = w + at + cpo;
+        if (TW == T_Q6_K) {
+            const u8* src = w + (((size_t)(f0 + cf) * rb + (size_t)kb * CB) & ~(size_t)3) + cpo;
+#pragma unroll
+            for (int j = 0; j < WJ; j++, src += (size_t)FPP * rb) {
+                if (cf + FPP * j >= MT_N) break;
+                const bool ok = f0 + cf + FPP * j < n;
+                cp_async4s(wb + FPP * j * WS, ok ? src : w, ok);
+            }
+            return;
+        }
+        const u8* src = w + wat0 + (size_t)kb * CB + cpo;
 #pragma unroll
         for (int j = 0; j < WJ; j++) {
             if (cf + FPP * j >= MT_N) break;
             const bool ok = wok >> j & 1;
-            const u8* sj = ok ? src + (size_t)FPP * j * rb : w;
-            if (TW == T_Q6_K) cp_async4s(wb + FPP * j * WS, sj, ok);
-            else cp_async16s(wb + FPP * j * WS, sj, ok);
+            cp_async16s(wb + FPP * j * WS, ok ? src + (size_t)FPP * j * rb : w, ok);
         }
     };
     auto copy = [&](int kb, int buf) {
@@ -385,7 +407,11 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         // hoist the loads.
         auto product = [&](auto nm, int nmr) {
             constexpr int NM = decltype(nm)::value;
-            const signed char* xa = xq + (wr0 + g) * MT_XS + 4 * t;
+            // ldmatrix's rows: lane l's of the A fragments (rows l % 8 and
+            // + 8, bytes 16·(l / 16) of the 32), and of two B fragments
+            // (features l % 8 of fragment l / 16, bytes 16·(l / 8 % 2)).
+            const u32 la = sm0 + (u32)(base - smem) + (wr0 + (lane & 7) + 8 * (lane >> 3 & 1)) * MT_XS + 16 * (lane >> 4);
+            const u32 lb = sm0 + (u32)(wr - smem) + (wf0 + (lane & 7) + 8 * (lane >> 4)) * WS + 16 * (lane >> 3 & 1);
             if (TW == T_Q4_K) {
 #pragma unroll 2
                 for (int s = 0; s < 8; s++) {
@@ -393,16 +419,19 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
 #pragma unroll
                     for (int mi = 0; mi < MI; mi++) {
                         if (mi >= NM || mi >= nmr) break;
-                        const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                        a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                        ldsm4(a[mi], la + mi * 16 * MT_XS + 32 * s);
                     }
+                    // The sub-block pair's packed quants, as they are: one
+                    // ldmatrix a pair of B fragments, the same for both
+                    // sub-blocks (low nibbles, then high).
+                    int bq[NI][2];
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni += 2) ldsm4(&bq[ni][0], lb + ni * 8 * WS + 16 + 32 * (s >> 1));
 #pragma unroll
                     for (int ni = 0; ni < NI; ni++) {
-                        const u8* q = wr + (wf0 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
-                        int sh = 4 * (s & 1);
-                        b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
-                        b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
+                        const int sh = 4 * (s & 1);
+                        b[ni][0] = (bq[ni][0] >> sh) & 0x0F0F0F0F;
+                        b[ni][1] = (bq[ni][1] >> sh) & 0x0F0F0F0F;
                     }
 #pragma unroll
                     for (int ni = 0; ni < NI; ni++) {
@@ -433,9 +462,7 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
 #pragma unroll
                     for (int mi = 0; mi < MI; mi++) {
                         if (mi >= NM || mi >= nmr) break;
-                        const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                        a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
+                        ldsm4(a[mi], la + mi * 16 * MT_XS + 32 * s);
                     }
                     const int o = (34 * s + 2 + 4 * t) >> 2;
                     const u32 sel = s & 1 ? 0x3210 : 0x5432;
@@ -472,23 +499,27 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                     wq[ni] = (const u32*)(wr + f * WS);
                     sel[ni] = 0x3210 + 0x1111 * q6sh(f);
                 }
-#pragma unroll 4
-                for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
+#pragma unroll 8
+                for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16 (8 a step: qu a constant)
                     int a[MI][2], b[NI];
 #pragma unroll
                     for (int mi = 0; mi < MI; mi++) {
                         if (mi >= NM || mi >= nmr) break;
-                        const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
-                        a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
+                        ldsm2(a[mi], la + mi * 16 * MT_XS + 16 * s);
                     }
-                    // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
+                    // Elements e = 16s+4t…+3: half h, quarter qu of it,
+                    // position l. Each byte of B is 4·(q − 32), q the 6-bit
+                    // quant: q's bits in bits 2-7 with the top one flipped,
+                    // one instruction from the two fields where q − 32 took
+                    // five; the products are 4 times theirs (exactly: 4·127·32
+                    // a term, ±2^29 a super-block's sum), divided out below.
                     int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
 #pragma unroll
                     for (int ni = 0; ni < NI; ni++) {
                         int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
-                        int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
-                        int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
-                        b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
+                        u32 wl = __byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]), wh = __byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]);
+                        u32 ql = (qu >> 1 ? wl >> 2 : wl << 2) & 0x3C3C3C3Cu, qh = (wh << (6 - 2 * qu)) & 0xC0C0C0C0u;
+                        b[ni] = (int)((ql | qh) ^ 0x80808080u);
                     }
 #pragma unroll
                     for (int ni = 0; ni < NI; ni++) {
@@ -543,7 +574,7 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                         if (TW == T_Q4_K)
                             acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn[ni][e]);
                         else
-                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
+                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)(isc[mi][ni][e] >> 2); // Q6_K: see its B
                     }
             }
         }

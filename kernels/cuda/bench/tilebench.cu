@@ -3,7 +3,8 @@
 // of 128, ffn 3072, Q4_K_M) and the llama 7B shape, at 512 and 1024 rows:
 // for each, the tile and split-k launch.go picks (first line, marked *)
 // and the other tiles and splits, each launch's microseconds and TOPS
-// (2·rows·n·k). Weights rotate through a pool several times the L2, so
+// (2·rows·n·k), then a few decode steps and a partial tile, each on the
+// tile launch.go picks. Weights rotate through a pool several times the L2, so
 // each launch reads them from memory as a prefill step does. With an
 // argument, it writes every picked launch's output there, so that two
 // builds of mmt.cuh can be compared bit for bit (cmp).
@@ -105,9 +106,13 @@ template <int T> static void shape(const Env& e, const char* name, int rows, int
     const int kbs = k / 256, warps = std::min(std::max(kbs, 1), 8);
     k_stage<T><<<dim3(rows, (kbs + warps - 1) / warps), 32 * warps>>>(e.x, e.io, k, e.q8);
     CK(cudaDeviceSynchronize());
-    const int tiles = (rows + 63) / 64 * ((n + MT_N - 1) / MT_N);
-    one<T, 64>(e, name, rows, k, n, splits_for(tiles, kbs, per_sm(mt_smem<T, 64>(), 64)), true);
-    if (!sweep) return;
+    // launch.go's tile: 16 rows up to 32 (64 where k < 4096), 32 up to 64, else 64
+    const int mr = rows <= 32 || (rows <= 64 && k < 4096) ? 16 : rows <= 64 ? 32 : 64;
+    const int tiles = (rows + mr - 1) / mr * ((n + MT_N - 1) / MT_N);
+    if (mr == 16) one<T, 16>(e, name, rows, k, n, splits_for(tiles, kbs, per_sm(mt_smem<T, 16>(), 16)), true);
+    if (mr == 32) one<T, 32>(e, name, rows, k, n, splits_for(tiles, kbs, per_sm(mt_smem<T, 32>(), 32)), true);
+    if (mr == 64) one<T, 64>(e, name, rows, k, n, splits_for(tiles, kbs, per_sm(mt_smem<T, 64>(), 64)), true);
+    if (!sweep || mr != 64) return;
     for (int s : {1, 2, 3, 4, 6, 8}) one<T, 64>(e, name, rows, k, n, s, false);
     for (int s : {1, 2, 4}) one<T, 32>(e, name, rows, k, n, s, false);
     for (int s : {1, 2}) one<T, 16>(e, name, rows, k, n, s, false);
@@ -144,6 +149,14 @@ int main(int argc, char** argv) {
         shape<T_Q6_K>(e, "7b v", rows, 4096, 4096, sweep);
         shape<T_Q4_K>(e, "7b gate+up", rows, 4096, 22016, sweep);
         shape<T_Q6_K>(e, "7b down", rows, 11008, 4096, sweep);
+    }
+    // decode steps and a partial last tile: every tile's code, for the
+    // bit-for-bit comparison
+    for (int rows : {9, 16, 40, 100}) {
+        shape<T_Q4_K>(e, "q06 o", rows, 2048, 1024, false);
+        shape<T_Q6_K>(e, "q06 v", rows, 1024, 1024, false);
+        shape<T_Q4_K>(e, "7b q,o", rows, 4096, 4096, false);
+        shape<T_Q6_K>(e, "7b v", rows, 4096, 4096, false);
     }
     if (e.out) fclose(e.out);
     return 0;

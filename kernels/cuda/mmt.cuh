@@ -160,10 +160,33 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool ok) {
                  "r"(ok ? 4 : 0)
                  : "memory");
 }
+// The same, to a shared memory address as cp.async takes it (32 bits).
+__device__ __forceinline__ void cp_async16s(u32 dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4s(u32 dst, const void* src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+
+// ldsm4 and ldsm2 load four and two 8×16-byte matrices of shared memory
+// (ldmatrix): lane l gives the address of row l % 8 of matrix l / 8, and
+// gets word l % 4 of row l / 4 of each, in r[0], r[1], …: the int8 mma
+// fragments, one instruction for what took four 32-bit loads.
+__device__ __forceinline__ void ldsm4(int* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm2(int* r, u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// Ic<N>: the constant N as a type, for a generic lambda's argument.
+template <int N> struct Ic { static constexpr int value = N; };
 
 __device__ __forceinline__ void mma_k32(int* c, const int* a, const int* b) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -228,37 +251,62 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
     // thread's offset is the same for all its features). Rows and features
     // past the ends are zeros (0 bytes copied from a valid address).
     static_assert(MT_THREADS >= 3 * 64, "mmt's record copies");
+    // Each thread's sources and destinations are worked out once, here:
+    // per step only the super-block's offset is added (recomputing them
+    // every step took as many instructions as a super-block's mma).
+    // Shared memory is addressed as the 32-bit offsets cp.async takes.
+    const u32 sm0 = (u32)__cvta_generic_to_shared(smem);
+    const int xr = tid >> 4, xp = 16 * (tid & 15); // the quants: this thread's first row, its piece
+    // Offsets into the records, 32 bits: a launch's records take about
+    // 1.2 bytes an activation (32768 rows of k = 28672: 1.1 GB).
+    const u32 xrow = kbs * MT_REC; // a row's records
+    const u32 xq0 = (row0 + min(xr, nr - 1)) * xrow + xp;
+    // The sums (2·nc threads, two pieces a row) or the scale (nc more).
+    const int xs_r = tid < 2 * nc ? tid >> 1 : tid - 2 * nc;
+    const bool xs_on = tid < 3 * nc, xs_sum = tid < 2 * nc;
+    const u32 xs0 = (row0 + min(max(xs_r, 0), nr - 1)) * xrow + (xs_sum ? 256 + 16 * (tid & 1) : 288);
+    const u32 xs_dst = xs_sum ? MR * (MT_XS + 4) + xs_r * 32 + 16 * (tid & 1) : MR * MT_XS + 4 * xs_r;
     auto copy_x = [&](int kb, int buf) {
-        u8* base = smem + buf * SB;
-        const u8* at = recs + (size_t)kb * MT_REC;
+        const u32 base = sm0 + buf * SB;
+        const u32 at = kb * MT_REC;
 #pragma unroll
         for (int j = 0; j < MR / 16; j++) {
-            const int r = (tid >> 4) + 16 * j, p = tid & 15;
-            if (r < nc) cp_async16(base + r * MT_XS + 16 * p, at + (size_t)(row0 + min(r, nr - 1)) * kbs * MT_REC + 16 * p, r < nr);
+            const int r = xr + 16 * j;
+            if (r < nc) cp_async16s(base + r * MT_XS + xp, recs + (r < nr ? xq0 + at + 16 * j * xrow : 0), r < nr);
         }
-        if (tid < 2 * nc) {
-            const int r = tid >> 1, h = tid & 1;
-            cp_async16(base + MR * (MT_XS + 4) + r * 32 + 16 * h, at + (size_t)(row0 + min(r, nr - 1)) * kbs * MT_REC + 256 + 16 * h, r < nr);
-        } else if (tid < 3 * nc) {
-            const int r = tid - 2 * nc;
-            cp_async4(base + MR * MT_XS + 4 * r, at + (size_t)(row0 + min(r, nr - 1)) * kbs * MT_REC + 288, r < nr);
-        }
+        if (xs_sum) cp_async16s(base + xs_dst, recs + (xs_r < nr ? xs0 + at : 0), xs_r < nr);
+        else if (xs_on) cp_async4s(base + xs_dst, recs + (xs_r < nr ? xs0 + at : 0), xs_r < nr);
     };
     constexpr int PB = TW == T_Q6_K ? 4 : 16, PPF = (TW == T_Q6_K ? WS : CB) / PB, FPP = MT_THREADS / PPF;
+    constexpr int WJ = (MT_N + FPP - 1) / FPP; // the features a thread copies
     const int cf = tid / PPF, cpo = PB * (tid % PPF); // this thread's first feature, and its piece's offset
+    const size_t wat0 = (size_t)(f0 + cf) * rb;
+    u32 wok = 0; // bit j: feature cf + FPP·j is one to copy
+#pragma unroll
+    for (int j = 0; j < WJ; j++)
+        if (tid < FPP * PPF && cf + FPP * j < MT_N && f0 + cf + FPP * j < n) wok |= 1u << j;
+    // Q6_K's 53 words a feature make 32 copies a thread: their sources
+    // are stepped one from the last and their features checked as they
+    // go, which kept its mma loop's registers from spilling.
     auto copy_w = [&](int kb, int buf) {
         if (tid >= FPP * PPF) return;
-        u8* wb = smem + buf * SB + MR * (MT_XS + 4 + 32) + cf * WS + cpo;
-        size_t at = (size_t)(f0 + cf) * rb + (size_t)kb * CB;
-        if (TW == T_Q6_K) at &= ~(size_t)3;
-        const u8* src = w + at + cpo;
+        const u32 wb = sm0 + buf * SB + MR * (MT_XS + 4 + 32) + cf * WS + cpo;
+        if (TW == T_Q6_K) {
+            const u8* src = w + (((size_t)(f0 + cf) * rb + (size_t)kb * CB) & ~(size_t)3) + cpo;
 #pragma unroll
-        for (int j = 0; j < (MT_N + FPP - 1) / FPP; j++, src += (size_t)FPP * rb) {
-            const int f = cf + FPP * j;
-            if (f >= MT_N) break;
-            const bool ok = f0 + f < n;
-            if (TW == T_Q6_K) cp_async4(wb + FPP * j * WS, ok ? src : w, ok);
-            else cp_async16(wb + FPP * j * WS, ok ? src : w, ok);
+            for (int j = 0; j < WJ; j++, src += (size_t)FPP * rb) {
+                if (cf + FPP * j >= MT_N) break;
+                const bool ok = f0 + cf + FPP * j < n;
+                cp_async4s(wb + FPP * j * WS, ok ? src : w, ok);
+            }
+            return;
+        }
+        const u8* src = w + wat0 + (size_t)kb * CB + cpo;
+#pragma unroll
+        for (int j = 0; j < WJ; j++) {
+            if (cf + FPP * j >= MT_N) break;
+            const bool ok = wok >> j & 1;
+            cp_async16s(wb + FPP * j * WS, ok ? src + (size_t)FPP * j * rb : w, ok);
         }
     };
     auto copy = [&](int kb, int buf) {
@@ -351,126 +399,147 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
             for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) isc[mi][ni][e] = 0;
-        const signed char* xa = xq + (wr0 + g) * MT_XS + 4 * t;
-        if (TW == T_Q4_K) {
+        // The sub-blocks' integer products. NM, the fragments of 16 rows
+        // computed, is a constant: a warp all of whose fragments have rows
+        // (every warp of a prefill but the last tile's) runs code without a
+        // branch per fragment, which let the compiler neither overlap the
+        // mma of one B fragment with the multiply-adds of the last nor
+        // hoist the loads.
+        auto product = [&](auto nm, int nmr) {
+            constexpr int NM = decltype(nm)::value;
+            // ldmatrix's rows: lane l's of the A fragments (rows l % 8 and
+            // + 8, bytes 16·(l / 16) of the 32), and of two B fragments
+            // (features l % 8 of fragment l / 16, bytes 16·(l / 8 % 2)).
+            const u32 la = sm0 + (u32)(base - smem) + (wr0 + (lane & 7) + 8 * (lane >> 3 & 1)) * MT_XS + 16 * (lane >> 4);
+            const u32 lb = sm0 + (u32)(wr - smem) + (wf0 + (lane & 7) + 8 * (lane >> 4)) * WS + 16 * (lane >> 3 & 1);
+            if (TW == T_Q4_K) {
 #pragma unroll 2
-            for (int s = 0; s < 8; s++) {
-                int a[MI][4], b[NI][2];
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++) {
-                    if (mi >= nmi) break;
-                    const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                    a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
-                }
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    const u8* q = wr + (wf0 + ni * 8 + g) * WS + 16 + 32 * (s >> 1) + 4 * t;
-                    int sh = 4 * (s & 1);
-                    b[ni][0] = (*(const int*)q >> sh) & 0x0F0F0F0F;
-                    b[ni][1] = (*(const int*)(q + 16) >> sh) & 0x0F0F0F0F;
-                }
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    int fc = wf0 + ni * 8 + 2 * t;
-                    int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
+                for (int s = 0; s < 8; s++) {
+                    int a[MI][4], b[NI][2];
 #pragma unroll
                     for (int mi = 0; mi < MI; mi++) {
-                        if (mi >= nmi) break;
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k32(c, a[mi], b[ni]);
-                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
-                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                        if (mi >= NM || mi >= nmr) break;
+                        ldsm4(a[mi], la + mi * 16 * MT_XS + 32 * s);
+                    }
+                    // The sub-block pair's packed quants, as they are: one
+                    // ldmatrix a pair of B fragments, the same for both
+                    // sub-blocks (low nibbles, then high).
+                    int bq[NI][2];
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni += 2) ldsm4(&bq[ni][0], lb + ni * 8 * WS + 16 + 32 * (s >> 1));
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) {
+                        const int sh = 4 * (s & 1);
+                        b[ni][0] = (bq[ni][0] >> sh) & 0x0F0F0F0F;
+                        b[ni][1] = (bq[ni][1] >> sh) & 0x0F0F0F0F;
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) {
+                        int fc = wf0 + ni * 8 + 2 * t;
+                        int s0 = wsm[fc * 16 + s], s1 = wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                        for (int mi = 0; mi < MI; mi++) {
+                            if (mi >= NM || mi >= nmr) break;
+                            int c[4] = {0, 0, 0, 0};
+                            mma_k32(c, a[mi], b[ni]);
+                            isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                            isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                        }
                     }
                 }
-            }
-        } else if (TW == T_Q8_0) {
-            // Block s's quants start at byte 34s + 2 of the feature's 272,
-            // on a 4-byte boundary for odd s and 2 past one for even s:
-            // its words come through byte_perm. The float combination is
-            // per block of 32, (dx·dw)·sum, as the oracle's.
-            const u32* wq[NI];
+            } else if (TW == T_Q8_0) {
+                // Block s's quants start at byte 34s + 2 of the feature's 272,
+                // on a 4-byte boundary for odd s and 2 past one for even s:
+                // its words come through byte_perm. The float combination is
+                // per block of 32, (dx·dw)·sum, as the oracle's.
+                const u32* wq[NI];
 #pragma unroll
-            for (int ni = 0; ni < NI; ni++) wq[ni] = (const u32*)(wr + (wf0 + ni * 8 + g) * WS);
-            const float* xs = (const float*)xbs; // [MR][8] the rows' block scales
+                for (int ni = 0; ni < NI; ni++) wq[ni] = (const u32*)(wr + (wf0 + ni * 8 + g) * WS);
+                const float* xs = (const float*)xbs; // [MR][8] the rows' block scales
 #pragma unroll 2
-            for (int s = 0; s < 8; s++) {
-                int a[MI][4], b[NI][2];
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++) {
-                    if (mi >= nmi) break;
-                    const signed char* p = xa + mi * 16 * MT_XS + 32 * s;
-                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                    a[mi][2] = *(const int*)(p + 16), a[mi][3] = *(const int*)(p + 8 * MT_XS + 16);
-                }
-                const int o = (34 * s + 2 + 4 * t) >> 2;
-                const u32 sel = s & 1 ? 0x3210 : 0x5432;
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    b[ni][0] = __byte_perm(wq[ni][o], wq[ni][o + 1], sel);
-                    b[ni][1] = __byte_perm(wq[ni][o + 4], wq[ni][o + 5], sel);
-                }
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    int fc = wf0 + ni * 8 + 2 * t;
-                    float w0 = __half2float(*(const __half*)(wr + fc * WS + 34 * s));
-                    float w1 = __half2float(*(const __half*)(wr + (fc + 1) * WS + 34 * s));
+                for (int s = 0; s < 8; s++) {
+                    int a[MI][4], b[NI][2];
 #pragma unroll
                     for (int mi = 0; mi < MI; mi++) {
-                        if (mi >= nmi) break;
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k32(c, a[mi], b[ni]);
-                        int r = wr0 + mi * 16 + g;
-                        float x0 = xs[r * 8 + s], x1 = xs[(r + 8) * 8 + s];
-                        acc[mi][ni][0] += (x0 * w0) * (float)c[0], acc[mi][ni][1] += (x0 * w1) * (float)c[1];
-                        acc[mi][ni][2] += (x1 * w0) * (float)c[2], acc[mi][ni][3] += (x1 * w1) * (float)c[3];
+                        if (mi >= NM || mi >= nmr) break;
+                        ldsm4(a[mi], la + mi * 16 * MT_XS + 32 * s);
+                    }
+                    const int o = (34 * s + 2 + 4 * t) >> 2;
+                    const u32 sel = s & 1 ? 0x3210 : 0x5432;
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) {
+                        b[ni][0] = __byte_perm(wq[ni][o], wq[ni][o + 1], sel);
+                        b[ni][1] = __byte_perm(wq[ni][o + 4], wq[ni][o + 5], sel);
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) {
+                        int fc = wf0 + ni * 8 + 2 * t;
+                        float w0 = __half2float(*(const __half*)(wr + fc * WS + 34 * s));
+                        float w1 = __half2float(*(const __half*)(wr + (fc + 1) * WS + 34 * s));
+#pragma unroll
+                        for (int mi = 0; mi < MI; mi++) {
+                            if (mi >= NM || mi >= nmr) break;
+                            int c[4] = {0, 0, 0, 0};
+                            mma_k32(c, a[mi], b[ni]);
+                            int r = wr0 + mi * 16 + g;
+                            float x0 = xs[r * 8 + s], x1 = xs[(r + 8) * 8 + s];
+                            acc[mi][ni][0] += (x0 * w0) * (float)c[0], acc[mi][ni][1] += (x0 * w1) * (float)c[1];
+                            acc[mi][ni][2] += (x1 * w0) * (float)c[2], acc[mi][ni][3] += (x1 * w1) * (float)c[3];
+                        }
+                    }
+                }
+            } else {
+                // Each B-fragment feature's window and the byte_perm selector
+                // that takes a word from its offset (0x3210: none, 0x5432: 2).
+                const u32* wq[NI];
+                u32 sel[NI];
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++) {
+                    int f = wf0 + ni * 8 + g;
+                    wq[ni] = (const u32*)(wr + f * WS);
+                    sel[ni] = 0x3210 + 0x1111 * q6sh(f);
+                }
+#pragma unroll 8
+                for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16 (8 a step: qu a constant)
+                    int a[MI][2], b[NI];
+#pragma unroll
+                    for (int mi = 0; mi < MI; mi++) {
+                        if (mi >= NM || mi >= nmr) break;
+                        ldsm2(a[mi], la + mi * 16 * MT_XS + 16 * s);
+                    }
+                    // Elements e = 16s+4t…+3: half h, quarter qu of it,
+                    // position l. Each byte of B is 4·(q − 32), q the 6-bit
+                    // quant: q's bits in bits 2-7 with the top one flipped,
+                    // one instruction from the two fields where q − 32 took
+                    // five; the products are 4 times theirs (exactly: 4·127·32
+                    // a term, ±2^29 a super-block's sum), divided out below.
+                    int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) {
+                        int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
+                        u32 wl = __byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]), wh = __byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]);
+                        u32 ql = (qu >> 1 ? wl >> 2 : wl << 2) & 0x3C3C3C3Cu, qh = (wh << (6 - 2 * qu)) & 0xC0C0C0C0u;
+                        b[ni] = (int)((ql | qh) ^ 0x80808080u);
+                    }
+#pragma unroll
+                    for (int ni = 0; ni < NI; ni++) {
+                        int fc = wf0 + ni * 8 + 2 * t;
+                        int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
+#pragma unroll
+                        for (int mi = 0; mi < MI; mi++) {
+                            if (mi >= NM || mi >= nmr) break;
+                            int c[4] = {0, 0, 0, 0};
+                            mma_k16(c, a[mi], b[ni]);
+                            isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
+                            isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
+                        }
                     }
                 }
             }
-        } else {
-            // Each B-fragment feature's window and the byte_perm selector
-            // that takes a word from its offset (0x3210: none, 0x5432: 2).
-            const u32* wq[NI];
-            u32 sel[NI];
-#pragma unroll
-            for (int ni = 0; ni < NI; ni++) {
-                int f = wf0 + ni * 8 + g;
-                wq[ni] = (const u32*)(wr + f * WS);
-                sel[ni] = 0x3210 + 0x1111 * q6sh(f);
-            }
-#pragma unroll 4
-            for (int s = 0; s < 16; s++) { // Q6_K: sub-blocks of 16
-                int a[MI][2], b[NI];
-#pragma unroll
-                for (int mi = 0; mi < MI; mi++) {
-                    if (mi >= nmi) break;
-                    const signed char* p = xa + mi * 16 * MT_XS + 16 * s;
-                    a[mi][0] = *(const int*)p, a[mi][1] = *(const int*)(p + 8 * MT_XS);
-                }
-                // Elements e = 16s+4t…+3: half h, quarter qu of it, position l.
-                int e = 16 * s + 4 * t, h = e >> 7, qu = (e >> 5) & 3, l = e & 31;
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    int o1 = (64 * h + l + 32 * (qu & 1)) / 4, o2 = (128 + 32 * h + l) / 4;
-                    int ql = (__byte_perm(wq[ni][o1], wq[ni][o1 + 1], sel[ni]) >> (4 * (qu >> 1))) & 0x0F0F0F0F;
-                    int qh = (__byte_perm(wq[ni][o2], wq[ni][o2 + 1], sel[ni]) >> (2 * qu)) & 0x03030303;
-                    b[ni] = __vsub4(ql | (qh << 4), 0x20202020);
-                }
-#pragma unroll
-                for (int ni = 0; ni < NI; ni++) {
-                    int fc = wf0 + ni * 8 + 2 * t;
-                    int s0 = (signed char)wsm[fc * 16 + s], s1 = (signed char)wsm[(fc + 1) * 16 + s];
-#pragma unroll
-                    for (int mi = 0; mi < MI; mi++) {
-                        if (mi >= nmi) break;
-                        int c[4] = {0, 0, 0, 0};
-                        mma_k16(c, a[mi], b[ni]);
-                        isc[mi][ni][0] += s0 * c[0], isc[mi][ni][1] += s1 * c[1];
-                        isc[mi][ni][2] += s0 * c[2], isc[mi][ni][3] += s1 * c[3];
-                    }
-                }
-            }
-        }
+        };
+        if (TW == T_Q6_K) product(Ic<MI>{}, nmi);
+        else if (MI == 1 || nmi == MI) product(Ic<MI>{}, MI);
+        else product(Ic<1>{}, 1);
         // The super-block's float combination, per (row, feature). Q4_K's
         // min term is Σ mins·(sums of the activation quants), per sub-block
         // of 32: with the record's bytes of the sums (see MT_REC) as an A
@@ -505,24 +574,26 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
                         if (TW == T_Q4_K)
                             acc[mi][ni][e] += dx * (wdd[2 * fc] * (float)isc[mi][ni][e] - wdd[2 * fc + 1] * (float)imn[ni][e]);
                         else
-                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)isc[mi][ni][e];
+                            acc[mi][ni][e] += (wdd[2 * fc] * dx) * (float)(isc[mi][ni][e] >> 2); // Q6_K: see its B
                     }
             }
         }
     }
     if (splits > 1) {
-        // This block's partial tile, each thread's values together; the
-        // last block of the tile to count itself in sums them in order.
+        // This block's partial tile, the threads' values side by side
+        // (float4 i of thread tid at i·MT_THREADS + tid, so that a warp's
+        // stores and loads are 512 contiguous bytes); the last block of
+        // the tile to count itself in sums them in order.
         constexpr int NV = MI * NI * 4;
         const int tile = blockIdx.y * gridDim.x + blockIdx.x;
         u32* count = (u32*)q8;
-        float* part = (float*)(recs + (size_t)gridDim.x * MR * kbs * MT_REC);
-        float4* mine = (float4*)(part + (((size_t)tile * splits + blockIdx.z) * MT_THREADS + tid) * NV);
+        float4* part = (float4*)(recs + (size_t)gridDim.x * MR * kbs * MT_REC) + (size_t)tile * splits * (MT_THREADS * NV / 4) + tid;
+        float4* mine = part + (size_t)blockIdx.z * (MT_THREADS * NV / 4);
 #pragma unroll
         for (int mi = 0; mi < MI; mi++)
 #pragma unroll
             for (int ni = 0; ni < NI; ni++)
-                mine[mi * NI + ni] = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
+                mine[(mi * NI + ni) * MT_THREADS] = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
         __threadfence();
         __syncthreads();
         __shared__ int last;
@@ -531,12 +602,12 @@ __device__ void mmt(const u8* __restrict__ w, const u32* io, int k, int n, const
         if (!last) return;
         __threadfence();
         for (int z = 0; z < splits; z++) {
-            const float4* pz = (const float4*)(part + (((size_t)tile * splits + z) * MT_THREADS + tid) * NV);
+            const float4* pz = part + (size_t)z * (MT_THREADS * NV / 4);
 #pragma unroll
             for (int mi = 0; mi < MI; mi++)
 #pragma unroll
                 for (int ni = 0; ni < NI; ni++) {
-                    float4 v = __ldcg(pz + mi * NI + ni);
+                    float4 v = __ldcg(pz + (mi * NI + ni) * MT_THREADS);
                     if (z == 0) acc[mi][ni][0] = v.x, acc[mi][ni][1] = v.y, acc[mi][ni][2] = v.z, acc[mi][ni][3] = v.w;
                     else acc[mi][ni][0] += v.x, acc[mi][ni][1] += v.y, acc[mi][ni][2] += v.z, acc[mi][ni][3] += v.w;
                 }

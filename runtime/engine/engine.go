@@ -1337,7 +1337,7 @@ func (e *Engine) release(r *request) {
 // up pages in the step has.
 //
 // A request that copies its lead's partial prompt page (copying) holds
-// a reference to that page until copyIn has copied it, so that the
+// a reference to that page until swapIn has copied it, so that the
 // page outlives anyone's giving it up in the step.
 func (e *Engine) mapHits(r *request) {
 	if len(r.pages) > 0 || len(r.hits)+len(r.swap) == 0 && !r.copying {

@@ -256,7 +256,9 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // seeds 13 and 14, and 3 in seed 15, so it is full and pushes pages out.
 // In every seed the model's KV holds each position's token, and every
 // request's pages hold exactly its tokens after every step, so a page
-// copied to the host and back must come back byte for byte.
+// copied to the host and back must come back byte for byte, and so must
+// a choice's copy of its group's partial prompt page (seeds 3 and 6 run
+// a model that cannot copy pages, whose choices compute that page).
 func TestSimulation(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} {
 		pages, host := 100, int64(0)

@@ -48,7 +48,8 @@ type scripted struct {
 	// oneRowSteps counts the steps that asked for one-row bits.
 	oneRowSteps int
 	// noCopy makes a model with kv one that cannot copy a page into
-	// another (KVCopier); copied counts the pages it copied.
+	// another (KVCopier); copied counts the pages it was asked to copy,
+	// every 50th of which it fails to.
 	noCopy bool
 	copied int
 }
@@ -83,8 +84,10 @@ func (m *scripted) CopyKVPage(dst, src uint32) error {
 	if !m.CopiesKVPages() || int(dst) >= len(m.kv) || int(src) >= len(m.kv) {
 		return fmt.Errorf("scripted: no copy of page %d into %d", src, dst)
 	}
+	if m.copied++; m.copied%50 == 0 {
+		return fmt.Errorf("scripted copy failure") // its request fails
+	}
 	copy(m.kv[dst], m.kv[src])
-	m.copied++
 	return nil
 }
 

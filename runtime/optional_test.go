@@ -20,5 +20,7 @@ var (
 	_ runtime.Inspector    = (*cuda.Tier)(nil)
 	_ runtime.RegionCopier = (*cuda.Tier)(nil)
 	_ runtime.RegionCopier = (*cpu.Tier)(nil)
+	_ runtime.RegionMover  = (*cuda.Tier)(nil)
+	_ runtime.RegionMover  = (*cpu.Tier)(nil)
 	_ runtime.Inspector    = (*cpu.Tier)(nil)
 )

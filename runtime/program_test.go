@@ -236,3 +236,57 @@ func TestBeside(t *testing.T) {
 		t.Fatal("the target's logits after the draft closed differ")
 	}
 }
+
+// TestCopyKVPage: a page copied into another (a SubmitN choice's own
+// copy of its group's partial prompt page) holds the same bytes, and a
+// decode step on the copy yields the logits the original yields; a page
+// outside the pool is refused.
+func TestCopyKVPage(t *testing.T) {
+	p := openTiny(t)
+	if !p.CopiesKVPages() {
+		t.Fatal("T-CPU does not copy KV pages")
+	}
+	copyKVPage(t, p)
+}
+
+// copyKVPage prefills 4 tokens into page 0, copies page 0 into the
+// pool's last page, and decodes the next token once on each.
+func copyKVPage(t *testing.T, p *runtime.Program) {
+	t.Helper()
+	ctx := context.Background()
+	last := uint32(p.KVPages() - 1)
+	prefill, _ := p.Key(runtime.Prefill, 4)
+	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+	for i, tok := range []int32{1, 300, 301, 302} {
+		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
+	}
+	if err := p.Step(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CopyKVPage(last, 0); err != nil {
+		t.Fatal(err)
+	}
+	a, c := make([]byte, p.KVPageBytes()), make([]byte, p.KVPageBytes())
+	if err := p.ReadKVPage(0, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ReadKVPage(last, c); err != nil || !slices.Equal(a, c) {
+		t.Fatalf("page %d differs from page 0 after the copy (%v)", last, err)
+	}
+	decode, _ := p.Key(runtime.Decode, 1)
+	var logits [2][]float32
+	for i, pg := range []uint32{last, 0} {
+		d := runtime.Batch{Key: decode, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{pg}}},
+			Rows: []runtime.Row{{Slot: 0, Pos: 4, Token: 303, Logits: true}}}
+		if err := p.Step(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = p.Logits(0, nil)
+	}
+	if !slices.Equal(logits[0], logits[1]) {
+		t.Errorf("a decode step on the copied page yields other logits than on the original")
+	}
+	if err := p.CopyKVPage(last+1, 0); err == nil || !strings.Contains(err.Error(), "outside the pool") {
+		t.Errorf("a copy into page %d: %v, want outside the pool", last+1, err)
+	}
+}

@@ -223,6 +223,17 @@ func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
 	return nil
 }
 
+// CopyWithinRegion copies the n bytes at src of region i to dst of the
+// same region (between replays: a SubmitN choice's copy of its group's
+// partial prompt page).
+func (t *Tier) CopyWithinRegion(i int, dst, src, n int64) error {
+	if i < 0 || i >= len(t.regions) || n < 0 || src < 0 || dst < 0 || src+n > int64(len(t.regions[i])) || dst+n > int64(len(t.regions[i])) {
+		return fmt.Errorf("cpu: no copy of %d bytes from %d to %d in region %d", n, src, dst, i)
+	}
+	copy(t.regions[i][dst:dst+n], t.regions[i][src:src+n])
+	return nil
+}
+
 // Threads is the worker count.
 func (t *Tier) Threads() int { return t.pool.Threads() }
 

@@ -758,6 +758,25 @@ func (t *Tier) CopyToRegion(i int, off int64, src []byte) error {
 	})
 }
 
+// CopyWithinRegion queues a copy of the n bytes at src of region i to
+// dst of the same region on the tier's stream, after everything queued
+// before it and before the next replay (a SubmitN choice's copy of its
+// group's partial prompt page). The two ranges must not overlap.
+func (t *Tier) CopyWithinRegion(i int, dst, src, n int64) error {
+	if n < 0 || src < 0 || src+n > dst && dst+n > src {
+		return fmt.Errorf("cuda: a copy of %d bytes from %d to %d in region %d", n, src, dst, i)
+	}
+	if i < 0 || i >= len(t.regions) || src+n > int64(t.regions[i].size) {
+		return fmt.Errorf("cuda: no bytes [%d, %d) in region %d", src, src+n, i)
+	}
+	return t.regionCopy(i, dst, int(n), func(p driver.DevPtr) error {
+		if err := driver.MemcpyDtoDAsync(p, t.regions[i].dev+driver.DevPtr(src), int(n), t.stream); err != nil {
+			return fmt.Errorf("cuda: copying within region %d: %w", i, err)
+		}
+		return nil
+	})
+}
+
 // regionCopy checks that the n bytes at off lie in region i and, unless n
 // is 0, runs do on the device address of the first of them, on this
 // thread with the tier's context current.

@@ -77,6 +77,20 @@ type KVPager interface {
 	WriteKVPage(page uint32, src []byte) error
 }
 
+// KVCopier is a Model that can copy one KV page's bytes into another
+// between steps: a SubmitN choice takes its own copy of its group's
+// first choice's partial prompt page instead of computing the tokens on
+// it again. A model that is none (or whose CopiesKVPages is false) has
+// its choices compute those tokens.
+type KVCopier interface {
+	// CopiesKVPages reports whether CopyKVPage can copy pages (the tier
+	// has a way to, and the KV is not split across devices).
+	CopiesKVPages() bool
+	// CopyKVPage copies page src's bytes, as the last step left them,
+	// into page dst, in time for the next step to read them.
+	CopyKVPage(dst, src uint32) error
+}
+
 // DeviceMasker is a Model whose steps take a constrained row's greedy
 // choice under its token mask on the device (runtime.Row.Mask): the
 // engine then sends each greedy constrained row's mask with its step,
@@ -224,6 +238,9 @@ type Engine struct {
 	layout   string
 	pageBuf  []byte
 	swapBufs [][]byte
+	// copier copies a SubmitN choice's partial prompt page from its
+	// lead's (nil: the model cannot, and choices compute its tokens).
+	copier KVCopier
 	// pinLatency, set by Rerun, replaces the latency budget the engine
 	// would compute with the logged one.
 	pinLatency func() int
@@ -274,6 +291,11 @@ type request struct {
 	// says they are its lead's.
 	hits     []uint32
 	fromLead bool
+	// copying says that, admitted this step, it also takes a fresh page
+	// with a copy of copySrc, its lead's partial prompt page, and starts
+	// at its prompt's last token (see copiesLast); fixed with hits.
+	copying bool
+	copySrc uint32
 	// swap are the indexes of the leading chunks it would take from the
 	// host tier on admission (the others before the last of them are in
 	// hits, in order): it maps hits, gets fresh pages for swap and
@@ -294,8 +316,10 @@ type request struct {
 	unwake func() bool
 	// lead, for a choice after the first of a SubmitN group, is the
 	// group's first choice, whose prompt pages it maps instead of
-	// computing them (see shares).
-	lead *request
+	// computing them (see shares); copies says the engine can copy the
+	// lead's partial prompt page for it too (see copiesLast).
+	lead   *request
+	copies bool
 	// held counts the steps it was held back before its prefill
 	// (Config.PrefillHold).
 	held int
@@ -378,7 +402,8 @@ type Stats struct {
 	HostReadErrors uint64
 
 	// ChoiceShared counts prompt tokens a SubmitN choice mapped from its
-	// group's first choice instead of computing them.
+	// group's first choice, or copied from its partial prompt page,
+	// instead of computing them.
 	ChoiceShared uint64
 	Finished     map[Finish]uint64
 	// Decode and Mixed split the steps that computed rows by kind: decode
@@ -473,6 +498,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	if !cfg.NoPrefixCache {
 		e.prefix = prefix.New()
 	}
+	if c, ok := m.(KVCopier); ok && c.CopiesKVPages() && !m.SlotState() {
+		e.copier = c
+	}
 	if cfg.HostKVBytes > 0 && e.prefix != nil {
 		pg, ok := m.(KVPager)
 		if !ok || pg.KVLayout() == "" || pg.KVPageBytes() <= 0 {
@@ -534,10 +562,13 @@ func (e *Engine) Submit(ctx context.Context, r Request) (<-chan Event, error) {
 // arrive on the i-th channel. Each choice is a request of its own (its own
 // decoder, slot and sampler stream), so it produces what it would alone;
 // but the choices after the first wait for the first to compute the
-// prompt's full pages and map them read-only instead of computing them
-// again, computing only the prompt's last, partial page themselves. On a
-// model whose slots hold state beside the KV pages (recurrent layers)
-// every choice computes its whole prompt. r.Decode is ignored.
+// prompt and map its full pages read-only instead of computing them
+// again; the prompt's last, partial page each copies into a page of its
+// own (KVCopier) and computes only the last token, whose logits it
+// samples (on a model that cannot copy pages, it computes that page's
+// tokens). On a model whose slots hold state beside the KV pages
+// (recurrent layers) every choice computes its whole prompt. r.Decode
+// is ignored.
 func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params) ([]<-chan Event, error) {
 	if len(choices) == 0 {
 		return nil, errors.New("engine: no choices to generate")
@@ -558,7 +589,7 @@ func (e *Engine) SubmitN(ctx context.Context, r Request, choices []decode.Params
 		req := &request{Request: c, ctx: ctx, events: make(chan Event, e.cfg.EventBuffer), slot: -1, need: needs[i],
 			tokens: append([]int32(nil), r.Prompt...), dec: decode.New(e.tok, c.Decode)}
 		if len(reqs) > 0 && !e.m.SlotState() {
-			req.lead = reqs[0]
+			req.lead, req.copies = reqs[0], e.copier != nil
 		}
 		if e.cfg.Speculative.On() && p.Constraint == nil {
 			req.spec = e.newSpeculating(req.dec)
@@ -691,14 +722,32 @@ func (r *request) shares() int {
 	return k
 }
 
-// waitsForLead reports whether r should not be admitted yet: its lead
-// runs (or waits to) and has yet to compute the pages r would map.
-func (r *request) waitsForLead() bool {
+// copiesLast reports whether r, admitted now, would take a copy of its
+// lead's partial prompt page: the engine copies pages, the prompt has
+// tokens before its last on that page, and the lead has computed them
+// and holds the page. It then starts at its prompt's last token, whose
+// row it computes for its logits.
+func (r *request) copiesLast() bool {
 	l := r.lead
-	if l == nil || l.events == nil || sharedChunks(len(r.Prompt)) == 0 {
+	n := len(r.Prompt)
+	if !r.copies || l == nil || l.events == nil || (n-1)%kernels.KVPageTokens == 0 {
 		return false
 	}
-	return r.slot < 0 && len(r.pages) == 0 && r.shares() == 0
+	return l.done >= n-1 && len(l.pages) > sharedChunks(n)
+}
+
+// waitsForLead reports whether r should not be admitted yet: its lead
+// runs (or waits to) and has yet to compute the pages r would map or
+// copy.
+func (r *request) waitsForLead() bool {
+	l := r.lead
+	if l == nil || l.events == nil || r.slot >= 0 || len(r.pages) > 0 {
+		return false
+	}
+	if r.copies && (len(r.Prompt)-1)%kernels.KVPageTokens != 0 {
+		return !r.copiesLast()
+	}
+	return sharedChunks(len(r.Prompt)) > 0 && r.shares() == 0
 }
 
 // Step runs one engine step and reports whether it computed anything.
@@ -1097,16 +1146,20 @@ func (e *Engine) input(now time.Time) sched.Input {
 	var mappers map[uint32][]uint64
 	from := map[*request][]uint64{}
 	for _, r := range e.reqs {
-		r.hits, r.swap, r.fromLead = nil, nil, false
+		r.hits, r.swap, r.fromLead, r.copying = nil, nil, false, false
 		if r.waitsForLead() {
 			continue
 		}
-		if k := r.shares(); k > 0 && r.slot < 0 && len(r.pages) == 0 {
+		if r.slot < 0 && len(r.pages) == 0 && r.copiesLast() {
+			k := sharedChunks(len(r.Prompt))
+			r.hits, r.fromLead = slices.Clone(r.lead.pages[:k]), true
+			r.copying, r.copySrc = true, r.lead.pages[k]
+		} else if k := r.shares(); k > 0 && r.slot < 0 && len(r.pages) == 0 {
 			r.hits, r.fromLead = slices.Clone(r.lead.pages[:k]), true
 		} else {
 			r.hits, r.swap = e.hits(r)
 		}
-		if len(r.hits) > 0 && mappers == nil {
+		if (len(r.hits) > 0 || r.copying) && mappers == nil {
 			mappers = map[uint32][]uint64{}
 			for _, r := range e.reqs {
 				for _, pg := range r.pages {
@@ -1114,7 +1167,11 @@ func (e *Engine) input(now time.Time) sched.Input {
 				}
 			}
 		}
-		for _, pg := range r.hits {
+		reads := r.hits
+		if r.copying {
+			reads = append(slices.Clip(reads), r.copySrc)
+		}
+		for _, pg := range reads {
 			for _, id := range mappers[pg] {
 				if !slices.Contains(from[r], id) {
 					from[r] = append(from[r], id)
@@ -1158,6 +1215,11 @@ func (e *Engine) input(now time.Time) sched.Input {
 					s.Idle++
 				}
 			}
+		}
+		if r.copying {
+			// Its copy of the lead's partial page is a fresh page that
+			// admission takes, like a host-tier page's.
+			s.Done, s.Held, s.Shared, s.Host = len(r.Prompt)-1, len(r.hits), len(r.hits), 1
 		}
 		in.Seqs = append(in.Seqs, s)
 	}
@@ -1273,8 +1335,12 @@ func (e *Engine) release(r *request) {
 // The chunks it takes from the host tier get a placeholder (noPage) in
 // its page table until swapIn gives them pages, once everyone who gives
 // up pages in the step has.
+//
+// A request that copies its lead's partial prompt page (copying) holds
+// a reference to that page until swapIn has copied it, so that the
+// page outlives anyone's giving it up in the step.
 func (e *Engine) mapHits(r *request) {
-	if len(r.pages) > 0 || len(r.hits)+len(r.swap) == 0 {
+	if len(r.pages) > 0 || len(r.hits)+len(r.swap) == 0 && !r.copying {
 		return
 	}
 	for _, pg := range r.hits {
@@ -1295,6 +1361,11 @@ func (e *Engine) mapHits(r *request) {
 	}
 	r.mapped = len(r.hits)
 	r.done = len(r.pages) * kernels.KVPageTokens
+	if r.copying {
+		e.pool.Ref(r.copySrc)
+		r.pages = append(r.pages, noPage)
+		r.done = len(r.Prompt) - 1
+	}
 	if !r.admitted {
 		e.mu.Lock()
 		if r.fromLead {
@@ -1313,8 +1384,10 @@ const noPage = ^uint32(0)
 // swapIn gives the plan's swapped-in requests their host-tier pages: it
 // reads every such page's bytes from the tier first (the allocations
 // after may evict device pages into it, pushing others out), then takes a
-// fresh page for each and copies the bytes in. A request whose copy fails
-// fails, and its rows leave the plan.
+// fresh page for each and copies the bytes in; a SubmitN choice that
+// copies its lead's partial prompt page (copying) gets it the same way,
+// copied on the device. A request whose copy fails fails, and its rows
+// leave the plan.
 func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
 	n := 0
 	for _, sw := range plan.SwapIn {
@@ -1346,8 +1419,24 @@ func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
 			}
 			bufs = bufs[1:]
 		}
-		e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
+		if len(r.swap) > 0 {
+			e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
+		}
 		r.swap = nil
+		if r.copying {
+			// Its own copy of its lead's partial prompt page, in the
+			// placeholder after its mapped pages.
+			i := len(r.hits)
+			r.pages[i] = e.alloc(r.Tenant)
+			if failed[r.id] == nil {
+				if err := e.copier.CopyKVPage(r.pages[i], r.copySrc); err != nil {
+					failed[r.id] = fmt.Errorf("engine: copying request %d's partial prompt page from its first choice: %w", r.id, err)
+				}
+			}
+			e.pool.Release(r.copySrc) // mapHits's hold
+			e.tr.instant("copy-page", r, map[string]any{"page": r.pages[i], "from": r.copySrc})
+			r.copying = false
+		}
 	}
 	if len(failed) == 0 {
 		return plan

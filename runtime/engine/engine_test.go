@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -851,19 +852,55 @@ func TestSixtyFourLikeAlone(t *testing.T) {
 // (SubmitN, OpenAI's n) and requires choice i's tokens to equal a request
 // of its own with choice i's parameters, on a fresh engine each (so no
 // prefix cache helps), while the later choices map the first's full
-// prompt pages: three times the prompt's full chunks are shared.
+// prompt pages and copy its partial last page into a page of their own:
+// the prompt's tokens are computed once, and each later choice computes
+// only its last token's row, whose logits it samples. On a model that
+// cannot copy pages (copy off) the later choices compute the partial
+// page's tokens, with the same tokens out.
 func TestChoicesLikeAlone(t *testing.T) {
-	p := stories(t, "context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_rows = [16, 64]\nkv_pages = 60\n")
+	for _, tr := range tiers {
+		t.Run(tr.name, func(t *testing.T) {
+			p := storiesOn(t, "context_length = 256\ndecode_slots = [1, 2, 4]\nprefill_rows = [16, 64]\nkv_pages = 60\n", tr)
+			if !p.CopiesKVPages() {
+				t.Fatalf("tier %s cannot copy KV pages", tr.name)
+			}
+			choicesLikeAlone(t, p)
+		})
+	}
+}
+
+// rowCounter is a model that counts the rows its steps compute at
+// positions below prompt; copyOff turns its page copies off.
+type rowCounter struct {
+	*runtime.Program
+	prompt  int
+	rows    atomic.Int64
+	copyOff bool
+}
+
+func (m *rowCounter) Step(ctx context.Context, b runtime.Batch) error {
+	for _, r := range b.Rows {
+		if r.Pos < m.prompt {
+			m.rows.Add(1)
+		}
+	}
+	return m.Program.Step(ctx, b)
+}
+
+func (m *rowCounter) CopiesKVPages() bool { return !m.copyOff && m.Program.CopiesKVPages() }
+
+func choicesLikeAlone(t *testing.T, p *runtime.Program) {
 	prompt := p.Tok.Encode("Lily and Ben went to the park to play with a big red ball. They ran and laughed all day, and when the sun went down they went home", true, false)
-	if len(prompt) < 33 {
-		t.Fatalf("prompt of %d tokens is too short for two shared pages", len(prompt))
+	full := (len(prompt) - 1) / 16 * 16
+	if full < 32 || len(prompt)-1 == full {
+		t.Fatalf("prompt of %d tokens has not two full pages and a partial one", len(prompt))
 	}
 	var choices []decode.Params
 	for i := range 4 {
 		choices = append(choices, decode.Params{MaxTokens: 24, Sampling: sample.Params{Temperature: 0.9, TopP: 0.95, Seed: 7 + uint64(i)}})
 	}
-	run := func(submit func(e *engine.Engine) ([]<-chan engine.Event, error)) ([][]int32, *engine.Engine) {
-		e, err := engine.New(p, p.Tok, engine.Config{Slots: 4, ChunkCap: 64})
+	run := func(m *rowCounter, submit func(e *engine.Engine) ([]<-chan engine.Event, error)) ([][]int32, *engine.Engine) {
+		e, err := engine.New(m, p.Tok, engine.Config{Slots: 4, ChunkCap: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -887,26 +924,39 @@ func TestChoicesLikeAlone(t *testing.T) {
 		}
 		return out, e
 	}
-	got, e := run(func(e *engine.Engine) ([]<-chan engine.Event, error) {
-		return e.SubmitN(context.Background(), engine.Request{Prompt: prompt}, choices)
-	})
-	full := (len(prompt) - 1) / 16 * 16
-	if s := e.Stats(); s.ChoiceShared != uint64(3*full) {
-		t.Errorf("the later choices mapped %d prompt tokens, want 3 × %d", s.ChoiceShared, full)
-	}
-	distinct := map[string]bool{}
-	for i, c := range choices {
-		alone, _ := run(func(e *engine.Engine) ([]<-chan engine.Event, error) {
+	var alone [][]int32
+	for _, c := range choices {
+		out, _ := run(&rowCounter{Program: p}, func(e *engine.Engine) ([]<-chan engine.Event, error) {
 			ch, err := e.Submit(context.Background(), engine.Request{Prompt: prompt, Decode: c})
 			return []<-chan engine.Event{ch}, err
 		})
-		if !slices.Equal(got[i], alone[0]) {
-			t.Errorf("choice %d: %v\nalone:    %v", i, got[i], alone[0])
-		}
-		distinct[fmt.Sprint(got[i])] = true
+		alone = append(alone, out[0])
 	}
-	if len(distinct) < 2 {
-		t.Errorf("the four seeds gave one sequence: the test does not tell the choices apart")
+	for _, copyOff := range []bool{false, true} {
+		m := &rowCounter{Program: p, prompt: len(prompt), copyOff: copyOff}
+		got, e := run(m, func(e *engine.Engine) ([]<-chan engine.Event, error) {
+			return e.SubmitN(context.Background(), engine.Request{Prompt: prompt}, choices)
+		})
+		shared, rows := 3*(len(prompt)-1), len(prompt)+3
+		if copyOff {
+			shared, rows = 3*full, len(prompt)+3*(len(prompt)-full)
+		}
+		if s := e.Stats(); s.ChoiceShared != uint64(shared) {
+			t.Errorf("copy off %v: the later choices mapped or copied %d prompt tokens, want %d", copyOff, s.ChoiceShared, shared)
+		}
+		if n := m.rows.Load(); n != int64(rows) {
+			t.Errorf("copy off %v: %d rows computed at the prompt's %d positions, want %d", copyOff, n, len(prompt), rows)
+		}
+		distinct := map[string]bool{}
+		for i := range choices {
+			if !slices.Equal(got[i], alone[i]) {
+				t.Errorf("copy off %v: choice %d: %v\nalone:    %v", copyOff, i, got[i], alone[i])
+			}
+			distinct[fmt.Sprint(got[i])] = true
+		}
+		if len(distinct) < 2 {
+			t.Errorf("the four seeds gave one sequence: the test does not tell the choices apart")
+		}
 	}
 }
 

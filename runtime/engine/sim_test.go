@@ -47,6 +47,11 @@ type scripted struct {
 	kv [][]byte
 	// oneRowSteps counts the steps that asked for one-row bits.
 	oneRowSteps int
+	// noCopy makes a model with kv one that cannot copy a page into
+	// another (KVCopier); copied counts the pages it was asked to copy,
+	// every 50th of which it fails to.
+	noCopy bool
+	copied int
 }
 
 // simEntry is the bytes a scripted KV page gives one position.
@@ -71,6 +76,18 @@ func (m *scripted) WriteKVPage(page uint32, src []byte) error {
 		return fmt.Errorf("scripted: no page %d of %d bytes", page, len(src))
 	}
 	copy(m.kv[page], src)
+	return nil
+}
+
+func (m *scripted) CopiesKVPages() bool { return m.kv != nil && !m.noCopy }
+func (m *scripted) CopyKVPage(dst, src uint32) error {
+	if !m.CopiesKVPages() || int(dst) >= len(m.kv) || int(src) >= len(m.kv) {
+		return fmt.Errorf("scripted: no copy of page %d into %d", src, dst)
+	}
+	if m.copied++; m.copied%50 == 0 {
+		return fmt.Errorf("scripted copy failure") // its request fails
+	}
+	copy(m.kv[dst], m.kv[src])
 	return nil
 }
 
@@ -242,7 +259,9 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // seeds 13 and 14, and 3 in seed 15, so it is full and pushes pages out.
 // In every seed the model's KV holds each position's token, and every
 // request's pages hold exactly its tokens after every step, so a page
-// copied to the host and back must come back byte for byte.
+// copied to the host and back must come back byte for byte, and so must
+// a choice's copy of its group's partial prompt page (seeds 3 and 6 run
+// a model that cannot copy pages, whose choices compute that page).
 func TestSimulation(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} {
 		pages, host := 100, int64(0)
@@ -293,7 +312,9 @@ func simNext(prev int32, pos int) int32 {
 
 func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hostKV int64) {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: kvPages, last: map[int]int32{}}
+	// Seeds 3 and 6 run a model that cannot copy pages: their choices
+	// compute their prompt's partial page.
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: kvPages, last: map[int]int32{}, noCopy: seed == 3 || seed == 6}
 	m.kv = make([][]byte, kvPages)
 	for i := range m.kv {
 		m.kv[i] = make([]byte, m.KVPageBytes())
@@ -513,6 +534,9 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	if s.ChoiceShared == 0 {
 		t.Errorf("seed %d: no choice mapped its group's prompt pages: the simulation does not exercise it", seed)
 	}
+	if m.noCopy == (m.copied > 0) {
+		t.Errorf("seed %d: a model that copies pages: %v; %d partial prompt pages copied", seed, !m.noCopy, m.copied)
+	}
 	switch {
 	case hostKV == 0 && (s.PrefixHostHit > 0 || s.HostStored > 0):
 		t.Errorf("seed %d: no host tier, yet %d host hits and %d pages stored", seed, s.PrefixHostHit, s.HostStored)
@@ -530,8 +554,8 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 		t.Logf("seed %d: drafts accepted with probability %.2f: %d drafts, %d tokens, %d accepted (mean acceptance length %.2f)",
 			seed, drafter.accept, s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted, 1+float64(s.SpecAccepted)/float64(max(s.SpecDrafts, 1)))
 	}
-	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices, endings %v",
-		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, s.Finished)
+	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices (%d partial pages copied), endings %v",
+		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, m.copied, s.Finished)
 }
 
 func btoi(b bool) int {
@@ -563,10 +587,23 @@ func check(t *testing.T, e *Engine, limits map[string]sched.Limits, seed uint64,
 		t.Fatalf("seed %d step %d: step times %+v %+v do not add up to %d steps", seed, step, st.Decode, st.Mixed, st.Steps)
 	}
 	holders := map[uint32]int{}
+	owners := map[uint32]uint64{} // page → the request whose own page it is
 	slots, pages := map[string]int{}, map[string]int{}
 	for _, r := range e.reqs {
-		for _, pg := range r.pages {
+		for i, pg := range r.pages {
 			holders[pg]++
+			if i < r.mapped || e.cacheRefs(pg) > 0 {
+				continue
+			}
+			// A page past the mapped ones (a choice's copy of its
+			// lead's partial page among them) that the prefix cache does
+			// not hold (which others may map, and the host tier's
+			// pages sit among the mapped ones) is its own: charged to
+			// its tenant, and no other request's own.
+			if o, ok := owners[pg]; ok || e.pool.Owner(pg) != r.Tenant {
+				t.Fatalf("seed %d step %d: request %d's own page %d is charged to %q, and request %d's own too: %v", seed, step, r.id, pg, e.pool.Owner(pg), o, ok)
+			}
+			owners[pg] = r.id
 		}
 		if want := (r.done + kernels.KVPageTokens - 1) / kernels.KVPageTokens; len(r.pages) != want {
 			t.Fatalf("seed %d step %d: request %d holds %d pages for its %d tokens in the KV cache, want %d", seed, step, r.id, len(r.pages), r.done, want)

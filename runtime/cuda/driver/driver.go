@@ -86,6 +86,7 @@ var api struct {
 	cuMemcpyDtoH                func(unsafe.Pointer, DevPtr, uintptr) Result
 	cuMemcpyHtoDAsync           func(DevPtr, unsafe.Pointer, uintptr, Stream) Result
 	cuMemcpyDtoHAsync           func(unsafe.Pointer, DevPtr, uintptr, Stream) Result
+	cuMemcpyDtoDAsync           func(DevPtr, DevPtr, uintptr, Stream) Result
 	cuMemsetD8                  func(DevPtr, uint8, uintptr) Result
 	cuMemcpy2DAsync             func(unsafe.Pointer, Stream) Result
 	cuDeviceCanAccessPeer       func(*int32, Device, Device) Result
@@ -140,6 +141,7 @@ var symbols = []struct {
 	{&api.cuMemcpyDtoH, "cuMemcpyDtoH_v2"},
 	{&api.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 	{&api.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
+	{&api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
 	{&api.cuMemsetD8, "cuMemsetD8_v2"},
 	{&api.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2"},
 	{&api.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer"},
@@ -437,6 +439,15 @@ func MemcpyDtoHAsync(dst []byte, src DevPtr, s Stream) error {
 		return nil
 	}
 	return check("cuMemcpyDtoHAsync", api.cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), src, uintptr(len(dst)), s))
+}
+
+// MemcpyDtoDAsync enqueues a copy of n bytes from device memory src to
+// device memory dst (the ranges must not overlap).
+func MemcpyDtoDAsync(dst, src DevPtr, n int, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoDAsync", api.cuMemcpyDtoDAsync(dst, src, uintptr(n), s))
 }
 
 // MemsetD8 fills n bytes of device memory with v.

@@ -1,0 +1,75 @@
+package cuda_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+)
+
+// TestCopyKVPage: a KV page copied into another on the device (queued on
+// the tier's stream after the step that wrote it and before the next)
+// holds the same bytes, and a decode step on the copy yields the logits
+// the original yields.
+func TestCopyKVPage(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 2\ndecode_slots = [1, 2]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.CopiesKVPages() {
+		t.Fatal("T-CUDA does not copy KV pages")
+	}
+	ctx := context.Background()
+	last := uint32(p.KVPages() - 1)
+	prefill, _ := p.Key(runtime.Prefill, 4)
+	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+	for i, tok := range []int32{1, 300, 301, 302} {
+		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
+	}
+	if err := p.Step(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CopyKVPage(last, 0); err != nil {
+		t.Fatal(err)
+	}
+	a, c := make([]byte, p.KVPageBytes()), make([]byte, p.KVPageBytes())
+	if err := p.ReadKVPage(0, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ReadKVPage(last, c); err != nil || !slices.Equal(a, c) {
+		t.Fatalf("page %d differs from page 0 after the copy (%v)", last, err)
+	}
+	if slices.Equal(a, make([]byte, len(a))) {
+		t.Fatal("page 0 holds no KV after the prefill")
+	}
+	decode, _ := p.Key(runtime.Decode, 1)
+	var logits [2][]float32
+	for i, pg := range []uint32{0, last} {
+		if i == 1 {
+			// Copy again right before the step that reads the copy: the
+			// copy is queued, not waited for, and must land first.
+			if err := p.CopyKVPage(last-1, 0); err != nil {
+				t.Fatal(err)
+			}
+			pg = last - 1
+		}
+		d := runtime.Batch{Key: decode, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{pg}}},
+			Rows: []runtime.Row{{Slot: 0, Pos: 4, Token: 303, Logits: true}}}
+		if err := p.Step(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = p.Logits(0, nil)
+	}
+	if !slices.Equal(logits[0], logits[1]) {
+		t.Errorf("a decode step on the copied page yields other logits than on the original")
+	}
+}

@@ -61,7 +61,8 @@ var targets = []Target{
 	// cp.async are Ampere's. cuda:sm_86 and cuda:sm_89 carry the same PTX
 	// as cuda:sm_80 and differ only in the GPU they require, so a set
 	// that has them runs the bundle built for the card's own capability;
-	// compute_80 has no FP8 conversions, so FP8 KV is sm_90's alone.
+	// FP8 KV is built from compute capability 8.9 (sm_89, sm_90): its
+	// kernels code E4M3 in integer operations, which compute_80 runs.
 	{Name: "cuda:sm_80", Code: zrt.SM80, Tier: TierCUDA, PTX: "sm_80", Fused: cudaFused},
 	{Name: "cuda:sm_86", Code: zrt.SM86, Tier: TierCUDA, PTX: "sm_80", Fused: cudaFused},
 	{Name: "cuda:sm_89", Code: zrt.SM89, Tier: TierCUDA, PTX: "sm_80", Fused: cudaFused},

@@ -1,6 +1,10 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/zrtdev/zrt/kernels"
+)
 
 // Dispatch is what the launch of one dispatch follows from: its push
 // constants and specialization values in ABI order, the variant's row
@@ -250,8 +254,14 @@ func attention(d Dispatch) (Launch, error) {
 	quant := d.Type != "" // a quantized cache's instance (flash_attn.kv-q8_0-q8_0…): faq.cuh's kernels
 	shared := faShared
 	if quant {
-		if spec[3]%32 != 0 || spec[3] > faMaxHead {
-			return l, fmt.Errorf("cuda: %s: heads of %d: a Q8_0 cache's attention takes whole blocks of 32, at most %d", d.Family, spec[3], faMaxHead)
+		// The cache's blocks: 32 values of Q8_0, 64 of FP8 (whose kernels
+		// would leave the outputs of other heads unwritten).
+		what, block := "Q8_0", uint32(32)
+		if kv, err := kernels.InstanceKV(d.Family + "." + d.Type); err == nil && kv.K == kernels.FP8E4M3 {
+			what, block = "FP8", 64
+		}
+		if spec[3]%block != 0 || spec[3] > faMaxHead {
+			return l, fmt.Errorf("cuda: %s: heads of %d: a %s cache's attention takes whole blocks of %d, at most %d", d.Family, spec[3], what, block, faMaxHead)
 		}
 		shared = faqShared
 	}

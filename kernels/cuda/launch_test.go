@@ -516,3 +516,29 @@ func TestQKVRopeOneRowAdjacent(t *testing.T) {
 		t.Error("2 rows: no error")
 	}
 }
+
+// TestFP8AttentionHeads: the decode attention over an FP8 cache takes
+// heads of whole 64-value blocks (Q8_0's of 32), and Shape refuses
+// others, naming the cache, where its kernels would write nothing.
+func TestFP8AttentionHeads(t *testing.T) {
+	for _, c := range []struct {
+		inst string
+		hd   uint32
+		ok   bool
+	}{
+		{"flash_attn.kv-fp8_e4m3-fp8_e4m3", 128, true},
+		{"flash_attn_ext.kv-fp8_e4m3-fp8_e4m3", 192, true},
+		{"flash_attn.kv-fp8_e4m3-fp8_e4m3", 96, false},
+		{"flash_attn_ext.kv-fp8_e4m3-fp8_e4m3", 32, false},
+		{"flash_attn.kv-q8_0-q8_0", 96, true},
+	} {
+		spec := []uint32{2, 8, 4, c.hd, 0x3e000000}
+		if strings.HasPrefix(c.inst, "flash_attn_ext") {
+			spec = append(spec, 0, 0)
+		}
+		_, err := Shape(c.inst, []uint32{1}, spec, 1, false)
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "FP8")) {
+			t.Errorf("%s, heads of %d: %v, want ok %v", c.inst, c.hd, err, c.ok)
+		}
+	}
+}

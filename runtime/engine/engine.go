@@ -231,13 +231,10 @@ type Engine struct {
 	meters map[string]*meters // tenants' recent token rates
 	cost   stepCost
 	// host is the prefix cache's host tier (nil when off): the bytes of
-	// evicted pages, under layout; pager copies them; pageBuf holds a
-	// page on its way out, swapBufs pages on their way in.
-	host     *hostkv.Store
-	pager    KVPager
-	layout   string
-	pageBuf  []byte
-	swapBufs [][]byte
+	// evicted pages, under layout; hp copies them, in batches.
+	host   *hostkv.Store
+	layout string
+	hp     hostPages
 	// copier copies a SubmitN choice's partial prompt page from its
 	// lead's (nil: the model cannot, and choices compute its tokens).
 	copier KVCopier
@@ -509,8 +506,12 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 		if int64(pg.KVPageBytes()) > cfg.HostKVBytes {
 			return nil, fmt.Errorf("engine: a host KV tier of %d bytes cannot hold one KV page of %d bytes", cfg.HostKVBytes, pg.KVPageBytes())
 		}
-		e.host, e.pager, e.layout = hostkv.New(cfg.HostKVBytes), pg, pg.KVLayout()
-		e.pageBuf = make([]byte, pg.KVPageBytes())
+		e.host, e.layout = hostkv.New(cfg.HostKVBytes), pg.KVLayout()
+		bp, ok := pg.(KVBatchPager)
+		if !ok {
+			bp = syncPager{pg}
+		}
+		e.hp = hostPages{pager: bp, leaving: map[uint64]bool{}, pageBytes: pg.KVPageBytes()}
 	}
 	if cfg.Trace != nil {
 		e.tr = newTracer(cfg.Trace, cfg.Now)
@@ -760,6 +761,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.rec = &StepRecord{Time: start.UnixNano()}
 		defer e.endRecord()
 	}
+	if e.host != nil {
+		e.landHost(false) // the copy-outs that have landed, for this plan
+	}
 	e.mu.Lock()
 	arrived := e.arrivals
 	e.arrivals = nil
@@ -843,6 +847,9 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 			panic(fmt.Sprintf("engine: the plan computes request %d from position %d, it has %d tokens in the KV cache", r.id, c.From, r.done))
 		}
 		e.grow(r, c.From+c.N)
+	}
+	if e.host != nil {
+		e.flushOut() // before the step writes the pages grow reallocated
 	}
 	e.mu.Lock()
 	e.countWaiting() // before the replay: a request admitted now no longer queues
@@ -1384,50 +1391,80 @@ const noPage = ^uint32(0)
 // swapIn gives the plan's swapped-in requests their host-tier pages: it
 // reads every such page's bytes from the tier first (the allocations
 // after may evict device pages into it, pushing others out), then takes a
-// fresh page for each and copies the bytes in; a SubmitN choice that
-// copies its lead's partial prompt page (copying) gets it the same way,
-// copied on the device. A request whose copy fails fails, and its rows
-// leave the plan.
+// fresh page for each and queues the copies in, in one batch, after the
+// copy-outs of the pages those allocations evicted; a SubmitN choice
+// that copies its lead's partial prompt page (copying) gets it the same
+// way, copied on the device. A request whose copy fails fails, and its
+// rows leave the plan.
 func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
 	n := 0
 	for _, sw := range plan.SwapIn {
 		n += len(byID[sw.ID].swap)
 	}
-	for len(e.swapBufs) < n {
-		e.swapBufs = append(e.swapBufs, make([]byte, len(e.pageBuf)))
-	}
-	bufs := e.swapBufs
 	failed := map[uint64]error{}
-	for _, sw := range plan.SwapIn {
-		r := byID[sw.ID]
-		for _, i := range r.swap {
-			if !e.host.Get(hostkv.Key{Layout: e.layout, Chunk: r.keys[i]}, bufs[0]) && failed[r.id] == nil {
-				failed[r.id] = fmt.Errorf("engine: the host KV tier lost chunk %d of request %d between the step's plan and its swap-in", i, r.id)
+	var bufs [][]byte
+	if n > 0 {
+		var err error
+		if bufs, err = e.hostBufs(n); err != nil {
+			for _, sw := range plan.SwapIn {
+				if len(byID[sw.ID].swap) > 0 {
+					failed[sw.ID] = fmt.Errorf("engine: host memory for request %d's pages from the host KV tier: %w", sw.ID, err)
+				}
 			}
-			bufs = bufs[1:]
 		}
 	}
-	bufs = e.swapBufs
+	// The tier's bytes first, into the host buffers the copies go from.
+	taken := map[uint64][][]byte{}
+	for _, sw := range plan.SwapIn {
+		r := byID[sw.ID]
+		if len(r.swap) == 0 || failed[r.id] != nil {
+			continue
+		}
+		b := bufs[:len(r.swap)]
+		bufs = bufs[len(r.swap):]
+		taken[r.id] = b
+		for j, i := range r.swap {
+			if !e.host.Get(hostkv.Key{Layout: e.layout, Chunk: r.keys[i]}, b[j]) {
+				failed[r.id] = fmt.Errorf("engine: the host KV tier lost chunk %d of request %d between the step's plan and its swap-in", i, r.id)
+				break
+			}
+		}
+	}
 	for _, sw := range plan.SwapIn {
 		r := byID[sw.ID]
 		for _, i := range r.swap {
 			r.pages[i] = e.alloc(r.Tenant)
-			if failed[r.id] == nil {
-				if err := e.pager.WriteKVPage(r.pages[i], bufs[0]); err != nil {
-					failed[r.id] = fmt.Errorf("engine: copying chunk %d of request %d from the host KV tier: %w", i, r.id, err)
-				}
-			}
-			bufs = bufs[1:]
 		}
-		if len(r.swap) > 0 {
-			e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
+		if r.copying {
+			r.pages[len(r.hits)] = e.alloc(r.Tenant)
+		}
+	}
+	if e.host != nil {
+		// The copy-outs of the pages those allocations evicted queue
+		// before anything writes the pages again.
+		e.flushOut()
+	}
+	var pages []uint32
+	var srcs [][]byte
+	var restoring []uint64
+	for _, sw := range plan.SwapIn {
+		r := byID[sw.ID]
+		if b := taken[r.id]; b != nil {
+			if failed[r.id] == nil {
+				for j, i := range r.swap {
+					pages, srcs = append(pages, r.pages[i]), append(srcs, b[j])
+				}
+				restoring = append(restoring, r.id)
+				e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
+			} else {
+				e.hp.free = append(e.hp.free, b...)
+			}
 		}
 		r.swap = nil
 		if r.copying {
 			// Its own copy of its lead's partial prompt page, in the
 			// placeholder after its mapped pages.
 			i := len(r.hits)
-			r.pages[i] = e.alloc(r.Tenant)
 			if failed[r.id] == nil {
 				if err := e.copier.CopyKVPage(r.pages[i], r.copySrc); err != nil {
 					failed[r.id] = fmt.Errorf("engine: copying request %d's partial prompt page from its first choice: %w", r.id, err)
@@ -1436,6 +1473,16 @@ func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
 			e.pool.Release(r.copySrc) // mapHits's hold
 			e.tr.instant("copy-page", r, map[string]any{"page": r.pages[i], "from": r.copySrc})
 			r.copying = false
+		}
+	}
+	e.hp.free = append(e.hp.free, bufs...) // (none left unless taking them failed)
+	if e.host != nil {
+		if err := e.restore(pages, srcs); err != nil {
+			for _, id := range restoring {
+				if failed[id] == nil {
+					failed[id] = fmt.Errorf("engine: copying request %d's pages from the host KV tier: %w", id, err)
+				}
+			}
 		}
 	}
 	if len(failed) == 0 {
@@ -1673,7 +1720,9 @@ func (e *Engine) finish(r *request, last Event) {
 // that only the host tier holds, which it would take from there: the
 // longest run of chunks from the first that are in either. (The device
 // cache evicts a conversation's oldest chunks first, so the host tier
-// tends to hold a prefix's head while the device holds its tail.)
+// tends to hold a prefix's head while the device holds its tail.) The
+// host tier's chunks count only while copying a page back costs less
+// than computing its tokens (restoreCheaper).
 func (e *Engine) hits(r *request) ([]uint32, []int) {
 	if r.slot >= 0 || len(r.pages) > 0 || e.prefix == nil {
 		return nil, nil
@@ -1683,10 +1732,11 @@ func (e *Engine) hits(r *request) ([]uint32, []int) {
 	}
 	var pages []uint32
 	var swap []int
+	restore := e.restoreCheaper()
 	for i, k := range r.keys {
 		if pg, ok := e.prefix.Page(k); ok {
 			pages = append(pages, pg)
-		} else if e.host.Has(hostkv.Key{Layout: e.layout, Chunk: k}) {
+		} else if restore && e.host.Has(hostkv.Key{Layout: e.layout, Chunk: k}) {
 			swap = append(swap, i)
 		} else {
 			break
@@ -1751,28 +1801,10 @@ func (e *Engine) alloc(tenant string) uint32 {
 			panic("engine: the scheduler planned a page that is not available")
 		}
 		if e.host != nil {
-			e.keep(key, pg)
+			e.evicted(key, pg)
 		}
 		e.pool.Release(pg)
 	}
-}
-
-// keep copies the bytes of page pg, which the device cache evicts, into
-// the host tier under key. A page it cannot read is simply not kept: a
-// later request computes its tokens.
-func (e *Engine) keep(key uint64, pg uint32) {
-	k := hostkv.Key{Layout: e.layout, Chunk: key}
-	if e.host.Has(k) {
-		e.host.Put(k, nil) // its bytes came from there: only mark it used
-		return
-	}
-	if err := e.pager.ReadKVPage(pg, e.pageBuf); err != nil {
-		e.mu.Lock()
-		e.stats.HostReadErrors++
-		e.mu.Unlock()
-		return
-	}
-	e.host.Put(k, e.pageBuf)
 }
 
 // compact drops finished requests.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,85 @@ type scripted struct {
 	// every 50th of which it fails to.
 	noCopy bool
 	copied int
+	// async, when set, makes it (as asyncPager) a KVBatchPager whose
+	// copies land late: a read's bytes reach its buffers, and a batch
+	// reports done, only after done has been asked a number of times
+	// async draws (0-3); a write reads its buffers when the stream
+	// would, at the next thing ordered after it (a step, a copy, a read,
+	// a look at the KV) or when it is done. A buffer the engine read or
+	// reused too early gives wrong bytes, which checkKV finds.
+	async   *rand.Rand
+	writes  []simWrite // queued, not yet applied
+	pending int        // batches queued and not yet done
+}
+
+type simWrite struct {
+	page uint32
+	src  []byte
+}
+
+// asyncPager is a scripted model with async set, as a KVBatchPager.
+type asyncPager struct{ *scripted }
+
+func (m asyncPager) KVHostBuffer() ([]byte, error) { return make([]byte, m.KVPageBytes()), nil }
+func (m asyncPager) KVCopyRate() float64           { return 0 }
+
+func (m asyncPager) ReadKVPages(pages []uint32, dsts [][]byte) (func() (bool, error), error) {
+	m.applyWrites()
+	snap := make([][]byte, len(pages))
+	for i, pg := range pages {
+		if int(pg) >= len(m.kv) || len(dsts[i]) != m.KVPageBytes() {
+			return nil, fmt.Errorf("scripted: no page %d of %d bytes", pg, len(dsts[i]))
+		}
+		snap[i] = slices.Clone(m.kv[pg])
+		for j := range dsts[i] {
+			dsts[i][j] = 0xee // not there yet
+		}
+	}
+	return m.later(func() {
+		for i := range snap {
+			copy(dsts[i], snap[i])
+		}
+	}), nil
+}
+
+func (m asyncPager) WriteKVPages(pages []uint32, srcs [][]byte) (func() (bool, error), error) {
+	m.applyWrites()
+	for i, pg := range pages {
+		if int(pg) >= len(m.kv) || len(srcs[i]) != m.KVPageBytes() {
+			return nil, fmt.Errorf("scripted: no page %d of %d bytes", pg, len(srcs[i]))
+		}
+		m.writes = append(m.writes, simWrite{pg, srcs[i]})
+	}
+	return m.later(m.applyWrites), nil
+}
+
+// later is the done of a batch that lands, running land, once done has
+// been asked a drawn number of times.
+func (m asyncPager) later(land func()) func() (bool, error) {
+	m.pending++
+	n, landed := m.async.IntN(4), false
+	return func() (bool, error) {
+		if landed {
+			return true, nil
+		}
+		if n > 0 {
+			n--
+			return false, nil
+		}
+		land()
+		landed = true
+		m.pending--
+		return true, nil
+	}
+}
+
+// applyWrites makes the queued writes, in order.
+func (m *scripted) applyWrites() {
+	for _, w := range m.writes {
+		copy(m.kv[w.page], w.src)
+	}
+	m.writes = m.writes[:0]
 }
 
 // simEntry is the bytes a scripted KV page gives one position.
@@ -87,6 +167,7 @@ func (m *scripted) CopyKVPage(dst, src uint32) error {
 	if m.copied++; m.copied%50 == 0 {
 		return fmt.Errorf("scripted copy failure") // its request fails
 	}
+	m.applyWrites()
 	copy(m.kv[dst], m.kv[src])
 	return nil
 }
@@ -94,6 +175,7 @@ func (m *scripted) CopyKVPage(dst, src uint32) error {
 // kvEntry is what the scripted KV holds for position pos of page pg:
 // the token, and pos+1 (0: never written).
 func (m *scripted) kvEntry(pg uint32, pos int) (int32, int) {
+	m.applyWrites()
 	b := m.kv[pg][pos%kernels.KVPageTokens*simEntry:]
 	return int32(binary.LittleEndian.Uint32(b)), int(binary.LittleEndian.Uint32(b[4:]))
 }
@@ -120,6 +202,7 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 		m.fail = false
 		return fmt.Errorf("scripted failure")
 	}
+	m.applyWrites()
 	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
 		m.t.Fatalf("step of %d rows on %s", len(b.Rows), b.Key)
 	}
@@ -257,6 +340,10 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // pages keep their bytes in host memory and come back into fresh pages
 // when a prompt's prefix finds them there; the tier holds 24 pages in
 // seeds 13 and 14, and 3 in seed 15, so it is full and pushes pages out.
+// Seed 14 copies pages in batches that land late (asyncPager): a page's
+// copy-out is queued before anything writes it again, a batch's buffers
+// are neither read nor reused before it lands, and every buffer and
+// batch is back at the end.
 // In every seed the model's KV holds each position's token, and every
 // request's pages hold exactly its tokens after every step, so a page
 // copied to the host and back must come back byte for byte, and so must
@@ -353,7 +440,14 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	if drafter != nil {
 		cfg.Drafter = drafter
 	}
-	e, err := New(m, simTokenizer(t), cfg)
+	var model Model = m
+	if hostKV > 0 && seed%2 == 0 {
+		// Even seeds copy pages to and from the host tier in batches
+		// that land late.
+		m.async = rand.New(rand.NewPCG(seed, 10))
+		model = asyncPager{m}
+	}
+	e, err := New(model, simTokenizer(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,6 +630,13 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	}
 	if m.noCopy == (m.copied > 0) {
 		t.Errorf("seed %d: a model that copies pages: %v; %d partial prompt pages copied", seed, !m.noCopy, m.copied)
+	}
+	e.landHost(true)
+	if err := e.checkHostIdle(); err != nil {
+		t.Errorf("seed %d: the host tier's copies, at the end: %v", seed, err)
+	}
+	if m.pending > 0 {
+		t.Errorf("seed %d: %d batches of page copies never landed", seed, m.pending)
 	}
 	switch {
 	case hostKV == 0 && (s.PrefixHostHit > 0 || s.HostStored > 0):

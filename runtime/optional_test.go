@@ -22,5 +22,6 @@ var (
 	_ runtime.RegionCopier = (*cpu.Tier)(nil)
 	_ runtime.RegionMover  = (*cuda.Tier)(nil)
 	_ runtime.RegionMover  = (*cpu.Tier)(nil)
+	_ runtime.RegionStager = (*cuda.Tier)(nil)
 	_ runtime.Inspector    = (*cpu.Tier)(nil)
 )

@@ -290,3 +290,85 @@ func copyKVPage(t *testing.T, p *runtime.Program) {
 		t.Errorf("a copy into page %d: %v, want outside the pool", last+1, err)
 	}
 }
+
+// TestStageKVPages: T-CPU, which is no RegionStager, copies batches of
+// KV pages to and from host memory before ReadKVPages and WriteKVPages
+// return (stageKVPages); a batch with a page outside the pool is
+// refused.
+func TestStageKVPages(t *testing.T) {
+	p := openTiny(t)
+	stageKVPages(t, p)
+	if p.KVCopyRate() != 0 {
+		t.Errorf("T-CPU measured a copy rate of %g", p.KVCopyRate())
+	}
+	b, _ := p.KVHostBuffer()
+	if _, err := p.ReadKVPages([]uint32{uint32(p.KVPages())}, [][]byte{b}); err == nil || !strings.Contains(err.Error(), "outside the pool") {
+		t.Errorf("a batch read of page %d: %v, want outside the pool", p.KVPages(), err)
+	}
+}
+
+// stageKVPages prefills 4 tokens into page 0, queues a batch copy of it
+// into host memory and, before it has landed, a decode step that writes
+// position 4 of page 0: the bytes that land are the page before the
+// step. Written into the pool's last page in a batch, a decode step
+// right after, at position 4, yields the logits the first one did.
+func stageKVPages(t *testing.T, p *runtime.Program) {
+	t.Helper()
+	ctx := context.Background()
+	last := uint32(p.KVPages() - 1)
+	prefill, _ := p.Key(runtime.Prefill, 4)
+	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+	for i, tok := range []int32{1, 300, 301, 302} {
+		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
+	}
+	if err := p.Step(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, p.KVPageBytes())
+	if err := p.ReadKVPage(0, want); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := p.KVHostBuffer()
+	if err != nil || len(buf) != p.KVPageBytes() {
+		t.Fatalf("a host buffer of %d bytes (%v), want %d", len(buf), err, p.KVPageBytes())
+	}
+	read, err := p.ReadKVPages([]uint32{0}, [][]byte{buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode, _ := p.Key(runtime.Decode, 1)
+	step := func(pg uint32) []float32 {
+		d := runtime.Batch{Key: decode, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{pg}}},
+			Rows: []runtime.Row{{Slot: 0, Pos: 4, Token: 303, Logits: true}}}
+		if err := p.Step(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		return p.Logits(0, nil)
+	}
+	first := step(0)
+	waitLanded(t, read)
+	if !slices.Equal(buf, want) {
+		t.Fatal("the batch read of page 0 holds other bytes than the page before the next step")
+	}
+	write, err := p.WriteKVPages([]uint32{last}, [][]byte{buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := step(last); !slices.Equal(first, again) {
+		t.Error("a decode step on the page written back yields other logits than on the original")
+	}
+	waitLanded(t, write)
+}
+
+func waitLanded(t *testing.T, done func() (bool, error)) {
+	t.Helper()
+	for {
+		ok, err := done()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+	}
+}

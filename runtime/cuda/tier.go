@@ -181,6 +181,9 @@ type Tier struct {
 	oneRow, oneRowMax, oneRowUnsplit []int
 	io                               int
 	decode1                          int // the bundle's one-row decode variant, -1: none
+	// stage holds the page-locked buffers and the measured rate of the
+	// host KV tier's batched copies (stage.go).
+	stage stager
 }
 
 // regionSlack is the bytes allocated past each region's end.
@@ -1005,6 +1008,7 @@ func (t *Tier) close() {
 	}
 	driver.MemFreeHost(t.params)
 	t.params = nil
+	t.stage.free() // the stream is quiet (Synchronize above): no copy reads them
 	if t.done != 0 {
 		t.done.Destroy()
 		t.done = 0

@@ -70,6 +70,10 @@ type simWrite struct {
 	src  []byte
 }
 
+// The engine finds a model's batched copies by type assertion: this
+// holds the program to the interface at compile time.
+var _ KVBatchPager = (*runtime.Program)(nil)
+
 // asyncPager is a scripted model with async set, as a KVBatchPager.
 type asyncPager struct{ *scripted }
 

@@ -1397,36 +1397,24 @@ const noPage = ^uint32(0)
 // way, copied on the device. A request whose copy fails fails, and its
 // rows leave the plan.
 func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
-	n := 0
-	for _, sw := range plan.SwapIn {
-		n += len(byID[sw.ID].swap)
-	}
+	// The tier's buffers first, taken out of it (the allocations after
+	// may evict device pages into it, pushing others out); two requests
+	// of the step may want one chunk.
 	failed := map[uint64]error{}
-	var bufs [][]byte
-	if n > 0 {
-		var err error
-		if bufs, err = e.hostBufs(n); err != nil {
-			for _, sw := range plan.SwapIn {
-				if len(byID[sw.ID].swap) > 0 {
-					failed[sw.ID] = fmt.Errorf("engine: host memory for request %d's pages from the host KV tier: %w", sw.ID, err)
-				}
-			}
-		}
-	}
-	// The tier's bytes first, into the host buffers the copies go from.
-	taken := map[uint64][][]byte{}
+	taken := map[uint64][]byte{}
+	var takenKeys []uint64
 	for _, sw := range plan.SwapIn {
 		r := byID[sw.ID]
-		if len(r.swap) == 0 || failed[r.id] != nil {
-			continue
-		}
-		b := bufs[:len(r.swap)]
-		bufs = bufs[len(r.swap):]
-		taken[r.id] = b
-		for j, i := range r.swap {
-			if !e.host.Get(hostkv.Key{Layout: e.layout, Chunk: r.keys[i]}, b[j]) {
+		for _, i := range r.swap {
+			k := r.keys[i]
+			if _, ok := taken[k]; ok {
+				continue
+			}
+			if b, ok := e.host.Take(hostkv.Key{Layout: e.layout, Chunk: k}); ok {
+				taken[k] = b
+				takenKeys = append(takenKeys, k)
+			} else if failed[r.id] == nil {
 				failed[r.id] = fmt.Errorf("engine: the host KV tier lost chunk %d of request %d between the step's plan and its swap-in", i, r.id)
-				break
 			}
 		}
 	}
@@ -1449,16 +1437,12 @@ func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
 	var restoring []uint64
 	for _, sw := range plan.SwapIn {
 		r := byID[sw.ID]
-		if b := taken[r.id]; b != nil {
-			if failed[r.id] == nil {
-				for j, i := range r.swap {
-					pages, srcs = append(pages, r.pages[i]), append(srcs, b[j])
-				}
-				restoring = append(restoring, r.id)
-				e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
-			} else {
-				e.hp.free = append(e.hp.free, b...)
+		if len(r.swap) > 0 && failed[r.id] == nil {
+			for _, i := range r.swap {
+				pages, srcs = append(pages, r.pages[i]), append(srcs, taken[r.keys[i]])
 			}
+			restoring = append(restoring, r.id)
+			e.tr.instant("swap-in", r, map[string]any{"pages": len(r.swap)})
 		}
 		r.swap = nil
 		if r.copying {
@@ -1475,9 +1459,8 @@ func (e *Engine) swapIn(plan sched.Plan, byID map[uint64]*request) sched.Plan {
 			r.copying = false
 		}
 	}
-	e.hp.free = append(e.hp.free, bufs...) // (none left unless taking them failed)
 	if e.host != nil {
-		if err := e.restore(pages, srcs); err != nil {
+		if err := e.restore(pages, srcs, takenKeys, taken); err != nil {
 			for _, id := range restoring {
 				if failed[id] == nil {
 					failed[id] = fmt.Errorf("engine: copying request %d's pages from the host KV tier: %w", id, err)

@@ -62,12 +62,14 @@ func (syncPager) KVCopyRate() float64 { return 0 }
 func doneNow() (bool, error) { return true, nil }
 
 // hostCopy is a batch of copies between KV pages and the engine's host
-// buffers in flight: copy-outs of evicted pages (keys set: the chunks
-// their bytes go into the host tier under) or restores (keys nil).
+// buffers in flight: copy-outs of evicted pages, whose buffers the host
+// tier adopts under keys once they land, or restores, whose buffers
+// (taken out of the tier) go back into it under keys.
 type hostCopy struct {
-	done func() (bool, error)
-	keys []uint64
-	bufs [][]byte
+	done    func() (bool, error)
+	keys    []uint64
+	bufs    [][]byte
+	restore bool
 }
 
 // hostPages is the engine's side of the host tier's copies: the pages
@@ -174,14 +176,20 @@ func (e *Engine) landHost(wait bool) {
 			continue
 		}
 		for i, k := range c.keys {
-			delete(h.leaving, k)
-			if err == nil {
-				e.host.Put(hostkv.Key{Layout: e.layout, Chunk: k}, c.bufs[i])
-			} else {
+			hk := hostkv.Key{Layout: e.layout, Chunk: k}
+			switch {
+			case c.restore:
+				// Their bytes are the tier's still, whatever the copy did.
+				h.free = append(h.free, e.host.Return(hk, c.bufs[i])...)
+			case err == nil:
+				delete(h.leaving, k)
+				h.free = append(h.free, e.host.Adopt(hk, c.bufs[i])...)
+			default:
+				delete(h.leaving, k)
+				h.free = append(h.free, c.bufs[i])
 				failed++
 			}
 		}
-		h.free = append(h.free, c.bufs...)
 	}
 	clear(h.inflight[len(live):])
 	h.inflight = live
@@ -204,20 +212,24 @@ func (e *Engine) restoreCheaper() bool {
 	return float64(e.hp.pageBytes)/rate < row*kernels.KVPageTokens
 }
 
-// restore queues the copies of bufs into pages (swapIn's restores) in
-// one batch; bufs are free again once they have landed.
-func (e *Engine) restore(pages []uint32, bufs [][]byte) error {
-	if len(pages) == 0 {
-		e.hp.free = append(e.hp.free, bufs...)
-		return nil
+// restore queues the copies of srcs into pages (swapIn's restores) in
+// one batch; the buffers swapIn took out of the host tier (taken, under
+// keys) go back into it once they have landed, as the most recently
+// used.
+func (e *Engine) restore(pages []uint32, srcs [][]byte, keys []uint64, taken map[uint64][]byte) error {
+	c := hostCopy{keys: keys, restore: true}
+	for _, k := range keys {
+		c.bufs = append(c.bufs, taken[k])
 	}
-	done, err := e.hp.pager.WriteKVPages(pages, bufs)
-	if err != nil {
-		e.hp.free = append(e.hp.free, bufs...)
-		return err
+	var err error
+	if len(pages) > 0 {
+		c.done, err = e.hp.pager.WriteKVPages(pages, srcs)
 	}
-	e.hp.inflight = append(e.hp.inflight, hostCopy{done: done, bufs: bufs})
-	return nil
+	if len(pages) == 0 || err != nil {
+		c.done = doneNow
+	}
+	e.hp.inflight = append(e.hp.inflight, c)
+	return err
 }
 
 // checkHostIdle reports, once every copy has landed, copy-outs left
@@ -229,8 +241,8 @@ func (e *Engine) checkHostIdle() error {
 		return nil
 	case len(h.outKeys) > 0 || len(h.inflight) > 0 || len(h.leaving) > 0:
 		return fmt.Errorf("%d copy-outs unqueued, %d batches in flight, %d chunks leaving", len(h.outKeys), len(h.inflight), len(h.leaving))
-	case len(h.free) != h.made:
-		return fmt.Errorf("%d host buffers made, %d free", h.made, len(h.free))
+	case len(h.free)+e.host.Len() != h.made:
+		return fmt.Errorf("%d host buffers made, %d free and %d in the host tier", h.made, len(h.free), e.host.Len())
 	}
 	return nil
 }

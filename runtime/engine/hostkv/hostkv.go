@@ -93,6 +93,68 @@ func (s *Store) Put(k Key, page []byte) bool {
 	return true
 }
 
+// Adopt stores page under k as it is, without copying it: the store
+// owns the buffer until it pushes it out or Take hands it back (a host
+// tier whose buffers are page-locked keeps them so, and copies none on
+// the host). It returns the buffers the caller owns again: those of the
+// pages pushed out for room, and page itself when k is stored already
+// (only marked used) or the page alone exceeds the capacity.
+func (s *Store) Adopt(k Key, page []byte) (free [][]byte) {
+	return s.adopt(k, page, true)
+}
+
+// Return gives back, as Adopt does, bytes Take handed out (counted as
+// stored when they were first).
+func (s *Store) Return(k Key, page []byte) (free [][]byte) {
+	return s.adopt(k, page, false)
+}
+
+func (s *Store) adopt(k Key, page []byte, stored bool) (free [][]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.pages[k]; ok {
+		s.lru.MoveToBack(el)
+		return [][]byte{page}
+	}
+	n := int64(len(page))
+	if n == 0 || n > s.capacity {
+		return [][]byte{page}
+	}
+	for s.bytes+n > s.capacity {
+		el := s.lru.Front()
+		e := el.Value.(*entry)
+		s.lru.Remove(el)
+		delete(s.pages, e.key)
+		s.bytes -= int64(len(e.bytes))
+		s.stats.Evicted++
+		free = append(free, e.bytes)
+	}
+	s.pages[k] = s.lru.PushBack(&entry{key: k, bytes: page})
+	s.bytes += n
+	if stored {
+		s.stats.Stored++
+	}
+	return free
+}
+
+// Take removes the bytes stored under k and hands them to the caller (a
+// hit), who gives them back with Return (or keeps them); it reports
+// false when none are stored.
+func (s *Store) Take(k Key) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el, ok := s.pages[k]
+	if !ok {
+		return nil, false
+	}
+	e := el.Value.(*entry)
+	s.lru.Remove(el)
+	delete(s.pages, k)
+	s.bytes -= int64(len(e.bytes))
+	s.stats.Hits++
+	return e.bytes, true
+}
+
 // Has reports whether bytes are stored under k.
 func (s *Store) Has(k Key) bool {
 	s.mu.Lock()

@@ -8,27 +8,43 @@ import (
 )
 
 // stager is the tier's side of runtime.RegionStager: the page-locked
-// host buffers it made, and the copies' measured rate.
+// slabs it carves host buffers from, and the copies' measured rate.
 type stager struct {
-	pinned [][]byte
-	rate   float64 // bytes a second, an exponential moving average; 0 until measured
+	slabs [][]byte
+	rest  []byte  // of the last slab, not handed out yet
+	rate  float64 // bytes a second, an exponential moving average; 0 until measured
 }
+
+// stageSlab is the least a slab of page-locked memory holds: pinning
+// takes time in proportion to the bytes plus a fixed cost a call, which
+// a host tier filling up (a KV page or two megabytes each, tens a step)
+// should not pay a page at a time.
+const stageSlab = 128 << 20
 
 // HostBuffer returns n bytes of page-locked host memory, which the
 // copy engines read and write directly (a copy from pageable memory is
-// staged through the driver's own buffer, the host waiting for it); it
-// is freed when the tier closes.
+// staged through the driver's own buffer, the host waiting for it),
+// carved from slabs of at least stageSlab bytes; it is freed when the
+// tier closes.
 func (t *Tier) HostBuffer(n int) ([]byte, error) {
-	var b []byte
-	err := t.onContext(func() error {
-		var err error
-		b, err = driver.MemHostAlloc(n)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cuda: a host buffer of %d bytes: %w", n, err)
+	if n <= 0 {
+		return nil, fmt.Errorf("cuda: a host buffer of %d bytes", n)
 	}
-	t.stage.pinned = append(t.stage.pinned, b)
+	if len(t.stage.rest) < n {
+		var slab []byte
+		err := t.onContext(func() error {
+			var err error
+			slab, err = driver.MemHostAlloc(max(n, stageSlab/n*n))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cuda: a host buffer of %d bytes: %w", n, err)
+		}
+		t.stage.slabs = append(t.stage.slabs, slab)
+		t.stage.rest = slab
+	}
+	b := t.stage.rest[:n:n]
+	t.stage.rest = t.stage.rest[n:]
 	return b, nil
 }
 
@@ -141,12 +157,12 @@ func (s *stager) observe(rate float64) {
 	}
 }
 
-// free frees the page-locked buffers (the tier's stream is quiet).
+// free frees the page-locked slabs (the tier's stream is quiet).
 func (s *stager) free() {
-	for _, b := range s.pinned {
+	for _, b := range s.slabs {
 		driver.MemFreeHost(b)
 	}
-	s.pinned = nil
+	s.slabs, s.rest = nil, nil
 }
 
 func destroyEvents(es ...driver.Event) {

@@ -255,14 +255,7 @@ func copyKVPage(t *testing.T, p *runtime.Program) {
 	t.Helper()
 	ctx := context.Background()
 	last := uint32(p.KVPages() - 1)
-	prefill, _ := p.Key(runtime.Prefill, 4)
-	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
-	for i, tok := range []int32{1, 300, 301, 302} {
-		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
-	}
-	if err := p.Step(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	prefillPage0(t, p)
 	if err := p.CopyKVPage(last, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -291,6 +284,20 @@ func copyKVPage(t *testing.T, p *runtime.Program) {
 	}
 }
 
+// prefillPage0 prefills 4 tokens of slot 0 into KV page 0, the start
+// of the page-copy tests.
+func prefillPage0(t *testing.T, p *runtime.Program) {
+	t.Helper()
+	prefill, _ := p.Key(runtime.Prefill, 4)
+	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+	for i, tok := range []int32{1, 300, 301, 302} {
+		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
+	}
+	if err := p.Step(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStageKVPages: T-CPU, which is no RegionStager, copies batches of
 // KV pages to and from host memory before ReadKVPages and WriteKVPages
 // return (stageKVPages); a batch with a page outside the pool is
@@ -316,14 +323,7 @@ func stageKVPages(t *testing.T, p *runtime.Program) {
 	t.Helper()
 	ctx := context.Background()
 	last := uint32(p.KVPages() - 1)
-	prefill, _ := p.Key(runtime.Prefill, 4)
-	b := runtime.Batch{Key: prefill, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}}
-	for i, tok := range []int32{1, 300, 301, 302} {
-		b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3})
-	}
-	if err := p.Step(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	prefillPage0(t, p)
 	want := make([]byte, p.KVPageBytes())
 	if err := p.ReadKVPage(0, want); err != nil {
 		t.Fatal(err)

@@ -10,8 +10,14 @@ import "fmt"
 // stream, to and from page-locked memory.
 type RegionStager interface {
 	// HostBuffer returns n bytes of host memory the copies are fastest
-	// to and from, kept until the tier closes.
+	// to and from, kept until the tier closes. It may fail while
+	// ReserveHostBuffers is still preparing the memory.
 	HostBuffer(n int) ([]byte, error)
+	// ReserveHostBuffers prepares memory for count HostBuffers of n
+	// bytes in the background (pinning it takes T-CUDA's driver about
+	// half a second a GiB), so that HostBuffer hands it out without
+	// waiting.
+	ReserveHostBuffers(n, count int)
 	// StageFromRegion queues copies of len(dsts[k]) bytes at offs[k] of
 	// region i into dsts[k], after everything queued before them and
 	// before anything queued after (a replay that writes the bytes);
@@ -34,6 +40,16 @@ func (p *Program) KVHostBuffer() ([]byte, error) {
 		return s.HostBuffer(p.KVPageBytes())
 	}
 	return make([]byte, p.KVPageBytes()), nil
+}
+
+// ReserveKVHostBuffers prepares memory for count KVHostBuffers in the
+// background, where the tier has such memory to prepare (page-locked on
+// T-CUDA): a KVHostBuffer call then takes it without waiting, and fails
+// while none is ready yet.
+func (p *Program) ReserveKVHostBuffers(count int) {
+	if s, ok := p.tier.(RegionStager); ok {
+		s.ReserveHostBuffers(p.KVPageBytes(), count)
+	}
 }
 
 // ReadKVPages queues copies of pages' bytes, as the last Step left them,

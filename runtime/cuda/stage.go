@@ -1,18 +1,33 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	goruntime "runtime"
+	"sync"
 
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
 // stager is the tier's side of runtime.RegionStager: the page-locked
-// slabs it carves host buffers from, and the copies' measured rate.
+// slabs it carves host buffers from, those pinned ahead of need, and the
+// copies' measured rate.
 type stager struct {
-	slabs [][]byte
-	rest  []byte  // of the last slab, not handed out yet
-	rate  float64 // bytes a second, an exponential moving average; 0 until measured
+	mu    sync.Mutex
+	slabs [][]byte // every slab pinned, for free
+	rest  []byte   // of the slab being carved, not handed out yet
+	ready [][]byte // slabs pinned ahead (ReserveHostBuffers), not carved yet
+	// want is the bytes a reservation still asks for; pinning says a
+	// goroutine is pinning them, stop that the tier is closing.
+	want    int
+	unit    int // the reserved buffers' size: slabs hold whole buffers
+	pinning bool
+	stop    bool
+	pinned  sync.WaitGroup
+
+	// rate is the copies' bytes a second, an exponential moving average
+	// (0 until measured), read and written on the step's goroutine only.
+	rate float64
 }
 
 // stageSlab is the least a slab of page-locked memory holds: pinning
@@ -21,30 +36,105 @@ type stager struct {
 // should not pay a page at a time.
 const stageSlab = 128 << 20
 
+// errPinning is HostBuffer's answer while the memory reserved is still
+// being pinned.
+var errPinning = errors.New("cuda: the reserved page-locked host memory is still being pinned")
+
+// ReserveHostBuffers pins host memory for count buffers of n bytes in the
+// background, a slab at a time, for HostBuffer to hand out: pinning takes
+// the driver tens of milliseconds a slab (about half a second a GiB on an
+// H200's host), which a step that hands buffers out must not wait for.
+func (t *Tier) ReserveHostBuffers(n, count int) {
+	if n <= 0 || count <= 0 {
+		return
+	}
+	s := &t.stage
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.want += n * count
+	s.unit = n
+	if s.pinning || s.stop {
+		return
+	}
+	s.pinning = true
+	s.pinned.Add(1)
+	go t.pinAhead()
+}
+
+// pinAhead pins the reserved bytes slab by slab, on a thread of its own.
+func (t *Tier) pinAhead() {
+	s := &t.stage
+	defer s.pinned.Done()
+	for {
+		s.mu.Lock()
+		if s.stop || s.want <= 0 {
+			s.pinning = false
+			s.mu.Unlock()
+			return
+		}
+		size := slabSize(s.unit, min(s.want, stageSlab))
+		s.mu.Unlock()
+		slab, err := t.pin(size)
+		s.mu.Lock()
+		if err != nil {
+			// Not pinned: HostBuffer pins what it needs itself.
+			s.want, s.pinning = 0, false
+			s.mu.Unlock()
+			return
+		}
+		s.slabs = append(s.slabs, slab)
+		s.ready = append(s.ready, slab)
+		s.want -= len(slab)
+		s.mu.Unlock()
+	}
+}
+
+// pin allocates n bytes of page-locked host memory.
+func (t *Tier) pin(n int) (slab []byte, err error) {
+	err = t.onContext(func() error {
+		slab, err = driver.MemHostAlloc(n)
+		return err
+	})
+	return slab, err
+}
+
+// slabSize is the bytes of a slab of buffers of n bytes: whole buffers,
+// at least want bytes' worth (one at least).
+func slabSize(n, want int) int {
+	return max(n, (want+n-1)/n*n)
+}
+
 // HostBuffer returns n bytes of page-locked host memory, which the
 // copy engines read and write directly (a copy from pageable memory is
 // staged through the driver's own buffer, the host waiting for it),
 // carved from slabs of at least stageSlab bytes; it is freed when the
-// tier closes.
+// tier closes. Buffers ReserveHostBuffers pins come first; while it is
+// still pinning and has none ready, HostBuffer fails at once rather than
+// wait (a caller on a step's path does without the buffer); with no
+// reservation under way it pins a slab itself.
 func (t *Tier) HostBuffer(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("cuda: a host buffer of %d bytes", n)
 	}
-	if len(t.stage.rest) < n {
-		var slab []byte
-		err := t.onContext(func() error {
-			var err error
-			slab, err = driver.MemHostAlloc(max(n, stageSlab/n*n))
-			return err
-		})
+	s := &t.stage
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.rest) < n && len(s.ready) > 0 {
+		s.rest, s.ready = s.ready[0], s.ready[1:]
+	}
+	if len(s.rest) < n {
+		if s.pinning {
+			return nil, errPinning
+		}
+		slab, err := t.pin(slabSize(n, stageSlab))
 		if err != nil {
 			return nil, fmt.Errorf("cuda: a host buffer of %d bytes: %w", n, err)
 		}
-		t.stage.slabs = append(t.stage.slabs, slab)
-		t.stage.rest = slab
+		s.slabs = append(s.slabs, slab)
+		s.rest = slab
 	}
-	b := t.stage.rest[:n:n]
-	t.stage.rest = t.stage.rest[n:]
+	b := s.rest[:n:n]
+	s.rest = s.rest[n:]
 	return b, nil
 }
 
@@ -157,12 +247,17 @@ func (s *stager) observe(rate float64) {
 	}
 }
 
-// free frees the page-locked slabs (the tier's stream is quiet).
+// free stops the pinning ahead and frees the page-locked slabs (the
+// tier's stream is quiet).
 func (s *stager) free() {
+	s.mu.Lock()
+	s.stop = true
+	s.mu.Unlock()
+	s.pinned.Wait()
 	for _, b := range s.slabs {
 		driver.MemFreeHost(b)
 	}
-	s.slabs, s.rest = nil, nil
+	s.slabs, s.rest, s.ready = nil, nil, nil
 }
 
 func destroyEvents(es ...driver.Event) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
@@ -90,6 +91,51 @@ func TestStageKVPages(t *testing.T) {
 		}
 	}
 	t.Logf("copies of %d-byte pages at %.2f GB/s", n, p.KVCopyRate()/1e9)
+
+	// Buffers reserved ahead are pinned in the background: a call fails
+	// only while none is ready, each is a range of its own, and they copy
+	// as the others do. The tier closes (deferred) while it still pins the
+	// second reservation.
+	const count = 48
+	p.ReserveKVHostBuffers(count)
+	var got [][]byte
+	for deadline := time.Now().Add(20 * time.Second); len(got) < count && time.Now().Before(deadline); {
+		b, err := p.KVHostBuffer()
+		if err != nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if len(b) != n {
+			t.Fatalf("a reserved buffer of %d bytes, want %d", len(b), n)
+		}
+		got = append(got, b)
+	}
+	if len(got) < count {
+		t.Fatalf("%d of %d reserved buffers within 20 s", len(got), count)
+	}
+	starts := make([]uintptr, len(got))
+	for i, b := range got {
+		starts[i] = uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	}
+	slices.Sort(starts)
+	for i := 1; i < len(starts); i++ {
+		if starts[i]-starts[i-1] < uintptr(n) {
+			t.Fatalf("reserved buffers overlap: %#x and %#x, %d bytes each", starts[i-1], starts[i], n)
+		}
+	}
+	page0 := make([]byte, n)
+	if err := p.ReadKVPage(0, page0); err != nil {
+		t.Fatal(err)
+	}
+	read, err = p.ReadKVPages([]uint32{0}, got[count-1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLanded(t, read)
+	if !slices.Equal(got[count-1], page0) {
+		t.Error("a reserved buffer's batch read of page 0 holds other bytes than the page")
+	}
+	p.ReserveKVHostBuffers(4096)
 }
 
 func waitLanded(t *testing.T, done func() (bool, error)) {

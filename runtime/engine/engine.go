@@ -512,6 +512,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 			bp = syncPager{pg}
 		}
 		e.hp = hostPages{pager: bp, leaving: map[uint64]bool{}, pageBytes: pg.KVPageBytes()}
+		bp.ReserveKVHostBuffers(int(cfg.HostKVBytes / int64(pg.KVPageBytes())))
 	}
 	if cfg.Trace != nil {
 		e.tr = newTracer(cfg.Trace, cfg.Now)

@@ -16,8 +16,13 @@ import (
 // tier gives back hold the step loop up.
 type KVBatchPager interface {
 	// KVHostBuffer returns one page's bytes of host memory that the
-	// copies are fastest to and from; the engine keeps it for reuse.
+	// copies are fastest to and from; the engine keeps it for reuse. It
+	// may fail while ReserveKVHostBuffers is preparing them: the pages
+	// are then not kept.
 	KVHostBuffer() ([]byte, error)
+	// ReserveKVHostBuffers prepares count KVHostBuffers in the
+	// background (the engine asks for its host tier's worth at start).
+	ReserveKVHostBuffers(count int)
 	// ReadKVPages queues copies of pages' bytes, as the last step left
 	// them, into dsts (one page each, from KVHostBuffer), ordered before
 	// any later step or WriteKVPages writes the pages: a page may be
@@ -38,6 +43,8 @@ type KVBatchPager interface {
 type syncPager struct{ KVPager }
 
 func (p syncPager) KVHostBuffer() ([]byte, error) { return make([]byte, p.KVPageBytes()), nil }
+
+func (syncPager) ReserveKVHostBuffers(int) {}
 
 func (p syncPager) ReadKVPages(pages []uint32, dsts [][]byte) (func() (bool, error), error) {
 	for i, pg := range pages {
@@ -117,11 +124,17 @@ func (e *Engine) flushOut() {
 	}
 	keys, pages := h.outKeys, h.outPages
 	h.outKeys, h.outPages = nil, nil
-	bufs, err := e.hostBufs(len(keys))
-	var done func() (bool, error)
-	if err == nil {
-		done, err = h.pager.ReadKVPages(pages, bufs)
+	// Those it has no buffer for (the tier still preparing them) are not
+	// kept.
+	bufs := e.hostBufs(len(keys))
+	for _, k := range keys[len(bufs):] {
+		delete(h.leaving, k)
 	}
+	keys, pages = keys[:len(bufs)], pages[:len(bufs)]
+	if len(keys) == 0 {
+		return
+	}
+	done, err := h.pager.ReadKVPages(pages, bufs)
 	if err != nil {
 		h.free = append(h.free, bufs...)
 		for _, k := range keys {
@@ -135,8 +148,9 @@ func (e *Engine) flushOut() {
 	h.inflight = append(h.inflight, hostCopy{done: done, keys: keys, bufs: bufs})
 }
 
-// hostBufs takes n host buffers, free ones first.
-func (e *Engine) hostBufs(n int) ([][]byte, error) {
+// hostBufs takes up to n host buffers, free ones first, then new ones
+// from the pager for as long as it has them.
+func (e *Engine) hostBufs(n int) [][]byte {
 	h := &e.hp
 	bufs := make([][]byte, 0, n)
 	for len(bufs) < n && len(h.free) > 0 {
@@ -145,17 +159,13 @@ func (e *Engine) hostBufs(n int) ([][]byte, error) {
 	}
 	for len(bufs) < n {
 		b, err := h.pager.KVHostBuffer()
-		if err == nil && len(b) != h.pageBytes {
-			err = fmt.Errorf("engine: a host buffer of %d bytes for pages of %d", len(b), h.pageBytes)
-		}
-		if err != nil {
-			h.free = append(h.free, bufs...)
-			return nil, err
+		if err != nil || len(b) != h.pageBytes {
+			break
 		}
 		h.made++
 		bufs = append(bufs, b)
 	}
-	return bufs, nil
+	return bufs
 }
 
 // landHost takes the copies that have completed: the copy-outs' bytes

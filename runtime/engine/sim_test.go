@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -63,6 +64,10 @@ type scripted struct {
 	async   *rand.Rand
 	writes  []simWrite // queued, not yet applied
 	pending int        // batches queued and not yet done
+	// hostBufs counts the host buffers asked for: every seventh is not
+	// ready yet (a tier still pinning its reservation), so the engine
+	// keeps fewer pages than it evicts.
+	hostBufs int
 }
 
 type simWrite struct {
@@ -77,8 +82,14 @@ var _ KVBatchPager = (*runtime.Program)(nil)
 // asyncPager is a scripted model with async set, as a KVBatchPager.
 type asyncPager struct{ *scripted }
 
-func (m asyncPager) KVHostBuffer() ([]byte, error) { return make([]byte, m.KVPageBytes()), nil }
-func (m asyncPager) KVCopyRate() float64           { return 0 }
+func (m asyncPager) KVHostBuffer() ([]byte, error) {
+	if m.hostBufs++; m.hostBufs%7 == 0 {
+		return nil, errors.New("scripted: the host buffers are still being prepared")
+	}
+	return make([]byte, m.KVPageBytes()), nil
+}
+func (m asyncPager) ReserveKVHostBuffers(int) {}
+func (m asyncPager) KVCopyRate() float64      { return 0 }
 
 func (m asyncPager) ReadKVPages(pages []uint32, dsts [][]byte) (func() (bool, error), error) {
 	m.applyWrites()

@@ -19,6 +19,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -58,6 +59,10 @@ type Options struct {
 	Omit []string
 	// Device is the CUDA device ordinal to run on (default 0).
 	Device int
+	// Log, when set, hears a slow kernel load: on a machine's first
+	// start the driver compiles every kernel's PTX for the GPU (its
+	// cache serves later starts), which can take a minute.
+	Log func(format string, args ...any)
 	// Comm is the communicator of the tensor-parallel set the bundle is
 	// a rank of (its rank's): its collectives run through it, recorded in
 	// the captured graphs like the kernels. A rank bundle loaded without
@@ -315,6 +320,8 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	if len(t.uploads) == 0 || t.fence < 0 {
 		return fmt.Errorf("cuda: memory plan lacks the io or fence region")
 	}
+	loaded := noteSlowLoad(opt.Log, len(b.Blobs), 3*time.Second)
+	defer loaded()
 	for _, blob := range b.Blobs {
 		if blob.Name == kcuda.MegakernelModule {
 			// No dispatch names it: initMegakernel loads it, and its
@@ -330,6 +337,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 			return err
 		}
 	}
+	loaded()
 	if err := t.initMasker(b); err != nil {
 		return err
 	}
@@ -465,6 +473,29 @@ func (t *Tier) allocStaging() error {
 		}
 	}
 	return nil
+}
+
+// noteSlowLoad tells log (when set) about a kernel load still running
+// after slow, and how long it took once the returned func is called (the
+// first call counts): the driver JIT-compiles each module's PTX unless its
+// cache has it, and a fresh H200 host took about a minute for a qwen3
+// 0.6B-shaped bundle, time a user should not take for a hang.
+func noteSlowLoad(log func(string, ...any), kernels int, after time.Duration) (loaded func()) {
+	if log == nil {
+		return func() {}
+	}
+	start := time.Now()
+	slow := time.AfterFunc(after, func() {
+		log("T-CUDA: the driver is compiling %d kernels for this GPU (a first start; its cache serves later ones)", kernels)
+	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if !slow.Stop() {
+				log("T-CUDA: kernels ready in %.0f s", time.Since(start).Seconds())
+			}
+		})
+	}
 }
 
 // loadKernel JIT-loads a blob's PTX (its code up to the NUL) and finds the

@@ -627,7 +627,11 @@ func loadCUDA(b *bundle.Bundle, opt Options) (Tier, error) {
 				target.Name, major, minor, info.Name, info.Major, info.Minor, cudaRuns(info.Major, info.Minor))
 		}
 	}
-	t, err := cuda.Load(b, opt.CUDA)
+	co := opt.CUDA
+	if co.Log == nil {
+		co.Log = opt.Log
+	}
+	t, err := cuda.Load(b, co)
 	if err != nil {
 		return nil, fmt.Errorf("tier cuda: %w", err) // where CUDA cannot run, the driver probe's reason
 	}

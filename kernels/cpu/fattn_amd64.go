@@ -41,6 +41,9 @@ func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) flo
 func expfs(x *float32, n int)
 
 //go:noescape
+func faCoefs(sc, coef *float32, n int, st *[3]float32)
+
+//go:noescape
 func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
 
 //go:noescape

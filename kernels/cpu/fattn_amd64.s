@@ -1128,3 +1128,258 @@ exploop:
 expdone:
 	VZEROUPPER
 	RET
+
+// func faCoefs(sc, coef *float32, n int, st *[3]float32)
+//
+// onlineCoefs (without soft-capping) over 16n raw dot products sc:
+// st holds the running maximum M, the sum S (both updated) and the
+// scale; coef receives each key's (ms, vs). sc is left as it was.
+TEXT ·faCoefs(SB), NOSPLIT, $0-32
+	MOVQ         sc+0(FP), SI
+	MOVQ         coef+8(FP), DI
+	MOVQ         n+16(FP), CX
+	MOVQ         st+24(FP), DX
+	VBROADCASTSS (DX), Z30  // M
+	VMOVSS       4(DX), X29 // S
+	VBROADCASTSS 8(DX), Z31 // scale
+	VBROADCASTSS faNegInf<>(SB), Z28
+	MOVL         $0x3f800000, AX
+	VPBROADCASTD AX, Z27
+	VMOVDQU32    faCoefLo<>(SB), Z17
+	VMOVDQU32    faCoefHi<>(SB), Z18
+	MOVL         $15, AX
+	VPBROADCASTD AX, Z16
+	VBROADCASTSD expk<>+0(SB), Z20
+	VBROADCASTSD expk<>+8(SB), Z21
+	VBROADCASTSD expk<>+16(SB), Z22
+	VBROADCASTSD expk<>+24(SB), Z23
+	VBROADCASTSD expk<>+32(SB), Z24
+	VBROADCASTSD expk<>+40(SB), Z25
+	VBROADCASTSD expk<>+48(SB), Z26
+	VBROADCASTSD ·expTaylor+0(SB), Z19
+
+fcblock:
+	VMULPS  (SI), Z31, Z0 // x: the scaled scores
+	VMOVAPS Z0, Z1
+	// Z1: the inclusive prefix maximum of the block's lanes.
+	VALIGND $15, Z28, Z1, Z2
+	VMAXPS  Z2, Z1, Z1
+	VALIGND $14, Z28, Z1, Z2
+	VMAXPS  Z2, Z1, Z1
+	VALIGND $12, Z28, Z1, Z2
+	VMAXPS  Z2, Z1, Z1
+	VALIGND $8, Z28, Z1, Z2
+	VMAXPS  Z2, Z1, Z1
+	// Z3: each key's maximum before it (M for the first), then M takes
+	// the block's.
+	VALIGND $15, Z30, Z1, Z3
+	VMAXPS  Z30, Z3, Z3
+	VPERMPS Z1, Z16, Z4
+	VMAXPS  Z30, Z4, Z30 // on a tie M stays, as the loop keeps it
+	// K1: the keys that raise the maximum; their argument is M - x,
+	// the others' x - M.
+	VCMPPS           $0x1e, Z3, Z0, K1
+	VSUBPS           Z3, Z0, Z5
+	VSUBPS           Z0, Z3, K1, Z5
+	VCVTPS2PD        Y5, Z6
+	VEXTRACTF64X4    $1, Z5, Y11
+	VCVTPS2PD        Y11, Z11
+	VMINPD           Z6, Z21, Z8
+	VMINPD           Z11, Z21, Z13
+	VMAXPD           Z8, Z20, Z6
+	VMAXPD           Z13, Z20, Z11
+	VMULPD           Z22, Z6, Z7
+	VMULPD           Z22, Z11, Z12
+	VADDPD           Z23, Z7, Z7
+	VADDPD           Z23, Z12, Z12
+	VSUBPD           Z23, Z7, Z8
+	VSUBPD           Z23, Z12, Z13
+	VMOVAPD          Z6, Z9
+	VMOVAPD          Z11, Z14
+	VFNMADD231PD     Z24, Z8, Z9
+	VFNMADD231PD     Z24, Z13, Z14
+	VFNMADD231PD     Z25, Z8, Z9
+	VFNMADD231PD     Z25, Z13, Z14
+	VMOVAPD          Z19, Z10
+	VMOVAPD          Z19, Z15
+	VFMADD213PD.BCST ·expTaylor+8(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+8(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+16(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+16(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+24(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+24(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+32(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+32(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+40(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+40(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+48(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+48(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+56(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+56(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+64(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+64(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+72(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+72(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+80(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+80(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+88(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+88(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+96(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+96(SB), Z14, Z15
+	VFMADD213PD.BCST ·expTaylor+104(SB), Z9, Z10
+	VFMADD213PD.BCST ·expTaylor+104(SB), Z14, Z15
+	VPADDQ           Z26, Z7, Z7
+	VPADDQ           Z26, Z12, Z12
+	VPSLLQ           $52, Z7, Z7
+	VPSLLQ           $52, Z12, Z12
+	VMULPD           Z7, Z10, Z10
+	VMULPD           Z12, Z15, Z15
+	VCVTPD2PS        Z10, Y10
+	VCVTPD2PS        Z15, Y15
+	VINSERTF64X4     $1, Y15, Z10, Z0 // the block's exponentials
+	// ms = e and vs = 1 where the maximum rose, else ms = 1 and vs = e;
+	// interleaved as (ms, vs) pairs.
+	VMOVAPS   Z27, Z1
+	VMOVAPS   Z0, K1, Z1
+	VMOVAPS   Z0, Z2
+	VMOVAPS   Z27, K1, Z2
+	VMOVAPS   Z17, Z3
+	VPERMI2PS Z2, Z1, Z3
+	VMOVAPS   Z18, Z4
+	VPERMI2PS Z2, Z1, Z4
+	VMOVUPS   Z3, (DI)
+	VMOVUPS   Z4, 64(DI)
+	KMOVW     K1, AX
+	TESTL     AX, AX
+	JNZ       fcslow
+	VADDSS    4(DI), X29, X29
+	VADDSS    12(DI), X29, X29
+	VADDSS    20(DI), X29, X29
+	VADDSS    28(DI), X29, X29
+	VADDSS    36(DI), X29, X29
+	VADDSS    44(DI), X29, X29
+	VADDSS    52(DI), X29, X29
+	VADDSS    60(DI), X29, X29
+	VADDSS    68(DI), X29, X29
+	VADDSS    76(DI), X29, X29
+	VADDSS    84(DI), X29, X29
+	VADDSS    92(DI), X29, X29
+	VADDSS    100(DI), X29, X29
+	VADDSS    108(DI), X29, X29
+	VADDSS    116(DI), X29, X29
+	VADDSS    124(DI), X29, X29
+
+fcnext:
+	ADDQ   $64, SI
+	ADDQ   $128, DI
+	DECQ   CX
+	JNZ    fcblock
+	VMOVSS X30, (DX)
+	VMOVSS X29, 4(DX)
+	VZEROUPPER
+	RET
+
+fcslow:
+	// S = float32(fma(float64(S), float64(ms), float64(vs))), key by key.
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   (DI), X4, X4
+	VCVTSS2SD   4(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   8(DI), X4, X4
+	VCVTSS2SD   12(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   16(DI), X4, X4
+	VCVTSS2SD   20(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   24(DI), X4, X4
+	VCVTSS2SD   28(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   32(DI), X4, X4
+	VCVTSS2SD   36(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   40(DI), X4, X4
+	VCVTSS2SD   44(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   48(DI), X4, X4
+	VCVTSS2SD   52(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   56(DI), X4, X4
+	VCVTSS2SD   60(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   64(DI), X4, X4
+	VCVTSS2SD   68(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   72(DI), X4, X4
+	VCVTSS2SD   76(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   80(DI), X4, X4
+	VCVTSS2SD   84(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   88(DI), X4, X4
+	VCVTSS2SD   92(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   96(DI), X4, X4
+	VCVTSS2SD   100(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   104(DI), X4, X4
+	VCVTSS2SD   108(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   112(DI), X4, X4
+	VCVTSS2SD   116(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	VCVTSS2SD   X29, X29, X5
+	VCVTSS2SD   120(DI), X4, X4
+	VCVTSS2SD   124(DI), X6, X6
+	VFMADD231SD X4, X5, X6
+	VCVTSD2SS   X6, X6, X29
+	JMP         fcnext
+
+// faCoefLo, faCoefHi: VPERMI2PS's indexes that interleave ms (0-15)
+// and vs (16-31) into (ms, vs) pairs, keys 0-7 and 8-15.
+DATA faCoefLo<>+0(SB)/8, $0x0000001000000000
+DATA faCoefLo<>+8(SB)/8, $0x0000001100000001
+DATA faCoefLo<>+16(SB)/8, $0x0000001200000002
+DATA faCoefLo<>+24(SB)/8, $0x0000001300000003
+DATA faCoefLo<>+32(SB)/8, $0x0000001400000004
+DATA faCoefLo<>+40(SB)/8, $0x0000001500000005
+DATA faCoefLo<>+48(SB)/8, $0x0000001600000006
+DATA faCoefLo<>+56(SB)/8, $0x0000001700000007
+GLOBL faCoefLo<>(SB), RODATA|NOPTR, $64
+DATA faCoefHi<>+0(SB)/8, $0x0000001800000008
+DATA faCoefHi<>+8(SB)/8, $0x0000001900000009
+DATA faCoefHi<>+16(SB)/8, $0x0000001a0000000a
+DATA faCoefHi<>+24(SB)/8, $0x0000001b0000000b
+DATA faCoefHi<>+32(SB)/8, $0x0000001c0000000c
+DATA faCoefHi<>+40(SB)/8, $0x0000001d0000000d
+DATA faCoefHi<>+48(SB)/8, $0x0000001e0000000e
+DATA faCoefHi<>+56(SB)/8, $0x0000001f0000000f
+GLOBL faCoefHi<>(SB), RODATA|NOPTR, $64

@@ -17,6 +17,7 @@ func faMadF16x3(acc *uint16, accStride int, v *uint16, vstride int, coef *float3
 }
 func faCvtRows(dst *float32, src *uint16, sstride, hd, n int) { panic("no SIMD") }
 func expfs(x *float32, n int)                                 { panic("no SIMD") }
+func faCoefs(sc, coef *float32, n int, st *[3]float32)        { panic("no SIMD") }
 func faTransposeTile(dst, src *float32, hd int)               { panic("no SIMD") }
 func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32 {
 	panic("no SIMD")

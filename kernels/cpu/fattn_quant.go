@@ -285,6 +285,15 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 // the second pass forms (ms, vs) and S in ggml's order. newMax is
 // scratch of len(sc).
 func onlineCoefs(sc, coef []float32, newMax []bool, m, s float32, o *faOpts, simd bool) (float32, float32) {
+	if simd && o.softcap == 0 && len(sc) >= 16 {
+		// faCoefs takes whole blocks of 16 keys; the rest continue here
+		// from its M and S, which is the same sequence of operations.
+		n16 := len(sc) &^ 15
+		st := [3]float32{m, s, o.scale}
+		faCoefs(&sc[0], &coef[0], n16/16, &st)
+		m, s = st[0], st[1]
+		sc, coef, newMax = sc[n16:], coef[2*n16:], newMax[n16:]
+	}
 	n := len(sc)
 	for j, x := range sc {
 		x = o.score(x)

@@ -27,3 +27,6 @@ func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) flo
 }
 func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int) { panic("no SIMD") }
 func faRotate(h *float32, n int, x, out *float32)                          { panic("no SIMD") }
+
+// faDotKeysH has no kernels here.
+var faDotKeysH [faDotMaxHeads]func(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)

@@ -163,8 +163,10 @@ func TestFlashAttnSIMD(t *testing.T) {
 		faCase{hd: 80, nHead: 6, nHeadKV: 2, rows: 1, start: []int{1500}},
 		faCase{hd: 128, nHead: 8, nHeadKV: 1, rows: 2, start: []int{1100, 2600}},
 		faCase{hd: 64, nHead: 4, nHeadKV: 2, rows: 1, start: []int{2000}, window: 900, softcap: 30, sinks: true},
-		faCase{hd: 64, nHead: 10, nHeadKV: 2, rows: 1, start: []int{1000}}, // groups of 5: three heads, then two
-		faCase{hd: 48, nHead: 8, nHeadKV: 2, rows: 1, start: []int{900}},   // groups of 4: two and two, 16-wide columns only
+		faCase{hd: 64, nHead: 10, nHeadKV: 2, rows: 1, start: []int{1000}},  // groups of 5: three heads, then two
+		faCase{hd: 48, nHead: 8, nHeadKV: 2, rows: 1, start: []int{900}},    // groups of 4: two and two, 16-wide columns only
+		faCase{hd: 128, nHead: 14, nHeadKV: 2, rows: 1, start: []int{1300}}, // groups of 7: scores six heads, then one
+		faCase{hd: 64, nHead: 14, nHeadKV: 1, rows: 1, start: []int{1234}},  // a group of 14: scores 6, 6, 2
 	)
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%d_hd%d_h%d-%d_rows%d_start%v_w%d_cap%v_sinks%v", i, c.hd, c.nHead, c.nHeadKV, c.rows, c.start, c.window, c.softcap, c.sinks), func(t *testing.T) {

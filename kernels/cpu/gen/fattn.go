@@ -359,6 +359,9 @@ tadone:
 	f.Quads("faIota", asmgen.Dwords(iota...)...)
 	expfs(f)
 	faCoefs(f)
+	for heads := 1; heads <= faDotMaxHeads; heads++ {
+		faDotKeysHeads(f, heads)
+	}
 	return f.Bytes()
 }
 
@@ -818,4 +821,123 @@ fcslow:`)
 	f.P("\n// faCoefLo, faCoefHi: VPERMI2PS's indexes that interleave ms (0-15)\n// and vs (16-31) into (ms, vs) pairs, keys 0-7 and 8-15.")
 	f.Quads("faCoefLo", asmgen.Dwords(lo...)...)
 	f.Quads("faCoefHi", asmgen.Dwords(hi...)...)
+}
+
+// faDotMaxHeads is the most query heads faDotF16KeysH takes at once
+// (kernels/cpu's faDotMaxHeads): four accumulators a head and the four
+// widened key vectors fill the 32 registers at six.
+const faDotMaxHeads = 6
+
+// faDotKeysHeads writes faDotF16KeysH for heads query heads: each key
+// row's groups of 64 halves are widened once and multiplied into every
+// head's four accumulators (ggml_vec_dot_f16's, the FMA into a zeroed
+// or running accumulator as faDotF16Keys does), which GGML_F32Cx16_REDUCE
+// folds to one vector a head, stored for the butterfly. The butterfly
+// then reduces a head's 16 vectors together with the adds of
+// _mm512_reduce_add_ps (lanes l and l+8, then l and l+4, then 0+2 and
+// 1+3, then the two), two keys an add: each key's sums and their order
+// are REDUCE16's, so are its bits.
+func faDotKeysHeads(f *asmgen.File, heads int) {
+	name := fmt.Sprintf("faDotF16KeysH%d", heads)
+	l := func(s string) string { return fmt.Sprintf("dh%d%s", heads, s) }
+	f.P("")
+	f.P("// func %s(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)", name)
+	f.Raw(`//
+// The dot products of up to 16 key rows (n, kstride bytes apart) with
+// the query heads' float32 queries packed by groups of 64 (group g of
+// head h at q + (g*heads + h)*256 bytes), over np columns: head h's n
+// scores go to out + h*ostride bytes. Each row's lines pf bytes on and
+// at the same place from next on are prefetched. scratch holds 1 KiB a
+// head.`)
+	f.Text(name, 0, 80)
+	f.Args(asmgen.Arg{Name: "k", Reg: "SI"}, asmgen.Arg{Name: "kstride", Reg: "R8"}, asmgen.Arg{Name: "q", Reg: "DI"},
+		asmgen.Arg{Name: "np", Reg: "R9"}, asmgen.Arg{}, asmgen.Arg{}, asmgen.Arg{},
+		asmgen.Arg{Name: "pf", Reg: "R11"}, asmgen.Arg{Name: "next", Reg: "R12"}, asmgen.Arg{Name: "scratch", Reg: "BX"})
+	f.Raw(`
+	SUBQ SI, R12
+	SHRQ $6, R9
+	XORQ DX, DX // the key`)
+	f.P("\n%s:", l("key"))
+	for h := 0; h < heads; h++ {
+		f.Zero("VPXORD", asmgen.Regs("Z", 4*h, 1, 4)...)
+	}
+	f.Raw(`
+	MOVQ SI, AX
+	MOVQ DI, R13
+	MOVQ R9, R10`)
+	f.P("\n%s:", l("grp"))
+	for _, r := range []string{"R11", "R12"} {
+		for _, off := range []int{0, 64} {
+			f.Ins("PREFETCHT0", asmgen.Mem(off, "AX")+"("+r+"*1)")
+		}
+	}
+	loads4(f, "VCVTPH2PS", "AX", 32, 28)
+	for h := 0; h < heads; h++ {
+		group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(256*h+64*i, "R13"), z(28 + i), z(4*h + i)} })
+	}
+	f.Ins("ADDQ", "$128", "AX")
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 256*heads), "R13")
+	f.Ins("DECQ", "R10")
+	f.Ins("JNZ", l("grp"))
+	f.P("")
+	for h := 0; h < heads; h++ {
+		f.Ins("VADDPS", z(4*h+2), z(4*h), z(4*h))
+		f.Ins("VADDPS", z(4*h+3), z(4*h+1), z(4*h+1))
+		f.Ins("VADDPS", z(4*h+1), z(4*h), z(4*h))
+	}
+	f.Raw(`
+	// Key j's vector goes to slot 4*(j%4) + j/4 of its head's 16, where
+	// the butterfly leaves its sum in lane j.
+	MOVQ DX, AX
+	ANDQ $3, AX
+	SHLQ $2, AX
+	MOVQ DX, R10
+	SHRQ $2, R10
+	ORQ  R10, AX
+	SHLQ $6, AX`)
+	for h := 0; h < heads; h++ {
+		f.Ins("VMOVUPS", z(4*h), fmt.Sprintf("%d(BX)(AX*1)", 1024*h))
+	}
+	f.Ins("ADDQ", "R8", "SI")
+	f.Ins("INCQ", "DX")
+	f.Ins("CMPQ", "DX", "n+32(FP)")
+	f.Ins("JLT", l("key"))
+	f.Raw(`
+	MOVQ  out+40(FP), DX
+	MOVQ  ostride+48(FP), R10
+	MOVQ  n+32(FP), CX
+	MOVL  $1, AX
+	SHLL  CX, AX
+	DECL  AX
+	KMOVW AX, K1`)
+	for h := 0; h < heads; h++ {
+		base := 1024 * h
+		for a := 0; a < 8; a++ {
+			f.Ins("VMOVUPS", asmgen.Mem(base+128*a, "BX"), "Z16")
+			f.Ins("VMOVUPS", asmgen.Mem(base+128*a+64, "BX"), "Z17")
+			f.Ins("VSHUFF64X2", "$0x44", "Z17", "Z16", "Z18")
+			f.Ins("VSHUFF64X2", "$0xee", "Z17", "Z16", "Z19")
+			f.Ins("VADDPS", "Z19", "Z18", z(a))
+		}
+		for b := 0; b < 4; b++ {
+			f.Ins("VSHUFF64X2", "$0x88", z(2*b+1), z(2*b), "Z18")
+			f.Ins("VSHUFF64X2", "$0xdd", z(2*b+1), z(2*b), "Z19")
+			f.Ins("VADDPS", "Z19", "Z18", z(8+b))
+		}
+		for c := 0; c < 2; c++ {
+			f.Ins("VUNPCKLPD", z(9+2*c), z(8+2*c), "Z18")
+			f.Ins("VUNPCKHPD", z(9+2*c), z(8+2*c), "Z19")
+			f.Ins("VADDPS", "Z19", "Z18", z(12+c))
+		}
+		f.Ins("VSHUFPS", "$0x88", "Z13", "Z12", "Z18")
+		f.Ins("VSHUFPS", "$0xdd", "Z13", "Z12", "Z19")
+		f.Ins("VADDPS", "Z19", "Z18", "Z20")
+		f.Ins("VMOVUPS", "Z20", "K1", "(DX)")
+		if h < heads-1 {
+			f.Ins("ADDQ", "R10", "DX")
+		}
+	}
+	f.Raw(`
+	VZEROUPPER
+	RET`)
 }

@@ -508,7 +508,8 @@ func (w *faWork) mad(acc16 []uint16, lo, hi int, coef []float32) {
 
 // faGroupTile is how many keys groupChunk takes at a time: a tile's keys
 // and values (32 KiB each at head size 64) stay in the core's cache
-// while every query head of the group goes through them. A multiple of
+// while the query heads of the group go through them (the keys once for
+// up to faDotMaxHeads heads, the values once for up to three). A multiple of
 // 8 and of the page size, so that onlineCoefs takes the same keys
 // through expfs as on the whole range (the same bits either way).
 const faGroupTile = 256

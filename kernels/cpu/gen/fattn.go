@@ -697,6 +697,8 @@ func madColsHeads(f *asmgen.File, heads, n int, next string) {
 // sequential: a block without a new maximum adds its vs in order
 // (fma32(S, 1, vs) rounds S + vs once, as VADDSS does), one with a new
 // maximum takes every key through expf's float64 FMA as fma32 does.
+// Scores are numbers: with a NaN among them the scan's maximum may
+// differ from the loop's (which skips a NaN only where it meets it).
 func faCoefs(f *asmgen.File) {
 	f.Raw(`
 // func faCoefs(sc, coef *float32, n int, st *[3]float32)

@@ -377,7 +377,11 @@ type faWork struct {
 	gacc   []uint16
 	gm, gs []float32
 	gcoef  []float32 // each head's (ms, vs) of a tile, faMadCoefStride bytes apart
-	pages  []int     // byte offsets of a chunk's pages' keys
+	gsc    []float32 // each head's scores of a tile, faGroupTile apart
+	gqp    []float32 // the queries packed for faDotF16KeysH
+	// dotScratch is faDotF16KeysH's: 16 vectors of 16 floats a head.
+	dotScratch [faDotMaxHeads * 16 * 16]float32
+	pages      []int // byte offsets of a chunk's pages' keys
 }
 
 // oneChunk is the online-softmax loop of ggml's one_chunk kernel over keys
@@ -504,7 +508,8 @@ func (w *faWork) mad(acc16 []uint16, lo, hi int, coef []float32) {
 
 // faGroupTile is how many keys groupChunk takes at a time: a tile's keys
 // and values (32 KiB each at head size 64) stay in the core's cache
-// while every query head of the group goes through them. A multiple of
+// while the query heads of the group go through them (the keys once for
+// up to faDotMaxHeads heads, the values once for up to three). A multiple of
 // 8 and of the page size, so that onlineCoefs takes the same keys
 // through expfs as on the whole range (the same bits either way).
 const faGroupTile = 256
@@ -513,6 +518,13 @@ const faGroupTile = 256
 // head's that faMadF16x2 and faMadF16x3 take (w.gcoef's layout: 2 floats
 // a key of a tile); kernels/cpu/gen writes it into them.
 const faMadCoefStride = 2 * faGroupTile * 4
+
+// faDotMaxHeads is the most query heads one faDotF16KeysH call takes,
+// and faDotMaxKeys the most keys (a butterfly's 16 lanes).
+const (
+	faDotMaxHeads = 6
+	faDotMaxKeys  = 16
+)
 
 // groupChunk is splitChunk (SIMD) for heads query heads h0.. of one row
 // that share the view's KV head, with q their queries (heads × hd): chunk
@@ -554,30 +566,52 @@ func (w *faWork) groupChunk(q []float32, h0, heads, pos, nKV, c int, o *faOpts, 
 	if len(w.gcoef) < heads*2*faGroupTile {
 		w.gcoef = make([]float32, heads*2*faGroupTile)
 	}
+	if len(w.gsc) < heads*faGroupTile {
+		w.gsc = make([]float32, heads*faGroupTile)
+	}
+	// The queries packed for faDotF16KeysH: per batch of up to
+	// faDotMaxHeads heads from g0 on (at g0*np), group by group, each
+	// head's 64 floats of the group in turn.
+	if len(w.gqp) < heads*np {
+		w.gqp = make([]float32, heads*np)
+	}
+	for g0 := 0; g0 < heads; g0 += faDotMaxHeads {
+		hn := min(faDotMaxHeads, heads-g0)
+		for gi := range np / faF16Step {
+			for hh := range hn {
+				dst := w.gqp[g0*np+(gi*hn+hh)*faF16Step:]
+				copy(dst[:faF16Step], gq[(g0+hh)*hd+gi*faF16Step:])
+			}
+		}
+	}
 	for t0 := lo; t0 < hi; t0 += faGroupTile {
 		t1 := min(hi, t0+faGroupTile)
 		n := t1 - t0
-		sc := w.sc[:n]
-		for g := range heads {
-			qf := gq[g*hd : (g+1)*hd]
-			if np < hd {
-				toF16(w.q16, qf) // the scalar tail reads the F16 query (qf holds its exact values)
+		// Every head's scores of the tile, each key row widened once for
+		// up to faDotMaxHeads heads; head g's at w.gsc[g*faGroupTile:].
+		for t := t0; t < t1 && np > 0; {
+			run := min(pageRun(t, t1), faDotMaxKeys)
+			k := rows(t, run, 0)
+			next := k // the next page's keys, to prefetch
+			if nt := (t/kernels.KVPageTokens + 1) * kernels.KVPageTokens; nt < hi {
+				next = rows(nt, 1, 0)
 			}
-			for t := t0; t < t1; {
-				run := pageRun(t, t1)
-				k := rows(t, run, 0)
-				next := k // the next page's keys, to prefetch
-				if nt := (t/kernels.KVPageTokens + 1) * kernels.KVPageTokens; nt < hi {
-					next = rows(nt, 1, 0)
+			for g0 := 0; g0 < heads; g0 += faDotMaxHeads {
+				hn := min(faDotMaxHeads, heads-g0)
+				faDotKeysH[hn-1](&k[0], stride, &w.gqp[g0*np], np, run, &w.gsc[g0*faGroupTile+t-t0], faGroupTile*4,
+					vRun, &next[0], &w.dotScratch[0])
+			}
+			t += run
+		}
+		for g := range heads {
+			sc := w.gsc[g*faGroupTile : g*faGroupTile+n]
+			if np < hd {
+				toF16(w.q16, gq[g*hd:(g+1)*hd]) // the scalar tail reads the F16 query (gq holds its exact values)
+				for t := t0; t < t1; {
+					run := pageRun(t, t1)
+					scoreTail(sc[t-t0:t-t0+run], rows(t, run, 0), w.q16[:hd], np, v.kvDim)
+					t += run
 				}
-				out := sc[t-t0 : t-t0+run]
-				if np > 0 {
-					faDotF16Keys(&k[0], stride, &qf[0], np, run, &out[0], vRun, &next[0])
-				}
-				if np < hd {
-					scoreTail(out, k, w.q16[:hd], np, v.kvDim)
-				}
-				t += run
 			}
 			coef := w.gcoef[g*2*faGroupTile : g*2*faGroupTile+2*n]
 			w.gm[g], w.gs[g] = onlineCoefs(sc, coef, w.newMax[:n], w.gm[g], w.gs[g], o, true)

@@ -17,6 +17,24 @@ var faSIMDOK = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW 
 func faDotF16Keys(k *uint16, kstride int, q *float32, np, n int, out *float32, pf int, next *uint16)
 
 //go:noescape
+func faDotF16KeysH1(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
+
+//go:noescape
+func faDotF16KeysH2(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
+
+//go:noescape
+func faDotF16KeysH3(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
+
+//go:noescape
+func faDotF16KeysH4(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
+
+//go:noescape
+func faDotF16KeysH5(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
+
+//go:noescape
+func faDotF16KeysH6(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
+
+//go:noescape
 func faMadF16(acc *uint16, v *uint16, vstride int, coef *float32, n, hd int)
 
 //go:noescape
@@ -41,7 +59,15 @@ func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) flo
 func expfs(x *float32, n int)
 
 //go:noescape
+func faCoefs(sc, coef *float32, n int, st *[3]float32)
+
+//go:noescape
 func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int)
 
 //go:noescape
 func faRotate(h *float32, n int, x, out *float32)
+
+// faDotKeysH is faDotF16KeysH1..H6 by their head count less one.
+var faDotKeysH = [faDotMaxHeads]func(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32){
+	faDotF16KeysH1, faDotF16KeysH2, faDotF16KeysH3, faDotF16KeysH4, faDotF16KeysH5, faDotF16KeysH6,
+}

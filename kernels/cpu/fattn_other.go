@@ -17,6 +17,7 @@ func faMadF16x3(acc *uint16, accStride int, v *uint16, vstride int, coef *float3
 }
 func faCvtRows(dst *float32, src *uint16, sstride, hd, n int) { panic("no SIMD") }
 func expfs(x *float32, n int)                                 { panic("no SIMD") }
+func faCoefs(sc, coef *float32, n int, st *[3]float32)        { panic("no SIMD") }
 func faTransposeTile(dst, src *float32, hd int)               { panic("no SIMD") }
 func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32 {
 	panic("no SIMD")
@@ -26,3 +27,6 @@ func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) flo
 }
 func faMadQ8(acc *float32, v *byte, vstride int, coef *float32, n, hd int) { panic("no SIMD") }
 func faRotate(h *float32, n int, x, out *float32)                          { panic("no SIMD") }
+
+// faDotKeysH has no kernels here.
+var faDotKeysH [faDotMaxHeads]func(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)

@@ -282,9 +282,21 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 // maximum is sequential but the exponentials are not: the first pass
 // leaves each key's argument in sc (clobbering it), the exponentials are
 // taken together (expfs, libm's expf in AVX-512 lanes, when simd), and
-// the second pass forms (ms, vs) and S in ggml's order. newMax is
-// scratch of len(sc).
+// the second pass forms (ms, vs) and S in ggml's order. With simd and no
+// soft-capping whole blocks of 16 keys go through faCoefs instead, which
+// does all three for a block at once with the same operations (sc is
+// then left as it was, or clobbered past the blocks). newMax is scratch
+// of len(sc).
 func onlineCoefs(sc, coef []float32, newMax []bool, m, s float32, o *faOpts, simd bool) (float32, float32) {
+	if simd && o.softcap == 0 && len(sc) >= 16 {
+		// faCoefs takes whole blocks of 16 keys; the rest continue here
+		// from its M and S, which is the same sequence of operations.
+		n16 := len(sc) &^ 15
+		st := [3]float32{m, s, o.scale}
+		faCoefs(&sc[0], &coef[0], n16/16, &st)
+		m, s = st[0], st[1]
+		sc, coef, newMax = sc[n16:], coef[2*n16:], newMax[n16:]
+	}
 	n := len(sc)
 	for j, x := range sc {
 		x = o.score(x)

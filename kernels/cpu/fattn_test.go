@@ -163,8 +163,10 @@ func TestFlashAttnSIMD(t *testing.T) {
 		faCase{hd: 80, nHead: 6, nHeadKV: 2, rows: 1, start: []int{1500}},
 		faCase{hd: 128, nHead: 8, nHeadKV: 1, rows: 2, start: []int{1100, 2600}},
 		faCase{hd: 64, nHead: 4, nHeadKV: 2, rows: 1, start: []int{2000}, window: 900, softcap: 30, sinks: true},
-		faCase{hd: 64, nHead: 10, nHeadKV: 2, rows: 1, start: []int{1000}}, // groups of 5: three heads, then two
-		faCase{hd: 48, nHead: 8, nHeadKV: 2, rows: 1, start: []int{900}},   // groups of 4: two and two, 16-wide columns only
+		faCase{hd: 64, nHead: 10, nHeadKV: 2, rows: 1, start: []int{1000}},  // groups of 5: three heads, then two
+		faCase{hd: 48, nHead: 8, nHeadKV: 2, rows: 1, start: []int{900}},    // groups of 4: two and two, 16-wide columns only
+		faCase{hd: 128, nHead: 14, nHeadKV: 2, rows: 1, start: []int{1300}}, // groups of 7: scores six heads, then one
+		faCase{hd: 64, nHead: 14, nHeadKV: 1, rows: 1, start: []int{1234}},  // a group of 14: scores 6, 6, 2
 	)
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%d_hd%d_h%d-%d_rows%d_start%v_w%d_cap%v_sinks%v", i, c.hd, c.nHead, c.nHeadKV, c.rows, c.start, c.window, c.softcap, c.sinks), func(t *testing.T) {
@@ -209,6 +211,51 @@ func TestFlashAttnThreads(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestOnlineCoefsSIMD: faCoefs (through onlineCoefs) gives the pure-Go
+// loop's coefficients, maximum and sum bit for bit, for runs with many
+// new maxima, ties, zeros and ones that start from -Inf or a running
+// state, and lengths off the 16-key blocks.
+func TestOnlineCoefsSIMD(t *testing.T) {
+	if !faSIMDOK {
+		t.Skip("no AVX-512")
+	}
+	rng := rand.New(rand.NewSource(7))
+	for trial := range 400 {
+		n := 1 + rng.Intn(300)
+		sc := make([]float32, n)
+		for j := range sc {
+			switch trial % 4 {
+			case 0:
+				sc[j] = float32(rng.NormFloat64() * 8)
+			case 1: // rising: a new maximum at most keys
+				sc[j] = float32(j)*0.25 + float32(rng.NormFloat64())
+			case 2: // ties and zeros
+				sc[j] = float32(rng.Intn(3)-1) * 0.5
+			default:
+				sc[j] = float32(rng.NormFloat64() * 100)
+			}
+		}
+		o := faOpts{scale: float32(0.05 + rng.Float64())}
+		m, s := float32(math.Inf(-1)), float32(0)
+		if trial%3 == 1 {
+			m, s = float32(rng.NormFloat64()*4), float32(1+rng.Float64()*100)
+		}
+		want, got := append([]float32(nil), sc...), append([]float32(nil), sc...)
+		wc, gc := make([]float32, 2*n), make([]float32, 2*n)
+		nm := make([]bool, n)
+		wm, ws := onlineCoefs(want, wc, nm, m, s, &o, false)
+		gm, gs := onlineCoefs(got, gc, nm, m, s, &o, true)
+		if math.Float32bits(wm) != math.Float32bits(gm) || math.Float32bits(ws) != math.Float32bits(gs) {
+			t.Fatalf("trial %d (n %d): M, S = %v, %v (SIMD), want %v, %v", trial, n, gm, gs, wm, ws)
+		}
+		for j := range wc {
+			if math.Float32bits(wc[j]) != math.Float32bits(gc[j]) {
+				t.Fatalf("trial %d (n %d): coef[%d] = %v (SIMD), want %v", trial, n, j, gc[j], wc[j])
+			}
 		}
 	}
 }

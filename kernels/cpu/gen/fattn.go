@@ -358,6 +358,10 @@ tadone:
 	f.P("// faIota: the dwords 0..63, lane numbers.")
 	f.Quads("faIota", asmgen.Dwords(iota...)...)
 	expfs(f)
+	faCoefs(f)
+	for heads := 1; heads <= faDotMaxHeads; heads++ {
+		faDotKeysHeads(f, heads)
+	}
 	return f.Bytes()
 }
 
@@ -680,4 +684,262 @@ func madColsHeads(f *asmgen.File, heads, n int, next string) {
 		}
 		f.Ins("JMP", fmt.Sprintf("%smad%d", l, h))
 	}
+}
+
+// faCoefs writes the faCoefs kernel: onlineCoefs for softcap-free
+// scores, sixteen keys a block. A block's scaled scores take their
+// running maximum by a prefix scan across the lanes (max is exact, so
+// the scan gives the sequential loop's values), the keys that raise it
+// (score > the maximum before it) are a mask, each key's argument is
+// the sequential loop's subtraction, the exponentials are expf's
+// float64 evaluation (expfs) in two halves of eight lanes, and (ms, vs)
+// are selected by the mask and interleaved into coef. The sum S stays
+// sequential: a block without a new maximum adds its vs in order
+// (fma32(S, 1, vs) rounds S + vs once, as VADDSS does), one with a new
+// maximum takes every key through expf's float64 FMA as fma32 does.
+// Scores are numbers: with a NaN among them the scan's maximum may
+// differ from the loop's (which skips a NaN only where it meets it).
+func faCoefs(f *asmgen.File) {
+	f.Raw(`
+// func faCoefs(sc, coef *float32, n int, st *[3]float32)
+//
+// onlineCoefs (without soft-capping) over 16n raw dot products sc:
+// st holds the running maximum M, the sum S (both updated) and the
+// scale; coef receives each key's (ms, vs). sc is left as it was.`)
+	f.Text("faCoefs", 0, 32)
+	f.Args(asmgen.Arg{Name: "sc", Reg: "SI"}, asmgen.Arg{Name: "coef", Reg: "DI"}, asmgen.Arg{Name: "n", Reg: "CX"},
+		asmgen.Arg{Name: "st", Reg: "DX"})
+	f.Raw(`
+	VBROADCASTSS (DX), Z30  // M
+	VMOVSS       4(DX), X29 // S
+	VBROADCASTSS 8(DX), Z31 // scale
+	VBROADCASTSS faNegInf<>(SB), Z28
+	MOVL         $0x3f800000, AX
+	VPBROADCASTD AX, Z27
+	VMOVDQU32    faCoefLo<>(SB), Z17
+	VMOVDQU32    faCoefHi<>(SB), Z18
+	MOVL         $15, AX
+	VPBROADCASTD AX, Z16`)
+	for i := 0; i < 7; i++ {
+		f.Ins("VBROADCASTSD", fmt.Sprintf("expk<>+%d(SB)", 8*i), z(20+i))
+	}
+	f.Raw(`
+	VBROADCASTSD ·expTaylor+0(SB), Z19
+
+fcblock:
+	VMULPS  (SI), Z31, Z0 // x: the scaled scores
+	VMOVAPS Z0, Z1`)
+	f.P("\t// Z1: the inclusive prefix maximum of the block's lanes.")
+	for _, k := range []int{1, 2, 4, 8} {
+		f.Ins("VALIGND", fmt.Sprintf("$%d", 16-k), "Z28", "Z1", "Z2")
+		f.Ins("VMAXPS", "Z2", "Z1", "Z1")
+	}
+	f.Raw(`
+	// Z3: each key's maximum before it (M for the first), then M takes
+	// the block's.
+	VALIGND $15, Z30, Z1, Z3
+	VMAXPS  Z30, Z3, Z3
+	VPERMPS Z1, Z16, Z4
+	VMAXPS  Z30, Z4, Z30 // on a tie M stays, as the loop keeps it
+	// K1: the keys that raise the maximum; their argument is M - x,
+	// the others' x - M.
+	VCMPPS  $0x1e, Z3, Z0, K1
+	VSUBPS  Z3, Z0, Z5
+	VSUBPS  Z0, Z3, K1, Z5
+	VCVTPS2PD     Y5, Z6
+	VEXTRACTF64X4 $1, Z5, Y11
+	VCVTPS2PD     Y11, Z11`)
+	// expf's float64 steps for both halves, interleaved: x, t, n, r, p in
+	// Z6-Z10 and Z11-Z15.
+	half := func(op string, args func(b int) []string) {
+		for _, b := range []int{6, 11} {
+			f.Ins(op, args(b)...)
+		}
+	}
+	half("VMINPD", func(b int) []string { return []string{z(b), "Z21", z(b + 2)} })
+	half("VMAXPD", func(b int) []string { return []string{z(b + 2), "Z20", z(b)} })
+	half("VMULPD", func(b int) []string { return []string{"Z22", z(b), z(b + 1)} })
+	half("VADDPD", func(b int) []string { return []string{"Z23", z(b + 1), z(b + 1)} })
+	half("VSUBPD", func(b int) []string { return []string{"Z23", z(b + 1), z(b + 2)} })
+	half("VMOVAPD", func(b int) []string { return []string{z(b), z(b + 3)} })
+	half("VFNMADD231PD", func(b int) []string { return []string{"Z24", z(b + 2), z(b + 3)} })
+	half("VFNMADD231PD", func(b int) []string { return []string{"Z25", z(b + 2), z(b + 3)} })
+	half("VMOVAPD", func(b int) []string { return []string{"Z19", z(b + 4)} })
+	for k := 1; k <= 13; k++ {
+		half("VFMADD213PD.BCST", func(b int) []string {
+			return []string{fmt.Sprintf("·expTaylor+%d(SB)", 8*k), z(b + 3), z(b + 4)}
+		})
+	}
+	half("VPADDQ", func(b int) []string { return []string{"Z26", z(b + 1), z(b + 1)} })
+	half("VPSLLQ", func(b int) []string { return []string{"$52", z(b + 1), z(b + 1)} })
+	half("VMULPD", func(b int) []string { return []string{z(b + 1), z(b + 4), z(b + 4)} })
+	half("VCVTPD2PS", func(b int) []string { return []string{z(b + 4), asmgen.Reg("Y", b+4)} })
+	f.Raw(`
+	VINSERTF64X4 $1, Y15, Z10, Z0 // the block's exponentials
+	// ms = e and vs = 1 where the maximum rose, else ms = 1 and vs = e;
+	// interleaved as (ms, vs) pairs.
+	VMOVAPS   Z27, Z1
+	VMOVAPS   Z0, K1, Z1
+	VMOVAPS   Z0, Z2
+	VMOVAPS   Z27, K1, Z2
+	VMOVAPS   Z17, Z3
+	VPERMI2PS Z2, Z1, Z3
+	VMOVAPS   Z18, Z4
+	VPERMI2PS Z2, Z1, Z4
+	VMOVUPS   Z3, (DI)
+	VMOVUPS   Z4, 64(DI)
+	KMOVW     K1, AX
+	TESTL     AX, AX
+	JNZ       fcslow`)
+	for j := 0; j < 16; j++ {
+		f.Ins("VADDSS", asmgen.Mem(8*j+4, "DI"), "X29", "X29")
+	}
+	f.Raw(`
+fcnext:
+	ADDQ $64, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  fcblock
+	VMOVSS X30, (DX)
+	VMOVSS X29, 4(DX)
+	VZEROUPPER
+	RET
+
+fcslow:`)
+	f.P("\t// S = float32(fma(float64(S), float64(ms), float64(vs))), key by key.")
+	for j := 0; j < 16; j++ {
+		f.Ins("VCVTSS2SD", "X29", "X29", "X5")
+		f.Ins("VCVTSS2SD", asmgen.Mem(8*j, "DI"), "X4", "X4")
+		f.Ins("VCVTSS2SD", asmgen.Mem(8*j+4, "DI"), "X6", "X6")
+		f.Ins("VFMADD231SD", "X4", "X5", "X6")
+		f.Ins("VCVTSD2SS", "X6", "X6", "X29")
+	}
+	f.Ins("JMP", "fcnext")
+	lo, hi := make([]uint32, 16), make([]uint32, 16)
+	for j := 0; j < 8; j++ {
+		lo[2*j], lo[2*j+1] = uint32(j), uint32(16+j)
+		hi[2*j], hi[2*j+1] = uint32(8+j), uint32(24+j)
+	}
+	f.P("\n// faCoefLo, faCoefHi: VPERMI2PS's indexes that interleave ms (0-15)\n// and vs (16-31) into (ms, vs) pairs, keys 0-7 and 8-15.")
+	f.Quads("faCoefLo", asmgen.Dwords(lo...)...)
+	f.Quads("faCoefHi", asmgen.Dwords(hi...)...)
+}
+
+// faDotMaxHeads is the most query heads faDotF16KeysH takes at once
+// (kernels/cpu's faDotMaxHeads): four accumulators a head and the four
+// widened key vectors fill the 32 registers at six.
+const faDotMaxHeads = 6
+
+// faDotKeysHeads writes faDotF16KeysH for heads query heads: each key
+// row's groups of 64 halves are widened once and multiplied into every
+// head's four accumulators (ggml_vec_dot_f16's, the FMA into a zeroed
+// or running accumulator as faDotF16Keys does), which GGML_F32Cx16_REDUCE
+// folds to one vector a head, stored for the butterfly. The butterfly
+// then reduces a head's 16 vectors together with the adds of
+// _mm512_reduce_add_ps (lanes l and l+8, then l and l+4, then 0+2 and
+// 1+3, then the two), two keys an add: each key's sums and their order
+// are REDUCE16's, so are its bits.
+func faDotKeysHeads(f *asmgen.File, heads int) {
+	name := fmt.Sprintf("faDotF16KeysH%d", heads)
+	l := func(s string) string { return fmt.Sprintf("dh%d%s", heads, s) }
+	f.P("")
+	f.P("// func %s(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)", name)
+	f.Raw(`//
+// The dot products of up to 16 key rows (n, kstride bytes apart) with
+// the query heads' float32 queries packed by groups of 64 (group g of
+// head h at q + (g*heads + h)*256 bytes), over np columns: head h's n
+// scores go to out + h*ostride bytes. Each row's lines pf bytes on and
+// at the same place from next on are prefetched. scratch holds 1 KiB a
+// head.`)
+	f.Text(name, 0, 80)
+	f.Args(asmgen.Arg{Name: "k", Reg: "SI"}, asmgen.Arg{Name: "kstride", Reg: "R8"}, asmgen.Arg{Name: "q", Reg: "DI"},
+		asmgen.Arg{Name: "np", Reg: "R9"}, asmgen.Arg{}, asmgen.Arg{}, asmgen.Arg{},
+		asmgen.Arg{Name: "pf", Reg: "R11"}, asmgen.Arg{Name: "next", Reg: "R12"}, asmgen.Arg{Name: "scratch", Reg: "BX"})
+	f.Raw(`
+	SUBQ SI, R12
+	SHRQ $6, R9
+	XORQ DX, DX // the key`)
+	f.P("\n%s:", l("key"))
+	for h := 0; h < heads; h++ {
+		f.Zero("VPXORD", asmgen.Regs("Z", 4*h, 1, 4)...)
+	}
+	f.Raw(`
+	MOVQ SI, AX
+	MOVQ DI, R13
+	MOVQ R9, R10`)
+	f.P("\n%s:", l("grp"))
+	for _, r := range []string{"R11", "R12"} {
+		for _, off := range []int{0, 64} {
+			f.Ins("PREFETCHT0", asmgen.Mem(off, "AX")+"("+r+"*1)")
+		}
+	}
+	loads4(f, "VCVTPH2PS", "AX", 32, 28)
+	for h := 0; h < heads; h++ {
+		group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(256*h+64*i, "R13"), z(28 + i), z(4*h + i)} })
+	}
+	f.Ins("ADDQ", "$128", "AX")
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 256*heads), "R13")
+	f.Ins("DECQ", "R10")
+	f.Ins("JNZ", l("grp"))
+	f.P("")
+	for h := 0; h < heads; h++ {
+		f.Ins("VADDPS", z(4*h+2), z(4*h), z(4*h))
+		f.Ins("VADDPS", z(4*h+3), z(4*h+1), z(4*h+1))
+		f.Ins("VADDPS", z(4*h+1), z(4*h), z(4*h))
+	}
+	f.Raw(`
+	// Key j's vector goes to slot 4*(j%4) + j/4 of its head's 16, where
+	// the butterfly leaves its sum in lane j.
+	MOVQ DX, AX
+	ANDQ $3, AX
+	SHLQ $2, AX
+	MOVQ DX, R10
+	SHRQ $2, R10
+	ORQ  R10, AX
+	SHLQ $6, AX`)
+	for h := 0; h < heads; h++ {
+		f.Ins("VMOVUPS", z(4*h), fmt.Sprintf("%d(BX)(AX*1)", 1024*h))
+	}
+	f.Ins("ADDQ", "R8", "SI")
+	f.Ins("INCQ", "DX")
+	f.Ins("CMPQ", "DX", "n+32(FP)")
+	f.Ins("JLT", l("key"))
+	f.Raw(`
+	MOVQ  out+40(FP), DX
+	MOVQ  ostride+48(FP), R10
+	MOVQ  n+32(FP), CX
+	MOVL  $1, AX
+	SHLL  CX, AX
+	DECL  AX
+	KMOVW AX, K1`)
+	for h := 0; h < heads; h++ {
+		base := 1024 * h
+		for a := 0; a < 8; a++ {
+			f.Ins("VMOVUPS", asmgen.Mem(base+128*a, "BX"), "Z16")
+			f.Ins("VMOVUPS", asmgen.Mem(base+128*a+64, "BX"), "Z17")
+			f.Ins("VSHUFF64X2", "$0x44", "Z17", "Z16", "Z18")
+			f.Ins("VSHUFF64X2", "$0xee", "Z17", "Z16", "Z19")
+			f.Ins("VADDPS", "Z19", "Z18", z(a))
+		}
+		for b := 0; b < 4; b++ {
+			f.Ins("VSHUFF64X2", "$0x88", z(2*b+1), z(2*b), "Z18")
+			f.Ins("VSHUFF64X2", "$0xdd", z(2*b+1), z(2*b), "Z19")
+			f.Ins("VADDPS", "Z19", "Z18", z(8+b))
+		}
+		for c := 0; c < 2; c++ {
+			f.Ins("VUNPCKLPD", z(9+2*c), z(8+2*c), "Z18")
+			f.Ins("VUNPCKHPD", z(9+2*c), z(8+2*c), "Z19")
+			f.Ins("VADDPS", "Z19", "Z18", z(12+c))
+		}
+		f.Ins("VSHUFPS", "$0x88", "Z13", "Z12", "Z18")
+		f.Ins("VSHUFPS", "$0xdd", "Z13", "Z12", "Z19")
+		f.Ins("VADDPS", "Z19", "Z18", "Z20")
+		f.Ins("VMOVUPS", "Z20", "K1", "(DX)")
+		if h < heads-1 {
+			f.Ins("ADDQ", "R10", "DX")
+		}
+	}
+	f.Raw(`
+	VZEROUPPER
+	RET`)
 }

@@ -1884,6 +1884,12 @@ func (e *Engine) Stats() Stats {
 func (e *Engine) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		did, err := e.Step(ctx)
+		// Let the goroutines the step made runnable (the front ends
+		// writing its tokens) run before the next step: on a tier that
+		// computes on this goroutine and the CPUs' others (T-CPU), they
+		// otherwise wait for the Go scheduler's preemption, about 10 ms,
+		// and a stream's tokens arrive in bursts.
+		goruntime.Gosched()
 		if err != nil && ctx.Err() == nil {
 			continue // the step's requests have failed with it; serve the rest
 		}

@@ -286,7 +286,6 @@ type q8AttnCase struct {
 func TestKernelQ8KVAttentionSplit(t *testing.T) {
 	g := newKGPU(t)
 	rng := rand.New(rand.NewSource(44))
-	const nLayer, layer = 1, 0
 	few := []krow{{9000, 0, 1}, {300, 1, 1}, {4100, 2, 1}}
 	cases := []q8AttnCase{
 		{"rk128-gqa16-8-ctx4096", "flash_attn", 16, 8, 128, q8Layout(128, 64), []krow{{4095, 0, 1}}, 0, 0, false},
@@ -296,62 +295,68 @@ func TestKernelQ8KVAttentionSplit(t *testing.T) {
 		{"ext-all-rk256-gqa8-4-ctx16384", "flash_attn_ext", 8, 4, 256, q8Layout(256, 64), []krow{{16383, 0, 1}}, 30, 10000, true},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			g := g.with(t)
-			ext := c.family == "flash_attn_ext"
-			inst := kvInstance(t, c.family, c.kv)
-			push := []uint32{layer}
-			scale := float32(1 / math.Sqrt(float64(c.hd)))
-			spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale)}
-			if ext {
-				spec = append(spec, fbits(c.softcap), c.window)
-			}
-			l, err := kcuda.Shape(inst, push, spec, len(c.rows), false)
-			if err != nil || l.Entry != kcuda.EntrySplit || l.Grid[2] < 2 {
-				t.Fatalf("launch %+v, %v: want the _split entry", l, err)
-			}
-			lay := kernels.KVLayout{Slots: nLayer, Width: c.nKV * c.hd, Types: c.kv}
-			slots, maxPages := len(c.rows), 1
-			last := map[uint32]uint32{}
-			for _, r := range c.rows {
-				slots = max(slots, int(r.slot)+1)
-				maxPages = max(maxPages, (int(r.pos)+kernels.KVPageTokens)/kernels.KVPageTokens)
-				last[r.slot] = max(last[r.slot], r.pos)
-			}
-			perm := rng.Perm(slots * maxPages)
-			kv := q8Cache(t, rng, lay, layer, slots, maxPages, perm, last, 3)
-			q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
-			var sinks []byte
-			if c.sinks {
-				sinks = lebin.Float32Bytes(randF32(rng, c.nHead, -1, 5))
-			}
-			io := ioTable(c.rows, slots, maxPages, perm)
-			y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
-			bufs, yi := [][]byte{lebin.Float32Bytes(q), kv, io, y}, 3
-			if ext {
-				bufs, yi = [][]byte{lebin.Float32Bytes(q), kv, sinks, io, y}, 4
-			}
-			got := g.run(inst, bufs, push, spec, len(c.rows))[yi]
-			if again := g.run(inst, bufs, push, spec, len(c.rows))[yi]; !bytes.Equal(got, again) {
-				compareF32(t, "second run", again, got, 0)
-				t.Fatal("two runs of the split attention differ")
-			}
-			compareF32(t, inst+" "+c.name+" vs T-CPU", got, cpuRun(t, inst, bufs, push, spec)[yi], q8AttnTolerance)
-			main := g.with(t)
-			main.entry = new(kcuda.EntryPoint) // EntryMain: one block per head group and row
-			whole := main.run(inst, bufs, push, spec, len(c.rows))[yi]
-			compareF32(t, inst+" "+c.name+" split vs unsplit", got, whole, q8AttnTolerance)
-			rowBytes := 4 * c.nHead * c.hd
-			for ri, r := range c.rows {
-				if r.pos+1 > 1024 || c.window != 0 { // kcuda's faSplitMin: split
-					continue
-				}
-				if a, b := got[ri*rowBytes:(ri+1)*rowBytes], whole[ri*rowBytes:(ri+1)*rowBytes]; !bytes.Equal(a, b) {
-					compareF32(t, fmt.Sprintf("row %d, split launch vs unsplit", ri), a, b, 0)
-					t.Errorf("row %d: a row of at most 1024 keys has other bits in the split launch", ri)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { splitAttn(t, g.with(t), rng, c, q8AttnTolerance) })
+	}
+}
+
+// splitAttn runs case c of the split decode attention over a cache of
+// c.kv's types that T-CPU wrote: against T-CPU within tol, twice for the
+// same bits, and against the unsplit main entry (within tol, and to the
+// bit for a row too short to split).
+func splitAttn(t *testing.T, g *kgpu, rng *rand.Rand, c q8AttnCase, tol float64) {
+	const nLayer, layer = 1, 0
+	ext := c.family == "flash_attn_ext"
+	inst := kvInstance(t, c.family, c.kv)
+	push := []uint32{layer}
+	scale := float32(1 / math.Sqrt(float64(c.hd)))
+	spec := []uint32{nLayer, uint32(c.nHead), uint32(c.nKV), uint32(c.hd), fbits(scale)}
+	if ext {
+		spec = append(spec, fbits(c.softcap), c.window)
+	}
+	l, err := kcuda.Shape(inst, push, spec, len(c.rows), false)
+	if err != nil || l.Entry != kcuda.EntrySplit || l.Grid[2] < 2 {
+		t.Fatalf("launch %+v, %v: want the _split entry", l, err)
+	}
+	lay := kernels.KVLayout{Slots: nLayer, Width: c.nKV * c.hd, Types: c.kv}
+	slots, maxPages := len(c.rows), 1
+	last := map[uint32]uint32{}
+	for _, r := range c.rows {
+		slots = max(slots, int(r.slot)+1)
+		maxPages = max(maxPages, (int(r.pos)+kernels.KVPageTokens)/kernels.KVPageTokens)
+		last[r.slot] = max(last[r.slot], r.pos)
+	}
+	perm := rng.Perm(slots * maxPages)
+	kv := q8Cache(t, rng, lay, layer, slots, maxPages, perm, last, 3)
+	q := randF32(rng, len(c.rows)*c.nHead*c.hd, -3, 3)
+	var sinks []byte
+	if c.sinks {
+		sinks = lebin.Float32Bytes(randF32(rng, c.nHead, -1, 5))
+	}
+	io := ioTable(c.rows, slots, maxPages, perm)
+	y := lebin.Float32Bytes(make([]float32, len(c.rows)*c.nHead*c.hd))
+	bufs, yi := [][]byte{lebin.Float32Bytes(q), kv, io, y}, 3
+	if ext {
+		bufs, yi = [][]byte{lebin.Float32Bytes(q), kv, sinks, io, y}, 4
+	}
+	got := g.run(inst, bufs, push, spec, len(c.rows))[yi]
+	if again := g.run(inst, bufs, push, spec, len(c.rows))[yi]; !bytes.Equal(got, again) {
+		compareF32(t, "second run", again, got, 0)
+		t.Fatal("two runs of the split attention differ")
+	}
+	compareF32(t, inst+" "+c.name+" vs T-CPU", got, cpuRun(t, inst, bufs, push, spec)[yi], tol)
+	main := g.with(t)
+	main.entry = new(kcuda.EntryPoint) // EntryMain: one block per head group and row
+	whole := main.run(inst, bufs, push, spec, len(c.rows))[yi]
+	compareF32(t, inst+" "+c.name+" split vs unsplit", got, whole, tol)
+	rowBytes := 4 * c.nHead * c.hd
+	for ri, r := range c.rows {
+		if r.pos+1 > 1024 || c.window != 0 { // kcuda's faSplitMin: split
+			continue
+		}
+		if a, b := got[ri*rowBytes:(ri+1)*rowBytes], whole[ri*rowBytes:(ri+1)*rowBytes]; !bytes.Equal(a, b) {
+			compareF32(t, fmt.Sprintf("row %d, split launch vs unsplit", ri), a, b, 0)
+			t.Errorf("row %d: a row of at most 1024 keys has other bits in the split launch", ri)
+		}
 	}
 }
 

@@ -72,15 +72,9 @@ func (s *Store) Put(k Key, page []byte) bool {
 		return false
 	}
 	var buf []byte
-	for s.bytes+n > s.capacity {
-		el := s.lru.Front()
-		e := el.Value.(*entry)
-		s.lru.Remove(el)
-		delete(s.pages, e.key)
-		s.bytes -= int64(len(e.bytes))
-		s.stats.Evicted++
-		if len(e.bytes) == len(page) {
-			buf = e.bytes // pages of one layout are one size: reuse the memory
+	for _, b := range s.makeRoom(n) {
+		if len(b) == len(page) {
+			buf = b // pages of one layout are one size: reuse the memory
 		}
 	}
 	if buf == nil {
@@ -120,15 +114,7 @@ func (s *Store) adopt(k Key, page []byte, stored bool) (free [][]byte) {
 	if n == 0 || n > s.capacity {
 		return [][]byte{page}
 	}
-	for s.bytes+n > s.capacity {
-		el := s.lru.Front()
-		e := el.Value.(*entry)
-		s.lru.Remove(el)
-		delete(s.pages, e.key)
-		s.bytes -= int64(len(e.bytes))
-		s.stats.Evicted++
-		free = append(free, e.bytes)
-	}
+	free = s.makeRoom(n)
 	s.pages[k] = s.lru.PushBack(&entry{key: k, bytes: page})
 	s.bytes += n
 	if stored {
@@ -201,4 +187,19 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
+}
+
+// makeRoom pushes out the least recently used pages until n more bytes
+// fit, and returns their buffers.
+func (s *Store) makeRoom(n int64) (freed [][]byte) {
+	for s.bytes+n > s.capacity {
+		el := s.lru.Front()
+		e := el.Value.(*entry)
+		s.lru.Remove(el)
+		delete(s.pages, e.key)
+		s.bytes -= int64(len(e.bytes))
+		s.stats.Evicted++
+		freed = append(freed, e.bytes)
+	}
+	return freed
 }

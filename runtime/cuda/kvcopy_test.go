@@ -16,15 +16,7 @@ import (
 // holds the same bytes, and a decode step on the copy yields the logits
 // the original yields.
 func TestCopyKVPage(t *testing.T) {
-	if _, err := driver.Probe(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 2\ndecode_slots = [1, 2]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := pagedProgram(t)
 	if !p.CopiesKVPages() {
 		t.Fatal("T-CUDA does not copy KV pages")
 	}
@@ -72,4 +64,21 @@ func TestCopyKVPage(t *testing.T) {
 	if !slices.Equal(logits[0], logits[1]) {
 		t.Errorf("a decode step on the copied page yields other logits than on the original")
 	}
+}
+
+// pagedProgram opens a small synthetic llama on T-CUDA with two slots and
+// 16 KV pages, for the page copy tests (skipped without a GPU); it closes
+// when the test ends.
+func pagedProgram(t *testing.T) *runtime.Program {
+	t.Helper()
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 2\ndecode_slots = [1, 2]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }

@@ -7,10 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/zrtdev/zrt/compiler/synth"
-	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/runtime"
-	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
 
 // TestStageKVPages: a batch copy of KV pages into page-locked host
@@ -21,15 +18,7 @@ import (
 // them, give the logits the originals gave; a landed batch gives the
 // copies' rate.
 func TestStageKVPages(t *testing.T) {
-	if _, err := driver.Probe(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 2\ndecode_slots = [1, 2]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := pagedProgram(t)
 	ctx := context.Background()
 	n := p.KVPageBytes()
 	// Slots 0 and 1 prefill 4 tokens each, into pages 0 and 1.
@@ -51,6 +40,7 @@ func TestStageKVPages(t *testing.T) {
 	}
 	bufs := make([][]byte, 2)
 	for i := range bufs {
+		var err error
 		if bufs[i], err = p.KVHostBuffer(); err != nil || len(bufs[i]) != n {
 			t.Fatalf("a host buffer of %d bytes (%v), want %d", len(bufs[i]), err, n)
 		}
@@ -94,7 +84,7 @@ func TestStageKVPages(t *testing.T) {
 
 	// Buffers reserved ahead are pinned in the background: a call fails
 	// only while none is ready, each is a range of its own, and they copy
-	// as the others do. The tier closes (deferred) while it still pins the
+	// as the others do. The tier closes (at the test's end) while it still pins the
 	// second reservation.
 	const count = 48
 	p.ReserveKVHostBuffers(count)

@@ -137,16 +137,17 @@ type Config struct {
 	// cuts standard and batch prefill to fit (sched.Input.LatencyRows).
 	// 0 means the default, 0.2; a negative value turns the limit off.
 	InteractiveSlack float64
-	// PrefillHold is how many steps in all a request's prompt rows may
-	// wait while others decode, for more arrivals to join its prefill: a
-	// step that carries any prompt row runs a prefill variant, which
-	// costs about the same however few of its rows are used, so prompts
-	// that arrive one by one (requests of many lengths ending at
-	// different steps), or the short rest of one that a full step split,
-	// would otherwise make most steps such a step. Prompts are held only
-	// while they (fresh ones and the rests of admitted ones) and the
-	// decoding rows fill less than ChunkCap. 0 means the default, 4; a
-	// negative value holds none.
+	// PrefillHold bounds, in steps, how long a request's prompt rows may
+	// wait while others decode (planPrefill): a step that carries any
+	// prompt row runs a prefill variant, whose time depends on which
+	// variant more than on how many of its rows are used, so prompts
+	// that arrive one by one would otherwise make most steps a
+	// half-empty one. Once the variants' times are measured, each step
+	// takes the prompt rows of the variant that adds the least time per
+	// prompt row, or waits for more arrivals when that would be a poor
+	// fill; before that, prompts wait while they and the decoding rows
+	// fill less than ChunkCap. 0 means the default, 4; a negative value
+	// holds none.
 	PrefillHold int
 	// StepLog, when set, receives a JSON line per step of everything the
 	// step depended on and sampled (StepRecord), for Rerun. It holds the
@@ -230,6 +231,10 @@ type Engine struct {
 	logits []float32
 	meters map[string]*meters // tenants' recent token rates
 	cost   stepCost
+	vcost  variantCosts
+	// prefillRows is the prefill variants' row counts up to ChunkCap
+	// (prefillLadder).
+	prefillRows []int
 	// host is the prefix cache's host tier (nil when off): the bytes of
 	// evicted pages, under layout; hp copies them, in batches.
 	host   *hostkv.Store
@@ -238,10 +243,11 @@ type Engine struct {
 	// copier copies a SubmitN choice's partial prompt page from its
 	// lead's (nil: the model cannot, and choices compute its tokens).
 	copier KVCopier
-	// pinLatency, set by Rerun, replaces the latency budget the engine
-	// would compute with the logged one.
-	pinLatency func() int
-	tr         *tracer // nil: no trace
+	// pinned, set by Rerun, is the logged step being rerun: its latency
+	// and prefill budgets, which came from timing the steps before it,
+	// replace those the engine would compute.
+	pinned *StepRecord
+	tr     *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
 	slog        *stepLog
@@ -468,7 +474,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{m: m, tok: tok, cfg: cfg, wake: make(chan struct{}, 1), pool: kvpool.New(m.KVPages()), slots: make([]*request, cfg.Slots),
-		meters: map[string]*meters{}, waitingBy: map[string]int{}}
+		meters: map[string]*meters{}, waitingBy: map[string]int{}, vcost: variantCosts{}, prefillRows: prefillLadder(m, cfg.ChunkCap)}
 	if cfg.Speculative.Kind == spec.Draft {
 		if err := checkDraftModel(cfg.DraftModel, cfg.Slots); err != nil {
 			return nil, fmt.Errorf("engine: speculative %s: %w", cfg.Speculative, err)
@@ -812,8 +818,8 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.propose()
 	e.modelDraft(ctx)
 	in := e.input(start)
-	if e.pinLatency != nil {
-		in.LatencyRows = e.pinLatency()
+	if e.pinned != nil {
+		in.LatencyRows = e.pinned.LatencyRows
 	}
 	if e.rec != nil {
 		e.rec.LatencyRows = in.LatencyRows
@@ -889,6 +895,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		parts.launch, parts.replayed, parts.maskWait = at, e.cfg.Now(), e.maskWait
 		replay = parts.replayed.Sub(at)
 		e.cost.observe(replay, prefill)
+		e.vcost.observe(batch.Key, len(batch.Rows), replay)
 		if prefill == 0 {
 			e.specPolicy.observe(len(batch.Rows), replay)
 		}
@@ -1187,21 +1194,24 @@ func (e *Engine) input(now time.Time) sched.Input {
 			}
 		}
 	}
-	hold := e.holdPrefill()
+	ps := e.planPrefill()
+	in.Budget = ps.budget
+	if ps.sized && e.rec != nil {
+		e.rec.Prefill = &LoggedPrefill{Budget: ps.budget, Hold: ps.hold}
+	}
 	for _, r := range e.reqs {
 		if r.waitsForLead() {
 			continue // admitted once its lead has computed the pages it maps
 		}
-		if hold && r.fresh() {
+		if (ps.hold || ps.sized) && (r.fresh() || r.prompting()) {
 			r.held++
+		}
+		if ps.hold && r.fresh() {
 			continue
 		}
 		s := sched.Seq{ID: r.id, Tenant: r.Tenant, QoS: r.QoS, Arrival: r.id, Prompt: max(len(r.Prompt), r.replay), Done: r.done, Pages: r.need,
 			Held: len(r.pages), Shared: r.mapped, Running: r.slot >= 0, Paged: r.slot < 0 && len(r.pages) > 0}
-		if hold && r.prompting() {
-			s.Hold = true
-			r.held++
-		}
+		s.Hold = ps.hold && r.prompting()
 		if r.spec != nil && r.slot >= 0 {
 			s.Draft = len(r.spec.draft)
 		}
@@ -1244,46 +1254,6 @@ func (r *request) fresh() bool {
 // tokens it recomputes after giving up its pages).
 func (r *request) prompting() bool {
 	return r.slot >= 0 && r.replay == 0 && r.done < len(r.Prompt)
-}
-
-// holdPrefill says whether this step computes no prompt rows
-// (Config.PrefillHold): while requests decode, the prompts still to
-// compute — fresh requests' and the rest of those admitted before —
-// wait while they and the decoding rows fill less than a step, each at
-// most PrefillHold steps in all, for more to arrive, so that every step
-// of the prefill variant is full. (A step that computed as much of the
-// prompts as the budget allowed would otherwise leave a short rest that
-// makes the next step one of the prefill variant too.)
-func (e *Engine) holdPrefill() bool {
-	if e.cfg.PrefillHold <= 0 {
-		return false
-	}
-	rows, decoding, waiting := 0, 0, false
-	for _, r := range e.reqs {
-		switch {
-		case r.waitsForLead():
-		case r.prompting():
-			if r.held >= e.cfg.PrefillHold {
-				return false
-			}
-			waiting = true
-			rows += len(r.Prompt) - r.done
-		case r.slot >= 0 && r.replay > 0 && r.done < r.replay:
-			return false // recomputing its tokens: let it go on
-		case r.slot >= 0:
-			decoding++
-			rows++
-		case r.fresh():
-			if r.held >= e.cfg.PrefillHold {
-				return false
-			}
-			waiting = true
-			rows += len(r.Prompt)
-		default:
-			return false // preempted: let it back in
-		}
-	}
-	return waiting && decoding > 0 && rows < e.cfg.ChunkCap
 }
 
 // preempt takes r's slot at a step boundary; r keeps its pages, tokens

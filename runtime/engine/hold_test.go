@@ -1,14 +1,22 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/decode"
 )
 
-// TestPrefillHold: a prompt that arrives while another request decodes
+// stillClock is a clock that stands still, as a simulation's does
+// within a step: the engine measures no step's time, and holds prompts
+// by its rule for unmeasured variants (planPrefill).
+func stillClock() time.Time { return time.Unix(1, 0) }
+
+// TestPrefillHold: with the variants' times unmeasured, a prompt that arrives while another request decodes
 // waits up to PrefillHold steps for more prompts to share its prefill
 // step, and no longer; prompts that fill the step with the decoding rows
 // go at once, as does any prompt when nothing decodes; with the hold off
@@ -34,7 +42,7 @@ func TestPrefillHold(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := &scripted{t: t, slots: 4, maxPages: 16, kvPages: 200, last: map[int]int32{}}
-			e, err := New(m, simTokenizer(t), Config{Slots: 4, ChunkCap: 64, PrefillHold: c.hold})
+			e, err := New(m, simTokenizer(t), Config{Slots: 4, ChunkCap: 64, PrefillHold: c.hold, Now: stillClock})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,14 +84,14 @@ func TestPrefillHold(t *testing.T) {
 	}
 }
 
-// TestPrefillHoldRest: prompts that overfill a step are computed as far
+// TestPrefillHoldRest: with the variants' times unmeasured, prompts that overfill a step are computed as far
 // as the budget goes, and the rest of the last one, which alone would
 // make a short prefill step, waits with newer prompts until together
 // they fill one (or the bound runs out): every step of the prefill
 // variant but the bound's is full.
 func TestPrefillHoldRest(t *testing.T) {
 	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 200, last: map[int]int32{}}
-	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, PrefillHold: 3})
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, PrefillHold: 3, Now: stillClock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,4 +156,117 @@ func TestPrefillHoldRest(t *testing.T) {
 	wantStep("the next prompts' step", 3, 61)
 	submit(30)
 	wantStep("the rest with a newer prompt (39 + 21)", 4, 60)
+}
+
+// TestPrefillSized: once the variants' times are measured, a step's
+// prompt rows fill the variant that adds the least time per prompt row
+// to the decoding rows' step — here the small one, which adds 1 ms for
+// 12 rows against the large one's 30 ms for 60 — a chunk a step, until a
+// prompt has waited PrefillHold steps: then its rest goes whole. Prompts
+// that would fill too little of the best variant wait for more, up to
+// the same bound. A variant not yet timed is tried first (its first
+// step is not timed), and a rerun of the step log plans the same steps
+// without timing any.
+func TestPrefillSized(t *testing.T) {
+	clock := time.Unix(1, 0)
+	m := &scripted{t: t, slots: 8, maxPages: 16, kvPages: 200, last: map[int]int32{}, clock: &clock,
+		cost: func(k runtime.ShapeKey) time.Duration {
+			switch {
+			case k.Stage == runtime.Decode:
+				return 10 * time.Millisecond
+			case k.Rows == 16:
+				return 11 * time.Millisecond
+			}
+			return 40 * time.Millisecond
+		}}
+	var log bytes.Buffer
+	e, err := New(m, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, PrefillHold: 4, Now: func() time.Time { return clock }, StepLog: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	submit := func(n int) {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32(3 + i%50)
+		}
+		if _, err := e.Submit(ctx, Request{Prompt: p, Decode: decode.Params{MaxTokens: 100, IgnoreEOS: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// wantStep runs a step and fails unless it ran the variant of rows
+	// rows with prompt prompt rows in it.
+	wantStep := func(what string, rows, prompt int) {
+		t.Helper()
+		if _, err := e.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p := 0
+		for _, r := range m.batch.Rows {
+			if r.Prompt > 0 {
+				p++
+			}
+		}
+		if m.batch.Key.Rows != rows || p != prompt {
+			t.Fatalf("%s: %d prompt rows on %s, want %d on %d rows", what, p, m.batch.Key, prompt, rows)
+		}
+	}
+	steps := func(what string, n, rows, prompt int) {
+		t.Helper()
+		for i := range n {
+			wantStep(fmt.Sprintf("%s %d", what, i), rows, prompt)
+		}
+	}
+	// The first step of each variant is not timed: until the small one
+	// is, prompts are held by the rule for unmeasured variants.
+	submit(8)
+	wantStep("the first prompt (nothing decodes)", 16, 8)
+	steps("decode", 2, 1, 0)
+	submit(8)
+	steps("held, unmeasured", 4, 1, 0)
+	wantStep("due", 16, 8)
+	submit(40)
+	wantStep("the large variant, untimed, is tried", 64, 40)
+	submit(40)
+	wantStep("and again, its first step not timed", 64, 40)
+	submit(100)
+	steps("chunk", 4, 16, 12)
+	wantStep("the rest, due", 64, 52)
+	wantStep("decode", 8, 0)
+	// A short prompt would fill a third of the small variant: it waits
+	// for more, up to the bound.
+	submit(4)
+	steps("held", 4, 8, 0)
+	wantStep("the short prompt, due", 16, 4)
+	if n, err := Rerun(ctx, &scripted{t: t, slots: 8, maxPages: 16, kvPages: 200, last: map[int]int32{}}, simTokenizer(t), &log); err != nil || n != 21 {
+		t.Fatalf("rerun: %d steps, %v", n, err)
+	}
+}
+
+// TestVariantCosts: a variant's first step is not counted, later ones
+// fit a line in their rows, and one slow step counts as at most twice
+// the line's time.
+func TestVariantCosts(t *testing.T) {
+	k := runtime.ShapeKey{Stage: runtime.Prefill, Slots: 8, Rows: 64}
+	c := variantCosts{}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	c.observe(k, 64, ms(500)) // first: instantiation
+	if _, ok := c.near(k, 64, 0); ok {
+		t.Fatal("timed by its first step")
+	}
+	for i := range 40 {
+		n := 16 + 16*(i%4) // 2 ms + 0.1 ms a row
+		c.observe(k, n, ms(2+0.1*float64(n)))
+	}
+	for _, n := range []int{16, 40, 64} {
+		got, _ := c.near(k, n, 0)
+		if want := 2 + 0.1*float64(n); got*1e3 < want-0.01 || got*1e3 > want+0.01 {
+			t.Errorf("%d rows: %.3f ms, want %.3f", n, got*1e3, want)
+		}
+	}
+	c.observe(k, 64, ms(1000))
+	if got, _ := c.near(k, 64, 0); got*1e3 > 8.4*1.2 {
+		t.Errorf("after one slow step: %.3f ms for 64 rows", got*1e3)
+	}
 }

@@ -68,6 +68,10 @@ type scripted struct {
 	// ready yet (a tier still pinning its reservation), so the engine
 	// keeps fewer pages than it evicts.
 	hostBufs int
+	// clock, when set, is the engine's (Config.Now), which each step
+	// moves on by its variant's time in cost.
+	clock *time.Time
+	cost  func(runtime.ShapeKey) time.Duration
 }
 
 type simWrite struct {
@@ -218,6 +222,9 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 		return fmt.Errorf("scripted failure")
 	}
 	m.applyWrites()
+	if m.clock != nil {
+		*m.clock = m.clock.Add(m.cost(b.Key))
+	}
 	if len(b.Rows) == 0 || len(b.Rows) > b.Key.Rows {
 		m.t.Fatalf("step of %d rows on %s", len(b.Rows), b.Key)
 	}

@@ -40,16 +40,27 @@ type StepRecord struct {
 	// LatencyRows is the latency budget the step was planned with
 	// (sched.Input): it comes from timing earlier steps, so a rerun uses
 	// the logged value.
-	LatencyRows int           `json:"latency_rows,omitempty"`
-	Plan        *sched.Plan   `json:"plan,omitempty"`
-	Slots       []uint64      `json:"slots,omitempty"` // the request in each slot during the step; 0: free
-	Variant     string        `json:"variant,omitempty"`
-	Rows        []runtime.Row `json:"rows,omitempty"` // the query rows the step computed
-	Sampled     []Sampled     `json:"sampled,omitempty"`
+	LatencyRows int `json:"latency_rows,omitempty"`
+	// Prefill is how the step treated waiting prompts when the variants'
+	// measured times decided it (Config.PrefillHold), which a rerun does
+	// too; nil when they did not.
+	Prefill *LoggedPrefill `json:"prefill,omitempty"`
+	Plan    *sched.Plan    `json:"plan,omitempty"`
+	Slots   []uint64       `json:"slots,omitempty"` // the request in each slot during the step; 0: free
+	Variant string         `json:"variant,omitempty"`
+	Rows    []runtime.Row  `json:"rows,omitempty"` // the query rows the step computed
+	Sampled []Sampled      `json:"sampled,omitempty"`
 	// Drafts are the draft tokens proposed for requests before the step
 	// was planned (speculative decoding), which a rerun proposes again.
 	Drafts []LoggedDraft `json:"drafts,omitempty"`
 	Err    string        `json:"error,omitempty"` // the step failed
+}
+
+// LoggedPrefill is a step's plan for the prompts that wait for their
+// prefill: its query rows, or that it computes none of them.
+type LoggedPrefill struct {
+	Budget int  `json:"budget"`
+	Hold   bool `json:"hold,omitempty"`
 }
 
 // StepLogConfig is the engine's configuration as far as a rerun needs it.
@@ -236,8 +247,6 @@ func RerunDraft(ctx context.Context, m, draft Model, tok *tokenizer.Tokenizer, l
 	}
 	var got *StepRecord
 	e.onStep = func(r *StepRecord) { got = r }
-	var latency int
-	e.pinLatency = func() int { return latency }
 	drafts := map[uint64][]int32{}
 	e.pinDrafts = func(id uint64) []int32 { return drafts[id] }
 	cancels := map[uint64]context.CancelFunc{}
@@ -279,7 +288,7 @@ func RerunDraft(ctx context.Context, m, draft Model, tok *tokenizer.Tokenizer, l
 			}
 		}
 		got = nil
-		clock, latency = time.Unix(0, want.Time), want.LatencyRows
+		clock, e.pinned = time.Unix(0, want.Time), want
 		clear(drafts)
 		for _, d := range want.Drafts {
 			switch {

@@ -28,9 +28,9 @@ type Config struct {
 	// step may take while an interactive request decodes, as a fraction
 	// (engine.Config.InteractiveSlack; default 0.2, negative: no limit).
 	InteractiveSlack float64 `toml:"interactive_slack"`
-	// PrefillHold is the steps a new prompt may wait while others decode
-	// for more to share its prefill step (engine.Config.PrefillHold;
-	// default 4, negative: none).
+	// PrefillHold bounds the steps a new prompt may wait while others
+	// decode, for more to share its prefill steps or a chunk a step
+	// (engine.Config.PrefillHold; default 4, negative: none).
 	PrefillHold int `toml:"prefill_hold"`
 	// QueueDepth bounds waiting requests; beyond it: 503 (default 1024).
 	QueueDepth int `toml:"queue_depth"`

@@ -858,12 +858,12 @@ const (
 func (t *Tier) wait(ctx context.Context, vi int, spin time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for i := 0; ; i++ {
-		err := t.done.Query()
-		if err == nil {
-			return time.Since(start), nil
-		}
-		if !driver.IsNotReady(err) {
+		ready, err := t.done.Ready()
+		if err != nil {
 			return 0, fmt.Errorf("cuda: variant %d: %w", vi, err)
+		}
+		if ready {
+			return time.Since(start), nil
 		}
 		if i%64 == 0 {
 			if err := ctx.Err(); err != nil {

@@ -1118,12 +1118,25 @@ func (e *Engine) input(now time.Time) sched.Input {
 	in.FreePages, in.Reservations, in.Used = e.pool.Free(), e.pool.Reservations(), map[string]int{}
 	idle := map[string]int{}
 	if e.prefix != nil {
+		// Counted in runs of one owner: the cache holds up to the whole
+		// pool, and a map update a page cost 0.9 ms a step at 256 slots.
+		owner, n := "", 0
 		e.prefix.Held(func(pg uint32, keys int) {
-			if e.pool.Refs(pg) == keys { // e.idle(pg), for each key
-				in.FreePages += keys
-				idle[e.pool.Owner(pg)] += keys
+			if e.pool.Refs(pg) != keys { // not e.idle(pg), for each key
+				return
 			}
+			in.FreePages += keys
+			if o := e.pool.Owner(pg); o != owner {
+				if n > 0 {
+					idle[owner] += n
+				}
+				owner, n = o, 0
+			}
+			n += keys
 		})
+		if n > 0 {
+			idle[owner] += n
+		}
 	}
 	for t := range in.Reservations {
 		in.Used[t] = e.pool.Used(t) - idle[t]

@@ -695,6 +695,21 @@ func (s Stream) WaitEvent(e Event) error {
 // kernel fault surfaces here).
 func (e Event) Query() error { return check("cuEventQuery", api.cuEventQuery(e)) }
 
+// Ready reports whether the work e records has completed (cuEventQuery),
+// with CUDA_ERROR_NOT_READY as false rather than an error: a loop that
+// polls it on every step's wait would otherwise name an error (a driver
+// call) and unwrap it each time it finds the GPU still busy.
+func (e Event) Ready() (bool, error) {
+	switch r := api.cuEventQuery(e); r {
+	case Success:
+		return true, nil
+	case NotReady:
+		return false, nil
+	default:
+		return false, check("cuEventQuery", r)
+	}
+}
+
 // Elapsed is the time from start to e, both recorded and complete, in
 // milliseconds (events created without EventDisableTiming).
 func (e Event) Elapsed(start Event) (float32, error) {

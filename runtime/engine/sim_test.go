@@ -449,6 +449,18 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	}
 	limits := map[string]sched.Limits{"a": {MaxSlots: 3, DecodeTokensPerSecond: 200}, "b": {MaxPages: 12}, "c": {PrefillTokensPerSecond: 1000}}
 	clock := time.Unix(1_700_000_000, 0) // moved forward by each step
+	timed := seed%3 == 0
+	if timed {
+		// Seeds 3, 6, … run a model whose steps take time, a variant's
+		// own and a little a row, so that the engine times its variants
+		// and sizes the prompts' prefill by them (planPrefill), and its
+		// interactive latency budget takes effect.
+		m.clock = &clock
+		m.cost = func(k runtime.ShapeKey) time.Duration {
+			base := map[runtime.Stage]time.Duration{runtime.Decode: 8 * time.Millisecond, runtime.Prefill: 9 * time.Millisecond}[k.Stage]
+			return base + time.Duration(k.Rows)*300*time.Microsecond
+		}
+	}
 	policy := Policy{Tenants: map[string]TenantPolicy{}}
 	for tn, lim := range limits {
 		policy.Tenants[tn] = TenantPolicy{MaxSlots: lim.MaxSlots, MaxPages: lim.MaxPages,
@@ -538,7 +550,7 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 		}
 	}
 	ctx := context.Background()
-	mostRunning := 0
+	mostRunning, sized := 0, 0
 	for step := 0; step < steps; step++ {
 		clock = clock.Add(time.Duration(1+rng.IntN(30)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
@@ -591,6 +603,9 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 			if r.slot >= 0 && r.done >= max(len(r.Prompt), r.replay) {
 				running[r] = true // decoding before this step: must get a row
 			}
+		}
+		if e.planPrefill().sized {
+			sized++
 		}
 		did, err := e.Step(ctx)
 		if err != nil && !strings.HasSuffix(err.Error(), "scripted failure") {
@@ -670,6 +685,9 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	case hostKV > 0 && s.HostBytes > hostKV:
 		t.Errorf("seed %d: the host tier holds %d bytes, over its %d", seed, s.HostBytes, hostKV)
 	}
+	if timed != (sized > 0) {
+		t.Errorf("seed %d: steps take time: %v; %d steps' prefill sized by the variants' times", seed, timed, sized)
+	}
 	if speculate {
 		if s.SpecDraftTokens == 0 || s.SpecAccepted == 0 || s.SpecAccepted == s.SpecDraftTokens {
 			t.Errorf("seed %d: %d draft tokens verified, %d accepted: the simulation does not exercise acceptance and rejection", seed, s.SpecDraftTokens, s.SpecAccepted)
@@ -677,8 +695,8 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 		t.Logf("seed %d: drafts accepted with probability %.2f: %d drafts, %d tokens, %d accepted (mean acceptance length %.2f)",
 			seed, drafter.accept, s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted, 1+float64(s.SpecAccepted)/float64(max(s.SpecDrafts, 1)))
 	}
-	t.Logf("seed %d (%d pages): %d requests, %d steps computed, %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices (%d partial pages copied), endings %v",
-		seed, kvPages, len(clients), s.Steps, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, m.copied, s.Finished)
+	t.Logf("seed %d (%d pages): %d requests, %d steps computed (%d with the prefill sized), %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices (%d partial pages copied), endings %v",
+		seed, kvPages, len(clients), s.Steps, sized, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, m.copied, s.Finished)
 }
 
 func btoi(b bool) int {

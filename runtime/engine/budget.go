@@ -21,23 +21,25 @@ type prefillStep struct {
 
 // planPrefill decides how this step treats the waiting prompts — fresh
 // requests' and the rest of those admitted before. A step that carries
-// any prompt row runs a prefill variant, which costs about the same
-// however few of its rows are used, so prompts that arrive one by one
-// would otherwise make most steps a half-empty one of a large variant.
+// any prompt row runs a prefill variant, whose time depends more on the
+// variant than on how many of its rows are used, so prompts that arrive
+// one by one would otherwise make most steps a half-empty one.
 //
 // Once the variants' replay times are measured, the step's budget is the
 // variant that computes the most prompt rows for the time it adds to a
-// step without them (variantCosts.size): on a GPU, where a step's time
-// is mostly its weights' reads, that is often a small variant that the
-// decoding rows leave room in, prompts going a chunk a step. A prompt
-// that has waited PrefillHold steps goes whole, however it fits.
+// step without them, or none while that variant would be poorly filled
+// (variantCosts.size). (On an H200, qwen3 0.6B shape, its full 512- and
+// 1024-row variants add 7–9 µs a prompt row to a 64-row decode step, its
+// 128-row one, which the decoding rows leave 64 rows of, 9–19.) A
+// prompt that has waited PrefillHold steps goes whole, however it fits.
 //
-// Until then, and in a simulation, whose clock stands still within a
-// step, prompts wait while they and the decoding rows fill less than
-// ChunkCap, each at most PrefillHold steps in all, for more to arrive:
-// every step of the prefill variant is full. (A step that computed as
-// much of the prompts as the budget allowed would otherwise leave a
-// short rest that makes the next step one of the prefill variant too.)
+// Until then, or where nothing times the steps (a clock that stands
+// still within a step), prompts wait while they and the decoding rows
+// fill less than ChunkCap, each at most PrefillHold steps in all, for
+// more to arrive: every step of the prefill variant is full. (A step
+// that computed as much of the prompts as the budget allowed would
+// otherwise leave a short rest that makes the next step one of the
+// prefill variant too.)
 func (e *Engine) planPrefill() prefillStep {
 	free := prefillStep{budget: e.cfg.ChunkCap}
 	if e.cfg.PrefillHold <= 0 {
@@ -100,8 +102,8 @@ func prefillLadder(m Model, chunkCap int) []int {
 
 // variantCosts is each variant's replay time as a line in the rows a
 // step uses (kernels skip some of the rows a variant has room for, not
-// all), fitted to the steps timed by Config.Now (a simulation's clock,
-// which stands still within a step, times none).
+// all), fitted to the steps timed by Config.Now (a clock that stands
+// still within a step times none).
 type variantCosts map[runtime.ShapeKey]*costLine
 
 // costLine fits a line to (rows, seconds) by exponentially weighted sums,

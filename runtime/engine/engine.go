@@ -323,8 +323,9 @@ type request struct {
 	// lead's partial prompt page for it too (see copiesLast).
 	lead   *request
 	copies bool
-	// held counts the steps it was held back before its prefill
-	// (Config.PrefillHold).
+	// held counts the steps its prompt rows waited (Config.PrefillHold):
+	// those it was held back, and every step whose prefill the variants'
+	// times sized while it had rows left (planPrefill).
 	held int
 	// spec is its speculative state; nil when it does not speculate
 	// (speculation off, or a constrained request).
@@ -1119,7 +1120,8 @@ func (e *Engine) input(now time.Time) sched.Input {
 	idle := map[string]int{}
 	if e.prefix != nil {
 		// Counted in runs of one owner: the cache holds up to the whole
-		// pool, and a map update a page cost 0.9 ms a step at 256 slots.
+		// pool, and a map update a page was most of this function's time
+		// at 256 slots (serve --cpuprofile).
 		owner, n := "", 0
 		e.prefix.Held(func(pg uint32, keys int) {
 			if e.pool.Refs(pg) != keys { // not e.idle(pg), for each key

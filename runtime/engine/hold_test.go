@@ -16,19 +16,25 @@ import (
 // by its rule for unmeasured variants (planPrefill).
 func stillClock() time.Time { return time.Unix(1, 0) }
 
+// submitPrompt submits to e a request of an n-token prompt (ids 3 to 52
+// over and over) that generates 100 tokens, whatever it samples.
+func submitPrompt(ctx context.Context, t *testing.T, e *Engine, n int) {
+	t.Helper()
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(3 + i%50)
+	}
+	if _, err := e.Submit(ctx, Request{Prompt: p, Decode: decode.Params{MaxTokens: 100, IgnoreEOS: true}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPrefillHold: with the variants' times unmeasured, a prompt that arrives while another request decodes
 // waits up to PrefillHold steps for more prompts to share its prefill
 // step, and no longer; prompts that fill the step with the decoding rows
 // go at once, as does any prompt when nothing decodes; with the hold off
 // a prompt goes the next step.
 func TestPrefillHold(t *testing.T) {
-	prompt := func(n int) []int32 {
-		p := make([]int32, n)
-		for i := range p {
-			p[i] = int32(3 + i%50)
-		}
-		return p
-	}
 	for _, c := range []struct {
 		name      string
 		hold      int
@@ -48,11 +54,7 @@ func TestPrefillHold(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			submit := func(n int) {
-				if _, err := e.Submit(ctx, Request{Prompt: prompt(n), Decode: decode.Params{MaxTokens: 100, IgnoreEOS: true}}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			submit := func(n int) { submitPrompt(ctx, t, e, n) }
 			// Nothing decodes: the first prompt is not held.
 			submit(8)
 			if _, err := e.Step(ctx); err != nil {
@@ -97,15 +99,7 @@ func TestPrefillHoldRest(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	submit := func(n int) {
-		p := make([]int32, n)
-		for i := range p {
-			p[i] = int32(3 + i%50)
-		}
-		if _, err := e.Submit(ctx, Request{Prompt: p, Decode: decode.Params{MaxTokens: 100, IgnoreEOS: true}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(n int) { submitPrompt(ctx, t, e, n) }
 	step := func() (decoding, prompt int) {
 		t.Helper()
 		before := e.Stats().Mixed.Steps
@@ -189,15 +183,7 @@ func TestPrefillSized(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	submit := func(n int) {
-		p := make([]int32, n)
-		for i := range p {
-			p[i] = int32(3 + i%50)
-		}
-		if _, err := e.Submit(ctx, Request{Prompt: p, Decode: decode.Params{MaxTokens: 100, IgnoreEOS: true}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submit := func(n int) { submitPrompt(ctx, t, e, n) }
 	// wantStep runs a step and fails unless it ran the variant of rows
 	// rows with prompt prompt rows in it.
 	wantStep := func(what string, rows, prompt int) {

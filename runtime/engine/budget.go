@@ -107,14 +107,11 @@ func prefillLadder(m Model, chunkCap int) []int {
 type variantCosts map[runtime.ShapeKey]*costLine
 
 // costLine fits a line to (rows, seconds) by exponentially weighted sums,
-// so that it follows a tier whose times drift (clocks, other work).
-type costLine struct {
-	w, n, t, nn, nt float64
-	// seen: a step was timed, not counted: a variant's first replay may
-	// do work once (T-CUDA instantiates its graph), and a variant judged
-	// by it might never run again to be judged better.
-	seen bool
-}
+// so that it follows a tier whose times drift (clocks, other work). A
+// variant's first step is not counted (w stays 0 until the second): its
+// first replay may do work once (T-CUDA instantiates its graph), and a
+// variant judged by it might never run again to be judged better.
+type costLine struct{ w, n, t, nn, nt float64 }
 
 func (c variantCosts) observe(k runtime.ShapeKey, rows int, d time.Duration) {
 	const keep = 0.95
@@ -124,7 +121,7 @@ func (c variantCosts) observe(k runtime.ShapeKey, rows int, d time.Duration) {
 	}
 	l := c[k]
 	if l == nil {
-		c[k] = &costLine{seen: true}
+		c[k] = &costLine{}
 		return
 	}
 	if l.w > 0 {

@@ -46,6 +46,19 @@ func TestJinjaSemantics(t *testing.T) {
 	}
 }
 
+// TestSelfContainingJSON: tojson of a container that holds itself is an
+// error naming it (json.dumps: circular reference), not a stack overflow.
+func TestSelfContainingJSON(t *testing.T) {
+	for _, src := range []string{
+		"{% set a = [1] %}{% set _ = a.append(a) %}{{ a | tojson }}",
+		"{% set ns = namespace(n=0) %}{% set ns.n = [ns] %}{{ ns | tojson }}",
+	} {
+		if _, err := mustParse(src).Render(nil, Options{}); err == nil || !strings.Contains(err.Error(), "holds itself") {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+}
+
 // TestModelTemplates renders the real templates. Expected outputs come from
 // llama.cpp's test-chat-template.cpp where it covers the template (Llama 3
 // and Phi-3-mini are its "Llama-3" and "Phi-3-mini" cases), otherwise from

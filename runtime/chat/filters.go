@@ -209,7 +209,7 @@ func (r *renderer) applyFilter(name string, v any, a *args) (any, error) {
 	case "tojson":
 		indent, _ := a.get(0, "indent", int64(0)).(int64)
 		var b strings.Builder
-		if err := toJSON(&b, v, int(indent), 0); err != nil {
+		if err := toJSON(&b, v, int(indent), nil); err != nil {
 			return nil, err
 		}
 		return b.String(), nil

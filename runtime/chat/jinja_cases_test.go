@@ -51,4 +51,7 @@ var jinjaCases = []struct{ src, want string }{
 		"ab|it's|x'y|1-2-3|ab|['a', 'b']|a-b|['a', 'b']"},
 	{"{% if 1 == 1.0 %}eq{% endif %}|{{ 1 < 2 < 3 }}|{{ 'b' > 'a' }}|{{ [1] == [1] }}|{{ {'a':1} == {'a':1} }}|{{ 10 - 2 - 3 }}|{{ 2 ** 3 ** 2 }}|{{ -2 ** 2 }}",
 		"eq|True|True|True|True|5|64|4"},
+	// Containers that hold themselves print and compare as Python's do.
+	{"{% set a = [1] %}{% set _ = a.append(a) %}{{ a }}|{{ a == a }}|{{ a | length }}|{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns == ns }}",
+		"[1, [...]]|True|2|True"},
 }

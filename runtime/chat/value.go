@@ -3,6 +3,7 @@ package chat
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,7 +180,12 @@ func toStr(v any) string {
 }
 
 // repr is Python's repr(), used for str() of containers.
-func repr(v any) string {
+func repr(v any) string { return reprIn(v, nil) }
+
+// reprIn is repr of v inside the containers on path, so that a container
+// that holds itself (`{% set ns.n = ns %}`) comes out as Python writes
+// it, [...] or {...}, instead of recursing without end.
+func reprIn(v any, path []any) string {
 	switch x := v.(type) {
 	case nil:
 		return "None"
@@ -197,9 +203,17 @@ func repr(v any) string {
 	case string:
 		return pyQuote(x)
 	case *list:
-		return reprItems("[", "]", len(x.items), func(i int) string { return repr(x.items[i]) })
+		if slices.Contains(path, any(x)) {
+			return "[...]"
+		}
+		path = append(path, x)
+		return reprItems("[", "]", len(x.items), func(i int) string { return reprIn(x.items[i], path) })
 	case *dict:
-		return reprItems("{", "}", len(x.keys), func(i int) string { return pyQuote(x.keys[i]) + ": " + repr(x.m[x.keys[i]]) })
+		if slices.Contains(path, any(x)) {
+			return "{...}"
+		}
+		path = append(path, x)
+		return reprItems("{", "}", len(x.keys), func(i int) string { return pyQuote(x.keys[i]) + ": " + reprIn(x.m[x.keys[i]], path) })
 	case *function:
 		return "<function " + x.name + ">"
 	}
@@ -253,8 +267,11 @@ func formatFloat(f float64) string {
 
 // toJSON writes v like Python's json.dumps(v, ensure_ascii=False) as HF's
 // tojson filter does: ", " and ": " separators, or "," and ": " with an
-// indent, keys in insertion order.
-func toJSON(b *strings.Builder, v any, indent int, level int) error {
+// indent, keys in insertion order. path is the containers v is inside: a
+// container that holds itself is an error, as json.dumps's "circular
+// reference detected".
+func toJSON(b *strings.Builder, v any, indent int, path []any) error {
+	level := len(path)
 	nl := func(l int) {
 		if indent > 0 {
 			b.WriteByte('\n')
@@ -311,17 +328,34 @@ func toJSON(b *strings.Builder, v any, indent int, level int) error {
 	case string:
 		jsonQuote(b, x)
 	case *list:
-		return container("[", "]", len(x.items), func(i int) error { return toJSON(b, x.items[i], indent, level+1) })
+		path, err := jsonWithin(path, x)
+		if err != nil {
+			return err
+		}
+		return container("[", "]", len(x.items), func(i int) error { return toJSON(b, x.items[i], indent, path) })
 	case *dict:
+		path, err := jsonWithin(path, x)
+		if err != nil {
+			return err
+		}
 		return container("{", "}", len(x.keys), func(i int) error {
 			jsonQuote(b, x.keys[i])
 			b.WriteString(": ")
-			return toJSON(b, x.m[x.keys[i]], indent, level+1)
+			return toJSON(b, x.m[x.keys[i]], indent, path)
 		})
 	default:
 		return fmt.Errorf("cannot convert %s to JSON", typeName(v))
 	}
 	return nil
+}
+
+// jsonWithin is path with container c appended, for toJSON's items; c
+// already on it holds itself.
+func jsonWithin(path []any, c any) ([]any, error) {
+	if slices.Contains(path, c) {
+		return nil, fmt.Errorf("cannot convert a %s that holds itself to JSON", typeName(c))
+	}
+	return append(path, c), nil
 }
 
 // reprItems is Python's repr of a container of n items: item(i) of each
@@ -405,7 +439,17 @@ func typeName(v any) string {
 }
 
 // equal is Python ==. Ints and floats compare by value.
-func equal(a, b any) bool {
+func equal(a, b any) bool { return equalIn(a, b, 0) }
+
+// maxEqualDepth bounds equalIn's nesting: two distinct containers that
+// hold themselves compare without end, where Python raises RecursionError
+// (here: not equal).
+const maxEqualDepth = 1000
+
+// equalIn is equal at depth containers deep. A container is equal to
+// itself, as Python's container comparisons take an item identical to
+// the other's as equal (so a list that holds itself equals itself).
+func equalIn(a, b any, depth int) bool {
 	switch x := a.(type) {
 	case nil:
 		return b == nil
@@ -424,23 +468,29 @@ func equal(a, b any) bool {
 		return ok && x == y
 	case *list:
 		y, ok := b.(*list)
-		if !ok || len(x.items) != len(y.items) {
+		if !ok || len(x.items) != len(y.items) || depth > maxEqualDepth {
 			return false
 		}
+		if x == y {
+			return true
+		}
 		for i := range x.items {
-			if !equal(x.items[i], y.items[i]) {
+			if !equalIn(x.items[i], y.items[i], depth+1) {
 				return false
 			}
 		}
 		return true
 	case *dict:
 		y, ok := b.(*dict)
-		if !ok || len(x.keys) != len(y.keys) {
+		if !ok || len(x.keys) != len(y.keys) || depth > maxEqualDepth {
 			return false
+		}
+		if x == y {
+			return true
 		}
 		for _, k := range x.keys {
 			yv, ok := y.m[k]
-			if !ok || !equal(x.m[k], yv) {
+			if !ok || !equalIn(x.m[k], yv, depth+1) {
 				return false
 			}
 		}

@@ -62,7 +62,7 @@ func runBatched(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	if err := printBatched(w, rows, opt.JSONL); err != nil || opt.LlamaBatched == "" {
 		return err
 	}
-	ref, err := runLlamaBatched(ctx, opt.LlamaBatched, opt.GGUF, opt.Slots, opt.Prompt, opt.Gen, opt.Threads, pool.TierName() != "cpu")
+	ref, err := runLlamaBatched(ctx, opt.LlamaBatched, opt.GGUF, opt.Slots, opt.Prompt, opt.Gen, opt.Threads, pool.TierName() != "cpu", cacheTypes(pool))
 	if err != nil {
 		return err
 	}

@@ -141,7 +141,7 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 	}
 	w := opt.Out
 	if opt.LlamaBench != "" {
-		if err := compareLlama(ctx, w, rows, opt, pool.TierName() != "cpu"); err != nil {
+		if err := compareLlama(ctx, w, rows, opt, pool.TierName() != "cpu", cacheTypes(pool)); err != nil {
 			return err
 		}
 	}
@@ -414,3 +414,9 @@ func noiseWarning(r Result, reps int) string {
 
 // errNoGGUF is the comparisons' error without the model to run them on.
 var errNoGGUF = errors.New("needs --gguf, the model the bundle was built from")
+
+// cacheTypes are the bundle's KV cache types by llama.cpp's names, K
+// then V ("": F16), for the llama.cpp run beside it.
+func cacheTypes(pool *sequence.Pool) [2]string {
+	return [2]string{pool.Hparams.CacheTypeK, pool.Hparams.CacheTypeV}
+}

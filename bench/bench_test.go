@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -168,5 +169,61 @@ func TestNoiseWarning(t *testing.T) {
 	}
 	if w := noiseWarning(Result{Test: "pp512", TokS: 1000, StdDev: 150}, 3); w != "" {
 		t.Errorf("a 15%% spread warned: %q", w)
+	}
+}
+
+// TestLlamaCacheArgs: llama.cpp runs with the bundle's KV cache types,
+// flash attention on where they are quantized, and refuses a type it has
+// no cache of.
+func TestLlamaCacheArgs(t *testing.T) {
+	for _, tc := range []struct {
+		cache [2]string
+		want  string
+		err   string
+	}{
+		{[2]string{}, "", ""},
+		{[2]string{"q8_0", "q8_0"}, "-ctk q8_0 -ctv q8_0 -fa 1", ""},
+		{[2]string{"q8_0", ""}, "-ctk q8_0 -ctv f16 -fa 1", ""},
+		{[2]string{"fp8_e4m3", "fp8_e4m3"}, "", "no fp8_e4m3 KV cache"},
+	} {
+		args, err := llamaCacheArgs(tc.cache)
+		if got := strings.Join(args, " "); got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: %q, %v; want %q, an error saying %q", tc.cache, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestCompareLlama runs a stand-in llama-bench that records its
+// arguments: the comparison prints the command line it ran, with the
+// bundle's cache types, and pairs the rows by test name.
+func TestCompareLlama(t *testing.T) {
+	dir := t.TempDir()
+	bin, argsFile := filepath.Join(dir, "llama-bench"), filepath.Join(dir, "args")
+	script := "#!/bin/sh\necho \"$@\" > " + argsFile + "\n" +
+		`echo '[{"n_prompt": 512, "n_gen": 0, "n_depth": 0, "avg_ts": 100, "stddev_ts": 1}, {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 10, "stddev_ts": 0}]'` + "\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rows := []Result{{Test: "pp512", TokS: 150}, {Test: "tg128", TokS: 13}}
+	var out bytes.Buffer
+	opt := Options{Prompt: 512, Gen: 128, Reps: 1, Threads: 2, LlamaBench: bin, GGUF: "m.gguf"}
+	if err := compareLlama(context.Background(), &out, rows, opt, true, [2]string{"q8_0", "q8_0"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(argsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "-m m.gguf -p 512 -n 128 -d 0 -r 1 -t 2 -ngl 99 -ctk q8_0 -ctv q8_0 -fa 1"
+	if strings.TrimSpace(string(got)) != want+" -o json" {
+		t.Errorf("llama-bench ran with %q, want %q", got, want+" -o json")
+	}
+	for _, line := range []string{"llama.cpp: " + bin + " " + want, "| pp512 | 150.00 ± 0.00 | 100.00 ± 1.00 | 1.50× |", "| tg128 | 13.00 ± 0.00 | 10.00 ± 0.00 | 1.30× |"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("no line %q in:\n%s", line, out.String())
+		}
+	}
+	if err := compareLlama(context.Background(), &out, rows, opt, true, [2]string{"fp8_e4m3", "fp8_e4m3"}); err == nil {
+		t.Error("an FP8 cache compared with llama.cpp's")
 	}
 }

@@ -12,22 +12,29 @@ import (
 	"strings"
 )
 
-// compareLlama runs llama-bench with the same tests and threads and prints
-// both rates and zrt's ratio to llama.cpp's. With gpu (zrt ran on a GPU
-// tier) llama.cpp offloads every layer (-ngl 99), else none.
-func compareLlama(ctx context.Context, w io.Writer, rows []Result, opt Options, gpu bool) error {
+// compareLlama runs llama-bench with the same tests and threads, and a
+// KV cache of the bundle's types (cache, llamaCacheArgs), prints its
+// command line, then both rates and zrt's ratio to llama.cpp's. With gpu
+// (zrt ran on a GPU tier) llama.cpp offloads every layer (-ngl 99), else
+// none.
+func compareLlama(ctx context.Context, w io.Writer, rows []Result, opt Options, gpu bool, cache [2]string) error {
 	if opt.GGUF == "" {
 		return fmt.Errorf("--llama-bench %w", errNoGGUF)
 	}
-	ngl := "0"
-	if gpu {
-		ngl = "99"
-	}
-	out, err := exec.CommandContext(ctx, opt.LlamaBench, "-m", opt.GGUF, "-p", strconv.Itoa(opt.Prompt), "-n", strconv.Itoa(opt.Gen),
-		"-d", strconv.Itoa(opt.Depth), "-r", strconv.Itoa(opt.Reps), "-t", strconv.Itoa(opt.Threads), "-ngl", ngl, "-o", "json").Output()
+	kv, err := llamaCacheArgs(cache)
 	if err != nil {
-		return fmt.Errorf("llama-bench: %w", err)
+		return fmt.Errorf("--llama-bench: %w", err)
 	}
+	args := append([]string{"-m", opt.GGUF, "-p", strconv.Itoa(opt.Prompt), "-n", strconv.Itoa(opt.Gen),
+		"-d", strconv.Itoa(opt.Depth), "-r", strconv.Itoa(opt.Reps), "-t", strconv.Itoa(opt.Threads), "-ngl", offload(gpu)}, kv...)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, opt.LlamaBench, append(args, "-o", "json")...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", opt.LlamaBench, strings.Join(args, " "), err, lastLines(stderr.String(), 5))
+	}
+	fmt.Fprintf(w, "llama.cpp: %s %s\n\n", opt.LlamaBench, strings.Join(args, " "))
 	var lb []struct {
 		NPrompt int     `json:"n_prompt"`
 		NGen    int     `json:"n_gen"`
@@ -59,9 +66,10 @@ func compareLlama(ctx context.Context, w io.Writer, rows []Result, opt Options, 
 }
 
 // runLlamaBatched runs llama-batched-bench on the same model with the same
-// test, threads and offload, its context large enough for the largest B
-// so that it skips no row, and returns its JSONL rows.
-func runLlamaBatched(ctx context.Context, bin, gguf string, slots []int, pp, tg, threads int, gpu bool) ([]BatchedResult, error) {
+// test, threads, offload and KV cache types (llamaCacheArgs), its context
+// large enough for the largest B so that it skips no row, and returns its
+// JSONL rows.
+func runLlamaBatched(ctx context.Context, bin, gguf string, slots []int, pp, tg, threads int, gpu bool, cache [2]string) ([]BatchedResult, error) {
 	if gguf == "" {
 		return nil, fmt.Errorf("--llama-batched-bench %w", errNoGGUF)
 	}
@@ -71,12 +79,12 @@ func runLlamaBatched(ctx context.Context, bin, gguf string, slots []int, pp, tg,
 		npl[i] = strconv.Itoa(b)
 		maxB = max(maxB, b)
 	}
-	ngl := "0"
-	if gpu {
-		ngl = "99"
+	kv, err := llamaCacheArgs(cache)
+	if err != nil {
+		return nil, fmt.Errorf("--llama-batched-bench: %w", err)
 	}
-	args := []string{"-m", gguf, "-c", strconv.Itoa(maxB * (pp + tg)), "-npp", strconv.Itoa(pp), "-ntg", strconv.Itoa(tg),
-		"-npl", strings.Join(npl, ","), "-t", strconv.Itoa(threads), "-ngl", ngl, "--output-format", "jsonl"}
+	args := append([]string{"-m", gguf, "-c", strconv.Itoa(maxB * (pp + tg)), "-npp", strconv.Itoa(pp), "-ntg", strconv.Itoa(tg),
+		"-npl", strings.Join(npl, ","), "-t", strconv.Itoa(threads), "-ngl", offload(gpu), "--output-format", "jsonl"}, kv...)
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stderr = &stderr
@@ -101,6 +109,38 @@ func runLlamaBatched(ctx context.Context, bin, gguf string, slots []int, pp, tg,
 		return nil, fmt.Errorf("llama-batched-bench printed no JSONL rows:\n%s", lastLines(string(out)+stderr.String(), 5))
 	}
 	return rows, nil
+}
+
+// offload is llama.cpp's -ngl for a run on a GPU tier (every layer) or
+// on T-CPU (none).
+func offload(gpu bool) string {
+	if gpu {
+		return "99"
+	}
+	return "0"
+}
+
+// llamaCacheArgs are llama.cpp's flags for a KV cache of the bundle's
+// types (bundle.Hparams.CacheTypeK and CacheTypeV, by llama.cpp's names;
+// "" is F16): none for an F16 cache, which is llama.cpp's default, else
+// -ctk and -ctv, with flash attention on (-fa 1), without which
+// llama.cpp refuses a quantized V cache. A type llama.cpp has no cache
+// of (fp8_e4m3) is an error: no run of llama.cpp compares with it.
+func llamaCacheArgs(cache [2]string) ([]string, error) {
+	if cache == [2]string{} {
+		return nil, nil
+	}
+	args := []string{"-ctk", "f16", "-ctv", "f16", "-fa", "1"}
+	for i, t := range cache {
+		switch t {
+		case "", "f16":
+		case "fp8_e4m3":
+			return nil, fmt.Errorf("llama.cpp has no %s KV cache to compare this bundle with: build one with cache_type_k and cache_type_v f16 or q8_0", t)
+		default:
+			args[2*i+1] = t
+		}
+	}
+	return args, nil
 }
 
 func lastLines(s string, n int) string {

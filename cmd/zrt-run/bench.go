@@ -36,7 +36,12 @@ all B in one replay (the bundle needs max_slots ≥ B and a decode variant
 for B: decode_slots in the model config). --output-format jsonl prints
 one JSON object per row with llama-batched-bench's keys;
 --llama-batched-bench PATH --gguf FILE runs that tool on the same model,
-threads and test and prints its table below.
+threads and test and prints its table below. --llama-bench PATH runs
+llama-bench on --gguf with the same tests, threads, depth and offload and
+prints its command line and zrt's ratio to it. Both llama.cpp tools run
+with the bundle's KV cache types (-ctk, -ctv, and -fa 1 for a quantized
+cache); a bundle with an fp8_e4m3 cache, which llama.cpp has no form of,
+is not compared.
 
 With --speculative ngram|self|draft[:K[:fixed]] (draft: --draft's model,
 which shares the target's vocabulary) it also generates -n tokens greedily

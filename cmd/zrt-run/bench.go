@@ -36,12 +36,7 @@ all B in one replay (the bundle needs max_slots ≥ B and a decode variant
 for B: decode_slots in the model config). --output-format jsonl prints
 one JSON object per row with llama-batched-bench's keys;
 --llama-batched-bench PATH --gguf FILE runs that tool on the same model,
-threads and test and prints its table below. --llama-bench PATH runs
-llama-bench on --gguf with the same tests, threads, depth and offload and
-prints its command line and zrt's ratio to it. Both llama.cpp tools run
-with the bundle's KV cache types (-ctk, -ctv, and -fa 1 for a quantized
-cache); a bundle with an fp8_e4m3 cache, which llama.cpp has no form of,
-is not compared.
+threads, test and KV cache types (-ctk, -ctv, -fa 1) and prints its table.
 
 With --speculative ngram|self|draft[:K[:fixed]] (draft: --draft's model,
 which shares the target's vocabulary) it also generates -n tokens greedily
@@ -105,7 +100,7 @@ decode step, the predicted speedups and the measured one of every round.`,
 	c.Flags().IntVarP(&opt.Reps, "r", "r", 3, "repetitions")
 	c.Flags().IntVarP(&opt.Depth, "d", "d", 0, "tokens in the cache before each test (llama-bench's -d; given a GGUF, pass --ctx-size ≥ d + max(p, n+1))")
 	c.Flags().BoolVar(&opt.JSON, "json", false, "print the results as JSON")
-	c.Flags().StringVar(&opt.LlamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings and print the ratio")
+	c.Flags().StringVar(&opt.LlamaBench, "llama-bench", "", "also run this llama-bench binary on --gguf with the same settings (the bundle's KV cache types too) and print its command line and the ratio")
 	c.Flags().StringVar(&opt.GGUF, "gguf", "", "the GGUF the bundle was built from, for --llama-bench (default: BUNDLE itself when it is a GGUF)")
 	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]], self[:K[:fixed]] or draft[:K[:fixed]]")

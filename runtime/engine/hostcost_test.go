@@ -46,7 +46,7 @@ type maskModel struct {
 
 func (m *maskModel) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 	// T-CUDA's default variants for 64 slots.
-	caps := map[runtime.Stage][]int{runtime.Decode: {1, 4, 16, 64}, runtime.Prefill: {128, 512}}[stage]
+	caps := map[runtime.Stage][]int{runtime.Decode: {1, 4, 16, 64}, runtime.Prefill: {128, 512, 1024}}[stage]
 	for _, c := range caps {
 		if rows <= c {
 			return runtime.ShapeKey{Stage: stage, Slots: m.slots, Rows: c}, true
@@ -160,26 +160,29 @@ func loadSchemas(tb testing.TB, tok *tokenizer.Tokenizer) []*grammar.Grammar {
 }
 
 // h200 is a step's time by variant on T-CUDA for a qwen3 0.6B-shaped
-// model of the Qwen vocabulary at 64 slots and a 4096 context, as the
-// H200 measured it (run 24c's traces, median replay by variant: decode
-// steps of up to 1, 4, 16 and 64 rows 1.1, 1.8, 2.5 and 3.4 ms; the
-// 128-row prefill variant 5.9 ms, the 512-row one 9.0 ms), a variant
-// between them linear in its rows.
+// model (32 000-token vocabulary, Q4_K_M) at 64 slots and a 4096 context,
+// as the H200 measured it in sessions 29 and 30 (zrt-run serve's step
+// times under loadtest, host excluded): decode steps of up to 1, 4, 16
+// and 64 rows 0.8, 1.0, 1.5 and 2.85 ms; the prefill variants of 128,
+// 512 and 1024 rows 3.9, 7.1 and 10.6 ms; a variant between them linear
+// in its rows.
 func h200(k runtime.ShapeKey) time.Duration {
-	const ms = time.Millisecond
+	us := func(f float64) time.Duration { return time.Duration(f * float64(time.Microsecond)) }
 	if k.Stage == runtime.Decode {
 		switch {
 		case k.Rows <= 1:
-			return 1100 * time.Microsecond
+			return us(800)
 		case k.Rows <= 4:
-			return 1800 * time.Microsecond
+			return us(1000)
 		case k.Rows <= 16:
-			return 2500 * time.Microsecond
+			return us(1500)
 		}
-		return 3400 * time.Microsecond
+		return us(2850)
 	}
-	const r128, r512 = 5900 * time.Microsecond, 9 * ms
-	return r128 + (r512-r128)*time.Duration(k.Rows-128)/(512-128)
+	if k.Rows <= 512 {
+		return us(3900 + (7100-3900)*float64(k.Rows-128)/(512-128))
+	}
+	return us(7100 + (10600-7100)*float64(k.Rows-512)/(1024-512))
 }
 
 // loadResult is what one load did.

@@ -24,6 +24,10 @@ type Policy struct {
 	next   []int
 	// idle counts steps since a draft was last verified.
 	idle int
+	// probeAt is how many draftless steps pass before the next probe
+	// (0: probeEvery); probing says the step Choose returned is one.
+	probeAt int
+	probing bool
 	// draft is the time to draft one token (a moving average; 0 for a
 	// draft that costs nothing next to a step, or until measured).
 	draft float64
@@ -40,8 +44,14 @@ const (
 	policyMargin = 1.05
 	// probeEvery is how many draftless steps, in a row, pass before
 	// one draft token is verified anyway, so that α follows text that
-	// turns repetitive.
+	// turns repetitive. Each probe whose token is rejected doubles the
+	// wait, up to probeMax steps, and an accepted one, or a draft the
+	// policy chose, brings it back: where drafts never agree, probes
+	// cost next to nothing — a draft model's probe costs it a catch-up
+	// over every token since its last one, on a CPU nearly a step a
+	// token.
 	probeEvery = 16
+	probeMax   = 512
 )
 
 // Alpha is the estimated acceptance rate of a draft token: accepted over
@@ -72,8 +82,11 @@ func (p *Policy) Choose(m int) int {
 			best, bestRate = k, rate
 		}
 	}
-	if best == 0 && p.idle >= probeEvery {
+	p.probing = best == 0 && p.idle >= max(p.probeAt, probeEvery)
+	if p.probing {
 		best = 1
+	} else if best > 0 {
+		p.probeAt = probeEvery
 	}
 	return best
 }
@@ -122,6 +135,14 @@ func (p *Policy) Observe(rows, accepted int, took time.Duration) {
 		return
 	}
 	p.idle = 0
+	if p.probing {
+		p.probing = false
+		if accepted == 0 {
+			p.probeAt = min(2*max(p.probeAt, probeEvery), probeMax)
+		} else {
+			p.probeAt = probeEvery
+		}
+	}
 	// The draft tokens judged: those accepted, and the first rejected
 	// unless all were accepted.
 	judged := accepted

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -49,6 +50,37 @@ func TestPolicy(t *testing.T) {
 	}
 	if k := p.Choose(4); k != 1 {
 		t.Errorf("after %d plain steps: k = %d, want a probe of 1", probeEvery, k)
+	}
+	// Each rejected probe doubles the wait for the next, up to probeMax;
+	// an accepted one brings it back to probeEvery.
+	probes := func() []int {
+		var gaps []int
+		for gap := 0; len(gaps) < 7; {
+			k := p.Choose(4)
+			if k == 0 {
+				p.Observe(1, 0, 10*time.Millisecond)
+				gap++
+				continue
+			}
+			p.Observe(1+k, 0, 13*time.Millisecond)
+			gaps, gap = append(gaps, gap), 0
+		}
+		return gaps
+	}
+	p.Observe(2, 0, 13*time.Millisecond) // the probe above, rejected
+	want := []int{32, 64, 128, 256, 512, 512, 512}
+	if got := probes(); !slices.Equal(got, want) {
+		t.Errorf("plain steps between rejected probes %v, want %v", got, want)
+	}
+	for p.Choose(4) == 0 {
+		p.Observe(1, 0, 10*time.Millisecond)
+	}
+	p.Observe(2, 1, 13*time.Millisecond) // a probe accepted
+	for range probeEvery {
+		p.Observe(1, 0, 10*time.Millisecond)
+	}
+	if k := p.Choose(4); k == 0 {
+		t.Errorf("%d plain steps after an accepted probe: no probe", probeEvery)
 	}
 
 	// Rows that cost a whole step each never pay, whatever α.

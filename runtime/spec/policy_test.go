@@ -96,6 +96,42 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
+// TestPolicyProbeBudget: probes stop while what they cost beyond plain
+// steps is over probeBudget of the time — a draft model's probe, whose
+// catch-up over the tokens since its last one costs many steps, comes
+// back only once the plain steps have made it a small share again.
+func TestPolicyProbeBudget(t *testing.T) {
+	var p Policy
+	p.Observe(1, 0, 10*time.Millisecond)
+	for range 10 {
+		p.Observe(2, 0, 13*time.Millisecond) // α falls, rows measured
+	}
+	plain := 0
+	probe := func() bool { // (one token on offer: a probe's length)
+		for range probeMax + 1 {
+			if p.Choose(1) > 0 {
+				return true
+			}
+			p.Observe(1, 0, 10*time.Millisecond)
+			plain++
+		}
+		return false
+	}
+	if !probe() {
+		t.Fatal("no probe at all")
+	}
+	p.ObserveDraft(1, 500*time.Millisecond) // a catch-up of fifty steps
+	p.Observe(2, 0, 13*time.Millisecond)
+	plain = 0
+	for !probe() {
+	}
+	// 503 ms of probes within 2% of the time: about 25 s of it, some
+	// 2 400 plain steps of 10 ms after the probe.
+	if plain < 2000 {
+		t.Errorf("the next probe after %d plain steps, want it held until the probes are %.0f%% of the time", plain, 100*probeBudget)
+	}
+}
+
 // TestPolicyPreempted: a step slowed down by other work on the machine
 // (a preemption) does not change a step's cost: it is the least of the
 // recent times, not their mean.

@@ -168,6 +168,8 @@ func (e *Engine) draftTokens(ctx context.Context, r *request, s *draftSeq) error
 			// A draft token's cost: a prompt's catch-up, once a request,
 			// is not what the next draft costs.
 			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
+		} else {
+			e.specPolicy.spend(e.cfg.Now().Sub(at)) // (a probe's, it counts)
 		}
 		s.tokens = append(s.tokens, toks...)
 		return nil

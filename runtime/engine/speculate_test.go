@@ -92,6 +92,23 @@ func TestSpecPolicy(t *testing.T) {
 			t.Fatalf("step %d without drafts: %d draft tokens, want %d", i, got, want)
 		}
 	}
+	// A probe that cost more than specProbeBudget of the time so far (a
+	// draft model's catch-up) holds the next until the steps after it
+	// have made it that small a share again.
+	p = policy(cpu, 1, 2)
+	steps := 0
+	for p.choose(1, 100, []*request{r})[r] == 0 {
+		p.observe(1, ms(1))
+		steps++
+	}
+	p.observeDraft(ms(200)) // the probe's draft: a catch-up of many tokens
+	p.observe(2, ms(2))
+	for steps = 0; p.choose(1, 100, []*request{r})[r] == 0 && steps < specProbeMax*20; steps++ {
+		p.observe(1, ms(1))
+	}
+	if spent := p.probes / p.elapsed; steps < 2*specProbe || spent > specProbeBudget {
+		t.Errorf("the next probe after %d steps, the probes %.1f%% of the time: want it held to %.0f%%", steps, 100*spent, 100*specProbeBudget)
+	}
 }
 
 // timedModel is the scripted model on a clock that each step moves on

@@ -169,7 +169,7 @@ func (e *Engine) draftTokens(ctx context.Context, r *request, s *draftSeq) error
 			// is not what the next draft costs.
 			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
 		} else {
-			e.specPolicy.spend(e.cfg.Now().Sub(at)) // (a probe's, it counts)
+			e.specPolicy.spend(e.cfg.Now().Sub(at)) // a catch-up: a probe's cost, when it probes
 		}
 		s.tokens = append(s.tokens, toks...)
 		return nil

@@ -51,10 +51,8 @@ const (
 	// one draft token is verified anyway, so that α follows text that
 	// turns repetitive. Each probe whose token is rejected doubles the
 	// wait, up to probeMax steps, and an accepted one, or a draft the
-	// policy chose, brings it back: where drafts never agree, probes
-	// cost next to nothing — a draft model's probe costs it a catch-up
-	// over every token since its last one, on a CPU nearly a step a
-	// token.
+	// policy chose, brings it back, so that where drafts never agree
+	// probes are rare.
 	probeEvery = 16
 	probeMax   = 512
 	// probeBudget bounds the probes' share of the time: a draft model's

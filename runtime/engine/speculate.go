@@ -70,10 +70,6 @@ const (
 	// pay the probes cost next to nothing.
 	specProbe    = 16
 	specProbeMax = 512
-	// specProbeBudget bounds the probes' share of the time: a draft
-	// model's probe catches it up over every token its request took
-	// since the last, which no back-off bounds.
-	specProbeBudget = 0.02
 	// specTrust is how many steps of a row count must have been timed
 	// before their cost may make a step look cheaper than the counts
 	// timed that often say (cost): one lucky measurement on a busy
@@ -145,25 +141,22 @@ type specPolicy struct {
 	draft float64
 	// probeAt is the idle steps before the next probe (0: specProbe).
 	probeAt int
-	// elapsed is the time of the decode-only steps and the drafts so
-	// far, probes what the probes cost beyond plain steps (their drafts,
-	// a draft model's catch-up included, and their rows' share of the
-	// steps); probing says this step's draft is a probe. Probes wait
-	// while they are over specProbeBudget of the time.
-	elapsed, probes float64
-	probing         bool
+	// budget holds the probes within spec.ProbeShare of the time of the
+	// decode-only steps and the drafts: what a probe costs beyond plain
+	// steps is its draft (a draft model's catch-up included) and its
+	// row's share of the step. probing says this step's draft is a probe.
+	budget  spec.ProbeBudget
+	probing bool
 }
 
-// spend records time d of a draft model's or the draft variant's steps:
-// the probes' when this step probes.
+// spend records time d of a draft model's or the draft variant's steps,
+// all of it a probe's when this step probes.
 func (p *specPolicy) spend(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	p.elapsed += d.Seconds()
+	extra := time.Duration(0)
 	if p.probing {
-		p.probes += d.Seconds()
+		extra = d
 	}
+	p.budget.Spend(d, extra)
 }
 
 // observe records a decode-only step of rows rows that took d.
@@ -171,10 +164,11 @@ func (p *specPolicy) observe(rows int, d time.Duration) {
 	if d <= 0 {
 		return // a simulation's clock: nothing measured
 	}
-	p.elapsed += d.Seconds()
+	extra := time.Duration(0)
 	if p.probing {
-		p.probes += max(0, d.Seconds()-p.cost(rows-1))
+		extra = d - time.Duration(p.cost(rows-1)*float64(time.Second))
 	}
+	p.budget.Spend(d, extra)
 	if p.recent == nil {
 		p.recent, p.next = map[int][]float64{}, map[int]int{}
 	}
@@ -326,7 +320,7 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 	p.probing = false
 	if len(out) == 0 {
 		p.idle++
-		if p.idle >= p.probeAt && p.probes <= specProbeBudget*p.elapsed {
+		if p.idle >= p.probeAt && p.budget.Allows() {
 			p.probing = true
 			if len(p.recent[base+1]) >= specTrust {
 				// Back off once a step of one more row is timed often

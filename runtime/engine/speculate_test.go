@@ -16,6 +16,7 @@ import (
 	"github.com/zrtdev/zrt/runtime/decode"
 	"github.com/zrtdev/zrt/runtime/sample"
 	"github.com/zrtdev/zrt/runtime/sequence"
+	"github.com/zrtdev/zrt/runtime/spec"
 )
 
 // TestSpecPolicy checks the engine's choice of draft lengths from
@@ -92,7 +93,7 @@ func TestSpecPolicy(t *testing.T) {
 			t.Fatalf("step %d without drafts: %d draft tokens, want %d", i, got, want)
 		}
 	}
-	// A probe that cost more than specProbeBudget of the time so far (a
+	// A probe that cost more than spec.ProbeShare of the time so far (a
 	// draft model's catch-up) holds the next until the steps after it
 	// have made it that small a share again.
 	p = policy(cpu, 1, 2)
@@ -106,8 +107,8 @@ func TestSpecPolicy(t *testing.T) {
 	for steps = 0; p.choose(1, 100, []*request{r})[r] == 0 && steps < specProbeMax*20; steps++ {
 		p.observe(1, ms(1))
 	}
-	if spent := p.probes / p.elapsed; steps < 2*specProbe || spent > specProbeBudget {
-		t.Errorf("the next probe after %d steps, the probes %.1f%% of the time: want it held to %.0f%%", steps, 100*spent, 100*specProbeBudget)
+	if spent := p.budget.Share(); steps < 2*specProbe || spent > spec.ProbeShare {
+		t.Errorf("the next probe after %d steps, the probes %.1f%% of the time: want it held to %.0f%%", steps, 100*spent, 100*spec.ProbeShare)
 	}
 }
 

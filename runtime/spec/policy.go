@@ -28,11 +28,10 @@ type Policy struct {
 	// (0: probeEvery); probing says the step Choose returned is one.
 	probeAt int
 	probing bool
-	// elapsed is the time of every step and draft so far, probes what
-	// the probes cost beyond plain steps (their drafts, and their
-	// verify steps' time past a plain step's): probes stop while that
-	// is over probeBudget of the whole.
-	elapsed, probes float64
+	// budget holds the probes within ProbeShare of the time: what they
+	// cost beyond plain steps is their drafts and their verify steps'
+	// time past a plain step's.
+	budget ProbeBudget
 	// draft is the time to draft one token (a moving average; 0 for a
 	// draft that costs nothing next to a step, or until measured).
 	draft float64
@@ -55,10 +54,6 @@ const (
 	// probes are rare.
 	probeEvery = 16
 	probeMax   = 512
-	// probeBudget bounds the probes' share of the time: a draft model's
-	// probe costs it a catch-up over every token since its last one,
-	// nearly a step a token on a CPU, which no back-off bounds.
-	probeBudget = 0.02
 )
 
 // Alpha is the estimated acceptance rate of a draft token: accepted over
@@ -89,7 +84,7 @@ func (p *Policy) Choose(m int) int {
 			best, bestRate = k, rate
 		}
 	}
-	p.probing = best == 0 && p.idle >= max(p.probeAt, probeEvery) && p.probes <= probeBudget*p.elapsed
+	p.probing = best == 0 && p.idle >= max(p.probeAt, probeEvery) && p.budget.Allows()
 	if p.probing {
 		best = 1
 	} else if best > 0 {
@@ -117,10 +112,11 @@ func (p *Policy) ObserveDraft(n int, took time.Duration) {
 	if n <= 0 {
 		return
 	}
-	p.elapsed += took.Seconds()
+	extra := time.Duration(0)
 	if p.probing {
-		p.probes += took.Seconds()
+		extra = took
 	}
+	p.budget.Spend(took, extra)
 	per := took.Seconds() / float64(n)
 	if p.draft == 0 {
 		p.draft = per
@@ -132,10 +128,11 @@ func (p *Policy) ObserveDraft(n int, took time.Duration) {
 // Observe records a step: its rows, how many of its draft tokens were
 // accepted, and its time.
 func (p *Policy) Observe(rows, accepted int, took time.Duration) {
-	p.elapsed += took.Seconds()
+	extra := time.Duration(0)
 	if p.probing {
-		p.probes += max(0, took.Seconds()-p.costOf(1))
+		extra = took - time.Duration(p.costOf(1)*float64(time.Second)) // past a plain step's
 	}
+	p.budget.Spend(took, extra)
 	for len(p.recent) <= rows {
 		p.recent, p.next = append(p.recent, nil), append(p.next, 0)
 	}

@@ -97,7 +97,7 @@ func TestPolicy(t *testing.T) {
 }
 
 // TestPolicyProbeBudget: probes stop while what they cost beyond plain
-// steps is over probeBudget of the time — a draft model's probe, whose
+// steps is over ProbeShare of the time — a draft model's probe, whose
 // catch-up over the tokens since its last one costs many steps, comes
 // back only once the plain steps have made it a small share again.
 func TestPolicyProbeBudget(t *testing.T) {
@@ -128,7 +128,7 @@ func TestPolicyProbeBudget(t *testing.T) {
 	// 503 ms of probes within 2% of the time: about 25 s of it, some
 	// 2 400 plain steps of 10 ms after the probe.
 	if plain < 2000 {
-		t.Errorf("the next probe after %d plain steps, want it held until the probes are %.0f%% of the time", plain, 100*probeBudget)
+		t.Errorf("the next probe after %d plain steps, want it held until the probes are %.0f%% of the time", plain, 100*ProbeShare)
 	}
 }
 

@@ -49,7 +49,7 @@ func TestGreedyShortcutRule(t *testing.T) {
 			history := []int32{int32(rng.IntN(8)), int32(rng.IntN(8)), 3}
 			raw := Argmax(logits)
 			s.adjust(logits, history)
-			if got := s.pick().id; got != raw {
+			if got := s.pick(); got != raw {
 				t.Errorf("Params.%s set: Greedy() is true, so the device's argmax %d is taken, but the sampler's choice is %d (trial %d)", name, raw, got, trial)
 				break
 			}

@@ -5,9 +5,11 @@
 package sample
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -46,19 +48,36 @@ type Logprob struct {
 
 // Sampler is stateful only through its random generator (and the buffers
 // it reuses between calls).
+//
+// It never sorts the vocabulary. The cuts (top-k, min-p, top-p) keep a
+// prefix of the tokens in the order logit descending, the lower id first
+// among equals; where a prefix ends is found by counting and summing the
+// weights in bins of logits (cut), and only the bin where it ends is
+// sorted. The draw then walks the kept tokens in id order. A
+// 151 936-token vocabulary costs a few passes over its logits a token
+// (sorting it took 160 ms on a 2-core EPYC).
 type Sampler struct {
 	p      Params
 	src    *rand.PCG // rng's source, which Restart seeds again
 	rng    *rand.Rand
-	buf    []cand
-	w      []float64     // the temperature path's weights, by buf's order
+	v      []float64     // the adjusted logits, by token id
+	w      []float64     // the temperature path's weights, by token id; 0: cut
+	bins   []uint16      // cut's bin of each token of positive weight
 	counts map[int32]int // occurrences in the penalty window
+	order  []int32       // cut's tokens of the bin where a prefix ends
 	top    []cand        // SampleLogprobs' most likely tokens
+	sums   []binSum      // cut's per-bin counts and weights
 }
 
 type cand struct {
 	id int32
 	v  float64
+}
+
+// binSum is the tokens and the weight of one of cut's bins.
+type binSum struct {
+	n int
+	w float64
 }
 
 // New returns a sampler.
@@ -110,7 +129,7 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		return Argmax(logits)
 	}
 	s.adjust(logits, history)
-	return s.pick().id
+	return s.pick()
 }
 
 // SampleLogprobs is Sample that also returns the picked token's
@@ -124,27 +143,27 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 // asking for them never changes the tokens of a seeded run.
 func (s *Sampler) SampleLogprobs(logits []float32, history []int32, top int) (int32, float64, []Logprob) {
 	s.adjust(logits, history)
-	lse := logSumExp(s.buf)
+	lse := logSumExp(s.v)
 	var alts []Logprob
 	if top > 0 {
 		for _, c := range s.mostLikely(top) {
 			alts = append(alts, Logprob{Token: c.id, Logprob: c.v - lse})
 		}
 	}
-	c := s.pick()
-	return c.id, c.v - lse, alts
+	id := s.pick()
+	return id, s.v[id] - lse, alts
 }
 
-// adjust loads logits into buf and applies the bias and the penalties.
+// adjust loads logits into v and applies the bias and the penalties.
 func (s *Sampler) adjust(logits []float32, history []int32) {
-	s.buf = s.buf[:0]
-	for i, v := range logits {
-		s.buf = append(s.buf, cand{int32(i), float64(v)})
+	s.v = grow(s.v, len(logits))
+	for i, x := range logits {
+		s.v[i] = float64(x)
 	}
 	p := s.p
 	for id, b := range p.LogitBias {
-		if id >= 0 && int(id) < len(s.buf) {
-			s.buf[id].v += b
+		if id >= 0 && int(id) < len(s.v) {
+			s.v[id] += b
 		}
 	}
 	repeat := p.RepeatPenalty > 0 && p.RepeatPenalty != 1
@@ -160,104 +179,263 @@ func (s *Sampler) adjust(logits []float32, history []int32) {
 	}
 	clear(s.counts)
 	for _, t := range window {
-		if t >= 0 && int(t) < len(s.buf) {
+		if t >= 0 && int(t) < len(s.v) {
 			s.counts[t]++
 		}
 	}
 	// Each token's change depends only on its own logit and count, so the
 	// map's order does not matter.
 	for t, n := range s.counts {
-		c := &s.buf[t]
+		v := &s.v[t]
 		if repeat {
-			if c.v > 0 {
-				c.v /= p.RepeatPenalty
+			if *v > 0 {
+				*v /= p.RepeatPenalty
 			} else {
-				c.v *= p.RepeatPenalty
+				*v *= p.RepeatPenalty
 			}
 		}
-		c.v -= float64(n)*p.FrequencyPenalty + p.PresencePenalty
+		*v -= float64(n)*p.FrequencyPenalty + p.PresencePenalty
 	}
 }
 
-// pick chooses from the adjusted buf, returning the token with its
-// adjusted logit.
-func (s *Sampler) pick() cand {
-	c, w := s.weights()
-	if w == nil {
-		return c[0]
+// pick chooses a token from the adjusted logits: the first largest at
+// temperature ≤ 0 (or where no token has weight), else a draw from the
+// weights.
+func (s *Sampler) pick() int32 {
+	total := s.weigh()
+	if total <= 0 || math.IsInf(total, 0) || math.IsNaN(total) {
+		return firstLargest(s.v)
 	}
-	return c[s.draw(w)]
+	return s.draw(s.w, total)
 }
 
-// weights orders the adjusted buf as pick chooses from it and returns it
-// with the weights of its candidates after the temperature and the cuts
-// (w[i] is c[i]'s; the candidates past len(w) are cut), not normalized
-// to 1 after the cuts. At temperature ≤ 0 it returns the first largest
-// alone as c[0] and no weights.
-func (s *Sampler) weights() ([]cand, []float64) {
+// firstLargest is the index of the first largest of v, NaNs skipped (0
+// when all are NaN).
+func firstLargest(v []float64) int32 {
+	best := -1
+	for i, x := range v {
+		if best < 0 && !math.IsNaN(x) || best >= 0 && x > v[best] {
+			best = i
+		}
+	}
+	return int32(max(best, 0))
+}
+
+// weigh sets w to the weights the adjusted logits are drawn by, and
+// returns their sum: exp((v − max)/T), the top-k, min-p and top-p cuts
+// applied in that order, each keeping a prefix of the order (logit
+// descending, the lower id first among equals) and 0 for the tokens it
+// drops. Top-p's share is of the top-k's weight, min-p's of the largest
+// weight, as llama.cpp's chain of those samplers has them. At
+// temperature ≤ 0 it returns 0: the first largest logit is the choice.
+// Top-k, which needs no weight, cuts before any is computed, and min-p
+// before those of the tokens its logit bound leaves out where top-p does
+// not need them.
+func (s *Sampler) weigh() float64 {
 	p := s.p
 	if p.Temperature <= 0 {
-		best := 0
-		for i, c := range s.buf {
-			if c.v > s.buf[best].v {
-				best = i
+		return 0
+	}
+	mx := math.Inf(-1)
+	for _, v := range s.v {
+		if v > mx { // NaN never is
+			mx = v
+		}
+	}
+	s.w = grow(s.w, len(s.v))
+	w := s.w
+	// live: a token at -Inf, or NaN, has no weight; at +Inf only those do.
+	floor := math.Inf(-1)
+	if math.IsInf(mx, 1) {
+		floor = math.MaxFloat64
+	}
+	live := func(v float64) bool { return v > floor }
+	topK := p.TopK > 0 && p.TopK < len(w)
+	switch {
+	case topK && p.TopK <= maxListedTopK:
+		clear(w)
+		for _, c := range s.mostLikely(p.TopK) {
+			w[c.id] = 1
+		}
+	case topK:
+		for i, v := range s.v {
+			w[i] = 0
+			if live(v) {
+				w[i] = 1
 			}
 		}
-		return s.buf[best : best+1], nil
+		s.cut(func(n int, _ float64) bool { return n >= p.TopK })
 	}
-	c := s.buf
-	sort.SliceStable(c, func(i, j int) bool { return c[i].v > c[j].v })
-	if p.TopK > 0 && p.TopK < len(c) {
-		c = c[:p.TopK]
+	topP := p.TopP > 0 && p.TopP < 1
+	// Min-p keeps the weights of at least MinP: the logits within
+	// T·ln(1/MinP) of the largest, a bound that leaves out the rest's
+	// exponentials (the margin leaves the tokens at the bound to the
+	// weights' own comparison).
+	bound := math.Inf(-1)
+	if p.MinP > 0 && !topP {
+		bound = mx + p.Temperature*math.Log(p.MinP)
+		bound -= 1e-9 * (math.Abs(bound) + 1)
 	}
-	// Softmax at temperature, into w so that c keeps the logits.
-	w := s.w[:0]
-	mx := c[0].v
-	sum := 0.0
-	for i := range c {
-		w = append(w, math.Exp((c[i].v-mx)/p.Temperature))
-		sum += w[i]
-	}
-	s.w = w
-	for i := range w {
-		w[i] /= sum
-	}
-	if p.MinP > 0 {
-		n := 1
-		for n < len(w) && w[n] >= p.MinP*w[0] {
-			n++
-		}
-		w = w[:n]
-	}
-	if p.TopP > 0 && p.TopP < 1 {
-		cum, n := 0.0, 0
-		for n < len(w) {
-			cum += w[n]
-			n++
-			if cum >= p.TopP {
-				break
-			}
-		}
-		w = w[:n]
-	}
-	return c, w
-}
-
-// draw picks an index of w with probability proportional to its weight,
-// one draw of the generator.
-func (s *Sampler) draw(w []float64) int {
+	inv := 1 / p.Temperature
 	total := 0.0
-	for _, x := range w {
+	for i, v := range s.v {
+		x := 0.0
+		switch {
+		case topK && w[i] == 0 || !live(v) || v < bound:
+		case math.IsInf(mx, 1):
+			x = 1
+		default:
+			x = expNeg((v - mx) * inv)
+		}
+		w[i] = x
 		total += x
 	}
-	r := s.rng.Float64() * total
+	if p.MinP > 0 {
+		// The largest weight is exp(0) = 1. Top-p's share is of the
+		// weight before this cut (llama.cpp's top_p normalizes after
+		// top_k and before min_p).
+		topKTotal := total
+		total = 0
+		for i, x := range w {
+			if x < p.MinP {
+				w[i] = 0
+			}
+			total += w[i]
+		}
+		if topP {
+			total = s.cut(func(_ int, sum float64) bool { return sum >= p.TopP*topKTotal })
+		}
+	} else if topP {
+		target := p.TopP * total
+		total = s.cut(func(_ int, sum float64) bool { return sum >= target })
+	}
+	return total
+}
+
+// maxListedTopK is the largest top-k that weigh keeps by a list of the
+// most likely tokens (each token compared with the list's last, the
+// few that enter it inserted); larger ones are cut by bins.
+const maxListedTopK = 256
+
+// grow returns b resized to n.
+func grow(b []float64, n int) []float64 {
+	if cap(b) < n {
+		return make([]float64, n)
+	}
+	return b[:n]
+}
+
+// cut keeps the prefix of the tokens of positive weight, in the order
+// logit descending and the lower id first among equals, that ends at the
+// first token where stop(tokens, weight) — the tokens and the weight
+// summed so far in that order, that token's included — is true: it sets
+// the later tokens' weights to 0 and returns the weight kept. stop must
+// stay true once it is. It sorts no more than the tokens of one bin: the
+// logits are binned by value (bins in the order, tokens counted and
+// weighed a bin at a time), and only the bin where stop turns true is
+// sorted. (The weights are summed by bins, so the prefix may end a token
+// away from where a sequential sum in the full order would put it when
+// the two sums straddle the target by less than their rounding.)
+func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
+	v, w := s.v, s.w
+	hi, lo, live := math.Inf(-1), math.Inf(1), 0
 	for i, x := range w {
-		r -= x
-		if r < 0 {
-			return i
+		if x > 0 {
+			hi, lo, live = max(hi, v[i]), min(lo, v[i]), live+1
 		}
 	}
-	return len(w) - 1
+	if live == 0 {
+		return 0
+	}
+	// About eight tokens a bin, at most 4096 bins; a logit the span
+	// cannot scale (infinite) goes to the first or last bin.
+	nb := min(max(live/8, 1), 4096)
+	scale := 0.0
+	if span := hi - lo; span > 0 && !math.IsInf(span, 0) {
+		scale = float64(nb) / span
+	}
+	binOf := func(x float64) int {
+		if x == hi {
+			return 0
+		}
+		f := (hi - x) * scale
+		if !(f < float64(nb-1)) { // NaN and +Inf too: the last bin
+			return nb - 1
+		}
+		return int(f)
+	}
+	if cap(s.sums) < nb {
+		s.sums = make([]binSum, nb)
+	}
+	sums := s.sums[:nb]
+	clear(sums)
+	if cap(s.bins) < len(w) {
+		s.bins = make([]uint16, len(w))
+	}
+	bins := s.bins[:len(w)]
+	for i, x := range w {
+		if x > 0 {
+			b := binOf(v[i])
+			bins[i] = uint16(b)
+			sums[b].n++
+			sums[b].w += x
+		}
+	}
+	n, sum := 0, 0.0
+	end := -1 // the bin where the prefix ends
+	for b, bs := range sums {
+		if stop(n+bs.n, sum+bs.w) {
+			end = b
+			break
+		}
+		n, sum = n+bs.n, sum+bs.w
+	}
+	if end < 0 {
+		return sum // stop never turned true: every token stays
+	}
+	order := s.order[:0]
+	for i, x := range w {
+		if x > 0 && int(bins[i]) == end {
+			order = append(order, int32(i))
+		}
+	}
+	// Collected in id order: a stable sort by logit puts equals' lower
+	// ids first.
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(v[b], v[a]) })
+	s.order = order
+	k := len(order)
+	for j, id := range order {
+		n, sum = n+1, sum+w[id]
+		if stop(n, sum) {
+			k = j + 1
+			break
+		}
+	}
+	for _, id := range order[k:] {
+		w[id] = 0
+	}
+	for i, x := range w {
+		if x > 0 && int(bins[i]) > end {
+			w[i] = 0
+		}
+	}
+	return sum
+}
+
+// draw picks a token with probability w[t]/total, one draw of the
+// generator, walking the tokens in id order.
+func (s *Sampler) draw(w []float64, total float64) int32 {
+	r := s.rng.Float64() * total
+	last := 0
+	for t, x := range w {
+		if x > 0 {
+			if r -= x; r < 0 {
+				return int32(t)
+			}
+			last = t
+		}
+	}
+	return int32(last) // the sum's rounding left r ≥ 0
 }
 
 // Dist is the distribution a Sampler draws one token from: Dist[t] is
@@ -267,20 +445,16 @@ func (s *Sampler) draw(w []float64) int {
 // model's Dist with the target's (Resolve).
 type Dist []float64
 
-// dist is the distribution of the adjusted buf, over n tokens.
+// dist is the distribution of the adjusted logits, over n tokens.
 func (s *Sampler) dist(n int) Dist {
 	d := make(Dist, n)
-	c, w := s.weights()
-	if w == nil {
-		d[c[0].id] = 1
+	total := s.weigh()
+	if total <= 0 || math.IsInf(total, 0) || math.IsNaN(total) {
+		d[firstLargest(s.v)] = 1
 		return d
 	}
-	total := 0.0
-	for _, x := range w {
-		total += x
-	}
-	for i, x := range w {
-		d[c[i].id] = x / total
+	for t, x := range s.w {
+		d[t] = x / total
 	}
 	return d
 }
@@ -292,7 +466,7 @@ func (s *Sampler) SampleDist(logits []float32, history []int32) (int32, Dist) {
 	s.adjust(logits, history)
 	d := s.dist(len(logits))
 	if s.p.Temperature <= 0 {
-		return s.pick().id, d
+		return s.pick(), d
 	}
 	return s.drawDist(d), d
 }
@@ -300,22 +474,12 @@ func (s *Sampler) SampleDist(logits []float32, history []int32) (int32, Dist) {
 // drawDist picks a token with probability d[t] (d need not sum to 1).
 func (s *Sampler) drawDist(d Dist) int32 {
 	total := 0.0
-	last := -1
-	for t, x := range d {
+	for _, x := range d {
 		if x > 0 {
 			total += x
-			last = t
 		}
 	}
-	r := s.rng.Float64() * total
-	for t, x := range d {
-		if x > 0 {
-			if r -= x; r < 0 {
-				return int32(t)
-			}
-		}
-	}
-	return int32(last)
+	return s.draw(d, total)
 }
 
 // Resolve is speculative sampling's rule (Leviathan et al., Chen et al.)
@@ -364,44 +528,44 @@ func (s *Sampler) Resolve(logits []float32, history []int32, draft int32, q Dist
 	return s.drawDist(r), false
 }
 
-// mostLikely returns the n largest of the adjusted buf, largest first and
-// ties by lower id, leaving out -Inf (a banned token is no alternative).
-// buf must still be in id order.
+// mostLikely returns the n largest of the adjusted logits, largest first
+// and ties by lower id, leaving out -Inf (a banned token is no
+// alternative).
 func (s *Sampler) mostLikely(n int) []cand {
 	top := s.top[:0]
-	for _, c := range s.buf {
-		if math.IsInf(c.v, -1) || math.IsNaN(c.v) || (len(top) == n && c.v <= top[n-1].v) {
+	for id, v := range s.v {
+		if math.IsInf(v, -1) || math.IsNaN(v) || (len(top) == n && v <= top[n-1].v) {
 			continue
 		}
 		// Insert after every entry at least as large: earlier ids win ties.
-		i := sort.Search(len(top), func(i int) bool { return top[i].v < c.v })
+		i := sort.Search(len(top), func(i int) bool { return top[i].v < v })
 		if len(top) < n {
 			top = append(top, cand{})
 		}
 		copy(top[i+1:], top[i:len(top)-1])
-		top[i] = c
+		top[i] = cand{int32(id), v}
 	}
 	s.top = top
 	return top
 }
 
-// logSumExp is log Σ exp(v) over buf, computed from its largest value so
+// logSumExp is log Σ exp(x) over v, computed from its largest value so
 // it neither overflows nor underflows; NaNs are skipped, and it is 0 when
 // no value is finite (then no log-probability is either).
-func logSumExp(buf []cand) float64 {
+func logSumExp(v []float64) float64 {
 	mx := math.Inf(-1)
-	for _, c := range buf {
-		if c.v > mx { // NaN never is
-			mx = c.v
+	for _, x := range v {
+		if x > mx { // NaN never is
+			mx = x
 		}
 	}
 	if math.IsInf(mx, 0) {
 		return 0
 	}
 	sum := 0.0
-	for _, c := range buf {
-		if !math.IsNaN(c.v) {
-			sum += math.Exp(c.v - mx)
+	for _, x := range v {
+		if !math.IsNaN(x) {
+			sum += math.Exp(x - mx)
 		}
 	}
 	return mx + math.Log(sum)

@@ -1,0 +1,155 @@
+package sample
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/zrtdev/zrt/internal/chisq"
+)
+
+// sortedDist is the distribution by the definition the cuts follow,
+// computed the slow way: the whole vocabulary sorted (logit descending,
+// ties by lower id), softmax at the temperature over the top k, then the
+// min-p and top-p prefixes of that order.
+func sortedDist(v []float64, p Params) Dist {
+	type c struct {
+		id int
+		v  float64
+	}
+	cs := make([]c, len(v))
+	for i, x := range v {
+		cs[i] = c{i, x}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].v > cs[j].v })
+	if p.TopK > 0 && p.TopK < len(cs) {
+		cs = cs[:p.TopK]
+	}
+	w := make([]float64, len(cs))
+	sum := 0.0
+	for i := range cs {
+		w[i] = math.Exp((cs[i].v - cs[0].v) / p.Temperature)
+		sum += w[i]
+	}
+	n := len(w)
+	if p.MinP > 0 {
+		n = 1
+		for n < len(w) && w[n] >= p.MinP*w[0] {
+			n++
+		}
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		cum, k := 0.0, 0
+		for k < n {
+			cum += w[k] / sum
+			k++
+			if cum >= p.TopP {
+				break
+			}
+		}
+		n = k
+	}
+	total := 0.0
+	for _, x := range w[:n] {
+		total += x
+	}
+	d := make(Dist, len(v))
+	for i := range n {
+		d[cs[i].id] = w[i] / total
+	}
+	return d
+}
+
+// TestCutsMatchSort: the binned cuts keep the tokens and give the
+// probabilities that sorting the whole vocabulary gives, over random
+// logits (some with many equal values, to hold the ties' order) of small
+// and large vocabularies and random settings.
+func TestCutsMatchSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 400 {
+		n := 1 + rng.IntN(40)
+		if trial%4 == 0 {
+			n = 1000 + rng.IntN(20000)
+		}
+		logits := make([]float32, n)
+		ties := trial%3 == 0
+		for i := range logits {
+			x := rng.NormFloat64() * 3
+			if ties {
+				x = math.Round(x)
+			}
+			logits[i] = float32(x)
+		}
+		p := Params{Temperature: 0.2 + 1.8*rng.Float64(), Seed: uint64(trial)}
+		if rng.IntN(2) == 0 {
+			p.TopK = 1 + rng.IntN(n+5)
+		}
+		if rng.IntN(2) == 0 {
+			p.TopP = rng.Float64()
+		}
+		if rng.IntN(3) == 0 {
+			p.MinP = rng.Float64() * 0.3
+		}
+		s := New(p)
+		s.adjust(logits, nil)
+		got := s.dist(n)
+		want := sortedDist(s.v, p)
+		for id := range want {
+			if (got[id] > 0) != (want[id] > 0) || math.Abs(got[id]-want[id]) > 1e-9*max(want[id], 1e-300)+1e-15 {
+				t.Fatalf("trial %d (%d tokens, %+v): token %d has probability %v, the sorted definition %v", trial, n, p, id, got[id], want[id])
+			}
+		}
+	}
+}
+
+// TestSampleFollowsDist: Sample's draws follow the distribution dist
+// describes (χ²), the cuts on; and Sample takes the first largest logit
+// when every weight is 0.
+func TestSampleFollowsDist(t *testing.T) {
+	const vocab, n = 40, 100_000
+	rng := rand.New(rand.NewPCG(5, 6))
+	logits := make([]float32, vocab)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 2)
+	}
+	for _, p := range []Params{{Temperature: 1}, {Temperature: 0.8, TopK: 10, TopP: 0.9}, {Temperature: 1.5, MinP: 0.1}} {
+		s := New(p)
+		want := New(p).dist0(logits, nil)
+		counts := make([]int, vocab)
+		for range n {
+			counts[s.Sample(logits, nil)]++
+		}
+		if x2, df := chisq.Statistic(counts, want, n); x2 > chisq.Critical(df) {
+			t.Errorf("%+v: χ² %.1f over %d degrees of freedom", p, x2, df)
+		}
+	}
+	inf := float32(math.Inf(-1))
+	if got := New(Params{Temperature: 1}).Sample([]float32{inf, inf, inf}, nil); got != 0 {
+		t.Errorf("all banned: picked %d, want the first", got)
+	}
+}
+
+// BenchmarkSample is a sampled token's cost on vocabularies of llama 2's
+// and Qwen's sizes, with the server's default settings (temperature 1)
+// and two common cut settings.
+func BenchmarkSample(b *testing.B) {
+	for _, n := range []int{32000, 151936} {
+		logits := make([]float32, n)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range logits {
+			logits[i] = float32(rng.NormFloat64() * 3)
+		}
+		for _, c := range []struct {
+			name string
+			p    Params
+		}{{"temp1", Params{Temperature: 1}}, {"topp0.95", Params{Temperature: 0.8, TopP: 0.95}}, {"topk40", Params{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05}}} {
+			b.Run(c.name+"/"+map[int]string{32000: "32k", 151936: "152k"}[n], func(b *testing.B) {
+				s := New(c.p)
+				for range b.N {
+					s.Sample(logits, nil)
+				}
+			})
+		}
+	}
+}

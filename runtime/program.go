@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -205,6 +206,9 @@ type Program struct {
 	masks      [][]uint64
 	masksReady func()
 	scratch    []float32
+	// fetched marks the slots whose logits FetchLogits brought to the
+	// host since the last Step (a device tier's); nil: none.
+	fetched []bool
 }
 
 // Open loads a bundle and its tier.
@@ -655,6 +659,7 @@ func (p *Program) VariantIndex(key ShapeKey) int {
 // write checks b and writes it into the request table, returning its
 // variant's index.
 func (p *Program) write(b Batch) (int, error) {
+	clear(p.fetched) // the step overwrites the logits
 	vi := p.VariantIndex(b.Key)
 	if vi < 0 {
 		return -1, fmt.Errorf("step: no variant %s in this bundle (it has %v)", b.Key, p.keys)
@@ -734,15 +739,15 @@ func (p *Program) writeRing(w []uint32, b Batch) {
 
 // Logits copies slot's logits from the last step that asked for them into
 // dst (grown as needed) and returns it. On a tier that keeps them on the
-// device it fetches them first; should that fail, they are NaN and the
-// next Step returns the failure.
+// device it fetches them first, unless FetchLogits did; should that fail,
+// they are NaN and the next Step returns the failure.
 func (p *Program) Logits(slot int, dst []float32) []float32 {
 	nv := p.Hparams.NVocab
 	if cap(dst) < nv {
 		dst = make([]float32, nv)
 	}
 	dst = dst[:nv]
-	if f, ok := p.tier.(Fetcher); ok && p.err == nil {
+	if f, ok := p.tier.(Fetcher); ok && p.err == nil && !p.wasFetched(slot) {
 		if err := f.Fetch(p.logits, int64(slot*nv*4), int64(nv*4)); err != nil {
 			p.err = fmt.Errorf("logits of slot %d: %w", slot, err)
 		}
@@ -757,23 +762,73 @@ func (p *Program) Logits(slot int, dst []float32) []float32 {
 	// The region holds the host's float32s, as the request table holds
 	// its words (words): one copy, not a decode a float at a time (a
 	// constrained row reads its whole vocabulary every step).
-	w := p.words(p.logits)[slot*nv : (slot+1)*nv]
-	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(&w[0])), nv))
+	copy(dst, p.logitsOf(slot))
 	return dst
 }
 
-// LogitsView is slot's logits of the last step where the tier keeps them,
-// read-only and valid until the next Step: a pass that reads few of them
-// (a masked argmax over a grammar's allowed tokens) then copies none of
-// the vocabulary. nil where they must be fetched (a device tier) or the
-// last step failed: Logits copies them then.
-func (p *Program) LogitsView(slot int) []float32 {
-	if _, ok := p.tier.(Fetcher); ok || p.err != nil {
-		return nil
+// FetchLogits brings the logits of slots of the last step to the host,
+// on a tier that keeps them on the device, in one copy for each run of
+// consecutive slots (Logits would take one a slot). Until the next Step,
+// Logits then copies them without fetching and LogitsView shows them,
+// which several goroutines may do at once. On a failure, Logits gives
+// NaNs for every slot not yet fetched and the next Step returns it.
+func (p *Program) FetchLogits(slots []int) error {
+	f, ok := p.tier.(Fetcher)
+	if !ok || p.err != nil {
+		return p.err
 	}
+	if len(p.fetched) != p.table.Slots {
+		p.fetched = make([]bool, p.table.Slots)
+	}
+	want := slices.Clone(slots)
+	slices.Sort(want)
+	row := int64(p.Hparams.NVocab * 4)
+	for i := 0; i < len(want); {
+		first := want[i]
+		if first < 0 || first >= len(p.fetched) {
+			return fmt.Errorf("logits of slot %d: slots are 0..%d", first, len(p.fetched)-1)
+		}
+		j := i + 1
+		for j < len(want) && want[j] <= want[j-1]+1 {
+			j++
+		}
+		last := want[j-1]
+		if err := f.Fetch(p.logits, int64(first)*row, int64(last-first+1)*row); err != nil {
+			p.err = fmt.Errorf("logits of slots %d..%d: %w", first, last, err)
+			return p.err
+		}
+		for s := first; s <= last; s++ {
+			p.fetched[s] = true
+		}
+		i = j
+	}
+	return nil
+}
+
+// wasFetched reports whether FetchLogits brought slot's logits to the
+// host since the last Step.
+func (p *Program) wasFetched(slot int) bool {
+	return slot >= 0 && slot < len(p.fetched) && p.fetched[slot]
+}
+
+// logitsOf is slot's logits in the logits region's host view.
+func (p *Program) logitsOf(slot int) []float32 {
 	nv := p.Hparams.NVocab
 	w := p.words(p.logits)[slot*nv : (slot+1)*nv]
 	return unsafe.Slice((*float32)(unsafe.Pointer(&w[0])), nv)
+}
+
+// LogitsView is slot's logits of the last step where the tier keeps them,
+// or FetchLogits brought them, read-only and valid until the next Step:
+// a pass that reads few of them (a masked argmax over a grammar's allowed
+// tokens) then copies none of the vocabulary. nil where they must be
+// fetched (a device tier) or the last step failed: Logits copies them
+// then.
+func (p *Program) LogitsView(slot int) []float32 {
+	if _, ok := p.tier.(Fetcher); ok && !p.wasFetched(slot) || p.err != nil {
+		return nil
+	}
+	return p.logitsOf(slot)
 }
 
 // Greedy is the token the graph's ARGMAX picked for slot in the last step

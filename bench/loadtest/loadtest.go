@@ -30,6 +30,9 @@ type Options struct {
 	// Stream asks for server-sent events, measuring time to first token
 	// and inter-token latency.
 	Stream bool
+	// Temperature is the requests' sampling temperature: 0 is greedy;
+	// above it request j samples with seed Seed+j, so a run repeats.
+	Temperature float64
 	// Formats are response_format objects: request j carries
 	// Formats[j % len(Formats)], and none of them ignore_eos (none: every
 	// request ignores end of generation and generates MaxTokens).
@@ -51,10 +54,14 @@ func Run(ctx context.Context, opt Options, w io.Writer) error {
 	if opt.Concurrency < 1 || opt.Requests < 1 || opt.PromptTokens < 1 || opt.MaxTokens < 1 {
 		return errors.New("--concurrency, --requests, --prompt-tokens and --max-tokens must be at least 1")
 	}
+	if opt.Temperature < 0 {
+		return errors.New("--temperature must not be negative")
+	}
 	if opt.Turns < 0 || opt.Turns > 1 && opt.TurnTokens < 1 {
 		return errors.New("--turns must not be negative, and with more than one turn --turn-tokens must be at least 1")
 	}
-	lt := &loadtest{url: strings.TrimRight(opt.URL, "/"), key: opt.Key, model: opt.Model, maxTokens: opt.MaxTokens, stream: opt.Stream, formats: opt.Formats}
+	lt := &loadtest{url: strings.TrimRight(opt.URL, "/"), key: opt.Key, model: opt.Model, maxTokens: opt.MaxTokens, stream: opt.Stream, formats: opt.Formats,
+		temperature: opt.Temperature, seed: opt.Seed}
 	ids, err := lt.vocabIDs(ctx)
 	if err != nil {
 		return err
@@ -76,6 +83,8 @@ type loadtest struct {
 	maxTokens       int
 	stream          bool
 	formats         []map[string]any // response_format of request j: formats[j % len]; none if empty
+	temperature     float64
+	seed            uint64
 }
 
 // loadClient opens a connection per request: servers differ in when they
@@ -120,7 +129,10 @@ type outcome struct {
 }
 
 func (lt *loadtest) one(ctx context.Context, j int, prompt []int) outcome {
-	body := map[string]any{"prompt": prompt, "max_tokens": lt.maxTokens, "temperature": 0, "stream": lt.stream}
+	body := map[string]any{"prompt": prompt, "max_tokens": lt.maxTokens, "temperature": lt.temperature, "stream": lt.stream}
+	if lt.temperature > 0 {
+		body["seed"] = lt.seed + uint64(j)
+	}
 	if len(lt.formats) == 0 {
 		body["ignore_eos"] = true
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,54 @@ import (
 	"testing"
 	"time"
 )
+
+// TestLoadtestTemperature: greedy requests say temperature 0 and carry no
+// seed; sampled ones carry the temperature and seed Seed+j, each request
+// its own.
+func TestLoadtestTemperature(t *testing.T) {
+	for _, temp := range []float64{0, 0.8} {
+		var mu sync.Mutex
+		seeds := map[uint64]bool{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/tokenize":
+				json.NewEncoder(w).Encode(map[string]any{"tokens": []int{5, 6, 7}})
+				return
+			case "/v1/completions":
+			default:
+				http.NotFound(w, r)
+				return
+			}
+			var body struct {
+				Temperature *float64 `json:"temperature"`
+				Seed        *uint64  `json:"seed"`
+			}
+			json.NewDecoder(r.Body).Decode(&body)
+			mu.Lock()
+			if body.Temperature == nil || *body.Temperature != temp || (body.Seed != nil) != (temp > 0) {
+				t.Errorf("temperature %v: a request with temperature %v, seed %v", temp, body.Temperature, body.Seed)
+			}
+			if body.Seed != nil {
+				seeds[*body.Seed] = true
+			}
+			mu.Unlock()
+			json.NewEncoder(w).Encode(map[string]any{"usage": map[string]any{"completion_tokens": 1},
+				"choices": []map[string]any{{"text": "x", "finish_reason": "length"}}})
+		}))
+		var out strings.Builder
+		err := Run(context.Background(), Options{URL: srv.URL, Concurrency: 2, Requests: 6, PromptTokens: 2, MaxTokens: 1, Seed: 40, Temperature: temp}, &out)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if temp > 0 && len(seeds) != 6 || !seeds[40] && temp > 0 {
+			t.Errorf("temperature %v: seeds %v, want 40..45", temp, seeds)
+		}
+	}
+	if err := Run(context.Background(), Options{URL: "http://127.0.0.1:1", Concurrency: 1, Requests: 1, PromptTokens: 1, MaxTokens: 1, Temperature: -1}, io.Discard); err == nil {
+		t.Error("a negative temperature ran")
+	}
+}
 
 // TestLoadtestResponseFormats: with several --response-format objects,
 // request j carries object j mod their number, and the tokens the server

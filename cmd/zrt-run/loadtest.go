@@ -56,6 +56,7 @@ steps (by kind, replay and host ms, tokens a step). --turns: multi-turn.`,
 	c.Flags().IntVar(&opt.MaxTokens, "max-tokens", 128, "tokens each request generates")
 	c.Flags().Uint64Var(&opt.Seed, "seed", 1, "seed of the prompts' token ids")
 	c.Flags().BoolVar(&opt.Stream, "stream", false, "stream (server-sent events), measuring TTFT and inter-token latency")
+	c.Flags().Float64Var(&opt.Temperature, "temperature", 0, "sampling temperature (0: greedy; above, request j samples with seed --seed + j)")
 	c.Flags().IntVar(&opt.Turns, "turns", 1, "turns of each conversation: more than 1 makes --requests conversations, every one's turn k before any turn k+1, each later prompt its history (prompt and reply) and --turn-tokens new ids; a row per turn reports TTFT and the prefix hit rate, device + host tier, from /metrics")
 	c.Flags().IntVar(&opt.TurnTokens, "turn-tokens", 32, "new prompt tokens of each turn after the first")
 	c.Flags().StringSliceVar(&formats, "response-format", nil, "JSON files holding response_format objects, taken by the requests in turn")

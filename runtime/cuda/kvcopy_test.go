@@ -82,3 +82,57 @@ func pagedProgram(t *testing.T) *runtime.Program {
 	t.Cleanup(func() { p.Close() })
 	return p
 }
+
+// TestFetchLogits: FetchLogits brings the logits of the slots asked for
+// (runs of consecutive slots in one copy) to the host, where LogitsView
+// shows them and Logits reads them without a copy of its own, the same
+// bits as Logits fetching one slot at a time; the next step drops them.
+func TestFetchLogits(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	key, _ := p.Key(runtime.Decode, 4)
+	b := runtime.Batch{Key: key}
+	for s := range 4 {
+		b.Rows = append(b.Rows, runtime.Row{Slot: s, Pos: 0, Token: int32(300 + 7*s), Logits: true})
+		b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
+	}
+	step := func() {
+		if err := p.Step(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step()
+	var want [4][]float32
+	for s := range want {
+		want[s] = p.Logits(s, nil)
+		if p.LogitsView(s) != nil {
+			t.Fatalf("slot %d: a view of logits nobody fetched", s)
+		}
+	}
+	step()
+	if err := p.FetchLogits([]int{3, 0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int{0, 1, 3} {
+		if v := p.LogitsView(s); !slices.Equal(v, want[s]) || !slices.Equal(p.Logits(s, nil), want[s]) {
+			t.Errorf("slot %d: fetched logits differ from one slot's fetch", s)
+		}
+	}
+	if p.LogitsView(2) != nil || !slices.Equal(p.Logits(2, nil), want[2]) {
+		t.Error("slot 2, not fetched: a view, or other logits")
+	}
+	step()
+	if p.LogitsView(0) != nil {
+		t.Error("a view of the last step's logits after the next step")
+	}
+	if err := p.FetchLogits([]int{4}); err == nil {
+		t.Error("fetched slot 4 of 4")
+	}
+}

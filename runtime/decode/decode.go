@@ -399,6 +399,13 @@ func (d *Decoder) AdvancesCheaply() bool {
 	return ok
 }
 
+// WantsLogits reports whether the next token comes from the logits on
+// the host whatever the step's greedy choice: the sampler draws from or
+// changes them, or logprobs are asked for. (A greedy request reads them
+// only where its greedy choice is banned or its constraint's mask was
+// not applied on the device.)
+func (d *Decoder) WantsLogits() bool { return !d.sampler.Greedy() || d.p.Logprobs }
+
 // OnDevice says that the step after DeviceMask takes this request's
 // token on the device: Advance then has work to do.
 func (d *Decoder) OnDevice() bool { return d.onDevice }

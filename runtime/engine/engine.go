@@ -229,9 +229,11 @@ type Engine struct {
 	slots  []*request    // by slot; nil = free
 	nextID uint64
 	logits []float32
-	meters map[string]*meters // tenants' recent token rates
-	cost   stepCost
-	vcost  variantCosts
+	// sampleBufs are sampleAhead's workers' logits buffers.
+	sampleBufs [][]float32
+	meters     map[string]*meters // tenants' recent token rates
+	cost       stepCost
+	vcost      variantCosts
 	// prefillRows is the prefill variants' row counts up to ChunkCap
 	// (prefillLadder).
 	prefillRows []int
@@ -303,8 +305,12 @@ type request struct {
 	// host tier on admission (the others before the last of them are in
 	// hits, in order): it maps hits, gets fresh pages for swap and
 	// starts after them all.
-	swap     []int
-	tokens   []int32  // prompt, then generated tokens
+	swap   []int
+	tokens []int32 // prompt, then generated tokens
+	// next is the token sampleAhead sampled for this step's row, which
+	// route takes when ahead is set.
+	next     decode.Step
+	ahead    bool
 	done     int      // tokens in the KV cache
 	need     int      // pages for its longest possible sequence
 	keys     []uint64 // prefix-cache keys of its prompt's full chunks
@@ -921,6 +927,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 	}
 	e.advance(plan, byID)
 	parts.advanced = e.cfg.Now()
+	e.sampleAhead(plan, byID)
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
 		if c.Draft > 0 {
@@ -1584,6 +1591,10 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 // route samples r's next token from the outcome of the row in slot and
 // sends it; it reports whether r goes on.
 func (e *Engine) route(r *request, slot int) bool {
+	if r.ahead {
+		r.ahead = false
+		return e.take(r, r.next)
+	}
 	return e.take(r, r.dec.NextFrom(slotSource{e, slot}, r.tokens, r.done))
 }
 

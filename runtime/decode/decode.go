@@ -277,7 +277,14 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		}
 	}
 	if tok < 0 {
-		logits := src.Logits()
+		// The sampler never writes the logits: a view of them serves
+		// where no ban or constraint does (no copy of the vocabulary).
+		var logits []float32
+		if len(d.banned) == 0 && d.p.Constraint == nil {
+			logits = viewLogits(src)
+		} else {
+			logits = src.Logits()
+		}
 		for _, id := range d.banned {
 			if int(id) < len(logits) {
 				logits[id] = float32(math.Inf(-1))

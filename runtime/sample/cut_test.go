@@ -13,14 +13,14 @@ import (
 // computed the slow way: the whole vocabulary sorted (logit descending,
 // ties by lower id), softmax at the temperature over the top k, then the
 // min-p and top-p prefixes of that order.
-func sortedDist(v []float64, p Params) Dist {
+func sortedDist(v []float32, p Params) Dist {
 	type c struct {
 		id int
 		v  float64
 	}
 	cs := make([]c, len(v))
 	for i, x := range v {
-		cs[i] = c{i, x}
+		cs[i] = c{i, float64(x)}
 	}
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].v > cs[j].v })
 	if p.TopK > 0 && p.TopK < len(cs) {

@@ -47,7 +47,7 @@ type Logprob struct {
 }
 
 // Sampler is stateful only through its random generator (and the buffers
-// it reuses between calls).
+// it reuses between calls). It never writes the logits it is given.
 //
 // It never sorts the vocabulary. The cuts (top-k, min-p, top-p) keep a
 // prefix of the tokens in the order logit descending, the lower id first
@@ -60,13 +60,15 @@ type Sampler struct {
 	p      Params
 	src    *rand.PCG // rng's source, which Restart seeds again
 	rng    *rand.Rand
-	v      []float64     // the adjusted logits, by token id
+	v      []float32     // the adjusted logits, by token id: the caller's, or own
+	own    []float32     // the adjusted copy of the logits, where adjust changes any
 	w      []float64     // the temperature path's weights, by token id; 0: cut
 	bins   []uint16      // cut's bin of each token of positive weight
 	counts map[int32]int // occurrences in the penalty window
 	order  []int32       // cut's tokens of the bin where a prefix ends
 	top    []cand        // SampleLogprobs' most likely tokens
 	sums   []binSum      // cut's per-bin counts and weights
+	blocks []float64     // weighAll's sums of w by blocks of drawBlock tokens, for draw; empty: none
 }
 
 type cand struct {
@@ -151,19 +153,27 @@ func (s *Sampler) SampleLogprobs(logits []float32, history []int32, top int) (in
 		}
 	}
 	id := s.pick()
-	return id, s.v[id] - lse, alts
+	return id, float64(s.v[id]) - lse, alts
 }
 
-// adjust loads logits into v and applies the bias and the penalties.
+// adjust sets v to logits with the bias and the penalties applied (in
+// float64, each result rounded to float32 as the logits are): logits
+// itself where neither changes a logit, else a copy, so that the caller's
+// logits are never written.
 func (s *Sampler) adjust(logits []float32, history []int32) {
-	s.v = grow(s.v, len(logits))
-	for i, x := range logits {
-		s.v[i] = float64(x)
+	s.v = logits
+	if !s.adjusts() {
+		return
 	}
+	if cap(s.own) < len(logits) {
+		s.own = make([]float32, len(logits))
+	}
+	s.v = s.own[:len(logits)]
+	copy(s.v, logits)
 	p := s.p
 	for id, b := range p.LogitBias {
 		if id >= 0 && int(id) < len(s.v) {
-			s.v[id] += b
+			s.v[id] = float32(float64(s.v[id]) + b)
 		}
 	}
 	repeat := p.RepeatPenalty > 0 && p.RepeatPenalty != 1
@@ -186,15 +196,15 @@ func (s *Sampler) adjust(logits []float32, history []int32) {
 	// Each token's change depends only on its own logit and count, so the
 	// map's order does not matter.
 	for t, n := range s.counts {
-		v := &s.v[t]
+		v := float64(s.v[t])
 		if repeat {
-			if *v > 0 {
-				*v /= p.RepeatPenalty
+			if v > 0 {
+				v /= p.RepeatPenalty
 			} else {
-				*v *= p.RepeatPenalty
+				v *= p.RepeatPenalty
 			}
 		}
-		*v -= float64(n)*p.FrequencyPenalty + p.PresencePenalty
+		s.v[t] = float32(v - (float64(n)*p.FrequencyPenalty + p.PresencePenalty))
 	}
 }
 
@@ -211,10 +221,10 @@ func (s *Sampler) pick() int32 {
 
 // firstLargest is the index of the first largest of v, NaNs skipped (0
 // when all are NaN).
-func firstLargest(v []float64) int32 {
+func firstLargest(v []float32) int32 {
 	best := -1
 	for i, x := range v {
-		if best < 0 && !math.IsNaN(x) || best >= 0 && x > v[best] {
+		if best < 0 && x == x || best >= 0 && x > v[best] { // x != x: NaN
 			best = i
 		}
 	}
@@ -230,13 +240,14 @@ func firstLargest(v []float64) int32 {
 // temperature ≤ 0 it returns 0: the first largest logit is the choice.
 // Top-k, which needs no weight, cuts before any is computed, and min-p
 // before those of the tokens its logit bound leaves out where top-p does
-// not need them.
+// not need them. Without cuts it also sums the weights by blocks, for
+// draw.
 func (s *Sampler) weigh() float64 {
 	p := s.p
 	if p.Temperature <= 0 {
 		return 0
 	}
-	mx := math.Inf(-1)
+	mx := float32(math.Inf(-1))
 	for _, v := range s.v {
 		if v > mx { // NaN never is
 			mx = v
@@ -244,12 +255,13 @@ func (s *Sampler) weigh() float64 {
 	}
 	s.w = grow(s.w, len(s.v))
 	w := s.w
+	s.blocks = s.blocks[:0]
 	// live: a token at -Inf, or NaN, has no weight; at +Inf only those do.
-	floor := math.Inf(-1)
-	if math.IsInf(mx, 1) {
-		floor = math.MaxFloat64
+	floor := float32(math.Inf(-1))
+	if math.IsInf(float64(mx), 1) {
+		floor = math.MaxFloat32
 	}
-	live := func(v float64) bool { return v > floor }
+	live := func(v float32) bool { return v > floor }
 	topK := p.TopK > 0 && p.TopK < len(w)
 	switch {
 	case topK && p.TopK <= maxListedTopK:
@@ -267,13 +279,16 @@ func (s *Sampler) weigh() float64 {
 		s.cut(func(n int, _ float64) bool { return n >= p.TopK })
 	}
 	topP := p.TopP > 0 && p.TopP < 1
+	if !topK && p.MinP <= 0 && !topP && !math.IsInf(float64(mx), 1) {
+		return s.weighAll(float64(mx), 1/p.Temperature)
+	}
 	// Min-p keeps the weights of at least MinP: the logits within
 	// T·ln(1/MinP) of the largest, a bound that leaves out the rest's
 	// exponentials (the margin leaves the tokens at the bound to the
 	// weights' own comparison).
 	bound := math.Inf(-1)
 	if p.MinP > 0 && !topP {
-		bound = mx + p.Temperature*math.Log(p.MinP)
+		bound = float64(mx) + p.Temperature*math.Log(p.MinP)
 		bound -= 1e-9 * (math.Abs(bound) + 1)
 	}
 	inv := 1 / p.Temperature
@@ -281,11 +296,11 @@ func (s *Sampler) weigh() float64 {
 	for i, v := range s.v {
 		x := 0.0
 		switch {
-		case topK && w[i] == 0 || !live(v) || v < bound:
-		case math.IsInf(mx, 1):
+		case topK && w[i] == 0 || !live(v) || float64(v) < bound:
+		case math.IsInf(float64(mx), 1):
 			x = 1
 		default:
-			x = expNeg((v - mx) * inv)
+			x = expNeg((float64(v) - float64(mx)) * inv)
 		}
 		w[i] = x
 		total += x
@@ -311,6 +326,33 @@ func (s *Sampler) weigh() float64 {
 	}
 	return total
 }
+
+// weighAll is weigh without cuts, from the largest logit mx and the
+// inverse temperature: every weight, summed by blocks of drawBlock
+// tokens (blocks), and their sum.
+func (s *Sampler) weighAll(mx, inv float64) float64 {
+	v, w := s.v, s.w
+	total := 0.0
+	for at := 0; at < len(v); at += drawBlock {
+		end := min(at+drawBlock, len(v))
+		sum := 0.0
+		for i := at; i < end; i++ {
+			x := 0.0
+			if v[i] > float32(math.Inf(-1)) { // NaN never is
+				x = expNeg((float64(v[i]) - mx) * inv)
+			}
+			w[i] = x
+			sum += x
+		}
+		s.blocks = append(s.blocks, sum)
+		total += sum
+	}
+	return total
+}
+
+// drawBlock is the tokens a block of weighAll's sums covers: draw walks
+// the blocks' sums to the block where the draw falls, then its tokens.
+const drawBlock = 256
 
 // maxListedTopK is the largest top-k that weigh keeps by a list of the
 // most likely tokens (each token compared with the list's last, the
@@ -341,7 +383,7 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 	hi, lo, live := math.Inf(-1), math.Inf(1), 0
 	for i, x := range w {
 		if x > 0 {
-			hi, lo, live = max(hi, v[i]), min(lo, v[i]), live+1
+			hi, lo, live = max(hi, float64(v[i])), min(lo, float64(v[i])), live+1
 		}
 	}
 	if live == 0 {
@@ -375,7 +417,7 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 	bins := s.bins[:len(w)]
 	for i, x := range w {
 		if x > 0 {
-			b := binOf(v[i])
+			b := binOf(float64(v[i]))
 			bins[i] = uint16(b)
 			sums[b].n++
 			sums[b].w += x
@@ -423,19 +465,38 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 }
 
 // draw picks a token with probability w[t]/total, one draw of the
-// generator, walking the tokens in id order.
+// generator, walking the tokens in id order: where weigh summed w by
+// blocks (blocks, whose sum total is), from the block where the draw
+// falls.
 func (s *Sampler) draw(w []float64, total float64) int32 {
 	r := s.rng.Float64() * total
-	last := 0
-	for t, x := range w {
-		if x > 0 {
+	from := 0
+	if len(s.blocks) == (len(w)+drawBlock-1)/drawBlock && len(w) == len(s.v) {
+		for _, b := range s.blocks {
+			if r < b || from+drawBlock >= len(w) {
+				break
+			}
+			r -= b
+			from += drawBlock
+		}
+	}
+	last := -1
+	for t := from; t < len(w); t++ {
+		if x := w[t]; x > 0 {
 			if r -= x; r < 0 {
 				return int32(t)
 			}
 			last = t
 		}
 	}
-	return int32(last) // the sum's rounding left r ≥ 0
+	if last < 0 { // the blocks' rounding put the draw past their last weight
+		for t := from - 1; t >= 0; t-- {
+			if w[t] > 0 {
+				return int32(t)
+			}
+		}
+	}
+	return int32(max(last, 0)) // the sum's rounding left r ≥ 0
 }
 
 // Dist is the distribution a Sampler draws one token from: Dist[t] is
@@ -479,6 +540,7 @@ func (s *Sampler) drawDist(d Dist) int32 {
 			total += x
 		}
 	}
+	s.blocks = s.blocks[:0] // d is not w: no blocks
 	return s.draw(d, total)
 }
 
@@ -533,7 +595,8 @@ func (s *Sampler) Resolve(logits []float32, history []int32, draft int32, q Dist
 // alternative).
 func (s *Sampler) mostLikely(n int) []cand {
 	top := s.top[:0]
-	for id, v := range s.v {
+	for id, x := range s.v {
+		v := float64(x)
 		if math.IsInf(v, -1) || math.IsNaN(v) || (len(top) == n && v <= top[n-1].v) {
 			continue
 		}
@@ -552,11 +615,11 @@ func (s *Sampler) mostLikely(n int) []cand {
 // logSumExp is log Σ exp(x) over v, computed from its largest value so
 // it neither overflows nor underflows; NaNs are skipped, and it is 0 when
 // no value is finite (then no log-probability is either).
-func logSumExp(v []float64) float64 {
+func logSumExp(v []float32) float64 {
 	mx := math.Inf(-1)
 	for _, x := range v {
-		if x > mx { // NaN never is
-			mx = x
+		if float64(x) > mx { // NaN never is
+			mx = float64(x)
 		}
 	}
 	if math.IsInf(mx, 0) {
@@ -564,8 +627,8 @@ func logSumExp(v []float64) float64 {
 	}
 	sum := 0.0
 	for _, x := range v {
-		if !math.IsNaN(x) {
-			sum += math.Exp(x - mx)
+		if x == x { // not NaN
+			sum += math.Exp(float64(x) - mx)
 		}
 	}
 	return mx + math.Log(sum)

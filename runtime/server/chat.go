@@ -57,6 +57,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
+	if req.MaxTokens == nil && req.MaxCompletion == nil {
+		// Chat's default is OpenAI's (and llama-server's): no bound but
+		// the context. (Completions keep the legacy API's 16.)
+		for i := range ps {
+			ps[i].MaxTokens = contextRest(r, m, len(prompt))
+		}
+	}
 	g, a, ok := s.start(w, r, m, prompt, ps, "chatcmpl", "chat.completion", "chat.completion.chunk")
 	if !ok {
 		return

@@ -203,6 +203,35 @@ func TestMaxTokensErrors(t *testing.T) {
 	}
 }
 
+// TestDefaultMaxTokens: without max_tokens a chat completion may run to
+// the end of the context (OpenAI's default), a legacy completion to 16
+// tokens (its API's).
+func TestDefaultMaxTokens(t *testing.T) {
+	url, _ := start(t)
+	for _, c := range []struct{ path, body string }{
+		{"chat/completions", `{"messages": [{"role": "user", "content": "x"}], "ignore_eos": true, "temperature": 0}`},
+		{"completions", `{"prompt": "Once upon a time", "ignore_eos": true, "temperature": 0}`},
+	} {
+		code, raw, _, _ := post(t, url, "POST", "/v1/"+c.path, c.body)
+		var resp struct {
+			Usage struct {
+				Prompt     int `json:"prompt_tokens"`
+				Completion int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if code != 200 || json.Unmarshal([]byte(raw), &resp) != nil {
+			t.Fatalf("%s: %d %s", c.path, code, raw)
+		}
+		want := 16
+		if c.path == "chat/completions" {
+			want = 256 - resp.Usage.Prompt
+		}
+		if resp.Usage.Completion != want {
+			t.Errorf("%s without max_tokens: %d tokens (prompt %d), want %d", c.path, resp.Usage.Completion, resp.Usage.Prompt, want)
+		}
+	}
+}
+
 // TestErrorsAreJSON: an unknown path (404) and a wrong method (405) answer
 // with OpenAI's error object like every other error, the 405 keeping its
 // Allow header.

@@ -120,14 +120,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.MaxOutputTokens == nil {
-		// OpenAI's default: as much as the context leaves. A request
-		// reserves KV pages for its max_output_tokens, so a client that
-		// knows its bound should send it.
-		ctxLen := m.ContextLength
-		if tn := r.Context().Value(tenantKey).(*Tenant); tn.MaxContextTokens > 0 {
-			ctxLen = min(ctxLen, tn.MaxContextTokens)
-		}
-		ps[0].MaxTokens = max(ctxLen-len(prompt), 1)
+		ps[0].MaxTokens = contextRest(r, m, len(prompt))
 	}
 	gen, aerr := s.submit(r.Context(), m, prompt, ps)
 	if aerr != nil {
@@ -457,4 +450,16 @@ func (o *responseOut) stream(w http.ResponseWriter, g *generation) {
 		s.flush()
 		return true
 	}, func() {})
+}
+
+// contextRest is OpenAI's default bound on a chat or response's tokens:
+// as much as the context (the tenant's, where it has a smaller one)
+// leaves after a prompt of n tokens. (An interactive request reserves KV
+// pages for all of it, so a client that knows its bound should send it.)
+func contextRest(r *http.Request, m *Model, n int) int {
+	ctxLen := m.ContextLength
+	if tn := r.Context().Value(tenantKey).(*Tenant); tn.MaxContextTokens > 0 {
+		ctxLen = min(ctxLen, tn.MaxContextTokens)
+	}
+	return max(ctxLen-n, 1)
 }

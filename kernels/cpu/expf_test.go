@@ -37,3 +37,22 @@ func TestExpf(t *testing.T) {
 		}
 	}
 }
+
+// TestExp: Exp gives expf's bits for every length, the SIMD part and the
+// scalar rest alike.
+func TestExp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := range 40 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.Float64()*120 - 110)
+		}
+		got := append([]float32(nil), x...)
+		Exp(got)
+		for i := range x {
+			if math.Float32bits(got[i]) != math.Float32bits(expf(x[i])) {
+				t.Fatalf("n=%d: Exp(%v)[%d] = %v, expf %v", n, x[i], i, got[i], expf(x[i]))
+			}
+		}
+	}
+}

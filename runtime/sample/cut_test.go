@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/zrtdev/zrt/internal/chisq"
+	kcpu "github.com/zrtdev/zrt/kernels/cpu"
 )
 
 // sortedDist is the distribution by the definition the cuts follow,
 // computed the slow way: the whole vocabulary sorted (logit descending,
 // ties by lower id), softmax at the temperature over the top k, then the
-// min-p and top-p prefixes of that order.
+// min-p and top-p prefixes of that order. Its weights round as the
+// sampler's do, so the two differ only by their sums' order.
 func sortedDist(v []float32, p Params) Dist {
 	type c struct {
 		id int
@@ -26,10 +28,20 @@ func sortedDist(v []float32, p Params) Dist {
 	if p.TopK > 0 && p.TopK < len(cs) {
 		cs = cs[:p.TopK]
 	}
+	// The weights as precise as the sampler's: float32's exponential
+	// where it takes the vector one (kernels/cpu.Exp), else float64's.
+	vec := kcpu.ExpVectorized() && !(p.TopK > 0 && p.TopK < len(v))
 	w := make([]float64, len(cs))
 	sum := 0.0
 	for i := range cs {
-		w[i] = math.Exp((cs[i].v - cs[0].v) / p.Temperature)
+		x := (cs[i].v - cs[0].v) * (1 / p.Temperature)
+		if vec {
+			e := []float32{float32(x)}
+			kcpu.Exp(e)
+			w[i] = float64(e[0])
+		} else {
+			w[i] = math.Exp(x)
+		}
 		sum += w[i]
 	}
 	n := len(w)

@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+
+	kcpu "github.com/zrtdev/zrt/kernels/cpu"
 )
 
 // Params configure a Sampler. The zero value is greedy.
@@ -60,15 +62,16 @@ type Sampler struct {
 	p      Params
 	src    *rand.PCG // rng's source, which Restart seeds again
 	rng    *rand.Rand
-	v      []float32     // the adjusted logits, by token id: the caller's, or own
-	own    []float32     // the adjusted copy of the logits, where adjust changes any
-	w      []float64     // the temperature path's weights, by token id; 0: cut
-	bins   []uint16      // cut's bin of each token of positive weight
-	counts map[int32]int // occurrences in the penalty window
-	order  []int32       // cut's tokens of the bin where a prefix ends
-	top    []cand        // SampleLogprobs' most likely tokens
-	sums   []binSum      // cut's per-bin counts and weights
-	blocks []float64     // weighAll's sums of w by blocks of drawBlock tokens, for draw; empty: none
+	v      []float32          // the adjusted logits, by token id: the caller's, or own
+	own    []float32          // the adjusted copy of the logits, where adjust changes any
+	w      []float64          // the temperature path's weights, by token id; 0: cut
+	bins   []uint16           // cut's bin of each token of positive weight
+	counts map[int32]int      // occurrences in the penalty window
+	order  []int32            // cut's tokens of the bin where a prefix ends
+	top    []cand             // SampleLogprobs' most likely tokens
+	sums   []binSum           // cut's per-bin counts and weights
+	blocks []float64          // exps' sums of w by blocks of drawBlock tokens, for draw; empty: none
+	x      [drawBlock]float32 // exps' block of exponents
 }
 
 type cand struct {
@@ -279,8 +282,17 @@ func (s *Sampler) weigh() float64 {
 		s.cut(func(n int, _ float64) bool { return n >= p.TopK })
 	}
 	topP := p.TopP > 0 && p.TopP < 1
-	if !topK && p.MinP <= 0 && !topP && !math.IsInf(float64(mx), 1) {
-		return s.weighAll(float64(mx), 1/p.Temperature)
+	if math.IsInf(float64(mx), 1) {
+		total := 0.0
+		for i, v := range s.v {
+			keep := v == mx && (!topK || w[i] != 0)
+			w[i] = 0
+			if keep {
+				w[i] = 1
+			}
+			total += w[i]
+		}
+		return total
 	}
 	// Min-p keeps the weights of at least MinP: the logits within
 	// T·ln(1/MinP) of the largest, a bound that leaves out the rest's
@@ -291,20 +303,11 @@ func (s *Sampler) weigh() float64 {
 		bound = float64(mx) + p.Temperature*math.Log(p.MinP)
 		bound -= 1e-9 * (math.Abs(bound) + 1)
 	}
-	inv := 1 / p.Temperature
-	total := 0.0
-	for i, v := range s.v {
-		x := 0.0
-		switch {
-		case topK && w[i] == 0 || !live(v) || float64(v) < bound:
-		case math.IsInf(float64(mx), 1):
-			x = 1
-		default:
-			x = expNeg((float64(v) - float64(mx)) * inv)
-		}
-		w[i] = x
-		total += x
+	total := s.exps(float64(mx), 1/p.Temperature, bound, topK)
+	if p.MinP <= 0 && !topP {
+		return total
 	}
+	s.blocks = s.blocks[:0] // the cuts below change the weights the blocks sum
 	if p.MinP > 0 {
 		// The largest weight is exp(0) = 1. Top-p's share is of the
 		// weight before this cut (llama.cpp's top_p normalizes after
@@ -327,22 +330,41 @@ func (s *Sampler) weigh() float64 {
 	return total
 }
 
-// weighAll is weigh without cuts, from the largest logit mx and the
-// inverse temperature: every weight, summed by blocks of drawBlock
-// tokens (blocks), and their sum.
-func (s *Sampler) weighAll(mx, inv float64) float64 {
+// exps sets w[i] = exp((v[i] − mx)·inv) for the tokens of a finite
+// logit of at least bound (and, with topK, of a weight already set), 0
+// for the others, and returns their sum, which it also appends a block
+// of drawBlock tokens at a time to blocks. Where the CPU has the vector
+// exponential (kernels/cpu.Exp, float32), the block's exponents go
+// through it together, else through expNeg (float64) one by one.
+func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 	v, w := s.v, s.w
+	vec := kcpu.ExpVectorized() && !topK // top-k's few weights: one by one
 	total := 0.0
 	for at := 0; at < len(v); at += drawBlock {
 		end := min(at+drawBlock, len(v))
 		sum := 0.0
-		for i := at; i < end; i++ {
-			x := 0.0
-			if v[i] > float32(math.Inf(-1)) { // NaN never is
-				x = expNeg((float64(v[i]) - mx) * inv)
+		if vec {
+			x := s.x[:end-at]
+			for j := range x {
+				x[j] = -200 // expf: 0
+				if f := float64(v[at+j]); f >= bound && f > math.Inf(-1) {
+					x[j] = float32((f - mx) * inv)
+				}
 			}
-			w[i] = x
-			sum += x
+			kcpu.Exp(x)
+			for j, e := range x {
+				w[at+j] = float64(e)
+				sum += float64(e)
+			}
+		} else {
+			for i := at; i < end; i++ {
+				x := 0.0
+				if f := float64(v[i]); f >= bound && f > math.Inf(-1) && (!topK || w[i] != 0) {
+					x = expNeg((f - mx) * inv)
+				}
+				w[i] = x
+				sum += x
+			}
 		}
 		s.blocks = append(s.blocks, sum)
 		total += sum

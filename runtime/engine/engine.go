@@ -968,7 +968,7 @@ func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
 	var srcs []slotSource
 	for _, c := range plan.Rows {
 		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.OnDevice() {
-			rows, srcs = append(rows, r.dec), append(srcs, slotSource{e, r.slot})
+			rows, srcs = append(rows, r.dec), append(srcs, slotSource{e, r.slot, &e.logits})
 		}
 	}
 	n := len(rows)
@@ -1595,7 +1595,7 @@ func (e *Engine) route(r *request, slot int) bool {
 		r.ahead = false
 		return e.take(r, r.next)
 	}
-	return e.take(r, r.dec.NextFrom(slotSource{e, slot}, r.tokens, r.done))
+	return e.take(r, r.dec.NextFrom(slotSource{e, slot, &e.logits}, r.tokens, r.done))
 }
 
 // take records and sends the token r's decoder decided in st; it reports
@@ -1614,18 +1614,20 @@ func (e *Engine) take(r *request, st decode.Step) bool {
 }
 
 // slotSource is a slot's outcome of the last step: its greedy token, and
-// its logits, copied into the engine's buffer only when a decoder needs
-// them (a vocabulary of floats per request per step otherwise).
+// its logits, copied into buf (the engine's, or a sampleAhead worker's)
+// only when a decoder needs them (a vocabulary of floats per request per
+// step otherwise).
 type slotSource struct {
 	e    *Engine
 	slot int
+	buf  *[]float32
 }
 
 func (s slotSource) Greedy() int32 { return s.e.m.Greedy(s.slot) }
 
 func (s slotSource) Logits() []float32 {
-	s.e.logits = s.e.m.Logits(s.slot, s.e.logits)
-	return s.e.logits
+	*s.buf = s.e.m.Logits(s.slot, *s.buf)
+	return *s.buf
 }
 
 // LogitsView is the slot's logits in the model's own memory, read-only,

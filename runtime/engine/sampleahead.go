@@ -53,11 +53,9 @@ func (e *Engine) sampleAhead(plan sched.Plan, byID map[uint64]*request) {
 	var wg sync.WaitGroup
 	work := func(k int) {
 		defer wg.Done()
-		src := bufSource{m: e.m, buf: &e.sampleBufs[k]}
 		for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 			r := rows[i]
-			src.slot = r.slot
-			r.next, r.ahead = r.dec.NextFrom(src, r.tokens, pos[i]), true
+			r.next, r.ahead = r.dec.NextFrom(slotSource{e, r.slot, &e.sampleBufs[k]}, r.tokens, pos[i]), true
 		}
 	}
 	wg.Add(workers)
@@ -66,28 +64,4 @@ func (e *Engine) sampleAhead(plan sched.Plan, byID map[uint64]*request) {
 	}
 	work(0)
 	wg.Wait()
-}
-
-// bufSource is a slot's outcome of the last step for one of
-// sampleAhead's workers: its logits copied into the worker's buffer.
-type bufSource struct {
-	m    Model
-	slot int
-	buf  *[]float32
-}
-
-func (s bufSource) Greedy() int32 { return s.m.Greedy(s.slot) }
-
-func (s bufSource) Logits() []float32 {
-	*s.buf = s.m.Logits(s.slot, *s.buf)
-	return *s.buf
-}
-
-// LogitsView is the slot's logits in the model's own memory, read-only,
-// where it keeps them on the host (they were fetched); nil otherwise.
-func (s bufSource) LogitsView() []float32 {
-	if v, ok := s.m.(interface{ LogitsView(slot int) []float32 }); ok {
-		return v.LogitsView(s.slot)
-	}
-	return nil
 }

@@ -475,7 +475,7 @@ func (e *Engine) verify(r *request, from int, slots []int) int {
 	accepted, taken := 0, 0
 	for i, slot := range slots {
 		r.done = from + i + 1
-		src := slotSource{e, slot}
+		src := slotSource{e, slot, &e.logits}
 		var st decode.Step
 		if i < d && i < len(r.spec.q) {
 			st = e.resolve(r.dec, src, r.tokens, r.done, r.spec.draft[i], r.spec.q[i])

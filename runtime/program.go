@@ -121,6 +121,35 @@ type Row struct {
 	// Only a row that wants logits may have one. A tier that is a Masker takes that choice on the device;
 	// on the others Step takes it from the logits on the host.
 	Mask []uint64 `json:"-"`
+	// Sample, when set, has a DeviceSampler tier replace the row's greedy
+	// choice by a temperature draw from its logits (sample.DrawWith's, in
+	// the same operations). Only a row that wants logits and has no Mask
+	// may have one, and only on a tier that SamplesOnDevice.
+	Sample *RowSample `json:"-"`
+}
+
+// RowSample is a row's draw on the device: the inverse temperature, the
+// uniform draw in [0, 1) and the tokens banned from it (at most
+// MaxSampleBans).
+type RowSample struct {
+	Inv, U float64
+	Ban    []int32
+}
+
+// MaxSampleBans is the most banned tokens a RowSample may carry.
+const MaxSampleBans = 4
+
+// DeviceSampler is a tier that draws a row's token at a temperature on
+// the device (Row.Sample), so its logits never come to the host.
+type DeviceSampler interface {
+	// Samples reports whether SampleGreedy works (a bundle built before
+	// the tier's sampling kernel existed has none).
+	Samples() bool
+	// SampleGreedy makes the next Run replace the greedy token of each
+	// slot in slots by a draw at inverse temperature inv[i] with the
+	// uniform draw u[i], the tokens of ban[i] excluded; -1 where no
+	// token has weight or a logit is +Inf (the caller draws on the host).
+	SampleGreedy(slots []int, inv, u []float64, ban [][]int32) error
 }
 
 // Masker is a tier that takes a constrained row's greedy choice on the
@@ -716,7 +745,44 @@ func (p *Program) write(b Batch) (int, error) {
 	if err := p.mask(b); err != nil {
 		return -1, err
 	}
+	if err := p.sample(b); err != nil {
+		return -1, err
+	}
 	return vi, nil
+}
+
+// SamplesOnDevice reports whether the tier draws rows' tokens on the
+// device (Row.Sample).
+func (p *Program) SamplesOnDevice() bool {
+	d, ok := p.tier.(DeviceSampler)
+	return ok && d.Samples()
+}
+
+// sample sends the draws of b's rows to the tier.
+func (p *Program) sample(b Batch) error {
+	var slots []int
+	var inv, u []float64
+	var ban [][]int32
+	for i, r := range b.Rows {
+		switch {
+		case r.Sample == nil:
+			continue
+		case !r.Logits || r.Mask != nil:
+			return fmt.Errorf("step: row %d has a draw on the device but wants no logits, or has a mask", i)
+		case len(r.Sample.Ban) > MaxSampleBans:
+			return fmt.Errorf("step: row %d bans %d tokens from its draw, at most %d", i, len(r.Sample.Ban), MaxSampleBans)
+		}
+		slots, inv, u, ban = append(slots, r.Slot), append(inv, r.Sample.Inv), append(u, r.Sample.U), append(ban, r.Sample.Ban)
+	}
+	d, ok := p.tier.(DeviceSampler)
+	switch {
+	case ok && d.Samples():
+		// Also with none, so that a Run that failed leaves none for the next.
+		return d.SampleGreedy(slots, inv, u, ban)
+	case len(slots) > 0:
+		return fmt.Errorf("step: %d rows have draws on the device, which tier %s does not make", len(slots), p.tier.Name())
+	}
+	return nil
 }
 
 // writeRing fills the window ring's request table: the step's header and

@@ -372,3 +372,21 @@ func waitLanded(t *testing.T, done func() (bool, error)) {
 		}
 	}
 }
+
+// TestStepRefusesDeviceDraws: T-CPU draws no sampled row's token on the
+// device, so a row asking for that is refused, as is one that asks for a
+// draw without wanting logits.
+func TestStepRefusesDeviceDraws(t *testing.T) {
+	p := openTiny(t)
+	if p.SamplesOnDevice() {
+		t.Fatal("T-CPU says it samples on the device")
+	}
+	decode, _ := p.Key(runtime.Decode, 1)
+	for _, logits := range []bool{true, false} {
+		b := runtime.Batch{Key: decode, Pages: []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}},
+			Rows: []runtime.Row{{Slot: 0, Pos: 0, Token: 1, Logits: logits, Sample: &runtime.RowSample{Inv: 1, U: 0.5}}}}
+		if err := p.Step(context.Background(), b); err == nil {
+			t.Errorf("logits %v: a device draw on T-CPU was taken", logits)
+		}
+	}
+}

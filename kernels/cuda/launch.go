@@ -47,25 +47,26 @@ type EntryPoint uint8
 
 // The entry points.
 const (
-	EntryMain   EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
-	EntryTile                     // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
-	EntryDP4A                     // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
-	EntryStage                    // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
-	EntryTile16                   // _tile16: the tensor-core kernel's 16-row tile, for steps of up to 64 rows (decode)
-	EntryTile32                   // _tile32: its 32-row tile, for steps of 33 to 64 rows
-	EntryLean                     // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
-	EntryMasked                   // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
-	EntryRest                     // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
-	EntryRows                     // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
-	EntrySplit                    // _split: the attention families' decode kernel with a long row's keys split over blocks (faSplits), Launch.Staged its partial states
-	EntryPeer                     // _peer: matmul's matrix-vector kernel with the one-shot all-reduce after it taken in, which runtime/cuda launches in place of the pair
-	EntryRows4                    // _rows4: the matrix-vector kernel taking mmvRowsWide rows a block, for the steps of one-row bits of 3 rows and more (OneRowShape)
+	EntryMain    EntryPoint = iota // the instance's kernel; for matrices, the matrix-vector one
+	EntryTile                      // _tile: the multi-row kernel, on tensor cores where the type has them (and flash_attn's prefill)
+	EntryDP4A                      // _dp4a: the dp4a multi-row kernel of a type that has tensor-core tiles (lm_head's prefill, Q8_0 of k not a multiple of 256)
+	EntryStage                     // _stage: quantizes the activation rows once for the tensor-core tiles (Launch.Staged)
+	EntryTile16                    // _tile16: the tensor-core kernel's 16-row tile, for steps of up to 64 rows (decode)
+	EntryTile32                    // _tile32: its 32-row tile, for steps of 33 to 64 rows
+	EntryLean                      // _lean: flash_attn's decode kernel for one head a block in fewer registers, for launches of many blocks
+	EntryMasked                    // _masked: argmax's choice under a token mask, which the tier launches after a step's graph for constrained rows
+	EntryRest                      // _rest: flash_attn's main kernel for the rows that are no prompt's, beside its _tile (Launch.Rest)
+	EntryRows                      // _rows: the matrix-vector kernel taking mmvRows rows a block, for steps of a few rows
+	EntrySplit                     // _split: the attention families' decode kernel with a long row's keys split over blocks (faSplits), Launch.Staged its partial states
+	EntryPeer                      // _peer: matmul's matrix-vector kernel with the one-shot all-reduce after it taken in, which runtime/cuda launches in place of the pair
+	EntryRows4                     // _rows4: the matrix-vector kernel taking mmvRowsWide rows a block, for the steps of one-row bits of 3 rows and more (OneRowShape)
+	EntrySampled                   // _sampled: argmax's draw at a temperature, which the tier launches after a step's graph for sampled rows
 	NumEntries
 )
 
 // Suffix is the entry point's suffix to the instance's name.
 func (e EntryPoint) Suffix() string {
-	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split", "_peer", "_rows4"}[e]
+	return [...]string{"", "_tile", "_dp4a", "_stage", "_tile16", "_tile32", "_lean", "_masked", "_rest", "_rows", "_split", "_peer", "_rows4", "_sampled"}[e]
 }
 
 // mmWarps is MM_WARPS in common.cuh: output features per block of the

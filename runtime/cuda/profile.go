@@ -83,7 +83,7 @@ func (t *Tier) runProfiled(ctx context.Context, vi int) error {
 			return err
 		}
 	}
-	if err := t.maskedArgmax(); err != nil {
+	if err := t.deviceChoices(); err != nil {
 		return err
 	}
 	if err := t.done.Record(t.stream); err != nil {

@@ -153,6 +153,7 @@ type Tier struct {
 	prof    *profiler
 	omit    []string // Options.Omit
 	mask    masker
+	drawer  drawer
 	device  int        // Options.Device
 	comm    *nccl.Comm // Options.Comm
 	// stagingBytes is the staging buffer's size.
@@ -339,6 +340,9 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 	}
 	loaded()
 	if err := t.initMasker(b); err != nil {
+		return err
+	}
+	if err := t.initDrawer(b); err != nil {
 		return err
 	}
 	// Past 48 KiB a kernel must opt in to dynamic shared memory, up to
@@ -567,7 +571,7 @@ func (t *Tier) Run(ctx context.Context, vi int) error {
 		if err := g.exec.Launch(t.stream); err != nil {
 			return err
 		}
-		if err := t.maskedArgmax(); err != nil {
+		if err := t.deviceChoices(); err != nil {
 			return err
 		}
 		if err := t.done.Record(t.stream); err != nil {
@@ -736,7 +740,7 @@ func (t *Tier) RunEach(ctx context.Context, vi int, after func(dispatch int) err
 				return err
 			}
 		}
-		if err := t.maskedArgmax(); err != nil {
+		if err := t.deviceChoices(); err != nil {
 			return err
 		}
 		return t.stream.Synchronize()
@@ -1014,6 +1018,7 @@ func (t *Tier) close() {
 	}
 	t.modules, t.entries, t.overlap = nil, [kcuda.NumEntries][]driver.Function{}, nil
 	t.mask.free()
+	t.drawer.free()
 	for _, r := range t.regions {
 		driver.MemFree(r.dev)
 		if r.host != nil {

@@ -110,6 +110,10 @@ type Decoder struct {
 	// onDevice: the step that follows DeviceMask takes the greedy choice
 	// under the mask it returned, so NextFrom reads that choice.
 	onDevice bool
+	// drawn: DeviceSample took the sampler's uniform draw u for the next
+	// token, which the step draws on the device.
+	drawn bool
+	u     float64
 	// advanced: Advance has accepted token accepted into the constraint
 	// (with error acceptErr, leaving it Done or not: advDone) for the
 	// next NextFrom.
@@ -241,8 +245,8 @@ func (d *Decoder) Next(logits []float32, history []int32, pos int) Step {
 // per sequence, are never copied out for it.
 func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	d.waitMask()
-	onDevice, advanced := d.onDevice, d.advanced
-	d.onDevice, d.advanced = false, false
+	onDevice, advanced, drawn := d.onDevice, d.advanced, d.drawn
+	d.onDevice, d.advanced, d.drawn = false, false, false
 	if d.finish != Running {
 		return Step{Token: -1, Finish: d.finish}
 	}
@@ -274,6 +278,19 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		if tok < 0 {
 			d.dropBanned()
 			tok = sample.MaskedArgmax(viewLogits(src), d.allowed)
+		}
+	}
+	if tok < 0 && drawn {
+		// The device's draw, or where it left none (no token of weight,
+		// a logit at +Inf) the host's with the same uniform draw.
+		if tok = src.Greedy(); tok < 0 {
+			logits := src.Logits()
+			for _, id := range d.banned {
+				if int(id) < len(logits) {
+					logits[id] = float32(math.Inf(-1))
+				}
+			}
+			tok = d.sampler.DrawWith(logits, d.u)
 		}
 	}
 	if tok < 0 {
@@ -411,7 +428,23 @@ func (d *Decoder) AdvancesCheaply() bool {
 // changes them, or logprobs are asked for. (A greedy request reads them
 // only where its greedy choice is banned or its constraint's mask was
 // not applied on the device.)
-func (d *Decoder) WantsLogits() bool { return !d.sampler.Greedy() || d.p.Logprobs }
+func (d *Decoder) WantsLogits() bool { return (!d.sampler.Greedy() || d.p.Logprobs) && !d.drawn }
+
+// DeviceSample is the next token's draw for a model that draws on the
+// device (runtime.Row.Sample): the inverse temperature, the uniform draw
+// and the banned tokens, for a request that samples at a temperature
+// with no cut, bias or penalty (sample.Sampler.Plain), no logprobs, no
+// constraint and at most maxBans banned tokens; ok is false otherwise,
+// and the host draws. It takes the sampler's uniform draw, which the
+// next NextFrom's token is then drawn with: the step's, read as its
+// greedy choice.
+func (d *Decoder) DeviceSample(maxBans int) (inv, u float64, ban []int32, ok bool) {
+	if !d.sampler.Plain() || d.p.Logprobs || d.p.Constraint != nil || len(d.banned) > maxBans || d.proposal != nil || d.finish != Running {
+		return 0, 0, nil, false
+	}
+	d.drawn, d.u = true, d.sampler.Uniform()
+	return 1 / d.p.Sampling.Temperature, d.u, d.banned, true
+}
 
 // OnDevice says that the step after DeviceMask takes this request's
 // token on the device: Advance then has work to do.

@@ -99,6 +99,13 @@ type DeviceMasker interface {
 	MasksOnDevice() bool
 }
 
+// DeviceSampler is a Model that draws sampled rows' tokens on the device
+// (runtime.Row.Sample, runtime.Program.SamplesOnDevice): their logits
+// stay there.
+type DeviceSampler interface {
+	SamplesOnDevice() bool
+}
+
 // Config is the engine's policy.
 type Config struct {
 	// Slots is how many requests run at once (≤ the program's slots).
@@ -252,11 +259,13 @@ type Engine struct {
 	tr     *tracer // nil: no trace
 	// deviceMasks: the model takes masks (DeviceMasker).
 	deviceMasks bool
-	slog        *stepLog
-	onStep      func(*StepRecord) // Rerun's view of each step
-	drafter     draft.Drafter
-	specPolicy  specPolicy
-	dm          *draftModel // the draft model of kind draft
+	// deviceSamples: the model draws sampled rows' tokens (DeviceSampler).
+	deviceSamples bool
+	slog          *stepLog
+	onStep        func(*StepRecord) // Rerun's view of each step
+	drafter       draft.Drafter
+	specPolicy    specPolicy
+	dm            *draftModel // the draft model of kind draft
 	// pinDrafts, set by Rerun, replaces each request's proposed draft
 	// with the logged one.
 	pinDrafts func(id uint64) []int32
@@ -498,6 +507,9 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	e.rates = quota.New(func(tenant string) quota.Rates { return e.tenant(tenant).rates() })
 	if dm, ok := m.(DeviceMasker); ok {
 		e.deviceMasks = dm.MasksOnDevice()
+	}
+	if ds, ok := m.(DeviceSampler); ok {
+		e.deviceSamples = ds.SamplesOnDevice()
 	}
 	e.stats.Finished = map[Finish]uint64{}
 	e.stats.Slots = cfg.Slots
@@ -1552,6 +1564,11 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 			if m := r.dec.DeviceMask(); m != nil {
 				b.Rows[len(b.Rows)-1].Mask = m
 				masked = append(masked, r.dec)
+			}
+		}
+		if e.deviceSamples && c.Logits && b.Rows[len(b.Rows)-1].Mask == nil {
+			if inv, u, ban, ok := r.dec.DeviceSample(runtime.MaxSampleBans); ok {
+				b.Rows[len(b.Rows)-1].Sample = &runtime.RowSample{Inv: inv, U: u, Ban: ban}
 			}
 		}
 		b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: r.pages})

@@ -29,8 +29,8 @@ func sortedDist(v []float32, p Params) Dist {
 		cs = cs[:p.TopK]
 	}
 	// The weights as precise as the sampler's: float32's exponential
-	// where it takes the vector one (kernels/cpu.Exp), else float64's.
-	vec := kcpu.ExpVectorized() && !(p.TopK > 0 && p.TopK < len(v))
+	// (kernels/cpu.Exp) but under top-k, float64's there.
+	vec := !(p.TopK > 0 && p.TopK < len(v))
 	w := make([]float64, len(cs))
 	sum := 0.0
 	for i := range cs {
@@ -162,6 +162,46 @@ func BenchmarkSample(b *testing.B) {
 					s.Sample(logits, nil)
 				}
 			})
+		}
+	}
+}
+
+// TestDrawWith: a Plain sampler's tokens are DrawWith's for the uniform
+// draws a sampler of the same seed hands out (Uniform), on vocabularies
+// of several blocks with banned (-Inf) and NaN logits, and DrawWith of no
+// token with weight is the first largest; Plain is false for every cut,
+// bias and penalty.
+func TestDrawWith(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for trial := range 40 {
+		n := 1 + rng.IntN(3000)
+		logits := make([]float32, n)
+		for i := range logits {
+			logits[i] = float32(rng.NormFloat64() * 4)
+			if rng.IntN(50) == 0 {
+				logits[i] = float32(math.Inf(-1))
+			}
+		}
+		logits[rng.IntN(n)] = float32(math.NaN())
+		p := Params{Temperature: 0.3 + rng.Float64()*2, Seed: uint64(trial)}
+		a, b := New(p), New(p)
+		if !a.Plain() {
+			t.Fatalf("%+v is not plain", p)
+		}
+		for range 20 {
+			if x, y := a.Sample(logits, nil), b.DrawWith(logits, b.Uniform()); x != y {
+				t.Fatalf("trial %d: Sample %d, DrawWith %d", trial, x, y)
+			}
+		}
+	}
+	inf := float32(math.Inf(-1))
+	if got := New(Params{Temperature: 1}).DrawWith([]float32{inf, float32(math.NaN()), inf}, 0.5); got != 0 {
+		t.Errorf("no weight: %d, want the first largest", got)
+	}
+	for _, p := range []Params{{Temperature: 1, TopK: 3}, {Temperature: 1, TopP: 0.9}, {Temperature: 1, MinP: 0.1},
+		{Temperature: 1, RepeatPenalty: 1.1}, {Temperature: 1, LogitBias: map[int32]float64{1: 1}}, {}} {
+		if New(p).Plain() {
+			t.Errorf("%+v is plain", p)
 		}
 	}
 }

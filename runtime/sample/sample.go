@@ -219,7 +219,37 @@ func (s *Sampler) pick() int32 {
 	if total <= 0 || math.IsInf(total, 0) || math.IsNaN(total) {
 		return firstLargest(s.v)
 	}
-	return s.draw(s.w, total)
+	return s.draw(s.w, total, s.rng.Float64())
+}
+
+// Plain reports whether the sampler draws at a temperature with no cut,
+// bias or penalty: the draw a device can make from the logits it holds
+// (DrawWith says which), given the sampler's uniform draw (Uniform).
+func (s *Sampler) Plain() bool {
+	p := s.p
+	return p.Temperature > 0 && p.TopK <= 0 && (p.TopP <= 0 || p.TopP >= 1) && p.MinP <= 0 && !s.adjusts()
+}
+
+// Uniform takes the sampler's next uniform draw in [0, 1), the one a
+// Plain sampler's next Sample would take, for a token drawn elsewhere
+// (DrawWith).
+func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
+
+// DrawWith is the token a Plain sampler draws from logits with the
+// uniform draw u: the first token, in id order, at which the running sum
+// of the weights w[t] = expf(float32((logit[t] − max)/T)) (as
+// kernels/cpu's expf rounds it, 0 for a token at -Inf or NaN) passes
+// u·Σw, the sum taken by blocks of 256 tokens and the blocks walked
+// first. A device that samples (runtime.Row.Sample) computes it in the
+// same operations, so the two agree bit for bit. Where no token has
+// weight, or a logit is +Inf, it is what Sample gives for the logits.
+func (s *Sampler) DrawWith(logits []float32, u float64) int32 {
+	s.adjust(logits, nil)
+	total := s.weigh()
+	if total <= 0 || math.IsInf(total, 0) || math.IsNaN(total) {
+		return firstLargest(s.v)
+	}
+	return s.draw(s.w, total, u)
 }
 
 // firstLargest is the index of the first largest of v, NaNs skipped (0
@@ -333,12 +363,14 @@ func (s *Sampler) weigh() float64 {
 // exps sets w[i] = exp((v[i] − mx)·inv) for the tokens of a finite
 // logit of at least bound (and, with topK, of a weight already set), 0
 // for the others, and returns their sum, which it also appends a block
-// of drawBlock tokens at a time to blocks. Where the CPU has the vector
-// exponential (kernels/cpu.Exp, float32), the block's exponents go
-// through it together, else through expNeg (float64) one by one.
+// of drawBlock tokens at a time to blocks. The block's exponents go
+// through kernels/cpu.Exp together (expf: eight at a time with AVX-512),
+// except under top-k, whose few weights expNeg takes one by one.
 func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 	v, w := s.v, s.w
-	vec := kcpu.ExpVectorized() && !topK // top-k's few weights: one by one
+	// The vector exponential's bits wherever no top-k leaves few weights
+	// (one by one then), which a device's draw repeats (DrawWith).
+	vec := !topK
 	total := 0.0
 	for at := 0; at < len(v); at += drawBlock {
 		end := min(at+drawBlock, len(v))
@@ -486,12 +518,11 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 	return sum
 }
 
-// draw picks a token with probability w[t]/total, one draw of the
-// generator, walking the tokens in id order: where weigh summed w by
-// blocks (blocks, whose sum total is), from the block where the draw
-// falls.
-func (s *Sampler) draw(w []float64, total float64) int32 {
-	r := s.rng.Float64() * total
+// draw picks a token with probability w[t]/total, given the uniform draw
+// u, walking the tokens in id order: where weigh summed w by blocks
+// (blocks, whose sum total is), from the block where the draw falls.
+func (s *Sampler) draw(w []float64, total, u float64) int32 {
+	r := u * total
 	from := 0
 	if len(s.blocks) == (len(w)+drawBlock-1)/drawBlock && len(w) == len(s.v) {
 		for _, b := range s.blocks {
@@ -563,7 +594,7 @@ func (s *Sampler) drawDist(d Dist) int32 {
 		}
 	}
 	s.blocks = s.blocks[:0] // d is not w: no blocks
-	return s.draw(d, total)
+	return s.draw(d, total, s.rng.Float64())
 }
 
 // Resolve is speculative sampling's rule (Leviathan et al., Chen et al.)

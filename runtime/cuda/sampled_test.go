@@ -1,0 +1,68 @@
+package cuda_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/zrtdev/zrt/compiler/synth"
+	"github.com/zrtdev/zrt/format/ggml"
+	"github.com/zrtdev/zrt/runtime"
+	"github.com/zrtdev/zrt/runtime/cuda/driver"
+	"github.com/zrtdev/zrt/runtime/sample"
+)
+
+// TestSampledDraw: the device's draw of a sampled row (Row.Sample, argmax's
+// _sampled entry) is the host sampler's (sample.Sampler.DrawWith) for the
+// same logits and uniform draw, token for token, over temperatures from
+// peaked to flat, draws at the ends of [0, 1) and banned tokens.
+func TestSampledDraw(t *testing.T) {
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 11}
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.SamplesOnDevice() {
+		t.Fatal("T-CUDA does not sample on the device")
+	}
+	key, _ := p.Key(runtime.Decode, 4)
+	rng := rand.New(rand.NewPCG(5, 6))
+	temps := []float64{0.05, 0.3, 1, 2.5, 20}
+	us := []float64{0, 0.5, math.Nextafter(1, 0)}
+	for trial := range 40 {
+		b := runtime.Batch{Key: key}
+		temp := make([]float64, 4)
+		for s := range 4 {
+			temp[s] = temps[(trial+s)%len(temps)]
+			u := rng.Float64()
+			if trial < len(us) {
+				u = us[trial]
+			}
+			var ban []int32
+			for range rng.IntN(runtime.MaxSampleBans + 1) {
+				ban = append(ban, int32(rng.IntN(int(shape.Vocab))))
+			}
+			b.Rows = append(b.Rows, runtime.Row{Slot: s, Pos: trial % 8, Token: int32(200 + 13*s + trial), Logits: true,
+				Sample: &runtime.RowSample{Inv: 1 / temp[s], U: u, Ban: ban}})
+			b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
+		}
+		if err := p.Step(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		for s, r := range b.Rows {
+			logits := p.Logits(s, nil)
+			for _, id := range r.Sample.Ban {
+				logits[id] = float32(math.Inf(-1))
+			}
+			want := sample.New(sample.Params{Temperature: temp[s]}).DrawWith(logits, r.Sample.U)
+			if got := p.Greedy(s); got != want {
+				t.Errorf("trial %d, slot %d (T %v, u %v, banned %v): the device drew %d, the host %d", trial, s, temp[s], r.Sample.U, r.Sample.Ban, got, want)
+			}
+		}
+	}
+}

@@ -59,8 +59,3 @@ func Exp(x []float32) {
 		x[i] = expf(x[i])
 	}
 }
-
-// ExpVectorized reports whether Exp runs eight lanes at a time here; one
-// at a time it costs more than a float64 exponential built for the
-// purpose.
-func ExpVectorized() bool { return faSIMDOK }

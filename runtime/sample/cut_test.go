@@ -29,19 +29,13 @@ func sortedDist(v []float32, p Params) Dist {
 		cs = cs[:p.TopK]
 	}
 	// The weights as precise as the sampler's: float32's exponential
-	// (kernels/cpu.Exp) but under top-k, float64's there.
-	vec := !(p.TopK > 0 && p.TopK < len(v))
+	// (kernels/cpu.Exp).
 	w := make([]float64, len(cs))
 	sum := 0.0
 	for i := range cs {
-		x := (cs[i].v - cs[0].v) * (1 / p.Temperature)
-		if vec {
-			e := []float32{float32(x)}
-			kcpu.Exp(e)
-			w[i] = float64(e[0])
-		} else {
-			w[i] = math.Exp(x)
-		}
+		e := []float32{float32((cs[i].v - cs[0].v) * (1 / p.Temperature))}
+		kcpu.Exp(e)
+		w[i] = float64(e[0])
 		sum += w[i]
 	}
 	n := len(w)

@@ -72,6 +72,7 @@ type Sampler struct {
 	sums   []binSum           // cut's per-bin counts and weights
 	blocks []float64          // exps' sums of w by blocks of drawBlock tokens, for draw; empty: none
 	x      [drawBlock]float32 // exps' block of exponents
+	idx    [drawBlock]int32   // and their tokens
 }
 
 type cand struct {
@@ -363,22 +364,20 @@ func (s *Sampler) weigh() float64 {
 // exps sets w[i] = exp((v[i] − mx)·inv) for the tokens of a finite
 // logit of at least bound (and, with topK, of a weight already set), 0
 // for the others, and returns their sum, which it also appends a block
-// of drawBlock tokens at a time to blocks. The block's exponents go
-// through kernels/cpu.Exp together (expf: eight at a time with AVX-512),
-// except under top-k, whose few weights expNeg takes one by one.
+// of drawBlock tokens at a time to blocks. A block's exponents go through
+// kernels/cpu.Exp together (expf, in float32 as llama.cpp's: eight at a
+// time with AVX-512), whose bits a device's draw repeats (DrawWith).
 func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 	v, w := s.v, s.w
-	// The vector exponential's bits wherever no top-k leaves few weights
-	// (one by one then), which a device's draw repeats (DrawWith).
-	vec := !topK
 	total := 0.0
 	for at := 0; at < len(v); at += drawBlock {
 		end := min(at+drawBlock, len(v))
 		sum := 0.0
-		if vec {
+		if !topK {
+			// Every token's exponent, -200 (expf: 0) for those left out.
 			x := s.x[:end-at]
 			for j := range x {
-				x[j] = -200 // expf: 0
+				x[j] = -200
 				if f := float64(v[at+j]); f >= bound && f > math.Inf(-1) {
 					x[j] = float32((f - mx) * inv)
 				}
@@ -389,13 +388,18 @@ func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 				sum += float64(e)
 			}
 		} else {
+			// The few weights top-k left, gathered.
+			x, idx := s.x[:0], s.idx[:0]
 			for i := at; i < end; i++ {
-				x := 0.0
-				if f := float64(v[i]); f >= bound && f > math.Inf(-1) && (!topK || w[i] != 0) {
-					x = expNeg((f - mx) * inv)
+				if f := float64(v[i]); w[i] != 0 && f >= bound && f > math.Inf(-1) {
+					x, idx = append(x, float32((f-mx)*inv)), append(idx, int32(i))
 				}
-				w[i] = x
-				sum += x
+				w[i] = 0
+			}
+			kcpu.Exp(x)
+			for j, i := range idx {
+				w[i] = float64(x[j])
+				sum += w[i]
 			}
 		}
 		s.blocks = append(s.blocks, sum)

@@ -70,18 +70,27 @@ extern "C" __global__ void __launch_bounds__(1024)
 // and add separate), so NAME_sampled's weights have the host sampler's
 // bits (sample.Sampler.DrawWith).
 __device__ __forceinline__ float expf_cpu(float x) {
-    const double tay[14] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-                            1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,
-                            1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,        1.0 / 2.0,
-                            1.0,                1.0};
     double d = fmax(-110.0, fmin((double)x, 100.0));
     double t = __dadd_rn(__dmul_rn(d, 0x1.71547652b82fep0), 0x1.8p52);
     double n = __dsub_rn(t, 0x1.8p52);
     double r = fma(-n, 0x1.62e42fefa39efp-1, d);
     r = fma(-n, 0x1.abc9e3b39803fp-56, r);
-    double p = tay[0];
-#pragma unroll
-    for (int k = 1; k < 14; k++) p = fma(p, r, tay[k]);
+    // Taylor's terms 1/k! from k = 13 down, as constants (an array would
+    // be read from local memory).
+    double p = 1.0 / 6227020800.0;
+    p = fma(p, r, 1.0 / 479001600.0);
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 1.0 / 2.0);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
     unsigned long long bits = ((unsigned long long)__double_as_longlong(t) + 1023ull) << 52;
     return __double2float_rn(__dmul_rn(p, __longlong_as_double((long long)bits)));
 }
@@ -141,32 +150,48 @@ extern "C" __global__ void __launch_bounds__(1024)
             sums[c] = s;
         }
     }
+    __shared__ double s_r;
+    __shared__ int s_from, s_draw;
+    __shared__ float ws[SAMPLE_BLOCK];
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    int tok = -1;
-    double total = 0.0;
-    if (!host)
-        for (int c = 0; c < chunks; c++) total = __dadd_rn(total, sums[c]);
-    if (!host && total > 0.0 && !isinf(total)) {
+    // Thread 0 finds the block where the draw falls; the block's weights
+    // are then computed by a thread each, and thread 0 walks them.
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        if (!host)
+            for (int c = 0; c < chunks; c++) total = __dadd_rn(total, sums[c]);
+        s_draw = !host && total > 0.0 && !isinf(total);
         double r = __dmul_rn(u, total);
         int from = 0;
-        for (int c = 0; c < chunks; c++) {
+        for (int c = 0; s_draw && c < chunks; c++) {
             if (r < sums[c] || from + SAMPLE_BLOCK >= n) break;
             r = __dsub_rn(r, sums[c]);
             from += SAMPLE_BLOCK;
         }
-        int last = -1;
-        for (int t = from; t < n && tok < 0; t++) {
-            double x = sample_w(l, t, mx, inv, ban);
-            if (x > 0.0) {
-                r = __dsub_rn(r, x);
-                if (r < 0.0) tok = t;
-                last = t;
-            }
-        }
-        for (int t = from - 1; tok < 0 && last < 0 && t >= 0; t--)
-            if (sample_w(l, t, mx, inv, ban) > 0.0) tok = t;
-        if (tok < 0) tok = max(last, 0);
+        s_r = r, s_from = from;
     }
+    __syncthreads();
+    if (!s_draw) {
+        if (threadIdx.x == 0) tokens[slot] = (u32)-1;
+        return;
+    }
+    int from = s_from;
+    if (threadIdx.x < SAMPLE_BLOCK && from + (int)threadIdx.x < n)
+        ws[threadIdx.x] = (float)sample_w(l, from + threadIdx.x, mx, inv, ban);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double r = s_r;
+    int tok = -1, last = -1;
+    for (int t = from; t < n && tok < 0; t++) {
+        double x = t < from + SAMPLE_BLOCK ? (double)ws[t - from] : sample_w(l, t, mx, inv, ban);
+        if (x > 0.0) {
+            r = __dsub_rn(r, x);
+            if (r < 0.0) tok = t;
+            last = t;
+        }
+    }
+    for (int t = from - 1; tok < 0 && last < 0 && t >= 0; t--)
+        if (sample_w(l, t, mx, inv, ban) > 0.0) tok = t;
+    if (tok < 0) tok = max(last, 0);
     tokens[slot] = (u32)tok;
 }

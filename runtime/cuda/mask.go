@@ -39,28 +39,48 @@ type masker struct {
 	ready   func()
 }
 
+// argmaxEntry is entry e of the bundle's argmax instance and the logits'
+// and tokens' regions it reads and writes; 0 where the bundle's PTX has
+// no such entry (a bundle built before it) or the graph no such region.
+func (t *Tier) argmaxEntry(b *bundle.Bundle, e kcuda.EntryPoint) (fn driver.Function, logits, tokens int) {
+	logits, tokens = b.Graph.RegionIndex(kernels.RegionLogits), b.Graph.RegionIndex(kernels.RegionTokens)
+	for k, blob := range b.Blobs {
+		if family, _, _ := strings.Cut(blob.Name, "."); family == "argmax" && t.entries[e][k] != 0 {
+			fn = t.entries[e][k]
+		}
+	}
+	if logits < 0 || tokens < 0 {
+		fn = 0
+	}
+	return fn, logits, tokens
+}
+
+// hostAndDevice allocates n bytes of pinned host memory and n of device
+// memory, a step's upload from the one to the other.
+func hostAndDevice(n int) ([]byte, driver.DevPtr, error) {
+	host, err := driver.MemHostAlloc(n)
+	if err != nil {
+		return nil, 0, err
+	}
+	dev, err := driver.MemAlloc(n)
+	if err != nil {
+		driver.MemFreeHost(host)
+		return nil, 0, err
+	}
+	return host, dev, nil
+}
+
 // initMasker finds argmax's _masked entry and allocates the masks'
 // buffers, for a bundle whose PTX has it.
 func (t *Tier) initMasker(b *bundle.Bundle) error {
 	m := &t.mask
-	m.logits, m.tokens = b.Graph.RegionIndex(kernels.RegionLogits), b.Graph.RegionIndex(kernels.RegionTokens)
-	for k, blob := range b.Blobs {
-		if family, _, _ := strings.Cut(blob.Name, "."); family == "argmax" && t.entries[kcuda.EntryMasked][k] != 0 {
-			m.fn = t.entries[kcuda.EntryMasked][k]
-		}
-	}
-	if m.fn == 0 || m.logits < 0 || m.tokens < 0 {
-		m.fn = 0
+	if m.fn, m.logits, m.tokens = t.argmaxEntry(b, kcuda.EntryMasked); m.fn == 0 {
 		return nil
 	}
 	h := &b.Graph.Hparams
 	m.nVocab, m.words, m.maxRows = h.NVocab, (h.NVocab+31)/32, h.MaxSlots
-	n := 4 * m.maxRows * (1 + m.words)
 	var err error
-	if m.host, err = driver.MemHostAlloc(n); err != nil {
-		return fmt.Errorf("cuda: token masks: %w", err)
-	}
-	if m.dev, err = driver.MemAlloc(n); err != nil {
+	if m.host, m.dev, err = hostAndDevice(4 * m.maxRows * (1 + m.words)); err != nil {
 		return fmt.Errorf("cuda: token masks: %w", err)
 	}
 	if m.up, err = driver.NewStream(driver.StreamNonBlocking); err != nil {

@@ -4,10 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/zrtdev/zrt/format/bundle"
-	"github.com/zrtdev/zrt/kernels"
 	kcuda "github.com/zrtdev/zrt/kernels/cuda"
 	"github.com/zrtdev/zrt/runtime/cuda/driver"
 )
@@ -42,25 +40,14 @@ const drawSpecBytes = 32
 // a bundle whose PTX has it.
 func (t *Tier) initDrawer(b *bundle.Bundle) error {
 	d := &t.drawer
-	d.logits, d.tokens = b.Graph.RegionIndex(kernels.RegionLogits), b.Graph.RegionIndex(kernels.RegionTokens)
-	for k, blob := range b.Blobs {
-		if family, _, _ := strings.Cut(blob.Name, "."); family == "argmax" && t.entries[kcuda.EntrySampled][k] != 0 {
-			d.fn = t.entries[kcuda.EntrySampled][k]
-		}
-	}
-	if d.fn == 0 || d.logits < 0 || d.tokens < 0 {
-		d.fn = 0
+	if d.fn, d.logits, d.tokens = t.argmaxEntry(b, kcuda.EntrySampled); d.fn == 0 {
 		return nil
 	}
 	h := &b.Graph.Hparams
 	d.nVocab, d.maxRows = h.NVocab, h.MaxSlots
 	d.specOff = (4*d.maxRows + 7) &^ 7
-	n := d.specOff + drawSpecBytes*d.maxRows
 	var err error
-	if d.host, err = driver.MemHostAlloc(n); err != nil {
-		return fmt.Errorf("cuda: sampled rows' parameters: %w", err)
-	}
-	if d.dev, err = driver.MemAlloc(n); err != nil {
+	if d.host, d.dev, err = hostAndDevice(d.specOff + drawSpecBytes*d.maxRows); err != nil {
 		return fmt.Errorf("cuda: sampled rows' parameters: %w", err)
 	}
 	return nil

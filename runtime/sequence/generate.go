@@ -115,11 +115,14 @@ func (pool *Pool) Generate(ctx context.Context, opt GenerateOptions) (Metrics, e
 	for st.Finish == decode.Running {
 		ts := time.Now()
 		if sp == nil {
-			if logits, err = seq.Decode(ctx, st.Token); err != nil {
+			if err = seq.Advance(ctx, st.Token); err != nil {
 				return Metrics{}, err
 			}
 			lat = append(lat, time.Since(ts))
-			st = d.Next(logits, seq.Tokens, seq.Pos())
+			// The sequence as the decoder's source: a greedy decoder
+			// takes the step's argmax, and only a sampled one fetches
+			// the logits.
+			st = d.NextFrom(seq, seq.Tokens, seq.Pos())
 			fmt.Fprint(out, st.Text)
 			continue
 		}

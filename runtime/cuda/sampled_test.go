@@ -2,9 +2,11 @@ package cuda_test
 
 import (
 	"context"
+	"flag"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/zrtdev/zrt/compiler/synth"
 	"github.com/zrtdev/zrt/format/ggml"
@@ -64,5 +66,58 @@ func TestSampledDraw(t *testing.T) {
 				t.Errorf("trial %d, slot %d (T %v, u %v, banned %v): the device drew %d, the host %d", trial, s, temp[s], r.Sample.U, r.Sample.Ban, got, want)
 			}
 		}
+	}
+}
+
+var drawSpeed = flag.Bool("drawspeed", false, "TestSampledDrawSpeed: time decode steps with and without device draws")
+
+// TestSampledDrawSpeed (with -drawspeed) times a decode step of 1 and 64
+// rows with every row drawn on the device against the same step greedy,
+// on vocabularies of 32 000 and 151 936 tokens: what the draw adds to a
+// step, and whether that grows with the rows (the kernel's blocks run
+// side by side) or stays (a launch's fixed cost).
+func TestSampledDrawSpeed(t *testing.T) {
+	if !*drawSpeed {
+		t.Skip("-drawspeed times the device draw")
+	}
+	if _, err := driver.Probe(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	for _, vocab := range []int{32000, 151936} {
+		shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 4, FF: 512, Vocab: vocab, Context: 256, Type: ggml.Q8_0, Seed: 3}
+		p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 64\ndecode_slots = [1, 64]\nkv_pages = 128\n"), runtime.Options{Tier: "cuda"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rows := range []int{1, 64} {
+			key, _ := p.Key(runtime.Decode, rows)
+			var us [2]float64
+			for k, draw := range []bool{false, true} {
+				b := runtime.Batch{Key: key}
+				for s := range rows {
+					r := runtime.Row{Slot: s, Pos: 3, Token: int32(100 + s), Logits: true}
+					if draw {
+						r.Sample = &runtime.RowSample{Inv: 1, U: 0.37}
+					}
+					b.Rows = append(b.Rows, r)
+					b.Pages = append(b.Pages, runtime.SlotPages{Slot: s, Pages: []uint32{uint32(s)}})
+				}
+				const n = 200
+				for range 20 { // warm: the graph's capture, the clocks
+					if err := p.Step(context.Background(), b); err != nil {
+						t.Fatal(err)
+					}
+				}
+				t0 := time.Now()
+				for range n {
+					if err := p.Step(context.Background(), b); err != nil {
+						t.Fatal(err)
+					}
+				}
+				us[k] = float64(time.Since(t0).Microseconds()) / n
+			}
+			t.Logf("vocabulary %d, %d rows: greedy %.1f µs a step, drawn %.1f (+%.1f)", vocab, rows, us[0], us[1], us[1]-us[0])
+		}
+		p.Close()
 	}
 }

@@ -62,15 +62,20 @@ type Sampler struct {
 	p      Params
 	src    *rand.PCG // rng's source, which Restart seeds again
 	rng    *rand.Rand
-	v      []float32          // the adjusted logits, by token id: the caller's, or own
-	own    []float32          // the adjusted copy of the logits, where adjust changes any
-	w      []float64          // the temperature path's weights, by token id; 0: cut
-	bins   []uint16           // cut's bin of each token of positive weight
-	counts map[int32]int      // occurrences in the penalty window
-	order  []int32            // cut's tokens of the bin where a prefix ends
-	top    []cand             // SampleLogprobs' most likely tokens
-	sums   []binSum           // cut's per-bin counts and weights
-	blocks []float64          // exps' sums of w by blocks of drawBlock tokens, for draw; empty: none
+	v      []float32     // the adjusted logits, by token id: the caller's, or own
+	own    []float32     // the adjusted copy of the logits, where adjust changes any
+	w      []float64     // the temperature path's weights, by token id; 0: cut
+	bins   []uint16      // cut's bin of each token of positive weight
+	counts map[int32]int // occurrences in the penalty window
+	order  []int32       // cut's tokens of the bin where a prefix ends
+	top    []cand        // SampleLogprobs' most likely tokens
+	sums   []binSum      // cut's per-bin counts and weights
+	blocks []float64     // exps' sums of w by blocks of drawBlock tokens, for draw; empty: none
+	// hi, lo and live bound the logits of the tokens of positive weight
+	// and count them (or a set of tokens that holds them), as the pass
+	// that set the weights found them: cut's span and bins.
+	hi, lo float64
+	live   int
 	x      [drawBlock]float32 // exps' block of exponents
 	idx    [drawBlock]int32   // and their tokens
 }
@@ -304,10 +309,12 @@ func (s *Sampler) weigh() float64 {
 			w[c.id] = 1
 		}
 	case topK:
+		s.hi, s.lo, s.live = float64(mx), math.Inf(1), 0
 		for i, v := range s.v {
 			w[i] = 0
 			if live(v) {
 				w[i] = 1
+				s.lo, s.live = min(s.lo, float64(v)), s.live+1
 			}
 		}
 		s.cut(func(n int, _ float64) bool { return n >= p.TopK })
@@ -334,7 +341,7 @@ func (s *Sampler) weigh() float64 {
 		bound = float64(mx) + p.Temperature*math.Log(p.MinP)
 		bound -= 1e-9 * (math.Abs(bound) + 1)
 	}
-	total := s.exps(float64(mx), 1/p.Temperature, bound, topK)
+	total := s.exps(float64(mx), 1/p.Temperature, bound, topK, topP)
 	if p.MinP <= 0 && !topP {
 		return total
 	}
@@ -364,12 +371,13 @@ func (s *Sampler) weigh() float64 {
 // exps sets w[i] = exp((v[i] − mx)·inv) for the tokens of a finite
 // logit of at least bound (and, with topK, of a weight already set), 0
 // for the others, and returns their sum, which it also appends a block
-// of drawBlock tokens at a time to blocks. A block's exponents go through
+// of drawBlock tokens at a time to blocks; with bounds (or topK) it also
+// sets hi, lo and live for a cut. A block's exponents go through
 // kernels/cpu.Exp together (expf, in float32 as llama.cpp's: eight at a
 // time with AVX-512), whose bits a device's draw repeats (DrawWith).
-func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
+func (s *Sampler) exps(mx, inv, bound float64, topK, bounds bool) float64 {
 	v, w := s.v, s.w
-	total := 0.0
+	total, lo, live := 0.0, math.Inf(1), 0
 	for at := 0; at < len(v); at += drawBlock {
 		end := min(at+drawBlock, len(v))
 		sum := 0.0
@@ -380,6 +388,18 @@ func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 				x[j] = -200
 				if f := float64(v[at+j]); f >= bound && f > math.Inf(-1) {
 					x[j] = float32((f - mx) * inv)
+				}
+			}
+			if bounds {
+				// Apart from the loop above, which this would slow by a
+				// sixth where no cut follows.
+				for j, e := range x {
+					if e != -200 {
+						if f := float64(v[at+j]); f < lo {
+							lo = f
+						}
+						live++
+					}
 				}
 			}
 			kcpu.Exp(x)
@@ -393,6 +413,10 @@ func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 			for i := at; i < end; i++ {
 				if f := float64(v[i]); w[i] != 0 && f >= bound && f > math.Inf(-1) {
 					x, idx = append(x, float32((f-mx)*inv)), append(idx, int32(i))
+					if f < lo {
+						lo = f
+					}
+					live++
 				}
 				w[i] = 0
 			}
@@ -404,6 +428,9 @@ func (s *Sampler) exps(mx, inv, bound float64, topK bool) float64 {
 		}
 		s.blocks = append(s.blocks, sum)
 		total += sum
+	}
+	if bounds || topK {
+		s.hi, s.lo, s.live = mx, lo, live
 	}
 	return total
 }
@@ -438,12 +465,7 @@ func grow(b []float64, n int) []float64 {
 // the two sums straddle the target by less than their rounding.)
 func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 	v, w := s.v, s.w
-	hi, lo, live := math.Inf(-1), math.Inf(1), 0
-	for i, x := range w {
-		if x > 0 {
-			hi, lo, live = max(hi, float64(v[i])), min(lo, float64(v[i])), live+1
-		}
-	}
+	hi, lo, live := s.hi, s.lo, s.live
 	if live == 0 {
 		return 0
 	}
@@ -493,10 +515,16 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 	if end < 0 {
 		return sum // stop never turned true: every token stays
 	}
+	// One pass: the later bins' tokens dropped, the last bin's collected.
 	order := s.order[:0]
 	for i, x := range w {
-		if x > 0 && int(bins[i]) == end {
-			order = append(order, int32(i))
+		if x > 0 {
+			switch b := int(bins[i]); {
+			case b > end:
+				w[i] = 0
+			case b == end:
+				order = append(order, int32(i))
+			}
 		}
 	}
 	// Collected in id order: a stable sort by logit puts equals' lower
@@ -513,11 +541,6 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 	}
 	for _, id := range order[k:] {
 		w[id] = 0
-	}
-	for i, x := range w {
-		if x > 0 && int(bins[i]) > end {
-			w[i] = 0
-		}
 	}
 	return sum
 }

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -69,13 +70,19 @@ func TestCopyKVPage(t *testing.T) {
 // pagedProgram opens a small synthetic llama on T-CUDA with two slots and
 // 16 KV pages, for the page copy tests (skipped without a GPU); it closes
 // when the test ends.
-func pagedProgram(t *testing.T) *runtime.Program {
+func pagedProgram(t *testing.T) *runtime.Program { return slotsProgram(t, 2, 7) }
+
+// slotsProgram opens the small synthetic llama of weights seed on T-CUDA
+// with slots slots (decode variants of 1 and slots rows) and 16 KV pages,
+// skipped without a GPU; it closes when the test ends.
+func slotsProgram(t *testing.T, slots int, seed uint64) *runtime.Program {
 	t.Helper()
 	if _, err := driver.Probe(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 2\ndecode_slots = [1, 2]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
+	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: seed}
+	config := fmt.Sprintf("max_slots = %d\ndecode_slots = [1, %d]\nkv_pages = 16\n", slots, slots)
+	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", config), runtime.Options{Tier: "cuda"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +95,7 @@ func pagedProgram(t *testing.T) *runtime.Program {
 // shows them and Logits reads them without a copy of its own, the same
 // bits as Logits fetching one slot at a time; the next step drops them.
 func TestFetchLogits(t *testing.T) {
-	if _, err := driver.Probe(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 7}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := slotsProgram(t, 4, 7)
 	key, _ := p.Key(runtime.Decode, 4)
 	b := runtime.Batch{Key: key}
 	for s := range 4 {

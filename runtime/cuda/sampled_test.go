@@ -20,15 +20,7 @@ import (
 // same logits and uniform draw, token for token, over temperatures from
 // peaked to flat, draws at the ends of [0, 1) and banned tokens.
 func TestSampledDraw(t *testing.T) {
-	if _, err := driver.Probe(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	shape := synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 5003, Context: 128, Type: ggml.Q8_0, Seed: 11}
-	p, err := runtime.Open(compileSynth(t, shape, "cuda:sm_90", "max_slots = 4\ndecode_slots = [1, 4]\nkv_pages = 16\n"), runtime.Options{Tier: "cuda"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := slotsProgram(t, 4, 11)
 	if !p.SamplesOnDevice() {
 		t.Fatal("T-CUDA does not sample on the device")
 	}
@@ -47,7 +39,7 @@ func TestSampledDraw(t *testing.T) {
 			}
 			var ban []int32
 			for range rng.IntN(runtime.MaxSampleBans + 1) {
-				ban = append(ban, int32(rng.IntN(int(shape.Vocab))))
+				ban = append(ban, int32(rng.IntN(p.Hparams.NVocab)))
 			}
 			b.Rows = append(b.Rows, runtime.Row{Slot: s, Pos: trial % 8, Token: int32(200 + 13*s + trial), Logits: true,
 				Sample: &runtime.RowSample{Inv: 1 / temp[s], U: u, Ban: ban}})

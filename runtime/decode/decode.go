@@ -284,13 +284,7 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		// The device's draw, or where it left none (no token of weight,
 		// a logit at +Inf) the host's with the same uniform draw.
 		if tok = src.Greedy(); tok < 0 {
-			logits := src.Logits()
-			for _, id := range d.banned {
-				if int(id) < len(logits) {
-					logits[id] = float32(math.Inf(-1))
-				}
-			}
-			tok = d.sampler.DrawWith(logits, d.u)
+			tok = d.sampler.DrawWith(d.ban(src.Logits()), d.u)
 		}
 	}
 	if tok < 0 {
@@ -300,12 +294,7 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 		if len(d.banned) == 0 && d.p.Constraint == nil {
 			logits = viewLogits(src)
 		} else {
-			logits = src.Logits()
-		}
-		for _, id := range d.banned {
-			if int(id) < len(logits) {
-				logits[id] = float32(math.Inf(-1))
-			}
+			logits = d.ban(src.Logits())
 		}
 		if d.p.Constraint != nil {
 			d.maskLogits(logits)
@@ -529,6 +518,16 @@ func (d *Decoder) MaskReady() {
 	}
 	d.waitMask()
 	d.dropBanned()
+}
+
+// ban sets the banned tokens' logits to -Inf and returns logits.
+func (d *Decoder) ban(logits []float32) []float32 {
+	for _, id := range d.banned {
+		if int(id) < len(logits) {
+			logits[id] = float32(math.Inf(-1))
+		}
+	}
+	return logits
 }
 
 // dropBanned clears the banned tokens' bits in the mask.

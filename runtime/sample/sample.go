@@ -225,7 +225,7 @@ func (s *Sampler) pick() int32 {
 	if total <= 0 || math.IsInf(total, 0) || math.IsNaN(total) {
 		return firstLargest(s.v)
 	}
-	return s.draw(s.w, total, s.rng.Float64())
+	return draw(s.w, s.blocks, total, s.rng.Float64())
 }
 
 // Plain reports whether the sampler draws at a temperature with no cut,
@@ -255,7 +255,7 @@ func (s *Sampler) DrawWith(logits []float32, u float64) int32 {
 	if total <= 0 || math.IsInf(total, 0) || math.IsNaN(total) {
 		return firstLargest(s.v)
 	}
-	return s.draw(s.w, total, u)
+	return draw(s.w, s.blocks, total, u)
 }
 
 // firstLargest is the index of the first largest of v, NaNs skipped (0
@@ -546,13 +546,14 @@ func (s *Sampler) cut(stop func(n int, sum float64) bool) float64 {
 }
 
 // draw picks a token with probability w[t]/total, given the uniform draw
-// u, walking the tokens in id order: where weigh summed w by blocks
-// (blocks, whose sum total is), from the block where the draw falls.
-func (s *Sampler) draw(w []float64, total, u float64) int32 {
+// u, walking the tokens in id order: where blocks sums w by blocks of
+// drawBlock tokens (exps', whose sum total is), from the block where the
+// draw falls.
+func draw(w, blocks []float64, total, u float64) int32 {
 	r := u * total
 	from := 0
-	if len(s.blocks) == (len(w)+drawBlock-1)/drawBlock && len(w) == len(s.v) {
-		for _, b := range s.blocks {
+	if len(blocks) == (len(w)+drawBlock-1)/drawBlock {
+		for _, b := range blocks {
 			if r < b || from+drawBlock >= len(w) {
 				break
 			}
@@ -620,8 +621,7 @@ func (s *Sampler) drawDist(d Dist) int32 {
 			total += x
 		}
 	}
-	s.blocks = s.blocks[:0] // d is not w: no blocks
-	return s.draw(d, total, s.rng.Float64())
+	return draw(d, nil, total, s.rng.Float64())
 }
 
 // Resolve is speculative sampling's rule (Leviathan et al., Chen et al.)

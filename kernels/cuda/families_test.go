@@ -203,4 +203,22 @@ func TestPeerLaunch(t *testing.T) {
 	if err != nil || l.Grid != [3]uint32{PeerBlocks, 1, 1} || l.Block != [3]uint32{PeerThreads, 1, 1} {
 		t.Errorf("peer launch %+v, %v", l, err)
 	}
+	// A large all-reduce spreads: a block per pass's worth
+	// (PeerThreads·ALL_REDUCE_U floats), PeerBlocks at least, a block a
+	// multiprocessor at most.
+	src, err = os.ReadFile("family/all_reduce_sum.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^#define ALL_REDUCE_U (\d+)$`).FindSubmatch(src); m == nil || string(m[1]) != fmt.Sprint(peerReduceFloats/PeerThreads) {
+		t.Errorf("all_reduce_sum.cuh's ALL_REDUCE_U is %q, kernels/cuda sums %d floats a block a pass", m, peerReduceFloats)
+	}
+	for _, c := range []struct{ rows, cols, sms, want int }{
+		{1, 4096, 132, PeerBlocks}, {16, 4096, 132, PeerBlocks}, {64, 4096, 132, 64}, {64, 8192, 132, 128},
+		{512, 8192, 132, 132}, {64, 4096, 8, PeerBlocks},
+	} {
+		if l := PeerReduceLaunch(c.rows, c.cols, c.sms); l.Grid != [3]uint32{uint32(c.want), 1, 1} || l.Block != [3]uint32{PeerThreads, 1, 1} {
+			t.Errorf("PeerReduceLaunch(%d, %d, %d) = %+v, want %d blocks", c.rows, c.cols, c.sms, l, c.want)
+		}
+	}
 }

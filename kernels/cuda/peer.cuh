@@ -14,12 +14,13 @@
 // collective (each rank's kernels run in stream order), so no peer still
 // reads it. The epoch is counted by every block in device memory
 // (epoch[block]), so a captured graph replays with fixed parameters;
-// every collective runs PEER_BLOCKS blocks (at most that many: the flags
-// have room for no more), so the blocks' counts agree. A matmul's _peer
-// entry (family/matmul.cuh: a product with the all-reduce after it taken
-// in) runs more blocks: they all take block 0's count, and the last of
-// them to finish (a count of its finished blocks in the word past the
-// epochs) stores the next for every block.
+// every gather runs PEER_BLOCKS blocks (at most that many: the flags
+// have room for no more), so the blocks' counts agree. A large all-reduce
+// and a matmul's _peer entry (family/matmul.cuh: a product with the
+// all-reduce after it taken in) run more blocks: they all take block 0's
+// count, and the last of them to finish (a count of its finished blocks
+// in the word past the epochs) stores the next for every block
+// (peer_grid_epoch, peer_grid_last, peer_grid_count).
 #pragma once
 #include "common.cuh"
 
@@ -79,6 +80,40 @@ __device__ __forceinline__ void peer_load(const peer_comm* pc, peer& p) {
 // have counted it) and thread 0 stores back in peer_barrier, once every
 // thread has read it.
 __device__ __forceinline__ u32 peer_epoch(const peer& p) { return *(volatile const u32*)p.epoch + 1; }
+
+// A collective launched with other than PEER_BLOCKS blocks (a large
+// all-reduce, spread over the multiprocessors, or a matmul's _peer entry)
+// cannot count the epoch a block at a time: its blocks all take block 0's
+// count (peer_grid_epoch; every counter holds the same between two
+// collectives), and the last of them to finish (peer_grid_last, a count
+// of the finished blocks in the word past the counters) stores the next
+// for every counter (peer_grid_count).
+__device__ __forceinline__ u32 peer_grid_epoch(const peer_comm* pc) { return *(volatile const u32*)pc->epoch + 1; }
+
+// peer_grid_last counts the block in, once its threads have stored what
+// they write, and tells the whole block whether it was the grid's last;
+// the last sees every other block's stores (read them past L1).
+__device__ bool peer_grid_last(const peer_comm* pc) {
+    __shared__ int last;
+    u32* done = pc->epoch + PEER_BLOCKS;
+    __threadfence();
+    __syncthreads();
+    const u32 tid = threadIdx.y * blockDim.x + threadIdx.x;
+    if (tid == 0) {
+        last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
+        if (last) *done = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// peer_grid_count stores epoch e in every block's counter: the grid's
+// last block calls it, every block having read the count.
+__device__ __forceinline__ void peer_grid_count(const peer_comm* pc, u32 e) {
+    if (threadIdx.x == 0 && threadIdx.y == 0)
+        for (u32 b = 0; b < PEER_BLOCKS; b++) pc->epoch[b] = e;
+}
 
 // peer_slot is slot k of the exchange buffer buf's half for epoch e.
 __device__ __forceinline__ float* peer_slot(const peer& p, float* buf, u32 k, u32 e) {

@@ -26,7 +26,7 @@ import (
 var (
 	attnSweep      = flag.Bool("attnsweep", false, "TestDecodeAttentionSweep: time every candidate geometry of the split decode attention")
 	attnSweepCSV   = flag.String("attnsweep.csv", "", "TestDecodeAttentionSweep: also write every timing to this CSV file")
-	attnSweepOnly  = flag.String("attnsweep.only", "", "TestDecodeAttentionSweep: only the shapes named (qwen06,llama7b), comma-separated")
+	attnSweepOnly  = flag.String("attnsweep.only", "", "TestDecodeAttentionSweep: only the shapes named (qwen06,llama7b,llama7b-tp2: a rank's heads of the llama 7B shape at TP=2), comma-separated")
 	attnSweepDepth = flag.String("attnsweep.depths", "32768,130000", "TestDecodeAttentionSweep: the rows' keys, comma-separated")
 	attnSweepLays  = flag.Int("attnsweep.layers", 1, "TestDecodeAttentionSweep: layers a page holds (the bundle's: a layer's rows lie a page apart); past 1, F16 caches only, the last layer timed")
 )
@@ -92,7 +92,7 @@ func TestDecodeAttentionSweep(t *testing.T) {
 	for _, sh := range []struct {
 		name           string
 		nHead, nKV, hd int
-	}{{"qwen06", 16, 8, 128}, {"llama7b", 32, 32, 128}} {
+	}{{"qwen06", 16, 8, 128}, {"llama7b", 32, 32, 128}, {"llama7b-tp2", 16, 16, 128}} {
 		if *attnSweepOnly != "" && !slices.Contains(strings.Split(*attnSweepOnly, ","), sh.name) {
 			continue
 		}

@@ -50,6 +50,9 @@ const (
 	// against 6.82 and 8.12. In a decode step the kernel also wins by what
 	// it takes in (the residual add, the logits' rows): the 7B shape's 8
 	// layers at TP=2 decoded at 1585 tok/s with it, 1242 with NCCL alone.
+	// Past 256 KB its blocks spread over the GPU (kcuda.PeerReduceLaunch):
+	// 11.37 µs at 1 MiB on 64 blocks (17.61 on 16; NCCL 13.63), 16.97 at
+	// 2 MiB on 128 (33.63; NCCL 27.18).
 	peerAutoBytes = 1 << 20
 	// peerGatherBytes bounds a gather's rows of one rank's part in auto
 	// mode: the logits of a decode step's rows. NCCL's gather in a graph
@@ -257,9 +260,16 @@ func (t *Tier) planCollectives(mode string) error {
 		return fmt.Errorf("cuda: one-shot collectives: %w", err)
 	}
 	t.peer = p
+	sms, err := t.dev.Attribute(driver.AttrMultiprocessorCount)
+	if err != nil {
+		return err
+	}
 	for _, l := range ls {
 		l.Collective.Peer = true
 		l.Shape = kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}}
+		if !l.Collective.Gather && t.reduceSpreads {
+			l.Shape = kcuda.PeerReduceLaunch(l.Collective.Rows, l.Collective.Cols, sms)
+		}
 		l.Params, l.Sizes = append(l.Params, uint64(p.desc)), append(l.Sizes, 8)
 		if !l.Collective.Gather {
 			// residual, norm_w, norm_y, eps: none yet.
@@ -359,6 +369,14 @@ func fusesProduct(l, r *Launch) bool {
 // launch.
 func ReduceTakesNorm(instance string, ptx []byte) bool {
 	return bytes.Contains(ptx, []byte(".param .u32 "+kcuda.Entry(instance)+"_param_7"))
+}
+
+// ReduceSpreads reports whether the PTX of the one-shot all-reduce can
+// run more blocks than kcuda.PeerBlocks: its blocks then count the epoch
+// as a grid, through peer.cuh's peer_grid_last (whose name its block's
+// shared flag carries into the PTX), which a bundle built before lacks.
+func ReduceSpreads(ptx []byte) bool {
+	return bytes.Contains(ptx, []byte("peer_grid_last"))
 }
 
 // Parameters of the launches fuseResiduals joins: the one-shot

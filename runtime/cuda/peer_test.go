@@ -30,6 +30,9 @@ type peerRank struct {
 	comm             *nccl.Comm
 	modules          []driver.Module
 	rank, ranks, dev int
+	// blocks is the all-reduce's grid: 0 for kcuda.PeerBlocks, more for
+	// a large one spread over the GPU (kcuda.PeerReduceLaunch).
+	blocks uint32
 }
 
 // do runs fn on a locked thread with the rank's context current.
@@ -186,8 +189,11 @@ func peerRanks(t *testing.T, n, slotBytes int) []*peerRank {
 // launch enqueues a one-shot kernel as the tier does (its PDL launch on
 // sm_90): params, the rank's descriptor, then after (the all-reduce's
 // residual).
-func (p *peerRank) launch(f driver.Function, params []uint64, after ...uint64) error {
-	l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
+func (p *peerRank) launch(f driver.Function, blocks uint32, params []uint64, after ...uint64) error {
+	if blocks == 0 {
+		blocks = kcuda.PeerBlocks
+	}
+	l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{blocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
 		Params: append(append(params, uint64(p.peer.desc)), after...)}
 	return p.t.launchFn(f, l, p.overlap)
 }
@@ -201,7 +207,7 @@ func (p *peerRank) allReduce(x, io driver.DevPtr, cols int, residual driver.DevP
 // allReduceNorm is allReduce taking in the RMS norm of the residual's
 // rows into y (with weights w, 0 for none) where y is not 0.
 func (p *peerRank) allReduceNorm(x, io driver.DevPtr, cols int, residual, w, y driver.DevPtr, eps float32) error {
-	return p.launch(p.reduce, []uint64{uint64(x), uint64(io), uint64(cols)}, uint64(residual), uint64(w), uint64(y), uint64(math.Float32bits(eps)))
+	return p.launch(p.reduce, p.blocks, []uint64{uint64(x), uint64(io), uint64(cols)}, uint64(residual), uint64(w), uint64(y), uint64(math.Float32bits(eps)))
 }
 
 // allGather enqueues the one-shot gather of x's parts into y.
@@ -210,7 +216,7 @@ func (p *peerRank) allGather(x, io, y driver.DevPtr, cols int, bySlot bool) erro
 	if bySlot {
 		b = 1
 	}
-	return p.launch(p.gather, []uint64{uint64(x), uint64(io), uint64(y), uint64(cols), b})
+	return p.launch(p.gather, 0, []uint64{uint64(x), uint64(io), uint64(y), uint64(cols), b})
 }
 
 // ioTable writes a request table of rows (slot, flags) at a new device
@@ -257,7 +263,8 @@ func download(p driver.DevPtr, n int) ([]float32, error) {
 // TestPeerCollectives runs the one-shot kernels on 2, 4 or 8 GPUs (as
 // many as are here) inside captured graphs replayed several times (the epochs advance,
 // the halves alternate) and checks every value, small integers being
-// exact in any order: an all-reduce of 5 active rows of 8 (the others
+// exact in any order: all-reduces of 5 active rows of 8, on PeerBlocks
+// blocks and then also on a spread grid of 40 (the others
 // untouched); a gather of logits by slot (3 request rows, 2 of them
 // wanting logits, at slots 5 and 2) over a vocabulary that does not
 // divide evenly, in place; and a gather of values into another buffer.
@@ -274,67 +281,87 @@ func TestPeerCollectives(t *testing.T) {
 	rs := peerRanks(t, n, 4*capRows*cols)
 	f := func(i int) float32 { return float32(i%13 + 1) }
 	err = allRanks(rs, func(p *peerRank) error {
-		// All-reduce.
-		x := make([]float32, capRows*cols)
-		for i := range x {
-			x[i] = float32(p.rank+1) * f(i)
-		}
-		xd, err := upload(x)
-		if err != nil {
-			return err
-		}
-		defer driver.MemFree(xd)
-		rows := make([][2]uint32, active)
-		io, err := ioTable(rows)
-		if err != nil {
-			return err
-		}
-		defer driver.MemFree(io)
-		// The residual takes every sum: it ends as res + Σ replays' sums.
-		res := make([]float32, capRows*cols)
-		for i := range res {
-			res[i] = float32(1000 * (i % 7))
-		}
-		rd, err := upload(res)
-		if err != nil {
-			return err
-		}
-		defer driver.MemFree(rd)
-		exec, err := p.t.stream.Capture(func() error { return p.allReduce(xd, io, cols, rd) })
-		if err != nil {
-			return err
-		}
-		defer exec.Destroy()
-		sum := float32(n * (n + 1) / 2)
-		for rep := range 3 {
-			if err := exec.Launch(p.t.stream); err != nil {
-				return err
+		// All-reduces: one a replay on PeerBlocks blocks, then two, the
+		// second spread over more (a large one's grid), whose blocks count
+		// the epoch as a grid: the collectives after it must agree on it.
+		for _, grids := range [][]uint32{{0}, {0, 40}} {
+			x := make([]float32, capRows*cols)
+			for i := range x {
+				x[i] = float32(p.rank+1) * f(i)
 			}
-			if err := p.t.stream.Synchronize(); err != nil {
-				return err
-			}
-			got, err := download(xd, len(x))
+			xd, err := upload(x)
 			if err != nil {
 				return err
 			}
-			scale := sum * float32(math.Pow(float64(n), float64(rep)))
-			for i, v := range got {
-				want := x[i]
-				if i < active*cols {
-					want = scale * f(i)
-					res[i] += want
-				}
-				if v != want {
-					return fmt.Errorf("all-reduce, replay %d: x[%d] = %v, want %v", rep, i, v, want)
-				}
-			}
-			gotRes, err := download(rd, len(res))
+			defer driver.MemFree(xd)
+			io, err := ioTable(make([][2]uint32, active))
 			if err != nil {
 				return err
 			}
-			for i, v := range gotRes {
-				if v != res[i] {
-					return fmt.Errorf("all-reduce, replay %d: residual[%d] = %v, want %v", rep, i, v, res[i])
+			defer driver.MemFree(io)
+			// The residual takes every sum: it ends as res + Σ the sums.
+			res := make([]float32, capRows*cols)
+			for i := range res {
+				res[i] = float32(1000 * (i % 7))
+			}
+			rd, err := upload(res)
+			if err != nil {
+				return err
+			}
+			defer driver.MemFree(rd)
+			exec, err := p.t.stream.Capture(func() error {
+				for _, b := range grids {
+					p.blocks = b
+					if err := p.allReduce(xd, io, cols, rd); err != nil {
+						return err
+					}
+				}
+				p.blocks = 0
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			defer exec.Destroy()
+			// The first sum is Σ (rank+1)·f(i); each after it n times the last.
+			scale, sums := float32(n*(n+1)/2), 0
+			for rep := range 3 {
+				if err := exec.Launch(p.t.stream); err != nil {
+					return err
+				}
+				if err := p.t.stream.Synchronize(); err != nil {
+					return err
+				}
+				for range grids {
+					if sums > 0 {
+						scale *= float32(n)
+					}
+					sums++
+					for i := range active * cols {
+						res[i] += scale * f(i)
+					}
+				}
+				got, err := download(xd, len(x))
+				if err != nil {
+					return err
+				}
+				for i, v := range got {
+					want := x[i]
+					if i < active*cols {
+						want = scale * f(i)
+					}
+					if v != want {
+						return fmt.Errorf("all-reduce on grids %v, replay %d: x[%d] = %v, want %v", grids, rep, i, v, want)
+					}
+				}
+				gotRes, err := download(rd, len(res))
+				if err != nil {
+					return err
+				}
+				for i, v := range gotRes {
+					if v != res[i] {
+						return fmt.Errorf("all-reduce on grids %v, replay %d: residual[%d] = %v, want %v", grids, rep, i, v, res[i])
+					}
 				}
 			}
 		}
@@ -459,7 +486,8 @@ func TestPeerCollectives(t *testing.T) {
 // the residual exact (small integers), the norm within 1e-6 relative
 // of the host's in double (the scale's and products' roundings), the inactive rows untouched; once with weights into
 // another buffer, once without weights into x itself (the norm's output
-// may share the sums' register).
+// may share the sums' register), and once with weights on a spread grid
+// of 40 blocks (a block a row, some with none).
 func TestPeerAllReduceNorm(t *testing.T) {
 	info, err := driver.Probe()
 	if err != nil {
@@ -496,7 +524,8 @@ func TestPeerAllReduceNorm(t *testing.T) {
 			name     string
 			weighted bool
 			intoX    bool
-		}{{"weights, into y", true, false}, {"no weights, into x", false, true}} {
+			blocks   uint32
+		}{{"weights, into y", true, false, 0}, {"no weights, into x", false, true, 0}, {"weights, into y, 40 blocks", true, false, 40}} {
 			xd, err := upload(x)
 			if err != nil {
 				return err
@@ -527,7 +556,9 @@ func TestPeerAllReduceNorm(t *testing.T) {
 			if !c.weighted {
 				wp = 0
 			}
+			p.blocks = c.blocks
 			exec, err := p.t.stream.Capture(func() error { return p.allReduceNorm(xd, io, cols, rd, wp, out, eps) })
+			p.blocks = 0
 			if err != nil {
 				return err
 			}
@@ -606,8 +637,8 @@ func TestPeerAllReduceNorm(t *testing.T) {
 }
 
 // TestPeerLatency measures the one-shot all-reduce against NCCL's for
-// decode's message sizes (one row of 1K to 64K floats: a 7B's hidden row
-// is 16 KB), both inside captured graphs of 64 all-reduces back to back
+// decode's message sizes (one row of 1K to 512K floats: a 7B's hidden row
+// is 16 KB, 64 of them 1 MiB), both inside captured graphs of 64 all-reduces back to back
 // (a 32-layer decode step's two a layer), on 2 GPUs and on 4 and 8 where
 // they are here. It prints a table (go test -v); it asserts nothing about
 // speed, only that the kernel's sums are right afterwards.
@@ -621,7 +652,7 @@ func TestPeerLatency(t *testing.T) {
 			continue
 		}
 		t.Run(fmt.Sprintf("%dgpus", n), func(t *testing.T) {
-			const maxFloats = 256 << 10 / 4
+			const maxFloats = 2 << 20 / 4
 			rs := peerRanks(t, n, 4*maxFloats)
 			// alone: the same kernel on each GPU by itself (a set of one
 			// rank, its barrier local), the floor of launch, epoch and
@@ -643,14 +674,33 @@ func TestPeerLatency(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("µs per all-reduce of one row, in a graph of 64 back to back (replayed 50 times, wall time / 3200):")
-			t.Logf("%-8s %12s %12s %14s", "bytes", "NCCL", "one-shot", "one GPU alone")
-			for _, size := range []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
+			sms, err := rs[0].t.dev.Attribute(driver.AttrMultiprocessorCount)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("µs per all-reduce of one row, in a graph of 64 back to back (replayed 50 times, wall time / 3200); the one-shot kernel on PeerReduceLaunch's blocks, and on %d where that is more:", kcuda.PeerBlocks)
+			t.Logf("%-8s %12s %12s %7s %14s %12s", "bytes", "NCCL", "one-shot", "blocks", "one GPU alone", "16 blocks")
+			for _, size := range []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20} {
+				blocks := kcuda.PeerReduceLaunch(1, size/4, sms).Grid[0]
+				for _, p := range rs {
+					p.blocks = blocks
+				}
 				nc, pe, al, err := peerLatency(rs, alone, size/4)
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Logf("%-8d %12.2f %12.2f %14.2f", size, nc.Seconds()*1e6, pe.Seconds()*1e6, al.Seconds()*1e6)
+				narrow := "-"
+				if blocks != kcuda.PeerBlocks {
+					for _, p := range rs {
+						p.blocks = 0
+					}
+					_, pn, _, err := peerLatency(rs, alone, size/4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					narrow = fmt.Sprintf("%.2f", pn.Seconds()*1e6)
+				}
+				t.Logf("%-8d %12.2f %12.2f %7d %14.2f %12s", size, nc.Seconds()*1e6, pe.Seconds()*1e6, blocks, al.Seconds()*1e6, narrow)
 			}
 		})
 	}
@@ -713,7 +763,7 @@ func peerLatency(rs []*peerRank, alone []*peer, cols int) (ncclOp, peerOp, alone
 			return err
 		}
 		aloneExec[p.rank], err = p.t.stream.Capture(func() error {
-			l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{kcuda.PeerBlocks, 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
+			l := &Launch{Shape: kcuda.Launch{Grid: [3]uint32{max(p.blocks, kcuda.PeerBlocks), 1, 1}, Block: [3]uint32{kcuda.PeerThreads, 1, 1}},
 				Params: []uint64{uint64(xs[p.rank]), uint64(ios[p.rank]), uint64(cols), uint64(alone[p.rank].desc), 0, 0, 0, 0}}
 			for range chain {
 				if err := p.t.launchFn(p.reduce, l, p.overlap); err != nil {
@@ -923,5 +973,25 @@ func TestFuseProducts(t *testing.T) {
 		if len(in[0].Params) != 7 || in[0].Shape.Entry != c.in[0].Shape.Entry {
 			t.Errorf("%s: the unfused launch changed: %#x", c.name, in[0].Params)
 		}
+	}
+}
+
+// TestReduceCapabilities holds the embedded all_reduce_sum PTX of each
+// architecture to what the tier reads from it: the RMS norm's parameters
+// (ReduceTakesNorm) and the grid-counted epoch that lets a large
+// all-reduce spread over the GPU (ReduceSpreads), both absent from a
+// kernel that predates them.
+func TestReduceCapabilities(t *testing.T) {
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		src, err := ptx.Source(arch, "all_reduce_sum", "")
+		if err != nil {
+			t.Skipf("no embedded PTX: %v", err)
+		}
+		if !ReduceTakesNorm("all_reduce_sum", src) || !ReduceSpreads(src) {
+			t.Errorf("%s: all_reduce_sum takes the norm %v, spreads %v; want both", arch, ReduceTakesNorm("all_reduce_sum", src), ReduceSpreads(src))
+		}
+	}
+	if old := []byte(".entry all_reduce_sum(\n\t.param .u64 all_reduce_sum_param_0\n)"); ReduceTakesNorm("all_reduce_sum", old) || ReduceSpreads(old) {
+		t.Error("a kernel without the norm's parameters or the grid count is read as having them")
 	}
 }

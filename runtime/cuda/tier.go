@@ -176,6 +176,10 @@ type Tier struct {
 	// kernels/cuda/family/all_reduce_sum.cuh; a bundle built before has
 	// not).
 	reduceNorms bool
+	// reduceSpreads: the bundle's one-shot all-reduce counts its epoch
+	// as a grid where it runs more than kcuda.PeerBlocks blocks
+	// (ReduceSpreads), so a large one may spread over the GPU.
+	reduceSpreads bool
 
 	// oneRow[vi] is the variant RunOneRow replays for the bundle's
 	// variant vi: vi itself, or past the bundle's variants its launches
@@ -537,7 +541,7 @@ func (t *Tier) loadKernel(name string, code []byte) error {
 	}
 	t.overlap = append(t.overlap, t.pdl && bytes.Contains(code[:n], []byte("griddepcontrol.wait")))
 	if family, _, _ := strings.Cut(name, "."); family == "all_reduce_sum" {
-		t.reduceNorms = ReduceTakesNorm(name, code[:n])
+		t.reduceNorms, t.reduceSpreads = ReduceTakesNorm(name, code[:n]), ReduceSpreads(code[:n])
 	}
 	return nil
 }

@@ -71,7 +71,11 @@ func TestTPParityWithCPU(t *testing.T) {
 //   - q4_k_m: llama-quantize's Q4_K_M mix over 4 layers, whose last two
 //     have Q6_K values, so their Q, K and V are not fused and each
 //     normalizes on its own: the one-shot all-reduce before takes that
-//     norm in (fuseResiduals), as in half the 7B's layers.
+//     norm in (fuseResiduals), as in half the 7B's layers;
+//   - wide-batch: 40 sequences of a 2048-wide model decoded together, so
+//     a step's all-reduce (its variant's 64 rows, 512 KiB) spreads over
+//     more blocks than kcuda.PeerBlocks (kcuda.PeerReduceLaunch), as a
+//     64-slot 7B's does.
 //
 // Each set runs with its collectives through NCCL, then as T-CUDA's
 // default has them (the one-shot kernels for the small ones, where the
@@ -81,20 +85,26 @@ func TestTPShapes(t *testing.T) {
 	cases := []struct {
 		name  string
 		shape synth.Shape
+		batch int // sequences decoded together (0: the two below), and T-CPU's slots for them
 	}{
-		{"ffn-3-blocks", synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}},
-		{"odd-vocab", synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 321, Context: 256, Type: ggml.Q8_0, Seed: 7}},
-		{"moe", synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 5}},
-		{"q4_k_m", synth.Shape{Arch: "llama", Layers: 4, Embd: 512, Heads: 4, HeadsKV: 4, FF: 1536, Vocab: 1000, Context: 256, Mix: "Q4_K_M", Seed: 11}},
+		{"ffn-3-blocks", synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}, 0},
+		{"odd-vocab", synth.Shape{Arch: "llama", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 321, Context: 256, Type: ggml.Q8_0, Seed: 7}, 0},
+		{"moe", synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 5}, 0},
+		{"q4_k_m", synth.Shape{Arch: "llama", Layers: 4, Embd: 512, Heads: 4, HeadsKV: 4, FF: 1536, Vocab: 1000, Context: 256, Mix: "Q4_K_M", Seed: 11}, 0},
+		{"wide-batch", synth.Shape{Arch: "llama", Layers: 2, Embd: 2048, Heads: 16, HeadsKV: 8, FF: 2048, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 13}, 40},
 	}
-	prompts := [][]int32{{1, 17, 42, 99, 7, 250, 3, 64}, {1, 5, 9, 300, 12}}
-	forced := [][]int32{{5, 200, 31}, {77, 2, 140}}
 	for _, c := range cases {
+		prompts := [][]int32{{1, 17, 42, 99, 7, 250, 3, 64}, {1, 5, 9, 300, 12}}
+		forced := [][]int32{{5, 200, 31}, {77, 2, 140}}
+		for i := 2; i < c.batch; i++ {
+			prompts = append(prompts, []int32{1, int32(3 + i), int32(100 + 3*i), int32(7 * i % 300)})
+			forced = append(forced, []int32{int32(11 * i % 320), int32(2 + i), int32(300 - i)})
+		}
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
 			model := testmodel.Write(t, tmp, "model.gguf", c.shape)
 			whole := filepath.Join(tmp, "whole")
-			if err := compiler.Compile(context.Background(), model, whole, compiler.Options{Target: "cpu"}); err != nil {
+			if err := compiler.Compile(context.Background(), model, whole, compiler.Options{Target: "cpu", Slots: c.batch}); err != nil {
 				t.Fatal(err)
 			}
 			want := batchLogits(t, whole, runtime.Options{Tier: "cpu", Threads: 8}, prompts, forced)

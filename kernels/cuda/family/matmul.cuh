@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     peer p;
     peer_load(pc, p);
     const u32 row = blockIdx.y, rows = io[IO_ROWS];
-    const u32 e = *(volatile const u32*)pc->epoch + 1; // after mmv's dep_sync: the last collective has counted
+    const u32 e = peer_grid_epoch(pc); // after mmv's dep_sync: the last collective has counted
     const u32 rpb = blockDim.y, jstep = gridDim.x * rpb, j0 = blockIdx.x * rpb;
     const u32 tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
     const u32 per = j0 < n ? (n - j0 + jstep - 1) / jstep * rpb : 0; // the block's features, j0 + m·jstep + t for t < rpb
@@ -110,19 +110,9 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
             if (residual) residual[i] += s[0];
         }
     }
-    // Count the block in (as fa_split_last does): every thread of it has
-    // read the epoch and stored its sums.
-    __shared__ int last;
-    u32* done = pc->epoch + PEER_BLOCKS;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
-        if (last) *done = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence(); // every block's sums and adds are visible: read them past L1
+    // Count the block in: every thread of it has read the epoch and
+    // stored its sums; the last sees every block's sums and adds.
+    if (!peer_grid_last(pc)) return;
     if (norm_y && residual) {
         const float eps = __uint_as_float(eps_bits);
         for (u32 r = 0; r < rows; r++) {
@@ -135,7 +125,6 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
             for (u32 i = tid; i < n; i += nt) norm_y[base + i] = (norm_y[base + i] * scale) * (norm_w ? norm_w[i] : 1.f);
         }
     }
-    if (tid == 0)
-        for (u32 b = 0; b < PEER_BLOCKS; b++) pc->epoch[b] = e;
+    peer_grid_count(pc, e);
 }
 #endif

@@ -40,15 +40,15 @@ up to --drain-timeout, and exits 0.
 
 --trace FILE writes a Chrome trace-event file of each engine's steps, slot
 and page counters, admissions, preemptions and finishes (open it in
-chrome://tracing or ui.perfetto.dev); with several bundles, bundle i's goes
-to FILE with .i before its extension. It is complete JSON once serve exits;
+chrome://tracing or ui.perfetto.dev); with several engines (bundles, replicas)
+engine k's goes to FILE with .k before its extension. Complete JSON once serve exits;
 if serve dies first, the file lacks only its closing "]}".
 
 --step-log FILE writes a JSON line per engine step of everything it
 depended on (arrivals with their prompt tokens and sampling parameters,
 the plan, the slot table, the query rows) and the tokens it sampled;
 zrt-run rerun BUNDLE FILE runs it again. It holds the prompts, so treat it
-as the requests themselves. With several bundles, numbered as --trace.
+as the requests themselves. With several engines, numbered as --trace.
 
 ` + envHelp,
 		Args: cobra.MinimumNArgs(1),
@@ -59,8 +59,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 			case errors.As(err, &notRead):
 				return err // an I/O failure, not a mistake in the call
 			case err != nil:
-				// An unknown key, a bad value: a mistake in --config.
-				return &exitcode.UsageError{Err: err}
+				return &exitcode.UsageError{Err: err} // an unknown key, a bad value: a mistake in --config
 			}
 			if opt.Runtime, err = ef.options(); err != nil {
 				return err
@@ -90,6 +89,7 @@ as the requests themselves. With several bundles, numbered as --trace.
 	c.Flags().StringVar(&opt.CertFile, "tls-cert", "", "serve HTTPS with this certificate (with --tls-key)")
 	c.Flags().StringVar(&opt.KeyFile, "tls-key", "", "the certificate's key")
 	c.Flags().StringVar(&opt.Speculative, "speculative", "", "speculative decoding of every model: off, ngram[:K[:fixed]], self[:K[:fixed]] (a bundle built with --draft-layers) or draft[:K[:fixed]] (--draft; default: the config's speculative keys, else off); up to K draft tokens (default 4) a step, as many as pay for their rows; greedy output is the same, sampled output follows the same distribution (a draft model's drafts are kept by speculative sampling)")
+	c.Flags().IntVar(&opt.Replicas, "replicas", 1, "run each model as this many engines behind this server, replica r on GPU r of those CUDA_VISIBLE_DEVICES shows (on T-CPU each with an even share of --threads); a request goes to the replica holding the fewest requests")
 	c.Flags().IntVar(&opt.HostKVMiB, "host-kv-mib", 0, "host-memory tier of each model's prefix cache, in MiB: KV pages the device's pool evicts keep their bytes in RAM and come back on a prefix hit (0: the config's host_kv_mib, else off; -1: off)")
 	c.Flags().StringVar(&opt.Trace, "trace", "", "write a Chrome trace-event file of the engine's steps to this path")
 	c.Flags().StringVar(&opt.StepLog, "step-log", "", "write every engine step's inputs and sampled tokens to this path, for zrt-run rerun")

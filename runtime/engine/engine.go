@@ -444,6 +444,59 @@ type Stats struct {
 	SpecDraftError  string
 }
 
+// Add returns the stats of two engines serving one model as replicas:
+// every count and gauge summed, the later LastStep, the last draft error
+// of either. TestStatsAdd holds it to every field.
+func (s Stats) Add(o Stats) Stats {
+	out := s
+	if o.LastStep.After(s.LastStep) {
+		out.LastStep = o.LastStep
+	}
+	out.Steps += o.Steps
+	out.Slots += o.Slots
+	out.Waiting += o.Waiting
+	out.Running += o.Running
+	out.PagesFree += o.PagesFree
+	out.PagesTotal += o.PagesTotal
+	out.PromptTokens += o.PromptTokens
+	out.Generated += o.Generated
+	out.Preemptions += o.Preemptions
+	out.Released += o.Released
+	out.PrefixQueried += o.PrefixQueried
+	out.PrefixHit += o.PrefixHit
+	out.PrefixPages += o.PrefixPages
+	out.PrefixIdle += o.PrefixIdle
+	out.PrefixHostHit += o.PrefixHostHit
+	out.HostPages += o.HostPages
+	out.HostBytes += o.HostBytes
+	out.HostStored += o.HostStored
+	out.HostEvicted += o.HostEvicted
+	out.HostReadErrors += o.HostReadErrors
+	out.ChoiceShared += o.ChoiceShared
+	out.Finished = make(map[Finish]uint64, len(s.Finished)+len(o.Finished))
+	for _, m := range []map[Finish]uint64{s.Finished, o.Finished} {
+		for k, v := range m {
+			out.Finished[k] += v
+		}
+	}
+	out.Decode = out.Decode.add(o.Decode)
+	out.Mixed = out.Mixed.add(o.Mixed)
+	out.SpecDrafts += o.SpecDrafts
+	out.SpecDraftTokens += o.SpecDraftTokens
+	out.SpecAccepted += o.SpecAccepted
+	out.SpecAcceptedAt = make([]uint64, max(len(s.SpecAcceptedAt), len(o.SpecAcceptedAt)))
+	for _, at := range [][]uint64{s.SpecAcceptedAt, o.SpecAcceptedAt} {
+		for i, v := range at {
+			out.SpecAcceptedAt[i] += v
+		}
+	}
+	out.SpecDraftErrors += o.SpecDraftErrors
+	if o.SpecDraftError != "" {
+		out.SpecDraftError = o.SpecDraftError
+	}
+	return out
+}
+
 // StepTimes adds up steps of one kind.
 type StepTimes struct {
 	Steps uint64
@@ -453,6 +506,10 @@ type StepTimes struct {
 	// Host is the seconds of the engine's own work in those steps:
 	// scheduling, building the batch, sampling, sending the tokens.
 	Host float64
+}
+
+func (t StepTimes) add(o StepTimes) StepTimes {
+	return StepTimes{Steps: t.Steps + o.Steps, Replay: t.Replay + o.Replay, Host: t.Host + o.Host}
 }
 
 // New returns an engine over m with the vocabulary tok.
@@ -1888,6 +1945,16 @@ func (e *Engine) Stats() Stats {
 		s.Finished[k] = v
 	}
 	return s
+}
+
+// Load is how many requests the engine holds: arrived, waiting for a
+// slot or in one (those that finished since the last step still
+// counted). A server of several replicas sends a request to the one
+// holding the fewest.
+func (e *Engine) Load() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.arrivals) + e.waiting + e.running
 }
 
 // Run steps until ctx is done. A step that computes nothing leaves it

@@ -123,7 +123,7 @@ func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, name := range c.s.order {
-		st := c.s.models[name].Engine.Stats()
+		st := c.s.models[name].stats()
 		used := st.PagesTotal - st.PagesFree
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), name)
 		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting), name)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -93,9 +94,15 @@ type Options struct {
 	// the config's host_kv_mib; < 0 turns the tier off; 0 leaves the
 	// config's (zrt-run serve's --host-kv-mib).
 	HostKVMiB int
+	// Replicas runs each bundle as this many engines (0 or 1: one),
+	// replica r on GPU r of those CUDA_VISIBLE_DEVICES shows (on T-CPU
+	// each with an even share of the threads), behind the one server: a
+	// request goes to the replica holding the fewest requests.
+	Replicas int
 	// Trace and StepLog are paths of each engine's Chrome trace and step
-	// log ("": none); with several bundles, bundle i's has .i before the
-	// extension.
+	// log ("": none); with several engines (bundles or replicas), engine
+	// k's has .k before the extension: bundle i's replica r is engine
+	// i·Replicas + r.
 	Trace, StepLog string
 	// Log receives what Run says on the way (the models, the address,
 	// reloads, the drain), a line each; Logger the requests' log.
@@ -114,6 +121,9 @@ func Run(ctx context.Context, opt Options) error {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
+	if opt.Replicas < 0 {
+		return usageError{fmt.Errorf("--replicas %d: want 1 or more engines a model", opt.Replicas)}
+	}
 	var flagSpec engine.Speculation
 	if opt.Speculative != "" { // checked before any bundle loads
 		var err error
@@ -123,87 +133,98 @@ func Run(ctx context.Context, opt Options) error {
 	}
 	cfg := opt.Config
 	policy := NewPolicy(cfg)
+	replicas := max(1, opt.Replicas)
 	var models []*Model
 	for i, b := range opt.Bundles {
-		p, err := runtime.Open(b.Dir, opt.Runtime)
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		trace, err := create(opt.Trace, "--trace", i, len(opt.Bundles))
-		if err != nil {
-			return err
-		}
-		defer closeFile(trace)
-		stepLog, err := create(opt.StepLog, "--step-log", i, len(opt.Bundles))
-		if err != nil {
-			return err
-		}
-		defer closeFile(stepLog)
-		name := b.Name
-		switch {
-		case name == "" && autobuild.IsGGUF(b.Path):
-			// A cache entry keeps the name of the GGUF first built into
-			// it, which may have been a copy of this one.
-			name = strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path))
-		case name == "":
-			name = strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
-		}
-		if name == "" {
-			name = filepath.Base(b.Path)
-		}
-		sp := cfg.SpeculationFor(name)
-		if opt.Speculative != "" {
-			sp = flagSpec
-		}
-		var draft *runtime.Program
-		if b.Draft != "" {
-			if draft, err = openDraft(p, b, opt.Runtime); err != nil {
+		m := &Model{}
+		for r := range replicas {
+			p, err := runtime.Open(b.Dir, replicaOptions(opt.Runtime, r, replicas))
+			if err != nil {
+				if replicas > 1 {
+					return fmt.Errorf("%s, replica %d of %d (GPU %d; on T-CPU a share of the threads): %w", b.Path, r, replicas, r, err)
+				}
 				return err
 			}
-			defer draft.Close()
-			if !sp.On() {
-				sp, _ = engine.ParseSpeculation("draft") // --draft alone
+			defer p.Close()
+			if replicas > 1 && p.Hparams.TPRanks > 1 {
+				return usageError{fmt.Errorf("--replicas %d: %s is a tensor-parallel set of %d ranks, which takes a GPU a rank itself; serve it as one replica", replicas, b.Path, p.Hparams.TPRanks)}
+			}
+			k, n := i*replicas+r, len(opt.Bundles)*replicas // the engine's files' index
+			trace, err := create(opt.Trace, "--trace", k, n)
+			if err != nil {
+				return err
+			}
+			defer closeFile(trace)
+			stepLog, err := create(opt.StepLog, "--step-log", k, n)
+			if err != nil {
+				return err
+			}
+			defer closeFile(stepLog)
+			if r == 0 {
+				m.Name, m.Tok, m.ContextLength = modelName(b, p), p.Tok, p.Hparams.ContextLength
+			}
+			name := m.Name
+			sp := cfg.SpeculationFor(name)
+			if opt.Speculative != "" {
+				sp = flagSpec
+			}
+			var draft *runtime.Program
+			if b.Draft != "" {
+				if draft, err = openDraft(p, b, replicaOptions(opt.Runtime, r, replicas)); err != nil {
+					return err
+				}
+				defer draft.Close()
+				if !sp.On() {
+					sp, _ = engine.ParseSpeculation("draft") // --draft alone
+				}
+			}
+			hostKV := int64(cfg.HostKVMiB) << 20
+			if opt.HostKVMiB != 0 {
+				hostKV = max(0, int64(opt.HostKVMiB)<<20)
+			}
+			e, err := newEngine(p, draft, cfg, policy, sp, hostKV, trace, stepLog)
+			if err != nil {
+				return fmt.Errorf("%s: %w", b.Path, err)
+			}
+			// Deferred after the program's and the file's Close, so it runs
+			// before them: the step loop ends (a tier must not be closed
+			// under a running step), the trace's end is written, then the
+			// file closed.
+			loop, stopLoop := context.WithCancel(context.Background())
+			stepped := make(chan struct{})
+			go func() { e.Run(loop); close(stepped) }()
+			defer func() {
+				stopLoop()
+				<-stepped
+				if err := e.Close(); err != nil {
+					opt.Log("%s: %v", b.Path, err)
+				}
+			}()
+			m.Engines = append(m.Engines, e)
+			if replicas > 1 {
+				opt.Log("model %s, replica %d: %s on tier %s, %d slots", name, r, b.Path, p.TierName(), p.Slots())
+				if r > 0 {
+					continue
+				}
+			} else {
+				opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
+			}
+			if hostKV > 0 && p.SlotState() {
+				opt.Log("model %s: no prefix cache, so no host KV tier", name)
+			} else if hostKV > 0 {
+				opt.Log("model %s: host KV tier of %d MiB (%d pages of %d KiB)", name, hostKV>>20, hostKV/int64(p.KVPageBytes()), p.KVPageBytes()>>10)
+			}
+			if sp.On() {
+				opt.Log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
+			}
+			if h := p.Hparams; h.KVWindowRing > 0 {
+				opt.Log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",
+					name, h.KVWindowRing)
+			} else if h.RecurrentBytes > 0 {
+				opt.Log("model %s has recurrent layers: no prefix cache", name)
 			}
 		}
-		hostKV := int64(cfg.HostKVMiB) << 20
-		if opt.HostKVMiB != 0 {
-			hostKV = max(0, int64(opt.HostKVMiB)<<20)
-		}
-		e, err := newEngine(p, draft, cfg, policy, sp, hostKV, trace, stepLog)
-		if err != nil {
-			return fmt.Errorf("%s: %w", b.Path, err)
-		}
-		// Deferred after the program's and the file's Close, so it runs
-		// before them: the step loop ends (a tier must not be closed
-		// under a running step), the trace's end is written, then the
-		// file closed.
-		loop, stopLoop := context.WithCancel(context.Background())
-		stepped := make(chan struct{})
-		go func() { e.Run(loop); close(stepped) }()
-		defer func() {
-			stopLoop()
-			<-stepped
-			if err := e.Close(); err != nil {
-				opt.Log("%s: %v", b.Path, err)
-			}
-		}()
-		models = append(models, &Model{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength})
-		opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
-		if hostKV > 0 && p.SlotState() {
-			opt.Log("model %s: no prefix cache, so no host KV tier", name)
-		} else if hostKV > 0 {
-			opt.Log("model %s: host KV tier of %d MiB (%d pages of %d KiB)", name, hostKV>>20, hostKV/int64(p.KVPageBytes()), p.KVPageBytes()>>10)
-		}
-		if sp.On() {
-			opt.Log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
-		}
-		if h := p.Hparams; h.KVWindowRing > 0 {
-			opt.Log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",
-				name, h.KVWindowRing)
-		} else if h.RecurrentBytes > 0 {
-			opt.Log("model %s has recurrent layers: no prefix cache", name)
-		}
+		models = append(models, m)
 	}
 	var led *ledger.Ledger
 	if cfg.Ledger != "" {
@@ -264,14 +285,52 @@ wait:
 	dctx, cancel := context.WithTimeout(context.Background(), opt.DrainTimeout)
 	defer cancel()
 	for _, m := range models {
-		if err := m.Engine.Drain(dctx); err != nil {
-			opt.Log("model %s: %v; cancelling what remains", m.Name, err)
+		for _, e := range m.Engines {
+			if err := e.Drain(dctx); err != nil {
+				opt.Log("model %s: %v; cancelling what remains", m.Name, err)
+			}
 		}
 	}
 	if err := hs.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+// modelName is the name requests use for b's model (opened as p):
+// b.Name, else the GGUF's name it was given as or built from, else the
+// directory's.
+func modelName(b Bundle, p *runtime.Program) string {
+	name := b.Name
+	switch {
+	case name == "" && autobuild.IsGGUF(b.Path):
+		// A cache entry keeps the name of the GGUF first built into
+		// it, which may have been a copy of this one.
+		name = strings.TrimSuffix(filepath.Base(b.Path), filepath.Ext(b.Path))
+	case name == "":
+		name = strings.TrimSuffix(p.Bundle.Graph.Ident.SourceName, ".gguf")
+	}
+	if name == "" {
+		name = filepath.Base(b.Path)
+	}
+	return name
+}
+
+// replicaOptions are replica r's of n: GPU r (the r-th that
+// CUDA_VISIBLE_DEVICES shows) on T-CUDA, and on T-CPU an even share of
+// the threads (of all CPUs where none are set), so the replicas' worker
+// pools do not contend for the cores. One replica keeps opt.
+func replicaOptions(opt runtime.Options, r, n int) runtime.Options {
+	if n <= 1 {
+		return opt
+	}
+	opt.CUDA.Device = r
+	threads := opt.Threads
+	if threads <= 0 {
+		threads = goruntime.NumCPU()
+	}
+	opt.Threads = max(1, threads/n)
+	return opt
 }
 
 // newEngine makes a model's engine from the server config and policy,

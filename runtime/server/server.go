@@ -27,12 +27,38 @@ import (
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
 
-// Model is one served model.
+// Model is one served model: its engines — one, or replicas of the same
+// bundle (zrt-run serve --replicas, a GPU each) — its tokenizer and its
+// context length.
 type Model struct {
 	Name          string
-	Engine        *engine.Engine
+	Engines       []*engine.Engine
 	Tok           *tokenizer.Tokenizer
 	ContextLength int
+}
+
+// engine is the replica a new request goes to: the one holding the
+// fewest requests (the first of those tied).
+func (m *Model) engine() *engine.Engine {
+	best, load := m.Engines[0], -1
+	if len(m.Engines) == 1 {
+		return best
+	}
+	for _, e := range m.Engines {
+		if l := e.Load(); load < 0 || l < load {
+			best, load = e, l
+		}
+	}
+	return best
+}
+
+// stats is the model's engines' stats, summed over its replicas.
+func (m *Model) stats() engine.Stats {
+	st := m.Engines[0].Stats()
+	for _, e := range m.Engines[1:] {
+		st = st.Add(e.Stats())
+	}
+	return st
 }
 
 // Server serves the models.
@@ -91,7 +117,9 @@ func (s *Server) Reload(cfg *Config) {
 func (s *Server) Drain() {
 	s.draining.Store(true)
 	for _, m := range s.models {
-		m.Engine.StopAdmitting()
+		for _, e := range m.Engines {
+			e.StopAdmitting()
+		}
 	}
 }
 
@@ -345,8 +373,15 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 }
 
 // health is 200 while the engines make progress or have nothing to do,
-// 503 while draining or when work waits and no step has run lately.
+// 503 while draining or when work waits and no step has run lately (in
+// any replica of a model).
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	type replicaHealth struct {
+		Steps       uint64  `json:"steps"`
+		LastStepAge float64 `json:"last_step_age_s"`
+		Running     int     `json:"running"`
+		Waiting     int     `json:"waiting"`
+	}
 	type modelHealth struct {
 		Model       string  `json:"model"`
 		Steps       uint64  `json:"steps"`
@@ -357,22 +392,40 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		PagesFree   int     `json:"pages_free"`
 		PagesTotal  int     `json:"pages_total"`
 		PrefixPages int     `json:"prefix_pages"`
+		// Replicas has each replica's step loop where the model has
+		// several (the rest of the row is their sum).
+		Replicas []replicaHealth `json:"replicas,omitempty"`
 	}
 	status, reason := http.StatusOK, "ok"
 	if s.draining.Load() {
 		status, reason = http.StatusServiceUnavailable, "draining"
 	}
+	age := func(st engine.Stats) float64 {
+		if st.LastStep.IsZero() {
+			return 0
+		}
+		return time.Since(st.LastStep).Seconds()
+	}
 	var ms []modelHealth
 	for _, n := range s.order {
-		st := s.models[n].Engine.Stats()
-		age := 0.0
-		if !st.LastStep.IsZero() {
-			age = time.Since(st.LastStep).Seconds()
+		m := s.models[n]
+		var rs []replicaHealth
+		for i, e := range m.Engines {
+			st := e.Stats()
+			if st.Running+st.Waiting > 0 && (st.LastStep.IsZero() && time.Since(s.started) > 30*time.Second || age(st) > 30) {
+				who := n
+				if len(m.Engines) > 1 {
+					who = fmt.Sprintf("%s (replica %d)", n, i)
+				}
+				status, reason = http.StatusServiceUnavailable, "the step loop of "+who+" has not advanced in 30 s with work waiting"
+			}
+			rs = append(rs, replicaHealth{st.Steps, age(st), st.Running, st.Waiting})
 		}
-		if st.Running+st.Waiting > 0 && (st.LastStep.IsZero() && time.Since(s.started) > 30*time.Second || age > 30) {
-			status, reason = http.StatusServiceUnavailable, "the step loop of "+n+" has not advanced in 30 s with work waiting"
+		if len(rs) == 1 {
+			rs = nil
 		}
-		ms = append(ms, modelHealth{n, st.Steps, age, st.Running, st.Waiting, st.Slots, st.PagesFree, st.PagesTotal, st.PrefixPages})
+		st := m.stats()
+		ms = append(ms, modelHealth{n, st.Steps, age(st), st.Running, st.Waiting, st.Slots, st.PagesFree, st.PagesTotal, st.PrefixPages, rs})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

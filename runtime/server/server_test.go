@@ -138,7 +138,7 @@ func serveStories(t testing.TB, o serveOptions) *testServer {
 	}
 	t.Cleanup(func() { ts.ledger.Close() })
 	name := strings.TrimSuffix(filepath.Base(o.file), ".gguf")
-	ts.srv = server.New(cfg, policy, []*server.Model{{Name: name, Engine: e, Tok: p.Tok, ContextLength: p.Hparams.ContextLength}}, ts.ledger, nil)
+	ts.srv = server.New(cfg, policy, []*server.Model{{Name: name, Engines: []*engine.Engine{e}, Tok: p.Tok, ContextLength: p.Hparams.ContextLength}}, ts.ledger, nil)
 	hs := httptest.NewServer(ts.srv.Handler())
 	t.Cleanup(hs.Close)
 	ts.URL = hs.URL

@@ -251,6 +251,13 @@ func TestBuildSet(t *testing.T) {
 	if _, _, err := run(t, "build", model, "--target", "cpu,nope", "-o", at("x")); err == nil || !strings.Contains(err.Error(), `unsupported target "nope"`) {
 		t.Fatalf("unknown target in a set: %v", err)
 	}
+	// --tp without --target builds the config's target's ranks.
+	if _, stderr, err := run(t, "build", model, "-q", "--tp", "2", "-o", at("tp")); err != nil {
+		t.Fatal(err, stderr)
+	}
+	if x, err := bundleset.Read(at("tp")); err != nil || x.TPRanks != 2 || len(x.Bundles) != 2 || x.Bundles[0].Target != "cpu" || x.Bundles[1].Dir != "cpu.tp1" {
+		t.Fatalf("--tp 2 without --target: %+v, %v", x, err)
+	}
 }
 
 // TestMissVerifiesTheRememberedDigest: a GGUF rewritten in place with its

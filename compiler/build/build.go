@@ -113,6 +113,13 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.Out == "" {
 			return nil, errors.New("build: a bundle set is written to -o OUT; only one target may go to the cache alone")
 		}
+		if o.Targets[0] == "" { // --tp without --target: the config's
+			c, err := config.LoadModel(o.Model, o.Compiler.ConfigPath, o.Compiler.Overrides())
+			if err != nil {
+				return nil, err
+			}
+			o.Targets = []string{c.Target}
+		}
 		if err := b.buildSet(ctx, o.Targets, o.Out, sum); err != nil {
 			return nil, err
 		}

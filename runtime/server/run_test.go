@@ -38,20 +38,10 @@ func TestRun(t *testing.T) {
 	said := newRunLog()
 	reload := make(chan os.Signal, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Options{
-			Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 1},
-			Config: cfg, ConfigPath: cfgPath, Reload: reload, Speculative: *speculativeFlag, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Trace: trace,
-			Log: said.log})
-	}()
-	var base string
-	select {
-	case a := <-said.addr:
-		base = "http://" + a
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	}
+	base, done := startRun(t, ctx, server.Options{
+		Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 1},
+		Config: cfg, ConfigPath: cfgPath, Reload: reload, Speculative: *speculativeFlag, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Trace: trace,
+		Log: said.log}, said)
 	get := func(key string) int {
 		req, _ := http.NewRequest("GET", base+"/v1/models", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -94,6 +84,22 @@ func TestRun(t *testing.T) {
 	if b, err := os.ReadFile(trace); err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), "]}") {
 		t.Errorf("trace: %v, %d bytes, not closed", err, len(b))
 	}
+}
+
+// startRun runs server.Run(ctx, opt) until ctx is cancelled and returns
+// its base URL, once said (opt.Log) has its address, and the channel its
+// result comes on.
+func startRun(t *testing.T, ctx context.Context, opt server.Options, said *runLog) (string, <-chan error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- server.Run(ctx, opt) }()
+	select {
+	case a := <-said.addr:
+		return "http://" + a, done
+	case err := <-done:
+		t.Fatalf("Run returned before serving: %v", err)
+	}
+	return "", nil
 }
 
 // runLog collects the lines server.Run logs and sends the address of its
@@ -141,19 +147,9 @@ func TestRunReplicas(t *testing.T) {
 	}
 	said := newRunLog()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Options{
-			Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 2}, Replicas: 2,
-			Config: cfg, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Log: said.log})
-	}()
-	var base string
-	select {
-	case a := <-said.addr:
-		base = "http://" + a
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	}
+	base, done := startRun(t, ctx, server.Options{
+		Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 2}, Replicas: 2,
+		Config: cfg, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Log: said.log}, said)
 	const n, tokens = 8, 12
 	texts := make([]string, n)
 	var wg sync.WaitGroup

@@ -95,9 +95,10 @@ type Options struct {
 	// config's (zrt-run serve's --host-kv-mib).
 	HostKVMiB int
 	// Replicas runs each bundle as this many engines (0 or 1: one),
-	// replica r on GPU r of those CUDA_VISIBLE_DEVICES shows (on T-CPU
-	// each with an even share of the threads), behind the one server: a
-	// request goes to the replica holding the fewest requests.
+	// replica r on GPU r of those CUDA_VISIBLE_DEVICES shows (a
+	// tensor-parallel set of N ranks on GPUs r·N to r·N+N-1; on T-CPU each
+	// replica with an even share of the threads), behind the one server:
+	// a request goes to the replica holding the fewest requests.
 	Replicas int
 	// Trace and StepLog are paths of each engine's Chrome trace and step
 	// log ("": none); with several engines (bundles or replicas), engine
@@ -137,17 +138,19 @@ func Run(ctx context.Context, opt Options) error {
 	var models []*Model
 	for i, b := range opt.Bundles {
 		m := &Model{}
+		gpus := 1 // a replica's: a tensor-parallel set's ranks, known once replica 0 is open
 		for r := range replicas {
-			p, err := runtime.Open(b.Dir, replicaOptions(opt.Runtime, r, replicas))
+			ropt := replicaOptions(opt.Runtime, r*gpus, replicas)
+			p, err := runtime.Open(b.Dir, ropt)
 			if err != nil {
 				if replicas > 1 {
-					return fmt.Errorf("%s, replica %d of %d (GPU %d; on T-CPU a share of the threads): %w", b.Path, r, replicas, r, err)
+					return fmt.Errorf("%s, replica %d of %d (from GPU %d; on T-CPU a share of the threads): %w", b.Path, r, replicas, r*gpus, err)
 				}
 				return err
 			}
 			defer p.Close()
-			if replicas > 1 && p.Hparams.TPRanks > 1 {
-				return usageError{fmt.Errorf("--replicas %d: %s is a tensor-parallel set of %d ranks, which takes a GPU a rank itself; serve it as one replica", replicas, b.Path, p.Hparams.TPRanks)}
+			if r == 0 {
+				gpus = max(1, p.Hparams.TPRanks)
 			}
 			k, n := i*replicas+r, len(opt.Bundles)*replicas // the engine's files' index
 			trace, err := create(opt.Trace, "--trace", k, n)
@@ -170,7 +173,7 @@ func Run(ctx context.Context, opt Options) error {
 			}
 			var draft *runtime.Program
 			if b.Draft != "" {
-				if draft, err = openDraft(p, b, replicaOptions(opt.Runtime, r, replicas)); err != nil {
+				if draft, err = openDraft(p, b, ropt); err != nil {
 					return err
 				}
 				defer draft.Close()
@@ -316,15 +319,16 @@ func modelName(b Bundle, p *runtime.Program) string {
 	return name
 }
 
-// replicaOptions are replica r's of n: GPU r (the r-th that
-// CUDA_VISIBLE_DEVICES shows) on T-CUDA, and on T-CPU an even share of
+// replicaOptions are those of one of n replicas whose first GPU is gpu
+// (of those CUDA_VISIBLE_DEVICES shows: a tensor-parallel set's ranks
+// take that one and the next) on T-CUDA, and on T-CPU an even share of
 // the threads (of all CPUs where none are set), so the replicas' worker
 // pools do not contend for the cores. One replica keeps opt.
-func replicaOptions(opt runtime.Options, r, n int) runtime.Options {
+func replicaOptions(opt runtime.Options, gpu, n int) runtime.Options {
 	if n <= 1 {
 		return opt
 	}
-	opt.CUDA.Device = r
+	opt.CUDA.Device = gpu
 	threads := opt.Threads
 	if threads <= 0 {
 		threads = goruntime.NumCPU()

@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/compiler/build"
+	"github.com/zrtdev/zrt/format/bundleset"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 	"github.com/zrtdev/zrt/runtime/server"
 )
@@ -130,17 +134,38 @@ func (l *runLog) String() string {
 	return strings.Join(l.said, "\n")
 }
 
-// TestRunReplicas serves one bundle as two replicas (zrt-run serve
-// --replicas 2; on T-CPU a thread each): concurrent requests spread over
-// both (each replica's step loop advances, /health lists them), every one
-// is answered, the same greedy prompt gets the same text from either, and
-// /metrics sums the replicas. A negative count is refused before any
-// bundle opens.
+// TestRunReplicas serves one bundle, then a tensor-parallel set of two
+// ranks, as two replicas (zrt-run serve --replicas 2; on T-CPU a share of
+// the threads each): concurrent requests spread over both (each replica's
+// step loop advances, /health lists them), every one is answered, the
+// same greedy prompt gets the same text from either, and /metrics sums
+// the replicas. A negative count is refused before any bundle opens.
 func TestRunReplicas(t *testing.T) {
 	if err := server.Run(context.Background(), server.Options{Replicas: -1}); err == nil || !strings.Contains(err.Error(), "--replicas -1") {
 		t.Errorf("Replicas -1: %v", err)
 	}
-	bundle := compileStories(t, defaultModel)
+	t.Run("bundle", func(t *testing.T) { serveReplicas(t, compileStories(t, defaultModel)) })
+	t.Run("tp2-set", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg, out := filepath.Join(dir, "m.toml"), filepath.Join(dir, "set")
+		if err := os.WriteFile(cfg, []byte(defaultModel), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := build.Run(context.Background(), build.Options{Model: testmodel.Shared(t, "stories260K.gguf"), Targets: []string{"cpu"}, TP: 2, Out: out,
+			Compiler: compiler.Options{ConfigPath: cfg}}); err != nil {
+			t.Fatal(err)
+		}
+		x, err := bundleset.Read(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rank0, _ := x.Rank("cpu", 0) // what zrt-run serve opens of a set
+		serveReplicas(t, rank0.Path(out))
+	})
+}
+
+// serveReplicas is TestRunReplicas on the bundle or set at bundle.
+func serveReplicas(t *testing.T, bundle string) {
 	cfg, err := server.LoadConfig("") // one local tenant
 	if err != nil {
 		t.Fatal(err)

@@ -348,7 +348,8 @@ func loadCPU(b *bundle.Bundle, opt Options) (Tier, error) {
 // at their collectives (runtime/tp). On T-CPU the worker threads are
 // shared out among the ranks, which meet at an in-process exchange; on
 // T-CUDA rank r runs on CUDA device r (of those CUDA_VISIBLE_DEVICES
-// shows) and the ranks meet through NCCL, inside their captured graphs.
+// shows; from opt.CUDA.Device on, for a second set beside the first) and
+// the ranks meet through NCCL, inside their captured graphs.
 func LoadSet(row Row, bs []*bundle.Bundle, opt Options) (Tier, error) {
 	n := len(bs)
 	g := tp.NewGroup(n)
@@ -432,8 +433,8 @@ func (r *cudaRank) Close() error {
 	return err
 }
 
-// cudaRanks loads a set's ranks on T-CUDA, rank r on device r, all at
-// once: each loads and captures its graphs on a goroutine of its own
+// cudaRanks loads a set's ranks on T-CUDA, rank r on device
+// opt.CUDA.Device + r, all at once: each loads and captures its graphs on a goroutine of its own
 // (its own OS thread, context and stream), so that NCCL calls a rank
 // makes while capturing meet its peers'.
 func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
@@ -442,7 +443,11 @@ func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tier cuda: %w", err)
 	}
-	if info.Devices < n {
+	first := opt.CUDA.Device
+	if info.Devices < first+n {
+		if first > 0 {
+			return nil, fmt.Errorf("tier cuda: a tensor-parallel set of %d ranks on GPUs %d to %d; %d visible", n, first, first+n-1, info.Devices)
+		}
 		return nil, fmt.Errorf("tier cuda: a tensor-parallel set of %d ranks needs %d GPUs; %d visible", n, n, info.Devices)
 	}
 	lib, err := nccl.Open(opt.CUDA.NCCL)
@@ -451,7 +456,7 @@ func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
 	}
 	devices := make([]int, n)
 	for r := range devices {
-		devices[r] = r
+		devices[r] = first + r
 	}
 	comms, err := initComms(lib, devices)
 	if err != nil {
@@ -463,10 +468,10 @@ func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
 	for r, b := range bs {
 		wg.Go(func() {
 			o := opt
-			o.CUDA.Device, o.CUDA.Comm = r, comms[r]
+			o.CUDA.Device, o.CUDA.Comm = devices[r], comms[r]
 			t, err := row.Load(b, o)
 			if err != nil {
-				errs[r] = fmt.Errorf("rank %d (device %d): %w", r, r, err)
+				errs[r] = fmt.Errorf("rank %d (device %d): %w", r, devices[r], err)
 				return
 			}
 			ct, ok := t.(*cuda.Tier)

@@ -40,12 +40,13 @@ type Model struct {
 // engine is the replica a new request goes to: the one holding the
 // fewest requests (the first of those tied).
 func (m *Model) engine() *engine.Engine {
-	best, load := m.Engines[0], -1
+	best := m.Engines[0]
 	if len(m.Engines) == 1 {
 		return best
 	}
-	for _, e := range m.Engines {
-		if l := e.Load(); load < 0 || l < load {
+	load := best.Load()
+	for _, e := range m.Engines[1:] {
+		if l := e.Load(); l < load {
 			best, load = e, l
 		}
 	}

@@ -135,6 +135,10 @@ func Run(ctx context.Context, opt Options) error {
 	cfg := opt.Config
 	policy := NewPolicy(cfg)
 	replicas := max(1, opt.Replicas)
+	hostKV := int64(cfg.HostKVMiB) << 20
+	if opt.HostKVMiB != 0 {
+		hostKV = max(0, int64(opt.HostKVMiB)<<20)
+	}
 	var models []*Model
 	for i, b := range opt.Bundles {
 		m := &Model{}
@@ -181,10 +185,6 @@ func Run(ctx context.Context, opt Options) error {
 					sp, _ = engine.ParseSpeculation("draft") // --draft alone
 				}
 			}
-			hostKV := int64(cfg.HostKVMiB) << 20
-			if opt.HostKVMiB != 0 {
-				hostKV = max(0, int64(opt.HostKVMiB)<<20)
-			}
 			e, err := newEngine(p, draft, cfg, policy, sp, hostKV, trace, stepLog)
 			if err != nil {
 				return fmt.Errorf("%s: %w", b.Path, err)
@@ -204,27 +204,13 @@ func Run(ctx context.Context, opt Options) error {
 				}
 			}()
 			m.Engines = append(m.Engines, e)
+			who := name
 			if replicas > 1 {
-				opt.Log("model %s, replica %d: %s on tier %s, %d slots", name, r, b.Path, p.TierName(), p.Slots())
-				if r > 0 {
-					continue
-				}
-			} else {
-				opt.Log("model %s: %s on tier %s, %d slots", name, b.Path, p.TierName(), p.Slots())
+				who = fmt.Sprintf("%s, replica %d", name, r)
 			}
-			if hostKV > 0 && p.SlotState() {
-				opt.Log("model %s: no prefix cache, so no host KV tier", name)
-			} else if hostKV > 0 {
-				opt.Log("model %s: host KV tier of %d MiB (%d pages of %d KiB)", name, hostKV>>20, hostKV/int64(p.KVPageBytes()), p.KVPageBytes()>>10)
-			}
-			if sp.On() {
-				opt.Log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
-			}
-			if h := p.Hparams; h.KVWindowRing > 0 {
-				opt.Log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",
-					name, h.KVWindowRing)
-			} else if h.RecurrentBytes > 0 {
-				opt.Log("model %s has recurrent layers: no prefix cache", name)
+			opt.Log("model %s: %s on tier %s, %d slots", who, b.Path, p.TierName(), p.Slots())
+			if r == 0 {
+				logModel(opt.Log, name, p, hostKV, sp)
 			}
 		}
 		models = append(models, m)
@@ -298,6 +284,25 @@ wait:
 		return err
 	}
 	return nil
+}
+
+// logModel says what serving model name (opened as p) takes beyond its
+// engine: its host KV tier, speculation, and why it has no prefix cache.
+func logModel(log func(string, ...any), name string, p *runtime.Program, hostKV int64, sp engine.Speculation) {
+	if hostKV > 0 && p.SlotState() {
+		log("model %s: no prefix cache, so no host KV tier", name)
+	} else if hostKV > 0 {
+		log("model %s: host KV tier of %d MiB (%d pages of %d KiB)", name, hostKV>>20, hostKV/int64(p.KVPageBytes()), p.KVPageBytes()>>10)
+	}
+	if sp.On() {
+		log("model %s: speculative decoding %s (drafts verified in the slots requests leave free, as many as pay for their rows)", name, sp)
+	}
+	if h := p.Hparams; h.KVWindowRing > 0 {
+		log("model %s keeps its sliding-window layers in a ring of %d pages a slot: no prefix cache (build with swa_full = true to have one)",
+			name, h.KVWindowRing)
+	} else if h.RecurrentBytes > 0 {
+		log("model %s has recurrent layers: no prefix cache", name)
+	}
 }
 
 // modelName is the name requests use for b's model (opened as p):

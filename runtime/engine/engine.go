@@ -1947,14 +1947,14 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Load is how many requests the engine holds: arrived, waiting for a
+// Load is how many requests the engine holds — arrived, waiting for a
 // slot or in one (those that finished since the last step still
-// counted). A server of several replicas sends a request to the one
-// holding the fewest.
-func (e *Engine) Load() int {
+// counted) — and its slots, for a server of several replicas choosing
+// where a request goes.
+func (e *Engine) Load() (held, slots int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.arrivals) + e.waiting + e.running
+	return len(e.arrivals) + e.waiting + e.running, e.cfg.Slots
 }
 
 // Run steps until ctx is done. A step that computes nothing leaves it

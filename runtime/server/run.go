@@ -97,8 +97,8 @@ type Options struct {
 	// Replicas runs each bundle as this many engines (0 or 1: one),
 	// replica r on GPU r of those CUDA_VISIBLE_DEVICES shows (a
 	// tensor-parallel set of N ranks on GPUs r·N to r·N+N-1; on T-CPU each
-	// replica with an even share of the threads), behind the one server:
-	// a request goes to the replica holding the fewest requests.
+	// replica with an even share of the threads), behind the one server
+	// (route.go: which replica a request goes to).
 	Replicas int
 	// Trace and StepLog are paths of each engine's Chrome trace and step
 	// log ("": none); with several engines (bundles or replicas), engine

@@ -175,26 +175,36 @@ func serveReplicas(t *testing.T, bundle string) {
 	base, done := startRun(t, ctx, server.Options{
 		Bundles: []server.Bundle{{Dir: bundle, Path: bundle, Name: "m"}}, Runtime: runtime.Options{Tier: "cpu", Threads: 2}, Replicas: 2,
 		Config: cfg, Listen: "127.0.0.1:0", DrainTimeout: 5 * time.Second, Log: said.log}, said)
+	type completion struct {
+		Choices []struct{ Text string }
+		Usage   struct {
+			CompletionTokens    int `json:"completion_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		}
+	}
+	post := func(prompt string, maxTokens int) (completion, error) {
+		body, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true})
+		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			return completion{}, err
+		}
+		defer resp.Body.Close()
+		var out completion
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Choices) != 1 || out.Usage.CompletionTokens != maxTokens {
+			return out, fmt.Errorf("status %d, %+v, %v", resp.StatusCode, out, err)
+		}
+		return out, nil
+	}
 	const n, tokens = 8, 12
 	texts := make([]string, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			body := fmt.Sprintf(`{"model": "m", "prompt": "Once upon a time", "max_tokens": %d, "temperature": 0}`, tokens)
-			resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
+			out, err := post("Once upon a time", tokens)
 			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer resp.Body.Close()
-			var out struct {
-				Choices []struct{ Text string }
-				Usage   struct {
-					CompletionTokens int `json:"completion_tokens"`
-				}
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Choices) != 1 || out.Usage.CompletionTokens != tokens {
-				t.Errorf("request %d: status %d, %+v, %v", i, resp.StatusCode, out, err)
+				t.Errorf("request %d: %v", i, err)
 				return
 			}
 			texts[i] = out.Choices[0].Text
@@ -205,6 +215,36 @@ func serveReplicas(t *testing.T, bundle string) {
 		if text != texts[0] {
 			t.Errorf("request %d's text %q, request 0's %q: the replicas differ", i, text, texts[0])
 		}
+	}
+	// A conversation's next turn goes back to the replica whose prefix
+	// cache holds its last turn, while that replica has a free slot, even
+	// when another holds fewer requests: the first turn (both idle) and
+	// then a long request go to replica 0, and the next turn, sent while
+	// the long one runs, finds its pages there.
+	turn := "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball."
+	if _, err := post(turn, 4); err != nil {
+		t.Fatalf("first turn: %v", err)
+	}
+	long := make(chan error, 1)
+	go func() { _, err := post("Tom", 200); long <- err }()
+	waitFor(t, "the long request", func() bool {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var h struct{ Models []struct{ Running int } }
+		return json.NewDecoder(resp.Body).Decode(&h) == nil && len(h.Models) == 1 && h.Models[0].Running > 0
+	})
+	next, err := post(turn+" She kicked it.", 4)
+	if err != nil {
+		t.Fatalf("next turn: %v", err)
+	}
+	if next.Usage.PromptTokensDetails.CachedTokens == 0 {
+		t.Error("the next turn found none of its prompt cached: it went to the other replica")
+	}
+	if err := <-long; err != nil {
+		t.Fatalf("long request: %v", err)
 	}
 	var health struct {
 		Models []struct {
@@ -231,7 +271,7 @@ func serveReplicas(t *testing.T, bundle string) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := fmt.Sprintf(`vllm:generation_tokens_total{model_name="m"} %d`, n*tokens); !strings.Contains(string(metrics), want) {
+	if want := fmt.Sprintf(`vllm:generation_tokens_total{model_name="m"} %d`, n*tokens+4+200+4); !strings.Contains(string(metrics), want) {
 		t.Errorf("/metrics lacks %q", want)
 	}
 	cancel()

@@ -28,29 +28,15 @@ import (
 )
 
 // Model is one served model: its engines — one, or replicas of the same
-// bundle (zrt-run serve --replicas, a GPU each) — its tokenizer and its
-// context length.
+// bundle (zrt-run serve --replicas, a GPU each; route.go says which a
+// request goes to) — its tokenizer and its context length.
 type Model struct {
 	Name          string
 	Engines       []*engine.Engine
 	Tok           *tokenizer.Tokenizer
 	ContextLength int
-}
 
-// engine is the replica a new request goes to: the one holding the
-// fewest requests (the first of those tied).
-func (m *Model) engine() *engine.Engine {
-	best := m.Engines[0]
-	if len(m.Engines) == 1 {
-		return best
-	}
-	load := best.Load()
-	for _, e := range m.Engines[1:] {
-		if l := e.Load(); l < load {
-			best, load = e, l
-		}
-	}
-	return best
+	routes router
 }
 
 // stats is the model's engines' stats, summed over its replicas.

@@ -434,9 +434,9 @@ func (r *cudaRank) Close() error {
 }
 
 // cudaRanks loads a set's ranks on T-CUDA, rank r on device
-// opt.CUDA.Device + r, all at once: each loads and captures its graphs on a goroutine of its own
-// (its own OS thread, context and stream), so that NCCL calls a rank
-// makes while capturing meet its peers'.
+// opt.CUDA.Device + r, all at once: each loads and captures its graphs
+// on a goroutine of its own (its own OS thread, context and stream), so
+// that NCCL calls a rank makes while capturing meet its peers'.
 func cudaRanks(row Row, bs []*bundle.Bundle, opt Options) ([]tp.Rank, error) {
 	n := len(bs)
 	info, err := driver.Probe()

@@ -623,12 +623,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 func (e *Engine) tenant(tenant string) TenantPolicy { return e.cfg.Policy.Load().Tenant(tenant) }
 
 // scope is tenant's prefix-cache scope now.
-func (e *Engine) scope(tenant string) string {
-	if s := e.tenant(tenant).Scope; s != "" {
-		return s
-	}
-	return tenant
-}
+func (e *Engine) scope(tenant string) string { return e.tenant(tenant).PrefixScope(tenant) }
 
 // Submit queues a request. Its events arrive on the returned channel,
 // which is closed after the last one; cancelling ctx cancels the request

@@ -63,6 +63,15 @@ type TenantPolicy struct {
 	Scope string
 }
 
+// PrefixScope is the prefix-cache scope of tenant id's requests under
+// p: p.Scope, else the tenant's own.
+func (p TenantPolicy) PrefixScope(id string) string {
+	if p.Scope != "" {
+		return p.Scope
+	}
+	return id
+}
+
 // limits is the scheduler's view of p.
 func (p TenantPolicy) limits() sched.Limits {
 	return sched.Limits{MaxSlots: p.MaxSlots, MaxPages: p.MaxPages,

@@ -154,7 +154,8 @@ func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, ps []deco
 // engine's (draining too: Drain stops the engines admitting), mapped to
 // HTTP by admitError.
 func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, ps []decode.Params) ([]<-chan engine.Event, *apiError) {
-	chans, err := m.engine(prompt).SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: s.policy.tenant(t.ID).Class, Prompt: prompt}, ps)
+	tp := s.policy.tenant(t.ID)
+	chans, err := m.engine(tp.PrefixScope(t.ID), prompt).SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: tp.Class, Prompt: prompt}, ps)
 	if err != nil {
 		return nil, admitError(err)
 	}

@@ -12,7 +12,8 @@ import (
 // computes again what its last turn left cached unless it goes back to
 // the replica that served it. The router remembers, for the prompts it
 // sent, which replica each run of whole KV pages of prompt tokens went to
-// (the pages a prefix cache keeps), and sends a prompt to the replica
+// (the pages a prefix cache keeps, in the request's prefix-cache scope:
+// its tenant's), and sends a prompt to the replica
 // that holds its longest such prefix while that replica has a free slot;
 // otherwise, and for a prompt no replica holds, to the replica holding
 // the fewest requests (SGLang's cache-aware router and vLLM's
@@ -34,13 +35,17 @@ type router struct {
 	next  int
 }
 
-// prefixKeys hashes prompt's runs of whole pages, each key the FNV-1a
-// hash of every token before its page's end: key j names the first
-// (j+1)·KVPageTokens tokens.
-func prefixKeys(prompt []int32) []uint64 {
+// prefixKeys hashes prompt's runs of whole pages in prefix-cache scope
+// scope, each key the FNV-1a hash of the scope and every token before its
+// page's end: key j names the first (j+1)·KVPageTokens tokens.
+func prefixKeys(scope string, prompt []int32) []uint64 {
 	n := min(len(prompt)/kernels.KVPageTokens, routePages)
 	keys := make([]uint64, n)
 	h := uint64(14695981039346656037)
+	for _, c := range []byte(scope + "\x00") {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
 	for j := range n {
 		for _, t := range prompt[j*kernels.KVPageTokens : (j+1)*kernels.KVPageTokens] {
 			for b := range 4 {
@@ -53,9 +58,9 @@ func prefixKeys(prompt []int32) []uint64 {
 	return keys
 }
 
-// engine is the replica the request with prompt goes to, remembered as
-// where its prefixes went.
-func (m *Model) engine(prompt []int32) *engine.Engine {
+// engine is the replica a request with prompt in prefix-cache scope
+// scope goes to, remembered as where its prefixes went.
+func (m *Model) engine(scope string, prompt []int32) *engine.Engine {
 	if len(m.Engines) == 1 {
 		return m.Engines[0]
 	}
@@ -68,7 +73,7 @@ func (m *Model) engine(prompt []int32) *engine.Engine {
 			least = i
 		}
 	}
-	keys := prefixKeys(prompt)
+	keys := prefixKeys(scope, prompt)
 	r := &m.routes
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -53,6 +53,7 @@ func NewFlags(fs *pflag.FlagSet) *Flags {
 	fs.StringVar(&f.typ, "type", "F32", "matrix weight type: F32, F16, Q8_0, Q4_K, Q5_K, Q6_K, or one of llama-quantize's mixes "+
 		strings.Join(Mixes, ", ")+"; gpt-oss: default Q8_0, and MXFP4 means Q8_0 beside the MXFP4 experts")
 	fs.Uint64Var(&s.Seed, "seed", s.Seed, "random seed")
+	fs.Float64Var(&s.BranchStd, "branch-std", 0, "standard deviation of the residual branches' output projections (attn_output, ffn_down, …; default 0.05, as every matrix): smaller values make each layer change the residual stream less, so that a draft of the first layers or a lower-precision copy agrees with the model")
 	// Hidden spellings: --expert-ff for --expert-ffn, --sliding-window for --window.
 	fs.IntVar(&s.ExpertFF, "expert-ff", 0, "")
 	fs.IntVar(&s.Window, "sliding-window", 0, "")

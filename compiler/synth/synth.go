@@ -14,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,7 +93,20 @@ type Shape struct {
 	// in the released E2B and E4B) and SharedKV how many of its last
 	// layers share an earlier layer's KV cache (default 0).
 	PerLayer, SharedKV int
+	// BranchStd, when not 0, is the standard deviation of each residual
+	// branch's output projection (branchOutputs) in place of the 0.05 of
+	// every other matrix. Random weights make every layer rewrite the
+	// residual stream, so a draft of the first layers, or a
+	// lower-precision copy, agrees with the model on almost no token;
+	// smaller branches change the stream less a layer, as trained models'
+	// later layers do, which is what speculative decoding's measurements
+	// need of a synthetic model.
+	BranchStd float64
 }
+
+// branchOutputs are the matrices that write a layer's branches back into
+// the residual stream (BranchStd).
+var branchOutputs = []string{"attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight", "ssm_out.weight"}
 
 // moe reports whether s has routed experts.
 func (s Shape) moe() bool {
@@ -501,6 +515,8 @@ func WriteProgress(s Shape, progress func(tensor string, bytes int64)) ([]byte, 
 				for i := range x {
 					x[i] = -float32(math.Exp(rng.Float64() * math.Log(16)))
 				}
+			case t.std > 0 && s.BranchStd > 0 && slices.Contains(branchOutputs, t.name):
+				x = normal(n, s.BranchStd)
 			case t.std > 0:
 				x = normal(n, t.std)
 			default:

@@ -18,6 +18,7 @@ import (
 	"github.com/zrtdev/zrt/compiler/config"
 	"github.com/zrtdev/zrt/format/ggml"
 	"github.com/zrtdev/zrt/format/gguf"
+	"github.com/zrtdev/zrt/format/lebin"
 	"github.com/zrtdev/zrt/kernels/quant"
 )
 
@@ -417,3 +418,64 @@ func TestWriteProgress(t *testing.T) {
 }
 
 func len64(b []byte) int64 { return int64(len(b)) }
+
+// TestBranchStd holds --branch-std to what it says: with it, the residual
+// branches' output projections are drawn with that deviation and every
+// other tensor is the same bytes as without it (the same draws, in file
+// order), so a file's shape and the rest of its weights do not move.
+func TestBranchStd(t *testing.T) {
+	base := Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 7}
+	small := base
+	small.BranchStd = 0.001
+	a, b := mustParse(t, base), mustParse(t, small)
+	for _, ti := range a.Tensors {
+		tb, ok := b.Tensor(ti.Name)
+		if !ok {
+			t.Fatalf("%s: missing with --branch-std", ti.Name)
+		}
+		x, y := a.TensorData(&ti), b.TensorData(tb)
+		branch := strings.HasSuffix(ti.Name, ".attn_output.weight") || strings.HasSuffix(ti.Name, ".ffn_down.weight")
+		if !branch {
+			if !bytes.Equal(x, y) {
+				t.Errorf("%s changed with --branch-std", ti.Name)
+			}
+			continue
+		}
+		if got, want := rms(y), 0.001; math.Abs(got-want) > 0.05*want {
+			t.Errorf("%s: deviation %.3g with --branch-std 0.001", ti.Name, got)
+		}
+		if got := rms(x); math.Abs(got-0.05) > 0.05*0.05 {
+			t.Errorf("%s: deviation %.3g without --branch-std, want 0.05", ti.Name, got)
+		}
+	}
+	for _, bad := range []float64{-1, 2, math.NaN()} {
+		s := base
+		s.BranchStd = bad
+		if err := s.Check(); err == nil {
+			t.Errorf("--branch-std %v: accepted", bad)
+		}
+	}
+}
+
+func mustParse(t *testing.T, s Shape) *gguf.File {
+	t.Helper()
+	b, err := Write(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// rms is the root mean square of an F32 tensor's bytes.
+func rms(b []byte) float64 {
+	var s float64
+	x := lebin.Float32s(b)
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s / float64(len(x)))
+}

@@ -51,6 +51,9 @@ func (s Shape) Check() error {
 			return err
 		}
 	}
+	if !(s.BranchStd >= 0 && s.BranchStd <= 1) {
+		return fmt.Errorf("synth: --branch-std %g out of range [0, 1]", s.BranchStd)
+	}
 	if _, ok := windows[s.Arch]; ok {
 		if err := in("window", s.Window, 1, maxCtx); err != nil {
 			return err

@@ -15,6 +15,7 @@ __device__ __forceinline__ void fused_norm_mm(const float* x, const float* wn, c
     if constexpr (Fast<T>::OK) {
         if (entry == ENTRY_MAIN) mmv<T>(x, w, io, k, n, o, false, wn, eps);
         else if (entry == ENTRY_ROWS) mmv<T, Fast<T>::U, MMV_MR>(x, w, io, k, n, o, false, wn, eps);
+        else if (entry == ENTRY_ROWS4) mmv<T, Fast<T>::U, MMV_MR4>(x, w, io, k, n, o, false, wn, eps);
         else if constexpr (Tc<T>::OK) {
             if (entry == ENTRY_TILE) mmt<T, 64>(w, io, k, n, o, false, q8);
             else if (entry == ENTRY_TILE16) mmt<T, 16>(w, io, k, n, o, false, q8);

@@ -445,12 +445,15 @@ __device__ __forceinline__ void mmq(const float* x, const u8* w, const u32* io, 
 // chunk's loads are issued before the activation rows are quantized,
 // overlapping that. Each weight block is loaded and unpacked once for the
 // block's R rows (the _rows entry, R = MMV_MR, for 2-row steps over large
-// matrices: see launch.go), and each row's sum is taken in the same
-// order as with R = 1, so a row's result does not depend on its neighbours.
+// matrices: see launch.go; the _rows4 entry, R = MMV_MR4, for the steps
+// whose rows must have one-row bits: see onerow.go), and each row's sum is
+// taken in the same order as with R = 1, so a row's result does not
+// depend on its neighbours.
 #define MMV_WARPS 16
 #define MMV_THREADS (32 * MMV_WARPS)
 #define MMV_BLOCKS (32 / MMV_WARPS) // blocks a multiprocessor keeps (launch bounds): 32 warps, 64 registers a thread
 #define MMV_MR 2 // rows a block of the _rows entry takes (launch.go's mmvRows)
+#define MMV_MR4 4 // rows a block of the _rows4 entry takes (onerow.go's mmvRowsWide), for verify steps
 // mmv_sum is a feature's sum of its wpr warps' partial sums in red, as the
 // matrix-vector kernel takes it: the one warp's own where wpr is 1, else
 // added in warp order from 0.

@@ -23,13 +23,15 @@
 // types: lm_head's in prefill, and every family's for Q8_0 rows whose k
 // is not a multiple of 256 (mmt walks k by 256). MMQ_TYPE types have
 // NAME_rows too: the matrix-vector kernel taking MMV_MR rows a block, for
-// steps of a few rows.
+// steps of a few rows, and NAME_rows4, the same taking MMV_MR4 rows a
+// block, for the steps of one-row bits (speculative verify steps).
 #define ENTRY_MAIN 0
 #define ENTRY_TILE 1
 #define ENTRY_DP4A 2
 #define ENTRY_TILE16 4
 #define ENTRY_TILE32 5
 #define ENTRY_ROWS 9
+#define ENTRY_ROWS4 12
 #if MMT_TYPE(WT)
 #define STAGE_PARAM , const u8* q8
 #define STAGE_ARG q8

@@ -30,6 +30,10 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     CAT(NAME, _rows)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
     mmv<WT, Fast<WT>::U, MMV_MR>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
 }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
+    CAT(NAME, _rows4)(const float* x, const u8* w, const u32* io, float* logits, u32 k, u32 nv) {
+    mmv<WT, Fast<WT>::U, MMV_MR4>(x, w, io, k, nv, mm_out(logits, nv, nullptr), true);
+}
 #endif
 #if MMT_TYPE(WT) // NAME_dp4a: the dp4a tile kernel, for prefill variants (few of whose rows want logits)
 extern "C" __global__ void __launch_bounds__(256, 3)

@@ -38,6 +38,10 @@ extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
     CAT(NAME, _rows)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
     mmv<WT, Fast<WT>::U, MMV_MR>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
 }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
+    CAT(NAME, _rows4)(const float* x, const u8* w, const float* bias, const u32* io, float* y, u32 k, u32 n) {
+    mmv<WT, Fast<WT>::U, MMV_MR4>(x, w, io, k, n, mm_out(y, n, bias, MM_ACC), false);
+}
 #endif
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3)

@@ -16,6 +16,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) GU_ARGS(ST
 }
 #if MMQ_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) CAT(NAME, _rows) GU_PARAMS { GU_BODY(ENTRY_ROWS, nullptr); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) CAT(NAME, _rows4) GU_PARAMS { GU_BODY(ENTRY_ROWS4, nullptr); }
 #endif
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) GU_ARGS(STAGE_PARAM) {

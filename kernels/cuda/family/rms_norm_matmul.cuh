@@ -19,6 +19,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) CAT(NAME, _tile) NM_ARGS(ST
 }
 #if MMQ_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) CAT(NAME, _rows) NM_PARAMS { NM_BODY(ENTRY_ROWS, nullptr); }
+extern "C" __global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS) CAT(NAME, _rows4) NM_PARAMS { NM_BODY(ENTRY_ROWS4, nullptr); }
 #endif
 #if MMT_TYPE(WT)
 extern "C" __global__ void __launch_bounds__(256, 3) CAT(NAME, _tile16) NM_ARGS(STAGE_PARAM) {

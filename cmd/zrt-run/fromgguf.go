@@ -39,7 +39,7 @@ func (b *buildFlags) addSlots(c *cobra.Command) {
 
 // addDraftLayers adds --draft-layers, for the commands that speculate.
 func (b *buildFlags) addDraftLayers(c *cobra.Command) {
-	c.Flags().IntVar(&b.draftLayers, "draft-layers", 0, "given a GGUF: build a draft variant of its first N layers and its head, for --speculative self (default: none)")
+	c.Flags().IntVar(&b.draftLayers, "draft-layers", 0, "given a GGUF: build draft variants of its first N layers and its head, for --speculative self (default: none)")
 }
 
 // cacheDir is the build cache: --cache, else $ZRTC_CACHE, else the user

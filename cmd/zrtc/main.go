@@ -83,7 +83,7 @@ type sizeFlags struct{ ctx, slots, draftLayers int }
 func (s *sizeFlags) register(c *cobra.Command) {
 	c.Flags().IntVar(&s.ctx, "ctx-size", 0, "context length, overriding the config's context_length (default: the GGUF's trained context)")
 	c.Flags().IntVar(&s.slots, "slots", 0, "requests served at once: max_slots, and decode variants up to it (default: 16 on cpu, 64 on cuda)")
-	c.Flags().IntVar(&s.draftLayers, "draft-layers", 0, "add a self-speculation draft variant of the first N layers and the model's head, overriding the config's draft_layers (default: none)")
+	c.Flags().IntVar(&s.draftLayers, "draft-layers", 0, "add self-speculation draft variants (one for each decode variant) of the first N layers and the model's head, overriding the config's draft_layers (default: none)")
 }
 
 func (s *sizeFlags) apply(opt *compiler.Options) error {

@@ -62,8 +62,8 @@ type Config struct {
 	// q8_0 at build time.
 	CacheTypeK string `toml:"cache_type_k"`
 	CacheTypeV string `toml:"cache_type_v"`
-	// DraftLayers, when set, adds a draft variant for self-speculation
-	// (draft.sS.r1): the model's first DraftLayers layers and its own
+	// DraftLayers, when set, adds draft variants for self-speculation
+	// (draft.sS.rR, one for each decode variant): the model's first DraftLayers layers and its own
 	// output norm and head on their output (an early exit, as LayerSkip
 	// and Draft & Verify draft), sharing the model's weights and, for
 	// those layers, its KV pages (default 0: none; left out of the
@@ -368,8 +368,10 @@ func (c *Config) MaxPages() int {
 }
 
 // ShapeKeys lists the variants to compile: every prefill row count, then
-// every decode slot count, in increasing order, then the draft variant
-// when DraftLayers asks for one.
+// every decode slot count, in increasing order, then when DraftLayers
+// asks for them the draft variants, one for each decode slot count: the
+// engine drafts a token position of every speculating request in one
+// step, as it decodes them.
 func (c *Config) ShapeKeys() []ir.ShapeKey {
 	var keys []ir.ShapeKey
 	for _, r := range c.PrefillRows {
@@ -379,7 +381,9 @@ func (c *Config) ShapeKeys() []ir.ShapeKey {
 		keys = append(keys, ir.ShapeKey{Stage: ir.Decode, Slots: c.MaxSlots, Rows: s})
 	}
 	if c.DraftLayers > 0 {
-		keys = append(keys, ir.ShapeKey{Stage: ir.Draft, Slots: c.MaxSlots, Rows: 1})
+		for _, s := range c.DecodeSlots {
+			keys = append(keys, ir.ShapeKey{Stage: ir.Draft, Slots: c.MaxSlots, Rows: s})
+		}
 	}
 	return keys
 }

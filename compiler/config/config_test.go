@@ -215,17 +215,21 @@ func TestCacheTypes(t *testing.T) {
 	}
 }
 
-// TestDraftLayers: draft_layers adds the draft variant after the others,
-// from the file or the --draft-layers override (which wins); a negative
-// count is refused; without one the recorded config does not name it.
+// TestDraftLayers: draft_layers adds a draft variant for each decode
+// variant after the others, from the file or the --draft-layers override
+// (which wins); a negative count is refused; without one the recorded
+// config does not name it.
 func TestDraftLayers(t *testing.T) {
 	c, err := loadWith(t, synth.Tiny, "draft_layers = 1\n", Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	keys := c.ShapeKeys()
-	if last := keys[len(keys)-1]; last.Stage != ir.Draft || last.Rows != 1 || last.Slots != c.MaxSlots {
-		t.Errorf("last variant %v, want draft.s%d.r1", last, c.MaxSlots)
+	drafts := keys[len(keys)-len(c.DecodeSlots):]
+	for i, k := range drafts {
+		if k.Stage != ir.Draft || k.Rows != c.DecodeSlots[i] || k.Slots != c.MaxSlots {
+			t.Errorf("draft variant %d: %v, want draft.s%d.r%d", i, k, c.MaxSlots, c.DecodeSlots[i])
+		}
 	}
 	if !strings.Contains(c.TOML(), "draft_layers = 1") {
 		t.Errorf("recorded config lacks draft_layers:\n%s", c.TOML())

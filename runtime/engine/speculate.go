@@ -135,10 +135,13 @@ type specPolicy struct {
 	recent map[int][]float64
 	next   map[int]int
 	idle   int // steps since a draft was last verified
-	// draft is the time a model draft token costs (a replay of the
-	// bundle's draft variant; a moving average, 0 until measured and
-	// for n-gram drafts, which cost nothing next to a step).
-	draft float64
+	// draft is the time a draft replay costs (of a bundle's draft
+	// variant, or a draft model's step; a moving average, 0 until
+	// measured and for n-gram drafts, which cost nothing next to a
+	// step), and draftRows the requests' tokens of one position one
+	// replay makes (the engine's draftRows).
+	draft     float64
+	draftRows int
 	// probeAt is the idle steps before the next probe (0: specProbe).
 	probeAt int
 	// budget holds the probes within spec.ProbeShare of the time of the
@@ -180,8 +183,8 @@ func (p *specPolicy) observe(rows int, d time.Duration) {
 	}
 }
 
-// observeDraft records a replay of the draft variant (or a draft
-// model's draft step) that took d.
+// observeDraft records a replay of a draft variant (or a draft model's
+// draft step) that took d.
 func (p *specPolicy) observeDraft(d time.Duration) {
 	if d <= 0 {
 		return
@@ -251,7 +254,9 @@ func (p *specPolicy) costFrom(rows, min int) float64 {
 // rows in a step of base decode rows: the draft tokens are taken in the
 // order of their expected yield (a request's j-th is accepted with
 // probability α^j), each while it adds more to the step's expected
-// tokens than its row adds to the step's time, in proportion; the whole
+// tokens than its row, and a model draft's replays, add to the step's
+// time, in proportion (a token that needs a draft replay more is weighed
+// with the likeliest tokens of its position the replay makes too); the whole
 // must beat the step without drafts by specMargin, else nothing is
 // drafted. At a high batch a row costs about what a step costs per
 // request, so nothing is. At most rows draft tokens are taken in all
@@ -294,21 +299,54 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 		step := func(n int) float64 { return max(p.cost(n), c0+slope*float64(n-base)) }
 		tokens, rows, c := float64(base), base, c0
 		taken := map[*request]int{}
-		for _, x := range cands {
+		// at[j] counts the tokens taken at draft position j+1, and
+		// replays the draft replays they need: a model draft token costs
+		// its row and, where its position's replays are full, a replay
+		// more, which the likeliest other tokens of that position share
+		// (up to draftRows of them): such a token is weighed with those
+		// of them that pay, as one move.
+		per := max(p.draftRows, 1)
+		var at []int
+		replays := 0
+		for i, x := range cands {
 			if rows == base+maxRows {
 				break
 			}
 			if taken[x.r] != x.j-1 {
-				continue // its earlier token was not taken
+				continue // its earlier token was not taken, or it was
 			}
-			// A model's draft token costs a replay of its own beside the
-			// verify row.
-			cn := step(rows+1) + float64(rows+1-base)*p.draft
-			if (tokens+x.yield)/cn <= tokens/c {
+			if len(at) < x.j {
+				at = append(at, 0)
+			}
+			more, move := 0, []cand{x}
+			if at[x.j-1]%per == 0 {
+				more = 1
+				for _, y := range cands[i+1:] {
+					if len(move) == per || rows+len(move) == base+maxRows {
+						break
+					}
+					if y.j == x.j && taken[y.r] == y.j-1 {
+						move = append(move, y)
+					}
+				}
+			}
+			n, best, t := 0, tokens/c, tokens
+			for k, y := range move {
+				t += y.yield
+				if rate := t / (step(rows+k+1) + float64(replays+more)*p.draft); rate > best {
+					n, best = k+1, rate
+				}
+			}
+			if n == 0 {
 				continue
 			}
-			taken[x.r] = x.j
-			tokens, rows, c = tokens+x.yield, rows+1, cn
+			for _, y := range move[:n] {
+				taken[y.r] = y.j
+				tokens += y.yield
+			}
+			at[x.j-1] += n
+			rows, replays = rows+n, replays+more
+			c = step(rows) + float64(replays)*p.draft
 		}
 		if tokens/c > specMargin*float64(base)/c0 {
 			out = taken
@@ -419,35 +457,79 @@ func (e *Engine) logDrafts() {
 }
 
 // selfDraft makes the draft tokens of the plan's verify chunks with the
-// bundle's draft variant (the model's first layers and its head): for
-// each, one replay a token in the request's slot, at the positions its
-// verify rows take next — whose pages the step has given it — starting
-// from its pending token. They write the first layers' K and V of those
-// positions, which the verify step writes again through every layer.
+// bundle's draft variants (the model's first layers and its head): a
+// replay a token position, each request's row in its slot at the
+// position its verify rows take next (whose pages the step has given
+// it), starting from its pending token, every request drafting that far
+// in the one replay (draftRows of them at most: one a replay with a
+// bundle of only the one-row draft variant). They write the first
+// layers' K and V of those positions, which the verify step writes
+// again through every layer.
 func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64]*request) error {
 	if e.cfg.Speculative.Kind != spec.Self {
 		return nil
 	}
-	key, _ := e.m.Key(runtime.Draft, 1)
+	type drafting struct {
+		r    *request
+		from int
+		n    int
+		prev int32
+	}
+	var ds []drafting
 	for _, c := range plan.Rows {
-		if c.Draft == 0 {
-			continue
+		if c.Draft > 0 {
+			r := byID[c.ID]
+			ds = append(ds, drafting{r, c.From, c.Draft, r.tokens[c.From]})
 		}
-		r := byID[c.ID]
-		prev := r.tokens[c.From]
-		for j := range c.Draft {
-			b := runtime.Batch{Key: key, Rows: []runtime.Row{{Slot: r.slot, Pos: c.From + j, Token: prev, Logits: true}},
-				Pages: []runtime.SlotPages{{Slot: r.slot, Pages: r.pages}}}
-			at := e.cfg.Now()
+	}
+	per := e.specPolicy.draftRows
+	for j := 0; ; j++ {
+		var at []*drafting
+		for i := range ds {
+			if ds[i].n > j {
+				at = append(at, &ds[i])
+			}
+		}
+		if len(at) == 0 {
+			return nil
+		}
+		for len(at) > 0 {
+			part := at[:min(per, len(at))]
+			at = at[len(part):]
+			key, ok := e.m.Key(runtime.Draft, len(part))
+			if !ok {
+				return fmt.Errorf("engine: no draft variant for %d rows", len(part))
+			}
+			b := runtime.Batch{Key: key}
+			for _, d := range part {
+				b.Rows = append(b.Rows, runtime.Row{Slot: d.r.slot, Pos: d.from + j, Token: d.prev, Logits: true})
+				b.Pages = append(b.Pages, runtime.SlotPages{Slot: d.r.slot, Pages: d.r.pages})
+			}
+			start := e.cfg.Now()
 			if err := e.m.Step(ctx, b); err != nil {
 				return fmt.Errorf("engine: draft step: %w", err)
 			}
-			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
-			prev = e.m.Greedy(r.slot)
-			r.spec.draft[j] = prev
+			e.specPolicy.observeDraft(e.cfg.Now().Sub(start))
+			for _, d := range part {
+				d.prev = e.m.Greedy(d.r.slot)
+				d.r.spec.draft[j] = d.prev
+			}
 		}
 	}
-	return nil
+}
+
+// draftRows is how many requests' draft tokens one draft replay makes:
+// with self-speculation the rows of the largest draft variant (a bundle
+// built before there was one for each decode variant has only the
+// one-row one), with a draft model 1 (its steps are a request's each).
+func draftRows(m Model, s Speculation, model bool) int {
+	if s.Kind != spec.Self || model {
+		return 1
+	}
+	if k, ok := m.Key(runtime.Draft, m.Slots()); ok {
+		return k.Rows
+	}
+	return 1
 }
 
 // borrowSlots are the model's slots no request holds during the step,

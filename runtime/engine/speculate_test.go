@@ -69,6 +69,23 @@ func TestSpecPolicy(t *testing.T) {
 			p.observe(9, cpu(8))
 			return p
 		}(), 8, 0.9, 0},
+		// A draft replay of 4 ms (a model's first layers over a 10 ms
+		// step) at batch 8: one replay a request's token costs more than
+		// the tokens it brings; one replay a position, every request's
+		// token in it, pays for three positions (a fourth's rows would
+		// pass the 32 a step takes for the price of one).
+		{"gpu, batch 8, a draft replay a token", func() *specPolicy {
+			p := policy(gpu, 1, 8, 32, 64)
+			p.observeDraft(ms(4))
+			p.draftRows = 1
+			return p
+		}(), 8, 0.9, 0},
+		{"gpu, batch 8, a draft replay a position", func() *specPolicy {
+			p := policy(gpu, 1, 8, 32, 64)
+			p.observeDraft(ms(4))
+			p.draftRows = 16
+			return p
+		}(), 8, 0.9, 3},
 		{"unmeasured", policy(cpu), 1, 0.9, 0},
 		{"one step measured: proportional", policy(gpu, 1), 1, 0.9, 0},
 	} {

@@ -41,7 +41,9 @@ type scripted struct {
 	// drawn from draftRng, and another token otherwise.
 	draftAccept float64
 	draftRng    *rand.Rand
-	drafted     map[int]int32 // slot → the draft variant's choice, until its next step
+	// draftRows are its draft variants' rows (default: the one-row one).
+	draftRows []int
+	drafted   map[int]int32 // slot → the draft variant's choice, until its next step
 	// kv, when set, is its KV pool's bytes: each row writes its token and
 	// position+1 at its slot's page and offset (simEntry bytes an entry),
 	// so a test can check that every request's pages hold its tokens,
@@ -203,6 +205,9 @@ func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 	caps := map[runtime.Stage][]int{runtime.Decode: {1, 2, 4, 8}, runtime.Prefill: {16, 64}}[stage]
 	if stage == runtime.Draft && m.draftAccept > 0 {
 		caps = []int{1}
+		if m.draftRows != nil {
+			caps = m.draftRows
+		}
 	}
 	for _, c := range caps {
 		if rows <= c {
@@ -265,8 +270,8 @@ func (m *scripted) Step(_ context.Context, b runtime.Batch) error {
 		m.oneRowSteps++
 	}
 	if b.Key.Stage == runtime.Draft {
-		if len(b.Rows) != 1 || m.draftAccept == 0 {
-			m.t.Fatalf("a draft step of %d rows on a model with draft variant %v", len(b.Rows), m.draftAccept > 0)
+		if len(b.Rows) > b.Key.Rows || m.draftAccept == 0 {
+			m.t.Fatalf("a draft step of %d rows on a model with draft variant %v (%s)", len(b.Rows), m.draftAccept > 0, b.Key)
 		}
 	}
 	for _, r := range b.Rows {

@@ -135,10 +135,16 @@ type timedModel struct {
 	*scripted
 	clock *time.Time
 	cost  func(rows int) time.Duration
+	// draftCost, when set, is a draft variant's step's (else cost).
+	draftCost func(rows int) time.Duration
 }
 
 func (m *timedModel) Step(ctx context.Context, b runtime.Batch) error {
-	*m.clock = m.clock.Add(m.cost(len(b.Rows)))
+	cost := m.cost
+	if b.Key.Stage == runtime.Draft && m.draftCost != nil {
+		cost = m.draftCost
+	}
+	*m.clock = m.clock.Add(cost(len(b.Rows)))
 	return m.scripted.Step(ctx, b)
 }
 
@@ -662,4 +668,85 @@ func drainAll(streams []<-chan Event) int {
 		}
 	}
 	return closed
+}
+
+// TestSelfDraftBatched serves 8 greedy requests with and without
+// self-speculation (the draft variant right with probability 0.9) on a
+// model whose decode steps take a GPU's times by variant (the llama 7B
+// shape's on an H200: 2.6, 3.5, 4.6 and 11.3 ms for its 1-, 4-, 16- and
+// 64-row variants, the draft variants a tenth of those), and draft
+// variants of 1, 4, 16 and 64 rows: the engine drafts every request's
+// token of a position in one replay, so that speculating is faster at 8
+// clients (1.19×), where with only the one-row draft variant, a replay a
+// request's token, it drafts next to nothing (0.99×).
+func TestSelfDraftBatched(t *testing.T) {
+	ladder := []int{1, 4, 16, 64}
+	step := []time.Duration{2600 * time.Microsecond, 3500 * time.Microsecond, 4600 * time.Microsecond, 11300 * time.Microsecond}
+	byVariant := func(scale float64) func(int) time.Duration {
+		return func(rows int) time.Duration {
+			for i, r := range ladder {
+				if rows <= r {
+					return time.Duration(scale * float64(step[i]))
+				}
+			}
+			return time.Duration(scale * float64(rows) / 64 * float64(step[len(step)-1]))
+		}
+	}
+	for _, rows := range [][]int{{1}, ladder} {
+		run := func(sp Speculation) (time.Duration, Stats, int) {
+			clock := time.Unix(1_700_000_000, 0)
+			start := clock
+			sm := &scripted{t: t, slots: 64, maxPages: 32, kvPages: 1200, last: map[int]int32{},
+				draftAccept: 0.9, draftRng: rand.New(rand.NewPCG(5, 6)), draftRows: rows}
+			m := &timedModel{scripted: sm, clock: &clock, cost: byVariant(1), draftCost: byVariant(0.1)}
+			replays := 0
+			counted := &countDrafts{timedModel: m, n: &replays}
+			e, err := New(counted, simTokenizer(t), Config{Slots: 8, ChunkCap: 64, Now: func() time.Time { return clock }, Speculative: sp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var streams []<-chan Event
+			for i := range 8 {
+				ev, err := e.Submit(context.Background(), Request{Tenant: "t", Prompt: []int32{1, int32(5 + i), 9},
+					Decode: decode.Params{MaxTokens: 200, IgnoreEOS: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				streams = append(streams, ev)
+			}
+			for open := len(streams); open > 0; open -= drainAll(streams) {
+				if _, err := e.Step(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return clock.Sub(start), e.Stats(), replays
+		}
+		off, _, _ := run(Speculation{})
+		on, st, replays := run(Speculation{Kind: "self", K: 3})
+		speedup := off.Seconds() / on.Seconds()
+		t.Logf("draft variants of %v rows: off %v, on %v: %.2f× (%d drafts, %d tokens, %d accepted, %d draft replays)",
+			rows, off, on, speedup, st.SpecDrafts, st.SpecDraftTokens, st.SpecAccepted, replays)
+		if len(rows) > 1 && speedup < 1.1 {
+			t.Errorf("%.2f× at 8 clients with batched drafts right 9 times in 10: want faster", speedup)
+		}
+		if len(rows) > 1 && replays*2 > int(st.SpecDraftTokens) {
+			t.Errorf("%d draft replays for %d draft tokens of 8 requests: the drafts were not batched", replays, st.SpecDraftTokens)
+		}
+		if speedup < 0.98 {
+			t.Errorf("%.2f×: speculation cost more than 2%%", speedup)
+		}
+	}
+}
+
+// countDrafts counts a model's draft steps in n.
+type countDrafts struct {
+	*timedModel
+	n *int
+}
+
+func (m *countDrafts) Step(ctx context.Context, b runtime.Batch) error {
+	if b.Key.Stage == runtime.Draft {
+		*m.n++
+	}
+	return m.timedModel.Step(ctx, b)
 }

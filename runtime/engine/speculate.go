@@ -110,9 +110,11 @@ func (e *Engine) newSpeculating(dec *decode.Decoder) *speculating {
 	return s
 }
 
-// alpha is the estimated acceptance rate of a draft token (0.5 before
-// any is judged).
-func (s *speculating) alpha() float64 { return (s.accepted + 1) / (s.tried + 2) }
+// alpha is the estimated acceptance rate of a draft token: its own
+// counts, after two tokens' worth of prior (the engine's rate over every
+// request: how well a draft agrees is mostly the model's and the
+// draft's, so a new request starts from what the others found).
+func (s *speculating) alpha(prior float64) float64 { return (s.accepted + 2*prior) / (s.tried + 2) }
 
 // observe records a verify step that judged a draft of n tokens,
 // accepting the first accepted.
@@ -124,6 +126,11 @@ func (s *speculating) observe(n, accepted int) {
 	s.tried = specDecay*s.tried + float64(judged)
 	s.accepted = specDecay*s.accepted + float64(accepted)
 }
+
+// prior is the acceptance rate a request without counts of its own is
+// taken to have: the engine's over every request (0.5 before any draft
+// token was judged).
+func (p *specPolicy) prior() float64 { return p.all.alpha(0.5) }
 
 // specPolicy is the engine's choice of draft lengths from measured
 // acceptance and its step cost by rows.
@@ -150,6 +157,10 @@ type specPolicy struct {
 	// row's share of the step. probing says this step's draft is a probe.
 	budget  spec.ProbeBudget
 	probing bool
+	// all counts the draft tokens judged and accepted over every
+	// request, decayed as a request's are: the prior of a request's
+	// acceptance rate.
+	all speculating
 }
 
 // spend records time d of a draft model's or the draft variant's steps,
@@ -197,15 +208,26 @@ func (p *specPolicy) observeDraft(d time.Duration) {
 	}
 }
 
-// least is the fewest rows of a measured step (0: none measured).
-func (p *specPolicy) least() int {
-	lo := 0
-	for r := range p.recent {
-		if lo == 0 || r < lo {
-			lo = r
+// below is the most rows of a step timed specTrust times that has fewer
+// than rows rows, else the fewest rows of a step timed at all (0: none
+// timed below rows).
+func (p *specPolicy) below(rows int) int {
+	near, least := 0, 0
+	for r, t := range p.recent {
+		if r >= rows {
+			continue
+		}
+		if len(t) >= specTrust && r > near {
+			near = r
+		}
+		if least == 0 || r < least {
+			least = r
 		}
 	}
-	return lo
+	if near > 0 {
+		return near
+	}
+	return least
 }
 
 // cost is a step of rows rows' estimated time: from the row counts
@@ -270,8 +292,9 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 		yield float64
 	}
 	var cands []cand
+	prior := p.prior()
 	for _, r := range reqs {
-		a, y := r.spec.alpha(), 1.0
+		a, y := r.spec.alpha(prior), 1.0
 		for j := 1; j <= len(r.spec.draft); j++ {
 			y *= a
 			cands = append(cands, cand{r, j, y})
@@ -287,13 +310,17 @@ func (p *specPolicy) choose(base, rows int, reqs []*request) map[*request]int {
 		sort.SliceStable(cands, func(a, b int) bool { return cands[a].yield > cands[b].yield })
 		maxRows := rows
 		// A step's time grows at least as fast past base rows as it
-		// did up to them from the fewest rows measured (step costs
-		// are convex in rows: flat while the weights' reads bound the
-		// step, then a row's compute each), which keeps a noisy
-		// measurement of a step of a row or two more than base from
-		// passing for free rows.
+		// did up to them from the nearest count below measured often
+		// (step costs grow faster with rows as they grow: flat while the
+		// weights' reads bound the step, then a row's compute each),
+		// which keeps a noisy measurement of a step of a row or two more
+		// than base from passing for free rows. The nearest count, not
+		// the fewest: a GPU's steps cost what their variant costs, flat
+		// over its rows, and a step of one row against one of eight (a
+		// 1-row and a 16-row variant) made every row past eight look
+		// dear and drafts at eight clients never pay.
 		slope := 0.0
-		if lo := p.least(); lo < base {
+		if lo := p.below(base); lo > 0 {
 			slope = max(0, (c0-p.cost(lo))/float64(base-lo))
 		}
 		step := func(n int) float64 { return max(p.cost(n), c0+slope*float64(n-base)) }
@@ -574,6 +601,7 @@ func (e *Engine) verify(r *request, from int, slots []int) int {
 		accepted++
 	}
 	r.spec.observe(d, accepted)
+	e.specPolicy.all.observe(d, accepted)
 	e.mu.Lock()
 	e.stats.SpecDrafts++
 	e.stats.SpecDraftTokens += uint64(d)

@@ -509,7 +509,7 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 			ds = append(ds, drafting{r, c.From, c.Draft, r.tokens[c.From]})
 		}
 	}
-	per := e.specPolicy.draftRows
+	per := max(e.specPolicy.draftRows, 1)
 	for j := 0; ; j++ {
 		var at []*drafting
 		for i := range ds {

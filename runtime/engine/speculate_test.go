@@ -45,6 +45,14 @@ func TestSpecPolicy(t *testing.T) {
 		}
 		return &p
 	}
+	// drafting is a GPU's policy with a draft replay of 4 ms that makes
+	// rows requests' tokens of a position.
+	drafting := func(rows int) *specPolicy {
+		p := policy(gpu, 1, 8, 32, 64)
+		p.observeDraft(ms(4))
+		p.draftRows = rows
+		return p
+	}
 	for _, tc := range []struct {
 		name  string
 		p     *specPolicy
@@ -74,18 +82,8 @@ func TestSpecPolicy(t *testing.T) {
 		// the tokens it brings; one replay a position, every request's
 		// token in it, pays for three positions (a fourth's rows would
 		// pass the 32 a step takes for the price of one).
-		{"gpu, batch 8, a draft replay a token", func() *specPolicy {
-			p := policy(gpu, 1, 8, 32, 64)
-			p.observeDraft(ms(4))
-			p.draftRows = 1
-			return p
-		}(), 8, 0.9, 0},
-		{"gpu, batch 8, a draft replay a position", func() *specPolicy {
-			p := policy(gpu, 1, 8, 32, 64)
-			p.observeDraft(ms(4))
-			p.draftRows = 16
-			return p
-		}(), 8, 0.9, 3},
+		{"gpu, batch 8, a draft replay a token", drafting(1), 8, 0.9, 0},
+		{"gpu, batch 8, a draft replay a position", drafting(16), 8, 0.9, 3},
 		{"unmeasured", policy(cpu), 1, 0.9, 0},
 		{"one step measured: proportional", policy(gpu, 1), 1, 0.9, 0},
 	} {

@@ -51,10 +51,11 @@ type Options struct {
 	// with the same test, for a comparison ("": none).
 	LlamaBench, LlamaBatched, GGUF string
 	// Speculative, when on, adds the tests of a greedy generation of Gen
-	// tokens after SpecPrompt's text without speculative decoding and
-	// with this mode, and a report of its acceptance and step costs.
+	// tokens after each of SpecPrompts' texts without speculative
+	// decoding and with this mode, and a report of its acceptance and
+	// step costs for each, and over all of them where there are several.
 	Speculative spec.Mode
-	SpecPrompt  string
+	SpecPrompts []string
 	// Draft is the draft model of Speculative's kind draft (nil for the
 	// others): a bundle sharing the target's vocabulary.
 	Draft *sequence.Pool

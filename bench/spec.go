@@ -193,43 +193,67 @@ func meanOf(x []float64) float64 {
 	return s / float64(max(len(x), 1))
 }
 
-// speculative measures Options.Speculative's tests: a greedy generation
-// of opt.Gen tokens after opt.SpecPrompt without speculation and with the
-// mode, opt.Reps rounds of each in turn, and the step costs by rows. It
-// returns the table's rows with the two tests added, and the report to
-// print after the table (in the markdown output; in JSON the rows carry α
-// and the tokens a verify step).
+// speculative measures Options.Speculative's tests: for each of
+// opt.SpecPrompts, a greedy generation of opt.Gen tokens after it
+// without speculation and with the mode, opt.Reps rounds of each in
+// turn, and the step costs by rows. It returns the table's rows with the
+// two tests added (over every prompt's rounds), and the report to print
+// after the table (in the markdown output; in JSON the rows carry α and
+// the tokens a verify step): each prompt's, then with several prompts
+// the speedup over all of them.
 func speculative(ctx context.Context, e *sequence.Pool, rows []Result, opt Options) ([]Result, func(), error) {
-	mode, text, gen, reps := opt.Speculative, opt.SpecPrompt, opt.Gen, opt.Reps
-	prompt := e.Tok.Encode(text, true, false)
-	if len(prompt) == 0 {
-		return nil, nil, optionErrorf("--prompt %q has no tokens", text)
+	mode, gen, reps := opt.Speculative, opt.Gen, opt.Reps
+	type run struct {
+		text   string
+		prompt []int32
+		stats  spec.Stats
+		cost   []time.Duration
+		rates  [2][]float64 // off, on
 	}
-	if n := len(prompt) + gen; n > e.Hparams.ContextLength {
-		return nil, nil, optionErrorf("--prompt of %d tokens and -n %d exceed the bundle's context of %d", len(prompt), gen, e.Hparams.ContextLength)
+	var runs []*run
+	for _, text := range opt.SpecPrompts {
+		prompt := e.Tok.Encode(text, true, false)
+		if len(prompt) == 0 {
+			return nil, nil, optionErrorf("--prompt %q has no tokens", text)
+		}
+		if n := len(prompt) + gen; n > e.Hparams.ContextLength {
+			return nil, nil, optionErrorf("--prompt of %d tokens and -n %d exceed the bundle's context of %d", len(prompt), gen, e.Hparams.ContextLength)
+		}
+		if mode.Kind == spec.Draft && opt.Draft != nil && len(prompt)+gen+mode.K > opt.Draft.Hparams.ContextLength {
+			return nil, nil, optionErrorf("--prompt of %d tokens and -n %d exceed the draft model's context of %d", len(prompt), gen, opt.Draft.Hparams.ContextLength)
+		}
+		runs = append(runs, &run{text: text, prompt: prompt})
 	}
-	if mode.Kind == spec.Draft && opt.Draft != nil && len(prompt)+gen+mode.K > opt.Draft.Hparams.ContextLength {
-		return nil, nil, optionErrorf("--prompt of %d tokens and -n %d exceed the draft model's context of %d", len(prompt), gen, opt.Draft.Hparams.ContextLength)
+	if len(runs) == 0 {
+		return nil, nil, optionErrorf("--speculative needs a --prompt to generate from")
 	}
 	size, params, _ := weightStats(e)
 	modes := []spec.Mode{{Kind: spec.Off}, mode}
 	for _, m := range modes {
-		if _, _, err := specGen(ctx, e, opt.Draft, prompt, min(gen, 8), m); err != nil { // warm up
+		if _, _, err := specGen(ctx, e, opt.Draft, runs[0].prompt, min(gen, 8), m); err != nil { // warm up
 			return nil, nil, err
 		}
 	}
+	var all [2][]float64
 	var stats spec.Stats
-	rates := make([][]float64, 2)
-	for range reps {
-		for i, m := range modes {
-			v, s, err := specGen(ctx, e, opt.Draft, prompt, gen, m)
-			if err != nil {
-				return nil, nil, err
+	for _, r := range runs {
+		for range reps {
+			for i, m := range modes {
+				v, s, err := specGen(ctx, e, opt.Draft, r.prompt, gen, m)
+				if err != nil {
+					return nil, nil, err
+				}
+				r.rates[i] = append(r.rates[i], v)
+				all[i] = append(all[i], v)
+				if i == 1 {
+					r.stats = s
+				}
 			}
-			rates[i] = append(rates[i], v)
-			if i == 1 {
-				stats = s
-			}
+		}
+		stats = addStats(stats, r.stats)
+		var err error
+		if r.cost, err = stepCosts(ctx, e, r.prompt, mode.K+1, max(20, 4*reps)); err != nil {
+			return nil, nil, err
 		}
 	}
 	for i, m := range modes {
@@ -237,7 +261,7 @@ func speculative(ctx context.Context, e *sequence.Pool, rows []Result, opt Optio
 		if e.TierName() == "cpu" {
 			res.Threads = opt.Threads
 		}
-		res.TokS, res.StdDev = meanSD(rates[i])
+		res.TokS, res.StdDev = meanSD(all[i])
 		if i == 1 {
 			res.Acceptance, res.TokensPerStep = stats.Acceptance(), stats.TokensPerStep()
 		}
@@ -246,13 +270,38 @@ func speculative(ctx context.Context, e *sequence.Pool, rows []Result, opt Optio
 			opt.Warn("%s", warn)
 		}
 	}
-	cost, err := stepCosts(ctx, e, prompt, mode.K+1, max(20, 4*reps))
-	if err != nil {
-		return nil, nil, err
-	}
 	report := func() {
-		fmt.Fprintf(opt.Out, "\nprompt %q (%d tokens)", text, len(prompt))
-		specReport(opt.Out, mode, stats, cost, rates[0], rates[1])
+		for _, r := range runs {
+			fmt.Fprintf(opt.Out, "\nprompt %q (%d tokens)", r.text, len(r.prompt))
+			specReport(opt.Out, mode, r.stats, r.cost, r.rates[0], r.rates[1])
+		}
+		if len(runs) > 1 {
+			var each []string
+			for _, r := range runs {
+				each = append(each, fmt.Sprintf("%.2f×", meanOf(r.rates[1])/meanOf(r.rates[0])))
+			}
+			mp, mo := meanOf(all[0]), meanOf(all[1])
+			fmt.Fprintf(opt.Out, "\nover %d prompts: α = %.3f per token, measured %.2f× (%.1f vs %.1f t/s, the mean of every round); by prompt: %s\n",
+				len(runs), stats.PerToken(), mo/mp, mo, mp, strings.Join(each, ", "))
+		}
 	}
 	return rows, report, nil
+}
+
+// addStats is the counts of two generations' speculation together.
+func addStats(a, b spec.Stats) spec.Stats {
+	a.Steps += b.Steps
+	a.Plain += b.Plain
+	a.Drafted += b.Drafted
+	a.Accepted += b.Accepted
+	a.Rejected += b.Rejected
+	a.DraftTime += b.DraftTime
+	a.DraftSteps += b.DraftSteps
+	for len(a.ByRows) < len(b.ByRows) {
+		a.ByRows = append(a.ByRows, 0)
+	}
+	for r, n := range b.ByRows {
+		a.ByRows[r] += n
+	}
+	return a
 }

@@ -105,7 +105,7 @@ decode step, the predicted speedups and the measured one of every round.`,
 	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	c.Flags().StringVar(&speculative, "speculative", "off", "also generate -n tokens after --prompt without and with speculative decoding: ngram[:K[:fixed]], self[:K[:fixed]] or draft[:K[:fixed]]")
 	c.Flags().StringVar(&draft, "draft", "", "--speculative draft: the draft model, a bundle or GGUF with the target's vocabulary (alone: --speculative draft)")
-	c.Flags().StringVar(&opt.SpecPrompt, "prompt", "Once upon a time", "--speculative: the prompt text the generations start from")
+	c.Flags().StringArrayVar(&opt.SpecPrompts, "prompt", []string{"Once upon a time"}, "--speculative: a prompt text the generations start from; repeated, a set of prompts, each measured in turn and the speedup reported over all")
 	c.Flags().StringVar(&slotList, "slots", "", "batched test: aggregate throughput with these numbers of concurrent sequences (e.g. 1,4,16)")
 	c.Flags().StringVar(&format, "output-format", "md", "batched test output: md or jsonl")
 	c.Flags().StringVar(&opt.Megakernel, "megakernel", "on", "T-CUDA's tg steps on the persistent kernel of a bundle built with megakernel = true (on), on the graph path (off), or both, as tests tgN and tgN graph")

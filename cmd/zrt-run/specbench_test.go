@@ -59,13 +59,23 @@ func TestGenerateSpeculative(t *testing.T) {
 }
 
 // TestBenchSpeculative: bench --speculative adds the two generation tests
-// and the report of acceptance, step costs and speedups.
+// and the report of acceptance, step costs and speedups; --prompt
+// repeated measures each prompt and reports the speedup over all.
 func TestBenchSpeculative(t *testing.T) {
 	_, bundle := batchedBundle(t)
 	out, _ := runCmd(t, "bench", bundle, "-p", "0", "-n", "40", "-r", "1", "--threads", "1", "--speculative", "ngram:1:fixed", "--prompt", "a b a b a b")
 	for _, want := range []string{"| tg40 off |", "| tg40 ngram:1:fixed |", "speculative ngram:1:fixed: α = ", "2 rows ", "speedup: predicted "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "over 1 prompts") {
+		t.Errorf("one prompt reported as a set:\n%s", out)
+	}
+	out, _ = runCmd(t, "bench", bundle, "-p", "0", "-n", "20", "-r", "1", "--threads", "1", "--speculative", "ngram:1:fixed", "--prompt", "a b a b a b", "--prompt", "c d c d")
+	for _, want := range []string{`prompt "a b a b a b"`, `prompt "c d c d"`, "over 2 prompts: α = ", "by prompt: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench with two prompts: output lacks %q:\n%s", want, out)
 		}
 	}
 }

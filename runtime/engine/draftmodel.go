@@ -80,13 +80,16 @@ func (d *draftModel) grow(s *draftSeq, n int) bool {
 // modelDraft makes the draft tokens of the step's proposals with the draft
 // model: for each request that proposes k placeholders, its draft KV is
 // rolled back to where it agrees with the request's tokens and fed the
-// rest up to the pending token (prefill steps, in the request's slot),
-// then one step a token after the first. A request whose draft KV does
-// not fit the draft model's free pages (after those of requests not
-// running are given back) drafts nothing this step, and so does one
-// whose draft step fails (the draft is only a guess: the request goes on
-// without it, the failure counted in Stats.SpecDraftErrors). It logs the
-// step's drafts by their tokens, so that a rerun needs no draft model.
+// rest in prefill steps in the request's slot, up to its last few tokens;
+// then decode steps feed every such request's next position in one (its
+// last tokens, then its draft tokens as they are made; draftRows of them
+// a step at most). A
+// request whose draft KV does not fit the draft model's free pages
+// (after those of requests not running are given back) drafts nothing
+// this step, and so does one whose draft step fails (the draft is only a
+// guess: the request goes on without it, the failure counted in
+// Stats.SpecDraftErrors). It logs the step's drafts by their tokens, so
+// that a rerun needs no draft model.
 func (e *Engine) modelDraft(ctx context.Context) {
 	d := e.dm
 	if d == nil {
@@ -102,6 +105,7 @@ func (e *Engine) modelDraft(ctx context.Context) {
 			d.drop(id)
 		}
 	}
+	var ready []*request
 	for _, r := range e.reqs {
 		if r.spec == nil || r.slot < 0 || len(r.spec.draft) == 0 {
 			continue
@@ -125,88 +129,139 @@ func (e *Engine) modelDraft(ctx context.Context) {
 				continue
 			}
 		}
-		if err := e.draftTokens(ctx, r, s); err != nil {
-			d.drop(r.id)
-			r.spec.draft, r.spec.q = r.spec.draft[:0], r.spec.q[:0]
-			e.mu.Lock()
-			e.stats.SpecDraftErrors++
-			e.stats.SpecDraftError = err.Error()
-			e.mu.Unlock()
+		if err := e.draftCatchUp(ctx, r, s); err != nil {
+			e.draftFailed(r, err)
+			continue
+		}
+		ready = append(ready, r)
+	}
+	if err := e.draftPositions(ctx, ready); err != nil {
+		for _, r := range ready {
+			e.draftFailed(r, err)
 		}
 	}
 	e.logDrafts()
 }
 
-// draftTokens fills r's placeholders with the draft model's greedy
-// tokens, s holding the draft's KV of r and pages for them.
-func (e *Engine) draftTokens(ctx context.Context, r *request, s *draftSeq) error {
+// draftFailed drops r's draft for the step, and its draft KV, after err.
+func (e *Engine) draftFailed(r *request, err error) {
+	e.dm.drop(r.id)
+	r.spec.draft, r.spec.q = r.spec.draft[:0], r.spec.q[:0]
+	e.mu.Lock()
+	e.stats.SpecDraftErrors++
+	e.stats.SpecDraftError = err.Error()
+	e.mu.Unlock()
+}
+
+// draftTail is how many of a request's tokens before its pending one
+// its draft KV may lack and still take them in the draft's decode steps,
+// batched with the other requests' rows, rather than a prefill step of
+// its own: after a verify step it lacks the target's token and any draft
+// token rejected before it.
+const draftTail = 3
+
+// draftCatchUp feeds s, r's draft KV, r's tokens from where they agree up
+// to draftTail tokens before its pending token, in prefill steps in r's
+// slot (a decode step a token where no prefill variant fits). Its time is
+// a catch-up's, a probe's cost when the step probes, not what a draft
+// token costs.
+func (e *Engine) draftCatchUp(ctx context.Context, r *request, s *draftSeq) error {
 	d := e.dm
 	same := 0
 	for same < min(len(s.tokens), r.done) && s.tokens[same] == r.tokens[same] {
 		same++
 	}
 	s.tokens = s.tokens[:same] // the pages stay: grow gave them for this step
-	pages := []runtime.SlotPages{{Slot: r.slot, Pages: s.pages}}
-	step := func(stage runtime.Stage, toks []int32) error {
-		key, ok := d.m.Key(stage, len(toks))
-		if !ok {
-			return fmt.Errorf("engine: draft model has no %s variant for %d rows", stage, len(toks))
+	feed := r.tokens[same:max(same, r.done-draftTail)]
+	for len(feed) > 0 {
+		// The longest run a prefill variant takes, else a token alone.
+		stage, n := runtime.Decode, len(feed)
+		for _, ok := d.m.Key(runtime.Prefill, n); !ok && n > 1; _, ok = d.m.Key(runtime.Prefill, n) {
+			n /= 2
 		}
-		b := runtime.Batch{Key: key, Pages: pages}
+		if n > 1 {
+			stage = runtime.Prefill
+		}
+		key, ok := d.m.Key(stage, n)
+		if !ok {
+			return fmt.Errorf("engine: draft model has no %s variant for %d rows", stage, n)
+		}
+		b := runtime.Batch{Key: key, Pages: []runtime.SlotPages{{Slot: r.slot, Pages: s.pages}}}
 		prompt := 0
 		if stage == runtime.Prefill {
-			prompt = len(toks)
+			prompt = n
 		}
-		for i, t := range toks {
-			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: len(s.tokens) + i, Token: t, Logits: i == len(toks)-1, Prompt: prompt})
+		for i, t := range feed[:n] {
+			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: len(s.tokens) + i, Token: t, Logits: i == n-1, Prompt: prompt})
 		}
 		at := e.cfg.Now()
 		if err := d.m.Step(ctx, b); err != nil {
 			return fmt.Errorf("engine: draft model step: %w", err)
 		}
-		if stage == runtime.Decode {
-			// A draft token's cost: a prompt's catch-up, once a request,
-			// is not what the next draft costs.
-			e.specPolicy.observeDraft(e.cfg.Now().Sub(at))
-		} else {
-			e.specPolicy.spend(e.cfg.Now().Sub(at)) // a catch-up: a probe's cost, when it probes
-		}
-		s.tokens = append(s.tokens, toks...)
-		return nil
-	}
-	feed := r.tokens[same : r.done+1]
-	for len(feed) > 1 {
-		n := len(feed)
-		for _, ok := d.m.Key(runtime.Prefill, n); !ok && n > 1; _, ok = d.m.Key(runtime.Prefill, n) {
-			n /= 2
-		}
-		if n == 1 {
-			break
-		}
-		if err := step(runtime.Prefill, feed[:n]); err != nil {
-			return err
-		}
+		e.specPolicy.spend(e.cfg.Now().Sub(at))
+		s.tokens = append(s.tokens, feed[:n]...)
 		feed = feed[n:]
 	}
-	for _, t := range feed {
-		if err := step(runtime.Decode, []int32{t}); err != nil {
-			return err
-		}
-	}
-	for j := range r.spec.draft {
-		if j > 0 {
-			if err := step(runtime.Decode, r.spec.draft[j-1:j]); err != nil {
-				return err
+	return nil
+}
+
+// draftPositions makes the draft tokens of the requests ready (their
+// draft KV at most draftTail tokens short of their pending tokens):
+// decode steps of a row for each request that has one to feed (draftRows
+// of them a step at most), each its next position: its tokens up to its
+// pending one, then its draft tokens, each made from the step that fed
+// the position before it. A request's draft token is the draft model's
+// greedy choice, or for a sampled request a draw from its distribution.
+func (e *Engine) draftPositions(ctx context.Context, ready []*request) error {
+	d := e.dm
+	per := max(e.specPolicy.draftRows, 1)
+	for {
+		var at []*request
+		for _, r := range ready {
+			if len(d.seqs[r.id].tokens) < r.done+len(r.spec.draft) {
+				at = append(at, r)
 			}
 		}
-		if r.spec.sampler == nil {
-			r.spec.draft[j] = d.m.Greedy(r.slot)
-			continue
+		if len(at) == 0 {
+			return nil
 		}
-		tok, q := e.sampleDraft(r, j)
-		r.spec.draft[j], r.spec.q = tok, append(r.spec.q, q)
+		for len(at) > 0 {
+			part := at[:min(per, len(at))]
+			at = at[len(part):]
+			key, ok := d.m.Key(runtime.Decode, len(part))
+			if !ok {
+				return fmt.Errorf("engine: draft model has no decode variant for %d rows", len(part))
+			}
+			b := runtime.Batch{Key: key}
+			for _, r := range part {
+				s := d.seqs[r.id]
+				p := len(s.tokens)
+				tok := r.tokens[min(p, r.done)]
+				if p > r.done {
+					tok = r.spec.draft[p-r.done-1]
+				}
+				b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: p, Token: tok, Logits: p >= r.done})
+				b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: s.pages})
+				s.tokens = append(s.tokens, tok)
+			}
+			start := e.cfg.Now()
+			if err := d.m.Step(ctx, b); err != nil {
+				return fmt.Errorf("engine: draft model step: %w", err)
+			}
+			e.specPolicy.observeDraft(e.cfg.Now().Sub(start))
+			for _, r := range part {
+				j := len(d.seqs[r.id].tokens) - 1 - r.done // the draft token the row's logits make
+				switch {
+				case j < 0:
+				case r.spec.sampler == nil:
+					r.spec.draft[j] = d.m.Greedy(r.slot)
+				default:
+					tok, q := e.sampleDraft(r, j)
+					r.spec.draft[j], r.spec.q = tok, append(r.spec.q, q)
+				}
+			}
+		}
 	}
-	return nil
 }
 
 // sampleDraft draws r's j-th draft token from the draft model's logits of

@@ -41,9 +41,10 @@ type scripted struct {
 	// drawn from draftRng, and another token otherwise.
 	draftAccept float64
 	draftRng    *rand.Rand
-	// draftRows are its draft variants' rows (default: the one-row one).
-	draftRows []int
-	drafted   map[int]int32 // slot → the draft variant's choice, until its next step
+	// draftRows are its draft variants' rows (default: the one-row one),
+	// decodeRows its decode variants' (default 1, 2, 4 and 8).
+	draftRows, decodeRows []int
+	drafted               map[int]int32 // slot → the draft variant's choice, until its next step
 	// kv, when set, is its KV pool's bytes: each row writes its token and
 	// position+1 at its slot's page and offset (simEntry bytes an entry),
 	// so a test can check that every request's pages hold its tokens,
@@ -203,6 +204,9 @@ func (m *scripted) kvEntry(pg uint32, pos int) (int32, int) {
 
 func (m *scripted) Key(stage runtime.Stage, rows int) (runtime.ShapeKey, bool) {
 	caps := map[runtime.Stage][]int{runtime.Decode: {1, 2, 4, 8}, runtime.Prefill: {16, 64}}[stage]
+	if stage == runtime.Decode && m.decodeRows != nil {
+		caps = m.decodeRows
+	}
 	if stage == runtime.Draft && m.draftAccept > 0 {
 		caps = []int{1}
 		if m.draftRows != nil {

@@ -545,16 +545,23 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 	}
 }
 
-// draftRows is how many requests' draft tokens one draft replay makes:
-// with self-speculation the rows of the largest draft variant (a bundle
-// built before there was one for each decode variant has only the
-// one-row one), with a draft model 1 (its steps are a request's each).
-func draftRows(m Model, s Speculation, model bool) int {
-	if s.Kind != spec.Self || model {
+// draftRows is how many requests' draft tokens of one position one
+// draft replay makes: the rows of the largest draft variant with
+// self-speculation (a bundle built before there was one for each decode
+// variant has only the one-row one), of the draft model's largest decode
+// variant with a draft model, and 1 for the others.
+func draftRows(m Model, s Speculation, dm Model) int {
+	stage := runtime.Draft
+	switch {
+	case dm != nil:
+		m, stage = dm, runtime.Decode
+	case s.Kind != spec.Self:
 		return 1
 	}
-	if k, ok := m.Key(runtime.Draft, m.Slots()); ok {
-		return k.Rows
+	for n := m.Slots(); n > 1; n-- { // the largest variant: the one that fits the most rows
+		if k, ok := m.Key(stage, n); ok {
+			return k.Rows
+		}
 	}
 	return 1
 }

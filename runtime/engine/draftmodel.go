@@ -214,7 +214,6 @@ func (e *Engine) draftCatchUp(ctx context.Context, r *request, s *draftSeq) erro
 // greedy choice, or for a sampled request a draw from its distribution.
 func (e *Engine) draftPositions(ctx context.Context, ready []*request) error {
 	d := e.dm
-	per := max(e.specPolicy.draftRows, 1)
 	for {
 		var at []*request
 		for _, r := range ready {
@@ -225,41 +224,27 @@ func (e *Engine) draftPositions(ctx context.Context, ready []*request) error {
 		if len(at) == 0 {
 			return nil
 		}
-		for len(at) > 0 {
-			part := at[:min(per, len(at))]
-			at = at[len(part):]
-			key, ok := d.m.Key(runtime.Decode, len(part))
-			if !ok {
-				return fmt.Errorf("engine: draft model has no decode variant for %d rows", len(part))
+		err := draftReplays(e, ctx, d.m, runtime.Decode, at, func(r *request) (runtime.Row, runtime.SlotPages) {
+			s := d.seqs[r.id]
+			p := len(s.tokens)
+			tok := r.tokens[min(p, r.done)]
+			if p > r.done {
+				tok = r.spec.draft[p-r.done-1]
 			}
-			b := runtime.Batch{Key: key}
-			for _, r := range part {
-				s := d.seqs[r.id]
-				p := len(s.tokens)
-				tok := r.tokens[min(p, r.done)]
-				if p > r.done {
-					tok = r.spec.draft[p-r.done-1]
-				}
-				b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: p, Token: tok, Logits: p >= r.done})
-				b.Pages = append(b.Pages, runtime.SlotPages{Slot: r.slot, Pages: s.pages})
-				s.tokens = append(s.tokens, tok)
+			s.tokens = append(s.tokens, tok)
+			return runtime.Row{Slot: r.slot, Pos: p, Token: tok, Logits: p >= r.done}, runtime.SlotPages{Slot: r.slot, Pages: s.pages}
+		}, func(r *request) {
+			switch j := len(d.seqs[r.id].tokens) - 1 - r.done; { // the draft token the row's logits make
+			case j < 0:
+			case r.spec.sampler == nil:
+				r.spec.draft[j] = d.m.Greedy(r.slot)
+			default:
+				tok, q := e.sampleDraft(r, j)
+				r.spec.draft[j], r.spec.q = tok, append(r.spec.q, q)
 			}
-			start := e.cfg.Now()
-			if err := d.m.Step(ctx, b); err != nil {
-				return fmt.Errorf("engine: draft model step: %w", err)
-			}
-			e.specPolicy.observeDraft(e.cfg.Now().Sub(start))
-			for _, r := range part {
-				j := len(d.seqs[r.id].tokens) - 1 - r.done // the draft token the row's logits make
-				switch {
-				case j < 0:
-				case r.spec.sampler == nil:
-					r.spec.draft[j] = d.m.Greedy(r.slot)
-				default:
-					tok, q := e.sampleDraft(r, j)
-					r.spec.draft[j], r.spec.q = tok, append(r.spec.q, q)
-				}
-			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -509,7 +509,6 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 			ds = append(ds, drafting{r, c.From, c.Draft, r.tokens[c.From]})
 		}
 	}
-	per := max(e.specPolicy.draftRows, 1)
 	for j := 0; ; j++ {
 		var at []*drafting
 		for i := range ds {
@@ -520,29 +519,48 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 		if len(at) == 0 {
 			return nil
 		}
-		for len(at) > 0 {
-			part := at[:min(per, len(at))]
-			at = at[len(part):]
-			key, ok := e.m.Key(runtime.Draft, len(part))
-			if !ok {
-				return fmt.Errorf("engine: no draft variant for %d rows", len(part))
-			}
-			b := runtime.Batch{Key: key}
-			for _, d := range part {
-				b.Rows = append(b.Rows, runtime.Row{Slot: d.r.slot, Pos: d.from + j, Token: d.prev, Logits: true})
-				b.Pages = append(b.Pages, runtime.SlotPages{Slot: d.r.slot, Pages: d.r.pages})
-			}
-			start := e.cfg.Now()
-			if err := e.m.Step(ctx, b); err != nil {
-				return fmt.Errorf("engine: draft step: %w", err)
-			}
-			e.specPolicy.observeDraft(e.cfg.Now().Sub(start))
-			for _, d := range part {
-				d.prev = e.m.Greedy(d.r.slot)
-				d.r.spec.draft[j] = d.prev
-			}
+		err := draftReplays(e, ctx, e.m, runtime.Draft, at, func(d *drafting) (runtime.Row, runtime.SlotPages) {
+			return runtime.Row{Slot: d.r.slot, Pos: d.from + j, Token: d.prev, Logits: true}, runtime.SlotPages{Slot: d.r.slot, Pages: d.r.pages}
+		}, func(d *drafting) {
+			d.prev = e.m.Greedy(d.r.slot)
+			d.r.spec.draft[j] = d.prev
+		})
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// draftReplays runs steps of stage on model m (the bundle's draft
+// variants, or a draft model's decode variants) of a row for each of
+// items, draftRows of them a step at most: row gives an item's row and
+// its slot's pages, and took is called for each item of a step after it
+// ran. Each step's time is a draft replay's.
+func draftReplays[T any](e *Engine, ctx context.Context, m Model, stage runtime.Stage, items []T,
+	row func(T) (runtime.Row, runtime.SlotPages), took func(T)) error {
+	per := max(e.specPolicy.draftRows, 1)
+	for len(items) > 0 {
+		part := items[:min(per, len(items))]
+		items = items[len(part):]
+		key, ok := m.Key(stage, len(part))
+		if !ok {
+			return fmt.Errorf("engine: no %s variant for %d draft rows", stage, len(part))
+		}
+		b := runtime.Batch{Key: key}
+		for _, it := range part {
+			r, pg := row(it)
+			b.Rows, b.Pages = append(b.Rows, r), append(b.Pages, pg)
+		}
+		start := e.cfg.Now()
+		if err := m.Step(ctx, b); err != nil {
+			return fmt.Errorf("engine: draft step: %w", err)
+		}
+		e.specPolicy.observeDraft(e.cfg.Now().Sub(start))
+		for _, it := range part {
+			took(it)
+		}
+	}
+	return nil
 }
 
 // draftRows is how many requests' draft tokens of one position one

@@ -63,11 +63,12 @@ type Config struct {
 	CacheTypeK string `toml:"cache_type_k"`
 	CacheTypeV string `toml:"cache_type_v"`
 	// DraftLayers, when set, adds draft variants for self-speculation
-	// (draft.sS.rR, one for each decode variant): the model's first DraftLayers layers and its own
-	// output norm and head on their output (an early exit, as LayerSkip
-	// and Draft & Verify draft), sharing the model's weights and, for
-	// those layers, its KV pages (default 0: none; left out of the
-	// recorded config then, so builds without one keep their bytes).
+	// (draft.sS.rR, one for each decode variant): the model's first
+	// DraftLayers layers and its own output norm and head on their
+	// output (an early exit, as LayerSkip and Draft & Verify draft),
+	// sharing the model's weights and, for those layers, its KV pages
+	// (default 0: none; left out of the recorded config then, so builds
+	// without one keep their bytes).
 	DraftLayers int `toml:"draft_layers,omitzero"`
 	// Megakernel, on a cuda target, puts T-CUDA's persistent decode
 	// kernel (docs/design/megakernel.md) into the bundle, and the tier

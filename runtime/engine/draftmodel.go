@@ -83,13 +83,12 @@ func (d *draftModel) grow(s *draftSeq, n int) bool {
 // rest in prefill steps in the request's slot, up to its last few tokens;
 // then decode steps feed every such request's next position in one (its
 // last tokens, then its draft tokens as they are made; draftRows of them
-// a step at most). A
-// request whose draft KV does not fit the draft model's free pages
-// (after those of requests not running are given back) drafts nothing
-// this step, and so does one whose draft step fails (the draft is only a
-// guess: the request goes on without it, the failure counted in
-// Stats.SpecDraftErrors). It logs the step's drafts by their tokens, so
-// that a rerun needs no draft model.
+// a step at most). A request whose draft KV does not fit the draft
+// model's free pages (after those of requests not running are given
+// back) drafts nothing this step, and so does one whose draft step fails
+// (the draft is only a guess: the request goes on without it, the
+// failure counted in Stats.SpecDraftErrors). It logs the step's drafts by
+// their tokens, so that a rerun needs no draft model.
 func (e *Engine) modelDraft(ctx context.Context) {
 	d := e.dm
 	if d == nil {

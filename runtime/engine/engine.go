@@ -556,11 +556,7 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	} else if cfg.DraftModel != nil {
 		return nil, fmt.Errorf("engine: a draft model goes with speculative kind draft, not %s", cfg.Speculative)
 	}
-	var dm Model
-	if e.dm != nil {
-		dm = e.dm.m
-	}
-	e.specPolicy.draftRows = draftRows(m, cfg.Speculative, dm)
+	e.specPolicy.draftRows = draftRows(m, cfg.Speculative, cfg.DraftModel)
 	e.resolve = (*decode.Decoder).NextDrafted
 	e.drafter = cfg.Drafter
 	if e.drafter == nil {

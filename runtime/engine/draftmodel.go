@@ -223,7 +223,7 @@ func (e *Engine) draftPositions(ctx context.Context, ready []*request) error {
 		if len(at) == 0 {
 			return nil
 		}
-		err := draftReplays(e, ctx, d.m, runtime.Decode, at, func(r *request) (runtime.Row, runtime.SlotPages) {
+		err := draftReplays(ctx, e, d.m, runtime.Decode, at, func(r *request) (runtime.Row, runtime.SlotPages) {
 			s := d.seqs[r.id]
 			p := len(s.tokens)
 			tok := r.tokens[min(p, r.done)]

@@ -519,7 +519,7 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 		if len(at) == 0 {
 			return nil
 		}
-		err := draftReplays(e, ctx, e.m, runtime.Draft, at, func(d *drafting) (runtime.Row, runtime.SlotPages) {
+		err := draftReplays(ctx, e, e.m, runtime.Draft, at, func(d *drafting) (runtime.Row, runtime.SlotPages) {
 			return runtime.Row{Slot: d.r.slot, Pos: d.from + j, Token: d.prev, Logits: true}, runtime.SlotPages{Slot: d.r.slot, Pages: d.r.pages}
 		}, func(d *drafting) {
 			d.prev = e.m.Greedy(d.r.slot)
@@ -536,7 +536,7 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 // items, draftRows of them a step at most: row gives an item's row and
 // its slot's pages, and took is called for each item of a step after it
 // ran. Each step's time is a draft replay's.
-func draftReplays[T any](e *Engine, ctx context.Context, m Model, stage runtime.Stage, items []T,
+func draftReplays[T any](ctx context.Context, e *Engine, m Model, stage runtime.Stage, items []T,
 	row func(T) (runtime.Row, runtime.SlotPages), took func(T)) error {
 	per := max(e.specPolicy.draftRows, 1)
 	for len(items) > 0 {

@@ -427,7 +427,7 @@ func TestBranchStd(t *testing.T) {
 	base := Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 300, Context: 64, Type: ggml.F32, Seed: 7}
 	small := base
 	small.BranchStd = 0.001
-	a, b := mustParse(t, base), mustParse(t, small)
+	a, b := parsed(t, base), parsed(t, small)
 	for _, ti := range a.Tensors {
 		tb, ok := b.Tensor(ti.Name)
 		if !ok {
@@ -455,19 +455,6 @@ func TestBranchStd(t *testing.T) {
 			t.Errorf("--branch-std %v: accepted", bad)
 		}
 	}
-}
-
-func mustParse(t *testing.T, s Shape) *gguf.File {
-	t.Helper()
-	b, err := Write(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 // rms is the root mean square of an F32 tensor's bytes.

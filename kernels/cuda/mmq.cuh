@@ -39,6 +39,21 @@ __device__ __forceinline__ int mm_xstride(int k) { return (k + k / 4 + 15) & ~15
 __device__ __forceinline__ float* mm_xd(u8* row, int k) { return (float*)(row + k); }
 __device__ __forceinline__ short* mm_bs(u8* row, int k) { return (short*)(row + k + k / 8); }
 
+// xq_swz is the byte of a Q8_K activation row in shared memory that holds
+// its quant e: bits 5-6 of e (the 32-quant unit within a half block) are
+// XORed with bits 7-8 (the half, and the block's parity). The eight lanes
+// of a block in WBlk<Q4_K>::dot read 16 bytes each at units 0, 0, 2, 2, 4,
+// 4, 6, 6 of its two halves, and the sixteen lanes of two blocks in
+// WBlk<Q6_K>::dot 8 bytes each at the same offsets of four halves: in
+// order, every such load met the same banks two or four times over, which
+// bounds a product of several rows. Swizzled, each lands on distinct
+// banks. Pieces of 8 or 16 bytes at their alignment stay whole; the sums
+// (bs) and scales (xd) keep their places.
+// Only the kernels of several rows a block swizzle (SW): a one-row
+// product lost 1-3% to the address arithmetic, more than the conflicts
+// cost it (kernels/cuda/bench/mmvbench.cu).
+template <bool SW> __device__ __forceinline__ int xq_swz(int e) { return SW ? e ^ (((e >> 7) & 3) << 5) : e; }
+
 // ld_a2 loads 4 bytes from a 2-byte aligned address.
 __device__ __forceinline__ int ld_a2(const u8* p) {
     const unsigned short* h = (const unsigned short*)p;
@@ -97,8 +112,9 @@ __device__ __forceinline__ void rms_scales(const float* x, int k, int nr, float 
 // -127/max of the first largest-magnitude element. It writes the quants
 // to xq and, where bs is given, the 16 sums of 16 quants (ggml's bsums)
 // to bs; it returns the block's scale, and the sum of the lane's 8 quants
-// in s8.
-__device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, short* bs, int* s8 = nullptr) {
+// in s8. With b ≥ 0, xq is block b of an activation row and the quants
+// go where xq_swz<true> puts them; with b < 0 in order.
+__device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, short* bs, int* s8 = nullptr, int b = -1) {
     int lane = threadIdx.x & 31, e0 = 8 * lane;
     float amax = 0.f, mine = 0.f; // the lane's largest magnitude, and its first element of it
 #pragma unroll
@@ -122,7 +138,8 @@ __device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, sho
 #pragma unroll
         for (int t = 0; t < 8; t++) q[t] = (int)fminf(127.f, rintf(iscale * v[t]));
     }
-    *(int2*)(xq + e0) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+    const int at = b < 0 ? e0 : xq_swz<true>(256 * (b & 1) + e0) - 256 * (b & 1);
+    *(int2*)(xq + at) = make_int2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
     int s = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
     if (s8) *s8 = s;
     if (bs) {
@@ -135,7 +152,7 @@ __device__ __forceinline__ float q8k_warp(const float v[8], signed char* xq, sho
 // quant_x quantizes one activation row of k floats (RMS-normalized first
 // when wn is given) into xq (int8) and xd (scales) with the whole block;
 // the caller synchronizes.
-template <int XT>
+template <int XT, bool SW = false>
 __device__ void quant_x(const float* x, signed char* xq, float* xd, short* bs, int k, float scale = 1.f, const float* wn = nullptr) {
     int tid = threadIdx.y * blockDim.x + threadIdx.x;
     int lane = tid & 31, warp = tid >> 5, nw = (blockDim.x * blockDim.y) >> 5;
@@ -161,42 +178,58 @@ __device__ void quant_x(const float* x, signed char* xq, float* xd, short* bs, i
             float v[8];
             float4 a = ld4(x, 256 * b + 8 * lane, vec, scale, wn), c = ld4(x, 256 * b + 8 * lane + 4, vec, scale, wn);
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-            float d = q8k_warp(v, xq + 256 * b, bs + 16 * b);
+            float d = q8k_warp(v, xq + 256 * b, bs + 16 * b, nullptr, SW ? b : -1);
             if (lane == 0) xd[b] = d;
         }
     }
 }
 
-// rms_quant_q8k is rms_scale then quant_x for a row of at most one Q8_K
-// block a warp (k ≤ 256·warps), from one read of it: each warp holds its
-// block in registers while the block sums the squares. The caller
-// synchronizes.
-__device__ void rms_quant_q8k(const float* x, signed char* xq, float* xd, short* bs, int k, float eps, const float* wn) {
-    __shared__ double part[32];
+// rms_quant_q8k is rms_scale then quant_x for the rows r < R of x (k
+// floats each) that want outputs (orow[r] ≥ 0), each into xs + r·xst, for
+// k of at most one Q8_K block a warp (k ≤ 256·warps), from one read of
+// each row: each warp holds its block of every row in registers while the
+// block sums the squares, so R rows cost one barrier, not R. A row's sums
+// are taken in the same order whatever R is. The caller synchronizes.
+template <int R>
+__device__ void rms_quant_q8k(const float* x, u8* xs, int xst, int k, float eps, const float* wn, const int* orow) {
+    __shared__ double part[R][32];
     int tid = threadIdx.y * blockDim.x + threadIdx.x;
     int lane = tid & 31, warp = tid >> 5, nw = (blockDim.x * blockDim.y) >> 5;
     bool live = warp < k / 256, vec = ((size_t)x & 15) == 0 && ((size_t)wn & 15) == 0;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (live) {
-        float4 a = ld4(x, 256 * warp + 8 * lane, vec, 1.f, nullptr), c = ld4(x, 256 * warp + 8 * lane + 4, vec, 1.f, nullptr);
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-    }
-    double s = 0;
+    float v[R][8];
 #pragma unroll
-    for (int t = 0; t < 8; t++) s += (double)(v[t] * v[t]);
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) part[warp] = s;
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int t = 0; t < 8; t++) v[r][t] = 0.f;
+        if (!live || orow[r] < 0) continue;
+        const float* xr = x + (size_t)r * k;
+        float4 a = ld4(xr, 256 * warp + 8 * lane, vec, 1.f, nullptr), c = ld4(xr, 256 * warp + 8 * lane + 4, vec, 1.f, nullptr);
+        v[r][0] = a.x, v[r][1] = a.y, v[r][2] = a.z, v[r][3] = a.w, v[r][4] = c.x, v[r][5] = c.y, v[r][6] = c.z, v[r][7] = c.w;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        double s = 0;
+#pragma unroll
+        for (int t = 0; t < 8; t++) s += (double)(v[r][t] * v[r][t]);
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) part[r][warp] = s;
+    }
     __syncthreads();
     if (!live) return;
-    double t = 0;
-    for (int w = 0; w < nw; w++) t += part[w];
-    float scale = 1.f / sqrtf((float)(t / (double)k) + eps);
     float4 wa = ld4(wn, 256 * warp + 8 * lane, vec, 1.f, nullptr), wc = ld4(wn, 256 * warp + 8 * lane + 4, vec, 1.f, nullptr);
     const float w8[8] = {wa.x, wa.y, wa.z, wa.w, wc.x, wc.y, wc.z, wc.w};
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = (v[i] * scale) * w8[i];
-    float d = q8k_warp(v, xq + 256 * warp, bs + 16 * warp);
-    if (lane == 0) xd[warp] = d;
+    for (int r = 0; r < R; r++) {
+        if (orow[r] < 0) continue;
+        double t = 0;
+        for (int w = 0; w < nw; w++) t += part[r][w];
+        float scale = 1.f / sqrtf((float)(t / (double)k) + eps);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[r][i] = (v[r][i] * scale) * w8[i];
+        u8* row = xs + r * xst;
+        float d = q8k_warp(v[r], (signed char*)row + 256 * warp, mm_bs(row, k) + 16 * warp, nullptr, R > 1 ? warp : -1);
+        if (lane == 0) mm_xd(row, k)[warp] = d;
+    }
 }
 
 // WBlk<T> is one lane's piece of one weight block: load() fetches the raw
@@ -205,6 +238,7 @@ __device__ void rms_quant_q8k(const float* x, signed char* xq, float* xd, short*
 template <int T> struct WBlk { // the float path's types never get here
     __device__ __forceinline__ void load(const u8*, int, int) {}
     __device__ __forceinline__ void prep(int) {}
+    template <bool SW = false>
     __device__ __forceinline__ float dot(const signed char*, const float*, const short*, int, int) const { return 0.f; }
 };
 
@@ -218,6 +252,7 @@ template <> struct WBlk<T_Q8_0> { // 4 lanes a block, 8 quants each
         q1 = ld_a2(p + 6 + 8 * sub);
     }
     __device__ __forceinline__ void prep(int) {}
+    template <bool SW = false>
     __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
         int2 x = *(const int2*)(xq + 32 * b + 8 * sub);
         return (float)__dp4a(q0, x.x, __dp4a(q1, x.y, 0)) * (d * xd[b]);
@@ -236,6 +271,7 @@ template <> struct WBlk<T_Q4_0> { // 4 lanes a block: 4 bytes, 8 nibbles each
         hi = __vsub4((lo >> 4) & 0x0F0F0F0F, 0x08080808);
         lo = __vsub4(lo & 0x0F0F0F0F, 0x08080808);
     }
+    template <bool SW = false>
     __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
         int x0 = *(const int*)(xq + 32 * b + 4 * sub), x1 = *(const int*)(xq + 32 * b + 16 + 4 * sub);
         return (float)__dp4a(lo, x0, __dp4a(hi, x1, 0)) * (d * xd[b]);
@@ -264,9 +300,10 @@ template <> struct WBlk<T_Q4_K> { // 8 lanes a block: 16 bytes of qs (32 quants)
         u32 mn = c < 2 ? zs & 0x3F3F : ((ws >> 4) & 0x0F0F) | ((zs >> 2) & 0x3030);
         sc0 = sc & 255, sc1 = (sc >> 8) & 255, mn0 = mn & 255, mn1 = (mn >> 8) & 255;
     }
+    template <bool SW = false>
     __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
         int e = 256 * b + 64 * (sub >> 1) + 16 * (sub & 1); // the lane's low quants; high ones 32 on
-        int4 xl = *(const int4*)(xq + e), xh = *(const int4*)(xq + e + 32);
+        int4 xl = *(const int4*)(xq + xq_swz<SW>(e)), xh = *(const int4*)(xq + xq_swz<SW>(e + 32));
         const int M = 0x0F0F0F0F;
         int sl = __dp4a((int)qs.x & M, xl.x, __dp4a((int)qs.y & M, xl.y, __dp4a((int)qs.z & M, xl.z, __dp4a((int)qs.w & M, xl.w, 0))));
         int sh = __dp4a((int)(qs.x >> 4) & M, xh.x,
@@ -320,9 +357,11 @@ template <> struct WBlk<T_Q6_K> { // 8 lanes a block: 8 positions l of a half (3
         q[4] = __vsub4(((a0 >> 4) & M) | (h0 & H), B), q[5] = __vsub4(((a1 >> 4) & M) | (h1 & H), B);
         q[6] = __vsub4(((b0 >> 4) & M) | ((h0 >> 2) & H), B), q[7] = __vsub4(((b1 >> 4) & M) | ((h1 >> 2) & H), B);
     }
+    template <bool SW = false>
     __device__ __forceinline__ float dot(const signed char* xq, const float* xd, const short* bs, int b, int sub) const {
-        const signed char* xb = xq + 256 * b + 128 * (sub >> 2) + 8 * (sub & 3);
-        int2 x1 = *(const int2*)xb, x2 = *(const int2*)(xb + 32), x3 = *(const int2*)(xb + 64), x4 = *(const int2*)(xb + 96);
+        const int e = 256 * b + 128 * (sub >> 2) + 8 * (sub & 3);
+        int2 x1 = *(const int2*)(xq + xq_swz<SW>(e)), x2 = *(const int2*)(xq + xq_swz<SW>(e + 32)),
+             x3 = *(const int2*)(xq + xq_swz<SW>(e + 64)), x4 = *(const int2*)(xq + xq_swz<SW>(e + 96));
         int sum = s0 * __dp4a(q[0], x1.x, __dp4a(q[1], x1.y, 0)) + s2 * __dp4a(q[2], x2.x, __dp4a(q[3], x2.y, 0)) +
             s4 * __dp4a(q[4], x3.x, __dp4a(q[5], x3.y, 0)) + s6 * __dp4a(q[6], x4.x, __dp4a(q[7], x4.y, 0));
         return d * xd[b] * (float)sum;
@@ -530,17 +569,17 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
     }
     if (!any) return; // uniform over the block
     const int xst = R == 1 ? 0 : mm_xstride(k);
+    if (Geom<TW>::VT == T_Q8_K && wn && k <= 256 * MMV_WARPS) {
+        rms_quant_q8k<R>(x + (size_t)row0 * k, smem, xst, k, eps, wn, orow);
+    } else {
+        // rms_scale ends with a barrier, so the rows need none between them.
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (orow[r] < 0) continue;
-        if (r > 0) __syncthreads(); // the row quantizers' reduction scratch is shared
-        const float* xr = x + (size_t)(row0 + r) * k;
-        u8* xs = smem + r * xst;
-        if (Geom<TW>::VT == T_Q8_K && wn && k <= 256 * MMV_WARPS) {
-            rms_quant_q8k(xr, (signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), k, eps, wn);
-        } else {
+        for (int r = 0; r < R; r++) {
+            if (orow[r] < 0) continue;
+            const float* xr = x + (size_t)(row0 + r) * k;
+            u8* xs = smem + r * xst;
             float scale = wn ? rms_scale(xr, k, eps) : 1.f;
-            quant_x<Geom<TW>::VT>(xr, (signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), k, scale, wn);
+            quant_x<Geom<TW>::VT, (R > 1)>(xr, (signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), k, scale, wn);
         }
     }
     __syncthreads();
@@ -561,7 +600,7 @@ __device__ __forceinline__ void mmv(const float* x, const u8* __restrict__ w, co
 #pragma unroll
                         for (int r = 0; r < R; r++) {
                             u8* xs = smem + r * xst;
-                            if (orow[r] >= 0) acc[r] += cur[u].dot((const signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), b, sub);
+                            if (orow[r] >= 0) acc[r] += cur[u].template dot<(R > 1)>((const signed char*)xs, mm_xd(xs, k), mm_bs(xs, k), b, sub);
                         }
                     }
                 }

@@ -5,17 +5,21 @@
 // pool several times the L2, so the numbers are HBM numbers. The first
 // line of each shape is the kernel as launch.go ships it; the others vary
 // its chunk size U and block shape, and Δrel checks they agree. A second
-// table times the multi-row kernels at the llama 7B shape's products, for
-// 16 and 64 rows (batched decode) and 100 and 512 (prefill): the dp4a
-// tile kernel against the tensor-core tiles launch.go picks, so a tile
-// change can be timed without building a model.
+// table times 2 and 4 rows through the one-row entry and the _rows and
+// _rows4 entries (speculation's verify steps), each as a multiple of one
+// row, and counts the outputs whose bits differ from the one-row entry's
+// (there must be none). A third table times the multi-row kernels at the
+// llama 7B shape's products, for 16 and 64 rows (batched decode) and 100
+// and 512 (prefill): the dp4a tile kernel against the tensor-core tiles
+// launch.go picks, so a tile change can be timed without building a model.
 //
-//   make kbench   (needs nvcc and a GPU)
+//   make kbench   (needs nvcc and a GPU; `mmvbench rows`: the second table alone)
 #include "../mmt.cuh"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                                                          \
@@ -31,6 +35,14 @@ template <int T, bool NORM, int U, int THREADS, int MINB>
 __global__ void __launch_bounds__(THREADS, MINB)
     k_mmv(const float* x, const float* wn, const u8* w, const u32* io, float* y, int k, int n) {
     mmv<T, U>(x, w, io, k, n, mm_out(y, n, nullptr), false, NORM ? wn : nullptr, 1e-5f);
+}
+
+// k_rows is the matrix-vector kernel's entry for R rows a block (R = 1:
+// NAME, MMV_MR: NAME_rows, MMV_MR4: NAME_rows4).
+template <int T, bool NORM, int R>
+__global__ void __launch_bounds__(MMV_THREADS, MMV_BLOCKS)
+    k_rows(const float* x, const float* wn, const u8* w, const u32* io, float* y, int k, int n) {
+    mmv<T, Fast<T>::U, R>(x, w, io, k, n, mm_out(y, n, nullptr), false, NORM ? wn : nullptr, 1e-5f);
 }
 
 // k_read streams n16 16-byte words, four in flight per thread.
@@ -169,6 +181,48 @@ static void run(const Case& c, Pool pool, const float* x, const float* wn, const
     run1<T, NORM, 2, 1024, 1>(false, c, pool, x, wn, io, y, sink);
 }
 
+// rows_case times `rows` activation rows through the one-row entry (a
+// block a row) and the R-row entries, as verify steps run them
+// (onerow.go), and checks that every entry gives each row the one-row
+// entry's bits.
+template <int T, bool NORM>
+static void rows_case(const Case& c, int rows, Pool pool, const float* x, const float* wn, u32* io, float* y, float* y2) {
+    u32 tio[16] = {(u32)rows};
+    CK(cudaMemcpy(io, tio, sizeof tio, cudaMemcpyHostToDevice));
+    int tpb = Fast<T>::TPB, bs = T == T_Q8_0 || T == T_Q4_0 ? 32 : 256;
+    size_t mb = (size_t)bytes_per_row(T, c.k) * c.n;
+    size_t span = (mb + 4095) & ~(size_t)4095;
+    int copies = (int)(pool.size / span), xst = (c.k + c.k / 4 + 15) & ~15;
+    dim3 g, b;
+    shape(tpb, bs, c.k, c.n, MMV_THREADS, MMV_BLOCKS, &g, &b);
+    const int reps = 200;
+    auto one = [&](auto kern, int r, float* out) {
+        dim3 gr(g.x, (rows + r - 1) / r);
+        int smem = r * xst;
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        return timeit([&](int i) { kern<<<gr, b, smem>>>(x, wn, pool.p + (size_t)(i % copies) * span, io, out, c.k, c.n); }, reps);
+    };
+    std::vector<float> a((size_t)rows * c.n), got((size_t)rows * c.n);
+    float u1 = one(k_rows<T, NORM, 1>, 1, y);
+    CK(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
+    float us[2];
+    size_t diff = 0;
+    int i = 0;
+    for (auto r : {MMV_MR, MMV_MR4}) {
+        us[i++] = r == MMV_MR ? one(k_rows<T, NORM, MMV_MR>, r, y2) : one(k_rows<T, NORM, MMV_MR4>, r, y2);
+        CK(cudaMemcpy(got.data(), y2, got.size() * 4, cudaMemcpyDeviceToHost));
+        for (size_t j = 0; j < a.size(); j++) diff += memcmp(&a[j], &got[j], 4) != 0;
+    }
+    float base = 0;
+    {
+        u32 one_row[16] = {1};
+        CK(cudaMemcpy(io, one_row, sizeof one_row, cudaMemcpyHostToDevice));
+        base = one(k_rows<T, NORM, 1>, 1, y);
+    }
+    printf("| %-20s | %4d | %5d | %6d | %7.2f | %7.2f (%4.2f) | %7.2f (%4.2f) | %7.2f (%4.2f) | %zu |\n", c.name, rows, c.k, c.n, base,
+        u1, u1 / base, us[0], us[0] / base, us[1], us[1] / base, diff);
+}
+
 // mmt_splits mirrors launch.go's mmtSplits, for per_sm blocks a
 // multiprocessor (mmtPerSM).
 static int mmt_splits(int tiles, int kbs, int per_sm) {
@@ -232,7 +286,9 @@ static void tile(const Case& c, int rows, Pool pool, const float* x, const float
     else tile_mr<T, NORM, 64>(c, rows, pool, x, wn, io, y, y2, q8);
 }
 
-int main() {
+// mmvbench [rows]: with "rows", only the table of several rows.
+int main(int argc, char** argv) {
+    const bool rows_only = argc > 1 && strcmp(argv[1], "rows") == 0;
     Pool pool;
     pool.size = (size_t)1 << 30;
     CK(cudaMalloc(&pool.p, pool.size));
@@ -257,18 +313,39 @@ int main() {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("%s, %d SMs, L2 %d MiB\n\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    printf("| %-20s | %-16s | %5s | %6s | %7s | %5s | %8s | %8s | %8s | %5s | %s |\n", "kernel", "variant", "k", "n", "MB", "grid",
-        "us", "GB/s", "read us", "eff", "Δrel");
-    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    run<T_Q4_K, true>({"qkv q4_k (norm)", T_Q4_K, 4096, 6144, true}, pool, x, wn, io, y, sink);
-    run<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, pool, x, wn, io, y, sink);
-    run<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 28672, true}, pool, x, wn, io, y, sink);
-    run<T_Q4_K, false>({"down q4_k", T_Q4_K, 14336, 4096, false}, pool, x, wn, io, y, sink);
-    run<T_Q6_K, false>({"down q6_k", T_Q6_K, 14336, 4096, false}, pool, x, wn, io, y, sink);
-    run<T_Q6_K, false>({"lm_head q6_k", T_Q6_K, 4096, 32000, false}, pool, x, wn, io, y, sink);
-    run<T_Q8_0, false>({"wo q8_0", T_Q8_0, 4096, 4096, false}, pool, x, wn, io, y, sink);
-    run<T_Q8_0, false>({"110M ffn q8_0", T_Q8_0, 768, 4096, false}, pool, x, wn, io, y, sink);
-    run<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 4096, false}, pool, x, wn, io, y, sink);
+    if (!rows_only) {
+        printf("| %-20s | %-16s | %5s | %6s | %7s | %5s | %8s | %8s | %8s | %5s | %s |\n", "kernel", "variant", "k", "n", "MB", "grid",
+            "us", "GB/s", "read us", "eff", "Δrel");
+        printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        run<T_Q4_K, true>({"qkv q4_k (norm)", T_Q4_K, 4096, 6144, true}, pool, x, wn, io, y, sink);
+        run<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, pool, x, wn, io, y, sink);
+        run<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 28672, true}, pool, x, wn, io, y, sink);
+        run<T_Q4_K, false>({"down q4_k", T_Q4_K, 14336, 4096, false}, pool, x, wn, io, y, sink);
+        run<T_Q6_K, false>({"down q6_k", T_Q6_K, 14336, 4096, false}, pool, x, wn, io, y, sink);
+        run<T_Q6_K, false>({"lm_head q6_k", T_Q6_K, 4096, 32000, false}, pool, x, wn, io, y, sink);
+        run<T_Q8_0, false>({"wo q8_0", T_Q8_0, 4096, 4096, false}, pool, x, wn, io, y, sink);
+        run<T_Q8_0, false>({"110M ffn q8_0", T_Q8_0, 768, 4096, false}, pool, x, wn, io, y, sink);
+        run<T_Q4_K, false>({"110M ffn q4_k", T_Q4_K, 768, 4096, false}, pool, x, wn, io, y, sink);
+    }
+
+    float* y3;
+    CK(cudaMalloc(&y3, (size_t)8 * 32768 * 4));
+    printf("\nseveral rows through the matrix-vector kernel (verify steps): µs a launch, and as one-row launches; "
+           "differing: outputs whose bits differ from the one-row entry's\n\n");
+    printf("| %-20s | %4s | %5s | %6s | %7s | %15s | %15s | %15s | %s |\n", "kernel", "rows", "k", "n", "1 row", "a block a row",
+        "_rows (2)", "_rows4 (4)", "differing");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int rows : {2, 4}) {
+        rows_case<T_Q4_K, true>({"qkv q4_k (norm)", T_Q4_K, 4096, 12288, true}, rows, pool, x, wn, io, y, y3);
+        rows_case<T_Q4_K, false>({"wo q4_k", T_Q4_K, 4096, 4096, false}, rows, pool, x, wn, io, y, y3);
+        rows_case<T_Q6_K, false>({"wv q6_k", T_Q6_K, 4096, 4096, false}, rows, pool, x, wn, io, y, y3);
+        rows_case<T_Q4_K, true>({"gate_up q4_k (norm)", T_Q4_K, 4096, 22016, true}, rows, pool, x, wn, io, y, y3);
+        rows_case<T_Q4_K, false>({"down q4_k", T_Q4_K, 11008, 4096, false}, rows, pool, x, wn, io, y, y3);
+        rows_case<T_Q6_K, false>({"down q6_k", T_Q6_K, 11008, 4096, false}, rows, pool, x, wn, io, y, y3);
+        rows_case<T_Q8_0, false>({"wo q8_0", T_Q8_0, 4096, 4096, false}, rows, pool, x, wn, io, y, y3);
+    }
+    CK(cudaMemcpy(io, hio, sizeof hio, cudaMemcpyHostToDevice));
+    if (rows_only) return 0;
 
     // The staging buffer: split-k's counters, the records of R rows, and
     // the partial tiles of a split launch (one a block: at most three

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/zrtdev/zrt/format/support"
 )
 
 // Kinds of speculation a Mode names.
@@ -17,6 +19,19 @@ const (
 	// target's vocabulary (a draft bundle: NewWithDraft).
 	Draft = "draft"
 )
+
+// MTP names drafting by a model's own multi-token-prediction heads, which
+// ParseMode refuses with a *support.Error: no GGUF of an architecture zrt
+// builds carries them (mtpDetail says where they stand).
+const MTP = "mtp"
+
+// mtpDetail is why MTP is refused: llama.cpp loads a model's nextn (MTP)
+// layers only for the glm4, glm4moe, deepseek2, exaone-moe and
+// bailingmoe2 architectures (and leaves them unused), none of which zrtc
+// builds; its qwen3next and qwen35 models have none.
+const mtpDetail = "no GGUF of an architecture zrt builds carries multi-token-prediction (nextn) layers " +
+	"(llama.cpp reads them only for glm4, glm4moe, deepseek2, exaone-moe and bailingmoe2, and its qwen3next and qwen35 have none); " +
+	"use self, draft or ngram"
 
 // MaxK bounds the draft length a Mode may ask for: a verify step takes a
 // slot per row, and a longer draft is almost never accepted whole.
@@ -60,6 +75,8 @@ func ParseMode(s string) (Mode, error) {
 		}
 		return Mode{Kind: Off}, nil
 	case NGram, Self, Draft:
+	case MTP:
+		return Mode{}, &support.Error{What: "speculative mode", Value: s, Detail: mtpDetail}
 	default:
 		return Mode{}, fmt.Errorf("speculative mode %q: want off, ngram[:K[:fixed]], self[:K[:fixed]] or draft[:K[:fixed]]", s)
 	}

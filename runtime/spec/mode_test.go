@@ -3,6 +3,8 @@ package spec
 import (
 	"strings"
 	"testing"
+
+	"github.com/zrtdev/zrt/format/support"
 )
 
 func TestParseMode(t *testing.T) {
@@ -19,6 +21,13 @@ func TestParseMode(t *testing.T) {
 	for _, in := range []string{"ngram:0", "ngram:33", "ngram:", "ngram:x", "off:2", "drafts", "draft:0", "NGRAM", "self:0", "ngram:4:5", "ngram::fixed", "ngram:4:fixed:", "ngram:4:"} {
 		if m, err := ParseMode(in); err == nil {
 			t.Errorf("ParseMode(%q) = %+v, want an error", in, m)
+		}
+	}
+	// MTP is a mode a user may rightly ask for: refused as unsupported,
+	// with the reason, not as a typo.
+	for _, in := range []string{"mtp", "mtp:3", "mtp:3:fixed"} {
+		if m, err := ParseMode(in); !support.Is(err) || !strings.Contains(err.Error(), "nextn") {
+			t.Errorf("ParseMode(%q) = %+v, %v; want the unsupported error saying why", in, m, err)
 		}
 	}
 }

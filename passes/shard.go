@@ -43,6 +43,10 @@ func (t TP) Split() bool { return t.Ranks > 1 }
 //     [r·V/R, (r+1)·V/R)), then ALL_GATHER of the logits rows that the
 //     step returns; the embedding is replicated.
 //
+// A Q|K|V or gate|up projection that is one tensor in the file (phi3's)
+// is split like the separate ones: the rank's rows of each part, taken
+// from the one tensor.
+//
 // Where the attention output's split would cut a block, the rank gathers
 // the heads' output (ALL_GATHER) and computes the whole output projection
 // instead. Everything else (norms, residuals, the router, recurrent
@@ -261,11 +265,24 @@ func (s *sharder) planFFN(i int) error {
 // of every block of period rows (cols false), or columns lo..hi of its
 // rows of period columns, with dims its shape.
 func (s *sharder) slice(in *ir.Inst, b int, lo, hi, period int, cols bool, dims []int64) (int, error) {
+	return s.slices(in, b, []rowSpan{{lo, hi}}, period, cols, dims)
+}
+
+// rowSpan is the rows (or columns) [lo, hi) of a weight.
+type rowSpan struct{ lo, hi int }
+
+// slices is slice for several spans of each period, their parts one
+// after another (a fused projection's Q, K and V parts, which differ in
+// width where the KV heads are fewer).
+func (s *sharder) slices(in *ir.Inst, b int, parts []rowSpan, period int, cols bool, dims []int64) (int, error) {
 	w := s.g.Buffers[b]
 	if w.Tensor == "" || len(w.Sources) > 0 {
 		return 0, unsupported(in, fmt.Sprintf("weight %s is derived from several tensors", w.Name))
 	}
-	src := ir.Source{Tensor: w.Tensor, Lo: int64(lo), Hi: int64(hi), Period: int64(period), Cols: cols}
+	var srcs []string
+	for _, p := range parts {
+		srcs = append(srcs, ir.Source{Tensor: w.Tensor, Lo: int64(p.lo), Hi: int64(p.hi), Period: int64(period), Cols: cols}.String())
+	}
 	rows := int64(1)
 	for _, d := range dims[1:] {
 		rows *= d
@@ -274,7 +291,7 @@ func (s *sharder) slice(in *ir.Inst, b int, lo, hi, period int, cols bool, dims 
 	if err != nil {
 		return 0, unsupported(in, fmt.Sprintf("weight %s: %v", w.Name, err))
 	}
-	return s.g.Buffer(ir.Buffer{Name: fmt.Sprintf("%s/tp%dof%d", w.Name, s.rank, s.n), Class: ir.Weight, Sources: []string{src.String()},
+	return s.g.Buffer(ir.Buffer{Name: fmt.Sprintf("%s/tp%dof%d", w.Name, s.rank, s.n), Class: ir.Weight, Sources: srcs,
 		Type: w.Type, Dims: dims, LayerClass: w.LayerClass, Bytes: rb * rows}), nil
 }
 
@@ -453,6 +470,10 @@ func (s *sharder) rewrite(in *ir.Inst) error {
 		}
 	case ir.LM_HEAD:
 		return s.vocabParallel(in, io)
+	case ir.RMS_NORM_FUSED_QKV:
+		return s.fusedQKV(in)
+	case ir.RMS_NORM_FUSED_MLP_GATE_UP:
+		return s.fusedGateUp(in)
 	}
 	for _, o := range in.Reads {
 		if _, ok := s.split[o.ID]; ok && o.Kind == ir.RegOperand && !s.handles(in.Op) {
@@ -502,6 +523,71 @@ func (s *sharder) columnParallel(in *ir.Inst, y int, p split) error {
 	}
 	in.Attrs["n"] = float64(p.hi - p.lo)
 	s.split[y] = p
+	s.emit(*in)
+	return nil
+}
+
+// fusedQKV emits a norm and Q|K|V projection of one tensor (the
+// architecture's, as phi3 stores it) to the rank's heads of each: the
+// weight's rows of the rank's Q part, then of its K and V parts, one
+// buffer; its bias alike.
+func (s *sharder) fusedQKV(in *ir.Inst) error {
+	q, k, v := reg(in, "q"), reg(in, "k"), reg(in, "v")
+	pq, okq := s.planned[q]
+	pk, okk := s.planned[k]
+	pv, okv := s.planned[v]
+	if !okq || !okk || !okv || pk != pv {
+		return unsupported(in, "Q, K or V not split by the attention that reads them")
+	}
+	if _, ok := s.split[reg(in, "x")]; ok {
+		return unsupported(in, "a projection of a split value to a split value")
+	}
+	nq, nkv := int(in.Attrs["n_q"]), int(in.Attrs["n_kv"])
+	parts := []rowSpan{{pq.lo, pq.hi}, {nq + pk.lo, nq + pk.hi}, {nq + nkv + pv.lo, nq + nkv + pv.hi}}
+	cols := pq.hi - pq.lo + 2*(pk.hi-pk.lo)
+	b := buf(in, "w_qkv")
+	w, err := s.slices(in, b, parts, nq+2*nkv, false, []int64{s.g.Buffers[b].Dims[0], int64(cols)})
+	if err != nil {
+		return err
+	}
+	setBuf(in, "w_qkv", w, false)
+	if bias := buf(in, "b_qkv"); bias >= 0 {
+		bw, err := s.slices(in, bias, parts, nq+2*nkv, true, []int64{int64(cols)})
+		if err != nil {
+			return err
+		}
+		setBuf(in, "b_qkv", bw, false)
+	}
+	in.Attrs["n_q"], in.Attrs["n_kv"] = float64(pq.hi-pq.lo), float64(pk.hi-pk.lo)
+	s.split[q], s.split[k], s.split[v] = pq, pk, pv
+	s.emit(*in)
+	return nil
+}
+
+// fusedGateUp emits a norm and gate|up projection of one tensor (the
+// gate's rows, then the up's) to the rank's columns of each, where the
+// FFN is split: rows lo..hi of both halves, one periodic slice.
+func (s *sharder) fusedGateUp(in *ir.Inst) error {
+	gate, up := reg(in, "gate"), reg(in, "up")
+	p, ok := s.planned[gate]
+	if !ok { // an FFN of fewer blocks than ranks runs whole on every rank
+		s.emit(*in)
+		return nil
+	}
+	if s.planned[up] != p || p.groups != 1 {
+		return unsupported(in, "gate and up split differently")
+	}
+	if _, ok := s.split[reg(in, "x")]; ok {
+		return unsupported(in, "a projection of a split value to a split value")
+	}
+	b := buf(in, "w_gate_up")
+	w, err := s.slice(in, b, p.lo, p.hi, p.width, false, []int64{s.g.Buffers[b].Dims[0], int64(2 * (p.hi - p.lo))})
+	if err != nil {
+		return err
+	}
+	setBuf(in, "w_gate_up", w, false)
+	in.Attrs["f"] = float64(p.hi - p.lo)
+	s.split[gate], s.split[up] = p, p
 	s.emit(*in)
 	return nil
 }

@@ -133,7 +133,7 @@ type Constraint struct {
 var Constraints = []Constraint{
 	{"verify", "fuse", "fusion pattern-matches well-formed IR only"},
 	{"verify", "shard", "the split rewrites well-formed IR only"},
-	{"shard", "fuse", "the split slices separate projections; a fused QKV or gate|up weight is one tensor it cannot slice per projection"},
+	{"shard", "fuse", "the split slices each weight from its file tensor; a fused weight concatenated from several tensors is one it cannot slice per projection"},
 	{"shard", "memplan", "a rank's weights and KV pages are sized by its split"},
 	{"fuse", "liveness", "fusion removes registers and changes live ranges"},
 	{"verify", "liveness", "liveness assumes every read has a reaching write"},

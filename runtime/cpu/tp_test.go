@@ -220,7 +220,9 @@ func TestTensorParallelParity(t *testing.T) {
 // fall on quantization blocks — an FFN of 3 Q4_K blocks (ranks get 2 and
 // 1 at 2 ranks; 4 ranks replicate it) and heads whose outputs at 2 ranks
 // are half a Q4_K block (the ranks gather them and project them whole) —
-// and KV heads fewer than the ranks (replicated), and holds each set to
+// and KV heads fewer than the ranks (replicated), and a Q|K|V and a
+// gate|up projection of one tensor each (phi3's, with fewer KV heads, so
+// a rank's Q, K and V rows are three slices of it), and holds each set to
 // its unsplit bundle; and a head count that does not divide, which must
 // be refused with the typed unsupported error.
 func TestTensorParallelShapes(t *testing.T) {
@@ -232,6 +234,7 @@ func TestTensorParallelShapes(t *testing.T) {
 		{"ffn-3-blocks", synth.Shape{Arch: "llama", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, FF: 768, Vocab: 320, Context: 256, Type: ggml.Q4_K, Seed: 3}, []int{2, 4}},
 		{"kv-heads-replicated", synth.Shape{Arch: "qwen3", Layers: 2, Embd: 128, Heads: 8, HeadsKV: 2, HeadDim: 32, FF: 256, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 4}, []int{4}},
 		{"moe", synth.Shape{Arch: "qwen2moe", Layers: 2, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 32, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 64, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 5}, []int{2, 4}},
+		{"fused-qkv-gate-up", synth.Shape{Arch: "phi3", Layers: 2, Embd: 256, Heads: 8, HeadsKV: 2, FF: 512, Vocab: 320, Context: 256, Type: ggml.Q8_0, Seed: 7}, []int{2, 4}},
 	}
 	ctx := context.Background()
 	prompt, forced := []int32{1, 17, 42, 99, 7, 250, 3, 64}, []int32{5, 200, 31}

@@ -45,7 +45,9 @@ func (t TP) Split() bool { return t.Ranks > 1 }
 //
 // A Q|K|V or gate|up projection that is one tensor in the file (phi3's)
 // is split like the separate ones: the rank's rows of each part, taken
-// from the one tensor.
+// from the one tensor. A gated Q projection (Qwen3.5's: each head's Q,
+// then its gate) is split by heads, which is one run of its columns; the
+// halves' split and the gate's product follow the heads.
 //
 // Where the attention output's split would cut a block, the rank gathers
 // the heads' output (ALL_GATHER) and computes the whole output projection
@@ -219,6 +221,15 @@ func (s *sharder) prescan() error {
 			if err := s.planFFN(i); err != nil {
 				return err
 			}
+		case ir.SPLIT_HALVES:
+			// A gated Q projection (Qwen3.5's): each head's Q then its
+			// gate, so the rank's heads of both are one run of columns.
+			p, ok := s.planned[reg(in, "a")]
+			if !ok {
+				break // not attention's Q (a recurrent layer's, replicated)
+			}
+			s.planned[reg(in, "b")] = p
+			s.planned[reg(in, "x")] = split{lo: 2 * p.lo, hi: 2 * p.hi, width: 2 * p.width, groups: 1, heads: p.heads}
 		}
 	}
 	return nil
@@ -468,6 +479,23 @@ func (s *sharder) rewrite(in *ir.Inst) error {
 		if p, ok := reads("h"); ok {
 			return s.expertsDown(in, io, p)
 		}
+	case ir.SPLIT_HALVES:
+		if p, ok := reads("x"); ok {
+			q := s.planned[reg(in, "a")]
+			if q.lo*2 != p.lo || q.hi*2 != p.hi {
+				return unsupported(in, "halves of a value split otherwise than by heads")
+			}
+			in.Attrs["heads"] = float64(p.heads)
+			keep(q, "a", "b")
+		}
+	case ir.MUL_SIGMOID:
+		p, ok := reads("x")
+		if pg, okg := reads("g"); ok != okg || ok && pg != p {
+			return unsupported(in, "a value and its gate split differently")
+		}
+		if ok {
+			in.Attrs["cols"] = float64(p.cols())
+		}
 	case ir.LM_HEAD:
 		return s.vocabParallel(in, io)
 	case ir.RMS_NORM_FUSED_QKV:
@@ -496,7 +524,7 @@ func (s *sharder) handles(op ir.Op) bool {
 	switch op {
 	case ir.RMS_NORM, ir.ROPE, ir.ROPE_EXT, ir.SCALE, ir.ATTN_TEMP, ir.KV_WRITE, ir.KV_WRITE_BATCHED,
 		ir.FLASH_ATTN, ir.FLASH_ATTN_BATCHED, ir.FLASH_ATTN_EXT, ir.SWIGLU, ir.GEGLU, ir.MOE_SWIGLU, ir.MOE_SWIGLU_OAI,
-		ir.MOE_GATE_UP, ir.MOE_ADD_BIAS:
+		ir.MOE_GATE_UP, ir.MOE_ADD_BIAS, ir.SPLIT_HALVES, ir.MUL_SIGMOID:
 		return true
 	}
 	return false

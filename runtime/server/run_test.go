@@ -246,6 +246,18 @@ func serveReplicas(t *testing.T, bundle string) {
 	if err := <-long; err != nil {
 		t.Fatalf("long request: %v", err)
 	}
+	// The replicas count a step's tokens after they deliver them, so the
+	// last request's may reach /metrics a moment after its response.
+	want := fmt.Sprintf(`vllm:generation_tokens_total{model_name="m"} %d`, n*tokens+4+200+4)
+	waitFor(t, want+" in /metrics", func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		metrics, err := io.ReadAll(resp.Body)
+		return err == nil && strings.Contains(string(metrics), want)
+	})
 	var health struct {
 		Models []struct {
 			Steps    uint64
@@ -264,15 +276,6 @@ func serveReplicas(t *testing.T, bundle string) {
 	m := health.Models[0]
 	if a, b := m.Replicas[0].Steps, m.Replicas[1].Steps; a == 0 || b == 0 || a+b != m.Steps {
 		t.Errorf("/health: replicas stepped %d and %d times, the model %d: want both, summed", a, b, m.Steps)
-	}
-	resp, err = http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if want := fmt.Sprintf(`vllm:generation_tokens_total{model_name="m"} %d`, n*tokens+4+200+4); !strings.Contains(string(metrics), want) {
-		t.Errorf("/metrics lacks %q", want)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -351,9 +351,7 @@ func graphFile(fe *Frontend, vocabBytes []byte, srcName string) *bundle.Graph {
 		// A rank's KV pages hold its heads only (the shard pass sized them).
 		h.TPRanks, h.TPRank = u.TP.Ranks, u.TP.Rank
 		h.KVPageBytes = int(u.State.KVPageBytes)
-		if u.TP.KVDen > 0 {
-			h.KVWindowPageBytes = h.KVWindowPageBytes * u.TP.KVNum / u.TP.KVDen
-		}
+		h.KVWindowPageBytes = int(u.TP.KVWindow.Of(int64(h.KVWindowPageBytes)))
 	}
 	g := &bundle.Graph{
 		Ident:      bundle.Ident{Producer: Version, Flags: buildFlags(c.Target, u.NoFuse, u.TP), Target: c.Target, SourceName: srcName},

@@ -14,10 +14,23 @@ import (
 // Ranks. Ranks ≤ 1 is the whole model, and the shard pass leaves it be.
 type TP struct {
 	Rank, Ranks int
-	// KVNum/KVDen is the share of the model's KV cache (heads) one rank
-	// holds, set by the shard pass: 1/Ranks when the KV heads divide,
-	// more where ranks replicate a KV head.
-	KVNum, KVDen int
+	// KV and KVWindow are the shares of the model's KV pages and of its
+	// sliding-window ring (heads) one rank holds, set by the shard pass:
+	// 1/Ranks where the KV heads divide, more where ranks replicate a KV
+	// head (gemma4's global layers, of fewer KV heads than its window
+	// layers, may hold more of theirs).
+	KV, KVWindow Share
+}
+
+// Share is the fraction Num/Den of a whole; the zero Share is unset.
+type Share struct{ Num, Den int }
+
+// Of is b·Num/Den, or b where s is unset.
+func (s Share) Of(b int64) int64 {
+	if s.Den == 0 {
+		return b
+	}
+	return b * int64(s.Num) / int64(s.Den)
 }
 
 // Split reports whether the unit is one rank of several.
@@ -71,46 +84,43 @@ func shard(_ context.Context, u *Unit) error {
 	if !ok || !t.Fuses("all_reduce_sum") || !t.Fuses("all_gather") {
 		return &support.Error{What: "tensor parallelism on target", Value: u.Target, Detail: "its kernels have no collectives (all_reduce_sum, all_gather) yet"}
 	}
-	kvNum, kvDen := 0, 0
+	shares := map[ir.BufClass]Share{} // of each KV buffer class, over every variant
 	for _, g := range u.Graphs {
-		s := &sharder{g: g, rank: u.TP.Rank, n: n, split: map[int]split{}, planned: map[int]split{}}
+		s := &sharder{g: g, rank: u.TP.Rank, n: n, split: map[int]split{}, planned: map[int]split{}, kv: map[ir.BufClass]Share{}}
 		if err := s.run(); err != nil {
 			return fmt.Errorf("variant %s: %w", g.Key, err)
 		}
-		if s.kvDen > 0 {
-			if kvDen > 0 && s.kvNum*kvDen != kvNum*s.kvDen {
-				return fmt.Errorf("variant %s: ranks hold %d/%d of the KV cache, other variants %d/%d", g.Key, s.kvNum, s.kvDen, kvNum, kvDen)
+		for c, sh := range s.kv {
+			if was, ok := shares[c]; ok && was.Num*sh.Den != sh.Num*was.Den {
+				return fmt.Errorf("variant %s: ranks hold %d/%d of the KV cache, other variants %d/%d", g.Key, sh.Num, sh.Den, was.Num, was.Den)
 			}
-			kvNum, kvDen = s.kvNum, s.kvDen
+			shares[c] = sh
 		}
-	}
-	if kvDen == 0 {
-		kvNum, kvDen = 1, 1
 	}
 	st := &u.State
-	scale := func(b int64, what string) (int64, error) {
-		if b*int64(kvNum)%int64(kvDen) != 0 {
-			return 0, &support.Error{What: "tensor-parallel KV split", Value: fmt.Sprintf("%d/%d of %s", kvNum, kvDen, what),
+	scale := func(b int64, sh Share, what string) (int64, error) {
+		if sh.Den > 0 && b*int64(sh.Num)%int64(sh.Den) != 0 {
+			return 0, &support.Error{What: "tensor-parallel KV split", Value: fmt.Sprintf("%d/%d of %s", sh.Num, sh.Den, what),
 				Detail: fmt.Sprintf("%d bytes do not divide into whole rank shares", b)}
 		}
-		return b * int64(kvNum) / int64(kvDen), nil
+		return sh.Of(b), nil
 	}
 	if st.KVPageBytes > 0 {
 		pages := st.KV / st.KVPageBytes
-		page, err := scale(st.KVPageBytes, "a KV page")
+		page, err := scale(st.KVPageBytes, shares[ir.KV], "a KV page")
 		if err != nil {
 			return err
 		}
 		st.KVPageBytes, st.KV = page, pages*page
 	}
 	if st.KVWindow > 0 {
-		w, err := scale(st.KVWindow, "the window ring")
+		w, err := scale(st.KVWindow, shares[ir.KVWindow], "the window ring")
 		if err != nil {
 			return err
 		}
 		st.KVWindow = w
 	}
-	u.TP.KVNum, u.TP.KVDen = kvNum, kvDen
+	u.TP.KV, u.TP.KVWindow = shares[ir.KV], shares[ir.KVWindow]
 	return nil
 }
 
@@ -132,10 +142,9 @@ type sharder struct {
 	// split holds the registers already split; planned those the
 	// prescan decided to split, which their producer must split.
 	split, planned map[int]split
-	// rowParallel maps a row-parallel weight's reader register to the
-	// part it reads (the attention output, the activation).
-	kvNum, kvDen int
-	out          []ir.Inst
+	// kv is the share of each KV buffer class that the rank's heads hold.
+	kv  map[ir.BufClass]Share
+	out []ir.Inst
 }
 
 func unsupported(in *ir.Inst, detail string) error {
@@ -196,12 +205,12 @@ func (s *sharder) prescan() error {
 			q := reg(in, "q")
 			s.planned[q] = split{lo: s.rank * a.heads / s.n * a.headDim, hi: (s.rank + 1) * a.heads / s.n * a.headDim,
 				width: a.heads * a.headDim, groups: 1, heads: a.heads / s.n}
-			num, den := khi-klo, a.kvHeads
-			if s.kvDen == 0 {
-				s.kvNum, s.kvDen = num, den
-			} else if num*s.kvDen != s.kvNum*den {
+			sh, c := Share{khi - klo, a.kvHeads}, g.Buffers[buf(in, "kv")].Class
+			if was, ok := s.kv[c]; !ok {
+				s.kv[c] = sh
+			} else if sh.Num*was.Den != was.Num*sh.Den {
 				return &support.Error{What: "tensor-parallel split of", Value: "attention layers of different KV head counts",
-					Detail: "every layer's rank must hold the same share of the KV pages"}
+					Detail: "every layer of one KV cache must hold the same share of it on a rank"}
 			}
 		}
 	}

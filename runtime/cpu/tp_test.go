@@ -145,8 +145,8 @@ func tpTolerance(t *testing.T, model string) float64 {
 // sets of 2 and 4 ranks, and holds each set to its unsplit bundle within
 // the tensor-parallel tolerance and to llama.cpp's reference (prompt p0)
 // as TestParityWithLlamaCpp holds the unsplit bundle. A model whose heads
-// (or layout) the split refuses is skipped with the typed error, which
-// it must be.
+// do not divide over the ranks is skipped with the typed error, which it
+// must be; the split refuses no model for anything else.
 func TestTensorParallelParity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds three bundles of every shared model")
@@ -186,6 +186,11 @@ func TestTensorParallelParity(t *testing.T) {
 				if err != nil {
 					if !support.Is(err) {
 						t.Fatalf("tp %d: %v (want a typed unsupported error if any)", n, err)
+					}
+					// Only heads that do not divide over the ranks may
+					// keep a model from splitting.
+					if !strings.Contains(err.Error(), "heads must") {
+						t.Errorf("tp %d: refused for other than its heads: %v", n, err)
 					}
 					t.Logf("tp %d: refused: %v", n, err)
 					continue

@@ -41,9 +41,10 @@ type Options struct {
 	// TP, when TP.Ranks > 1, compiles rank TP.Rank of a tensor-parallel
 	// set (the shard pass); compiler/build writes the whole set.
 	TP passes.TP
-	// DraftLayers, when positive, overrides the config's draft_layers
-	// (zrtc build --draft-layers).
-	DraftLayers int
+	// DraftLayers, when set, overrides the config's draft_layers (zrtc
+	// build --draft-layers): 0 builds no draft variant. Nil keeps the
+	// config's, which unset is the graph builder's default.
+	DraftLayers *int
 	// VerifyEach re-runs verify after every pass.
 	VerifyEach bool
 	// NoFuse turns the fuse pass off.
@@ -101,6 +102,26 @@ func Load(path string, opt Options) (*Frontend, error) {
 		return nil, err
 	}
 	return fe, nil
+}
+
+// LoadConfig is the effective config of a build of the GGUF at path
+// with opt, as zrtc config prints it: the GGUF's defaults, then the
+// config file and opt, then what the graph builder settles (arch.Settle:
+// an unset draft_layers).
+func LoadConfig(path string, opt Options) (*config.Config, error) {
+	f, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c, err := config.Load(f, opt.ConfigPath, opt.Overrides())
+	if err == nil {
+		err = arch.Settle(f, c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func frontend(f *gguf.File, opt Options) (*Frontend, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zrtdev/zrt/cmd/internal/exitcode"
 	"github.com/zrtdev/zrt/format/autobuild"
+	"github.com/zrtdev/zrt/internal/optflag"
 )
 
 // cacheEnv names the build cache when --cache is not given, as for zrtc.
@@ -21,8 +22,9 @@ type buildFlags struct {
 	target string
 	ctx    int
 	slots  int
-	// draftLayers: --draft-layers, for the commands that speculate.
-	draftLayers int
+	// draftLayers: --draft-layers, for the commands that speculate (nil
+	// when left out).
+	draftLayers *int
 }
 
 func (b *buildFlags) add(c *cobra.Command) {
@@ -39,7 +41,7 @@ func (b *buildFlags) addSlots(c *cobra.Command) {
 
 // addDraftLayers adds --draft-layers, for the commands that speculate.
 func (b *buildFlags) addDraftLayers(c *cobra.Command) {
-	c.Flags().IntVar(&b.draftLayers, "draft-layers", 0, "given a GGUF: build draft variants of its first N layers and its head, for --speculative self (default: none)")
+	c.Flags().Var(optflag.Int{P: &b.draftLayers}, "draft-layers", "given a GGUF: build draft variants of its first N layers and its head, for --speculative self; 0: none (default: zrtc's, a quarter of the layers where the model can draft)")
 }
 
 // cacheDir is the build cache: --cache, else $ZRTC_CACHE, else the user
@@ -67,8 +69,6 @@ func (b *buildFlags) request() (autobuild.Request, error) {
 		return autobuild.Request{}, exitcode.Usagef("--ctx-size %d: want a positive context length (0: the GGUF's)", b.ctx)
 	case b.slots < 0:
 		return autobuild.Request{}, exitcode.Usagef("--slots %d: want a positive number of requests (0: the target's default)", b.slots)
-	case b.draftLayers < 0:
-		return autobuild.Request{}, exitcode.Usagef("--draft-layers %d: want a positive number of layers (0: no draft variant)", b.draftLayers)
 	}
 	dir, err := b.cacheDir()
 	if err != nil {

@@ -80,9 +80,11 @@ func TestBenchSpeculative(t *testing.T) {
 	}
 }
 
-// TestGenerateSelfFromGGUF: given a GGUF, --draft-layers builds it with a
-// draft variant, and --speculative self prints what plain decoding
-// prints; without the variant self is refused before any output.
+// TestGenerateSelfFromGGUF: given a GGUF, the default build has draft
+// variants (of a quarter of its layers) and --draft-layers N builds them
+// of N layers: either way --speculative self prints what plain decoding
+// prints; --draft-layers 0 builds none (a build of its own in the cache),
+// and self is refused then before any output.
 func TestGenerateSelfFromGGUF(t *testing.T) {
 	model := testmodel.Shared(t, "stories260K.gguf")
 	bin := filepath.Join(buildTools(t), "zrt-run")
@@ -101,15 +103,20 @@ func TestGenerateSelfFromGGUF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on, err := run("--draft-layers", "2", "--speculative", "self:3:fixed")
-	if err != nil {
-		t.Fatal(err)
+	for _, args := range [][]string{{"--speculative", "self"}, {"--draft-layers", "2", "--speculative", "self:3:fixed"}} {
+		on, err := run(args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if on != off {
+			t.Errorf("%v printed\n%q\nplain decoding\n%q", args, on, off)
+		}
 	}
-	if on != off {
-		t.Errorf("--speculative self printed\n%q\nplain decoding\n%q", on, off)
-	}
-	if out, err := run("--speculative", "self"); err == nil || !strings.Contains(err.Error(), "--draft-layers") || out != "" {
+	if out, err := run("--draft-layers", "0", "--speculative", "self"); err == nil || !strings.Contains(err.Error(), "--draft-layers") || out != "" {
 		t.Errorf("self without a draft variant: %v, output %q", err, out)
+	}
+	if _, err := run("--draft-layers", "-1"); err == nil || !strings.Contains(err.Error(), "want 0 or more") {
+		t.Errorf("--draft-layers -1: %v", err)
 	}
 }
 

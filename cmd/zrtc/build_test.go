@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,8 +32,9 @@ func TestBuildPhaseFlags(t *testing.T) {
 	zirs, _ := filepath.Glob(filepath.Join(dumps, "*-memplan.*.zir"))
 	tables, _ := filepath.Glob(filepath.Join(dumps, "*-liveness.*.liveness.txt"))
 	plans, _ := filepath.Glob(filepath.Join(dumps, "*-memplan.json"))
-	// T-CPU's defaults: prefill r128 and decode r1, r2, r4, r8, r16.
-	if len(zirs) != 6 || len(tables) != 6 || len(plans) != 1 {
+	// T-CPU's defaults: prefill r128, decode r1, r2, r4, r8, r16, and a
+	// draft variant of each decode variant (Tiny's 2 layers draft 1).
+	if len(zirs) != 11 || len(tables) != 11 || len(plans) != 1 {
 		t.Fatalf("dump dir holds %v %v %v", zirs, tables, plans)
 	}
 
@@ -148,6 +151,55 @@ func TestBuildWarnsPastMemoryBudget(t *testing.T) {
 	}
 	if _, err := zrtc(t, "build", model, "--memory-budget", "lots", "-o", filepath.Join(t.TempDir(), "b")); err == nil || !strings.Contains(err.Error(), "is not a size") {
 		t.Errorf("bad budget: %v", err)
+	}
+}
+
+// TestBuildDraftLayers: a default build of stories260K has a draft
+// variant for each decode variant, of a quarter of its 5 layers (1), as
+// zrtc config says beforehand; --draft-layers 0, or draft_layers = 0 in
+// the config, builds none, and --draft-layers N wins over the config.
+func TestBuildDraftLayers(t *testing.T) {
+	model := testmodel.Shared(t, "stories260K.gguf")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "m.toml")
+	if err := os.WriteFile(cfg, []byte("draft_layers = 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		flags  []string
+		layers int // 0: no draft variant
+	}{
+		{nil, 1},
+		{[]string{"--draft-layers", "0"}, 0},
+		{[]string{"--config", cfg}, 0},
+		{[]string{"--config", cfg, "--draft-layers", "2"}, 2},
+	} {
+		out := filepath.Join(dir, strconv.Itoa(i))
+		if _, err := zrtc(t, append([]string{"build", model, "-q", "--slots", "2", "-o", out}, c.flags...)...); err != nil {
+			t.Fatalf("%v: %v", c.flags, err)
+		}
+		g, _, err := bundle.ReadGraph(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stages []string
+		for _, v := range g.Variants {
+			stages = append(stages, fmt.Sprintf("%v.r%d", v.Stage, v.Rows))
+		}
+		want := "prefill.r128 decode.r1 decode.r2"
+		if c.layers > 0 {
+			want += " draft.r1 draft.r2"
+		}
+		if got := strings.Join(stages, " "); got != want {
+			t.Errorf("%v: variants %s, want %s", c.flags, got, want)
+		}
+		if line := fmt.Sprintf("draft_layers = %d\n", c.layers); !strings.Contains(g.ConfigTOML, line) {
+			t.Errorf("%v: the recorded config lacks %q:\n%s", c.flags, line, g.ConfigTOML)
+		}
+		printed, _, err := clitest.Run("zrtc", append([]string{"config", model}, c.flags...), configCmd())
+		if err != nil || !strings.Contains(printed, fmt.Sprintf("draft_layers = %d\n", c.layers)) {
+			t.Errorf("zrtc config %v: %v\n%s", c.flags, err, printed)
+		}
 	}
 }
 

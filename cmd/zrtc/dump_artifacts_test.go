@@ -62,7 +62,8 @@ func TestDumpArtifacts(t *testing.T) {
 			t.Errorf("variant %d listing does not assemble back: %v", i, err)
 		}
 	}
-	if _, _, err := zrtcArtifacts(t, "dump", "pkt", dir, "--variant", "9"); err == nil || !strings.Contains(err.Error(), "has 2 variants") {
+	// prefill.s1.r128, decode.s1.r1 and its draft, draft.s1.r1.
+	if _, _, err := zrtcArtifacts(t, "dump", "pkt", dir, "--variant", "9"); err == nil || !strings.Contains(err.Error(), "has 3 variants") {
 		t.Errorf("out-of-range variant: %v", err)
 	}
 

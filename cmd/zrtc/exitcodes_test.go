@@ -28,6 +28,8 @@ func TestExitCodes(t *testing.T) {
 		{"build M -q -o OUT --compile-to bogus", exitcode.Usage},
 		{"build M -q --compile-to regalloc --target cpu,cuda:sm_90", exitcode.Usage},
 		{"build M -q -o OUT --target cpu,cuda:sm_90 --dump-after memplan --dump-dir OUT.d", exitcode.Usage},
+		{"build M -q -o OUT --draft-layers -1", exitcode.Usage},
+		{"build M -q -o OUT --draft-layers two", exitcode.Usage},
 		{"build M -q -o OUT --target cuda:sm_75", exitcode.Unsupported},
 		{"build M -q -o OUT --target cuda:sm_75,cpu", exitcode.Unsupported},
 		{"dump ir M --after bogus", exitcode.Usage},

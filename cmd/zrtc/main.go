@@ -11,6 +11,7 @@ import (
 	"github.com/zrtdev/zrt/cmd/internal/tokcmd"
 	"github.com/zrtdev/zrt/compiler"
 	"github.com/zrtdev/zrt/compiler/config"
+	"github.com/zrtdev/zrt/internal/optflag"
 	"github.com/zrtdev/zrt/passes"
 	"github.com/zrtdev/zrt/runtime/tokenizer"
 )
@@ -42,11 +43,11 @@ func configCmd() *cobra.Command {
 		Short: "Print the effective model config as TOML (GGUF defaults, then --config overrides)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt := compiler.Options{Target: target}
+			opt := compiler.Options{Target: target, ConfigPath: cfg}
 			if err := sizes.apply(&opt); err != nil {
 				return err
 			}
-			c, err := config.LoadModel(args[0], cfg, opt.Overrides())
+			c, err := compiler.LoadConfig(args[0], opt)
 			if err != nil {
 				return err
 			}
@@ -77,25 +78,24 @@ func tokCmd(reverse bool) *cobra.Command {
 }
 
 // sizeFlags are the config settings build, key and config take as flags,
-// so the common ones need no config file.
-type sizeFlags struct{ ctx, slots, draftLayers int }
+// so the common ones need no config file: the fields of compiler.Options
+// they set, which apply checks and copies.
+type sizeFlags struct{ compiler.Options }
 
 func (s *sizeFlags) register(c *cobra.Command) {
-	c.Flags().IntVar(&s.ctx, "ctx-size", 0, "context length, overriding the config's context_length (default: the GGUF's trained context)")
-	c.Flags().IntVar(&s.slots, "slots", 0, "requests served at once: max_slots, and decode variants up to it (default: 16 on cpu, 64 on cuda)")
-	c.Flags().IntVar(&s.draftLayers, "draft-layers", 0, "add self-speculation draft variants (one for each decode variant) of the first N layers and the model's head, overriding the config's draft_layers (default: none)")
+	c.Flags().IntVar(&s.ContextLength, "ctx-size", 0, "context length, overriding the config's context_length (default: the GGUF's trained context)")
+	c.Flags().IntVar(&s.Slots, "slots", 0, "requests served at once: max_slots, and decode variants up to it (default: 16 on cpu, 64 on cuda)")
+	c.Flags().Var(optflag.Int{P: &s.DraftLayers}, "draft-layers", "self-speculation draft variants (one for each decode variant) of the first N layers and the model's head, overriding the config's draft_layers; 0: none (default: a quarter of the layers, at least 1, where the model can draft)")
 }
 
 func (s *sizeFlags) apply(opt *compiler.Options) error {
 	switch {
-	case s.ctx < 0 || s.ctx > config.MaxContext:
-		return exitcode.Usagef("--ctx-size %d out of range [1, %d]", s.ctx, config.MaxContext)
-	case s.slots < 0 || s.slots > 1024:
-		return exitcode.Usagef("--slots %d out of range [1, 1024]", s.slots)
-	case s.draftLayers < 0:
-		return exitcode.Usagef("--draft-layers %d: want a positive number of layers", s.draftLayers)
+	case s.ContextLength < 0 || s.ContextLength > config.MaxContext:
+		return exitcode.Usagef("--ctx-size %d out of range [1, %d]", s.ContextLength, config.MaxContext)
+	case s.Slots < 0 || s.Slots > 1024:
+		return exitcode.Usagef("--slots %d out of range [1, 1024]", s.Slots)
 	}
-	opt.ContextLength, opt.Slots, opt.DraftLayers = s.ctx, s.slots, s.draftLayers
+	opt.ContextLength, opt.Slots, opt.DraftLayers = s.ContextLength, s.Slots, s.DraftLayers
 	return nil
 }
 

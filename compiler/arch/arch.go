@@ -80,6 +80,14 @@ func CheckSupported(f *gguf.File) error {
 }
 
 func builder(f *gguf.File) (Builder, error) {
+	fam, err := family(f)
+	if err != nil {
+		return nil, err
+	}
+	return specBuilder(fam), nil
+}
+
+func family(f *gguf.File) (Family, error) {
 	a, err := f.String("general.architecture")
 	if err != nil {
 		return nil, err
@@ -89,7 +97,28 @@ func builder(f *gguf.File) (Builder, error) {
 		return nil, &support.Error{What: "architecture", Value: strconv.Quote(a), Where: support.Key("general.architecture"),
 			Detail: "zrtc builds " + strings.Join(Supported(), ", ")}
 	}
-	return specBuilder(fam), nil
+	return fam, nil
+}
+
+// Settle settles in c what the config leaves to the graph builder, as
+// Build does, without building a graph: an unset draft_layers
+// (config.DefaultDraft). zrtc config prints the result.
+func Settle(f *gguf.File, c *config.Config) error {
+	fam, err := family(f)
+	if err != nil {
+		return err
+	}
+	s, err := fam(f, c)
+	if err == nil {
+		if err = s.check(); err == nil {
+			err = s.settle(c)
+		}
+	}
+	if err != nil {
+		a, _ := f.String("general.architecture")
+		return fmt.Errorf("arch %s: %w", a, err)
+	}
+	return nil
 }
 
 // Supported lists the architectures with a builder.

@@ -32,9 +32,10 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	if err := s.checkRopeFactors(f); err != nil {
 		return nil, err
 	}
+	if err := s.settle(c); err != nil {
+		return nil, err
+	}
 	h := &s.Hparams
-	h.RecurrentBytes = s.recurrentBytes()
-	h.KVWindowRing = s.windowRing(c)
 	kv, err := cacheTypes(c)
 	if err != nil {
 		return nil, err
@@ -66,22 +67,10 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 	// The variants to build, in the order the bundle lists them.
 	keys := c.ShapeKeys()
 	m := &Model{Hparams: s.Hparams, Config: c, KV: kv}
-	layers := len(s.Layers)
-	if c.DraftLayers > 0 {
-		if c.DraftLayers >= layers {
-			return nil, fmt.Errorf("config: draft_layers %d: the draft takes fewer layers than the model's %d", c.DraftLayers, layers)
-		}
-		for l := range c.DraftLayers {
-			if _, ok := s.Layers[l].Mixer.(Recurrent); ok {
-				return nil, &support.Error{What: "self-speculation draft", Value: fmt.Sprintf("of %d layers", c.DraftLayers),
-					Where: fmt.Sprintf("(layer %d is recurrent)", l), Detail: "a recurrent layer's state cannot be rolled back after a rejected draft"}
-			}
-		}
-	}
 	for _, k := range keys {
-		n := layers
+		n := len(s.Layers)
 		if k.Stage == ir.Draft {
-			n = c.DraftLayers
+			n = c.Draft()
 		}
 		g, err := buildGraph(f, s, k, n)
 		if err != nil {
@@ -90,6 +79,61 @@ func buildModel(f *gguf.File, c *config.Config, s *Spec) (*Model, error) {
 		m.Graphs = append(m.Graphs, g)
 	}
 	return m, nil
+}
+
+// settle works out what the variants depend on besides the config: the
+// per-slot state (a recurrent state, a sliding-window ring) and the
+// draft variants' layers (resolveDraft).
+func (s *Spec) settle(c *config.Config) error {
+	s.Hparams.RecurrentBytes = s.recurrentBytes()
+	s.Hparams.KVWindowRing = s.windowRing(c)
+	return s.resolveDraft(c)
+}
+
+// checkDraft fails when a self-speculation draft of the first n layers
+// of s cannot be built: it must leave a layer out, and take no recurrent
+// layer, whose state cannot be rolled back after a rejected draft (a
+// *support.Error).
+func (s *Spec) checkDraft(n int) error {
+	if n >= len(s.Layers) {
+		return fmt.Errorf("config: draft_layers %d: the draft takes fewer layers than the model's %d", n, len(s.Layers))
+	}
+	for l := range n {
+		if _, ok := s.Layers[l].Mixer.(Recurrent); ok {
+			return &support.Error{What: "self-speculation draft", Value: fmt.Sprintf("of %d layers", n),
+				Where: fmt.Sprintf("(layer %d is recurrent)", l), Detail: "a recurrent layer's state cannot be rolled back after a rejected draft"}
+		}
+	}
+	return nil
+}
+
+// resolveDraft checks the draft c asks for, or where c leaves
+// draft_layers unset settles it (config.DefaultDraft): a quarter of the
+// layers (config.DefaultDraftLayers) where checkDraft takes them and the
+// model keeps no state of a slot's own (a recurrent state or a window
+// ring: the runtime speculates on neither, so a draft would only cost
+// build time and bytes), else none.
+func (s *Spec) resolveDraft(c *config.Config) error {
+	if c.DraftLayers != nil {
+		if n := c.Draft(); n > 0 {
+			return s.checkDraft(n)
+		}
+		return nil
+	}
+	n := config.DefaultDraftLayers(len(s.Layers))
+	why := fmt.Sprintf("a quarter of the model's %d layers, at least 1, for --speculative self", len(s.Layers))
+	switch {
+	case n == 0:
+		why = fmt.Sprintf("none: a draft of a %d-layer model would leave no layer out", len(s.Layers))
+	case s.Hparams.RecurrentBytes > 0:
+		n, why = 0, "none: the model's recurrent layers keep a state per slot, and zrt-run does not speculate on such a model"
+	case s.Hparams.KVWindowRing > 0:
+		n, why = 0, "none: the model's sliding-window layers keep a ring of pages per slot (swa_full = false), and zrt-run does not speculate on such a model"
+	case s.checkDraft(n) != nil:
+		n, why = 0, "none: "+s.checkDraft(n).Error()
+	}
+	c.DefaultDraft(n, why)
+	return nil
 }
 
 // buildGraph assembles the variant k of s: embedding, the mixer and FFN

@@ -62,14 +62,17 @@ type Config struct {
 	// q8_0 at build time.
 	CacheTypeK string `toml:"cache_type_k"`
 	CacheTypeV string `toml:"cache_type_v"`
-	// DraftLayers, when set, adds draft variants for self-speculation
-	// (draft.sS.rR, one for each decode variant): the model's first
-	// DraftLayers layers and its own output norm and head on their
-	// output (an early exit, as LayerSkip and Draft & Verify draft),
-	// sharing the model's weights and, for those layers, its KV pages
-	// (default 0: none; left out of the recorded config then, so builds
-	// without one keep their bytes).
-	DraftLayers int `toml:"draft_layers,omitzero"`
+	// DraftLayers, when positive, adds draft variants for
+	// self-speculation (draft.sS.rR, one for each decode variant): the
+	// model's first DraftLayers layers and its own output norm and head
+	// on their output (an early exit, as LayerSkip and Draft & Verify
+	// draft), sharing the model's weights and, for those layers, its KV
+	// pages; 0 builds none. Unset (nil), the graph builder chooses
+	// (DefaultDraft): DefaultDraftLayers of the model's layers where
+	// those layers can draft and speculation can run, and records the
+	// count it took; else it stays unset, left out of the recorded
+	// config, so those builds keep their bytes.
+	DraftLayers *int `toml:"draft_layers"`
 	// Megakernel, on a cuda target, puts T-CUDA's persistent decode
 	// kernel (docs/design/megakernel.md) into the bundle, and the tier
 	// runs each decode variant it can serve on it instead of the
@@ -208,7 +211,8 @@ func defaultPrefillRows(target string) []int {
 
 // Overrides are settings given on the command line (zrtc build
 // --target, --ctx-size, --slots; zrt-run's one-command path). They win
-// over the TOML file and the defaults; zero leaves a setting alone.
+// over the TOML file and the defaults; zero (nil) leaves a setting
+// alone.
 type Overrides struct {
 	// Target is the compile target.
 	Target string
@@ -217,9 +221,9 @@ type Overrides struct {
 	// Slots is the most sequences served at once: max_slots, and the
 	// decode variants up to it (DecodeLadder), replacing any decode_slots.
 	Slots int
-	// DraftLayers is draft_layers: a self-speculation draft variant of
-	// the first DraftLayers layers.
-	DraftLayers int
+	// DraftLayers, when set, is draft_layers: self-speculation draft
+	// variants of the first *DraftLayers layers, none for 0.
+	DraftLayers *int
 }
 
 // fromGGUF returns the defaults the GGUF gives; the variant lists and the
@@ -312,15 +316,17 @@ func (c *Config) resolve(explicit func(key string) bool, o Overrides) error {
 		c.Target = o.Target
 	}
 	switch {
-	case o.ContextLength < 0 || o.Slots < 0 || o.DraftLayers < 0:
-		return fmt.Errorf("config: context length %d, slots %d and draft layers %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots, o.DraftLayers)
+	case o.ContextLength < 0 || o.Slots < 0:
+		return fmt.Errorf("config: context length %d and slots %d: each must be positive (0 keeps the config's)", o.ContextLength, o.Slots)
+	case o.DraftLayers != nil && *o.DraftLayers < 0:
+		return fmt.Errorf("config: draft layers %d: want 0 (no draft variant) or more", *o.DraftLayers)
 	case o.ContextLength > 0:
 		c.ContextLength = o.ContextLength
 	case !explicit("context_length"):
 		c.chose("context_length = %d (%s)", c.ContextLength, c.contextFrom)
 	}
-	if o.DraftLayers > 0 {
-		c.DraftLayers = o.DraftLayers
+	if o.DraftLayers != nil {
+		c.DraftLayers = new(*o.DraftLayers)
 	}
 	switch {
 	case o.Slots > 0:
@@ -368,6 +374,41 @@ func (c *Config) MaxPages() int {
 	return (c.ContextLength + kernels.KVPageTokens - 1) / kernels.KVPageTokens
 }
 
+// Draft is the layers of the draft variants: draft_layers, 0 for none
+// (and while it is unset, before DefaultDraft).
+func (c *Config) Draft() int {
+	if c.DraftLayers == nil {
+		return 0
+	}
+	return *c.DraftLayers
+}
+
+// DefaultDraftLayers is the draft_layers a model of layers layers
+// defaults to where its first layers can draft: a quarter of them,
+// rounded down, at least 1; 0 (none) for a model of fewer than 2, which
+// has no early exit.
+func DefaultDraftLayers(layers int) int {
+	if layers < 2 {
+		return 0
+	}
+	return max(1, layers/4)
+}
+
+// DefaultDraft settles an unset draft_layers: the graph builder, which
+// knows the model's layers, calls it with DefaultDraftLayers of them, or
+// 0 where they cannot draft, and why. A positive n is set, so the
+// recorded config says what was built; 0 leaves draft_layers unset. Set
+// by the TOML file or an override, draft_layers stays as it is.
+func (c *Config) DefaultDraft(n int, why string) {
+	if c.DraftLayers != nil {
+		return
+	}
+	if n > 0 {
+		c.DraftLayers = new(n)
+	}
+	c.chose("draft_layers = %d (%s)", n, why)
+}
+
 // ShapeKeys lists the variants to compile: every prefill row count, then
 // every decode slot count, in increasing order, then when DraftLayers
 // asks for them the draft variants, one for each decode slot count: the
@@ -381,7 +422,7 @@ func (c *Config) ShapeKeys() []ir.ShapeKey {
 	for _, s := range c.DecodeSlots {
 		keys = append(keys, ir.ShapeKey{Stage: ir.Decode, Slots: c.MaxSlots, Rows: s})
 	}
-	if c.DraftLayers > 0 {
+	if c.Draft() > 0 {
 		for _, s := range c.DecodeSlots {
 			keys = append(keys, ir.ShapeKey{Stage: ir.Draft, Slots: c.MaxSlots, Rows: s})
 		}
@@ -409,8 +450,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: prefill_rows %v: each must be in [1, prefill_chunk = %d]", c.PrefillRows, c.PrefillChunk)
 	case c.KVPages < 1 || c.KVPages > 1<<24:
 		return fmt.Errorf("config: kv_pages %d out of range [1, 16777216]", c.KVPages)
-	case c.DraftLayers < 0:
-		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.DraftLayers)
+	case c.Draft() < 0:
+		return fmt.Errorf("config: draft_layers %d must be at least 0 (0: no draft variant)", c.Draft())
 	case c.MegakernelTiles < 0 || c.MegakernelTiles > 8:
 		return fmt.Errorf("config: megakernel_tiles %d out of range [1, 8] (0: the default, 2)", c.MegakernelTiles)
 	case c.Megakernel && !strings.HasPrefix(c.Target, "cuda:"):

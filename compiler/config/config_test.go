@@ -217,8 +217,9 @@ func TestCacheTypes(t *testing.T) {
 
 // TestDraftLayers: draft_layers adds a draft variant for each decode
 // variant after the others, from the file or the --draft-layers override
-// (which wins); a negative count is refused; without one the recorded
-// config does not name it.
+// (which wins, 0 included); a negative count is refused; 0 builds none
+// and is recorded, so the recorded config builds none again; unset, it
+// builds none until the graph builder settles it, and is not recorded.
 func TestDraftLayers(t *testing.T) {
 	c, err := loadWith(t, synth.Tiny, "draft_layers = 1\n", Overrides{})
 	if err != nil {
@@ -234,23 +235,72 @@ func TestDraftLayers(t *testing.T) {
 	if !strings.Contains(c.TOML(), "draft_layers = 1") {
 		t.Errorf("recorded config lacks draft_layers:\n%s", c.TOML())
 	}
-	if c, err = loadWith(t, synth.Tiny, "draft_layers = 1\n", Overrides{DraftLayers: 2}); err != nil || c.DraftLayers != 2 {
-		t.Errorf("--draft-layers 2 over draft_layers = 1: %d, %v", c.DraftLayers, err)
+	for _, n := range []int{2, 0} {
+		if c, err = loadWith(t, synth.Tiny, "draft_layers = 1\n", Overrides{DraftLayers: new(n)}); err != nil || c.Draft() != n {
+			t.Errorf("--draft-layers %d over draft_layers = 1: %d, %v", n, c.Draft(), err)
+		}
 	}
 	if _, err := load(t, "draft_layers = -1\n"); err == nil || !strings.Contains(err.Error(), "draft_layers") {
 		t.Errorf("draft_layers = -1: %v", err)
+	}
+	if _, err := loadWith(t, synth.Tiny, "", Overrides{DraftLayers: new(-1)}); err == nil || !strings.Contains(err.Error(), "draft layers") {
+		t.Errorf("--draft-layers -1: %v", err)
+	}
+	noDrafts := func(what string, c *Config) {
+		t.Helper()
+		for _, k := range c.ShapeKeys() {
+			if k.Stage == ir.Draft {
+				t.Errorf("%s: a draft variant %v", what, k)
+			}
+		}
+	}
+	for _, o := range []Overrides{{}, {DraftLayers: new(0)}} {
+		c, err := loadWith(t, synth.Tiny, "draft_layers = 0\n", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noDrafts("draft_layers = 0", c)
+		if c.DraftLayers == nil || !strings.Contains(c.TOML(), "draft_layers = 0\n") {
+			t.Errorf("draft_layers = 0 is not recorded:\n%s", c.TOML())
+		}
+		c.DefaultDraft(1, "test")
+		if c.Draft() != 0 {
+			t.Errorf("DefaultDraft overrode draft_layers = 0 with %d", c.Draft())
+		}
 	}
 	c, err = load(t, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range c.ShapeKeys() {
-		if k.Stage == ir.Draft {
-			t.Errorf("a draft variant %v without draft_layers", k)
-		}
+	noDrafts("draft_layers unset", c)
+	if c.DraftLayers != nil || strings.Contains(c.TOML(), "draft_layers") {
+		t.Errorf("recorded config with draft_layers unset names it:\n%s", c.TOML())
 	}
-	if strings.Contains(c.TOML(), "draft_layers") {
-		t.Errorf("recorded config of a build without a draft names draft_layers:\n%s", c.TOML())
+	before := c.TOML()
+	c.DefaultDraft(0, "none")
+	if c.DraftLayers != nil || c.TOML() != before {
+		t.Errorf("DefaultDraft(0) changed the recorded config:\n%s", c.TOML())
+	}
+	if d := c.Defaults(); !strings.Contains(d[len(d)-1], "draft_layers = 0 (none)") {
+		t.Errorf("defaults %q do not say draft_layers was left at none", d)
+	}
+	c, _ = load(t, "")
+	c.DefaultDraft(3, "a quarter")
+	if c.Draft() != 3 || !strings.Contains(c.TOML(), "draft_layers = 3\n") {
+		t.Errorf("DefaultDraft(3): %d, recorded:\n%s", c.Draft(), c.TOML())
+	}
+	if k := c.ShapeKeys(); k[len(k)-1].Stage != ir.Draft {
+		t.Errorf("DefaultDraft(3): variants %v end without a draft", k)
+	}
+}
+
+// TestDefaultDraftLayers: a quarter of the layers, rounded down, at least
+// one; none below two layers.
+func TestDefaultDraftLayers(t *testing.T) {
+	for layers, want := range map[int]int{0: 0, 1: 0, 2: 1, 3: 1, 4: 1, 7: 1, 8: 2, 28: 7, 30: 7, 36: 9} {
+		if got := DefaultDraftLayers(layers); got != want {
+			t.Errorf("DefaultDraftLayers(%d) = %d, want %d", layers, got, want)
+		}
 	}
 }
 

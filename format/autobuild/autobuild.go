@@ -37,9 +37,10 @@ type Request struct {
 	// ContextLength and Slots, when positive, are zrtc build's --ctx-size
 	// and --slots; zero takes zrtc's defaults for the GGUF and target.
 	ContextLength, Slots int
-	// DraftLayers, when positive, is zrtc build's --draft-layers: a
-	// self-speculation draft variant.
-	DraftLayers int
+	// DraftLayers, when set, is zrtc build's --draft-layers: the layers
+	// of the self-speculation draft variants, 0 for none; nil takes
+	// zrtc's default.
+	DraftLayers *int
 	// Run runs zrtc with args (key, build) and waits for it; FindZrtc
 	// and Exec give the usual one.
 	Run Runner
@@ -210,8 +211,8 @@ func (req Request) flags() []string {
 	if req.Slots != 0 {
 		f = append(f, "--slots", strconv.Itoa(req.Slots))
 	}
-	if req.DraftLayers != 0 {
-		f = append(f, "--draft-layers", strconv.Itoa(req.DraftLayers))
+	if req.DraftLayers != nil {
+		f = append(f, "--draft-layers", strconv.Itoa(*req.DraftLayers))
 	}
 	return f
 }

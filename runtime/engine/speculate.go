@@ -667,7 +667,7 @@ func checkSpeculation(m Model, s Speculation) error {
 	case spec.Draft: // the draft model: New checks it
 	case spec.Self:
 		if _, ok := m.Key(runtime.Draft, 1); !ok {
-			return fmt.Errorf("engine: speculative %s: the bundle has no draft variant; build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", s)
+			return fmt.Errorf("engine: speculative %s: the bundle has no draft variant (built with draft_layers = 0, by an older zrtc, or of a model that cannot draft); build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", s)
 		}
 	default:
 		return fmt.Errorf("engine: speculative mode %q: nothing to draft with", s.Kind)

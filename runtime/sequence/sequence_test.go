@@ -52,8 +52,10 @@ func open(t *testing.T, dir string) *sequence.Pool {
 func TestVariantsAndPages(t *testing.T) {
 	many := open(t, build(t, "decode_slots = [1, 2]\nprefill_rows = [4, 8]\nkv_pages = 3\n"))
 	one := open(t, build(t, "max_slots = 2\nprefill_chunk = 8\n"))
-	if got := len(many.Keys()); got != 4 {
-		t.Fatalf("variants %v, want 4", many.Keys())
+	// Prefill r4 and r8, decode r1 and r2, and the default build's draft
+	// variant of each decode variant.
+	if got := len(many.Keys()); got != 6 {
+		t.Fatalf("variants %v, want 6", many.Keys())
 	}
 	if many.KVPages() != 3 || one.KVPages() != 2*16 {
 		t.Fatalf("pools of %d and %d pages, want 3 and 32", many.KVPages(), one.KVPages())

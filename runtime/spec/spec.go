@@ -173,7 +173,7 @@ func CheckWithDraft(pool, model *sequence.Pool, m Mode) error {
 	case NGram:
 	case Self:
 		if !pool.CanDraft() {
-			return fmt.Errorf("speculative mode self: the bundle has no draft variant (it has %v); build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", pool.Keys())
+			return fmt.Errorf("speculative mode self: the bundle has no draft variant (it has %v: built with draft_layers = 0, by an older zrtc, or of a model that cannot draft); build it with draft_layers = N in the model config (zrtc build --draft-layers N; given a GGUF, zrt-run's --draft-layers N)", pool.Keys())
 		}
 	case Draft:
 		if model == nil {

@@ -267,10 +267,11 @@ func firstDiff(a, b []int32) int {
 	return min(len(a), len(b))
 }
 
-// TestSelfNeedsDraftVariant: self-speculation on a bundle built without
-// draft_layers is refused, saying how to build one.
+// TestSelfNeedsDraftVariant: self-speculation on a bundle built with
+// draft_layers = 0 (no draft variant) is refused, saying how to build
+// one.
 func TestSelfNeedsDraftVariant(t *testing.T) {
-	p := openWith(t, "stories260K.gguf", strings.Replace(config, "draft_layers = 1\n", "", 1))
+	p := openWith(t, "stories260K.gguf", strings.Replace(config, "draft_layers = 1\n", "draft_layers = 0\n", 1))
 	seq, d := newSequence(t, p)
 	if _, err := spec.New(p, seq, d, spec.Mode{Kind: spec.Self, K: 4}, 4); err == nil || !strings.Contains(err.Error(), "draft_layers") {
 		t.Errorf("self on a bundle without a draft variant: %v", err)

@@ -34,10 +34,12 @@ test: vet fmt
 	$(GO) test -count=1 ./...
 
 # test-speculative: the engine's and the server's tests with every engine
-# speculating (n-gram drafts, every one verified; the output must not
+# speculating (n-gram drafts, then self-drafts through the default
+# builds' draft variants, every one verified; the output must not
 # change).
 test-speculative:
 	$(GO) test -count=1 ./runtime/engine/ ./runtime/server/ -args -speculative ngram:4:fixed
+	$(GO) test -count=1 ./runtime/engine/ ./runtime/server/ -args -speculative self:4:fixed
 
 # sweep: T-CPU against llama.cpp over every family's options (issue 45):
 # internal/sweep's layouts (head widths, grouped and multi-head attention,

@@ -14,7 +14,7 @@ import (
 // each engine a test makes without speculation, on a model that can
 // speculate, drafts as the mode says, and every test must pass as it
 // does without.
-var speculativeFlag = flag.String("speculative", "", "run every engine with this speculative mode (off, ngram[:K[:fixed]])")
+var speculativeFlag = flag.String("speculative", "", "run every engine with this speculative mode (off, ngram[:K[:fixed]], self[:K[:fixed]])")
 
 func TestMain(m *testing.M) {
 	flag.Parse()

@@ -22,7 +22,7 @@ import (
 // test server whose config leaves speculation off drafts as the mode
 // says, on a bundle with more slots than the engine runs (so draft rows
 // find free slots), and every test must pass as it does without.
-var speculativeFlag = flag.String("speculative", "", "run every test server with this speculative mode (off, ngram[:K[:fixed]])")
+var speculativeFlag = flag.String("speculative", "", "run every test server with this speculative mode (off, ngram[:K[:fixed]], self[:K[:fixed]])")
 
 // testSpeculation is the mode of -speculative (off without it).
 var testSpeculation engine.Speculation

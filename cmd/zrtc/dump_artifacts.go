@@ -2,11 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/zrtdev/zrt/compiler/build"
-	"github.com/zrtdev/zrt/compiler/dump"
 
 	"github.com/spf13/cobra"
-	"github.com/zrtdev/zrt/format/bundle"
+	"github.com/zrtdev/zrt/compiler/build"
+	"github.com/zrtdev/zrt/compiler/dump"
 )
 
 // withArtifactDumps adds the dumps of built artifacts to `zrtc dump`, beside
@@ -25,14 +24,7 @@ func dumpPktCmd() *cobra.Command {
 		Short: "Disassemble a bundle's packet streams, with relocations (BUNDLE: directory or graph file)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, _, err := bundle.ReadGraph(args[0])
-			if err != nil {
-				return err
-			}
-			if variant >= len(g.Variants) {
-				return fmt.Errorf("dump pkt: --variant %d, the bundle has %d variants (0..%d)", variant, len(g.Variants), len(g.Variants)-1)
-			}
-			return dump.Packets(cmd.OutOrStdout(), g, variant)
+			return dump.Packets(cmd.OutOrStdout(), args[0], variant)
 		},
 	}
 	c.Flags().IntVar(&variant, "variant", -1, "print only this variant (index, as `zrtc dump graph` lists them)")
@@ -56,16 +48,7 @@ func dumpGraphCmd() *cobra.Command {
 		Short: "Print a bundle's graph file: version, sections, ident, hparams, regions, weights, kernels, variants, megakernel schedules",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, raw, err := bundle.ReadGraph(args[0])
-			if err != nil {
-				return err
-			}
-			_, _, secs, err := bundle.Sections(raw)
-			if err != nil {
-				return err
-			}
-			dump.Graph(cmd.OutOrStdout(), len(raw), secs, g)
-			return nil
+			return dump.Graph(cmd.OutOrStdout(), args[0])
 		},
 	}
 }

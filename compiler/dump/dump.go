@@ -100,9 +100,24 @@ func Blob(w io.Writer, path string, size int, b *zrt.Blob) {
 	fmt.Fprintln(w)
 }
 
-// Graph prints graph file g (size bytes, of sections secs): version,
-// sections, ident, hparams, config, regions, weights, kernels, variants.
-func Graph(w io.Writer, size int, secs []bundle.Section, g *bundle.Graph) {
+// Graph prints the graph file of the bundle at path (a directory or the
+// file): version, sections, ident, hparams, config, regions, weights,
+// kernels, variants, megakernel schedules.
+func Graph(w io.Writer, path string) error {
+	g, raw, err := bundle.ReadGraph(path)
+	if err != nil {
+		return err
+	}
+	_, _, secs, err := bundle.Sections(raw)
+	if err != nil {
+		return err
+	}
+	graph(w, len(raw), secs, g)
+	return nil
+}
+
+// graph prints graph file g (size bytes, of sections secs).
+func graph(w io.Writer, size int, secs []bundle.Section, g *bundle.Graph) {
 	table := func(head string, rows func(tw *tabwriter.Writer)) {
 		fmt.Fprintln(w, head)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -323,9 +338,14 @@ func Short(h string) string {
 	return h
 }
 
-// Packets disassembles g's packet streams with their relocations: every
-// variant's, or only variant's when it is not negative.
-func Packets(w io.Writer, g *bundle.Graph, variant int) error {
+// Packets disassembles the packet streams of the bundle at path (a
+// directory or its graph file) with their relocations: every variant's,
+// or only variant's when it is not negative.
+func Packets(w io.Writer, path string, variant int) error {
+	g, _, err := bundle.ReadGraph(path)
+	if err != nil {
+		return err
+	}
 	if variant >= len(g.Variants) {
 		return fmt.Errorf("dump pkt: --variant %d, the bundle has %d variants (0..%d)", variant, len(g.Variants), len(g.Variants)-1)
 	}

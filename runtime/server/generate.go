@@ -149,13 +149,15 @@ func (s *Server) submit(ctx context.Context, m *Model, prompt []int32, ps []deco
 	}}, nil
 }
 
-// admit submits a request to the model's engine (its least loaded
-// replica); every refusal is the
+// admit submits a request to the model's engine (the replica its router
+// picks: Model.submit); every refusal is the
 // engine's (draining too: Drain stops the engines admitting), mapped to
 // HTTP by admitError.
 func (s *Server) admit(ctx context.Context, t *Tenant, m *Model, prompt []int32, ps []decode.Params) ([]<-chan engine.Event, *apiError) {
 	tp := s.policy.tenant(t.ID)
-	chans, err := m.engine(tp.PrefixScope(t.ID), prompt).SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: tp.Class, Prompt: prompt}, ps)
+	chans, err := m.submit(tp.PrefixScope(t.ID), prompt, func(e *engine.Engine) ([]<-chan engine.Event, error) {
+		return e.SubmitN(ctx, engine.Request{Tenant: t.ID, QoS: tp.Class, Prompt: prompt}, ps)
+	})
 	if err != nil {
 		return nil, admitError(err)
 	}

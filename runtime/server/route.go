@@ -58,12 +58,19 @@ func prefixKeys(scope string, prompt []int32) []uint64 {
 	return keys
 }
 
-// engine is the replica a request with prompt in prefix-cache scope
-// scope goes to, remembered as where its prefixes went.
-func (m *Model) engine(scope string, prompt []int32) *engine.Engine {
+// submit sends a request with prompt in prefix-cache scope scope, by
+// send, to the replica it should go to, remembered as where its prefixes
+// went. The pick and the submission happen under the router's lock, so
+// the next pick counts this request in its replica's load (engine.Load):
+// requests arriving together spread over idle replicas instead of all
+// finding the first one idle.
+func (m *Model) submit(scope string, prompt []int32, send func(*engine.Engine) ([]<-chan engine.Event, error)) ([]<-chan engine.Event, error) {
 	if len(m.Engines) == 1 {
-		return m.Engines[0]
+		return send(m.Engines[0])
 	}
+	r := &m.routes
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	least, held := 0, make([]int, len(m.Engines))
 	free := make([]bool, len(m.Engines))
 	for i, e := range m.Engines {
@@ -74,9 +81,6 @@ func (m *Model) engine(scope string, prompt []int32) *engine.Engine {
 		}
 	}
 	keys := prefixKeys(scope, prompt)
-	r := &m.routes
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	pick := least
 	for j := len(keys) - 1; j >= 0; j-- {
 		if at, ok := r.where[keys[j]]; ok {
@@ -87,7 +91,7 @@ func (m *Model) engine(scope string, prompt []int32) *engine.Engine {
 		}
 	}
 	r.remember(keys, pick)
-	return m.Engines[pick]
+	return send(m.Engines[pick])
 }
 
 // remember records that keys went to replica at (r.mu held).

@@ -129,8 +129,10 @@ func (s *Spec) resolveDraft(c *config.Config) error {
 		n, why = 0, "none: the model's recurrent layers keep a state per slot, and zrt-run does not speculate on such a model"
 	case s.Hparams.KVWindowRing > 0:
 		n, why = 0, "none: the model's sliding-window layers keep a ring of pages per slot (swa_full = false), and zrt-run does not speculate on such a model"
-	case s.checkDraft(n) != nil:
-		n, why = 0, "none: "+s.checkDraft(n).Error()
+	default:
+		if err := s.checkDraft(n); err != nil {
+			n, why = 0, "none: "+err.Error()
+		}
 	}
 	c.DefaultDraft(n, why)
 	return nil

@@ -205,22 +205,18 @@ static void rows_case(const Case& c, int rows, Pool pool, const float* x, const 
     std::vector<float> a((size_t)rows * c.n), got((size_t)rows * c.n);
     float u1 = one(k_rows<T, NORM, 1>, 1, y);
     CK(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost));
-    float us[2];
     size_t diff = 0;
-    int i = 0;
-    for (auto r : {MMV_MR, MMV_MR4}) {
-        us[i++] = r == MMV_MR ? one(k_rows<T, NORM, MMV_MR>, r, y2) : one(k_rows<T, NORM, MMV_MR4>, r, y2);
+    auto count = [&](float us) { // the outputs in y2 whose bits differ from the one-row entry's
         CK(cudaMemcpy(got.data(), y2, got.size() * 4, cudaMemcpyDeviceToHost));
         for (size_t j = 0; j < a.size(); j++) diff += memcmp(&a[j], &got[j], 4) != 0;
-    }
-    float base = 0;
-    {
-        u32 one_row[16] = {1};
-        CK(cudaMemcpy(io, one_row, sizeof one_row, cudaMemcpyHostToDevice));
-        base = one(k_rows<T, NORM, 1>, 1, y);
-    }
+        return us;
+    };
+    float u2 = count(one(k_rows<T, NORM, MMV_MR>, MMV_MR, y2)), u4 = count(one(k_rows<T, NORM, MMV_MR4>, MMV_MR4, y2));
+    u32 one_row[16] = {1};
+    CK(cudaMemcpy(io, one_row, sizeof one_row, cudaMemcpyHostToDevice));
+    float base = one(k_rows<T, NORM, 1>, 1, y);
     printf("| %-20s | %4d | %5d | %6d | %7.2f | %7.2f (%4.2f) | %7.2f (%4.2f) | %7.2f (%4.2f) | %zu |\n", c.name, rows, c.k, c.n, base,
-        u1, u1 / base, us[0], us[0] / base, us[1], us[1] / base, diff);
+        u1, u1 / base, u2, u2 / base, u4, u4 / base, diff);
 }
 
 // mmt_splits mirrors launch.go's mmtSplits, for per_sm blocks a

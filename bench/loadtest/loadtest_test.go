@@ -255,3 +255,25 @@ func TestStepLines(t *testing.T) {
 		t.Errorf("no server: rows %q", rows)
 	}
 }
+
+// TestStepLinesReplicas: a model served by four engines (zrt-run serve
+// --replicas 4) sums their steps' times, so its idle time is over four
+// engines' wall time: 3.2 s of steps in a second leave 0.8 s, not -2.2.
+func TestStepLinesReplicas(t *testing.T) {
+	scrapes := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scrapes++
+		k := float64(scrapes - 1)
+		fmt.Fprintf(w, "zrt_engines{model_name=\"m\"} 4\n")
+		fmt.Fprintf(w, "zrt_steps_by_kind_total{kind=\"decode\",model_name=\"m\"} %g\n", 400*k)
+		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"decode\",model_name=\"m\",part=\"replay\"} %g\n", 3*k)
+		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"decode\",model_name=\"m\",part=\"host\"} %g\n", 0.2*k)
+	}))
+	defer srv.Close()
+	lt := &loadtest{url: srv.URL}
+	before := lt.steps(context.Background())
+	got := stepLines(before, lt.steps(context.Background()), time.Second, 400)
+	if want := "| engine idle (wall time in no step, summed over 4 engines) | 0.80 s |"; !strings.Contains(got, want) {
+		t.Errorf("rows %q lack %q", got, want)
+	}
+}

@@ -10,8 +10,8 @@ import (
 
 // stepLine is a sample of zrt's engine step counters: steps by kind
 // (zrt_steps_by_kind_total) and their seconds by kind and part
-// (zrt_step_seconds_total).
-var stepLine = regexp.MustCompile(`^zrt_(steps_by_kind_total|step_seconds_total)\{(.*)\} (\S+)`)
+// (zrt_step_seconds_total), or of the engines that sum them (zrt_engines).
+var stepLine = regexp.MustCompile(`^zrt_(steps_by_kind_total|step_seconds_total|engines)\{(.*)\} (\S+)`)
 
 var (
 	kindLabel = regexp.MustCompile(`(?:^|,)kind="([^"]+)"`)
@@ -19,7 +19,9 @@ var (
 )
 
 // stepCounters are the engine's step counters summed over models, keyed
-// "KIND steps" and "KIND PART" (PART replay or host, in seconds).
+// "KIND steps" and "KIND PART" (PART replay or host, in seconds), and
+// "engines": how many engines those sums are over (a model's replicas
+// each count; 0 from a server without the gauge, which has one a model).
 type stepCounters map[string]float64
 
 // steps reads the step counters from GET /metrics; nil from a server
@@ -31,9 +33,16 @@ func (lt *loadtest) steps(ctx context.Context) stepCounters {
 		if m == nil {
 			return
 		}
-		kind := kindLabel.FindStringSubmatch(m[2])
 		v, err := strconv.ParseFloat(m[3], 64)
-		if kind == nil || err != nil {
+		if err != nil {
+			return
+		}
+		if m[1] == "engines" {
+			out["engines"] += v
+			return
+		}
+		kind := kindLabel.FindStringSubmatch(m[2])
+		if kind == nil {
 			return
 		}
 		if m[1] == "steps_by_kind_total" {
@@ -54,7 +63,8 @@ func (lt *loadtest) steps(ctx context.Context) stepCounters {
 // between two reads of the counters over a run of wall time: per kind of
 // step (decode rows only, or prompt rows too) how many, and the device's
 // (replay) and the engine's own (host) milliseconds a step; and the time
-// the engine spent in no step (idle: waiting for requests); and, for
+// the engine spent in no step (idle: waiting for requests), summed over
+// the engines where a model runs several (replicas); and, for
 // the run's tokens generated tokens, how many a step gave and how many a
 // second of the steps' replay time (the rate were the engine's own work
 // free: a constrained run that ends its replies early shows there how
@@ -81,7 +91,11 @@ func stepLines(before, after stepCounters, wall time.Duration, tokens int) strin
 	if s == "" {
 		return ""
 	}
-	s += fmt.Sprintf("| engine idle (wall time in no step) | %.2f s |\n", wall.Seconds()-busy)
+	if n := after["engines"]; n > 1 {
+		s += fmt.Sprintf("| engine idle (wall time in no step, summed over %.0f engines) | %.2f s |\n", n, n*wall.Seconds()-busy)
+	} else {
+		s += fmt.Sprintf("| engine idle (wall time in no step) | %.2f s |\n", wall.Seconds()-busy)
+	}
 	if tokens > 0 && replay > 0 {
 		s += fmt.Sprintf("| generated tokens a step; a second of replay | %.1f; %.1f |\n", float64(tokens)/steps, float64(tokens)/replay)
 	}

@@ -760,8 +760,10 @@ func putGroups(dst func(i, j int) []float32, rows []int, j int, res, bias []floa
 		// dst's slice may end within the eight (the outputs of fused
 		// products are several buffers): then feature by feature.
 		if d := dst(i, j); len(d) >= len(r8) {
-			d = d[:len(r8)]
-			copy(d, r8)
+			// An array assignment, not copy: eight floats moved inline
+			// instead of a call to memmove for every row and group.
+			d := (*[quant.Q4KInterleaveRows]float32)(d)
+			*d = [quant.Q4KInterleaveRows]float32(r8)
 			if bias != nil {
 				for jj, bv := range bias[j : j+len(r8)] {
 					d[jj] += bv

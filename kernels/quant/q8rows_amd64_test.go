@@ -171,6 +171,53 @@ func TestQ8_0Prepared2MatchesPrepared(t *testing.T) {
 	})
 }
 
+// TestQ8_0PreparedWeightsMatch checks that the sixteen-row kernel on
+// prepared weight rows gives the bits of the one on the rows themselves,
+// for 1..17 blocks, awkward weights (quants of -128 and 127, scales of
+// every magnitude) and extreme activations, with PrepareWeights laying out
+// several rows at once (the row checked is the last of three), and that
+// no level below VNNI offers it.
+func TestQ8_0PreparedWeightsMatch(t *testing.T) {
+	for _, l := range levels() {
+		atLevel(l, func() {
+			if got := PrepWeightBytes(ggml.Q8_0, 64); (got > 0) != (l >= simdVNNI) {
+				t.Fatalf("level %s: PrepWeightBytes %d", levelNames[l], got)
+			}
+		})
+	}
+	if simdBest < simdVNNI {
+		t.Skip("no VNNI")
+	}
+	rng := rand.New(rand.NewSource(17))
+	eightRows(t, 19, func(nb, trial, n, stride int, w, xq []byte) {
+		g := PrepGroupBytes(ggml.Q8_0, n)
+		xp := make([]byte, 2*g)
+		PrepareRows(ggml.Q8_0, n, xq, stride, xp[:g])
+		xq2 := make([]byte, len(xq))
+		for r := 0; r < 8; r++ {
+			copy(xq2[r*stride:], quantizedActivations(t, rng, ggml.Q8_0, n))
+		}
+		PrepareRows(ggml.Q8_0, n, xq2, stride, xp[g:])
+		rows := append(append(awkwardRow(rng, ggml.Q8_0, n), awkwardRow(rng, ggml.Q8_0, n)...), w...)
+		wb := PrepWeightBytes(ggml.Q8_0, n)
+		wp := make([]byte, 3*wb+1)
+		wp[3*wb] = 42
+		PrepareWeights(ggml.Q8_0, n, rows, 3, wp)
+		if wp[3*wb] != 42 {
+			t.Fatalf("nb=%d: PrepareWeights wrote past its rows", nb)
+		}
+		got, want := make([]float32, 17), make([]float32, 17)
+		got[16], want[16] = 42, 42
+		VecDotPrepared2W(ggml.Q8_0, n, wp[2*wb:3*wb], xp, got)
+		VecDotPrepared2(ggml.Q8_0, n, w, xp, want)
+		for r := range got {
+			if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+				t.Fatalf("nb=%d trial %d: prepared weights %v, weights %v", nb, trial, got, want)
+			}
+		}
+	})
+}
+
 // BenchmarkPrepared is the eight-row kernel of each type that has
 // prepared groups, on them (the preparation not counted): sixteen
 // activation rows against one weight row.

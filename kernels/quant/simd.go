@@ -53,6 +53,13 @@ type prepKernel struct {
 	// dot2, where set, computes 2*PrepRows outputs from two consecutive
 	// groups at once, each bit-identical to dot's.
 	dot2 func(n int, w, xp []byte, out []float32)
+	// wBytes, where set, is the size of a weight row of n elements as
+	// prepW lays it out, which dot2W reads in place of the row: the same
+	// bits as dot2, with the work dot2 repeats on each weight block for
+	// every pair of groups done once.
+	wBytes func(n int) int
+	prepW  func(n int, w []byte, rows int, dst []byte)
+	dot2W  func(n int, wp, xp []byte, out []float32)
 }
 
 var (
@@ -215,6 +222,31 @@ func VecDotPrepared2(t ggml.Type, n int, w, xp []byte, out []float32) {
 	g := k.groupBytes(n)
 	k.dot(n, w, xp[:g], out[:PrepRows])
 	k.dot(n, w, xp[g:2*g], out[PrepRows:2*PrepRows])
+}
+
+// PrepWeightBytes returns the size of one weight row of n elements of t
+// laid out by PrepareWeights for VecDotPrepared2W, or 0 where the current
+// level has no such kernel. A prefill that runs many groups of rows
+// against each weight row prepares the rows once for all of them.
+func PrepWeightBytes(t ggml.Type, n int) int {
+	if k := prepKernels[t]; k != nil && k.wBytes != nil {
+		return k.wBytes(n)
+	}
+	return 0
+}
+
+// PrepareWeights writes the rows consecutive weight rows at w (of n
+// elements each) into dst as VecDotPrepared2W reads them,
+// PrepWeightBytes(t, n) bytes a row. Only valid where that is > 0.
+func PrepareWeights(t ggml.Type, n int, w []byte, rows int, dst []byte) {
+	prepKernels[t].prepW(n, w, rows, dst)
+}
+
+// VecDotPrepared2W is VecDotPrepared2 on the weight row as PrepareWeights
+// laid it out (wp): the same bits. Only valid where PrepWeightBytes(t, n)
+// > 0.
+func VecDotPrepared2W(t ggml.Type, n int, wp, xp []byte, out []float32) {
+	prepKernels[t].dot2W(n, wp, xp, out)
 }
 
 // VecDotOrder is VecDot in order o: for a type ggml repacks (Q4_K, see

@@ -150,24 +150,55 @@ func floatDot(size int, kernel func(w, x *byte, n int) float32, tail func(n int,
 // eight float32 (exact conversions, what VCVTPH2PS gives), q80PrepBlock
 // bytes in all.
 // Its dot2 is the sixteen-row form (dotQ8_0x16PrepAsm), which shares the
-// weight block's work between two groups.
-var prepQ8_0x8 = withDot2(prepBlocks(qk, q8_0Len, q8_0Len, q80PrepBlock, func(r int, src, d []byte) {
+// weight block's work between two groups, and its dot2W the same on
+// prepared weight rows (withQ80Weights).
+var prepQ8_0x8 = withQ80Weights(withDot2(prepBlocks(qk, q8_0Len, q8_0Len, q80PrepBlock, func(r int, src, d []byte) {
 	q := d[r*qk : (r+1)*qk]
 	for i := 0; i < qk; i += 8 {
 		binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(src[2+i:])^0x8080808080808080)
 	}
 	binary.LittleEndian.PutUint32(d[8*qk+4*r:], math.Float32bits(F16ToF32(binary.LittleEndian.Uint16(src))))
-}, dotQ8_0x8PrepAsm), func(n int, w, xp []byte, out []float32) {
-	nb := n / qk
-	if nb == 0 {
-		clear(out[:16])
-		return
+}, dotQ8_0x8PrepAsm), q80Dot2(q8_0Len, dotQ8_0x16PrepAsm)))
+
+// q80Dot2 is a sixteen-row Q8_0 kernel on two prepared groups, its
+// weight row of wLen-byte blocks, bounds checked here.
+func q80Dot2(wLen int, kernel func(w, xp *byte, nb int, out *float32)) func(n int, w, xp []byte, out []float32) {
+	return func(n int, w, xp []byte, out []float32) {
+		nb := n / qk
+		if nb == 0 {
+			clear(out[:16])
+			return
+		}
+		_ = w[nb*wLen-1]
+		_ = xp[2*nb*q80PrepBlock-1]
+		_ = out[15]
+		kernel(&w[0], &xp[0], nb, &out[0])
 	}
-	_ = w[nb*q8_0Len-1]
-	_ = xp[2*nb*q80PrepBlock-1]
-	_ = out[15]
-	dotQ8_0x16PrepAsm(&w[0], &xp[0], nb, &out[0])
-})
+}
+
+// q80PrepWBlock is a Q8_0 weight block as prepQ8_0WeightsAsm lays it out
+// for dotQ8_0x16PrepWAsm: its quants, the eight dwords of the VNNI
+// correction that dotQ8_0x16PrepAsm computes from them, and its scale as
+// a float32.
+const q80PrepWBlock = 32 + 32 + 4
+
+// withQ80Weights returns the Q8_0 prepared kernel k with prepared weight
+// rows: prepQ8_0WeightsAsm lays them out, dotQ8_0x16PrepWAsm reads them
+// with dotQ8_0x16PrepAsm's bits.
+func withQ80Weights(k prepKernel) prepKernel {
+	k.wBytes = func(n int) int { return n / qk * q80PrepWBlock }
+	k.prepW = func(n int, w []byte, rows int, dst []byte) {
+		nb := n / qk
+		if nb == 0 || rows <= 0 {
+			return
+		}
+		_ = w[rows*nb*q8_0Len-1]
+		_ = dst[rows*nb*q80PrepWBlock-1]
+		prepQ8_0WeightsAsm(&w[0], rows*nb, &dst[0])
+	}
+	k.dot2W = q80Dot2(q80PrepWBlock, dotQ8_0x16PrepWAsm)
+	return k
+}
 
 // withDot2 returns k with its two-group kernel set to dot2.
 func withDot2(k prepKernel, dot2 func(n int, w, xp []byte, out []float32)) prepKernel {
@@ -312,6 +343,12 @@ func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
 
 //go:noescape
 func dotQ8_0x16PrepAsm(w, xp *byte, nb int, out *float32)
+
+//go:noescape
+func dotQ8_0x16PrepWAsm(wp, xp *byte, nb int, out *float32)
+
+//go:noescape
+func prepQ8_0WeightsAsm(w *byte, nb int, wp *byte)
 
 //go:noescape
 func dotQ8_0AVX2Asm(w, x *byte, nb int) float32

@@ -548,6 +548,135 @@ q80p16loop:
 	VZEROUPPER
 	RET
 
+// func dotQ8_0x16PrepWAsm(wp, xp *byte, nb int, out *float32)
+//
+// dotQ8_0x16PrepAsm on prepared weight blocks (prepQ8_0WeightsAsm): the
+// correction and the scale are loaded, not computed, and the results are
+// bit-identical to dotQ8_0x16PrepAsm's on the weight row they came from.
+TEXT ·dotQ8_0x16PrepWAsm(SB), NOSPLIT, $0-32
+	MOVQ      wp+0(FP), SI
+	MOVQ      xp+8(FP), DI
+	MOVQ      nb+16(FP), CX
+	IMUL3Q    $288, CX, R8
+	VMOVDQU32 lane8<>+0(SB), Z8
+	VMOVDQU32 lane8<>+64(SB), Z9
+	VMOVDQU32 lane8<>+128(SB), Z10
+	VMOVDQU32 lane8<>+192(SB), Z11
+	VPXORD    Z16, Z16, Z16
+	VPXORD    Z17, Z17, Z17
+	VPXORD    Z18, Z18, Z18
+	VPXORD    Z19, Z19, Z19
+	VPXORD    Z20, Z20, Z20
+	VPXORD    Z21, Z21, Z21
+	VPXORD    Z22, Z22, Z22
+	VPXORD    Z23, Z23, Z23
+
+q80pw16loop:
+	VBROADCASTI64X4 (SI), Z1
+	VBROADCASTI64X4 32(SI), Z2
+	VBROADCASTSS    64(SI), Y3
+	VMULPS          256(DI), Y3, Y0
+	VMULPS          256(DI)(R8*1), Y3, Y12
+	VMOVDQU32       0(DI), Z4
+	VMOVDQA32       Z2, Z24
+	VPDPBUSD        Z1, Z4, Z24
+	VCVTDQ2PS       Z24, Z24
+	VPERMPS         Z0, Z8, Z4
+	VFMADD231PS     Z4, Z24, Z16
+	VMOVDQU32       64(DI), Z5
+	VMOVDQA32       Z2, Z25
+	VPDPBUSD        Z1, Z5, Z25
+	VCVTDQ2PS       Z25, Z25
+	VPERMPS         Z0, Z9, Z5
+	VFMADD231PS     Z5, Z25, Z17
+	VMOVDQU32       128(DI), Z6
+	VMOVDQA32       Z2, Z26
+	VPDPBUSD        Z1, Z6, Z26
+	VCVTDQ2PS       Z26, Z26
+	VPERMPS         Z0, Z10, Z6
+	VFMADD231PS     Z6, Z26, Z18
+	VMOVDQU32       192(DI), Z7
+	VMOVDQA32       Z2, Z27
+	VPDPBUSD        Z1, Z7, Z27
+	VCVTDQ2PS       Z27, Z27
+	VPERMPS         Z0, Z11, Z7
+	VFMADD231PS     Z7, Z27, Z19
+	VMOVDQU32       0(DI)(R8*1), Z4
+	VMOVDQA32       Z2, Z28
+	VPDPBUSD        Z1, Z4, Z28
+	VCVTDQ2PS       Z28, Z28
+	VPERMPS         Z12, Z8, Z4
+	VFMADD231PS     Z4, Z28, Z20
+	VMOVDQU32       64(DI)(R8*1), Z5
+	VMOVDQA32       Z2, Z29
+	VPDPBUSD        Z1, Z5, Z29
+	VCVTDQ2PS       Z29, Z29
+	VPERMPS         Z12, Z9, Z5
+	VFMADD231PS     Z5, Z29, Z21
+	VMOVDQU32       128(DI)(R8*1), Z6
+	VMOVDQA32       Z2, Z30
+	VPDPBUSD        Z1, Z6, Z30
+	VCVTDQ2PS       Z30, Z30
+	VPERMPS         Z12, Z10, Z6
+	VFMADD231PS     Z6, Z30, Z22
+	VMOVDQU32       192(DI)(R8*1), Z7
+	VMOVDQA32       Z2, Z31
+	VPDPBUSD        Z1, Z7, Z31
+	VCVTDQ2PS       Z31, Z31
+	VPERMPS         Z12, Z11, Z7
+	VFMADD231PS     Z7, Z31, Z23
+	ADDQ            $68, SI
+	ADDQ            $288, DI
+	DECQ            CX
+	JNZ             q80pw16loop
+
+	// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high
+	// halves, then HSUM8.
+	MOVQ          out+24(FP), AX
+	VEXTRACTF64X4 $1, Z16, Y24
+	VEXTRACTF64X4 $1, Z17, Y25
+	VEXTRACTF64X4 $1, Z18, Y26
+	VEXTRACTF64X4 $1, Z19, Y27
+	HSUM8(Y16, Y24, Y17, Y25, Y18, Y26, Y19, Y27)
+	VMOVUPS       Y0, 0(AX)
+	VEXTRACTF64X4 $1, Z20, Y28
+	VEXTRACTF64X4 $1, Z21, Y29
+	VEXTRACTF64X4 $1, Z22, Y30
+	VEXTRACTF64X4 $1, Z23, Y31
+	HSUM8(Y20, Y28, Y21, Y29, Y22, Y30, Y23, Y31)
+	VMOVUPS       Y0, 32(AX)
+	VZEROUPPER
+	RET
+
+// func prepQ8_0WeightsAsm(w *byte, nb int, wp *byte)
+//
+// The nb Q8_0 blocks at w as prepared weight blocks at wp (68 bytes each:
+// the 32 quants, the eight dwords -128·(sum of each four quants), the
+// scale as a float32), which dotQ8_0x16PrepWAsm reads.
+TEXT ·prepQ8_0WeightsAsm(SB), NOSPLIT, $0-24
+	MOVQ         w+0(FP), SI
+	MOVQ         nb+8(FP), CX
+	MOVQ         wp+16(FP), DI
+	VPBROADCASTD c80<>(SB), Y15
+
+q80pwloop:
+	VMOVDQU      2(SI), Y1
+	VMOVDQU      Y1, (DI)
+	VPXORD       Y2, Y2, Y2
+	VPDPBUSD     Y1, Y15, Y2
+	VPXORD       Y3, Y3, Y3
+	VPSUBD       Y2, Y3, Y2
+	VMOVDQU      Y2, 32(DI)
+	VPBROADCASTW (SI), X3
+	VCVTPH2PS    X3, X3
+	VMOVSS       X3, 64(DI)
+	ADDQ         $34, SI
+	ADDQ         $68, DI
+	DECQ         CX
+	JNZ          q80pwloop
+	VZEROUPPER
+	RET
+
 // func dotQ8_0AVX2Asm(w, x *byte, nb int) float32
 //
 // Without VNNI the quants are sign-extended to int16 and multiplied with

@@ -319,65 +319,9 @@ q80p8loop:
 	f.Ins("VZEROUPPER")
 	f.Ins("RET")
 	f.P("")
-	f.Raw(`
-// func dotQ8_0x16PrepAsm(w, xp *byte, nb int, out *float32)
-//
-// dotQ8_0x8PrepAsm on two consecutive prepared groups (the second nb*288
-// bytes after the first), sixteen outputs: the weight block's broadcast,
-// correction and f16 scale are done once for sixteen activation rows
-// rather than eight. Each group's rows get exactly dotQ8_0x8PrepAsm's
-// operations in its order, so the results are bit-identical to it.`)
-	f.Text("dotQ8_0x16PrepAsm", 0, 32)
-	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
-	f.Ins("IMUL3Q", "$288", "CX", "R8")
-	f.Ins("VPBROADCASTD", "c80<>(SB)", "Z15")
-	for p := 0; p < 4; p++ {
-		f.Ins("VMOVDQU32", fmt.Sprintf("lane8<>+%d(SB)", 64*p), asmgen.Reg("Z", 8+p))
-	}
-	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 8)...)
-	f.Raw(`
-q80p16loop:
-	VBROADCASTI64X4 2(SI), Z1
-	VPXORD          Z2, Z2, Z2
-	VPDPBUSD        Z1, Z15, Z2
-	VPXORD          Z3, Z3, Z3
-	VPSUBD          Z2, Z3, Z2
-	VPBROADCASTW    (SI), X3
-	VCVTPH2PS       X3, Y3
-	VMULPS          256(DI), Y3, Y0
-	VMULPS          256(DI)(R8*1), Y3, Y12`)
-	for g, sc := range []string{"Z0", "Z12"} {
-		idx := ""
-		if g == 1 {
-			idx = "(R8*1)"
-		}
-		for p := 0; p < 4; p++ {
-			t, u, ix, acc := asmgen.Reg("Z", 4+p), asmgen.Reg("Z", 24+4*g+p), asmgen.Reg("Z", 8+p), asmgen.Reg("Z", 16+4*g+p)
-			f.Ins("VMOVDQU32", fmt.Sprintf("%d(DI)%s", 64*p, idx), t)
-			f.Ins("VMOVDQA32", "Z2", u)
-			f.Ins("VPDPBUSD", "Z1", t, u)
-			f.Ins("VCVTDQ2PS", u, u)
-			f.Ins("VPERMPS", sc, ix, t)
-			f.Ins("VFMADD231PS", t, u, acc)
-		}
-	}
-	loopTail(f, "q80p16loop", step{"SI", 34}, step{"DI", 288})
-	f.P("\n\t// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high\n\t// halves, then HSUM8.")
-	f.Ins("MOVQ", "out+24(FP)", "AX")
-	for g := 0; g < 2; g++ {
-		for p := 0; p < 4; p++ {
-			f.Ins("VEXTRACTF64X4", "$1", asmgen.Reg("Z", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
-		}
-		var rs []string
-		for p := 0; p < 4; p++ {
-			rs = append(rs, asmgen.Reg("Y", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
-		}
-		f.P("\tHSUM8(%s)", strings.Join(rs, ", "))
-		f.Ins("VMOVUPS", "Y0", fmt.Sprintf("%d(AX)", 32*g))
-	}
-	f.Ins("VZEROUPPER")
-	f.Ins("RET")
-	f.P("")
+	q80x16(f, false)
+	q80x16(f, true)
+	q80PrepWeights(f)
 	(&dotKernel{
 		sig: "dotQ8_0AVX2Asm(w, x *byte, nb int) float32",
 		doc: `
@@ -534,4 +478,129 @@ func scaledAcc(f *asmgen.File, sums string) {
 	f.Ins("VCVTDQ2PS", sums, sums)
 	f.P("\tF16MUL((SI), (DI), X5, Y5, X6)")
 	f.Ins("VFMADD231PS", "Y5", sums, "Y0")
+}
+
+// q80PrepW is the size of a prepared Q8_0 weight block (quant's
+// q80PrepWBlock): the 32 quants, the eight dwords of the VNNI correction
+// −128·(sum of each four quants), and the f16 scale as a float32.
+const q80PrepW = 68
+
+// q80x16 writes dotQ8_0x16PrepAsm, or with prepared (weights laid out by
+// prepQ8_0WeightsAsm) dotQ8_0x16PrepWAsm, which loads each block's
+// correction and scale where the other computes them: the same values,
+// so the same bits, for four fewer instructions a block, one of them a
+// VPDPBUSD on the multiply ports this loop is bound by.
+func q80x16(f *asmgen.File, prepared bool) {
+	name, w, wStep, label := "dotQ8_0x16PrepAsm", "w", 34, "q80p16loop"
+	if prepared {
+		name, w, wStep, label = "dotQ8_0x16PrepWAsm", "wp", q80PrepW, "q80pw16loop"
+	}
+	f.P("")
+	f.P("// func %s(%s, xp *byte, nb int, out *float32)", name, w)
+	f.P("//")
+	if prepared {
+		f.Raw(`// dotQ8_0x16PrepAsm on prepared weight blocks (prepQ8_0WeightsAsm): the
+// correction and the scale are loaded, not computed, and the results are
+// bit-identical to dotQ8_0x16PrepAsm's on the weight row they came from.`)
+	} else {
+		f.Raw(`// dotQ8_0x8PrepAsm on two consecutive prepared groups (the second nb*288
+// bytes after the first), sixteen outputs: the weight block's broadcast,
+// correction and f16 scale are done once for sixteen activation rows
+// rather than eight. Each group's rows get exactly dotQ8_0x8PrepAsm's
+// operations in its order, so the results are bit-identical to it.`)
+	}
+	f.Text(name, 0, 32)
+	f.Args(asmgen.Arg{Name: w, Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Ins("IMUL3Q", "$288", "CX", "R8")
+	if !prepared {
+		f.Ins("VPBROADCASTD", "c80<>(SB)", "Z15")
+	}
+	for p := 0; p < 4; p++ {
+		f.Ins("VMOVDQU32", fmt.Sprintf("lane8<>+%d(SB)", 64*p), asmgen.Reg("Z", 8+p))
+	}
+	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 8)...)
+	f.P("\n%s:", label)
+	if prepared {
+		f.Raw(`
+	VBROADCASTI64X4 (SI), Z1
+	VBROADCASTI64X4 32(SI), Z2
+	VBROADCASTSS    64(SI), Y3`)
+	} else {
+		f.Raw(`
+	VBROADCASTI64X4 2(SI), Z1
+	VPXORD          Z2, Z2, Z2
+	VPDPBUSD        Z1, Z15, Z2
+	VPXORD          Z3, Z3, Z3
+	VPSUBD          Z2, Z3, Z2
+	VPBROADCASTW    (SI), X3
+	VCVTPH2PS       X3, Y3`)
+	}
+	f.Raw(`
+	VMULPS          256(DI), Y3, Y0
+	VMULPS          256(DI)(R8*1), Y3, Y12`)
+	for g, sc := range []string{"Z0", "Z12"} {
+		idx := ""
+		if g == 1 {
+			idx = "(R8*1)"
+		}
+		for p := 0; p < 4; p++ {
+			t, u, ix, acc := asmgen.Reg("Z", 4+p), asmgen.Reg("Z", 24+4*g+p), asmgen.Reg("Z", 8+p), asmgen.Reg("Z", 16+4*g+p)
+			f.Ins("VMOVDQU32", fmt.Sprintf("%d(DI)%s", 64*p, idx), t)
+			f.Ins("VMOVDQA32", "Z2", u)
+			f.Ins("VPDPBUSD", "Z1", t, u)
+			f.Ins("VCVTDQ2PS", u, u)
+			f.Ins("VPERMPS", sc, ix, t)
+			f.Ins("VFMADD231PS", t, u, acc)
+		}
+	}
+	loopTail(f, label, step{"SI", wStep}, step{"DI", 288})
+	f.P("\n\t// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high\n\t// halves, then HSUM8.")
+	f.Ins("MOVQ", "out+24(FP)", "AX")
+	for g := 0; g < 2; g++ {
+		for p := 0; p < 4; p++ {
+			f.Ins("VEXTRACTF64X4", "$1", asmgen.Reg("Z", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
+		}
+		var rs []string
+		for p := 0; p < 4; p++ {
+			rs = append(rs, asmgen.Reg("Y", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
+		}
+		f.P("\tHSUM8(%s)", strings.Join(rs, ", "))
+		f.Ins("VMOVUPS", "Y0", fmt.Sprintf("%d(AX)", 32*g))
+	}
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+	f.P("")
+}
+
+// q80PrepWeights writes prepQ8_0WeightsAsm, which lays nb Q8_0 weight
+// blocks out as dotQ8_0x16PrepWAsm reads them: per block the quants, the
+// correction dotQ8_0x16PrepAsm computes (VPDPBUSD of 0x80 by the quants,
+// negated) and the scale as VCVTPH2PS converts it.
+func q80PrepWeights(f *asmgen.File) {
+	f.Raw(`
+// func prepQ8_0WeightsAsm(w *byte, nb int, wp *byte)
+//
+// The nb Q8_0 blocks at w as prepared weight blocks at wp (68 bytes each:
+// the 32 quants, the eight dwords -128·(sum of each four quants), the
+// scale as a float32), which dotQ8_0x16PrepWAsm reads.`)
+	f.Text("prepQ8_0WeightsAsm", 0, 24)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "nb", Reg: "CX"}, asmgen.Arg{Name: "wp", Reg: "DI"})
+	f.Raw(`
+	VPBROADCASTD c80<>(SB), Y15
+
+q80pwloop:
+	VMOVDQU      2(SI), Y1
+	VMOVDQU      Y1, (DI)
+	VPXORD       Y2, Y2, Y2
+	VPDPBUSD     Y1, Y15, Y2
+	VPXORD       Y3, Y3, Y3
+	VPSUBD       Y2, Y3, Y2
+	VMOVDQU      Y2, 32(DI)
+	VPBROADCASTW (SI), X3
+	VCVTPH2PS    X3, X3
+	VMOVSS       X3, 64(DI)`)
+	loopTail(f, "q80pwloop", step{"SI", 34}, step{"DI", q80PrepW})
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+	f.P("")
 }

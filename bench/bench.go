@@ -141,13 +141,18 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 		}
 	}
 	w := opt.Out
+	// A comparison that fails (llama-bench missing, crashed, out of
+	// memory) still leaves zrt's own rows printed: they may have taken
+	// minutes, and are the run's point.
+	var llamaErr error
 	if opt.LlamaBench != "" {
-		if err := compareLlama(ctx, w, rows, opt, pool.TierName() != "cpu", cacheTypes(pool)); err != nil {
-			return err
-		}
+		llamaErr = compareLlama(ctx, w, rows, opt, pool.TierName() != "cpu", cacheTypes(pool))
 	}
 	if opt.JSON {
-		return json.NewEncoder(w).Encode(rows)
+		if err := json.NewEncoder(w).Encode(rows); err != nil {
+			return err
+		}
+		return llamaErr
 	}
 	fmt.Fprintln(w, "| model | size | params | backend | threads | test | t/s | bytes/token | bandwidth use |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
@@ -168,7 +173,7 @@ func Run(ctx context.Context, pool *sequence.Pool, opt Options) error {
 			float64(r.SizeBytes)/(1<<20), float64(r.Params)/1e6, r.Backend, threads, r.Test, r.TokS, r.StdDev, per, bw)
 	}
 	report()
-	return nil
+	return llamaErr
 }
 
 // Result is one row of the single-sequence table (and of its JSON).

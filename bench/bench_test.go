@@ -82,6 +82,23 @@ func TestRunSingle(t *testing.T) {
 	}
 }
 
+// TestRunLlamaFails: when the llama-bench given cannot run, Run still
+// prints zrt's rows before it returns the comparison's error.
+func TestRunLlamaFails(t *testing.T) {
+	pool := batchedBundle(t)
+	var out bytes.Buffer
+	missing := filepath.Join(t.TempDir(), "llama-bench")
+	err := Run(context.Background(), pool, Options{Prompt: 8, Gen: 4, Reps: 1, Threads: 1, Out: &out, LlamaBench: missing, GGUF: "m.gguf"})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("a missing llama-bench: %v", err)
+	}
+	for _, test := range []string{"| pp8 |", "| tg4 |"} {
+		if !strings.Contains(out.String(), test) {
+			t.Errorf("no row %q in:\n%s", test, out.String())
+		}
+	}
+}
+
 // TestRunDepth runs the single-sequence tests after a filled cache, as
 // llama-bench's -d does, and refuses a depth past the bundle's context.
 func TestRunDepth(t *testing.T) {

@@ -266,6 +266,13 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// which kernel computes a row then depends only on rows mod 4, as the
 	// eight-row kernel's results equal the four-row kernel's.
 	ib := max(8, min(gemmTileRows, gemmRowBytes/xb)) &^ 7
+	if xp != nil {
+		// Blocks of two prepared groups at least, so that wide rows (the
+		// FFN's down projection) take the two-group kernels too: their
+		// activations then come from L2, which costs less than
+		// unpacking each weight block for eight rows at a time.
+		ib = max(ib, 2*quant.PrepRows)
+	}
 	// The prepared groups (above) go through VecDotPrepared2 two at a time
 	// and VecDotPrepared, bit-identical to VecDotRows on them; the rows
 	// past the last full group go through VecDotRows. Where the level

@@ -3,9 +3,6 @@
 package quant
 
 import (
-	"encoding/binary"
-	"math"
-
 	"golang.org/x/sys/cpu"
 
 	"github.com/zrtdev/zrt/format/ggml"
@@ -152,13 +149,19 @@ func floatDot(size int, kernel func(w, x *byte, n int) float32, tail func(n int,
 // Its dot2 is the sixteen-row form (dotQ8_0x16PrepAsm), which shares the
 // weight block's work between two groups, and its dot2W the same on
 // prepared weight rows (withQ80Weights).
-var prepQ8_0x8 = withQ80Weights(withDot2(prepBlocks(qk, q8_0Len, q8_0Len, q80PrepBlock, func(r int, src, d []byte) {
-	q := d[r*qk : (r+1)*qk]
-	for i := 0; i < qk; i += 8 {
-		binary.LittleEndian.PutUint64(q[i:], binary.LittleEndian.Uint64(src[2+i:])^0x8080808080808080)
-	}
-	binary.LittleEndian.PutUint32(d[8*qk+4*r:], math.Float32bits(F16ToF32(binary.LittleEndian.Uint16(src))))
-}, dotQ8_0x8PrepAsm), q80Dot2(q8_0Len, dotQ8_0x16PrepAsm)))
+var prepQ8_0x8 = withQ80Weights(withDot2(prepKernel{
+	groupBytes: func(n int) int { return n / qk * q80PrepBlock },
+	prepare: func(n int, xq []byte, xStride int, dst []byte) {
+		nb := n / qk
+		if nb == 0 {
+			return
+		}
+		_ = dst[nb*q80PrepBlock-1]
+		_ = xq[7*xStride+nb*q8_0Len-1]
+		prepQ8_0RowsAsm(&xq[0], xStride, nb, &dst[0])
+	},
+	dot: prepDot(qk, q8_0Len, q80PrepBlock, dotQ8_0x8PrepAsm),
+}, q80Dot2(q8_0Len, dotQ8_0x16PrepAsm)))
 
 // q80Dot2 is a sixteen-row Q8_0 kernel on two prepared groups, its
 // weight row of wLen-byte blocks, bounds checked here.
@@ -204,28 +207,6 @@ func withQ80Weights(k prepKernel) prepKernel {
 func withDot2(k prepKernel, dot2 func(n int, w, xp []byte, out []float32)) prepKernel {
 	k.dot2 = dot2
 	return k
-}
-
-// prepBlocks is the prepKernel of an eight-row kernel on blocks of bs
-// elements (wLen bytes a weight block, xLen an activation block, pLen a
-// prepared block of the eight rows): put lays row r's activation block
-// src into its prepared block d.
-func prepBlocks(bs, wLen, xLen, pLen int, put func(r int, src, d []byte), kernel func(w, xp *byte, nb int, out *float32)) prepKernel {
-	return prepKernel{
-		groupBytes: func(n int) int { return n / bs * pLen },
-		prepare: func(n int, xq []byte, xStride int, dst []byte) {
-			nb := n / bs
-			_ = dst[nb*pLen-1]
-			_ = xq[7*xStride+nb*xLen-1]
-			for r := 0; r < 8; r++ {
-				x := xq[r*xStride:]
-				for b := 0; b < nb; b++ {
-					put(r, x[b*xLen:(b+1)*xLen], dst[b*pLen:])
-				}
-			}
-		},
-		dot: prepDot(bs, wLen, pLen, kernel),
-	}
 }
 
 // blockDot is a one-row dot kernel on nb whole blocks of bs elements
@@ -349,6 +330,9 @@ func dotQ8_0x16PrepWAsm(wp, xp *byte, nb int, out *float32)
 
 //go:noescape
 func prepQ8_0WeightsAsm(w *byte, nb int, wp *byte)
+
+//go:noescape
+func prepQ8_0RowsAsm(xq *byte, stride, nb int, xp *byte)
 
 //go:noescape
 func dotQ8_0AVX2Asm(w, x *byte, nb int) float32

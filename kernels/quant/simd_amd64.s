@@ -677,6 +677,40 @@ q80pwloop:
 	VZEROUPPER
 	RET
 
+// func prepQ8_0RowsAsm(xq *byte, stride, nb int, xp *byte)
+//
+// The eight Q8_0 activation rows at xq (stride bytes apart, nb blocks
+// each) as a prepared group at xp: per block 288 bytes, the rows' 32
+// quants XORed with 0x80 one row after another, then their eight scales
+// as float32.
+TEXT ·prepQ8_0RowsAsm(SB), NOSPLIT, $0-32
+	MOVQ         xq+0(FP), SI
+	MOVQ         stride+8(FP), DX
+	MOVQ         nb+16(FP), CX
+	MOVQ         xp+24(FP), DI
+	VPBROADCASTD c80<>(SB), Y15
+
+q80prloop:
+	MOVQ SI, R8
+	XORQ R9, R9
+
+q80prrow:
+	VPXORD       2(R8), Y15, Y1
+	VMOVDQU      Y1, (DI)(R9*8)
+	VPBROADCASTW (R8), X3
+	VCVTPH2PS    X3, X3
+	VMOVSS       X3, 256(DI)(R9*1)
+	ADDQ         DX, R8
+	ADDQ         $4, R9
+	CMPQ         R9, $32
+	JNE          q80prrow
+	ADDQ         $34, SI
+	ADDQ         $288, DI
+	DECQ         CX
+	JNZ          q80prloop
+	VZEROUPPER
+	RET
+
 // func dotQ8_0AVX2Asm(w, x *byte, nb int) float32
 //
 // Without VNNI the quants are sign-extended to int16 and multiplied with

@@ -322,6 +322,7 @@ q80p8loop:
 	q80x16(f, false)
 	q80x16(f, true)
 	q80PrepWeights(f)
+	q80PrepRows(f)
 	(&dotKernel{
 		sig: "dotQ8_0AVX2Asm(w, x *byte, nb int) float32",
 		doc: `
@@ -600,6 +601,43 @@ q80pwloop:
 	VCVTPH2PS    X3, X3
 	VMOVSS       X3, 64(DI)`)
 	loopTail(f, "q80pwloop", step{"SI", 34}, step{"DI", q80PrepW})
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+	f.P("")
+}
+
+// q80PrepRows writes prepQ8_0RowsAsm, the prepared group of eight Q8_0
+// activation rows that dotQ8_0x8PrepAsm and the sixteen-row kernels read
+// (quant's prepQ8_0x8): per block the eight rows' quants XORed with 0x80,
+// row after row, then their scales as VCVTPH2PS converts them.
+func q80PrepRows(f *asmgen.File) {
+	f.Raw(`
+// func prepQ8_0RowsAsm(xq *byte, stride, nb int, xp *byte)
+//
+// The eight Q8_0 activation rows at xq (stride bytes apart, nb blocks
+// each) as a prepared group at xp: per block 288 bytes, the rows' 32
+// quants XORed with 0x80 one row after another, then their eight scales
+// as float32.`)
+	f.Text("prepQ8_0RowsAsm", 0, 32)
+	f.Args(asmgen.Arg{Name: "xq", Reg: "SI"}, asmgen.Arg{Name: "stride", Reg: "DX"}, asmgen.Arg{Name: "nb", Reg: "CX"}, asmgen.Arg{Name: "xp", Reg: "DI"})
+	f.Raw(`
+	VPBROADCASTD c80<>(SB), Y15
+
+q80prloop:
+	MOVQ         SI, R8
+	XORQ         R9, R9
+
+q80prrow:
+	VPXORD       2(R8), Y15, Y1
+	VMOVDQU      Y1, (DI)(R9*8)
+	VPBROADCASTW (R8), X3
+	VCVTPH2PS    X3, X3
+	VMOVSS       X3, 256(DI)(R9*1)
+	ADDQ         DX, R8
+	ADDQ         $4, R9
+	CMPQ         R9, $32
+	JNE          q80prrow`)
+	loopTail(f, "q80prloop", step{"SI", 34}, step{"DI", 288})
 	f.Ins("VZEROUPPER")
 	f.Ins("RET")
 	f.P("")

@@ -278,7 +278,8 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	// past the last full group go through VecDotRows. Where the level
 	// prepares weight rows too and enough groups meet each one
 	// (gemmPrepWeightGroups), each block's weight rows are prepared once
-	// and the pairs of groups go through VecDotPrepared2W, the same bits.
+	// and each pair of groups meets them all in one VecDotPrepared2W, the
+	// same bits.
 	pwb := 0
 	if xp != nil && ngroups >= gemmPrepWeightGroups {
 		pwb = quant.PrepWeightBytes(t, k)
@@ -315,18 +316,22 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 				if xp != nil {
 					np = min(in, ngroups*quant.PrepRows-i0)
 				}
+				// With prepared weights, each pair of groups meets the
+				// block's jn weight rows in one call.
+				paired := 0
+				if wp != nil {
+					for ; paired+2*quant.PrepRows <= np; paired += 2 * quant.PrepRows {
+						g := (i0 + paired) / quant.PrepRows
+						quant.VecDotPrepared2W(t, k, wp[:jn*pwb], xp[g*pg:(g+2)*pg], jn, tile[paired:], ib)
+					}
+				}
 				for jj := 0; jj < jn; jj++ {
 					j := j0 + jj
 					wr := w[j*wb : (j+1)*wb]
-					r := 0
+					r := paired
 					for ; r+2*quant.PrepRows <= np; r += 2 * quant.PrepRows {
 						g := (i0 + r) / quant.PrepRows
-						out := tile[jj*ib+r : jj*ib+r+2*quant.PrepRows]
-						if wp != nil {
-							quant.VecDotPrepared2W(t, k, wp[jj*pwb:(jj+1)*pwb], xp[g*pg:(g+2)*pg], out)
-						} else {
-							quant.VecDotPrepared2(t, k, wr, xp[g*pg:(g+2)*pg], out)
-						}
+						quant.VecDotPrepared2(t, k, wr, xp[g*pg:(g+2)*pg], tile[jj*ib+r:jj*ib+r+2*quant.PrepRows])
 					}
 					for ; r < np; r += quant.PrepRows {
 						g := (i0 + r) / quant.PrepRows

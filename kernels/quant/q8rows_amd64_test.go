@@ -174,9 +174,8 @@ func TestQ8_0Prepared2MatchesPrepared(t *testing.T) {
 // TestQ8_0PreparedWeightsMatch checks that the sixteen-row kernel on
 // prepared weight rows gives the bits of the one on the rows themselves,
 // for 1..17 blocks, awkward weights (quants of -128 and 127, scales of
-// every magnitude) and extreme activations, with PrepareWeights laying out
-// several rows at once (the row checked is the last of three), and that
-// no level below VNNI offers it.
+// every magnitude) and extreme activations, with three rows prepared and
+// computed in one call each, and that no level below VNNI offers it.
 func TestQ8_0PreparedWeightsMatch(t *testing.T) {
 	for _, l := range levels() {
 		atLevel(l, func() {
@@ -206,10 +205,17 @@ func TestQ8_0PreparedWeightsMatch(t *testing.T) {
 		if wp[3*wb] != 42 {
 			t.Fatalf("nb=%d: PrepareWeights wrote past its rows", nb)
 		}
-		got, want := make([]float32, 17), make([]float32, 17)
-		got[16], want[16] = 42, 42
-		VecDotPrepared2W(ggml.Q8_0, n, wp[2*wb:3*wb], xp, got)
-		VecDotPrepared2(ggml.Q8_0, n, w, xp, want)
+		// The three rows in one call, their outputs 19 floats apart (the
+		// last three of each stride untouched).
+		const ostride = 19
+		got, want := make([]float32, 3*ostride), make([]float32, 3*ostride)
+		for i := range got {
+			got[i], want[i] = 42, 42
+		}
+		VecDotPrepared2W(ggml.Q8_0, n, wp, xp, 3, got, ostride)
+		for j := 0; j < 3; j++ {
+			VecDotPrepared2(ggml.Q8_0, n, rows[j*nb*q8_0Len:], xp, want[j*ostride:j*ostride+16])
+		}
 		for r := range got {
 			if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
 				t.Fatalf("nb=%d trial %d: prepared weights %v, weights %v", nb, trial, got, want)

@@ -56,10 +56,11 @@ type prepKernel struct {
 	// wBytes, where set, is the size of a weight row of n elements as
 	// prepW lays it out, which dot2W reads in place of the row: the same
 	// bits as dot2, with the work dot2 repeats on each weight block for
-	// every pair of groups done once.
+	// every pair of groups done once. dot2W takes rows prepared rows
+	// (consecutive in wp), row j's outputs at out[j*outStride:].
 	wBytes func(n int) int
 	prepW  func(n int, w []byte, rows int, dst []byte)
-	dot2W  func(n int, wp, xp []byte, out []float32)
+	dot2W  func(n int, wp, xp []byte, rows int, out []float32, outStride int)
 }
 
 var (
@@ -242,11 +243,12 @@ func PrepareWeights(t ggml.Type, n int, w []byte, rows int, dst []byte) {
 	prepKernels[t].prepW(n, w, rows, dst)
 }
 
-// VecDotPrepared2W is VecDotPrepared2 on the weight row as PrepareWeights
-// laid it out (wp): the same bits. Only valid where PrepWeightBytes(t, n)
-// > 0.
-func VecDotPrepared2W(t ggml.Type, n int, wp, xp []byte, out []float32) {
-	prepKernels[t].dot2W(n, wp, xp, out)
+// VecDotPrepared2W is VecDotPrepared2 on each of rows weight rows as
+// PrepareWeights laid them out (wp, one after another), row j's
+// 2*PrepRows outputs at out[j*outStride:]: the same bits, in one call.
+// Only valid where PrepWeightBytes(t, n) > 0.
+func VecDotPrepared2W(t ggml.Type, n int, wp, xp []byte, rows int, out []float32, outStride int) {
+	prepKernels[t].dot2W(n, wp, xp, rows, out, outStride)
 }
 
 // VecDotOrder is VecDot in order o: for a type ggml repacks (Q4_K, see

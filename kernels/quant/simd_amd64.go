@@ -180,14 +180,14 @@ func q80Dot2(wLen int, kernel func(w, xp *byte, nb int, out *float32)) func(n in
 }
 
 // q80PrepWBlock is a Q8_0 weight block as prepQ8_0WeightsAsm lays it out
-// for dotQ8_0x16PrepWAsm: its quants, the eight dwords of the VNNI
+// for dotQ8_0x16PrepWRowsAsm: its quants, the eight dwords of the VNNI
 // correction that dotQ8_0x16PrepAsm computes from them, and its scale as
 // a float32.
 const q80PrepWBlock = 32 + 32 + 4
 
 // withQ80Weights returns the Q8_0 prepared kernel k with prepared weight
-// rows: prepQ8_0WeightsAsm lays them out, dotQ8_0x16PrepWAsm reads them
-// with dotQ8_0x16PrepAsm's bits.
+// rows: prepQ8_0WeightsAsm lays them out, dotQ8_0x16PrepWRowsAsm reads
+// them, several rows a call, with dotQ8_0x16PrepAsm's bits.
 func withQ80Weights(k prepKernel) prepKernel {
 	k.wBytes = func(n int) int { return n / qk * q80PrepWBlock }
 	k.prepW = func(n int, w []byte, rows int, dst []byte) {
@@ -199,7 +199,22 @@ func withQ80Weights(k prepKernel) prepKernel {
 		_ = dst[rows*nb*q80PrepWBlock-1]
 		prepQ8_0WeightsAsm(&w[0], rows*nb, &dst[0])
 	}
-	k.dot2W = q80Dot2(q80PrepWBlock, dotQ8_0x16PrepWAsm)
+	k.dot2W = func(n int, wp, xp []byte, rows int, out []float32, outStride int) {
+		nb := n / qk
+		if rows <= 0 {
+			return
+		}
+		if nb == 0 {
+			for j := 0; j < rows; j++ {
+				clear(out[j*outStride : j*outStride+16])
+			}
+			return
+		}
+		_ = wp[rows*nb*q80PrepWBlock-1]
+		_ = xp[2*nb*q80PrepBlock-1]
+		_ = out[(rows-1)*outStride+15]
+		dotQ8_0x16PrepWRowsAsm(&wp[0], &xp[0], nb, rows, &out[0], outStride)
+	}
 	return k
 }
 
@@ -326,7 +341,7 @@ func dotQ8_0x8PrepAsm(w, xp *byte, nb int, out *float32)
 func dotQ8_0x16PrepAsm(w, xp *byte, nb int, out *float32)
 
 //go:noescape
-func dotQ8_0x16PrepWAsm(wp, xp *byte, nb int, out *float32)
+func dotQ8_0x16PrepWRowsAsm(wp, xp *byte, nb, rows int, out *float32, outStride int)
 
 //go:noescape
 func prepQ8_0WeightsAsm(w *byte, nb int, wp *byte)

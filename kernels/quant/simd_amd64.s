@@ -529,10 +529,10 @@ q80p16loop:
 	ADDQ            $288, DI
 	DECQ            CX
 	JNZ             q80p16loop
+	MOVQ            out+24(FP), AX
 
 	// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high
 	// halves, then HSUM8.
-	MOVQ          out+24(FP), AX
 	VEXTRACTF64X4 $1, Z16, Y24
 	VEXTRACTF64X4 $1, Z17, Y25
 	VEXTRACTF64X4 $1, Z18, Y26
@@ -548,30 +548,39 @@ q80p16loop:
 	VZEROUPPER
 	RET
 
-// func dotQ8_0x16PrepWAsm(wp, xp *byte, nb int, out *float32)
+// func dotQ8_0x16PrepWRowsAsm(wp, xp *byte, nb, rows int, out *float32, outStride int)
 //
-// dotQ8_0x16PrepAsm on prepared weight blocks (prepQ8_0WeightsAsm): the
-// correction and the scale are loaded, not computed, and the results are
-// bit-identical to dotQ8_0x16PrepAsm's on the weight row they came from.
-TEXT ·dotQ8_0x16PrepWAsm(SB), NOSPLIT, $0-32
+// dotQ8_0x16PrepAsm on each of rows prepared weight rows at wp (nb
+// blocks each, one after another, as prepQ8_0WeightsAsm lays them out)
+// against the same two groups at xp, row j's sixteen outputs at
+// out[j*outStride:]: the same bits.
+TEXT ·dotQ8_0x16PrepWRowsAsm(SB), NOSPLIT, $0-48
 	MOVQ      wp+0(FP), SI
-	MOVQ      xp+8(FP), DI
-	MOVQ      nb+16(FP), CX
-	IMUL3Q    $288, CX, R8
+	MOVQ      xp+8(FP), R12
+	MOVQ      nb+16(FP), R10
+	MOVQ      rows+24(FP), BX
+	MOVQ      out+32(FP), AX
+	MOVQ      outStride+40(FP), R11
+	SHLQ      $2, R11
+	IMUL3Q    $288, R10, R8
 	VMOVDQU32 lane8<>+0(SB), Z8
 	VMOVDQU32 lane8<>+64(SB), Z9
 	VMOVDQU32 lane8<>+128(SB), Z10
 	VMOVDQU32 lane8<>+192(SB), Z11
-	VPXORD    Z16, Z16, Z16
-	VPXORD    Z17, Z17, Z17
-	VPXORD    Z18, Z18, Z18
-	VPXORD    Z19, Z19, Z19
-	VPXORD    Z20, Z20, Z20
-	VPXORD    Z21, Z21, Z21
-	VPXORD    Z22, Z22, Z22
-	VPXORD    Z23, Z23, Z23
 
-q80pw16loop:
+q80pwrrow:
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	MOVQ   R10, CX
+	MOVQ   R12, DI
+
+q80pwrloop:
 	VBROADCASTI64X4 (SI), Z1
 	VBROADCASTI64X4 32(SI), Z2
 	VBROADCASTSS    64(SI), Y3
@@ -628,11 +637,10 @@ q80pw16loop:
 	ADDQ            $68, SI
 	ADDQ            $288, DI
 	DECQ            CX
-	JNZ             q80pw16loop
+	JNZ             q80pwrloop
 
 	// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high
 	// halves, then HSUM8.
-	MOVQ          out+24(FP), AX
 	VEXTRACTF64X4 $1, Z16, Y24
 	VEXTRACTF64X4 $1, Z17, Y25
 	VEXTRACTF64X4 $1, Z18, Y26
@@ -645,6 +653,9 @@ q80pw16loop:
 	VEXTRACTF64X4 $1, Z23, Y31
 	HSUM8(Y20, Y28, Y21, Y29, Y22, Y30, Y23, Y31)
 	VMOVUPS       Y0, 32(AX)
+	ADDQ          R11, AX
+	DECQ          BX
+	JNZ           q80pwrrow
 	VZEROUPPER
 	RET
 
@@ -652,7 +663,7 @@ q80pw16loop:
 //
 // The nb Q8_0 blocks at w as prepared weight blocks at wp (68 bytes each:
 // the 32 quants, the eight dwords -128·(sum of each four quants), the
-// scale as a float32), which dotQ8_0x16PrepWAsm reads.
+// scale as a float32), which dotQ8_0x16PrepWRowsAsm reads.
 TEXT ·prepQ8_0WeightsAsm(SB), NOSPLIT, $0-24
 	MOVQ         w+0(FP), SI
 	MOVQ         nb+8(FP), CX

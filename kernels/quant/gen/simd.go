@@ -319,8 +319,8 @@ q80p8loop:
 	f.Ins("VZEROUPPER")
 	f.Ins("RET")
 	f.P("")
-	q80x16(f, false)
-	q80x16(f, true)
+	q80x16(f)
+	q80x16Rows(f)
 	q80PrepWeights(f)
 	q80PrepRows(f)
 	(&dotKernel{
@@ -486,42 +486,80 @@ func scaledAcc(f *asmgen.File, sums string) {
 // −128·(sum of each four quants), and the f16 scale as a float32.
 const q80PrepW = 68
 
-// q80x16 writes dotQ8_0x16PrepAsm, or with prepared (weights laid out by
-// prepQ8_0WeightsAsm) dotQ8_0x16PrepWAsm, which loads each block's
-// correction and scale where the other computes them: the same values,
-// so the same bits, for four fewer instructions a block, one of them a
-// VPDPBUSD on the multiply ports this loop is bound by.
-func q80x16(f *asmgen.File, prepared bool) {
-	name, w, wStep, label := "dotQ8_0x16PrepAsm", "w", 34, "q80p16loop"
-	if prepared {
-		name, w, wStep, label = "dotQ8_0x16PrepWAsm", "wp", q80PrepW, "q80pw16loop"
-	}
-	f.P("")
-	f.P("// func %s(%s, xp *byte, nb int, out *float32)", name, w)
-	f.P("//")
-	if prepared {
-		f.Raw(`// dotQ8_0x16PrepAsm on prepared weight blocks (prepQ8_0WeightsAsm): the
-// correction and the scale are loaded, not computed, and the results are
-// bit-identical to dotQ8_0x16PrepAsm's on the weight row they came from.`)
-	} else {
-		f.Raw(`// dotQ8_0x8PrepAsm on two consecutive prepared groups (the second nb*288
+// q80x16 writes dotQ8_0x16PrepAsm.
+func q80x16(f *asmgen.File) {
+	f.Raw(`
+// func dotQ8_0x16PrepAsm(w, xp *byte, nb int, out *float32)
+//
+// dotQ8_0x8PrepAsm on two consecutive prepared groups (the second nb*288
 // bytes after the first), sixteen outputs: the weight block's broadcast,
 // correction and f16 scale are done once for sixteen activation rows
 // rather than eight. Each group's rows get exactly dotQ8_0x8PrepAsm's
 // operations in its order, so the results are bit-identical to it.`)
-	}
-	f.Text(name, 0, 32)
-	f.Args(asmgen.Arg{Name: w, Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
+	f.Text("dotQ8_0x16PrepAsm", 0, 32)
+	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "DI"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 	f.Ins("IMUL3Q", "$288", "CX", "R8")
-	if !prepared {
-		f.Ins("VPBROADCASTD", "c80<>(SB)", "Z15")
-	}
+	f.Ins("VPBROADCASTD", "c80<>(SB)", "Z15")
+	q80x16Lanes(f)
+	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 8)...)
+	q80x16Loop(f, false, "q80p16loop")
+	f.Ins("MOVQ", "out+24(FP)", "AX")
+	q80x16Sums(f)
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+	f.P("")
+}
+
+// q80x16Rows writes dotQ8_0x16PrepWRowsAsm: dotQ8_0x16PrepAsm on rows
+// consecutive weight rows laid out by prepQ8_0WeightsAsm, each row's
+// sixteen outputs outStride floats after the previous row's, in one call.
+// It loads each block's correction and scale where dotQ8_0x16PrepAsm
+// computes them: the same values, so the same bits, for four fewer
+// instructions a block, one of them a VPDPBUSD on the multiply ports the
+// loop is bound by.
+func q80x16Rows(f *asmgen.File) {
+	f.Raw(`
+// func dotQ8_0x16PrepWRowsAsm(wp, xp *byte, nb, rows int, out *float32, outStride int)
+//
+// dotQ8_0x16PrepAsm on each of rows prepared weight rows at wp (nb
+// blocks each, one after another, as prepQ8_0WeightsAsm lays them out)
+// against the same two groups at xp, row j's sixteen outputs at
+// out[j*outStride:]: the same bits.`)
+	f.Text("dotQ8_0x16PrepWRowsAsm", 0, 48)
+	f.Args(asmgen.Arg{Name: "wp", Reg: "SI"}, asmgen.Arg{Name: "xp", Reg: "R12"}, asmgen.Arg{Name: "nb", Reg: "R10"},
+		asmgen.Arg{Name: "rows", Reg: "BX"}, asmgen.Arg{Name: "out", Reg: "AX"}, asmgen.Arg{Name: "outStride", Reg: "R11"})
+	f.Ins("SHLQ", "$2", "R11")
+	f.Ins("IMUL3Q", "$288", "R10", "R8")
+	q80x16Lanes(f)
+	f.P("\nq80pwrrow:")
+	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 8)...)
+	f.Ins("MOVQ", "R10", "CX")
+	f.Ins("MOVQ", "R12", "DI")
+	q80x16Loop(f, true, "q80pwrloop")
+	q80x16Sums(f)
+	f.Ins("ADDQ", "R11", "AX")
+	f.Ins("DECQ", "BX")
+	f.Ins("JNZ", "q80pwrrow")
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
+	f.P("")
+}
+
+// q80x16Lanes loads the sixteen-row kernels' VPERMPS indices (Z8-Z11).
+func q80x16Lanes(f *asmgen.File) {
 	for p := 0; p < 4; p++ {
 		f.Ins("VMOVDQU32", fmt.Sprintf("lane8<>+%d(SB)", 64*p), asmgen.Reg("Z", 8+p))
 	}
-	f.Zero("VPXORD", asmgen.Regs("Z", 16, 1, 8)...)
+}
+
+// q80x16Loop is the sixteen-row kernels' loop over the CX blocks of a
+// weight row at SI (raw, or prepared) against the two groups at DI and
+// DI+R8, accumulating in Z16-Z23.
+func q80x16Loop(f *asmgen.File, prepared bool, label string) {
+	wStep := 34
 	f.P("\n%s:", label)
 	if prepared {
+		wStep = q80PrepW
 		f.Raw(`
 	VBROADCASTI64X4 (SI), Z1
 	VBROADCASTI64X4 32(SI), Z2
@@ -555,8 +593,12 @@ func q80x16(f *asmgen.File, prepared bool) {
 		}
 	}
 	loopTail(f, label, step{"SI", wStep}, step{"DI", 288})
+}
+
+// q80x16Sums stores the sixteen rows' sums at AX: each group as
+// dotQ8_0x8PrepAsm ends, rows 2p+1 out of the high halves, then HSUM8.
+func q80x16Sums(f *asmgen.File) {
 	f.P("\n\t// Each group as dotQ8_0x8PrepAsm ends: rows 2p+1 out of the high\n\t// halves, then HSUM8.")
-	f.Ins("MOVQ", "out+24(FP)", "AX")
 	for g := 0; g < 2; g++ {
 		for p := 0; p < 4; p++ {
 			f.Ins("VEXTRACTF64X4", "$1", asmgen.Reg("Z", 16+4*g+p), asmgen.Reg("Y", 24+4*g+p))
@@ -568,13 +610,10 @@ func q80x16(f *asmgen.File, prepared bool) {
 		f.P("\tHSUM8(%s)", strings.Join(rs, ", "))
 		f.Ins("VMOVUPS", "Y0", fmt.Sprintf("%d(AX)", 32*g))
 	}
-	f.Ins("VZEROUPPER")
-	f.Ins("RET")
-	f.P("")
 }
 
 // q80PrepWeights writes prepQ8_0WeightsAsm, which lays nb Q8_0 weight
-// blocks out as dotQ8_0x16PrepWAsm reads them: per block the quants, the
+// blocks out as dotQ8_0x16PrepWRowsAsm reads them: per block the quants, the
 // correction dotQ8_0x16PrepAsm computes (VPDPBUSD of 0x80 by the quants,
 // negated) and the scale as VCVTPH2PS converts it.
 func q80PrepWeights(f *asmgen.File) {
@@ -583,7 +622,7 @@ func q80PrepWeights(f *asmgen.File) {
 //
 // The nb Q8_0 blocks at w as prepared weight blocks at wp (68 bytes each:
 // the 32 quants, the eight dwords -128·(sum of each four quants), the
-// scale as a float32), which dotQ8_0x16PrepWAsm reads.`)
+// scale as a float32), which dotQ8_0x16PrepWRowsAsm reads.`)
 	f.Text("prepQ8_0WeightsAsm", 0, 24)
 	f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "nb", Reg: "CX"}, asmgen.Arg{Name: "wp", Reg: "DI"})
 	f.Raw(`

@@ -422,8 +422,9 @@ const (
 	// rows for which gemm prepares its weight rows (quant.PrepareWeights):
 	// preparing a row costs about what one pass of it over a pair of
 	// groups saves, so a prompt of 64 rows (four such passes) gains. On
-	// a Zen 4 EPYC, 2 threads, llama 110M Q8_0 pp512 went 1 271 / 1 263 /
-	// 1 401 → 1 304 / 1 307 / 1 417 tok/s (zrt-run bench, alternating runs).
+	// a Zen 4 EPYC, 2 threads, the prepared weights alone took llama 110M
+	// Q8_0 pp512 from 1 271 / 1 263 / 1 401 to 1 304 / 1 307 / 1 417
+	// tok/s (zrt-run bench, alternating runs).
 	gemmPrepWeightGroups = 8
 )
 

@@ -161,22 +161,20 @@ var prepQ8_0x8 = withQ80Weights(withDot2(prepKernel{
 		prepQ8_0RowsAsm(&xq[0], xStride, nb, &dst[0])
 	},
 	dot: prepDot(qk, q8_0Len, q80PrepBlock, dotQ8_0x8PrepAsm),
-}, q80Dot2(q8_0Len, dotQ8_0x16PrepAsm)))
+}, dotQ8_0x16Prep))
 
-// q80Dot2 is a sixteen-row Q8_0 kernel on two prepared groups, its
-// weight row of wLen-byte blocks, bounds checked here.
-func q80Dot2(wLen int, kernel func(w, xp *byte, nb int, out *float32)) func(n int, w, xp []byte, out []float32) {
-	return func(n int, w, xp []byte, out []float32) {
-		nb := n / qk
-		if nb == 0 {
-			clear(out[:16])
-			return
-		}
-		_ = w[nb*wLen-1]
-		_ = xp[2*nb*q80PrepBlock-1]
-		_ = out[15]
-		kernel(&w[0], &xp[0], nb, &out[0])
+// dotQ8_0x16Prep is dotQ8_0x16PrepAsm on two prepared groups, bounds
+// checked here.
+func dotQ8_0x16Prep(n int, w, xp []byte, out []float32) {
+	nb := n / qk
+	if nb == 0 {
+		clear(out[:16])
+		return
 	}
+	_ = w[nb*q8_0Len-1]
+	_ = xp[2*nb*q80PrepBlock-1]
+	_ = out[15]
+	dotQ8_0x16PrepAsm(&w[0], &xp[0], nb, &out[0])
 }
 
 // q80PrepWBlock is a Q8_0 weight block as prepQ8_0WeightsAsm lays it out

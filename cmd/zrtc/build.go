@@ -51,8 +51,9 @@ effective model config, the target, --no-fuse, the kernel source
 zrtc executable's own digest, so an upgraded zrtc never gets a stale
 bundle. A GGUF's digest is remembered by (device, inode, size, mtime), so
 a large model is hashed once; a miss, which reads the whole file anyway,
-checks the remembered digest. --dump-after runs the passes (and refreshes
-the entry) even on a hit; --compile-to/--compile-from do not use the cache.
+checks the remembered digest. --dump-after runs the passes even on a hit
+(an entry is only replaced where it is damaged); --compile-to/--compile-from
+do not use the cache.
 With a cache and no -o, the bundle goes into the cache alone, and the
 entry's path is printed (--json: outputs[0].path); zrt-run given a GGUF
 builds it so and runs the entry in place.

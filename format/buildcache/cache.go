@@ -165,15 +165,30 @@ func (c *Cache) Lookup(k Key) (bool, error) {
 }
 
 // Insert adds key's bundle: fill writes it into an empty directory, as a
-// build writes its output. It is published atomically; when another build
-// adds the same key at the same time, each finds one whole entry after.
+// build writes its output. It is published atomically, and never over a
+// sound entry of the key already there: a key names its bytes, so a build
+// that adds the same key at the same time as another keeps the first
+// one's, which others may be materialising (replacing it would remove its
+// files from under them). An entry whose graph file does not decode is
+// replaced.
 func (c *Cache) Insert(k Key, fill func(dir string) error) error {
 	release, err := c.lock(false)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if err := publish.Dir(publish.OS{}, c.entryPath(k), bundle.IsBundle, fill); err != nil {
+	p := c.entryPath(k)
+	if _, err := os.Lstat(p); err == nil {
+		if _, _, err := bundle.ReadGraph(filepath.Join(p, bundle.GraphFile)); err == nil {
+			return nil
+		}
+		err = publish.Dir(publish.OS{}, p, bundle.IsBundle, fill)
+		if err != nil {
+			return fmt.Errorf("cache %s: replace %s: %w", c.dir, k, err)
+		}
+		return nil
+	}
+	if _, err := publish.DirOnce(publish.OS{}, p, fill); err != nil {
 		return fmt.Errorf("cache %s: add %s: %w", c.dir, k, err)
 	}
 	return nil

@@ -49,6 +49,50 @@ func Dir(fsys FS, dst string, owned Owned, fill func(tmp string) error) error {
 	return publish(fsys, dst, owned, true, func(tmp string) error { return fill(tmp) })
 }
 
+// DirOnce builds a directory at dst as Dir does, unless something is at
+// dst already, or gets there first while fill runs: that is kept, and
+// DirOnce reports false. It is for a store whose entries are named by
+// their content (a build cache), where every writer of a name writes the
+// same bytes and readers may be walking the first one's files: replacing
+// it would take them away from under those readers.
+func DirOnce(fsys FS, dst string, fill func(tmp string) error) (published bool, err error) {
+	dst = filepath.Clean(dst)
+	if _, err := fsys.Lstat(dst); err == nil {
+		return false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("publish %s: %w", dst, err)
+	}
+	tmp, unlock, err := claimTemp(fsys, dst, true)
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", dst, err)
+	}
+	defer unlock()
+	defer func() {
+		if !published {
+			fsys.RemoveAll(tmp)
+		}
+	}()
+	if err := fill(tmp); err != nil {
+		return false, err
+	}
+	if err := fsys.SyncTree(tmp); err != nil {
+		return false, fmt.Errorf("publish %s: sync: %w", dst, err)
+	}
+	// rename(2) will not put a directory over a non-empty one: a writer
+	// that got there first keeps its entry.
+	if err := fsys.Rename(tmp, dst); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("publish %s: %w", dst, err)
+	}
+	published = true
+	if err := fsys.Sync(filepath.Dir(dst)); err != nil {
+		return true, fmt.Errorf("publish %s: sync %s: %w", dst, filepath.Dir(dst), err)
+	}
+	return true, nil
+}
+
 // File writes data to path atomically. path must be missing or accepted by
 // owned.
 func File(fsys FS, path string, owned Owned, data []byte) error {

@@ -56,42 +56,16 @@ func Dir(fsys FS, dst string, owned Owned, fill func(tmp string) error) error {
 // same bytes and readers may be walking the first one's files: replacing
 // it would take them away from under those readers.
 func DirOnce(fsys FS, dst string, fill func(tmp string) error) (published bool, err error) {
-	dst = filepath.Clean(dst)
-	if _, err := fsys.Lstat(dst); err == nil {
+	err = publish(fsys, dst, nil, true, fill)
+	if errors.Is(err, errKept) {
 		return false, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("publish %s: %w", dst, err)
 	}
-	tmp, unlock, err := claimTemp(fsys, dst, true)
-	if err != nil {
-		return false, fmt.Errorf("publish %s: %w", dst, err)
-	}
-	defer unlock()
-	defer func() {
-		if !published {
-			fsys.RemoveAll(tmp)
-		}
-	}()
-	if err := fill(tmp); err != nil {
-		return false, err
-	}
-	if err := fsys.SyncTree(tmp); err != nil {
-		return false, fmt.Errorf("publish %s: sync: %w", dst, err)
-	}
-	// rename(2) will not put a directory over a non-empty one: a writer
-	// that got there first keeps its entry.
-	if err := fsys.Rename(tmp, dst); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil
-		}
-		return false, fmt.Errorf("publish %s: %w", dst, err)
-	}
-	published = true
-	if err := fsys.Sync(filepath.Dir(dst)); err != nil {
-		return true, fmt.Errorf("publish %s: sync %s: %w", dst, filepath.Dir(dst), err)
-	}
-	return true, nil
+	return err == nil, err
 }
+
+// errKept is publish's error for a path that holds something already
+// when owned is nil (DirOnce): that is kept.
+var errKept = errors.New("kept what is there")
 
 // File writes data to path atomically. path must be missing or accepted by
 // owned.
@@ -110,6 +84,8 @@ func FileFunc(fsys FS, path string, owned Owned, fill func(tmp string) error) er
 // this package creates and removes.
 func TempPrefix(dst string) string { return "." + filepath.Base(dst) + ".tmp" }
 
+// publish puts what fill writes at dst; owned nil keeps anything already
+// at dst (errKept), for a directory only (DirOnce).
 func publish(fsys FS, dst string, owned Owned, isDir bool, fill func(tmp string) error) (err error) {
 	dst = filepath.Clean(dst)
 	parent := filepath.Dir(dst)
@@ -138,8 +114,11 @@ func publish(fsys FS, dst string, owned Owned, isDir bool, fill func(tmp string)
 	if err := checkOwned(fsys, dst, owned); err != nil {
 		return err
 	}
-	swapped, err := swapIn(fsys, tmp, dst, isDir)
+	swapped, err := swapIn(fsys, tmp, dst, isDir, owned != nil)
 	if err != nil {
+		if owned == nil && errors.Is(err, fs.ErrExist) {
+			return errKept // a writer got there first
+		}
 		return fmt.Errorf("publish %s: %w", dst, err)
 	}
 	committed = true
@@ -162,6 +141,9 @@ func checkOwned(fsys FS, dst string, owned Owned) error {
 	}
 	if err != nil {
 		return err
+	}
+	if owned == nil {
+		return errKept
 	}
 	if err := owned(dst, fi); err != nil {
 		return fmt.Errorf("%s: %w: %v; refusing to replace it (remove it or choose another path)", dst, ErrNotOurs, err)
@@ -254,13 +236,16 @@ func removeDead(fsys FS, dir string, match func(name string) bool) error {
 }
 
 // swapIn puts tmp at dst. It reports whether dst existed, in which case
-// the old version is now at tmp.
-func swapIn(fsys FS, tmp, dst string, isDir bool) (swapped bool, err error) {
+// the old version is now at tmp; without replace, a directory already at
+// dst stays and swapIn fails with fs.ErrExist.
+func swapIn(fsys FS, tmp, dst string, isDir, replace bool) (swapped bool, err error) {
 	_, err = fsys.Lstat(dst)
 	exists := err == nil
-	if !isDir || !exists {
+	if !isDir || !exists || !replace {
+		// Without replace, rename(2) refuses to put a directory over a
+		// non-empty one: what is there is kept.
 		err := fsys.Rename(tmp, dst)
-		if err == nil || !isDir || !errors.Is(err, fs.ErrExist) {
+		if err == nil || !isDir || !replace || !errors.Is(err, fs.ErrExist) {
 			return false, err
 		}
 		// A concurrent writer created dst after the Lstat: swap instead.

@@ -292,15 +292,9 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 		defer gemmTiles.Put(tp)
 		var wp []byte
 		if pwb > 0 {
-			bp, _ := gemmWeights.Get().(*[]byte)
-			if bp == nil {
-				bp = new([]byte)
-			}
-			if cap(*bp) < gemmCols*pwb {
-				*bp = make([]byte, gemmCols*pwb)
-			}
-			wp = (*bp)[:gemmCols*pwb]
+			bp := pooledBytes(&gemmWeights, gemmCols*pwb)
 			defer gemmWeights.Put(bp)
+			wp = *bp
 		}
 		size := ib * gemmCols
 		tile := tp[: size : size+16] // writeTile reads up to 16 floats past the end
@@ -727,6 +721,20 @@ func storeKV(c *kvCache, r request, kv []byte, i, layer, nLayer, kvDim int, k, v
 // thread), so that a step allocates none.
 var gemmTiles sync.Pool
 
+// pooledBytes is a buffer of n bytes from p (a pool of *[]byte), grown
+// where the one it holds is smaller; the caller puts it back.
+func pooledBytes(p *sync.Pool, n int) *[]byte {
+	b, _ := p.Get().(*[]byte)
+	if b == nil {
+		b = new([]byte)
+	}
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	*b = (*b)[:n]
+	return b
+}
+
 // gemmWeights recycles gemm's prepared weight rows (a block of gemmCols
 // of them per chunk).
 var gemmWeights sync.Pool
@@ -918,18 +926,11 @@ func gemmRepacked(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, d
 	gb := quant.Q4KGroupBytes(k)
 	return a.Pool.For(n, 16, func(_, lo, hi int) {
 		var out [gemmTileRows]float32
-		var gp *[]byte
 		var grp []byte
 		if inter {
-			gp, _ = q4kGroups.Get().(*[]byte)
-			if gp == nil {
-				gp = new([]byte)
-			}
-			if cap(*gp) < gemmCols/quant.Q4KInterleaveRows*gb {
-				*gp = make([]byte, gemmCols/quant.Q4KInterleaveRows*gb)
-			}
-			grp = (*gp)[:gemmCols/quant.Q4KInterleaveRows*gb]
+			gp := pooledBytes(&q4kGroups, gemmCols/quant.Q4KInterleaveRows*gb)
 			defer q4kGroups.Put(gp)
+			grp = *gp
 		}
 		var out8 [gemmTileRows * quant.Q4KInterleaveRows]float32
 		for j0 := lo; j0 < hi; j0 += gemmCols {

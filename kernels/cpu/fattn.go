@@ -854,9 +854,18 @@ type faTile struct {
 	hd, group int
 	kr, kt    []float32 // a tile's keys as float32 rows, and transposed (kt[d*64+k])
 	vt        []float32 // a tile's values as float32 rows
-	kq        [faTileKV]float32
+	kq, kq2   [faTileKV]float32
 	m, s      []float32 // per query vector of the block: running max and sum
 	acc       []float32 // per query vector: the F32 accumulator
+	pend      []faQuery // the query vectors of the tile's current slot, not yet taken
+}
+
+// faQuery is one query vector of a tile step: j its index in the block's
+// m, s and acc, q the vector, and the keys it sees of the tile (nvalid,
+// from its window's first key).
+type faQuery struct {
+	j, nvalid, first int
+	q                []float32
 }
 
 var faTilePool sync.Pool
@@ -925,6 +934,7 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 				continue
 			}
 			if sl := slot(i); sl != cur {
+				w.take(t0, o) // the previous slot's queries, before its tile is replaced
 				// Convert the keys this slot's rows of the block need.
 				hiPos := p
 				for _, i2 := range idx {
@@ -938,22 +948,10 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 			nvalid := min(faTileKV, p+1-t0)
 			for g := range group {
 				h := kvh*group + g
-				qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-				j := b*group + g
-				tileMax := faTileScores(&qh[0], &w.kt[0], hd, o.scale, nvalid, &w.kq[0])
-				if o.softcap != 0 || first > t0 {
-					tileMax = o.capMask(w.kq[:nvalid], first-t0)
-				}
-				ms := float32(1)
-				if tileMax > m[j] {
-					ms = expf(m[j] - tileMax)
-					s[j] *= ms
-					m[j] = tileMax
-				}
-				sum := faTileAcc(&w.kq[0], m[j], ms, &acc[j*hd], &w.vt[0], hd, nvalid)
-				s[j] = float32(float64(s[j]) + sum)
+				w.pend = append(w.pend, faQuery{j: b*group + g, nvalid: nvalid, first: first, q: q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]})
 			}
 		}
+		w.take(t0, o)
 	}
 	for b, i := range idx {
 		for g := range group {
@@ -962,6 +960,52 @@ func (w *faTile) block(q, y []float32, r request, view *kvView, idx []int, kvh, 
 			o.finish(h, m[j], s[j], acc[j*hd:(j+1)*hd], y[(i*nHead+h)*hd:(i*nHead+h+1)*hd])
 		}
 	}
+}
+
+// take runs ggml's tile step for the pending query vectors against the
+// loaded tile (keys t0…), each with its own state, so in any order: two
+// at a time where they see the same keys (faTileScores2 and faTileAcc2
+// load each key and value once for both), else one. Each vector's
+// arithmetic is the one-at-a-time kernels', so are its bits.
+func (w *faTile) take(t0 int, o *faOpts) {
+	hd, pend := w.hd, w.pend
+	for len(pend) > 0 {
+		a := pend[0]
+		if len(pend) > 1 && pend[1].nvalid == a.nvalid {
+			b := pend[1]
+			ma, mb := faTileScores2(&a.q[0], &b.q[0], &w.kt[0], hd, o.scale, a.nvalid, &w.kq[0], &w.kq2[0])
+			ma, msa := w.rescale(&a, ma, w.kq[:a.nvalid], t0, o)
+			mb, msb := w.rescale(&b, mb, w.kq2[:b.nvalid], t0, o)
+			sa, sb := faTileAcc2(&w.kq[0], &w.kq2[0], ma, mb, msa, msb, &w.acc[a.j*hd], &w.acc[b.j*hd], &w.vt[0], hd, a.nvalid)
+			w.s[a.j] = float32(float64(w.s[a.j]) + sa)
+			w.s[b.j] = float32(float64(w.s[b.j]) + sb)
+			pend = pend[2:]
+			continue
+		}
+		m := faTileScores(&a.q[0], &w.kt[0], hd, o.scale, a.nvalid, &w.kq[0])
+		m, ms := w.rescale(&a, m, w.kq[:a.nvalid], t0, o)
+		sum := faTileAcc(&w.kq[0], m, ms, &w.acc[a.j*hd], &w.vt[0], hd, a.nvalid)
+		w.s[a.j] = float32(float64(w.s[a.j]) + sum)
+		pend = pend[1:]
+	}
+	w.pend = w.pend[:0]
+}
+
+// rescale takes query vector a's scores kq of the tile at t0, whose
+// maximum the kernel found to be tileMax, through the soft cap and its
+// window's mask, and raises its running maximum to theirs: it returns the
+// maximum and the factor its sum and accumulator take (1 if unchanged).
+func (w *faTile) rescale(a *faQuery, tileMax float32, kq []float32, t0 int, o *faOpts) (m, ms float32) {
+	if o.softcap != 0 || a.first > t0 {
+		tileMax = o.capMask(kq, a.first-t0)
+	}
+	ms = 1
+	if tileMax > w.m[a.j] {
+		ms = expf(w.m[a.j] - tileMax)
+		w.s[a.j] *= ms
+		w.m[a.j] = tileMax
+	}
+	return w.m[a.j], ms
 }
 
 // load converts keys and values t0..t0+nv-1 of the view into the tile

@@ -56,6 +56,12 @@ func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float3
 func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64
 
 //go:noescape
+func faTileScores2(q0, q1, kt *float32, hd int, scale float32, nvalid int, out0, out1 *float32) (m0, m1 float32)
+
+//go:noescape
+func faTileAcc2(kq0, kq1 *float32, m0, m1, ms0, ms1 float32, acc0, acc1, vt *float32, hd, nvalid int) (s0, s1 float64)
+
+//go:noescape
 func expfs(x *float32, n int)
 
 //go:noescape

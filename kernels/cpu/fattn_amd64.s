@@ -1384,6 +1384,263 @@ DATA faCoefHi<>+48(SB)/8, $0x0000001e0000000e
 DATA faCoefHi<>+56(SB)/8, $0x0000001f0000000f
 GLOBL faCoefHi<>(SB), RODATA|NOPTR, $64
 
+// func faTileScores2(q0, q1, kt *float32, hd int, scale float32, nvalid int, out0, out1 *float32) (m0, m1 float32)
+//
+// faTileScores of q0 into out0 and of q1 into out1 over one pass of kt:
+// the two maxima.
+TEXT ·faTileScores2(SB), NOSPLIT, $0-72
+	MOVQ   q0+0(FP), SI
+	MOVQ   q1+8(FP), BX
+	MOVQ   kt+16(FP), DI
+	MOVQ   hd+24(FP), CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+
+tsd2:
+	VBROADCASTSS (SI), Z4
+	VBROADCASTSS (BX), Z5
+	VMOVUPS      (DI), Z12
+	VMOVUPS      64(DI), Z13
+	VMOVUPS      128(DI), Z14
+	VMOVUPS      192(DI), Z15
+	VFMADD231PS  Z12, Z4, Z0
+	VFMADD231PS  Z13, Z4, Z1
+	VFMADD231PS  Z14, Z4, Z2
+	VFMADD231PS  Z15, Z4, Z3
+	VFMADD231PS  Z12, Z5, Z8
+	VFMADD231PS  Z13, Z5, Z9
+	VFMADD231PS  Z14, Z5, Z10
+	VFMADD231PS  Z15, Z5, Z11
+	ADDQ         $4, SI
+	ADDQ         $4, BX
+	ADDQ         $256, DI
+	DECQ         CX
+	JNZ          tsd2
+
+	VBROADCASTSS  scale+32(FP), Z5
+	VMULPS        Z5, Z0, Z0
+	VMULPS        Z5, Z1, Z1
+	VMULPS        Z5, Z2, Z2
+	VMULPS        Z5, Z3, Z3
+	VMULPS        Z5, Z8, Z8
+	VMULPS        Z5, Z9, Z9
+	VMULPS        Z5, Z10, Z10
+	VMULPS        Z5, Z11, Z11
+	MOVQ          nvalid+40(FP), AX
+	VPBROADCASTD  AX, Z6
+	VBROADCASTSS  faNegInf<>(SB), Z7
+	VMOVDQU32     faIota<>+0(SB), Z12
+	VMOVDQU32     faIota<>+64(SB), Z13
+	VMOVDQU32     faIota<>+128(SB), Z14
+	VMOVDQU32     faIota<>+192(SB), Z15
+	VPCMPD        $5, Z6, Z12, K1
+	VPCMPD        $5, Z6, Z13, K2
+	VPCMPD        $5, Z6, Z14, K3
+	VPCMPD        $5, Z6, Z15, K4
+	VMOVAPS       Z7, K1, Z0
+	VMOVAPS       Z7, K2, Z1
+	VMOVAPS       Z7, K3, Z2
+	VMOVAPS       Z7, K4, Z3
+	VMOVAPS       Z7, K1, Z8
+	VMOVAPS       Z7, K2, Z9
+	VMOVAPS       Z7, K3, Z10
+	VMOVAPS       Z7, K4, Z11
+	MOVQ          out0+48(FP), DX
+	VMOVUPS       Z0, (DX)
+	VMOVUPS       Z1, 64(DX)
+	VMOVUPS       Z2, 128(DX)
+	VMOVUPS       Z3, 192(DX)
+	MOVQ          out1+56(FP), DX
+	VMOVUPS       Z8, (DX)
+	VMOVUPS       Z9, 64(DX)
+	VMOVUPS       Z10, 128(DX)
+	VMOVUPS       Z11, 192(DX)
+	VMAXPS        Z1, Z0, Z0
+	VMAXPS        Z3, Z2, Z2
+	VMAXPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSS        X0, m0+64(FP)
+	VMOVAPS       Z8, Z0
+	VMOVAPS       Z9, Z1
+	VMOVAPS       Z10, Z2
+	VMOVAPS       Z11, Z3
+	VMAXPS        Z1, Z0, Z0
+	VMAXPS        Z3, Z2, Z2
+	VMAXPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPSHUFD       $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSS        X0, m1+68(FP)
+	VZEROUPPER
+	RET
+
+// func faTileAcc2(kq0, kq1 *float32, m0, m1, ms0, ms1 float32, acc0, acc1, vt *float32, hd, nvalid int) (s0, s1 float64)
+//
+// faTileAcc of (kq0, m0, ms0, acc0) and (kq1, m1, ms1, acc1) against the
+// same values vt: the two sums.
+TEXT ·faTileAcc2(SB), NOSPLIT, $0-88
+	VBROADCASTSS faExpC<>+0(SB), Z16
+	VBROADCASTSS faExpC<>+4(SB), Z17
+	VBROADCASTSS faExpC<>+8(SB), Z18
+	VBROADCASTSS faExpC<>+12(SB), Z19
+	VBROADCASTSS faExpC<>+16(SB), Z20
+	VBROADCASTSS faExpC<>+20(SB), Z21
+	VBROADCASTSS faExpC<>+24(SB), Z22
+	VBROADCASTSS faExpC<>+28(SB), Z23
+	VBROADCASTSS faExpC<>+32(SB), Z24
+	VBROADCASTSS faExpC<>+36(SB), Z25
+	VBROADCASTSS faExpC<>+40(SB), Z26
+	VBROADCASTSS faExpC<>+44(SB), Z27
+	VBROADCASTSS faExpC<>+48(SB), Z14
+	MOVQ         kq0+0(FP), SI
+	VBROADCASTSS m0+16(FP), Z28
+	VXORPD       X29, X29, X29
+	MOVQ         $4, CX
+
+ta2grp0:
+	VMOVUPS      (SI), Z0
+	VSUBPS       Z28, Z0, Z0
+	VEXPF
+	VMOVUPS      Z0, (SI)
+	REDUCE16
+	VCVTSS2SD    X0, X0, X0
+	VADDSD       X0, X29, X29
+	ADDQ         $64, SI
+	DECQ         CX
+	JNZ          ta2grp0
+	VMOVSD       X29, s0+72(FP)
+	MOVQ         kq1+8(FP), SI
+	VBROADCASTSS m1+20(FP), Z28
+	VXORPD       X29, X29, X29
+	MOVQ         $4, CX
+
+ta2grp1:
+	VMOVUPS      (SI), Z0
+	VSUBPS       Z28, Z0, Z0
+	VEXPF
+	VMOVUPS      Z0, (SI)
+	REDUCE16
+	VCVTSS2SD    X0, X0, X0
+	VADDSD       X0, X29, X29
+	ADDQ         $64, SI
+	DECQ         CX
+	JNZ          ta2grp1
+	VMOVSD       X29, s1+80(FP)
+	MOVQ         kq0+0(FP), SI
+	MOVQ         kq1+8(FP), R10
+	MOVQ         acc0+32(FP), DI
+	MOVQ         acc1+40(FP), DX
+	MOVQ         vt+48(FP), R8
+	MOVQ         hd+56(FP), R9
+	MOVQ         nvalid+64(FP), R11
+	VBROADCASTSS ms0+24(FP), Z15
+	VBROADCASTSS ms1+28(FP), Z13
+	MOVQ         R9, R12
+	SHLQ         $2, R12 // V row stride in bytes
+
+ta2c4:
+	CMPQ   R9, $64
+	JLT    ta2c1
+	VMULPS (DI), Z15, Z0
+	VMULPS (DX), Z13, Z8
+	VMULPS 64(DI), Z15, Z1
+	VMULPS 64(DX), Z13, Z9
+	VMULPS 128(DI), Z15, Z2
+	VMULPS 128(DX), Z13, Z10
+	VMULPS 192(DI), Z15, Z3
+	VMULPS 192(DX), Z13, Z11
+	MOVQ   SI, BX
+	MOVQ   R10, R13
+	MOVQ   R8, AX
+	MOVQ   R11, CX
+
+ta2c4key:
+	VBROADCASTSS (BX), Z4
+	VBROADCASTSS (R13), Z5
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z4, Z0
+	VFMADD231PS  Z16, Z5, Z8
+	VFMADD231PS  Z17, Z4, Z1
+	VFMADD231PS  Z17, Z5, Z9
+	VFMADD231PS  Z18, Z4, Z2
+	VFMADD231PS  Z18, Z5, Z10
+	VFMADD231PS  Z19, Z4, Z3
+	VFMADD231PS  Z19, Z5, Z11
+	ADDQ         $4, BX
+	ADDQ         $4, R13
+	ADDQ         R12, AX
+	DECQ         CX
+	JNZ          ta2c4key
+
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z8, (DX)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z9, 64(DX)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z10, 128(DX)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z11, 192(DX)
+	ADDQ    $256, DI
+	ADDQ    $256, DX
+	ADDQ    $256, R8
+	SUBQ    $64, R9
+	JMP     ta2c4
+
+ta2c1:
+	CMPQ   R9, $16
+	JLT    ta2done
+	VMULPS (DI), Z15, Z0
+	VMULPS (DX), Z13, Z8
+	MOVQ   SI, BX
+	MOVQ   R10, R13
+	MOVQ   R8, AX
+	MOVQ   R11, CX
+
+ta2c1key:
+	VBROADCASTSS (BX), Z4
+	VBROADCASTSS (R13), Z5
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z4, Z0
+	VFMADD231PS  Z16, Z5, Z8
+	ADDQ         $4, BX
+	ADDQ         $4, R13
+	ADDQ         R12, AX
+	DECQ         CX
+	JNZ          ta2c1key
+
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z8, (DX)
+	ADDQ    $64, DI
+	ADDQ    $64, DX
+	ADDQ    $64, R8
+	SUBQ    $16, R9
+	JMP     ta2c1
+
+ta2done:
+	VZEROUPPER
+	RET
+
 // func faDotF16KeysH1(k *uint16, kstride int, q *float32, np, n int, out *float32, ostride, pf int, next *uint16, scratch *float32)
 //
 // The dot products of up to 16 key rows (n, kstride bytes apart) with

@@ -359,6 +359,8 @@ tadone:
 	f.Quads("faIota", asmgen.Dwords(iota...)...)
 	expfs(f)
 	faCoefs(f)
+	faTileScores2(f)
+	faTileAcc2(f)
 	for heads := 1; heads <= faDotMaxHeads; heads++ {
 		faDotKeysHeads(f, heads)
 	}
@@ -942,4 +944,167 @@ func faDotKeysHeads(f *asmgen.File, heads int) {
 	f.Raw(`
 	VZEROUPPER
 	RET`)
+}
+
+// faTileScores2 writes faTileScores for two query vectors with the same
+// valid keys (a row's query heads that share a KV head, or two rows whose
+// tile is whole): each key row of the tile is loaded once for both, and
+// each query's scores are faTileScores' (the same FMA chains, scale and
+// mask), so its bits are.
+func faTileScores2(f *asmgen.File) {
+	f.P(`
+// func faTileScores2(q0, q1, kt *float32, hd int, scale float32, nvalid int, out0, out1 *float32) (m0, m1 float32)
+//
+// faTileScores of q0 into out0 and of q1 into out1 over one pass of kt:
+// the two maxima.`)
+	f.Text("faTileScores2", 0, 72)
+	f.Args(asmgen.Arg{Name: "q0", Reg: "SI"}, asmgen.Arg{Name: "q1", Reg: "BX"}, asmgen.Arg{Name: "kt", Reg: "DI"}, asmgen.Arg{Name: "hd", Reg: "CX"})
+	f.Zero("VXORPS", append(asmgen.Regs("Z", 0, 1, 4), asmgen.Regs("Z", 8, 1, 4)...)...)
+	f.Raw(`
+tsd2:
+	VBROADCASTSS (SI), Z4
+	VBROADCASTSS (BX), Z5`)
+	group4(f, "VMOVUPS", func(i int) []string { return []string{asmgen.Mem(64*i, "DI"), z(12 + i)} })
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{z(12 + i), "Z4", z(i)} })
+	group4(f, "VFMADD231PS", func(i int) []string { return []string{z(12 + i), "Z5", z(8 + i)} })
+	f.Raw(`
+	ADDQ         $4, SI
+	ADDQ         $4, BX
+	ADDQ         $256, DI
+	DECQ         CX
+	JNZ          tsd2
+
+	VBROADCASTSS scale+32(FP), Z5`)
+	group4(f, "VMULPS", func(i int) []string { return []string{"Z5", z(i), z(i)} })
+	group4(f, "VMULPS", func(i int) []string { return []string{"Z5", z(8 + i), z(8 + i)} })
+	f.Raw(`
+	MOVQ         nvalid+40(FP), AX
+	VPBROADCASTD AX, Z6
+	VBROADCASTSS faNegInf<>(SB), Z7`)
+	group4(f, "VMOVDQU32", func(i int) []string { return []string{fmt.Sprintf("faIota<>+%d(SB)", 64*i), z(12 + i)} })
+	group4(f, "VPCMPD", func(i int) []string { return []string{"$5", "Z6", z(12 + i), fmt.Sprintf("K%d", i+1)} })
+	group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(i)} })
+	group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(8 + i)} })
+	f.Ins("MOVQ", "out0+48(FP)", "DX")
+	stores4(f, "VMOVUPS", "DX", 64, 0)
+	f.Ins("MOVQ", "out1+56(FP)", "DX")
+	stores4(f, "VMOVUPS", "DX", 64, 8)
+	for q, ret := range []string{"m0+64(FP)", "m1+68(FP)"} {
+		if q == 1 {
+			group4(f, "VMOVAPS", func(i int) []string { return []string{z(8 + i), z(i)} })
+		}
+		f.Ins("VMAXPS", "Z1", "Z0", "Z0")
+		f.Ins("VMAXPS", "Z3", "Z2", "Z2")
+		f.Ins("VMAXPS", "Z2", "Z0", "Z0")
+		reduce16(f, "VMAXPS")
+		f.Ins("VMOVSS", "X0", ret)
+	}
+	f.Raw(`
+	VZEROUPPER
+	RET`)
+}
+
+// faTileAcc2 writes faTileAcc for two query vectors with the same valid
+// keys: each one's exponentials and sum as faTileAcc takes them, then one
+// pass over the tile's values for both accumulators, each query's FMA
+// chains in faTileAcc's order (so its bits are faTileAcc's).
+func faTileAcc2(f *asmgen.File) {
+	f.P(`
+// func faTileAcc2(kq0, kq1 *float32, m0, m1, ms0, ms1 float32, acc0, acc1, vt *float32, hd, nvalid int) (s0, s1 float64)
+//
+// faTileAcc of (kq0, m0, ms0, acc0) and (kq1, m1, ms1, acc1) against the
+// same values vt: the two sums.`)
+	f.Text("faTileAcc2", 0, 88)
+	consts := expfOrder()
+	for i := range consts {
+		dst := z(16 + i)
+		if i == len(consts)-1 {
+			dst = "Z14"
+		}
+		f.Ins("VBROADCASTSS", fmt.Sprintf("faExpC<>+%d(SB)", 4*i), dst)
+	}
+	for q, a := range []struct{ kq, m, ret string }{{"kq0+0(FP)", "m0+16(FP)", "s0+72(FP)"}, {"kq1+8(FP)", "m1+20(FP)", "s1+80(FP)"}} {
+		l := fmt.Sprintf("ta2grp%d", q)
+		f.Ins("MOVQ", a.kq, "SI")
+		f.Ins("VBROADCASTSS", a.m, "Z28")
+		f.Ins("VXORPD", "X29", "X29", "X29")
+		f.Ins("MOVQ", "$4", "CX")
+		f.P("\n%s:", l)
+		f.Raw(`
+	VMOVUPS   (SI), Z0
+	VSUBPS    Z28, Z0, Z0
+	VEXPF
+	VMOVUPS   Z0, (SI)
+	REDUCE16
+	VCVTSS2SD X0, X0, X0
+	VADDSD    X0, X29, X29
+	ADDQ      $64, SI
+	DECQ      CX`)
+		f.Ins("JNZ", l)
+		f.Ins("VMOVSD", "X29", a.ret)
+	}
+	f.Raw(`
+	MOVQ         kq0+0(FP), SI
+	MOVQ         kq1+8(FP), R10
+	MOVQ         acc0+32(FP), DI
+	MOVQ         acc1+40(FP), DX
+	MOVQ         vt+48(FP), R8
+	MOVQ         hd+56(FP), R9
+	MOVQ         nvalid+64(FP), R11
+	VBROADCASTSS ms0+24(FP), Z15
+	VBROADCASTSS ms1+28(FP), Z13
+	MOVQ         R9, R12
+	SHLQ         $2, R12 // V row stride in bytes`)
+	accCols2(f, 4, "ta2c1")
+	accCols2(f, 1, "ta2done")
+	f.Raw(`
+ta2done:
+	VZEROUPPER
+	RET`)
+}
+
+// accCols2 is accCols for faTileAcc2: per group of 16n columns the two
+// accumulators (Z0.., Z8..) scaled by their ms, then every key's value
+// columns loaded once into Z16.. and added to both, weighed by each
+// query's exponential.
+func accCols2(f *asmgen.File, n int, next string) {
+	l := fmt.Sprintf("ta2c%d", n)
+	f.P("\n%s:", l)
+	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
+	f.Ins("JLT", next)
+	for i := 0; i < n; i++ {
+		f.Ins("VMULPS", asmgen.Mem(64*i, "DI"), "Z15", z(i))
+		f.Ins("VMULPS", asmgen.Mem(64*i, "DX"), "Z13", z(8+i))
+	}
+	f.Raw(`
+	MOVQ    SI, BX
+	MOVQ    R10, R13
+	MOVQ    R8, AX
+	MOVQ    R11, CX`)
+	f.P("\n%skey:", l)
+	f.Ins("VBROADCASTSS", "(BX)", "Z4")
+	f.Ins("VBROADCASTSS", "(R13)", "Z5")
+	for i := 0; i < n; i++ {
+		f.Ins("VMOVUPS", asmgen.Mem(64*i, "AX"), z(16+i))
+	}
+	for i := 0; i < n; i++ {
+		f.Ins("VFMADD231PS", z(16+i), "Z4", z(i))
+		f.Ins("VFMADD231PS", z(16+i), "Z5", z(8+i))
+	}
+	f.Raw(`
+	ADDQ         $4, BX
+	ADDQ         $4, R13
+	ADDQ         R12, AX
+	DECQ         CX`)
+	f.Ins("JNZ", l+"key")
+	f.P("")
+	for i := 0; i < n; i++ {
+		f.Ins("VMOVUPS", z(i), asmgen.Mem(64*i, "DI"))
+		f.Ins("VMOVUPS", z(8+i), asmgen.Mem(64*i, "DX"))
+	}
+	for _, r := range []string{"DI", "DX", "R8"} {
+		f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), r)
+	}
+	f.Ins("SUBQ", fmt.Sprintf("$%d", 16*n), "R9")
+	f.Ins("JMP", l)
 }

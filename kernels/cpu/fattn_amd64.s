@@ -819,32 +819,36 @@ TEXT ·faTileScores(SB), NOSPLIT, $0-52
 
 tsd:
 	VBROADCASTSS (SI), Z4
-	VFMADD231PS  (DI), Z4, Z0
-	VFMADD231PS  64(DI), Z4, Z1
-	VFMADD231PS  128(DI), Z4, Z2
-	VFMADD231PS  192(DI), Z4, Z3
+	VMOVUPS      (DI), Z12
+	VMOVUPS      64(DI), Z13
+	VMOVUPS      128(DI), Z14
+	VMOVUPS      192(DI), Z15
+	VFMADD231PS  Z12, Z4, Z0
+	VFMADD231PS  Z13, Z4, Z1
+	VFMADD231PS  Z14, Z4, Z2
+	VFMADD231PS  Z15, Z4, Z3
 	ADDQ         $4, SI
 	ADDQ         $256, DI
 	DECQ         CX
 	JNZ          tsd
 
-	VBROADCASTSS scale+24(FP), Z5
-	VMULPS       Z5, Z0, Z0
-	VMULPS       Z5, Z1, Z1
-	VMULPS       Z5, Z2, Z2
-	VMULPS       Z5, Z3, Z3
+	VBROADCASTSS scale+24(FP), Z6
+	VMULPS       Z6, Z0, Z0
+	VMULPS       Z6, Z1, Z1
+	VMULPS       Z6, Z2, Z2
+	VMULPS       Z6, Z3, Z3
 	MOVQ         nvalid+32(FP), AX
 	VPBROADCASTD AX, Z6
 	VBROADCASTSS faNegInf<>(SB), Z7
-	VMOVDQU32    faIota<>+0(SB), Z8
-	VMOVDQU32    faIota<>+64(SB), Z9
-	VMOVDQU32    faIota<>+128(SB), Z10
-	VMOVDQU32    faIota<>+192(SB), Z11
+	VMOVDQU32    faIota<>+0(SB), Z12
+	VMOVDQU32    faIota<>+64(SB), Z13
+	VMOVDQU32    faIota<>+128(SB), Z14
+	VMOVDQU32    faIota<>+192(SB), Z15
 	// Lanes at or past nvalid (VPCMPD's $5, not less than) take -Inf.
-	VPCMPD        $5, Z6, Z8, K1
-	VPCMPD        $5, Z6, Z9, K2
-	VPCMPD        $5, Z6, Z10, K3
-	VPCMPD        $5, Z6, Z11, K4
+	VPCMPD        $5, Z6, Z12, K1
+	VPCMPD        $5, Z6, Z13, K2
+	VPCMPD        $5, Z6, Z14, K3
+	VPCMPD        $5, Z6, Z15, K4
 	VMOVAPS       Z7, K1, Z0
 	VMOVAPS       Z7, K2, Z1
 	VMOVAPS       Z7, K3, Z2
@@ -907,7 +911,6 @@ tsd:
 // acc = acc*ms and acc += p_k * V_k as FMA chains over the first nvalid
 // keys (vt holds the tile's values as float32 rows of hd).
 TEXT ·faTileAcc(SB), NOSPLIT, $0-56
-	MOVQ         kq+0(FP), SI
 	VBROADCASTSS faExpC<>+0(SB), Z16
 	VBROADCASTSS faExpC<>+4(SB), Z17
 	VBROADCASTSS faExpC<>+8(SB), Z18
@@ -921,29 +924,29 @@ TEXT ·faTileAcc(SB), NOSPLIT, $0-56
 	VBROADCASTSS faExpC<>+40(SB), Z26
 	VBROADCASTSS faExpC<>+44(SB), Z27
 	VBROADCASTSS faExpC<>+48(SB), Z14
+	MOVQ         kq+0(FP), SI
 	VBROADCASTSS m+8(FP), Z28
-	VXORPD       X29, X29, X29 // the float64 sum
+	VXORPD       X29, X29, X29
 	MOVQ         $4, CX
 
-tagrp:
-	VMOVUPS   (SI), Z0
-	VSUBPS    Z28, Z0, Z0
+tagrp0:
+	VMOVUPS      (SI), Z0
+	VSUBPS       Z28, Z0, Z0
 	VEXPF
-	VMOVUPS   Z0, (SI)
+	VMOVUPS      Z0, (SI)
 	REDUCE16
-	VCVTSS2SD X0, X0, X0
-	VADDSD    X0, X29, X29
-	ADDQ      $64, SI
-	DECQ      CX
-	JNZ       tagrp
-	VMOVSD    X29, ret+48(FP)
-
+	VCVTSS2SD    X0, X0, X0
+	VADDSD       X0, X29, X29
+	ADDQ         $64, SI
+	DECQ         CX
+	JNZ          tagrp0
+	VMOVSD       X29, ret+48(FP)
 	MOVQ         kq+0(FP), SI
 	MOVQ         acc+16(FP), DI
+	VBROADCASTSS ms+12(FP), Z15
 	MOVQ         vt+24(FP), R8
 	MOVQ         hd+32(FP), R9
 	MOVQ         nvalid+40(FP), R11
-	VBROADCASTSS ms+12(FP), Z15
 	MOVQ         R9, R12
 	SHLQ         $2, R12 // V row stride in bytes
 
@@ -960,10 +963,14 @@ ta4:
 
 ta4key:
 	VBROADCASTSS (BX), Z4
-	VFMADD231PS  (AX), Z4, Z0
-	VFMADD231PS  64(AX), Z4, Z1
-	VFMADD231PS  128(AX), Z4, Z2
-	VFMADD231PS  192(AX), Z4, Z3
+	VMOVUPS      (AX), Z16
+	VMOVUPS      64(AX), Z17
+	VMOVUPS      128(AX), Z18
+	VMOVUPS      192(AX), Z19
+	VFMADD231PS  Z16, Z4, Z0
+	VFMADD231PS  Z17, Z4, Z1
+	VFMADD231PS  Z18, Z4, Z2
+	VFMADD231PS  Z19, Z4, Z3
 	ADDQ         $4, BX
 	ADDQ         R12, AX
 	DECQ         CX
@@ -988,7 +995,8 @@ ta1:
 
 ta1key:
 	VBROADCASTSS (BX), Z4
-	VFMADD231PS  (AX), Z4, Z0
+	VMOVUPS      (AX), Z16
+	VFMADD231PS  Z16, Z4, Z0
 	ADDQ         $4, BX
 	ADDQ         R12, AX
 	DECQ         CX
@@ -1390,7 +1398,7 @@ GLOBL faCoefHi<>(SB), RODATA|NOPTR, $64
 // the two maxima.
 TEXT ·faTileScores2(SB), NOSPLIT, $0-72
 	MOVQ   q0+0(FP), SI
-	MOVQ   q1+8(FP), BX
+	MOVQ   q1+8(FP), R10
 	MOVQ   kt+16(FP), DI
 	MOVQ   hd+24(FP), CX
 	VXORPS Z0, Z0, Z0
@@ -1402,9 +1410,9 @@ TEXT ·faTileScores2(SB), NOSPLIT, $0-72
 	VXORPS Z10, Z10, Z10
 	VXORPS Z11, Z11, Z11
 
-tsd2:
+t2sd:
 	VBROADCASTSS (SI), Z4
-	VBROADCASTSS (BX), Z5
+	VBROADCASTSS (R10), Z5
 	VMOVUPS      (DI), Z12
 	VMOVUPS      64(DI), Z13
 	VMOVUPS      128(DI), Z14
@@ -1418,27 +1426,28 @@ tsd2:
 	VFMADD231PS  Z14, Z5, Z10
 	VFMADD231PS  Z15, Z5, Z11
 	ADDQ         $4, SI
-	ADDQ         $4, BX
+	ADDQ         $4, R10
 	ADDQ         $256, DI
 	DECQ         CX
-	JNZ          tsd2
+	JNZ          t2sd
 
-	VBROADCASTSS  scale+32(FP), Z5
-	VMULPS        Z5, Z0, Z0
-	VMULPS        Z5, Z1, Z1
-	VMULPS        Z5, Z2, Z2
-	VMULPS        Z5, Z3, Z3
-	VMULPS        Z5, Z8, Z8
-	VMULPS        Z5, Z9, Z9
-	VMULPS        Z5, Z10, Z10
-	VMULPS        Z5, Z11, Z11
-	MOVQ          nvalid+40(FP), AX
-	VPBROADCASTD  AX, Z6
-	VBROADCASTSS  faNegInf<>(SB), Z7
-	VMOVDQU32     faIota<>+0(SB), Z12
-	VMOVDQU32     faIota<>+64(SB), Z13
-	VMOVDQU32     faIota<>+128(SB), Z14
-	VMOVDQU32     faIota<>+192(SB), Z15
+	VBROADCASTSS scale+32(FP), Z6
+	VMULPS       Z6, Z0, Z0
+	VMULPS       Z6, Z1, Z1
+	VMULPS       Z6, Z2, Z2
+	VMULPS       Z6, Z3, Z3
+	VMULPS       Z6, Z8, Z8
+	VMULPS       Z6, Z9, Z9
+	VMULPS       Z6, Z10, Z10
+	VMULPS       Z6, Z11, Z11
+	MOVQ         nvalid+40(FP), AX
+	VPBROADCASTD AX, Z6
+	VBROADCASTSS faNegInf<>(SB), Z7
+	VMOVDQU32    faIota<>+0(SB), Z12
+	VMOVDQU32    faIota<>+64(SB), Z13
+	VMOVDQU32    faIota<>+128(SB), Z14
+	VMOVDQU32    faIota<>+192(SB), Z15
+	// Lanes at or past nvalid (VPCMPD's $5, not less than) take -Inf.
 	VPCMPD        $5, Z6, Z12, K1
 	VPCMPD        $5, Z6, Z13, K2
 	VPCMPD        $5, Z6, Z14, K3
@@ -1495,7 +1504,7 @@ tsd2:
 // func faTileAcc2(kq0, kq1 *float32, m0, m1, ms0, ms1 float32, acc0, acc1, vt *float32, hd, nvalid int) (s0, s1 float64)
 //
 // faTileAcc of (kq0, m0, ms0, acc0) and (kq1, m1, ms1, acc1) against the
-// same values vt: the two sums.
+// same values vt, each loaded once: the two sums.
 TEXT ·faTileAcc2(SB), NOSPLIT, $0-88
 	VBROADCASTSS faExpC<>+0(SB), Z16
 	VBROADCASTSS faExpC<>+4(SB), Z17
@@ -1515,7 +1524,7 @@ TEXT ·faTileAcc2(SB), NOSPLIT, $0-88
 	VXORPD       X29, X29, X29
 	MOVQ         $4, CX
 
-ta2grp0:
+t2agrp0:
 	VMOVUPS      (SI), Z0
 	VSUBPS       Z28, Z0, Z0
 	VEXPF
@@ -1525,14 +1534,14 @@ ta2grp0:
 	VADDSD       X0, X29, X29
 	ADDQ         $64, SI
 	DECQ         CX
-	JNZ          ta2grp0
+	JNZ          t2agrp0
 	VMOVSD       X29, s0+72(FP)
 	MOVQ         kq1+8(FP), SI
 	VBROADCASTSS m1+20(FP), Z28
 	VXORPD       X29, X29, X29
 	MOVQ         $4, CX
 
-ta2grp1:
+t2agrp1:
 	VMOVUPS      (SI), Z0
 	VSUBPS       Z28, Z0, Z0
 	VEXPF
@@ -1542,37 +1551,37 @@ ta2grp1:
 	VADDSD       X0, X29, X29
 	ADDQ         $64, SI
 	DECQ         CX
-	JNZ          ta2grp1
+	JNZ          t2agrp1
 	VMOVSD       X29, s1+80(FP)
 	MOVQ         kq0+0(FP), SI
-	MOVQ         kq1+8(FP), R10
 	MOVQ         acc0+32(FP), DI
+	VBROADCASTSS ms0+24(FP), Z15
+	MOVQ         kq1+8(FP), R10
 	MOVQ         acc1+40(FP), DX
+	VBROADCASTSS ms1+28(FP), Z13
 	MOVQ         vt+48(FP), R8
 	MOVQ         hd+56(FP), R9
 	MOVQ         nvalid+64(FP), R11
-	VBROADCASTSS ms0+24(FP), Z15
-	VBROADCASTSS ms1+28(FP), Z13
 	MOVQ         R9, R12
 	SHLQ         $2, R12 // V row stride in bytes
 
-ta2c4:
+t2a4:
 	CMPQ   R9, $64
-	JLT    ta2c1
+	JLT    t2a1
 	VMULPS (DI), Z15, Z0
-	VMULPS (DX), Z13, Z8
 	VMULPS 64(DI), Z15, Z1
-	VMULPS 64(DX), Z13, Z9
 	VMULPS 128(DI), Z15, Z2
-	VMULPS 128(DX), Z13, Z10
 	VMULPS 192(DI), Z15, Z3
+	VMULPS (DX), Z13, Z8
+	VMULPS 64(DX), Z13, Z9
+	VMULPS 128(DX), Z13, Z10
 	VMULPS 192(DX), Z13, Z11
 	MOVQ   SI, BX
 	MOVQ   R10, R13
 	MOVQ   R8, AX
 	MOVQ   R11, CX
 
-ta2c4key:
+t2a4key:
 	VBROADCASTSS (BX), Z4
 	VBROADCASTSS (R13), Z5
 	VMOVUPS      (AX), Z16
@@ -1580,36 +1589,36 @@ ta2c4key:
 	VMOVUPS      128(AX), Z18
 	VMOVUPS      192(AX), Z19
 	VFMADD231PS  Z16, Z4, Z0
-	VFMADD231PS  Z16, Z5, Z8
 	VFMADD231PS  Z17, Z4, Z1
-	VFMADD231PS  Z17, Z5, Z9
 	VFMADD231PS  Z18, Z4, Z2
-	VFMADD231PS  Z18, Z5, Z10
 	VFMADD231PS  Z19, Z4, Z3
+	VFMADD231PS  Z16, Z5, Z8
+	VFMADD231PS  Z17, Z5, Z9
+	VFMADD231PS  Z18, Z5, Z10
 	VFMADD231PS  Z19, Z5, Z11
 	ADDQ         $4, BX
 	ADDQ         $4, R13
 	ADDQ         R12, AX
 	DECQ         CX
-	JNZ          ta2c4key
+	JNZ          t2a4key
 
 	VMOVUPS Z0, (DI)
-	VMOVUPS Z8, (DX)
 	VMOVUPS Z1, 64(DI)
-	VMOVUPS Z9, 64(DX)
 	VMOVUPS Z2, 128(DI)
-	VMOVUPS Z10, 128(DX)
 	VMOVUPS Z3, 192(DI)
-	VMOVUPS Z11, 192(DX)
 	ADDQ    $256, DI
+	VMOVUPS Z8, (DX)
+	VMOVUPS Z9, 64(DX)
+	VMOVUPS Z10, 128(DX)
+	VMOVUPS Z11, 192(DX)
 	ADDQ    $256, DX
 	ADDQ    $256, R8
 	SUBQ    $64, R9
-	JMP     ta2c4
+	JMP     t2a4
 
-ta2c1:
+t2a1:
 	CMPQ   R9, $16
-	JLT    ta2done
+	JLT    t2adone
 	VMULPS (DI), Z15, Z0
 	VMULPS (DX), Z13, Z8
 	MOVQ   SI, BX
@@ -1617,7 +1626,7 @@ ta2c1:
 	MOVQ   R8, AX
 	MOVQ   R11, CX
 
-ta2c1key:
+t2a1key:
 	VBROADCASTSS (BX), Z4
 	VBROADCASTSS (R13), Z5
 	VMOVUPS      (AX), Z16
@@ -1627,17 +1636,17 @@ ta2c1key:
 	ADDQ         $4, R13
 	ADDQ         R12, AX
 	DECQ         CX
-	JNZ          ta2c1key
+	JNZ          t2a1key
 
 	VMOVUPS Z0, (DI)
-	VMOVUPS Z8, (DX)
 	ADDQ    $64, DI
+	VMOVUPS Z8, (DX)
 	ADDQ    $64, DX
 	ADDQ    $64, R8
 	SUBQ    $16, R9
-	JMP     ta2c1
+	JMP     t2a1
 
-ta2done:
+t2adone:
 	VZEROUPPER
 	RET
 

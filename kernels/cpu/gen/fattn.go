@@ -222,47 +222,9 @@ trd:
 	JNZ        trd
 	VZEROUPPER
 	RET
-
-// func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32
-//
-// The tiled path's scores of one query row against a tile of 64 keys
-// stored transposed (kt[d*64+k]): per key an FMA chain over d from 0, then
-// times scale; keys from nvalid on are set to -Inf. Returns the maximum.`)
-	f.Text("faTileScores", 0, 52)
-	f.Args(asmgen.Arg{Name: "q", Reg: "SI"}, asmgen.Arg{Name: "kt", Reg: "DI"}, asmgen.Arg{Name: "hd", Reg: "CX"})
-	f.Zero("VXORPS", asmgen.Regs("Z", 0, 1, 4)...)
+`)
+	tileScores(f, tileOne)
 	f.Raw(`
-tsd:
-	VBROADCASTSS (SI), Z4`)
-	group4(f, "VFMADD231PS", func(i int) []string { return []string{asmgen.Mem(64*i, "DI"), "Z4", z(i)} })
-	f.Raw(`
-	ADDQ         $4, SI
-	ADDQ         $256, DI
-	DECQ         CX
-	JNZ          tsd
-
-	VBROADCASTSS scale+24(FP), Z5`)
-	group4(f, "VMULPS", func(i int) []string { return []string{"Z5", z(i), z(i)} })
-	f.Raw(`
-	MOVQ         nvalid+32(FP), AX
-	VPBROADCASTD AX, Z6
-	VBROADCASTSS faNegInf<>(SB), Z7`)
-	group4(f, "VMOVDQU32", func(i int) []string { return []string{fmt.Sprintf("faIota<>+%d(SB)", 64*i), z(8 + i)} })
-	f.P("\t// Lanes at or past nvalid (VPCMPD's $5, not less than) take -Inf.")
-	group4(f, "VPCMPD", func(i int) []string { return []string{"$5", "Z6", z(8 + i), fmt.Sprintf("K%d", i+1)} })
-	group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(i)} })
-	f.Ins("MOVQ", "out+40(FP)", "DX")
-	stores4(f, "VMOVUPS", "DX", 64, 0)
-	// The maximum: max is order-free, any tree gives it.
-	f.Ins("VMAXPS", "Z1", "Z0", "Z0")
-	f.Ins("VMAXPS", "Z3", "Z2", "Z2")
-	f.Ins("VMAXPS", "Z2", "Z0", "Z0")
-	reduce16(f, "VMAXPS")
-	f.Raw(`
-	VMOVSS       X0, ret+48(FP)
-	VZEROUPPER
-	RET
-
 // VEXPF is ggml_v_expf for AVX-512 on Z0 (result in Z0), with its
 // constants in Z14 (+Inf) and Z16-Z27 (see faTileAcc): z = x*log2e + r,
 // n = z - r, b = (x - n*c1) - n*c2, u = b*b, j = ((c5*b + c4)*u +
@@ -292,60 +254,13 @@ tsd:
 	VCMPPS       $0x1e, Z3, Z1, K5, K7 \
 	VMOVAPS      Z3, K6, Z0 \
 	VMOVAPS      Z14, K7, Z0
-
-// func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64
-//
-// The tiled path's update for one query row and tile: kq[k] =
-// ggml_v_expf(kq[k] - m) for the 64 keys, summed per 16 lanes
-// (_mm512_reduce_add_ps) into a float64 total, which is returned; then
-// acc = acc*ms and acc += p_k * V_k as FMA chains over the first nvalid
-// keys (vt holds the tile's values as float32 rows of hd).`)
-	f.Text("faTileAcc", 0, 56)
-	f.Args(asmgen.Arg{Name: "kq", Reg: "SI"})
-	// faExpC's first twelve constants go to Z16-Z27, +Inf to Z14.
-	consts := expfOrder()
-	for i := range consts {
-		dst := z(16 + i)
-		if i == len(consts)-1 {
-			dst = "Z14"
-		}
-		f.Ins("VBROADCASTSS", fmt.Sprintf("faExpC<>+%d(SB)", 4*i), dst)
-	}
+`)
+	tileAcc(f, tileOne)
 	f.Raw(`
-	VBROADCASTSS m+8(FP), Z28
-	VXORPD       X29, X29, X29 // the float64 sum
-	MOVQ         $4, CX
-
-tagrp:
-	VMOVUPS   (SI), Z0
-	VSUBPS    Z28, Z0, Z0
-	VEXPF
-	VMOVUPS   Z0, (SI)
-	REDUCE16
-	VCVTSS2SD X0, X0, X0
-	VADDSD    X0, X29, X29
-	ADDQ      $64, SI
-	DECQ      CX
-	JNZ       tagrp
-	VMOVSD    X29, ret+48(FP)
-
-	MOVQ         kq+0(FP), SI
-	MOVQ         acc+16(FP), DI
-	MOVQ         vt+24(FP), R8
-	MOVQ         hd+32(FP), R9
-	MOVQ         nvalid+40(FP), R11
-	VBROADCASTSS ms+12(FP), Z15
-	MOVQ         R9, R12
-	SHLQ         $2, R12 // V row stride in bytes`)
-	accCols(f, 4, "ta1")
-	accCols(f, 1, "tadone")
-	f.Raw(`
-tadone:
-	VZEROUPPER
-	RET
 
 // ggml_v_expf's constants: r, log2e, the two ln 2 parts, the polynomial
 // (c5, c4, c3, c2, c1, 1), the abs mask, the saturation bound 192 and +Inf.`)
+	consts := expfOrder()
 	for i, c := range consts {
 		f.P("DATA faExpC<>+%d(SB)/4, $0x%08x", 4*i, c.bits)
 	}
@@ -359,8 +274,8 @@ tadone:
 	f.Quads("faIota", asmgen.Dwords(iota...)...)
 	expfs(f)
 	faCoefs(f)
-	faTileScores2(f)
-	faTileAcc2(f)
+	tileScores(f, tilePair)
+	tileAcc(f, tilePair)
 	for heads := 1; heads <= faDotMaxHeads; heads++ {
 		faDotKeysHeads(f, heads)
 	}
@@ -440,41 +355,6 @@ func f16rt(f *asmgen.File, n int) {
 	for i := 0; i < n; i++ {
 		f.P("\tF16RT(Z%d, Y%d)", i, 16+i)
 	}
-}
-
-// accCols writes faTileAcc's loop over column groups of 16n floats (n = 4
-// or 1), jumping to next once fewer than 16n columns are left: per group,
-// acc*ms, then an FMA chain over the valid keys.
-func accCols(f *asmgen.File, n int, next string) {
-	l := fmt.Sprintf("ta%d", n)
-	f.P("\n%s:", l)
-	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
-	f.Ins("JLT", next)
-	for i := 0; i < n; i++ {
-		f.Ins("VMULPS", asmgen.Mem(64*i, "DI"), "Z15", z(i))
-	}
-	f.Raw(`
-	MOVQ    SI, BX
-	MOVQ    R8, AX
-	MOVQ    R11, CX`)
-	f.P("\n%skey:", l)
-	f.Ins("VBROADCASTSS", "(BX)", "Z4")
-	for i := 0; i < n; i++ {
-		f.Ins("VFMADD231PS", asmgen.Mem(64*i, "AX"), "Z4", z(i))
-	}
-	f.Raw(`
-	ADDQ         $4, BX
-	ADDQ         R12, AX
-	DECQ         CX`)
-	f.Ins("JNZ", l+"key")
-	f.P("")
-	for i := 0; i < n; i++ {
-		f.Ins("VMOVUPS", z(i), asmgen.Mem(64*i, "DI"))
-	}
-	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "DI")
-	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "R8")
-	f.Ins("SUBQ", fmt.Sprintf("$%d", 16*n), "R9")
-	f.Ins("JMP", l)
 }
 
 // expfs writes the expfs kernel and its constants.
@@ -946,52 +826,126 @@ func faDotKeysHeads(f *asmgen.File, heads int) {
 	RET`)
 }
 
-// faTileScores2 writes faTileScores for two query vectors with the same
-// valid keys (a row's query heads that share a KV head, or two rows whose
-// tile is whole): each key row of the tile is loaded once for both, and
-// each query's scores are faTileScores' (the same FMA chains, scale and
-// mask), so its bits are.
-func faTileScores2(f *asmgen.File) {
-	f.P(`
-// func faTileScores2(q0, q1, kt *float32, hd int, scale float32, nvalid int, out0, out1 *float32) (m0, m1 float32)
+// tileKernel is a tiled-path kernel's frame for its query vectors (one,
+// or two that see the same keys, whose vectors each get the one-vector
+// kernel's arithmetic): its name, its Go declaration and what it does, its
+// argument bytes, and per vector the operands of its arguments and
+// results (query or scores, scores' output, running maximum, rescale
+// factor, accumulator, and the result: the maximum or the sum); then the
+// shared ones.
+type tileKernel struct {
+	scores, acc           string // the two kernels' names
+	scoresDoc, accDoc     string
+	scoresSize, accSize   int
+	q, out, max           []string // faTileScores*'s
+	kq, m, ms, accum, sum []string // faTileAcc*'s
+	kt, hd, scale, nvalid string   // faTileScores*'s
+	vt, accHd, accNvalid  string   // faTileAcc*'s
+	label                 string   // the kernels' label prefix
+}
+
+var tileOne = tileKernel{
+	scores: "faTileScores", acc: "faTileAcc", label: "t",
+	scoresDoc: `// func faTileScores(q, kt *float32, hd int, scale float32, nvalid int, out *float32) float32
+//
+// The tiled path's scores of one query row against a tile of 64 keys
+// stored transposed (kt[d*64+k]): per key an FMA chain over d from 0, then
+// times scale; keys from nvalid on are set to -Inf. Returns the maximum.`,
+	accDoc: `// func faTileAcc(kq *float32, m, ms float32, acc, vt *float32, hd, nvalid int) float64
+//
+// The tiled path's update for one query row and tile: kq[k] =
+// ggml_v_expf(kq[k] - m) for the 64 keys, summed per 16 lanes
+// (_mm512_reduce_add_ps) into a float64 total, which is returned; then
+// acc = acc*ms and acc += p_k * V_k as FMA chains over the first nvalid
+// keys (vt holds the tile's values as float32 rows of hd).`,
+	scoresSize: 52, accSize: 56,
+	q: []string{"q+0(FP)"}, out: []string{"out+40(FP)"}, max: []string{"ret+48(FP)"},
+	kt: "kt+8(FP)", hd: "hd+16(FP)", scale: "scale+24(FP)", nvalid: "nvalid+32(FP)",
+	kq: []string{"kq+0(FP)"}, m: []string{"m+8(FP)"}, ms: []string{"ms+12(FP)"}, accum: []string{"acc+16(FP)"}, sum: []string{"ret+48(FP)"},
+	vt: "vt+24(FP)", accHd: "hd+32(FP)", accNvalid: "nvalid+40(FP)",
+}
+
+var tilePair = tileKernel{
+	scores: "faTileScores2", acc: "faTileAcc2", label: "t2",
+	scoresDoc: `// func faTileScores2(q0, q1, kt *float32, hd int, scale float32, nvalid int, out0, out1 *float32) (m0, m1 float32)
 //
 // faTileScores of q0 into out0 and of q1 into out1 over one pass of kt:
-// the two maxima.`)
-	f.Text("faTileScores2", 0, 72)
-	f.Args(asmgen.Arg{Name: "q0", Reg: "SI"}, asmgen.Arg{Name: "q1", Reg: "BX"}, asmgen.Arg{Name: "kt", Reg: "DI"}, asmgen.Arg{Name: "hd", Reg: "CX"})
-	f.Zero("VXORPS", append(asmgen.Regs("Z", 0, 1, 4), asmgen.Regs("Z", 8, 1, 4)...)...)
-	f.Raw(`
-tsd2:
-	VBROADCASTSS (SI), Z4
-	VBROADCASTSS (BX), Z5`)
-	group4(f, "VMOVUPS", func(i int) []string { return []string{asmgen.Mem(64*i, "DI"), z(12 + i)} })
-	group4(f, "VFMADD231PS", func(i int) []string { return []string{z(12 + i), "Z4", z(i)} })
-	group4(f, "VFMADD231PS", func(i int) []string { return []string{z(12 + i), "Z5", z(8 + i)} })
-	f.Raw(`
-	ADDQ         $4, SI
-	ADDQ         $4, BX
-	ADDQ         $256, DI
-	DECQ         CX
-	JNZ          tsd2
+// the two maxima.`,
+	accDoc: `// func faTileAcc2(kq0, kq1 *float32, m0, m1, ms0, ms1 float32, acc0, acc1, vt *float32, hd, nvalid int) (s0, s1 float64)
+//
+// faTileAcc of (kq0, m0, ms0, acc0) and (kq1, m1, ms1, acc1) against the
+// same values vt, each loaded once: the two sums.`,
+	scoresSize: 72, accSize: 88,
+	q: []string{"q0+0(FP)", "q1+8(FP)"}, out: []string{"out0+48(FP)", "out1+56(FP)"}, max: []string{"m0+64(FP)", "m1+68(FP)"},
+	kt: "kt+16(FP)", hd: "hd+24(FP)", scale: "scale+32(FP)", nvalid: "nvalid+40(FP)",
+	kq: []string{"kq0+0(FP)", "kq1+8(FP)"}, m: []string{"m0+16(FP)", "m1+20(FP)"}, ms: []string{"ms0+24(FP)", "ms1+28(FP)"},
+	accum: []string{"acc0+32(FP)", "acc1+40(FP)"}, sum: []string{"s0+72(FP)", "s1+80(FP)"},
+	vt: "vt+48(FP)", accHd: "hd+56(FP)", accNvalid: "nvalid+64(FP)",
+}
 
-	VBROADCASTSS scale+32(FP), Z5`)
-	group4(f, "VMULPS", func(i int) []string { return []string{"Z5", z(i), z(i)} })
-	group4(f, "VMULPS", func(i int) []string { return []string{"Z5", z(8 + i), z(8 + i)} })
-	f.Raw(`
-	MOVQ         nvalid+40(FP), AX
-	VPBROADCASTD AX, Z6
-	VBROADCASTSS faNegInf<>(SB), Z7`)
+// Registers of vector v of a tile kernel: its query or scores pointer,
+// its accumulator pointer, its first of four accumulators (Z0.. and
+// Z8..), its broadcast and its rescale factor.
+var (
+	tileQReg   = []string{"SI", "R10"}
+	tileAccReg = []string{"DI", "DX"}
+	tileZ      = []int{0, 8}
+	tileBcast  = []string{"Z4", "Z5"}
+	tileMs     = []string{"Z15", "Z13"}
+)
+
+// tileScores writes k's scores kernel: per d, the vectors' query
+// elements broadcast and the tile's row of 64 keys loaded once (Z12-Z15)
+// into each vector's four FMA chains; then times scale, the keys from
+// nvalid on -Inf, stored; each vector's maximum (max is order-free, any
+// tree gives it).
+func tileScores(f *asmgen.File, k tileKernel) {
+	f.P("\n%s", k.scoresDoc)
+	f.Text(k.scores, 0, k.scoresSize)
+	for v, q := range k.q {
+		f.Ins("MOVQ", q, tileQReg[v])
+	}
+	f.Ins("MOVQ", k.kt, "DI")
+	f.Ins("MOVQ", k.hd, "CX")
+	for v := range k.q {
+		f.Zero("VXORPS", asmgen.Regs("Z", tileZ[v], 1, 4)...)
+	}
+	l := k.label + "sd"
+	f.P("\n%s:", l)
+	for v := range k.q {
+		f.Ins("VBROADCASTSS", "("+tileQReg[v]+")", tileBcast[v])
+	}
+	group4(f, "VMOVUPS", func(i int) []string { return []string{asmgen.Mem(64*i, "DI"), z(12 + i)} })
+	for v := range k.q {
+		group4(f, "VFMADD231PS", func(i int) []string { return []string{z(12 + i), tileBcast[v], z(tileZ[v] + i)} })
+	}
+	for v := range k.q {
+		f.Ins("ADDQ", "$4", tileQReg[v])
+	}
+	f.Ins("ADDQ", "$256", "DI")
+	f.Ins("DECQ", "CX")
+	f.Ins("JNZ", l)
+	f.P("")
+	f.Ins("VBROADCASTSS", k.scale, "Z6")
+	for v := range k.q {
+		group4(f, "VMULPS", func(i int) []string { return []string{"Z6", z(tileZ[v] + i), z(tileZ[v] + i)} })
+	}
+	f.Ins("MOVQ", k.nvalid, "AX")
+	f.Ins("VPBROADCASTD", "AX", "Z6")
+	f.Ins("VBROADCASTSS", "faNegInf<>(SB)", "Z7")
 	group4(f, "VMOVDQU32", func(i int) []string { return []string{fmt.Sprintf("faIota<>+%d(SB)", 64*i), z(12 + i)} })
+	f.P("\t// Lanes at or past nvalid (VPCMPD's $5, not less than) take -Inf.")
 	group4(f, "VPCMPD", func(i int) []string { return []string{"$5", "Z6", z(12 + i), fmt.Sprintf("K%d", i+1)} })
-	group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(i)} })
-	group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(8 + i)} })
-	f.Ins("MOVQ", "out0+48(FP)", "DX")
-	stores4(f, "VMOVUPS", "DX", 64, 0)
-	f.Ins("MOVQ", "out1+56(FP)", "DX")
-	stores4(f, "VMOVUPS", "DX", 64, 8)
-	for q, ret := range []string{"m0+64(FP)", "m1+68(FP)"} {
-		if q == 1 {
-			group4(f, "VMOVAPS", func(i int) []string { return []string{z(8 + i), z(i)} })
+	for v := range k.q {
+		group4(f, "VMOVAPS", func(i int) []string { return []string{"Z7", fmt.Sprintf("K%d", i+1), z(tileZ[v] + i)} })
+	}
+	for v, out := range k.out {
+		f.Ins("MOVQ", out, "DX")
+		stores4(f, "VMOVUPS", "DX", 64, tileZ[v])
+	}
+	for v, ret := range k.max {
+		if tileZ[v] != 0 {
+			group4(f, "VMOVAPS", func(i int) []string { return []string{z(tileZ[v] + i), z(i)} })
 		}
 		f.Ins("VMAXPS", "Z1", "Z0", "Z0")
 		f.Ins("VMAXPS", "Z3", "Z2", "Z2")
@@ -999,22 +953,17 @@ tsd2:
 		reduce16(f, "VMAXPS")
 		f.Ins("VMOVSS", "X0", ret)
 	}
-	f.Raw(`
-	VZEROUPPER
-	RET`)
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
 }
 
-// faTileAcc2 writes faTileAcc for two query vectors with the same valid
-// keys: each one's exponentials and sum as faTileAcc takes them, then one
-// pass over the tile's values for both accumulators, each query's FMA
-// chains in faTileAcc's order (so its bits are faTileAcc's).
-func faTileAcc2(f *asmgen.File) {
-	f.P(`
-// func faTileAcc2(kq0, kq1 *float32, m0, m1, ms0, ms1 float32, acc0, acc1, vt *float32, hd, nvalid int) (s0, s1 float64)
-//
-// faTileAcc of (kq0, m0, ms0, acc0) and (kq1, m1, ms1, acc1) against the
-// same values vt: the two sums.`)
-	f.Text("faTileAcc2", 0, 88)
+// tileAcc writes k's update kernel: each vector's exponentials of its
+// scores less its maximum (VEXPF, constants in Z14 and Z16-Z27), summed
+// in float64 per 16 lanes, then the value columns in groups of 64 and of
+// 16 (accCols).
+func tileAcc(f *asmgen.File, k tileKernel) {
+	f.P("\n%s", k.accDoc)
+	f.Text(k.acc, 0, k.accSize)
 	consts := expfOrder()
 	for i := range consts {
 		dst := z(16 + i)
@@ -1023,10 +972,10 @@ func faTileAcc2(f *asmgen.File) {
 		}
 		f.Ins("VBROADCASTSS", fmt.Sprintf("faExpC<>+%d(SB)", 4*i), dst)
 	}
-	for q, a := range []struct{ kq, m, ret string }{{"kq0+0(FP)", "m0+16(FP)", "s0+72(FP)"}, {"kq1+8(FP)", "m1+20(FP)", "s1+80(FP)"}} {
-		l := fmt.Sprintf("ta2grp%d", q)
-		f.Ins("MOVQ", a.kq, "SI")
-		f.Ins("VBROADCASTSS", a.m, "Z28")
+	for v := range k.kq {
+		l := fmt.Sprintf("%sagrp%d", k.label, v)
+		f.Ins("MOVQ", k.kq[v], "SI")
+		f.Ins("VBROADCASTSS", k.m[v], "Z28")
 		f.Ins("VXORPD", "X29", "X29", "X29")
 		f.Ins("MOVQ", "$4", "CX")
 		f.P("\n%s:", l)
@@ -1041,70 +990,74 @@ func faTileAcc2(f *asmgen.File) {
 	ADDQ      $64, SI
 	DECQ      CX`)
 		f.Ins("JNZ", l)
-		f.Ins("VMOVSD", "X29", a.ret)
+		f.Ins("VMOVSD", "X29", k.sum[v])
 	}
-	f.Raw(`
-	MOVQ         kq0+0(FP), SI
-	MOVQ         kq1+8(FP), R10
-	MOVQ         acc0+32(FP), DI
-	MOVQ         acc1+40(FP), DX
-	MOVQ         vt+48(FP), R8
-	MOVQ         hd+56(FP), R9
-	MOVQ         nvalid+64(FP), R11
-	VBROADCASTSS ms0+24(FP), Z15
-	VBROADCASTSS ms1+28(FP), Z13
-	MOVQ         R9, R12
-	SHLQ         $2, R12 // V row stride in bytes`)
-	accCols2(f, 4, "ta2c1")
-	accCols2(f, 1, "ta2done")
-	f.Raw(`
-ta2done:
-	VZEROUPPER
-	RET`)
+	for v := range k.kq {
+		f.Ins("MOVQ", k.kq[v], tileQReg[v])
+		f.Ins("MOVQ", k.accum[v], tileAccReg[v])
+		f.Ins("VBROADCASTSS", k.ms[v], tileMs[v])
+	}
+	f.Ins("MOVQ", k.vt, "R8")
+	f.Ins("MOVQ", k.accHd, "R9")
+	f.Ins("MOVQ", k.accNvalid, "R11")
+	f.Ins("MOVQ", "R9", "R12")
+	f.P("\tSHLQ         $2, R12 // V row stride in bytes")
+	done := k.label + "adone"
+	accCols(f, k, 4, fmt.Sprintf("%sa1", k.label))
+	accCols(f, k, 1, done)
+	f.P("\n%s:", done)
+	f.Ins("VZEROUPPER")
+	f.Ins("RET")
 }
 
-// accCols2 is accCols for faTileAcc2: per group of 16n columns the two
-// accumulators (Z0.., Z8..) scaled by their ms, then every key's value
-// columns loaded once into Z16.. and added to both, weighed by each
-// query's exponential.
-func accCols2(f *asmgen.File, n int, next string) {
-	l := fmt.Sprintf("ta2c%d", n)
+// accCols writes tileAcc's loop over column groups of 16n floats (n = 4
+// or 1), jumping to next once fewer than 16n columns are left: per group,
+// each vector's acc*ms, then per valid key its value columns loaded once
+// (Z16..) into each vector's FMA chains, weighed by the vector's
+// exponential.
+func accCols(f *asmgen.File, k tileKernel, n int, next string) {
+	nv := len(k.kq)
+	l := fmt.Sprintf("%sa%d", k.label, n)
 	f.P("\n%s:", l)
 	f.Ins("CMPQ", "R9", fmt.Sprintf("$%d", 16*n))
 	f.Ins("JLT", next)
-	for i := 0; i < n; i++ {
-		f.Ins("VMULPS", asmgen.Mem(64*i, "DI"), "Z15", z(i))
-		f.Ins("VMULPS", asmgen.Mem(64*i, "DX"), "Z13", z(8+i))
+	for v := range nv {
+		for i := 0; i < n; i++ {
+			f.Ins("VMULPS", asmgen.Mem(64*i, tileAccReg[v]), tileMs[v], z(tileZ[v]+i))
+		}
 	}
-	f.Raw(`
-	MOVQ    SI, BX
-	MOVQ    R10, R13
-	MOVQ    R8, AX
-	MOVQ    R11, CX`)
+	walk := []string{"BX", "R13"} // each vector's exponentials, key by key
+	for v := range nv {
+		f.Ins("MOVQ", tileQReg[v], walk[v])
+	}
+	f.Ins("MOVQ", "R8", "AX")
+	f.Ins("MOVQ", "R11", "CX")
 	f.P("\n%skey:", l)
-	f.Ins("VBROADCASTSS", "(BX)", "Z4")
-	f.Ins("VBROADCASTSS", "(R13)", "Z5")
+	for v := range nv {
+		f.Ins("VBROADCASTSS", "("+walk[v]+")", tileBcast[v])
+	}
 	for i := 0; i < n; i++ {
 		f.Ins("VMOVUPS", asmgen.Mem(64*i, "AX"), z(16+i))
 	}
-	for i := 0; i < n; i++ {
-		f.Ins("VFMADD231PS", z(16+i), "Z4", z(i))
-		f.Ins("VFMADD231PS", z(16+i), "Z5", z(8+i))
+	for v := range nv {
+		for i := 0; i < n; i++ {
+			f.Ins("VFMADD231PS", z(16+i), tileBcast[v], z(tileZ[v]+i))
+		}
 	}
-	f.Raw(`
-	ADDQ         $4, BX
-	ADDQ         $4, R13
-	ADDQ         R12, AX
-	DECQ         CX`)
+	for v := range nv {
+		f.Ins("ADDQ", "$4", walk[v])
+	}
+	f.Ins("ADDQ", "R12", "AX")
+	f.Ins("DECQ", "CX")
 	f.Ins("JNZ", l+"key")
 	f.P("")
-	for i := 0; i < n; i++ {
-		f.Ins("VMOVUPS", z(i), asmgen.Mem(64*i, "DI"))
-		f.Ins("VMOVUPS", z(8+i), asmgen.Mem(64*i, "DX"))
+	for v := range nv {
+		for i := 0; i < n; i++ {
+			f.Ins("VMOVUPS", z(tileZ[v]+i), asmgen.Mem(64*i, tileAccReg[v]))
+		}
+		f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), tileAccReg[v])
 	}
-	for _, r := range []string{"DI", "DX", "R8"} {
-		f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), r)
-	}
+	f.Ins("ADDQ", fmt.Sprintf("$%d", 64*n), "R8")
 	f.Ins("SUBQ", fmt.Sprintf("$%d", 16*n), "R9")
 	f.Ins("JMP", l)
 }

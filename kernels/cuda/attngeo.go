@@ -150,11 +150,25 @@ func AttnSplitLaunch(instance string, spec []uint32, rows int, g AttnGeometry) (
 	if l.Entry != EntrySplit {
 		return l, fmt.Errorf("cuda: %s at %d rows: not split (the %q entry)", instance, rows, l.Entry.Suffix())
 	}
-	k := attnKey(instance, spec, uint32(rows))
+	return AttnResplit(l, instance, spec, g)
+}
+
+// AttnResplit is split decode attention launch l (of instance and spec,
+// as Shape or OneRowShape gave it) under geometry g: g's warps, shared
+// memory and blocks a head group, l's head groups and rows, and a staging
+// buffer of partial states for as many rows as l's. OneRowShape's launches
+// of several rows split as one row does, which Shape at their rows need
+// not (Options.AttnGeometry's override takes both).
+func AttnResplit(l Launch, instance string, spec []uint32, g AttnGeometry) (Launch, error) {
+	if l.Entry != EntrySplit || l.Grid[2] == 0 {
+		return l, fmt.Errorf("cuda: %s: not a split launch (the %q entry)", instance, l.Entry.Suffix())
+	}
+	k := attnKey(instance, spec, l.Grid[1])
 	if err := g.check(k); err != nil {
 		return l, err
 	}
-	return splitAttention(l, k, g, uint32(rows), spec[1]), nil
+	row := faStaged(1, spec[1], spec[3], l.Grid[2]) - faStaged(0, spec[1], spec[3], l.Grid[2]) // one row's partial states
+	return splitAttention(l, k, g, uint32((l.Staged-faStaged(0, spec[1], spec[3], l.Grid[2]))/row), spec[1]), nil
 }
 
 // AttnChosen is the geometry Shape gives a split decode attention of

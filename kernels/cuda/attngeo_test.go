@@ -131,6 +131,28 @@ func TestAttnSplitLaunch(t *testing.T) {
 	}
 }
 
+// TestAttnResplit: a verify step's attention (OneRowShape: the one-row
+// split down the rows, which Shape at 16 rows would not split) takes
+// another geometry with its rows and its staging buffer's rows
+// (SplitRows) kept; a launch that is not split is refused.
+func TestAttnResplit(t *testing.T) {
+	q06 := []uint32{1, 16, 8, 128, 0}
+	one, err := OneRowShape("flash_attn", []uint32{0}, q06, 16, false)
+	if err != nil || one.Entry != EntrySplit {
+		t.Fatalf("OneRowShape at 16 rows: %+v, %v: want a split launch", one, err)
+	}
+	g := AttnGeometry{Warps: 8, Splits: 8, Stages: 1}
+	l, err := AttnResplit(one, "flash_attn", q06, g)
+	rows := uint32(SplitRows(one, 16))
+	if err != nil || l.Grid != [3]uint32{8, 16, 8} || l.Block[0] != 256 || l.Staged != faStaged(rows, 16, 128, 8) ||
+		l.Shared != attnShared(attnKey("flash_attn", q06, 16), g) {
+		t.Errorf("resplit %+v as %v: %+v, %v", one, g, l, err)
+	}
+	if _, err := AttnResplit(Unsplit(one), "flash_attn", q06, g); err == nil || !strings.Contains(err.Error(), "not a split launch") {
+		t.Errorf("the main entry resplit: error %v", err)
+	}
+}
+
 // TestParseAttnGeometry: String's form reads back; anything else is an
 // error naming the text.
 func TestParseAttnGeometry(t *testing.T) {

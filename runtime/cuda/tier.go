@@ -378,7 +378,7 @@ func (t *Tier) load(b *bundle.Bundle, opt Options) error {
 				continue
 			}
 			if geo != nil && l.Shape.Entry == kcuda.EntrySplit {
-				s, err := kcuda.AttnSplitLaunch(l.Name, l.Spec, int(l.Shape.Grid[1]), *geo)
+				s, err := kcuda.AttnResplit(l.Shape, l.Name, l.Spec, *geo)
 				if err != nil {
 					return fmt.Errorf("cuda: variant %d: %s: %w", vi, l.Name, err)
 				}

@@ -117,6 +117,9 @@ func kvBlock(t ggml.Type) (values, bytes int) {
 // whole number of t's blocks: CheckKVWidth).
 func KVRowBytes(t ggml.Type, n int) int {
 	v, b := kvBlock(t)
+	if v == 1 {
+		return n * b // F16 and the like: no division, which attention's offsets pay per page run
+	}
 	return n / v * b
 }
 
@@ -152,11 +155,15 @@ func (l KVLayout) PageBytes() int {
 // Offset is the byte offset of the row of (page, slot, which = 0 for K or
 // 1 for V, token in page).
 func (l KVLayout) Offset(page, slot, which, tok int) int {
-	off := page*l.PageBytes() + slot*(l.kRun()+l.vRun())
+	// PageBytes, kRun and vRun, each row's bytes taken once: T-CPU's
+	// attention asks for an offset per page run of keys.
+	rk, rv := KVRowBytes(l.Types.K, l.Width), KVRowBytes(l.Types.V, l.Width)
+	region := KVPageTokens * (rk + rv)
+	off := page*((l.Slots*region+63)&^63) + slot*region
 	if which == 0 {
-		return off + tok*KVRowBytes(l.Types.K, l.Width)
+		return off + tok*rk
 	}
-	return off + l.kRun() + tok*KVRowBytes(l.Types.V, l.Width)
+	return off + KVPageTokens*rk + tok*rv
 }
 
 // BundleKV returns the cache element types a bundle's hyperparameters

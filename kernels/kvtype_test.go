@@ -36,6 +36,12 @@ func TestKVLayout(t *testing.T) {
 	if mixed.PageBytes()%64 != 0 || mixed.PageBytes() < 16*34+16*64 {
 		t.Errorf("mixed page %d: not padded to 64 or too small", mixed.PageBytes())
 	}
+	if got, want := mixed.Offset(2, 0, 1, 7), 2*mixed.PageBytes()+16*34+7*64; got != want {
+		t.Errorf("mixed V offset %d, want %d", got, want)
+	}
+	if got, want := mixed.Offset(1, 0, 0, 5), mixed.PageBytes()+5*34; got != want {
+		t.Errorf("mixed K offset %d, want %d", got, want)
+	}
 }
 
 // TestKVInstanceNames round-trips the instance names of KV-typed families:
@@ -150,5 +156,18 @@ func TestFP8KV(t *testing.T) {
 	got, err := BundleKV(&bundle.Hparams{HeadDim: 128, CacheTypeK: "fp8_e4m3", CacheTypeV: "fp8_e4m3"})
 	if err != nil || got != fp8 {
 		t.Errorf("BundleKV(fp8) = %v, %v", got, err)
+	}
+}
+
+// BenchmarkKVOffset times KVLayout.Offset, which T-CPU's attention calls
+// per page run of keys (a llama 110M shape's F16 page).
+func BenchmarkKVOffset(b *testing.B) {
+	l := KVLayout{Slots: 12, Width: 768, Types: F16KV}
+	s := 0
+	for i := 0; i < b.N; i++ {
+		s += l.Offset(i&255, i%12, i&1, i&15)
+	}
+	if s == -1 {
+		b.Fatal(s)
 	}
 }

@@ -128,8 +128,9 @@ func gemmPrompt(a *Args, t ggml.Type, x []float32, w []byte, r request, k, n int
 //
 // A single active row (decode) is a matrix-vector product: each worker
 // streams its share of the weight rows once through quant.MatVec, straight
-// into the destination. Several rows, all active (prefill), go through
-// VecDotRows, which loads each weight row once for all of them.
+// into the destination. Several active rows (prefill's, or a mixed
+// step's rows that want logits) go through VecDotRows, which loads each
+// weight row once for all of them and gives each row VecDot's bits.
 func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(i, j int) []float32, bias []float32, keep func(i int) bool) error {
 	vt := quant.VecDotType(t)
 	xb, wb := rowBytes(vt, k), rowBytes(t, k)
@@ -158,9 +159,11 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 		}
 		return active[ai]
 	}
+	// Active row ai's quants go to slot ai: the active rows of a filtered
+	// product lie together, evenly strided, for the multi-row kernels.
 	quantize := func(ai int) {
 		i := row(ai)
-		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[i*xb:(i+1)*xb]); err != nil {
+		if err := quant.QuantizeRow(vt, x[i*k:(i+1)*k], xq[ai*xb:(ai+1)*xb]); err != nil {
 			panic(err) // sizes come from the kernel's own arguments
 		}
 	}
@@ -202,7 +205,7 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	}
 	if nact == 1 {
 		i := row(0)
-		xi := xq[i*xb : (i+1)*xb]
+		xi := xq[:xb]
 		return a.Pool.For(n, 16, func(_, lo, hi int) {
 			for j := lo; j < hi; {
 				d := dst(i, j)
@@ -218,45 +221,9 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 			}
 		})
 	}
-	if nact < rows {
-		// Some rows (those that want logits, say): each worker finds an
-		// active row's destination once per contiguous run rather than
-		// once per product, and reads the loop's values from its own
-		// copies: the closures and captured variables live on the
-		// caller's stack, which the caller's own thread keeps writing
-		// while it runs its share.
-		return a.Pool.For(n, 16, func(_, lo, hi int) {
-			t, k, w, wb, xq, xb, bias, act := t, k, w, wb, xq, xb, bias, active
-			type run struct {
-				d    []float32 // row's outputs from feature base on
-				base int
-			}
-			var runsBuf [64]run
-			runs := runsBuf[:0]
-			if len(act) > len(runsBuf) {
-				runs = make([]run, 0, len(act))
-			}
-			for _, i := range act {
-				runs = append(runs, run{dst(i, lo), lo})
-			}
-			for j := lo; j < hi; j++ {
-				wr := w[j*wb : (j+1)*wb]
-				for ai, i := range act {
-					v := quant.VecDot(t, k, wr, xq[i*xb:(i+1)*xb])
-					if bias != nil {
-						v += bias[j]
-					}
-					rn := &runs[ai]
-					if j-rn.base >= len(rn.d) {
-						rn.d, rn.base = dst(i, j), j
-					}
-					rn.d[j-rn.base] = v
-				}
-			}
-		})
-	}
-	// With every row active (prefill) the activation rows are evenly
-	// strided and the product is tiled: each worker takes a share of the
+	// Several active rows (every row in prefill; those that want logits,
+	// say, in a mixed step) lie evenly strided and the product is tiled:
+	// each worker takes a share of the
 	// output features, and for each block of gemmCols weight rows sweeps
 	// the activations in blocks of ib rows that stay in L1 while the
 	// block's weight rows (in L1/L2) go through VecDotRows, which loads and
@@ -303,8 +270,8 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 			if wp != nil {
 				quant.PrepareWeights(t, k, w[j0*wb:(j0+jn)*wb], jn, wp)
 			}
-			for i0 := 0; i0 < rows; i0 += ib {
-				in := min(ib, rows-i0)
+			for i0 := 0; i0 < nact; i0 += ib {
+				in := min(ib, nact-i0)
 				xs := xq[i0*xb:]
 				np := 0 // rows of this block taken from prepared groups
 				if xp != nil {
@@ -339,7 +306,7 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 				if bias != nil {
 					b = bias[j0 : j0+jn]
 				}
-				writeTile(tile, ib, in, jn, func(ii, jj int) []float32 { return dst(i0+ii, j0+jj) }, b)
+				writeTile(tile, ib, in, jn, func(ii, jj int) []float32 { return dst(row(i0+ii), j0+jj) }, b)
 			}
 		}
 	})

@@ -568,6 +568,37 @@ func (p *Program) Step(ctx context.Context, b Batch) error {
 	return p.maskOnHost()
 }
 
+// Warm replays the smallest prefill variant and the one-row decode
+// variant once, a row each (token 0 at position 0 of slot 0, its key and
+// value in KV page 0), so that what a tier does on a variant's first
+// replay is paid before the first request rather than by it: T-CPU
+// interleaves its Q4_K matrices and faults in the weights' pages (about
+// half a second for the qwen3 0.6B shape on 2 cores, seconds for a 7B),
+// T-CUDA instantiates the variants' graphs. It leaves page 0 and slot 0's
+// state as any request's first step finds them written again (a request
+// writes both from position 0 on before it reads them), so it may run
+// only before the first request.
+func (p *Program) Warm(ctx context.Context) error {
+	if p.kvPages == 0 || p.table.Slots == 0 {
+		return nil
+	}
+	for _, st := range []Stage{Prefill, Decode} {
+		k, ok := p.Key(st, 1)
+		if !ok {
+			continue
+		}
+		row := Row{Slot: 0, Pos: 0, Token: 0, Logits: true}
+		if st == Prefill {
+			row.Prompt = 1
+		}
+		b := Batch{Key: k, Rows: []Row{row}, Pages: []SlotPages{{Slot: 0, Pages: []uint32{0}}}}
+		if err := p.Step(ctx, b); err != nil {
+			return fmt.Errorf("runtime: warming variant %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
 // MasksOnDevice reports whether the tier takes masked rows' greedy choice
 // on the device (Row.Mask): a caller that can compute a mask only after
 // the step (overlapping the two) may then prefer to send it before.

@@ -2,10 +2,15 @@ package runtime_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/zrtdev/zrt/compiler"
+	"github.com/zrtdev/zrt/internal/reference"
+	"github.com/zrtdev/zrt/internal/testmodel"
 	"github.com/zrtdev/zrt/runtime"
 )
 
@@ -388,5 +393,62 @@ func TestStepRefusesDeviceDraws(t *testing.T) {
 		if err := p.Step(context.Background(), b); err == nil {
 			t.Errorf("logits %v: a device draw on T-CPU was taken", logits)
 		}
+	}
+}
+
+// TestWarm: Warm replays a prefill and a decode variant, and a program
+// warmed gives a prompt on page 0 of slot 0 (where the warm-up's row
+// went), then a decode step after it, the bits of one never warmed: for
+// the tiny model, and for models whose slot holds state a step reads
+// (qwen3.5's recurrent layers, gemma3's window ring), which a request's
+// first step must write again from position 0.
+func TestWarm(t *testing.T) {
+	ctx := context.Background()
+	run := func(p *runtime.Program) (prefill, decode []float32) {
+		pk, _ := p.Key(runtime.Prefill, 4)
+		dk, _ := p.Key(runtime.Decode, 1)
+		pages := []runtime.SlotPages{{Slot: 0, Pages: []uint32{0}}}
+		b := runtime.Batch{Key: pk, Pages: pages}
+		for i, tok := range []int32{1, 30, 31, 32} {
+			b.Rows = append(b.Rows, runtime.Row{Slot: 0, Pos: i, Token: tok, Logits: i == 3, Prompt: 4})
+		}
+		if err := p.Step(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		prefill = p.Logits(0, nil)
+		if err := p.Step(ctx, runtime.Batch{Key: dk, Pages: pages, Rows: []runtime.Row{{Slot: 0, Pos: 4, Token: 33, Logits: true}}}); err != nil {
+			t.Fatal(err)
+		}
+		return prefill, p.Logits(0, nil)
+	}
+	models := map[string]string{"tiny": buildTiny(t)}
+	for _, f := range []string{"synthetic/syn-qwen35-q8_0.gguf", "synthetic/syn-gemma3-q4km.gguf"} {
+		if _, err := os.Stat(filepath.Join(reference.SharedDir(), "models", f)); err == nil {
+			models[filepath.Base(f)] = testmodel.CompileShared(t, f, "", compiler.Options{Slots: 1})
+		}
+	}
+	for name, dir := range models {
+		t.Run(name, func(t *testing.T) {
+			open := func() *runtime.Program {
+				p, err := runtime.Open(dir, runtime.Options{Tier: "cpu", Threads: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { p.Close() })
+				return p
+			}
+			cold, warm := open(), open()
+			if err := warm.Warm(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if warm.SlotState() != cold.SlotState() {
+				t.Fatal("the same bundle opened twice differs")
+			}
+			cp, cd := run(cold)
+			wp, wd := run(warm)
+			if !slices.Equal(cp, wp) || !slices.Equal(cd, wd) {
+				t.Errorf("a warmed program's logits differ from a cold one's (slot state: %v)", warm.SlotState())
+			}
+		})
 	}
 }

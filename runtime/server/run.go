@@ -185,6 +185,17 @@ func Run(ctx context.Context, opt Options) error {
 					sp, _ = engine.ParseSpeculation("draft") // --draft alone
 				}
 			}
+			// What a variant's first replay does once is paid here, not
+			// by the first client (runtime.Program.Warm).
+			start := time.Now()
+			for _, w := range []*runtime.Program{p, draft} {
+				if w != nil {
+					if err := w.Warm(ctx); err != nil {
+						return fmt.Errorf("%s: %w", b.Path, err)
+					}
+				}
+			}
+			opt.Log("model %s: warmed up in %v", name, time.Since(start).Round(time.Millisecond))
 			e, err := newEngine(p, draft, cfg, policy, sp, hostKV, trace, stepLog)
 			if err != nil {
 				return fmt.Errorf("%s: %w", b.Path, err)

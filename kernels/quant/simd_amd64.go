@@ -421,22 +421,31 @@ func quantQ8_KAsm(x *float32, dst *byte, nb int)
 //go:noescape
 func quantQ8_0Asm(x *float32, dst *byte, nb int)
 
-// dotQ4KInterleavedVNNI runs the interleaved Q4_K kernels (VPDPBUSD, one
-// float lane per weight row) of order o on four (GEMM) or two (GEMV)
-// activation rows at a time and one at a time on the rest; arguments
-// checked by VecDotQ4KInterleaved.
+// q4kI8Kernel is an interleaved Q4_K kernel (VPDPBUSD, one float lane
+// per weight row) on rows activation rows at a time.
+type q4kI8Kernel struct {
+	rows int
+	run  func(w, x *byte, stride, nb int, out *float32)
+}
+
+// q4kI8Kernels are each order's interleaved Q4_K kernels, widest first
+// (indexed by Order-1): every row's result is the order's one-row
+// kernel's, however many rows a kernel takes.
+var q4kI8Kernels = [2][]q4kI8Kernel{
+	OrderGEMV - 1: {{4, dotQ4_KGEMVi8x4Asm}, {2, dotQ4_KGEMVi8x2Asm}, {1, dotQ4_KGEMVi8x1Asm}},
+	OrderGEMM - 1: {{4, dotQ4_KGEMMi8x4Asm}, {1, dotQ4_KGEMMi8x1Asm}},
+}
+
+// dotQ4KInterleavedVNNI runs order o's interleaved Q4_K kernels
+// (q4kI8Kernels) on the rows, each as wide as the rows left allow;
+// arguments checked by VecDotQ4KInterleaved.
 func dotQ4KInterleavedVNNI(o Order, n int, g, xq []byte, xStride, rows int, out []float32) {
 	nb := n / qkK
-	many, per, one := dotQ4_KGEMMi8x4Asm, 4, dotQ4_KGEMMi8x1Asm
-	if o == OrderGEMV {
-		many, per, one = dotQ4_KGEMVi8x2Asm, 2, dotQ4_KGEMVi8x1Asm
-	}
 	r := 0
-	for ; r+per <= rows; r += per {
-		many(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
-	}
-	for ; r < rows; r++ {
-		one(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+	for _, k := range q4kI8Kernels[o-1] {
+		for ; r+k.rows <= rows; r += k.rows {
+			k.run(&g[0], &xq[r*xStride], xStride, nb, &out[8*r])
+		}
 	}
 }
 
@@ -445,6 +454,9 @@ func dotQ4_KGEMMi8x4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_KGEMMi8x1Asm(w, x *byte, stride, nb int, out *float32)
+
+//go:noescape
+func dotQ4_KGEMVi8x4Asm(w, x *byte, stride, nb int, out *float32)
 
 //go:noescape
 func dotQ4_KGEMVi8x2Asm(w, x *byte, stride, nb int, out *float32)

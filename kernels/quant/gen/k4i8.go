@@ -18,7 +18,8 @@ const (
 
 // q4kInterleaved writes the Q4_K kernels on interleaved groups of eight
 // weight rows: in the repacked GEMM's order for four activation rows and
-// for one, in the GEMV's (two more int32 totals per row) for two and one.
+// for one, in the GEMV's (two more int32 totals per row) for four, two
+// and one.
 func q4kInterleaved(f *asmgen.File) {
 	f.Raw(fmt.Sprintf(`
 // ---- Q4_K · Q8_K on interleaved groups of eight weight rows
@@ -122,12 +123,20 @@ func q4kInterleaved(f *asmgen.File) {
 		gemv bool
 		rows int
 	}
-	for _, k := range []kern{{false, 4}, {false, 1}, {true, 2}, {true, 1}} {
+	for _, k := range []kern{{false, 4}, {false, 1}, {true, 4}, {true, 2}, {true, 1}} {
 		mode, per := "GEMM", 2 // accumulators per row
 		if k.gemv {
 			mode, per = "GEMV", 4
 		}
 		rows := k.rows
+		// Four rows in the GEMV's order would need sixteen accumulators,
+		// the scratch registers' room: their float ones (A, AM), which a
+		// block touches once, live in the frame, 64 bytes a row.
+		spill := k.gemv && rows == 4
+		frame := 0
+		if spill {
+			frame = 64 * rows
+		}
 		name := fmt.Sprintf("dotQ4_K%si8x%dAsm", mode, rows)
 		f.P("")
 		f.P("// func %s(w, x *byte, stride, nb int, out *float32)", name)
@@ -135,7 +144,10 @@ func q4kInterleaved(f *asmgen.File) {
 		f.P("// %d activation row(s) at x (stride bytes apart) against the interleaved", rows)
 		f.P("// group at w in the repacked %s's order: out[8r+j] is row r's product", mode)
 		f.P("// with weight row j.")
-		f.Text(name, 0, 40)
+		if spill {
+			f.P("// Row r's float accumulators are at 64r(SP) and 64r+32(SP).")
+		}
+		f.Text(name, frame, 40)
 		f.Args(asmgen.Arg{Name: "w", Reg: "SI"}, asmgen.Arg{Name: "x", Reg: "DI"}, asmgen.Arg{Name: "stride", Reg: "DX"}, asmgen.Arg{Name: "nb", Reg: "CX"})
 		f.Raw(`
 	LEAQ (DI)(DX*1), R8
@@ -143,11 +155,31 @@ func q4kInterleaved(f *asmgen.File) {
 	LEAQ (R9)(DX*1), R13
 	MOVL $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z14`)
-		for r := 0; r < per*rows; r++ {
-			a := asmgen.Reg("Y", 16+r)
-			f.Ins("VPXORD", a, a, a)
-		}
 		reg := func(r, i int) string { return asmgen.Reg("Y", 16+per*r+i) }
+		if spill {
+			// S and M of row r in Y16+2r, Y17+2r; A and AM in the frame.
+			reg = func(r, i int) string {
+				if i < 2 {
+					return fmt.Sprintf("%d(SP)", 64*r+32*i)
+				}
+				return asmgen.Reg("Y", 16+2*r+i-2)
+			}
+			f.Ins("VPXORD", "Y24", "Y24", "Y24")
+			for r := 0; r < rows; r++ {
+				for i := 0; i < 4; i++ {
+					if i < 2 {
+						f.Ins("VMOVUPS", "Y24", reg(r, i))
+					} else {
+						f.Ins("VPXORD", reg(r, i), reg(r, i), reg(r, i))
+					}
+				}
+			}
+		} else {
+			for r := 0; r < per*rows; r++ {
+				a := asmgen.Reg("Y", 16+r)
+				f.Ins("VPXORD", a, a, a)
+			}
+		}
 		label := fmt.Sprintf("q4k%si8x%dloop", mode, rows)
 		f.P("")
 		f.P("%s:", label)
@@ -166,6 +198,10 @@ func q4kInterleaved(f *asmgen.File) {
 		}
 		if k.gemv {
 			for r := 0; r < rows; r++ {
+				if spill {
+					k4i8FMAVFrame(f, xs[r], reg(r, 2), reg(r, 3), reg(r, 0), reg(r, 1))
+					continue
+				}
 				f.P("\tK4I8FMAV(%s, %s, %s, %s, %s)", xs[r], reg(r, 2), reg(r, 3), reg(r, 0), reg(r, 1))
 			}
 		}
@@ -176,8 +212,13 @@ func q4kInterleaved(f *asmgen.File) {
 		f.P("")
 		f.Ins("MOVQ", "out+32(FP)", "AX")
 		for r := 0; r < rows; r++ {
-			f.Ins("VSUBPS", reg(r, 1), reg(r, 0), reg(r, 0))
-			f.Ins("VMOVUPS", reg(r, 0), fmt.Sprintf("%d(AX)", 32*r))
+			a := reg(r, 0)
+			if spill {
+				f.Ins("VMOVUPS", a, "Y24")
+				a = "Y24"
+			}
+			f.Ins("VSUBPS", reg(r, 1), a, a)
+			f.Ins("VMOVUPS", a, fmt.Sprintf("%d(AX)", 32*r))
 		}
 		f.Ins("VZEROUPPER")
 		f.Ins("RET")
@@ -224,6 +265,24 @@ q4kGEMVi8mgroup:
 	f.Ins("JNZ", "q4kGEMVi8mgroup")
 	f.Ins("VZEROUPPER")
 	f.Ins("RET")
+}
+
+// k4i8FMAVFrame is K4I8FMAV with the float accumulators A and AM in
+// memory: each loaded, FMAed as K4I8FMAV does (the same operation, so the
+// same bits) and stored back.
+func k4i8FMAVFrame(f *asmgen.File, x, s, m, a, am string) {
+	f.Ins("VCVTDQ2PS", s, "Y24")
+	f.Ins("VMULPS.BCST", "("+x+")", "Y12", "Y30")
+	f.Ins("VMOVUPS", a, "Y25")
+	f.Ins("VFMADD231PS", "Y30", "Y24", "Y25")
+	f.Ins("VMOVUPS", "Y25", a)
+	f.Ins("VCVTDQ2PS", m, "Y31")
+	f.Ins("VMULPS.BCST", "("+x+")", "Y13", "Y30")
+	f.Ins("VMOVUPS", am, "Y25")
+	f.Ins("VFMADD231PS", "Y30", "Y31", "Y25")
+	f.Ins("VMOVUPS", "Y25", am)
+	f.Ins("VPXORD", s, s, s)
+	f.Ins("VPXORD", m, m, m)
 }
 
 // q4kDotRows writes dotQ4_KDotx4Asm: Q4_K in vec_dot's order (OrderDot)

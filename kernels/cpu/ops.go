@@ -223,12 +223,12 @@ func gemm(a *Args, t ggml.Type, x []float32, w []byte, rows, k, n int, dst func(
 	}
 	// Several active rows (every row in prefill; those that want logits,
 	// say, in a mixed step) lie evenly strided and the product is tiled:
-	// each worker takes a share of the
-	// output features, and for each block of gemmCols weight rows sweeps
-	// the activations in blocks of ib rows that stay in L1 while the
-	// block's weight rows (in L1/L2) go through VecDotRows, which loads and
-	// unpacks each weight row once per group of rows. Every output is one
-	// VecDotRows result plus the bias: the tiling changes no float order.
+	// each worker takes a share of the output features, and for each
+	// block of gemmCols weight rows sweeps the activations in blocks of ib
+	// rows that stay in L1 while the block's weight rows (in L1/L2) go
+	// through VecDotRows, which loads and unpacks each weight row once per
+	// group of rows. Every output is one VecDotRows result plus the bias:
+	// the tiling changes no float order.
 	// ib is a multiple of 8, the widest multi-row kernel's group (Q8_0);
 	// which kernel computes a row then depends only on rows mod 4, as the
 	// eight-row kernel's results equal the four-row kernel's.

@@ -133,10 +133,6 @@ func q4kInterleaved(f *asmgen.File) {
 		// the scratch registers' room: their float ones (A, AM), which a
 		// block touches once, live in the frame, 64 bytes a row.
 		spill := k.gemv && rows == 4
-		frame := 0
-		if spill {
-			frame = 64 * rows
-		}
 		name := fmt.Sprintf("dotQ4_K%si8x%dAsm", mode, rows)
 		f.P("")
 		f.P("// func %s(w, x *byte, stride, nb int, out *float32)", name)
@@ -144,7 +140,9 @@ func q4kInterleaved(f *asmgen.File) {
 		f.P("// %d activation row(s) at x (stride bytes apart) against the interleaved", rows)
 		f.P("// group at w in the repacked %s's order: out[8r+j] is row r's product", mode)
 		f.P("// with weight row j.")
+		frame := 0
 		if spill {
+			frame = 64 * rows
 			f.P("// Row r's float accumulators are at 64r(SP) and 64r+32(SP).")
 		}
 		f.Text(name, frame, 40)
@@ -166,13 +164,10 @@ func q4kInterleaved(f *asmgen.File) {
 			}
 			f.Ins("VPXORD", "Y24", "Y24", "Y24")
 			for r := 0; r < rows; r++ {
-				for i := 0; i < 4; i++ {
-					if i < 2 {
-						f.Ins("VMOVUPS", "Y24", reg(r, i))
-					} else {
-						f.Ins("VPXORD", reg(r, i), reg(r, i), reg(r, i))
-					}
-				}
+				f.Ins("VMOVUPS", "Y24", reg(r, 0))
+				f.Ins("VMOVUPS", "Y24", reg(r, 1))
+				f.Ins("VPXORD", reg(r, 2), reg(r, 2), reg(r, 2))
+				f.Ins("VPXORD", reg(r, 3), reg(r, 3), reg(r, 3))
 			}
 		} else {
 			for r := 0; r < per*rows; r++ {

@@ -35,6 +35,9 @@ type Vocab interface {
 type Compiler struct {
 	vt  *vocabTrie
 	lim Limits
+	// warm: each grammar compiled afresh is warmed in the background
+	// (WarmInBackground).
+	warm bool
 
 	mu    sync.Mutex
 	lru   *list.List // of *cacheEntry, most recent first
@@ -50,6 +53,17 @@ type cacheEntry struct {
 // the defaults. Building it sorts the vocabulary once.
 func NewCompiler(v Vocab, lim Limits) *Compiler {
 	return &Compiler{vt: newVocabTrie(v), lim: lim.withDefaults(), lru: list.New(), byKey: map[[32]byte]*list.Element{}}
+}
+
+// WarmInBackground makes the compiler warm each grammar it compiles from
+// now on (Grammar.Warm) on a goroutine of its own, which ends when every
+// position is cached. A tier that takes masks on the device wants this:
+// there a mask that walks a position for the first time holds up the
+// whole step, every request's row waiting for it.
+func (c *Compiler) WarmInBackground() {
+	c.mu.Lock()
+	c.warm = true
+	c.mu.Unlock()
 }
 
 // Compile returns the grammar of s, from the cache when the same spec was
@@ -79,6 +93,9 @@ func (c *Compiler) Compile(ctx context.Context, s Spec) (*Grammar, error) {
 		return el.Value.(*cacheEntry).g, nil
 	}
 	c.byKey[key] = c.lru.PushFront(&cacheEntry{key, g})
+	if c.warm {
+		go g.Warm(context.Background())
+	}
 	for c.lru.Len() > c.lim.CacheEntries {
 		old := c.lru.Back()
 		c.lru.Remove(old)
@@ -181,6 +198,39 @@ type Grammar struct {
 
 // Positions returns the size of the compiled grammar.
 func (g *Grammar) Positions() int { return len(g.pos) }
+
+// warmPositions bounds the grammars Warm warms: each position costs a
+// walk of the whole vocabulary (milliseconds for 152 000 tokens), so a
+// grammar past it (a hostile schema near GrammarSize, say) is left to
+// cache its positions as matching reaches them.
+const warmPositions = 16384
+
+// Warm caches the tokens of every position the grammar has (what a mask
+// otherwise computes when matching first reaches the position: a walk of
+// the whole vocabulary), until ctx ends or the cache reaches
+// PositionCacheBytes. A server calls it in the background after it
+// compiled the grammar, so that later masks only look positions up
+// (xgrammar computes its token cache at compile time for the same
+// reason; here the compile's time limit stays the grammar's own).
+func (g *Grammar) Warm(ctx context.Context) {
+	if len(g.pos) > warmPositions {
+		return
+	}
+	for q := range g.pos {
+		if ctx.Err() != nil {
+			return
+		}
+		g.cacheMu.Lock()
+		done, full := g.cache[q] != nil, g.cacheBytes >= g.lim.PositionCacheBytes
+		g.cacheMu.Unlock()
+		if full {
+			return
+		}
+		if !done {
+			g.posCache(int32(q))
+		}
+	}
+}
 
 // vocabTrie is the vocabulary sorted by bytes as a preorder trie: the
 // subtree of node i is nodes i..end[i]-1, and the tokens sorted under it

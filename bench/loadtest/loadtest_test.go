@@ -227,7 +227,8 @@ func TestLoadtestTurns(t *testing.T) {
 }
 
 // TestStepLines: the step rows are the counters' differences between two
-// scrapes, per step, with the wall time no step took as idle.
+// scrapes, per step, with the wall time no step took as idle, and the
+// forced tokens' share of the run's.
 func TestStepLines(t *testing.T) {
 	scrapes := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -239,6 +240,7 @@ func TestStepLines(t *testing.T) {
 		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"decode\",model_name=\"m\",part=\"host\"} %g\n", 1+0.05*k)
 		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"mixed\",model_name=\"m\",part=\"replay\"} %g\n", 1+0.2*k)
 		fmt.Fprintf(w, "zrt_step_seconds_total{kind=\"mixed\",model_name=\"m\",part=\"host\"} %g\n", 1+0.01*k)
+		fmt.Fprintf(w, "zrt_constraint_forced_tokens_total{model_name=\"m\"} %g\n", 5+330*k)
 	}))
 	defer srv.Close()
 	lt := &loadtest{url: srv.URL}
@@ -246,7 +248,7 @@ func TestStepLines(t *testing.T) {
 	after := lt.steps(context.Background())
 	got := stepLines(before, after, time.Second, 1320)
 	for _, want := range []string{"| decode steps: count, replay / host ms a step | 100, 4.000 / 0.500 |", "| mixed steps: count, replay / host ms a step | 10, 20.000 / 1.000 |", "| engine idle (wall time in no step) | 0.34 s |",
-		"| generated tokens a step; a second of replay | 12.0; 2200.0 |"} {
+		"| generated tokens a step; a second of replay | 12.0; 2200.0 |", "| tokens constraints forced, taken ahead of the model | 330 (25.0% of those generated) |"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("rows %q lack %q", got, want)
 		}

@@ -10,8 +10,9 @@ import (
 
 // stepLine is a sample of zrt's engine step counters: steps by kind
 // (zrt_steps_by_kind_total) and their seconds by kind and part
-// (zrt_step_seconds_total), or of the engines that sum them (zrt_engines).
-var stepLine = regexp.MustCompile(`^zrt_(steps_by_kind_total|step_seconds_total|engines)\{(.*)\} (\S+)`)
+// (zrt_step_seconds_total), of the engines that sum them (zrt_engines),
+// or of the tokens constraints forced (zrt_constraint_forced_tokens_total).
+var stepLine = regexp.MustCompile(`^zrt_(steps_by_kind_total|step_seconds_total|engines|constraint_forced_tokens_total)\{(.*)\} (\S+)`)
 
 var (
 	kindLabel = regexp.MustCompile(`(?:^|,)kind="([^"]+)"`)
@@ -21,7 +22,8 @@ var (
 // stepCounters are the engine's step counters summed over models, keyed
 // "KIND steps" and "KIND PART" (PART replay or host, in seconds), and
 // "engines": how many engines those sums are over (a model's replicas
-// each count; 0 from a server without the gauge, which has one a model).
+// each count; 0 from a server without the gauge, which has one a model),
+// and "forced": the tokens constraints forced.
 type stepCounters map[string]float64
 
 // steps reads the step counters from GET /metrics; nil from a server
@@ -37,8 +39,12 @@ func (lt *loadtest) steps(ctx context.Context) stepCounters {
 		if err != nil {
 			return
 		}
-		if m[1] == "engines" {
+		switch m[1] {
+		case "engines":
 			out["engines"] += v
+			return
+		case "constraint_forced_tokens_total":
+			out["forced"] += v
 			return
 		}
 		kind := kindLabel.FindStringSubmatch(m[2])
@@ -69,8 +75,8 @@ func (lt *loadtest) steps(ctx context.Context) stepCounters {
 // second of the steps' replay time (the rate were the engine's own work
 // free: a constrained run that ends its replies early shows there how
 // much of its rate it loses to their prompts' share of the steps rather
-// than to host work). "" when the server has no such counters or ran no
-// step.
+// than to host work), and the tokens constraints forced. "" when the
+// server has no such counters or ran no step.
 func stepLines(before, after stepCounters, wall time.Duration, tokens int) string {
 	if after == nil {
 		return ""
@@ -98,6 +104,9 @@ func stepLines(before, after stepCounters, wall time.Duration, tokens int) strin
 	}
 	if tokens > 0 && replay > 0 {
 		s += fmt.Sprintf("| generated tokens a step; a second of replay | %.1f; %.1f |\n", float64(tokens)/steps, float64(tokens)/replay)
+	}
+	if f := d("forced"); f > 0 && tokens > 0 {
+		s += fmt.Sprintf("| tokens constraints forced, taken ahead of the model | %.0f (%.1f%% of those generated) |\n", f, 100*f/float64(tokens))
 	}
 	return s
 }

@@ -249,13 +249,10 @@ func TestConstraintAdvance(t *testing.T) {
 	}
 	for _, mode := range []int{ahead, concurrent, deferred} {
 		got, m := run(mode)
-		// Deferred, the last token, which ends the output, is never
-		// accepted: Ends said so, and nothing follows it.
-		wantN := n
-		if mode == deferred {
-			wantN = n - 1
-		}
-		if len(got) != len(want) || m != wantN || n != 3 {
+		// " hello" and "!" are forced: the constraint takes each when the
+		// mask that allows it alone is computed (lookahead), in every
+		// mode; " world" once, by Advance, MaskNext or NextFrom.
+		if len(got) != len(want) || m != n || n != 3 {
 			t.Fatalf("mode %d: with Advance: %+v after %d accepts; without: %+v after %d", mode, got, m, want, n)
 		}
 		for i := range want {
@@ -271,18 +268,20 @@ func TestConstraintAdvance(t *testing.T) {
 	d.DeviceMask()
 	d.MaskReady()
 	src := &source{greedy: 5, logits: prefer(5)}
+	before := c.accepts // (the forced " hello" and "!", taken ahead)
 	d.Advance(src)
-	if c.accepts != 0 {
+	if c.accepts != before {
 		t.Errorf("Advance accepted a token the mask refuses")
 	}
 	if st := d.NextFrom(src, nil, 0); st.Token != -1 || st.Finish != EOG {
 		t.Errorf("a refused device choice: %+v, want the request ended", st)
 	}
 	// No device mask: nothing to do.
+	c = &countingConstraint{Constraint: matcher(t, `root ::= " hello" | "!"`)}
 	d = New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: c})
-	before := c.accepts
+	d.MaskReady()
 	d.Advance(&source{greedy: 3})
-	if c.accepts != before {
+	if c.accepts != 0 {
 		t.Errorf("Advance without a device mask accepted a token")
 	}
 }
@@ -368,5 +367,84 @@ func TestConstraintDeferredRefused(t *testing.T) {
 	}
 	if len(steps) != 3 || steps[1].Token != 4 || steps[2].Token != -1 || steps[2].Finish != EOG {
 		t.Fatalf("steps %+v: want hello, world (refused after), then the end", steps)
+	}
+}
+
+// TestNextForced: where the grammar allows one token alone NextForced
+// takes it without logits (and may end the request with it); where it
+// allows several, or only the end of generation, or the request wants
+// logprobs or has no tokens left, it takes nothing.
+func TestNextForced(t *testing.T) {
+	g := `root ::= " hello" " world" ( "!" | " STOP" ) "!"`
+	d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, g)})
+	for i, want := range []int32{3, 4} {
+		st, ok := d.NextForced(i)
+		if !ok || st.Token != want || st.Finish != Running {
+			t.Fatalf("forced token %d = %+v, %v; want %d", i, st, ok, want)
+		}
+	}
+	if st, ok := d.NextForced(2); ok {
+		t.Fatalf("\"!\" and \" STOP\" allowed, yet forced %+v", st)
+	}
+	if st := d.Next(prefer(5, 8), []int32{3, 4}, 2); st.Token != 5 {
+		t.Fatalf("step 3 = %+v, want the model's \" STOP\"", st)
+	}
+	if st, ok := d.NextForced(3); !ok || st.Token != 8 || st.Finish != EOG || st.Text != "!" {
+		t.Fatalf("the last token = %+v, %v; want \"!\" forced, ending the output", st, ok)
+	}
+	if _, ok := d.NextForced(4); ok {
+		t.Fatal("a token forced after the end")
+	}
+
+	// Only the end of generation left: the model's step takes it.
+	d = New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Constraint: matcher(t, `root ::= " hello" "!"?`)})
+	if _, ok := d.NextForced(0); !ok {
+		t.Fatal("\" hello\" not forced")
+	}
+	if st := d.Next(prefer(2), []int32{3}, 1); st.Finish != EOG {
+		t.Fatalf("after \" hello\" = %+v, want EOG", st)
+	}
+	for _, p := range []Params{
+		{MaxTokens: 9, ContextLength: 100, Logprobs: true},
+		{MaxTokens: 0, ContextLength: 100},
+	} {
+		p.Constraint = matcher(t, g)
+		if st, ok := New(tiny(t), p).NextForced(0); ok {
+			t.Errorf("%+v: forced %+v", p, st)
+		}
+	}
+	if _, ok := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100}).NextForced(0); ok {
+		t.Error("an unconstrained request forced a token")
+	}
+}
+
+// TestForcedNoDraw: a sampled request takes a token its constraint allows
+// alone without a draw, so its stream is the same whether the engine took
+// that token ahead of the model (NextForced) or from the step's logits.
+func TestForcedNoDraw(t *testing.T) {
+	g := `root ::= ( " hello" | " world" ) " world" ( " hello" | " world" | "!" ){3}`
+	for seed := uint64(0); seed < 10; seed++ {
+		var streams [2][]int32
+		for k, forced := range []bool{false, true} {
+			d := New(tiny(t), Params{MaxTokens: 9, ContextLength: 100, Sampling: sample.Params{Temperature: 2, Seed: seed}, Constraint: matcher(t, g)})
+			for i := 0; ; i++ {
+				st, ok := Step{}, false
+				if forced {
+					st, ok = d.NextForced(i)
+				}
+				if !ok {
+					st = d.Next(make([]float32, 9), streams[k], i)
+				}
+				if st.Token >= 0 {
+					streams[k] = append(streams[k], st.Token)
+				}
+				if st.Finish != Running {
+					break
+				}
+			}
+		}
+		if !slices.Equal(streams[0], streams[1]) || len(streams[0]) != 5 || streams[0][1] != 4 {
+			t.Errorf("seed %d: %v from the logits, %v with the forced token taken ahead", seed, streams[0], streams[1])
+		}
 	}
 }

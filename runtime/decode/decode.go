@@ -134,7 +134,23 @@ type Decoder struct {
 	due chan struct{}
 	// proposal is NextDrafted's draft for the token being decided.
 	proposal *proposal
+	// ahead are the tokens the constraint forces next, which it has
+	// already taken (lookahead, on the goroutine that computed the mask
+	// allowing the first of them alone): while there are any, the next
+	// token is ahead[0], allowed holds it alone, and aheadMask holds the
+	// mask of the token after the last (unless aheadDone: the last
+	// completes the output).
+	ahead     []int32
+	aheadMask []uint64
+	aheadDone bool
+	// advAhead: the token Advance took is ahead[0].
+	advAhead bool
 }
+
+// maxAhead bounds a forced run taken ahead: a run longer than a step's
+// spare rows waits anyway, and each of its tokens costs the constraint a
+// walk and a mask.
+const maxAhead = 32
 
 // proposal is a draft token and the distribution it was drawn from.
 type proposal struct {
@@ -166,8 +182,39 @@ func (d *Decoder) prefetchMask() {
 	d.masked = done
 	go func() {
 		c.Mask(d.allowed)
+		d.lookahead()
 		close(done)
 	}()
+}
+
+// lookahead, after the mask of the next token was computed into allowed,
+// has the constraint take the tokens it forces from there (the next
+// token, where the mask allows it alone, then each the mask after it
+// allows alone): they are certain, so taking them now, on the goroutine
+// that computes the masks (beside the device's step), leaves NextForced
+// nothing to compute. It runs where the mask is computed, with the same
+// exclusive hold of the constraint.
+func (d *Decoder) lookahead() {
+	d.ahead, d.aheadDone = d.ahead[:0], false
+	tok, ok := d.only(d.allowed)
+	if !ok {
+		return
+	}
+	if len(d.aheadMask) < len(d.allowed) {
+		d.aheadMask = make([]uint64, len(d.allowed))
+	}
+	c := d.p.Constraint
+	for ok && len(d.ahead) < maxAhead {
+		if c.Accept(tok) != nil {
+			break // (never: the mask allowed it) NextFrom's Accept ends the request
+		}
+		d.ahead = append(d.ahead, tok)
+		if d.aheadDone = c.Done(); d.aheadDone {
+			return
+		}
+		c.Mask(d.aheadMask)
+		tok, ok = d.only(d.aheadMask)
+	}
 }
 
 // waitMask waits for the mask prefetchMask started.
@@ -256,7 +303,7 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	if d.generated >= d.p.MaxTokens {
 		return d.end(Step{Token: -1}, Length)
 	}
-	if d.p.Constraint != nil && !advanced && d.p.Constraint.Done() {
+	if d.p.Constraint != nil && !advanced && len(d.ahead) == 0 && d.p.Constraint.Done() {
 		// (An advanced constraint was not done before the token Advance
 		// took: that token is this step's.)
 		return d.end(Step{Token: -1}, EOG)
@@ -279,6 +326,13 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 			d.dropBanned()
 			tok = sample.MaskedArgmax(viewLogits(src), d.allowed)
 		}
+	}
+	if tok < 0 && d.p.Constraint != nil && !d.p.Logprobs {
+		// A token the mask allows alone is taken without a draw, as
+		// NextForced takes it: a sampled request's stream then does not
+		// depend on whether the engine took that token ahead of the
+		// model (its spare rows) or here.
+		tok, _ = d.only(d.allowed)
 	}
 	if tok < 0 && drawn {
 		// The device's draw, or where it left none (no token of weight,
@@ -309,9 +363,29 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 			tok = d.sampler.Sample(logits, history)
 		}
 	}
+	return d.take(tok, lp, advanced, pos)
+}
+
+// take is NextFrom's and NextForced's end: the constraint accepts tok
+// (unless Advance did: advanced), which then joins the output and may
+// end the request.
+func (d *Decoder) take(tok int32, lp *Logprobs, advanced bool, pos int) Step {
 	due := false // MaskNext computes the next mask: the constraint is its
 	done := false
-	if d.p.Constraint != nil {
+	// forced: tok is ahead[0], which the constraint took already. (After
+	// an Advance that took another token, ahead belongs to the mask of
+	// the token after it, which MaskNext may be computing now.)
+	forced := advanced && d.advAhead || !advanced && len(d.ahead) > 0
+	d.advAhead = false
+	switch {
+	case forced && tok != d.ahead[0]:
+		// (Never: the mask allowed ahead[0] alone.) The constraint is
+		// past tokens the output will not have: it cannot go on.
+		return d.end(Step{Token: -1}, EOG)
+	case forced:
+		d.ahead = append(d.ahead[:0], d.ahead[1:]...)
+		done = len(d.ahead) == 0 && d.aheadDone
+	case d.p.Constraint != nil:
 		// A token the constraint refuses can only be sampled when it
 		// allows none (a dead end of the grammar): the output cannot go
 		// on, so the request ends.
@@ -354,12 +428,63 @@ func (d *Decoder) NextFrom(src Source, history []int32, pos int) Step {
 	case pos >= d.p.ContextLength:
 		return d.end(st, Context)
 	}
-	if due {
+	switch {
+	case forced && len(d.ahead) > 0:
+		// The next token is forced too: its mask allows it alone.
+		clear(d.allowed)
+		d.allowed[d.ahead[0]>>6] = 1 << (d.ahead[0] & 63)
+	case forced:
+		// The mask after the forced run, which lookahead computed.
+		d.allowed, d.aheadMask = d.aheadMask, d.allowed
+		d.dropBanned()
+	case due:
 		d.masked = d.due
-		return st
+	default:
+		d.prefetchMask()
 	}
-	d.prefetchMask()
 	return st
+}
+
+// NextForced takes the next token without the model where the
+// constraint allows that one token alone (the rest of a JSON key, say),
+// as NextFrom would take it from any logits, and reports true; it takes
+// nothing and reports false where the request is not constrained, wants
+// logprobs (which need the model) or has ended, or where the constraint
+// allows several tokens, or only an end-of-generation one. The token may
+// end the request (MaxTokens, the context, a stop string, a complete
+// output), as NextFrom's would. The constraint took the token when the
+// mask allowing it alone was computed (lookahead), so NextForced only
+// waits for that mask: it must be computed or being computed (a due mask
+// MaskNext has not started would never come). pos is as NextFrom's: the
+// positions the sequence will hold before the token.
+func (d *Decoder) NextForced(pos int) (Step, bool) {
+	if d.p.Constraint == nil || d.p.Logprobs || d.finish != Running || d.generated >= d.p.MaxTokens {
+		return Step{}, false
+	}
+	d.waitMask()
+	if d.dead || len(d.ahead) == 0 {
+		return Step{}, false
+	}
+	return d.take(d.ahead[0], nil, false, pos), true
+}
+
+// only is the token mask allows alone, unless that is an
+// end-of-generation token.
+func (d *Decoder) only(mask []uint64) (int32, bool) {
+	tok := int32(-1)
+	for w, x := range mask {
+		if x == 0 {
+			continue
+		}
+		if tok >= 0 || x&(x-1) != 0 {
+			return -1, false
+		}
+		tok = int32(64*w + bits.TrailingZeros64(x))
+	}
+	if tok < 0 || int(tok) >= d.tok.NVocab() || d.tok.IsEOG(tok) || slices.Contains(d.banned, tok) {
+		return -1, false
+	}
+	return tok, true
 }
 
 // NextDrafted is NextFrom for a row whose next token a draft model
@@ -463,10 +588,19 @@ func (d *Decoder) Advance(src Source) bool {
 		return false
 	}
 	d.waitMask()
+	tok := src.Greedy()
+	if len(d.ahead) > 0 {
+		// The token the mask allowed alone, which the constraint took
+		// ahead (lookahead): the mask after it is known too.
+		if tok == d.ahead[0] {
+			d.advanced, d.accepted, d.acceptErr, d.advDone = true, tok, nil, len(d.ahead) == 1 && d.aheadDone
+			d.due, d.deferred, d.advAhead = nil, false, true
+		}
+		return false
+	}
 	if d.p.Constraint.Done() {
 		return false
 	}
-	tok := src.Greedy()
 	if tok < 0 || int(tok>>6) >= len(d.allowed) || d.allowed[tok>>6]&(1<<(tok&63)) == 0 {
 		return false
 	}
@@ -507,6 +641,7 @@ func (d *Decoder) MaskNext() {
 		}
 	}
 	d.p.Constraint.Mask(d.allowed)
+	d.lookahead()
 	close(ch)
 }
 

@@ -173,6 +173,10 @@ type Config struct {
 	// (draftmodel.go): a second model of the same vocabulary, with at
 	// least Slots slots, on the same tier; nil for the other kinds.
 	DraftModel Model
+	// NoFastForward turns off taking the tokens a request's constraint
+	// forces ahead of the model (forced.go): each then costs the request
+	// a step, as any other token does.
+	NoFastForward bool
 }
 
 // Request is one generation request.
@@ -279,6 +283,9 @@ type Engine struct {
 	// maskWait is how long the step's model waited for the masks of its
 	// device-masked rows (runtime.Batch.MasksReady), for the trace.
 	maskWait time.Duration
+	// forcing: the model can take a request's forced tokens in slots no
+	// request holds (fastForward).
+	forcing bool
 	// masksDue are the device-masked rows whose next masks advance left
 	// to compute: the next step's MasksReady computes them while the
 	// device runs that step (flushMasks, also wherever that step will
@@ -442,6 +449,9 @@ type Stats struct {
 	// went on without a draft), SpecDraftError the last one's error.
 	SpecDraftErrors uint64
 	SpecDraftError  string
+	// ForcedTokens counts the tokens constraints forced, which the
+	// engine took ahead of the model (fastForward).
+	ForcedTokens uint64
 }
 
 // Add returns the stats of two engines serving one model as replicas:
@@ -491,6 +501,7 @@ func (s Stats) Add(o Stats) Stats {
 		}
 	}
 	out.SpecDraftErrors += o.SpecDraftErrors
+	out.ForcedTokens += o.ForcedTokens
 	if o.SpecDraftError != "" {
 		out.SpecDraftError = o.SpecDraftError
 	}
@@ -557,6 +568,8 @@ func New(m Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("engine: a draft model goes with speculative kind draft, not %s", cfg.Speculative)
 	}
 	e.specPolicy.draftRows = draftRows(m, cfg.Speculative, cfg.DraftModel)
+	_, manyRows := m.Key(runtime.Decode, 2)
+	e.forcing = !cfg.NoFastForward && !m.SlotState() && manyRows
 	e.resolve = (*decode.Decoder).NextDrafted
 	e.drafter = cfg.Drafter
 	if e.drafter == nil {
@@ -830,6 +843,11 @@ func (r *request) waitsForLead() bool {
 	return sharedChunks(len(r.Prompt)) > 0 && r.shares() == 0
 }
 
+// MasksOnDevice reports whether the model takes constrained rows' greedy
+// choice on the device (DeviceMasker): its steps then wait for every
+// masked row's mask, so a slow mask holds up the whole batch.
+func (e *Engine) MasksOnDevice() bool { return e.deviceMasks }
+
 // Step runs one engine step and reports whether it computed anything.
 func (e *Engine) Step(ctx context.Context) (bool, error) {
 	e.stepping.Lock()
@@ -889,6 +907,7 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 
 	e.propose()
 	e.modelDraft(ctx)
+	e.fastForward()
 	in := e.input(start)
 	if e.pinned != nil {
 		in.LatencyRows = e.pinned.LatencyRows
@@ -990,21 +1009,24 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 		e.traceCounters()
 		return true, err
 	}
-	e.advance(plan, byID)
+	last := lastSlots(plan, byID, borrowed)
+	e.advance(plan, byID, last)
 	parts.advanced = e.cfg.Now()
 	e.sampleAhead(plan, byID)
-	for _, c := range plan.Rows {
+	for i, c := range plan.Rows {
 		r := byID[c.ID]
-		if c.Draft > 0 {
+		if c.Draft > 0 && r.spec != nil {
 			slots := append([]int{r.slot}, borrowed[:c.Draft]...)
 			borrowed = borrowed[c.Draft:]
 			e.count(r.Tenant, 0, e.verify(r, c.From, slots), start)
 			continue
 		}
+		borrowed = borrowed[c.Draft:] // a forced chunk's, whose tokens r has
+		takes := r.takes(c)
 		e.count(r.Tenant, r.prefillRows(c), c.N, start)
 		r.done += c.N
-		if c.Logits {
-			e.route(r, r.slot)
+		if takes {
+			e.route(r, last[i])
 		}
 	}
 	e.traceStep(start, plan, prefill, batch, parts, nil) // after sampling, which the step's time includes
@@ -1027,13 +1049,13 @@ func (e *Engine) Step(ctx context.Context) (bool, error) {
 // masks (decode.Decoder.MaskNext) while this one routes the rows and
 // plans the next step, so it starts no goroutine a row for them (each
 // start may wake a thread, a system call on this goroutine's path).
-func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request) {
+func (e *Engine) advance(plan sched.Plan, byID map[uint64]*request, last []int) {
 	// The workers read these after advance returns: not reused.
 	var rows []*decode.Decoder
 	var srcs []slotSource
-	for _, c := range plan.Rows {
-		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.OnDevice() {
-			rows, srcs = append(rows, r.dec), append(srcs, slotSource{e, r.slot, &e.logits})
+	for i, c := range plan.Rows {
+		if r := byID[c.ID]; r.takes(c) && r.dec.OnDevice() {
+			rows, srcs = append(rows, r.dec), append(srcs, slotSource{e, last[i], &e.logits})
 		}
 	}
 	n := len(rows)
@@ -1218,7 +1240,7 @@ func (e *Engine) input(now time.Time) sched.Input {
 	if e.cfg.InteractiveSlack > 0 {
 		in.LatencyRows = e.cost.rows(e.cfg.InteractiveSlack)
 	}
-	if e.cfg.Speculative.On() {
+	if e.cfg.Speculative.On() || e.forcing {
 		in.VerifySlots = e.m.Slots()
 	}
 	active := map[string]bool{}
@@ -1301,6 +1323,9 @@ func (e *Engine) input(now time.Time) sched.Input {
 		s.Hold = ps.hold && r.prompting()
 		if r.spec != nil && r.slot >= 0 {
 			s.Draft = len(r.spec.draft)
+		}
+		if f := r.forced(); f > 0 {
+			s.Draft = f
 		}
 		for _, pg := range r.pages {
 			// No other request maps it, and it is charged to r's tenant or
@@ -1580,10 +1605,12 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
 		if c.Draft > 0 {
-			// The pending token in r's slot, then each draft token in a
-			// free slot mapping r's page table, every row with logits:
-			// row i sees the rows before it through the pages, as a
-			// decode of them one by one would.
+			// The pending token in r's slot, then each draft (or forced)
+			// token in a free slot mapping r's page table: row i sees the
+			// rows before it through the pages, as a decode of them one
+			// by one would. Every draft row wants logits; of forced rows,
+			// whose tokens r already has, only the last, where it is r's
+			// newest token.
 			if len(free) < c.Draft || c.N != c.Draft+1 {
 				return b, nil, fmt.Errorf("engine: a verify chunk of %d rows (%d drafted) with %d free slots", c.N, c.Draft, len(free))
 			}
@@ -1591,15 +1618,27 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 			free = free[c.Draft:]
 			borrowed = append(borrowed, slots[1:]...)
 			for i, slot := range slots {
-				tok := r.tokens[c.From]
-				if i > 0 {
-					tok = r.spec.draft[i-1]
+				row := runtime.Row{Slot: slot, Pos: c.From + i, Logits: true}
+				switch {
+				case r.spec == nil:
+					row.Token, row.Logits = r.tokens[c.From+i], i == c.Draft && r.takes(c)
+				case i == 0:
+					row.Token = r.tokens[c.From]
+				default:
+					row.Token = r.spec.draft[i-1]
 				}
-				b.Rows = append(b.Rows, runtime.Row{Slot: slot, Pos: c.From + i, Token: tok, Logits: true})
+				b.Rows = append(b.Rows, row)
 				b.Pages = append(b.Pages, runtime.SlotPages{Slot: slot, Pages: r.pages})
+			}
+			if r.spec == nil && r.takes(c) && e.deviceMasks {
+				if m := r.dec.DeviceMask(); m != nil {
+					b.Rows[len(b.Rows)-1].Mask = m
+					masked = append(masked, r.dec)
+				}
 			}
 			continue
 		}
+		logits := r.takes(c)
 		if c.From < len(r.Prompt) || c.N > 1 {
 			decodeOnly = false
 		}
@@ -1610,16 +1649,16 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 			prompt = len(r.Prompt)
 		}
 		for i := range c.N {
-			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: c.Logits && i == c.N-1,
+			b.Rows = append(b.Rows, runtime.Row{Slot: r.slot, Pos: c.From + i, Token: r.tokens[c.From+i], Logits: logits && i == c.N-1,
 				Prompt: prompt})
 		}
-		if e.deviceMasks && c.Logits {
+		if e.deviceMasks && logits {
 			if m := r.dec.DeviceMask(); m != nil {
 				b.Rows[len(b.Rows)-1].Mask = m
 				masked = append(masked, r.dec)
 			}
 		}
-		if e.deviceSamples && c.Logits && b.Rows[len(b.Rows)-1].Mask == nil {
+		if e.deviceSamples && logits && b.Rows[len(b.Rows)-1].Mask == nil {
 			if inv, u, ban, ok := r.dec.DeviceSample(runtime.MaxSampleBans); ok {
 				b.Rows[len(b.Rows)-1].Sample = &runtime.RowSample{Inv: inv, U: u, Ban: ban}
 			}

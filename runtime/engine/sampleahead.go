@@ -34,7 +34,7 @@ func (e *Engine) sampleAhead(plan sched.Plan, byID map[uint64]*request) {
 	var rows []*request
 	var pos, slots []int
 	for _, c := range plan.Rows {
-		if r := byID[c.ID]; c.Logits && c.Draft == 0 && r.dec.WantsLogits() {
+		if r := byID[c.ID]; r.takes(c) && c.Draft == 0 && r.dec.WantsLogits() {
 			rows, pos, slots = append(rows, r), append(pos, r.done+c.N), append(slots, r.slot)
 		}
 	}

@@ -418,6 +418,34 @@ func (d *simDrafter) Draft(history []int32, k int) []int32 {
 	return out
 }
 
+// chainForcer is a constraint that allows, at every third position, the
+// scripted model's own greedy token alone (unless that is EOS), and every
+// token elsewhere: the greedy stream of a request under it is still the
+// model's chain, and a third of its tokens are forced, which the engine
+// takes ahead of the model (fastForward).
+type chainForcer struct {
+	prev int32 // the last token, at position pos
+	pos  int
+}
+
+func (c *chainForcer) Mask(allowed []uint64) {
+	if next := simNext(c.prev, c.pos); c.pos%3 == 0 && next != 2 {
+		clear(allowed)
+		allowed[next/64] |= 1 << (next % 64)
+		return
+	}
+	for i := range allowed {
+		allowed[i] = ^uint64(0)
+	}
+}
+
+func (c *chainForcer) Accept(tok int32) error {
+	c.prev, c.pos = tok, c.pos+1
+	return nil
+}
+
+func (c *chainForcer) Done() bool { return false }
+
 // simNext is the token the scripted model's greedy choice gives after
 // token prev at position pos, or 2 (EOS).
 func simNext(prev int32, pos int) int32 {
@@ -560,6 +588,10 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	}
 	ctx := context.Background()
 	mostRunning, sized := 0, 0
+	// A third of the greedy requests go under a constraint that forces
+	// a third of their tokens (chainForcer), drawn from a source of
+	// their own.
+	crng := rand.New(rand.NewPCG(seed, 11))
 	for step := 0; step < steps; step++ {
 		clock = clock.Add(time.Duration(1+rng.IntN(30)) * time.Millisecond)
 		if rng.IntN(3) == 0 {
@@ -579,6 +611,9 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 			// A quarter of them ask for several choices (OpenAI's n),
 			// whose later choices map the first's prompt pages.
 			choices := []decode.Params{{MaxTokens: 1 + rng.IntN(60)}}
+			if crng.IntN(3) == 0 {
+				choices[0].Constraint = &chainForcer{prev: prompt[len(prompt)-1], pos: len(prompt) - 1}
+			}
 			if rng.IntN(4) == 0 {
 				for range 1 + rng.IntN(3) {
 					choices = append(choices, decode.Params{MaxTokens: 1 + rng.IntN(60), Sampling: sample.Params{Temperature: 1, Seed: rng.Uint64()}})
@@ -665,6 +700,9 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 	if s.Preemptions == 0 {
 		t.Errorf("seed %d: no preemption happened: the simulation does not exercise it", seed)
 	}
+	if s.ForcedTokens == 0 {
+		t.Errorf("seed %d: no token was forced: the simulation does not exercise fast-forward", seed)
+	}
 	if kvPages < 50 && s.Released == 0 {
 		t.Errorf("seed %d: no request gave up its pages in a pool of %d: the simulation does not run it dry", seed, kvPages)
 	}
@@ -704,8 +742,8 @@ func simulate(t *testing.T, seed uint64, steps, kvPages int, speculate bool, hos
 		t.Logf("seed %d: drafts accepted with probability %.2f: %d drafts, %d tokens, %d accepted (mean acceptance length %.2f)",
 			seed, drafter.accept, s.SpecDrafts, s.SpecDraftTokens, s.SpecAccepted, 1+float64(s.SpecAccepted)/float64(max(s.SpecDrafts, 1)))
 	}
-	t.Logf("seed %d (%d pages): %d requests, %d steps computed (%d with the prefill sized), %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices (%d partial pages copied), endings %v",
-		seed, kvPages, len(clients), s.Steps, sized, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, m.copied, s.Finished)
+	t.Logf("seed %d (%d pages): %d requests, %d steps computed (%d with the prefill sized), %d preemptions (%d released pages), most running at once %d, prefix cache %d/%d tokens (%d from the host tier: %d pages stored, %d pushed out), %d shared by choices (%d partial pages copied), %d tokens forced, endings %v",
+		seed, kvPages, len(clients), s.Steps, sized, s.Preemptions, s.Released, mostRunning, s.PrefixHit, s.PrefixQueried, s.PrefixHostHit, s.HostStored, s.HostEvicted, s.ChoiceShared, m.copied, s.ForcedTokens, s.Finished)
 }
 
 func btoi(b bool) int {

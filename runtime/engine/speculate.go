@@ -504,8 +504,7 @@ func (e *Engine) selfDraft(ctx context.Context, plan sched.Plan, byID map[uint64
 	}
 	var ds []drafting
 	for _, c := range plan.Rows {
-		if c.Draft > 0 {
-			r := byID[c.ID]
+		if r := byID[c.ID]; c.Draft > 0 && r.spec != nil {
 			ds = append(ds, drafting{r, c.From, c.Draft, r.tokens[c.From]})
 		}
 	}

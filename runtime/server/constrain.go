@@ -101,7 +101,12 @@ func (c *constraintFields) spec() (spec grammar.Spec, field string, ok bool, aer
 // mapping what is wrong with it to a 400 on field.
 func (s *Server) compile(ctx context.Context, m *Model, spec grammar.Spec, field string) (*grammar.Grammar, *apiError) {
 	a := s.agent(m)
-	a.once.Do(func() { a.compiler = grammar.NewCompiler(a.vocab, a.limits) })
+	a.once.Do(func() {
+		a.compiler = grammar.NewCompiler(a.vocab, a.limits)
+		if m.Engines[0].MasksOnDevice() {
+			a.compiler.WarmInBackground()
+		}
+	})
 	g, err := a.compiler.Compile(ctx, spec)
 	if err == nil {
 		return g, nil

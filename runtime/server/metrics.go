@@ -113,11 +113,12 @@ var (
 	descSpecAccepted = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", []string{"model_name"}, nil)
 	descSpecAtPos    = prometheus.NewDesc("vllm:spec_decode_num_accepted_tokens_per_pos_total", "Drafts whose token at a position (0 the first) was accepted.", []string{"model_name", "position"}, nil)
 	descSpecLength   = prometheus.NewDesc("zrt_spec_decode_mean_acceptance_length", "Tokens a verified draft's step produced on average: 1 + accepted draft tokens / drafts (0 before any draft).", []string{"model_name"}, nil)
+	descForced       = prometheus.NewDesc("zrt_constraint_forced_tokens_total", "Generated tokens a constraint allowed alone, which the engine took ahead of the model (fast-forward).", []string{"model_name"}, nil)
 )
 
 func (engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPrompt, descGenerated, descSteps, descEngines, descPages, descFinished, descPrefixQ, descPrefixHit, descHostHit, descHostPages, descHostBytes, descHostEvict, descPreempt, descReleased, descStepKind, descStepTime,
-		descSpecDrafts, descSpecTokens, descSpecAccepted, descSpecAtPos, descSpecLength} {
+		descSpecDrafts, descSpecTokens, descSpecAccepted, descSpecAtPos, descSpecLength, descForced} {
 		ch <- d
 	}
 }
@@ -164,6 +165,7 @@ func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
 			length = 1 + float64(st.SpecAccepted)/float64(st.SpecDrafts)
 		}
 		ch <- prometheus.MustNewConstMetric(descSpecLength, prometheus.GaugeValue, length, name)
+		ch <- prometheus.MustNewConstMetric(descForced, prometheus.CounterValue, float64(st.ForcedTokens), name)
 		for reason, n := range st.Finished {
 			ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(n), name, string(reason))
 		}

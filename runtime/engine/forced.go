@@ -19,16 +19,18 @@ import (
 // that has no spare slot for them leaves them to the next: the request's
 // chunk then computes its pending token alone and takes no token (its
 // next one is already known), as it would have spent that step on it
-// anyway. So a request gains where the batch has room, and its output is
-// the same token for token (on a batch-invariant tier, bit for bit): a
-// greedy choice under a mask that allows one token is that token, and a
-// sampled request takes such a token without a draw (NextFrom too), so
-// its stream does not depend on where the token was taken.
+// anyway. So a request gains where the batch has room, and on a
+// batch-invariant tier its output is the same token for token as without
+// fast-forward: a greedy choice under a mask that allows one token is
+// that token, and a sampled request takes such a token without a draw
+// (NextFrom too), so its stream does not depend on where the token was
+// taken.
 //
 // Speculating requests are unconstrained (Config.Speculative), so draft
 // rows and forced rows never meet in one request. A model with state in
 // its slots (recurrent layers) cannot compute a request's rows in other
-// slots, and a step log's rerun has no constraints: neither forces.
+// slots, so it does not force; nor does an engine that writes a step log
+// (its rerun has no constraints, so it must not have forced either).
 
 // fastForward takes, for each running constrained request whose tokens
 // are all computed but the pending one, the tokens its constraint forces

@@ -380,6 +380,11 @@ func simTokenizer(t testing.TB) *tokenizer.Tokenizer {
 // copied to the host and back must come back byte for byte, and so must
 // a choice's copy of its group's partial prompt page (seeds 3 and 6 run
 // a model that cannot copy pages, whose choices compute that page).
+//
+// In every seed a third of the greedy requests go under a constraint that
+// forces a third of their tokens (chainForcer), which the engine takes
+// ahead of the model into spare slots (fast-forward): their streams must
+// still be the model's chain.
 func TestSimulation(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} {
 		pages, host := 100, int64(0)

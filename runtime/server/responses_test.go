@@ -217,6 +217,11 @@ func TestResponsesStructured(t *testing.T) {
 	if masks < float64(tokens) || masks > float64(tokens+4) {
 		t.Errorf("zrt_constraint_mask_seconds counted %v masks for %d constrained tokens", masks, tokens)
 	}
+	// The schemas' keys and consts force tokens, which the server took
+	// ahead of the model (fast-forward), and the replies still validate.
+	if forced := scrape(t, ts.URL).sum("zrt_constraint_forced_tokens_total", "model_name", agentName); forced == 0 || forced >= float64(tokens) {
+		t.Errorf("zrt_constraint_forced_tokens_total is %v for %d constrained tokens", forced, tokens)
+	}
 }
 
 // TestResponsesBadInput: what the server cannot do or the request gets

@@ -30,7 +30,8 @@ given several files, request j takes file j mod their number. Such
 requests go without ignore_eos: one whose output completes its format
 stops before --max-tokens. Against a zrt server the report adds the mask's
 cost per token (p50, p99: zrt_constraint_mask_seconds) and the engine's
-steps (by kind, replay and host ms, tokens a step). --turns: multi-turn.`,
+steps (by kind, replay and host ms, tokens a step) and the tokens constraints
+forced, which it took ahead of the model. --turns: multi-turn.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range formats {

@@ -146,30 +146,29 @@ func (mt *Matcher) complete() bool {
 func (mt *Matcher) Mask(allowed []uint64) {
 	vt := mt.g.vt
 	words := (vt.nvocab + 63) / 64
-	clear(allowed[:words])
 	// A token the positions' caches accept keeps a stack going, so only
 	// the uncertain tokens checkUncertain walks can end the match.
 	mt.ends, mt.endsOK = mt.ends[:0], true
 	if mt.finished || mt.st < 0 {
+		clear(allowed[:words])
 		return
 	}
-	ds := &mt.m.states[mt.st]
-	if ds.complete {
-		for _, id := range vt.eog {
-			allowed[id>>6] |= 1 << (id & 63)
-		}
-	}
+	complete := mt.m.states[mt.st].complete
 	// The last Accept left the states the last walk made for this one
 	// to look up (Accept's walk is on the step's path; this is not):
 	// forget them now if they are many.
 	mt.st, mt.walked = mt.m.compact(mt.st), machineSize{}
-	ds = &mt.m.states[mt.st]
+	ds := &mt.m.states[mt.st]
 	mt.tops = mt.tops[:0]
 	for _, s := range ds.stacks {
 		mt.tops = append(mt.tops, mt.m.frames[s].pos)
 	}
 	mt.unc = mt.unc[:0]
 	nlists := 0
+	// fresh: allowed holds nothing of this mask yet, so the first dense
+	// position's tokens are copied in rather than merged into a cleared
+	// mask (one pass over the vocabulary's words instead of two).
+	fresh := true
 	for i, q := range mt.tops {
 		dup := false
 		for _, p := range mt.tops[:i] {
@@ -182,18 +181,33 @@ func (mt *Matcher) Mask(allowed []uint64) {
 			continue
 		}
 		pc := mt.g.posCache(q)
-		if pc.accBits != nil {
+		switch {
+		case pc.accBits != nil && fresh:
+			copy(allowed[:words], pc.accBits)
+		case pc.accBits != nil:
 			for w, b := range pc.accBits {
 				allowed[w] |= b
 			}
-		} else {
+		default:
+			if fresh {
+				clear(allowed[:words])
+			}
 			for _, id := range pc.accIDs {
 				allowed[id>>6] |= 1 << (id & 63)
 			}
 		}
+		fresh = false
 		if len(pc.uncertain) > 0 {
 			mt.unc = append(mt.unc, pc.uncertain...)
 			nlists++
+		}
+	}
+	if fresh {
+		clear(allowed[:words])
+	}
+	if complete {
+		for _, id := range vt.eog {
+			allowed[id>>6] |= 1 << (id & 63)
 		}
 	}
 	if len(mt.unc) == 0 {

@@ -11,12 +11,32 @@ import (
 // tokens give nothing. Out-of-range ids give nil.
 func (t *Tokenizer) Piece(id int32) []byte { return t.TokenToPiece(id, false) }
 
+// PieceText is Piece as a string, without a copy: the tokenizer keeps
+// every token's piece. Out-of-range ids give "".
+func (t *Tokenizer) PieceText(id int32) string {
+	if id < 0 || int(id) >= len(t.text) {
+		return ""
+	}
+	return t.pieces[t.pieceAt[id]:t.pieceAt[id+1]]
+}
+
 // TokenToPiece is Piece with llama.cpp's special flag: when special is set,
 // control and unknown tokens give their text.
 func (t *Tokenizer) TokenToPiece(id int32, special bool) []byte {
 	if id < 0 || int(id) >= len(t.text) {
 		return nil
 	}
+	if !special {
+		if p := t.PieceText(id); p != "" {
+			return []byte(p)
+		}
+		return nil
+	}
+	return t.decodePiece(id, special)
+}
+
+// decodePiece is TokenToPiece from the token's text, for a valid id.
+func (t *Tokenizer) decodePiece(id int32, special bool) []byte {
 	a := t.attr[id]
 	if !special && a&(attrUnknown|attrControl) != 0 {
 		return nil

@@ -23,7 +23,11 @@ func (t *Tokenizer) NewStreamDecoder() *StreamDecoder { return &StreamDecoder{t:
 // character are returned as U+FFFD; an incomplete sequence at the end is
 // kept for the next call.
 func (d *StreamDecoder) Add(id int32) string {
-	d.buf = append(d.buf, d.t.Piece(id)...)
+	p := d.t.PieceText(id)
+	if len(d.buf) == 0 && utf8.ValidString(p) {
+		return p // the common case, without a copy
+	}
+	d.buf = append(d.buf, p...)
 	if utf8.Valid(d.buf) {
 		// Whole characters only, the common case: all of it, as the loop
 		// below would give it.

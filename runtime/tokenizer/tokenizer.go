@@ -55,6 +55,12 @@ type Tokenizer struct {
 	// for splitting text on them.
 	special []int32
 	maxLen  int // longest token text in bytes (WordPiece search bound)
+	// pieces holds every token's Piece end to end, token i's at
+	// pieces[pieceAt[i]:pieceAt[i+1]], made once: mapping a byte-level
+	// token's text back to bytes costs more than the rest of what a
+	// server does for each token it generates, and it sends every one.
+	pieces  string
+	pieceAt []uint32
 }
 
 // New builds the lookup tables for v. It rejects models and pre-tokenizers
@@ -138,7 +144,19 @@ func New(v *vocab.Vocab) (*Tokenizer, error) {
 	for _, id := range t.eogList {
 		t.eog[id] = true
 	}
+	t.tabulatePieces()
 	return t, nil
+}
+
+// tabulatePieces fills pieces and pieceAt.
+func (t *Tokenizer) tabulatePieces() {
+	var all []byte
+	t.pieceAt = make([]uint32, len(t.text)+1)
+	for id := range t.text {
+		all = append(all, t.decodePiece(int32(id), false)...)
+		t.pieceAt[id+1] = uint32(len(all))
+	}
+	t.pieces = string(all)
 }
 
 // typeAttr maps a token type to llama.cpp's attribute.

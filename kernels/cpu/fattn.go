@@ -184,10 +184,13 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	flag := func(i int, f uint32) bool { return r.row(i, kernels.IORowFlags)&f != 0 }
 	tiled := func(i int) bool { return flag(i, kernels.RowLongPrompt) && hd%faF32Lanes == 0 }
 	simd := faUseSIMD && hd%16 == 0
+	pl := attendPlans.Get().(*attendPlan)
+	defer attendPlans.Put(pl)
 	// The SIMD tiled rows go through flashAttnTiled, the others below.
-	var rest []int
+	rest := pl.rest[:0]
 	if simd {
-		var tiledRows []int
+		tiledRows := pl.tiled[:0]
+		defer func() { pl.tiled = tiledRows }()
 		for i := range r.rows() {
 			if tiled(i) {
 				tiledRows = append(tiledRows, i)
@@ -201,9 +204,8 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			}
 		}
 	} else {
-		rest = make([]int, r.rows())
-		for i := range rest {
-			rest[i] = i
+		for i := range r.rows() {
+			rest = append(rest, i)
 		}
 	}
 	// Work items: one per (row, head), and faSplitChunks per (row, head)
@@ -219,8 +221,9 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	// and value is read from memory once for the group rather than once
 	// a head (a long cache does not fit in the caches). Each head's
 	// arithmetic, and so its bits, is the per-head item's.
-	var items []faItem
-	var merges []faItem // one per split (row, head): where its chunks' parts start
+	items := pl.items[:0]
+	merges := pl.merges[:0] // one per split (row, head): where its chunks' parts start
+	defer func() { pl.rest, pl.items, pl.merges = rest, items, merges }()
 	nSplit := 0
 	for _, i := range rest {
 		pos := int(r.row(i, kernels.IORowPos))
@@ -244,10 +247,10 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 			nSplit++
 		}
 	}
-	partLen := hd + 2 // M, S, then the chunk's F32 accumulator
-	var parts []float32
+	partLen := hd + 2   // M, S, then the chunk's F32 accumulator
+	var parts []float32 // every part is written whole before merge reads it
 	if nSplit > 0 {
-		parts = make([]float32, nSplit*faSplitChunks*partLen)
+		parts = f32s(a.work(4 * nSplit * faSplitChunks * partLen))
 	}
 	err := a.Pool.For(len(items), 1, func(_, lo, hi int) {
 		w := getFaWork(hd)
@@ -300,6 +303,17 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 		}
 	})
 }
+
+// attendPlan holds attend's lists between calls (attendPlans): a serving
+// step attends in every layer, and lists made anew each time were most of
+// what a T-CPU server allocated (its collections then came every few
+// steps, each slowing the step it fell in).
+type attendPlan struct {
+	rest, tiled   []int
+	items, merges []faItem
+}
+
+var attendPlans = sync.Pool{New: func() any { return new(attendPlan) }}
 
 // faItem is one work item of attend: query head head of row row, and
 // for a split decode row one chunk of its cache and where its partial

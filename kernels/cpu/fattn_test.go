@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand"
@@ -90,6 +91,13 @@ func runFAThreads(t *testing.T, c faCase, simd bool, seed int64, threads int) []
 		Push: []uint32{layer},
 		Spec: []uint32{nLayer, uint32(c.nHead), uint32(c.nHeadKV), uint32(c.hd), math.Float32bits(scale)},
 		Pool: pool,
+	}
+	if threads > 1 {
+		// Scratch left full of NaNs by an earlier kernel: split rows'
+		// parts come from it, and must be written before they are read
+		// (the one-thread run, the reference, gets fresh scratch).
+		work := bytes.Repeat([]byte{0xff}, 1<<20)
+		a.Work = &work
 	}
 	if c.window == 0 && c.softcap == 0 && !c.sinks {
 		if err := flashAttn(newKVCache(kernels.F16KV), a); err != nil {

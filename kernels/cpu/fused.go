@@ -199,9 +199,12 @@ func ropeKVWrite(c *kvCache, a *Args) error {
 	if err := checkKVWidth(c.t, hd); err != nil {
 		return err
 	}
-	return a.Pool.For(r.rows(), 1, func(_, lo, hi int) {
-		cs := make([]float32, rp.nRot)
-		kr := make([]float32, kvDim)
+	// Each thread's rotation table and rotated keys, in scratch.
+	per := rp.nRot + kvDim
+	scratch := f32s(a.work(4 * a.Pool.Threads() * per))
+	return a.Pool.For(r.rows(), 1, func(worker, lo, hi int) {
+		cs := scratch[worker*per : worker*per+rp.nRot]
+		kr := scratch[worker*per+rp.nRot : (worker+1)*per]
 		for i := lo; i < hi; i++ {
 			rp.table(cs, int(r.row(i, kernels.IORowPos)))
 			for h := 0; h < nHead; h++ {

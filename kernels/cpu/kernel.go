@@ -198,8 +198,12 @@ func (r request) page(slot, pos int) int {
 
 func req(b []byte) request { return request{u32s(b)} }
 
-// work returns n bytes of executor scratch.
+// work returns n bytes of executor scratch (fresh ones where the caller
+// gave none).
 func (a *Args) work(n int) []byte {
+	if a.Work == nil {
+		return make([]byte, n)
+	}
 	if cap(*a.Work) < n {
 		*a.Work = make([]byte, n)
 	}

@@ -105,6 +105,11 @@ func rotate(h []float32, n int, x, tmp []float32) {
 	}
 }
 
+// faQuantRun is how many keys (whole pages) faQuantWork.attend scores
+// before it takes their softmax coefficients together: faCoefs costs less
+// a key over several blocks of 16 than over one page's.
+const faQuantRun = 8 * kernels.KVPageTokens
+
 // faQuantWork is one worker's scratch on the quantized-cache path.
 type faQuantWork struct {
 	hd     int
@@ -112,9 +117,9 @@ type faQuantWork struct {
 	qr     []float32 // the query, rotated
 	tmp    []float32 // a run being rotated
 	view   quantView // the keys and values being attended
-	sc     [kernels.KVPageTokens]float32
-	coef   [2 * kernels.KVPageTokens]float32 // a page's (ms, vs) pairs
-	newMax [kernels.KVPageTokens]bool
+	sc     [faQuantRun]float32
+	coef   [2 * faQuantRun]float32 // a run's (ms, vs) pairs
+	newMax [faQuantRun]bool
 	qq     []byte    // the query in K's vec_dot_type
 	q16    []uint16  // the query in F16 (an F16 K): qq's bytes
 	acc    []float32 // VKQ32
@@ -216,11 +221,12 @@ func (v *quantView) run(which, t, n int) ([]byte, int) {
 }
 
 // attend is one_chunk for one query head q over keys [lo, hi) of w.view,
-// written to out. The scores of a page's keys are taken together (one
-// multi-row dot product; q8_0 × q8_0 is symmetric, so the query may stand
-// as the "weight" row), then their softmax coefficients (onlineCoefs, in
-// ggml's key order), then the value updates of the page in one kernel
-// call (madQ8Rows, or faMadF16 for an F16 V).
+// written to out, faQuantRun keys at a time: their scores a page at a
+// time (one multi-row dot product a page; q8_0 × q8_0 is symmetric, so
+// the query may stand as the "weight" row), then their softmax
+// coefficients (onlineCoefs, in ggml's key order), then the value updates
+// a page at a time in one kernel call each (madQ8Rows, or faMadF16 for an
+// F16 V). Each key meets the operations of one_chunk's loop in its order.
 func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	hd, kt, v := w.hd, w.kt, &w.view
 	switch kt.K {
@@ -237,35 +243,44 @@ func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
 	clear(w.acc16)
 	m, s := float32(math.Inf(-1)), float32(0)
 	for t := lo; t < hi; {
-		n := pageRun(t, hi)
-		kb, ks := v.run(0, t, n)
-		sc := w.sc[:n]
-		switch kt.K {
-		case ggml.Q8_0:
-			quant.VecDotRows(ggml.Q8_0, hd, w.qq, kb, ks, n, sc)
-		case kernels.FP8E4M3:
-			dotFP8Rows(sc, q, kb, ks, w.k32)
-		default:
-			for j := range sc {
-				sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
+		end := min(hi, t+faQuantRun)
+		n := end - t
+		for u := t; u < end; { // the run's scores, a page at a time
+			k := pageRun(u, end)
+			kb, ks := v.run(0, u, k)
+			sc := w.sc[u-t : u-t+k]
+			switch kt.K {
+			case ggml.Q8_0:
+				quant.VecDotRows(ggml.Q8_0, hd, w.qq, kb, ks, k, sc)
+			case kernels.FP8E4M3:
+				dotFP8Rows(sc, q, kb, ks, w.k32)
+			default:
+				for j := range sc {
+					sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
+				}
 			}
+			u += k
 		}
-		coef := w.coef[:2*n]
-		m, s = onlineCoefs(sc, coef, w.newMax[:n], m, s, o, simd)
-		vb, vs0 := v.run(1, t, n)
-		switch {
-		case kt.V == kernels.FP8E4M3:
-			madFP8Rows(w.acc, vb, vs0, coef, w.v32)
-		case f32V && simd:
-			faMadQ8(&w.acc[0], &vb[0], vs0, &coef[0], n, hd)
-		case f32V:
-			madQ8Rows(w.acc, vb, vs0, coef, w.v32)
-		case simd:
-			faMadF16(&w.acc16[0], (*uint16)(unsafe.Pointer(&vb[0])), vs0, &coef[0], n, hd)
-		default:
-			madF16Rows(w.acc16, vb, vs0, coef)
+		m, s = onlineCoefs(w.sc[:n], w.coef[:2*n], w.newMax[:n], m, s, o, simd)
+		for u := t; u < end; { // then its values, a page at a time
+			k := pageRun(u, end)
+			vb, vs0 := v.run(1, u, k)
+			coef := w.coef[2*(u-t) : 2*(u-t+k)]
+			switch {
+			case kt.V == kernels.FP8E4M3:
+				madFP8Rows(w.acc, vb, vs0, coef, w.v32)
+			case f32V && simd:
+				faMadQ8(&w.acc[0], &vb[0], vs0, &coef[0], k, hd)
+			case f32V:
+				madQ8Rows(w.acc, vb, vs0, coef, w.v32)
+			case simd:
+				faMadF16(&w.acc16[0], (*uint16)(unsafe.Pointer(&vb[0])), vs0, &coef[0], k, hd)
+			default:
+				madF16Rows(w.acc16, vb, vs0, coef)
+			}
+			u += k
 		}
-		t += n
+		t = end
 	}
 	if !f32V {
 		for d, x := range w.acc16 {

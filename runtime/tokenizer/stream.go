@@ -27,6 +27,12 @@ func (d *StreamDecoder) Add(id int32) string {
 	if len(d.buf) == 0 && utf8.ValidString(p) {
 		return p // the common case, without a copy
 	}
+	return d.addBuffered(p)
+}
+
+// addBuffered is Add of the piece p through the buffer (every piece would
+// give the same text this way; the tests hold Add to it).
+func (d *StreamDecoder) addBuffered(p string) string {
 	d.buf = append(d.buf, p...)
 	if utf8.Valid(d.buf) {
 		// Whole characters only, the common case: all of it, as the loop

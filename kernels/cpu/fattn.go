@@ -185,12 +185,13 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	tiled := func(i int) bool { return flag(i, kernels.RowLongPrompt) && hd%faF32Lanes == 0 }
 	simd := faUseSIMD && hd%16 == 0
 	pl := attendPlans.Get().(*attendPlan)
-	defer attendPlans.Put(pl)
+	rest, tiledRows, items, merges := pl.rest[:0], pl.tiled[:0], pl.items[:0], pl.merges[:0]
+	defer func() {
+		pl.rest, pl.tiled, pl.items, pl.merges = rest, tiledRows, items, merges
+		attendPlans.Put(pl)
+	}()
 	// The SIMD tiled rows go through flashAttnTiled, the others below.
-	rest := pl.rest[:0]
 	if simd {
-		tiledRows := pl.tiled[:0]
-		defer func() { pl.tiled = tiledRows }()
 		for i := range r.rows() {
 			if tiled(i) {
 				tiledRows = append(tiledRows, i)
@@ -220,10 +221,8 @@ func attend(a *Args, qb, kv, io, yb []byte, o faOpts) error {
 	// through the chunk's keys together, a tile at a time, so each key
 	// and value is read from memory once for the group rather than once
 	// a head (a long cache does not fit in the caches). Each head's
-	// arithmetic, and so its bits, is the per-head item's.
-	items := pl.items[:0]
-	merges := pl.merges[:0] // one per split (row, head): where its chunks' parts start
-	defer func() { pl.rest, pl.items, pl.merges = rest, items, merges }()
+	// arithmetic, and so its bits, is the per-head item's. merges has an
+	// item per split (row, head): where its chunks' parts start.
 	nSplit := 0
 	for _, i := range rest {
 		pos := int(r.row(i, kernels.IORowPos))

@@ -114,34 +114,63 @@ const faQuantRun = 8 * kernels.KVPageTokens
 type faQuantWork struct {
 	hd     int
 	kt     kernels.KVTypes
-	qr     []float32 // the query, rotated
+	qr     []float32 // the item's queries, rotated
 	tmp    []float32 // a run being rotated
 	view   quantView // the keys and values being attended
 	sc     [faQuantRun]float32
 	coef   [2 * faQuantRun]float32 // a run's (ms, vs) pairs
 	newMax [faQuantRun]bool
-	qq     []byte    // the query in K's vec_dot_type
-	q16    []uint16  // the query in F16 (an F16 K): qq's bytes
-	acc    []float32 // VKQ32
-	acc16  []uint16  // VKQ16 (an F16 V)
-	v32    []float32 // one value row in F32
-	k32    []float32 // one FP8 key row in F32
+	heads  []faQuantHead // the item's query heads
+	v32    []float32     // one value row in F32
+	k32    []float32     // one FP8 key row in F32
+}
+
+// faQuantHead is one query head's state in faQuantWork.attend.
+type faQuantHead struct {
+	q     []float32 // the query (rotated)
+	qq    []byte    // the query in K's vec_dot_type
+	q16   []uint16  // the query in F16 (an F16 K): qq's bytes
+	acc   []float32 // VKQ32
+	acc16 []uint16  // VKQ16 (an F16 V)
+	m, s  float32   // the running maximum and sum
 }
 
 var faQuantPool sync.Pool
 
-// getFaQuantWork returns a worker's scratch for head size hd and cache
-// types kt.
-func getFaQuantWork(hd int, kt kernels.KVTypes) *faQuantWork {
+// getFaQuantWork returns a worker's scratch for items of heads query
+// heads of size hd, over a cache of types kt.
+func getFaQuantWork(hd, heads int, kt kernels.KVTypes) *faQuantWork {
 	w, _ := faQuantPool.Get().(*faQuantWork)
 	if w == nil || w.hd != hd || w.kt != kt {
-		w = &faQuantWork{hd: hd, kt: kt, qq: make([]byte, max(kernels.KVRowBytes(kt.K, hd), 2*hd)),
-			qr: make([]float32, hd), tmp: make([]float32, hd),
-			acc: make([]float32, hd), acc16: make([]uint16, hd), v32: make([]float32, hd), k32: make([]float32, hd)}
-		w.q16 = unsafe.Slice((*uint16)(unsafe.Pointer(&w.qq[0])), hd)
+		w = &faQuantWork{hd: hd, kt: kt, tmp: make([]float32, hd), v32: make([]float32, hd), k32: make([]float32, hd)}
+	}
+	if len(w.heads) < heads {
+		w.qr = make([]float32, heads*hd)
+		for range heads - len(w.heads) {
+			qq := make([]byte, max(kernels.KVRowBytes(kt.K, hd), 2*hd))
+			w.heads = append(w.heads, faQuantHead{qq: qq, q16: unsafe.Slice((*uint16)(unsafe.Pointer(&qq[0])), hd),
+				acc: make([]float32, hd), acc16: make([]uint16, hd)})
+		}
 	}
 	return w
 }
+
+// faQuantHeads is how many query heads of a KV head group each work item
+// of attendQuant takes: the whole group, which then reads each key and
+// value once for all its heads (the rest find them in the core's caches),
+// unless that leaves fewer than faQuantItems items a thread; then halves
+// of it, as long as it splits evenly.
+func faQuantHeads(rows, nHead, group, threads int) int {
+	g := group
+	for g%2 == 0 && rows*nHead/g < faQuantItems*threads {
+		g /= 2
+	}
+	return g
+}
+
+// faQuantItems is the work items a thread should have at least, so that
+// the threads finish together.
+const faQuantItems = 2
 
 // attendQuant is flash attention over the buffers q, kv, io and y of a
 // cache c (not all F16).
@@ -165,24 +194,31 @@ func attendQuant(a *Args, c *kvCache, qb, kv, io, yb []byte, o faOpts) error {
 	for kvh := range views {
 		views[kvh] = newQuantView(kv, r, lay, layer, kvh, hd)
 	}
-	return a.Pool.For(r.rows()*nHead, 1, func(_, lo, hi int) {
-		w := getFaQuantWork(hd, kt)
+	// An item is heads query heads of one row, which share a KV head.
+	heads := faQuantHeads(r.rows(), nHead, group, a.Pool.Threads())
+	perRow := nHead / heads
+	return a.Pool.For(r.rows()*perRow, 1, func(_, lo, hi int) {
+		w := getFaQuantWork(hd, heads, kt)
 		defer faQuantPool.Put(w)
 		for item := lo; item < hi; item++ {
-			i, h := item/nHead, item%nHead
+			i, h := item/perRow, item%perRow*heads
 			slot, pos := int(r.row(i, kernels.IORowSlot)), int(r.row(i, kernels.IORowPos))
 			w.view = views[h/group]
 			w.view.slot = slot
-			qh := q[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
+			qs := q[(i*nHead+h)*hd : (i*nHead+h+heads)*hd]
 			if c.hk != nil {
-				copy(w.qr, qh)
-				rotate(c.hk, kt.RotK, w.qr, w.tmp)
-				qh = w.qr
+				qs = w.qr[:heads*hd]
+				copy(qs, q[(i*nHead+h)*hd:])
+				for g := range heads {
+					rotate(c.hk, kt.RotK, qs[g*hd:(g+1)*hd], w.tmp)
+				}
 			}
-			out := y[(i*nHead+h)*hd : (i*nHead+h+1)*hd]
-			w.attend(qh, out, h, o.first(pos), pos+1, &o)
+			out := y[(i*nHead+h)*hd : (i*nHead+h+heads)*hd]
+			w.attend(qs, out, h, heads, o.first(pos), pos+1, &o)
 			if c.hv != nil {
-				rotate(c.hv, kt.RotV, out, w.tmp)
+				for g := range heads {
+					rotate(c.hv, kt.RotV, out[g*hd:(g+1)*hd], w.tmp)
+				}
 			}
 		}
 	})
@@ -220,74 +256,88 @@ func (v *quantView) run(which, t, n int) ([]byte, int) {
 	return v.kv[off : off+(n-1)*v.stride[which]+v.head[which]], v.stride[which]
 }
 
-// attend is one_chunk for one query head q over keys [lo, hi) of w.view,
-// written to out, faQuantRun keys at a time: their scores a page at a
-// time (one multi-row dot product a page; q8_0 × q8_0 is symmetric, so
-// the query may stand as the "weight" row), then their softmax
-// coefficients (onlineCoefs, in ggml's key order), then the value updates
-// a page at a time in one kernel call each (madQ8Rows, or faMadF16 for an
-// F16 V). Each key meets the operations of one_chunk's loop in its order.
-func (w *faQuantWork) attend(q, out []float32, h, lo, hi int, o *faOpts) {
+// attend is one_chunk for the query heads h… h+heads-1 (queries q, one
+// after another; outputs out, likewise), which share w.view's KV head,
+// over keys [lo, hi), faQuantRun keys at a time: for each head in turn
+// the run's scores a page at a time (one multi-row dot product a page;
+// q8_0 × q8_0 is symmetric, so the query may stand as the "weight" row),
+// then their softmax coefficients (onlineCoefs, in ggml's key order),
+// then the value updates a page at a time in one kernel call each
+// (madQ8Rows, or faMadF16 for an F16 V). Each key meets the operations of
+// one_chunk's loop in its order for every head, as if the head were
+// alone; the run's keys and values come from memory once for all of them.
+func (w *faQuantWork) attend(q, out []float32, h, heads, lo, hi int, o *faOpts) {
 	hd, kt, v := w.hd, w.kt, &w.view
-	switch kt.K {
-	case ggml.Q8_0:
-		if err := quant.QuantizeRow(ggml.Q8_0, q, w.qq); err != nil {
-			panic(err) // hd is a whole number of blocks (checked)
-		}
-	case ggml.F16:
-		toF16(w.q16, q)
-	}
 	f32V := kt.V != ggml.F16
 	simd := faUseSIMD && hd%16 == 0
-	clear(w.acc)
-	clear(w.acc16)
-	m, s := float32(math.Inf(-1)), float32(0)
+	hs := w.heads[:heads]
+	for g := range hs {
+		st := &hs[g]
+		st.q = q[g*hd : (g+1)*hd]
+		switch kt.K {
+		case ggml.Q8_0:
+			if err := quant.QuantizeRow(ggml.Q8_0, st.q, st.qq); err != nil {
+				panic(err) // hd is a whole number of blocks (checked)
+			}
+		case ggml.F16:
+			toF16(st.q16, st.q)
+		}
+		clear(st.acc)
+		clear(st.acc16)
+		st.m, st.s = float32(math.Inf(-1)), 0
+	}
 	for t := lo; t < hi; {
 		end := min(hi, t+faQuantRun)
 		n := end - t
-		for u := t; u < end; { // the run's scores, a page at a time
-			k := pageRun(u, end)
-			kb, ks := v.run(0, u, k)
-			sc := w.sc[u-t : u-t+k]
-			switch kt.K {
-			case ggml.Q8_0:
-				quant.VecDotRows(ggml.Q8_0, hd, w.qq, kb, ks, k, sc)
-			case kernels.FP8E4M3:
-				dotFP8Rows(sc, q, kb, ks, w.k32)
-			default:
-				for j := range sc {
-					sc[j] = dotF16(u16s(kb[j*ks:])[:hd], w.q16)
+		for g := range hs {
+			st := &hs[g]
+			for u := t; u < end; { // the run's scores, a page at a time
+				k := pageRun(u, end)
+				kb, ks := v.run(0, u, k)
+				sc := w.sc[u-t : u-t+k]
+				switch kt.K {
+				case ggml.Q8_0:
+					quant.VecDotRows(ggml.Q8_0, hd, st.qq, kb, ks, k, sc)
+				case kernels.FP8E4M3:
+					dotFP8Rows(sc, st.q, kb, ks, w.k32)
+				default:
+					for j := range sc {
+						sc[j] = dotF16(u16s(kb[j*ks:])[:hd], st.q16)
+					}
 				}
+				u += k
 			}
-			u += k
-		}
-		m, s = onlineCoefs(w.sc[:n], w.coef[:2*n], w.newMax[:n], m, s, o, simd)
-		for u := t; u < end; { // then its values, a page at a time
-			k := pageRun(u, end)
-			vb, vs0 := v.run(1, u, k)
-			coef := w.coef[2*(u-t) : 2*(u-t+k)]
-			switch {
-			case kt.V == kernels.FP8E4M3:
-				madFP8Rows(w.acc, vb, vs0, coef, w.v32)
-			case f32V && simd:
-				faMadQ8(&w.acc[0], &vb[0], vs0, &coef[0], k, hd)
-			case f32V:
-				madQ8Rows(w.acc, vb, vs0, coef, w.v32)
-			case simd:
-				faMadF16(&w.acc16[0], (*uint16)(unsafe.Pointer(&vb[0])), vs0, &coef[0], k, hd)
-			default:
-				madF16Rows(w.acc16, vb, vs0, coef)
+			st.m, st.s = onlineCoefs(w.sc[:n], w.coef[:2*n], w.newMax[:n], st.m, st.s, o, simd)
+			for u := t; u < end; { // then its values, a page at a time
+				k := pageRun(u, end)
+				vb, vs0 := v.run(1, u, k)
+				coef := w.coef[2*(u-t) : 2*(u-t+k)]
+				switch {
+				case kt.V == kernels.FP8E4M3:
+					madFP8Rows(st.acc, vb, vs0, coef, w.v32)
+				case f32V && simd:
+					faMadQ8(&st.acc[0], &vb[0], vs0, &coef[0], k, hd)
+				case f32V:
+					madQ8Rows(st.acc, vb, vs0, coef, w.v32)
+				case simd:
+					faMadF16(&st.acc16[0], (*uint16)(unsafe.Pointer(&vb[0])), vs0, &coef[0], k, hd)
+				default:
+					madF16Rows(st.acc16, vb, vs0, coef)
+				}
+				u += k
 			}
-			u += k
 		}
 		t = end
 	}
-	if !f32V {
-		for d, x := range w.acc16 {
-			w.acc[d] = quant.F16ToF32(x)
+	for g := range hs {
+		st := &hs[g]
+		if !f32V {
+			for d, x := range st.acc16 {
+				st.acc[d] = quant.F16ToF32(x)
+			}
 		}
+		o.finish(h+g, st.m, st.s, st.acc, out[g*hd:(g+1)*hd])
 	}
-	o.finish(h, m, s, w.acc, out)
 }
 
 // onlineCoefs is one_chunk's online softmax over the raw dot products sc

@@ -1601,6 +1601,14 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 	free := e.borrowSlots()
 	var borrowed []int
 	var masked []*decode.Decoder
+	// maskLast gives the batch's last row, r's row that takes its next
+	// token, r's device mask where it has one.
+	maskLast := func(r *request) {
+		if m := r.dec.DeviceMask(); m != nil {
+			b.Rows[len(b.Rows)-1].Mask = m
+			masked = append(masked, r.dec)
+		}
+	}
 	decodeOnly := true
 	for _, c := range plan.Rows {
 		r := byID[c.ID]
@@ -1631,10 +1639,7 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 				b.Pages = append(b.Pages, runtime.SlotPages{Slot: slot, Pages: r.pages})
 			}
 			if r.spec == nil && r.takes(c) && e.deviceMasks {
-				if m := r.dec.DeviceMask(); m != nil {
-					b.Rows[len(b.Rows)-1].Mask = m
-					masked = append(masked, r.dec)
-				}
+				maskLast(r)
 			}
 			continue
 		}
@@ -1653,10 +1658,7 @@ func (e *Engine) batch(plan sched.Plan, byID map[uint64]*request) (runtime.Batch
 				Prompt: prompt})
 		}
 		if e.deviceMasks && logits {
-			if m := r.dec.DeviceMask(); m != nil {
-				b.Rows[len(b.Rows)-1].Mask = m
-				masked = append(masked, r.dec)
-			}
+			maskLast(r)
 		}
 		if e.deviceSamples && logits && b.Rows[len(b.Rows)-1].Mask == nil {
 			if inv, u, ban, ok := r.dec.DeviceSample(runtime.MaxSampleBans); ok {

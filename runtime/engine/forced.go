@@ -48,7 +48,7 @@ func (e *Engine) fastForward() {
 	if spare == 0 {
 		return
 	}
-	ended := false
+	ended, forced := false, uint64(0)
 	for _, r := range e.reqs {
 		if r.slot < 0 || r.done < len(r.Prompt) || r.done != len(r.tokens)-1 || r.replay > 0 && r.done < r.replay || slices.Contains(e.masksDue, r.dec) {
 			continue
@@ -58,15 +58,18 @@ func (e *Engine) fastForward() {
 			if !ok {
 				break
 			}
-			e.mu.Lock()
-			e.stats.ForcedTokens++
-			e.mu.Unlock()
+			forced++
 			spare--
 			if !e.take(r, st) {
 				ended = true // at that token
 				break
 			}
 		}
+	}
+	if forced > 0 {
+		e.mu.Lock()
+		e.stats.ForcedTokens += forced
+		e.mu.Unlock()
 	}
 	if ended {
 		e.compact()
